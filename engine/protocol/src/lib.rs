@@ -1,0 +1,1 @@
+//! Plain serde types shared by `met` and `metralectl`. No I/O, no heavy dependencies.

@@ -1,0 +1,1 @@
+//! The Metrale inference engine.

@@ -1,0 +1,3 @@
+fn main() {
+    println!("met {}", env!("CARGO_PKG_VERSION"));
+}

@@ -1,0 +1,3 @@
+fn main() {
+    println!("metralectl {}", env!("CARGO_PKG_VERSION"));
+}
