@@ -1,1 +1,8 @@
-//! The Metrale inference engine.
+//! The Metrale inference engine: `met serve`, `met score`.
+//!
+//! Module owners follow `docs/architecture.md`: `server/` speaks HTTP only, `scheduler/` and
+//! `kv_cache/` are pure bookkeeping, `runner/` turns a step into one varlen batch, `models/`
+//! hold one family a file, `backend/` one op per method.
+
+pub mod sampling_params;
+pub mod scheduler;

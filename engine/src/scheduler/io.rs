@@ -1,0 +1,78 @@
+//! The plain data that crosses between the scheduler and the runner each step.
+//!
+//! `EngineCore::step()` is `schedule()` → `runner.execute(&SchedulerOutput)` →
+//! `scheduler.update_from_output(&SchedulerOutput, &RunnerOutput)`. Both structs are plain
+//! Vecs of ids and ints, so scheduler tests fabricate runner outputs and need no model.
+
+use std::sync::Arc;
+
+use crate::sampling_params::SamplingParams;
+
+/// Engine-wide request id, unique for the life of the process.
+pub type RequestId = u64;
+
+/// One sequence's share of a step: the tokens it computes now and where they go.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduledSeq {
+    pub req_id: RequestId,
+    /// Tokens fed through the model this step: `all_tokens[num_computed..num_computed + n]`.
+    pub token_ids: Vec<u32>,
+    /// Position of `token_ids[0]` in the sequence (= tokens already in the KV cache).
+    pub start_pos: usize,
+    /// The sequence's whole block table after this step's allocation, in order.
+    pub block_ids: Vec<u32>,
+    /// True when this chunk reaches the end of the known tokens, so the runner samples one
+    /// new token from the logits of the last row.
+    pub sample: bool,
+    /// Rows of this chunk whose next-token log-probabilities the request asked for (prompt
+    /// logprobs, `echo` + `logprobs`): positions `start_pos..start_pos + n` that lie inside the
+    /// prompt. Empty for most requests.
+    pub want_prompt_logprobs: bool,
+    /// Every token the request has so far (prompt + generated), for penalties and sampling.
+    /// Shared, not copied, step to step.
+    pub all_token_ids: Arc<Vec<u32>>,
+    /// Number of prompt tokens at the front of `all_token_ids`.
+    pub num_prompt_tokens: usize,
+    pub sampling: Arc<SamplingParams>,
+}
+
+/// What the scheduler decided for one step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SchedulerOutput {
+    /// Sequences to run, in batch order (running first, then newly admitted, FIFO).
+    pub seqs: Vec<ScheduledSeq>,
+    /// Requests preempted this step (their blocks were freed; they recompute later).
+    pub preempted: Vec<RequestId>,
+    /// Requests that left since the last step (finished or aborted): the runner drops any
+    /// state it keeps for them.
+    pub finished: Vec<RequestId>,
+    /// Sum of `token_ids.len()` over `seqs`.
+    pub num_batched_tokens: usize,
+}
+
+/// A token and its log-probability with the top alternatives, as the API reports them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    pub token_id: u32,
+    pub logprob: f32,
+    /// Top alternatives, best first, `(token_id, logprob)`.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The runner's result for one scheduled sequence, same order as `SchedulerOutput::seqs`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeqOutput {
+    pub req_id: RequestId,
+    /// The token sampled this step (only when `ScheduledSeq::sample`).
+    pub sampled: Option<u32>,
+    /// Log-probability data for the sampled token when the request asked for logprobs.
+    pub sampled_logprobs: Option<TokenLogprobs>,
+    /// For `want_prompt_logprobs`: one entry per row of the chunk that predicts a prompt token,
+    /// i.e. the log-probability of `all_token_ids[p + 1]` given the tokens up to `p`.
+    pub prompt_logprobs: Vec<TokenLogprobs>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunnerOutput {
+    pub seqs: Vec<SeqOutput>,
+}

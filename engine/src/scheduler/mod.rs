@@ -1,0 +1,3 @@
+//! FIFO continuous-batching scheduler with chunked prefill and preemption by recompute.
+
+pub mod io;
