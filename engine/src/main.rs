@@ -1,3 +1,103 @@
-fn main() {
-    println!("met {}", env!("CARGO_PKG_VERSION"));
+//! `met`: the Metrale inference engine.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use metrale_engine::backend::CpuBackend;
+use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
+use metrale_engine::models::Model;
+use metrale_engine::models::qwen3::Qwen3;
+use metrale_engine::score::{DEFAULT_CHUNK, score};
+
+mod cli;
+
+use cli::{Cli, Command, LoadFormatArg, ModelArgs, ScoreArgs};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Score(args) => run_score(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn load_cpu_model(args: &ModelArgs) -> anyhow::Result<Qwen3<CpuBackend>> {
+    let dir = ModelDir::open(&args.model)?;
+    let config = dir.config()?;
+    let format = match args.load_format {
+        LoadFormatArg::Auto => LoadFormat::Auto,
+        LoadFormatArg::Dummy => LoadFormat::Dummy,
+    };
+    let weights = Weights::open(&dir.root, format)?;
+    Qwen3::load(&CpuBackend, &config, &weights)
+        .with_context(|| format!("failed to load {}", args.model.display()))
+}
+
+fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
+    let tokens = match &args.tokens_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("failed to read {}", path.display()))?;
+            serde_json::from_str::<Vec<u32>>(&text).with_context(|| {
+                format!(
+                    "{} must hold a JSON array of token ids, e.g. [9707, 11, 1879]",
+                    path.display()
+                )
+            })?
+        }
+        None => args.tokens.clone(),
+    };
+    if tokens.is_empty() {
+        bail!("no tokens to score: pass --tokens 1,2,3 or --tokens-file FILE");
+    }
+    let model = load_cpu_model(&args.model)?;
+    if let Some(bad) = tokens.iter().find(|&&t| t as usize >= model.vocab_size()) {
+        bail!(
+            "token id {bad} is outside the model's vocabulary (0..{})",
+            model.vocab_size()
+        );
+    }
+    if tokens.len() > model.max_position_embeddings() {
+        bail!(
+            "{} tokens exceed the model's context of {} positions",
+            tokens.len(),
+            model.max_position_embeddings()
+        );
+    }
+    let positions = score(&CpuBackend, &model, &tokens, args.top_k, DEFAULT_CHUNK)?;
+    let total: f64 = positions
+        .iter()
+        .filter_map(|p| p.logprob)
+        .map(f64::from)
+        .sum();
+    let scored = tokens.len() - 1;
+    let report = serde_json::json!({
+        "model": args.model.model.display().to_string(),
+        "num_tokens": tokens.len(),
+        "sum_logprob": total,
+        "perplexity": if scored > 0 { Some((-total / scored as f64).exp()) } else { None },
+        "positions": positions,
+    });
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, &report)?;
+    writeln!(out)?;
+    Ok(())
 }

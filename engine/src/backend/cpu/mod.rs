@@ -1,0 +1,272 @@
+//! The CPU reference backend: f32 storage and f32 accumulation, threaded with rayon where it
+//! pays, GEMMs through the `gemm` crate. Every CUDA op is checked against these.
+
+mod attention;
+mod matmul;
+mod norm;
+mod rope;
+
+use rayon::prelude::*;
+
+use super::{Backend, BackendError, BatchInputs, Result, RopeTables};
+use crate::loader::HostTensor;
+
+/// A row-major f32 tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuTensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+}
+
+impl CpuTensor {
+    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Self {
+        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
+        Self { shape, data }
+    }
+
+    /// Length of the last dimension.
+    pub fn cols(&self) -> usize {
+        self.shape.last().copied().unwrap_or(1)
+    }
+
+    /// Product of all but the last dimension.
+    pub fn rows(&self) -> usize {
+        self.data.len() / self.cols().max(1)
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CpuBackend;
+
+pub(crate) fn shape_err(op: &'static str, message: String) -> BackendError {
+    BackendError::Shape { op, message }
+}
+
+fn check(op: &'static str, ok: bool, message: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(shape_err(op, message()))
+    }
+}
+
+impl Backend for CpuBackend {
+    type Tensor = CpuTensor;
+    type Batch = BatchInputs;
+
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn upload(&self, t: &HostTensor<'_>) -> Result<CpuTensor> {
+        Ok(CpuTensor::new(t.shape.clone(), t.to_f32()))
+    }
+
+    fn zeros(&self, shape: &[usize]) -> Result<CpuTensor> {
+        Ok(CpuTensor::new(
+            shape.to_vec(),
+            vec![0.0; shape.iter().product()],
+        ))
+    }
+
+    fn to_host(&self, t: &CpuTensor) -> Result<Vec<f32>> {
+        Ok(t.data.clone())
+    }
+
+    fn shape<'t>(&self, t: &'t CpuTensor) -> &'t [usize] {
+        &t.shape
+    }
+
+    fn prepare_batch(&self, b: &BatchInputs) -> Result<BatchInputs> {
+        Ok(b.clone())
+    }
+
+    fn embedding(&self, out: &mut CpuTensor, batch: &BatchInputs, table: &CpuTensor) -> Result<()> {
+        let h = table.cols();
+        let vocab = table.rows();
+        check(
+            "embedding",
+            out.cols() == h && out.rows() == batch.num_tokens(),
+            || {
+                format!(
+                    "out {:?} for {} tokens of width {h}",
+                    out.shape,
+                    batch.num_tokens()
+                )
+            },
+        )?;
+        if let Some(bad) = batch.token_ids.iter().find(|&&t| t as usize >= vocab) {
+            return Err(shape_err(
+                "embedding",
+                format!("token id {bad} is outside the vocabulary of {vocab}"),
+            ));
+        }
+        out.data
+            .par_chunks_mut(h)
+            .zip(&batch.token_ids)
+            .for_each(|(row, &t)| {
+                row.copy_from_slice(&table.data[t as usize * h..(t as usize + 1) * h]);
+            });
+        Ok(())
+    }
+
+    fn rms_norm(&self, out: &mut CpuTensor, x: &CpuTensor, w: &CpuTensor, eps: f32) -> Result<()> {
+        check(
+            "rms_norm",
+            out.shape == x.shape && w.data.len() == x.cols(),
+            || format!("out {:?}, x {:?}, w {:?}", out.shape, x.shape, w.shape),
+        )?;
+        norm::rms_norm(&mut out.data, &x.data, &w.data, eps);
+        Ok(())
+    }
+
+    fn add_rms_norm(
+        &self,
+        out: &mut CpuTensor,
+        residual: &mut CpuTensor,
+        x: &CpuTensor,
+        w: &CpuTensor,
+        eps: f32,
+    ) -> Result<()> {
+        check(
+            "add_rms_norm",
+            out.shape == x.shape && residual.shape == x.shape && w.data.len() == x.cols(),
+            || {
+                format!(
+                    "out {:?}, residual {:?}, x {:?}, w {:?}",
+                    out.shape, residual.shape, x.shape, w.shape
+                )
+            },
+        )?;
+        residual
+            .data
+            .par_iter_mut()
+            .zip(&x.data)
+            .for_each(|(r, v)| *r += v);
+        norm::rms_norm(&mut out.data, &residual.data, &w.data, eps);
+        Ok(())
+    }
+
+    fn matmul(&self, out: &mut CpuTensor, x: &CpuTensor, w: &CpuTensor) -> Result<()> {
+        let (m, k, n) = (x.rows(), x.cols(), w.rows());
+        check(
+            "matmul",
+            w.cols() == k && out.rows() == m && out.cols() == n,
+            || format!("out {:?} = x {:?} · w {:?}ᵀ", out.shape, x.shape, w.shape),
+        )?;
+        matmul::matmul_nt(&mut out.data, &x.data, &w.data, m, n, k);
+        Ok(())
+    }
+
+    fn qk_norm_rope(
+        &self,
+        qkv: &mut CpuTensor,
+        batch: &BatchInputs,
+        q_w: &CpuTensor,
+        k_w: &CpuTensor,
+        rope: &RopeTables,
+        num_heads: usize,
+        num_kv_heads: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let hd = q_w.data.len();
+        check(
+            "qk_norm_rope",
+            k_w.data.len() == hd
+                && qkv.cols() == (num_heads + 2 * num_kv_heads) * hd
+                && qkv.rows() == batch.num_tokens()
+                && rope.rotary_dim <= hd,
+            || {
+                format!(
+                    "qkv {:?}, head_dim {hd}, heads {num_heads}/{num_kv_heads}",
+                    qkv.shape
+                )
+            },
+        )?;
+        rope::qk_norm_rope(
+            qkv,
+            &batch.positions,
+            &q_w.data,
+            &k_w.data,
+            rope,
+            num_heads,
+            num_kv_heads,
+            eps,
+        );
+        Ok(())
+    }
+
+    fn write_kv(
+        &self,
+        k_cache: &mut CpuTensor,
+        v_cache: &mut CpuTensor,
+        qkv: &CpuTensor,
+        batch: &BatchInputs,
+        num_heads: usize,
+    ) -> Result<()> {
+        attention::write_kv(k_cache, v_cache, qkv, batch, num_heads)
+    }
+
+    fn paged_attention(
+        &self,
+        out: &mut CpuTensor,
+        qkv: &CpuTensor,
+        k_cache: &CpuTensor,
+        v_cache: &CpuTensor,
+        batch: &BatchInputs,
+        num_heads: usize,
+        scale: f32,
+    ) -> Result<()> {
+        attention::paged_attention(out, qkv, k_cache, v_cache, batch, num_heads, scale)
+    }
+
+    fn silu_mul(&self, out: &mut CpuTensor, gate_up: &CpuTensor) -> Result<()> {
+        let i = out.cols();
+        check(
+            "silu_mul",
+            gate_up.cols() == 2 * i && gate_up.rows() == out.rows(),
+            || format!("out {:?}, gate_up {:?}", out.shape, gate_up.shape),
+        )?;
+        out.data
+            .par_chunks_mut(i)
+            .zip(gate_up.data.par_chunks(2 * i))
+            .for_each(|(o, gu)| {
+                let (g, u) = gu.split_at(i);
+                for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
+                    *o = g / (1.0 + (-g).exp()) * u;
+                }
+            });
+        Ok(())
+    }
+
+    fn gather_rows(&self, out: &mut CpuTensor, x: &CpuTensor, batch: &BatchInputs) -> Result<()> {
+        let h = x.cols();
+        check(
+            "gather_rows",
+            out.cols() == h
+                && out.rows() == batch.logits_rows.len()
+                && batch.logits_rows.iter().all(|&r| (r as usize) < x.rows()),
+            || {
+                format!(
+                    "out {:?}, x {:?}, rows {:?}",
+                    out.shape, x.shape, batch.logits_rows
+                )
+            },
+        )?;
+        for (o, &r) in out.data.chunks_mut(h).zip(&batch.logits_rows) {
+            o.copy_from_slice(&x.data[r as usize * h..(r as usize + 1) * h]);
+        }
+        Ok(())
+    }
+
+    fn log_softmax(&self, x: &mut CpuTensor) -> Result<()> {
+        let v = x.cols();
+        x.data.par_chunks_mut(v).for_each(|row| {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let sum: f64 = row.iter().map(|&l| f64::from(l - max).exp()).sum();
+            let log_z = max + sum.ln() as f32;
+            row.iter_mut().for_each(|l| *l -= log_z);
+        });
+        Ok(())
+    }
+}

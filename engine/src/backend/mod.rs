@@ -1,0 +1,202 @@
+//! The `Backend` trait: one method per op, output first, the same names and argument order on
+//! every device. `cpu/` is the reference; the CUDA backend mirrors it op for op.
+
+pub mod cpu;
+
+use crate::loader::HostTensor;
+
+pub use cpu::CpuBackend;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{op}: {message}")]
+    Shape { op: &'static str, message: String },
+    #[error("{0}")]
+    Device(String),
+}
+
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// One step's flattened batch as the runner builds it on the host: a varlen list of tokens
+/// from many sequences, where each goes in the paged KV cache, and which rows need logits.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchInputs {
+    /// `[T]` token ids, sequences back to back.
+    pub token_ids: Vec<u32>,
+    /// `[T]` position of each token in its sequence.
+    pub positions: Vec<u32>,
+    /// `[T]` cache slot of each token: `block_id * block_size + offset`.
+    pub slot_mapping: Vec<u32>,
+    /// `[S + 1]` row offsets: sequence `s` owns rows `seq_starts[s]..seq_starts[s + 1]`.
+    pub seq_starts: Vec<u32>,
+    /// `[S]` tokens in the cache for each sequence once this step's are written.
+    pub context_lens: Vec<u32>,
+    /// `[S, max_blocks_per_seq]` block tables, padded with the null block 0.
+    pub block_tables: Vec<u32>,
+    pub max_blocks_per_seq: usize,
+    pub block_size: usize,
+    /// Rows whose logits are computed, in the order the logits come back.
+    pub logits_rows: Vec<u32>,
+}
+
+impl BatchInputs {
+    pub fn num_tokens(&self) -> usize {
+        self.token_ids.len()
+    }
+
+    pub fn num_seqs(&self) -> usize {
+        self.context_lens.len()
+    }
+
+    /// Build the batch for sequences given as (tokens to compute, start position, block table,
+    /// rows wanting logits relative to the chunk). Used by the runner and by tests.
+    pub fn build(block_size: usize, seqs: &[SeqChunk<'_>]) -> Self {
+        let max_blocks = seqs
+            .iter()
+            .map(|s| s.block_table.len())
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let mut b = Self {
+            max_blocks_per_seq: max_blocks,
+            block_size,
+            seq_starts: vec![0],
+            ..Self::default()
+        };
+        for s in seqs {
+            let row0 = b.token_ids.len() as u32;
+            for (i, &t) in s.tokens.iter().enumerate() {
+                let pos = s.start_pos + i;
+                b.token_ids.push(t);
+                b.positions.push(pos as u32);
+                let block = s.block_table[pos / block_size];
+                b.slot_mapping
+                    .push(block * block_size as u32 + (pos % block_size) as u32);
+            }
+            b.seq_starts.push(b.token_ids.len() as u32);
+            b.context_lens.push((s.start_pos + s.tokens.len()) as u32);
+            let mut table = s.block_table.to_vec();
+            table.resize(max_blocks, 0);
+            b.block_tables.extend(table);
+            b.logits_rows
+                .extend(s.logits_rows.iter().map(|r| row0 + *r as u32));
+        }
+        b
+    }
+}
+
+/// One sequence's part of a batch, for [`BatchInputs::build`].
+#[derive(Debug, Clone)]
+pub struct SeqChunk<'a> {
+    pub tokens: &'a [u32],
+    pub start_pos: usize,
+    pub block_table: &'a [u32],
+    /// Row indices within this chunk whose logits are wanted.
+    pub logits_rows: Vec<usize>,
+}
+
+/// Rotary tables for one model: inverse frequency per rotated pair and the cos/sin scale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeTables {
+    pub inv_freq: Vec<f32>,
+    pub scale: f32,
+    /// Leading dims of each head that are rotated (= 2 × `inv_freq.len()`).
+    pub rotary_dim: usize,
+}
+
+/// The device a model runs on. `Tensor` holds weights, activations and KV-cache layers;
+/// `Batch` is the device copy of one step's [`BatchInputs`].
+///
+/// Matrices follow the checkpoints' layout: a weight `w` is `[n, k]` (out × in) and
+/// `matmul(out, x, w)` computes `out[m, n] = Σ_k x[m, k] · w[n, k]`.
+pub trait Backend: Send + Sync + 'static {
+    type Tensor: Send + Sync;
+    type Batch: Send;
+
+    fn name(&self) -> &'static str;
+
+    /// A weight from the loader, in the backend's storage type.
+    fn upload(&self, t: &HostTensor<'_>) -> Result<Self::Tensor>;
+    /// A zero-filled tensor of `shape`.
+    fn zeros(&self, shape: &[usize]) -> Result<Self::Tensor>;
+    /// The values of `t` as f32 on the host (for logits, tests and checks).
+    fn to_host(&self, t: &Self::Tensor) -> Result<Vec<f32>>;
+    fn shape<'t>(&self, t: &'t Self::Tensor) -> &'t [usize];
+    fn prepare_batch(&self, b: &BatchInputs) -> Result<Self::Batch>;
+
+    /// `out[t, :] = table[token_ids[t], :]`.
+    fn embedding(
+        &self,
+        out: &mut Self::Tensor,
+        batch: &Self::Batch,
+        table: &Self::Tensor,
+    ) -> Result<()>;
+    /// `out = x / rms(x) * w` per row.
+    fn rms_norm(
+        &self,
+        out: &mut Self::Tensor,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        eps: f32,
+    ) -> Result<()>;
+    /// `residual += x; out = rms_norm(residual) * w` per row (the decoder's residual stream).
+    fn add_rms_norm(
+        &self,
+        out: &mut Self::Tensor,
+        residual: &mut Self::Tensor,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        eps: f32,
+    ) -> Result<()>;
+    /// `out[m, n] = Σ_k x[m, k] · w[n, k]`.
+    fn matmul(&self, out: &mut Self::Tensor, x: &Self::Tensor, w: &Self::Tensor) -> Result<()>;
+    /// On a fused `qkv` `[T, (nh + 2·nkv) · hd]`: RMS-normalise every q and k head with
+    /// `q_w`/`k_w` (`[hd]`), then rotate them by their token's position (neox halves).
+    #[allow(clippy::too_many_arguments)]
+    fn qk_norm_rope(
+        &self,
+        qkv: &mut Self::Tensor,
+        batch: &Self::Batch,
+        q_w: &Self::Tensor,
+        k_w: &Self::Tensor,
+        rope: &RopeTables,
+        num_heads: usize,
+        num_kv_heads: usize,
+        eps: f32,
+    ) -> Result<()>;
+    /// Copy each token's k and v heads from the fused `qkv` into the layer's paged cache
+    /// (`[num_blocks, block_size, nkv, hd]` each) at its slot.
+    fn write_kv(
+        &self,
+        k_cache: &mut Self::Tensor,
+        v_cache: &mut Self::Tensor,
+        qkv: &Self::Tensor,
+        batch: &Self::Batch,
+        num_heads: usize,
+    ) -> Result<()>;
+    /// Causal attention of every q head in `qkv` over its sequence's cached keys and values
+    /// up to and including its own position (GQA: head `h` reads kv head `h / (nh / nkv)`).
+    /// `out` is `[T, nh · hd]`.
+    #[allow(clippy::too_many_arguments)]
+    fn paged_attention(
+        &self,
+        out: &mut Self::Tensor,
+        qkv: &Self::Tensor,
+        k_cache: &Self::Tensor,
+        v_cache: &Self::Tensor,
+        batch: &Self::Batch,
+        num_heads: usize,
+        scale: f32,
+    ) -> Result<()>;
+    /// `out = silu(gate) * up` where `gate_up` is `[T, 2·I]` (gate first).
+    fn silu_mul(&self, out: &mut Self::Tensor, gate_up: &Self::Tensor) -> Result<()>;
+    /// `out[i, :] = x[logits_rows[i], :]`.
+    fn gather_rows(
+        &self,
+        out: &mut Self::Tensor,
+        x: &Self::Tensor,
+        batch: &Self::Batch,
+    ) -> Result<()>;
+    /// Row-wise `log_softmax`, in place.
+    fn log_softmax(&self, x: &mut Self::Tensor) -> Result<()>;
+}

@@ -1,0 +1,477 @@
+//! `config.json` and `generation_config.json` of a Hugging Face checkpoint.
+//!
+//! Only what the model families we run need is read; unknown keys are ignored. Rotary settings
+//! are read from transformers 5's `rope_parameters` as well as the older top-level
+//! `rope_theta` + `rope_scaling`, since checkpoints on the Hub carry either.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::LoadError;
+
+/// The dense Qwen3 configuration (`Qwen3ForCausalLM`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub architecture: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub max_position_embeddings: usize,
+    pub rms_norm_eps: f32,
+    pub tie_word_embeddings: bool,
+    pub rope: RopeConfig,
+    /// The dtype the checkpoint was saved in (`torch_dtype` / `dtype`), if stated.
+    pub dtype: Option<String>,
+}
+
+/// Rotary embedding: base, scaling kind and the derived per-pair inverse frequencies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RopeConfig {
+    pub theta: f64,
+    pub scaling: RopeScaling,
+    /// Fraction of `head_dim` that is rotated (1.0 for Qwen3).
+    pub partial_rotary_factor: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    Default,
+    /// Positions divided by `factor`.
+    Linear { factor: f64 },
+    /// YaRN (what Qwen3 documents for contexts beyond its native length).
+    Yarn {
+        factor: f64,
+        original_max_position_embeddings: usize,
+        beta_fast: f64,
+        beta_slow: f64,
+        /// Scale applied to cos/sin.
+        attention_factor: f64,
+        truncate: bool,
+    },
+}
+
+#[derive(Deserialize)]
+struct RawConfig {
+    #[serde(default)]
+    architectures: Vec<String>,
+    vocab_size: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    max_position_embeddings: usize,
+    rms_norm_eps: f64,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    rope_theta: Option<f64>,
+    rope_scaling: Option<Value>,
+    rope_parameters: Option<Value>,
+    partial_rotary_factor: Option<f64>,
+    #[serde(default)]
+    attention_bias: bool,
+    #[serde(default)]
+    use_sliding_window: bool,
+    hidden_act: Option<String>,
+    torch_dtype: Option<String>,
+    dtype: Option<String>,
+}
+
+impl ModelConfig {
+    pub fn from_file(path: &Path) -> Result<Self, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_json(&text).map_err(|message| LoadError::Config {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    /// Parse and validate; the error is a sentence that names the key.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let raw: RawConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let architecture = raw
+            .architectures
+            .first()
+            .cloned()
+            .unwrap_or_else(|| "Qwen3ForCausalLM".to_string());
+        if raw.attention_bias {
+            return Err(
+                "attention_bias = true is not supported for Qwen3 (no Qwen3 checkpoint uses it)"
+                    .into(),
+            );
+        }
+        if raw.use_sliding_window {
+            return Err(
+                "use_sliding_window = true is not supported: Qwen3 checkpoints ship with it off"
+                    .into(),
+            );
+        }
+        if let Some(act) = &raw.hidden_act
+            && act != "silu"
+        {
+            return Err(format!(
+                "hidden_act = {act:?} is not supported (expected \"silu\")"
+            ));
+        }
+        let heads = raw.num_attention_heads;
+        let kv_heads = raw.num_key_value_heads.unwrap_or(heads);
+        if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+            return Err(format!(
+                "num_attention_heads ({heads}) must be a positive multiple of num_key_value_heads ({kv_heads})"
+            ));
+        }
+        let head_dim = raw.head_dim.unwrap_or(raw.hidden_size / heads);
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
+            return Err(format!("head_dim ({head_dim}) must be positive and even"));
+        }
+        for (name, v) in [
+            ("vocab_size", raw.vocab_size),
+            ("hidden_size", raw.hidden_size),
+            ("intermediate_size", raw.intermediate_size),
+            ("num_hidden_layers", raw.num_hidden_layers),
+            ("max_position_embeddings", raw.max_position_embeddings),
+        ] {
+            if v == 0 {
+                return Err(format!("{name} must be positive"));
+            }
+        }
+        let rope = parse_rope(&raw)?;
+        Ok(Self {
+            architecture,
+            vocab_size: raw.vocab_size,
+            hidden_size: raw.hidden_size,
+            intermediate_size: raw.intermediate_size,
+            num_hidden_layers: raw.num_hidden_layers,
+            num_attention_heads: heads,
+            num_key_value_heads: kv_heads,
+            head_dim,
+            max_position_embeddings: raw.max_position_embeddings,
+            rms_norm_eps: raw.rms_norm_eps as f32,
+            tie_word_embeddings: raw.tie_word_embeddings,
+            rope,
+            dtype: raw.dtype.or(raw.torch_dtype),
+        })
+    }
+
+    /// Number of parameters (embedding counted once when tied).
+    pub fn num_parameters(&self) -> usize {
+        let h = self.hidden_size;
+        let q = self.num_attention_heads * self.head_dim;
+        let kv = self.num_key_value_heads * self.head_dim;
+        let per_layer =
+            h * (q + 2 * kv) + q * h + 3 * h * self.intermediate_size + 2 * h + 2 * self.head_dim;
+        let embed = self.vocab_size * h;
+        let head = if self.tie_word_embeddings { 0 } else { embed };
+        embed + head + self.num_hidden_layers * per_layer + h
+    }
+}
+
+fn get_f64(obj: &Value, key: &str) -> Result<Option<f64>, String> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| format!("rope parameter {key:?} must be a number, found {v}")),
+    }
+}
+
+fn parse_rope(raw: &RawConfig) -> Result<RopeConfig, String> {
+    // transformers 5 writes `rope_parameters`; older files have `rope_theta` + `rope_scaling`.
+    let params = match (&raw.rope_parameters, &raw.rope_scaling) {
+        (Some(p), _) if p.is_object() => p.clone(),
+        (_, Some(s)) if s.is_object() => s.clone(),
+        _ => Value::Object(Default::default()),
+    };
+    let theta = get_f64(&params, "rope_theta")?
+        .or(raw.rope_theta)
+        .unwrap_or(10_000.0);
+    let partial = get_f64(&params, "partial_rotary_factor")?
+        .or(raw.partial_rotary_factor)
+        .unwrap_or(1.0);
+    let kind = params
+        .get("rope_type")
+        .or_else(|| params.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let factor = || {
+        get_f64(&params, "factor")?.ok_or_else(|| format!("rope_type {kind:?} needs a \"factor\""))
+    };
+    let scaling = match kind {
+        "default" => RopeScaling::Default,
+        "linear" => RopeScaling::Linear { factor: factor()? },
+        "yarn" => {
+            let factor = factor()?;
+            let original = get_f64(&params, "original_max_position_embeddings")?
+                .map(|v| v as usize)
+                .unwrap_or(raw.max_position_embeddings);
+            let mscale = get_f64(&params, "mscale")?;
+            let mscale_all_dim = get_f64(&params, "mscale_all_dim")?;
+            let get_mscale = |scale: f64, m: f64| {
+                if scale <= 1.0 {
+                    1.0
+                } else {
+                    0.1 * m * scale.ln() + 1.0
+                }
+            };
+            let attention_factor = match get_f64(&params, "attention_factor")? {
+                Some(a) => a,
+                None => match (mscale, mscale_all_dim) {
+                    (Some(m), Some(md)) if m != 0.0 && md != 0.0 => {
+                        get_mscale(factor, m) / get_mscale(factor, md)
+                    }
+                    _ => get_mscale(factor, 1.0),
+                },
+            };
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings: original,
+                beta_fast: get_f64(&params, "beta_fast")?
+                    .filter(|v| *v != 0.0)
+                    .unwrap_or(32.0),
+                beta_slow: get_f64(&params, "beta_slow")?
+                    .filter(|v| *v != 0.0)
+                    .unwrap_or(1.0),
+                attention_factor,
+                truncate: params
+                    .get("truncate")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true),
+            }
+        }
+        other => {
+            return Err(format!(
+                "rope_type {other:?} is not supported (supported: default, linear, yarn)"
+            ));
+        }
+    };
+    Ok(RopeConfig {
+        theta,
+        scaling,
+        partial_rotary_factor: partial,
+    })
+}
+
+impl RopeConfig {
+    /// Inverse frequency of each rotated pair (`rotary_dim / 2` values) and the cos/sin scale,
+    /// computed the way transformers does (float32 powers of the base).
+    pub fn inv_freq(&self, head_dim: usize) -> (Vec<f32>, f32) {
+        let dim = ((head_dim as f64) * self.partial_rotary_factor) as usize;
+        let base = self.theta as f32;
+        let plain: Vec<f32> = (0..dim)
+            .step_by(2)
+            .map(|i| 1.0 / base.powf(i as f32 / dim as f32))
+            .collect();
+        match &self.scaling {
+            RopeScaling::Default => (plain, 1.0),
+            RopeScaling::Linear { factor } => {
+                (plain.iter().map(|f| f / *factor as f32).collect(), 1.0)
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                attention_factor,
+                truncate,
+            } => {
+                let correction_dim = |rot: f64| {
+                    (dim as f64
+                        * ((*original_max_position_embeddings as f64)
+                            / (rot * 2.0 * std::f64::consts::PI))
+                            .ln())
+                        / (2.0 * self.theta.ln())
+                };
+                let (mut low, mut high) = (correction_dim(*beta_fast), correction_dim(*beta_slow));
+                if *truncate {
+                    low = low.floor();
+                    high = high.ceil();
+                }
+                let low = low.max(0.0);
+                let high = high.min(dim as f64 - 1.0);
+                let high = if low == high { high + 0.001 } else { high };
+                let inv = plain
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &extra)| {
+                        let ramp =
+                            ((i as f32 - low as f32) / (high as f32 - low as f32)).clamp(0.0, 1.0);
+                        let extrapolation_factor = 1.0 - ramp;
+                        let inter = extra / *factor as f32;
+                        inter * (1.0 - extrapolation_factor) + extra * extrapolation_factor
+                    })
+                    .collect();
+                (inv, *attention_factor as f32)
+            }
+        }
+    }
+}
+
+/// Sampling defaults and end-of-sequence ids from `generation_config.json`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GenerationConfig {
+    pub eos_token_ids: Vec<u32>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<u32>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+}
+
+impl GenerationConfig {
+    /// Read the file if it exists; a checkpoint without one gets empty defaults.
+    pub fn from_file(path: &Path) -> Result<Self, LoadError> {
+        if !path.exists() {
+            return Ok(Self::default());
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_json(&text).map_err(|message| LoadError::Config {
+            path: path.to_path_buf(),
+            message,
+        })
+    }
+
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let eos_token_ids = match v.get("eos_token_id") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Number(n)) => {
+                vec![n.as_u64().ok_or("eos_token_id must be a token id")? as u32]
+            }
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|x| {
+                    x.as_u64()
+                        .map(|n| n as u32)
+                        .ok_or("eos_token_id entries must be token ids")
+                })
+                .collect::<Result<_, _>>()?,
+            Some(other) => {
+                return Err(format!(
+                    "eos_token_id must be an id or a list of ids, found {other}"
+                ));
+            }
+        };
+        let f = |k: &str| v.get(k).and_then(Value::as_f64).map(|x| x as f32);
+        Ok(Self {
+            eos_token_ids,
+            temperature: f("temperature"),
+            top_p: f("top_p"),
+            top_k: v.get("top_k").and_then(Value::as_u64).map(|x| x as u32),
+            min_p: f("min_p"),
+            repetition_penalty: f("repetition_penalty"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QWEN3_0_6B: &str = r#"{
+      "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+      "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+      "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+      "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+      "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+      "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+      "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_cache": true,
+      "use_sliding_window": false, "vocab_size": 151936 }"#;
+
+    #[test]
+    fn reads_a_real_qwen3_config() {
+        let c = ModelConfig::from_json(QWEN3_0_6B).expect("valid");
+        assert_eq!(c.head_dim, 128);
+        assert_eq!(c.num_key_value_heads, 8);
+        assert!(c.tie_word_embeddings);
+        assert_eq!(c.rope.theta, 1_000_000.0);
+        assert_eq!(c.rope.scaling, RopeScaling::Default);
+        // Qwen3-0.6B is published as 0.6B parameters (0.44B without embeddings).
+        let n = c.num_parameters();
+        assert!((590_000_000..610_000_000).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn reads_rope_parameters_and_legacy_yarn() {
+        let new = QWEN3_0_6B.replace(
+            "\"rope_scaling\": null, \"rope_theta\": 1000000,",
+            "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 5000.0},",
+        );
+        assert_eq!(
+            ModelConfig::from_json(&new).expect("valid").rope.theta,
+            5000.0
+        );
+        let yarn = QWEN3_0_6B.replace(
+            "\"rope_scaling\": null",
+            "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}",
+        );
+        let c = ModelConfig::from_json(&yarn).expect("valid");
+        match c.rope.scaling {
+            RopeScaling::Yarn {
+                factor,
+                attention_factor,
+                ..
+            } => {
+                assert_eq!(factor, 4.0);
+                assert!((attention_factor - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-12);
+            }
+            other => panic!("expected yarn, got {other:?}"),
+        }
+        let (inv, scale) = c.rope.inv_freq(128);
+        assert_eq!(inv.len(), 64);
+        assert!(scale > 1.0);
+        // The highest frequencies are extrapolated (unchanged), the lowest interpolated (÷ factor).
+        assert_eq!(inv[0], 1.0);
+        let plain_last = 1.0 / 1_000_000f32.powf(126.0 / 128.0);
+        assert!((inv[63] - plain_last / 4.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_run_with_the_key_named() {
+        let bad = QWEN3_0_6B.replace("\"num_key_value_heads\": 8", "\"num_key_value_heads\": 3");
+        let e = ModelConfig::from_json(&bad).expect_err("16 heads over 3 kv heads");
+        assert!(e.contains("num_key_value_heads"), "{e}");
+        let bad = QWEN3_0_6B.replace(
+            "\"rope_scaling\": null",
+            "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}",
+        );
+        assert!(
+            ModelConfig::from_json(&bad)
+                .expect_err("dynamic")
+                .contains("dynamic")
+        );
+        let missing = QWEN3_0_6B.replace("\"hidden_size\": 1024,", "");
+        assert!(
+            ModelConfig::from_json(&missing)
+                .expect_err("missing")
+                .contains("hidden_size")
+        );
+    }
+
+    #[test]
+    fn generation_config_eos_forms() {
+        let g = GenerationConfig::from_json(
+            r#"{"eos_token_id": [151645, 151643], "temperature": 0.6, "top_k": 20}"#,
+        )
+        .expect("valid");
+        assert_eq!(g.eos_token_ids, vec![151645, 151643]);
+        assert_eq!(g.top_k, Some(20));
+        let g = GenerationConfig::from_json(r#"{"eos_token_id": 7}"#).expect("valid");
+        assert_eq!(g.eos_token_ids, vec![7]);
+        assert!(GenerationConfig::from_json(r#"{"eos_token_id": "x"}"#).is_err());
+    }
+}

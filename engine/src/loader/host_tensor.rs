@@ -1,0 +1,205 @@
+//! A tensor on the host, as the loader hands it to a backend: raw checkpoint bytes (borrowed
+//! from the memory map), or a recipe for values (dummy weights) that a backend can produce
+//! where it is cheapest.
+
+use std::borrow::Cow;
+
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+}
+
+impl DType {
+    pub fn size(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::F16 | Self::BF16 => 2,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum HostData<'a> {
+    /// Little-endian elements of `dtype`, row-major.
+    Raw { dtype: DType, bytes: Cow<'a, [u8]> },
+    /// Uniform random values with standard deviation `std`, a pure function of `seed`.
+    Random { seed: u64, std: f32 },
+    /// Every element the same.
+    Constant(f32),
+}
+
+#[derive(Debug, Clone)]
+pub struct HostTensor<'a> {
+    pub shape: Vec<usize>,
+    pub data: HostData<'a>,
+}
+
+const CHUNK: usize = 1 << 16;
+
+impl HostTensor<'_> {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// The values as f32 (the CPU backend's storage). Random data is generated in parallel
+    /// chunks, each seeded from (seed, chunk index), so the result does not depend on threads.
+    pub fn to_f32(&self) -> Vec<f32> {
+        let n = self.numel();
+        match &self.data {
+            HostData::Raw { dtype, bytes } => {
+                let mut out = vec![0f32; n];
+                match dtype {
+                    DType::F32 => out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+                        for (i, v) in o.iter_mut().enumerate() {
+                            let j = (c * CHUNK + i) * 4;
+                            *v = f32::from_le_bytes([
+                                bytes[j],
+                                bytes[j + 1],
+                                bytes[j + 2],
+                                bytes[j + 3],
+                            ]);
+                        }
+                    }),
+                    DType::BF16 => out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+                        for (i, v) in o.iter_mut().enumerate() {
+                            let j = (c * CHUNK + i) * 2;
+                            *v = bf16::from_le_bytes([bytes[j], bytes[j + 1]]).to_f32();
+                        }
+                    }),
+                    DType::F16 => out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+                        for (i, v) in o.iter_mut().enumerate() {
+                            let j = (c * CHUNK + i) * 2;
+                            *v = f16::from_le_bytes([bytes[j], bytes[j + 1]]).to_f32();
+                        }
+                    }),
+                }
+                out
+            }
+            HostData::Random { seed, std } => {
+                let mut out = vec![0f32; n];
+                let half_width = std * 3f32.sqrt();
+                out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+                    let mut state = splitmix(seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                    for v in o.iter_mut() {
+                        state = splitmix(state);
+                        let u = (state >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
+                        *v = (2.0 * u - 1.0) * half_width;
+                    }
+                });
+                out
+            }
+            HostData::Constant(c) => vec![*c; n],
+        }
+    }
+
+    /// Stack 2-D tensors along rows (`[a, k] ++ [b, k] -> [a + b, k]`), as fused projections
+    /// (q|k|v, gate|up) are stored. Raw data of one dtype stays raw; mixed sources become f32.
+    pub fn concat_rows(parts: &[HostTensor<'_>]) -> HostTensor<'static> {
+        let cols = parts
+            .first()
+            .map(|p| p.shape[1..].to_vec())
+            .unwrap_or_default();
+        let rows: usize = parts.iter().map(|p| p.shape[0]).sum();
+        let mut shape = vec![rows];
+        shape.extend(&cols);
+        let same_raw = parts.iter().all(|p| matches!(&p.data, HostData::Raw { dtype, .. } if Some(*dtype) == first_dtype(parts)));
+        let data = if same_raw {
+            let dtype = first_dtype(parts).unwrap_or(DType::F32);
+            let mut bytes = Vec::new();
+            for p in parts {
+                if let HostData::Raw { bytes: b, .. } = &p.data {
+                    bytes.extend_from_slice(b);
+                }
+            }
+            HostData::Raw {
+                dtype,
+                bytes: Cow::Owned(bytes),
+            }
+        } else {
+            let mut bytes = Vec::new();
+            for p in parts {
+                for v in p.to_f32() {
+                    bytes.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            HostData::Raw {
+                dtype: DType::F32,
+                bytes: Cow::Owned(bytes),
+            }
+        };
+        HostTensor { shape, data }
+    }
+}
+
+fn first_dtype(parts: &[HostTensor<'_>]) -> Option<DType> {
+    match parts.first().map(|p| &p.data) {
+        Some(HostData::Raw { dtype, .. }) => Some(*dtype),
+        _ => None,
+    }
+}
+
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw_bf16(shape: &[usize], vals: &[f32]) -> HostTensor<'static> {
+        let bytes = vals
+            .iter()
+            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+            .collect();
+        HostTensor {
+            shape: shape.to_vec(),
+            data: HostData::Raw {
+                dtype: DType::BF16,
+                bytes: Cow::Owned(bytes),
+            },
+        }
+    }
+
+    #[test]
+    fn converts_and_concatenates_rows() {
+        let a = raw_bf16(&[1, 2], &[1.0, -2.5]);
+        let b = raw_bf16(&[2, 2], &[0.5, 3.0, 4.0, -0.125]);
+        let c = HostTensor::concat_rows(&[a, b]);
+        assert_eq!(c.shape, vec![3, 2]);
+        assert_eq!(c.to_f32(), vec![1.0, -2.5, 0.5, 3.0, 4.0, -0.125]);
+        assert!(matches!(
+            c.data,
+            HostData::Raw {
+                dtype: DType::BF16,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn random_data_is_seeded_and_scaled() {
+        let t = HostTensor {
+            shape: vec![300, 1000],
+            data: HostData::Random { seed: 7, std: 0.02 },
+        };
+        let x = t.to_f32();
+        assert_eq!(x, t.to_f32(), "same seed, same values");
+        let mean = x.iter().sum::<f32>() / x.len() as f32;
+        let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / x.len() as f32;
+        assert!(mean.abs() < 1e-3, "{mean}");
+        assert!((var.sqrt() - 0.02).abs() < 1e-3, "{}", var.sqrt());
+        let other = HostTensor {
+            shape: vec![300, 1000],
+            data: HostData::Random { seed: 8, std: 0.02 },
+        };
+        assert_ne!(x[..16], other.to_f32()[..16]);
+    }
+}

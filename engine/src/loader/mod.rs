@@ -1,0 +1,158 @@
+//! Reading a Hugging Face checkpoint directory: config, generation config and weights.
+//!
+//! Weights come from memory-mapped safetensors (one file or many with an index) or, with
+//! `--load-format dummy`, from a seeded random source of the right shapes. Either way the
+//! model asks for a tensor by name and expected shape and gets a [`HostTensor`], so a missing
+//! or misshaped tensor is one error that names it and the shape expected.
+
+pub mod config;
+mod host_tensor;
+mod safetensors_dir;
+
+use std::path::{Path, PathBuf};
+
+pub use config::{GenerationConfig, ModelConfig};
+pub use host_tensor::{DType, HostData, HostTensor};
+pub use safetensors_dir::SafetensorsWeights;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("failed to read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} is not a model directory: {what} is missing (expected a Hugging Face checkpoint with config.json and *.safetensors)"
+    )]
+    NotAModel { path: PathBuf, what: String },
+    #[error("invalid {path}: {message}")]
+    Config { path: PathBuf, message: String },
+    #[error("invalid safetensors file {path}: {message}")]
+    Safetensors { path: PathBuf, message: String },
+    #[error("tensor {name} is missing from the checkpoint (expected shape {expected:?})")]
+    MissingTensor { name: String, expected: Vec<usize> },
+    #[error("tensor {name} has shape {found:?}, expected {expected:?}")]
+    ShapeMismatch {
+        name: String,
+        found: Vec<usize>,
+        expected: Vec<usize>,
+    },
+    #[error("tensor {name} has dtype {dtype}, which is not supported (expected bf16, f16 or f32)")]
+    UnsupportedDtype { name: String, dtype: String },
+    #[error("unsupported architecture {0:?}: this engine runs Qwen3ForCausalLM")]
+    UnsupportedArchitecture(String),
+}
+
+/// How weights are obtained (`--load-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LoadFormat {
+    /// Safetensors files from the model directory.
+    #[default]
+    Auto,
+    /// Random weights of the right shapes from `config.json` alone, for benchmarks.
+    Dummy,
+}
+
+/// The source of named tensors for a model's `load`.
+pub enum Weights {
+    Safetensors(SafetensorsWeights),
+    /// Seeded random weights; norms are ones so activations stay in range.
+    Dummy {
+        seed: u64,
+    },
+}
+
+impl Weights {
+    pub fn open(dir: &Path, format: LoadFormat) -> Result<Self, LoadError> {
+        match format {
+            LoadFormat::Auto => Ok(Self::Safetensors(SafetensorsWeights::open(dir)?)),
+            LoadFormat::Dummy => Ok(Self::Dummy {
+                seed: 0x006d_6574_7261_6c65,
+            }),
+        }
+    }
+
+    /// The tensor `name`, checked against `shape`. `kind` tells a dummy source what values
+    /// make sense (norm weights are ones, matrices small random numbers).
+    pub fn get(
+        &self,
+        name: &str,
+        shape: &[usize],
+        kind: TensorKind,
+    ) -> Result<HostTensor<'_>, LoadError> {
+        match self {
+            Self::Safetensors(w) => w.get(name, shape),
+            Self::Dummy { seed } => Ok(HostTensor {
+                shape: shape.to_vec(),
+                data: match kind {
+                    TensorKind::Norm => HostData::Constant(1.0),
+                    TensorKind::Matrix => HostData::Random {
+                        seed: seed ^ fnv1a(name.as_bytes()),
+                        std: 0.02,
+                    },
+                },
+            }),
+        }
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        match self {
+            Self::Safetensors(w) => w.contains(name),
+            Self::Dummy { .. } => true,
+        }
+    }
+}
+
+/// What a tensor is, for sources that invent values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorKind {
+    Matrix,
+    Norm,
+}
+
+/// The files of a checkpoint directory.
+#[derive(Debug, Clone)]
+pub struct ModelDir {
+    pub root: PathBuf,
+}
+
+impl ModelDir {
+    /// Check that `root` looks like a checkpoint (a `config.json` at least).
+    pub fn open(root: &Path) -> Result<Self, LoadError> {
+        if !root.is_dir() {
+            return Err(LoadError::NotAModel {
+                path: root.to_path_buf(),
+                what: "the directory itself".into(),
+            });
+        }
+        if !root.join("config.json").is_file() {
+            return Err(LoadError::NotAModel {
+                path: root.to_path_buf(),
+                what: "config.json".into(),
+            });
+        }
+        Ok(Self {
+            root: root.to_path_buf(),
+        })
+    }
+
+    pub fn config(&self) -> Result<ModelConfig, LoadError> {
+        let cfg = ModelConfig::from_file(&self.root.join("config.json"))?;
+        if cfg.architecture != "Qwen3ForCausalLM" {
+            return Err(LoadError::UnsupportedArchitecture(cfg.architecture));
+        }
+        Ok(cfg)
+    }
+
+    pub fn generation_config(&self) -> Result<GenerationConfig, LoadError> {
+        GenerationConfig::from_file(&self.root.join("generation_config.json"))
+    }
+}
+
+/// A small stable hash for seeding per-tensor random streams.
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}

@@ -1,0 +1,66 @@
+//! Model families, one file each. A model loads its weights onto a backend and runs one
+//! varlen batch (`BatchInputs`) through the paged KV cache, returning logits for the rows that
+//! asked for them.
+
+pub mod qwen3;
+
+use crate::backend::{Backend, BatchInputs, Result};
+
+/// The paged KV cache's device memory: for each layer a k and a v tensor of
+/// `[num_blocks, block_size, num_kv_heads, head_dim]`. Which blocks belong to whom is the
+/// cache manager's business (`kv_cache/`); this is only storage.
+pub struct KvStorage<B: Backend> {
+    pub k: Vec<B::Tensor>,
+    pub v: Vec<B::Tensor>,
+    pub num_blocks: usize,
+    pub block_size: usize,
+}
+
+impl<B: Backend> KvStorage<B> {
+    pub fn new(
+        backend: &B,
+        layers: usize,
+        num_blocks: usize,
+        block_size: usize,
+        kv_heads: usize,
+        head_dim: usize,
+    ) -> Result<Self> {
+        let shape = [num_blocks, block_size, kv_heads, head_dim];
+        let mut k = Vec::with_capacity(layers);
+        let mut v = Vec::with_capacity(layers);
+        for _ in 0..layers {
+            k.push(backend.zeros(&shape)?);
+            v.push(backend.zeros(&shape)?);
+        }
+        Ok(Self {
+            k,
+            v,
+            num_blocks,
+            block_size,
+        })
+    }
+}
+
+/// What the engine needs from any model family.
+pub trait Model<B: Backend>: Send {
+    /// Logits `[batch.logits_rows.len(), vocab]` for the batch, after writing its keys and
+    /// values into `kv`.
+    fn forward(
+        &self,
+        backend: &B,
+        host: &BatchInputs,
+        batch: &B::Batch,
+        kv: &mut KvStorage<B>,
+    ) -> Result<B::Tensor>;
+    /// Allocate a KV cache of `num_blocks` blocks.
+    fn new_kv_storage(
+        &self,
+        backend: &B,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<KvStorage<B>>;
+    /// Bytes one cached token takes across all layers (k and v), for sizing the cache.
+    fn kv_bytes_per_token(&self, bytes_per_element: usize) -> usize;
+    fn vocab_size(&self) -> usize;
+    fn max_position_embeddings(&self) -> usize;
+}

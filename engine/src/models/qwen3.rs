@@ -1,0 +1,201 @@
+//! Qwen3 dense (`Qwen3ForCausalLM`): GQA attention with per-head RMSNorm on q and k (QK-norm),
+//! rotary embeddings, SwiGLU MLP, pre-norm residual blocks, tied or untied LM head.
+//!
+//! Projections are fused at load time: q|k|v into one `[(nh + 2·nkv)·hd, H]` matrix and
+//! gate|up into one `[2·I, H]` matrix, so each block runs three GEMMs where the checkpoint has
+//! seven.
+
+use crate::backend::{Backend, BatchInputs, Result, RopeTables};
+use crate::loader::{HostTensor, LoadError, ModelConfig, TensorKind, Weights};
+
+use super::{KvStorage, Model};
+
+pub struct Layer<B: Backend> {
+    pub input_norm: B::Tensor, // [H]
+    pub qkv: B::Tensor,        // [(nh + 2·nkv)·hd, H]
+    pub q_norm: B::Tensor,     // [hd]
+    pub k_norm: B::Tensor,     // [hd]
+    pub o: B::Tensor,          // [H, nh·hd]
+    pub post_norm: B::Tensor,  // [H]
+    pub gate_up: B::Tensor,    // [2·I, H]
+    pub down: B::Tensor,       // [H, I]
+}
+
+pub struct Qwen3<B: Backend> {
+    pub config: ModelConfig,
+    pub embed: B::Tensor, // [V, H]
+    pub layers: Vec<Layer<B>>,
+    pub norm: B::Tensor,            // [H]
+    pub lm_head: Option<B::Tensor>, // [V, H]; None when tied to `embed`
+    pub rope: RopeTables,
+}
+
+impl<B: Backend> Qwen3<B> {
+    pub fn load(
+        backend: &B,
+        config: &ModelConfig,
+        w: &Weights,
+    ) -> std::result::Result<Self, LoadError> {
+        let c = config;
+        let (h, hd, nh, nkv, i) = (
+            c.hidden_size,
+            c.head_dim,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.intermediate_size,
+        );
+        let up = |t: HostTensor<'_>| {
+            backend.upload(&t).map_err(|e| LoadError::Config {
+                path: "weights".into(),
+                message: e.to_string(),
+            })
+        };
+        let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
+        let norm = |name: &str, n: usize| w.get(name, &[n], TensorKind::Norm);
+
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for l in 0..c.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            let qkv = HostTensor::concat_rows(&[
+                mat(&format!("{p}.self_attn.q_proj.weight"), &[nh * hd, h])?,
+                mat(&format!("{p}.self_attn.k_proj.weight"), &[nkv * hd, h])?,
+                mat(&format!("{p}.self_attn.v_proj.weight"), &[nkv * hd, h])?,
+            ]);
+            let gate_up = HostTensor::concat_rows(&[
+                mat(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
+                mat(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
+            ]);
+            layers.push(Layer {
+                input_norm: up(norm(&format!("{p}.input_layernorm.weight"), h)?)?,
+                qkv: up(qkv)?,
+                q_norm: up(norm(&format!("{p}.self_attn.q_norm.weight"), hd)?)?,
+                k_norm: up(norm(&format!("{p}.self_attn.k_norm.weight"), hd)?)?,
+                o: up(mat(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?)?,
+                post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
+                gate_up: up(gate_up)?,
+                down: up(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?)?,
+            });
+        }
+        let embed = up(mat("model.embed_tokens.weight", &[c.vocab_size, h])?)?;
+        // A tied checkpoint may still carry lm_head.weight (a copy); untied ones must.
+        let lm_head = if c.tie_word_embeddings {
+            None
+        } else {
+            Some(up(mat("lm_head.weight", &[c.vocab_size, h])?)?)
+        };
+        let (inv_freq, scale) = c.rope.inv_freq(hd);
+        let rope = RopeTables {
+            rotary_dim: 2 * inv_freq.len(),
+            inv_freq,
+            scale,
+        };
+        Ok(Self {
+            config: c.clone(),
+            embed,
+            layers,
+            norm: up(norm("model.norm.weight", h)?)?,
+            lm_head,
+            rope,
+        })
+    }
+}
+
+impl<B: Backend> Model<B> for Qwen3<B> {
+    fn forward(
+        &self,
+        b: &B,
+        host: &BatchInputs,
+        batch: &B::Batch,
+        kv: &mut KvStorage<B>,
+    ) -> Result<B::Tensor> {
+        let c = &self.config;
+        let (t, h, hd, nh, nkv, i) = (
+            host.num_tokens(),
+            c.hidden_size,
+            c.head_dim,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.intermediate_size,
+        );
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut x = b.zeros(&[t, h])?; // residual stream [T, H]
+        let mut xn = b.zeros(&[t, h])?; // normalised input of a sub-block [T, H]
+        let mut qkv = b.zeros(&[t, (nh + 2 * nkv) * hd])?; // [T, (nh + 2·nkv)·hd]
+        let mut attn = b.zeros(&[t, nh * hd])?; // [T, nh·hd]
+        let mut proj = b.zeros(&[t, h])?; // sub-block output [T, H]
+        let mut gate_up = b.zeros(&[t, 2 * i])?; // [T, 2·I]
+        let mut act = b.zeros(&[t, i])?; // [T, I]
+
+        // x = embed[tokens]
+        b.embedding(&mut x, batch, &self.embed)?;
+        // The first block's norm has no residual to add.
+        b.rms_norm(&mut xn, &x, &self.layers[0].input_norm, c.rms_norm_eps)?;
+        for (l, layer) in self.layers.iter().enumerate() {
+            // Attention: qkv = xn · Wqkvᵀ; QK-norm and RoPE on q, k; cache k, v; attend; project.
+            b.matmul(&mut qkv, &xn, &layer.qkv)?;
+            b.qk_norm_rope(
+                &mut qkv,
+                batch,
+                &layer.q_norm,
+                &layer.k_norm,
+                &self.rope,
+                nh,
+                nkv,
+                c.rms_norm_eps,
+            )?;
+            b.write_kv(&mut kv.k[l], &mut kv.v[l], &qkv, batch, nh)?;
+            b.paged_attention(&mut attn, &qkv, &kv.k[l], &kv.v[l], batch, nh, scale)?;
+            b.matmul(&mut proj, &attn, &layer.o)?;
+            // x += attention; xn = post_norm(x)
+            b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, c.rms_norm_eps)?;
+            // MLP: down(silu(gate) * up)
+            b.matmul(&mut gate_up, &xn, &layer.gate_up)?;
+            b.silu_mul(&mut act, &gate_up)?;
+            b.matmul(&mut proj, &act, &layer.down)?;
+            // x += mlp; xn = next block's input norm (or the final norm)
+            let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
+            b.add_rms_norm(&mut xn, &mut x, &proj, next_norm, c.rms_norm_eps)?;
+        }
+        // logits = norm(x)[rows] · lm_headᵀ
+        let rows = host.logits_rows.len();
+        let mut last = b.zeros(&[rows, h])?; // [R, H]
+        b.gather_rows(&mut last, &xn, batch)?;
+        let mut logits = b.zeros(&[rows, c.vocab_size])?; // [R, V]
+        b.matmul(
+            &mut logits,
+            &last,
+            self.lm_head.as_ref().unwrap_or(&self.embed),
+        )?;
+        Ok(logits)
+    }
+
+    fn new_kv_storage(
+        &self,
+        backend: &B,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<KvStorage<B>> {
+        let c = &self.config;
+        KvStorage::new(
+            backend,
+            c.num_hidden_layers,
+            num_blocks,
+            block_size,
+            c.num_key_value_heads,
+            c.head_dim,
+        )
+    }
+
+    fn kv_bytes_per_token(&self, bytes_per_element: usize) -> usize {
+        let c = &self.config;
+        2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * bytes_per_element
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn max_position_embeddings(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+}

@@ -1,0 +1,95 @@
+//! `met score` run as a user runs it: the real binary, JSON on stdout, errors on stderr.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+fn met(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_met"))
+        .args(args)
+        .output()
+        .expect("run met");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn score_prints_transformers_logprobs_as_json() {
+    let reference: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("qwen3-mha-untied.reference.json")).expect("ref"),
+    )
+    .expect("json");
+    let seq = &reference["sequences"][2];
+    let tokens: Vec<u64> = seq["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .filter_map(|t| t.as_u64())
+        .collect();
+    let file = std::env::temp_dir().join(format!("met-score-tokens-{}.json", std::process::id()));
+    std::fs::write(&file, serde_json::to_string(&tokens).expect("json")).expect("write");
+    let model = fixtures().join("models/qwen3-mha-untied");
+    let (code, stdout, stderr) = met(&[
+        "score",
+        model.to_str().expect("utf8"),
+        "--tokens-file",
+        file.to_str().expect("utf8"),
+        "--top-k",
+        "3",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let got: serde_json::Value = serde_json::from_str(&stdout).expect("stdout is JSON");
+    let positions = got["positions"].as_array().expect("positions");
+    assert_eq!(positions.len(), tokens.len());
+    for (p, want) in seq["next_token_logprobs"]
+        .as_array()
+        .expect("lp")
+        .iter()
+        .enumerate()
+    {
+        let g = positions[p]["logprob"].as_f64().expect("logprob");
+        assert!(
+            (g - want.as_f64().expect("f64")).abs() < 1e-3,
+            "pos {p}: {g} vs {want}"
+        );
+        assert_eq!(positions[p]["next_token"].as_u64(), Some(tokens[p + 1]));
+        let top = positions[p]["top"].as_array().expect("top");
+        assert_eq!(top.len(), 3);
+        assert_eq!(top[0][0], seq["top5"][p][0][0], "pos {p}: top-1 id");
+    }
+    assert!(positions.last().expect("last")["logprob"].is_null());
+    std::fs::remove_file(file).ok();
+}
+
+#[test]
+fn score_errors_name_the_problem() {
+    let model = fixtures().join("models/qwen3-gqa-tied");
+    let model = model.to_str().expect("utf8");
+    let (code, stdout, stderr) = met(&["score", model, "--tokens", "1,2,999999"]);
+    assert_ne!(code, 0);
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.contains("token id 999999") && stderr.contains("vocabulary"),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = met(&["score", "/nonexistent/model", "--tokens", "1"]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("/nonexistent/model") && stderr.contains("not a model directory"),
+        "{stderr}"
+    );
+
+    let bad = std::env::temp_dir().join(format!("met-score-bad-{}.json", std::process::id()));
+    std::fs::write(&bad, "{\"not\": \"an array\"}").expect("write");
+    let (code, _, stderr) = met(&["score", model, "--tokens-file", bad.to_str().expect("utf8")]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("JSON array of token ids"), "{stderr}");
+    std::fs::remove_file(bad).ok();
+}
