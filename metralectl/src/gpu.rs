@@ -53,7 +53,7 @@ pub fn probe() -> Probe {
     let output = match Command::new(&program).args(QUERY).output() {
         Ok(output) => output,
         Err(e) if e.kind() == ErrorKind::NotFound => {
-            return Probe::none(format!("no NVIDIA GPU found: {program} is not installed"));
+            return Probe::none(format!("no NVIDIA GPU found: cannot find {program}"));
         }
         Err(e) => return Probe::none(format!("no NVIDIA GPU found: cannot run {program}: {e}")),
     };

@@ -171,6 +171,18 @@ fn list_json_names_every_file_in_recipes() {
     assert_eq!(fp8["source"]["kind"], "built-in");
     assert!(fp8["memory_needed_bytes"].as_u64().expect("a number") > 60 << 30);
     assert_eq!(fp8["memory_estimate_complete"], true);
+    assert_eq!(fp8["requantize"], Value::Null);
+    let gate_up = recipes
+        .iter()
+        .find(|r| r["name"] == "qwen3.6-35b-a3b-fp8-nvfp4head-experts-nvfp4-gate-up")
+        .expect("gate-up recipe listed");
+    assert_eq!(gate_up["quantization"], "fp8");
+    assert_eq!(gate_up["requantize"]["experts"], "nvfp4");
+    assert_eq!(
+        gate_up["requantize"]["expert_projections"],
+        serde_json::json!(["gate", "up"])
+    );
+    assert_eq!(gate_up["active_parameters"], "3B");
 }
 
 #[test]

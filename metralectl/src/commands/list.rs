@@ -10,7 +10,7 @@ use crate::dirs;
 use crate::printer::Printer;
 use crate::recipe::Entry;
 use crate::recipe::capacity::{Estimate, estimate, gib};
-use crate::recipe::schema::{Checkpoint, Device, FlagValue};
+use crate::recipe::schema::{Checkpoint, Device, FlagValue, Requantize};
 
 #[derive(Debug, Serialize)]
 struct ListJson<'a> {
@@ -26,7 +26,10 @@ struct RowJson<'a> {
     family: &'a str,
     /// The Hub repository, or the local path.
     checkpoint: &'a str,
-    quantization: String,
+    /// The checkpoint's weight format.
+    quantization: &'static str,
+    /// Parts the engine re-quantizes at load, as the recipe's `[checkpoint.requantize]`.
+    requantize: Option<&'a Requantize>,
     parameters: Option<&'a str>,
     active_parameters: Option<&'a str>,
     device: &'static str,
@@ -125,7 +128,8 @@ fn row_json(e: &Entry) -> RowJson<'_> {
         vendor: &r.vendor,
         family: &r.family,
         checkpoint: checkpoint_label(&r.checkpoint),
-        quantization: quantization_label(&r.checkpoint),
+        quantization: r.checkpoint.quantization.flag_value(),
+        requantize: r.checkpoint.requantize.as_ref(),
         parameters: r.checkpoint.parameters.as_ref().map(|p| p.as_str()),
         active_parameters: r.checkpoint.active_parameters.as_ref().map(|p| p.as_str()),
         device: r.serve.device.flag_value(),
