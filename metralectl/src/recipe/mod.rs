@@ -9,6 +9,7 @@ mod load;
 pub mod resolve;
 pub mod schema;
 mod validate;
+mod values;
 
 pub use error::RecipeError;
 pub use load::{Entry, Registry, Source};

@@ -6,9 +6,10 @@
 //! `docs/recipes.md` documents every field; keep the two in step.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+pub use super::values::{CommitHash, ComputeCapability, ImageDigest, ParamCount};
 
 /// One recipe file, as written.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -304,166 +305,6 @@ pub struct Requirements {
     /// Nodes an expert-parallel deployment spans.
     #[serde(default)]
     pub expert_parallel_nodes: Option<u32>,
-}
-
-macro_rules! string_newtype {
-    ($(#[$meta:meta])* $name:ident, $check:expr) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-        #[serde(try_from = "String", into = "String")]
-        pub struct $name(String);
-
-        impl TryFrom<String> for $name {
-            type Error = String;
-            fn try_from(value: String) -> Result<Self, String> {
-                let check: fn(&str) -> Result<(), String> = $check;
-                check(&value).map(|()| Self(value))
-            }
-        }
-
-        impl From<$name> for String {
-            fn from(value: $name) -> String {
-                value.0
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-
-        impl $name {
-            pub fn as_str(&self) -> &str {
-                &self.0
-            }
-        }
-    };
-}
-
-fn is_lower_hex(s: &str, len: usize) -> bool {
-    s.len() == len
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-string_newtype!(
-    /// A full 40-hex-digit git commit hash.
-    CommitHash,
-    |s| {
-        if is_lower_hex(s, 40) {
-            Ok(())
-        } else {
-            Err(format!(
-                "revision {s:?} is not a commit hash: pin the full 40-character lowercase hex \
-                 commit (a branch or tag can move), or leave `revision` out"
-            ))
-        }
-    }
-);
-
-string_newtype!(
-    /// `sha256:` followed by 64 lowercase hex digits.
-    ImageDigest,
-    |s| match s.strip_prefix("sha256:") {
-        Some(hex) if is_lower_hex(hex, 64) => Ok(()),
-        _ => Err(format!(
-            "digest {s:?} is not `sha256:` followed by 64 lowercase hex digits; \
-             leave `digest` out until the image is published"
-        )),
-    }
-);
-
-/// A parameter count written like `"27B"` or `"600M"`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct ParamCount {
-    text: String,
-    count: f64,
-}
-
-impl ParamCount {
-    /// The number of parameters.
-    pub fn count(&self) -> f64 {
-        self.count
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.text
-    }
-}
-
-impl TryFrom<String> for ParamCount {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
-        let bad = || {
-            format!(
-                "parameter count {text:?} is not a number with an M or B suffix, e.g. \"27B\" or \"600M\""
-            )
-        };
-        let (number, scale) = if let Some(n) = text.strip_suffix('B') {
-            (n, 1e9)
-        } else if let Some(n) = text.strip_suffix('M') {
-            (n, 1e6)
-        } else {
-            return Err(bad());
-        };
-        match number.parse::<f64>() {
-            Ok(n) if n.is_finite() && n > 0.0 => Ok(Self {
-                count: n * scale,
-                text,
-            }),
-            _ => Err(bad()),
-        }
-    }
-}
-
-impl From<ParamCount> for String {
-    fn from(value: ParamCount) -> String {
-        value.text
-    }
-}
-
-/// A CUDA compute capability, `"major.minor"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct ComputeCapability {
-    pub major: u32,
-    pub minor: u32,
-}
-
-impl std::str::FromStr for ComputeCapability {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let parsed = s
-            .split_once('.')
-            .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
-        match parsed {
-            Some((major, minor)) => Ok(Self { major, minor }),
-            None => Err(format!(
-                "compute capability {s:?} is not of the form \"major.minor\", e.g. \"9.0\""
-            )),
-        }
-    }
-}
-
-impl TryFrom<String> for ComputeCapability {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        s.parse()
-    }
-}
-
-impl From<ComputeCapability> for String {
-    fn from(value: ComputeCapability) -> String {
-        value.to_string()
-    }
-}
-
-impl fmt::Display for ComputeCapability {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.major, self.minor)
-    }
 }
 
 /// The spelling of a value as the engine's flags and the recipe files write it.
