@@ -1,3 +1,26 @@
-fn main() {
-    println!("metralectl {}", env!("CARGO_PKG_VERSION"));
+//! `metralectl`: the Metrale launcher.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod cli;
+mod commands;
+mod dirs;
+mod error;
+mod gpu;
+mod printer;
+mod recipe;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let printer = printer::Printer::new(cli.quiet, cli.command.json());
+    match commands::dispatch(&cli.command, &printer) {
+        Ok(code) => code,
+        Err(err) if error::is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            printer.error(&err, error::hint_for(&err).as_deref());
+            ExitCode::FAILURE
+        }
+    }
 }

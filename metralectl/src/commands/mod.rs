@@ -1,0 +1,59 @@
+//! One file a subcommand, each with one entry function that returns the exit status.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use serde::Serialize;
+
+use crate::cli::Command;
+use crate::dirs;
+use crate::printer::Printer;
+use crate::recipe::{Entry, Registry, Source};
+
+mod completions;
+mod list;
+mod run;
+mod show;
+
+pub fn dispatch(command: &Command, printer: &Printer) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::List(args) => list::list(args, printer),
+        Command::Show(args) => show::show(args, printer),
+        Command::Run(args) => run::run(args, printer),
+        Command::Completions(args) => completions::completions(args, printer),
+    }
+}
+
+/// The built-in recipes with the user's on top.
+fn load_registry() -> anyhow::Result<Registry> {
+    let dir = dirs::user_recipes_dir();
+    Registry::load(dir.as_deref()).context("cannot load the recipes")
+}
+
+/// Where a recipe came from, as the JSON outputs say it.
+#[derive(Debug, Serialize)]
+struct SourceJson {
+    /// `"built-in"` or `"user"`.
+    kind: &'static str,
+    /// The user file, for `"user"`.
+    path: Option<String>,
+    /// A user recipe that replaces a built-in one of the same name.
+    overrides_builtin: bool,
+}
+
+impl SourceJson {
+    fn of(entry: &Entry) -> Self {
+        let (kind, path) = match &entry.source {
+            Source::BuiltIn => ("built-in", None),
+            Source::User(path) => ("user", Some(path.display().to_string())),
+        };
+        Self {
+            kind,
+            path,
+            overrides_builtin: entry.overrides_builtin,
+        }
+    }
+}
+
+/// The version of the JSON layouts; bumped on any change that could break a reader.
+const JSON_VERSION: u32 = 1;

@@ -1,0 +1,318 @@
+//! The exact commands that start a recipe: `docker run …` and the native `met serve …`.
+//! Pure: everything it needs from the environment comes in [`LaunchEnv`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::load::Entry;
+use super::resolve::{Location, locate};
+use super::schema::{Device, FlagValue, Recipe};
+
+/// `met serve` flags the recipe or the launcher sets; `serve.extra_args` may not repeat them.
+pub const MANAGED_FLAGS: &[(&str, &str)] = &[
+    ("--host", "the launcher (0.0.0.0 in a container)"),
+    ("--port", "serve.port"),
+    ("--model-name", "the launcher (the recipe name)"),
+    ("--device", "serve.device"),
+    ("--max-seq-len", "serve.max_seq_len"),
+    ("--max-batch-size", "serve.max_batch_size"),
+    ("--max-num-batched-tokens", "serve.max_num_batched_tokens"),
+    ("--gpu-memory-utilization", "serve.gpu_memory_utilization"),
+    ("--kv-cache-dtype", "serve.kv_cache_dtype"),
+    ("--enable-prefix-caching", "serve.prefix_caching"),
+    ("--disable-thinking", "serve.thinking"),
+    ("--tool-call-parser", "serve.tool_call_parser"),
+    ("--speculative", "serve.speculative"),
+    ("--num-drafts", "serve.speculative.num_drafts"),
+    ("--ssm-cache-slots", "serve.ssm_cache_slots"),
+    ("--ssm-checkpoint-interval", "serve.ssm_checkpoint_interval"),
+    ("--load-format", "serve.load_format"),
+    ("--no-tui", "the launcher"),
+];
+
+/// Environment variables through which the engine learns of `checkpoint.requantize`.
+pub const REQUANTIZE_ENV_PREFIX: &str = "MET_REQUANTIZE_";
+
+/// Where the Hugging Face cache lives inside the container.
+pub const CONTAINER_HF_CACHE: &str = "/root/.cache/huggingface";
+
+/// What the commands depend on outside the recipe.
+#[derive(Debug, Clone)]
+pub struct LaunchEnv {
+    /// The launcher's version: the image tag when the recipe names none.
+    pub version: String,
+    /// The host's Hugging Face cache directory, mounted into the container.
+    pub hf_cache: PathBuf,
+    /// Whether `HF_TOKEN` is set, to pass it through to the container.
+    pub hf_token_set: bool,
+    /// Overrides `serve.port`.
+    pub port: Option<u16>,
+}
+
+/// A command as arguments, with the grouping used to print it one option a line.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommandLine {
+    /// Environment to set before it (the native command only; the container gets `-e`).
+    pub env: BTreeMap<String, String>,
+    pub argv: Vec<String>,
+    /// The command as one shell line, quoted.
+    pub shell: String,
+    #[serde(skip)]
+    groups: Vec<Vec<String>>,
+}
+
+impl CommandLine {
+    fn new(env: BTreeMap<String, String>, groups: Vec<Vec<String>>) -> Self {
+        let argv: Vec<String> = groups.iter().flatten().cloned().collect();
+        let shell = env_prefix(&env)
+            .into_iter()
+            .chain(argv.iter().map(|a| shell_quote(a)))
+            .collect::<Vec<_>>()
+            .join(" ");
+        Self {
+            env,
+            argv,
+            shell,
+            groups,
+        }
+    }
+
+    /// The command on several lines joined by ` \`, one option a line.
+    pub fn multiline(&self) -> String {
+        let mut lines: Vec<String> = Vec::new();
+        let env = env_prefix(&self.env);
+        for (i, group) in self.groups.iter().enumerate() {
+            let words: Vec<String> = group.iter().map(|a| shell_quote(a)).collect();
+            let mut line = words.join(" ");
+            if i == 0 && !env.is_empty() {
+                line = format!("{} {line}", env.join(" "));
+            }
+            lines.push(if i == 0 { line } else { format!("  {line}") });
+        }
+        lines.join(" \\\n")
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Launch {
+    pub image: String,
+    pub docker: CommandLine,
+    pub native: CommandLine,
+    /// Things the user should know before running either command.
+    pub warnings: Vec<String>,
+}
+
+/// The image reference: by digest when pinned (with the tag kept for readers), else by tag.
+pub fn image_reference(recipe: &Recipe, version: &str) -> String {
+    let image = &recipe.image;
+    let tag = image.tag.as_deref().unwrap_or(version);
+    match &image.digest {
+        Some(digest) => format!("{}:{tag}@{digest}", image.repository),
+        None => format!("{}:{tag}", image.repository),
+    }
+}
+
+/// The engine's environment: `serve.env` plus what `checkpoint.requantize` asks for.
+pub fn engine_env(recipe: &Recipe) -> BTreeMap<String, String> {
+    let mut env = recipe.serve.env.clone();
+    if let Some(rq) = &recipe.checkpoint.requantize {
+        if let Some(q) = rq.lm_head {
+            env.insert(
+                format!("{REQUANTIZE_ENV_PREFIX}LM_HEAD"),
+                q.flag_value().to_owned(),
+            );
+        }
+        if let Some(q) = rq.experts {
+            env.insert(
+                format!("{REQUANTIZE_ENV_PREFIX}EXPERTS"),
+                q.flag_value().to_owned(),
+            );
+        }
+        if let Some(projections) = &rq.expert_projections {
+            let names: Vec<&str> = projections.iter().map(|p| p.flag_value()).collect();
+            env.insert(
+                format!("{REQUANTIZE_ENV_PREFIX}EXPERT_PROJECTIONS"),
+                names.join(","),
+            );
+        }
+    }
+    env
+}
+
+pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
+    let recipe = &entry.recipe;
+    let port = le.port.unwrap_or(recipe.serve.port);
+    let env = engine_env(recipe);
+    let image = image_reference(recipe, &le.version);
+    let mut warnings = Vec::new();
+
+    // The model argument of each form, and the container's mounts for it.
+    let (native_model, container_model, mounts) = match locate(entry) {
+        Location::Hub { repo, revision } => {
+            if let Some(rev) = revision {
+                warnings.push(format!(
+                    "checkpoint.revision {rev} is not passed on: `met serve` has no revision flag yet, so the \
+                     engine loads the repository's default branch"
+                ));
+            }
+            let cache = format!("{}:{CONTAINER_HF_CACHE}", le.hf_cache.display());
+            (repo.clone(), repo, vec![cache])
+        }
+        Location::Local(local) => {
+            let host_path = match &local.found {
+                Some(found) => found.display().to_string(),
+                None => {
+                    warnings.push(local.missing_note());
+                    local.written.clone()
+                }
+            };
+            let base = Path::new(&local.written)
+                .file_name()
+                .map_or_else(|| "model".into(), |n| n.to_string_lossy());
+            let inside = format!("/models/{base}");
+            (
+                host_path.clone(),
+                inside.clone(),
+                vec![format!("{host_path}:{inside}:ro")],
+            )
+        }
+    };
+
+    // docker run …
+    let mut docker: Vec<Vec<String>> = vec![
+        words(&["docker", "run", "--rm"]),
+        vec!["--name".into(), format!("metrale-{}", recipe.name)],
+        vec![
+            "--label".into(),
+            format!("ai.metrale.recipe={}", recipe.name),
+        ],
+    ];
+    if recipe.serve.device == Device::Cuda {
+        docker.push(words(&["--gpus", "all"]));
+    }
+    docker.push(words(&["--ipc=host"]));
+    docker.push(vec!["-p".into(), format!("{port}:{port}")]);
+    docker.extend(mounts.into_iter().map(|m| vec!["-v".into(), m]));
+    let hub = recipe.checkpoint.repo.is_some();
+    if hub && le.hf_token_set {
+        docker.push(words(&["-e", "HF_TOKEN"]));
+    }
+    docker.extend(
+        env.iter()
+            .map(|(k, v)| vec!["-e".into(), format!("{k}={v}")]),
+    );
+    docker.push(vec![image.clone()]);
+    docker.extend(serve_groups(recipe, &container_model, port, true));
+
+    Launch {
+        image,
+        docker: CommandLine::new(BTreeMap::new(), docker),
+        native: CommandLine::new(env, serve_groups(recipe, &native_model, port, false)),
+        warnings,
+    }
+}
+
+fn words(ws: &[&str]) -> Vec<String> {
+    ws.iter().map(|w| (*w).to_owned()).collect()
+}
+
+/// `met serve MODEL` and its flags, one group an option.
+fn serve_groups(recipe: &Recipe, model: &str, port: u16, in_container: bool) -> Vec<Vec<String>> {
+    let s = &recipe.serve;
+    let flag = |name: &str, value: String| vec![name.to_owned(), value];
+    let mut g = vec![vec!["met".to_owned(), "serve".to_owned(), model.to_owned()]];
+    if in_container {
+        g.push(flag("--host", "0.0.0.0".into()));
+    }
+    g.push(flag("--port", port.to_string()));
+    g.push(flag("--model-name", recipe.name.clone()));
+    g.push(flag("--device", s.device.flag_value().into()));
+    g.push(flag("--max-seq-len", s.max_seq_len.to_string()));
+    g.push(flag("--max-batch-size", s.max_batch_size.to_string()));
+    if let Some(n) = s.max_num_batched_tokens {
+        g.push(flag("--max-num-batched-tokens", n.to_string()));
+    }
+    if let Some(u) = s.gpu_memory_utilization {
+        g.push(flag("--gpu-memory-utilization", u.to_string()));
+    }
+    g.push(flag(
+        "--kv-cache-dtype",
+        s.kv_cache_dtype.flag_value().into(),
+    ));
+    if s.prefix_caching {
+        g.push(words(&["--enable-prefix-caching"]));
+    }
+    if !s.thinking {
+        g.push(words(&["--disable-thinking"]));
+    }
+    if let Some(p) = s.tool_call_parser {
+        g.push(flag("--tool-call-parser", p.flag_value().into()));
+    }
+    if let Some(spec) = &s.speculative {
+        g.push(vec![
+            "--speculative".into(),
+            "--num-drafts".into(),
+            spec.num_drafts.to_string(),
+        ]);
+    }
+    if let Some(n) = s.ssm_cache_slots {
+        g.push(flag("--ssm-cache-slots", n.to_string()));
+    }
+    if let Some(n) = s.ssm_checkpoint_interval {
+        g.push(flag("--ssm-checkpoint-interval", n.to_string()));
+    }
+    if let Some(f) = s.load_format {
+        g.push(flag("--load-format", f.flag_value().into()));
+    }
+    if in_container {
+        g.push(words(&["--no-tui"]));
+    }
+    g.extend(s.extra_args.iter().map(|a| vec![a.clone()]));
+    g
+}
+
+/// `KEY=value` words, the value quoted (quoting the whole word would stop the shell reading it
+/// as an assignment).
+fn env_prefix(env: &BTreeMap<String, String>) -> Vec<String> {
+    env.iter()
+        .map(|(k, v)| format!("{k}={}", shell_quote(v)))
+        .collect()
+}
+
+/// Quotes `arg` for a POSIX shell when it holds anything beyond a safe set of characters.
+pub fn shell_quote(arg: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !arg.is_empty() && arg.chars().all(safe) {
+        arg.to_owned()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_leaves_plain_words_and_wraps_the_rest() {
+        assert_eq!(shell_quote("Qwen/Qwen3-8B"), "Qwen/Qwen3-8B");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("$HOME"), "'$HOME'");
+    }
+
+    #[test]
+    fn env_values_are_quoted_but_names_are_not() {
+        let env = BTreeMap::from([("A".to_owned(), "x y".to_owned())]);
+        let line = CommandLine::new(
+            env,
+            vec![words(&["met", "serve", "m"]), words(&["--port", "1"])],
+        );
+        assert_eq!(line.shell, "A='x y' met serve m --port 1");
+        assert_eq!(line.multiline(), "A='x y' met serve m \\\n  --port 1");
+        assert_eq!(line.argv, ["met", "serve", "m", "--port", "1"]);
+    }
+}

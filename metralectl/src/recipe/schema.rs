@@ -1,0 +1,358 @@
+//! The recipe file format: what one `recipes/*.toml` file may say, as serde types.
+//!
+//! Field-level checks that need only the field itself (a commit hash, a digest, a parameter
+//! count) live in the `TryFrom<String>` of small newtypes, so the TOML parser reports them with
+//! the line and column of the bad value. Checks across fields live in `validate.rs`.
+//! `docs/recipes.md` documents every field; keep the two in step.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use super::values::{CommitHash, ComputeCapability, ImageDigest, ParamCount};
+
+/// One recipe file, as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Recipe {
+    /// The name users type; equal to the file name without `.toml`.
+    pub name: String,
+    pub display_name: String,
+    /// Who publishes the checkpoint (`Qwen`, `NVIDIA`, `Unsloth`, `Metrale`).
+    pub vendor: String,
+    /// Model family (`qwen3`, `qwen3.6`).
+    pub family: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    pub checkpoint: Checkpoint,
+    /// Architecture numbers from the checkpoint's `config.json`, for the capacity estimate.
+    #[serde(default)]
+    pub model: Option<ModelShape>,
+    #[serde(default)]
+    pub image: Image,
+    pub serve: Serve,
+    pub requirements: Requirements,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Checkpoint {
+    /// Hugging Face repository id, `owner/name`. Exactly one of `repo` and `path`.
+    #[serde(default)]
+    pub repo: Option<String>,
+    /// A checkpoint on disk in Hugging Face layout (see `recipe::resolve` for relative paths).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The commit of `repo` this recipe was checked against; absent means not pinned.
+    #[serde(default)]
+    pub revision: Option<CommitHash>,
+    /// The weight format the checkpoint ships in.
+    pub quantization: Quantization,
+    /// Total parameter count, e.g. `"27B"`.
+    #[serde(default)]
+    pub parameters: Option<ParamCount>,
+    /// Parameters active per token, for mixture-of-experts models.
+    #[serde(default)]
+    pub active_parameters: Option<ParamCount>,
+    /// The measured size of the weights in GiB, when known; preferred over the parameter count.
+    #[serde(default)]
+    pub weights_gib: Option<f64>,
+    /// Parts of the model the engine re-quantizes at load time.
+    #[serde(default)]
+    pub requantize: Option<Requantize>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Requantize {
+    /// The output projection (`lm_head`).
+    #[serde(default)]
+    pub lm_head: Option<Quantization>,
+    /// The routed experts of a mixture-of-experts model.
+    #[serde(default)]
+    pub experts: Option<Quantization>,
+    /// Which expert projections `experts` applies to; absent means all three.
+    #[serde(default)]
+    pub expert_projections: Option<Vec<ExpertProjection>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertProjection {
+    Gate,
+    Up,
+    Down,
+}
+
+impl FlagValue for ExpertProjection {
+    fn flag_value(&self) -> &'static str {
+        match self {
+            Self::Gate => "gate",
+            Self::Up => "up",
+            Self::Down => "down",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Quantization {
+    F32,
+    Bf16,
+    Fp8,
+    Nvfp4,
+}
+
+impl FlagValue for Quantization {
+    fn flag_value(&self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::Bf16 => "bf16",
+            Self::Fp8 => "fp8",
+            Self::Nvfp4 => "nvfp4",
+        }
+    }
+}
+
+impl Quantization {
+    /// Bytes a weight takes, scales included: FP8 uses one f32 scale a 128×128 block (negligible),
+    /// NVFP4 one FP8 scale a 16 values (4 bits + 8/16 bits).
+    pub fn bytes_per_param(self) -> f64 {
+        match self {
+            Self::F32 => 4.0,
+            Self::Bf16 => 2.0,
+            Self::Fp8 => 1.0,
+            Self::Nvfp4 => 0.5625,
+        }
+    }
+}
+
+/// Architecture numbers, copied from the checkpoint's `config.json`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelShape {
+    /// `num_hidden_layers`.
+    pub layers: u32,
+    /// Layers with softmax attention (and so a KV cache) in a hybrid model; absent means all.
+    #[serde(default)]
+    pub full_attention_layers: Option<u32>,
+    /// `num_key_value_heads` of the attention layers.
+    pub kv_heads: u32,
+    /// `head_dim` of the attention layers.
+    pub head_dim: u32,
+    #[serde(default)]
+    pub hidden_size: Option<u32>,
+    #[serde(default)]
+    pub vocab_size: Option<u32>,
+    /// `num_experts`, for mixture-of-experts models.
+    #[serde(default)]
+    pub experts: Option<u32>,
+    /// `moe_intermediate_size`.
+    #[serde(default)]
+    pub expert_intermediate_size: Option<u32>,
+    /// The linear-attention (Gated DeltaNet) layers of a hybrid model.
+    #[serde(default)]
+    pub linear_attention: Option<LinearAttention>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinearAttention {
+    /// `linear_num_key_heads`.
+    pub key_heads: u32,
+    /// `linear_num_value_heads`.
+    pub value_heads: u32,
+    /// `linear_key_head_dim`.
+    pub key_head_dim: u32,
+    /// `linear_value_head_dim`.
+    pub value_head_dim: u32,
+    /// `linear_conv_kernel_dim`.
+    pub conv_kernel: u32,
+}
+
+/// The engine container image.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Image {
+    #[serde(default = "default_image_repository")]
+    pub repository: String,
+    /// Absent means the launcher's own version.
+    #[serde(default)]
+    pub tag: Option<String>,
+    /// `sha256:` + 64 hex digits; absent until a published image exists.
+    #[serde(default)]
+    pub digest: Option<ImageDigest>,
+}
+
+pub const DEFAULT_IMAGE_REPOSITORY: &str = "ghcr.io/metrale/met";
+
+fn default_image_repository() -> String {
+    DEFAULT_IMAGE_REPOSITORY.to_owned()
+}
+
+impl Default for Image {
+    fn default() -> Self {
+        Self {
+            repository: default_image_repository(),
+            tag: None,
+            digest: None,
+        }
+    }
+}
+
+/// The `met serve` settings.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Serve {
+    #[serde(default)]
+    pub device: Device,
+    #[serde(default = "default_port")]
+    pub port: u16,
+    pub max_seq_len: u32,
+    pub max_batch_size: u32,
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u32>,
+    #[serde(default)]
+    pub gpu_memory_utilization: Option<f64>,
+    #[serde(default)]
+    pub kv_cache_dtype: KvCacheDtype,
+    #[serde(default)]
+    pub prefix_caching: bool,
+    #[serde(default = "default_true")]
+    pub thinking: bool,
+    #[serde(default)]
+    pub tool_call_parser: Option<ToolCallParser>,
+    #[serde(default)]
+    pub speculative: Option<Speculative>,
+    #[serde(default)]
+    pub ssm_cache_slots: Option<u32>,
+    #[serde(default)]
+    pub ssm_checkpoint_interval: Option<u32>,
+    #[serde(default)]
+    pub load_format: Option<LoadFormat>,
+    /// Further `met serve` arguments, appended as written.
+    #[serde(default)]
+    pub extra_args: Vec<String>,
+    /// Environment for the engine process.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+fn default_port() -> u16 {
+    8000
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    Cpu,
+    #[default]
+    Cuda,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KvCacheDtype {
+    #[default]
+    Auto,
+    Bf16,
+    Fp8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallParser {
+    Qwen3Coder,
+    Hermes,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadFormat {
+    Auto,
+    Dummy,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Speculative {
+    pub method: SpeculativeMethod,
+    pub num_drafts: u32,
+}
+
+/// Where draft tokens come from. `mtp`: the checkpoint's own multi-token-prediction head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SpeculativeMethod {
+    Mtp,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Requirements {
+    /// GPUs the recipe uses; 0 for a CPU recipe.
+    pub gpus: u32,
+    /// Memory a GPU needs, in GiB.
+    #[serde(default)]
+    pub gpu_memory_gib: Option<f64>,
+    /// Lowest CUDA compute capability, e.g. `"8.9"`.
+    #[serde(default)]
+    pub compute_capability: Option<ComputeCapability>,
+    /// Nodes an expert-parallel deployment spans.
+    #[serde(default)]
+    pub expert_parallel_nodes: Option<u32>,
+}
+
+/// The spelling of a value as the engine's flags and the recipe files write it.
+pub trait FlagValue {
+    fn flag_value(&self) -> &'static str;
+}
+
+impl FlagValue for KvCacheDtype {
+    fn flag_value(&self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Bf16 => "bf16",
+            Self::Fp8 => "fp8",
+        }
+    }
+}
+
+impl FlagValue for ToolCallParser {
+    fn flag_value(&self) -> &'static str {
+        match self {
+            Self::Qwen3Coder => "qwen3_coder",
+            Self::Hermes => "hermes",
+        }
+    }
+}
+
+impl FlagValue for Device {
+    fn flag_value(&self) -> &'static str {
+        match self {
+            Self::Cpu => "cpu",
+            Self::Cuda => "cuda",
+        }
+    }
+}
+
+impl FlagValue for LoadFormat {
+    fn flag_value(&self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Dummy => "dummy",
+        }
+    }
+}
+
+impl FlagValue for SpeculativeMethod {
+    fn flag_value(&self) -> &'static str {
+        match self {
+            Self::Mtp => "mtp",
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! Runs the real `metralectl` binary and checks stdout, stderr and the exit code.
+//!
+//! Every run is isolated: an empty environment, the config directory and the working directory
+//! in a fresh temporary directory, no colour, and `nvidia-smi` either absent or a fake script
+//! (the machines that run these tests have no GPU; tests that use a fake say so in their name).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+struct Sandbox {
+    dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        fs::create_dir_all(dir.path().join("config").join("recipes")).expect("config dir");
+        fs::create_dir_all(dir.path().join("work")).expect("work dir");
+        let mut sandbox = Self {
+            dir,
+            env: Vec::new(),
+        };
+        sandbox.set("METRALE_CONFIG_DIR", sandbox.path("config"));
+        sandbox.set("METRALE_NVIDIA_SMI", sandbox.path("no-nvidia-smi-here"));
+        sandbox.set("HOME", "/home/user".into());
+        sandbox.set("NO_COLOR", "1".into());
+        sandbox.set("COLUMNS", "100".into());
+        sandbox
+    }
+
+    fn path(&self, rel: &str) -> String {
+        self.dir.path().join(rel).display().to_string()
+    }
+
+    fn set(&mut self, key: &str, value: String) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_owned(), value));
+    }
+
+    /// Puts a stand-in for `nvidia-smi` that prints `csv` (name, MiB total, MiB free, capability).
+    #[cfg(unix)]
+    fn fake_nvidia_smi(&mut self, csv: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let script = self.dir.path().join("fake-nvidia-smi");
+        fs::write(&script, format!("#!/bin/sh\ncat <<'EOF'\n{csv}\nEOF\n"))
+            .expect("write fake nvidia-smi");
+        fs::set_permissions(&script, fs::Permissions::from_mode(0o755))
+            .expect("chmod fake nvidia-smi");
+        self.set("METRALE_NVIDIA_SMI", script.display().to_string());
+    }
+
+    fn user_recipe(&self, file: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join("config").join("recipes").join(file);
+        fs::write(&path, text).expect("write user recipe");
+        path
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_metralectl"));
+        cmd.args(args)
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(self.dir.path().join("work"));
+        cmd
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("metralectl runs")
+    }
+
+    /// The run as one text to snapshot, with the sandbox path replaced by `[TMP]` and the
+    /// launcher's version (the default image tag) by `[VERSION]`.
+    fn transcript(&self, args: &[&str]) -> String {
+        let out = self.output(args);
+        let text = format!(
+            "$ metralectl {}\nexit: {}\n--- stdout\n{}--- stderr\n{}",
+            args.join(" "),
+            out.status
+                .code()
+                .map_or("signal".to_owned(), |c| c.to_string()),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        self.scrub(&text)
+    }
+
+    fn scrub(&self, text: &str) -> String {
+        let real = fs::canonicalize(self.dir.path()).expect("canonical temp dir");
+        text.replace(&real.display().to_string(), "[TMP]")
+            .replace(&self.dir.path().display().to_string(), "[TMP]")
+            .replace(env!("CARGO_PKG_VERSION"), "[VERSION]")
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let out = self.output(args);
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn builtin_text(name: &str) -> String {
+    fs::read_to_string(repo_root().join("recipes").join(format!("{name}.toml")))
+        .expect("built-in recipe")
+}
+
+const H100: &str = "NVIDIA H100 80GB HBM3, 81559, 81000, 9.0";
+
+// ---- list ----
+
+#[test]
+fn list_shows_every_builtin_recipe() {
+    let sandbox = Sandbox::new();
+    insta::assert_snapshot!("list", sandbox.transcript(&["list"]));
+}
+
+#[test]
+fn list_filters_by_vendor_and_family_ignoring_case() {
+    let sandbox = Sandbox::new();
+    insta::assert_snapshot!(
+        "list_vendor_nvidia",
+        sandbox.transcript(&["list", "--vendor", "nvidia"])
+    );
+    insta::assert_snapshot!(
+        "list_no_match",
+        sandbox.transcript(&["list", "--family", "llama"])
+    );
+}
+
+#[test]
+fn list_json_names_every_file_in_recipes() {
+    let sandbox = Sandbox::new();
+    let json = sandbox.json(&["list", "--json"]);
+    assert_eq!(json["version"], 1);
+    let recipes = json["recipes"].as_array().expect("recipes is an array");
+    let mut names: Vec<&str> = recipes
+        .iter()
+        .map(|r| r["name"].as_str().expect("name"))
+        .collect();
+    names.sort_unstable();
+    let mut files: Vec<String> = fs::read_dir(repo_root().join("recipes"))
+        .expect("recipes/")
+        .map(|e| {
+            e.expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .trim_end_matches(".toml")
+                .to_owned()
+        })
+        .collect();
+    files.sort();
+    assert_eq!(names, files);
+    let fp8 = recipes
+        .iter()
+        .find(|r| r["name"] == "qwen3.6-27b-fp8")
+        .expect("qwen3.6-27b-fp8 listed");
+    assert_eq!(fp8["checkpoint"], "Qwen/Qwen3.6-27B-FP8");
+    assert_eq!(fp8["quantization"], "fp8");
+    assert_eq!(fp8["gpus"], 1);
+    assert_eq!(fp8["source"]["kind"], "built-in");
+    assert!(fp8["memory_needed_bytes"].as_u64().expect("a number") > 60 << 30);
+    assert_eq!(fp8["memory_estimate_complete"], true);
+    assert_eq!(fp8["requantize"], Value::Null);
+    let gate_up = recipes
+        .iter()
+        .find(|r| r["name"] == "qwen3.6-35b-a3b-fp8-nvfp4head-experts-nvfp4-gate-up")
+        .expect("gate-up recipe listed");
+    assert_eq!(gate_up["quantization"], "fp8");
+    assert_eq!(gate_up["requantize"]["experts"], "nvfp4");
+    assert_eq!(
+        gate_up["requantize"]["expert_projections"],
+        serde_json::json!(["gate", "up"])
+    );
+    assert_eq!(gate_up["active_parameters"], "3B");
+}
+
+#[test]
+fn list_says_which_user_recipe_overrides_a_builtin_one() {
+    let sandbox = Sandbox::new();
+    sandbox.user_recipe(
+        "qwen3-8b.toml",
+        &builtin_text("qwen3-8b").replace("max_batch_size = 2", "max_batch_size = 1"),
+    );
+    sandbox.user_recipe(
+        "mine.toml",
+        &builtin_text("qwen3-0.6b").replace("name = \"qwen3-0.6b\"", "name = \"mine\""),
+    );
+    let json = sandbox.json(&["list", "--json"]);
+    let find = |name: &str| {
+        json["recipes"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .expect("listed")
+    };
+    assert_eq!(find("qwen3-8b")["source"]["kind"], "user");
+    assert_eq!(find("qwen3-8b")["source"]["overrides_builtin"], true);
+    assert_eq!(find("mine")["source"]["overrides_builtin"], false);
+    assert!(
+        sandbox
+            .scrub(find("mine")["source"]["path"].as_str().expect("path"))
+            .ends_with("config/recipes/mine.toml")
+    );
+    insta::assert_snapshot!(
+        "list_with_user_recipes",
+        sandbox.transcript(&["list", "--family", "qwen3"])
+    );
+}
+
+// ---- show ----
+
+#[test]
+fn show_without_nvidia_smi_still_estimates() {
+    let sandbox = Sandbox::new();
+    insta::assert_snapshot!(
+        "show_no_gpu",
+        sandbox.transcript(&["show", "qwen3.6-27b-fp8"])
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn show_fits_on_a_fake_nvidia_smi_h100() {
+    let mut sandbox = Sandbox::new();
+    sandbox.fake_nvidia_smi(H100);
+    insta::assert_snapshot!(
+        "show_fits_fake_h100",
+        sandbox.transcript(&["show", "qwen3.6-35b-a3b-fp8-mtp"])
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn show_does_not_fit_on_a_fake_nvidia_smi_small_gpu() {
+    let mut sandbox = Sandbox::new();
+    sandbox.fake_nvidia_smi("NVIDIA GeForce RTX 4090, 24564, 24000, 8.9");
+    let text = sandbox.transcript(&["show", "qwen3.6-27b-fp8"]);
+    assert!(
+        text.contains("does not fit: needs 65.1 GiB, has 21.6 GiB"),
+        "{text}"
+    );
+    let blackwell = sandbox.transcript(&["show", "qwen3.6-27b-nvfp4"]);
+    insta::assert_snapshot!("show_old_gpu_fake_4090", blackwell);
+}
+
+#[cfg(unix)]
+#[test]
+fn show_json_on_a_fake_nvidia_smi_two_gpus() {
+    let mut sandbox = Sandbox::new();
+    sandbox.fake_nvidia_smi(&format!("{H100}\n{H100}"));
+    let json = sandbox.json(&["show", "qwen3.6-27b-fp8", "--json"]);
+    assert_eq!(json["version"], 1);
+    assert_eq!(json["recipe"]["checkpoint"]["repo"], "Qwen/Qwen3.6-27B-FP8");
+    assert_eq!(json["recipe"]["checkpoint"]["revision"], Value::Null);
+    assert_eq!(json["recipe"]["image"]["digest"], Value::Null);
+    assert_eq!(
+        json["image_reference"],
+        format!("ghcr.io/metrale/met:{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(json["machine"]["gpus"].as_array().expect("gpus").len(), 2);
+    let cap = &json["capacity"];
+    let part = |name: &str| cap[name]["bytes"].as_u64().expect("a known part");
+    let sum = part("weights") + part("kv_cache") + part("recurrent_state") + part("headroom");
+    assert_eq!(cap["total_bytes"].as_u64(), Some(sum));
+    // The recipe uses one GPU: 0.9 × 81559 MiB.
+    assert_eq!(
+        json["verdict"]["usable_bytes"].as_u64(),
+        Some((81559.0 * 1048576.0 * 0.9) as u64)
+    );
+    assert_eq!(json["verdict"]["fits"], true);
+}
+
+#[cfg(unix)]
+#[test]
+fn show_reports_a_broken_fake_nvidia_smi() {
+    let mut sandbox = Sandbox::new();
+    sandbox.fake_nvidia_smi(
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
+    );
+    let text = sandbox.transcript(&["show", "qwen3-0.6b"]);
+    assert!(
+        text.contains("no NVIDIA GPU found: cannot read the output of [TMP]/fake-nvidia-smi"),
+        "{text}"
+    );
+    assert!(text.contains("exit: 0"), "{text}");
+}
+
+#[test]
+fn show_demo_says_its_checkpoint_is_missing() {
+    let sandbox = Sandbox::new();
+    insta::assert_snapshot!("show_demo_missing", sandbox.transcript(&["show", "demo"]));
+}
+
+// ---- run --print ----
+
+#[test]
+fn run_print_gives_both_commands() {
+    let mut sandbox = Sandbox::new();
+    sandbox.set("HF_TOKEN", "hf_secret".into());
+    let text = sandbox.transcript(&["run", "qwen3.6-27b-fp8-mtp", "--print"]);
+    assert!(!text.contains("hf_secret"), "the token must not be printed");
+    insta::assert_snapshot!("run_print_mtp", text);
+}
+
+#[test]
+fn run_print_demo_finds_the_checkpoint_from_the_working_directory() {
+    let sandbox = Sandbox::new();
+    fs::create_dir_all(sandbox.dir.path().join("models").join("demo")).expect("demo dir");
+    insta::assert_snapshot!(
+        "run_print_demo",
+        sandbox.transcript(&["run", "demo", "--print", "--port", "9000"])
+    );
+}
+
+#[test]
+fn run_print_json_is_parseable() {
+    let sandbox = Sandbox::new();
+    let json = sandbox.json(&[
+        "run",
+        "qwen3.6-35b-a3b-fp8-nvfp4head-experts-nvfp4-gate-up",
+        "--print",
+        "--json",
+    ]);
+    let argv = |form: &str| -> Vec<String> {
+        json[form]["argv"]
+            .as_array()
+            .expect("argv")
+            .iter()
+            .map(|a| a.as_str().expect("string").to_owned())
+            .collect()
+    };
+    let docker = argv("docker");
+    let native = argv("native");
+    assert_eq!(docker[..2], ["docker", "run"]);
+    assert!(docker.windows(2).any(|w| w == ["--gpus", "all"]));
+    assert!(docker.windows(2).any(|w| w
+        == [
+            "-v",
+            "/home/user/.cache/huggingface:/root/.cache/huggingface"
+        ]));
+    assert!(
+        !docker.contains(&"HF_TOKEN".to_owned()),
+        "HF_TOKEN is unset, so not passed"
+    );
+    assert_eq!(native[..3], ["met", "serve", "Qwen/Qwen3.6-35B-A3B-FP8"]);
+    assert!(native.windows(2).any(|w| w == ["--max-seq-len", "131072"]));
+    assert_eq!(
+        json["native"]["env"]["MET_REQUANTIZE_EXPERT_PROJECTIONS"],
+        "gate,up"
+    );
+    assert_eq!(json["warnings"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn run_without_print_says_it_cannot_run_yet() {
+    let sandbox = Sandbox::new();
+    insta::assert_snapshot!(
+        "run_without_print",
+        sandbox.transcript(&["run", "qwen3-8b"])
+    );
+}
+
+// ---- errors ----
+
+#[test]
+fn an_unknown_name_gets_suggestions() {
+    let sandbox = Sandbox::new();
+    insta::assert_snapshot!("unknown_name", sandbox.transcript(&["show", "qwen3.6-27b"]));
+    insta::assert_snapshot!(
+        "unknown_name_typo",
+        sandbox.transcript(&["run", "qwen3-8c", "--print"])
+    );
+}
+
+#[test]
+fn a_malformed_user_recipe_names_file_and_field() {
+    let sandbox = Sandbox::new();
+    sandbox.user_recipe(
+        "qwen3-8b.toml",
+        &builtin_text("qwen3-8b").replace(
+            "gpu_memory_utilization = 0.9",
+            "gpu_memory_utilization = 1.5",
+        ),
+    );
+    insta::assert_snapshot!("malformed_value", sandbox.transcript(&["list"]));
+    sandbox.user_recipe(
+        "qwen3-8b.toml",
+        &builtin_text("qwen3-8b").replace("max_batch_size", "max_batch_sise"),
+    );
+    insta::assert_snapshot!(
+        "malformed_unknown_field",
+        sandbox.transcript(&["show", "qwen3-8b"])
+    );
+    sandbox.user_recipe(
+        "qwen3-8b.toml",
+        &builtin_text("qwen3-8b").replace(
+            "quantization = \"bf16\"",
+            "quantization = \"bf16\"\nrevision = \"main\"",
+        ),
+    );
+    insta::assert_snapshot!(
+        "malformed_revision",
+        sandbox.transcript(&["show", "qwen3-8b"])
+    );
+}
+
+// ---- the rest ----
+
+#[test]
+fn version_is_the_crate_version() {
+    let out = Sandbox::new().output(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("metralectl {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn committed_completions_match_the_clap_definitions() {
+    let sandbox = Sandbox::new();
+    for (shell, file) in [
+        ("bash", "metralectl.bash"),
+        ("zsh", "_metralectl"),
+        ("fish", "metralectl.fish"),
+        ("powershell", "_metralectl.ps1"),
+        ("elvish", "metralectl.elv"),
+    ] {
+        let out = sandbox.output(&["completions", shell]);
+        assert!(out.status.success(), "completions {shell} failed");
+        let committed = fs::read(repo_root().join("completions").join(file)).unwrap_or_default();
+        assert!(
+            out.stdout == committed,
+            "completions/{file} is out of date with the CLI; regenerate it with\n  \
+             cargo run -q -p metralectl -- completions {shell} > completions/{file}"
+        );
+    }
+}
+
+#[test]
+fn a_closed_stdout_is_not_an_error() {
+    let sandbox = Sandbox::new();
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = sandbox
+        .command(&["list"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("error"));
+}
