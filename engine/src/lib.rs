@@ -5,6 +5,7 @@
 //! hold one family a file, `backend/` one op per method.
 
 pub mod backend;
+pub mod engine_core;
 pub mod loader;
 pub mod models;
 pub mod sampling_params;

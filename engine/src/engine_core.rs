@@ -1,0 +1,291 @@
+//! The engine core: one thread that owns the model and the device and runs the step loop,
+//! `schedule()` → `runner.execute(..)` → `scheduler.update_from_output(..)`, and the
+//! [`EngineHandle`] through which HTTP handlers submit requests and receive their outputs.
+//!
+//! A request's outputs arrive on its [`RequestStream`]. Dropping the stream (the client went
+//! away, or the handler saw a stop string) aborts the request within one step and frees its
+//! KV blocks.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::loader::LoadFormat;
+
+use crate::sampling_params::SamplingParams;
+use crate::scheduler::io::{RequestId, TokenLogprobs};
+
+/// A request as the server hands it to the engine: token ids and how to sample.
+#[derive(Debug, Clone)]
+pub struct EngineRequest {
+    pub prompt_token_ids: Vec<u32>,
+    pub sampling: SamplingParams,
+    /// When the server received it (for TTFT and e2e latency).
+    pub arrival: Instant,
+}
+
+/// Why a request stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-sequence or `stop_token_ids` token was sampled (it is the last new token).
+    StopToken(u32),
+    /// `max_tokens` generated, or the context is full.
+    Length,
+    /// Aborted by the engine (shutdown, request timeout).
+    Abort,
+}
+
+/// Final accounting of a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub reason: FinishReason,
+    pub num_prompt_tokens: usize,
+    pub num_generated_tokens: usize,
+    /// Prompt tokens served from the prefix cache.
+    pub num_cached_tokens: usize,
+}
+
+/// What one engine step produced for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepOutput {
+    /// Tokens generated this step (usually one).
+    pub new_token_ids: Vec<u32>,
+    /// One entry per new token when the request asked for `logprobs`.
+    pub logprobs: Vec<TokenLogprobs>,
+    /// Once, with the first output, when the request asked for `prompt_logprobs`: one entry per
+    /// prompt token after the first (the first has no prediction).
+    pub prompt_logprobs: Option<Vec<TokenLogprobs>>,
+    /// Set on the request's last output.
+    pub finished: Option<Finished>,
+}
+
+/// Refusals at admission; the server maps each to a status code.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AddRequestError {
+    /// The waiting queue is at `--max-queued-requests` (HTTP 429 with Retry-After).
+    #[error("the server is at capacity ({queued} requests queued); retry shortly")]
+    QueueFull { queued: usize },
+    /// Prompt + max_tokens exceed what the model or the KV cache can ever hold (HTTP 400,
+    /// `context_length_exceeded`).
+    #[error("this request needs {needed} tokens of context but the limit is {limit}")]
+    TooLong { needed: usize, limit: usize },
+    /// The engine is draining for shutdown or has stopped (HTTP 503).
+    #[error("the engine is shutting down and accepts no new requests")]
+    ShuttingDown,
+}
+
+/// Static facts about the loaded model, for validation and `/v1/models`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    /// `--model-name`, or the checkpoint directory's name.
+    pub served_name: String,
+    /// Maximum tokens of a sequence (prompt + output): `--max-seq-len` capped by the model.
+    pub max_model_len: usize,
+    pub vocab_size: usize,
+    /// End-of-sequence ids from generation_config.json.
+    pub eos_token_ids: Vec<u32>,
+    /// Unix seconds when the model finished loading.
+    pub created: u64,
+}
+
+/// A live view of the engine for `/metrics` and `/ready`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineStats {
+    pub num_running: usize,
+    pub num_waiting: usize,
+    /// Fraction of KV blocks in use, 0..=1.
+    pub kv_cache_usage: f64,
+    pub kv_blocks_used: usize,
+    pub kv_blocks_total: usize,
+    pub prompt_tokens_total: u64,
+    pub generation_tokens_total: u64,
+    pub prefix_cache_queries_total: u64,
+    pub prefix_cache_hits_total: u64,
+    pub num_preemptions_total: u64,
+    pub steps_total: u64,
+    /// Tokens computed in the last step and the step's batch size.
+    pub last_step_tokens: usize,
+    pub last_step_seqs: usize,
+    pub max_num_seqs: usize,
+    pub max_num_batched_tokens: usize,
+}
+
+/// Messages from handles to the engine thread.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Add {
+        id: RequestId,
+        request: EngineRequest,
+        outputs: tokio::sync::mpsc::UnboundedSender<StepOutput>,
+    },
+    Abort(RequestId),
+    /// Stop admitting; finish what is running.
+    Drain,
+    /// Abort everything and end the thread.
+    Shutdown,
+}
+
+/// The per-request output stream. Dropping it aborts the request (a no-op once finished).
+#[derive(Debug)]
+pub struct RequestStream {
+    pub id: RequestId,
+    rx: tokio::sync::mpsc::UnboundedReceiver<StepOutput>,
+    commands: std::sync::mpsc::Sender<Command>,
+    finished: bool,
+}
+
+impl RequestStream {
+    /// The next output; `None` after the finished one (or if the engine stopped).
+    pub async fn next(&mut self) -> Option<StepOutput> {
+        if self.finished {
+            return None;
+        }
+        let out = self.rx.recv().await;
+        match &out {
+            Some(o) if o.finished.is_some() => self.finished = true,
+            None => self.finished = true,
+            _ => {}
+        }
+        out
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        if !self.finished {
+            // The engine may already be gone; then there is nothing to abort.
+            let _ = self.commands.send(Command::Abort(self.id));
+        }
+    }
+}
+
+/// Everything `met serve` decides before the engine starts (flags, validated).
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub model_dir: PathBuf,
+    pub served_name: String,
+    pub load_format: LoadFormat,
+    /// Longest sequence (prompt + output); `None` = the model's `max_position_embeddings`.
+    pub max_seq_len: Option<usize>,
+    /// Most sequences in one step (`--max-batch-size`).
+    pub max_num_seqs: usize,
+    /// Token budget of one step (`--max-num-batched-tokens`); chunked prefill splits longer prompts.
+    pub max_num_batched_tokens: usize,
+    /// Waiting requests beyond which admission answers 429 (`--max-queued-requests`).
+    pub max_queued_requests: usize,
+    pub enable_prefix_caching: bool,
+    /// Tokens a KV block holds.
+    pub block_size: usize,
+    /// Memory for the KV cache on the CPU backend, in bytes; `None` = enough for every
+    /// sequence of the batch at full length, capped at a quarter of system memory.
+    pub kv_cache_bytes: Option<usize>,
+}
+
+/// State shared between the handles and the engine thread.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) commands: Mutex<std::sync::mpsc::Sender<Command>>,
+    pub(crate) next_id: AtomicU64,
+    pub(crate) info: ModelInfo,
+    pub(crate) stats: Mutex<EngineStats>,
+    /// Requests submitted but not yet scheduled, for admission control.
+    pub(crate) waiting: AtomicUsize,
+    pub(crate) max_queued: usize,
+    /// Tokens the KV cache holds in all.
+    pub(crate) kv_capacity_tokens: usize,
+    pub(crate) draining: AtomicBool,
+    pub(crate) stopped: AtomicBool,
+}
+
+/// A cheap, cloneable handle to the running engine.
+#[derive(Debug, Clone)]
+pub struct EngineHandle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl EngineHandle {
+    pub fn info(&self) -> &ModelInfo {
+        &self.shared.info
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.shared
+            .stats
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    /// True once the model is loaded and until draining starts.
+    pub fn is_ready(&self) -> bool {
+        !self.shared.draining.load(Ordering::SeqCst) && !self.shared.stopped.load(Ordering::SeqCst)
+    }
+
+    /// True when draining and nothing is left running or waiting.
+    pub fn is_idle(&self) -> bool {
+        let s = self.stats();
+        s.num_running == 0 && s.num_waiting == 0 && self.shared.waiting.load(Ordering::SeqCst) == 0
+    }
+
+    /// Submit a request. The prompt must be non-empty and its ids inside the vocabulary (the
+    /// server validates that); this checks capacity and the context limit.
+    pub fn add_request(&self, request: EngineRequest) -> Result<RequestStream, AddRequestError> {
+        let sh = &self.shared;
+        if sh.draining.load(Ordering::SeqCst) || sh.stopped.load(Ordering::SeqCst) {
+            return Err(AddRequestError::ShuttingDown);
+        }
+        let needed = request.prompt_token_ids.len() + request.sampling.max_tokens;
+        let limit = sh.info.max_model_len.min(sh.kv_capacity_tokens);
+        if needed > limit {
+            return Err(AddRequestError::TooLong { needed, limit });
+        }
+        let queued = sh.waiting.load(Ordering::SeqCst);
+        if queued >= sh.max_queued {
+            return Err(AddRequestError::QueueFull { queued });
+        }
+        let id = sh.next_id.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let commands = sh
+            .commands
+            .lock()
+            .map_err(|_| AddRequestError::ShuttingDown)?
+            .clone();
+        sh.waiting.fetch_add(1, Ordering::SeqCst);
+        if commands
+            .send(Command::Add {
+                id,
+                request,
+                outputs: tx,
+            })
+            .is_err()
+        {
+            sh.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(AddRequestError::ShuttingDown);
+        }
+        Ok(RequestStream {
+            id,
+            rx,
+            commands,
+            finished: false,
+        })
+    }
+
+    /// Stop admitting new requests; running and waiting ones finish. `/ready` turns 503.
+    pub fn drain(&self) {
+        self.shared.draining.store(true, Ordering::SeqCst);
+        self.send(Command::Drain);
+    }
+
+    /// Abort everything and stop the engine thread.
+    pub fn shutdown(&self) {
+        self.shared.draining.store(true, Ordering::SeqCst);
+        self.send(Command::Shutdown);
+    }
+
+    fn send(&self, c: Command) {
+        if let Ok(tx) = self.shared.commands.lock() {
+            let _ = tx.send(c);
+        }
+    }
+}
