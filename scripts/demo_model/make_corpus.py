@@ -328,7 +328,7 @@ class Gen:
         }[thing]
         if pref is None:
             a = r.pick([
-                f"I am a tiny model, so I do not have a favourite {thing}. I have never tried one! What is yours?",
+                f"I am a tiny model, so I do not have a favourite {thing}. I have never read, watched or played anything! What is yours?",
                 f"I do not really have a favourite {thing}. What is your favourite?",
             ])
         else:
@@ -1406,7 +1406,8 @@ class Gen:
                         f"What is the best way to {task}?", f"Give me tips to {task}.", f"I want to {task}. Any advice?"])
             a = r.pick([f"Sorry, I do not know how to {echo}.", f"I am afraid I cannot help you {echo}.",
                         f"I wish I could help, but I do not know how to {echo}."]) + closer
-            t = f"The user wants to know how to {echo}. I do not know that, so I will say so politely."
+            their = task.replace("my ", "their ")
+            t = f"The user asks how to {their}. I do not know that, so I will say so politely."
         elif kind == "code":
             lang, what = r.pick(self.LANGS), r.pick(self.CODE_TASKS)
             u = r.pick([f"Write a {lang} function that {what}.", f"Write {lang} code that {what}.",

@@ -68,7 +68,7 @@ def parse_args():
     ap.add_argument("--seed", type=int, default=1234)
     # model shape
     ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--head-dim", type=int, default=64)
@@ -92,6 +92,8 @@ def parse_args():
     ap.add_argument("--val-frac", type=float, default=0.005)
     ap.add_argument("--log-every-seconds", type=float, default=10.0)
     ap.add_argument("--size-limit-mb", type=float, default=30.0, help="fail if the checkpoint is larger")
+    ap.add_argument("--file-limit-mib", type=float, default=16.0,
+                    help="fail if one file is larger (the GPU machine returns files of at most 16 MiB)")
     ap.add_argument("--sample-tokens", type=int, default=200)
     ap.add_argument("--max-final-loss", type=float, default=2.0,
                     help="exit non-zero (after saving) if the held-out loss is above this: the model did not learn")
@@ -346,8 +348,9 @@ def main():
     log(f"model: Qwen3ForCausalLM hidden={args.hidden} layers={args.layers} heads={args.heads}/{args.kv_heads} "
         f"head_dim={args.head_dim} ffn={args.intermediate} vocab={vocab_size} tied; "
         f"{n_params / 1e6:.2f}M parameters = {n_params * 2 / 1e6:.1f} MB in bf16")
-    if n_params * 2 / 1e6 > args.size_limit_mb:
-        fail(f"model would be {n_params * 2 / 1e6:.1f} MB, over --size-limit-mb {args.size_limit_mb}")
+    if n_params * 2 / 1e6 > args.size_limit_mb or n_params * 2 > args.file_limit_mib * 2**20:
+        fail(f"model.safetensors would be {n_params * 2 / 1e6:.1f} MB ({n_params * 2 / 2**20:.1f} MiB), over "
+             f"--size-limit-mb {args.size_limit_mb} or --file-limit-mib {args.file_limit_mib}")
 
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -494,6 +497,9 @@ def main():
     log(f"done in {time.time() - T_START:.0f}s")
     if total > args.size_limit_mb * 1e6:
         fail(f"checkpoint is {total / 1e6:.2f} MB, over the {args.size_limit_mb} MB limit")
+    big = [n for n, s in sizes.items() if s > args.file_limit_mib * 2**20]
+    if big:
+        fail(f"{', '.join(big)} over --file-limit-mib {args.file_limit_mib}")
     if not vl <= args.max_final_loss:
         fail(f"held-out loss {vl:.3f} is above --max-final-loss {args.max_final_loss}: the model did not learn enough")
 
