@@ -11,3 +11,4 @@ pub mod models;
 pub mod sampling_params;
 pub mod scheduler;
 pub mod score;
+pub mod runner;
