@@ -4,5 +4,6 @@
 //! `kv_cache/` are pure bookkeeping, `runner/` turns a step into one varlen batch, `models/`
 //! hold one family a file, `backend/` one op per method.
 
+pub mod kv_cache;
 pub mod sampling_params;
 pub mod scheduler;
