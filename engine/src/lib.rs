@@ -5,5 +5,6 @@
 //! hold one family a file, `backend/` one op per method.
 
 pub mod kv_cache;
+pub mod request;
 pub mod sampling_params;
 pub mod scheduler;
