@@ -6,9 +6,11 @@
 
 pub mod backend;
 pub mod engine_core;
+pub mod kv_cache;
 pub mod loader;
 pub mod models;
+pub mod request;
+pub mod runner;
 pub mod sampling_params;
 pub mod scheduler;
 pub mod score;
-pub mod runner;
