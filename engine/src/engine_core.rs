@@ -25,7 +25,7 @@ pub struct EngineRequest {
     pub arrival: Instant,
 }
 
-pub use crate::scheduler::output::{FinishReason, FinishedRequest};
+pub use crate::scheduler::{FinishReason, FinishedRequest};
 pub use start::KvCachePlan;
 
 mod start;
@@ -204,6 +204,7 @@ impl EngineHandle {
 
     pub fn stats(&self) -> EngineStats {
         self.shared
+            .live
             .stats
             .lock()
             .map(|s| s.clone())
@@ -219,7 +220,9 @@ impl EngineHandle {
     /// True when draining and nothing is left running or waiting.
     pub fn is_idle(&self) -> bool {
         let s = self.stats();
-        s.num_running == 0 && s.num_waiting == 0 && self.shared.live.pending_adds.load(Ordering::SeqCst) == 0
+        s.num_running == 0
+            && s.num_waiting == 0
+            && self.shared.live.pending_adds.load(Ordering::SeqCst) == 0
     }
 
     /// Submit a request. The prompt must be non-empty and its ids inside the vocabulary (the
@@ -234,7 +237,8 @@ impl EngineHandle {
         if needed > limit {
             return Err(AddRequestError::TooLong { needed, limit });
         }
-        let queued = sh.live.waiting.load(Ordering::SeqCst) + sh.live.pending_adds.load(Ordering::SeqCst);
+        let queued =
+            sh.live.waiting.load(Ordering::SeqCst) + sh.live.pending_adds.load(Ordering::SeqCst);
         if queued >= sh.max_queued {
             return Err(AddRequestError::QueueFull { queued });
         }
@@ -245,7 +249,7 @@ impl EngineHandle {
             .lock()
             .map_err(|_| AddRequestError::ShuttingDown)?
             .clone();
-        sh.waiting.fetch_add(1, Ordering::SeqCst);
+        sh.live.pending_adds.fetch_add(1, Ordering::SeqCst);
         if commands
             .send(Command::Add {
                 id,
@@ -254,7 +258,7 @@ impl EngineHandle {
             })
             .is_err()
         {
-            sh.waiting.fetch_sub(1, Ordering::SeqCst);
+            sh.live.pending_adds.fetch_sub(1, Ordering::SeqCst);
             return Err(AddRequestError::ShuttingDown);
         }
         Ok(RequestStream {

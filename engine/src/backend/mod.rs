@@ -202,5 +202,9 @@ pub trait Backend: Send + Sync + 'static {
     fn log_softmax(&self, x: &mut Self::Tensor) -> Result<()>;
     /// One token for each of `rows` (each names its row of `logits` `[R, vocab]`), with
     /// logprobs where asked.
-    fn sample(&self, logits: &Self::Tensor, rows: &[sampling::SampleRow<'_>]) -> Result<Vec<sampling::Sampled>>;
+    fn sample(
+        &self,
+        logits: &Self::Tensor,
+        rows: &[sampling::SampleRow<'_>],
+    ) -> Result<Vec<sampling::Sampled>>;
 }

@@ -75,8 +75,14 @@ pub fn sample_row(logits: &[f32], row: &SampleRow<'_>) -> Sampled {
             }
         }
     }
-    let token_id = if p.is_greedy() { argmax(&l) } else { draw(&l, p, output.len()) };
-    let logprobs = p.logprobs.map(|k| token_logprobs(logits, token_id, k as usize));
+    let token_id = if p.is_greedy() {
+        argmax(&l)
+    } else {
+        draw(&l, p, output.len())
+    };
+    let logprobs = p
+        .logprobs
+        .map(|k| token_logprobs(logits, token_id, k as usize));
     Sampled { token_id, logprobs }
 }
 
@@ -90,7 +96,11 @@ fn apply_penalties(l: &mut [f32], all: &[u32], output: &[u32], p: &SamplingParam
         }
         for (v, s) in l.iter_mut().zip(seen) {
             if s {
-                *v = if *v > 0.0 { *v / p.repetition_penalty } else { *v * p.repetition_penalty };
+                *v = if *v > 0.0 {
+                    *v / p.repetition_penalty
+                } else {
+                    *v * p.repetition_penalty
+                };
             }
         }
     }
@@ -137,7 +147,10 @@ fn draw(l: &[f32], p: &SamplingParams, output_index: usize) -> u32 {
         cand.truncate(p.top_k as usize);
     }
     let max = cand[0].1;
-    let mut probs: Vec<f64> = cand.iter().map(|&(_, v)| f64::from(v - max).exp()).collect();
+    let mut probs: Vec<f64> = cand
+        .iter()
+        .map(|&(_, v)| f64::from(v - max).exp())
+        .collect();
     let total: f64 = probs.iter().sum();
     probs.iter_mut().for_each(|x| *x /= total);
     let mut keep = probs.len();
@@ -185,13 +198,26 @@ mod tests {
     use super::*;
 
     fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
-        let mut p = SamplingParams { temperature: 1.0, seed: 42, ..SamplingParams::default() };
+        let mut p = SamplingParams {
+            temperature: 1.0,
+            seed: 42,
+            ..SamplingParams::default()
+        };
         f(&mut p);
         p
     }
 
     fn sample(logits: &[f32], p: &SamplingParams, history: &[u32], prompt: usize) -> u32 {
-        sample_row(logits, &SampleRow { logits_row: 0, params: p, all_token_ids: history, num_prompt_tokens: prompt }).token_id
+        sample_row(
+            logits,
+            &SampleRow {
+                logits_row: 0,
+                params: p,
+                all_token_ids: history,
+                num_prompt_tokens: prompt,
+            },
+        )
+        .token_id
     }
 
     #[test]
@@ -220,8 +246,12 @@ mod tests {
         let frac = counts[1] as f64 / 4000.0;
         assert!((frac - 0.75).abs() < 0.03, "{frac}");
         let p = params(|_| {});
-        let a: Vec<u32> = (0..50).map(|i| sample(&logits, &p, &vec![0; i], 0)).collect();
-        let b: Vec<u32> = (0..50).map(|i| sample(&logits, &p, &vec![0; i], 0)).collect();
+        let a: Vec<u32> = (0..50)
+            .map(|i| sample(&logits, &p, &vec![0; i], 0))
+            .collect();
+        let b: Vec<u32> = (0..50)
+            .map(|i| sample(&logits, &p, &vec![0; i], 0))
+            .collect();
         assert_eq!(a, b, "same seed and index, same token");
     }
 
@@ -229,34 +259,80 @@ mod tests {
     fn top_k_top_p_min_p_cut_the_tail() {
         let logits = [3.0f32, 2.0, 1.0, 0.0, -1.0];
         for seed in 0..300 {
-            let k = params(|p| { p.top_k = 2; p.seed = seed });
+            let k = params(|p| {
+                p.top_k = 2;
+                p.seed = seed
+            });
             assert!(sample(&logits, &k, &[], 0) < 2);
-            let tp = params(|p| { p.top_p = 0.5; p.seed = seed }); // p0 ≈ 0.64 ≥ 0.5
+            let tp = params(|p| {
+                p.top_p = 0.5;
+                p.seed = seed
+            }); // p0 ≈ 0.64 ≥ 0.5
             assert_eq!(sample(&logits, &tp, &[], 0), 0);
-            let mp = params(|p| { p.min_p = 0.3; p.seed = seed }); // keeps p ≥ 0.3·p0: ids 0, 1
+            let mp = params(|p| {
+                p.min_p = 0.3;
+                p.seed = seed
+            }); // keeps p ≥ 0.3·p0: ids 0, 1
             assert!(sample(&logits, &mp, &[], 0) < 2);
         }
     }
 
     #[test]
     fn penalties_and_min_tokens() {
-        let g = |f: fn(&mut SamplingParams)| params(|p| { p.temperature = 0.0; f(p) });
+        let g = |f: fn(&mut SamplingParams)| {
+            params(|p| {
+                p.temperature = 0.0;
+                f(p)
+            })
+        };
         // Repetition penalty divides a positive logit of a seen token.
-        assert_eq!(sample(&[2.0, 1.5], &g(|p| p.repetition_penalty = 2.0), &[0], 1), 1);
+        assert_eq!(
+            sample(&[2.0, 1.5], &g(|p| p.repetition_penalty = 2.0), &[0], 1),
+            1
+        );
         // Frequency penalty counts generated tokens only, not the prompt.
-        assert_eq!(sample(&[2.0, 1.5], &g(|p| p.frequency_penalty = 0.3), &[0], 1), 0);
-        assert_eq!(sample(&[2.0, 1.5], &g(|p| p.frequency_penalty = 0.3), &[0, 0, 0], 1), 1);
-        assert_eq!(sample(&[2.0, 1.5], &g(|p| p.presence_penalty = 0.6), &[9, 0], 1), 1);
+        assert_eq!(
+            sample(&[2.0, 1.5], &g(|p| p.frequency_penalty = 0.3), &[0], 1),
+            0
+        );
+        assert_eq!(
+            sample(
+                &[2.0, 1.5],
+                &g(|p| p.frequency_penalty = 0.3),
+                &[0, 0, 0],
+                1
+            ),
+            1
+        );
+        assert_eq!(
+            sample(&[2.0, 1.5], &g(|p| p.presence_penalty = 0.6), &[9, 0], 1),
+            1
+        );
         // EOS is masked until min_tokens outputs exist.
-        let p = g(|p| { p.eos_token_ids = vec![0]; p.min_tokens = 2 });
+        let p = g(|p| {
+            p.eos_token_ids = vec![0];
+            p.min_tokens = 2
+        });
         assert_eq!(sample(&[5.0, 1.0], &p, &[7, 1], 1), 1);
         assert_eq!(sample(&[5.0, 1.0], &p, &[7, 1, 1], 1), 0);
     }
 
     #[test]
     fn logprobs_are_of_the_raw_distribution() {
-        let p = params(|p| { p.temperature = 0.0; p.logprobs = Some(2); p.repetition_penalty = 3.0 });
-        let s = sample_row(&[1.0, 0.0, -1.0], &SampleRow { logits_row: 0, params: &p, all_token_ids: &[0], num_prompt_tokens: 1 });
+        let p = params(|p| {
+            p.temperature = 0.0;
+            p.logprobs = Some(2);
+            p.repetition_penalty = 3.0
+        });
+        let s = sample_row(
+            &[1.0, 0.0, -1.0],
+            &SampleRow {
+                logits_row: 0,
+                params: &p,
+                all_token_ids: &[0],
+                num_prompt_tokens: 1,
+            },
+        );
         let lp = s.logprobs.expect("asked for logprobs");
         let z = (1f32.exp() + 1.0 + (-1f32).exp()).ln();
         assert_eq!(lp.top.len(), 2);

@@ -15,7 +15,7 @@ use crate::models::Model;
 use crate::models::qwen3::Qwen3;
 use crate::runner::Runner;
 use crate::scheduler::Scheduler;
-use crate::scheduler::config::SchedulerConfig;
+use crate::scheduler::SchedulerConfig;
 
 /// What start-up decided, for the log line `met serve` prints.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,7 +70,10 @@ impl EngineHandle {
             max_model_len,
             vocab_size: model_config.vocab_size,
             eos_token_ids: generation.eos_token_ids.clone(),
-            created: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
         };
         let live = Arc::new(Live::default());
         if let Ok(mut s) = live.stats.lock() {
@@ -92,17 +95,28 @@ impl EngineHandle {
             max_queued: config.max_queued_requests,
             kv_capacity_tokens: plan.tokens() + 1,
         };
-        Ok((EngineHandle { shared: Arc::new(shared) }, plan))
+        Ok((
+            EngineHandle {
+                shared: Arc::new(shared),
+            },
+            plan,
+        ))
     }
 }
 
 /// Blocks for the KV cache: the configured bytes, or by default room for every sequence of a
 /// full batch at full length, capped at a quarter of the machine's memory.
-fn plan_kv_cache<M: Model<CpuBackend>>(config: &EngineConfig, model: &M, max_model_len: usize) -> anyhow::Result<KvCachePlan> {
+fn plan_kv_cache<M: Model<CpuBackend>>(
+    config: &EngineConfig,
+    model: &M,
+    max_model_len: usize,
+) -> anyhow::Result<KvCachePlan> {
     let bs = config.block_size;
     let per_block = model.kv_bytes_per_token(std::mem::size_of::<f32>()) * bs;
     let wanted = config.max_num_seqs * max_model_len.div_ceil(bs) * per_block;
-    let bytes = config.kv_cache_bytes.unwrap_or_else(|| wanted.min(system_memory_bytes() / 4));
+    let bytes = config
+        .kv_cache_bytes
+        .unwrap_or_else(|| wanted.min(system_memory_bytes() / 4));
     let num_blocks = bytes / per_block + 1; // + the null block
     let one_seq = max_model_len.div_ceil(bs) + 1;
     if num_blocks < one_seq {
@@ -113,7 +127,11 @@ fn plan_kv_cache<M: Model<CpuBackend>>(config: &EngineConfig, model: &M, max_mod
             num_blocks - 1
         );
     }
-    Ok(KvCachePlan { num_blocks, block_size: bs, bytes: (num_blocks - 1) * per_block })
+    Ok(KvCachePlan {
+        num_blocks,
+        block_size: bs,
+        bytes: (num_blocks - 1) * per_block,
+    })
 }
 
 /// Total memory from /proc/meminfo; 8 GiB where it cannot be read.

@@ -13,7 +13,7 @@ use crate::models::Model;
 use crate::runner::Runner;
 use crate::scheduler::Scheduler;
 use crate::scheduler::io::{RequestId, TokenLogprobs};
-use crate::scheduler::output::{EngineEvent, FinishReason};
+use crate::scheduler::{EngineEvent, FinishReason};
 
 struct Client {
     outputs: UnboundedSender<StepOutput>,
@@ -34,7 +34,12 @@ pub(super) struct EngineLoop<B: Backend, M: Model<B>> {
 }
 
 impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
-    pub(super) fn new(scheduler: Scheduler, runner: Runner<B, M>, commands: Receiver<Command>, live: Arc<Live>) -> Self {
+    pub(super) fn new(
+        scheduler: Scheduler,
+        runner: Runner<B, M>,
+        commands: Receiver<Command>,
+        live: Arc<Live>,
+    ) -> Self {
         Self {
             scheduler,
             runner,
@@ -93,7 +98,11 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
     /// Apply one command; false means stop the thread.
     fn handle(&mut self, c: Command) -> bool {
         match c {
-            Command::Add { id, request, outputs } => {
+            Command::Add {
+                id,
+                request,
+                outputs,
+            } => {
                 self.live.pending_adds.fetch_sub(1, Ordering::SeqCst);
                 self.add(id, request, outputs);
             }
@@ -110,9 +119,20 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
     fn add(&mut self, id: RequestId, request: EngineRequest, outputs: UnboundedSender<StepOutput>) {
         let want_prompt = request.sampling.prompt_logprobs.is_some();
         let n_prompt = request.prompt_token_ids.len();
-        match self.scheduler.add_request(id, request.prompt_token_ids, Arc::new(request.sampling), request.arrival) {
+        match self.scheduler.add_request(
+            id,
+            request.prompt_token_ids,
+            Arc::new(request.sampling),
+            request.arrival,
+        ) {
             Ok(()) => {
-                self.clients.insert(id, Client { outputs, prompt_logprobs: want_prompt.then(Vec::new) });
+                self.clients.insert(
+                    id,
+                    Client {
+                        outputs,
+                        prompt_logprobs: want_prompt.then(Vec::new),
+                    },
+                );
             }
             Err(e) => {
                 // The handle checks the same limits first; reaching here is a race with a
@@ -122,7 +142,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                     new_token_ids: Vec::new(),
                     logprobs: Vec::new(),
                     prompt_logprobs: None,
-                    finished: Some(crate::scheduler::output::FinishedRequest {
+                    finished: Some(crate::scheduler::FinishedRequest {
                         reason: FinishReason::Abort,
                         num_prompt_tokens: n_prompt,
                         num_generated_tokens: 0,
@@ -141,7 +161,10 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             return;
         }
         for s in &out.seqs {
-            let prompt_part = s.num_prompt_tokens.saturating_sub(s.start_pos).min(s.token_ids.len());
+            let prompt_part = s
+                .num_prompt_tokens
+                .saturating_sub(s.start_pos)
+                .min(s.token_ids.len());
             self.prompt_tokens_total += prompt_part as u64;
         }
         let result = self.runner.execute(&out);
@@ -195,7 +218,12 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
         if let Some(f) = self.scheduler.finish_request(id, FinishReason::Abort)
             && let Some(c) = self.clients.remove(&id)
         {
-            let _ = c.outputs.send(StepOutput { new_token_ids: Vec::new(), logprobs: Vec::new(), prompt_logprobs: None, finished: Some(f) });
+            let _ = c.outputs.send(StepOutput {
+                new_token_ids: Vec::new(),
+                logprobs: Vec::new(),
+                prompt_logprobs: None,
+                finished: Some(f),
+            });
         }
     }
 
@@ -213,7 +241,8 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             s.num_running = st.num_running;
             s.num_waiting = st.num_waiting;
             s.kv_cache_usage = f64::from(st.kv_cache_usage);
-            s.kv_blocks_used = (f64::from(st.kv_cache_usage) * s.kv_blocks_total as f64).round() as usize;
+            s.kv_blocks_used =
+                (f64::from(st.kv_cache_usage) * s.kv_blocks_total as f64).round() as usize;
             s.prompt_tokens_total = self.prompt_tokens_total;
             s.generation_tokens_total = self.generation_tokens_total;
             s.prefix_cache_queries_total = st.prefix_cache.queries;

@@ -38,12 +38,19 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 } else {
                     vec![]
                 };
-                SeqChunk { tokens: &s.token_ids, start_pos: s.start_pos, block_table: &s.block_ids, logits_rows }
+                SeqChunk {
+                    tokens: &s.token_ids,
+                    start_pos: s.start_pos,
+                    block_table: &s.block_ids,
+                    logits_rows,
+                }
             })
             .collect();
         let host = BatchInputs::build(self.kv.block_size, &chunks);
         let batch = self.backend.prepare_batch(&host)?;
-        let logits = self.model.forward(&self.backend, &host, &batch, &mut self.kv)?;
+        let logits = self
+            .model
+            .forward(&self.backend, &host, &batch, &mut self.kv)?;
 
         // Rows to sample: the last logits row of each chunk that samples.
         let mut sample_rows = Vec::new();
@@ -62,12 +69,23 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         let mut sampled = self.backend.sample(&logits, &sample_rows)?.into_iter();
         // Prompt logprobs are rare (scoring); only then do the logits come to the host.
         let vocab = self.model.vocab_size();
-        let host_logits = if step.seqs.iter().any(|s| s.want_prompt_logprobs) { self.backend.to_host(&logits)? } else { Vec::new() };
+        let host_logits = if step.seqs.iter().any(|s| s.want_prompt_logprobs) {
+            self.backend.to_host(&logits)?
+        } else {
+            Vec::new()
+        };
 
-        let mut out = RunnerOutput { seqs: Vec::with_capacity(step.seqs.len()) };
+        let mut out = RunnerOutput {
+            seqs: Vec::with_capacity(step.seqs.len()),
+        };
         let mut row = 0;
         for (s, c) in step.seqs.iter().zip(&chunks) {
-            let mut seq_out = SeqOutput { req_id: s.req_id, sampled: None, sampled_logprobs: None, prompt_logprobs: Vec::new() };
+            let mut seq_out = SeqOutput {
+                req_id: s.req_id,
+                sampled: None,
+                sampled_logprobs: None,
+                prompt_logprobs: Vec::new(),
+            };
             if s.want_prompt_logprobs {
                 let k = s.sampling.prompt_logprobs.unwrap_or(0) as usize;
                 for (j, _) in c.logits_rows.iter().enumerate() {
@@ -75,7 +93,11 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                     if p + 1 < s.num_prompt_tokens {
                         let r = row + j;
                         let target = s.all_token_ids[p + 1];
-                        seq_out.prompt_logprobs.push(token_logprobs(&host_logits[r * vocab..(r + 1) * vocab], target, k));
+                        seq_out.prompt_logprobs.push(token_logprobs(
+                            &host_logits[r * vocab..(r + 1) * vocab],
+                            target,
+                            k,
+                        ));
                     }
                 }
             }

@@ -271,9 +271,22 @@ impl Backend for CpuBackend {
 
     fn sample(&self, logits: &CpuTensor, rows: &[SampleRow<'_>]) -> Result<Vec<Sampled>> {
         let v = logits.cols();
-        check("sample", rows.iter().all(|r| r.logits_row < logits.rows()), || {
-            format!("logits {:?} for rows {:?}", logits.shape, rows.iter().map(|r| r.logits_row).collect::<Vec<_>>())
-        })?;
-        Ok(rows.par_iter().map(|r| sampling::sample_row(&logits.data[r.logits_row * v..(r.logits_row + 1) * v], r)).collect())
+        check(
+            "sample",
+            rows.iter().all(|r| r.logits_row < logits.rows()),
+            || {
+                format!(
+                    "logits {:?} for rows {:?}",
+                    logits.shape,
+                    rows.iter().map(|r| r.logits_row).collect::<Vec<_>>()
+                )
+            },
+        )?;
+        Ok(rows
+            .par_iter()
+            .map(|r| {
+                sampling::sample_row(&logits.data[r.logits_row * v..(r.logits_row + 1) * v], r)
+            })
+            .collect())
     }
 }
