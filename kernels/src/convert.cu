@@ -1,0 +1,47 @@
+// Filling and casting whole tensors.
+//
+// fill_random_bf16 makes dummy weights on the device, value for value the stream that
+// `HostTensor::to_f32` draws on the host (then rounded to bf16): the tensor is cut into chunks of
+// 65536 elements, chunk c starts from splitmix64(seed ^ c * golden) and steps splitmix64 once per
+// element. One thread walks one chunk in order, so a tensor of n elements runs n / 65536 threads;
+// that is enough to fill an 8B model in well under a second and keeps the CPU and CUDA dummy models
+// the same model. fill_const_bf16 and the casts are plain grid-stride loops.
+
+#define RANDOM_CHUNK 65536ull
+
+__device__ __forceinline__ u64 splitmix64(u64 z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// Uniform values in [-half_width, half_width), as `HostData::Random` describes them.
+extern "C" __global__ void fill_random_bf16(bf16* out, u64 n, u64 seed, float half_width) {
+    const u64 chunk = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 start = chunk * RANDOM_CHUNK;
+    if (start >= n) return;
+    const u64 end = start + RANDOM_CHUNK < n ? start + RANDOM_CHUNK : n;
+    u64 state = splitmix64(seed ^ (chunk * 0x9e3779b97f4a7c15ull));
+    for (u64 i = start; i < end; ++i) {
+        state = splitmix64(state);
+        const float u = (float)(u32)(state >> 40) / 16777216.0f;
+        out[i] = from_f32<bf16>((2.0f * u - 1.0f) * half_width);
+    }
+}
+
+extern "C" __global__ void fill_const_bf16(bf16* out, u64 n, float value) {
+    const bf16 v = from_f32<bf16>(value);
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        out[i] = v;
+}
+
+extern "C" __global__ void cast_f32_bf16(bf16* out, const float* in, u64 n) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        out[i] = from_f32<bf16>(in[i]);
+}
+
+extern "C" __global__ void cast_bf16_f32(float* out, const bf16* in, u64 n) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        out[i] = to_f32(in[i]);
+}

@@ -1,0 +1,64 @@
+// RMSNorm, and the decoder's fused "residual += x; out = rms_norm(residual) * w".
+//
+// One block per row. Pass one reads the row (and for the fused op adds x into the residual,
+// rounds it to the residual's type and stores it back), summing squares in f32; a block
+// reduction gives 1/sqrt(mean + eps). Pass two reads the row again (now from L1/L2: a row is at
+// most a few tens of KB) and writes w * (v * inv) as bf16, the operand type of the GEMM that
+// follows. Each thread reads back only what it wrote itself, so no barrier is needed between the
+// residual store and the second pass. The arithmetic is the CPU reference's, in its order.
+//
+// Symbols: rms_norm_<x dtype>, add_rms_norm_<residual dtype>_<x dtype>; w is bf16, out is bf16.
+
+template <typename TX>
+__device__ void rms_norm_impl(bf16* out, const TX* x, const bf16* w, int hidden, float eps) {
+    const u64 row = blockIdx.x;
+    const TX* xr = x + row * hidden;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        const float v = to_f32(xr[i]);
+        ss += v * v;
+    }
+    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)hidden + eps);
+    bf16* o = out + row * hidden;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+        o[i] = from_f32<bf16>(to_f32(w[i]) * (to_f32(xr[i]) * inv));
+}
+
+template <typename TR, typename TX>
+__device__ void add_rms_norm_impl(bf16* out, TR* residual, const TX* x, const bf16* w, int hidden,
+                                  float eps) {
+    const u64 row = blockIdx.x;
+    TR* r = residual + row * hidden;
+    const TX* xr = x + row * hidden;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        const TR sum = from_f32<TR>(to_f32(r[i]) + to_f32(xr[i]));
+        r[i] = sum;
+        const float v = to_f32(sum);
+        ss += v * v;
+    }
+    const float inv = 1.0f / sqrtf(block_sum(ss) / (float)hidden + eps);
+    bf16* o = out + row * hidden;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+        o[i] = from_f32<bf16>(to_f32(w[i]) * (to_f32(r[i]) * inv));
+}
+
+#define RMS_NORM(SUFFIX, TX)                                                                       \
+    extern "C" __global__ void rms_norm_##SUFFIX(bf16* out, const TX* x, const bf16* w, int hidden, \
+                                                 float eps) {                                      \
+        rms_norm_impl(out, x, w, hidden, eps);                                                     \
+    }
+
+RMS_NORM(f32, float)
+RMS_NORM(bf16, bf16)
+
+#define ADD_RMS_NORM(SUFFIX, TR, TX)                                                               \
+    extern "C" __global__ void add_rms_norm_##SUFFIX(bf16* out, TR* residual, const TX* x,         \
+                                                     const bf16* w, int hidden, float eps) {       \
+        add_rms_norm_impl(out, residual, x, w, hidden, eps);                                       \
+    }
+
+ADD_RMS_NORM(f32_f32, float, float)
+ADD_RMS_NORM(f32_bf16, float, bf16)
+ADD_RMS_NORM(bf16_f32, bf16, float)
+ADD_RMS_NORM(bf16_bf16, bf16, bf16)

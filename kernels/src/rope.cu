@@ -1,0 +1,67 @@
+// QK-norm then rotary embedding, in place on the fused qkv rows `[T, (nh + 2·nkv)·hd]`.
+//
+// One warp per (token, q-or-k head); a block holds ROPE_WARPS heads of one token (grid.x = token,
+// grid.y = group of heads). The warp reads its head (lane i holds dims i, i+32, ...), sums squares
+// with a shuffle reduction, and writes the normalised, weighted values to its slice of shared
+// memory, because a rotated pair (d, d + rotary_dim/2) may sit on two different lanes. After a
+// __syncwarp each lane rotates its dims from shared memory and stores them back in the row's type.
+// cos/sin are computed, not tabled: the angle is inv_freq[i] * position in f32, then precise
+// sincosf (no fast math: at long contexts angles reach 1e5 rad, where __sinf is wrong), exactly as
+// the CPU reference and transformers do. v heads are not touched. head_dim <= ROPE_MAX_DIM.
+//
+// Symbols: qk_norm_rope_<qkv dtype>; q_w/k_w are bf16, inv_freq f32.
+
+#define ROPE_WARPS 4
+#define ROPE_MAX_DIM 256
+
+template <typename T>
+__device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const bf16* q_w, const bf16* k_w,
+                                  const float* inv_freq, int num_heads, int num_kv_heads,
+                                  int head_dim, int half_rot, float scale, float eps) {
+    __shared__ float normed[ROPE_WARPS][ROPE_MAX_DIM];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int head = blockIdx.y * ROPE_WARPS + warp;
+    if (head >= num_heads + num_kv_heads) return;  // whole warp leaves; no block barrier below
+    const u64 row = blockIdx.x;
+    const u64 width = (u64)(num_heads + 2 * num_kv_heads) * head_dim;
+    T* x = qkv + row * width + (u64)head * head_dim;
+    const bf16* w = head < num_heads ? q_w : k_w;
+    float* t = normed[warp];
+
+    float ss = 0.f;
+    for (int d = lane; d < head_dim; d += 32) {
+        const float v = to_f32(x[d]);
+        ss += v * v;
+    }
+    const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)head_dim + eps);
+    for (int d = lane; d < head_dim; d += 32) t[d] = to_f32(w[d]) * (to_f32(x[d]) * inv);
+    __syncwarp();
+
+    const float pos = (float)positions[row];
+    for (int d = lane; d < head_dim; d += 32) {
+        float v;
+        if (d < 2 * half_rot) {
+            const int i = d < half_rot ? d : d - half_rot;
+            float s, c;
+            sincosf(inv_freq[i] * pos, &s, &c);
+            c *= scale;
+            s *= scale;
+            const float x1 = t[i], x2 = t[i + half_rot];
+            v = d < half_rot ? x1 * c - x2 * s : x2 * c + x1 * s;
+        } else {
+            v = t[d];
+        }
+        x[d] = from_f32<T>(v);
+    }
+}
+
+#define QK_NORM_ROPE(SUFFIX, T)                                                                    \
+    extern "C" __global__ void qk_norm_rope_##SUFFIX(                                              \
+        T* qkv, const u32* positions, const bf16* q_w, const bf16* k_w, const float* inv_freq,     \
+        int num_heads, int num_kv_heads, int head_dim, int half_rot, float scale, float eps) {     \
+        qk_norm_rope_impl(qkv, positions, q_w, k_w, inv_freq, num_heads, num_kv_heads, head_dim,   \
+                          half_rot, scale, eps);                                                   \
+    }
+
+QK_NORM_ROPE(f32, float)
+QK_NORM_ROPE(bf16, bf16)
