@@ -25,6 +25,8 @@ pub enum Command {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Device {
     Cpu,
+    /// The first NVIDIA GPU (a `met` built with `--features cuda`).
+    Cuda,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -5,15 +5,15 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use metrale_engine::backend::CpuBackend;
+use metrale_engine::backend::{Backend, CpuBackend};
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
-use metrale_engine::score::{DEFAULT_CHUNK, score};
+use metrale_engine::score::{DEFAULT_CHUNK, PositionScore, score};
 
 mod cli;
 
-use cli::{Cli, Command, LoadFormatArg, ModelArgs, ScoreArgs};
+use cli::{Cli, Command, Device, LoadFormatArg, ModelArgs, ScoreArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -39,7 +39,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-fn load_cpu_model(args: &ModelArgs) -> anyhow::Result<Qwen3<CpuBackend>> {
+fn load_model<B: Backend>(backend: &B, args: &ModelArgs) -> anyhow::Result<Qwen3<B>> {
     let dir = ModelDir::open(&args.model)?;
     let config = dir.config()?;
     let format = match args.load_format {
@@ -47,8 +47,45 @@ fn load_cpu_model(args: &ModelArgs) -> anyhow::Result<Qwen3<CpuBackend>> {
         LoadFormatArg::Dummy => LoadFormat::Dummy,
     };
     let weights = Weights::open(&dir.root, format)?;
-    Qwen3::load(&CpuBackend, &config, &weights)
+    Qwen3::load(backend, &config, &weights)
         .with_context(|| format!("failed to load {}", args.model.display()))
+}
+
+/// Load the model on `backend` and score `tokens` with it.
+fn score_on<B: Backend>(
+    backend: &B,
+    args: &ScoreArgs,
+    tokens: &[u32],
+) -> anyhow::Result<Vec<PositionScore>> {
+    let model = load_model(backend, &args.model)?;
+    if let Some(bad) = tokens.iter().find(|&&t| t as usize >= model.vocab_size()) {
+        bail!(
+            "token id {bad} is outside the model's vocabulary (0..{})",
+            model.vocab_size()
+        );
+    }
+    if tokens.len() > model.max_position_embeddings() {
+        bail!(
+            "{} tokens exceed the model's context of {} positions",
+            tokens.len(),
+            model.max_position_embeddings()
+        );
+    }
+    Ok(score(backend, &model, tokens, args.top_k, DEFAULT_CHUNK)?)
+}
+
+#[cfg(feature = "cuda")]
+fn score_on_cuda(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
+    let backend = metrale_engine::backend::cuda::CudaBackend::new(0)
+        .context("failed to start the CUDA backend")?;
+    score_on(&backend, args, tokens)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn score_on_cuda(_: &ScoreArgs, _: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
+    bail!(
+        "this met was built without CUDA support: rebuild with `cargo build --release -p metrale-engine --features cuda`, or use --device cpu"
+    )
 }
 
 fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
@@ -68,21 +105,10 @@ fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
     if tokens.is_empty() {
         bail!("no tokens to score: pass --tokens 1,2,3 or --tokens-file FILE");
     }
-    let model = load_cpu_model(&args.model)?;
-    if let Some(bad) = tokens.iter().find(|&&t| t as usize >= model.vocab_size()) {
-        bail!(
-            "token id {bad} is outside the model's vocabulary (0..{})",
-            model.vocab_size()
-        );
-    }
-    if tokens.len() > model.max_position_embeddings() {
-        bail!(
-            "{} tokens exceed the model's context of {} positions",
-            tokens.len(),
-            model.max_position_embeddings()
-        );
-    }
-    let positions = score(&CpuBackend, &model, &tokens, args.top_k, DEFAULT_CHUNK)?;
+    let positions = match args.model.device {
+        Device::Cpu => score_on(&CpuBackend, &args, &tokens)?,
+        Device::Cuda => score_on_cuda(&args, &tokens)?,
+    };
     let total: f64 = positions
         .iter()
         .filter_map(|p| p.logprob)

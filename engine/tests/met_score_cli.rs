@@ -93,3 +93,33 @@ fn score_errors_name_the_problem() {
     assert!(stderr.contains("JSON array of token ids"), "{stderr}");
     std::fs::remove_file(bad).ok();
 }
+
+/// `--device cuda` without a usable GPU fails with a message that says what is missing, never
+/// a panic: a default build says it has no CUDA support; a `cuda` build on a machine without the
+/// NVIDIA driver (CI) names the driver library.
+#[test]
+fn device_cuda_without_a_gpu_says_why() {
+    let model = fixtures().join("models/qwen3-gqa-tied");
+    let (code, stdout, stderr) = met(&[
+        "score",
+        model.to_str().expect("utf8"),
+        "--device",
+        "cuda",
+        "--tokens",
+        "1,2,3",
+    ]);
+    if code == 0 {
+        // A machine with a GPU and a cuda build: it must have scored.
+        assert!(cfg!(feature = "cuda"), "{stdout}");
+        assert!(stdout.contains("\"sum_logprob\""), "{stdout}");
+        return;
+    }
+    assert_eq!(code, 1, "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let want = if cfg!(feature = "cuda") {
+        "libcuda"
+    } else {
+        "built without CUDA support"
+    };
+    assert!(stderr.contains(want), "{stderr}");
+}

@@ -2,6 +2,8 @@
 //! every device. `cpu/` is the reference; the CUDA backend mirrors it op for op.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod sampling;
 
 use crate::loader::HostTensor;

@@ -1,0 +1,150 @@
+//! `CudaBatch`: one step's index arrays on the device, uploaded in a single copy, and what the
+//! ops must check against their tensors (the largest token id, slot and block id).
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+
+use super::{dev_err, shape_err};
+use crate::backend::{BatchInputs, Result};
+
+/// The device copy of a [`BatchInputs`]: token ids, positions, slot mapping, the sequence of
+/// each row, block tables and the rows that want logits, back to back in one `u32` buffer.
+#[derive(Debug)]
+pub struct CudaBatch {
+    pub(super) num_tokens: usize,
+    pub(super) max_blocks_per_seq: usize,
+    pub(super) block_size: usize,
+    pub(super) num_logits_rows: usize,
+    buf: CudaSlice<u32>,
+    offsets: Offsets,
+    /// Largest value of each array, for range checks against the tensors an op gets.
+    pub(super) max_token_id: Option<u32>,
+    pub(super) max_slot: Option<u32>,
+    pub(super) max_block_id: Option<u32>,
+    pub(super) max_logits_row: Option<u32>,
+    /// Why attention cannot run on this batch (a row whose position the block table does not
+    /// reach), found once here rather than in every layer.
+    pub(super) table_error: Option<String>,
+    /// Host rows of the logits, for the sampler.
+    pub(super) logits_rows: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Offsets {
+    token_ids: usize,
+    positions: usize,
+    slot_mapping: usize,
+    row_seq: usize,
+    block_tables: usize,
+    logits_rows: usize,
+}
+
+impl CudaBatch {
+    pub(super) fn new(stream: &std::sync::Arc<CudaStream>, b: &BatchInputs) -> Result<Self> {
+        let t = b.num_tokens();
+        let s = b.num_seqs();
+        if b.positions.len() != t || b.slot_mapping.len() != t {
+            return Err(shape_err(
+                "prepare_batch",
+                format!(
+                    "{t} tokens but {} positions and {} slots",
+                    b.positions.len(),
+                    b.slot_mapping.len()
+                ),
+            ));
+        }
+        let starts_ok = b.seq_starts.len() == s + 1
+            && b.seq_starts.first() == Some(&0)
+            && b.seq_starts.last() == Some(&(t as u32))
+            && b.seq_starts.windows(2).all(|w| w[0] <= w[1]);
+        if !starts_ok || b.block_tables.len() != s * b.max_blocks_per_seq {
+            return Err(shape_err(
+                "prepare_batch",
+                format!(
+                    "seq_starts {:?} for {t} tokens in {s} sequences, block tables of {} for {} a sequence",
+                    b.seq_starts,
+                    b.block_tables.len(),
+                    b.max_blocks_per_seq
+                ),
+            ));
+        }
+        // Row → sequence, and the causal reach of each row checked against its table.
+        let mut row_seq = vec![0u32; t];
+        let mut table_error = None;
+        let bs = b.block_size.max(1);
+        for seq in 0..s {
+            let (a, z) = (b.seq_starts[seq] as usize, b.seq_starts[seq + 1] as usize);
+            row_seq[a..z].fill(seq as u32);
+            let need = (b.context_lens[seq] as usize).div_ceil(bs);
+            let reach = b.positions[a..z]
+                .iter()
+                .map(|&p| p as usize / bs + 1)
+                .max()
+                .unwrap_or(0);
+            if table_error.is_none() && need.max(reach) > b.max_blocks_per_seq {
+                table_error = Some(format!(
+                    "sequence {seq} needs {} blocks, table has {}",
+                    need.max(reach),
+                    b.max_blocks_per_seq
+                ));
+            }
+        }
+        let mut packed = Vec::with_capacity(4 * t + b.block_tables.len() + b.logits_rows.len());
+        let mut push = |v: &[u32]| {
+            let at = packed.len();
+            packed.extend_from_slice(v);
+            at
+        };
+        let offsets = Offsets {
+            token_ids: push(&b.token_ids),
+            positions: push(&b.positions),
+            slot_mapping: push(&b.slot_mapping),
+            row_seq: push(&row_seq),
+            block_tables: push(&b.block_tables),
+            logits_rows: push(&b.logits_rows),
+        };
+        if packed.is_empty() {
+            packed.push(0); // keep the buffer (and its pointer) non-empty
+        }
+        let buf = stream
+            .clone_htod(&packed)
+            .map_err(dev_err("prepare_batch: upload"))?;
+        Ok(Self {
+            num_tokens: t,
+            max_blocks_per_seq: b.max_blocks_per_seq,
+            block_size: b.block_size,
+            num_logits_rows: b.logits_rows.len(),
+            buf,
+            offsets,
+            max_token_id: b.token_ids.iter().copied().max(),
+            max_slot: b.slot_mapping.iter().copied().max(),
+            max_block_id: b.block_tables.iter().copied().max(),
+            max_logits_row: b.logits_rows.iter().copied().max(),
+            table_error,
+            logits_rows: b.logits_rows.clone(),
+        })
+    }
+
+    fn at(&self, stream: &CudaStream, offset: usize) -> u64 {
+        let (p, _guard) = self.buf.device_ptr(stream);
+        p + (offset * 4) as u64
+    }
+
+    pub(super) fn token_ids(&self, s: &CudaStream) -> u64 {
+        self.at(s, self.offsets.token_ids)
+    }
+    pub(super) fn positions(&self, s: &CudaStream) -> u64 {
+        self.at(s, self.offsets.positions)
+    }
+    pub(super) fn slot_mapping(&self, s: &CudaStream) -> u64 {
+        self.at(s, self.offsets.slot_mapping)
+    }
+    pub(super) fn row_seq(&self, s: &CudaStream) -> u64 {
+        self.at(s, self.offsets.row_seq)
+    }
+    pub(super) fn block_tables(&self, s: &CudaStream) -> u64 {
+        self.at(s, self.offsets.block_tables)
+    }
+    pub(super) fn logits_rows_ptr(&self, s: &CudaStream) -> u64 {
+        self.at(s, self.offsets.logits_rows)
+    }
+}

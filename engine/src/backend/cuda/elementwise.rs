@@ -1,0 +1,270 @@
+//! Launchers for the row copies, SwiGLU, log-softmax, fills and casts
+//! (`embedding.cu`, `activation.cu`, `softmax.cu`, `convert.cu`).
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use metrale_kernels::Module;
+
+use super::tensor::{CudaTensor, DType};
+use super::{CudaBackend, CudaBatch, check};
+use crate::backend::Result;
+
+/// Threads of a grid-stride launch.
+const STRIDE_THREADS: u32 = 256;
+/// Blocks of a grid-stride launch: enough to fill an H200 several times over.
+const STRIDE_MAX_BLOCKS: u64 = 132 * 16;
+
+pub(super) fn cfg(grid: (u32, u32), block: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid.0, grid.1, 1),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// A grid-stride loop over `n` elements.
+pub(super) fn stride_cfg(n: u64) -> LaunchConfig {
+    let blocks = n
+        .div_ceil(u64::from(STRIDE_THREADS))
+        .clamp(1, STRIDE_MAX_BLOCKS);
+    cfg((blocks as u32, 1), STRIDE_THREADS)
+}
+
+/// Threads for a block that strides across a row of `width` elements: a multiple of 32, about
+/// eight elements a thread, 32 to 1024.
+pub(super) fn row_threads(width: usize) -> u32 {
+    (width.div_ceil(8).next_multiple_of(32)).clamp(32, 1024) as u32
+}
+
+/// A grid dimension from a count the shape checks bounded.
+pub(super) fn dim(n: usize, what: &'static str) -> Result<u32> {
+    u32::try_from(n).map_err(|_| super::shape_err(what, format!("{n} is too large for a grid")))
+}
+
+/// A kernel's `int` argument.
+pub(super) fn int(n: usize, what: &'static str) -> Result<i32> {
+    i32::try_from(n)
+        .map_err(|_| super::shape_err(what, format!("{n} does not fit the kernel's int")))
+}
+
+impl CudaBackend {
+    pub(super) fn embedding_op(
+        &self,
+        out: &mut CudaTensor,
+        batch: &CudaBatch,
+        table: &CudaTensor,
+    ) -> Result<()> {
+        let (h, vocab) = (table.cols(), table.rows());
+        check(
+            "embedding",
+            out.cols() == h && out.rows() == batch.num_tokens,
+            || {
+                format!(
+                    "out {:?} for {} tokens of width {h}",
+                    out.shape, batch.num_tokens
+                )
+            },
+        )?;
+        if let Some(bad) = batch.max_token_id.filter(|&t| t as usize >= vocab) {
+            return Err(super::shape_err(
+                "embedding",
+                format!("token id {bad} is outside the vocabulary of {vocab}"),
+            ));
+        }
+        self.set_dtype(out, DType::F32)?;
+        if batch.num_tokens == 0 || h == 0 {
+            return Ok(());
+        }
+        let name = match table.dtype {
+            DType::BF16 => "embedding_bf16",
+            DType::F32 => "embedding_f32",
+        };
+        let f = self.func(Module::Embedding, name)?;
+        let s = &self.stream;
+        let (o, t, ids, hh) = (
+            out.ptr(s),
+            table.ptr(s),
+            batch.token_ids(s),
+            int(h, "embedding")?,
+        );
+        let mut a = s.launch_builder(&f);
+        a.arg(&o).arg(&t).arg(&ids).arg(&hh);
+        // SAFETY: out is [T, h] f32; table is [vocab, h] of the kernel's type; every token id is
+        // below vocab (checked above); the grid has one block per token.
+        let r = unsafe {
+            a.launch(cfg(
+                (dim(batch.num_tokens, "embedding")?, 1),
+                row_threads(h),
+            ))
+        };
+        self.launched(name, r)
+    }
+
+    pub(super) fn gather_rows_op(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        batch: &CudaBatch,
+    ) -> Result<()> {
+        let h = x.cols();
+        check(
+            "gather_rows",
+            out.cols() == h
+                && out.rows() == batch.num_logits_rows
+                && batch.max_logits_row.is_none_or(|r| (r as usize) < x.rows()),
+            || {
+                format!(
+                    "out {:?}, x {:?}, rows {:?}",
+                    out.shape, x.shape, batch.logits_rows
+                )
+            },
+        )?;
+        self.set_dtype(out, x.dtype)?;
+        if batch.num_logits_rows == 0 || h == 0 {
+            return Ok(());
+        }
+        let name = match x.dtype {
+            DType::BF16 => "gather_rows_bf16",
+            DType::F32 => "gather_rows_f32",
+        };
+        let f = self.func(Module::Embedding, name)?;
+        let s = &self.stream;
+        let (o, xp, rows, w) = (
+            out.ptr(s),
+            x.ptr(s),
+            batch.logits_rows_ptr(s),
+            int(h, "gather_rows")?,
+        );
+        let mut a = s.launch_builder(&f);
+        a.arg(&o).arg(&xp).arg(&rows).arg(&w);
+        // SAFETY: out is [R, h], x is [rows, h], both of x's type; every row index is below
+        // x.rows() (checked above); one block per output row.
+        let r = unsafe {
+            a.launch(cfg(
+                (dim(batch.num_logits_rows, "gather_rows")?, 1),
+                row_threads(h),
+            ))
+        };
+        self.launched(name, r)
+    }
+
+    pub(super) fn silu_mul_op(&self, out: &mut CudaTensor, gate_up: &CudaTensor) -> Result<()> {
+        let i = out.cols();
+        check(
+            "silu_mul",
+            gate_up.cols() == 2 * i && gate_up.rows() == out.rows(),
+            || format!("out {:?}, gate_up {:?}", out.shape, gate_up.shape),
+        )?;
+        self.set_dtype(out, DType::BF16)?;
+        let (rows, inter) = (out.rows() as u64, i as u64);
+        if rows * inter == 0 {
+            return Ok(());
+        }
+        let name = match gate_up.dtype {
+            DType::BF16 => "silu_mul_bf16",
+            DType::F32 => "silu_mul_f32",
+        };
+        let f = self.func(Module::Activation, name)?;
+        let s = &self.stream;
+        let (o, g) = (out.ptr(s), gate_up.ptr(s));
+        let mut a = s.launch_builder(&f);
+        a.arg(&o).arg(&g).arg(&rows).arg(&inter);
+        // SAFETY: out is [rows, I] bf16 and gate_up [rows, 2·I] of the kernel's type (checked
+        // above); the grid-stride loop stays below rows·I.
+        let r = unsafe { a.launch(stride_cfg(rows * inter)) };
+        self.launched(name, r)
+    }
+
+    pub(super) fn log_softmax_op(&self, x: &mut CudaTensor) -> Result<()> {
+        if x.dtype == DType::BF16 {
+            let mut wide = self.alloc(&x.shape, DType::F32)?;
+            self.cast(&mut wide, x)?;
+            *x = wide;
+        }
+        let (rows, vocab) = (x.rows(), x.cols());
+        if rows == 0 || vocab == 0 {
+            return Ok(());
+        }
+        let name = "log_softmax_f32";
+        let f = self.func(Module::Softmax, name)?;
+        let s = &self.stream;
+        let (p, v) = (x.ptr(s), int(vocab, "log_softmax")?);
+        let mut a = s.launch_builder(&f);
+        a.arg(&p).arg(&v);
+        // SAFETY: x is [rows, vocab] f32; one block of 1024 threads (a multiple of 32, as the
+        // block reductions need) per row.
+        let r = unsafe { a.launch(cfg((dim(rows, "log_softmax")?, 1), 1024)) };
+        self.launched(name, r)
+    }
+
+    /// `out = x` converted to `out`'s type (same number of elements; the types differ).
+    pub(super) fn cast(&self, out: &mut CudaTensor, x: &CudaTensor) -> Result<()> {
+        check(
+            "cast",
+            out.numel() == x.numel() && out.dtype != x.dtype,
+            || {
+                format!(
+                    "{:?} {:?} to {:?} {:?}",
+                    x.shape, x.dtype, out.shape, out.dtype
+                )
+            },
+        )?;
+        let n = x.numel() as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        let name = match out.dtype {
+            DType::BF16 => "cast_f32_bf16",
+            DType::F32 => "cast_bf16_f32",
+        };
+        let f = self.func(Module::Convert, name)?;
+        let s = &self.stream;
+        let (o, i) = (out.ptr(s), x.ptr(s));
+        let mut a = s.launch_builder(&f);
+        a.arg(&o).arg(&i).arg(&n);
+        // SAFETY: both buffers hold n elements of their (different) types, checked above.
+        let r = unsafe { a.launch(stride_cfg(n)) };
+        self.launched(name, r)
+    }
+
+    /// Fill a bf16 tensor with `HostData::Random`'s stream (`half_width` = std·√3).
+    pub(super) fn fill_random(&self, t: &mut CudaTensor, seed: u64, half_width: f32) -> Result<()> {
+        check("fill_random", t.dtype == DType::BF16, || {
+            format!("{:?} tensor", t.dtype)
+        })?;
+        let n = t.numel() as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        const CHUNK: u64 = 65536; // elements a thread walks (RANDOM_CHUNK in convert.cu)
+        const THREADS: u32 = 64; // few threads in all: spread them over many blocks
+        let blocks = n.div_ceil(CHUNK).div_ceil(u64::from(THREADS));
+        let name = "fill_random_bf16";
+        let f = self.func(Module::Convert, name)?;
+        let s = &self.stream;
+        let p = t.ptr(s);
+        let mut a = s.launch_builder(&f);
+        a.arg(&p).arg(&n).arg(&seed).arg(&half_width);
+        // SAFETY: t holds n bf16 elements; each thread writes only its chunk below n.
+        let r = unsafe { a.launch(cfg((dim(blocks as usize, "fill_random")?, 1), THREADS)) };
+        self.launched(name, r)
+    }
+
+    pub(super) fn fill_const(&self, t: &mut CudaTensor, value: f32) -> Result<()> {
+        check("fill_const", t.dtype == DType::BF16, || {
+            format!("{:?} tensor", t.dtype)
+        })?;
+        let n = t.numel() as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        let name = "fill_const_bf16";
+        let f = self.func(Module::Convert, name)?;
+        let s = &self.stream;
+        let p = t.ptr(s);
+        let mut a = s.launch_builder(&f);
+        a.arg(&p).arg(&n).arg(&value);
+        // SAFETY: t holds n bf16 elements; the grid-stride loop stays below n.
+        let r = unsafe { a.launch(stride_cfg(n)) };
+        self.launched(name, r)
+    }
+}

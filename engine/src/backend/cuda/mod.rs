@@ -1,0 +1,456 @@
+//! The CUDA backend: the CPU reference's ops, op for op, on one NVIDIA GPU.
+//!
+//! bf16 storage, f32 accumulation. Kernels are our `.cu` files (crate `metrale-kernels`),
+//! compiled at run time with NVRTC; GEMMs go through cuBLAS. Everything runs in order on one
+//! stream, so cudarc's per-buffer event tracking is turned off. CUDA libraries are loaded when
+//! the backend is created, and a missing one is an error that names it, never a panic.
+//!
+//! Each op checks shapes and index ranges on the host first (the same checks as the CPU
+//! backend, plus what a kernel would otherwise read out of bounds), then launches. Launch
+//! errors come back at once; a fault inside a kernel surfaces at the next synchronisation
+//! (`to_host`, `sample`, or after every launch when `METRALE_CUDA_SYNC=1` or in debug builds).
+#![allow(unsafe_code)]
+
+mod attention;
+mod batch;
+mod blas;
+mod elementwise;
+mod norm;
+mod sample;
+mod tensor;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
+use metrale_kernels::{Kernels, Module};
+
+pub use batch::CudaBatch;
+pub use tensor::{CudaTensor, DType};
+
+pub(crate) use super::cpu::shape_err;
+use super::sampling::{SampleRow, Sampled};
+use super::{Backend, BackendError, BatchInputs, Result, RopeTables};
+use crate::loader::{DType as HostDType, HostData, HostTensor};
+use blas::Blas;
+
+fn check(op: &'static str, ok: bool, message: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(shape_err(op, message()))
+    }
+}
+
+/// Maps a CUDA error to a backend error that names what failed.
+pub(crate) fn dev_err<E: std::fmt::Display>(what: &str) -> impl FnOnce(E) -> BackendError + '_ {
+    move |e| BackendError::Device(format!("{what}: {e}"))
+}
+
+/// What the backend runs on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub total_memory: usize,
+    /// NVRTC's target: `sm_90a` or `compute_XY`.
+    pub arch: String,
+    pub nvrtc_version: (i32, i32),
+    pub driver_version: i32,
+}
+
+/// Fields drop in this order: the cuBLAS handle and buffers before the stream and context.
+pub struct CudaBackend {
+    blas: Mutex<Blas>,
+    /// The last rotary table uploaded (models have one), so a step does not copy it per layer.
+    rope: Mutex<Option<(Vec<f32>, CudaSlice<f32>)>>,
+    kernels: Kernels,
+    stream: Arc<CudaStream>,
+    ctx: Arc<CudaContext>,
+    info: DeviceInfo,
+    /// Synchronise after every launch, so a kernel fault names its kernel.
+    sync_each_launch: AtomicBool,
+}
+
+/// Loadable? cudarc panics on first use of a library it cannot open; ask first.
+fn require_library(present: bool, lib: &str, hint: &str) -> Result<()> {
+    if present {
+        Ok(())
+    } else {
+        Err(BackendError::Device(format!(
+            "the CUDA library {lib} could not be loaded: {hint}"
+        )))
+    }
+}
+
+/// Let the device's default memory pool keep what is freed instead of handing it back to the
+/// driver at every synchronisation: a forward allocates and frees its activations, and without
+/// this every step would map that memory anew. Best effort: a failure only costs speed.
+fn keep_freed_memory(ctx: &Arc<CudaContext>) {
+    if !ctx.has_async_alloc() {
+        return;
+    }
+    let mut threshold = u64::MAX;
+    // SAFETY: the device handle comes from a live context; the attribute takes a u64 by pointer,
+    // which outlives the call.
+    unsafe {
+        if let Ok(pool) = cudarc::driver::result::device::get_default_mem_pool(ctx.cu_device()) {
+            let _ = cudarc::driver::sys::cuMemPoolSetAttribute(
+                pool,
+                cudarc::driver::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            );
+        }
+    }
+}
+
+impl CudaBackend {
+    /// Open GPU `ordinal`: driver, context, one stream, cuBLAS and the kernel loader.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        let lib_path = "put the CUDA toolkit's lib directory on LD_LIBRARY_PATH \
+                        (e.g. export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH)";
+        // SAFETY: each probe only dlopens the library's candidate names and closes them.
+        let (driver, blas_lib) = unsafe {
+            (
+                cudarc::driver::sys::is_culib_present(),
+                cudarc::cublas::sys::is_culib_present(),
+            )
+        };
+        require_library(
+            driver,
+            "libcuda.so (the NVIDIA driver)",
+            "is the NVIDIA driver installed, and is this a GPU machine (or a container started with GPU access)?",
+        )?;
+        require_library(blas_lib, "libcublas", lib_path)?;
+        let count = CudaContext::device_count().map_err(dev_err("counting CUDA devices"))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(BackendError::Device(format!(
+                "CUDA device {ordinal} does not exist ({count} visible; check CUDA_VISIBLE_DEVICES)"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(dev_err("creating the CUDA context"))?;
+        // SAFETY: all work goes to the one stream created below, in program order, and buffers
+        // are freed on that stream (stream-ordered), so no cross-stream events are needed.
+        unsafe { ctx.disable_event_tracking() };
+        keep_freed_memory(&ctx);
+        let stream = ctx.new_stream().map_err(dev_err("creating a stream"))?;
+        let kernels = Kernels::new(ctx.clone()).map_err(|e| BackendError::Device(e.to_string()))?;
+        let blas = Blas::new(&ctx, &stream)?;
+        let target = kernels.target().clone();
+        let info = DeviceInfo {
+            ordinal,
+            name: ctx.name().map_err(dev_err("device name"))?,
+            compute_capability: target.compute_capability,
+            total_memory: ctx.total_mem().map_err(dev_err("device memory"))?,
+            arch: target.arch,
+            nvrtc_version: target.nvrtc_version,
+            driver_version: target.driver_version,
+        };
+        let sync_each_launch = cfg!(debug_assertions)
+            || std::env::var_os("METRALE_CUDA_SYNC").is_some_and(|v| v == "1");
+        Ok(Self {
+            blas: Mutex::new(blas),
+            rope: Mutex::new(None),
+            kernels,
+            stream,
+            ctx,
+            info,
+            sync_each_launch: AtomicBool::new(sync_each_launch),
+        })
+    }
+
+    /// Wait for every kernel right after its launch (so a fault names the kernel that caused
+    /// it), or not (the default in release builds unless `METRALE_CUDA_SYNC=1`).
+    pub fn set_sync_each_launch(&self, on: bool) {
+        self.sync_each_launch.store(on, Ordering::Relaxed);
+    }
+
+    fn syncs_each_launch(&self) -> bool {
+        self.sync_each_launch.load(Ordering::Relaxed)
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// The stream every op runs on (for timing with events).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The kernel loader (compile/cache records, target).
+    pub fn kernels(&self) -> &Kernels {
+        &self.kernels
+    }
+
+    /// Compile or load every kernel module now rather than on first use.
+    pub fn load_kernels(&self) -> Result<()> {
+        self.kernels
+            .load_all()
+            .map_err(|e| BackendError::Device(e.to_string()))
+    }
+
+    /// Wait for all queued work; reports any fault a kernel hit since the last wait.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(dev_err("synchronize"))?;
+        self.ctx.check_err().map_err(dev_err("deferred CUDA error"))
+    }
+
+    /// Free and total device memory, in bytes.
+    pub fn memory(&self) -> Result<(usize, usize)> {
+        self.ctx.mem_get_info().map_err(dev_err("memory info"))
+    }
+
+    /// A tensor of `dtype` holding `data` (rounded to bf16 when `dtype` is bf16): how tests and
+    /// the check program make inputs of either type.
+    pub fn tensor_from_f32(
+        &self,
+        shape: &[usize],
+        data: &[f32],
+        dtype: DType,
+    ) -> Result<CudaTensor> {
+        let n: usize = shape.iter().product();
+        check("tensor_from_f32", data.len() == n, || {
+            format!("{} values for shape {shape:?}", data.len())
+        })?;
+        let bytes = match dtype {
+            DType::BF16 => tensor::f32_to_bf16_bytes(data),
+            DType::F32 => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        self.tensor_from_bytes(shape, dtype, &bytes)
+    }
+
+    /// A bf16 tensor of uniform values with standard deviation `std`, drawn on the device: the
+    /// same values as `HostData::Random { seed, std }` gives on the host, rounded to bf16.
+    pub fn random_bf16(&self, shape: &[usize], seed: u64, std: f32) -> Result<CudaTensor> {
+        let mut t = self.alloc(shape, DType::BF16)?;
+        self.fill_random(&mut t, seed, std * 3f32.sqrt())?;
+        Ok(t)
+    }
+
+    fn tensor_from_bytes(&self, shape: &[usize], dtype: DType, bytes: &[u8]) -> Result<CudaTensor> {
+        let mut t = self.alloc(shape, dtype)?;
+        if !bytes.is_empty() {
+            let mut dst = t.buf.slice_mut(0..bytes.len());
+            self.stream
+                .memcpy_htod(bytes, &mut dst)
+                .map_err(dev_err("upload"))?;
+        }
+        Ok(t)
+    }
+
+    /// An uninitialised tensor.
+    fn alloc(&self, shape: &[usize], dtype: DType) -> Result<CudaTensor> {
+        let numel: usize = shape.iter().product();
+        // SAFETY: the bytes are uninitialised; every caller writes all `numel` elements before
+        // anything reads them (an upload, a fill, or an op's full output).
+        let buf = unsafe { self.stream.alloc::<u8>(tensor::alloc_bytes(numel, dtype)) }
+            .map_err(dev_err("device allocation"))?;
+        Ok(CudaTensor {
+            shape: shape.to_vec(),
+            dtype,
+            buf,
+        })
+    }
+
+    /// Make `t` hold `dtype` (new, uninitialised storage when it held the other type): for ops
+    /// that overwrite their whole output and choose its type.
+    fn set_dtype(&self, t: &mut CudaTensor, dtype: DType) -> Result<()> {
+        if t.dtype != dtype {
+            *t = self.alloc(&t.shape, dtype)?;
+        }
+        Ok(())
+    }
+
+    fn func(&self, module: Module, name: &'static str) -> Result<CudaFunction> {
+        self.kernels
+            .function(module, name)
+            .map_err(|e| BackendError::Device(e.to_string()))
+    }
+
+    /// After a launch: its own error, then (when asked) the kernel's.
+    fn launched<T>(&self, name: &str, r: std::result::Result<T, DriverError>) -> Result<()> {
+        r.map_err(dev_err(&format!("launching {name}")))?;
+        if self.syncs_each_launch() {
+            self.stream
+                .synchronize()
+                .map_err(dev_err(&format!("running {name}")))?;
+        }
+        Ok(())
+    }
+
+    /// The device copy of `rope.inv_freq`, uploaded once per distinct table.
+    fn inv_freq(&self, rope: &RopeTables) -> Result<u64> {
+        let mut cached = self.rope.lock().unwrap_or_else(PoisonError::into_inner);
+        if cached
+            .as_ref()
+            .is_none_or(|(host, _)| *host != rope.inv_freq)
+        {
+            let mut values = rope.inv_freq.clone();
+            if values.is_empty() {
+                values.push(0.0);
+            }
+            let dev = self
+                .stream
+                .clone_htod(&values)
+                .map_err(dev_err("upload inv_freq"))?;
+            *cached = Some((rope.inv_freq.clone(), dev));
+        }
+        let (_, dev) = cached
+            .as_ref()
+            .ok_or_else(|| BackendError::Device("rotary table missing".into()))?;
+        let (p, _guard) = cudarc::driver::DevicePtr::device_ptr(dev, &self.stream);
+        Ok(p)
+    }
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Batch = CudaBatch;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn upload(&self, t: &HostTensor<'_>) -> Result<CudaTensor> {
+        let n = t.numel();
+        match &t.data {
+            HostData::Raw { dtype, bytes } => {
+                check("upload", bytes.len() == n * dtype.size(), || {
+                    format!("{} bytes for {:?} of {dtype:?}", bytes.len(), t.shape)
+                })?;
+                match dtype {
+                    HostDType::BF16 => self.tensor_from_bytes(&t.shape, DType::BF16, bytes),
+                    HostDType::F32 | HostDType::F16 => {
+                        let bytes = tensor::f32_to_bf16_bytes(&t.to_f32());
+                        self.tensor_from_bytes(&t.shape, DType::BF16, &bytes)
+                    }
+                }
+            }
+            HostData::Random { seed, std } => self.random_bf16(&t.shape, *seed, *std),
+            HostData::Constant(c) => {
+                let mut out = self.alloc(&t.shape, DType::BF16)?;
+                self.fill_const(&mut out, *c)?;
+                Ok(out)
+            }
+        }
+    }
+
+    fn zeros(&self, shape: &[usize]) -> Result<CudaTensor> {
+        let numel: usize = shape.iter().product();
+        let buf = self
+            .stream
+            .alloc_zeros::<u8>(tensor::alloc_bytes(numel, DType::BF16))
+            .map_err(dev_err("device allocation"))?;
+        Ok(CudaTensor {
+            shape: shape.to_vec(),
+            dtype: DType::BF16,
+            buf,
+        })
+    }
+
+    fn to_host(&self, t: &CudaTensor) -> Result<Vec<f32>> {
+        let n = t.num_bytes();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut bytes = vec![0u8; n];
+        self.stream
+            .memcpy_dtoh(&t.buf.slice(0..n), &mut bytes)
+            .map_err(dev_err("download"))?;
+        self.synchronize()?;
+        Ok(tensor::bytes_to_f32(&bytes, t.dtype))
+    }
+
+    fn shape<'t>(&self, t: &'t CudaTensor) -> &'t [usize] {
+        &t.shape
+    }
+
+    fn prepare_batch(&self, b: &BatchInputs) -> Result<CudaBatch> {
+        CudaBatch::new(&self.stream, b)
+    }
+
+    fn embedding(&self, out: &mut CudaTensor, batch: &CudaBatch, table: &CudaTensor) -> Result<()> {
+        self.embedding_op(out, batch, table)
+    }
+
+    fn rms_norm(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        eps: f32,
+    ) -> Result<()> {
+        self.rms_norm_op(out, x, w, eps)
+    }
+
+    fn add_rms_norm(
+        &self,
+        out: &mut CudaTensor,
+        residual: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        eps: f32,
+    ) -> Result<()> {
+        self.add_rms_norm_op(out, residual, x, w, eps)
+    }
+
+    fn matmul(&self, out: &mut CudaTensor, x: &CudaTensor, w: &CudaTensor) -> Result<()> {
+        self.matmul_op(out, x, w)
+    }
+
+    fn qk_norm_rope(
+        &self,
+        qkv: &mut CudaTensor,
+        batch: &CudaBatch,
+        q_w: &CudaTensor,
+        k_w: &CudaTensor,
+        rope: &RopeTables,
+        num_heads: usize,
+        num_kv_heads: usize,
+        eps: f32,
+    ) -> Result<()> {
+        self.qk_norm_rope_op(qkv, batch, q_w, k_w, rope, num_heads, num_kv_heads, eps)
+    }
+
+    fn write_kv(
+        &self,
+        k_cache: &mut CudaTensor,
+        v_cache: &mut CudaTensor,
+        qkv: &CudaTensor,
+        batch: &CudaBatch,
+        num_heads: usize,
+    ) -> Result<()> {
+        self.write_kv_op(k_cache, v_cache, qkv, batch, num_heads)
+    }
+
+    fn paged_attention(
+        &self,
+        out: &mut CudaTensor,
+        qkv: &CudaTensor,
+        k_cache: &CudaTensor,
+        v_cache: &CudaTensor,
+        batch: &CudaBatch,
+        num_heads: usize,
+        scale: f32,
+    ) -> Result<()> {
+        self.paged_attention_op(out, qkv, k_cache, v_cache, batch, num_heads, scale)
+    }
+
+    fn silu_mul(&self, out: &mut CudaTensor, gate_up: &CudaTensor) -> Result<()> {
+        self.silu_mul_op(out, gate_up)
+    }
+
+    fn gather_rows(&self, out: &mut CudaTensor, x: &CudaTensor, batch: &CudaBatch) -> Result<()> {
+        self.gather_rows_op(out, x, batch)
+    }
+
+    fn log_softmax(&self, x: &mut CudaTensor) -> Result<()> {
+        self.log_softmax_op(x)
+    }
+
+    fn sample(&self, logits: &CudaTensor, rows: &[SampleRow<'_>]) -> Result<Vec<Sampled>> {
+        self.sample_op(logits, rows)
+    }
+}

@@ -1,0 +1,183 @@
+//! Launchers for RMSNorm, the fused residual add + RMSNorm and QK-norm + RoPE
+//! (`norm.cu`, `rope.cu`).
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use metrale_kernels::Module;
+
+use super::elementwise::{cfg, dim, int, row_threads};
+use super::tensor::{CudaTensor, DType};
+use super::{CudaBackend, CudaBatch, check};
+use crate::backend::{Result, RopeTables};
+
+/// Heads a `qk_norm_rope` block handles (ROPE_WARPS in rope.cu), one warp each.
+const ROPE_WARPS: usize = 4;
+/// Largest head_dim the rope and attention kernels hold (ROPE_MAX_DIM, 8 registers × 32 lanes).
+pub(super) const MAX_HEAD_DIM: usize = 256;
+
+fn weight_check(op: &'static str, w: &CudaTensor, n: usize) -> Result<()> {
+    check(op, w.numel() == n && w.dtype == DType::BF16, || {
+        format!(
+            "weight {:?} {:?}, expected {n} bf16 values (an uploaded weight)",
+            w.shape, w.dtype
+        )
+    })
+}
+
+impl CudaBackend {
+    pub(super) fn rms_norm_op(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        eps: f32,
+    ) -> Result<()> {
+        check("rms_norm", out.shape == x.shape, || {
+            format!("out {:?}, x {:?}, w {:?}", out.shape, x.shape, w.shape)
+        })?;
+        let (rows, h) = (x.rows(), x.cols());
+        weight_check("rms_norm", w, h)?;
+        self.set_dtype(out, DType::BF16)?;
+        if rows == 0 || h == 0 {
+            return Ok(());
+        }
+        let name = match x.dtype {
+            DType::F32 => "rms_norm_f32",
+            DType::BF16 => "rms_norm_bf16",
+        };
+        let f = self.func(Module::Norm, name)?;
+        let s = &self.stream;
+        let (o, xp, wp, hh) = (out.ptr(s), x.ptr(s), w.ptr(s), int(h, "rms_norm")?);
+        let mut a = s.launch_builder(&f);
+        a.arg(&o).arg(&xp).arg(&wp).arg(&hh).arg(&eps);
+        // SAFETY: out (bf16) and x are [rows, h]; w holds h bf16 values (checked above); one
+        // block per row with a multiple of 32 threads, as block_sum needs.
+        let r = unsafe { a.launch(cfg((dim(rows, "rms_norm")?, 1), row_threads(h))) };
+        self.launched(name, r)
+    }
+
+    pub(super) fn add_rms_norm_op(
+        &self,
+        out: &mut CudaTensor,
+        residual: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        eps: f32,
+    ) -> Result<()> {
+        check(
+            "add_rms_norm",
+            out.shape == x.shape && residual.shape == x.shape,
+            || {
+                format!(
+                    "out {:?}, residual {:?}, x {:?}, w {:?}",
+                    out.shape, residual.shape, x.shape, w.shape
+                )
+            },
+        )?;
+        let (rows, h) = (x.rows(), x.cols());
+        weight_check("add_rms_norm", w, h)?;
+        self.set_dtype(out, DType::BF16)?;
+        if rows == 0 || h == 0 {
+            return Ok(());
+        }
+        let name = match (residual.dtype, x.dtype) {
+            (DType::F32, DType::F32) => "add_rms_norm_f32_f32",
+            (DType::F32, DType::BF16) => "add_rms_norm_f32_bf16",
+            (DType::BF16, DType::F32) => "add_rms_norm_bf16_f32",
+            (DType::BF16, DType::BF16) => "add_rms_norm_bf16_bf16",
+        };
+        let f = self.func(Module::Norm, name)?;
+        let s = &self.stream;
+        let (o, rp, xp, wp, hh) = (
+            out.ptr(s),
+            residual.ptr(s),
+            x.ptr(s),
+            w.ptr(s),
+            int(h, "add_rms_norm")?,
+        );
+        let mut a = s.launch_builder(&f);
+        a.arg(&o).arg(&rp).arg(&xp).arg(&wp).arg(&hh).arg(&eps);
+        // SAFETY: out (bf16), residual and x are [rows, h] of the kernel's types, w holds h
+        // bf16 values (checked above); out and residual are distinct &mut borrows, so the
+        // kernel's in-place residual update aliases nothing it reads from another buffer.
+        let r = unsafe { a.launch(cfg((dim(rows, "add_rms_norm")?, 1), row_threads(h))) };
+        self.launched(name, r)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn qk_norm_rope_op(
+        &self,
+        qkv: &mut CudaTensor,
+        batch: &CudaBatch,
+        q_w: &CudaTensor,
+        k_w: &CudaTensor,
+        rope: &RopeTables,
+        num_heads: usize,
+        num_kv_heads: usize,
+        eps: f32,
+    ) -> Result<()> {
+        let hd = q_w.numel();
+        check(
+            "qk_norm_rope",
+            qkv.cols() == (num_heads + 2 * num_kv_heads) * hd
+                && qkv.rows() == batch.num_tokens
+                && rope.rotary_dim <= hd
+                && rope.rotary_dim == 2 * rope.inv_freq.len()
+                && hd <= MAX_HEAD_DIM,
+            || {
+                format!(
+                    "qkv {:?}, head_dim {hd} (at most {MAX_HEAD_DIM}), heads {num_heads}/{num_kv_heads}, rotary_dim {} with {} frequencies",
+                    qkv.shape,
+                    rope.rotary_dim,
+                    rope.inv_freq.len()
+                )
+            },
+        )?;
+        weight_check("qk_norm_rope", q_w, hd)?;
+        weight_check("qk_norm_rope", k_w, hd)?;
+        let heads = num_heads + num_kv_heads;
+        if batch.num_tokens == 0 || heads == 0 || hd == 0 {
+            return Ok(());
+        }
+        let inv_freq = self.inv_freq(rope)?;
+        let name = match qkv.dtype {
+            DType::F32 => "qk_norm_rope_f32",
+            DType::BF16 => "qk_norm_rope_bf16",
+        };
+        let f = self.func(Module::Rope, name)?;
+        let s = &self.stream;
+        let (p, pos, qw, kw) = (qkv.ptr(s), batch.positions(s), q_w.ptr(s), k_w.ptr(s));
+        let (nh, nkv, d, half) = (
+            int(num_heads, "qk_norm_rope")?,
+            int(num_kv_heads, "qk_norm_rope")?,
+            int(hd, "qk_norm_rope")?,
+            int(rope.rotary_dim / 2, "qk_norm_rope")?,
+        );
+        let mut a = s.launch_builder(&f);
+        a.arg(&p)
+            .arg(&pos)
+            .arg(&qw)
+            .arg(&kw)
+            .arg(&inv_freq)
+            .arg(&nh)
+            .arg(&nkv)
+            .arg(&d)
+            .arg(&half)
+            .arg(&rope.scale)
+            .arg(&eps);
+        let config = LaunchConfig {
+            grid_dim: (
+                dim(batch.num_tokens, "qk_norm_rope")?,
+                dim(heads.div_ceil(ROPE_WARPS), "qk_norm_rope")?,
+                1,
+            ),
+            block_dim: (32 * ROPE_WARPS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: qkv is [T, (nh + 2·nkv)·hd] of the kernel's type with hd ≤ 256 (the shared
+        // scratch per warp); q_w, k_w hold hd bf16 values; inv_freq holds rotary_dim/2 floats
+        // and rotary_dim ≤ hd; positions has T entries (checked above); warps past the last
+        // head return before touching memory.
+        let r = unsafe { a.launch(config) };
+        self.launched(name, r)
+    }
+}
