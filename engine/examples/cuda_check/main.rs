@@ -1,0 +1,182 @@
+//! `cuda_check`: proves the CUDA backend against the CPU reference and transformers on a GPU
+//! machine, then probes its speed. Build with `--features cuda`; `scripts/gpu/check.sh` runs it.
+//!
+//! Sections: `kernels` (NVRTC compile, then the disk cache), `ops` (every op against the CPU
+//! op on random inputs), `e2e` (fixture checkpoints against transformers and the CPU backend),
+//! `speed` (Qwen3-8B shape, not pass/fail). Exit status: 0 all passed, 1 a check failed, 2 the
+//! backend could not start.
+
+mod e2e;
+mod ops;
+mod report;
+mod speed;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use metrale_engine::backend::cuda::CudaBackend;
+use metrale_kernels::Kernels;
+
+use report::Report;
+
+#[derive(Debug, Parser)]
+#[command(about = "Check the CUDA backend against the CPU reference and transformers")]
+struct Args {
+    /// The fixtures directory (models/ and *.reference.json).
+    #[arg(long, default_value = "tests/fixtures")]
+    fixtures: PathBuf,
+    /// Where to write results.json and summary.txt.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Sections to skip: kernels, ops, e2e, speed.
+    #[arg(long, value_delimiter = ',')]
+    skip: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(out) = &args.out
+        && let Err(e) = std::fs::create_dir_all(out)
+    {
+        eprintln!("cannot create {}: {e}", out.display());
+    }
+    let mut report = Report::new(args.out.clone());
+    let start = Instant::now();
+    let cuda = match CudaBackend::new(0) {
+        Ok(c) => c,
+        Err(e) => {
+            report.summary_line(format!("CUDA backend failed to start: {e}"));
+            report.fail(format!("start: {e}"));
+            report.save();
+            print!("\n{}", report.summary_text());
+            return ExitCode::from(2);
+        }
+    };
+    let i = cuda.info();
+    report.summary_line(format!(
+        "device: {} (cc {}.{}, {:.0} GB), kernels for {} with NVRTC {}.{}, driver {}.{}",
+        i.name,
+        i.compute_capability.0,
+        i.compute_capability.1,
+        i.total_memory as f64 / 1e9,
+        i.arch,
+        i.nvrtc_version.0,
+        i.nvrtc_version.1,
+        i.driver_version / 1000,
+        i.driver_version % 1000 / 10
+    ));
+
+    let mut dead = false;
+    for name in ["kernels", "ops", "e2e", "speed"] {
+        if args.skip.iter().any(|s| s == name) {
+            report.summary_line(format!("{name}: skipped"));
+            continue;
+        }
+        if dead {
+            report.summary_line(format!("{name}: not run (the device stopped answering)"));
+            continue;
+        }
+        report.section(name);
+        // Correctness sections wait for each kernel, so a fault names its kernel; the speed
+        // probe runs as serving would.
+        cuda.set_sync_each_launch(name != "speed");
+        let failures_before = report.failures.len();
+        let t = Instant::now();
+        let r = catch_unwind(AssertUnwindSafe(|| match name {
+            "kernels" => kernels(&cuda, &mut report),
+            "ops" => ops::run(&cuda, &mut report),
+            "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
+            _ => speed::run(&cuda, &mut report),
+        }));
+        let outcome = match r {
+            Ok(Ok(())) => String::new(),
+            Ok(Err(e)) => {
+                report.fail(format!("{name}: {e:#}"));
+                format!(", stopped: {e:#}")
+            }
+            Err(_) => {
+                report.fail(format!("{name}: panicked (see the log above)"));
+                ", panicked".to_string()
+            }
+        };
+        if cuda.synchronize().is_err() {
+            dead = true;
+        }
+        let failed = report.failures.len() - failures_before;
+        report.summary_line(format!(
+            "{name}: {} in {:.1} s{outcome}",
+            if failed == 0 {
+                "passed".to_string()
+            } else {
+                format!("{failed} FAILED")
+            },
+            t.elapsed().as_secs_f64()
+        ));
+        report.save();
+    }
+    report.summary_line(format!(
+        "total {:.1} s: {}",
+        start.elapsed().as_secs_f64(),
+        if report.failures.is_empty() {
+            "PASS"
+        } else {
+            "FAIL"
+        }
+    ));
+    report.save();
+    print!("\n=== summary ===\n{}", report.summary_text());
+    if report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Compile (or load) every module, then load them again through a fresh loader: the second
+/// time every image must come from the disk cache.
+fn kernels(cuda: &CudaBackend, report: &mut Report) -> anyhow::Result<()> {
+    let t = Instant::now();
+    cuda.load_kernels()?;
+    let first_ms = t.elapsed().as_secs_f64() * 1e3;
+    for r in cuda.kernels().records() {
+        report.line(format!(
+            "{:<12} {:<10} {}{}",
+            r.module,
+            r.compile_ms
+                .map_or("cached".to_string(), |ms| format!("{ms:.0} ms")),
+            r.path
+                .map_or("(no disk cache)".into(), |p| p.display().to_string()),
+            r.note.map_or(String::new(), |n| format!(" [{n}]"))
+        ));
+    }
+    let Some(dir) = cuda.kernels().cache_dir() else {
+        report.warn("kernel disk cache is off (METRALE_KERNEL_CACHE=off or no HOME)");
+        return Ok(());
+    };
+    let again = Kernels::new(cuda.stream().context().clone())?;
+    let t = Instant::now();
+    again.load_all()?;
+    let second_ms = t.elapsed().as_secs_f64() * 1e3;
+    let records = again.records();
+    let cached = records.iter().filter(|r| r.compile_ms.is_none()).count();
+    report.summary_line(format!(
+        "kernels: first load {first_ms:.0} ms, again from {} {second_ms:.0} ms ({cached}/{} from the cache)",
+        dir.display(),
+        records.len()
+    ));
+    if cached != records.len() {
+        report.fail(format!(
+            "kernel cache: only {cached} of {} modules were loaded from {}: {:?}",
+            records.len(),
+            dir.display(),
+            records
+                .iter()
+                .filter_map(|r| r.note.clone())
+                .collect::<Vec<_>>()
+        ));
+    }
+    Ok(())
+}

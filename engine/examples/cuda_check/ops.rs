@@ -1,0 +1,696 @@
+//! Every op of the CUDA backend against the CPU reference on fresh random inputs of several
+//! shapes. The CPU gets exactly what the device holds (bf16 inputs rounded on the host first),
+//! so the only differences are the device's arithmetic and its output rounding.
+
+use anyhow::{Context, Result, bail};
+use half::bf16;
+use metrale_engine::backend::cpu::CpuTensor;
+use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType};
+use metrale_engine::backend::sampling::SampleRow;
+use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, RopeTables, SeqChunk};
+use metrale_engine::loader::{DType as HostDType, HostData, HostTensor};
+use metrale_engine::sampling_params::SamplingParams;
+use serde_json::json;
+
+use crate::report::{Report, Tol, compare};
+
+/// bf16 output rounded twice (a bf16 residual feeds the norm): two roundings of 2^-8.
+const BF16_TWICE: Tol = Tol {
+    atol: 0.0,
+    atol_rms: 1e-4,
+    rtol: 1e-2,
+};
+
+/// A small deterministic generator (splitmix64).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n.max(1) as u64) as usize
+    }
+
+    pub fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform() * scale).collect()
+    }
+
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i + 1);
+            v.swap(i, j);
+        }
+    }
+}
+
+pub fn round_bf16(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| bf16::from_f32(x).to_f32()).collect()
+}
+
+fn dt(d: DType) -> &'static str {
+    match d {
+        DType::BF16 => "bf16",
+        DType::F32 => "f32",
+    }
+}
+
+/// A batch of one sequence whose rows sit at arbitrary `positions` (for RoPE and write_kv).
+fn positions_batch(positions: Vec<u32>, slots: Vec<u32>, bs: usize) -> BatchInputs {
+    let t = positions.len();
+    let ctx = positions.iter().map(|&p| p as usize + 1).max().unwrap_or(0);
+    let blocks = ctx.div_ceil(bs).max(1);
+    BatchInputs {
+        token_ids: vec![0; t],
+        positions,
+        slot_mapping: slots,
+        seq_starts: vec![0, t as u32],
+        context_lens: vec![ctx as u32],
+        block_tables: vec![0; blocks],
+        max_blocks_per_seq: blocks,
+        block_size: bs,
+        logits_rows: Vec::new(),
+    }
+}
+
+fn sample_row<'a>(i: usize, params: &'a SamplingParams, history: &'a [u32]) -> SampleRow<'a> {
+    SampleRow {
+        logits_row: i,
+        params,
+        all_token_ids: history,
+        num_prompt_tokens: 3,
+    }
+}
+
+/// An attention case: heads (q, kv, head_dim), sequences as (start position, new tokens).
+struct Attn {
+    name: &'static str,
+    heads: (usize, usize, usize),
+    seqs: Vec<(usize, usize)>,
+    qkv: DType,
+}
+
+impl Attn {
+    fn new(
+        name: &'static str,
+        heads: (usize, usize, usize),
+        seqs: Vec<(usize, usize)>,
+        qkv: DType,
+    ) -> Self {
+        Self {
+            name,
+            heads,
+            seqs,
+            qkv,
+        }
+    }
+}
+
+struct Ops<'a> {
+    cuda: &'a CudaBackend,
+    cpu: CpuBackend,
+    rng: Rng,
+    report: &'a mut Report,
+}
+
+impl Ops<'_> {
+    /// The same values on both sides (rounded to bf16 first when the device holds bf16).
+    fn pair(
+        &self,
+        shape: &[usize],
+        data: Vec<f32>,
+        dtype: DType,
+    ) -> Result<(CudaTensor, CpuTensor)> {
+        let data = if dtype == DType::BF16 {
+            round_bf16(&data)
+        } else {
+            data
+        };
+        let dev = self.cuda.tensor_from_f32(shape, &data, dtype)?;
+        Ok((dev, CpuTensor::new(shape.to_vec(), data)))
+    }
+
+    fn random(
+        &mut self,
+        shape: &[usize],
+        scale: f32,
+        dtype: DType,
+    ) -> Result<(CudaTensor, CpuTensor)> {
+        let data = self.rng.vec(shape.iter().product(), scale);
+        self.pair(shape, data, dtype)
+    }
+
+    /// Weights around 1 (norm gains).
+    fn gains(&mut self, n: usize) -> Result<(CudaTensor, CpuTensor)> {
+        let data = (0..n).map(|_| 1.0 + 0.2 * self.rng.uniform()).collect();
+        self.pair(&[n], data, DType::BF16)
+    }
+
+    fn check(
+        &mut self,
+        op: &str,
+        case: &str,
+        tol: Tol,
+        got: &CudaTensor,
+        want: &CpuTensor,
+    ) -> Result<bool> {
+        let g = self.cuda.to_host(got)?;
+        if self.cuda.shape(got) != want.shape.as_slice() {
+            bail!(
+                "{op} {case}: shape {:?}, reference {:?}",
+                self.cuda.shape(got),
+                want.shape
+            );
+        }
+        Ok(self
+            .report
+            .case(op, case, tol, &compare(&g, &want.data, tol)))
+    }
+
+    /// Run one case; an error fails the case, and a device that no longer answers ends the
+    /// section (its context is lost after a fault).
+    fn run(&mut self, op: &str, case: &str, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        if let Err(e) = f(self) {
+            self.report.fail(format!("{op} {case}: {e:#}"));
+            self.report
+                .record(json!({"op": op, "case": case, "error": format!("{e:#}")}));
+            if let Err(dead) = self.cuda.synchronize() {
+                bail!("the device stopped answering after {op} {case}: {dead}");
+            }
+        }
+        Ok(())
+    }
+
+    fn uploads(&mut self) -> Result<()> {
+        for (shape, seed, std) in [
+            (vec![300, 1000], 7u64, 0.02f32),
+            (vec![65536 * 2 + 17], 99, 1.0),
+            (vec![5], 3, 0.5),
+        ] {
+            let case = format!("random {shape:?} seed {seed}");
+            self.run("upload", &case, |s| {
+                let host = HostTensor {
+                    shape: shape.clone(),
+                    data: HostData::Random { seed, std },
+                };
+                let want = CpuTensor::new(shape.clone(), round_bf16(&host.to_f32()));
+                let got = s.cuda.upload(&host)?;
+                s.check("upload", &case, Tol::EXACT, &got, &want)?;
+                Ok(())
+            })?;
+        }
+        self.run("upload", "raw f32 [37, 129] → bf16", |s| {
+            let v = s.rng.vec(37 * 129, 3.0);
+            let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let host = HostTensor {
+                shape: vec![37, 129],
+                data: HostData::Raw {
+                    dtype: HostDType::F32,
+                    bytes: bytes.into(),
+                },
+            };
+            let got = s.cuda.upload(&host)?;
+            let want = CpuTensor::new(vec![37, 129], round_bf16(&v));
+            s.check(
+                "upload",
+                "raw f32 [37, 129] → bf16",
+                Tol::EXACT,
+                &got,
+                &want,
+            )?;
+            Ok(())
+        })?;
+        self.run("upload", "constant [1000] 1.0", |s| {
+            let host = HostTensor {
+                shape: vec![1000],
+                data: HostData::Constant(1.0),
+            };
+            let got = s.cuda.upload(&host)?;
+            let want = CpuTensor::new(vec![1000], vec![1.0; 1000]);
+            s.check("upload", "constant [1000] 1.0", Tol::EXACT, &got, &want)?;
+            Ok(())
+        })
+    }
+
+    fn embedding(&mut self) -> Result<()> {
+        for (vocab, h, t) in [
+            (1536, 64, 7),
+            (1536, 96, 130),
+            (151_936, 64, 1000),
+            (32_000, 4096, 1),
+        ] {
+            let case = format!("vocab {vocab} hidden {h} T={t}");
+            self.run("embedding", &case, |s| {
+                let (table_d, table_c) = s.random(&[vocab, h], 1.0, DType::BF16)?;
+                let mut tokens: Vec<u32> = (0..t).map(|_| s.rng.below(vocab) as u32).collect();
+                tokens[0] = vocab as u32 - 1;
+                let b = positions_batch((0..t as u32).collect(), vec![0; t], 16);
+                let b = BatchInputs {
+                    token_ids: tokens,
+                    ..b
+                };
+                let batch = s.cuda.prepare_batch(&b)?;
+                let mut out_d = s.cuda.zeros(&[t, h])?;
+                let mut out_c = s.cpu.zeros(&[t, h])?;
+                s.cuda.embedding(&mut out_d, &batch, &table_d)?;
+                s.cpu.embedding(&mut out_c, &b, &table_c)?;
+                s.check("embedding", &case, Tol::EXACT, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn norms(&mut self) -> Result<()> {
+        for (t, h, xd) in [
+            (1, 64, DType::F32),
+            (7, 96, DType::F32),
+            (130, 4096, DType::F32),
+            (1000, 4096, DType::F32),
+            (7, 4096, DType::BF16),
+            (130, 96, DType::BF16),
+        ] {
+            let case = format!("x {} [{t}, {h}]", dt(xd));
+            self.run("rms_norm", &case, |s| {
+                let (x_d, x_c) = s.random(&[t, h], 2.0, xd)?;
+                let (w_d, w_c) = s.gains(h)?;
+                let mut out_d = s.cuda.zeros(&[t, h])?;
+                let mut out_c = s.cpu.zeros(&[t, h])?;
+                s.cuda.rms_norm(&mut out_d, &x_d, &w_d, 1e-6)?;
+                s.cpu.rms_norm(&mut out_c, &x_c, &w_c, 1e-6)?;
+                s.check("rms_norm", &case, Tol::BF16, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        for (t, h, rd, xd) in [
+            (1, 64, DType::F32, DType::F32),
+            (7, 4096, DType::F32, DType::F32),
+            (130, 96, DType::F32, DType::F32),
+            (1000, 4096, DType::F32, DType::F32),
+            (7, 96, DType::F32, DType::BF16),
+            (7, 4096, DType::BF16, DType::BF16),
+            (130, 64, DType::BF16, DType::F32),
+        ] {
+            let case = format!("residual {} x {} [{t}, {h}]", dt(rd), dt(xd));
+            self.run("add_rms_norm", &case, |s| {
+                let (mut r_d, mut r_c) = s.random(&[t, h], 4.0, rd)?;
+                let (x_d, x_c) = s.random(&[t, h], 1.0, xd)?;
+                let (w_d, w_c) = s.gains(h)?;
+                let mut out_d = s.cuda.zeros(&[t, h])?;
+                let mut out_c = s.cpu.zeros(&[t, h])?;
+                s.cuda
+                    .add_rms_norm(&mut out_d, &mut r_d, &x_d, &w_d, 1e-6)?;
+                s.cpu.add_rms_norm(&mut out_c, &mut r_c, &x_c, &w_c, 1e-6)?;
+                let (out_tol, res_tol) = match rd {
+                    DType::F32 => (Tol::BF16, Tol::EXACT),
+                    DType::BF16 => (BF16_TWICE, Tol::BF16),
+                };
+                s.check(
+                    "add_rms_norm",
+                    &format!("{case} out"),
+                    out_tol,
+                    &out_d,
+                    &out_c,
+                )?;
+                s.check(
+                    "add_rms_norm",
+                    &format!("{case} residual"),
+                    res_tol,
+                    &r_d,
+                    &r_c,
+                )?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn matmuls(&mut self) -> Result<()> {
+        for (m, k, n, xd) in [
+            (1, 4096, 12_288, DType::BF16),
+            (1, 12_288, 4096, DType::BF16),
+            (7, 4096, 6144, DType::BF16),
+            (5, 64, 160, DType::BF16),
+            (130, 96, 1536, DType::BF16),
+            (1000, 4096, 4096, DType::BF16),
+            (7, 96, 320, DType::F32),
+            (0, 64, 1536, DType::BF16),
+        ] {
+            let case = format!("x {} [{m}, {k}] · w [{n}, {k}]ᵀ", dt(xd));
+            self.run("matmul", &case, |s| {
+                let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
+                let (w_d, w_c) = s.random(&[n, k], 0.05, DType::BF16)?;
+                let mut out_d = s.cuda.zeros(&[m, n])?;
+                let mut out_c = s.cpu.zeros(&[m, n])?;
+                s.cuda.matmul(&mut out_d, &x_d, &w_d)?;
+                s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
+                s.check("matmul", &case, Tol::GEMM, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn rope(&mut self) -> Result<()> {
+        // (T, heads, kv heads, head_dim, rotary_dim, theta, scale, positions below, qkv type)
+        let cases = [
+            (7, 4, 2, 32, 32, 1e4f32, 1.0f32, 512, DType::F32),
+            (130, 8, 2, 24, 24, 1e4, 1.2, 2048, DType::F32),
+            (1, 6, 6, 16, 16, 1e4, 1.0, 100, DType::F32),
+            (1000, 32, 8, 128, 128, 1e6, 1.0, 40_000, DType::F32),
+            (7, 8, 1, 64, 32, 1e4, 1.0, 2048, DType::F32),
+            (130, 32, 8, 128, 128, 1e6, 1.0, 2048, DType::BF16),
+        ];
+        for (t, nh, nkv, hd, rot, theta, scale, max_pos, qd) in cases {
+            let case = format!(
+                "qkv {} T={t} h={nh}/{nkv} hd={hd} rot={rot} pos<{max_pos}",
+                dt(qd)
+            );
+            self.run("qk_norm_rope", &case, |s| {
+                let width = (nh + 2 * nkv) * hd;
+                let (mut q_d, mut q_c) = s.random(&[t, width], 2.0, qd)?;
+                let (qw_d, qw_c) = s.gains(hd)?;
+                let (kw_d, kw_c) = s.gains(hd)?;
+                let rope = RopeTables {
+                    inv_freq: (0..rot / 2)
+                        .map(|i| 1.0 / theta.powf(2.0 * i as f32 / rot as f32))
+                        .collect(),
+                    scale,
+                    rotary_dim: rot,
+                };
+                let mut positions: Vec<u32> = (0..t).map(|_| s.rng.below(max_pos) as u32).collect();
+                positions[0] = max_pos as u32 - 1;
+                let b = positions_batch(positions, vec![0; t], 16);
+                let batch = s.cuda.prepare_batch(&b)?;
+                s.cuda
+                    .qk_norm_rope(&mut q_d, &batch, &qw_d, &kw_d, &rope, nh, nkv, 1e-6)?;
+                s.cpu
+                    .qk_norm_rope(&mut q_c, &b, &qw_c, &kw_c, &rope, nh, nkv, 1e-6)?;
+                let tol = if qd == DType::F32 {
+                    Tol::F32
+                } else {
+                    Tol::BF16
+                };
+                s.check("qk_norm_rope", &case, tol, &q_d, &q_c)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn write_kv(&mut self) -> Result<()> {
+        for (nh, nkv, hd, t, blocks) in [
+            (4, 2, 32, 7, 8),
+            (32, 8, 128, 130, 40),
+            (6, 6, 16, 1000, 70),
+        ] {
+            let case = format!("T={t} h={nh}/{nkv} hd={hd} into {blocks}×16 slots");
+            self.run("write_kv", &case, |s| {
+                let bs = 16;
+                let width = (nh + 2 * nkv) * hd;
+                let (q_d, q_c) = s.random(&[t, width], 2.0, DType::F32)?;
+                let mut slots: Vec<u32> = (0..(blocks * bs) as u32).collect();
+                s.rng.shuffle(&mut slots);
+                slots.truncate(t);
+                let b = positions_batch((0..t as u32).collect(), slots, bs);
+                let batch = s.cuda.prepare_batch(&b)?;
+                let shape = [blocks, bs, nkv, hd];
+                let (mut k_d, mut v_d) = (s.cuda.zeros(&shape)?, s.cuda.zeros(&shape)?);
+                let (mut k_c, mut v_c) = (s.cpu.zeros(&shape)?, s.cpu.zeros(&shape)?);
+                s.cuda.write_kv(&mut k_d, &mut v_d, &q_d, &batch, nh)?;
+                s.cpu.write_kv(&mut k_c, &mut v_c, &q_c, &b, nh)?;
+                s.check("write_kv", &format!("{case} k"), Tol::BF16, &k_d, &k_c)?;
+                s.check("write_kv", &format!("{case} v"), Tol::BF16, &v_d, &v_c)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn attention(&mut self) -> Result<()> {
+        let mut decode8 = Vec::new();
+        for _ in 0..8 {
+            decode8.push((1 + self.rng.below(2046), 1));
+        }
+        let mixed = vec![(100, 30), (1500, 1), (0, 7)];
+        let cases = [
+            Attn::new("prefill T=130", (4, 2, 32), vec![(0, 130)], DType::F32),
+            Attn::new(
+                "prefill T=1000 gqa 8:1",
+                (8, 1, 64),
+                vec![(0, 1000)],
+                DType::F32,
+            ),
+            Attn::new("decode 8 seqs ctx<=2047", (32, 8, 128), decode8, DType::F32),
+            Attn::new(
+                "decode 4 seqs ctx=2047",
+                (32, 8, 128),
+                vec![(2046, 1); 4],
+                DType::F32,
+            ),
+            Attn::new(
+                "chunk+decode+prefill",
+                (8, 2, 24),
+                mixed.clone(),
+                DType::F32,
+            ),
+            Attn::new("chunk+decode+prefill", (8, 2, 24), mixed, DType::BF16),
+            Attn::new("mha hd=16", (6, 6, 16), vec![(0, 37), (20, 5)], DType::F32),
+            Attn::new("hd=96", (4, 2, 96), vec![(50, 2), (0, 9)], DType::F32),
+            Attn::new("hd=256", (4, 4, 256), vec![(10, 3)], DType::F32),
+        ];
+        for c in cases {
+            let (nh, nkv, hd) = c.heads;
+            let total: usize = c.seqs.iter().map(|s| s.0 + s.1).max().unwrap_or(0);
+            let case = format!(
+                "{} h={nh}/{nkv} hd={hd} qkv {} ({} seqs, ctx<={total})",
+                c.name,
+                dt(c.qkv),
+                c.seqs.len()
+            );
+            self.run("paged_attention", &case, |s| {
+                s.attention_case(&case, nh, nkv, hd, &c.seqs, c.qkv)
+            })?;
+        }
+        Ok(())
+    }
+
+    fn attention_case(
+        &mut self,
+        case: &str,
+        nh: usize,
+        nkv: usize,
+        hd: usize,
+        seqs: &[(usize, usize)],
+        qd: DType,
+    ) -> Result<()> {
+        let bs = 16;
+        // Shuffled block ids: every sequence's table is non-contiguous and out of order.
+        let need: Vec<usize> = seqs.iter().map(|&(p, n)| (p + n).div_ceil(bs)).collect();
+        let blocks = 1 + need.iter().sum::<usize>() + 3;
+        let mut ids: Vec<u32> = (1..blocks as u32).collect();
+        self.rng.shuffle(&mut ids);
+        let mut tables = Vec::new();
+        let mut next = 0;
+        for &n in &need {
+            tables.push(ids[next..next + n].to_vec());
+            next += n;
+        }
+        let tokens: Vec<Vec<u32>> = seqs.iter().map(|&(_, n)| vec![0; n]).collect();
+        let chunks: Vec<SeqChunk<'_>> = seqs
+            .iter()
+            .zip(&tokens)
+            .zip(&tables)
+            .map(|((&(start, _), tok), table)| SeqChunk {
+                tokens: tok,
+                start_pos: start,
+                block_table: table,
+                logits_rows: vec![],
+            })
+            .collect();
+        let b = BatchInputs::build(bs, &chunks);
+        let t = b.num_tokens();
+        let batch = self.cuda.prepare_batch(&b)?;
+        let shape = [blocks, bs, nkv, hd];
+        let (k_d, k_c) = self.random(&shape, 1.0, DType::BF16)?;
+        let (v_d, v_c) = self.random(&shape, 1.0, DType::BF16)?;
+        let (q_d, q_c) = self.random(&[t, (nh + 2 * nkv) * hd], 3.0, qd)?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut out_d = self.cuda.zeros(&[t, nh * hd])?;
+        let mut out_c = self.cpu.zeros(&[t, nh * hd])?;
+        self.cuda
+            .paged_attention(&mut out_d, &q_d, &k_d, &v_d, &batch, nh, scale)
+            .context("cuda")?;
+        self.cpu
+            .paged_attention(&mut out_c, &q_c, &k_c, &v_c, &b, nh, scale)
+            .context("cpu")?;
+        self.check("paged_attention", case, Tol::BF16, &out_d, &out_c)?;
+        Ok(())
+    }
+
+    fn silu_and_rows(&mut self) -> Result<()> {
+        for (t, i, gd) in [
+            (1, 160, DType::F32),
+            (7, 12_288, DType::F32),
+            (130, 192, DType::F32),
+            (1000, 12_288, DType::F32),
+            (7, 160, DType::BF16),
+        ] {
+            let case = format!("gate_up {} [{t}, 2·{i}]", dt(gd));
+            self.run("silu_mul", &case, |s| {
+                let (g_d, g_c) = s.random(&[t, 2 * i], 4.0, gd)?;
+                let mut out_d = s.cuda.zeros(&[t, i])?;
+                let mut out_c = s.cpu.zeros(&[t, i])?;
+                s.cuda.silu_mul(&mut out_d, &g_d)?;
+                s.cpu.silu_mul(&mut out_c, &g_c)?;
+                s.check("silu_mul", &case, Tol::BF16, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        for (t, h, xd, rows) in [
+            (130, 4096, DType::BF16, vec![129u32, 0, 5, 5, 77]),
+            (7, 1536, DType::F32, vec![6]),
+            (7, 64, DType::BF16, vec![]),
+        ] {
+            let case = format!("x {} [{t}, {h}] rows {rows:?}", dt(xd));
+            self.run("gather_rows", &case, |s| {
+                let (x_d, x_c) = s.random(&[t, h], 1.0, xd)?;
+                let b = BatchInputs {
+                    logits_rows: rows.clone(),
+                    ..positions_batch((0..t as u32).collect(), vec![0; t], 16)
+                };
+                let batch = s.cuda.prepare_batch(&b)?;
+                let mut out_d = s.cuda.zeros(&[rows.len(), h])?;
+                let mut out_c = s.cpu.zeros(&[rows.len(), h])?;
+                s.cuda.gather_rows(&mut out_d, &x_d, &batch)?;
+                s.cpu.gather_rows(&mut out_c, &x_c, &b)?;
+                s.check("gather_rows", &case, Tol::EXACT, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn softmax_and_sample(&mut self) -> Result<()> {
+        for (r, v, xd) in [
+            (1, 151_936, DType::F32),
+            (7, 1536, DType::F32),
+            (130, 151_936, DType::F32),
+            (7, 1536, DType::BF16),
+        ] {
+            let case = format!("logits {} [{r}, {v}]", dt(xd));
+            self.run("log_softmax", &case, |s| {
+                let (mut x_d, mut x_c) = s.random(&[r, v], 8.0, xd)?;
+                s.cuda.log_softmax(&mut x_d)?;
+                s.cpu.log_softmax(&mut x_c)?;
+                s.check("log_softmax", &case, Tol::LOGPROB, &x_d, &x_c)?;
+                Ok(())
+            })?;
+        }
+        self.run("sample", "6 rows × 151936", |s| s.sample_case())
+    }
+
+    fn sample_case(&mut self) -> Result<()> {
+        let (r, v) = (6, 151_936);
+        let mut data = self.rng.vec(r * v, 5.0);
+        // Row 2: a tie for the maximum; the lower index must win.
+        data[2 * v + 10] = 50.0;
+        data[2 * v + 20] = 50.0;
+        let (x_d, x_c) = self.pair(&[r, v], data, DType::F32)?;
+        let greedy = SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        };
+        let greedy_lp = SamplingParams {
+            logprobs: Some(5),
+            ..greedy.clone()
+        };
+        let nucleus = SamplingParams {
+            temperature: 0.8,
+            top_p: 0.9,
+            seed: 1,
+            ..SamplingParams::default()
+        };
+        let penalised = SamplingParams {
+            repetition_penalty: 1.3,
+            ..greedy.clone()
+        };
+        let top_k = SamplingParams {
+            top_k: 50,
+            seed: 7,
+            ..SamplingParams::default()
+        };
+        let history: Vec<u32> = (0..v as u32).step_by(97).collect();
+        let row = |i: usize, p| sample_row(i, p, &history);
+        let rows = vec![
+            row(0, &greedy),
+            row(1, &greedy_lp),
+            row(2, &greedy),
+            row(3, &nucleus),
+            row(4, &penalised),
+            row(5, &top_k),
+        ];
+        let got = self.cuda.sample(&x_d, &rows)?;
+        let want = self.cpu.sample(&x_c, &rows)?;
+        let same = got == want;
+        let ids = |s: &[metrale_engine::backend::sampling::Sampled]| {
+            s.iter().map(|x| x.token_id).collect::<Vec<_>>()
+        };
+        self.report.line(format!(
+            "{:<16} {:<46} tokens {:?} (cpu {:?}) {}",
+            "sample",
+            "greedy/argmax, logprobs, top-p, penalty, top-k",
+            ids(&got),
+            ids(&want),
+            if same { "ok" } else { "FAIL" }
+        ));
+        self.report
+            .record(json!({"op": "sample", "pass": same, "cuda": ids(&got), "cpu": ids(&want)}));
+        if !same {
+            self.report.fail(format!(
+                "sample: cuda {:?} vs cpu {:?}",
+                ids(&got),
+                ids(&want)
+            ));
+        }
+        if got.get(2).map(|s| s.token_id) != Some(10) {
+            self.report
+                .fail("sample: the tie in row 2 did not go to the lower index 10");
+        }
+        Ok(())
+    }
+}
+
+/// Every op, every case. Returns an error only when the device stopped answering.
+pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    let mut ops = Ops {
+        cuda,
+        cpu: CpuBackend,
+        rng: Rng::new(0x6d65_7472_616c_6501),
+        report,
+    };
+    ops.report.case_header();
+    ops.uploads()?;
+    ops.embedding()?;
+    ops.norms()?;
+    ops.matmuls()?;
+    ops.rope()?;
+    ops.write_kv()?;
+    ops.attention()?;
+    ops.silu_and_rows()?;
+    ops.softmax_and_sample()
+}

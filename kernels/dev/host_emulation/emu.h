@@ -1,0 +1,73 @@
+// Just enough CUDA to run our kernels on the host: one std::thread per CUDA thread of a block,
+// blocks one after another, std::barrier for __syncthreads / __syncwarp, and a per-warp exchange
+// for __shfl_xor_sync. `__shared__` becomes `static` (blocks never overlap). It checks the
+// kernels' logic (indexing, reductions, barriers, online softmax) where no GPU is at hand; it
+// says nothing about speed or the memory model. run.sh builds and runs test.cpp with it.
+#pragma once
+#define _GNU_SOURCE 1
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+struct dim3 { unsigned x = 1, y = 1, z = 1; };
+inline thread_local dim3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __restrict__
+
+struct Warp {
+    std::unique_ptr<std::barrier<>> bar;
+    float f[32];
+};
+inline std::unique_ptr<std::barrier<>> g_block_bar;
+inline std::vector<std::unique_ptr<Warp>> g_warps;
+
+inline void __syncthreads() { g_block_bar->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { g_warps[threadIdx.x / 32]->bar->arrive_and_wait(); }
+inline float __shfl_xor_sync(unsigned, float v, int o) {
+    Warp* w = g_warps[threadIdx.x / 32].get();
+    int lane = threadIdx.x % 32;
+    w->f[lane] = v;
+    w->bar->arrive_and_wait();
+    float r = w->f[lane ^ o];
+    w->bar->arrive_and_wait();
+    return r;
+}
+inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+
+template <class F> void launch(dim3 grid, dim3 block, F f) {
+    gridDim = grid;
+    blockDim = block;
+    unsigned n = block.x;
+    for (unsigned bz = 0; bz < grid.z; ++bz)
+        for (unsigned by = 0; by < grid.y; ++by)
+            for (unsigned bx = 0; bx < grid.x; ++bx) {
+                g_block_bar = std::make_unique<std::barrier<>>(n);
+                g_warps.clear();
+                for (unsigned w = 0; w < (n + 31) / 32; ++w) {
+                    auto wp = std::make_unique<Warp>();
+                    wp->bar = std::make_unique<std::barrier<>>(std::min(32u, n - 32 * w));
+                    g_warps.push_back(std::move(wp));
+                }
+                std::vector<std::thread> ts;
+                for (unsigned t = 0; t < n; ++t)
+                    ts.emplace_back([=] {
+                        threadIdx = dim3{t, 0, 0};
+                        blockIdx = dim3{bx, by, bz};
+                        f();
+                    });
+                for (auto& t : ts) t.join();
+            }
+}

@@ -1,0 +1,218 @@
+// Each kernel, run under emu.h, against a plain C++ reference of the CPU backend's arithmetic.
+// Inputs are small so that thousands of host threads stay cheap (a few seconds in all).
+#include "kernels_all.h"
+#include <random>
+#include <cassert>
+
+static std::mt19937 rng(42);
+static float U(float s = 1) { return std::uniform_real_distribution<float>(-s, s)(rng); }
+static bf16 B(float v) { return from_f32<bf16>(v); }
+static float F(bf16 v) { return to_f32(v); }
+static int fails = 0;
+static void report(const char* name, double worst, double tol) {
+    bool ok = worst <= tol;
+    if (!ok) ++fails;
+    printf("%-40s worst %.3e (tol %.1e) %s\n", name, worst, tol, ok ? "ok" : "FAIL");
+}
+static double relerr(float g, float w) { return std::fabs(g - w) / std::max(1e-3f, std::fabs(w)); }
+
+static u64 sm(u64 z) { z += 0x9e3779b97f4a7c15ull; z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull; z = (z ^ (z >> 27)) * 0x94d049bb133111ebull; return z ^ (z >> 31); }
+
+void t_random() {
+    u64 n = 65536 * 2 + 17, seed = 99; float hw = 1.0f * std::sqrt(3.0f);
+    std::vector<bf16> out(n);
+    u64 chunks = (n + 65535) / 65536;
+    launch({(unsigned)((chunks + 63) / 64)}, {64}, [&] { fill_random_bf16(out.data(), n, seed, hw); });
+    double worst = 0;
+    for (u64 c = 0; c < chunks; ++c) {
+        u64 st = sm(seed ^ (c * 0x9e3779b97f4a7c15ull));
+        for (u64 i = c * 65536; i < std::min(n, (c + 1) * 65536); ++i) {
+            st = sm(st);
+            float u = (float)(st >> 40) / (float)(1ull << 24);
+            float v = (2.0f * u - 1.0f) * hw;
+            if (B(v).bits != out[i].bits) worst = 1;
+        }
+    }
+    report("fill_random", worst, 0);
+}
+
+void t_norm(int rows, int h, int threads) {
+    std::vector<float> x(rows * h), r(rows * h);
+    std::vector<bf16> w(h), out(rows * h), out2(rows * h);
+    for (auto& v : x) v = U(2);
+    for (auto& v : r) v = U(4);
+    for (auto& v : w) v = B(1 + U(0.2));
+    launch({(unsigned)rows}, {(unsigned)threads}, [&] { rms_norm_f32(out.data(), x.data(), w.data(), h, 1e-6f); });
+    double worst = 0;
+    for (int i = 0; i < rows; ++i) {
+        float ss = 0; for (int j = 0; j < h; ++j) ss += x[i*h+j]*x[i*h+j];
+        float inv = 1.0f / std::sqrt(ss / h + 1e-6f);
+        for (int j = 0; j < h; ++j) worst = std::max(worst, relerr(F(out[i*h+j]), F(w[j]) * (x[i*h+j]*inv)));
+    }
+    char name[64]; snprintf(name, 64, "rms_norm [%d,%d] thr %d", rows, h, threads);
+    report(name, worst, 5e-3);
+    auto r0 = r;
+    launch({(unsigned)rows}, {(unsigned)threads}, [&] { add_rms_norm_f32_f32(out2.data(), r.data(), x.data(), w.data(), h, 1e-6f); });
+    worst = 0; double wr = 0;
+    for (int i = 0; i < rows; ++i) {
+        float ss = 0; std::vector<float> s(h);
+        for (int j = 0; j < h; ++j) { s[j] = r0[i*h+j] + x[i*h+j]; ss += s[j]*s[j]; wr = std::max(wr, (double)std::fabs(s[j]-r[i*h+j])); }
+        float inv = 1.0f / std::sqrt(ss / h + 1e-6f);
+        for (int j = 0; j < h; ++j) worst = std::max(worst, relerr(F(out2[i*h+j]), F(w[j]) * (s[j]*inv)));
+    }
+    snprintf(name, 64, "add_rms_norm [%d,%d]", rows, h);
+    report(name, worst, 5e-3);
+    report("add_rms_norm residual", wr, 0);
+}
+
+void t_rope(int T, int nh, int nkv, int hd, int rot, float theta, float scale, int maxpos) {
+    int W = (nh + 2*nkv) * hd;
+    std::vector<float> q(T*W), ref;
+    std::vector<bf16> qw(hd), kw(hd);
+    std::vector<u32> pos(T);
+    for (auto& v : q) v = U(2);
+    for (auto& v : qw) v = B(1+U(0.2));
+    for (auto& v : kw) v = B(1+U(0.2));
+    for (auto& p : pos) p = rng() % maxpos;
+    std::vector<float> inv(rot/2);
+    for (int i = 0; i < rot/2; ++i) inv[i] = 1.0f / std::pow(theta, 2.0f*i/rot);
+    ref = q;
+    int half = rot/2;
+    for (int t = 0; t < T; ++t) for (int h = 0; h < nh+nkv; ++h) {
+        float* x = &ref[t*W + h*hd]; const bf16* w = h < nh ? qw.data() : kw.data();
+        float ss = 0; for (int d = 0; d < hd; ++d) ss += x[d]*x[d];
+        float iv = 1.0f/std::sqrt(ss/hd + 1e-6f);
+        std::vector<float> tmp(hd); for (int d = 0; d < hd; ++d) tmp[d] = F(w[d]) * (x[d]*iv);
+        for (int i = 0; i < half; ++i) {
+            float a = inv[i] * (float)pos[t]; float c = std::cos(a)*scale, s = std::sin(a)*scale;
+            x[i] = tmp[i]*c - tmp[i+half]*s; x[i+half] = tmp[i+half]*c + tmp[i]*s;
+        }
+        for (int d = 2*half; d < hd; ++d) x[d] = tmp[d];
+    }
+    launch({(unsigned)T, (unsigned)((nh+nkv+3)/4)}, {128}, [&] {
+        qk_norm_rope_f32(q.data(), pos.data(), qw.data(), kw.data(), inv.data(), nh, nkv, hd, half, scale, 1e-6f); });
+    double worst = 0;
+    for (int i = 0; i < T*W; ++i) worst = std::max(worst, (double)std::fabs(q[i]-ref[i]));
+    char name[96]; snprintf(name, 96, "qk_norm_rope T%d h%d/%d hd%d rot%d", T, nh, nkv, hd, rot);
+    report(name, worst, 1e-4);
+}
+
+// seqs: (start, n)
+void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int bs = 16) {
+    int W = (nh+2*nkv)*hd;
+    std::vector<int> need; int total_blocks = 1;
+    for (auto [s,n] : seqs) { need.push_back((s+n+bs-1)/bs); total_blocks += need.back(); }
+    total_blocks += 2;
+    std::vector<u32> ids; for (int i = 1; i < total_blocks; ++i) ids.push_back(i);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    int maxb = *std::max_element(need.begin(), need.end());
+    std::vector<u32> tables(seqs.size()*maxb, 0), positions, row_seq;
+    int next = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+        for (int j = 0; j < need[s]; ++j) tables[s*maxb+j] = ids[next++];
+        for (int i = 0; i < seqs[s].second; ++i) { positions.push_back(seqs[s].first + i); row_seq.push_back(s); }
+    }
+    int T = positions.size();
+    size_t csz = (size_t)total_blocks*bs*nkv*hd;
+    std::vector<bf16> kc(csz), vc(csz), out(T*nh*hd);
+    for (auto& v : kc) v = B(U(1)); for (auto& v : vc) v = B(U(1));
+    std::vector<float> qkv(T*W); for (auto& v : qkv) v = U(3);
+    float scale = 1.0f/std::sqrt((float)hd);
+    int nper = (hd + 31)/32;
+    auto run = [&] {
+        if (nper == 1) paged_attention_f32_d32(out.data(), qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale);
+        else if (nper == 2) paged_attention_f32_d64(out.data(), qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale);
+        else if (nper <= 4) paged_attention_f32_d128(out.data(), qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale);
+        else paged_attention_f32_d256(out.data(), qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale);
+    };
+    launch({(unsigned)T, (unsigned)nh}, {128}, run);
+    double worst = 0; int group = nh/nkv;
+    for (int r = 0; r < T; ++r) for (int h = 0; h < nh; ++h) {
+        const u32* tab = &tables[row_seq[r]*maxb]; int g = h/group; int len = positions[r]+1;
+        auto at = [&](int p) { return (((size_t)tab[p/bs]*bs + p%bs)*nkv + g)*hd; };
+        std::vector<double> sc(len); double mx = -1e30;
+        for (int p = 0; p < len; ++p) { double d = 0; for (int k = 0; k < hd; ++k) d += qkv[r*W+h*hd+k]*F(kc[at(p)+k]); sc[p] = d*scale; mx = std::max(mx, sc[p]); }
+        double sum = 0; for (auto& s : sc) { s = std::exp(s-mx); sum += s; }
+        for (int k = 0; k < hd; ++k) { double o = 0; for (int p = 0; p < len; ++p) o += sc[p]*F(vc[at(p)+k]); o /= sum;
+            worst = std::max(worst, std::fabs(F(out[r*nh*hd+h*hd+k]) - o) / (1e-2 + std::fabs(o))); }
+    }
+    char name[96]; snprintf(name, 96, "paged_attention h%d/%d hd%d T%d", nh, nkv, hd, T);
+    report(name, worst, 6e-3);
+}
+
+void t_write_kv() {
+    int nh=4,nkv=2,hd=24,T=9,blocks=5,bs=4; int W=(nh+2*nkv)*hd;
+    std::vector<float> qkv(T*W); for (auto& v : qkv) v = U(2);
+    std::vector<u32> slots; for (int i = 0; i < blocks*bs; ++i) slots.push_back(i); std::shuffle(slots.begin(), slots.end(), rng); slots.resize(T);
+    std::vector<bf16> k(blocks*bs*nkv*hd, B(0)), v(k);
+    launch({(unsigned)T}, {64}, [&]{ write_kv_f32(k.data(), v.data(), qkv.data(), slots.data(), nh, nkv, hd); });
+    double worst = 0;
+    for (int t = 0; t < T; ++t) for (int e = 0; e < nkv*hd; ++e) {
+        worst = std::max(worst, (double)(B(qkv[t*W+nh*hd+e]).bits != k[slots[t]*nkv*hd+e].bits));
+        worst = std::max(worst, (double)(B(qkv[t*W+nh*hd+nkv*hd+e]).bits != v[slots[t]*nkv*hd+e].bits));
+    }
+    report("write_kv", worst, 0);
+}
+
+void t_softmax(int R, int V) {
+    std::vector<float> x(R*V); for (auto& v : x) v = U(8);
+    auto x0 = x;
+    launch({(unsigned)R}, {1024}, [&]{ log_softmax_f32(x.data(), V); });
+    double worst = 0;
+    for (int r = 0; r < R; ++r) { float mx = -1e30; for (int i = 0; i < V; ++i) mx = std::max(mx, x0[r*V+i]);
+        double s = 0; for (int i = 0; i < V; ++i) s += std::exp((double)(x0[r*V+i]-mx)); float lz = mx + (float)std::log(s);
+        for (int i = 0; i < V; ++i) worst = std::max(worst, (double)std::fabs(x[r*V+i] - (x0[r*V+i]-lz))); }
+    report("log_softmax", worst, 1e-4);
+    // argmax with ties and NaN
+    x = x0; x[0*V+10] = 50; x[0*V+20] = 50; x[1*V+0] = NAN; x[1*V+5] = 60;
+    std::vector<u32> rows = {1, 0}, out(2);
+    launch({2}, {1024}, [&]{ argmax_f32(out.data(), x.data(), rows.data(), V); });
+    report("argmax tie/NaN", (out[0] == 5 && out[1] == 10) ? 0 : 1, 0);
+    printf("  argmax got %u %u\n", out[0], out[1]);
+}
+
+void t_misc() {
+    int T = 7, I = 50; std::vector<float> gu(T*2*I); for (auto& v : gu) v = U(4);
+    std::vector<bf16> o(T*I);
+    launch({2}, {64}, [&]{ silu_mul_f32(o.data(), gu.data(), T, I); });
+    double worst = 0;
+    for (int r = 0; r < T; ++r) for (int j = 0; j < I; ++j) { float g = gu[r*2*I+j], u = gu[r*2*I+I+j]; worst = std::max(worst, relerr(F(o[r*I+j]), g/(1+std::exp(-g))*u)); }
+    report("silu_mul", worst, 5e-3);
+    int V = 30, H = 40; std::vector<bf16> tab(V*H); for (auto& v : tab) v = B(U(1));
+    std::vector<u32> tok = {29, 0, 5}; std::vector<float> emb(3*H);
+    launch({3}, {32}, [&]{ embedding_bf16(emb.data(), tab.data(), tok.data(), H); });
+    worst = 0; for (int t = 0; t < 3; ++t) for (int j = 0; j < H; ++j) worst = std::max(worst, (double)std::fabs(emb[t*H+j]-F(tab[tok[t]*H+j])));
+    report("embedding", worst, 0);
+    std::vector<bf16> g(3*H); launch({3}, {32}, [&]{ gather_rows_bf16(g.data(), tab.data(), tok.data(), H); });
+    worst = 0; for (int t = 0; t < 3; ++t) for (int j = 0; j < H; ++j) worst = std::max(worst, (double)(g[t*H+j].bits != tab[tok[t]*H+j].bits));
+    report("gather_rows", worst, 0);
+    std::vector<float> f(100); for (auto& v : f) v = U(3); std::vector<bf16> b(100); std::vector<float> f2(100);
+    launch({1}, {32}, [&]{ cast_f32_bf16(b.data(), f.data(), 100); });
+    launch({1}, {32}, [&]{ cast_bf16_f32(f2.data(), b.data(), 100); });
+    worst = 0; for (int i = 0; i < 100; ++i) worst = std::max(worst, (double)std::fabs(f2[i] - F(B(f[i]))));
+    report("casts", worst, 0);
+    std::vector<bf16> c(77); launch({1}, {32}, [&]{ fill_const_bf16(c.data(), 77, 1.0f); });
+    worst = 0; for (auto v : c) worst = std::max(worst, (double)std::fabs(F(v) - 1.0f)); report("fill_const", worst, 0);
+}
+
+int main() {
+    t_random();
+    t_norm(3, 64, 32); t_norm(2, 4096, 512); t_norm(2, 96, 32);
+    t_rope(5, 4, 2, 32, 32, 1e4, 1.0, 512);
+    t_rope(3, 8, 2, 24, 24, 1e4, 1.2, 2048);
+    t_rope(2, 8, 1, 64, 32, 1e4, 1.0, 2048);
+    t_rope(2, 6, 6, 16, 16, 1e4, 1.0, 40000);
+    t_rope(2, 5, 1, 128, 128, 1e6, 1.0, 40000);
+    t_attn(4, 2, 32, {{0, 20}});
+    t_attn(8, 2, 24, {{10, 6}, {40, 1}, {0, 3}});
+    t_attn(4, 1, 64, {{0, 9}, {33, 2}});
+    t_attn(2, 2, 96, {{5, 3}});
+    t_attn(4, 2, 128, {{70, 1}, {3, 1}});
+    t_attn(2, 2, 256, {{4, 2}});
+    t_attn(6, 6, 16, {{0, 5}, {18, 4}}, 4);
+    t_write_kv();
+    t_softmax(2, 3000);
+    t_misc();
+    printf("%d failures\n", fails);
+    return fails != 0;
+}
