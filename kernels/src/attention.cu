@@ -17,11 +17,16 @@
 // through shared memory with the usual rescaling by exp(m_w - max m) and written as bf16. Block
 // tables were checked on the host: every entry a row can reach names a block of the cache.
 //
-// This is the plain, correct version: one block per (row, head) re-reads the shared kv head for
-// each q head of its group (L2 absorbs most of it) and decode parallelism is rows × heads blocks.
-// Split-K over the context (flash-decoding) is the next step for long contexts.
+// Split-K (flash-decoding) for few rows over long contexts, where rows × heads blocks would
+// leave most of the GPU idle: paged_attention_split runs the same loop over one slice of
+// keys_per_split keys per block (grid.z = split) and stores its unnormalised state (m, l, acc) in
+// f32; attention_merge then combines a row's splits with the same rescaling and writes bf16.
 //
-// Symbols: write_kv_<qkv dtype>, paged_attention_<qkv dtype>_d<32·NPER>.
+// One block per (row, head) still re-reads the shared kv head for each q head of its group (L2
+// absorbs most of it); a block per kv head serving its whole group is the next step.
+//
+// Symbols: write_kv_<qkv dtype>, paged_attention[_split]_<qkv dtype>_d<32·NPER>,
+// attention_merge.
 
 #define ATTN_WARPS 4
 
@@ -50,11 +55,16 @@ __device__ void write_kv_impl(bf16* k_cache, bf16* v_cache, const T* qkv, const 
 WRITE_KV(f32, float)
 WRITE_KV(bf16, bf16)
 
-template <typename T, int NPER>
-__device__ void paged_attention_impl(bf16* out, const T* qkv, const bf16* k_cache,
-                                     const bf16* v_cache, const u32* positions, const u32* row_seq,
-                                     const u32* block_tables, int max_blocks, int block_size,
-                                     int num_heads, int num_kv_heads, int head_dim, float scale) {
+// One block's share of attention for (row = blockIdx.x, head = blockIdx.y): keys [begin, end) of
+// the row's causal range. PARTIAL = false: all keys, the normalised output written as bf16.
+// PARTIAL = true (split-K, split = blockIdx.z): the block's unnormalised state (m, l, acc[hd])
+// goes to `partial` for attention_merge; a split past the row's last key writes an empty state.
+template <typename T, int NPER, bool PARTIAL>
+__device__ void attention_impl(bf16* out, float* partial, const T* qkv, const bf16* k_cache,
+                               const bf16* v_cache, const u32* positions, const u32* row_seq,
+                               const u32* block_tables, int max_blocks, int block_size,
+                               int num_heads, int num_kv_heads, int head_dim, float scale,
+                               int keys_per_split) {
     __shared__ float part_m[ATTN_WARPS], part_l[ATTN_WARPS];
     __shared__ float part_acc[ATTN_WARPS][NPER * 32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -65,6 +75,8 @@ __device__ void paged_attention_impl(bf16* out, const T* qkv, const bf16* k_cach
     const T* q = qkv + row * width + (u64)head * head_dim;
     const u32* table = block_tables + (u64)row_seq[row] * max_blocks;
     const int len = (int)positions[row] + 1;
+    const int begin = PARTIAL ? (int)blockIdx.z * keys_per_split : 0;
+    const int end = PARTIAL ? min(len, begin + keys_per_split) : len;
 
     float qr[NPER], acc[NPER];
 #pragma unroll
@@ -74,7 +86,7 @@ __device__ void paged_attention_impl(bf16* out, const T* qkv, const bf16* k_cach
         acc[i] = 0.f;
     }
     float m = NEG_INF, l = 0.f;
-    for (int p = warp; p < len; p += ATTN_WARPS) {
+    for (int p = begin + warp; p < end; p += ATTN_WARPS) {
         const u64 base =
             (((u64)table[p / block_size] * block_size + p % block_size) * num_kv_heads + kv_head) *
             head_dim;
@@ -106,8 +118,8 @@ __device__ void paged_attention_impl(bf16* out, const T* qkv, const bf16* k_cach
     for (int i = 0; i < NPER; ++i) part_acc[warp][lane + 32 * i] = acc[i];
     __syncthreads();
 
-    // Merge: warp 0 has key 0, so the overall max is finite; a warp with no keys has l = acc = 0
-    // and m = -inf, which scales to 0.
+    // Merge the warps. A warp with no keys has m = -inf, l = acc = 0 and weighs 0; when no warp
+    // had a key (an empty split) every weight is 0 rather than exp(-inf - -inf) = NaN.
     float m_all = part_m[0];
 #pragma unroll
     for (int w = 1; w < ATTN_WARPS; ++w) m_all = fmaxf(m_all, part_m[w]);
@@ -115,27 +127,55 @@ __device__ void paged_attention_impl(bf16* out, const T* qkv, const bf16* k_cach
     float l_all = 0.f;
 #pragma unroll
     for (int w = 0; w < ATTN_WARPS; ++w) {
-        scale_w[w] = expf(part_m[w] - m_all);
+        scale_w[w] = m_all == NEG_INF ? 0.f : expf(part_m[w] - m_all);
         l_all += part_l[w] * scale_w[w];
     }
-    const float inv_l = 1.0f / l_all;
-    bf16* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float sum = 0.f;
+    if (PARTIAL) {
+        const int splits = gridDim.z;
+        float* st = partial + ((row * num_heads + head) * splits + blockIdx.z) * (u64)(head_dim + 2);
+        if (threadIdx.x == 0) {
+            st[0] = m_all;
+            st[1] = l_all;
+        }
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+            float sum = 0.f;
 #pragma unroll
-        for (int w = 0; w < ATTN_WARPS; ++w) sum += part_acc[w][d] * scale_w[w];
-        o[d] = from_f32<bf16>(sum * inv_l);
+            for (int w = 0; w < ATTN_WARPS; ++w) sum += part_acc[w][d] * scale_w[w];
+            st[2 + d] = sum;
+        }
+    } else {
+        // Warp 0 holds key 0, so l_all > 0.
+        const float inv_l = 1.0f / l_all;
+        bf16* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
+        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+            float sum = 0.f;
+#pragma unroll
+            for (int w = 0; w < ATTN_WARPS; ++w) sum += part_acc[w][d] * scale_w[w];
+            o[d] = from_f32<bf16>(sum * inv_l);
+        }
     }
 }
 
+// Both entry points take the same arguments (the plain kernel ignores partial and
+// keys_per_split, the split kernel ignores out), so one launcher serves both.
 #define PAGED_ATTENTION(SUFFIX, T, NPER)                                                           \
     extern "C" __global__ void paged_attention_##SUFFIX(                                           \
-        bf16* out, const T* qkv, const bf16* k_cache, const bf16* v_cache, const u32* positions,   \
-        const u32* row_seq, const u32* block_tables, int max_blocks, int block_size,               \
-        int num_heads, int num_kv_heads, int head_dim, float scale) {                              \
-        paged_attention_impl<T, NPER>(out, qkv, k_cache, v_cache, positions, row_seq,              \
+        bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
+        const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
+        int keys_per_split) {                                                                      \
+        attention_impl<T, NPER, false>(out, partial, qkv, k_cache, v_cache, positions, row_seq,    \
+                                       block_tables, max_blocks, block_size, num_heads,            \
+                                       num_kv_heads, head_dim, scale, keys_per_split);             \
+    }                                                                                              \
+    extern "C" __global__ void paged_attention_split_##SUFFIX(                                     \
+        bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
+        const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
+        int keys_per_split) {                                                                      \
+        attention_impl<T, NPER, true>(out, partial, qkv, k_cache, v_cache, positions, row_seq,     \
                                       block_tables, max_blocks, block_size, num_heads,             \
-                                      num_kv_heads, head_dim, scale);                              \
+                                      num_kv_heads, head_dim, scale, keys_per_split);              \
     }
 
 PAGED_ATTENTION(f32_d32, float, 1)
@@ -146,3 +186,30 @@ PAGED_ATTENTION(bf16_d32, bf16, 1)
 PAGED_ATTENTION(bf16_d64, bf16, 2)
 PAGED_ATTENTION(bf16_d128, bf16, 4)
 PAGED_ATTENTION(bf16_d256, bf16, 8)
+
+// Split-K epilogue: one block per (row, head) combines the `splits` partial states of
+// paged_attention_split (out = Σ acc_s·e^(m_s - M) / Σ l_s·e^(m_s - M), M = max m_s) and writes
+// bf16. Split 0 always holds key 0, so M is finite and the sum positive.
+extern "C" __global__ void attention_merge(bf16* out, const float* partial, int num_heads,
+                                           int head_dim, int splits) {
+    const u64 row = blockIdx.x;
+    const int head = blockIdx.y;
+    const float* st = partial + (row * num_heads + head) * (u64)splits * (head_dim + 2);
+    float m_all = NEG_INF;
+    for (int s = 0; s < splits; ++s) m_all = fmaxf(m_all, st[s * (head_dim + 2)]);
+    float l_all = 0.f;
+    for (int s = 0; s < splits; ++s) {
+        const float* p = st + s * (head_dim + 2);
+        l_all += p[0] == NEG_INF ? 0.f : p[1] * expf(p[0] - m_all);
+    }
+    const float inv_l = 1.0f / l_all;
+    bf16* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float sum = 0.f;
+        for (int s = 0; s < splits; ++s) {
+            const float* p = st + s * (head_dim + 2);
+            if (p[0] != NEG_INF) sum += p[2 + d] * expf(p[0] - m_all);
+        }
+        o[d] = from_f32<bf16>(sum * inv_l);
+    }
+}

@@ -476,11 +476,17 @@ impl Ops<'_> {
         for c in cases {
             let (nh, nkv, hd) = c.heads;
             let total: usize = c.seqs.iter().map(|s| s.0 + s.1).max().unwrap_or(0);
+            let rows: usize = c.seqs.iter().map(|s| s.1).sum();
+            let splits = self.cuda.attention_splits(rows, nh, total);
             let case = format!(
-                "{} h={nh}/{nkv} hd={hd} qkv {} ({} seqs, ctx<={total})",
+                "{} h={nh}/{nkv} hd={hd} qkv {}{}",
                 c.name,
                 dt(c.qkv),
-                c.seqs.len()
+                if splits > 1 {
+                    format!(" split-K {splits}")
+                } else {
+                    String::new()
+                }
             );
             self.run("paged_attention", &case, |s| {
                 s.attention_case(&case, nh, nkv, hd, &c.seqs, c.qkv)
@@ -651,7 +657,7 @@ impl Ops<'_> {
             s.iter().map(|x| x.token_id).collect::<Vec<_>>()
         };
         self.report.line(format!(
-            "{:<16} {:<46} tokens {:?} (cpu {:?}) {}",
+            "{:<16} {:<60} tokens {:?} (cpu {:?}) {}",
             "sample",
             "greedy/argmax, logprobs, top-p, penalty, top-k",
             ids(&got),

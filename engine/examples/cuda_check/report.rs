@@ -178,7 +178,7 @@ impl Report {
     pub fn case(&mut self, op: &str, case: &str, tol: Tol, c: &Comparison) -> bool {
         let pass = c.worst <= 1.0;
         println!(
-            "{op:<16} {case:<46} {:>9.2e} {:>9.2e} {:>8.3} {:<24} {}",
+            "{op:<16} {case:<60} {:>9.2e} {:>9.2e} {:>8.3} {:<24} {}",
             c.max_abs,
             c.max_rel,
             c.worst,
@@ -199,7 +199,7 @@ impl Report {
 
     pub fn case_header(&self) {
         println!(
-            "{:<16} {:<46} {:>9} {:>9} {:>8} {:<24} result",
+            "{:<16} {:<60} {:>9} {:>9} {:>8} {:<24} result",
             "op", "case", "max_abs", "max_rel", "worst", "tolerance"
         );
     }

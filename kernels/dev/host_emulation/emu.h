@@ -16,6 +16,9 @@
 #include <thread>
 #include <vector>
 
+using std::max;
+using std::min;
+
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
 inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;

@@ -98,7 +98,7 @@ void t_rope(int T, int nh, int nkv, int hd, int rot, float theta, float scale, i
 }
 
 // seqs: (start, n)
-void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int bs = 16) {
+void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int bs = 16, int kps = 0) {
     int W = (nh+2*nkv)*hd;
     std::vector<int> need; int total_blocks = 1;
     for (auto [s,n] : seqs) { need.push_back((s+n+bs-1)/bs); total_blocks += need.back(); }
@@ -120,12 +120,26 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
     float scale = 1.0f/std::sqrt((float)hd);
     int nper = (hd + 31)/32;
     auto run = [&] {
-        if (nper == 1) paged_attention_f32_d32(out.data(), qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale);
-        else if (nper == 2) paged_attention_f32_d64(out.data(), qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale);
-        else if (nper <= 4) paged_attention_f32_d128(out.data(), qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale);
-        else paged_attention_f32_d256(out.data(), qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale);
+        if (nper == 1) paged_attention_f32_d32(out.data(), nullptr, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, 0);
+        else if (nper == 2) paged_attention_f32_d64(out.data(), nullptr, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, 0);
+        else if (nper <= 4) paged_attention_f32_d128(out.data(), nullptr, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, 0);
+        else paged_attention_f32_d256(out.data(), nullptr, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, 0);
     };
-    launch({(unsigned)T, (unsigned)nh}, {128}, run);
+    auto run_split = [&](float* partial) {
+        if (nper == 1) paged_attention_split_f32_d32(nullptr, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, kps);
+        else if (nper == 2) paged_attention_split_f32_d64(nullptr, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, kps);
+        else if (nper <= 4) paged_attention_split_f32_d128(nullptr, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, kps);
+        else paged_attention_split_f32_d256(nullptr, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, kps);
+    };
+    if (kps == 0) {
+        launch({(unsigned)T, (unsigned)nh}, {128}, run);
+    } else {
+        int max_len = 0; for (auto p : positions) max_len = std::max(max_len, (int)p + 1);
+        int splits = (max_len + kps - 1) / kps;
+        std::vector<float> partial((size_t)T * nh * splits * (hd + 2), NAN);
+        launch({(unsigned)T, (unsigned)nh, (unsigned)splits}, {128}, [&] { run_split(partial.data()); });
+        launch({(unsigned)T, (unsigned)nh}, {128}, [&] { attention_merge(out.data(), partial.data(), nh, hd, splits); });
+    }
     double worst = 0; int group = nh/nkv;
     for (int r = 0; r < T; ++r) for (int h = 0; h < nh; ++h) {
         const u32* tab = &tables[row_seq[r]*maxb]; int g = h/group; int len = positions[r]+1;
@@ -136,7 +150,7 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
         for (int k = 0; k < hd; ++k) { double o = 0; for (int p = 0; p < len; ++p) o += sc[p]*F(vc[at(p)+k]); o /= sum;
             worst = std::max(worst, std::fabs(F(out[r*nh*hd+h*hd+k]) - o) / (1e-2 + std::fabs(o))); }
     }
-    char name[96]; snprintf(name, 96, "paged_attention h%d/%d hd%d T%d", nh, nkv, hd, T);
+    char name[96]; snprintf(name, 96, "paged_attention h%d/%d hd%d T%d split %d", nh, nkv, hd, T, kps);
     report(name, worst, 6e-3);
 }
 
@@ -210,6 +224,9 @@ int main() {
     t_attn(4, 2, 128, {{70, 1}, {3, 1}});
     t_attn(2, 2, 256, {{4, 2}});
     t_attn(6, 6, 16, {{0, 5}, {18, 4}}, 4);
+    t_attn(4, 2, 128, {{300, 1}, {3, 1}, {150, 1}}, 16, 64);
+    t_attn(8, 2, 24, {{10, 6}, {40, 1}, {0, 3}}, 16, 7);
+    t_attn(2, 1, 64, {{129, 1}}, 16, 128);
     t_write_kv();
     t_softmax(2, 3000);
     t_misc();

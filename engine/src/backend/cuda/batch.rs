@@ -21,6 +21,8 @@ pub struct CudaBatch {
     pub(super) max_slot: Option<u32>,
     pub(super) max_block_id: Option<u32>,
     pub(super) max_logits_row: Option<u32>,
+    /// The longest causal range of any row (its position + 1): how far attention reads.
+    pub(super) max_len: usize,
     /// Why attention cannot run on this batch (a row whose position the block table does not
     /// reach), found once here rather than in every layer.
     pub(super) table_error: Option<String>,
@@ -119,6 +121,12 @@ impl CudaBatch {
             max_slot: b.slot_mapping.iter().copied().max(),
             max_block_id: b.block_tables.iter().copied().max(),
             max_logits_row: b.logits_rows.iter().copied().max(),
+            max_len: b
+                .positions
+                .iter()
+                .map(|&p| p as usize + 1)
+                .max()
+                .unwrap_or(0),
             table_error,
             logits_rows: b.logits_rows.clone(),
         })

@@ -54,6 +54,7 @@ pub struct DeviceInfo {
     pub name: String,
     pub compute_capability: (i32, i32),
     pub total_memory: usize,
+    pub multiprocessors: usize,
     /// NVRTC's target: `sm_90a` or `compute_XY`.
     pub arch: String,
     pub nvrtc_version: (i32, i32),
@@ -143,6 +144,12 @@ impl CudaBackend {
             name: ctx.name().map_err(dev_err("device name"))?,
             compute_capability: target.compute_capability,
             total_memory: ctx.total_mem().map_err(dev_err("device memory"))?,
+            multiprocessors: ctx
+                .attribute(
+                    cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                )
+                .map_err(dev_err("multiprocessor count"))?
+                .max(1) as usize,
             arch: target.arch,
             nvrtc_version: target.nvrtc_version,
             driver_version: target.driver_version,
