@@ -7,7 +7,11 @@
 pub mod backend;
 pub mod engine_core;
 pub mod loader;
+pub mod metrics;
 pub mod models;
 pub mod sampling_params;
 pub mod scheduler;
 pub mod score;
+pub mod server;
+/// TEMPORARY: stand-ins for modules other branches are writing; see `standin/mod.rs`.
+mod standin;
