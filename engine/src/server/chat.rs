@@ -128,6 +128,18 @@ fn refuse_unsupported(req: &ChatCompletionRequest) -> Result<(), ApiError> {
             });
         }
     }
+    if req
+        .top_logprobs
+        .is_some_and(|k| k > super::params::MAX_TOP_LOGPROBS)
+    {
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            format!(
+                "`top_logprobs` must be between 0 and {}",
+                super::params::MAX_TOP_LOGPROBS
+            ),
+        ));
+    }
     if req.top_logprobs.is_some_and(|k| k > 0) && req.logprobs != Some(true) {
         return Err(ApiError::invalid(
             "top_logprobs",

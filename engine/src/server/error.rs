@@ -159,7 +159,7 @@ impl From<AddRequestError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if status.is_server_error() && !matches!(self, Self::Loading | Self::ShuttingDown) {
+        if matches!(self, Self::Internal(_)) {
             tracing::error!("{self}");
         }
         let mut resp = (status, axum::Json(self.body())).into_response();

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use rand::{Rng, SeedableRng};
 
 use crate::backend::{Backend, BatchInputs, CpuBackend, SeqChunk};
 use crate::engine_core::{
@@ -349,16 +348,23 @@ fn sample(row: &[f32], s: &SamplingParams, index: u64) -> u32 {
         }
     }
     cand.truncate(keep);
-    probs.truncate(keep);
-    let total: f32 = probs.iter().sum();
-    let mut rng =
-        rand::rngs::StdRng::seed_from_u64(s.seed ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let mut u: f32 = rng.random::<f32>() * total;
-    for (c, p) in cand.iter().zip(&probs) {
-        if u < *p {
-            return c.0;
+    // Gumbel-max with noise keyed by (seed, index, token id): a sample that tiny numeric
+    // differences between batch shapes do not move (unlike a CDF walk over sorted tokens).
+    let mut best = (f32::NEG_INFINITY, 0u32);
+    for &(t, scaled) in &cand {
+        let u = (splitmix(s.seed ^ splitmix(index ^ (u64::from(t) << 32))) >> 11) as f64
+            / (1u64 << 53) as f64;
+        let g = -(-(u.max(f64::MIN_POSITIVE)).ln()).ln() as f32;
+        if scaled + g > best.0 {
+            best = (scaled + g, t);
         }
-        u -= p;
     }
-    cand.last().map_or(0, |c| c.0)
+    best.1
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
