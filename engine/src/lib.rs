@@ -5,6 +5,8 @@
 //! hold one family a file, `backend/` one op per method.
 
 pub mod backend;
+pub mod chat_template;
+pub mod detokenizer;
 pub mod engine_core;
 pub mod kv_cache;
 pub mod loader;
@@ -14,3 +16,4 @@ pub mod runner;
 pub mod sampling_params;
 pub mod scheduler;
 pub mod score;
+pub mod tokenizer;
