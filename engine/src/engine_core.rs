@@ -25,26 +25,11 @@ pub struct EngineRequest {
     pub arrival: Instant,
 }
 
-/// Why a request stopped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FinishReason {
-    /// An end-of-sequence or `stop_token_ids` token was sampled (it is the last new token).
-    StopToken(u32),
-    /// `max_tokens` generated, or the context is full.
-    Length,
-    /// Aborted by the engine (shutdown, request timeout).
-    Abort,
-}
+pub use crate::scheduler::{FinishReason, FinishedRequest};
+pub use start::KvCachePlan;
 
-/// Final accounting of a request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Finished {
-    pub reason: FinishReason,
-    pub num_prompt_tokens: usize,
-    pub num_generated_tokens: usize,
-    /// Prompt tokens served from the prefix cache.
-    pub num_cached_tokens: usize,
-}
+mod start;
+mod step_loop;
 
 /// What one engine step produced for one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,7 +42,7 @@ pub struct StepOutput {
     /// prompt token after the first (the first has no prediction).
     pub prompt_logprobs: Option<Vec<TokenLogprobs>>,
     /// Set on the request's last output.
-    pub finished: Option<Finished>,
+    pub finished: Option<FinishedRequest>,
 }
 
 /// Refusals at admission; the server maps each to a status code.
@@ -188,12 +173,20 @@ pub(crate) struct Shared {
     pub(crate) commands: Mutex<std::sync::mpsc::Sender<Command>>,
     pub(crate) next_id: AtomicU64,
     pub(crate) info: ModelInfo,
-    pub(crate) stats: Mutex<EngineStats>,
-    /// Requests submitted but not yet scheduled, for admission control.
-    pub(crate) waiting: AtomicUsize,
+    pub(crate) live: Arc<Live>,
     pub(crate) max_queued: usize,
-    /// Tokens the KV cache holds in all.
+    /// Largest prompt + max_tokens the KV cache can ever hold for one sequence.
     pub(crate) kv_capacity_tokens: usize,
+}
+
+/// Counters the engine thread publishes and the handles read.
+#[derive(Debug, Default)]
+pub(crate) struct Live {
+    pub(crate) stats: Mutex<EngineStats>,
+    /// Adds sent but not yet received by the engine thread.
+    pub(crate) pending_adds: AtomicUsize,
+    /// The scheduler's waiting queue after the last step.
+    pub(crate) waiting: AtomicUsize,
     pub(crate) draining: AtomicBool,
     pub(crate) stopped: AtomicBool,
 }
@@ -211,6 +204,7 @@ impl EngineHandle {
 
     pub fn stats(&self) -> EngineStats {
         self.shared
+            .live
             .stats
             .lock()
             .map(|s| s.clone())
@@ -219,20 +213,23 @@ impl EngineHandle {
 
     /// True once the model is loaded and until draining starts.
     pub fn is_ready(&self) -> bool {
-        !self.shared.draining.load(Ordering::SeqCst) && !self.shared.stopped.load(Ordering::SeqCst)
+        let live = &self.shared.live;
+        !live.draining.load(Ordering::SeqCst) && !live.stopped.load(Ordering::SeqCst)
     }
 
     /// True when draining and nothing is left running or waiting.
     pub fn is_idle(&self) -> bool {
         let s = self.stats();
-        s.num_running == 0 && s.num_waiting == 0 && self.shared.waiting.load(Ordering::SeqCst) == 0
+        s.num_running == 0
+            && s.num_waiting == 0
+            && self.shared.live.pending_adds.load(Ordering::SeqCst) == 0
     }
 
     /// Submit a request. The prompt must be non-empty and its ids inside the vocabulary (the
     /// server validates that); this checks capacity and the context limit.
     pub fn add_request(&self, request: EngineRequest) -> Result<RequestStream, AddRequestError> {
         let sh = &self.shared;
-        if sh.draining.load(Ordering::SeqCst) || sh.stopped.load(Ordering::SeqCst) {
+        if !self.is_ready() {
             return Err(AddRequestError::ShuttingDown);
         }
         let needed = request.prompt_token_ids.len() + request.sampling.max_tokens;
@@ -240,7 +237,8 @@ impl EngineHandle {
         if needed > limit {
             return Err(AddRequestError::TooLong { needed, limit });
         }
-        let queued = sh.waiting.load(Ordering::SeqCst);
+        let queued =
+            sh.live.waiting.load(Ordering::SeqCst) + sh.live.pending_adds.load(Ordering::SeqCst);
         if queued >= sh.max_queued {
             return Err(AddRequestError::QueueFull { queued });
         }
@@ -251,7 +249,7 @@ impl EngineHandle {
             .lock()
             .map_err(|_| AddRequestError::ShuttingDown)?
             .clone();
-        sh.waiting.fetch_add(1, Ordering::SeqCst);
+        sh.live.pending_adds.fetch_add(1, Ordering::SeqCst);
         if commands
             .send(Command::Add {
                 id,
@@ -260,7 +258,7 @@ impl EngineHandle {
             })
             .is_err()
         {
-            sh.waiting.fetch_sub(1, Ordering::SeqCst);
+            sh.live.pending_adds.fetch_sub(1, Ordering::SeqCst);
             return Err(AddRequestError::ShuttingDown);
         }
         Ok(RequestStream {
@@ -273,13 +271,13 @@ impl EngineHandle {
 
     /// Stop admitting new requests; running and waiting ones finish. `/ready` turns 503.
     pub fn drain(&self) {
-        self.shared.draining.store(true, Ordering::SeqCst);
+        self.shared.live.draining.store(true, Ordering::SeqCst);
         self.send(Command::Drain);
     }
 
     /// Abort everything and stop the engine thread.
     pub fn shutdown(&self) {
-        self.shared.draining.store(true, Ordering::SeqCst);
+        self.shared.live.draining.store(true, Ordering::SeqCst);
         self.send(Command::Shutdown);
     }
 

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+pub use crate::backend::sampling::top_k_of;
 use crate::backend::{Backend, BatchInputs, Result, SeqChunk};
 use crate::models::Model;
 
@@ -64,31 +65,4 @@ pub fn score<B: Backend, M: Model<B>>(
         }
     }
     Ok(out)
-}
-
-/// The `k` largest entries of `row`, best first, ties broken by lower id.
-pub fn top_k_of(row: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut best: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
-    for (i, &v) in row.iter().enumerate() {
-        if best.len() == k && best.last().is_none_or(|&(_, w)| v <= w) {
-            continue;
-        }
-        let at = best.partition_point(|&(_, w)| w >= v);
-        best.insert(at, (i as u32, v));
-        best.truncate(k);
-    }
-    best
-}
-
-#[cfg(test)]
-mod tests {
-    use super::top_k_of;
-
-    #[test]
-    fn top_k_is_sorted_and_stable() {
-        let row = [0.1, 0.5, -1.0, 0.5, 0.3];
-        assert_eq!(top_k_of(&row, 3), vec![(1, 0.5), (3, 0.5), (4, 0.3)]);
-        assert_eq!(top_k_of(&row, 0), vec![]);
-        assert_eq!(top_k_of(&row, 9).len(), 5);
-    }
 }

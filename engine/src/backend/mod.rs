@@ -2,6 +2,7 @@
 //! every device. `cpu/` is the reference; the CUDA backend mirrors it op for op.
 
 pub mod cpu;
+pub mod sampling;
 
 use crate::loader::HostTensor;
 
@@ -199,4 +200,11 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<()>;
     /// Row-wise `log_softmax`, in place.
     fn log_softmax(&self, x: &mut Self::Tensor) -> Result<()>;
+    /// One token for each of `rows` (each names its row of `logits` `[R, vocab]`), with
+    /// logprobs where asked.
+    fn sample(
+        &self,
+        logits: &Self::Tensor,
+        rows: &[sampling::SampleRow<'_>],
+    ) -> Result<Vec<sampling::Sampled>>;
 }

@@ -180,3 +180,75 @@ fn map_file(path: &Path) -> Result<Mmap, LoadError> {
     // (docs/architecture.md names this, the one unsafe block outside the CUDA code).
     unsafe { Mmap::map(&file) }.map_err(io)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::{bf16, f16};
+    use safetensors::tensor::TensorView;
+
+    #[test]
+    fn reads_f32_f16_bf16_and_rejects_other_dtypes() {
+        let vals = [1.5f32, -2.0, 0.25, 3.0];
+        let f32b: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let f16b: Vec<u8> = vals
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+            .collect();
+        let bf16b: Vec<u8> = vals
+            .iter()
+            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+            .collect();
+        let i32b: Vec<u8> = [1i32, 2, 3, 4]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let views = vec![
+            (
+                "a.f32",
+                TensorView::new(Dtype::F32, vec![2, 2], &f32b).expect("view"),
+            ),
+            (
+                "b.f16",
+                TensorView::new(Dtype::F16, vec![2, 2], &f16b).expect("view"),
+            ),
+            (
+                "c.bf16",
+                TensorView::new(Dtype::BF16, vec![4], &bf16b).expect("view"),
+            ),
+            (
+                "d.i32",
+                TensorView::new(Dtype::I32, vec![4], &i32b).expect("view"),
+            ),
+        ];
+        let dir = std::env::temp_dir().join(format!("metrale-st-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        safetensors::serialize_to_file(views, None, &dir.join("model.safetensors")).expect("write");
+        let w = SafetensorsWeights::open(&dir).expect("open");
+        assert_eq!(w.get("a.f32", &[2, 2]).expect("f32").to_f32(), vals);
+        assert_eq!(w.get("b.f16", &[2, 2]).expect("f16").to_f32(), vals);
+        assert_eq!(w.get("c.bf16", &[4]).expect("bf16").to_f32(), vals);
+        let e = w.get("d.i32", &[4]).err().expect("i32 refused").to_string();
+        assert!(e.contains("d.i32") && e.contains("I32"), "{e}");
+        let e = w.get("a.f32", &[4]).err().expect("shape").to_string();
+        assert!(e.contains("[2, 2]") && e.contains("[4]"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn an_index_naming_a_missing_shard_is_an_error_that_names_it() {
+        let dir = std::env::temp_dir().join(format!("metrale-idx-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(
+            dir.join("model.safetensors.index.json"),
+            r#"{"weight_map": {"x": "model-00001-of-00002.safetensors"}}"#,
+        )
+        .expect("write");
+        let e = SafetensorsWeights::open(&dir)
+            .err()
+            .expect("missing shard")
+            .to_string();
+        assert!(e.contains("model-00001-of-00002.safetensors"), "{e}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}

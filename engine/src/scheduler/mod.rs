@@ -1,3 +1,29 @@
 //! FIFO continuous-batching scheduler with chunked prefill and preemption by recompute.
+//!
+//! There is no prefill or decode mode: each request has `num_computed_tokens` catching up to
+//! its `num_tokens` (prompt + generated), and each step hands out a token budget, running
+//! requests first. The engine core drives it:
+//!
+//! ```text
+//! add_request / abort_request / finish_request   (between steps)
+//! let out = scheduler.schedule();
+//! let res = runner.execute(&out);
+//! let events = scheduler.update_from_output(&out, &res);
+//! drop(out);   // before the next schedule(), so token vectors are appended in place
+//! ```
 
+mod config;
+mod core;
 pub mod io;
+mod output;
+
+pub use config::{AddRequestError, SchedulerConfig, SchedulerConfigError};
+pub use core::Scheduler;
+pub use output::{EngineEvent, FinishReason, FinishedRequest, SchedulerStats};
+
+#[cfg(test)]
+mod sim_tests;
+#[cfg(test)]
+mod stop_tests;
+#[cfg(test)]
+mod tests;

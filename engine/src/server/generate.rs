@@ -193,6 +193,7 @@ pub fn launch(
                 generation.stop.clone(),
                 want_logprobs,
                 info.eos_token_ids.clone(),
+                generation.prompt_only(),
             ),
             timer: RequestTimer::new(state.metrics.clone(), arrival, prompt_len),
             deadline,

@@ -75,6 +75,9 @@ pub struct ChoiceOutput {
     /// End-of-sequence ids: ending on one gives no `stop_reason` (vLLM reports it only for
     /// `stop_token_ids`).
     eos_token_ids: Vec<u32>,
+    /// Score the prompt only (`max_tokens: 0`): the engine generates one token, which is
+    /// neither shown nor counted.
+    prompt_only: bool,
     /// Output tokens that count in `usage`.
     pub num_tokens: usize,
     /// Prompt tokens served from the prefix cache, once the engine reports it.
@@ -89,6 +92,7 @@ impl ChoiceOutput {
         stop: Vec<String>,
         want_logprobs: bool,
         eos_token_ids: Vec<u32>,
+        prompt_only: bool,
     ) -> Self {
         let stop_strings: Vec<String> = stop.into_iter().filter(|s| !s.is_empty()).collect();
         Self {
@@ -100,6 +104,7 @@ impl ChoiceOutput {
             emitted: 0,
             want_logprobs,
             eos_token_ids,
+            prompt_only,
             num_tokens: 0,
             num_cached_tokens: 0,
             finished: false,
@@ -115,14 +120,24 @@ impl ChoiceOutput {
         if self.finished {
             return Ok(d);
         }
+        if self.prompt_only {
+            if let Some(f) = &out.finished {
+                if f.reason == FinishReason::Abort {
+                    return Err(OutputError::Aborted);
+                }
+                self.finished = true;
+                d.finish = Some((ApiFinish::Length, None));
+            }
+            return Ok(d);
+        }
         let n = out.new_token_ids.len();
         let stop_token = match &out.finished {
             Some(f) => {
-                self.num_cached_tokens = f.num_cached_tokens;
+                self.num_cached_tokens = f.num_cached_prompt_tokens;
                 match f.reason {
                     FinishReason::Abort => return Err(OutputError::Aborted),
-                    FinishReason::StopToken(t) => Some(t),
-                    FinishReason::Length => None,
+                    FinishReason::Stop { token } => Some(token),
+                    FinishReason::Length | FinishReason::StopString(_) => None,
                 }
             }
             None => None,
@@ -156,12 +171,13 @@ impl ChoiceOutput {
                 d.text.push_str(&rest);
             }
             self.finished = true;
-            d.finish = Some(match f.reason {
-                FinishReason::StopToken(t) if !self.eos_token_ids.contains(&t) => {
-                    (ApiFinish::Stop, Some(StopReason::Token(t)))
+            d.finish = Some(match &f.reason {
+                FinishReason::Stop { token } if !self.eos_token_ids.contains(token) => {
+                    (ApiFinish::Stop, Some(StopReason::Token(*token)))
                 }
-                FinishReason::StopToken(_) => (ApiFinish::Stop, None),
-                _ => (ApiFinish::Length, None),
+                FinishReason::Stop { .. } => (ApiFinish::Stop, None),
+                FinishReason::StopString(s) => (ApiFinish::Stop, Some(StopReason::Text(s.clone()))),
+                FinishReason::Length | FinishReason::Abort => (ApiFinish::Length, None),
             });
         }
         Ok(d)

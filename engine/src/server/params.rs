@@ -187,6 +187,11 @@ impl Generation {
         })
     }
 
+    /// `max_tokens: 0`: score the prompt, generate nothing (completions with `echo`).
+    pub fn prompt_only(&self) -> bool {
+        self.max_tokens == Some(0)
+    }
+
     /// Sampling for choice `i` of a prompt of `prompt_len` tokens: `max_tokens` checked
     /// against the context (absent: up to the context limit) and the seed offset by `i`.
     /// `prompt_param` names the field that holds the prompt (`messages` or `prompt`).
@@ -230,7 +235,9 @@ impl Generation {
             None => limit - prompt_len,
         };
         let mut s = self.sampling.clone();
-        s.max_tokens = max_tokens;
+        // The engine always generates; a prompt-only request asks for one token and the
+        // output side drops it.
+        s.max_tokens = max_tokens.max(1);
         s.seed = s.seed.wrapping_add(i as u64);
         Ok(s)
     }

@@ -71,9 +71,9 @@ pub(super) async fn serve_until_drained(
 
     let engine_config = config.engine.clone();
     let load = tokio::task::spawn_blocking(move || deps::start_engine(engine_config));
-    let engine = tokio::select! {
+    let (engine, plan) = tokio::select! {
         r = load => match r.context("loading the model panicked")? {
-            Ok(engine) => engine,
+            Ok(started) => started,
             Err(e) => {
                 let _ = stop_http(server).await;
                 return Err(e.context(format!("failed to start the engine for {}", config.engine.model_dir.display())));
@@ -84,16 +84,17 @@ pub(super) async fn serve_until_drained(
             return stop_http(server).await;
         }
     };
-    let stats = engine.stats();
     let info = engine.info().clone();
     let _ = state.engine.set(engine.clone());
     say(&format!(
-        "met: model {} ready: max_model_len {}, KV cache {} blocks of {} = {} tokens",
+        "met: model {} ready: max_model_len {}, KV cache {} blocks of {} tokens = {} tokens \
+         ({:.1} MiB)",
         info.served_name,
         info.max_model_len,
-        stats.kv_blocks_total,
-        config.engine.block_size,
-        stats.kv_blocks_total * config.engine.block_size,
+        plan.num_blocks - 1,
+        plan.block_size,
+        plan.tokens(),
+        plan.bytes as f64 / (1 << 20) as f64,
     ));
 
     let sig = signals.next().await;

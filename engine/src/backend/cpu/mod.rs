@@ -8,6 +8,7 @@ mod rope;
 
 use rayon::prelude::*;
 
+use super::sampling::{self, SampleRow, Sampled};
 use super::{Backend, BackendError, BatchInputs, Result, RopeTables};
 use crate::loader::HostTensor;
 
@@ -262,11 +263,30 @@ impl Backend for CpuBackend {
     fn log_softmax(&self, x: &mut CpuTensor) -> Result<()> {
         let v = x.cols();
         x.data.par_chunks_mut(v).for_each(|row| {
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let sum: f64 = row.iter().map(|&l| f64::from(l - max).exp()).sum();
-            let log_z = max + sum.ln() as f32;
-            row.iter_mut().for_each(|l| *l -= log_z);
+            let lp = sampling::log_softmax(row);
+            row.copy_from_slice(&lp);
         });
         Ok(())
+    }
+
+    fn sample(&self, logits: &CpuTensor, rows: &[SampleRow<'_>]) -> Result<Vec<Sampled>> {
+        let v = logits.cols();
+        check(
+            "sample",
+            rows.iter().all(|r| r.logits_row < logits.rows()),
+            || {
+                format!(
+                    "logits {:?} for rows {:?}",
+                    logits.shape,
+                    rows.iter().map(|r| r.logits_row).collect::<Vec<_>>()
+                )
+            },
+        )?;
+        Ok(rows
+            .par_iter()
+            .map(|r| {
+                sampling::sample_row(&logits.data[r.logits_row * v..(r.logits_row + 1) * v], r)
+            })
+            .collect())
     }
 }

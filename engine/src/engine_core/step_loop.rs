@@ -1,0 +1,256 @@
+//! The engine thread: the step loop and the routing of each step's events to request streams.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::{Command, EngineRequest, Live, StepOutput};
+use crate::backend::Backend;
+use crate::models::Model;
+use crate::runner::Runner;
+use crate::scheduler::Scheduler;
+use crate::scheduler::io::{RequestId, TokenLogprobs};
+use crate::scheduler::{EngineEvent, FinishReason};
+
+struct Client {
+    outputs: UnboundedSender<StepOutput>,
+    /// Prompt logprobs gathered over prefill chunks, sent with the first token.
+    prompt_logprobs: Option<Vec<TokenLogprobs>>,
+}
+
+pub(super) struct EngineLoop<B: Backend, M: Model<B>> {
+    scheduler: Scheduler,
+    runner: Runner<B, M>,
+    commands: Receiver<Command>,
+    live: Arc<Live>,
+    clients: HashMap<RequestId, Client>,
+    prompt_tokens_total: u64,
+    generation_tokens_total: u64,
+    steps_total: u64,
+    last_step_seqs: usize,
+}
+
+impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
+    pub(super) fn new(
+        scheduler: Scheduler,
+        runner: Runner<B, M>,
+        commands: Receiver<Command>,
+        live: Arc<Live>,
+    ) -> Self {
+        Self {
+            scheduler,
+            runner,
+            commands,
+            live,
+            clients: HashMap::new(),
+            prompt_tokens_total: 0,
+            generation_tokens_total: 0,
+            steps_total: 0,
+            last_step_seqs: 0,
+        }
+    }
+
+    pub(super) fn run(mut self) {
+        loop {
+            // Idle: block until something arrives. Busy: take what is there and step.
+            if !self.scheduler.has_unfinished_requests() {
+                match self.commands.recv() {
+                    Ok(c) => {
+                        if !self.handle(c) {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let mut keep_going = true;
+            loop {
+                match self.commands.try_recv() {
+                    Ok(c) => {
+                        if !self.handle(c) {
+                            keep_going = false;
+                            break;
+                        }
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        keep_going = false;
+                        break;
+                    }
+                }
+            }
+            if !keep_going {
+                break;
+            }
+            if self.scheduler.has_unfinished_requests() {
+                self.step();
+            }
+            self.publish();
+        }
+        self.abort_all();
+        self.live.stopped.store(true, Ordering::SeqCst);
+        self.publish();
+    }
+
+    /// Apply one command; false means stop the thread.
+    fn handle(&mut self, c: Command) -> bool {
+        match c {
+            Command::Add {
+                id,
+                request,
+                outputs,
+            } => {
+                self.live.pending_adds.fetch_sub(1, Ordering::SeqCst);
+                self.add(id, request, outputs);
+            }
+            Command::Abort(id) => {
+                self.scheduler.abort_request(id);
+                self.clients.remove(&id);
+            }
+            Command::Drain => {}
+            Command::Shutdown => return false,
+        }
+        true
+    }
+
+    fn add(&mut self, id: RequestId, request: EngineRequest, outputs: UnboundedSender<StepOutput>) {
+        let want_prompt = request.sampling.prompt_logprobs.is_some();
+        let n_prompt = request.prompt_token_ids.len();
+        match self.scheduler.add_request(
+            id,
+            request.prompt_token_ids,
+            Arc::new(request.sampling),
+            request.arrival,
+        ) {
+            Ok(()) => {
+                self.clients.insert(
+                    id,
+                    Client {
+                        outputs,
+                        prompt_logprobs: want_prompt.then(Vec::new),
+                    },
+                );
+            }
+            Err(e) => {
+                // The handle checks the same limits first; reaching here is a race with a
+                // full queue. The client sees an aborted request, and the log says why.
+                tracing::warn!("request {id} refused by the scheduler: {e}");
+                let _ = outputs.send(StepOutput {
+                    new_token_ids: Vec::new(),
+                    logprobs: Vec::new(),
+                    prompt_logprobs: None,
+                    finished: Some(crate::scheduler::FinishedRequest {
+                        reason: FinishReason::Abort,
+                        num_prompt_tokens: n_prompt,
+                        num_generated_tokens: 0,
+                        num_cached_prompt_tokens: 0,
+                        num_preemptions: 0,
+                    }),
+                });
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        let out = self.scheduler.schedule();
+        self.last_step_seqs = out.seqs.len();
+        if out.seqs.is_empty() {
+            return;
+        }
+        for s in &out.seqs {
+            let prompt_part = s
+                .num_prompt_tokens
+                .saturating_sub(s.start_pos)
+                .min(s.token_ids.len());
+            self.prompt_tokens_total += prompt_part as u64;
+        }
+        let result = self.runner.execute(&out);
+        self.steps_total += 1;
+        match result {
+            Ok(ro) => {
+                let events = self.scheduler.update_from_output(&out, &ro);
+                for e in events {
+                    self.deliver(e);
+                }
+            }
+            Err(e) => {
+                // A backend error is a bug, not the client's doing: fail this step's requests
+                // rather than the whole server.
+                tracing::error!("step failed, aborting its {} requests: {e}", out.seqs.len());
+                for s in &out.seqs {
+                    self.fail(s.req_id);
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, e: EngineEvent) {
+        let Some(client) = self.clients.get_mut(&e.req_id) else {
+            return;
+        };
+        self.generation_tokens_total += e.new_token_ids.len() as u64;
+        if let Some(buf) = client.prompt_logprobs.as_mut() {
+            buf.extend(e.prompt_logprobs);
+        }
+        if e.new_token_ids.is_empty() && e.finished.is_none() {
+            return; // a prefill chunk: nothing to say yet
+        }
+        let out = StepOutput {
+            new_token_ids: e.new_token_ids,
+            logprobs: e.new_logprobs,
+            prompt_logprobs: client.prompt_logprobs.take(),
+            finished: e.finished,
+        };
+        let done = out.finished.is_some();
+        if client.outputs.send(out).is_err() {
+            // The stream was dropped and its abort is on the way; free the blocks now.
+            self.scheduler.abort_request(e.req_id);
+            self.clients.remove(&e.req_id);
+        } else if done {
+            self.clients.remove(&e.req_id);
+        }
+    }
+
+    fn fail(&mut self, id: RequestId) {
+        if let Some(f) = self.scheduler.finish_request(id, FinishReason::Abort)
+            && let Some(c) = self.clients.remove(&id)
+        {
+            let _ = c.outputs.send(StepOutput {
+                new_token_ids: Vec::new(),
+                logprobs: Vec::new(),
+                prompt_logprobs: None,
+                finished: Some(f),
+            });
+        }
+    }
+
+    fn abort_all(&mut self) {
+        let ids: Vec<RequestId> = self.clients.keys().copied().collect();
+        for id in ids {
+            self.fail(id);
+        }
+    }
+
+    fn publish(&self) {
+        let st = self.scheduler.stats();
+        self.live.waiting.store(st.num_waiting, Ordering::SeqCst);
+        if let Ok(mut s) = self.live.stats.lock() {
+            s.num_running = st.num_running;
+            s.num_waiting = st.num_waiting;
+            s.kv_cache_usage = f64::from(st.kv_cache_usage);
+            s.kv_blocks_used =
+                (f64::from(st.kv_cache_usage) * s.kv_blocks_total as f64).round() as usize;
+            s.prompt_tokens_total = self.prompt_tokens_total;
+            s.generation_tokens_total = self.generation_tokens_total;
+            s.prefix_cache_queries_total = st.prefix_cache.queries;
+            s.prefix_cache_hits_total = st.prefix_cache.hits;
+            s.num_preemptions_total = st.num_preemptions;
+            s.steps_total = self.steps_total;
+            s.last_step_tokens = st.num_batched_tokens;
+            s.last_step_seqs = self.last_step_seqs;
+        }
+    }
+}

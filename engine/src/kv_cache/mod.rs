@@ -1,0 +1,10 @@
+//! Paged KV cache bookkeeping: which blocks each request holds, and the prefix cache.
+//! No tensors: the runner owns the memory, this module owns the block ids.
+
+pub mod block_pool;
+pub mod hash;
+pub mod manager;
+
+pub use block_pool::{BlockId, NULL_BLOCK};
+pub use hash::{BlockHash, HashKey};
+pub use manager::{ComputedBlocks, KvCacheConfig, KvCacheError, KvCacheManager, PrefixCacheStats};

@@ -1,0 +1,458 @@
+//! The scheduler: which requests run each step and how many of their tokens.
+
+use std::collections::VecDeque;
+use std::mem;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::kv_cache::hash::FastMap;
+use crate::kv_cache::{ComputedBlocks, HashKey, KvCacheConfig, KvCacheManager};
+use crate::request::Request;
+use crate::sampling_params::SamplingParams;
+use crate::scheduler::config::{AddRequestError, SchedulerConfig, SchedulerConfigError};
+use crate::scheduler::io::{RequestId, RunnerOutput, ScheduledSeq, SchedulerOutput, SeqOutput};
+use crate::scheduler::output::{EngineEvent, FinishReason, FinishedRequest, SchedulerStats};
+
+#[derive(Debug)]
+pub struct Scheduler {
+    cfg: SchedulerConfig,
+    kv: KvCacheManager,
+    requests: FastMap<RequestId, Request>,
+    /// Admission order: new requests at the back, preempted ones at the front.
+    waiting: VecDeque<RequestId>,
+    /// Sorted by (arrival, id): served first to last, preempted last to first.
+    running: Vec<RequestId>,
+    /// Requests that left since the last `schedule()`, for `SchedulerOutput::finished`.
+    left: Vec<RequestId>,
+    num_preemptions: u64,
+    last_step_tokens: usize,
+}
+
+impl Scheduler {
+    /// A scheduler whose prefix hashes use a random per-process key.
+    pub fn new(cfg: SchedulerConfig) -> Result<Self, SchedulerConfigError> {
+        Self::with_hash_key(cfg, HashKey::random())
+    }
+
+    /// A scheduler with a fixed prefix-hash key (reproducible hashes, for tests).
+    pub fn with_hash_key(cfg: SchedulerConfig, key: HashKey) -> Result<Self, SchedulerConfigError> {
+        cfg.validate()?;
+        let kv = KvCacheManager::with_hash_key(
+            KvCacheConfig {
+                block_size: cfg.block_size,
+                num_blocks: cfg.num_blocks,
+                enable_prefix_caching: cfg.enable_prefix_caching,
+            },
+            key,
+        )?;
+        Ok(Self {
+            cfg,
+            kv,
+            requests: FastMap::default(),
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            left: Vec::new(),
+            num_preemptions: 0,
+            last_step_tokens: 0,
+        })
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.cfg
+    }
+
+    /// Queues a request. Refuses it when the queue is full or when it could never be
+    /// scheduled (empty prompt, no room under `max_model_len`, more KV than the whole cache).
+    pub fn add_request(
+        &mut self,
+        id: RequestId,
+        prompt: Vec<u32>,
+        sampling: Arc<SamplingParams>,
+        arrival: Instant,
+    ) -> Result<(), AddRequestError> {
+        if self.requests.contains_key(&id) {
+            return Err(AddRequestError::DuplicateId(id));
+        }
+        if prompt.is_empty() {
+            return Err(AddRequestError::EmptyPrompt(id));
+        }
+        if sampling.max_tokens == 0 {
+            return Err(AddRequestError::ZeroMaxTokens(id));
+        }
+        if prompt.len() >= self.cfg.max_model_len {
+            return Err(AddRequestError::PromptTooLong {
+                id,
+                prompt_tokens: prompt.len(),
+                max_model_len: self.cfg.max_model_len,
+            });
+        }
+        // The last token is sampled, never fed back: its KV is never needed.
+        let tokens = prompt
+            .len()
+            .saturating_add(sampling.max_tokens)
+            .min(self.cfg.max_model_len);
+        let blocks_needed = (tokens - 1).div_ceil(self.cfg.block_size);
+        if blocks_needed > self.kv.num_usable_blocks() {
+            return Err(AddRequestError::ExceedsKvCache {
+                id,
+                tokens,
+                blocks_needed,
+                blocks_total: self.kv.num_usable_blocks(),
+            });
+        }
+        if self.waiting.len() >= self.cfg.max_queued_requests {
+            return Err(AddRequestError::QueueFull {
+                id,
+                max: self.cfg.max_queued_requests,
+            });
+        }
+        self.requests
+            .insert(id, Request::new(id, prompt, sampling, arrival));
+        self.waiting.push_back(id);
+        Ok(())
+    }
+
+    /// Drops a request wherever it is and frees its blocks now. False when it is unknown
+    /// (already finished, or never added).
+    pub fn abort_request(&mut self, id: RequestId) -> bool {
+        self.remove(id).is_some()
+    }
+
+    /// Finishes a request for a reason found outside the scheduler (a stop string). Returns
+    /// its final counts, or `None` when it is unknown.
+    pub fn finish_request(
+        &mut self,
+        id: RequestId,
+        reason: FinishReason,
+    ) -> Option<FinishedRequest> {
+        self.remove(id).map(|r| finished(&r, reason))
+    }
+
+    pub fn has_unfinished_requests(&self) -> bool {
+        !self.requests.is_empty()
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn stats(&self) -> SchedulerStats {
+        SchedulerStats {
+            num_running: self.running.len(),
+            num_waiting: self.waiting.len(),
+            kv_cache_usage: self.kv.usage(),
+            prefix_cache: self.kv.prefix_cache_stats(),
+            num_preemptions: self.num_preemptions,
+            num_batched_tokens: self.last_step_tokens,
+        }
+    }
+
+    /// Plans one step: running requests first (oldest first), then waiting ones in queue
+    /// order while the token budget, `max_num_seqs` and free blocks allow.
+    pub fn schedule(&mut self) -> SchedulerOutput {
+        let mut budget = self.cfg.max_num_batched_tokens;
+        let mut seqs = Vec::with_capacity(self.running.len() + 1);
+        let mut preempted = Vec::new();
+
+        // Running requests: each gets what it still lacks, up to the budget.
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let id = self.running[i];
+            let Some(req) = self.requests.get(&id) else {
+                debug_assert!(false, "running request {id} has no state");
+                self.running.remove(i);
+                continue;
+            };
+            let start = req.num_computed_tokens;
+            let n = req.num_uncomputed_tokens().min(budget);
+            if n == 0 {
+                debug_assert!(false, "running request {id} has nothing to compute");
+                i += 1;
+                continue;
+            }
+            // Make room, preempting the most recently arrived running request until it fits;
+            // stop when that is this request itself.
+            let fits = loop {
+                if self.kv.allocate_slots(id, start, n, None).is_some() {
+                    break true;
+                }
+                let Some(victim) = self.running.pop() else {
+                    break false;
+                };
+                self.preempt(victim);
+                preempted.push(victim);
+                if victim == id {
+                    break false;
+                }
+            };
+            if !fits {
+                break;
+            }
+            budget -= n;
+            if let Some(req) = self.requests.get_mut(&id) {
+                seqs.push(scheduled_seq(req, &self.kv, start, n));
+            }
+            i += 1;
+        }
+
+        // Waiting requests, unless blocks are so short that someone was just preempted.
+        if preempted.is_empty() {
+            let mut admitted = Vec::new();
+            while budget > 0 && self.running.len() + admitted.len() < self.cfg.max_num_seqs {
+                let Some(&id) = self.waiting.front() else {
+                    break;
+                };
+                let Some(n) = self.admit(id, budget) else {
+                    break;
+                };
+                self.waiting.pop_front();
+                budget -= n;
+                admitted.push(id);
+                if let Some(req) = self.requests.get_mut(&id) {
+                    let start = req.num_computed_tokens;
+                    seqs.push(scheduled_seq(req, &self.kv, start, n));
+                }
+            }
+            for id in admitted {
+                self.insert_running(id);
+            }
+        }
+
+        let num_batched_tokens = self.cfg.max_num_batched_tokens - budget;
+        self.last_step_tokens = num_batched_tokens;
+        SchedulerOutput {
+            seqs,
+            preempted,
+            finished: mem::take(&mut self.left),
+            num_batched_tokens,
+        }
+    }
+
+    /// Applies a step's results: advances each request, appends sampled tokens, finishes the
+    /// ones that hit a stop condition (freeing their blocks), and reports per request.
+    pub fn update_from_output(
+        &mut self,
+        out: &SchedulerOutput,
+        runner: &RunnerOutput,
+    ) -> Vec<EngineEvent> {
+        let mut events = Vec::with_capacity(out.seqs.len());
+        let mut done = Vec::new();
+        for (k, seq) in out.seqs.iter().enumerate() {
+            let id = seq.req_id;
+            let Some(req) = self.requests.get_mut(&id) else {
+                continue; // aborted since it was scheduled
+            };
+            if req.num_computed_tokens != seq.start_pos {
+                continue; // reset since it was scheduled: its result is stale
+            }
+            let res = runner_result(runner, k, id);
+            debug_assert!(res.is_some(), "runner returned nothing for request {id}");
+            let mut sampled = if seq.sample {
+                res.and_then(|r| r.sampled)
+            } else {
+                None
+            };
+            let n = seq.token_ids.len();
+            // A missing sample (a runner bug) recomputes the last row next step.
+            let advance = if seq.sample && sampled.is_none() {
+                n - 1
+            } else {
+                n
+            };
+            if req.num_computed_tokens + advance > req.num_tokens() {
+                debug_assert!(false, "request {id} scheduled past its tokens");
+                sampled = None;
+            }
+            req.num_computed_tokens = (req.num_computed_tokens + advance).min(req.num_tokens());
+            self.kv
+                .cache_blocks(id, req.computable_token_ids(), req.num_computed_tokens);
+
+            let mut ev = EngineEvent::new(id);
+            if let Some(res) = res.filter(|_| seq.want_prompt_logprobs) {
+                // Entry j is row start_pos + j; skip rows reported before a preemption.
+                let skip = req.num_prompt_logprobs_sent.saturating_sub(seq.start_pos);
+                let rows = res.prompt_logprobs.iter().skip(skip);
+                ev.prompt_logprobs.extend(rows.cloned());
+                req.num_prompt_logprobs_sent = req
+                    .num_prompt_logprobs_sent
+                    .max(seq.start_pos + res.prompt_logprobs.len());
+            }
+            if let Some(token) = sampled {
+                req.push_output_token(token);
+                ev.new_token_ids.push(token);
+                ev.new_logprobs
+                    .extend(res.and_then(|r| r.sampled_logprobs.clone()));
+                if let Some(reason) = stop_reason(req, token, self.cfg.max_model_len) {
+                    ev.finished = Some(finished(req, reason));
+                    done.push(id);
+                }
+            }
+            if !ev.is_empty() {
+                events.push(ev);
+            }
+        }
+        for id in done {
+            self.remove(id);
+        }
+        events
+    }
+
+    /// Looks up the cached prefix of waiting request `id` and allocates its first chunk.
+    /// Returns the chunk's length, or `None` (nothing changed) when blocks are short.
+    fn admit(&mut self, id: RequestId, budget: usize) -> Option<usize> {
+        let req = self.requests.get_mut(&id)?;
+        let tokens = Arc::clone(req.all_token_ids());
+        // Prompt logprobs need every prompt row computed: no prefix cache for them.
+        let computed = if req.sampling.prompt_logprobs.is_none() {
+            self.kv.get_computed_blocks(id, &tokens)
+        } else {
+            ComputedBlocks::default()
+        };
+        let start = computed.num_computed_tokens;
+        let n = (tokens.len() - start).min(budget);
+        self.kv.allocate_slots(id, start, n, Some(&computed))?;
+        req.num_computed_tokens = start;
+        req.num_cached_prompt_tokens
+            .get_or_insert(start.min(req.num_prompt_tokens));
+        Some(n)
+    }
+
+    /// Recompute-style preemption: free the blocks, forget the progress, and queue the
+    /// request first in line. `id` must already be out of `running`.
+    fn preempt(&mut self, id: RequestId) {
+        self.kv.free(id);
+        if let Some(req) = self.requests.get_mut(&id) {
+            req.num_computed_tokens = 0;
+            req.num_preemptions += 1;
+        }
+        self.waiting.push_front(id);
+        self.num_preemptions += 1;
+    }
+
+    fn insert_running(&mut self, id: RequestId) {
+        let key = |r: &RequestId| self.requests.get(r).map(|q| (q.arrival, q.id));
+        let k = key(&id);
+        let at = self.running.partition_point(|r| key(r) <= k);
+        self.running.insert(at, id);
+    }
+
+    /// Takes a request out of every queue and frees its blocks.
+    fn remove(&mut self, id: RequestId) -> Option<Request> {
+        let req = self.requests.remove(&id)?;
+        if let Some(at) = self.running.iter().position(|&r| r == id) {
+            self.running.remove(at);
+        } else if let Some(at) = self.waiting.iter().position(|&r| r == id) {
+            self.waiting.remove(at);
+        }
+        self.kv.free(id);
+        self.left.push(id);
+        Some(req)
+    }
+
+    /// Checks the scheduler's and the cache's invariants (for tests and debugging).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.kv.check()?;
+        if self.running.len() + self.waiting.len() != self.requests.len() {
+            return Err(format!(
+                "{} running + {} waiting != {} requests",
+                self.running.len(),
+                self.waiting.len(),
+                self.requests.len()
+            ));
+        }
+        let bs = self.kv.block_size();
+        for id in &self.running {
+            let r = self
+                .requests
+                .get(id)
+                .ok_or(format!("running {id} unknown"))?;
+            let held = self.kv.block_ids(*id).len();
+            if held * bs < r.num_computed_tokens || r.num_computed_tokens >= r.num_tokens() {
+                return Err(format!(
+                    "running {id}: {held} blocks, {} of {} tokens computed",
+                    r.num_computed_tokens,
+                    r.num_tokens()
+                ));
+            }
+        }
+        for id in &self.waiting {
+            let r = self
+                .requests
+                .get(id)
+                .ok_or(format!("waiting {id} unknown"))?;
+            if !self.kv.block_ids(*id).is_empty() || r.num_computed_tokens != 0 {
+                return Err(format!("waiting {id} holds blocks or computed tokens"));
+            }
+        }
+        let keys: Vec<_> = self
+            .running
+            .iter()
+            .filter_map(|r| self.requests.get(r))
+            .map(|q| (q.arrival, q.id))
+            .collect();
+        if !keys.is_sorted() {
+            return Err("running not in arrival order".into());
+        }
+        Ok(())
+    }
+
+    /// The KV cache manager (read-only: block tables, pool state).
+    pub fn kv_cache(&self) -> &KvCacheManager {
+        &self.kv
+    }
+}
+
+/// The step's share for `req`: tokens `start..start + n`, after their slots are allocated.
+fn scheduled_seq(req: &mut Request, kv: &KvCacheManager, start: usize, n: usize) -> ScheduledSeq {
+    let all = Arc::clone(req.all_token_ids());
+    ScheduledSeq {
+        req_id: req.id,
+        token_ids: all[start..start + n].to_vec(),
+        start_pos: start,
+        block_ids: kv.block_ids(req.id).to_vec(),
+        sample: start + n == all.len(),
+        want_prompt_logprobs: req.wants_prompt_logprobs(start, n),
+        all_token_ids: all,
+        num_prompt_tokens: req.num_prompt_tokens,
+        sampling: Arc::clone(&req.sampling),
+    }
+}
+
+/// The runner's result for `out.seqs[k]`, found by position or else by id.
+fn runner_result(runner: &RunnerOutput, k: usize, id: RequestId) -> Option<&SeqOutput> {
+    match runner.seqs.get(k) {
+        Some(r) if r.req_id == id => Some(r),
+        _ => runner.seqs.iter().find(|r| r.req_id == id),
+    }
+}
+
+/// Stop conditions after `token` was appended to `req`'s output.
+fn stop_reason(req: &Request, token: u32, max_model_len: usize) -> Option<FinishReason> {
+    let p = &req.sampling;
+    let num_out = req.num_output_tokens();
+    // A stop token counts only once `min_tokens` other tokens precede it.
+    if num_out > p.min_tokens
+        && ((!p.ignore_eos && p.eos_token_ids.contains(&token))
+            || p.stop_token_ids.contains(&token))
+    {
+        return Some(FinishReason::Stop { token });
+    }
+    if num_out >= p.max_tokens || req.num_tokens() >= max_model_len {
+        return Some(FinishReason::Length);
+    }
+    None
+}
+
+fn finished(req: &Request, reason: FinishReason) -> FinishedRequest {
+    FinishedRequest {
+        reason,
+        num_prompt_tokens: req.num_prompt_tokens,
+        num_generated_tokens: req.num_output_tokens(),
+        num_cached_prompt_tokens: req.num_cached_prompt_tokens.unwrap_or(0),
+        num_preemptions: req.num_preemptions,
+    }
+}

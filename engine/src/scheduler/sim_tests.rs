@@ -1,0 +1,319 @@
+//! Randomized simulation: many requests of random lengths through a tiny cache, with a fake
+//! runner that keeps a shadow KV cache (the token and position written to each slot) and
+//! checks that every sequence attends over exactly its own tokens. Invariants are checked
+//! every step; at the end every request must have finished with exactly the output an
+//! unbatched run would give.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::io::{RunnerOutput, SchedulerOutput, SeqOutput, TokenLogprobs};
+use super::tests::{BS, scheduler};
+use super::*;
+use crate::sampling_params::SamplingParams;
+
+const EOS: u32 = 1;
+const VOCAB: u32 = 50;
+
+/// The token a request samples as its `index`-th output: a pure function, so the expected
+/// output does not depend on batching, chunking, caching or preemption.
+fn oracle_token(req: u64, index: usize) -> u32 {
+    let mut x = req.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ (index as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^= x >> 31;
+    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 29;
+    // About one in 25 samples is EOS.
+    (x % u64::from(VOCAB)) as u32
+}
+
+/// What an unbatched engine would output for this request.
+fn expected_output(
+    req: u64,
+    prompt_len: usize,
+    p: &SamplingParams,
+    max_model_len: usize,
+) -> (Vec<u32>, FinishReason) {
+    let mut out = Vec::new();
+    loop {
+        let t = oracle_token(req, out.len());
+        out.push(t);
+        let n = out.len();
+        let stops =
+            (!p.ignore_eos && p.eos_token_ids.contains(&t)) || p.stop_token_ids.contains(&t);
+        if n > p.min_tokens && stops {
+            return (out, FinishReason::Stop { token: t });
+        }
+        if n >= p.max_tokens || prompt_len + n >= max_model_len {
+            return (out, FinishReason::Length);
+        }
+    }
+}
+
+/// A fake runner over a shadow KV cache: `(token, position)` per slot.
+struct ShadowRunner {
+    slots: Vec<Option<(u32, usize)>>,
+}
+
+impl ShadowRunner {
+    fn execute(&mut self, out: &SchedulerOutput, s: &Scheduler) -> RunnerOutput {
+        // Write every sequence's new KV first (as a layer writes all rows before attention).
+        for q in &out.seqs {
+            for (j, &t) in q.token_ids.iter().enumerate() {
+                let pos = q.start_pos + j;
+                let block = q.block_ids[pos / BS];
+                let pool = s.kv_cache().pool();
+                assert!(
+                    pool.ref_count(block) == 1 && pool.block_hash(block).is_none(),
+                    "request {} writes into shared or cached block {block}",
+                    q.req_id
+                );
+                self.slots[block as usize * BS + pos % BS] = Some((t, pos));
+            }
+        }
+        // Then "attend": every row sees exactly the sequence's own tokens at their positions.
+        let mut res = RunnerOutput::default();
+        for q in &out.seqs {
+            let end = q.start_pos + q.token_ids.len();
+            assert_eq!(q.token_ids, q.all_token_ids[q.start_pos..end]);
+            assert!(q.block_ids.len() * BS >= end, "block table too short");
+            for pos in 0..end {
+                let slot = q.block_ids[pos / BS] as usize * BS + pos % BS;
+                assert_eq!(
+                    self.slots[slot],
+                    Some((q.all_token_ids[pos], pos)),
+                    "request {} position {pos}: wrong KV in slot {slot}",
+                    q.req_id
+                );
+            }
+            let prompt_rows = q.start_pos..end.min(q.num_prompt_tokens - 1);
+            res.seqs.push(SeqOutput {
+                req_id: q.req_id,
+                sampled: q
+                    .sample
+                    .then(|| oracle_token(q.req_id, q.all_token_ids.len() - q.num_prompt_tokens)),
+                sampled_logprobs: None,
+                prompt_logprobs: if q.want_prompt_logprobs {
+                    prompt_rows
+                        .map(|p| TokenLogprobs {
+                            token_id: q.all_token_ids[p + 1],
+                            logprob: -(p as f32),
+                            top: vec![],
+                        })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
+            });
+        }
+        res
+    }
+}
+
+struct Tracked {
+    prompt: Vec<u32>,
+    params: SamplingParams,
+    output: Vec<u32>,
+    prompt_rows: Vec<u32>,
+    finished: Option<FinishedRequest>,
+    cut_short: bool,
+}
+
+/// Runs one random workload to the end; returns the final stats.
+fn simulate(seed: u64) -> SchedulerStats {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let cfg = SchedulerConfig {
+        max_num_seqs: rng.random_range(1..8),
+        max_num_batched_tokens: rng.random_range(1..40),
+        block_size: BS,
+        num_blocks: rng.random_range(14..30),
+        max_model_len: rng.random_range(40..80),
+        enable_prefix_caching: rng.random_bool(0.8),
+        max_queued_requests: rng.random_range(1..20),
+    };
+    let mut s = scheduler(cfg);
+    let mut runner = ShadowRunner {
+        slots: vec![None; cfg.num_blocks * BS],
+    };
+    // A few shared prefixes so the prefix cache gets hits.
+    let prefixes: Vec<Vec<u32>> = (0..3)
+        .map(|_| {
+            (0..rng.random_range(4..24))
+                .map(|_| rng.random_range(2..VOCAB))
+                .collect()
+        })
+        .collect();
+    let total = 120;
+    let t0 = Instant::now();
+    let mut reqs: HashMap<u64, Tracked> = HashMap::new();
+    let mut next_id = 0u64;
+    let mut pending: Option<(u64, Tracked)> = None;
+
+    for step in 0..20_000 {
+        // Arrivals.
+        for _ in 0..rng.random_range(0..3) {
+            if next_id >= total && pending.is_none() {
+                break;
+            }
+            let (id, t) = pending.take().unwrap_or_else(|| {
+                next_id += 1;
+                (
+                    next_id,
+                    random_request(&mut rng, &prefixes, cfg.max_model_len),
+                )
+            });
+            let arrival = t0 + Duration::from_micros(id);
+            match s.add_request(id, t.prompt.clone(), Arc::new(t.params.clone()), arrival) {
+                Ok(()) => {
+                    reqs.insert(id, t);
+                }
+                Err(AddRequestError::QueueFull { .. }) => {
+                    pending = Some((id, t));
+                    break;
+                }
+                Err(
+                    AddRequestError::ExceedsKvCache { .. } | AddRequestError::PromptTooLong { .. },
+                ) => {}
+                Err(e) => panic!("unexpected refusal: {e}"),
+            }
+        }
+        // Clients that go away, and stop strings found by the output side.
+        if rng.random_bool(0.02) {
+            let live: Vec<u64> = reqs
+                .iter()
+                .filter(|(_, t)| t.finished.is_none() && !t.cut_short)
+                .map(|(&i, _)| i)
+                .collect();
+            if !live.is_empty() {
+                let id = live[rng.random_range(0..live.len())];
+                if rng.random_bool(0.5) {
+                    assert!(s.abort_request(id));
+                } else {
+                    assert!(
+                        s.finish_request(id, FinishReason::StopString("x".into()))
+                            .is_some()
+                    );
+                }
+                if let Some(t) = reqs.get_mut(&id) {
+                    t.cut_short = true;
+                }
+            }
+        }
+
+        let out = s.schedule();
+        assert!(
+            out.num_batched_tokens <= cfg.max_num_batched_tokens,
+            "budget"
+        );
+        let tokens: usize = out.seqs.iter().map(|q| q.token_ids.len()).sum();
+        assert_eq!(tokens, out.num_batched_tokens);
+        assert!(out.seqs.len() <= cfg.max_num_seqs, "max_num_seqs");
+        assert!(out.seqs.iter().all(|q| !q.token_ids.is_empty()));
+        let usage = s.stats().kv_cache_usage;
+        assert!((0.0..=1.0).contains(&usage), "usage {usage}");
+        s.check_invariants()
+            .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+
+        let res = runner.execute(&out, &s);
+        for e in s.update_from_output(&out, &res) {
+            let t = reqs.get_mut(&e.req_id).expect("tracked");
+            assert!(t.finished.is_none(), "event after finish");
+            t.output.extend(&e.new_token_ids);
+            t.prompt_rows
+                .extend(e.prompt_logprobs.iter().map(|r| r.token_id));
+            t.finished = e.finished;
+        }
+        drop(out);
+        s.check_invariants()
+            .unwrap_or_else(|e| panic!("seed {seed} step {step}: {e}"));
+
+        if next_id >= total && pending.is_none() && !s.has_unfinished_requests() {
+            break;
+        }
+    }
+    assert!(
+        !s.has_unfinished_requests(),
+        "seed {seed}: requests left unfinished: livelock?"
+    );
+    assert_eq!(s.stats().kv_cache_usage, 0.0, "seed {seed}: blocks leaked");
+    assert_eq!(s.kv_cache().num_free_blocks(), cfg.num_blocks - 1);
+
+    let mut completed = 0;
+    for (id, t) in &reqs {
+        if t.cut_short {
+            continue;
+        }
+        let f = t
+            .finished
+            .as_ref()
+            .unwrap_or_else(|| panic!("seed {seed}: request {id} never finished"));
+        let (want, why) = expected_output(*id, t.prompt.len(), &t.params, cfg.max_model_len);
+        assert_eq!(t.output, want, "seed {seed}: request {id} output");
+        assert_eq!(f.reason, why);
+        assert_eq!(f.num_generated_tokens, want.len());
+        assert_eq!(f.num_prompt_tokens, t.prompt.len());
+        if t.params.prompt_logprobs.is_some() {
+            assert_eq!(
+                t.prompt_rows,
+                t.prompt[1..],
+                "seed {seed}: request {id} prompt logprobs"
+            );
+        }
+        completed += 1;
+    }
+    assert!(
+        completed > total / 2,
+        "seed {seed}: only {completed} requests ran to the end"
+    );
+    s.stats()
+}
+
+fn random_request(rng: &mut StdRng, prefixes: &[Vec<u32>], max_model_len: usize) -> Tracked {
+    let mut prompt = if rng.random_bool(0.6) {
+        prefixes[rng.random_range(0..prefixes.len())].clone()
+    } else {
+        Vec::new()
+    };
+    for _ in 0..rng.random_range(1..24) {
+        prompt.push(rng.random_range(2..VOCAB));
+    }
+    prompt.truncate(max_model_len - 1);
+    let params = SamplingParams {
+        max_tokens: rng.random_range(1..40),
+        min_tokens: rng.random_range(0..3),
+        eos_token_ids: vec![EOS],
+        ignore_eos: rng.random_bool(0.2),
+        stop_token_ids: if rng.random_bool(0.3) {
+            vec![rng.random_range(2..VOCAB)]
+        } else {
+            vec![]
+        },
+        prompt_logprobs: rng.random_bool(0.15).then_some(1),
+        ..SamplingParams::default()
+    };
+    Tracked {
+        prompt,
+        params,
+        output: Vec::new(),
+        prompt_rows: Vec::new(),
+        finished: None,
+        cut_short: false,
+    }
+}
+
+#[test]
+fn random_workloads_all_finish_with_the_right_output() {
+    let (mut preemptions, mut hits) = (0, 0);
+    for seed in 0..40 {
+        let st = simulate(seed);
+        preemptions += st.num_preemptions;
+        hits += st.prefix_cache.hits;
+    }
+    // The workloads must exercise what they are meant to check.
+    assert!(preemptions > 100, "only {preemptions} preemptions");
+    assert!(hits > 1000, "only {hits} prefix-cache hit tokens");
+}

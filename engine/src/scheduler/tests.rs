@@ -1,0 +1,440 @@
+//! Scheduler tests with hand-made runner outputs: no model.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::io::{RunnerOutput, SchedulerOutput, SeqOutput, TokenLogprobs};
+use super::*;
+use crate::kv_cache::HashKey;
+use crate::sampling_params::SamplingParams;
+
+pub(super) const BS: usize = 4;
+pub(super) const EOS: u32 = 2;
+
+pub(super) fn config() -> SchedulerConfig {
+    SchedulerConfig {
+        max_num_seqs: 4,
+        max_num_batched_tokens: 16,
+        block_size: BS,
+        num_blocks: 65,
+        max_model_len: 256,
+        enable_prefix_caching: true,
+        max_queued_requests: 100,
+    }
+}
+
+pub(super) fn scheduler(cfg: SchedulerConfig) -> Scheduler {
+    Scheduler::with_hash_key(cfg, HashKey { k0: 1, k1: 2 }).expect("valid config")
+}
+
+pub(super) fn params(max_tokens: usize) -> SamplingParams {
+    SamplingParams {
+        max_tokens,
+        eos_token_ids: vec![EOS],
+        ..SamplingParams::default()
+    }
+}
+
+pub(super) fn prompt(n: usize, salt: u32) -> Vec<u32> {
+    (0..n as u32).map(|i| 100 + i * 3 + salt).collect()
+}
+
+pub(super) fn add(s: &mut Scheduler, id: u64, prompt: Vec<u32>, p: SamplingParams) {
+    let t0 = Instant::now();
+    s.add_request(id, prompt, Arc::new(p), t0 + Duration::from_millis(id))
+        .expect("accepted");
+}
+
+/// A runner that samples `token(seq)` wherever the scheduler asks for a sample.
+pub(super) fn run(
+    out: &SchedulerOutput,
+    token: impl Fn(&super::io::ScheduledSeq) -> u32,
+) -> RunnerOutput {
+    RunnerOutput {
+        seqs: out
+            .seqs
+            .iter()
+            .map(|q| SeqOutput {
+                req_id: q.req_id,
+                sampled: q.sample.then(|| token(q)),
+                sampled_logprobs: None,
+                prompt_logprobs: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+/// One engine step with a runner that always samples token 7.
+pub(super) fn step(s: &mut Scheduler) -> (SchedulerOutput, Vec<EngineEvent>) {
+    let out = s.schedule();
+    let events = s.update_from_output(&out, &run(&out, |_| 7));
+    s.check_invariants().expect("invariants");
+    (out, events)
+}
+
+/// (id, start_pos, number of tokens, sample) of each scheduled sequence.
+pub(super) fn plan(out: &SchedulerOutput) -> Vec<(u64, usize, usize, bool)> {
+    out.seqs
+        .iter()
+        .map(|q| (q.req_id, q.start_pos, q.token_ids.len(), q.sample))
+        .collect()
+}
+
+fn finished_reason(events: &[EngineEvent], id: u64) -> Option<FinishReason> {
+    events
+        .iter()
+        .find(|e| e.req_id == id)
+        .and_then(|e| e.finished.as_ref().map(|f| f.reason.clone()))
+}
+
+/// Steps until `id` finishes; returns its output tokens and final counts.
+pub(super) fn run_to_finish(
+    s: &mut Scheduler,
+    id: u64,
+    token: impl Fn(usize) -> u32,
+) -> (Vec<u32>, FinishedRequest) {
+    let mut toks = Vec::new();
+    for _ in 0..1000 {
+        let out = s.schedule();
+        let events = s.update_from_output(&out, &run(&out, |q| token(q.all_token_ids.len())));
+        s.check_invariants().expect("invariants");
+        for e in events.into_iter().filter(|e| e.req_id == id) {
+            toks.extend(&e.new_token_ids);
+            if let Some(f) = e.finished {
+                return (toks, f);
+            }
+        }
+    }
+    panic!("request {id} never finished");
+}
+
+#[test]
+fn requests_are_served_in_arrival_order() {
+    let mut s = scheduler(SchedulerConfig {
+        max_num_seqs: 2,
+        ..config()
+    });
+    for id in 1..=3 {
+        add(&mut s, id, prompt(3, 0), params(1));
+    }
+    let (out, events) = step(&mut s);
+    assert_eq!(plan(&out), vec![(1, 0, 3, true), (2, 0, 3, true)]);
+    assert_eq!(finished_reason(&events, 1), Some(FinishReason::Length));
+    let (out, _) = step(&mut s);
+    assert_eq!(plan(&out), vec![(3, 0, 3, true)]);
+    assert_eq!(out.finished, vec![1, 2], "runner learns who left");
+    assert!(!s.has_unfinished_requests());
+}
+
+#[test]
+fn running_requests_are_ordered_by_arrival_time() {
+    let mut s = scheduler(config());
+    let t0 = Instant::now();
+    // Added in the opposite order of their arrival stamps.
+    let p = || Arc::new(params(5));
+    s.add_request(1, prompt(3, 0), p(), t0 + Duration::from_millis(2))
+        .expect("ok");
+    s.add_request(2, prompt(3, 1), p(), t0 + Duration::from_millis(1))
+        .expect("ok");
+    let (out, _) = step(&mut s);
+    assert_eq!(
+        plan(&out).iter().map(|p| p.0).collect::<Vec<_>>(),
+        vec![1, 2],
+        "queue order"
+    );
+    let (out, _) = step(&mut s);
+    assert_eq!(
+        plan(&out).iter().map(|p| p.0).collect::<Vec<_>>(),
+        vec![2, 1],
+        "arrival order"
+    );
+}
+
+#[test]
+fn chunked_prefill_respects_the_token_budget() {
+    let mut s = scheduler(config()); // budget 16
+    add(&mut s, 1, prompt(40, 0), params(4));
+    let mut plans = Vec::new();
+    for _ in 0..3 {
+        let (out, _) = step(&mut s);
+        assert!(out.num_batched_tokens <= 16);
+        plans.push(plan(&out));
+    }
+    assert_eq!(
+        plans,
+        vec![
+            vec![(1, 0, 16, false)],
+            vec![(1, 16, 16, false)],
+            vec![(1, 32, 8, true)],
+        ]
+    );
+    // The chunk's tokens are the prompt's, and the block table covers them.
+    let out = s.schedule();
+    assert_eq!(plan(&out), vec![(1, 40, 1, true)]);
+    assert_eq!(
+        out.seqs[0].token_ids,
+        vec![7],
+        "decode feeds the sampled token"
+    );
+    assert_eq!(out.seqs[0].block_ids.len(), 41usize.div_ceil(BS));
+}
+
+#[test]
+fn budget_is_shared_running_first() {
+    let mut s = scheduler(config());
+    add(&mut s, 1, prompt(10, 0), params(5));
+    add(&mut s, 2, prompt(10, 1), params(5));
+    let (out, _) = step(&mut s);
+    assert_eq!(plan(&out), vec![(1, 0, 10, true), (2, 0, 6, false)]);
+    assert_eq!(out.num_batched_tokens, 16);
+    let (out, _) = step(&mut s);
+    assert_eq!(plan(&out), vec![(1, 10, 1, true), (2, 6, 4, true)]);
+    assert_eq!(s.stats().num_batched_tokens, 5);
+}
+
+#[test]
+fn max_num_seqs_caps_the_batch() {
+    let mut s = scheduler(config()); // 4 seqs
+    for id in 1..=6 {
+        add(&mut s, id, prompt(2, id as u32), params(10));
+    }
+    let (out, _) = step(&mut s);
+    assert_eq!(out.seqs.len(), 4);
+    assert_eq!((s.num_running(), s.num_waiting()), (4, 2));
+    let (out, _) = step(&mut s);
+    assert_eq!(out.seqs.len(), 4, "no room while all four run");
+}
+
+#[test]
+fn a_new_request_joins_the_running_batch() {
+    let mut s = scheduler(config());
+    add(&mut s, 1, prompt(5, 0), params(10));
+    step(&mut s);
+    step(&mut s);
+    add(&mut s, 2, prompt(6, 1), params(10));
+    let (out, _) = step(&mut s);
+    assert_eq!(plan(&out), vec![(1, 6, 1, true), (2, 0, 6, true)]);
+}
+
+#[test]
+fn prefix_cache_hit_skips_computed_tokens() {
+    let mut s = scheduler(config());
+    let shared = prompt(20, 0);
+    add(&mut s, 1, shared.clone(), params(1));
+    step(&mut s);
+    step(&mut s);
+    assert!(!s.has_unfinished_requests());
+
+    let mut p2 = shared.clone();
+    p2.extend([1, 2, 3]);
+    add(&mut s, 2, p2, params(1));
+    let (out, events) = step(&mut s);
+    assert_eq!(
+        plan(&out),
+        vec![(2, 20, 3, true)],
+        "5 cached blocks skipped"
+    );
+    assert_eq!(out.seqs[0].token_ids, vec![1, 2, 3]);
+    let fin = events[0].finished.as_ref().expect("finished");
+    assert_eq!(fin.num_cached_prompt_tokens, 20);
+    assert_eq!(fin.num_prompt_tokens, 23);
+    let stats = s.stats().prefix_cache;
+    assert_eq!((stats.queries, stats.hits), (20 + 23, 20));
+
+    // The same prompt again: all but its last block's worth (one token must run).
+    add(&mut s, 3, shared.clone(), params(1));
+    let (out, _) = step(&mut s);
+    assert_eq!(plan(&out), vec![(3, 16, 4, true)]);
+
+    // Prompt logprobs need every row: no lookup.
+    let p = SamplingParams {
+        prompt_logprobs: Some(0),
+        ..params(1)
+    };
+    add(&mut s, 4, shared, p);
+    let (out, _) = step(&mut s);
+    assert_eq!(plan(&out), vec![(4, 0, 16, false)]);
+    assert!(out.seqs[0].want_prompt_logprobs);
+}
+
+#[test]
+fn prefix_caching_off_computes_everything() {
+    let mut s = scheduler(SchedulerConfig {
+        enable_prefix_caching: false,
+        ..config()
+    });
+    add(&mut s, 1, prompt(8, 0), params(1));
+    step(&mut s);
+    add(&mut s, 2, prompt(9, 0), params(1));
+    let (out, _) = step(&mut s);
+    assert_eq!(plan(&out), vec![(2, 0, 9, true)]);
+    assert_eq!(s.stats().prefix_cache.queries, 0);
+}
+
+#[test]
+fn preemption_frees_blocks_requeues_first_and_the_victim_finishes() {
+    // 6 usable blocks of 4 tokens; two requests of 8 prompt tokens that grow to 20, and a
+    // third that waits for a batch slot.
+    let mut s = scheduler(SchedulerConfig {
+        num_blocks: 7,
+        max_num_seqs: 2,
+        ..config()
+    });
+    add(&mut s, 1, prompt(8, 0), params(12));
+    add(&mut s, 2, prompt(8, 1), params(12));
+    add(&mut s, 3, prompt(4, 9), params(1));
+    let token = |len: usize| 1000 + len as u32;
+    let mut outputs: HashMap<u64, Vec<u32>> = HashMap::new();
+    let mut fins = HashMap::new();
+    let mut preempted = false;
+    let mut readmitted = false;
+    for _ in 0..100 {
+        if !s.has_unfinished_requests() {
+            break;
+        }
+        let out = s.schedule();
+        let ids: Vec<u64> = out.seqs.iter().map(|q| q.req_id).collect();
+        if !out.preempted.is_empty() {
+            assert!(!preempted, "one preemption is enough here");
+            assert_eq!(out.preempted, vec![2], "the later arrival goes");
+            assert_eq!(ids, vec![1]);
+            assert!(s.kv_cache().block_ids(2).is_empty(), "its blocks are freed");
+            assert_eq!(s.num_waiting(), 2);
+            assert_eq!(s.stats().num_preemptions, 1);
+            preempted = true;
+        }
+        if preempted && !readmitted && ids.contains(&2) {
+            let q = &out.seqs[ids.iter().position(|&i| i == 2).unwrap_or(0)];
+            assert_eq!(q.start_pos % BS, 0, "recomputed from a block boundary");
+            assert_eq!(
+                q.token_ids,
+                q.all_token_ids[q.start_pos..],
+                "generated tokens too"
+            );
+            assert!(q.sample);
+            readmitted = true;
+        }
+        assert!(
+            !ids.contains(&3) || !preempted || readmitted,
+            "the preempted request is first in line"
+        );
+        let events = s.update_from_output(&out, &run(&out, |q| token(q.all_token_ids.len())));
+        s.check_invariants().expect("invariants");
+        for e in events {
+            outputs
+                .entry(e.req_id)
+                .or_default()
+                .extend(&e.new_token_ids);
+            if let Some(f) = e.finished {
+                fins.insert(e.req_id, f);
+            }
+        }
+    }
+    assert!(preempted && readmitted, "the cache is too small for both");
+    assert!(!s.has_unfinished_requests());
+    // Every output token exactly once, in order, despite the recompute.
+    assert_eq!(outputs[&2], (8..20).map(token).collect::<Vec<_>>());
+    assert_eq!(outputs[&1], (8..20).map(token).collect::<Vec<_>>());
+    assert_eq!(fins[&2].reason, FinishReason::Length);
+    assert_eq!(fins[&2].num_generated_tokens, 12);
+    assert_eq!(fins[&2].num_preemptions, 1);
+    assert_eq!(fins[&1].num_preemptions, 0);
+    assert_eq!(s.stats().kv_cache_usage, 0.0);
+}
+
+#[test]
+fn abort_frees_blocks_from_waiting_and_running() {
+    let mut s = scheduler(SchedulerConfig {
+        max_num_seqs: 1,
+        ..config()
+    });
+    add(&mut s, 1, prompt(30, 0), params(10));
+    add(&mut s, 2, prompt(30, 1), params(10));
+    step(&mut s);
+    assert!(s.stats().kv_cache_usage > 0.0);
+    assert!(s.abort_request(2), "from waiting");
+    assert!(s.abort_request(1), "from running");
+    assert!(!s.abort_request(1), "already gone");
+    assert_eq!(s.stats().kv_cache_usage, 0.0);
+    s.check_invariants().expect("invariants");
+    let out = s.schedule();
+    assert!(out.seqs.is_empty());
+    assert_eq!(out.finished, vec![2, 1]);
+    assert!(!s.has_unfinished_requests());
+}
+
+#[test]
+fn finish_request_reports_counts_and_frees() {
+    let mut s = scheduler(config());
+    add(&mut s, 1, prompt(6, 0), params(10));
+    step(&mut s);
+    step(&mut s);
+    let f = s
+        .finish_request(1, FinishReason::StopString("###".into()))
+        .expect("known");
+    assert_eq!(f.num_prompt_tokens, 6);
+    assert_eq!(f.num_generated_tokens, 2);
+    assert_eq!(f.reason.as_openai_str(), "stop");
+    assert_eq!(s.stats().kv_cache_usage, 0.0);
+    assert_eq!(s.finish_request(1, FinishReason::Abort), None);
+}
+
+#[test]
+fn token_vectors_are_shared_not_copied() {
+    let mut s = scheduler(config());
+    add(&mut s, 1, prompt(4, 0), params(10));
+    let out = s.schedule();
+    let first = Arc::as_ptr(&out.seqs[0].all_token_ids);
+    s.update_from_output(&out, &run(&out, |_| 7));
+    drop(out);
+    let out = s.schedule();
+    assert_eq!(
+        Arc::as_ptr(&out.seqs[0].all_token_ids),
+        first,
+        "appended in place"
+    );
+    assert_eq!(*out.seqs[0].all_token_ids, vec![100, 103, 106, 109, 7]);
+    // Still correct when the engine keeps the old output around (it is copied then).
+    let kept = out.clone();
+    s.update_from_output(&out, &run(&out, |_| 8));
+    let next = s.schedule();
+    assert_eq!(next.seqs[0].all_token_ids.len(), 6);
+    assert_eq!(kept.seqs[0].all_token_ids.len(), 5);
+}
+
+#[test]
+fn prompt_logprobs_come_in_order_without_repeats() {
+    let mut s = scheduler(config()); // budget 16
+    let p = SamplingParams {
+        prompt_logprobs: Some(1),
+        ..params(2)
+    };
+    add(&mut s, 1, prompt(30, 0), p);
+    let mut rows = Vec::new();
+    for _ in 0..4 {
+        let out = s.schedule();
+        let mut res = run(&out, |_| 7);
+        for (q, r) in out.seqs.iter().zip(&mut res.seqs) {
+            if q.want_prompt_logprobs {
+                let end = (q.start_pos + q.token_ids.len()).min(q.num_prompt_tokens - 1);
+                r.prompt_logprobs = (q.start_pos..end)
+                    .map(|p| TokenLogprobs {
+                        token_id: q.all_token_ids[p + 1],
+                        logprob: -(p as f32),
+                        top: vec![],
+                    })
+                    .collect();
+            }
+        }
+        for e in s.update_from_output(&out, &res) {
+            rows.extend(e.prompt_logprobs);
+        }
+    }
+    let got: Vec<u32> = rows.iter().map(|r| r.token_id).collect();
+    assert_eq!(
+        got,
+        prompt(30, 0)[1..].to_vec(),
+        "one row per prompt token after the first"
+    );
+}

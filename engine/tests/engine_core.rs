@@ -1,0 +1,278 @@
+//! The engine core end to end on a fixture model: the real scheduler, runner and CPU backend,
+//! driven through `EngineHandle` as the HTTP server drives it.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use metrale_engine::engine_core::{
+    AddRequestError, EngineConfig, EngineHandle, EngineRequest, FinishReason,
+};
+use metrale_engine::loader::LoadFormat;
+use metrale_engine::sampling_params::SamplingParams;
+use serde::Deserialize;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+fn config(name: &str) -> EngineConfig {
+    EngineConfig {
+        model_dir: fixtures().join("models").join(name),
+        served_name: name.into(),
+        load_format: LoadFormat::Auto,
+        max_seq_len: Some(256),
+        max_num_seqs: 8,
+        max_num_batched_tokens: 64,
+        max_queued_requests: 64,
+        enable_prefix_caching: true,
+        block_size: 16,
+        kv_cache_bytes: None,
+    }
+}
+
+#[derive(Deserialize)]
+struct Reference {
+    sequences: Vec<Seq>,
+    greedy: Greedy,
+}
+#[derive(Deserialize)]
+struct Seq {
+    tokens: Vec<u32>,
+    next_token_logprobs: Vec<f32>,
+}
+#[derive(Deserialize)]
+struct Greedy {
+    prompt: Vec<u32>,
+    continuation: Vec<u32>,
+}
+
+fn reference(name: &str) -> Reference {
+    serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join(format!("{name}.reference.json"))).expect("read"),
+    )
+    .expect("json")
+}
+
+fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
+    let mut p = SamplingParams {
+        max_tokens: 16,
+        ignore_eos: true,
+        ..SamplingParams::default()
+    };
+    f(&mut p);
+    p
+}
+
+/// Run one request to completion: its tokens and finish reason.
+async fn run(
+    engine: &EngineHandle,
+    prompt: Vec<u32>,
+    sampling: SamplingParams,
+) -> (Vec<u32>, FinishReason) {
+    let mut stream = engine
+        .add_request(EngineRequest {
+            prompt_token_ids: prompt,
+            sampling,
+            arrival: Instant::now(),
+        })
+        .expect("admitted");
+    let mut tokens = Vec::new();
+    while let Some(out) = stream.next().await {
+        tokens.extend(out.new_token_ids);
+        if let Some(f) = out.finished {
+            assert_eq!(f.num_generated_tokens, tokens.len());
+            return (tokens, f.reason);
+        }
+    }
+    panic!("stream ended without a finished output");
+}
+
+async fn wait_idle(engine: &EngineHandle) {
+    let t0 = Instant::now();
+    while !(engine.is_idle() && engine.stats().kv_blocks_used == 0) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "engine never went idle: {:?}",
+            engine.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn greedy_through_the_engine_matches_transformers() {
+    let (engine, _) = EngineHandle::start(config("qwen3-gqa-tied")).expect("start");
+    let r = reference("qwen3-gqa-tied");
+    let (tokens, reason) = run(
+        &engine,
+        r.greedy.prompt.clone(),
+        params(|p| p.temperature = 0.0),
+    )
+    .await;
+    assert_eq!(tokens, r.greedy.continuation);
+    assert_eq!(reason, FinishReason::Length);
+    engine.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_equal_one_at_a_time() {
+    let (engine, _) = EngineHandle::start(config("qwen3-mha-untied")).expect("start");
+    let r = reference("qwen3-mha-untied");
+    // Prompts of many lengths (chunked prefill: the budget is 64 tokens a step), sampled with
+    // seeds, some sharing a prefix (prefix cache hits), more requests than batch slots.
+    let jobs: Vec<(Vec<u32>, SamplingParams)> = (0..24)
+        .map(|i| {
+            let base = &r.sequences[i % r.sequences.len()].tokens;
+            let mut prompt = base.clone();
+            prompt.extend((0..(i % 5) as u32).map(|k| 100 + k));
+            let p = params(|p| {
+                p.temperature = 0.9;
+                p.top_p = 0.95;
+                p.seed = 1000 + i as u64;
+                p.max_tokens = 3 + (i * 7) % 20;
+            });
+            (prompt, p)
+        })
+        .collect();
+    let mut alone = Vec::new();
+    for (prompt, p) in &jobs {
+        alone.push(run(&engine, prompt.clone(), p.clone()).await.0);
+    }
+    let together = futures_join(
+        jobs.iter()
+            .map(|(prompt, p)| {
+                let (engine, prompt, p) = (engine.clone(), prompt.clone(), p.clone());
+                async move { run(&engine, prompt, p).await }
+            })
+            .collect(),
+    )
+    .await;
+    for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(a, &t.0, "request {i}: batched output differs from alone");
+        assert_eq!(a.len(), jobs[i].1.max_tokens);
+    }
+    assert!(
+        engine.stats().prefix_cache_hits_total > 0,
+        "shared prefixes should hit the cache"
+    );
+    wait_idle(&engine).await;
+    engine.shutdown();
+}
+
+async fn futures_join<F: std::future::Future<Output = T> + Send + 'static, T: Send + 'static>(
+    futs: Vec<F>,
+) -> Vec<T> {
+    let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.expect("task"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_stream_frees_its_blocks() {
+    let (engine, _) = EngineHandle::start(config("qwen3-gqa-tied")).expect("start");
+    let prompt: Vec<u32> = (1..100).collect();
+    let mut stream = engine
+        .add_request(EngineRequest {
+            prompt_token_ids: prompt,
+            sampling: params(|p| p.max_tokens = 150),
+            arrival: Instant::now(),
+        })
+        .expect("admitted");
+    let first = stream.next().await.expect("a token");
+    assert_eq!(first.new_token_ids.len(), 1);
+    assert!(engine.stats().kv_blocks_used > 0);
+    drop(stream); // the client went away
+    wait_idle(&engine).await;
+    assert_eq!(engine.stats().num_running, 0);
+    engine.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_refuses_what_cannot_fit_and_what_overflows_the_queue() {
+    let mut cfg = config("qwen3-gqa-tied");
+    cfg.max_queued_requests = 2;
+    let (engine, _) = EngineHandle::start(cfg).expect("start");
+    let too_long = engine.add_request(EngineRequest {
+        prompt_token_ids: vec![1; 200],
+        sampling: params(|p| p.max_tokens = 100),
+        arrival: Instant::now(),
+    });
+    assert!(
+        matches!(
+            too_long,
+            Err(AddRequestError::TooLong {
+                needed: 300,
+                limit: 256
+            })
+        ),
+        "{too_long:?}"
+    );
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..50 {
+        match engine.add_request(EngineRequest {
+            prompt_token_ids: vec![5; 60],
+            sampling: params(|p| p.max_tokens = 100),
+            arrival: Instant::now(),
+        }) {
+            Ok(s) => held.push(s),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(
+        matches!(refused, Some(AddRequestError::QueueFull { .. })),
+        "{refused:?}"
+    );
+    drop(held);
+    wait_idle(&engine).await;
+    engine.drain();
+    let late = engine.add_request(EngineRequest {
+        prompt_token_ids: vec![1],
+        sampling: params(|_| {}),
+        arrival: Instant::now(),
+    });
+    assert!(matches!(late, Err(AddRequestError::ShuttingDown)));
+    assert!(!engine.is_ready());
+    engine.shutdown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_logprobs_match_transformers() {
+    let (engine, _) = EngineHandle::start(config("qwen3-gqa4-yarn")).expect("start");
+    let r = reference("qwen3-gqa4-yarn");
+    let seq = r
+        .sequences
+        .iter()
+        .max_by_key(|s| s.tokens.len())
+        .expect("seqs"); // 130 tokens: 3 chunks
+    let mut stream = engine
+        .add_request(EngineRequest {
+            prompt_token_ids: seq.tokens.clone(),
+            sampling: params(|p| {
+                p.max_tokens = 1;
+                p.prompt_logprobs = Some(2);
+            }),
+            arrival: Instant::now(),
+        })
+        .expect("admitted");
+    let out = stream.next().await.expect("output");
+    let lps = out.prompt_logprobs.expect("prompt logprobs");
+    assert_eq!(lps.len(), seq.tokens.len() - 1);
+    for (k, (got, want)) in lps.iter().zip(&seq.next_token_logprobs).enumerate() {
+        assert_eq!(got.token_id, seq.tokens[k + 1]);
+        assert!(
+            (got.logprob - want).abs() < 1e-3,
+            "prompt token {}: {} vs {want}",
+            k + 1,
+            got.logprob
+        );
+        assert_eq!(got.top.len(), 2);
+    }
+    engine.shutdown();
+}
