@@ -96,9 +96,9 @@ pub struct ServeArgs {
     /// Longest sequence, prompt plus output (default: the model's context).
     #[arg(long)]
     pub max_seq_len: Option<usize>,
-    /// Most sequences in one engine step.
-    #[arg(long, default_value_t = 256)]
-    pub max_batch_size: usize,
+    /// Most sequences in one engine step [default: 16 on the cpu, 256 on cuda].
+    #[arg(long)]
+    pub max_batch_size: Option<usize>,
     /// Token budget of one step; longer prompts are prefilled in chunks [default: 2048, or the
     /// batch size if larger].
     #[arg(long)]

@@ -625,3 +625,29 @@ async fn the_official_openai_python_client_works() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[tokio::test]
+async fn disable_thinking_is_a_default_that_requests_override() {
+    let plain = Server::start(&[]).await;
+    let off = Server::start(&["--disable-thinking"]).await;
+    async fn count(s: &Server, kwargs: Value) -> u64 {
+        let mut body = json!({"messages": [{"role": "user", "content": "hi"}]});
+        if !kwargs.is_null() {
+            body["chat_template_kwargs"] = kwargs;
+        }
+        s.post("/tokenize", &body).await.1["count"]
+            .as_u64()
+            .expect("count")
+    }
+    let thinking = count(&plain, Value::Null).await;
+    let not_thinking = count(&off, Value::Null).await;
+    assert!(not_thinking > thinking, "an empty think block is added");
+    assert_eq!(
+        count(&off, json!({"enable_thinking": true})).await,
+        thinking
+    );
+    assert_eq!(
+        count(&plain, json!({"enable_thinking": false})).await,
+        not_thinking
+    );
+}

@@ -34,7 +34,8 @@ pub struct ServeFlags {
     pub device: Device,
     pub load_format: LoadFormat,
     pub max_seq_len: Option<usize>,
-    pub max_batch_size: usize,
+    /// `None`: [`default_max_batch_size`] for the device.
+    pub max_batch_size: Option<usize>,
     pub max_num_batched_tokens: Option<usize>,
     pub gpu_memory_utilization: f64,
     pub kv_cache_dtype: KvCacheDtype,
@@ -62,6 +63,16 @@ pub struct ServeConfig {
     /// Accepted now; the TUI and the metrics socket come later.
     pub no_tui: bool,
     pub metrics_socket: Option<PathBuf>,
+}
+
+/// Default of `--max-batch-size`: the engine sizes the KV cache for this many sequences at
+/// full length, so the CPU default stays small (16 × the demo's 2048 tokens is ~0.4 GiB of
+/// cache, where vLLM's 256 would be 6 GiB).
+pub fn default_max_batch_size(device: Device) -> usize {
+    match device {
+        Device::Cpu => 16,
+        Device::Cuda => 256,
+    }
 }
 
 /// Default of `--max-num-batched-tokens` (raised to the batch size when that is larger).
@@ -125,23 +136,26 @@ impl ServeFlags {
                 .into());
             }
         }
-        if self.max_batch_size == 0 {
+        let max_batch_size = self
+            .max_batch_size
+            .unwrap_or_else(|| default_max_batch_size(self.device));
+        if max_batch_size == 0 {
             return Err(bad("--max-batch-size", "must be at least 1").into());
         }
         let max_num_batched_tokens = match self.max_num_batched_tokens {
-            Some(t) if t < self.max_batch_size => {
+            Some(t) if t < max_batch_size => {
                 return Err(bad(
                     "--max-num-batched-tokens",
                     format!(
                         "{t} is less than --max-batch-size {}: every sequence in a step needs at \
                          least one token",
-                        self.max_batch_size
+                        max_batch_size
                     ),
                 )
                 .into());
             }
             Some(t) => t,
-            None => DEFAULT_MAX_NUM_BATCHED_TOKENS.max(self.max_batch_size),
+            None => DEFAULT_MAX_NUM_BATCHED_TOKENS.max(max_batch_size),
         };
         if self.max_queued_requests == 0 {
             return Err(bad("--max-queued-requests", "must be at least 1").into());
@@ -166,7 +180,7 @@ impl ServeFlags {
                 served_name,
                 load_format: self.load_format,
                 max_seq_len: self.max_seq_len,
-                max_num_seqs: self.max_batch_size,
+                max_num_seqs: max_batch_size,
                 max_num_batched_tokens,
                 max_queued_requests: self.max_queued_requests,
                 enable_prefix_caching: self.enable_prefix_caching,
@@ -216,7 +230,7 @@ mod tests {
             device: Device::Cpu,
             load_format: LoadFormat::Auto,
             max_seq_len: None,
-            max_batch_size: 8,
+            max_batch_size: Some(8),
             max_num_batched_tokens: None,
             gpu_memory_utilization: 0.9,
             kv_cache_dtype: KvCacheDtype::Auto,
@@ -239,6 +253,9 @@ mod tests {
         let c = flags().validate().expect("valid");
         assert_eq!(c.engine.served_name, "qwen3-gqa-tied");
         assert_eq!(c.engine.max_num_batched_tokens, 2048);
+        let mut f = flags();
+        f.max_batch_size = None;
+        assert_eq!(f.validate().expect("valid").engine.max_num_seqs, 16);
         assert_eq!(c.engine.block_size, BLOCK_SIZE);
     }
 
