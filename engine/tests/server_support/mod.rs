@@ -30,12 +30,17 @@ pub struct Server {
 impl Server {
     /// Serve the fixture model as `test` with `extra` flags; returns once `/ready` is 200.
     pub async fn start(extra: &[&str]) -> Server {
-        let model = fixture_model();
+        let mut args: Vec<String> = vec!["serve".into(), fixture_model().display().to_string()];
+        args.extend(["--port", "0", "--model-name", "test"].map(String::from));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::spawn(&args).await
+    }
+
+    /// Run `met` with exactly `args` (which must make it listen on port 0); returns once
+    /// `/ready` is 200.
+    pub async fn spawn(args: &[String]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_met"))
-            .arg("serve")
-            .arg(&model)
-            .args(["--port", "0", "--model-name", "test"])
-            .args(extra)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
