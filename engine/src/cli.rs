@@ -18,6 +18,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    Serve(ServeArgs),
     /// Score a token sequence: each next token's log-probability and the top-k alternatives, as JSON.
     Score(ScoreArgs),
 }
@@ -27,6 +29,15 @@ pub enum Device {
     Cpu,
     /// The first NVIDIA GPU (a `met` built with `--features cuda`).
     Cuda,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KvCacheDtypeArg {
+    /// The model's dtype.
+    Auto,
+    Bf16,
+    /// CUDA only.
+    Fp8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -67,4 +78,58 @@ pub struct ScoreArgs {
     /// Alternatives to report at each position.
     #[arg(long, default_value_t = 5)]
     pub top_k: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on; 0 picks a free one (the address is printed).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// The name clients pass as `model` (default: the checkpoint directory's name).
+    #[arg(long)]
+    pub model_name: Option<String>,
+    /// Longest sequence, prompt plus output (default: the model's context).
+    #[arg(long)]
+    pub max_seq_len: Option<usize>,
+    /// Most sequences in one engine step [default: 16 on the cpu, 256 on cuda].
+    #[arg(long)]
+    pub max_batch_size: Option<usize>,
+    /// Token budget of one step; longer prompts are prefilled in chunks [default: 2048, or the
+    /// batch size if larger].
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<usize>,
+    /// Fraction of GPU memory to use, in (0, 1] (CUDA).
+    #[arg(long, default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
+    /// KV cache storage type.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub kv_cache_dtype: KvCacheDtypeArg,
+    /// Reuse the KV cache of shared prompt prefixes.
+    #[arg(long)]
+    pub enable_prefix_caching: bool,
+    /// Require `Authorization: Bearer KEY` on the API (not on /health, /ready, /metrics).
+    #[arg(long, env = "MET_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Requests waiting beyond this are refused with 429 and Retry-After.
+    #[arg(long, default_value_t = 1024)]
+    pub max_queued_requests: usize,
+    /// Abort a request running longer than this many seconds (504, or an error event when
+    /// streaming).
+    #[arg(long, value_name = "SECONDS")]
+    pub request_timeout: Option<f64>,
+    /// Chat templates get `enable_thinking=false` unless a request's `chat_template_kwargs`
+    /// says otherwise.
+    #[arg(long)]
+    pub disable_thinking: bool,
+    /// Do not show the terminal dashboard.
+    #[arg(long)]
+    pub no_tui: bool,
+    /// Unix socket for live metrics events (accepted; the socket comes in a later release).
+    #[arg(long, value_name = "PATH")]
+    pub metrics_socket: Option<PathBuf>,
 }

@@ -5,12 +5,17 @@
 //! hold one family a file, `backend/` one op per method.
 
 pub mod backend;
+pub mod chat_template;
+pub mod detokenizer;
 pub mod engine_core;
 pub mod kv_cache;
 pub mod loader;
+pub mod metrics;
 pub mod models;
 pub mod request;
 pub mod runner;
 pub mod sampling_params;
 pub mod scheduler;
 pub mod score;
+pub mod server;
+pub mod tokenizer;

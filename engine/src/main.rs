@@ -13,11 +13,13 @@ use metrale_engine::score::{DEFAULT_CHUNK, PositionScore, score};
 
 mod cli;
 
-use cli::{Cli, Command, Device, LoadFormatArg, ModelArgs, ScoreArgs};
+use cli::{Cli, Command, Device, KvCacheDtypeArg, LoadFormatArg, ModelArgs, ScoreArgs, ServeArgs};
+use metrale_engine::server::config::{self as serve_config, ServeFlags};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => run_serve(args),
         Command::Score(args) => run_score(args),
     };
     match result {
@@ -39,14 +41,61 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+fn load_format(arg: LoadFormatArg) -> LoadFormat {
+    match arg {
+        LoadFormatArg::Auto => LoadFormat::Auto,
+        LoadFormatArg::Dummy => LoadFormat::Dummy,
+    }
+}
+
+fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let config = ServeFlags {
+        model: args.model.model,
+        host: args.host,
+        port: args.port,
+        model_name: args.model_name,
+        device: match args.model.device {
+            Device::Cpu => serve_config::Device::Cpu,
+            Device::Cuda => serve_config::Device::Cuda,
+        },
+        load_format: load_format(args.model.load_format),
+        max_seq_len: args.max_seq_len,
+        max_batch_size: args.max_batch_size,
+        max_num_batched_tokens: args.max_num_batched_tokens,
+        gpu_memory_utilization: args.gpu_memory_utilization,
+        kv_cache_dtype: match args.kv_cache_dtype {
+            KvCacheDtypeArg::Auto => serve_config::KvCacheDtype::Auto,
+            KvCacheDtypeArg::Bf16 => serve_config::KvCacheDtype::Bf16,
+            KvCacheDtypeArg::Fp8 => serve_config::KvCacheDtype::Fp8,
+        },
+        enable_prefix_caching: args.enable_prefix_caching,
+        api_key: args.api_key,
+        max_queued_requests: args.max_queued_requests,
+        request_timeout: args.request_timeout,
+        disable_thinking: args.disable_thinking,
+        no_tui: args.no_tui,
+        metrics_socket: args.metrics_socket,
+    }
+    .validate()?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("met-http")
+        .build()
+        .context("failed to start the async runtime")?
+        .block_on(metrale_engine::server::run(config))
+}
+
 fn load_model<B: Backend>(backend: &B, args: &ModelArgs) -> anyhow::Result<Qwen3<B>> {
     let dir = ModelDir::open(&args.model)?;
     let config = dir.config()?;
-    let format = match args.load_format {
-        LoadFormatArg::Auto => LoadFormat::Auto,
-        LoadFormatArg::Dummy => LoadFormat::Dummy,
-    };
-    let weights = Weights::open(&dir.root, format)?;
+    let weights = Weights::open(&dir.root, load_format(args.load_format))?;
     Qwen3::load(backend, &config, &weights)
         .with_context(|| format!("failed to load {}", args.model.display()))
 }

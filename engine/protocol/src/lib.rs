@@ -1,1 +1,3 @@
 //! Plain serde types shared by `met` and `metralectl`. No I/O, no heavy dependencies.
+
+pub mod openai;

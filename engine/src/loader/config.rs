@@ -87,14 +87,7 @@ struct RawConfig {
 
 impl ModelConfig {
     pub fn from_file(path: &Path) -> Result<Self, LoadError> {
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::from_json(&text).map_err(|message| LoadError::Config {
-            path: path.to_path_buf(),
-            message,
-        })
+        parse_file(path, Self::from_json)
     }
 
     /// Parse and validate; the error is a sentence that names the key.
@@ -175,6 +168,18 @@ impl ModelConfig {
         let head = if self.tie_word_embeddings { 0 } else { embed };
         embed + head + self.num_hidden_layers * per_layer + h
     }
+}
+
+/// Read `path` and parse it with `parse`, naming the file in either error.
+fn parse_file<T>(path: &Path, parse: fn(&str) -> Result<T, String>) -> Result<T, LoadError> {
+    let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text).map_err(|message| LoadError::Config {
+        path: path.to_path_buf(),
+        message,
+    })
 }
 
 fn get_f64(obj: &Value, key: &str) -> Result<Option<f64>, String> {
@@ -335,14 +340,7 @@ impl GenerationConfig {
         if !path.exists() {
             return Ok(Self::default());
         }
-        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::from_json(&text).map_err(|message| LoadError::Config {
-            path: path.to_path_buf(),
-            message,
-        })
+        parse_file(path, Self::from_json)
     }
 
     pub fn from_json(text: &str) -> Result<Self, String> {

@@ -228,9 +228,9 @@ mod tests {
         assert_eq!(w.get("a.f32", &[2, 2]).expect("f32").to_f32(), vals);
         assert_eq!(w.get("b.f16", &[2, 2]).expect("f16").to_f32(), vals);
         assert_eq!(w.get("c.bf16", &[4]).expect("bf16").to_f32(), vals);
-        let e = w.get("d.i32", &[4]).err().expect("i32 refused").to_string();
+        let e = w.get("d.i32", &[4]).expect_err("i32 refused").to_string();
         assert!(e.contains("d.i32") && e.contains("I32"), "{e}");
-        let e = w.get("a.f32", &[4]).err().expect("shape").to_string();
+        let e = w.get("a.f32", &[4]).expect_err("shape").to_string();
         assert!(e.contains("[2, 2]") && e.contains("[4]"), "{e}");
         std::fs::remove_dir_all(&dir).ok();
     }

@@ -1,0 +1,312 @@
+//! `POST /v1/chat/completions`: messages through the chat template, then generation.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use metrale_protocol::openai::{
+    AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
+    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessage, ChatTokenLogprob, MessageContent,
+    Role, SamplingFields, TopLogprob,
+};
+use serde_json::{Map, Value};
+
+use super::body::{JsonObject, from_value};
+use super::error::ApiError;
+use super::generate::{self, PromptIds};
+use super::output::{Logprob, TokenText};
+use super::params::{Extras, Generation};
+use super::{AppState, response_id, sse, unix_now};
+
+/// Template variables a request may not set: the server sets them.
+const RESERVED_KWARGS: &[&str] = &["messages", "tools", "add_generation_prompt"];
+
+/// Messages as the chat template wants them: `developer` becomes `system`, text parts are
+/// joined with newlines. Anything but text is refused, naming the part.
+fn template_messages(messages: &[ChatMessage]) -> Result<Vec<Value>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "`messages` must contain at least one message",
+        ));
+    }
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let mut m = m.clone();
+            if m.role == Role::Developer {
+                m.role = Role::System;
+            }
+            if let Some(MessageContent::Parts(parts)) = &m.content {
+                let mut texts = Vec::with_capacity(parts.len());
+                for (j, p) in parts.iter().enumerate() {
+                    match (p.kind.as_str(), &p.text) {
+                        ("text", Some(t)) => texts.push(t.as_str()),
+                        ("text", None) => {
+                            return Err(ApiError::invalid(
+                                format!("messages[{i}].content[{j}].text"),
+                                "a text part needs `text`",
+                            ));
+                        }
+                        (other, _) => {
+                            return Err(ApiError::Unsupported {
+                                message: format!(
+                                    "content parts of type `{other}` are not supported: this \
+                                     model reads text only"
+                                ),
+                                param: format!("messages[{i}].content[{j}].type"),
+                            });
+                        }
+                    }
+                }
+                m.content = Some(MessageContent::Text(texts.join("\n")));
+            }
+            if m.content.is_none() && m.role != Role::Assistant {
+                return Err(ApiError::invalid(
+                    format!("messages[{i}].content"),
+                    "only assistant messages may have no content",
+                ));
+            }
+            serde_json::to_value(&m).map_err(|e| ApiError::Internal(e.to_string()))
+        })
+        .collect()
+}
+
+/// Render messages to prompt token ids. Shared with `/tokenize`.
+pub fn render_prompt(
+    state: &AppState,
+    messages: &[ChatMessage],
+    tools: Option<&[Value]>,
+    add_generation_prompt: bool,
+    request_kwargs: Option<&Map<String, Value>>,
+) -> Result<Vec<u32>, ApiError> {
+    let template = state
+        .template
+        .as_ref()
+        .ok_or_else(|| ApiError::Unsupported {
+            message: "this model has no chat template; use /v1/completions with a prompt".into(),
+            param: "messages".into(),
+        })?;
+    let values = template_messages(messages)?;
+    let mut kwargs = state.template_kwargs.clone();
+    if let Some(extra) = request_kwargs {
+        if let Some(k) = RESERVED_KWARGS.iter().find(|k| extra.contains_key(**k)) {
+            return Err(ApiError::invalid(
+                "chat_template_kwargs",
+                format!("`{k}` is set by the server and cannot be a template kwarg"),
+            ));
+        }
+        kwargs.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    let text = template
+        .render(&values, tools, add_generation_prompt, &kwargs)
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+    state
+        .tokenizer
+        .encode(&text, false)
+        .map_err(|e| ApiError::Internal(format!("failed to tokenize the prompt: {e}")))
+}
+
+fn refuse_unsupported(req: &ChatCompletionRequest) -> Result<(), ApiError> {
+    if let Some(rf) = &req.response_format {
+        let kind = rf.get("type").and_then(Value::as_str).unwrap_or("");
+        if kind != "text" {
+            return Err(ApiError::Unsupported {
+                message: format!("response_format `{kind}` is not supported yet; only `text`"),
+                param: "response_format.type".into(),
+            });
+        }
+    }
+    if let Some(tc) = &req.tool_choice {
+        let ok = matches!(tc.as_str(), Some("auto") | Some("none"));
+        if !ok {
+            return Err(ApiError::Unsupported {
+                message: "only tool_choice `auto` and `none` are supported".into(),
+                param: "tool_choice".into(),
+            });
+        }
+    }
+    if req
+        .top_logprobs
+        .is_some_and(|k| k > super::params::MAX_TOP_LOGPROBS)
+    {
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            format!(
+                "`top_logprobs` must be between 0 and {}",
+                super::params::MAX_TOP_LOGPROBS
+            ),
+        ));
+    }
+    if req.top_logprobs.is_some_and(|k| k > 0) && req.logprobs != Some(true) {
+        return Err(ApiError::invalid(
+            "top_logprobs",
+            "`top_logprobs` needs `logprobs: true`",
+        ));
+    }
+    Ok(())
+}
+
+fn top_logprob(t: &TokenText, logprob: f32) -> TopLogprob {
+    TopLogprob {
+        token: t.text.clone(),
+        logprob,
+        bytes: t.bytes.clone(),
+    }
+}
+
+pub fn chat_logprobs(lps: &[Logprob]) -> ChatLogprobs {
+    ChatLogprobs {
+        content: lps
+            .iter()
+            .map(|lp| ChatTokenLogprob {
+                token: lp.token.text.clone(),
+                logprob: lp.logprob,
+                bytes: lp.token.bytes.clone(),
+                top_logprobs: lp.top.iter().map(|(t, l)| top_logprob(t, *l)).collect(),
+            })
+            .collect(),
+    }
+}
+
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    JsonObject(body): JsonObject,
+) -> Result<Response, ApiError> {
+    let in_flight = state.in_flight();
+    let arrival = Instant::now();
+    let fields: SamplingFields = from_value(&body)?;
+    let req: ChatCompletionRequest = from_value(&body)?;
+    state.check_model(req.model.as_deref())?;
+    let engine = state.engine()?;
+    refuse_unsupported(&req)?;
+    let want_logprobs = req.logprobs == Some(true);
+    let generation = Generation::from_request(
+        &fields,
+        Extras {
+            max_tokens: req.max_completion_tokens.or(req.max_tokens),
+            n: req.n,
+            logprobs: want_logprobs.then(|| req.top_logprobs.unwrap_or(0)),
+            prompt_logprobs: None,
+            allow_zero_max_tokens: false,
+        },
+        &state.defaults,
+        engine.info(),
+    )?;
+    let ids = render_prompt(
+        &state,
+        &req.messages,
+        req.tools.as_deref(),
+        req.add_generation_prompt.unwrap_or(true),
+        req.chat_template_kwargs.as_ref(),
+    )?;
+    let prompts = vec![PromptIds { ids }];
+    let choices = generate::launch(&state, &prompts, &generation, "messages", arrival)?;
+    let id = response_id("chatcmpl");
+    let created = unix_now();
+    let model = state.served_name.clone();
+
+    if req.stream != Some(true) {
+        let collected = generate::collect_all(choices).await?;
+        let completion_tokens = collected.iter().map(|c| c.num_tokens).sum();
+        let cached = collected
+            .iter()
+            .map(|c| c.num_cached_tokens)
+            .max()
+            .unwrap_or(0);
+        let choices = collected
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let (finish, stop_reason) = c.finish.unzip();
+                ChatChoice {
+                    index: i as u32,
+                    message: AssistantMessage {
+                        role: "assistant".into(),
+                        content: Some(c.text),
+                    },
+                    logprobs: want_logprobs.then(|| chat_logprobs(&c.logprobs)),
+                    finish_reason: finish.unwrap_or(metrale_protocol::openai::FinishReason::Stop),
+                    stop_reason: stop_reason.flatten(),
+                }
+            })
+            .collect();
+        drop(in_flight);
+        return Ok(axum::Json(ChatCompletionResponse {
+            id,
+            object: "chat.completion".into(),
+            created,
+            model,
+            choices,
+            usage: generate::usage(&prompts, completion_tokens, cached),
+        })
+        .into_response());
+    }
+
+    let include_usage = sse::include_usage(req.stream_options.as_ref());
+    let chunk = {
+        let (id, model) = (id.clone(), model.clone());
+        move |choices: Vec<ChatChunkChoice>, usage| {
+            sse::json(&ChatCompletionChunk {
+                id: id.clone(),
+                object: "chat.completion.chunk".into(),
+                created,
+                model: model.clone(),
+                choices,
+                usage,
+            })
+        }
+    };
+    let no_usage = include_usage.then_some(None);
+    let first = (0..choices.len() as u32)
+        .map(|index| {
+            chunk(
+                vec![ChatChunkChoice {
+                    index,
+                    delta: ChatDelta {
+                        role: Some("assistant".into()),
+                        content: Some(String::new()),
+                    },
+                    logprobs: None,
+                    finish_reason: None,
+                    stop_reason: None,
+                }],
+                no_usage,
+            )
+        })
+        .collect();
+    let on_delta = {
+        let chunk = chunk.clone();
+        move |index, _prompt, d: super::output::Delta| {
+            if d.text.is_empty() && d.logprobs.is_empty() && d.finish.is_none() {
+                return None;
+            }
+            let (finish, stop_reason) = d.finish.unzip();
+            Some(chunk(
+                vec![ChatChunkChoice {
+                    index,
+                    delta: ChatDelta {
+                        role: None,
+                        content: (!d.text.is_empty() || finish.is_none()).then_some(d.text),
+                    },
+                    logprobs: want_logprobs.then(|| chat_logprobs(&d.logprobs)),
+                    finish_reason: finish,
+                    stop_reason: stop_reason.flatten(),
+                }],
+                no_usage,
+            ))
+        }
+    };
+    let on_done = sse::usage_chunk(include_usage, prompts, move |u| {
+        chunk(vec![], Some(Some(u)))
+    });
+    Ok(sse::respond(
+        first,
+        generate::merged(choices),
+        on_delta,
+        on_done,
+        in_flight,
+    ))
+}

@@ -1,0 +1,286 @@
+//! `met serve`'s flags, checked once into a [`ServeConfig`]: unknown values and contradictions
+//! are errors at start, not surprises later.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::engine_core::EngineConfig;
+use crate::loader::{LoadFormat, ModelDir};
+
+/// Tokens a KV block holds.
+pub const BLOCK_SIZE: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvCacheDtype {
+    /// The model's dtype.
+    Auto,
+    Bf16,
+    Fp8,
+}
+
+/// The flags as typed (clap's types live in `cli.rs`; this is their plain copy).
+#[derive(Debug, Clone)]
+pub struct ServeFlags {
+    pub model: PathBuf,
+    pub host: String,
+    pub port: u16,
+    pub model_name: Option<String>,
+    pub device: Device,
+    pub load_format: LoadFormat,
+    pub max_seq_len: Option<usize>,
+    /// `None`: [`default_max_batch_size`] for the device.
+    pub max_batch_size: Option<usize>,
+    pub max_num_batched_tokens: Option<usize>,
+    pub gpu_memory_utilization: f64,
+    pub kv_cache_dtype: KvCacheDtype,
+    pub enable_prefix_caching: bool,
+    pub api_key: Option<String>,
+    pub max_queued_requests: usize,
+    /// Seconds.
+    pub request_timeout: Option<f64>,
+    pub disable_thinking: bool,
+    pub no_tui: bool,
+    pub metrics_socket: Option<PathBuf>,
+}
+
+/// Everything `met serve` runs with, validated.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub engine: EngineConfig,
+    pub host: String,
+    pub port: u16,
+    pub api_key: Option<String>,
+    pub request_timeout: Option<Duration>,
+    pub disable_thinking: bool,
+    pub gpu_memory_utilization: f64,
+    pub kv_cache_dtype: KvCacheDtype,
+    /// Accepted now; the TUI and the metrics socket come later.
+    pub no_tui: bool,
+    pub metrics_socket: Option<PathBuf>,
+}
+
+/// Default of `--max-batch-size`: the engine sizes the KV cache for this many sequences at
+/// full length, so the CPU default stays small (16 × the demo's 2048 tokens is ~0.4 GiB of
+/// cache, where vLLM's 256 would be 6 GiB).
+pub fn default_max_batch_size(device: Device) -> usize {
+    match device {
+        Device::Cpu => 16,
+        Device::Cuda => 256,
+    }
+}
+
+/// Default of `--max-num-batched-tokens` (raised to the batch size when that is larger).
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 2048;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{flag}: {message}")]
+pub struct FlagError {
+    pub flag: &'static str,
+    pub message: String,
+}
+
+fn bad(flag: &'static str, message: impl Into<String>) -> FlagError {
+    FlagError {
+        flag,
+        message: message.into(),
+    }
+}
+
+impl ServeFlags {
+    /// Check the flags against each other and the checkpoint's `config.json`.
+    pub fn validate(self) -> anyhow::Result<ServeConfig> {
+        let dir = ModelDir::open(&self.model)?;
+        let model = dir.config()?;
+        if self.device == Device::Cuda {
+            return Err(bad(
+                "--device cuda",
+                "this build of met has no CUDA backend yet; use --device cpu",
+            )
+            .into());
+        }
+        if self.kv_cache_dtype == KvCacheDtype::Fp8 && self.device == Device::Cpu {
+            return Err(bad("--kv-cache-dtype fp8", "not supported on the cpu backend").into());
+        }
+        if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
+            return Err(bad(
+                "--gpu-memory-utilization",
+                format!("must be in (0, 1], got {}", self.gpu_memory_utilization),
+            )
+            .into());
+        }
+        let served_name = match self.model_name {
+            Some(n) if n.trim().is_empty() => {
+                return Err(bad("--model-name", "must not be empty").into());
+            }
+            Some(n) => n,
+            None => default_name(&self.model),
+        };
+        if let Some(n) = self.max_seq_len {
+            if n == 0 {
+                return Err(bad("--max-seq-len", "must be at least 1").into());
+            }
+            if n > model.max_position_embeddings {
+                return Err(bad(
+                    "--max-seq-len",
+                    format!(
+                        "{n} exceeds the model's context of {} tokens (max_position_embeddings)",
+                        model.max_position_embeddings
+                    ),
+                )
+                .into());
+            }
+        }
+        let max_batch_size = self
+            .max_batch_size
+            .unwrap_or_else(|| default_max_batch_size(self.device));
+        if max_batch_size == 0 {
+            return Err(bad("--max-batch-size", "must be at least 1").into());
+        }
+        let max_num_batched_tokens = match self.max_num_batched_tokens {
+            Some(t) if t < max_batch_size => {
+                return Err(bad(
+                    "--max-num-batched-tokens",
+                    format!(
+                        "{t} is less than --max-batch-size {}: every sequence in a step needs at \
+                         least one token",
+                        max_batch_size
+                    ),
+                )
+                .into());
+            }
+            Some(t) => t,
+            None => DEFAULT_MAX_NUM_BATCHED_TOKENS.max(max_batch_size),
+        };
+        if self.max_queued_requests == 0 {
+            return Err(bad("--max-queued-requests", "must be at least 1").into());
+        }
+        let request_timeout = match self.request_timeout {
+            Some(t) if !(t > 0.0 && t.is_finite()) => {
+                return Err(bad(
+                    "--request-timeout",
+                    format!("must be a positive number of seconds, got {t}"),
+                )
+                .into());
+            }
+            Some(t) => Some(Duration::from_secs_f64(t)),
+            None => None,
+        };
+        if self.api_key.as_deref().is_some_and(str::is_empty) {
+            return Err(bad("--api-key", "must not be empty").into());
+        }
+        Ok(ServeConfig {
+            engine: EngineConfig {
+                model_dir: self.model,
+                served_name,
+                load_format: self.load_format,
+                max_seq_len: self.max_seq_len,
+                max_num_seqs: max_batch_size,
+                max_num_batched_tokens,
+                max_queued_requests: self.max_queued_requests,
+                enable_prefix_caching: self.enable_prefix_caching,
+                block_size: BLOCK_SIZE,
+                kv_cache_bytes: None,
+            },
+            host: self.host,
+            port: self.port,
+            api_key: self.api_key,
+            request_timeout,
+            disable_thinking: self.disable_thinking,
+            gpu_memory_utilization: self.gpu_memory_utilization,
+            kv_cache_dtype: self.kv_cache_dtype,
+            no_tui: self.no_tui,
+            metrics_socket: self.metrics_socket,
+        })
+    }
+}
+
+/// The checkpoint directory's name (`models/demo` → `demo`).
+fn default_name(model: &std::path::Path) -> String {
+    model
+        .file_name()
+        .map(ToOwned::to_owned)
+        .or_else(|| {
+            std::fs::canonicalize(model)
+                .ok()
+                .and_then(|p| p.file_name().map(ToOwned::to_owned))
+        })
+        .map_or_else(
+            || model.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags() -> ServeFlags {
+        ServeFlags {
+            model: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/models/qwen3-gqa-tied"),
+            host: "127.0.0.1".into(),
+            port: 0,
+            model_name: None,
+            device: Device::Cpu,
+            load_format: LoadFormat::Auto,
+            max_seq_len: None,
+            max_batch_size: Some(8),
+            max_num_batched_tokens: None,
+            gpu_memory_utilization: 0.9,
+            kv_cache_dtype: KvCacheDtype::Auto,
+            enable_prefix_caching: false,
+            api_key: None,
+            max_queued_requests: 4,
+            request_timeout: None,
+            disable_thinking: false,
+            no_tui: false,
+            metrics_socket: None,
+        }
+    }
+
+    fn refused(f: ServeFlags) -> String {
+        f.validate().expect_err("should be refused").to_string()
+    }
+
+    #[test]
+    fn defaults_fill_in() {
+        let c = flags().validate().expect("valid");
+        assert_eq!(c.engine.served_name, "qwen3-gqa-tied");
+        assert_eq!(c.engine.max_num_batched_tokens, 2048);
+        let mut f = flags();
+        f.max_batch_size = None;
+        assert_eq!(f.validate().expect("valid").engine.max_num_seqs, 16);
+        assert_eq!(c.engine.block_size, BLOCK_SIZE);
+    }
+
+    #[test]
+    fn contradictions_are_errors_that_name_the_flag() {
+        let mut f = flags();
+        f.max_seq_len = Some(100_000);
+        assert!(refused(f).starts_with("--max-seq-len: 100000 exceeds"));
+        let mut f = flags();
+        f.max_num_batched_tokens = Some(4);
+        assert!(refused(f).starts_with("--max-num-batched-tokens"));
+        let mut f = flags();
+        f.kv_cache_dtype = KvCacheDtype::Fp8;
+        assert_eq!(
+            refused(f),
+            "--kv-cache-dtype fp8: not supported on the cpu backend"
+        );
+        let mut f = flags();
+        f.gpu_memory_utilization = 1.5;
+        assert!(refused(f).starts_with("--gpu-memory-utilization"));
+        let mut f = flags();
+        f.request_timeout = Some(0.0);
+        assert!(refused(f).starts_with("--request-timeout"));
+        let mut f = flags();
+        f.model = PathBuf::from("/nonexistent");
+        assert!(refused(f).contains("is not a model directory"));
+    }
+}

@@ -1,0 +1,205 @@
+//! Every error the HTTP API returns, and the one place it becomes a status code and OpenAI's
+//! envelope `{"error": {"message", "type", "param", "code"}}`.
+//!
+//! A bad request is a 4xx that names the field at fault in `param`; a 5xx is a bug or the
+//! engine being unavailable.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use metrale_protocol::openai::{ErrorBody, ErrorResponse};
+
+use crate::engine_core::AddRequestError;
+
+/// Seconds a client is told to wait after a 429.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApiError {
+    /// A field is missing, has the wrong type or is out of range.
+    #[error("{message}")]
+    InvalidRequest {
+        message: String,
+        param: Option<String>,
+    },
+    /// Prompt plus the tokens asked for do not fit in the context.
+    #[error("{message}")]
+    ContextLengthExceeded { message: String, param: String },
+    /// A feature the request asks for that this server does not have (yet).
+    #[error("{message}")]
+    Unsupported { message: String, param: String },
+    #[error("missing or incorrect API key: send it as `Authorization: Bearer KEY`")]
+    Unauthorized,
+    #[error("the model `{model}` does not exist; this server serves `{served}`")]
+    ModelNotFound { model: String, served: String },
+    #[error("no route for {method} {path}")]
+    RouteNotFound { method: String, path: String },
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    #[error("the request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("the server is at capacity ({queued} requests queued); retry shortly")]
+    QueueFull { queued: usize },
+    #[error("the model is still loading; retry when GET /ready answers 200")]
+    Loading,
+    #[error("the server is shutting down and accepts no new requests")]
+    ShuttingDown,
+    #[error("the request ran longer than the server's --request-timeout of {seconds} s")]
+    Timeout { seconds: f64 },
+    /// A bug: something that validation should have prevented.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::InvalidRequest {
+            message: message.into(),
+            param: Some(param.into()),
+        }
+    }
+
+    /// Status, `type` and `code` of each error: the mapping, exhaustive.
+    fn parts(&self) -> (StatusCode, &'static str, Option<&'static str>) {
+        use StatusCode as S;
+        match self {
+            Self::InvalidRequest { .. } => (S::BAD_REQUEST, "invalid_request_error", None),
+            Self::ContextLengthExceeded { .. } => (
+                S::BAD_REQUEST,
+                "invalid_request_error",
+                Some("context_length_exceeded"),
+            ),
+            Self::Unsupported { .. } => (
+                S::BAD_REQUEST,
+                "invalid_request_error",
+                Some("unsupported_parameter"),
+            ),
+            Self::Unauthorized => (
+                S::UNAUTHORIZED,
+                "invalid_request_error",
+                Some("invalid_api_key"),
+            ),
+            Self::ModelNotFound { .. } => (
+                S::NOT_FOUND,
+                "invalid_request_error",
+                Some("model_not_found"),
+            ),
+            Self::RouteNotFound { .. } => (S::NOT_FOUND, "invalid_request_error", None),
+            Self::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "invalid_request_error", None),
+            Self::PayloadTooLarge { .. } => (
+                S::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                Some("request_too_large"),
+            ),
+            Self::QueueFull { .. } => (
+                S::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                Some("server_at_capacity"),
+            ),
+            Self::Loading => (
+                S::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                Some("model_loading"),
+            ),
+            Self::ShuttingDown => (
+                S::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                Some("shutting_down"),
+            ),
+            Self::Timeout { .. } => (S::GATEWAY_TIMEOUT, "timeout_error", Some("request_timeout")),
+            Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", None),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.parts().0
+    }
+
+    fn param(&self) -> Option<String> {
+        match self {
+            Self::InvalidRequest { param, .. } => param.clone(),
+            Self::ContextLengthExceeded { param, .. } | Self::Unsupported { param, .. } => {
+                Some(param.clone())
+            }
+            Self::ModelNotFound { .. } => Some("model".into()),
+            _ => None,
+        }
+    }
+
+    /// The envelope, also sent as an SSE event when a stream fails after its headers.
+    pub fn body(&self) -> ErrorResponse {
+        let (_, kind, code) = self.parts();
+        ErrorResponse {
+            error: ErrorBody {
+                message: self.to_string(),
+                kind: kind.into(),
+                param: self.param(),
+                code: code.map(Into::into),
+            },
+        }
+    }
+}
+
+impl From<AddRequestError> for ApiError {
+    fn from(e: AddRequestError) -> Self {
+        match e {
+            AddRequestError::QueueFull { queued } => Self::QueueFull { queued },
+            AddRequestError::TooLong { needed, limit } => Self::ContextLengthExceeded {
+                message: format!(
+                    "this model's maximum context length is {limit} tokens, but the request \
+                     needs {needed} (prompt plus max_tokens); shorten the prompt or lower \
+                     max_tokens"
+                ),
+                param: "max_tokens".into(),
+            },
+            AddRequestError::ShuttingDown => Self::ShuttingDown,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if matches!(self, Self::Internal(_)) {
+            tracing::error!("{self}");
+        }
+        let mut resp = (status, axum::Json(self.body())).into_response();
+        if matches!(self, Self::QueueFull { .. }) {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_errors_name_the_field() {
+        let e = ApiError::invalid("temperature", "must be between 0 and 2, got 3");
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        let b = e.body().error;
+        assert_eq!(b.param.as_deref(), Some("temperature"));
+        assert_eq!(b.kind, "invalid_request_error");
+    }
+
+    #[test]
+    fn engine_refusals_map_to_429_400_503() {
+        let full: ApiError = AddRequestError::QueueFull { queued: 3 }.into();
+        assert_eq!(full.status(), StatusCode::TOO_MANY_REQUESTS);
+        let resp = full.into_response();
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        let long: ApiError = AddRequestError::TooLong {
+            needed: 10,
+            limit: 5,
+        }
+        .into();
+        assert_eq!(
+            long.body().error.code.as_deref(),
+            Some("context_length_exceeded")
+        );
+        let down: ApiError = AddRequestError::ShuttingDown.into();
+        assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+}

@@ -1,0 +1,127 @@
+//! Serving's life: accept connections while the model loads, then serve; on SIGTERM or
+//! Ctrl-C drain (`/ready` turns 503, new requests get 503, running ones finish), then close
+//! the listener and stop the engine. A second signal while draining aborts what is left.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::config::ServeConfig;
+use super::{AppState, deps, routes, say};
+
+/// How long open connections get to finish once the engine is idle.
+const CLOSE_GRACE: Duration = Duration::from_secs(10);
+
+/// Waits for SIGTERM or SIGINT and says which.
+struct Signals {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            #[cfg(unix)]
+            term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .context("failed to listen for SIGTERM")?,
+        })
+    }
+
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.term.recv() => "SIGTERM",
+                _ = tokio::signal::ctrl_c() => "SIGINT",
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            "Ctrl-C"
+        }
+    }
+}
+
+pub(super) async fn serve_until_drained(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    config: ServeConfig,
+) -> anyhow::Result<()> {
+    let mut signals = Signals::new()?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let app = routes::router(state.clone());
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+    let stop_http = |server: tokio::task::JoinHandle<std::io::Result<()>>| async move {
+        let _ = stop_tx.send(());
+        match tokio::time::timeout(CLOSE_GRACE, server).await {
+            Ok(r) => r
+                .context("the HTTP server panicked")?
+                .context("the HTTP server failed"),
+            Err(_) => Ok(()),
+        }
+    };
+
+    let engine_config = config.engine.clone();
+    let load = tokio::task::spawn_blocking(move || deps::start_engine(engine_config));
+    let (engine, plan) = tokio::select! {
+        r = load => match r.context("loading the model panicked")? {
+            Ok(started) => started,
+            Err(e) => {
+                let _ = stop_http(server).await;
+                return Err(e.context(format!("failed to start the engine for {}", config.engine.model_dir.display())));
+            }
+        },
+        sig = signals.next() => {
+            say(&format!("met: {sig} while loading the model; exiting"));
+            return stop_http(server).await;
+        }
+    };
+    let info = engine.info().clone();
+    let _ = state.engine.set(engine.clone());
+    say(&format!(
+        "met: model {} ready: max_model_len {}, KV cache {} blocks of {} tokens = {} tokens \
+         ({:.1} MiB)",
+        info.served_name,
+        info.max_model_len,
+        plan.num_blocks - 1,
+        plan.block_size,
+        plan.tokens(),
+        plan.bytes as f64 / (1 << 20) as f64,
+    ));
+
+    let sig = signals.next().await;
+    say(&format!(
+        "met: {sig}: draining ({} requests in flight); a second signal aborts them",
+        state.num_in_flight()
+    ));
+    state
+        .draining
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    engine.drain();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                if engine.is_idle() && state.num_in_flight() == 0 {
+                    break;
+                }
+            }
+            sig = signals.next() => {
+                say(&format!("met: {sig} again: aborting the requests left"));
+                engine.shutdown();
+                break;
+            }
+        }
+    }
+    let r = stop_http(server).await;
+    engine.shutdown();
+    say("met: stopped");
+    r
+}
