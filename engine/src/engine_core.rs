@@ -145,10 +145,21 @@ impl Drop for RequestStream {
     }
 }
 
+/// Where the model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    /// The first visible NVIDIA GPU (`CUDA_VISIBLE_DEVICES` chooses which).
+    Cuda,
+}
+
 /// Everything `met serve` decides before the engine starts (flags, validated).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub model_dir: PathBuf,
+    pub device: Device,
+    /// Fraction of the GPU's memory the engine may use (weights, activations, KV cache).
+    pub gpu_memory_utilization: f64,
     pub served_name: String,
     pub load_format: LoadFormat,
     /// Longest sequence (prompt + output); `None` = the model's `max_position_embeddings`.

@@ -18,6 +18,8 @@ fn fixtures() -> PathBuf {
 fn config(name: &str) -> EngineConfig {
     EngineConfig {
         model_dir: fixtures().join("models").join(name),
+        device: metrale_engine::engine_core::Device::Cpu,
+        gpu_memory_utilization: 0.9,
         served_name: name.into(),
         load_format: LoadFormat::Auto,
         max_seq_len: Some(256),

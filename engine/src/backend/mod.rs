@@ -118,6 +118,15 @@ pub trait Backend: Send + Sync + 'static {
 
     fn name(&self) -> &'static str;
 
+    /// Free and total bytes of device memory, for sizing the KV cache; `None` on the host.
+    fn memory_info(&self) -> Option<(usize, usize)> {
+        None
+    }
+    /// Bytes of one KV-cache element as this backend stores it.
+    fn kv_element_bytes(&self) -> usize {
+        4
+    }
+
     /// A weight from the loader, in the backend's storage type.
     fn upload(&self, t: &HostTensor<'_>) -> Result<Self::Tensor>;
     /// A zero-filled tensor of `shape`.

@@ -8,8 +8,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context, bail};
 
 use super::step_loop::EngineLoop;
-use super::{EngineConfig, EngineHandle, Live, ModelInfo, Shared};
-use crate::backend::CpuBackend;
+use super::{Device, EngineConfig, EngineHandle, Live, ModelInfo, Shared};
+use crate::backend::{Backend, CpuBackend};
 use crate::loader::{ModelDir, Weights};
 use crate::models::Model;
 use crate::models::qwen3::Qwen3;
@@ -33,90 +33,136 @@ impl KvCachePlan {
 }
 
 impl EngineHandle {
-    /// Load the model and start the engine thread; returns once the engine can serve.
+    /// Load the model on the configured device and start the engine thread; returns once the
+    /// engine can serve.
     pub fn start(config: EngineConfig) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
-        let dir = ModelDir::open(&config.model_dir)?;
-        let model_config = dir.config()?;
-        let generation = dir.generation_config()?;
-        let mpe = model_config.max_position_embeddings;
-        let max_model_len = match config.max_seq_len {
-            Some(n) if n > mpe => bail!(
-                "--max-seq-len {n} exceeds the model's context of {mpe} tokens (max_position_embeddings in config.json)"
-            ),
-            Some(n) => n,
-            None => mpe,
-        };
-        let weights = Weights::open(&dir.root, config.load_format)?;
-        let backend = CpuBackend;
-        let model = Qwen3::load(&backend, &model_config, &weights)
-            .with_context(|| format!("failed to load {}", config.model_dir.display()))?;
-        drop(weights);
-
-        let plan = plan_kv_cache(&config, &model, max_model_len)?;
-        let runner = Runner::new(backend, model, plan.num_blocks, plan.block_size)?;
-        let scheduler = Scheduler::new(SchedulerConfig {
-            max_num_seqs: config.max_num_seqs,
-            max_num_batched_tokens: config.max_num_batched_tokens,
-            block_size: plan.block_size,
-            num_blocks: plan.num_blocks,
-            max_model_len,
-            enable_prefix_caching: config.enable_prefix_caching,
-            // Admission is decided on the handle; the scheduler's own limit is a backstop.
-            max_queued_requests: config.max_queued_requests.saturating_mul(2).max(1),
-        })?;
-
-        let info = ModelInfo {
-            served_name: config.served_name.clone(),
-            max_model_len,
-            vocab_size: model_config.vocab_size,
-            eos_token_ids: generation.eos_token_ids.clone(),
-            created: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-        };
-        let live = Arc::new(Live::default());
-        if let Ok(mut s) = live.stats.lock() {
-            s.kv_blocks_total = plan.num_blocks - 1;
-            s.max_num_seqs = config.max_num_seqs;
-            s.max_num_batched_tokens = config.max_num_batched_tokens;
+        match config.device {
+            Device::Cpu => start_on(CpuBackend, config),
+            #[cfg(feature = "cuda")]
+            Device::Cuda => {
+                let backend =
+                    crate::backend::cuda::CudaBackend::new(0).context("failed to open the GPU")?;
+                start_on(backend, config)
+            }
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda => {
+                bail!("this build of met has no CUDA backend: build it with `--features cuda`")
+            }
         }
-        let (tx, rx) = std::sync::mpsc::channel();
-        let engine = EngineLoop::new(scheduler, runner, rx, live.clone());
-        std::thread::Builder::new()
-            .name("met-engine".into())
-            .spawn(move || engine.run())
-            .context("failed to start the engine thread")?;
-        let shared = Shared {
-            commands: Mutex::new(tx),
-            next_id: AtomicU64::new(1),
-            info,
-            live,
-            max_queued: config.max_queued_requests,
-            kv_capacity_tokens: plan.tokens() + 1,
-        };
-        Ok((
-            EngineHandle {
-                shared: Arc::new(shared),
-            },
-            plan,
-        ))
     }
 }
 
-/// Blocks for the KV cache: the configured bytes, or by default room for every sequence of a
-/// full batch at full length, capped at a quarter of the machine's memory.
-fn plan_kv_cache<M: Model<CpuBackend>>(
+fn start_on<B: Backend>(
+    backend: B,
+    config: EngineConfig,
+) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
+    let dir = ModelDir::open(&config.model_dir)?;
+    let model_config = dir.config()?;
+    let generation = dir.generation_config()?;
+    let mpe = model_config.max_position_embeddings;
+    let max_model_len = match config.max_seq_len {
+        Some(n) if n > mpe => bail!(
+            "--max-seq-len {n} exceeds the model's context of {mpe} tokens (max_position_embeddings in config.json)"
+        ),
+        Some(n) => n,
+        None => mpe,
+    };
+    let weights = Weights::open(&dir.root, config.load_format)?;
+    let model = Qwen3::load(&backend, &model_config, &weights)
+        .with_context(|| format!("failed to load {}", config.model_dir.display()))?;
+    drop(weights);
+
+    let plan = plan_kv_cache(&backend, &config, &model, max_model_len)?;
+    let runner = Runner::new(backend, model, plan.num_blocks, plan.block_size)?;
+    let scheduler = Scheduler::new(SchedulerConfig {
+        max_num_seqs: config.max_num_seqs,
+        max_num_batched_tokens: config.max_num_batched_tokens,
+        block_size: plan.block_size,
+        num_blocks: plan.num_blocks,
+        max_model_len,
+        enable_prefix_caching: config.enable_prefix_caching,
+        // Admission is decided on the handle; the scheduler's own limit is a backstop.
+        max_queued_requests: config.max_queued_requests.saturating_mul(2).max(1),
+    })?;
+
+    let info = ModelInfo {
+        served_name: config.served_name.clone(),
+        max_model_len,
+        vocab_size: model_config.vocab_size,
+        eos_token_ids: generation.eos_token_ids.clone(),
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    };
+    let live = Arc::new(Live::default());
+    if let Ok(mut s) = live.stats.lock() {
+        s.kv_blocks_total = plan.num_blocks - 1;
+        s.max_num_seqs = config.max_num_seqs;
+        s.max_num_batched_tokens = config.max_num_batched_tokens;
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let engine = EngineLoop::new(scheduler, runner, rx, live.clone());
+    std::thread::Builder::new()
+        .name("met-engine".into())
+        .spawn(move || engine.run())
+        .context("failed to start the engine thread")?;
+    let shared = Shared {
+        commands: Mutex::new(tx),
+        next_id: AtomicU64::new(1),
+        info,
+        live,
+        max_queued: config.max_queued_requests,
+        kv_capacity_tokens: plan.tokens() + 1,
+    };
+    Ok((
+        EngineHandle {
+            shared: Arc::new(shared),
+        },
+        plan,
+    ))
+}
+
+/// Blocks for the KV cache. On a GPU: what `--gpu-memory-utilization` leaves once the weights
+/// are in place and room for one full step's activations is set aside. On the CPU: the
+/// configured bytes, or by default room for every sequence of a full batch at full length,
+/// capped at a quarter of the machine's memory.
+fn plan_kv_cache<B: Backend, M: Model<B>>(
+    backend: &B,
     config: &EngineConfig,
     model: &M,
     max_model_len: usize,
 ) -> anyhow::Result<KvCachePlan> {
     let bs = config.block_size;
-    let per_block = model.kv_bytes_per_token(std::mem::size_of::<f32>()) * bs;
-    let wanted = config.max_num_seqs * max_model_len.div_ceil(bs) * per_block;
-    let bytes = config
-        .kv_cache_bytes
-        .unwrap_or_else(|| wanted.min(system_memory_bytes() / 4));
+    let per_block = model.kv_bytes_per_token(backend.kv_element_bytes()) * bs;
+    let bytes = match (config.kv_cache_bytes, backend.memory_info()) {
+        (Some(b), _) => b,
+        (None, Some((free, total))) => {
+            let allowed = (total as f64 * config.gpu_memory_utilization) as usize;
+            let used = total - free;
+            let activations =
+                model.activation_bytes(config.max_num_batched_tokens, config.max_num_seqs);
+            let left = allowed.saturating_sub(used + activations);
+            if left < per_block * (max_model_len.div_ceil(bs) + 1) {
+                bail!(
+                    "after the weights ({} MiB in use) and one step's activations ({} MiB), \
+                     --gpu-memory-utilization {} leaves {} MiB of the GPU's {} MiB for the KV cache, \
+                     too little for one sequence of {max_model_len} tokens; raise \
+                     --gpu-memory-utilization or lower --max-seq-len / --max-num-batched-tokens",
+                    used >> 20,
+                    activations >> 20,
+                    config.gpu_memory_utilization,
+                    left >> 20,
+                    total >> 20
+                );
+            }
+            left
+        }
+        (None, None) => {
+            let wanted = config.max_num_seqs * max_model_len.div_ceil(bs) * per_block;
+            wanted.min(system_memory_bytes() / 4)
+        }
+    };
     let num_blocks = bytes / per_block + 1; // + the null block
     let one_seq = max_model_len.div_ceil(bs) + 1;
     if num_blocks < one_seq {

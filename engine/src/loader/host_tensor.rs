@@ -98,7 +98,9 @@ impl HostTensor<'_> {
     }
 
     /// Stack 2-D tensors along rows (`[a, k] ++ [b, k] -> [a + b, k]`), as fused projections
-    /// (q|k|v, gate|up) are stored. Raw data of one dtype stays raw; mixed sources become f32.
+    /// (q|k|v, gate|up) are stored. Raw data of one dtype stays raw; random parts of one scale
+    /// stay a recipe (a dummy 8B model must not turn into 18 GB of host floats); anything
+    /// else becomes f32.
     pub fn concat_rows(parts: &[HostTensor<'_>]) -> HostTensor<'static> {
         let cols = parts
             .first()
@@ -108,7 +110,24 @@ impl HostTensor<'_> {
         let mut shape = vec![rows];
         shape.extend(&cols);
         let same_raw = parts.iter().all(|p| matches!(&p.data, HostData::Raw { dtype, .. } if Some(*dtype) == first_dtype(parts)));
-        let data = if same_raw {
+        let random_std = match parts.first().map(|p| &p.data) {
+            Some(HostData::Random { std, .. }) => Some(*std),
+            _ => None,
+        };
+        let same_random = random_std.is_some()
+            && parts
+                .iter()
+                .all(|p| matches!(p.data, HostData::Random { std, .. } if Some(std) == random_std));
+        let data = if same_random {
+            let seed = parts.iter().fold(0x5eed_u64, |h, p| match p.data {
+                HostData::Random { seed, .. } => (h ^ seed).wrapping_mul(0x0000_0100_0000_01b3),
+                _ => h,
+            });
+            HostData::Random {
+                seed,
+                std: random_std.unwrap_or(0.0),
+            }
+        } else if same_raw {
             let dtype = first_dtype(parts).unwrap_or(DType::F32);
             let mut bytes = Vec::new();
             for p in parts {
@@ -182,6 +201,23 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn random_parts_concatenate_without_materialising() {
+        let part = |seed| HostTensor {
+            shape: vec![2, 3],
+            data: HostData::Random { seed, std: 0.02 },
+        };
+        let c = HostTensor::concat_rows(&[part(1), part(2)]);
+        assert_eq!(c.shape, vec![4, 3]);
+        assert!(matches!(c.data, HostData::Random { std, .. } if std == 0.02));
+        let d = HostTensor::concat_rows(&[part(2), part(1)]);
+        assert_ne!(
+            c.to_f32(),
+            d.to_f32(),
+            "the parts' seeds and order make the seed"
+        );
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub trait Model<B: Backend>: Send {
     ) -> Result<KvStorage<B>>;
     /// Bytes one cached token takes across all layers (k and v), for sizing the cache.
     fn kv_bytes_per_token(&self, bytes_per_element: usize) -> usize;
+    /// An upper bound on the activation memory of one step of `tokens` tokens with up to
+    /// `logits_rows` rows of logits (f32 everywhere), for sizing the KV cache next to it.
+    fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize;
     fn vocab_size(&self) -> usize;
     fn max_position_embeddings(&self) -> usize;
 }

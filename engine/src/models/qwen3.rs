@@ -191,6 +191,18 @@ impl<B: Backend> Model<B> for Qwen3<B> {
         2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * bytes_per_element
     }
 
+    fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {
+        let c = &self.config;
+        // x, xn, qkv, attn, proj, gate_up, act (see `forward`), then the gathered rows and
+        // their logits; doubled for allocator slack and the backend's temporaries.
+        let per_token = 3 * c.hidden_size
+            + (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
+            + c.num_attention_heads * c.head_dim
+            + 3 * c.intermediate_size;
+        let rows = logits_rows.min(tokens);
+        2 * 4 * (tokens * per_token + rows * (c.hidden_size + c.vocab_size))
+    }
+
     fn vocab_size(&self) -> usize {
         self.config.vocab_size
     }

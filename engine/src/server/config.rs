@@ -10,11 +10,7 @@ use crate::loader::{LoadFormat, ModelDir};
 /// Tokens a KV block holds.
 pub const BLOCK_SIZE: usize = 16;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Device {
-    Cpu,
-    Cuda,
-}
+pub use crate::engine_core::Device;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvCacheDtype {
@@ -97,10 +93,10 @@ impl ServeFlags {
     pub fn validate(self) -> anyhow::Result<ServeConfig> {
         let dir = ModelDir::open(&self.model)?;
         let model = dir.config()?;
-        if self.device == Device::Cuda {
+        if self.device == Device::Cuda && !cfg!(feature = "cuda") {
             return Err(bad(
                 "--device cuda",
-                "this build of met has no CUDA backend yet; use --device cpu",
+                "this build of met has no CUDA backend: build it with `--features cuda`, or use --device cpu",
             )
             .into());
         }
@@ -177,6 +173,8 @@ impl ServeFlags {
         Ok(ServeConfig {
             engine: EngineConfig {
                 model_dir: self.model,
+                device: self.device,
+                gpu_memory_utilization: self.gpu_memory_utilization,
                 served_name,
                 load_format: self.load_format,
                 max_seq_len: self.max_seq_len,

@@ -320,6 +320,14 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
+    fn memory_info(&self) -> Option<(usize, usize)> {
+        self.ctx.mem_get_info().ok()
+    }
+
+    fn kv_element_bytes(&self) -> usize {
+        2 // bf16
+    }
+
     fn upload(&self, t: &HostTensor<'_>) -> Result<CudaTensor> {
         let n = t.numel();
         match &t.data {

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `met serve --device cuda` on the GPU machine, from the repository root, with binaries built on
+# the build machine in $METRALE_GPU_BIN (.gpu/bin, see docs/cuda.md):
+#   1. a fixture model served on CUDA and on the CPU: greedy completions must be identical;
+#   2. Qwen3-8B's shape with dummy weights on CUDA: a quick throughput ladder over HTTP.
+# Writes $OUT/serve.log and $OUT/ladder.json; ends within about 5 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+BIN=${METRALE_GPU_BIN:-.gpu/bin}
+OUT=${OUT:-/tmp/metrale-serve-check}
+mkdir -p "$OUT"
+LOG=$OUT/serve.log
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+PIDS=()
+trap 'kill "${PIDS[@]}" 2>/dev/null' EXIT
+
+wait_ready() {
+    for _ in $(seq 1 600); do
+        curl -sf "$1/ready" >/dev/null 2>&1 && return 0
+        sleep 0.2
+    done
+    echo "server $1 never became ready" | tee -a "$LOG"
+    return 1
+}
+
+{
+    echo "== 1. fixture on cuda and cpu, greedy over HTTP"
+    model=tests/fixtures/models/qwen3-gqa-tied
+    "$BIN/met" serve "$model" --device cuda --port 8101 --model-name t >"$OUT/cuda-serve.txt" 2>&1 &
+    PIDS+=($!)
+    "$BIN/met" serve "$model" --device cpu --port 8102 --model-name t >/dev/null 2>&1 &
+    PIDS+=($!)
+    wait_ready http://127.0.0.1:8101 && wait_ready http://127.0.0.1:8102 &&
+        timeout 120 python3 scripts/gpu/http_probe.py equal http://127.0.0.1:8101 http://127.0.0.1:8102
+    echo "equal exit: $?"
+    cat "$OUT/cuda-serve.txt"
+    kill "${PIDS[@]}" 2>/dev/null
+    wait 2>/dev/null
+    PIDS=()
+
+    echo "== 2. Qwen3-8B shape, dummy weights, cuda"
+    dir=$(mktemp -d)
+    cat >"$dir/config.json" <<'JSON'
+{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
+ "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+ "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
+ "rope_theta": 1000000, "tie_word_embeddings": false, "torch_dtype": "bfloat16"}
+JSON
+    cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$dir/"
+    SECONDS=0
+    "$BIN/met" serve "$dir" --device cuda --load-format dummy --port 8103 --model-name q8 \
+        --max-seq-len 4096 --max-batch-size 128 --max-num-batched-tokens 8192 >"$OUT/q8-serve.txt" 2>&1 &
+    PIDS+=($!)
+    if wait_ready http://127.0.0.1:8103; then
+        echo "8B dummy ready in ${SECONDS} s"
+        cat "$OUT/q8-serve.txt"
+        timeout 240 python3 scripts/gpu/http_probe.py ladder http://127.0.0.1:8103 --isl 128 --osl 256 \
+            --conc 1,8,32,64,128 --out "$OUT/ladder.json"
+        echo "ladder exit: $?"
+        curl -s http://127.0.0.1:8103/metrics | grep -E '^vllm:(num_preemptions_total|kv_cache_usage_perc|time_to_first_token_seconds_(sum|count))'
+    else
+        cat "$OUT/q8-serve.txt"
+    fi
+} 2>&1 | tee -a "$LOG"
