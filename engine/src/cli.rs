@@ -112,6 +112,9 @@ pub struct ServeArgs {
     /// Reuse the KV cache of shared prompt prefixes.
     #[arg(long)]
     pub enable_prefix_caching: bool,
+    /// Run every step op by op, never replaying a captured CUDA graph (slower; for debugging).
+    #[arg(long)]
+    pub enforce_eager: bool,
     /// Require `Authorization: Bearer KEY` on the API (not on /health, /ready, /metrics).
     #[arg(long, env = "MET_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,

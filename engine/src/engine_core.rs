@@ -171,6 +171,8 @@ pub struct EngineConfig {
     /// Waiting requests beyond which admission answers 429 (`--max-queued-requests`).
     pub max_queued_requests: usize,
     pub enable_prefix_caching: bool,
+    /// Never replay CUDA graphs (`--enforce-eager`).
+    pub enforce_eager: bool,
     /// Tokens a KV block holds.
     pub block_size: usize,
     /// Memory for the KV cache on the CPU backend, in bytes; `None` = enough for every

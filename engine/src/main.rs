@@ -76,6 +76,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
             KvCacheDtypeArg::Fp8 => serve_config::KvCacheDtype::Fp8,
         },
         enable_prefix_caching: args.enable_prefix_caching,
+        enforce_eager: args.enforce_eager,
         api_key: args.api_key,
         max_queued_requests: args.max_queued_requests,
         request_timeout: args.request_timeout,

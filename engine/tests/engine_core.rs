@@ -29,6 +29,7 @@ fn config(name: &str) -> EngineConfig {
         enable_prefix_caching: true,
         block_size: 16,
         kv_cache_bytes: None,
+        enforce_eager: false,
     }
 }
 

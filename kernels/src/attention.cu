@@ -7,7 +7,7 @@
 // narrowing to bf16. Slots were range-checked on the host.
 //
 // paged_attention: one kernel for prefill and decode. A block of ATTN_WARPS warps owns one
-// (token row, q head) pair: grid.x = row (so long prefills fit), grid.y = head. The row attends to
+// (token row, group of G q heads): grid.x = row (so long prefills fit), grid.y = head group. The row attends to
 // keys 0..=positions[row] of its sequence (causal; earlier chunks of a chunked prefill are already
 // in the cache), reading kv head h / (nh / nkv) (GQA). Warp w takes keys w, w + ATTN_WARPS, ...;
 // for each key the warp computes q·k with lanes splitting head_dim (lane i holds dims i, i+32, ...
@@ -19,13 +19,13 @@
 //
 // Split-K (flash-decoding) for few rows over long contexts, where rows × heads blocks would
 // leave most of the GPU idle: paged_attention_split runs the same loop over one slice of
-// keys_per_split keys per block (grid.z = split) and stores its unnormalised state (m, l, acc) in
+// one slice of the row's keys per block (grid.z = split; a row's range cut evenly) and stores its unnormalised state (m, l, acc) in
 // f32; attention_merge then combines a row's splits with the same rescaling and writes bf16.
 //
-// One block per (row, head) still re-reads the shared kv head for each q head of its group (L2
-// absorbs most of it); a block per kv head serving its whole group is the next step.
+// A block serves G q heads of one kv head (G = 1, 2 or 4, dividing the GQA group), so the keys
+// and values are read once for the G heads rather than once per head.
 //
-// Symbols: write_kv_<qkv dtype>, paged_attention[_split]_<qkv dtype>_d<32·NPER>,
+// Symbols: write_kv_<qkv dtype>, paged_attention[_split]_<qkv dtype>_d<32·NPER>_g<G>,
 // attention_merge.
 
 #define ATTN_WARPS 4
@@ -55,137 +55,345 @@ __device__ void write_kv_impl(bf16* k_cache, bf16* v_cache, const T* qkv, const 
 WRITE_KV(f32, float)
 WRITE_KV(bf16, bf16)
 
-// One block's share of attention for (row = blockIdx.x, head = blockIdx.y): keys [begin, end) of
-// the row's causal range. PARTIAL = false: all keys, the normalised output written as bf16.
-// PARTIAL = true (split-K, split = blockIdx.z): the block's unnormalised state (m, l, acc[hd])
-// goes to `partial` for attention_merge; a split past the row's last key writes an empty state.
-template <typename T, int NPER, bool PARTIAL>
+// One block's share of attention for (row = blockIdx.x, heads G·blockIdx.y .. G·blockIdx.y + G - 1)
+// over keys [begin, end) of the row's causal range. The G heads of a block share one kv head
+// (G divides the group size nh / nkv), so each key and value is read once for all of them: at
+// Qwen3-8B's GQA (4 q heads a kv head) that is a quarter of the KV traffic of a block per head.
+// PARTIAL = false: all keys, the normalised output written as bf16. PARTIAL = true (split-K,
+// split = blockIdx.z): each head's unnormalised state (m, l, acc[hd]) goes to `partial` for
+// attention_merge; a split past the row's last key writes an empty state.
+template <typename T, int NPER, int G, bool PARTIAL>
 __device__ void attention_impl(bf16* out, float* partial, const T* qkv, const bf16* k_cache,
                                const bf16* v_cache, const u32* positions, const u32* row_seq,
                                const u32* block_tables, int max_blocks, int block_size,
-                               int num_heads, int num_kv_heads, int head_dim, float scale,
-                               int keys_per_split) {
-    __shared__ float part_m[ATTN_WARPS], part_l[ATTN_WARPS];
-    __shared__ float part_acc[ATTN_WARPS][NPER * 32];
+                               int num_heads, int num_kv_heads, int head_dim, float scale) {
+    __shared__ float part_m[ATTN_WARPS][G], part_l[ATTN_WARPS][G];
+    __shared__ float part_acc[ATTN_WARPS][G][NPER * 32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const u64 row = blockIdx.x;
-    const int head = blockIdx.y;
-    const int kv_head = head / (num_heads / num_kv_heads);
+    const int head0 = blockIdx.y * G;
+    const int kv_head = head0 / (num_heads / num_kv_heads);
     const u64 width = (u64)(num_heads + 2 * num_kv_heads) * head_dim;
-    const T* q = qkv + row * width + (u64)head * head_dim;
     const u32* table = block_tables + (u64)row_seq[row] * max_blocks;
     const int len = (int)positions[row] + 1;
-    const int begin = PARTIAL ? (int)blockIdx.z * keys_per_split : 0;
-    const int end = PARTIAL ? min(len, begin + keys_per_split) : len;
+    // Split-K: the row's own causal range cut evenly into gridDim.z slices, so a row's result
+    // depends only on its length and the split count (not on the batch's longest row).
+    const int per_split = PARTIAL ? (len + (int)gridDim.z - 1) / (int)gridDim.z : 0;
+    const int begin = PARTIAL ? (int)blockIdx.z * per_split : 0;
+    const int end = PARTIAL ? min(len, begin + per_split) : len;
 
-    float qr[NPER], acc[NPER];
+    float qr[G][NPER], acc[G][NPER], m[G], l[G];
 #pragma unroll
-    for (int i = 0; i < NPER; ++i) {
-        const int d = lane + 32 * i;
-        qr[i] = d < head_dim ? to_f32(q[d]) : 0.f;
-        acc[i] = 0.f;
+    for (int g = 0; g < G; ++g) {
+        const T* q = qkv + row * width + (u64)(head0 + g) * head_dim;
+#pragma unroll
+        for (int i = 0; i < NPER; ++i) {
+            const int d = lane + 32 * i;
+            qr[g][i] = d < head_dim ? to_f32(q[d]) : 0.f;
+            acc[g][i] = 0.f;
+        }
+        m[g] = NEG_INF;
+        l[g] = 0.f;
     }
-    float m = NEG_INF, l = 0.f;
-    for (int p = begin + warp; p < end; p += ATTN_WARPS) {
-        const u64 base =
+    // Two keys an iteration (p and p + ATTN_WARPS), so their loads and reductions overlap: a
+    // decode block is latency-bound, not bandwidth-bound.
+    for (int p = begin + warp; p < end; p += 2 * ATTN_WARPS) {
+        const int p1 = p + ATTN_WARPS;
+        const bool two = p1 < end;
+        const u64 base0 =
             (((u64)table[p / block_size] * block_size + p % block_size) * num_kv_heads + kv_head) *
             head_dim;
-        float s = 0.f;
+        const u64 base1 =
+            two ? (((u64)table[p1 / block_size] * block_size + p1 % block_size) * num_kv_heads +
+                   kv_head) *
+                      head_dim
+                : base0;
+        float k0[NPER], v0[NPER], k1[NPER], v1[NPER], s0[G], s1[G];
 #pragma unroll
         for (int i = 0; i < NPER; ++i) {
             const int d = lane + 32 * i;
-            if (d < head_dim) s += qr[i] * to_f32(k_cache[base + d]);
+            const bool in = d < head_dim;
+            k0[i] = in ? to_f32(k_cache[base0 + d]) : 0.f;
+            v0[i] = in ? to_f32(v_cache[base0 + d]) : 0.f;
+            k1[i] = in ? to_f32(k_cache[base1 + d]) : 0.f;
+            v1[i] = in ? to_f32(v_cache[base1 + d]) : 0.f;
         }
-        s = warp_sum(s) * scale;
-        const float m_new = fmaxf(m, s);
-        const float correction = expf(m - m_new);  // 0 on the first key (m = -inf)
-        const float weight = expf(s - m_new);
-        l = l * correction + weight;
 #pragma unroll
-        for (int i = 0; i < NPER; ++i) {
-            const int d = lane + 32 * i;
-            const float v = d < head_dim ? to_f32(v_cache[base + d]) : 0.f;
-            acc[i] = acc[i] * correction + weight * v;
+        for (int g = 0; g < G; ++g) {
+            s0[g] = 0.f;
+            s1[g] = 0.f;
+#pragma unroll
+            for (int i = 0; i < NPER; ++i) {
+                s0[g] += qr[g][i] * k0[i];
+                s1[g] += qr[g][i] * k1[i];
+            }
         }
-        m = m_new;
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            s0[g] = warp_sum(s0[g]) * scale;
+            s1[g] = two ? warp_sum(s1[g]) * scale : NEG_INF;
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const float m_new = fmaxf(m[g], fmaxf(s0[g], s1[g]));
+            const float correction = expf(m[g] - m_new);  // 0 on the first key (m = -inf)
+            const float w0 = expf(s0[g] - m_new);
+            const float w1 = expf(s1[g] - m_new);  // 0 when there is no second key
+            l[g] = l[g] * correction + w0 + w1;
+#pragma unroll
+            for (int i = 0; i < NPER; ++i)
+                acc[g][i] = acc[g][i] * correction + w0 * v0[i] + w1 * v1[i];
+            m[g] = m_new;
+        }
     }
 
-    if (lane == 0) {
-        part_m[warp] = m;
-        part_l[warp] = l;
-    }
 #pragma unroll
-    for (int i = 0; i < NPER; ++i) part_acc[warp][lane + 32 * i] = acc[i];
+    for (int g = 0; g < G; ++g) {
+        if (lane == 0) {
+            part_m[warp][g] = m[g];
+            part_l[warp][g] = l[g];
+        }
+#pragma unroll
+        for (int i = 0; i < NPER; ++i) part_acc[warp][g][lane + 32 * i] = acc[g][i];
+    }
     __syncthreads();
 
-    // Merge the warps. A warp with no keys has m = -inf, l = acc = 0 and weighs 0; when no warp
-    // had a key (an empty split) every weight is 0 rather than exp(-inf - -inf) = NaN.
-    float m_all = part_m[0];
+    // Merge the warps, head by head. A warp with no keys has m = -inf, l = acc = 0 and weighs 0;
+    // when no warp had a key (an empty split) every weight is 0 rather than exp(-inf - -inf) = NaN.
+    for (int g = 0; g < G; ++g) {
+        const int head = head0 + g;
+        float m_all = part_m[0][g];
 #pragma unroll
-    for (int w = 1; w < ATTN_WARPS; ++w) m_all = fmaxf(m_all, part_m[w]);
-    float scale_w[ATTN_WARPS];
-    float l_all = 0.f;
+        for (int w = 1; w < ATTN_WARPS; ++w) m_all = fmaxf(m_all, part_m[w][g]);
+        float scale_w[ATTN_WARPS];
+        float l_all = 0.f;
 #pragma unroll
-    for (int w = 0; w < ATTN_WARPS; ++w) {
-        scale_w[w] = m_all == NEG_INF ? 0.f : expf(part_m[w] - m_all);
-        l_all += part_l[w] * scale_w[w];
-    }
-    if (PARTIAL) {
-        const int splits = gridDim.z;
-        float* st = partial + ((row * num_heads + head) * splits + blockIdx.z) * (u64)(head_dim + 2);
-        if (threadIdx.x == 0) {
-            st[0] = m_all;
-            st[1] = l_all;
+        for (int w = 0; w < ATTN_WARPS; ++w) {
+            scale_w[w] = m_all == NEG_INF ? 0.f : expf(part_m[w][g] - m_all);
+            l_all += part_l[w][g] * scale_w[w];
         }
-        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-            float sum = 0.f;
+        if (PARTIAL) {
+            const int splits = gridDim.z;
+            float* st =
+                partial + ((row * num_heads + head) * splits + blockIdx.z) * (u64)(head_dim + 2);
+            if (threadIdx.x == 0) {
+                st[0] = m_all;
+                st[1] = l_all;
+            }
+            for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+                float sum = 0.f;
 #pragma unroll
-            for (int w = 0; w < ATTN_WARPS; ++w) sum += part_acc[w][d] * scale_w[w];
-            st[2 + d] = sum;
-        }
-    } else {
-        // Warp 0 holds key 0, so l_all > 0.
-        const float inv_l = 1.0f / l_all;
-        bf16* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
-        for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-            float sum = 0.f;
+                for (int w = 0; w < ATTN_WARPS; ++w) sum += part_acc[w][g][d] * scale_w[w];
+                st[2 + d] = sum;
+            }
+        } else {
+            // Warp 0 holds key 0, so l_all > 0.
+            const float inv_l = 1.0f / l_all;
+            bf16* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
+            for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+                float sum = 0.f;
 #pragma unroll
-            for (int w = 0; w < ATTN_WARPS; ++w) sum += part_acc[w][d] * scale_w[w];
-            o[d] = from_f32<bf16>(sum * inv_l);
+                for (int w = 0; w < ATTN_WARPS; ++w) sum += part_acc[w][g][d] * scale_w[w];
+                o[d] = from_f32<bf16>(sum * inv_l);
+            }
         }
     }
 }
 
-// Both entry points take the same arguments (the plain kernel ignores partial and
-// keys_per_split, the split kernel ignores out), so one launcher serves both.
-#define PAGED_ATTENTION(SUFFIX, T, NPER)                                                           \
+// Both entry points take the same arguments (the plain kernel ignores partial, the split
+// kernel ignores out), so one launcher serves both.
+#define PAGED_ATTENTION(SUFFIX, T, NPER, G)                                                        \
     extern "C" __global__ void paged_attention_##SUFFIX(                                           \
         bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
-        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
-        int keys_per_split) {                                                                      \
-        attention_impl<T, NPER, false>(out, partial, qkv, k_cache, v_cache, positions, row_seq,    \
-                                       block_tables, max_blocks, block_size, num_heads,            \
-                                       num_kv_heads, head_dim, scale, keys_per_split);             \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) { \
+        attention_impl<T, NPER, G, false>(out, partial, qkv, k_cache, v_cache, positions, row_seq, \
+                                          block_tables, max_blocks, block_size, num_heads,         \
+                                          num_kv_heads, head_dim, scale);          \
     }                                                                                              \
     extern "C" __global__ void paged_attention_split_##SUFFIX(                                     \
         bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
-        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
-        int keys_per_split) {                                                                      \
-        attention_impl<T, NPER, true>(out, partial, qkv, k_cache, v_cache, positions, row_seq,     \
-                                      block_tables, max_blocks, block_size, num_heads,             \
-                                      num_kv_heads, head_dim, scale, keys_per_split);              \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) { \
+        attention_impl<T, NPER, G, true>(out, partial, qkv, k_cache, v_cache, positions, row_seq,  \
+                                         block_tables, max_blocks, block_size, num_heads,          \
+                                         num_kv_heads, head_dim, scale);           \
     }
 
-PAGED_ATTENTION(f32_d32, float, 1)
-PAGED_ATTENTION(f32_d64, float, 2)
-PAGED_ATTENTION(f32_d128, float, 4)
-PAGED_ATTENTION(f32_d256, float, 8)
-PAGED_ATTENTION(bf16_d32, bf16, 1)
-PAGED_ATTENTION(bf16_d64, bf16, 2)
-PAGED_ATTENTION(bf16_d128, bf16, 4)
-PAGED_ATTENTION(bf16_d256, bf16, 8)
+// Head groups G with G · NPER <= 32 (the registers of q and the accumulators).
+#define PAGED_ATTENTION_GROUPS(TS, T, D, NPER)                                                     \
+    PAGED_ATTENTION(TS##_d##D##_g1, T, NPER, 1)                                                    \
+    PAGED_ATTENTION(TS##_d##D##_g2, T, NPER, 2)                                                    \
+    PAGED_ATTENTION(TS##_d##D##_g4, T, NPER, 4)
+
+PAGED_ATTENTION_GROUPS(f32, float, 32, 1)
+PAGED_ATTENTION_GROUPS(f32, float, 64, 2)
+PAGED_ATTENTION_GROUPS(f32, float, 128, 4)
+PAGED_ATTENTION_GROUPS(f32, float, 256, 8)
+PAGED_ATTENTION_GROUPS(bf16, bf16, 32, 1)
+PAGED_ATTENTION_GROUPS(bf16, bf16, 64, 2)
+PAGED_ATTENTION_GROUPS(bf16, bf16, 128, 4)
+PAGED_ATTENTION_GROUPS(bf16, bf16, 256, 8)
+
+// The same attention with 16-byte loads, for head_dim D = 64, 128 or 256 exactly (a bf16 cache):
+// LPK = D / 8 lanes hold one key (8 dims a lane), so a warp reads KPW = 32 / LPK keys a step,
+// each lane with one 16-byte load of k and one of v, instead of one key a step in 2-byte loads.
+// A key's dot product is reduced across its LPK lanes (xor shuffles within the lane group).
+// Every lane group keeps its own online-softmax state; the ATTN_WARPS · KPW states are merged at
+// the end as in attention_impl. Steps where some groups have no key run uniformly (their score
+// is -inf, weight 0), so the shuffles never diverge.
+template <typename T, int D, int G, bool PARTIAL>
+__device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, const bf16* k_cache,
+                                   const bf16* v_cache, const u32* positions, const u32* row_seq,
+                                   const u32* block_tables, int max_blocks, int block_size,
+                                   int num_heads, int num_kv_heads, float scale) {
+    constexpr int LPK = D / 8;
+    constexpr int KPW = 32 / LPK;
+    constexpr int STATES = ATTN_WARPS * KPW;
+    __shared__ float part_m[STATES][G], part_l[STATES][G];
+    __shared__ float part_acc[STATES][G][D];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int sub = lane / LPK, sl = lane % LPK;
+    const int state = warp * KPW + sub;
+    const u64 row = blockIdx.x;
+    const int head0 = blockIdx.y * G;
+    const int kv_head = head0 / (num_heads / num_kv_heads);
+    const u64 width = (u64)(num_heads + 2 * num_kv_heads) * D;
+    const u32* table = block_tables + (u64)row_seq[row] * max_blocks;
+    const int len = (int)positions[row] + 1;
+    // Split-K: the row's own causal range cut evenly into gridDim.z slices, so a row's result
+    // depends only on its length and the split count (not on the batch's longest row).
+    const int per_split = PARTIAL ? (len + (int)gridDim.z - 1) / (int)gridDim.z : 0;
+    const int begin = PARTIAL ? (int)blockIdx.z * per_split : 0;
+    const int end = PARTIAL ? min(len, begin + per_split) : len;
+
+    float qr[G][8], acc[G][8], m[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        const T* q = qkv + row * width + (u64)(head0 + g) * D + sl * 8;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            qr[g][j] = to_f32(q[j]);
+            acc[g][j] = 0.f;
+        }
+        m[g] = NEG_INF;
+        l[g] = 0.f;
+    }
+    for (int p0 = begin + warp * KPW; p0 < end; p0 += STATES) {
+        const int p = p0 + sub;
+        const bool valid = p < end;
+        u32x4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
+        if (valid) {
+            const u64 base =
+                (((u64)table[p / block_size] * block_size + p % block_size) * num_kv_heads +
+                 kv_head) * D + sl * 8;
+            kv = load_cached((const u32x4*)(k_cache + base));
+            vv = load_cached((const u32x4*)(v_cache + base));
+        }
+        const float kf[8] = {lo(kv.x), hi(kv.x), lo(kv.y), hi(kv.y),
+                             lo(kv.z), hi(kv.z), lo(kv.w), hi(kv.w)};
+        const float vf[8] = {lo(vv.x), hi(vv.x), lo(vv.y), hi(vv.y),
+                             lo(vv.z), hi(vv.z), lo(vv.w), hi(vv.w)};
+        float s[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float d = 0.f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) d = fmaf(qr[g][j], kf[j], d);
+            s[g] = d;
+        }
+#pragma unroll
+        for (int o = LPK / 2; o > 0; o >>= 1)
+#pragma unroll
+            for (int g = 0; g < G; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            const float sc = valid ? s[g] * scale : NEG_INF;
+            const float m_new = fmaxf(m[g], sc);
+            // No key yet in this state (m_new = -inf): keep it empty.
+            const float correction = m_new == NEG_INF ? 1.f : expf(m[g] - m_new);
+            const float weight = m_new == NEG_INF ? 0.f : expf(sc - m_new);
+            l[g] = l[g] * correction + weight;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[g][j] = acc[g][j] * correction + weight * vf[j];
+            m[g] = m_new;
+        }
+    }
+
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        if (sl == 0) {
+            part_m[state][g] = m[g];
+            part_l[state][g] = l[g];
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) part_acc[state][g][sl * 8 + j] = acc[g][j];
+    }
+    __syncthreads();
+
+    for (int g = 0; g < G; ++g) {
+        const int head = head0 + g;
+        float m_all = NEG_INF;
+        for (int w = 0; w < STATES; ++w) m_all = fmaxf(m_all, part_m[w][g]);
+        float l_all = 0.f;
+        for (int w = 0; w < STATES; ++w)
+            l_all += m_all == NEG_INF ? 0.f : part_l[w][g] * expf(part_m[w][g] - m_all);
+        if (PARTIAL) {
+            const int splits = gridDim.z;
+            float* st = partial + ((row * num_heads + head) * splits + blockIdx.z) * (u64)(D + 2);
+            if (threadIdx.x == 0) {
+                st[0] = m_all;
+                st[1] = l_all;
+            }
+            for (int d = threadIdx.x; d < D; d += blockDim.x) {
+                float sum = 0.f;
+                for (int w = 0; w < STATES; ++w)
+                    if (part_m[w][g] != NEG_INF) sum += part_acc[w][g][d] * expf(part_m[w][g] - m_all);
+                st[2 + d] = sum;
+            }
+        } else {
+            // State 0 holds key 0, so l_all > 0.
+            const float inv_l = 1.0f / l_all;
+            bf16* o = out + row * ((u64)num_heads * D) + (u64)head * D;
+            for (int d = threadIdx.x; d < D; d += blockDim.x) {
+                float sum = 0.f;
+                for (int w = 0; w < STATES; ++w)
+                    if (part_m[w][g] != NEG_INF) sum += part_acc[w][g][d] * expf(part_m[w][g] - m_all);
+                o[d] = from_f32<bf16>(sum * inv_l);
+            }
+        }
+    }
+}
+
+#define PAGED_ATTENTION_VEC(SUFFIX, T, D, G)                                                       \
+    extern "C" __global__ void paged_attention_vec_##SUFFIX(                                       \
+        bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
+        const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) { \
+        attention_vec_impl<T, D, G, false>(out, partial, qkv, k_cache, v_cache, positions,         \
+                                           row_seq, block_tables, max_blocks, block_size,          \
+                                           num_heads, num_kv_heads, scale);        \
+    }                                                                                              \
+    extern "C" __global__ void paged_attention_vec_split_##SUFFIX(                                 \
+        bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
+        const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) { \
+        attention_vec_impl<T, D, G, true>(out, partial, qkv, k_cache, v_cache, positions,          \
+                                          row_seq, block_tables, max_blocks, block_size,           \
+                                          num_heads, num_kv_heads, scale);         \
+    }
+
+#define PAGED_ATTENTION_VEC_GROUPS(TS, T, D)                                                       \
+    PAGED_ATTENTION_VEC(TS##_d##D##_g1, T, D, 1)                                                   \
+    PAGED_ATTENTION_VEC(TS##_d##D##_g2, T, D, 2)                                                   \
+    PAGED_ATTENTION_VEC(TS##_d##D##_g4, T, D, 4)
+
+PAGED_ATTENTION_VEC_GROUPS(f32, float, 64)
+PAGED_ATTENTION_VEC_GROUPS(f32, float, 128)
+PAGED_ATTENTION_VEC_GROUPS(f32, float, 256)
+PAGED_ATTENTION_VEC_GROUPS(bf16, bf16, 64)
+PAGED_ATTENTION_VEC_GROUPS(bf16, bf16, 128)
+PAGED_ATTENTION_VEC_GROUPS(bf16, bf16, 256)
 
 // Split-K epilogue: one block per (row, head) combines the `splits` partial states of
 // paged_attention_split (out = Σ acc_s·e^(m_s - M) / Σ l_s·e^(m_s - M), M = max m_s) and writes

@@ -26,10 +26,11 @@ pub enum Module {
     Attention,
     Activation,
     Softmax,
+    Gemv,
 }
 
 impl Module {
-    pub const ALL: [Module; 7] = [
+    pub const ALL: [Module; 8] = [
         Module::Convert,
         Module::Embedding,
         Module::Norm,
@@ -37,6 +38,7 @@ impl Module {
         Module::Attention,
         Module::Activation,
         Module::Softmax,
+        Module::Gemv,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,6 +50,7 @@ impl Module {
             Module::Attention => "attention",
             Module::Activation => "activation",
             Module::Softmax => "softmax",
+            Module::Gemv => "gemv",
         }
     }
 
@@ -61,6 +64,7 @@ impl Module {
             Module::Attention => include_str!("attention.cu"),
             Module::Activation => include_str!("activation.cu"),
             Module::Softmax => include_str!("softmax.cu"),
+            Module::Gemv => include_str!("gemv.cu"),
         }
     }
 

@@ -55,7 +55,7 @@ pub enum KernelError {
     #[error("kernel {name} is not in {module}.cu: {source}")]
     MissingFunction {
         module: &'static str,
-        name: &'static str,
+        name: String,
         #[source]
         source: DriverError,
     },
@@ -133,7 +133,7 @@ pub struct Kernels {
     include_dirs: Vec<PathBuf>,
     include_tried: Vec<PathBuf>,
     modules: Mutex<HashMap<Module, Arc<CudaModule>>>,
-    functions: Mutex<HashMap<&'static str, CudaFunction>>,
+    functions: Mutex<HashMap<String, CudaFunction>>,
     records: Mutex<Vec<LoadRecord>>,
 }
 
@@ -326,11 +326,7 @@ impl Kernels {
     }
 
     /// The kernel `name` of `module`, compiling and loading the module on first use.
-    pub fn function(
-        &self,
-        module: Module,
-        name: &'static str,
-    ) -> Result<CudaFunction, KernelError> {
+    pub fn function(&self, module: Module, name: &str) -> Result<CudaFunction, KernelError> {
         if let Some(f) = self
             .functions
             .lock()
@@ -344,13 +340,13 @@ impl Kernels {
             .load_function(name)
             .map_err(|source| KernelError::MissingFunction {
                 module: module.name(),
-                name,
+                name: name.to_string(),
                 source,
             })?;
         self.functions
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(name, f.clone());
+            .insert(name.to_string(), f.clone());
         Ok(f)
     }
 

@@ -67,3 +67,35 @@ __device__ float block_max(float v) {
     __syncthreads();
     return warp_max(lane < warps ? scratch[lane] : NEG_INF);
 }
+
+// 16-byte loads (8 bf16) through inline PTX, so no vector-type header is needed: `load_stream`
+// reads data used once (no L1 allocation), `load_cached` data many threads re-read.
+struct u32x4 {
+    u32 x, y, z, w;
+};
+
+#ifdef METRALE_HOST_EMULATION
+__device__ __forceinline__ u32x4 load_stream(const u32x4* p) { return *p; }
+__device__ __forceinline__ u32x4 load_cached(const u32x4* p) { return *p; }
+#else
+__device__ __forceinline__ u32x4 load_stream(const u32x4* p) {
+    u32x4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ u32x4 load_cached(const u32x4* p) {
+    u32x4 r;
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+#endif
+
+// Two bf16 in a u32: element 2i in the low half, 2i + 1 in the high half.
+__device__ __forceinline__ float lo(u32 u) { return __uint_as_float(u << 16); }
+__device__ __forceinline__ float hi(u32 u) { return __uint_as_float(u & 0xffff0000u); }
+

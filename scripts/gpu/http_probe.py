@@ -3,9 +3,10 @@
 no network to install a client from).
 
   http_probe.py equal URL_A URL_B      greedy completions from two servers must be identical
-  http_probe.py ladder URL --isl 128 --osl 256 --conc 1,8,64,128 --out FILE.json
-                                       a quick throughput ladder (one timed rep a rung; the
-                                       real benchmark with reps and spread is `metralectl bench`)
+  http_probe.py ladder URL --isl 128 --osl 1024 --conc 1,2,4,8,16,32,64,128 --reps 3 --warmup 1 --out FILE.json
+                                       a throughput ladder of streamed requests: tok/s mean and
+                                       spread over reps, TTFT and ITL percentiles (the harness
+                                       that will replace this is `metralectl bench`, issue 8)
 """
 
 import argparse
@@ -62,7 +63,44 @@ def equal(a, b):
     return 0 if bad == 0 else 1
 
 
-def ladder(url, isl, osl, conc, out, max_id):
+def stream_one(url, body):
+    """One streamed completion: (completion tokens, TTFT s, latency s). A stream that ends
+    without [DONE] or carries an error raises, so it counts as an error, never a success."""
+    body = dict(body, stream=True, stream_options={"include_usage": True})
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"})
+    t0 = time.perf_counter()
+    ttft = None
+    tokens = None
+    done = False
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                done = True
+                break
+            ev = json.loads(data)
+            if "error" in ev:
+                raise RuntimeError(f"in-band error: {ev['error']}")
+            if ttft is None and ev.get("choices") and ev["choices"][0].get("text"):
+                ttft = time.perf_counter() - t0
+            if ev.get("usage"):
+                tokens = ev["usage"]["completion_tokens"]
+    latency = time.perf_counter() - t0
+    if not done or tokens is None:
+        raise RuntimeError("stream ended early")
+    return tokens, ttft if ttft is not None else latency, latency
+
+
+def pct(values, q):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(round(q / 100 * (len(v) - 1))))] if v else float("nan")
+
+
+def ladder(url, isl, osl, conc, out, max_id, reps, warmup):
     rng = random.Random(0)
     def prompt():
         return [rng.randrange(100, max_id) for _ in range(isl)]
@@ -75,25 +113,37 @@ def ladder(url, isl, osl, conc, out, max_id):
         ttft.append((time.perf_counter() - t0) * 1000)
     rows = []
     for c in conc:
-        jobs = [prompt() for _ in range(c)]
-        def one(p):
+        rep_tok_s, ttfts, itls, errors, tokens_total = [], [], [], 0, 0
+        for rep in range(warmup + reps):
+            jobs = [prompt() for _ in range(c)]
             t0 = time.perf_counter()
-            r = post(url + "/v1/completions", body(p, osl))
-            return r["usage"]["completion_tokens"], time.perf_counter() - t0
-        t0 = time.perf_counter()
-        res = run_concurrently(one, jobs)
-        wall = time.perf_counter() - t0
-        errors = [r for r in res if isinstance(r, Exception)]
-        ok = [r for r in res if not isinstance(r, Exception)]
-        tokens = sum(n for n, _ in ok)
-        lat = [l for _, l in ok]
-        row = {"concurrency": c, "output_tokens": tokens, "wall_s": wall, "tok_s": tokens / wall,
-               "per_request_tok_s": statistics.median([n / l for n, l in ok]) if ok else 0,
-               "errors": len(errors)}
+            res = run_concurrently(lambda p: stream_one(url, body(p, osl)), jobs)
+            wall = time.perf_counter() - t0
+            if rep < warmup:
+                continue
+            ok = [r for r in res if not isinstance(r, Exception)]
+            bad = [r for r in res if isinstance(r, Exception)]
+            short = [r for r in ok if r[0] != osl]
+            errors += len(bad) + len(short)
+            for e in bad[:2]:
+                print(f"  error: {e}", flush=True)
+            tokens = sum(n for n, _, _ in ok)
+            tokens_total += tokens
+            rep_tok_s.append(tokens / wall)
+            ttfts += [t * 1000 for _, t, _ in ok]
+            itls += [(l - t) / (n - 1) * 1000 for n, t, l in ok if n > 1]
+        mean = statistics.mean(rep_tok_s)
+        row = {"concurrency": c, "reps": reps, "tok_s_mean": mean, "tok_s_reps": rep_tok_s,
+               "tok_s_spread": (max(rep_tok_s) - min(rep_tok_s)) / mean if mean else 0,
+               "ttft_ms_p50": pct(ttfts, 50), "ttft_ms_p90": pct(ttfts, 90), "ttft_ms_p99": pct(ttfts, 99),
+               "itl_ms_p50": pct(itls, 50), "itl_ms_p90": pct(itls, 90), "itl_ms_p99": pct(itls, 99),
+               "output_tokens": tokens_total, "errors": errors}
         rows.append(row)
-        print(f"C={c:4d}  {row['tok_s']:9.1f} tok/s aggregate  {row['per_request_tok_s']:7.1f} tok/s a request  "
-              f"wall {wall:6.2f} s  errors {len(errors)}", flush=True)
-    result = {"isl": isl, "osl": osl, "ttft_ms_c1_median": statistics.median(ttft), "ttft_ms_c1_all": ttft, "rungs": rows}
+        print(f"C={c:4d}  {mean:9.1f} tok/s (spread {row['tok_s_spread']*100:4.1f}%)  "
+              f"TTFT p50 {row['ttft_ms_p50']:7.1f} ms  ITL p50 {row['itl_ms_p50']:6.2f} p99 {row['itl_ms_p99']:6.2f} ms  "
+              f"errors {errors}", flush=True)
+    result = {"isl": isl, "osl": osl, "reps": reps, "warmup": warmup,
+              "ttft_ms_c1_median": statistics.median(ttft), "ttft_ms_c1_all": ttft, "rungs": rows}
     print(f"TTFT at C=1 (max_tokens=1 round trip, median of 5): {result['ttft_ms_c1_median']:.1f} ms")
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
@@ -113,10 +163,12 @@ def main():
     l.add_argument("--conc", default="1,8,64,128")
     l.add_argument("--out", required=True)
     l.add_argument("--max-id", type=int, default=5000, help="prompt token ids are drawn below this")
+    l.add_argument("--reps", type=int, default=1)
+    l.add_argument("--warmup", type=int, default=0)
     a = ap.parse_args()
     if a.cmd == "equal":
         return equal(a.a, a.b)
-    return ladder(a.url, a.isl, a.osl, [int(x) for x in a.conc.split(",")], a.out, a.max_id)
+    return ladder(a.url, a.isl, a.osl, [int(x) for x in a.conc.split(",")], a.out, a.max_id, a.reps, a.warmup)
 
 
 if __name__ == "__main__":

@@ -41,12 +41,7 @@ wait_ready() {
 
     echo "== 2. Qwen3-8B shape, dummy weights, cuda"
     dir=$(mktemp -d)
-    cat >"$dir/config.json" <<'JSON'
-{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 4096, "intermediate_size": 12288,
- "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
- "vocab_size": 151936, "max_position_embeddings": 40960, "rms_norm_eps": 1e-6,
- "rope_theta": 1000000, "tie_word_embeddings": false, "torch_dtype": "bfloat16"}
-JSON
+    cp scripts/gpu/qwen3-8b-config.json "$dir/config.json"
     cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$dir/"
     SECONDS=0
     "$BIN/met" serve "$dir" --device cuda --load-format dummy --port 8103 --model-name q8 \

@@ -31,7 +31,7 @@ struct Args {
     /// Where to write results.json and summary.txt.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sections to skip: kernels, ops, e2e, speed.
+    /// Sections to skip: kernels, ops, e2e, speed, profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
 }
@@ -70,7 +70,7 @@ fn main() -> ExitCode {
     ));
 
     let mut dead = false;
-    for name in ["kernels", "ops", "e2e", "speed"] {
+    for name in ["kernels", "ops", "e2e", "speed", "profile"] {
         if args.skip.iter().any(|s| s == name) {
             report.summary_line(format!("{name}: skipped"));
             continue;
@@ -82,14 +82,15 @@ fn main() -> ExitCode {
         report.section(name);
         // Correctness sections wait for each kernel, so a fault names its kernel; the speed
         // probe runs as serving would.
-        cuda.set_sync_each_launch(name != "speed");
+        cuda.set_sync_each_launch(name != "speed" && name != "profile");
         let failures_before = report.failures.len();
         let t = Instant::now();
         let r = catch_unwind(AssertUnwindSafe(|| match name {
             "kernels" => kernels(&cuda, &mut report),
             "ops" => ops::run(&cuda, &mut report),
             "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
-            _ => speed::run(&cuda, &mut report),
+            "speed" => speed::run(&cuda, &mut report),
+            _ => speed::profile(&cuda, &mut report),
         }));
         let outcome = match r {
             Ok(Ok(())) => String::new(),

@@ -477,7 +477,7 @@ impl Ops<'_> {
             let (nh, nkv, hd) = c.heads;
             let total: usize = c.seqs.iter().map(|s| s.0 + s.1).max().unwrap_or(0);
             let rows: usize = c.seqs.iter().map(|s| s.1).sum();
-            let splits = self.cuda.attention_splits(rows, nh, total);
+            let splits = self.cuda.attention_splits(rows, nh, nkv, total);
             let case = format!(
                 "{} h={nh}/{nkv} hd={hd} qkv {}{}",
                 c.name,

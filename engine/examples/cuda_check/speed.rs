@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use cudarc::driver::sys::CUevent_flags;
-use metrale_engine::backend::cuda::CudaBackend;
+use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType};
 use metrale_engine::backend::sampling::SampleRow;
 use metrale_engine::backend::{Backend, BatchInputs, RopeTables, SeqChunk};
 use metrale_engine::loader::{HostData, HostTensor, ModelConfig, ModelDir};
@@ -20,7 +20,7 @@ use metrale_engine::models::{KvStorage, Model};
 use metrale_engine::sampling_params::SamplingParams;
 use serde_json::json;
 
-use crate::report::Report;
+use crate::report::{Report, Tol, compare};
 
 /// Measured device-to-device copy bandwidth of an H200 (shared/GPU.md): the floor's rate.
 const FLOOR_BYTES_PER_S: f64 = 4.0e12;
@@ -105,13 +105,53 @@ struct Timing {
     min_ms: f64,
 }
 
+/// A decode step of `b` sequences, each with CONTEXT tokens cached in its own blocks (from
+/// block 1 on) and one more token to compute, tables at least `width` blocks wide.
+fn decode_batch(b: usize, width: usize) -> BatchInputs {
+    let blocks_per_seq = (CONTEXT + 1).div_ceil(BLOCK);
+    let tables: Vec<Vec<u32>> = (0..b)
+        .map(|s| {
+            let first = 1 + (s * blocks_per_seq) as u32;
+            (first..first + blocks_per_seq as u32).collect()
+        })
+        .collect();
+    let chunks: Vec<SeqChunk<'_>> = tables
+        .iter()
+        .map(|t| SeqChunk {
+            tokens: &[1],
+            start_pos: CONTEXT,
+            block_table: t,
+            logits_rows: vec![0],
+        })
+        .collect();
+    BatchInputs::build_with_width(BLOCK, &chunks, width)
+}
+
+/// The step's logits, eagerly or through the backend's decode graph for its shape.
+fn logits(
+    cuda: &CudaBackend,
+    model: &Qwen3<CudaBackend>,
+    kv: &mut KvStorage<CudaBackend>,
+    host: &BatchInputs,
+    graph: bool,
+) -> Result<CudaTensor> {
+    if graph {
+        cuda.graph_forward(host, &mut |batch| model.forward(cuda, host, batch, kv))?
+            .context("the backend ran no graph for this step")
+    } else {
+        let batch = cuda.prepare_batch(host)?;
+        Ok(model.forward(cuda, host, &batch, kv)?)
+    }
+}
+
 /// Time `ITERS` runs of a whole step (upload the batch, forward, greedy sample) between CUDA
-/// events, after two warm-up runs.
+/// events, after two warm-up runs; `graph`: replayed as a CUDA graph.
 fn time_step(
     cuda: &CudaBackend,
     model: &Qwen3<CudaBackend>,
     kv: &mut KvStorage<CudaBackend>,
     host: &BatchInputs,
+    graph: bool,
 ) -> Result<Timing> {
     let params = SamplingParams {
         temperature: 0.0,
@@ -127,8 +167,7 @@ fn time_step(
         })
         .collect();
     let step = |kv: &mut KvStorage<CudaBackend>| -> Result<()> {
-        let batch = cuda.prepare_batch(host)?;
-        let logits = model.forward(cuda, host, &batch, kv)?;
+        let logits = logits(cuda, model, kv, host, graph)?;
         cuda.sample(&logits, &rows)?;
         Ok(())
     };
@@ -168,7 +207,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         weights / 1e9
     ));
     let blocks_per_seq = (CONTEXT + 1).div_ceil(BLOCK);
-    let mut kv = model.new_kv_storage(cuda, 64 * blocks_per_seq + 1, BLOCK)?;
+    let mut kv = model.new_kv_storage(cuda, 128 * blocks_per_seq + 1, BLOCK)?;
     let (free, total) = cuda.memory()?;
     report.line(format!(
         "device memory in use: {:.1} of {:.1} GB",
@@ -196,36 +235,36 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         }));
     };
 
-    for b in [1usize, 8, 64] {
+    for b in [1usize, 8, 64, 128] {
         // Each sequence has CONTEXT tokens cached and decodes one more (the cache holds zeros:
-        // the values do not change the time).
-        let tables: Vec<Vec<u32>> = (0..b)
-            .map(|s| {
-                let first = 1 + (s * blocks_per_seq) as u32;
-                (first..first + blocks_per_seq as u32).collect()
-            })
-            .collect();
-        let tokens = vec![[1u32]; b];
-        let chunks: Vec<SeqChunk<'_>> = tables
-            .iter()
-            .zip(&tokens)
-            .map(|(t, tok)| SeqChunk {
-                tokens: tok,
-                start_pos: CONTEXT,
-                block_table: t,
-                logits_rows: vec![0],
-            })
-            .collect();
-        let host = BatchInputs::build(BLOCK, &chunks);
-        let t = time_step(cuda, &model, &mut kv, &host)?;
+        // the values do not change the time). Tables 16 wide, as the runner pads them.
+        let host = decode_batch(b, blocks_per_seq.next_power_of_two());
         let bytes = read + (b * (CONTEXT + 1)) as f64 * kv_bytes_per_token;
-        line(
-            report,
-            format!("decode B={b} ctx {CONTEXT}"),
-            &t,
-            bytes,
-            bytes / FLOOR_BYTES_PER_S * 1e3,
-        );
+        for graph in [false, true] {
+            let t = time_step(cuda, &model, &mut kv, &host, graph)?;
+            let how = if graph { "graph" } else { "eager" };
+            line(
+                report,
+                format!("decode B={b} ctx {CONTEXT} {how}"),
+                &t,
+                bytes,
+                bytes / FLOOR_BYTES_PER_S * 1e3,
+            );
+        }
+        // The replayed graph computes what the eager forward computes.
+        let eager = cuda.to_host(&logits(cuda, &model, &mut kv, &host, false)?)?;
+        let graphed = cuda.to_host(&logits(cuda, &model, &mut kv, &host, true)?)?;
+        let c = compare(&graphed, &eager, Tol::F32);
+        report.summary_line(format!(
+            "decode graph B={b} vs eager: max |diff| {:.3e} ({} logits)",
+            c.max_abs, c.len
+        ));
+        if c.worst > 1.0 {
+            report.fail(format!(
+                "decode graph B={b} differs from the eager forward: {} vs {} at {}",
+                c.got_at_worst, c.want_at_worst, c.worst_index
+            ));
+        }
     }
 
     let table: Vec<u32> = (1..=CONTEXT.div_ceil(BLOCK) as u32).collect();
@@ -239,7 +278,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             logits_rows: vec![CONTEXT - 1],
         }],
     );
-    let t = time_step(cuda, &model, &mut kv, &host)?;
+    let t = time_step(cuda, &model, &mut kv, &host, false)?;
     let flops = 2.0 * (read / 2.0) * CONTEXT as f64;
     let floor_ms = (read / FLOOR_BYTES_PER_S).max(flops / FLOOR_FLOPS) * 1e3;
     line(
@@ -256,5 +295,174 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         read / FLOOR_BYTES_PER_S * 1e3,
         FLOOR_FLOPS / 1e12
     ));
+    Ok(())
+}
+
+/// Median ms of `ITERS` runs of `f` between CUDA events, after one warm-up run.
+fn time_op(cuda: &CudaBackend, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    let mut ms = Vec::with_capacity(ITERS);
+    for _ in 0..ITERS {
+        let start = cuda.stream().record_event(flags).context("event")?;
+        f()?;
+        let end = cuda.stream().record_event(flags).context("event")?;
+        ms.push(f64::from(start.elapsed_ms(&end).context("elapsed")?));
+    }
+    ms.sort_by(f64::total_cmp);
+    Ok(ms[ms.len() / 2])
+}
+
+/// Where a decode step's time goes: every GEMM of a layer and the LM head at several batch
+/// sizes through cuBLAS and (up to 8 rows) the GEMV kernel, as achieved GB/s of weight
+/// streaming; then the other ops of a layer at batch 1 and 128 over 128-token contexts.
+pub fn profile(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("metrale-qwen3-8b-p{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("config.json"), QWEN3_8B)?;
+    let c = ModelDir::open(&dir)?.config();
+    let _ = std::fs::remove_dir_all(&dir);
+    let c = c?;
+    let (h, hd, nh, nkv, i, v) = (
+        c.hidden_size,
+        c.head_dim,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.intermediate_size,
+        c.vocab_size,
+    );
+    let weights = [
+        ("qkv", (nh + 2 * nkv) * hd, h),
+        ("o", h, nh * hd),
+        ("gate_up", 2 * i, h),
+        ("down", h, i),
+        ("lm_head", v, h),
+    ];
+    let w: Vec<CudaTensor> = weights
+        .iter()
+        .enumerate()
+        .map(|(s, &(_, n, k))| cuda.random_bf16(&[n, k], 100 + s as u64, 0.02))
+        .collect::<std::result::Result<_, _>>()?;
+    report.summary_line(format!(
+        "{:<8} {:>4} {:>10} {:>10} {:>10} {:>10}",
+        "weight", "rows", "cuBLAS ms", "GB/s", "GEMV ms", "GB/s"
+    ));
+    for m in [1usize, 2, 4, 8, 16, 64, 128] {
+        let mut layer = [0f64; 2];
+        for ((name, n, k), wt) in weights.iter().zip(&w) {
+            let x = cuda.random_bf16(&[m, *k], 7, 1.0)?;
+            let mut out = cuda.zeros(&[m, *n])?;
+            let bytes = (n * k * 2) as f64;
+            let mut ms = [f64::NAN; 2];
+            let mut results: Vec<Vec<f32>> = Vec::new();
+            for (p, rows) in [0usize, 8].into_iter().enumerate() {
+                if p == 1 && m > 8 {
+                    continue;
+                }
+                cuda.set_gemv_max_rows(rows);
+                ms[p] = time_op(cuda, || Ok(cuda.matmul(&mut out, &x, wt)?))?;
+                results.push(cuda.to_host(&out)?);
+            }
+            cuda.set_gemv_max_rows(8);
+            if results.len() == 2 {
+                let cmp = compare(&results[1], &results[0], Tol::GEMM);
+                if cmp.worst > 1.0 {
+                    report.fail(format!(
+                        "GEMV {name} rows {m} differs from cuBLAS: {} vs {} at {}",
+                        cmp.got_at_worst, cmp.want_at_worst, cmp.worst_index
+                    ));
+                }
+            }
+            if *name != "lm_head" {
+                layer[0] += ms[0];
+                layer[1] += if ms[1].is_nan() { ms[0] } else { ms[1] };
+            }
+            let gbs = |t: f64| bytes / (t / 1e3) / 1e9;
+            report.summary_line(format!(
+                "{name:<8} {m:>4} {:>10.4} {:>10.0} {:>10.4} {:>10.0}",
+                ms[0],
+                gbs(ms[0]),
+                ms[1],
+                gbs(ms[1])
+            ));
+            report.record(json!({"profile": "matmul", "weight": name, "rows": m,
+                "cublas_ms": ms[0], "gemv_ms": if ms[1].is_nan() { None } else { Some(ms[1]) }}));
+        }
+        report.summary_line(format!(
+            "GEMMs of 36 layers, rows {m}: cuBLAS {:.3} ms, best {:.3} ms",
+            36.0 * layer[0],
+            36.0 * layer[1]
+        ));
+    }
+
+    // The other ops of one layer.
+    let rope = {
+        let (inv_freq, scale) = c.rope.inv_freq(hd);
+        RopeTables {
+            rotary_dim: 2 * inv_freq.len(),
+            inv_freq,
+            scale,
+        }
+    };
+    let blocks_per_seq = (CONTEXT + 1).div_ceil(BLOCK);
+    let mut k_cache = cuda.zeros(&[128 * blocks_per_seq + 1, BLOCK, nkv, hd])?;
+    let mut v_cache = cuda.zeros(&[128 * blocks_per_seq + 1, BLOCK, nkv, hd])?;
+    let norm_w = cuda.random_bf16(&[h], 3, 0.5)?;
+    let hd_w = cuda.random_bf16(&[hd], 4, 0.5)?;
+    for b in [1usize, 128] {
+        let host = decode_batch(b, 1);
+        let batch = cuda.prepare_batch(&host)?;
+        let mut x = cuda.tensor_from_f32(&[b, h], &vec![0.5; b * h], DType::F32)?;
+        let proj = cuda.tensor_from_f32(&[b, h], &vec![0.25; b * h], DType::F32)?;
+        let mut xn = cuda.zeros(&[b, h])?;
+        let qkv_w = (nh + 2 * nkv) * hd;
+        let mut qkv = cuda.tensor_from_f32(&[b, qkv_w], &vec![0.1; b * qkv_w], DType::F32)?;
+        let mut attn = cuda.zeros(&[b, nh * hd])?;
+        let gate_up = cuda.tensor_from_f32(&[b, 2 * i], &vec![0.3; b * 2 * i], DType::F32)?;
+        let mut act = cuda.zeros(&[b, i])?;
+        let eps = c.rms_norm_eps;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let ops = [
+            (
+                "add_rms_norm",
+                time_op(cuda, || {
+                    Ok(cuda.add_rms_norm(&mut xn, &mut x, &proj, &norm_w, eps)?)
+                })?,
+            ),
+            (
+                "qk_norm_rope",
+                time_op(cuda, || {
+                    Ok(cuda.qk_norm_rope(&mut qkv, &batch, &hd_w, &hd_w, &rope, nh, nkv, eps)?)
+                })?,
+            ),
+            (
+                "write_kv",
+                time_op(cuda, || {
+                    Ok(cuda.write_kv(&mut k_cache, &mut v_cache, &qkv, &batch, nh)?)
+                })?,
+            ),
+            (
+                "paged_attention",
+                time_op(cuda, || {
+                    Ok(cuda
+                        .paged_attention(&mut attn, &qkv, &k_cache, &v_cache, &batch, nh, scale)?)
+                })?,
+            ),
+            (
+                "silu_mul",
+                time_op(cuda, || Ok(cuda.silu_mul(&mut act, &gate_up)?))?,
+            ),
+        ];
+        // A layer has two add_rms_norm and one of each other op.
+        let per_layer: f64 = ops.iter().map(|(_, t)| t).sum::<f64>() + ops[0].1;
+        report.summary_line(format!(
+            "B={b:<4} {} | other ops of 36 layers {:.3} ms",
+            ops.iter()
+                .map(|(n, t)| format!("{n} {:.1} us", t * 1e3))
+                .collect::<Vec<_>>()
+                .join(", "),
+            36.0 * per_layer
+        ));
+    }
     Ok(())
 }

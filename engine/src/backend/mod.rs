@@ -54,11 +54,18 @@ impl BatchInputs {
     /// Build the batch for sequences given as (tokens to compute, start position, block table,
     /// rows wanting logits relative to the chunk). Used by the runner and by tests.
     pub fn build(block_size: usize, seqs: &[SeqChunk<'_>]) -> Self {
+        Self::build_with_width(block_size, seqs, 1)
+    }
+
+    /// [`BatchInputs::build`] with block tables at least `min_blocks` wide (a CUDA graph's
+    /// batch has a fixed shape).
+    pub fn build_with_width(block_size: usize, seqs: &[SeqChunk<'_>], min_blocks: usize) -> Self {
         let max_blocks = seqs
             .iter()
             .map(|s| s.block_table.len())
             .max()
             .unwrap_or(0)
+            .max(min_blocks)
             .max(1);
         let mut b = Self {
             max_blocks_per_seq: max_blocks,
@@ -218,4 +225,19 @@ pub trait Backend: Send + Sync + 'static {
         logits: &Self::Tensor,
         rows: &[sampling::SampleRow<'_>],
     ) -> Result<Vec<sampling::Sampled>>;
+
+    /// Batch sizes (ascending) that decode steps are padded to for [`Backend::graph_forward`];
+    /// `None` when the backend replays nothing (the CPU).
+    fn graph_buckets(&self) -> Option<&'static [usize]> {
+        None
+    }
+    /// Run a padded decode step's `forward` as a replayed graph (captured on the first step of
+    /// its shape), returning its logits; `None` means "run `forward` yourself".
+    fn graph_forward(
+        &self,
+        _batch_inputs: &BatchInputs,
+        _forward: &mut dyn FnMut(&Self::Batch) -> Result<Self::Tensor>,
+    ) -> Result<Option<Self::Tensor>> {
+        Ok(None)
+    }
 }

@@ -42,6 +42,9 @@ impl EngineHandle {
             Device::Cuda => {
                 let backend =
                     crate::backend::cuda::CudaBackend::new(0).context("failed to open the GPU")?;
+                if config.enforce_eager {
+                    backend.set_graphs(false);
+                }
                 start_on(backend, config)
             }
             #[cfg(not(feature = "cuda"))]

@@ -3,7 +3,7 @@
 //! which blocks belong to whom is decided by the scheduler and arrives as block tables.
 
 use crate::backend::sampling::{SampleRow, token_logprobs};
-use crate::backend::{Backend, BatchInputs, Result, SeqChunk};
+use crate::backend::{Backend, BackendError, BatchInputs, Result, SeqChunk};
 use crate::models::{KvStorage, Model};
 use crate::scheduler::io::{RunnerOutput, SchedulerOutput, SeqOutput};
 
@@ -46,11 +46,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 }
             })
             .collect();
-        let host = BatchInputs::build(self.kv.block_size, &chunks);
-        let batch = self.backend.prepare_batch(&host)?;
-        let logits = self
-            .model
-            .forward(&self.backend, &host, &batch, &mut self.kv)?;
+        let logits = self.forward(step, &chunks)?;
 
         // Rows to sample: the last logits row of each chunk that samples.
         let mut sample_rows = Vec::new();
@@ -111,5 +107,73 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             out.seqs.push(seq_out);
         }
         Ok(out)
+    }
+
+    /// The step's logits: a decode step (one sampled token a sequence) padded to a graph
+    /// bucket and replayed as a graph where the backend has them, else the plain forward.
+    fn forward(&mut self, step: &SchedulerOutput, chunks: &[SeqChunk<'_>]) -> Result<B::Tensor> {
+        let Self { backend, model, kv } = self;
+        let bs = kv.block_size;
+        let decode = step
+            .seqs
+            .iter()
+            .all(|s| s.token_ids.len() == 1 && s.sample && !s.want_prompt_logprobs);
+        let bucket = backend
+            .graph_buckets()
+            .filter(|_| decode)
+            .and_then(|b| b.iter().copied().find(|&n| n >= chunks.len()));
+        let Some(bucket) = bucket else {
+            let host = BatchInputs::build(bs, chunks);
+            let batch = backend.prepare_batch(&host)?;
+            return model.forward(backend, &host, &batch, kv);
+        };
+        // Padding rows: token 0 at position 0 in the reserved null block 0, whose contents
+        // nobody reads; their logits are computed and ignored.
+        let mut padded = chunks.to_vec();
+        padded.resize(
+            bucket,
+            SeqChunk {
+                tokens: &[0],
+                start_pos: 0,
+                block_table: &[0],
+                logits_rows: vec![0],
+            },
+        );
+        // Table widths come in powers of two so a few graphs cover every context length.
+        let width = chunks
+            .iter()
+            .map(|c| c.block_table.len())
+            .max()
+            .unwrap_or(1)
+            .next_power_of_two()
+            .max(4);
+        let host = BatchInputs::build_with_width(bs, &padded, width);
+        // A replayed graph does not re-run the ops' range checks: do them here.
+        let vocab = model.vocab_size() as u32;
+        if let Some(t) = host.token_ids.iter().find(|&&t| t >= vocab) {
+            return Err(BackendError::Shape {
+                op: "decode graph",
+                message: format!("token id {t} is outside the vocabulary of {vocab}"),
+            });
+        }
+        if let Some(b) = host
+            .block_tables
+            .iter()
+            .find(|&&b| b as usize >= kv.num_blocks)
+        {
+            return Err(BackendError::Shape {
+                op: "decode graph",
+                message: format!("block {b} is outside the cache of {}", kv.num_blocks),
+            });
+        }
+        let graphed =
+            backend.graph_forward(&host, &mut |batch| model.forward(backend, &host, batch, kv))?;
+        match graphed {
+            Some(logits) => Ok(logits),
+            None => {
+                let batch = backend.prepare_batch(&host)?;
+                model.forward(backend, &host, &batch, kv)
+            }
+        }
     }
 }

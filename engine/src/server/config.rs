@@ -36,6 +36,7 @@ pub struct ServeFlags {
     pub gpu_memory_utilization: f64,
     pub kv_cache_dtype: KvCacheDtype,
     pub enable_prefix_caching: bool,
+    pub enforce_eager: bool,
     pub api_key: Option<String>,
     pub max_queued_requests: usize,
     /// Seconds.
@@ -182,6 +183,7 @@ impl ServeFlags {
                 max_num_batched_tokens,
                 max_queued_requests: self.max_queued_requests,
                 enable_prefix_caching: self.enable_prefix_caching,
+                enforce_eager: self.enforce_eager,
                 block_size: BLOCK_SIZE,
                 kv_cache_bytes: None,
             },
@@ -233,6 +235,7 @@ mod tests {
             gpu_memory_utilization: 0.9,
             kv_cache_dtype: KvCacheDtype::Auto,
             enable_prefix_caching: false,
+            enforce_eager: false,
             api_key: None,
             max_queued_requests: 4,
             request_timeout: None,

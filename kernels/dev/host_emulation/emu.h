@@ -4,6 +4,7 @@
 // kernels' logic (indexing, reductions, barriers, online softmax) where no GPU is at hand; it
 // says nothing about speed or the memory model. run.sh builds and runs test.cpp with it.
 #pragma once
+#define METRALE_HOST_EMULATION 1
 #define _GNU_SOURCE 1
 #include <algorithm>
 #include <barrier>

@@ -119,25 +119,66 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
     std::vector<float> qkv(T*W); for (auto& v : qkv) v = U(3);
     float scale = 1.0f/std::sqrt((float)hd);
     int nper = (hd + 31)/32;
-    auto run = [&] {
-        if (nper == 1) paged_attention_f32_d32(out.data(), nullptr, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, 0);
-        else if (nper == 2) paged_attention_f32_d64(out.data(), nullptr, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, 0);
-        else if (nper <= 4) paged_attention_f32_d128(out.data(), nullptr, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, 0);
-        else paged_attention_f32_d256(out.data(), nullptr, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, 0);
+    int d = nper == 1 ? 32 : nper == 2 ? 64 : nper <= 4 ? 128 : 256;
+    int group_ = nh/nkv, g = group_ % 4 == 0 ? 4 : group_ % 2 == 0 ? 2 : 1;
+    bool vec = hd == d && d >= 64;
+    // The kernel the host launcher picks (attention.rs): by head_dim, head group and vec.
+    auto call = [&](bool split, bf16* o, float* partial) {
+#define ATTN_ARGS o, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale
+        if (split == false && vec == false && d == 32 && g == 1) return paged_attention_f32_d32_g1(ATTN_ARGS);
+        if (split == false && vec == false && d == 32 && g == 2) return paged_attention_f32_d32_g2(ATTN_ARGS);
+        if (split == false && vec == false && d == 32 && g == 4) return paged_attention_f32_d32_g4(ATTN_ARGS);
+        if (split == false && vec == false && d == 64 && g == 1) return paged_attention_f32_d64_g1(ATTN_ARGS);
+        if (split == false && vec == false && d == 64 && g == 2) return paged_attention_f32_d64_g2(ATTN_ARGS);
+        if (split == false && vec == false && d == 64 && g == 4) return paged_attention_f32_d64_g4(ATTN_ARGS);
+        if (split == false && vec == false && d == 128 && g == 1) return paged_attention_f32_d128_g1(ATTN_ARGS);
+        if (split == false && vec == false && d == 128 && g == 2) return paged_attention_f32_d128_g2(ATTN_ARGS);
+        if (split == false && vec == false && d == 128 && g == 4) return paged_attention_f32_d128_g4(ATTN_ARGS);
+        if (split == false && vec == false && d == 256 && g == 1) return paged_attention_f32_d256_g1(ATTN_ARGS);
+        if (split == false && vec == false && d == 256 && g == 2) return paged_attention_f32_d256_g2(ATTN_ARGS);
+        if (split == false && vec == false && d == 256 && g == 4) return paged_attention_f32_d256_g4(ATTN_ARGS);
+        if (split == false && vec == true && d == 64 && g == 1) return paged_attention_vec_f32_d64_g1(ATTN_ARGS);
+        if (split == false && vec == true && d == 64 && g == 2) return paged_attention_vec_f32_d64_g2(ATTN_ARGS);
+        if (split == false && vec == true && d == 64 && g == 4) return paged_attention_vec_f32_d64_g4(ATTN_ARGS);
+        if (split == false && vec == true && d == 128 && g == 1) return paged_attention_vec_f32_d128_g1(ATTN_ARGS);
+        if (split == false && vec == true && d == 128 && g == 2) return paged_attention_vec_f32_d128_g2(ATTN_ARGS);
+        if (split == false && vec == true && d == 128 && g == 4) return paged_attention_vec_f32_d128_g4(ATTN_ARGS);
+        if (split == false && vec == true && d == 256 && g == 1) return paged_attention_vec_f32_d256_g1(ATTN_ARGS);
+        if (split == false && vec == true && d == 256 && g == 2) return paged_attention_vec_f32_d256_g2(ATTN_ARGS);
+        if (split == false && vec == true && d == 256 && g == 4) return paged_attention_vec_f32_d256_g4(ATTN_ARGS);
+        if (split == true && vec == false && d == 32 && g == 1) return paged_attention_split_f32_d32_g1(ATTN_ARGS);
+        if (split == true && vec == false && d == 32 && g == 2) return paged_attention_split_f32_d32_g2(ATTN_ARGS);
+        if (split == true && vec == false && d == 32 && g == 4) return paged_attention_split_f32_d32_g4(ATTN_ARGS);
+        if (split == true && vec == false && d == 64 && g == 1) return paged_attention_split_f32_d64_g1(ATTN_ARGS);
+        if (split == true && vec == false && d == 64 && g == 2) return paged_attention_split_f32_d64_g2(ATTN_ARGS);
+        if (split == true && vec == false && d == 64 && g == 4) return paged_attention_split_f32_d64_g4(ATTN_ARGS);
+        if (split == true && vec == false && d == 128 && g == 1) return paged_attention_split_f32_d128_g1(ATTN_ARGS);
+        if (split == true && vec == false && d == 128 && g == 2) return paged_attention_split_f32_d128_g2(ATTN_ARGS);
+        if (split == true && vec == false && d == 128 && g == 4) return paged_attention_split_f32_d128_g4(ATTN_ARGS);
+        if (split == true && vec == false && d == 256 && g == 1) return paged_attention_split_f32_d256_g1(ATTN_ARGS);
+        if (split == true && vec == false && d == 256 && g == 2) return paged_attention_split_f32_d256_g2(ATTN_ARGS);
+        if (split == true && vec == false && d == 256 && g == 4) return paged_attention_split_f32_d256_g4(ATTN_ARGS);
+        if (split == true && vec == true && d == 64 && g == 1) return paged_attention_vec_split_f32_d64_g1(ATTN_ARGS);
+        if (split == true && vec == true && d == 64 && g == 2) return paged_attention_vec_split_f32_d64_g2(ATTN_ARGS);
+        if (split == true && vec == true && d == 64 && g == 4) return paged_attention_vec_split_f32_d64_g4(ATTN_ARGS);
+        if (split == true && vec == true && d == 128 && g == 1) return paged_attention_vec_split_f32_d128_g1(ATTN_ARGS);
+        if (split == true && vec == true && d == 128 && g == 2) return paged_attention_vec_split_f32_d128_g2(ATTN_ARGS);
+        if (split == true && vec == true && d == 128 && g == 4) return paged_attention_vec_split_f32_d128_g4(ATTN_ARGS);
+        if (split == true && vec == true && d == 256 && g == 1) return paged_attention_vec_split_f32_d256_g1(ATTN_ARGS);
+        if (split == true && vec == true && d == 256 && g == 2) return paged_attention_vec_split_f32_d256_g2(ATTN_ARGS);
+        if (split == true && vec == true && d == 256 && g == 4) return paged_attention_vec_split_f32_d256_g4(ATTN_ARGS);
+#undef ATTN_ARGS
+        fprintf(stderr, "no kernel: split %d vec %d d %d g %d\n", split, vec, d, g);
     };
-    auto run_split = [&](float* partial) {
-        if (nper == 1) paged_attention_split_f32_d32(nullptr, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, kps);
-        else if (nper == 2) paged_attention_split_f32_d64(nullptr, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, kps);
-        else if (nper <= 4) paged_attention_split_f32_d128(nullptr, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, kps);
-        else paged_attention_split_f32_d256(nullptr, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, kps);
-    };
+    auto run = [&] { call(false, out.data(), nullptr); };
+    auto run_split = [&](float* partial) { call(true, nullptr, partial); };
     if (kps == 0) {
-        launch({(unsigned)T, (unsigned)nh}, {128}, run);
+        launch({(unsigned)T, (unsigned)(nh / g)}, {128}, run);
     } else {
         int max_len = 0; for (auto p : positions) max_len = std::max(max_len, (int)p + 1);
         int splits = (max_len + kps - 1) / kps;
         std::vector<float> partial((size_t)T * nh * splits * (hd + 2), NAN);
-        launch({(unsigned)T, (unsigned)nh, (unsigned)splits}, {128}, [&] { run_split(partial.data()); });
+        launch({(unsigned)T, (unsigned)(nh / g), (unsigned)splits}, {128}, [&] { run_split(partial.data()); });
         launch({(unsigned)T, (unsigned)nh}, {128}, [&] { attention_merge(out.data(), partial.data(), nh, hd, splits); });
     }
     double worst = 0; int group = nh/nkv;
@@ -152,6 +193,27 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
     }
     char name[96]; snprintf(name, 96, "paged_attention h%d/%d hd%d T%d split %d", nh, nkv, hd, T, kps);
     report(name, worst, 6e-3);
+}
+
+void t_gemv(int M, int N, int K) {
+    std::vector<bf16> x(M*K), w(N*K);
+    for (auto& v : x) v = B(U(1)); for (auto& v : w) v = B(U(1));
+    std::vector<float> out(M*N, NAN);
+    auto run = [&] {
+        switch (M) {
+            case 1: gemv_m1(out.data(), x.data(), w.data(), N, K); break;
+            case 3: gemv_m3(out.data(), x.data(), w.data(), N, K); break;
+            default: gemv_m8(out.data(), x.data(), w.data(), N, K); break;
+        }
+    };
+    launch({(unsigned)((N + 7) / 8)}, {256}, run);
+    double worst = 0;
+    for (int m = 0; m < M; ++m) for (int n = 0; n < N; ++n) {
+        double r = 0; for (int k = 0; k < K; ++k) r += (double)F(x[m*K+k]) * F(w[n*K+k]);
+        worst = std::max(worst, std::fabs(out[m*N+n] - r) / (1e-3 + std::fabs(r)));
+    }
+    char name[64]; snprintf(name, 64, "gemv M%d N%d K%d", M, N, K);
+    report(name, worst, 1e-4);
 }
 
 void t_write_kv() {
@@ -227,6 +289,15 @@ int main() {
     t_attn(4, 2, 128, {{300, 1}, {3, 1}, {150, 1}}, 16, 64);
     t_attn(8, 2, 24, {{10, 6}, {40, 1}, {0, 3}}, 16, 7);
     t_attn(2, 1, 64, {{129, 1}}, 16, 128);
+    // Head groups (g4, g2) and the 16-byte-load variants (head_dim 64/128/256 exactly).
+    t_attn(32, 8, 128, {{200, 1}, {5, 1}}, 16, 64);
+    t_attn(8, 2, 128, {{0, 40}, {17, 1}});
+    t_attn(16, 4, 64, {{30, 3}}, 16, 8);
+    t_attn(12, 2, 256, {{3, 2}});
+    t_attn(8, 8, 128, {{90, 1}}, 16, 32);
+    t_gemv(1, 40, 64);
+    t_gemv(3, 37, 1048);
+    t_gemv(8, 9, 24);
     t_write_kv();
     t_softmax(2, 3000);
     t_misc();

@@ -12,10 +12,20 @@ use crate::backend::Result;
 /// Warps of a `paged_attention` block (ATTN_WARPS in attention.cu).
 const ATTN_WARPS: u32 = 4;
 /// Split-K: the fewest keys a split takes, and the most splits a row is cut into.
-const MIN_KEYS_PER_SPLIT: usize = 256;
+const MIN_KEYS_PER_SPLIT: usize = 64;
 const MAX_SPLITS: usize = 64;
 
-/// How many key slices each (row, head) is cut into: enough blocks for about four per
+/// q heads one attention block serves: the largest of 4, 2, 1 that divides the GQA group (the
+/// `_g<G>` kernel variants).
+fn head_group(num_heads: usize, num_kv_heads: usize) -> usize {
+    let group = num_heads / num_kv_heads.max(1);
+    [4usize, 2, 1]
+        .into_iter()
+        .find(|g| group.is_multiple_of(*g))
+        .unwrap_or(1)
+}
+
+/// How many key slices each (row, head group) is cut into: enough blocks for about four per
 /// multiprocessor when rows × heads alone leave the GPU idle (decode of few sequences over long
 /// contexts), else 1 (the plain kernel).
 fn attention_splits(blocks: usize, max_len: usize, multiprocessors: usize) -> usize {
@@ -38,10 +48,18 @@ fn kv_dims(cache: &CudaTensor) -> Result<(usize, usize, usize, usize)> {
 }
 
 impl CudaBackend {
-    /// Key slices `paged_attention` cuts each (row, head) into for `rows` rows of `heads`
-    /// heads whose longest causal range is `max_len` (1 = the plain kernel).
-    pub fn attention_splits(&self, rows: usize, heads: usize, max_len: usize) -> usize {
-        attention_splits(rows * heads, max_len, self.info.multiprocessors)
+    /// Key slices `paged_attention` cuts each (row, head group) into for `rows` rows of
+    /// `heads` q heads over `kv_heads`, whose longest causal range is `max_len` (1 = the plain
+    /// kernel).
+    pub fn attention_splits(
+        &self,
+        rows: usize,
+        heads: usize,
+        kv_heads: usize,
+        max_len: usize,
+    ) -> usize {
+        let blocks = rows * (heads / head_group(heads, kv_heads));
+        attention_splits(blocks, max_len, self.info.multiprocessors)
     }
 
     pub(super) fn write_kv_op(
@@ -160,24 +178,22 @@ impl CudaBackend {
         if t == 0 || num_heads == 0 || hd == 0 {
             return Ok(());
         }
-        // Kernel variants by head_dim: NPER = head_dim / 32 rounded up to 1, 2, 4 or 8.
-        let (plain, split) = match (qkv.dtype, hd.div_ceil(32)) {
-            (DType::F32, 1) => ("paged_attention_f32_d32", "paged_attention_split_f32_d32"),
-            (DType::F32, 2) => ("paged_attention_f32_d64", "paged_attention_split_f32_d64"),
-            (DType::F32, 3..=4) => ("paged_attention_f32_d128", "paged_attention_split_f32_d128"),
-            (DType::F32, _) => ("paged_attention_f32_d256", "paged_attention_split_f32_d256"),
-            (DType::BF16, 1) => ("paged_attention_bf16_d32", "paged_attention_split_bf16_d32"),
-            (DType::BF16, 2) => ("paged_attention_bf16_d64", "paged_attention_split_bf16_d64"),
-            (DType::BF16, 3..=4) => (
-                "paged_attention_bf16_d128",
-                "paged_attention_split_bf16_d128",
-            ),
-            (DType::BF16, _) => (
-                "paged_attention_bf16_d256",
-                "paged_attention_split_bf16_d256",
-            ),
+        // Kernel variants by head_dim (NPER = head_dim / 32 rounded up to 1, 2, 4 or 8) and by
+        // the q heads a block serves (G: the largest of 4, 2, 1 dividing the GQA group).
+        let d = match hd.div_ceil(32) {
+            1 => 32,
+            2 => 64,
+            3..=4 => 128,
+            _ => 256,
         };
-        let splits = self.attention_splits(t, num_heads, batch.max_len);
+        let g = head_group(num_heads, nkv);
+        let ty = qkv.dtype.suffix();
+        // head_dim exactly 64, 128 or 256: the 16-byte-load variant.
+        let vec = if hd == d && d >= 64 { "vec_" } else { "" };
+        let plain = format!("paged_attention_{vec}{ty}_d{d}_g{g}");
+        let split = format!("paged_attention_{vec}split_{ty}_d{d}_g{g}");
+        let head_blocks = num_heads / g;
+        let splits = attention_splits(t * head_blocks, batch.max_len, self.info.multiprocessors);
         let s = &self.stream;
         let (q, k, v) = (qkv.ptr(s), k_cache.ptr(s), v_cache.ptr(s));
         let (pos, row_seq, tables) = (batch.positions(s), batch.row_seq(s), batch.block_tables(s));
@@ -188,11 +204,11 @@ impl CudaBackend {
             int(nkv, "paged_attention")?,
             int(hd, "paged_attention")?,
         );
-        let grid = |z: usize| -> Result<LaunchConfig> {
+        let grid = |y: usize, z: usize| -> Result<LaunchConfig> {
             Ok(LaunchConfig {
                 grid_dim: (
                     dim(t, "paged_attention")?,
-                    dim(num_heads, "paged_attention")?,
+                    dim(y, "paged_attention")?,
                     dim(z, "paged_attention")?,
                 ),
                 block_dim: (32 * ATTN_WARPS, 1, 1),
@@ -200,14 +216,13 @@ impl CudaBackend {
             })
         };
         // Split-K keeps partial states [T, nh, splits, hd + 2] in f32 for the merge.
-        let keys_per_split = int(batch.max_len.div_ceil(splits), "paged_attention")?;
         let partial = if splits > 1 {
             Some(self.alloc(&[t * num_heads * splits * (hd + 2)], DType::F32)?)
         } else {
             None
         };
         let name = if splits > 1 { split } else { plain };
-        let f = self.func(Module::Attention, name)?;
+        let f = self.func(Module::Attention, &name)?;
         let (o, pp) = (out.ptr(s), partial.as_ref().map_or(0, |p| p.ptr(s)));
         let mut a = s.launch_builder(&f);
         a.arg(&o)
@@ -223,17 +238,16 @@ impl CudaBackend {
             .arg(&nh)
             .arg(&nk)
             .arg(&d)
-            .arg(&scale)
-            .arg(&keys_per_split);
+            .arg(&scale);
         // SAFETY: out is [T, nh·hd], qkv [T, (nh + 2·nkv)·hd], the caches bf16
         // [blocks, bs, nkv, hd] with hd no larger than the kernel variant's 32·NPER; each row's
         // reach positions[row] / bs is inside its table and every table entry is below blocks
         // (checked above and in prepare_batch), so every key and value read is in the cache.
         // The split kernel writes instead one state per (row, head, split) of its grid into
-        // `partial` (T·nh·splits·(hd + 2) floats), and splits · keys_per_split covers every
-        // row's causal range (max_len); the plain kernel never touches the null `partial`.
-        let r = unsafe { a.launch(grid(splits)?) };
-        self.launched(name, r)?;
+        // `partial` (T·nh·splits·(hd + 2) floats), and each row's causal range is cut into
+        // those splits in the kernel; the plain kernel never touches the null `partial`.
+        let r = unsafe { a.launch(grid(head_blocks, splits)?) };
+        self.launched(&name, r)?;
         let Some(partial) = partial else {
             return Ok(());
         };
@@ -243,8 +257,8 @@ impl CudaBackend {
         let mut a = s.launch_builder(&f);
         a.arg(&o).arg(&pp).arg(&nh).arg(&d).arg(&sp);
         // SAFETY: out is [T, nh·hd] bf16 and partial holds the `splits` states of every
-        // (row, head) written above, split 0 of each with key 0 in it.
-        let r = unsafe { a.launch(grid(1)?) };
+        // (row, head) written above, split 0 of each with key 0 in it; one block per (row, head).
+        let r = unsafe { a.launch(grid(num_heads, 1)?) };
         // `partial` is freed when it drops, after the merge on the same stream.
         self.launched(name, r)
     }
@@ -259,13 +273,25 @@ mod tests {
         let sms = 132;
         // Prefill: many rows already fill the GPU.
         assert_eq!(attention_splits(1000 * 32, 1000, sms), 1);
-        // Decode over a short context: nothing to split.
-        assert_eq!(attention_splits(32, 129, sms), 1);
-        // One sequence over 2047 keys: 8 slices of at least 256 keys.
-        assert_eq!(attention_splits(32, 2047, sms), 8);
-        // One sequence over 100k keys: as many as fill the GPU four times over, at most 64.
-        assert_eq!(attention_splits(32, 100_000, sms), 17);
+        // Decode of one sequence (8 head groups) over 129 keys: slices of at least 64 keys.
+        assert_eq!(attention_splits(8, 129, sms), 3);
+        // Over 2047 keys: enough blocks to fill the GPU four times over.
+        assert_eq!(attention_splits(8, 2047, sms), 32);
+        assert_eq!(attention_splits(32, 2047, sms), 17);
+        // Over 100k keys: at most 64 slices.
         assert_eq!(attention_splits(4, 100_000, sms), 64);
+        // Many sequences: few or no slices.
         assert_eq!(attention_splits(8 * 32, 2047, sms), 3);
+        assert_eq!(attention_splits(128 * 8, 1152, sms), 1);
+    }
+
+    #[test]
+    fn a_block_serves_the_largest_group_of_four_two_or_one_heads() {
+        assert_eq!(head_group(32, 8), 4);
+        assert_eq!(head_group(32, 32), 1);
+        assert_eq!(head_group(16, 2), 4);
+        assert_eq!(head_group(12, 2), 2);
+        assert_eq!(head_group(18, 6), 1);
+        assert_eq!(head_group(32, 1), 4);
     }
 }

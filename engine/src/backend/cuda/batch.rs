@@ -40,96 +40,172 @@ struct Offsets {
     logits_rows: usize,
 }
 
+/// A batch's arrays packed for the device, with what the ops check against.
+struct Packed {
+    data: Vec<u32>,
+    offsets: Offsets,
+    max_token_id: Option<u32>,
+    max_slot: Option<u32>,
+    max_block_id: Option<u32>,
+    max_logits_row: Option<u32>,
+    max_len: usize,
+    table_error: Option<String>,
+}
+
+fn pack(b: &BatchInputs) -> Result<Packed> {
+    let t = b.num_tokens();
+    let s = b.num_seqs();
+    if b.positions.len() != t || b.slot_mapping.len() != t {
+        return Err(shape_err(
+            "prepare_batch",
+            format!(
+                "{t} tokens but {} positions and {} slots",
+                b.positions.len(),
+                b.slot_mapping.len()
+            ),
+        ));
+    }
+    let starts_ok = b.seq_starts.len() == s + 1
+        && b.seq_starts.first() == Some(&0)
+        && b.seq_starts.last() == Some(&(t as u32))
+        && b.seq_starts.windows(2).all(|w| w[0] <= w[1]);
+    if !starts_ok || b.block_tables.len() != s * b.max_blocks_per_seq {
+        return Err(shape_err(
+            "prepare_batch",
+            format!(
+                "seq_starts {:?} for {t} tokens in {s} sequences, block tables of {} for {} a sequence",
+                b.seq_starts,
+                b.block_tables.len(),
+                b.max_blocks_per_seq
+            ),
+        ));
+    }
+    // Row → sequence, and the causal reach of each row checked against its table.
+    let mut row_seq = vec![0u32; t];
+    let mut table_error = None;
+    let bs = b.block_size.max(1);
+    for seq in 0..s {
+        let (a, z) = (b.seq_starts[seq] as usize, b.seq_starts[seq + 1] as usize);
+        row_seq[a..z].fill(seq as u32);
+        let need = (b.context_lens[seq] as usize).div_ceil(bs);
+        let reach = b.positions[a..z]
+            .iter()
+            .map(|&p| p as usize / bs + 1)
+            .max()
+            .unwrap_or(0);
+        if table_error.is_none() && need.max(reach) > b.max_blocks_per_seq {
+            table_error = Some(format!(
+                "sequence {seq} needs {} blocks, table has {}",
+                need.max(reach),
+                b.max_blocks_per_seq
+            ));
+        }
+    }
+    let mut data = Vec::with_capacity(4 * t + b.block_tables.len() + b.logits_rows.len());
+    let mut push = |v: &[u32]| {
+        let at = data.len();
+        data.extend_from_slice(v);
+        at
+    };
+    let offsets = Offsets {
+        token_ids: push(&b.token_ids),
+        positions: push(&b.positions),
+        slot_mapping: push(&b.slot_mapping),
+        row_seq: push(&row_seq),
+        block_tables: push(&b.block_tables),
+        logits_rows: push(&b.logits_rows),
+    };
+    if data.is_empty() {
+        data.push(0); // keep the buffer (and its pointer) non-empty
+    }
+    Ok(Packed {
+        data,
+        offsets,
+        max_token_id: b.token_ids.iter().copied().max(),
+        max_slot: b.slot_mapping.iter().copied().max(),
+        max_block_id: b.block_tables.iter().copied().max(),
+        max_logits_row: b.logits_rows.iter().copied().max(),
+        max_len: b
+            .positions
+            .iter()
+            .map(|&p| p as usize + 1)
+            .max()
+            .unwrap_or(0),
+        table_error,
+    })
+}
+
 impl CudaBatch {
     pub(super) fn new(stream: &std::sync::Arc<CudaStream>, b: &BatchInputs) -> Result<Self> {
-        let t = b.num_tokens();
-        let s = b.num_seqs();
-        if b.positions.len() != t || b.slot_mapping.len() != t {
-            return Err(shape_err(
-                "prepare_batch",
-                format!(
-                    "{t} tokens but {} positions and {} slots",
-                    b.positions.len(),
-                    b.slot_mapping.len()
-                ),
-            ));
-        }
-        let starts_ok = b.seq_starts.len() == s + 1
-            && b.seq_starts.first() == Some(&0)
-            && b.seq_starts.last() == Some(&(t as u32))
-            && b.seq_starts.windows(2).all(|w| w[0] <= w[1]);
-        if !starts_ok || b.block_tables.len() != s * b.max_blocks_per_seq {
-            return Err(shape_err(
-                "prepare_batch",
-                format!(
-                    "seq_starts {:?} for {t} tokens in {s} sequences, block tables of {} for {} a sequence",
-                    b.seq_starts,
-                    b.block_tables.len(),
-                    b.max_blocks_per_seq
-                ),
-            ));
-        }
-        // Row → sequence, and the causal reach of each row checked against its table.
-        let mut row_seq = vec![0u32; t];
-        let mut table_error = None;
-        let bs = b.block_size.max(1);
-        for seq in 0..s {
-            let (a, z) = (b.seq_starts[seq] as usize, b.seq_starts[seq + 1] as usize);
-            row_seq[a..z].fill(seq as u32);
-            let need = (b.context_lens[seq] as usize).div_ceil(bs);
-            let reach = b.positions[a..z]
-                .iter()
-                .map(|&p| p as usize / bs + 1)
-                .max()
-                .unwrap_or(0);
-            if table_error.is_none() && need.max(reach) > b.max_blocks_per_seq {
-                table_error = Some(format!(
-                    "sequence {seq} needs {} blocks, table has {}",
-                    need.max(reach),
-                    b.max_blocks_per_seq
-                ));
-            }
-        }
-        let mut packed = Vec::with_capacity(4 * t + b.block_tables.len() + b.logits_rows.len());
-        let mut push = |v: &[u32]| {
-            let at = packed.len();
-            packed.extend_from_slice(v);
-            at
-        };
-        let offsets = Offsets {
-            token_ids: push(&b.token_ids),
-            positions: push(&b.positions),
-            slot_mapping: push(&b.slot_mapping),
-            row_seq: push(&row_seq),
-            block_tables: push(&b.block_tables),
-            logits_rows: push(&b.logits_rows),
-        };
-        if packed.is_empty() {
-            packed.push(0); // keep the buffer (and its pointer) non-empty
-        }
+        let p = pack(b)?;
         let buf = stream
-            .clone_htod(&packed)
+            .clone_htod(&p.data)
             .map_err(dev_err("prepare_batch: upload"))?;
         Ok(Self {
-            num_tokens: t,
+            num_tokens: b.num_tokens(),
             max_blocks_per_seq: b.max_blocks_per_seq,
             block_size: b.block_size,
             num_logits_rows: b.logits_rows.len(),
             buf,
-            offsets,
-            max_token_id: b.token_ids.iter().copied().max(),
-            max_slot: b.slot_mapping.iter().copied().max(),
-            max_block_id: b.block_tables.iter().copied().max(),
-            max_logits_row: b.logits_rows.iter().copied().max(),
-            max_len: b
-                .positions
-                .iter()
-                .map(|&p| p as usize + 1)
-                .max()
-                .unwrap_or(0),
-            table_error,
+            offsets: p.offsets,
+            max_token_id: p.max_token_id,
+            max_slot: p.max_slot,
+            max_block_id: p.max_block_id,
+            max_logits_row: p.max_logits_row,
+            max_len: p.max_len,
+            table_error: p.table_error,
             logits_rows: b.logits_rows.clone(),
         })
+    }
+
+    /// A batch a CUDA graph captures: attention is launched for the whole reach of the block
+    /// tables (`max_blocks_per_seq · block_size` keys), since later replays may go further
+    /// than the steps it was captured on; slices past a row's end are empty and cheap.
+    pub(super) fn for_graph(mut self) -> Self {
+        self.max_len = self.max_blocks_per_seq * self.block_size;
+        self
+    }
+
+    /// Overwrite the device arrays in place (their address is baked into a graph) with a
+    /// batch of the same shape. The replayed ops do not check their inputs again, so this
+    /// refuses a batch whose rows reach past their tables, and the caller has checked token
+    /// ids, slots and block ids against the model and the cache.
+    pub(super) fn refill(
+        &mut self,
+        stream: &std::sync::Arc<CudaStream>,
+        b: &BatchInputs,
+    ) -> Result<()> {
+        let p = pack(b)?;
+        let same_shape = p.data.len() == self.buf.len()
+            && b.num_tokens() == self.num_tokens
+            && b.max_blocks_per_seq == self.max_blocks_per_seq
+            && b.block_size == self.block_size
+            && b.logits_rows.len() == self.num_logits_rows;
+        if !same_shape {
+            return Err(shape_err(
+                "graph batch",
+                format!(
+                    "{} tokens × {} blocks does not fit a graph captured for {} × {}",
+                    b.num_tokens(),
+                    b.max_blocks_per_seq,
+                    self.num_tokens,
+                    self.max_blocks_per_seq
+                ),
+            ));
+        }
+        if let Some(e) = p.table_error {
+            return Err(shape_err("graph batch", e));
+        }
+        stream
+            .memcpy_htod(&p.data, &mut self.buf)
+            .map_err(dev_err("graph batch: upload"))?;
+        self.offsets = p.offsets;
+        self.max_token_id = p.max_token_id;
+        self.max_slot = p.max_slot;
+        self.max_block_id = p.max_block_id;
+        self.max_logits_row = p.max_logits_row;
+        self.logits_rows.clone_from(&b.logits_rows);
+        Ok(())
     }
 
     fn at(&self, stream: &CudaStream, offset: usize) -> u64 {

@@ -15,11 +15,12 @@ mod attention;
 mod batch;
 mod blas;
 mod elementwise;
+mod graph;
 mod norm;
 mod sample;
 mod tensor;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
@@ -63,6 +64,9 @@ pub struct DeviceInfo {
 
 /// Fields drop in this order: the cuBLAS handle and buffers before the stream and context.
 pub struct CudaBackend {
+    /// Captured decode graphs, then the arena they allocate from (dropped in that order).
+    graphs: Mutex<graph::Graphs>,
+    arena: Mutex<graph::Arena>,
     blas: Mutex<Blas>,
     /// The last rotary table uploaded (models have one), so a step does not copy it per layer.
     rope: Mutex<Option<(Vec<f32>, CudaSlice<f32>)>>,
@@ -72,6 +76,8 @@ pub struct CudaBackend {
     info: DeviceInfo,
     /// Synchronise after every launch, so a kernel fault names its kernel.
     sync_each_launch: AtomicBool,
+    /// `matmul` with at most this many rows runs the GEMV kernel instead of cuBLAS.
+    gemv_max_rows: AtomicUsize,
 }
 
 /// Loadable? cudarc panics on first use of a library it cannot open; ask first.
@@ -156,7 +162,10 @@ impl CudaBackend {
         };
         let sync_each_launch = cfg!(debug_assertions)
             || std::env::var_os("METRALE_CUDA_SYNC").is_some_and(|v| v == "1");
+        let graphs = std::env::var_os("METRALE_CUDA_GRAPHS").is_none_or(|v| v != "0");
         Ok(Self {
+            graphs: Mutex::new(graph::Graphs::new(graphs)),
+            arena: Mutex::new(graph::Arena::default()),
             blas: Mutex::new(blas),
             rope: Mutex::new(None),
             kernels,
@@ -164,6 +173,13 @@ impl CudaBackend {
             ctx,
             info,
             sync_each_launch: AtomicBool::new(sync_each_launch),
+            gemv_max_rows: AtomicUsize::new(
+                std::env::var("METRALE_GEMV_MAX_ROWS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1)
+                    .min(blas::GEMV_MAX_ROWS),
+            ),
         })
     }
 
@@ -250,10 +266,9 @@ impl CudaBackend {
     /// An uninitialised tensor.
     fn alloc(&self, shape: &[usize], dtype: DType) -> Result<CudaTensor> {
         let numel: usize = shape.iter().product();
-        // SAFETY: the bytes are uninitialised; every caller writes all `numel` elements before
+        // The bytes are uninitialised; every caller writes all `numel` elements before
         // anything reads them (an upload, a fill, or an op's full output).
-        let buf = unsafe { self.stream.alloc::<u8>(tensor::alloc_bytes(numel, dtype)) }
-            .map_err(dev_err("device allocation"))?;
+        let buf = self.raw_alloc(tensor::alloc_bytes(numel, dtype), false)?;
         Ok(CudaTensor {
             shape: shape.to_vec(),
             dtype,
@@ -270,7 +285,7 @@ impl CudaBackend {
         Ok(())
     }
 
-    fn func(&self, module: Module, name: &'static str) -> Result<CudaFunction> {
+    fn func(&self, module: Module, name: &str) -> Result<CudaFunction> {
         self.kernels
             .function(module, name)
             .map_err(|e| BackendError::Device(e.to_string()))
@@ -354,10 +369,7 @@ impl Backend for CudaBackend {
 
     fn zeros(&self, shape: &[usize]) -> Result<CudaTensor> {
         let numel: usize = shape.iter().product();
-        let buf = self
-            .stream
-            .alloc_zeros::<u8>(tensor::alloc_bytes(numel, DType::BF16))
-            .map_err(dev_err("device allocation"))?;
+        let buf = self.raw_alloc(tensor::alloc_bytes(numel, DType::BF16), true)?;
         Ok(CudaTensor {
             shape: shape.to_vec(),
             dtype: DType::BF16,
@@ -467,5 +479,17 @@ impl Backend for CudaBackend {
 
     fn sample(&self, logits: &CudaTensor, rows: &[SampleRow<'_>]) -> Result<Vec<Sampled>> {
         self.sample_op(logits, rows)
+    }
+
+    fn graph_buckets(&self) -> Option<&'static [usize]> {
+        Some(graph::BUCKETS)
+    }
+
+    fn graph_forward(
+        &self,
+        batch_inputs: &BatchInputs,
+        forward: &mut dyn FnMut(&CudaBatch) -> Result<CudaTensor>,
+    ) -> Result<Option<CudaTensor>> {
+        self.graph_forward_op(batch_inputs, forward)
     }
 }

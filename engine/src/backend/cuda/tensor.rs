@@ -6,6 +6,9 @@
 //! product) and the KV cache are bf16; GEMM results, the residual stream and log-probabilities
 //! are f32. Every kernel reads either type, so any tensor can feed any op.
 
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use half::bf16;
 use rayon::prelude::*;
@@ -41,7 +44,35 @@ pub struct CudaTensor {
     pub(super) dtype: DType,
     /// At least `numel · dtype.size()` bytes (never empty: a 0-element tensor holds a few bytes,
     /// so its pointer stays valid).
-    pub(super) buf: CudaSlice<u8>,
+    pub(super) buf: Storage,
+}
+
+/// Where a tensor's bytes live: its own allocation (freed, stream-ordered, on drop), or a
+/// slice of the backend's graph arena (see `graph.rs`), which outlives every tensor cut from it
+/// and is never freed through one.
+#[derive(Debug)]
+pub(super) enum Storage {
+    Owned(CudaSlice<u8>),
+    Arena(ManuallyDrop<CudaSlice<u8>>),
+}
+
+impl Deref for Storage {
+    type Target = CudaSlice<u8>;
+    fn deref(&self) -> &CudaSlice<u8> {
+        match self {
+            Storage::Owned(s) => s,
+            Storage::Arena(s) => s,
+        }
+    }
+}
+
+impl DerefMut for Storage {
+    fn deref_mut(&mut self) -> &mut CudaSlice<u8> {
+        match self {
+            Storage::Owned(s) => s,
+            Storage::Arena(s) => s,
+        }
+    }
 }
 
 impl CudaTensor {

@@ -1,0 +1,277 @@
+//! CUDA graphs for decode steps: a decode step is ~330 small launches (nine ops a layer, 36
+//! layers on Qwen3-8B), and at batch 1 the host cannot issue them as fast as the GPU runs
+//! them. A graph replays the whole forward with one launch.
+//!
+//! How: the runner pads a decode step to a fixed shape (a batch-size bucket and a block-table
+//! width, see `runner/`). The first step of each shape runs the model's forward eagerly once
+//! (counting the bytes its activations take), then again under stream capture with every
+//! allocation carved from one arena at a fixed address, so the captured kernels' pointers stay
+//! valid. Later steps of that shape copy their indices into the captured batch's buffer and
+//! replay. The arena is shared by all graphs (they run one at a time on the one stream) and
+//! grows when a larger shape needs more; graphs cut from an old arena are dropped and
+//! recaptured on their next use.
+//!
+//! A capture that fails (an op that cannot be captured) leaves its shape eager for the rest of
+//! the run, with a warning: slower, never wrong.
+
+use std::collections::{HashMap, HashSet};
+use std::mem::ManuallyDrop;
+use std::sync::PoisonError;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr};
+
+use super::tensor::{CudaTensor, DType, Storage};
+use super::{CudaBackend, CudaBatch, dev_err};
+use crate::backend::{BackendError, BatchInputs, Result};
+
+/// Batch sizes decode steps are padded to. Above the last, steps run eagerly.
+pub(super) const BUCKETS: &[usize] = &[
+    1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256,
+];
+
+/// Allocation granularity inside the arena (cuBLAS and vector loads like 256-byte alignment).
+const ALIGN: usize = 256;
+
+/// Where `CudaBackend::alloc` takes memory from.
+#[derive(Debug, Default)]
+pub(super) enum ArenaMode {
+    /// The stream's allocator (the normal case).
+    #[default]
+    Off,
+    /// The stream's allocator, adding up what a forward takes.
+    Count,
+    /// Bump allocation from the arena (during a capture).
+    Carve,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Arena {
+    pub(super) mode: ArenaMode,
+    cursor: usize,
+    memory: Option<CudaSlice<u8>>,
+}
+
+impl Arena {
+    fn size(&self) -> usize {
+        self.memory.as_ref().map_or(0, |m| m.len())
+    }
+}
+
+/// A captured decode step: its graph, the batch buffer its kernels read, and its logits.
+struct Captured {
+    graph: CudaGraph,
+    batch: CudaBatch,
+    /// `[rows, vocab]` f32, in the arena.
+    logits: CudaTensor,
+}
+
+#[derive(Default)]
+pub(super) struct Graphs {
+    enabled: bool,
+    /// Keyed by (sequences, block-table width).
+    captured: HashMap<(usize, usize), Captured>,
+    failed: HashSet<(usize, usize)>,
+}
+
+// SAFETY: a CUDA graph may be used from any thread as long as calls on it are serialised; the
+// graphs live only inside the backend's `Mutex<Graphs>`.
+unsafe impl Send for Graphs {}
+
+impl Graphs {
+    pub(super) fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            ..Self::default()
+        }
+    }
+}
+
+impl CudaBackend {
+    /// Capture and replay decode steps as CUDA graphs (on by default; `--enforce-eager` or
+    /// `METRALE_CUDA_GRAPHS=0` turn it off).
+    pub fn set_graphs(&self, on: bool) {
+        let mut g = self.graphs.lock().unwrap_or_else(PoisonError::into_inner);
+        g.enabled = on;
+        if !on {
+            g.captured.clear();
+        }
+    }
+
+    /// Graphs captured so far, for logs and checks.
+    pub fn graphs_captured(&self) -> usize {
+        let g = self.graphs.lock().unwrap_or_else(PoisonError::into_inner);
+        g.captured.len()
+    }
+
+    /// `bytes` of device memory: from the arena while capturing, else from the stream's pool
+    /// (counted when a capture is being sized). Zero-filled when `zeroed`.
+    pub(super) fn raw_alloc(&self, bytes: usize, zeroed: bool) -> Result<Storage> {
+        let mut arena = self.arena.lock().unwrap_or_else(PoisonError::into_inner);
+        let stream = &self.stream;
+        let mut slice = match arena.mode {
+            ArenaMode::Carve => {
+                let at = arena.cursor;
+                let end = at + bytes.next_multiple_of(ALIGN);
+                let (base, size) = match arena.memory.as_ref() {
+                    Some(m) => (m.device_ptr(stream).0, m.len()),
+                    None => (0, 0),
+                };
+                if end > size {
+                    return Err(BackendError::Device(format!(
+                        "graph arena of {size} bytes is too small (a capture took more than the \
+                         eager forward it was sized by)"
+                    )));
+                }
+                arena.cursor = end;
+                // SAFETY: [base + at, base + end) lies inside the arena, which outlives every
+                // tensor carved from it (graphs and their logits are dropped before it is
+                // replaced); ManuallyDrop keeps the tensor from freeing it.
+                let s = unsafe { stream.upgrade_device_ptr::<u8>(base + at as u64, bytes) };
+                Storage::Arena(ManuallyDrop::new(s))
+            }
+            ArenaMode::Count | ArenaMode::Off => {
+                if matches!(arena.mode, ArenaMode::Count) {
+                    arena.cursor += bytes.next_multiple_of(ALIGN);
+                }
+                // SAFETY: uninitialised bytes; zero-filled below when asked, otherwise every
+                // caller writes them all before reading (see `alloc`).
+                let s =
+                    unsafe { stream.alloc::<u8>(bytes) }.map_err(dev_err("device allocation"))?;
+                Storage::Owned(s)
+            }
+        };
+        drop(arena);
+        if zeroed {
+            stream
+                .memset_zeros(&mut *slice)
+                .map_err(dev_err("zero fill"))?;
+        }
+        Ok(slice)
+    }
+
+    fn set_arena_mode(&self, mode: ArenaMode) -> usize {
+        let mut arena = self.arena.lock().unwrap_or_else(PoisonError::into_inner);
+        let used = arena.cursor;
+        arena.mode = mode;
+        arena.cursor = 0;
+        used
+    }
+
+    /// The decode-step graph for `host`'s shape, captured now if it is new, replayed. `None`
+    /// when graphs are off or this shape could not be captured: the caller runs `forward`.
+    pub(super) fn graph_forward_op(
+        &self,
+        host: &BatchInputs,
+        forward: &mut dyn FnMut(&CudaBatch) -> Result<CudaTensor>,
+    ) -> Result<Option<CudaTensor>> {
+        let key = (host.num_seqs(), host.max_blocks_per_seq);
+        let mut g = self.graphs.lock().unwrap_or_else(PoisonError::into_inner);
+        if !g.enabled || g.failed.contains(&key) {
+            return Ok(None);
+        }
+        if let Some(c) = g.captured.get_mut(&key) {
+            c.batch.refill(&self.stream, host)?;
+            c.graph
+                .launch()
+                .map_err(dev_err("launching a decode graph"))?;
+            return Ok(Some(self.arena_view(&c.logits)));
+        }
+        match self.capture(&mut g, host, forward) {
+            Ok(c) => {
+                c.graph
+                    .launch()
+                    .map_err(dev_err("launching a decode graph"))?;
+                let logits = self.arena_view(&c.logits);
+                tracing::debug!(
+                    "captured a decode graph for {} sequences × {} blocks",
+                    key.0,
+                    key.1
+                );
+                g.captured.insert(key, c);
+                Ok(Some(logits))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "decode steps of {} sequences × {} blocks run without a CUDA graph: {e}",
+                    key.0,
+                    key.1
+                );
+                g.failed.insert(key);
+                Ok(None)
+            }
+        }
+    }
+
+    fn capture(
+        &self,
+        g: &mut Graphs,
+        host: &BatchInputs,
+        forward: &mut dyn FnMut(&CudaBatch) -> Result<CudaTensor>,
+    ) -> Result<Captured> {
+        let batch = CudaBatch::new(&self.stream, host)?.for_graph();
+        // 1. Eagerly, counting what the forward allocates (this also loads every kernel and
+        //    uploads the rotary table, neither of which a capture may do).
+        self.set_arena_mode(ArenaMode::Count);
+        let eager = forward(&batch);
+        let need = self.set_arena_mode(ArenaMode::Off);
+        drop(eager?);
+        // 2. An arena that holds it. Graphs carved from a smaller one go.
+        {
+            let mut arena = self.arena.lock().unwrap_or_else(PoisonError::into_inner);
+            if arena.size() < need {
+                g.captured.clear();
+                self.stream.synchronize().map_err(dev_err("synchronize"))?;
+                arena.memory = None;
+                let m = self
+                    .stream
+                    .alloc_zeros::<u8>(need)
+                    .map_err(dev_err("graph arena"))?;
+                arena.memory = Some(m);
+            }
+        }
+        // 3. Capture the same forward, allocating from the arena, without per-launch syncs.
+        let sync = self.syncs_each_launch();
+        self.set_sync_each_launch(false);
+        self.set_arena_mode(ArenaMode::Carve);
+        let begun = self
+            .stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .map_err(dev_err("beginning a graph capture"));
+        let out = begun.and_then(|()| forward(&batch));
+        // Always end a begun capture, so the stream is usable whatever happened.
+        let graph = self
+            .stream
+            .end_capture(CUgraphInstantiate_flags(0))
+            .map_err(dev_err("ending a graph capture"));
+        self.set_arena_mode(ArenaMode::Off);
+        self.set_sync_each_launch(sync);
+        let logits = out?;
+        let graph = graph?.ok_or_else(|| {
+            BackendError::Device("the graph capture recorded nothing".to_string())
+        })?;
+        if !matches!(logits.buf, Storage::Arena(_)) || logits.dtype != DType::F32 {
+            return Err(BackendError::Device(
+                "the captured forward's logits are not in the arena".to_string(),
+            ));
+        }
+        Ok(Captured {
+            graph,
+            batch,
+            logits,
+        })
+    }
+
+    /// Another handle on an arena tensor (valid until the next replay overwrites it).
+    fn arena_view(&self, t: &CudaTensor) -> CudaTensor {
+        let ptr = t.ptr(&self.stream);
+        // SAFETY: `t` is carved from the arena, which stays allocated while its graphs exist;
+        // the view never frees it (ManuallyDrop).
+        let s = unsafe { self.stream.upgrade_device_ptr::<u8>(ptr, t.buf.len()) };
+        CudaTensor {
+            shape: t.shape.clone(),
+            dtype: t.dtype,
+            buf: Storage::Arena(ManuallyDrop::new(s)),
+        }
+    }
+}

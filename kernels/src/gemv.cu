@@ -1,0 +1,80 @@
+// Matrix times a few vectors, for decode steps: out[m, n] = sum_k x[m, k] * w[n, k] (f32 out),
+// with x bf16 [M, K], w bf16 [N, K] (the checkpoint's out × in layout), M <= 8.
+//
+// At batch 1-8 a decode step's GEMMs are pure weight streaming (the floor is N·K·2 bytes over
+// the HBM bandwidth); cuBLAS's GEMM kernels run there at about 60% of it. Here one warp owns one
+// output column n for all M rows: it streams w's row n with 16-byte loads that bypass L1
+// (ld.global.nc.L1::no_allocate: each weight byte is read once), four loads in flight a lane
+// before the first is used, and takes the matching 16 bytes of each x row through L1 (x is a few
+// KB that every warp re-reads). Products accumulate in f32 per lane, then one warp reduction per
+// row. Requires K % 8 == 0 (rows 16-byte aligned: device allocations are 256-byte aligned);
+// the launcher falls back to cuBLAS otherwise.
+//
+// Versions tried (H200, Qwen3-8B shapes, M = 1): cuBLAS GemmEx bf16→f32 (baseline, see
+// docs/performance.md); this kernel.
+//
+// Symbols: gemv_m<M> for M = 1..8.
+
+#define GEMV_WARPS 8
+
+__device__ __forceinline__ float dot8(float acc, u32x4 a, u32x4 b) {
+    acc = fmaf(lo(a.x), lo(b.x), acc);
+    acc = fmaf(hi(a.x), hi(b.x), acc);
+    acc = fmaf(lo(a.y), lo(b.y), acc);
+    acc = fmaf(hi(a.y), hi(b.y), acc);
+    acc = fmaf(lo(a.z), lo(b.z), acc);
+    acc = fmaf(hi(a.z), hi(b.z), acc);
+    acc = fmaf(lo(a.w), lo(b.w), acc);
+    acc = fmaf(hi(a.w), hi(b.w), acc);
+    return acc;
+}
+
+template <int M>
+__device__ __forceinline__ void gemv_chunk(float* acc, u32x4 wv, const u32x4* x, int chunks, int c) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = dot8(acc[m], wv, load_cached(x + (u64)m * chunks + c));
+}
+
+template <int M>
+__device__ void gemv_impl(float* out, const bf16* x, const bf16* w, int n_total, int k) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int n = blockIdx.x * GEMV_WARPS + warp;
+    if (n >= n_total) return;
+    const int chunks = k >> 3;
+    const u32x4* wr = (const u32x4*)(w + (u64)n * k);
+    const u32x4* xr = (const u32x4*)x;
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.f;
+    int c = lane;
+    for (; c + 96 < chunks; c += 128) {
+        const u32x4 a0 = load_stream(wr + c);
+        const u32x4 a1 = load_stream(wr + c + 32);
+        const u32x4 a2 = load_stream(wr + c + 64);
+        const u32x4 a3 = load_stream(wr + c + 96);
+        gemv_chunk<M>(acc, a0, xr, chunks, c);
+        gemv_chunk<M>(acc, a1, xr, chunks, c + 32);
+        gemv_chunk<M>(acc, a2, xr, chunks, c + 64);
+        gemv_chunk<M>(acc, a3, xr, chunks, c + 96);
+    }
+    for (; c < chunks; c += 32) gemv_chunk<M>(acc, load_stream(wr + c), xr, chunks, c);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        const float v = warp_sum(acc[m]);
+        if (lane == 0) out[(u64)m * n_total + n] = v;
+    }
+}
+
+#define GEMV(M)                                                                                    \
+    extern "C" __global__ void gemv_m##M(float* out, const bf16* x, const bf16* w, int n, int k) { \
+        gemv_impl<M>(out, x, w, n, k);                                                             \
+    }
+
+GEMV(1)
+GEMV(2)
+GEMV(3)
+GEMV(4)
+GEMV(5)
+GEMV(6)
+GEMV(7)
+GEMV(8)

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""transformers on the same model shape as our ladder, for the side-by-side figure the CUDA
+issue asks for: Qwen3-8B's config with random bf16 weights on the GPU, sdpa attention,
+`generate` greedy with every request generating exactly --osl tokens (min_new_tokens), prompts
+of --isl random token ids, one warm-up then --reps timed runs a batch size.
+
+transformers batches a fixed set of prompts (static batching), so "concurrency C" here is a
+batch of C prompts generated together: the closest thing it has to our concurrency ladder.
+
+  hf_bench.py --isl 128 --osl 128 --batch 1,8,32 --reps 2 --out FILE.json
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, Qwen3Config
+
+QWEN3_8B = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
+                max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000,
+                tie_word_embeddings=False)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--isl", type=int, default=128)
+    ap.add_argument("--osl", type=int, default=128)
+    ap.add_argument("--batch", default="1,8,32")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+
+    cfg = Qwen3Config(**QWEN3_8B)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model.eval()
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}: "
+          f"random Qwen3-8B shape built in {time.perf_counter() - t0:.1f} s", flush=True)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    rows = []
+    for b in [int(x) for x in a.batch.split(",")]:
+        ids = torch.randint(100, 5000, (b, a.isl), device="cuda", generator=gen)
+        mask = torch.ones_like(ids)
+        times = []
+        for rep in range(1 + a.reps):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            with torch.no_grad():
+                out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=a.osl,
+                                     min_new_tokens=a.osl, do_sample=False, pad_token_id=0)
+            torch.cuda.synchronize()
+            if rep > 0:
+                times.append(time.perf_counter() - t)
+            assert out.shape[1] == a.isl + a.osl, out.shape
+        tok_s = [b * a.osl / t for t in times]
+        row = {"batch": b, "tok_s_mean": statistics.mean(tok_s), "tok_s_reps": tok_s,
+               "seconds_reps": times}
+        rows.append(row)
+        print(f"transformers batch {b:4d}: {row['tok_s_mean']:9.1f} tok/s "
+              f"({a.osl} tokens each, {statistics.mean(times):.2f} s a run)", flush=True)
+    with open(a.out, "w") as f:
+        json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
+                   "isl": a.isl, "osl": a.osl, "rungs": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
