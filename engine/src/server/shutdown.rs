@@ -9,6 +9,7 @@ use anyhow::Context;
 
 use super::config::ServeConfig;
 use super::{AppState, deps, routes, say};
+use metrale_protocol::metrics::Phase;
 
 /// How long open connections get to finish once the engine is idle.
 const CLOSE_GRACE: Duration = Duration::from_secs(10);
@@ -70,7 +71,8 @@ pub(super) async fn serve_until_drained(
     };
 
     let engine_config = config.engine.clone();
-    let load = tokio::task::spawn_blocking(move || deps::start_engine(engine_config));
+    let hub = state.hub.clone();
+    let load = tokio::task::spawn_blocking(move || deps::start_engine(engine_config, hub));
     let (engine, plan) = tokio::select! {
         r = load => match r.context("loading the model panicked")? {
             Ok(started) => started,
@@ -86,6 +88,17 @@ pub(super) async fn serve_until_drained(
     };
     let info = engine.info().clone();
     let _ = state.engine.set(engine.clone());
+    state.hub.phases().report(
+        Phase::Ready,
+        1,
+        Some(1),
+        "",
+        Some(format!(
+            "KV cache {} blocks of {} tokens",
+            plan.num_blocks - 1,
+            plan.block_size
+        )),
+    );
     say(&format!(
         "met: model {} ready: max_model_len {}, KV cache {} blocks of {} tokens = {} tokens \
          ({:.1} MiB)",
