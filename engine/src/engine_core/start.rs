@@ -12,7 +12,7 @@ use super::{Device, EngineConfig, EngineHandle, Live, ModelInfo, Shared};
 use crate::backend::{Backend, CpuBackend};
 use crate::loader::{ModelDir, Weights};
 use crate::metrics::MetricsHub;
-use crate::metrics::hub::Limits;
+use crate::metrics::hub::{Limits, StepReport};
 use crate::models::Model;
 use crate::models::qwen3::Qwen3;
 use crate::runner::Runner;
@@ -125,6 +125,14 @@ fn start_on<B: Backend>(
         s.kv_blocks_total = plan.num_blocks - 1;
         s.max_num_seqs = config.max_num_seqs;
         s.max_num_batched_tokens = config.max_num_batched_tokens;
+        // The engine reports after each step; observers need the limits before the first.
+        hub.step(
+            std::time::Instant::now(),
+            StepReport {
+                stats: s.clone(),
+                ..Default::default()
+            },
+        );
     }
     let (tx, rx) = std::sync::mpsc::channel();
     let engine = EngineLoop::new(scheduler, runner, rx, live.clone(), hub);
