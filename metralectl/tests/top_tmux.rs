@@ -90,13 +90,13 @@ struct Tmux {
 }
 
 impl Tmux {
-    fn run(command: &str) -> Tmux {
+    fn run(name: &str, command: &str) -> Tmux {
         assert!(
             Command::new("tmux").arg("-V").output().is_ok(),
             "this test needs tmux (apt-get install -y tmux)"
         );
         let tmux = Tmux {
-            server: format!("metrale-top-{}", std::process::id()),
+            server: format!("metrale-{name}-{}", std::process::id()),
         };
         let ok = tmux
             .cmd()
@@ -201,11 +201,14 @@ fn top_in_tmux_shows_live_requests_a_restart_and_quits_on_q() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let socket = dir.join("met.sock");
     let mut met = Met::start(&socket);
-    let tmux = Tmux::run(&format!(
-        "{} top --socket {}",
-        env!("CARGO_BIN_EXE_metralectl"),
-        socket.display()
-    ));
+    let tmux = Tmux::run(
+        "top",
+        &format!(
+            "{} top --socket {}",
+            env!("CARGO_BIN_EXE_metralectl"),
+            socket.display()
+        ),
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let flow = load(met.base.clone(), stop.clone());
 
@@ -241,5 +244,46 @@ fn top_in_tmux_shows_live_requests_a_restart_and_quits_on_q() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn met_serve_shows_the_dashboard_in_its_own_terminal_and_q_stops_it() {
+    let dir = std::env::temp_dir().join(format!("metrale-serve-tui-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let socket = dir.join("met.sock");
+    let tmux = Tmux::run(
+        "serve",
+        &format!(
+            "{} serve {} --port 0 --model-name top-test --metrics-socket {}",
+            met_binary().display(),
+            repo_root()
+                .join("tests/fixtures/models/qwen3-gqa-tied")
+                .display(),
+            socket.display()
+        ),
+    );
+    // Keep the pane after met exits, to read what it printed once the terminal was back.
+    let _ = tmux
+        .cmd()
+        .args(["set-option", "-t", "top", "remain-on-exit", "on"])
+        .status();
+    // Ready, with the engine's limits from a snapshot and the address from a later hello.
+    tmux.wait_for("the ready dashboard", |s| {
+        s.contains("top-test")
+            && s.contains("this process")
+            && s.contains("KV 0 / ")
+            && !s.contains("KV 0 / 0 ")
+            && s.contains("http://127.0.0.1:")
+    });
+    let _ = tmux.cmd().args(["send-keys", "-t", "top", "q"]).status();
+    // The dashboard hands the terminal back and the server drains and stops, saying so.
+    let screen = tmux.wait_for("met stopping", |s| s.contains("met: stopped"));
+    assert!(
+        screen.contains("met: quit from the dashboard: draining"),
+        "{screen}"
+    );
+    assert!(screen.contains("met: model top-test ready"), "{screen}");
+    assert!(!socket.exists(), "the socket outlived met");
     let _ = std::fs::remove_dir_all(&dir);
 }

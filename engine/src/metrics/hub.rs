@@ -367,7 +367,12 @@ impl HubState {
                 self.phases.push((phase, line.clone()));
                 self.send_line(&line);
             }
-            Msg::HttpUrl(u) => self.http_url = Some(u),
+            Msg::HttpUrl(u) => {
+                // Subscribers that came before the bind learn the address from a new hello.
+                self.http_url = Some(u);
+                let hello = self.hello(Instant::now());
+                self.broadcast(&hello);
+            }
             Msg::Limits(l) => self.limits = l,
             Msg::Queued {
                 id,
@@ -494,9 +499,8 @@ impl HubState {
         self.broadcast(&event);
     }
 
-    fn subscribe(&mut self, s: Subscriber) {
-        let now = Instant::now();
-        let hello = Event::Hello(Hello {
+    fn hello(&self, now: Instant) -> Event {
+        Event::Hello(Hello {
             engine_version: env!("CARGO_PKG_VERSION").into(),
             model: self.info.model.clone(),
             pid: std::process::id(),
@@ -504,7 +508,12 @@ impl HubState {
             t_ms: self.t_ms(now),
             http_url: self.http_url.clone(),
             device: self.info.device.clone(),
-        });
+        })
+    }
+
+    fn subscribe(&mut self, s: Subscriber) {
+        let now = Instant::now();
+        let hello = self.hello(now);
         let snapshot = Event::Snapshot(self.snapshot_at(now, false));
         let mut first: Vec<Arc<str>> = vec![proto::to_line(&hello).into()];
         first.extend(self.phases.iter().map(|(_, l)| l.clone()));

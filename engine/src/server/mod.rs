@@ -26,7 +26,7 @@ pub mod tokenize;
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -124,16 +124,40 @@ pub fn response_id(prefix: &str) -> String {
     format!("{prefix}-{:032x}", rand::random::<u128>())
 }
 
+/// Lines held back while a dashboard owns the terminal (`None`: print at once).
+static HELD: Mutex<Option<Vec<String>>> = Mutex::new(None);
+
 /// Print a line for the person (or test) that started us.
 fn say(line: &str) {
+    if let Ok(mut held) = HELD.lock()
+        && let Some(lines) = held.as_mut()
+    {
+        lines.push(line.to_owned());
+        return;
+    }
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
 }
 
-/// Serve until SIGTERM or Ctrl-C, then drain and return.
-pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
-    let hub = MetricsHub::start(
+/// Hold `met serve`'s own lines back (a dashboard is drawing on stdout).
+pub fn hold_output() {
+    if let Ok(mut held) = HELD.lock() {
+        held.get_or_insert_with(Vec::new);
+    }
+}
+
+/// Print the held lines and print at once again.
+pub fn release_output() {
+    let lines = HELD.lock().ok().and_then(|mut h| h.take());
+    for l in lines.unwrap_or_default() {
+        say(&l);
+    }
+}
+
+/// The metrics hub for this configuration (started now: `t_ms` counts from here).
+pub fn start_hub(config: &ServeConfig) -> anyhow::Result<MetricsHub> {
+    MetricsHub::start(
         HubInfo {
             model: config.engine.served_name.clone(),
             device: match config.engine.device {
@@ -143,7 +167,21 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         },
         std::time::Instant::now(),
     )
-    .context("failed to start the metrics thread")?;
+    .context("failed to start the metrics thread")
+}
+
+/// Serve until SIGTERM or Ctrl-C, then drain and return.
+pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
+    let hub = start_hub(&config)?;
+    serve(config, hub, None).await
+}
+
+/// [`run`] with a given hub, and a dashboard's quit channel when one is shown.
+pub async fn serve(
+    config: ServeConfig,
+    hub: MetricsHub,
+    quit: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
+) -> anyhow::Result<()> {
     let phases = hub.phases();
     phases.report(
         Phase::Resolve,
@@ -152,14 +190,18 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         "",
         Some(config.engine.model_dir.display().to_string()),
     );
-    let result = run_with(config, hub).await;
+    let result = run_with(config, hub, quit).await;
     if let Err(e) = &result {
         phases.failed(&format!("{e:#}"));
     }
     result
 }
 
-async fn run_with(config: ServeConfig, hub: MetricsHub) -> anyhow::Result<()> {
+async fn run_with(
+    config: ServeConfig,
+    hub: MetricsHub,
+    quit: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
+) -> anyhow::Result<()> {
     let dir = ModelDir::open(&config.engine.model_dir)?;
     let defaults = dir.generation_config()?;
     let tokenizer = Tokenizer::from_dir(&dir.root)
@@ -207,7 +249,7 @@ async fn run_with(config: ServeConfig, hub: MetricsHub) -> anyhow::Result<()> {
         inflight: Arc::new(AtomicUsize::new(0)),
         draining: AtomicBool::new(false),
     });
-    let r = shutdown::serve_until_drained(listener, state, config).await;
+    let r = shutdown::serve_until_drained(listener, state, config, quit).await;
     drop(metrics_socket);
     r
 }
