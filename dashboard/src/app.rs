@@ -350,8 +350,9 @@ impl App {
         }
     }
 
-    /// Rows in table order (active before ended within each sort), and the slowest row's id:
-    /// the highest ITL p95 among requests that have one, else the highest TTFT.
+    /// Rows in table order (active before ended, each part in the sort order), and the
+    /// slowest row's id: the highest ITL p95 (else TTFT) among requests still in the engine,
+    /// else among those that ended.
     pub fn table(&self) -> (Vec<&Row>, Option<u64>) {
         let m = self.view();
         let mut rows: Vec<&Row> = m.rows.values().collect();
@@ -359,35 +360,33 @@ impl App {
             b.unwrap_or(f64::NEG_INFINITY)
                 .total_cmp(&a.unwrap_or(f64::NEG_INFINITY))
         };
-        match self.sort {
-            SortKey::Id => rows.sort_by_key(|r| r.id),
-            SortKey::Itl => {
-                rows.sort_by(|a, b| desc(a.itl_p95_ms, b.itl_p95_ms).then(a.id.cmp(&b.id)))
-            }
-            SortKey::Ttft => rows.sort_by(|a, b| desc(a.ttft_ms, b.ttft_ms).then(a.id.cmp(&b.id))),
-            SortKey::TokensPerSecond => rows.sort_by(|a, b| {
-                a.tokens_per_s
-                    .total_cmp(&b.tokens_per_s)
-                    .then(a.id.cmp(&b.id))
-            }),
-            SortKey::Generated => rows.sort_by(|a, b| {
-                b.generated_tokens
-                    .cmp(&a.generated_tokens)
-                    .then(a.id.cmp(&b.id))
-            }),
-        }
-        let slowest = m
-            .rows
-            .values()
-            .filter(|r| r.itl_p95_ms.is_some())
-            .max_by(|a, b| desc(b.itl_p95_ms, a.itl_p95_ms))
-            .or_else(|| {
-                m.rows
-                    .values()
-                    .filter(|r| r.ttft_ms.is_some())
-                    .max_by(|a, b| desc(b.ttft_ms, a.ttft_ms))
-            })
-            .map(|r| r.id);
+        // Requests still in the engine come first, then ended ones, newest first.
+        let ended = |r: &Row| matches!(r.state, RequestState::Finished | RequestState::Aborted);
+        rows.sort_by(|a, b| {
+            let by_key = match self.sort {
+                SortKey::Id if ended(a) => b.id.cmp(&a.id),
+                SortKey::Id => a.id.cmp(&b.id),
+                SortKey::Itl => desc(a.itl_p95_ms, b.itl_p95_ms),
+                SortKey::Ttft => desc(a.ttft_ms, b.ttft_ms),
+                SortKey::TokensPerSecond => a.tokens_per_s.total_cmp(&b.tokens_per_s),
+                SortKey::Generated => b.generated_tokens.cmp(&a.generated_tokens),
+            };
+            ended(a).cmp(&ended(b)).then(by_key).then(a.id.cmp(&b.id))
+        });
+        // The slowest request still in the engine, else the slowest that ended.
+        let pick = |active: bool| {
+            let candidates = || m.rows.values().filter(move |r| ended(r) != active);
+            candidates()
+                .filter(|r| r.itl_p95_ms.is_some())
+                .max_by(|a, b| desc(b.itl_p95_ms, a.itl_p95_ms))
+                .or_else(|| {
+                    candidates()
+                        .filter(|r| r.ttft_ms.is_some())
+                        .max_by(|a, b| desc(b.ttft_ms, a.ttft_ms))
+                })
+                .map(|r| r.id)
+        };
+        let slowest = pick(true).or_else(|| pick(false));
         (rows, slowest)
     }
 }
@@ -491,6 +490,10 @@ mod tests {
         assert_eq!(app.sort, SortKey::Itl);
         let (rows, _) = app.table();
         assert_eq!(rows[0].id, ENDED_ROWS as u64 + 9);
+        // A request still running comes before every ended one, whatever the sort.
+        app.apply(queued(1000));
+        let (rows, _) = app.table();
+        assert_eq!(rows[0].id, 1000);
     }
 
     #[test]

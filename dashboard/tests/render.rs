@@ -91,7 +91,7 @@ fn busy(app: &mut App, n: u64, points: u64) {
                 generated_tokens: 10 + k,
                 ttft_ms: Some(8.0 + (id % 5) as f64),
                 itl_p50_ms: Some(6.0),
-                itl_p95_ms: Some(9.0),
+                itl_p95_ms: Some(if id == n - 3 { 25.0 } else { 9.0 }),
                 generation_tokens_per_s: 120.0,
             })
             .collect();
@@ -162,14 +162,15 @@ fn a_busy_engine_shows_throughput_gauges_and_the_request_table() {
     busy(&mut app, 12, 60);
     let t = screen(&app, 110, 36);
     insta::assert_snapshot!("busy", t.backend());
-    // The slowest request (id 3, ITL p95 40 ms) is drawn in red: find its row.
+    // The slowest request still running (id 9, ITL p95 25 ms; a finished one had 40 ms) is
+    // drawn in red: find its row.
     let buf = t.backend().buffer();
     let row = (0..buf.area.height)
         .find(|&y| {
             let line: String = (0..buf.area.width).map(|x| buf[(x, y)].symbol()).collect();
-            line.starts_with("│3 ") && line.contains("40.0ms")
+            line.starts_with("│9 ") && line.contains("25.0ms")
         })
-        .expect("request 3 is on screen");
+        .expect("request 9 is on screen");
     assert_eq!(buf[(2, row)].fg, Color::Red);
 }
 
