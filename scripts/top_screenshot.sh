@@ -5,6 +5,6 @@
 set -eu
 cd "$(dirname "$0")/.."
 capture="$(mktemp)"
-METRALE_TOP_CAPTURE="$capture" cargo test -q -p metralectl --test top_tmux top_in_tmux
+METRALE_TOP_CAPTURE="$capture" cargo test -q -p metralectl --test top top_in_tmux
 python3 scripts/ansi_to_png.py "$capture" docs/top.png --cols 120
 rm -f "$capture"

@@ -1,4 +1,4 @@
-//! `metralectl top` in a real terminal: tmux runs it against a live `met serve --no-tui` on a
+//! `metralectl top` (and `met serve`'s own dashboard) in a real terminal: tmux runs it against a live `met serve --no-tui` on a
 //! fixture model while streaming requests flow, and the captured screen must show them; then
 //! the engine is stopped and started again and the screen must say so; `q` must quit.
 //!
@@ -43,12 +43,17 @@ struct Met {
 
 impl Met {
     fn start(socket: &Path) -> Met {
+        Self::start_with(socket, &[])
+    }
+
+    fn start_with(socket: &Path, extra: &[&str]) -> Met {
         let mut child = Command::new(met_binary())
             .arg("serve")
             .arg(repo_root().join("tests/fixtures/models/qwen3-gqa-tied"))
             .args(["--port", "0", "--model-name", "top-test", "--no-tui"])
             .arg("--metrics-socket")
             .arg(socket)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -286,4 +291,82 @@ fn met_serve_shows_the_dashboard_in_its_own_terminal_and_q_stops_it() {
     assert!(screen.contains("met: model top-test ready"), "{screen}");
     assert!(!socket.exists(), "the socket outlived met");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn top_over_http_needs_the_key_and_then_shows_the_requests() {
+    let dir = std::env::temp_dir().join(format!("metrale-top-url-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let met = Met::start_with(&dir.join("met.sock"), &["--api-key", "s3cret"]);
+    let top = env!("CARGO_BIN_EXE_metralectl");
+    let wrong = Tmux::run(
+        "url-wrong",
+        &format!("{top} top --url {} --api-key nope", met.base),
+    );
+    wrong.wait_for("the refused key", |s| {
+        s.contains("401 unauthorized: pass the engine's key with --api-key")
+    });
+    drop(wrong);
+    let tmux = Tmux::run(
+        "url",
+        &format!("{top} top --url {}/ --api-key s3cret", met.base),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let flow = load_with_key(met.base.clone(), stop.clone());
+    tmux.wait_for("requests over SSE", |s| {
+        s.contains("top-test") && s.contains("/v1/metrics/stream") && has_running_rows(s)
+    });
+    stop.store(true, Ordering::SeqCst);
+    let _ = flow.join();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Like [`load`], with the API key.
+fn load_with_key(base: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let client = reqwest::Client::new();
+            while !stop.load(Ordering::SeqCst) {
+                let mut set = tokio::task::JoinSet::new();
+                for i in 0..4u64 {
+                    let req = client
+                        .post(format!("{base}/v1/completions"))
+                        .bearer_auth("s3cret")
+                        .json(&serde_json::json!({
+                            "prompt": "over http", "max_tokens": 200 + i * 10,
+                            "ignore_eos": true, "stream": true}));
+                    set.spawn(async move {
+                        if let Ok(r) = req.send().await {
+                            let _ = r.text().await;
+                        }
+                    });
+                }
+                while set.join_next().await.is_some() {}
+            }
+        });
+    })
+}
+
+#[test]
+fn top_refuses_a_non_terminal_and_a_url_that_is_not_http() {
+    let out = Command::new(env!("CARGO_BIN_EXE_metralectl"))
+        .args(["top", "--socket", "/nonexistent/met.sock"])
+        .output()
+        .expect("run metralectl");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs a terminal"), "{err}");
+    assert!(err.contains("socat"), "the hint names a raw reader: {err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_metralectl"))
+        .args(["top", "--url", "localhost:8000"])
+        .output()
+        .expect("run metralectl");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--url localhost:8000 is not an http"), "{err}");
+    assert!(err.contains("--url http://127.0.0.1:8000"), "{err}");
 }
