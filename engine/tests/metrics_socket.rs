@@ -327,3 +327,56 @@ async fn the_socket_is_removed_on_exit_and_a_live_one_is_not_stolen() {
     assert!(s.wait_exit(Duration::from_secs(20)).success());
     assert!(!path.exists(), "the socket file outlived the server");
 }
+
+#[test]
+fn a_start_that_fails_after_the_socket_is_up_says_why_as_a_failed_phase() {
+    // A checkpoint whose weight files are cut short: config and tokenizer load, the socket
+    // comes up, then loading the weights fails.
+    let dir = std::env::temp_dir().join(format!("met-test-broken-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let src = server_support::fixture_model();
+    for entry in std::fs::read_dir(&src).expect("fixture") {
+        let entry = entry.expect("entry");
+        let name = entry.file_name();
+        let bytes = std::fs::read(entry.path()).expect("read");
+        let bytes = if name.to_string_lossy().ends_with(".safetensors") {
+            bytes[..bytes.len() / 2].to_vec()
+        } else {
+            bytes
+        };
+        std::fs::write(dir.join(&name), bytes).expect("write");
+    }
+    let path = socket_path("failed");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_met"))
+        .args(["serve", dir.to_str().expect("utf-8"), "--port", "0"])
+        .args(["--metrics-socket", path.to_str().expect("utf-8")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn met");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    while let Some(Ok(line)) = lines.next() {
+        if line.contains("metrics events on") {
+            break;
+        }
+    }
+    let r = Reader::connect(&path);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let failed = loop {
+        match r.next() {
+            Event::Phase(p) if p.phase == Phase::Failed => break p,
+            Event::Phase(p) => assert_ne!(p.phase, Phase::Ready, "a broken checkpoint loaded"),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "no failed phase in 30 s");
+    };
+    let message = failed.message.unwrap_or_default();
+    assert!(
+        message.contains(".safetensors"),
+        "the error names the file: {message}"
+    );
+    assert!(!child.wait().expect("exit").success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,6 +1,7 @@
-//! `metralectl top` (and `met serve`'s own dashboard) in a real terminal: tmux runs it against a live `met serve --no-tui` on a
-//! fixture model while streaming requests flow, and the captured screen must show them; then
-//! the engine is stopped and started again and the screen must say so; `q` must quit.
+//! `metralectl top` (and `met serve`'s own dashboard) in a real terminal: tmux runs it
+//! against a live `met serve --no-tui` on a fixture model while streaming requests flow, and
+//! the captured screen must show them; then the engine is stopped and started again and the
+//! screen must say so; `q` must quit.
 //!
 //! With `METRALE_TOP_CAPTURE=FILE` the busy screen is also written to FILE with its colours
 //! (`tmux capture-pane -e`), for `scripts/top_screenshot.sh`.

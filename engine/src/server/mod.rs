@@ -124,6 +124,9 @@ pub fn response_id(prefix: &str) -> String {
     format!("{prefix}-{:032x}", rand::random::<u128>())
 }
 
+/// How long a failed start waits so metrics readers see why.
+const FAILED_LINGER: Duration = Duration::from_millis(1000);
+
 /// Lines held back while a dashboard owns the terminal (`None`: print at once).
 static HELD: Mutex<Option<Vec<String>>> = Mutex::new(None);
 
@@ -193,6 +196,9 @@ pub async fn serve(
     let result = run_with(config, hub, quit).await;
     if let Err(e) = &result {
         phases.failed(&format!("{e:#}"));
+        // Connected readers keep their writers after the socket file goes; give them a
+        // moment to receive `failed` before the process exits.
+        tokio::time::sleep(FAILED_LINGER).await;
     }
     result
 }
