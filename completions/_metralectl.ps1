@@ -30,6 +30,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the recipes: built-in ones and yours')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show everything a recipe pins, and whether it fits this machine')
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Start a recipe (for now: print the exact commands with --print)')
+            [CompletionResult]::new('top', 'top', [CompletionResultType]::ParameterValue, 'Live dashboard of a running engine: throughput, batch, KV cache, every request')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -68,6 +69,19 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'metralectl;top' {
+            [CompletionResult]::new('--socket', '--socket', [CompletionResultType]::ParameterName, 'The engine''s metrics socket [default: the one `met serve` makes for --port]')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Read `URL/v1/metrics/stream` instead (a remote engine or a container)')
+            [CompletionResult]::new('--api-key', '--api-key', [CompletionResultType]::ParameterName, 'The engine''s API key, for --url')
+            [CompletionResult]::new('--port', '--port', [CompletionResultType]::ParameterName, 'The engine''s port, to find its default socket [default: 8000]')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'metralectl;completions' {
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
@@ -81,6 +95,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the recipes: built-in ones and yours')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show everything a recipe pins, and whether it fits this machine')
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Start a recipe (for now: print the exact commands with --print)')
+            [CompletionResult]::new('top', 'top', [CompletionResultType]::ParameterValue, 'Live dashboard of a running engine: throughput, batch, KV cache, every request')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -92,6 +107,9 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             break
         }
         'metralectl;help;run' {
+            break
+        }
+        'metralectl;help;top' {
             break
         }
         'metralectl;help;completions' {

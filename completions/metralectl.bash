@@ -31,6 +31,9 @@ _metralectl() {
             metralectl,show)
                 cmd="metralectl__subcmd__show"
                 ;;
+            metralectl,top)
+                cmd="metralectl__subcmd__top"
+                ;;
             metralectl__subcmd__help,completions)
                 cmd="metralectl__subcmd__help__subcmd__completions"
                 ;;
@@ -46,6 +49,9 @@ _metralectl() {
             metralectl__subcmd__help,show)
                 cmd="metralectl__subcmd__help__subcmd__show"
                 ;;
+            metralectl__subcmd__help,top)
+                cmd="metralectl__subcmd__help__subcmd__top"
+                ;;
             *)
                 ;;
         esac
@@ -53,7 +59,7 @@ _metralectl() {
 
     case "${cmd}" in
         metralectl)
-            opts="-q -h -V --quiet --help --version list show run completions help"
+            opts="-q -h -V --quiet --help --version list show run top completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -81,7 +87,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__help)
-            opts="list show run completions help"
+            opts="list show run top completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -164,6 +170,20 @@ _metralectl() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        metralectl__subcmd__help__subcmd__top)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         metralectl__subcmd__list)
             opts="-q -h -V --vendor --family --json --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -211,6 +231,36 @@ _metralectl() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__top)
+            opts="-q -h -V --socket --url --api-key --port --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --socket)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --port)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

@@ -27,6 +27,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand list 'List the recipes: built-in ones and yours'
             cand show 'Show everything a recipe pins, and whether it fits this machine'
             cand run 'Start a recipe (for now: print the exact commands with --print)'
+            cand top 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
             cand completions 'Write shell completions to stdout'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -61,6 +62,18 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'metralectl;top'= {
+            cand --socket 'The engine''s metrics socket [default: the one `met serve` makes for --port]'
+            cand --url 'Read `URL/v1/metrics/stream` instead (a remote engine or a container)'
+            cand --api-key 'The engine''s API key, for --url'
+            cand --port 'The engine''s port, to find its default socket [default: 8000]'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'metralectl;completions'= {
             cand -q 'Print only the result: no notes or warnings'
             cand --quiet 'Print only the result: no notes or warnings'
@@ -73,6 +86,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand list 'List the recipes: built-in ones and yours'
             cand show 'Show everything a recipe pins, and whether it fits this machine'
             cand run 'Start a recipe (for now: print the exact commands with --print)'
+            cand top 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
             cand completions 'Write shell completions to stdout'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -81,6 +95,8 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         &'metralectl;help;show'= {
         }
         &'metralectl;help;run'= {
+        }
+        &'metralectl;help;top'= {
         }
         &'metralectl;help;completions'= {
         }

@@ -30,6 +30,7 @@ complete -c metralectl -n "__fish_metralectl_needs_command" -s V -l version -d '
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "list" -d 'List the recipes: built-in ones and yours'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "show" -d 'Show everything a recipe pins, and whether it fits this machine'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "run" -d 'Start a recipe (for now: print the exact commands with --print)'
+complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "top" -d 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "completions" -d 'Write shell completions to stdout'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c metralectl -n "__fish_metralectl_using_subcommand list" -l vendor -d 'Only recipes whose checkpoint comes from this vendor (e.g. Qwen, NVIDIA)' -r
@@ -48,11 +49,19 @@ complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l json -d 'W
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -s q -l quiet -d 'Print only the result: no notes or warnings'
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -s h -l help -d 'Print help'
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -s V -l version -d 'Print version'
+complete -c metralectl -n "__fish_metralectl_using_subcommand top" -l socket -d 'The engine\'s metrics socket [default: the one `met serve` makes for --port]' -r -F
+complete -c metralectl -n "__fish_metralectl_using_subcommand top" -l url -d 'Read `URL/v1/metrics/stream` instead (a remote engine or a container)' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand top" -l api-key -d 'The engine\'s API key, for --url' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand top" -l port -d 'The engine\'s port, to find its default socket [default: 8000]' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand top" -s q -l quiet -d 'Print only the result: no notes or warnings'
+complete -c metralectl -n "__fish_metralectl_using_subcommand top" -s h -l help -d 'Print help'
+complete -c metralectl -n "__fish_metralectl_using_subcommand top" -s V -l version -d 'Print version'
 complete -c metralectl -n "__fish_metralectl_using_subcommand completions" -s q -l quiet -d 'Print only the result: no notes or warnings'
 complete -c metralectl -n "__fish_metralectl_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c metralectl -n "__fish_metralectl_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run completions help" -f -a "list" -d 'List the recipes: built-in ones and yours'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run completions help" -f -a "show" -d 'Show everything a recipe pins, and whether it fits this machine'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run completions help" -f -a "run" -d 'Start a recipe (for now: print the exact commands with --print)'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run completions help" -f -a "completions" -d 'Write shell completions to stdout'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top completions help" -f -a "list" -d 'List the recipes: built-in ones and yours'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top completions help" -f -a "show" -d 'Show everything a recipe pins, and whether it fits this machine'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top completions help" -f -a "run" -d 'Start a recipe (for now: print the exact commands with --print)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top completions help" -f -a "top" -d 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top completions help" -f -a "completions" -d 'Write shell completions to stdout'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

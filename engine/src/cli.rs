@@ -132,7 +132,8 @@ pub struct ServeArgs {
     /// Do not show the terminal dashboard.
     #[arg(long)]
     pub no_tui: bool,
-    /// Unix socket for live metrics events (accepted; the socket comes in a later release).
+    /// Unix socket for live metrics events (NDJSON, docs/metrics-socket.md) [default:
+    /// $XDG_RUNTIME_DIR/metrale/met-PORT.sock, else /tmp/metrale-UID/met-PORT.sock].
     #[arg(long, value_name = "PATH")]
     pub metrics_socket: Option<PathBuf>,
 }

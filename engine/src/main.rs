@@ -1,6 +1,6 @@
 //! `met`: the Metrale inference engine.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
@@ -12,6 +12,7 @@ use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::score::{DEFAULT_CHUNK, PositionScore, score};
 
 mod cli;
+mod tui;
 
 use cli::{Cli, Command, Device, KvCacheDtypeArg, LoadFormatArg, ModelArgs, ScoreArgs, ServeArgs};
 use metrale_engine::server::config::{self as serve_config, ServeFlags};
@@ -85,12 +86,15 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         metrics_socket: args.metrics_socket,
     }
     .validate()?;
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("met-http")
         .build()
-        .context("failed to start the async runtime")?
-        .block_on(metrale_engine::server::run(config))
+        .context("failed to start the async runtime")?;
+    if !config.no_tui && std::io::stdout().is_terminal() {
+        return tui::serve_with_dashboard(runtime, config);
+    }
+    runtime.block_on(metrale_engine::server::run(config))
 }
 
 fn load_model<B: Backend>(backend: &B, args: &ModelArgs) -> anyhow::Result<Qwen3<B>> {

@@ -28,6 +28,8 @@ pub enum Command {
     Show(ShowArgs),
     /// Start a recipe (for now: print the exact commands with --print).
     Run(RunArgs),
+    /// Live dashboard of a running engine: throughput, batch, KV cache, every request.
+    Top(TopArgs),
     /// Write shell completions to stdout.
     Completions(CompletionsArgs),
 }
@@ -39,7 +41,7 @@ impl Command {
             Self::List(a) => a.json,
             Self::Show(a) => a.json,
             Self::Run(a) => a.json,
-            Self::Completions(_) => false,
+            Self::Top(_) | Self::Completions(_) => false,
         }
     }
 }
@@ -79,6 +81,22 @@ pub struct RunArgs {
     /// With --print: print JSON (see docs/recipes.md for its fields).
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// The engine's metrics socket [default: the one `met serve` makes for --port].
+    #[arg(long, value_name = "PATH", conflicts_with = "url")]
+    pub socket: Option<std::path::PathBuf>,
+    /// Read `URL/v1/metrics/stream` instead (a remote engine or a container).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// The engine's API key, for --url.
+    #[arg(long, value_name = "KEY", env = "MET_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// The engine's port, to find its default socket [default: 8000].
+    #[arg(long, value_name = "PORT", conflicts_with_all = ["socket", "url"])]
+    pub port: Option<u16>,
 }
 
 #[derive(Debug, Args)]

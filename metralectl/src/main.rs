@@ -9,6 +9,7 @@ mod commands;
 mod dirs;
 mod error;
 mod gpu;
+mod metrics_client;
 mod printer;
 mod recipe;
 

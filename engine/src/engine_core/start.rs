@@ -11,11 +11,14 @@ use super::step_loop::EngineLoop;
 use super::{Device, EngineConfig, EngineHandle, Live, ModelInfo, Shared};
 use crate::backend::{Backend, CpuBackend};
 use crate::loader::{ModelDir, Weights};
+use crate::metrics::MetricsHub;
+use crate::metrics::hub::{Limits, StepReport};
 use crate::models::Model;
 use crate::models::qwen3::Qwen3;
 use crate::runner::Runner;
 use crate::scheduler::Scheduler;
 use crate::scheduler::SchedulerConfig;
+use metrale_protocol::metrics::Phase;
 
 /// What start-up decided, for the log line `met serve` prints.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,16 +39,25 @@ impl EngineHandle {
     /// Load the model on the configured device and start the engine thread; returns once the
     /// engine can serve.
     pub fn start(config: EngineConfig) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
+        Self::start_observed(config, MetricsHub::disabled())
+    }
+
+    /// [`EngineHandle::start`], reporting start-up phases and every step to `hub`.
+    pub fn start_observed(
+        config: EngineConfig,
+        hub: MetricsHub,
+    ) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
         match config.device {
-            Device::Cpu => start_on(CpuBackend, config),
+            Device::Cpu => start_on(CpuBackend, config, hub),
             #[cfg(feature = "cuda")]
             Device::Cuda => {
+                hub.phases().phase(Phase::CompileKernels, 0, None, "");
                 let backend =
                     crate::backend::cuda::CudaBackend::new(0).context("failed to open the GPU")?;
                 if config.enforce_eager {
                     backend.set_graphs(false);
                 }
-                start_on(backend, config)
+                start_on(backend, config, hub)
             }
             #[cfg(not(feature = "cuda"))]
             Device::Cuda => {
@@ -58,7 +70,9 @@ impl EngineHandle {
 fn start_on<B: Backend>(
     backend: B,
     config: EngineConfig,
+    hub: MetricsHub,
 ) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
+    let phases = hub.phases();
     let dir = ModelDir::open(&config.model_dir)?;
     let model_config = dir.config()?;
     let generation = dir.generation_config()?;
@@ -70,13 +84,24 @@ fn start_on<B: Backend>(
         Some(n) => n,
         None => mpe,
     };
+    let layers = model_config.num_hidden_layers as u64;
+    phases.phase(Phase::Load, 0, Some(layers), "layers");
     let weights = Weights::open(&dir.root, config.load_format)?;
-    let model = Qwen3::load(&backend, &model_config, &weights)
-        .with_context(|| format!("failed to load {}", config.model_dir.display()))?;
+    let model = Qwen3::load_reporting(&backend, &model_config, &weights, &mut |done| {
+        phases.phase(Phase::Load, done as u64, Some(layers), "layers");
+    })
+    .with_context(|| format!("failed to load {}", config.model_dir.display()))?;
     drop(weights);
 
     let plan = plan_kv_cache(&backend, &config, &model, max_model_len)?;
+    let blocks = plan.num_blocks as u64;
+    phases.phase(Phase::AllocateKvCache, 0, Some(blocks), "blocks");
     let runner = Runner::new(backend, model, plan.num_blocks, plan.block_size)?;
+    phases.phase(Phase::AllocateKvCache, blocks, Some(blocks), "blocks");
+    hub.set_limits(Limits {
+        block_size: plan.block_size,
+        max_model_len,
+    });
     let scheduler = Scheduler::new(SchedulerConfig {
         max_num_seqs: config.max_num_seqs,
         max_num_batched_tokens: config.max_num_batched_tokens,
@@ -103,9 +128,17 @@ fn start_on<B: Backend>(
         s.kv_blocks_total = plan.num_blocks - 1;
         s.max_num_seqs = config.max_num_seqs;
         s.max_num_batched_tokens = config.max_num_batched_tokens;
+        // The engine reports after each step; observers need the limits before the first.
+        hub.step(
+            std::time::Instant::now(),
+            StepReport {
+                stats: s.clone(),
+                ..Default::default()
+            },
+        );
     }
     let (tx, rx) = std::sync::mpsc::channel();
-    let engine = EngineLoop::new(scheduler, runner, rx, live.clone());
+    let engine = EngineLoop::new(scheduler, runner, rx, live.clone(), hub);
     std::thread::Builder::new()
         .name("met-engine".into())
         .spawn(move || engine.run())

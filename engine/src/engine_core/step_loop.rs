@@ -4,11 +4,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Command, EngineRequest, Live, StepOutput};
 use crate::backend::Backend;
+use crate::metrics::MetricsHub;
+use crate::metrics::hub::StepReport;
 use crate::models::Model;
 use crate::runner::Runner;
 use crate::scheduler::Scheduler;
@@ -31,6 +34,10 @@ pub(super) struct EngineLoop<B: Backend, M: Model<B>> {
     generation_tokens_total: u64,
     steps_total: u64,
     last_step_seqs: usize,
+    /// Observers' view; reports are sends on an unbounded channel and never block.
+    hub: MetricsHub,
+    /// What happened since the last report to the hub.
+    report: StepReport,
 }
 
 impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
@@ -39,6 +46,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
         runner: Runner<B, M>,
         commands: Receiver<Command>,
         live: Arc<Live>,
+        hub: MetricsHub,
     ) -> Self {
         Self {
             scheduler,
@@ -50,6 +58,8 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             generation_tokens_total: 0,
             steps_total: 0,
             last_step_seqs: 0,
+            hub,
+            report: StepReport::default(),
         }
     }
 
@@ -108,7 +118,9 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             }
             Command::Abort(id) => {
                 self.scheduler.abort_request(id);
-                self.clients.remove(&id);
+                if self.clients.remove(&id).is_some() {
+                    self.hub.aborted(id, Instant::now());
+                }
             }
             Command::Drain => {}
             Command::Shutdown => return false,
@@ -119,6 +131,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
     fn add(&mut self, id: RequestId, request: EngineRequest, outputs: UnboundedSender<StepOutput>) {
         let want_prompt = request.sampling.prompt_logprobs.is_some();
         let n_prompt = request.prompt_token_ids.len();
+        let (arrival, max_tokens) = (request.arrival, request.sampling.max_tokens);
         match self.scheduler.add_request(
             id,
             request.prompt_token_ids,
@@ -126,6 +139,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             request.arrival,
         ) {
             Ok(()) => {
+                self.hub.queued(id, arrival, n_prompt, max_tokens);
                 self.clients.insert(
                     id,
                     Client {
@@ -157,10 +171,12 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
     fn step(&mut self) {
         let out = self.scheduler.schedule();
         self.last_step_seqs = out.seqs.len();
+        self.report.preempted.extend(out.preempted.iter().copied());
         if out.seqs.is_empty() {
             return;
         }
         for s in &out.seqs {
+            self.report.tokens.push((s.req_id, 0));
             let prompt_part = s
                 .num_prompt_tokens
                 .saturating_sub(s.start_pos)
@@ -192,6 +208,14 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             return;
         };
         self.generation_tokens_total += e.new_token_ids.len() as u64;
+        if !e.new_token_ids.is_empty() {
+            self.report
+                .tokens
+                .push((e.req_id, e.new_token_ids.len() as u32));
+        }
+        if let Some(f) = &e.finished {
+            self.report.finished.push((e.req_id, f.clone()));
+        }
         if let Some(buf) = client.prompt_logprobs.as_mut() {
             buf.extend(e.prompt_logprobs);
         }
@@ -209,6 +233,9 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             // The stream was dropped and its abort is on the way; free the blocks now.
             self.scheduler.abort_request(e.req_id);
             self.clients.remove(&e.req_id);
+            if !done {
+                self.hub.aborted(e.req_id, Instant::now());
+            }
         } else if done {
             self.clients.remove(&e.req_id);
         }
@@ -218,6 +245,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
         if let Some(f) = self.scheduler.finish_request(id, FinishReason::Abort)
             && let Some(c) = self.clients.remove(&id)
         {
+            self.report.finished.push((id, f.clone()));
             let _ = c.outputs.send(StepOutput {
                 new_token_ids: Vec::new(),
                 logprobs: Vec::new(),
@@ -234,7 +262,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
         }
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
         let st = self.scheduler.stats();
         self.live.waiting.store(st.num_waiting, Ordering::SeqCst);
         if let Ok(mut s) = self.live.stats.lock() {
@@ -251,6 +279,9 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             s.steps_total = self.steps_total;
             s.last_step_tokens = st.num_batched_tokens;
             s.last_step_seqs = self.last_step_seqs;
+            let mut report = std::mem::take(&mut self.report);
+            report.stats = s.clone();
+            self.hub.step(Instant::now(), report);
         }
     }
 }

@@ -2,6 +2,14 @@
 //! so existing Grafana boards work. Gauges and token counters come from the engine's
 //! [`EngineStats`]; latency histograms and per-reason request counts are measured where the
 //! tokens reach the client, in the server, by one [`RequestTimer`] per engine request.
+//!
+//! The live event stream (protocol v1, `docs/metrics-socket.md`) lives in [`hub`] (the
+//! fan-out thread) and [`socket`] (the Unix socket); the SSE route is in `server/`.
+
+pub mod hub;
+pub mod socket;
+
+pub use hub::{MetricsHub, PhaseReporter};
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};

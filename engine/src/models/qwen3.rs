@@ -36,6 +36,16 @@ impl<B: Backend> Qwen3<B> {
         config: &ModelConfig,
         w: &Weights,
     ) -> std::result::Result<Self, LoadError> {
+        Self::load_reporting(backend, config, w, &mut |_| {})
+    }
+
+    /// [`Qwen3::load`], calling `layer_done(n)` after the n-th decoder layer is on the device.
+    pub fn load_reporting(
+        backend: &B,
+        config: &ModelConfig,
+        w: &Weights,
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
         let c = config;
         let (h, hd, nh, nkv, i) = (
             c.hidden_size,
@@ -75,6 +85,7 @@ impl<B: Backend> Qwen3<B> {
                 gate_up: up(gate_up)?,
                 down: up(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?)?,
             });
+            layer_done(l + 1);
         }
         let embed = up(mat("model.embed_tokens.weight", &[c.vocab_size, h])?)?;
         // A tied checkpoint may still carry lm_head.weight (a copy); untied ones must.

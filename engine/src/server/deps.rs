@@ -7,8 +7,13 @@ pub use crate::engine_core::KvCachePlan;
 pub use crate::tokenizer::Tokenizer;
 
 use crate::engine_core::{EngineConfig, EngineHandle};
+use crate::metrics::MetricsHub;
 
-/// Load the model, size the KV cache and start the engine thread; returns when it can serve.
-pub fn start_engine(config: EngineConfig) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
-    EngineHandle::start(config)
+/// Load the model, size the KV cache and start the engine thread, reporting start-up phases
+/// and then every step to `hub`; returns when it can serve.
+pub fn start_engine(
+    config: EngineConfig,
+    hub: MetricsHub,
+) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
+    EngineHandle::start_observed(config, hub)
 }

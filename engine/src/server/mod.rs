@@ -16,6 +16,7 @@ pub mod config;
 pub mod deps;
 pub mod error;
 pub mod generate;
+pub mod metrics_stream;
 pub mod output;
 pub mod params;
 mod routes;
@@ -25,7 +26,7 @@ pub mod tokenize;
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
@@ -36,7 +37,10 @@ use self::deps::{ChatTemplate, Tokenizer};
 use self::error::ApiError;
 use crate::engine_core::EngineHandle;
 use crate::loader::{GenerationConfig, ModelDir};
-use crate::metrics::ServerMetrics;
+use crate::metrics::hub::HubInfo;
+use crate::metrics::socket::{self, MetricsSocket};
+use crate::metrics::{MetricsHub, ServerMetrics};
+use metrale_protocol::metrics::Phase;
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -53,6 +57,8 @@ pub struct AppState {
     pub api_key: Option<String>,
     pub request_timeout: Option<Duration>,
     pub metrics: Arc<ServerMetrics>,
+    /// The live event stream (`/v1/metrics/stream`, the metrics socket).
+    pub hub: MetricsHub,
     /// Requests being answered (handlers and open streams), for drain.
     inflight: Arc<AtomicUsize>,
     draining: AtomicBool,
@@ -118,15 +124,90 @@ pub fn response_id(prefix: &str) -> String {
     format!("{prefix}-{:032x}", rand::random::<u128>())
 }
 
+/// How long a failed start waits so metrics readers see why.
+const FAILED_LINGER: Duration = Duration::from_millis(1000);
+
+/// Lines held back while a dashboard owns the terminal (`None`: print at once).
+static HELD: Mutex<Option<Vec<String>>> = Mutex::new(None);
+
 /// Print a line for the person (or test) that started us.
 fn say(line: &str) {
+    if let Ok(mut held) = HELD.lock()
+        && let Some(lines) = held.as_mut()
+    {
+        lines.push(line.to_owned());
+        return;
+    }
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
 }
 
+/// Hold `met serve`'s own lines back (a dashboard is drawing on stdout).
+pub fn hold_output() {
+    if let Ok(mut held) = HELD.lock() {
+        held.get_or_insert_with(Vec::new);
+    }
+}
+
+/// Print the held lines and print at once again.
+pub fn release_output() {
+    let lines = HELD.lock().ok().and_then(|mut h| h.take());
+    for l in lines.unwrap_or_default() {
+        say(&l);
+    }
+}
+
+/// The metrics hub for this configuration (started now: `t_ms` counts from here).
+pub fn start_hub(config: &ServeConfig) -> anyhow::Result<MetricsHub> {
+    MetricsHub::start(
+        HubInfo {
+            model: config.engine.served_name.clone(),
+            device: match config.engine.device {
+                crate::engine_core::Device::Cpu => "cpu".into(),
+                crate::engine_core::Device::Cuda => "cuda".into(),
+            },
+        },
+        std::time::Instant::now(),
+    )
+    .context("failed to start the metrics thread")
+}
+
 /// Serve until SIGTERM or Ctrl-C, then drain and return.
 pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
+    let hub = start_hub(&config)?;
+    serve(config, hub, None).await
+}
+
+/// [`run`] with a given hub, and a dashboard's quit channel when one is shown.
+pub async fn serve(
+    config: ServeConfig,
+    hub: MetricsHub,
+    quit: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
+) -> anyhow::Result<()> {
+    let phases = hub.phases();
+    phases.report(
+        Phase::Resolve,
+        0,
+        None,
+        "",
+        Some(config.engine.model_dir.display().to_string()),
+    );
+    let result = run_with(config, hub, quit).await;
+    if let Err(e) = &result {
+        phases.failed(&format!("{e:#}"));
+        // Connected readers keep their writers after the socket file goes; give them a
+        // moment to receive `failed` before the process exits.
+        tokio::time::sleep(FAILED_LINGER).await;
+    }
+    result
+}
+
+async fn run_with(
+    config: ServeConfig,
+    hub: MetricsHub,
+    quit: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
+) -> anyhow::Result<()> {
     let dir = ModelDir::open(&config.engine.model_dir)?;
     let defaults = dir.generation_config()?;
     let tokenizer = Tokenizer::from_dir(&dir.root)
@@ -144,9 +225,19 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("failed to listen on {}:{}", config.host, config.port))?;
     let addr = listener.local_addr()?;
+    hub.set_http_url(format!("http://{addr}"));
+    let socket_path = config
+        .metrics_socket
+        .clone()
+        .unwrap_or_else(|| socket::default_path(addr.port()));
+    let metrics_socket = MetricsSocket::bind(&socket_path, hub.clone())?;
     say(&format!(
         "met: listening on http://{addr} (model {} loading)",
         config.engine.served_name
+    ));
+    say(&format!(
+        "met: metrics events on unix:{} and http://{addr}/v1/metrics/stream",
+        metrics_socket.path().display()
     ));
     let state = Arc::new(AppState {
         served_name: config.engine.served_name.clone(),
@@ -160,8 +251,11 @@ pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
         metrics: Arc::new(ServerMetrics::new(
             config.engine.max_seq_len.unwrap_or(1 << 20),
         )),
+        hub,
         inflight: Arc::new(AtomicUsize::new(0)),
         draining: AtomicBool::new(false),
     });
-    shutdown::serve_until_drained(listener, state, config).await
+    let r = shutdown::serve_until_drained(listener, state, config, quit).await;
+    drop(metrics_socket);
+    r
 }

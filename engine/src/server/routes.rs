@@ -11,13 +11,14 @@ use metrale_protocol::openai::{ModelCard, ModelList};
 
 use super::body::BODY_LIMIT;
 use super::error::ApiError;
-use super::{AppState, auth, chat, completions, tokenize};
+use super::{AppState, auth, chat, completions, metrics_stream, tokenize};
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
+        .route("/v1/metrics/stream", get(metrics_stream::stream))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))

@@ -6,25 +6,41 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::config::ServeConfig;
 use super::{AppState, deps, routes, say};
+use metrale_protocol::metrics::Phase;
 
 /// How long open connections get to finish once the engine is idle.
 const CLOSE_GRACE: Duration = Duration::from_secs(10);
 
-/// Waits for SIGTERM or SIGINT and says which.
+/// Waits for SIGTERM, SIGINT or the dashboard's quit, and says which.
 struct Signals {
     #[cfg(unix)]
     term: tokio::signal::unix::Signal,
+    /// The dashboard's quit key (it holds the terminal in raw mode, so Ctrl-C arrives as a key).
+    ui: Option<UnboundedReceiver<()>>,
+}
+
+/// The next quit from the dashboard; never, once it is gone.
+async fn ui_quit(ui: &mut Option<UnboundedReceiver<()>>) {
+    if let Some(rx) = ui {
+        if rx.recv().await.is_some() {
+            return;
+        }
+        *ui = None;
+    }
+    std::future::pending::<()>().await;
 }
 
 impl Signals {
-    fn new() -> anyhow::Result<Self> {
+    fn new(ui: Option<UnboundedReceiver<()>>) -> anyhow::Result<Self> {
         Ok(Self {
             #[cfg(unix)]
             term: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
                 .context("failed to listen for SIGTERM")?,
+            ui,
         })
     }
 
@@ -34,12 +50,15 @@ impl Signals {
             tokio::select! {
                 _ = self.term.recv() => "SIGTERM",
                 _ = tokio::signal::ctrl_c() => "SIGINT",
+                _ = ui_quit(&mut self.ui) => "quit from the dashboard",
             }
         }
         #[cfg(not(unix))]
         {
-            let _ = tokio::signal::ctrl_c().await;
-            "Ctrl-C"
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => "Ctrl-C",
+                _ = ui_quit(&mut self.ui) => "quit from the dashboard",
+            }
         }
     }
 }
@@ -48,8 +67,9 @@ pub(super) async fn serve_until_drained(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     config: ServeConfig,
+    ui: Option<UnboundedReceiver<()>>,
 ) -> anyhow::Result<()> {
-    let mut signals = Signals::new()?;
+    let mut signals = Signals::new(ui)?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = routes::router(state.clone());
     let server = tokio::spawn(async move {
@@ -70,7 +90,8 @@ pub(super) async fn serve_until_drained(
     };
 
     let engine_config = config.engine.clone();
-    let load = tokio::task::spawn_blocking(move || deps::start_engine(engine_config));
+    let hub = state.hub.clone();
+    let load = tokio::task::spawn_blocking(move || deps::start_engine(engine_config, hub));
     let (engine, plan) = tokio::select! {
         r = load => match r.context("loading the model panicked")? {
             Ok(started) => started,
@@ -86,6 +107,17 @@ pub(super) async fn serve_until_drained(
     };
     let info = engine.info().clone();
     let _ = state.engine.set(engine.clone());
+    state.hub.phases().report(
+        Phase::Ready,
+        1,
+        Some(1),
+        "",
+        Some(format!(
+            "KV cache {} blocks of {} tokens",
+            plan.num_blocks - 1,
+            plan.block_size
+        )),
+    );
     say(&format!(
         "met: model {} ready: max_model_len {}, KV cache {} blocks of {} tokens = {} tokens \
          ({:.1} MiB)",

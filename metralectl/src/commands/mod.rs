@@ -14,12 +14,14 @@ mod completions;
 mod list;
 mod run;
 mod show;
+mod top;
 
 pub fn dispatch(command: &Command, printer: &Printer) -> anyhow::Result<ExitCode> {
     match command {
         Command::List(args) => list::list(args, printer),
         Command::Show(args) => show::show(args, printer),
         Command::Run(args) => run::run(args, printer),
+        Command::Top(args) => top::top(args, printer),
         Command::Completions(args) => completions::completions(args, printer),
     }
 }

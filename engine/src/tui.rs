@@ -1,0 +1,68 @@
+//! `met serve`'s dashboard in its own terminal (unless `--no-tui` or stdout is not a
+//! terminal): the `metrale-dashboard` crate fed in-process from the metrics hub. The
+//! dashboard owns the terminal on this thread while the server runs on the runtime's; `q` or
+//! Ctrl-C in the dashboard stops the server as Ctrl-C would, and the server's own lines are
+//! printed once the terminal is handed back.
+
+use std::sync::mpsc::Sender;
+
+use anyhow::Context;
+use metrale_dashboard::{Input, Key};
+use metrale_engine::server::{self, config::ServeConfig};
+use metrale_protocol::metrics::parse_line;
+
+pub fn serve_with_dashboard(
+    runtime: tokio::runtime::Runtime,
+    config: ServeConfig,
+) -> anyhow::Result<()> {
+    let hub = server::start_hub(&config)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    forward(hub.subscribe(), tx.clone())?;
+    let (quit_tx, quit_rx) = tokio::sync::mpsc::unbounded_channel();
+    server::hold_output();
+    let done = tx.clone();
+    let server = std::thread::Builder::new()
+        .name("met-serve".into())
+        .spawn(move || {
+            let r = runtime.block_on(server::serve(config, hub, Some(quit_rx)));
+            // The server ended by itself (SIGTERM, a failed start): close the dashboard.
+            let _ = done.send(Input::Key(Key::Quit));
+            r
+        })
+        .context("failed to start the server thread")?;
+    let shown = metrale_dashboard::term::run("met serve (this process)".into(), tx, rx);
+    server::release_output();
+    // Quitting the dashboard stops the server (a no-op if it already stopped).
+    let _ = quit_tx.send(());
+    let served = server
+        .join()
+        .map_err(|_| anyhow::anyhow!("the server thread panicked"))?;
+    shown.context("the dashboard failed")?;
+    served
+}
+
+/// Hub lines → dashboard inputs, on a thread of their own.
+fn forward(
+    mut sub: metrale_engine::metrics::hub::Subscription,
+    tx: Sender<Input>,
+) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("met-dashboard-feed".into())
+        .spawn(move || {
+            let _ = tx.send(Input::Connected {
+                target: "met serve (this process)".into(),
+            });
+            while let Some(line) = sub.lines.blocking_recv() {
+                if let Ok(Some(e)) = parse_line(&line)
+                    && tx.send(Input::Event(e)).is_err()
+                {
+                    return;
+                }
+            }
+            let _ = tx.send(Input::Disconnected {
+                reason: "the dashboard fell behind the engine and was dropped".into(),
+            });
+        })
+        .context("failed to start the dashboard feed")?;
+    Ok(())
+}
