@@ -7,10 +7,15 @@ use clap::Parser;
 mod cli;
 mod commands;
 mod dirs;
+mod docker;
+mod doctor;
+mod engines;
 mod error;
 mod gpu;
+mod native;
 mod printer;
 mod recipe;
+mod startup;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

@@ -1,16 +1,36 @@
-//! `metralectl run NAME --print`: the exact commands that would start a recipe.
-//! Starting the engine for real comes in a later version; until then `run` says so.
+//! `metralectl run NAME`: start a recipe's engine in a container or as a native process, follow
+//! it to `/ready`, print the endpoint; Ctrl-C stops it (unless `--detach`).
+//! `--print` prints the exact commands instead and runs nothing.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
+use anyhow::Context as _;
 use serde::Serialize;
 
 use super::{JSON_VERSION, load_registry};
 use crate::cli::RunArgs;
 use crate::dirs;
+use crate::docker::{self, Client, ContainerSpec, DaemonInfo, GpuRequest};
+use crate::engines::{self, CONTAINER_PREFIX, Mode, label};
 use crate::error::UserError;
+use crate::native;
 use crate::printer::{Printer, Style};
+use crate::recipe::Entry;
 use crate::recipe::launch::{Launch, LaunchEnv, launch};
+use crate::recipe::schema::Device;
+use crate::startup::{self, Event, Failure, Watched};
+
+mod progress;
+
+/// Engine log lines shown when it exits during start-up.
+const LAST_LINES: usize = 20;
+/// How long an engine gets to drain on Ctrl-C before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+/// Where the metrics socket's directory is mounted inside the container.
+const CONTAINER_SOCKET_DIR: &str = "/run/metrale";
 
 #[derive(Debug, Serialize)]
 struct RunJson<'a> {
@@ -20,17 +40,22 @@ struct RunJson<'a> {
     launch: &'a Launch,
 }
 
+/// What `run --detach --json` prints.
+#[derive(Debug, Serialize)]
+struct StartedJson {
+    version: u32,
+    name: String,
+    recipe: String,
+    mode: Mode,
+    /// Container id or process id.
+    id: String,
+    url: String,
+    log: Option<PathBuf>,
+}
+
 pub fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     let registry = load_registry()?;
     let entry = registry.get(&args.name)?;
-    if !args.print {
-        return Err(UserError::new(
-            "this version of metralectl cannot start the engine yet; it can only print the commands",
-            format!("run `metralectl run {} --print` and start one of the printed commands yourself", args.name),
-        )
-        .into());
-    }
-
     let env = LaunchEnv {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         hf_cache: dirs::hf_cache_dir(),
@@ -41,11 +66,25 @@ pub fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     for warning in &launch.warnings {
         printer.warn(warning);
     }
+    if args.print {
+        return print(entry, &launch, printer);
+    }
+    if printer.json_mode() && !args.detach {
+        return Err(UserError::new(
+            "--json goes with --print or --detach",
+            "add --detach to get the started engine as JSON, or --print for the commands",
+        )
+        .into());
+    }
+    super::runtime()?.block_on(start(args, entry, &launch, &env, printer))
+}
+
+fn print(entry: &Entry, launch: &Launch, printer: &Printer) -> anyhow::Result<ExitCode> {
     if printer.json_mode() {
         printer.json(&RunJson {
             version: JSON_VERSION,
             recipe: &entry.recipe.name,
-            launch: &launch,
+            launch,
         })?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -55,4 +94,655 @@ pub fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     printer.line(printer.paint(Style::Dim, "# native"))?;
     printer.line(launch.native.multiline())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Everything the start needs, settled before anything is created.
+struct Plan<'a> {
+    args: &'a RunArgs,
+    entry: &'a Entry,
+    launch: &'a Launch,
+    name: String,
+    port: u16,
+    gpus: String,
+    state_dir: PathBuf,
+}
+
+async fn start(
+    args: &RunArgs,
+    entry: &Entry,
+    launch: &Launch,
+    env: &LaunchEnv,
+    printer: &Printer,
+) -> anyhow::Result<ExitCode> {
+    let recipe = &entry.recipe;
+    let name = args
+        .engine_name
+        .clone()
+        .unwrap_or_else(|| recipe.name.clone());
+    check_name(&name)?;
+    let port = env.port.unwrap_or(recipe.serve.port);
+    if port == 0 {
+        return Err(UserError::new(
+            "--port 0 cannot be used with run: the endpoint must be known",
+            "pass a free port, e.g. --port 8001",
+        )
+        .into());
+    }
+    let gpu_recipe = recipe.serve.device == Device::Cuda;
+    let gpus = match (&args.gpus, gpu_recipe) {
+        (Some(g), _) => g.clone(),
+        (None, true) => "all".into(),
+        (None, false) => "none".into(),
+    };
+    let state_dir = dirs::state_dir().ok_or_else(|| {
+        UserError::new(
+            "cannot find a state directory to record the engine in",
+            format!("set {} to a writable directory", dirs::STATE_DIR_ENV),
+        )
+    })?;
+
+    let docker = if args.native {
+        None
+    } else {
+        Some(Client::connect().await)
+    };
+    let mode = choose_mode(args, &recipe.name, gpu_recipe, docker, printer).await?;
+
+    // Refuse before creating anything: a name in use, a port taken.
+    let client = match &mode {
+        Chosen::Container(c, _) => Some(Ok(c)),
+        Chosen::Native => None,
+    };
+    let found = engines::list(Some(&state_dir), client).await?;
+    if let Some(running) = found
+        .engines
+        .iter()
+        .find(|e| e.name == name && e.state == "running")
+    {
+        return Err(UserError::new(
+            format!(
+                "an engine named {name} is already running ({}, port {})",
+                running.mode.as_str(),
+                running.port.map_or_else(|| "?".into(), |p| p.to_string())
+            ),
+            format!("stop it with `metralectl stop {name}`, or start this one with --name OTHER"),
+        )
+        .into());
+    }
+    check_port_free(&args.host, port)?;
+
+    let plan = Plan {
+        args,
+        entry,
+        launch,
+        name,
+        port,
+        gpus,
+        state_dir,
+    };
+    match mode {
+        Chosen::Container(client, daemon) => run_container(&plan, &client, &daemon, printer).await,
+        Chosen::Native => run_native(&plan, printer).await,
+    }
+}
+
+enum Chosen {
+    Container(Client, DaemonInfo),
+    Native,
+}
+
+async fn choose_mode(
+    args: &RunArgs,
+    recipe: &str,
+    gpu_recipe: bool,
+    docker: Option<Result<Client, docker::DockerError>>,
+    printer: &Printer,
+) -> anyhow::Result<Chosen> {
+    let Some(connected) = docker else {
+        printer.note("native mode (--native)");
+        return Ok(Chosen::Native);
+    };
+    let client = match connected {
+        Ok(client) => client,
+        Err(e) if args.docker => {
+            return Err(anyhow::Error::new(e).context(UserError::new(
+                "container mode needs the Docker daemon, and it does not answer",
+                format!(
+                    "start Docker (e.g. `sudo systemctl start docker`), check DOCKER_HOST, or run \
+                     natively: `metralectl run {recipe} --native`"
+                ),
+            )));
+        }
+        Err(e) => {
+            printer.note(format!("native mode: Docker is not reachable ({e})"));
+            return Ok(Chosen::Native);
+        }
+    };
+    let daemon = client.info().await?;
+    if daemon.nvidia_ready() {
+        printer.note(format!(
+            "container mode: Docker {} with the NVIDIA runtime",
+            daemon.server_version
+        ));
+        return Ok(Chosen::Container(client, daemon));
+    }
+    if args.docker {
+        if gpu_recipe {
+            return Err(UserError::new(
+                format!(
+                    "{recipe} runs on NVIDIA GPUs, and Docker at {} has no NVIDIA runtime (runtimes: {}; no CDI GPU devices)",
+                    daemon.host,
+                    daemon.runtimes.join(", ")
+                ),
+                format!(
+                    "install the NVIDIA Container Toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker \
+                     && sudo systemctl restart docker`, or run the engine natively: `metralectl run {recipe} --native`"
+                ),
+            )
+            .into());
+        }
+        printer.note(format!(
+            "container mode (--docker): Docker {}, CPU recipe",
+            daemon.server_version
+        ));
+        return Ok(Chosen::Container(client, daemon));
+    }
+    printer.note(format!(
+        "native mode: Docker {} has no NVIDIA runtime (pass --docker to use a container anyway)",
+        daemon.server_version
+    ));
+    Ok(Chosen::Native)
+}
+
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(UserError::new(
+            format!("{name:?} cannot name an engine"),
+            "use letters, digits, '_', '.' and '-', starting with a letter or digit",
+        )
+        .into())
+    }
+}
+
+fn check_port_free(host: &str, port: u16) -> anyhow::Result<()> {
+    match std::net::TcpListener::bind((host, port)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(UserError::new(
+            format!("port {port} on {host} is already in use"),
+            format!(
+                "pass another port (--port {}), or stop what listens there (`metralectl ps` lists engines)",
+                port.saturating_add(1)
+            ),
+        )
+        .into()),
+        Err(e) => Err(anyhow::Error::new(e).context(UserError::new(
+            format!("cannot listen on {host}:{port}"),
+            "pass an address of this machine with --host (127.0.0.1 or 0.0.0.0)",
+        ))),
+    }
+}
+
+/// Waits for Ctrl-C (SIGINT) or SIGTERM.
+async fn signalled() -> &'static str {
+    #[cfg(unix)]
+    {
+        let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+        match term {
+            Ok(mut term) => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = tokio::signal::ctrl_c() => "Ctrl-C",
+            },
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                "Ctrl-C"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
+    }
+}
+
+/// Follows start-up, stopping early on a signal.
+async fn follow_or_signal(
+    plan: &Plan<'_>,
+    watched: &mut impl Watched,
+    printer: &Printer,
+) -> Result<(), Interrupted> {
+    let url = base_url(&plan.args.host, plan.port);
+    let mut bar = progress::Startup::new(printer, &plan.name);
+    let timeout = Duration::from_secs(plan.args.ready_timeout);
+    let followed = tokio::select! {
+        r = startup::follow(&url, watched, timeout, |e: &Event| bar.event(e)) => r,
+        s = signalled() => return { bar.finish(); Err(Interrupted::Signal(s)) },
+    };
+    bar.finish();
+    followed.map_err(Interrupted::Failed)
+}
+
+enum Interrupted {
+    Signal(&'static str),
+    Failed(Failure),
+}
+
+fn base_url(host: &str, port: u16) -> String {
+    let host = match host {
+        "0.0.0.0" => "127.0.0.1",
+        "::" => "[::1]",
+        h if h.contains(':') && !h.starts_with('[') => return format!("http://[{h}]:{port}"),
+        h => h,
+    };
+    format!("http://{host}:{port}")
+}
+
+fn failure_error(plan: &Plan<'_>, failure: Failure, last_lines: &[String]) -> anyhow::Error {
+    let tail = if last_lines.is_empty() {
+        "(no output)".to_owned()
+    } else {
+        last_lines
+            .iter()
+            .map(|l| format!("  | {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    match failure {
+        Failure::Exited { status } => UserError::new(
+            format!(
+                "the engine {} exited during start-up ({status}); its last lines:\n{tail}",
+                plan.name
+            ),
+            "fix what the engine says above; `metralectl run NAME --print` shows the exact command",
+        )
+        .into(),
+        Failure::TimedOut(t) => UserError::new(
+            format!(
+                "the engine {} was not ready after {}s (stopped it); its last lines:\n{tail}",
+                plan.name,
+                t.as_secs()
+            ),
+            "a large checkpoint can take long to download and load: raise --ready-timeout",
+        )
+        .into(),
+        Failure::Watch(e) => e.context(format!("lost track of the engine {}", plan.name)),
+    }
+}
+
+fn print_ready(
+    plan: &Plan<'_>,
+    mode: Mode,
+    id: &str,
+    log: Option<PathBuf>,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    let url = base_url(&plan.args.host, plan.port);
+    if printer.json_mode() {
+        return printer.json(&StartedJson {
+            version: JSON_VERSION,
+            name: plan.name.clone(),
+            recipe: plan.entry.recipe.name.clone(),
+            mode,
+            id: id.to_owned(),
+            url,
+            log,
+        });
+    }
+    let auth = if plan.args.api_key.is_some() {
+        " -H \"Authorization: Bearer $MET_API_KEY\""
+    } else {
+        ""
+    };
+    let body = serde_json::json!({
+        "model": plan.entry.recipe.name,
+        "messages": [{"role": "user", "content": "Hello!"}],
+    });
+    let what = match mode {
+        Mode::Container => format!("container {id}"),
+        Mode::Native => format!("pid {id}"),
+    };
+    printer.line(format!(
+        "{} {} ({}, {what}) at {url}/v1",
+        printer.paint(Style::Green, "ready:"),
+        plan.name,
+        mode.as_str()
+    ))?;
+    printer.line(format!(
+        "  curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} -d '{body}'"
+    ))?;
+    printer.line(format!("  live dashboard: metralectl top {}", plan.name))?;
+    if plan.args.detach {
+        printer.line(format!(
+            "  logs: metralectl logs {0} -f    stop: metralectl stop {0}",
+            plan.name
+        ))?;
+    } else {
+        printer.line(format!(
+            "  logs: metralectl logs {} -f    Ctrl-C stops it",
+            plan.name
+        ))?;
+    }
+    Ok(())
+}
+
+// ---- native ----------------------------------------------------------------------------------
+
+struct NativeWatch<'a>(&'a mut native::Started);
+
+impl Watched for NativeWatch<'_> {
+    async fn exited(&mut self) -> anyhow::Result<Option<String>> {
+        Ok(self.0.exited().map(|s| s.to_string()))
+    }
+}
+
+async fn run_native(plan: &Plan<'_>, printer: &Printer) -> anyhow::Result<ExitCode> {
+    let met = native::find_met().map_err(|e| {
+        anyhow::Error::new(e).context(UserError::new(
+            "native mode needs the engine binary `met`",
+            "install it beside metralectl (the release archive has both), put it on PATH, or use --docker",
+        ))
+    })?;
+    let mut serve_args: Vec<String> = plan.launch.native.argv.iter().skip(1).cloned().collect();
+    if plan.args.host != "127.0.0.1" {
+        serve_args.extend(["--host".into(), plan.args.host.clone()]);
+    }
+    serve_args.push("--no-tui".into());
+    serve_args.extend(plan.args.extra.iter().cloned());
+    let mut env = plan.launch.native.env.clone();
+    if let Some(key) = &plan.args.api_key {
+        env.insert("MET_API_KEY".into(), key.clone());
+    }
+    if plan.gpus != "all" && plan.gpus != "none" {
+        env.insert("CUDA_VISIBLE_DEVICES".into(), plan.gpus.clone());
+    }
+    let mut started = native::start(
+        &plan.state_dir,
+        &native::Launch {
+            name: &plan.name,
+            recipe: &plan.entry.recipe.name,
+            met: &met,
+            args: serve_args,
+            env,
+            host: &plan.args.host,
+            port: plan.port,
+            gpus: &plan.gpus,
+        },
+    )?;
+    printer.note(format!(
+        "started {} (pid {}), log {}",
+        met.display(),
+        started.record.pid,
+        started.record.log.display()
+    ));
+    let log = started.record.log.clone();
+    let followed = follow_or_signal(plan, &mut NativeWatch(&mut started), printer).await;
+    match followed {
+        Ok(()) => {}
+        Err(Interrupted::Signal(s)) => {
+            printer.note(format!("{s}: stopping {}", plan.name));
+            stop_native(started).await?;
+            return Ok(ExitCode::from(130));
+        }
+        Err(Interrupted::Failed(failure)) => {
+            let lines = native::tail(&log, LAST_LINES);
+            stop_native(started).await?;
+            return Err(failure_error(plan, failure, &lines));
+        }
+    }
+    let pid = started.record.pid.to_string();
+    print_ready(plan, Mode::Native, &pid, Some(log.clone()), printer)?;
+    if plan.args.detach {
+        started.detach();
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Foreground: until a signal or the engine's own exit.
+    let exit = loop {
+        tokio::select! {
+            s = signalled() => {
+                printer.note(format!("{s}: stopping {}", plan.name));
+                break None;
+            }
+            () = tokio::time::sleep(Duration::from_millis(500)) => {
+                if let Some(status) = started.exited() {
+                    break Some(status.to_string());
+                }
+            }
+        }
+    };
+    let lines = native::tail(&log, LAST_LINES).join("\n  | ");
+    stop_native(started).await?;
+    match exit {
+        None => Ok(ExitCode::SUCCESS),
+        Some(status) => Err(anyhow::anyhow!(
+            "the engine {} exited ({status}); its last lines:\n  | {lines}",
+            plan.name
+        )),
+    }
+}
+
+async fn stop_native(started: native::Started) -> anyhow::Result<()> {
+    tokio::task::spawn_blocking(move || started.stop(STOP_GRACE)).await??;
+    Ok(())
+}
+
+// ---- container -------------------------------------------------------------------------------
+
+struct ContainerWatch<'a> {
+    client: &'a Client,
+    id: &'a str,
+}
+
+impl Watched for ContainerWatch<'_> {
+    async fn exited(&mut self) -> anyhow::Result<Option<String>> {
+        Ok(self.client.exited(self.id).await?.map(|exit| {
+            let mut s = format!("exit code {}", exit.exit_code);
+            if let Some(e) = exit.error {
+                s.push_str(&format!(": {e}"));
+            }
+            s
+        }))
+    }
+}
+
+async fn container_tail(client: &Client, id: &str) -> Vec<String> {
+    use futures_util::StreamExt as _;
+    let chunks: Vec<_> = client.logs(id, false, Some(LAST_LINES)).collect().await;
+    chunks
+        .into_iter()
+        .filter_map(Result::ok)
+        .collect::<String>()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn run_container(
+    plan: &Plan<'_>,
+    client: &Client,
+    daemon: &DaemonInfo,
+    printer: &Printer,
+) -> anyhow::Result<ExitCode> {
+    let recipe = &plan.entry.recipe;
+    let image = plan
+        .args
+        .image
+        .clone()
+        .unwrap_or_else(|| plan.launch.image.clone());
+    ensure_image(client, &image, &recipe.name, printer).await?;
+
+    let container = &plan.launch.container;
+    let mut binds = container.binds.clone();
+    // The Hub cache must exist before Docker mounts it, or the daemon creates it as root.
+    for bind in &binds {
+        if let Some(host) = bind.split(':').next().filter(|h| h.starts_with('/')) {
+            if !std::path::Path::new(host).exists() {
+                std::fs::create_dir_all(host).with_context(|| {
+                    format!("failed to create {host} to mount into the container")
+                })?;
+            }
+        }
+    }
+    let socket_dir = plan.state_dir.join("sockets").join(&plan.name);
+    std::fs::create_dir_all(&socket_dir)
+        .with_context(|| format!("failed to create {}", socket_dir.display()))?;
+    binds.push(format!("{}:{CONTAINER_SOCKET_DIR}", socket_dir.display()));
+    let mut cmd = container.cmd.clone();
+    cmd.extend([
+        "--metrics-socket".into(),
+        format!("{CONTAINER_SOCKET_DIR}/metrics.sock"),
+    ]);
+    cmd.extend(plan.args.extra.iter().cloned());
+    let mut env: Vec<(String, String)> = container
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if container.hf_token {
+        if let Ok(token) = std::env::var("HF_TOKEN") {
+            env.push(("HF_TOKEN".into(), token));
+        }
+    }
+    if let Some(key) = &plan.args.api_key {
+        env.push(("MET_API_KEY".into(), key.clone()));
+    }
+    let gpus = container.gpus.then(|| match plan.gpus.as_str() {
+        "all" | "none" => GpuRequest::All,
+        ids => GpuRequest::Devices(ids.split(',').map(|s| s.trim().to_owned()).collect()),
+    });
+    let labels = HashMap::from([
+        (label::RECIPE.to_owned(), recipe.name.clone()),
+        (label::NAME.to_owned(), plan.name.clone()),
+        (label::MODE.to_owned(), "container".to_owned()),
+        (label::PORT.to_owned(), plan.port.to_string()),
+        (label::HOST.to_owned(), plan.args.host.clone()),
+        (label::GPUS.to_owned(), plan.gpus.clone()),
+        (
+            label::VERSION.to_owned(),
+            env!("CARGO_PKG_VERSION").to_owned(),
+        ),
+        (
+            label::METRICS_SOCKET.to_owned(),
+            socket_dir.join("metrics.sock").display().to_string(),
+        ),
+    ]);
+    let spec = ContainerSpec {
+        name: format!("{CONTAINER_PREFIX}{}", plan.name),
+        image: image.clone(),
+        cmd,
+        env,
+        labels,
+        binds,
+        host_ip: plan.args.host.clone(),
+        host_port: plan.port,
+        container_port: container.port,
+        gpus,
+    };
+    let id = match client.create_and_start(&spec, daemon).await {
+        Ok(id) => id,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&socket_dir);
+            return Err(container_error(e, &spec.name));
+        }
+    };
+    let short: String = id.chars().take(12).collect();
+    printer.note(format!(
+        "started container {} ({short}) from {image}",
+        spec.name
+    ));
+
+    let mut watch = ContainerWatch { client, id: &id };
+    match follow_or_signal(plan, &mut watch, printer).await {
+        Ok(()) => {}
+        Err(Interrupted::Signal(s)) => {
+            printer.note(format!("{s}: stopping and removing {}", spec.name));
+            client.stop_and_remove(&id, STOP_GRACE).await?;
+            let _ = std::fs::remove_dir_all(&socket_dir);
+            return Ok(ExitCode::from(130));
+        }
+        Err(Interrupted::Failed(failure)) => {
+            let lines = container_tail(client, &id).await;
+            client.stop_and_remove(&id, STOP_GRACE).await?;
+            let _ = std::fs::remove_dir_all(&socket_dir);
+            return Err(failure_error(plan, failure, &lines));
+        }
+    }
+    print_ready(plan, Mode::Container, &short, None, printer)?;
+    if plan.args.detach {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let exit = loop {
+        tokio::select! {
+            s = signalled() => {
+                printer.note(format!("{s}: stopping and removing {}", spec.name));
+                break None;
+            }
+            () = tokio::time::sleep(Duration::from_millis(1000)) => {
+                if let Some(status) = watch.exited().await? {
+                    break Some(status);
+                }
+            }
+        }
+    };
+    let lines = if exit.is_some() {
+        container_tail(client, &id).await
+    } else {
+        Vec::new()
+    };
+    client.stop_and_remove(&id, STOP_GRACE).await?;
+    let _ = std::fs::remove_dir_all(&socket_dir);
+    match exit {
+        None => Ok(ExitCode::SUCCESS),
+        Some(status) => Err(anyhow::anyhow!(
+            "the engine {} exited ({status}); its last lines:\n  | {}",
+            plan.name,
+            lines.join("\n  | ")
+        )),
+    }
+}
+
+fn container_error(e: docker::DockerError, name: &str) -> anyhow::Error {
+    if e.is_conflict() {
+        return anyhow::Error::new(e).context(UserError::new(
+            format!("a container named {name} already exists"),
+            format!("remove it with `docker rm -f {name}`, or pass --name OTHER"),
+        ));
+    }
+    anyhow::Error::new(e)
+}
+
+/// Pulls `image` unless it is on this machine already, with a progress bar a layer.
+pub(super) async fn ensure_image(
+    client: &Client,
+    image: &str,
+    recipe: &str,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    if client.image_present(image).await? {
+        printer.note(format!("image {image} is on this machine"));
+        return Ok(());
+    }
+    printer.note(format!("pulling {image}"));
+    let mut bars = progress::Layers::new(printer);
+    let pulled = client.pull(image, |event| bars.event(&event)).await;
+    bars.finish();
+    pulled.map_err(|e| {
+        anyhow::Error::new(e).context(UserError::new(
+            format!("the engine image {image} is not on this machine and could not be pulled"),
+            format!(
+                "check the network and the image name; build the image yourself (docs/launcher.md) and pass \
+                 --image TAG, or run natively: `metralectl run {recipe} --native`"
+            ),
+        ))
+    })
 }

@@ -102,6 +102,23 @@ pub struct Launch {
     pub native: CommandLine,
     /// Things the user should know before running either command.
     pub warnings: Vec<String>,
+    /// The container form as data, for `run` through the Docker Engine API.
+    #[serde(skip)]
+    pub container: ContainerPlan,
+}
+
+/// What the `docker run` command says, as data.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerPlan {
+    /// The command after the image: `met serve …`.
+    pub cmd: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// `host:container[:ro]`.
+    pub binds: Vec<String>,
+    pub port: u16,
+    pub gpus: bool,
+    /// Pass the host's `HF_TOKEN` through.
+    pub hf_token: bool,
 }
 
 /// The image reference: by digest when pinned (with the tag kept for readers), else by tag.
@@ -194,7 +211,7 @@ pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
     }
     docker.push(words(&["--ipc=host"]));
     docker.push(vec!["-p".into(), format!("{port}:{port}")]);
-    docker.extend(mounts.into_iter().map(|m| vec!["-v".into(), m]));
+    docker.extend(mounts.iter().map(|m| vec!["-v".into(), m.clone()]));
     let hub = recipe.checkpoint.repo.is_some();
     if hub && le.hf_token_set {
         docker.push(words(&["-e", "HF_TOKEN"]));
@@ -204,13 +221,23 @@ pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
             .map(|(k, v)| vec!["-e".into(), format!("{k}={v}")]),
     );
     docker.push(vec![image.clone()]);
-    docker.extend(serve_groups(recipe, &container_model, port, true));
+    let container_cmd = serve_groups(recipe, &container_model, port, true);
+    docker.extend(container_cmd.iter().cloned());
 
+    let container = ContainerPlan {
+        cmd: container_cmd.into_iter().flatten().collect(),
+        env: env.clone(),
+        binds: mounts,
+        port,
+        gpus: recipe.serve.device == Device::Cuda,
+        hf_token: hub && le.hf_token_set,
+    };
     Launch {
         image,
         docker: CommandLine::new(BTreeMap::new(), docker),
         native: CommandLine::new(env, serve_groups(recipe, &native_model, port, false)),
         warnings,
+        container,
     }
 }
 
