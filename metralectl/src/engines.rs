@@ -187,7 +187,6 @@ pub async fn stop(
                 .into_iter()
                 .find(|r| r.pid.to_string() == engine.id);
             if let Some(record) = record {
-                let grace = grace;
                 let dir = dir.to_path_buf();
                 tokio::task::spawn_blocking(move || native::stop_recorded(&dir, &record, grace))
                     .await??;

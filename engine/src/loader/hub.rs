@@ -275,11 +275,11 @@ pub async fn fetch(
     }
 
     // A snapshot pulled before: verify it against its lock rather than asking the hub again.
-    if let Some(lock) = read_lock(&dir, &commit)? {
-        if files.iter().all(|f| lock.files.contains_key(f)) {
-            verify_lock(&snapshot, &lock)?;
-            return Ok(snapshot);
-        }
+    if let Some(lock) = read_lock(&dir, &commit)?
+        && files.iter().all(|f| lock.files.contains_key(f))
+    {
+        verify_lock(&snapshot, &lock)?;
+        return Ok(snapshot);
     }
 
     let mut locked = BTreeMap::new();
@@ -579,25 +579,25 @@ impl Client {
         drop(out);
 
         let sha256 = sha256_file(&partial)?;
-        if let Some(want) = &lfs_sha {
-            if *want != sha256 {
-                fs::remove_file(&partial).map_err(io_err("remove", &partial))?;
-                return Err(HubError::Corrupted {
-                    repo: repo.to_owned(),
-                    file: file.to_owned(),
-                    expected: want.clone(),
-                    got: sha256,
-                });
-            }
+        if let Some(want) = &lfs_sha
+            && *want != sha256
+        {
+            fs::remove_file(&partial).map_err(io_err("remove", &partial))?;
+            return Err(HubError::Corrupted {
+                repo: repo.to_owned(),
+                file: file.to_owned(),
+                expected: want.clone(),
+                got: sha256,
+            });
         }
-        if let Some(want) = size {
-            if done != want {
-                fs::remove_file(&partial).map_err(io_err("remove", &partial))?;
-                return Err(HubError::Protocol {
-                    url,
-                    message: format!("received {done} bytes, the hub announced {want}"),
-                });
-            }
+        if let Some(want) = size
+            && done != want
+        {
+            fs::remove_file(&partial).map_err(io_err("remove", &partial))?;
+            return Err(HubError::Protocol {
+                url,
+                message: format!("received {done} bytes, the hub announced {want}"),
+            });
         }
         fs::rename(&partial, &blob).map_err(io_err("rename", &partial))?;
         Ok(Fetched {

@@ -187,7 +187,7 @@ async fn start(
 }
 
 enum Chosen {
-    Container(Client, DaemonInfo),
+    Container(Client, Box<DaemonInfo>),
     Native,
 }
 
@@ -224,7 +224,7 @@ async fn choose_mode(
             "container mode: Docker {} with the NVIDIA runtime",
             daemon.server_version
         ));
-        return Ok(Chosen::Container(client, daemon));
+        return Ok(Chosen::Container(client, Box::new(daemon)));
     }
     if args.docker {
         if gpu_recipe {
@@ -245,7 +245,7 @@ async fn choose_mode(
             "container mode (--docker): Docker {}, CPU recipe",
             daemon.server_version
         ));
-        return Ok(Chosen::Container(client, daemon));
+        return Ok(Chosen::Container(client, Box::new(daemon)));
     }
     printer.note(format!(
         "native mode: Docker {} has no NVIDIA runtime (pass --docker to use a container anyway)",
@@ -585,12 +585,11 @@ async fn run_container(
     let mut binds = container.binds.clone();
     // The Hub cache must exist before Docker mounts it, or the daemon creates it as root.
     for bind in &binds {
-        if let Some(host) = bind.split(':').next().filter(|h| h.starts_with('/')) {
-            if !std::path::Path::new(host).exists() {
-                std::fs::create_dir_all(host).with_context(|| {
-                    format!("failed to create {host} to mount into the container")
-                })?;
-            }
+        if let Some(host) = bind.split(':').next().filter(|h| h.starts_with('/'))
+            && !std::path::Path::new(host).exists()
+        {
+            std::fs::create_dir_all(host)
+                .with_context(|| format!("failed to create {host} to mount into the container"))?;
         }
     }
     let socket_dir = plan.state_dir.join("sockets").join(&plan.name);
@@ -608,10 +607,10 @@ async fn run_container(
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    if container.hf_token {
-        if let Ok(token) = std::env::var("HF_TOKEN") {
-            env.push(("HF_TOKEN".into(), token));
-        }
+    if container.hf_token
+        && let Ok(token) = std::env::var("HF_TOKEN")
+    {
+        env.push(("HF_TOKEN".into(), token));
     }
     if let Some(key) = &plan.args.api_key {
         env.push(("MET_API_KEY".into(), key.clone()));

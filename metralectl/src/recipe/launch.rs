@@ -15,6 +15,7 @@ pub const MANAGED_FLAGS: &[(&str, &str)] = &[
     ("--host", "the launcher (0.0.0.0 in a container)"),
     ("--port", "serve.port"),
     ("--model-name", "the launcher (the recipe name)"),
+    ("--revision", "checkpoint.revision"),
     ("--device", "serve.device"),
     ("--max-seq-len", "serve.max_seq_len"),
     ("--max-batch-size", "serve.max_batch_size"),
@@ -164,16 +165,13 @@ pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
     let env = engine_env(recipe);
     let image = image_reference(recipe, &le.version);
     let mut warnings = Vec::new();
+    // A Hub checkpoint's pinned commit, passed to `met serve --revision`.
+    let mut pinned: Option<String> = None;
 
     // The model argument of each form, and the container's mounts for it.
     let (native_model, container_model, mounts) = match locate(entry) {
         Location::Hub { repo, revision } => {
-            if let Some(rev) = revision {
-                warnings.push(format!(
-                    "checkpoint.revision {rev} is not passed on: `met serve` has no revision flag yet, so the \
-                     engine loads the repository's default branch"
-                ));
-            }
+            pinned = revision.map(|r| r.as_str().to_owned());
             let cache = format!("{}:{CONTAINER_HF_CACHE}", le.hf_cache.display());
             (repo.clone(), repo, vec![cache])
         }
@@ -221,7 +219,13 @@ pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
             .map(|(k, v)| vec!["-e".into(), format!("{k}={v}")]),
     );
     docker.push(vec![image.clone()]);
-    let container_cmd = serve_groups(recipe, &container_model, port, true);
+    let with_revision = |mut groups: Vec<Vec<String>>| {
+        if let Some(rev) = &pinned {
+            groups.insert(1, vec!["--revision".into(), rev.clone()]);
+        }
+        groups
+    };
+    let container_cmd = with_revision(serve_groups(recipe, &container_model, port, true));
     docker.extend(container_cmd.iter().cloned());
 
     let container = ContainerPlan {
@@ -235,7 +239,10 @@ pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
     Launch {
         image,
         docker: CommandLine::new(BTreeMap::new(), docker),
-        native: CommandLine::new(env, serve_groups(recipe, &native_model, port, false)),
+        native: CommandLine::new(
+            env,
+            with_revision(serve_groups(recipe, &native_model, port, false)),
+        ),
         warnings,
         container,
     }
