@@ -34,7 +34,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('ps', 'ps', [CompletionResultType]::ParameterValue, 'List the running engines')
             [CompletionResult]::new('stop', 'stop', [CompletionResultType]::ParameterValue, 'Stop engines (a container is removed)')
             [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show an engine''s log')
-            [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image ahead of time')
+            [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image and Hub checkpoint ahead of time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -128,6 +128,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
         }
         'metralectl;pull' {
             [CompletionResult]::new('--image', '--image', [CompletionResultType]::ParameterName, 'Pull this image instead of the recipe''s')
+            [CompletionResult]::new('--no-image', '--no-image', [CompletionResultType]::ParameterName, 'Only the checkpoint (for native runs): do not pull the engine image')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -153,7 +154,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('ps', 'ps', [CompletionResultType]::ParameterValue, 'List the running engines')
             [CompletionResult]::new('stop', 'stop', [CompletionResultType]::ParameterValue, 'Stop engines (a container is removed)')
             [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show an engine''s log')
-            [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image ahead of time')
+            [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image and Hub checkpoint ahead of time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break

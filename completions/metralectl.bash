@@ -337,7 +337,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__pull)
-            opts="-q -h -V --image --quiet --help --version"
+            opts="-q -h -V --image --no-image --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -31,7 +31,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand ps 'List the running engines'
             cand stop 'Stop engines (a container is removed)'
             cand logs 'Show an engine''s log'
-            cand pull 'Fetch a recipe''s engine image ahead of time'
+            cand pull 'Fetch a recipe''s engine image and Hub checkpoint ahead of time'
             cand completions 'Write shell completions to stdout'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -117,6 +117,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         }
         &'metralectl;pull'= {
             cand --image 'Pull this image instead of the recipe''s'
+            cand --no-image 'Only the checkpoint (for native runs): do not pull the engine image'
             cand -q 'Print only the result: no notes or warnings'
             cand --quiet 'Print only the result: no notes or warnings'
             cand -h 'Print help'
@@ -140,7 +141,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand ps 'List the running engines'
             cand stop 'Stop engines (a container is removed)'
             cand logs 'Show an engine''s log'
-            cand pull 'Fetch a recipe''s engine image ahead of time'
+            cand pull 'Fetch a recipe''s engine image and Hub checkpoint ahead of time'
             cand completions 'Write shell completions to stdout'
             cand help 'Print this message or the help of the given subcommand(s)'
         }

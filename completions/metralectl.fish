@@ -34,7 +34,7 @@ complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "doctor" -d 'C
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "ps" -d 'List the running engines'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "stop" -d 'Stop engines (a container is removed)'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "logs" -d 'Show an engine\'s log'
-complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "pull" -d 'Fetch a recipe\'s engine image ahead of time'
+complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "pull" -d 'Fetch a recipe\'s engine image and Hub checkpoint ahead of time'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "completions" -d 'Write shell completions to stdout'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c metralectl -n "__fish_metralectl_using_subcommand list" -l vendor -d 'Only recipes whose checkpoint comes from this vendor (e.g. Qwen, NVIDIA)' -r
@@ -81,6 +81,7 @@ complete -c metralectl -n "__fish_metralectl_using_subcommand logs" -s q -l quie
 complete -c metralectl -n "__fish_metralectl_using_subcommand logs" -s h -l help -d 'Print help'
 complete -c metralectl -n "__fish_metralectl_using_subcommand logs" -s V -l version -d 'Print version'
 complete -c metralectl -n "__fish_metralectl_using_subcommand pull" -l image -d 'Pull this image instead of the recipe\'s' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand pull" -l no-image -d 'Only the checkpoint (for native runs): do not pull the engine image'
 complete -c metralectl -n "__fish_metralectl_using_subcommand pull" -s q -l quiet -d 'Print only the result: no notes or warnings'
 complete -c metralectl -n "__fish_metralectl_using_subcommand pull" -s h -l help -d 'Print help'
 complete -c metralectl -n "__fish_metralectl_using_subcommand pull" -s V -l version -d 'Print version'
@@ -94,6 +95,6 @@ complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fi
 complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run doctor ps stop logs pull completions help" -f -a "ps" -d 'List the running engines'
 complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run doctor ps stop logs pull completions help" -f -a "stop" -d 'Stop engines (a container is removed)'
 complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run doctor ps stop logs pull completions help" -f -a "logs" -d 'Show an engine\'s log'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run doctor ps stop logs pull completions help" -f -a "pull" -d 'Fetch a recipe\'s engine image ahead of time'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run doctor ps stop logs pull completions help" -f -a "pull" -d 'Fetch a recipe\'s engine image and Hub checkpoint ahead of time'
 complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run doctor ps stop logs pull completions help" -f -a "completions" -d 'Write shell completions to stdout'
 complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run doctor ps stop logs pull completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -22,6 +22,17 @@ pub enum Command {
     Serve(ServeArgs),
     /// Score a token sequence: each next token's log-probability and the top-k alternatives, as JSON.
     Score(ScoreArgs),
+    /// Fetch a Hub checkpoint (ORG/NAME) into the Hugging Face cache and print its directory.
+    Download(DownloadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DownloadArgs {
+    /// The repository id, ORG/NAME.
+    pub repo: String,
+    /// The branch, tag or commit to fetch.
+    #[arg(long, default_value = "main")]
+    pub revision: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

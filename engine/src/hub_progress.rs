@@ -7,6 +7,19 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use metrale_engine::loader::hub;
 
+/// `met download ORG/NAME`: fetch into the cache and print the snapshot directory.
+pub fn download(repo: &str, revision: &str) -> anyhow::Result<()> {
+    if !hub::looks_like_repo_id(repo) {
+        anyhow::bail!(
+            "{repo:?} is not a Hugging Face repository id: expected ORG/NAME, e.g. Qwen/Qwen3-8B"
+        );
+    }
+    let dir = resolve(Path::new(repo), revision)?
+        .with_context(|| format!("{repo} is not a repository id"))?;
+    println!("{}", dir.display());
+    Ok(())
+}
+
 pub fn resolve(model: &Path, revision: &str) -> anyhow::Result<Option<PathBuf>> {
     let mut last_file = String::new();
     let mut last_print = Instant::now();

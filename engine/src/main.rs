@@ -22,6 +22,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
         Command::Score(args) => run_score(args),
+        Command::Download(args) => hub_progress::download(&args.repo, &args.revision),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

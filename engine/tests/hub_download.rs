@@ -394,3 +394,87 @@ async fn met_serve_takes_a_hub_repository_id() {
             .exists()
     );
 }
+
+/// A user recipe like `demo`, but its checkpoint on the (local) Hub, pinned to `COMMIT`.
+fn hub_recipe() -> String {
+    let demo = std::fs::read_to_string(server_support::repo_root().join("recipes/demo.toml"))
+        .expect("recipes/demo.toml");
+    demo.replace("name = \"demo\"", "name = \"hubdemo\"")
+        .replace(
+            "path = \"models/demo\"",
+            &format!("repo = \"{REPO}\"\nrevision = \"{COMMIT}\""),
+        )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metralectl_pulls_then_runs_a_hub_recipe_natively() {
+    let endpoint = serve(Hub::demo()).await;
+    let cache = tempfile::tempdir().expect("cache");
+    let config = tempfile::tempdir().expect("config");
+    let state = tempfile::tempdir().expect("state");
+    std::fs::create_dir_all(config.path().join("recipes")).expect("mkdir");
+    std::fs::write(config.path().join("recipes/hubdemo.toml"), hub_recipe()).expect("recipe");
+    let metralectl = PathBuf::from(env!("CARGO_BIN_EXE_met")).with_file_name("metralectl");
+    let ctl = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(&metralectl);
+        cmd.args(args)
+            .env("METRALE_CONFIG_DIR", config.path())
+            .env("METRALE_STATE_DIR", state.path())
+            .env("HF_ENDPOINT", &endpoint)
+            .env("HF_HUB_CACHE", cache.path())
+            .env_remove("HF_HUB_OFFLINE")
+            .env("NO_COLOR", "1");
+        cmd
+    };
+
+    let out = ctl(&["pull", "hubdemo", "--no-image"])
+        .output()
+        .await
+        .expect("pull");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let snapshot = cache
+        .path()
+        .join("models--metrale-test--demo/snapshots")
+        .join(COMMIT);
+    assert!(
+        stdout.contains(&format!("is at {}", snapshot.display())),
+        "{stdout}"
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port()
+        .to_string();
+    let out = ctl(&[
+        "run", "hubdemo", "--native", "--detach", "--json", "--port", &port,
+    ])
+    .output()
+    .await
+    .expect("run");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let resp: serde_json::Value = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+        .json(&json!({"model": "hubdemo", "temperature": 0, "messages": [{"role": "user", "content": "What is the capital of France?"}]}))
+        .send()
+        .await
+        .expect("request")
+        .json()
+        .await
+        .expect("JSON");
+    let stop = ctl(&["stop", "hubdemo"]).output().await.expect("stop");
+    assert!(stop.status.success());
+    assert_eq!(
+        resp["choices"][0]["message"]["content"], "The capital of France is Paris.",
+        "{resp}"
+    );
+}

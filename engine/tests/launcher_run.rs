@@ -491,6 +491,46 @@ async fn docker_run_serves_the_demo_from_a_scratch_image() {
     ]);
     assert_eq!(left.trim(), "", "the container is removed");
 
+    // In the foreground, Ctrl-C stops and removes the container.
+    let mut child = ctl
+        .command(&[
+            "run", "demo", "--docker", "--image", &image, "--port", &port_s, "--name", &name,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn metralectl run");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !reqwest::get(format!("http://127.0.0.1:{port}/ready"))
+        .await
+        .is_ok_and(|r| r.status() == 200)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the container never became ready"
+        );
+        assert!(
+            child.try_wait().expect("poll").is_none(),
+            "metralectl run ended early"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(kill.success());
+    let out = child.wait_with_output().expect("metralectl exits");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains(&format!("stopping and removing metrale-{name}")));
+    let left = docker(&[
+        "ps",
+        "-aq",
+        "--filter",
+        &format!("label=ai.metrale.name={name}"),
+    ]);
+    assert_eq!(left.trim(), "", "Ctrl-C removed the container");
+
     // The engine exits at start: its last lines are shown and the container is removed.
     let out = ctl.run(&[
         "run",

@@ -36,7 +36,7 @@ pub enum Command {
     Stop(StopArgs),
     /// Show an engine's log.
     Logs(LogsArgs),
-    /// Fetch a recipe's engine image ahead of time.
+    /// Fetch a recipe's engine image and Hub checkpoint ahead of time.
     Pull(PullArgs),
     /// Write shell completions to stdout.
     Completions(CompletionsArgs),
@@ -170,6 +170,9 @@ pub struct PullArgs {
     /// Pull this image instead of the recipe's.
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
+    /// Only the checkpoint (for native runs): do not pull the engine image.
+    #[arg(long)]
+    pub no_image: bool,
 }
 
 #[derive(Debug, Args)]
