@@ -320,6 +320,84 @@ impl Client {
         Ok(created.id)
     }
 
+    /// Runs `cmd` in a throw-away container of `image` (with every GPU when `gpus`), waits up to
+    /// `timeout` for it to end, and returns its exit code and output. The container is removed
+    /// whatever happens.
+    pub async fn run_to_end(
+        &self,
+        image: &str,
+        cmd: &[&str],
+        gpus: bool,
+        daemon: &DaemonInfo,
+        timeout: Duration,
+    ) -> Result<(i64, String), DockerError> {
+        let device_requests = gpus.then(|| {
+            vec![if daemon.uses_cdi() {
+                DeviceRequest {
+                    driver: Some("cdi".into()),
+                    device_ids: Some(vec!["nvidia.com/gpu=all".into()]),
+                    ..Default::default()
+                }
+            } else {
+                DeviceRequest {
+                    driver: Some("nvidia".into()),
+                    count: Some(-1),
+                    capabilities: Some(vec![vec!["gpu".into()]]),
+                    ..Default::default()
+                }
+            }]
+        });
+        let body = ContainerCreateBody {
+            image: Some(image.to_owned()),
+            cmd: Some(cmd.iter().map(|c| (*c).to_owned()).collect()),
+            labels: Some(HashMap::from([(
+                "ai.metrale.throwaway".to_owned(),
+                "doctor".to_owned(),
+            )])),
+            host_config: Some(HostConfig {
+                device_requests,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(
+                None::<bollard::query_parameters::CreateContainerOptions>,
+                body,
+            )
+            .await
+            .map_err(DockerError::api(format!("create a container of {image}")))?;
+        let id = created.id;
+        let result = async {
+            self.docker
+                .start_container(&id, None)
+                .await
+                .map_err(DockerError::api(format!("start a container of {image}")))?;
+            let deadline = tokio::time::Instant::now() + timeout;
+            let code = loop {
+                if let Some(exit) = self.exited(&id).await? {
+                    break exit.exit_code;
+                }
+                if tokio::time::Instant::now() > deadline {
+                    break -1;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            let output: String = self
+                .logs(&id, false, None)
+                .collect::<Vec<_>>()
+                .await
+                .into_iter()
+                .filter_map(Result::ok)
+                .collect();
+            Ok((code, output))
+        }
+        .await;
+        let _ = self.remove(&id).await;
+        result
+    }
+
     /// The container's exit, or `None` while it runs.
     pub async fn exited(&self, id: &str) -> Result<Option<ContainerExit>, DockerError> {
         let inspect = self

@@ -116,7 +116,7 @@ impl Facts {
 pub async fn run_all(facts: &Facts) -> Vec<Check> {
     vec![
         docker::check(facts),
-        nvidia_runtime::check(facts),
+        nvidia_runtime::check(facts).await,
         driver::check(facts),
         disk::check(),
         port::check(facts.port),
