@@ -280,6 +280,17 @@ async fn a_pull_fills_the_standard_cache_layout_and_writes_a_lock() {
         "{err}"
     );
 
+    // A snapshot another tool left (no lock of ours) is adopted offline: hashed, locked, used.
+    std::fs::write(&blob, real).expect("restore");
+    std::fs::remove_dir_all(repo_dir.join("metrale-locks")).expect("drop the lock");
+    assert_eq!(fetch(&offline).await.expect("adopted offline"), snapshot);
+    assert_eq!(
+        hub::read_lock(&repo_dir, COMMIT)
+            .expect("read")
+            .expect("lock written"),
+        lock
+    );
+
     let elsewhere = tempfile::tempdir().expect("empty cache");
     let err = fetch(&config_offline(&endpoint, elsewhere.path()))
         .await

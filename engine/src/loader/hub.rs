@@ -233,12 +233,11 @@ pub async fn fetch(
             cache: cfg.cache.clone(),
         })?;
         let snapshot = dir.join("snapshots").join(&commit);
-        let lock = read_lock(&dir, &commit)?.ok_or_else(|| HubError::NotCached {
-            repo: repo.to_owned(),
-            revision: revision.to_owned(),
-            cache: cfg.cache.clone(),
-        })?;
-        verify_lock(&snapshot, &lock)?;
+        match read_lock(&dir, &commit)? {
+            Some(lock) => verify_lock(&snapshot, &lock)?,
+            // A snapshot another tool (huggingface_hub) downloaded: adopt it.
+            None => write_lock(&dir, &adopt(&snapshot, repo, revision, &commit)?)?,
+        }
         return Ok(snapshot);
     }
 
@@ -385,6 +384,60 @@ fn verify_lock(snapshot: &Path, lock: &Lock) -> Result<(), HubError> {
         }
     }
     Ok(())
+}
+
+/// A lock for a snapshot we did not download: every file hashed, and an LFS blob (named by its
+/// sha256) must hash to its name.
+fn adopt(snapshot: &Path, repo: &str, revision: &str, commit: &str) -> Result<Lock, HubError> {
+    let mut files = BTreeMap::new();
+    let mut pending = vec![snapshot.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in fs::read_dir(&dir).map_err(io_err("read", &dir))? {
+            let path = entry.map_err(io_err("read", &dir))?.path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let name = path
+                .strip_prefix(snapshot)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .replace('\\', "/");
+            if !wanted(&name) {
+                continue;
+            }
+            let sha256 = sha256_file(&path)?;
+            let blob_name = fs::read_link(&path)
+                .ok()
+                .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()));
+            if let Some(blob) =
+                blob_name.filter(|b| b.len() == 64 && b.chars().all(|c| c.is_ascii_hexdigit()))
+                && blob != sha256
+            {
+                return Err(HubError::Corrupted {
+                    repo: repo.to_owned(),
+                    file: name,
+                    expected: blob,
+                    got: sha256,
+                });
+            }
+            let size = fs::metadata(&path).map_err(io_err("read", &path))?.len();
+            files.insert(name, LockedFile { sha256, size });
+        }
+    }
+    if !files.contains_key("config.json") {
+        return Err(HubError::NotCached {
+            repo: repo.to_owned(),
+            revision: revision.to_owned(),
+            cache: snapshot.to_path_buf(),
+        });
+    }
+    Ok(Lock {
+        repo: repo.to_owned(),
+        revision: revision.to_owned(),
+        commit: commit.to_owned(),
+        files,
+    })
 }
 
 /// `snapshots/<commit>/<file>` → `../../blobs/<etag>` (one more `..` per folder in `file`).
