@@ -113,6 +113,8 @@ pub struct ContainerSpec {
     pub container_port: u16,
     /// Give the container every NVIDIA GPU (or these device ids).
     pub gpus: Option<GpuRequest>,
+    /// `uid:gid` to run as, so files written to mounted host directories are the user's.
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -288,6 +290,7 @@ impl Client {
             cmd: Some(spec.cmd.clone()),
             env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             labels: Some(spec.labels.clone()),
+            user: spec.user.clone(),
             exposed_ports: Some(vec![port_key]),
             host_config: Some(HostConfig {
                 binds: Some(spec.binds.clone()),

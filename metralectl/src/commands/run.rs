@@ -615,6 +615,20 @@ async fn run_container(
     if let Some(key) = &plan.args.api_key {
         env.push(("MET_API_KEY".into(), key.clone()));
     }
+    // A mirror or offline mode applies inside the container as outside.
+    for var in ["HF_ENDPOINT", "HF_HUB_OFFLINE"] {
+        if let Some(value) = std::env::var(var).ok().filter(|v| !v.is_empty()) {
+            env.push((var.into(), value));
+        }
+    }
+    // Run as the user (not root) so what the engine writes into the mounted Hub cache and
+    // socket directory is theirs; HF_HOME points it at the mounted cache whatever its HOME.
+    let uid = rustix::process::getuid().as_raw();
+    let user = (uid != 0).then(|| format!("{uid}:{}", rustix::process::getgid().as_raw()));
+    env.push((
+        "HF_HOME".into(),
+        crate::recipe::launch::CONTAINER_HF_CACHE.to_owned(),
+    ));
     let gpus = container.gpus.then(|| match plan.gpus.as_str() {
         "all" | "none" => GpuRequest::All,
         ids => GpuRequest::Devices(ids.split(',').map(|s| s.trim().to_owned()).collect()),
@@ -646,6 +660,7 @@ async fn run_container(
         host_port: plan.port,
         container_port: container.port,
         gpus,
+        user,
     };
     let id = match client.create_and_start(&spec, daemon).await {
         Ok(id) => id,
