@@ -425,7 +425,7 @@ async fn metralectl_pulls_then_runs_a_hub_recipe_natively() {
     let state = tempfile::tempdir().expect("state");
     std::fs::create_dir_all(config.path().join("recipes")).expect("mkdir");
     std::fs::write(config.path().join("recipes/hubdemo.toml"), hub_recipe()).expect("recipe");
-    let metralectl = PathBuf::from(env!("CARGO_BIN_EXE_met")).with_file_name("metralectl");
+    let metralectl = server_support::metralectl();
     let ctl = |args: &[&str]| {
         let mut cmd = tokio::process::Command::new(&metralectl);
         cmd.args(args)

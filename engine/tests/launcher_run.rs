@@ -19,17 +19,6 @@ use server_support::repo_root;
 /// Every container and image the tests create carries this label.
 const TEST_LABEL: &str = "ai.metrale.test=launcher_run";
 
-fn metralectl_path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_met"))
-        .with_file_name(format!("metralectl{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.is_file(),
-        "{} is missing: build the workspace (`cargo test --workspace` builds both programs)",
-        path.display()
-    );
-    path
-}
-
 /// An isolated launcher: its own state and config directories.
 struct Ctl {
     state: tempfile::TempDir,
@@ -45,7 +34,7 @@ impl Ctl {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(metralectl_path());
+        let mut cmd = Command::new(server_support::metralectl());
         cmd.args(args)
             .current_dir(repo_root())
             .env("METRALE_STATE_DIR", self.state.path())
