@@ -170,9 +170,31 @@ async fn native_run_serves_lists_logs_and_stops() {
         text(&again.stderr)
     );
 
+    // `logs -f` follows until the engine stops.
+    let mut follower = ctl
+        .command(&["logs", "demo-native", "-f"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn logs -f");
+    // Once it has printed the log so far, it is following.
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        follower.stdout.take().expect("stdout"),
+    ));
+    assert!(
+        lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.contains("model demo ready")),
+        "logs -f printed the log"
+    );
+
     let stop = ctl.run(&["stop", "demo-native"]);
     assert!(stop.status.success(), "{}", text(&stop.stderr));
     assert!(!pid_alive(&pid), "met (pid {pid}) is gone after stop");
+    let followed = follower.wait().expect("logs -f ends with the engine");
+    assert!(followed.success());
+    drop(lines);
     assert!(ctl.ps().is_empty());
     let left: Vec<_> = std::fs::read_dir(ctl.state.path().join("engines"))
         .expect("engines dir")
