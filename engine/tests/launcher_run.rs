@@ -11,7 +11,6 @@ mod server_support;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use server_support::repo_root;
@@ -82,6 +81,44 @@ fn pid_alive(pid: &str) -> bool {
                 .next()
                 .is_some_and(|r| r.trim_start().starts_with('Z'))
         })
+}
+
+/// A foreground `metralectl run`: waits for its `ready:` line, sends SIGINT, and returns its
+/// whole stdout, stderr and whether it exited 0.
+fn interrupt_once_ready(mut child: std::process::Child) -> (String, String, bool) {
+    use std::io::{BufRead as _, Read as _};
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut stdout = String::new();
+    for line in lines.by_ref() {
+        let line = line.expect("stdout line");
+        stdout.push_str(&line);
+        stdout.push('\n');
+        if line.starts_with("ready:") {
+            break;
+        }
+    }
+    assert!(
+        stdout.contains("ready:"),
+        "metralectl run never said ready: {stdout}"
+    );
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(kill.success());
+    for line in lines {
+        stdout.push_str(&line.expect("stdout line"));
+        stdout.push('\n');
+    }
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    let status = child.wait().expect("metralectl exits");
+    (stdout, stderr, status.success())
 }
 
 async fn ask_capital(url: &str) -> Value {
@@ -210,43 +247,27 @@ async fn native_run_serves_lists_logs_and_stops() {
 async fn native_run_in_the_foreground_stops_the_engine_on_sigint() {
     let ctl = Ctl::new();
     let port = free_port();
-    let mut child = ctl
+    let child = ctl
         .command(&["run", "demo", "--native", "--port", &port.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn metralectl run");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let engines = loop {
-        let engines = ctl.ps();
-        let ready = reqwest::get(format!("http://127.0.0.1:{port}/ready"))
-            .await
-            .is_ok_and(|r| r.status() == 200);
-        if ready && !engines.is_empty() {
-            break engines;
-        }
-        assert!(Instant::now() < deadline, "the engine never became ready");
-        assert!(
-            child.try_wait().expect("poll").is_none(),
-            "metralectl run ended early"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let met_pid = engines[0]["id"].as_str().expect("pid").to_owned();
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill -INT");
-    assert!(status.success());
-    let out = child.wait_with_output().expect("metralectl exits");
-    let stdout = text(&out.stdout);
+    let (stdout, stderr, ok) = interrupt_once_ready(child);
+    // "ready: demo (native, pid 1234) at http://…"
+    let met_pid = stdout
+        .split("pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("the ready line names met's pid")
+        .to_owned();
     assert!(
         stdout.contains(&format!("at http://127.0.0.1:{port}/v1")),
         "{stdout}"
     );
     assert!(stdout.contains("curl http://127.0.0.1:"), "{stdout}");
     assert!(stdout.contains("metralectl top demo"), "{stdout}");
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(ok, "{stderr}");
     assert!(!pid_alive(&met_pid), "met stopped with the launcher");
     assert!(ctl.ps().is_empty());
 }
@@ -503,7 +524,7 @@ async fn docker_run_serves_the_demo_from_a_scratch_image() {
     assert_eq!(left.trim(), "", "the container is removed");
 
     // In the foreground, Ctrl-C stops and removes the container.
-    let mut child = ctl
+    let child = ctl
         .command(&[
             "run", "demo", "--docker", "--image", &image, "--port", &port_s, "--name", &name,
         ])
@@ -511,29 +532,13 @@ async fn docker_run_serves_the_demo_from_a_scratch_image() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn metralectl run");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !reqwest::get(format!("http://127.0.0.1:{port}/ready"))
-        .await
-        .is_ok_and(|r| r.status() == 200)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the container never became ready"
-        );
-        assert!(
-            child.try_wait().expect("poll").is_none(),
-            "metralectl run ended early"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill -INT");
-    assert!(kill.success());
-    let out = child.wait_with_output().expect("metralectl exits");
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains(&format!("stopping and removing metrale-{name}")));
+    let (stdout, stderr, ok) = interrupt_once_ready(child);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("(container, "), "{stdout}");
+    assert!(
+        stderr.contains(&format!("stopping and removing metrale-{name}")),
+        "{stderr}"
+    );
     let left = docker(&[
         "ps",
         "-aq",

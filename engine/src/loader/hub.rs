@@ -20,13 +20,19 @@
 //! Environment: `HF_ENDPOINT`, `HF_HOME`, `HF_HUB_CACHE`, `HF_TOKEN`, `HF_HUB_OFFLINE`.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::{self, File};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use futures_util::StreamExt as _;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
+
+mod client;
+mod lock;
+
+use client::Client;
+pub use lock::{Lock, LockedFile, read_lock};
+use lock::{adopt, verify_lock, write_lock};
 
 /// The Hub's address when `HF_ENDPOINT` is unset.
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
@@ -177,22 +183,6 @@ pub fn looks_like_repo_id(arg: &str) -> bool {
         })
 }
 
-/// What the first pull of a commit recorded.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Lock {
-    pub repo: String,
-    pub revision: String,
-    pub commit: String,
-    /// File name → its sha256 and size.
-    pub files: BTreeMap<String, LockedFile>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct LockedFile {
-    pub sha256: String,
-    pub size: u64,
-}
-
 #[derive(Debug, Deserialize)]
 struct RevisionInfo {
     sha: String,
@@ -322,124 +312,6 @@ fn cached_commit(dir: &Path, revision: &str) -> Option<String> {
         .then_some(commit)
 }
 
-fn lock_path(dir: &Path, commit: &str) -> PathBuf {
-    dir.join("metrale-locks").join(format!("{commit}.json"))
-}
-
-/// The lock of `commit`, if its first pull wrote one.
-pub fn read_lock(dir: &Path, commit: &str) -> Result<Option<Lock>, HubError> {
-    let path = lock_path(dir, commit);
-    match fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| HubError::Io {
-                op: "parse",
-                path,
-                source: io::Error::new(io::ErrorKind::InvalidData, e),
-            }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(HubError::Io {
-            op: "read",
-            path,
-            source,
-        }),
-    }
-}
-
-fn write_lock(dir: &Path, lock: &Lock) -> Result<(), HubError> {
-    let path = lock_path(dir, &lock.commit);
-    let parent = path.parent().unwrap_or(dir);
-    fs::create_dir_all(parent).map_err(io_err("create", parent))?;
-    let text = serde_json::to_string_pretty(lock).map_err(|e| HubError::Io {
-        op: "encode",
-        path: path.clone(),
-        source: io::Error::new(io::ErrorKind::InvalidData, e),
-    })?;
-    let tmp = path.with_extension("json.tmp");
-    fs::write(&tmp, text).map_err(io_err("write", &tmp))?;
-    fs::rename(&tmp, &path).map_err(io_err("rename", &tmp))
-}
-
-/// Every locked file is in the snapshot with the size and sha256 recorded at its first pull.
-fn verify_lock(snapshot: &Path, lock: &Lock) -> Result<(), HubError> {
-    for (file, want) in &lock.files {
-        let path = snapshot.join(file);
-        let mismatch = |what: String| HubError::LockMismatch {
-            repo: lock.repo.clone(),
-            commit: lock.commit.clone(),
-            file: file.clone(),
-            what,
-            path: path.clone(),
-        };
-        let size = match fs::metadata(&path) {
-            Ok(m) => m.len(),
-            Err(_) => return Err(mismatch("missing".into())),
-        };
-        if size != want.size {
-            return Err(mismatch(format!("{size} bytes, locked {}", want.size)));
-        }
-        let got = sha256_file(&path)?;
-        if got != want.sha256 {
-            return Err(mismatch(format!("sha256 {got}, locked {}", want.sha256)));
-        }
-    }
-    Ok(())
-}
-
-/// A lock for a snapshot we did not download: every file hashed, and an LFS blob (named by its
-/// sha256) must hash to its name.
-fn adopt(snapshot: &Path, repo: &str, revision: &str, commit: &str) -> Result<Lock, HubError> {
-    let mut files = BTreeMap::new();
-    let mut pending = vec![snapshot.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        for entry in fs::read_dir(&dir).map_err(io_err("read", &dir))? {
-            let path = entry.map_err(io_err("read", &dir))?.path();
-            if path.is_dir() {
-                pending.push(path);
-                continue;
-            }
-            let name = path
-                .strip_prefix(snapshot)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .replace('\\', "/");
-            if !wanted(&name) {
-                continue;
-            }
-            let sha256 = sha256_file(&path)?;
-            let blob_name = fs::read_link(&path)
-                .ok()
-                .and_then(|t| t.file_name().map(|n| n.to_string_lossy().into_owned()));
-            if let Some(blob) =
-                blob_name.filter(|b| b.len() == 64 && b.chars().all(|c| c.is_ascii_hexdigit()))
-                && blob != sha256
-            {
-                return Err(HubError::Corrupted {
-                    repo: repo.to_owned(),
-                    file: name,
-                    expected: blob,
-                    got: sha256,
-                });
-            }
-            let size = fs::metadata(&path).map_err(io_err("read", &path))?.len();
-            files.insert(name, LockedFile { sha256, size });
-        }
-    }
-    if !files.contains_key("config.json") {
-        return Err(HubError::NotCached {
-            repo: repo.to_owned(),
-            revision: revision.to_owned(),
-            cache: snapshot.to_path_buf(),
-        });
-    }
-    Ok(Lock {
-        repo: repo.to_owned(),
-        revision: revision.to_owned(),
-        commit: commit.to_owned(),
-        files,
-    })
-}
-
 /// `snapshots/<commit>/<file>` → `../../blobs/<etag>` (one more `..` per folder in `file`).
 fn link(dir: &Path, snapshot: &Path, file: &str, blob: &Path) -> Result<(), HubError> {
     let path = snapshot.join(file);
@@ -480,214 +352,6 @@ pub fn sha256_file(path: &Path) -> Result<String, HubError> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// One downloaded (or already cached) file.
-struct Fetched {
-    blob: PathBuf,
-    sha256: String,
-    size: u64,
-}
-
-struct Client {
-    /// Follows redirects (downloads go to a CDN).
-    get: reqwest::Client,
-    /// Does not: the hub's own headers are on the first answer.
-    head: reqwest::Client,
-    token: Option<String>,
-}
-
-impl Client {
-    fn new(cfg: &HubConfig) -> Result<Self, HubError> {
-        let build = |redirects: bool| {
-            let mut b = reqwest::Client::builder()
-                .user_agent(concat!("metrale-met/", env!("CARGO_PKG_VERSION")))
-                .connect_timeout(std::time::Duration::from_secs(30));
-            if !redirects {
-                b = b.redirect(reqwest::redirect::Policy::none());
-            }
-            b.build().map_err(|e| HubError::Http {
-                url: cfg.endpoint.clone(),
-                message: e.to_string(),
-            })
-        };
-        Ok(Self {
-            get: build(true)?,
-            head: build(false)?,
-            token: cfg.token.clone(),
-        })
-    }
-
-    fn auth(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
-        match &self.token {
-            Some(t) => req.bearer_auth(t),
-            None => req,
-        }
-    }
-
-    async fn get_json<T: serde::de::DeserializeOwned>(
-        &self,
-        url: &str,
-        repo: &str,
-    ) -> Result<T, HubError> {
-        let resp = self
-            .auth(self.get.get(url))
-            .send()
-            .await
-            .map_err(|e| http_err(url, e))?;
-        check_status(url, repo, resp.status().as_u16())?;
-        resp.json().await.map_err(|e| HubError::Protocol {
-            url: url.to_owned(),
-            message: e.to_string(),
-        })
-    }
-
-    async fn fetch_file(
-        &self,
-        cfg: &HubConfig,
-        dir: &Path,
-        repo: &str,
-        commit: &str,
-        file: &str,
-        progress: &mut dyn FnMut(&str, u64, u64),
-    ) -> Result<Fetched, HubError> {
-        let url = format!("{}/{repo}/resolve/{commit}/{file}", cfg.endpoint);
-        let head = self
-            .auth(self.head.head(&url))
-            .send()
-            .await
-            .map_err(|e| http_err(&url, e))?;
-        let status = head.status().as_u16();
-        if !(200..400).contains(&status) {
-            check_status(&url, repo, status)?;
-        }
-        let header = |name: &str| {
-            head.headers()
-                .get(name)
-                .and_then(|v| v.to_str().ok())
-                .map(|v| v.trim_start_matches("W/").trim_matches('"').to_owned())
-        };
-        // LFS files: the linked etag is the sha256 of the contents.
-        let lfs_sha = header("x-linked-etag").filter(|e| e.len() == 64);
-        let etag = lfs_sha
-            .clone()
-            .or_else(|| header("etag"))
-            .filter(|e| !e.is_empty() && !e.contains('/') && !e.contains(".."))
-            .ok_or_else(|| HubError::Protocol {
-                url: url.clone(),
-                message: "no ETag header".into(),
-            })?;
-        let size: Option<u64> = header("x-linked-size")
-            .or_else(|| header("content-length"))
-            .and_then(|s| s.parse().ok());
-
-        let blobs = dir.join("blobs");
-        fs::create_dir_all(&blobs).map_err(io_err("create", &blobs))?;
-        let blob = blobs.join(&etag);
-        if blob.is_file() {
-            let sha256 = sha256_file(&blob)?;
-            if lfs_sha.as_ref().is_none_or(|want| *want == sha256) {
-                let size = fs::metadata(&blob).map_err(io_err("read", &blob))?.len();
-                progress(file, size, size);
-                return Ok(Fetched { blob, sha256, size });
-            }
-            // A blob that does not hash to its name: fetch it again.
-            fs::remove_file(&blob).map_err(io_err("remove", &blob))?;
-        }
-
-        let partial = blobs.join(format!("{etag}.incomplete"));
-        let have = fs::metadata(&partial).map(|m| m.len()).unwrap_or(0);
-        let mut req = self.auth(self.get.get(&url));
-        if have > 0 {
-            req = req.header(reqwest::header::RANGE, format!("bytes={have}-"));
-        }
-        let resp = req.send().await.map_err(|e| http_err(&url, e))?;
-        let status = resp.status().as_u16();
-        check_status(&url, repo, status)?;
-        // 206: the server resumed; 200: it sent everything, so start over.
-        let mut out = if status == 206 {
-            OpenOptions::new()
-                .append(true)
-                .open(&partial)
-                .map_err(io_err("open", &partial))?
-        } else {
-            File::create(&partial).map_err(io_err("create", &partial))?
-        };
-        let mut done = if status == 206 { have } else { 0 };
-        let total = size.unwrap_or(0);
-        progress(file, done, total);
-        let mut body = resp.bytes_stream();
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| HubError::Http {
-                url: url.clone(),
-                message: format!(
-                    "download interrupted after {done} bytes ({e}); run again to resume"
-                ),
-            })?;
-            out.write_all(&chunk).map_err(io_err("write", &partial))?;
-            done += chunk.len() as u64;
-            progress(file, done, total);
-        }
-        out.flush().map_err(io_err("write", &partial))?;
-        drop(out);
-
-        let sha256 = sha256_file(&partial)?;
-        if let Some(want) = &lfs_sha
-            && *want != sha256
-        {
-            fs::remove_file(&partial).map_err(io_err("remove", &partial))?;
-            return Err(HubError::Corrupted {
-                repo: repo.to_owned(),
-                file: file.to_owned(),
-                expected: want.clone(),
-                got: sha256,
-            });
-        }
-        if let Some(want) = size
-            && done != want
-        {
-            fs::remove_file(&partial).map_err(io_err("remove", &partial))?;
-            return Err(HubError::Protocol {
-                url,
-                message: format!("received {done} bytes, the hub announced {want}"),
-            });
-        }
-        fs::rename(&partial, &blob).map_err(io_err("rename", &partial))?;
-        Ok(Fetched {
-            blob,
-            sha256,
-            size: done,
-        })
-    }
-}
-
-fn http_err(url: &str, e: reqwest::Error) -> HubError {
-    HubError::Http {
-        url: url.to_owned(),
-        message: e.to_string(),
-    }
-}
-
-fn check_status(url: &str, repo: &str, status: u16) -> Result<(), HubError> {
-    if (200..300).contains(&status) {
-        return Ok(());
-    }
-    let hint = match status {
-        401 | 403 => format!(
-            "{repo} is gated or private: accept its terms on the Hub and set HF_TOKEN to a read token"
-        ),
-        404 => {
-            format!("no such repository, revision or file: check the name {repo} and the revision")
-        }
-        416 => "the server refused to resume: delete the .incomplete file and run again".into(),
-        s if s >= 500 => "the hub has trouble: try again later".into(),
-        _ => "unexpected status".into(),
-    };
-    Err(HubError::Status {
-        url: url.to_owned(),
-        status,
-        hint,
-    })
 }
 
 #[cfg(test)]

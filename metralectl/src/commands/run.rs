@@ -2,28 +2,29 @@
 //! it to `/ready`, print the endpoint; Ctrl-C stops it (unless `--detach`).
 //! `--print` prints the exact commands instead and runs nothing.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use serde::Serialize;
 
 use super::{JSON_VERSION, load_registry};
 use crate::cli::RunArgs;
 use crate::dirs;
-use crate::docker::{self, Client, ContainerSpec, DaemonInfo, GpuRequest};
-use crate::engines::{self, CONTAINER_PREFIX, Mode, label};
+use crate::docker::{self, Client, DaemonInfo};
+use crate::engines::{self, Mode};
 use crate::error::UserError;
-use crate::native;
 use crate::printer::{Printer, Style};
 use crate::recipe::Entry;
 use crate::recipe::launch::{Launch, LaunchEnv, launch};
 use crate::recipe::schema::Device;
 use crate::startup::{self, Event, Failure, Watched};
 
+mod container;
+mod native_mode;
 mod progress;
+
+pub(super) use container::ensure_image;
 
 /// Engine log lines shown when it exits during start-up.
 const LAST_LINES: usize = 20;
@@ -181,8 +182,10 @@ async fn start(
         state_dir,
     };
     match mode {
-        Chosen::Container(client, daemon) => run_container(&plan, &client, &daemon, printer).await,
-        Chosen::Native => run_native(&plan, printer).await,
+        Chosen::Container(client, daemon) => {
+            container::run_container(&plan, &client, &daemon, printer).await
+        }
+        Chosen::Native => native_mode::run_native(&plan, printer).await,
     }
 }
 
@@ -434,329 +437,4 @@ fn print_ready(
         ))?;
     }
     Ok(())
-}
-
-// ---- native ----------------------------------------------------------------------------------
-
-struct NativeWatch<'a>(&'a mut native::Started);
-
-impl Watched for NativeWatch<'_> {
-    async fn exited(&mut self) -> anyhow::Result<Option<String>> {
-        Ok(self.0.exited().map(|s| s.to_string()))
-    }
-}
-
-async fn run_native(plan: &Plan<'_>, printer: &Printer) -> anyhow::Result<ExitCode> {
-    let met = native::find_met().map_err(|e| {
-        anyhow::Error::new(e).context(UserError::new(
-            "native mode needs the engine binary `met`",
-            "install it beside metralectl (the release archive has both), put it on PATH, or use --docker",
-        ))
-    })?;
-    let mut serve_args: Vec<String> = plan.launch.native.argv.iter().skip(1).cloned().collect();
-    if plan.args.host != "127.0.0.1" {
-        serve_args.extend(["--host".into(), plan.args.host.clone()]);
-    }
-    serve_args.push("--no-tui".into());
-    serve_args.extend(plan.args.extra.iter().cloned());
-    let mut env = plan.launch.native.env.clone();
-    if let Some(key) = &plan.args.api_key {
-        env.insert("MET_API_KEY".into(), key.clone());
-    }
-    if plan.gpus != "all" && plan.gpus != "none" {
-        env.insert("CUDA_VISIBLE_DEVICES".into(), plan.gpus.clone());
-    }
-    let mut started = native::start(
-        &plan.state_dir,
-        &native::Launch {
-            name: &plan.name,
-            recipe: &plan.entry.recipe.name,
-            met: &met,
-            args: serve_args,
-            env,
-            host: &plan.args.host,
-            port: plan.port,
-            gpus: &plan.gpus,
-        },
-    )?;
-    printer.note(format!(
-        "started {} (pid {}), log {}",
-        met.display(),
-        started.record.pid,
-        started.record.log.display()
-    ));
-    let log = started.record.log.clone();
-    let followed = follow_or_signal(plan, &mut NativeWatch(&mut started), printer).await;
-    match followed {
-        Ok(()) => {}
-        Err(Interrupted::Signal(s)) => {
-            printer.note(format!("{s}: stopping {}", plan.name));
-            stop_native(started).await?;
-            return Ok(ExitCode::from(130));
-        }
-        Err(Interrupted::Failed(failure)) => {
-            let lines = native::tail(&log, LAST_LINES);
-            stop_native(started).await?;
-            return Err(failure_error(plan, failure, &lines));
-        }
-    }
-    let pid = started.record.pid.to_string();
-    print_ready(plan, Mode::Native, &pid, Some(log.clone()), printer)?;
-    if plan.args.detach {
-        started.detach();
-        return Ok(ExitCode::SUCCESS);
-    }
-    // Foreground: until a signal or the engine's own exit.
-    let exit = loop {
-        tokio::select! {
-            s = signalled() => {
-                printer.note(format!("{s}: stopping {}", plan.name));
-                break None;
-            }
-            () = tokio::time::sleep(Duration::from_millis(500)) => {
-                if let Some(status) = started.exited() {
-                    break Some(status.to_string());
-                }
-            }
-        }
-    };
-    let lines = native::tail(&log, LAST_LINES).join("\n  | ");
-    stop_native(started).await?;
-    match exit {
-        None => Ok(ExitCode::SUCCESS),
-        Some(status) => Err(anyhow::anyhow!(
-            "the engine {} exited ({status}); its last lines:\n  | {lines}",
-            plan.name
-        )),
-    }
-}
-
-async fn stop_native(started: native::Started) -> anyhow::Result<()> {
-    tokio::task::spawn_blocking(move || started.stop(STOP_GRACE)).await??;
-    Ok(())
-}
-
-// ---- container -------------------------------------------------------------------------------
-
-struct ContainerWatch<'a> {
-    client: &'a Client,
-    id: &'a str,
-}
-
-impl Watched for ContainerWatch<'_> {
-    async fn exited(&mut self) -> anyhow::Result<Option<String>> {
-        Ok(self.client.exited(self.id).await?.map(|exit| {
-            let mut s = format!("exit code {}", exit.exit_code);
-            if let Some(e) = exit.error {
-                s.push_str(&format!(": {e}"));
-            }
-            s
-        }))
-    }
-}
-
-async fn container_tail(client: &Client, id: &str) -> Vec<String> {
-    use futures_util::StreamExt as _;
-    let chunks: Vec<_> = client.logs(id, false, Some(LAST_LINES)).collect().await;
-    chunks
-        .into_iter()
-        .filter_map(Result::ok)
-        .collect::<String>()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-async fn run_container(
-    plan: &Plan<'_>,
-    client: &Client,
-    daemon: &DaemonInfo,
-    printer: &Printer,
-) -> anyhow::Result<ExitCode> {
-    let recipe = &plan.entry.recipe;
-    let image = plan
-        .args
-        .image
-        .clone()
-        .unwrap_or_else(|| plan.launch.image.clone());
-    ensure_image(client, &image, &recipe.name, printer).await?;
-
-    let container = &plan.launch.container;
-    let mut binds = container.binds.clone();
-    // The Hub cache must exist before Docker mounts it, or the daemon creates it as root.
-    for bind in &binds {
-        if let Some(host) = bind.split(':').next().filter(|h| h.starts_with('/'))
-            && !std::path::Path::new(host).exists()
-        {
-            std::fs::create_dir_all(host)
-                .with_context(|| format!("failed to create {host} to mount into the container"))?;
-        }
-    }
-    let socket_dir = plan.state_dir.join("sockets").join(&plan.name);
-    std::fs::create_dir_all(&socket_dir)
-        .with_context(|| format!("failed to create {}", socket_dir.display()))?;
-    binds.push(format!("{}:{CONTAINER_SOCKET_DIR}", socket_dir.display()));
-    let mut cmd = container.cmd.clone();
-    cmd.extend([
-        "--metrics-socket".into(),
-        format!("{CONTAINER_SOCKET_DIR}/metrics.sock"),
-    ]);
-    cmd.extend(plan.args.extra.iter().cloned());
-    let mut env: Vec<(String, String)> = container
-        .env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    if container.hf_token
-        && let Ok(token) = std::env::var("HF_TOKEN")
-    {
-        env.push(("HF_TOKEN".into(), token));
-    }
-    if let Some(key) = &plan.args.api_key {
-        env.push(("MET_API_KEY".into(), key.clone()));
-    }
-    // A mirror or offline mode applies inside the container as outside.
-    for var in ["HF_ENDPOINT", "HF_HUB_OFFLINE"] {
-        if let Some(value) = std::env::var(var).ok().filter(|v| !v.is_empty()) {
-            env.push((var.into(), value));
-        }
-    }
-    // Run as the user (not root) so what the engine writes into the mounted Hub cache and
-    // socket directory is theirs; HF_HOME points it at the mounted cache whatever its HOME.
-    let uid = rustix::process::getuid().as_raw();
-    let user = (uid != 0).then(|| format!("{uid}:{}", rustix::process::getgid().as_raw()));
-    env.push((
-        "HF_HOME".into(),
-        crate::recipe::launch::CONTAINER_HF_CACHE.to_owned(),
-    ));
-    let gpus = container.gpus.then(|| match plan.gpus.as_str() {
-        "all" | "none" => GpuRequest::All,
-        ids => GpuRequest::Devices(ids.split(',').map(|s| s.trim().to_owned()).collect()),
-    });
-    let labels = HashMap::from([
-        (label::RECIPE.to_owned(), recipe.name.clone()),
-        (label::NAME.to_owned(), plan.name.clone()),
-        (label::MODE.to_owned(), "container".to_owned()),
-        (label::PORT.to_owned(), plan.port.to_string()),
-        (label::HOST.to_owned(), plan.args.host.clone()),
-        (label::GPUS.to_owned(), plan.gpus.clone()),
-        (
-            label::VERSION.to_owned(),
-            env!("CARGO_PKG_VERSION").to_owned(),
-        ),
-        (
-            label::METRICS_SOCKET.to_owned(),
-            socket_dir.join("metrics.sock").display().to_string(),
-        ),
-    ]);
-    let spec = ContainerSpec {
-        name: format!("{CONTAINER_PREFIX}{}", plan.name),
-        image: image.clone(),
-        cmd,
-        env,
-        labels,
-        binds,
-        host_ip: plan.args.host.clone(),
-        host_port: plan.port,
-        container_port: container.port,
-        gpus,
-        user,
-    };
-    let id = match client.create_and_start(&spec, daemon).await {
-        Ok(id) => id,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&socket_dir);
-            return Err(container_error(e, &spec.name));
-        }
-    };
-    let short: String = id.chars().take(12).collect();
-    printer.note(format!(
-        "started container {} ({short}) from {image}",
-        spec.name
-    ));
-
-    let mut watch = ContainerWatch { client, id: &id };
-    match follow_or_signal(plan, &mut watch, printer).await {
-        Ok(()) => {}
-        Err(Interrupted::Signal(s)) => {
-            printer.note(format!("{s}: stopping and removing {}", spec.name));
-            client.stop_and_remove(&id, STOP_GRACE).await?;
-            let _ = std::fs::remove_dir_all(&socket_dir);
-            return Ok(ExitCode::from(130));
-        }
-        Err(Interrupted::Failed(failure)) => {
-            let lines = container_tail(client, &id).await;
-            client.stop_and_remove(&id, STOP_GRACE).await?;
-            let _ = std::fs::remove_dir_all(&socket_dir);
-            return Err(failure_error(plan, failure, &lines));
-        }
-    }
-    print_ready(plan, Mode::Container, &short, None, printer)?;
-    if plan.args.detach {
-        return Ok(ExitCode::SUCCESS);
-    }
-    let exit = loop {
-        tokio::select! {
-            s = signalled() => {
-                printer.note(format!("{s}: stopping and removing {}", spec.name));
-                break None;
-            }
-            () = tokio::time::sleep(Duration::from_millis(1000)) => {
-                if let Some(status) = watch.exited().await? {
-                    break Some(status);
-                }
-            }
-        }
-    };
-    let lines = if exit.is_some() {
-        container_tail(client, &id).await
-    } else {
-        Vec::new()
-    };
-    client.stop_and_remove(&id, STOP_GRACE).await?;
-    let _ = std::fs::remove_dir_all(&socket_dir);
-    match exit {
-        None => Ok(ExitCode::SUCCESS),
-        Some(status) => Err(anyhow::anyhow!(
-            "the engine {} exited ({status}); its last lines:\n  | {}",
-            plan.name,
-            lines.join("\n  | ")
-        )),
-    }
-}
-
-fn container_error(e: docker::DockerError, name: &str) -> anyhow::Error {
-    if e.is_conflict() {
-        return anyhow::Error::new(e).context(UserError::new(
-            format!("a container named {name} already exists"),
-            format!("remove it with `docker rm -f {name}`, or pass --name OTHER"),
-        ));
-    }
-    anyhow::Error::new(e)
-}
-
-/// Pulls `image` unless it is on this machine already, with a progress bar a layer.
-pub(super) async fn ensure_image(
-    client: &Client,
-    image: &str,
-    recipe: &str,
-    printer: &Printer,
-) -> anyhow::Result<()> {
-    if client.image_present(image).await? {
-        printer.note(format!("image {image} is on this machine"));
-        return Ok(());
-    }
-    printer.note(format!("pulling {image}"));
-    let mut bars = progress::Layers::new(printer);
-    let pulled = client.pull(image, |event| bars.event(&event)).await;
-    bars.finish();
-    pulled.map_err(|e| {
-        anyhow::Error::new(e).context(UserError::new(
-            format!("the engine image {image} is not on this machine and could not be pulled"),
-            format!(
-                "check the network and the image name; build the image yourself (docs/launcher.md) and pass \
-                 --image TAG, or run natively: `metralectl run {recipe} --native`"
-            ),
-        ))
-    })
 }
