@@ -29,8 +29,13 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the recipes: built-in ones and yours')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show everything a recipe pins, and whether it fits this machine')
-            [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Start a recipe (for now: print the exact commands with --print)')
+            [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively')
             [CompletionResult]::new('top', 'top', [CompletionResultType]::ParameterValue, 'Live dashboard of a running engine: throughput, batch, KV cache, every request')
+            [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token')
+            [CompletionResult]::new('ps', 'ps', [CompletionResultType]::ParameterValue, 'List the running engines')
+            [CompletionResult]::new('stop', 'stop', [CompletionResultType]::ParameterValue, 'Stop engines (a container is removed)')
+            [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show an engine''s log')
+            [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image and Hub checkpoint ahead of time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -59,7 +64,17 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
         }
         'metralectl;run' {
             [CompletionResult]::new('--port', '--port', [CompletionResultType]::ParameterName, 'Serve on this port instead of the recipe''s')
+            [CompletionResult]::new('--host', '--host', [CompletionResultType]::ParameterName, 'Address the endpoint is reachable on (in a container: the host side of the port binding)')
+            [CompletionResult]::new('--gpus', '--gpus', [CompletionResultType]::ParameterName, 'GPUs to give the engine: `all`, or indices like `0,1`')
+            [CompletionResult]::new('--api-key', '--api-key', [CompletionResultType]::ParameterName, 'Require `Authorization: Bearer KEY` on the API (passed to the engine as MET_API_KEY)')
+            [CompletionResult]::new('--name', '--name', [CompletionResultType]::ParameterName, 'Name of the engine for ps/stop/logs [default: the recipe name]')
+            [CompletionResult]::new('--image', '--image', [CompletionResultType]::ParameterName, 'Use this engine image instead of the recipe''s (e.g. one built locally)')
+            [CompletionResult]::new('--ready-timeout', '--ready-timeout', [CompletionResultType]::ParameterName, 'Give up if the engine is not ready after this many seconds')
             [CompletionResult]::new('--print', '--print', [CompletionResultType]::ParameterName, 'Print the docker and native commands instead of running anything')
+            [CompletionResult]::new('--native', '--native', [CompletionResultType]::ParameterName, 'Run `met` as a native process (found beside metralectl, then on PATH)')
+            [CompletionResult]::new('--docker', '--docker', [CompletionResultType]::ParameterName, 'Run the engine image in a container through the Docker Engine')
+            [CompletionResult]::new('-d', '-d', [CompletionResultType]::ParameterName, 'Return once the engine is ready and leave it running (`metralectl stop` ends it)')
+            [CompletionResult]::new('--detach', '--detach', [CompletionResultType]::ParameterName, 'Return once the engine is ready and leave it running (`metralectl stop` ends it)')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'With --print: print JSON (see docs/recipes.md for its fields)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
@@ -82,6 +97,60 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'metralectl;doctor' {
+            [CompletionResult]::new('--port', '--port', [CompletionResultType]::ParameterName, 'Check this port instead of the default (8000)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON: each check''s id, status, finding and fix')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;ps' {
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;stop' {
+            [CompletionResult]::new('--all', '--all', [CompletionResultType]::ParameterName, 'Stop every running engine')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;logs' {
+            [CompletionResult]::new('--tail', '--tail', [CompletionResultType]::ParameterName, 'Only the last N lines')
+            [CompletionResult]::new('-f', '-f', [CompletionResultType]::ParameterName, 'Keep printing new lines until the engine stops (or Ctrl-C)')
+            [CompletionResult]::new('--follow', '--follow', [CompletionResultType]::ParameterName, 'Keep printing new lines until the engine stops (or Ctrl-C)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;pull' {
+            [CompletionResult]::new('--image', '--image', [CompletionResultType]::ParameterName, 'Pull this image instead of the recipe''s')
+            [CompletionResult]::new('--no-image', '--no-image', [CompletionResultType]::ParameterName, 'Only the checkpoint (for native runs): do not pull the engine image')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'metralectl;completions' {
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
@@ -94,8 +163,13 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
         'metralectl;help' {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the recipes: built-in ones and yours')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show everything a recipe pins, and whether it fits this machine')
-            [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Start a recipe (for now: print the exact commands with --print)')
+            [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively')
             [CompletionResult]::new('top', 'top', [CompletionResultType]::ParameterValue, 'Live dashboard of a running engine: throughput, batch, KV cache, every request')
+            [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token')
+            [CompletionResult]::new('ps', 'ps', [CompletionResultType]::ParameterValue, 'List the running engines')
+            [CompletionResult]::new('stop', 'stop', [CompletionResultType]::ParameterValue, 'Stop engines (a container is removed)')
+            [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show an engine''s log')
+            [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image and Hub checkpoint ahead of time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -110,6 +184,21 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             break
         }
         'metralectl;help;top' {
+            break
+        }
+        'metralectl;help;doctor' {
+            break
+        }
+        'metralectl;help;ps' {
+            break
+        }
+        'metralectl;help;stop' {
+            break
+        }
+        'metralectl;help;logs' {
+            break
+        }
+        'metralectl;help;pull' {
             break
         }
         'metralectl;help;completions' {

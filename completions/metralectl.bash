@@ -19,11 +19,23 @@ _metralectl() {
             metralectl,completions)
                 cmd="metralectl__subcmd__completions"
                 ;;
+            metralectl,doctor)
+                cmd="metralectl__subcmd__doctor"
+                ;;
             metralectl,help)
                 cmd="metralectl__subcmd__help"
                 ;;
             metralectl,list)
                 cmd="metralectl__subcmd__list"
+                ;;
+            metralectl,logs)
+                cmd="metralectl__subcmd__logs"
+                ;;
+            metralectl,ps)
+                cmd="metralectl__subcmd__ps"
+                ;;
+            metralectl,pull)
+                cmd="metralectl__subcmd__pull"
                 ;;
             metralectl,run)
                 cmd="metralectl__subcmd__run"
@@ -31,11 +43,17 @@ _metralectl() {
             metralectl,show)
                 cmd="metralectl__subcmd__show"
                 ;;
+            metralectl,stop)
+                cmd="metralectl__subcmd__stop"
+                ;;
             metralectl,top)
                 cmd="metralectl__subcmd__top"
                 ;;
             metralectl__subcmd__help,completions)
                 cmd="metralectl__subcmd__help__subcmd__completions"
+                ;;
+            metralectl__subcmd__help,doctor)
+                cmd="metralectl__subcmd__help__subcmd__doctor"
                 ;;
             metralectl__subcmd__help,help)
                 cmd="metralectl__subcmd__help__subcmd__help"
@@ -43,11 +61,23 @@ _metralectl() {
             metralectl__subcmd__help,list)
                 cmd="metralectl__subcmd__help__subcmd__list"
                 ;;
+            metralectl__subcmd__help,logs)
+                cmd="metralectl__subcmd__help__subcmd__logs"
+                ;;
+            metralectl__subcmd__help,ps)
+                cmd="metralectl__subcmd__help__subcmd__ps"
+                ;;
+            metralectl__subcmd__help,pull)
+                cmd="metralectl__subcmd__help__subcmd__pull"
+                ;;
             metralectl__subcmd__help,run)
                 cmd="metralectl__subcmd__help__subcmd__run"
                 ;;
             metralectl__subcmd__help,show)
                 cmd="metralectl__subcmd__help__subcmd__show"
+                ;;
+            metralectl__subcmd__help,stop)
+                cmd="metralectl__subcmd__help__subcmd__stop"
                 ;;
             metralectl__subcmd__help,top)
                 cmd="metralectl__subcmd__help__subcmd__top"
@@ -59,7 +89,7 @@ _metralectl() {
 
     case "${cmd}" in
         metralectl)
-            opts="-q -h -V --quiet --help --version list show run top completions help"
+            opts="-q -h -V --quiet --help --version list show run top doctor ps stop logs pull completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -86,8 +116,26 @@ _metralectl() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        metralectl__subcmd__doctor)
+            opts="-q -h -V --json --port --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --port)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         metralectl__subcmd__help)
-            opts="list show run top completions help"
+            opts="list show run top doctor ps stop logs pull completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -101,6 +149,20 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__doctor)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -142,6 +204,48 @@ _metralectl() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        metralectl__subcmd__help__subcmd__logs)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__ps)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__pull)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         metralectl__subcmd__help__subcmd__run)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -157,6 +261,20 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__help__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__stop)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -206,14 +324,88 @@ _metralectl() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        metralectl__subcmd__logs)
+            opts="-f -q -h -V --follow --tail --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --tail)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__ps)
+            opts="-q -h -V --json --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__pull)
+            opts="-q -h -V --image --no-image --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --image)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         metralectl__subcmd__run)
-            opts="-q -h -V --print --port --json --quiet --help --version"
+            opts="-d -q -h -V --print --native --docker --port --host --detach --gpus --api-key --name --image --ready-timeout --json --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --port)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --host)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --gpus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --name)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --image)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ready-timeout)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -226,6 +418,20 @@ _metralectl() {
             ;;
         metralectl__subcmd__show)
             opts="-q -h -V --json --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__stop)
+            opts="-q -h -V --all --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

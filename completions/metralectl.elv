@@ -26,8 +26,13 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --version 'Print version'
             cand list 'List the recipes: built-in ones and yours'
             cand show 'Show everything a recipe pins, and whether it fits this machine'
-            cand run 'Start a recipe (for now: print the exact commands with --print)'
+            cand run 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively'
             cand top 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
+            cand doctor 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token'
+            cand ps 'List the running engines'
+            cand stop 'Stop engines (a container is removed)'
+            cand logs 'Show an engine''s log'
+            cand pull 'Fetch a recipe''s engine image and Hub checkpoint ahead of time'
             cand completions 'Write shell completions to stdout'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -53,7 +58,17 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         }
         &'metralectl;run'= {
             cand --port 'Serve on this port instead of the recipe''s'
+            cand --host 'Address the endpoint is reachable on (in a container: the host side of the port binding)'
+            cand --gpus 'GPUs to give the engine: `all`, or indices like `0,1`'
+            cand --api-key 'Require `Authorization: Bearer KEY` on the API (passed to the engine as MET_API_KEY)'
+            cand --name 'Name of the engine for ps/stop/logs [default: the recipe name]'
+            cand --image 'Use this engine image instead of the recipe''s (e.g. one built locally)'
+            cand --ready-timeout 'Give up if the engine is not ready after this many seconds'
             cand --print 'Print the docker and native commands instead of running anything'
+            cand --native 'Run `met` as a native process (found beside metralectl, then on PATH)'
+            cand --docker 'Run the engine image in a container through the Docker Engine'
+            cand -d 'Return once the engine is ready and leave it running (`metralectl stop` ends it)'
+            cand --detach 'Return once the engine is ready and leave it running (`metralectl stop` ends it)'
             cand --json 'With --print: print JSON (see docs/recipes.md for its fields)'
             cand -q 'Print only the result: no notes or warnings'
             cand --quiet 'Print only the result: no notes or warnings'
@@ -74,6 +89,55 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'metralectl;doctor'= {
+            cand --port 'Check this port instead of the default (8000)'
+            cand --json 'Print JSON: each check''s id, status, finding and fix'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'metralectl;ps'= {
+            cand --json 'Print JSON'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'metralectl;stop'= {
+            cand --all 'Stop every running engine'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'metralectl;logs'= {
+            cand --tail 'Only the last N lines'
+            cand -f 'Keep printing new lines until the engine stops (or Ctrl-C)'
+            cand --follow 'Keep printing new lines until the engine stops (or Ctrl-C)'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'metralectl;pull'= {
+            cand --image 'Pull this image instead of the recipe''s'
+            cand --no-image 'Only the checkpoint (for native runs): do not pull the engine image'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'metralectl;completions'= {
             cand -q 'Print only the result: no notes or warnings'
             cand --quiet 'Print only the result: no notes or warnings'
@@ -85,8 +149,13 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         &'metralectl;help'= {
             cand list 'List the recipes: built-in ones and yours'
             cand show 'Show everything a recipe pins, and whether it fits this machine'
-            cand run 'Start a recipe (for now: print the exact commands with --print)'
+            cand run 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively'
             cand top 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
+            cand doctor 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token'
+            cand ps 'List the running engines'
+            cand stop 'Stop engines (a container is removed)'
+            cand logs 'Show an engine''s log'
+            cand pull 'Fetch a recipe''s engine image and Hub checkpoint ahead of time'
             cand completions 'Write shell completions to stdout'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -97,6 +166,16 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         &'metralectl;help;run'= {
         }
         &'metralectl;help;top'= {
+        }
+        &'metralectl;help;doctor'= {
+        }
+        &'metralectl;help;ps'= {
+        }
+        &'metralectl;help;stop'= {
+        }
+        &'metralectl;help;logs'= {
+        }
+        &'metralectl;help;pull'= {
         }
         &'metralectl;help;completions'= {
         }

@@ -22,6 +22,17 @@ pub enum Command {
     Serve(ServeArgs),
     /// Score a token sequence: each next token's log-probability and the top-k alternatives, as JSON.
     Score(ScoreArgs),
+    /// Fetch a Hub checkpoint (ORG/NAME) into the Hugging Face cache and print its directory.
+    Download(DownloadArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DownloadArgs {
+    /// The repository id, ORG/NAME.
+    pub repo: String,
+    /// The branch, tag or commit to fetch.
+    #[arg(long, default_value = "main")]
+    pub revision: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -50,7 +61,8 @@ pub enum LoadFormatArg {
 
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
-    /// A Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json).
+    /// A Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json), or
+    /// with `serve` a Hub repository id (ORG/NAME), fetched into the Hugging Face cache.
     pub model: PathBuf,
     /// Where to run the model.
     #[arg(long, value_enum, default_value = "cpu")]
@@ -90,9 +102,13 @@ pub struct ServeArgs {
     /// Port to listen on; 0 picks a free one (the address is printed).
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// The name clients pass as `model` (default: the checkpoint directory's name).
+    /// The name clients pass as `model` (default: the checkpoint directory's name, or the
+    /// repository id of a Hub checkpoint).
     #[arg(long)]
     pub model_name: Option<String>,
+    /// With a Hub repository id as MODEL: the branch, tag or commit to fetch.
+    #[arg(long, default_value = "main")]
+    pub revision: String,
     /// Longest sequence, prompt plus output (default: the model's context).
     #[arg(long)]
     pub max_seq_len: Option<usize>,

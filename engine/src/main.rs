@@ -13,6 +13,7 @@ use metrale_engine::score::{DEFAULT_CHUNK, PositionScore, score};
 
 mod cli;
 mod tui;
+mod hub_progress;
 
 use cli::{Cli, Command, Device, KvCacheDtypeArg, LoadFormatArg, ModelArgs, ScoreArgs, ServeArgs};
 use metrale_engine::server::config::{self as serve_config, ServeFlags};
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => run_serve(args),
         Command::Score(args) => run_score(args),
+        Command::Download(args) => hub_progress::download(&args.repo, &args.revision),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -57,11 +59,20 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    // A Hub repository id: fetched into the Hugging Face cache before anything else.
+    let (model, model_name) = match hub_progress::resolve(&args.model.model, &args.revision)? {
+        Some(snapshot) => (
+            snapshot,
+            args.model_name
+                .or_else(|| Some(args.model.model.display().to_string())),
+        ),
+        None => (args.model.model, args.model_name),
+    };
     let config = ServeFlags {
-        model: args.model.model,
+        model,
         host: args.host,
         port: args.port,
-        model_name: args.model_name,
+        model_name,
         device: match args.model.device {
             Device::Cpu => serve_config::Device::Cpu,
             Device::Cuda => serve_config::Device::Cuda,

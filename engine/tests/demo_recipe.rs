@@ -4,22 +4,10 @@
 
 mod server_support;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{Value, json};
-use server_support::{Server, repo_root};
-
-fn metralectl() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_met"))
-        .with_file_name(format!("metralectl{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.is_file(),
-        "{} is missing: build the workspace (`cargo test --workspace` builds both programs)",
-        path.display()
-    );
-    path
-}
+use server_support::{Server, metralectl, repo_root};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_recipe_serves_the_shipped_model() {

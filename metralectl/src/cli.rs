@@ -26,10 +26,20 @@ pub enum Command {
     List(ListArgs),
     /// Show everything a recipe pins, and whether it fits this machine.
     Show(ShowArgs),
-    /// Start a recipe (for now: print the exact commands with --print).
+    /// Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively.
     Run(RunArgs),
     /// Live dashboard of a running engine: throughput, batch, KV cache, every request.
     Top(TopArgs),
+    /// Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token.
+    Doctor(DoctorArgs),
+    /// List the running engines.
+    Ps(PsArgs),
+    /// Stop engines (a container is removed).
+    Stop(StopArgs),
+    /// Show an engine's log.
+    Logs(LogsArgs),
+    /// Fetch a recipe's engine image and Hub checkpoint ahead of time.
+    Pull(PullArgs),
     /// Write shell completions to stdout.
     Completions(CompletionsArgs),
 }
@@ -41,7 +51,10 @@ impl Command {
             Self::List(a) => a.json,
             Self::Show(a) => a.json,
             Self::Run(a) => a.json,
-            Self::Top(_) | Self::Completions(_) => false,
+            Self::Doctor(a) => a.json,
+            Self::Ps(a) => a.json,
+            Self::Top(_) | Self::Stop(_) | Self::Logs(_) | Self::Pull(_) => false,
+            Self::Completions(_) => false,
         }
     }
 }
@@ -75,12 +88,93 @@ pub struct RunArgs {
     /// Print the docker and native commands instead of running anything.
     #[arg(long)]
     pub print: bool,
+    /// Run `met` as a native process (found beside metralectl, then on PATH).
+    #[arg(long, conflicts_with = "docker")]
+    pub native: bool,
+    /// Run the engine image in a container through the Docker Engine.
+    #[arg(long)]
+    pub docker: bool,
     /// Serve on this port instead of the recipe's.
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
+    /// Address the endpoint is reachable on (in a container: the host side of the port binding).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Return once the engine is ready and leave it running (`metralectl stop` ends it).
+    #[arg(long, short)]
+    pub detach: bool,
+    /// GPUs to give the engine: `all`, or indices like `0,1`.
+    #[arg(long, value_name = "GPUS")]
+    pub gpus: Option<String>,
+    /// Require `Authorization: Bearer KEY` on the API (passed to the engine as MET_API_KEY).
+    #[arg(long, value_name = "KEY", env = "MET_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Name of the engine for ps/stop/logs [default: the recipe name].
+    #[arg(long = "name", value_name = "NAME")]
+    pub engine_name: Option<String>,
+    /// Use this engine image instead of the recipe's (e.g. one built locally).
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// Give up if the engine is not ready after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
+    pub ready_timeout: u64,
     /// With --print: print JSON (see docs/recipes.md for its fields).
     #[arg(long)]
     pub json: bool,
+    /// Extra `met serve` flags, after `--`.
+    #[arg(last = true, value_name = "MET_SERVE_FLAGS")]
+    pub extra: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print JSON: each check's id, status, finding and fix.
+    #[arg(long)]
+    pub json: bool,
+    /// Check this port instead of the default (8000).
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+}
+
+#[derive(Debug, Args)]
+pub struct PsArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// Engine names, recipe names or container ids (a prefix will do).
+    #[arg(required_unless_present = "all")]
+    pub engines: Vec<String>,
+    /// Stop every running engine.
+    #[arg(long, conflicts_with = "engines")]
+    pub all: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Engine name, recipe name or container id.
+    pub engine: String,
+    /// Keep printing new lines until the engine stops (or Ctrl-C).
+    #[arg(long, short)]
+    pub follow: bool,
+    /// Only the last N lines.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct PullArgs {
+    /// The recipe name, as `metralectl list` shows it.
+    pub name: String,
+    /// Pull this image instead of the recipe's.
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// Only the checkpoint (for native runs): do not pull the engine image.
+    #[arg(long)]
+    pub no_image: bool,
 }
 
 #[derive(Debug, Args)]

@@ -34,3 +34,24 @@ pub fn hf_cache_dir() -> PathBuf {
             .unwrap_or_else(|| PathBuf::from("~/.cache/huggingface"))
     })
 }
+
+/// Overrides the state directory (tests point it at a temporary directory).
+pub const STATE_DIR_ENV: &str = "METRALE_STATE_DIR";
+
+/// Where the launcher records the engines it started and their logs: `$METRALE_STATE_DIR`,
+/// else the platform's state directory (`~/.local/state/metrale` on Linux), else the local
+/// data directory.
+pub fn state_dir() -> Option<PathBuf> {
+    non_empty_env(STATE_DIR_ENV).or_else(|| {
+        directories::ProjectDirs::from("ai", "metrale", "metrale").map(|d| {
+            d.state_dir()
+                .unwrap_or_else(|| d.data_local_dir())
+                .to_path_buf()
+        })
+    })
+}
+
+/// The Hugging Face hub cache: `$HF_HUB_CACHE`, else `<HF cache dir>/hub`.
+pub fn hf_hub_cache_dir() -> PathBuf {
+    non_empty_env("HF_HUB_CACHE").unwrap_or_else(|| hf_cache_dir().join("hub"))
+}

@@ -21,6 +21,11 @@ impl UserError {
 
 /// The hint of the first error in the chain that carries one.
 pub fn hint_for(err: &anyhow::Error) -> Option<String> {
+    // A `UserError` attached with `.context(..)` is found by downcasting the error itself;
+    // the chain walk finds those that are sources.
+    if let Some(e) = err.downcast_ref::<UserError>() {
+        return Some(e.hint.clone());
+    }
     err.chain().find_map(|cause| {
         if let Some(e) = cause.downcast_ref::<UserError>() {
             Some(e.hint.clone())

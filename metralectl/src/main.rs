@@ -7,11 +7,16 @@ use clap::Parser;
 mod cli;
 mod commands;
 mod dirs;
+mod docker;
+mod doctor;
+mod engines;
 mod error;
 mod gpu;
 mod metrics_client;
+mod native;
 mod printer;
 mod recipe;
+mod startup;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

@@ -54,6 +54,11 @@ impl Printer {
         self.json
     }
 
+    /// Whether live progress bars may be drawn on stderr: a terminal, and not `--quiet`.
+    pub fn live_progress(&self) -> bool {
+        !self.quiet && io::stderr().is_terminal()
+    }
+
     /// `text` styled for stdout.
     pub fn paint(&self, style: Style, text: impl Display) -> String {
         paint(self.color_out, style, text)

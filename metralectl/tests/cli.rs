@@ -365,12 +365,89 @@ fn run_print_json_is_parseable() {
 }
 
 #[test]
-fn run_without_print_says_it_cannot_run_yet() {
-    let sandbox = Sandbox::new();
+fn run_ps_and_stop_without_a_docker_daemon() {
+    let mut sandbox = Sandbox::new();
+    sandbox.set("DOCKER_HOST", "unix:///nonexistent/docker.sock".into());
+    sandbox.set("METRALE_STATE_DIR", sandbox.path("state"));
     insta::assert_snapshot!(
-        "run_without_print",
-        sandbox.transcript(&["run", "qwen3-8b"])
+        "run_docker_without_daemon",
+        sandbox.transcript(&["run", "qwen3-8b", "--docker"])
     );
+    insta::assert_snapshot!("ps_without_daemon", sandbox.transcript(&["ps"]));
+    insta::assert_snapshot!(
+        "stop_unknown",
+        sandbox.transcript(&["stop", "nothing-here"])
+    );
+}
+
+/// `doctor --json`'s check of `id`.
+fn doctor_check(report: &Value, id: &str) -> Value {
+    report["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["id"] == id)
+        .unwrap_or_else(|| panic!("no check {id} in {report}"))
+        .clone()
+}
+
+#[test]
+fn doctor_without_docker_or_gpu_says_native_cpu_only() {
+    let mut sandbox = Sandbox::new();
+    sandbox.set("DOCKER_HOST", "unix:///nonexistent/docker.sock".into());
+    sandbox.set("METRALE_STATE_DIR", sandbox.path("state"));
+    sandbox.set("HF_HUB_CACHE", sandbox.path("hub"));
+    let out = sandbox.output(&["doctor", "--json"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "warnings only: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("doctor --json is JSON");
+    assert_eq!(report["verdict"], "native CPU engine only");
+    assert_eq!(doctor_check(&report, "docker")["status"], "warning");
+    assert_eq!(doctor_check(&report, "nvidia-driver")["status"], "warning");
+    assert_eq!(report["errors"], 0);
+    let text = sandbox.output(&["doctor"]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(stdout.contains("[!] Docker is not reachable"), "{stdout}");
+    assert!(
+        stdout.contains("[!] no NVIDIA GPU: native CPU engine only"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Doctor found issues in"), "{stdout}");
+}
+
+#[cfg(unix)]
+#[test]
+fn doctor_reports_gpus_and_fails_on_an_unwritable_cache() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut sandbox = Sandbox::new();
+    sandbox.set("DOCKER_HOST", "unix:///nonexistent/docker.sock".into());
+    sandbox.set("METRALE_STATE_DIR", sandbox.path("state"));
+    sandbox.fake_nvidia_smi("NVIDIA H100 80GB HBM3, 81559, 80000, 9.0");
+    let ro = sandbox.dir.path().join("ro");
+    fs::create_dir_all(&ro).expect("mkdir");
+    fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).expect("chmod");
+    sandbox.set("HF_HUB_CACHE", ro.join("hub").display().to_string());
+    let out = sandbox.output(&["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "an error stops run");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("doctor --json is JSON");
+    let gpu = doctor_check(&report, "nvidia-driver");
+    assert_eq!(gpu["status"], "ok");
+    assert_eq!(
+        gpu["found"][0],
+        "GPU 0: NVIDIA H100 80GB HBM3 (compute 9.0), memory 79.6 GiB total, 78.1 GiB free"
+    );
+    assert_eq!(
+        report["verdict"],
+        "GPU engine native only (no NVIDIA container runtime)"
+    );
+    let hf = doctor_check(&report, "huggingface");
+    assert_eq!(hf["status"], "error");
+    assert!(hf["fix"].as_str().expect("fix").contains("HF_HOME"));
+    assert_eq!(report["errors"], 1);
 }
 
 // ---- errors ----

@@ -7,6 +7,7 @@
 
 pub mod config;
 mod host_tensor;
+pub mod hub;
 mod safetensors_dir;
 
 use std::path::{Path, PathBuf};

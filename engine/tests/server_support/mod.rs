@@ -15,6 +15,18 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The `metralectl` cargo built beside `met` (`cargo test --workspace` builds both).
+pub fn metralectl() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_BIN_EXE_met"))
+        .with_file_name(format!("metralectl{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "{} is missing: build the workspace (`cargo test --workspace` builds both programs)",
+        path.display()
+    );
+    path
+}
+
 pub fn fixture_model() -> PathBuf {
     repo_root().join("tests/fixtures/models/qwen3-gqa-tied")
 }

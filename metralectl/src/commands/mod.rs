@@ -11,10 +11,15 @@ use crate::printer::Printer;
 use crate::recipe::{Entry, Registry, Source};
 
 mod completions;
+mod doctor;
 mod list;
+mod logs;
+mod ps;
+mod pull;
 mod run;
 mod show;
 mod top;
+mod stop;
 
 pub fn dispatch(command: &Command, printer: &Printer) -> anyhow::Result<ExitCode> {
     match command {
@@ -22,8 +27,22 @@ pub fn dispatch(command: &Command, printer: &Printer) -> anyhow::Result<ExitCode
         Command::Show(args) => show::show(args, printer),
         Command::Run(args) => run::run(args, printer),
         Command::Top(args) => top::top(args, printer),
+        Command::Doctor(args) => doctor::doctor(args, printer),
+        Command::Ps(args) => ps::ps(args, printer),
+        Command::Stop(args) => stop::stop(args, printer),
+        Command::Logs(args) => logs::logs(args, printer),
+        Command::Pull(args) => pull::pull(args, printer),
         Command::Completions(args) => completions::completions(args, printer),
     }
+}
+
+/// The async runtime of the commands that talk to Docker or to engines.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")
 }
 
 /// The built-in recipes with the user's on top.

@@ -1,16 +1,37 @@
-//! `metralectl run NAME --print`: the exact commands that would start a recipe.
-//! Starting the engine for real comes in a later version; until then `run` says so.
+//! `metralectl run NAME`: start a recipe's engine in a container or as a native process, follow
+//! it to `/ready`, print the endpoint; Ctrl-C stops it (unless `--detach`).
+//! `--print` prints the exact commands instead and runs nothing.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use serde::Serialize;
 
 use super::{JSON_VERSION, load_registry};
 use crate::cli::RunArgs;
 use crate::dirs;
+use crate::docker::{self, Client, DaemonInfo};
+use crate::engines::{self, Mode};
 use crate::error::UserError;
 use crate::printer::{Printer, Style};
+use crate::recipe::Entry;
 use crate::recipe::launch::{Launch, LaunchEnv, launch};
+use crate::recipe::schema::Device;
+use crate::startup::{self, Event, Failure, Watched};
+
+mod container;
+mod native_mode;
+mod progress;
+
+pub(super) use container::ensure_image;
+
+/// Engine log lines shown when it exits during start-up.
+const LAST_LINES: usize = 20;
+/// How long an engine gets to drain on Ctrl-C before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(30);
+/// Where the metrics socket's directory is mounted inside the container.
+const CONTAINER_SOCKET_DIR: &str = "/run/metrale";
 
 #[derive(Debug, Serialize)]
 struct RunJson<'a> {
@@ -20,17 +41,22 @@ struct RunJson<'a> {
     launch: &'a Launch,
 }
 
+/// What `run --detach --json` prints.
+#[derive(Debug, Serialize)]
+struct StartedJson {
+    version: u32,
+    name: String,
+    recipe: String,
+    mode: Mode,
+    /// Container id or process id.
+    id: String,
+    url: String,
+    log: Option<PathBuf>,
+}
+
 pub fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     let registry = load_registry()?;
     let entry = registry.get(&args.name)?;
-    if !args.print {
-        return Err(UserError::new(
-            "this version of metralectl cannot start the engine yet; it can only print the commands",
-            format!("run `metralectl run {} --print` and start one of the printed commands yourself", args.name),
-        )
-        .into());
-    }
-
     let env = LaunchEnv {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         hf_cache: dirs::hf_cache_dir(),
@@ -41,11 +67,25 @@ pub fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     for warning in &launch.warnings {
         printer.warn(warning);
     }
+    if args.print {
+        return print(entry, &launch, printer);
+    }
+    if printer.json_mode() && !args.detach {
+        return Err(UserError::new(
+            "--json goes with --print or --detach",
+            "add --detach to get the started engine as JSON, or --print for the commands",
+        )
+        .into());
+    }
+    super::runtime()?.block_on(start(args, entry, &launch, &env, printer))
+}
+
+fn print(entry: &Entry, launch: &Launch, printer: &Printer) -> anyhow::Result<ExitCode> {
     if printer.json_mode() {
         printer.json(&RunJson {
             version: JSON_VERSION,
             recipe: &entry.recipe.name,
-            launch: &launch,
+            launch,
         })?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -55,4 +95,346 @@ pub fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     printer.line(printer.paint(Style::Dim, "# native"))?;
     printer.line(launch.native.multiline())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Everything the start needs, settled before anything is created.
+struct Plan<'a> {
+    args: &'a RunArgs,
+    entry: &'a Entry,
+    launch: &'a Launch,
+    name: String,
+    port: u16,
+    gpus: String,
+    state_dir: PathBuf,
+}
+
+async fn start(
+    args: &RunArgs,
+    entry: &Entry,
+    launch: &Launch,
+    env: &LaunchEnv,
+    printer: &Printer,
+) -> anyhow::Result<ExitCode> {
+    let recipe = &entry.recipe;
+    let name = args
+        .engine_name
+        .clone()
+        .unwrap_or_else(|| recipe.name.clone());
+    check_name(&name)?;
+    let port = env.port.unwrap_or(recipe.serve.port);
+    if port == 0 {
+        return Err(UserError::new(
+            "--port 0 cannot be used with run: the endpoint must be known",
+            "pass a free port, e.g. --port 8001",
+        )
+        .into());
+    }
+    let gpu_recipe = recipe.serve.device == Device::Cuda;
+    let gpus = match (&args.gpus, gpu_recipe) {
+        (Some(g), _) => g.clone(),
+        (None, true) => "all".into(),
+        (None, false) => "none".into(),
+    };
+    let state_dir = dirs::state_dir().ok_or_else(|| {
+        UserError::new(
+            "cannot find a state directory to record the engine in",
+            format!("set {} to a writable directory", dirs::STATE_DIR_ENV),
+        )
+    })?;
+
+    let docker = if args.native {
+        None
+    } else {
+        Some(Client::connect().await)
+    };
+    let mode = choose_mode(args, &recipe.name, gpu_recipe, docker, printer).await?;
+
+    // Refuse before creating anything: a name in use, a port taken.
+    let client = match &mode {
+        Chosen::Container(c, _) => Some(Ok(c)),
+        Chosen::Native => None,
+    };
+    let found = engines::list(Some(&state_dir), client).await?;
+    if let Some(running) = found
+        .engines
+        .iter()
+        .find(|e| e.name == name && e.state == "running")
+    {
+        return Err(UserError::new(
+            format!(
+                "an engine named {name} is already running ({}, port {})",
+                running.mode.as_str(),
+                running.port.map_or_else(|| "?".into(), |p| p.to_string())
+            ),
+            format!("stop it with `metralectl stop {name}`, or start this one with --name OTHER"),
+        )
+        .into());
+    }
+    check_port_free(&args.host, port)?;
+
+    let plan = Plan {
+        args,
+        entry,
+        launch,
+        name,
+        port,
+        gpus,
+        state_dir,
+    };
+    match mode {
+        Chosen::Container(client, daemon) => {
+            container::run_container(&plan, &client, &daemon, printer).await
+        }
+        Chosen::Native => native_mode::run_native(&plan, printer).await,
+    }
+}
+
+enum Chosen {
+    Container(Client, Box<DaemonInfo>),
+    Native,
+}
+
+async fn choose_mode(
+    args: &RunArgs,
+    recipe: &str,
+    gpu_recipe: bool,
+    docker: Option<Result<Client, docker::DockerError>>,
+    printer: &Printer,
+) -> anyhow::Result<Chosen> {
+    let Some(connected) = docker else {
+        printer.note("native mode (--native)");
+        return Ok(Chosen::Native);
+    };
+    let client = match connected {
+        Ok(client) => client,
+        Err(e) if args.docker => {
+            return Err(anyhow::Error::new(e).context(UserError::new(
+                "container mode needs the Docker daemon, and it does not answer",
+                format!(
+                    "start Docker (e.g. `sudo systemctl start docker`), check DOCKER_HOST, or run \
+                     natively: `metralectl run {recipe} --native`"
+                ),
+            )));
+        }
+        Err(e) => {
+            printer.note(format!("native mode: Docker is not reachable ({e})"));
+            return Ok(Chosen::Native);
+        }
+    };
+    let daemon = client.info().await?;
+    if daemon.nvidia_ready() {
+        printer.note(format!(
+            "container mode: Docker {} with the NVIDIA runtime",
+            daemon.server_version
+        ));
+        return Ok(Chosen::Container(client, Box::new(daemon)));
+    }
+    if args.docker {
+        if gpu_recipe {
+            return Err(UserError::new(
+                format!(
+                    "{recipe} runs on NVIDIA GPUs, and Docker at {} has no NVIDIA runtime (runtimes: {}; no CDI GPU devices)",
+                    daemon.host,
+                    daemon.runtimes.join(", ")
+                ),
+                format!(
+                    "install the NVIDIA Container Toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker \
+                     && sudo systemctl restart docker`, or run the engine natively: `metralectl run {recipe} --native`"
+                ),
+            )
+            .into());
+        }
+        printer.note(format!(
+            "container mode (--docker): Docker {}, CPU recipe",
+            daemon.server_version
+        ));
+        return Ok(Chosen::Container(client, Box::new(daemon)));
+    }
+    printer.note(format!(
+        "native mode: Docker {} has no NVIDIA runtime (pass --docker to use a container anyway)",
+        daemon.server_version
+    ));
+    Ok(Chosen::Native)
+}
+
+fn check_name(name: &str) -> anyhow::Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(UserError::new(
+            format!("{name:?} cannot name an engine"),
+            "use letters, digits, '_', '.' and '-', starting with a letter or digit",
+        )
+        .into())
+    }
+}
+
+fn check_port_free(host: &str, port: u16) -> anyhow::Result<()> {
+    match std::net::TcpListener::bind((host, port)) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(UserError::new(
+            format!("port {port} on {host} is already in use"),
+            format!(
+                "pass another port (--port {}), or stop what listens there (`metralectl ps` lists engines)",
+                port.saturating_add(1)
+            ),
+        )
+        .into()),
+        Err(e) => Err(anyhow::Error::new(e).context(UserError::new(
+            format!("cannot listen on {host}:{port}"),
+            "pass an address of this machine with --host (127.0.0.1 or 0.0.0.0)",
+        ))),
+    }
+}
+
+/// Waits for Ctrl-C (SIGINT) or SIGTERM.
+async fn signalled() -> &'static str {
+    #[cfg(unix)]
+    {
+        let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+        match term {
+            Ok(mut term) => tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = tokio::signal::ctrl_c() => "Ctrl-C",
+            },
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                "Ctrl-C"
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+        "Ctrl-C"
+    }
+}
+
+/// Follows start-up, stopping early on a signal.
+async fn follow_or_signal(
+    plan: &Plan<'_>,
+    watched: &mut impl Watched,
+    printer: &Printer,
+) -> Result<(), Interrupted> {
+    let url = base_url(&plan.args.host, plan.port);
+    let mut bar = progress::Startup::new(printer, &plan.name);
+    let timeout = Duration::from_secs(plan.args.ready_timeout);
+    let followed = tokio::select! {
+        r = startup::follow(&url, watched, timeout, |e: &Event| bar.event(e)) => r,
+        s = signalled() => return { bar.finish(); Err(Interrupted::Signal(s)) },
+    };
+    bar.finish();
+    followed.map_err(Interrupted::Failed)
+}
+
+enum Interrupted {
+    Signal(&'static str),
+    Failed(Failure),
+}
+
+fn base_url(host: &str, port: u16) -> String {
+    let host = match host {
+        "0.0.0.0" => "127.0.0.1",
+        "::" => "[::1]",
+        h if h.contains(':') && !h.starts_with('[') => return format!("http://[{h}]:{port}"),
+        h => h,
+    };
+    format!("http://{host}:{port}")
+}
+
+fn failure_error(plan: &Plan<'_>, failure: Failure, last_lines: &[String]) -> anyhow::Error {
+    let tail = if last_lines.is_empty() {
+        "(no output)".to_owned()
+    } else {
+        last_lines
+            .iter()
+            .map(|l| format!("  | {l}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    match failure {
+        Failure::Exited { status } => UserError::new(
+            format!(
+                "the engine {} exited during start-up ({status}); its last lines:\n{tail}",
+                plan.name
+            ),
+            "fix what the engine says above; `metralectl run NAME --print` shows the exact command",
+        )
+        .into(),
+        Failure::TimedOut(t) => UserError::new(
+            format!(
+                "the engine {} was not ready after {}s (stopped it); its last lines:\n{tail}",
+                plan.name,
+                t.as_secs()
+            ),
+            "a large checkpoint can take long to download and load: raise --ready-timeout",
+        )
+        .into(),
+        Failure::Watch(e) => e.context(format!("lost track of the engine {}", plan.name)),
+    }
+}
+
+fn print_ready(
+    plan: &Plan<'_>,
+    mode: Mode,
+    id: &str,
+    log: Option<PathBuf>,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    let url = base_url(&plan.args.host, plan.port);
+    if printer.json_mode() {
+        return printer.json(&StartedJson {
+            version: JSON_VERSION,
+            name: plan.name.clone(),
+            recipe: plan.entry.recipe.name.clone(),
+            mode,
+            id: id.to_owned(),
+            url,
+            log,
+        });
+    }
+    let auth = if plan.args.api_key.is_some() {
+        " -H \"Authorization: Bearer $MET_API_KEY\""
+    } else {
+        ""
+    };
+    let body = serde_json::json!({
+        "model": plan.entry.recipe.name,
+        "messages": [{"role": "user", "content": "Hello!"}],
+    });
+    let what = match mode {
+        Mode::Container => format!("container {id}"),
+        Mode::Native => format!("pid {id}"),
+    };
+    printer.line(format!(
+        "{} {} ({}, {what}) at {url}/v1",
+        printer.paint(Style::Green, "ready:"),
+        plan.name,
+        mode.as_str()
+    ))?;
+    printer.line(format!(
+        "  curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} -d '{body}'"
+    ))?;
+    printer.line(format!("  live dashboard: metralectl top {}", plan.name))?;
+    if plan.args.detach {
+        printer.line(format!(
+            "  logs: metralectl logs {0} -f    stop: metralectl stop {0}",
+            plan.name
+        ))?;
+    } else {
+        printer.line(format!(
+            "  logs: metralectl logs {} -f    Ctrl-C stops it",
+            plan.name
+        ))?;
+    }
+    Ok(())
 }

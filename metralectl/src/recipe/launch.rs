@@ -15,6 +15,7 @@ pub const MANAGED_FLAGS: &[(&str, &str)] = &[
     ("--host", "the launcher (0.0.0.0 in a container)"),
     ("--port", "serve.port"),
     ("--model-name", "the launcher (the recipe name)"),
+    ("--revision", "checkpoint.revision"),
     ("--device", "serve.device"),
     ("--max-seq-len", "serve.max_seq_len"),
     ("--max-batch-size", "serve.max_batch_size"),
@@ -102,6 +103,23 @@ pub struct Launch {
     pub native: CommandLine,
     /// Things the user should know before running either command.
     pub warnings: Vec<String>,
+    /// The container form as data, for `run` through the Docker Engine API.
+    #[serde(skip)]
+    pub container: ContainerPlan,
+}
+
+/// What the `docker run` command says, as data.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerPlan {
+    /// The command after the image: `met serve …`.
+    pub cmd: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    /// `host:container[:ro]`.
+    pub binds: Vec<String>,
+    pub port: u16,
+    pub gpus: bool,
+    /// Pass the host's `HF_TOKEN` through.
+    pub hf_token: bool,
 }
 
 /// The image reference: by digest when pinned (with the tag kept for readers), else by tag.
@@ -147,16 +165,13 @@ pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
     let env = engine_env(recipe);
     let image = image_reference(recipe, &le.version);
     let mut warnings = Vec::new();
+    // A Hub checkpoint's pinned commit, passed to `met serve --revision`.
+    let mut pinned: Option<String> = None;
 
     // The model argument of each form, and the container's mounts for it.
     let (native_model, container_model, mounts) = match locate(entry) {
         Location::Hub { repo, revision } => {
-            if let Some(rev) = revision {
-                warnings.push(format!(
-                    "checkpoint.revision {rev} is not passed on: `met serve` has no revision flag yet, so the \
-                     engine loads the repository's default branch"
-                ));
-            }
+            pinned = revision.map(|r| r.as_str().to_owned());
             let cache = format!("{}:{CONTAINER_HF_CACHE}", le.hf_cache.display());
             (repo.clone(), repo, vec![cache])
         }
@@ -194,7 +209,7 @@ pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
     }
     docker.push(words(&["--ipc=host"]));
     docker.push(vec!["-p".into(), format!("{port}:{port}")]);
-    docker.extend(mounts.into_iter().map(|m| vec!["-v".into(), m]));
+    docker.extend(mounts.iter().map(|m| vec!["-v".into(), m.clone()]));
     let hub = recipe.checkpoint.repo.is_some();
     if hub && le.hf_token_set {
         docker.push(words(&["-e", "HF_TOKEN"]));
@@ -204,13 +219,32 @@ pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
             .map(|(k, v)| vec!["-e".into(), format!("{k}={v}")]),
     );
     docker.push(vec![image.clone()]);
-    docker.extend(serve_groups(recipe, &container_model, port, true));
+    let with_revision = |mut groups: Vec<Vec<String>>| {
+        if let Some(rev) = &pinned {
+            groups.insert(1, vec!["--revision".into(), rev.clone()]);
+        }
+        groups
+    };
+    let container_cmd = with_revision(serve_groups(recipe, &container_model, port, true));
+    docker.extend(container_cmd.iter().cloned());
 
+    let container = ContainerPlan {
+        cmd: container_cmd.into_iter().flatten().collect(),
+        env: env.clone(),
+        binds: mounts,
+        port,
+        gpus: recipe.serve.device == Device::Cuda,
+        hf_token: hub && le.hf_token_set,
+    };
     Launch {
         image,
         docker: CommandLine::new(BTreeMap::new(), docker),
-        native: CommandLine::new(env, serve_groups(recipe, &native_model, port, false)),
+        native: CommandLine::new(
+            env,
+            with_revision(serve_groups(recipe, &native_model, port, false)),
+        ),
         warnings,
+        container,
     }
 }
 

@@ -1,0 +1,112 @@
+//! `run` in native mode: `met` as a process of ours, followed to ready, stopped on Ctrl-C.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::{
+    Interrupted, LAST_LINES, Plan, STOP_GRACE, failure_error, follow_or_signal, print_ready,
+    signalled,
+};
+use crate::engines::Mode;
+use crate::error::UserError;
+use crate::native;
+use crate::printer::Printer;
+use crate::startup::Watched;
+
+struct NativeWatch<'a>(&'a mut native::Started);
+
+impl Watched for NativeWatch<'_> {
+    async fn exited(&mut self) -> anyhow::Result<Option<String>> {
+        Ok(self.0.exited().map(|s| s.to_string()))
+    }
+}
+
+pub(super) async fn run_native(plan: &Plan<'_>, printer: &Printer) -> anyhow::Result<ExitCode> {
+    let met = native::find_met().map_err(|e| {
+        anyhow::Error::new(e).context(UserError::new(
+            "native mode needs the engine binary `met`",
+            "install it beside metralectl (the release archive has both), put it on PATH, or use --docker",
+        ))
+    })?;
+    let mut serve_args: Vec<String> = plan.launch.native.argv.iter().skip(1).cloned().collect();
+    if plan.args.host != "127.0.0.1" {
+        serve_args.extend(["--host".into(), plan.args.host.clone()]);
+    }
+    serve_args.push("--no-tui".into());
+    serve_args.extend(plan.args.extra.iter().cloned());
+    let mut env = plan.launch.native.env.clone();
+    if let Some(key) = &plan.args.api_key {
+        env.insert("MET_API_KEY".into(), key.clone());
+    }
+    if plan.gpus != "all" && plan.gpus != "none" {
+        env.insert("CUDA_VISIBLE_DEVICES".into(), plan.gpus.clone());
+    }
+    let mut started = native::start(
+        &plan.state_dir,
+        &native::Launch {
+            name: &plan.name,
+            recipe: &plan.entry.recipe.name,
+            met: &met,
+            args: serve_args,
+            env,
+            host: &plan.args.host,
+            port: plan.port,
+            gpus: &plan.gpus,
+        },
+    )?;
+    printer.note(format!(
+        "started {} (pid {}), log {}",
+        met.display(),
+        started.record.pid,
+        started.record.log.display()
+    ));
+    let log = started.record.log.clone();
+    let followed = follow_or_signal(plan, &mut NativeWatch(&mut started), printer).await;
+    match followed {
+        Ok(()) => {}
+        Err(Interrupted::Signal(s)) => {
+            printer.note(format!("{s}: stopping {}", plan.name));
+            stop_native(started).await?;
+            return Ok(ExitCode::from(130));
+        }
+        Err(Interrupted::Failed(failure)) => {
+            let lines = native::tail(&log, LAST_LINES);
+            stop_native(started).await?;
+            return Err(failure_error(plan, failure, &lines));
+        }
+    }
+    let pid = started.record.pid.to_string();
+    print_ready(plan, Mode::Native, &pid, Some(log.clone()), printer)?;
+    if plan.args.detach {
+        started.detach();
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Foreground: until a signal or the engine's own exit.
+    let exit = loop {
+        tokio::select! {
+            s = signalled() => {
+                printer.note(format!("{s}: stopping {}", plan.name));
+                break None;
+            }
+            () = tokio::time::sleep(Duration::from_millis(500)) => {
+                if let Some(status) = started.exited() {
+                    break Some(status.to_string());
+                }
+            }
+        }
+    };
+    let lines = native::tail(&log, LAST_LINES).join("\n  | ");
+    stop_native(started).await?;
+    match exit {
+        None => Ok(ExitCode::SUCCESS),
+        Some(status) => Err(anyhow::anyhow!(
+            "the engine {} exited ({status}); its last lines:\n  | {lines}",
+            plan.name
+        )),
+    }
+}
+
+async fn stop_native(started: native::Started) -> anyhow::Result<()> {
+    tokio::task::spawn_blocking(move || started.stop(STOP_GRACE)).await??;
+    Ok(())
+}
