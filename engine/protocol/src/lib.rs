@@ -1,3 +1,4 @@
 //! Plain serde types shared by `met` and `metralectl`. No I/O, no heavy dependencies.
 
+pub mod anthropic;
 pub mod openai;
