@@ -159,8 +159,11 @@ pub enum Thinking {
         budget_tokens: Option<u64>,
     },
     Disabled,
-    /// Newer clients' "let the model decide"; we treat it as enabled.
-    Adaptive,
+    /// Newer clients' "let the model decide" (its `display` is ignored); we treat it as
+    /// enabled.
+    Adaptive {},
+    /// Thinking between tool calls; we treat it as enabled.
+    BetweenTools {},
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -23,13 +23,13 @@ use metrale_protocol::anthropic::{
 use metrale_protocol::openai::{FinishReason, SamplingFields, Stop, StopReason as OpenAiStop};
 use serde_json::{Map, Value, json};
 
+use super::AppState;
 use super::assemble::{AnthropicBlocks, anthropic_content};
 use super::body::{JsonObject, from_value};
 use super::error::{AnthropicError, ApiError};
 use super::generate::{self, Event, PromptIds};
 use super::params::{Extras, Generation};
 use super::tool_use::{self, ReplyPlan, ToolMode};
-use super::{AppState, response_id};
 use crate::tool_parsers::{OutputParser, ParseEvent, ToolSpec};
 
 /// The prompt side of a request, shared by both routes.
@@ -247,7 +247,7 @@ fn plan(state: &AppState, f: &PromptFields) -> Result<ReplyPlan, ApiError> {
     let mode = tool_use::check_mode(mode, &specs, "tool_choice")?;
     let mut kwargs = Map::new();
     match f.thinking {
-        Some(Thinking::Enabled { .. } | Thinking::Adaptive) => {
+        Some(Thinking::Enabled { .. } | Thinking::Adaptive {} | Thinking::BetweenTools {}) => {
             kwargs.insert("enable_thinking".into(), Value::Bool(true));
         }
         Some(Thinking::Disabled) => {
@@ -358,7 +358,7 @@ pub async fn messages(
     }];
     let prompt_tokens = plan.prompt_ids.len();
     let choices = generate::launch(&state, &prompts, &generation, "messages", arrival)?;
-    let id = response_id("msg");
+    let id = format!("msg_{:032x}", rand::random::<u128>());
     let model = state.served_name.clone();
     let (parser, first) = plan.parser(&format!("toolu_{:016x}_", rand::random::<u64>()));
 
