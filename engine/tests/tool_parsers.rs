@@ -331,3 +331,19 @@ fn forced_prefixes_parse_when_the_model_continues_them() {
         args(0, json!({}))
     );
 }
+
+#[test]
+fn qwen3_coder_reads_the_compact_layout_of_newer_templates() {
+    // Qwen3.5/3.6 templates render earlier calls as `<parameter=k>value</parameter>` with no
+    // newlines inside the tags; models trained on them write it that way.
+    let out = "<tool_call>\n<function=get_weather>\n<parameter=city>Den Haag</parameter>\n<parameter=days>2</parameter>\n</function>\n</tool_call>";
+    let evs = parse_all_ways(Some(ToolCallFormat::Qwen3Coder), false, false, out);
+    assert_eq!(
+        evs,
+        vec![
+            start(0, "get_weather"),
+            args(0, json!({"city": "Den Haag", "days": 2})),
+            end(0),
+        ]
+    );
+}
