@@ -447,3 +447,88 @@ async fn the_official_anthropic_python_client_works() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The shipped demo model was trained on Qwen3's layout with short `<think>` blocks, so greedy
+/// decoding gives real reasoning to split: the end-to-end check of `--reasoning-parser`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reasoning_from_the_demo_model_on_both_apis() {
+    let demo = repo_root().join("models/demo").display().to_string();
+    let args: Vec<String> = [
+        "serve",
+        &demo,
+        "--port",
+        "0",
+        "--model-name",
+        "test",
+        "--reasoning-parser",
+        "qwen3",
+    ]
+    .map(String::from)
+    .to_vec();
+    let s = Server::spawn(&args).await;
+    let ask = |extra: Value| {
+        let mut b = json!({"temperature": 0, "max_tokens": 120,
+                           "messages": [{"role": "user", "content": "What is 7 times 8? /think"}]});
+        if let (Some(b), Some(e)) = (b.as_object_mut(), extra.as_object()) {
+            b.extend(e.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        b
+    };
+    let (status, r) = s.post("/v1/chat/completions", &ask(json!({}))).await;
+    assert_eq!(status, 200, "{r}");
+    let m = &r["choices"][0]["message"];
+    let reasoning = m["reasoning_content"].as_str().expect("reasoning_content");
+    let content = m["content"].as_str().expect("content");
+    assert!(reasoning.contains("56") && content.contains("56"), "{m}");
+    assert!(
+        !content.contains("think>") && !reasoning.contains("think>"),
+        "{m}"
+    );
+    // Streamed: the reasoning and content deltas join to the same texts.
+    let chunks = s
+        .stream("/v1/chat/completions", &ask(json!({"stream": true})))
+        .await;
+    let (mut r2, mut c2) = (String::new(), String::new());
+    for c in &chunks[..chunks.len() - 1] {
+        let v: Value = serde_json::from_str(c).expect("chunk");
+        let d = &v["choices"][0]["delta"];
+        r2.push_str(d["reasoning_content"].as_str().unwrap_or_default());
+        c2.push_str(d["content"].as_str().unwrap_or_default());
+    }
+    assert_eq!((r2.as_str(), c2.as_str()), (reasoning, content));
+    // Thinking off through the template: no reasoning at all.
+    let (_, off) = s
+        .post(
+            "/v1/chat/completions",
+            &ask(json!({"chat_template_kwargs": {"enable_thinking": false}})),
+        )
+        .await;
+    assert!(
+        off["choices"][0]["message"]
+            .get("reasoning_content")
+            .is_none(),
+        "{off}"
+    );
+    // Anthropic: a thinking block, then a text block, whole and streamed alike.
+    let (_, a) = s.post("/v1/messages", &ask(json!({}))).await;
+    assert_eq!(
+        a["content"],
+        json!([{"type": "thinking", "thinking": reasoning, "signature": ""},
+               {"type": "text", "text": content}])
+    );
+    let events = stream(&s, &ask(json!({"stream": true}))).await;
+    assert_eq!(assemble(&events)["content"], a["content"]);
+    let (_, off) = s
+        .post(
+            "/v1/messages",
+            &ask(json!({"thinking": {"type": "disabled"}})),
+        )
+        .await;
+    let kinds: Vec<&Value> = off["content"]
+        .as_array()
+        .expect("content")
+        .iter()
+        .map(|b| &b["type"])
+        .collect();
+    assert_eq!(kinds, [&json!("text")], "{off}");
+}
