@@ -141,6 +141,9 @@ struct CallScanner {
     /// Whitespace just before the open call: dropped if it parses, kept if not.
     ws_before: String,
     in_call: bool,
+    /// Bytes of `pending` (inside a call) already searched for `</tool_call>`, so a long
+    /// call is scanned once, not once per delta.
+    scanned: usize,
     calls: usize,
 }
 
@@ -149,9 +152,15 @@ impl CallScanner {
         self.pending.push_str(text);
         loop {
             if self.in_call {
-                let Some(end) = self.pending.find(CALL_CLOSE) else {
+                let mut from = self.scanned.saturating_sub(CALL_CLOSE.len() - 1);
+                while !self.pending.is_char_boundary(from) {
+                    from -= 1;
+                }
+                let Some(end) = self.pending[from..].find(CALL_CLOSE).map(|i| from + i) else {
+                    self.scanned = self.pending.len();
                     return;
                 };
+                self.scanned = 0;
                 let body = self.pending[..end].to_owned();
                 self.pending.drain(..end + CALL_CLOSE.len());
                 self.in_call = false;
@@ -252,6 +261,7 @@ impl OutputParser {
                 pending: String::new(),
                 ws_before: String::new(),
                 in_call: false,
+                scanned: 0,
                 calls: 0,
             }),
             num_calls: 0,
