@@ -293,17 +293,22 @@ async fn a_full_queue_is_529_overloaded_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_fails_after_its_headers_ends_with_an_error_event() {
-    let s = Server::start(&["--request-timeout", "0.3"]).await;
-    // Greedy noise with a long budget outlives the timeout on any machine only if the model
-    // keeps going; hold the batch with a long completion so this one waits past it.
+    let s = Server::start(&["--request-timeout", "0.1", "--max-batch-size", "1"]).await;
+    // Four long completions ahead of it in the one batch slot use up the 0.1 s on their own
+    // (each needs about 0.2 s here), so the stream times out waiting or just after starting
+    // its 480 tokens, on any machine less than ten times faster than this one.
     let blocker = json!({"prompt": "hello", "max_tokens": 490, "ignore_eos": true, "stream": true});
-    let _held = s.send("/v1/completions", &blocker).await;
-    let events = stream(&s, &msg(json!({"stream": true, "max_tokens": 400}))).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(s.send("/v1/completions", &blocker).await);
+    }
+    let events = stream(&s, &msg(json!({"stream": true, "max_tokens": 480}))).await;
     let (name, data) = events.last().expect("events");
     assert_eq!(name, "error", "{events:?}");
     assert_eq!(data["type"], "error");
     assert_eq!(data["error"]["type"], "timeout_error");
     assert_eq!(events[0].0, "message_start");
+    drop(held);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
