@@ -576,6 +576,61 @@ mod tests {
     }
 
     #[test]
+    fn tool_calls_have_openais_shape_whole_and_in_deltas() {
+        let m = AssistantMessage {
+            role: "assistant".into(),
+            content: None,
+            reasoning_content: None,
+            tool_calls: Some(vec![ToolCall {
+                id: "call_0".into(),
+                kind: "function".into(),
+                function: FunctionCall {
+                    name: "f".into(),
+                    arguments: r#"{"a": 1}"#.into(),
+                },
+            }]),
+        };
+        assert_eq!(
+            serde_json::to_value(&m).expect("json"),
+            serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_0", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]})
+        );
+        let first = ChatDelta {
+            tool_calls: Some(vec![ToolCallDelta {
+                index: 0,
+                id: Some("call_0".into()),
+                kind: Some("function".into()),
+                function: FunctionCallDelta {
+                    name: Some("f".into()),
+                    arguments: Some(String::new()),
+                },
+            }]),
+            ..ChatDelta::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&first).expect("json"),
+            serde_json::json!({"tool_calls": [{"index": 0, "id": "call_0", "type": "function",
+                                               "function": {"name": "f", "arguments": ""}}]})
+        );
+        let more = ChatDelta {
+            tool_calls: Some(vec![ToolCallDelta {
+                index: 0,
+                id: None,
+                kind: None,
+                function: FunctionCallDelta {
+                    name: None,
+                    arguments: Some("{}".into()),
+                },
+            }]),
+            ..ChatDelta::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&more).expect("json"),
+            serde_json::json!({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]})
+        );
+    }
+
+    #[test]
     fn error_envelope_has_openai_field_names() {
         let e = ErrorResponse {
             error: ErrorBody {
