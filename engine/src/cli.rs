@@ -148,6 +148,12 @@ pub struct ServeArgs {
     /// Do not show the terminal dashboard.
     #[arg(long)]
     pub no_tui: bool,
+    /// Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6) or hermes (Qwen3).
+    #[arg(long, value_name = "PARSER")]
+    pub tool_call_parser: Option<String>,
+    /// Split `<think>…</think>` into reasoning: qwen3.
+    #[arg(long, value_name = "PARSER")]
+    pub reasoning_parser: Option<String>,
     /// Unix socket for live metrics events (NDJSON, docs/metrics-socket.md) [default:
     /// $XDG_RUNTIME_DIR/metrale/met-PORT.sock, else /tmp/metrale-UID/met-PORT.sock].
     #[arg(long, value_name = "PATH")]

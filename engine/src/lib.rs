@@ -19,3 +19,4 @@ pub mod scheduler;
 pub mod score;
 pub mod server;
 pub mod tokenizer;
+pub mod tool_parsers;

@@ -95,6 +95,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         disable_thinking: args.disable_thinking,
         no_tui: args.no_tui,
         metrics_socket: args.metrics_socket,
+        tool_call_parser: args.tool_call_parser,
+        reasoning_parser: args.reasoning_parser,
     }
     .validate()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

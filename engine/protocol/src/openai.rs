@@ -287,12 +287,14 @@ pub struct DetokenizeResponse {
 // Responses
 // ---------------------------------------------------------------------------------------------
 
-/// Why a choice ended: `stop` (end-of-sequence, a stop token or a stop string) or `length`.
+/// Why a choice ended: `stop` (end-of-sequence, a stop token or a stop string), `length`,
+/// or `tool_calls` (the reply made tool calls and ended).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     Stop,
     Length,
+    ToolCalls,
 }
 
 /// vLLM's `stop_reason`: the stop string or stop token that ended a choice (null for an
@@ -344,6 +346,48 @@ pub struct AssistantMessage {
     /// `assistant`.
     pub role: String,
     pub content: Option<String>,
+    /// The thinking before the answer (`--reasoning-parser`; vLLM's field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+}
+
+/// A tool call of a reply: `{"id", "type": "function", "function": {"name", "arguments"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// JSON text of an object.
+    pub arguments: String,
+}
+
+/// A tool call in a stream: the first delta of a call has `id`, `type` and `function.name`
+/// (and empty `arguments`), the next ones more `function.arguments`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallDelta {
+    pub index: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub function: FunctionCallDelta,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCallDelta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -375,6 +419,10 @@ pub struct ChatDelta {
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// Chat log-probabilities: one entry per output token.
@@ -524,6 +572,61 @@ mod tests {
             serde_json::to_string(&c)
                 .expect("json")
                 .contains(r#""usage":null"#)
+        );
+    }
+
+    #[test]
+    fn tool_calls_have_openais_shape_whole_and_in_deltas() {
+        let m = AssistantMessage {
+            role: "assistant".into(),
+            content: None,
+            reasoning_content: None,
+            tool_calls: Some(vec![ToolCall {
+                id: "call_0".into(),
+                kind: "function".into(),
+                function: FunctionCall {
+                    name: "f".into(),
+                    arguments: r#"{"a": 1}"#.into(),
+                },
+            }]),
+        };
+        assert_eq!(
+            serde_json::to_value(&m).expect("json"),
+            serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_0", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]})
+        );
+        let first = ChatDelta {
+            tool_calls: Some(vec![ToolCallDelta {
+                index: 0,
+                id: Some("call_0".into()),
+                kind: Some("function".into()),
+                function: FunctionCallDelta {
+                    name: Some("f".into()),
+                    arguments: Some(String::new()),
+                },
+            }]),
+            ..ChatDelta::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&first).expect("json"),
+            serde_json::json!({"tool_calls": [{"index": 0, "id": "call_0", "type": "function",
+                                               "function": {"name": "f", "arguments": ""}}]})
+        );
+        let more = ChatDelta {
+            tool_calls: Some(vec![ToolCallDelta {
+                index: 0,
+                id: None,
+                kind: None,
+                function: FunctionCallDelta {
+                    name: None,
+                    arguments: Some("{}".into()),
+                },
+            }]),
+            ..ChatDelta::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&more).expect("json"),
+            serde_json::json!({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]})
         );
     }
 

@@ -9,7 +9,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{AnthropicError, ApiError};
 
 /// Paths open without a key: probes and scrapes.
 const OPEN_PATHS: &[&str] = &["/health", "/ready", "/metrics"];
@@ -30,6 +30,8 @@ pub async fn require_key(State(state): State<Arc<AppState>>, req: Request, next:
     let given = bearer.or(x_api_key);
     if given.is_some_and(|g| same(g.trim().as_bytes(), key.as_bytes())) {
         next.run(req).await
+    } else if req.uri().path().starts_with("/v1/messages") {
+        AnthropicError(ApiError::Unauthorized).into_response()
     } else {
         ApiError::Unauthorized.into_response()
     }

@@ -7,8 +7,8 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use metrale_protocol::openai::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
-    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessage, ChatTokenLogprob, MessageContent,
-    Role, SamplingFields, TopLogprob,
+    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessage, ChatTokenLogprob, FinishReason,
+    MessageContent, Role, SamplingFields, TopLogprob,
 };
 use serde_json::{Map, Value};
 
@@ -17,14 +17,14 @@ use super::error::ApiError;
 use super::generate::{self, PromptIds};
 use super::output::{Logprob, TokenText};
 use super::params::{Extras, Generation};
-use super::{AppState, response_id, sse, unix_now};
+use super::{AppState, assemble, response_id, sse, tool_use, unix_now};
 
 /// Template variables a request may not set: the server sets them.
 const RESERVED_KWARGS: &[&str] = &["messages", "tools", "add_generation_prompt"];
 
 /// Messages as the chat template wants them: `developer` becomes `system`, text parts are
 /// joined with newlines. Anything but text is refused, naming the part.
-fn template_messages(messages: &[ChatMessage]) -> Result<Vec<Value>, ApiError> {
+pub fn template_messages(messages: &[ChatMessage]) -> Result<Vec<Value>, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(
             "messages",
@@ -69,9 +69,29 @@ fn template_messages(messages: &[ChatMessage]) -> Result<Vec<Value>, ApiError> {
                     "only assistant messages may have no content",
                 ));
             }
-            serde_json::to_value(&m).map_err(|e| ApiError::Internal(e.to_string()))
+            let mut v = serde_json::to_value(&m).map_err(|e| ApiError::Internal(e.to_string()))?;
+            arguments_as_objects(&mut v);
+            Ok(v)
         })
         .collect()
+}
+
+/// Earlier tool calls' `function.arguments` arrive as JSON text; templates that walk the
+/// arguments (Qwen3-Coder's `arguments|items`) need the object, and the others print either.
+fn arguments_as_objects(message: &mut Value) {
+    let Some(calls) = message.get_mut("tool_calls").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for call in calls {
+        if let Some(args) = call
+            .get_mut("function")
+            .and_then(|f| f.get_mut("arguments"))
+            && let Some(Ok(obj @ Value::Object(_))) =
+                args.as_str().map(serde_json::from_str::<Value>)
+        {
+            *args = obj;
+        }
+    }
 }
 
 /// Render messages to prompt token ids. Shared with `/tokenize`.
@@ -82,6 +102,23 @@ pub fn render_prompt(
     add_generation_prompt: bool,
     request_kwargs: Option<&Map<String, Value>>,
 ) -> Result<Vec<u32>, ApiError> {
+    let values = template_messages(messages)?;
+    let text = render_text(state, &values, tools, add_generation_prompt, request_kwargs)?;
+    state
+        .tokenizer
+        .encode(&text, false)
+        .map_err(|e| ApiError::Internal(format!("failed to tokenize the prompt: {e}")))
+}
+
+/// Render messages already in the template's shape (OpenAI's message objects) to text: the
+/// server's template variables (`--disable-thinking`), then the request's.
+pub fn render_text(
+    state: &AppState,
+    messages: &[Value],
+    tools: Option<&[Value]>,
+    add_generation_prompt: bool,
+    request_kwargs: Option<&Map<String, Value>>,
+) -> Result<String, ApiError> {
     let template = state
         .template
         .as_ref()
@@ -89,7 +126,6 @@ pub fn render_prompt(
             message: "this model has no chat template; use /v1/completions with a prompt".into(),
             param: "messages".into(),
         })?;
-    let values = template_messages(messages)?;
     let mut kwargs = state.template_kwargs.clone();
     if let Some(extra) = request_kwargs {
         if let Some(k) = RESERVED_KWARGS.iter().find(|k| extra.contains_key(**k)) {
@@ -100,13 +136,9 @@ pub fn render_prompt(
         }
         kwargs.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
     }
-    let text = template
-        .render(&values, tools, add_generation_prompt, &kwargs)
-        .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
-    state
-        .tokenizer
-        .encode(&text, false)
-        .map_err(|e| ApiError::Internal(format!("failed to tokenize the prompt: {e}")))
+    template
+        .render(messages, tools, add_generation_prompt, &kwargs)
+        .map_err(|e| ApiError::invalid("messages", e.to_string()))
 }
 
 fn refuse_unsupported(req: &ChatCompletionRequest) -> Result<(), ApiError> {
@@ -116,15 +148,6 @@ fn refuse_unsupported(req: &ChatCompletionRequest) -> Result<(), ApiError> {
             return Err(ApiError::Unsupported {
                 message: format!("response_format `{kind}` is not supported yet; only `text`"),
                 param: "response_format.type".into(),
-            });
-        }
-    }
-    if let Some(tc) = &req.tool_choice {
-        let ok = matches!(tc.as_str(), Some("auto") | Some("none"));
-        if !ok {
-            return Err(ApiError::Unsupported {
-                message: "only tool_choice `auto` and `none` are supported".into(),
-                param: "tool_choice".into(),
             });
         }
     }
@@ -195,18 +218,32 @@ pub async fn chat_completions(
         &state.defaults,
         engine.info(),
     )?;
-    let ids = render_prompt(
+    let specs = match &req.tools {
+        Some(tools) => tool_use::openai_tools(tools)?,
+        None => Vec::new(),
+    };
+    let mode = tool_use::openai_tool_mode(req.tool_choice.as_ref(), &specs)?;
+    let plan = tool_use::plan(
         &state,
-        &req.messages,
+        &template_messages(&req.messages)?,
         req.tools.as_deref(),
-        req.add_generation_prompt.unwrap_or(true),
+        specs,
+        &mode,
         req.chat_template_kwargs.as_ref(),
+        req.add_generation_prompt.unwrap_or(true),
     )?;
-    let prompts = vec![PromptIds { ids }];
+    let prompts = vec![PromptIds {
+        ids: plan.prompt_ids.clone(),
+    }];
     let choices = generate::launch(&state, &prompts, &generation, "messages", arrival)?;
     let id = response_id("chatcmpl");
     let created = unix_now();
     let model = state.served_name.clone();
+    let call_ids = format!("call_{:016x}_", rand::random::<u64>());
+    // One parser per choice, with the events of the prefill (a forced call's opening).
+    let mut parsers: Vec<_> = (0..choices.len())
+        .map(|i| plan.parser(&format!("{call_ids}{i}_")))
+        .collect();
 
     if req.stream != Some(true) {
         let collected = generate::collect_all(choices).await?;
@@ -218,17 +255,37 @@ pub async fn chat_completions(
             .unwrap_or(0);
         let choices = collected
             .into_iter()
+            .zip(parsers)
             .enumerate()
-            .map(|(i, c)| {
+            .map(|(i, (c, (mut parser, mut events)))| {
                 let (finish, stop_reason) = c.finish.unzip();
-                ChatChoice {
-                    index: i as u32,
-                    message: AssistantMessage {
+                let mut finish = finish.unwrap_or(FinishReason::Stop);
+                let message = if plan.parses() {
+                    events.extend(parser.push(&c.text));
+                    events.extend(parser.finish());
+                    let r = assemble::openai_reply(events);
+                    if !r.tool_calls.is_empty() && finish == FinishReason::Stop {
+                        finish = FinishReason::ToolCalls;
+                    }
+                    AssistantMessage {
+                        role: "assistant".into(),
+                        content: r.content,
+                        reasoning_content: r.reasoning_content,
+                        tool_calls: (!r.tool_calls.is_empty()).then_some(r.tool_calls),
+                    }
+                } else {
+                    AssistantMessage {
                         role: "assistant".into(),
                         content: Some(c.text),
-                    },
+                        reasoning_content: None,
+                        tool_calls: None,
+                    }
+                };
+                ChatChoice {
+                    index: i as u32,
+                    message,
                     logprobs: want_logprobs.then(|| chat_logprobs(&c.logprobs)),
-                    finish_reason: finish.unwrap_or(metrale_protocol::openai::FinishReason::Stop),
+                    finish_reason: finish,
                     stop_reason: stop_reason.flatten(),
                 }
             })
@@ -268,6 +325,7 @@ pub async fn chat_completions(
                     delta: ChatDelta {
                         role: Some("assistant".into()),
                         content: Some(String::new()),
+                        ..ChatDelta::default()
                     },
                     logprobs: None,
                     finish_reason: None,
@@ -277,26 +335,61 @@ pub async fn chat_completions(
             )
         })
         .collect();
+    let parses = plan.parses();
     let on_delta = {
         let chunk = chunk.clone();
-        move |index, _prompt, d: super::output::Delta| {
-            if d.text.is_empty() && d.logprobs.is_empty() && d.finish.is_none() {
-                return None;
-            }
+        move |index: u32, _prompt, d: super::output::Delta| -> Vec<String> {
             let (finish, stop_reason) = d.finish.unzip();
-            Some(chunk(
-                vec![ChatChunkChoice {
-                    index,
-                    delta: ChatDelta {
-                        role: None,
-                        content: (!d.text.is_empty() || finish.is_none()).then_some(d.text),
-                    },
-                    logprobs: want_logprobs.then(|| chat_logprobs(&d.logprobs)),
-                    finish_reason: finish,
-                    stop_reason: stop_reason.flatten(),
-                }],
-                no_usage,
-            ))
+            let stop_reason = stop_reason.flatten();
+            let logprobs = want_logprobs.then(|| chat_logprobs(&d.logprobs));
+            let mut deltas = if !parses {
+                if d.text.is_empty() && d.logprobs.is_empty() && finish.is_none() {
+                    return vec![];
+                }
+                vec![ChatDelta {
+                    content: (!d.text.is_empty() || finish.is_none()).then_some(d.text),
+                    ..ChatDelta::default()
+                }]
+            } else {
+                let Some((parser, first)) = parsers.get_mut(index as usize) else {
+                    return vec![];
+                };
+                let mut events = std::mem::take(first);
+                events.extend(parser.push(&d.text));
+                if finish.is_some() {
+                    events.extend(parser.finish());
+                }
+                assemble::openai_deltas(events)
+            };
+            let called = parsers
+                .get(index as usize)
+                .is_some_and(|(p, _)| p.num_calls > 0);
+            let finish = finish.map(|f| match f {
+                FinishReason::Stop if called => FinishReason::ToolCalls,
+                f => f,
+            });
+            if deltas.is_empty() && (finish.is_some() || !d.logprobs.is_empty()) {
+                deltas.push(ChatDelta::default());
+            }
+            let last = deltas.len().saturating_sub(1);
+            let mut logprobs = logprobs;
+            deltas
+                .into_iter()
+                .enumerate()
+                .map(|(k, delta)| {
+                    let end = k == last;
+                    chunk(
+                        vec![ChatChunkChoice {
+                            index,
+                            delta,
+                            logprobs: logprobs.take(),
+                            finish_reason: if end { finish } else { None },
+                            stop_reason: if end { stop_reason.clone() } else { None },
+                        }],
+                        no_usage,
+                    )
+                })
+                .collect()
         }
     };
     let on_done = sse::usage_chunk(include_usage, prompts, move |u| {

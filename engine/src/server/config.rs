@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::engine_core::EngineConfig;
 use crate::loader::{LoadFormat, ModelDir};
+use crate::tool_parsers::{ReasoningFormat, ToolCallFormat};
 
 /// Tokens a KV block holds.
 pub const BLOCK_SIZE: usize = 16;
@@ -44,6 +45,10 @@ pub struct ServeFlags {
     pub disable_thinking: bool,
     pub no_tui: bool,
     pub metrics_socket: Option<PathBuf>,
+    /// `--tool-call-parser`: `qwen3_coder` or `hermes`.
+    pub tool_call_parser: Option<String>,
+    /// `--reasoning-parser`: `qwen3`.
+    pub reasoning_parser: Option<String>,
 }
 
 /// Everything `met serve` runs with, validated.
@@ -60,6 +65,8 @@ pub struct ServeConfig {
     /// Accepted now; the TUI and the metrics socket come later.
     pub no_tui: bool,
     pub metrics_socket: Option<PathBuf>,
+    pub tool_call_parser: Option<ToolCallFormat>,
+    pub reasoning_parser: Option<ReasoningFormat>,
 }
 
 /// Default of `--max-batch-size`: the engine sizes the KV cache for this many sequences at
@@ -168,6 +175,24 @@ impl ServeFlags {
             Some(t) => Some(Duration::from_secs_f64(t)),
             None => None,
         };
+        let tool_call_parser = match self.tool_call_parser.as_deref() {
+            None => None,
+            Some(p) => Some(ToolCallFormat::from_flag(p).ok_or_else(|| {
+                bad(
+                    "--tool-call-parser",
+                    format!("unknown parser `{p}`; use qwen3_coder (Qwen3-Coder, Qwen3.5/3.6) or hermes (Qwen3, Qwen2.5)"),
+                )
+            })?),
+        };
+        let reasoning_parser = match self.reasoning_parser.as_deref() {
+            None => None,
+            Some(p) => Some(ReasoningFormat::from_flag(p).ok_or_else(|| {
+                bad(
+                    "--reasoning-parser",
+                    format!("unknown parser `{p}`; use qwen3 (`<think>…</think>`)"),
+                )
+            })?),
+        };
         if self.api_key.as_deref().is_some_and(str::is_empty) {
             return Err(bad("--api-key", "must not be empty").into());
         }
@@ -196,6 +221,8 @@ impl ServeFlags {
             kv_cache_dtype: self.kv_cache_dtype,
             no_tui: self.no_tui,
             metrics_socket: self.metrics_socket,
+            tool_call_parser,
+            reasoning_parser,
         })
     }
 }
@@ -242,6 +269,8 @@ mod tests {
             disable_thinking: false,
             no_tui: false,
             metrics_socket: None,
+            tool_call_parser: None,
+            reasoning_parser: None,
         }
     }
 
@@ -280,6 +309,18 @@ mod tests {
         let mut f = flags();
         f.request_timeout = Some(0.0);
         assert!(refused(f).starts_with("--request-timeout"));
+        let mut f = flags();
+        f.tool_call_parser = Some("mistral".into());
+        assert!(refused(f).starts_with("--tool-call-parser: unknown parser `mistral`"));
+        let mut f = flags();
+        f.reasoning_parser = Some("deepseek_r1".into());
+        assert!(refused(f).starts_with("--reasoning-parser"));
+        let mut f = flags();
+        f.tool_call_parser = Some("qwen3_coder".into());
+        f.reasoning_parser = Some("qwen3".into());
+        let c = f.validate().expect("valid");
+        assert_eq!(c.tool_call_parser, Some(ToolCallFormat::Qwen3Coder));
+        assert_eq!(c.reasoning_parser, Some(ReasoningFormat::Qwen3));
         let mut f = flags();
         f.model = PathBuf::from("/nonexistent");
         assert!(refused(f).contains("is not a model directory"));

@@ -1,16 +1,21 @@
 //! Every error the HTTP API returns, and the one place it becomes a status code and OpenAI's
-//! envelope `{"error": {"message", "type", "param", "code"}}`.
+//! envelope `{"error": {"message", "type", "param", "code"}}`, or on `/v1/messages`
+//! Anthropic's `{"type": "error", "error": {"type", "message"}}` (through [`AnthropicError`]).
 //!
 //! A bad request is a 4xx that names the field at fault in `param`; a 5xx is a bug or the
 //! engine being unavailable.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use metrale_protocol::anthropic;
 use metrale_protocol::openai::{ErrorBody, ErrorResponse};
 
 use crate::engine_core::AddRequestError;
 
-/// Seconds a client is told to wait after a 429.
+/// Anthropic's status for "overloaded": the engine's queue is full.
+pub const OVERLOADED: u16 = 529;
+
+/// Seconds a client is told to wait after a 429 (529 on `/v1/messages`).
 pub const RETRY_AFTER_SECS: u64 = 1;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -27,7 +32,9 @@ pub enum ApiError {
     /// A feature the request asks for that this server does not have (yet).
     #[error("{message}")]
     Unsupported { message: String, param: String },
-    #[error("missing or incorrect API key: send it as `Authorization: Bearer KEY`")]
+    #[error(
+        "missing or incorrect API key: send it as `Authorization: Bearer KEY` or `x-api-key: KEY`"
+    )]
     Unauthorized,
     #[error("the model `{model}` does not exist; this server serves `{served}`")]
     ModelNotFound { model: String, served: String },
@@ -139,6 +146,73 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// Status and Anthropic error `type` of each error: the mapping, exhaustive. A full queue
+    /// is Anthropic's 529 `overloaded_error`, which its clients retry.
+    fn anthropic_parts(&self) -> (StatusCode, &'static str) {
+        use StatusCode as S;
+        let overloaded = S::from_u16(OVERLOADED).unwrap_or(S::SERVICE_UNAVAILABLE);
+        match self {
+            Self::InvalidRequest { .. }
+            | Self::ContextLengthExceeded { .. }
+            | Self::Unsupported { .. } => (S::BAD_REQUEST, "invalid_request_error"),
+            Self::Unauthorized => (S::UNAUTHORIZED, "authentication_error"),
+            Self::ModelNotFound { .. } | Self::RouteNotFound { .. } => {
+                (S::NOT_FOUND, "not_found_error")
+            }
+            Self::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "invalid_request_error"),
+            Self::PayloadTooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "request_too_large"),
+            Self::QueueFull { .. } => (overloaded, "overloaded_error"),
+            Self::Loading | Self::ShuttingDown => (S::SERVICE_UNAVAILABLE, "api_error"),
+            Self::Timeout { .. } => (S::GATEWAY_TIMEOUT, "timeout_error"),
+            Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "api_error"),
+        }
+    }
+
+    /// Anthropic's envelope; the message names the field where OpenAI's has `param`.
+    pub fn anthropic_body(&self) -> anthropic::ErrorResponse {
+        let (_, kind) = self.anthropic_parts();
+        let message = match self.param() {
+            Some(p) if !self.to_string().contains(&format!("`{p}`")) => {
+                format!("{p}: {self}")
+            }
+            _ => self.to_string(),
+        };
+        anthropic::ErrorResponse {
+            kind: "error".into(),
+            error: anthropic::ErrorBody {
+                kind: kind.into(),
+                message,
+            },
+        }
+    }
+}
+
+/// An [`ApiError`] answered in Anthropic's envelope (the `/v1/messages` routes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnthropicError(pub ApiError);
+
+impl From<ApiError> for AnthropicError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        let (status, _) = self.0.anthropic_parts();
+        if matches!(self.0, ApiError::Internal(_)) {
+            tracing::error!("{}", self.0);
+        }
+        let mut resp = (status, axum::Json(self.0.anthropic_body())).into_response();
+        if matches!(self.0, ApiError::QueueFull { .. }) {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        }
+        resp
+    }
+}
+
 impl From<AddRequestError> for ApiError {
     fn from(e: AddRequestError) -> Self {
         match e {
@@ -201,5 +275,23 @@ mod tests {
         );
         let down: ApiError = AddRequestError::ShuttingDown.into();
         assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[test]
+    fn anthropic_envelope_and_overloaded_529() {
+        let full = AnthropicError(AddRequestError::QueueFull { queued: 3 }.into());
+        let body = full.0.anthropic_body();
+        assert_eq!(body.kind, "error");
+        assert_eq!(body.error.kind, "overloaded_error");
+        let resp = full.into_response();
+        assert_eq!(resp.status().as_u16(), 529);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        let bad = ApiError::invalid("max_tokens", "must be at least 1").anthropic_body();
+        assert_eq!(bad.error.kind, "invalid_request_error");
+        assert_eq!(bad.error.message, "max_tokens: must be at least 1");
+        assert_eq!(
+            ApiError::Unauthorized.anthropic_body().error.kind,
+            "authentication_error"
+        );
     }
 }

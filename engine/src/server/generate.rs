@@ -89,7 +89,7 @@ impl Choice {
             Ok(d) => {
                 if let Some((reason, _)) = &d.finish {
                     self.timer.finish(match reason {
-                        ApiFinish::Stop => Outcome::Stop,
+                        ApiFinish::Stop | ApiFinish::ToolCalls => Outcome::Stop,
                         ApiFinish::Length => Outcome::Length,
                     });
                 }

@@ -8,6 +8,7 @@
 //! the socket and print its address, then load the model in the background. Until the model
 //! is ready, `GET /health` answers 200 and `GET /ready` and the API answer 503.
 
+pub mod assemble;
 pub mod auth;
 pub mod body;
 pub mod chat;
@@ -17,12 +18,14 @@ pub mod deps;
 pub mod error;
 pub mod generate;
 pub mod metrics_stream;
+pub mod messages;
 pub mod output;
 pub mod params;
 mod routes;
 pub mod shutdown;
 pub mod sse;
 pub mod tokenize;
+pub mod tool_use;
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -41,6 +44,7 @@ use crate::metrics::hub::HubInfo;
 use crate::metrics::socket::{self, MetricsSocket};
 use crate::metrics::{MetricsHub, ServerMetrics};
 use metrale_protocol::metrics::Phase;
+use crate::tool_parsers::{ReasoningFormat, ToolCallFormat};
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -54,6 +58,11 @@ pub struct AppState {
     pub defaults: GenerationConfig,
     /// Chat template variables every request starts from (`--disable-thinking`).
     pub template_kwargs: Map<String, Value>,
+    /// `--tool-call-parser`: how calls are read from replies (none: tools reach the template
+    /// but replies stay text).
+    pub tool_call_parser: Option<ToolCallFormat>,
+    /// `--reasoning-parser`.
+    pub reasoning_parser: Option<ReasoningFormat>,
     pub api_key: Option<String>,
     pub request_timeout: Option<Duration>,
     pub metrics: Arc<ServerMetrics>,
@@ -246,6 +255,8 @@ async fn run_with(
         template,
         defaults,
         template_kwargs,
+        tool_call_parser: config.tool_call_parser,
+        reasoning_parser: config.reasoning_parser,
         api_key: config.api_key.clone(),
         request_timeout: config.request_timeout,
         metrics: Arc::new(ServerMetrics::new(

@@ -11,7 +11,7 @@ use metrale_protocol::openai::{ModelCard, ModelList};
 
 use super::body::BODY_LIMIT;
 use super::error::ApiError;
-use super::{AppState, auth, chat, completions, metrics_stream, tokenize};
+use super::{AppState, auth, chat, completions, messages, metrics_stream, tokenize};
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -22,6 +22,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/messages", post(messages::messages))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
         .fallback(not_found)

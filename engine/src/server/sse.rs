@@ -18,11 +18,11 @@ use super::output::Delta;
 
 /// A comment line this often keeps proxies from closing an idle stream and lets us notice a
 /// client that left while its request waits in the queue.
-const KEEP_ALIVE: Duration = Duration::from_secs(5);
+pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
 
-/// Stream `first` (opening chunks), then one chunk per delta as `on_delta` renders it (`None`
-/// skips it), then `on_done(completion_tokens, cached_tokens)`'s chunk if any, then `[DONE]`.
-pub fn respond<S, F, U>(
+/// Stream `first` (opening chunks), then the chunks `on_delta` renders for each delta (none,
+/// one or several), then `on_done(completion_tokens, cached_tokens)`'s chunk if any, then `[DONE]`.
+pub fn respond<S, F, I, U>(
     first: Vec<String>,
     events: S,
     mut on_delta: F,
@@ -31,23 +31,29 @@ pub fn respond<S, F, U>(
 ) -> Response
 where
     S: Stream<Item = Event> + Send + 'static,
-    F: FnMut(u32, usize, Delta) -> Option<String> + Send + 'static,
+    F: FnMut(u32, usize, Delta) -> I + Send + 'static,
+    I: IntoIterator<Item = String>,
     U: FnOnce(usize, usize) -> Option<String> + Send + 'static,
 {
     let mut on_done = Some(on_done);
-    let chunks = events.filter_map(move |ev| {
-        future::ready(match ev {
+    let chunks = events.flat_map(move |ev| {
+        let out: Vec<String> = match ev {
             Event::Delta {
                 index,
                 prompt,
                 delta,
-            } => on_delta(index, prompt, delta),
+            } => on_delta(index, prompt, delta).into_iter().collect(),
             Event::Done {
                 completion_tokens,
                 cached,
-            } => on_done.take().and_then(|f| f(completion_tokens, cached)),
-            Event::Error(e) => serde_json::to_string(&e.body()).ok(),
-        })
+            } => on_done
+                .take()
+                .and_then(|f| f(completion_tokens, cached))
+                .into_iter()
+                .collect(),
+            Event::Error(e) => serde_json::to_string(&e.body()).ok().into_iter().collect(),
+        };
+        stream::iter(out)
     });
     let body = stream::iter(first)
         .chain(chunks)

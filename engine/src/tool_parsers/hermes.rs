@@ -1,0 +1,45 @@
+//! `--tool-call-parser hermes`: a JSON object inside `<tool_call>` tags, as Qwen3's template
+//! asks for it:
+//!
+//! ```text
+//! <tool_call>
+//! {"name": "get_weather", "arguments": {"city": "Paris"}}
+//! </tool_call>
+//! ```
+//!
+//! The body must be one JSON object with a string `name` and an object `arguments` (an
+//! arguments object encoded as a JSON string is accepted too); with tools declared, the name
+//! must be one of them. Anything else is not a call.
+
+use serde_json::Value;
+
+use super::schema::{argument_pieces, tool_schema};
+use super::{ParsedCall, ToolSpec};
+
+/// Parse the text between `<tool_call>` and `</tool_call>`.
+pub fn parse_call(body: &str, tools: &[ToolSpec]) -> Option<ParsedCall> {
+    let Value::Object(mut call) = serde_json::from_str::<Value>(body.trim()).ok()? else {
+        return None;
+    };
+    let name = match call.remove("name")? {
+        Value::String(n) if !n.is_empty() => n,
+        _ => return None,
+    };
+    tool_schema(tools, &name)?;
+    let args = match call
+        .remove("arguments")
+        .or_else(|| call.remove("parameters"))
+    {
+        None => serde_json::Map::new(),
+        Some(Value::Object(m)) => m,
+        Some(Value::String(s)) => match serde_json::from_str::<Value>(&s).ok()? {
+            Value::Object(m) => m,
+            _ => return None,
+        },
+        Some(_) => return None,
+    };
+    Some(ParsedCall {
+        name,
+        args: argument_pieces(&args),
+    })
+}

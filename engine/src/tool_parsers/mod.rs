@@ -1,0 +1,350 @@
+//! Model output text → text, reasoning and tool calls, as streaming state machines.
+//!
+//! The server feeds each choice's text deltas to an [`OutputParser`] and turns the
+//! [`ParseEvent`]s it gets back into OpenAI chunks or Anthropic content blocks. Feeding the
+//! same text in any chunking gives the same events once adjacent text and argument deltas are
+//! joined (the tests feed every byte offset).
+//!
+//! - [`reasoning`]: `--reasoning-parser qwen3`, `<think>…</think>` → reasoning.
+//! - [`hermes`]: `--tool-call-parser hermes`, `<tool_call>{"name": …, "arguments": {…}}</tool_call>`
+//!   (Qwen3, Qwen2.5).
+//! - [`qwen3_coder`]: `--tool-call-parser qwen3_coder`,
+//!   `<tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>`
+//!   (Qwen3-Coder, Qwen3.5/3.6); values are converted by the types the tool's schema declares.
+//!
+//! There is no grammar-constrained decoding: the model may write anything. A call is held back
+//! until its closing tag, parsed whole, and released as start (id, name), argument deltas and
+//! end; if it does not parse (bad JSON, unknown tool, missing tags, cut off by `max_tokens`)
+//! its raw text is released as text instead. Text outside calls streams as it comes, less
+//! the few bytes that could be the start of a tag.
+
+pub mod hermes;
+pub mod qwen3_coder;
+pub mod reasoning;
+pub mod schema;
+
+use serde_json::Value;
+
+use self::reasoning::ReasoningSplitter;
+
+/// What the parsers make of model output.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ParseEvent {
+    /// Answer text.
+    Text(String),
+    /// Thinking text (`reasoning_content`, Anthropic `thinking`).
+    Reasoning(String),
+    /// A tool call begins; `index` counts calls in this choice from 0.
+    ToolCallStart {
+        index: usize,
+        id: String,
+        name: String,
+    },
+    /// More of the call's arguments, JSON text; the deltas of a call join to a JSON object.
+    ToolCallArgs {
+        index: usize,
+        delta: String,
+    },
+    ToolCallEnd {
+        index: usize,
+    },
+}
+
+/// `--tool-call-parser`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolCallFormat {
+    Hermes,
+    Qwen3Coder,
+}
+
+impl ToolCallFormat {
+    pub fn from_flag(s: &str) -> Option<Self> {
+        match s {
+            "hermes" => Some(Self::Hermes),
+            "qwen3_coder" => Some(Self::Qwen3Coder),
+            _ => None,
+        }
+    }
+
+    pub fn flag_value(self) -> &'static str {
+        match self {
+            Self::Hermes => "hermes",
+            Self::Qwen3Coder => "qwen3_coder",
+        }
+    }
+
+    /// Text that starts the assistant's turn when a call is forced (`tool_choice` `required`
+    /// or a named tool): the model continues from inside a call. It is fed to the parser as
+    /// if the model had written it.
+    pub fn forced_prefix(self, name: Option<&str>) -> String {
+        match (self, name) {
+            (Self::Hermes, None) => "<tool_call>\n{\"name\": \"".into(),
+            (Self::Hermes, Some(n)) => format!(
+                "<tool_call>\n{{\"name\": {}, \"arguments\": ",
+                serde_json::to_string(n).unwrap_or_default()
+            ),
+            (Self::Qwen3Coder, None) => "<tool_call>\n<function=".into(),
+            (Self::Qwen3Coder, Some(n)) => format!("<tool_call>\n<function={n}>\n"),
+        }
+    }
+}
+
+/// `--reasoning-parser`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasoningFormat {
+    Qwen3,
+}
+
+impl ReasoningFormat {
+    pub fn from_flag(s: &str) -> Option<Self> {
+        (s == "qwen3").then_some(Self::Qwen3)
+    }
+}
+
+/// A tool the request declared: its name and JSON schema of its arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub parameters: Value,
+}
+
+/// A parsed call: its name and its arguments as JSON text in pieces (joined: an object).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedCall {
+    pub name: String,
+    pub args: Vec<String>,
+}
+
+const CALL_OPEN: &str = "<tool_call>";
+const CALL_CLOSE: &str = "</tool_call>";
+
+/// Length of the longest suffix of `text` that is a proper prefix of `tag` (text that might
+/// become the tag when more arrives), at a character boundary.
+pub(crate) fn partial_tag_len(text: &str, tag: &str) -> usize {
+    (1..tag.len().min(text.len() + 1))
+        .rev()
+        .find(|&n| {
+            text.is_char_boundary(text.len() - n) && tag.starts_with(&text[text.len() - n..])
+        })
+        .unwrap_or(0)
+}
+
+/// Finds `<tool_call>…</tool_call>` spans in a text stream and parses each whole.
+#[derive(Debug)]
+struct CallScanner {
+    format: ToolCallFormat,
+    tools: Vec<ToolSpec>,
+    id_prefix: String,
+    /// Text not yet released: outside a call, a possible partial `<tool_call>` and trailing
+    /// whitespace; inside, the call so far (after `<tool_call>`).
+    pending: String,
+    /// Whitespace just before the open call: dropped if it parses, kept if not.
+    ws_before: String,
+    in_call: bool,
+    /// Bytes of `pending` (inside a call) already searched for `</tool_call>`, so a long
+    /// call is scanned once, not once per delta.
+    scanned: usize,
+    calls: usize,
+}
+
+impl CallScanner {
+    fn push(&mut self, text: &str, out: &mut Vec<ParseEvent>) {
+        self.pending.push_str(text);
+        loop {
+            if self.in_call {
+                let mut from = self.scanned.saturating_sub(CALL_CLOSE.len() - 1);
+                while !self.pending.is_char_boundary(from) {
+                    from -= 1;
+                }
+                let Some(end) = self.pending[from..].find(CALL_CLOSE).map(|i| from + i) else {
+                    self.scanned = self.pending.len();
+                    return;
+                };
+                self.scanned = 0;
+                let body = self.pending[..end].to_owned();
+                self.pending.drain(..end + CALL_CLOSE.len());
+                self.in_call = false;
+                self.release_call(&body, out);
+            } else if let Some(start) = self.pending.find(CALL_OPEN) {
+                // Whitespace between text and a call (or between calls) is dropped.
+                let before = self.pending[..start].trim_end().to_owned();
+                self.ws_before = self.pending[before.len()..start].to_owned();
+                self.text(before, out);
+                self.pending.drain(..start + CALL_OPEN.len());
+                self.in_call = true;
+            } else {
+                let keep = partial_tag_len(&self.pending, CALL_OPEN);
+                let cut = self.pending.len() - keep;
+                // Hold back trailing whitespace too: it is dropped if a call follows.
+                let cut = self.pending[..cut].trim_end().len();
+                let text: String = self.pending.drain(..cut).collect();
+                self.text(text, out);
+                return;
+            }
+        }
+    }
+
+    fn text(&mut self, text: String, out: &mut Vec<ParseEvent>) {
+        if !text.is_empty() {
+            out.push(ParseEvent::Text(text));
+        }
+    }
+
+    fn release_call(&mut self, body: &str, out: &mut Vec<ParseEvent>) {
+        let parsed = match self.format {
+            ToolCallFormat::Hermes => hermes::parse_call(body, &self.tools),
+            ToolCallFormat::Qwen3Coder => qwen3_coder::parse_call(body, &self.tools),
+        };
+        match parsed {
+            Some(call) => {
+                let index = self.calls;
+                self.calls += 1;
+                out.push(ParseEvent::ToolCallStart {
+                    index,
+                    id: format!("{}{index}", self.id_prefix),
+                    name: call.name,
+                });
+                out.extend(
+                    call.args
+                        .into_iter()
+                        .map(|delta| ParseEvent::ToolCallArgs { index, delta }),
+                );
+                out.push(ParseEvent::ToolCallEnd { index });
+            }
+            None => out.push(ParseEvent::Text(format!(
+                "{}{CALL_OPEN}{body}{CALL_CLOSE}",
+                self.ws_before
+            ))),
+        }
+        self.ws_before.clear();
+    }
+
+    fn finish(&mut self, out: &mut Vec<ParseEvent>) {
+        let rest = std::mem::take(&mut self.pending);
+        if self.in_call {
+            // Cut off inside a call: it cannot be parsed, so it is text.
+            self.in_call = false;
+            out.push(ParseEvent::Text(format!(
+                "{}{CALL_OPEN}{rest}",
+                std::mem::take(&mut self.ws_before)
+            )));
+        } else if self.calls == 0 || !rest.trim().is_empty() {
+            self.text(rest, out);
+        }
+    }
+}
+
+/// One choice's output parser: reasoning first (when on), then tool calls in the answer.
+#[derive(Debug)]
+pub struct OutputParser {
+    reasoning: Option<ReasoningSplitter>,
+    calls: Option<CallScanner>,
+    /// Calls parsed so far.
+    pub num_calls: usize,
+}
+
+impl OutputParser {
+    /// `reasoning_open`: the prompt already opened a `<think>` block (the model starts inside
+    /// it). `id_prefix`: call ids are the prefix and the call's index.
+    pub fn new(
+        reasoning: Option<ReasoningFormat>,
+        reasoning_open: bool,
+        tools: Option<(ToolCallFormat, Vec<ToolSpec>)>,
+        id_prefix: &str,
+    ) -> Self {
+        Self {
+            reasoning: reasoning.map(|_| ReasoningSplitter::new(reasoning_open)),
+            calls: tools.map(|(format, tools)| CallScanner {
+                format,
+                tools,
+                id_prefix: id_prefix.to_owned(),
+                pending: String::new(),
+                ws_before: String::new(),
+                in_call: false,
+                scanned: 0,
+                calls: 0,
+            }),
+            num_calls: 0,
+        }
+    }
+
+    /// Whether this parser does anything (else text passes through as it is).
+    pub fn is_active(&self) -> bool {
+        self.reasoning.is_some() || self.calls.is_some()
+    }
+
+    pub fn push(&mut self, text: &str) -> Vec<ParseEvent> {
+        let split = match &mut self.reasoning {
+            Some(r) => r.push(text),
+            None => vec![ParseEvent::Text(text.to_owned())],
+        };
+        self.answer(split, false)
+    }
+
+    /// The stream ended: release what was held back.
+    pub fn finish(&mut self) -> Vec<ParseEvent> {
+        let split = match &mut self.reasoning {
+            Some(r) => r.finish(),
+            None => vec![],
+        };
+        self.answer(split, true)
+    }
+
+    /// Pass the answer text through the call scanner; reasoning goes straight out.
+    fn answer(&mut self, split: Vec<ParseEvent>, finish: bool) -> Vec<ParseEvent> {
+        let mut out = Vec::new();
+        for ev in split {
+            match (ev, &mut self.calls) {
+                (ParseEvent::Text(t), Some(c)) => c.push(&t, &mut out),
+                (ev, _) => out.push(ev),
+            }
+        }
+        if finish && let Some(c) = &mut self.calls {
+            c.finish(&mut out);
+        }
+        out.retain(
+            |e| !matches!(e, ParseEvent::Text(t) | ParseEvent::Reasoning(t) if t.is_empty()),
+        );
+        self.num_calls += out
+            .iter()
+            .filter(|e| matches!(e, ParseEvent::ToolCallStart { .. }))
+            .count();
+        out
+    }
+}
+
+/// Join adjacent text, reasoning and same-call argument events (what a client assembling a
+/// stream sees), for comparing chunkings.
+pub fn coalesce(events: impl IntoIterator<Item = ParseEvent>) -> Vec<ParseEvent> {
+    let mut out: Vec<ParseEvent> = Vec::new();
+    for ev in events {
+        match (out.last_mut(), ev) {
+            (Some(ParseEvent::Text(a)), ParseEvent::Text(b)) => a.push_str(&b),
+            (Some(ParseEvent::Reasoning(a)), ParseEvent::Reasoning(b)) => a.push_str(&b),
+            (
+                Some(ParseEvent::ToolCallArgs { index: i, delta: a }),
+                ParseEvent::ToolCallArgs { index: j, delta: b },
+            ) if *i == j => a.push_str(&b),
+            (_, ev) => out.push(ev),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_tags_are_held_back_at_char_boundaries() {
+        assert_eq!(partial_tag_len("abc<tool", CALL_OPEN), 5);
+        assert_eq!(partial_tag_len("abc<", CALL_OPEN), 1);
+        assert_eq!(partial_tag_len("abc", CALL_OPEN), 0);
+        assert_eq!(
+            partial_tag_len("<tool_call>", CALL_OPEN),
+            0,
+            "a whole tag is not partial"
+        );
+        assert_eq!(partial_tag_len("é", CALL_OPEN), 0);
+    }
+}
