@@ -12,8 +12,8 @@ use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::score::{DEFAULT_CHUNK, PositionScore, score};
 
 mod cli;
-mod tui;
 mod hub_progress;
+mod tui;
 
 use cli::{Cli, Command, Device, KvCacheDtypeArg, LoadFormatArg, ModelArgs, ScoreArgs, ServeArgs};
 use metrale_engine::server::config::{self as serve_config, ServeFlags};

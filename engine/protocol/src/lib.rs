@@ -1,5 +1,5 @@
 //! Plain serde types shared by `met` and `metralectl`. No I/O, no heavy dependencies.
 
-pub mod metrics;
 pub mod anthropic;
+pub mod metrics;
 pub mod openai;

@@ -17,8 +17,8 @@ pub mod config;
 pub mod deps;
 pub mod error;
 pub mod generate;
-pub mod metrics_stream;
 pub mod messages;
+pub mod metrics_stream;
 pub mod output;
 pub mod params;
 mod routes;
@@ -43,8 +43,8 @@ use crate::loader::{GenerationConfig, ModelDir};
 use crate::metrics::hub::HubInfo;
 use crate::metrics::socket::{self, MetricsSocket};
 use crate::metrics::{MetricsHub, ServerMetrics};
-use metrale_protocol::metrics::Phase;
 use crate::tool_parsers::{ReasoningFormat, ToolCallFormat};
+use metrale_protocol::metrics::Phase;
 
 /// What every handler shares.
 #[derive(Debug)]

@@ -18,8 +18,8 @@ mod ps;
 mod pull;
 mod run;
 mod show;
-mod top;
 mod stop;
+mod top;
 
 pub fn dispatch(command: &Command, printer: &Printer) -> anyhow::Result<ExitCode> {
     match command {
