@@ -267,6 +267,11 @@ async fn native_run_in_the_foreground_stops_the_engine_on_sigint() {
     );
     assert!(stdout.contains("curl http://127.0.0.1:"), "{stdout}");
     assert!(stdout.contains("metralectl top demo"), "{stdout}");
+    // Start-up phases come from the engine's metrics socket: the model loads layer by layer.
+    assert!(
+        stderr.contains("demo: load 6/6 layers"),
+        "no load phase from the metrics socket in:\n{stderr}"
+    );
     assert!(ok, "{stderr}");
     assert!(!pid_alive(&met_pid), "met stopped with the launcher");
     assert!(ctl.ps().is_empty());

@@ -1,12 +1,17 @@
 //! Following an engine from start to `/ready`.
 //!
-//! Today the follower polls `GET /health` and `GET /ready` and watches the process (or
-//! container) for an early exit. It reports [`Event`]s to a callback, so a richer source — the
-//! metrics socket's `phase` events (download, verify, load, compile, warmup) — can feed the same
-//! callback without the commands changing.
+//! The follower polls `GET /health` and `GET /ready`, watches the process (or container) for an
+//! early exit, and reads the engine's metrics socket for its start-up `phase` events (resolve,
+//! download, load, allocate the KV cache, ...), reporting all of it as [`Event`]s to a callback.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+use metrale_dashboard::Input;
+use metrale_protocol::metrics;
+
+use crate::metrics_client::Source;
 
 /// A step of the start-up, as the user sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,13 +20,14 @@ pub enum Event {
     Starting,
     /// `/health` answers: the server is up and the model is loading.
     Loading,
-    /// A named phase with optional progress: the metrics socket's `phase` events, once that
-    /// stream is wired into [`follow`]'s callback (the polling follower never sends it).
-    #[allow(dead_code)]
+    /// A start-up phase from the metrics socket, with its progress (`done` of `total` in
+    /// `unit`) and a line for people (the file being fetched).
     Phase {
         name: String,
         done: Option<u64>,
         total: Option<u64>,
+        unit: String,
+        message: Option<String>,
     },
     /// `/ready` answered 200.
     Ready,
@@ -44,9 +50,12 @@ pub trait Watched {
     fn exited(&mut self) -> impl Future<Output = anyhow::Result<Option<String>>>;
 }
 
-/// Polls `base_url` until `/ready` says 200, the engine exits, or `timeout` passes.
+/// Polls `base_url` until `/ready` says 200, the engine exits, or `timeout` passes; reports
+/// the phases the engine publishes on `metrics_socket` (read on a thread that ends once the
+/// follower is gone) as they come.
 pub async fn follow(
     base_url: &str,
+    metrics_socket: Option<PathBuf>,
     watched: &mut impl Watched,
     timeout: Duration,
     mut on_event: impl FnMut(&Event),
@@ -65,13 +74,46 @@ pub async fn follow(
         }
     };
     emit(Event::Starting);
+    let (tx, phases) = std::sync::mpsc::channel();
+    let reading = metrics_socket.is_some();
+    if let Some(path) = metrics_socket {
+        // Without the socket the follower still works from /health and /ready.
+        let _ = Source::Socket(path).spawn(tx);
+    }
     loop {
+        while let Ok(input) = phases.try_recv() {
+            if let Some(e) = phase_event(input) {
+                emit(e);
+            }
+        }
         match watched.exited().await {
             Ok(Some(status)) => return Err(Failure::Exited { status }),
             Ok(None) => {}
             Err(e) => return Err(Failure::Watch(e)),
         }
         if get_ok(&client, &format!("{base_url}/ready")).await {
+            // The engine's `ready` phase closes its phase history: pass on what came before it
+            // (a reader that connected late gets the history), for at most half a second.
+            let deadline = Instant::now() + Duration::from_millis(500);
+            while reading && Instant::now() < deadline {
+                match phases.try_recv() {
+                    Ok(Input::Event(metrics::Event::Phase(p)))
+                        if p.phase == metrics::Phase::Ready =>
+                    {
+                        break;
+                    }
+                    Ok(Input::Disconnected { .. }) => break,
+                    Ok(input) => {
+                        if let Some(e) = phase_event(input) {
+                            emit(e);
+                        }
+                    }
+                    Err(std::sync::mpsc::TryRecvError::Empty) => {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+                }
+            }
             emit(Event::Ready);
             return Ok(());
         }
@@ -82,6 +124,23 @@ pub async fn follow(
             return Err(Failure::TimedOut(timeout));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A start-up phase from the socket as the follower reports it (`ready` is [`Event::Ready`],
+/// from `/ready`).
+fn phase_event(input: Input) -> Option<Event> {
+    match input {
+        Input::Event(metrics::Event::Phase(p)) if p.phase != metrics::Phase::Ready => {
+            Some(Event::Phase {
+                name: p.phase.name().to_owned(),
+                done: Some(p.done),
+                total: p.total,
+                unit: p.unit,
+                message: p.message,
+            })
+        }
+        _ => None,
     }
 }
 

@@ -322,6 +322,7 @@ async fn signalled() -> &'static str {
 /// Follows start-up, stopping early on a signal.
 async fn follow_or_signal(
     plan: &Plan<'_>,
+    metrics_socket: PathBuf,
     watched: &mut impl Watched,
     printer: &Printer,
 ) -> Result<(), Interrupted> {
@@ -329,7 +330,7 @@ async fn follow_or_signal(
     let mut bar = progress::Startup::new(printer, &plan.name);
     let timeout = Duration::from_secs(plan.args.ready_timeout);
     let followed = tokio::select! {
-        r = startup::follow(&url, watched, timeout, |e: &Event| bar.event(e)) => r,
+        r = startup::follow(&url, Some(metrics_socket), watched, timeout, |e: &Event| bar.event(e)) => r,
         s = signalled() => return { bar.finish(); Err(Interrupted::Signal(s)) },
     };
     bar.finish();

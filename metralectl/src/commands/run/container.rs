@@ -155,7 +155,12 @@ pub(super) async fn run_container(
     ));
 
     let mut watch = ContainerWatch { client, id: &id };
-    match follow_or_signal(plan, &mut watch, printer).await {
+    let socket = plan
+        .state_dir
+        .join("sockets")
+        .join(&plan.name)
+        .join("metrics.sock");
+    match follow_or_signal(plan, socket, &mut watch, printer).await {
         Ok(()) => {}
         Err(Interrupted::Signal(s)) => {
             printer.note(format!("{s}: stopping and removing {}", spec.name));

@@ -61,7 +61,9 @@ pub(super) async fn run_native(plan: &Plan<'_>, printer: &Printer) -> anyhow::Re
         started.record.log.display()
     ));
     let log = started.record.log.clone();
-    let followed = follow_or_signal(plan, &mut NativeWatch(&mut started), printer).await;
+    // `met serve` without --metrics-socket listens on the default socket for its port.
+    let socket = crate::metrics_client::default_socket(plan.port);
+    let followed = follow_or_signal(plan, socket, &mut NativeWatch(&mut started), printer).await;
     match followed {
         Ok(()) => {}
         Err(Interrupted::Signal(s)) => {

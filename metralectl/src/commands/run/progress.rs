@@ -15,6 +15,9 @@ pub struct Startup<'a> {
     printer: &'a Printer,
     name: String,
     bar: Option<ProgressBar>,
+    /// The phase last written as a note (without a terminal a phase gets one line when it
+    /// starts and one when it completes, not one per progress step).
+    noted_phase: Option<String>,
 }
 
 impl<'a> Startup<'a> {
@@ -32,6 +35,7 @@ impl<'a> Startup<'a> {
             printer,
             name: name.to_owned(),
             bar,
+            noted_phase: None,
         }
     }
 
@@ -39,20 +43,42 @@ impl<'a> Startup<'a> {
         let text = match event {
             Event::Starting => format!("{}: starting the engine", self.name),
             Event::Loading => format!("{}: server up, loading the model", self.name),
-            Event::Phase { name, done, total } => match (done, total) {
-                (Some(d), Some(t)) if *t > 0 => format!(
-                    "{}: {name} {:.1}/{:.1} MB",
-                    self.name,
-                    *d as f64 / 1e6,
-                    *t as f64 / 1e6
-                ),
-                _ => format!("{}: {name}", self.name),
-            },
+            Event::Phase {
+                name,
+                done,
+                total,
+                unit,
+                message,
+            } => {
+                let progress = match (done, total) {
+                    (Some(d), Some(t)) if *t > 0 && unit == "bytes" => {
+                        format!(" {:.1}/{:.1} MB", *d as f64 / 1e6, *t as f64 / 1e6)
+                    }
+                    (Some(d), Some(t)) if *t > 0 => format!(" {d}/{t} {unit}"),
+                    _ => String::new(),
+                };
+                let about = message
+                    .as_deref()
+                    .map_or(String::new(), |m| format!(" ({m})"));
+                format!("{}: {name}{progress}{about}", self.name)
+            }
             Event::Ready => format!("{}: ready", self.name),
         };
         match &self.bar {
             Some(bar) => bar.set_message(text),
-            None => self.printer.note(text),
+            None => {
+                if let Event::Phase {
+                    name, done, total, ..
+                } = event
+                {
+                    let complete = total.is_some_and(|t| Some(t) == *done);
+                    if self.noted_phase.as_deref() == Some(name.as_str()) && !complete {
+                        return;
+                    }
+                    self.noted_phase = Some(name.clone());
+                }
+                self.printer.note(text)
+            }
         }
     }
 
