@@ -59,8 +59,23 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    // A Hub repository id: fetched into the Hugging Face cache before anything else.
-    let (model, model_name) = match hub_progress::resolve(&args.model.model, &args.revision)? {
+    // A Hub repository id: fetched into the Hugging Face cache before anything else, with the
+    // metrics socket already up so a client sees `download` rather than silence.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("met-http")
+        .build()
+        .context("failed to start the async runtime")?;
+    // The socket's accept loop runs on the runtime (the download itself runs on its own).
+    let early = {
+        let _in_runtime = runtime.enter();
+        hub_progress::early_metrics(&args)?
+    };
+    let (model, model_name) = match hub_progress::resolve(
+        &args.model.model,
+        &args.revision,
+        early.as_ref().map(|e| e.hub.phases()),
+    )? {
         Some(snapshot) => (
             snapshot,
             args.model_name
@@ -99,15 +114,10 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         reasoning_parser: args.reasoning_parser,
     }
     .validate()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("met-http")
-        .build()
-        .context("failed to start the async runtime")?;
     if !config.no_tui && std::io::stdout().is_terminal() {
-        return tui::serve_with_dashboard(runtime, config);
+        return tui::serve_with_dashboard(runtime, config, early);
     }
-    runtime.block_on(metrale_engine::server::run(config))
+    runtime.block_on(metrale_engine::server::run(config, early))
 }
 
 fn load_model<B: Backend>(backend: &B, args: &ModelArgs) -> anyhow::Result<Qwen3<B>> {

@@ -14,8 +14,12 @@ use metrale_protocol::metrics::parse_line;
 pub fn serve_with_dashboard(
     runtime: tokio::runtime::Runtime,
     config: ServeConfig,
+    early: Option<server::EarlyMetrics>,
 ) -> anyhow::Result<()> {
-    let hub = server::start_hub(&config)?;
+    let (hub, socket) = match early {
+        Some(e) => (e.hub, Some(e.socket)),
+        None => (server::start_hub(&config)?, None),
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     forward(hub.subscribe(), tx.clone())?;
     let (quit_tx, quit_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -24,7 +28,7 @@ pub fn serve_with_dashboard(
     let server = std::thread::Builder::new()
         .name("met-serve".into())
         .spawn(move || {
-            let r = runtime.block_on(server::serve(config, hub, Some(quit_rx)));
+            let r = runtime.block_on(server::serve(config, hub, Some(quit_rx), socket));
             // The server ended by itself (SIGTERM, a failed start): close the dashboard.
             let _ = done.send(Input::Key(Key::Quit));
             r

@@ -406,6 +406,67 @@ async fn met_serve_takes_a_hub_repository_id() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn met_serve_publishes_the_download_on_its_metrics_socket() {
+    use std::io::{BufRead, BufReader};
+    let endpoint = serve(Hub::demo()).await;
+    let cache = tempfile::tempdir().expect("cache");
+    let sock = cache.path().join("m.sock");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut met = std::process::Command::new(env!("CARGO_BIN_EXE_met"))
+        .args(["serve", REPO, "--no-tui", "--port", &port.to_string()])
+        .arg("--metrics-socket")
+        .arg(&sock)
+        .env("HF_ENDPOINT", &endpoint)
+        .env("HF_HUB_CACHE", cache.path())
+        .env_remove("HF_HUB_OFFLINE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run met");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let stream = loop {
+        if let Ok(s) = std::os::unix::net::UnixStream::connect(&sock) {
+            break s;
+        }
+        assert!(std::time::Instant::now() < deadline, "no metrics socket");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .expect("timeout");
+    // The phase history up to `ready`: every file's download, in bytes, complete.
+    let mut downloaded = BTreeMap::new();
+    for line in BufReader::new(stream).lines() {
+        let v: serde_json::Value = serde_json::from_str(&line.expect("a line")).expect("JSON");
+        if v["type"] != "phase" {
+            continue;
+        }
+        if v["phase"] == "ready" {
+            break;
+        }
+        if v["phase"] == "download" {
+            assert_eq!(v["unit"], "bytes", "{v}");
+            let file = v["message"].as_str().expect("the file").to_owned();
+            downloaded.insert(file, (v["done"].as_u64(), v["total"].as_u64()));
+        }
+    }
+    let _ = met.kill();
+    let _ = met.wait();
+    let (done, total) = downloaded
+        .get(BIG)
+        .copied()
+        .unwrap_or_else(|| panic!("no download phase for {BIG}: {downloaded:?}"));
+    let size = std::fs::metadata(demo_dir().join(BIG))
+        .expect("demo weights")
+        .len();
+    assert_eq!((done, total), (Some(size), Some(size)), "{downloaded:?}");
+    assert!(downloaded.contains_key("tokenizer.json"), "{downloaded:?}");
+}
+
 /// A user recipe like `demo`, but its checkpoint on the (local) Hub, pinned to `COMMIT`.
 fn hub_recipe() -> String {
     let demo = std::fs::read_to_string(server_support::repo_root().join("recipes/demo.toml"))

@@ -182,17 +182,29 @@ pub fn start_hub(config: &ServeConfig) -> anyhow::Result<MetricsHub> {
     .context("failed to start the metrics thread")
 }
 
-/// Serve until SIGTERM or Ctrl-C, then drain and return.
-pub async fn run(config: ServeConfig) -> anyhow::Result<()> {
-    let hub = start_hub(&config)?;
-    serve(config, hub, None).await
+/// The metrics hub and its socket when they had to start before the configuration could be
+/// validated: `met serve ORG/NAME` publishes its download on them before the model exists.
+pub struct EarlyMetrics {
+    pub hub: MetricsHub,
+    pub socket: MetricsSocket,
 }
 
-/// [`run`] with a given hub, and a dashboard's quit channel when one is shown.
+/// Serve until SIGTERM or Ctrl-C, then drain and return.
+pub async fn run(config: ServeConfig, early: Option<EarlyMetrics>) -> anyhow::Result<()> {
+    let (hub, socket) = match early {
+        Some(e) => (e.hub, Some(e.socket)),
+        None => (start_hub(&config)?, None),
+    };
+    serve(config, hub, None, socket).await
+}
+
+/// [`run`] with a given hub (and its socket when already bound), and a dashboard's quit
+/// channel when one is shown.
 pub async fn serve(
     config: ServeConfig,
     hub: MetricsHub,
     quit: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
+    socket: Option<MetricsSocket>,
 ) -> anyhow::Result<()> {
     let phases = hub.phases();
     phases.report(
@@ -202,7 +214,7 @@ pub async fn serve(
         "",
         Some(config.engine.model_dir.display().to_string()),
     );
-    let result = run_with(config, hub, quit).await;
+    let result = run_with(config, hub, quit, socket).await;
     if let Err(e) = &result {
         phases.failed(&format!("{e:#}"));
         // Connected readers keep their writers after the socket file goes; give them a
@@ -216,6 +228,7 @@ async fn run_with(
     config: ServeConfig,
     hub: MetricsHub,
     quit: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
+    socket: Option<MetricsSocket>,
 ) -> anyhow::Result<()> {
     let dir = ModelDir::open(&config.engine.model_dir)?;
     let defaults = dir.generation_config()?;
@@ -235,11 +248,16 @@ async fn run_with(
         .with_context(|| format!("failed to listen on {}:{}", config.host, config.port))?;
     let addr = listener.local_addr()?;
     hub.set_http_url(format!("http://{addr}"));
-    let socket_path = config
-        .metrics_socket
-        .clone()
-        .unwrap_or_else(|| socket::default_path(addr.port()));
-    let metrics_socket = MetricsSocket::bind(&socket_path, hub.clone())?;
+    let metrics_socket = match socket {
+        Some(s) => s,
+        None => {
+            let socket_path = config
+                .metrics_socket
+                .clone()
+                .unwrap_or_else(|| socket::default_path(addr.port()));
+            MetricsSocket::bind(&socket_path, hub.clone())?
+        }
+    };
     say(&format!(
         "met: listening on http://{addr} (model {} loading)",
         config.engine.served_name
