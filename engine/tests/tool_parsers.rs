@@ -323,13 +323,40 @@ fn forced_prefixes_parse_when_the_model_continues_them() {
     let evs = parse_all_ways(Some(f), false, false, &text);
     assert_eq!(evs[1], args(0, json!({"city": "Rome"})));
     let text = format!(
-        "{}get_weather\", \"arguments\": {{}}}}\n</tool_call>",
+        "{}get_weather\", \"arguments\": {{\"city\": \"Oslo\"}}}}\n</tool_call>",
         f.forced_prefix(None)
     );
     assert_eq!(
         parse_all_ways(Some(f), false, false, &text)[1],
-        args(0, json!({}))
+        args(0, json!({"city": "Oslo"}))
     );
+}
+
+#[test]
+fn calls_that_do_not_fit_the_tool_schema_come_back_as_text() {
+    // get_weather requires `city`; `days` is an integer and `metric` a boolean.
+    let outs = [
+        (
+            ToolCallFormat::Hermes,
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\": 2}}\n</tool_call>",
+        ),
+        (
+            ToolCallFormat::Hermes,
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": \"two\"}}\n</tool_call>",
+        ),
+        (
+            ToolCallFormat::Qwen3Coder,
+            "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>",
+        ),
+        (
+            ToolCallFormat::Qwen3Coder,
+            "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=metric>\nmaybe\n</parameter>\n</function>\n</tool_call>",
+        ),
+    ];
+    for (f, out) in outs {
+        let evs = parse_all_ways(Some(f), false, false, out);
+        assert_eq!(evs, vec![Text(out.into())], "{out}");
+    }
 }
 
 #[test]

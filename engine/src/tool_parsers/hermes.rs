@@ -9,7 +9,8 @@
 //!
 //! The body must be one JSON object with a string `name` and an object `arguments` (an
 //! arguments object encoded as a JSON string is accepted too); with tools declared, the name
-//! must be one of them. Anything else is not a call.
+//! must be one of them and the arguments must fit its schema ([`super::schema::validate`]).
+//! Anything else is not a call.
 
 use serde_json::Value;
 
@@ -25,7 +26,7 @@ pub fn parse_call(body: &str, tools: &[ToolSpec]) -> Option<ParsedCall> {
         Value::String(n) if !n.is_empty() => n,
         _ => return None,
     };
-    tool_schema(tools, &name)?;
+    let schema = tool_schema(tools, &name)?;
     let args = match call
         .remove("arguments")
         .or_else(|| call.remove("parameters"))
@@ -38,6 +39,10 @@ pub fn parse_call(body: &str, tools: &[ToolSpec]) -> Option<ParsedCall> {
         },
         Some(_) => return None,
     };
+    if let Err(why) = super::schema::validate(schema, &args) {
+        tracing::debug!("a {name} call does not fit its schema ({why}): returned as text");
+        return None;
+    }
     Some(ParsedCall {
         name,
         args: argument_pieces(&args),

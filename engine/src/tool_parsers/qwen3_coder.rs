@@ -13,7 +13,9 @@
 //! Parameter values are bare text (the template writes one newline after the opening tag and
 //! one before the closing tag; those are layout and dropped). Each becomes a JSON value by the
 //! type the tool's schema declares for it ([`super::schema::convert`]). With tools declared,
-//! the function must be one of them. Missing closing tags mean it is not a call.
+//! the function must be one of them and the converted arguments must fit its schema
+//! ([`super::schema::validate`]: required present, declared types, enums). Missing closing
+//! tags mean it is not a call.
 
 use serde_json::Map;
 
@@ -62,6 +64,10 @@ pub fn parse_call(body: &str, tools: &[ToolSpec]) -> Option<ParsedCall> {
         };
         args.insert(key.to_owned(), convert(raw, ty));
         rest = after;
+    }
+    if let Err(why) = super::schema::validate(schema, &args) {
+        tracing::debug!("a {name} call does not fit its schema ({why}): returned as text");
+        return None;
     }
     Some(ParsedCall {
         name: name.to_owned(),

@@ -66,6 +66,64 @@ pub fn convert(raw: &str, ty: Option<&str>) -> Value {
     }
 }
 
+/// Whether `args` satisfies the tool's `parameters` schema as far as a call's shape goes:
+/// every `required` property present, each value of its declared `type` (one of a list), in
+/// its `enum` when it has one, and no undeclared property when `additionalProperties` is
+/// false. Nested schemas are not walked. A null schema (no tools declared) accepts anything.
+/// `Err` says what is wrong, for the log.
+pub fn validate(parameters: &Value, args: &Map<String, Value>) -> Result<(), String> {
+    if parameters.is_null() {
+        return Ok(());
+    }
+    if let Some(required) = parameters.get("required").and_then(Value::as_array) {
+        for r in required.iter().filter_map(Value::as_str) {
+            if !args.contains_key(r) {
+                return Err(format!("the required argument {r:?} is missing"));
+            }
+        }
+    }
+    let props = parameters.get("properties").and_then(Value::as_object);
+    for (key, value) in args {
+        let Some(prop) = props.and_then(|p| p.get(key)) else {
+            if parameters.get("additionalProperties") == Some(&Value::Bool(false)) {
+                return Err(format!("{key:?} is not an argument of this tool"));
+            }
+            continue;
+        };
+        let types: Vec<&str> = match prop.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        };
+        if !types.is_empty() && !types.iter().any(|t| is_of_type(value, t)) {
+            return Err(format!(
+                "{key:?} is {value}, not of type {}",
+                types.join(" or ")
+            ));
+        }
+        if let Some(allowed) = prop.get("enum").and_then(Value::as_array)
+            && !allowed.contains(value)
+        {
+            return Err(format!("{key:?} is {value}, not one of its enum values"));
+        }
+    }
+    Ok(())
+}
+
+/// JSON Schema's type names; an unknown name accepts anything.
+fn is_of_type(v: &Value, ty: &str) -> bool {
+    match ty {
+        "string" => v.is_string(),
+        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        "number" => v.is_number(),
+        "boolean" => v.is_boolean(),
+        "array" => v.is_array(),
+        "object" => v.is_object(),
+        "null" => v.is_null(),
+        _ => true,
+    }
+}
+
 /// The schema of tool `name` among `tools`; `Some(Null)` when `tools` is empty (nothing to
 /// check against), `None` when the tool is not declared.
 pub fn tool_schema<'a>(tools: &'a [super::ToolSpec], name: &str) -> Option<&'a Value> {
@@ -117,6 +175,38 @@ mod tests {
         assert_eq!(convert("null", Some("null")), Value::Null);
         assert_eq!(convert("7", None), json!(7));
         assert_eq!(convert("hi there", None), json!("hi there"));
+    }
+
+    #[test]
+    fn arguments_are_checked_against_required_types_enums_and_extras() {
+        let s = json!({
+            "type": "object",
+            "properties": {
+                "city": {"type": "string"},
+                "days": {"type": ["integer", "null"]},
+                "unit": {"type": "string", "enum": ["c", "f"]}
+            },
+            "required": ["city"],
+            "additionalProperties": false
+        });
+        let args = |v: Value| v.as_object().cloned().unwrap_or_default();
+        assert_eq!(validate(&s, &args(json!({"city": "Oslo"}))), Ok(()));
+        assert_eq!(
+            validate(
+                &s,
+                &args(json!({"city": "Oslo", "days": null, "unit": "c"}))
+            ),
+            Ok(())
+        );
+        assert!(validate(&s, &args(json!({"days": 3}))).is_err_and(|e| e.contains("\"city\"")));
+        assert!(validate(&s, &args(json!({"city": "Oslo", "days": "three"}))).is_err());
+        assert!(validate(&s, &args(json!({"city": "Oslo", "days": 2.5}))).is_err());
+        assert!(validate(&s, &args(json!({"city": "Oslo", "unit": "k"}))).is_err());
+        assert!(validate(&s, &args(json!({"city": "Oslo", "x": 1}))).is_err());
+        // Without additionalProperties: false, extras pass; a null schema takes anything.
+        let open = json!({"properties": {"a": {"type": "number"}}});
+        assert_eq!(validate(&open, &args(json!({"a": 1.5, "b": true}))), Ok(()));
+        assert_eq!(validate(&Value::Null, &args(json!({"a": "x"}))), Ok(()));
     }
 
     #[test]
