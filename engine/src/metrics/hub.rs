@@ -776,7 +776,10 @@ mod tests {
 
     #[test]
     fn a_reader_that_stops_reading_is_dropped_and_never_waited_on() {
-        let h = hub(256);
+        // A queue of 4,096 lines: the 5,000 reports overflow the stuck reader's, while the
+        // reading one may fall 80 ms of bursts behind (a busy CI machine deschedules threads)
+        // before it would be dropped too.
+        let h = hub(4096);
         let stuck = h.subscribe();
         let mut good = h.subscribe();
         // The good reader drains on its own thread; the stuck one never reads.
