@@ -93,8 +93,9 @@ pub async fn follow(
         }
         if get_ok(&client, &format!("{base_url}/ready")).await {
             // The engine's `ready` phase closes its phase history: pass on what came before it
-            // (a reader that connected late gets the history), for at most half a second.
-            let deadline = Instant::now() + Duration::from_millis(500);
+            // (a reader that connected late gets the history), for at most a second (the
+            // reader retries a missing socket every half second).
+            let deadline = Instant::now() + Duration::from_secs(1);
             while reading && Instant::now() < deadline {
                 match phases.try_recv() {
                     Ok(Input::Event(metrics::Event::Phase(p)))
@@ -102,7 +103,6 @@ pub async fn follow(
                     {
                         break;
                     }
-                    Ok(Input::Disconnected { .. }) => break,
                     Ok(input) => {
                         if let Some(e) = phase_event(input) {
                             emit(e);
