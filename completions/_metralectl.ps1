@@ -37,6 +37,8 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show an engine''s log')
             [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image and Hub checkpoint ahead of time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
+            [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)')
+            [CompletionResult]::new('verify', 'verify', [CompletionResultType]::ParameterValue, 'Check a benchmark record against its detached signature')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -160,6 +162,63 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'metralectl;bench' {
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Base URL of the OpenAI-compatible server (e.g. http://127.0.0.1:8000)')
+            [CompletionResult]::new('--model', '--model', [CompletionResultType]::ParameterName, 'The model name to send [default: the first one the server''s /v1/models lists]')
+            [CompletionResult]::new('--concurrency', '--concurrency', [CompletionResultType]::ParameterName, 'The ladder: concurrent requests of each rung, comma-separated')
+            [CompletionResult]::new('--isl', '--isl', [CompletionResultType]::ParameterName, 'Prompt tokens a request, exactly')
+            [CompletionResult]::new('--osl', '--osl', [CompletionResultType]::ParameterName, 'Generated tokens a request, exactly')
+            [CompletionResult]::new('--reps', '--reps', [CompletionResultType]::ParameterName, 'Timed repetitions a rung')
+            [CompletionResult]::new('--warmup', '--warmup', [CompletionResultType]::ParameterName, 'Untimed repetitions before the timed ones, a rung')
+            [CompletionResult]::new('--seed', '--seed', [CompletionResultType]::ParameterName, 'Seed of the prompts and of the sampler')
+            [CompletionResult]::new('--temperature', '--temperature', [CompletionResultType]::ParameterName, 'Sampling temperature')
+            [CompletionResult]::new('--api-key', '--api-key', [CompletionResultType]::ParameterName, 'The server''s API key (sent as `Authorization: Bearer KEY`)')
+            [CompletionResult]::new('--endpoint', '--endpoint', [CompletionResultType]::ParameterName, 'Which API to drive')
+            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'Give up on a request after this many seconds (it counts as an error)')
+            [CompletionResult]::new('--record', '--record', [CompletionResultType]::ParameterName, 'Write the run as a record (JSON, see docs/benchmarks.md)')
+            [CompletionResult]::new('--sign', '--sign', [CompletionResultType]::ParameterName, 'Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.sig')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print the record as JSON instead of a table')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'metralectl;bench;keygen' {
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;bench;help' {
+            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'metralectl;bench;help;keygen' {
+            break
+        }
+        'metralectl;bench;help;help' {
+            break
+        }
+        'metralectl;verify' {
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Require this public key (a KEYFILE.pub) [default: the key named in the signature]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'metralectl;help' {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the recipes: built-in ones and yours')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show everything a recipe pins, and whether it fits this machine')
@@ -171,6 +230,8 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show an engine''s log')
             [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image and Hub checkpoint ahead of time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
+            [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)')
+            [CompletionResult]::new('verify', 'verify', [CompletionResultType]::ParameterValue, 'Check a benchmark record against its detached signature')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -202,6 +263,16 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             break
         }
         'metralectl;help;completions' {
+            break
+        }
+        'metralectl;help;bench' {
+            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
+            break
+        }
+        'metralectl;help;bench;keygen' {
+            break
+        }
+        'metralectl;help;verify' {
             break
         }
         'metralectl;help;help' {

@@ -34,6 +34,8 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand logs 'Show an engine''s log'
             cand pull 'Fetch a recipe''s engine image and Hub checkpoint ahead of time'
             cand completions 'Write shell completions to stdout'
+            cand bench 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)'
+            cand verify 'Check a benchmark record against its detached signature'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'metralectl;list'= {
@@ -146,6 +148,57 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'metralectl;bench'= {
+            cand --url 'Base URL of the OpenAI-compatible server (e.g. http://127.0.0.1:8000)'
+            cand --model 'The model name to send [default: the first one the server''s /v1/models lists]'
+            cand --concurrency 'The ladder: concurrent requests of each rung, comma-separated'
+            cand --isl 'Prompt tokens a request, exactly'
+            cand --osl 'Generated tokens a request, exactly'
+            cand --reps 'Timed repetitions a rung'
+            cand --warmup 'Untimed repetitions before the timed ones, a rung'
+            cand --seed 'Seed of the prompts and of the sampler'
+            cand --temperature 'Sampling temperature'
+            cand --api-key 'The server''s API key (sent as `Authorization: Bearer KEY`)'
+            cand --endpoint 'Which API to drive'
+            cand --request-timeout 'Give up on a request after this many seconds (it counts as an error)'
+            cand --record 'Write the run as a record (JSON, see docs/benchmarks.md)'
+            cand --sign 'Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.sig'
+            cand --json 'Print the record as JSON instead of a table'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'metralectl;bench;keygen'= {
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'metralectl;bench;help'= {
+            cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'metralectl;bench;help;keygen'= {
+        }
+        &'metralectl;bench;help;help'= {
+        }
+        &'metralectl;verify'= {
+            cand --key 'Require this public key (a KEYFILE.pub) [default: the key named in the signature]'
+            cand --json 'Print JSON'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'metralectl;help'= {
             cand list 'List the recipes: built-in ones and yours'
             cand show 'Show everything a recipe pins, and whether it fits this machine'
@@ -157,6 +210,8 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand logs 'Show an engine''s log'
             cand pull 'Fetch a recipe''s engine image and Hub checkpoint ahead of time'
             cand completions 'Write shell completions to stdout'
+            cand bench 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)'
+            cand verify 'Check a benchmark record against its detached signature'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'metralectl;help;list'= {
@@ -178,6 +233,13 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         &'metralectl;help;pull'= {
         }
         &'metralectl;help;completions'= {
+        }
+        &'metralectl;help;bench'= {
+            cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+        }
+        &'metralectl;help;bench;keygen'= {
+        }
+        &'metralectl;help;verify'= {
         }
         &'metralectl;help;help'= {
         }
