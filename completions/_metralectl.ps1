@@ -173,6 +173,8 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--seed', '--seed', [CompletionResultType]::ParameterName, 'Seed of the prompts and of the sampler')
             [CompletionResult]::new('--temperature', '--temperature', [CompletionResultType]::ParameterName, 'Sampling temperature')
             [CompletionResult]::new('--api-key', '--api-key', [CompletionResultType]::ParameterName, 'The server''s API key (sent as `Authorization: Bearer KEY`)')
+            [CompletionResult]::new('--against', '--against', [CompletionResultType]::ParameterName, 'Run the same ladder against this second server too, alternating rep by rep, and report the ratio a rung')
+            [CompletionResult]::new('--against-model', '--against-model', [CompletionResultType]::ParameterName, 'The model name to send to --against [default: the first one its /v1/models lists]')
             [CompletionResult]::new('--endpoint', '--endpoint', [CompletionResultType]::ParameterName, 'Which API to drive')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'Give up on a request after this many seconds (it counts as an error)')
             [CompletionResult]::new('--record', '--record', [CompletionResultType]::ParameterName, 'Write the run as a record (JSON, see docs/benchmarks.md)')

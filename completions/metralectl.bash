@@ -130,7 +130,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__bench)
-            opts="-q -h -V --url --model --concurrency --isl --osl --reps --warmup --seed --temperature --api-key --endpoint --request-timeout --record --sign --json --quiet --help --version keygen help"
+            opts="-q -h -V --url --model --concurrency --isl --osl --reps --warmup --seed --temperature --api-key --against --against-model --endpoint --request-timeout --record --sign --json --quiet --help --version keygen help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -173,6 +173,14 @@ _metralectl() {
                     return 0
                     ;;
                 --api-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --against)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --against-model)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -159,6 +159,8 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --seed 'Seed of the prompts and of the sampler'
             cand --temperature 'Sampling temperature'
             cand --api-key 'The server''s API key (sent as `Authorization: Bearer KEY`)'
+            cand --against 'Run the same ladder against this second server too, alternating rep by rep, and report the ratio a rung'
+            cand --against-model 'The model name to send to --against [default: the first one its /v1/models lists]'
             cand --endpoint 'Which API to drive'
             cand --request-timeout 'Give up on a request after this many seconds (it counts as an error)'
             cand --record 'Write the run as a record (JSON, see docs/benchmarks.md)'

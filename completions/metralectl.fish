@@ -108,6 +108,8 @@ complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __f
 complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from keygen help" -l seed -d 'Seed of the prompts and of the sampler' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from keygen help" -l temperature -d 'Sampling temperature' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from keygen help" -l api-key -d 'The server\'s API key (sent as `Authorization: Bearer KEY`)' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from keygen help" -l against -d 'Run the same ladder against this second server too, alternating rep by rep, and report the ratio a rung' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from keygen help" -l against-model -d 'The model name to send to --against [default: the first one its /v1/models lists]' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from keygen help" -l endpoint -d 'Which API to drive' -r -f -a "chat\t'`POST /v1/chat/completions`, the prompt as one user message'
 completions\t'`POST /v1/completions`, the prompt as token ids'"
 complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from keygen help" -l request-timeout -d 'Give up on a request after this many seconds (it counts as an error)' -r

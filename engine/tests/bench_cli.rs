@@ -265,3 +265,48 @@ async fn broken_streams_count_as_errors() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_measures_both_servers_and_their_ratio() {
+    let (a, b) = (Server::start(&[]).await, Server::start(&[]).await);
+    let out = ctl_async(
+        [
+            "bench",
+            "--url",
+            &a.base,
+            "--against",
+            &format!("{}/v1", b.base),
+            "--concurrency",
+            "1,2",
+            "--isl",
+            "10",
+            "--osl",
+            "3",
+            "--reps",
+            "2",
+            "--warmup",
+            "0",
+            "--json",
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "bench --against: {}",
+        text(&out.stderr)
+    );
+    let rec: Record = serde_json::from_slice(&out.stdout).expect("--json is a record");
+    let against = rec.against.expect("the B side is recorded");
+    assert_eq!(against.url, b.base, "a /v1 suffix is the same server");
+    assert_eq!(against.rungs.len(), 2);
+    for ((ra, rb), ratio) in rec.rungs.iter().zip(&against.rungs).zip(&against.ratio) {
+        assert_eq!((ra.errors, rb.errors), (0, 0));
+        for rep in ra.reps.iter().chain(&rb.reps) {
+            assert_eq!(rep.output_tokens, u64::from(3 * ra.concurrency));
+        }
+        let expected = ra.output_tok_s.mean / rb.output_tok_s.mean;
+        assert!((ratio - expected).abs() < 1e-9 && *ratio > 0.0);
+    }
+}

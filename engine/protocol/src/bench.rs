@@ -21,6 +21,22 @@ pub struct Record {
     pub machine: Machine,
     /// One entry a rung of the ladder, in the order they ran.
     pub rungs: Vec<Rung>,
+    /// With `--against URL2`: the same ladder on a second server, its reps alternating with
+    /// these rep by rep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against: Option<Against>,
+}
+
+/// The second server of an A/B run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Against {
+    pub url: String,
+    pub model: String,
+    /// Its `GET /v1/models` answer.
+    pub server: Value,
+    pub rungs: Vec<Rung>,
+    /// A's mean output tok/s over B's, a rung (0 where B made no tokens).
+    pub ratio: Vec<f64>,
 }
 
 /// The program that measured.

@@ -80,6 +80,13 @@ pub struct RunArgs {
     /// The server's API key (sent as `Authorization: Bearer KEY`).
     #[arg(long, value_name = "KEY", env = "MET_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Run the same ladder against this second server too, alternating rep by rep, and report
+    /// the ratio a rung.
+    #[arg(long, value_name = "URL2")]
+    pub against: Option<String>,
+    /// The model name to send to --against [default: the first one its /v1/models lists].
+    #[arg(long, value_name = "MODEL", requires = "against")]
+    pub against_model: Option<String>,
     /// Which API to drive.
     #[arg(long, value_enum, default_value = "chat")]
     pub endpoint: Endpoint,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use metrale_protocol::bench::{RECORD_VERSION, Record, Rep, Rung, Workload};
+use metrale_protocol::bench::{Against, RECORD_VERSION, Record, Rep, Rung, Workload};
 use serde::Serialize;
 
 use super::runtime;
@@ -70,20 +70,52 @@ fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     // Load the key first: a bad key should fail before minutes of measuring, not after.
     let key = args.sign.as_deref().map(sign::load_secret).transpose()?;
     let harness = record::harness()?;
-    let server = Server::new(
-        url,
-        args.api_key.clone(),
-        Duration::from_secs(args.request_timeout),
-    )?;
-    let (workload, server_models, rungs) = runtime()?.block_on(ladder(&server, args, printer))?;
+    let timeout = Duration::from_secs(args.request_timeout);
+    let mut targets = vec![Server::new(url, args.api_key.clone(), timeout)?];
+    if let Some(b) = &args.against {
+        targets.push(Server::new(b, args.api_key.clone(), timeout)?);
+    }
+    let mut series = runtime()?.block_on(ladder(targets, args, printer))?;
+    let b = (series.len() > 1).then(|| series.remove(1));
+    let a = series.remove(0);
+    let against = b.map(|b| Against {
+        ratio: a
+            .rungs
+            .iter()
+            .zip(&b.rungs)
+            .map(|(ra, rb)| {
+                if rb.output_tok_s.mean > 0.0 {
+                    ra.output_tok_s.mean / rb.output_tok_s.mean
+                } else {
+                    0.0
+                }
+            })
+            .collect(),
+        url: b.url,
+        model: b.model,
+        server: b.models,
+        rungs: b.rungs,
+    });
     let rec = Record {
         version: RECORD_VERSION,
         date: record::now_rfc3339(),
         harness,
-        workload,
-        server: server_models,
+        workload: Workload {
+            url: a.url,
+            model: a.model,
+            endpoint: args.endpoint.as_str().to_owned(),
+            isl: args.isl,
+            osl: args.osl,
+            concurrency: args.concurrency.clone(),
+            reps: args.reps,
+            warmup: args.warmup,
+            seed: args.seed,
+            temperature: args.temperature,
+        },
+        server: a.models,
         machine: record::machine(),
-        rungs,
+        rungs: a.rungs,
+        against,
     };
     if let Some(path) = &args.record {
         let mut bytes = serde_json::to_vec_pretty(&rec).context("failed to encode the record")?;
@@ -98,15 +130,15 @@ fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     if printer.json_mode() {
         printer.json(&rec)?;
     } else {
-        print_table(&rec, printer)?;
+        print_tables(&rec, printer)?;
     }
-    let errors: u32 = rec.rungs.iter().map(|r| r.errors).sum();
+    let all = rec
+        .rungs
+        .iter()
+        .chain(rec.against.iter().flat_map(|b| &b.rungs));
+    let errors: u32 = all.clone().map(|r| r.errors).sum();
     if errors > 0 {
-        let sample = rec
-            .rungs
-            .iter()
-            .flat_map(|r| r.error_samples.first())
-            .next();
+        let sample = all.flat_map(|r| r.error_samples.first()).next();
         printer.warn(format!(
             "{errors} requests failed; their tokens are not counted (first: {})",
             sample.map_or("-", String::as_str)
@@ -116,38 +148,50 @@ fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One server's side of the run.
+struct Series {
+    url: String,
+    model: String,
+    models: serde_json::Value,
+    rungs: Vec<Rung>,
+}
+
+/// Runs the ladder on every target (one, or A and B), rep by rep in turn so a drifting machine
+/// affects them all alike.
 async fn ladder(
-    server: &Server,
+    targets: Vec<Server>,
     args: &RunArgs,
     printer: &Printer,
-) -> anyhow::Result<(Workload, serde_json::Value, Vec<Rung>)> {
-    let models = server.models().await?;
-    let model = match &args.model {
-        Some(m) => m.clone(),
-        None => models["data"][0]["id"]
-            .as_str()
-            .map(str::to_owned)
-            .with_context(|| format!("{}/v1/models lists no model: pass --model", server.base()))?,
-    };
-    let workload = Workload {
-        url: server.base().to_owned(),
-        model: model.clone(),
-        endpoint: args.endpoint.as_str().to_owned(),
-        isl: args.isl,
-        osl: args.osl,
-        concurrency: args.concurrency.clone(),
-        reps: args.reps,
-        warmup: args.warmup,
-        seed: args.seed,
-        temperature: args.temperature,
-    };
-    let total: u64 = args
+) -> anyhow::Result<Vec<Series>> {
+    let mut sides = Vec::new();
+    for (i, server) in targets.into_iter().enumerate() {
+        let models = server.models().await?;
+        let asked = if i == 0 {
+            &args.model
+        } else {
+            &args.against_model
+        };
+        let model = match asked {
+            Some(m) => m.clone(),
+            None => models["data"][0]["id"]
+                .as_str()
+                .map(str::to_owned)
+                .with_context(|| {
+                    format!(
+                        "{}/v1/models lists no model: pass --model (or --against-model)",
+                        server.base()
+                    )
+                })?,
+        };
+        sides.push((Arc::new(server), Arc::<str>::from(model), models));
+    }
+    let per_rep: u64 = args
         .concurrency
         .iter()
         .map(|c| u64::from(*c) * u64::from(args.reps + args.warmup))
         .sum();
     let bar = if printer.live_progress() {
-        ProgressBar::new(total)
+        ProgressBar::new(per_rep * sides.len() as u64)
     } else {
         ProgressBar::hidden()
     };
@@ -156,56 +200,69 @@ async fn ladder(
             .context("bad progress template")?
             .progress_chars("=> "),
     );
-    let server = Arc::new(server.clone());
-    let model: Arc<str> = model.into();
-    let mut rungs = Vec::new();
+    let mut rungs: Vec<Vec<Rung>> = sides.iter().map(|_| Vec::new()).collect();
     let mut counter = 0u64;
     for &c in &args.concurrency {
         bar.set_message(format!("concurrency {c}"));
-        let mut reps = Vec::new();
-        let mut samples = Vec::new();
+        let mut reps: Vec<Vec<Rep>> = sides.iter().map(|_| Vec::new()).collect();
+        let mut samples: Vec<Vec<String>> = sides.iter().map(|_| Vec::new()).collect();
         for rep in 0..args.warmup + args.reps {
-            // Distinct prompts for every request, built before the clock starts.
-            let mut prompts = Vec::new();
-            for _ in 0..c {
-                counter += 1;
-                let seed = args.seed.wrapping_mul(1_000_003).wrapping_add(counter);
-                let prompt = server.prompt(&model, args.endpoint, args.isl, seed).await?;
-                prompts.push((prompt, seed));
-            }
-            let start = Instant::now();
-            let tasks: Vec<_> = prompts
-                .into_iter()
-                .map(|(prompt, seed)| {
-                    let (server, model, bar) = (server.clone(), model.clone(), bar.clone());
-                    let (endpoint, isl, osl, temp) =
-                        (args.endpoint, args.isl, args.osl, args.temperature);
-                    tokio::spawn(async move {
-                        let out = server
-                            .run(endpoint, &model, &prompt, isl, osl, temp, seed)
-                            .await;
-                        bar.inc(1);
-                        out
+            let first = counter;
+            for (side, (server, model, _)) in sides.iter().enumerate() {
+                // The same seeds on every side: the same words, cut to ISL by each server's
+                // own tokenizer; distinct for every request, built before the clock starts.
+                counter = first;
+                let mut prompts = Vec::new();
+                for _ in 0..c {
+                    counter += 1;
+                    let seed = args.seed.wrapping_mul(1_000_003).wrapping_add(counter);
+                    let prompt = server.prompt(model, args.endpoint, args.isl, seed).await?;
+                    prompts.push((prompt, seed));
+                }
+                let start = Instant::now();
+                let tasks: Vec<_> = prompts
+                    .into_iter()
+                    .map(|(prompt, seed)| {
+                        let (server, model, bar) = (server.clone(), model.clone(), bar.clone());
+                        let (endpoint, isl, osl, temp) =
+                            (args.endpoint, args.isl, args.osl, args.temperature);
+                        tokio::spawn(async move {
+                            let out = server
+                                .run(endpoint, &model, &prompt, isl, osl, temp, seed)
+                                .await;
+                            bar.inc(1);
+                            out
+                        })
                     })
-                })
-                .collect();
-            let mut outcomes = Vec::new();
-            for task in tasks {
-                outcomes.push(
-                    task.await
-                        .unwrap_or_else(|e| Outcome::Err(format!("request task failed: {e}"))),
-                );
+                    .collect();
+                let mut outcomes = Vec::new();
+                for task in tasks {
+                    outcomes.push(
+                        task.await
+                            .unwrap_or_else(|e| Outcome::Err(format!("request task failed: {e}"))),
+                    );
+                }
+                let wall = start.elapsed();
+                if rep >= args.warmup {
+                    reps[side].push(rep_of(&outcomes, wall, &mut samples[side]));
+                }
             }
-            let wall = start.elapsed();
-            if rep < args.warmup {
-                continue;
-            }
-            reps.push(rep_of(&outcomes, wall, &mut samples));
         }
-        rungs.push(rung_of(c, args.osl, reps, samples));
+        for (side, (reps, samples)) in reps.into_iter().zip(samples).enumerate() {
+            rungs[side].push(rung_of(c, args.osl, reps, samples));
+        }
     }
     bar.finish_and_clear();
-    Ok((workload, models, rungs))
+    Ok(sides
+        .into_iter()
+        .zip(rungs)
+        .map(|((server, model, models), rungs)| Series {
+            url: server.base().to_owned(),
+            model: model.to_string(),
+            models,
+            rungs,
+        })
+        .collect())
 }
 
 fn rep_of(outcomes: &[Outcome], wall: Duration, samples: &mut Vec<String>) -> Rep {
@@ -273,17 +330,42 @@ fn rung_of(concurrency: u32, osl: u32, reps: Vec<Rep>, error_samples: Vec<String
     }
 }
 
-fn print_table(rec: &Record, printer: &Printer) -> anyhow::Result<()> {
+fn print_tables(rec: &Record, printer: &Printer) -> anyhow::Result<()> {
     let w = &rec.workload;
     printer.line(format!(
         "{} {} on {} ({}): ISL {} OSL {}, {} timed reps after {} warmup",
         w.endpoint, w.model, w.url, rec.machine.kind, w.isl, w.osl, w.reps, w.warmup
     ))?;
+    print_rungs(&rec.rungs, printer)?;
+    if let Some(b) = &rec.against {
+        printer.line("")?;
+        printer.line(format!("against {} on {}:", b.model, b.url))?;
+        print_rungs(&b.rungs, printer)?;
+        printer.line("")?;
+        let rows: Vec<Vec<String>> = rec
+            .rungs
+            .iter()
+            .zip(&b.rungs)
+            .zip(&b.ratio)
+            .map(|((ra, rb), ratio)| {
+                vec![
+                    ra.concurrency.to_string(),
+                    format!("{:.1}", ra.output_tok_s.mean),
+                    format!("{:.1}", rb.output_tok_s.mean),
+                    format!("{ratio:.3}"),
+                ]
+            })
+            .collect();
+        printer.table(&["CONC", "A TOK/S", "B TOK/S", "A/B"], &rows)?;
+    }
+    Ok(())
+}
+
+fn print_rungs(rungs: &[Rung], printer: &Printer) -> anyhow::Result<()> {
     let p = |x: &metrale_protocol::bench::Percentiles| {
         format!("{:.1}/{:.1}/{:.1}", x.p50, x.p90, x.p99)
     };
-    let rows: Vec<Vec<String>> = rec
-        .rungs
+    let rows: Vec<Vec<String>> = rungs
         .iter()
         .map(|r| {
             vec![
