@@ -55,11 +55,17 @@ _metralectl() {
             metralectl,verify)
                 cmd="metralectl__subcmd__verify"
                 ;;
+            metralectl__subcmd__bench,gate)
+                cmd="metralectl__subcmd__bench__subcmd__gate"
+                ;;
             metralectl__subcmd__bench,help)
                 cmd="metralectl__subcmd__bench__subcmd__help"
                 ;;
             metralectl__subcmd__bench,keygen)
                 cmd="metralectl__subcmd__bench__subcmd__keygen"
+                ;;
+            metralectl__subcmd__bench__subcmd__help,gate)
+                cmd="metralectl__subcmd__bench__subcmd__help__subcmd__gate"
                 ;;
             metralectl__subcmd__bench__subcmd__help,help)
                 cmd="metralectl__subcmd__bench__subcmd__help__subcmd__help"
@@ -106,6 +112,9 @@ _metralectl() {
             metralectl__subcmd__help,verify)
                 cmd="metralectl__subcmd__help__subcmd__verify"
                 ;;
+            metralectl__subcmd__help__subcmd__bench,gate)
+                cmd="metralectl__subcmd__help__subcmd__bench__subcmd__gate"
+                ;;
             metralectl__subcmd__help__subcmd__bench,keygen)
                 cmd="metralectl__subcmd__help__subcmd__bench__subcmd__keygen"
                 ;;
@@ -130,7 +139,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__bench)
-            opts="-q -h -V --url --model --concurrency --isl --osl --reps --warmup --seed --temperature --api-key --against --against-model --endpoint --request-timeout --record --sign --json --quiet --help --version keygen help"
+            opts="-q -h -V --url --model --concurrency --isl --osl --reps --warmup --seed --temperature --api-key --against --against-model --endpoint --request-timeout --record --sign --json --quiet --help --version gate keygen help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -207,9 +216,53 @@ _metralectl() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        metralectl__subcmd__bench__subcmd__help)
-            opts="keygen help"
+        metralectl__subcmd__bench__subcmd__gate)
+            opts="-q -h -V --baseline --url --api-key --tolerance --json --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --baseline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tolerance)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench__subcmd__help)
+            opts="gate keygen help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench__subcmd__help__subcmd__gate)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -310,8 +363,22 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__help__subcmd__bench)
-            opts="keygen"
+            opts="gate keygen"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__bench__subcmd__gate)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

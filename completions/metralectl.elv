@@ -172,8 +172,22 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --help 'Print help (see more with ''--help'')'
             cand -V 'Print version'
             cand --version 'Print version'
+            cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
             cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
             cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'metralectl;bench;gate'= {
+            cand --baseline 'The baseline record (e.g. bench/baselines/NAME.json)'
+            cand --url 'The server to measure [default: the baseline''s URL]'
+            cand --api-key 'The server''s API key (sent as `Authorization: Bearer KEY`)'
+            cand --tolerance 'How much slower than the baseline a rung may be, as a fraction'
+            cand --json 'Print JSON'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
         }
         &'metralectl;bench;keygen'= {
             cand -q 'Print only the result: no notes or warnings'
@@ -184,8 +198,11 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --version 'Print version'
         }
         &'metralectl;bench;help'= {
+            cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
             cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
             cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'metralectl;bench;help;gate'= {
         }
         &'metralectl;bench;help;keygen'= {
         }
@@ -237,7 +254,10 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         &'metralectl;help;completions'= {
         }
         &'metralectl;help;bench'= {
+            cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
             cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+        }
+        &'metralectl;help;bench;gate'= {
         }
         &'metralectl;help;bench;keygen'= {
         }

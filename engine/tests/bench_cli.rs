@@ -310,3 +310,64 @@ async fn against_measures_both_servers_and_their_ratio() {
         assert!((ratio - expected).abs() < 1e-9 && *ratio > 0.0);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gate_fails_an_impossible_baseline_and_passes_a_generous_one() {
+    let server = Server::start(&[]).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let measured = dir.path().join("measured.json");
+    let out = ctl_async(
+        [
+            "bench",
+            "--url",
+            &server.base,
+            "--concurrency",
+            "1,2",
+            "--isl",
+            "12",
+            "--osl",
+            "4",
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--record",
+            &path_str(&measured),
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+    .await;
+    assert!(out.status.success(), "bench: {}", text(&out.stderr));
+    let mut baseline: Value =
+        serde_json::from_slice(&std::fs::read(&measured).expect("record")).expect("JSON");
+
+    for (tok_s, passes) in [(1e12, false), (1e-3, true)] {
+        for rung in baseline["rungs"].as_array_mut().expect("rungs") {
+            rung["output_tok_s"]["mean"] = json!(tok_s);
+        }
+        let path = dir.path().join(format!("baseline-{passes}.json"));
+        std::fs::write(&path, serde_json::to_vec(&baseline).expect("encode")).expect("write");
+        let out = ctl_async(
+            ["bench", "gate", "--baseline", &path_str(&path), "--json"]
+                .map(String::from)
+                .to_vec(),
+        )
+        .await;
+        assert_eq!(
+            out.status.success(),
+            passes,
+            "gate vs {tok_s} tok/s: {}",
+            text(&out.stderr)
+        );
+        let verdict: Value = serde_json::from_slice(&out.stdout).expect("--json");
+        assert_eq!(verdict["pass"], passes);
+        assert_eq!(verdict["rungs"].as_array().map(Vec::len), Some(2));
+        assert_eq!(verdict["coherence"]["deterministic"], true);
+        assert_eq!(verdict["coherence"]["leaked_special"], Value::Null);
+        for rung in verdict["rungs"].as_array().expect("rungs") {
+            assert_eq!(rung["pass"], passes);
+            assert!(rung["tok_s"].as_f64().is_some_and(|t| t > 0.0));
+        }
+    }
+}

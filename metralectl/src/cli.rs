@@ -59,7 +59,7 @@ impl Command {
             Self::Ps(a) => a.json,
             Self::Top(_) | Self::Stop(_) | Self::Logs(_) | Self::Pull(_) => false,
             Self::Completions(_) => false,
-            Self::Bench(a) => a.run.json,
+            Self::Bench(a) => a.json(),
             Self::Verify(a) => a.json,
         }
     }

@@ -14,8 +14,22 @@ pub struct BenchArgs {
     pub run: RunArgs,
 }
 
+impl BenchArgs {
+    /// Whether JSON output was asked for, by the ladder or by a subcommand.
+    pub fn json(&self) -> bool {
+        match &self.command {
+            Some(BenchCommand::Gate(g)) => g.json,
+            Some(BenchCommand::Keygen(_)) => false,
+            None => self.run.json,
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
+    /// Rerun a baseline record's workload; fail when a rung is slower than the baseline by more
+    /// than the tolerance, or when greedy outputs are not deterministic or leak special tokens.
+    Gate(GateArgs),
     /// Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub.
     Keygen(KeygenArgs),
 }
@@ -24,6 +38,25 @@ pub enum BenchCommand {
 pub struct KeygenArgs {
     /// Where to write the secret key (it must not exist); the public key goes to KEYFILE.pub.
     pub keyfile: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct GateArgs {
+    /// The baseline record (e.g. bench/baselines/NAME.json).
+    #[arg(long, value_name = "FILE")]
+    pub baseline: PathBuf,
+    /// The server to measure [default: the baseline's URL].
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// The server's API key (sent as `Authorization: Bearer KEY`).
+    #[arg(long, value_name = "KEY", env = "MET_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// How much slower than the baseline a rung may be, as a fraction.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.10)]
+    pub tolerance: f64,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

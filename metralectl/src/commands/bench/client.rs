@@ -209,6 +209,41 @@ impl Server {
         Ok(tokens.len())
     }
 
+    /// One greedy, unstreamed completion of `prompt`: its text, special tokens left in.
+    pub async fn greedy_text(
+        &self,
+        endpoint: Endpoint,
+        model: &str,
+        prompt: &Prompt,
+        osl: u32,
+    ) -> anyhow::Result<String> {
+        let mut body = json!({
+            "model": model,
+            "max_tokens": osl,
+            "temperature": 0.0,
+            "skip_special_tokens": true,
+        });
+        let (path, pointer) = match (endpoint, prompt) {
+            (Endpoint::Chat, Prompt::Text(text)) => {
+                body["messages"] = json!([{"role": "user", "content": text}]);
+                ("/v1/chat/completions", "/choices/0/message/content")
+            }
+            (_, Prompt::Tokens(ids)) => {
+                body["prompt"] = json!(ids);
+                ("/v1/completions", "/choices/0/text")
+            }
+            (Endpoint::Completions, Prompt::Text(text)) => {
+                body["prompt"] = json!(text);
+                ("/v1/completions", "/choices/0/text")
+            }
+        };
+        let v = self.json(reqwest::Method::POST, path, Some(&body)).await?;
+        v.pointer(pointer)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .with_context(|| format!("{path} answered without text at {pointer}"))
+    }
+
     /// Sends one streamed request and measures it from the wire. Every way it can go wrong is
     /// an `Outcome::Err`, never a success.
     #[allow(clippy::too_many_arguments)]

@@ -17,6 +17,7 @@ use crate::printer::Printer;
 
 mod args;
 mod client;
+mod gate;
 mod record;
 mod sign;
 mod stats;
@@ -39,12 +40,13 @@ pub fn bench(args: &BenchArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
             ))?;
             Ok(ExitCode::SUCCESS)
         }
+        Some(BenchCommand::Gate(g)) => gate::gate(g, printer),
         None => run(&args.run, printer),
     }
 }
 
 /// The flags, checked once.
-fn validate(args: &RunArgs) -> anyhow::Result<&str> {
+pub(super) fn validate(args: &RunArgs) -> anyhow::Result<&str> {
     let Some(url) = args.url.as_deref() else {
         bail!(
             "--url is required: the server to measure, e.g. `metralectl bench --url http://127.0.0.1:8000`"
@@ -149,16 +151,16 @@ fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
 }
 
 /// One server's side of the run.
-struct Series {
-    url: String,
-    model: String,
-    models: serde_json::Value,
-    rungs: Vec<Rung>,
+pub(super) struct Series {
+    pub url: String,
+    pub model: String,
+    pub models: serde_json::Value,
+    pub rungs: Vec<Rung>,
 }
 
 /// Runs the ladder on every target (one, or A and B), rep by rep in turn so a drifting machine
 /// affects them all alike.
-async fn ladder(
+pub(super) async fn ladder(
     targets: Vec<Server>,
     args: &RunArgs,
     printer: &Printer,
