@@ -55,6 +55,7 @@ impl Server {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .pool_max_idle_per_host(1024)
+            .tcp_nodelay(true)
             .build()
             .context("failed to build the HTTP client")?;
         Ok(Self {
