@@ -187,6 +187,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('gate', 'gate', [CompletionResultType]::ParameterValue, 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records')
             [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -197,6 +198,17 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--api-key', '--api-key', [CompletionResultType]::ParameterName, 'The server''s API key (sent as `Authorization: Bearer KEY`)')
             [CompletionResult]::new('--tolerance', '--tolerance', [CompletionResultType]::ParameterName, 'How much slower than the baseline a rung may be, as a fraction')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;bench;report' {
+            [CompletionResult]::new('--records', '--records', [CompletionResultType]::ParameterName, 'The directory of records')
+            [CompletionResult]::new('--out', '--out', [CompletionResultType]::ParameterName, 'Where README.md and ladder.svg go')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -216,11 +228,15 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
         }
         'metralectl;bench;help' {
             [CompletionResult]::new('gate', 'gate', [CompletionResultType]::ParameterValue, 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records')
             [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
         'metralectl;bench;help;gate' {
+            break
+        }
+        'metralectl;bench;help;report' {
             break
         }
         'metralectl;bench;help;keygen' {
@@ -288,10 +304,14 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
         }
         'metralectl;help;bench' {
             [CompletionResult]::new('gate', 'gate', [CompletionResultType]::ParameterValue, 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records')
             [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
             break
         }
         'metralectl;help;bench;gate' {
+            break
+        }
+        'metralectl;help;bench;report' {
             break
         }
         'metralectl;help;bench;keygen' {

@@ -64,6 +64,9 @@ _metralectl() {
             metralectl__subcmd__bench,keygen)
                 cmd="metralectl__subcmd__bench__subcmd__keygen"
                 ;;
+            metralectl__subcmd__bench,report)
+                cmd="metralectl__subcmd__bench__subcmd__report"
+                ;;
             metralectl__subcmd__bench__subcmd__help,gate)
                 cmd="metralectl__subcmd__bench__subcmd__help__subcmd__gate"
                 ;;
@@ -72,6 +75,9 @@ _metralectl() {
                 ;;
             metralectl__subcmd__bench__subcmd__help,keygen)
                 cmd="metralectl__subcmd__bench__subcmd__help__subcmd__keygen"
+                ;;
+            metralectl__subcmd__bench__subcmd__help,report)
+                cmd="metralectl__subcmd__bench__subcmd__help__subcmd__report"
                 ;;
             metralectl__subcmd__help,bench)
                 cmd="metralectl__subcmd__help__subcmd__bench"
@@ -118,6 +124,9 @@ _metralectl() {
             metralectl__subcmd__help__subcmd__bench,keygen)
                 cmd="metralectl__subcmd__help__subcmd__bench__subcmd__keygen"
                 ;;
+            metralectl__subcmd__help__subcmd__bench,report)
+                cmd="metralectl__subcmd__help__subcmd__bench__subcmd__report"
+                ;;
             *)
                 ;;
         esac
@@ -139,7 +148,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__bench)
-            opts="-q -h -V --url --model --concurrency --isl --osl --reps --warmup --seed --temperature --api-key --against --against-model --endpoint --request-timeout --record --sign --json --quiet --help --version gate keygen help"
+            opts="-q -h -V --url --model --concurrency --isl --osl --reps --warmup --seed --temperature --api-key --against --against-model --endpoint --request-timeout --record --sign --json --quiet --help --version gate report keygen help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -247,7 +256,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__bench__subcmd__help)
-            opts="gate keygen help"
+            opts="gate report keygen help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -302,6 +311,20 @@ _metralectl() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        metralectl__subcmd__bench__subcmd__help__subcmd__report)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         metralectl__subcmd__bench__subcmd__keygen)
             opts="-q -h -V --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -309,6 +332,28 @@ _metralectl() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench__subcmd__report)
+            opts="-q -h -V --records --out --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --records)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -363,7 +408,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__help__subcmd__bench)
-            opts="gate keygen"
+            opts="gate report keygen"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -391,6 +436,20 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__help__subcmd__bench__subcmd__keygen)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__bench__subcmd__report)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

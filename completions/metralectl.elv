@@ -173,6 +173,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
             cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
+            cand report 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
             cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -182,6 +183,16 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --api-key 'The server''s API key (sent as `Authorization: Bearer KEY`)'
             cand --tolerance 'How much slower than the baseline a rung may be, as a fraction'
             cand --json 'Print JSON'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'metralectl;bench;report'= {
+            cand --records 'The directory of records'
+            cand --out 'Where README.md and ladder.svg go'
             cand -q 'Print only the result: no notes or warnings'
             cand --quiet 'Print only the result: no notes or warnings'
             cand -h 'Print help'
@@ -199,10 +210,13 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         }
         &'metralectl;bench;help'= {
             cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
+            cand report 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
             cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'metralectl;bench;help;gate'= {
+        }
+        &'metralectl;bench;help;report'= {
         }
         &'metralectl;bench;help;keygen'= {
         }
@@ -255,9 +269,12 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         }
         &'metralectl;help;bench'= {
             cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
+            cand report 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
             cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
         }
         &'metralectl;help;bench;gate'= {
+        }
+        &'metralectl;help;bench;report'= {
         }
         &'metralectl;help;bench;keygen'= {
         }

@@ -315,7 +315,14 @@ async fn against_measures_both_servers_and_their_ratio() {
 async fn gate_fails_an_impossible_baseline_and_passes_a_generous_one() {
     let server = Server::start(&[]).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let measured = dir.path().join("measured.json");
+    let records = dir.path().join("records");
+    std::fs::create_dir(&records).expect("records dir");
+    std::fs::write(
+        records.join("other-schema.json"),
+        b"{\"schema\": \"first-light/0\"}",
+    )
+    .expect("an older record");
+    let measured = records.join("measured.json");
     let out = ctl_async(
         [
             "bench",
@@ -341,6 +348,35 @@ async fn gate_fails_an_impossible_baseline_and_passes_a_generous_one() {
     assert!(out.status.success(), "bench: {}", text(&out.stderr));
     let mut baseline: Value =
         serde_json::from_slice(&std::fs::read(&measured).expect("record")).expect("JSON");
+
+    // The README and chart generated from the records: the figures, a line with a point a rung.
+    let site = dir.path().join("site");
+    let out = ctl(&[
+        "bench",
+        "report",
+        "--records",
+        &path_str(&records),
+        "--out",
+        &path_str(&site),
+    ]);
+    assert!(out.status.success(), "report: {}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("skipping"),
+        "the older record is skipped, said so"
+    );
+    let readme = std::fs::read_to_string(site.join("README.md")).expect("README");
+    let svg = std::fs::read_to_string(site.join("ladder.svg")).expect("svg");
+    for rung in baseline["rungs"].as_array().expect("rungs") {
+        let mean = rung["output_tok_s"]["mean"].as_f64().expect("mean");
+        let row = format!("| {} | {mean:.1} |", rung["concurrency"]);
+        assert!(readme.contains(&row), "{row} missing from\n{readme}");
+    }
+    assert!(
+        readme.contains("## measured") && readme.contains("signed: no"),
+        "{readme}"
+    );
+    assert_eq!(svg.matches("<polyline").count(), 1);
+    assert_eq!(svg.matches("<circle").count(), 2);
 
     for (tok_s, passes) in [(1e12, false), (1e-3, true)] {
         for rung in baseline["rungs"].as_array_mut().expect("rungs") {

@@ -19,7 +19,7 @@ impl BenchArgs {
     pub fn json(&self) -> bool {
         match &self.command {
             Some(BenchCommand::Gate(g)) => g.json,
-            Some(BenchCommand::Keygen(_)) => false,
+            Some(BenchCommand::Keygen(_) | BenchCommand::Report(_)) => false,
             None => self.run.json,
         }
     }
@@ -30,6 +30,9 @@ pub enum BenchCommand {
     /// Rerun a baseline record's workload; fail when a rung is slower than the baseline by more
     /// than the tolerance, or when greedy outputs are not deterministic or leak special tokens.
     Gate(GateArgs),
+    /// Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against
+    /// concurrency per series) from the committed records.
+    Report(ReportArgs),
     /// Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub.
     Keygen(KeygenArgs),
 }
@@ -38,6 +41,16 @@ pub enum BenchCommand {
 pub struct KeygenArgs {
     /// Where to write the secret key (it must not exist); the public key goes to KEYFILE.pub.
     pub keyfile: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The directory of records.
+    #[arg(long, value_name = "DIR", default_value = "bench/records")]
+    pub records: PathBuf,
+    /// Where README.md and ladder.svg go.
+    #[arg(long, value_name = "DIR", default_value = "bench")]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, Args)]

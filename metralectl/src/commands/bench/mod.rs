@@ -19,6 +19,7 @@ mod args;
 mod client;
 mod gate;
 mod record;
+mod report;
 mod sign;
 mod stats;
 
@@ -41,6 +42,7 @@ pub fn bench(args: &BenchArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(BenchCommand::Gate(g)) => gate::gate(g, printer),
+        Some(BenchCommand::Report(r)) => report::report(r, printer),
         None => run(&args.run, printer),
     }
 }
