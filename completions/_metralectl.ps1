@@ -37,6 +37,8 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show an engine''s log')
             [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image and Hub checkpoint ahead of time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
+            [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)')
+            [CompletionResult]::new('verify', 'verify', [CompletionResultType]::ParameterValue, 'Check a benchmark record against its detached signature')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -160,6 +162,100 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'metralectl;bench' {
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Base URL of the OpenAI-compatible server (e.g. http://127.0.0.1:8000)')
+            [CompletionResult]::new('--model', '--model', [CompletionResultType]::ParameterName, 'The model name to send [default: the first one the server''s /v1/models lists]')
+            [CompletionResult]::new('--concurrency', '--concurrency', [CompletionResultType]::ParameterName, 'The ladder: concurrent requests of each rung, comma-separated')
+            [CompletionResult]::new('--isl', '--isl', [CompletionResultType]::ParameterName, 'Prompt tokens a request, exactly')
+            [CompletionResult]::new('--osl', '--osl', [CompletionResultType]::ParameterName, 'Generated tokens a request, exactly')
+            [CompletionResult]::new('--reps', '--reps', [CompletionResultType]::ParameterName, 'Timed repetitions a rung')
+            [CompletionResult]::new('--warmup', '--warmup', [CompletionResultType]::ParameterName, 'Untimed repetitions before the timed ones, a rung')
+            [CompletionResult]::new('--seed', '--seed', [CompletionResultType]::ParameterName, 'Seed of the prompts and of the sampler')
+            [CompletionResult]::new('--temperature', '--temperature', [CompletionResultType]::ParameterName, 'Sampling temperature')
+            [CompletionResult]::new('--api-key', '--api-key', [CompletionResultType]::ParameterName, 'The server''s API key (sent as `Authorization: Bearer KEY`)')
+            [CompletionResult]::new('--against', '--against', [CompletionResultType]::ParameterName, 'Run the same ladder against this second server too, alternating rep by rep, and report the ratio a rung')
+            [CompletionResult]::new('--against-model', '--against-model', [CompletionResultType]::ParameterName, 'The model name to send to --against [default: the first one its /v1/models lists]')
+            [CompletionResult]::new('--endpoint', '--endpoint', [CompletionResultType]::ParameterName, 'Which API to drive')
+            [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'Give up on a request after this many seconds (it counts as an error)')
+            [CompletionResult]::new('--record', '--record', [CompletionResultType]::ParameterName, 'Write the run as a record (JSON, see docs/benchmarks.md)')
+            [CompletionResult]::new('--sign', '--sign', [CompletionResultType]::ParameterName, 'Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.sig')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print the record as JSON instead of a table')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help (see more with ''--help'')')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('gate', 'gate', [CompletionResultType]::ParameterValue, 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records')
+            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'metralectl;bench;gate' {
+            [CompletionResult]::new('--baseline', '--baseline', [CompletionResultType]::ParameterName, 'The baseline record (e.g. bench/baselines/NAME.json)')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'The server to measure [default: the baseline''s URL]')
+            [CompletionResult]::new('--api-key', '--api-key', [CompletionResultType]::ParameterName, 'The server''s API key (sent as `Authorization: Bearer KEY`)')
+            [CompletionResult]::new('--tolerance', '--tolerance', [CompletionResultType]::ParameterName, 'How much slower than the baseline a rung may be, as a fraction')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;bench;report' {
+            [CompletionResult]::new('--records', '--records', [CompletionResultType]::ParameterName, 'The directory of records')
+            [CompletionResult]::new('--out', '--out', [CompletionResultType]::ParameterName, 'Where README.md and ladder.svg go')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;bench;keygen' {
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;bench;help' {
+            [CompletionResult]::new('gate', 'gate', [CompletionResultType]::ParameterValue, 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records')
+            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'metralectl;bench;help;gate' {
+            break
+        }
+        'metralectl;bench;help;report' {
+            break
+        }
+        'metralectl;bench;help;keygen' {
+            break
+        }
+        'metralectl;bench;help;help' {
+            break
+        }
+        'metralectl;verify' {
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Require this public key (a KEYFILE.pub) [default: the key named in the signature]')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'metralectl;help' {
             [CompletionResult]::new('list', 'list', [CompletionResultType]::ParameterValue, 'List the recipes: built-in ones and yours')
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show everything a recipe pins, and whether it fits this machine')
@@ -171,6 +267,8 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('logs', 'logs', [CompletionResultType]::ParameterValue, 'Show an engine''s log')
             [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image and Hub checkpoint ahead of time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
+            [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)')
+            [CompletionResult]::new('verify', 'verify', [CompletionResultType]::ParameterValue, 'Check a benchmark record against its detached signature')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -202,6 +300,24 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             break
         }
         'metralectl;help;completions' {
+            break
+        }
+        'metralectl;help;bench' {
+            [CompletionResult]::new('gate', 'gate', [CompletionResultType]::ParameterValue, 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens')
+            [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records')
+            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
+            break
+        }
+        'metralectl;help;bench;gate' {
+            break
+        }
+        'metralectl;help;bench;report' {
+            break
+        }
+        'metralectl;help;bench;keygen' {
+            break
+        }
+        'metralectl;help;verify' {
             break
         }
         'metralectl;help;help' {

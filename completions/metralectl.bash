@@ -16,6 +16,9 @@ _metralectl() {
             ",$1")
                 cmd="metralectl"
                 ;;
+            metralectl,bench)
+                cmd="metralectl__subcmd__bench"
+                ;;
             metralectl,completions)
                 cmd="metralectl__subcmd__completions"
                 ;;
@@ -48,6 +51,36 @@ _metralectl() {
                 ;;
             metralectl,top)
                 cmd="metralectl__subcmd__top"
+                ;;
+            metralectl,verify)
+                cmd="metralectl__subcmd__verify"
+                ;;
+            metralectl__subcmd__bench,gate)
+                cmd="metralectl__subcmd__bench__subcmd__gate"
+                ;;
+            metralectl__subcmd__bench,help)
+                cmd="metralectl__subcmd__bench__subcmd__help"
+                ;;
+            metralectl__subcmd__bench,keygen)
+                cmd="metralectl__subcmd__bench__subcmd__keygen"
+                ;;
+            metralectl__subcmd__bench,report)
+                cmd="metralectl__subcmd__bench__subcmd__report"
+                ;;
+            metralectl__subcmd__bench__subcmd__help,gate)
+                cmd="metralectl__subcmd__bench__subcmd__help__subcmd__gate"
+                ;;
+            metralectl__subcmd__bench__subcmd__help,help)
+                cmd="metralectl__subcmd__bench__subcmd__help__subcmd__help"
+                ;;
+            metralectl__subcmd__bench__subcmd__help,keygen)
+                cmd="metralectl__subcmd__bench__subcmd__help__subcmd__keygen"
+                ;;
+            metralectl__subcmd__bench__subcmd__help,report)
+                cmd="metralectl__subcmd__bench__subcmd__help__subcmd__report"
+                ;;
+            metralectl__subcmd__help,bench)
+                cmd="metralectl__subcmd__help__subcmd__bench"
                 ;;
             metralectl__subcmd__help,completions)
                 cmd="metralectl__subcmd__help__subcmd__completions"
@@ -82,6 +115,18 @@ _metralectl() {
             metralectl__subcmd__help,top)
                 cmd="metralectl__subcmd__help__subcmd__top"
                 ;;
+            metralectl__subcmd__help,verify)
+                cmd="metralectl__subcmd__help__subcmd__verify"
+                ;;
+            metralectl__subcmd__help__subcmd__bench,gate)
+                cmd="metralectl__subcmd__help__subcmd__bench__subcmd__gate"
+                ;;
+            metralectl__subcmd__help__subcmd__bench,keygen)
+                cmd="metralectl__subcmd__help__subcmd__bench__subcmd__keygen"
+                ;;
+            metralectl__subcmd__help__subcmd__bench,report)
+                cmd="metralectl__subcmd__help__subcmd__bench__subcmd__report"
+                ;;
             *)
                 ;;
         esac
@@ -89,12 +134,226 @@ _metralectl() {
 
     case "${cmd}" in
         metralectl)
-            opts="-q -h -V --quiet --help --version list show run top doctor ps stop logs pull completions help"
+            opts="-q -h -V --quiet --help --version list show run top doctor ps stop logs pull completions bench verify help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench)
+            opts="-q -h -V --url --model --concurrency --isl --osl --reps --warmup --seed --temperature --api-key --against --against-model --endpoint --request-timeout --record --sign --json --quiet --help --version gate report keygen help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --model)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --concurrency)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --isl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --osl)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --reps)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --warmup)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --seed)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --temperature)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --against)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --against-model)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --endpoint)
+                    COMPREPLY=($(compgen -W "chat completions" -- "${cur}"))
+                    return 0
+                    ;;
+                --request-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --record)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sign)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench__subcmd__gate)
+            opts="-q -h -V --baseline --url --api-key --tolerance --json --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --baseline)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tolerance)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench__subcmd__help)
+            opts="gate report keygen help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench__subcmd__help__subcmd__gate)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench__subcmd__help__subcmd__keygen)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench__subcmd__help__subcmd__report)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench__subcmd__keygen)
+            opts="-q -h -V --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__bench__subcmd__report)
+            opts="-q -h -V --records --out --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --records)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -135,8 +394,64 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__help)
-            opts="list show run top doctor ps stop logs pull completions help"
+            opts="list show run top doctor ps stop logs pull completions bench verify help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__bench)
+            opts="gate report keygen"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__bench__subcmd__gate)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__bench__subcmd__keygen)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__bench__subcmd__report)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -289,6 +604,20 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__help__subcmd__top)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__verify)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -464,6 +793,24 @@ _metralectl() {
                     return 0
                     ;;
                 --port)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__verify)
+            opts="-q -h -V --key --json --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -34,6 +34,8 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand logs 'Show an engine''s log'
             cand pull 'Fetch a recipe''s engine image and Hub checkpoint ahead of time'
             cand completions 'Write shell completions to stdout'
+            cand bench 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)'
+            cand verify 'Check a benchmark record against its detached signature'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'metralectl;list'= {
@@ -146,6 +148,90 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'metralectl;bench'= {
+            cand --url 'Base URL of the OpenAI-compatible server (e.g. http://127.0.0.1:8000)'
+            cand --model 'The model name to send [default: the first one the server''s /v1/models lists]'
+            cand --concurrency 'The ladder: concurrent requests of each rung, comma-separated'
+            cand --isl 'Prompt tokens a request, exactly'
+            cand --osl 'Generated tokens a request, exactly'
+            cand --reps 'Timed repetitions a rung'
+            cand --warmup 'Untimed repetitions before the timed ones, a rung'
+            cand --seed 'Seed of the prompts and of the sampler'
+            cand --temperature 'Sampling temperature'
+            cand --api-key 'The server''s API key (sent as `Authorization: Bearer KEY`)'
+            cand --against 'Run the same ladder against this second server too, alternating rep by rep, and report the ratio a rung'
+            cand --against-model 'The model name to send to --against [default: the first one its /v1/models lists]'
+            cand --endpoint 'Which API to drive'
+            cand --request-timeout 'Give up on a request after this many seconds (it counts as an error)'
+            cand --record 'Write the run as a record (JSON, see docs/benchmarks.md)'
+            cand --sign 'Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.sig'
+            cand --json 'Print the record as JSON instead of a table'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help (see more with ''--help'')'
+            cand --help 'Print help (see more with ''--help'')'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
+            cand report 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
+            cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'metralectl;bench;gate'= {
+            cand --baseline 'The baseline record (e.g. bench/baselines/NAME.json)'
+            cand --url 'The server to measure [default: the baseline''s URL]'
+            cand --api-key 'The server''s API key (sent as `Authorization: Bearer KEY`)'
+            cand --tolerance 'How much slower than the baseline a rung may be, as a fraction'
+            cand --json 'Print JSON'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'metralectl;bench;report'= {
+            cand --records 'The directory of records'
+            cand --out 'Where README.md and ladder.svg go'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'metralectl;bench;keygen'= {
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'metralectl;bench;help'= {
+            cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
+            cand report 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
+            cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'metralectl;bench;help;gate'= {
+        }
+        &'metralectl;bench;help;report'= {
+        }
+        &'metralectl;bench;help;keygen'= {
+        }
+        &'metralectl;bench;help;help'= {
+        }
+        &'metralectl;verify'= {
+            cand --key 'Require this public key (a KEYFILE.pub) [default: the key named in the signature]'
+            cand --json 'Print JSON'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'metralectl;help'= {
             cand list 'List the recipes: built-in ones and yours'
             cand show 'Show everything a recipe pins, and whether it fits this machine'
@@ -157,6 +243,8 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand logs 'Show an engine''s log'
             cand pull 'Fetch a recipe''s engine image and Hub checkpoint ahead of time'
             cand completions 'Write shell completions to stdout'
+            cand bench 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)'
+            cand verify 'Check a benchmark record against its detached signature'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'metralectl;help;list'= {
@@ -178,6 +266,19 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         &'metralectl;help;pull'= {
         }
         &'metralectl;help;completions'= {
+        }
+        &'metralectl;help;bench'= {
+            cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
+            cand report 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
+            cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+        }
+        &'metralectl;help;bench;gate'= {
+        }
+        &'metralectl;help;bench;report'= {
+        }
+        &'metralectl;help;bench;keygen'= {
+        }
+        &'metralectl;help;verify'= {
         }
         &'metralectl;help;help'= {
         }

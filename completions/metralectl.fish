@@ -37,6 +37,8 @@ complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "stop" -d 'Sto
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "logs" -d 'Show an engine\'s log'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "pull" -d 'Fetch a recipe\'s engine image and Hub checkpoint ahead of time'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "completions" -d 'Write shell completions to stdout'
+complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "bench" -d 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)'
+complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "verify" -d 'Check a benchmark record against its detached signature'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c metralectl -n "__fish_metralectl_using_subcommand list" -l vendor -d 'Only recipes whose checkpoint comes from this vendor (e.g. Qwen, NVIDIA)' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand list" -l family -d 'Only recipes of this model family (e.g. qwen3, qwen3.6)' -r
@@ -96,14 +98,69 @@ complete -c metralectl -n "__fish_metralectl_using_subcommand pull" -s V -l vers
 complete -c metralectl -n "__fish_metralectl_using_subcommand completions" -s q -l quiet -d 'Print only the result: no notes or warnings'
 complete -c metralectl -n "__fish_metralectl_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c metralectl -n "__fish_metralectl_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions help" -f -a "list" -d 'List the recipes: built-in ones and yours'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions help" -f -a "show" -d 'Show everything a recipe pins, and whether it fits this machine'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions help" -f -a "run" -d 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions help" -f -a "top" -d 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions help" -f -a "doctor" -d 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions help" -f -a "ps" -d 'List the running engines'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions help" -f -a "stop" -d 'Stop engines (a container is removed)'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions help" -f -a "logs" -d 'Show an engine\'s log'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions help" -f -a "pull" -d 'Fetch a recipe\'s engine image and Hub checkpoint ahead of time'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions help" -f -a "completions" -d 'Write shell completions to stdout'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l url -d 'Base URL of the OpenAI-compatible server (e.g. http://127.0.0.1:8000)' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l model -d 'The model name to send [default: the first one the server\'s /v1/models lists]' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l concurrency -d 'The ladder: concurrent requests of each rung, comma-separated' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l isl -d 'Prompt tokens a request, exactly' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l osl -d 'Generated tokens a request, exactly' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l reps -d 'Timed repetitions a rung' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l warmup -d 'Untimed repetitions before the timed ones, a rung' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l seed -d 'Seed of the prompts and of the sampler' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l temperature -d 'Sampling temperature' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l api-key -d 'The server\'s API key (sent as `Authorization: Bearer KEY`)' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l against -d 'Run the same ladder against this second server too, alternating rep by rep, and report the ratio a rung' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l against-model -d 'The model name to send to --against [default: the first one its /v1/models lists]' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l endpoint -d 'Which API to drive' -r -f -a "chat\t'`POST /v1/chat/completions`, the prompt as one user message'
+completions\t'`POST /v1/completions`, the prompt as token ids'"
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l request-timeout -d 'Give up on a request after this many seconds (it counts as an error)' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l record -d 'Write the run as a record (JSON, see docs/benchmarks.md)' -r -F
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l sign -d 'Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.sig' -r -F
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -l json -d 'Print the record as JSON instead of a table'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -s q -l quiet -d 'Print only the result: no notes or warnings'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -s V -l version -d 'Print version'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -f -a "gate" -d 'Rerun a baseline record\'s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -f -a "report" -d 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -f -a "keygen" -d 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __fish_seen_subcommand_from gate report keygen help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -l baseline -d 'The baseline record (e.g. bench/baselines/NAME.json)' -r -F
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -l url -d 'The server to measure [default: the baseline\'s URL]' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -l api-key -d 'The server\'s API key (sent as `Authorization: Bearer KEY`)' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -l tolerance -d 'How much slower than the baseline a rung may be, as a fraction' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -l json -d 'Print JSON'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -s q -l quiet -d 'Print only the result: no notes or warnings'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -s h -l help -d 'Print help'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -s V -l version -d 'Print version'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from report" -l records -d 'The directory of records' -r -F
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from report" -l out -d 'Where README.md and ladder.svg go' -r -F
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from report" -s q -l quiet -d 'Print only the result: no notes or warnings'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from report" -s h -l help -d 'Print help'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from report" -s V -l version -d 'Print version'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from keygen" -s q -l quiet -d 'Print only the result: no notes or warnings'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from keygen" -s h -l help -d 'Print help'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from keygen" -s V -l version -d 'Print version'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "gate" -d 'Rerun a baseline record\'s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "report" -d 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "keygen" -d 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand verify" -l key -d 'Require this public key (a KEYFILE.pub) [default: the key named in the signature]' -r -F
+complete -c metralectl -n "__fish_metralectl_using_subcommand verify" -l json -d 'Print JSON'
+complete -c metralectl -n "__fish_metralectl_using_subcommand verify" -s q -l quiet -d 'Print only the result: no notes or warnings'
+complete -c metralectl -n "__fish_metralectl_using_subcommand verify" -s h -l help -d 'Print help'
+complete -c metralectl -n "__fish_metralectl_using_subcommand verify" -s V -l version -d 'Print version'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "list" -d 'List the recipes: built-in ones and yours'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "show" -d 'Show everything a recipe pins, and whether it fits this machine'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "run" -d 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "top" -d 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "doctor" -d 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "ps" -d 'List the running engines'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "stop" -d 'Stop engines (a container is removed)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "logs" -d 'Show an engine\'s log'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "pull" -d 'Fetch a recipe\'s engine image and Hub checkpoint ahead of time'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "completions" -d 'Write shell completions to stdout'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "bench" -d 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "verify" -d 'Check a benchmark record against its detached signature'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench verify help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "gate" -d 'Rerun a baseline record\'s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "report" -d 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "keygen" -d 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'

@@ -42,6 +42,10 @@ pub enum Command {
     Pull(PullArgs),
     /// Write shell completions to stdout.
     Completions(CompletionsArgs),
+    /// Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md).
+    Bench(crate::commands::bench::BenchArgs),
+    /// Check a benchmark record against its detached signature.
+    Verify(crate::commands::bench::VerifyArgs),
 }
 
 impl Command {
@@ -55,6 +59,8 @@ impl Command {
             Self::Ps(a) => a.json,
             Self::Top(_) | Self::Stop(_) | Self::Logs(_) | Self::Pull(_) => false,
             Self::Completions(_) => false,
+            Self::Bench(a) => a.json(),
+            Self::Verify(a) => a.json,
         }
     }
 }

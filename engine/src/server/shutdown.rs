@@ -72,6 +72,12 @@ pub(super) async fn serve_until_drained(
     let mut signals = Signals::new(ui)?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let app = routes::router(state.clone());
+    // Streamed tokens are small writes: without TCP_NODELAY, Nagle holds each one until the
+    // client ACKs the last, and a client's delayed ACK (~40 ms) then stalls the stream (every
+    // token of a short answer arrived at once, 40 ms late, on a reused connection).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async {

@@ -10,6 +10,7 @@ use crate::dirs;
 use crate::printer::Printer;
 use crate::recipe::{Entry, Registry, Source};
 
+pub mod bench;
 mod completions;
 mod doctor;
 mod list;
@@ -33,6 +34,8 @@ pub fn dispatch(command: &Command, printer: &Printer) -> anyhow::Result<ExitCode
         Command::Logs(args) => logs::logs(args, printer),
         Command::Pull(args) => pull::pull(args, printer),
         Command::Completions(args) => completions::completions(args, printer),
+        Command::Bench(args) => bench::bench(args, printer),
+        Command::Verify(args) => bench::verify(args, printer),
     }
 }
 

@@ -1,0 +1,141 @@
+//! Benchmark records: what `metralectl bench --record FILE` writes and `metralectl verify`
+//! checks. Documented field by field in `docs/benchmarks.md`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The layout version of [`Record`]; bumped on any change that could break a reader.
+pub const RECORD_VERSION: u32 = 1;
+
+/// One run of the concurrency ladder against one server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// [`RECORD_VERSION`].
+    pub version: u32,
+    /// When the run ended, RFC 3339 in UTC (`2026-11-29T22:50:00Z`).
+    pub date: String,
+    pub harness: Harness,
+    pub workload: Workload,
+    /// The server's own description: its `GET /v1/models` answer, as it sent it.
+    pub server: Value,
+    pub machine: Machine,
+    /// One entry a rung of the ladder, in the order they ran.
+    pub rungs: Vec<Rung>,
+    /// With `--against URL2`: the same ladder on a second server, its reps alternating with
+    /// these rep by rep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against: Option<Against>,
+}
+
+/// The second server of an A/B run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Against {
+    pub url: String,
+    pub model: String,
+    /// Its `GET /v1/models` answer.
+    pub server: Value,
+    pub rungs: Vec<Rung>,
+    /// A's mean output tok/s over B's, a rung (0 where B made no tokens).
+    pub ratio: Vec<f64>,
+}
+
+/// The program that measured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Harness {
+    /// `metralectl`.
+    pub name: String,
+    pub version: String,
+    /// sha256 (hex) of the harness binary that ran.
+    pub binary_sha256: String,
+}
+
+/// What was asked of the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Workload {
+    /// The server's base URL.
+    pub url: String,
+    pub model: String,
+    /// `chat` or `completions`.
+    pub endpoint: String,
+    /// Prompt tokens a request, exactly (by the server's own tokenizer).
+    pub isl: u32,
+    /// Generated tokens a request, exactly (`ignore_eos` and `min_tokens`).
+    pub osl: u32,
+    /// The ladder: concurrent requests a rung.
+    pub concurrency: Vec<u32>,
+    /// Timed repetitions a rung.
+    pub reps: u32,
+    /// Untimed repetitions before the timed ones, a rung.
+    pub warmup: u32,
+    /// Seed of the prompts and of the sampler.
+    pub seed: u64,
+    pub temperature: f64,
+}
+
+/// Where it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// `cpu` when no NVIDIA GPU was found, else the GPUs' names.
+    pub kind: String,
+    pub gpus: Vec<GpuInfo>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub name: String,
+    pub driver: String,
+    /// Maximum SM and memory clocks in MHz, where `nvidia-smi` reports them.
+    pub sm_clock_max_mhz: Option<u32>,
+    pub mem_clock_max_mhz: Option<u32>,
+}
+
+/// The figures of one rung.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rung {
+    pub concurrency: u32,
+    /// Timed requests sent (concurrency × reps).
+    pub requests: u32,
+    /// Timed requests that failed, ended early, carried an error or fell short of the OSL.
+    pub errors: u32,
+    /// Aggregate output tokens a second, over the timed reps.
+    pub output_tok_s: Summary,
+    /// Time to first token of the successful timed requests, milliseconds.
+    pub ttft_ms: Percentiles,
+    /// Inter-token latency `(latency − TTFT) / (OSL − 1)`, milliseconds (absent for OSL 1).
+    pub itl_ms: Option<Percentiles>,
+    /// The raw numbers of every timed rep.
+    pub reps: Vec<Rep>,
+    /// The first few error messages, to say what went wrong.
+    pub error_samples: Vec<String>,
+}
+
+/// A rep: `concurrency` requests sent at once, timed until the last one ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rep {
+    pub wall_s: f64,
+    /// Output tokens of the successful requests.
+    pub output_tokens: u64,
+    pub errors: u32,
+    /// `output_tokens / wall_s`.
+    pub output_tok_s: f64,
+    /// Per successful request, in the order they were sent.
+    pub ttft_ms: Vec<f64>,
+    pub latency_ms: Vec<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub mean: f64,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// Sample standard deviation (0 with one rep).
+    pub stddev: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
