@@ -7,7 +7,7 @@ mod server_support;
 use std::process::Command;
 
 use serde_json::{Value, json};
-use server_support::{Server, fixture_model, join_stream, repo_root};
+use server_support::{Server, fixture_model, join_stream, repo_root, run_python_client};
 
 fn reference() -> Value {
     let path = repo_root().join("tests/fixtures/qwen3-gqa-tied.reference.json");
@@ -595,35 +595,13 @@ fn flags_that_cannot_work_fail_at_start() {
 /// is `$METRALE_PYTHON`, default `python3`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_openai_python_client_works() {
-    let python = std::env::var("METRALE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let probe = Command::new(&python)
-        .args(["-c", "import openai"])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}; set METRALE_PYTHON"));
-    assert!(
-        probe.status.success(),
-        "{python} cannot import openai: run `{python} -m pip install -r tests/requirements.txt` \
-         (or set METRALE_PYTHON to an interpreter that has it)\n{}",
-        String::from_utf8_lossy(&probe.stderr)
-    );
     let s = Server::start(&[]).await;
-    let script = repo_root().join("tests/clients/test_openai_client.py");
-    let base = s.url("/v1");
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(&python)
-            .arg(script)
-            .env("METRALE_BASE_URL", base)
-            .output()
-            .expect("run python")
-    })
-    .await
-    .expect("join");
-    assert!(
-        out.status.success(),
-        "openai client tests failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python_client(
+        "openai",
+        "test_openai_client.py",
+        &[("METRALE_BASE_URL", s.url("/v1"))],
+    )
+    .await;
 }
 
 #[tokio::test]

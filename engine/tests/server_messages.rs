@@ -6,7 +6,7 @@ mod server_support;
 use std::process::Command;
 
 use serde_json::{Value, json};
-use server_support::{Server, repo_root};
+use server_support::{Server, repo_root, run_python_client};
 
 const PARSERS: [&str; 4] = [
     "--tool-call-parser",
@@ -419,38 +419,18 @@ fn unknown_parsers_fail_at_start() {
 /// interpreter is `$METRALE_PYTHON`, default `python3`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_anthropic_python_client_works() {
-    let python = std::env::var("METRALE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let probe = Command::new(&python)
-        .args(["-c", "import anthropic"])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}; set METRALE_PYTHON"));
-    assert!(
-        probe.status.success(),
-        "{python} cannot import anthropic: run `{python} -m pip install -r tests/requirements.txt` \
-         (or set METRALE_PYTHON to an interpreter that has it)\n{}",
-        String::from_utf8_lossy(&probe.stderr)
-    );
     let mut args = vec!["--api-key", "sekret"];
     args.extend(PARSERS);
     let s = Server::start(&args).await;
-    let script = repo_root().join("tests/clients/test_anthropic_client.py");
-    let base = s.base.clone();
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(&python)
-            .arg(script)
-            .env("METRALE_BASE_URL", base)
-            .env("METRALE_API_KEY", "sekret")
-            .output()
-            .expect("run python")
-    })
-    .await
-    .expect("join");
-    assert!(
-        out.status.success(),
-        "anthropic client tests failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_python_client(
+        "anthropic",
+        "test_anthropic_client.py",
+        &[
+            ("METRALE_BASE_URL", s.base.clone()),
+            ("METRALE_API_KEY", "sekret".to_string()),
+        ],
+    )
+    .await;
 }
 
 /// The shipped demo model was trained on Qwen3's layout with short `<think>` blocks, so greedy

@@ -226,3 +226,40 @@ pub fn join_stream(chunks: &[String], chat: bool) -> Vec<(String, Option<String>
     }
     out
 }
+
+/// Run the official Python client test `script` (under `tests/clients/`) against a server,
+/// with `env` (base URL, key) set. The interpreter is `$METRALE_PYTHON`, default `python3`,
+/// and must be able to import `module`; the failure says how to install it.
+pub async fn run_python_client(module: &str, script: &str, env: &[(&str, String)]) {
+    let python = std::env::var("METRALE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let probe = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}; set METRALE_PYTHON"));
+    assert!(
+        probe.status.success(),
+        "{python} cannot import {module}: run `{python} -m pip install -r tests/requirements.txt` \
+         (or set METRALE_PYTHON to an interpreter that has it)\n{}",
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    let script = repo_root().join("tests/clients").join(script);
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(&python)
+            .arg(script)
+            .envs(env)
+            .output()
+            .expect("run python")
+    })
+    .await
+    .expect("join");
+    assert!(
+        out.status.success(),
+        "{module} client tests failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
