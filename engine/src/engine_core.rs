@@ -30,6 +30,7 @@ pub use start::KvCachePlan;
 
 mod start;
 mod step_loop;
+mod step_profile;
 
 /// What one engine step produced for one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,6 +73,11 @@ pub struct ModelInfo {
     pub eos_token_ids: Vec<u32>,
     /// Unix seconds when the model finished loading.
     pub created: u64,
+    /// The device in words ([`crate::backend::Backend::describe`]).
+    pub device: String,
+    /// KV cache: usable blocks and tokens a block.
+    pub kv_cache_blocks: usize,
+    pub block_size: usize,
 }
 
 /// A live view of the engine for `/metrics` and `/ready`.

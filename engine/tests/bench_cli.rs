@@ -101,7 +101,10 @@ async fn ladder_adds_up_and_its_signed_record_verifies() {
         assert_eq!(written.workload.model, "test");
         assert_eq!(written.machine.kind, "cpu");
         assert_eq!(written.harness.binary_sha256.len(), 64);
-        assert_eq!(written.server["data"][0]["id"], "test");
+        assert_eq!(written.server["models"]["data"][0]["id"], "test");
+        // met describes its build and flags; the record keeps them.
+        assert_eq!(written.server["version"]["build"]["name"], "met");
+        assert_eq!(written.server["version"]["settings"]["device"], "cpu");
         assert_eq!(written.rungs.len(), 2);
         for (rung, c) in written.rungs.iter().zip([1u32, 3]) {
             assert_eq!(rung.concurrency, c);

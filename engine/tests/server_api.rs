@@ -138,6 +138,43 @@ async fn streamed_text_is_byte_identical_to_non_streamed_for_the_same_seed() {
 }
 
 #[tokio::test]
+async fn continuous_usage_sends_a_chunk_with_the_count_for_every_token() {
+    let s = Server::start(&[]).await;
+    for (path, chat_api) in [("/v1/completions", false), ("/v1/chat/completions", true)] {
+        let mut body = if chat_api {
+            chat("Count with me", json!({}))
+        } else {
+            json!({"prompt": "Once upon a time"})
+        };
+        let extra = json!({"max_tokens": 12, "ignore_eos": true, "stream": true, "temperature": 0.0,
+            "stream_options": {"include_usage": true, "continuous_usage_stats": true}});
+        body.as_object_mut()
+            .expect("obj")
+            .extend(extra.as_object().expect("obj").clone());
+        let chunks = s.stream(path, &body).await;
+        let counts: Vec<u64> = chunks
+            .iter()
+            .filter(|c| *c != "[DONE]")
+            .map(|c| serde_json::from_str::<Value>(c).expect("json"))
+            .filter(|v| v["choices"].as_array().is_some_and(|c| !c.is_empty()))
+            .filter(|v| !chat_api || v["choices"][0]["delta"]["role"].is_null())
+            .map(|v| {
+                v["usage"]["completion_tokens"]
+                    .as_u64()
+                    .expect("usage in every chunk")
+            })
+            .collect();
+        // One chunk a generated token (the test model's steps yield one token each), counted
+        // 1, 2, …, 12 whatever text each token had.
+        assert_eq!(counts, (1..=12).collect::<Vec<u64>>(), "{path}");
+        // The text is the same as without continuous usage.
+        body["stream_options"] = json!({"include_usage": true});
+        let plain = join_stream(&s.stream(path, &body).await, chat_api);
+        assert_eq!(join_stream(&chunks, chat_api), plain, "{path}");
+    }
+}
+
+#[tokio::test]
 async fn same_seed_same_output_and_another_seed_another() {
     let s = Server::start(&[]).await;
     let run = |seed: u64| {
@@ -500,6 +537,39 @@ async fn api_key_guards_the_api_but_not_the_probes() {
     }
     let r = client.get(s.url("/v1/models")).send().await.expect("send");
     assert_eq!(r.status(), 401);
+    // `/version` tells what is serving, with the key's value withheld from the flags it echoes.
+    let r = client.get(s.url("/version")).send().await.expect("send");
+    assert_eq!(r.status(), 401);
+    let v: Value = client
+        .get(s.url("/version"))
+        .bearer_auth("sekrit")
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(v["build"]["name"], "met");
+    assert_eq!(v["build"]["version"], env!("CARGO_PKG_VERSION"));
+    let commit = v["build"]["git_commit"].as_str().expect("commit");
+    assert!(commit == "unknown" || commit.len() == 40, "{commit}");
+    let args: Vec<&str> = v["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--api-key"), "{args:?}");
+    assert!(!args.contains(&"sekrit"), "the key leaked: {args:?}");
+    assert_eq!(v["settings"]["device"], "cpu");
+    assert_eq!(v["settings"]["api_key"], true);
+    assert_eq!(v["engine"]["device"], "cpu");
+    let blocks = v["engine"]["kv_cache_blocks"].as_u64().expect("blocks");
+    assert!(blocks > 0);
+    assert_eq!(
+        v["engine"]["kv_cache_tokens"],
+        blocks * v["settings"]["block_size"].as_u64().expect("bs")
+    );
 }
 
 #[tokio::test]

@@ -279,43 +279,62 @@ __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, cons
         m[g] = NEG_INF;
         l[g] = 0.f;
     }
-    for (int p0 = begin + warp * KPW; p0 < end; p0 += STATES) {
-        const int p = p0 + sub;
-        const bool valid = p < end;
-        u32x4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
-        if (valid) {
-            const u64 base =
-                (((u64)table[p / block_size] * block_size + p % block_size) * num_kv_heads +
-                 kv_head) * D + sl * 8;
-            kv = load_cached((const u32x4*)(k_cache + base));
-            vv = load_cached((const u32x4*)(v_cache + base));
+    // Two keys a state an iteration (p and p + STATES): all four 16-byte loads are issued before
+    // the first is used, doubling the bytes in flight, and the pair shares one rescale of the
+    // running state (three exponentials for two keys instead of four).
+    for (int p0 = begin + warp * KPW; p0 < end; p0 += 2 * STATES) {
+        int p[2];
+        bool valid[2];
+        u32x4 kv[2], vv[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            p[u] = p0 + u * STATES + sub;
+            valid[u] = p[u] < end;
+            kv[u] = vv[u] = u32x4{0u, 0u, 0u, 0u};
+            if (valid[u]) {
+                const u64 base = (((u64)table[p[u] / block_size] * block_size + p[u] % block_size) *
+                                      num_kv_heads + kv_head) * D + sl * 8;
+                kv[u] = load_cached((const u32x4*)(k_cache + base));
+                vv[u] = load_cached((const u32x4*)(v_cache + base));
+            }
         }
-        const float kf[8] = {lo(kv.x), hi(kv.x), lo(kv.y), hi(kv.y),
-                             lo(kv.z), hi(kv.z), lo(kv.w), hi(kv.w)};
-        const float vf[8] = {lo(vv.x), hi(vv.x), lo(vv.y), hi(vv.y),
-                             lo(vv.z), hi(vv.z), lo(vv.w), hi(vv.w)};
-        float s[G];
+        float s[2][G];
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-            float d = 0.f;
+        for (int u = 0; u < 2; ++u) {
+            const float kf[8] = {lo(kv[u].x), hi(kv[u].x), lo(kv[u].y), hi(kv[u].y),
+                                 lo(kv[u].z), hi(kv[u].z), lo(kv[u].w), hi(kv[u].w)};
 #pragma unroll
-            for (int j = 0; j < 8; ++j) d = fmaf(qr[g][j], kf[j], d);
-            s[g] = d;
+            for (int g = 0; g < G; ++g) {
+                float d = 0.f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) d = fmaf(qr[g][j], kf[j], d);
+                s[u][g] = d;
+            }
         }
 #pragma unroll
         for (int o = LPK / 2; o > 0; o >>= 1)
 #pragma unroll
-            for (int g = 0; g < G; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], o);
+            for (int u = 0; u < 2; ++u)
+#pragma unroll
+                for (int g = 0; g < G; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
+        const float v0[8] = {lo(vv[0].x), hi(vv[0].x), lo(vv[0].y), hi(vv[0].y),
+                             lo(vv[0].z), hi(vv[0].z), lo(vv[0].w), hi(vv[0].w)};
+        const float v1[8] = {lo(vv[1].x), hi(vv[1].x), lo(vv[1].y), hi(vv[1].y),
+                             lo(vv[1].z), hi(vv[1].z), lo(vv[1].w), hi(vv[1].w)};
 #pragma unroll
         for (int g = 0; g < G; ++g) {
-            const float sc = valid ? s[g] * scale : NEG_INF;
-            const float m_new = fmaxf(m[g], sc);
+            const float s0 = valid[0] ? s[0][g] * scale : NEG_INF;
+            const float s1 = valid[1] ? s[1][g] * scale : NEG_INF;
+            const float m_new = fmaxf(m[g], fmaxf(s0, s1));
             // No key yet in this state (m_new = -inf): keep it empty.
-            const float correction = m_new == NEG_INF ? 1.f : expf(m[g] - m_new);
-            const float weight = m_new == NEG_INF ? 0.f : expf(sc - m_new);
-            l[g] = l[g] * correction + weight;
+            const bool empty = m_new == NEG_INF;
+            const float correction = empty ? 1.f : expf(m[g] - m_new);
+            const float w0 = empty ? 0.f : expf(s0 - m_new);
+            const float w1 = empty ? 0.f : expf(s1 - m_new);
+            l[g] = l[g] * correction + w0 + w1;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[g][j] = acc[g][j] * correction + weight * vf[j];
+            for (int j = 0; j < 8; ++j)
+                acc[g][j] = fmaf(w1, v1[j], fmaf(w0, v0[j], acc[g][j] * correction));
             m[g] = m_new;
         }
     }

@@ -9,22 +9,35 @@
 // sincosf (no fast math: at long contexts angles reach 1e5 rad, where __sinf is wrong), exactly as
 // the CPU reference and transformers do. v heads are not touched. head_dim <= ROPE_MAX_DIM.
 //
-// Symbols: qk_norm_rope_<qkv dtype>; q_w/k_w are bf16, inv_freq f32.
+// qk_norm_rope_kv also writes each token's k heads (as rotated) and v heads (grid.y covers them
+// too) to its slot of the bf16 paged cache, exactly what write_kv would then copy: one launch a
+// layer fewer on the decode path. Slots were range-checked on the host.
+//
+// Symbols: qk_norm_rope_<qkv dtype>, qk_norm_rope_kv_<qkv dtype>; q_w/k_w are bf16, inv_freq f32.
 
 #define ROPE_WARPS 4
 #define ROPE_MAX_DIM 256
 
-template <typename T>
+template <typename T, bool KV>
 __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const bf16* q_w, const bf16* k_w,
                                   const float* inv_freq, int num_heads, int num_kv_heads,
-                                  int head_dim, int half_rot, float scale, float eps) {
+                                  int head_dim, int half_rot, float scale, float eps,
+                                  bf16* k_cache, bf16* v_cache, const u32* slot_mapping) {
     __shared__ float normed[ROPE_WARPS][ROPE_MAX_DIM];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int head = blockIdx.y * ROPE_WARPS + warp;
-    if (head >= num_heads + num_kv_heads) return;  // whole warp leaves; no block barrier below
+    const int last = num_heads + (KV ? 2 : 1) * num_kv_heads;
+    if (head >= last) return;  // whole warp leaves; no block barrier below
     const u64 row = blockIdx.x;
     const u64 width = (u64)(num_heads + 2 * num_kv_heads) * head_dim;
     T* x = qkv + row * width + (u64)head * head_dim;
+    // With KV, the token's k and v heads also go to its cache slot (what write_kv does).
+    const u64 slot = KV ? (u64)slot_mapping[row] * num_kv_heads * head_dim : 0;
+    if (KV && head >= num_heads + num_kv_heads) {
+        bf16* dst = v_cache + slot + (u64)(head - num_heads - num_kv_heads) * head_dim;
+        for (int d = lane; d < head_dim; d += 32) dst[d] = from_f32<bf16>(to_f32(x[d]));
+        return;
+    }
     const bf16* w = head < num_heads ? q_w : k_w;
     float* t = normed[warp];
 
@@ -52,6 +65,8 @@ __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const bf16* q_w,
             v = t[d];
         }
         x[d] = from_f32<T>(v);
+        if (KV && head >= num_heads)
+            k_cache[slot + (u64)(head - num_heads) * head_dim + d] = from_f32<bf16>(to_f32(x[d]));
     }
 }
 
@@ -59,8 +74,16 @@ __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const bf16* q_w,
     extern "C" __global__ void qk_norm_rope_##SUFFIX(                                              \
         T* qkv, const u32* positions, const bf16* q_w, const bf16* k_w, const float* inv_freq,     \
         int num_heads, int num_kv_heads, int head_dim, int half_rot, float scale, float eps) {     \
-        qk_norm_rope_impl(qkv, positions, q_w, k_w, inv_freq, num_heads, num_kv_heads, head_dim,   \
-                          half_rot, scale, eps);                                                   \
+        qk_norm_rope_impl<T, false>(qkv, positions, q_w, k_w, inv_freq, num_heads, num_kv_heads,   \
+                                    head_dim, half_rot, scale, eps, nullptr, nullptr, nullptr);    \
+    }                                                                                              \
+    extern "C" __global__ void qk_norm_rope_kv_##SUFFIX(                                           \
+        T* qkv, const u32* positions, const bf16* q_w, const bf16* k_w, const float* inv_freq,     \
+        int num_heads, int num_kv_heads, int head_dim, int half_rot, float scale, float eps,       \
+        bf16* k_cache, bf16* v_cache, const u32* slot_mapping) {                                   \
+        qk_norm_rope_impl<T, true>(qkv, positions, q_w, k_w, inv_freq, num_heads, num_kv_heads,    \
+                                   head_dim, half_rot, scale, eps, k_cache, v_cache,               \
+                                   slot_mapping);                                                  \
     }
 
 QK_NORM_ROPE(f32, float)

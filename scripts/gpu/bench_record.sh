@@ -1,29 +1,43 @@
 #!/usr/bin/env bash
-# A signed `metralectl bench` record of `met serve --device cuda` on Qwen3-8B's shape (dummy
-# weights, bf16) on the GPU machine, from the repository root. Binaries built on the build machine
-# in $METRALE_GPU_BIN: `met` (with --features cuda) and `metralectl`; the secret key in $BENCH_KEY.
-# Writes $OUT/record.json(.sig), $OUT/serve.txt and prints the table.
+# A `metralectl bench` record of `met serve --device cuda` on Qwen3-8B's shape (dummy weights,
+# bf16) on the GPU machine, from the repository root: the CUDA issue's workload (128-token
+# prompts, 1024 generated, greedy, concurrency 1..128, 1 warm-up + 3 timed reps a rung).
+# Binaries built on the build machine in $METRALE_GPU_BIN (.gpu/bin): `met` (--features cuda)
+# and `metralectl`. The record is written unsigned ($OUT/record.json): the signing key never
+# travels to this machine; sign it on the build machine with `metralectl sign`.
+# Also writes $OUT/serve.txt (met's log, with its step profile: METRALE_STEP_PROFILE) and
+# $OUT/version.json (met's GET /version).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 BIN=${METRALE_GPU_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/metrale-bench}
-KEY=${BENCH_KEY:?set BENCH_KEY to the secret key from metralectl bench keygen}
 mkdir -p "$OUT"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 dir=$(mktemp -d)
 cp scripts/gpu/qwen3-8b-config.json "$dir/config.json"
 cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$dir/"
-"$BIN/met" serve "$dir" --device cuda --load-format dummy --port 8104 --model-name qwen3-8b-shape \
-    --max-seq-len 2048 --max-batch-size 128 --max-num-batched-tokens 8192 >"$OUT/serve.txt" 2>&1 &
+METRALE_STEP_PROFILE=${METRALE_STEP_PROFILE:-512} "$BIN/met" serve "$dir" --device cuda \
+    --load-format dummy --port 8104 --model-name qwen3-8b-shape --no-tui \
+    --max-seq-len 2048 --max-batch-size 128 --max-num-batched-tokens 8192 \
+    ${MET_FLAGS:-} >"$OUT/serve.txt" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null' EXIT
+ready=
 for _ in $(seq 1 600); do
-    curl -sf http://127.0.0.1:8104/ready >/dev/null 2>&1 && break
+    curl -sf http://127.0.0.1:8104/ready >/dev/null 2>&1 && ready=1 && break
     sleep 0.2
 done
-"$BIN/metralectl" bench --url http://127.0.0.1:8104 --endpoint "${ENDPOINT:-chat}" \
-    --concurrency "${CONC:-1,4,16,64}" --isl "${ISL:-128}" --osl "${OSL:-256}" \
-    --reps "${REPS:-2}" --warmup 1 --record "$OUT/record.json" --sign "$KEY"
+if [ -z "$ready" ]; then
+    echo "met serve never became ready:"
+    tail -n 30 "$OUT/serve.txt"
+    exit 1
+fi
+curl -s http://127.0.0.1:8104/version >"$OUT/version.json"
+timeout "${BENCH_TIMEOUT:-420}" "$BIN/metralectl" bench --url http://127.0.0.1:8104 \
+    --endpoint "${ENDPOINT:-completions}" --concurrency "${CONC:-1,2,4,8,16,32,64,128}" \
+    --isl "${ISL:-128}" --osl "${OSL:-1024}" --reps "${REPS:-3}" --warmup 1 \
+    --record "$OUT/record.json"
 echo "bench exit: $?"
-"$BIN/metralectl" verify "$OUT/record.json" --key "$KEY.pub"
+curl -s http://127.0.0.1:8104/metrics | grep -E '^vllm:(num_preemptions_total|kv_cache_usage_perc)'
+grep 'step profile' "$OUT/serve.txt" | tail -n 40

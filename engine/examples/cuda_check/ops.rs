@@ -438,6 +438,75 @@ impl Ops<'_> {
                 Ok(())
             })?;
         }
+        // The fused QK-norm + RoPE + cache write against the CPU's two ops.
+        for (nh, nkv, hd, t, blocks, qd) in [
+            (4, 2, 32, 7, 8, DType::F32),
+            (32, 8, 128, 130, 40, DType::F32),
+            (32, 8, 128, 1, 4, DType::BF16),
+            (6, 6, 16, 300, 70, DType::F32),
+        ] {
+            let case = format!(
+                "qkv {} T={t} h={nh}/{nkv} hd={hd} into {blocks}×16 slots",
+                dt(qd)
+            );
+            self.run("qk_norm_rope_write_kv", &case, |s| {
+                let bs = 16;
+                let width = (nh + 2 * nkv) * hd;
+                let (mut q_d, mut q_c) = s.random(&[t, width], 2.0, qd)?;
+                let (qw_d, qw_c) = s.gains(hd)?;
+                let (kw_d, kw_c) = s.gains(hd)?;
+                let rope = RopeTables {
+                    inv_freq: (0..hd / 2)
+                        .map(|i| 1.0 / 1e6f32.powf(2.0 * i as f32 / hd as f32))
+                        .collect(),
+                    scale: 1.0,
+                    rotary_dim: hd,
+                };
+                let mut slots: Vec<u32> = (0..(blocks * bs) as u32).collect();
+                s.rng.shuffle(&mut slots);
+                slots.truncate(t);
+                let positions: Vec<u32> = (0..t).map(|_| s.rng.below(4096) as u32).collect();
+                let b = positions_batch(positions, slots, bs);
+                let batch = s.cuda.prepare_batch(&b)?;
+                let shape = [blocks, bs, nkv, hd];
+                let (mut k_d, mut v_d) = (s.cuda.zeros(&shape)?, s.cuda.zeros(&shape)?);
+                let (mut k_c, mut v_c) = (s.cpu.zeros(&shape)?, s.cpu.zeros(&shape)?);
+                let dims = (nh, nkv, 1e-6);
+                s.cuda.qk_norm_rope_write_kv(
+                    &mut q_d, &batch, &qw_d, &kw_d, &rope, dims, &mut k_d, &mut v_d,
+                )?;
+                s.cpu.qk_norm_rope_write_kv(
+                    &mut q_c, &b, &qw_c, &kw_c, &rope, dims, &mut k_c, &mut v_c,
+                )?;
+                let tol = if qd == DType::F32 {
+                    Tol::F32
+                } else {
+                    Tol::BF16
+                };
+                s.check(
+                    "qk_norm_rope_write_kv",
+                    &format!("{case} qkv"),
+                    tol,
+                    &q_d,
+                    &q_c,
+                )?;
+                s.check(
+                    "qk_norm_rope_write_kv",
+                    &format!("{case} k"),
+                    Tol::BF16,
+                    &k_d,
+                    &k_c,
+                )?;
+                s.check(
+                    "qk_norm_rope_write_kv",
+                    &format!("{case} v"),
+                    Tol::BF16,
+                    &v_d,
+                    &v_c,
+                )?;
+                Ok(())
+            })?;
+        }
         Ok(())
     }
 
@@ -564,6 +633,23 @@ impl Ops<'_> {
                 s.cuda.silu_mul(&mut out_d, &g_d)?;
                 s.cpu.silu_mul(&mut out_c, &g_c)?;
                 s.check("silu_mul", &case, Tol::BF16, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        // The fused gate_up GEMV + SiLU (one row: the decode path; 3 rows: cuBLAS + silu_mul
+        // unless METRALE_GEMV_MAX_ROWS says otherwise) against the CPU's matmul + silu_mul.
+        for (t, i, k) in [(1, 12_288, 4096), (1, 40, 1048), (3, 160, 64), (1, 96, 20)] {
+            let case = format!("x bf16 [{t}, {k}] · w [2·{i}, {k}]");
+            self.run("matmul_silu_mul", &case, |s| {
+                let (x_d, x_c) = s.random(&[t, k], 1.0, DType::BF16)?;
+                let (w_d, w_c) = s.random(&[2 * i, k], 0.05, DType::BF16)?;
+                let mut out_d = s.cuda.zeros(&[t, i])?;
+                let mut out_c = s.cpu.zeros(&[t, i])?;
+                let mut gu_d = s.cuda.zeros(&[t, 2 * i])?;
+                let mut gu_c = s.cpu.zeros(&[t, 2 * i])?;
+                s.cuda.matmul_silu_mul(&mut out_d, &mut gu_d, &x_d, &w_d)?;
+                s.cpu.matmul_silu_mul(&mut out_c, &mut gu_c, &x_c, &w_c)?;
+                s.check("matmul_silu_mul", &case, Tol::BF16, &out_d, &out_c)?;
                 Ok(())
             })?;
         }

@@ -394,6 +394,27 @@ pub fn profile(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             36.0 * layer[1]
         ));
     }
+    // The fused gate_up GEMV + SiLU against its two parts, at one row (the decode path).
+    {
+        let x = cuda.random_bf16(&[1, h], 7, 1.0)?;
+        let mut gate_up = cuda.zeros(&[1, 2 * i])?;
+        let mut act = cuda.zeros(&[1, i])?;
+        let fused = time_op(cuda, || {
+            Ok(cuda.matmul_silu_mul(&mut act, &mut gate_up, &x, &w[2])?)
+        })?;
+        let parts = time_op(cuda, || {
+            cuda.matmul(&mut gate_up, &x, &w[2])?;
+            Ok(cuda.silu_mul(&mut act, &gate_up)?)
+        })?;
+        let gbs = |t: f64| (2 * i * h * 2) as f64 / (t / 1e3) / 1e9;
+        report.summary_line(format!(
+            "gate_up+silu, 1 row: fused {fused:.4} ms ({:.0} GB/s), gemv + silu_mul {parts:.4} ms",
+            gbs(fused)
+        ));
+        report.record(
+            json!({"profile": "gate_up_silu", "rows": 1, "fused_ms": fused, "parts_ms": parts}),
+        );
+    }
 
     // The other ops of one layer.
     let rope = {

@@ -16,7 +16,9 @@ pub struct Record {
     pub date: String,
     pub harness: Harness,
     pub workload: Workload,
-    /// The server's own description: its `GET /v1/models` answer, as it sent it.
+    /// The server's own description: `{"models": GET /v1/models, "version": GET /version}`
+    /// as it sent them (`version` is `null` for a server without that route; met's names its
+    /// build, git commit, command line and resolved settings).
     pub server: Value,
     pub machine: Machine,
     /// One entry a rung of the ladder, in the order they ran.
@@ -32,7 +34,7 @@ pub struct Record {
 pub struct Against {
     pub url: String,
     pub model: String,
-    /// Its `GET /v1/models` answer.
+    /// Its `{"models": …, "version": …}`, as for [`Record::server`].
     pub server: Value,
     pub rungs: Vec<Rung>,
     /// A's mean output tok/s over B's, a rung (0 where B made no tokens).

@@ -184,6 +184,11 @@ impl Default for Prompt {
 pub struct StreamOptions {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub include_usage: Option<bool>,
+    /// vLLM's extension: with `include_usage`, every chunk carries the usage so far, and a
+    /// chunk goes out for every generated token even when its text is still empty (a partial
+    /// UTF-8 sequence, a skipped special token), so a client can time each token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continuous_usage_stats: Option<bool>,
 }
 
 /// Who wrote a chat message.

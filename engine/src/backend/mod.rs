@@ -125,6 +125,12 @@ pub trait Backend: Send + Sync + 'static {
 
     fn name(&self) -> &'static str;
 
+    /// The device in words, for `GET /version` and benchmark records (`cpu`, or the GPU's
+    /// name, architecture, memory and driver).
+    fn describe(&self) -> String {
+        self.name().to_string()
+    }
+
     /// Free and total bytes of device memory, for sizing the KV cache; `None` on the host.
     fn memory_info(&self) -> Option<(usize, usize)> {
         None
@@ -183,6 +189,24 @@ pub trait Backend: Send + Sync + 'static {
         num_kv_heads: usize,
         eps: f32,
     ) -> Result<()>;
+    /// [`Backend::qk_norm_rope`] then [`Backend::write_kv`] (heads and eps as one tuple). A
+    /// backend may do both in one pass; this composition is the reference it is checked
+    /// against.
+    #[allow(clippy::too_many_arguments)]
+    fn qk_norm_rope_write_kv(
+        &self,
+        qkv: &mut Self::Tensor,
+        batch: &Self::Batch,
+        q_w: &Self::Tensor,
+        k_w: &Self::Tensor,
+        rope: &RopeTables,
+        (num_heads, num_kv_heads, eps): (usize, usize, f32),
+        k_cache: &mut Self::Tensor,
+        v_cache: &mut Self::Tensor,
+    ) -> Result<()> {
+        self.qk_norm_rope(qkv, batch, q_w, k_w, rope, num_heads, num_kv_heads, eps)?;
+        self.write_kv(k_cache, v_cache, qkv, batch, num_heads)
+    }
     /// Copy each token's k and v heads from the fused `qkv` into the layer's paged cache
     /// (`[num_blocks, block_size, nkv, hd]` each) at its slot.
     fn write_kv(
@@ -209,6 +233,19 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<()>;
     /// `out = silu(gate) * up` where `gate_up` is `[T, 2·I]` (gate first).
     fn silu_mul(&self, out: &mut Self::Tensor, gate_up: &Self::Tensor) -> Result<()>;
+    /// The MLP's first half: `gate_up = x · wᵀ` (`w` is `[2·I, K]`, gate rows first), then
+    /// `out = silu(gate) * up`. A backend may fuse the two and leave `gate_up` unwritten (its
+    /// scratch); this composition is the reference every fused version is checked against.
+    fn matmul_silu_mul(
+        &self,
+        out: &mut Self::Tensor,
+        gate_up: &mut Self::Tensor,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+    ) -> Result<()> {
+        self.matmul(gate_up, x, w)?;
+        self.silu_mul(out, gate_up)
+    }
     /// `out[i, :] = x[logits_rows[i], :]`.
     fn gather_rows(
         &self,

@@ -96,6 +96,7 @@ fn start_on<B: Backend>(
     let plan = plan_kv_cache(&backend, &config, &model, max_model_len)?;
     let blocks = plan.num_blocks as u64;
     phases.phase(Phase::AllocateKvCache, 0, Some(blocks), "blocks");
+    let device_description = backend.describe();
     let runner = Runner::new(backend, model, plan.num_blocks, plan.block_size)?;
     phases.phase(Phase::AllocateKvCache, blocks, Some(blocks), "blocks");
     hub.set_limits(Limits {
@@ -122,6 +123,9 @@ fn start_on<B: Backend>(
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
+        device: device_description,
+        kv_cache_blocks: plan.num_blocks - 1,
+        block_size: plan.block_size,
     };
     let live = Arc::new(Live::default());
     if let Ok(mut s) = live.stats.lock() {

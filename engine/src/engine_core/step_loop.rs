@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::step_profile::{Phase, StepProfile};
 use super::{Command, EngineRequest, Live, StepOutput};
 use crate::backend::Backend;
 use crate::metrics::MetricsHub;
@@ -38,6 +39,8 @@ pub(super) struct EngineLoop<B: Backend, M: Model<B>> {
     hub: MetricsHub,
     /// What happened since the last report to the hub.
     report: StepReport,
+    /// `METRALE_STEP_PROFILE`: where the step's time goes.
+    profile: StepProfile,
 }
 
 impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
@@ -60,6 +63,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             last_step_seqs: 0,
             hub,
             report: StepReport::default(),
+            profile: StepProfile::from_env(),
         }
     }
 
@@ -96,9 +100,12 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                 break;
             }
             if self.scheduler.has_unfinished_requests() {
+                self.profile.start();
                 self.step();
             }
             self.publish();
+            self.profile.lap(Phase::Update);
+            self.profile.finish(self.last_step_seqs);
         }
         self.abort_all();
         self.live.stopped.store(true, Ordering::SeqCst);
@@ -170,6 +177,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
 
     fn step(&mut self) {
         let out = self.scheduler.schedule();
+        self.profile.lap(Phase::Schedule);
         self.last_step_seqs = out.seqs.len();
         self.report.preempted.extend(out.preempted.iter().copied());
         if out.seqs.is_empty() {
@@ -183,7 +191,11 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                 .min(s.token_ids.len());
             self.prompt_tokens_total += prompt_part as u64;
         }
-        let result = self.runner.execute(&out);
+        let profile = &mut self.profile;
+        let result = self
+            .runner
+            .execute_with(&out, &mut || profile.lap(Phase::Launch));
+        self.profile.lap(Phase::Device);
         self.steps_total += 1;
         match result {
             Ok(ro) => {

@@ -144,24 +144,22 @@ impl<B: Backend> Model<B> for Qwen3<B> {
         for (l, layer) in self.layers.iter().enumerate() {
             // Attention: qkv = xn · Wqkvᵀ; QK-norm and RoPE on q, k; cache k, v; attend; project.
             b.matmul(&mut qkv, &xn, &layer.qkv)?;
-            b.qk_norm_rope(
+            b.qk_norm_rope_write_kv(
                 &mut qkv,
                 batch,
                 &layer.q_norm,
                 &layer.k_norm,
                 &self.rope,
-                nh,
-                nkv,
-                c.rms_norm_eps,
+                (nh, nkv, c.rms_norm_eps),
+                &mut kv.k[l],
+                &mut kv.v[l],
             )?;
-            b.write_kv(&mut kv.k[l], &mut kv.v[l], &qkv, batch, nh)?;
             b.paged_attention(&mut attn, &qkv, &kv.k[l], &kv.v[l], batch, nh, scale)?;
             b.matmul(&mut proj, &attn, &layer.o)?;
             // x += attention; xn = post_norm(x)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, c.rms_norm_eps)?;
             // MLP: down(silu(gate) * up)
-            b.matmul(&mut gate_up, &xn, &layer.gate_up)?;
-            b.silu_mul(&mut act, &gate_up)?;
+            b.matmul_silu_mul(&mut act, &mut gate_up, &xn, &layer.gate_up)?;
             b.matmul(&mut proj, &act, &layer.down)?;
             // x += mlp; xn = next block's input norm (or the final norm)
             let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);

@@ -21,6 +21,16 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
 
     /// Run one step.
     pub fn execute(&mut self, step: &SchedulerOutput) -> Result<RunnerOutput> {
+        self.execute_with(step, &mut || {})
+    }
+
+    /// [`Runner::execute`], calling `launched` once the forward is queued on the device and
+    /// before waiting for its tokens (for the step profile).
+    pub fn execute_with(
+        &mut self,
+        step: &SchedulerOutput,
+        launched: &mut dyn FnMut(),
+    ) -> Result<RunnerOutput> {
         if step.seqs.is_empty() {
             return Ok(RunnerOutput::default());
         }
@@ -47,6 +57,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             })
             .collect();
         let logits = self.forward(step, &chunks)?;
+        launched();
 
         // Rows to sample: the last logits row of each chunk that samples.
         let mut sample_rows = Vec::new();

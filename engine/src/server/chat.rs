@@ -317,6 +317,8 @@ pub async fn chat_completions(
         }
     };
     let no_usage = include_usage.then_some(None);
+    let continuous = sse::continuous_usage(req.stream_options.as_ref());
+    let usage_prompts = prompts.clone();
     let first = (0..choices.len() as u32)
         .map(|index| {
             chunk(
@@ -343,7 +345,7 @@ pub async fn chat_completions(
             let stop_reason = stop_reason.flatten();
             let logprobs = want_logprobs.then(|| chat_logprobs(&d.logprobs));
             let mut deltas = if !parses {
-                if d.text.is_empty() && d.logprobs.is_empty() && finish.is_none() {
+                if d.text.is_empty() && d.logprobs.is_empty() && finish.is_none() && !continuous {
                     return vec![];
                 }
                 vec![ChatDelta {
@@ -368,9 +370,14 @@ pub async fn chat_completions(
                 FinishReason::Stop if called => FinishReason::ToolCalls,
                 f => f,
             });
-            if deltas.is_empty() && (finish.is_some() || !d.logprobs.is_empty()) {
+            if deltas.is_empty() && (finish.is_some() || !d.logprobs.is_empty() || continuous) {
                 deltas.push(ChatDelta::default());
             }
+            let usage = if continuous {
+                Some(Some(generate::usage(&usage_prompts, d.tokens, 0)))
+            } else {
+                no_usage
+            };
             let last = deltas.len().saturating_sub(1);
             let mut logprobs = logprobs;
             deltas
@@ -386,7 +393,7 @@ pub async fn chat_completions(
                             finish_reason: if end { finish } else { None },
                             stop_reason: if end { stop_reason.clone() } else { None },
                         }],
-                        no_usage,
+                        usage,
                     )
                 })
                 .collect()

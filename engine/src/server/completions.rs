@@ -216,6 +216,8 @@ pub async fn completions(
 
     let include_usage = sse::include_usage(req.stream_options.as_ref());
     let no_usage = include_usage.then_some(None);
+    let continuous = sse::continuous_usage(req.stream_options.as_ref());
+    let usage_prompts = prompts.clone();
     let chunk = {
         let (id, model) = (id.clone(), model.clone());
         move |choices: Vec<CompletionChoice>, usage| {
@@ -247,9 +249,14 @@ pub async fn completions(
             text.push_str(&d.text);
             table.push_sampled(&d.logprobs);
             *offset = table.offset;
-            if text.is_empty() && table.lp.tokens.is_empty() && d.finish.is_none() {
+            if text.is_empty() && table.lp.tokens.is_empty() && d.finish.is_none() && !continuous {
                 return None;
             }
+            let usage = if continuous {
+                Some(Some(generate::usage(&usage_prompts, d.tokens, 0)))
+            } else {
+                no_usage
+            };
             let (finish, stop_reason) = d.finish.unzip();
             Some(chunk(
                 vec![CompletionChoice {
@@ -259,7 +266,7 @@ pub async fn completions(
                     finish_reason: finish,
                     stop_reason: stop_reason.flatten(),
                 }],
-                no_usage,
+                usage,
             ))
         }
     };

@@ -26,6 +26,7 @@ pub mod shutdown;
 pub mod sse;
 pub mod tokenize;
 pub mod tool_use;
+pub mod version;
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -68,6 +69,8 @@ pub struct AppState {
     pub metrics: Arc<ServerMetrics>,
     /// The live event stream (`/v1/metrics/stream`, the metrics socket).
     pub hub: MetricsHub,
+    /// The resolved settings, for `GET /version`.
+    pub settings: Value,
     /// Requests being answered (handlers and open streams), for drain.
     inflight: Arc<AtomicUsize>,
     draining: AtomicBool,
@@ -268,6 +271,7 @@ async fn run_with(
     ));
     let state = Arc::new(AppState {
         served_name: config.engine.served_name.clone(),
+        settings: version::settings(&config),
         engine: OnceLock::new(),
         tokenizer: Arc::new(tokenizer),
         template,

@@ -46,6 +46,8 @@ pub struct Delta {
     pub prompt_logprobs: Option<Vec<TokenLogprobs>>,
     /// Set on the choice's last delta.
     pub finish: Option<(ApiFinish, Option<StopReason>)>,
+    /// Output tokens of the choice so far, this delta's included (as `usage` counts them).
+    pub tokens: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -113,6 +115,12 @@ impl ChoiceOutput {
 
     /// Feed one engine output. After the finishing delta, further outputs are ignored.
     pub fn push(&mut self, out: &StepOutput) -> Result<Delta, OutputError> {
+        let mut d = self.push_tokens(out)?;
+        d.tokens = self.num_tokens;
+        Ok(d)
+    }
+
+    fn push_tokens(&mut self, out: &StepOutput) -> Result<Delta, OutputError> {
         let mut d = Delta {
             prompt_logprobs: out.prompt_logprobs.clone(),
             ..Delta::default()

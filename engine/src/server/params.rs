@@ -256,6 +256,9 @@ mod tests {
             vocab_size: 50,
             eos_token_ids: vec![7],
             created: 0,
+            device: "cpu".into(),
+            kv_cache_blocks: 10,
+            block_size: 16,
         }
     }
 

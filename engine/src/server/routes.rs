@@ -20,6 +20,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/metrics/stream", get(metrics_stream::stream))
         .route("/v1/models", get(models))
+        .route("/version", get(super::version::version))
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/messages", post(messages::messages))

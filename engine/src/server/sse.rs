@@ -78,6 +78,15 @@ pub fn include_usage(options: Option<&StreamOptions>) -> bool {
     options.and_then(|o| o.include_usage).unwrap_or(false)
 }
 
+/// `stream_options.continuous_usage_stats` (with `include_usage`): usage in every chunk and a
+/// chunk for every token.
+pub fn continuous_usage(options: Option<&StreamOptions>) -> bool {
+    include_usage(options)
+        && options
+            .and_then(|o| o.continuous_usage_stats)
+            .unwrap_or(false)
+}
+
 /// The closing usage chunk, rendered by `chunk`, when the client asked for it.
 pub fn usage_chunk<C>(
     include: bool,

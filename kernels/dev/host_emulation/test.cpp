@@ -216,6 +216,45 @@ void t_gemv(int M, int N, int K) {
     report(name, worst, 1e-4);
 }
 
+// The fused gate_up GEMV + SiLU: must equal the unfused gemv + silu formula exactly (same
+// accumulation order), and the double-precision reference within bf16 rounding.
+void t_gemv_silu(int M, int I, int K) {
+    std::vector<bf16> x(M*K), w(2*I*K);
+    for (auto& v : x) v = B(U(1)); for (auto& v : w) v = B(U(1));
+    std::vector<bf16> out(M*I);
+    std::vector<float> gu(M*2*I, NAN);
+    auto run = [&] {
+        switch (M) {
+            case 1: gemv_silu_m1(out.data(), x.data(), w.data(), I, K); break;
+            case 3: gemv_silu_m3(out.data(), x.data(), w.data(), I, K); break;
+            default: gemv_silu_m8(out.data(), x.data(), w.data(), I, K); break;
+        }
+    };
+    launch({(unsigned)((I + 7) / 8)}, {256}, run);
+    auto unfused = [&] {
+        switch (M) {
+            case 1: gemv_m1(gu.data(), x.data(), w.data(), 2*I, K); break;
+            case 3: gemv_m3(gu.data(), x.data(), w.data(), 2*I, K); break;
+            default: gemv_m8(gu.data(), x.data(), w.data(), 2*I, K); break;
+        }
+    };
+    launch({(unsigned)((2*I + 7) / 8)}, {256}, unfused);
+    double worst = 0;
+    int mismatched = 0;
+    for (int m = 0; m < M; ++m) for (int j = 0; j < I; ++j) {
+        const float g = gu[m*2*I+j], u = gu[m*2*I+I+j];
+        if (F(out[m*I+j]) != F(B(g / (1.0f + std::exp(-g)) * u))) ++mismatched;
+        double rg = 0, ru = 0;
+        for (int k = 0; k < K; ++k) { rg += (double)F(x[m*K+k]) * F(w[j*K+k]); ru += (double)F(x[m*K+k]) * F(w[(I+j)*K+k]); }
+        const double r = rg / (1 + std::exp(-rg)) * ru;
+        worst = std::max(worst, std::fabs(F(out[m*I+j]) - r) / (1e-2 + std::fabs(r)));
+    }
+    char name[64]; snprintf(name, 64, "gemv_silu M%d I%d K%d", M, I, K);
+    report(name, worst, 5e-3);
+    snprintf(name, 64, "gemv_silu = gemv+silu M%d I%d", M, I);
+    report(name, mismatched, 0);
+}
+
 void t_write_kv() {
     int nh=4,nkv=2,hd=24,T=9,blocks=5,bs=4; int W=(nh+2*nkv)*hd;
     std::vector<float> qkv(T*W); for (auto& v : qkv) v = U(2);
@@ -228,6 +267,36 @@ void t_write_kv() {
         worst = std::max(worst, (double)(B(qkv[t*W+nh*hd+nkv*hd+e]).bits != v[slots[t]*nkv*hd+e].bits));
     }
     report("write_kv", worst, 0);
+}
+
+// qk_norm_rope_kv = qk_norm_rope then write_kv, bit for bit (qkv rows and both caches).
+void t_rope_kv(int T, int nh, int nkv, int hd, int rot) {
+    int W = (nh + 2*nkv) * hd, blocks = T + 3, bs = 2;
+    std::vector<float> q(T*W);
+    std::vector<bf16> qw(hd), kw(hd);
+    std::vector<u32> pos(T);
+    for (auto& v : q) v = U(2);
+    for (auto& v : qw) v = B(1+U(0.2));
+    for (auto& v : kw) v = B(1+U(0.2));
+    for (auto& p : pos) p = rng() % 4096;
+    std::vector<float> inv(rot/2);
+    for (int i = 0; i < rot/2; ++i) inv[i] = 1.0f / std::pow(1e4f, 2.0f*i/rot);
+    std::vector<u32> slots; for (int i = 0; i < blocks*bs; ++i) slots.push_back(i);
+    std::shuffle(slots.begin(), slots.end(), rng); slots.resize(T);
+    auto q2 = q;
+    std::vector<bf16> k1(blocks*bs*nkv*hd, B(0)), v1(k1), k2(k1), v2(k1);
+    int half = rot/2;
+    launch({(unsigned)T, (unsigned)((nh+nkv+3)/4)}, {128}, [&] {
+        qk_norm_rope_f32(q.data(), pos.data(), qw.data(), kw.data(), inv.data(), nh, nkv, hd, half, 1.0f, 1e-6f); });
+    launch({(unsigned)T}, {64}, [&]{ write_kv_f32(k1.data(), v1.data(), q.data(), slots.data(), nh, nkv, hd); });
+    launch({(unsigned)T, (unsigned)((nh+2*nkv+3)/4)}, {128}, [&] {
+        qk_norm_rope_kv_f32(q2.data(), pos.data(), qw.data(), kw.data(), inv.data(), nh, nkv, hd, half, 1.0f, 1e-6f,
+                            k2.data(), v2.data(), slots.data()); });
+    int diff = 0;
+    for (int i = 0; i < T*W; ++i) diff += q[i] != q2[i];
+    for (size_t i = 0; i < k1.size(); ++i) diff += (k1[i].bits != k2[i].bits) + (v1[i].bits != v2[i].bits);
+    char name[96]; snprintf(name, 96, "qk_norm_rope_kv = rope+write_kv h%d/%d hd%d", nh, nkv, hd);
+    report(name, diff, 0);
 }
 
 void t_softmax(int R, int V) {
@@ -298,7 +367,13 @@ int main() {
     t_gemv(1, 40, 64);
     t_gemv(3, 37, 1048);
     t_gemv(8, 9, 24);
+    t_gemv_silu(1, 40, 1048);
+    t_gemv_silu(3, 13, 64);
+    t_gemv_silu(8, 9, 24);
     t_write_kv();
+    t_rope_kv(5, 4, 2, 32, 32);
+    t_rope_kv(3, 8, 1, 64, 32);
+    t_rope_kv(2, 32, 8, 128, 128);
     t_softmax(2, 3000);
     t_misc();
     printf("%d failures\n", fails);

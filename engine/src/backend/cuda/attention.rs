@@ -62,18 +62,21 @@ impl CudaBackend {
         attention_splits(blocks, max_len, self.info.multiprocessors)
     }
 
-    pub(super) fn write_kv_op(
+    /// Checks what writing `qkv`'s k and v heads into the caches at the batch's slots needs;
+    /// false when there is nothing to write.
+    pub(super) fn write_kv_check(
         &self,
-        k_cache: &mut CudaTensor,
-        v_cache: &mut CudaTensor,
+        op: &'static str,
+        k_cache: &CudaTensor,
+        v_cache: &CudaTensor,
         qkv: &CudaTensor,
         batch: &CudaBatch,
         num_heads: usize,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let (blocks, bs, nkv, hd) = kv_dims(k_cache)?;
         let width = (num_heads + 2 * nkv) * hd;
         check(
-            "write_kv",
+            op,
             v_cache.shape == k_cache.shape
                 && v_cache.dtype == k_cache.dtype
                 && qkv.cols() == width
@@ -88,14 +91,26 @@ impl CudaBackend {
         )?;
         if let Some(slot) = batch.max_slot.filter(|&s| s as usize >= blocks * bs) {
             return Err(shape_err(
-                "write_kv",
+                op,
                 format!("slot {slot} is outside the cache of {blocks} blocks"),
             ));
         }
-        let slot_len = nkv * hd;
-        if batch.num_tokens == 0 || slot_len == 0 {
+        Ok(batch.num_tokens > 0 && nkv * hd > 0)
+    }
+
+    pub(super) fn write_kv_op(
+        &self,
+        k_cache: &mut CudaTensor,
+        v_cache: &mut CudaTensor,
+        qkv: &CudaTensor,
+        batch: &CudaBatch,
+        num_heads: usize,
+    ) -> Result<()> {
+        if !self.write_kv_check("write_kv", k_cache, v_cache, qkv, batch, num_heads)? {
             return Ok(());
         }
+        let (_, _, nkv, hd) = kv_dims(k_cache)?;
+        let slot_len = nkv * hd;
         let name = match qkv.dtype {
             DType::F32 => "write_kv_f32",
             DType::BF16 => "write_kv_bf16",

@@ -97,26 +97,73 @@ impl CudaBackend {
         w: &CudaTensor,
         (m, n, k): (i32, i32, i32),
     ) -> Result<()> {
-        let name = match m {
-            1 => "gemv_m1",
-            2 => "gemv_m2",
-            3 => "gemv_m3",
-            4 => "gemv_m4",
-            5 => "gemv_m5",
-            6 => "gemv_m6",
-            7 => "gemv_m7",
-            _ => "gemv_m8",
+        const NAMES: [&str; GEMV_MAX_ROWS] = [
+            "gemv_m1", "gemv_m2", "gemv_m3", "gemv_m4", "gemv_m5", "gemv_m6", "gemv_m7", "gemv_m8",
+        ];
+        self.launch_gemv(NAMES, out, x, w, (m, n, k))
+    }
+
+    /// `matmul` then `silu_mul` in one kernel (gemv.cu's gemv_silu) where the GEMV would serve
+    /// `x`'s rows: `out[m, j] = silu(x[m]·w[j]) · x[m]·w[I + j]`, `w` = `[2·I, K]`. Returns
+    /// false (nothing done) where the caller must take the unfused path.
+    pub(super) fn gemv_silu_op(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+    ) -> Result<bool> {
+        const NAMES: [&str; GEMV_MAX_ROWS] = [
+            "gemv_silu_m1",
+            "gemv_silu_m2",
+            "gemv_silu_m3",
+            "gemv_silu_m4",
+            "gemv_silu_m5",
+            "gemv_silu_m6",
+            "gemv_silu_m7",
+            "gemv_silu_m8",
+        ];
+        let (m, k, i) = (x.rows(), x.cols(), out.cols());
+        let fits = m >= 1
+            && m <= self.gemv_max_rows()
+            && k % 8 == 0
+            && x.dtype == DType::BF16
+            && w.dtype == DType::BF16
+            && w.rows() == 2 * i
+            && w.cols() == k
+            && out.rows() == m;
+        let (Ok(mi), Ok(ii), Ok(ki)) = (i32::try_from(m), i32::try_from(i), i32::try_from(k))
+        else {
+            return Ok(false);
         };
+        if !fits || i == 0 {
+            return Ok(false);
+        }
+        self.set_dtype(out, DType::BF16)?;
+        self.launch_gemv(NAMES, out, x, w, (mi, ii, ki))?;
+        Ok(true)
+    }
+
+    /// Launches one of a GEMV family (`names[m - 1]`): one warp an output column `n`.
+    fn launch_gemv(
+        &self,
+        names: [&'static str; GEMV_MAX_ROWS],
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        (m, n, k): (i32, i32, i32),
+    ) -> Result<()> {
+        let name = names[(m.clamp(1, GEMV_MAX_ROWS as i32) - 1) as usize];
         let f = self.func(metrale_kernels::Module::Gemv, name)?;
         let s = &self.stream;
         let (o, xp, wp) = (out.ptr(s), x.ptr(s), w.ptr(s));
         let blocks = super::elementwise::dim((n as usize).div_ceil(GEMV_WARPS), "matmul")?;
         let mut a = s.launch_builder(&f);
         a.arg(&o).arg(&xp).arg(&wp).arg(&n).arg(&k);
-        // SAFETY: out is [m, n] f32, x [m, k] and w [n, k] bf16 (checked by the caller), with
-        // 1 <= m <= 8 matching the kernel's template and k % 8 == 0, so every 16-byte load of a
-        // row stays inside it and is aligned (allocations are 256-byte aligned, rows 2k bytes);
-        // one warp per output column, columns past n return at once.
+        // SAFETY: for gemv_m*, out is [m, n] f32, x [m, k] and w [n, k] bf16; for gemv_silu_m*,
+        // out is [m, n] bf16, x [m, k] and w [2n, k] bf16 (checked by the callers); 1 <= m <= 8
+        // matches the kernel's template and k % 8 == 0, so every 16-byte load of a row stays
+        // inside it and is aligned (allocations are 256-byte aligned, rows 2k bytes); one warp
+        // per output column, columns past n return at once.
         let r = unsafe {
             a.launch(super::elementwise::cfg(
                 (blocks, 1),

@@ -335,6 +335,21 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
+    fn describe(&self) -> String {
+        let i = &self.info;
+        format!(
+            "{} ({}, {} SMs, {:.0} GiB, CUDA driver {}.{}, NVRTC {}.{})",
+            i.name,
+            i.arch,
+            i.multiprocessors,
+            i.total_memory as f64 / (1u64 << 30) as f64,
+            i.driver_version / 1000,
+            (i.driver_version % 1000) / 10,
+            i.nvrtc_version.0,
+            i.nvrtc_version.1
+        )
+    }
+
     fn memory_info(&self) -> Option<(usize, usize)> {
         self.ctx.mem_get_info().ok()
     }
@@ -438,7 +453,41 @@ impl Backend for CudaBackend {
         num_kv_heads: usize,
         eps: f32,
     ) -> Result<()> {
-        self.qk_norm_rope_op(qkv, batch, q_w, k_w, rope, num_heads, num_kv_heads, eps)
+        self.qk_norm_rope_op(
+            qkv,
+            batch,
+            q_w,
+            k_w,
+            rope,
+            num_heads,
+            num_kv_heads,
+            eps,
+            None,
+        )
+    }
+
+    fn qk_norm_rope_write_kv(
+        &self,
+        qkv: &mut CudaTensor,
+        batch: &CudaBatch,
+        q_w: &CudaTensor,
+        k_w: &CudaTensor,
+        rope: &RopeTables,
+        (num_heads, num_kv_heads, eps): (usize, usize, f32),
+        k_cache: &mut CudaTensor,
+        v_cache: &mut CudaTensor,
+    ) -> Result<()> {
+        self.qk_norm_rope_op(
+            qkv,
+            batch,
+            q_w,
+            k_w,
+            rope,
+            num_heads,
+            num_kv_heads,
+            eps,
+            Some((k_cache, v_cache)),
+        )
     }
 
     fn write_kv(
@@ -466,6 +515,20 @@ impl Backend for CudaBackend {
     }
 
     fn silu_mul(&self, out: &mut CudaTensor, gate_up: &CudaTensor) -> Result<()> {
+        self.silu_mul_op(out, gate_up)
+    }
+
+    fn matmul_silu_mul(
+        &self,
+        out: &mut CudaTensor,
+        gate_up: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+    ) -> Result<()> {
+        if self.gemv_silu_op(out, x, w)? {
+            return Ok(());
+        }
+        self.matmul_op(gate_up, x, w)?;
         self.silu_mul_op(out, gate_up)
     }
 

@@ -114,6 +114,7 @@ impl CudaBackend {
         num_heads: usize,
         num_kv_heads: usize,
         eps: f32,
+        cache: Option<(&mut CudaTensor, &mut CudaTensor)>,
     ) -> Result<()> {
         let hd = q_w.numel();
         check(
@@ -134,14 +135,25 @@ impl CudaBackend {
         )?;
         weight_check("qk_norm_rope", q_w, hd)?;
         weight_check("qk_norm_rope", k_w, hd)?;
-        let heads = num_heads + num_kv_heads;
+        if let Some((k, v)) = &cache {
+            self.write_kv_check("qk_norm_rope_write_kv", k, v, qkv, batch, num_heads)?;
+            check(
+                "qk_norm_rope_write_kv",
+                k.shape[2] == num_kv_heads && k.shape[3] == hd,
+                || format!("cache {:?} for {num_kv_heads} kv heads of {hd}", k.shape),
+            )?;
+        }
+        // With the cache, the v heads get a warp each too (they are only copied).
+        let heads = num_heads + num_kv_heads * if cache.is_some() { 2 } else { 1 };
         if batch.num_tokens == 0 || heads == 0 || hd == 0 {
             return Ok(());
         }
         let inv_freq = self.inv_freq(rope)?;
-        let name = match qkv.dtype {
-            DType::F32 => "qk_norm_rope_f32",
-            DType::BF16 => "qk_norm_rope_bf16",
+        let name = match (qkv.dtype, cache.is_some()) {
+            (DType::F32, false) => "qk_norm_rope_f32",
+            (DType::BF16, false) => "qk_norm_rope_bf16",
+            (DType::F32, true) => "qk_norm_rope_kv_f32",
+            (DType::BF16, true) => "qk_norm_rope_kv_bf16",
         };
         let f = self.func(Module::Rope, name)?;
         let s = &self.stream;
@@ -164,6 +176,10 @@ impl CudaBackend {
             .arg(&half)
             .arg(&rope.scale)
             .arg(&eps);
+        let kv_args = cache.map(|(k, v)| (k.ptr(s), v.ptr(s), batch.slot_mapping(s)));
+        if let Some((k, v, slots)) = &kv_args {
+            a.arg(k).arg(v).arg(slots);
+        }
         let config = LaunchConfig {
             grid_dim: (
                 dim(batch.num_tokens, "qk_norm_rope")?,
@@ -176,7 +192,8 @@ impl CudaBackend {
         // SAFETY: qkv is [T, (nh + 2·nkv)·hd] of the kernel's type with hd ≤ 256 (the shared
         // scratch per warp); q_w, k_w hold hd bf16 values; inv_freq holds rotary_dim/2 floats
         // and rotary_dim ≤ hd; positions has T entries (checked above); warps past the last
-        // head return before touching memory.
+        // head return before touching memory. With the cache (the _kv kernel), both caches are
+        // bf16 [blocks, bs, nkv, hd] and every slot is below blocks·bs (write_kv_check).
         let r = unsafe { a.launch(config) };
         self.launched(name, r)
     }

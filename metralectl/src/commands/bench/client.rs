@@ -108,6 +108,23 @@ impl Server {
         self.json(reqwest::Method::GET, "/v1/models", None).await
     }
 
+    /// `GET /version` as the server sent it (met: build, git commit, flags and settings; vLLM:
+    /// its version), or `null` where the server has no such route.
+    pub async fn version(&self) -> Value {
+        self.json(reqwest::Method::GET, "/version", None)
+            .await
+            .unwrap_or(Value::Null)
+    }
+
+    /// What the record keeps of the server: `{"models": GET /v1/models, "version": GET
+    /// /version or null}`.
+    pub async fn describe(&self) -> anyhow::Result<(Value, Value)> {
+        let models = self.models().await?;
+        let version = self.version().await;
+        let described = serde_json::json!({"models": models.clone(), "version": version});
+        Ok((models, described))
+    }
+
     async fn tokenize(&self, body: Value) -> anyhow::Result<Vec<u32>> {
         let v = self
             .json(reqwest::Method::POST, "/tokenize", Some(&body))
@@ -266,7 +283,7 @@ impl Server {
             "temperature": temperature,
             "seed": seed,
             "stream": true,
-            "stream_options": {"include_usage": true},
+            "stream_options": {"include_usage": true, "continuous_usage_stats": true},
         });
         let path = match (endpoint, prompt) {
             (Endpoint::Chat, Prompt::Text(text)) => {
@@ -365,6 +382,13 @@ impl Measured {
         if let Some(usage) = v.get("usage").filter(|u| u.is_object()) {
             self.completion_tokens = usage["completion_tokens"].as_u64();
             self.prompt_tokens = usage["prompt_tokens"].as_u64();
+            // With continuous usage (met, vLLM) a chunk that reports a generated token times
+            // the first token even when its text is still empty (a partial UTF-8 sequence, a
+            // special token), as the text alone would time it late.
+            let has_choice = v["choices"].as_array().is_some_and(|c| !c.is_empty());
+            if has_choice && self.completion_tokens.is_some_and(|n| n > 0) {
+                self.first.get_or_insert(now);
+            }
         }
         Ok(())
     }

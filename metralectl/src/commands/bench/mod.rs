@@ -97,7 +97,7 @@ fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
             .collect(),
         url: b.url,
         model: b.model,
-        server: b.models,
+        server: b.server,
         rungs: b.rungs,
     });
     let rec = Record {
@@ -116,7 +116,7 @@ fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
             seed: args.seed,
             temperature: args.temperature,
         },
-        server: a.models,
+        server: a.server,
         machine: record::machine(),
         rungs: a.rungs,
         against,
@@ -156,7 +156,8 @@ fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
 pub(super) struct Series {
     pub url: String,
     pub model: String,
-    pub models: serde_json::Value,
+    /// `{"models": …, "version": …}` as the server described itself.
+    pub server: serde_json::Value,
     pub rungs: Vec<Rung>,
 }
 
@@ -169,7 +170,7 @@ pub(super) async fn ladder(
 ) -> anyhow::Result<Vec<Series>> {
     let mut sides = Vec::new();
     for (i, server) in targets.into_iter().enumerate() {
-        let models = server.models().await?;
+        let (models, described) = server.describe().await?;
         let asked = if i == 0 {
             &args.model
         } else {
@@ -187,7 +188,7 @@ pub(super) async fn ladder(
                     )
                 })?,
         };
-        sides.push((Arc::new(server), Arc::<str>::from(model), models));
+        sides.push((Arc::new(server), Arc::<str>::from(model), described));
     }
     let per_rep: u64 = args
         .concurrency
@@ -260,10 +261,10 @@ pub(super) async fn ladder(
     Ok(sides
         .into_iter()
         .zip(rungs)
-        .map(|((server, model, models), rungs)| Series {
+        .map(|((server, model, described), rungs)| Series {
             url: server.base().to_owned(),
             model: model.to_string(),
-            models,
+            server: described,
             rungs,
         })
         .collect())

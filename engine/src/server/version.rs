@@ -1,0 +1,134 @@
+//! `GET /version`: what is serving, so a benchmark record can say exactly what it measured.
+//! The build (version, git commit, CUDA or not), the command line as typed (the API key's
+//! value withheld), the settings `met serve` resolved from it, and the device and KV cache the
+//! engine ended up with.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::config::{KvCacheDtype, ServeConfig};
+use crate::engine_core::Device;
+use crate::loader::LoadFormat;
+
+/// The git commit this binary was built from (`unknown` outside a checkout).
+pub const GIT_COMMIT: &str = env!("MET_GIT_COMMIT");
+/// Whether tracked files differed from [`GIT_COMMIT`] when it was built.
+pub const GIT_DIRTY: &str = env!("MET_GIT_DIRTY");
+
+/// The build, for `GET /version` and `met --version`-style reports.
+pub fn build() -> Value {
+    json!({
+        "name": "met",
+        "version": env!("CARGO_PKG_VERSION"),
+        "git_commit": GIT_COMMIT,
+        "git_dirty": GIT_DIRTY == "true",
+        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "cuda": cfg!(feature = "cuda"),
+    })
+}
+
+/// The command line with the values of secret flags replaced by `***`.
+pub fn redacted_args(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    const SECRET: &str = "--api-key";
+    let mut out = Vec::new();
+    let mut hide_next = false;
+    for a in args {
+        if hide_next {
+            out.push("***".to_owned());
+            hide_next = false;
+        } else if a == SECRET {
+            out.push(a);
+            hide_next = true;
+        } else if a.starts_with(&format!("{SECRET}=")) {
+            out.push(format!("{SECRET}=***"));
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// The settings `met serve` resolved from its flags and defaults.
+pub fn settings(config: &ServeConfig) -> Value {
+    let e = &config.engine;
+    json!({
+        "model_dir": e.model_dir.display().to_string(),
+        "served_model_name": e.served_name,
+        "device": match e.device { Device::Cpu => "cpu", Device::Cuda => "cuda" },
+        "load_format": match e.load_format { LoadFormat::Auto => "auto", LoadFormat::Dummy => "dummy" },
+        "max_seq_len": e.max_seq_len,
+        "max_batch_size": e.max_num_seqs,
+        "max_num_batched_tokens": e.max_num_batched_tokens,
+        "max_queued_requests": e.max_queued_requests,
+        "gpu_memory_utilization": e.gpu_memory_utilization,
+        "kv_cache_dtype": match config.kv_cache_dtype {
+            KvCacheDtype::Auto => "auto",
+            KvCacheDtype::Bf16 => "bf16",
+            KvCacheDtype::Fp8 => "fp8",
+        },
+        "enable_prefix_caching": e.enable_prefix_caching,
+        "enforce_eager": e.enforce_eager,
+        "cuda_graphs_env": std::env::var("METRALE_CUDA_GRAPHS").ok(),
+        "block_size": e.block_size,
+        "request_timeout_s": config.request_timeout.map(|d| d.as_secs_f64()),
+        "disable_thinking": config.disable_thinking,
+        "tool_call_parser": config.tool_call_parser.map(|p| format!("{p:?}")),
+        "reasoning_parser": config.reasoning_parser.map(|p| format!("{p:?}")),
+        "api_key": config.api_key.is_some(),
+    })
+}
+
+pub async fn version(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
+    let engine = state.loaded_engine().map(|e| {
+        let info = e.info();
+        json!({
+            "device": info.device,
+            "max_model_len": info.max_model_len,
+            "kv_cache_blocks": info.kv_cache_blocks,
+            "kv_cache_tokens": info.kv_cache_blocks * info.block_size,
+        })
+    });
+    axum::Json(json!({
+        "build": build(),
+        "args": redacted_args(std::env::args()),
+        "settings": state.settings,
+        "engine": engine,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        redacted_args(a.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn api_key_values_are_withheld_in_both_spellings() {
+        assert_eq!(
+            args(&["met", "serve", "m", "--api-key", "sk-1", "--port", "9"]),
+            ["met", "serve", "m", "--api-key", "***", "--port", "9"]
+        );
+        assert_eq!(
+            args(&["met", "serve", "--api-key=sk-1", "m"]),
+            ["met", "serve", "--api-key=***", "m"]
+        );
+        assert_eq!(args(&["met", "--api-keys"]), ["met", "--api-keys"]);
+    }
+
+    #[test]
+    fn build_names_a_commit() {
+        let b = build();
+        let commit = b["git_commit"].as_str().unwrap_or_default();
+        assert!(
+            commit == "unknown"
+                || (commit.len() == 40 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+            "{commit}"
+        );
+        assert_eq!(b["version"], env!("CARGO_PKG_VERSION"));
+    }
+}
