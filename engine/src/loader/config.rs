@@ -2,7 +2,8 @@
 //!
 //! Only what the model families we run need is read; unknown keys are ignored. Rotary settings
 //! are read from transformers 5's `rope_parameters` as well as the older top-level
-//! `rope_theta` + `rope_scaling`, since checkpoints on the Hub carry either.
+//! `rope_theta` + `rope_scaling`, since checkpoints on the Hub carry either. Qwen3-MoE's keys
+//! become [`MoeConfig`]; a `quantization_config` becomes [`Fp8Config`] (see `fp8.rs`).
 
 use std::path::Path;
 
@@ -10,8 +11,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::LoadError;
+use super::fp8::Fp8Config;
 
-/// The dense Qwen3 configuration (`Qwen3ForCausalLM`).
+/// The architectures this engine runs, as `config.json` names them.
+pub const ARCHITECTURES: [&str; 2] = ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM"];
+
+/// The Qwen3 configuration, dense (`Qwen3ForCausalLM`) or mixture-of-experts
+/// (`Qwen3MoeForCausalLM`, with `moe`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
     pub architecture: String,
@@ -28,6 +34,35 @@ pub struct ModelConfig {
     pub rope: RopeConfig,
     /// The dtype the checkpoint was saved in (`torch_dtype` / `dtype`), if stated.
     pub dtype: Option<String>,
+    /// Sparse MLP layers (`Qwen3MoeForCausalLM`); `None` for a dense model.
+    pub moe: Option<MoeConfig>,
+    /// Fine-grained FP8 weights (`quantization_config.quant_method = "fp8"`).
+    pub fp8: Option<Fp8Config>,
+}
+
+/// Qwen3-MoE's sparse MLP blocks: which layers have them and how tokens are routed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    /// `num_experts` (Hub configs) or `num_local_experts` (what transformers 5 writes).
+    pub num_experts: usize,
+    /// Experts each token is routed to (top-k).
+    pub num_experts_per_tok: usize,
+    /// Each expert's intermediate size (dense layers use `intermediate_size`).
+    pub moe_intermediate_size: usize,
+    /// Renormalise the top-k routing weights to sum to one.
+    pub norm_topk_prob: bool,
+    /// Layer `l` is sparse when `(l + 1) % decoder_sparse_step == 0` ...
+    pub decoder_sparse_step: usize,
+    /// ... and it is not listed here.
+    pub mlp_only_layers: Vec<usize>,
+}
+
+impl MoeConfig {
+    /// Whether layer `l` has a sparse (mixture-of-experts) MLP, as transformers decides it.
+    pub fn is_sparse(&self, layer: usize) -> bool {
+        !self.mlp_only_layers.contains(&layer)
+            && (layer + 1).is_multiple_of(self.decoder_sparse_step)
+    }
 }
 
 /// Rotary embedding: base, scaling kind and the derived per-pair inverse frequencies.
@@ -83,6 +118,15 @@ struct RawConfig {
     hidden_act: Option<String>,
     torch_dtype: Option<String>,
     dtype: Option<String>,
+    num_experts: Option<usize>,
+    num_local_experts: Option<usize>,
+    num_experts_per_tok: Option<usize>,
+    moe_intermediate_size: Option<usize>,
+    #[serde(default)]
+    norm_topk_prob: bool,
+    decoder_sparse_step: Option<usize>,
+    mlp_only_layers: Option<Vec<usize>>,
+    quantization_config: Option<Value>,
 }
 
 impl ModelConfig {
@@ -140,6 +184,12 @@ impl ModelConfig {
             }
         }
         let rope = parse_rope(&raw)?;
+        let moe = parse_moe(&raw, &architecture)?;
+        let fp8 = raw
+            .quantization_config
+            .as_ref()
+            .map(Fp8Config::from_json)
+            .transpose()?;
         Ok(Self {
             architecture,
             vocab_size: raw.vocab_size,
@@ -154,19 +204,38 @@ impl ModelConfig {
             tie_word_embeddings: raw.tie_word_embeddings,
             rope,
             dtype: raw.dtype.or(raw.torch_dtype),
+            moe,
+            fp8,
         })
     }
 
-    /// Number of parameters (embedding counted once when tied).
+    /// `architectures[0]` is one this engine runs.
+    pub fn check_architecture(&self) -> Result<(), LoadError> {
+        if ARCHITECTURES.contains(&self.architecture.as_str()) {
+            Ok(())
+        } else {
+            Err(LoadError::UnsupportedArchitecture(
+                self.architecture.clone(),
+            ))
+        }
+    }
+
+    /// Number of parameters (embedding counted once when tied; every expert counted).
     pub fn num_parameters(&self) -> usize {
         let h = self.hidden_size;
         let q = self.num_attention_heads * self.head_dim;
         let kv = self.num_key_value_heads * self.head_dim;
-        let per_layer =
-            h * (q + 2 * kv) + q * h + 3 * h * self.intermediate_size + 2 * h + 2 * self.head_dim;
+        let attention = h * (q + 2 * kv) + q * h + 2 * h + 2 * self.head_dim;
+        let mlp = |l: usize| match &self.moe {
+            Some(m) if m.is_sparse(l) => m.num_experts * (3 * h * m.moe_intermediate_size + h),
+            _ => 3 * h * self.intermediate_size,
+        };
+        let layers: usize = (0..self.num_hidden_layers)
+            .map(|l| attention + mlp(l))
+            .sum();
         let embed = self.vocab_size * h;
         let head = if self.tie_word_embeddings { 0 } else { embed };
-        embed + head + self.num_hidden_layers * per_layer + h
+        embed + head + layers + h
     }
 }
 
@@ -180,6 +249,46 @@ fn parse_file<T>(path: &Path, parse: fn(&str) -> Result<T, String>) -> Result<T,
         path: path.to_path_buf(),
         message,
     })
+}
+
+/// The sparse-MLP keys of a `Qwen3MoeForCausalLM` config; `None` for other architectures.
+fn parse_moe(raw: &RawConfig, architecture: &str) -> Result<Option<MoeConfig>, String> {
+    if architecture != "Qwen3MoeForCausalLM" {
+        return Ok(None);
+    }
+    let num_experts = raw
+        .num_experts
+        .or(raw.num_local_experts)
+        .ok_or("Qwen3MoeForCausalLM needs \"num_experts\" (or \"num_local_experts\")")?;
+    let top_k = raw
+        .num_experts_per_tok
+        .ok_or("Qwen3MoeForCausalLM needs \"num_experts_per_tok\"")?;
+    let moe_intermediate_size = raw
+        .moe_intermediate_size
+        .ok_or("Qwen3MoeForCausalLM needs \"moe_intermediate_size\"")?;
+    let decoder_sparse_step = raw.decoder_sparse_step.unwrap_or(1);
+    if num_experts == 0 {
+        return Err("num_experts must be positive for Qwen3MoeForCausalLM".into());
+    }
+    if top_k == 0 || top_k > num_experts {
+        return Err(format!(
+            "num_experts_per_tok ({top_k}) must be between 1 and num_experts ({num_experts})"
+        ));
+    }
+    if moe_intermediate_size == 0 {
+        return Err("moe_intermediate_size must be positive".into());
+    }
+    if decoder_sparse_step == 0 {
+        return Err("decoder_sparse_step must be at least 1".into());
+    }
+    Ok(Some(MoeConfig {
+        num_experts,
+        num_experts_per_tok: top_k,
+        moe_intermediate_size,
+        norm_topk_prob: raw.norm_topk_prob,
+        decoder_sparse_step,
+        mlp_only_layers: raw.mlp_only_layers.clone().unwrap_or_default(),
+    }))
 }
 
 fn get_f64(obj: &Value, key: &str) -> Result<Option<f64>, String> {

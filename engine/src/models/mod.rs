@@ -3,8 +3,33 @@
 //! asked for them.
 
 pub mod qwen3;
+pub mod qwen3_moe;
 
-use crate::backend::{Backend, BatchInputs, Result};
+use crate::backend::{Backend, BatchInputs, Feature, Result};
+use crate::loader::{LoadError, ModelConfig};
+
+/// Refuse, before any weight is read, a checkpoint that needs what `backend` cannot run.
+pub fn check_backend<B: Backend>(
+    backend: &B,
+    c: &ModelConfig,
+) -> std::result::Result<(), LoadError> {
+    let name = backend.name();
+    if c.moe.is_some() && !backend.supports(Feature::MoeExperts) {
+        return Err(LoadError::UnsupportedOnDevice(format!(
+            "Qwen3-MoE ({}) runs on --device cpu only in this version: the {name} backend has \
+             no mixture-of-experts kernels yet",
+            c.architecture
+        )));
+    }
+    if c.fp8.is_some() && !backend.supports(Feature::Fp8Weights) {
+        return Err(LoadError::UnsupportedOnDevice(format!(
+            "FP8 checkpoints (quantization_config.quant_method \"fp8\") run on --device cpu only \
+             in this version, which dequantizes them at load: the {name} backend has no FP8 \
+             weight kernels yet"
+        )));
+    }
+    Ok(())
+}
 
 /// The paged KV cache's device memory: for each layer a k and a v tensor of
 /// `[num_blocks, block_size, num_kv_heads, head_dim]`. Which blocks belong to whom is the
