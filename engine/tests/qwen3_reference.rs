@@ -295,12 +295,15 @@ fn missing_and_misshaped_tensors_are_named() {
 
 #[test]
 fn dummy_weights_need_only_the_config() {
-    let dir = ModelDir::open(&fixtures().join("models/qwen3-gqa-tied")).expect("dir");
-    let weights = Weights::open(&dir.root, LoadFormat::Dummy).expect("dummy");
-    let model = Qwen3::load(&CpuBackend, &dir.config().expect("cfg"), &weights).expect("load");
-    let got = score(&CpuBackend, &model, &[1, 2, 3, 4], 3, 512).expect("score");
-    assert!(
-        got.iter()
-            .all(|p| p.top.iter().all(|(_, lp)| lp.is_finite() && *lp <= 0.0))
-    );
+    for name in ["qwen3-gqa-tied", "qwen3-moe-mixed", "qwen3-moe-fp8"] {
+        let dir = ModelDir::open(&fixtures().join("models").join(name)).expect("dir");
+        let weights = Weights::open(&dir.root, LoadFormat::Dummy).expect("dummy");
+        let model = Qwen3::load(&CpuBackend, &dir.config().expect("cfg"), &weights).expect("load");
+        let got = score(&CpuBackend, &model, &[1, 2, 3, 4], 3, 512).expect("score");
+        assert!(
+            got.iter()
+                .all(|p| p.top.iter().all(|(_, lp)| lp.is_finite() && *lp <= 0.0)),
+            "{name}"
+        );
+    }
 }
