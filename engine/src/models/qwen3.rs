@@ -131,9 +131,7 @@ impl<B: Backend> Qwen3<B> {
             rope,
         })
     }
-}
 
-impl<B: Backend> Qwen3<B> {
     fn has_dense_mlp(&self) -> bool {
         self.layers
             .iter()
