@@ -104,17 +104,19 @@ async fn wait_idle(engine: &EngineHandle) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn greedy_through_the_engine_matches_transformers() {
-    let (engine, _) = EngineHandle::start(config("qwen3-gqa-tied")).expect("start");
-    let r = reference("qwen3-gqa-tied");
-    let (tokens, reason) = run(
-        &engine,
-        r.greedy.prompt.clone(),
-        params(|p| p.temperature = 0.0),
-    )
-    .await;
-    assert_eq!(tokens, r.greedy.continuation);
-    assert_eq!(reason, FinishReason::Length);
-    engine.shutdown();
+    for name in ["qwen3-gqa-tied", "qwen3-moe-mixed", "qwen3-moe-fp8-hf"] {
+        let (engine, _) = EngineHandle::start(config(name)).expect("start");
+        let r = reference(name);
+        let (tokens, reason) = run(
+            &engine,
+            r.greedy.prompt.clone(),
+            params(|p| p.temperature = 0.0),
+        )
+        .await;
+        assert_eq!(tokens, r.greedy.continuation, "{name}");
+        assert_eq!(reason, FinishReason::Length);
+        engine.shutdown();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

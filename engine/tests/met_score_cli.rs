@@ -21,8 +21,15 @@ fn met(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn score_prints_transformers_logprobs_as_json() {
+    // Dense, MoE (fused experts) and FP8 (dequantized at load) checkpoints.
+    for name in ["qwen3-mha-untied", "qwen3-moe-step2", "qwen3-moe-fp8"] {
+        score_matches_transformers(name);
+    }
+}
+
+fn score_matches_transformers(name: &str) {
     let reference: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join("qwen3-mha-untied.reference.json")).expect("ref"),
+        &std::fs::read_to_string(fixtures().join(format!("{name}.reference.json"))).expect("ref"),
     )
     .expect("json");
     let seq = &reference["sequences"][2];
@@ -34,7 +41,7 @@ fn score_prints_transformers_logprobs_as_json() {
         .collect();
     let file = std::env::temp_dir().join(format!("met-score-tokens-{}.json", std::process::id()));
     std::fs::write(&file, serde_json::to_string(&tokens).expect("json")).expect("write");
-    let model = fixtures().join("models/qwen3-mha-untied");
+    let model = fixtures().join("models").join(name);
     let (code, stdout, stderr) = met(&[
         "score",
         model.to_str().expect("utf8"),
@@ -56,7 +63,7 @@ fn score_prints_transformers_logprobs_as_json() {
         let g = positions[p]["logprob"].as_f64().expect("logprob");
         assert!(
             (g - want.as_f64().expect("f64")).abs() < 1e-3,
-            "pos {p}: {g} vs {want}"
+            "{name} pos {p}: {g} vs {want}"
         );
         assert_eq!(positions[p]["next_token"].as_u64(), Some(tokens[p + 1]));
         let top = positions[p]["top"].as_array().expect("top");

@@ -1,6 +1,9 @@
 //! The CPU reference backend against transformers: the fixtures in `tests/fixtures/` hold tiny
 //! random Qwen3 checkpoints and what transformers 5 computed for them in float32
-//! (`tests/fixtures/make_fixtures.py`).
+//! (`tests/fixtures/make_fixtures.py`), and Qwen3-MoE ones, bf16 and FP8
+//! (`tests/fixtures/make_moe_fixtures.py`). `qwen3-moe-fp8` is the CPU stand-in (quantized by
+//! the script with transformers' arithmetic, partial edge blocks included); `qwen3-moe-fp8-hf`
+//! was quantized and dequantized by transformers' own FineGrainedFP8 code.
 
 use std::path::PathBuf;
 
@@ -11,7 +14,15 @@ use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::score::{score, top_k_of};
 use serde::Deserialize;
 
-const FIXTURES: [&str; 3] = ["qwen3-gqa-tied", "qwen3-mha-untied", "qwen3-gqa4-yarn"];
+const FIXTURES: [&str; 7] = [
+    "qwen3-gqa-tied",
+    "qwen3-mha-untied",
+    "qwen3-gqa4-yarn",
+    "qwen3-moe-mixed",
+    "qwen3-moe-step2",
+    "qwen3-moe-fp8",
+    "qwen3-moe-fp8-hf",
+];
 const TOLERANCE: f32 = 1e-3;
 
 #[derive(Deserialize)]
@@ -58,16 +69,15 @@ fn assert_close(what: &str, got: f32, want: f32) {
 fn every_position_matches_transformers() {
     for name in FIXTURES {
         let (model, reference) = load(name);
+        let mut max_diff = 0f32;
         for (s, seq) in reference.sequences.iter().enumerate() {
             // Odd chunk size: prefill in several pieces through the paged cache.
             let got = score(&CpuBackend, &model, &seq.tokens, 5, 7).expect("score");
             assert_eq!(got.len(), seq.tokens.len());
             for (p, want) in seq.next_token_logprobs.iter().enumerate() {
-                assert_close(
-                    &format!("{name} seq {s} pos {p}"),
-                    got[p].logprob.expect("has next"),
-                    *want,
-                );
+                let lp = got[p].logprob.expect("has next");
+                max_diff = max_diff.max((lp - want).abs());
+                assert_close(&format!("{name} seq {s} pos {p}"), lp, *want);
             }
             for (p, want) in seq.top5.iter().enumerate() {
                 assert_eq!(got[p].top[0].0, want[0].0, "{name} seq {s} pos {p}: top-1");
@@ -76,6 +86,7 @@ fn every_position_matches_transformers() {
                 }
             }
         }
+        eprintln!("{name}: max |log-prob - transformers| = {max_diff:.2e}");
     }
 }
 
@@ -119,10 +130,17 @@ fn greedy_continuation_is_identical() {
     }
 }
 
-/// Several sequences of different lengths in one forward give the numbers each gives alone.
+/// Several sequences of different lengths in one forward give the numbers each gives alone
+/// (for MoE: tokens of all sequences grouped by expert together).
 #[test]
 fn batched_equals_one_at_a_time() {
-    let (model, reference) = load("qwen3-gqa-tied");
+    for name in ["qwen3-gqa-tied", "qwen3-moe-mixed"] {
+        batched_equals_one_at_a_time_on(name);
+    }
+}
+
+fn batched_equals_one_at_a_time_on(name: &str) {
+    let (model, reference) = load(name);
     let bs = 8;
     let seqs: Vec<&Sequence> = reference.sequences.iter().collect();
     let mut tables = Vec::new();
@@ -277,12 +295,15 @@ fn missing_and_misshaped_tensors_are_named() {
 
 #[test]
 fn dummy_weights_need_only_the_config() {
-    let dir = ModelDir::open(&fixtures().join("models/qwen3-gqa-tied")).expect("dir");
-    let weights = Weights::open(&dir.root, LoadFormat::Dummy).expect("dummy");
-    let model = Qwen3::load(&CpuBackend, &dir.config().expect("cfg"), &weights).expect("load");
-    let got = score(&CpuBackend, &model, &[1, 2, 3, 4], 3, 512).expect("score");
-    assert!(
-        got.iter()
-            .all(|p| p.top.iter().all(|(_, lp)| lp.is_finite() && *lp <= 0.0))
-    );
+    for name in ["qwen3-gqa-tied", "qwen3-moe-mixed", "qwen3-moe-fp8"] {
+        let dir = ModelDir::open(&fixtures().join("models").join(name)).expect("dir");
+        let weights = Weights::open(&dir.root, LoadFormat::Dummy).expect("dummy");
+        let model = Qwen3::load(&CpuBackend, &dir.config().expect("cfg"), &weights).expect("load");
+        let got = score(&CpuBackend, &model, &[1, 2, 3, 4], 3, 512).expect("score");
+        assert!(
+            got.iter()
+                .all(|p| p.top.iter().all(|(_, lp)| lp.is_finite() && *lp <= 0.0)),
+            "{name}"
+        );
+    }
 }

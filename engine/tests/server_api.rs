@@ -53,6 +53,36 @@ async fn greedy_completion_matches_transformers_and_usage_is_exact() {
     assert_eq!(v["object"], "text_completion");
 }
 
+/// Qwen3-MoE and FP8 checkpoints serve on the CPU like dense ones: greedy text is what
+/// transformers generated.
+#[tokio::test]
+async fn moe_and_fp8_checkpoints_serve_transformers_greedy_continuation() {
+    for name in ["qwen3-moe-mixed", "qwen3-moe-fp8"] {
+        let fixtures = repo_root().join("tests/fixtures");
+        let model = fixtures.join("models").join(name);
+        let args = [
+            "serve",
+            model.to_str().expect("utf8"),
+            "--port",
+            "0",
+            "--device",
+            "cpu",
+        ];
+        let s = Server::spawn(&args.map(String::from)).await;
+        let text = std::fs::read_to_string(fixtures.join(format!("{name}.reference.json")));
+        let r: Value = serde_json::from_str(&text.expect("reference")).expect("json");
+        let prompt = ids(&r["greedy"]["prompt"]);
+        let want = ids(&r["greedy"]["continuation"]);
+        let body = json!({"prompt": prompt, "max_tokens": want.len(), "temperature": 0,
+                          "ignore_eos": true, "logprobs": 1});
+        let (status, v) = s.post("/v1/completions", &body).await;
+        assert_eq!(status, 200, "{name}: {v}");
+        let (_, text) = s.post("/detokenize", &json!({"tokens": want})).await;
+        assert_eq!(v["choices"][0]["text"], text["prompt"], "{name}");
+        assert_eq!(v["usage"]["completion_tokens"], want.len(), "{name}");
+    }
+}
+
 #[tokio::test]
 async fn echo_with_logprobs_returns_the_prompts_logprobs_as_transformers_computed_them() {
     let s = Server::start(&[]).await;

@@ -15,7 +15,7 @@ use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType};
 use metrale_engine::backend::sampling::SampleRow;
 use metrale_engine::backend::{Backend, BatchInputs, RopeTables, SeqChunk};
 use metrale_engine::loader::{HostData, HostTensor, ModelConfig, ModelDir};
-use metrale_engine::models::qwen3::{Layer, Qwen3};
+use metrale_engine::models::qwen3::{Layer, Mlp, Qwen3};
 use metrale_engine::models::{KvStorage, Model};
 use metrale_engine::sampling_params::SamplingParams;
 use serde_json::json;
@@ -67,8 +67,10 @@ fn build(cuda: &CudaBackend, c: &ModelConfig) -> Result<Qwen3<CudaBackend>> {
             k_norm: ones(hd)?,
             o: rnd(&[h, nh * hd])?,
             post_norm: ones(h)?,
-            gate_up: rnd(&[2 * i, h])?,
-            down: rnd(&[h, i])?,
+            mlp: Mlp::Dense {
+                gate_up: rnd(&[2 * i, h])?,
+                down: rnd(&[h, i])?,
+            },
         });
     }
     let embed = rnd(&[v, h])?;

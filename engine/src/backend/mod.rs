@@ -114,6 +114,17 @@ pub struct RopeTables {
     pub rotary_dim: usize,
 }
 
+/// What a checkpoint may need beyond the dense Qwen3 ops; a model's load asks
+/// [`Backend::supports`] before reading any weight, so a device that lacks one refuses the
+/// checkpoint with a sentence instead of failing mid-forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// Mixture-of-experts MLP blocks ([`Backend::fused_moe`]).
+    MoeExperts,
+    /// Fine-grained FP8 weights (`F8_E4M3` with per-block scales).
+    Fp8Weights,
+}
+
 /// The device a model runs on. `Tensor` holds weights, activations and KV-cache layers;
 /// `Batch` is the device copy of one step's [`BatchInputs`].
 ///
@@ -231,6 +242,32 @@ pub trait Backend: Send + Sync + 'static {
         num_heads: usize,
         scale: f32,
     ) -> Result<()>;
+    /// Whether this backend runs checkpoints that need `feature`.
+    fn supports(&self, _feature: Feature) -> bool {
+        false
+    }
+    /// A mixture-of-experts MLP (Qwen3-MoE's sparse block) on `x` `[T, H]`, given the
+    /// router's logits `[T, E]`: each token goes to the `top_k` experts of highest softmax
+    /// probability (softmax in f32), weighted by those probabilities (renormalised to sum to
+    /// one when `norm_topk_prob`); expert `e` computes `down[e] · (silu(g) * u)` with
+    /// `g | u = gate_up[e] · x` (`gate_up` `[E, 2·I, H]`, gate rows first; `down` `[E, H, I]`).
+    /// `out` `[T, H]` is the weighted sum over the chosen experts.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_moe(
+        &self,
+        _out: &mut Self::Tensor,
+        _x: &Self::Tensor,
+        _router_logits: &Self::Tensor,
+        _gate_up: &Self::Tensor,
+        _down: &Self::Tensor,
+        _top_k: usize,
+        _norm_topk_prob: bool,
+    ) -> Result<()> {
+        Err(BackendError::Device(format!(
+            "the {} backend has no mixture-of-experts op",
+            self.name()
+        )))
+    }
     /// `out = silu(gate) * up` where `gate_up` is `[T, 2·I]` (gate first).
     fn silu_mul(&self, out: &mut Self::Tensor, gate_up: &Self::Tensor) -> Result<()>;
     /// The MLP's first half: `gate_up = x · wᵀ` (`w` is `[2·I, K]`, gate rows first), then

@@ -2,7 +2,8 @@
 //!
 //! Only what the model families we run need is read; unknown keys are ignored. Rotary settings
 //! are read from transformers 5's `rope_parameters` as well as the older top-level
-//! `rope_theta` + `rope_scaling`, since checkpoints on the Hub carry either.
+//! `rope_theta` + `rope_scaling`, since checkpoints on the Hub carry either. Qwen3-MoE's keys
+//! become [`MoeConfig`]; a `quantization_config` becomes [`Fp8Config`] (see `fp8.rs`).
 
 use std::path::Path;
 
@@ -10,8 +11,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::LoadError;
+use super::fp8::Fp8Config;
 
-/// The dense Qwen3 configuration (`Qwen3ForCausalLM`).
+/// The architectures this engine runs, as `config.json` names them.
+pub const ARCHITECTURES: [&str; 2] = ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM"];
+
+/// The Qwen3 configuration, dense (`Qwen3ForCausalLM`) or mixture-of-experts
+/// (`Qwen3MoeForCausalLM`, with `moe`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
     pub architecture: String,
@@ -28,6 +34,35 @@ pub struct ModelConfig {
     pub rope: RopeConfig,
     /// The dtype the checkpoint was saved in (`torch_dtype` / `dtype`), if stated.
     pub dtype: Option<String>,
+    /// Sparse MLP layers (`Qwen3MoeForCausalLM`); `None` for a dense model.
+    pub moe: Option<MoeConfig>,
+    /// Fine-grained FP8 weights (`quantization_config.quant_method = "fp8"`).
+    pub fp8: Option<Fp8Config>,
+}
+
+/// Qwen3-MoE's sparse MLP blocks: which layers have them and how tokens are routed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    /// `num_experts` (Hub configs) or `num_local_experts` (what transformers 5 writes).
+    pub num_experts: usize,
+    /// Experts each token is routed to (top-k).
+    pub num_experts_per_tok: usize,
+    /// Each expert's intermediate size (dense layers use `intermediate_size`).
+    pub moe_intermediate_size: usize,
+    /// Renormalise the top-k routing weights to sum to one.
+    pub norm_topk_prob: bool,
+    /// Layer `l` is sparse when `(l + 1) % decoder_sparse_step == 0` ...
+    pub decoder_sparse_step: usize,
+    /// ... and it is not listed here.
+    pub mlp_only_layers: Vec<usize>,
+}
+
+impl MoeConfig {
+    /// Whether layer `l` has a sparse (mixture-of-experts) MLP, as transformers decides it.
+    pub fn is_sparse(&self, layer: usize) -> bool {
+        !self.mlp_only_layers.contains(&layer)
+            && (layer + 1).is_multiple_of(self.decoder_sparse_step)
+    }
 }
 
 /// Rotary embedding: base, scaling kind and the derived per-pair inverse frequencies.
@@ -83,6 +118,15 @@ struct RawConfig {
     hidden_act: Option<String>,
     torch_dtype: Option<String>,
     dtype: Option<String>,
+    num_experts: Option<usize>,
+    num_local_experts: Option<usize>,
+    num_experts_per_tok: Option<usize>,
+    moe_intermediate_size: Option<usize>,
+    #[serde(default)]
+    norm_topk_prob: bool,
+    decoder_sparse_step: Option<usize>,
+    mlp_only_layers: Option<Vec<usize>>,
+    quantization_config: Option<Value>,
 }
 
 impl ModelConfig {
@@ -140,6 +184,12 @@ impl ModelConfig {
             }
         }
         let rope = parse_rope(&raw)?;
+        let moe = parse_moe(&raw, &architecture)?;
+        let fp8 = raw
+            .quantization_config
+            .as_ref()
+            .map(Fp8Config::from_json)
+            .transpose()?;
         Ok(Self {
             architecture,
             vocab_size: raw.vocab_size,
@@ -154,19 +204,38 @@ impl ModelConfig {
             tie_word_embeddings: raw.tie_word_embeddings,
             rope,
             dtype: raw.dtype.or(raw.torch_dtype),
+            moe,
+            fp8,
         })
     }
 
-    /// Number of parameters (embedding counted once when tied).
+    /// `architectures[0]` is one this engine runs.
+    pub fn check_architecture(&self) -> Result<(), LoadError> {
+        if ARCHITECTURES.contains(&self.architecture.as_str()) {
+            Ok(())
+        } else {
+            Err(LoadError::UnsupportedArchitecture(
+                self.architecture.clone(),
+            ))
+        }
+    }
+
+    /// Number of parameters (embedding counted once when tied; every expert counted).
     pub fn num_parameters(&self) -> usize {
         let h = self.hidden_size;
         let q = self.num_attention_heads * self.head_dim;
         let kv = self.num_key_value_heads * self.head_dim;
-        let per_layer =
-            h * (q + 2 * kv) + q * h + 3 * h * self.intermediate_size + 2 * h + 2 * self.head_dim;
+        let attention = h * (q + 2 * kv) + q * h + 2 * h + 2 * self.head_dim;
+        let mlp = |l: usize| match &self.moe {
+            Some(m) if m.is_sparse(l) => m.num_experts * (3 * h * m.moe_intermediate_size + h),
+            _ => 3 * h * self.intermediate_size,
+        };
+        let layers: usize = (0..self.num_hidden_layers)
+            .map(|l| attention + mlp(l))
+            .sum();
         let embed = self.vocab_size * h;
         let head = if self.tie_word_embeddings { 0 } else { embed };
-        embed + head + self.num_hidden_layers * per_layer + h
+        embed + head + layers + h
     }
 }
 
@@ -180,6 +249,46 @@ fn parse_file<T>(path: &Path, parse: fn(&str) -> Result<T, String>) -> Result<T,
         path: path.to_path_buf(),
         message,
     })
+}
+
+/// The sparse-MLP keys of a `Qwen3MoeForCausalLM` config; `None` for other architectures.
+fn parse_moe(raw: &RawConfig, architecture: &str) -> Result<Option<MoeConfig>, String> {
+    if architecture != "Qwen3MoeForCausalLM" {
+        return Ok(None);
+    }
+    let num_experts = raw
+        .num_experts
+        .or(raw.num_local_experts)
+        .ok_or("Qwen3MoeForCausalLM needs \"num_experts\" (or \"num_local_experts\")")?;
+    let top_k = raw
+        .num_experts_per_tok
+        .ok_or("Qwen3MoeForCausalLM needs \"num_experts_per_tok\"")?;
+    let moe_intermediate_size = raw
+        .moe_intermediate_size
+        .ok_or("Qwen3MoeForCausalLM needs \"moe_intermediate_size\"")?;
+    let decoder_sparse_step = raw.decoder_sparse_step.unwrap_or(1);
+    if num_experts == 0 {
+        return Err("num_experts must be positive for Qwen3MoeForCausalLM".into());
+    }
+    if top_k == 0 || top_k > num_experts {
+        return Err(format!(
+            "num_experts_per_tok ({top_k}) must be between 1 and num_experts ({num_experts})"
+        ));
+    }
+    if moe_intermediate_size == 0 {
+        return Err("moe_intermediate_size must be positive".into());
+    }
+    if decoder_sparse_step == 0 {
+        return Err("decoder_sparse_step must be at least 1".into());
+    }
+    Ok(Some(MoeConfig {
+        num_experts,
+        num_experts_per_tok: top_k,
+        moe_intermediate_size,
+        norm_topk_prob: raw.norm_topk_prob,
+        decoder_sparse_step,
+        mlp_only_layers: raw.mlp_only_layers.clone().unwrap_or_default(),
+    }))
 }
 
 fn get_f64(obj: &Value, key: &str) -> Result<Option<f64>, String> {
@@ -377,99 +486,4 @@ impl GenerationConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const QWEN3_0_6B: &str = r#"{
-      "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
-      "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
-      "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
-      "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
-      "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
-      "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
-      "tie_word_embeddings": true, "torch_dtype": "bfloat16", "use_cache": true,
-      "use_sliding_window": false, "vocab_size": 151936 }"#;
-
-    #[test]
-    fn reads_a_real_qwen3_config() {
-        let c = ModelConfig::from_json(QWEN3_0_6B).expect("valid");
-        assert_eq!(c.head_dim, 128);
-        assert_eq!(c.num_key_value_heads, 8);
-        assert!(c.tie_word_embeddings);
-        assert_eq!(c.rope.theta, 1_000_000.0);
-        assert_eq!(c.rope.scaling, RopeScaling::Default);
-        // Qwen3-0.6B is published as 0.6B parameters (0.44B without embeddings).
-        let n = c.num_parameters();
-        assert!((590_000_000..610_000_000).contains(&n), "{n}");
-    }
-
-    #[test]
-    fn reads_rope_parameters_and_legacy_yarn() {
-        let new = QWEN3_0_6B.replace(
-            "\"rope_scaling\": null, \"rope_theta\": 1000000,",
-            "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 5000.0},",
-        );
-        assert_eq!(
-            ModelConfig::from_json(&new).expect("valid").rope.theta,
-            5000.0
-        );
-        let yarn = QWEN3_0_6B.replace(
-            "\"rope_scaling\": null",
-            "\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}",
-        );
-        let c = ModelConfig::from_json(&yarn).expect("valid");
-        match c.rope.scaling {
-            RopeScaling::Yarn {
-                factor,
-                attention_factor,
-                ..
-            } => {
-                assert_eq!(factor, 4.0);
-                assert!((attention_factor - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-12);
-            }
-            other => panic!("expected yarn, got {other:?}"),
-        }
-        let (inv, scale) = c.rope.inv_freq(128);
-        assert_eq!(inv.len(), 64);
-        assert!(scale > 1.0);
-        // The highest frequencies are extrapolated (unchanged), the lowest interpolated (÷ factor).
-        assert_eq!(inv[0], 1.0);
-        let plain_last = 1.0 / 1_000_000f32.powf(126.0 / 128.0);
-        assert!((inv[63] - plain_last / 4.0).abs() < 1e-12);
-    }
-
-    #[test]
-    fn rejects_what_it_cannot_run_with_the_key_named() {
-        let bad = QWEN3_0_6B.replace("\"num_key_value_heads\": 8", "\"num_key_value_heads\": 3");
-        let e = ModelConfig::from_json(&bad).expect_err("16 heads over 3 kv heads");
-        assert!(e.contains("num_key_value_heads"), "{e}");
-        let bad = QWEN3_0_6B.replace(
-            "\"rope_scaling\": null",
-            "\"rope_scaling\": {\"rope_type\": \"dynamic\", \"factor\": 2.0}",
-        );
-        assert!(
-            ModelConfig::from_json(&bad)
-                .expect_err("dynamic")
-                .contains("dynamic")
-        );
-        let missing = QWEN3_0_6B.replace("\"hidden_size\": 1024,", "");
-        assert!(
-            ModelConfig::from_json(&missing)
-                .expect_err("missing")
-                .contains("hidden_size")
-        );
-    }
-
-    #[test]
-    fn generation_config_eos_forms() {
-        let g = GenerationConfig::from_json(
-            r#"{"eos_token_id": [151645, 151643], "temperature": 0.6, "top_k": 20}"#,
-        )
-        .expect("valid");
-        assert_eq!(g.eos_token_ids, vec![151645, 151643]);
-        assert_eq!(g.top_k, Some(20));
-        let g = GenerationConfig::from_json(r#"{"eos_token_id": 7}"#).expect("valid");
-        assert_eq!(g.eos_token_ids, vec![7]);
-        assert!(GenerationConfig::from_json(r#"{"eos_token_id": "x"}"#).is_err());
-    }
-}
+mod tests;

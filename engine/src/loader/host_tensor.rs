@@ -97,6 +97,12 @@ impl HostTensor<'_> {
         }
     }
 
+    /// The same elements viewed as `shape` (row-major, so the data is untouched).
+    pub fn reshaped(self, shape: Vec<usize>) -> Self {
+        debug_assert_eq!(shape.iter().product::<usize>(), self.numel());
+        Self { shape, ..self }
+    }
+
     /// Stack 2-D tensors along rows (`[a, k] ++ [b, k] -> [a + b, k]`), as fused projections
     /// (q|k|v, gate|up) are stored. Raw data of one dtype stays raw; random parts of one scale
     /// stay a recipe (a dummy 8B model must not turn into 18 GB of host floats); anything

@@ -6,13 +6,15 @@
 //! or misshaped tensor is one error that names it and the shape expected.
 
 pub mod config;
+pub mod fp8;
 mod host_tensor;
 pub mod hub;
 mod safetensors_dir;
 
 use std::path::{Path, PathBuf};
 
-pub use config::{GenerationConfig, ModelConfig};
+pub use config::{GenerationConfig, ModelConfig, MoeConfig};
+pub use fp8::Fp8Config;
 pub use host_tensor::{DType, HostData, HostTensor};
 pub use safetensors_dir::SafetensorsWeights;
 
@@ -39,10 +41,19 @@ pub enum LoadError {
         found: Vec<usize>,
         expected: Vec<usize>,
     },
-    #[error("tensor {name} has dtype {dtype}, which is not supported (expected bf16, f16 or f32)")]
+    #[error(
+        "tensor {name} has dtype {dtype}, which is not supported (expected bf16, f16, f32, or F8_E4M3 in a fine-grained FP8 checkpoint)"
+    )]
     UnsupportedDtype { name: String, dtype: String },
-    #[error("unsupported architecture {0:?}: this engine runs Qwen3ForCausalLM")]
+    #[error("FP8 tensor {name}: {message}")]
+    Fp8 { name: String, message: String },
+    #[error(
+        "unsupported architecture {0:?}: this engine runs Qwen3ForCausalLM and Qwen3MoeForCausalLM"
+    )]
     UnsupportedArchitecture(String),
+    /// The checkpoint is valid but the chosen device cannot run it.
+    #[error("{0}")]
+    UnsupportedOnDevice(String),
 }
 
 /// How weights are obtained (`--load-format`).
@@ -67,7 +78,9 @@ pub enum Weights {
 impl Weights {
     pub fn open(dir: &Path, format: LoadFormat) -> Result<Self, LoadError> {
         match format {
-            LoadFormat::Auto => Ok(Self::Safetensors(SafetensorsWeights::open(dir)?)),
+            LoadFormat::Auto => Ok(Self::Safetensors(
+                SafetensorsWeights::open(dir)?.with_fp8(Fp8Config::of_model_dir(dir)?),
+            )),
             LoadFormat::Dummy => Ok(Self::Dummy {
                 seed: 0x006d_6574_7261_6c65,
             }),
@@ -140,9 +153,7 @@ impl ModelDir {
 
     pub fn config(&self) -> Result<ModelConfig, LoadError> {
         let cfg = ModelConfig::from_file(&self.root.join("config.json"))?;
-        if cfg.architecture != "Qwen3ForCausalLM" {
-            return Err(LoadError::UnsupportedArchitecture(cfg.architecture));
-        }
+        cfg.check_architecture()?;
         Ok(cfg)
     }
 

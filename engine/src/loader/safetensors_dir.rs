@@ -1,5 +1,6 @@
 //! Memory-mapped safetensors files of one checkpoint: a single `model.safetensors`, or shards
-//! listed by `model.safetensors.index.json`.
+//! listed by `model.safetensors.index.json`. FP8 tensors are dequantized on the way out
+//! (`fp8.rs`).
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 
+use super::fp8::{self, Fp8Config, ScaleDtype};
 use super::{DType, HostData, HostTensor, LoadError};
 
 struct Entry {
@@ -24,6 +26,8 @@ struct Entry {
 pub struct SafetensorsWeights {
     files: Vec<(PathBuf, Mmap)>,
     tensors: HashMap<String, Entry>,
+    /// The checkpoint's FP8 block size, if its config declares one.
+    fp8: Option<Fp8Config>,
 }
 
 impl SafetensorsWeights {
@@ -54,7 +58,17 @@ impl SafetensorsWeights {
             }
             files.push((path, map));
         }
-        Ok(Self { files, tensors })
+        Ok(Self {
+            files,
+            tensors,
+            fp8: None,
+        })
+    }
+
+    /// Dequantize `F8_E4M3` tensors with `config`'s blocks (from `quantization_config`).
+    pub fn with_fp8(mut self, config: Option<Fp8Config>) -> Self {
+        self.fp8 = config;
+        self
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -85,6 +99,7 @@ impl SafetensorsWeights {
             Dtype::F32 => DType::F32,
             Dtype::F16 => DType::F16,
             Dtype::BF16 => DType::BF16,
+            Dtype::F8_E4M3 => return self.get_fp8(name, e),
             other => {
                 return Err(LoadError::UnsupportedDtype {
                     name: name.to_string(),
@@ -92,12 +107,65 @@ impl SafetensorsWeights {
                 });
             }
         };
-        let bytes = &self.files[e.file].1[e.start..e.end];
+        let bytes = self.bytes(e);
         Ok(HostTensor {
             shape: e.shape.clone(),
             data: HostData::Raw {
                 dtype,
                 bytes: Cow::Borrowed(bytes),
+            },
+        })
+    }
+}
+
+impl SafetensorsWeights {
+    fn bytes(&self, e: &Entry) -> &[u8] {
+        &self.files[e.file].1[e.start..e.end]
+    }
+
+    /// An e4m3 tensor times its per-block `_scale_inv`, as f32.
+    fn get_fp8(&self, name: &str, e: &Entry) -> Result<HostTensor<'_>, LoadError> {
+        let err = |message: String| LoadError::Fp8 {
+            name: name.to_string(),
+            message,
+        };
+        let config = self.fp8.ok_or_else(|| {
+            err("it is stored as F8_E4M3 but config.json has no quantization_config with                  quant_method \"fp8\" and weight_block_size, so its scales cannot be read"
+                .into())
+        })?;
+        let scale_name = fp8::scale_name(name);
+        let want = config.scale_shape(&e.shape);
+        let s = self.tensors.get(&scale_name).ok_or_else(|| {
+            err(format!(
+                "its scale tensor {scale_name} (shape {want:?}, one per {}x{} block) is missing                  from the checkpoint",
+                config.block[0], config.block[1]
+            ))
+        })?;
+        // transformers saves a one-block grid as a 0-d tensor.
+        let numel = |shape: &[usize]| shape.iter().product::<usize>();
+        if s.shape != want && !(numel(&want) == 1 && numel(&s.shape) == 1) {
+            return Err(err(format!(
+                "its scale {scale_name} has shape {:?}, expected {want:?} (weight {:?} in {}x{}                  blocks: is quantization_config.weight_block_size right?)",
+                s.shape, e.shape, config.block[0], config.block[1]
+            )));
+        }
+        let scale_dtype = match s.dtype {
+            Dtype::F32 => ScaleDtype::F32,
+            Dtype::BF16 => ScaleDtype::BF16,
+            Dtype::F16 => ScaleDtype::F16,
+            Dtype::F8_E8M0 => ScaleDtype::E8M0,
+            other => {
+                return Err(err(format!(
+                    "its scale {scale_name} has dtype {other:?} (expected F32, BF16, F16 or F8_E8M0)"
+                )));
+            }
+        };
+        let bytes = fp8::dequantize(self.bytes(e), &e.shape, self.bytes(s), scale_dtype, &config);
+        Ok(HostTensor {
+            shape: e.shape.clone(),
+            data: HostData::Raw {
+                dtype: DType::F32,
+                bytes: Cow::Owned(bytes),
             },
         })
     }

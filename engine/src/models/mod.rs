@@ -3,8 +3,40 @@
 //! asked for them.
 
 pub mod qwen3;
+pub mod qwen3_moe;
 
-use crate::backend::{Backend, BatchInputs, Result};
+use crate::backend::{Backend, BatchInputs, Feature, Result};
+use crate::loader::{LoadError, ModelConfig};
+
+/// Refuse, before any weight is read, a checkpoint that needs what `backend` cannot run.
+pub fn check_backend<B: Backend>(
+    backend: &B,
+    c: &ModelConfig,
+) -> std::result::Result<(), LoadError> {
+    check_features(backend.name(), |f| backend.supports(f), c)
+}
+
+fn check_features(
+    name: &str,
+    supports: impl Fn(Feature) -> bool,
+    c: &ModelConfig,
+) -> std::result::Result<(), LoadError> {
+    if c.moe.is_some() && !supports(Feature::MoeExperts) {
+        return Err(LoadError::UnsupportedOnDevice(format!(
+            "Qwen3-MoE ({}) runs on --device cpu only in this version: the {name} backend has \
+             no mixture-of-experts kernels yet",
+            c.architecture
+        )));
+    }
+    if c.fp8.is_some() && !supports(Feature::Fp8Weights) {
+        return Err(LoadError::UnsupportedOnDevice(format!(
+            "FP8 checkpoints (quantization_config.quant_method \"fp8\") run on --device cpu only \
+             in this version, which dequantizes them at load: the {name} backend has no FP8 \
+             weight kernels yet"
+        )));
+    }
+    Ok(())
+}
 
 /// The paged KV cache's device memory: for each layer a k and a v tensor of
 /// `[num_blocks, block_size, num_kv_heads, head_dim]`. Which blocks belong to whom is the
@@ -66,4 +98,41 @@ pub trait Model<B: Backend>: Send {
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize;
     fn vocab_size(&self) -> usize;
     fn max_position_embeddings(&self) -> usize;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `--device cuda` answers today (its backend supports neither), tested without a GPU.
+    #[test]
+    fn a_backend_without_moe_or_fp8_refuses_them_by_name() {
+        let dense = ModelConfig::from_json(
+            r#"{"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 64, "hidden_size": 32,
+                "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "num_experts": 4,
+                "num_experts_per_tok": 2, "moe_intermediate_size": 16}"#,
+        )
+        .expect("valid");
+        let none = |_: Feature| false;
+        let e = check_features("cuda", none, &dense)
+            .expect_err("moe")
+            .to_string();
+        assert!(
+            e.contains("Qwen3-MoE") && e.contains("--device cpu only") && e.contains("cuda"),
+            "{e}"
+        );
+        let fp8 = ModelConfig {
+            moe: None,
+            architecture: "Qwen3ForCausalLM".into(),
+            fp8: Some(crate::loader::Fp8Config { block: [128, 128] }),
+            ..dense.clone()
+        };
+        let e = check_features("cuda", none, &fp8)
+            .expect_err("fp8")
+            .to_string();
+        assert!(e.contains("FP8") && e.contains("--device cpu only"), "{e}");
+        check_features("cpu", |_| true, &dense).expect("the cpu runs both");
+        check_backend(&crate::backend::CpuBackend, &fp8).expect("the cpu runs both");
+    }
 }

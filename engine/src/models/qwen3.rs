@@ -4,11 +4,26 @@
 //! Projections are fused at load time: q|k|v into one `[(nh + 2·nkv)·hd, H]` matrix and
 //! gate|up into one `[2·I, H]` matrix, so each block runs three GEMMs where the checkpoint has
 //! seven.
+//!
+//! The same code runs Qwen3-MoE (`Qwen3MoeForCausalLM`): its sparse layers' MLP is a
+//! [`SparseMoe`] (`qwen3_moe.rs`), everything else is identical.
 
 use crate::backend::{Backend, BatchInputs, Result, RopeTables};
 use crate::loader::{HostTensor, LoadError, ModelConfig, TensorKind, Weights};
 
-use super::{KvStorage, Model};
+use super::qwen3_moe::SparseMoe;
+use super::{KvStorage, Model, check_backend};
+
+/// A decoder layer's MLP.
+pub enum Mlp<B: Backend> {
+    /// SwiGLU of width `intermediate_size`.
+    Dense {
+        gate_up: B::Tensor, // [2·I, H]
+        down: B::Tensor,    // [H, I]
+    },
+    /// Qwen3-MoE's experts.
+    Sparse(SparseMoe<B>),
+}
 
 pub struct Layer<B: Backend> {
     pub input_norm: B::Tensor, // [H]
@@ -17,8 +32,7 @@ pub struct Layer<B: Backend> {
     pub k_norm: B::Tensor,     // [hd]
     pub o: B::Tensor,          // [H, nh·hd]
     pub post_norm: B::Tensor,  // [H]
-    pub gate_up: B::Tensor,    // [2·I, H]
-    pub down: B::Tensor,       // [H, I]
+    pub mlp: Mlp<B>,
 }
 
 pub struct Qwen3<B: Backend> {
@@ -47,6 +61,7 @@ impl<B: Backend> Qwen3<B> {
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
         let c = config;
+        check_backend(backend, c)?;
         let (h, hd, nh, nkv, i) = (
             c.hidden_size,
             c.head_dim,
@@ -54,7 +69,7 @@ impl<B: Backend> Qwen3<B> {
             c.num_key_value_heads,
             c.intermediate_size,
         );
-        let up = |t: HostTensor<'_>| {
+        let up = |t: HostTensor<'_>| -> std::result::Result<B::Tensor, LoadError> {
             backend.upload(&t).map_err(|e| LoadError::Config {
                 path: "weights".into(),
                 message: e.to_string(),
@@ -71,10 +86,18 @@ impl<B: Backend> Qwen3<B> {
                 mat(&format!("{p}.self_attn.k_proj.weight"), &[nkv * hd, h])?,
                 mat(&format!("{p}.self_attn.v_proj.weight"), &[nkv * hd, h])?,
             ]);
-            let gate_up = HostTensor::concat_rows(&[
-                mat(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
-                mat(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
-            ]);
+            let mlp = match &c.moe {
+                Some(moe) if moe.is_sparse(l) => {
+                    Mlp::Sparse(SparseMoe::load(w, moe, h, &format!("{p}.mlp"), &up)?)
+                }
+                _ => Mlp::Dense {
+                    gate_up: up(HostTensor::concat_rows(&[
+                        mat(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
+                        mat(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
+                    ]))?,
+                    down: up(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?)?,
+                },
+            };
             layers.push(Layer {
                 input_norm: up(norm(&format!("{p}.input_layernorm.weight"), h)?)?,
                 qkv: up(qkv)?,
@@ -82,8 +105,7 @@ impl<B: Backend> Qwen3<B> {
                 k_norm: up(norm(&format!("{p}.self_attn.k_norm.weight"), hd)?)?,
                 o: up(mat(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?)?,
                 post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
-                gate_up: up(gate_up)?,
-                down: up(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?)?,
+                mlp,
             });
             layer_done(l + 1);
         }
@@ -108,6 +130,12 @@ impl<B: Backend> Qwen3<B> {
             lm_head,
             rope,
         })
+    }
+
+    fn has_dense_mlp(&self) -> bool {
+        self.layers
+            .iter()
+            .any(|l| matches!(l.mlp, Mlp::Dense { .. }))
     }
 }
 
@@ -134,6 +162,8 @@ impl<B: Backend> Model<B> for Qwen3<B> {
         let mut qkv = b.zeros(&[t, (nh + 2 * nkv) * hd])?; // [T, (nh + 2·nkv)·hd]
         let mut attn = b.zeros(&[t, nh * hd])?; // [T, nh·hd]
         let mut proj = b.zeros(&[t, h])?; // sub-block output [T, H]
+        // The dense MLP's scratch (a token's worth where every layer is sparse).
+        let i = if self.has_dense_mlp() { i } else { 1 };
         let mut gate_up = b.zeros(&[t, 2 * i])?; // [T, 2·I]
         let mut act = b.zeros(&[t, i])?; // [T, I]
 
@@ -158,9 +188,15 @@ impl<B: Backend> Model<B> for Qwen3<B> {
             b.matmul(&mut proj, &attn, &layer.o)?;
             // x += attention; xn = post_norm(x)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, c.rms_norm_eps)?;
-            // MLP: down(silu(gate) * up)
-            b.matmul_silu_mul(&mut act, &mut gate_up, &xn, &layer.gate_up)?;
-            b.matmul(&mut proj, &act, &layer.down)?;
+            match &layer.mlp {
+                // MLP: down(silu(gate) * up)
+                Mlp::Dense { gate_up: w13, down } => {
+                    b.matmul_silu_mul(&mut act, &mut gate_up, &xn, w13)?;
+                    b.matmul(&mut proj, &act, down)?;
+                }
+                // Sparse MLP: each token's top-k experts, weighted by the router
+                Mlp::Sparse(moe) => moe.forward(b, &mut proj, &xn)?,
+            }
             // x += mlp; xn = next block's input norm (or the final norm)
             let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
             b.add_rms_norm(&mut xn, &mut x, &proj, next_norm, c.rms_norm_eps)?;
@@ -202,12 +238,19 @@ impl<B: Backend> Model<B> for Qwen3<B> {
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {
         let c = &self.config;
-        // x, xn, qkv, attn, proj, gate_up, act (see `forward`), then the gathered rows and
-        // their logits; doubled for allocator slack and the backend's temporaries.
+        // x, xn, qkv, attn, proj, gate_up, act, router logits (see `forward`), a sparse
+        // block's per-expert temporaries (rows, gate|up, act and output for each of its top-k
+        // choices), then the gathered rows and their logits; doubled for allocator slack and
+        // the backend's temporaries.
+        let moe = c.moe.as_ref().map_or(0, |m| {
+            m.num_experts
+                + m.num_experts_per_tok * (2 * c.hidden_size + 3 * m.moe_intermediate_size)
+        });
         let per_token = 3 * c.hidden_size
             + (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
             + c.num_attention_heads * c.head_dim
-            + 3 * c.intermediate_size;
+            + 3 * c.intermediate_size
+            + moe;
         let rows = logits_rows.min(tokens);
         2 * 4 * (tokens * per_token + rows * (c.hidden_size + c.vocab_size))
     }

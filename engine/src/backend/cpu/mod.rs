@@ -3,13 +3,14 @@
 
 mod attention;
 mod matmul;
+mod moe;
 mod norm;
 mod rope;
 
 use rayon::prelude::*;
 
 use super::sampling::{self, SampleRow, Sampled};
-use super::{Backend, BackendError, BatchInputs, Result, RopeTables};
+use super::{Backend, BackendError, BatchInputs, Feature, Result, RopeTables};
 use crate::loader::HostTensor;
 
 /// A row-major f32 tensor.
@@ -49,6 +50,18 @@ fn check(op: &'static str, ok: bool, message: impl FnOnce() -> String) -> Result
     } else {
         Err(shape_err(op, message()))
     }
+}
+
+/// `out[r] = silu(gate[r]) * up[r]` for rows `gate|up` of width `2·i`.
+fn silu_mul_rows(out: &mut [f32], gate_up: &[f32], i: usize) {
+    out.par_chunks_mut(i)
+        .zip(gate_up.par_chunks(2 * i))
+        .for_each(|(o, gu)| {
+            let (g, u) = gu.split_at(i);
+            for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
+                *o = g / (1.0 + (-g).exp()) * u;
+            }
+        });
 }
 
 impl Backend for CpuBackend {
@@ -228,16 +241,27 @@ impl Backend for CpuBackend {
             gate_up.cols() == 2 * i && gate_up.rows() == out.rows(),
             || format!("out {:?}, gate_up {:?}", out.shape, gate_up.shape),
         )?;
-        out.data
-            .par_chunks_mut(i)
-            .zip(gate_up.data.par_chunks(2 * i))
-            .for_each(|(o, gu)| {
-                let (g, u) = gu.split_at(i);
-                for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-                    *o = g / (1.0 + (-g).exp()) * u;
-                }
-            });
+        silu_mul_rows(&mut out.data, &gate_up.data, i);
         Ok(())
+    }
+
+    fn supports(&self, feature: Feature) -> bool {
+        match feature {
+            Feature::MoeExperts | Feature::Fp8Weights => true,
+        }
+    }
+
+    fn fused_moe(
+        &self,
+        out: &mut CpuTensor,
+        x: &CpuTensor,
+        router_logits: &CpuTensor,
+        gate_up: &CpuTensor,
+        down: &CpuTensor,
+        top_k: usize,
+        norm_topk_prob: bool,
+    ) -> Result<()> {
+        moe::fused_moe(out, x, router_logits, gate_up, down, top_k, norm_topk_prob)
     }
 
     fn gather_rows(&self, out: &mut CpuTensor, x: &CpuTensor, batch: &BatchInputs) -> Result<()> {

@@ -1,0 +1,165 @@
+//! Mixture-of-experts on the CPU: route every token (softmax over the experts in f32, top-k,
+//! optionally renormalised), group the tokens by expert, and run one GEMM pair per expert that
+//! has any: gather its rows, gate|up, silu·mul, down, and add the rows back weighted. A decode
+//! step therefore reads only the chosen experts' weights.
+
+use super::{CpuTensor, check, matmul, silu_mul_rows};
+use crate::backend::Result;
+
+/// Each token's `top_k` experts, best first, and their routing weights (`[T, k]` each).
+pub(super) fn route(
+    logits: &[f32],
+    num_experts: usize,
+    top_k: usize,
+    norm_topk_prob: bool,
+) -> (Vec<usize>, Vec<f32>) {
+    let tokens = logits.len() / num_experts.max(1);
+    let mut ids = Vec::with_capacity(tokens * top_k);
+    let mut weights = Vec::with_capacity(tokens * top_k);
+    let mut order: Vec<usize> = Vec::with_capacity(num_experts);
+    for row in logits.chunks_exact(num_experts) {
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let exp: Vec<f32> = row.iter().map(|v| (v - max).exp()).collect();
+        let sum: f32 = exp.iter().sum();
+        order.clear();
+        order.extend(0..num_experts);
+        // Highest probability first; equal ones by expert index.
+        order.sort_by(|&a, &b| exp[b].total_cmp(&exp[a]).then(a.cmp(&b)));
+        let chosen = &order[..top_k];
+        let probs: Vec<f32> = chosen.iter().map(|&e| exp[e] / sum).collect();
+        let total: f32 = probs.iter().sum();
+        ids.extend_from_slice(chosen);
+        weights.extend(
+            probs
+                .iter()
+                .map(|p| if norm_topk_prob { p / total } else { *p }),
+        );
+    }
+    (ids, weights)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn fused_moe(
+    out: &mut CpuTensor,
+    x: &CpuTensor,
+    router_logits: &CpuTensor,
+    gate_up: &CpuTensor,
+    down: &CpuTensor,
+    top_k: usize,
+    norm_topk_prob: bool,
+) -> Result<()> {
+    let (t, h) = (x.rows(), x.cols());
+    let e = router_logits.cols();
+    let i = down.cols();
+    check(
+        "fused_moe",
+        out.shape == x.shape
+            && router_logits.rows() == t
+            && gate_up.shape == [e, 2 * i, h]
+            && down.shape == [e, h, i]
+            && (1..=e).contains(&top_k),
+        || {
+            format!(
+                "out {:?}, x {:?}, router_logits {:?}, gate_up {:?}, down {:?}, top_k {top_k}",
+                out.shape, x.shape, router_logits.shape, gate_up.shape, down.shape
+            )
+        },
+    )?;
+    let (ids, weights) = route(&router_logits.data, e, top_k, norm_topk_prob);
+    // The (token, weight) pairs each expert serves, tokens in order.
+    let mut served: Vec<Vec<(usize, f32)>> = vec![Vec::new(); e];
+    for (slot, (&expert, &w)) in ids.iter().zip(&weights).enumerate() {
+        served[expert].push((slot / top_k, w));
+    }
+    out.data.fill(0.0);
+    for (expert, rows) in served.iter().enumerate() {
+        let n = rows.len();
+        if n == 0 {
+            continue;
+        }
+        let mut xs = Vec::with_capacity(n * h); // [n, H]
+        for &(tok, _) in rows {
+            xs.extend_from_slice(&x.data[tok * h..(tok + 1) * h]);
+        }
+        let w13 = &gate_up.data[expert * 2 * i * h..(expert + 1) * 2 * i * h]; // [2·I, H]
+        let w2 = &down.data[expert * h * i..(expert + 1) * h * i]; // [H, I]
+        let mut gu = vec![0f32; n * 2 * i]; // [n, 2·I]
+        matmul::matmul_nt(&mut gu, &xs, w13, n, 2 * i, h);
+        let mut act = vec![0f32; n * i]; // [n, I]
+        silu_mul_rows(&mut act, &gu, i);
+        let mut ys = vec![0f32; n * h]; // [n, H]
+        matmul::matmul_nt(&mut ys, &act, w2, n, h, i);
+        for (&(tok, w), y) in rows.iter().zip(ys.chunks_exact(h)) {
+            for (o, v) in out.data[tok * h..(tok + 1) * h].iter_mut().zip(y) {
+                *o += w * v;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_picks_the_top_k_and_renormalises_when_asked() {
+        // Probabilities of softmax([0, ln 2, ln 4, ln 1]) = [1, 2, 4, 1] / 8.
+        let logits = [0.0, 2f32.ln(), 4f32.ln(), 0.0];
+        let (ids, w) = route(&logits, 4, 2, false);
+        assert_eq!(ids, vec![2, 1]);
+        assert!(
+            (w[0] - 0.5).abs() < 1e-6 && (w[1] - 0.25).abs() < 1e-6,
+            "{w:?}"
+        );
+        let (ids, w) = route(&logits, 4, 3, true);
+        assert_eq!(ids, vec![2, 1, 0], "ties go to the lower expert");
+        assert!((w.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!((w[0] - 4.0 / 7.0).abs() < 1e-6, "{w:?}");
+    }
+
+    /// The grouped computation against a token-by-token, expert-by-expert loop.
+    #[test]
+    fn grouped_experts_equal_a_plain_loop() {
+        let (t, h, i, e, k) = (7, 6, 5, 4, 2);
+        let mut s = 7u32;
+        let mut rnd = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+                })
+                .collect()
+        };
+        let x = CpuTensor::new(vec![t, h], rnd(t * h));
+        let logits = CpuTensor::new(vec![t, e], rnd(t * e));
+        let gate_up = CpuTensor::new(vec![e, 2 * i, h], rnd(e * 2 * i * h));
+        let down = CpuTensor::new(vec![e, h, i], rnd(e * h * i));
+        let mut out = CpuTensor::new(vec![t, h], vec![f32::NAN; t * h]);
+        fused_moe(&mut out, &x, &logits, &gate_up, &down, k, true).expect("moe");
+        let (ids, weights) = route(&logits.data, e, k, true);
+        for tok in 0..t {
+            let mut want = vec![0f32; h];
+            for slot in tok * k..(tok + 1) * k {
+                let ex = ids[slot];
+                let xr = &x.data[tok * h..(tok + 1) * h];
+                let act: Vec<f32> = (0..i)
+                    .map(|r| {
+                        let row = |r: usize| &gate_up.data[(ex * 2 * i + r) * h..][..h];
+                        let g: f32 = row(r).iter().zip(xr).map(|(a, b)| a * b).sum();
+                        let u: f32 = row(i + r).iter().zip(xr).map(|(a, b)| a * b).sum();
+                        g / (1.0 + (-g).exp()) * u
+                    })
+                    .collect();
+                for (c, w) in want.iter_mut().enumerate() {
+                    let d = &down.data[(ex * h + c) * i..][..i];
+                    *w += weights[slot] * d.iter().zip(&act).map(|(a, b)| a * b).sum::<f32>();
+                }
+            }
+            for (c, w) in want.iter().enumerate() {
+                let got = out.data[tok * h + c];
+                assert!((got - w).abs() < 1e-5, "token {tok} col {c}: {got} vs {w}");
+            }
+        }
+    }
+}
