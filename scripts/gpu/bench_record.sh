@@ -2,7 +2,7 @@
 # A signed `metralectl bench` record of `met serve --device cuda` on Qwen3-8B's shape (dummy
 # weights, bf16) on the GPU machine, from the repository root. Binaries built on the build machine
 # in $METRALE_GPU_BIN: `met` (with --features cuda) and `metralectl`; the secret key in $BENCH_KEY.
-# Writes $OUT/record.json(.sig), $OUT/serve.txt and prints the table.
+# Writes $OUT/record.json(.minisig), $OUT/serve.txt and prints the table.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 BIN=${METRALE_GPU_BIN:-.gpu/bin}
@@ -26,4 +26,4 @@ done
     --concurrency "${CONC:-1,4,16,64}" --isl "${ISL:-128}" --osl "${OSL:-256}" \
     --reps "${REPS:-2}" --warmup 1 --record "$OUT/record.json" --sign "$KEY"
 echo "bench exit: $?"
-"$BIN/metralectl" verify "$OUT/record.json" --key "$KEY.pub"
+"$BIN/metralectl" verify "$OUT/record.json" --pubkey "$KEY.pub"
