@@ -272,8 +272,12 @@ verify_sums() {
     printf 'untrusted comment: Metrale release key\n%s\n' "$METRALE_RELEASE_PUBKEY" >"$TMP/release.pub"
     if command -v minisign >/dev/null 2>&1; then
         say "checking the signature with minisign"
-        minisign -V -q -p "$TMP/release.pub" -m "$TMP/SHA256SUMS" -x "$TMP/SHA256SUMS.minisig" ||
-            die "SHA256SUMS does not carry a valid signature by the release key; nothing was installed"
+        if ! said=$(minisign -V -p "$TMP/release.pub" -m "$TMP/SHA256SUMS" -x "$TMP/SHA256SUMS.minisig" 2>&1); then
+            case $said in
+                *'key id'*) die "SHA256SUMS was signed by another key, not by the release key (minisign: $(printf '%s' "$said" | tr '\n' ' ')); nothing was installed" ;;
+                *) die "SHA256SUMS does not match its signature by the release key (minisign: $(printf '%s' "$said" | tr '\n' ' ')): it was changed after signing; nothing was installed" ;;
+            esac
+        fi
     elif command -v openssl >/dev/null 2>&1 && openssl version 2>/dev/null | grep -q '^OpenSSL [3-9]'; then
         say "checking the signature with OpenSSL"
         verify_with_openssl
@@ -349,7 +353,7 @@ write_receipt() {
     missing_dirs "${receipt%/*}" >>"$TMP/dirs"
     mkdir -p "${receipt%/*}"
     {
-        printf '# What the Metrale installer added; `install.sh --uninstall` and `metralectl self uninstall` remove exactly this.\n'
+        printf '# What the Metrale installer added; install.sh --uninstall and metralectl self uninstall remove exactly this.\n'
         printf 'version=%s\n' "$RELEASE_VERSION"
         printf 'file=%s\n' "$INSTALL_DIR/metralectl" "$INSTALL_DIR/met"
         sed 's/^/profile=/' "$PROFILES_FILE"

@@ -300,6 +300,15 @@ fn verifier_case(tools: &[&str], says: &str) {
 }
 
 #[test]
+fn minisign_checks_the_signature_when_installed() {
+    if which("minisign").is_none() {
+        eprintln!("skipped: minisign is not installed here (.ci/run installs it)");
+        return;
+    }
+    verifier_case(&[TOOLS, HASHERS, &["minisign"]].concat(), "with minisign");
+}
+
+#[test]
 fn openssl_checks_the_signature() {
     verifier_case(&[TOOLS, HASHERS].concat(), "with OpenSSL");
 }
