@@ -473,8 +473,13 @@ uninstall() {
 
 main() {
     parse_args "$@"
+    [ -n "${HOME:-}" ] || die "HOME is not set: set it (the installer keeps its receipt under it)"
     INSTALL_DIR=${METRALE_INSTALL_DIR:-$HOME/.local/bin}
     INSTALL_DIR=${INSTALL_DIR%/}
+    case $INSTALL_DIR in
+        /*) ;;
+        *) INSTALL_DIR=$(pwd)/$INSTALL_DIR ;;
+    esac
     TMP=''
     STAGED=''
     trap cleanup EXIT

@@ -511,3 +511,37 @@ fn both_installers_and_metralectl_carry_the_committed_release_key() {
         "{err}"
     );
 }
+
+#[test]
+fn a_target_the_release_does_not_carry_is_named_not_substituted() {
+    let w = World::new();
+    for (os, arch, ldd, target) in [
+        (
+            "Linux",
+            "x86_64",
+            "musl libc (x86_64)",
+            "x86_64-unknown-linux-musl",
+        ),
+        (
+            "Linux",
+            "aarch64",
+            "ldd (GNU libc) 2.41",
+            "aarch64-unknown-linux-gnu",
+        ),
+        ("Darwin", "arm64", "", "aarch64-apple-darwin"),
+    ] {
+        w.fake_tool(
+            "uname",
+            &format!("case $1 in -s) echo {os} ;; -m) echo {arch} ;; esac"),
+        );
+        w.fake_tool("ldd", &format!("echo '{ldd}'"));
+        let out = w.run(&[]);
+        w.assert_nothing_installed(&out);
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(&format!("has no build for {target}"))
+                && err.contains(&format!("metrale-{TARGET}.tar.gz")),
+            "{err}"
+        );
+    }
+}
