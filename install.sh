@@ -230,8 +230,9 @@ verify_with_openssl() {
         *) die "SHA256SUMS.minisig has no trusted comment: it is not a minisign signature" ;;
     esac
     [ "$(wc -c <"$d/pk" | tr -d ' ')" = 42 ] || die "the release key in this script is damaged"
-    [ "$(wc -c <"$d/sig" | tr -d ' ')" = 74 ] && [ "$(wc -c <"$d/global" | tr -d ' ')" = 64 ] ||
+    if [ "$(wc -c <"$d/sig" | tr -d ' ')" != 74 ] || [ "$(wc -c <"$d/global" | tr -d ' ')" != 64 ]; then
         die "SHA256SUMS.minisig is malformed"
+    fi
     [ "$(dd if="$d/sig" bs=1 count=2 2>/dev/null)" = ED ] ||
         die "SHA256SUMS.minisig is not a pre-hashed (ED) minisign signature; legacy signatures are refused"
     key_id=$(dd if="$d/pk" bs=1 skip=2 count=8 2>/dev/null | hex_of)
@@ -450,7 +451,9 @@ uninstall() {
     line=$(sed -n 's/^line=//p' "$receipt")
     if [ -n "$line" ]; then
         sed -n 's/^profile=//p' "$receipt" | while IFS= read -r p; do
-            [ -f "$p" ] && grep -qxF "$line" "$p" || continue
+            if [ ! -f "$p" ] || ! grep -qxF "$line" "$p"; then
+                continue
+            fi
             cp -p "$p" "$p.metrale-tmp.$$"
             grep -vxF "$line" "$p" >"$p.metrale-tmp.$$" || true
             if grep -qxF "created=$p" "$receipt" && ! grep -q '[^[:space:]]' "$p.metrale-tmp.$$"; then

@@ -17,9 +17,6 @@ pub mod update;
 /// (the layout of GitHub releases, which any static mirror can copy).
 pub const DEFAULT_BASE_URL: &str = "https://github.com/metrale/metrale/releases";
 
-/// Overrides [`DEFAULT_BASE_URL`] (mirrors, tests); the installers read it too.
-pub const BASE_URL_ENV: &str = "METRALE_DOWNLOAD_URL";
-
 /// The target triple this binary was built for.
 pub const TARGET: &str = env!("METRALE_TARGET");
 
@@ -41,13 +38,13 @@ pub fn archive_name(target: &str) -> String {
     format!("metrale-{target}.tar.gz")
 }
 
-/// The base URL: `--url`, else `$METRALE_DOWNLOAD_URL`, else the default; checked.
+/// The base URL: `--url` (which clap fills from `$METRALE_DOWNLOAD_URL`, as the installers
+/// read it), else the default; checked.
 pub fn base_url(flag: Option<&str>) -> anyhow::Result<String> {
-    let env = std::env::var(BASE_URL_ENV).ok().filter(|v| !v.is_empty());
     let url = flag
-        .map(str::to_owned)
-        .or(env)
-        .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
+        .filter(|u| !u.is_empty())
+        .unwrap_or(DEFAULT_BASE_URL)
+        .to_owned();
     check_url(&url)?;
     Ok(url.trim_end_matches('/').to_owned())
 }

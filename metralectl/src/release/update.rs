@@ -154,7 +154,12 @@ fn fetch_small(url: &str) -> anyhow::Result<Vec<u8>> {
     Download::from_url(url)
         .max_download_size(SMALL_FILE_LIMIT)
         .download_to(&mut out)
-        .map_err(|e| anyhow!("cannot download {url}: {e}"))?;
+        .map_err(|e| {
+            anyhow!(
+                "cannot download {url}: {e} (check the network, and --url or \
+                 METRALE_DOWNLOAD_URL for a mirror)"
+            )
+        })?;
     Ok(out)
 }
 
