@@ -545,3 +545,67 @@ fn a_target_the_release_does_not_carry_is_named_not_substituted() {
         );
     }
 }
+
+/// `scripts/release` with fake payloads (instant to pack): the key from the environment, and a
+/// signature that does not check against the published key stops the release.
+#[test]
+fn the_release_script_signs_with_the_key_given_and_checks_it() {
+    let fx = fixture();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bin = dir.path().join("bin");
+    fs::create_dir(&bin).expect("bin");
+    for name in ["metralectl", "met"] {
+        fs::write(bin.join(name), format!("#!/bin/sh\necho fake-{name}\n")).expect("fake");
+    }
+    let release = |out: &str, pubkey: &Path| {
+        Command::new(support::repo_root().join("scripts/release"))
+            .args(["--version", "9.9.9", "--target", TARGET])
+            .arg("--bin-dir")
+            .arg(&bin)
+            .arg("--out")
+            .arg(dir.path().join(out))
+            .arg("--pubkey")
+            .arg(pubkey)
+            .arg("--signer")
+            .arg(support::metralectl())
+            .env_remove("METRALE_RELEASE_KEY_FILE")
+            .env(
+                "METRALE_RELEASE_KEY",
+                fs::read_to_string(&fx.key).expect("key"),
+            )
+            .output()
+            .expect("run scripts/release")
+    };
+    let ok = release("good", &fx.pubkey);
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    let sig = fs::read_to_string(dir.path().join("good/SHA256SUMS.minisig")).expect("sig");
+    assert!(
+        sig.contains("trusted comment: metrale release 9.9.9"),
+        "{sig}"
+    );
+    let sums = fs::read_to_string(dir.path().join("good/SHA256SUMS")).expect("sums");
+    for name in [
+        format!("metrale-{TARGET}.tar.gz"),
+        format!("metralectl-{TARGET}"),
+        "install.sh".to_owned(),
+        "install.ps1".to_owned(),
+    ] {
+        assert!(sums.contains(&format!("  {name}\n")), "{name} in {sums}");
+    }
+
+    let other_pub = support::pub_of(&fx.other_key);
+    let wrong = release("wrong", &other_pub);
+    assert!(
+        !wrong.status.success(),
+        "a key the published one does not check"
+    );
+    assert!(
+        text(&wrong.stderr).contains("wrong key?"),
+        "{}",
+        text(&wrong.stderr)
+    );
+    assert!(
+        !dir.path().join("wrong/SHA256SUMS.minisig").exists(),
+        "no signature that the published key does not check is left to upload"
+    );
+}

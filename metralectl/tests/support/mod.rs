@@ -326,3 +326,10 @@ pub fn sha256_file(path: &Path) -> String {
         .expect("hash")
         .to_owned()
 }
+
+/// `KEYFILE.pub` for `KEYFILE`.
+pub fn pub_of(key: &Path) -> PathBuf {
+    let mut name = key.as_os_str().to_owned();
+    name.push(".pub");
+    PathBuf::from(name)
+}
