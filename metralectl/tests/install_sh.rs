@@ -609,3 +609,42 @@ fn the_release_script_signs_with_the_key_given_and_checks_it() {
         "no signature that the published key does not check is left to upload"
     );
 }
+
+/// With a terminal (a pty from util-linux `script`), the installer asks first; "n" changes
+/// nothing and downloads nothing, "y" installs.
+#[test]
+fn with_a_terminal_it_asks_and_no_means_nothing() {
+    let Some(script) = which("script") else {
+        eprintln!("skipped: util-linux `script` is not installed");
+        return;
+    };
+    let w = World::new();
+    let run = |answer: &str| {
+        let mut child = Command::new(&script)
+            .arg("-qec")
+            .arg(format!("/usr/bin/dash {}", w.script.display()))
+            .arg("/dev/null")
+            .env_clear()
+            .env("HOME", &w.home)
+            .env("PATH", &w.tools)
+            .env("METRALE_DOWNLOAD_URL", &w.server.base)
+            .env("TMPDIR", w._tmp.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn script");
+        std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), answer.as_bytes())
+            .expect("answer");
+        child.wait_with_output().expect("wait")
+    };
+    let no = run("n\n");
+    assert!(!no.status.success());
+    assert!(text(&no.stdout).contains("[Y/n]"), "{}", text(&no.stdout));
+    assert!(text(&no.stdout).contains("cancelled; nothing was changed"));
+    assert!(w.server.hits().is_empty() && w.home_tree().is_empty());
+
+    let yes = run("y\n");
+    assert!(yes.status.success(), "{}", text(&yes.stdout));
+    assert!(w.bin_dir().join("metralectl").is_file());
+}
