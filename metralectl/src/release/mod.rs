@@ -82,12 +82,27 @@ pub fn release_url(base: &str, version: Option<&str>) -> String {
     }
 }
 
-/// Lowercase hex SHA-256.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
+/// Lowercase hex SHA-256 of a file, read in chunks (archives are large).
+pub fn sha256_file(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)
+        .with_context(|| format!("cannot read {} to hash it", path.display()))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .with_context(|| format!("cannot read {} to hash it", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
         .iter()
         .map(|b| format!("{b:02x}"))
-        .collect()
+        .collect())
 }
 
 /// The hash `SHA256SUMS` lists for `name` (lines `HEX  NAME` or `HEX *NAME`).
@@ -143,6 +158,17 @@ mod tests {
         assert_eq!(expected_hash(&sums, "metralectl-x").expect("found"), h);
         let err = expected_hash(&sums, "metrale-y.tar.gz").expect_err("absent");
         assert!(format!("{err}").contains("metrale-x.tar.gz, metralectl-x"));
+    }
+
+    #[test]
+    fn file_hash_is_sha256() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"abc").expect("write");
+        assert_eq!(
+            sha256_file(&path).expect("hash"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]

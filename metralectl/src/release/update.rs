@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, anyhow, bail};
 use self_update::{ArchiveKind, Compression, Download, Extract, MoveAll};
 
-use super::{TARGET, archive_name, expected_hash, release_url, sha256_hex, version_of};
+use super::{TARGET, archive_name, expected_hash, release_url, sha256_file, version_of};
 use crate::signing::{self, TrustedKey};
 
 /// The most a `SHA256SUMS` or signature may weigh: anything bigger is not one.
@@ -107,8 +107,7 @@ pub fn update(req: &Request<'_>) -> anyhow::Result<Outcome> {
         })?;
     let archive = tmp.path().join(&name);
     download(&format!("{url}/{name}"), &archive, req.progress)?;
-    let bytes = fs::read(&archive).with_context(|| format!("cannot read {}", archive.display()))?;
-    let got = sha256_hex(&bytes);
+    let got = sha256_file(&archive)?;
     if got != expected {
         bail!(
             "{name} has SHA-256 {got}, but the signed SHA256SUMS says {expected}: the download \
