@@ -38,7 +38,9 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image and Hub checkpoint ahead of time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)')
-            [CompletionResult]::new('verify', 'verify', [CompletionResultType]::ParameterValue, 'Check a benchmark record against its detached signature')
+            [CompletionResult]::new('sign', 'sign', [CompletionResultType]::ParameterValue, 'Sign a file (a release''s SHA256SUMS, a benchmark record): writes FILE.minisig')
+            [CompletionResult]::new('verify', 'verify', [CompletionResultType]::ParameterValue, 'Check a signed file (a release''s SHA256SUMS, a benchmark record) against a trusted key')
+            [CompletionResult]::new('self', 'self', [CompletionResultType]::ParameterValue, 'Update or remove this installation of metralectl and met')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -178,7 +180,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--endpoint', '--endpoint', [CompletionResultType]::ParameterName, 'Which API to drive')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'Give up on a request after this many seconds (it counts as an error)')
             [CompletionResult]::new('--record', '--record', [CompletionResultType]::ParameterName, 'Write the run as a record (JSON, see docs/benchmarks.md)')
-            [CompletionResult]::new('--sign', '--sign', [CompletionResultType]::ParameterName, 'Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.sig')
+            [CompletionResult]::new('--sign', '--sign', [CompletionResultType]::ParameterName, 'Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.minisig')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print the record as JSON instead of a table')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
@@ -188,7 +190,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('gate', 'gate', [CompletionResultType]::ParameterValue, 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens')
             [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records')
-            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
+            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write a minisign key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -229,7 +231,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
         'metralectl;bench;help' {
             [CompletionResult]::new('gate', 'gate', [CompletionResultType]::ParameterValue, 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens')
             [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records')
-            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
+            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write a minisign key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -245,8 +247,21 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
         'metralectl;bench;help;help' {
             break
         }
+        'metralectl;sign' {
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'The secret key (from `metralectl bench keygen`, or `minisign -G -W`)')
+            [CompletionResult]::new('--trusted-comment', '--trusted-comment', [CompletionResultType]::ParameterName, 'The signed comment [default: `timestamp:UNIX_TIME<TAB>file:NAME`, as minisign writes]')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'metralectl;verify' {
-            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Require this public key (a KEYFILE.pub) [default: the key named in the signature]')
+            [CompletionResult]::new('--sig', '--sig', [CompletionResultType]::ParameterName, 'Its signature [default: FILE.minisig]')
+            [CompletionResult]::new('--pubkey', '--pubkey', [CompletionResultType]::ParameterName, 'Trust only this public key (a KEYFILE.pub) [default: the keys built in: the release key and bench/keys/*.pub]')
+            [CompletionResult]::new('--key', '--key', [CompletionResultType]::ParameterName, 'Trust only this public key (a KEYFILE.pub) [default: the keys built in: the release key and bench/keys/*.pub]')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
@@ -254,6 +269,55 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
             [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;self' {
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('update', 'update', [CompletionResultType]::ParameterValue, 'Install the latest release (or --version) after checking its signature and hash')
+            [CompletionResult]::new('uninstall', 'uninstall', [CompletionResultType]::ParameterValue, 'Remove metralectl, met and what the installer added to your shell profile')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'metralectl;self;update' {
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Install this version (up or down) instead of the latest')
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Where releases live: URL/download/vVERSION/ and URL/latest/download/')
+            [CompletionResult]::new('--pubkey', '--pubkey', [CompletionResultType]::ParameterName, 'Trust this public key instead of the built-in release key (a mirror that signs its own releases; the tests)')
+            [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            break
+        }
+        'metralectl;self;uninstall' {
+            [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask for confirmation')
+            [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask for confirmation')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;self;help' {
+            [CompletionResult]::new('update', 'update', [CompletionResultType]::ParameterValue, 'Install the latest release (or --version) after checking its signature and hash')
+            [CompletionResult]::new('uninstall', 'uninstall', [CompletionResultType]::ParameterValue, 'Remove metralectl, met and what the installer added to your shell profile')
+            [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
+            break
+        }
+        'metralectl;self;help;update' {
+            break
+        }
+        'metralectl;self;help;uninstall' {
+            break
+        }
+        'metralectl;self;help;help' {
             break
         }
         'metralectl;help' {
@@ -268,7 +332,9 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('pull', 'pull', [CompletionResultType]::ParameterValue, 'Fetch a recipe''s engine image and Hub checkpoint ahead of time')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Write shell completions to stdout')
             [CompletionResult]::new('bench', 'bench', [CompletionResultType]::ParameterValue, 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)')
-            [CompletionResult]::new('verify', 'verify', [CompletionResultType]::ParameterValue, 'Check a benchmark record against its detached signature')
+            [CompletionResult]::new('sign', 'sign', [CompletionResultType]::ParameterValue, 'Sign a file (a release''s SHA256SUMS, a benchmark record): writes FILE.minisig')
+            [CompletionResult]::new('verify', 'verify', [CompletionResultType]::ParameterValue, 'Check a signed file (a release''s SHA256SUMS, a benchmark record) against a trusted key')
+            [CompletionResult]::new('self', 'self', [CompletionResultType]::ParameterValue, 'Update or remove this installation of metralectl and met')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
         }
@@ -305,7 +371,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
         'metralectl;help;bench' {
             [CompletionResult]::new('gate', 'gate', [CompletionResultType]::ParameterValue, 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens')
             [CompletionResult]::new('report', 'report', [CompletionResultType]::ParameterValue, 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records')
-            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
+            [CompletionResult]::new('keygen', 'keygen', [CompletionResultType]::ParameterValue, 'Write a minisign key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub')
             break
         }
         'metralectl;help;bench;gate' {
@@ -317,7 +383,21 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
         'metralectl;help;bench;keygen' {
             break
         }
+        'metralectl;help;sign' {
+            break
+        }
         'metralectl;help;verify' {
+            break
+        }
+        'metralectl;help;self' {
+            [CompletionResult]::new('update', 'update', [CompletionResultType]::ParameterValue, 'Install the latest release (or --version) after checking its signature and hash')
+            [CompletionResult]::new('uninstall', 'uninstall', [CompletionResultType]::ParameterValue, 'Remove metralectl, met and what the installer added to your shell profile')
+            break
+        }
+        'metralectl;help;self;update' {
+            break
+        }
+        'metralectl;help;self;uninstall' {
             break
         }
         'metralectl;help;help' {

@@ -43,8 +43,14 @@ _metralectl() {
             metralectl,run)
                 cmd="metralectl__subcmd__run"
                 ;;
+            metralectl,self)
+                cmd="metralectl__subcmd__self"
+                ;;
             metralectl,show)
                 cmd="metralectl__subcmd__show"
+                ;;
+            metralectl,sign)
+                cmd="metralectl__subcmd__sign"
                 ;;
             metralectl,stop)
                 cmd="metralectl__subcmd__stop"
@@ -106,8 +112,14 @@ _metralectl() {
             metralectl__subcmd__help,run)
                 cmd="metralectl__subcmd__help__subcmd__run"
                 ;;
+            metralectl__subcmd__help,self)
+                cmd="metralectl__subcmd__help__subcmd__self"
+                ;;
             metralectl__subcmd__help,show)
                 cmd="metralectl__subcmd__help__subcmd__show"
+                ;;
+            metralectl__subcmd__help,sign)
+                cmd="metralectl__subcmd__help__subcmd__sign"
                 ;;
             metralectl__subcmd__help,stop)
                 cmd="metralectl__subcmd__help__subcmd__stop"
@@ -127,6 +139,30 @@ _metralectl() {
             metralectl__subcmd__help__subcmd__bench,report)
                 cmd="metralectl__subcmd__help__subcmd__bench__subcmd__report"
                 ;;
+            metralectl__subcmd__help__subcmd__self,uninstall)
+                cmd="metralectl__subcmd__help__subcmd__self__subcmd__uninstall"
+                ;;
+            metralectl__subcmd__help__subcmd__self,update)
+                cmd="metralectl__subcmd__help__subcmd__self__subcmd__update"
+                ;;
+            metralectl__subcmd__self,help)
+                cmd="metralectl__subcmd__self__subcmd__help"
+                ;;
+            metralectl__subcmd__self,uninstall)
+                cmd="metralectl__subcmd__self__subcmd__uninstall"
+                ;;
+            metralectl__subcmd__self,update)
+                cmd="metralectl__subcmd__self__subcmd__update"
+                ;;
+            metralectl__subcmd__self__subcmd__help,help)
+                cmd="metralectl__subcmd__self__subcmd__help__subcmd__help"
+                ;;
+            metralectl__subcmd__self__subcmd__help,uninstall)
+                cmd="metralectl__subcmd__self__subcmd__help__subcmd__uninstall"
+                ;;
+            metralectl__subcmd__self__subcmd__help,update)
+                cmd="metralectl__subcmd__self__subcmd__help__subcmd__update"
+                ;;
             *)
                 ;;
         esac
@@ -134,7 +170,7 @@ _metralectl() {
 
     case "${cmd}" in
         metralectl)
-            opts="-q -h -V --quiet --help --version list show run top doctor ps stop logs pull completions bench verify help"
+            opts="-q -h -V --quiet --help --version list show run top doctor ps stop logs pull completions bench sign verify self help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -394,7 +430,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__help)
-            opts="list show run top doctor ps stop logs pull completions bench verify help"
+            opts="list show run top doctor ps stop logs pull completions bench sign verify self help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -575,7 +611,63 @@ _metralectl() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        metralectl__subcmd__help__subcmd__self)
+            opts="update uninstall"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__self__subcmd__uninstall)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__self__subcmd__update)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         metralectl__subcmd__help__subcmd__show)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__sign)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -745,6 +837,116 @@ _metralectl() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        metralectl__subcmd__self)
+            opts="-q -h -V --quiet --help --version update uninstall help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__self__subcmd__help)
+            opts="update uninstall help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__self__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__self__subcmd__help__subcmd__uninstall)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__self__subcmd__help__subcmd__update)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__self__subcmd__uninstall)
+            opts="-y -q -h -V --yes --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__self__subcmd__update)
+            opts="-q -h --version --url --pubkey --json --quiet --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --version)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pubkey)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         metralectl__subcmd__show)
             opts="-q -h -V --json --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -752,6 +954,28 @@ _metralectl() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__sign)
+            opts="-q -h -V --key --trusted-comment --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --trusted-comment)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -804,12 +1028,20 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__verify)
-            opts="-q -h -V --key --json --quiet --help --version"
+            opts="-q -h -V --sig --key --pubkey --json --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --sig)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pubkey)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0

@@ -35,7 +35,9 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand pull 'Fetch a recipe''s engine image and Hub checkpoint ahead of time'
             cand completions 'Write shell completions to stdout'
             cand bench 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)'
-            cand verify 'Check a benchmark record against its detached signature'
+            cand sign 'Sign a file (a release''s SHA256SUMS, a benchmark record): writes FILE.minisig'
+            cand verify 'Check a signed file (a release''s SHA256SUMS, a benchmark record) against a trusted key'
+            cand self 'Update or remove this installation of metralectl and met'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'metralectl;list'= {
@@ -164,7 +166,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --endpoint 'Which API to drive'
             cand --request-timeout 'Give up on a request after this many seconds (it counts as an error)'
             cand --record 'Write the run as a record (JSON, see docs/benchmarks.md)'
-            cand --sign 'Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.sig'
+            cand --sign 'Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.minisig'
             cand --json 'Print the record as JSON instead of a table'
             cand -q 'Print only the result: no notes or warnings'
             cand --quiet 'Print only the result: no notes or warnings'
@@ -174,7 +176,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --version 'Print version'
             cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
             cand report 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
-            cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+            cand keygen 'Write a minisign key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'metralectl;bench;gate'= {
@@ -211,7 +213,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         &'metralectl;bench;help'= {
             cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
             cand report 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
-            cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+            cand keygen 'Write a minisign key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'metralectl;bench;help;gate'= {
@@ -222,8 +224,20 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         }
         &'metralectl;bench;help;help'= {
         }
+        &'metralectl;sign'= {
+            cand --key 'The secret key (from `metralectl bench keygen`, or `minisign -G -W`)'
+            cand --trusted-comment 'The signed comment [default: `timestamp:UNIX_TIME<TAB>file:NAME`, as minisign writes]'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'metralectl;verify'= {
-            cand --key 'Require this public key (a KEYFILE.pub) [default: the key named in the signature]'
+            cand --sig 'Its signature [default: FILE.minisig]'
+            cand --pubkey 'Trust only this public key (a KEYFILE.pub) [default: the keys built in: the release key and bench/keys/*.pub]'
+            cand --key 'Trust only this public key (a KEYFILE.pub) [default: the keys built in: the release key and bench/keys/*.pub]'
             cand --json 'Print JSON'
             cand -q 'Print only the result: no notes or warnings'
             cand --quiet 'Print only the result: no notes or warnings'
@@ -231,6 +245,48 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --help 'Print help'
             cand -V 'Print version'
             cand --version 'Print version'
+        }
+        &'metralectl;self'= {
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+            cand update 'Install the latest release (or --version) after checking its signature and hash'
+            cand uninstall 'Remove metralectl, met and what the installer added to your shell profile'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'metralectl;self;update'= {
+            cand --version 'Install this version (up or down) instead of the latest'
+            cand --url 'Where releases live: URL/download/vVERSION/ and URL/latest/download/'
+            cand --pubkey 'Trust this public key instead of the built-in release key (a mirror that signs its own releases; the tests)'
+            cand --json 'Print JSON'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+        }
+        &'metralectl;self;uninstall'= {
+            cand -y 'Do not ask for confirmation'
+            cand --yes 'Do not ask for confirmation'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'metralectl;self;help'= {
+            cand update 'Install the latest release (or --version) after checking its signature and hash'
+            cand uninstall 'Remove metralectl, met and what the installer added to your shell profile'
+            cand help 'Print this message or the help of the given subcommand(s)'
+        }
+        &'metralectl;self;help;update'= {
+        }
+        &'metralectl;self;help;uninstall'= {
+        }
+        &'metralectl;self;help;help'= {
         }
         &'metralectl;help'= {
             cand list 'List the recipes: built-in ones and yours'
@@ -244,7 +300,9 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand pull 'Fetch a recipe''s engine image and Hub checkpoint ahead of time'
             cand completions 'Write shell completions to stdout'
             cand bench 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)'
-            cand verify 'Check a benchmark record against its detached signature'
+            cand sign 'Sign a file (a release''s SHA256SUMS, a benchmark record): writes FILE.minisig'
+            cand verify 'Check a signed file (a release''s SHA256SUMS, a benchmark record) against a trusted key'
+            cand self 'Update or remove this installation of metralectl and met'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
         &'metralectl;help;list'= {
@@ -270,7 +328,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         &'metralectl;help;bench'= {
             cand gate 'Rerun a baseline record''s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
             cand report 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
-            cand keygen 'Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
+            cand keygen 'Write a minisign key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
         }
         &'metralectl;help;bench;gate'= {
         }
@@ -278,7 +336,17 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         }
         &'metralectl;help;bench;keygen'= {
         }
+        &'metralectl;help;sign'= {
+        }
         &'metralectl;help;verify'= {
+        }
+        &'metralectl;help;self'= {
+            cand update 'Install the latest release (or --version) after checking its signature and hash'
+            cand uninstall 'Remove metralectl, met and what the installer added to your shell profile'
+        }
+        &'metralectl;help;self;update'= {
+        }
+        &'metralectl;help;self;uninstall'= {
         }
         &'metralectl;help;help'= {
         }

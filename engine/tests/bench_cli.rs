@@ -168,7 +168,7 @@ async fn ladder_adds_up_and_its_signed_record_verifies() {
     let mut tampered = original.into_bytes();
     tampered[at] = if digit == b'9' { b'8' } else { digit + 1 };
     std::fs::write(&record, &tampered).expect("tamper");
-    let bad = ctl(&["verify", &record_s]);
+    let bad = ctl(&["verify", &record_s, "--pubkey", &pubkey]);
     assert!(!bad.status.success(), "a tampered record must not verify");
     assert!(
         text(&bad.stderr).contains("changed after it was signed"),

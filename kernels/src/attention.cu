@@ -55,7 +55,7 @@ __device__ void write_kv_impl(bf16* k_cache, bf16* v_cache, const T* qkv, const 
 WRITE_KV(f32, float)
 WRITE_KV(bf16, bf16)
 
-// One block's share of attention for (row = blockIdx.x, heads G·blockIdx.y .. G·blockIdx.y + G - 1)
+// One block's share of attention for (row = blockIdx.x / (nh/G), heads G·(blockIdx.x % (nh/G)) ..)
 // over keys [begin, end) of the row's causal range. The G heads of a block share one kv head
 // (G divides the group size nh / nkv), so each key and value is read once for all of them: at
 // Qwen3-8B's GQA (4 q heads a kv head) that is a quarter of the KV traffic of a block per head.
@@ -70,8 +70,12 @@ __device__ void attention_impl(bf16* out, float* partial, const T* qkv, const bf
     __shared__ float part_m[ATTN_WARPS][G], part_l[ATTN_WARPS][G];
     __shared__ float part_acc[ATTN_WARPS][G][NPER * 32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const u64 row = blockIdx.x;
-    const int head0 = blockIdx.y * G;
+    // Block x = row · (nh / G) + head group: a row's head groups are neighbouring blocks, so
+    // they run together and read the kv heads of each cached token side by side (one token's
+    // heads are contiguous in the cache) rather than 256-byte pieces of it at different times.
+    const int head_groups = num_heads / G;
+    const u64 row = blockIdx.x / head_groups;
+    const int head0 = (int)(blockIdx.x % head_groups) * G;
     const int kv_head = head0 / (num_heads / num_kv_heads);
     const u64 width = (u64)(num_heads + 2 * num_kv_heads) * head_dim;
     const u32* table = block_tables + (u64)row_seq[row] * max_blocks;
@@ -255,8 +259,12 @@ __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, cons
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int sub = lane / LPK, sl = lane % LPK;
     const int state = warp * KPW + sub;
-    const u64 row = blockIdx.x;
-    const int head0 = blockIdx.y * G;
+    // Block x = row · (nh / G) + head group: a row's head groups are neighbouring blocks, so
+    // they run together and read the kv heads of each cached token side by side (one token's
+    // heads are contiguous in the cache) rather than 256-byte pieces of it at different times.
+    const int head_groups = num_heads / G;
+    const u64 row = blockIdx.x / head_groups;
+    const int head0 = (int)(blockIdx.x % head_groups) * G;
     const int kv_head = head0 / (num_heads / num_kv_heads);
     const u64 width = (u64)(num_heads + 2 * num_kv_heads) * D;
     const u32* table = block_tables + (u64)row_seq[row] * max_blocks;
@@ -279,25 +287,39 @@ __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, cons
         m[g] = NEG_INF;
         l[g] = 0.f;
     }
-    // Two keys a state an iteration (p and p + STATES): all four 16-byte loads are issued before
-    // the first is used, doubling the bytes in flight, and the pair shares one rescale of the
-    // running state (three exponentials for two keys instead of four).
-    for (int p0 = begin + warp * KPW; p0 < end; p0 += 2 * STATES) {
-        int p[2];
+    // Two keys a state an iteration (p and p + STATES), and the next iteration's pair loaded
+    // before this one's is used (registers double-buffered): a warp always has 2-4 16-byte
+    // loads a lane in flight, even while it computes. The pair shares one rescale of the
+    // running state (three exponentials for two keys instead of four). Every K/V byte is read
+    // by exactly one block, so the loads bypass L1.
+    const int step = 2 * STATES;
+    bool nvalid[2];
+    u32x4 nk[2], nv[2];
+    auto fetch = [&](int q0) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int pu = q0 + u * STATES + sub;
+            nvalid[u] = pu < end;
+            nk[u] = nv[u] = u32x4{0u, 0u, 0u, 0u};
+            if (nvalid[u]) {
+                const u64 base = (((u64)table[pu / block_size] * block_size + pu % block_size) *
+                                      num_kv_heads + kv_head) * D + sl * 8;
+                nk[u] = load_stream((const u32x4*)(k_cache + base));
+                nv[u] = load_stream((const u32x4*)(v_cache + base));
+            }
+        }
+    };
+    fetch(begin + warp * KPW);
+    for (int p0 = begin + warp * KPW; p0 < end; p0 += step) {
         bool valid[2];
         u32x4 kv[2], vv[2];
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-            p[u] = p0 + u * STATES + sub;
-            valid[u] = p[u] < end;
-            kv[u] = vv[u] = u32x4{0u, 0u, 0u, 0u};
-            if (valid[u]) {
-                const u64 base = (((u64)table[p[u] / block_size] * block_size + p[u] % block_size) *
-                                      num_kv_heads + kv_head) * D + sl * 8;
-                kv[u] = load_cached((const u32x4*)(k_cache + base));
-                vv[u] = load_cached((const u32x4*)(v_cache + base));
-            }
+            valid[u] = nvalid[u];
+            kv[u] = nk[u];
+            vv[u] = nv[u];
         }
+        if (p0 + step < end) fetch(p0 + step);
         float s[2][G];
 #pragma unroll
         for (int u = 0; u < 2; ++u) {

@@ -44,8 +44,13 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md).
     Bench(crate::commands::bench::BenchArgs),
-    /// Check a benchmark record against its detached signature.
-    Verify(crate::commands::bench::VerifyArgs),
+    /// Sign a file (a release's SHA256SUMS, a benchmark record): writes FILE.minisig.
+    Sign(SignArgs),
+    /// Check a signed file (a release's SHA256SUMS, a benchmark record) against a trusted key.
+    Verify(VerifyArgs),
+    /// Update or remove this installation of metralectl and met.
+    #[command(name = "self", subcommand)]
+    SelfCmd(SelfCommand),
 }
 
 impl Command {
@@ -58,9 +63,11 @@ impl Command {
             Self::Doctor(a) => a.json,
             Self::Ps(a) => a.json,
             Self::Top(_) | Self::Stop(_) | Self::Logs(_) | Self::Pull(_) => false,
-            Self::Completions(_) => false,
+            Self::Completions(_) | Self::Sign(_) => false,
             Self::Bench(a) => a.json(),
             Self::Verify(a) => a.json,
+            Self::SelfCmd(SelfCommand::Update(a)) => a.json,
+            Self::SelfCmd(SelfCommand::Uninstall(_)) => false,
         }
     }
 }
@@ -203,4 +210,65 @@ pub struct TopArgs {
 pub struct CompletionsArgs {
     /// The shell to complete for.
     pub shell: Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct SignArgs {
+    /// The file to sign; the signature goes to FILE.minisig (minisign's format).
+    pub file: std::path::PathBuf,
+    /// The secret key (from `metralectl bench keygen`, or `minisign -G -W`).
+    #[arg(long, value_name = "KEYFILE")]
+    pub key: std::path::PathBuf,
+    /// The signed comment [default: `timestamp:UNIX_TIME<TAB>file:NAME`, as minisign writes].
+    #[arg(long, value_name = "TEXT")]
+    pub trusted_comment: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The signed file.
+    pub file: std::path::PathBuf,
+    /// Its signature [default: FILE.minisig].
+    #[arg(long, value_name = "SIGFILE")]
+    pub sig: Option<std::path::PathBuf>,
+    /// Trust only this public key (a KEYFILE.pub) [default: the keys built in: the release
+    /// key and bench/keys/*.pub].
+    #[arg(long, visible_alias = "key", value_name = "PUBKEY")]
+    pub pubkey: Option<std::path::PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SelfCommand {
+    /// Install the latest release (or --version) after checking its signature and hash.
+    Update(SelfUpdateArgs),
+    /// Remove metralectl, met and what the installer added to your shell profile.
+    Uninstall(SelfUninstallArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(disable_version_flag = true)]
+pub struct SelfUpdateArgs {
+    /// Install this version (up or down) instead of the latest.
+    #[arg(long, value_name = "VERSION")]
+    pub version: Option<String>,
+    /// Where releases live: URL/download/vVERSION/ and URL/latest/download/.
+    #[arg(long, value_name = "URL", env = "METRALE_DOWNLOAD_URL")]
+    pub url: Option<String>,
+    /// Trust this public key instead of the built-in release key (a mirror that signs its own
+    /// releases; the tests).
+    #[arg(long, value_name = "PUBKEY")]
+    pub pubkey: Option<std::path::PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SelfUninstallArgs {
+    /// Do not ask for confirmation.
+    #[arg(long, short)]
+    pub yes: bool,
 }

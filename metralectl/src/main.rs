@@ -11,11 +11,14 @@ mod docker;
 mod doctor;
 mod engines;
 mod error;
+mod fsutil;
 mod gpu;
 mod metrics_client;
 mod native;
 mod printer;
 mod recipe;
+mod release;
+mod signing;
 mod startup;
 
 fn main() -> ExitCode {

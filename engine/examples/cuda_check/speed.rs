@@ -110,7 +110,12 @@ struct Timing {
 /// A decode step of `b` sequences, each with CONTEXT tokens cached in its own blocks (from
 /// block 1 on) and one more token to compute, tables at least `width` blocks wide.
 fn decode_batch(b: usize, width: usize) -> BatchInputs {
-    let blocks_per_seq = (CONTEXT + 1).div_ceil(BLOCK);
+    decode_batch_at(b, width, CONTEXT)
+}
+
+/// `b` sequences decoding at position `context`, each over its own run of blocks.
+fn decode_batch_at(b: usize, width: usize, context: usize) -> BatchInputs {
+    let blocks_per_seq = (context + 1).div_ceil(BLOCK);
     let tables: Vec<Vec<u32>> = (0..b)
         .map(|s| {
             let first = 1 + (s * blocks_per_seq) as u32;
@@ -121,7 +126,7 @@ fn decode_batch(b: usize, width: usize) -> BatchInputs {
         .iter()
         .map(|t| SeqChunk {
             tokens: &[1],
-            start_pos: CONTEXT,
+            start_pos: context,
             block_table: t,
             logits_rows: vec![0],
         })
@@ -487,5 +492,43 @@ pub fn profile(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             36.0 * per_layer
         ));
     }
+    // Decode attention over long contexts, where it reads as many bytes as the weights: the
+    // KV bytes a layer reads over the time, against the copy bandwidth.
+    for (b, ctx, per_sm) in [
+        (1usize, 1024usize, 16usize),
+        (32, 1024, 16),
+        (128, 128, 4),
+        (128, 128, 16),
+        (128, 512, 4),
+        (128, 512, 16),
+        (128, 1024, 4),
+        (128, 1024, 16),
+        (128, 1024, 32),
+    ] {
+        cuda.set_attention_blocks_per_sm(per_sm);
+        let splits = cuda.attention_splits(b, nh, nkv, ctx + 1);
+        let blocks = (ctx + 1).div_ceil(BLOCK);
+        let host = decode_batch_at(b, blocks, ctx);
+        let batch = cuda.prepare_batch(&host)?;
+        let k_cache = cuda.zeros(&[b * blocks + 1, BLOCK, nkv, hd])?;
+        let v_cache = cuda.zeros(&[b * blocks + 1, BLOCK, nkv, hd])?;
+        let qkv_w = (nh + 2 * nkv) * hd;
+        let qkv = cuda.tensor_from_f32(&[b, qkv_w], &vec![0.1; b * qkv_w], DType::F32)?;
+        let mut attn = cuda.zeros(&[b, nh * hd])?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let ms = time_op(cuda, || {
+            Ok(cuda.paged_attention(&mut attn, &qkv, &k_cache, &v_cache, &batch, nh, scale)?)
+        })?;
+        let bytes = (b * (ctx + 1) * nkv * hd * 2 * 2) as f64;
+        let gbs = bytes / (ms / 1e3) / 1e9;
+        report.summary_line(format!(
+            "attention B={b:<4} ctx {ctx:<5} {per_sm:>2} blocks/SM ({splits:>2} splits) {:.1} us a layer, {gbs:.0} GB/s of KV ({:.2} ms for 36 layers)",
+            ms * 1e3,
+            36.0 * ms
+        ));
+        report.record(json!({"profile": "attention", "rows": b, "context": ctx,
+            "blocks_per_sm": per_sm, "splits": splits, "ms": ms, "gb_s": gbs}));
+    }
+    cuda.set_attention_blocks_per_sm(16);
     Ok(())
 }

@@ -173,12 +173,12 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
     auto run = [&] { call(false, out.data(), nullptr); };
     auto run_split = [&](float* partial) { call(true, nullptr, partial); };
     if (kps == 0) {
-        launch({(unsigned)T, (unsigned)(nh / g)}, {128}, run);
+        launch({(unsigned)(T * (nh / g))}, {128}, run);
     } else {
         int max_len = 0; for (auto p : positions) max_len = std::max(max_len, (int)p + 1);
         int splits = (max_len + kps - 1) / kps;
         std::vector<float> partial((size_t)T * nh * splits * (hd + 2), NAN);
-        launch({(unsigned)T, (unsigned)(nh / g), (unsigned)splits}, {128}, [&] { run_split(partial.data()); });
+        launch({(unsigned)(T * (nh / g)), 1, (unsigned)splits}, {128}, [&] { run_split(partial.data()); });
         launch({(unsigned)T, (unsigned)nh}, {128}, [&] { attention_merge(out.data(), partial.data(), nh, hd, splits); });
     }
     double worst = 0; int group = nh/nkv;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use serde::Serialize;
 
-use crate::cli::Command;
+use crate::cli::{Command, SelfCommand};
 use crate::dirs;
 use crate::printer::Printer;
 use crate::recipe::{Entry, Registry, Source};
@@ -18,9 +18,12 @@ mod logs;
 mod ps;
 mod pull;
 mod run;
+mod self_cmd;
 mod show;
+mod sign;
 mod stop;
 mod top;
+mod verify;
 
 pub fn dispatch(command: &Command, printer: &Printer) -> anyhow::Result<ExitCode> {
     match command {
@@ -35,7 +38,10 @@ pub fn dispatch(command: &Command, printer: &Printer) -> anyhow::Result<ExitCode
         Command::Pull(args) => pull::pull(args, printer),
         Command::Completions(args) => completions::completions(args, printer),
         Command::Bench(args) => bench::bench(args, printer),
-        Command::Verify(args) => bench::verify(args, printer),
+        Command::Sign(args) => sign::sign(args, printer),
+        Command::Verify(args) => verify::verify(args, printer),
+        Command::SelfCmd(SelfCommand::Update(args)) => self_cmd::update(args, printer),
+        Command::SelfCmd(SelfCommand::Uninstall(args)) => self_cmd::uninstall(args, printer),
     }
 }
 

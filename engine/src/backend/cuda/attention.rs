@@ -1,5 +1,7 @@
 //! Launchers for the paged KV cache write and attention (`attention.cu`).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use metrale_kernels::Module;
 
@@ -25,11 +27,37 @@ fn head_group(num_heads: usize, num_kv_heads: usize) -> usize {
         .unwrap_or(1)
 }
 
-/// How many key slices each (row, head group) is cut into: enough blocks for about four per
-/// multiprocessor when rows × heads alone leave the GPU idle (decode of few sequences over long
-/// contexts), else 1 (the plain kernel).
+/// Blocks a multiprocessor should get over one attention launch. About four fit at once, so
+/// 16 makes four waves: the last, partly empty wave then idles the GPU for a quarter of a wave
+/// at most, where one and a half waves (1,024 blocks of a 128-sequence decode step) idled it for
+/// a third of the launch. `METRALE_ATTN_BLOCKS_PER_SM` overrides, for comparisons.
+fn blocks_per_sm() -> usize {
+    match BLOCKS_PER_SM.load(Ordering::Relaxed) {
+        0 => {
+            let n = std::env::var("METRALE_ATTN_BLOCKS_PER_SM")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|&n| n > 0)
+                .unwrap_or(16);
+            BLOCKS_PER_SM.store(n, Ordering::Relaxed);
+            n
+        }
+        n => n,
+    }
+}
+
+/// [`blocks_per_sm`] once read (0: not yet).
+static BLOCKS_PER_SM: AtomicUsize = AtomicUsize::new(0);
+
+/// How many key slices each (row, head group) is cut into: enough blocks for
+/// [`blocks_per_sm`] a multiprocessor, while each slice keeps at least MIN_KEYS_PER_SPLIT keys
+/// (1 = the plain kernel).
 fn attention_splits(blocks: usize, max_len: usize, multiprocessors: usize) -> usize {
-    let want = (4 * multiprocessors).div_ceil(blocks.max(1));
+    splits_for(blocks, max_len, multiprocessors, blocks_per_sm())
+}
+
+fn splits_for(blocks: usize, max_len: usize, multiprocessors: usize, per_sm: usize) -> usize {
+    let want = (per_sm * multiprocessors).div_ceil(blocks.max(1));
     want.min(max_len.div_ceil(MIN_KEYS_PER_SPLIT))
         .clamp(1, MAX_SPLITS)
 }
@@ -48,6 +76,12 @@ fn kv_dims(cache: &CudaTensor) -> Result<(usize, usize, usize, usize)> {
 }
 
 impl CudaBackend {
+    /// Sets the attention launches' target of blocks a multiprocessor (process-wide), for
+    /// comparisons; `METRALE_ATTN_BLOCKS_PER_SM` sets it at start.
+    pub fn set_attention_blocks_per_sm(&self, n: usize) {
+        BLOCKS_PER_SM.store(n.max(1), Ordering::Relaxed);
+    }
+
     /// Key slices `paged_attention` cuts each (row, head group) into for `rows` rows of
     /// `heads` q heads over `kv_heads`, whose longest causal range is `max_len` (1 = the plain
     /// kernel).
@@ -219,11 +253,12 @@ impl CudaBackend {
             int(nkv, "paged_attention")?,
             int(hd, "paged_attention")?,
         );
+        // One block a (row, head group), the groups of a row adjacent (x = row · groups + group).
         let grid = |y: usize, z: usize| -> Result<LaunchConfig> {
             Ok(LaunchConfig {
                 grid_dim: (
-                    dim(t, "paged_attention")?,
-                    dim(y, "paged_attention")?,
+                    dim(t * y, "paged_attention")?,
+                    1,
                     dim(z, "paged_attention")?,
                 ),
                 block_dim: (32 * ATTN_WARPS, 1, 1),
@@ -271,9 +306,19 @@ impl CudaBackend {
         let (pp, sp) = (partial.ptr(s), int(splits, "paged_attention")?);
         let mut a = s.launch_builder(&f);
         a.arg(&o).arg(&pp).arg(&nh).arg(&d).arg(&sp);
+        let merge = LaunchConfig {
+            grid_dim: (
+                dim(t, "attention_merge")?,
+                dim(num_heads, "attention_merge")?,
+                1,
+            ),
+            block_dim: (32 * ATTN_WARPS, 1, 1),
+            shared_mem_bytes: 0,
+        };
         // SAFETY: out is [T, nh·hd] bf16 and partial holds the `splits` states of every
-        // (row, head) written above, split 0 of each with key 0 in it; one block per (row, head).
-        let r = unsafe { a.launch(grid(num_heads, 1)?) };
+        // (row, head) written above, split 0 of each with key 0 in it; one block per (row, head)
+        // (grid x = row, y = head, as attention_merge reads them).
+        let r = unsafe { a.launch(merge) };
         // `partial` is freed when it drops, after the merge on the same stream.
         self.launched(name, r)
     }
@@ -284,20 +329,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn splits_only_when_rows_times_heads_leave_the_gpu_idle() {
+    fn splits_give_every_multiprocessor_several_waves_of_blocks() {
         let sms = 132;
+        let splits = |blocks, max_len| splits_for(blocks, max_len, sms, 16);
         // Prefill: many rows already fill the GPU.
-        assert_eq!(attention_splits(1000 * 32, 1000, sms), 1);
+        assert_eq!(splits(1000 * 32, 1000), 1);
         // Decode of one sequence (8 head groups) over 129 keys: slices of at least 64 keys.
-        assert_eq!(attention_splits(8, 129, sms), 3);
-        // Over 2047 keys: enough blocks to fill the GPU four times over.
-        assert_eq!(attention_splits(8, 2047, sms), 32);
-        assert_eq!(attention_splits(32, 2047, sms), 17);
+        assert_eq!(splits(8, 129), 3);
+        // Over 2047 keys: as many slices as 64-key slices allow.
+        assert_eq!(splits(8, 2047), 32);
+        assert_eq!(splits(32, 2047), 32);
         // Over 100k keys: at most 64 slices.
-        assert_eq!(attention_splits(4, 100_000, sms), 64);
-        // Many sequences: few or no slices.
-        assert_eq!(attention_splits(8 * 32, 2047, sms), 3);
-        assert_eq!(attention_splits(128 * 8, 1152, sms), 1);
+        assert_eq!(splits(4, 100_000), 64);
+        // Many sequences: a few slices, for four waves of blocks rather than one and a half.
+        assert_eq!(splits(8 * 32, 2047), 9);
+        assert_eq!(splits(128 * 8, 1152), 3);
+        assert_eq!(splits(128 * 8, 128), 2);
+        // The old target (four blocks a multiprocessor, one wave) left 128 sequences unsplit.
+        assert_eq!(splits_for(128 * 8, 1152, sms, 4), 1);
     }
 
     #[test]

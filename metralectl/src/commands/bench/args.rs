@@ -1,4 +1,4 @@
-//! The clap types of `metralectl bench` and `metralectl verify`. They live here rather than in
+//! The clap types of `metralectl bench`. They live here rather than in
 //! `cli.rs` so the bench flags stay in one place; `cli.rs` only names them.
 
 use std::path::PathBuf;
@@ -33,7 +33,7 @@ pub enum BenchCommand {
     /// Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against
     /// concurrency per series) from the committed records.
     Report(ReportArgs),
-    /// Write an ed25519 key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub.
+    /// Write a minisign key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub.
     Keygen(KeygenArgs),
 }
 
@@ -142,22 +142,10 @@ pub struct RunArgs {
     /// Write the run as a record (JSON, see docs/benchmarks.md).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
-    /// Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.sig.
+    /// Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.minisig.
     #[arg(long, value_name = "KEYFILE", requires = "record")]
     pub sign: Option<PathBuf>,
     /// Print the record as JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct VerifyArgs {
-    /// The record; its signature is read from RECORD.sig.
-    pub record: PathBuf,
-    /// Require this public key (a KEYFILE.pub) [default: the key named in the signature].
-    #[arg(long, value_name = "PUBKEY")]
-    pub key: Option<PathBuf>,
-    /// Print JSON.
     #[arg(long)]
     pub json: bool,
 }

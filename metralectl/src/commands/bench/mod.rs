@@ -1,8 +1,6 @@
 //! `metralectl bench`: drives an OpenAI-compatible server over a concurrency ladder, measures
 //! every request from its stream, prints a table and writes (and signs) a record.
-//! `metralectl verify`: checks a record against its detached signature.
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,20 +8,19 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use metrale_protocol::bench::{Against, RECORD_VERSION, Record, Rep, Rung, Workload};
-use serde::Serialize;
 
 use super::runtime;
 use crate::printer::Printer;
+use crate::signing;
 
 mod args;
 mod client;
 mod gate;
 mod record;
 mod report;
-mod sign;
 mod stats;
 
-pub use args::{BenchArgs, VerifyArgs};
+pub use args::BenchArgs;
 use args::{BenchCommand, RunArgs};
 use client::{Outcome, Server};
 
@@ -33,11 +30,11 @@ const ERROR_SAMPLES: usize = 3;
 pub fn bench(args: &BenchArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     match &args.command {
         Some(BenchCommand::Keygen(k)) => {
-            sign::keygen(&k.keyfile)?;
+            let id = signing::keygen(&k.keyfile)?;
             printer.line(format!(
-                "wrote {} (secret, keep it) and {} (public, publish it)",
+                "wrote {} (secret, keep it) and {} (public, publish it), key {id}",
                 k.keyfile.display(),
-                sign::pub_path(&k.keyfile).display()
+                signing::pub_path(&k.keyfile).display()
             ))?;
             Ok(ExitCode::SUCCESS)
         }
@@ -72,7 +69,7 @@ pub(super) fn validate(args: &RunArgs) -> anyhow::Result<&str> {
 fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     let url = validate(args)?;
     // Load the key first: a bad key should fail before minutes of measuring, not after.
-    let key = args.sign.as_deref().map(sign::load_secret).transpose()?;
+    let key = args.sign.as_deref().map(signing::load_secret).transpose()?;
     let harness = record::harness()?;
     let timeout = Duration::from_secs(args.request_timeout);
     let mut targets = vec![Server::new(url, args.api_key.clone(), timeout)?];
@@ -127,7 +124,7 @@ fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
         record::write_atomic(path, &bytes)?;
         printer.note(format!("wrote the record {}", path.display()));
         if let Some(key) = &key {
-            let sig = sign::sign(path, &bytes, key)?;
+            let sig = signing::sign(path, &bytes, key, None)?;
             printer.note(format!("signed it: {}", sig.display()));
         }
     }
@@ -399,41 +396,4 @@ fn print_rungs(rungs: &[Rung], printer: &Printer) -> anyhow::Result<()> {
         &rows,
     )?;
     Ok(())
-}
-
-#[derive(Debug, Serialize)]
-struct VerifyJson<'a> {
-    record: &'a Path,
-    verified: bool,
-    signer: &'a str,
-    date: &'a str,
-}
-
-pub fn verify(args: &VerifyArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
-    let bytes = std::fs::read(&args.record)
-        .with_context(|| format!("cannot read the record {}", args.record.display()))?;
-    let expected = args.key.as_deref().map(sign::load_public).transpose()?;
-    let signer = sign::verify(&args.record, &bytes, expected.as_ref())?;
-    let rec: Record = serde_json::from_slice(&bytes).with_context(|| {
-        format!(
-            "{} is signed but is not a benchmark record this metralectl reads",
-            args.record.display()
-        )
-    })?;
-    if printer.json_mode() {
-        printer.json(&VerifyJson {
-            record: &args.record,
-            verified: true,
-            signer: &signer,
-            date: &rec.date,
-        })?;
-    } else {
-        printer.line(format!(
-            "{}: signature OK, signed by key {signer}; {} rungs measured {}",
-            args.record.display(),
-            rec.rungs.len(),
-            rec.date
-        ))?;
-    }
-    Ok(ExitCode::SUCCESS)
 }

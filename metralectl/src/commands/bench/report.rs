@@ -10,8 +10,8 @@ use metrale_protocol::bench::{RECORD_VERSION, Record};
 
 use super::args::ReportArgs;
 use super::record::write_atomic;
-use super::sign;
 use crate::printer::Printer;
+use crate::signing;
 
 const COLORS: &[&str] = &[
     "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
@@ -37,6 +37,7 @@ pub fn report(args: &ReportArgs, printer: &Printer) -> anyhow::Result<ExitCode> 
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();
     files.sort();
+    let trusted = signing::builtin_keys()?;
     let mut entries = Vec::new();
     for path in files {
         let bytes =
@@ -51,9 +52,9 @@ pub fn report(args: &ReportArgs, printer: &Printer) -> anyhow::Result<ExitCode> 
                 continue;
             }
         };
-        let signed = if !sign::sig_path(&path).exists() {
+        let signed = if !signing::sig_path(&path).exists() {
             "no"
-        } else if sign::verify(&path, &bytes, None).is_ok() {
+        } else if signing::verify_file(&path, None, &trusted).is_ok() {
             "yes"
         } else {
             "INVALID"
@@ -110,7 +111,7 @@ fn readme(entries: &[Entry], records: &Path) -> String {
     );
     let _ = write!(
         md,
-        "{}`; do not edit. Check a record with `metralectl verify FILE --key KEY.pub`; the record layout is in `docs/benchmarks.md`.\n\n![output tok/s against concurrency](ladder.svg)\n",
+        "{}`; do not edit. Check a record with `metralectl verify FILE`; the record layout is in `docs/benchmarks.md`.\n\n![output tok/s against concurrency](ladder.svg)\n",
         records.display()
     );
     for e in entries {
