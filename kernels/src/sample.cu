@@ -1,0 +1,367 @@
+// Sampling on the device: the host sampler's arithmetic (engine/src/backend/sampling.rs), so the
+// CUDA backend draws the CPU backend's tokens while only a few bytes a row come back.
+//
+// The host (engine/src/backend/cuda/sample.rs) uploads one `plan` of u32 words: a 16-word record
+// per row (PLAN_* below), then each row's penalty entries (token id, count in the output) and
+// masked tokens, then lists of which rows each kernel takes. The kernels, in order:
+//
+// sample_prepare_{f32,bf16}: one block per row copies the logits row into an f32 scratch row,
+//   then (after a barrier) applies the penalties to the row's distinct history tokens
+//   (`penalise` on the host, here with __fdiv_rn/__fmul_rn/__fadd_rn/__fsub_rn so NVRTC cannot
+//   fuse `frequency * count + presence` into an FMA: bit for bit the host's f32 result), then
+//   (after another barrier) writes -inf over the masked tokens (eos/stop before min_tokens).
+//   The input logits are never written; the scratch costs 2 x 600 KB of traffic a row.
+// argmax_f32 (softmax.cu) on the scratch: greedy rows with penalties or masks.
+// sample_gumbel: temperature without top-k/top-p/min-p. One block per row: every finite logit v
+//   scores (double)(v / T) + gumbel(seed, output index, id), the noise ported from the host's
+//   `uniform`/`gumbel` (splitmix-style u64 mixing, two f64 logs); the highest score wins, the
+//   lowest id on ties (the host keeps the first of equal scores in id order). 4 bytes come back;
+//   0xffffffff when the row has no finite logit (the host then samples that row itself).
+// sample_candidates: top-k/top-p/min-p. One block per row finds the row's `want` (<= KMAX)
+//   largest v / T among finite logits, ordered as the host sorts them (value descending by
+//   total order, then id ascending): a radix select on the 64-bit key (order-preserving f32 bits
+//   << 32 | ~id, unique per token) with 8-bit digits (at most 8 passes over the row, usually
+//   4 to 5, stopping as soon as a bucket holds exactly what is still needed), then a bitonic
+//   sort of the <= 1024 winners in shared memory. It also returns the number of finite logits,
+//   a flag when some finite v / T overflowed (the host then falls back), and the sum of
+//   exp(v / T - max) over every finite token in 128-bit fixed point (each term floor(q * 2^96),
+//   integer adds: any order, the device's tree or the host's loop, gives the same bits). The host
+//   finishes top-k/top-p/min-p on that head with the same code as its own sampler
+//   (`sampling::kept`) and draws among the kept tokens with `gumbel_pick`; when the head cannot
+//   decide the cut (top_k > KMAX, or top-p/min-p reach past it) it samples the whole row itself.
+//
+// Exactness. Penalties, masks, v / T (IEEE division), the noise's integer mixing, the order of
+// candidates, the fixed-point total and every comparison are bit-identical to the host. One
+// thing is not: `log` and `exp` in f64. CUDA's are within 1 ulp, glibc's (which Rust calls)
+// within about 0.5 ulp, so a Gumbel score, or a term of the total, may differ in its last bit.
+// A token can then flip only when two noisy scores are within ~1e-16 relative of each other, or
+// when a top-p prefix mass lands within ~1e-16 of top_p. (A shared software log/exp written
+// with plain IEEE operations on both sides would close this; not done.) NaN, +-inf, -0.0 and
+// ties follow the host's rules (kernels/dev/host_emulation/test.cpp; on a GPU,
+// engine/examples/cuda_check/sampling.rs).
+//
+// Cost (not measured yet): prepare moves 1.2 MB a row; the Gumbel pass does two f64 logs a token
+// (about 25 us a 152k row on one SM, rows in parallel); the candidates kernel reads the row 5 to 10
+// times from L2. Splitting a row over several blocks is the next step if batch-1 latency matters.
+
+#define SAMPLE_THREADS 1024
+#define KMAX 1024
+#define PLAN_WORDS 16
+#define NONE 0xffffffffu
+
+// Record fields (u32 words; floats as bits).
+#define PLAN_SRC_ROW 0
+#define PLAN_ENTRIES 1      // word offset of (id, count) pairs in the plan
+#define PLAN_N_ENTRIES 2
+#define PLAN_MASKS 3        // word offset of masked ids
+#define PLAN_N_MASKS 4
+#define PLAN_REPETITION 5   // f32 bits; applied when PLAN_FLAGS & 1
+#define PLAN_FREQUENCY 6    // f32 bits; with presence, applied when PLAN_FLAGS & 2
+#define PLAN_PRESENCE 7
+#define PLAN_FLAGS 8
+#define PLAN_TEMPERATURE 9  // f32 bits, > 0
+#define PLAN_SEED_LO 10
+#define PLAN_SEED_HI 11
+#define PLAN_INDEX_LO 12
+#define PLAN_INDEX_HI 13
+#define PLAN_WANT 14        // candidates to return, 1..=KMAX
+
+// Candidates output per row: META_WORDS words, then KMAX ids, then KMAX values (f32 bits).
+#define META_WORDS 6        // finite count, flags (1 = overflow), the fixed-point total (4 words)
+#define CAND_WORDS (META_WORDS + 2 * KMAX)
+
+__device__ __forceinline__ bool finite_f32(float v) {
+    return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+__device__ __forceinline__ u64 plan_u64(const u32* rec, int lo) {
+    return (u64)rec[lo] | ((u64)rec[lo + 1] << 32);
+}
+
+// The host's `uniform(seed, index)`: two rounds of splitmix64 finalisation, top 53 bits.
+__device__ __forceinline__ double sample_uniform(u64 seed, u64 index) {
+    u64 m = index * 0x9e3779b97f4a7c15ull;
+    u64 z = seed ^ ((m << 17) | (m >> 47));
+    for (int r = 0; r < 2; ++r) {
+        z += 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+    }
+    return (double)(z >> 11) / 9007199254740992.0;  // 2^53
+}
+
+// The host's `gumbel(seed, index, token)`: -ln(-ln(u)), u clamped to f64::MIN_POSITIVE.
+__device__ __forceinline__ double sample_gumbel_noise(u64 seed, u64 index, u32 token) {
+    double u = sample_uniform(seed ^ ((u64)token * 0xd6e8feb86659fd93ull), index);
+    u = u > 2.2250738585072014e-308 ? u : 2.2250738585072014e-308;
+    return -log(-log(u));
+}
+
+// --- penalties and masks -------------------------------------------------------------------
+
+template <typename T>
+__device__ void prepare(float* scratch, const T* logits, const u32* plan, int vocab) {
+    const u32* rec = plan + (u64)blockIdx.x * PLAN_WORDS;
+    const T* in = logits + (u64)rec[PLAN_SRC_ROW] * vocab;
+    float* out = scratch + (u64)blockIdx.x * vocab;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) out[i] = to_f32(in[i]);
+    __syncthreads();
+    const u32 flags = rec[PLAN_FLAGS];
+    const float rep = __uint_as_float(rec[PLAN_REPETITION]);
+    const float freq = __uint_as_float(rec[PLAN_FREQUENCY]);
+    const float pres = __uint_as_float(rec[PLAN_PRESENCE]);
+    const u32* entries = plan + rec[PLAN_ENTRIES];
+    // Entries are distinct ids below vocab (the host checks), so no two threads share one.
+    for (u32 e = threadIdx.x; e < rec[PLAN_N_ENTRIES]; e += blockDim.x) {
+        const u32 id = entries[2 * e], count = entries[2 * e + 1];
+        float v = out[id];
+        if (flags & 1u) v = v > 0.f ? __fdiv_rn(v, rep) : __fmul_rn(v, rep);
+        if ((flags & 2u) && count > 0u)
+            v = __fsub_rn(v, __fadd_rn(__fmul_rn(freq, (float)count), pres));
+        out[id] = v;
+    }
+    __syncthreads();
+    const u32* masks = plan + rec[PLAN_MASKS];
+    for (u32 m = threadIdx.x; m < rec[PLAN_N_MASKS]; m += blockDim.x) out[masks[m]] = NEG_INF;
+}
+
+extern "C" __global__ void sample_prepare_f32(float* scratch, const float* logits, const u32* plan,
+                                              int vocab) {
+    prepare(scratch, logits, plan, vocab);
+}
+
+extern "C" __global__ void sample_prepare_bf16(float* scratch, const bf16* logits, const u32* plan,
+                                               int vocab) {
+    prepare(scratch, logits, plan, vocab);
+}
+
+// --- Gumbel-max over the whole row ---------------------------------------------------------
+
+// Is (s, i) better than (bs, bi)? Higher score, then lower id; NONE loses to anything.
+__device__ __forceinline__ bool better(double s, u32 i, double bs, u32 bi) {
+    if (i == NONE) return false;
+    if (bi == NONE) return true;
+    return s > bs || (s == bs && i < bi);
+}
+
+// out[b] = the drawn id of scratch row which[b] (NONE when the row has no finite logit).
+extern "C" __global__ void sample_gumbel(u32* out, const float* scratch, const u32* plan,
+                                         const u32* which, int vocab) {
+    __shared__ double best_s[SAMPLE_THREADS];
+    __shared__ u32 best_i[SAMPLE_THREADS];
+    const u32 r = which[blockIdx.x];
+    const u32* rec = plan + (u64)r * PLAN_WORDS;
+    const float* row = scratch + (u64)r * vocab;
+    const float t = __uint_as_float(rec[PLAN_TEMPERATURE]);
+    const u64 seed = plan_u64(rec, PLAN_SEED_LO), index = plan_u64(rec, PLAN_INDEX_LO);
+    double bs = 0.0;
+    u32 bi = NONE;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float v = row[i];
+        if (!finite_f32(v)) continue;
+        const double s = (double)__fdiv_rn(v, t) + sample_gumbel_noise(seed, index, (u32)i);
+        // Ids grow along a thread's walk, so strictly greater keeps the lowest id on ties.
+        if (bi == NONE || s > bs) {
+            bs = s;
+            bi = (u32)i;
+        }
+    }
+    best_s[threadIdx.x] = bs;
+    best_i[threadIdx.x] = bi;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) {
+            const double os = best_s[threadIdx.x + stride];
+            const u32 oi = best_i[threadIdx.x + stride];
+            if (better(os, oi, best_s[threadIdx.x], best_i[threadIdx.x])) {
+                best_s[threadIdx.x] = os;
+                best_i[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = best_i[0];
+}
+
+// --- top candidates for top-k / top-p / min-p ----------------------------------------------
+
+// f32 bits mapped so unsigned order is the total order (Rust's f32::total_cmp): -0.0 < +0.0.
+__device__ __forceinline__ u32 order_key(float v) {
+    const u32 b = __float_as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ __forceinline__ float from_order_key(u32 k) {
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+// Larger value first, then lower id: unique per token, so the selection has no ties.
+__device__ __forceinline__ u64 cand_key(float vt, u32 id) {
+    return ((u64)order_key(vt) << 32) | (u64)(NONE - id);
+}
+
+// Add q in [0, 1] to the 128-bit fixed-point sum (hi, lo) = floor(q * 2^96): hi holds the units of
+// 2^-32, lo the next 64 bits. Sums of up to 2^31 terms cannot overflow hi.
+__device__ __forceinline__ void fixed_add(u64& hi, u64& lo, double q) {
+    const double x = q * 4294967296.0;  // exact
+    const double h = floor(x);
+    const u64 l = (u64)((x - h) * 18446744073709551616.0);  // exact, then truncated
+    lo += l;
+    hi += (u64)h + (lo < l ? 1ull : 0ull);
+}
+
+// out + b * CAND_WORDS: [finite count, flags, total lo (2 words), total hi (2 words),
+// ids[KMAX], values[KMAX]].
+extern "C" __global__ void sample_candidates(u32* out, const float* scratch, const u32* plan,
+                                             const u32* which, int vocab) {
+    __shared__ u64 keys[KMAX];
+    __shared__ u64 part_hi[SAMPLE_THREADS], part_lo[SAMPLE_THREADS];
+    __shared__ u32 hist[256];
+    __shared__ u32 counter, overflow;
+    __shared__ u64 sel_prefix;
+    __shared__ int sel_shift;
+    __shared__ u32 sel_need, sel_done;
+    const u32 r = which[blockIdx.x];
+    const u32* rec = plan + (u64)r * PLAN_WORDS;
+    const float* row = scratch + (u64)r * vocab;
+    const float t = __uint_as_float(rec[PLAN_TEMPERATURE]);
+    const u32 want = rec[PLAN_WANT] < KMAX ? rec[PLAN_WANT] : KMAX;
+    u32* o = out + (u64)blockIdx.x * CAND_WORDS;
+    if (threadIdx.x == 0) {
+        counter = 0;
+        overflow = 0;
+    }
+    __syncthreads();
+
+    // Pass 1: how many finite logits, the largest v / T, and whether any v / T overflowed.
+    float mx = NEG_INF;
+    u32 n = 0, ovf = 0;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float v = row[i];
+        if (!finite_f32(v)) continue;
+        const float vt = __fdiv_rn(v, t);
+        ovf |= finite_f32(vt) ? 0u : 1u;
+        mx = fmaxf(mx, vt);
+        ++n;
+    }
+    mx = block_max(mx);
+    if (n) atomicAdd(&counter, n);
+    if (ovf) atomicOr(&overflow, 1u);
+    __syncthreads();
+    const u32 finite = counter;
+
+    // Pass 2: sum of exp(v / T - max) over every finite token, each term cut to 128-bit fixed
+    // point (`fixed_add`) so the sum is exact integer arithmetic: any order gives the host's
+    // result (`sampling::fixed_sum`), bit for bit.
+    u64 hi = 0, lo = 0;
+    if (!overflow) {
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+            const float v = row[i];
+            if (finite_f32(v)) fixed_add(hi, lo, exp((double)__fsub_rn(__fdiv_rn(v, t), mx)));
+        }
+    }
+    part_hi[threadIdx.x] = hi;
+    part_lo[threadIdx.x] = lo;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride) {
+            const u64 l = part_lo[threadIdx.x] + part_lo[threadIdx.x + stride];
+            part_hi[threadIdx.x] += part_hi[threadIdx.x + stride] + (l < part_lo[threadIdx.x] ? 1ull : 0ull);
+            part_lo[threadIdx.x] = l;
+        }
+        __syncthreads();
+    }
+    const u32 take = finite < want ? finite : want;
+
+    // Radix select: the smallest key among the `take` largest. Skipped when every finite
+    // logit is taken (threshold 0 keeps them all) or the row is hopeless (overflow).
+    u64 threshold = 0;
+    if (finite > want && !overflow) {
+        if (threadIdx.x == 0) {
+            sel_prefix = 0;
+            sel_shift = 64;
+            sel_need = take;
+            sel_done = 0;
+        }
+        __syncthreads();
+        while (true) {
+            const int shift = sel_shift - 8;
+            const u64 prefix = sel_prefix;
+            for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+            __syncthreads();
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+                const float v = row[i];
+                if (!finite_f32(v)) continue;
+                const u64 k = cand_key(__fdiv_rn(v, t), (u32)i);
+                if (shift + 8 == 64 || (k >> (shift + 8)) == prefix)
+                    atomicAdd(&hist[(u32)(k >> shift) & 255u], 1u);
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                u32 above = 0, need = sel_need;
+                int b = 255;
+                for (; b > 0; --b) {
+                    if (above + hist[b] >= need) break;
+                    above += hist[b];
+                }
+                need -= above;
+                sel_prefix = (prefix << 8) | (u64)b;
+                sel_shift = shift;
+                sel_need = need;
+                sel_done = (hist[b] == need || shift == 0) ? 1u : 0u;
+            }
+            __syncthreads();
+            if (sel_done) break;
+        }
+        threshold = sel_prefix << sel_shift;
+    }
+
+    // Collect the winners (any order), pad, and sort descending: value, then lower id.
+    if (!overflow) {
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+            const float v = row[i];
+            if (!finite_f32(v)) continue;
+            const u64 k = cand_key(__fdiv_rn(v, t), (u32)i);
+            if (k >= threshold) {
+                const u32 at = atomicAdd(&counter, 1u) - finite;
+                if (at < KMAX) keys[at] = k;
+            }
+        }
+    }
+    __syncthreads();
+    const u32 got = overflow ? 0u : counter - finite;
+    for (int j = threadIdx.x; j < KMAX; j += blockDim.x)
+        if ((u32)j >= got) keys[j] = 0;  // below every real key
+    __syncthreads();
+    for (int k = 2; k <= KMAX; k <<= 1) {
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < KMAX; i += blockDim.x) {
+                const int l = i ^ j;
+                if (l > i) {
+                    const u64 a = keys[i], b = keys[l];
+                    const bool descending = (i & k) == 0;
+                    if (descending ? a < b : a > b) {
+                        keys[i] = b;
+                        keys[l] = a;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int j = threadIdx.x; j < KMAX; j += blockDim.x) {
+        const u64 k = keys[j];
+        const bool real = (u32)j < take && !overflow;
+        o[META_WORDS + j] = real ? NONE - (u32)k : NONE;
+        o[META_WORDS + KMAX + j] = real ? __float_as_uint(from_order_key((u32)(k >> 32))) : 0u;
+    }
+    if (threadIdx.x == 0) {
+        o[0] = finite;
+        o[1] = overflow | (got != take && !overflow ? 2u : 0u);
+        o[2] = (u32)part_lo[0];
+        o[3] = (u32)(part_lo[0] >> 32);
+        o[4] = (u32)part_hi[0];
+        o[5] = (u32)(part_hi[0] >> 32);
+    }
+}
