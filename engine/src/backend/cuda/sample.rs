@@ -22,6 +22,8 @@
 //! Qwen3's vocabulary. Where the device and the host could still differ (f64 `log`/`exp` in
 //! their last ulp) is written at the top of `kernels/src/sample.cu`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use cudarc::driver::{DevicePtr, PushKernelArg};
 use metrale_kernels::Module;
 use rayon::prelude::*;
@@ -44,6 +46,10 @@ const META_WORDS: usize = 6;
 const CAND_WORDS: usize = META_WORDS + 2 * KMAX;
 /// Device rows handled at once (bounds the f32 scratch: 64 × 151936 × 4 B = 39 MB).
 const CHUNK_ROWS: usize = 64;
+
+/// Rows sampled per route since the process started, for the check's report: argmax, greedy,
+/// gumbel, candidates, host, and device rows handed back to the host.
+static ROUTED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 
 /// How one row is sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +174,14 @@ fn finish_candidates(r: &SampleRow<'_>, out: &[u32]) -> Option<u32> {
 }
 
 impl CudaBackend {
+    /// How many rows `sample` has sent down each route so far (all backends of the process):
+    /// `[argmax, greedy, gumbel, candidates, host, handed back]`, where "handed back" counts
+    /// device rows the host had to sample after all (no finite logit, overflow, a cut past the
+    /// candidates).
+    pub fn sample_route_counts() -> [u64; 6] {
+        ROUTED.each_ref().map(|c| c.load(Ordering::Relaxed))
+    }
+
     pub(super) fn sample_op(
         &self,
         logits: &CudaTensor,
@@ -226,6 +240,12 @@ impl CudaBackend {
         }
         // Everything still undecided goes through the host sampler on its logits row.
         let on_host: Vec<usize> = (0..rows.len()).filter(|&i| out[i].is_none()).collect();
+        for (i, r) in routes.iter().enumerate() {
+            ROUTED[*r as usize].fetch_add(1, Ordering::Relaxed);
+            if *r != Route::Host && out[i].is_none() {
+                ROUTED[5].fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let host_rows: Vec<Vec<f32>> = on_host
             .iter()
             .map(|&i| self.download_row(logits, rows[i].logits_row))
