@@ -40,9 +40,13 @@
 // ties follow the host's rules (kernels/dev/host_emulation/test.cpp; on a GPU,
 // engine/examples/cuda_check/sampling.rs).
 //
-// Cost (not measured yet): prepare moves 1.2 MB a row; the Gumbel pass does two f64 logs a token
-// (about 25 us a 152k row on one SM, rows in parallel); the candidates kernel reads the row 5 to 10
-// times from L2. Splitting a row over several blocks is the next step if batch-1 latency matters.
+// Cost (not measured yet; one block a row, rows in parallel): prepare moves 1.2 MB a row. The
+// Gumbel kernel reads the row twice and computes the exact f64 noise only for tokens that could
+// still win (see sample_gumbel): on a peaked row a few hundred of 152k, the rest cost an integer
+// hash and one f32 log. The candidates kernel reads the row 5 to 10 times from L2; its first
+// radix passes put most tokens in a few buckets, so its shared-memory histogram is where to look
+// first if it shows up in a profile. Splitting a row over several blocks is the next step if
+// batch-1 latency matters.
 
 #define SAMPLE_THREADS 1024
 #define KMAX 1024
@@ -91,11 +95,15 @@ __device__ __forceinline__ double sample_uniform(u64 seed, u64 index) {
     return (double)(z >> 11) / 9007199254740992.0;  // 2^53
 }
 
-// The host's `gumbel(seed, index, token)`: -ln(-ln(u)), u clamped to f64::MIN_POSITIVE.
+// The uniform behind the host's `gumbel(seed, index, token)`, clamped to f64::MIN_POSITIVE.
+__device__ __forceinline__ double noise_uniform(u64 seed, u64 index, u32 token) {
+    const double u = sample_uniform(seed ^ ((u64)token * 0xd6e8feb86659fd93ull), index);
+    return u > 2.2250738585072014e-308 ? u : 2.2250738585072014e-308;
+}
+
+// The host's `gumbel(seed, index, token)`: -ln(-ln(u)).
 __device__ __forceinline__ double sample_gumbel_noise(u64 seed, u64 index, u32 token) {
-    double u = sample_uniform(seed ^ ((u64)token * 0xd6e8feb86659fd93ull), index);
-    u = u > 2.2250738585072014e-308 ? u : 2.2250738585072014e-308;
-    return -log(-log(u));
+    return -log(-log(noise_uniform(seed, index, token)));
 }
 
 // --- penalties and masks -------------------------------------------------------------------
@@ -145,7 +153,35 @@ __device__ __forceinline__ bool better(double s, u32 i, double bs, u32 bi) {
     return s > bs || (s == bs && i < bi);
 }
 
+// The block's best (score, id) by `better`; every thread gets it. The arrays are the caller's
+// shared scratch (SAMPLE_THREADS entries); the first barrier lets a kernel call this twice.
+__device__ void block_best(double* ss, u32* ii, double& s, u32& i) {
+    __syncthreads();
+    ss[threadIdx.x] = s;
+    ii[threadIdx.x] = i;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+        if (threadIdx.x < stride && better(ss[threadIdx.x + stride], ii[threadIdx.x + stride],
+                                           ss[threadIdx.x], ii[threadIdx.x])) {
+            ss[threadIdx.x] = ss[threadIdx.x + stride];
+            ii[threadIdx.x] = ii[threadIdx.x + stride];
+        }
+        __syncthreads();
+    }
+    s = ss[0];
+    i = ii[0];
+}
+
 // out[b] = the drawn id of scratch row which[b] (NONE when the row has no finite logit).
+//
+// Pass 1 finds the largest v / T (lowest id) and scores it exactly: a lower bound of the winning
+// score. Pass 2 scores the row, skipping a token whose score cannot reach the bound (or the
+// thread's best so far): the noise is -ln(w) with w = -ln(u) >= 1 - u, so it is at most
+// -ln(1 - u), which one f32 log bounds to within 1e-5; a token is skipped only when that bound
+// plus a 0.01 margin is below the gap (and the scores are below 1e12, where rounding stays far
+// inside the margin). Skipped tokens score strictly less than an achieved
+// score, so the winner (and its tie-break) is the host's; most tokens of a peaked row cost an
+// integer hash and one f32 log instead of two f64 logs.
 extern "C" __global__ void sample_gumbel(u32* out, const float* scratch, const u32* plan,
                                          const u32* which, int vocab) {
     __shared__ double best_s[SAMPLE_THREADS];
@@ -160,28 +196,39 @@ extern "C" __global__ void sample_gumbel(u32* out, const float* scratch, const u
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
         const float v = row[i];
         if (!finite_f32(v)) continue;
-        const double s = (double)__fdiv_rn(v, t) + sample_gumbel_noise(seed, index, (u32)i);
+        const double vt = (double)__fdiv_rn(v, t);
+        if (bi == NONE || vt > bs) {
+            bs = vt;
+            bi = (u32)i;
+        }
+    }
+    block_best(best_s, best_i, bs, bi);
+    if (bi == NONE) {
+        if (threadIdx.x == 0) out[blockIdx.x] = NONE;
+        return;
+    }
+    const double bound = bs + sample_gumbel_noise(seed, index, bi);
+    // Past ~1e12 a score's rounding (ulp > 1e-4) could eat the margin: no skipping there.
+    const bool prune = fabs(bound) < 1e12;
+    bs = 0.0;
+    bi = NONE;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float v = row[i];
+        if (!finite_f32(v)) continue;
+        const double vt = (double)__fdiv_rn(v, t);
+        const double u = noise_uniform(seed, index, (u32)i);
+        const double floor_s = (bi != NONE && bs > bound) ? bs : bound;
+        const float most = -__logf((float)(1.0 - u));  // >= the noise, up to 1e-5
+        if (prune && (double)most + 0.01 < floor_s - vt) continue;  // never for NaN gaps
+        const double s = vt + -log(-log(u));
         // Ids grow along a thread's walk, so strictly greater keeps the lowest id on ties.
         if (bi == NONE || s > bs) {
             bs = s;
             bi = (u32)i;
         }
     }
-    best_s[threadIdx.x] = bs;
-    best_i[threadIdx.x] = bi;
-    __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-        if (threadIdx.x < stride) {
-            const double os = best_s[threadIdx.x + stride];
-            const u32 oi = best_i[threadIdx.x + stride];
-            if (better(os, oi, best_s[threadIdx.x], best_i[threadIdx.x])) {
-                best_s[threadIdx.x] = os;
-                best_i[threadIdx.x] = oi;
-            }
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[blockIdx.x] = best_i[0];
+    block_best(best_s, best_i, bs, bi);
+    if (threadIdx.x == 0) out[blockIdx.x] = bi;
 }
 
 // --- top candidates for top-k / top-p / min-p ----------------------------------------------

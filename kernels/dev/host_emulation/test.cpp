@@ -407,6 +407,13 @@ void t_sample_gumbel(int V) {
     add(big, 0.01f, 9, 9);                                         // v / T = +inf twice: lower id
     add(std::vector<float>(V, -3e38f), 0.01f, 2, 2);                 // every score -inf: lowest id
     std::vector<float> flat(V, 1.25f); add(flat, 0.7f, 11, 0);     // all equal logits
+    // Peaked rows, as a language model's: the skipping in pass 2 decides most tokens.
+    for (int k = 0; k < 3; ++k) {
+        auto peaked = logits_row(V, 3); for (int j = 0; j < 30; ++j) peaked[rng() % V] = 12 + U(3);
+        add(peaked, 0.5f + 0.5f * k, rng(), k);
+    }
+    auto near = logits_row(V, 1); for (auto& v : near) v = 20 + v * 1e-3f; add(near, 1.0f, 5, 5);  // close scores
+    auto huge = logits_row(V, 1); for (auto& v : huge) v = 1e30f + v * 1e24f; add(huge, 1e-3f, 6, 6);  // no skipping
     int R = rows.size();
     std::vector<float> scratch; for (auto& row : rows) scratch.insert(scratch.end(), row.begin(), row.end());
     auto plan = build_plan(plan_rows);
