@@ -45,7 +45,7 @@
 // still win (see sample_gumbel): on a peaked row a few hundred of 152k, the rest cost an integer
 // hash and one f32 log. The candidates kernel reads the row 5 to 10 times from L2; its first
 // radix passes put most tokens in a few buckets, so its shared-memory histogram is where to look
-// first if it shows up in a profile. Splitting a row over several blocks is the next step if
+// first if it shows up in a profile (lanes of a warp sharing a bucket already add once). Splitting a row over several blocks is the next step if
 // batch-1 latency matters.
 
 #define SAMPLE_THREADS 1024
@@ -337,12 +337,23 @@ extern "C" __global__ void sample_candidates(u32* out, const float* scratch, con
             const u64 prefix = sel_prefix;
             for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
             __syncthreads();
-            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-                const float v = row[i];
-                if (!finite_f32(v)) continue;
-                const u64 k = cand_key(__fdiv_rn(v, t), (u32)i);
-                if (shift + 8 == 64 || (k >> (shift + 8)) == prefix)
-                    atomicAdd(&hist[(u32)(k >> shift) & 255u], 1u);
+            // The first digits put most tokens in a few buckets: lanes of a warp that share
+            // a bucket add once through their lowest lane (every lane runs every iteration,
+            // as __match_any_sync needs).
+            for (int base = 0; base < vocab; base += blockDim.x) {
+                const int i = base + threadIdx.x;
+                u32 bin = NONE;
+                if (i < vocab) {
+                    const float v = row[i];
+                    if (finite_f32(v)) {
+                        const u64 k = cand_key(__fdiv_rn(v, t), (u32)i);
+                        if (shift + 8 == 64 || (k >> (shift + 8)) == prefix)
+                            bin = (u32)(k >> shift) & 255u;
+                    }
+                }
+                const u32 peers = __match_any_sync(0xffffffffu, bin);
+                if (bin != NONE && (int)(threadIdx.x & 31u) == __ffs(peers) - 1)
+                    atomicAdd(&hist[bin], (u32)__popc(peers));
             }
             __syncthreads();
             if (threadIdx.x == 0) {
