@@ -5,11 +5,12 @@
 // per row (PLAN_* below), then each row's penalty entries (token id, count in the output) and
 // masked tokens, then lists of which rows each kernel takes. The kernels, in order:
 //
-// sample_prepare_{f32,bf16}: one block per row copies the logits row into an f32 scratch row,
-//   then (after a barrier) applies the penalties to the row's distinct history tokens
+// sample_prepare_{f32,bf16}: blocks of PREPARE_THREADS, each owning a slice of a row, copy the
+//   logits row into an f32 scratch row, then (after a barrier) apply the penalties to the row's
+//   distinct history tokens
 //   (`penalise` on the host, here with __fdiv_rn/__fmul_rn/__fadd_rn/__fsub_rn so NVRTC cannot
 //   fuse `frequency * count + presence` into an FMA: bit for bit the host's f32 result), then
-//   (after another barrier) writes -inf over the masked tokens (eos/stop before min_tokens).
+//   (after another barrier) write -inf over the masked tokens (eos/stop before min_tokens).
 //   The input logits are never written; the scratch costs 2 x 600 KB of traffic a row.
 // argmax_f32 (softmax.cu) on the scratch: greedy rows with penalties or masks.
 // sample_gumbel: temperature without top-k/top-p/min-p. One block per row: every finite logit v
@@ -49,6 +50,7 @@
 // batch-1 latency matters.
 
 #define SAMPLE_THREADS 1024
+#define PREPARE_THREADS 256
 #define KMAX 1024
 #define PLAN_WORDS 16
 #define NONE 0xffffffffu
@@ -108,12 +110,18 @@ __device__ __forceinline__ double sample_gumbel_noise(u64 seed, u64 index, u32 t
 
 // --- penalties and masks -------------------------------------------------------------------
 
+// Grid (rows, slices): block (r, y) owns columns [y * slice, (y + 1) * slice) of scratch row r,
+// so a row is copied by many multiprocessors; each block applies the entries and masks that
+// fall in its columns (every block scans the row's lists), with a barrier between copy,
+// penalties and masks so each column sees them in the host's order.
 template <typename T>
 __device__ void prepare(float* scratch, const T* logits, const u32* plan, int vocab) {
     const u32* rec = plan + (u64)blockIdx.x * PLAN_WORDS;
     const T* in = logits + (u64)rec[PLAN_SRC_ROW] * vocab;
     float* out = scratch + (u64)blockIdx.x * vocab;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) out[i] = to_f32(in[i]);
+    const u32 slice = ((u32)vocab + gridDim.y - 1) / gridDim.y;
+    const u32 lo = blockIdx.y * slice, hi = min((u32)vocab, lo + slice);
+    for (u32 i = lo + threadIdx.x; i < hi; i += blockDim.x) out[i] = to_f32(in[i]);
     __syncthreads();
     const u32 flags = rec[PLAN_FLAGS];
     const float rep = __uint_as_float(rec[PLAN_REPETITION]);
@@ -123,6 +131,7 @@ __device__ void prepare(float* scratch, const T* logits, const u32* plan, int vo
     // Entries are distinct ids below vocab (the host checks), so no two threads share one.
     for (u32 e = threadIdx.x; e < rec[PLAN_N_ENTRIES]; e += blockDim.x) {
         const u32 id = entries[2 * e], count = entries[2 * e + 1];
+        if (id < lo || id >= hi) continue;
         float v = out[id];
         if (flags & 1u) v = v > 0.f ? __fdiv_rn(v, rep) : __fmul_rn(v, rep);
         if ((flags & 2u) && count > 0u)
@@ -131,7 +140,8 @@ __device__ void prepare(float* scratch, const T* logits, const u32* plan, int vo
     }
     __syncthreads();
     const u32* masks = plan + rec[PLAN_MASKS];
-    for (u32 m = threadIdx.x; m < rec[PLAN_N_MASKS]; m += blockDim.x) out[masks[m]] = NEG_INF;
+    for (u32 m = threadIdx.x; m < rec[PLAN_N_MASKS]; m += blockDim.x)
+        if (masks[m] >= lo && masks[m] < hi) out[masks[m]] = NEG_INF;
 }
 
 extern "C" __global__ void sample_prepare_f32(float* scratch, const float* logits, const u32* plan,
@@ -305,7 +315,10 @@ extern "C" __global__ void sample_candidates(u32* out, const float* scratch, con
     if (!overflow) {
         for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
             const float v = row[i];
-            if (finite_f32(v)) fixed_add(hi, lo, exp((double)__fsub_rn(__fdiv_rn(v, t), mx)));
+            if (!finite_f32(v)) continue;
+            const float x = __fsub_rn(__fdiv_rn(v, t), mx);
+            // exp(-67) < 2^-96: such terms add 0 to the fixed-point sum, no need for exp.
+            if (x >= -67.f) fixed_add(hi, lo, exp((double)x));
         }
     }
     part_hi[threadIdx.x] = hi;

@@ -369,8 +369,10 @@ void t_sample_prepare(int V, bool bf) {
     auto plan = build_plan(rows);
     std::vector<float> scratch(R * V, 12345.f);
     std::vector<bf16> xb(x.size()); for (size_t i = 0; i < x.size(); ++i) xb[i] = B(x[i]);
-    if (bf) launch({(unsigned)R}, {SAMPLE_THREADS}, [&] { sample_prepare_bf16(scratch.data(), xb.data(), plan.data(), V); });
-    else launch({(unsigned)R}, {SAMPLE_THREADS}, [&] { sample_prepare_f32(scratch.data(), x.data(), plan.data(), V); });
+    // Slices of about 1000 columns (the launcher uses 4096): entries and masks land in many.
+    unsigned P = (V + 999) / 1000;
+    if (bf) launch({(unsigned)R, P}, {PREPARE_THREADS}, [&] { sample_prepare_bf16(scratch.data(), xb.data(), plan.data(), V); });
+    else launch({(unsigned)R, P}, {PREPARE_THREADS}, [&] { sample_prepare_f32(scratch.data(), x.data(), plan.data(), V); });
     double bad = 0;
     for (int r = 0; r < R; ++r) {
         auto want = host_prepare(&x[rows[r].src * V], V, rows[r]);
@@ -464,6 +466,9 @@ void t_sample_candidates(int V, std::vector<u32> wants) {
     add(std::vector<float>(V, -INFINITY), 1.0f, 64);                                         // none finite
     std::vector<float> flat(V, 0.5f); add(flat, 1.0f, 1024);                                  // all equal
     auto big = logits_row(V, 1); big[17] = 3e38f; add(big, 0.01f, 50);                        // overflow
+    auto wide = logits_row(V, 60); add(wide, 0.9f, 1024);                                     // terms below 2^-96
+    std::vector<float> edge(V); for (int i = 0; i < V; ++i) edge[i] = -66.0f - (float)(i % 200) * 0.005f;
+    edge[V / 2] = 0.0f; add(edge, 1.0f, 300);                                                 // around exp(x) = 2^-96
     int R = rows.size();
     std::vector<float> scratch; for (auto& row : rows) scratch.insert(scratch.end(), row.begin(), row.end());
     auto plan = build_plan(plan_rows);

@@ -36,8 +36,11 @@ use crate::backend::sampling::{self, SampleRow, Sampled};
 
 /// Threads of an argmax block (ARGMAX_THREADS in softmax.cu).
 const ARGMAX_THREADS: u32 = 1024;
-/// Threads of the sample.cu blocks (SAMPLE_THREADS).
+/// Threads of the sample.cu blocks (SAMPLE_THREADS), and of sample_prepare's (PREPARE_THREADS),
+/// whose blocks each own `PREPARE_SLICE` columns of a row.
 const SAMPLE_THREADS: u32 = 1024;
+const PREPARE_THREADS: u32 = 256;
+const PREPARE_SLICE: usize = 4096;
 /// The most candidates `sample_candidates` returns a row (KMAX in sample.cu).
 const KMAX: usize = 1024;
 /// Words of a row's plan record (PLAN_WORDS), and of a row's candidates output (CAND_WORDS).
@@ -316,11 +319,12 @@ impl CudaBackend {
         let x = logits.ptr(s);
         let mut a = s.launch_builder(&f);
         a.arg(&scratch_ptr).arg(&x).arg(&plan_ptr).arg(&v);
+        let slices = dim(vocab.div_ceil(PREPARE_SLICE), "sample")?;
         // SAFETY: scratch is [idx.len(), vocab] f32; logits is [R, vocab] of its type and every
         // record's source row is below R (checked in sample_op); entries and masks are ids below
-        // vocab (penalty_entries and masked_tokens filter them) at offsets inside the plan; one
-        // block per record.
-        let r = unsafe { a.launch(cfg((dim(idx.len(), "sample")?, 1), SAMPLE_THREADS)) };
+        // vocab (penalty_entries and masked_tokens filter them) at offsets inside the plan; grid
+        // (records, slices), each block within its row's columns.
+        let r = unsafe { a.launch(cfg((dim(idx.len(), "sample")?, slices), PREPARE_THREADS)) };
         self.launched(name, r)?;
 
         for (name, module, list_at, list, o) in [
