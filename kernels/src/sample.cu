@@ -15,7 +15,7 @@
 // argmax_f32 (softmax.cu) on the scratch: greedy rows with penalties or masks.
 // sample_gumbel: temperature without top-k/top-p/min-p. One block per row: every finite logit v
 //   scores (double)(v / T) + gumbel(seed, output index, id), the noise ported from the host's
-//   `uniform`/`gumbel` (splitmix-style u64 mixing, two f64 logs); the highest score wins, the
+//   `uniform`/`gumbel` (splitmix-style u64 mixing, two det_ln); the highest score wins, the
 //   lowest id on ties (the host keeps the first of equal scores in id order). 4 bytes come back;
 //   0xffffffff when the row has no finite logit (the host then samples that row itself).
 // sample_candidates: top-k/top-p/min-p. One block per row finds the row's `want` (<= KMAX)
@@ -31,23 +31,23 @@
 //   (`sampling::kept`) and draws among the kept tokens with `gumbel_pick`; when the head cannot
 //   decide the cut (top_k > KMAX, or top-p/min-p reach past it) it samples the whole row itself.
 //
-// Exactness. Penalties, masks, v / T (IEEE division), the noise's integer mixing, the order of
-// candidates, the fixed-point total and every comparison are bit-identical to the host. One
-// thing is not: `log` and `exp` in f64. CUDA's are within 1 ulp, glibc's (which Rust calls)
-// within about 0.5 ulp, so a Gumbel score, or a term of the total, may differ in its last bit.
-// A token can then flip only when two noisy scores are within ~1e-16 relative of each other, or
-// when a top-p prefix mass lands within ~1e-16 of top_p. (A shared software log/exp written
-// with plain IEEE operations on both sides would close this; not done.) NaN, +-inf, -0.0 and
-// ties follow the host's rules (kernels/dev/host_emulation/test.cpp; on a GPU,
-// engine/examples/cuda_check/sampling.rs).
-//
+// Exactness: by construction. Penalties, masks, v / T (IEEE division), the noise's integer
+// mixing, its two logs and the probabilities' exps (det_ln / det_exp below: the host's
+// sampling/detmath.rs, the same IEEE operations in the same order, no FMA, instead of libdevice's
+// log/exp, which differ from glibc's in the last ulp now and then), the candidate order, the
+// fixed-point total and every comparison give the host's bits. NaN, +-inf, -0.0 and ties follow
+// the host's rules. Checked by kernels/dev/host_emulation/test.cpp (every kernel against a C++
+// port of the host code, the noise and det_ln/det_exp against bits printed by the Rust code) and,
+// on a GPU, by engine/examples/cuda_check/sampling.rs. What could still break it: a compiler
+// that ignored the _rn intrinsics, or a host build that fused multiply-adds (Rust never does).
+
 // Cost (not measured yet; one block a row, rows in parallel): prepare moves 1.2 MB a row. The
 // Gumbel kernel reads the row twice and computes the exact f64 noise only for tokens that could
 // still win (see sample_gumbel): on a peaked row a few hundred of 152k, the rest cost an integer
 // hash and one f32 log. The candidates kernel reads the row 5 to 10 times from L2; its first
 // radix passes put most tokens in a few buckets, so its shared-memory histogram is where to look
-// first if it shows up in a profile (lanes of a warp sharing a bucket already add once). Splitting a row over several blocks is the next step if
-// batch-1 latency matters.
+// first if it shows up in a profile (lanes of a warp sharing a bucket already add once).
+// Splitting a row's draw over several blocks is the next step if batch-1 latency matters.
 
 #define SAMPLE_THREADS 1024
 #define PREPARE_THREADS 256
@@ -97,6 +97,53 @@ __device__ __forceinline__ double sample_uniform(u64 seed, u64 index) {
     return (double)(z >> 11) / 9007199254740992.0;  // 2^53
 }
 
+// det_ln / det_exp: engine/src/backend/sampling/detmath.rs operation for operation, with
+// round-to-nearest intrinsics so NVRTC fuses nothing: the host's bits, not libdevice's log/exp
+// (which differ from glibc's in the last ulp now and then).
+__device__ __forceinline__ double det_add(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ double det_mul(double a, double b) { return __dmul_rn(a, b); }
+
+__device__ double det_ln(double x) {
+    if (x != x || x < 0.0) return __longlong_as_double(0x7ff8000000000000ll);
+    if (x == 0.0) return __longlong_as_double((long long)0xfff0000000000000ull);
+    if (x == __longlong_as_double(0x7ff0000000000000ll)) return x;
+    u64 bits = (u64)__double_as_longlong(x);
+    long long e = 0;
+    if ((bits >> 52) == 0) {
+        bits = (u64)__double_as_longlong(det_mul(x, 18014398509481984.0));  // 2^54
+        e = -54;
+    }
+    e += (long long)((bits >> 52) & 0x7ffull) - 1023;
+    double m = __longlong_as_double((long long)((bits & 0x000fffffffffffffull) | 0x3ff0000000000000ull));
+    if (m > __longlong_as_double(0x3ff6a09e667f3bcdll)) {  // sqrt(2)
+        m = det_mul(m, 0.5);
+        e += 1;
+    }
+    const double f = det_add(m, -1.0);
+    const double s = __ddiv_rn(f, det_add(m, 1.0));
+    const double z = det_mul(s, s);
+    double p = __ddiv_rn(1.0, 23.0);
+    for (int k = 10; k >= 1; --k) p = det_add(det_mul(p, z), __ddiv_rn(1.0, (double)(2 * k + 1)));
+    const double r = det_add(det_add(det_mul(det_mul(s, det_mul(z, p)), 2.0), -det_mul(s, f)), f);
+    const double ed = (double)e;
+    return det_add(det_mul(ed, __longlong_as_double(0x3fe62e42fee00000ll)),             // ln2 hi
+                det_add(r, det_mul(ed, __longlong_as_double(0x3dea39ef35793c76ll))));  // ln2 lo
+}
+
+__device__ double det_exp(double x) {
+    if (x != x) return x;
+    if (x < -745.2) return 0.0;
+    if (x > 709.8) return __longlong_as_double(0x7ff0000000000000ll);
+    const double k = floor(det_add(det_mul(x, __longlong_as_double(0x3ff71547652b82fell)), 0.5));
+    const double r = det_add(det_add(x, -det_mul(k, __longlong_as_double(0x3fe62e42fee00000ll))),
+                          -det_mul(k, __longlong_as_double(0x3dea39ef35793c76ll)));
+    double p = 1.0;
+    for (int n = 14; n >= 1; --n) p = det_add(det_mul(det_mul(p, r), __ddiv_rn(1.0, (double)n)), 1.0);
+    const long long ki = (long long)k, half = ki / 2;
+    return det_mul(det_mul(p, __longlong_as_double((half + 1023) << 52)),
+                __longlong_as_double((ki - half + 1023) << 52));
+}
+
 // The uniform behind the host's `gumbel(seed, index, token)`, clamped to f64::MIN_POSITIVE.
 __device__ __forceinline__ double noise_uniform(u64 seed, u64 index, u32 token) {
     const double u = sample_uniform(seed ^ ((u64)token * 0xd6e8feb86659fd93ull), index);
@@ -105,7 +152,7 @@ __device__ __forceinline__ double noise_uniform(u64 seed, u64 index, u32 token) 
 
 // The host's `gumbel(seed, index, token)`: -ln(-ln(u)).
 __device__ __forceinline__ double sample_gumbel_noise(u64 seed, u64 index, u32 token) {
-    return -log(-log(noise_uniform(seed, index, token)));
+    return -det_ln(-det_ln(noise_uniform(seed, index, token)));
 }
 
 // --- penalties and masks -------------------------------------------------------------------
@@ -189,9 +236,9 @@ __device__ void block_best(double* ss, u32* ii, double& s, u32& i) {
 // thread's best so far): the noise is -ln(w) with w = -ln(u) >= 1 - u, so it is at most
 // -ln(1 - u), which one f32 log bounds to within 1e-5; a token is skipped only when that bound
 // plus a 0.01 margin is below the gap (and the scores are below 1e12, where rounding stays far
-// inside the margin). Skipped tokens score strictly less than an achieved
-// score, so the winner (and its tie-break) is the host's; most tokens of a peaked row cost an
-// integer hash and one f32 log instead of two f64 logs.
+// inside the margin). Skipped tokens score strictly less than an achieved score, so the winner
+// (and its tie-break) is the host's; most tokens of a peaked row cost an integer hash and one
+// f32 log instead of two det_ln.
 extern "C" __global__ void sample_gumbel(u32* out, const float* scratch, const u32* plan,
                                          const u32* which, int vocab) {
     __shared__ double best_s[SAMPLE_THREADS];
@@ -230,7 +277,7 @@ extern "C" __global__ void sample_gumbel(u32* out, const float* scratch, const u
         const double floor_s = (bi != NONE && bs > bound) ? bs : bound;
         const float most = -__logf((float)(1.0 - u));  // >= the noise, up to 1e-5
         if (prune && (double)most + 0.01 < floor_s - vt) continue;  // never for NaN gaps
-        const double s = vt + -log(-log(u));
+        const double s = vt + -det_ln(-det_ln(u));
         // Ids grow along a thread's walk, so strictly greater keeps the lowest id on ties.
         if (bi == NONE || s > bs) {
             bs = s;
@@ -318,7 +365,7 @@ extern "C" __global__ void sample_candidates(u32* out, const float* scratch, con
             if (!finite_f32(v)) continue;
             const float x = __fsub_rn(__fdiv_rn(v, t), mx);
             // exp(-67) < 2^-96: such terms add 0 to the fixed-point sum, no need for exp.
-            if (x >= -67.f) fixed_add(hi, lo, exp((double)x));
+            if (x >= -67.f) fixed_add(hi, lo, det_exp((double)x));
         }
     }
     part_hi[threadIdx.x] = hi;

@@ -1,10 +1,9 @@
 //! `sample` on CUDA against the CPU backend's `sample`, token for token, over many seeds and
 //! parameter mixes: greedy, temperatures, top-k 1/20/2000, top-p 0.5/0.95, min-p 0.1,
 //! repetition/frequency/presence penalties, min_tokens with end-of-sequence and stop tokens, on
-//! f32 and bf16 logits of Qwen3's vocabulary. Every mismatch is a failure (the device sampler
-//! is meant to draw exactly the host's tokens; `kernels/src/sample.cu` says where it could
-//! not: f64 log/exp in their last ulp). Also prints how many rows took each route and the time
-//! of one batch on each backend (not pass/fail).
+//! f32 and bf16 logits of Qwen3's vocabulary. Every mismatch is a failure: the device sampler
+//! computes the host's values bit for bit (`kernels/src/sample.cu` says how). Also prints how
+//! many rows took each route and the time of all batches on each backend (not pass/fail).
 
 use std::time::Instant;
 

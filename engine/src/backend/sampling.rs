@@ -7,8 +7,11 @@
 //! the same seed gives the same text whatever else shares the batch, and a preempted request
 //! that recomputes draws the same tokens again.
 
+mod detmath;
+
 use crate::sampling_params::SamplingParams;
 use crate::scheduler::io::TokenLogprobs;
+pub use detmath::{det_exp, det_ln};
 
 /// One row to sample, with what its penalties and masks need.
 #[derive(Debug, Clone)]
@@ -221,7 +224,7 @@ pub fn kept(
     let complete = limit <= head.len();
     let probs: Vec<f64> = head[..limit.min(head.len())]
         .iter()
-        .map(|&(_, v)| f64::from(v - max).exp())
+        .map(|&(_, v)| det_exp(f64::from(v - max)))
         .collect();
     let total: f64 = if complete {
         fixed_sum(&probs)
@@ -305,7 +308,7 @@ pub fn gumbel(seed: u64, index: u64, token: u32) -> f64 {
         index,
     );
     let u = u.max(f64::MIN_POSITIVE); // (0, 1)
-    -(-u.ln()).ln()
+    -det_ln(-det_ln(u))
 }
 
 /// A uniform number in [0, 1) for the `index`-th draw of the stream `seed`.
@@ -574,7 +577,7 @@ mod tests {
             let total = fixed_sum(
                 &cand
                     .iter()
-                    .map(|&(_, v)| f64::from(v - cand[0].1).exp())
+                    .map(|&(_, v)| det_exp(f64::from(v - cand[0].1)))
                     .collect::<Vec<_>>(),
             );
             for (top_k, top_p, min_p) in [
@@ -638,7 +641,8 @@ mod tests {
         // kernels/dev/host_emulation/test.cpp holds the same (seed, index, token) → bits.
         for (seed, index, token, bits) in [
             (0u64, 0u64, 0u32, 0x3feb_3ab6_afcf_9b8eu64),
-            (42, 7, 151_935, 0xbfc3_9dae_f06d_c72d),
+            (42, 0, 1, 0x3fbd_d49f_9cdb_852d),
+            (42, 7, 151_935, 0xbfc3_9dae_f06d_c734),
             (u64::MAX, 123_456_789, 77, 0xbfd3_d63b_3856_f69e),
             (1 << 63, 1 << 40, 12345, 0xbfe9_ffba_b1b2_a3ed),
         ] {
