@@ -103,6 +103,16 @@ __device__ __forceinline__ double sample_uniform(u64 seed, u64 index) {
 __device__ __forceinline__ double det_add(double a, double b) { return __dadd_rn(a, b); }
 __device__ __forceinline__ double det_mul(double a, double b) { return __dmul_rn(a, b); }
 
+// 1 / n for n = 1..23, correctly rounded (what the host's `1.0 / f64::from(n)` gives), as
+// constants: the series loops below must not pay a division a term.
+__device__ const double RECIPROCAL[24] = {
+    0.0, 0x1.0000000000000p+0, 0x1.0000000000000p-1, 0x1.5555555555555p-2, 0x1.0000000000000p-2,
+    0x1.999999999999ap-3, 0x1.5555555555555p-3, 0x1.2492492492492p-3, 0x1.0000000000000p-3,
+    0x1.c71c71c71c71cp-4, 0x1.999999999999ap-4, 0x1.745d1745d1746p-4, 0x1.5555555555555p-4,
+    0x1.3b13b13b13b14p-4, 0x1.2492492492492p-4, 0x1.1111111111111p-4, 0x1.0000000000000p-4,
+    0x1.e1e1e1e1e1e1ep-5, 0x1.c71c71c71c71cp-5, 0x1.af286bca1af28p-5, 0x1.999999999999ap-5,
+    0x1.8618618618618p-5, 0x1.745d1745d1746p-5, 0x1.642c8590b2164p-5};
+
 __device__ double det_ln(double x) {
     if (x != x || x < 0.0) return __longlong_as_double(0x7ff8000000000000ll);
     if (x == 0.0) return __longlong_as_double((long long)0xfff0000000000000ull);
@@ -122,8 +132,9 @@ __device__ double det_ln(double x) {
     const double f = det_add(m, -1.0);
     const double s = __ddiv_rn(f, det_add(m, 1.0));
     const double z = det_mul(s, s);
-    double p = __ddiv_rn(1.0, 23.0);
-    for (int k = 10; k >= 1; --k) p = det_add(det_mul(p, z), __ddiv_rn(1.0, (double)(2 * k + 1)));
+    double p = RECIPROCAL[23];
+#pragma unroll
+    for (int k = 10; k >= 1; --k) p = det_add(det_mul(p, z), RECIPROCAL[2 * k + 1]);
     const double r = det_add(det_add(det_mul(det_mul(s, det_mul(z, p)), 2.0), -det_mul(s, f)), f);
     const double ed = (double)e;
     return det_add(det_mul(ed, __longlong_as_double(0x3fe62e42fee00000ll)),             // ln2 hi
@@ -138,7 +149,8 @@ __device__ double det_exp(double x) {
     const double r = det_add(det_add(x, -det_mul(k, __longlong_as_double(0x3fe62e42fee00000ll))),
                           -det_mul(k, __longlong_as_double(0x3dea39ef35793c76ll)));
     double p = 1.0;
-    for (int n = 14; n >= 1; --n) p = det_add(det_mul(det_mul(p, r), __ddiv_rn(1.0, (double)n)), 1.0);
+#pragma unroll
+    for (int n = 14; n >= 1; --n) p = det_add(det_mul(det_mul(p, r), RECIPROCAL[n]), 1.0);
     const long long ki = (long long)k, half = ki / 2;
     return det_mul(det_mul(p, __longlong_as_double((half + 1023) << 52)),
                 __longlong_as_double((ki - half + 1023) << 52));
