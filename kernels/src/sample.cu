@@ -64,7 +64,7 @@
 #define PLAN_REPETITION 5   // f32 bits; applied when PLAN_FLAGS & 1
 #define PLAN_FREQUENCY 6    // f32 bits; with presence, applied when PLAN_FLAGS & 2
 #define PLAN_PRESENCE 7
-#define PLAN_FLAGS 8
+#define PLAN_FLAGS 8         // 1: repetition, 2: frequency/presence, 4: the row total is wanted
 #define PLAN_TEMPERATURE 9  // f32 bits, > 0
 #define PLAN_SEED_LO 10
 #define PLAN_SEED_HI 11
@@ -285,8 +285,10 @@ extern "C" __global__ void sample_gumbel(u32* out, const float* scratch, const u
         const float v = row[i];
         if (!finite_f32(v)) continue;
         const double vt = (double)__fdiv_rn(v, t);
-        const double u = noise_uniform(seed, index, (u32)i);
         const double floor_s = (bi != NONE && bs > bound) ? bs : bound;
+        // The noise never exceeds -ln(2^-53) = 36.74: far tokens skip even the hash.
+        if (prune && 37.01 < floor_s - vt) continue;
+        const double u = noise_uniform(seed, index, (u32)i);
         const float most = -__logf((float)(1.0 - u));  // >= the noise, up to 1e-5
         if (prune && (double)most + 0.01 < floor_s - vt) continue;  // never for NaN gaps
         const double s = vt + -det_ln(-det_ln(u));
@@ -369,9 +371,10 @@ extern "C" __global__ void sample_candidates(u32* out, const float* scratch, con
 
     // Pass 2: sum of exp(v / T - max) over every finite token, each term cut to 128-bit fixed
     // point (`fixed_add`) so the sum is exact integer arithmetic: any order gives the host's
-    // result (`sampling::fixed_sum`), bit for bit.
+    // result (`sampling::fixed_sum`), bit for bit. Only when the host may need it (no top-k, or
+    // a top-k past KMAX): under a top-k it sums the head itself.
     u64 hi = 0, lo = 0;
-    if (!overflow) {
+    if (!overflow && (rec[PLAN_FLAGS] & 4u)) {
         for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
             const float v = row[i];
             if (!finite_f32(v)) continue;

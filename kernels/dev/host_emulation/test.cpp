@@ -320,7 +320,7 @@ void t_sample_noise() {
 // A plan as engine/src/backend/cuda/sample.rs builds it.
 struct PlanRow {
     u32 src; std::vector<std::pair<u32,u32>> entries; std::vector<u32> masks;
-    float rep = 1, freq = 0, pres = 0, temp = 1; u64 seed = 0, index = 0; u32 want = KMAX;
+    float rep = 1, freq = 0, pres = 0, temp = 1; u64 seed = 0, index = 0; u32 want = KMAX; bool total = true;
 };
 static std::vector<u32> build_plan(const std::vector<PlanRow>& rows) {
     std::vector<u32> plan(rows.size() * PLAN_WORDS, 0);
@@ -328,7 +328,7 @@ static std::vector<u32> build_plan(const std::vector<PlanRow>& rows) {
         const PlanRow& p = rows[r]; u32* rec = &plan[r * PLAN_WORDS];
         rec[PLAN_SRC_ROW] = p.src;
         rec[PLAN_REPETITION] = fbits(p.rep); rec[PLAN_FREQUENCY] = fbits(p.freq); rec[PLAN_PRESENCE] = fbits(p.pres);
-        rec[PLAN_FLAGS] = (p.rep != 1.0f ? 1u : 0u) | ((p.freq != 0.0f || p.pres != 0.0f) ? 2u : 0u);
+        rec[PLAN_FLAGS] = (p.rep != 1.0f ? 1u : 0u) | ((p.freq != 0.0f || p.pres != 0.0f) ? 2u : 0u) | (p.total ? 4u : 0u);
         rec[PLAN_TEMPERATURE] = fbits(p.temp);
         rec[PLAN_SEED_LO] = (u32)p.seed; rec[PLAN_SEED_HI] = (u32)(p.seed >> 32);
         rec[PLAN_INDEX_LO] = (u32)p.index; rec[PLAN_INDEX_HI] = (u32)(p.index >> 32);
@@ -476,6 +476,7 @@ void t_sample_candidates(int V, std::vector<u32> wants) {
         PlanRow p; p.src = rows.size(); p.temp = t; p.want = want; rows.push_back(row); plan_rows.push_back(p);
     };
     for (u32 w : wants) add(logits_row(V, 10), 0.8f, w);
+    add(logits_row(V, 10), 0.8f, 20); plan_rows.back().total = false;  // under a top-k: no total
     // Ties across the cut: values on a coarse grid, so hundreds share each value.
     auto grid = logits_row(V, 4); for (auto& v : grid) v = std::round(v * 4) / 4; add(grid, 1.0f, 20); add(grid, 0.5f, 1000);
     // -inf / NaN / +inf are not candidates; -0.0 sorts below +0.0.
@@ -503,6 +504,7 @@ void t_sample_candidates(int V, std::vector<u32> wants) {
         if (o[0] != h.finite || (flags & 1u) != (u32)h.overflow || (flags & 2u)) { bad += 1; printf("  row %d: finite %u/%u flags %u\n", b, o[0], h.finite, flags); continue; }
         if (h.overflow) continue;
         u64 lo = (u64)o[2] | ((u64)o[3] << 32), hi = (u64)o[4] | ((u64)o[5] << 32);
+        if (!p.total) { bad += (lo | hi) != 0; continue; }
         double total = ((double)hi + (double)lo * 5.421010862427522e-20) * 2.3283064365386963e-10;
         if (h.finite) worst_total = std::max(worst_total, (double)(fbits((float)total) != fbits((float)h.total) || total != h.total));
         for (size_t j = 0; j < h.head.size(); ++j)

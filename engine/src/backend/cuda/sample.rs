@@ -121,8 +121,12 @@ fn build_plan(rows: &[SampleRow<'_>], idx: &[usize], routes: &[Route], vocab: us
         words.extend(entries.iter().flat_map(|&(t, c)| [t, c]));
         let masks_at = words.len();
         words.extend(&masks);
+        // The candidates kernel sums the row's total only where `kept` may use it: with no
+        // top-k, or one wider than the head (under a top-k the head holds every candidate).
+        let wants_total = p.top_k == 0 || p.top_k as usize > KMAX;
         let flags = u32::from(p.repetition_penalty != 1.0)
-            | (u32::from(p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) << 1);
+            | (u32::from(p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) << 1)
+            | (u32::from(wants_total) << 2);
         let rec = [
             r.logits_row as u32,
             at as u32,
@@ -518,7 +522,7 @@ mod tests {
         assert_eq!(&w[at..at + 2 * n], &[5, 1, 7, 1]);
         let (at, n) = (w[3] as usize, w[4] as usize);
         assert_eq!(&w[at..at + n], &[3]);
-        assert_eq!(w[8], 3);
+        assert_eq!(w[8], 3, "penalties; no total under top-k 40");
         assert_eq!((w[10], w[11]), (0x9abc_def0, 0x1234_5678));
         assert_eq!(
             (w[12], w[13]),
