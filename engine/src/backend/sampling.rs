@@ -290,10 +290,32 @@ pub fn fixed_to_f64(sum: u128) -> f64 {
 
 /// The Gumbel-max draw among `cand` (`(id, logit / T)`): the highest `v + gumbel(seed, index,
 /// id)`, the earlier candidate on ties. `None` for an empty list.
+///
+/// Only tokens that could still win get their exact noise (two `det_ln`), as in `sample.cu`'s
+/// `sample_gumbel`: the largest `v` is scored first, a lower bound of the winner; a token more
+/// than 37.01 below the bound or the best so far is skipped (the noise is at most
+/// `-ln(2^-53) = 36.74`), and so is one whose noise bound `-ln(1 - u)` (an f32 log, + 0.01)
+/// cannot close the gap. Skipped tokens score strictly below an achieved score, so the result
+/// is that of scoring every token; past scores of 1e12 nothing is skipped (rounding).
 pub fn gumbel_pick(cand: &[(u32, f32)], seed: u64, index: u64) -> Option<u32> {
-    let mut best = (cand.first()?.0, f64::NEG_INFINITY);
+    let top = cand
+        .iter()
+        .copied()
+        .reduce(|a, b| if b.1 > a.1 { b } else { a })?;
+    let bound = f64::from(top.1) + gumbel(seed, index, top.0);
+    let prune = bound.abs() < 1e12;
+    let mut best = (cand[0].0, f64::NEG_INFINITY);
     for &(id, v) in cand {
-        let score = f64::from(v) + gumbel(seed, index, id);
+        let v = f64::from(v);
+        let floor = best.1.max(bound);
+        if prune && floor - v > 37.01 {
+            continue;
+        }
+        let u = noise_uniform(seed, index, id);
+        if prune && f64::from(-((1.0 - u) as f32).ln()) + 0.01 < floor - v {
+            continue;
+        }
+        let score = v + -det_ln(-det_ln(u));
         if score > best.1 {
             best = (id, score);
         }
@@ -303,12 +325,16 @@ pub fn gumbel_pick(cand: &[(u32, f32)], seed: u64, index: u64) -> Option<u32> {
 
 /// Standard Gumbel noise for token `token` of draw `index` of the stream `seed`.
 pub fn gumbel(seed: u64, index: u64, token: u32) -> f64 {
-    let u = uniform(
+    -det_ln(-det_ln(noise_uniform(seed, index, token)))
+}
+
+/// The uniform behind `gumbel`, in (0, 1).
+fn noise_uniform(seed: u64, index: u64, token: u32) -> f64 {
+    uniform(
         seed ^ u64::from(token).wrapping_mul(0xd6e8_feb8_6659_fd93),
         index,
-    );
-    let u = u.max(f64::MIN_POSITIVE); // (0, 1)
-    -det_ln(-det_ln(u))
+    )
+    .max(f64::MIN_POSITIVE)
 }
 
 /// A uniform number in [0, 1) for the `index`-th draw of the stream `seed`.

@@ -340,3 +340,44 @@ fn masked_tokens_until_min_tokens() {
     assert_eq!(r(&[1, 2, 3]).masked_tokens(100), Vec::<u32>::new());
     assert_eq!(r(&[1, 2]).output(), &[2]);
 }
+
+/// `gumbel_pick` skips tokens that cannot win; scoring every one must give the same token.
+#[test]
+fn skipping_hopeless_tokens_does_not_change_the_draw() {
+    let every = |cand: &[(u32, f32)], seed, index| {
+        let mut best = (cand[0].0, f64::NEG_INFINITY);
+        for &(id, v) in cand {
+            let score = f64::from(v) + gumbel(seed, index, id);
+            if score > best.1 {
+                best = (id, score);
+            }
+        }
+        best.0
+    };
+    for case in 0..300u64 {
+        let n = 50 + (case as usize * 37) % 3000;
+        let spread = [0.5f32, 4.0, 20.0, 80.0][case as usize % 4];
+        let mut cand: Vec<(u32, f32)> = (0..n as u32)
+            .map(|i| (i, (uniform(case, u64::from(i)) as f32 - 0.5) * spread))
+            .collect();
+        // A few strong tokens, a tie, and rows of huge or infinite scores.
+        cand[(case as usize * 7) % n].1 = spread * 2.0;
+        cand[(case as usize * 13) % n].1 = spread * 2.0;
+        if case % 25 == 0 {
+            cand.iter_mut().for_each(|c| c.1 = c.1 * 1e12 + 3e13);
+        }
+        if case % 40 == 1 {
+            cand[n / 2].1 = f32::INFINITY;
+            cand[n / 3].1 = f32::INFINITY;
+        }
+        if case % 40 == 2 {
+            cand.iter_mut().for_each(|c| c.1 = f32::NEG_INFINITY);
+        }
+        let (seed, index) = (case * 977, case % 7);
+        assert_eq!(
+            gumbel_pick(&cand, seed, index),
+            Some(every(&cand, seed, index)),
+            "case {case}"
+        );
+    }
+}
