@@ -27,10 +27,11 @@ pub enum Module {
     Activation,
     Softmax,
     Gemv,
+    Sample,
 }
 
 impl Module {
-    pub const ALL: [Module; 8] = [
+    pub const ALL: [Module; 9] = [
         Module::Convert,
         Module::Embedding,
         Module::Norm,
@@ -39,6 +40,7 @@ impl Module {
         Module::Activation,
         Module::Softmax,
         Module::Gemv,
+        Module::Sample,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +53,7 @@ impl Module {
             Module::Activation => "activation",
             Module::Softmax => "softmax",
             Module::Gemv => "gemv",
+            Module::Sample => "sample",
         }
     }
 
@@ -65,6 +68,7 @@ impl Module {
             Module::Activation => include_str!("activation.cu"),
             Module::Softmax => include_str!("softmax.cu"),
             Module::Gemv => include_str!("gemv.cu"),
+            Module::Sample => include_str!("sample.cu"),
         }
     }
 

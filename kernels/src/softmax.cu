@@ -8,7 +8,8 @@
 // argmax_f32: one block per row; each thread keeps its best (value, lowest index) and a block
 // reduction through shared memory keeps the larger value, the lower index on ties — the host
 // sampler's rule — so greedy decoding needs 4 bytes a row back instead of the whole row. NaN is
-// skipped (a row of NaN gives 0); the host agrees except for a NaN in column 0.
+// skipped (a row of NaN gives 0), except that a NaN in column 0 gives 0 as on the host (whose
+// scan starts at column 0 and finds nothing greater than NaN). sample.cu's rows reuse it.
 
 extern "C" __global__ void log_softmax_f32(float* x, int vocab) {
     float* row = x + (u64)blockIdx.x * vocab;
@@ -53,5 +54,6 @@ extern "C" __global__ void argmax_f32(u32* out, const float* x, const u32* rows,
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] == 0xffffffffu ? 0u : best_i[0];
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = (best_i[0] == 0xffffffffu || row[0] != row[0]) ? 0u : best_i[0];
 }

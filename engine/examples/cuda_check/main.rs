@@ -2,13 +2,14 @@
 //! machine, then probes its speed. Build with `--features cuda`; `scripts/gpu/check.sh` runs it.
 //!
 //! Sections: `kernels` (NVRTC compile, then the disk cache), `ops` (every op against the CPU
-//! op on random inputs), `e2e` (fixture checkpoints against transformers and the CPU backend),
+//! op on random inputs), `sampling` (the device sampler against the CPU's, token for token), `e2e` (fixture checkpoints against transformers and the CPU backend),
 //! `speed` (Qwen3-8B shape, not pass/fail). Exit status: 0 all passed, 1 a check failed, 2 the
 //! backend could not start.
 
 mod e2e;
 mod ops;
 mod report;
+mod sampling;
 mod speed;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -31,7 +32,7 @@ struct Args {
     /// Where to write results.json and summary.txt.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sections to skip: kernels, ops, e2e, speed, profile.
+    /// Sections to skip: kernels, ops, sampling, e2e, speed, profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
 }
@@ -70,7 +71,7 @@ fn main() -> ExitCode {
     ));
 
     let mut dead = false;
-    for name in ["kernels", "ops", "e2e", "speed", "profile"] {
+    for name in ["kernels", "ops", "sampling", "e2e", "speed", "profile"] {
         if args.skip.iter().any(|s| s == name) {
             report.summary_line(format!("{name}: skipped"));
             continue;
@@ -88,6 +89,7 @@ fn main() -> ExitCode {
         let r = catch_unwind(AssertUnwindSafe(|| match name {
             "kernels" => kernels(&cuda, &mut report),
             "ops" => ops::run(&cuda, &mut report),
+            "sampling" => sampling::run(&cuda, &mut report),
             "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
             "speed" => speed::run(&cuda, &mut report),
             _ => speed::profile(&cuda, &mut report),

@@ -7,8 +7,11 @@
 //! the same seed gives the same text whatever else shares the batch, and a preempted request
 //! that recomputes draws the same tokens again.
 
+mod detmath;
+
 use crate::sampling_params::SamplingParams;
 use crate::scheduler::io::TokenLogprobs;
+pub use detmath::{det_exp, det_ln};
 
 /// One row to sample, with what its penalties and masks need.
 #[derive(Debug, Clone)]
@@ -61,19 +64,39 @@ pub fn token_logprobs(row: &[f32], token: u32, k: usize) -> TokenLogprobs {
     }
 }
 
+impl SampleRow<'_> {
+    /// The generated tokens so far.
+    pub fn output(&self) -> &[u32] {
+        &self.all_token_ids[self.num_prompt_tokens.min(self.all_token_ids.len())..]
+    }
+
+    /// The tokens that may not be chosen yet (end-of-sequence and stop tokens before
+    /// `min_tokens` outputs exist), those inside a vocabulary of `vocab`.
+    pub fn masked_tokens(&self, vocab: usize) -> Vec<u32> {
+        let p = self.params;
+        if self.output().len() >= p.min_tokens {
+            return Vec::new();
+        }
+        p.eos_token_ids
+            .iter()
+            .chain(&p.stop_token_ids)
+            .copied()
+            .filter(|&t| (t as usize) < vocab)
+            .collect()
+    }
+}
+
 /// Sample one token from `logits` (one row of the vocabulary).
 pub fn sample_row(logits: &[f32], row: &SampleRow<'_>) -> Sampled {
     let p = row.params;
-    let output = &row.all_token_ids[row.num_prompt_tokens.min(row.all_token_ids.len())..];
+    let output = row.output();
     let mut l = logits.to_vec();
-    apply_penalties(&mut l, row.all_token_ids, output, p);
+    for (t, count) in penalty_entries(row.all_token_ids, output, p, l.len()) {
+        l[t as usize] = penalise(l[t as usize], count, p);
+    }
     // Before min_tokens, end-of-sequence and stop tokens may not be chosen.
-    if output.len() < p.min_tokens {
-        for &t in p.eos_token_ids.iter().chain(&p.stop_token_ids) {
-            if let Some(v) = l.get_mut(t as usize) {
-                *v = f32::NEG_INFINITY;
-            }
-        }
+    for t in row.masked_tokens(l.len()) {
+        l[t as usize] = f32::NEG_INFINITY;
     }
     let token_id = if p.is_greedy() {
         argmax(&l)
@@ -86,39 +109,58 @@ pub fn sample_row(logits: &[f32], row: &SampleRow<'_>) -> Sampled {
     Sampled { token_id, logprobs }
 }
 
-fn apply_penalties(l: &mut [f32], all: &[u32], output: &[u32], p: &SamplingParams) {
-    if p.repetition_penalty != 1.0 {
-        let mut seen = vec![false; l.len()];
-        for &t in all {
-            if let Some(s) = seen.get_mut(t as usize) {
-                *s = true;
-            }
-        }
-        for (v, s) in l.iter_mut().zip(seen) {
-            if s {
-                *v = if *v > 0.0 {
-                    *v / p.repetition_penalty
-                } else {
-                    *v * p.repetition_penalty
-                };
-            }
+/// The tokens penalties touch, as `(id, count in the output)`, sorted by id: every distinct
+/// token of the history (prompt and output) when the repetition penalty is on, else only the
+/// output's; ids outside a vocabulary of `vocab` are dropped. The CUDA sampler uploads this
+/// list and its kernel applies [`penalise`] to each entry, so both paths edit the same logits.
+pub fn penalty_entries(
+    all: &[u32],
+    output: &[u32],
+    p: &SamplingParams,
+    vocab: usize,
+) -> Vec<(u32, u32)> {
+    let repetition = p.repetition_penalty != 1.0;
+    let frequency = p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+    let mut counts = std::collections::HashMap::<u32, u32>::new();
+    let inside = |t: &&u32| (**t as usize) < vocab;
+    if repetition {
+        for &t in all.iter().filter(inside) {
+            counts.entry(t).or_default();
         }
     }
-    if p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 {
-        let mut counts = std::collections::HashMap::<u32, u32>::new();
-        for &t in output {
+    if frequency {
+        for &t in output.iter().filter(inside) {
             *counts.entry(t).or_default() += 1;
         }
-        for (t, c) in counts {
-            if let Some(v) = l.get_mut(t as usize) {
-                *v -= p.frequency_penalty * c as f32 + p.presence_penalty;
-            }
-        }
     }
+    let mut entries: Vec<(u32, u32)> = counts.into_iter().collect();
+    entries.sort_unstable();
+    entries
 }
 
-/// Highest logit, lowest id on ties.
-fn argmax(l: &[f32]) -> u32 {
+/// One penalised logit: the repetition penalty divides a positive logit and multiplies a
+/// negative one (every token of the history), then the frequency and presence penalties
+/// subtract `frequency · count + presence` (tokens generated `count > 0` times). Plain f32
+/// operations in this order; the CUDA kernel repeats them with round-to-nearest intrinsics
+/// (no fused multiply-add), so the two agree bit for bit.
+pub fn penalise(v: f32, count: u32, p: &SamplingParams) -> f32 {
+    let mut v = v;
+    if p.repetition_penalty != 1.0 {
+        v = if v > 0.0 {
+            v / p.repetition_penalty
+        } else {
+            v * p.repetition_penalty
+        };
+    }
+    if (p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) && count > 0 {
+        v -= p.frequency_penalty * count as f32 + p.presence_penalty;
+    }
+    v
+}
+
+/// Highest logit, lowest id on ties; NaN is never chosen unless it sits in column 0 (nothing
+/// compares greater than it).
+pub fn argmax(l: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &v) in l.iter().enumerate() {
         if v > l[best] {
@@ -135,7 +177,6 @@ fn argmax(l: &[f32]) -> u32 {
 /// rounding error of the logits, so batching (which moves logits by ~1e-6) does not change text.
 fn draw(l: &[f32], p: &SamplingParams, output_index: usize) -> u32 {
     let t = p.temperature;
-    let filtering = p.top_k > 0 || p.top_p < 1.0 || p.min_p > 0.0;
     let mut cand: Vec<(u32, f32)> = l
         .iter()
         .enumerate()
@@ -145,56 +186,155 @@ fn draw(l: &[f32], p: &SamplingParams, output_index: usize) -> u32 {
     if cand.is_empty() {
         return argmax(l);
     }
-    if filtering {
+    if filters(p) {
         // Largest first; ties by id so the kept set is deterministic.
         cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        if p.top_k > 0 {
-            cand.truncate(p.top_k as usize);
-        }
-        let max = cand[0].1;
-        let probs: Vec<f64> = cand
-            .iter()
-            .map(|&(_, v)| f64::from(v - max).exp())
-            .collect();
-        let total: f64 = probs.iter().sum();
-        let mut keep = probs.len();
-        if p.top_p < 1.0 {
-            // Smallest prefix whose mass reaches top_p (always at least one token).
-            let mut acc = 0.0;
-            for (i, &q) in probs.iter().enumerate() {
-                acc += q / total;
-                if acc >= f64::from(p.top_p) {
-                    keep = i + 1;
-                    break;
-                }
-            }
-        }
-        if p.min_p > 0.0 {
-            let floor = f64::from(p.min_p) * probs[0];
-            keep = keep.min(probs.iter().take_while(|&&q| q >= floor).count().max(1));
-        }
+        // The whole list is here, so the cut is always decided.
+        let keep = kept(&cand, cand.len(), None, p).unwrap_or(cand.len());
         cand.truncate(keep);
     }
-    let seed = p.seed;
-    let index = output_index as u64;
+    gumbel_pick(&cand, p.seed, output_index as u64).unwrap_or_else(|| argmax(l))
+}
+
+/// Does the request cut the distribution (top-k, top-p or min-p)?
+pub fn filters(p: &SamplingParams) -> bool {
+    p.top_k > 0 || p.top_p < 1.0 || p.min_p > 0.0
+}
+
+/// How many of the sorted candidates (`logit / T`, largest first, ties by lower id) top-k,
+/// top-p and min-p keep. Shared by the host sampler, which passes the whole list, and the CUDA
+/// sampler, which passes only the list's head (the device's best few hundred) with `len`, the
+/// number of finite candidates in the row, and `total_all`, the device's
+/// `Σ exp(v − max)` over all of them. `None` when the head is too short to decide: top-k keeps
+/// more than the head holds, or top-p / min-p would cut beyond it (the caller then samples
+/// the whole row on the host). On a head that is the whole list the result is always `Some`.
+pub fn kept(
+    head: &[(u32, f32)],
+    len: usize,
+    total_all: Option<f64>,
+    p: &SamplingParams,
+) -> Option<usize> {
+    let max = head.first()?.1;
+    let limit = if p.top_k > 0 {
+        len.min(p.top_k as usize)
+    } else {
+        len
+    };
+    // Every candidate that top-k keeps is in the head.
+    let complete = limit <= head.len();
+    let probs: Vec<f64> = head[..limit.min(head.len())]
+        .iter()
+        .map(|&(_, v)| det_exp(f64::from(v - max)))
+        .collect();
+    let total: f64 = if complete {
+        fixed_sum(&probs)
+    } else if limit == len {
+        total_all?
+    } else {
+        return None;
+    };
+    let mut keep = limit;
+    if p.top_p < 1.0 {
+        // Smallest prefix whose mass reaches top_p (always at least one token).
+        let mut acc = 0.0;
+        let mut reached = false;
+        for (i, &q) in probs.iter().enumerate() {
+            acc += q / total;
+            if acc >= f64::from(p.top_p) {
+                keep = i + 1;
+                reached = true;
+                break;
+            }
+        }
+        if !reached && !complete {
+            return None;
+        }
+    }
+    if p.min_p > 0.0 {
+        let floor = f64::from(p.min_p) * probs[0];
+        let above = probs.iter().take_while(|&&q| q >= floor).count();
+        if above == probs.len() && !complete && keep > probs.len() {
+            return None; // the cut lies past the head
+        }
+        keep = keep.min(above.max(1));
+    }
+    (keep <= probs.len()).then_some(keep)
+}
+
+/// `Σ q` over probabilities in [0, 1], in a way whose result does not depend on the order: each
+/// term is cut to 128-bit fixed point (`floor(q · 2^96)`, an error below 2^-96 a term) and the
+/// terms are added as integers. The CUDA sampler sums a whole row this way in a tree and must get
+/// this loop's bits (its kernel adds the same integers). A term outside [0, 1] (NaN, when `v / T`
+/// overflowed) makes it the plain sequential sum.
+pub fn fixed_sum(qs: &[f64]) -> f64 {
+    if !qs.iter().all(|q| (0.0..=1.0).contains(q)) {
+        return qs.iter().sum();
+    }
+    fixed_to_f64(qs.iter().map(|&q| fixed_term(q)).sum())
+}
+
+/// `floor(q · 2^96)` for q in [0, 1]: the high word counts units of 2^-32, the low word the
+/// next 64 bits (the same operations as `fixed_add` in `sample.cu`).
+pub fn fixed_term(q: f64) -> u128 {
+    let x = q * 4_294_967_296.0; // 2^32, exact
+    let hi = x.floor();
+    let lo = ((x - hi) * 18_446_744_073_709_551_616.0) as u64; // 2^64, exact, then truncated
+    (u128::from(hi as u64) << 64) | u128::from(lo)
+}
+
+/// A fixed-point sum back to f64 (one rounding).
+pub fn fixed_to_f64(sum: u128) -> f64 {
+    let (hi, lo) = ((sum >> 64) as u64, sum as u64);
+    (hi as f64 + lo as f64 * 5.421_010_862_427_522e-20) * 2.328_306_436_538_696_3e-10 // 2^-64, 2^-32
+}
+
+/// The Gumbel-max draw among `cand` (`(id, logit / T)`): the highest `v + gumbel(seed, index,
+/// id)`, the earlier candidate on ties. `None` for an empty list.
+///
+/// Only tokens that could still win get their exact noise (two `det_ln`), as in `sample.cu`'s
+/// `sample_gumbel`: the largest `v` is scored first, a lower bound of the winner; a token more
+/// than 37.01 below the bound or the best so far is skipped (the noise is at most
+/// `-ln(2^-53) = 36.74`), and so is one whose noise bound `-ln(1 - u)` (an f32 log, + 0.01)
+/// cannot close the gap. Skipped tokens score strictly below an achieved score, so the result
+/// is that of scoring every token; past scores of 1e12 nothing is skipped (rounding).
+pub fn gumbel_pick(cand: &[(u32, f32)], seed: u64, index: u64) -> Option<u32> {
+    let top = cand
+        .iter()
+        .copied()
+        .reduce(|a, b| if b.1 > a.1 { b } else { a })?;
+    let bound = f64::from(top.1) + gumbel(seed, index, top.0);
+    let prune = bound.abs() < 1e12;
     let mut best = (cand[0].0, f64::NEG_INFINITY);
-    for &(id, v) in &cand {
-        let score = f64::from(v) + gumbel(seed, index, id);
+    for &(id, v) in cand {
+        let v = f64::from(v);
+        let floor = best.1.max(bound);
+        if prune && floor - v > 37.01 {
+            continue;
+        }
+        let u = noise_uniform(seed, index, id);
+        if prune && f64::from(-((1.0 - u) as f32).ln()) + 0.01 < floor - v {
+            continue;
+        }
+        let score = v + -det_ln(-det_ln(u));
         if score > best.1 {
             best = (id, score);
         }
     }
-    best.0
+    Some(best.0)
 }
 
 /// Standard Gumbel noise for token `token` of draw `index` of the stream `seed`.
-fn gumbel(seed: u64, index: u64, token: u32) -> f64 {
-    let u = uniform(
+pub fn gumbel(seed: u64, index: u64, token: u32) -> f64 {
+    -det_ln(-det_ln(noise_uniform(seed, index, token)))
+}
+
+/// The uniform behind `gumbel`, in (0, 1).
+fn noise_uniform(seed: u64, index: u64, token: u32) -> f64 {
+    uniform(
         seed ^ u64::from(token).wrapping_mul(0xd6e8_feb8_6659_fd93),
         index,
-    );
-    let u = u.max(f64::MIN_POSITIVE); // (0, 1)
-    -(-u.ln()).ln()
+    )
+    .max(f64::MIN_POSITIVE)
 }
 
 /// A uniform number in [0, 1) for the `index`-th draw of the stream `seed`.
@@ -210,174 +350,4 @@ pub fn uniform(seed: u64, index: u64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
-        let mut p = SamplingParams {
-            temperature: 1.0,
-            seed: 42,
-            ..SamplingParams::default()
-        };
-        f(&mut p);
-        p
-    }
-
-    fn sample(logits: &[f32], p: &SamplingParams, history: &[u32], prompt: usize) -> u32 {
-        sample_row(
-            logits,
-            &SampleRow {
-                logits_row: 0,
-                params: p,
-                all_token_ids: history,
-                num_prompt_tokens: prompt,
-            },
-        )
-        .token_id
-    }
-
-    #[test]
-    fn top_k_is_sorted_and_stable() {
-        let row = [0.1, 0.5, -1.0, 0.5, 0.3];
-        assert_eq!(top_k_of(&row, 3), vec![(1, 0.5), (3, 0.5), (4, 0.3)]);
-        assert_eq!(top_k_of(&row, 0), vec![]);
-        assert_eq!(top_k_of(&row, 9).len(), 5);
-    }
-
-    #[test]
-    fn greedy_takes_the_argmax() {
-        let p = params(|p| p.temperature = 0.0);
-        assert_eq!(sample(&[0.1, 2.0, 1.9, 2.0], &p, &[0], 1), 1);
-    }
-
-    #[test]
-    fn draws_follow_the_distribution_and_the_seed() {
-        let logits = [0.0f32, (3f32).ln(), f32::NEG_INFINITY]; // p = 1/4, 3/4, 0
-        let mut counts = [0usize; 3];
-        for seed in 0..4000 {
-            let p = params(|p| p.seed = seed);
-            counts[sample(&logits, &p, &[], 0) as usize] += 1;
-        }
-        assert_eq!(counts[2], 0);
-        let frac = counts[1] as f64 / 4000.0;
-        assert!((frac - 0.75).abs() < 0.03, "{frac}");
-        let p = params(|_| {});
-        let a: Vec<u32> = (0..50)
-            .map(|i| sample(&logits, &p, &vec![0; i], 0))
-            .collect();
-        let b: Vec<u32> = (0..50)
-            .map(|i| sample(&logits, &p, &vec![0; i], 0))
-            .collect();
-        assert_eq!(a, b, "same seed and index, same token");
-    }
-
-    #[test]
-    fn a_rounding_error_in_the_logits_does_not_change_the_draw() {
-        // Many close candidates (0.002 apart on average): with an inverse-CDF draw over a
-        // probability-sorted list, a 1e-4 nudge (what batching does to CPU logits after a few layers) that reorders two of them changes the token
-        // for a large share of seeds. The Gumbel draw, keyed on token ids, must not care.
-        let logits: Vec<f32> = (0..500).map(|i| (uniform(7, i) as f32) * 1.0).collect();
-        let nudged: Vec<f32> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, v)| v + if i % 2 == 0 { 1e-4 } else { -1e-4 })
-            .collect();
-        let mut changed = 0;
-        for seed in 0..2000 {
-            let top_p = if seed % 2 == 0 { 1.0 } else { 0.9 };
-            let p = params(|p| {
-                p.seed = seed;
-                p.top_p = top_p
-            });
-            if sample(&logits, &p, &[], 0) != sample(&nudged, &p, &[], 0) {
-                changed += 1;
-            }
-        }
-        assert!(changed <= 4, "{changed} of 2000 draws changed");
-    }
-
-    #[test]
-    fn top_k_top_p_min_p_cut_the_tail() {
-        let logits = [3.0f32, 2.0, 1.0, 0.0, -1.0];
-        for seed in 0..300 {
-            let k = params(|p| {
-                p.top_k = 2;
-                p.seed = seed
-            });
-            assert!(sample(&logits, &k, &[], 0) < 2);
-            let tp = params(|p| {
-                p.top_p = 0.5;
-                p.seed = seed
-            }); // p0 ≈ 0.64 ≥ 0.5
-            assert_eq!(sample(&logits, &tp, &[], 0), 0);
-            let mp = params(|p| {
-                p.min_p = 0.3;
-                p.seed = seed
-            }); // keeps p ≥ 0.3·p0: ids 0, 1
-            assert!(sample(&logits, &mp, &[], 0) < 2);
-        }
-    }
-
-    #[test]
-    fn penalties_and_min_tokens() {
-        let g = |f: fn(&mut SamplingParams)| {
-            params(|p| {
-                p.temperature = 0.0;
-                f(p)
-            })
-        };
-        // Repetition penalty divides a positive logit of a seen token.
-        assert_eq!(
-            sample(&[2.0, 1.5], &g(|p| p.repetition_penalty = 2.0), &[0], 1),
-            1
-        );
-        // Frequency penalty counts generated tokens only, not the prompt.
-        assert_eq!(
-            sample(&[2.0, 1.5], &g(|p| p.frequency_penalty = 0.3), &[0], 1),
-            0
-        );
-        assert_eq!(
-            sample(
-                &[2.0, 1.5],
-                &g(|p| p.frequency_penalty = 0.3),
-                &[0, 0, 0],
-                1
-            ),
-            1
-        );
-        assert_eq!(
-            sample(&[2.0, 1.5], &g(|p| p.presence_penalty = 0.6), &[9, 0], 1),
-            1
-        );
-        // EOS is masked until min_tokens outputs exist.
-        let p = g(|p| {
-            p.eos_token_ids = vec![0];
-            p.min_tokens = 2
-        });
-        assert_eq!(sample(&[5.0, 1.0], &p, &[7, 1], 1), 1);
-        assert_eq!(sample(&[5.0, 1.0], &p, &[7, 1, 1], 1), 0);
-    }
-
-    #[test]
-    fn logprobs_are_of_the_raw_distribution() {
-        let p = params(|p| {
-            p.temperature = 0.0;
-            p.logprobs = Some(2);
-            p.repetition_penalty = 3.0
-        });
-        let s = sample_row(
-            &[1.0, 0.0, -1.0],
-            &SampleRow {
-                logits_row: 0,
-                params: &p,
-                all_token_ids: &[0],
-                num_prompt_tokens: 1,
-            },
-        );
-        let lp = s.logprobs.expect("asked for logprobs");
-        let z = (1f32.exp() + 1.0 + (-1f32).exp()).ln();
-        assert_eq!(lp.top.len(), 2);
-        assert!((lp.top[0].1 - (1.0 - z)).abs() < 1e-6);
-        assert_eq!(lp.token_id, s.token_id);
-    }
-}
+mod tests;

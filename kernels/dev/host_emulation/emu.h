@@ -32,6 +32,7 @@ inline dim3 blockDim, gridDim;
 struct Warp {
     std::unique_ptr<std::barrier<>> bar;
     float f[32];
+    unsigned u[32];
 };
 inline std::unique_ptr<std::barrier<>> g_block_bar;
 inline std::vector<std::unique_ptr<Warp>> g_warps;
@@ -47,6 +48,34 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
     w->bar->arrive_and_wait();
     return r;
 }
+// Round-to-nearest arithmetic intrinsics (the device uses them to forbid FMA contraction; the
+// host compiler targets x86-64 without FMA, so plain operators are the same operations).
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __logf(float x) { return logf(x); }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }
+inline long long __double_as_longlong(double d) { long long r; memcpy(&r, &d, 8); return r; }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+// The lanes of this thread's warp holding the same value (every lane of the warp must call).
+inline unsigned __match_any_sync(unsigned, unsigned v) {
+    Warp* w = g_warps[threadIdx.x / 32].get();
+    unsigned lane = threadIdx.x % 32, n = std::min(32u, blockDim.x - threadIdx.x / 32 * 32);
+    w->u[lane] = v;
+    w->bar->arrive_and_wait();
+    unsigned m = 0;
+    for (unsigned l = 0; l < n; ++l)
+        if (w->u[l] == v) m |= 1u << l;
+    w->bar->arrive_and_wait();
+    return m;
+}
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }

@@ -1,8 +1,30 @@
-//! `sample`: greedy rows without penalties or logprobs take a device argmax (4 bytes a row come
-//! back); every other row is copied to the host and goes through the host sampler
-//! (`sampling::sample_row`), so the CUDA backend draws exactly the CPU backend's tokens.
+//! `sample` on the device, drawing exactly the host sampler's tokens (`sampling::sample_row`)
+//! while bringing back a few bytes a row instead of the whole 600 KB logits row.
+//!
+//! Each row takes one route (`route`):
+//! - **argmax**: plain greedy on f32 logits (no penalties, masks or logprobs): `argmax_f32` on
+//!   the logits themselves, 4 bytes back.
+//! - **device**: greedy with penalties or masks, temperature without top-k/top-p/min-p, and
+//!   temperature with them. `sample_prepare_*` (sample.cu) copies each row into an f32 scratch
+//!   row and applies the row's penalties and min_tokens masks there (the logits are not
+//!   written), from one uploaded plan: a 16-word record a row, the row's
+//!   `sampling::penalty_entries` and `SampleRow::masked_tokens`. Then greedy rows take
+//!   `argmax_f32` on the scratch, temperature rows `sample_gumbel` (the Gumbel-max over the whole
+//!   row, 4 bytes back), filtered rows `sample_candidates` (the row's best `want` candidates in
+//!   the host's order, the count of finite logits and the fixed-point total, ~8 KB back), which
+//!   the host finishes with the host sampler's own `sampling::kept` and `gumbel_pick`.
+//! - **host**: rows asking for logprobs (reported before penalties), parameters the device
+//!   does not reproduce (a non-finite or negative temperature or penalty), and device rows the
+//!   device could not decide (no finite logit, an overflowing `v / T`, or a top-k/top-p/min-p cut
+//!   beyond the head): the logits row is copied back and goes through `sampling::sample_row`.
+//!
+//! Rows go to the device in chunks of `CHUNK_ROWS` so the scratch stays under 40 MB at
+//! Qwen3's vocabulary. Why the device's values are the host's bit for bit (logs and exps
+//! included) is written at the top of `kernels/src/sample.cu`.
 
-use cudarc::driver::PushKernelArg;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cudarc::driver::{DevicePtr, PushKernelArg};
 use metrale_kernels::Module;
 use rayon::prelude::*;
 
@@ -14,25 +36,159 @@ use crate::backend::sampling::{self, SampleRow, Sampled};
 
 /// Threads of an argmax block (ARGMAX_THREADS in softmax.cu).
 const ARGMAX_THREADS: u32 = 1024;
+/// Threads of the sample.cu blocks (SAMPLE_THREADS), and of sample_prepare's (PREPARE_THREADS),
+/// whose blocks each own `PREPARE_SLICE` columns of a row.
+const SAMPLE_THREADS: u32 = 1024;
+const PREPARE_THREADS: u32 = 256;
+const PREPARE_SLICE: usize = 4096;
+/// The most candidates `sample_candidates` returns a row (KMAX in sample.cu).
+const KMAX: usize = 1024;
+/// Words of a row's plan record (PLAN_WORDS), and of a row's candidates output (CAND_WORDS).
+const PLAN_WORDS: usize = 16;
+const META_WORDS: usize = 6;
+const CAND_WORDS: usize = META_WORDS + 2 * KMAX;
+/// Device rows handled at once (bounds the f32 scratch: 64 × 151936 × 4 B = 39 MB).
+const CHUNK_ROWS: usize = 64;
 
-/// Does the host sampler reduce to a plain argmax for this row?
-fn plain_greedy(r: &SampleRow<'_>) -> bool {
+/// Rows sampled per route since the process started, for the check's report: argmax, greedy,
+/// gumbel, candidates, host, and device rows handed back to the host.
+static ROUTED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+
+/// How one row is sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Argmax,
+    Greedy,
+    Gumbel,
+    Candidates,
+    Host,
+}
+
+/// Which route reproduces the host sampler for this row.
+fn route(r: &SampleRow<'_>) -> Route {
     let p = r.params;
-    let output_len = r
-        .all_token_ids
-        .len()
-        .saturating_sub(r.num_prompt_tokens.min(r.all_token_ids.len()));
-    let masks_stop =
-        output_len < p.min_tokens && !(p.eos_token_ids.is_empty() && p.stop_token_ids.is_empty());
-    p.is_greedy()
-        && p.repetition_penalty == 1.0
-        && p.frequency_penalty == 0.0
-        && p.presence_penalty == 0.0
-        && p.logprobs.is_none()
-        && !masks_stop
+    let finite = [
+        p.repetition_penalty,
+        p.frequency_penalty,
+        p.presence_penalty,
+    ]
+    .iter()
+    .all(|v| v.is_finite());
+    if p.logprobs.is_some() || !finite || !(p.temperature >= 0.0 && p.temperature.is_finite()) {
+        return Route::Host;
+    }
+    if p.is_greedy() {
+        let penalised =
+            p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+        let masks = r.output().len() < p.min_tokens
+            && !(p.eos_token_ids.is_empty() && p.stop_token_ids.is_empty());
+        return if penalised || masks {
+            Route::Greedy
+        } else {
+            Route::Argmax
+        };
+    }
+    if sampling::filters(p) {
+        Route::Candidates
+    } else {
+        Route::Gumbel
+    }
+}
+
+/// Candidates to ask the device for: top-k's own count when it fits, else the most it returns.
+fn want(r: &SampleRow<'_>) -> usize {
+    match r.params.top_k as usize {
+        0 => KMAX,
+        k => k.min(KMAX),
+    }
+}
+
+/// The plan for rows `idx` of `rows` (see sample.cu's PLAN_* words) and where its three
+/// `which` lists (greedy, gumbel, candidates: positions in `idx`) start.
+struct Plan {
+    words: Vec<u32>,
+    lists: [(usize, Vec<usize>); 3],
+}
+
+fn build_plan(rows: &[SampleRow<'_>], idx: &[usize], routes: &[Route], vocab: usize) -> Plan {
+    let mut words = vec![0u32; idx.len() * PLAN_WORDS];
+    for (b, &i) in idx.iter().enumerate() {
+        let r = &rows[i];
+        let p = r.params;
+        let entries = sampling::penalty_entries(r.all_token_ids, r.output(), p, vocab);
+        let masks = r.masked_tokens(vocab);
+        let at = words.len();
+        words.extend(entries.iter().flat_map(|&(t, c)| [t, c]));
+        let masks_at = words.len();
+        words.extend(&masks);
+        // The candidates kernel sums the row's total only where `kept` may use it: with no
+        // top-k, or one wider than the head (under a top-k the head holds every candidate).
+        let wants_total = p.top_k == 0 || p.top_k as usize > KMAX;
+        let flags = u32::from(p.repetition_penalty != 1.0)
+            | (u32::from(p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) << 1)
+            | (u32::from(wants_total) << 2);
+        let rec = [
+            r.logits_row as u32,
+            at as u32,
+            entries.len() as u32,
+            masks_at as u32,
+            masks.len() as u32,
+            p.repetition_penalty.to_bits(),
+            p.frequency_penalty.to_bits(),
+            p.presence_penalty.to_bits(),
+            flags,
+            p.temperature.to_bits(),
+            p.seed as u32,
+            (p.seed >> 32) as u32,
+            r.output().len() as u32,
+            (r.output().len() as u64 >> 32) as u32,
+            want(r) as u32,
+            0,
+        ];
+        words[b * PLAN_WORDS..(b + 1) * PLAN_WORDS].copy_from_slice(&rec);
+    }
+    let lists = [Route::Greedy, Route::Gumbel, Route::Candidates].map(|kind| {
+        let members: Vec<usize> = (0..idx.len()).filter(|&b| routes[idx[b]] == kind).collect();
+        let at = words.len();
+        words.extend(members.iter().map(|&b| b as u32));
+        (at, members)
+    });
+    Plan { words, lists }
+}
+
+/// Finish a filtered row from the device's head: `None` when the host must sample the row.
+fn finish_candidates(r: &SampleRow<'_>, out: &[u32]) -> Option<u32> {
+    let (finite, flags) = (out[0] as usize, out[1]);
+    if finite == 0 || flags != 0 {
+        return None;
+    }
+    let total = sampling::fixed_to_f64(
+        u128::from(out[2])
+            | (u128::from(out[3]) << 32)
+            | (u128::from(out[4]) << 64)
+            | (u128::from(out[5]) << 96),
+    );
+    let n = finite.min(want(r));
+    let ids = &out[META_WORDS..META_WORDS + n];
+    let values = &out[META_WORDS + KMAX..META_WORDS + KMAX + n];
+    let head: Vec<(u32, f32)> = ids
+        .iter()
+        .zip(values)
+        .map(|(&id, &v)| (id, f32::from_bits(v)))
+        .collect();
+    let keep = sampling::kept(&head, finite, Some(total), r.params)?;
+    sampling::gumbel_pick(&head[..keep], r.params.seed, r.output().len() as u64)
 }
 
 impl CudaBackend {
+    /// How many rows `sample` has sent down each route so far (all backends of the process):
+    /// `[argmax, greedy, gumbel, candidates, host, handed back]`, where "handed back" counts
+    /// device rows the host had to sample after all (no finite logit, overflow, a cut past the
+    /// candidates).
+    pub fn sample_route_counts() -> [u64; 6] {
+        ROUTED.each_ref().map(|c| c.load(Ordering::Relaxed))
+    }
+
     pub(super) fn sample_op(
         &self,
         logits: &CudaTensor,
@@ -49,19 +205,52 @@ impl CudaBackend {
                 )
             },
         )?;
-        let (on_device, on_host): (Vec<usize>, Vec<usize>) =
-            (0..rows.len()).partition(|&i| logits.dtype == DType::F32 && plain_greedy(&rows[i]));
-        let mut out: Vec<Option<Sampled>> = vec![None; rows.len()];
-        if !on_device.is_empty() {
-            let which: Vec<u32> = on_device
+        let vocab = logits.cols();
+        let mut routes: Vec<Route> = rows.iter().map(route).collect();
+        if logits.dtype != DType::F32 || vocab == 0 {
+            for r in &mut routes {
+                if *r == Route::Argmax {
+                    *r = if vocab == 0 {
+                        Route::Host
+                    } else {
+                        Route::Greedy
+                    };
+                }
+            }
+        }
+        if vocab == 0 {
+            routes.fill(Route::Host);
+        }
+        let mut out: Vec<Option<u32>> = vec![None; rows.len()];
+        let argmax_rows: Vec<usize> = (0..rows.len())
+            .filter(|&i| routes[i] == Route::Argmax)
+            .collect();
+        if !argmax_rows.is_empty() {
+            let which: Vec<u32> = argmax_rows
                 .iter()
                 .map(|&i| rows[i].logits_row as u32)
                 .collect();
-            for (&i, token_id) in on_device.iter().zip(self.argmax(logits, &which)?) {
-                out[i] = Some(Sampled {
-                    token_id,
-                    logprobs: None,
-                });
+            for (&i, id) in argmax_rows.iter().zip(self.argmax(logits, &which)?) {
+                out[i] = Some(id);
+            }
+        }
+        let device_rows: Vec<usize> = (0..rows.len())
+            .filter(|&i| matches!(routes[i], Route::Greedy | Route::Gumbel | Route::Candidates))
+            .collect();
+        for chunk in device_rows.chunks(CHUNK_ROWS) {
+            for (&i, id) in chunk
+                .iter()
+                .zip(self.sample_chunk(logits, rows, chunk, &routes)?)
+            {
+                out[i] = id;
+            }
+        }
+        // Everything still undecided goes through the host sampler on its logits row.
+        let on_host: Vec<usize> = (0..rows.len()).filter(|&i| out[i].is_none()).collect();
+        for (i, r) in routes.iter().enumerate() {
+            ROUTED[*r as usize].fetch_add(1, Ordering::Relaxed);
+            if *r != Route::Host && out[i].is_none() {
+                ROUTED[5].fetch_add(1, Ordering::Relaxed);
             }
         }
         let host_rows: Vec<Vec<f32>> = on_host
@@ -73,10 +262,135 @@ impl CudaBackend {
             .zip(&host_rows)
             .map(|(&i, row)| sampling::sample_row(row, &rows[i]))
             .collect();
-        for (&i, s) in on_host.iter().zip(drawn) {
-            out[i] = Some(s);
+        let mut host = on_host.iter().zip(drawn);
+        let mut sampled = Vec::with_capacity(rows.len());
+        for id in out {
+            match id {
+                Some(token_id) => sampled.push(Sampled {
+                    token_id,
+                    logprobs: None,
+                }),
+                None => match host.next() {
+                    Some((_, s)) => sampled.push(s),
+                    None => return Err(super::shape_err("sample", "a row went unsampled".into())),
+                },
+            }
         }
-        Ok(out.into_iter().flatten().collect())
+        Ok(sampled)
+    }
+
+    /// Penalties and masks, then the greedy / Gumbel / candidates kernels, for rows `idx`
+    /// (at most CHUNK_ROWS); a token per row, `None` where the host must sample the row.
+    fn sample_chunk(
+        &self,
+        logits: &CudaTensor,
+        rows: &[SampleRow<'_>],
+        idx: &[usize],
+        routes: &[Route],
+    ) -> Result<Vec<Option<u32>>> {
+        let vocab = logits.cols();
+        let v = int(vocab, "sample")?;
+        check(
+            "sample",
+            u32::try_from(vocab).is_ok() && rows.iter().all(|r| r.logits_row <= u32::MAX as usize),
+            || format!("logits {:?} too large for the sampler", logits.shape),
+        )?;
+        let plan = build_plan(rows, idx, routes, vocab);
+        let s = &self.stream;
+        let dev_plan = s
+            .clone_htod(&plan.words)
+            .map_err(dev_err("sample: upload plan"))?;
+        let plan_ptr = dev_plan.device_ptr(s).0;
+        let list_ptr = |at: usize| plan_ptr + (at * 4) as u64;
+        // SAFETY: every scratch row is fully written by sample_prepare before any kernel reads it.
+        let scratch = unsafe { s.alloc::<f32>(idx.len() * vocab) }
+            .map_err(dev_err("sample: scratch allocation"))?;
+        let scratch_ptr = scratch.device_ptr(s).0;
+        let [(greedy_at, greedy), (gumbel_at, gumbel), (cand_at, cands)] = &plan.lists;
+        let out_words = greedy.len() + gumbel.len() + cands.len() * CAND_WORDS;
+        // SAFETY: each kernel below writes every word of its part of `out` before the download.
+        let out =
+            unsafe { s.alloc::<u32>(out_words.max(1)) }.map_err(dev_err("sample: allocation"))?;
+        let out_ptr = out.device_ptr(s).0;
+        let gumbel_out = out_ptr + (greedy.len() * 4) as u64;
+        let cand_out = gumbel_out + (gumbel.len() * 4) as u64;
+
+        let name = match logits.dtype {
+            DType::F32 => "sample_prepare_f32",
+            DType::BF16 => "sample_prepare_bf16",
+        };
+        let f = self.func(Module::Sample, name)?;
+        let x = logits.ptr(s);
+        let mut a = s.launch_builder(&f);
+        a.arg(&scratch_ptr).arg(&x).arg(&plan_ptr).arg(&v);
+        let slices = dim(vocab.div_ceil(PREPARE_SLICE), "sample")?;
+        // SAFETY: scratch is [idx.len(), vocab] f32; logits is [R, vocab] of its type and every
+        // record's source row is below R (checked in sample_op); entries and masks are ids below
+        // vocab (penalty_entries and masked_tokens filter them) at offsets inside the plan; grid
+        // (records, slices), each block within its row's columns.
+        let r = unsafe { a.launch(cfg((dim(idx.len(), "sample")?, slices), PREPARE_THREADS)) };
+        self.launched(name, r)?;
+
+        for (name, module, list_at, list, o) in [
+            ("argmax_f32", Module::Softmax, greedy_at, greedy, out_ptr),
+            (
+                "sample_gumbel",
+                Module::Sample,
+                gumbel_at,
+                gumbel,
+                gumbel_out,
+            ),
+            (
+                "sample_candidates",
+                Module::Sample,
+                cand_at,
+                cands,
+                cand_out,
+            ),
+        ] {
+            if list.is_empty() {
+                continue;
+            }
+            let f = self.func(module, name)?;
+            let which = list_ptr(*list_at);
+            let mut a = s.launch_builder(&f);
+            if name == "argmax_f32" {
+                a.arg(&o).arg(&scratch_ptr).arg(&which).arg(&v);
+            } else {
+                a.arg(&o)
+                    .arg(&scratch_ptr)
+                    .arg(&plan_ptr)
+                    .arg(&which)
+                    .arg(&v);
+            }
+            let threads = if name == "argmax_f32" {
+                ARGMAX_THREADS
+            } else {
+                SAMPLE_THREADS
+            };
+            // SAFETY: `which` holds list.len() scratch-row indices below idx.len(), each with
+            // its plan record; `o` has room for one u32 (argmax, gumbel) or CAND_WORDS
+            // (candidates) per listed row; the block size matches the kernels' shared arrays.
+            let r = unsafe { a.launch(cfg((dim(list.len(), "sample")?, 1), threads)) };
+            self.launched(name, r)?;
+        }
+        let words = s.clone_dtoh(&out).map_err(dev_err("sample: download"))?;
+        self.synchronize()?;
+        drop(dev_plan);
+
+        let mut got = vec![None; idx.len()];
+        for (k, &b) in greedy.iter().enumerate() {
+            got[b] = Some(words[k]);
+        }
+        for (k, &b) in gumbel.iter().enumerate() {
+            got[b] = Some(words[greedy.len() + k]).filter(|&id| id != u32::MAX);
+        }
+        let base = greedy.len() + gumbel.len();
+        for (k, &b) in cands.iter().enumerate() {
+            let o = &words[base + k * CAND_WORDS..base + (k + 1) * CAND_WORDS];
+            got[b] = finish_candidates(&rows[idx[b]], o);
+        }
+        Ok(got)
     }
 
     /// The index of the largest logit of each of `which` rows (lowest index on ties).
@@ -90,11 +404,8 @@ impl CudaBackend {
         let ids = unsafe { s.alloc::<u32>(which.len()) }.map_err(dev_err("sample: allocation"))?;
         let name = "argmax_f32";
         let f = self.func(Module::Softmax, name)?;
-        let (o, x) = (
-            cudarc::driver::DevicePtr::device_ptr(&ids, s).0,
-            logits.ptr(s),
-        );
-        let r = cudarc::driver::DevicePtr::device_ptr(&rows, s).0;
+        let (o, x) = (ids.device_ptr(s).0, logits.ptr(s));
+        let r = rows.device_ptr(s).0;
         let mut a = s.launch_builder(&f);
         a.arg(&o).arg(&x).arg(&r).arg(&vocab);
         // SAFETY: logits is [R, vocab] f32 and every row index is below R (checked by the
@@ -122,3 +433,6 @@ impl CudaBackend {
         Ok(tensor::bytes_to_f32(&bytes, logits.dtype))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,213 @@
+//! `sample` on CUDA against the CPU backend's `sample`, token for token, over many seeds and
+//! parameter mixes: greedy, temperatures, top-k 1/20/2000, top-p 0.5/0.95, min-p 0.1,
+//! repetition/frequency/presence penalties, min_tokens with end-of-sequence and stop tokens, on
+//! f32 and bf16 logits of Qwen3's vocabulary. Every mismatch is a failure: the device sampler
+//! computes the host's values bit for bit (`kernels/src/sample.cu` says how). Also prints how
+//! many rows took each route and the time of all batches on each backend (not pass/fail).
+
+use std::time::Instant;
+
+use anyhow::Result;
+use metrale_engine::backend::cuda::{CudaBackend, DType};
+use metrale_engine::backend::sampling::{SampleRow, Sampled};
+use metrale_engine::backend::{Backend, CpuBackend};
+use metrale_engine::sampling_params::SamplingParams;
+use serde_json::json;
+
+use crate::ops::{Rng, round_bf16};
+use crate::report::Report;
+
+const VOCAB: usize = 151_936;
+const ROWS: usize = 48;
+const BATCHES: usize = 8;
+
+/// Logits like a language model's: a broad body, a few dozen strong candidates, one row in
+/// four nearly flat (top-p then needs many tokens) and exact ties sprinkled in.
+fn logits(rng: &mut Rng, rows: usize) -> Vec<f32> {
+    let mut x = Vec::with_capacity(rows * VOCAB);
+    for r in 0..rows {
+        let flat = r % 4 == 3;
+        let body = if flat { 0.5 } else { 4.0 };
+        let start = x.len();
+        x.extend((0..VOCAB).map(|_| rng.uniform() * body));
+        if !flat {
+            for _ in 0..40 {
+                let at = start + rng.below(VOCAB);
+                x[at] = 8.0 + 6.0 * rng.uniform();
+            }
+        }
+        let a = start + rng.below(VOCAB);
+        let b = start + rng.below(VOCAB);
+        x[b] = x[a];
+    }
+    x
+}
+
+/// The parameter mix of row `i` of batch `batch`.
+fn params(rng: &mut Rng, i: usize, batch: usize, top: u32) -> SamplingParams {
+    let temperature = [0.0, 0.3, 0.7, 1.0, 1.5][i % 5];
+    let (top_k, top_p, min_p) = [
+        (0, 1.0, 0.0),
+        (1, 1.0, 0.0),
+        (20, 1.0, 0.0),
+        (2000, 1.0, 0.0),
+        (0, 0.5, 0.0),
+        (0, 0.95, 0.0),
+        (0, 1.0, 0.1),
+        (40, 0.9, 0.05),
+    ][(i / 5 + batch) % 8];
+    let (repetition_penalty, frequency_penalty, presence_penalty) = [
+        (1.0, 0.0, 0.0),
+        (1.2, 0.0, 0.0),
+        (1.0, 0.5, 0.3),
+        (0.9, -0.2, 0.6),
+    ][(i / 2 + batch) % 4];
+    let masks = (i + batch).is_multiple_of(3);
+    SamplingParams {
+        // One row in eleven asks for logprobs (the host route, mixed into the same batch).
+        logprobs: (i % 11 == 4).then_some(3),
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        repetition_penalty,
+        frequency_penalty,
+        presence_penalty,
+        seed: rng.next_u64(),
+        min_tokens: if masks { 64 } else { 0 },
+        // The row's best token as end-of-sequence: masking it changes the greedy answer.
+        eos_token_ids: if masks { vec![top, 151_645] } else { vec![] },
+        stop_token_ids: if masks { vec![7, 400_000] } else { vec![] },
+        ..SamplingParams::default()
+    }
+}
+
+/// Prompt then output tokens, many of them among the row's strong candidates so penalties bite.
+fn history(rng: &mut Rng, strong: &[u32]) -> (Vec<u32>, usize) {
+    let prompt = 20 + rng.below(60);
+    let output = rng.below(40);
+    let tokens = (0..prompt + output)
+        .map(|_| {
+            if rng.below(3) == 0 && !strong.is_empty() {
+                strong[rng.below(strong.len())]
+            } else {
+                rng.below(VOCAB) as u32
+            }
+        })
+        .collect();
+    (tokens, prompt)
+}
+
+fn ids(s: &[Sampled]) -> Vec<u32> {
+    s.iter().map(|x| x.token_id).collect()
+}
+
+pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    let cpu = CpuBackend;
+    let mut rng = Rng::new(0x73_616d_706c_6531);
+    let before = CudaBackend::sample_route_counts();
+    let (mut rows_checked, mut mismatches) = (0usize, 0usize);
+    let (mut cuda_ms, mut cpu_ms) = (0.0f64, 0.0f64);
+    for batch in 0..BATCHES {
+        let dtype = if batch % 4 == 3 {
+            DType::BF16
+        } else {
+            DType::F32
+        };
+        let mut data = logits(&mut rng, ROWS);
+        if dtype == DType::BF16 {
+            data = round_bf16(&data);
+        }
+        let x_d = cuda.tensor_from_f32(&[ROWS, VOCAB], &data, dtype)?;
+        let x_c = metrale_engine::backend::cpu::CpuTensor::new(vec![ROWS, VOCAB], data.clone());
+        let mut all_params = Vec::with_capacity(ROWS);
+        let mut histories = Vec::with_capacity(ROWS);
+        for i in 0..ROWS {
+            let row = &data[i * VOCAB..(i + 1) * VOCAB];
+            let mut order: Vec<u32> = (0..VOCAB as u32).collect();
+            order.select_nth_unstable_by(8, |&a, &b| row[b as usize].total_cmp(&row[a as usize]));
+            let strong = order[..8].to_vec();
+            all_params.push(params(&mut rng, i, batch, strong[0]));
+            histories.push(history(&mut rng, &strong));
+        }
+        // Rows in a shuffled order, some logits rows sampled twice with other parameters.
+        let mut which: Vec<usize> = (0..ROWS).collect();
+        rng.shuffle(&mut which);
+        let rows: Vec<SampleRow<'_>> = which
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| {
+                let src = if k % 7 == 6 { which[0] } else { i };
+                SampleRow {
+                    logits_row: src,
+                    params: &all_params[i],
+                    all_token_ids: &histories[i].0,
+                    num_prompt_tokens: histories[i].1,
+                }
+            })
+            .collect();
+        let t = Instant::now();
+        let got = cuda.sample(&x_d, &rows)?;
+        cuda_ms += t.elapsed().as_secs_f64() * 1e3;
+        let t = Instant::now();
+        let want = cpu.sample(&x_c, &rows)?;
+        cpu_ms += t.elapsed().as_secs_f64() * 1e3;
+        let (g, w) = (ids(&got), ids(&want));
+        for (k, r) in rows.iter().enumerate() {
+            if got.get(k) != want.get(k) {
+                mismatches += 1;
+                if mismatches <= 10 {
+                    let p = r.params;
+                    report.line(format!(
+                        "sample mismatch: batch {batch} ({dtype:?}) row {} T {} top_k {} top_p {} min_p {} rep {} freq {} pres {} min_tokens {} outputs {}: cuda {} cpu {}",
+                        r.logits_row,
+                        p.temperature,
+                        p.top_k,
+                        p.top_p,
+                        p.min_p,
+                        p.repetition_penalty,
+                        p.frequency_penalty,
+                        p.presence_penalty,
+                        p.min_tokens,
+                        r.all_token_ids.len() - r.num_prompt_tokens,
+                        g[k],
+                        w[k]
+                    ));
+                }
+            }
+        }
+        rows_checked += rows.len();
+    }
+    let after = CudaBackend::sample_route_counts();
+    let d: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    report.line(format!(
+        "{:<16} {:<60} {} mismatches",
+        "sample mixes",
+        format!("{rows_checked} rows × {VOCAB}, {BATCHES} batches (f32, bf16)"),
+        mismatches
+    ));
+    report.summary_line(format!(
+        "sampling: {rows_checked} rows, {mismatches} mismatches; routes argmax {} greedy {} gumbel {} candidates {} host {} (handed back {}); {BATCHES} batches of {ROWS}: cuda {cuda_ms:.1} ms, cpu {cpu_ms:.1} ms",
+        d[0], d[1], d[2], d[3], d[4], d[5]
+    ));
+    report.record(json!({
+        "op": "sample mixes",
+        "rows": rows_checked,
+        "mismatches": mismatches,
+        "routes": {"argmax": d[0], "greedy": d[1], "gumbel": d[2], "candidates": d[3], "host": d[4], "handed_back": d[5]},
+        "cuda_ms": cuda_ms,
+        "cpu_ms": cpu_ms,
+        "pass": mismatches == 0,
+    }));
+    if mismatches > 0 {
+        report.fail(format!(
+            "sample: {mismatches} of {rows_checked} rows drew another token than the CPU"
+        ));
+    }
+    if d[2] == 0 || d[3] == 0 || d[1] == 0 {
+        report.fail(format!(
+            "sample: a device route was never taken (routes {d:?}): the check lost its reach"
+        ));
+    }
+    Ok(())
+}
