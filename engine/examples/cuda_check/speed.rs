@@ -529,6 +529,6 @@ pub fn profile(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         report.record(json!({"profile": "attention", "rows": b, "context": ctx,
             "blocks_per_sm": per_sm, "splits": splits, "ms": ms, "gb_s": gbs}));
     }
-    cuda.set_attention_blocks_per_sm(16);
+    cuda.set_attention_blocks_per_sm(4);
     Ok(())
 }

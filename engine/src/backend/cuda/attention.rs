@@ -27,10 +27,11 @@ fn head_group(num_heads: usize, num_kv_heads: usize) -> usize {
         .unwrap_or(1)
 }
 
-/// Blocks a multiprocessor should get over one attention launch. About four fit at once, so
-/// 16 makes four waves: the last, partly empty wave then idles the GPU for a quarter of a wave
-/// at most, where one and a half waves (1,024 blocks of a 128-sequence decode step) idled it for
-/// a third of the launch. `METRALE_ATTN_BLOCKS_PER_SM` overrides, for comparisons.
+/// Blocks a multiprocessor should get over one attention launch before rows are split along
+/// their keys. Measured on the H200 (128 sequences, 1,024 blocks): 4 (no split) reads the cache
+/// at 2.40 TB/s at 1,024 tokens of context, 16 (3 splits, four waves) at 2.16 and 32 at 2.07:
+/// the split's partial states and merge cost more than the last wave's idle tail, so splits
+/// are for few sequences only. `METRALE_ATTN_BLOCKS_PER_SM` overrides, for comparisons.
 fn blocks_per_sm() -> usize {
     match BLOCKS_PER_SM.load(Ordering::Relaxed) {
         0 => {
@@ -38,7 +39,7 @@ fn blocks_per_sm() -> usize {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .filter(|&n| n > 0)
-                .unwrap_or(16);
+                .unwrap_or(4);
             BLOCKS_PER_SM.store(n, Ordering::Relaxed);
             n
         }
@@ -329,24 +330,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn splits_give_every_multiprocessor_several_waves_of_blocks() {
+    fn splits_only_when_rows_times_heads_leave_the_gpu_idle() {
         let sms = 132;
-        let splits = |blocks, max_len| splits_for(blocks, max_len, sms, 16);
+        let splits = |blocks, max_len| splits_for(blocks, max_len, sms, 4);
         // Prefill: many rows already fill the GPU.
         assert_eq!(splits(1000 * 32, 1000), 1);
         // Decode of one sequence (8 head groups) over 129 keys: slices of at least 64 keys.
         assert_eq!(splits(8, 129), 3);
-        // Over 2047 keys: as many slices as 64-key slices allow.
+        // Over 2047 keys: enough blocks to fill the GPU four times over.
         assert_eq!(splits(8, 2047), 32);
-        assert_eq!(splits(32, 2047), 32);
+        assert_eq!(splits(32, 2047), 17);
         // Over 100k keys: at most 64 slices.
         assert_eq!(splits(4, 100_000), 64);
-        // Many sequences: a few slices, for four waves of blocks rather than one and a half.
-        assert_eq!(splits(8 * 32, 2047), 9);
-        assert_eq!(splits(128 * 8, 1152), 3);
-        assert_eq!(splits(128 * 8, 128), 2);
-        // The old target (four blocks a multiprocessor, one wave) left 128 sequences unsplit.
-        assert_eq!(splits_for(128 * 8, 1152, sms, 4), 1);
+        // Many sequences: few or no slices.
+        assert_eq!(splits(8 * 32, 2047), 3);
+        assert_eq!(splits(128 * 8, 1152), 1);
+        // A larger target splits many sequences too (slower on the H200, see blocks_per_sm).
+        assert_eq!(splits_for(128 * 8, 1152, sms, 16), 3);
     }
 
     #[test]
