@@ -365,6 +365,30 @@ fn run_print_json_is_parseable() {
 }
 
 #[test]
+fn a_recipe_passes_its_tool_and_reasoning_parsers_to_the_engine() {
+    let sandbox = Sandbox::new();
+    let json = sandbox.json(&["run", "qwen3-8b", "--print", "--json"]);
+    let native: Vec<&str> = json["native"]["argv"]
+        .as_array()
+        .expect("argv")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(
+        native
+            .windows(2)
+            .any(|w| w == ["--tool-call-parser", "hermes"]),
+        "{native:?}"
+    );
+    assert!(
+        native
+            .windows(2)
+            .any(|w| w == ["--reasoning-parser", "qwen3"]),
+        "{native:?}"
+    );
+}
+
+#[test]
 fn run_ps_and_stop_without_a_docker_daemon() {
     let mut sandbox = Sandbox::new();
     sandbox.set("DOCKER_HOST", "unix:///nonexistent/docker.sock".into());

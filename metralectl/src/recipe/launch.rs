@@ -25,6 +25,7 @@ pub const MANAGED_FLAGS: &[(&str, &str)] = &[
     ("--enable-prefix-caching", "serve.prefix_caching"),
     ("--disable-thinking", "serve.thinking"),
     ("--tool-call-parser", "serve.tool_call_parser"),
+    ("--reasoning-parser", "serve.reasoning_parser"),
     ("--speculative", "serve.speculative"),
     ("--num-drafts", "serve.speculative.num_drafts"),
     ("--ssm-cache-slots", "serve.ssm_cache_slots"),
@@ -283,6 +284,9 @@ fn serve_groups(recipe: &Recipe, model: &str, port: u16, in_container: bool) -> 
     }
     if let Some(p) = s.tool_call_parser {
         g.push(flag("--tool-call-parser", p.flag_value().into()));
+    }
+    if let Some(p) = s.reasoning_parser {
+        g.push(flag("--reasoning-parser", p.flag_value().into()));
     }
     if let Some(spec) = &s.speculative {
         g.push(vec![

@@ -222,6 +222,9 @@ pub struct Serve {
     pub thinking: bool,
     #[serde(default)]
     pub tool_call_parser: Option<ToolCallParser>,
+    /// Split `<think>…</think>` into reasoning (`--reasoning-parser`).
+    #[serde(default)]
+    pub reasoning_parser: Option<ReasoningParser>,
     #[serde(default)]
     pub speculative: Option<Speculative>,
     #[serde(default)]
@@ -318,6 +321,21 @@ impl FlagValue for KvCacheDtype {
             Self::Auto => "auto",
             Self::Bf16 => "bf16",
             Self::Fp8 => "fp8",
+        }
+    }
+}
+
+/// How the engine splits reasoning from the reply (`--reasoning-parser`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningParser {
+    Qwen3,
+}
+
+impl FlagValue for ReasoningParser {
+    fn flag_value(&self) -> &'static str {
+        match self {
+            Self::Qwen3 => "qwen3",
         }
     }
 }
