@@ -16,6 +16,15 @@ use super::fp8::Fp8Config;
 /// The architectures this engine runs, as `config.json` names them.
 pub const ARCHITECTURES: [&str; 2] = ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM"];
 
+/// Qwen3.5's hybrid (Gated DeltaNet) architectures, refused at load with their own sentence
+/// until the engine serves them (`models/qwen3_5.rs` runs the dense one on the CPU).
+pub const HYBRID_ARCHITECTURES: [&str; 4] = [
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+];
+
 /// The Qwen3 configuration, dense (`Qwen3ForCausalLM`) or mixture-of-experts
 /// (`Qwen3MoeForCausalLM`, with `moe`).
 #[derive(Debug, Clone, PartialEq)]
@@ -213,6 +222,8 @@ impl ModelConfig {
     pub fn check_architecture(&self) -> Result<(), LoadError> {
         if ARCHITECTURES.contains(&self.architecture.as_str()) {
             Ok(())
+        } else if HYBRID_ARCHITECTURES.contains(&self.architecture.as_str()) {
+            Err(LoadError::HybridNotServed(self.architecture.clone()))
         } else {
             Err(LoadError::UnsupportedArchitecture(
                 self.architecture.clone(),

@@ -51,6 +51,14 @@ pub enum LoadError {
         "unsupported architecture {0:?}: this engine runs Qwen3ForCausalLM and Qwen3MoeForCausalLM"
     )]
     UnsupportedArchitecture(String),
+    /// A Qwen3.5 hybrid checkpoint: its model exists on the CPU (`models/qwen3_5.rs`) but the
+    /// engine has no place for its recurrent state yet.
+    #[error(
+        "Qwen3.5 hybrid models are not yet served: {0} runs on the CPU reference for a whole \
+         sequence at a time (tests only); serving needs the per-sequence recurrent state in the \
+         cache manager (issue 12)"
+    )]
+    HybridNotServed(String),
     /// The checkpoint is valid but the chosen device cannot run it.
     #[error("{0}")]
     UnsupportedOnDevice(String),
