@@ -99,16 +99,62 @@ fn greedy_continuation_is_identical() {
     assert_eq!(&tokens[g.prompt.len()..], &g.continuation[..]);
 }
 
-/// The engine (`met serve`, `met score`) refuses the checkpoint at load with a sentence that
-/// says why, rather than failing later: the recurrent state has no home in the cache yet.
+/// The engine (`met serve`) refuses the checkpoint at load with a sentence that says why,
+/// rather than failing later: the recurrent state has no home in the cache yet.
 #[test]
 fn the_engine_refuses_hybrid_checkpoints_by_name() {
     let dir = ModelDir::open(&fixture_dir()).expect("fixture");
     let e = dir.config().expect_err("not served yet");
-    assert!(matches!(e, LoadError::HybridNotServed(_)), "{e:?}");
+    assert!(matches!(e, LoadError::HybridNotServed { .. }), "{e:?}");
     let e = e.to_string();
     assert!(
         e.starts_with("Qwen3.5 hybrid models are not yet served:") && e.contains("CPU"),
         "{e}"
     );
+}
+
+/// `met serve` as a user runs it: exit status non-zero, the sentence on stderr, no panic.
+#[test]
+fn met_serve_refuses_a_hybrid_checkpoint_by_name() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_met"))
+        .args([
+            "serve",
+            fixture_dir().to_str().expect("utf8"),
+            "--port",
+            "0",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run met");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("Qwen3.5 hybrid models are not yet served: Qwen3_5ForCausalLM")
+            && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}
+
+/// The Hub's checkpoints (`*ForConditionalGeneration`, text config nested) and the MoE text
+/// model are refused by name too, not with a parse error about a missing key.
+#[test]
+fn hub_layouts_and_moe_are_refused_by_name() {
+    for arch in [
+        "Qwen3_5MoeForConditionalGeneration",
+        "Qwen3_5MoeForCausalLM",
+    ] {
+        let dir = std::env::temp_dir().join(format!("met-hybrid-{arch}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let config = format!(r#"{{"architectures": ["{arch}"], "text_config": {{}}}}"#);
+        std::fs::write(dir.join("config.json"), config).expect("write");
+        let e = ModelDir::open(&dir).expect("dir").config().expect_err(arch);
+        std::fs::remove_dir_all(&dir).ok();
+        let e = e.to_string();
+        assert!(
+            e.starts_with("Qwen3.5 hybrid models are not yet served:")
+                && e.contains(arch)
+                && e.contains("not implemented yet"),
+            "{e}"
+        );
+    }
 }

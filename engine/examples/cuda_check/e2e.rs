@@ -72,7 +72,7 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
     let dir = ModelDir::open(&fixtures.join("models").join(name))?;
     let cfg = match dir.config() {
         // Qwen3.5 hybrid fixtures run on the CPU reference only (engine/tests/qwen3_5_reference.rs).
-        Err(LoadError::HybridNotServed(_)) => {
+        Err(LoadError::HybridNotServed { .. }) => {
             report.summary_line(format!(
                 "{name}: skipped, Qwen3.5 hybrid runs on the CPU only"
             ));
