@@ -200,3 +200,134 @@ pub fn causal_attention(
             }
         });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: DeltaHeads = DeltaHeads {
+        nk: 1,
+        dk: 4,
+        nv: 1,
+        dv: 3,
+    };
+
+    /// Run the rule over `k`, `v` (one head), reading with each token's own key.
+    fn read_back(k: &[f32], v: &[f32], g: &[f32], beta: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; v.len()];
+        let mut state = vec![0f32; ONE.dk * ONE.dv];
+        gated_delta_rule(&mut out, &mut state, k, k, v, g, beta, ONE);
+        out
+    }
+
+    fn close(got: &[f32], want: &[f32]) {
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-5, "got {got:?}, want {want:?}");
+        }
+    }
+
+    /// What makes it a delta rule: writing a second value under the same key replaces the
+    /// first (plain linear attention would return their sum), and a decay of e^g scales
+    /// what was stored.
+    #[test]
+    fn a_key_written_twice_reads_the_last_value_and_decay_scales_it() {
+        let k = [1.0, 2.0, 0.0, 2.0, 1.0, 2.0, 0.0, 2.0, 1.0, 2.0, 0.0, 2.0]; // one key, 3 times
+        let v = [1.0, -2.0, 3.0, 4.0, 5.0, -6.0, 0.0, 0.0, 0.0];
+        let s = 1.0 / 2.0; // 1/√dk
+        let half = 0.5f32.ln();
+        // token 0 writes v0; token 1 overwrites with v1 (β = 1); token 2 only decays (β = 0)
+        let out = read_back(&k, &v, &[0.0, 0.0, half], &[1.0, 1.0, 0.0]);
+        close(&out[..3], &[s, -2.0 * s, 3.0 * s]);
+        close(&out[3..6], &[4.0 * s, 5.0 * s, -6.0 * s]);
+        close(&out[6..], &[2.0 * s, 2.5 * s, -3.0 * s]);
+    }
+
+    /// The state a call leaves is where the next call starts: two halves give the whole.
+    #[test]
+    fn carrying_the_state_across_calls_equals_one_call() {
+        let s = DeltaHeads {
+            nk: 2,
+            dk: 4,
+            nv: 4,
+            dv: 3,
+        };
+        let t = 6;
+        let mut seed = 7u32;
+        let mut rand = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+                })
+                .collect()
+        };
+        let (q, k, v) = (
+            rand(t * s.nk * s.dk),
+            rand(t * s.nk * s.dk),
+            rand(t * s.nv * s.dv),
+        );
+        let g: Vec<f32> = rand(t * s.nv).iter().map(|x| -x.abs()).collect();
+        let beta: Vec<f32> = rand(t * s.nv).iter().map(|x| x + 0.5).collect();
+        let mut whole = vec![0f32; t * s.nv * s.dv];
+        let mut state = vec![0f32; s.nv * s.dk * s.dv];
+        gated_delta_rule(&mut whole, &mut state, &q, &k, &v, &g, &beta, s);
+        let mut halves = vec![0f32; t * s.nv * s.dv];
+        let mut carried = vec![0f32; s.nv * s.dk * s.dv];
+        let h = t / 2;
+        let (qk, vd, gb) = (s.nk * s.dk, s.nv * s.dv, s.nv);
+        for (lo, hi) in [(0, h), (h, t)] {
+            gated_delta_rule(
+                &mut halves[lo * vd..hi * vd],
+                &mut carried,
+                &q[lo * qk..hi * qk],
+                &k[lo * qk..hi * qk],
+                &v[lo * vd..hi * vd],
+                &g[lo * gb..hi * gb],
+                &beta[lo * gb..hi * gb],
+                s,
+            );
+        }
+        close(&halves, &whole);
+        close(&carried, &state);
+    }
+
+    #[test]
+    fn the_conv_is_causal_and_looks_back_k_minus_one_steps() {
+        // Two channels over 5 steps; channel 0's taps pick the newest input, channel 1's the
+        // oldest in its window (3 steps back, zero before the sequence).
+        let x: Vec<f32> = (1..=10).map(|i| i as f32).collect(); // [5, 2]
+        let w = [0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]; // [2, 4]
+        let mut out = vec![0f32; 10];
+        causal_conv1d_silu(&mut out, &x, &w, 2);
+        for t in 0..5 {
+            close(&[out[2 * t]], &[silu(x[2 * t])]);
+            let back = if t >= 3 {
+                silu(x[2 * (t - 3) + 1])
+            } else {
+                0.0
+            };
+            close(&[out[2 * t + 1]], &[back]);
+        }
+    }
+
+    #[test]
+    fn partial_rope_rotates_only_the_first_channels_and_not_position_zero() {
+        let head: Vec<f32> = (0..8).map(|i| i as f32 + 1.0).collect();
+        let mut x = [head.clone(), head.clone()].concat(); // 2 tokens, 1 head of 8
+        partial_rope(&mut x, 1, 8, &[1.0, 0.5]); // rotary_dim 4
+        close(&x[..8], &head);
+        close(&x[12..], &head[4..]);
+        // token 1: pairs (0, 2) by angle 1, (1, 3) by angle 0.5
+        let (s1, c1) = 1f32.sin_cos();
+        let (s2, c2) = 0.5f32.sin_cos();
+        close(
+            &x[8..12],
+            &[
+                c1 - 3.0 * s1,
+                2.0 * c2 - 4.0 * s2,
+                3.0 * c1 + s1,
+                4.0 * c2 + 2.0 * s2,
+            ],
+        );
+    }
+}
