@@ -154,8 +154,8 @@ fn check_tokens(tokens: &[u32], vocab: usize, context: usize) -> anyhow::Result<
     Ok(())
 }
 
-/// Score with a Qwen3.5 hybrid model on the CPU, the whole sequence in one forward (the model
-/// has no cached path yet, so no chunks: memory grows with the sequence).
+/// Score with a Qwen3.5 hybrid model on the CPU, in chunks with the sequence's state carried
+/// (the model's own contiguous state: it has no paged-cache path yet).
 fn score_hybrid(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
     let path = &args.model.model;
     let config = Qwen3_5Config::from_file(&path.join("config.json"))?;
@@ -164,9 +164,21 @@ fn score_hybrid(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<Position
         .with_context(|| format!("failed to load {}", path.display()))?;
     let c = &config.base;
     check_tokens(tokens, c.vocab_size, c.max_position_embeddings)?;
-    let mut logits = model.forward_sequence(tokens)?;
-    CpuBackend.log_softmax(&mut logits)?;
-    Ok(positions(tokens, 0, &logits.data, c.vocab_size, args.top_k))
+    let mut state = model.new_state();
+    let mut out = Vec::with_capacity(tokens.len());
+    for piece in tokens.chunks(DEFAULT_CHUNK) {
+        let start = state.position;
+        let mut logits = model.forward(&mut state, piece)?;
+        CpuBackend.log_softmax(&mut logits)?;
+        out.extend(positions(
+            tokens,
+            start,
+            &logits.data,
+            c.vocab_size,
+            args.top_k,
+        ));
+    }
+    Ok(out)
 }
 
 #[cfg(feature = "cuda")]

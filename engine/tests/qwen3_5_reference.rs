@@ -1,10 +1,11 @@
 //! Qwen3.5's dense hybrid text model (`Qwen3_5ForCausalLM`: Gated DeltaNet and gated full
 //! attention) on the CPU reference against transformers 5.17 in float32, on the tiny random
-//! checkpoint `tests/fixtures/make_hybrid_fixtures.py` writes. The model runs a whole sequence
-//! from position 0 per call (no cache yet), so the greedy check recomputes the prefix per token.
+//! checkpoint `tests/fixtures/make_hybrid_fixtures.py` writes: a whole sequence in one call,
+//! in chunks with the sequence's state carried between calls, and decoding token by token.
 
 use std::path::PathBuf;
 
+use metrale_engine::backend::cpu::CpuTensor;
 use metrale_engine::backend::{Backend, CpuBackend};
 use metrale_engine::loader::{LoadError, LoadFormat, ModelDir, Weights};
 use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
@@ -50,31 +51,57 @@ fn load() -> (Qwen3_5, Reference) {
 }
 
 /// Log-softmax of each row of `[T, V]` logits.
-fn log_probs(model: &Qwen3_5, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let mut logits = model.forward_sequence(tokens).expect("forward");
+fn rows(model: &Qwen3_5, mut logits: CpuTensor) -> Vec<Vec<f32>> {
     CpuBackend.log_softmax(&mut logits).expect("log_softmax");
     let v = model.config.base.vocab_size;
     logits.data.chunks(v).map(<[f32]>::to_vec).collect()
+}
+
+/// Log-probs of every position: the whole sequence in one call, or (`chunk`) in pieces with
+/// the state carried.
+fn log_probs(model: &Qwen3_5, tokens: &[u32], chunk: Option<usize>) -> Vec<Vec<f32>> {
+    let Some(chunk) = chunk else {
+        return rows(model, model.forward_sequence(tokens).expect("forward"));
+    };
+    let mut state = model.new_state();
+    let mut out = Vec::new();
+    for piece in tokens.chunks(chunk) {
+        out.extend(rows(
+            model,
+            model.forward(&mut state, piece).expect("forward"),
+        ));
+    }
+    assert_eq!(state.position, tokens.len());
+    out
 }
 
 #[test]
 fn every_position_matches_transformers() {
     let (model, reference) = load();
     let mut max_diff = 0f32;
-    for (s, seq) in reference.sequences.iter().enumerate() {
-        let lp = log_probs(&model, &seq.tokens);
+    // Whole, then in odd chunks (some shorter than the conv window) with the state carried.
+    for (s, seq, chunk) in reference
+        .sequences
+        .iter()
+        .enumerate()
+        .flat_map(|(s, seq)| [None, Some(7), Some(2)].map(|c| (s, seq, c)))
+    {
+        let lp = log_probs(&model, &seq.tokens, chunk);
         assert_eq!(lp.len(), seq.tokens.len());
         for (p, want) in seq.next_token_logprobs.iter().enumerate() {
             let got = lp[p][seq.tokens[p + 1] as usize];
             max_diff = max_diff.max((got - want).abs());
             assert!(
                 (got - want).abs() <= TOLERANCE,
-                "seq {s} pos {p}: got {got}, transformers {want}"
+                "seq {s} pos {p} (chunk {chunk:?}): got {got}, transformers {want}"
             );
         }
         for (p, want) in seq.top5.iter().enumerate() {
             let top = top_k_of(&lp[p], 5);
-            assert_eq!(top[0].0, want[0].0, "seq {s} pos {p}: top-1");
+            assert_eq!(
+                top[0].0, want[0].0,
+                "seq {s} pos {p} (chunk {chunk:?}): top-1"
+            );
             for (i, (&(_, got), &(_, want))) in top.iter().zip(want).enumerate() {
                 max_diff = max_diff.max((got - want).abs());
                 assert!(
@@ -87,16 +114,21 @@ fn every_position_matches_transformers() {
     eprintln!("{NAME}: max |log-prob - transformers| = {max_diff:.2e}");
 }
 
+/// Prefill the prompt, then decode one token a call as serving does, the state carried.
 #[test]
 fn greedy_continuation_is_identical() {
     let (model, reference) = load();
     let g = &reference.greedy;
-    let mut tokens = g.prompt.clone();
+    let mut state = model.new_state();
+    let mut input = g.prompt.clone();
+    let mut generated = Vec::new();
     for _ in 0..g.continuation.len() {
-        let lp = log_probs(&model, &tokens);
-        tokens.push(top_k_of(&lp[lp.len() - 1], 1)[0].0);
+        let lp = rows(&model, model.forward(&mut state, &input).expect("forward"));
+        let next = top_k_of(&lp[lp.len() - 1], 1)[0].0;
+        generated.push(next);
+        input = vec![next];
     }
-    assert_eq!(&tokens[g.prompt.len()..], &g.continuation[..]);
+    assert_eq!(generated, g.continuation);
 }
 
 /// The engine (`met serve`) refuses the checkpoint at load with a sentence that says why,

@@ -1,5 +1,7 @@
 //! Qwen3.5 dense hybrid text model (`Qwen3_5ForCausalLM`, transformers 5.17), on the CPU
-//! reference backend, one whole sequence from position 0 per call.
+//! reference backend, one sequence at a time: a whole sequence from position 0
+//! ([`Qwen3_5::forward_sequence`]), or in pieces with its [`SequenceState`] carried between
+//! calls ([`Qwen3_5::forward`]: prefill in chunks, then decode token by token).
 //!
 //! Layers follow `layer_types`: most are Gated DeltaNet linear attention (a causal depthwise
 //! conv, then the gated delta rule recurrence, a gated RMSNorm and an output projection; see
@@ -9,9 +11,10 @@
 //! Qwen3.5's RMSNorms multiply by `1 + w` (stored around zero); `1` is added at load so the
 //! backend's plain `x̂ · w` norm serves. The gated norm of the linear layers multiplies by `w`.
 //!
-//! Not yet here (issue 12): the conv and recurrent state between calls (decode, chunked prefill,
-//! the cache manager's per-sequence state), batching, MoE layers, MTP, and CUDA. The engine
-//! refuses these checkpoints at load (`ModelConfig::check_architecture`).
+//! Not yet here (issue 12): the state in the engine's cache manager (a `SequenceState` is a
+//! plain per-sequence struct, keys and values contiguous, not paged), batching, MoE layers,
+//! MTP, and CUDA. The engine refuses these checkpoints at load
+//! (`ModelConfig::check_architecture`).
 
 use std::path::Path;
 
@@ -271,6 +274,35 @@ impl Qwen3_5 {
 
     /// Logits `[T, V]` for every position of `tokens`, the sequence starting at position 0.
     pub fn forward_sequence(&self, tokens: &[u32]) -> Result<CpuTensor> {
+        self.forward(&mut self.new_state(), tokens)
+    }
+
+    /// The state of a sequence that has seen no tokens.
+    pub fn new_state(&self) -> SequenceState {
+        let s = self.config.linear;
+        let conv_window = (self.config.conv_kernel - 1) * self.config.conv_dim();
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| match l.mixer {
+                Mixer::Linear(_) => LayerState::Linear {
+                    conv: vec![0.0; conv_window],
+                    recurrent: vec![0.0; s.nv * s.dk * s.dv],
+                },
+                Mixer::Full(_) => LayerState::Full {
+                    k: Vec::new(),
+                    v: Vec::new(),
+                },
+            })
+            .collect();
+        SequenceState {
+            position: 0,
+            layers,
+        }
+    }
+
+    /// Logits `[T, V]` for `tokens` at positions `state.position ..`, advancing `state`.
+    pub fn forward(&self, state: &mut SequenceState, tokens: &[u32]) -> Result<CpuTensor> {
         let b = CpuBackend;
         let c = &self.config.base;
         let (t, h, v, i) = (
@@ -290,12 +322,23 @@ impl Qwen3_5 {
         let mut proj = b.zeros(&[t, h])?; // sub-block output [T, H]
         let mut gate_up = b.zeros(&[t, 2 * i])?; // [T, 2·I]
         let mut act = b.zeros(&[t, i])?; // [T, I]
-        for layer in &self.layers {
+        let start = state.position;
+        for (layer, st) in self.layers.iter().zip(&mut state.layers) {
             // xn = norm(x); x += mixer(xn)
             b.rms_norm(&mut xn, &x, &layer.input_norm, eps)?;
-            match &layer.mixer {
-                Mixer::Linear(a) => self.linear_attention(&mut proj, &xn, a)?,
-                Mixer::Full(a) => self.full_attention(&mut proj, &xn, a)?,
+            match (&layer.mixer, st) {
+                (Mixer::Linear(a), LayerState::Linear { conv, recurrent }) => {
+                    self.linear_attention(&mut proj, &xn, a, conv, recurrent)?
+                }
+                (Mixer::Full(a), LayerState::Full { k, v }) => {
+                    self.full_attention(&mut proj, &xn, a, start, k, v)?
+                }
+                _ => {
+                    return Err(crate::backend::BackendError::Shape {
+                        op: "qwen3_5 forward",
+                        message: "the sequence state was made by another model".into(),
+                    });
+                }
             }
             // x += mixer; xn = post_norm(x); x += down(silu(gate) * up)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, eps)?;
@@ -311,11 +354,19 @@ impl Qwen3_5 {
             &xn,
             self.lm_head.as_ref().unwrap_or(&self.embed),
         )?;
+        state.position += t;
         Ok(logits)
     }
 
     /// Gated DeltaNet: `out = out_proj(gated_norm(delta_rule(conv(qkv)), z))`.
-    fn linear_attention(&self, out: &mut CpuTensor, xn: &CpuTensor, a: &LinearAttn) -> Result<()> {
+    fn linear_attention(
+        &self,
+        out: &mut CpuTensor,
+        xn: &CpuTensor,
+        a: &LinearAttn,
+        window: &mut Vec<f32>,
+        state: &mut [f32],
+    ) -> Result<()> {
         let b = CpuBackend;
         let s = self.config.linear;
         let t = xn.rows();
@@ -348,9 +399,14 @@ impl Qwen3_5 {
                     .map(|((x, d), na)| na * softplus(x + d))
             })
             .collect();
-        // conv = silu(causal depthwise conv(qkv))  [T, C], then split into q, k, v
-        let mut conv = vec![0f32; t * cd];
-        hybrid::causal_conv1d_silu(&mut conv, &qkv, &a.conv, cd);
+        // conv = silu(causal depthwise conv(window | qkv))  [K−1 + T, C], whose first K−1 rows
+        // (the window's own outputs) are dropped; the window becomes the last K−1 inputs.
+        let kept = window.len();
+        window.extend_from_slice(&qkv);
+        let mut conv = vec![0f32; window.len()];
+        hybrid::causal_conv1d_silu(&mut conv, window, &a.conv, cd);
+        conv.drain(..kept);
+        window.drain(..window.len() - kept);
         let kd = s.nk * s.dk;
         let split = |lo: usize, n: usize| -> Vec<f32> {
             conv.chunks(cd)
@@ -360,8 +416,7 @@ impl Qwen3_5 {
         let (q, k, v) = (split(0, kd), split(kd, kd), split(2 * kd, vd));
         // core = gated delta rule over the sequence  [T, nv, dv]
         let mut core = vec![0f32; t * vd];
-        let mut state = vec![0f32; s.nv * s.dk * s.dv]; // [nv, dk, dv], from zero
-        hybrid::gated_delta_rule(&mut core, &mut state, &q, &k, &v, &g, &beta, s);
+        hybrid::gated_delta_rule(&mut core, state, &q, &k, &v, &g, &beta, s);
         // normed = rmsnorm(core) · w · silu(z); out = normed · out_projᵀ
         let mut normed = b.zeros(&[t, vd])?;
         hybrid::gated_rms_norm(
@@ -375,7 +430,15 @@ impl Qwen3_5 {
     }
 
     /// Gated attention: `out = o_proj(attn(rope(norm(q)), rope(norm(k)), v) · sigmoid(gate))`.
-    fn full_attention(&self, out: &mut CpuTensor, xn: &CpuTensor, a: &FullAttn) -> Result<()> {
+    fn full_attention(
+        &self,
+        out: &mut CpuTensor,
+        xn: &CpuTensor,
+        a: &FullAttn,
+        start: usize,
+        k_cache: &mut Vec<f32>,
+        v_cache: &mut Vec<f32>,
+    ) -> Result<()> {
         let b = CpuBackend;
         let c = &self.config.base;
         let (t, hd, nh, nkv) = (
@@ -407,18 +470,41 @@ impl Qwen3_5 {
         let mut kn = b.zeros(&[t * nkv, hd])?;
         b.rms_norm(&mut qn, &q, &a.q_norm, c.rms_norm_eps)?;
         b.rms_norm(&mut kn, &k, &a.k_norm, c.rms_norm_eps)?;
-        hybrid::partial_rope(&mut qn.data, nh, hd, &self.inv_freq);
-        hybrid::partial_rope(&mut kn.data, nkv, hd, &self.inv_freq);
+        hybrid::partial_rope(&mut qn.data, start, nh, hd, &self.inv_freq);
+        hybrid::partial_rope(&mut kn.data, start, nkv, hd, &self.inv_freq);
+        // Keys and values of all positions so far  [start + T, nkv·hd]
+        k_cache.extend_from_slice(&kn.data);
+        v_cache.extend_from_slice(&v);
         // attn = causal softmax(q kᵀ / √hd) v, gated by sigmoid(gate)  [T, nh·hd]
         let mut attn = b.zeros(&[t, nh * hd])?;
         let scale = 1.0 / (hd as f32).sqrt();
-        hybrid::causal_attention(&mut attn.data, &qn.data, &kn.data, &v, (nh, nkv, hd), scale);
+        let heads = (nh, nkv, hd);
+        hybrid::causal_attention(&mut attn.data, &qn.data, k_cache, v_cache, heads, scale);
         attn.data
             .iter_mut()
             .zip(&gate)
             .for_each(|(o, g)| *o *= 1.0 / (1.0 + (-g).exp()));
         b.matmul(out, &attn, &a.o)
     }
+}
+
+/// One sequence's state between [`Qwen3_5::forward`] calls: what the engine's cache manager
+/// will hold per running sequence.
+pub struct SequenceState {
+    /// Tokens seen so far (the next token's position).
+    pub position: usize,
+    layers: Vec<LayerState>,
+}
+
+enum LayerState {
+    Linear {
+        conv: Vec<f32>,      // the last K−1 conv inputs [K−1, C]
+        recurrent: Vec<f32>, // [nv, dk, dv]
+    },
+    Full {
+        k: Vec<f32>, // [position, nkv·hd], normed and rotated
+        v: Vec<f32>, // [position, nkv·hd]
+    },
 }
 
 /// `log(1 + eˣ)`, linear above 20 as torch's `softplus` is.

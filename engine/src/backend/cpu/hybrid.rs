@@ -6,10 +6,12 @@
 //!   with L2-normalised q and k, read out as `o_t = S_tᵀ q_t / √d_k`.
 //! - [`gated_rms_norm`]: RMSNorm of each head's output, times `w`, times `silu(z)`.
 //! - [`partial_rope`]: rotary embedding on the first `rotary_dim` channels of each head only.
-//! - [`causal_attention`]: softmax attention of a whole sequence over itself (GQA).
+//! - [`causal_attention`]: softmax attention of a sequence's new tokens over all of its tokens
+//!   (GQA), keys and values contiguous.
 //!
-//! No cache: the conv window and the recurrent state start at zero and live only within a
-//! call. Keeping them per sequence between calls is the cache manager's work still to come.
+//! The state between calls (the conv window, the recurrent state, keys and values) is the
+//! caller's (`models/qwen3_5.rs`'s `SequenceState`); keeping it in the engine's cache manager
+//! is the work still to come.
 
 use rayon::prelude::*;
 
@@ -143,17 +145,17 @@ pub fn gated_rms_norm(out: &mut [f32], x: &[f32], z: &[f32], w: &[f32], eps: f32
         });
 }
 
-/// Rotate, for each token `t` (at position `t`) and each head of `x` `[T, heads · head_dim]`,
+/// Rotate, for each token `t` (at position `start + t`) and each head of `x` `[T, heads · head_dim]`,
 /// the first `rotary_dim = 2 · inv_freq.len()` channels by neox halves (channel `i` pairs with
 /// `i + rotary_dim / 2`); the other channels pass through unchanged.
-pub fn partial_rope(x: &mut [f32], heads: usize, head_dim: usize, inv_freq: &[f32]) {
+pub fn partial_rope(x: &mut [f32], start: usize, heads: usize, head_dim: usize, inv_freq: &[f32]) {
     let half = inv_freq.len();
     x.par_chunks_mut(heads * head_dim)
         .enumerate()
         .for_each(|(t, row)| {
             for head in row.chunks_mut(head_dim) {
                 for (i, &f) in inv_freq.iter().enumerate() {
-                    let (sin, cos) = (t as f32 * f).sin_cos();
+                    let (sin, cos) = ((start + t) as f32 * f).sin_cos();
                     let (a, b) = (head[i], head[i + half]);
                     head[i] = a * cos - b * sin;
                     head[i + half] = b * cos + a * sin;
@@ -162,8 +164,9 @@ pub fn partial_rope(x: &mut [f32], heads: usize, head_dim: usize, inv_freq: &[f3
         });
 }
 
-/// Causal softmax attention of one sequence: `q` `[T, nh, hd]`, `k`, `v` `[T, nkv, hd]`,
-/// `out` `[T, nh, hd]`; head `h` reads kv head `h / (nh / nkv)`.
+/// Causal softmax attention of one sequence: `q` `[T, nh, hd]` for positions `P − T .. P`,
+/// `k`, `v` `[P, nkv, hd]` for all positions so far, `out` `[T, nh, hd]`; head `h` reads kv
+/// head `h / (nh / nkv)`.
 pub fn causal_attention(
     out: &mut [f32],
     q: &[f32],
@@ -174,13 +177,15 @@ pub fn causal_attention(
 ) {
     let (nh, nkv, hd) = heads;
     let group = nh / nkv;
+    let past = k.len() / (nkv * hd) - out.len() / (nh * hd);
     out.par_chunks_mut(nh * hd)
         .enumerate()
         .for_each(|(t, o_row)| {
+            let t = past + t;
             let mut p = vec![0f32; t + 1];
             for h in 0..nh {
                 let kvh = h / group;
-                let qh = &q[(t * nh + h) * hd..][..hd];
+                let qh = &q[((t - past) * nh + h) * hd..][..hd];
                 for (s, p) in p.iter_mut().enumerate() {
                     let ks = &k[(s * nkv + kvh) * hd..][..hd];
                     *p = qh.iter().zip(ks).map(|(a, b)| a * b).sum::<f32>() * scale;
@@ -314,7 +319,10 @@ mod tests {
     fn partial_rope_rotates_only_the_first_channels_and_not_position_zero() {
         let head: Vec<f32> = (0..8).map(|i| i as f32 + 1.0).collect();
         let mut x = [head.clone(), head.clone()].concat(); // 2 tokens, 1 head of 8
-        partial_rope(&mut x, 1, 8, &[1.0, 0.5]); // rotary_dim 4
+        partial_rope(&mut x, 0, 1, 8, &[1.0, 0.5]); // rotary_dim 4
+        let mut later = head.clone();
+        partial_rope(&mut later, 1, 1, 8, &[1.0, 0.5]); // the same token one position on
+        close(&later, &x[8..]);
         close(&x[..8], &head);
         close(&x[12..], &head[4..]);
         // token 1: pairs (0, 2) by angle 1, (1, 3) by angle 0.5
