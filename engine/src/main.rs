@@ -6,10 +6,11 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Parser;
 use metrale_engine::backend::{Backend, CpuBackend};
-use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
+use metrale_engine::loader::{LoadError, LoadFormat, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
-use metrale_engine::score::{DEFAULT_CHUNK, PositionScore, score};
+use metrale_engine::models::qwen3_5::{self, Qwen3_5, Qwen3_5Config};
+use metrale_engine::score::{DEFAULT_CHUNK, PositionScore, positions, score};
 
 mod cli;
 mod hub_progress;
@@ -135,20 +136,49 @@ fn score_on<B: Backend>(
     tokens: &[u32],
 ) -> anyhow::Result<Vec<PositionScore>> {
     let model = load_model(backend, &args.model)?;
-    if let Some(bad) = tokens.iter().find(|&&t| t as usize >= model.vocab_size()) {
-        bail!(
-            "token id {bad} is outside the model's vocabulary (0..{})",
-            model.vocab_size()
-        );
-    }
-    if tokens.len() > model.max_position_embeddings() {
-        bail!(
-            "{} tokens exceed the model's context of {} positions",
-            tokens.len(),
-            model.max_position_embeddings()
-        );
-    }
+    check_tokens(tokens, model.vocab_size(), model.max_position_embeddings())?;
     Ok(score(backend, &model, tokens, args.top_k, DEFAULT_CHUNK)?)
+}
+
+/// Check `tokens` against a model's vocabulary and context.
+fn check_tokens(tokens: &[u32], vocab: usize, context: usize) -> anyhow::Result<()> {
+    if let Some(bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+        bail!("token id {bad} is outside the model's vocabulary (0..{vocab})");
+    }
+    if tokens.len() > context {
+        bail!(
+            "{} tokens exceed the model's context of {context} positions",
+            tokens.len()
+        );
+    }
+    Ok(())
+}
+
+/// Score with a Qwen3.5 hybrid model on the CPU, in chunks with the sequence's state carried
+/// (the model's own contiguous state: it has no paged-cache path yet).
+fn score_hybrid(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
+    let path = &args.model.model;
+    let config = Qwen3_5Config::from_file(&path.join("config.json"))?;
+    let weights = Weights::open(path, load_format(args.model.load_format))?;
+    let model = Qwen3_5::load(&config, &weights)
+        .with_context(|| format!("failed to load {}", path.display()))?;
+    let c = &config.base;
+    check_tokens(tokens, c.vocab_size, c.max_position_embeddings)?;
+    let mut state = model.new_state();
+    let mut out = Vec::with_capacity(tokens.len());
+    for piece in tokens.chunks(DEFAULT_CHUNK) {
+        let start = state.position;
+        let mut logits = model.forward(&mut state, piece)?;
+        CpuBackend.log_softmax(&mut logits)?;
+        out.extend(positions(
+            tokens,
+            start,
+            &logits.data,
+            c.vocab_size,
+            args.top_k,
+        ));
+    }
+    Ok(out)
 }
 
 #[cfg(feature = "cuda")]
@@ -183,7 +213,15 @@ fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
         bail!("no tokens to score: pass --tokens 1,2,3 or --tokens-file FILE");
     }
     let positions = match args.model.device {
-        Device::Cpu => score_on(&CpuBackend, &args, &tokens)?,
+        // The engine refuses Qwen3.5 hybrid checkpoints; scoring one on the CPU needs no cache.
+        Device::Cpu => match ModelDir::open(&args.model.model)?.config() {
+            Err(LoadError::HybridNotServed { architecture, .. })
+                if architecture == qwen3_5::ARCHITECTURE =>
+            {
+                score_hybrid(&args, &tokens)?
+            }
+            _ => score_on(&CpuBackend, &args, &tokens)?,
+        },
         Device::Cuda => score_on_cuda(&args, &tokens)?,
     };
     let total: f64 = positions

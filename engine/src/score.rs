@@ -51,18 +51,33 @@ pub fn score<B: Backend, M: Model<B>>(
         let mut logits = model.forward(backend, &host, &batch, &mut kv)?;
         backend.log_softmax(&mut logits)?;
         let lp = backend.to_host(&logits)?;
-        let vocab = model.vocab_size();
-        for (r, row) in lp.chunks(vocab).enumerate() {
+        out.extend(positions(tokens, start, &lp, model.vocab_size(), top_k));
+    }
+    Ok(out)
+}
+
+/// The scores of positions `start..` of `tokens` from their log-probabilities `lp`
+/// (`[rows, vocab]`, one row a position). Models without a cached path yet (Qwen3.5 hybrid,
+/// whole sequence at once) score through this directly.
+pub fn positions(
+    tokens: &[u32],
+    start: usize,
+    lp: &[f32],
+    vocab: usize,
+    top_k: usize,
+) -> Vec<PositionScore> {
+    lp.chunks(vocab)
+        .enumerate()
+        .map(|(r, row)| {
             let p = start + r;
             let next = tokens.get(p + 1).copied();
-            out.push(PositionScore {
+            PositionScore {
                 position: p,
                 token: tokens[p],
                 next_token: next,
                 logprob: next.and_then(|t| row.get(t as usize).copied()),
                 top: top_k_of(row, top_k),
-            });
-        }
-    }
-    Ok(out)
+            }
+        })
+        .collect()
 }

@@ -21,8 +21,14 @@ fn met(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn score_prints_transformers_logprobs_as_json() {
-    // Dense, MoE (fused experts) and FP8 (dequantized at load) checkpoints.
-    for name in ["qwen3-mha-untied", "qwen3-moe-step2", "qwen3-moe-fp8"] {
+    // Dense, MoE (fused experts), FP8 (dequantized at load) and Qwen3.5 hybrid (whole
+    // sequence, no cache) checkpoints.
+    for name in [
+        "qwen3-mha-untied",
+        "qwen3-moe-step2",
+        "qwen3-moe-fp8",
+        "qwen3_5-hybrid-dense",
+    ] {
         score_matches_transformers(name);
     }
 }

@@ -16,6 +16,15 @@ use super::fp8::Fp8Config;
 /// The architectures this engine runs, as `config.json` names them.
 pub const ARCHITECTURES: [&str; 2] = ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM"];
 
+/// Qwen3.5's hybrid (Gated DeltaNet) architectures, refused at load with their own sentence
+/// until the engine serves them (`models/qwen3_5.rs` runs the dense one on the CPU).
+pub const HYBRID_ARCHITECTURES: [&str; 4] = [
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+];
+
 /// The Qwen3 configuration, dense (`Qwen3ForCausalLM`) or mixture-of-experts
 /// (`Qwen3MoeForCausalLM`, with `moe`).
 #[derive(Debug, Clone, PartialEq)]
@@ -213,6 +222,8 @@ impl ModelConfig {
     pub fn check_architecture(&self) -> Result<(), LoadError> {
         if ARCHITECTURES.contains(&self.architecture.as_str()) {
             Ok(())
+        } else if HYBRID_ARCHITECTURES.contains(&self.architecture.as_str()) {
+            Err(hybrid_not_served(self.architecture.clone()))
         } else {
             Err(LoadError::UnsupportedArchitecture(
                 self.architecture.clone(),
@@ -236,6 +247,34 @@ impl ModelConfig {
         let embed = self.vocab_size * h;
         let head = if self.tie_word_embeddings { 0 } else { embed };
         embed + head + layers + h
+    }
+}
+
+/// `architectures[0]` of the config at `path`, if it can be read at all.
+pub(crate) fn architecture_of(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v.get("architectures")?.get(0)?.as_str().map(str::to_string)
+}
+
+/// The refusal of a Qwen3.5 hybrid checkpoint by the engine, saying what does run.
+pub(crate) fn hybrid_not_served(architecture: String) -> LoadError {
+    let serving = "serving needs its per-sequence recurrent state in the KV cache manager, \
+                   which is not written yet";
+    let detail = if architecture == "Qwen3_5ForCausalLM" {
+        format!(
+            "{architecture} runs only on the CPU, a whole sequence at a time (`met score \
+             --device cpu` scores it); {serving}"
+        )
+    } else {
+        format!(
+            "{architecture} is not implemented yet (the dense text model, Qwen3_5ForCausalLM, \
+             runs on the CPU through `met score --device cpu`); {serving}"
+        )
+    };
+    LoadError::HybridNotServed {
+        architecture,
+        detail,
     }
 }
 

@@ -51,6 +51,13 @@ pub enum LoadError {
         "unsupported architecture {0:?}: this engine runs Qwen3ForCausalLM and Qwen3MoeForCausalLM"
     )]
     UnsupportedArchitecture(String),
+    /// A Qwen3.5 hybrid checkpoint: the dense one runs on the CPU (`models/qwen3_5.rs`, through
+    /// `met score`) but the engine has no place for its recurrent state yet.
+    #[error("Qwen3.5 hybrid models are not yet served: {detail}")]
+    HybridNotServed {
+        architecture: String,
+        detail: String,
+    },
     /// The checkpoint is valid but the chosen device cannot run it.
     #[error("{0}")]
     UnsupportedOnDevice(String),
@@ -152,7 +159,15 @@ impl ModelDir {
     }
 
     pub fn config(&self) -> Result<ModelConfig, LoadError> {
-        let cfg = ModelConfig::from_file(&self.root.join("config.json"))?;
+        let path = self.root.join("config.json");
+        // A hybrid architecture is named as such even where its config is not Qwen3's shape
+        // (`*ForConditionalGeneration` nests the text model under `text_config`).
+        if let Some(arch) = config::architecture_of(&path)
+            && config::HYBRID_ARCHITECTURES.contains(&arch.as_str())
+        {
+            return Err(config::hybrid_not_served(arch));
+        }
+        let cfg = ModelConfig::from_file(&path)?;
         cfg.check_architecture()?;
         Ok(cfg)
     }

@@ -3,6 +3,7 @@
 //! asked for them.
 
 pub mod qwen3;
+pub mod qwen3_5;
 pub mod qwen3_moe;
 
 use crate::backend::{Backend, BatchInputs, Feature, Result};

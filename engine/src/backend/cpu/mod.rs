@@ -2,6 +2,7 @@
 //! pays, GEMMs through the `gemm` crate. Every CUDA op is checked against these.
 
 mod attention;
+pub mod hybrid;
 mod matmul;
 mod moe;
 mod norm;

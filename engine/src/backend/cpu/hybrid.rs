@@ -1,0 +1,341 @@
+//! The CPU ops of Qwen3.5's hybrid layers (`models/qwen3_5.rs`), plain f32 Rust written from
+//! the math transformers 5.17 runs (`modeling_qwen3_5.py`), for one sequence from position 0:
+//!
+//! - [`causal_conv1d_silu`]: Gated DeltaNet's causal depthwise convolution over time, then SiLU.
+//! - [`gated_delta_rule`]: the recurrence `S_t = S_{t-1}·exp(g_t)·(I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ`
+//!   with L2-normalised q and k, read out as `o_t = S_tᵀ q_t / √d_k`.
+//! - [`gated_rms_norm`]: RMSNorm of each head's output, times `w`, times `silu(z)`.
+//! - [`partial_rope`]: rotary embedding on the first `rotary_dim` channels of each head only.
+//! - [`causal_attention`]: softmax attention of a sequence's new tokens over all of its tokens
+//!   (GQA), keys and values contiguous.
+//!
+//! The state between calls (the conv window, the recurrent state, keys and values) is the
+//! caller's (`models/qwen3_5.rs`'s `SequenceState`); keeping it in the engine's cache manager
+//! is the work still to come.
+
+use rayon::prelude::*;
+
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// `out[t, c] = silu(Σ_j w[c, j] · x[t − (K−1) + j, c])` with `x` zero before the sequence:
+/// `x`, `out` `[T, C]`, `w` `[C, K]` (the checkpoint's `conv1d.weight` `[C, 1, K]`).
+pub fn causal_conv1d_silu(out: &mut [f32], x: &[f32], w: &[f32], channels: usize) {
+    let k = w.len() / channels;
+    out.par_chunks_mut(channels).enumerate().for_each(|(t, o)| {
+        for (c, o) in o.iter_mut().enumerate() {
+            let taps = &w[c * k..(c + 1) * k];
+            let mut acc = 0f32;
+            for (j, &wj) in taps.iter().enumerate() {
+                // tap j looks back K−1−j steps
+                if let Some(src) = (t + j).checked_sub(k - 1) {
+                    acc += wj * x[src * channels + c];
+                }
+            }
+            *o = silu(acc);
+        }
+    });
+}
+
+/// `x / sqrt(Σx² + eps)` in place (transformers' `l2norm`, eps 1e-6).
+fn l2_normalize(x: &mut [f32]) {
+    let inv = 1.0 / (x.iter().map(|v| v * v).sum::<f32>() + 1e-6).sqrt();
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// Shapes of one Gated DeltaNet layer's heads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeltaHeads {
+    /// Key (and query) heads; value head `h` reads key head `h / (nv / nk)`.
+    pub nk: usize,
+    pub dk: usize,
+    pub nv: usize,
+    pub dv: usize,
+}
+
+/// The gated delta rule over a sequence, value head by value head (in parallel).
+///
+/// `q`, `k` `[T, nk, dk]` (normalised here), `v` `[T, nv, dv]`, `g` (log decay) and `beta`
+/// `[T, nv]`; writes `out` `[T, nv, dv]` and leaves each head's final state in `state`
+/// `[nv, dk, dv]` (which it starts from). Per token, with `S` a head's `[dk, dv]` state:
+///
+/// ```text
+/// S     = exp(g_t) · S                 decay
+/// δ     = β_t · (v_t − Sᵀ k_t)         the delta: what the state mispredicts for k_t
+/// S     = S + k_t δᵀ                   write (together: S·(I − β k kᵀ)-style update)
+/// o_t   = Sᵀ q_t / √dk                 read
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn gated_delta_rule(
+    out: &mut [f32],
+    state: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    beta: &[f32],
+    s: DeltaHeads,
+) {
+    let t_len = g.len() / s.nv;
+    let group = s.nv / s.nk;
+    let scale = 1.0 / (s.dk as f32).sqrt();
+    // Normalised q (scaled) and k, per token and key head.
+    let mut qn = q.to_vec();
+    let mut kn = k.to_vec();
+    qn.par_chunks_mut(s.dk).for_each(|h| {
+        l2_normalize(h);
+        h.iter_mut().for_each(|x| *x *= scale);
+    });
+    kn.par_chunks_mut(s.dk).for_each(l2_normalize);
+
+    // Each value head is independent: run them in parallel, gathering `[T, dv]` per head.
+    let per_head: Vec<Vec<f32>> = state
+        .par_chunks_mut(s.dk * s.dv)
+        .enumerate()
+        .map(|(h, st)| {
+            let kh = h / group;
+            let mut o = vec![0f32; t_len * s.dv];
+            let mut delta = vec![0f32; s.dv];
+            for t in 0..t_len {
+                let qt = &qn[(t * s.nk + kh) * s.dk..][..s.dk];
+                let kt = &kn[(t * s.nk + kh) * s.dk..][..s.dk];
+                let vt = &v[(t * s.nv + h) * s.dv..][..s.dv];
+                let decay = g[t * s.nv + h].exp();
+                let b = beta[t * s.nv + h];
+                st.iter_mut().for_each(|x| *x *= decay);
+                // δ = β (v − Sᵀ k)
+                delta.copy_from_slice(vt);
+                for (i, &ki) in kt.iter().enumerate() {
+                    let row = &st[i * s.dv..][..s.dv];
+                    delta.iter_mut().zip(row).for_each(|(d, &r)| *d -= ki * r);
+                }
+                delta.iter_mut().for_each(|d| *d *= b);
+                // S += k δᵀ; o = Sᵀ q
+                let ot = &mut o[t * s.dv..][..s.dv];
+                for (i, (&ki, &qi)) in kt.iter().zip(qt).enumerate() {
+                    let row = &mut st[i * s.dv..][..s.dv];
+                    for ((r, &d), o) in row.iter_mut().zip(&delta).zip(ot.iter_mut()) {
+                        *r += ki * d;
+                        *o += qi * *r;
+                    }
+                }
+            }
+            o
+        })
+        .collect();
+    for (h, o) in per_head.iter().enumerate() {
+        for t in 0..t_len {
+            out[(t * s.nv + h) * s.dv..][..s.dv].copy_from_slice(&o[t * s.dv..][..s.dv]);
+        }
+    }
+}
+
+/// `out = x / rms(x) · w · silu(z)` over rows of `w.len()` (one head's output each).
+pub fn gated_rms_norm(out: &mut [f32], x: &[f32], z: &[f32], w: &[f32], eps: f32) {
+    let d = w.len();
+    out.par_chunks_mut(d)
+        .zip(x.par_chunks(d).zip(z.par_chunks(d)))
+        .for_each(|(o, (x, z))| {
+            let ms = x.iter().map(|v| v * v).sum::<f32>() / d as f32;
+            let inv = 1.0 / (ms + eps).sqrt();
+            for (((o, &x), &z), &w) in o.iter_mut().zip(x).zip(z).zip(w) {
+                *o = w * (x * inv) * silu(z);
+            }
+        });
+}
+
+/// Rotate, for each token `t` (at position `start + t`) and each head of `x` `[T, heads · head_dim]`,
+/// the first `rotary_dim = 2 · inv_freq.len()` channels by neox halves (channel `i` pairs with
+/// `i + rotary_dim / 2`); the other channels pass through unchanged.
+pub fn partial_rope(x: &mut [f32], start: usize, heads: usize, head_dim: usize, inv_freq: &[f32]) {
+    let half = inv_freq.len();
+    x.par_chunks_mut(heads * head_dim)
+        .enumerate()
+        .for_each(|(t, row)| {
+            for head in row.chunks_mut(head_dim) {
+                for (i, &f) in inv_freq.iter().enumerate() {
+                    let (sin, cos) = ((start + t) as f32 * f).sin_cos();
+                    let (a, b) = (head[i], head[i + half]);
+                    head[i] = a * cos - b * sin;
+                    head[i + half] = b * cos + a * sin;
+                }
+            }
+        });
+}
+
+/// Causal softmax attention of one sequence: `q` `[T, nh, hd]` for positions `P − T .. P`,
+/// `k`, `v` `[P, nkv, hd]` for all positions so far, `out` `[T, nh, hd]`; head `h` reads kv
+/// head `h / (nh / nkv)`.
+pub fn causal_attention(
+    out: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    heads: (usize, usize, usize),
+    scale: f32,
+) {
+    let (nh, nkv, hd) = heads;
+    let group = nh / nkv;
+    let past = k.len() / (nkv * hd) - out.len() / (nh * hd);
+    out.par_chunks_mut(nh * hd)
+        .enumerate()
+        .for_each(|(t, o_row)| {
+            let t = past + t;
+            let mut p = vec![0f32; t + 1];
+            for h in 0..nh {
+                let kvh = h / group;
+                let qh = &q[((t - past) * nh + h) * hd..][..hd];
+                for (s, p) in p.iter_mut().enumerate() {
+                    let ks = &k[(s * nkv + kvh) * hd..][..hd];
+                    *p = qh.iter().zip(ks).map(|(a, b)| a * b).sum::<f32>() * scale;
+                }
+                let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0f32;
+                p.iter_mut().for_each(|x| {
+                    *x = (*x - max).exp();
+                    sum += *x;
+                });
+                let oh = &mut o_row[h * hd..][..hd];
+                oh.fill(0.0);
+                for (s, &w) in p.iter().enumerate() {
+                    let vs = &v[(s * nkv + kvh) * hd..][..hd];
+                    oh.iter_mut().zip(vs).for_each(|(o, &x)| *o += w / sum * x);
+                }
+            }
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: DeltaHeads = DeltaHeads {
+        nk: 1,
+        dk: 4,
+        nv: 1,
+        dv: 3,
+    };
+
+    /// Run the rule over `k`, `v` (one head), reading with each token's own key.
+    fn read_back(k: &[f32], v: &[f32], g: &[f32], beta: &[f32]) -> Vec<f32> {
+        let mut out = vec![0f32; v.len()];
+        let mut state = vec![0f32; ONE.dk * ONE.dv];
+        gated_delta_rule(&mut out, &mut state, k, k, v, g, beta, ONE);
+        out
+    }
+
+    fn close(got: &[f32], want: &[f32]) {
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-5, "got {got:?}, want {want:?}");
+        }
+    }
+
+    /// What makes it a delta rule: writing a second value under the same key replaces the
+    /// first (plain linear attention would return their sum), and a decay of e^g scales
+    /// what was stored.
+    #[test]
+    fn a_key_written_twice_reads_the_last_value_and_decay_scales_it() {
+        let k = [1.0, 2.0, 0.0, 2.0, 1.0, 2.0, 0.0, 2.0, 1.0, 2.0, 0.0, 2.0]; // one key, 3 times
+        let v = [1.0, -2.0, 3.0, 4.0, 5.0, -6.0, 0.0, 0.0, 0.0];
+        let s = 1.0 / 2.0; // 1/√dk
+        let half = 0.5f32.ln();
+        // token 0 writes v0; token 1 overwrites with v1 (β = 1); token 2 only decays (β = 0)
+        let out = read_back(&k, &v, &[0.0, 0.0, half], &[1.0, 1.0, 0.0]);
+        close(&out[..3], &[s, -2.0 * s, 3.0 * s]);
+        close(&out[3..6], &[4.0 * s, 5.0 * s, -6.0 * s]);
+        close(&out[6..], &[2.0 * s, 2.5 * s, -3.0 * s]);
+    }
+
+    /// The state a call leaves is where the next call starts: two halves give the whole.
+    #[test]
+    fn carrying_the_state_across_calls_equals_one_call() {
+        let s = DeltaHeads {
+            nk: 2,
+            dk: 4,
+            nv: 4,
+            dv: 3,
+        };
+        let t = 6;
+        let mut seed = 7u32;
+        let mut rand = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+                })
+                .collect()
+        };
+        let (q, k, v) = (
+            rand(t * s.nk * s.dk),
+            rand(t * s.nk * s.dk),
+            rand(t * s.nv * s.dv),
+        );
+        let g: Vec<f32> = rand(t * s.nv).iter().map(|x| -x.abs()).collect();
+        let beta: Vec<f32> = rand(t * s.nv).iter().map(|x| x + 0.5).collect();
+        let mut whole = vec![0f32; t * s.nv * s.dv];
+        let mut state = vec![0f32; s.nv * s.dk * s.dv];
+        gated_delta_rule(&mut whole, &mut state, &q, &k, &v, &g, &beta, s);
+        let mut halves = vec![0f32; t * s.nv * s.dv];
+        let mut carried = vec![0f32; s.nv * s.dk * s.dv];
+        let h = t / 2;
+        let (qk, vd, gb) = (s.nk * s.dk, s.nv * s.dv, s.nv);
+        for (lo, hi) in [(0, h), (h, t)] {
+            gated_delta_rule(
+                &mut halves[lo * vd..hi * vd],
+                &mut carried,
+                &q[lo * qk..hi * qk],
+                &k[lo * qk..hi * qk],
+                &v[lo * vd..hi * vd],
+                &g[lo * gb..hi * gb],
+                &beta[lo * gb..hi * gb],
+                s,
+            );
+        }
+        close(&halves, &whole);
+        close(&carried, &state);
+    }
+
+    #[test]
+    fn the_conv_is_causal_and_looks_back_k_minus_one_steps() {
+        // Two channels over 5 steps; channel 0's taps pick the newest input, channel 1's the
+        // oldest in its window (3 steps back, zero before the sequence).
+        let x: Vec<f32> = (1..=10).map(|i| i as f32).collect(); // [5, 2]
+        let w = [0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]; // [2, 4]
+        let mut out = vec![0f32; 10];
+        causal_conv1d_silu(&mut out, &x, &w, 2);
+        for t in 0..5 {
+            close(&[out[2 * t]], &[silu(x[2 * t])]);
+            let back = if t >= 3 {
+                silu(x[2 * (t - 3) + 1])
+            } else {
+                0.0
+            };
+            close(&[out[2 * t + 1]], &[back]);
+        }
+    }
+
+    #[test]
+    fn partial_rope_rotates_only_the_first_channels_and_not_position_zero() {
+        let head: Vec<f32> = (0..8).map(|i| i as f32 + 1.0).collect();
+        let mut x = [head.clone(), head.clone()].concat(); // 2 tokens, 1 head of 8
+        partial_rope(&mut x, 0, 1, 8, &[1.0, 0.5]); // rotary_dim 4
+        let mut later = head.clone();
+        partial_rope(&mut later, 1, 1, 8, &[1.0, 0.5]); // the same token one position on
+        close(&later, &x[8..]);
+        close(&x[..8], &head);
+        close(&x[12..], &head[4..]);
+        // token 1: pairs (0, 2) by angle 1, (1, 3) by angle 0.5
+        let (s1, c1) = 1f32.sin_cos();
+        let (s2, c2) = 0.5f32.sin_cos();
+        close(
+            &x[8..12],
+            &[
+                c1 - 3.0 * s1,
+                2.0 * c2 - 4.0 * s2,
+                3.0 * c1 + s1,
+                4.0 * c2 + 2.0 * s2,
+            ],
+        );
+    }
+}
