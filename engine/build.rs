@@ -1,6 +1,7 @@
 //! Stamps the binary with the git commit it was built from, for `GET /version` and benchmark
 //! records: `MET_GIT_COMMIT` (40 hex digits, or `unknown` outside a git checkout) and
-//! `MET_GIT_DIRTY` (`true` when tracked files differed from that commit at build time).
+//! `MET_GIT_DIRTY` (`true` when tracked files differed from that commit at build time), and
+//! `MET_VERSION_LONG`, what `met --version` prints after the name (`0.1.0 (git 9561bc7)`).
 //! `METRALE_GIT_COMMIT` in the build's environment overrides both (container builds copy the
 //! sources without `.git`).
 
@@ -19,6 +20,7 @@ fn main() {
     if let Ok(commit) = std::env::var("METRALE_GIT_COMMIT") {
         println!("cargo:rustc-env=MET_GIT_COMMIT={commit}");
         println!("cargo:rustc-env=MET_GIT_DIRTY=false");
+        long_version(&commit, false);
         return;
     }
     let commit = git(&["rev-parse", "HEAD"]).filter(|c| c.len() == 40);
@@ -56,4 +58,17 @@ fn main() {
         commit.as_deref().unwrap_or("unknown")
     );
     println!("cargo:rustc-env=MET_GIT_DIRTY={dirty}");
+    long_version(commit.as_deref().unwrap_or("unknown"), dirty);
+}
+
+/// `0.1.0 (git 9561bc7)`, `0.1.0 (git 9561bc7, modified)` or `0.1.0` outside a checkout.
+fn long_version(commit: &str, dirty: bool) {
+    let version = std::env::var("CARGO_PKG_VERSION").unwrap_or_default();
+    let short: String = commit.chars().take(7).collect();
+    let long = match (commit, dirty) {
+        ("unknown", _) => version,
+        (_, false) => format!("{version} (git {short})"),
+        (_, true) => format!("{version} (git {short}, modified)"),
+    };
+    println!("cargo:rustc-env=MET_VERSION_LONG={long}");
 }

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(
     name = "met",
-    version,
+    version = env!("MET_VERSION_LONG"),
     about = "Metrale inference engine",
     propagate_version = true
 )]

@@ -135,3 +135,21 @@ fn device_cuda_without_a_gpu_says_why() {
     };
     assert!(stderr.contains(want), "{stderr}");
 }
+
+#[test]
+fn version_names_the_commit_it_was_built_from() {
+    let (code, out, _) = met(&["--version"]);
+    assert_eq!(code, 0);
+    let rest = out
+        .trim_end()
+        .strip_prefix(&format!("met {}", env!("CARGO_PKG_VERSION")))
+        .unwrap_or_else(|| panic!("{out:?}"));
+    // Outside a git checkout the version stands alone; inside, the short commit follows.
+    if let Some(git) = rest.strip_prefix(" (git ") {
+        let short: String = git.chars().take(7).collect();
+        assert!(short.chars().all(|c| c.is_ascii_hexdigit()), "{out:?}");
+        assert!(git.ends_with(')'), "{out:?}");
+    } else {
+        assert_eq!(rest, "", "{out:?}");
+    }
+}
