@@ -1,7 +1,6 @@
 //! The engine core end to end on a fixture model: the real scheduler, runner and CPU backend,
 //! driven through `EngineHandle` as the HTTP server drives it.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use metrale_engine::engine_core::{
@@ -9,11 +8,9 @@ use metrale_engine::engine_core::{
 };
 use metrale_engine::loader::LoadFormat;
 use metrale_engine::sampling_params::SamplingParams;
-use serde::Deserialize;
+mod reference_support;
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
-}
+use reference_support::{fixtures, reference};
 
 fn config(name: &str) -> EngineConfig {
     EngineConfig {
@@ -31,29 +28,6 @@ fn config(name: &str) -> EngineConfig {
         kv_cache_bytes: None,
         enforce_eager: false,
     }
-}
-
-#[derive(Deserialize)]
-struct Reference {
-    sequences: Vec<Seq>,
-    greedy: Greedy,
-}
-#[derive(Deserialize)]
-struct Seq {
-    tokens: Vec<u32>,
-    next_token_logprobs: Vec<f32>,
-}
-#[derive(Deserialize)]
-struct Greedy {
-    prompt: Vec<u32>,
-    continuation: Vec<u32>,
-}
-
-fn reference(name: &str) -> Reference {
-    serde_json::from_str(
-        &std::fs::read_to_string(fixtures().join(format!("{name}.reference.json"))).expect("read"),
-    )
-    .expect("json")
 }
 
 fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {

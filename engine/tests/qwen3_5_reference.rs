@@ -3,51 +3,24 @@
 //! checkpoint `tests/fixtures/make_hybrid_fixtures.py` writes: a whole sequence in one call,
 //! in chunks with the sequence's state carried between calls, and decoding token by token.
 
-use std::path::PathBuf;
-
 use metrale_engine::backend::cpu::CpuTensor;
 use metrale_engine::backend::{Backend, CpuBackend};
 use metrale_engine::loader::{LoadError, LoadFormat, ModelDir, Weights};
 use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
 use metrale_engine::score::top_k_of;
-use serde::Deserialize;
+mod reference_support;
+
+use reference_support::{Reference, model_dir, reference};
 
 const NAME: &str = "qwen3_5-hybrid-dense";
 const TOLERANCE: f32 = 1e-3;
 
-#[derive(Deserialize)]
-struct Reference {
-    sequences: Vec<Sequence>,
-    greedy: Greedy,
-}
-
-#[derive(Deserialize)]
-struct Sequence {
-    tokens: Vec<u32>,
-    next_token_logprobs: Vec<f32>,
-    top5: Vec<Vec<(u32, f32)>>,
-}
-
-#[derive(Deserialize)]
-struct Greedy {
-    prompt: Vec<u32>,
-    continuation: Vec<u32>,
-}
-
-fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/models")
-        .join(NAME)
-}
-
 fn load() -> (Qwen3_5, Reference) {
-    let dir = fixture_dir();
+    let dir = model_dir(NAME);
     let cfg = Qwen3_5Config::from_file(&dir.join("config.json")).expect("config");
     let weights = Weights::open(&dir, LoadFormat::Auto).expect("weights");
     let model = Qwen3_5::load(&cfg, &weights).expect("load");
-    let path = dir.join(format!("../../{NAME}.reference.json"));
-    let text = std::fs::read_to_string(path).expect("reference");
-    (model, serde_json::from_str(&text).expect("reference json"))
+    (model, reference(NAME))
 }
 
 /// Log-softmax of each row of `[T, V]` logits.
@@ -135,7 +108,7 @@ fn greedy_continuation_is_identical() {
 /// rather than failing later: the recurrent state has no home in the cache yet.
 #[test]
 fn the_engine_refuses_hybrid_checkpoints_by_name() {
-    let dir = ModelDir::open(&fixture_dir()).expect("fixture");
+    let dir = ModelDir::open(&model_dir(NAME)).expect("fixture");
     let e = dir.config().expect_err("not served yet");
     assert!(matches!(e, LoadError::HybridNotServed { .. }), "{e:?}");
     let e = e.to_string();
@@ -151,7 +124,7 @@ fn met_serve_refuses_a_hybrid_checkpoint_by_name() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_met"))
         .args([
             "serve",
-            fixture_dir().to_str().expect("utf8"),
+            model_dir(NAME).to_str().expect("utf8"),
             "--port",
             "0",
         ])

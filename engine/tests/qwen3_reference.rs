@@ -5,14 +5,14 @@
 //! the script with transformers' arithmetic, partial edge blocks included); `qwen3-moe-fp8-hf`
 //! was quantized and dequantized by transformers' own FineGrainedFP8 code.
 
-use std::path::PathBuf;
-
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, SeqChunk};
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::score::{score, top_k_of};
-use serde::Deserialize;
+mod reference_support;
+
+use reference_support::{Reference, Sequence, fixtures, model_dir, reference};
 
 const FIXTURES: [&str; 7] = [
     "qwen3-gqa-tied",
@@ -25,37 +25,12 @@ const FIXTURES: [&str; 7] = [
 ];
 const TOLERANCE: f32 = 1e-3;
 
-#[derive(Deserialize)]
-struct Reference {
-    sequences: Vec<Sequence>,
-    greedy: Greedy,
-}
-
-#[derive(Deserialize)]
-struct Sequence {
-    tokens: Vec<u32>,
-    next_token_logprobs: Vec<f32>,
-    top5: Vec<Vec<(u32, f32)>>,
-}
-
-#[derive(Deserialize)]
-struct Greedy {
-    prompt: Vec<u32>,
-    continuation: Vec<u32>,
-}
-
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
-}
-
 fn load(name: &str) -> (Qwen3<CpuBackend>, Reference) {
-    let dir = ModelDir::open(&fixtures().join("models").join(name)).expect("fixture checkpoint");
+    let dir = ModelDir::open(&model_dir(name)).expect("fixture checkpoint");
     let cfg = dir.config().expect("config");
     let weights = Weights::open(&dir.root, LoadFormat::Auto).expect("weights");
     let model = Qwen3::load(&CpuBackend, &cfg, &weights).expect("load");
-    let text = std::fs::read_to_string(fixtures().join(format!("{name}.reference.json")))
-        .expect("reference");
-    (model, serde_json::from_str(&text).expect("reference json"))
+    (model, reference(name))
 }
 
 fn assert_close(what: &str, got: f32, want: f32) {

@@ -1,0 +1,49 @@
+//! Shared by the tests that compare against transformers: where the fixtures live and the
+//! layout of `tests/fixtures/NAME.reference.json` (written by `tests/fixtures/make_*.py`).
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// What transformers computed for one fixture checkpoint.
+#[derive(Debug, Deserialize)]
+pub struct Reference {
+    pub sequences: Vec<Sequence>,
+    pub greedy: Greedy,
+}
+
+/// One scored token sequence: the log-probability of each next token, and the top 5 at each
+/// position.
+#[derive(Debug, Deserialize)]
+pub struct Sequence {
+    pub tokens: Vec<u32>,
+    pub next_token_logprobs: Vec<f32>,
+    pub top5: Vec<Vec<(u32, f32)>>,
+}
+
+/// A greedy continuation of `prompt`.
+#[derive(Debug, Deserialize)]
+pub struct Greedy {
+    pub prompt: Vec<u32>,
+    pub continuation: Vec<u32>,
+}
+
+/// `tests/fixtures/`.
+pub fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+/// `tests/fixtures/models/NAME`.
+pub fn model_dir(name: &str) -> PathBuf {
+    fixtures().join("models").join(name)
+}
+
+/// `tests/fixtures/NAME.reference.json`, parsed.
+pub fn reference(name: &str) -> Reference {
+    let path = fixtures().join(format!("{name}.reference.json"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
+}
