@@ -119,6 +119,15 @@ fn assemble(events: &[(String, Value)]) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_whole_and_streamed_say_the_same_in_anthropics_event_order() {
     let s = Server::start(&PARSERS).await;
+    // `/version` reports the parsers by their flag names, as a record reproduces them.
+    let v: Value = reqwest::get(s.url("/version"))
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(v["settings"]["tool_call_parser"], "hermes");
+    assert_eq!(v["settings"]["reasoning_parser"], "qwen3");
     let (status, whole) = s.post("/v1/messages", &msg(json!({}))).await;
     assert_eq!(status, 200, "{whole}");
     assert_eq!(whole["type"], "message");

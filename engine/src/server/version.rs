@@ -75,8 +75,8 @@ pub fn settings(config: &ServeConfig) -> Value {
         "block_size": e.block_size,
         "request_timeout_s": config.request_timeout.map(|d| d.as_secs_f64()),
         "disable_thinking": config.disable_thinking,
-        "tool_call_parser": config.tool_call_parser.map(|p| format!("{p:?}")),
-        "reasoning_parser": config.reasoning_parser.map(|p| format!("{p:?}")),
+        "tool_call_parser": config.tool_call_parser.map(|p| p.flag_value()),
+        "reasoning_parser": config.reasoning_parser.map(|p| p.flag_value()),
         "api_key": config.api_key.is_some(),
     })
 }

@@ -99,6 +99,12 @@ impl ReasoningFormat {
     pub fn from_flag(s: &str) -> Option<Self> {
         (s == "qwen3").then_some(Self::Qwen3)
     }
+
+    pub fn flag_value(self) -> &'static str {
+        match self {
+            Self::Qwen3 => "qwen3",
+        }
+    }
 }
 
 /// A tool the request declared: its name and JSON schema of its arguments.
