@@ -162,46 +162,8 @@ __device__ void attention_impl(bf16* out, float* partial, const T* qkv, const bf
     }
     __syncthreads();
 
-    // Merge the warps, head by head. A warp with no keys has m = -inf, l = acc = 0 and weighs 0;
-    // when no warp had a key (an empty split) every weight is 0 rather than exp(-inf - -inf) = NaN.
-    for (int g = 0; g < G; ++g) {
-        const int head = head0 + g;
-        float m_all = part_m[0][g];
-#pragma unroll
-        for (int w = 1; w < ATTN_WARPS; ++w) m_all = fmaxf(m_all, part_m[w][g]);
-        float scale_w[ATTN_WARPS];
-        float l_all = 0.f;
-#pragma unroll
-        for (int w = 0; w < ATTN_WARPS; ++w) {
-            scale_w[w] = m_all == NEG_INF ? 0.f : expf(part_m[w][g] - m_all);
-            l_all += part_l[w][g] * scale_w[w];
-        }
-        if (PARTIAL) {
-            const int splits = gridDim.z;
-            float* st =
-                partial + ((row * num_heads + head) * splits + blockIdx.z) * (u64)(head_dim + 2);
-            if (threadIdx.x == 0) {
-                st[0] = m_all;
-                st[1] = l_all;
-            }
-            for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-                float sum = 0.f;
-#pragma unroll
-                for (int w = 0; w < ATTN_WARPS; ++w) sum += part_acc[w][g][d] * scale_w[w];
-                st[2 + d] = sum;
-            }
-        } else {
-            // Warp 0 holds key 0, so l_all > 0.
-            const float inv_l = 1.0f / l_all;
-            bf16* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
-            for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-                float sum = 0.f;
-#pragma unroll
-                for (int w = 0; w < ATTN_WARPS; ++w) sum += part_acc[w][g][d] * scale_w[w];
-                o[d] = from_f32<bf16>(sum * inv_l);
-            }
-        }
-    }
+    merge_attention_states<ATTN_WARPS, G, NPER * 32, PARTIAL, false>(
+        part_m, part_l, part_acc, G, head0, row, num_heads, head_dim, out, partial);
 }
 
 // Both entry points take the same arguments (the plain kernel ignores partial, the split
@@ -372,38 +334,8 @@ __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, cons
     }
     __syncthreads();
 
-    for (int g = 0; g < G; ++g) {
-        const int head = head0 + g;
-        float m_all = NEG_INF;
-        for (int w = 0; w < STATES; ++w) m_all = fmaxf(m_all, part_m[w][g]);
-        float l_all = 0.f;
-        for (int w = 0; w < STATES; ++w)
-            l_all += m_all == NEG_INF ? 0.f : part_l[w][g] * expf(part_m[w][g] - m_all);
-        if (PARTIAL) {
-            const int splits = gridDim.z;
-            float* st = partial + ((row * num_heads + head) * splits + blockIdx.z) * (u64)(D + 2);
-            if (threadIdx.x == 0) {
-                st[0] = m_all;
-                st[1] = l_all;
-            }
-            for (int d = threadIdx.x; d < D; d += blockDim.x) {
-                float sum = 0.f;
-                for (int w = 0; w < STATES; ++w)
-                    if (part_m[w][g] != NEG_INF) sum += part_acc[w][g][d] * expf(part_m[w][g] - m_all);
-                st[2 + d] = sum;
-            }
-        } else {
-            // State 0 holds key 0, so l_all > 0.
-            const float inv_l = 1.0f / l_all;
-            bf16* o = out + row * ((u64)num_heads * D) + (u64)head * D;
-            for (int d = threadIdx.x; d < D; d += blockDim.x) {
-                float sum = 0.f;
-                for (int w = 0; w < STATES; ++w)
-                    if (part_m[w][g] != NEG_INF) sum += part_acc[w][g][d] * expf(part_m[w][g] - m_all);
-                o[d] = from_f32<bf16>(sum * inv_l);
-            }
-        }
-    }
+    merge_attention_states<STATES, G, D, PARTIAL, false>(part_m, part_l, part_acc, G, head0, row,
+                                                         num_heads, D, out, partial);
 }
 
 #define PAGED_ATTENTION_VEC(SUFFIX, T, D, G)                                                       \

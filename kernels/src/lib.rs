@@ -24,6 +24,7 @@ pub enum Module {
     Norm,
     Rope,
     Attention,
+    AttentionMma,
     Activation,
     Softmax,
     Gemv,
@@ -31,12 +32,13 @@ pub enum Module {
 }
 
 impl Module {
-    pub const ALL: [Module; 9] = [
+    pub const ALL: [Module; 10] = [
         Module::Convert,
         Module::Embedding,
         Module::Norm,
         Module::Rope,
         Module::Attention,
+        Module::AttentionMma,
         Module::Activation,
         Module::Softmax,
         Module::Gemv,
@@ -50,10 +52,20 @@ impl Module {
             Module::Norm => "norm",
             Module::Rope => "rope",
             Module::Attention => "attention",
+            Module::AttentionMma => "attention_mma",
             Module::Activation => "activation",
             Module::Softmax => "softmax",
             Module::Gemv => "gemv",
             Module::Sample => "sample",
+        }
+    }
+
+    /// The oldest GPU (compute capability) the file compiles for: attention_mma.cu's mma.sync
+    /// on bf16 needs Ampere; the rest run anywhere NVRTC targets.
+    pub fn min_compute_capability(self) -> (i32, i32) {
+        match self {
+            Module::AttentionMma => (8, 0),
+            _ => (0, 0),
         }
     }
 
@@ -65,6 +77,7 @@ impl Module {
             Module::Norm => include_str!("norm.cu"),
             Module::Rope => include_str!("rope.cu"),
             Module::Attention => include_str!("attention.cu"),
+            Module::AttentionMma => include_str!("attention_mma.cu"),
             Module::Activation => include_str!("activation.cu"),
             Module::Softmax => include_str!("softmax.cu"),
             Module::Gemv => include_str!("gemv.cu"),

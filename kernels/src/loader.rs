@@ -350,9 +350,14 @@ impl Kernels {
         Ok(f)
     }
 
-    /// Load every module now (compiling what the cache lacks), e.g. at start-up.
+    /// Load every module this GPU can run now (compiling what the cache lacks), e.g. at
+    /// start-up.
     pub fn load_all(&self) -> Result<(), KernelError> {
-        for m in Module::ALL {
+        let cc = self.target.compute_capability;
+        for m in Module::ALL
+            .into_iter()
+            .filter(|m| m.min_compute_capability() <= cc)
+        {
             self.module(m)?;
         }
         Ok(())
@@ -475,11 +480,14 @@ mod tests {
             return;
         }
         let version = nvrtc_version().expect("nvrtc version");
-        for arch in [(9, 0), (8, 0)] {
+        for arch in [(9, 0), (8, 0), (7, 5)] {
             let target = Target::new(arch, version, 13000);
             let mut options = target.options(&[]);
             options.push("--ptxas-options=-v".into());
-            for m in Module::ALL {
+            for m in Module::ALL
+                .into_iter()
+                .filter(|m| m.min_compute_capability() <= arch)
+            {
                 let (image, log) = compile(m, &target, &options, &[])
                     .unwrap_or_else(|e| panic!("{}: {e}", m.name()));
                 assert!(!image.is_empty(), "{}", m.name());

@@ -524,7 +524,12 @@ impl Ops<'_> {
                 vec![(0, 1000)],
                 DType::F32,
             ),
-            Attn::new("decode 8 seqs ctx<=2047", (32, 8, 128), decode8, DType::F32),
+            Attn::new(
+                "decode 8 seqs ctx<=2047",
+                (32, 8, 128),
+                decode8.clone(),
+                DType::F32,
+            ),
             Attn::new(
                 "decode 4 seqs ctx=2047",
                 (32, 8, 128),
@@ -538,15 +543,39 @@ impl Ops<'_> {
                 DType::F32,
             ),
             Attn::new("chunk+decode+prefill", (8, 2, 24), mixed, DType::BF16),
+            // The tensor-core kernel's shapes with a bf16 q (the decode path's), a full 16-head
+            // group (its upper 8 rows) and an 8-head group at head_dim 64 (block sizes that are
+            // not a multiple of 16 are covered by the host emulation).
+            Attn::new("decode 8 seqs bf16 q", (32, 8, 128), decode8, DType::BF16),
+            Attn::new(
+                "gqa 16:1",
+                (16, 1, 128),
+                vec![(300, 1), (17, 2)],
+                DType::BF16,
+            ),
+            Attn::new(
+                "gqa 8:1 hd=64",
+                (16, 2, 64),
+                vec![(77, 1), (0, 20)],
+                DType::BF16,
+            ),
             Attn::new("mha hd=16", (6, 6, 16), vec![(0, 37), (20, 5)], DType::F32),
             Attn::new("hd=96", (4, 2, 96), vec![(50, 2), (0, 9)], DType::F32),
             Attn::new("hd=256", (4, 4, 256), vec![(10, 3)], DType::F32),
         ];
-        for c in cases {
+        // Every case with the kernel the launcher picks, then again with attention.cu's
+        // CUDA-core kernel forced (where the two differ: head_dim 64/128, groups up to 16).
+        for (c, simt) in cases.iter().map(|c| (c, false)).chain(
+            cases
+                .iter()
+                .filter(|c| matches!(c.heads.2, 64 | 128))
+                .map(|c| (c, true)),
+        ) {
+            self.cuda.set_attention_kernel_simt(simt);
             let (nh, nkv, hd) = c.heads;
             let total: usize = c.seqs.iter().map(|s| s.0 + s.1).max().unwrap_or(0);
             let rows: usize = c.seqs.iter().map(|s| s.1).sum();
-            let splits = self.cuda.attention_splits(rows, nh, nkv, total);
+            let splits = self.cuda.attention_splits(rows, nh, nkv, hd, total);
             let case = format!(
                 "{} h={nh}/{nkv} hd={hd} qkv {}{}",
                 c.name,
@@ -556,11 +585,12 @@ impl Ops<'_> {
                 } else {
                     String::new()
                 }
-            );
+            ) + if simt { " (simt)" } else { "" };
             self.run("paged_attention", &case, |s| {
                 s.attention_case(&case, nh, nkv, hd, &c.seqs, c.qkv)
             })?;
         }
+        self.cuda.set_attention_kernel_simt(false);
         Ok(())
     }
 

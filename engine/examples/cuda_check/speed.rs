@@ -494,7 +494,7 @@ pub fn profile(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     }
     // Decode attention over long contexts, where it reads as many bytes as the weights: the
     // KV bytes a layer reads over the time, against the copy bandwidth.
-    for (b, ctx, per_sm) in [
+    for (c, simt) in [
         (1usize, 1024usize, 16usize),
         (32, 1024, 16),
         (128, 128, 4),
@@ -504,9 +504,15 @@ pub fn profile(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         (128, 1024, 4),
         (128, 1024, 16),
         (128, 1024, 32),
-    ] {
+    ]
+    .into_iter()
+    .flat_map(|c| [(c, false), (c, true)])
+    {
+        let (b, ctx, per_sm) = c;
+        cuda.set_attention_kernel_simt(simt);
+        let kernel = if simt { "simt" } else { "mma" };
         cuda.set_attention_blocks_per_sm(per_sm);
-        let splits = cuda.attention_splits(b, nh, nkv, ctx + 1);
+        let splits = cuda.attention_splits(b, nh, nkv, hd, ctx + 1);
         let blocks = (ctx + 1).div_ceil(BLOCK);
         let host = decode_batch_at(b, blocks, ctx);
         let batch = cuda.prepare_batch(&host)?;
@@ -522,13 +528,16 @@ pub fn profile(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         let bytes = (b * (ctx + 1) * nkv * hd * 2 * 2) as f64;
         let gbs = bytes / (ms / 1e3) / 1e9;
         report.summary_line(format!(
-            "attention B={b:<4} ctx {ctx:<5} {per_sm:>2} blocks/SM ({splits:>2} splits) {:.1} us a layer, {gbs:.0} GB/s of KV ({:.2} ms for 36 layers)",
+            "attention {kernel:<4} B={b:<4} ctx {ctx:<5} {per_sm:>2} blocks/SM ({splits:>2} splits) {:.1} us a layer, {gbs:.0} GB/s of KV ({:.2} ms for 36 layers)",
             ms * 1e3,
             36.0 * ms
         ));
-        report.record(json!({"profile": "attention", "rows": b, "context": ctx,
-            "blocks_per_sm": per_sm, "splits": splits, "ms": ms, "gb_s": gbs}));
+        report.record(
+            json!({"profile": "attention", "kernel": kernel, "rows": b, "context": ctx,
+            "blocks_per_sm": per_sm, "splits": splits, "ms": ms, "gb_s": gbs}),
+        );
     }
     cuda.set_attention_blocks_per_sm(4);
+    cuda.set_attention_kernel_simt(false);
     Ok(())
 }

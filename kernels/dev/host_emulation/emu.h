@@ -28,11 +28,13 @@ inline dim3 blockDim, gridDim;
 #define __forceinline__ inline
 #define __shared__ static
 #define __restrict__
+#define __launch_bounds__(...)
 
 struct Warp {
     std::unique_ptr<std::barrier<>> bar;
     float f[32];
     unsigned u[32];
+    unsigned a[32][4], b[32][2];
 };
 inline std::unique_ptr<std::barrier<>> g_block_bar;
 inline std::vector<std::unique_ptr<Warp>> g_warps;
@@ -45,6 +47,15 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
     w->f[lane] = v;
     w->bar->arrive_and_wait();
     float r = w->f[lane ^ o];
+    w->bar->arrive_and_wait();
+    return r;
+}
+inline float __shfl_sync(unsigned, float v, int src) {
+    Warp* w = g_warps[threadIdx.x / 32].get();
+    int lane = threadIdx.x % 32;
+    w->f[lane] = v;
+    w->bar->arrive_and_wait();
+    float r = w->f[src & 31];
     w->bar->arrive_and_wait();
     return r;
 }
@@ -73,6 +84,39 @@ inline unsigned __match_any_sync(unsigned, unsigned v) {
         if (w->u[l] == v) m |= 1u << l;
     w->bar->arrive_and_wait();
     return m;
+}
+// mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 as the PTX ISA lays out its fragments (lane
+// g = lane / 4, t = lane % 4): a0..a3 = A[g][2t..], A[g + 8][2t..], A[g][2t + 8..], A[g + 8][2t + 8..];
+// b0, b1 = B[2t..][g], B[2t + 8..][g]; c = D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]
+// (each register a bf16 pair, the lower index in the low half). Every lane of the warp calls.
+inline void emu_mma_m16n8k16_bf16(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                  unsigned b0, unsigned b1) {
+    Warp* w = g_warps[threadIdx.x / 32].get();
+    const unsigned lane = threadIdx.x % 32;
+    w->a[lane][0] = a0; w->a[lane][1] = a1; w->a[lane][2] = a2; w->a[lane][3] = a3;
+    w->b[lane][0] = b0; w->b[lane][1] = b1;
+    w->bar->arrive_and_wait();
+    auto half = [](unsigned reg, int h) { unsigned u = (h ? reg >> 16 : reg & 0xffffu) << 16; float f; memcpy(&f, &u, 4); return f; };
+    float A[16][16], B[16][8];
+    for (unsigned l = 0; l < 32; ++l) {
+        const unsigned g = l / 4, t = l % 4;
+        for (int h = 0; h < 2; ++h) {
+            A[g][2 * t + h] = half(w->a[l][0], h);
+            A[g + 8][2 * t + h] = half(w->a[l][1], h);
+            A[g][2 * t + 8 + h] = half(w->a[l][2], h);
+            A[g + 8][2 * t + 8 + h] = half(w->a[l][3], h);
+            B[2 * t + h][g] = half(w->b[l][0], h);
+            B[2 * t + 8 + h][g] = half(w->b[l][1], h);
+        }
+    }
+    w->bar->arrive_and_wait();
+    const unsigned g = lane / 4, t = lane % 4;
+    const unsigned rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int i = 0; i < 4; ++i) {
+        float sum = 0.f;
+        for (int k = 0; k < 16; ++k) sum += A[rows[i]][k] * B[k][cols[i]];
+        c[i] += sum;
+    }
 }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __ffs(int v) { return __builtin_ffs(v); }

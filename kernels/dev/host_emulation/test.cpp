@@ -3,6 +3,7 @@
 #include "kernels_all.h"
 #include <random>
 #include <cassert>
+#include <string>
 
 static std::mt19937 rng(42);
 static float U(float s = 1) { return std::uniform_real_distribution<float>(-s, s)(rng); }
@@ -172,27 +173,58 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
     };
     auto run = [&] { call(false, out.data(), nullptr); };
     auto run_split = [&](float* partial) { call(true, nullptr, partial); };
+    int max_len = 0; for (auto p : positions) max_len = std::max(max_len, (int)p + 1);
+    int splits = kps == 0 ? 1 : (max_len + kps - 1) / kps;
+    std::vector<float> partial((size_t)T * nh * splits * (hd + 2), NAN);
+    auto merge = [&] { launch({(unsigned)T, (unsigned)nh}, {128}, [&] { attention_merge(out.data(), partial.data(), nh, hd, splits); }); };
     if (kps == 0) {
         launch({(unsigned)(T * (nh / g))}, {128}, run);
     } else {
-        int max_len = 0; for (auto p : positions) max_len = std::max(max_len, (int)p + 1);
-        int splits = (max_len + kps - 1) / kps;
-        std::vector<float> partial((size_t)T * nh * splits * (hd + 2), NAN);
         launch({(unsigned)(T * (nh / g)), 1, (unsigned)splits}, {128}, [&] { run_split(partial.data()); });
-        launch({(unsigned)T, (unsigned)nh}, {128}, [&] { attention_merge(out.data(), partial.data(), nh, hd, splits); });
+        merge();
     }
-    double worst = 0; int group = nh/nkv;
-    for (int r = 0; r < T; ++r) for (int h = 0; h < nh; ++h) {
-        const u32* tab = &tables[row_seq[r]*maxb]; int g = h/group; int len = positions[r]+1;
-        auto at = [&](int p) { return (((size_t)tab[p/bs]*bs + p%bs)*nkv + g)*hd; };
-        std::vector<double> sc(len); double mx = -1e30;
-        for (int p = 0; p < len; ++p) { double d = 0; for (int k = 0; k < hd; ++k) d += qkv[r*W+h*hd+k]*F(kc[at(p)+k]); sc[p] = d*scale; mx = std::max(mx, sc[p]); }
-        double sum = 0; for (auto& s : sc) { s = std::exp(s-mx); sum += s; }
-        for (int k = 0; k < hd; ++k) { double o = 0; for (int p = 0; p < len; ++p) o += sc[p]*F(vc[at(p)+k]); o /= sum;
-            worst = std::max(worst, std::fabs(F(out[r*nh*hd+h*hd+k]) - o) / (1e-2 + std::fabs(o))); }
+    int group = nh/nkv;
+    auto check = [&](const char* kind) {
+        double worst = 0;
+        for (int r = 0; r < T; ++r) for (int h = 0; h < nh; ++h) {
+            const u32* tab = &tables[row_seq[r]*maxb]; int g = h/group; int len = positions[r]+1;
+            auto at = [&](int p) { return (((size_t)tab[p/bs]*bs + p%bs)*nkv + g)*hd; };
+            std::vector<double> sc(len); double mx = -1e30;
+            for (int p = 0; p < len; ++p) { double d = 0; for (int k = 0; k < hd; ++k) d += qkv[r*W+h*hd+k]*F(kc[at(p)+k]); sc[p] = d*scale; mx = std::max(mx, sc[p]); }
+            double sum = 0; for (auto& s : sc) { s = std::exp(s-mx); sum += s; }
+            for (int k = 0; k < hd; ++k) { double o = 0; for (int p = 0; p < len; ++p) o += sc[p]*F(vc[at(p)+k]); o /= sum;
+                worst = std::max(worst, std::fabs(F(out[r*nh*hd+h*hd+k]) - o) / (1e-2 + std::fabs(o))); }
+        }
+        char name[96]; snprintf(name, 96, "paged_attention%s h%d/%d hd%d T%d split %d", kind, nh, nkv, hd, T, kps);
+        report(name, worst, 6e-3);
+    };
+    check("");
+    // The tensor-core kernel (attention_mma.cu) where the launcher would pick it: head_dim 64
+    // or 128, a GQA group of at most 16. Its q and P are bf16, so its tolerance is the same.
+    if ((hd == 64 || hd == 128) && group <= 16) {
+        std::fill(out.begin(), out.end(), B(NAN));
+        std::fill(partial.begin(), partial.end(), NAN);
+        bool wide = group > 8;
+#define MMA_ARGS o, pp, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale
+        auto mma = [&](bool split, bf16* o, float* pp) {
+            if (!split && !wide && hd == 64) return paged_attention_mma_f32_d64(MMA_ARGS);
+            if (!split && !wide && hd == 128) return paged_attention_mma_f32_d128(MMA_ARGS);
+            if (!split && wide && hd == 64) return paged_attention_mma_f32_d64_wide(MMA_ARGS);
+            if (!split && wide && hd == 128) return paged_attention_mma_f32_d128_wide(MMA_ARGS);
+            if (split && !wide && hd == 64) return paged_attention_mma_split_f32_d64(MMA_ARGS);
+            if (split && !wide && hd == 128) return paged_attention_mma_split_f32_d128(MMA_ARGS);
+            if (split && wide && hd == 64) return paged_attention_mma_split_f32_d64_wide(MMA_ARGS);
+            if (split && wide && hd == 128) return paged_attention_mma_split_f32_d128_wide(MMA_ARGS);
+        };
+#undef MMA_ARGS
+        if (kps == 0) {
+            launch({(unsigned)(T * nkv)}, {128}, [&] { mma(false, out.data(), nullptr); });
+        } else {
+            launch({(unsigned)(T * nkv), 1, (unsigned)splits}, {128}, [&] { mma(true, nullptr, partial.data()); });
+            merge();
+        }
+        check("_mma");
     }
-    char name[96]; snprintf(name, 96, "paged_attention h%d/%d hd%d T%d split %d", nh, nkv, hd, T, kps);
-    report(name, worst, 6e-3);
 }
 
 void t_gemv(int M, int N, int K) {
@@ -597,14 +629,8 @@ void t_argmax_nan_first() {
     report("argmax NaN in column 0 -> 0", (out[0] == 0 && out[1] == want1) ? 0 : 1, 0);
 }
 
-int main() {
-    t_random();
-    t_norm(3, 64, 32); t_norm(2, 4096, 512); t_norm(2, 96, 32);
-    t_rope(5, 4, 2, 32, 32, 1e4, 1.0, 512);
-    t_rope(3, 8, 2, 24, 24, 1e4, 1.2, 2048);
-    t_rope(2, 8, 1, 64, 32, 1e4, 1.0, 2048);
-    t_rope(2, 6, 6, 16, 16, 1e4, 1.0, 40000);
-    t_rope(2, 5, 1, 128, 128, 1e6, 1.0, 40000);
+// Every attention case (EMU_ONLY=attention runs just these).
+static void attn_tests() {
     t_attn(4, 2, 32, {{0, 20}});
     t_attn(8, 2, 24, {{10, 6}, {40, 1}, {0, 3}});
     t_attn(4, 1, 64, {{0, 9}, {33, 2}});
@@ -621,6 +647,29 @@ int main() {
     t_attn(16, 4, 64, {{30, 3}}, 16, 8);
     t_attn(12, 2, 256, {{3, 2}});
     t_attn(8, 8, 128, {{90, 1}}, 16, 32);
+    // The tensor-core kernel: wide groups (9-16 heads), odd groups, unaligned block sizes,
+    // partial last tiles, and splits whose 16-key rounding leaves some empty.
+    t_attn(16, 1, 128, {{37, 1}, {0, 1}}, 16, 16);
+    t_attn(12, 1, 64, {{50, 2}});
+    t_attn(6, 2, 128, {{45, 1}, {16, 2}}, 8);
+    t_attn(8, 2, 64, {{70, 1}}, 12, 16);
+    t_attn(32, 8, 128, {{100, 1}, {2, 1}}, 32, 40);
+}
+
+int main() {
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "attention") {
+        attn_tests();
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
+    t_random();
+    t_norm(3, 64, 32); t_norm(2, 4096, 512); t_norm(2, 96, 32);
+    t_rope(5, 4, 2, 32, 32, 1e4, 1.0, 512);
+    t_rope(3, 8, 2, 24, 24, 1e4, 1.2, 2048);
+    t_rope(2, 8, 1, 64, 32, 1e4, 1.0, 2048);
+    t_rope(2, 6, 6, 16, 16, 1e4, 1.0, 40000);
+    t_rope(2, 5, 1, 128, 128, 1e6, 1.0, 40000);
+    attn_tests();
     t_gemv(1, 40, 64);
     t_gemv(3, 37, 1048);
     t_gemv(8, 9, 24);

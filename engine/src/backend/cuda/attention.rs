@@ -50,6 +50,50 @@ fn blocks_per_sm() -> usize {
 /// [`blocks_per_sm`] once read (0: not yet).
 static BLOCKS_PER_SM: AtomicUsize = AtomicUsize::new(0);
 
+/// Which decode/prefill attention kernel `paged_attention` launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AttnKernel {
+    /// attention_mma.cu: tensor cores, a block a (row, kv head) serving the whole GQA group.
+    Mma,
+    /// attention.cu: CUDA cores, a block a (row, group of up to 4 q heads).
+    Simt,
+}
+
+/// The kernel for this shape: the tensor-core one for head_dim 64 or 128 and GQA groups of at
+/// most 16 on sm_80 and newer, else attention.cu's. On the H200 at 128 sequences the tensor-core
+/// kernel reads the cache at 3.0 (ctx 512) and 3.6 TB/s (ctx 1024) against the CUDA-core
+/// kernel's 2.2 and 2.4; at one sequence over 1024 keys 20 µs a layer against 23. `METRALE_ATTN_KERNEL=simt`
+/// forces attention.cu's, for comparisons.
+fn attn_kernel(
+    head_dim: usize,
+    num_heads: usize,
+    num_kv_heads: usize,
+    cc: (i32, i32),
+) -> AttnKernel {
+    let fits = matches!(head_dim, 64 | 128)
+        && num_kv_heads > 0
+        && num_heads / num_kv_heads <= 16
+        && cc >= metrale_kernels::Module::AttentionMma.min_compute_capability();
+    let forced_simt = FORCE_SIMT.load(Ordering::Relaxed)
+        || std::env::var("METRALE_ATTN_KERNEL").is_ok_and(|v| v == "simt");
+    if fits && !forced_simt {
+        AttnKernel::Mma
+    } else {
+        AttnKernel::Simt
+    }
+}
+
+/// Set by [`CudaBackend::set_attention_kernel_simt`], for comparisons.
+static FORCE_SIMT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Blocks one token row takes (before split-K) with this kernel.
+fn row_blocks(kernel: AttnKernel, num_heads: usize, num_kv_heads: usize) -> usize {
+    match kernel {
+        AttnKernel::Mma => num_kv_heads,
+        AttnKernel::Simt => num_heads / head_group(num_heads, num_kv_heads),
+    }
+}
+
 /// How many key slices each (row, head group) is cut into: enough blocks for
 /// [`blocks_per_sm`] a multiprocessor, while each slice keeps at least MIN_KEYS_PER_SPLIT keys
 /// (1 = the plain kernel).
@@ -77,6 +121,12 @@ fn kv_dims(cache: &CudaTensor) -> Result<(usize, usize, usize, usize)> {
 }
 
 impl CudaBackend {
+    /// Makes `paged_attention` use attention.cu's CUDA-core kernel even where the tensor-core
+    /// one fits (process-wide), for comparisons; `METRALE_ATTN_KERNEL=simt` does it at start.
+    pub fn set_attention_kernel_simt(&self, simt: bool) {
+        FORCE_SIMT.store(simt, Ordering::Relaxed);
+    }
+
     /// Sets the attention launches' target of blocks a multiprocessor (process-wide), for
     /// comparisons; `METRALE_ATTN_BLOCKS_PER_SM` sets it at start.
     pub fn set_attention_blocks_per_sm(&self, n: usize) {
@@ -84,16 +134,18 @@ impl CudaBackend {
     }
 
     /// Key slices `paged_attention` cuts each (row, head group) into for `rows` rows of
-    /// `heads` q heads over `kv_heads`, whose longest causal range is `max_len` (1 = the plain
-    /// kernel).
+    /// `heads` q heads over `kv_heads` of `head_dim`, whose longest causal range is `max_len`
+    /// (1 = the plain kernel).
     pub fn attention_splits(
         &self,
         rows: usize,
         heads: usize,
         kv_heads: usize,
+        head_dim: usize,
         max_len: usize,
     ) -> usize {
-        let blocks = rows * (heads / head_group(heads, kv_heads));
+        let kernel = attn_kernel(head_dim, heads, kv_heads, self.info.compute_capability);
+        let blocks = rows * row_blocks(kernel, heads, kv_heads);
         attention_splits(blocks, max_len, self.info.multiprocessors)
     }
 
@@ -228,21 +280,37 @@ impl CudaBackend {
         if t == 0 || num_heads == 0 || hd == 0 {
             return Ok(());
         }
-        // Kernel variants by head_dim (NPER = head_dim / 32 rounded up to 1, 2, 4 or 8) and by
-        // the q heads a block serves (G: the largest of 4, 2, 1 dividing the GQA group).
-        let d = match hd.div_ceil(32) {
-            1 => 32,
-            2 => 64,
-            3..=4 => 128,
-            _ => 256,
-        };
-        let g = head_group(num_heads, nkv);
         let ty = qkv.dtype.suffix();
-        // head_dim exactly 64, 128 or 256: the 16-byte-load variant.
-        let vec = if hd == d && d >= 64 { "vec_" } else { "" };
-        let plain = format!("paged_attention_{vec}{ty}_d{d}_g{g}");
-        let split = format!("paged_attention_{vec}split_{ty}_d{d}_g{g}");
-        let head_blocks = num_heads / g;
+        let kernel = attn_kernel(hd, num_heads, nkv, self.info.compute_capability);
+        let (module, plain, split) = match kernel {
+            AttnKernel::Mma => {
+                let wide = if num_heads / nkv > 8 { "_wide" } else { "" };
+                (
+                    Module::AttentionMma,
+                    format!("paged_attention_mma_{ty}_d{hd}{wide}"),
+                    format!("paged_attention_mma_split_{ty}_d{hd}{wide}"),
+                )
+            }
+            AttnKernel::Simt => {
+                // Variants by head_dim (NPER = head_dim / 32 rounded up to 1, 2, 4 or 8) and by
+                // the q heads a block serves (G: the largest of 4, 2, 1 dividing the GQA group).
+                let d = match hd.div_ceil(32) {
+                    1 => 32,
+                    2 => 64,
+                    3..=4 => 128,
+                    _ => 256,
+                };
+                let g = head_group(num_heads, nkv);
+                // head_dim exactly 64, 128 or 256: the 16-byte-load variant.
+                let vec = if hd == d && d >= 64 { "vec_" } else { "" };
+                (
+                    Module::Attention,
+                    format!("paged_attention_{vec}{ty}_d{d}_g{g}"),
+                    format!("paged_attention_{vec}split_{ty}_d{d}_g{g}"),
+                )
+            }
+        };
+        let head_blocks = row_blocks(kernel, num_heads, nkv);
         let splits = attention_splits(t * head_blocks, batch.max_len, self.info.multiprocessors);
         let s = &self.stream;
         let (q, k, v) = (qkv.ptr(s), k_cache.ptr(s), v_cache.ptr(s));
@@ -254,7 +322,8 @@ impl CudaBackend {
             int(nkv, "paged_attention")?,
             int(hd, "paged_attention")?,
         );
-        // One block a (row, head group), the groups of a row adjacent (x = row · groups + group).
+        // One block a (row, head group or kv head), a row's blocks adjacent (x = row · groups +
+        // group); both kernels have ATTN_WARPS (= MMA_WARPS) warps.
         let grid = |y: usize, z: usize| -> Result<LaunchConfig> {
             Ok(LaunchConfig {
                 grid_dim: (
@@ -273,7 +342,7 @@ impl CudaBackend {
             None
         };
         let name = if splits > 1 { split } else { plain };
-        let f = self.func(Module::Attention, &name)?;
+        let f = self.func(module, &name)?;
         let (o, pp) = (out.ptr(s), partial.as_ref().map_or(0, |p| p.ptr(s)));
         let mut a = s.launch_builder(&f);
         a.arg(&o)
@@ -291,7 +360,9 @@ impl CudaBackend {
             .arg(&d)
             .arg(&scale);
         // SAFETY: out is [T, nh·hd], qkv [T, (nh + 2·nkv)·hd], the caches bf16
-        // [blocks, bs, nkv, hd] with hd no larger than the kernel variant's 32·NPER; each row's
+        // [blocks, bs, nkv, hd] with hd no larger than the kernel variant's 32·NPER (attention.cu)
+        // or equal to its D, with a GQA group of at most 8 (16 for _wide) (attention_mma.cu,
+        // whose keys past a row's end are read at the row's last key); each row's
         // reach positions[row] / bs is inside its table and every table entry is below blocks
         // (checked above and in prepare_batch), so every key and value read is in the cache.
         // The split kernel writes instead one state per (row, head, split) of its grid into
