@@ -401,6 +401,16 @@ pub fn profile(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             36.0 * layer[1]
         ));
     }
+    // What the per-shape GEMM timing chose (gemm_tune.rs) against cublasGemmEx's default.
+    for ((m, n, k), lt, us, default_us) in cuda.gemm_tuning() {
+        report.summary_line(format!(
+            "tuned GEMM m={m:<4} n={n:<6} k={k:<6} {:<12} {us:>8.1} us (cublasGemmEx {default_us:.1} us, {:.2}×)",
+            if lt { "cuBLASLt" } else { "cublasGemmEx" },
+            default_us / us.max(1e-3)
+        ));
+        report.record(json!({"profile": "gemm_tuning", "m": m, "n": n, "k": k,
+            "cublaslt": lt, "us": us, "gemm_ex_us": default_us}));
+    }
     // The fused gate_up GEMV + SiLU against its two parts, at one row (the decode path).
     {
         let x = cuda.random_bf16(&[1, h], 7, 1.0)?;

@@ -12,6 +12,7 @@ use std::sync::{Arc, PoisonError};
 use cudarc::cublas::{result as cublas, sys};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 
+use super::gemm_tune::{GemmTuner, Operands, Shape};
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check, dev_err};
 use crate::backend::{BackendError, Result};
@@ -24,6 +25,10 @@ const WORKSPACE_BYTES: usize = 32 << 20;
 pub(super) struct Blas {
     handle: sys::cublasHandle_t,
     _workspace: CudaSlice<u8>,
+    /// The workspace's device address, shared with cuBLASLt (both run on the one stream).
+    workspace_ptr: u64,
+    /// Decode-sized GEMMs' algorithms timed per shape (gemm_tune.rs); None without cuBLASLt.
+    tuner: Option<GemmTuner>,
 }
 
 // SAFETY: the handle is only used under the backend's `Mutex<Blas>`, one call at a time, and
@@ -42,6 +47,8 @@ impl Blas {
         let blas = Self {
             handle,
             _workspace: workspace,
+            workspace_ptr: ws,
+            tuner: GemmTuner::new(),
         };
         // SAFETY: the handle was just created and the stream is alive (the backend owns both
         // and drops the handle first); the workspace is WORKSPACE_BYTES of device memory that
@@ -82,6 +89,22 @@ impl CudaBackend {
             rows.min(GEMV_MAX_ROWS),
             std::sync::atomic::Ordering::Relaxed,
         );
+    }
+
+    /// Turns the per-shape timing of decode-sized GEMMs (gemm_tune.rs) on or off, for
+    /// comparisons (`METRALE_GEMM_TUNE=0` turns it off at start).
+    pub fn set_gemm_tuning(&self, on: bool) {
+        let mut blas = self.blas.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = blas.tuner.as_mut() {
+            t.set_enabled(on);
+        }
+    }
+
+    /// Each GEMM shape (m, n, k) tuned so far: whether a cuBLASLt algorithm beat
+    /// `cublasGemmEx`, and both times in µs.
+    pub fn gemm_tuning(&self) -> Vec<(Shape, bool, f32, f32)> {
+        let blas = self.blas.lock().unwrap_or_else(PoisonError::into_inner);
+        blas.tuner.as_ref().map_or_else(Vec::new, GemmTuner::report)
     }
 
     fn gemv_max_rows(&self) -> usize {
@@ -225,36 +248,52 @@ impl CudaBackend {
         let s = &self.stream;
         let (alpha, beta) = (1f32, 0f32);
         let (op, xp, wp) = (out.ptr(s), x.ptr(s), w.ptr(s));
-        let blas = self.blas.lock().unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: w is [n, k] bf16, x [m, k] bf16 and out [m, n] f32, all checked above, which
-        // is exactly what the column-major reading in this file's header needs with lda = ldb
-        // = k and ldc = n; alpha and beta are host f32 scalars (the default pointer mode) for
-        // CUBLAS_COMPUTE_32F; the handle runs on the backend's stream.
-        let r = unsafe {
-            cublas::gemm_ex(
-                blas.handle,
-                sys::cublasOperation_t::CUBLAS_OP_T,
-                sys::cublasOperation_t::CUBLAS_OP_N,
-                ni,
-                mi,
-                ki,
-                (&alpha as *const f32).cast::<c_void>(),
-                wp as *const c_void,
-                sys::cudaDataType::CUDA_R_16BF,
-                ki,
-                xp as *const c_void,
-                sys::cudaDataType::CUDA_R_16BF,
-                ki,
-                (&beta as *const f32).cast::<c_void>(),
-                op as *mut c_void,
-                sys::cudaDataType::CUDA_R_32F,
-                ni,
-                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-            )
+        let mut blas = self.blas.lock().unwrap_or_else(PoisonError::into_inner);
+        let handle = blas.handle;
+        let mut gemm_ex = || -> Result<()> {
+            // SAFETY: w is [n, k] bf16, x [m, k] bf16 and out [m, n] f32, all checked above,
+            // which is exactly what the column-major reading in this file's header needs with
+            // lda = ldb = k and ldc = n; alpha and beta are host f32 scalars (the default
+            // pointer mode) for CUBLAS_COMPUTE_32F; the handle runs on the backend's stream.
+            unsafe {
+                cublas::gemm_ex(
+                    handle,
+                    sys::cublasOperation_t::CUBLAS_OP_T,
+                    sys::cublasOperation_t::CUBLAS_OP_N,
+                    ni,
+                    mi,
+                    ki,
+                    (&alpha as *const f32).cast::<c_void>(),
+                    wp as *const c_void,
+                    sys::cudaDataType::CUDA_R_16BF,
+                    ki,
+                    xp as *const c_void,
+                    sys::cudaDataType::CUDA_R_16BF,
+                    ki,
+                    (&beta as *const f32).cast::<c_void>(),
+                    op as *mut c_void,
+                    sys::cudaDataType::CUDA_R_32F,
+                    ni,
+                    sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            }
+            .map_err(|e| BackendError::Device(format!("cublasGemmEx ({m}×{k} · {n}×{k}ᵀ): {e}")))
         };
+        let workspace = (blas.workspace_ptr, WORKSPACE_BYTES);
+        let ops = Operands {
+            out: op,
+            x: xp,
+            w: wp,
+        };
+        let tuned = match blas.tuner.as_mut() {
+            Some(t) => t.run(s, workspace, (mi, ni, ki), ops, &mut gemm_ex)?,
+            None => false,
+        };
+        if !tuned {
+            gemm_ex()?;
+        }
         drop(blas);
-        r.map_err(|e| BackendError::Device(format!("cublasGemmEx ({m}×{k} · {n}×{k}ᵀ): {e}")))?;
         if self.syncs_each_launch() {
             self.synchronize()?;
         }

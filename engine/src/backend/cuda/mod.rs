@@ -15,6 +15,7 @@ mod attention;
 mod batch;
 mod blas;
 mod elementwise;
+mod gemm_tune;
 mod graph;
 mod norm;
 mod sample;
