@@ -19,6 +19,11 @@ mod tui;
 use cli::{Cli, Command, Device, KvCacheDtypeArg, LoadFormatArg, ModelArgs, ScoreArgs, ServeArgs};
 use metrale_engine::server::config::{self as serve_config, ServeFlags};
 
+/// mimalloc rather than glibc's malloc: the engine thread allocates each step's batch while the
+/// HTTP threads allocate every streamed chunk, and a thread-caching allocator keeps them apart.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
