@@ -28,10 +28,12 @@ pub enum Module {
     Softmax,
     Gemv,
     Sample,
+    Moe,
+    Fp8,
 }
 
 impl Module {
-    pub const ALL: [Module; 9] = [
+    pub const ALL: [Module; 11] = [
         Module::Convert,
         Module::Embedding,
         Module::Norm,
@@ -41,6 +43,8 @@ impl Module {
         Module::Softmax,
         Module::Gemv,
         Module::Sample,
+        Module::Moe,
+        Module::Fp8,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +58,8 @@ impl Module {
             Module::Softmax => "softmax",
             Module::Gemv => "gemv",
             Module::Sample => "sample",
+            Module::Moe => "moe",
+            Module::Fp8 => "fp8",
         }
     }
 
@@ -69,6 +75,8 @@ impl Module {
             Module::Softmax => include_str!("softmax.cu"),
             Module::Gemv => include_str!("gemv.cu"),
             Module::Sample => include_str!("sample.cu"),
+            Module::Moe => include_str!("moe.cu"),
+            Module::Fp8 => include_str!("fp8.cu"),
         }
     }
 

@@ -57,15 +57,18 @@ timeout -k 10 "$LIMIT" "$BIN/cuda_check" --fixtures tests/fixtures --out "$OUT" 
 rc=${PIPESTATUS[0]}
 
 if [ -x "$BIN/met" ]; then
-    # One score through the CLI as a user runs it, on CUDA and on the CPU.
-    model=tests/fixtures/models/qwen3-gqa-tied
+    # One score through the CLI as a user runs it, on CUDA and on the CPU: a dense fixture and
+    # the Qwen3-MoE ones (bf16 and FP8).
     toks=1487,1439,198,54,1354,385,1066,312
-    echo "== met score --device cuda vs cpu ($model)" | log
-    for dev in cuda cpu; do
-        out=$(timeout -k 5 60 "$BIN/met" score "$model" --device "$dev" --tokens "$toks" --top-k 1 2>&1)
-        met_rc=$?
-        sum=$(printf '%s' "$out" | grep -o '"sum_logprob":[^,]*')
-        echo "met score --device $dev: exit $met_rc ${sum:-$(printf '%s' "$out" | tail -n 3)}" | log
+    for model in qwen3-gqa-tied qwen3-moe-mixed qwen3-moe-step2 qwen3-moe-fp8 qwen3-moe-fp8-hf; do
+        model=tests/fixtures/models/$model
+        echo "== met score --device cuda vs cpu ($model)" | log
+        for dev in cuda cpu; do
+            out=$(timeout -k 5 60 "$BIN/met" score "$model" --device "$dev" --tokens "$toks" --top-k 1 2>&1)
+            met_rc=$?
+            sum=$(printf '%s' "$out" | grep -o '"sum_logprob":[^,]*')
+            echo "met score --device $dev: exit $met_rc ${sum:-$(printf '%s' "$out" | tail -n 3)}" | log
+        done
     done
 fi
 

@@ -105,7 +105,7 @@ pub trait Model<B: Backend>: Send {
 mod tests {
     use super::*;
 
-    /// What `--device cuda` answers today (its backend supports neither), tested without a GPU.
+    /// What a backend that supports neither answers (the CUDA one did before its kernels).
     #[test]
     fn a_backend_without_moe_or_fp8_refuses_them_by_name() {
         let dense = ModelConfig::from_json(
