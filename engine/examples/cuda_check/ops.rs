@@ -425,14 +425,16 @@ impl Ops<'_> {
                 Ok(())
             })?;
         }
-        // FP8 weights: up to 8 rows the FP8 GEMV (exact products, f32 sums: GEMM tolerance);
-        // more rows the bf16 copy of the weight through cuBLAS (one more rounding of each
-        // weight: fused_moe's tolerance); k % 16 != 0 takes the scalar GEMV.
+        // FP8 weights: up to 32 rows the FP8 GEMV, 8 rows a pass (exact products, f32 sums:
+        // GEMM tolerance); more rows the bf16 copy of the weight through cuBLAS (one more
+        // rounding of each weight: fused_moe's tolerance); k % 16 != 0 takes the scalar GEMV.
         for (m, k, n, xd, tol) in [
             (1, 2048, 5120, DType::BF16, Tol::GEMM),
             (1, 4096, 12_288, DType::BF16, Tol::GEMM),
             (3, 2048, 768, DType::F32, Tol::GEMM),
             (8, 272, 40, DType::BF16, Tol::GEMM),
+            (20, 2048, 1536, DType::BF16, Tol::GEMM),
+            (32, 1024, 96, DType::F32, Tol::GEMM),
             (2, 200, 11, DType::BF16, Tol::GEMM),
             (130, 2048, 1536, DType::BF16, MOE),
             (0, 64, 128, DType::BF16, Tol::GEMM),

@@ -2,9 +2,11 @@
 //! and scales, or dummy weights drawn on the device) and `matmul` with an FP8 weight.
 //!
 //! A [`DType::F8`] tensor is one buffer: the e4m3 bytes `[rows, cols]`, then (256-byte aligned)
-//! one f32 scale per 128 columns of each row. Decode-sized GEMMs (up to 8 rows) stream the
-//! bytes through `gemv_fp8_*`, dequantizing in registers; larger ones dequantize the weight to a
-//! bf16 scratch copy and run cuBLAS's bf16 GEMM on it (cuBLASLt's block-scaled FP8 GEMM would
+//! one f32 scale per 128 columns of each row. Decode-sized GEMMs stream the bytes through
+//! `gemv_fp8_*`, dequantizing in registers, 8 rows a pass (up to 4 passes: 32 rows read the
+//! weight 4 times, a byte each, still less than the 5 bytes a weight of the other route);
+//! larger ones dequantize the weight to a bf16 scratch copy (1 byte read, 2 written) and run
+//! cuBLAS's bf16 GEMM on it (2 read) (cuBLASLt's block-scaled FP8 GEMM would
 //! need the activations quantized too and is not wired here: prefill is compute-bound at bf16
 //! rates either way, and the copy costs one read of the weight).
 
@@ -17,8 +19,11 @@ use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
 use crate::loader::random_fp8_scale;
 
-/// Most rows of x the FP8 GEMV takes (gemv_fp8_m1..m8); more go through bf16 + cuBLAS.
+/// Most rows of x one FP8 GEMV launch takes (gemv_fp8_m1..m8).
 const FP8_GEMV_MAX_ROWS: usize = 8;
+/// Up to this many GEMV passes of 8 rows (each reads the weight's byte once more); more rows
+/// go through a bf16 copy of the weight and cuBLAS (5 bytes a weight, see the header).
+const FP8_GEMV_MAX_PASSES: usize = 4;
 /// Warps of a GEMV block (FP8_WARPS in fp8.cu): one output column each.
 const FP8_WARPS: usize = 8;
 
@@ -113,7 +118,7 @@ impl CudaBackend {
                 )
             },
         )?;
-        if m > FP8_GEMV_MAX_ROWS {
+        if m > FP8_GEMV_MAX_PASSES * FP8_GEMV_MAX_ROWS {
             // Prefill: the weight as bf16, then cuBLAS.
             let mut wb = self.alloc(&w.shape, DType::BF16)?;
             self.dequant_fp8(&mut wb, w)?;
@@ -134,25 +139,46 @@ impl CudaBackend {
             "gemv_fp8_m7",
             "gemv_fp8_m8",
         ];
-        let vec = k.is_multiple_of(16);
-        let name = if vec { NAMES[m - 1] } else { "gemv_fp8_rows" };
-        let f = self.func(Module::Fp8, name)?;
         let s = &self.stream;
         let (o, xp, wp, sp) = (out.ptr(s), x.ptr(s), w.ptr(s), w.scales_ptr(s));
-        let (mi, ni, ki) = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
+        let (ni, ki) = (int(n, "matmul")?, int(k, "matmul")?);
         let blocks = dim(n.div_ceil(FP8_WARPS), "matmul")?;
-        let mut a = s.launch_builder(&f);
-        a.arg(&o).arg(&xp).arg(&wp).arg(&sp);
-        if !vec {
-            a.arg(&mi);
+        if !k.is_multiple_of(16) {
+            let name = "gemv_fp8_rows";
+            let f = self.func(Module::Fp8, name)?;
+            let mi = int(m, "matmul")?;
+            let mut a = s.launch_builder(&f);
+            a.arg(&o)
+                .arg(&xp)
+                .arg(&wp)
+                .arg(&sp)
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&ki);
+            // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
+            // scales (checked above); scalar loads inside each row; one warp per output column,
+            // columns past n return.
+            let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_WARPS) as u32)) };
+            return self.launched(name, r);
         }
-        a.arg(&ni).arg(&ki);
-        // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)] scales
-        // (checked above); gemv_fp8_m<m> only for 1 <= m <= 8 and k % 16 == 0, so every 16-byte
-        // load of a weight row (k bytes) and of an x row (2k bytes) is inside it and aligned;
-        // one warp per output column, columns past n return.
-        let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_WARPS) as u32)) };
-        self.launched(name, r)
+        // Up to 8 rows a pass: each pass streams the weight once more (from L2 where it fits).
+        for r0 in (0..m).step_by(FP8_GEMV_MAX_ROWS) {
+            let rows = (m - r0).min(FP8_GEMV_MAX_ROWS);
+            let name = NAMES[rows - 1];
+            let f = self.func(Module::Fp8, name)?;
+            let (o_r, x_r) = (o + (r0 * n * 4) as u64, xp + (r0 * k * 2) as u64);
+            let mut a = s.launch_builder(&f);
+            a.arg(&o_r).arg(&x_r).arg(&wp).arg(&sp).arg(&ni).arg(&ki);
+            // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
+            // scales (checked above); this pass covers rows r0..r0 + rows <= m, so its out and x
+            // pointers and the kernel's `rows` rows stay inside both; k % 16 == 0, so every
+            // 16-byte load of a weight row (k bytes) and of an x row (2k bytes, starting at a
+            // multiple of 32 bytes) is inside it and aligned; one warp per output column,
+            // columns past n return.
+            let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_WARPS) as u32)) };
+            self.launched(name, r)?;
+        }
+        Ok(())
     }
 
     /// `out` (bf16, w's shape) = the FP8 weight's values rounded to bf16.
