@@ -1,4 +1,4 @@
-// Mixture-of-experts (Qwen3-MoE's sparse MLP) in five launches, none of which waits on the host,
+// Mixture-of-experts (Qwen3-MoE's sparse MLP) in six launches, none of which waits on the host,
 // so a decode step with experts is captured into its CUDA graph like any other:
 //
 //   1. moe_route_*: one warp per token. Softmax over the E router logits in f32, then the top-k
@@ -10,14 +10,14 @@
 //   2. moe_group: one block per expert counts the (token, slot) pairs routed to it and the
 //      pairs routed to lower experts (its offset), then writes its pairs' indices in order into
 //      its range of the permutation (a block-wide ballot scan: stable, no atomics). offsets has
-//      E + 1 entries.
-//   3. moe_gate_up_*: grid (I / 8, E); a warp owns output j of expert e: it streams the gate
+//      E + 1 entries. moe_active (one block) lists the experts that have pairs.
+//   3. moe_gate_up_*: grid (I / 8, min(E, pairs)), block row r taking the r-th expert that has
+//      pairs (rows past their count return at once); a warp owns output j of expert e: it streams the gate
 //      and up weight rows j and I + j once (16-byte loads, no L1 allocation) and applies them
 //      to up to MOE_MT routed tokens at a time (their x rows through L1), then silu(g) * u,
-//      rounded to bf16, into act [pairs, I] (rows in permutation order). A block whose expert
-//      has no tokens returns before reading a weight: a decode step reads only the chosen
-//      experts.
-//   4. moe_down_*: grid (H / 8, E); a warp owns output column c of expert e and streams its
+//      rounded to bf16, into act [pairs, I] (rows in permutation order). Only the chosen
+//      experts get blocks, so a decode step reads only their weights.
+//   4. moe_down_*: grid (H / 8, min(E, pairs)), the same way; a warp owns output column c of expert e and streams its
 //      down row once against the expert's act rows; the f32 result goes to ys [pairs, H] at
 //      the pair's own index (token · k + slot).
 //   5. moe_combine: out[t, c] = Σ_slot weight · ys, slots in ascending expert order, starting
@@ -137,11 +137,28 @@ __device__ int block_sum_int(int v) {
     return v;
 }
 
+// Stable compaction across the block: the threads whose `keep` is true write `value` to
+// dst[done + their rank among this call's keepers]; returns done plus how many kept. Every
+// thread of the block calls it (blockDim.x a multiple of 32).
+__device__ int block_compact(bool keep, int value, int* dst, int done) {
+    __shared__ int warp_counts[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const u32 mask = __ballot_sync(0xffffffffu, keep);
+    __syncthreads();
+    if (lane == 0) warp_counts[warp] = __popc(mask);
+    __syncthreads();
+    int before = 0, all = 0;
+    for (int w = 0; w < warps; ++w) {
+        before += w < warp ? warp_counts[w] : 0;
+        all += warp_counts[w];
+    }
+    if (keep) dst[done + before + __popc(mask & ((1u << lane) - 1u))] = value;
+    return done + all;
+}
+
 extern "C" __global__ void moe_group(int* offsets, int* perm, const int* ids, int pairs,
                                      int experts) {
-    __shared__ int warp_counts[32];
     const int e = blockIdx.x;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     int lt = 0, eq = 0;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
         const int id = ids[p];
@@ -158,19 +175,21 @@ extern "C" __global__ void moe_group(int* offsets, int* perm, const int* ids, in
     int done = 0;
     for (int base = 0; base < pairs; base += blockDim.x) {
         const int p = base + threadIdx.x;
-        const bool mine = p < pairs && ids[p] == e;
-        const u32 mask = __ballot_sync(0xffffffffu, mine);
-        __syncthreads();
-        if (lane == 0) warp_counts[warp] = __popc(mask);
-        __syncthreads();
-        int before = 0, all = 0;
-        for (int w = 0; w < warps; ++w) {
-            before += w < warp ? warp_counts[w] : 0;
-            all += warp_counts[w];
-        }
-        if (mine) perm[start + done + before + __popc(mask & ((1u << lane) - 1u))] = p;
-        done += all;
+        done = block_compact(p < pairs && ids[p] == e, p, perm + start, done);
     }
+}
+
+// The experts that have pairs, in order: active[0..count), count in active[experts]. One block;
+// a ballot scan over the experts like moe_group's. The expert kernels' grids have min(E, pairs)
+// rows, block row r serving active[r], so a decode step launches blocks only for the experts
+// its tokens chose (8 of 128 at batch 1) instead of exiting from the other 120's.
+extern "C" __global__ void moe_active(int* active, const int* offsets, int experts) {
+    int done = 0;
+    for (int base = 0; base < experts; base += blockDim.x) {
+        const int e = base + threadIdx.x;
+        done = block_compact(e < experts && offsets[e + 1] > offsets[e], e, active, done);
+    }
+    if (threadIdx.x == 0) active[experts] = done;
 }
 
 // ---- weight rows: bf16, or e4m3 bytes with block scales ------------------------------------
@@ -293,14 +312,19 @@ __device__ __forceinline__ RowFp8 weight_row(const unsigned char* w, const float
     return RowFp8{w + row * k, scales + row * (u64)((k + 127) >> 7)};
 }
 
+// The expert block row blockIdx.y serves (active[blockIdx.y]), or -1 past the active count.
+__device__ __forceinline__ int block_expert(const int* active, int experts) {
+    return (int)blockIdx.y < active[experts] ? active[blockIdx.y] : -1;
+}
+
 template <bool VEC, typename W>
 __device__ void moe_gate_up_impl(bf16* act, const bf16* x, const W* w, const float* scales,
-                                 const int* offsets, const int* perm, int top_k, int inter,
-                                 int hidden) {
+                                 const int* offsets, const int* active, const int* perm,
+                                 int experts, int top_k, int inter, int hidden) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int e = blockIdx.y, j = blockIdx.x * MOE_WARPS + warp;
+    const int e = block_expert(active, experts), j = blockIdx.x * MOE_WARPS + warp;
+    if (e < 0 || j >= inter) return;
     const int start = offsets[e], end = offsets[e + 1];
-    if (j >= inter || start == end) return;
     const u64 base = (u64)e * 2 * inter;
     const auto row_g = weight_row(w, scales, base + j, hidden);
     const decltype(row_g) rows[2] = {row_g, weight_row(w, scales, base + inter + j, hidden)};
@@ -324,11 +348,12 @@ __device__ void moe_gate_up_impl(bf16* act, const bf16* x, const W* w, const flo
 
 template <bool VEC, typename W>
 __device__ void moe_down_impl(float* ys, const bf16* act, const W* w, const float* scales,
-                              const int* offsets, const int* perm, int inter, int hidden) {
+                              const int* offsets, const int* active, const int* perm, int experts,
+                              int inter, int hidden) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int e = blockIdx.y, c = blockIdx.x * MOE_WARPS + warp;
+    const int e = block_expert(active, experts), c = blockIdx.x * MOE_WARPS + warp;
+    if (e < 0 || c >= hidden) return;
     const int start = offsets[e], end = offsets[e + 1];
-    if (c >= hidden || start == end) return;
     const auto row = weight_row(w, scales, (u64)e * hidden + c, inter);
     for (int p0 = start; p0 < end; p0 += MOE_MT) {
         const int n = min(MOE_MT, end - p0);
@@ -349,16 +374,17 @@ __device__ void moe_down_impl(float* ys, const bf16* act, const W* w, const floa
 }
 
 #define MOE_EXPERT_KERNELS(SUFFIX, W, VEC)                                                        \
-    extern "C" __global__ void moe_gate_up_##SUFFIX(bf16* act, const bf16* x, const W* w,        \
-                                                    const float* scales, const int* offsets,      \
-                                                    const int* perm, int top_k, int inter,        \
-                                                    int hidden) {                                 \
-        moe_gate_up_impl<VEC>(act, x, w, scales, offsets, perm, top_k, inter, hidden);            \
+    extern "C" __global__ void moe_gate_up_##SUFFIX(                                              \
+        bf16* act, const bf16* x, const W* w, const float* scales, const int* offsets,            \
+        const int* active, const int* perm, int experts, int top_k, int inter, int hidden) {      \
+        moe_gate_up_impl<VEC>(act, x, w, scales, offsets, active, perm, experts, top_k, inter,    \
+                              hidden);                                                            \
     }                                                                                             \
     extern "C" __global__ void moe_down_##SUFFIX(float* ys, const bf16* act, const W* w,         \
                                                  const float* scales, const int* offsets,         \
-                                                 const int* perm, int inter, int hidden) {        \
-        moe_down_impl<VEC>(ys, act, w, scales, offsets, perm, inter, hidden);                     \
+                                                 const int* active, const int* perm, int experts, \
+                                                 int inter, int hidden) {                         \
+        moe_down_impl<VEC>(ys, act, w, scales, offsets, active, perm, experts, inter, hidden);    \
     }
 
 MOE_EXPERT_KERNELS(bf16_vec, bf16, true)

@@ -645,15 +645,22 @@ void t_moe(int T, int E, int K, int H, int I, bool norm, bool fp8, bool ties) {
     std::vector<bf16> act(P * I);
     launch({(unsigned)((T + 3) / 4)}, {128}, [&] { moe_route_f32(ids.data(), wts.data(), logits.data(), T, E, K, norm); });
     launch({(unsigned)E}, {256}, [&] { moe_group(offsets.data(), perm.data(), ids.data(), P, E); });
+    std::vector<int> active(E + 1, -1);
+    launch({1}, {E > 40 ? 64u : 32u}, [&] { moe_active(active.data(), offsets.data(), E); });
     const bool vec = fp8 ? (H % 16 == 0 && I % 16 == 0) : (H % 8 == 0 && I % 8 == 0);
-    launch({(unsigned)((I + 7) / 8), (unsigned)E}, {256}, [&] {
-        if (fp8) (vec ? moe_gate_up_fp8_vec : moe_gate_up_fp8)(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), perm.data(), K, I, H);
-        else (vec ? moe_gate_up_bf16_vec : moe_gate_up_bf16)(act.data(), x.data(), w13b.data(), nullptr, offsets.data(), perm.data(), K, I, H);
+    const unsigned rows = (unsigned)std::min(E, P);
+    launch({(unsigned)((I + 7) / 8), rows}, {256}, [&] {
+        if (fp8) (vec ? moe_gate_up_fp8_vec : moe_gate_up_fp8)(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
+        else (vec ? moe_gate_up_bf16_vec : moe_gate_up_bf16)(act.data(), x.data(), w13b.data(), nullptr, offsets.data(), active.data(), perm.data(), E, K, I, H);
     });
-    launch({(unsigned)((H + 7) / 8), (unsigned)E}, {256}, [&] {
-        if (fp8) (vec ? moe_down_fp8_vec : moe_down_fp8)(ys.data(), act.data(), w2q.data(), s2.data(), offsets.data(), perm.data(), I, H);
-        else (vec ? moe_down_bf16_vec : moe_down_bf16)(ys.data(), act.data(), w2b.data(), nullptr, offsets.data(), perm.data(), I, H);
+    launch({(unsigned)((H + 7) / 8), rows}, {256}, [&] {
+        if (fp8) (vec ? moe_down_fp8_vec : moe_down_fp8)(ys.data(), act.data(), w2q.data(), s2.data(), offsets.data(), active.data(), perm.data(), E, I, H);
+        else (vec ? moe_down_bf16_vec : moe_down_bf16)(ys.data(), act.data(), w2b.data(), nullptr, offsets.data(), active.data(), perm.data(), E, I, H);
     });
+    int bad_active = 0, n_active = 0;
+    for (int e = 0; e < E; ++e)
+        if (offsets[e + 1] > offsets[e]) { if (n_active >= E || active[n_active] != e) ++bad_active; ++n_active; }
+    if (active[E] != n_active) ++bad_active;
     launch({4}, {64}, [&] { moe_combine(out.data(), ys.data(), wts.data(), T, K, H); });
     // Reference routing.
     int bad_ids = 0;
@@ -711,6 +718,8 @@ void t_moe(int T, int E, int K, int H, int I, bool norm, bool fp8, bool ties) {
             if (ids[perm[p]] != e || (p > offsets[e] && perm[p] <= perm[p - 1])) ++bad_group;
     snprintf(name, 96, "moe group T%d E%d k%d", T, E, K);
     report(name, bad_group, 0);
+    snprintf(name, 96, "moe active T%d E%d k%d (%d active)", T, E, K, n_active);
+    report(name, bad_active, 0);
 }
 
 // FP8 weights: the decode trick against the loader's formula for every non-NaN byte (bit for

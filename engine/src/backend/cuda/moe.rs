@@ -1,5 +1,5 @@
-//! `fused_moe` (`moe.cu`): route, group by expert, the experts' gate|up + SiLU and down, and the
-//! weighted sum, as five launches that never wait on the host, so a decode step with
+//! `fused_moe` (`moe.cu`): route, group by expert (and list the experts used), the experts'
+//! gate|up + SiLU and down, and the weighted sum, as six launches that never wait on the host, so a decode step with
 //! mixture-of-experts layers is captured into a CUDA graph like a dense one. Every scratch
 //! buffer is sized by the step's tokens (`T · top_k` pairs), which a graph's batch bucket fixes.
 
@@ -77,9 +77,11 @@ impl CudaBackend {
         let weights = self.alloc(&[pairs], DType::F32)?; // [T·k]
         let perm = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
         let offsets = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]
+        let active = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]: the used experts, count
         let act = self.alloc(&[pairs, i], DType::BF16)?; // [T·k, I]
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
         let (idp, wtp, pmp, ofp) = (ids.ptr(s), weights.ptr(s), perm.ptr(s), offsets.ptr(s));
+        let acp = active.ptr(s);
 
         // 1. Route.
         let name = match router_logits.dtype {
@@ -115,6 +117,13 @@ impl CudaBackend {
         // offsets has e + 1 entries, perm t·k; one block per expert.
         let r = unsafe { a.launch(cfg((dim(e, "fused_moe")?, 1), GROUP_THREADS)) };
         self.launched("moe_group", r)?;
+        let f = self.func(Module::Moe, "moe_active")?;
+        let mut a = s.launch_builder(&f);
+        a.arg(&acp).arg(&ofp).arg(&ei);
+        // SAFETY: offsets has e + 1 entries (written by moe_group), active e + 1; one block
+        // looping over the experts.
+        let r = unsafe { a.launch(cfg((1, 1), GROUP_THREADS)) };
+        self.launched("moe_active", r)?;
 
         // 3-4. The experts: gate|up + SiLU, then down.
         let fp8 = gate_up.dtype == DType::F8;
@@ -132,7 +141,8 @@ impl CudaBackend {
         let (xp, actp, ysp) = (x.ptr(s), act.ptr(s), ys.ptr(s));
         let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
         let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
-        let experts = dim(e, "fused_moe")?;
+        // A block row per expert that can have pairs (at most one per pair).
+        let experts = dim(e.min(pairs), "fused_moe")?;
         let name = format!("moe_gate_up_{suffix}");
         let f = self.func(Module::Moe, &name)?;
         let mut a = s.launch_builder(&f);
@@ -141,14 +151,17 @@ impl CudaBackend {
             .arg(&w13)
             .arg(&w13s)
             .arg(&ofp)
+            .arg(&acp)
             .arg(&pmp)
+            .arg(&ei)
             .arg(&ki)
             .arg(&ii)
             .arg(&hi);
         // SAFETY: x is [t, h] bf16, gate_up [e, 2i, h] (bf16, or fp8 with [e·2i, ceil(h/128)]
         // f32 scales), act [t·k, i] bf16; offsets/perm were written by moe_group (ranges inside
         // 0..t·k, perm entries below t·k, so token = perm / k < t); the vector variants only
-        // when rows are 16-byte aligned (checked above); grid (ceil(i/8), e), rows past i return.
+        // when rows are 16-byte aligned (checked above); active (from moe_active) names at most
+        // min(e, t·k) experts, block rows past its count and rows past i return.
         let r = unsafe {
             a.launch(cfg(
                 (dim(i.div_ceil(WARPS), "fused_moe")?, experts),
@@ -164,12 +177,14 @@ impl CudaBackend {
             .arg(&w2)
             .arg(&w2s)
             .arg(&ofp)
+            .arg(&acp)
             .arg(&pmp)
+            .arg(&ei)
             .arg(&ii)
             .arg(&hi);
         // SAFETY: act is [t·k, i] bf16 (every row written by the previous kernel: each pair is
         // in exactly one expert's range), down [e, h, i] (fp8: [e·h, ceil(i/128)] scales), ys
-        // [t·k, h] f32; grid (ceil(h/8), e), columns past h return.
+        // [t·k, h] f32; block rows past the active count and columns past h return.
         let r = unsafe {
             a.launch(cfg(
                 (dim(h.div_ceil(WARPS), "fused_moe")?, experts),
