@@ -53,7 +53,9 @@ missing=$(ldd "$BIN/cuda_check" 2>&1 | grep 'not found')
 [ -n "$missing" ] && echo "ldd: $missing" | log
 
 echo "== cuda_check (limit ${LIMIT}s)" | log
-timeout -k 10 "$LIMIT" "$BIN/cuda_check" --fixtures tests/fixtures --out "$OUT" 2>&1 | log
+# CHECK_ARGS passes more flags, e.g. CHECK_ARGS="--skip speed,moe-speed,profile".
+# shellcheck disable=SC2086
+timeout -k 10 "$LIMIT" "$BIN/cuda_check" --fixtures tests/fixtures --out "$OUT" ${CHECK_ARGS:-} 2>&1 | log
 rc=${PIPESTATUS[0]}
 
 if [ -x "$BIN/met" ]; then
