@@ -7,22 +7,10 @@
 // that is enough to fill an 8B model in well under a second and keeps the CPU and CUDA dummy models
 // the same model. fill_const_bf16 and the casts are plain grid-stride loops.
 
-#define RANDOM_CHUNK 65536ull
-
-__device__ __forceinline__ u64 splitmix64(u64 z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 // Uniform values in [-half_width, half_width), as `HostData::Random` describes them.
 extern "C" __global__ void fill_random_bf16(bf16* out, u64 n, u64 seed, float half_width) {
-    const u64 chunk = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    const u64 start = chunk * RANDOM_CHUNK;
-    if (start >= n) return;
-    const u64 end = start + RANDOM_CHUNK < n ? start + RANDOM_CHUNK : n;
-    u64 state = splitmix64(seed ^ (chunk * 0x9e3779b97f4a7c15ull));
+    u64 start, end, state;
+    if (!random_chunk(n, seed, &start, &end, &state)) return;
     for (u64 i = start; i < end; ++i) {
         state = splitmix64(state);
         const float u = (float)(u32)(state >> 40) / 16777216.0f;

@@ -29,10 +29,12 @@ pub enum Module {
     Softmax,
     Gemv,
     Sample,
+    Moe,
+    Fp8,
 }
 
 impl Module {
-    pub const ALL: [Module; 10] = [
+    pub const ALL: [Module; 12] = [
         Module::Convert,
         Module::Embedding,
         Module::Norm,
@@ -43,6 +45,8 @@ impl Module {
         Module::Softmax,
         Module::Gemv,
         Module::Sample,
+        Module::Moe,
+        Module::Fp8,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +61,8 @@ impl Module {
             Module::Softmax => "softmax",
             Module::Gemv => "gemv",
             Module::Sample => "sample",
+            Module::Moe => "moe",
+            Module::Fp8 => "fp8",
         }
     }
 
@@ -82,6 +88,8 @@ impl Module {
             Module::Softmax => include_str!("softmax.cu"),
             Module::Gemv => include_str!("gemv.cu"),
             Module::Sample => include_str!("sample.cu"),
+            Module::Moe => include_str!("moe.cu"),
+            Module::Fp8 => include_str!("fp8.cu"),
         }
     }
 

@@ -161,3 +161,37 @@ __device__ void merge_attention_states(const float (&pm)[STATES][ROWS],
         }
     }
 }
+
+// Fine-grained FP8 weights: e4m3fn bytes (bias 7, no infinities) times an f32 scale. Placing a
+// byte's exponent and mantissa bits at bit 20 of an f32 gives its value times 2^-120 (its
+// subnormals become f32 subnormals), so value · scale = that float · (scale · 2^120) in one
+// rounding, the CPU loader's `e4m3 · scale` bit for bit, for scales below 2^8 (a checkpoint's
+// scales are amax / 448 of a block of weights, far below). The NaN bytes 0x7f / 0xff, which no
+// quantizer writes (it clamps to ±448), read as ±480 here.
+__device__ __forceinline__ float fp8_scale120(float scale) { return scale * __uint_as_float(0x7b800000u); }
+// The low byte of b, times the scale given as fp8_scale120(scale).
+__device__ __forceinline__ float e4m3_scaled(u32 b, float scale120) {
+    return __uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24)) * scale120;
+}
+
+// Dummy weights: `HostData::Random`'s stream (and RandomFp8's): chunks of RANDOM_CHUNK elements,
+// chunk c starting from splitmix64(seed ^ c * golden), one splitmix64 step per element.
+#define RANDOM_CHUNK 65536ull
+
+__device__ __forceinline__ u64 splitmix64(u64 z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// The elements [start, end) this thread's chunk draws and the stream's state before the first;
+// false when the chunk is past n.
+__device__ __forceinline__ bool random_chunk(u64 n, u64 seed, u64* start, u64* end, u64* state) {
+    const u64 chunk = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    *start = chunk * RANDOM_CHUNK;
+    if (*start >= n) return false;
+    *end = *start + RANDOM_CHUNK < n ? *start + RANDOM_CHUNK : n;
+    *state = splitmix64(seed ^ (chunk * 0x9e3779b97f4a7c15ull));
+    return true;
+}

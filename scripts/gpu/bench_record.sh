@@ -2,6 +2,11 @@
 # A `metralectl bench` record of `met serve --device cuda` on Qwen3-8B's shape (dummy weights,
 # bf16) on the GPU machine, from the repository root: the CUDA issue's workload (128-token
 # prompts, 1024 generated, greedy, concurrency 1..128, 1 warm-up + 3 timed reps a rung).
+# MODEL_CONFIG picks another shape's config.json (MODEL_NAME names it), e.g. Qwen3-30B-A3B (with
+# METRALE_CUDA_MOE=1 while MoE and FP8 on CUDA are experimental, docs/cuda.md):
+#   MODEL_CONFIG=scripts/gpu/qwen3-30b-a3b-config.json MODEL_NAME=qwen3-30b-a3b-shape
+#   MODEL_CONFIG=scripts/gpu/qwen3-30b-a3b-fp8-config.json MODEL_NAME=qwen3-30b-a3b-fp8-shape
+# (an FP8 quantization_config makes the dummy projections FP8, drawn on the GPU).
 # Binaries built on the build machine in $METRALE_GPU_BIN (.gpu/bin): `met` (--features cuda)
 # and `metralectl`. The record is written unsigned ($OUT/record.json): the signing key never
 # travels to this machine; sign it on the build machine with `metralectl sign`.
@@ -15,10 +20,12 @@ mkdir -p "$OUT"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 dir=$(mktemp -d)
-cp scripts/gpu/qwen3-8b-config.json "$dir/config.json"
+MODEL_CONFIG=${MODEL_CONFIG:-scripts/gpu/qwen3-8b-config.json}
+MODEL_NAME=${MODEL_NAME:-qwen3-8b-shape}
+cp "$MODEL_CONFIG" "$dir/config.json" || exit 2
 cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$dir/"
 METRALE_STEP_PROFILE=${METRALE_STEP_PROFILE:-512} "$BIN/met" serve "$dir" --device cuda \
-    --load-format dummy --port 8104 --model-name qwen3-8b-shape --no-tui \
+    --load-format dummy --port 8104 --model-name "$MODEL_NAME" --no-tui \
     --max-seq-len 2048 --max-batch-size 128 --max-num-batched-tokens 8192 \
     ${MET_FLAGS:-} >"$OUT/serve.txt" 2>&1 &
 PID=$!

@@ -23,6 +23,9 @@ export LD_LIBRARY_PATH=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # A fresh kernel cache: the first load compiles with NVRTC, the check then reloads from it.
 export METRALE_KERNEL_CACHE=${METRALE_KERNEL_CACHE:-$(mktemp -d /tmp/metrale-kernels.XXXXXX)}
 export RUST_BACKTRACE=1
+# Qwen3-MoE and FP8 on CUDA are opt-in while their fixture scores are out of tolerance
+# (docs/cuda.md); the checks run them to measure exactly that.
+export METRALE_CUDA_MOE=1
 
 log() { tee -a "$LOG"; }
 
@@ -53,19 +56,24 @@ missing=$(ldd "$BIN/cuda_check" 2>&1 | grep 'not found')
 [ -n "$missing" ] && echo "ldd: $missing" | log
 
 echo "== cuda_check (limit ${LIMIT}s)" | log
-timeout -k 10 "$LIMIT" "$BIN/cuda_check" --fixtures tests/fixtures --out "$OUT" 2>&1 | log
+# CHECK_ARGS passes more flags, e.g. CHECK_ARGS="--skip speed,moe-speed,profile".
+# shellcheck disable=SC2086
+timeout -k 10 "$LIMIT" "$BIN/cuda_check" --fixtures tests/fixtures --out "$OUT" ${CHECK_ARGS:-} 2>&1 | log
 rc=${PIPESTATUS[0]}
 
 if [ -x "$BIN/met" ]; then
-    # One score through the CLI as a user runs it, on CUDA and on the CPU.
-    model=tests/fixtures/models/qwen3-gqa-tied
+    # One score through the CLI as a user runs it, on CUDA and on the CPU: a dense fixture and
+    # the Qwen3-MoE ones (bf16 and FP8).
     toks=1487,1439,198,54,1354,385,1066,312
-    echo "== met score --device cuda vs cpu ($model)" | log
-    for dev in cuda cpu; do
-        out=$(timeout -k 5 60 "$BIN/met" score "$model" --device "$dev" --tokens "$toks" --top-k 1 2>&1)
-        met_rc=$?
-        sum=$(printf '%s' "$out" | grep -o '"sum_logprob":[^,]*')
-        echo "met score --device $dev: exit $met_rc ${sum:-$(printf '%s' "$out" | tail -n 3)}" | log
+    for model in qwen3-gqa-tied qwen3-moe-mixed qwen3-moe-step2 qwen3-moe-fp8 qwen3-moe-fp8-hf; do
+        model=tests/fixtures/models/$model
+        echo "== met score --device cuda vs cpu ($model)" | log
+        for dev in cuda cpu; do
+            out=$(timeout -k 5 60 "$BIN/met" score "$model" --device "$dev" --tokens "$toks" --top-k 1 2>&1)
+            met_rc=$?
+            sum=$(printf '%s' "$out" | grep -o '"sum_logprob":[^,]*')
+            echo "met score --device $dev: exit $met_rc ${sum:-$(printf '%s' "$out" | tail -n 3)}" | log
+        done
     done
 fi
 

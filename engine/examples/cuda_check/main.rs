@@ -11,6 +11,7 @@ mod ops;
 mod report;
 mod sampling;
 mod speed;
+mod speed_moe;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -32,7 +33,7 @@ struct Args {
     /// Where to write results.json and summary.txt.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sections to skip: kernels, ops, sampling, e2e, speed, profile.
+    /// Sections to skip: kernels, ops, sampling, e2e, speed, moe-speed, profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
 }
@@ -71,7 +72,15 @@ fn main() -> ExitCode {
     ));
 
     let mut dead = false;
-    for name in ["kernels", "ops", "sampling", "e2e", "speed", "profile"] {
+    for name in [
+        "kernels",
+        "ops",
+        "sampling",
+        "e2e",
+        "speed",
+        "moe-speed",
+        "profile",
+    ] {
         if args.skip.iter().any(|s| s == name) {
             report.summary_line(format!("{name}: skipped"));
             continue;
@@ -83,7 +92,7 @@ fn main() -> ExitCode {
         report.section(name);
         // Correctness sections wait for each kernel, so a fault names its kernel; the speed
         // probe runs as serving would.
-        cuda.set_sync_each_launch(name != "speed" && name != "profile");
+        cuda.set_sync_each_launch(!matches!(name, "speed" | "moe-speed" | "profile"));
         let failures_before = report.failures.len();
         let t = Instant::now();
         let r = catch_unwind(AssertUnwindSafe(|| match name {
@@ -92,6 +101,7 @@ fn main() -> ExitCode {
             "sampling" => sampling::run(&cuda, &mut report),
             "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
             "speed" => speed::run(&cuda, &mut report),
+            "moe-speed" => speed_moe::run(&cuda, &mut report),
             _ => speed::profile(&cuda, &mut report),
         }));
         let outcome = match r {

@@ -21,6 +21,15 @@ const BF16_TWICE: Tol = Tol {
     rtol: 1e-2,
 };
 
+/// fused_moe: the CPU keeps the SiLU products in f32, the device rounds them to bf16 before the
+/// down projection (about 2^-9 of each term, a few 1e-3 of the output's scale at worst); a
+/// wrongly routed token would be off by the whole expert.
+const MOE: Tol = Tol {
+    atol: 0.0,
+    atol_rms: 1e-2,
+    rtol: 1e-2,
+};
+
 /// A small deterministic generator (splitmix64).
 pub struct Rng(u64);
 
@@ -66,6 +75,7 @@ fn dt(d: DType) -> &'static str {
     match d {
         DType::BF16 => "bf16",
         DType::F32 => "f32",
+        DType::F8 => "fp8",
     }
 }
 
@@ -97,6 +107,13 @@ fn sample_row<'a>(i: usize, params: &'a SamplingParams, history: &'a [u32]) -> S
 }
 
 /// An attention case: heads (q, kv, head_dim), sequences as (start position, new tokens).
+/// The CUDA matmul's activation operand is bf16 (an f32 x is narrowed first, see blas.rs and
+/// fp8.rs): the CPU reference takes the same narrowed x, so a matmul check measures the GEMM,
+/// not that documented rounding.
+fn as_gemm_operand(x: CpuTensor) -> CpuTensor {
+    CpuTensor::new(x.shape.clone(), round_bf16(&x.data))
+}
+
 struct Attn {
     name: &'static str,
     heads: (usize, usize, usize),
@@ -152,6 +169,37 @@ impl Ops<'_> {
     ) -> Result<(CudaTensor, CpuTensor)> {
         let data = self.rng.vec(shape.iter().product(), scale);
         self.pair(shape, data, dtype)
+    }
+
+    /// A random FP8 weight as the loader hands it over: e4m3 bytes (no NaN) and one scale per
+    /// row and 128 columns around 0.05 / 448 · 10.
+    fn fp8_host(&mut self, shape: &[usize]) -> HostTensor<'static> {
+        let n: usize = shape.iter().product();
+        let cols = shape.last().copied().unwrap_or(1);
+        let bytes: Vec<u8> = (0..n)
+            .map(|_| {
+                let b = (self.rng.next_u64() >> 56) as u8;
+                if b & 0x7f == 0x7f { b ^ 1 } else { b }
+            })
+            .collect();
+        let scales: Vec<f32> = (0..n / cols.max(1) * cols.div_ceil(128))
+            .map(|_| 1e-3 * (1.5 + self.rng.uniform()))
+            .collect();
+        HostTensor {
+            shape: shape.to_vec(),
+            data: HostData::Fp8 {
+                bytes: bytes.into(),
+                scales,
+                col_block: 128,
+            },
+        }
+    }
+
+    /// The same FP8 weight on both sides (the CPU dequantizes it at upload, as it does a
+    /// checkpoint's).
+    fn fp8_pair(&mut self, shape: &[usize]) -> Result<(CudaTensor, CpuTensor)> {
+        let host = self.fp8_host(shape);
+        Ok((self.cuda.upload(&host)?, self.cpu.upload(&host)?))
     }
 
     /// Weights around 1 (norm gains).
@@ -232,6 +280,28 @@ impl Ops<'_> {
                 &got,
                 &want,
             )?;
+            Ok(())
+        })?;
+        // FP8: dummy weights drawn on the device, and checkpoint bytes + scales, must read back
+        // as the host's values exactly (e4m3 · scale, one rounding, on both sides).
+        for (shape, seed) in [(vec![300, 1000], 11u64), (vec![3, 65536 + 130], 12)] {
+            let case = format!("random fp8 {shape:?} seed {seed}");
+            self.run("upload", &case, |s| {
+                let host = HostTensor {
+                    shape: shape.clone(),
+                    data: HostData::RandomFp8 { seed, std: 0.02 },
+                };
+                let want = CpuTensor::new(shape.clone(), host.to_f32());
+                let got = s.cuda.upload(&host)?;
+                s.check("upload", &case, Tol::EXACT, &got, &want)?;
+                Ok(())
+            })?;
+        }
+        self.run("upload", "fp8 [37, 300]", |s| {
+            let host = s.fp8_host(&[37, 300]);
+            let want = CpuTensor::new(vec![37, 300], host.to_f32());
+            let got = s.cuda.upload(&host)?;
+            s.check("upload", "fp8 [37, 300]", Tol::EXACT, &got, &want)?;
             Ok(())
         })?;
         self.run("upload", "constant [1000] 1.0", |s| {
@@ -317,7 +387,7 @@ impl Ops<'_> {
                 s.cpu.add_rms_norm(&mut out_c, &mut r_c, &x_c, &w_c, 1e-6)?;
                 let (out_tol, res_tol) = match rd {
                     DType::F32 => (Tol::BF16, Tol::EXACT),
-                    DType::BF16 => (BF16_TWICE, Tol::BF16),
+                    DType::BF16 | DType::F8 => (BF16_TWICE, Tol::BF16),
                 };
                 s.check(
                     "add_rms_norm",
@@ -352,13 +422,8 @@ impl Ops<'_> {
         ] {
             let case = format!("x {} [{m}, {k}] · w [{n}, {k}]ᵀ", dt(xd));
             self.run("matmul", &case, |s| {
-                let (x_d, mut x_c) = s.random(&[m, k], 1.0, xd)?;
-                // The CUDA matmul's operands are bf16 (an f32 x is narrowed first, see
-                // blas.rs): the reference takes the same narrowed x, so the comparison measures
-                // the GEMM, not the documented input rounding.
-                if xd == DType::F32 {
-                    x_c = CpuTensor::new(x_c.shape.clone(), round_bf16(&x_c.data));
-                }
+                let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
+                let x_c = as_gemm_operand(x_c);
                 let (w_d, w_c) = s.random(&[n, k], 0.05, DType::BF16)?;
                 let mut out_d = s.cuda.zeros(&[m, n])?;
                 let mut out_c = s.cpu.zeros(&[m, n])?;
@@ -367,6 +432,118 @@ impl Ops<'_> {
                 s.check("matmul", &case, Tol::GEMM, &out_d, &out_c)?;
                 Ok(())
             })?;
+        }
+        // FP8 weights: up to 32 rows the FP8 GEMV, 8 rows a pass (exact products, f32 sums:
+        // GEMM tolerance); more rows the bf16 copy of the weight through cuBLAS (one more
+        // rounding of each weight: fused_moe's tolerance); k % 16 != 0 takes the scalar GEMV.
+        for (m, k, n, xd, tol) in [
+            (1, 2048, 5120, DType::BF16, Tol::GEMM),
+            (1, 4096, 12_288, DType::BF16, Tol::GEMM),
+            (3, 2048, 768, DType::F32, Tol::GEMM),
+            (8, 272, 40, DType::BF16, Tol::GEMM),
+            (20, 2048, 1536, DType::BF16, Tol::GEMM),
+            (32, 1024, 96, DType::F32, Tol::GEMM),
+            (2, 200, 11, DType::BF16, Tol::GEMM),
+            (130, 2048, 1536, DType::BF16, MOE),
+            (0, 64, 128, DType::BF16, Tol::GEMM),
+        ] {
+            let case = format!("x {} [{m}, {k}] · w fp8 [{n}, {k}]ᵀ", dt(xd));
+            self.run("matmul", &case, |s| {
+                let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
+                let x_c = as_gemm_operand(x_c);
+                let (w_d, w_c) = s.fp8_pair(&[n, k])?;
+                let mut out_d = s.cuda.zeros(&[m, n])?;
+                let mut out_c = s.cpu.zeros(&[m, n])?;
+                s.cuda.matmul(&mut out_d, &x_d, &w_d)?;
+                s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
+                s.check("matmul", &case, tol, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// fused_moe against the CPU's: the same router logits on both sides, so the same experts
+    /// (ties included: the rule is on the logits' bits); shapes from a decode step at
+    /// Qwen3-30B-A3B's width (hidden 2048, experts of 768, top-8) to odd sizes that take the
+    /// kernels' scalar loops (hidden 100, experts of 36), every expert taken (k = E), bf16 and
+    /// f32 activations and router logits, and an empty batch.
+    fn moe(&mut self) -> Result<()> {
+        for (t, h, i, e, k, norm, xd, rd) in [
+            (1, 2048, 768, 32, 8, true, DType::BF16, DType::F32),
+            (8, 2048, 768, 32, 8, true, DType::BF16, DType::F32),
+            (7, 64, 32, 8, 2, false, DType::F32, DType::BF16),
+            (130, 100, 36, 16, 4, true, DType::BF16, DType::F32),
+            (33, 192, 144, 8, 8, false, DType::BF16, DType::F32),
+            (300, 256, 96, 64, 6, true, DType::BF16, DType::F32),
+            (0, 64, 32, 8, 2, true, DType::BF16, DType::F32),
+        ] {
+            let case = format!(
+                "T {t} H {h} I {i} E {e} top-{k}{} x {} logits {}",
+                if norm { " norm" } else { "" },
+                dt(xd),
+                dt(rd)
+            );
+            self.run("fused_moe", &case, |s| {
+                let (x_d, x_c) = s.random(&[t, h], 1.0, xd)?;
+                let (l_d, l_c) = s.random(&[t, e], 3.0, rd)?;
+                let (w13_d, w13_c) = s.random(&[e, 2 * i, h], 0.05, DType::BF16)?;
+                let (w2_d, w2_c) = s.random(&[e, h, i], 0.05, DType::BF16)?;
+                let mut out_d = s.cuda.zeros(&[t, h])?;
+                let mut out_c = s.cpu.zeros(&[t, h])?;
+                s.cuda
+                    .fused_moe(&mut out_d, &x_d, &l_d, &w13_d, &w2_d, k, norm)?;
+                s.cpu
+                    .fused_moe(&mut out_c, &x_c, &l_c, &w13_c, &w2_c, k, norm)?;
+                s.check("fused_moe", &case, MOE, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        // FP8 experts (the 30B-A3B-FP8 layout: 128-column scale blocks, rows of 16 bytes, and
+        // an odd width taking the scalar loop).
+        for (t, h, i, e, k) in [
+            (1, 2048, 768, 32, 8),
+            (5, 2048, 768, 16, 8),
+            (9, 200, 72, 8, 2),
+        ] {
+            let case = format!("T {t} H {h} I {i} E {e} top-{k} fp8 experts");
+            self.run("fused_moe", &case, |s| {
+                let (x_d, x_c) = s.random(&[t, h], 1.0, DType::BF16)?;
+                let (l_d, l_c) = s.random(&[t, e], 3.0, DType::F32)?;
+                let (w13_d, w13_c) = s.fp8_pair(&[e, 2 * i, h])?;
+                let (w2_d, w2_c) = s.fp8_pair(&[e, h, i])?;
+                let mut out_d = s.cuda.zeros(&[t, h])?;
+                let mut out_c = s.cpu.zeros(&[t, h])?;
+                s.cuda
+                    .fused_moe(&mut out_d, &x_d, &l_d, &w13_d, &w2_d, k, true)?;
+                s.cpu
+                    .fused_moe(&mut out_c, &x_c, &l_c, &w13_c, &w2_c, k, true)?;
+                s.check("fused_moe", &case, MOE, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        // Bad shapes are errors that name the op, not faults.
+        let x = self.cuda.zeros(&[2, 64])?;
+        let l = self.cuda.zeros(&[2, 8])?;
+        let w13 = self.cuda.zeros(&[8, 64, 64])?;
+        let w2 = self.cuda.zeros(&[8, 64, 32])?;
+        let mut out = self.cuda.zeros(&[2, 64])?;
+        for (k, what) in [(0, "top-0"), (9, "top-9 of 8"), (17, "top-17")] {
+            let e = self
+                .cuda
+                .fused_moe(&mut out, &x, &l, &w13, &w2, k, true)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            let ok = e.contains("fused_moe");
+            self.report.line(format!(
+                "fused_moe refuses {what}: {}",
+                if ok { "ok" } else { "FAIL" }
+            ));
+            if !ok {
+                self.report
+                    .fail(format!("fused_moe accepted {what} ({e:?})"));
+            }
         }
         Ok(())
     }
@@ -816,6 +993,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.embedding()?;
     ops.norms()?;
     ops.matmuls()?;
+    ops.moe()?;
     ops.rope()?;
     ops.write_kv()?;
     ops.attention()?;

@@ -23,11 +23,11 @@ use serde_json::json;
 use crate::report::{Report, Tol, compare};
 
 /// Measured device-to-device copy bandwidth of an H200 (shared/GPU.md): the floor's rate.
-const FLOOR_BYTES_PER_S: f64 = 4.0e12;
+pub const FLOOR_BYTES_PER_S: f64 = 4.0e12;
 /// Measured cuBLAS bf16 GEMM rate of an H200 (shared/GPU.md).
 const FLOOR_FLOPS: f64 = 780e12;
-const CONTEXT: usize = 128;
-const BLOCK: usize = 16;
+pub const CONTEXT: usize = 128;
+pub const BLOCK: usize = 16;
 const ITERS: usize = 10;
 
 const QWEN3_8B: &str = r#"{
@@ -102,14 +102,14 @@ fn weight_bytes_read(c: &ModelConfig) -> f64 {
     params as f64 * 2.0
 }
 
-struct Timing {
-    median_ms: f64,
-    min_ms: f64,
+pub struct Timing {
+    pub median_ms: f64,
+    pub min_ms: f64,
 }
 
 /// A decode step of `b` sequences, each with CONTEXT tokens cached in its own blocks (from
 /// block 1 on) and one more token to compute, tables at least `width` blocks wide.
-fn decode_batch(b: usize, width: usize) -> BatchInputs {
+pub fn decode_batch(b: usize, width: usize) -> BatchInputs {
     decode_batch_at(b, width, CONTEXT)
 }
 
@@ -151,9 +151,33 @@ fn logits(
     }
 }
 
+/// The header of the timing table.
+pub fn timing_header(report: &mut Report, first: &str) {
+    report.summary_line(format!(
+        "{first:<28} {:>9} {:>9} {:>9} {:>10} {:>11}",
+        "median ms", "min ms", "floor ms", "GB/s", "floor/median"
+    ));
+}
+
+/// One step's row of the timing table (and its record).
+pub fn timing_line(report: &mut Report, what: String, t: &Timing, bytes: f64, floor_ms: f64) {
+    report.summary_line(format!(
+        "{what:<28} {:>9.3} {:>9.3} {:>9.3} {:>10.0} {:>11.2}",
+        t.median_ms,
+        t.min_ms,
+        floor_ms,
+        bytes / (t.median_ms / 1e3) / 1e9,
+        floor_ms / t.median_ms
+    ));
+    report.record(json!({
+        "step": what, "median_ms": t.median_ms, "min_ms": t.min_ms,
+        "floor_ms": floor_ms, "bytes": bytes,
+    }));
+}
+
 /// Time `ITERS` runs of a whole step (upload the batch, forward, greedy sample) between CUDA
 /// events, after two warm-up runs; `graph`: replayed as a CUDA graph.
-fn time_step(
+pub fn time_step(
     cuda: &CudaBackend,
     model: &Qwen3<CudaBackend>,
     kv: &mut KvStorage<CudaBackend>,
@@ -223,24 +247,8 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ));
     let kv_bytes_per_token = model.kv_bytes_per_token(2) as f64;
     let read = weight_bytes_read(&c);
-    report.summary_line(format!(
-        "{:<24} {:>9} {:>9} {:>9} {:>10} {:>11}",
-        "step", "median ms", "min ms", "floor ms", "GB/s", "floor/median"
-    ));
-    let line = |report: &mut Report, what: String, t: &Timing, bytes: f64, floor_ms: f64| {
-        report.summary_line(format!(
-            "{what:<24} {:>9.3} {:>9.3} {:>9.3} {:>10.0} {:>11.2}",
-            t.median_ms,
-            t.min_ms,
-            floor_ms,
-            bytes / (t.median_ms / 1e3) / 1e9,
-            floor_ms / t.median_ms
-        ));
-        report.record(json!({
-            "step": what, "median_ms": t.median_ms, "min_ms": t.min_ms,
-            "floor_ms": floor_ms, "bytes": bytes,
-        }));
-    };
+    timing_header(report, "step");
+    let line = timing_line;
 
     for b in [1usize, 8, 64, 128] {
         // Each sequence has CONTEXT tokens cached and decodes one more (the cache holds zeros:

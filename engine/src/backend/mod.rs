@@ -125,6 +125,39 @@ pub enum Feature {
     Fp8Weights,
 }
 
+/// The sizes of a [`Backend::fused_moe`] call, `(tokens, hidden, experts, intermediate)`,
+/// once the shapes agree and `1 <= top_k <= min(experts, max_top_k)`; every backend checks
+/// the same.
+pub(crate) fn moe_dims(
+    out: &[usize],
+    x: &[usize],
+    router_logits: &[usize],
+    (gate_up, down): (&[usize], &[usize]),
+    top_k: usize,
+    max_top_k: usize,
+) -> Result<(usize, usize, usize, usize)> {
+    let last = |s: &[usize]| s.last().copied().unwrap_or(1);
+    let rows = |s: &[usize]| s.iter().product::<usize>() / last(s).max(1);
+    let (t, h, e, i) = (rows(x), last(x), last(router_logits), last(down));
+    let ok = out == x
+        && rows(router_logits) == t
+        && gate_up == [e, 2 * i, h]
+        && down == [e, h, i]
+        && (1..=e.min(max_top_k)).contains(&top_k);
+    if ok {
+        Ok((t, h, e, i))
+    } else {
+        Err(BackendError::Shape {
+            op: "fused_moe",
+            message: format!(
+                "out {out:?}, x {x:?}, router_logits {router_logits:?}, gate_up {gate_up:?}, \
+                 down {down:?}, top_k {top_k} (want x [T, H], router_logits [T, E], gate_up \
+                 [E, 2·I, H], down [E, H, I], out like x, 1 <= top_k <= min(E, {max_top_k}))"
+            ),
+        })
+    }
+}
+
 /// The device a model runs on. `Tensor` holds weights, activations and KV-cache layers;
 /// `Batch` is the device copy of one step's [`BatchInputs`].
 ///

@@ -136,7 +136,24 @@ pub fn dequantize(
     scale_dtype: ScaleDtype,
     config: &Fp8Config,
 ) -> Vec<u8> {
-    use rayon::prelude::*;
+    let cols = shape.last().copied().unwrap_or(1);
+    let scales = row_scales(scale, scale_dtype, shape, config);
+    dequantize_rows(weight, cols, &scales, config.block[1])
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect()
+}
+
+/// The block scales of a weight of `shape` as f32, one row of `ceil(cols / block[1])` per
+/// weight row (`[lead · rows, ceil(cols / block[1])]`): how [`HostData::Fp8`] carries them.
+///
+/// [`HostData::Fp8`]: super::HostData::Fp8
+pub fn row_scales(
+    scale: &[u8],
+    scale_dtype: ScaleDtype,
+    shape: &[usize],
+    config: &Fp8Config,
+) -> Vec<f32> {
     let scales = scales_f32(scale, scale_dtype);
     let nd = shape.len();
     let (rows, cols) = match nd {
@@ -144,19 +161,32 @@ pub fn dequantize(
         1 => (1, shape[0]),
         _ => (shape[nd - 2], shape[nd - 1]),
     };
+    let lead: usize = shape.iter().take(nd.saturating_sub(2)).product();
     let (br, bc) = (config.block[0], config.block[1]);
     let (grid_r, grid_c) = (rows.div_ceil(br), cols.div_ceil(bc));
+    let mut out = Vec::with_capacity(lead * rows * grid_c);
+    for g in 0..lead * rows {
+        let (m, r) = (g / rows, g % rows);
+        out.extend_from_slice(&scales[(m * grid_r + r / br) * grid_c..][..grid_c]);
+    }
+    out
+}
+
+/// `e4m3 · scale` for every element of a weight with `cols` columns, given its
+/// [`row_scales`] for blocks of `col_block` columns.
+pub fn dequantize_rows(weight: &[u8], cols: usize, scales: &[f32], col_block: usize) -> Vec<f32> {
+    use rayon::prelude::*;
+    let cols = cols.max(1);
+    let per_row = cols.div_ceil(col_block.max(1));
     let lut = &*E4M3;
-    let mut out = vec![0u8; weight.len() * 4];
-    // One output row at a time: row `g` of the flattened [lead · rows, cols] view.
-    out.par_chunks_mut(cols.max(1) * 4)
-        .zip(weight.par_chunks(cols.max(1)))
+    let mut out = vec![0f32; weight.len()];
+    out.par_chunks_mut(cols)
+        .zip(weight.par_chunks(cols))
         .enumerate()
         .for_each(|(g, (o, w))| {
-            let (m, r) = (g / rows, g % rows);
-            let srow = &scales[(m * grid_r + r / br) * grid_c..][..grid_c];
-            for (c, (o, &b)) in o.chunks_exact_mut(4).zip(w).enumerate() {
-                o.copy_from_slice(&(lut[b as usize] * srow[c / bc]).to_le_bytes());
+            let srow = &scales[g * per_row..][..per_row];
+            for (c, (o, &b)) in o.iter_mut().zip(w).enumerate() {
+                *o = lut[b as usize] * srow[c / col_block];
             }
         });
     out
@@ -191,6 +221,11 @@ fn scales_f32(bytes: &[u8], dtype: ScaleDtype) -> Vec<f32> {
 
 /// Every e4m3 (`float8_e4m3fn`: bias 7, no infinities, `S.1111.111` is NaN) byte as f32.
 static E4M3: LazyLock<[f32; 256]> = LazyLock::new(|| std::array::from_fn(|b| e4m3_to_f32(b as u8)));
+
+/// Every e4m3 byte's value, as the loader decodes it (for backends that check their own decode).
+pub fn e4m3_table() -> &'static [f32; 256] {
+    &E4M3
+}
 
 fn e4m3_to_f32(b: u8) -> f32 {
     let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };

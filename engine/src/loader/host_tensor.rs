@@ -31,6 +31,33 @@ pub enum HostData<'a> {
     Random { seed: u64, std: f32 },
     /// Every element the same.
     Constant(f32),
+    /// Fine-grained FP8 as stored: e4m3 bytes (row-major) and one f32 scale per `col_block`
+    /// columns of each row (`[rows, ceil(cols / col_block)]`: the checkpoint's block grid
+    /// expanded to every row, so parts concatenate by rows). The value is `e4m3 · scale`.
+    Fp8 {
+        bytes: Cow<'a, [u8]>,
+        scales: Vec<f32>,
+        col_block: usize,
+    },
+    /// Dummy FP8 weights, a pure function of `seed`: `Random`'s stream, each draw's top byte
+    /// with bit 6 cleared (an e4m3 value up to ±1.875, never NaN), times [`random_fp8_scale`]
+    /// so the values have standard deviation `std`; scales per 128 columns.
+    RandomFp8 { seed: u64, std: f32 },
+}
+
+/// Columns an FP8 scale covers in [`HostData::RandomFp8`] (and on the CUDA backend).
+pub const FP8_COL_BLOCK: usize = 128;
+
+/// The scale of [`HostData::RandomFp8`] for standard deviation `std`: `std` over the root mean
+/// square of the 128 e4m3 values its bytes take (each equally likely).
+pub fn random_fp8_scale(std: f32) -> f32 {
+    let lut = super::fp8::e4m3_table();
+    let mean_sq = (0..256usize)
+        .filter(|b| b & 0x40 == 0)
+        .map(|b| f64::from(lut[b]).powi(2))
+        .sum::<f64>()
+        / 128.0;
+    (f64::from(std) / mean_sq.sqrt()) as f32
 }
 
 #[derive(Debug, Clone)]
@@ -94,7 +121,35 @@ impl HostTensor<'_> {
                 out
             }
             HostData::Constant(c) => vec![*c; n],
+            HostData::Fp8 {
+                bytes,
+                scales,
+                col_block,
+            } => super::fp8::dequantize_rows(bytes, self.cols(), scales, *col_block),
+            HostData::RandomFp8 { seed, std } => {
+                let lut = super::fp8::e4m3_table();
+                let scale = random_fp8_scale(*std);
+                let mut out = vec![0f32; n];
+                out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+                    let mut state = splitmix(seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                    for v in o.iter_mut() {
+                        state = splitmix(state);
+                        *v = lut[((state >> 56) & 0xbf) as usize] * scale;
+                    }
+                });
+                out
+            }
         }
+    }
+
+    /// Length of the last dimension (1 for a scalar).
+    pub fn cols(&self) -> usize {
+        self.shape.last().copied().unwrap_or(1)
+    }
+
+    /// Whether the data is FP8 (stored or dummy).
+    pub fn is_fp8(&self) -> bool {
+        matches!(self.data, HostData::Fp8 { .. } | HostData::RandomFp8 { .. })
     }
 
     /// The same elements viewed as `shape` (row-major, so the data is untouched).
@@ -104,9 +159,9 @@ impl HostTensor<'_> {
     }
 
     /// Stack 2-D tensors along rows (`[a, k] ++ [b, k] -> [a + b, k]`), as fused projections
-    /// (q|k|v, gate|up) are stored. Raw data of one dtype stays raw; random parts of one scale
-    /// stay a recipe (a dummy 8B model must not turn into 18 GB of host floats); anything
-    /// else becomes f32.
+    /// (q|k|v, gate|up) are stored. Raw data of one dtype stays raw, FP8 of one scale block
+    /// stays FP8; random parts of one scale stay a recipe (a dummy 8B model must not turn into
+    /// 18 GB of host floats); anything else becomes f32.
     pub fn concat_rows(parts: &[HostTensor<'_>]) -> HostTensor<'static> {
         let cols = parts
             .first()
@@ -124,14 +179,57 @@ impl HostTensor<'_> {
             && parts
                 .iter()
                 .all(|p| matches!(p.data, HostData::Random { std, .. } if Some(std) == random_std));
-        let data = if same_random {
-            let seed = parts.iter().fold(0x5eed_u64, |h, p| match p.data {
-                HostData::Random { seed, .. } => (h ^ seed).wrapping_mul(0x0000_0100_0000_01b3),
-                _ => h,
+        let random_fp8_std = match parts.first().map(|p| &p.data) {
+            Some(HostData::RandomFp8 { std, .. }) => Some(*std),
+            _ => None,
+        };
+        let same_random_fp8 = random_fp8_std.is_some()
+            && parts.iter().all(
+                |p| matches!(p.data, HostData::RandomFp8 { std, .. } if Some(std) == random_fp8_std),
+            );
+        let fp8_block = match parts.first().map(|p| &p.data) {
+            Some(HostData::Fp8 { col_block, .. }) => Some(*col_block),
+            _ => None,
+        };
+        let same_fp8 = fp8_block.is_some()
+            && parts.iter().all(|p| {
+                matches!(p.data, HostData::Fp8 { col_block, .. } if Some(col_block) == fp8_block)
             });
+        let combined_seed = || {
+            parts.iter().fold(0x5eed_u64, |h, p| match p.data {
+                HostData::Random { seed, .. } | HostData::RandomFp8 { seed, .. } => {
+                    (h ^ seed).wrapping_mul(0x0000_0100_0000_01b3)
+                }
+                _ => h,
+            })
+        };
+        let data = if same_random {
             HostData::Random {
-                seed,
+                seed: combined_seed(),
                 std: random_std.unwrap_or(0.0),
+            }
+        } else if same_random_fp8 {
+            HostData::RandomFp8 {
+                seed: combined_seed(),
+                std: random_fp8_std.unwrap_or(0.0),
+            }
+        } else if same_fp8 {
+            let (mut bytes, mut scales) = (Vec::new(), Vec::new());
+            for p in parts {
+                if let HostData::Fp8 {
+                    bytes: b,
+                    scales: s,
+                    ..
+                } = &p.data
+                {
+                    bytes.extend_from_slice(b);
+                    scales.extend_from_slice(s);
+                }
+            }
+            HostData::Fp8 {
+                bytes: Cow::Owned(bytes),
+                scales,
+                col_block: fp8_block.unwrap_or(FP8_COL_BLOCK),
             }
         } else if same_raw {
             let dtype = first_dtype(parts).unwrap_or(DType::F32);
@@ -224,6 +322,45 @@ mod tests {
             d.to_f32(),
             "the parts' seeds and order make the seed"
         );
+    }
+
+    #[test]
+    fn fp8_parts_concatenate_as_fp8_with_their_values() {
+        let part = |bytes: Vec<u8>, scales: Vec<f32>| HostTensor {
+            shape: vec![bytes.len() / 3, 3],
+            data: HostData::Fp8 {
+                bytes: Cow::Owned(bytes),
+                scales,
+                col_block: 2,
+            },
+        };
+        // 0x38 = 1.0, 0x40 = 2.0, 0xb8 = -1.0; two scales a row (columns 0-1, 2).
+        let a = part(vec![0x38, 0x40, 0x38], vec![1.0, 0.5]);
+        let b = part(
+            vec![0xb8, 0x38, 0x40, 0x38, 0x38, 0x38],
+            vec![2.0, 3.0, 0.25, 4.0],
+        );
+        let want: Vec<f32> = [a.to_f32(), b.to_f32()].concat();
+        assert_eq!(want, vec![1.0, 2.0, 0.5, -2.0, 2.0, 6.0, 0.25, 0.25, 4.0]);
+        let c = HostTensor::concat_rows(&[a, b]);
+        assert!(c.is_fp8() && c.shape == vec![3, 3]);
+        assert_eq!(c.to_f32(), want);
+    }
+
+    #[test]
+    fn random_fp8_is_seeded_scaled_and_stays_a_recipe() {
+        let t = |seed| HostTensor {
+            shape: vec![300, 1000],
+            data: HostData::RandomFp8 { seed, std: 0.02 },
+        };
+        let x = t(7).to_f32();
+        assert_eq!(x, t(7).to_f32());
+        assert_ne!(x[..16], t(8).to_f32()[..16]);
+        let var = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+        assert!((var.sqrt() - 0.02).abs() < 1e-3, "{}", var.sqrt());
+        assert!(x.iter().all(|v| v.is_finite()));
+        let c = HostTensor::concat_rows(&[t(1), t(2)]);
+        assert!(matches!(c.data, HostData::RandomFp8 { std, .. } if std == 0.02));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 pub use config::{GenerationConfig, ModelConfig, MoeConfig};
 pub use fp8::Fp8Config;
-pub use host_tensor::{DType, HostData, HostTensor};
+pub use host_tensor::{DType, FP8_COL_BLOCK, HostData, HostTensor, random_fp8_scale};
 pub use safetensors_dir::SafetensorsWeights;
 
 #[derive(Debug, thiserror::Error)]
@@ -76,9 +76,12 @@ pub enum LoadFormat {
 /// The source of named tensors for a model's `load`.
 pub enum Weights {
     Safetensors(SafetensorsWeights),
-    /// Seeded random weights; norms are ones so activations stay in range.
+    /// Seeded random weights; norms are ones so activations stay in range. With `fp8` (the
+    /// config has an FP8 `quantization_config`) the projections an FP8 checkpoint quantizes
+    /// (`*_proj.weight` and the fused experts) are FP8 recipes, which a GPU draws on the device.
     Dummy {
         seed: u64,
+        fp8: bool,
     },
 }
 
@@ -90,6 +93,7 @@ impl Weights {
             )),
             LoadFormat::Dummy => Ok(Self::Dummy {
                 seed: 0x006d_6574_7261_6c65,
+                fp8: Fp8Config::of_model_dir(dir)?.is_some(),
             }),
         }
     }
@@ -104,10 +108,14 @@ impl Weights {
     ) -> Result<HostTensor<'_>, LoadError> {
         match self {
             Self::Safetensors(w) => w.get(name, shape),
-            Self::Dummy { seed } => Ok(HostTensor {
+            Self::Dummy { seed, fp8 } => Ok(HostTensor {
                 shape: shape.to_vec(),
                 data: match kind {
                     TensorKind::Norm => HostData::Constant(1.0),
+                    TensorKind::Matrix if *fp8 && quantized_in_fp8(name) => HostData::RandomFp8 {
+                        seed: seed ^ fnv1a(name.as_bytes()),
+                        std: 0.02,
+                    },
                     TensorKind::Matrix => HostData::Random {
                         seed: seed ^ fnv1a(name.as_bytes()),
                         std: 0.02,
@@ -123,6 +131,13 @@ impl Weights {
             Self::Dummy { .. } => true,
         }
     }
+}
+
+/// Whether an FP8 checkpoint stores `name` in FP8: the linear projections (`*_proj.weight`,
+/// and transformers 5's fused `mlp.experts.gate_up_proj` / `down_proj`); embeddings, norms,
+/// the LM head and the MoE router stay bf16.
+fn quantized_in_fp8(name: &str) -> bool {
+    name.ends_with("_proj.weight") || name.ends_with("_proj")
 }
 
 /// What a tensor is, for sources that invent values.

@@ -123,7 +123,8 @@ impl SafetensorsWeights {
         &self.files[e.file].1[e.start..e.end]
     }
 
-    /// An e4m3 tensor times its per-block `_scale_inv`, as f32.
+    /// An e4m3 tensor with its per-block `_scale_inv` (expanded to every row): the CPU
+    /// dequantizes it at upload, the CUDA backend keeps the bytes.
     fn get_fp8(&self, name: &str, e: &Entry) -> Result<HostTensor<'_>, LoadError> {
         let err = |message: String| LoadError::Fp8 {
             name: name.to_string(),
@@ -160,12 +161,12 @@ impl SafetensorsWeights {
                 )));
             }
         };
-        let bytes = fp8::dequantize(self.bytes(e), &e.shape, self.bytes(s), scale_dtype, &config);
         Ok(HostTensor {
             shape: e.shape.clone(),
-            data: HostData::Raw {
-                dtype: DType::F32,
-                bytes: Cow::Owned(bytes),
+            data: HostData::Fp8 {
+                bytes: Cow::Borrowed(self.bytes(e)),
+                scales: fp8::row_scales(self.bytes(s), scale_dtype, &e.shape, &config),
+                col_block: config.block[1],
             },
         })
     }

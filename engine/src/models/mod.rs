@@ -24,16 +24,17 @@ fn check_features(
 ) -> std::result::Result<(), LoadError> {
     if c.moe.is_some() && !supports(Feature::MoeExperts) {
         return Err(LoadError::UnsupportedOnDevice(format!(
-            "Qwen3-MoE ({}) runs on --device cpu only in this version: the {name} backend has \
-             no mixture-of-experts kernels yet",
+            "Qwen3-MoE ({}) runs on --device cpu in this version: on the {name} backend it is \
+             experimental (its scores are not yet within tolerance of transformers); set \
+             METRALE_CUDA_MOE=1 to run it anyway (docs/cuda.md)",
             c.architecture
         )));
     }
     if c.fp8.is_some() && !supports(Feature::Fp8Weights) {
         return Err(LoadError::UnsupportedOnDevice(format!(
-            "FP8 checkpoints (quantization_config.quant_method \"fp8\") run on --device cpu only \
-             in this version, which dequantizes them at load: the {name} backend has no FP8 \
-             weight kernels yet"
+            "FP8 checkpoints (quantization_config.quant_method \"fp8\") run on --device cpu in \
+             this version, which dequantizes them at load: on the {name} backend they are \
+             experimental; set METRALE_CUDA_MOE=1 to run them anyway (docs/cuda.md)"
         )));
     }
     Ok(())
@@ -105,7 +106,7 @@ pub trait Model<B: Backend>: Send {
 mod tests {
     use super::*;
 
-    /// What `--device cuda` answers today (its backend supports neither), tested without a GPU.
+    /// What a backend that supports neither answers (the CUDA one did before its kernels).
     #[test]
     fn a_backend_without_moe_or_fp8_refuses_them_by_name() {
         let dense = ModelConfig::from_json(

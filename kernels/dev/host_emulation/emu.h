@@ -118,6 +118,18 @@ inline void emu_mma_m16n8k16_bf16(float c[4], unsigned a0, unsigned a1, unsigned
         c[i] += sum;
     }
 }
+// Bit l set when lane l of this thread's warp passes a true `pred` (every lane must call).
+inline unsigned __ballot_sync(unsigned, int pred) {
+    Warp* w = g_warps[threadIdx.x / 32].get();
+    unsigned lane = threadIdx.x % 32, n = std::min(32u, blockDim.x - threadIdx.x / 32 * 32);
+    w->u[lane] = pred != 0;
+    w->bar->arrive_and_wait();
+    unsigned m = 0;
+    for (unsigned l = 0; l < n; ++l)
+        if (w->u[l]) m |= 1u << l;
+    w->bar->arrive_and_wait();
+    return m;
+}
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int __ffs(int v) { return __builtin_ffs(v); }
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }

@@ -629,6 +629,203 @@ void t_argmax_nan_first() {
     report("argmax NaN in column 0 -> 0", (out[0] == 0 && out[1] == want1) ? 0 : 1, 0);
 }
 
+// Mixture of experts: the five kernels of moe.cu against a plain loop (route like the CPU
+// reference: softmax in f32, top-k by logit bits descending then expert index; each chosen
+// expert's gate|up, SiLU, act rounded to bf16 as the device stores it, down, weighted sum in
+// double). `ties` makes logits repeat so the index rule decides; `fp8` stores the expert weights
+// as e4m3 bytes with a scale per 128 columns of each row.
+static float host_e4m3(unsigned b) {
+    float sign = (b & 0x80) ? -1.f : 1.f;
+    int e = (b >> 3) & 0xf, m = b & 7;
+    if (e == 0xf && m == 7) return NAN;
+    return e == 0 ? sign * m / 8.f * std::ldexp(1.f, -6) : sign * (1 + m / 8.f) * std::ldexp(1.f, e - 7);
+}
+static u32 host_key(float v) { u32 u; memcpy(&u, &v, 4); return (u & 0x80000000u) ? ~u : (u | 0x80000000u); }
+
+void t_moe(int T, int E, int K, int H, int I, bool norm, bool fp8, bool ties) {
+    std::vector<float> logits(T * E);
+    for (auto& v : logits) v = ties ? (float)(int)U(3) : U(3);
+    std::vector<bf16> x(T * H);
+    for (auto& v : x) v = B(U(1));
+    // Weights as the device holds them, and their f32 values.
+    const int gc_h = (H + 127) / 128, gc_i = (I + 127) / 128;
+    std::vector<bf16> w13b, w2b;
+    std::vector<unsigned char> w13q, w2q;
+    std::vector<float> s13, s2, w13(E * 2 * I * H), w2(E * H * I);
+    auto fill = [&](std::vector<float>& wf, std::vector<bf16>& wb, std::vector<unsigned char>& wq,
+                    std::vector<float>& sc, int rows, int cols, int gc) {
+        if (fp8) {
+            wq.resize(wf.size());
+            sc.resize((size_t)rows * gc);
+            for (auto& s : sc) s = std::fabs(U(0.01f)) + 1e-3f;
+            for (size_t i = 0; i < wf.size(); ++i) {
+                unsigned b;
+                do b = rng() & 0xff; while ((b & 0x7f) == 0x7f);
+                wq[i] = (unsigned char)b;
+                wf[i] = host_e4m3(b) * sc[(i / cols) * gc + (i % cols) / 128];
+            }
+        } else {
+            wb.resize(wf.size());
+            for (size_t i = 0; i < wf.size(); ++i) { wb[i] = B(U(0.2f)); wf[i] = F(wb[i]); }
+        }
+    };
+    fill(w13, w13b, w13q, s13, E * 2 * I, H, gc_h);
+    fill(w2, w2b, w2q, s2, E * H, I, gc_i);
+    const int P = T * K;
+    std::vector<int> ids(P, -1), perm(P, -1), offsets(E + 1, -1);
+    std::vector<float> wts(P, NAN), ys(P * H, NAN), out(T * H, NAN);
+    std::vector<bf16> act(P * I);
+    launch({(unsigned)((T + 3) / 4)}, {128}, [&] { moe_route_f32(ids.data(), wts.data(), logits.data(), T, E, K, norm); });
+    launch({(unsigned)E}, {256}, [&] { moe_group(offsets.data(), perm.data(), ids.data(), P, E); });
+    std::vector<int> active(E + 1, -1);
+    launch({1}, {E > 40 ? 64u : 32u}, [&] { moe_active(active.data(), offsets.data(), E); });
+    const bool vec = fp8 ? (H % 16 == 0 && I % 16 == 0) : (H % 8 == 0 && I % 8 == 0);
+    const unsigned rows = (unsigned)std::min(E, P);
+    launch({(unsigned)((I + 7) / 8), rows}, {256}, [&] {
+        if (fp8) (vec ? moe_gate_up_fp8_vec : moe_gate_up_fp8)(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
+        else (vec ? moe_gate_up_bf16_vec : moe_gate_up_bf16)(act.data(), x.data(), w13b.data(), nullptr, offsets.data(), active.data(), perm.data(), E, K, I, H);
+    });
+    launch({(unsigned)((H + 7) / 8), rows}, {256}, [&] {
+        if (fp8) (vec ? moe_down_fp8_vec : moe_down_fp8)(ys.data(), act.data(), w2q.data(), s2.data(), offsets.data(), active.data(), perm.data(), E, I, H);
+        else (vec ? moe_down_bf16_vec : moe_down_bf16)(ys.data(), act.data(), w2b.data(), nullptr, offsets.data(), active.data(), perm.data(), E, I, H);
+    });
+    int bad_active = 0, n_active = 0;
+    for (int e = 0; e < E; ++e)
+        if (offsets[e + 1] > offsets[e]) { if (n_active >= E || active[n_active] != e) ++bad_active; ++n_active; }
+    if (active[E] != n_active) ++bad_active;
+    launch({4}, {64}, [&] { moe_combine(out.data(), ys.data(), wts.data(), T, K, H); });
+    // Reference routing.
+    int bad_ids = 0;
+    double worst_w = 0, worst = 0, rms = 0;
+    std::vector<double> ref(T * H, 0.0);
+    for (int t = 0; t < T; ++t) {
+        const float* row = &logits[t * E];
+        float mx = -INFINITY;
+        for (int e = 0; e < E; ++e) mx = std::max(mx, row[e]);
+        std::vector<float> ex(E);
+        float sum = 0;
+        for (int e = 0; e < E; ++e) { ex[e] = std::exp(row[e] - mx); sum += ex[e]; }
+        std::vector<int> order(E);
+        for (int e = 0; e < E; ++e) order[e] = e;
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return host_key(row[a]) > host_key(row[b]); });
+        std::vector<std::pair<int, float>> chosen;
+        float total = 0;
+        for (int j = 0; j < K; ++j) { chosen.push_back({order[j], ex[order[j]] / sum}); total += ex[order[j]] / sum; }
+        std::sort(chosen.begin(), chosen.end());
+        for (int j = 0; j < K; ++j) {
+            const int e = chosen[j].first;
+            const float w = norm ? chosen[j].second / total : chosen[j].second;
+            if (ids[t * K + j] != e) ++bad_ids;
+            worst_w = std::max(worst_w, (double)std::fabs(wts[t * K + j] - w) / w);
+            std::vector<float> a(I);
+            for (int i = 0; i < I; ++i) {
+                double g = 0, u = 0;
+                for (int h = 0; h < H; ++h) {
+                    g += (double)w13[((size_t)e * 2 * I + i) * H + h] * F(x[t * H + h]);
+                    u += (double)w13[((size_t)e * 2 * I + I + i) * H + h] * F(x[t * H + h]);
+                }
+                a[i] = F(B((float)(g / (1 + std::exp(-g)) * u)));
+            }
+            for (int c = 0; c < H; ++c) {
+                double y = 0;
+                for (int i = 0; i < I; ++i) y += (double)w2[((size_t)e * H + c) * I + i] * a[i];
+                ref[t * H + c] += w * y;
+            }
+        }
+    }
+    for (double v : ref) rms += v * v;
+    rms = std::sqrt(rms / std::max(1, T * H));
+    // Against the output's rms: the reference computes gate and up in double, the device in
+    // f32, so an act value may round to the neighbouring bf16 (2^-8 of it) on either side; that
+    // moves an output by about 4e-4 of the rms, far below this tolerance yet up to 5e-2 of a
+    // near-zero output (seen: T19 H40 I24), while a wrong expert, row or weight moves it by O(1).
+    for (int i = 0; i < T * H; ++i) worst = std::max(worst, std::fabs(out[i] - ref[i]) / (rms + std::fabs(ref[i])));
+    char name[96];
+    snprintf(name, 96, "moe%s ids T%d E%d k%d%s", fp8 ? " fp8" : "", T, E, K, ties ? " ties" : "");
+    report(name, bad_ids, 0);
+    snprintf(name, 96, "moe%s weights T%d E%d k%d norm%d", fp8 ? " fp8" : "", T, E, K, norm);
+    report(name, worst_w, 1e-5);
+    snprintf(name, 96, "moe%s out T%d H%d I%d", fp8 ? " fp8" : "", T, H, I);
+    report(name, worst, 1e-2);
+    // Every expert's range holds its pairs, in pair order.
+    int bad_group = offsets[0] != 0 || offsets[E] != P;
+    for (int e = 0; e < E; ++e)
+        for (int p = offsets[e]; p < offsets[e + 1]; ++p)
+            if (ids[perm[p]] != e || (p > offsets[e] && perm[p] <= perm[p - 1])) ++bad_group;
+    snprintf(name, 96, "moe group T%d E%d k%d", T, E, K);
+    report(name, bad_group, 0);
+    snprintf(name, 96, "moe active T%d E%d k%d (%d active)", T, E, K, n_active);
+    report(name, bad_active, 0);
+}
+
+// FP8 weights: the decode trick against the loader's formula for every non-NaN byte (bit for
+// bit, one rounding), the GEMVs and the bf16 dequantization against a double reference, and the
+// dummy generator against the host's stream.
+void t_fp8_decode() {
+    int bad = 0;
+    for (float s : {1.0f, 0.0123f, 3.7e-5f, 17.5f, 1e-30f})
+        for (unsigned b = 0; b < 256; ++b) {
+            if ((b & 0x7f) == 0x7f) continue;
+            const float want = host_e4m3(b) * s, got = e4m3_scaled(b, fp8_scale120(s));
+            if (memcmp(&want, &got, 4) != 0) ++bad;
+        }
+    report("e4m3_scaled = e4m3 * scale (bits)", bad, 0);
+}
+
+void t_gemv_fp8(int M, int N, int K) {
+    const int per_row = (K + 127) / 128;
+    std::vector<bf16> x(M * K);
+    for (auto& v : x) v = B(U(1));
+    std::vector<unsigned char> w(N * K);
+    std::vector<float> sc(N * per_row), out(M * N, NAN), wf(N * K);
+    for (auto& v : sc) v = std::fabs(U(0.02f)) + 1e-3f;
+    for (int i = 0; i < N * K; ++i) {
+        unsigned b;
+        do b = rng() & 0xff; while ((b & 0x7f) == 0x7f);
+        w[i] = (unsigned char)b;
+        wf[i] = host_e4m3(b) * sc[(i / K) * per_row + (i % K) / 128];
+    }
+    const bool vec = K % 16 == 0;
+    launch({(unsigned)((N + 7) / 8)}, {256}, [&] {
+        if (!vec) gemv_fp8_rows(out.data(), x.data(), w.data(), sc.data(), M, N, K);
+        else if (M == 1) gemv_fp8_m1(out.data(), x.data(), w.data(), sc.data(), N, K);
+        else if (M == 3) gemv_fp8_m3(out.data(), x.data(), w.data(), sc.data(), N, K);
+        else gemv_fp8_m8(out.data(), x.data(), w.data(), sc.data(), N, K);
+    });
+    double worst = 0;
+    for (int m = 0; m < M; ++m) for (int n = 0; n < N; ++n) {
+        double r = 0, a = 0;
+        for (int k = 0; k < K; ++k) { r += (double)F(x[m*K+k]) * wf[n*K+k]; a += std::fabs((double)F(x[m*K+k]) * wf[n*K+k]); }
+        worst = std::max(worst, std::fabs(out[m*N+n] - r) / (1e-6 + a));
+    }
+    char name[64]; snprintf(name, 64, "gemv_fp8%s M%d N%d K%d", vec ? "" : "_rows", M, N, K);
+    report(name, worst, 1e-6);
+    std::vector<bf16> deq(N * K);
+    launch({3}, {128}, [&] { dequant_fp8_bf16(deq.data(), w.data(), sc.data(), N, K); });
+    int bad = 0;
+    for (int i = 0; i < N * K; ++i) if (deq[i].bits != B(wf[i]).bits) ++bad;
+    snprintf(name, 64, "dequant_fp8_bf16 N%d K%d", N, K);
+    report(name, bad, 0);
+}
+
+void t_fill_random_fp8() {
+    u64 n = 65536 * 2 + 300, seed = 1234, ns = 77;
+    std::vector<unsigned char> out(n);
+    std::vector<float> sc(ns, NAN);
+    u64 chunks = (n + 65535) / 65536;
+    launch({1}, {64}, [&] { fill_random_fp8(out.data(), n, seed, sc.data(), ns, 0.25f); });
+    int bad = 0;
+    for (u64 c = 0; c < chunks; ++c) {
+        u64 st = sm(seed ^ (c * 0x9e3779b97f4a7c15ull));
+        for (u64 i = c * 65536; i < std::min(n, (c + 1) * 65536); ++i) {
+            st = sm(st);
+            if (out[i] != ((st >> 56) & 0xbf)) ++bad;
+        }
+    }
+    for (float v : sc) if (v != 0.25f) ++bad;
+    report("fill_random_fp8", bad, 0);
+}
+
 // Every attention case (EMU_ONLY=attention runs just these).
 static void attn_tests() {
     t_attn(4, 2, 32, {{0, 20}});
@@ -676,6 +873,21 @@ int main() {
     t_gemv_silu(1, 40, 1048);
     t_gemv_silu(3, 13, 64);
     t_gemv_silu(8, 9, 24);
+    t_moe(1, 8, 2, 64, 32, true, false, false);
+    t_moe(7, 8, 2, 64, 32, false, false, true);
+    t_moe(19, 16, 4, 40, 24, true, false, false);
+    t_moe(5, 6, 3, 36, 12, true, false, true);
+    t_moe(300, 4, 2, 16, 8, true, false, false);
+    t_moe(3, 40, 8, 64, 48, true, false, false);
+    t_moe(4, 8, 2, 256, 144, true, true, false);
+    t_moe(3, 8, 2, 192, 40, true, true, false);
+    t_moe(2, 4, 1, 24, 20, false, true, false);
+    t_fp8_decode();
+    t_gemv_fp8(1, 40, 1024);
+    t_gemv_fp8(3, 13, 272);
+    t_gemv_fp8(8, 9, 2064);
+    t_gemv_fp8(2, 11, 200);
+    t_fill_random_fp8();
     t_write_kv();
     t_rope_kv(5, 4, 2, 32, 32);
     t_rope_kv(3, 8, 1, 64, 32);

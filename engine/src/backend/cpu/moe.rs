@@ -3,7 +3,7 @@
 //! has any: gather its rows, gate|up, silu·mul, down, and add the rows back weighted. A decode
 //! step therefore reads only the chosen experts' weights.
 
-use super::{CpuTensor, check, matmul, silu_mul_rows};
+use super::{CpuTensor, matmul, silu_mul_rows};
 use crate::backend::Result;
 
 /// Each token's `top_k` experts, best first, and their routing weights (`[T, k]` each).
@@ -23,8 +23,10 @@ pub(super) fn route(
         let sum: f32 = exp.iter().sum();
         order.clear();
         order.extend(0..num_experts);
-        // Highest probability first; equal ones by expert index.
-        order.sort_by(|&a, &b| exp[b].total_cmp(&exp[a]).then(a.cmp(&b)));
+        // Highest probability first, ranked by the logits (exp is monotonic, and comparing the
+        // logits' bits leaves no tie to exp's rounding, so every backend picks these experts);
+        // equal logits by expert index.
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
         let chosen = &order[..top_k];
         let probs: Vec<f32> = chosen.iter().map(|&e| exp[e] / sum).collect();
         let total: f32 = probs.iter().sum();
@@ -48,22 +50,13 @@ pub(super) fn fused_moe(
     top_k: usize,
     norm_topk_prob: bool,
 ) -> Result<()> {
-    let (t, h) = (x.rows(), x.cols());
-    let e = router_logits.cols();
-    let i = down.cols();
-    check(
-        "fused_moe",
-        out.shape == x.shape
-            && router_logits.rows() == t
-            && gate_up.shape == [e, 2 * i, h]
-            && down.shape == [e, h, i]
-            && (1..=e).contains(&top_k),
-        || {
-            format!(
-                "out {:?}, x {:?}, router_logits {:?}, gate_up {:?}, down {:?}, top_k {top_k}",
-                out.shape, x.shape, router_logits.shape, gate_up.shape, down.shape
-            )
-        },
+    let (_, h, e, i) = crate::backend::moe_dims(
+        &out.shape,
+        &x.shape,
+        &router_logits.shape,
+        (&gate_up.shape, &down.shape),
+        top_k,
+        usize::MAX,
     )?;
     let (ids, weights) = route(&router_logits.data, e, top_k, norm_topk_prob);
     // The (token, weight) pairs each expert serves, tokens in order.

@@ -201,6 +201,7 @@ impl CudaBackend {
         let name = match qkv.dtype {
             DType::F32 => "write_kv_f32",
             DType::BF16 => "write_kv_bf16",
+            DType::F8 => return Err(super::not_activation("write_kv")),
         };
         let f = self.func(Module::Attention, name)?;
         let s = &self.stream;

@@ -196,12 +196,50 @@ impl CudaBackend {
         self.launched(name, r)
     }
 
+    /// Make `out` an f32 `[m, n]` result and finish the trivial cases: nothing to compute
+    /// (`m` or `n` is 0) or a sum over nothing (`k` is 0: zeros). True when done.
+    pub(super) fn empty_matmul(
+        &self,
+        out: &mut CudaTensor,
+        (m, n, k): (usize, usize, usize),
+    ) -> Result<bool> {
+        self.set_dtype(out, DType::F32)?;
+        if m == 0 || n == 0 {
+            return Ok(true);
+        }
+        if k == 0 {
+            self.stream
+                .memset_zeros(&mut *out.buf)
+                .map_err(dev_err("matmul: zero fill"))?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// `x` itself when it is bf16, else a bf16 copy kept in `tmp`: GEMM operands and the
+    /// expert kernels read bf16.
+    pub(super) fn as_bf16<'a>(
+        &self,
+        x: &'a CudaTensor,
+        tmp: &'a mut Option<CudaTensor>,
+    ) -> Result<&'a CudaTensor> {
+        if x.dtype == DType::BF16 {
+            return Ok(x);
+        }
+        let mut t = self.alloc(&x.shape, DType::BF16)?;
+        self.cast(&mut t, x)?;
+        Ok(tmp.insert(t))
+    }
+
     pub(super) fn matmul_op(
         &self,
         out: &mut CudaTensor,
         x: &CudaTensor,
         w: &CudaTensor,
     ) -> Result<()> {
+        if w.dtype == DType::F8 {
+            return self.matmul_fp8(out, x, w);
+        }
         let (m, k, n) = (x.rows(), x.cols(), w.rows());
         check(
             "matmul",
@@ -219,26 +257,12 @@ impl CudaBackend {
             })
         };
         let (mi, ni, ki) = (dims(m)?, dims(n)?, dims(k)?);
-        self.set_dtype(out, DType::F32)?;
-        if m == 0 || n == 0 {
+        if self.empty_matmul(out, (m, n, k))? {
             return Ok(());
         }
-        if k == 0 {
-            return self
-                .stream
-                .memset_zeros(&mut *out.buf)
-                .map_err(dev_err("matmul: zero fill"));
-        }
         // cuBLAS (and the GEMV kernel) want both operands of one type.
-        let narrowed;
-        let x = if x.dtype == DType::BF16 {
-            x
-        } else {
-            let mut t = self.alloc(&x.shape, DType::BF16)?;
-            self.cast(&mut t, x)?;
-            narrowed = t;
-            &narrowed
-        };
+        let mut narrowed = None;
+        let x = self.as_bf16(x, &mut narrowed)?;
         if m <= self.gemv_max_rows() && k % 8 == 0 {
             return self.gemv(out, x, w, (mi, ni, ki));
         }

@@ -77,6 +77,7 @@ impl CudaBackend {
         let name = match table.dtype {
             DType::BF16 => "embedding_bf16",
             DType::F32 => "embedding_f32",
+            DType::F8 => return Err(super::not_activation("embedding")),
         };
         let f = self.func(Module::Embedding, name)?;
         let s = &self.stream;
@@ -125,6 +126,7 @@ impl CudaBackend {
         let name = match x.dtype {
             DType::BF16 => "gather_rows_bf16",
             DType::F32 => "gather_rows_f32",
+            DType::F8 => return Err(super::not_activation("gather_rows")),
         };
         let f = self.func(Module::Embedding, name)?;
         let s = &self.stream;
@@ -162,6 +164,7 @@ impl CudaBackend {
         let name = match gate_up.dtype {
             DType::BF16 => "silu_mul_bf16",
             DType::F32 => "silu_mul_f32",
+            DType::F8 => return Err(super::not_activation("silu_mul")),
         };
         let f = self.func(Module::Activation, name)?;
         let s = &self.stream;
@@ -215,6 +218,7 @@ impl CudaBackend {
         let name = match out.dtype {
             DType::BF16 => "cast_f32_bf16",
             DType::F32 => "cast_bf16_f32",
+            DType::F8 => return Err(super::not_activation("cast")),
         };
         let f = self.func(Module::Convert, name)?;
         let s = &self.stream;

@@ -43,6 +43,7 @@ impl CudaBackend {
         let name = match x.dtype {
             DType::F32 => "rms_norm_f32",
             DType::BF16 => "rms_norm_bf16",
+            DType::F8 => return Err(super::not_activation("rms_norm")),
         };
         let f = self.func(Module::Norm, name)?;
         let s = &self.stream;
@@ -84,6 +85,7 @@ impl CudaBackend {
             (DType::F32, DType::BF16) => "add_rms_norm_f32_bf16",
             (DType::BF16, DType::F32) => "add_rms_norm_bf16_f32",
             (DType::BF16, DType::BF16) => "add_rms_norm_bf16_bf16",
+            (DType::F8, _) | (_, DType::F8) => return Err(super::not_activation("add_rms_norm")),
         };
         let f = self.func(Module::Norm, name)?;
         let s = &self.stream;
@@ -154,6 +156,7 @@ impl CudaBackend {
             (DType::BF16, false) => "qk_norm_rope_bf16",
             (DType::F32, true) => "qk_norm_rope_kv_f32",
             (DType::BF16, true) => "qk_norm_rope_kv_bf16",
+            (DType::F8, _) => return Err(super::not_activation("qk_norm_rope")),
         };
         let f = self.func(Module::Rope, name)?;
         let s = &self.stream;

@@ -318,6 +318,7 @@ impl CudaBackend {
         let name = match logits.dtype {
             DType::F32 => "sample_prepare_f32",
             DType::BF16 => "sample_prepare_bf16",
+            DType::F8 => return Err(super::not_activation("sample")),
         };
         let f = self.func(Module::Sample, name)?;
         let x = logits.ptr(s);

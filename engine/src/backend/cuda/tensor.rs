@@ -18,6 +18,10 @@ use rayon::prelude::*;
 pub enum DType {
     BF16,
     F32,
+    /// Weights only: e4m3 bytes, then (at [`fp8_scales_offset`]) one f32 scale per 128 columns
+    /// of each row (fine-grained FP8's 128 × 128 blocks expanded to every row, so fused and
+    /// stacked weights need no block bookkeeping). The value is `e4m3 · scale`.
+    F8,
 }
 
 impl DType {
@@ -25,6 +29,7 @@ impl DType {
         match self {
             DType::BF16 => 2,
             DType::F32 => 4,
+            DType::F8 => 1,
         }
     }
 
@@ -33,8 +38,30 @@ impl DType {
         match self {
             DType::BF16 => "bf16",
             DType::F32 => "f32",
+            DType::F8 => "fp8",
         }
     }
+
+    /// A type weights may have (bf16 or fp8).
+    pub fn is_weight(self) -> bool {
+        matches!(self, DType::BF16 | DType::F8)
+    }
+}
+
+/// Columns one FP8 scale covers.
+pub const FP8_BLOCK: usize = 128;
+
+/// Where an FP8 tensor's scales start in its buffer: after the `numel` weight bytes, 256-byte
+/// aligned.
+pub fn fp8_scales_offset(numel: usize) -> usize {
+    numel.next_multiple_of(256)
+}
+
+/// Scales of an FP8 tensor of `shape`: one per row (all but the last dimension) and 128 columns.
+pub fn fp8_num_scales(shape: &[usize]) -> usize {
+    let cols = shape.last().copied().unwrap_or(1);
+    let rows = shape.iter().product::<usize>() / cols.max(1);
+    rows * cols.div_ceil(FP8_BLOCK)
 }
 
 /// A row-major tensor on the device.
@@ -88,9 +115,12 @@ impl CudaTensor {
         self.shape.iter().product()
     }
 
-    /// Bytes of the elements (the buffer may hold a few more).
+    /// Bytes of the elements (the buffer may hold a few more), FP8 scales included.
     pub fn num_bytes(&self) -> usize {
-        self.numel() * self.dtype.size()
+        match self.dtype {
+            DType::F8 => fp8_scales_offset(self.numel()) + 4 * fp8_num_scales(&self.shape),
+            d => self.numel() * d.size(),
+        }
     }
 
     /// Length of the last dimension.
@@ -109,11 +139,52 @@ impl CudaTensor {
         let (p, _guard) = self.buf.device_ptr(stream);
         p
     }
+
+    /// The device address of an FP8 tensor's scales; 0 (never read) for other types.
+    pub(super) fn scales_ptr(&self, stream: &CudaStream) -> u64 {
+        match self.dtype {
+            DType::F8 => self.ptr(stream) + fp8_scales_offset(self.numel()) as u64,
+            _ => 0,
+        }
+    }
 }
 
-/// Bytes a buffer for `numel` elements of `dtype` takes (never 0).
+/// Bytes a buffer for `numel` elements of `dtype` takes (never 0); FP8 tensors are made by
+/// [`fp8_alloc_bytes`].
 pub(super) fn alloc_bytes(numel: usize, dtype: DType) -> usize {
     (numel * dtype.size()).max(4)
+}
+
+/// Bytes of an FP8 tensor of `shape`: the weights, then the scales.
+pub(super) fn fp8_alloc_bytes(shape: &[usize]) -> usize {
+    (fp8_scales_offset(shape.iter().product()) + 4 * fp8_num_scales(shape)).max(4)
+}
+
+/// The e4m3 value of byte `b` (float8_e4m3fn: bias 7, no infinities, 0x7f/0xff NaN), exactly.
+pub fn e4m3_to_f32(b: u8) -> f32 {
+    if b & 0x7f == 0x7f {
+        return f32::NAN;
+    }
+    // The exponent and mantissa bits placed in an f32 are the value times 2^-120.
+    let mag = f32::from_bits(u32::from(b & 0x7f) << 20) * f32::from_bits(0x7b80_0000);
+    if b & 0x80 != 0 { -mag } else { mag }
+}
+
+/// The values of an FP8 tensor of `shape` from its buffer's bytes (weights, then scales).
+pub(super) fn fp8_bytes_to_f32(bytes: &[u8], shape: &[usize]) -> Vec<f32> {
+    let numel: usize = shape.iter().product();
+    let cols = shape.last().copied().unwrap_or(1).max(1);
+    let per_row = cols.div_ceil(FP8_BLOCK);
+    let scales = &bytes[fp8_scales_offset(numel)..];
+    (0..numel)
+        .map(|j| {
+            let (r, c) = (j / cols, j % cols);
+            let at = 4 * (r * per_row + c / FP8_BLOCK);
+            let s =
+                f32::from_le_bytes([scales[at], scales[at + 1], scales[at + 2], scales[at + 3]]);
+            e4m3_to_f32(bytes[j]) * s
+        })
+        .collect()
 }
 
 /// bf16 bit patterns (little-endian bytes) of f32 values, rounded to nearest even.
@@ -140,6 +211,7 @@ pub(super) fn bytes_to_f32(bytes: &[u8], dtype: DType) -> Vec<f32> {
             .par_chunks_exact(2)
             .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
+        DType::F8 => bytes.iter().map(|&b| e4m3_to_f32(b)).collect(),
     }
 }
 
@@ -155,5 +227,35 @@ mod tests {
         assert_eq!(back, vec![1.0, -2.5, 1.0, 1.0 + 4.0 / 256.0, 0.0]);
         let f = bytes_to_f32(&1.5f32.to_le_bytes(), DType::F32);
         assert_eq!(f, vec![1.5]);
+    }
+
+    /// The bit trick the kernels use, against the loader's decode of every byte.
+    #[test]
+    fn e4m3_bit_trick_equals_the_loaders_decode() {
+        let lut = crate::loader::fp8::e4m3_table();
+        for b in 0..=255u8 {
+            let (got, want) = (e4m3_to_f32(b), lut[b as usize]);
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "byte {b:#04x}: {got} vs {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn fp8_tensors_keep_a_scale_per_row_and_128_columns() {
+        // 2 rows of 130 columns: two scales a row; 1.0 (0x38) and -2.0 (0xc0) bytes.
+        let shape = [2, 130];
+        assert_eq!(fp8_num_scales(&shape), 4);
+        let mut bytes = vec![0x38u8; 260];
+        bytes[129] = 0xc0;
+        bytes.resize(fp8_scales_offset(260), 0);
+        for s in [1.0f32, 3.0, 0.5, 0.25] {
+            bytes.extend_from_slice(&s.to_le_bytes());
+        }
+        assert_eq!(bytes.len(), fp8_alloc_bytes(&shape));
+        let v = fp8_bytes_to_f32(&bytes, &shape);
+        assert_eq!((v[0], v[127], v[128], v[129]), (1.0, 1.0, 3.0, -6.0));
+        assert_eq!((v[130], v[258], v[259]), (0.5, 0.25, 0.25));
     }
 }

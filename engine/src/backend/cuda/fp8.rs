@@ -1,0 +1,201 @@
+//! Fine-grained FP8 weights kept as FP8 on the device (`fp8.cu`): uploads (checkpoint bytes
+//! and scales, or dummy weights drawn on the device) and `matmul` with an FP8 weight.
+//!
+//! A [`DType::F8`] tensor is one buffer: the e4m3 bytes `[rows, cols]`, then (256-byte aligned)
+//! one f32 scale per 128 columns of each row. Decode-sized GEMMs stream the bytes through
+//! `gemv_fp8_*`, dequantizing in registers, 8 rows a pass (up to 4 passes: 32 rows read the
+//! weight 4 times, a byte each, still less than the 5 bytes a weight of the other route);
+//! larger ones dequantize the weight to a bf16 scratch copy (1 byte read, 2 written) and run
+//! cuBLAS's bf16 GEMM on it (2 read) (cuBLASLt's block-scaled FP8 GEMM would
+//! need the activations quantized too and is not wired here: prefill is compute-bound at bf16
+//! rates either way, and the copy costs one read of the weight).
+
+use cudarc::driver::PushKernelArg;
+use metrale_kernels::Module;
+
+use super::elementwise::{cfg, dim, int, stride_cfg};
+use super::tensor::{self, CudaTensor, DType, FP8_BLOCK};
+use super::{CudaBackend, check, dev_err};
+use crate::backend::Result;
+use crate::loader::random_fp8_scale;
+
+/// Most rows of x one FP8 GEMV launch takes (gemv_fp8_m1..m8).
+const FP8_GEMV_MAX_ROWS: usize = 8;
+/// Up to this many GEMV passes of 8 rows (each reads the weight's byte once more); more rows
+/// go through a bf16 copy of the weight and cuBLAS (5 bytes a weight, see the header).
+const FP8_GEMV_MAX_PASSES: usize = 4;
+/// Warps of a GEMV block (FP8_WARPS in fp8.cu): one output column each.
+const FP8_WARPS: usize = 8;
+
+impl CudaBackend {
+    /// An FP8 weight from the checkpoint's bytes and per-row scales (`col_block` columns a
+    /// scale). Blocks other than 128 columns are dequantized on the host to bf16 instead.
+    pub(super) fn upload_fp8(
+        &self,
+        shape: &[usize],
+        bytes: &[u8],
+        scales: &[f32],
+        col_block: usize,
+    ) -> Result<CudaTensor> {
+        let numel: usize = shape.iter().product();
+        let cols = shape.last().copied().unwrap_or(1);
+        if col_block != FP8_BLOCK {
+            let values = crate::loader::fp8::dequantize_rows(bytes, cols, scales, col_block);
+            return self.tensor_from_f32(shape, &values, DType::BF16);
+        }
+        check(
+            "upload",
+            bytes.len() == numel && scales.len() == tensor::fp8_num_scales(shape),
+            || {
+                format!(
+                    "FP8 tensor {shape:?}: {} bytes and {} scales (expected {numel} and {})",
+                    bytes.len(),
+                    scales.len(),
+                    tensor::fp8_num_scales(shape)
+                )
+            },
+        )?;
+        let mut t = self.alloc(shape, DType::F8)?;
+        let off = tensor::fp8_scales_offset(numel);
+        let scale_bytes: Vec<u8> = scales.iter().flat_map(|s| s.to_le_bytes()).collect();
+        if numel > 0 {
+            let mut dst = t.buf.slice_mut(0..numel);
+            self.stream
+                .memcpy_htod(bytes, &mut dst)
+                .map_err(dev_err("upload FP8 weight"))?;
+            let mut dst = t.buf.slice_mut(off..off + scale_bytes.len());
+            self.stream
+                .memcpy_htod(&scale_bytes, &mut dst)
+                .map_err(dev_err("upload FP8 scales"))?;
+        }
+        Ok(t)
+    }
+
+    /// Dummy FP8 weights drawn on the device: `HostData::RandomFp8 { seed, std }` byte for byte.
+    pub fn random_fp8(&self, shape: &[usize], seed: u64, std: f32) -> Result<CudaTensor> {
+        let t = self.alloc(shape, DType::F8)?;
+        let n = t.numel() as u64;
+        let n_scales = tensor::fp8_num_scales(shape) as u64;
+        if n == 0 {
+            return Ok(t);
+        }
+        const CHUNK: u64 = 65536; // elements a thread walks (RANDOM_CHUNK in the prelude)
+        const THREADS: u32 = 64;
+        let blocks = n.div_ceil(CHUNK).div_ceil(u64::from(THREADS));
+        let name = "fill_random_fp8";
+        let f = self.func(Module::Fp8, name)?;
+        let s = &self.stream;
+        let (p, sp, scale) = (t.ptr(s), t.scales_ptr(s), random_fp8_scale(std));
+        let mut a = s.launch_builder(&f);
+        a.arg(&p)
+            .arg(&n)
+            .arg(&seed)
+            .arg(&sp)
+            .arg(&n_scales)
+            .arg(&scale);
+        // SAFETY: t is an FP8 tensor: n bytes, then n_scales f32 at scales_ptr (alloc sized it
+        // so); each thread writes its chunk below n and its strided share of the scales.
+        let r = unsafe { a.launch(cfg((dim(blocks as usize, "fill_random")?, 1), THREADS)) };
+        self.launched(name, r)?;
+        Ok(t)
+    }
+
+    /// `out[m, n] = Σ_k x[m, k] · w[n, k]` for an FP8 `w` (f32 out).
+    pub(super) fn matmul_fp8(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+    ) -> Result<()> {
+        let (m, k, n) = (x.rows(), x.cols(), w.rows());
+        check(
+            "matmul",
+            w.cols() == k && out.rows() == m && out.cols() == n,
+            || {
+                format!(
+                    "out {:?} = x {:?} · w {:?}ᵀ (FP8)",
+                    out.shape, x.shape, w.shape
+                )
+            },
+        )?;
+        if m > FP8_GEMV_MAX_PASSES * FP8_GEMV_MAX_ROWS {
+            // Prefill: the weight as bf16, then cuBLAS.
+            let mut wb = self.alloc(&w.shape, DType::BF16)?;
+            self.dequant_fp8(&mut wb, w)?;
+            return self.matmul_op(out, x, &wb);
+        }
+        if self.empty_matmul(out, (m, n, k))? {
+            return Ok(());
+        }
+        let mut narrowed = None;
+        let x = self.as_bf16(x, &mut narrowed)?;
+        const NAMES: [&str; FP8_GEMV_MAX_ROWS] = [
+            "gemv_fp8_m1",
+            "gemv_fp8_m2",
+            "gemv_fp8_m3",
+            "gemv_fp8_m4",
+            "gemv_fp8_m5",
+            "gemv_fp8_m6",
+            "gemv_fp8_m7",
+            "gemv_fp8_m8",
+        ];
+        let s = &self.stream;
+        let (o, xp, wp, sp) = (out.ptr(s), x.ptr(s), w.ptr(s), w.scales_ptr(s));
+        let (ni, ki) = (int(n, "matmul")?, int(k, "matmul")?);
+        let blocks = dim(n.div_ceil(FP8_WARPS), "matmul")?;
+        if !k.is_multiple_of(16) {
+            let name = "gemv_fp8_rows";
+            let f = self.func(Module::Fp8, name)?;
+            let mi = int(m, "matmul")?;
+            let mut a = s.launch_builder(&f);
+            a.arg(&o)
+                .arg(&xp)
+                .arg(&wp)
+                .arg(&sp)
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&ki);
+            // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
+            // scales (checked above); scalar loads inside each row; one warp per output column,
+            // columns past n return.
+            let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_WARPS) as u32)) };
+            return self.launched(name, r);
+        }
+        // Up to 8 rows a pass: each pass streams the weight once more (from L2 where it fits).
+        for r0 in (0..m).step_by(FP8_GEMV_MAX_ROWS) {
+            let rows = (m - r0).min(FP8_GEMV_MAX_ROWS);
+            let name = NAMES[rows - 1];
+            let f = self.func(Module::Fp8, name)?;
+            let (o_r, x_r) = (o + (r0 * n * 4) as u64, xp + (r0 * k * 2) as u64);
+            let mut a = s.launch_builder(&f);
+            a.arg(&o_r).arg(&x_r).arg(&wp).arg(&sp).arg(&ni).arg(&ki);
+            // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
+            // scales (checked above); this pass covers rows r0..r0 + rows <= m, so its out and x
+            // pointers and the kernel's `rows` rows stay inside both; k % 16 == 0, so every
+            // 16-byte load of a weight row (k bytes) and of an x row (2k bytes, starting at a
+            // multiple of 32 bytes) is inside it and aligned; one warp per output column,
+            // columns past n return.
+            let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_WARPS) as u32)) };
+            self.launched(name, r)?;
+        }
+        Ok(())
+    }
+
+    /// `out` (bf16, w's shape) = the FP8 weight's values rounded to bf16.
+    fn dequant_fp8(&self, out: &mut CudaTensor, w: &CudaTensor) -> Result<()> {
+        let (rows, k) = (w.rows() as u64, w.cols());
+        if rows == 0 || k == 0 {
+            return Ok(());
+        }
+        let name = "dequant_fp8_bf16";
+        let f = self.func(Module::Fp8, name)?;
+        let s = &self.stream;
+        let (o, wp, sp, ki) = (out.ptr(s), w.ptr(s), w.scales_ptr(s), int(k, "matmul")?);
+        let mut a = s.launch_builder(&f);
+        a.arg(&o).arg(&wp).arg(&sp).arg(&rows).arg(&ki);
+        // SAFETY: out is rows·k bf16 (same shape as w), w rows·k FP8 bytes with rows ·
+        // ceil(k/128) scales; grid-stride over rows·k.
+        let r = unsafe { a.launch(stride_cfg(rows * k as u64)) };
+        self.launched(name, r)
+    }
+}

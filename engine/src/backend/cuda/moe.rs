@@ -1,0 +1,206 @@
+//! `fused_moe` (`moe.cu`): route, group by expert (and list the experts used), the experts'
+//! gate|up + SiLU and down, and the weighted sum, as six launches that never wait on the host, so a decode step with
+//! mixture-of-experts layers is captured into a CUDA graph like a dense one. Every scratch
+//! buffer is sized by the step's tokens (`T · top_k` pairs), which a graph's batch bucket fixes.
+
+use cudarc::driver::PushKernelArg;
+use metrale_kernels::Module;
+
+use super::elementwise::{cfg, dim, int, stride_cfg};
+use super::tensor::{CudaTensor, DType};
+use super::{CudaBackend, check};
+use crate::backend::Result;
+
+/// Most experts a token may take (`MOE_MAX_TOP_K` in moe.cu: the routing kernel keeps its
+/// choices in registers).
+pub(super) const MAX_TOP_K: usize = 16;
+/// Warps (= output rows) of an expert block (`MOE_WARPS` in moe.cu).
+const WARPS: usize = 8;
+/// Tokens a routing block serves (one warp each).
+const ROUTE_TOKENS: usize = 4;
+/// Threads of a grouping block.
+const GROUP_THREADS: u32 = 256;
+
+impl CudaBackend {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fused_moe_op(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router_logits: &CudaTensor,
+        gate_up: &CudaTensor,
+        down: &CudaTensor,
+        top_k: usize,
+        norm_topk_prob: bool,
+    ) -> Result<()> {
+        let (t, h, e, i) = crate::backend::moe_dims(
+            &out.shape,
+            &x.shape,
+            &router_logits.shape,
+            (&gate_up.shape, &down.shape),
+            top_k,
+            MAX_TOP_K,
+        )?;
+        check(
+            "fused_moe",
+            gate_up.dtype == down.dtype
+                && gate_up.dtype.is_weight()
+                && router_logits.dtype != DType::F8,
+            || {
+                format!(
+                    "gate_up {:?} and down {:?} must both be bf16 or both fp8, router logits \
+                     ({:?}) bf16 or f32",
+                    gate_up.dtype, down.dtype, router_logits.dtype
+                )
+            },
+        )?;
+        self.set_dtype(out, DType::F32)?;
+        let pairs = t * top_k;
+        if pairs == 0 || h == 0 {
+            return Ok(());
+        }
+        let (ti, ei, ki, hi, ii, pi) = (
+            int(t, "fused_moe")?,
+            int(e, "fused_moe")?,
+            int(top_k, "fused_moe")?,
+            int(h, "fused_moe")?,
+            int(i, "fused_moe")?,
+            int(pairs, "fused_moe")?,
+        );
+        // The expert kernels read bf16 activations.
+        let mut narrowed = None;
+        let x = self.as_bf16(x, &mut narrowed)?;
+        let s = &self.stream;
+        // Scratch: the pairs' experts and weights, the permutation and the experts' offsets,
+        // the SiLU products (permuted rows) and the experts' outputs (pair rows).
+        let ids = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
+        let weights = self.alloc(&[pairs], DType::F32)?; // [T·k]
+        let perm = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
+        let offsets = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]
+        let active = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]: the used experts, count
+        let act = self.alloc(&[pairs, i], DType::BF16)?; // [T·k, I]
+        let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
+        let (idp, wtp, pmp, ofp) = (ids.ptr(s), weights.ptr(s), perm.ptr(s), offsets.ptr(s));
+        let acp = active.ptr(s);
+
+        // 1. Route.
+        let name = match router_logits.dtype {
+            DType::BF16 => "moe_route_bf16",
+            _ => "moe_route_f32",
+        };
+        let f = self.func(Module::Moe, name)?;
+        let (lp, norm) = (router_logits.ptr(s), i32::from(norm_topk_prob));
+        let mut a = s.launch_builder(&f);
+        a.arg(&idp)
+            .arg(&wtp)
+            .arg(&lp)
+            .arg(&ti)
+            .arg(&ei)
+            .arg(&ki)
+            .arg(&norm);
+        // SAFETY: logits are [t, e] of the kernel's type; ids and weights hold t·k values;
+        // 1 <= k <= min(e, MOE_MAX_TOP_K) (checked above); one warp per token, warps past t
+        // return.
+        let r = unsafe {
+            a.launch(cfg(
+                (dim(t.div_ceil(ROUTE_TOKENS), "fused_moe")?, 1),
+                (32 * ROUTE_TOKENS) as u32,
+            ))
+        };
+        self.launched(name, r)?;
+
+        // 2. Group the pairs by expert.
+        let f = self.func(Module::Moe, "moe_group")?;
+        let mut a = s.launch_builder(&f);
+        a.arg(&ofp).arg(&pmp).arg(&idp).arg(&pi).arg(&ei);
+        // SAFETY: ids holds t·k expert indices below e (written by the routing kernel);
+        // offsets has e + 1 entries, perm t·k; one block per expert.
+        let r = unsafe { a.launch(cfg((dim(e, "fused_moe")?, 1), GROUP_THREADS)) };
+        self.launched("moe_group", r)?;
+        let f = self.func(Module::Moe, "moe_active")?;
+        let mut a = s.launch_builder(&f);
+        a.arg(&acp).arg(&ofp).arg(&ei);
+        // SAFETY: offsets has e + 1 entries (written by moe_group), active e + 1; one block
+        // looping over the experts.
+        let r = unsafe { a.launch(cfg((1, 1), GROUP_THREADS)) };
+        self.launched("moe_active", r)?;
+
+        // 3-4. The experts: gate|up + SiLU, then down.
+        let fp8 = gate_up.dtype == DType::F8;
+        let vec = if fp8 {
+            h.is_multiple_of(16) && i.is_multiple_of(16)
+        } else {
+            h.is_multiple_of(8) && i.is_multiple_of(8)
+        };
+        let suffix = match (fp8, vec) {
+            (false, true) => "bf16_vec",
+            (false, false) => "bf16",
+            (true, true) => "fp8_vec",
+            (true, false) => "fp8",
+        };
+        let (xp, actp, ysp) = (x.ptr(s), act.ptr(s), ys.ptr(s));
+        let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
+        let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
+        // A block row per expert that can have pairs (at most one per pair).
+        let experts = dim(e.min(pairs), "fused_moe")?;
+        let name = format!("moe_gate_up_{suffix}");
+        let f = self.func(Module::Moe, &name)?;
+        let mut a = s.launch_builder(&f);
+        a.arg(&actp)
+            .arg(&xp)
+            .arg(&w13)
+            .arg(&w13s)
+            .arg(&ofp)
+            .arg(&acp)
+            .arg(&pmp)
+            .arg(&ei)
+            .arg(&ki)
+            .arg(&ii)
+            .arg(&hi);
+        // SAFETY: x is [t, h] bf16, gate_up [e, 2i, h] (bf16, or fp8 with [e·2i, ceil(h/128)]
+        // f32 scales), act [t·k, i] bf16; offsets/perm were written by moe_group (ranges inside
+        // 0..t·k, perm entries below t·k, so token = perm / k < t); the vector variants only
+        // when rows are 16-byte aligned (checked above); active (from moe_active) names at most
+        // min(e, t·k) experts, block rows past its count and rows past i return.
+        let r = unsafe {
+            a.launch(cfg(
+                (dim(i.div_ceil(WARPS), "fused_moe")?, experts),
+                (32 * WARPS) as u32,
+            ))
+        };
+        self.launched(&name, r)?;
+        let name = format!("moe_down_{suffix}");
+        let f = self.func(Module::Moe, &name)?;
+        let mut a = s.launch_builder(&f);
+        a.arg(&ysp)
+            .arg(&actp)
+            .arg(&w2)
+            .arg(&w2s)
+            .arg(&ofp)
+            .arg(&acp)
+            .arg(&pmp)
+            .arg(&ei)
+            .arg(&ii)
+            .arg(&hi);
+        // SAFETY: act is [t·k, i] bf16 (every row written by the previous kernel: each pair is
+        // in exactly one expert's range), down [e, h, i] (fp8: [e·h, ceil(i/128)] scales), ys
+        // [t·k, h] f32; block rows past the active count and columns past h return.
+        let r = unsafe {
+            a.launch(cfg(
+                (dim(h.div_ceil(WARPS), "fused_moe")?, experts),
+                (32 * WARPS) as u32,
+            ))
+        };
+        self.launched(&name, r)?;
+
+        // 5. The weighted sum per token.
+        let f = self.func(Module::Moe, "moe_combine")?;
+        let (op, tu) = (out.ptr(s), t as u64);
+        let mut a = s.launch_builder(&f);
+        a.arg(&op).arg(&ysp).arg(&wtp).arg(&tu).arg(&ki).arg(&hi);
+        // SAFETY: out is [t, h] f32, ys [t·k, h] f32 (every row written by moe_down), weights
+        // t·k; grid-stride over t·h.
+        let r = unsafe { a.launch(stride_cfg((t * h) as u64)) };
+        self.launched("moe_combine", r)
+    }
+}

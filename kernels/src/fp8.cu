@@ -1,0 +1,130 @@
+// Fine-grained FP8 weights (Qwen's `*-FP8` checkpoints) used as they are stored: e4m3 bytes
+// [N, K] and one f32 scale per 128 columns of each row ([N, ceil(K/128)]: the checkpoint's
+// 128 x 128 block scales expanded to every row at load, so fused q|k|v and gate|up weights need
+// no block bookkeeping; 4 bytes per 128 weights, 3% more to read).
+//
+// gemv_fp8_m<M> (M = 1..8, K % 16 == 0): decode steps. One warp owns output column n for all M
+// rows and streams w's row n with 16-byte loads that bypass L1 (16 weights a load, four loads
+// in flight a lane before the first is used), dequantizes in registers (prelude's e4m3_scaled:
+// the exact value times the scale, one rounding, the CPU loader's product bit for bit) and
+// accumulates in f32 against the matching 32 bytes of each bf16 x row (through L1). Half the
+// bytes of the bf16 GEMV (gemv.cu) per weight: the floor of a decode step's weights halves.
+// gemv_fp8_rows: the same for any K (scalar loads), one row of x at a time.
+//
+// dequant_fp8_bf16: the weight as bf16 ([N, K], grid-stride), for GEMMs of more rows, which go
+// to cuBLAS's bf16 tensor-core GEMM on that scratch copy (the value rounded once more, to bf16).
+//
+// fill_random_fp8: dummy FP8 weights drawn on the device, byte for byte what
+// `HostData::RandomFp8` gives on the host: the same splitmix64 chunks as fill_random_bf16, each
+// draw's top byte with bit 6 cleared (sign, exponent 0..7, any mantissa: values up to ±1.875,
+// never NaN), and one scale everywhere (chosen on the host so the values have the asked std).
+//
+// Versions tried: this one (not yet timed on the GPU).
+
+#define FP8_WARPS 8
+
+template <int M>
+__device__ __forceinline__ void fp8_chunk(float* acc, u32x4 q, float s120, const bf16* x, int k, int c) {
+    const u32 words[4] = {q.x, q.y, q.z, q.w};
+    float w[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[i] = e4m3_scaled(words[i >> 2] >> (8 * (i & 3)), s120);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        const u32x4* xp = (const u32x4*)(x + (u64)m * k) + 2 * c;
+        const u32x4 a = load_cached(xp), b = load_cached(xp + 1);
+        const u32 xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            acc[m] = fmaf(w[2 * i], lo(xs[i]), acc[m]);
+            acc[m] = fmaf(w[2 * i + 1], hi(xs[i]), acc[m]);
+        }
+    }
+}
+
+template <int M>
+__device__ void gemv_fp8_impl(float* out, const bf16* x, const unsigned char* w, const float* scales,
+                              int n_total, int k) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int n = blockIdx.x * FP8_WARPS + warp;
+    if (n >= n_total) return;
+    const int chunks = k >> 4;
+    const u32x4* wr = (const u32x4*)(w + (u64)n * k);
+    const float* sr = scales + (u64)n * ((k + 127) >> 7);
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.f;
+    int c = lane;
+    for (; c + 96 < chunks; c += 128) {
+        const u32x4 a0 = load_stream(wr + c);
+        const u32x4 a1 = load_stream(wr + c + 32);
+        const u32x4 a2 = load_stream(wr + c + 64);
+        const u32x4 a3 = load_stream(wr + c + 96);
+        fp8_chunk<M>(acc, a0, fp8_scale120(sr[c >> 3]), x, k, c);
+        fp8_chunk<M>(acc, a1, fp8_scale120(sr[(c + 32) >> 3]), x, k, c + 32);
+        fp8_chunk<M>(acc, a2, fp8_scale120(sr[(c + 64) >> 3]), x, k, c + 64);
+        fp8_chunk<M>(acc, a3, fp8_scale120(sr[(c + 96) >> 3]), x, k, c + 96);
+    }
+    for (; c < chunks; c += 32) fp8_chunk<M>(acc, load_stream(wr + c), fp8_scale120(sr[c >> 3]), x, k, c);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        const float v = warp_sum(acc[m]);
+        if (lane == 0) out[(u64)m * n_total + n] = v;
+    }
+}
+
+#define GEMV_FP8(M)                                                                                \
+    extern "C" __global__ void gemv_fp8_m##M(float* out, const bf16* x, const unsigned char* w,    \
+                                             const float* scales, int n, int k) {                  \
+        gemv_fp8_impl<M>(out, x, w, scales, n, k);                                                 \
+    }
+
+GEMV_FP8(1)
+GEMV_FP8(2)
+GEMV_FP8(3)
+GEMV_FP8(4)
+GEMV_FP8(5)
+GEMV_FP8(6)
+GEMV_FP8(7)
+GEMV_FP8(8)
+
+// Any K: a warp per output column, lanes striding over K one byte at a time, row by row of x.
+extern "C" __global__ void gemv_fp8_rows(float* out, const bf16* x, const unsigned char* w,
+                                         const float* scales, int m_total, int n_total, int k) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int n = blockIdx.x * FP8_WARPS + warp;
+    if (n >= n_total) return;
+    const unsigned char* wr = w + (u64)n * k;
+    const float* sr = scales + (u64)n * ((k + 127) >> 7);
+    for (int m = 0; m < m_total; ++m) {
+        float acc = 0.f;
+        for (int i = lane; i < k; i += 32)
+            acc = fmaf(e4m3_scaled(wr[i], fp8_scale120(sr[i >> 7])), to_f32(x[(u64)m * k + i]), acc);
+        acc = warp_sum(acc);
+        if (lane == 0) out[(u64)m * n_total + n] = acc;
+    }
+}
+
+extern "C" __global__ void dequant_fp8_bf16(bf16* out, const unsigned char* w, const float* scales,
+                                            u64 rows, int k) {
+    const u64 n = rows * k;
+    const u64 per_row = (k + 127) >> 7;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        const u64 r = i / k, c = i % k;
+        out[i] = from_f32<bf16>(e4m3_scaled(w[i], fp8_scale120(scales[r * per_row + (c >> 7)])));
+    }
+}
+
+// Thread `chunk` draws elements [chunk · 65536, +65536) in order; every thread also sets its
+// share of the scales.
+extern "C" __global__ void fill_random_fp8(unsigned char* out, u64 n, u64 seed, float* scales,
+                                           u64 n_scales, float scale) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n_scales; i += (u64)gridDim.x * blockDim.x)
+        scales[i] = scale;
+    u64 start, end, state;
+    if (!random_chunk(n, seed, &start, &end, &state)) return;
+    for (u64 i = start; i < end; ++i) {
+        state = splitmix64(state);
+        out[i] = (unsigned char)((state >> 56) & 0xbfu);
+    }
+}
