@@ -1,11 +1,12 @@
 //! Qwen3.5's dense hybrid text model (`Qwen3_5ForCausalLM`: Gated DeltaNet and gated full
 //! attention) on the CPU reference against transformers 5.17 in float32, on the tiny random
 //! checkpoint `tests/fixtures/make_hybrid_fixtures.py` writes: a whole sequence in one call,
-//! in chunks with the sequence's state carried between calls, and decoding token by token.
+//! in chunks with the sequence's state carried between calls, and decoding token by token, all
+//! through the engine's `Model::forward` (paged KV cache, one recurrent-state slot).
 
 use metrale_engine::backend::cpu::CpuTensor;
 use metrale_engine::backend::{Backend, CpuBackend};
-use metrale_engine::loader::{LoadError, LoadFormat, ModelDir, Weights};
+use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
 use metrale_engine::score::top_k_of;
 mod reference_support;
@@ -36,12 +37,14 @@ fn log_probs(model: &Qwen3_5, tokens: &[u32], chunk: Option<usize>) -> Vec<Vec<f
     let Some(chunk) = chunk else {
         return rows(model, model.forward_sequence(tokens).expect("forward"));
     };
-    let mut state = model.new_state();
+    let mut state = model.new_state().expect("state");
     let mut out = Vec::new();
     for piece in tokens.chunks(chunk) {
         out.extend(rows(
             model,
-            model.forward(&mut state, piece).expect("forward"),
+            model
+                .forward_sequence_chunk(&mut state, piece)
+                .expect("forward"),
         ));
     }
     assert_eq!(state.position, tokens.len());
@@ -92,11 +95,16 @@ fn every_position_matches_transformers() {
 fn greedy_continuation_is_identical() {
     let (model, reference) = load();
     let g = &reference.greedy;
-    let mut state = model.new_state();
+    let mut state = model.new_state().expect("state");
     let mut input = g.prompt.clone();
     let mut generated = Vec::new();
     for _ in 0..g.continuation.len() {
-        let lp = rows(&model, model.forward(&mut state, &input).expect("forward"));
+        let lp = rows(
+            &model,
+            model
+                .forward_sequence_chunk(&mut state, &input)
+                .expect("forward"),
+        );
         let next = top_k_of(&lp[lp.len() - 1], 1)[0].0;
         generated.push(next);
         input = vec![next];
@@ -104,39 +112,15 @@ fn greedy_continuation_is_identical() {
     assert_eq!(generated, g.continuation);
 }
 
-/// The engine (`met serve`) refuses the checkpoint at load with a sentence that says why,
-/// rather than failing later: the recurrent state has no home in the cache yet.
+/// The engine reads the dense hybrid's config (the Qwen3 keys) and knows it by name; the
+/// serving tests are `server_hybrid.rs`.
 #[test]
-fn the_engine_refuses_hybrid_checkpoints_by_name() {
+fn the_engine_accepts_the_dense_hybrid() {
     let dir = ModelDir::open(&model_dir(NAME)).expect("fixture");
-    let e = dir.config().expect_err("not served yet");
-    assert!(matches!(e, LoadError::HybridNotServed { .. }), "{e:?}");
-    let e = e.to_string();
-    assert!(
-        e.starts_with("Qwen3.5 hybrid models are not yet served:") && e.contains("CPU"),
-        "{e}"
-    );
-}
-
-/// `met serve` as a user runs it: exit status non-zero, the sentence on stderr, no panic.
-#[test]
-fn met_serve_refuses_a_hybrid_checkpoint_by_name() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_met"))
-        .args([
-            "serve",
-            model_dir(NAME).to_str().expect("utf8"),
-            "--port",
-            "0",
-        ])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run met");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("Qwen3.5 hybrid models are not yet served: Qwen3_5ForCausalLM")
-            && !stderr.contains("panicked"),
-        "{stderr}"
+    let cfg = dir.config().expect("served");
+    assert_eq!(
+        cfg.architecture,
+        metrale_engine::models::qwen3_5::ARCHITECTURE
     );
 }
 
@@ -156,7 +140,7 @@ fn hub_layouts_and_moe_are_refused_by_name() {
         std::fs::remove_dir_all(&dir).ok();
         let e = e.to_string();
         assert!(
-            e.starts_with("Qwen3.5 hybrid models are not yet served:")
+            e.starts_with("this Qwen3.5 hybrid model is not supported yet:")
                 && e.contains(arch)
                 && e.contains("not implemented yet"),
             "{e}"

@@ -12,6 +12,7 @@ use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, Feature, SeqChun
 use metrale_engine::loader::{LoadError, LoadFormat, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
+use metrale_engine::models::qwen3_5;
 use metrale_engine::sampling_params::SamplingParams;
 use metrale_engine::score::{score, top_k_of};
 use serde::Deserialize;
@@ -72,13 +73,15 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
     let dir = ModelDir::open(&fixtures.join("models").join(name))?;
     let cfg = match dir.config() {
         // Qwen3.5 hybrid fixtures run on the CPU reference only (engine/tests/qwen3_5_reference.rs).
-        Err(LoadError::HybridNotServed { .. }) => {
-            report.summary_line(format!(
-                "{name}: skipped, Qwen3.5 hybrid runs on the CPU only"
-            ));
-            return Ok(());
-        }
-        cfg => cfg?,
+        Err(LoadError::HybridNotServed { .. }) => None,
+        Ok(cfg) if cfg.architecture == qwen3_5::ARCHITECTURE => None,
+        cfg => Some(cfg?),
+    };
+    let Some(cfg) = cfg else {
+        report.summary_line(format!(
+            "{name}: skipped, Qwen3.5 hybrid runs on the CPU only"
+        ));
+        return Ok(());
     };
     // Checkpoints the CUDA backend refuses by design (MoE, FP8: CPU-only in this version) are
     // not failures of the backend; the CPU tests check them against transformers.

@@ -13,13 +13,17 @@ use serde_json::Value;
 use super::LoadError;
 use super::fp8::Fp8Config;
 
-/// The architectures this engine runs, as `config.json` names them.
-pub const ARCHITECTURES: [&str; 2] = ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM"];
-
-/// Qwen3.5's hybrid (Gated DeltaNet) architectures, refused at load with their own sentence
-/// until the engine serves them (`models/qwen3_5.rs` runs the dense one on the CPU).
-pub const HYBRID_ARCHITECTURES: [&str; 4] = [
+/// The architectures this engine runs, as `config.json` names them. `Qwen3_5ForCausalLM` is
+/// the dense hybrid (`models/qwen3_5.rs`, CPU only); [`ModelConfig`] holds its Qwen3 keys.
+pub const ARCHITECTURES: [&str; 3] = [
+    "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
     "Qwen3_5ForCausalLM",
+];
+
+/// Qwen3.5's hybrid (Gated DeltaNet) architectures not implemented yet, refused at load with
+/// their own sentence.
+pub const HYBRID_ARCHITECTURES: [&str; 3] = [
     "Qwen3_5MoeForCausalLM",
     "Qwen3_5ForConditionalGeneration",
     "Qwen3_5MoeForConditionalGeneration",
@@ -257,21 +261,12 @@ pub(crate) fn architecture_of(path: &Path) -> Option<String> {
     v.get("architectures")?.get(0)?.as_str().map(str::to_string)
 }
 
-/// The refusal of a Qwen3.5 hybrid checkpoint by the engine, saying what does run.
+/// The refusal of a Qwen3.5 hybrid checkpoint that is not implemented yet, saying what runs.
 pub(crate) fn hybrid_not_served(architecture: String) -> LoadError {
-    let serving = "serving needs its per-sequence recurrent state in the KV cache manager, \
-                   which is not written yet";
-    let detail = if architecture == "Qwen3_5ForCausalLM" {
-        format!(
-            "{architecture} runs only on the CPU, a whole sequence at a time (`met score \
-             --device cpu` scores it); {serving}"
-        )
-    } else {
-        format!(
-            "{architecture} is not implemented yet (the dense text model, Qwen3_5ForCausalLM, \
-             runs on the CPU through `met score --device cpu`); {serving}"
-        )
-    };
+    let detail = format!(
+        "{architecture} is not implemented yet (the dense text model, Qwen3_5ForCausalLM, is \
+         served and scored on --device cpu)"
+    );
     LoadError::HybridNotServed {
         architecture,
         detail,

@@ -48,12 +48,11 @@ pub enum LoadError {
     #[error("FP8 tensor {name}: {message}")]
     Fp8 { name: String, message: String },
     #[error(
-        "unsupported architecture {0:?}: this engine runs Qwen3ForCausalLM and Qwen3MoeForCausalLM"
+        "unsupported architecture {0:?}: this engine runs Qwen3ForCausalLM, Qwen3MoeForCausalLM and Qwen3_5ForCausalLM"
     )]
     UnsupportedArchitecture(String),
-    /// A Qwen3.5 hybrid checkpoint: the dense one runs on the CPU (`models/qwen3_5.rs`, through
-    /// `met score`) but the engine has no place for its recurrent state yet.
-    #[error("Qwen3.5 hybrid models are not yet served: {detail}")]
+    /// A Qwen3.5 hybrid checkpoint other than the dense text model (`models/qwen3_5.rs`).
+    #[error("this Qwen3.5 hybrid model is not supported yet: {detail}")]
     HybridNotServed {
         architecture: String,
         detail: String,
