@@ -206,7 +206,7 @@ fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
     if tokens.is_empty() {
         bail!("no tokens to score: pass --tokens 1,2,3 or --tokens-file FILE");
     }
-    let hybrid = ModelDir::open(&args.model.model)?.config()?.architecture == qwen3_5::ARCHITECTURE;
+    let hybrid = qwen3_5::is_hybrid(&ModelDir::open(&args.model.model)?.config()?.architecture);
     let positions = match args.model.device {
         Device::Cpu if hybrid => score_hybrid(&args, &tokens)?,
         Device::Cpu => score_on(&CpuBackend, &args, &tokens)?,

@@ -21,7 +21,11 @@ use server_support::Server;
 const NAME: &str = "qwen3_5-hybrid-dense";
 
 async fn serve(extra: &[&str]) -> Server {
-    let mut args: Vec<String> = ["serve", model_dir(NAME).to_str().expect("utf8")]
+    serve_model(NAME, extra).await
+}
+
+async fn serve_model(name: &str, extra: &[&str]) -> Server {
+    let mut args: Vec<String> = ["serve", model_dir(name).to_str().expect("utf8")]
         .map(String::from)
         .to_vec();
     args.extend(["--port", "0", "--model-name", "test"].map(String::from));
@@ -111,6 +115,20 @@ async fn greedy_through_the_server_matches_transformers_alone_and_batched() {
     assert!(batched[0].starts_with(&want));
     // The batch and the single request each held a state slot and gave it back.
     assert_eq!(metric(&s, "vllm:num_requests_running").await, 0.0);
+}
+
+/// Qwen3.5-MoE (routed experts + shared expert) serves transformers' greedy continuation,
+/// alone and beside another request.
+#[tokio::test]
+async fn the_moe_hybrid_serves_transformers_greedy_continuation() {
+    let name = "qwen3_5-hybrid-moe";
+    let s = serve_model(name, &["--max-batch-size", "2"]).await;
+    let g = reference(name).greedy;
+    let n = g.continuation.len();
+    let want = detokenize(&s, &g.continuation).await;
+    let both = complete_all(&s, &[g.prompt.clone(), prompt(29, 11)], n).await;
+    assert_eq!(both[0], want);
+    assert_eq!(complete(&s, &g.prompt, n).await, want);
 }
 
 /// A step budget of 8 tokens splits every prompt into chunks (shorter than the conv window

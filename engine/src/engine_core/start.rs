@@ -65,7 +65,7 @@ impl EngineHandle {
         hub: MetricsHub,
     ) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
         let dir = ModelDir::open(&config.model_dir)?;
-        let hybrid = dir.config()?.architecture == qwen3_5::ARCHITECTURE;
+        let hybrid = qwen3_5::is_hybrid(&dir.config()?.architecture);
         match config.device {
             Device::Cpu if hybrid => start_on(CpuBackend, config, hub, &load_qwen3_5),
             Device::Cpu => start_on(CpuBackend, config, hub, &load_qwen3),

@@ -61,7 +61,7 @@ impl<B: Backend> Qwen3<B> {
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
         let c = config;
-        if c.architecture == super::qwen3_5::ARCHITECTURE {
+        if super::qwen3_5::is_hybrid(&c.architecture) {
             return Err(LoadError::Config {
                 path: "config.json".into(),
                 message: format!(

@@ -1,4 +1,5 @@
-//! Qwen3.5 dense hybrid text model (`Qwen3_5ForCausalLM`, transformers 5.17), on the CPU
+//! Qwen3.5 hybrid text models (`Qwen3_5ForCausalLM`, `Qwen3_5MoeForCausalLM`, and the Hub's
+//! `*ForConditionalGeneration` layouts of both, text only; transformers 5.17), on the CPU
 //! reference backend, served by the engine like Qwen3: one varlen batch of many sequences a
 //! step through the paged KV cache ([`Model::forward`]), each sequence's recurrent state in its
 //! slot of the cache manager's state pool (`kv_cache/state.rs`, [`StateStorage`]).
@@ -7,7 +8,9 @@
 //! conv, then the gated delta rule recurrence, a gated RMSNorm and an output projection; see
 //! `backend/cpu/hybrid.rs`), every `full_attention_interval`-th is gated full attention (Qwen3's
 //! attention with QK-norm, partial rotary embedding, and `o_proj(attn · sigmoid(gate))` where
-//! `q_proj` yields each head's query and gate side by side). Every layer has a SwiGLU MLP.
+//! `q_proj` yields each head's query and gate side by side). Every layer has a SwiGLU MLP, or in
+//! the MoE model a sparse block (`qwen3_moe.rs`'s [`SparseMoe`], top-k renormalised) plus a
+//! shared expert gated by `sigmoid(x · shared_expert_gateᵀ)`.
 //! Qwen3.5's RMSNorms multiply by `1 + w` (stored around zero); `1` is added at load so the
 //! backend's plain `x̂ · w` norm serves. The gated norm of the linear layers multiplies by `w`.
 //!
@@ -18,8 +21,7 @@
 //! caching).
 //! [`SequenceState`] runs one sequence without the engine (tests).
 //!
-//! Not yet here (issue 12): MoE layers, the Hub's `*ForConditionalGeneration` layout, MTP,
-//! and CUDA.
+//! Not yet here (issue 12): the MTP head and CUDA.
 
 use crate::backend::cpu::CpuTensor;
 use crate::backend::cpu::hybrid;
@@ -27,6 +29,7 @@ use crate::backend::{Backend, BackendError, BatchInputs, CpuBackend, Result, Rop
 use crate::kv_cache::StateInit;
 use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
 
+use super::qwen3_moe::SparseMoe;
 use super::{KvStorage, Model, StateSpec, StateStorage, lm_head_logits};
 
 mod config;
@@ -35,12 +38,23 @@ mod sequence;
 pub use config::{LayerType, Qwen3_5Config};
 pub use sequence::SequenceState;
 
-/// The architecture name in `config.json`.
-pub const ARCHITECTURE: &str = "Qwen3_5ForCausalLM";
+/// The architecture names in `config.json`: the text models, and the Hub's multimodal
+/// checkpoints whose text model this runs (vision tower and MTP head ignored).
+pub const ARCHITECTURES: [&str; 4] = [
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+];
 
-/// Why `--device cuda` refuses it.
-pub const CPU_ONLY: &str = "Qwen3.5 hybrid (Qwen3_5ForCausalLM) runs on --device cpu only in \
-     this version: the cuda backend has no linear-attention kernels yet";
+/// Whether `architecture` is a Qwen3.5 hybrid this file runs.
+pub fn is_hybrid(architecture: &str) -> bool {
+    ARCHITECTURES.contains(&architecture)
+}
+
+/// Why `--device cuda` refuses them.
+pub const CPU_ONLY: &str = "Qwen3.5 hybrid models (Qwen3_5*) run on --device cpu only in this \
+     version: the cuda backend has no linear-attention kernels yet";
 
 /// A Gated DeltaNet layer's weights.
 struct LinearAttn {
@@ -70,12 +84,29 @@ enum Mixer {
     Full(FullAttn),
 }
 
+/// A SwiGLU MLP: `down(silu(gate) · up)`.
+struct SwiGlu {
+    gate_up: CpuTensor, // [2·I, H]
+    down: CpuTensor,    // [H, I]
+}
+
+/// Qwen3.5-MoE's MLP: routed experts plus a shared expert gated by `sigmoid(x · gateᵀ)`.
+struct MoeMlp {
+    experts: SparseMoe<CpuBackend>,
+    shared: SwiGlu,
+    shared_gate: CpuTensor, // [1, H]
+}
+
+enum Mlp {
+    Dense(SwiGlu),
+    Sparse(Box<MoeMlp>),
+}
+
 struct Layer {
     input_norm: CpuTensor, // [H], 1 + w
     mixer: Mixer,
     post_norm: CpuTensor, // [H], 1 + w
-    gate_up: CpuTensor,   // [2·I, H]
-    down: CpuTensor,      // [H, I]
+    mlp: Mlp,
 }
 
 pub struct Qwen3_5 {
@@ -130,10 +161,20 @@ impl Qwen3_5 {
         let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
         let norm = |name: &str, n: usize| w.get(name, &[n], TensorKind::Norm);
         let conv_dim = config.conv_dim();
+        let swiglu = |p: &str, i: usize| -> std::result::Result<SwiGlu, LoadError> {
+            Ok(SwiGlu {
+                gate_up: tensor(HostTensor::concat_rows(&[
+                    mat(&format!("{p}.gate_proj.weight"), &[i, h])?,
+                    mat(&format!("{p}.up_proj.weight"), &[i, h])?,
+                ])),
+                down: tensor(mat(&format!("{p}.down_proj.weight"), &[h, i])?),
+            })
+        };
+        let root = config.weight_prefix;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         let (mut num_linear, mut num_full) = (0, 0);
         for (l, kind) in config.layer_types.iter().enumerate() {
-            let p = format!("model.layers.{l}");
+            let p = format!("{root}.layers.{l}");
             let mixer = match kind {
                 LayerType::LinearAttention => {
                     let a = format!("{p}.linear_attn");
@@ -181,19 +222,29 @@ impl Qwen3_5 {
                     })
                 }
             };
+            let mlp = match (&c.moe, config.shared_expert_intermediate_size) {
+                (Some(moe), Some(shared)) => Mlp::Sparse(Box::new(MoeMlp {
+                    experts: SparseMoe::load(w, moe, h, &format!("{p}.mlp"), &|t| Ok(tensor(t)))?,
+                    shared: swiglu(&format!("{p}.mlp.shared_expert"), shared)?,
+                    shared_gate: tensor(mat(
+                        &format!("{p}.mlp.shared_expert_gate.weight"),
+                        &[1, h],
+                    )?),
+                })),
+                _ => Mlp::Dense(swiglu(&format!("{p}.mlp"), i)?),
+            };
             layers.push(Layer {
                 input_norm: plus_one(norm(&format!("{p}.input_layernorm.weight"), h)?),
                 mixer,
                 post_norm: plus_one(norm(&format!("{p}.post_attention_layernorm.weight"), h)?),
-                gate_up: tensor(HostTensor::concat_rows(&[
-                    mat(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
-                    mat(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
-                ])),
-                down: tensor(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?),
+                mlp,
             });
             layer_done(l + 1);
         }
-        let embed = tensor(mat("model.embed_tokens.weight", &[c.vocab_size, h])?);
+        let embed = tensor(mat(
+            &format!("{root}.embed_tokens.weight"),
+            &[c.vocab_size, h],
+        )?);
         let lm_head = if c.tie_word_embeddings {
             None
         } else {
@@ -204,7 +255,7 @@ impl Qwen3_5 {
             config: config.clone(),
             embed,
             layers,
-            norm: plus_one(norm("model.norm.weight", h)?),
+            norm: plus_one(norm(&format!("{root}.norm.weight"), h)?),
             lm_head,
             rope: RopeTables {
                 rotary_dim: 2 * inv_freq.len(),
@@ -457,6 +508,8 @@ impl Model<CpuBackend> for Qwen3_5 {
         let mut x = b.zeros(&[t, h])?; // residual stream [T, H]
         let mut xn = b.zeros(&[t, h])?; // normalised sub-block input [T, H]
         let mut proj = b.zeros(&[t, h])?; // sub-block output [T, H]
+        // The dense MLP's width, or the shared expert's in Qwen3.5-MoE.
+        let i = self.config.shared_expert_intermediate_size.unwrap_or(i);
         let mut gate_up = b.zeros(&[t, 2 * i])?; // [T, 2·I]
         let mut act = b.zeros(&[t, i])?; // [T, I]
         // x = embed[tokens]
@@ -475,10 +528,39 @@ impl Model<CpuBackend> for Qwen3_5 {
                     &mut v_caches[a.cache],
                 )?,
             }
-            // x += mixer; xn = post_norm(x); x += down(silu(gate) * up)
+            // x += mixer; xn = post_norm(x)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, eps)?;
-            b.matmul_silu_mul(&mut act, &mut gate_up, &xn, &layer.gate_up)?;
-            b.matmul(&mut proj, &act, &layer.down)?;
+            match &layer.mlp {
+                // x += down(silu(gate) * up)
+                Mlp::Dense(m) => {
+                    b.matmul_silu_mul(&mut act, &mut gate_up, &xn, &m.gate_up)?;
+                    b.matmul(&mut proj, &act, &m.down)?;
+                }
+                // x += Σ top-k experts(xn) + sigmoid(xn · shared_gateᵀ) · shared(xn)
+                Mlp::Sparse(moe) => {
+                    let MoeMlp {
+                        experts,
+                        shared,
+                        shared_gate,
+                    } = moe.as_ref();
+                    experts.forward(b, &mut proj, &xn)?;
+                    let mut routed = b.zeros(&[t, h])?; // [T, H]
+                    std::mem::swap(&mut routed, &mut proj);
+                    b.matmul_silu_mul(&mut act, &mut gate_up, &xn, &shared.gate_up)?;
+                    b.matmul(&mut proj, &act, &shared.down)?;
+                    let mut gate = b.zeros(&[t, 1])?; // [T, 1]
+                    b.matmul(&mut gate, &xn, shared_gate)?;
+                    for ((p, r), g) in proj
+                        .data
+                        .chunks_mut(h)
+                        .zip(routed.data.chunks(h))
+                        .zip(&gate.data)
+                    {
+                        let g = 1.0 / (1.0 + (-g).exp());
+                        p.iter_mut().zip(r).for_each(|(p, r)| *p = r + g * *p);
+                    }
+                }
+            }
             x.data.iter_mut().zip(&proj.data).for_each(|(x, p)| *x += p);
         }
         // logits = norm(x)[rows] · lm_headᵀ
@@ -519,7 +601,19 @@ impl Model<CpuBackend> for Qwen3_5 {
         let linear = 2 * (cd + s.nv * s.dv + 2 * s.nv) + 3 * cd + 3 * s.nv * s.dv;
         let hd = c.head_dim;
         let full = (c.num_attention_heads * 3 + 2 * c.num_key_value_heads) * hd;
-        let per_token = 3 * c.hidden_size + 3 * c.intermediate_size + linear.max(full);
+        let i = self
+            .config
+            .shared_expert_intermediate_size
+            .unwrap_or(c.intermediate_size);
+        // MoE: router logits, the routed sum, the shared gate, and per top-k choice the
+        // expert's rows, gate|up, act and output.
+        let moe = c.moe.as_ref().map_or(0, |m| {
+            m.num_experts
+                + c.hidden_size
+                + 1
+                + m.num_experts_per_tok * (2 * c.hidden_size + 3 * m.moe_intermediate_size)
+        });
+        let per_token = 3 * c.hidden_size + 3 * i + moe + linear.max(full);
         let rows = logits_rows.min(tokens);
         2 * 4 * (tokens * per_token + rows * (c.hidden_size + c.vocab_size))
     }
