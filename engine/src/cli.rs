@@ -19,7 +19,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the model over an OpenAI-compatible HTTP API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Score a token sequence: each next token's log-probability and the top-k alternatives, as JSON.
     Score(ScoreArgs),
     /// Fetch a Hub checkpoint (ORG/NAME) into the Hugging Face cache and print its directory.
@@ -154,6 +154,23 @@ pub struct ServeArgs {
     /// Split `<think>…</think>` into reasoning: qwen3.
     #[arg(long, value_name = "PARSER")]
     pub reasoning_parser: Option<String>,
+    /// Exactly this many KV cache blocks, whatever the memory would allow (for tests and
+    /// reproducing memory pressure).
+    #[arg(long, value_name = "N")]
+    pub num_gpu_blocks_override: Option<usize>,
+    /// Hybrid (linear-attention) models: recurrent-state slots, one per running sequence; a
+    /// request waits for a free one [default: --max-batch-size].
+    #[arg(long, value_name = "N")]
+    pub ssm_cache_slots: Option<usize>,
+    /// Hybrid models with --enable-prefix-caching: recurrent-state checkpoints kept for
+    /// prefix reuse, least recently used evicted first [default: --ssm-cache-slots].
+    #[arg(long, value_name = "N")]
+    pub ssm_checkpoint_slots: Option<usize>,
+    /// Hybrid models with --enable-prefix-caching: tokens between recurrent-state checkpoints,
+    /// a multiple of the 16-token KV block; a cached prefix is reused up to its last
+    /// checkpoint [default: 512].
+    #[arg(long, value_name = "TOKENS")]
+    pub ssm_checkpoint_interval: Option<usize>,
     /// Unix socket for live metrics events (NDJSON, docs/metrics-socket.md) [default:
     /// $XDG_RUNTIME_DIR/metrale/met-PORT.sock, else /tmp/metrale-UID/met-PORT.sock].
     #[arg(long, value_name = "PATH")]

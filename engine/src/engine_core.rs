@@ -26,7 +26,7 @@ pub struct EngineRequest {
 }
 
 pub use crate::scheduler::{FinishReason, FinishedRequest};
-pub use start::KvCachePlan;
+pub use start::{KvCachePlan, StateCachePlan};
 
 mod start;
 mod step_loop;
@@ -184,6 +184,15 @@ pub struct EngineConfig {
     /// Memory for the KV cache on the CPU backend, in bytes; `None` = enough for every
     /// sequence of the batch at full length, capped at a quarter of system memory.
     pub kv_cache_bytes: Option<usize>,
+    /// `--num-gpu-blocks-override`: exactly this many usable KV blocks, whatever the memory.
+    pub num_gpu_blocks_override: Option<usize>,
+    /// `--ssm-cache-slots`: recurrent-state slots (hybrid models); `None` = `max_num_seqs`.
+    pub ssm_cache_slots: Option<usize>,
+    /// `--ssm-checkpoint-slots`: prefix checkpoints of the recurrent state kept for prefix
+    /// caching; `None` = as many as `ssm_cache_slots`.
+    pub ssm_checkpoint_slots: Option<usize>,
+    /// `--ssm-checkpoint-interval`: tokens between checkpoints (a multiple of `block_size`).
+    pub ssm_checkpoint_interval: usize,
 }
 
 /// State shared between the handles and the engine thread.

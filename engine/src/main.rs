@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Parser;
 use metrale_engine::backend::{Backend, CpuBackend};
-use metrale_engine::loader::{LoadError, LoadFormat, ModelDir, Weights};
+use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::models::qwen3_5::{self, Qwen3_5, Qwen3_5Config};
-use metrale_engine::score::{DEFAULT_CHUNK, PositionScore, positions, score};
+use metrale_engine::score::{DEFAULT_CHUNK, PositionScore, score};
 
 mod cli;
 mod hub_progress;
@@ -27,7 +27,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => run_serve(args),
+        Command::Serve(args) => run_serve(*args),
         Command::Score(args) => run_score(args),
         Command::Download(args) => hub_progress::download(&args.repo, &args.revision),
     };
@@ -118,6 +118,10 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         metrics_socket: args.metrics_socket,
         tool_call_parser: args.tool_call_parser,
         reasoning_parser: args.reasoning_parser,
+        num_gpu_blocks_override: args.num_gpu_blocks_override,
+        ssm_cache_slots: args.ssm_cache_slots,
+        ssm_checkpoint_slots: args.ssm_checkpoint_slots,
+        ssm_checkpoint_interval: args.ssm_checkpoint_interval,
     }
     .validate()?;
     if !config.no_tui && std::io::stdout().is_terminal() {
@@ -159,31 +163,21 @@ fn check_tokens(tokens: &[u32], vocab: usize, context: usize) -> anyhow::Result<
     Ok(())
 }
 
-/// Score with a Qwen3.5 hybrid model on the CPU, in chunks with the sequence's state carried
-/// (the model's own contiguous state: it has no paged-cache path yet).
+/// Score with a Qwen3.5 hybrid model on the CPU (its only device in this version).
 fn score_hybrid(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
     let path = &args.model.model;
     let config = Qwen3_5Config::from_file(&path.join("config.json"))?;
     let weights = Weights::open(path, load_format(args.model.load_format))?;
     let model = Qwen3_5::load(&config, &weights)
         .with_context(|| format!("failed to load {}", path.display()))?;
-    let c = &config.base;
-    check_tokens(tokens, c.vocab_size, c.max_position_embeddings)?;
-    let mut state = model.new_state();
-    let mut out = Vec::with_capacity(tokens.len());
-    for piece in tokens.chunks(DEFAULT_CHUNK) {
-        let start = state.position;
-        let mut logits = model.forward(&mut state, piece)?;
-        CpuBackend.log_softmax(&mut logits)?;
-        out.extend(positions(
-            tokens,
-            start,
-            &logits.data,
-            c.vocab_size,
-            args.top_k,
-        ));
-    }
-    Ok(out)
+    check_tokens(tokens, model.vocab_size(), model.max_position_embeddings())?;
+    Ok(score(
+        &CpuBackend,
+        &model,
+        tokens,
+        args.top_k,
+        DEFAULT_CHUNK,
+    )?)
 }
 
 #[cfg(feature = "cuda")]
@@ -217,16 +211,11 @@ fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
     if tokens.is_empty() {
         bail!("no tokens to score: pass --tokens 1,2,3 or --tokens-file FILE");
     }
+    let hybrid = qwen3_5::is_hybrid(&ModelDir::open(&args.model.model)?.config()?.architecture);
     let positions = match args.model.device {
-        // The engine refuses Qwen3.5 hybrid checkpoints; scoring one on the CPU needs no cache.
-        Device::Cpu => match ModelDir::open(&args.model.model)?.config() {
-            Err(LoadError::HybridNotServed { architecture, .. })
-                if architecture == qwen3_5::ARCHITECTURE =>
-            {
-                score_hybrid(&args, &tokens)?
-            }
-            _ => score_on(&CpuBackend, &args, &tokens)?,
-        },
+        Device::Cpu if hybrid => score_hybrid(&args, &tokens)?,
+        Device::Cpu => score_on(&CpuBackend, &args, &tokens)?,
+        Device::Cuda if hybrid => bail!("{}", qwen3_5::CPU_ONLY),
         Device::Cuda => score_on_cuda(&args, &tokens)?,
     };
     let total: f64 = positions

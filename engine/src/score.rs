@@ -6,6 +6,7 @@ use serde::Serialize;
 
 pub use crate::backend::sampling::top_k_of;
 use crate::backend::{Backend, BatchInputs, Result, SeqChunk};
+use crate::kv_cache::{StateInit, StatePlan};
 use crate::models::Model;
 
 /// Tokens a forward pass takes at a time.
@@ -35,10 +36,15 @@ pub fn score<B: Backend, M: Model<B>>(
     // Block 0 is the null block; the sequence owns 1..=blocks.
     let table: Vec<u32> = (1..=blocks as u32).collect();
     let mut kv = model.new_kv_storage(backend, blocks + 1, BLOCK_SIZE)?;
+    // A model with recurrent state (Qwen3.5 hybrid) carries it in one slot between chunks.
+    let stateful = model.state_spec().is_some();
+    if stateful {
+        kv.state = Some(model.new_state_storage(backend, 1)?);
+    }
     let mut out = Vec::with_capacity(tokens.len());
     for start in (0..tokens.len()).step_by(chunk.max(1)) {
         let end = (start + chunk.max(1)).min(tokens.len());
-        let host = BatchInputs::build(
+        let mut host = BatchInputs::build(
             BLOCK_SIZE,
             &[SeqChunk {
                 tokens: &tokens[start..end],
@@ -47,6 +53,17 @@ pub fn score<B: Backend, M: Model<B>>(
                 logits_rows: (0..end - start).collect(),
             }],
         );
+        if stateful {
+            host.states = vec![StatePlan {
+                slot: 0,
+                init: if start == 0 {
+                    StateInit::Zero
+                } else {
+                    StateInit::Continue
+                },
+                saves: Vec::new(),
+            }];
+        }
         let batch = backend.prepare_batch(&host)?;
         let mut logits = model.forward(backend, &host, &batch, &mut kv)?;
         backend.log_softmax(&mut logits)?;
@@ -57,8 +74,7 @@ pub fn score<B: Backend, M: Model<B>>(
 }
 
 /// The scores of positions `start..` of `tokens` from their log-probabilities `lp`
-/// (`[rows, vocab]`, one row a position). Models without a cached path yet (Qwen3.5 hybrid,
-/// whole sequence at once) score through this directly.
+/// (`[rows, vocab]`, one row a position).
 pub fn positions(
     tokens: &[u32],
     start: usize,

@@ -26,6 +26,10 @@ fn config(name: &str) -> EngineConfig {
         enable_prefix_caching: true,
         block_size: 16,
         kv_cache_bytes: None,
+        num_gpu_blocks_override: None,
+        ssm_cache_slots: None,
+        ssm_checkpoint_slots: None,
+        ssm_checkpoint_interval: 512,
         enforce_eager: false,
     }
 }

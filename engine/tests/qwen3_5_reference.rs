@@ -1,26 +1,35 @@
-//! Qwen3.5's dense hybrid text model (`Qwen3_5ForCausalLM`: Gated DeltaNet and gated full
-//! attention) on the CPU reference against transformers 5.17 in float32, on the tiny random
-//! checkpoint `tests/fixtures/make_hybrid_fixtures.py` writes: a whole sequence in one call,
-//! in chunks with the sequence's state carried between calls, and decoding token by token.
+//! Qwen3.5's hybrid text models (Gated DeltaNet and gated full attention; dense
+//! `Qwen3_5ForCausalLM` and `Qwen3_5MoeForCausalLM` with its shared expert) on the CPU reference
+//! against transformers 5.17 in float32, on the tiny random checkpoints
+//! `tests/fixtures/make_hybrid_fixtures.py` writes: a whole sequence in one call, in chunks with
+//! the sequence's state carried between calls, and decoding token by token, all through the
+//! engine's `Model::forward` (paged KV cache, one recurrent-state slot). The Hub's
+//! `*ForConditionalGeneration` layout is checked on the same weights re-laid as the Hub has
+//! them.
 
 use metrale_engine::backend::cpu::CpuTensor;
 use metrale_engine::backend::{Backend, CpuBackend};
-use metrale_engine::loader::{LoadError, LoadFormat, ModelDir, Weights};
-use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
+use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
+use metrale_engine::models::qwen3_5::{self, Qwen3_5, Qwen3_5Config};
 use metrale_engine::score::top_k_of;
+use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
 mod reference_support;
 
 use reference_support::{Reference, model_dir, reference};
 
-const NAME: &str = "qwen3_5-hybrid-dense";
+const NAMES: [&str; 2] = ["qwen3_5-hybrid-dense", "qwen3_5-hybrid-moe"];
 const TOLERANCE: f32 = 1e-3;
 
-fn load() -> (Qwen3_5, Reference) {
-    let dir = model_dir(NAME);
+fn load_dir(dir: &Path) -> Qwen3_5 {
     let cfg = Qwen3_5Config::from_file(&dir.join("config.json")).expect("config");
-    let weights = Weights::open(&dir, LoadFormat::Auto).expect("weights");
-    let model = Qwen3_5::load(&cfg, &weights).expect("load");
-    (model, reference(NAME))
+    let weights = Weights::open(dir, LoadFormat::Auto).expect("weights");
+    Qwen3_5::load(&cfg, &weights).expect("load")
+}
+
+fn load(name: &str) -> (Qwen3_5, Reference) {
+    (load_dir(&model_dir(name)), reference(name))
 }
 
 /// Log-softmax of each row of `[T, V]` logits.
@@ -36,21 +45,23 @@ fn log_probs(model: &Qwen3_5, tokens: &[u32], chunk: Option<usize>) -> Vec<Vec<f
     let Some(chunk) = chunk else {
         return rows(model, model.forward_sequence(tokens).expect("forward"));
     };
-    let mut state = model.new_state();
+    let mut state = model.new_state().expect("state");
     let mut out = Vec::new();
     for piece in tokens.chunks(chunk) {
         out.extend(rows(
             model,
-            model.forward(&mut state, piece).expect("forward"),
+            model
+                .forward_sequence_chunk(&mut state, piece)
+                .expect("forward"),
         ));
     }
     assert_eq!(state.position, tokens.len());
     out
 }
 
-#[test]
-fn every_position_matches_transformers() {
-    let (model, reference) = load();
+/// Every position's log-prob and top-5 within [`TOLERANCE`] of transformers; the largest
+/// difference.
+fn check_positions(name: &str, model: &Qwen3_5, reference: &Reference) -> f32 {
     let mut max_diff = 0f32;
     // Whole, then in odd chunks (some shorter than the conv window) with the state carried.
     for (s, seq, chunk) in reference
@@ -59,107 +70,131 @@ fn every_position_matches_transformers() {
         .enumerate()
         .flat_map(|(s, seq)| [None, Some(7), Some(2)].map(|c| (s, seq, c)))
     {
-        let lp = log_probs(&model, &seq.tokens, chunk);
+        let lp = log_probs(model, &seq.tokens, chunk);
         assert_eq!(lp.len(), seq.tokens.len());
         for (p, want) in seq.next_token_logprobs.iter().enumerate() {
             let got = lp[p][seq.tokens[p + 1] as usize];
             max_diff = max_diff.max((got - want).abs());
             assert!(
                 (got - want).abs() <= TOLERANCE,
-                "seq {s} pos {p} (chunk {chunk:?}): got {got}, transformers {want}"
+                "{name} seq {s} pos {p} (chunk {chunk:?}): got {got}, transformers {want}"
             );
         }
         for (p, want) in seq.top5.iter().enumerate() {
             let top = top_k_of(&lp[p], 5);
             assert_eq!(
                 top[0].0, want[0].0,
-                "seq {s} pos {p} (chunk {chunk:?}): top-1"
+                "{name} seq {s} pos {p} (chunk {chunk:?}): top-1"
             );
             for (i, (&(_, got), &(_, want))) in top.iter().zip(want).enumerate() {
                 max_diff = max_diff.max((got - want).abs());
                 assert!(
                     (got - want).abs() <= TOLERANCE,
-                    "seq {s} pos {p} top {i}: got {got}, transformers {want}"
+                    "{name} seq {s} pos {p} top {i}: got {got}, transformers {want}"
                 );
             }
         }
     }
-    eprintln!("{NAME}: max |log-prob - transformers| = {max_diff:.2e}");
+    max_diff
+}
+
+#[test]
+fn every_position_matches_transformers() {
+    for name in NAMES {
+        let (model, reference) = load(name);
+        let max_diff = check_positions(name, &model, &reference);
+        eprintln!("{name}: max |log-prob - transformers| = {max_diff:.2e}");
+    }
 }
 
 /// Prefill the prompt, then decode one token a call as serving does, the state carried.
 #[test]
 fn greedy_continuation_is_identical() {
-    let (model, reference) = load();
-    let g = &reference.greedy;
-    let mut state = model.new_state();
-    let mut input = g.prompt.clone();
-    let mut generated = Vec::new();
-    for _ in 0..g.continuation.len() {
-        let lp = rows(&model, model.forward(&mut state, &input).expect("forward"));
-        let next = top_k_of(&lp[lp.len() - 1], 1)[0].0;
-        generated.push(next);
-        input = vec![next];
+    for name in NAMES {
+        let (model, reference) = load(name);
+        let g = &reference.greedy;
+        let mut state = model.new_state().expect("state");
+        let mut input = g.prompt.clone();
+        let mut generated = Vec::new();
+        for _ in 0..g.continuation.len() {
+            let lp = rows(
+                &model,
+                model
+                    .forward_sequence_chunk(&mut state, &input)
+                    .expect("forward"),
+            );
+            let next = top_k_of(&lp[lp.len() - 1], 1)[0].0;
+            generated.push(next);
+            input = vec![next];
+        }
+        assert_eq!(generated, g.continuation, "{name}");
     }
-    assert_eq!(generated, g.continuation);
 }
 
-/// The engine (`met serve`) refuses the checkpoint at load with a sentence that says why,
-/// rather than failing later: the recurrent state has no home in the cache yet.
+/// The engine reads the hybrids' configs (the Qwen3 keys; the MoE one has no dense
+/// `intermediate_size`) and knows them by name; the serving tests are `server_hybrid.rs`.
 #[test]
-fn the_engine_refuses_hybrid_checkpoints_by_name() {
-    let dir = ModelDir::open(&model_dir(NAME)).expect("fixture");
-    let e = dir.config().expect_err("not served yet");
-    assert!(matches!(e, LoadError::HybridNotServed { .. }), "{e:?}");
-    let e = e.to_string();
-    assert!(
-        e.starts_with("Qwen3.5 hybrid models are not yet served:") && e.contains("CPU"),
-        "{e}"
-    );
+fn the_engine_accepts_the_hybrids() {
+    for name in NAMES {
+        let cfg = ModelDir::open(&model_dir(name))
+            .expect("fixture")
+            .config()
+            .expect("served");
+        assert!(qwen3_5::is_hybrid(&cfg.architecture), "{name}");
+        assert_eq!(cfg.moe.is_some(), name.ends_with("moe"), "{name}");
+    }
 }
 
-/// `met serve` as a user runs it: exit status non-zero, the sentence on stderr, no panic.
-#[test]
-fn met_serve_refuses_a_hybrid_checkpoint_by_name() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_met"))
-        .args([
-            "serve",
-            model_dir(NAME).to_str().expect("utf8"),
-            "--port",
-            "0",
-        ])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run met");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("Qwen3.5 hybrid models are not yet served: Qwen3_5ForCausalLM")
-            && !stderr.contains("panicked"),
-        "{stderr}"
-    );
+/// The Hub's layout of a fixture: `Qwen3_5*ForConditionalGeneration`, the text config under
+/// `text_config` (the wrapper's `tie_word_embeddings` at the top), the text weights under
+/// `model.language_model.`, plus vision and MTP tensors that the engine must ignore.
+fn hub_layout(name: &str) -> PathBuf {
+    let src = model_dir(name);
+    let dir = std::env::temp_dir().join(format!("met-hub-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let text = std::fs::read_to_string(src.join("config.json")).expect("config");
+    let mut text: Value = serde_json::from_str(&text).expect("json");
+    let arch = text["architectures"][0]
+        .as_str()
+        .expect("arch")
+        .replace("ForCausalLM", "ForConditionalGeneration");
+    let tie = text["tie_word_embeddings"].clone();
+    text.as_object_mut()
+        .expect("object")
+        .remove("architectures");
+    let config = json!({"architectures": [arch], "text_config": text, "tie_word_embeddings": tie,
+                        "vision_config": {"depth": 1, "hidden_size": 32}});
+    std::fs::write(dir.join("config.json"), config.to_string()).expect("write");
+    let bytes = std::fs::read(src.join("model.safetensors")).expect("weights");
+    let st = SafeTensors::deserialize(&bytes).expect("safetensors");
+    let mut tensors: Vec<(String, TensorView<'_>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, t)| (n.replacen("model.", "model.language_model.", 1), t))
+        .collect();
+    let extra = [0u8; 8];
+    for n in ["model.visual.patch_embed.proj.weight", "mtp.fc.weight"] {
+        let t = TensorView::new(Dtype::BF16, vec![2, 2], &extra).expect("view");
+        tensors.push((n.to_string(), t));
+    }
+    safetensors::serialize_to_file(tensors, None, &dir.join("model.safetensors")).expect("save");
+    dir
 }
 
-/// The Hub's checkpoints (`*ForConditionalGeneration`, text config nested) and the MoE text
-/// model are refused by name too, not with a parse error about a missing key.
 #[test]
-fn hub_layouts_and_moe_are_refused_by_name() {
-    for arch in [
-        "Qwen3_5MoeForConditionalGeneration",
-        "Qwen3_5MoeForCausalLM",
-    ] {
-        let dir = std::env::temp_dir().join(format!("met-hybrid-{arch}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("mkdir");
-        let config = format!(r#"{{"architectures": ["{arch}"], "text_config": {{}}}}"#);
-        std::fs::write(dir.join("config.json"), config).expect("write");
-        let e = ModelDir::open(&dir).expect("dir").config().expect_err(arch);
+fn the_hubs_conditional_generation_layout_reads_the_text_model() {
+    for name in NAMES {
+        let dir = hub_layout(name);
+        let cfg = ModelDir::open(&dir).expect("dir").config();
+        let model = load_dir(&dir);
         std::fs::remove_dir_all(&dir).ok();
-        let e = e.to_string();
         assert!(
-            e.starts_with("Qwen3.5 hybrid models are not yet served:")
-                && e.contains(arch)
-                && e.contains("not implemented yet"),
-            "{e}"
+            cfg.expect("config")
+                .architecture
+                .ends_with("ForConditionalGeneration"),
+            "{name}"
         );
+        let max_diff = check_positions(name, &model, &reference(name));
+        eprintln!("{name} (Hub layout): max |log-prob - transformers| = {max_diff:.2e}");
     }
 }

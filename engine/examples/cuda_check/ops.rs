@@ -94,6 +94,7 @@ fn positions_batch(positions: Vec<u32>, slots: Vec<u32>, bs: usize) -> BatchInpu
         max_blocks_per_seq: blocks,
         block_size: bs,
         logits_rows: Vec::new(),
+        states: Vec::new(),
     }
 }
 

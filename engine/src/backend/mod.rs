@@ -6,6 +6,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod sampling;
 
+use crate::kv_cache::StatePlan;
 use crate::loader::HostTensor;
 
 pub use cpu::CpuBackend;
@@ -40,6 +41,9 @@ pub struct BatchInputs {
     pub block_size: usize,
     /// Rows whose logits are computed, in the order the logits come back.
     pub logits_rows: Vec<u32>,
+    /// `[S]` each sequence's recurrent-state slot and what it does this step, for models with
+    /// linear-attention layers; empty for the others.
+    pub states: Vec<StatePlan>,
 }
 
 impl BatchInputs {

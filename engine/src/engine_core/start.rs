@@ -10,11 +10,13 @@ use anyhow::{Context, bail};
 use super::step_loop::EngineLoop;
 use super::{Device, EngineConfig, EngineHandle, Live, ModelInfo, Shared};
 use crate::backend::{Backend, CpuBackend};
+use crate::kv_cache::StateCacheConfig;
 use crate::loader::{ModelDir, Weights};
 use crate::metrics::MetricsHub;
 use crate::metrics::hub::{Limits, StepReport};
 use crate::models::Model;
 use crate::models::qwen3::Qwen3;
+use crate::models::qwen3_5::{self, Qwen3_5, Qwen3_5Config};
 use crate::runner::Runner;
 use crate::scheduler::Scheduler;
 use crate::scheduler::SchedulerConfig;
@@ -26,6 +28,21 @@ pub struct KvCachePlan {
     pub num_blocks: usize,
     pub block_size: usize,
     pub bytes: usize,
+    /// The recurrent-state pool beside it (models with linear-attention layers).
+    pub state: Option<StateCachePlan>,
+}
+
+/// The recurrent-state pool: slots for running sequences and for prefix checkpoints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateCachePlan {
+    pub config: StateCacheConfig,
+    pub bytes_per_slot: usize,
+}
+
+impl StateCachePlan {
+    pub fn bytes(&self) -> usize {
+        self.config.total_slots() * self.bytes_per_slot
+    }
 }
 
 impl KvCachePlan {
@@ -47,8 +64,12 @@ impl EngineHandle {
         config: EngineConfig,
         hub: MetricsHub,
     ) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
+        let dir = ModelDir::open(&config.model_dir)?;
+        let hybrid = qwen3_5::is_hybrid(&dir.config()?.architecture);
         match config.device {
-            Device::Cpu => start_on(CpuBackend, config, hub),
+            Device::Cpu if hybrid => start_on(CpuBackend, config, hub, &load_qwen3_5),
+            Device::Cpu => start_on(CpuBackend, config, hub, &load_qwen3),
+            Device::Cuda if hybrid => bail!("{}", qwen3_5::CPU_ONLY),
             #[cfg(feature = "cuda")]
             Device::Cuda => {
                 hub.phases().phase(Phase::CompileKernels, 0, None, "");
@@ -57,7 +78,7 @@ impl EngineHandle {
                 if config.enforce_eager {
                     backend.set_graphs(false);
                 }
-                start_on(backend, config, hub)
+                start_on(backend, config, hub, &load_qwen3)
             }
             #[cfg(not(feature = "cuda"))]
             Device::Cuda => {
@@ -67,10 +88,38 @@ impl EngineHandle {
     }
 }
 
-fn start_on<B: Backend>(
+/// Loads a model family's weights onto a backend, reporting each layer done.
+type Loader<B, M> = dyn Fn(&B, &ModelDir, &Weights, &mut dyn FnMut(usize)) -> anyhow::Result<M>;
+
+fn load_qwen3<B: Backend>(
+    backend: &B,
+    dir: &ModelDir,
+    weights: &Weights,
+    layer_done: &mut dyn FnMut(usize),
+) -> anyhow::Result<Qwen3<B>> {
+    Ok(Qwen3::load_reporting(
+        backend,
+        &dir.config()?,
+        weights,
+        layer_done,
+    )?)
+}
+
+fn load_qwen3_5(
+    _: &CpuBackend,
+    dir: &ModelDir,
+    weights: &Weights,
+    layer_done: &mut dyn FnMut(usize),
+) -> anyhow::Result<Qwen3_5> {
+    let config = Qwen3_5Config::from_file(&dir.root.join("config.json"))?;
+    Ok(Qwen3_5::load_reporting(&config, weights, layer_done)?)
+}
+
+fn start_on<B: Backend, M: Model<B> + 'static>(
     backend: B,
     config: EngineConfig,
     hub: MetricsHub,
+    load: &Loader<B, M>,
 ) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
     let phases = hub.phases();
     let dir = ModelDir::open(&config.model_dir)?;
@@ -87,7 +136,7 @@ fn start_on<B: Backend>(
     let layers = model_config.num_hidden_layers as u64;
     phases.phase(Phase::Load, 0, Some(layers), "layers");
     let weights = Weights::open(&dir.root, config.load_format)?;
-    let model = Qwen3::load_reporting(&backend, &model_config, &weights, &mut |done| {
+    let model = load(&backend, &dir, &weights, &mut |done| {
         phases.phase(Phase::Load, done as u64, Some(layers), "layers");
     })
     .with_context(|| format!("failed to load {}", config.model_dir.display()))?;
@@ -97,7 +146,14 @@ fn start_on<B: Backend>(
     let blocks = plan.num_blocks as u64;
     phases.phase(Phase::AllocateKvCache, 0, Some(blocks), "blocks");
     let device_description = backend.describe();
-    let runner = Runner::new(backend, model, plan.num_blocks, plan.block_size)?;
+    let state_slots = plan.state.as_ref().map_or(0, |s| s.config.total_slots());
+    let runner = Runner::new(
+        backend,
+        model,
+        plan.num_blocks,
+        plan.block_size,
+        state_slots,
+    )?;
     phases.phase(Phase::AllocateKvCache, blocks, Some(blocks), "blocks");
     hub.set_limits(Limits {
         block_size: plan.block_size,
@@ -112,6 +168,7 @@ fn start_on<B: Backend>(
         enable_prefix_caching: config.enable_prefix_caching,
         // Admission is decided on the handle; the scheduler's own limit is a backstop.
         max_queued_requests: config.max_queued_requests.saturating_mul(2).max(1),
+        state: plan.state.as_ref().map(|s| s.config),
     })?;
 
     let info = ModelInfo {
@@ -203,7 +260,10 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
             wanted.min(system_memory_bytes() / 4)
         }
     };
-    let num_blocks = bytes / per_block + 1; // + the null block
+    let num_blocks = match config.num_gpu_blocks_override {
+        Some(n) => n + 1,
+        None => bytes / per_block + 1, // + the null block
+    };
     let one_seq = max_model_len.div_ceil(bs) + 1;
     if num_blocks < one_seq {
         bail!(
@@ -213,10 +273,27 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
             num_blocks - 1
         );
     }
+    let state = model.state_spec().map(|spec| {
+        let slots = config.ssm_cache_slots.unwrap_or(config.max_num_seqs);
+        StateCachePlan {
+            config: StateCacheConfig {
+                num_slots: slots,
+                // Checkpoints only serve prefix caching.
+                num_checkpoints: if config.enable_prefix_caching {
+                    config.ssm_checkpoint_slots.unwrap_or(slots)
+                } else {
+                    0
+                },
+                checkpoint_interval: config.ssm_checkpoint_interval,
+            },
+            bytes_per_slot: spec.bytes_per_slot(),
+        }
+    });
     Ok(KvCachePlan {
         num_blocks,
         block_size: bs,
         bytes: (num_blocks - 1) * per_block,
+        state,
     })
 }
 

@@ -3,6 +3,7 @@
 
 use super::block_pool::{BlockId, BlockPool};
 use super::hash::{BlockHash, FastMap, HashKey, ROOT_HASH, hash_block};
+use super::state::{StateCacheConfig, StateInit, StatePlan, StatePool};
 use crate::scheduler::io::RequestId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +14,8 @@ pub struct KvCacheConfig {
     pub num_blocks: usize,
     /// `--enable-prefix-caching`: off means no hashing and no lookups at all.
     pub enable_prefix_caching: bool,
+    /// Recurrent-state slots (models with linear-attention layers); `None` costs nothing.
+    pub state: Option<StateCacheConfig>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -23,6 +26,13 @@ pub enum KvCacheError {
         "invalid KV cache config: need at least 2 blocks (one is the null block) and fewer than 2^32, got {0}"
     )]
     NumBlocks(usize),
+    #[error("invalid state cache config: --ssm-cache-slots must be at least 1")]
+    StateSlots,
+    #[error(
+        "invalid state cache config: --ssm-checkpoint-interval {interval} must be a positive \
+         multiple of the KV block size {block_size}"
+    )]
+    CheckpointInterval { interval: usize, block_size: usize },
 }
 
 /// The cached prefix found for a request about to be admitted; hand it to `allocate_slots`.
@@ -33,6 +43,8 @@ pub struct ComputedBlocks {
     pub num_computed_tokens: usize,
     /// Tokens looked up (for the queries counter; 0 when caching is off).
     num_query_tokens: usize,
+    /// The state checkpoint at the end of the hit, for models with recurrent state.
+    state_checkpoint: Option<u32>,
 }
 
 /// Prefix-cache counters, in tokens, over requests admitted with a lookup.
@@ -62,6 +74,7 @@ pub struct KvCacheManager {
     key: HashKey,
     reqs: FastMap<RequestId, ReqKv>,
     stats: PrefixCacheStats,
+    state: Option<StatePool>,
 }
 
 impl KvCacheManager {
@@ -78,6 +91,18 @@ impl KvCacheManager {
         if !(2..u32::MAX as usize).contains(&cfg.num_blocks) {
             return Err(KvCacheError::NumBlocks(cfg.num_blocks));
         }
+        if let Some(s) = cfg.state {
+            if s.num_slots == 0 {
+                return Err(KvCacheError::StateSlots);
+            }
+            let interval = s.checkpoint_interval;
+            if interval == 0 || !interval.is_multiple_of(cfg.block_size) {
+                return Err(KvCacheError::CheckpointInterval {
+                    interval,
+                    block_size: cfg.block_size,
+                });
+            }
+        }
         Ok(Self {
             pool: BlockPool::new(cfg.num_blocks),
             block_size: cfg.block_size,
@@ -85,6 +110,7 @@ impl KvCacheManager {
             key,
             reqs: FastMap::default(),
             stats: PrefixCacheStats::default(),
+            state: cfg.state.map(StatePool::new),
         })
     }
 
@@ -130,14 +156,30 @@ impl KvCacheManager {
         );
         extend_hashes(&mut entry.hashes, self.key, bs, tokens, tokens.len() / bs);
         let max_blocks = (tokens.len() - 1) / bs;
-        let block_ids: Vec<BlockId> = entry.hashes[..max_blocks]
+        let mut block_ids: Vec<BlockId> = entry.hashes[..max_blocks]
             .iter()
             .map_while(|&h| self.pool.lookup(h))
             .collect();
+        // With recurrent state, a hit counts only up to the longest prefix that also has a
+        // state checkpoint (at a multiple of the interval); the rest is recomputed.
+        let mut state_checkpoint = None;
+        if let Some(state) = self.state.as_mut() {
+            let every = state.config().checkpoint_interval / bs;
+            let mut n = block_ids.len() / every * every;
+            while n > 0 {
+                if let Some(slot) = state.lookup(entry.hashes[n - 1]) {
+                    state_checkpoint = Some(slot);
+                    break;
+                }
+                n -= every;
+            }
+            block_ids.truncate(n);
+        }
         ComputedBlocks {
             num_computed_tokens: block_ids.len() * bs,
             block_ids,
             num_query_tokens: tokens.len(),
+            state_checkpoint,
         }
     }
 
@@ -165,6 +207,16 @@ impl KvCacheManager {
         let revived = hit.iter().filter(|&&b| self.pool.ref_count(b) == 0).count();
         if num_new_blocks + revived > self.pool.num_free() {
             return None;
+        }
+        // Admission takes a state slot too; none free means the request waits.
+        if let (Some(state), Some(c)) = (self.state.as_mut(), computed) {
+            let init = match c.state_checkpoint {
+                Some(slot) if num_computed_tokens > 0 => StateInit::Copy(slot),
+                _ => StateInit::Zero,
+            };
+            if state.slot(req).is_none() && !state.allocate(req, init) {
+                return None;
+            }
         }
 
         let entry = self.reqs.entry(req).or_default();
@@ -203,6 +255,34 @@ impl KvCacheManager {
             self.pool.cache(entry.blocks[i], entry.hashes[i]);
         }
         entry.num_cached_blocks = full;
+        if let Some(state) = self.state.as_mut() {
+            state.publish(req, num_computed_tokens);
+        }
+    }
+
+    /// The state plan of `req`'s chunk `start..start + n` (`tokens` are all its tokens):
+    /// `None` for models without recurrent state. Checkpoints are planned only with prefix
+    /// caching on.
+    pub fn state_plan(
+        &mut self,
+        req: RequestId,
+        tokens: &[u32],
+        start: usize,
+        n: usize,
+    ) -> Option<StatePlan> {
+        let state = self.state.as_mut()?;
+        let (key, bs) = (self.key, self.block_size);
+        let hashes = &mut self.reqs.entry(req).or_default().hashes;
+        let end = if self.caching { start + n } else { start };
+        state.plan(req, start, end, &mut |boundary| {
+            extend_hashes(hashes, key, bs, tokens, boundary / bs);
+            hashes[boundary / bs - 1]
+        })
+    }
+
+    /// The recurrent-state slots (read-only); `None` for models without recurrent state.
+    pub fn state_pool(&self) -> Option<&StatePool> {
+        self.state.as_ref()
     }
 
     /// Releases all of the request's blocks, tail first so that the head of its prefix, the
@@ -211,12 +291,18 @@ impl KvCacheManager {
         if let Some(entry) = self.reqs.remove(&req) {
             self.pool.release(entry.blocks.iter().rev().copied());
         }
+        if let Some(state) = self.state.as_mut() {
+            state.free(req);
+        }
     }
 
     /// Checks the pool's invariants and that ref counts equal the number of block tables that
     /// hold each block. O(num_blocks + total table length).
     pub fn check(&self) -> Result<(), String> {
         self.pool.check()?;
+        if let Some(state) = &self.state {
+            state.check()?;
+        }
         let mut holders = vec![0u32; self.pool.num_blocks()];
         for (id, r) in &self.reqs {
             for &b in &r.blocks {
@@ -269,3 +355,7 @@ fn extend_hashes(
 #[cfg(test)]
 #[path = "manager_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod state_tests;

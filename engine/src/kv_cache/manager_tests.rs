@@ -9,6 +9,7 @@ fn mgr(num_blocks: usize, caching: bool) -> KvCacheManager {
         block_size: BS,
         num_blocks,
         enable_prefix_caching: caching,
+        state: None,
     };
     KvCacheManager::with_hash_key(cfg, KEY).expect("valid config")
 }
@@ -47,6 +48,7 @@ fn rejects_bad_configs() {
         block_size,
         num_blocks,
         enable_prefix_caching: true,
+        state: None,
     };
     assert_eq!(
         KvCacheManager::new(cfg(0, 8)).err(),

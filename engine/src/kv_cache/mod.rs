@@ -4,7 +4,9 @@
 pub mod block_pool;
 pub mod hash;
 pub mod manager;
+pub mod state;
 
 pub use block_pool::{BlockId, NULL_BLOCK};
 pub use hash::{BlockHash, HashKey};
 pub use manager::{ComputedBlocks, KvCacheConfig, KvCacheError, KvCacheManager, PrefixCacheStats};
+pub use state::{StateCacheConfig, StateInit, StatePlan, StateSave};

@@ -13,17 +13,43 @@ use serde_json::Value;
 use super::LoadError;
 use super::fp8::Fp8Config;
 
-/// The architectures this engine runs, as `config.json` names them.
-pub const ARCHITECTURES: [&str; 2] = ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM"];
-
-/// Qwen3.5's hybrid (Gated DeltaNet) architectures, refused at load with their own sentence
-/// until the engine serves them (`models/qwen3_5.rs` runs the dense one on the CPU).
-pub const HYBRID_ARCHITECTURES: [&str; 4] = [
+/// The architectures this engine runs, as `config.json` names them. The `Qwen3_5*` ones are
+/// the hybrids (`models/qwen3_5.rs`, CPU only); [`ModelConfig`] holds their Qwen3 keys (read
+/// from `text_config` in the Hub's `*ForConditionalGeneration` layout).
+pub const ARCHITECTURES: [&str; 6] = [
+    "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
     "Qwen3_5ForCausalLM",
     "Qwen3_5MoeForCausalLM",
     "Qwen3_5ForConditionalGeneration",
     "Qwen3_5MoeForConditionalGeneration",
 ];
+
+/// Qwen3.5's mixture-of-experts architectures: every layer's MLP is sparse, with a shared
+/// expert, and no dense `intermediate_size`.
+const QWEN3_5_MOE: [&str; 2] = [
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration",
+];
+
+/// A multimodal config (`text_config` nested, as the Hub's Qwen3.5 checkpoints have) as the
+/// text model's flat config: `text_config`'s keys, with the top level's `architectures` and
+/// `tie_word_embeddings` (where the wrapper keeps them). Other configs are returned as they are.
+pub fn text_config(mut v: Value) -> Value {
+    let Some(Value::Object(mut text)) = v.get_mut("text_config").map(Value::take) else {
+        return v;
+    };
+    for key in [
+        "architectures",
+        "tie_word_embeddings",
+        "quantization_config",
+    ] {
+        if let Some(x) = v.get(key) {
+            text.insert(key.to_string(), x.clone());
+        }
+    }
+    Value::Object(text)
+}
 
 /// The Qwen3 configuration, dense (`Qwen3ForCausalLM`) or mixture-of-experts
 /// (`Qwen3MoeForCausalLM`, with `moe`).
@@ -107,6 +133,8 @@ struct RawConfig {
     architectures: Vec<String>,
     vocab_size: usize,
     hidden_size: usize,
+    /// Absent in Qwen3.5-MoE, whose every MLP is sparse.
+    #[serde(default)]
     intermediate_size: usize,
     num_hidden_layers: usize,
     num_attention_heads: usize,
@@ -145,7 +173,9 @@ impl ModelConfig {
 
     /// Parse and validate; the error is a sentence that names the key.
     pub fn from_json(text: &str) -> Result<Self, String> {
-        let raw: RawConfig = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let raw: RawConfig =
+            serde_json::from_value(text_config(value)).map_err(|e| e.to_string())?;
         let architecture = raw
             .architectures
             .first()
@@ -181,10 +211,14 @@ impl ModelConfig {
         if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(format!("head_dim ({head_dim}) must be positive and even"));
         }
+        let dense_mlp = usize::from(!QWEN3_5_MOE.contains(&architecture.as_str()));
         for (name, v) in [
             ("vocab_size", raw.vocab_size),
             ("hidden_size", raw.hidden_size),
-            ("intermediate_size", raw.intermediate_size),
+            (
+                "intermediate_size",
+                raw.intermediate_size.max(1 - dense_mlp),
+            ),
             ("num_hidden_layers", raw.num_hidden_layers),
             ("max_position_embeddings", raw.max_position_embeddings),
         ] {
@@ -222,8 +256,6 @@ impl ModelConfig {
     pub fn check_architecture(&self) -> Result<(), LoadError> {
         if ARCHITECTURES.contains(&self.architecture.as_str()) {
             Ok(())
-        } else if HYBRID_ARCHITECTURES.contains(&self.architecture.as_str()) {
-            Err(hybrid_not_served(self.architecture.clone()))
         } else {
             Err(LoadError::UnsupportedArchitecture(
                 self.architecture.clone(),
@@ -250,34 +282,6 @@ impl ModelConfig {
     }
 }
 
-/// `architectures[0]` of the config at `path`, if it can be read at all.
-pub(crate) fn architecture_of(path: &Path) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: Value = serde_json::from_str(&text).ok()?;
-    v.get("architectures")?.get(0)?.as_str().map(str::to_string)
-}
-
-/// The refusal of a Qwen3.5 hybrid checkpoint by the engine, saying what does run.
-pub(crate) fn hybrid_not_served(architecture: String) -> LoadError {
-    let serving = "serving needs its per-sequence recurrent state in the KV cache manager, \
-                   which is not written yet";
-    let detail = if architecture == "Qwen3_5ForCausalLM" {
-        format!(
-            "{architecture} runs only on the CPU, a whole sequence at a time (`met score \
-             --device cpu` scores it); {serving}"
-        )
-    } else {
-        format!(
-            "{architecture} is not implemented yet (the dense text model, Qwen3_5ForCausalLM, \
-             runs on the CPU through `met score --device cpu`); {serving}"
-        )
-    };
-    LoadError::HybridNotServed {
-        architecture,
-        detail,
-    }
-}
-
 /// Read `path` and parse it with `parse`, naming the file in either error.
 fn parse_file<T>(path: &Path, parse: fn(&str) -> Result<T, String>) -> Result<T, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
@@ -292,22 +296,22 @@ fn parse_file<T>(path: &Path, parse: fn(&str) -> Result<T, String>) -> Result<T,
 
 /// The sparse-MLP keys of a `Qwen3MoeForCausalLM` config; `None` for other architectures.
 fn parse_moe(raw: &RawConfig, architecture: &str) -> Result<Option<MoeConfig>, String> {
-    if architecture != "Qwen3MoeForCausalLM" {
+    let qwen3_5 = QWEN3_5_MOE.contains(&architecture);
+    if architecture != "Qwen3MoeForCausalLM" && !qwen3_5 {
         return Ok(None);
     }
-    let num_experts = raw
-        .num_experts
-        .or(raw.num_local_experts)
-        .ok_or("Qwen3MoeForCausalLM needs \"num_experts\" (or \"num_local_experts\")")?;
+    let num_experts = raw.num_experts.or(raw.num_local_experts).ok_or_else(|| {
+        format!("{architecture} needs \"num_experts\" (or \"num_local_experts\")")
+    })?;
     let top_k = raw
         .num_experts_per_tok
-        .ok_or("Qwen3MoeForCausalLM needs \"num_experts_per_tok\"")?;
+        .ok_or_else(|| format!("{architecture} needs \"num_experts_per_tok\""))?;
     let moe_intermediate_size = raw
         .moe_intermediate_size
-        .ok_or("Qwen3MoeForCausalLM needs \"moe_intermediate_size\"")?;
+        .ok_or_else(|| format!("{architecture} needs \"moe_intermediate_size\""))?;
     let decoder_sparse_step = raw.decoder_sparse_step.unwrap_or(1);
     if num_experts == 0 {
-        return Err("num_experts must be positive for Qwen3MoeForCausalLM".into());
+        return Err(format!("num_experts must be positive for {architecture}"));
     }
     if top_k == 0 || top_k > num_experts {
         return Err(format!(
@@ -320,13 +324,18 @@ fn parse_moe(raw: &RawConfig, architecture: &str) -> Result<Option<MoeConfig>, S
     if decoder_sparse_step == 0 {
         return Err("decoder_sparse_step must be at least 1".into());
     }
+    // Qwen3.5-MoE: every layer sparse, and its router always renormalises the top-k.
     Ok(Some(MoeConfig {
         num_experts,
         num_experts_per_tok: top_k,
         moe_intermediate_size,
-        norm_topk_prob: raw.norm_topk_prob,
-        decoder_sparse_step,
-        mlp_only_layers: raw.mlp_only_layers.clone().unwrap_or_default(),
+        norm_topk_prob: raw.norm_topk_prob || qwen3_5,
+        decoder_sparse_step: if qwen3_5 { 1 } else { decoder_sparse_step },
+        mlp_only_layers: if qwen3_5 {
+            Vec::new()
+        } else {
+            raw.mlp_only_layers.clone().unwrap_or_default()
+        },
     }))
 }
 

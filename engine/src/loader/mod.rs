@@ -48,16 +48,9 @@ pub enum LoadError {
     #[error("FP8 tensor {name}: {message}")]
     Fp8 { name: String, message: String },
     #[error(
-        "unsupported architecture {0:?}: this engine runs Qwen3ForCausalLM and Qwen3MoeForCausalLM"
+        "unsupported architecture {0:?}: this engine runs Qwen3ForCausalLM, Qwen3MoeForCausalLM, and Qwen3.5's Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM and their *ForConditionalGeneration layouts (text only)"
     )]
     UnsupportedArchitecture(String),
-    /// A Qwen3.5 hybrid checkpoint: the dense one runs on the CPU (`models/qwen3_5.rs`, through
-    /// `met score`) but the engine has no place for its recurrent state yet.
-    #[error("Qwen3.5 hybrid models are not yet served: {detail}")]
-    HybridNotServed {
-        architecture: String,
-        detail: String,
-    },
     /// The checkpoint is valid but the chosen device cannot run it.
     #[error("{0}")]
     UnsupportedOnDevice(String),
@@ -175,13 +168,6 @@ impl ModelDir {
 
     pub fn config(&self) -> Result<ModelConfig, LoadError> {
         let path = self.root.join("config.json");
-        // A hybrid architecture is named as such even where its config is not Qwen3's shape
-        // (`*ForConditionalGeneration` nests the text model under `text_config`).
-        if let Some(arch) = config::architecture_of(&path)
-            && config::HYBRID_ARCHITECTURES.contains(&arch.as_str())
-        {
-            return Err(config::hybrid_not_served(arch));
-        }
         let cfg = ModelConfig::from_file(&path)?;
         cfg.check_architecture()?;
         Ok(cfg)

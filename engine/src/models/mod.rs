@@ -48,6 +48,34 @@ pub struct KvStorage<B: Backend> {
     pub v: Vec<B::Tensor>,
     pub num_blocks: usize,
     pub block_size: usize,
+    /// The recurrent-state slots of a model with linear-attention layers (`None` otherwise).
+    pub state: Option<StateStorage<B>>,
+}
+
+/// Recurrent-state memory for [`Model::state_spec`] models: per linear-attention layer, the conv
+/// window `[slots, K − 1, C]` and the delta-rule state `[slots, nv, dk, dv]` of every slot.
+/// Slot ids and what they hold are the cache manager's business (`kv_cache/state.rs`).
+pub struct StateStorage<B: Backend> {
+    pub conv: Vec<B::Tensor>,
+    pub recurrent: Vec<B::Tensor>,
+    pub num_slots: usize,
+}
+
+/// The size of one recurrent-state slot, for sizing and the start-up log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateSpec {
+    /// Linear-attention layers.
+    pub layers: usize,
+    /// Elements of one layer's conv window (`(K − 1) · C`) and recurrent state (`nv·dk·dv`).
+    pub conv_elements: usize,
+    pub recurrent_elements: usize,
+}
+
+impl StateSpec {
+    /// Bytes of one slot across all layers, f32.
+    pub fn bytes_per_slot(&self) -> usize {
+        4 * self.layers * (self.conv_elements + self.recurrent_elements)
+    }
 }
 
 impl<B: Backend> KvStorage<B> {
@@ -71,8 +99,35 @@ impl<B: Backend> KvStorage<B> {
             v,
             num_blocks,
             block_size,
+            state: None,
         })
     }
+}
+
+/// The last step of a forward: `logits = xn[rows] · headᵀ` for the batch's logits rows
+/// (`xn` `[T, H]`, final-normed; `head` `[V, H]`), `[R, V]`.
+pub(crate) fn lm_head_logits<B: Backend>(
+    b: &B,
+    xn: &B::Tensor,
+    host: &BatchInputs,
+    batch: &B::Batch,
+    head: &B::Tensor,
+) -> Result<B::Tensor> {
+    let (vocab, hidden) = match b.shape(head) {
+        [v, h] => (*v, *h),
+        other => {
+            return Err(crate::backend::BackendError::Shape {
+                op: "lm_head_logits",
+                message: format!("head {other:?} is not [vocab, hidden]"),
+            });
+        }
+    };
+    let rows = host.logits_rows.len();
+    let mut last = b.zeros(&[rows, hidden])?; // [R, H]
+    b.gather_rows(&mut last, xn, batch)?;
+    let mut logits = b.zeros(&[rows, vocab])?; // [R, V]
+    b.matmul(&mut logits, &last, head)?;
+    Ok(logits)
 }
 
 /// What the engine needs from any model family.
@@ -100,6 +155,33 @@ pub trait Model<B: Backend>: Send {
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize;
     fn vocab_size(&self) -> usize;
     fn max_position_embeddings(&self) -> usize;
+    /// The per-sequence recurrent state beside the KV cache, for models with linear-attention
+    /// layers; `None` (no state machinery at all) for the others.
+    fn state_spec(&self) -> Option<StateSpec> {
+        None
+    }
+    /// Allocate `slots` recurrent-state slots (only called when `state_spec` is `Some`).
+    fn new_state_storage(&self, backend: &B, slots: usize) -> Result<StateStorage<B>> {
+        let spec = self.state_spec().unwrap_or(StateSpec {
+            layers: 0,
+            conv_elements: 0,
+            recurrent_elements: 0,
+        });
+        let mut storage = StateStorage {
+            conv: Vec::with_capacity(spec.layers),
+            recurrent: Vec::with_capacity(spec.layers),
+            num_slots: slots,
+        };
+        for _ in 0..spec.layers {
+            storage
+                .conv
+                .push(backend.zeros(&[slots, spec.conv_elements])?);
+            storage
+                .recurrent
+                .push(backend.zeros(&[slots, spec.recurrent_elements])?);
+        }
+        Ok(storage)
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::backend::{Backend, BatchInputs, Result, RopeTables};
 use crate::loader::{HostTensor, LoadError, ModelConfig, TensorKind, Weights};
 
 use super::qwen3_moe::SparseMoe;
-use super::{KvStorage, Model, check_backend};
+use super::{KvStorage, Model, check_backend, lm_head_logits};
 
 /// A decoder layer's MLP.
 pub enum Mlp<B: Backend> {
@@ -61,6 +61,15 @@ impl<B: Backend> Qwen3<B> {
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
         let c = config;
+        if super::qwen3_5::is_hybrid(&c.architecture) {
+            return Err(LoadError::Config {
+                path: "config.json".into(),
+                message: format!(
+                    "{} is a Qwen3.5 hybrid: load it with models::qwen3_5, not as Qwen3",
+                    c.architecture
+                ),
+            });
+        }
         check_backend(backend, c)?;
         let (h, hd, nh, nkv, i) = (
             c.hidden_size,
@@ -202,16 +211,8 @@ impl<B: Backend> Model<B> for Qwen3<B> {
             b.add_rms_norm(&mut xn, &mut x, &proj, next_norm, c.rms_norm_eps)?;
         }
         // logits = norm(x)[rows] · lm_headᵀ
-        let rows = host.logits_rows.len();
-        let mut last = b.zeros(&[rows, h])?; // [R, H]
-        b.gather_rows(&mut last, &xn, batch)?;
-        let mut logits = b.zeros(&[rows, c.vocab_size])?; // [R, V]
-        b.matmul(
-            &mut logits,
-            &last,
-            self.lm_head.as_ref().unwrap_or(&self.embed),
-        )?;
-        Ok(logits)
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        lm_head_logits(b, &xn, host, batch, head)
     }
 
     fn new_kv_storage(

@@ -1,32 +1,60 @@
-//! Qwen3.5 dense hybrid text model (`Qwen3_5ForCausalLM`, transformers 5.17), on the CPU
-//! reference backend, one sequence at a time: a whole sequence from position 0
-//! ([`Qwen3_5::forward_sequence`]), or in pieces with its [`SequenceState`] carried between
-//! calls ([`Qwen3_5::forward`]: prefill in chunks, then decode token by token).
+//! Qwen3.5 hybrid text models (`Qwen3_5ForCausalLM`, `Qwen3_5MoeForCausalLM`, and the Hub's
+//! `*ForConditionalGeneration` layouts of both, text only; transformers 5.17), on the CPU
+//! reference backend, served by the engine like Qwen3: one varlen batch of many sequences a
+//! step through the paged KV cache ([`Model::forward`]), each sequence's recurrent state in its
+//! slot of the cache manager's state pool (`kv_cache/state.rs`; memory:
+//! [`StateStorage`](super::StateStorage)).
 //!
 //! Layers follow `layer_types`: most are Gated DeltaNet linear attention (a causal depthwise
 //! conv, then the gated delta rule recurrence, a gated RMSNorm and an output projection; see
 //! `backend/cpu/hybrid.rs`), every `full_attention_interval`-th is gated full attention (Qwen3's
 //! attention with QK-norm, partial rotary embedding, and `o_proj(attn · sigmoid(gate))` where
-//! `q_proj` yields each head's query and gate side by side). Every layer has a SwiGLU MLP.
+//! `q_proj` yields each head's query and gate side by side). Every layer has a SwiGLU MLP, or in
+//! the MoE model a sparse block (`qwen3_moe.rs`'s [`SparseMoe`], top-k renormalised) plus a
+//! shared expert gated by `sigmoid(x · shared_expert_gateᵀ)`.
 //! Qwen3.5's RMSNorms multiply by `1 + w` (stored around zero); `1` is added at load so the
 //! backend's plain `x̂ · w` norm serves. The gated norm of the linear layers multiplies by `w`.
 //!
-//! Not yet here (issue 12): the state in the engine's cache manager (a `SequenceState` is a
-//! plain per-sequence struct, keys and values contiguous, not paged), batching, MoE layers,
-//! MTP, and CUDA. The engine refuses these checkpoints at load
-//! (`ModelConfig::check_architecture`).
+//! Full-attention layers keep keys and values in the paged KV cache (only they have one);
+//! linear-attention layers keep, per sequence, the conv window of the last `K − 1` q|k|v
+//! inputs and the `[nv, dk, dv]` delta-rule state in the sequence's slot, and copy both into a
+//! checkpoint slot where the batch's [`StatePlan`](crate::kv_cache::StatePlan) says so (prefix
+//! caching).
+//! [`SequenceState`] runs one sequence without the engine (tests).
+//!
+//! Not yet here (issue 12): the MTP head and CUDA.
 
 use crate::backend::cpu::CpuTensor;
-use crate::backend::cpu::hybrid;
-use crate::backend::{Backend, CpuBackend, Result};
+use crate::backend::{Backend, BackendError, BatchInputs, CpuBackend, Result, RopeTables};
 use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
 
+use super::qwen3_moe::SparseMoe;
+use super::{KvStorage, Model, StateSpec, lm_head_logits};
+
 mod config;
+mod linear;
+mod sequence;
 
 pub use config::{LayerType, Qwen3_5Config};
+pub use sequence::SequenceState;
 
-/// The architecture name in `config.json`.
-pub const ARCHITECTURE: &str = "Qwen3_5ForCausalLM";
+/// The architecture names in `config.json`: the text models, and the Hub's multimodal
+/// checkpoints whose text model this runs (vision tower and MTP head ignored).
+pub const ARCHITECTURES: [&str; 4] = [
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForConditionalGeneration",
+];
+
+/// Whether `architecture` is a Qwen3.5 hybrid this file runs.
+pub fn is_hybrid(architecture: &str) -> bool {
+    ARCHITECTURES.contains(&architecture)
+}
+
+/// Why `--device cuda` refuses them.
+pub const CPU_ONLY: &str = "Qwen3.5 hybrid models (Qwen3_5*) run on --device cpu only in this \
+     version: the cuda backend has no linear-attention kernels yet";
 
 /// A Gated DeltaNet layer's weights.
 struct LinearAttn {
@@ -36,14 +64,20 @@ struct LinearAttn {
     dt_bias: Vec<f32>,  // [nv]
     norm: Vec<f32>,     // [dv], gated norm
     out: CpuTensor,     // [H, nv·dv]
+    /// This layer's index among the linear-attention layers (its
+    /// [`StateStorage`](super::StateStorage) entry).
+    state: usize,
 }
 
 /// A gated full-attention layer's weights.
 struct FullAttn {
-    qkv: CpuTensor,    // q|gate per head, k, v: [nh·2·hd + 2·nkv·hd, H]
+    qkv: CpuTensor,    // q (all heads), k, v: [(nh + 2·nkv)·hd, H]
+    gate: CpuTensor,   // the output gate (all heads): [nh·hd, H]
     q_norm: CpuTensor, // [hd], 1 + w
     k_norm: CpuTensor, // [hd], 1 + w
     o: CpuTensor,      // [H, nh·hd]
+    /// This layer's index among the full-attention layers (its [`KvStorage`] entry).
+    cache: usize,
 }
 
 enum Mixer {
@@ -51,12 +85,29 @@ enum Mixer {
     Full(FullAttn),
 }
 
+/// A SwiGLU MLP: `down(silu(gate) · up)`.
+struct SwiGlu {
+    gate_up: CpuTensor, // [2·I, H]
+    down: CpuTensor,    // [H, I]
+}
+
+/// Qwen3.5-MoE's MLP: routed experts plus a shared expert gated by `sigmoid(x · gateᵀ)`.
+struct MoeMlp {
+    experts: SparseMoe<CpuBackend>,
+    shared: SwiGlu,
+    shared_gate: CpuTensor, // [1, H]
+}
+
+enum Mlp {
+    Dense(SwiGlu),
+    Sparse(Box<MoeMlp>),
+}
+
 struct Layer {
     input_norm: CpuTensor, // [H], 1 + w
     mixer: Mixer,
     post_norm: CpuTensor, // [H], 1 + w
-    gate_up: CpuTensor,   // [2·I, H]
-    down: CpuTensor,      // [H, I]
+    mlp: Mlp,
 }
 
 pub struct Qwen3_5 {
@@ -65,7 +116,9 @@ pub struct Qwen3_5 {
     layers: Vec<Layer>,
     norm: CpuTensor,            // [H], 1 + w
     lm_head: Option<CpuTensor>, // [V, H]; None when tied
-    inv_freq: Vec<f32>,         // [rotary_dim / 2]
+    rope: RopeTables,           // partial: the first `rotary_dim` channels of a head
+    num_linear: usize,
+    num_full: usize,
 }
 
 fn tensor(t: HostTensor<'_>) -> CpuTensor {
@@ -79,8 +132,24 @@ fn plus_one(t: HostTensor<'_>) -> CpuTensor {
     t
 }
 
+fn shape_err(message: String) -> BackendError {
+    BackendError::Shape {
+        op: "qwen3_5 forward",
+        message,
+    }
+}
+
 impl Qwen3_5 {
     pub fn load(config: &Qwen3_5Config, w: &Weights) -> std::result::Result<Self, LoadError> {
+        Self::load_reporting(config, w, &mut |_| {})
+    }
+
+    /// [`Qwen3_5::load`], calling `layer_done(n)` after the n-th decoder layer is loaded.
+    pub fn load_reporting(
+        config: &Qwen3_5Config,
+        w: &Weights,
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
         let c = &config.base;
         let s = config.linear;
         let (h, hd, nh, nkv, i) = (
@@ -93,13 +162,25 @@ impl Qwen3_5 {
         let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
         let norm = |name: &str, n: usize| w.get(name, &[n], TensorKind::Norm);
         let conv_dim = config.conv_dim();
+        let swiglu = |p: &str, i: usize| -> std::result::Result<SwiGlu, LoadError> {
+            Ok(SwiGlu {
+                gate_up: tensor(HostTensor::concat_rows(&[
+                    mat(&format!("{p}.gate_proj.weight"), &[i, h])?,
+                    mat(&format!("{p}.up_proj.weight"), &[i, h])?,
+                ])),
+                down: tensor(mat(&format!("{p}.down_proj.weight"), &[h, i])?),
+            })
+        };
+        let root = config.weight_prefix;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        let (mut num_linear, mut num_full) = (0, 0);
         for (l, kind) in config.layer_types.iter().enumerate() {
-            let p = format!("model.layers.{l}");
+            let p = format!("{root}.layers.{l}");
             let mixer = match kind {
                 LayerType::LinearAttention => {
                     let a = format!("{p}.linear_attn");
                     let a_log = norm(&format!("{a}.A_log"), s.nv)?.to_f32();
+                    num_linear += 1;
                     Mixer::Linear(LinearAttn {
                         in_proj: tensor(HostTensor::concat_rows(&[
                             mat(&format!("{a}.in_proj_qkv.weight"), &[conv_dim, h])?,
@@ -116,216 +197,88 @@ impl Qwen3_5 {
                         dt_bias: norm(&format!("{a}.dt_bias"), s.nv)?.to_f32(),
                         norm: norm(&format!("{a}.norm.weight"), s.dv)?.to_f32(),
                         out: tensor(mat(&format!("{a}.out_proj.weight"), &[h, s.nv * s.dv])?),
+                        state: num_linear - 1,
                     })
                 }
                 LayerType::FullAttention => {
                     let a = format!("{p}.self_attn");
+                    // q_proj holds each head's query then its gate: split them into q rows
+                    // (fused with k and v) and gate rows.
+                    let q_gate = mat(&format!("{a}.q_proj.weight"), &[nh * 2 * hd, h])?.to_f32();
+                    let (mut q, mut gate) = (Vec::new(), Vec::new());
+                    for head in q_gate.chunks(2 * hd * h) {
+                        q.extend_from_slice(&head[..hd * h]);
+                        gate.extend_from_slice(&head[hd * h..]);
+                    }
+                    q.extend(mat(&format!("{a}.k_proj.weight"), &[nkv * hd, h])?.to_f32());
+                    q.extend(mat(&format!("{a}.v_proj.weight"), &[nkv * hd, h])?.to_f32());
+                    num_full += 1;
                     Mixer::Full(FullAttn {
-                        qkv: tensor(HostTensor::concat_rows(&[
-                            mat(&format!("{a}.q_proj.weight"), &[nh * 2 * hd, h])?,
-                            mat(&format!("{a}.k_proj.weight"), &[nkv * hd, h])?,
-                            mat(&format!("{a}.v_proj.weight"), &[nkv * hd, h])?,
-                        ])),
+                        qkv: CpuTensor::new(vec![(nh + 2 * nkv) * hd, h], q),
+                        gate: CpuTensor::new(vec![nh * hd, h], gate),
                         q_norm: plus_one(norm(&format!("{a}.q_norm.weight"), hd)?),
                         k_norm: plus_one(norm(&format!("{a}.k_norm.weight"), hd)?),
                         o: tensor(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?),
+                        cache: num_full - 1,
                     })
                 }
+            };
+            let mlp = match (&c.moe, config.shared_expert_intermediate_size) {
+                (Some(moe), Some(shared)) => Mlp::Sparse(Box::new(MoeMlp {
+                    experts: SparseMoe::load(w, moe, h, &format!("{p}.mlp"), &|t| Ok(tensor(t)))?,
+                    shared: swiglu(&format!("{p}.mlp.shared_expert"), shared)?,
+                    shared_gate: tensor(mat(
+                        &format!("{p}.mlp.shared_expert_gate.weight"),
+                        &[1, h],
+                    )?),
+                })),
+                _ => Mlp::Dense(swiglu(&format!("{p}.mlp"), i)?),
             };
             layers.push(Layer {
                 input_norm: plus_one(norm(&format!("{p}.input_layernorm.weight"), h)?),
                 mixer,
                 post_norm: plus_one(norm(&format!("{p}.post_attention_layernorm.weight"), h)?),
-                gate_up: tensor(HostTensor::concat_rows(&[
-                    mat(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
-                    mat(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
-                ])),
-                down: tensor(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?),
+                mlp,
             });
+            layer_done(l + 1);
         }
-        let embed = tensor(mat("model.embed_tokens.weight", &[c.vocab_size, h])?);
+        let embed = tensor(mat(
+            &format!("{root}.embed_tokens.weight"),
+            &[c.vocab_size, h],
+        )?);
         let lm_head = if c.tie_word_embeddings {
             None
         } else {
             Some(tensor(mat("lm_head.weight", &[c.vocab_size, h])?))
         };
-        let (inv_freq, _) = c.rope.inv_freq(hd);
+        let (inv_freq, scale) = c.rope.inv_freq(hd);
         Ok(Self {
             config: config.clone(),
             embed,
             layers,
-            norm: plus_one(norm("model.norm.weight", h)?),
+            norm: plus_one(norm(&format!("{root}.norm.weight"), h)?),
             lm_head,
-            inv_freq,
+            rope: RopeTables {
+                rotary_dim: 2 * inv_freq.len(),
+                inv_freq,
+                scale,
+            },
+            num_linear,
+            num_full,
         })
     }
 
-    /// Logits `[T, V]` for every position of `tokens`, the sequence starting at position 0.
-    pub fn forward_sequence(&self, tokens: &[u32]) -> Result<CpuTensor> {
-        self.forward(&mut self.new_state(), tokens)
-    }
-
-    /// The state of a sequence that has seen no tokens.
-    pub fn new_state(&self) -> SequenceState {
-        let s = self.config.linear;
-        let conv_window = (self.config.conv_kernel - 1) * self.config.conv_dim();
-        let layers = self
-            .layers
-            .iter()
-            .map(|l| match l.mixer {
-                Mixer::Linear(_) => LayerState::Linear {
-                    conv: vec![0.0; conv_window],
-                    recurrent: vec![0.0; s.nv * s.dk * s.dv],
-                },
-                Mixer::Full(_) => LayerState::Full {
-                    k: Vec::new(),
-                    v: Vec::new(),
-                },
-            })
-            .collect();
-        SequenceState {
-            position: 0,
-            layers,
-        }
-    }
-
-    /// Logits `[T, V]` for `tokens` at positions `state.position ..`, advancing `state`.
-    pub fn forward(&self, state: &mut SequenceState, tokens: &[u32]) -> Result<CpuTensor> {
-        let b = CpuBackend;
-        let c = &self.config.base;
-        let (t, h, v, i) = (
-            tokens.len(),
-            c.hidden_size,
-            c.vocab_size,
-            c.intermediate_size,
-        );
-        let eps = c.rms_norm_eps;
-        // x = embed[tokens]
-        let mut x = b.zeros(&[t, h])?; // residual stream [T, H]
-        for (row, &tok) in x.data.chunks_mut(h).zip(tokens) {
-            let tok = (tok as usize).min(v - 1);
-            row.copy_from_slice(&self.embed.data[tok * h..][..h]);
-        }
-        let mut xn = b.zeros(&[t, h])?; // normalised sub-block input [T, H]
-        let mut proj = b.zeros(&[t, h])?; // sub-block output [T, H]
-        let mut gate_up = b.zeros(&[t, 2 * i])?; // [T, 2·I]
-        let mut act = b.zeros(&[t, i])?; // [T, I]
-        let start = state.position;
-        for (layer, st) in self.layers.iter().zip(&mut state.layers) {
-            // xn = norm(x); x += mixer(xn)
-            b.rms_norm(&mut xn, &x, &layer.input_norm, eps)?;
-            match (&layer.mixer, st) {
-                (Mixer::Linear(a), LayerState::Linear { conv, recurrent }) => {
-                    self.linear_attention(&mut proj, &xn, a, conv, recurrent)?
-                }
-                (Mixer::Full(a), LayerState::Full { k, v }) => {
-                    self.full_attention(&mut proj, &xn, a, start, k, v)?
-                }
-                _ => {
-                    return Err(crate::backend::BackendError::Shape {
-                        op: "qwen3_5 forward",
-                        message: "the sequence state was made by another model".into(),
-                    });
-                }
-            }
-            // x += mixer; xn = post_norm(x); x += down(silu(gate) * up)
-            b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, eps)?;
-            b.matmul_silu_mul(&mut act, &mut gate_up, &xn, &layer.gate_up)?;
-            b.matmul(&mut proj, &act, &layer.down)?;
-            x.data.iter_mut().zip(&proj.data).for_each(|(x, p)| *x += p);
-        }
-        // logits = norm(x) · lm_headᵀ
-        b.rms_norm(&mut xn, &x, &self.norm, eps)?;
-        let mut logits = b.zeros(&[t, v])?; // [T, V]
-        b.matmul(
-            &mut logits,
-            &xn,
-            self.lm_head.as_ref().unwrap_or(&self.embed),
-        )?;
-        state.position += t;
-        Ok(logits)
-    }
-
-    /// Gated DeltaNet: `out = out_proj(gated_norm(delta_rule(conv(qkv)), z))`.
-    fn linear_attention(
-        &self,
-        out: &mut CpuTensor,
-        xn: &CpuTensor,
-        a: &LinearAttn,
-        window: &mut Vec<f32>,
-        state: &mut [f32],
-    ) -> Result<()> {
-        let b = CpuBackend;
-        let s = self.config.linear;
-        let t = xn.rows();
-        let cd = self.config.conv_dim();
-        let vd = s.nv * s.dv;
-        let width = cd + vd + 2 * s.nv;
-        // qkv | z | b | a = xn · in_projᵀ  [T, C + nv·dv + 2·nv]
-        let mut mixed = b.zeros(&[t, width])?;
-        b.matmul(&mut mixed, xn, &a.in_proj)?;
-        let col = |lo: usize, n: usize| -> Vec<f32> {
-            mixed
-                .data
-                .chunks(width)
-                .flat_map(|r| r[lo..lo + n].iter().copied())
-                .collect()
-        };
-        let qkv = col(0, cd); // [T, C]
-        let z = col(cd, vd); // [T, nv·dv]
-        // beta = sigmoid(b); g = −exp(A_log) · softplus(a + dt_bias)  [T, nv]
-        let beta: Vec<f32> = col(cd + vd, s.nv)
-            .iter()
-            .map(|x| 1.0 / (1.0 + (-x).exp()))
-            .collect();
-        let g: Vec<f32> = col(cd + vd + s.nv, s.nv)
-            .chunks(s.nv)
-            .flat_map(|r| {
-                r.iter()
-                    .zip(&a.dt_bias)
-                    .zip(&a.neg_a)
-                    .map(|((x, d), na)| na * softplus(x + d))
-            })
-            .collect();
-        // conv = silu(causal depthwise conv(window | qkv))  [K−1 + T, C], whose first K−1 rows
-        // (the window's own outputs) are dropped; the window becomes the last K−1 inputs.
-        let kept = window.len();
-        window.extend_from_slice(&qkv);
-        let mut conv = vec![0f32; window.len()];
-        hybrid::causal_conv1d_silu(&mut conv, window, &a.conv, cd);
-        conv.drain(..kept);
-        window.drain(..window.len() - kept);
-        let kd = s.nk * s.dk;
-        let split = |lo: usize, n: usize| -> Vec<f32> {
-            conv.chunks(cd)
-                .flat_map(|r| r[lo..lo + n].iter().copied())
-                .collect()
-        };
-        let (q, k, v) = (split(0, kd), split(kd, kd), split(2 * kd, vd));
-        // core = gated delta rule over the sequence  [T, nv, dv]
-        let mut core = vec![0f32; t * vd];
-        hybrid::gated_delta_rule(&mut core, state, &q, &k, &v, &g, &beta, s);
-        // normed = rmsnorm(core) · w · silu(z); out = normed · out_projᵀ
-        let mut normed = b.zeros(&[t, vd])?;
-        hybrid::gated_rms_norm(
-            &mut normed.data,
-            &core,
-            &z,
-            &a.norm,
-            self.config.base.rms_norm_eps,
-        );
-        b.matmul(out, &normed, &a.out)
-    }
-
-    /// Gated attention: `out = o_proj(attn(rope(norm(q)), rope(norm(k)), v) · sigmoid(gate))`.
+    /// Gated attention: `out = o_proj(attn(rope(norm(q)), rope(norm(k)), v) · sigmoid(gate))`,
+    /// keys and values through the paged cache.
+    #[allow(clippy::too_many_arguments)]
     fn full_attention(
         &self,
         out: &mut CpuTensor,
         xn: &CpuTensor,
         a: &FullAttn,
-        start: usize,
-        k_cache: &mut Vec<f32>,
-        v_cache: &mut Vec<f32>,
+        batch: &BatchInputs,
+        k_cache: &mut CpuTensor,
+        v_cache: &mut CpuTensor,
     ) -> Result<()> {
         let b = CpuBackend;
         let c = &self.config.base;
@@ -335,69 +288,185 @@ impl Qwen3_5 {
             c.num_attention_heads,
             c.num_key_value_heads,
         );
-        let width = nh * 2 * hd + 2 * nkv * hd;
-        // q|gate (per head), k, v = xn · Wᵀ  [T, nh·2·hd + 2·nkv·hd]
-        let mut qkv = b.zeros(&[t, width])?;
+        // q, k, v = xn · Wᵀ; gate = xn · Wgateᵀ
+        let mut qkv = b.zeros(&[t, (nh + 2 * nkv) * hd])?; // [T, (nh + 2·nkv)·hd]
+        let mut gate = b.zeros(&[t, nh * hd])?; // [T, nh·hd]
         b.matmul(&mut qkv, xn, &a.qkv)?;
-        let mut q = CpuTensor::new(vec![t * nh, hd], vec![0.0; t * nh * hd]); // [T·nh, hd]
-        let mut gate = vec![0f32; t * nh * hd]; // [T, nh·hd]
-        let mut k = CpuTensor::new(vec![t * nkv, hd], vec![0.0; t * nkv * hd]); // [T·nkv, hd]
-        let mut v = vec![0f32; t * nkv * hd]; // [T, nkv·hd]
-        for (r, row) in qkv.data.chunks(width).enumerate() {
-            for (head, qg) in row[..nh * 2 * hd].chunks(2 * hd).enumerate() {
-                let at = (r * nh + head) * hd;
-                q.data[at..at + hd].copy_from_slice(&qg[..hd]);
-                gate[at..at + hd].copy_from_slice(&qg[hd..]);
-            }
-            let kv = &row[nh * 2 * hd..];
-            k.data[r * nkv * hd..][..nkv * hd].copy_from_slice(&kv[..nkv * hd]);
-            v[r * nkv * hd..][..nkv * hd].copy_from_slice(&kv[nkv * hd..]);
-        }
-        // QK-norm per head, then partial rotary embedding
-        let mut qn = b.zeros(&[t * nh, hd])?;
-        let mut kn = b.zeros(&[t * nkv, hd])?;
-        b.rms_norm(&mut qn, &q, &a.q_norm, c.rms_norm_eps)?;
-        b.rms_norm(&mut kn, &k, &a.k_norm, c.rms_norm_eps)?;
-        hybrid::partial_rope(&mut qn.data, start, nh, hd, &self.inv_freq);
-        hybrid::partial_rope(&mut kn.data, start, nkv, hd, &self.inv_freq);
-        // Keys and values of all positions so far  [start + T, nkv·hd]
-        k_cache.extend_from_slice(&kn.data);
-        v_cache.extend_from_slice(&v);
+        b.matmul(&mut gate, xn, &a.gate)?;
+        // QK-norm per head, partial rotary embedding; k, v into the paged cache
+        b.qk_norm_rope_write_kv(
+            &mut qkv,
+            batch,
+            &a.q_norm,
+            &a.k_norm,
+            &self.rope,
+            (nh, nkv, c.rms_norm_eps),
+            k_cache,
+            v_cache,
+        )?;
         // attn = causal softmax(q kᵀ / √hd) v, gated by sigmoid(gate)  [T, nh·hd]
         let mut attn = b.zeros(&[t, nh * hd])?;
         let scale = 1.0 / (hd as f32).sqrt();
-        let heads = (nh, nkv, hd);
-        hybrid::causal_attention(&mut attn.data, &qn.data, k_cache, v_cache, heads, scale);
+        b.paged_attention(&mut attn, &qkv, k_cache, v_cache, batch, nh, scale)?;
         attn.data
             .iter_mut()
-            .zip(&gate)
+            .zip(&gate.data)
             .for_each(|(o, g)| *o *= 1.0 / (1.0 + (-g).exp()));
         b.matmul(out, &attn, &a.o)
     }
 }
 
-/// One sequence's state between [`Qwen3_5::forward`] calls: what the engine's cache manager
-/// will hold per running sequence.
-pub struct SequenceState {
-    /// Tokens seen so far (the next token's position).
-    pub position: usize,
-    layers: Vec<LayerState>,
-}
+impl Model<CpuBackend> for Qwen3_5 {
+    fn forward(
+        &self,
+        b: &CpuBackend,
+        host: &BatchInputs,
+        batch: &BatchInputs,
+        kv: &mut KvStorage<CpuBackend>,
+    ) -> Result<CpuTensor> {
+        let c = &self.config.base;
+        let (t, h, i) = (host.num_tokens(), c.hidden_size, c.intermediate_size);
+        let eps = c.rms_norm_eps;
+        let KvStorage {
+            k: k_caches,
+            v: v_caches,
+            state,
+            ..
+        } = kv;
+        let state = state
+            .as_mut()
+            .ok_or_else(|| shape_err("no recurrent-state storage was allocated".into()))?;
+        // Each sequence's state: zeros, a checkpoint's copy, or where it left off.
+        self.start_states(host, state)?;
+        let mut x = b.zeros(&[t, h])?; // residual stream [T, H]
+        let mut xn = b.zeros(&[t, h])?; // normalised sub-block input [T, H]
+        let mut proj = b.zeros(&[t, h])?; // sub-block output [T, H]
+        // The dense MLP's width, or the shared expert's in Qwen3.5-MoE.
+        let i = self.config.shared_expert_intermediate_size.unwrap_or(i);
+        let mut gate_up = b.zeros(&[t, 2 * i])?; // [T, 2·I]
+        let mut act = b.zeros(&[t, i])?; // [T, I]
+        // x = embed[tokens]
+        b.embedding(&mut x, batch, &self.embed)?;
+        for layer in &self.layers {
+            // xn = norm(x); x += mixer(xn)
+            b.rms_norm(&mut xn, &x, &layer.input_norm, eps)?;
+            match &layer.mixer {
+                Mixer::Linear(a) => self.linear_attention(&mut proj, &xn, a, host, state)?,
+                Mixer::Full(a) => self.full_attention(
+                    &mut proj,
+                    &xn,
+                    a,
+                    batch,
+                    &mut k_caches[a.cache],
+                    &mut v_caches[a.cache],
+                )?,
+            }
+            // x += mixer; xn = post_norm(x)
+            b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, eps)?;
+            match &layer.mlp {
+                // x += down(silu(gate) * up)
+                Mlp::Dense(m) => {
+                    b.matmul_silu_mul(&mut act, &mut gate_up, &xn, &m.gate_up)?;
+                    b.matmul(&mut proj, &act, &m.down)?;
+                }
+                // x += Σ top-k experts(xn) + sigmoid(xn · shared_gateᵀ) · shared(xn)
+                Mlp::Sparse(moe) => {
+                    let MoeMlp {
+                        experts,
+                        shared,
+                        shared_gate,
+                    } = moe.as_ref();
+                    experts.forward(b, &mut proj, &xn)?;
+                    let mut routed = b.zeros(&[t, h])?; // [T, H]
+                    std::mem::swap(&mut routed, &mut proj);
+                    b.matmul_silu_mul(&mut act, &mut gate_up, &xn, &shared.gate_up)?;
+                    b.matmul(&mut proj, &act, &shared.down)?;
+                    let mut gate = b.zeros(&[t, 1])?; // [T, 1]
+                    b.matmul(&mut gate, &xn, shared_gate)?;
+                    for ((p, r), g) in proj
+                        .data
+                        .chunks_mut(h)
+                        .zip(routed.data.chunks(h))
+                        .zip(&gate.data)
+                    {
+                        let g = 1.0 / (1.0 + (-g).exp());
+                        p.iter_mut().zip(r).for_each(|(p, r)| *p = r + g * *p);
+                    }
+                }
+            }
+            x.data.iter_mut().zip(&proj.data).for_each(|(x, p)| *x += p);
+        }
+        // logits = norm(x)[rows] · lm_headᵀ
+        b.rms_norm(&mut xn, &x, &self.norm, eps)?;
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        lm_head_logits(b, &xn, host, batch, head)
+    }
 
-enum LayerState {
-    Linear {
-        conv: Vec<f32>,      // the last K−1 conv inputs [K−1, C]
-        recurrent: Vec<f32>, // [nv, dk, dv]
-    },
-    Full {
-        k: Vec<f32>, // [position, nkv·hd], normed and rotated
-        v: Vec<f32>, // [position, nkv·hd]
-    },
-}
+    fn new_kv_storage(
+        &self,
+        backend: &CpuBackend,
+        num_blocks: usize,
+        block_size: usize,
+    ) -> Result<KvStorage<CpuBackend>> {
+        let c = &self.config.base;
+        KvStorage::new(
+            backend,
+            self.num_full,
+            num_blocks,
+            block_size,
+            c.num_key_value_heads,
+            c.head_dim,
+        )
+    }
 
-/// `log(1 + eˣ)`, linear above 20 as torch's `softplus` is.
-fn softplus(x: f32) -> f32 {
-    if x > 20.0 { x } else { x.exp().ln_1p() }
+    fn kv_bytes_per_token(&self, bytes_per_element: usize) -> usize {
+        let c = &self.config.base;
+        2 * self.num_full * c.num_key_value_heads * c.head_dim * bytes_per_element
+    }
+
+    fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {
+        let c = &self.config.base;
+        let s = self.config.linear;
+        // x, xn, proj, gate_up, act; the widest mixer (a linear layer's projections, conv
+        // input and output, q/k/v copies, core and normed; or attention's qkv, gate, attn),
+        // then the gathered rows and their logits; doubled for slack.
+        let cd = self.config.conv_dim();
+        let linear = 2 * (cd + s.nv * s.dv + 2 * s.nv) + 3 * cd + 3 * s.nv * s.dv;
+        let hd = c.head_dim;
+        let full = (c.num_attention_heads * 3 + 2 * c.num_key_value_heads) * hd;
+        let i = self
+            .config
+            .shared_expert_intermediate_size
+            .unwrap_or(c.intermediate_size);
+        // MoE: router logits, the routed sum, the shared gate, and per top-k choice the
+        // expert's rows, gate|up, act and output.
+        let moe = c.moe.as_ref().map_or(0, |m| {
+            m.num_experts
+                + c.hidden_size
+                + 1
+                + m.num_experts_per_tok * (2 * c.hidden_size + 3 * m.moe_intermediate_size)
+        });
+        let per_token = 3 * c.hidden_size + 3 * i + moe + linear.max(full);
+        let rows = logits_rows.min(tokens);
+        2 * 4 * (tokens * per_token + rows * (c.hidden_size + c.vocab_size))
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.base.vocab_size
+    }
+
+    fn max_position_embeddings(&self) -> usize {
+        self.config.base.max_position_embeddings
+    }
+
+    fn state_spec(&self) -> Option<StateSpec> {
+        let s = self.config.linear;
+        Some(StateSpec {
+            layers: self.num_linear,
+            conv_elements: (self.config.conv_kernel - 1) * self.config.conv_dim(),
+            recurrent_elements: s.nv * s.dk * s.dv,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -14,8 +14,19 @@ pub struct Runner<B: Backend, M: Model<B>> {
 }
 
 impl<B: Backend, M: Model<B>> Runner<B, M> {
-    pub fn new(backend: B, model: M, num_blocks: usize, block_size: usize) -> Result<Self> {
-        let kv = model.new_kv_storage(&backend, num_blocks, block_size)?;
+    /// A runner with a KV cache of `num_blocks` blocks and, for a model with recurrent state,
+    /// `state_slots` state slots (sequences and checkpoints together).
+    pub fn new(
+        backend: B,
+        model: M,
+        num_blocks: usize,
+        block_size: usize,
+        state_slots: usize,
+    ) -> Result<Self> {
+        let mut kv = model.new_kv_storage(&backend, num_blocks, block_size)?;
+        if model.state_spec().is_some() {
+            kv.state = Some(model.new_state_storage(&backend, state_slots)?);
+        }
         Ok(Self { backend, model, kv })
     }
 
@@ -125,16 +136,18 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
     fn forward(&mut self, step: &SchedulerOutput, chunks: &[SeqChunk<'_>]) -> Result<B::Tensor> {
         let Self { backend, model, kv } = self;
         let bs = kv.block_size;
-        let decode = step
-            .seqs
-            .iter()
-            .all(|s| s.token_ids.len() == 1 && s.sample && !s.want_prompt_logprobs);
+        // (Recurrent-state models never replay graphs: their slots are not in the padding.)
+        let decode = step.seqs.iter().all(|s| {
+            s.token_ids.len() == 1 && s.sample && !s.want_prompt_logprobs && s.state.is_none()
+        });
         let bucket = backend
             .graph_buckets()
             .filter(|_| decode)
             .and_then(|b| b.iter().copied().find(|&n| n >= chunks.len()));
         let Some(bucket) = bucket else {
-            let host = BatchInputs::build(bs, chunks);
+            let mut host = BatchInputs::build(bs, chunks);
+            // Each sequence's recurrent-state slot (models with linear-attention layers).
+            host.states = step.seqs.iter().filter_map(|s| s.state.clone()).collect();
             let batch = backend.prepare_batch(&host)?;
             return model.forward(backend, &host, &batch, kv);
         };

@@ -1,6 +1,6 @@
 //! Scheduler configuration and the errors of its public calls.
 
-use crate::kv_cache::KvCacheError;
+use crate::kv_cache::{KvCacheError, StateCacheConfig};
 use crate::scheduler::io::RequestId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +19,8 @@ pub struct SchedulerConfig {
     pub enable_prefix_caching: bool,
     /// Waiting requests beyond which `add_request` refuses new ones.
     pub max_queued_requests: usize,
+    /// Recurrent-state slots and checkpoints, for models with linear-attention layers.
+    pub state: Option<StateCacheConfig>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

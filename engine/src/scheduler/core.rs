@@ -42,6 +42,7 @@ impl Scheduler {
                 block_size: cfg.block_size,
                 num_blocks: cfg.num_blocks,
                 enable_prefix_caching: cfg.enable_prefix_caching,
+                state: cfg.state,
             },
             key,
         )?;
@@ -194,7 +195,7 @@ impl Scheduler {
             }
             budget -= n;
             if let Some(req) = self.requests.get_mut(&id) {
-                seqs.push(scheduled_seq(req, &self.kv, start, n));
+                seqs.push(scheduled_seq(req, &mut self.kv, start, n));
             }
             i += 1;
         }
@@ -214,7 +215,7 @@ impl Scheduler {
                 admitted.push(id);
                 if let Some(req) = self.requests.get_mut(&id) {
                     let start = req.num_computed_tokens;
-                    seqs.push(scheduled_seq(req, &self.kv, start, n));
+                    seqs.push(scheduled_seq(req, &mut self.kv, start, n));
                 }
             }
             for id in admitted {
@@ -371,6 +372,9 @@ impl Scheduler {
                 .get(id)
                 .ok_or(format!("running {id} unknown"))?;
             let held = self.kv.block_ids(*id).len();
+            if self.kv.state_pool().is_some_and(|s| s.slot(*id).is_none()) {
+                return Err(format!("running {id} holds no state slot"));
+            }
             if held * bs < r.num_computed_tokens || r.num_computed_tokens >= r.num_tokens() {
                 return Err(format!(
                     "running {id}: {held} blocks, {} of {} tokens computed",
@@ -384,7 +388,10 @@ impl Scheduler {
                 .requests
                 .get(id)
                 .ok_or(format!("waiting {id} unknown"))?;
-            if !self.kv.block_ids(*id).is_empty() || r.num_computed_tokens != 0 {
+            if !self.kv.block_ids(*id).is_empty()
+                || r.num_computed_tokens != 0
+                || self.kv.state_pool().is_some_and(|s| s.slot(*id).is_some())
+            {
                 return Err(format!("waiting {id} holds blocks or computed tokens"));
             }
         }
@@ -407,9 +414,15 @@ impl Scheduler {
 }
 
 /// The step's share for `req`: tokens `start..start + n`, after their slots are allocated.
-fn scheduled_seq(req: &mut Request, kv: &KvCacheManager, start: usize, n: usize) -> ScheduledSeq {
+fn scheduled_seq(
+    req: &mut Request,
+    kv: &mut KvCacheManager,
+    start: usize,
+    n: usize,
+) -> ScheduledSeq {
     let all = Arc::clone(req.all_token_ids());
     ScheduledSeq {
+        state: kv.state_plan(req.id, &all, start, n),
         req_id: req.id,
         token_ids: all[start..start + n].to_vec(),
         start_pos: start,

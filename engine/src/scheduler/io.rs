@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+pub use crate::kv_cache::{StateInit, StatePlan, StateSave};
 use crate::sampling_params::SamplingParams;
 
 /// Engine-wide request id, unique for the life of the process.
@@ -34,6 +35,8 @@ pub struct ScheduledSeq {
     /// Number of prompt tokens at the front of `all_token_ids`.
     pub num_prompt_tokens: usize,
     pub sampling: Arc<SamplingParams>,
+    /// The sequence's recurrent-state slot this step (models with linear-attention layers).
+    pub state: Option<StatePlan>,
 }
 
 /// What the scheduler decided for one step.

@@ -134,6 +134,7 @@ fn simulate(seed: u64) -> SchedulerStats {
         max_model_len: rng.random_range(40..80),
         enable_prefix_caching: rng.random_bool(0.8),
         max_queued_requests: rng.random_range(1..20),
+        state: None,
     };
     let mut s = scheduler(cfg);
     let mut runner = ShadowRunner {

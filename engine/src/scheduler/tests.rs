@@ -21,6 +21,7 @@ pub(super) fn config() -> SchedulerConfig {
         max_model_len: 256,
         enable_prefix_caching: true,
         max_queued_requests: 100,
+        state: None,
     }
 }
 
@@ -437,4 +438,55 @@ fn prompt_logprobs_come_in_order_without_repeats() {
         prompt(30, 0)[1..].to_vec(),
         "one row per prompt token after the first"
     );
+}
+
+/// A hybrid model's requests each need a state slot: with 2 slots and room for 4 sequences,
+/// the third waits for one to finish; preemption frees the slot and the state restarts from
+/// zero on resume.
+#[test]
+fn requests_wait_for_a_state_slot_and_preemption_frees_it() {
+    use crate::kv_cache::{StateCacheConfig, StateInit};
+    let mut s = scheduler(SchedulerConfig {
+        num_blocks: 6, // 5 usable: two sequences of 11 cached tokens need 6
+        state: Some(StateCacheConfig {
+            num_slots: 2,
+            num_checkpoints: 0,
+            checkpoint_interval: 8,
+        }),
+        ..config()
+    });
+    add(&mut s, 1, prompt(5, 0), params(7));
+    add(&mut s, 2, prompt(5, 1), params(7));
+    add(&mut s, 3, prompt(2, 2), params(1));
+    let (out, _) = step(&mut s);
+    assert_eq!(plan(&out), vec![(1, 0, 5, true), (2, 0, 5, true)]);
+    let inits: Vec<_> = out
+        .seqs
+        .iter()
+        .map(|q| q.state.clone().map(|p| p.init))
+        .collect();
+    assert_eq!(inits, [Some(StateInit::Zero), Some(StateInit::Zero)]);
+    assert_eq!(s.num_waiting(), 1, "request 3 waits for a slot");
+    // Decode until the cache runs out: request 2 (the latest) is preempted and its slot
+    // freed; when it is admitted again its state starts from zero.
+    let mut preempted = false;
+    let mut restarted = None;
+    for _ in 0..30 {
+        let (out, _) = step(&mut s);
+        preempted |= out.preempted.contains(&2);
+        if preempted && let Some(q) = out.seqs.iter().find(|q| q.req_id == 2 && q.start_pos == 0) {
+            restarted = q.state.clone();
+        }
+        if !s.has_unfinished_requests() {
+            break;
+        }
+    }
+    assert!(
+        preempted,
+        "the cache of 5 blocks cannot hold both to the end"
+    );
+    assert_eq!(restarted.map(|p| p.init), Some(StateInit::Zero));
+    assert!(!s.has_unfinished_requests());
+    let pool = s.kv_cache().state_pool().expect("state on");
+    assert_eq!(pool.num_free_slots(), 2);
 }

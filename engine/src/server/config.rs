@@ -49,7 +49,19 @@ pub struct ServeFlags {
     pub tool_call_parser: Option<String>,
     /// `--reasoning-parser`: `qwen3`.
     pub reasoning_parser: Option<String>,
+    /// `--num-gpu-blocks-override`: usable KV blocks, whatever the memory says.
+    pub num_gpu_blocks_override: Option<usize>,
+    /// `--ssm-cache-slots` (hybrid models; default: the batch size).
+    pub ssm_cache_slots: Option<usize>,
+    /// `--ssm-checkpoint-slots` (hybrid models with prefix caching; default: the cache slots).
+    pub ssm_checkpoint_slots: Option<usize>,
+    /// `--ssm-checkpoint-interval` in tokens (default [`DEFAULT_SSM_CHECKPOINT_INTERVAL`]).
+    pub ssm_checkpoint_interval: Option<usize>,
 }
+
+/// Default of `--ssm-checkpoint-interval`: a state checkpoint every 512 tokens of a prefix
+/// (32 blocks), so a shared system prompt of a few thousand tokens keeps a handful.
+pub const DEFAULT_SSM_CHECKPOINT_INTERVAL: usize = 512;
 
 /// Everything `met serve` runs with, validated.
 #[derive(Debug, Clone)]
@@ -196,6 +208,27 @@ impl ServeFlags {
         if self.api_key.as_deref().is_some_and(str::is_empty) {
             return Err(bad("--api-key", "must not be empty").into());
         }
+        for (flag, value) in [
+            ("--num-gpu-blocks-override", self.num_gpu_blocks_override),
+            ("--ssm-cache-slots", self.ssm_cache_slots),
+        ] {
+            if value == Some(0) {
+                return Err(bad(flag, "must be at least 1").into());
+            }
+        }
+        let ssm_checkpoint_interval = self
+            .ssm_checkpoint_interval
+            .unwrap_or(DEFAULT_SSM_CHECKPOINT_INTERVAL);
+        if ssm_checkpoint_interval == 0 || !ssm_checkpoint_interval.is_multiple_of(BLOCK_SIZE) {
+            return Err(bad(
+                "--ssm-checkpoint-interval",
+                format!(
+                    "{ssm_checkpoint_interval} must be a positive multiple of the KV block size \
+                     ({BLOCK_SIZE} tokens), e.g. {DEFAULT_SSM_CHECKPOINT_INTERVAL}"
+                ),
+            )
+            .into());
+        }
         Ok(ServeConfig {
             engine: EngineConfig {
                 model_dir: self.model,
@@ -211,6 +244,10 @@ impl ServeFlags {
                 enforce_eager: self.enforce_eager,
                 block_size: BLOCK_SIZE,
                 kv_cache_bytes: None,
+                num_gpu_blocks_override: self.num_gpu_blocks_override,
+                ssm_cache_slots: self.ssm_cache_slots,
+                ssm_checkpoint_slots: self.ssm_checkpoint_slots,
+                ssm_checkpoint_interval,
             },
             host: self.host,
             port: self.port,
@@ -271,6 +308,10 @@ mod tests {
             metrics_socket: None,
             tool_call_parser: None,
             reasoning_parser: None,
+            num_gpu_blocks_override: None,
+            ssm_cache_slots: None,
+            ssm_checkpoint_slots: None,
+            ssm_checkpoint_interval: None,
         }
     }
 
@@ -297,6 +338,16 @@ mod tests {
         let mut f = flags();
         f.max_num_batched_tokens = Some(4);
         assert!(refused(f).starts_with("--max-num-batched-tokens"));
+        let mut f = flags();
+        f.ssm_checkpoint_interval = Some(24);
+        let e = refused(f);
+        assert!(
+            e.starts_with("--ssm-checkpoint-interval: 24 must be a positive multiple"),
+            "{e}"
+        );
+        let mut f = flags();
+        f.ssm_cache_slots = Some(0);
+        assert!(refused(f).starts_with("--ssm-cache-slots: must be at least 1"));
         let mut f = flags();
         f.kv_cache_dtype = KvCacheDtype::Fp8;
         assert_eq!(

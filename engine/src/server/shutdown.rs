@@ -134,6 +134,17 @@ pub(super) async fn serve_until_drained(
         plan.tokens(),
         plan.bytes as f64 / (1 << 20) as f64,
     ));
+    if let Some(st) = &plan.state {
+        say(&format!(
+            "met: recurrent state {} sequence slots + {} checkpoints (every {} tokens) of \
+             {:.2} MiB = {:.1} MiB",
+            st.config.num_slots,
+            st.config.num_checkpoints,
+            st.config.checkpoint_interval,
+            st.bytes_per_slot as f64 / (1 << 20) as f64,
+            st.bytes() as f64 / (1 << 20) as f64,
+        ));
+    }
 
     let sig = signals.next().await;
     say(&format!(

@@ -1,17 +1,15 @@
-//! The CPU ops of Qwen3.5's hybrid layers (`models/qwen3_5.rs`), plain f32 Rust written from
-//! the math transformers 5.17 runs (`modeling_qwen3_5.py`), for one sequence from position 0:
+//! The CPU ops of Qwen3.5's linear-attention layers (`models/qwen3_5.rs`), plain f32 Rust
+//! written from the math transformers 5.17 runs (`modeling_qwen3_5.py`), for one sequence's
+//! piece of a batch:
 //!
 //! - [`causal_conv1d_silu`]: Gated DeltaNet's causal depthwise convolution over time, then SiLU.
 //! - [`gated_delta_rule`]: the recurrence `S_t = S_{t-1}·exp(g_t)·(I − β_t k_t k_tᵀ) + β_t v_t k_tᵀ`
 //!   with L2-normalised q and k, read out as `o_t = S_tᵀ q_t / √d_k`.
 //! - [`gated_rms_norm`]: RMSNorm of each head's output, times `w`, times `silu(z)`.
-//! - [`partial_rope`]: rotary embedding on the first `rotary_dim` channels of each head only.
-//! - [`causal_attention`]: softmax attention of a sequence's new tokens over all of its tokens
-//!   (GQA), keys and values contiguous.
 //!
-//! The state between calls (the conv window, the recurrent state, keys and values) is the
-//! caller's (`models/qwen3_5.rs`'s `SequenceState`); keeping it in the engine's cache manager
-//! is the work still to come.
+//! The state between calls (the conv window and the recurrent state) is the caller's: the
+//! sequence's slot in the engine's state pool. The gated attention layers run on the backend's
+//! Qwen3 ops (partial rotary through `RopeTables::rotary_dim`, paged attention).
 
 use rayon::prelude::*;
 
@@ -145,67 +143,6 @@ pub fn gated_rms_norm(out: &mut [f32], x: &[f32], z: &[f32], w: &[f32], eps: f32
         });
 }
 
-/// Rotate, for each token `t` (at position `start + t`) and each head of `x` `[T, heads · head_dim]`,
-/// the first `rotary_dim = 2 · inv_freq.len()` channels by neox halves (channel `i` pairs with
-/// `i + rotary_dim / 2`); the other channels pass through unchanged.
-pub fn partial_rope(x: &mut [f32], start: usize, heads: usize, head_dim: usize, inv_freq: &[f32]) {
-    let half = inv_freq.len();
-    x.par_chunks_mut(heads * head_dim)
-        .enumerate()
-        .for_each(|(t, row)| {
-            for head in row.chunks_mut(head_dim) {
-                for (i, &f) in inv_freq.iter().enumerate() {
-                    let (sin, cos) = ((start + t) as f32 * f).sin_cos();
-                    let (a, b) = (head[i], head[i + half]);
-                    head[i] = a * cos - b * sin;
-                    head[i + half] = b * cos + a * sin;
-                }
-            }
-        });
-}
-
-/// Causal softmax attention of one sequence: `q` `[T, nh, hd]` for positions `P − T .. P`,
-/// `k`, `v` `[P, nkv, hd]` for all positions so far, `out` `[T, nh, hd]`; head `h` reads kv
-/// head `h / (nh / nkv)`.
-pub fn causal_attention(
-    out: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    heads: (usize, usize, usize),
-    scale: f32,
-) {
-    let (nh, nkv, hd) = heads;
-    let group = nh / nkv;
-    let past = k.len() / (nkv * hd) - out.len() / (nh * hd);
-    out.par_chunks_mut(nh * hd)
-        .enumerate()
-        .for_each(|(t, o_row)| {
-            let t = past + t;
-            let mut p = vec![0f32; t + 1];
-            for h in 0..nh {
-                let kvh = h / group;
-                let qh = &q[((t - past) * nh + h) * hd..][..hd];
-                for (s, p) in p.iter_mut().enumerate() {
-                    let ks = &k[(s * nkv + kvh) * hd..][..hd];
-                    *p = qh.iter().zip(ks).map(|(a, b)| a * b).sum::<f32>() * scale;
-                }
-                let max = p.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
-                p.iter_mut().for_each(|x| {
-                    *x = (*x - max).exp();
-                    sum += *x;
-                });
-                let oh = &mut o_row[h * hd..][..hd];
-                oh.fill(0.0);
-                for (s, &w) in p.iter().enumerate() {
-                    let vs = &v[(s * nkv + kvh) * hd..][..hd];
-                    oh.iter_mut().zip(vs).for_each(|(o, &x)| *o += w / sum * x);
-                }
-            }
-        });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,29 +250,5 @@ mod tests {
             };
             close(&[out[2 * t + 1]], &[back]);
         }
-    }
-
-    #[test]
-    fn partial_rope_rotates_only_the_first_channels_and_not_position_zero() {
-        let head: Vec<f32> = (0..8).map(|i| i as f32 + 1.0).collect();
-        let mut x = [head.clone(), head.clone()].concat(); // 2 tokens, 1 head of 8
-        partial_rope(&mut x, 0, 1, 8, &[1.0, 0.5]); // rotary_dim 4
-        let mut later = head.clone();
-        partial_rope(&mut later, 1, 1, 8, &[1.0, 0.5]); // the same token one position on
-        close(&later, &x[8..]);
-        close(&x[..8], &head);
-        close(&x[12..], &head[4..]);
-        // token 1: pairs (0, 2) by angle 1, (1, 3) by angle 0.5
-        let (s1, c1) = 1f32.sin_cos();
-        let (s2, c2) = 0.5f32.sin_cos();
-        close(
-            &x[8..12],
-            &[
-                c1 - 3.0 * s1,
-                2.0 * c2 - 4.0 * s2,
-                3.0 * c1 + s1,
-                4.0 * c2 + 2.0 * s2,
-            ],
-        );
     }
 }

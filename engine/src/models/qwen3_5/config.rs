@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::backend::cpu::hybrid::DeltaHeads;
+use crate::loader::config::text_config;
 use crate::loader::{LoadError, ModelConfig};
 
 /// What a decoder layer mixes tokens with.
@@ -24,6 +25,12 @@ pub struct Qwen3_5Config {
     /// Depthwise conv taps (`linear_conv_kernel_dim`).
     pub conv_kernel: usize,
     pub linear: DeltaHeads,
+    /// Qwen3.5-MoE: the shared expert's width (`shared_expert_intermediate_size`); the routed
+    /// experts are `base.moe`. `None` for the dense model.
+    pub shared_expert_intermediate_size: Option<usize>,
+    /// Where the text model's weights are: `model` (`*ForCausalLM`) or `model.language_model`
+    /// (the Hub's `*ForConditionalGeneration`, whose vision tower and MTP head are ignored).
+    pub weight_prefix: &'static str,
 }
 
 #[derive(Deserialize)]
@@ -35,6 +42,7 @@ struct RawHybrid {
     linear_value_head_dim: Option<usize>,
     linear_num_key_heads: Option<usize>,
     linear_num_value_heads: Option<usize>,
+    shared_expert_intermediate_size: Option<usize>,
 }
 
 impl Qwen3_5Config {
@@ -52,7 +60,16 @@ impl Qwen3_5Config {
     /// Parse and validate; defaults are transformers' (`Qwen3_5TextConfig`).
     pub fn from_json(text: &str) -> std::result::Result<Self, String> {
         let base = ModelConfig::from_json(text)?;
-        let raw: RawHybrid = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let raw: RawHybrid =
+            serde_json::from_value(text_config(value)).map_err(|e| e.to_string())?;
+        if !super::is_hybrid(&base.architecture) {
+            return Err(format!(
+                "architecture {} is not a Qwen3.5 hybrid (expected one of {:?})",
+                base.architecture,
+                super::ARCHITECTURES
+            ));
+        }
         let n = base.num_hidden_layers;
         let layer_types = match raw.layer_types {
             Some(types) => types
@@ -106,11 +123,29 @@ impl Qwen3_5Config {
         if conv_kernel == 0 {
             return Err("linear_conv_kernel_dim must be positive".into());
         }
+        let shared_expert_intermediate_size = match (&base.moe, raw.shared_expert_intermediate_size)
+        {
+            (None, _) => None,
+            (Some(_), Some(n)) if n > 0 => Some(n),
+            (Some(_), _) => {
+                return Err(format!(
+                    "{} needs a positive \"shared_expert_intermediate_size\"",
+                    base.architecture
+                ));
+            }
+        };
+        let weight_prefix = if base.architecture.ends_with("ForConditionalGeneration") {
+            "model.language_model"
+        } else {
+            "model"
+        };
         Ok(Self {
             base,
             layer_types,
             conv_kernel,
             linear,
+            shared_expert_intermediate_size,
+            weight_prefix,
         })
     }
 

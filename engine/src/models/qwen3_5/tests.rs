@@ -61,3 +61,33 @@ fn bad_layer_types_and_head_counts_are_refused_by_name() {
     let e = Qwen3_5Config::from_json(&format!("{{{three}}}")).expect_err("heads");
     assert!(e.contains("multiple of"), "{e}");
 }
+
+/// The MoE model's config: no dense `intermediate_size`, every layer sparse with the top-k
+/// renormalised, and the shared expert's width required; the Hub's layout reads the same keys
+/// from `text_config` and puts the weights under `model.language_model`.
+#[test]
+fn moe_and_the_hub_layout_are_read_from_their_keys() {
+    let moe = BASE
+        .replace("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")
+        .replace(r#""intermediate_size": 64, "#, "");
+    let experts = r#", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 8"#;
+    let e = Qwen3_5Config::from_json(&format!("{{{moe}{experts}}}")).expect_err("no shared");
+    assert!(e.contains("shared_expert_intermediate_size"), "{e}");
+    let text = format!(r#"{{{moe}{experts}, "shared_expert_intermediate_size": 12}}"#);
+    let c = Qwen3_5Config::from_json(&text).expect("moe");
+    let m = c.base.moe.as_ref().expect("sparse");
+    assert!(m.norm_topk_prob && (0..4).all(|l| m.is_sparse(l)));
+    assert_eq!(
+        (c.shared_expert_intermediate_size, c.weight_prefix),
+        (Some(12), "model")
+    );
+    let inner = text.replace(r#""architectures": ["Qwen3_5MoeForCausalLM"], "#, "");
+    let hub = format!(
+        r#"{{"architectures": ["Qwen3_5MoeForConditionalGeneration"], "text_config": {inner},
+            "vision_config": {{"depth": 1}}}}"#
+    );
+    let h = Qwen3_5Config::from_json(&hub).expect("hub layout");
+    assert_eq!(h.weight_prefix, "model.language_model");
+    assert_eq!(h.base.architecture, "Qwen3_5MoeForConditionalGeneration");
+    assert_eq!((h.base.moe, h.linear), (c.base.moe, c.linear));
+}
