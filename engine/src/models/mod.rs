@@ -188,7 +188,8 @@ pub trait Model<B: Backend>: Send {
 mod tests {
     use super::*;
 
-    /// What a backend that supports neither answers (the CUDA one did before its kernels).
+    /// What a backend that supports neither answers (the CUDA one without METRALE_CUDA_MOE=1):
+    /// the family, the device that runs it, and the switch that opts in.
     #[test]
     fn a_backend_without_moe_or_fp8_refuses_them_by_name() {
         let dense = ModelConfig::from_json(
@@ -203,7 +204,10 @@ mod tests {
             .expect_err("moe")
             .to_string();
         assert!(
-            e.contains("Qwen3-MoE") && e.contains("--device cpu only") && e.contains("cuda"),
+            e.contains("Qwen3-MoE")
+                && e.contains("--device cpu")
+                && e.contains("cuda")
+                && e.contains("METRALE_CUDA_MOE=1"),
             "{e}"
         );
         let fp8 = ModelConfig {
@@ -215,7 +219,10 @@ mod tests {
         let e = check_features("cuda", none, &fp8)
             .expect_err("fp8")
             .to_string();
-        assert!(e.contains("FP8") && e.contains("--device cpu only"), "{e}");
+        assert!(
+            e.contains("FP8") && e.contains("--device cpu") && e.contains("METRALE_CUDA_MOE=1"),
+            "{e}"
+        );
         check_features("cpu", |_| true, &dense).expect("the cpu runs both");
         check_backend(&crate::backend::CpuBackend, &fp8).expect("the cpu runs both");
     }
