@@ -14,6 +14,9 @@ use serde_json::json;
 
 use crate::report::{Report, Tol, compare};
 
+mod attention;
+mod moe;
+
 /// bf16 output rounded twice (a bf16 residual feeds the norm): two roundings of 2^-8.
 const BF16_TWICE: Tol = Tol {
     atol: 0.0,
@@ -113,29 +116,6 @@ fn sample_row<'a>(i: usize, params: &'a SamplingParams, history: &'a [u32]) -> S
 /// not that documented rounding.
 fn as_gemm_operand(x: CpuTensor) -> CpuTensor {
     CpuTensor::new(x.shape.clone(), round_bf16(&x.data))
-}
-
-struct Attn {
-    name: &'static str,
-    heads: (usize, usize, usize),
-    seqs: Vec<(usize, usize)>,
-    qkv: DType,
-}
-
-impl Attn {
-    fn new(
-        name: &'static str,
-        heads: (usize, usize, usize),
-        seqs: Vec<(usize, usize)>,
-        qkv: DType,
-    ) -> Self {
-        Self {
-            name,
-            heads,
-            seqs,
-            qkv,
-        }
-    }
 }
 
 struct Ops<'a> {
@@ -464,91 +444,6 @@ impl Ops<'_> {
         Ok(())
     }
 
-    /// fused_moe against the CPU's: the same router logits on both sides, so the same experts
-    /// (ties included: the rule is on the logits' bits); shapes from a decode step at
-    /// Qwen3-30B-A3B's width (hidden 2048, experts of 768, top-8) to odd sizes that take the
-    /// kernels' scalar loops (hidden 100, experts of 36), every expert taken (k = E), bf16 and
-    /// f32 activations and router logits, and an empty batch.
-    fn moe(&mut self) -> Result<()> {
-        for (t, h, i, e, k, norm, xd, rd) in [
-            (1, 2048, 768, 32, 8, true, DType::BF16, DType::F32),
-            (8, 2048, 768, 32, 8, true, DType::BF16, DType::F32),
-            (7, 64, 32, 8, 2, false, DType::F32, DType::BF16),
-            (130, 100, 36, 16, 4, true, DType::BF16, DType::F32),
-            (33, 192, 144, 8, 8, false, DType::BF16, DType::F32),
-            (300, 256, 96, 64, 6, true, DType::BF16, DType::F32),
-            (0, 64, 32, 8, 2, true, DType::BF16, DType::F32),
-        ] {
-            let case = format!(
-                "T {t} H {h} I {i} E {e} top-{k}{} x {} logits {}",
-                if norm { " norm" } else { "" },
-                dt(xd),
-                dt(rd)
-            );
-            self.run("fused_moe", &case, |s| {
-                let (x_d, x_c) = s.random(&[t, h], 1.0, xd)?;
-                let (l_d, l_c) = s.random(&[t, e], 3.0, rd)?;
-                let (w13_d, w13_c) = s.random(&[e, 2 * i, h], 0.05, DType::BF16)?;
-                let (w2_d, w2_c) = s.random(&[e, h, i], 0.05, DType::BF16)?;
-                let mut out_d = s.cuda.zeros(&[t, h])?;
-                let mut out_c = s.cpu.zeros(&[t, h])?;
-                s.cuda
-                    .fused_moe(&mut out_d, &x_d, &l_d, &w13_d, &w2_d, k, norm)?;
-                s.cpu
-                    .fused_moe(&mut out_c, &x_c, &l_c, &w13_c, &w2_c, k, norm)?;
-                s.check("fused_moe", &case, MOE, &out_d, &out_c)?;
-                Ok(())
-            })?;
-        }
-        // FP8 experts (the 30B-A3B-FP8 layout: 128-column scale blocks, rows of 16 bytes, and
-        // an odd width taking the scalar loop).
-        for (t, h, i, e, k) in [
-            (1, 2048, 768, 32, 8),
-            (5, 2048, 768, 16, 8),
-            (9, 200, 72, 8, 2),
-        ] {
-            let case = format!("T {t} H {h} I {i} E {e} top-{k} fp8 experts");
-            self.run("fused_moe", &case, |s| {
-                let (x_d, x_c) = s.random(&[t, h], 1.0, DType::BF16)?;
-                let (l_d, l_c) = s.random(&[t, e], 3.0, DType::F32)?;
-                let (w13_d, w13_c) = s.fp8_pair(&[e, 2 * i, h])?;
-                let (w2_d, w2_c) = s.fp8_pair(&[e, h, i])?;
-                let mut out_d = s.cuda.zeros(&[t, h])?;
-                let mut out_c = s.cpu.zeros(&[t, h])?;
-                s.cuda
-                    .fused_moe(&mut out_d, &x_d, &l_d, &w13_d, &w2_d, k, true)?;
-                s.cpu
-                    .fused_moe(&mut out_c, &x_c, &l_c, &w13_c, &w2_c, k, true)?;
-                s.check("fused_moe", &case, MOE, &out_d, &out_c)?;
-                Ok(())
-            })?;
-        }
-        // Bad shapes are errors that name the op, not faults.
-        let x = self.cuda.zeros(&[2, 64])?;
-        let l = self.cuda.zeros(&[2, 8])?;
-        let w13 = self.cuda.zeros(&[8, 64, 64])?;
-        let w2 = self.cuda.zeros(&[8, 64, 32])?;
-        let mut out = self.cuda.zeros(&[2, 64])?;
-        for (k, what) in [(0, "top-0"), (9, "top-9 of 8"), (17, "top-17")] {
-            let e = self
-                .cuda
-                .fused_moe(&mut out, &x, &l, &w13, &w2, k, true)
-                .err()
-                .map(|e| e.to_string())
-                .unwrap_or_default();
-            let ok = e.contains("fused_moe");
-            self.report.line(format!(
-                "fused_moe refuses {what}: {}",
-                if ok { "ok" } else { "FAIL" }
-            ));
-            if !ok {
-                self.report
-                    .fail(format!("fused_moe accepted {what} ({e:?})"));
-            }
-        }
-        Ok(())
-    }
-
     fn rope(&mut self) -> Result<()> {
         // (T, heads, kv heads, head_dim, rotary_dim, theta, scale, positions below, qkv type)
         let cases = [
@@ -691,143 +586,6 @@ impl Ops<'_> {
                 Ok(())
             })?;
         }
-        Ok(())
-    }
-
-    fn attention(&mut self) -> Result<()> {
-        let mut decode8 = Vec::new();
-        for _ in 0..8 {
-            decode8.push((1 + self.rng.below(2046), 1));
-        }
-        let mixed = vec![(100, 30), (1500, 1), (0, 7)];
-        let cases = [
-            Attn::new("prefill T=130", (4, 2, 32), vec![(0, 130)], DType::F32),
-            Attn::new(
-                "prefill T=1000 gqa 8:1",
-                (8, 1, 64),
-                vec![(0, 1000)],
-                DType::F32,
-            ),
-            Attn::new(
-                "decode 8 seqs ctx<=2047",
-                (32, 8, 128),
-                decode8.clone(),
-                DType::F32,
-            ),
-            Attn::new(
-                "decode 4 seqs ctx=2047",
-                (32, 8, 128),
-                vec![(2046, 1); 4],
-                DType::F32,
-            ),
-            Attn::new(
-                "chunk+decode+prefill",
-                (8, 2, 24),
-                mixed.clone(),
-                DType::F32,
-            ),
-            Attn::new("chunk+decode+prefill", (8, 2, 24), mixed, DType::BF16),
-            // The tensor-core kernel's shapes with a bf16 q (the decode path's), a full 16-head
-            // group (its upper 8 rows) and an 8-head group at head_dim 64 (block sizes that are
-            // not a multiple of 16 are covered by the host emulation).
-            Attn::new("decode 8 seqs bf16 q", (32, 8, 128), decode8, DType::BF16),
-            Attn::new(
-                "gqa 16:1",
-                (16, 1, 128),
-                vec![(300, 1), (17, 2)],
-                DType::BF16,
-            ),
-            Attn::new(
-                "gqa 8:1 hd=64",
-                (16, 2, 64),
-                vec![(77, 1), (0, 20)],
-                DType::BF16,
-            ),
-            Attn::new("mha hd=16", (6, 6, 16), vec![(0, 37), (20, 5)], DType::F32),
-            Attn::new("hd=96", (4, 2, 96), vec![(50, 2), (0, 9)], DType::F32),
-            Attn::new("hd=256", (4, 4, 256), vec![(10, 3)], DType::F32),
-        ];
-        // Every case with the kernel the launcher picks, then again with attention.cu's
-        // CUDA-core kernel forced (where the two differ: head_dim 64/128, groups up to 16).
-        for (c, simt) in cases.iter().map(|c| (c, false)).chain(
-            cases
-                .iter()
-                .filter(|c| matches!(c.heads.2, 64 | 128))
-                .map(|c| (c, true)),
-        ) {
-            self.cuda.set_attention_kernel_simt(simt);
-            let (nh, nkv, hd) = c.heads;
-            let total: usize = c.seqs.iter().map(|s| s.0 + s.1).max().unwrap_or(0);
-            let rows: usize = c.seqs.iter().map(|s| s.1).sum();
-            let splits = self.cuda.attention_splits(rows, nh, nkv, hd, total);
-            let case = format!(
-                "{} h={nh}/{nkv} hd={hd} qkv {}{}",
-                c.name,
-                dt(c.qkv),
-                if splits > 1 {
-                    format!(" split-K {splits}")
-                } else {
-                    String::new()
-                }
-            ) + if simt { " (simt)" } else { "" };
-            self.run("paged_attention", &case, |s| {
-                s.attention_case(&case, nh, nkv, hd, &c.seqs, c.qkv)
-            })?;
-        }
-        self.cuda.set_attention_kernel_simt(false);
-        Ok(())
-    }
-
-    fn attention_case(
-        &mut self,
-        case: &str,
-        nh: usize,
-        nkv: usize,
-        hd: usize,
-        seqs: &[(usize, usize)],
-        qd: DType,
-    ) -> Result<()> {
-        let bs = 16;
-        // Shuffled block ids: every sequence's table is non-contiguous and out of order.
-        let need: Vec<usize> = seqs.iter().map(|&(p, n)| (p + n).div_ceil(bs)).collect();
-        let blocks = 1 + need.iter().sum::<usize>() + 3;
-        let mut ids: Vec<u32> = (1..blocks as u32).collect();
-        self.rng.shuffle(&mut ids);
-        let mut tables = Vec::new();
-        let mut next = 0;
-        for &n in &need {
-            tables.push(ids[next..next + n].to_vec());
-            next += n;
-        }
-        let tokens: Vec<Vec<u32>> = seqs.iter().map(|&(_, n)| vec![0; n]).collect();
-        let chunks: Vec<SeqChunk<'_>> = seqs
-            .iter()
-            .zip(&tokens)
-            .zip(&tables)
-            .map(|((&(start, _), tok), table)| SeqChunk {
-                tokens: tok,
-                start_pos: start,
-                block_table: table,
-                logits_rows: vec![],
-            })
-            .collect();
-        let b = BatchInputs::build(bs, &chunks);
-        let t = b.num_tokens();
-        let batch = self.cuda.prepare_batch(&b)?;
-        let shape = [blocks, bs, nkv, hd];
-        let (k_d, k_c) = self.random(&shape, 1.0, DType::BF16)?;
-        let (v_d, v_c) = self.random(&shape, 1.0, DType::BF16)?;
-        let (q_d, q_c) = self.random(&[t, (nh + 2 * nkv) * hd], 3.0, qd)?;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let mut out_d = self.cuda.zeros(&[t, nh * hd])?;
-        let mut out_c = self.cpu.zeros(&[t, nh * hd])?;
-        self.cuda
-            .paged_attention(&mut out_d, &q_d, &k_d, &v_d, &batch, nh, scale)
-            .context("cuda")?;
-        self.cpu
-            .paged_attention(&mut out_c, &q_c, &k_c, &v_c, &b, nh, scale)
-            .context("cpu")?;
-        self.check("paged_attention", case, Tol::BF16, &out_d, &out_c)?;
         Ok(())
     }
 

@@ -1,0 +1,166 @@
+//! The paged attention checks: every case against the CPU, with the kernel the launcher picks
+//! and again with attention.cu's CUDA-core kernel where the tensor-core one would serve.
+
+use super::*;
+
+struct Attn {
+    name: &'static str,
+    heads: (usize, usize, usize),
+    seqs: Vec<(usize, usize)>,
+    qkv: DType,
+}
+
+impl Attn {
+    fn new(
+        name: &'static str,
+        heads: (usize, usize, usize),
+        seqs: Vec<(usize, usize)>,
+        qkv: DType,
+    ) -> Self {
+        Self {
+            name,
+            heads,
+            seqs,
+            qkv,
+        }
+    }
+}
+
+impl Ops<'_> {
+    pub(super) fn attention(&mut self) -> Result<()> {
+        let mut decode8 = Vec::new();
+        for _ in 0..8 {
+            decode8.push((1 + self.rng.below(2046), 1));
+        }
+        let mixed = vec![(100, 30), (1500, 1), (0, 7)];
+        let cases = [
+            Attn::new("prefill T=130", (4, 2, 32), vec![(0, 130)], DType::F32),
+            Attn::new(
+                "prefill T=1000 gqa 8:1",
+                (8, 1, 64),
+                vec![(0, 1000)],
+                DType::F32,
+            ),
+            Attn::new(
+                "decode 8 seqs ctx<=2047",
+                (32, 8, 128),
+                decode8.clone(),
+                DType::F32,
+            ),
+            Attn::new(
+                "decode 4 seqs ctx=2047",
+                (32, 8, 128),
+                vec![(2046, 1); 4],
+                DType::F32,
+            ),
+            Attn::new(
+                "chunk+decode+prefill",
+                (8, 2, 24),
+                mixed.clone(),
+                DType::F32,
+            ),
+            Attn::new("chunk+decode+prefill", (8, 2, 24), mixed, DType::BF16),
+            // The tensor-core kernel's shapes with a bf16 q (the decode path's), a full 16-head
+            // group (its upper 8 rows) and an 8-head group at head_dim 64 (block sizes that are
+            // not a multiple of 16 are covered by the host emulation).
+            Attn::new("decode 8 seqs bf16 q", (32, 8, 128), decode8, DType::BF16),
+            Attn::new(
+                "gqa 16:1",
+                (16, 1, 128),
+                vec![(300, 1), (17, 2)],
+                DType::BF16,
+            ),
+            Attn::new(
+                "gqa 8:1 hd=64",
+                (16, 2, 64),
+                vec![(77, 1), (0, 20)],
+                DType::BF16,
+            ),
+            Attn::new("mha hd=16", (6, 6, 16), vec![(0, 37), (20, 5)], DType::F32),
+            Attn::new("hd=96", (4, 2, 96), vec![(50, 2), (0, 9)], DType::F32),
+            Attn::new("hd=256", (4, 4, 256), vec![(10, 3)], DType::F32),
+        ];
+        // Every case with the kernel the launcher picks, then again with attention.cu's
+        // CUDA-core kernel forced (where the two differ: head_dim 64/128, groups up to 16).
+        for (c, simt) in cases.iter().map(|c| (c, false)).chain(
+            cases
+                .iter()
+                .filter(|c| matches!(c.heads.2, 64 | 128))
+                .map(|c| (c, true)),
+        ) {
+            self.cuda.set_attention_kernel_simt(simt);
+            let (nh, nkv, hd) = c.heads;
+            let total: usize = c.seqs.iter().map(|s| s.0 + s.1).max().unwrap_or(0);
+            let rows: usize = c.seqs.iter().map(|s| s.1).sum();
+            let splits = self.cuda.attention_splits(rows, nh, nkv, hd, total);
+            let case = format!(
+                "{} h={nh}/{nkv} hd={hd} qkv {}{}",
+                c.name,
+                dt(c.qkv),
+                if splits > 1 {
+                    format!(" split-K {splits}")
+                } else {
+                    String::new()
+                }
+            ) + if simt { " (simt)" } else { "" };
+            self.run("paged_attention", &case, |s| {
+                s.attention_case(&case, nh, nkv, hd, &c.seqs, c.qkv)
+            })?;
+        }
+        self.cuda.set_attention_kernel_simt(false);
+        Ok(())
+    }
+
+    fn attention_case(
+        &mut self,
+        case: &str,
+        nh: usize,
+        nkv: usize,
+        hd: usize,
+        seqs: &[(usize, usize)],
+        qd: DType,
+    ) -> Result<()> {
+        let bs = 16;
+        // Shuffled block ids: every sequence's table is non-contiguous and out of order.
+        let need: Vec<usize> = seqs.iter().map(|&(p, n)| (p + n).div_ceil(bs)).collect();
+        let blocks = 1 + need.iter().sum::<usize>() + 3;
+        let mut ids: Vec<u32> = (1..blocks as u32).collect();
+        self.rng.shuffle(&mut ids);
+        let mut tables = Vec::new();
+        let mut next = 0;
+        for &n in &need {
+            tables.push(ids[next..next + n].to_vec());
+            next += n;
+        }
+        let tokens: Vec<Vec<u32>> = seqs.iter().map(|&(_, n)| vec![0; n]).collect();
+        let chunks: Vec<SeqChunk<'_>> = seqs
+            .iter()
+            .zip(&tokens)
+            .zip(&tables)
+            .map(|((&(start, _), tok), table)| SeqChunk {
+                tokens: tok,
+                start_pos: start,
+                block_table: table,
+                logits_rows: vec![],
+            })
+            .collect();
+        let b = BatchInputs::build(bs, &chunks);
+        let t = b.num_tokens();
+        let batch = self.cuda.prepare_batch(&b)?;
+        let shape = [blocks, bs, nkv, hd];
+        let (k_d, k_c) = self.random(&shape, 1.0, DType::BF16)?;
+        let (v_d, v_c) = self.random(&shape, 1.0, DType::BF16)?;
+        let (q_d, q_c) = self.random(&[t, (nh + 2 * nkv) * hd], 3.0, qd)?;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut out_d = self.cuda.zeros(&[t, nh * hd])?;
+        let mut out_c = self.cpu.zeros(&[t, nh * hd])?;
+        self.cuda
+            .paged_attention(&mut out_d, &q_d, &k_d, &v_d, &batch, nh, scale)
+            .context("cuda")?;
+        self.cpu
+            .paged_attention(&mut out_c, &q_c, &k_c, &v_c, &b, nh, scale)
+            .context("cpu")?;
+        self.check("paged_attention", case, Tol::BF16, &out_d, &out_c)?;
+        Ok(())
+    }
+}
