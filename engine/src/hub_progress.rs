@@ -50,10 +50,14 @@ pub fn early_metrics(args: &ServeArgs) -> anyhow::Result<Option<server::EarlyMet
         Instant::now(),
     )
     .context("failed to start the metrics thread")?;
+    // `--port 0` has no port yet: a per-process name, moved to the port's once it is bound.
     let path = args
         .metrics_socket
         .clone()
-        .unwrap_or_else(|| socket::default_path(args.port));
+        .unwrap_or_else(|| match args.port {
+            0 => socket::default_path_unknown_port(),
+            port => socket::default_path(port),
+        });
     let socket = MetricsSocket::bind(&path, hub.clone())?;
     Ok(Some(server::EarlyMetrics { hub, socket }))
 }

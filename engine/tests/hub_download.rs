@@ -470,6 +470,58 @@ async fn met_serve_publishes_the_download_on_its_metrics_socket() {
     assert_eq!(downloaded[last].0, downloaded[last].1, "{downloaded:?}");
 }
 
+/// `--port 0` with a Hub model: the metrics socket starts (for the download's progress) before
+/// the port is known, under a per-process name, and takes the port's default name once the
+/// port is bound, where `metralectl top --port PORT` looks for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn port_zero_moves_the_early_metrics_socket_to_the_ports_name() {
+    use std::io::{BufRead, BufReader};
+    let endpoint = serve(Hub::demo()).await;
+    let cache = tempfile::tempdir().expect("cache");
+    let runtime = tempfile::tempdir().expect("runtime dir");
+    let mut met = std::process::Command::new(env!("CARGO_BIN_EXE_met"))
+        .args(["serve", REPO, "--no-tui", "--port", "0"])
+        .env("HF_ENDPOINT", &endpoint)
+        .env("HF_HUB_CACHE", cache.path())
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .env_remove("HF_HUB_OFFLINE")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run met");
+    let stdout = met.stdout.take().expect("stdout");
+    let mut port = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("a line");
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            let addr = rest.split_whitespace().next().expect("an address");
+            port = addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+            break;
+        }
+    }
+    let dir = runtime.path().join("metrale");
+    let names = || -> Vec<String> {
+        std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let found = names();
+    let _ = met.kill();
+    let _ = met.wait();
+    let port = port.expect("met printed the address it listens on");
+    assert_ne!(port, 0);
+    assert_eq!(
+        found,
+        vec![format!("met-{port}.sock")],
+        "in {}",
+        dir.display()
+    );
+}
+
 /// A user recipe like `demo`, but its checkpoint on the (local) Hub, pinned to `COMMIT`.
 fn hub_recipe() -> String {
     let demo = std::fs::read_to_string(server_support::repo_root().join("recipes/demo.toml"))

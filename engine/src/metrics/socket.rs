@@ -84,6 +84,32 @@ impl MetricsSocket {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// Moves the socket file to `path` in the same directory, keeping the listener and its
+    /// readers: an early socket bound before `--port 0` had its port takes the port's name.
+    /// Refuses a path another live engine answers on; replaces a stale file.
+    pub fn move_to(&mut self, path: &Path) -> Result<(), SocketError> {
+        if path.exists() {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(SocketError::InUse {
+                    path: path.to_owned(),
+                });
+            }
+            let _ = std::fs::remove_file(path);
+        }
+        std::fs::rename(&self.path, path).map_err(|source| SocketError::Bind {
+            path: path.to_owned(),
+            source,
+        })?;
+        self.path = path.to_owned();
+        Ok(())
+    }
+}
+
+/// The early socket's default name for `met serve --port 0` (bound before the port is known):
+/// the process id keeps two such servers apart until each moves to its port's name.
+pub fn default_path_unknown_port() -> PathBuf {
+    default_path(0).with_file_name(format!("met-0-{}.sock", std::process::id()))
 }
 
 impl Drop for MetricsSocket {
@@ -131,4 +157,46 @@ async fn write_lines(mut stream: UnixStream, mut sub: Subscription) {
         }
     }
     let _ = stream.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::metrics::hub::HubInfo;
+
+    #[tokio::test]
+    async fn a_moved_socket_still_serves_and_refuses_a_live_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hub = MetricsHub::start(
+            HubInfo {
+                model: "m".into(),
+                device: "cpu".into(),
+            },
+            Instant::now(),
+        )
+        .expect("hub");
+        let (early, other, target) = (
+            dir.path().join("met-0-1.sock"),
+            dir.path().join("met-9.sock"),
+            dir.path().join("met-8.sock"),
+        );
+        let mut s = MetricsSocket::bind(&early, hub.clone()).expect("bind");
+        let live = MetricsSocket::bind(&other, hub.clone()).expect("bind other");
+        // Another engine's live socket is never taken over.
+        assert!(matches!(s.move_to(&other), Err(SocketError::InUse { .. })));
+        assert!(other.exists() && early.exists());
+        // A stale file is replaced; the listener answers on the new name only.
+        std::fs::write(&target, b"stale").expect("stale file");
+        s.move_to(&target).expect("move");
+        assert_eq!(s.path(), target.as_path());
+        assert!(!early.exists());
+        UnixStream::connect(&target)
+            .await
+            .expect("the moved socket answers");
+        drop(s);
+        assert!(!target.exists(), "the moved file goes on drop");
+        drop(live);
+    }
 }

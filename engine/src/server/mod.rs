@@ -252,6 +252,15 @@ async fn run_with(
     let addr = listener.local_addr()?;
     hub.set_http_url(format!("http://{addr}"));
     let metrics_socket = match socket {
+        // Bound early under a per-process name (`--port 0` before its port was known): it
+        // takes the port's default name now, where `metralectl top --port` looks.
+        Some(mut s) if config.metrics_socket.is_none() && config.port == 0 => {
+            let want = socket::default_path(addr.port());
+            if let Err(e) = s.move_to(&want) {
+                tracing::warn!("the metrics socket stays at {}: {e}", s.path().display());
+            }
+            s
+        }
         Some(s) => s,
         None => {
             let socket_path = config
