@@ -74,8 +74,11 @@ fn attn_kernel(
         && num_kv_heads > 0
         && num_heads / num_kv_heads <= 16
         && cc >= metrale_kernels::Module::AttentionMma.min_compute_capability();
-    let forced_simt = FORCE_SIMT.load(Ordering::Relaxed)
-        || std::env::var("METRALE_ATTN_KERNEL").is_ok_and(|v| v == "simt");
+    // The environment is read once (this runs at every attention launch).
+    static ENV_SIMT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let env_simt =
+        *ENV_SIMT.get_or_init(|| std::env::var("METRALE_ATTN_KERNEL").is_ok_and(|v| v == "simt"));
+    let forced_simt = FORCE_SIMT.load(Ordering::Relaxed) || env_simt;
     if fits && !forced_simt {
         AttnKernel::Mma
     } else {

@@ -4,12 +4,14 @@
 //! to 3.1 TB/s (gate_up): a decode step's GEMMs took 6.2 ms against a 3.5 ms floor. Its heuristic
 //! picks one configuration from the shape; the fastest for a short, wide GEMM (split-K, tile
 //! shape, cluster size) is often another of the candidates cuBLASLt's own heuristic lists. So
-//! the first time a shape (m ≤ [`TUNE_MAX_ROWS`], n, k) is seen outside a graph capture, its
+//! the first time a shape (m one of the decode graphs' batch buckets, n, k) is seen outside a
+//! graph capture, its
 //! candidates (up to [`CANDIDATES`]) and `cublasGemmEx` itself are each timed on the call's own
 //! operands and the fastest is kept for the rest of the run. Decode graphs are captured after an
-//! eager run of the same shape, so the capture finds the choice made. Larger (prefill) GEMMs are
-//! compute-bound, where the default is already near the tensor cores' rate: they stay on
-//! `cublasGemmEx` and are not timed, so odd prefill lengths cost no tuning.
+//! eager run of the same shape, so the capture finds the choice made. Other row counts (prefill
+//! chunks, whose lengths are whatever the prompts are) stay on `cublasGemmEx` and are never
+//! timed: a new prompt length must not pay for a tuning in its time to first token, and large
+//! GEMMs are compute-bound, where the default is already near the tensor cores' rate.
 //!
 //! `METRALE_GEMM_TUNE=0` turns it off (every GEMM on `cublasGemmEx`), for comparisons.
 
@@ -21,10 +23,9 @@ use cudarc::driver::CudaStream;
 use cudarc::driver::sys::{CUevent_flags, CUstreamCaptureStatus};
 
 use super::dev_err;
+use super::graph::BUCKETS;
 use crate::backend::{BackendError, Result};
 
-/// GEMMs with more rows than this are not tuned.
-pub(super) const TUNE_MAX_ROWS: i32 = 256;
 /// Heuristic candidates timed a shape.
 const CANDIDATES: usize = 8;
 /// Timed runs a candidate (after one untimed), the median kept.
@@ -187,7 +188,8 @@ impl GemmTuner {
         ops: Operands,
         gemm_ex: &mut dyn FnMut() -> Result<()>,
     ) -> Result<bool> {
-        if !self.enabled || shape.0 > TUNE_MAX_ROWS {
+        let bucket = usize::try_from(shape.0).is_ok_and(|m| BUCKETS.binary_search(&m).is_ok());
+        if !self.enabled || !bucket {
             return Ok(false);
         }
         if !self.plans.contains_key(&shape) {
