@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use server_support::{Server, join_stream, sse_data};
+use server_support::{SLOW_STEPS, Server, join_stream, sse_data};
 
 /// A completion long enough (~490 tokens) to still be running while the test acts.
 fn long_body(stream: bool) -> Value {
@@ -73,7 +73,7 @@ async fn concurrent_sampled_streams_give_the_same_outputs_as_one_at_a_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_leave_abort_their_requests_and_free_the_kv_cache() {
-    let s = Server::start(&[]).await;
+    let s = Server::start_with_env(&[], &SLOW_STEPS).await;
     let client = reqwest::Client::new();
     // Streaming clients that read one chunk and hang up.
     for _ in 0..4 {
@@ -119,7 +119,11 @@ async fn clients_that_leave_abort_their_requests_and_free_the_kv_cache() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_answers_429_with_retry_after() {
-    let s = Server::start(&["--max-batch-size", "1", "--max-queued-requests", "2"]).await;
+    let s = Server::start_with_env(
+        &["--max-batch-size", "1", "--max-queued-requests", "2"],
+        &SLOW_STEPS,
+    )
+    .await;
     let client = reqwest::Client::new();
     let results = futures_util::future::join_all((0..10).map(|_| {
         let r = client
@@ -151,7 +155,7 @@ async fn a_full_queue_answers_429_with_retry_after() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_running_requests_refuses_new_ones_and_exits_0() {
-    let mut s = Server::start(&[]).await;
+    let mut s = Server::start_with_env(&[], &SLOW_STEPS).await;
     let client = reqwest::Client::new();
     let mut body = s
         .send("/v1/completions", &long_body(true))
@@ -191,7 +195,9 @@ async fn sigterm_drains_running_requests_refuses_new_ones_and_exits_0() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_past_the_timeout_get_504_or_an_error_event() {
-    let s = Server::start(&["--request-timeout", "0.15"]).await;
+    // Slowed steps: on a fast CI machine the tiny model alone ran 490 tokens inside the
+    // 150 ms timeout. The short request takes a few steps, about 10 ms.
+    let s = Server::start_with_env(&["--request-timeout", "0.15"], &SLOW_STEPS).await;
     let (status, v) = s.post("/v1/completions", &long_body(false)).await;
     assert_eq!(status, 504, "{v}");
     assert_eq!(v["error"]["code"], "request_timeout");

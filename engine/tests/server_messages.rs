@@ -6,7 +6,7 @@ mod server_support;
 use std::process::Command;
 
 use serde_json::{Value, json};
-use server_support::{Server, repo_root, run_python_client};
+use server_support::{SLOW_STEPS, Server, repo_root, run_python_client};
 
 const PARSERS: [&str; 4] = [
     "--tool-call-parser",
@@ -267,7 +267,11 @@ async fn messages_errors_use_anthropics_envelope() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_is_529_overloaded_error() {
-    let s = Server::start(&["--max-batch-size", "1", "--max-queued-requests", "1"]).await;
+    let s = Server::start_with_env(
+        &["--max-batch-size", "1", "--max-queued-requests", "1"],
+        &SLOW_STEPS,
+    )
+    .await;
     // Hold the one batch slot with a long completion, then ask for more than the queue holds.
     let long = json!({"prompt": "hello", "max_tokens": 490, "ignore_eos": true, "stream": true});
     let held = s.send("/v1/completions", &long).await;
@@ -302,10 +306,14 @@ async fn a_full_queue_is_529_overloaded_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_fails_after_its_headers_ends_with_an_error_event() {
-    let s = Server::start(&["--request-timeout", "0.1", "--max-batch-size", "1"]).await;
+    let s = Server::start_with_env(
+        &["--request-timeout", "0.1", "--max-batch-size", "1"],
+        &SLOW_STEPS,
+    )
+    .await;
     // Four long completions ahead of it in the one batch slot use up the 0.1 s on their own
-    // (each needs about 0.2 s here), so the stream times out waiting or just after starting
-    // its 480 tokens, on any machine less than ten times faster than this one.
+    // (each needs about a second with slowed steps), so the stream times out waiting, on any
+    // machine.
     let blocker = json!({"prompt": "hello", "max_tokens": 490, "ignore_eos": true, "stream": true});
     let mut held = Vec::new();
     for _ in 0..4 {

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -41,6 +41,30 @@ pub(super) struct EngineLoop<B: Backend, M: Model<B>> {
     report: StepReport,
     /// `METRALE_STEP_PROFILE`: where the step's time goes.
     profile: StepProfile,
+    /// `METRALE_DEBUG_STEP_DELAY_MS`: a pause after every step, for tests that need a request
+    /// to still be running when they act (timeouts, drains) however fast the machine is.
+    step_delay: Option<Duration>,
+}
+
+/// The debug pause after each step, from `METRALE_DEBUG_STEP_DELAY_MS` (unset, 0 or not a
+/// number: none).
+fn step_delay_from_env() -> Option<Duration> {
+    let ms = std::env::var("METRALE_DEBUG_STEP_DELAY_MS").ok()?;
+    match ms.trim().parse::<u64>() {
+        Ok(0) => None,
+        Ok(ms) => {
+            tracing::warn!(
+                "METRALE_DEBUG_STEP_DELAY_MS={ms}: every engine step is slowed by {ms} ms"
+            );
+            Some(Duration::from_millis(ms))
+        }
+        Err(_) => {
+            tracing::warn!(
+                "METRALE_DEBUG_STEP_DELAY_MS={ms:?} is not a whole number of milliseconds; ignored"
+            );
+            None
+        }
+    }
 }
 
 impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
@@ -64,6 +88,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             hub,
             report: StepReport::default(),
             profile: StepProfile::from_env(),
+            step_delay: step_delay_from_env(),
         }
     }
 
@@ -102,6 +127,9 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             if self.scheduler.has_unfinished_requests() {
                 self.profile.start();
                 self.step();
+                if let Some(d) = self.step_delay {
+                    std::thread::sleep(d);
+                }
             }
             self.publish();
             self.profile.lap(Phase::Update);

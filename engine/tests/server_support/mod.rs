@@ -27,6 +27,11 @@ pub fn metralectl() -> PathBuf {
     path
 }
 
+/// `METRALE_DEBUG_STEP_DELAY_MS` for tests that need a long request still running when they act
+/// (timeouts, drains, a full queue): 2 ms a step makes a 490-token completion take about a
+/// second however fast the machine is.
+pub const SLOW_STEPS: [(&str, &str); 1] = [("METRALE_DEBUG_STEP_DELAY_MS", "2")];
+
 pub fn fixture_model() -> PathBuf {
     repo_root().join("tests/fixtures/models/qwen3-gqa-tied")
 }
@@ -42,17 +47,28 @@ pub struct Server {
 impl Server {
     /// Serve the fixture model as `test` with `extra` flags; returns once `/ready` is 200.
     pub async fn start(extra: &[&str]) -> Server {
+        Self::start_with_env(extra, &[]).await
+    }
+
+    /// [`Server::start`] with extra environment variables for `met`.
+    pub async fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut args: Vec<String> = vec!["serve".into(), fixture_model().display().to_string()];
         args.extend(["--port", "0", "--model-name", "test"].map(String::from));
         args.extend(extra.iter().map(|s| s.to_string()));
-        Self::spawn(&args).await
+        Self::spawn_with_env(&args, env).await
     }
 
     /// Run `met` with exactly `args` (which must make it listen on port 0); returns once
     /// `/ready` is 200.
     pub async fn spawn(args: &[String]) -> Server {
+        Self::spawn_with_env(args, &[]).await
+    }
+
+    /// [`Server::spawn`] with extra environment variables for `met`.
+    pub async fn spawn_with_env(args: &[String], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_met"))
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
