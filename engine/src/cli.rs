@@ -52,6 +52,19 @@ pub enum KvCacheDtypeArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DtypeArg {
+    /// bfloat16 on cuda, float32 on the cpu.
+    Auto,
+    /// cuda only.
+    #[value(alias = "bf16")]
+    Bfloat16,
+    /// Weights, activations and the KV cache in f32: on cuda twice the memory and far slower
+    /// (dense Qwen3 only), for checking against float32 references.
+    #[value(alias = "float", alias = "fp32")]
+    Float32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LoadFormatArg {
     /// Safetensors weights from the model directory.
     Auto,
@@ -67,6 +80,9 @@ pub struct ModelArgs {
     /// Where to run the model.
     #[arg(long, value_enum, default_value = "cpu")]
     pub device: Device,
+    /// The type weights, activations and the KV cache are computed in.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub dtype: DtypeArg,
     /// How to obtain weights.
     #[arg(long, value_enum, default_value = "auto")]
     pub load_format: LoadFormatArg,

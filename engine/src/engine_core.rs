@@ -159,11 +159,33 @@ pub enum Device {
     Cuda,
 }
 
+/// `--dtype`: the type weights, GEMM operands and the KV cache are kept in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ComputeDtype {
+    /// bfloat16 on CUDA; the CPU backend always computes in float32.
+    #[default]
+    Auto,
+    /// CUDA only.
+    Bfloat16,
+    /// Everything in f32: on CUDA twice the memory and far slower (dense Qwen3 only), for
+    /// checking against float32 references; what the CPU backend always does.
+    Float32,
+}
+
+impl ComputeDtype {
+    /// Whether the CUDA backend runs its float32 path.
+    pub fn cuda_float32(self) -> bool {
+        self == ComputeDtype::Float32
+    }
+}
+
 /// Everything `met serve` decides before the engine starts (flags, validated).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub model_dir: PathBuf,
     pub device: Device,
+    /// `--dtype`.
+    pub dtype: ComputeDtype,
     /// Fraction of the GPU's memory the engine may use (weights, activations, KV cache).
     pub gpu_memory_utilization: f64,
     pub served_name: String,

@@ -16,7 +16,9 @@ mod cli;
 mod hub_progress;
 mod tui;
 
-use cli::{Cli, Command, Device, KvCacheDtypeArg, LoadFormatArg, ModelArgs, ScoreArgs, ServeArgs};
+use cli::{
+    Cli, Command, Device, DtypeArg, KvCacheDtypeArg, LoadFormatArg, ModelArgs, ScoreArgs, ServeArgs,
+};
 use metrale_engine::server::config::{self as serve_config, ServeFlags};
 
 /// mimalloc rather than glibc's malloc: the engine thread allocates each step's batch while the
@@ -94,10 +96,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         host: args.host,
         port: args.port,
         model_name,
-        device: match args.model.device {
-            Device::Cpu => serve_config::Device::Cpu,
-            Device::Cuda => serve_config::Device::Cuda,
-        },
+        device: device(args.model.device),
+        dtype: dtype(args.model.dtype),
         load_format: load_format(args.model.load_format),
         max_seq_len: args.max_seq_len,
         max_batch_size: args.max_batch_size,
@@ -180,10 +180,31 @@ fn score_hybrid(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<Position
     )?)
 }
 
+fn device(d: Device) -> serve_config::Device {
+    match d {
+        Device::Cpu => serve_config::Device::Cpu,
+        Device::Cuda => serve_config::Device::Cuda,
+    }
+}
+
+fn dtype(d: DtypeArg) -> serve_config::ComputeDtype {
+    match d {
+        DtypeArg::Auto => serve_config::ComputeDtype::Auto,
+        DtypeArg::Bfloat16 => serve_config::ComputeDtype::Bfloat16,
+        DtypeArg::Float32 => serve_config::ComputeDtype::Float32,
+    }
+}
+
 #[cfg(feature = "cuda")]
 fn score_on_cuda(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
-    let backend = metrale_engine::backend::cuda::CudaBackend::new(0)
-        .context("failed to start the CUDA backend")?;
+    use metrale_engine::backend::cuda::{CudaBackend, DType};
+    let compute = if dtype(args.model.dtype).cuda_float32() {
+        DType::F32
+    } else {
+        DType::BF16
+    };
+    let backend =
+        CudaBackend::with_dtype(0, compute).context("failed to start the CUDA backend")?;
     score_on(&backend, args, tokens)
 }
 
@@ -211,7 +232,9 @@ fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
     if tokens.is_empty() {
         bail!("no tokens to score: pass --tokens 1,2,3 or --tokens-file FILE");
     }
-    let hybrid = qwen3_5::is_hybrid(&ModelDir::open(&args.model.model)?.config()?.architecture);
+    let config = ModelDir::open(&args.model.model)?.config()?;
+    serve_config::check_dtype(dtype(args.model.dtype), device(args.model.device), &config)?;
+    let hybrid = qwen3_5::is_hybrid(&config.architecture);
     let positions = match args.model.device {
         Device::Cpu if hybrid => score_hybrid(&args, &tokens)?,
         Device::Cpu => score_on(&CpuBackend, &args, &tokens)?,

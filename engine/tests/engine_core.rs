@@ -16,6 +16,7 @@ fn config(name: &str) -> EngineConfig {
     EngineConfig {
         model_dir: fixtures().join("models").join(name),
         device: metrale_engine::engine_core::Device::Cpu,
+        dtype: Default::default(),
         gpu_memory_utilization: 0.9,
         served_name: name.into(),
         load_format: LoadFormat::Auto,

@@ -25,13 +25,16 @@
 // A block serves G q heads of one kv head (G = 1, 2 or 4, dividing the GQA group), so the keys
 // and values are read once for the G heads rather than once per head.
 //
+// The float32 path (`--dtype float32`): an f32 cache and an f32 output, through the same
+// attention_impl; the fp32 kernels take f32 qkv, cache and output.
+//
 // Symbols: write_kv_<qkv dtype>, paged_attention[_split]_<qkv dtype>_d<32·NPER>_g<G>,
-// attention_merge.
+// attention_merge; write_kv_fp32, paged_attention[_split]_fp32_d<D>_g<G>, attention_merge_fp32.
 
 #define ATTN_WARPS 4
 
-template <typename T>
-__device__ void write_kv_impl(bf16* k_cache, bf16* v_cache, const T* qkv, const u32* slot_mapping,
+template <typename T, typename TC>
+__device__ void write_kv_impl(TC* k_cache, TC* v_cache, const T* qkv, const u32* slot_mapping,
                               int num_heads, int num_kv_heads, int head_dim) {
     const u64 row = blockIdx.x;
     const int slot_len = num_kv_heads * head_dim;
@@ -40,20 +43,21 @@ __device__ void write_kv_impl(bf16* k_cache, bf16* v_cache, const T* qkv, const 
     const T* v = k + slot_len;
     const u64 dst = (u64)slot_mapping[row] * slot_len;
     for (int e = threadIdx.x; e < slot_len; e += blockDim.x) {
-        k_cache[dst + e] = from_f32<bf16>(to_f32(k[e]));
-        v_cache[dst + e] = from_f32<bf16>(to_f32(v[e]));
+        k_cache[dst + e] = from_f32<TC>(to_f32(k[e]));
+        v_cache[dst + e] = from_f32<TC>(to_f32(v[e]));
     }
 }
 
-#define WRITE_KV(SUFFIX, T)                                                                        \
-    extern "C" __global__ void write_kv_##SUFFIX(bf16* k_cache, bf16* v_cache, const T* qkv,        \
+#define WRITE_KV(SUFFIX, T, TC)                                                                    \
+    extern "C" __global__ void write_kv_##SUFFIX(TC* k_cache, TC* v_cache, const T* qkv,            \
                                                  const u32* slot_mapping, int num_heads,           \
                                                  int num_kv_heads, int head_dim) {                 \
         write_kv_impl(k_cache, v_cache, qkv, slot_mapping, num_heads, num_kv_heads, head_dim);     \
     }
 
-WRITE_KV(f32, float)
-WRITE_KV(bf16, bf16)
+WRITE_KV(f32, float, bf16)
+WRITE_KV(bf16, bf16, bf16)
+WRITE_KV(fp32, float, float)
 
 // One block's share of attention for (row = blockIdx.x / (nh/G), heads G·(blockIdx.x % (nh/G)) ..)
 // over keys [begin, end) of the row's causal range. The G heads of a block share one kv head
@@ -62,9 +66,9 @@ WRITE_KV(bf16, bf16)
 // PARTIAL = false: all keys, the normalised output written as bf16. PARTIAL = true (split-K,
 // split = blockIdx.z): each head's unnormalised state (m, l, acc[hd]) goes to `partial` for
 // attention_merge; a split past the row's last key writes an empty state.
-template <typename T, int NPER, int G, bool PARTIAL>
-__device__ void attention_impl(bf16* out, float* partial, const T* qkv, const bf16* k_cache,
-                               const bf16* v_cache, const u32* positions, const u32* row_seq,
+template <typename T, typename TC, typename TO, int NPER, int G, bool PARTIAL>
+__device__ void attention_impl(TO* out, float* partial, const T* qkv, const TC* k_cache,
+                               const TC* v_cache, const u32* positions, const u32* row_seq,
                                const u32* block_tables, int max_blocks, int block_size,
                                int num_heads, int num_kv_heads, int head_dim, float scale) {
     __shared__ float part_m[ATTN_WARPS][G], part_l[ATTN_WARPS][G];
@@ -168,38 +172,42 @@ __device__ void attention_impl(bf16* out, float* partial, const T* qkv, const bf
 
 // Both entry points take the same arguments (the plain kernel ignores partial, the split
 // kernel ignores out), so one launcher serves both.
-#define PAGED_ATTENTION(SUFFIX, T, NPER, G)                                                        \
+#define PAGED_ATTENTION(SUFFIX, T, TC, TO, NPER, G)                                                \
     extern "C" __global__ void paged_attention_##SUFFIX(                                           \
-        bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
+        TO* out, float* partial, const T* qkv, const TC* k_cache, const TC* v_cache,               \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
-        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) { \
-        attention_impl<T, NPER, G, false>(out, partial, qkv, k_cache, v_cache, positions, row_seq, \
-                                          block_tables, max_blocks, block_size, num_heads,         \
-                                          num_kv_heads, head_dim, scale);          \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) {              \
+        attention_impl<T, TC, TO, NPER, G, false>(out, partial, qkv, k_cache, v_cache, positions,  \
+                                                  row_seq, block_tables, max_blocks, block_size,   \
+                                                  num_heads, num_kv_heads, head_dim, scale);       \
     }                                                                                              \
     extern "C" __global__ void paged_attention_split_##SUFFIX(                                     \
-        bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
+        TO* out, float* partial, const T* qkv, const TC* k_cache, const TC* v_cache,               \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
-        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) { \
-        attention_impl<T, NPER, G, true>(out, partial, qkv, k_cache, v_cache, positions, row_seq,  \
-                                         block_tables, max_blocks, block_size, num_heads,          \
-                                         num_kv_heads, head_dim, scale);           \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) {              \
+        attention_impl<T, TC, TO, NPER, G, true>(out, partial, qkv, k_cache, v_cache, positions,   \
+                                                 row_seq, block_tables, max_blocks, block_size,    \
+                                                 num_heads, num_kv_heads, head_dim, scale);        \
     }
 
 // Head groups G with G · NPER <= 32 (the registers of q and the accumulators).
-#define PAGED_ATTENTION_GROUPS(TS, T, D, NPER)                                                     \
-    PAGED_ATTENTION(TS##_d##D##_g1, T, NPER, 1)                                                    \
-    PAGED_ATTENTION(TS##_d##D##_g2, T, NPER, 2)                                                    \
-    PAGED_ATTENTION(TS##_d##D##_g4, T, NPER, 4)
+#define PAGED_ATTENTION_GROUPS(TS, T, TC, TO, D, NPER)                                             \
+    PAGED_ATTENTION(TS##_d##D##_g1, T, TC, TO, NPER, 1)                                            \
+    PAGED_ATTENTION(TS##_d##D##_g2, T, TC, TO, NPER, 2)                                            \
+    PAGED_ATTENTION(TS##_d##D##_g4, T, TC, TO, NPER, 4)
 
-PAGED_ATTENTION_GROUPS(f32, float, 32, 1)
-PAGED_ATTENTION_GROUPS(f32, float, 64, 2)
-PAGED_ATTENTION_GROUPS(f32, float, 128, 4)
-PAGED_ATTENTION_GROUPS(f32, float, 256, 8)
-PAGED_ATTENTION_GROUPS(bf16, bf16, 32, 1)
-PAGED_ATTENTION_GROUPS(bf16, bf16, 64, 2)
-PAGED_ATTENTION_GROUPS(bf16, bf16, 128, 4)
-PAGED_ATTENTION_GROUPS(bf16, bf16, 256, 8)
+PAGED_ATTENTION_GROUPS(f32, float, bf16, bf16, 32, 1)
+PAGED_ATTENTION_GROUPS(f32, float, bf16, bf16, 64, 2)
+PAGED_ATTENTION_GROUPS(f32, float, bf16, bf16, 128, 4)
+PAGED_ATTENTION_GROUPS(f32, float, bf16, bf16, 256, 8)
+PAGED_ATTENTION_GROUPS(bf16, bf16, bf16, bf16, 32, 1)
+PAGED_ATTENTION_GROUPS(bf16, bf16, bf16, bf16, 64, 2)
+PAGED_ATTENTION_GROUPS(bf16, bf16, bf16, bf16, 128, 4)
+PAGED_ATTENTION_GROUPS(bf16, bf16, bf16, bf16, 256, 8)
+PAGED_ATTENTION_GROUPS(fp32, float, float, float, 32, 1)
+PAGED_ATTENTION_GROUPS(fp32, float, float, float, 64, 2)
+PAGED_ATTENTION_GROUPS(fp32, float, float, float, 128, 4)
+PAGED_ATTENTION_GROUPS(fp32, float, float, float, 256, 8)
 
 // The same attention with 16-byte loads, for head_dim D = 64, 128 or 256 exactly (a bf16 cache):
 // LPK = D / 8 lanes hold one key (8 dims a lane), so a warp reads KPW = 32 / LPK keys a step,
@@ -371,8 +379,9 @@ PAGED_ATTENTION_VEC_GROUPS(bf16, bf16, 256)
 // Split-K epilogue: one block per (row, head) combines the `splits` partial states of
 // paged_attention_split (out = Σ acc_s·e^(m_s - M) / Σ l_s·e^(m_s - M), M = max m_s) and writes
 // bf16. Split 0 always holds key 0, so M is finite and the sum positive.
-extern "C" __global__ void attention_merge(bf16* out, const float* partial, int num_heads,
-                                           int head_dim, int splits) {
+template <typename TO>
+__device__ void attention_merge_impl(TO* out, const float* partial, int num_heads, int head_dim,
+                                     int splits) {
     const u64 row = blockIdx.x;
     const int head = blockIdx.y;
     const float* st = partial + (row * num_heads + head) * (u64)splits * (head_dim + 2);
@@ -384,13 +393,23 @@ extern "C" __global__ void attention_merge(bf16* out, const float* partial, int 
         l_all += p[0] == NEG_INF ? 0.f : p[1] * expf(p[0] - m_all);
     }
     const float inv_l = 1.0f / l_all;
-    bf16* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
+    TO* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float sum = 0.f;
         for (int s = 0; s < splits; ++s) {
             const float* p = st + s * (head_dim + 2);
             if (p[0] != NEG_INF) sum += p[2 + d] * expf(p[0] - m_all);
         }
-        o[d] = from_f32<bf16>(sum * inv_l);
+        o[d] = from_f32<TO>(sum * inv_l);
     }
+}
+
+extern "C" __global__ void attention_merge(bf16* out, const float* partial, int num_heads,
+                                           int head_dim, int splits) {
+    attention_merge_impl(out, partial, num_heads, head_dim, splits);
+}
+
+extern "C" __global__ void attention_merge_fp32(float* out, const float* partial, int num_heads,
+                                                int head_dim, int splits) {
+    attention_merge_impl(out, partial, num_heads, head_dim, splits);
 }

@@ -8,9 +8,10 @@
 // residual store and the second pass. The arithmetic is the CPU reference's, in its order.
 //
 // Symbols: rms_norm_<x dtype>, add_rms_norm_<residual dtype>_<x dtype>; w is bf16, out is bf16.
+// The float32 path's rms_norm_fp32 and add_rms_norm_fp32 take and give f32 everywhere.
 
-template <typename TX>
-__device__ void rms_norm_impl(bf16* out, const TX* x, const bf16* w, int hidden, float eps) {
+template <typename TO, typename TX, typename TW>
+__device__ void rms_norm_impl(TO* out, const TX* x, const TW* w, int hidden, float eps) {
     const u64 row = blockIdx.x;
     const TX* xr = x + row * hidden;
     float ss = 0.f;
@@ -19,13 +20,13 @@ __device__ void rms_norm_impl(bf16* out, const TX* x, const bf16* w, int hidden,
         ss += v * v;
     }
     const float inv = 1.0f / sqrtf(block_sum(ss) / (float)hidden + eps);
-    bf16* o = out + row * hidden;
+    TO* o = out + row * hidden;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x)
-        o[i] = from_f32<bf16>(to_f32(w[i]) * (to_f32(xr[i]) * inv));
+        o[i] = from_f32<TO>(to_f32(w[i]) * (to_f32(xr[i]) * inv));
 }
 
-template <typename TR, typename TX>
-__device__ void add_rms_norm_impl(bf16* out, TR* residual, const TX* x, const bf16* w, int hidden,
+template <typename TO, typename TR, typename TX, typename TW>
+__device__ void add_rms_norm_impl(TO* out, TR* residual, const TX* x, const TW* w, int hidden,
                                   float eps) {
     const u64 row = blockIdx.x;
     TR* r = residual + row * hidden;
@@ -38,9 +39,9 @@ __device__ void add_rms_norm_impl(bf16* out, TR* residual, const TX* x, const bf
         ss += v * v;
     }
     const float inv = 1.0f / sqrtf(block_sum(ss) / (float)hidden + eps);
-    bf16* o = out + row * hidden;
+    TO* o = out + row * hidden;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x)
-        o[i] = from_f32<bf16>(to_f32(w[i]) * (to_f32(r[i]) * inv));
+        o[i] = from_f32<TO>(to_f32(w[i]) * (to_f32(r[i]) * inv));
 }
 
 #define RMS_NORM(SUFFIX, TX)                                                                       \
@@ -62,3 +63,13 @@ ADD_RMS_NORM(f32_f32, float, float)
 ADD_RMS_NORM(f32_bf16, float, bf16)
 ADD_RMS_NORM(bf16_f32, bf16, float)
 ADD_RMS_NORM(bf16_bf16, bf16, bf16)
+
+extern "C" __global__ void rms_norm_fp32(float* out, const float* x, const float* w, int hidden,
+                                         float eps) {
+    rms_norm_impl(out, x, w, hidden, eps);
+}
+
+extern "C" __global__ void add_rms_norm_fp32(float* out, float* residual, const float* x,
+                                             const float* w, int hidden, float eps) {
+    add_rms_norm_impl(out, residual, x, w, hidden, eps);
+}

@@ -114,12 +114,13 @@ __device__ __forceinline__ float exp2_fast(float x) {
 // of each of its `heads` q heads, in shared memory, merged with the usual rescaling. m is in
 // natural-log units, or log2 units when LOG2. A state with no key has m = -inf and weighs 0.
 // PARTIAL (split-K): each head's merged, unnormalised state (m in natural units, l, acc) goes to
-// its slot of `partial` for attention_merge; else the normalised output goes to `out` as bf16.
-template <int STATES, int ROWS, int DIM, bool PARTIAL, bool LOG2>
+// its slot of `partial` for attention_merge; else the normalised output goes to `out` in its
+// type TO (bf16, or f32 for the float32 path).
+template <int STATES, int ROWS, int DIM, bool PARTIAL, bool LOG2, typename TO>
 __device__ void merge_attention_states(const float (&pm)[STATES][ROWS],
                                        const float (&pl)[STATES][ROWS],
                                        const float (&pa)[STATES][ROWS][DIM], int heads, int head0,
-                                       u64 row, int num_heads, int head_dim, bf16* out,
+                                       u64 row, int num_heads, int head_dim, TO* out,
                                        float* partial) {
     for (int h = 0; h < heads; ++h) {
         const int head = head0 + h;
@@ -151,12 +152,12 @@ __device__ void merge_attention_states(const float (&pm)[STATES][ROWS],
         } else {
             // The block's first state holds key 0, so l_all > 0.
             const float inv_l = 1.0f / l_all;
-            bf16* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
+            TO* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
             for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
                 float sum = 0.f;
 #pragma unroll
                 for (int w = 0; w < STATES; ++w) sum += pa[w][h][d] * weight[w];
-                o[d] = from_f32<bf16>(sum * inv_l);
+                o[d] = from_f32<TO>(sum * inv_l);
             }
         }
     }

@@ -14,15 +14,16 @@
 // layer fewer on the decode path. Slots were range-checked on the host.
 //
 // Symbols: qk_norm_rope_<qkv dtype>, qk_norm_rope_kv_<qkv dtype>; q_w/k_w are bf16, inv_freq f32.
+// The float32 path's qk_norm_rope_fp32 and qk_norm_rope_kv_fp32 take f32 qkv, weights and cache.
 
 #define ROPE_WARPS 4
 #define ROPE_MAX_DIM 256
 
-template <typename T, bool KV>
-__device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const bf16* q_w, const bf16* k_w,
+template <typename T, typename TW, typename TC, bool KV>
+__device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const TW* q_w, const TW* k_w,
                                   const float* inv_freq, int num_heads, int num_kv_heads,
                                   int head_dim, int half_rot, float scale, float eps,
-                                  bf16* k_cache, bf16* v_cache, const u32* slot_mapping) {
+                                  TC* k_cache, TC* v_cache, const u32* slot_mapping) {
     __shared__ float normed[ROPE_WARPS][ROPE_MAX_DIM];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int head = blockIdx.y * ROPE_WARPS + warp;
@@ -34,11 +35,11 @@ __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const bf16* q_w,
     // With KV, the token's k and v heads also go to its cache slot (what write_kv does).
     const u64 slot = KV ? (u64)slot_mapping[row] * num_kv_heads * head_dim : 0;
     if (KV && head >= num_heads + num_kv_heads) {
-        bf16* dst = v_cache + slot + (u64)(head - num_heads - num_kv_heads) * head_dim;
-        for (int d = lane; d < head_dim; d += 32) dst[d] = from_f32<bf16>(to_f32(x[d]));
+        TC* dst = v_cache + slot + (u64)(head - num_heads - num_kv_heads) * head_dim;
+        for (int d = lane; d < head_dim; d += 32) dst[d] = from_f32<TC>(to_f32(x[d]));
         return;
     }
-    const bf16* w = head < num_heads ? q_w : k_w;
+    const TW* w = head < num_heads ? q_w : k_w;
     float* t = normed[warp];
 
     float ss = 0.f;
@@ -66,25 +67,27 @@ __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const bf16* q_w,
         }
         x[d] = from_f32<T>(v);
         if (KV && head >= num_heads)
-            k_cache[slot + (u64)(head - num_heads) * head_dim + d] = from_f32<bf16>(to_f32(x[d]));
+            k_cache[slot + (u64)(head - num_heads) * head_dim + d] = from_f32<TC>(to_f32(x[d]));
     }
 }
 
-#define QK_NORM_ROPE(SUFFIX, T)                                                                    \
+#define QK_NORM_ROPE(SUFFIX, T, TW, TC)                                                            \
     extern "C" __global__ void qk_norm_rope_##SUFFIX(                                              \
-        T* qkv, const u32* positions, const bf16* q_w, const bf16* k_w, const float* inv_freq,     \
+        T* qkv, const u32* positions, const TW* q_w, const TW* k_w, const float* inv_freq,         \
         int num_heads, int num_kv_heads, int head_dim, int half_rot, float scale, float eps) {     \
-        qk_norm_rope_impl<T, false>(qkv, positions, q_w, k_w, inv_freq, num_heads, num_kv_heads,   \
-                                    head_dim, half_rot, scale, eps, nullptr, nullptr, nullptr);    \
+        qk_norm_rope_impl<T, TW, TC, false>(qkv, positions, q_w, k_w, inv_freq, num_heads,         \
+                                            num_kv_heads, head_dim, half_rot, scale, eps, nullptr, \
+                                            nullptr, nullptr);                                     \
     }                                                                                              \
     extern "C" __global__ void qk_norm_rope_kv_##SUFFIX(                                           \
-        T* qkv, const u32* positions, const bf16* q_w, const bf16* k_w, const float* inv_freq,     \
+        T* qkv, const u32* positions, const TW* q_w, const TW* k_w, const float* inv_freq,         \
         int num_heads, int num_kv_heads, int head_dim, int half_rot, float scale, float eps,       \
-        bf16* k_cache, bf16* v_cache, const u32* slot_mapping) {                                   \
-        qk_norm_rope_impl<T, true>(qkv, positions, q_w, k_w, inv_freq, num_heads, num_kv_heads,    \
-                                   head_dim, half_rot, scale, eps, k_cache, v_cache,               \
-                                   slot_mapping);                                                  \
+        TC* k_cache, TC* v_cache, const u32* slot_mapping) {                                       \
+        qk_norm_rope_impl<T, TW, TC, true>(qkv, positions, q_w, k_w, inv_freq, num_heads,          \
+                                           num_kv_heads, head_dim, half_rot, scale, eps, k_cache,  \
+                                           v_cache, slot_mapping);                                 \
     }
 
-QK_NORM_ROPE(f32, float)
-QK_NORM_ROPE(bf16, bf16)
+QK_NORM_ROPE(f32, float, bf16, bf16)
+QK_NORM_ROPE(bf16, bf16, bf16, bf16)
+QK_NORM_ROPE(fp32, float, float, float)

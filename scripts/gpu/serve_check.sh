@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `met serve --device cuda` on the GPU machine, from the repository root, with binaries built on
 # the build machine in $METRALE_GPU_BIN (.gpu/bin, see docs/cuda.md):
-#   1. a fixture model served on CUDA and on the CPU: greedy completions must be identical;
-#   2. Qwen3-8B's shape with dummy weights on CUDA: a quick throughput ladder over HTTP.
+#   1. a fixture model served on CUDA (bf16, then the float32 path) and on the CPU: greedy
+#      completions must be identical (bf16 may flip near-ties);
+#   2. Qwen3-8B's shape with dummy weights on CUDA: a quick throughput ladder over HTTP
+#      (SKIP_LADDER=1 skips it).
 # Writes $OUT/serve.log and $OUT/ladder.json; ends within about 5 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -25,19 +27,25 @@ wait_ready() {
 }
 
 {
-    echo "== 1. fixture on cuda and cpu, greedy over HTTP"
     model=tests/fixtures/models/qwen3-gqa-tied
-    "$BIN/met" serve "$model" --device cuda --port 8101 --model-name t >"$OUT/cuda-serve.txt" 2>&1 &
-    PIDS+=($!)
     "$BIN/met" serve "$model" --device cpu --port 8102 --model-name t >/dev/null 2>&1 &
-    PIDS+=($!)
-    wait_ready http://127.0.0.1:8101 && wait_ready http://127.0.0.1:8102 &&
-        timeout 120 python3 scripts/gpu/http_probe.py equal http://127.0.0.1:8101 http://127.0.0.1:8102
-    echo "equal exit: $?"
-    cat "$OUT/cuda-serve.txt"
-    kill "${PIDS[@]}" 2>/dev/null
+    cpu_pid=$!
+    for dtype in bfloat16 float32; do
+        echo "== 1. fixture on cuda ($dtype) and cpu, greedy over HTTP"
+        "$BIN/met" serve "$model" --device cuda --dtype "$dtype" --port 8101 --model-name t \
+            >"$OUT/cuda-serve-$dtype.txt" 2>&1 &
+        PIDS+=($!)
+        wait_ready http://127.0.0.1:8101 && wait_ready http://127.0.0.1:8102 &&
+            timeout 120 python3 scripts/gpu/http_probe.py equal http://127.0.0.1:8101 http://127.0.0.1:8102
+        echo "equal exit ($dtype): $?"
+        cat "$OUT/cuda-serve-$dtype.txt"
+        kill "${PIDS[@]}" 2>/dev/null
+        wait "${PIDS[@]}" 2>/dev/null
+        PIDS=()
+    done
+    kill "$cpu_pid" 2>/dev/null
     wait 2>/dev/null
-    PIDS=()
+    [ "${SKIP_LADDER:-0}" = 1 ] && exit 0
 
     echo "== 2. Qwen3-8B shape, dummy weights, cuda"
     dir=$(mktemp -d)

@@ -2,11 +2,17 @@
 //! transformers computed (`tests/fixtures/*.reference.json`), greedy decoding one token at a
 //! time through the paged cache against the CPU backend, and the dummy-weight model of each
 //! config against the CPU's (the device random generator must draw the host's values).
+//!
+//! The bar (log-probabilities within 2e-2 of transformers' float32, top-1 agreement
+//! where its margin exceeds 5e-2) is checked on the float32 path (section `e2e-f32`). The bf16
+//! path (section `e2e`) is held to what bf16 computation allows on these high-gain fixtures:
+//! transformers' own bf16 forward is 7.4e-2 to 9.7e-2 from its float32 on them
+//! (docs/performance.md), so 0.1, and top-1 only where the margin exceeds twice that.
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use metrale_engine::backend::cuda::CudaBackend;
+use metrale_engine::backend::cuda::{CudaBackend, DType};
 use metrale_engine::backend::sampling::SampleRow;
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, Feature, SeqChunk};
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
@@ -20,10 +26,13 @@ use serde_json::json;
 
 use crate::report::Report;
 
-/// Largest |log-prob difference| from transformers (f32) that passes.
+/// Largest |log-prob difference| from transformers (f32) that passes on the float32 path.
 pub const LOGPROB_TOL: f32 = 2e-2;
-/// Top-1 must agree with transformers where its top-1/top-2 margin exceeds this.
+/// There, top-1 must agree with transformers where its top-1/top-2 margin exceeds this.
 pub const TOP1_MARGIN: f32 = 5e-2;
+/// The bf16 path's bounds: transformers' own bf16 error on these fixtures, and twice it.
+pub const BF16_LOGPROB_TOL: f32 = 0.1;
+pub const BF16_TOP1_MARGIN: f32 = 0.2;
 /// A greedy divergence from the CPU at a step whose CPU margin is below this is a near-tie
 /// that bf16 may flip: reported as a warning, not a failure.
 pub const GREEDY_TIE: f32 = 1e-2;
@@ -89,10 +98,17 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
         (cfg.fp8.is_some(), Feature::Fp8Weights),
     ] {
         if needed && !cuda.supports(what) {
-            report.summary_line(format!("{name}: skipped, {what:?} runs on the CPU only"));
+            report.summary_line(format!(
+                "{name}: skipped, {what:?} is not on this backend (the float32 path is dense only; MoE and FP8 need METRALE_CUDA_MOE=1)"
+            ));
             return Ok(());
         }
     }
+    let (tol, margin) = if cuda.compute_dtype() == DType::F32 {
+        (LOGPROB_TOL, TOP1_MARGIN)
+    } else {
+        (BF16_LOGPROB_TOL, BF16_TOP1_MARGIN)
+    };
     let weights = Weights::open(&dir.root, LoadFormat::Auto)?;
     let path = fixtures.join(format!("{name}.reference.json"));
     let reference: Reference = serde_json::from_str(
@@ -121,7 +137,7 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
                 positions += 1;
             }
             for (p, want) in seq.top5.iter().enumerate() {
-                if want.len() >= 2 && want[0].1 - want[1].1 > TOP1_MARGIN {
+                if want.len() >= 2 && want[0].1 - want[1].1 > margin {
                     top1_checked += 1;
                     if got[p].top.first().map(|t| t.0) != Some(want[0].0) {
                         top1_wrong.push(format!("seq {s} pos {p} chunk {chunk}"));
@@ -130,14 +146,15 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
             }
         }
     }
-    let pass = worst_tf <= LOGPROB_TOL && top1_wrong.is_empty();
+    let pass = worst_tf <= tol && top1_wrong.is_empty();
     report.line(format!(
-        "{name:<20} score: {positions} log-probs, max |Δ| vs transformers {worst_tf:.2e} (tol {LOGPROB_TOL:.0e}), vs cpu {worst_cpu:.2e}; top-1 {}/{top1_checked} agree {}",
+        "{name:<20} score: {positions} log-probs, max |Δ| vs transformers {worst_tf:.2e} (tol {tol:.0e}), vs cpu {worst_cpu:.2e}; top-1 {}/{top1_checked} agree {}",
         top1_checked - top1_wrong.len(),
         if pass { "ok" } else { "FAIL" }
     ));
     report.record(json!({
         "fixture": name, "check": "score", "pass": pass, "positions": positions,
+        "dtype": format!("{:?}", cuda.compute_dtype()), "tol": tol, "top1_margin": margin,
         "max_abs_vs_transformers": worst_tf, "max_abs_vs_cpu": worst_cpu,
         "top1_checked": top1_checked, "top1_wrong": top1_wrong,
     }));

@@ -3,6 +3,7 @@
 //!
 //! Sections: `kernels` (NVRTC compile, then the disk cache), `ops` (every op against the CPU
 //! op on random inputs), `sampling` (the device sampler against the CPU's, token for token), `e2e` (fixture checkpoints against transformers and the CPU backend),
+//! `ops-f32` and `e2e-f32` (the same on the float32 path, `--dtype float32`),
 //! `speed` (Qwen3-8B shape, not pass/fail). Exit status: 0 all passed, 1 a check failed, 2 the
 //! backend could not start.
 
@@ -19,7 +20,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use metrale_engine::backend::cuda::CudaBackend;
+use metrale_engine::backend::cuda::{CudaBackend, DType};
 use metrale_kernels::Kernels;
 
 use report::Report;
@@ -33,7 +34,8 @@ struct Args {
     /// Where to write results.json and summary.txt.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sections to skip: kernels, ops, sampling, e2e, speed, moe-speed, profile.
+    /// Sections to skip: kernels, ops, sampling, e2e, ops-f32, e2e-f32, speed, moe-speed,
+    /// profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
 }
@@ -71,12 +73,16 @@ fn main() -> ExitCode {
         i.driver_version % 1000 / 10
     ));
 
+    // The float32 path's backend, opened when a section needs it.
+    let mut cuda32: Option<CudaBackend> = None;
     let mut dead = false;
     for name in [
         "kernels",
         "ops",
         "sampling",
         "e2e",
+        "ops-f32",
+        "e2e-f32",
         "speed",
         "moe-speed",
         "profile",
@@ -94,12 +100,31 @@ fn main() -> ExitCode {
         // probe runs as serving would.
         cuda.set_sync_each_launch(!matches!(name, "speed" | "moe-speed" | "profile"));
         let failures_before = report.failures.len();
+        if name.ends_with("-f32") && cuda32.is_none() {
+            match CudaBackend::with_dtype(0, DType::F32) {
+                Ok(c) => {
+                    c.set_sync_each_launch(true);
+                    cuda32 = Some(c);
+                }
+                Err(e) => {
+                    report.fail(format!("{name}: the float32 backend failed to start: {e}"));
+                    report.summary_line(format!("{name}: FAILED to start the float32 backend"));
+                    continue;
+                }
+            }
+        }
         let t = Instant::now();
         let r = catch_unwind(AssertUnwindSafe(|| match name {
             "kernels" => kernels(&cuda, &mut report),
             "ops" => ops::run(&cuda, &mut report),
             "sampling" => sampling::run(&cuda, &mut report),
             "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
+            "ops-f32" => ops::run(cuda32.as_ref().expect("opened above"), &mut report),
+            "e2e-f32" => e2e::run(
+                cuda32.as_ref().expect("opened above"),
+                &args.fixtures,
+                &mut report,
+            ),
             "speed" => speed::run(&cuda, &mut report),
             "moe-speed" => speed_moe::run(&cuda, &mut report),
             _ => speed::profile(&cuda, &mut report),

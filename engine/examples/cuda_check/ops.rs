@@ -1,6 +1,10 @@
 //! Every op of the CUDA backend against the CPU reference on fresh random inputs of several
 //! shapes. The CPU gets exactly what the device holds (bf16 inputs rounded on the host first),
 //! so the only differences are the device's arithmetic and its output rounding.
+//!
+//! Run on a float32-path backend (`CudaBackend::with_dtype(_, F32)`, section `ops-f32`), the
+//! same cases take f32 weights, activations and caches, and every bf16-level tolerance becomes
+//! [`Tol::F32`]: nothing is rounded on either side.
 
 use anyhow::{Context, Result, bail};
 use half::bf16;
@@ -111,13 +115,6 @@ fn sample_row<'a>(i: usize, params: &'a SamplingParams, history: &'a [u32]) -> S
 }
 
 /// An attention case: heads (q, kv, head_dim), sequences as (start position, new tokens).
-/// The CUDA matmul's activation operand is bf16 (an f32 x is narrowed first, see blas.rs and
-/// fp8.rs): the CPU reference takes the same narrowed x, so a matmul check measures the GEMM,
-/// not that documented rounding.
-fn as_gemm_operand(x: CpuTensor) -> CpuTensor {
-    CpuTensor::new(x.shape.clone(), round_bf16(&x.data))
-}
-
 struct Ops<'a> {
     cuda: &'a CudaBackend,
     cpu: CpuBackend,
@@ -126,6 +123,31 @@ struct Ops<'a> {
 }
 
 impl Ops<'_> {
+    /// The float32 path: f32 weights, GEMM operands and caches.
+    fn fp32(&self) -> bool {
+        self.cuda.compute_dtype() == DType::F32
+    }
+
+    /// The type of weights and caches the backend keeps.
+    fn wd(&self) -> DType {
+        self.cuda.compute_dtype()
+    }
+
+    /// An activation type of a case: as given on the bf16 path, f32 on the float32 path.
+    fn act(&self, d: DType) -> DType {
+        if self.fp32() { DType::F32 } else { d }
+    }
+
+    /// The CUDA matmul's activation operand is bf16 on the bf16 path (an f32 x is narrowed
+    /// first, see blas.rs and fp8.rs): the CPU reference takes the same narrowed x, so a matmul
+    /// check measures the GEMM, not that documented rounding. The float32 path narrows nothing.
+    fn as_gemm_operand(&self, x: CpuTensor) -> CpuTensor {
+        if self.fp32() {
+            return x;
+        }
+        CpuTensor::new(x.shape.clone(), round_bf16(&x.data))
+    }
+
     /// The same values on both sides (rounded to bf16 first when the device holds bf16).
     fn pair(
         &self,
@@ -183,10 +205,10 @@ impl Ops<'_> {
         Ok((self.cuda.upload(&host)?, self.cpu.upload(&host)?))
     }
 
-    /// Weights around 1 (norm gains).
+    /// Weights around 1 (norm gains), of the backend's weight type.
     fn gains(&mut self, n: usize) -> Result<(CudaTensor, CpuTensor)> {
         let data = (0..n).map(|_| 1.0 + 0.2 * self.rng.uniform()).collect();
-        self.pair(&[n], data, DType::BF16)
+        self.pair(&[n], data, self.wd())
     }
 
     fn check(
@@ -197,6 +219,12 @@ impl Ops<'_> {
         got: &CudaTensor,
         want: &CpuTensor,
     ) -> Result<bool> {
+        // The float32 path rounds nothing: every bf16-level tolerance tightens to f32's.
+        let tol = if self.fp32() && tol.rtol > Tol::F32.rtol {
+            Tol::F32
+        } else {
+            tol
+        };
         let g = self.cuda.to_host(got)?;
         if self.cuda.shape(got) != want.shape.as_slice() {
             bail!(
@@ -225,6 +253,10 @@ impl Ops<'_> {
     }
 
     fn uploads(&mut self) -> Result<()> {
+        // What the device keeps of host values: bf16-rounded, or (float32 path) themselves.
+        let fp32 = self.fp32();
+        let kept = move |v: &[f32]| if fp32 { v.to_vec() } else { round_bf16(v) };
+        let to = if fp32 { "f32" } else { "bf16" };
         for (shape, seed, std) in [
             (vec![300, 1000], 7u64, 0.02f32),
             (vec![65536 * 2 + 17], 99, 1.0),
@@ -236,13 +268,14 @@ impl Ops<'_> {
                     shape: shape.clone(),
                     data: HostData::Random { seed, std },
                 };
-                let want = CpuTensor::new(shape.clone(), round_bf16(&host.to_f32()));
+                let want = CpuTensor::new(shape.clone(), kept(&host.to_f32()));
                 let got = s.cuda.upload(&host)?;
                 s.check("upload", &case, Tol::EXACT, &got, &want)?;
                 Ok(())
             })?;
         }
-        self.run("upload", "raw f32 [37, 129] → bf16", |s| {
+        let case = format!("raw f32 [37, 129] → {to}");
+        self.run("upload", &case, |s| {
             let v = s.rng.vec(37 * 129, 3.0);
             let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
             let host = HostTensor {
@@ -253,16 +286,35 @@ impl Ops<'_> {
                 },
             };
             let got = s.cuda.upload(&host)?;
-            let want = CpuTensor::new(vec![37, 129], round_bf16(&v));
-            s.check(
-                "upload",
-                "raw f32 [37, 129] → bf16",
-                Tol::EXACT,
-                &got,
-                &want,
-            )?;
+            let want = CpuTensor::new(vec![37, 129], kept(&v));
+            s.check("upload", &case, Tol::EXACT, &got, &want)?;
             Ok(())
         })?;
+        self.run("upload", "constant [1000] 1.0", |s| {
+            let host = HostTensor {
+                shape: vec![1000],
+                data: HostData::Constant(1.0),
+            };
+            let got = s.cuda.upload(&host)?;
+            let want = CpuTensor::new(vec![1000], vec![1.0; 1000]);
+            s.check("upload", "constant [1000] 1.0", Tol::EXACT, &got, &want)?;
+            Ok(())
+        })?;
+        if fp32 {
+            // FP8 weights belong to the bf16 path: the float32 one refuses them.
+            let refused = self.cuda.upload(&self.fp8_host(&[4, 128])).is_err();
+            self.report.line(format!(
+                "{:<16} {:<60} {}",
+                "upload",
+                "fp8 weights refused on the float32 path",
+                if refused { "ok" } else { "FAIL" }
+            ));
+            if !refused {
+                self.report
+                    .fail("upload: the float32 path took FP8 weights");
+            }
+            return Ok(());
+        }
         // FP8: dummy weights drawn on the device, and checkpoint bytes + scales, must read back
         // as the host's values exactly (e4m3 · scale, one rounding, on both sides).
         for (shape, seed) in [(vec![300, 1000], 11u64), (vec![3, 65536 + 130], 12)] {
@@ -284,16 +336,6 @@ impl Ops<'_> {
             let got = s.cuda.upload(&host)?;
             s.check("upload", "fp8 [37, 300]", Tol::EXACT, &got, &want)?;
             Ok(())
-        })?;
-        self.run("upload", "constant [1000] 1.0", |s| {
-            let host = HostTensor {
-                shape: vec![1000],
-                data: HostData::Constant(1.0),
-            };
-            let got = s.cuda.upload(&host)?;
-            let want = CpuTensor::new(vec![1000], vec![1.0; 1000]);
-            s.check("upload", "constant [1000] 1.0", Tol::EXACT, &got, &want)?;
-            Ok(())
         })
     }
 
@@ -306,7 +348,7 @@ impl Ops<'_> {
         ] {
             let case = format!("vocab {vocab} hidden {h} T={t}");
             self.run("embedding", &case, |s| {
-                let (table_d, table_c) = s.random(&[vocab, h], 1.0, DType::BF16)?;
+                let (table_d, table_c) = s.random(&[vocab, h], 1.0, s.wd())?;
                 let mut tokens: Vec<u32> = (0..t).map(|_| s.rng.below(vocab) as u32).collect();
                 tokens[0] = vocab as u32 - 1;
                 let b = positions_batch((0..t as u32).collect(), vec![0; t], 16);
@@ -335,6 +377,9 @@ impl Ops<'_> {
             (7, 4096, DType::BF16),
             (130, 96, DType::BF16),
         ] {
+            if self.fp32() && xd == DType::BF16 {
+                continue; // the float32 path's activations are f32
+            }
             let case = format!("x {} [{t}, {h}]", dt(xd));
             self.run("rms_norm", &case, |s| {
                 let (x_d, x_c) = s.random(&[t, h], 2.0, xd)?;
@@ -356,6 +401,9 @@ impl Ops<'_> {
             (7, 4096, DType::BF16, DType::BF16),
             (130, 64, DType::BF16, DType::F32),
         ] {
+            if self.fp32() && (rd, xd) != (DType::F32, DType::F32) {
+                continue;
+            }
             let case = format!("residual {} x {} [{t}, {h}]", dt(rd), dt(xd));
             self.run("add_rms_norm", &case, |s| {
                 let (mut r_d, mut r_c) = s.random(&[t, h], 4.0, rd)?;
@@ -401,11 +449,12 @@ impl Ops<'_> {
             (7, 96, 320, DType::F32),
             (0, 64, 1536, DType::BF16),
         ] {
-            let case = format!("x {} [{m}, {k}] · w [{n}, {k}]ᵀ", dt(xd));
+            let xd = self.act(xd);
+            let case = format!("x {} [{m}, {k}] · w {} [{n}, {k}]ᵀ", dt(xd), dt(self.wd()));
             self.run("matmul", &case, |s| {
                 let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
-                let x_c = as_gemm_operand(x_c);
-                let (w_d, w_c) = s.random(&[n, k], 0.05, DType::BF16)?;
+                let x_c = s.as_gemm_operand(x_c);
+                let (w_d, w_c) = s.random(&[n, k], 0.05, s.wd())?;
                 let mut out_d = s.cuda.zeros(&[m, n])?;
                 let mut out_c = s.cpu.zeros(&[m, n])?;
                 s.cuda.matmul(&mut out_d, &x_d, &w_d)?;
@@ -413,6 +462,9 @@ impl Ops<'_> {
                 s.check("matmul", &case, Tol::GEMM, &out_d, &out_c)?;
                 Ok(())
             })?;
+        }
+        if self.fp32() {
+            return Ok(()); // FP8 weights are the bf16 path's
         }
         // FP8 weights: up to 32 rows the FP8 GEMV, 8 rows a pass (exact products, f32 sums:
         // GEMM tolerance); more rows the bf16 copy of the weight through cuBLAS (one more
@@ -431,7 +483,7 @@ impl Ops<'_> {
             let case = format!("x {} [{m}, {k}] · w fp8 [{n}, {k}]ᵀ", dt(xd));
             self.run("matmul", &case, |s| {
                 let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
-                let x_c = as_gemm_operand(x_c);
+                let x_c = s.as_gemm_operand(x_c);
                 let (w_d, w_c) = s.fp8_pair(&[n, k])?;
                 let mut out_d = s.cuda.zeros(&[m, n])?;
                 let mut out_c = s.cpu.zeros(&[m, n])?;
@@ -455,6 +507,7 @@ impl Ops<'_> {
             (130, 32, 8, 128, 128, 1e6, 1.0, 2048, DType::BF16),
         ];
         for (t, nh, nkv, hd, rot, theta, scale, max_pos, qd) in cases {
+            let qd = self.act(qd);
             let case = format!(
                 "qkv {} T={t} h={nh}/{nkv} hd={hd} rot={rot} pos<{max_pos}",
                 dt(qd)
@@ -524,6 +577,7 @@ impl Ops<'_> {
             (32, 8, 128, 1, 4, DType::BF16),
             (6, 6, 16, 300, 70, DType::F32),
         ] {
+            let qd = self.act(qd);
             let case = format!(
                 "qkv {} T={t} h={nh}/{nkv} hd={hd} into {blocks}×16 slots",
                 dt(qd)
@@ -597,6 +651,7 @@ impl Ops<'_> {
             (1000, 12_288, DType::F32),
             (7, 160, DType::BF16),
         ] {
+            let gd = self.act(gd);
             let case = format!("gate_up {} [{t}, 2·{i}]", dt(gd));
             self.run("silu_mul", &case, |s| {
                 let (g_d, g_c) = s.random(&[t, 2 * i], 4.0, gd)?;
@@ -611,10 +666,10 @@ impl Ops<'_> {
         // The fused gate_up GEMV + SiLU (one row: the decode path; 3 rows: cuBLAS + silu_mul
         // unless METRALE_GEMV_MAX_ROWS says otherwise) against the CPU's matmul + silu_mul.
         for (t, i, k) in [(1, 12_288, 4096), (1, 40, 1048), (3, 160, 64), (1, 96, 20)] {
-            let case = format!("x bf16 [{t}, {k}] · w [2·{i}, {k}]");
+            let case = format!("x {} [{t}, {k}] · w [2·{i}, {k}]", dt(self.wd()));
             self.run("matmul_silu_mul", &case, |s| {
-                let (x_d, x_c) = s.random(&[t, k], 1.0, DType::BF16)?;
-                let (w_d, w_c) = s.random(&[2 * i, k], 0.05, DType::BF16)?;
+                let (x_d, x_c) = s.random(&[t, k], 1.0, s.wd())?;
+                let (w_d, w_c) = s.random(&[2 * i, k], 0.05, s.wd())?;
                 let mut out_d = s.cuda.zeros(&[t, i])?;
                 let mut out_c = s.cpu.zeros(&[t, i])?;
                 let mut gu_d = s.cuda.zeros(&[t, 2 * i])?;
@@ -752,7 +807,9 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.embedding()?;
     ops.norms()?;
     ops.matmuls()?;
-    ops.moe()?;
+    if !ops.fp32() {
+        ops.moe()?;
+    }
     ops.rope()?;
     ops.write_kv()?;
     ops.attention()?;

@@ -5,13 +5,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::engine_core::EngineConfig;
-use crate::loader::{LoadFormat, ModelDir};
+use crate::loader::{LoadFormat, ModelConfig, ModelDir};
 use crate::tool_parsers::{ReasoningFormat, ToolCallFormat};
 
 /// Tokens a KV block holds.
 pub const BLOCK_SIZE: usize = 16;
 
-pub use crate::engine_core::Device;
+pub use crate::engine_core::{ComputeDtype, Device};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvCacheDtype {
@@ -29,6 +29,7 @@ pub struct ServeFlags {
     pub port: u16,
     pub model_name: Option<String>,
     pub device: Device,
+    pub dtype: ComputeDtype,
     pub load_format: LoadFormat,
     pub max_seq_len: Option<usize>,
     /// `None`: [`default_max_batch_size`] for the device.
@@ -108,6 +109,40 @@ fn bad(flag: &'static str, message: impl Into<String>) -> FlagError {
     }
 }
 
+/// `--dtype` against the device and the checkpoint (`met serve` and `met score` alike).
+pub fn check_dtype(
+    dtype: ComputeDtype,
+    device: Device,
+    model: &ModelConfig,
+) -> Result<(), FlagError> {
+    match (dtype, device) {
+        (ComputeDtype::Bfloat16, Device::Cpu) => Err(bad(
+            "--dtype bfloat16",
+            "the cpu backend computes in float32: drop --dtype, or use --device cuda",
+        )),
+        (ComputeDtype::Float32, Device::Cuda)
+            if model.moe.is_some()
+                || model.fp8.is_some()
+                || crate::models::qwen3_5::is_hybrid(&model.architecture) =>
+        {
+            Err(bad(
+                "--dtype float32",
+                format!(
+                    "the CUDA float32 path runs dense Qwen3 checkpoints only, and this one is {}: drop --dtype float32",
+                    if model.fp8.is_some() {
+                        "FP8"
+                    } else if model.moe.is_some() {
+                        "mixture-of-experts"
+                    } else {
+                        "a Qwen3.5 hybrid"
+                    }
+                ),
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 impl ServeFlags {
     /// Check the flags against each other and the checkpoint's `config.json`.
     pub fn validate(self) -> anyhow::Result<ServeConfig> {
@@ -117,6 +152,14 @@ impl ServeFlags {
             return Err(bad(
                 "--device cuda",
                 "this build of met has no CUDA backend: build it with `--features cuda`, or use --device cpu",
+            )
+            .into());
+        }
+        check_dtype(self.dtype, self.device, &model)?;
+        if self.dtype == ComputeDtype::Float32 && self.kv_cache_dtype == KvCacheDtype::Fp8 {
+            return Err(bad(
+                "--kv-cache-dtype fp8",
+                "the float32 path keeps an f32 cache: drop one of --dtype float32 and --kv-cache-dtype fp8",
             )
             .into());
         }
@@ -233,6 +276,7 @@ impl ServeFlags {
             engine: EngineConfig {
                 model_dir: self.model,
                 device: self.device,
+                dtype: self.dtype,
                 gpu_memory_utilization: self.gpu_memory_utilization,
                 served_name,
                 load_format: self.load_format,
@@ -292,6 +336,7 @@ mod tests {
             port: 0,
             model_name: None,
             device: Device::Cpu,
+            dtype: ComputeDtype::Auto,
             load_format: LoadFormat::Auto,
             max_seq_len: None,
             max_batch_size: Some(8),
@@ -317,6 +362,46 @@ mod tests {
 
     fn refused(f: ServeFlags) -> String {
         f.validate().expect_err("should be refused").to_string()
+    }
+
+    #[test]
+    fn dtype_is_checked_against_the_device_and_the_checkpoint() {
+        let mut f = flags();
+        f.dtype = ComputeDtype::Bfloat16;
+        assert_eq!(
+            refused(f),
+            "--dtype bfloat16: the cpu backend computes in float32: drop --dtype, or use --device cuda"
+        );
+        let mut f = flags();
+        f.dtype = ComputeDtype::Float32;
+        assert_eq!(
+            f.validate().expect("float32 on the cpu").engine.dtype,
+            ComputeDtype::Float32
+        );
+        let fixture = |name: &str| {
+            ModelDir::open(
+                &PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../tests/fixtures/models")
+                    .join(name),
+            )
+            .and_then(|d| d.config())
+            .expect("fixture config")
+        };
+        let f32_cuda =
+            |name: &str| check_dtype(ComputeDtype::Float32, Device::Cuda, &fixture(name));
+        assert_eq!(f32_cuda("qwen3-gqa-tied"), Ok(()));
+        for (name, what) in [
+            ("qwen3-moe-mixed", "mixture-of-experts"),
+            ("qwen3-moe-fp8", "FP8"),
+            ("qwen3_5-hybrid-dense", "a Qwen3.5 hybrid"),
+        ] {
+            let e = f32_cuda(name).expect_err(name).to_string();
+            assert!(
+                e.starts_with("--dtype float32: the CUDA float32 path runs dense Qwen3")
+                    && e.contains(&format!("this one is {what}:")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

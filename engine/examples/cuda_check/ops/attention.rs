@@ -81,13 +81,16 @@ impl Ops<'_> {
             Attn::new("hd=256", (4, 4, 256), vec![(10, 3)], DType::F32),
         ];
         // Every case with the kernel the launcher picks, then again with attention.cu's
-        // CUDA-core kernel forced (where the two differ: head_dim 64/128, groups up to 16).
+        // CUDA-core kernel forced (where the two differ: head_dim 64/128, groups up to 16; the
+        // float32 path has only that kernel).
+        let fp32 = self.fp32();
         for (c, simt) in cases.iter().map(|c| (c, false)).chain(
             cases
                 .iter()
-                .filter(|c| matches!(c.heads.2, 64 | 128))
+                .filter(|c| matches!(c.heads.2, 64 | 128) && !fp32)
                 .map(|c| (c, true)),
         ) {
+            let qkv = self.act(c.qkv);
             self.cuda.set_attention_kernel_simt(simt);
             let (nh, nkv, hd) = c.heads;
             let total: usize = c.seqs.iter().map(|s| s.0 + s.1).max().unwrap_or(0);
@@ -96,7 +99,7 @@ impl Ops<'_> {
             let case = format!(
                 "{} h={nh}/{nkv} hd={hd} qkv {}{}",
                 c.name,
-                dt(c.qkv),
+                dt(qkv),
                 if splits > 1 {
                     format!(" split-K {splits}")
                 } else {
@@ -104,7 +107,7 @@ impl Ops<'_> {
                 }
             ) + if simt { " (simt)" } else { "" };
             self.run("paged_attention", &case, |s| {
-                s.attention_case(&case, nh, nkv, hd, &c.seqs, c.qkv)
+                s.attention_case(&case, nh, nkv, hd, &c.seqs, qkv)
             })?;
         }
         self.cuda.set_attention_kernel_simt(false);
@@ -148,8 +151,8 @@ impl Ops<'_> {
         let t = b.num_tokens();
         let batch = self.cuda.prepare_batch(&b)?;
         let shape = [blocks, bs, nkv, hd];
-        let (k_d, k_c) = self.random(&shape, 1.0, DType::BF16)?;
-        let (v_d, v_c) = self.random(&shape, 1.0, DType::BF16)?;
+        let (k_d, k_c) = self.random(&shape, 1.0, self.wd())?;
+        let (v_d, v_c) = self.random(&shape, 1.0, self.wd())?;
         let (q_d, q_c) = self.random(&[t, (nh + 2 * nkv) * hd], 3.0, qd)?;
         let scale = 1.0 / (hd as f32).sqrt();
         let mut out_d = self.cuda.zeros(&[t, nh * hd])?;

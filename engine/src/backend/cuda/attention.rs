@@ -112,11 +112,13 @@ fn splits_for(blocks: usize, max_len: usize, multiprocessors: usize, per_sm: usi
 
 fn kv_dims(cache: &CudaTensor) -> Result<(usize, usize, usize, usize)> {
     match cache.shape[..] {
-        [blocks, bs, nkv, hd] if cache.dtype == DType::BF16 => Ok((blocks, bs, nkv, hd)),
+        [blocks, bs, nkv, hd] if matches!(cache.dtype, DType::BF16 | DType::F32) => {
+            Ok((blocks, bs, nkv, hd))
+        }
         _ => Err(shape_err(
             "kv cache",
             format!(
-                "expected a bf16 [blocks, block_size, kv_heads, head_dim], got {:?} {:?}",
+                "expected a bf16 or f32 [blocks, block_size, kv_heads, head_dim], got {:?} {:?}",
                 cache.shape, cache.dtype
             ),
         )),
@@ -147,9 +149,25 @@ impl CudaBackend {
         head_dim: usize,
         max_len: usize,
     ) -> usize {
-        let kernel = attn_kernel(head_dim, heads, kv_heads, self.info.compute_capability);
+        let kernel = self.attn_kernel(head_dim, heads, kv_heads, self.compute == DType::F32);
         let blocks = rows * row_blocks(kernel, heads, kv_heads);
         attention_splits(blocks, max_len, self.info.multiprocessors)
+    }
+
+    /// The kernel family `paged_attention` runs; an f32 cache (the float32 path) has only the
+    /// CUDA-core one.
+    fn attn_kernel(
+        &self,
+        head_dim: usize,
+        heads: usize,
+        kv_heads: usize,
+        fp32: bool,
+    ) -> AttnKernel {
+        if fp32 {
+            AttnKernel::Simt
+        } else {
+            attn_kernel(head_dim, heads, kv_heads, self.info.compute_capability)
+        }
     }
 
     /// Checks what writing `qkv`'s k and v heads into the caches at the batch's slots needs;
@@ -201,10 +219,17 @@ impl CudaBackend {
         }
         let (_, _, nkv, hd) = kv_dims(k_cache)?;
         let slot_len = nkv * hd;
-        let name = match qkv.dtype {
-            DType::F32 => "write_kv_f32",
-            DType::BF16 => "write_kv_bf16",
-            DType::F8 => return Err(super::not_activation("write_kv")),
+        let name = match (qkv.dtype, k_cache.dtype) {
+            (DType::F32, DType::F32) => "write_kv_fp32",
+            (DType::F32, _) => "write_kv_f32",
+            (DType::BF16, DType::BF16) => "write_kv_bf16",
+            (DType::BF16, _) => {
+                return Err(shape_err(
+                    "write_kv",
+                    "an f32 cache (the float32 path) takes f32 qkv".to_string(),
+                ));
+            }
+            (DType::F8, _) => return Err(super::not_activation("write_kv")),
         };
         let f = self.func(Module::Attention, name)?;
         let s = &self.stream;
@@ -227,8 +252,9 @@ impl CudaBackend {
             .arg(&nh)
             .arg(&nk)
             .arg(&d);
-        // SAFETY: the caches are bf16 [blocks, bs, nkv, hd] and every slot is below blocks·bs
-        // (checked above), so each write stays inside them; qkv is [T, (nh + 2·nkv)·hd].
+        // SAFETY: the caches are [blocks, bs, nkv, hd] of the kernel's cache type and every slot
+        // is below blocks·bs (checked above), so each write stays inside them; qkv is
+        // [T, (nh + 2·nkv)·hd] of the kernel's type.
         let r = unsafe {
             a.launch(cfg(
                 (dim(batch.num_tokens, "write_kv")?, 1),
@@ -280,12 +306,20 @@ impl CudaBackend {
         if let Some(e) = &batch.table_error {
             return Err(shape_err("paged_attention", e.clone()));
         }
-        self.set_dtype(out, DType::BF16)?;
+        // The float32 path (an f32 cache): f32 q and output, the CUDA-core kernel's fp32 build.
+        let fp32 = k_cache.dtype == DType::F32;
+        check("paged_attention", !fp32 || qkv.dtype == DType::F32, || {
+            format!(
+                "an f32 cache (the float32 path) takes f32 qkv, got {:?}",
+                qkv.dtype
+            )
+        })?;
+        self.set_dtype(out, if fp32 { DType::F32 } else { DType::BF16 })?;
         if t == 0 || num_heads == 0 || hd == 0 {
             return Ok(());
         }
-        let ty = qkv.dtype.suffix();
-        let kernel = attn_kernel(hd, num_heads, nkv, self.info.compute_capability);
+        let ty = if fp32 { "fp32" } else { qkv.dtype.suffix() };
+        let kernel = self.attn_kernel(hd, num_heads, nkv, fp32);
         let (module, plain, split) = match kernel {
             AttnKernel::Mma => {
                 let wide = if num_heads / nkv > 8 { "_wide" } else { "" };
@@ -305,8 +339,12 @@ impl CudaBackend {
                     _ => 256,
                 };
                 let g = head_group(num_heads, nkv);
-                // head_dim exactly 64, 128 or 256: the 16-byte-load variant.
-                let vec = if hd == d && d >= 64 { "vec_" } else { "" };
+                // head_dim exactly 64, 128 or 256 of a bf16 cache: the 16-byte-load variant.
+                let vec = if hd == d && d >= 64 && !fp32 {
+                    "vec_"
+                } else {
+                    ""
+                };
                 (
                     Module::Attention,
                     format!("paged_attention_{vec}{ty}_d{d}_g{g}"),
@@ -363,8 +401,8 @@ impl CudaBackend {
             .arg(&nk)
             .arg(&d)
             .arg(&scale);
-        // SAFETY: out is [T, nh·hd], qkv [T, (nh + 2·nkv)·hd], the caches bf16
-        // [blocks, bs, nkv, hd] with hd no larger than the kernel variant's 32·NPER (attention.cu)
+        // SAFETY: out is [T, nh·hd], qkv [T, (nh + 2·nkv)·hd], the caches [blocks, bs, nkv, hd]
+        // (out and the caches f32 for the fp32 kernels, else bf16), with hd no larger than the kernel variant's 32·NPER (attention.cu)
         // or equal to its D, with a GQA group of at most 8 (16 for _wide) (attention_mma.cu,
         // whose keys past a row's end are read at the row's last key); each row's
         // reach positions[row] / bs is inside its table and every table entry is below blocks
@@ -377,7 +415,11 @@ impl CudaBackend {
         let Some(partial) = partial else {
             return Ok(());
         };
-        let name = "attention_merge";
+        let name = if fp32 {
+            "attention_merge_fp32"
+        } else {
+            "attention_merge"
+        };
         let f = self.func(Module::Attention, name)?;
         let (pp, sp) = (partial.ptr(s), int(splits, "paged_attention")?);
         let mut a = s.launch_builder(&f);
@@ -391,7 +433,7 @@ impl CudaBackend {
             block_dim: (32 * ATTN_WARPS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: out is [T, nh·hd] bf16 and partial holds the `splits` states of every
+        // SAFETY: out is [T, nh·hd] (f32 for the fp32 merge, else bf16) and partial holds the `splits` states of every
         // (row, head) written above, split 0 of each with key 0 in it; one block per (row, head)
         // (grid x = row, y = head, as attention_merge reads them).
         let r = unsafe { a.launch(merge) };

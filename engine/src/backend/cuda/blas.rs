@@ -5,6 +5,8 @@
 //! `transa = T`, `transb = N`, `M = n`, `N = m`, `K = k`, `lda = ldb = k`, `ldc = n`, and no
 //! copy or transpose of anything. The result is f32 so the residual stream and the logits keep
 //! full precision; the operands must be bf16 (an f32 `x` is narrowed into a temporary first).
+//! The float32 path's f32 weights take f32 operands instead (a bf16 `x` is widened), with
+//! cuBLAS's pedantic f32 compute: no TF32 or other reduced-precision shortcut.
 
 use std::ffi::c_void;
 use std::sync::{Arc, PoisonError};
@@ -243,10 +245,10 @@ impl CudaBackend {
         let (m, k, n) = (x.rows(), x.cols(), w.rows());
         check(
             "matmul",
-            w.cols() == k && out.rows() == m && out.cols() == n && w.dtype == DType::BF16,
+            w.cols() == k && out.rows() == m && out.cols() == n && w.dtype != DType::F8,
             || {
                 format!(
-                    "out {:?} = x {:?} · w {:?}ᵀ (w {:?}, must be bf16)",
+                    "out {:?} = x {:?} · w {:?}ᵀ (w {:?}, must be bf16 or f32)",
                     out.shape, x.shape, w.shape, w.dtype
                 )
             },
@@ -260,56 +262,33 @@ impl CudaBackend {
         if self.empty_matmul(out, (m, n, k))? {
             return Ok(());
         }
+        if w.dtype == DType::F32 {
+            return self.matmul_f32(out, x, w, (mi, ni, ki));
+        }
         // cuBLAS (and the GEMV kernel) want both operands of one type.
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
         if m <= self.gemv_max_rows() && k % 8 == 0 {
             return self.gemv(out, x, w, (mi, ni, ki));
         }
-        self.ctx
-            .bind_to_thread()
-            .map_err(dev_err("binding the context"))?;
+        let ops = self.gemm_operands(out, x, w)?;
         let s = &self.stream;
-        let (alpha, beta) = (1f32, 0f32);
-        let (op, xp, wp) = (out.ptr(s), x.ptr(s), w.ptr(s));
         let mut blas = self.blas.lock().unwrap_or_else(PoisonError::into_inner);
         let handle = blas.handle;
         let mut gemm_ex = || -> Result<()> {
-            // SAFETY: w is [n, k] bf16, x [m, k] bf16 and out [m, n] f32, all checked above,
-            // which is exactly what the column-major reading in this file's header needs with
-            // lda = ldb = k and ldc = n; alpha and beta are host f32 scalars (the default
-            // pointer mode) for CUBLAS_COMPUTE_32F; the handle runs on the backend's stream.
+            // SAFETY: w is [n, k] bf16, x [m, k] bf16 and out [m, n] f32, all checked above;
+            // the handle runs on the backend's stream.
             unsafe {
-                cublas::gemm_ex(
+                gemm_ex(
                     handle,
-                    sys::cublasOperation_t::CUBLAS_OP_T,
-                    sys::cublasOperation_t::CUBLAS_OP_N,
-                    ni,
-                    mi,
-                    ki,
-                    (&alpha as *const f32).cast::<c_void>(),
-                    wp as *const c_void,
+                    (mi, ni, ki),
+                    ops,
                     sys::cudaDataType::CUDA_R_16BF,
-                    ki,
-                    xp as *const c_void,
-                    sys::cudaDataType::CUDA_R_16BF,
-                    ki,
-                    (&beta as *const f32).cast::<c_void>(),
-                    op as *mut c_void,
-                    sys::cudaDataType::CUDA_R_32F,
-                    ni,
                     sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
                 )
             }
-            .map_err(|e| BackendError::Device(format!("cublasGemmEx ({m}×{k} · {n}×{k}ᵀ): {e}")))
         };
         let workspace = (blas.workspace_ptr, WORKSPACE_BYTES);
-        let ops = Operands {
-            out: op,
-            x: xp,
-            w: wp,
-        };
         let tuned = match blas.tuner.as_mut() {
             Some(t) => t.run(s, workspace, (mi, ni, ki), ops, &mut gemm_ex)?,
             None => false,
@@ -323,4 +302,98 @@ impl CudaBackend {
         }
         Ok(())
     }
+
+    /// Binds the context to this thread (cuBLAS needs it current) and takes the operands'
+    /// device addresses.
+    fn gemm_operands(&self, out: &CudaTensor, x: &CudaTensor, w: &CudaTensor) -> Result<Operands> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(dev_err("binding the context"))?;
+        let s = &self.stream;
+        Ok(Operands {
+            out: out.ptr(s),
+            x: x.ptr(s),
+            w: w.ptr(s),
+        })
+    }
+
+    /// The float32 path's GEMM: f32 `w` [n, k], `x` [m, k] (widened first when bf16) and `out`
+    /// [m, n], all checked by `matmul_op`.
+    fn matmul_f32(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        dims: (i32, i32, i32),
+    ) -> Result<()> {
+        let widened;
+        let x = if x.dtype == DType::F32 {
+            x
+        } else {
+            let mut t = self.alloc(&x.shape, DType::F32)?;
+            self.cast(&mut t, x)?;
+            widened = t;
+            &widened
+        };
+        let ops = self.gemm_operands(out, x, w)?;
+        let blas = self.blas.lock().unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: w is [n, k], x [m, k] and out [m, n], all f32 (checked by matmul_op and
+        // above); the handle runs on the backend's stream.
+        unsafe {
+            gemm_ex(
+                blas.handle,
+                dims,
+                ops,
+                sys::cudaDataType::CUDA_R_32F,
+                sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_PEDANTIC,
+            )
+        }?;
+        drop(blas);
+        if self.syncs_each_launch() {
+            self.synchronize()?;
+        }
+        Ok(())
+    }
+}
+
+/// `out[m, n] = Σ_k x[m, k] · w[n, k]` through `cublasGemmEx` (the column-major reading in this
+/// file's header: lda = ldb = k, ldc = n), operands of type `operand`, an f32 result.
+///
+/// # Safety
+/// `ops.w` must hold [n, k] and `ops.x` [m, k] values of `operand`, `ops.out` [m, n] f32, all
+/// device memory of the handle's context, and the handle must be live.
+unsafe fn gemm_ex(
+    handle: sys::cublasHandle_t,
+    (m, n, k): (i32, i32, i32),
+    ops: Operands,
+    operand: sys::cudaDataType,
+    compute: sys::cublasComputeType_t,
+) -> Result<()> {
+    let (alpha, beta) = (1f32, 0f32);
+    // SAFETY: the caller's contract; alpha and beta are host f32 scalars (the default pointer
+    // mode) for an f32 compute type.
+    unsafe {
+        cublas::gemm_ex(
+            handle,
+            sys::cublasOperation_t::CUBLAS_OP_T,
+            sys::cublasOperation_t::CUBLAS_OP_N,
+            n,
+            m,
+            k,
+            (&alpha as *const f32).cast::<c_void>(),
+            ops.w as *const c_void,
+            operand,
+            k,
+            ops.x as *const c_void,
+            operand,
+            k,
+            (&beta as *const f32).cast::<c_void>(),
+            ops.out as *mut c_void,
+            sys::cudaDataType::CUDA_R_32F,
+            n,
+            compute,
+            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| BackendError::Device(format!("cublasGemmEx ({m}×{k} · {n}×{k}ᵀ): {e}")))
 }

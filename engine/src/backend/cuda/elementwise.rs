@@ -156,23 +156,32 @@ impl CudaBackend {
             gate_up.cols() == 2 * i && gate_up.rows() == out.rows(),
             || format!("out {:?}, gate_up {:?}", out.shape, gate_up.shape),
         )?;
-        self.set_dtype(out, DType::BF16)?;
+        // The float32 path keeps the product (the down projection's operand) in f32.
+        let fp32 = self.compute_dtype() == DType::F32;
+        self.set_dtype(out, if fp32 { DType::F32 } else { DType::BF16 })?;
         let (rows, inter) = (out.rows() as u64, i as u64);
         if rows * inter == 0 {
             return Ok(());
         }
-        let name = match gate_up.dtype {
-            DType::BF16 => "silu_mul_bf16",
-            DType::F32 => "silu_mul_f32",
-            DType::F8 => return Err(super::not_activation("silu_mul")),
+        let name = match (gate_up.dtype, fp32) {
+            (DType::F32, true) => "silu_mul_fp32",
+            (DType::BF16, false) => "silu_mul_bf16",
+            (DType::F32, false) => "silu_mul_f32",
+            (DType::BF16, true) => {
+                return Err(super::shape_err(
+                    "silu_mul",
+                    "the float32 path takes an f32 gate_up".to_string(),
+                ));
+            }
+            (DType::F8, _) => return Err(super::not_activation("silu_mul")),
         };
         let f = self.func(Module::Activation, name)?;
         let s = &self.stream;
         let (o, g) = (out.ptr(s), gate_up.ptr(s));
         let mut a = s.launch_builder(&f);
         a.arg(&o).arg(&g).arg(&rows).arg(&inter);
-        // SAFETY: out is [rows, I] bf16 and gate_up [rows, 2·I] of the kernel's type (checked
-        // above); the grid-stride loop stays below rows·I.
+        // SAFETY: out is [rows, I] and gate_up [rows, 2·I], each of the kernel's type (set and
+        // matched above); the grid-stride loop stays below rows·I.
         let r = unsafe { a.launch(stride_cfg(rows * inter)) };
         self.launched(name, r)
     }
@@ -230,11 +239,13 @@ impl CudaBackend {
         self.launched(name, r)
     }
 
-    /// Fill a bf16 tensor with `HostData::Random`'s stream (`half_width` = std·√3).
+    /// Fill a bf16 or f32 tensor with `HostData::Random`'s stream (`half_width` = std·√3).
     pub(super) fn fill_random(&self, t: &mut CudaTensor, seed: u64, half_width: f32) -> Result<()> {
-        check("fill_random", t.dtype == DType::BF16, || {
-            format!("{:?} tensor", t.dtype)
-        })?;
+        let name = match t.dtype {
+            DType::BF16 => "fill_random_bf16",
+            DType::F32 => "fill_random_f32",
+            DType::F8 => return Err(super::not_activation("fill_random")),
+        };
         let n = t.numel() as u64;
         if n == 0 {
             return Ok(());
@@ -242,32 +253,33 @@ impl CudaBackend {
         const CHUNK: u64 = 65536; // elements a thread walks (RANDOM_CHUNK in convert.cu)
         const THREADS: u32 = 64; // few threads in all: spread them over many blocks
         let blocks = n.div_ceil(CHUNK).div_ceil(u64::from(THREADS));
-        let name = "fill_random_bf16";
         let f = self.func(Module::Convert, name)?;
         let s = &self.stream;
         let p = t.ptr(s);
         let mut a = s.launch_builder(&f);
         a.arg(&p).arg(&n).arg(&seed).arg(&half_width);
-        // SAFETY: t holds n bf16 elements; each thread writes only its chunk below n.
+        // SAFETY: t holds n elements of the kernel's type; each thread writes only its chunk
+        // below n.
         let r = unsafe { a.launch(cfg((dim(blocks as usize, "fill_random")?, 1), THREADS)) };
         self.launched(name, r)
     }
 
     pub(super) fn fill_const(&self, t: &mut CudaTensor, value: f32) -> Result<()> {
-        check("fill_const", t.dtype == DType::BF16, || {
-            format!("{:?} tensor", t.dtype)
-        })?;
+        let name = match t.dtype {
+            DType::BF16 => "fill_const_bf16",
+            DType::F32 => "fill_const_f32",
+            DType::F8 => return Err(super::not_activation("fill_const")),
+        };
         let n = t.numel() as u64;
         if n == 0 {
             return Ok(());
         }
-        let name = "fill_const_bf16";
         let f = self.func(Module::Convert, name)?;
         let s = &self.stream;
         let p = t.ptr(s);
         let mut a = s.launch_builder(&f);
         a.arg(&p).arg(&n).arg(&value);
-        // SAFETY: t holds n bf16 elements; the grid-stride loop stays below n.
+        // SAFETY: t holds n elements of the kernel's type; the grid-stride loop stays below n.
         let r = unsafe { a.launch(stride_cfg(n)) };
         self.launched(name, r)
     }

@@ -1,6 +1,8 @@
 //! The CUDA backend: the CPU reference's ops, op for op, on one NVIDIA GPU.
 //!
-//! bf16 storage, f32 accumulation. Kernels are our `.cu` files (crate `metrale-kernels`),
+//! bf16 storage, f32 accumulation; or, built with [`CudaBackend::with_dtype`] for `F32` (`met
+//! --dtype float32`), f32 weights, activations and KV cache throughout, for checking against
+//! float32 references. Kernels are our `.cu` files (crate `metrale-kernels`),
 //! compiled at run time with NVRTC; GEMMs go through cuBLAS. Everything runs in order on one
 //! stream, so cudarc's per-buffer event tracking is turned off. CUDA libraries are loaded when
 //! the backend is created, and a missing one is an error that names it, never a panic.
@@ -89,6 +91,8 @@ pub struct CudaBackend {
     sync_each_launch: AtomicBool,
     /// `matmul` with at most this many rows runs the GEMV kernel instead of cuBLAS.
     gemv_max_rows: AtomicUsize,
+    /// The type of weights, GEMM operands and the KV cache: bf16, or f32 (the float32 path).
+    compute: DType,
 }
 
 /// Loadable? cudarc panics on first use of a library it cannot open; ask first.
@@ -124,8 +128,21 @@ fn keep_freed_memory(ctx: &Arc<CudaContext>) {
 }
 
 impl CudaBackend {
-    /// Open GPU `ordinal`: driver, context, one stream, cuBLAS and the kernel loader.
+    /// Open GPU `ordinal`: driver, context, one stream, cuBLAS and the kernel loader; weights,
+    /// GEMM operands and the KV cache in bf16.
     pub fn new(ordinal: usize) -> Result<Self> {
+        Self::with_dtype(ordinal, DType::BF16)
+    }
+
+    /// [`CudaBackend::new`] with weights, GEMM operands and the KV cache in `compute`: bf16, or
+    /// f32 for the float32 path (dense Qwen3 only; twice the memory and far slower, for
+    /// checking against float32 references).
+    pub fn with_dtype(ordinal: usize, compute: DType) -> Result<Self> {
+        if compute == DType::F8 {
+            return Err(BackendError::Device(
+                "FP8 is a weight format, not a compute type: use bf16 or f32".into(),
+            ));
+        }
         let lib_path = "put the CUDA toolkit's lib directory on LD_LIBRARY_PATH \
                         (e.g. export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$LD_LIBRARY_PATH)";
         // SAFETY: each probe only dlopens the library's candidate names and closes them.
@@ -191,6 +208,19 @@ impl CudaBackend {
                     .unwrap_or(1)
                     .min(blas::GEMV_MAX_ROWS),
             ),
+            compute,
+        })
+    }
+
+    /// The type of weights, GEMM operands and the KV cache (see [`CudaBackend::with_dtype`]).
+    pub fn compute_dtype(&self) -> DType {
+        self.compute
+    }
+
+    /// The float32 path refuses FP8 weights: they are a bf16-path format.
+    fn fp8_on_the_bf16_path(&self) -> Result<()> {
+        check("upload", self.compute != DType::F32, || {
+            "FP8 weights run on the bf16 path: drop --dtype float32".to_string()
         })
     }
 
@@ -259,7 +289,12 @@ impl CudaBackend {
     /// A bf16 tensor of uniform values with standard deviation `std`, drawn on the device: the
     /// same values as `HostData::Random { seed, std }` gives on the host, rounded to bf16.
     pub fn random_bf16(&self, shape: &[usize], seed: u64, std: f32) -> Result<CudaTensor> {
-        let mut t = self.alloc(shape, DType::BF16)?;
+        self.random(shape, DType::BF16, seed, std)
+    }
+
+    /// `HostData::Random { seed, std }`'s values drawn on the device, in `dtype`.
+    fn random(&self, shape: &[usize], dtype: DType, seed: u64, std: f32) -> Result<CudaTensor> {
+        let mut t = self.alloc(shape, dtype)?;
         self.fill_random(&mut t, seed, std * 3f32.sqrt())?;
         Ok(t)
     }
@@ -354,7 +389,7 @@ impl Backend for CudaBackend {
     fn describe(&self) -> String {
         let i = &self.info;
         format!(
-            "{} ({}, {} SMs, {:.0} GiB, CUDA driver {}.{}, NVRTC {}.{})",
+            "{} ({}, {} SMs, {:.0} GiB, CUDA driver {}.{}, NVRTC {}.{}){}",
             i.name,
             i.arch,
             i.multiprocessors,
@@ -362,7 +397,12 @@ impl Backend for CudaBackend {
             i.driver_version / 1000,
             (i.driver_version % 1000) / 10,
             i.nvrtc_version.0,
-            i.nvrtc_version.1
+            i.nvrtc_version.1,
+            if self.compute == DType::F32 {
+                ", float32"
+            } else {
+                ""
+            }
         )
     }
 
@@ -371,7 +411,7 @@ impl Backend for CudaBackend {
     }
 
     fn kv_element_bytes(&self) -> usize {
-        2 // bf16
+        self.compute.size()
     }
 
     fn upload(&self, t: &HostTensor<'_>) -> Result<CudaTensor> {
@@ -381,23 +421,32 @@ impl Backend for CudaBackend {
                 check("upload", bytes.len() == n * dtype.size(), || {
                     format!("{} bytes for {:?} of {dtype:?}", bytes.len(), t.shape)
                 })?;
-                match dtype {
-                    HostDType::BF16 => self.tensor_from_bytes(&t.shape, DType::BF16, bytes),
-                    HostDType::F32 | HostDType::F16 => {
+                match (dtype, self.compute) {
+                    (HostDType::BF16, DType::BF16) => {
+                        self.tensor_from_bytes(&t.shape, DType::BF16, bytes)
+                    }
+                    (_, DType::F32) => self.tensor_from_f32(&t.shape, &t.to_f32(), DType::F32),
+                    _ => {
                         let bytes = tensor::f32_to_bf16_bytes(&t.to_f32());
                         self.tensor_from_bytes(&t.shape, DType::BF16, &bytes)
                     }
                 }
             }
-            HostData::Random { seed, std } => self.random_bf16(&t.shape, *seed, *std),
+            HostData::Random { seed, std } => self.random(&t.shape, self.compute, *seed, *std),
             HostData::Fp8 {
                 bytes,
                 scales,
                 col_block,
-            } => self.upload_fp8(&t.shape, bytes, scales, *col_block),
-            HostData::RandomFp8 { seed, std } => self.random_fp8(&t.shape, *seed, *std),
+            } => {
+                self.fp8_on_the_bf16_path()?;
+                self.upload_fp8(&t.shape, bytes, scales, *col_block)
+            }
+            HostData::RandomFp8 { seed, std } => {
+                self.fp8_on_the_bf16_path()?;
+                self.random_fp8(&t.shape, *seed, *std)
+            }
             HostData::Constant(c) => {
-                let mut out = self.alloc(&t.shape, DType::BF16)?;
+                let mut out = self.alloc(&t.shape, self.compute)?;
                 self.fill_const(&mut out, *c)?;
                 Ok(out)
             }
@@ -406,10 +455,10 @@ impl Backend for CudaBackend {
 
     fn zeros(&self, shape: &[usize]) -> Result<CudaTensor> {
         let numel: usize = shape.iter().product();
-        let buf = self.raw_alloc(tensor::alloc_bytes(numel, DType::BF16), true)?;
+        let buf = self.raw_alloc(tensor::alloc_bytes(numel, self.compute), true)?;
         Ok(CudaTensor {
             shape: shape.to_vec(),
-            dtype: DType::BF16,
+            dtype: self.compute,
             buf,
         })
     }
@@ -544,7 +593,10 @@ impl Backend for CudaBackend {
             // Experimental: op for op they match the CPU (cuda_check), but the MoE fixtures'
             // scores are 0.5-2.5 from transformers' in log-probability on the H200, against
             // 4e-2 for the dense ones (docs/cuda.md); opt in until that is understood.
-            Feature::MoeExperts | Feature::Fp8Weights => experimental_moe(),
+            // The float32 path serves dense Qwen3 only.
+            Feature::MoeExperts | Feature::Fp8Weights => {
+                self.compute != DType::F32 && experimental_moe()
+            }
         }
     }
 

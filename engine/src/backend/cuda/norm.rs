@@ -15,12 +15,31 @@ const ROPE_WARPS: usize = 4;
 pub(super) const MAX_HEAD_DIM: usize = 256;
 
 fn weight_check(op: &'static str, w: &CudaTensor, n: usize) -> Result<()> {
-    check(op, w.numel() == n && w.dtype == DType::BF16, || {
+    check(
+        op,
+        w.numel() == n && matches!(w.dtype, DType::BF16 | DType::F32),
+        || {
+            format!(
+                "weight {:?} {:?}, expected {n} bf16 or f32 values (an uploaded weight)",
+                w.shape, w.dtype
+            )
+        },
+    )
+}
+
+/// The float32 path's kernels (`*_fp32`) take f32 everywhere: with an f32 weight, every
+/// activation `op` reads must be f32 too.
+fn fp32_inputs(op: &'static str, w: &CudaTensor, inputs: &[&CudaTensor]) -> Result<bool> {
+    if w.dtype != DType::F32 {
+        return Ok(false);
+    }
+    check(op, inputs.iter().all(|t| t.dtype == DType::F32), || {
         format!(
-            "weight {:?} {:?}, expected {n} bf16 values (an uploaded weight)",
-            w.shape, w.dtype
+            "an f32 weight (the float32 path) with inputs of {:?}: all must be f32",
+            inputs.iter().map(|t| t.dtype).collect::<Vec<_>>()
         )
-    })
+    })?;
+    Ok(true)
 }
 
 impl CudaBackend {
@@ -36,11 +55,13 @@ impl CudaBackend {
         })?;
         let (rows, h) = (x.rows(), x.cols());
         weight_check("rms_norm", w, h)?;
-        self.set_dtype(out, DType::BF16)?;
+        let fp32 = fp32_inputs("rms_norm", w, &[x])?;
+        self.set_dtype(out, if fp32 { DType::F32 } else { DType::BF16 })?;
         if rows == 0 || h == 0 {
             return Ok(());
         }
         let name = match x.dtype {
+            _ if fp32 => "rms_norm_fp32",
             DType::F32 => "rms_norm_f32",
             DType::BF16 => "rms_norm_bf16",
             DType::F8 => return Err(super::not_activation("rms_norm")),
@@ -50,8 +71,8 @@ impl CudaBackend {
         let (o, xp, wp, hh) = (out.ptr(s), x.ptr(s), w.ptr(s), int(h, "rms_norm")?);
         let mut a = s.launch_builder(&f);
         a.arg(&o).arg(&xp).arg(&wp).arg(&hh).arg(&eps);
-        // SAFETY: out (bf16) and x are [rows, h]; w holds h bf16 values (checked above); one
-        // block per row with a multiple of 32 threads, as block_sum needs.
+        // SAFETY: out and x are [rows, h] and w holds h values, each of the kernel's type
+        // (checked above); one block per row with a multiple of 32 threads, as block_sum needs.
         let r = unsafe { a.launch(cfg((dim(rows, "rms_norm")?, 1), row_threads(h))) };
         self.launched(name, r)
     }
@@ -76,11 +97,13 @@ impl CudaBackend {
         )?;
         let (rows, h) = (x.rows(), x.cols());
         weight_check("add_rms_norm", w, h)?;
-        self.set_dtype(out, DType::BF16)?;
+        let fp32 = fp32_inputs("add_rms_norm", w, &[residual, x])?;
+        self.set_dtype(out, if fp32 { DType::F32 } else { DType::BF16 })?;
         if rows == 0 || h == 0 {
             return Ok(());
         }
         let name = match (residual.dtype, x.dtype) {
+            _ if fp32 => "add_rms_norm_fp32",
             (DType::F32, DType::F32) => "add_rms_norm_f32_f32",
             (DType::F32, DType::BF16) => "add_rms_norm_f32_bf16",
             (DType::BF16, DType::F32) => "add_rms_norm_bf16_f32",
@@ -98,8 +121,8 @@ impl CudaBackend {
         );
         let mut a = s.launch_builder(&f);
         a.arg(&o).arg(&rp).arg(&xp).arg(&wp).arg(&hh).arg(&eps);
-        // SAFETY: out (bf16), residual and x are [rows, h] of the kernel's types, w holds h
-        // bf16 values (checked above); out and residual are distinct &mut borrows, so the
+        // SAFETY: out, residual and x are [rows, h] of the kernel's types, w holds h values of
+        // its type (checked above); out and residual are distinct &mut borrows, so the
         // kernel's in-place residual update aliases nothing it reads from another buffer.
         let r = unsafe { a.launch(cfg((dim(rows, "add_rms_norm")?, 1), row_threads(h))) };
         self.launched(name, r)
@@ -137,7 +160,22 @@ impl CudaBackend {
         )?;
         weight_check("qk_norm_rope", q_w, hd)?;
         weight_check("qk_norm_rope", k_w, hd)?;
+        let mut inputs = vec![&*qkv, k_w];
         if let Some((k, v)) = &cache {
+            inputs.extend([&**k, &**v]);
+        }
+        let fp32 = fp32_inputs("qk_norm_rope", q_w, &inputs)?;
+        if let Some((k, v)) = &cache {
+            check(
+                "qk_norm_rope_write_kv",
+                fp32 || k.dtype == DType::BF16,
+                || {
+                    format!(
+                        "an f32 cache needs f32 weights (the float32 path), got {:?}",
+                        q_w.dtype
+                    )
+                },
+            )?;
             self.write_kv_check("qk_norm_rope_write_kv", k, v, qkv, batch, num_heads)?;
             check(
                 "qk_norm_rope_write_kv",
@@ -152,6 +190,8 @@ impl CudaBackend {
         }
         let inv_freq = self.inv_freq(rope)?;
         let name = match (qkv.dtype, cache.is_some()) {
+            (_, false) if fp32 => "qk_norm_rope_fp32",
+            (_, true) if fp32 => "qk_norm_rope_kv_fp32",
             (DType::F32, false) => "qk_norm_rope_f32",
             (DType::BF16, false) => "qk_norm_rope_bf16",
             (DType::F32, true) => "qk_norm_rope_kv_f32",
@@ -193,10 +233,11 @@ impl CudaBackend {
             shared_mem_bytes: 0,
         };
         // SAFETY: qkv is [T, (nh + 2·nkv)·hd] of the kernel's type with hd ≤ 256 (the shared
-        // scratch per warp); q_w, k_w hold hd bf16 values; inv_freq holds rotary_dim/2 floats
-        // and rotary_dim ≤ hd; positions has T entries (checked above); warps past the last
-        // head return before touching memory. With the cache (the _kv kernel), both caches are
-        // bf16 [blocks, bs, nkv, hd] and every slot is below blocks·bs (write_kv_check).
+        // scratch per warp); q_w, k_w hold hd values of the kernel's weight type (bf16, or f32
+        // for _fp32); inv_freq holds rotary_dim/2 floats and rotary_dim ≤ hd; positions has T
+        // entries (checked above); warps past the last head return before touching memory. With
+        // the cache (the _kv kernels), both caches are [blocks, bs, nkv, hd] of the kernel's
+        // cache type (bf16, or f32 for _fp32) and every slot is below blocks·bs (write_kv_check).
         let r = unsafe { a.launch(config) };
         self.launched(name, r)
     }
