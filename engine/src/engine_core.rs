@@ -28,6 +28,7 @@ pub struct EngineRequest {
 pub use crate::scheduler::{FinishReason, FinishedRequest};
 pub use start::{KvCachePlan, StateCachePlan};
 
+mod outbox;
 mod start;
 mod step_loop;
 mod step_profile;

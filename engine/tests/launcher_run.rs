@@ -6,6 +6,7 @@
 //! the libraries it links (no registry is reachable here), labels it, and removes it at the end.
 //! No NVIDIA runtime exists here: the GPU-recipe test is named `..._no_nvidia_runtime_here`.
 
+mod reference_support;
 mod server_support;
 
 use std::net::TcpListener;
@@ -605,4 +606,130 @@ async fn docker_run_serves_the_demo_from_a_scratch_image() {
         &format!("label=ai.metrale.name={name}"),
     ]);
     assert_eq!(left.trim(), "", "no container left after a failed pull");
+}
+
+/// A user's recipe of the flagship family (`qwen3.6`: Gated DeltaNet hybrid, MoE with a shared
+/// expert), pointing at the tiny Qwen3.5-MoE hybrid fixture and served natively on the CPU:
+/// `metralectl run` starts it with the recipe's state-cache flags, and it serves transformers'
+/// greedy continuation under the recipe's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_recipe_of_the_hybrid_family_runs_and_serves_transformers_continuation() {
+    let fixture = "qwen3_5-hybrid-moe";
+    let ctl = Ctl::new();
+    let recipes = ctl.config.path().join("recipes");
+    std::fs::create_dir_all(&recipes).expect("recipes dir");
+    let checkpoint = reference_support::model_dir(fixture)
+        .canonicalize()
+        .expect("fixture path");
+    let recipe = format!(
+        r#"name = "tiny-qwen3.6-moe"
+display_name = "Tiny Qwen3.6-style MoE hybrid (test fixture)"
+vendor = "Metrale"
+family = "qwen3.6"
+description = "The Qwen3.5-MoE hybrid fixture, on the CPU."
+
+[checkpoint]
+path = "{}"
+quantization = "bf16"
+parameters = "1M"
+
+[model]
+layers = 4
+full_attention_layers = 1
+kv_heads = 2
+head_dim = 32
+hidden_size = 64
+vocab_size = 1536
+experts = 8
+expert_intermediate_size = 32
+
+[model.linear_attention]
+key_heads = 2
+value_heads = 4
+key_head_dim = 16
+value_head_dim = 16
+conv_kernel = 4
+
+[serve]
+device = "cpu"
+max_seq_len = 512
+max_batch_size = 2
+prefix_caching = true
+ssm_cache_slots = 2
+ssm_checkpoint_interval = 32
+
+[requirements]
+gpus = 0
+"#,
+        checkpoint.display()
+    );
+    std::fs::write(recipes.join("tiny-qwen3.6-moe.toml"), recipe).expect("write recipe");
+
+    let port = free_port();
+    let port_s = port.to_string();
+    let out = ctl.run(&[
+        "run",
+        "tiny-qwen3.6-moe",
+        "--native",
+        "--detach",
+        "--json",
+        "--port",
+        &port_s,
+        "--ready-timeout",
+        "120",
+    ]);
+    assert!(
+        out.status.success(),
+        "run failed: {}\n{}",
+        text(&out.stderr),
+        text(&out.stdout)
+    );
+    let started: Value = serde_json::from_slice(&out.stdout).expect("run --json is JSON");
+    let url = format!("http://127.0.0.1:{port}");
+    assert_eq!(started["url"], url.as_str());
+    let engines = ctl.ps();
+    assert_eq!(engines.len(), 1, "{engines:?}");
+    assert_eq!(engines[0]["recipe"], "tiny-qwen3.6-moe");
+
+    // The recipe's flags reached the engine.
+    let client = reqwest::Client::new();
+    let version: Value = client
+        .get(format!("{url}/version"))
+        .send()
+        .await
+        .expect("GET /version")
+        .json()
+        .await
+        .expect("version JSON");
+    let g = reference_support::reference(fixture).greedy;
+    let want: Value = client
+        .post(format!("{url}/detokenize"))
+        .json(&json!({"tokens": g.continuation}))
+        .send()
+        .await
+        .expect("POST /detokenize")
+        .json()
+        .await
+        .expect("detokenize JSON");
+    let got: Value = client
+        .post(format!("{url}/v1/completions"))
+        .json(&json!({"model": "tiny-qwen3.6-moe", "prompt": g.prompt,
+                      "max_tokens": g.continuation.len(), "temperature": 0, "ignore_eos": true}))
+        .send()
+        .await
+        .expect("POST /v1/completions")
+        .json()
+        .await
+        .expect("completion JSON");
+    let stop = ctl.run(&["stop", "tiny-qwen3.6-moe"]);
+    assert!(stop.status.success(), "{}", text(&stop.stderr));
+    assert_eq!(got["model"], "tiny-qwen3.6-moe", "{got}");
+    assert_eq!(got["choices"][0]["text"], want["prompt"], "{got}");
+    assert!(ctl.ps().is_empty());
+    let settings = &version["settings"];
+    assert_eq!(settings["device"], "cpu", "{settings}");
+    assert_eq!(settings["enable_prefix_caching"], true, "{settings}");
+    assert_eq!(settings["ssm_cache_slots"], 2, "{settings}");
+    assert_eq!(settings["ssm_checkpoint_interval"], 32, "{settings}");
+    assert_eq!(settings["max_batch_size"], 2, "{settings}");
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::outbox::Outbox;
 use super::step_profile::{Phase, StepProfile};
 use super::{Command, EngineRequest, Live, StepOutput};
 use crate::backend::Backend;
@@ -31,6 +32,8 @@ pub(super) struct EngineLoop<B: Backend, M: Model<B>> {
     commands: Receiver<Command>,
     live: Arc<Live>,
     clients: HashMap<RequestId, Client>,
+    /// Outputs sent while the device runs the next step (outbox.rs).
+    outbox: Outbox,
     prompt_tokens_total: u64,
     generation_tokens_total: u64,
     steps_total: u64,
@@ -81,6 +84,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             commands,
             live,
             clients: HashMap::new(),
+            outbox: Outbox::default(),
             prompt_tokens_total: 0,
             generation_tokens_total: 0,
             steps_total: 0,
@@ -131,6 +135,10 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                     std::thread::sleep(d);
                 }
             }
+            if !self.scheduler.has_unfinished_requests() {
+                // No step follows to carry the outputs: send them now.
+                self.flush();
+            }
             self.publish();
             self.profile.lap(Phase::Update);
             self.profile.finish(self.last_step_seqs);
@@ -142,6 +150,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
 
     /// Apply one command; false means stop the thread.
     fn handle(&mut self, c: Command) -> bool {
+        self.flush();
         match c {
             Command::Add {
                 id,
@@ -209,6 +218,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
         self.last_step_seqs = out.seqs.len();
         self.report.preempted.extend(out.preempted.iter().copied());
         if out.seqs.is_empty() {
+            self.flush();
             return;
         }
         for s in &out.seqs {
@@ -219,10 +229,12 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                 .min(s.token_ids.len());
             self.prompt_tokens_total += prompt_part as u64;
         }
-        let profile = &mut self.profile;
-        let result = self
-            .runner
-            .execute_with(&out, &mut || profile.lap(Phase::Launch));
+        let (profile, outbox) = (&mut self.profile, &mut self.outbox);
+        // The previous step's outputs go out while the device runs this one.
+        let result = self.runner.execute_with(&out, &mut || {
+            profile.lap(Phase::Launch);
+            outbox.flush();
+        });
         self.profile.lap(Phase::Device);
         self.steps_total += 1;
         match result {
@@ -231,6 +243,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                 for e in events {
                     self.deliver(e);
                 }
+                self.settle_hang_ups();
             }
             Err(e) => {
                 // A backend error is a bug, not the client's doing: fail this step's requests
@@ -268,20 +281,33 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             prompt_logprobs: client.prompt_logprobs.take(),
             finished: e.finished,
         };
-        let done = out.finished.is_some();
-        if client.outputs.send(out).is_err() {
-            // The stream was dropped and its abort is on the way; free the blocks now.
-            self.scheduler.abort_request(e.req_id);
-            self.clients.remove(&e.req_id);
-            if !done {
-                self.hub.aborted(e.req_id, Instant::now());
+        if out.finished.is_some() {
+            if let Some(c) = self.clients.remove(&e.req_id) {
+                self.outbox.push(e.req_id, c.outputs, out);
             }
-        } else if done {
-            self.clients.remove(&e.req_id);
+        } else {
+            self.outbox.push(e.req_id, client.outputs.clone(), out);
+        }
+    }
+
+    /// Sends the queued outputs now, then aborts the requests whose client has gone.
+    fn flush(&mut self) {
+        self.outbox.flush();
+        self.settle_hang_ups();
+    }
+
+    /// A stream that was dropped has its abort on the way; free its blocks now.
+    fn settle_hang_ups(&mut self) {
+        for id in self.outbox.take_hung_up() {
+            self.scheduler.abort_request(id);
+            if self.clients.remove(&id).is_some() {
+                self.hub.aborted(id, Instant::now());
+            }
         }
     }
 
     fn fail(&mut self, id: RequestId) {
+        self.flush();
         if let Some(f) = self.scheduler.finish_request(id, FinishReason::Abort)
             && let Some(c) = self.clients.remove(&id)
         {

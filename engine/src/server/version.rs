@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::config::{KvCacheDtype, ServeConfig};
-use crate::engine_core::Device;
+use crate::engine_core::{ComputeDtype, Device};
 use crate::loader::LoadFormat;
 
 /// The git commit this binary was built from (`unknown` outside a checkout).
@@ -58,6 +58,11 @@ pub fn settings(config: &ServeConfig) -> Value {
         "model_dir": e.model_dir.display().to_string(),
         "served_model_name": e.served_name,
         "device": match e.device { Device::Cpu => "cpu", Device::Cuda => "cuda" },
+        "dtype": match e.dtype {
+            ComputeDtype::Auto => "auto",
+            ComputeDtype::Bfloat16 => "bfloat16",
+            ComputeDtype::Float32 => "float32",
+        },
         "load_format": match e.load_format { LoadFormat::Auto => "auto", LoadFormat::Dummy => "dummy" },
         "max_seq_len": e.max_seq_len,
         "max_batch_size": e.max_num_seqs,
