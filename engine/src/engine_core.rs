@@ -173,13 +173,6 @@ pub enum ComputeDtype {
     Float32,
 }
 
-impl ComputeDtype {
-    /// Whether the CUDA backend runs its float32 path.
-    pub fn cuda_float32(self) -> bool {
-        self == ComputeDtype::Float32
-    }
-}
-
 /// Everything `met serve` decides before the engine starts (flags, validated).
 #[derive(Debug, Clone)]
 pub struct EngineConfig {

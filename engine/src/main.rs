@@ -197,14 +197,8 @@ fn dtype(d: DtypeArg) -> serve_config::ComputeDtype {
 
 #[cfg(feature = "cuda")]
 fn score_on_cuda(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
-    use metrale_engine::backend::cuda::{CudaBackend, DType};
-    let compute = if dtype(args.model.dtype).cuda_float32() {
-        DType::F32
-    } else {
-        DType::BF16
-    };
-    let backend =
-        CudaBackend::with_dtype(0, compute).context("failed to start the CUDA backend")?;
+    let backend = metrale_engine::backend::cuda::CudaBackend::for_dtype(0, dtype(args.model.dtype))
+        .context("failed to start the CUDA backend")?;
     score_on(&backend, args, tokens)
 }
 

@@ -73,12 +73,7 @@ impl EngineHandle {
             #[cfg(feature = "cuda")]
             Device::Cuda => {
                 hub.phases().phase(Phase::CompileKernels, 0, None, "");
-                let dtype = if config.dtype.cuda_float32() {
-                    crate::backend::cuda::DType::F32
-                } else {
-                    crate::backend::cuda::DType::BF16
-                };
-                let backend = crate::backend::cuda::CudaBackend::with_dtype(0, dtype)
+                let backend = crate::backend::cuda::CudaBackend::for_dtype(0, config.dtype)
                     .context("failed to open the GPU")?;
                 if config.enforce_eager {
                     backend.set_graphs(false);

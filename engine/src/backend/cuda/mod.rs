@@ -134,6 +134,19 @@ impl CudaBackend {
         Self::with_dtype(ordinal, DType::BF16)
     }
 
+    /// The backend `--dtype` asks for: `auto` and `bfloat16` are the bf16 path, `float32` the
+    /// float32 path.
+    pub fn for_dtype(ordinal: usize, dtype: crate::engine_core::ComputeDtype) -> Result<Self> {
+        use crate::engine_core::ComputeDtype;
+        Self::with_dtype(
+            ordinal,
+            match dtype {
+                ComputeDtype::Auto | ComputeDtype::Bfloat16 => DType::BF16,
+                ComputeDtype::Float32 => DType::F32,
+            },
+        )
+    }
+
     /// [`CudaBackend::new`] with weights, GEMM operands and the KV cache in `compute`: bf16, or
     /// f32 for the float32 path (dense Qwen3 only; twice the memory and far slower, for
     /// checking against float32 references).
