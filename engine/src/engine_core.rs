@@ -209,6 +209,9 @@ pub struct EngineConfig {
     pub ssm_checkpoint_slots: Option<usize>,
     /// `--ssm-checkpoint-interval`: tokens between checkpoints (a multiple of `block_size`).
     pub ssm_checkpoint_interval: usize,
+    /// `--kv-cache-dtype fp8`: e4m3 KV cache with per-head scales (`backend/kv_fp8.rs`); on the
+    /// CPU the f32 cache holds the same rounded values.
+    pub kv_cache_fp8: bool,
 }
 
 /// State shared between the handles and the engine thread.

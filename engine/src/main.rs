@@ -172,12 +172,17 @@ fn score_hybrid(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<Position
         .with_context(|| format!("failed to load {}", path.display()))?;
     check_tokens(tokens, model.vocab_size(), model.max_position_embeddings())?;
     Ok(score(
-        &CpuBackend,
+        &CpuBackend::with_fp8_kv_cache(kv_fp8(args)),
         &model,
         tokens,
         args.top_k,
         DEFAULT_CHUNK,
     )?)
+}
+
+/// `met score --kv-cache-dtype fp8`.
+fn kv_fp8(args: &ScoreArgs) -> bool {
+    args.kv_cache_dtype == KvCacheDtypeArg::Fp8
 }
 
 fn device(d: Device) -> serve_config::Device {
@@ -198,7 +203,8 @@ fn dtype(d: DtypeArg) -> serve_config::ComputeDtype {
 #[cfg(feature = "cuda")]
 fn score_on_cuda(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
     let backend = metrale_engine::backend::cuda::CudaBackend::for_dtype(0, dtype(args.model.dtype))
-        .context("failed to start the CUDA backend")?;
+        .context("failed to start the CUDA backend")?
+        .with_fp8_kv_cache(kv_fp8(args))?;
     score_on(&backend, args, tokens)
 }
 
@@ -228,10 +234,19 @@ fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
     }
     let config = ModelDir::open(&args.model.model)?.config()?;
     serve_config::check_dtype(dtype(args.model.dtype), device(args.model.device), &config)?;
+    if kv_fp8(&args) && args.model.dtype == DtypeArg::Float32 {
+        bail!(
+            "--kv-cache-dtype fp8: the float32 path keeps an f32 cache: drop one of --dtype float32 and --kv-cache-dtype fp8"
+        );
+    }
     let hybrid = qwen3_5::is_hybrid(&config.architecture);
     let positions = match args.model.device {
         Device::Cpu if hybrid => score_hybrid(&args, &tokens)?,
-        Device::Cpu => score_on(&CpuBackend, &args, &tokens)?,
+        Device::Cpu => score_on(
+            &CpuBackend::with_fp8_kv_cache(kv_fp8(&args)),
+            &args,
+            &tokens,
+        )?,
         Device::Cuda if hybrid => bail!("{}", qwen3_5::CPU_ONLY),
         Device::Cuda => score_on_cuda(&args, &tokens)?,
     };

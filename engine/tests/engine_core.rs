@@ -31,6 +31,7 @@ fn config(name: &str) -> EngineConfig {
         ssm_cache_slots: None,
         ssm_checkpoint_slots: None,
         ssm_checkpoint_interval: 512,
+        kv_cache_fp8: false,
         enforce_eager: false,
     }
 }

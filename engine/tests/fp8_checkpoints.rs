@@ -34,7 +34,7 @@ fn load_error(dir: &Path) -> String {
         let md = ModelDir::open(dir)?;
         let cfg = md.config()?;
         let weights = Weights::open(dir, LoadFormat::Auto)?;
-        Qwen3::load(&CpuBackend, &cfg, &weights)?;
+        Qwen3::load(&CpuBackend::default(), &cfg, &weights)?;
         Ok(())
     })();
     std::fs::remove_dir_all(dir).ok();

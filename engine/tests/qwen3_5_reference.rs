@@ -34,7 +34,9 @@ fn load(name: &str) -> (Qwen3_5, Reference) {
 
 /// Log-softmax of each row of `[T, V]` logits.
 fn rows(model: &Qwen3_5, mut logits: CpuTensor) -> Vec<Vec<f32>> {
-    CpuBackend.log_softmax(&mut logits).expect("log_softmax");
+    CpuBackend::default()
+        .log_softmax(&mut logits)
+        .expect("log_softmax");
     let v = model.config.base.vocab_size;
     logits.data.chunks(v).map(<[f32]>::to_vec).collect()
 }

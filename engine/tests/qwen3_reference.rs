@@ -29,7 +29,7 @@ fn load(name: &str) -> (Qwen3<CpuBackend>, Reference) {
     let dir = ModelDir::open(&model_dir(name)).expect("fixture checkpoint");
     let cfg = dir.config().expect("config");
     let weights = Weights::open(&dir.root, LoadFormat::Auto).expect("weights");
-    let model = Qwen3::load(&CpuBackend, &cfg, &weights).expect("load");
+    let model = Qwen3::load(&CpuBackend::default(), &cfg, &weights).expect("load");
     (model, reference(name))
 }
 
@@ -47,7 +47,7 @@ fn every_position_matches_transformers() {
         let mut max_diff = 0f32;
         for (s, seq) in reference.sequences.iter().enumerate() {
             // Odd chunk size: prefill in several pieces through the paged cache.
-            let got = score(&CpuBackend, &model, &seq.tokens, 5, 7).expect("score");
+            let got = score(&CpuBackend::default(), &model, &seq.tokens, 5, 7).expect("score");
             assert_eq!(got.len(), seq.tokens.len());
             for (p, want) in seq.next_token_logprobs.iter().enumerate() {
                 let lp = got[p].logprob.expect("has next");
@@ -75,7 +75,7 @@ fn greedy_continuation_is_identical() {
         let total = g.prompt.len() + g.continuation.len();
         let table: Vec<u32> = (1..=total.div_ceil(bs) as u32).rev().collect(); // non-contiguous order
         let mut kv = model
-            .new_kv_storage(&CpuBackend, table.len() + 1, bs)
+            .new_kv_storage(&CpuBackend::default(), table.len() + 1, bs)
             .expect("kv");
         let mut tokens = g.prompt.clone();
         let mut start = 0;
@@ -91,9 +91,9 @@ fn greedy_continuation_is_identical() {
                 }],
             );
             let logits = model
-                .forward(&CpuBackend, &host, &host.clone(), &mut kv)
+                .forward(&CpuBackend::default(), &host, &host.clone(), &mut kv)
                 .expect("forward");
-            let row = CpuBackend.to_host(&logits).expect("host");
+            let row = CpuBackend::default().to_host(&logits).expect("host");
             start = tokens.len();
             tokens.push(top_k_of(&row, 1)[0].0);
         }
@@ -137,17 +137,19 @@ fn batched_equals_one_at_a_time_on(name: &str) {
         .collect();
     let host = BatchInputs::build(bs, &chunks);
     let mut kv = model
-        .new_kv_storage(&CpuBackend, next_block as usize, bs)
+        .new_kv_storage(&CpuBackend::default(), next_block as usize, bs)
         .expect("kv");
     let mut logits = model
-        .forward(&CpuBackend, &host, &host.clone(), &mut kv)
+        .forward(&CpuBackend::default(), &host, &host.clone(), &mut kv)
         .expect("forward");
-    CpuBackend.log_softmax(&mut logits).expect("log_softmax");
-    let all = CpuBackend.to_host(&logits).expect("host");
+    CpuBackend::default()
+        .log_softmax(&mut logits)
+        .expect("log_softmax");
+    let all = CpuBackend::default().to_host(&logits).expect("host");
     let vocab = model.vocab_size();
     let mut row = 0;
     for (i, s) in seqs.iter().enumerate() {
-        let alone = score(&CpuBackend, &model, &s.tokens, 1, 1024).expect("alone");
+        let alone = score(&CpuBackend::default(), &model, &s.tokens, 1, 1024).expect("alone");
         for (p, a) in alone.iter().enumerate() {
             if let Some(t) = a.next_token {
                 let batched = all[(row + p) * vocab + t as usize];
@@ -177,7 +179,7 @@ fn cached_prefix_equals_recompute() {
     let prefix = 4 * bs; // whole blocks, as the prefix cache shares them
     let table: Vec<u32> = (1..=n.div_ceil(bs) as u32).collect();
     let mut kv = model
-        .new_kv_storage(&CpuBackend, table.len() + 1, bs)
+        .new_kv_storage(&CpuBackend::default(), table.len() + 1, bs)
         .expect("kv");
     let first = BatchInputs::build(
         bs,
@@ -189,7 +191,7 @@ fn cached_prefix_equals_recompute() {
         }],
     );
     model
-        .forward(&CpuBackend, &first, &first.clone(), &mut kv)
+        .forward(&CpuBackend::default(), &first, &first.clone(), &mut kv)
         .expect("prefix");
     // A second request with the same prefix reuses the blocks and computes only its suffix.
     let rest = BatchInputs::build(
@@ -202,11 +204,13 @@ fn cached_prefix_equals_recompute() {
         }],
     );
     let mut logits = model
-        .forward(&CpuBackend, &rest, &rest.clone(), &mut kv)
+        .forward(&CpuBackend::default(), &rest, &rest.clone(), &mut kv)
         .expect("suffix");
-    CpuBackend.log_softmax(&mut logits).expect("log_softmax");
-    let got = CpuBackend.to_host(&logits).expect("host");
-    let full = score(&CpuBackend, &model, &seq.tokens, 1, 1024).expect("full");
+    CpuBackend::default()
+        .log_softmax(&mut logits)
+        .expect("log_softmax");
+    let got = CpuBackend::default().to_host(&logits).expect("host");
+    let full = score(&CpuBackend::default(), &model, &seq.tokens, 1, 1024).expect("full");
     let vocab = model.vocab_size();
     for p in prefix..n - 1 {
         let t = seq.tokens[p + 1] as usize;
@@ -241,10 +245,14 @@ fn missing_and_misshaped_tensors_are_named() {
     .expect("write");
     let dir = ModelDir::open(&tmp).expect("dir");
     let weights = Weights::open(&tmp, LoadFormat::Auto).expect("weights");
-    let err = Qwen3::load(&CpuBackend, &dir.config().expect("cfg"), &weights)
-        .err()
-        .expect("shape mismatch")
-        .to_string();
+    let err = Qwen3::load(
+        &CpuBackend::default(),
+        &dir.config().expect("cfg"),
+        &weights,
+    )
+    .err()
+    .expect("shape mismatch")
+    .to_string();
     assert!(
         err.contains("model.layers.0.mlp.gate_proj.weight")
             && err.contains("[200, 96]")
@@ -257,10 +265,14 @@ fn missing_and_misshaped_tensors_are_named() {
         cfg_text.replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 3"),
     )
     .expect("write");
-    let err = Qwen3::load(&CpuBackend, &dir.config().expect("cfg"), &weights)
-        .err()
-        .expect("missing")
-        .to_string();
+    let err = Qwen3::load(
+        &CpuBackend::default(),
+        &dir.config().expect("cfg"),
+        &weights,
+    )
+    .err()
+    .expect("missing")
+    .to_string();
     assert!(
         err.contains("model.layers.2.") && err.contains("missing"),
         "{err}"
@@ -273,8 +285,13 @@ fn dummy_weights_need_only_the_config() {
     for name in ["qwen3-gqa-tied", "qwen3-moe-mixed", "qwen3-moe-fp8"] {
         let dir = ModelDir::open(&fixtures().join("models").join(name)).expect("dir");
         let weights = Weights::open(&dir.root, LoadFormat::Dummy).expect("dummy");
-        let model = Qwen3::load(&CpuBackend, &dir.config().expect("cfg"), &weights).expect("load");
-        let got = score(&CpuBackend, &model, &[1, 2, 3, 4], 3, 512).expect("score");
+        let model = Qwen3::load(
+            &CpuBackend::default(),
+            &dir.config().expect("cfg"),
+            &weights,
+        )
+        .expect("load");
+        let got = score(&CpuBackend::default(), &model, &[1, 2, 3, 4], 3, 512).expect("score");
         assert!(
             got.iter()
                 .all(|p| p.top.iter().all(|(_, lp)| lp.is_finite() && *lp <= 0.0)),

@@ -71,7 +71,9 @@ fn alone(prompt: &[u32], max_tokens: usize) -> Vec<u32> {
         let mut logits = model
             .forward_sequence_chunk(&mut state, &input)
             .expect("forward");
-        CpuBackend.log_softmax(&mut logits).expect("log_softmax");
+        CpuBackend::default()
+            .log_softmax(&mut logits)
+            .expect("log_softmax");
         let v = cfg.base.vocab_size;
         let next = top_k_of(&logits.data[logits.data.len() - v..], 1)[0].0;
         out.push(next);

@@ -28,8 +28,13 @@
 // The float32 path (`--dtype float32`): an f32 cache and an f32 output, through the same
 // attention_impl; the fp32 kernels take f32 qkv, cache and output.
 //
+// The FP8 cache (`--kv-cache-dtype fp8`, prelude.cuh's KV_FP8_GROUP): write_kv_<qkv>_kv8 stores
+// e4m3 bytes and group scales; attention reads `e4m3 · scale` through kv_value. Every attention
+// kernel takes the two scale regions last (null, and unused, for bf16 and f32 caches).
+//
 // Symbols: write_kv_<qkv dtype>, paged_attention[_split]_<qkv dtype>_d<32·NPER>_g<G>,
-// attention_merge; write_kv_fp32, paged_attention[_split]_fp32_d<D>_g<G>, attention_merge_fp32.
+// attention_merge; write_kv_fp32, paged_attention[_split]_fp32_d<D>_g<G>, attention_merge_fp32;
+// write_kv_<qkv dtype>_kv8, paged_attention[_split]_<qkv dtype>_kv8_d<D>_g<G>.
 
 #define ATTN_WARPS 4
 
@@ -59,6 +64,38 @@ WRITE_KV(f32, float, bf16)
 WRITE_KV(bf16, bf16, bf16)
 WRITE_KV(fp32, float, float)
 
+// The FP8 cache (`_kv8`): a warp per head vector (the token's nkv k heads, then its v heads)
+// finds its group scales and stores e4m3 bytes (store_head_fp8). k_scales / v_scales are the
+// layers' scale regions ([slots, nkv, groups] f32).
+template <typename T>
+__device__ void write_kv_fp8_impl(unsigned char* k_cache, unsigned char* v_cache, float* k_scales,
+                                  float* v_scales, const T* qkv, const u32* slot_mapping,
+                                  int num_heads, int num_kv_heads, int head_dim) {
+    const u64 row = blockIdx.x;
+    const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const u64 width = (u64)(num_heads + 2 * num_kv_heads) * head_dim;
+    const T* k = qkv + row * width + (u64)num_heads * head_dim;
+    const int groups = (head_dim + KV_FP8_GROUP - 1) / KV_FP8_GROUP;
+    const u64 slot = slot_mapping[row];
+    for (int h = warp; h < 2 * num_kv_heads; h += warps) {
+        const bool is_v = h >= num_kv_heads;
+        const u64 r = slot * num_kv_heads + (is_v ? h - num_kv_heads : h);
+        store_head_fp8((is_v ? v_cache : k_cache) + r * head_dim,
+                       (is_v ? v_scales : k_scales) + r * groups, k + (u64)h * head_dim, head_dim);
+    }
+}
+
+#define WRITE_KV_FP8(SUFFIX, T)                                                                    \
+    extern "C" __global__ void write_kv_##SUFFIX##_kv8(                                            \
+        unsigned char* k_cache, unsigned char* v_cache, float* k_scales, float* v_scales,          \
+        const T* qkv, const u32* slot_mapping, int num_heads, int num_kv_heads, int head_dim) {    \
+        write_kv_fp8_impl(k_cache, v_cache, k_scales, v_scales, qkv, slot_mapping, num_heads,      \
+                          num_kv_heads, head_dim);                                                 \
+    }
+
+WRITE_KV_FP8(f32, float)
+WRITE_KV_FP8(bf16, bf16)
+
 // One block's share of attention for (row = blockIdx.x / (nh/G), heads G·(blockIdx.x % (nh/G)) ..)
 // over keys [begin, end) of the row's causal range. The G heads of a block share one kv head
 // (G divides the group size nh / nkv), so each key and value is read once for all of them: at
@@ -70,7 +107,8 @@ template <typename T, typename TC, typename TO, int NPER, int G, bool PARTIAL>
 __device__ void attention_impl(TO* out, float* partial, const T* qkv, const TC* k_cache,
                                const TC* v_cache, const u32* positions, const u32* row_seq,
                                const u32* block_tables, int max_blocks, int block_size,
-                               int num_heads, int num_kv_heads, int head_dim, float scale) {
+                               int num_heads, int num_kv_heads, int head_dim, float scale,
+                               const float* k_scales, const float* v_scales) {
     __shared__ float part_m[ATTN_WARPS][G], part_l[ATTN_WARPS][G];
     __shared__ float part_acc[ATTN_WARPS][G][NPER * 32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -89,6 +127,7 @@ __device__ void attention_impl(TO* out, float* partial, const T* qkv, const TC* 
     const int per_split = PARTIAL ? (len + (int)gridDim.z - 1) / (int)gridDim.z : 0;
     const int begin = PARTIAL ? (int)blockIdx.z * per_split : 0;
     const int end = PARTIAL ? min(len, begin + per_split) : len;
+    const int groups = (head_dim + KV_FP8_GROUP - 1) / KV_FP8_GROUP;  // FP8 cache scales a row
 
     float qr[G][NPER], acc[G][NPER], m[G], l[G];
 #pragma unroll
@@ -108,23 +147,23 @@ __device__ void attention_impl(TO* out, float* partial, const T* qkv, const TC* 
     for (int p = begin + warp; p < end; p += 2 * ATTN_WARPS) {
         const int p1 = p + ATTN_WARPS;
         const bool two = p1 < end;
-        const u64 base0 =
-            (((u64)table[p / block_size] * block_size + p % block_size) * num_kv_heads + kv_head) *
-            head_dim;
-        const u64 base1 =
-            two ? (((u64)table[p1 / block_size] * block_size + p1 % block_size) * num_kv_heads +
-                   kv_head) *
-                      head_dim
-                : base0;
+        // Cache rows (a token's head vector) of the two keys, and their first elements.
+        const u64 r0 =
+            ((u64)table[p / block_size] * block_size + p % block_size) * num_kv_heads + kv_head;
+        const u64 r1 =
+            two ? ((u64)table[p1 / block_size] * block_size + p1 % block_size) * num_kv_heads +
+                      kv_head
+                : r0;
+        const u64 base0 = r0 * head_dim, base1 = r1 * head_dim;
         float k0[NPER], v0[NPER], k1[NPER], v1[NPER], s0[G], s1[G];
 #pragma unroll
         for (int i = 0; i < NPER; ++i) {
             const int d = lane + 32 * i;
             const bool in = d < head_dim;
-            k0[i] = in ? to_f32(k_cache[base0 + d]) : 0.f;
-            v0[i] = in ? to_f32(v_cache[base0 + d]) : 0.f;
-            k1[i] = in ? to_f32(k_cache[base1 + d]) : 0.f;
-            v1[i] = in ? to_f32(v_cache[base1 + d]) : 0.f;
+            k0[i] = in ? kv_value(k_cache, k_scales, r0, base0, d, groups) : 0.f;
+            v0[i] = in ? kv_value(v_cache, v_scales, r0, base0, d, groups) : 0.f;
+            k1[i] = in ? kv_value(k_cache, k_scales, r1, base1, d, groups) : 0.f;
+            v1[i] = in ? kv_value(v_cache, v_scales, r1, base1, d, groups) : 0.f;
         }
 #pragma unroll
         for (int g = 0; g < G; ++g) {
@@ -176,18 +215,22 @@ __device__ void attention_impl(TO* out, float* partial, const T* qkv, const TC* 
     extern "C" __global__ void paged_attention_##SUFFIX(                                           \
         TO* out, float* partial, const T* qkv, const TC* k_cache, const TC* v_cache,               \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
-        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) {              \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
+        const float* k_scales, const float* v_scales) {                                            \
         attention_impl<T, TC, TO, NPER, G, false>(out, partial, qkv, k_cache, v_cache, positions,  \
                                                   row_seq, block_tables, max_blocks, block_size,   \
-                                                  num_heads, num_kv_heads, head_dim, scale);       \
+                                                  num_heads, num_kv_heads, head_dim, scale,        \
+                                                  k_scales, v_scales);                             \
     }                                                                                              \
     extern "C" __global__ void paged_attention_split_##SUFFIX(                                     \
         TO* out, float* partial, const T* qkv, const TC* k_cache, const TC* v_cache,               \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
-        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) {              \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
+        const float* k_scales, const float* v_scales) {                                            \
         attention_impl<T, TC, TO, NPER, G, true>(out, partial, qkv, k_cache, v_cache, positions,   \
                                                  row_seq, block_tables, max_blocks, block_size,    \
-                                                 num_heads, num_kv_heads, head_dim, scale);        \
+                                                 num_heads, num_kv_heads, head_dim, scale,         \
+                                                 k_scales, v_scales);                              \
     }
 
 // Head groups G with G · NPER <= 32 (the registers of q and the accumulators).
@@ -208,6 +251,15 @@ PAGED_ATTENTION_GROUPS(fp32, float, float, float, 32, 1)
 PAGED_ATTENTION_GROUPS(fp32, float, float, float, 64, 2)
 PAGED_ATTENTION_GROUPS(fp32, float, float, float, 128, 4)
 PAGED_ATTENTION_GROUPS(fp32, float, float, float, 256, 8)
+// The FP8 cache (`_kv8`), for head dims the tensor-core kernel does not take.
+PAGED_ATTENTION_GROUPS(f32_kv8, float, unsigned char, bf16, 32, 1)
+PAGED_ATTENTION_GROUPS(f32_kv8, float, unsigned char, bf16, 64, 2)
+PAGED_ATTENTION_GROUPS(f32_kv8, float, unsigned char, bf16, 128, 4)
+PAGED_ATTENTION_GROUPS(f32_kv8, float, unsigned char, bf16, 256, 8)
+PAGED_ATTENTION_GROUPS(bf16_kv8, bf16, unsigned char, bf16, 32, 1)
+PAGED_ATTENTION_GROUPS(bf16_kv8, bf16, unsigned char, bf16, 64, 2)
+PAGED_ATTENTION_GROUPS(bf16_kv8, bf16, unsigned char, bf16, 128, 4)
+PAGED_ATTENTION_GROUPS(bf16_kv8, bf16, unsigned char, bf16, 256, 8)
 
 // The same attention with 16-byte loads, for head_dim D = 64, 128 or 256 exactly (a bf16 cache):
 // LPK = D / 8 lanes hold one key (8 dims a lane), so a warp reads KPW = 32 / LPK keys a step,
@@ -350,7 +402,8 @@ __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, cons
     extern "C" __global__ void paged_attention_vec_##SUFFIX(                                       \
         bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
-        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) { \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
+        const float*, const float*) {                                                              \
         attention_vec_impl<T, D, G, false>(out, partial, qkv, k_cache, v_cache, positions,         \
                                            row_seq, block_tables, max_blocks, block_size,          \
                                            num_heads, num_kv_heads, scale);        \
@@ -358,7 +411,8 @@ __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, cons
     extern "C" __global__ void paged_attention_vec_split_##SUFFIX(                                 \
         bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
-        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) { \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
+        const float*, const float*) {                                                              \
         attention_vec_impl<T, D, G, true>(out, partial, qkv, k_cache, v_cache, positions,          \
                                           row_seq, block_tables, max_blocks, block_size,           \
                                           num_heads, num_kv_heads, scale);         \

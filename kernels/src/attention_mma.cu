@@ -32,8 +32,14 @@
 // carried to about 2^-17 of itself rather than bf16's 2^-9, which on short rows of small outputs
 // was ten times the kernel's tolerance. An f32 q is split the same way; a bf16 q is exact.
 //
-// Symbols: paged_attention_mma[_split]_<qkv dtype>_d<D>[_wide] (_wide: groups of 9 to 16 heads,
-// which use the A operand's upper 8 rows too).
+// An FP8 cache (`_kv8`, see prelude.cuh): a lane loads 8 bytes where a bf16 cache gives it 16
+// and widens them to bf16 exactly (e4m3 has 4 significant bits), so the products are unchanged;
+// each key's scale multiplies its scores before the softmax and each value's scale the weights
+// given to Oᵀ += Vᵀ·Pᵀ (the running sum l keeps the plain weights). The scales come from the
+// clamped keys, so a masked key's weight stays 0.
+//
+// Symbols: paged_attention_mma[_split]_<qkv dtype>[_kv8]_d<D>[_wide] (_wide: groups of 9 to 16
+// heads, which use the A operand's upper 8 rows too).
 
 #define MMA_WARPS 4
 
@@ -88,21 +94,33 @@ __device__ __forceinline__ float quad_sum(float v) {
 // (already scaled to log2 units, -inf where masked), m/l its running max and (lane-partial) sum.
 // Returns the correction for the accumulators and leaves the weights in pa (keys 2t, 2t+1) and
 // pb (keys 8 + 2t, 8 + 2t + 1) as bf16 pairs, and their rounding errors in pa_lo and pb_lo.
+// With an FP8 cache (SCALED), the weights given to the products are p times the value scales vs
+// of their keys (the sum l is of the plain weights).
+template <bool SCALED>
 __device__ __forceinline__ float softmax_row(const float s[4], float& m, float& l, u32& pa,
-                                             u32& pb, u32& pa_lo, u32& pb_lo) {
+                                             u32& pb, u32& pa_lo, u32& pb_lo,
+                                             const float (&vs)[4]) {
     const float m_new = fmaxf(m, quad_max(fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]))));
     // Key `base` of every tile is valid, so m_new is finite; 2^(-inf - m_new) = 0 on the first.
     const float corr = exp2_fast(m - m_new);
     const float p0 = exp2_fast(s[0] - m_new), p1 = exp2_fast(s[1] - m_new);
     const float p2 = exp2_fast(s[2] - m_new), p3 = exp2_fast(s[3] - m_new);
-    pa = pack_bf16(p0, p1);
-    pb = pack_bf16(p2, p3);
-    // What bf16 lost, as a second bf16 pair: hi + lo carries a weight to 2^-17 of itself.
-    pa_lo = pack_bf16(p0 - lo(pa), p1 - hi(pa));
-    pb_lo = pack_bf16(p2 - lo(pb), p3 - hi(pb));
     l = l * corr + ((p0 + p1) + (p2 + p3));
     m = m_new;
+    const float w0 = SCALED ? p0 * vs[0] : p0, w1 = SCALED ? p1 * vs[1] : p1;
+    const float w2 = SCALED ? p2 * vs[2] : p2, w3 = SCALED ? p3 * vs[3] : p3;
+    pa = pack_bf16(w0, w1);
+    pb = pack_bf16(w2, w3);
+    // What bf16 lost, as a second bf16 pair: hi + lo carries a weight to 2^-17 of itself.
+    pa_lo = pack_bf16(w0 - lo(pa), w1 - hi(pa));
+    pb_lo = pack_bf16(w2 - lo(pb), w3 - hi(pb));
     return corr;
+}
+
+// Eight e4m3 bytes (an FP8 cache's dims) as the u32x4 of bf16 pairs a 16-byte bf16 load gives.
+__device__ __forceinline__ u32x4 e4m3x8_to_bf16x8(u32x2 w) {
+    return u32x4{e4m3x2_to_bf16x2(w.x), e4m3x2_to_bf16x2(w.x >> 16), e4m3x2_to_bf16x2(w.y),
+                 e4m3x2_to_bf16x2(w.y >> 16)};
 }
 
 // Head h's q (from `q0`, head 0 of the group, already offset by the lane's 8t dims) as the A
@@ -156,11 +174,16 @@ __device__ __forceinline__ u32 key_pair(const u32x4 (&a)[VC], const u32x4 (&b)[V
     return (e & 1) ? pair_halves<true>(wa, wb) : pair_halves<false>(wa, wb);
 }
 
-template <typename T, int D, bool WIDE, bool PARTIAL>
-__device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, const bf16* k_cache,
-                                   const bf16* v_cache, const u32* positions, const u32* row_seq,
+template <typename T, typename TC, int D, bool WIDE, bool PARTIAL>
+__device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, const TC* k_cache,
+                                   const TC* v_cache, const u32* positions, const u32* row_seq,
                                    const u32* block_tables, int max_blocks, int block_size,
-                                   int num_heads, int num_kv_heads, float scale) {
+                                   int num_heads, int num_kv_heads, float scale,
+                                   const float* k_scales, const float* v_scales) {
+    // An FP8 cache (TC = unsigned char): keys and values are loaded as e4m3 bytes (half the
+    // bytes of bf16) and widened to bf16 exactly; a key's scale multiplies its scores, a value's
+    // scale its weights (one scale a head vector: D <= 128 is one group).
+    constexpr bool FP8 = sizeof(TC) == 1;
     constexpr int KC = D / 32;  // 16-byte chunks of a key a lane loads (one per q·k step pair)
     constexpr int NT = D / 8;   // output tiles of 8 dims; also the dims of a key a lane loads
     constexpr int VC = D / 64;  // 16-byte chunks of those dims
@@ -217,20 +240,39 @@ __device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, cons
         // Keys g and 8 + g for q·k; keys 2t, 2t + 1, 2t + 8, 2t + 9 for the weighted sum. All
         // loads are issued before any is used.
         u32x4 kc[2][KC], vc[4][VC];
+        // FP8: keys 2t, 2t + 1, 2t + 8, 2t + 9 (the lane's scores and weights) scale factors.
+        float ks[4], vs[4];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-            const bf16* kp = k_cache + at(min(base + 8 * i + g, end - 1)) + 8 * t;
+            const TC* kp = k_cache + at(min(base + 8 * i + g, end - 1)) + 8 * t;
 #pragma unroll
-            for (int c = 0; c < KC; ++c) kc[i][c] = load_stream((const u32x4*)(kp + 32 * c));
+            for (int c = 0; c < KC; ++c) {
+                if constexpr (FP8)
+                    kc[i][c] = e4m3x8_to_bf16x8(load_stream8((const u32x2*)(kp + 32 * c)));
+                else
+                    kc[i][c] = load_stream((const u32x4*)(kp + 32 * c));
+            }
         }
         bool v_ok[4];
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const int p = base + 2 * t + (r & 1) + 8 * (r >> 1);
             v_ok[r] = p < end;
-            const bf16* vp = v_cache + at(min(p, end - 1)) + NT * g;
+            const u64 off = at(min(p, end - 1));
+            const TC* vp = v_cache + off + NT * g;
 #pragma unroll
-            for (int c = 0; c < VC; ++c) vc[r][c] = load_stream((const u32x4*)(vp + 8 * c));
+            for (int c = 0; c < VC; ++c) {
+                if constexpr (FP8)
+                    vc[r][c] = e4m3x8_to_bf16x8(load_stream8((const u32x2*)(vp + 8 * c)));
+                else
+                    vc[r][c] = load_stream((const u32x4*)(vp + 8 * c));
+            }
+            if constexpr (FP8) {
+                ks[r] = k_scales[off / D];
+                vs[r] = v_scales[off / D];
+            } else {
+                ks[r] = vs[r] = 1.f;
+            }
         }
 
         // S = Q·Kᵀ for keys 0-7 (i = 0) and 8-15 (i = 1) of the tile.
@@ -253,16 +295,18 @@ __device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, cons
 #pragma unroll
         for (int i = 0; i < 2; ++i)
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
+            for (int j = 0; j < 4; ++j) {
+                if constexpr (FP8) s[i][j] *= ks[2 * i + (j & 1)];
                 s[i][j] = base + 8 * i + 2 * t + (j & 1) < end ? s[i][j] * scale_log2 : NEG_INF;
+            }
         // P as the B operand of Oᵀ += Vᵀ·Pᵀ: column (head) g is this lane's softmax row.
         u32 pa0, pb0, pa1 = 0u, pb1 = 0u, la0, lb0, la1 = 0u, lb1 = 0u;
         const float r0[4] = {s[0][0], s[0][1], s[1][0], s[1][1]};
-        const float c0 = softmax_row(r0, m0, l0, pa0, pb0, la0, lb0);
+        const float c0 = softmax_row<FP8>(r0, m0, l0, pa0, pb0, la0, lb0, vs);
         rescale<MT>(o, c0, t);
         if (WIDE) {
             const float r1[4] = {s[0][2], s[0][3], s[1][2], s[1][3]};
-            const float c1 = softmax_row(r1, m1, l1, pa1, pb1, la1, lb1);
+            const float c1 = softmax_row<FP8>(r1, m1, l1, pa1, pb1, la1, lb1, vs);
             rescale<MT>(o2, c1, t);
         }
         // Masked keys' values are zeroed: their weight is 0, but 0 · NaN is not.
@@ -321,29 +365,35 @@ __device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, cons
 
 // Same arguments as attention.cu's kernels (head_dim is implied by the variant); grid x =
 // row · nkv + kv head, z = splits; MMA_WARPS · 32 threads.
-#define PAGED_ATTENTION_MMA(SUFFIX, T, D, WIDE)                                                    \
+#define PAGED_ATTENTION_MMA(SUFFIX, T, TC, D, WIDE)                                                \
     extern "C" __global__ void paged_attention_mma_##SUFFIX(                                       \
-        bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
+        bf16* out, float* partial, const T* qkv, const TC* k_cache, const TC* v_cache,             \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
-        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) {              \
-        attention_mma_impl<T, D, WIDE, false>(out, partial, qkv, k_cache, v_cache, positions,      \
-                                              row_seq, block_tables, max_blocks, block_size,       \
-                                              num_heads, num_kv_heads, scale);                     \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
+        const float* k_scales, const float* v_scales) {                                            \
+        attention_mma_impl<T, TC, D, WIDE, false>(out, partial, qkv, k_cache, v_cache, positions,  \
+                                                  row_seq, block_tables, max_blocks, block_size,   \
+                                                  num_heads, num_kv_heads, scale, k_scales,        \
+                                                  v_scales);                                       \
     }                                                                                              \
     extern "C" __global__ void paged_attention_mma_split_##SUFFIX(                                 \
-        bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
+        bf16* out, float* partial, const T* qkv, const TC* k_cache, const TC* v_cache,             \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
-        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale) {              \
-        attention_mma_impl<T, D, WIDE, true>(out, partial, qkv, k_cache, v_cache, positions,       \
-                                             row_seq, block_tables, max_blocks, block_size,        \
-                                             num_heads, num_kv_heads, scale);                      \
+        int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
+        const float* k_scales, const float* v_scales) {                                            \
+        attention_mma_impl<T, TC, D, WIDE, true>(out, partial, qkv, k_cache, v_cache, positions,   \
+                                                 row_seq, block_tables, max_blocks, block_size,    \
+                                                 num_heads, num_kv_heads, scale, k_scales,         \
+                                                 v_scales);                                        \
     }
 
-PAGED_ATTENTION_MMA(f32_d64, float, 64, false)
-PAGED_ATTENTION_MMA(f32_d128, float, 128, false)
-PAGED_ATTENTION_MMA(bf16_d64, bf16, 64, false)
-PAGED_ATTENTION_MMA(bf16_d128, bf16, 128, false)
-PAGED_ATTENTION_MMA(f32_d64_wide, float, 64, true)
-PAGED_ATTENTION_MMA(f32_d128_wide, float, 128, true)
-PAGED_ATTENTION_MMA(bf16_d64_wide, bf16, 64, true)
-PAGED_ATTENTION_MMA(bf16_d128_wide, bf16, 128, true)
+#define PAGED_ATTENTION_MMA_ALL(TS, T, TC)                                                         \
+    PAGED_ATTENTION_MMA(TS##_d64, T, TC, 64, false)                                                \
+    PAGED_ATTENTION_MMA(TS##_d128, T, TC, 128, false)                                              \
+    PAGED_ATTENTION_MMA(TS##_d64_wide, T, TC, 64, true)                                            \
+    PAGED_ATTENTION_MMA(TS##_d128_wide, T, TC, 128, true)
+
+PAGED_ATTENTION_MMA_ALL(f32, float, bf16)
+PAGED_ATTENTION_MMA_ALL(bf16, bf16, bf16)
+PAGED_ATTENTION_MMA_ALL(f32_kv8, float, unsigned char)
+PAGED_ATTENTION_MMA_ALL(bf16_kv8, bf16, unsigned char)

@@ -74,10 +74,21 @@ struct u32x4 {
     u32 x, y, z, w;
 };
 
+struct u32x2 {
+    u32 x, y;
+};
+
 #ifdef METRALE_HOST_EMULATION
+__device__ __forceinline__ u32x2 load_stream8(const u32x2* p) { return *p; }
 __device__ __forceinline__ u32x4 load_stream(const u32x4* p) { return *p; }
 __device__ __forceinline__ u32x4 load_cached(const u32x4* p) { return *p; }
 #else
+__device__ __forceinline__ u32x2 load_stream8(const u32x2* p) {
+    u32x2 r;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+
 __device__ __forceinline__ u32x4 load_stream(const u32x4* p) {
     u32x4 r;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -173,6 +184,84 @@ __device__ __forceinline__ float fp8_scale120(float scale) { return scale * __ui
 // The low byte of b, times the scale given as fp8_scale120(scale).
 __device__ __forceinline__ float e4m3_scaled(u32 b, float scale120) {
     return __uint_as_float(((b & 0x7fu) << 20) | ((b & 0x80u) << 24)) * scale120;
+}
+
+// The exact value of e4m3 byte b (low byte): e4m3_scaled with a scale of 1, which has at most
+// four significant bits, so the top half of its f32 bits is its bf16 pattern, exactly.
+__device__ __forceinline__ float e4m3_value(u32 b) {
+    return e4m3_scaled(b, __uint_as_float(0x7b800000u));
+}
+
+// Bytes 0 and 1 of w (e4m3) as a bf16 pair, exactly (byte 0 in the low half).
+__device__ __forceinline__ u32 e4m3x2_to_bf16x2(u32 w) {
+    return (__float_as_uint(e4m3_value(w & 0xffu)) >> 16) |
+           (__float_as_uint(e4m3_value((w >> 8) & 0xffu)) & 0xffff0000u);
+}
+
+// The FP8 KV cache (`--kv-cache-dtype fp8`; engine/src/backend/kv_fp8.rs is the host's copy
+// and says why): a cached head vector is cut into groups of KV_FP8_GROUP dims; a group keeps
+// s = amax / 448 (1 when the group is all zero) as an f32 and its values as e4m3(x / s),
+// rounded to nearest even and saturated at ±448; the value read back is e4m3 · s. A layer's
+// cache is one buffer: the e4m3 bytes [blocks, block_size, nkv, hd], then (256-byte aligned) the
+// scales [blocks, block_size, nkv, ceil(hd / 128)], the layout of FP8 weights' scales.
+#define KV_FP8_GROUP 128
+
+__device__ __forceinline__ float kv_fp8_scale(float amax) {
+    const float s = amax / 448.f;
+    return s > 0.f ? s : 1.f;
+}
+
+// x as an e4m3 byte: round to nearest even, saturate finite values at ±448, NaN -> 0x7f.
+__device__ __forceinline__ u32 f32_to_e4m3(float x) {
+    if (x != x) return 0x7fu;
+    const u32 sign = (__float_as_uint(x) >> 24) & 0x80u;
+    const float a = fabsf(x);
+    if (a >= 448.f) return sign | 0x7eu;
+    // Subnormals: multiples of 2^-9 (a · 512 is exact); 8 · 2^-9 encodes as 0x08, 2^-6.
+    if (a < 0.015625f) return sign | (u32)rintf(a * 512.f);
+    const u32 bits = __float_as_uint(a);
+    u32 e = (bits >> 23) - 120u;  // the e4m3 exponent field, 1 ..= 15
+    u32 m = (bits >> 20) & 7u;
+    const u32 rest = bits & 0xfffffu;
+    if (rest > 0x80000u || (rest == 0x80000u && (m & 1u))) {
+        if (++m == 8u) {
+            m = 0u;
+            ++e;
+        }
+    }
+    return sign | (e << 3) | m;
+}
+
+// One warp stores head vector x[0, head_dim) in the FP8 cache: its bytes at dst, its group
+// scales at scales (written by lane 0).
+template <typename T>
+__device__ void store_head_fp8(unsigned char* dst, float* scales, const T* x, int head_dim) {
+    const int lane = threadIdx.x & 31;
+    for (int g0 = 0; g0 < head_dim; g0 += KV_FP8_GROUP) {
+        const int end = min(head_dim, g0 + KV_FP8_GROUP);
+        float amax = 0.f;
+        for (int d = g0 + lane; d < end; d += 32) amax = fmaxf(amax, fabsf(to_f32(x[d])));
+        const float s = kv_fp8_scale(warp_max(amax));
+        for (int d = g0 + lane; d < end; d += 32)
+            dst[d] = (unsigned char)f32_to_e4m3(to_f32(x[d]) / s);
+        if (lane == 0) scales[g0 / KV_FP8_GROUP] = s;
+    }
+}
+
+// Element d of cache row r (a token's head vector; base = r · head_dim) as f32: bf16 and f32
+// caches ignore the scales; an FP8 cache multiplies by the row's group scale (one rounding, the
+// host's `e4m3 · s`).
+__device__ __forceinline__ float kv_value(const bf16* c, const float*, u64, u64 base, int d,
+                                          int) {
+    return to_f32(c[base + d]);
+}
+__device__ __forceinline__ float kv_value(const float* c, const float*, u64, u64 base, int d,
+                                          int) {
+    return c[base + d];
+}
+__device__ __forceinline__ float kv_value(const unsigned char* c, const float* scales, u64 r,
+                                          u64 base, int d, int groups) {
+    return e4m3_value(c[base + d]) * scales[r * groups + d / KV_FP8_GROUP];
 }
 
 // Dummy weights: `HostData::Random`'s stream (and RandomFp8's): chunks of RANDOM_CHUNK elements,

@@ -13,7 +13,10 @@
 // too) to its slot of the bf16 paged cache, exactly what write_kv would then copy: one launch a
 // layer fewer on the decode path. Slots were range-checked on the host.
 //
-// Symbols: qk_norm_rope_<qkv dtype>, qk_norm_rope_kv_<qkv dtype>; q_w/k_w are bf16, inv_freq f32.
+// With an FP8 cache (qk_norm_rope_kv_<qkv dtype>_kv8) each k and v head is stored by one warp
+// through store_head_fp8 (group scales, e4m3 bytes; see prelude.cuh), the k head once rotated.
+//
+// Symbols: qk_norm_rope_<qkv dtype>, qk_norm_rope_kv_<qkv dtype>[_kv8]; q_w/k_w are bf16, inv_freq f32.
 // The float32 path's qk_norm_rope_fp32 and qk_norm_rope_kv_fp32 take f32 qkv, weights and cache.
 
 #define ROPE_WARPS 4
@@ -23,7 +26,11 @@ template <typename T, typename TW, typename TC, bool KV>
 __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const TW* q_w, const TW* k_w,
                                   const float* inv_freq, int num_heads, int num_kv_heads,
                                   int head_dim, int half_rot, float scale, float eps,
-                                  TC* k_cache, TC* v_cache, const u32* slot_mapping) {
+                                  TC* k_cache, TC* v_cache, const u32* slot_mapping,
+                                  float* k_scales = nullptr, float* v_scales = nullptr) {
+    // An FP8 cache (TC = unsigned char): head vectors go through store_head_fp8.
+    constexpr bool FP8 = sizeof(TC) == 1;
+    const int groups = (head_dim + KV_FP8_GROUP - 1) / KV_FP8_GROUP;
     __shared__ float normed[ROPE_WARPS][ROPE_MAX_DIM];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int head = blockIdx.y * ROPE_WARPS + warp;
@@ -34,9 +41,16 @@ __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const TW* q_w, c
     T* x = qkv + row * width + (u64)head * head_dim;
     // With KV, the token's k and v heads also go to its cache slot (what write_kv does).
     const u64 slot = KV ? (u64)slot_mapping[row] * num_kv_heads * head_dim : 0;
+    // The cache row of this token's kv head `h` (FP8 scales index).
+    const u64 cache_row0 = KV ? (u64)slot_mapping[row] * num_kv_heads : 0;
     if (KV && head >= num_heads + num_kv_heads) {
-        TC* dst = v_cache + slot + (u64)(head - num_heads - num_kv_heads) * head_dim;
-        for (int d = lane; d < head_dim; d += 32) dst[d] = from_f32<TC>(to_f32(x[d]));
+        const int vh = head - num_heads - num_kv_heads;
+        TC* dst = v_cache + slot + (u64)vh * head_dim;
+        if constexpr (FP8) {
+            store_head_fp8((unsigned char*)dst, v_scales + (cache_row0 + vh) * groups, x, head_dim);
+        } else {
+            for (int d = lane; d < head_dim; d += 32) dst[d] = from_f32<TC>(to_f32(x[d]));
+        }
         return;
     }
     const TW* w = head < num_heads ? q_w : k_w;
@@ -66,8 +80,20 @@ __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const TW* q_w, c
             v = t[d];
         }
         x[d] = from_f32<T>(v);
-        if (KV && head >= num_heads)
-            k_cache[slot + (u64)(head - num_heads) * head_dim + d] = from_f32<TC>(to_f32(x[d]));
+        if constexpr (KV && !FP8) {
+            if (head >= num_heads)
+                k_cache[slot + (u64)(head - num_heads) * head_dim + d] =
+                    from_f32<TC>(to_f32(x[d]));
+        }
+    }
+    if constexpr (KV && FP8) {
+        if (head >= num_heads) {
+            // The k head as rotated and rounded to T, as write_kv would read it.
+            __syncwarp();
+            const int kh = head - num_heads;
+            store_head_fp8((unsigned char*)k_cache + slot + (u64)kh * head_dim,
+                           k_scales + (cache_row0 + kh) * groups, x, head_dim);
+        }
     }
 }
 
@@ -91,3 +117,19 @@ __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const TW* q_w, c
 QK_NORM_ROPE(f32, float, bf16, bf16)
 QK_NORM_ROPE(bf16, bf16, bf16, bf16)
 QK_NORM_ROPE(fp32, float, float, float)
+
+// The FP8 cache (`_kv8`): the same, storing the k and v heads with store_head_fp8 into the
+// e4m3 bytes and the layers' scale regions k_scales / v_scales.
+#define QK_NORM_ROPE_KV8(SUFFIX, T, TW)                                                            \
+    extern "C" __global__ void qk_norm_rope_kv_##SUFFIX##_kv8(                                     \
+        T* qkv, const u32* positions, const TW* q_w, const TW* k_w, const float* inv_freq,         \
+        int num_heads, int num_kv_heads, int head_dim, int half_rot, float scale, float eps,       \
+        unsigned char* k_cache, unsigned char* v_cache, const u32* slot_mapping, float* k_scales,  \
+        float* v_scales) {                                                                         \
+        qk_norm_rope_impl<T, TW, unsigned char, true>(                                             \
+            qkv, positions, q_w, k_w, inv_freq, num_heads, num_kv_heads, head_dim, half_rot,       \
+            scale, eps, k_cache, v_cache, slot_mapping, k_scales, v_scales);                       \
+    }
+
+QK_NORM_ROPE_KV8(f32, float, bf16)
+QK_NORM_ROPE_KV8(bf16, bf16, bf16)

@@ -34,8 +34,8 @@ struct Args {
     /// Where to write results.json and summary.txt.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sections to skip: kernels, ops, sampling, e2e, ops-f32, e2e-f32, speed, moe-speed,
-    /// profile.
+    /// Sections to skip: kernels, ops, sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8, speed,
+    /// moe-speed, profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
 }
@@ -75,6 +75,8 @@ fn main() -> ExitCode {
 
     // The float32 path's backend, opened when a section needs it.
     let mut cuda32: Option<CudaBackend> = None;
+    // The bf16 path with an FP8 KV cache (sections ops-kv8, e2e-kv8).
+    let mut cuda_kv8: Option<CudaBackend> = None;
     let mut dead = false;
     for name in [
         "kernels",
@@ -83,6 +85,8 @@ fn main() -> ExitCode {
         "e2e",
         "ops-f32",
         "e2e-f32",
+        "ops-kv8",
+        "e2e-kv8",
         "speed",
         "moe-speed",
         "profile",
@@ -113,6 +117,21 @@ fn main() -> ExitCode {
                 }
             }
         }
+        if name.ends_with("-kv8") && cuda_kv8.is_none() {
+            match CudaBackend::new(0).and_then(|c| c.with_fp8_kv_cache(true)) {
+                Ok(c) => {
+                    c.set_sync_each_launch(true);
+                    cuda_kv8 = Some(c);
+                }
+                Err(e) => {
+                    report.fail(format!(
+                        "{name}: the FP8-cache backend failed to start: {e}"
+                    ));
+                    report.summary_line(format!("{name}: FAILED to start the FP8-cache backend"));
+                    continue;
+                }
+            }
+        }
         let t = Instant::now();
         let r = catch_unwind(AssertUnwindSafe(|| match name {
             "kernels" => kernels(&cuda, &mut report),
@@ -122,6 +141,12 @@ fn main() -> ExitCode {
             "ops-f32" => ops::run(cuda32.as_ref().expect("opened above"), &mut report),
             "e2e-f32" => e2e::run(
                 cuda32.as_ref().expect("opened above"),
+                &args.fixtures,
+                &mut report,
+            ),
+            "ops-kv8" => ops::run_kv8(cuda_kv8.as_ref().expect("opened above"), &mut report),
+            "e2e-kv8" => e2e::run(
+                cuda_kv8.as_ref().expect("opened above"),
                 &args.fixtures,
                 &mut report,
             ),

@@ -475,8 +475,8 @@ impl Ops<'_> {
                 let b = positions_batch((0..t as u32).collect(), slots, bs);
                 let batch = s.cuda.prepare_batch(&b)?;
                 let shape = [blocks, bs, nkv, hd];
-                let (mut k_d, mut v_d) = (s.cuda.zeros(&shape)?, s.cuda.zeros(&shape)?);
-                let (mut k_c, mut v_c) = (s.cpu.zeros(&shape)?, s.cpu.zeros(&shape)?);
+                let (mut k_d, mut v_d) = (s.cuda.kv_zeros(&shape)?, s.cuda.kv_zeros(&shape)?);
+                let (mut k_c, mut v_c) = (s.cpu.kv_zeros(&shape)?, s.cpu.kv_zeros(&shape)?);
                 s.cuda.write_kv(&mut k_d, &mut v_d, &q_d, &batch, nh)?;
                 s.cpu.write_kv(&mut k_c, &mut v_c, &q_c, &b, nh)?;
                 s.check("write_kv", &format!("{case} k"), Tol::BF16, &k_d, &k_c)?;
@@ -516,8 +516,8 @@ impl Ops<'_> {
                 let b = positions_batch(positions, slots, bs);
                 let batch = s.cuda.prepare_batch(&b)?;
                 let shape = [blocks, bs, nkv, hd];
-                let (mut k_d, mut v_d) = (s.cuda.zeros(&shape)?, s.cuda.zeros(&shape)?);
-                let (mut k_c, mut v_c) = (s.cpu.zeros(&shape)?, s.cpu.zeros(&shape)?);
+                let (mut k_d, mut v_d) = (s.cuda.kv_zeros(&shape)?, s.cuda.kv_zeros(&shape)?);
+                let (mut k_c, mut v_c) = (s.cpu.kv_zeros(&shape)?, s.cpu.kv_zeros(&shape)?);
                 let dims = (nh, nkv, 1e-6);
                 s.cuda.qk_norm_rope_write_kv(
                     &mut q_d, &batch, &qw_d, &kw_d, &rope, dims, &mut k_d, &mut v_d,
@@ -527,6 +527,13 @@ impl Ops<'_> {
                 )?;
                 let tol = if qd == DType::F32 {
                     Tol::F32
+                } else {
+                    Tol::BF16
+                };
+                // The cache: bf16 rounding, or with an FP8 cache one e4m3 step where the
+                // device's bf16 rope output and the CPU's f32 one round apart.
+                let cache_tol = if s.cuda.kv_cache_fp8() && qd == DType::BF16 {
+                    Tol::KV8
                 } else {
                     Tol::BF16
                 };
@@ -540,14 +547,14 @@ impl Ops<'_> {
                 s.check(
                     "qk_norm_rope_write_kv",
                     &format!("{case} k"),
-                    Tol::BF16,
+                    cache_tol,
                     &k_d,
                     &k_c,
                 )?;
                 s.check(
                     "qk_norm_rope_write_kv",
                     &format!("{case} v"),
-                    Tol::BF16,
+                    cache_tol,
                     &v_d,
                     &v_c,
                 )?;
@@ -708,11 +715,25 @@ impl Ops<'_> {
     }
 }
 
+/// The cache ops with an FP8 KV cache (`section ops-kv8`): `cuda` built
+/// `with_fp8_kv_cache(true)`, against the CPU's FP8-rounding cache.
+pub fn run_kv8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    let mut ops = Ops {
+        cuda,
+        cpu: CpuBackend::with_fp8_kv_cache(true),
+        rng: Rng::new(0x6d65_7472_616c_6508),
+        report,
+    };
+    ops.report.case_header();
+    ops.write_kv()?;
+    ops.attention()
+}
+
 /// Every op, every case. Returns an error only when the device stopped answering.
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let mut ops = Ops {
         cuda,
-        cpu: CpuBackend,
+        cpu: CpuBackend::default(),
         rng: Rng::new(0x6d65_7472_616c_6501),
         report,
     };

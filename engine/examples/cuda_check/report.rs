@@ -42,6 +42,15 @@ impl Tol {
         atol_rms: 1e-3,
         rtol: 1e-3,
     };
+    /// An FP8 KV cache written from a bf16 value the CPU holds in f32: the two may round to
+    /// neighbouring e4m3 values (one step is at most 2^-3 of the value; 2^-9 of the group's
+    /// largest magnitude in the subnormal range).
+    pub const KV8: Tol = Tol {
+        atol: 0.0,
+        atol_rms: 2e-3,
+        rtol: 0.126,
+    };
+
     /// Log-probabilities (values around -12): absolute.
     pub const LOGPROB: Tol = Tol {
         atol: 1e-4,

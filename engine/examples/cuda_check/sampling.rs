@@ -103,7 +103,7 @@ fn ids(s: &[Sampled]) -> Vec<u32> {
 }
 
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
-    let cpu = CpuBackend;
+    let cpu = CpuBackend::default();
     let mut rng = Rng::new(0x73_616d_706c_6531);
     let before = CudaBackend::sample_route_counts();
     let (mut rows_checked, mut mismatches) = (0usize, 0usize);

@@ -245,7 +245,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         (total - free) as f64 / 1e9,
         total as f64 / 1e9
     ));
-    let kv_bytes_per_token = model.kv_bytes_per_token(2) as f64;
+    let kv_bytes_per_token = model.kv_bytes_per_token(cuda) as f64;
     let read = weight_bytes_read(&c);
     timing_header(report, "step");
     let line = timing_line;

@@ -8,7 +8,6 @@
 use std::time::Instant;
 
 use anyhow::Result;
-use metrale_engine::backend::Backend;
 use metrale_engine::backend::cuda::CudaBackend;
 use metrale_engine::loader::{LoadFormat, ModelConfig, ModelDir, Weights};
 use metrale_engine::models::Model;
@@ -82,7 +81,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         ));
         let blocks_per_seq = (CONTEXT + 1).div_ceil(BLOCK);
         let mut kv = model.new_kv_storage(cuda, 8 * blocks_per_seq + 1, BLOCK)?;
-        let kv_per_token = model.kv_bytes_per_token(cuda.kv_element_bytes()) as f64;
+        let kv_per_token = model.kv_bytes_per_token(cuda) as f64;
         for b in [1usize, 8] {
             let host = decode_batch(b, blocks_per_seq.next_power_of_two());
             let t = time_step(cuda, &model, &mut kv, &host, true)?;

@@ -4,6 +4,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod kv_fp8;
 pub mod sampling;
 
 use crate::kv_cache::StatePlan;
@@ -183,9 +184,19 @@ pub trait Backend: Send + Sync + 'static {
     fn memory_info(&self) -> Option<(usize, usize)> {
         None
     }
-    /// Bytes of one KV-cache element as this backend stores it.
-    fn kv_element_bytes(&self) -> usize {
-        4
+    /// Bytes one cached head vector (a token's k or v for one kv head) of `head_dim` takes as
+    /// this backend stores it.
+    fn kv_head_bytes(&self, head_dim: usize) -> usize {
+        4 * head_dim
+    }
+    /// Whether the KV cache holds FP8 values (`--kv-cache-dtype fp8`, see `kv_fp8.rs`).
+    fn kv_cache_fp8(&self) -> bool {
+        false
+    }
+    /// A zero-filled KV-cache layer `[num_blocks, block_size, num_kv_heads, head_dim]` in the
+    /// cache's storage type.
+    fn kv_zeros(&self, shape: &[usize]) -> Result<Self::Tensor> {
+        self.zeros(shape)
     }
 
     /// A weight from the loader, in the backend's storage type.

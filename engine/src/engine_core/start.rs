@@ -67,14 +67,21 @@ impl EngineHandle {
         let dir = ModelDir::open(&config.model_dir)?;
         let hybrid = qwen3_5::is_hybrid(&dir.config()?.architecture);
         match config.device {
-            Device::Cpu if hybrid => start_on(CpuBackend, config, hub, &load_qwen3_5),
-            Device::Cpu => start_on(CpuBackend, config, hub, &load_qwen3),
+            Device::Cpu if hybrid => {
+                let cpu = CpuBackend::with_fp8_kv_cache(config.kv_cache_fp8);
+                start_on(cpu, config, hub, &load_qwen3_5)
+            }
+            Device::Cpu => {
+                let cpu = CpuBackend::with_fp8_kv_cache(config.kv_cache_fp8);
+                start_on(cpu, config, hub, &load_qwen3)
+            }
             Device::Cuda if hybrid => bail!("{}", qwen3_5::CPU_ONLY),
             #[cfg(feature = "cuda")]
             Device::Cuda => {
                 hub.phases().phase(Phase::CompileKernels, 0, None, "");
                 let backend = crate::backend::cuda::CudaBackend::for_dtype(0, config.dtype)
-                    .context("failed to open the GPU")?;
+                    .context("failed to open the GPU")?
+                    .with_fp8_kv_cache(config.kv_cache_fp8)?;
                 if config.enforce_eager {
                     backend.set_graphs(false);
                 }
@@ -231,7 +238,7 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
     max_model_len: usize,
 ) -> anyhow::Result<KvCachePlan> {
     let bs = config.block_size;
-    let per_block = model.kv_bytes_per_token(backend.kv_element_bytes()) * bs;
+    let per_block = model.kv_bytes_per_token(backend) * bs;
     let bytes = match (config.kv_cache_bytes, backend.memory_info()) {
         (Some(b), _) => b,
         (None, Some((free, total))) => {

@@ -91,8 +91,8 @@ impl<B: Backend> KvStorage<B> {
         let mut k = Vec::with_capacity(layers);
         let mut v = Vec::with_capacity(layers);
         for _ in 0..layers {
-            k.push(backend.zeros(&shape)?);
-            v.push(backend.zeros(&shape)?);
+            k.push(backend.kv_zeros(&shape)?);
+            v.push(backend.kv_zeros(&shape)?);
         }
         Ok(Self {
             k,
@@ -148,8 +148,9 @@ pub trait Model<B: Backend>: Send {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<KvStorage<B>>;
-    /// Bytes one cached token takes across all layers (k and v), for sizing the cache.
-    fn kv_bytes_per_token(&self, bytes_per_element: usize) -> usize;
+    /// Bytes one cached token takes across all layers (k and v) in `backend`'s cache, for sizing
+    /// the cache.
+    fn kv_bytes_per_token(&self, backend: &B) -> usize;
     /// An upper bound on the activation memory of one step of `tokens` tokens with up to
     /// `logits_rows` rows of logits (f32 everywhere), for sizing the KV cache next to it.
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize;
@@ -224,6 +225,6 @@ mod tests {
             "{e}"
         );
         check_features("cpu", |_| true, &dense).expect("the cpu runs both");
-        check_backend(&crate::backend::CpuBackend, &fp8).expect("the cpu runs both");
+        check_backend(&crate::backend::CpuBackend::default(), &fp8).expect("the cpu runs both");
     }
 }

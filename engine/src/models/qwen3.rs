@@ -232,9 +232,9 @@ impl<B: Backend> Model<B> for Qwen3<B> {
         )
     }
 
-    fn kv_bytes_per_token(&self, bytes_per_element: usize) -> usize {
+    fn kv_bytes_per_token(&self, backend: &B) -> usize {
         let c = &self.config;
-        2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * bytes_per_element
+        2 * c.num_hidden_layers * c.num_key_value_heads * backend.kv_head_bytes(c.head_dim)
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

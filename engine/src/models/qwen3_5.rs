@@ -273,6 +273,7 @@ impl Qwen3_5 {
     #[allow(clippy::too_many_arguments)]
     fn full_attention(
         &self,
+        b: &CpuBackend,
         out: &mut CpuTensor,
         xn: &CpuTensor,
         a: &FullAttn,
@@ -280,7 +281,6 @@ impl Qwen3_5 {
         k_cache: &mut CpuTensor,
         v_cache: &mut CpuTensor,
     ) -> Result<()> {
-        let b = CpuBackend;
         let c = &self.config.base;
         let (t, hd, nh, nkv) = (
             xn.rows(),
@@ -353,6 +353,7 @@ impl Model<CpuBackend> for Qwen3_5 {
             match &layer.mixer {
                 Mixer::Linear(a) => self.linear_attention(&mut proj, &xn, a, host, state)?,
                 Mixer::Full(a) => self.full_attention(
+                    b,
                     &mut proj,
                     &xn,
                     a,
@@ -419,9 +420,9 @@ impl Model<CpuBackend> for Qwen3_5 {
         )
     }
 
-    fn kv_bytes_per_token(&self, bytes_per_element: usize) -> usize {
+    fn kv_bytes_per_token(&self, backend: &CpuBackend) -> usize {
         let c = &self.config.base;
-        2 * self.num_full * c.num_key_value_heads * c.head_dim * bytes_per_element
+        2 * self.num_full * c.num_key_value_heads * backend.kv_head_bytes(c.head_dim)
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

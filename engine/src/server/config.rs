@@ -163,9 +163,6 @@ impl ServeFlags {
             )
             .into());
         }
-        if self.kv_cache_dtype == KvCacheDtype::Fp8 && self.device == Device::Cpu {
-            return Err(bad("--kv-cache-dtype fp8", "not supported on the cpu backend").into());
-        }
         if !(self.gpu_memory_utilization > 0.0 && self.gpu_memory_utilization <= 1.0) {
             return Err(bad(
                 "--gpu-memory-utilization",
@@ -292,6 +289,7 @@ impl ServeFlags {
                 ssm_cache_slots: self.ssm_cache_slots,
                 ssm_checkpoint_slots: self.ssm_checkpoint_slots,
                 ssm_checkpoint_interval,
+                kv_cache_fp8: self.kv_cache_dtype == KvCacheDtype::Fp8,
             },
             host: self.host,
             port: self.port,
@@ -435,9 +433,16 @@ mod tests {
         assert!(refused(f).starts_with("--ssm-cache-slots: must be at least 1"));
         let mut f = flags();
         f.kv_cache_dtype = KvCacheDtype::Fp8;
-        assert_eq!(
-            refused(f),
-            "--kv-cache-dtype fp8: not supported on the cpu backend"
+        assert!(
+            f.clone()
+                .validate()
+                .expect("fp8 cache on the cpu")
+                .engine
+                .kv_cache_fp8
+        );
+        f.dtype = ComputeDtype::Float32;
+        assert!(
+            refused(f).starts_with("--kv-cache-dtype fp8: the float32 path keeps an f32 cache")
         );
         let mut f = flags();
         f.gpu_memory_utilization = 1.5;

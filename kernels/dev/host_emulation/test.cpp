@@ -125,7 +125,7 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
     bool vec = hd == d && d >= 64;
     // The kernel the host launcher picks (attention.rs): by head_dim, head group and vec.
     auto call = [&](bool split, bf16* o, float* partial) {
-#define ATTN_ARGS o, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale
+#define ATTN_ARGS o, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, nullptr, nullptr
         if (split == false && vec == false && d == 32 && g == 1) return paged_attention_f32_d32_g1(ATTN_ARGS);
         if (split == false && vec == false && d == 32 && g == 2) return paged_attention_f32_d32_g2(ATTN_ARGS);
         if (split == false && vec == false && d == 32 && g == 4) return paged_attention_f32_d32_g4(ATTN_ARGS);
@@ -205,7 +205,7 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
         std::fill(out.begin(), out.end(), B(NAN));
         std::fill(partial.begin(), partial.end(), NAN);
         bool wide = group > 8;
-#define MMA_ARGS o, pp, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale
+#define MMA_ARGS o, pp, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, nullptr, nullptr
         auto mma = [&](bool split, bf16* o, float* pp) {
             if (!split && !wide && hd == 64) return paged_attention_mma_f32_d64(MMA_ARGS);
             if (!split && !wide && hd == 128) return paged_attention_mma_f32_d128(MMA_ARGS);
@@ -827,6 +827,8 @@ void t_fill_random_fp8() {
 }
 
 // Every attention case (EMU_ONLY=attention runs just these).
+#include "kv_fp8_test.h"
+
 static void attn_tests() {
     t_attn(4, 2, 32, {{0, 20}});
     t_attn(8, 2, 24, {{10, 6}, {40, 1}, {0, 3}});
@@ -856,6 +858,7 @@ static void attn_tests() {
 int main() {
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "attention") {
         attn_tests();
+        kv_fp8_tests();
         printf("%d failures\n", fails);
         return fails ? 1 : 0;
     }
@@ -892,6 +895,7 @@ int main() {
     t_rope_kv(5, 4, 2, 32, 32);
     t_rope_kv(3, 8, 1, 64, 32);
     t_rope_kv(2, 32, 8, 128, 128);
+    kv_fp8_tests();
     t_softmax(2, 3000);
     t_misc();
     t_sample_noise();

@@ -151,8 +151,15 @@ impl Ops<'_> {
         let t = b.num_tokens();
         let batch = self.cuda.prepare_batch(&b)?;
         let shape = [blocks, bs, nkv, hd];
-        let (k_d, k_c) = self.random(&shape, 1.0, self.wd())?;
-        let (v_d, v_c) = self.random(&shape, 1.0, self.wd())?;
+        // An FP8 cache: random e4m3 bytes and scales (the CPU holds e4m3 · scale).
+        let ((k_d, k_c), (v_d, v_c)) = if self.cuda.kv_cache_fp8() {
+            (self.fp8_pair(&shape)?, self.fp8_pair(&shape)?)
+        } else {
+            (
+                self.random(&shape, 1.0, self.wd())?,
+                self.random(&shape, 1.0, self.wd())?,
+            )
+        };
         let (q_d, q_c) = self.random(&[t, (nh + 2 * nkv) * hd], 3.0, qd)?;
         let scale = 1.0 / (hd as f32).sqrt();
         let mut out_d = self.cuda.zeros(&[t, nh * hd])?;

@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use super::matmul::dot;
 use super::{CpuTensor, shape_err};
+use crate::backend::kv_fp8::round_trip_head;
 use crate::backend::{BatchInputs, Result};
 
 fn kv_dims(cache: &CpuTensor) -> Result<(usize, usize, usize, usize)> {
@@ -23,12 +24,15 @@ fn kv_dims(cache: &CpuTensor) -> Result<(usize, usize, usize, usize)> {
     }
 }
 
+/// Copies each token's k and v heads into its cache slot; with `fp8`, every head vector as the
+/// FP8 cache would give it back (`kv_fp8.rs`: rounded to e4m3 under its group scales).
 pub(super) fn write_kv(
     k_cache: &mut CpuTensor,
     v_cache: &mut CpuTensor,
     qkv: &CpuTensor,
     batch: &BatchInputs,
     num_heads: usize,
+    fp8: bool,
 ) -> Result<()> {
     let (blocks, bs, nkv, hd) = kv_dims(k_cache)?;
     let width = (num_heads + 2 * nkv) * hd;
@@ -56,8 +60,13 @@ pub(super) fn write_kv(
         }
         let k = &row[num_heads * hd..num_heads * hd + slot_len];
         let v = &row[num_heads * hd + slot_len..];
-        k_cache.data[slot * slot_len..(slot + 1) * slot_len].copy_from_slice(k);
-        v_cache.data[slot * slot_len..(slot + 1) * slot_len].copy_from_slice(v);
+        for (cache, src) in [(&mut *k_cache, k), (&mut *v_cache, v)] {
+            let dst = &mut cache.data[slot * slot_len..(slot + 1) * slot_len];
+            dst.copy_from_slice(src);
+            if fp8 {
+                dst.chunks_mut(hd).for_each(round_trip_head);
+            }
+        }
     }
     Ok(())
 }

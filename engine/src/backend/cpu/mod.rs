@@ -38,8 +38,20 @@ impl CpuTensor {
     }
 }
 
+/// The CPU backend. `CpuBackend::default()` keeps an f32 KV cache;
+/// [`CpuBackend::with_fp8_kv_cache`] rounds every cached head vector as the FP8 cache does
+/// (`--kv-cache-dtype fp8`, see `kv_fp8.rs`) while keeping f32 storage: the reference for the
+/// GPU's FP8 cache and for its accuracy, not a memory saving.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct CpuBackend;
+pub struct CpuBackend {
+    kv_fp8: bool,
+}
+
+impl CpuBackend {
+    pub fn with_fp8_kv_cache(fp8: bool) -> Self {
+        Self { kv_fp8: fp8 }
+    }
+}
 
 pub(crate) fn shape_err(op: &'static str, message: String) -> BackendError {
     BackendError::Shape { op, message }
@@ -71,6 +83,10 @@ impl Backend for CpuBackend {
 
     fn name(&self) -> &'static str {
         "cpu"
+    }
+
+    fn kv_cache_fp8(&self) -> bool {
+        self.kv_fp8
     }
 
     fn upload(&self, t: &HostTensor<'_>) -> Result<CpuTensor> {
@@ -219,7 +235,7 @@ impl Backend for CpuBackend {
         batch: &BatchInputs,
         num_heads: usize,
     ) -> Result<()> {
-        attention::write_kv(k_cache, v_cache, qkv, batch, num_heads)
+        attention::write_kv(k_cache, v_cache, qkv, batch, num_heads, self.kv_fp8)
     }
 
     fn paged_attention(

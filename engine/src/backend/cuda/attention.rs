@@ -112,13 +112,11 @@ fn splits_for(blocks: usize, max_len: usize, multiprocessors: usize, per_sm: usi
 
 fn kv_dims(cache: &CudaTensor) -> Result<(usize, usize, usize, usize)> {
     match cache.shape[..] {
-        [blocks, bs, nkv, hd] if matches!(cache.dtype, DType::BF16 | DType::F32) => {
-            Ok((blocks, bs, nkv, hd))
-        }
+        [blocks, bs, nkv, hd] => Ok((blocks, bs, nkv, hd)),
         _ => Err(shape_err(
             "kv cache",
             format!(
-                "expected a bf16 or f32 [blocks, block_size, kv_heads, head_dim], got {:?} {:?}",
+                "expected [blocks, block_size, kv_heads, head_dim], got {:?} {:?}",
                 cache.shape, cache.dtype
             ),
         )),
@@ -220,7 +218,10 @@ impl CudaBackend {
         let (_, _, nkv, hd) = kv_dims(k_cache)?;
         let slot_len = nkv * hd;
         let name = match (qkv.dtype, k_cache.dtype) {
+            (DType::F8, _) => return Err(super::not_activation("write_kv")),
             (DType::F32, DType::F32) => "write_kv_fp32",
+            (DType::F32, DType::F8) => "write_kv_f32_kv8",
+            (DType::BF16, DType::F8) => "write_kv_bf16_kv8",
             (DType::F32, _) => "write_kv_f32",
             (DType::BF16, DType::BF16) => "write_kv_bf16",
             (DType::BF16, _) => {
@@ -229,8 +230,8 @@ impl CudaBackend {
                     "an f32 cache (the float32 path) takes f32 qkv".to_string(),
                 ));
             }
-            (DType::F8, _) => return Err(super::not_activation("write_kv")),
         };
+        let kv8 = k_cache.dtype == DType::F8;
         let f = self.func(Module::Attention, name)?;
         let s = &self.stream;
         let (k, v, q, slots) = (
@@ -244,23 +245,21 @@ impl CudaBackend {
             int(nkv, "write_kv")?,
             int(hd, "write_kv")?,
         );
+        let (ks, vs) = (k_cache.scales_ptr(s), v_cache.scales_ptr(s));
         let mut a = s.launch_builder(&f);
-        a.arg(&k)
-            .arg(&v)
-            .arg(&q)
-            .arg(&slots)
-            .arg(&nh)
-            .arg(&nk)
-            .arg(&d);
-        // SAFETY: the caches are [blocks, bs, nkv, hd] of the kernel's cache type and every slot
-        // is below blocks·bs (checked above), so each write stays inside them; qkv is
-        // [T, (nh + 2·nkv)·hd] of the kernel's type.
-        let r = unsafe {
-            a.launch(cfg(
-                (dim(batch.num_tokens, "write_kv")?, 1),
-                row_threads(slot_len),
-            ))
-        };
+        a.arg(&k).arg(&v);
+        if kv8 {
+            a.arg(&ks).arg(&vs);
+        }
+        a.arg(&q).arg(&slots).arg(&nh).arg(&nk).arg(&d);
+        // The FP8 writer gives each head vector a warp (4 a block); the others a thread per
+        // element of the token's slot.
+        let threads = if kv8 { 128 } else { row_threads(slot_len) };
+        // SAFETY: the caches are [blocks, bs, nkv, hd] of the kernel's cache type (for _kv8,
+        // e4m3 bytes with ceil(hd / 128) scales a (slot, kv head) in their scale regions,
+        // fp8_alloc_bytes) and every slot is below blocks·bs (checked above), so each write
+        // stays inside them; qkv is [T, (nh + 2·nkv)·hd] of the kernel's type.
+        let r = unsafe { a.launch(cfg((dim(batch.num_tokens, "write_kv")?, 1), threads)) };
         self.launched(name, r)
     }
 
@@ -318,7 +317,13 @@ impl CudaBackend {
         if t == 0 || num_heads == 0 || hd == 0 {
             return Ok(());
         }
-        let ty = if fp32 { "fp32" } else { qkv.dtype.suffix() };
+        // An FP8 cache (`--kv-cache-dtype fp8`): the _kv8 kernels.
+        let kv8 = k_cache.dtype == DType::F8;
+        let ty = match (fp32, kv8) {
+            (true, _) => "fp32".to_string(),
+            (false, true) => format!("{}_kv8", qkv.dtype.suffix()),
+            (false, false) => qkv.dtype.suffix().to_string(),
+        };
         let kernel = self.attn_kernel(hd, num_heads, nkv, fp32);
         let (module, plain, split) = match kernel {
             AttnKernel::Mma => {
@@ -340,7 +345,7 @@ impl CudaBackend {
                 };
                 let g = head_group(num_heads, nkv);
                 // head_dim exactly 64, 128 or 256 of a bf16 cache: the 16-byte-load variant.
-                let vec = if hd == d && d >= 64 && !fp32 {
+                let vec = if hd == d && d >= 64 && !fp32 && !kv8 {
                     "vec_"
                 } else {
                     ""
@@ -356,6 +361,7 @@ impl CudaBackend {
         let splits = attention_splits(t * head_blocks, batch.max_len, self.info.multiprocessors);
         let s = &self.stream;
         let (q, k, v) = (qkv.ptr(s), k_cache.ptr(s), v_cache.ptr(s));
+        let (ks, vs) = (k_cache.scales_ptr(s), v_cache.scales_ptr(s));
         let (pos, row_seq, tables) = (batch.positions(s), batch.row_seq(s), batch.block_tables(s));
         let (max_blocks, block_size, nh, nk, d) = (
             int(batch.max_blocks_per_seq, "paged_attention")?,
@@ -400,9 +406,12 @@ impl CudaBackend {
             .arg(&nh)
             .arg(&nk)
             .arg(&d)
-            .arg(&scale);
+            .arg(&scale)
+            .arg(&ks)
+            .arg(&vs);
         // SAFETY: out is [T, nh·hd], qkv [T, (nh + 2·nkv)·hd], the caches [blocks, bs, nkv, hd]
-        // (out and the caches f32 for the fp32 kernels, else bf16), with hd no larger than the kernel variant's 32·NPER (attention.cu)
+        // (out and the caches f32 for the fp32 kernels, e4m3 bytes with ceil(hd / 128) scales a
+        // (slot, kv head) at ks / vs for _kv8 (null, unread, otherwise), else bf16), with hd no larger than the kernel variant's 32·NPER (attention.cu)
         // or equal to its D, with a GQA group of at most 8 (16 for _wide) (attention_mma.cu,
         // whose keys past a row's end are read at the row's last key); each row's
         // reach positions[row] / bs is inside its table and every table entry is below blocks

@@ -93,6 +93,9 @@ pub struct CudaBackend {
     gemv_max_rows: AtomicUsize,
     /// The type of weights, GEMM operands and the KV cache: bf16, or f32 (the float32 path).
     compute: DType,
+    /// `--kv-cache-dtype fp8`: KV-cache layers are [`DType::F8`] tensors (see
+    /// `backend/kv_fp8.rs`).
+    kv_fp8: bool,
 }
 
 /// Loadable? cudarc panics on first use of a library it cannot open; ask first.
@@ -222,7 +225,20 @@ impl CudaBackend {
                     .min(blas::GEMV_MAX_ROWS),
             ),
             compute,
+            kv_fp8: false,
         })
+    }
+
+    /// This backend with an FP8 KV cache (`--kv-cache-dtype fp8`) when `fp8`: e4m3 values with
+    /// one f32 scale per 128 dims of each cached head vector (`backend/kv_fp8.rs`), about half
+    /// the bf16 cache's memory. The float32 path keeps its f32 cache.
+    pub fn with_fp8_kv_cache(mut self, fp8: bool) -> Result<Self> {
+        check("kv cache", !fp8 || self.compute == DType::BF16, || {
+            "an FP8 KV cache runs on the bf16 path: drop --dtype float32 or --kv-cache-dtype fp8"
+                .to_string()
+        })?;
+        self.kv_fp8 = fp8;
+        Ok(self)
     }
 
     /// The type of weights, GEMM operands and the KV cache (see [`CudaBackend::with_dtype`]).
@@ -423,8 +439,28 @@ impl Backend for CudaBackend {
         self.ctx.mem_get_info().ok()
     }
 
-    fn kv_element_bytes(&self) -> usize {
-        self.compute.size()
+    fn kv_head_bytes(&self, head_dim: usize) -> usize {
+        if self.kv_fp8 {
+            crate::backend::kv_fp8::fp8_head_bytes(head_dim)
+        } else {
+            self.compute.size() * head_dim
+        }
+    }
+
+    fn kv_cache_fp8(&self) -> bool {
+        self.kv_fp8
+    }
+
+    fn kv_zeros(&self, shape: &[usize]) -> Result<CudaTensor> {
+        if !self.kv_fp8 {
+            return self.zeros(shape);
+        }
+        let buf = self.raw_alloc(tensor::fp8_alloc_bytes(shape), true)?;
+        Ok(CudaTensor {
+            shape: shape.to_vec(),
+            dtype: DType::F8,
+            buf,
+        })
     }
 
     fn upload(&self, t: &HostTensor<'_>) -> Result<CudaTensor> {

@@ -168,7 +168,7 @@ impl CudaBackend {
         if let Some((k, v)) = &cache {
             check(
                 "qk_norm_rope_write_kv",
-                fp32 || k.dtype == DType::BF16,
+                fp32 || matches!(k.dtype, DType::BF16 | DType::F8),
                 || {
                     format!(
                         "an f32 cache needs f32 weights (the float32 path), got {:?}",
@@ -189,11 +189,15 @@ impl CudaBackend {
             return Ok(());
         }
         let inv_freq = self.inv_freq(rope)?;
+        // An FP8 cache (`--kv-cache-dtype fp8`): the _kv8 kernels, which also take the scales.
+        let kv8 = cache.as_ref().is_some_and(|(k, _)| k.dtype == DType::F8);
         let name = match (qkv.dtype, cache.is_some()) {
             (_, false) if fp32 => "qk_norm_rope_fp32",
             (_, true) if fp32 => "qk_norm_rope_kv_fp32",
             (DType::F32, false) => "qk_norm_rope_f32",
             (DType::BF16, false) => "qk_norm_rope_bf16",
+            (DType::F32, true) if kv8 => "qk_norm_rope_kv_f32_kv8",
+            (DType::BF16, true) if kv8 => "qk_norm_rope_kv_bf16_kv8",
             (DType::F32, true) => "qk_norm_rope_kv_f32",
             (DType::BF16, true) => "qk_norm_rope_kv_bf16",
             (DType::F8, _) => return Err(super::not_activation("qk_norm_rope")),
@@ -219,9 +223,20 @@ impl CudaBackend {
             .arg(&half)
             .arg(&rope.scale)
             .arg(&eps);
-        let kv_args = cache.map(|(k, v)| (k.ptr(s), v.ptr(s), batch.slot_mapping(s)));
-        if let Some((k, v, slots)) = &kv_args {
+        let kv_args = cache.map(|(k, v)| {
+            (
+                k.ptr(s),
+                v.ptr(s),
+                batch.slot_mapping(s),
+                k.scales_ptr(s),
+                v.scales_ptr(s),
+            )
+        });
+        if let Some((k, v, slots, ks, vs)) = &kv_args {
             a.arg(k).arg(v).arg(slots);
+            if kv8 {
+                a.arg(ks).arg(vs);
+            }
         }
         let config = LaunchConfig {
             grid_dim: (
@@ -237,7 +252,9 @@ impl CudaBackend {
         // for _fp32); inv_freq holds rotary_dim/2 floats and rotary_dim ≤ hd; positions has T
         // entries (checked above); warps past the last head return before touching memory. With
         // the cache (the _kv kernels), both caches are [blocks, bs, nkv, hd] of the kernel's
-        // cache type (bf16, or f32 for _fp32) and every slot is below blocks·bs (write_kv_check).
+        // cache type (bf16, or f32 for _fp32; e4m3 bytes for _kv8, whose scale regions hold
+        // ceil(hd / 128) floats a (slot, kv head), fp8_alloc_bytes) and every slot is below
+        // blocks·bs (write_kv_check).
         let r = unsafe { a.launch(config) };
         self.launched(name, r)
     }

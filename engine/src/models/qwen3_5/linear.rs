@@ -21,7 +21,7 @@ impl Qwen3_5 {
         host: &BatchInputs,
         state: &mut StateStorage<CpuBackend>,
     ) -> Result<()> {
-        let b = CpuBackend;
+        let b = CpuBackend::default();
         let s = self.config.linear;
         let t = xn.rows();
         let cd = self.config.conv_dim();

@@ -21,8 +21,8 @@ pub struct SequenceState {
 impl Qwen3_5 {
     /// The state of a sequence that has seen no tokens.
     pub fn new_state(&self) -> Result<SequenceState> {
-        let mut kv = self.new_kv_storage(&CpuBackend, 2, BLOCK_SIZE)?;
-        kv.state = Some(self.new_state_storage(&CpuBackend, 1)?);
+        let mut kv = self.new_kv_storage(&CpuBackend::default(), 2, BLOCK_SIZE)?;
+        kv.state = Some(self.new_state_storage(&CpuBackend::default(), 1)?);
         Ok(SequenceState { position: 0, kv })
     }
 
@@ -59,7 +59,7 @@ impl Qwen3_5 {
             },
             saves: Vec::new(),
         }];
-        let logits = self.forward(&CpuBackend, &host, &host, &mut state.kv)?;
+        let logits = self.forward(&CpuBackend::default(), &host, &host, &mut state.kv)?;
         state.position = end;
         Ok(logits)
     }
@@ -70,7 +70,7 @@ impl Qwen3_5 {
             return Ok(());
         }
         let num_blocks = num_blocks.max(2 * state.kv.num_blocks);
-        let mut kv = self.new_kv_storage(&CpuBackend, num_blocks, BLOCK_SIZE)?;
+        let mut kv = self.new_kv_storage(&CpuBackend::default(), num_blocks, BLOCK_SIZE)?;
         // Blocks keep their ids: the old cache is the new one's prefix.
         for (new, old) in
             kv.k.iter_mut()
