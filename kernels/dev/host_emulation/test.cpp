@@ -676,7 +676,8 @@ void t_moe(int T, int E, int K, int H, int I, bool norm, bool fp8, bool ties) {
     std::vector<float> wts(P, NAN), ys(P * H, NAN), out(T * H, NAN);
     std::vector<bf16> act(P * I);
     launch({(unsigned)((T + 3) / 4)}, {128}, [&] { moe_route_f32(ids.data(), wts.data(), logits.data(), T, E, K, norm); });
-    launch({(unsigned)E}, {256}, [&] { moe_group(offsets.data(), perm.data(), ids.data(), P, E); });
+    const unsigned group_threads = E > 40 ? 64 : 256;
+    launch({(unsigned)E}, {group_threads}, [&] { moe_group(offsets.data(), perm.data(), ids.data(), P, E); });
     std::vector<int> active(E + 1, -1);
     launch({1}, {E > 40 ? 64u : 32u}, [&] { moe_active(active.data(), offsets.data(), E); });
     const bool vec = fp8 ? (H % 16 == 0 && I % 16 == 0) : (H % 8 == 0 && I % 8 == 0);
@@ -694,6 +695,49 @@ void t_moe(int T, int E, int K, int H, int I, bool norm, bool fp8, bool ties) {
         if (offsets[e + 1] > offsets[e]) { if (n_active >= E || active[n_active] != e) ++bad_active; ++n_active; }
     if (active[E] != n_active) ++bad_active;
     launch({4}, {64}, [&] { moe_combine(out.data(), ys.data(), wts.data(), T, K, H); });
+    char name[96];
+    // The launcher's small-step paths against the six launches above, bit for bit: moe_plan
+    // (routing in one block, both logit types) when T·k <= MOE_PLAN_MAX_PAIRS, and
+    // moe_down_combine (down + combine in one launch) when T <= MOE_FUSED_DOWN_TOKENS.
+    if (P <= MOE_PLAN_MAX_PAIRS) {
+        int bad = 0;
+        std::vector<bf16> logits_b(T * E);
+        for (int i = 0; i < T * E; ++i) logits_b[i] = B(logits[i]);
+        for (bool bf : {false, true}) {
+            // The three launches' results (the f32 ones are those above).
+            std::vector<int> ids3 = ids, perm3 = perm, off3 = offsets, act3 = active;
+            std::vector<float> wts3 = wts;
+            if (bf) {
+                std::fill(ids3.begin(), ids3.end(), -1); std::fill(perm3.begin(), perm3.end(), -1);
+                std::fill(off3.begin(), off3.end(), -1); std::fill(act3.begin(), act3.end(), -1);
+                std::fill(wts3.begin(), wts3.end(), NAN);
+                launch({(unsigned)((T + 3) / 4)}, {128}, [&] { moe_route_bf16(ids3.data(), wts3.data(), logits_b.data(), T, E, K, norm); });
+                launch({(unsigned)E}, {group_threads}, [&] { moe_group(off3.data(), perm3.data(), ids3.data(), P, E); });
+                launch({1}, {64}, [&] { moe_active(act3.data(), off3.data(), E); });
+            }
+            std::vector<int> ids1(P, -1), perm1(P, -1), off1(E + 1, -1), act1(E + 1, -1);
+            std::vector<float> wts1(P, NAN);
+            // Fewer threads than the launcher's MOE_PLAN_THREADS (the kernel takes any multiple
+            // of 32) except at its largest step: host threads are slow to start.
+            launch({1}, {P == MOE_PLAN_MAX_PAIRS ? MOE_PLAN_THREADS : 64u}, [&] {
+                if (bf) moe_plan_bf16(ids1.data(), wts1.data(), off1.data(), perm1.data(), act1.data(), logits_b.data(), T, E, K, norm);
+                else moe_plan_f32(ids1.data(), wts1.data(), off1.data(), perm1.data(), act1.data(), logits.data(), T, E, K, norm);
+            });
+            bad += ids1 != ids3 || perm1 != perm3 || off1 != off3 || act1 != act3;
+            bad += memcmp(wts1.data(), wts3.data(), P * sizeof(float)) != 0;
+        }
+        snprintf(name, 96, "moe plan = route+group+active T%d E%d k%d", T, E, K);
+        report(name, bad, 0);
+    }
+    if (T <= MOE_FUSED_DOWN_TOKENS) {
+        std::vector<float> out1(T * H, NAN);
+        launch({(unsigned)(T * H)}, {(unsigned)(32 * K)}, [&] {
+            if (fp8) (vec ? moe_down_combine_fp8_vec : moe_down_combine_fp8)(out1.data(), act.data(), w2q.data(), s2.data(), ids.data(), wts.data(), T, K, I, H);
+            else (vec ? moe_down_combine_bf16_vec : moe_down_combine_bf16)(out1.data(), act.data(), w2b.data(), nullptr, ids.data(), wts.data(), T, K, I, H);
+        });
+        snprintf(name, 96, "moe%s down_combine = down+combine T%d H%d I%d", fp8 ? " fp8" : "", T, H, I);
+        report(name, memcmp(out1.data(), out.data(), T * H * sizeof(float)) != 0, 0);
+    }
     // Reference routing.
     int bad_ids = 0;
     double worst_w = 0, worst = 0, rms = 0;
@@ -740,7 +784,6 @@ void t_moe(int T, int E, int K, int H, int I, bool norm, bool fp8, bool ties) {
     // moves an output by about 4e-4 of the rms, far below this tolerance yet up to 5e-2 of a
     // near-zero output (seen: T19 H40 I24), while a wrong expert, row or weight moves it by O(1).
     for (int i = 0; i < T * H; ++i) worst = std::max(worst, std::fabs(out[i] - ref[i]) / (rms + std::fabs(ref[i])));
-    char name[96];
     snprintf(name, 96, "moe%s ids T%d E%d k%d%s", fp8 ? " fp8" : "", T, E, K, ties ? " ties" : "");
     report(name, bad_ids, 0);
     snprintf(name, 96, "moe%s weights T%d E%d k%d norm%d", fp8 ? " fp8" : "", T, E, K, norm);
@@ -855,10 +898,41 @@ static void attn_tests() {
     t_attn(32, 8, 128, {{100, 1}, {2, 1}}, 32, 40);
 }
 
+// Every fused_moe case (EMU_ONLY=moe runs just these).
+static void moe_tests() {
+    t_moe(1, 8, 2, 64, 32, true, false, false);
+    t_moe(7, 8, 2, 64, 32, false, false, true);
+    t_moe(19, 16, 4, 40, 24, true, false, false);
+    t_moe(5, 6, 3, 36, 12, true, false, true);
+    t_moe(300, 4, 2, 16, 8, true, false, false);
+    t_moe(3, 40, 8, 64, 48, true, false, false);
+    t_moe(4, 8, 2, 256, 144, true, true, false);
+    t_moe(3, 8, 2, 192, 40, true, true, false);
+    t_moe(2, 4, 1, 24, 20, false, true, false);
+    // Qwen3-30B-A3B's routing (top-8 of 128) at decode sizes, rows aligned and not, bf16 and
+    // fp8 experts; fp8 rows of 272 have three scale blocks.
+    for (int T : {1, 2, 4, 8}) {
+        t_moe(T, 128, 8, 32, 16, true, false, false);
+        t_moe(T, 128, 8, 20, 12, true, false, T == 2);
+        t_moe(T, 128, 8, 32, 16, true, true, false);
+        t_moe(T, 128, 8, 24, 8, false, true, false);
+    }
+    t_moe(2, 128, 8, 32, 272, true, true, false);
+    // Where the launcher switches: 9 tokens (down + combine as two launches), and 1024 pairs,
+    // the most moe_plan takes.
+    t_moe(9, 128, 8, 16, 8, true, false, false);
+    t_moe(128, 128, 8, 16, 8, true, false, true);
+}
+
 int main() {
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "attention") {
         attn_tests();
         kv_fp8_tests();
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "moe") {
+        moe_tests();
         printf("%d failures\n", fails);
         return fails ? 1 : 0;
     }
@@ -876,15 +950,7 @@ int main() {
     t_gemv_silu(1, 40, 1048);
     t_gemv_silu(3, 13, 64);
     t_gemv_silu(8, 9, 24);
-    t_moe(1, 8, 2, 64, 32, true, false, false);
-    t_moe(7, 8, 2, 64, 32, false, false, true);
-    t_moe(19, 16, 4, 40, 24, true, false, false);
-    t_moe(5, 6, 3, 36, 12, true, false, true);
-    t_moe(300, 4, 2, 16, 8, true, false, false);
-    t_moe(3, 40, 8, 64, 48, true, false, false);
-    t_moe(4, 8, 2, 256, 144, true, true, false);
-    t_moe(3, 8, 2, 192, 40, true, true, false);
-    t_moe(2, 4, 1, 24, 20, false, true, false);
+    moe_tests();
     t_fp8_decode();
     t_gemv_fp8(1, 40, 1024);
     t_gemv_fp8(3, 13, 272);

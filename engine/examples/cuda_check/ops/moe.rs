@@ -7,7 +7,8 @@ impl Ops<'_> {
     /// (ties included: the rule is on the logits' bits); shapes from a decode step at
     /// Qwen3-30B-A3B's width (hidden 2048, experts of 768, top-8) to odd sizes that take the
     /// kernels' scalar loops (hidden 100, experts of 36), every expert taken (k = E), bf16 and
-    /// f32 activations and router logits, and an empty batch.
+    /// f32 activations and router logits, and an empty batch; then the small-step launches
+    /// against the six-launch path, bit for bit.
     pub(super) fn moe(&mut self) -> Result<()> {
         for (t, h, i, e, k, norm, xd, rd) in [
             (1, 2048, 768, 32, 8, true, DType::BF16, DType::F32),
@@ -59,6 +60,67 @@ impl Ops<'_> {
                 s.cpu
                     .fused_moe(&mut out_c, &x_c, &l_c, &w13_c, &w2_c, k, true)?;
                 s.check("fused_moe", &case, MOE, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        // The small-step launches (moe_plan: routing in one block up to 1024 pairs;
+        // moe_down_combine: down + weighted sum in one launch up to 8 tokens) against the six
+        // launches, bit for bit, on both sides of each switch and with both expert types.
+        for (t, e, k, fp8) in [
+            (1, 128, 8, false),
+            (1, 128, 8, true),
+            (8, 128, 8, false),
+            (8, 128, 8, true),
+            (9, 128, 8, false),
+            (128, 128, 8, true),
+            (129, 128, 8, false),
+        ] {
+            let (h, i) = (2048, 768);
+            let case = format!(
+                "T {t} E {e} top-{k}{} small-step launches = six launches",
+                if fp8 { " fp8 experts" } else { "" }
+            );
+            self.run("fused_moe", &case, |s| {
+                let (x_d, _) = s.random(&[t, h], 1.0, DType::BF16)?;
+                let (l_d, _) = s.random(&[t, e], 3.0, DType::F32)?;
+                // Drawn on the device: the CPU side is not needed here.
+                let (w13_d, w2_d) = if fp8 {
+                    (
+                        s.cuda.random_fp8(&[e, 2 * i, h], 11, 0.05)?,
+                        s.cuda.random_fp8(&[e, h, i], 12, 0.05)?,
+                    )
+                } else {
+                    (
+                        s.cuda.random_bf16(&[e, 2 * i, h], 11, 0.05)?,
+                        s.cuda.random_bf16(&[e, h, i], 12, 0.05)?,
+                    )
+                };
+                let mut outs = Vec::new();
+                for small in [true, false] {
+                    s.cuda.set_moe_small_paths(small);
+                    let mut out = s.cuda.zeros(&[t, h])?;
+                    let r = s
+                        .cuda
+                        .fused_moe(&mut out, &x_d, &l_d, &w13_d, &w2_d, k, true);
+                    s.cuda.set_moe_small_paths(true);
+                    r?;
+                    outs.push(s.cuda.to_host(&out)?);
+                }
+                let differ = outs[0]
+                    .iter()
+                    .zip(&outs[1])
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                s.report.line(format!(
+                    "fused_moe {case}: {}",
+                    if differ == 0 { "ok" } else { "FAIL" }
+                ));
+                if differ != 0 {
+                    s.report.fail(format!(
+                        "fused_moe {case}: {differ} of {} outputs differ",
+                        t * h
+                    ));
+                }
                 Ok(())
             })?;
         }

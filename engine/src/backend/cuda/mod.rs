@@ -91,6 +91,9 @@ pub struct CudaBackend {
     sync_each_launch: AtomicBool,
     /// `matmul` with at most this many rows runs the GEMV kernel instead of cuBLAS.
     gemv_max_rows: AtomicUsize,
+    /// `fused_moe` takes its single-launch routing and down + combine on small steps (off:
+    /// the six-launch path at every size, for comparisons).
+    moe_small_paths: AtomicBool,
     /// The type of weights, GEMM operands and the KV cache: bf16, or f32 (the float32 path).
     compute: DType,
     /// `--kv-cache-dtype fp8`: KV-cache layers are [`DType::F8`] tensors (see
@@ -224,6 +227,7 @@ impl CudaBackend {
                     .unwrap_or(1)
                     .min(blas::GEMV_MAX_ROWS),
             ),
+            moe_small_paths: AtomicBool::new(true),
             compute,
             kv_fp8: false,
         })

@@ -1,7 +1,12 @@
 //! `fused_moe` (`moe.cu`): route, group by expert (and list the experts used), the experts'
-//! gate|up + SiLU and down, and the weighted sum, as six launches that never wait on the host, so a decode step with
-//! mixture-of-experts layers is captured into a CUDA graph like a dense one. Every scratch
-//! buffer is sized by the step's tokens (`T · top_k` pairs), which a graph's batch bucket fixes.
+//! gate|up + SiLU and down, and the weighted sum, in launches that never wait on the host, so a
+//! decode step with mixture-of-experts layers is captured into a CUDA graph like a dense one:
+//! three at decode sizes (`moe_plan`, gate_up, `moe_down_combine`: at most [`PLAN_MAX_PAIRS`]
+//! pairs and [`FUSED_DOWN_TOKENS`] tokens), four up to `PLAN_MAX_PAIRS` pairs, six beyond. All
+//! give the same output bit for bit. Every scratch buffer is sized by the step's tokens
+//! (`T · top_k` pairs), which a graph's batch bucket fixes.
+
+use std::sync::atomic::Ordering;
 
 use cudarc::driver::PushKernelArg;
 use metrale_kernels::Module;
@@ -20,8 +25,29 @@ const WARPS: usize = 8;
 const ROUTE_TOKENS: usize = 4;
 /// Threads of a grouping block.
 const GROUP_THREADS: u32 = 256;
+/// Most pairs (`T · top_k`) routed and grouped by `moe_plan_*` in one block
+/// (`MOE_PLAN_MAX_PAIRS` in moe.cu); more take `moe_route_*` + `moe_group` + `moe_active`.
+pub(super) const PLAN_MAX_PAIRS: usize = 1024;
+/// Threads of the `moe_plan_*` block (`MOE_PLAN_THREADS`).
+const PLAN_THREADS: u32 = 1024;
+/// Most tokens whose down projection and weighted sum run as one launch
+/// (`moe_down_combine_*`, `MOE_FUSED_DOWN_TOKENS`); more take `moe_down_*` + `moe_combine`,
+/// which read an expert's down row once for up to 8 of its tokens.
+pub(super) const FUSED_DOWN_TOKENS: usize = 8;
 
 impl CudaBackend {
+    /// Whether `fused_moe` runs small steps in fewer launches (`moe_plan_*` up to
+    /// [`PLAN_MAX_PAIRS`] pairs, `moe_down_combine_*` up to [`FUSED_DOWN_TOKENS`] tokens) or
+    /// every step in the six launches, for comparisons: both give the same output bit for bit.
+    /// On by default.
+    pub fn set_moe_small_paths(&self, on: bool) {
+        self.moe_small_paths.store(on, Ordering::Relaxed);
+    }
+
+    fn moe_small_paths(&self) -> bool {
+        self.moe_small_paths.load(Ordering::Relaxed)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fused_moe_op(
         &self,
@@ -72,58 +98,88 @@ impl CudaBackend {
         let x = self.as_bf16(x, &mut narrowed)?;
         let s = &self.stream;
         // Scratch: the pairs' experts and weights, the permutation and the experts' offsets,
-        // the SiLU products (permuted rows) and the experts' outputs (pair rows).
+        // the SiLU products (pair rows), and below the experts' outputs (pair rows) when down
+        // and the weighted sum are separate launches.
         let ids = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
         let weights = self.alloc(&[pairs], DType::F32)?; // [T·k]
         let perm = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
         let offsets = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]
         let active = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]: the used experts, count
-        let act = self.alloc(&[pairs, i], DType::BF16)?; // [T·k, I]
-        let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
+        let act = self.alloc(&[pairs, i], DType::BF16)?; // [T·k, I]: pair rows
         let (idp, wtp, pmp, ofp) = (ids.ptr(s), weights.ptr(s), perm.ptr(s), offsets.ptr(s));
         let acp = active.ptr(s);
 
-        // 1. Route.
-        let name = match router_logits.dtype {
-            DType::BF16 => "moe_route_bf16",
-            _ => "moe_route_f32",
-        };
-        let f = self.func(Module::Moe, name)?;
+        let logits_bf16 = router_logits.dtype == DType::BF16;
         let (lp, norm) = (router_logits.ptr(s), i32::from(norm_topk_prob));
-        let mut a = s.launch_builder(&f);
-        a.arg(&idp)
-            .arg(&wtp)
-            .arg(&lp)
-            .arg(&ti)
-            .arg(&ei)
-            .arg(&ki)
-            .arg(&norm);
-        // SAFETY: logits are [t, e] of the kernel's type; ids and weights hold t·k values;
-        // 1 <= k <= min(e, MOE_MAX_TOP_K) (checked above); one warp per token, warps past t
-        // return.
-        let r = unsafe {
-            a.launch(cfg(
-                (dim(t.div_ceil(ROUTE_TOKENS), "fused_moe")?, 1),
-                (32 * ROUTE_TOKENS) as u32,
-            ))
-        };
-        self.launched(name, r)?;
+        let small = self.moe_small_paths();
+        if small && pairs <= PLAN_MAX_PAIRS {
+            // 1-2. Route, group and list the active experts in one block.
+            let name = if logits_bf16 {
+                "moe_plan_bf16"
+            } else {
+                "moe_plan_f32"
+            };
+            let f = self.func(Module::Moe, name)?;
+            let mut a = s.launch_builder(&f);
+            a.arg(&idp)
+                .arg(&wtp)
+                .arg(&ofp)
+                .arg(&pmp)
+                .arg(&acp)
+                .arg(&lp)
+                .arg(&ti)
+                .arg(&ei)
+                .arg(&ki)
+                .arg(&norm);
+            // SAFETY: logits are [t, e] of the kernel's type; ids, weights and perm hold t·k
+            // values, t·k <= MOE_PLAN_MAX_PAIRS (its shared copy of the ids); offsets and
+            // active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K) (checked above); one block of
+            // MOE_PLAN_THREADS (its launch bounds).
+            let r = unsafe { a.launch(cfg((1, 1), PLAN_THREADS)) };
+            self.launched(name, r)?;
+        } else {
+            // 1. Route.
+            let name = if logits_bf16 {
+                "moe_route_bf16"
+            } else {
+                "moe_route_f32"
+            };
+            let f = self.func(Module::Moe, name)?;
+            let mut a = s.launch_builder(&f);
+            a.arg(&idp)
+                .arg(&wtp)
+                .arg(&lp)
+                .arg(&ti)
+                .arg(&ei)
+                .arg(&ki)
+                .arg(&norm);
+            // SAFETY: logits are [t, e] of the kernel's type; ids and weights hold t·k values;
+            // 1 <= k <= min(e, MOE_MAX_TOP_K) (checked above); one warp per token, warps past
+            // t return.
+            let r = unsafe {
+                a.launch(cfg(
+                    (dim(t.div_ceil(ROUTE_TOKENS), "fused_moe")?, 1),
+                    (32 * ROUTE_TOKENS) as u32,
+                ))
+            };
+            self.launched(name, r)?;
 
-        // 2. Group the pairs by expert.
-        let f = self.func(Module::Moe, "moe_group")?;
-        let mut a = s.launch_builder(&f);
-        a.arg(&ofp).arg(&pmp).arg(&idp).arg(&pi).arg(&ei);
-        // SAFETY: ids holds t·k expert indices below e (written by the routing kernel);
-        // offsets has e + 1 entries, perm t·k; one block per expert.
-        let r = unsafe { a.launch(cfg((dim(e, "fused_moe")?, 1), GROUP_THREADS)) };
-        self.launched("moe_group", r)?;
-        let f = self.func(Module::Moe, "moe_active")?;
-        let mut a = s.launch_builder(&f);
-        a.arg(&acp).arg(&ofp).arg(&ei);
-        // SAFETY: offsets has e + 1 entries (written by moe_group), active e + 1; one block
-        // looping over the experts.
-        let r = unsafe { a.launch(cfg((1, 1), GROUP_THREADS)) };
-        self.launched("moe_active", r)?;
+            // 2. Group the pairs by expert.
+            let f = self.func(Module::Moe, "moe_group")?;
+            let mut a = s.launch_builder(&f);
+            a.arg(&ofp).arg(&pmp).arg(&idp).arg(&pi).arg(&ei);
+            // SAFETY: ids holds t·k expert indices below e (written by the routing kernel);
+            // offsets has e + 1 entries, perm t·k; one block per expert.
+            let r = unsafe { a.launch(cfg((dim(e, "fused_moe")?, 1), GROUP_THREADS)) };
+            self.launched("moe_group", r)?;
+            let f = self.func(Module::Moe, "moe_active")?;
+            let mut a = s.launch_builder(&f);
+            a.arg(&acp).arg(&ofp).arg(&ei);
+            // SAFETY: offsets has e + 1 entries (written by moe_group), active e + 1; one block
+            // looping over the experts.
+            let r = unsafe { a.launch(cfg((1, 1), GROUP_THREADS)) };
+            self.launched("moe_active", r)?;
+        }
 
         // 3-4. The experts: gate|up + SiLU, then down.
         let fp8 = gate_up.dtype == DType::F8;
@@ -138,7 +194,7 @@ impl CudaBackend {
             (true, true) => "fp8_vec",
             (true, false) => "fp8",
         };
-        let (xp, actp, ysp) = (x.ptr(s), act.ptr(s), ys.ptr(s));
+        let (xp, actp) = (x.ptr(s), act.ptr(s));
         let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
         let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
         // A block row per expert that can have pairs (at most one per pair).
@@ -158,10 +214,11 @@ impl CudaBackend {
             .arg(&ii)
             .arg(&hi);
         // SAFETY: x is [t, h] bf16, gate_up [e, 2i, h] (bf16, or fp8 with [e·2i, ceil(h/128)]
-        // f32 scales), act [t·k, i] bf16; offsets/perm were written by moe_group (ranges inside
-        // 0..t·k, perm entries below t·k, so token = perm / k < t); the vector variants only
-        // when rows are 16-byte aligned (checked above); active (from moe_active) names at most
-        // min(e, t·k) experts, block rows past its count and rows past i return.
+        // f32 scales), act [t·k, i] bf16; offsets/perm were written by moe_group or moe_plan
+        // (ranges inside 0..t·k, perm entries below t·k, so token = perm / k < t, and act row
+        // perm < t·k); the vector variants only when rows are 16-byte aligned (checked above);
+        // active (from moe_active or moe_plan) names at most min(e, t·k) experts, block rows
+        // past its count and rows past i return.
         let r = unsafe {
             a.launch(cfg(
                 (dim(i.div_ceil(WARPS), "fused_moe")?, experts),
@@ -169,6 +226,32 @@ impl CudaBackend {
             ))
         };
         self.launched(&name, r)?;
+        let op = out.ptr(s);
+        if small && t <= FUSED_DOWN_TOKENS {
+            // 4-5. Down and the weighted sum in one launch: a block per output element, a warp
+            // per slot.
+            let name = format!("moe_down_combine_{suffix}");
+            let f = self.func(Module::Moe, &name)?;
+            let mut a = s.launch_builder(&f);
+            a.arg(&op)
+                .arg(&actp)
+                .arg(&w2)
+                .arg(&w2s)
+                .arg(&idp)
+                .arg(&wtp)
+                .arg(&ti)
+                .arg(&ki)
+                .arg(&ii)
+                .arg(&hi);
+            // SAFETY: out is [t, h] f32, act [t·k, i] bf16 (every row written by gate_up: each
+            // pair is in exactly one expert's range), down [e, h, i] (fp8: [e·h, ceil(i/128)]
+            // scales), ids (expert indices below e) and weights t·k; t·h blocks (t <= 8), block b
+            // writing out[b % t, b / t]; 32·k threads, k <= MOE_MAX_TOP_K (its shared slots).
+            let r = unsafe { a.launch(cfg((dim(t * h, "fused_moe")?, 1), (32 * top_k) as u32)) };
+            return self.launched(&name, r);
+        }
+        let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
+        let ysp = ys.ptr(s);
         let name = format!("moe_down_{suffix}");
         let f = self.func(Module::Moe, &name)?;
         let mut a = s.launch_builder(&f);
@@ -195,7 +278,7 @@ impl CudaBackend {
 
         // 5. The weighted sum per token.
         let f = self.func(Module::Moe, "moe_combine")?;
-        let (op, tu) = (out.ptr(s), t as u64);
+        let tu = t as u64;
         let mut a = s.launch_builder(&f);
         a.arg(&op).arg(&ysp).arg(&wtp).arg(&tu).arg(&ki).arg(&hi);
         // SAFETY: out is [t, h] f32, ys [t·k, h] f32 (every row written by moe_down), weights
