@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # `met serve --device cuda` on the GPU machine, from the repository root, with binaries built on
 # the build machine in $METRALE_GPU_BIN (.gpu/bin, see docs/cuda.md):
-#   1. a fixture model served on CUDA (bf16, then the float32 path) and on the CPU: greedy
-#      completions must be identical (bf16 may flip near-ties);
+#   1. a fixture model served on CUDA (bf16, the float32 path, bf16 with the FP8 KV cache) and
+#      on the CPU (with an FP8-rounding cache for the last): greedy completions must be
+#      identical (bf16 may flip near-ties; with the FP8 cache the count is reported only: the
+#      device rounds bf16 values to e4m3 where the CPU rounds f32 ones, and one e4m3 step,
+#      2^-4 of a value, is enough to move a greedy path on these random fixtures);
 #   2. Qwen3-8B's shape with dummy weights on CUDA: a quick throughput ladder over HTTP
 #      (SKIP_LADDER=1 skips it).
 # Writes $OUT/serve.log and $OUT/ladder.json; ends within about 5 minutes.
@@ -30,20 +33,28 @@ wait_ready() {
     model=tests/fixtures/models/qwen3-gqa-tied
     "$BIN/met" serve "$model" --device cpu --port 8102 --model-name t >/dev/null 2>&1 &
     cpu_pid=$!
-    for dtype in bfloat16 float32; do
-        echo "== 1. fixture on cuda ($dtype) and cpu, greedy over HTTP"
-        "$BIN/met" serve "$model" --device cuda --dtype "$dtype" --port 8101 --model-name t \
-            >"$OUT/cuda-serve-$dtype.txt" 2>&1 &
+    # The FP8 KV cache is compared with a CPU server whose cache rounds the same way.
+    "$BIN/met" serve "$model" --device cpu --kv-cache-dtype fp8 --port 8104 --model-name t \
+        >/dev/null 2>&1 &
+    cpu8_pid=$!
+    for variant in bfloat16 float32 fp8kv; do
+        case $variant in
+            fp8kv) flags=(--dtype bfloat16 --kv-cache-dtype fp8); cpu=http://127.0.0.1:8104 ;;
+            *) flags=(--dtype "$variant"); cpu=http://127.0.0.1:8102 ;;
+        esac
+        echo "== 1. fixture on cuda ($variant) and cpu, greedy over HTTP"
+        "$BIN/met" serve "$model" --device cuda "${flags[@]}" --port 8101 --model-name t \
+            >"$OUT/cuda-serve-$variant.txt" 2>&1 &
         PIDS+=($!)
-        wait_ready http://127.0.0.1:8101 && wait_ready http://127.0.0.1:8102 &&
-            timeout 120 python3 scripts/gpu/http_probe.py equal http://127.0.0.1:8101 http://127.0.0.1:8102
-        echo "equal exit ($dtype): $?"
-        cat "$OUT/cuda-serve-$dtype.txt"
+        wait_ready http://127.0.0.1:8101 && wait_ready "$cpu" &&
+            timeout 120 python3 scripts/gpu/http_probe.py equal http://127.0.0.1:8101 "$cpu"
+        echo "equal exit ($variant): $?"
+        cat "$OUT/cuda-serve-$variant.txt"
         kill "${PIDS[@]}" 2>/dev/null
         wait "${PIDS[@]}" 2>/dev/null
         PIDS=()
     done
-    kill "$cpu_pid" 2>/dev/null
+    kill "$cpu_pid" "$cpu8_pid" 2>/dev/null
     wait 2>/dev/null
     [ "${SKIP_LADDER:-0}" = 1 ] && exit 0
 

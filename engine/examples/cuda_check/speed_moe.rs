@@ -64,7 +64,13 @@ pub fn active_weight_bytes(c: &ModelConfig, b: usize) -> f64 {
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     timing_header(report, "moe decode step");
     let mut batch1 = Vec::new();
-    for (name, text) in CONFIGS {
+    // METRALE_MOE_SPEED_ONLY=fp8 runs only the configs whose name contains it (e.g. under a
+    // profiler).
+    let only = std::env::var("METRALE_MOE_SPEED_ONLY").unwrap_or_default();
+    for (name, text) in CONFIGS
+        .into_iter()
+        .filter(|(n, _)| n.contains(only.as_str()))
+    {
         let dir = std::env::temp_dir().join(format!("metrale-moe-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("config.json"), text)?;

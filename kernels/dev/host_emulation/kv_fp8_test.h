@@ -39,6 +39,23 @@ static void t_kv_fp8_encode() {
     for (int b = 0; b < 256; ++b)  // the exact widening to bf16 the tensor-core kernel uses
         if ((b & 0x7f) != 0x7f) bad += (double)lo(e4m3x2_to_bf16x2((u32)b)) != e4m3_ref(b);
     report("f32_to_e4m3 = nearest e4m3, ties to even", bad, 0);
+    // The tensor-core kernel's widening of eight bytes (byte order kept, every byte value).
+    int wbad = 0;
+    for (int i = 0; i < 4096; ++i) {
+        unsigned char b[8];
+        for (int j = 0; j < 8; ++j) {
+            b[j] = i < 256 ? (unsigned char)(i + 37 * j) : (unsigned char)(rng() & 0xff);
+            if ((b[j] & 0x7f) == 0x7f) b[j] = 0;
+        }
+        u32x2 w; memcpy(&w, b, 8);
+        u32x4 r = e4m3x8_to_bf16x8(w);
+        u32 words[4] = {r.x, r.y, r.z, r.w};
+        for (int j = 0; j < 8; ++j) {
+            float got = j & 1 ? hi(words[j / 2]) : lo(words[j / 2]);
+            wbad += (double)got != e4m3_ref(b[j]) || std::signbit(got) != ((b[j] & 0x80) != 0);
+        }
+    }
+    report("e4m3x8_to_bf16x8 = exact values", wbad, 0);
 }
 
 // Reference quantizer of one head vector: bytes and group scales.
