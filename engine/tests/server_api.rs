@@ -657,8 +657,8 @@ fn flags_that_cannot_work_fail_at_start() {
     let model = model.to_str().expect("utf8");
     let cases: [(&[&str], &str); 6] = [
         (
-            &["--kv-cache-dtype", "fp8"],
-            "not supported on the cpu backend",
+            &["--dtype", "float32", "--kv-cache-dtype", "fp8"],
+            "the float32 path keeps an f32 cache",
         ),
         (
             &["--max-seq-len", "100000"],
