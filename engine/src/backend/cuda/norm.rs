@@ -84,9 +84,9 @@ impl CudaBackend {
         let (o, xp, wp, hh) = (out.ptr(s), x.ptr(s), w.ptr(s), int(h, "rms_norm")?);
         let mut a = s.launch_builder(&f);
         a.arg(&o).arg(&xp).arg(&wp).arg(&hh).arg(&eps);
+        let threads = self.norm_threads(rows, h);
         // SAFETY: out and x are [rows, h] and w holds h values, each of the kernel's type
         // (checked above); one block per row with a multiple of 32 threads, as block_sum needs.
-        let threads = self.norm_threads(rows, h);
         let r = unsafe { a.launch(cfg((dim(rows, "rms_norm")?, 1), threads)) };
         self.launched(name, r)
     }
@@ -135,10 +135,10 @@ impl CudaBackend {
         );
         let mut a = s.launch_builder(&f);
         a.arg(&o).arg(&rp).arg(&xp).arg(&wp).arg(&hh).arg(&eps);
+        let threads = self.norm_threads(rows, h);
         // SAFETY: out, residual and x are [rows, h] of the kernel's types, w holds h values of
         // its type (checked above); out and residual are distinct &mut borrows, so the
         // kernel's in-place residual update aliases nothing it reads from another buffer.
-        let threads = self.norm_threads(rows, h);
         let r = unsafe { a.launch(cfg((dim(rows, "add_rms_norm")?, 1), threads)) };
         self.launched(name, r)
     }
