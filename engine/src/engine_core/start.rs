@@ -66,15 +66,10 @@ impl EngineHandle {
     ) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
         let dir = ModelDir::open(&config.model_dir)?;
         let hybrid = qwen3_5::is_hybrid(&dir.config()?.architecture);
+        let cpu = CpuBackend::with_fp8_kv_cache(config.kv_cache_fp8);
         match config.device {
-            Device::Cpu if hybrid => {
-                let cpu = CpuBackend::with_fp8_kv_cache(config.kv_cache_fp8);
-                start_on(cpu, config, hub, &load_qwen3_5)
-            }
-            Device::Cpu => {
-                let cpu = CpuBackend::with_fp8_kv_cache(config.kv_cache_fp8);
-                start_on(cpu, config, hub, &load_qwen3)
-            }
+            Device::Cpu if hybrid => start_on(cpu, config, hub, &load_qwen3_5),
+            Device::Cpu => start_on(cpu, config, hub, &load_qwen3),
             Device::Cuda if hybrid => bail!("{}", qwen3_5::CPU_ONLY),
             #[cfg(feature = "cuda")]
             Device::Cuda => {

@@ -125,18 +125,9 @@ static void t_write_kv_fp8(int T, int nh, int nkv, int hd) {
 // plain and split, against double-precision attention on e4m3 · scale.
 static void t_attn_fp8(int nh, int nkv, int hd, std::vector<std::pair<int, int>> seqs, int bs = 16, int kps = 0) {
     int W = (nh + 2 * nkv) * hd, groups = (hd + 127) / 128;
-    std::vector<int> need; int total_blocks = 1;
-    for (auto [s, n] : seqs) { need.push_back((s + n + bs - 1) / bs); total_blocks += need.back(); }
-    std::vector<u32> ids; for (int i = 1; i < total_blocks; ++i) ids.push_back(i);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    int maxb = *std::max_element(need.begin(), need.end());
-    std::vector<u32> tables(seqs.size() * maxb, 0), positions, row_seq;
-    int next = 0;
-    for (size_t s = 0; s < seqs.size(); ++s) {
-        for (int j = 0; j < need[s]; ++j) tables[s * maxb + j] = ids[next++];
-        for (int i = 0; i < seqs[s].second; ++i) { positions.push_back(seqs[s].first + i); row_seq.push_back(s); }
-    }
-    int T = positions.size();
+    PagedBatch batch(seqs, bs, 0);
+    int T = batch.T, maxb = batch.maxb, total_blocks = batch.total_blocks;
+    const auto &tables = batch.tables, &positions = batch.positions, &row_seq = batch.row_seq;
     size_t rows = (size_t)total_blocks * bs * nkv;
     std::vector<unsigned char> kc(rows * hd), vc(rows * hd);
     std::vector<float> ks(rows * groups), vs(rows * groups);
@@ -153,18 +144,9 @@ static void t_attn_fp8(int nh, int nkv, int hd, std::vector<std::pair<int, int>>
     auto merge = [&] { launch({(unsigned)T, (unsigned)nh}, {128}, [&] { attention_merge(out.data(), partial.data(), nh, hd, splits); }); };
     int group = nh / nkv;
     auto check = [&](const char* kind) {
-        double worst = 0;
-        for (int r = 0; r < T; ++r) for (int h = 0; h < nh; ++h) {
-            const u32* tab = &tables[row_seq[r] * maxb]; int kh = h / group; int len = positions[r] + 1;
-            auto row = [&](int p) { return ((size_t)tab[p / bs] * bs + p % bs) * nkv + kh; };
-            auto K = [&](int p, int d) { return e4m3_ref(kc[row(p) * hd + d]) * ks[row(p) * groups + d / 128]; };
-            auto V = [&](int p, int d) { return e4m3_ref(vc[row(p) * hd + d]) * vs[row(p) * groups + d / 128]; };
-            std::vector<double> sc(len); double mx = -1e30;
-            for (int p = 0; p < len; ++p) { double d = 0; for (int k = 0; k < hd; ++k) d += qkv[r * W + h * hd + k] * K(p, k); sc[p] = d * scale; mx = std::max(mx, sc[p]); }
-            double sum = 0; for (auto& s : sc) { s = std::exp(s - mx); sum += s; }
-            for (int k = 0; k < hd; ++k) { double o = 0; for (int p = 0; p < len; ++p) o += sc[p] * V(p, k); o /= sum;
-                worst = std::max(worst, std::fabs(F(out[r * nh * hd + h * hd + k]) - o) / (1e-2 + std::fabs(o))); }
-        }
+        double worst = attention_worst(batch, qkv, nh, nkv, hd, scale, out,
+            [&](size_t row, int d) { return e4m3_ref(kc[row * hd + d]) * ks[row * groups + d / 128]; },
+            [&](size_t row, int d) { return e4m3_ref(vc[row * hd + d]) * vs[row * groups + d / 128]; });
         char name[96]; snprintf(name, 96, "paged_attention%s_kv8 h%d/%d hd%d T%d split %d", kind, nh, nkv, hd, T, kps);
         report(name, worst, 6e-3);
     };

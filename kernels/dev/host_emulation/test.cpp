@@ -98,22 +98,57 @@ void t_rope(int T, int nh, int nkv, int hd, int rot, float theta, float scale, i
     report(name, worst, 1e-4);
 }
 
+// A batch of sequences given as (start position, new tokens) over shuffled, out-of-order block
+// tables (plus `spare` unused blocks): what paged attention reads.
+struct PagedBatch {
+    int bs, maxb = 0, total_blocks = 1, T = 0;
+    std::vector<u32> tables, positions, row_seq;
+    PagedBatch(const std::vector<std::pair<int,int>>& seqs, int block_size, int spare) : bs(block_size) {
+        std::vector<int> need;
+        for (auto [s,n] : seqs) { need.push_back((s+n+bs-1)/bs); total_blocks += need.back(); }
+        total_blocks += spare;
+        std::vector<u32> ids; for (int i = 1; i < total_blocks; ++i) ids.push_back(i);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        maxb = *std::max_element(need.begin(), need.end());
+        tables.assign(seqs.size()*maxb, 0);
+        int next = 0;
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            for (int j = 0; j < need[s]; ++j) tables[s*maxb+j] = ids[next++];
+            for (int i = 0; i < seqs[s].second; ++i) { positions.push_back(seqs[s].first + i); row_seq.push_back(s); }
+        }
+        T = positions.size();
+    }
+    // The cache row (slot · nkv + kv head) of key p of row r's sequence.
+    size_t row(int r, int p, int nkv, int kh) const {
+        const u32* tab = &tables[row_seq[r]*maxb];
+        return ((size_t)tab[p/bs]*bs + p%bs)*nkv + kh;
+    }
+};
+
+// Worst error of out [T, nh·hd] (bf16), relative to 1e-2 + |ref|, against causal attention in
+// double precision of each row's q heads over keys K(cache row, dim) and values V(cache row, dim).
+template <class KF, class VF>
+double attention_worst(const PagedBatch& b, const std::vector<float>& qkv, int nh, int nkv, int hd,
+                       float scale, const std::vector<bf16>& out, KF K, VF V) {
+    int W = (nh+2*nkv)*hd, group = nh/nkv;
+    double worst = 0;
+    for (int r = 0; r < b.T; ++r) for (int h = 0; h < nh; ++h) {
+        int kh = h/group, len = b.positions[r]+1;
+        std::vector<double> sc(len); double mx = -1e30;
+        for (int p = 0; p < len; ++p) { double d = 0; for (int k = 0; k < hd; ++k) d += qkv[r*W+h*hd+k]*K(b.row(r,p,nkv,kh), k); sc[p] = d*scale; mx = std::max(mx, sc[p]); }
+        double sum = 0; for (auto& s : sc) { s = std::exp(s-mx); sum += s; }
+        for (int k = 0; k < hd; ++k) { double o = 0; for (int p = 0; p < len; ++p) o += sc[p]*V(b.row(r,p,nkv,kh), k); o /= sum;
+            worst = std::max(worst, std::fabs(F(out[r*nh*hd+h*hd+k]) - o) / (1e-2 + std::fabs(o))); }
+    }
+    return worst;
+}
+
 // seqs: (start, n)
 void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int bs = 16, int kps = 0) {
     int W = (nh+2*nkv)*hd;
-    std::vector<int> need; int total_blocks = 1;
-    for (auto [s,n] : seqs) { need.push_back((s+n+bs-1)/bs); total_blocks += need.back(); }
-    total_blocks += 2;
-    std::vector<u32> ids; for (int i = 1; i < total_blocks; ++i) ids.push_back(i);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    int maxb = *std::max_element(need.begin(), need.end());
-    std::vector<u32> tables(seqs.size()*maxb, 0), positions, row_seq;
-    int next = 0;
-    for (size_t s = 0; s < seqs.size(); ++s) {
-        for (int j = 0; j < need[s]; ++j) tables[s*maxb+j] = ids[next++];
-        for (int i = 0; i < seqs[s].second; ++i) { positions.push_back(seqs[s].first + i); row_seq.push_back(s); }
-    }
-    int T = positions.size();
+    PagedBatch batch(seqs, bs, 2);
+    int T = batch.T, maxb = batch.maxb, total_blocks = batch.total_blocks;
+    const auto &tables = batch.tables, &positions = batch.positions, &row_seq = batch.row_seq;
     size_t csz = (size_t)total_blocks*bs*nkv*hd;
     std::vector<bf16> kc(csz), vc(csz), out(T*nh*hd);
     for (auto& v : kc) v = B(U(1)); for (auto& v : vc) v = B(U(1));
@@ -185,16 +220,9 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
     }
     int group = nh/nkv;
     auto check = [&](const char* kind) {
-        double worst = 0;
-        for (int r = 0; r < T; ++r) for (int h = 0; h < nh; ++h) {
-            const u32* tab = &tables[row_seq[r]*maxb]; int g = h/group; int len = positions[r]+1;
-            auto at = [&](int p) { return (((size_t)tab[p/bs]*bs + p%bs)*nkv + g)*hd; };
-            std::vector<double> sc(len); double mx = -1e30;
-            for (int p = 0; p < len; ++p) { double d = 0; for (int k = 0; k < hd; ++k) d += qkv[r*W+h*hd+k]*F(kc[at(p)+k]); sc[p] = d*scale; mx = std::max(mx, sc[p]); }
-            double sum = 0; for (auto& s : sc) { s = std::exp(s-mx); sum += s; }
-            for (int k = 0; k < hd; ++k) { double o = 0; for (int p = 0; p < len; ++p) o += sc[p]*F(vc[at(p)+k]); o /= sum;
-                worst = std::max(worst, std::fabs(F(out[r*nh*hd+h*hd+k]) - o) / (1e-2 + std::fabs(o))); }
-        }
+        double worst = attention_worst(batch, qkv, nh, nkv, hd, scale, out,
+            [&](size_t row, int k) { return (double)F(kc[row*hd+k]); },
+            [&](size_t row, int k) { return (double)F(vc[row*hd+k]); });
         char name[96]; snprintf(name, 96, "paged_attention%s h%d/%d hd%d T%d split %d", kind, nh, nkv, hd, T, kps);
         report(name, worst, 6e-3);
     };
