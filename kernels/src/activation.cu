@@ -18,13 +18,16 @@ __device__ void silu_mul_impl(TO* out, const T* gate_up, u64 rows, u64 inter) {
 }
 
 extern "C" __global__ void silu_mul_f32(bf16* out, const float* gate_up, u64 rows, u64 inter) {
+    pdl_start();
     silu_mul_impl(out, gate_up, rows, inter);
 }
 
 extern "C" __global__ void silu_mul_bf16(bf16* out, const bf16* gate_up, u64 rows, u64 inter) {
+    pdl_start();
     silu_mul_impl(out, gate_up, rows, inter);
 }
 
 extern "C" __global__ void silu_mul_fp32(float* out, const float* gate_up, u64 rows, u64 inter) {
+    pdl_start();
     silu_mul_impl(out, gate_up, rows, inter);
 }

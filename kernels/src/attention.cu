@@ -57,6 +57,7 @@ __device__ void write_kv_impl(TC* k_cache, TC* v_cache, const T* qkv, const u32*
     extern "C" __global__ void write_kv_##SUFFIX(TC* k_cache, TC* v_cache, const T* qkv,            \
                                                  const u32* slot_mapping, int num_heads,           \
                                                  int num_kv_heads, int head_dim) {                 \
+        pdl_start();                                                                               \
         write_kv_impl(k_cache, v_cache, qkv, slot_mapping, num_heads, num_kv_heads, head_dim);     \
     }
 
@@ -89,6 +90,7 @@ __device__ void write_kv_fp8_impl(unsigned char* k_cache, unsigned char* v_cache
     extern "C" __global__ void write_kv_##SUFFIX##_kv8(                                            \
         unsigned char* k_cache, unsigned char* v_cache, float* k_scales, float* v_scales,          \
         const T* qkv, const u32* slot_mapping, int num_heads, int num_kv_heads, int head_dim) {    \
+        pdl_start();                                                                               \
         write_kv_fp8_impl(k_cache, v_cache, k_scales, v_scales, qkv, slot_mapping, num_heads,      \
                           num_kv_heads, head_dim);                                                 \
     }
@@ -217,6 +219,7 @@ __device__ void attention_impl(TO* out, float* partial, const T* qkv, const TC* 
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
         const float* k_scales, const float* v_scales) {                                            \
+        pdl_start();                                                                               \
         attention_impl<T, TC, TO, NPER, G, false>(out, partial, qkv, k_cache, v_cache, positions,  \
                                                   row_seq, block_tables, max_blocks, block_size,   \
                                                   num_heads, num_kv_heads, head_dim, scale,        \
@@ -227,6 +230,7 @@ __device__ void attention_impl(TO* out, float* partial, const T* qkv, const TC* 
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
         const float* k_scales, const float* v_scales) {                                            \
+        pdl_start();                                                                               \
         attention_impl<T, TC, TO, NPER, G, true>(out, partial, qkv, k_cache, v_cache, positions,   \
                                                  row_seq, block_tables, max_blocks, block_size,    \
                                                  num_heads, num_kv_heads, head_dim, scale,         \
@@ -404,6 +408,7 @@ __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, cons
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
         const float*, const float*) {                                                              \
+        pdl_start();                                                                               \
         attention_vec_impl<T, D, G, false>(out, partial, qkv, k_cache, v_cache, positions,         \
                                            row_seq, block_tables, max_blocks, block_size,          \
                                            num_heads, num_kv_heads, scale);        \
@@ -413,6 +418,7 @@ __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, cons
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
         const float*, const float*) {                                                              \
+        pdl_start();                                                                               \
         attention_vec_impl<T, D, G, true>(out, partial, qkv, k_cache, v_cache, positions,          \
                                           row_seq, block_tables, max_blocks, block_size,           \
                                           num_heads, num_kv_heads, scale);         \
@@ -460,10 +466,12 @@ __device__ void attention_merge_impl(TO* out, const float* partial, int num_head
 
 extern "C" __global__ void attention_merge(bf16* out, const float* partial, int num_heads,
                                            int head_dim, int splits) {
+    pdl_start();
     attention_merge_impl(out, partial, num_heads, head_dim, splits);
 }
 
 extern "C" __global__ void attention_merge_fp32(float* out, const float* partial, int num_heads,
                                                 int head_dim, int splits) {
+    pdl_start();
     attention_merge_impl(out, partial, num_heads, head_dim, splits);
 }

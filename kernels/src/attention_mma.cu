@@ -403,6 +403,7 @@ __device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, cons
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
         const float* k_scales, const float* v_scales) {                                            \
+        pdl_start();                                                                               \
         attention_mma_impl<T, TC, D, WIDE, false>(out, partial, qkv, k_cache, v_cache, positions,  \
                                                   row_seq, block_tables, max_blocks, block_size,   \
                                                   num_heads, num_kv_heads, scale, k_scales,        \
@@ -413,6 +414,7 @@ __device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, cons
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
         const float* k_scales, const float* v_scales) {                                            \
+        pdl_start();                                                                               \
         attention_mma_impl<T, TC, D, WIDE, true>(out, partial, qkv, k_cache, v_cache, positions,   \
                                                  row_seq, block_tables, max_blocks, block_size,    \
                                                  num_heads, num_kv_heads, scale, k_scales,         \

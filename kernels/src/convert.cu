@@ -21,10 +21,12 @@ __device__ void fill_random_impl(T* out, u64 n, u64 seed, float half_width) {
 }
 
 extern "C" __global__ void fill_random_bf16(bf16* out, u64 n, u64 seed, float half_width) {
+    pdl_start();
     fill_random_impl(out, n, seed, half_width);
 }
 
 extern "C" __global__ void fill_random_f32(float* out, u64 n, u64 seed, float half_width) {
+    pdl_start();
     fill_random_impl(out, n, seed, half_width);
 }
 
@@ -36,19 +38,23 @@ __device__ void fill_const_impl(T* out, u64 n, float value) {
 }
 
 extern "C" __global__ void fill_const_bf16(bf16* out, u64 n, float value) {
+    pdl_start();
     fill_const_impl(out, n, value);
 }
 
 extern "C" __global__ void fill_const_f32(float* out, u64 n, float value) {
+    pdl_start();
     fill_const_impl(out, n, value);
 }
 
 extern "C" __global__ void cast_f32_bf16(bf16* out, const float* in, u64 n) {
+    pdl_start();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         out[i] = from_f32<bf16>(in[i]);
 }
 
 extern "C" __global__ void cast_bf16_f32(float* out, const bf16* in, u64 n) {
+    pdl_start();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         out[i] = to_f32(in[i]);
 }

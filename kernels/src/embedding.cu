@@ -15,11 +15,13 @@ __device__ void embedding_impl(float* out, const T* table, const u32* token_ids,
 
 extern "C" __global__ void embedding_bf16(float* out, const bf16* table, const u32* token_ids,
                                           int hidden) {
+    pdl_start();
     embedding_impl(out, table, token_ids, hidden);
 }
 
 extern "C" __global__ void embedding_f32(float* out, const float* table, const u32* token_ids,
                                          int hidden) {
+    pdl_start();
     embedding_impl(out, table, token_ids, hidden);
 }
 
@@ -32,9 +34,11 @@ __device__ void gather_rows_impl(T* out, const T* x, const u32* rows, int width)
 }
 
 extern "C" __global__ void gather_rows_bf16(bf16* out, const bf16* x, const u32* rows, int width) {
+    pdl_start();
     gather_rows_impl(out, x, rows, width);
 }
 
 extern "C" __global__ void gather_rows_f32(float* out, const float* x, const u32* rows, int width) {
+    pdl_start();
     gather_rows_impl(out, x, rows, width);
 }

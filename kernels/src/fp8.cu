@@ -51,19 +51,29 @@ __device__ void gemv_fp8_impl(float* out, const bf16* x, const unsigned char* w,
     const int chunks = k >> 4;
     const u32x4* wr = (const u32x4*)(w + (u64)n * k);
     const float* sr = scales + (u64)n * ((k + 127) >> 7);
+    // gemv.cu's prologue: the first 128 chunks and their scales before waiting on x's writer.
+    u32x4 a[4];
+    float s[4];
+    const bool first = row_prologue(a, wr, chunks, lane);
+    if (first) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[i] = sr[(lane + 32 * i) >> 3];
+    }
+    pdl_start();
     float acc[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0.f;
     int c = lane;
-    for (; c + 96 < chunks; c += 128) {
-        const u32x4 a0 = load_stream(wr + c);
-        const u32x4 a1 = load_stream(wr + c + 32);
-        const u32x4 a2 = load_stream(wr + c + 64);
-        const u32x4 a3 = load_stream(wr + c + 96);
-        fp8_chunk<M>(acc, a0, fp8_scale120(sr[c >> 3]), x, k, c);
-        fp8_chunk<M>(acc, a1, fp8_scale120(sr[(c + 32) >> 3]), x, k, c + 32);
-        fp8_chunk<M>(acc, a2, fp8_scale120(sr[(c + 64) >> 3]), x, k, c + 64);
-        fp8_chunk<M>(acc, a3, fp8_scale120(sr[(c + 96) >> 3]), x, k, c + 96);
+    if (first) {
+        for (;;) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) fp8_chunk<M>(acc, a[i], fp8_scale120(s[i]), x, k, c + 32 * i);
+            c += 128;
+            if (c + 96 >= chunks) break;
+            load4(a, wr, c);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) s[i] = sr[(c + 32 * i) >> 3];
+        }
     }
     for (; c < chunks; c += 32) fp8_chunk<M>(acc, load_stream(wr + c), fp8_scale120(sr[c >> 3]), x, k, c);
 #pragma unroll
@@ -91,6 +101,7 @@ GEMV_FP8(8)
 // Any K: a warp per output column, lanes striding over K one byte at a time, row by row of x.
 extern "C" __global__ void gemv_fp8_rows(float* out, const bf16* x, const unsigned char* w,
                                          const float* scales, int m_total, int n_total, int k) {
+    pdl_start();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int n = blockIdx.x * FP8_WARPS + warp;
     if (n >= n_total) return;
@@ -107,6 +118,7 @@ extern "C" __global__ void gemv_fp8_rows(float* out, const bf16* x, const unsign
 
 extern "C" __global__ void dequant_fp8_bf16(bf16* out, const unsigned char* w, const float* scales,
                                             u64 rows, int k) {
+    pdl_start();
     const u64 n = rows * k;
     const u64 per_row = (k + 127) >> 7;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
@@ -119,6 +131,7 @@ extern "C" __global__ void dequant_fp8_bf16(bf16* out, const unsigned char* w, c
 // share of the scales.
 extern "C" __global__ void fill_random_fp8(unsigned char* out, u64 n, u64 seed, float* scales,
                                            u64 n_scales, float scale) {
+    pdl_start();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n_scales; i += (u64)gridDim.x * blockDim.x)
         scales[i] = scale;
     u64 start, end, state;

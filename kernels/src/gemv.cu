@@ -43,19 +43,21 @@ __device__ void gemv_impl(float* out, const bf16* x, const bf16* w, int n_total,
     const int chunks = k >> 3;
     const u32x4* wr = (const u32x4*)(w + (u64)n * k);
     const u32x4* xr = (const u32x4*)x;
+    u32x4 a[4];
+    const bool first = row_prologue(a, wr, chunks, lane);
+    pdl_start();
     float acc[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) acc[m] = 0.f;
     int c = lane;
-    for (; c + 96 < chunks; c += 128) {
-        const u32x4 a0 = load_stream(wr + c);
-        const u32x4 a1 = load_stream(wr + c + 32);
-        const u32x4 a2 = load_stream(wr + c + 64);
-        const u32x4 a3 = load_stream(wr + c + 96);
-        gemv_chunk<M>(acc, a0, xr, chunks, c);
-        gemv_chunk<M>(acc, a1, xr, chunks, c + 32);
-        gemv_chunk<M>(acc, a2, xr, chunks, c + 64);
-        gemv_chunk<M>(acc, a3, xr, chunks, c + 96);
+    if (first) {
+        for (;;) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) gemv_chunk<M>(acc, a[i], xr, chunks, c + 32 * i);
+            c += 128;
+            if (c + 96 >= chunks) break;
+            load4(a, wr, c);
+        }
     }
     for (; c < chunks; c += 32) gemv_chunk<M>(acc, load_stream(wr + c), xr, chunks, c);
 #pragma unroll
@@ -96,21 +98,25 @@ __device__ void gemv_silu_impl(bf16* out, const bf16* x, const bf16* w, int inte
     const u32x4* wg = (const u32x4*)(w + (u64)j * k);
     const u32x4* wu = (const u32x4*)(w + (u64)(inter + j) * k);
     const u32x4* xr = (const u32x4*)x;
+    u32x4 a[4], b[4];
+    const bool first = row_prologue(a, wg, chunks, lane);
+    row_prologue(b, wu, chunks, lane);
+    pdl_start();
     float g[M], u[M];
 #pragma unroll
     for (int m = 0; m < M; ++m) g[m] = u[m] = 0.f;
     int c = lane;
-    for (; c + 96 < chunks; c += 128) {
-        u32x4 a[4], b[4];
+    if (first) {
+        for (;;) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            a[i] = load_stream(wg + c + 32 * i);
-            b[i] = load_stream(wu + c + 32 * i);
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            gemv_chunk<M>(g, a[i], xr, chunks, c + 32 * i);
-            gemv_chunk<M>(u, b[i], xr, chunks, c + 32 * i);
+            for (int i = 0; i < 4; ++i) {
+                gemv_chunk<M>(g, a[i], xr, chunks, c + 32 * i);
+                gemv_chunk<M>(u, b[i], xr, chunks, c + 32 * i);
+            }
+            c += 128;
+            if (c + 96 >= chunks) break;
+            load4(a, wg, c);
+            load4(b, wu, c);
         }
     }
     for (; c < chunks; c += 32) {

@@ -121,4 +121,63 @@ mod tests {
             assert!(text.contains("extern \"C\" __global__"), "{}.cu", m.name());
         }
     }
+
+    /// The body of the function whose signature ends at `open` (the index of its `{`).
+    fn body(text: &str, open: usize) -> &str {
+        let mut depth = 0usize;
+        for (i, c) in text[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return &text[open..=open + i];
+                    }
+                }
+                _ => {}
+            }
+        }
+        &text[open..]
+    }
+
+    /// The engine launches every kernel with programmatic dependent launch on Hopper
+    /// (engine/src/backend/cuda/launch.rs), which is only correct if each kernel waits
+    /// (`pdl_start` or `pdl_wait`) before it reads an earlier kernel's output or writes: every
+    /// kernel's body must wait, itself or in the one `__device__` function it hands its work to.
+    #[test]
+    fn every_kernel_waits_for_the_previous_one() {
+        let waits = |b: &str| b.contains("pdl_start();") || b.contains("pdl_wait();");
+        for m in Module::ALL {
+            let text = m.source();
+            let mut kernels = 0;
+            for (at, _) in text.match_indices("extern \"C\" __global__") {
+                let open = at + text[at..].find('{').expect("a kernel body");
+                let b = body(text, open);
+                let name = text[at..open].split('(').next().unwrap_or("").to_string();
+                kernels += 1;
+                if waits(b) {
+                    continue;
+                }
+                // Handed to an impl: `name_impl<...>(` or `name_impl(` in the body.
+                let callee = b
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .find(|w| w.ends_with("_impl"))
+                    .unwrap_or_else(|| {
+                        panic!("{}.cu: {name} neither waits nor calls an impl", m.name())
+                    });
+                let def = text
+                    .match_indices(callee)
+                    .map(|(i, _)| i)
+                    .find(|&i| text[..i].trim_end().ends_with("void"))
+                    .unwrap_or_else(|| panic!("{}.cu: no definition of {callee}", m.name()));
+                let open = def + text[def..].find('{').expect("a body");
+                assert!(
+                    waits(body(text, open)),
+                    "{}.cu: {name} and its {callee} never call pdl_start/pdl_wait",
+                    m.name()
+                );
+            }
+            assert!(kernels > 0, "{}.cu has no kernels", m.name());
+        }
+    }
 }

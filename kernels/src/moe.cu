@@ -212,11 +212,13 @@ __device__ void moe_route_impl(int* ids, float* weights, const T* logits, int to
 
 extern "C" __global__ void moe_route_f32(int* ids, float* weights, const float* logits, int tokens,
                                          int experts, int top_k, int norm_topk_prob) {
+    pdl_start();
     moe_route_impl(ids, weights, logits, tokens, experts, top_k, norm_topk_prob);
 }
 
 extern "C" __global__ void moe_route_bf16(int* ids, float* weights, const bf16* logits, int tokens,
                                           int experts, int top_k, int norm_topk_prob) {
+    pdl_start();
     moe_route_impl(ids, weights, logits, tokens, experts, top_k, norm_topk_prob);
 }
 
@@ -258,6 +260,7 @@ __device__ int block_compact(bool keep, int value, int* dst, int done) {
 
 extern "C" __global__ void moe_group(int* offsets, int* perm, const int* ids, int pairs,
                                      int experts) {
+    pdl_start();
     const int e = blockIdx.x;
     int lt = 0, eq = 0;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
@@ -294,6 +297,7 @@ __device__ void moe_active_block(int* active, const int* offsets, int experts) {
 // so a decode step launches blocks only for the experts its tokens chose (8 of 128 at batch 1)
 // instead of exiting from the other 120's.
 extern "C" __global__ void moe_active(int* active, const int* offsets, int experts) {
+    pdl_start();
     moe_active_block(active, offsets, experts);
 }
 
@@ -353,6 +357,7 @@ __device__ void moe_plan_impl(int* ids, float* weights, int* offsets, int* perm,
 extern "C" __global__ void __launch_bounds__(MOE_PLAN_THREADS)
     moe_plan_f32(int* ids, float* weights, int* offsets, int* perm, int* active,
                  const float* logits, int tokens, int experts, int top_k, int norm_topk_prob) {
+    pdl_start();
     moe_plan_impl(ids, weights, offsets, perm, active, logits, tokens, experts, top_k,
                   norm_topk_prob);
 }
@@ -360,6 +365,7 @@ extern "C" __global__ void __launch_bounds__(MOE_PLAN_THREADS)
 extern "C" __global__ void __launch_bounds__(MOE_PLAN_THREADS)
     moe_plan_bf16(int* ids, float* weights, int* offsets, int* perm, int* active,
                   const bf16* logits, int tokens, int experts, int top_k, int norm_topk_prob) {
+    pdl_start();
     moe_plan_impl(ids, weights, offsets, perm, active, logits, tokens, experts, top_k,
                   norm_topk_prob);
 }
@@ -616,6 +622,7 @@ __device__ void moe_down_combine_impl(float* out, const bf16* act, const W* w, c
         moe_gate_up_##SUFFIX(                                                                     \
         bf16* act, const bf16* x, const W* w, const float* scales, const int* offsets,            \
         const int* active, const int* perm, int experts, int top_k, int inter, int hidden) {      \
+        pdl_start();                                                                              \
         moe_gate_up_impl<VEC>(act, x, w, scales, offsets, active, perm, experts, top_k, inter,    \
                               hidden);                                                            \
     }                                                                                             \
@@ -623,11 +630,13 @@ __device__ void moe_down_combine_impl(float* out, const bf16* act, const W* w, c
                                                  const float* scales, const int* offsets,         \
                                                  const int* active, const int* perm, int experts, \
                                                  int inter, int hidden) {                         \
+        pdl_start();                                                                              \
         moe_down_impl<VEC>(ys, act, w, scales, offsets, active, perm, experts, inter, hidden);    \
     }                                                                                             \
     extern "C" __global__ void moe_down_combine_##SUFFIX(                                         \
         float* out, const bf16* act, const W* w, const float* scales, const int* ids,             \
         const float* weights, int tokens, int top_k, int inter, int hidden) {                     \
+        pdl_start();                                                                              \
         moe_down_combine_impl<VEC>(out, act, w, scales, ids, weights, tokens, top_k, inter,       \
                                    hidden);                                                       \
     }
@@ -641,6 +650,7 @@ MOE_EXPERT_KERNELS(fp8, unsigned char, false)
 
 extern "C" __global__ void moe_combine(float* out, const float* ys, const float* weights,
                                        u64 tokens, int top_k, int hidden) {
+    pdl_start();
     const u64 n = tokens * hidden;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         const u64 t = i / hidden, c = i % hidden;

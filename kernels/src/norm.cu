@@ -47,6 +47,7 @@ __device__ void add_rms_norm_impl(TO* out, TR* residual, const TX* x, const TW* 
 #define RMS_NORM(SUFFIX, TX)                                                                       \
     extern "C" __global__ void rms_norm_##SUFFIX(bf16* out, const TX* x, const bf16* w, int hidden, \
                                                  float eps) {                                      \
+        pdl_start();                                                                               \
         rms_norm_impl(out, x, w, hidden, eps);                                                     \
     }
 
@@ -56,6 +57,7 @@ RMS_NORM(bf16, bf16)
 #define ADD_RMS_NORM(SUFFIX, TR, TX)                                                               \
     extern "C" __global__ void add_rms_norm_##SUFFIX(bf16* out, TR* residual, const TX* x,         \
                                                      const bf16* w, int hidden, float eps) {       \
+        pdl_start();                                                                               \
         add_rms_norm_impl(out, residual, x, w, hidden, eps);                                       \
     }
 
@@ -66,10 +68,12 @@ ADD_RMS_NORM(bf16_bf16, bf16, bf16)
 
 extern "C" __global__ void rms_norm_fp32(float* out, const float* x, const float* w, int hidden,
                                          float eps) {
+    pdl_start();
     rms_norm_impl(out, x, w, hidden, eps);
 }
 
 extern "C" __global__ void add_rms_norm_fp32(float* out, float* residual, const float* x,
                                              const float* w, int hidden, float eps) {
+    pdl_start();
     add_rms_norm_impl(out, residual, x, w, hidden, eps);
 }

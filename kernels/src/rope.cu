@@ -101,6 +101,7 @@ __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const TW* q_w, c
     extern "C" __global__ void qk_norm_rope_##SUFFIX(                                              \
         T* qkv, const u32* positions, const TW* q_w, const TW* k_w, const float* inv_freq,         \
         int num_heads, int num_kv_heads, int head_dim, int half_rot, float scale, float eps) {     \
+        pdl_start();                                                                               \
         qk_norm_rope_impl<T, TW, TC, false>(qkv, positions, q_w, k_w, inv_freq, num_heads,         \
                                             num_kv_heads, head_dim, half_rot, scale, eps, nullptr, \
                                             nullptr, nullptr);                                     \
@@ -109,6 +110,7 @@ __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const TW* q_w, c
         T* qkv, const u32* positions, const TW* q_w, const TW* k_w, const float* inv_freq,         \
         int num_heads, int num_kv_heads, int head_dim, int half_rot, float scale, float eps,       \
         TC* k_cache, TC* v_cache, const u32* slot_mapping) {                                       \
+        pdl_start();                                                                               \
         qk_norm_rope_impl<T, TW, TC, true>(qkv, positions, q_w, k_w, inv_freq, num_heads,          \
                                            num_kv_heads, head_dim, half_rot, scale, eps, k_cache,  \
                                            v_cache, slot_mapping);                                 \
@@ -126,6 +128,7 @@ QK_NORM_ROPE(fp32, float, float, float)
         int num_heads, int num_kv_heads, int head_dim, int half_rot, float scale, float eps,       \
         unsigned char* k_cache, unsigned char* v_cache, const u32* slot_mapping, float* k_scales,  \
         float* v_scales) {                                                                         \
+        pdl_start();                                                                               \
         qk_norm_rope_impl<T, TW, unsigned char, true>(                                             \
             qkv, positions, q_w, k_w, inv_freq, num_heads, num_kv_heads, head_dim, half_rot,       \
             scale, eps, k_cache, v_cache, slot_mapping, k_scales, v_scales);                       \

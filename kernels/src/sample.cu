@@ -205,11 +205,13 @@ __device__ void prepare(float* scratch, const T* logits, const u32* plan, int vo
 
 extern "C" __global__ void sample_prepare_f32(float* scratch, const float* logits, const u32* plan,
                                               int vocab) {
+    pdl_start();
     prepare(scratch, logits, plan, vocab);
 }
 
 extern "C" __global__ void sample_prepare_bf16(float* scratch, const bf16* logits, const u32* plan,
                                                int vocab) {
+    pdl_start();
     prepare(scratch, logits, plan, vocab);
 }
 
@@ -253,6 +255,7 @@ __device__ void block_best(double* ss, u32* ii, double& s, u32& i) {
 // f32 log instead of two det_ln.
 extern "C" __global__ void sample_gumbel(u32* out, const float* scratch, const u32* plan,
                                          const u32* which, int vocab) {
+    pdl_start();
     __shared__ double best_s[SAMPLE_THREADS];
     __shared__ u32 best_i[SAMPLE_THREADS];
     const u32 r = which[blockIdx.x];
@@ -333,6 +336,7 @@ __device__ __forceinline__ void fixed_add(u64& hi, u64& lo, double q) {
 // ids[KMAX], values[KMAX]].
 extern "C" __global__ void sample_candidates(u32* out, const float* scratch, const u32* plan,
                                              const u32* which, int vocab) {
+    pdl_start();
     __shared__ u64 keys[KMAX];
     __shared__ u64 part_hi[SAMPLE_THREADS], part_lo[SAMPLE_THREADS];
     __shared__ u32 hist[256];

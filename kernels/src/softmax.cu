@@ -12,6 +12,7 @@
 // scan starts at column 0 and finds nothing greater than NaN). sample.cu's rows reuse it.
 
 extern "C" __global__ void log_softmax_f32(float* x, int vocab) {
+    pdl_start();
     float* row = x + (u64)blockIdx.x * vocab;
     float mx = NEG_INF;
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) mx = fmaxf(mx, row[i]);
@@ -25,6 +26,7 @@ extern "C" __global__ void log_softmax_f32(float* x, int vocab) {
 #define ARGMAX_THREADS 1024
 
 extern "C" __global__ void argmax_f32(u32* out, const float* x, const u32* rows, int vocab) {
+    pdl_start();
     __shared__ float best_v[ARGMAX_THREADS];
     __shared__ u32 best_i[ARGMAX_THREADS];
     const float* row = x + (u64)rows[blockIdx.x] * vocab;

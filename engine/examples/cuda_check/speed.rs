@@ -220,6 +220,39 @@ pub fn time_step(
     })
 }
 
+/// The graph-replayed step again with programmatic dependent launch off (when the device has
+/// it): its time as a table row `what`, and a failure unless its logits equal the PDL run's bit
+/// for bit (a kernel that read an earlier kernel's output before its `pdl_wait` would differ).
+pub fn pdl_off_line(
+    cuda: &CudaBackend,
+    model: &Qwen3<CudaBackend>,
+    kv: &mut KvStorage<CudaBackend>,
+    host: &BatchInputs,
+    report: &mut Report,
+    (what, bytes, floor_ms): (String, f64, f64),
+) -> Result<()> {
+    if !cuda.pdl() {
+        return Ok(());
+    }
+    let with = cuda.to_host(&logits(cuda, model, kv, host, true)?)?;
+    cuda.set_pdl(false);
+    let off = (|| -> Result<_> {
+        let t = time_step(cuda, model, kv, host, true)?;
+        Ok((t, cuda.to_host(&logits(cuda, model, kv, host, true)?)?))
+    })();
+    cuda.set_pdl(true);
+    let (t, without) = off?;
+    timing_line(report, format!("{what}, PDL off"), &t, bytes, floor_ms);
+    let c = compare(&with, &without, Tol::F32);
+    if c.max_abs != 0.0 || c.len == 0 {
+        report.fail(format!(
+            "{what}: logits with PDL differ from those without: max |diff| {:.3e} at {}",
+            c.max_abs, c.worst_index
+        ));
+    }
+    Ok(())
+}
+
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let dir = std::env::temp_dir().join(format!("metrale-qwen3-8b-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -266,6 +299,16 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 bytes / FLOOR_BYTES_PER_S * 1e3,
             );
         }
+        let what = format!("decode B={b} ctx {CONTEXT} graph");
+        let floor_ms = bytes / FLOOR_BYTES_PER_S * 1e3;
+        pdl_off_line(
+            cuda,
+            &model,
+            &mut kv,
+            &host,
+            report,
+            (what, bytes, floor_ms),
+        )?;
         // The replayed graph computes what the eager forward computes.
         let eager = cuda.to_host(&logits(cuda, &model, &mut kv, &host, false)?)?;
         let graphed = cuda.to_host(&logits(cuda, &model, &mut kv, &host, true)?)?;

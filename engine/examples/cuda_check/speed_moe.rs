@@ -18,7 +18,8 @@ use metrale_engine::models::qwen3::Qwen3;
 
 use crate::report::Report;
 use crate::speed::{
-    BLOCK, CONTEXT, FLOOR_BYTES_PER_S, decode_batch, time_step, timing_header, timing_line,
+    BLOCK, CONTEXT, FLOOR_BYTES_PER_S, decode_batch, pdl_off_line, time_step, timing_header,
+    timing_line,
 };
 
 const CONFIGS: [(&str, &str); 2] = [
@@ -97,7 +98,15 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             let bytes = active_weight_bytes(&c, b) + (b * (CONTEXT + 1)) as f64 * kv_per_token;
             let floor_ms = bytes / FLOOR_BYTES_PER_S * 1e3;
             let what = format!("{name} B={b} ctx {CONTEXT} graph");
-            timing_line(report, what, &t, bytes, floor_ms);
+            timing_line(report, what.clone(), &t, bytes, floor_ms);
+            pdl_off_line(
+                cuda,
+                &model,
+                &mut kv,
+                &host,
+                report,
+                (what, bytes, floor_ms),
+            )?;
             if b == 1 {
                 batch1.push(t.median_ms);
             }

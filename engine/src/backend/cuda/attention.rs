@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, row_threads};
@@ -246,7 +246,7 @@ impl CudaBackend {
             int(hd, "write_kv")?,
         );
         let (ks, vs) = (k_cache.scales_ptr(s), v_cache.scales_ptr(s));
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&k).arg(&v);
         if kv8 {
             a.arg(&ks).arg(&vs);
@@ -392,7 +392,7 @@ impl CudaBackend {
         let name = if splits > 1 { split } else { plain };
         let f = self.func(module, &name)?;
         let (o, pp) = (out.ptr(s), partial.as_ref().map_or(0, |p| p.ptr(s)));
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&o)
             .arg(&pp)
             .arg(&q)
@@ -431,7 +431,7 @@ impl CudaBackend {
         };
         let f = self.func(Module::Attention, name)?;
         let (pp, sp) = (partial.ptr(s), int(splits, "paged_attention")?);
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&o).arg(&pp).arg(&nh).arg(&d).arg(&sp);
         let merge = LaunchConfig {
             grid_dim: (

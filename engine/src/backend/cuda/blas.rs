@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use std::sync::{Arc, PoisonError};
 
 use cudarc::cublas::{result as cublas, sys};
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 
 use super::gemm_tune::{GemmTuner, Operands, Shape};
 use super::tensor::{CudaTensor, DType};
@@ -182,7 +182,7 @@ impl CudaBackend {
         let s = &self.stream;
         let (o, xp, wp) = (out.ptr(s), x.ptr(s), w.ptr(s));
         let blocks = super::elementwise::dim((n as usize).div_ceil(GEMV_WARPS), "matmul")?;
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&o).arg(&xp).arg(&wp).arg(&n).arg(&k);
         // SAFETY: for gemv_m*, out is [m, n] f32, x [m, k] and w [n, k] bf16; for gemv_silu_m*,
         // out is [m, n] bf16, x [m, k] and w [2n, k] bf16 (checked by the callers); 1 <= m <= 8

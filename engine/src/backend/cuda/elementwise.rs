@@ -1,7 +1,7 @@
 //! Launchers for the row copies, SwiGLU, log-softmax, fills and casts
 //! (`embedding.cu`, `activation.cu`, `softmax.cu`, `convert.cu`).
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use metrale_kernels::Module;
 
 use super::tensor::{CudaTensor, DType};
@@ -87,7 +87,7 @@ impl CudaBackend {
             batch.token_ids(s),
             int(h, "embedding")?,
         );
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&o).arg(&t).arg(&ids).arg(&hh);
         // SAFETY: out is [T, h] f32; table is [vocab, h] of the kernel's type; every token id is
         // below vocab (checked above); the grid has one block per token.
@@ -136,7 +136,7 @@ impl CudaBackend {
             batch.logits_rows_ptr(s),
             int(h, "gather_rows")?,
         );
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&o).arg(&xp).arg(&rows).arg(&w);
         // SAFETY: out is [R, h], x is [rows, h], both of x's type; every row index is below
         // x.rows() (checked above); one block per output row.
@@ -178,7 +178,7 @@ impl CudaBackend {
         let f = self.func(Module::Activation, name)?;
         let s = &self.stream;
         let (o, g) = (out.ptr(s), gate_up.ptr(s));
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&o).arg(&g).arg(&rows).arg(&inter);
         // SAFETY: out is [rows, I] and gate_up [rows, 2·I], each of the kernel's type (set and
         // matched above); the grid-stride loop stays below rows·I.
@@ -200,7 +200,7 @@ impl CudaBackend {
         let f = self.func(Module::Softmax, name)?;
         let s = &self.stream;
         let (p, v) = (x.ptr(s), int(vocab, "log_softmax")?);
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&p).arg(&v);
         // SAFETY: x is [rows, vocab] f32; one block of 1024 threads (a multiple of 32, as the
         // block reductions need) per row.
@@ -232,7 +232,7 @@ impl CudaBackend {
         let f = self.func(Module::Convert, name)?;
         let s = &self.stream;
         let (o, i) = (out.ptr(s), x.ptr(s));
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&o).arg(&i).arg(&n);
         // SAFETY: both buffers hold n elements of their (different) types, checked above.
         let r = unsafe { a.launch(stride_cfg(n)) };
@@ -256,7 +256,7 @@ impl CudaBackend {
         let f = self.func(Module::Convert, name)?;
         let s = &self.stream;
         let p = t.ptr(s);
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&p).arg(&n).arg(&seed).arg(&half_width);
         // SAFETY: t holds n elements of the kernel's type; each thread writes only its chunk
         // below n.
@@ -277,7 +277,7 @@ impl CudaBackend {
         let f = self.func(Module::Convert, name)?;
         let s = &self.stream;
         let p = t.ptr(s);
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&p).arg(&n).arg(&value);
         // SAFETY: t holds n elements of the kernel's type; the grid-stride loop stays below n.
         let r = unsafe { a.launch(stride_cfg(n)) };

@@ -10,7 +10,6 @@
 //! need the activations quantized too and is not wired here: prefill is compute-bound at bf16
 //! rates either way, and the copy costs one read of the weight).
 
-use cudarc::driver::PushKernelArg;
 use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
@@ -86,7 +85,7 @@ impl CudaBackend {
         let f = self.func(Module::Fp8, name)?;
         let s = &self.stream;
         let (p, sp, scale) = (t.ptr(s), t.scales_ptr(s), random_fp8_scale(std));
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&p)
             .arg(&n)
             .arg(&seed)
@@ -147,7 +146,7 @@ impl CudaBackend {
             let name = "gemv_fp8_rows";
             let f = self.func(Module::Fp8, name)?;
             let mi = int(m, "matmul")?;
-            let mut a = s.launch_builder(&f);
+            let mut a = self.launcher(&f);
             a.arg(&o)
                 .arg(&xp)
                 .arg(&wp)
@@ -167,7 +166,7 @@ impl CudaBackend {
             let name = NAMES[rows - 1];
             let f = self.func(Module::Fp8, name)?;
             let (o_r, x_r) = (o + (r0 * n * 4) as u64, xp + (r0 * k * 2) as u64);
-            let mut a = s.launch_builder(&f);
+            let mut a = self.launcher(&f);
             a.arg(&o_r).arg(&x_r).arg(&wp).arg(&sp).arg(&ni).arg(&ki);
             // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
             // scales (checked above); this pass covers rows r0..r0 + rows <= m, so its out and x
@@ -191,7 +190,7 @@ impl CudaBackend {
         let f = self.func(Module::Fp8, name)?;
         let s = &self.stream;
         let (o, wp, sp, ki) = (out.ptr(s), w.ptr(s), w.scales_ptr(s), int(k, "matmul")?);
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&o).arg(&wp).arg(&sp).arg(&rows).arg(&ki);
         // SAFETY: out is rows·k bf16 (same shape as w), w rows·k FP8 bytes with rows ·
         // ceil(k/128) scales; grid-stride over rows·k.

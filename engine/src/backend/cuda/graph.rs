@@ -68,7 +68,7 @@ struct Captured {
 
 #[derive(Default)]
 pub(super) struct Graphs {
-    enabled: bool,
+    pub(super) enabled: bool,
     /// Keyed by (sequences, block-table width).
     captured: HashMap<(usize, usize), Captured>,
     failed: HashSet<(usize, usize)>,

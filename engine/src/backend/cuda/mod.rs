@@ -20,6 +20,7 @@ mod elementwise;
 mod fp8;
 mod gemm_tune;
 mod graph;
+mod launch;
 mod moe;
 mod norm;
 mod sample;
@@ -94,6 +95,9 @@ pub struct CudaBackend {
     /// `fused_moe` takes its single-launch routing and down + combine on small steps (off:
     /// the six-launch path at every size, for comparisons).
     moe_small_paths: AtomicBool,
+    /// Launch kernels with programmatic dependent launch (`launch.rs`): on for compute
+    /// capability 9.0 and later unless `METRALE_PDL=0`.
+    pdl: AtomicBool,
     /// The type of weights, GEMM operands and the KV cache: bf16, or f32 (the float32 path).
     compute: DType,
     /// `--kv-cache-dtype fp8`: KV-cache layers are [`DType::F8`] tensors (see
@@ -228,6 +232,10 @@ impl CudaBackend {
                     .min(blas::GEMV_MAX_ROWS),
             ),
             moe_small_paths: AtomicBool::new(true),
+            pdl: AtomicBool::new(
+                target.compute_capability.0 >= 9
+                    && std::env::var_os("METRALE_PDL").is_none_or(|v| v != "0"),
+            ),
             compute,
             kv_fp8: false,
         })
@@ -373,6 +381,32 @@ impl CudaBackend {
         self.kernels
             .function(module, name)
             .map_err(|e| BackendError::Device(e.to_string()))
+    }
+
+    /// A launch of `f` on the backend's stream (see `launch.rs`).
+    fn launcher<'a>(&'a self, f: &'a CudaFunction) -> launch::Launch<'a> {
+        launch::Launch::new(&self.stream, f, self.pdl.load(Ordering::Relaxed))
+    }
+
+    /// Programmatic dependent launch on or off (for comparisons; it is on by default on
+    /// compute capability 9.0 and later, and cannot be turned on below). Drops captured graphs,
+    /// which keep the launches they were captured with.
+    pub fn set_pdl(&self, on: bool) {
+        let on = on && self.info.compute_capability.0 >= 9;
+        if self.pdl.swap(on, Ordering::Relaxed) != on {
+            let enabled = self
+                .graphs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .enabled;
+            self.set_graphs(false);
+            self.set_graphs(enabled);
+        }
+    }
+
+    /// Whether launches use programmatic dependent launch.
+    pub fn pdl(&self) -> bool {
+        self.pdl.load(Ordering::Relaxed)
     }
 
     /// After a launch: its own error, then (when asked) the kernel's.

@@ -8,7 +8,6 @@
 
 use std::sync::atomic::Ordering;
 
-use cudarc::driver::PushKernelArg;
 use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
@@ -111,6 +110,8 @@ impl CudaBackend {
 
         let logits_bf16 = router_logits.dtype == DType::BF16;
         let (lp, norm) = (router_logits.ptr(s), i32::from(norm_topk_prob));
+        let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
+        let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
         let small = self.moe_small_paths();
         if small && pairs <= PLAN_MAX_PAIRS {
             // 1-2. Route, group and list the active experts in one block.
@@ -120,7 +121,7 @@ impl CudaBackend {
                 "moe_plan_f32"
             };
             let f = self.func(Module::Moe, name)?;
-            let mut a = s.launch_builder(&f);
+            let mut a = self.launcher(&f);
             a.arg(&idp)
                 .arg(&wtp)
                 .arg(&ofp)
@@ -145,7 +146,7 @@ impl CudaBackend {
                 "moe_route_f32"
             };
             let f = self.func(Module::Moe, name)?;
-            let mut a = s.launch_builder(&f);
+            let mut a = self.launcher(&f);
             a.arg(&idp)
                 .arg(&wtp)
                 .arg(&lp)
@@ -166,14 +167,14 @@ impl CudaBackend {
 
             // 2. Group the pairs by expert.
             let f = self.func(Module::Moe, "moe_group")?;
-            let mut a = s.launch_builder(&f);
+            let mut a = self.launcher(&f);
             a.arg(&ofp).arg(&pmp).arg(&idp).arg(&pi).arg(&ei);
             // SAFETY: ids holds t·k expert indices below e (written by the routing kernel);
             // offsets has e + 1 entries, perm t·k; one block per expert.
             let r = unsafe { a.launch(cfg((dim(e, "fused_moe")?, 1), GROUP_THREADS)) };
             self.launched("moe_group", r)?;
             let f = self.func(Module::Moe, "moe_active")?;
-            let mut a = s.launch_builder(&f);
+            let mut a = self.launcher(&f);
             a.arg(&acp).arg(&ofp).arg(&ei);
             // SAFETY: offsets has e + 1 entries (written by moe_group), active e + 1; one block
             // looping over the experts.
@@ -195,13 +196,11 @@ impl CudaBackend {
             (true, false) => "fp8",
         };
         let (xp, actp) = (x.ptr(s), act.ptr(s));
-        let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
-        let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
         // A block row per expert that can have pairs (at most one per pair).
         let experts = dim(e.min(pairs), "fused_moe")?;
         let name = format!("moe_gate_up_{suffix}");
         let f = self.func(Module::Moe, &name)?;
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&actp)
             .arg(&xp)
             .arg(&w13)
@@ -232,7 +231,7 @@ impl CudaBackend {
             // per slot.
             let name = format!("moe_down_combine_{suffix}");
             let f = self.func(Module::Moe, &name)?;
-            let mut a = s.launch_builder(&f);
+            let mut a = self.launcher(&f);
             a.arg(&op)
                 .arg(&actp)
                 .arg(&w2)
@@ -254,7 +253,7 @@ impl CudaBackend {
         let ysp = ys.ptr(s);
         let name = format!("moe_down_{suffix}");
         let f = self.func(Module::Moe, &name)?;
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&ysp)
             .arg(&actp)
             .arg(&w2)
@@ -279,7 +278,7 @@ impl CudaBackend {
         // 5. The weighted sum per token.
         let f = self.func(Module::Moe, "moe_combine")?;
         let tu = t as u64;
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&op).arg(&ysp).arg(&wtp).arg(&tu).arg(&ki).arg(&hi);
         // SAFETY: out is [t, h] f32, ys [t·k, h] f32 (every row written by moe_down), weights
         // t·k; grid-stride over t·h.

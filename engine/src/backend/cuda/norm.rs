@@ -1,7 +1,7 @@
 //! Launchers for RMSNorm, the fused residual add + RMSNorm and QK-norm + RoPE
 //! (`norm.cu`, `rope.cu`).
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, row_threads};
@@ -82,7 +82,7 @@ impl CudaBackend {
         let f = self.func(Module::Norm, name)?;
         let s = &self.stream;
         let (o, xp, wp, hh) = (out.ptr(s), x.ptr(s), w.ptr(s), int(h, "rms_norm")?);
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&o).arg(&xp).arg(&wp).arg(&hh).arg(&eps);
         let threads = self.norm_threads(rows, h);
         // SAFETY: out and x are [rows, h] and w holds h values, each of the kernel's type
@@ -133,7 +133,7 @@ impl CudaBackend {
             w.ptr(s),
             int(h, "add_rms_norm")?,
         );
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&o).arg(&rp).arg(&xp).arg(&wp).arg(&hh).arg(&eps);
         let threads = self.norm_threads(rows, h);
         // SAFETY: out, residual and x are [rows, h] of the kernel's types, w holds h values of
@@ -226,7 +226,7 @@ impl CudaBackend {
             int(hd, "qk_norm_rope")?,
             int(rope.rotary_dim / 2, "qk_norm_rope")?,
         );
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&p)
             .arg(&pos)
             .arg(&qw)

@@ -24,7 +24,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cudarc::driver::{DevicePtr, PushKernelArg};
+use cudarc::driver::DevicePtr;
 use metrale_kernels::Module;
 use rayon::prelude::*;
 
@@ -322,7 +322,7 @@ impl CudaBackend {
         };
         let f = self.func(Module::Sample, name)?;
         let x = logits.ptr(s);
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&scratch_ptr).arg(&x).arg(&plan_ptr).arg(&v);
         let slices = dim(vocab.div_ceil(PREPARE_SLICE), "sample")?;
         // SAFETY: scratch is [idx.len(), vocab] f32; logits is [R, vocab] of its type and every
@@ -354,7 +354,7 @@ impl CudaBackend {
             }
             let f = self.func(module, name)?;
             let which = list_ptr(*list_at);
-            let mut a = s.launch_builder(&f);
+            let mut a = self.launcher(&f);
             if name == "argmax_f32" {
                 a.arg(&o).arg(&scratch_ptr).arg(&which).arg(&v);
             } else {
@@ -407,7 +407,7 @@ impl CudaBackend {
         let f = self.func(Module::Softmax, name)?;
         let (o, x) = (ids.device_ptr(s).0, logits.ptr(s));
         let r = rows.device_ptr(s).0;
-        let mut a = s.launch_builder(&f);
+        let mut a = self.launcher(&f);
         a.arg(&o).arg(&x).arg(&r).arg(&vocab);
         // SAFETY: logits is [R, vocab] f32 and every row index is below R (checked by the
         // caller); ids and rows hold one u32 per block; the block size matches the kernel's
