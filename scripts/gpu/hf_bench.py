@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """transformers on the same model shape as our ladder, for the side-by-side figure the CUDA
-issue asks for: Qwen3-8B's config with random bf16 weights on the GPU, sdpa attention,
+issue asks for: Qwen3-8B's config (or --config FILE, e.g. scripts/gpu/qwen3-30b-a3b-config.json:
+a bf16 Qwen3 or Qwen3-MoE config.json) with random bf16 weights on the GPU, sdpa attention,
 `generate` greedy with every request generating exactly --osl tokens (min_new_tokens), prompts
 of --isl random token ids, one warm-up then --reps timed runs a batch size.
 
 transformers batches a fixed set of prompts (static batching), so "concurrency C" here is a
 batch of C prompts generated together: the closest thing it has to our concurrency ladder.
 
-  hf_bench.py --isl 128 --osl 128 --batch 1,8,32 --reps 2 --out FILE.json
+  hf_bench.py --isl 128 --osl 128 --batch 1,8,32 --reps 2 --out FILE.json [--config FILE]
 """
 
 import argparse
@@ -18,7 +19,7 @@ import time
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, Qwen3Config
+from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3MoeConfig
 
 QWEN3_8B = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
@@ -33,9 +34,27 @@ def main():
     ap.add_argument("--batch", default="1,8,32")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--config", help="a bf16 Qwen3 / Qwen3-MoE config.json (default: Qwen3-8B)")
     a = ap.parse_args()
 
-    cfg = Qwen3Config(**QWEN3_8B)
+    shape = "Qwen3-8B"
+    if a.config:
+        with open(a.config) as f:
+            fields = json.load(f)
+        arch = (fields.pop("architectures", None) or ["Qwen3ForCausalLM"])[0]
+        fields.pop("torch_dtype", None)
+        if "quantization_config" in fields:
+            print(f"{a.config}: transformers quantizes FP8 only when loading a real checkpoint; "
+                  "give it the bf16 config", file=sys.stderr)
+            return 2
+        classes = {"Qwen3ForCausalLM": Qwen3Config, "Qwen3MoeForCausalLM": Qwen3MoeConfig}
+        if arch not in classes:
+            print(f"{a.config}: {arch} is not one of {sorted(classes)}", file=sys.stderr)
+            return 2
+        cfg = classes[arch](**fields)
+        shape = a.config
+    else:
+        cfg = Qwen3Config(**QWEN3_8B)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     t0 = time.perf_counter()
@@ -43,7 +62,7 @@ def main():
         model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     model.eval()
     print(f"transformers {transformers.__version__}, torch {torch.__version__}: "
-          f"random Qwen3-8B shape built in {time.perf_counter() - t0:.1f} s", flush=True)
+          f"random {shape} shape built in {time.perf_counter() - t0:.1f} s", flush=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows = []
     for b in [int(x) for x in a.batch.split(",")]:
@@ -68,7 +87,7 @@ def main():
               f"({a.osl} tokens each, {statistics.mean(times):.2f} s a run)", flush=True)
     with open(a.out, "w") as f:
         json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
-                   "isl": a.isl, "osl": a.osl, "rungs": rows}, f, indent=1)
+                   "shape": shape, "isl": a.isl, "osl": a.osl, "rungs": rows}, f, indent=1)
     return 0
 
 
