@@ -22,7 +22,6 @@
 // Versions tried: this one (not yet timed on the GPU).
 
 #define FP8_WARPS 8
-#define FP8_BLOCK_ROWS 128
 
 template <int M>
 __device__ __forceinline__ void fp8_chunk(float* acc, u32x4 q, float s120, const bf16* x, int k, int c) {
@@ -126,39 +125,6 @@ extern "C" __global__ void dequant_fp8_bf16(bf16* out, const unsigned char* w, c
         const u64 r = i / k, c = i % k;
         out[i] = from_f32<bf16>(e4m3_scaled(w[i], fp8_scale120(scales[r * per_row + (c >> 7)])));
     }
-}
-
-// Prefill-sized GEMMs on the FP8 tensor cores (cuBLASLt's block-scaled GEMM, the engine's
-// fp8_gemm.rs says how it is called):
-//
-// quant_act_fp8: x bf16 [m, k] (k % 128 == 0) as e4m3 q [m, k] with one f32 scale per 128
-// columns of a row, quantized as the FP8 KV cache is (prelude's store_head_fp8: s = amax / 448,
-// e4m3(x / s)); the scales go to s [k / 128][m_pad] with the rows fastest (cuBLASLt's VEC128
-// layout), rows m..m_pad getting 1. One warp per (row, group): grid (ceil(m_pad / 8), k / 128).
-extern "C" __global__ void quant_act_fp8(unsigned char* q, float* s, const bf16* x, int m, int k,
-                                         int m_pad) {
-    pdl_start();
-    const int row = blockIdx.x * FP8_WARPS + (threadIdx.x >> 5), g = blockIdx.y;
-    if (row >= m_pad) return;
-    float* scale = s + (u64)g * m_pad + row;
-    if (row >= m) {
-        if ((threadIdx.x & 31) == 0) *scale = 1.f;
-        return;
-    }
-    const u64 at = (u64)row * k + (u64)g * KV_FP8_GROUP;
-    store_head_fp8(q + at, scale, x + at, KV_FP8_GROUP);
-}
-
-// fp8_block_scales: the weight's scales per 128 x 128 block, dst [nb][kb_pad] (the k blocks
-// rounded up to 4, padding 1), from its per-row scales rows [nb · 128][kb]: row 128 · b's, which
-// every row of block b shares (the launcher only comes here for such weights).
-extern "C" __global__ void fp8_block_scales(float* dst, const float* rows, int nb, int kb,
-                                            int kb_pad) {
-    pdl_start();
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= nb * kb_pad) return;
-    const int b = i / kb_pad, j = i % kb_pad;
-    dst[i] = j < kb ? rows[(u64)b * FP8_BLOCK_ROWS * kb + j] : 1.f;
 }
 
 // Thread `chunk` draws elements [chunk · 65536, +65536) in order; every thread also sets its

@@ -11,7 +11,7 @@ use half::bf16;
 use metrale_engine::backend::cpu::CpuTensor;
 use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType};
 use metrale_engine::backend::sampling::SampleRow;
-use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, RopeTables, SeqChunk, kv_fp8};
+use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, RopeTables, SeqChunk};
 use metrale_engine::loader::{DType as HostDType, HostData, HostTensor};
 use metrale_engine::sampling_params::SamplingParams;
 use serde_json::json;
@@ -197,22 +197,6 @@ impl Ops<'_> {
                 col_block: 128,
             },
         }
-    }
-
-    /// `fp8_host` with the scales of a checkpoint's 128 × 128 blocks: every row of a block of
-    /// 128 rows has the same scales.
-    fn fp8_host_blocks(&mut self, shape: &[usize]) -> HostTensor<'static> {
-        let mut host = self.fp8_host(shape);
-        if let HostData::Fp8 { scales, .. } = &mut host.data {
-            let per_row = shape.last().copied().unwrap_or(1).div_ceil(128);
-            for block in scales.chunks_mut(per_row * 128) {
-                let first = block[..per_row].to_vec();
-                for row in block.chunks_mut(per_row) {
-                    row.copy_from_slice(&first);
-                }
-            }
-        }
-        host
     }
 
     /// The same FP8 weight on both sides (the CPU dequantizes it at upload, as it does a
@@ -420,33 +404,6 @@ impl Ops<'_> {
                 s.cuda.matmul(&mut out_d, &x_d, &w_d)?;
                 s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
                 s.check("matmul", &case, tol, &out_d, &out_c)?;
-                Ok(())
-            })?;
-        }
-        // More than 32 rows with a checkpoint-like weight (every 128-row block's rows share
-        // their scales): on sm_90 the FP8 tensor cores (fp8_gemm.rs), x quantized per 1 × 128
-        // as the FP8 KV cache is. The CPU quantizes x the same way (kv_fp8::round_trip_head,
-        // the device quantizer's twin), so the products are equal and only the accumulation
-        // differs (GEMM tolerance): were the bf16 route taken, unquantized x would miss it by
-        // percents.
-        if !self.cuda.fp8_tensor_cores() {
-            return Ok(());
-        }
-        for (m, k, n) in [(33, 2048, 1536), (130, 4096, 512), (300, 2048, 5120)] {
-            let case = format!("x bf16 [{m}, {k}] · w fp8 [{n}, {k}]ᵀ, FP8 tensor cores");
-            self.run("matmul", &case, |s| {
-                let (x_d, x_c) = s.random(&[m, k], 1.0, DType::BF16)?;
-                let mut xq = s.as_gemm_operand(x_c);
-                for row in xq.data.chunks_mut(128) {
-                    kv_fp8::round_trip_head(row);
-                }
-                let host = s.fp8_host_blocks(&[n, k]);
-                let (w_d, w_c) = (s.cuda.upload(&host)?, s.cpu.upload(&host)?);
-                let mut out_d = s.cuda.zeros(&[m, n])?;
-                let mut out_c = s.cpu.zeros(&[m, n])?;
-                s.cuda.matmul(&mut out_d, &x_d, &w_d)?;
-                s.cpu.matmul(&mut out_c, &xq, &w_c)?;
-                s.check("matmul", &case, Tol::GEMM, &out_d, &out_c)?;
                 Ok(())
             })?;
         }

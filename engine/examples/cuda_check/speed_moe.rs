@@ -18,12 +18,9 @@ use metrale_engine::models::qwen3::Qwen3;
 
 use crate::report::Report;
 use crate::speed::{
-    BLOCK, CONTEXT, FLOOR_BYTES_PER_S, decode_batch, pdl_off_line, prefill_batch, time_step,
-    timing_header, timing_line,
+    BLOCK, CONTEXT, FLOOR_BYTES_PER_S, decode_batch, pdl_off_line, time_step, timing_header,
+    timing_line,
 };
-
-/// Prompt tokens of the prefill timing.
-const PREFILL: usize = 2048;
 
 const CONFIGS: [(&str, &str); 2] = [
     (
@@ -113,31 +110,6 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             if b == 1 {
                 batch1.push(t.median_ms);
             }
-        }
-        // Prefill (eager): FP8 projections on the FP8 tensor cores and, for comparison, on the
-        // bf16 route (the weight dequantized, cuBLAS).
-        let mut kv = model.new_kv_storage(cuda, PREFILL.div_ceil(BLOCK) + 1, BLOCK)?;
-        let host = prefill_batch(PREFILL);
-        let routes: &[bool] = if c.fp8.is_some() && cuda.fp8_tensor_cores() {
-            &[true, false]
-        } else {
-            &[false]
-        };
-        for &tensor_cores in routes {
-            cuda.set_fp8_tensor_cores(tensor_cores);
-            let t = time_step(cuda, &model, &mut kv, &host, false);
-            cuda.set_fp8_tensor_cores(true);
-            let t = t?;
-            let how = if tensor_cores {
-                ", FP8 tensor cores"
-            } else {
-                ""
-            };
-            report.summary_line(format!(
-                "{name} prefill {PREFILL} tokens{how}: {:.2} ms ({:.0} tok/s)",
-                t.median_ms,
-                PREFILL as f64 / t.median_ms * 1e3
-            ));
         }
     }
     if let [bf16, fp8] = batch1[..] {

@@ -14,7 +14,6 @@ use std::sync::{Arc, PoisonError};
 use cudarc::cublas::{result as cublas, sys};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 
-use super::fp8_gemm::{self, Fp8Gemm};
 use super::gemm_tune::{GemmTuner, Operands, Shape};
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check, dev_err};
@@ -32,8 +31,6 @@ pub(super) struct Blas {
     workspace_ptr: u64,
     /// Decode-sized GEMMs' algorithms timed per shape (gemm_tune.rs); None without cuBLASLt.
     tuner: Option<GemmTuner>,
-    /// Block-scaled FP8 GEMMs (fp8_gemm.rs); None without cuBLASLt.
-    fp8: Option<Fp8Gemm>,
 }
 
 // SAFETY: the handle is only used under the backend's `Mutex<Blas>`, one call at a time, and
@@ -54,7 +51,6 @@ impl Blas {
             _workspace: workspace,
             workspace_ptr: ws,
             tuner: GemmTuner::new(),
-            fp8: Fp8Gemm::new(),
         };
         // SAFETY: the handle was just created and the stream is alive (the backend owns both
         // and drops the handle first); the workspace is WORKSPACE_BYTES of device memory that
@@ -111,50 +107,6 @@ impl CudaBackend {
     pub fn gemm_tuning(&self) -> Vec<(Shape, bool, f32, f32)> {
         let blas = self.blas.lock().unwrap_or_else(PoisonError::into_inner);
         blas.tuner.as_ref().map_or_else(Vec::new, GemmTuner::report)
-    }
-
-    /// Whether cuBLASLt's block-scaled FP8 GEMM takes this `(m, n, k)` (planned on first
-    /// sight; false without cuBLASLt or where it offers no algorithm).
-    pub(super) fn fp8_gemm_supported(&self, shape: fp8_gemm::Shape) -> Result<bool> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(dev_err("binding the context"))?;
-        let mut blas = self.blas.lock().unwrap_or_else(PoisonError::into_inner);
-        match blas.fp8.as_mut() {
-            Some(g) => g.supports(shape, WORKSPACE_BYTES),
-            None => Ok(false),
-        }
-    }
-
-    /// Runs a block-scaled FP8 GEMM [`CudaBackend::fp8_gemm_supported`] accepted.
-    pub(super) fn fp8_gemm_run(
-        &self,
-        shape: fp8_gemm::Shape,
-        ops: fp8_gemm::Operands,
-    ) -> Result<()> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(dev_err("binding the context"))?;
-        let blas = self.blas.lock().unwrap_or_else(PoisonError::into_inner);
-        let g = blas
-            .fp8
-            .as_ref()
-            .ok_or_else(|| BackendError::Device("cuBLASLt is not loaded".into()))?;
-        // SAFETY: the caller (matmul_fp8) built the operands for this shape as fp8_gemm.rs
-        // documents; the workspace is this handle's, used only on the backend's stream.
-        unsafe {
-            g.run(
-                &self.stream,
-                shape,
-                ops,
-                (blas.workspace_ptr, WORKSPACE_BYTES),
-            )
-        }?;
-        drop(blas);
-        if self.syncs_each_launch() {
-            self.synchronize()?;
-        }
-        Ok(())
     }
 
     fn gemv_max_rows(&self) -> usize {

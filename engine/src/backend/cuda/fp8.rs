@@ -4,19 +4,19 @@
 //! A [`DType::F8`] tensor is one buffer: the e4m3 bytes `[rows, cols]`, then (256-byte aligned)
 //! one f32 scale per 128 columns of each row. Decode-sized GEMMs stream the bytes through
 //! `gemv_fp8_*`, dequantizing in registers, 8 rows a pass (up to 4 passes: 32 rows read the
-//! weight 4 times, a byte each). Larger ones run on Hopper's FP8 tensor cores
-//! (`fp8_gemm.rs`: the activations quantized per 1 × 128, cuBLASLt's block-scaled GEMM) where
-//! the device, the shape and the weight's scales allow; otherwise they dequantize the weight
-//! to a bf16 scratch copy (1 byte read, 2 written) and run cuBLAS's bf16 GEMM on it (2 read).
+//! weight 4 times, a byte each, still less than the 5 bytes a weight of the other route);
+//! larger ones dequantize the weight to a bf16 scratch copy (1 byte read, 2 written) and run
+//! cuBLAS's bf16 GEMM on it (2 read) (cuBLASLt's block-scaled FP8 GEMM would
+//! need the activations quantized too and is not wired here: prefill is compute-bound at bf16
+//! rates either way, and the copy costs one read of the weight).
 
 use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{self, CudaTensor, DType, FP8_BLOCK};
-use super::{CudaBackend, check, dev_err, fp8_gemm};
+use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
 use crate::loader::random_fp8_scale;
-use std::sync::atomic::Ordering;
 
 /// Most rows of x one FP8 GEMV launch takes (gemv_fp8_m1..m8).
 const FP8_GEMV_MAX_ROWS: usize = 8;
@@ -55,7 +55,6 @@ impl CudaBackend {
             },
         )?;
         let mut t = self.alloc(shape, DType::F8)?;
-        t.fp8_row_blocks = rows_share_block_scales(scales, cols.div_ceil(FP8_BLOCK));
         let off = tensor::fp8_scales_offset(numel);
         let scale_bytes: Vec<u8> = scales.iter().flat_map(|s| s.to_le_bytes()).collect();
         if numel > 0 {
@@ -73,9 +72,7 @@ impl CudaBackend {
 
     /// Dummy FP8 weights drawn on the device: `HostData::RandomFp8 { seed, std }` byte for byte.
     pub fn random_fp8(&self, shape: &[usize], seed: u64, std: f32) -> Result<CudaTensor> {
-        let mut t = self.alloc(shape, DType::F8)?;
-        // One scale everywhere.
-        t.fp8_row_blocks = true;
+        let t = self.alloc(shape, DType::F8)?;
         let n = t.numel() as u64;
         let n_scales = tensor::fp8_num_scales(shape) as u64;
         if n == 0 {
@@ -121,9 +118,6 @@ impl CudaBackend {
             },
         )?;
         if m > FP8_GEMV_MAX_PASSES * FP8_GEMV_MAX_ROWS {
-            if self.matmul_fp8_tensor_cores(out, x, w)? {
-                return Ok(());
-            }
             // Prefill: the weight as bf16, then cuBLAS.
             let mut wb = self.alloc(&w.shape, DType::BF16)?;
             self.dequant_fp8(&mut wb, w)?;
@@ -186,90 +180,6 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Prefill-sized GEMMs on the FP8 tensor cores on (the default on compute capability 9.0)
-    /// or off (the bf16 route), for comparisons; `METRALE_FP8_GEMM=0` turns it off at start.
-    pub fn set_fp8_tensor_cores(&self, on: bool) {
-        let on = on && self.info.compute_capability == (9, 0);
-        self.fp8_tensor_cores.store(on, Ordering::Relaxed);
-    }
-
-    /// Whether prefill-sized FP8 GEMMs may take the FP8 tensor cores.
-    pub fn fp8_tensor_cores(&self) -> bool {
-        self.fp8_tensor_cores.load(Ordering::Relaxed)
-    }
-
-    /// `matmul_fp8` through cuBLASLt's block-scaled FP8 GEMM (`fp8_gemm.rs`); false (nothing
-    /// done) where it does not apply: off, a weight whose rows do not share their block
-    /// scales, n or k not a multiple of 128, or a shape cuBLASLt refuses.
-    fn matmul_fp8_tensor_cores(
-        &self,
-        out: &mut CudaTensor,
-        x: &CudaTensor,
-        w: &CudaTensor,
-    ) -> Result<bool> {
-        let (m, k, n) = (x.rows(), x.cols(), w.rows());
-        let applies = self.fp8_tensor_cores.load(Ordering::Relaxed)
-            && w.fp8_row_blocks
-            && m > 0
-            && n.is_multiple_of(FP8_BLOCK)
-            && k.is_multiple_of(FP8_BLOCK)
-            && k > 0;
-        let shape = (m as u64, n as u64, k as u64);
-        if !applies || !self.fp8_gemm_supported(shape)? {
-            return Ok(false);
-        }
-        self.set_dtype(out, DType::F32)?;
-        let mut narrowed = None;
-        let x = self.as_bf16(x, &mut narrowed)?;
-        let (m_pad, kb, nb) = (m.next_multiple_of(4), k / FP8_BLOCK, n / FP8_BLOCK);
-        let kb_pad = kb.next_multiple_of(4);
-        let xq = self.alloc(&[m, k], DType::F8)?;
-        let xs = self.alloc(&[kb * m_pad], DType::F32)?;
-        let ws = self.alloc(&[nb * kb_pad], DType::F32)?;
-        let s = &self.stream;
-        let (xqp, xsp, wsp, xp) = (xq.ptr(s), xs.ptr(s), ws.ptr(s), x.ptr(s));
-        let (mi, ki, mpi) = (int(m, "matmul")?, int(k, "matmul")?, int(m_pad, "matmul")?);
-        let name = "quant_act_fp8";
-        let f = self.func(Module::Fp8, name)?;
-        let mut a = self.launcher(&f);
-        a.arg(&xqp).arg(&xsp).arg(&xp).arg(&mi).arg(&ki).arg(&mpi);
-        // SAFETY: x is [m, k] bf16 with k % 128 == 0, xq holds m·k bytes, xs kb·m_pad f32;
-        // one warp per (row < m_pad, group < kb), rows past m only write their scale.
-        let r = unsafe {
-            a.launch(cfg(
-                (
-                    dim(m_pad.div_ceil(FP8_WARPS), "matmul")?,
-                    dim(kb, "matmul")?,
-                ),
-                (32 * FP8_WARPS) as u32,
-            ))
-        };
-        self.launched(name, r)?;
-        let name = "fp8_block_scales";
-        let f = self.func(Module::Fp8, name)?;
-        let (nbi, kbi, kbpi) = (
-            int(nb, "matmul")?,
-            int(kb, "matmul")?,
-            int(kb_pad, "matmul")?,
-        );
-        let wrows = w.scales_ptr(s);
-        let mut a = self.launcher(&f);
-        a.arg(&wsp).arg(&wrows).arg(&nbi).arg(&kbi).arg(&kbpi);
-        // SAFETY: w's scales are [n, kb] f32 (n = 128·nb rows), ws holds nb·kb_pad; one thread
-        // an output, those past nb·kb_pad return.
-        let r = unsafe { a.launch(cfg((dim((nb * kb_pad).div_ceil(256), "matmul")?, 1), 256)) };
-        self.launched(name, r)?;
-        let ops = fp8_gemm::Operands {
-            out: out.ptr(s),
-            xq: xqp,
-            x_scales: xsp,
-            w: w.ptr(s),
-            w_scales: wsp,
-        };
-        self.fp8_gemm_run(shape, ops)?;
-        Ok(true)
-    }
-
     /// `out` (bf16, w's shape) = the FP8 weight's values rounded to bf16.
     fn dequant_fp8(&self, out: &mut CudaTensor, w: &CudaTensor) -> Result<()> {
         let (rows, k) = (w.rows() as u64, w.cols());
@@ -286,35 +196,5 @@ impl CudaBackend {
         // ceil(k/128) scales; grid-stride over rows·k.
         let r = unsafe { a.launch(stride_cfg(rows * k as u64)) };
         self.launched(name, r)
-    }
-}
-
-/// Whether every block of 128 rows of a weight has the same scales in each of its rows
-/// (`per_row` scales a row, row-major), so one scale per 128 × 128 block describes it.
-fn rows_share_block_scales(scales: &[f32], per_row: usize) -> bool {
-    if per_row == 0 {
-        return true;
-    }
-    scales
-        .chunks(per_row * FP8_BLOCK)
-        .all(|block| block.chunks(per_row).all(|row| row == &block[..per_row]))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rows_share_block_scales;
-
-    #[test]
-    fn block_scales_are_shared_only_when_every_row_of_a_block_agrees() {
-        // Two column blocks a row; 130 rows: one full block of 128, then a block of 2.
-        let per_row = 2;
-        let mut scales: Vec<f32> = (0..130)
-            .flat_map(|r| if r < 128 { [1.0, 2.0] } else { [3.0, 4.0] })
-            .collect();
-        assert!(rows_share_block_scales(&scales, per_row));
-        // A fused part starting mid-block (row 64) has other scales: not shareable.
-        scales[64 * per_row] = 5.0;
-        assert!(!rows_share_block_scales(&scales, per_row));
-        assert!(rows_share_block_scales(&[], 0));
     }
 }

@@ -272,7 +272,6 @@ impl CudaBackend {
             shape: t.shape.clone(),
             dtype: t.dtype,
             buf: Storage::Arena(ManuallyDrop::new(s)),
-            fp8_row_blocks: t.fp8_row_blocks,
         }
     }
 }

@@ -18,7 +18,6 @@ mod batch;
 mod blas;
 mod elementwise;
 mod fp8;
-mod fp8_gemm;
 mod gemm_tune;
 mod graph;
 mod launch;
@@ -99,9 +98,6 @@ pub struct CudaBackend {
     /// Launch kernels with programmatic dependent launch (`launch.rs`): on for compute
     /// capability 9.0 and later unless `METRALE_PDL=0`.
     pdl: AtomicBool,
-    /// Prefill-sized GEMMs with FP8 weights on the FP8 tensor cores (`fp8_gemm.rs`): on for
-    /// compute capability 9.0 unless `METRALE_FP8_GEMM=0`.
-    fp8_tensor_cores: AtomicBool,
     /// The type of weights, GEMM operands and the KV cache: bf16, or f32 (the float32 path).
     compute: DType,
     /// `--kv-cache-dtype fp8`: KV-cache layers are [`DType::F8`] tensors (see
@@ -240,10 +236,6 @@ impl CudaBackend {
                 target.compute_capability.0 >= 9
                     && std::env::var_os("METRALE_PDL").is_none_or(|v| v != "0"),
             ),
-            fp8_tensor_cores: AtomicBool::new(
-                target.compute_capability == (9, 0)
-                    && std::env::var_os("METRALE_FP8_GEMM").is_none_or(|v| v != "0"),
-            ),
             compute,
             kv_fp8: false,
         })
@@ -373,7 +365,6 @@ impl CudaBackend {
             shape: shape.to_vec(),
             dtype,
             buf,
-            fp8_row_blocks: false,
         })
     }
 
@@ -507,7 +498,6 @@ impl Backend for CudaBackend {
             shape: shape.to_vec(),
             dtype: DType::F8,
             buf,
-            fp8_row_blocks: false,
         })
     }
 
@@ -557,7 +547,6 @@ impl Backend for CudaBackend {
             shape: shape.to_vec(),
             dtype: self.compute,
             buf,
-            fp8_row_blocks: false,
         })
     }
 

@@ -72,10 +72,6 @@ pub struct CudaTensor {
     /// At least `numel · dtype.size()` bytes (never empty: a 0-element tensor holds a few bytes,
     /// so its pointer stays valid).
     pub(super) buf: Storage,
-    /// An FP8 weight whose rows share their scales within every block of 128 rows (the
-    /// checkpoint's 128 × 128 blocks, with fused parts aligned to them): it may take the
-    /// block-scaled tensor-core GEMM (`fp8_gemm.rs`). False for everything else.
-    pub(super) fp8_row_blocks: bool,
 }
 
 /// Where a tensor's bytes live: its own allocation (freed, stream-ordered, on drop), or a
