@@ -134,6 +134,21 @@ fn decode_batch_at(b: usize, width: usize, context: usize) -> BatchInputs {
     BatchInputs::build_with_width(BLOCK, &chunks, width)
 }
 
+/// One prompt of `len` tokens from position 0 in blocks 1.., its last row's logits asked.
+pub fn prefill_batch(len: usize) -> BatchInputs {
+    let table: Vec<u32> = (1..=len.div_ceil(BLOCK) as u32).collect();
+    let prompt: Vec<u32> = (0..len as u32).map(|i| i * 7 % 151_936).collect();
+    BatchInputs::build(
+        BLOCK,
+        &[SeqChunk {
+            tokens: &prompt,
+            start_pos: 0,
+            block_table: &table,
+            logits_rows: vec![len - 1],
+        }],
+    )
+}
+
 /// The step's logits, eagerly or through the backend's decode graph for its shape.
 fn logits(
     cuda: &CudaBackend,
@@ -325,17 +340,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         }
     }
 
-    let table: Vec<u32> = (1..=CONTEXT.div_ceil(BLOCK) as u32).collect();
-    let prompt: Vec<u32> = (0..CONTEXT as u32).map(|i| i * 7 % 151_936).collect();
-    let host = BatchInputs::build(
-        BLOCK,
-        &[SeqChunk {
-            tokens: &prompt,
-            start_pos: 0,
-            block_table: &table,
-            logits_rows: vec![CONTEXT - 1],
-        }],
-    );
+    let host = prefill_batch(CONTEXT);
     let t = time_step(cuda, &model, &mut kv, &host, false)?;
     let flops = 2.0 * (read / 2.0) * CONTEXT as f64;
     let floor_ms = (read / FLOOR_BYTES_PER_S).max(flops / FLOOR_FLOPS) * 1e3;

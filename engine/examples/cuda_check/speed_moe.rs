@@ -3,8 +3,9 @@
 //! loaded through `Weights::Dummy` + `Qwen3::load` as `met serve --load-format dummy` does (the
 //! experts are recipes the device draws), one decode step at batch 1 and 8 over 128-token
 //! contexts through the decode graph, against the floor of reading the active weights once at
-//! 4.0 TB/s. Prints FP8's speed-up over bf16 at batch 1 (issue 11 asks for at least 1.6), and
-//! the time of a layer's MoE-specific ops at batch 1 on their own (`op_times`).
+//! 4.0 TB/s (each step again with programmatic dependent launch off, see `speed::pdl_off_line`),
+//! and one 2048-token prefill. Prints FP8's speed-up over bf16 at batch 1 (issue 11 asks for at
+//! least 1.6), and the time of a layer's MoE-specific ops at batch 1 on their own (`op_times`).
 
 use std::time::Instant;
 
@@ -18,9 +19,12 @@ use metrale_engine::models::qwen3::Qwen3;
 
 use crate::report::Report;
 use crate::speed::{
-    BLOCK, CONTEXT, FLOOR_BYTES_PER_S, decode_batch, pdl_off_line, time_step, timing_header,
-    timing_line,
+    BLOCK, CONTEXT, FLOOR_BYTES_PER_S, decode_batch, pdl_off_line, prefill_batch, time_step,
+    timing_header, timing_line,
 };
+
+/// Prompt tokens of the prefill timing.
+const PREFILL: usize = 2048;
 
 const CONFIGS: [(&str, &str); 2] = [
     (
@@ -111,6 +115,14 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 batch1.push(t.median_ms);
             }
         }
+        // One long prompt, eagerly: the experts' prefill path.
+        let mut kv = model.new_kv_storage(cuda, PREFILL.div_ceil(BLOCK) + 1, BLOCK)?;
+        let t = time_step(cuda, &model, &mut kv, &prefill_batch(PREFILL), false)?;
+        report.summary_line(format!(
+            "{name} prefill {PREFILL} tokens: {:.2} ms ({:.0} tok/s)",
+            t.median_ms,
+            PREFILL as f64 / t.median_ms * 1e3
+        ));
     }
     if let [bf16, fp8] = batch1[..] {
         report.summary_line(format!(
