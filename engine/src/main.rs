@@ -122,6 +122,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         ssm_cache_slots: args.ssm_cache_slots,
         ssm_checkpoint_slots: args.ssm_checkpoint_slots,
         ssm_checkpoint_interval: args.ssm_checkpoint_interval,
+        speculative: args.speculative,
+        num_drafts: args.num_drafts,
     }
     .validate()?;
     if !config.no_tui && std::io::stdout().is_terminal() {

@@ -655,7 +655,7 @@ async fn models_tokenize_and_metrics_speak_their_formats() {
 fn flags_that_cannot_work_fail_at_start() {
     let model = fixture_model();
     let model = model.to_str().expect("utf8");
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (
             &["--dtype", "float32", "--kv-cache-dtype", "fp8"],
             "the float32 path keeps an f32 cache",
@@ -674,6 +674,11 @@ fn flags_that_cannot_work_fail_at_start() {
             "--gpu-memory-utilization",
         ),
         (&["--no-such-flag"], "unexpected argument '--no-such-flag'"),
+        // What the flagship recipe passes: refused with the way to serve without it.
+        (
+            &["--speculative", "--num-drafts", "3"],
+            "--speculative: speculative decoding with the MTP head is not in this build yet",
+        ),
     ];
     for (flags, want) in cases {
         let out = Command::new(env!("CARGO_BIN_EXE_met"))

@@ -58,6 +58,10 @@ pub struct ServeFlags {
     pub ssm_checkpoint_slots: Option<usize>,
     /// `--ssm-checkpoint-interval` in tokens (default [`DEFAULT_SSM_CHECKPOINT_INTERVAL`]).
     pub ssm_checkpoint_interval: Option<usize>,
+    /// `--speculative` (MTP drafts; refused: not in this build yet).
+    pub speculative: bool,
+    /// `--num-drafts` (with `--speculative`).
+    pub num_drafts: Option<usize>,
 }
 
 /// Default of `--ssm-checkpoint-interval`: a state checkpoint every 512 tokens of a prefix
@@ -245,6 +249,23 @@ impl ServeFlags {
                 )
             })?),
         };
+        if let Some(n) = self.num_drafts {
+            if !self.speculative {
+                return Err(bad("--num-drafts", "needs --speculative").into());
+            }
+            if !(1..=16).contains(&n) {
+                return Err(bad("--num-drafts", format!("{n} is not between 1 and 16")).into());
+            }
+        }
+        if self.speculative {
+            return Err(bad(
+                "--speculative",
+                "speculative decoding with the MTP head is not in this build yet; serve \
+                 without it by dropping --speculative and --num-drafts (a recipe's \
+                 [serve.speculative] table)",
+            )
+            .into());
+        }
         if self.api_key.as_deref().is_some_and(str::is_empty) {
             return Err(bad("--api-key", "must not be empty").into());
         }
@@ -355,6 +376,8 @@ mod tests {
             ssm_cache_slots: None,
             ssm_checkpoint_slots: None,
             ssm_checkpoint_interval: None,
+            speculative: false,
+            num_drafts: None,
         }
     }
 
@@ -431,6 +454,20 @@ mod tests {
         let mut f = flags();
         f.ssm_cache_slots = Some(0);
         assert!(refused(f).starts_with("--ssm-cache-slots: must be at least 1"));
+        let mut f = flags();
+        f.num_drafts = Some(3);
+        assert_eq!(refused(f), "--num-drafts: needs --speculative");
+        let mut f = flags();
+        (f.speculative, f.num_drafts) = (true, Some(0));
+        assert_eq!(refused(f), "--num-drafts: 0 is not between 1 and 16");
+        let mut f = flags();
+        (f.speculative, f.num_drafts) = (true, Some(3));
+        let e = refused(f);
+        assert!(
+            e.starts_with("--speculative: speculative decoding with the MTP head is not in this")
+                && e.contains("dropping --speculative and --num-drafts"),
+            "{e}"
+        );
         let mut f = flags();
         f.kv_cache_dtype = KvCacheDtype::Fp8;
         assert!(
