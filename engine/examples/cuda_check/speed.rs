@@ -303,19 +303,14 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         // the values do not change the time). Tables 16 wide, as the runner pads them.
         let host = decode_batch(b, blocks_per_seq.next_power_of_two());
         let bytes = read + (b * (CONTEXT + 1)) as f64 * kv_bytes_per_token;
+        let floor_ms = bytes / FLOOR_BYTES_PER_S * 1e3;
         for graph in [false, true] {
             let t = time_step(cuda, &model, &mut kv, &host, graph)?;
             let how = if graph { "graph" } else { "eager" };
-            line(
-                report,
-                format!("decode B={b} ctx {CONTEXT} {how}"),
-                &t,
-                bytes,
-                bytes / FLOOR_BYTES_PER_S * 1e3,
-            );
+            let what = format!("decode B={b} ctx {CONTEXT} {how}");
+            line(report, what, &t, bytes, floor_ms);
         }
         let what = format!("decode B={b} ctx {CONTEXT} graph");
-        let floor_ms = bytes / FLOOR_BYTES_PER_S * 1e3;
         pdl_off_line(
             cuda,
             &model,
