@@ -192,14 +192,18 @@ pub struct ServeArgs {
     /// checkpoint [default: 512].
     #[arg(long, value_name = "TOKENS")]
     pub ssm_checkpoint_interval: Option<usize>,
-    /// Speculative decoding with the checkpoint's multi-token-prediction (MTP) head, as our
-    /// recipes ask (`[serve.speculative]`). Not in this build yet: refused at start with the
-    /// way to serve without it.
+    /// Speculative decoding with the checkpoint's multi-token-prediction (MTP) head
+    /// (Qwen3.5/3.6), as our recipes ask (`[serve.speculative]`): the head drafts tokens that
+    /// the model verifies in its next step; the output is what it would be without.
     #[arg(long)]
     pub speculative: bool,
-    /// With --speculative: tokens the MTP head drafts a step (1 to 16).
+    /// With --speculative: tokens the MTP head drafts a step (1 to 16) [default: 3].
     #[arg(long, value_name = "N")]
     pub num_drafts: Option<usize>,
+    /// With --speculative: drafting pauses while more sequences than this are running
+    /// [default: 32].
+    #[arg(long, value_name = "SEQS")]
+    pub speculative_max_batch: Option<usize>,
     /// Unix socket for live metrics events (NDJSON, docs/metrics-socket.md) [default:
     /// $XDG_RUNTIME_DIR/metrale/met-PORT.sock, else /tmp/metrale-UID/met-PORT.sock].
     #[arg(long, value_name = "PATH")]

@@ -101,6 +101,9 @@ pub struct EngineStats {
     pub last_step_seqs: usize,
     pub max_num_seqs: usize,
     pub max_num_batched_tokens: usize,
+    /// `--num-drafts` with `--speculative` (0: speculation off), and its counters.
+    pub num_drafts: usize,
+    pub spec: crate::scheduler::SpecDecodeStats,
 }
 
 /// Messages from handles to the engine thread.
@@ -212,6 +215,9 @@ pub struct EngineConfig {
     /// `--kv-cache-dtype fp8`: e4m3 KV cache with per-head scales (`backend/kv_fp8.rs`); on the
     /// CPU the f32 cache holds the same rounded values.
     pub kv_cache_fp8: bool,
+    /// `--speculative --num-drafts N --speculative-max-batch M`: drafts from the checkpoint's
+    /// MTP head (Qwen3.5/3.6), verified by the model (`runner/speculative.rs`).
+    pub speculative: Option<crate::scheduler::SpeculativeConfig>,
 }
 
 /// State shared between the handles and the engine thread.

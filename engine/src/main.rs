@@ -124,6 +124,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         ssm_checkpoint_interval: args.ssm_checkpoint_interval,
         speculative: args.speculative,
         num_drafts: args.num_drafts,
+        speculative_max_batch: args.speculative_max_batch,
     }
     .validate()?;
     if !config.no_tui && std::io::stdout().is_terminal() {

@@ -26,6 +26,8 @@ pub struct Request {
     /// Prompt-logprob rows already reported (kept across preemptions so none repeats).
     pub num_prompt_logprobs_sent: usize,
     pub num_preemptions: u32,
+    /// Draft tokens the MTP head proposed last step (speculative decoding), to verify next.
+    pub drafts: Vec<u32>,
 }
 
 impl Request {
@@ -46,6 +48,7 @@ impl Request {
             num_cached_prompt_tokens: None,
             num_prompt_logprobs_sent: 0,
             num_preemptions: 0,
+            drafts: Vec::new(),
         }
     }
 
@@ -56,6 +59,16 @@ impl Request {
 
     pub fn num_output_tokens(&self) -> usize {
         self.num_tokens() - self.num_prompt_tokens
+    }
+
+    /// Output tokens it may still generate: up to `max_tokens`, and to `max_model_len` tokens
+    /// in all.
+    pub fn num_remaining(&self, max_model_len: usize) -> usize {
+        let by_tokens = self
+            .sampling
+            .max_tokens
+            .saturating_sub(self.num_output_tokens());
+        by_tokens.min(max_model_len.saturating_sub(self.num_tokens()))
     }
 
     /// Tokens not yet in the KV cache.

@@ -32,6 +32,7 @@ fn config(name: &str) -> EngineConfig {
         ssm_checkpoint_slots: None,
         ssm_checkpoint_interval: 512,
         kv_cache_fp8: false,
+        speculative: None,
         enforce_eager: false,
     }
 }

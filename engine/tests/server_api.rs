@@ -674,10 +674,11 @@ fn flags_that_cannot_work_fail_at_start() {
             "--gpu-memory-utilization",
         ),
         (&["--no-such-flag"], "unexpected argument '--no-such-flag'"),
-        // What the flagship recipe passes: refused with the way to serve without it.
+        // What the flagship recipe passes, on a checkpoint without an MTP head: refused with
+        // the way to serve it.
         (
             &["--speculative", "--num-drafts", "3"],
-            "--speculative: speculative decoding with the MTP head is not in this build yet",
+            "--speculative: needs the checkpoint's multi-token-prediction (MTP) head",
         ),
     ];
     for (flags, want) in cases {

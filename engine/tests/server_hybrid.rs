@@ -234,3 +234,90 @@ async fn reqwest_get(s: &Server, path: &str) -> (u16, Value) {
     let status = r.status().as_u16();
     (status, r.json().await.expect("json"))
 }
+
+/// `--speculative` with the fixture's (random) MTP head: transformers' greedy continuation
+/// alone, then four at once with preemption (a cache too small for all) and prefix caching,
+/// each the model's output alone; `/metrics` counts the drafts by position, as vLLM names
+/// them.
+#[tokio::test]
+async fn speculation_serves_the_tokens_it_serves_without() {
+    let s = serve(&[
+        "--speculative",
+        "--num-drafts",
+        "3",
+        "--max-batch-size",
+        "4",
+        "--num-gpu-blocks-override",
+        "8",
+        "--max-seq-len",
+        "120",
+        "--enable-prefix-caching",
+        "--ssm-checkpoint-interval",
+        "16",
+    ])
+    .await;
+    let g = reference(NAME).greedy;
+    let n = g.continuation.len();
+    let want = detokenize(&s, &g.continuation).await;
+    assert_eq!(complete(&s, &g.prompt, n).await, want);
+
+    let shared = prompt(33, 11);
+    let prompts = vec![
+        [shared.clone(), prompt(4, 12)].concat(),
+        prompt(22, 13),
+        [shared, prompt(9, 14)].concat(),
+        prompt(5, 15),
+    ];
+    let got = complete_all(&s, &prompts, 30).await;
+    assert_each_as_alone(&s, &prompts, &got, 30).await;
+    let preempted = metric(&s, "vllm:num_preemptions_total").await;
+    let hits = metric(&s, "vllm:prefix_cache_hits_total").await;
+    assert!(
+        preempted > 0.0 && hits > 0.0,
+        "{preempted} preemptions, {hits} hit tokens"
+    );
+    let drafts = metric(&s, "vllm:spec_decode_num_draft_tokens_total").await;
+    let verified = metric(&s, "vllm:spec_decode_num_drafts_total").await;
+    assert!(
+        drafts >= verified && verified > 20.0,
+        "{drafts} drafts in {verified} verify steps"
+    );
+    let text = reqwest::get(s.url("/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for p in 0..3 {
+        let line = format!(
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name=\"test\",position=\"{p}\"}}"
+        );
+        assert!(text.contains(&line), "no {line} in\n{text}");
+    }
+    assert!(!text.contains("position=\"3\""), "only 3 positions");
+}
+
+/// A checkpoint without an MTP head refuses `--speculative` by name before it serves.
+#[test]
+fn speculation_without_an_mtp_head_is_refused_at_start() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let src = model_dir(NAME);
+    for entry in std::fs::read_dir(&src).expect("fixture") {
+        let path = entry.expect("entry").path();
+        if path.file_name().is_some_and(|n| n != "mtp.safetensors") {
+            std::fs::copy(&path, dir.path().join(path.file_name().expect("name"))).expect("copy");
+        }
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_met"))
+        .args(["serve", dir.path().to_str().expect("utf8"), "--port", "0"])
+        .args(["--speculative"])
+        .output()
+        .expect("run met");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started without a head");
+    assert!(
+        stderr.contains("--speculative needs the checkpoint's MTP head")
+            && stderr.contains("without --speculative"),
+        "{stderr}"
+    );
+}

@@ -140,6 +140,27 @@ pub struct PhaseEvent {
     pub message: Option<String>,
 }
 
+/// Speculative decoding's counters since start (`met serve --speculative`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpecDecode {
+    /// Drafts a step at most (`--num-drafts`).
+    pub num_drafts: u64,
+    /// Verify steps of a sequence with drafts, draft tokens verified and accepted.
+    pub verify_steps_total: u64,
+    pub draft_tokens_total: u64,
+    pub accepted_tokens_total: u64,
+    /// By draft position (0: a step's first draft): drafts verified there and accepted, and
+    /// their ratio (0 when none was verified there).
+    pub proposed_per_pos: Vec<u64>,
+    pub accepted_per_pos: Vec<u64>,
+    pub acceptance_per_pos: Vec<f64>,
+    /// Accepted drafts per verify step: a step emits this plus one tokens on average.
+    pub mean_accepted: f64,
+    /// Steps in which drafting paused because more sequences ran than
+    /// `--speculative-max-batch`.
+    pub paused_steps_total: u64,
+}
+
 /// `snapshot`: the engine now. Rates are over the interval since the previous snapshot;
 /// latency percentiles over the last minute.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -193,6 +214,9 @@ pub struct Snapshot {
     pub itl_p95_ms: Option<f64>,
     /// Subscribers disconnected since start for not keeping up.
     pub slow_subscribers_dropped_total: u64,
+    /// Speculative decoding since start (absent when it is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<Box<SpecDecode>>,
     /// Requests in the engine (queued or running), oldest first, at most 256.
     #[serde(default)]
     pub requests: Vec<RequestProgress>,

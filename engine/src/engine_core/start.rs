@@ -37,11 +37,13 @@ pub struct KvCachePlan {
 pub struct StateCachePlan {
     pub config: StateCacheConfig,
     pub bytes_per_slot: usize,
+    /// Slots a step's rejected drafts are rolled back from (speculative decoding).
+    pub scratch_slots: usize,
 }
 
 impl StateCachePlan {
     pub fn bytes(&self) -> usize {
-        self.config.total_slots() * self.bytes_per_slot
+        (self.config.total_slots() + self.scratch_slots) * self.bytes_per_slot
     }
 }
 
@@ -65,10 +67,22 @@ impl EngineHandle {
         hub: MetricsHub,
     ) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
         let dir = ModelDir::open(&config.model_dir)?;
-        let hybrid = qwen3_5::is_hybrid(&dir.config()?.architecture);
+        let architecture = dir.config()?.architecture;
+        let hybrid = qwen3_5::is_hybrid(&architecture);
+        if config.speculative.is_some() && !hybrid {
+            bail!(
+                "--speculative drafts with the checkpoint's MTP head, which Qwen3.5/3.6 \
+                 checkpoints ({}) carry and {architecture} does not: serve it without \
+                 --speculative",
+                qwen3_5::ARCHITECTURES.join(", ")
+            );
+        }
         let cpu = CpuBackend::with_fp8_kv_cache(config.kv_cache_fp8);
+        let mtp = config.speculative.is_some();
         match config.device {
-            Device::Cpu if hybrid => start_on(cpu, config, hub, &load_qwen3_5),
+            Device::Cpu if hybrid => start_on(cpu, config, hub, &move |b, d, w, done| {
+                load_qwen3_5(b, d, w, mtp, done)
+            }),
             Device::Cpu => start_on(cpu, config, hub, &load_qwen3),
             Device::Cuda if hybrid => bail!("{}", qwen3_5::CPU_ONLY),
             #[cfg(feature = "cuda")]
@@ -111,10 +125,11 @@ fn load_qwen3_5(
     _: &CpuBackend,
     dir: &ModelDir,
     weights: &Weights,
+    mtp: bool,
     layer_done: &mut dyn FnMut(usize),
 ) -> anyhow::Result<Qwen3_5> {
     let config = Qwen3_5Config::from_file(&dir.root.join("config.json"))?;
-    Ok(Qwen3_5::load_reporting(&config, weights, layer_done)?)
+    Ok(Qwen3_5::load_with(&config, weights, mtp, layer_done)?)
 }
 
 fn start_on<B: Backend, M: Model<B> + 'static>(
@@ -149,13 +164,16 @@ fn start_on<B: Backend, M: Model<B> + 'static>(
     phases.phase(Phase::AllocateKvCache, 0, Some(blocks), "blocks");
     let device_description = backend.describe();
     let state_slots = plan.state.as_ref().map_or(0, |s| s.config.total_slots());
-    let runner = Runner::new(
+    let mut runner = Runner::new(
         backend,
         model,
         plan.num_blocks,
         plan.block_size,
         state_slots,
     )?;
+    if let Some(spec) = config.speculative {
+        runner.enable_speculation(spec.num_drafts, spec_max_seqs(&config, spec))?;
+    }
     phases.phase(Phase::AllocateKvCache, blocks, Some(blocks), "blocks");
     hub.set_limits(Limits {
         block_size: plan.block_size,
@@ -171,6 +189,7 @@ fn start_on<B: Backend, M: Model<B> + 'static>(
         // Admission is decided on the handle; the scheduler's own limit is a backstop.
         max_queued_requests: config.max_queued_requests.saturating_mul(2).max(1),
         state: plan.state.as_ref().map(|s| s.config),
+        speculative: config.speculative,
     })?;
 
     let info = ModelInfo {
@@ -191,6 +210,7 @@ fn start_on<B: Backend, M: Model<B> + 'static>(
         s.kv_blocks_total = plan.num_blocks - 1;
         s.max_num_seqs = config.max_num_seqs;
         s.max_num_batched_tokens = config.max_num_batched_tokens;
+        s.num_drafts = config.speculative.map_or(0, |sp| sp.num_drafts);
         // The engine reports after each step; observers need the limits before the first.
         hub.step(
             std::time::Instant::now(),
@@ -289,6 +309,9 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
                 checkpoint_interval: config.ssm_checkpoint_interval,
             },
             bytes_per_slot: spec.bytes_per_slot(),
+            scratch_slots: config
+                .speculative
+                .map_or(0, |s| s.num_drafts * spec_max_seqs(config, s)),
         }
     });
     Ok(KvCachePlan {
@@ -297,6 +320,11 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
         bytes: (num_blocks - 1) * per_block,
         state,
     })
+}
+
+/// Sequences that may verify drafts in one step: drafting pauses above `max_batch` running.
+fn spec_max_seqs(config: &EngineConfig, spec: crate::scheduler::SpeculativeConfig) -> usize {
+    config.max_num_seqs.min(spec.max_batch)
 }
 
 /// Total memory from /proc/meminfo; 8 GiB where it cannot be read.

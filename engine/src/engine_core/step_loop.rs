@@ -345,6 +345,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             s.steps_total = self.steps_total;
             s.last_step_tokens = st.num_batched_tokens;
             s.last_step_seqs = self.last_step_seqs;
+            s.spec = st.spec;
             let mut report = std::mem::take(&mut self.report);
             report.stats = s.clone();
             self.hub.step(Instant::now(), report);

@@ -579,7 +579,6 @@ impl HubState {
         } else {
             (0, 0)
         };
-        let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
         let cutoff = now.checked_sub(WINDOW);
         let pick = |w: &VecDeque<(Instant, f32)>, scratch: &mut Vec<f32>| {
             scratch.clear();
@@ -648,6 +647,7 @@ impl HubState {
             itl_p50_ms,
             itl_p95_ms,
             slow_subscribers_dropped_total: self.dropped_total,
+            speculative: spec_decode(s),
             requests,
         };
         if advance {
@@ -685,3 +685,30 @@ impl HubState {
 #[cfg(test)]
 #[path = "hub_tests.rs"]
 mod tests;
+
+/// The snapshot's speculative-decoding part (`None` when it is off).
+fn spec_decode(s: &EngineStats) -> Option<Box<metrale_protocol::metrics::SpecDecode>> {
+    if s.num_drafts == 0 {
+        return None;
+    }
+    let sp = &s.spec;
+    let n = s.num_drafts.min(sp.accepted_per_pos.len());
+    Some(Box::new(metrale_protocol::metrics::SpecDecode {
+        num_drafts: s.num_drafts as u64,
+        verify_steps_total: sp.num_drafts,
+        draft_tokens_total: sp.num_draft_tokens,
+        accepted_tokens_total: sp.num_accepted_tokens,
+        proposed_per_pos: sp.proposed_per_pos[..n].to_vec(),
+        accepted_per_pos: sp.accepted_per_pos[..n].to_vec(),
+        acceptance_per_pos: (0..n)
+            .map(|p| ratio(sp.accepted_per_pos[p], sp.proposed_per_pos[p]))
+            .collect(),
+        mean_accepted: sp.mean_accepted(),
+        paused_steps_total: sp.num_paused_steps,
+    }))
+}
+
+/// `a / b`, 0 when `b` is.
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}

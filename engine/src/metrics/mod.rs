@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::engine_core::EngineStats;
+use crate::scheduler::SpecDecodeStats;
 
 /// vLLM's buckets, so dashboards' quantile panels line up.
 const TTFT_BUCKETS: &[f64] = &[
@@ -173,7 +174,7 @@ impl ServerMetrics {
                 "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {v}"
             );
         }
-        let counters: [(&str, &str, u64); 5] = [
+        let mut counters: Vec<(&str, &str, u64)> = vec![
             (
                 "vllm:prompt_tokens_total",
                 "Number of prefill tokens processed.",
@@ -200,11 +201,17 @@ impl ServerMetrics {
                 s.num_preemptions_total,
             ),
         ];
+        if s.num_drafts > 0 {
+            counters.extend(spec_decode_counters(&s.spec));
+        }
         for (name, help, v) in counters {
             let _ = writeln!(
                 out,
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{{labels}}} {v}"
             );
+        }
+        if s.num_drafts > 0 {
+            render_accepted_per_pos(&mut out, &labels, &s);
         }
         self.with(|m| {
             let name = "vllm:request_success_total";
@@ -251,6 +258,40 @@ impl ServerMetrics {
             );
         });
         out
+    }
+}
+
+/// Speculative decoding's counters, named as vLLM names them.
+fn spec_decode_counters(sp: &SpecDecodeStats) -> [(&'static str, &'static str, u64); 3] {
+    [
+        (
+            "vllm:spec_decode_num_drafts_total",
+            "Number of spec decoding drafts (verify steps of a sequence with drafts).",
+            sp.num_drafts,
+        ),
+        (
+            "vllm:spec_decode_num_draft_tokens_total",
+            "Number of draft tokens.",
+            sp.num_draft_tokens,
+        ),
+        (
+            "vllm:spec_decode_num_accepted_tokens_total",
+            "Number of accepted tokens.",
+            sp.num_accepted_tokens,
+        ),
+    ]
+}
+
+/// Accepted drafts by position (0: a step's first draft), one series per `--num-drafts`.
+fn render_accepted_per_pos(out: &mut String, labels: &str, s: &EngineStats) {
+    let name = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Accepted tokens per draft position.\n# TYPE {name} counter"
+    );
+    let positions = s.num_drafts.min(s.spec.accepted_per_pos.len());
+    for (p, n) in s.spec.accepted_per_pos[..positions].iter().enumerate() {
+        let _ = writeln!(out, "{name}{{{labels},position=\"{p}\"}} {n}");
     }
 }
 

@@ -130,6 +130,13 @@ pub(crate) fn lm_head_logits<B: Backend>(
     Ok(logits)
 }
 
+fn no_mtp(op: &'static str) -> crate::backend::BackendError {
+    crate::backend::BackendError::Shape {
+        op,
+        message: "this model has no MTP head (speculative decoding)".into(),
+    }
+}
+
 /// What the engine needs from any model family.
 pub trait Model<B: Backend>: Send {
     /// Logits `[batch.logits_rows.len(), vocab]` for the batch, after writing its keys and
@@ -160,6 +167,47 @@ pub trait Model<B: Backend>: Send {
     /// layers; `None` (no state machinery at all) for the others.
     fn state_spec(&self) -> Option<StateSpec> {
         None
+    }
+    /// Whether the model loaded an MTP head (speculative decoding). The next three calls are
+    /// for such models only; the others refuse them.
+    fn has_mtp(&self) -> bool {
+        false
+    }
+    /// [`Model::forward`], also returning the final-normed hidden state of every row `[T, H]`
+    /// (the MTP head's input).
+    fn forward_with_hidden(
+        &self,
+        _backend: &B,
+        _host: &BatchInputs,
+        _batch: &B::Batch,
+        _kv: &mut KvStorage<B>,
+    ) -> Result<(B::Tensor, B::Tensor)> {
+        Err(no_mtp("forward_with_hidden"))
+    }
+    /// One pass of the MTP head over the batch: row `i` is the token after target row `i`
+    /// (`host`'s tokens) with that row's hidden state (`hidden` `[T, H]`), at the target row's
+    /// position, its keys and values written to the head's own cache layer. Returns the
+    /// logits of `host.logits_rows` `[R, V]` and the head's normed output for those rows
+    /// `[R, H]` (the hidden input of the next draft).
+    fn mtp_forward(
+        &self,
+        _backend: &B,
+        _host: &BatchInputs,
+        _batch: &B::Batch,
+        _hidden: &B::Tensor,
+        _kv: &mut KvStorage<B>,
+    ) -> Result<(B::Tensor, B::Tensor)> {
+        Err(no_mtp("mtp_forward"))
+    }
+    /// Copy recurrent-state slot `from` over slot `to` (rolling back rejected drafts).
+    fn copy_state_slot(
+        &self,
+        _backend: &B,
+        _kv: &mut KvStorage<B>,
+        _from: usize,
+        _to: usize,
+    ) -> Result<()> {
+        Err(no_mtp("copy_state_slot"))
     }
     /// Allocate `slots` recurrent-state slots (only called when `state_spec` is `Some`).
     fn new_state_storage(&self, backend: &B, slots: usize) -> Result<StateStorage<B>> {

@@ -22,14 +22,17 @@
 //! caching).
 //! [`SequenceState`] runs one sequence without the engine (tests).
 //!
-//! Not yet here (issue 12): the MTP head and CUDA.
+//! With `mtp` at load, the checkpoint's MTP block too (`mtp.*`, speculative decoding): see
+//! [`Model::mtp_forward`]; its attention layer's keys and values are the KV cache's last layer.
+//!
+//! Not yet here (issue 12): CUDA.
 
 use crate::backend::cpu::CpuTensor;
 use crate::backend::{Backend, BackendError, BatchInputs, CpuBackend, Result, RopeTables};
 use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
 
 use super::qwen3_moe::SparseMoe;
-use super::{KvStorage, Model, StateSpec, lm_head_logits};
+use super::{KvStorage, Model, StateSpec, StateStorage, lm_head_logits};
 
 mod config;
 mod linear;
@@ -110,10 +113,22 @@ struct Layer {
     mlp: Mlp,
 }
 
+/// The checkpoint's multi-token-prediction block (`mtp.*`), loaded for speculative decoding:
+/// `x = fc([norm_e(embed(t)); norm_h(h)])`, one gated full-attention decoder layer (its keys
+/// and values in the KV cache's last layer), then `norm`; logits through the target's head.
+struct MtpHead {
+    fc: CpuTensor,          // [H, 2·H]
+    norm_embed: CpuTensor,  // [H], 1 + w
+    norm_hidden: CpuTensor, // [H], 1 + w
+    layer: Layer,
+    norm: CpuTensor, // [H], 1 + w
+}
+
 pub struct Qwen3_5 {
     pub config: Qwen3_5Config,
     embed: CpuTensor, // [V, H]
     layers: Vec<Layer>,
+    mtp: Option<MtpHead>,
     norm: CpuTensor,            // [H], 1 + w
     lm_head: Option<CpuTensor>, // [V, H]; None when tied
     rope: RopeTables,           // partial: the first `rotary_dim` channels of a head
@@ -139,6 +154,96 @@ fn shape_err(message: String) -> BackendError {
     }
 }
 
+/// One decoder layer under `p` (`model.layers.{l}`, or `mtp.layers.0`): its mixer (the
+/// `index`-th of its kind: its state or KV cache entry) and its MLP.
+fn load_layer(
+    config: &Qwen3_5Config,
+    w: &Weights,
+    p: &str,
+    kind: LayerType,
+    index: usize,
+) -> std::result::Result<Layer, LoadError> {
+    let c = &config.base;
+    let s = config.linear;
+    let (h, hd, nh, nkv) = (
+        c.hidden_size,
+        c.head_dim,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+    );
+    let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
+    let norm = |name: &str, n: usize| w.get(name, &[n], TensorKind::Norm);
+    let conv_dim = config.conv_dim();
+    let swiglu = |p: &str, i: usize| -> std::result::Result<SwiGlu, LoadError> {
+        Ok(SwiGlu {
+            gate_up: tensor(HostTensor::concat_rows(&[
+                mat(&format!("{p}.gate_proj.weight"), &[i, h])?,
+                mat(&format!("{p}.up_proj.weight"), &[i, h])?,
+            ])),
+            down: tensor(mat(&format!("{p}.down_proj.weight"), &[h, i])?),
+        })
+    };
+    let mixer = match kind {
+        LayerType::LinearAttention => {
+            let a = format!("{p}.linear_attn");
+            let a_log = norm(&format!("{a}.A_log"), s.nv)?.to_f32();
+            Mixer::Linear(LinearAttn {
+                in_proj: tensor(HostTensor::concat_rows(&[
+                    mat(&format!("{a}.in_proj_qkv.weight"), &[conv_dim, h])?,
+                    mat(&format!("{a}.in_proj_z.weight"), &[s.nv * s.dv, h])?,
+                    mat(&format!("{a}.in_proj_b.weight"), &[s.nv, h])?,
+                    mat(&format!("{a}.in_proj_a.weight"), &[s.nv, h])?,
+                ])),
+                conv: mat(
+                    &format!("{a}.conv1d.weight"),
+                    &[conv_dim, 1, config.conv_kernel],
+                )?
+                .to_f32(),
+                neg_a: a_log.iter().map(|x| -x.exp()).collect(),
+                dt_bias: norm(&format!("{a}.dt_bias"), s.nv)?.to_f32(),
+                norm: norm(&format!("{a}.norm.weight"), s.dv)?.to_f32(),
+                out: tensor(mat(&format!("{a}.out_proj.weight"), &[h, s.nv * s.dv])?),
+                state: index,
+            })
+        }
+        LayerType::FullAttention => {
+            let a = format!("{p}.self_attn");
+            // q_proj holds each head's query then its gate: split them into q rows (fused
+            // with k and v) and gate rows.
+            let q_gate = mat(&format!("{a}.q_proj.weight"), &[nh * 2 * hd, h])?.to_f32();
+            let (mut q, mut gate) = (Vec::new(), Vec::new());
+            for head in q_gate.chunks(2 * hd * h) {
+                q.extend_from_slice(&head[..hd * h]);
+                gate.extend_from_slice(&head[hd * h..]);
+            }
+            q.extend(mat(&format!("{a}.k_proj.weight"), &[nkv * hd, h])?.to_f32());
+            q.extend(mat(&format!("{a}.v_proj.weight"), &[nkv * hd, h])?.to_f32());
+            Mixer::Full(FullAttn {
+                qkv: CpuTensor::new(vec![(nh + 2 * nkv) * hd, h], q),
+                gate: CpuTensor::new(vec![nh * hd, h], gate),
+                q_norm: plus_one(norm(&format!("{a}.q_norm.weight"), hd)?),
+                k_norm: plus_one(norm(&format!("{a}.k_norm.weight"), hd)?),
+                o: tensor(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?),
+                cache: index,
+            })
+        }
+    };
+    let mlp = match (&c.moe, config.shared_expert_intermediate_size) {
+        (Some(moe), Some(shared)) => Mlp::Sparse(Box::new(MoeMlp {
+            experts: SparseMoe::load(w, moe, h, &format!("{p}.mlp"), &|t| Ok(tensor(t)))?,
+            shared: swiglu(&format!("{p}.mlp.shared_expert"), shared)?,
+            shared_gate: tensor(mat(&format!("{p}.mlp.shared_expert_gate.weight"), &[1, h])?),
+        })),
+        _ => Mlp::Dense(swiglu(&format!("{p}.mlp"), c.intermediate_size)?),
+    };
+    Ok(Layer {
+        input_norm: plus_one(norm(&format!("{p}.input_layernorm.weight"), h)?),
+        mixer,
+        post_norm: plus_one(norm(&format!("{p}.post_attention_layernorm.weight"), h)?),
+        mlp,
+    })
+}
+
 impl Qwen3_5 {
     pub fn load(config: &Qwen3_5Config, w: &Weights) -> std::result::Result<Self, LoadError> {
         Self::load_reporting(config, w, &mut |_| {})
@@ -150,98 +255,66 @@ impl Qwen3_5 {
         w: &Weights,
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
+        Self::load_with(config, w, false, layer_done)
+    }
+
+    /// [`Qwen3_5::load_reporting`], with the MTP head (`mtp.*`) too when `mtp` is set (for
+    /// speculative decoding): refused by name when the checkpoint has none.
+    pub fn load_with(
+        config: &Qwen3_5Config,
+        w: &Weights,
+        mtp: bool,
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
         let c = &config.base;
-        let s = config.linear;
-        let (h, hd, nh, nkv, i) = (
-            c.hidden_size,
-            c.head_dim,
-            c.num_attention_heads,
-            c.num_key_value_heads,
-            c.intermediate_size,
-        );
+        let h = c.hidden_size;
         let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
         let norm = |name: &str, n: usize| w.get(name, &[n], TensorKind::Norm);
-        let conv_dim = config.conv_dim();
-        let swiglu = |p: &str, i: usize| -> std::result::Result<SwiGlu, LoadError> {
-            Ok(SwiGlu {
-                gate_up: tensor(HostTensor::concat_rows(&[
-                    mat(&format!("{p}.gate_proj.weight"), &[i, h])?,
-                    mat(&format!("{p}.up_proj.weight"), &[i, h])?,
-                ])),
-                down: tensor(mat(&format!("{p}.down_proj.weight"), &[h, i])?),
-            })
-        };
         let root = config.weight_prefix;
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         let (mut num_linear, mut num_full) = (0, 0);
         for (l, kind) in config.layer_types.iter().enumerate() {
-            let p = format!("{root}.layers.{l}");
-            let mixer = match kind {
-                LayerType::LinearAttention => {
-                    let a = format!("{p}.linear_attn");
-                    let a_log = norm(&format!("{a}.A_log"), s.nv)?.to_f32();
-                    num_linear += 1;
-                    Mixer::Linear(LinearAttn {
-                        in_proj: tensor(HostTensor::concat_rows(&[
-                            mat(&format!("{a}.in_proj_qkv.weight"), &[conv_dim, h])?,
-                            mat(&format!("{a}.in_proj_z.weight"), &[s.nv * s.dv, h])?,
-                            mat(&format!("{a}.in_proj_b.weight"), &[s.nv, h])?,
-                            mat(&format!("{a}.in_proj_a.weight"), &[s.nv, h])?,
-                        ])),
-                        conv: mat(
-                            &format!("{a}.conv1d.weight"),
-                            &[conv_dim, 1, config.conv_kernel],
-                        )?
-                        .to_f32(),
-                        neg_a: a_log.iter().map(|x| -x.exp()).collect(),
-                        dt_bias: norm(&format!("{a}.dt_bias"), s.nv)?.to_f32(),
-                        norm: norm(&format!("{a}.norm.weight"), s.dv)?.to_f32(),
-                        out: tensor(mat(&format!("{a}.out_proj.weight"), &[h, s.nv * s.dv])?),
-                        state: num_linear - 1,
-                    })
-                }
-                LayerType::FullAttention => {
-                    let a = format!("{p}.self_attn");
-                    // q_proj holds each head's query then its gate: split them into q rows
-                    // (fused with k and v) and gate rows.
-                    let q_gate = mat(&format!("{a}.q_proj.weight"), &[nh * 2 * hd, h])?.to_f32();
-                    let (mut q, mut gate) = (Vec::new(), Vec::new());
-                    for head in q_gate.chunks(2 * hd * h) {
-                        q.extend_from_slice(&head[..hd * h]);
-                        gate.extend_from_slice(&head[hd * h..]);
-                    }
-                    q.extend(mat(&format!("{a}.k_proj.weight"), &[nkv * hd, h])?.to_f32());
-                    q.extend(mat(&format!("{a}.v_proj.weight"), &[nkv * hd, h])?.to_f32());
-                    num_full += 1;
-                    Mixer::Full(FullAttn {
-                        qkv: CpuTensor::new(vec![(nh + 2 * nkv) * hd, h], q),
-                        gate: CpuTensor::new(vec![nh * hd, h], gate),
-                        q_norm: plus_one(norm(&format!("{a}.q_norm.weight"), hd)?),
-                        k_norm: plus_one(norm(&format!("{a}.k_norm.weight"), hd)?),
-                        o: tensor(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?),
-                        cache: num_full - 1,
-                    })
-                }
+            let index = match kind {
+                LayerType::LinearAttention => &mut num_linear,
+                LayerType::FullAttention => &mut num_full,
             };
-            let mlp = match (&c.moe, config.shared_expert_intermediate_size) {
-                (Some(moe), Some(shared)) => Mlp::Sparse(Box::new(MoeMlp {
-                    experts: SparseMoe::load(w, moe, h, &format!("{p}.mlp"), &|t| Ok(tensor(t)))?,
-                    shared: swiglu(&format!("{p}.mlp.shared_expert"), shared)?,
-                    shared_gate: tensor(mat(
-                        &format!("{p}.mlp.shared_expert_gate.weight"),
-                        &[1, h],
-                    )?),
-                })),
-                _ => Mlp::Dense(swiglu(&format!("{p}.mlp"), i)?),
-            };
-            layers.push(Layer {
-                input_norm: plus_one(norm(&format!("{p}.input_layernorm.weight"), h)?),
-                mixer,
-                post_norm: plus_one(norm(&format!("{p}.post_attention_layernorm.weight"), h)?),
-                mlp,
-            });
+            layers.push(load_layer(
+                config,
+                w,
+                &format!("{root}.layers.{l}"),
+                *kind,
+                *index,
+            )?);
+            *index += 1;
             layer_done(l + 1);
         }
+        let mtp = if mtp {
+            if !w.contains("mtp.fc.weight") {
+                return Err(LoadError::UnsupportedOnDevice(format!(
+                    "--speculative needs the checkpoint's MTP head, and this one has none (no \
+                     mtp.* tensors; config.json's mtp_num_hidden_layers is {}): serve it \
+                     without --speculative",
+                    config.mtp_num_hidden_layers
+                )));
+            }
+            // Its attention layer's keys and values go in the cache layer after the target's.
+            let layer = load_layer(
+                config,
+                w,
+                "mtp.layers.0",
+                LayerType::FullAttention,
+                num_full,
+            )?;
+            Some(MtpHead {
+                fc: tensor(mat("mtp.fc.weight", &[h, 2 * h])?),
+                norm_embed: plus_one(norm("mtp.pre_fc_norm_embedding.weight", h)?),
+                norm_hidden: plus_one(norm("mtp.pre_fc_norm_hidden.weight", h)?),
+                layer,
+                norm: plus_one(norm("mtp.norm.weight", h)?),
+            })
+        } else {
+            None
+        };
         let embed = tensor(mat(
             &format!("{root}.embed_tokens.weight"),
             &[c.vocab_size, h],
@@ -251,11 +324,12 @@ impl Qwen3_5 {
         } else {
             Some(tensor(mat("lm_head.weight", &[c.vocab_size, h])?))
         };
-        let (inv_freq, scale) = c.rope.inv_freq(hd);
+        let (inv_freq, scale) = c.rope.inv_freq(c.head_dim);
         Ok(Self {
             config: config.clone(),
             embed,
             layers,
+            mtp,
             norm: plus_one(norm(&format!("{root}.norm.weight"), h)?),
             lm_head,
             rope: RopeTables {
@@ -316,17 +390,122 @@ impl Qwen3_5 {
     }
 }
 
-impl Model<CpuBackend> for Qwen3_5 {
-    fn forward(
+/// Scratch of one pass through decoder layers over `T` rows.
+struct Bufs {
+    x: CpuTensor,       // residual stream [T, H]
+    xn: CpuTensor,      // normalised sub-block input [T, H]
+    proj: CpuTensor,    // sub-block output [T, H]
+    gate_up: CpuTensor, // [T, 2·I]
+    act: CpuTensor,     // [T, I]
+}
+
+impl Qwen3_5 {
+    fn bufs(&self, b: &CpuBackend, t: usize) -> Result<Bufs> {
+        let h = self.config.base.hidden_size;
+        // The dense MLP's width, or the shared expert's in Qwen3.5-MoE.
+        let i = self
+            .config
+            .shared_expert_intermediate_size
+            .unwrap_or(self.config.base.intermediate_size);
+        Ok(Bufs {
+            x: b.zeros(&[t, h])?,
+            xn: b.zeros(&[t, h])?,
+            proj: b.zeros(&[t, h])?,
+            gate_up: b.zeros(&[t, 2 * i])?,
+            act: b.zeros(&[t, i])?,
+        })
+    }
+
+    /// One decoder layer over the batch: `x += mixer(norm(x)); x += mlp(post_norm(x))`.
+    /// `state` is needed by linear-attention layers only.
+    #[allow(clippy::too_many_arguments)]
+    fn run_layer(
+        &self,
+        b: &CpuBackend,
+        layer: &Layer,
+        f: &mut Bufs,
+        host: &BatchInputs,
+        batch: &BatchInputs,
+        kv: (&mut [CpuTensor], &mut [CpuTensor]),
+        state: Option<&mut StateStorage<CpuBackend>>,
+    ) -> Result<()> {
+        let c = &self.config.base;
+        let (eps, h, t) = (c.rms_norm_eps, c.hidden_size, f.x.rows());
+        let Bufs {
+            x,
+            xn,
+            proj,
+            gate_up,
+            act,
+        } = f;
+        // xn = norm(x); x += mixer(xn)
+        b.rms_norm(xn, x, &layer.input_norm, eps)?;
+        match &layer.mixer {
+            Mixer::Linear(a) => {
+                let state = state.ok_or_else(|| {
+                    shape_err("a linear-attention layer ran without state storage".into())
+                })?;
+                self.linear_attention(proj, xn, a, host, state)?
+            }
+            Mixer::Full(a) => {
+                let (k, v) = kv;
+                let (k, v) = match (k.get_mut(a.cache), v.get_mut(a.cache)) {
+                    (Some(k), Some(v)) => (k, v),
+                    _ => {
+                        return Err(shape_err(format!(
+                            "KV cache layer {} was not allocated",
+                            a.cache
+                        )));
+                    }
+                };
+                self.full_attention(b, proj, xn, a, batch, k, v)?
+            }
+        }
+        // x += mixer; xn = post_norm(x)
+        b.add_rms_norm(xn, x, proj, &layer.post_norm, eps)?;
+        match &layer.mlp {
+            // x += down(silu(gate) * up)
+            Mlp::Dense(m) => {
+                b.matmul_silu_mul(act, gate_up, xn, &m.gate_up)?;
+                b.matmul(proj, act, &m.down)?;
+            }
+            // x += Σ top-k experts(xn) + sigmoid(xn · shared_gateᵀ) · shared(xn)
+            Mlp::Sparse(moe) => {
+                let MoeMlp {
+                    experts,
+                    shared,
+                    shared_gate,
+                } = moe.as_ref();
+                experts.forward(b, proj, xn)?;
+                let mut routed = b.zeros(&[t, h])?; // [T, H]
+                std::mem::swap(&mut routed, proj);
+                b.matmul_silu_mul(act, gate_up, xn, &shared.gate_up)?;
+                b.matmul(proj, act, &shared.down)?;
+                let mut gate = b.zeros(&[t, 1])?; // [T, 1]
+                b.matmul(&mut gate, xn, shared_gate)?;
+                for ((p, r), g) in proj
+                    .data
+                    .chunks_mut(h)
+                    .zip(routed.data.chunks(h))
+                    .zip(&gate.data)
+                {
+                    let g = 1.0 / (1.0 + (-g).exp());
+                    p.iter_mut().zip(r).for_each(|(p, r)| *p = r + g * *p);
+                }
+            }
+        }
+        x.data.iter_mut().zip(&proj.data).for_each(|(x, p)| *x += p);
+        Ok(())
+    }
+
+    /// The decoder over the batch: the final-normed hidden state of every row `[T, H]`.
+    fn trunk(
         &self,
         b: &CpuBackend,
         host: &BatchInputs,
         batch: &BatchInputs,
         kv: &mut KvStorage<CpuBackend>,
     ) -> Result<CpuTensor> {
-        let c = &self.config.base;
-        let (t, h, i) = (host.num_tokens(), c.hidden_size, c.intermediate_size);
-        let eps = c.rms_norm_eps;
         let KvStorage {
             k: k_caches,
             v: v_caches,
@@ -338,69 +517,122 @@ impl Model<CpuBackend> for Qwen3_5 {
             .ok_or_else(|| shape_err("no recurrent-state storage was allocated".into()))?;
         // Each sequence's state: zeros, a checkpoint's copy, or where it left off.
         self.start_states(host, state)?;
-        let mut x = b.zeros(&[t, h])?; // residual stream [T, H]
-        let mut xn = b.zeros(&[t, h])?; // normalised sub-block input [T, H]
-        let mut proj = b.zeros(&[t, h])?; // sub-block output [T, H]
-        // The dense MLP's width, or the shared expert's in Qwen3.5-MoE.
-        let i = self.config.shared_expert_intermediate_size.unwrap_or(i);
-        let mut gate_up = b.zeros(&[t, 2 * i])?; // [T, 2·I]
-        let mut act = b.zeros(&[t, i])?; // [T, I]
+        let mut f = self.bufs(b, host.num_tokens())?;
         // x = embed[tokens]
-        b.embedding(&mut x, batch, &self.embed)?;
+        b.embedding(&mut f.x, batch, &self.embed)?;
         for layer in &self.layers {
-            // xn = norm(x); x += mixer(xn)
-            b.rms_norm(&mut xn, &x, &layer.input_norm, eps)?;
-            match &layer.mixer {
-                Mixer::Linear(a) => self.linear_attention(&mut proj, &xn, a, host, state)?,
-                Mixer::Full(a) => self.full_attention(
-                    b,
-                    &mut proj,
-                    &xn,
-                    a,
-                    batch,
-                    &mut k_caches[a.cache],
-                    &mut v_caches[a.cache],
-                )?,
-            }
-            // x += mixer; xn = post_norm(x)
-            b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, eps)?;
-            match &layer.mlp {
-                // x += down(silu(gate) * up)
-                Mlp::Dense(m) => {
-                    b.matmul_silu_mul(&mut act, &mut gate_up, &xn, &m.gate_up)?;
-                    b.matmul(&mut proj, &act, &m.down)?;
-                }
-                // x += Σ top-k experts(xn) + sigmoid(xn · shared_gateᵀ) · shared(xn)
-                Mlp::Sparse(moe) => {
-                    let MoeMlp {
-                        experts,
-                        shared,
-                        shared_gate,
-                    } = moe.as_ref();
-                    experts.forward(b, &mut proj, &xn)?;
-                    let mut routed = b.zeros(&[t, h])?; // [T, H]
-                    std::mem::swap(&mut routed, &mut proj);
-                    b.matmul_silu_mul(&mut act, &mut gate_up, &xn, &shared.gate_up)?;
-                    b.matmul(&mut proj, &act, &shared.down)?;
-                    let mut gate = b.zeros(&[t, 1])?; // [T, 1]
-                    b.matmul(&mut gate, &xn, shared_gate)?;
-                    for ((p, r), g) in proj
-                        .data
-                        .chunks_mut(h)
-                        .zip(routed.data.chunks(h))
-                        .zip(&gate.data)
-                    {
-                        let g = 1.0 / (1.0 + (-g).exp());
-                        p.iter_mut().zip(r).for_each(|(p, r)| *p = r + g * *p);
-                    }
-                }
-            }
-            x.data.iter_mut().zip(&proj.data).for_each(|(x, p)| *x += p);
+            let kv = (k_caches.as_mut_slice(), v_caches.as_mut_slice());
+            self.run_layer(b, layer, &mut f, host, batch, kv, Some(state))?;
         }
+        b.rms_norm(&mut f.xn, &f.x, &self.norm, self.config.base.rms_norm_eps)?;
+        Ok(f.xn)
+    }
+
+    /// KV cache layers: the full-attention layers, then the MTP head's when loaded.
+    fn num_kv_layers(&self) -> usize {
+        self.num_full + usize::from(self.mtp.is_some())
+    }
+
+    fn head(&self) -> &CpuTensor {
+        self.lm_head.as_ref().unwrap_or(&self.embed)
+    }
+}
+
+impl Model<CpuBackend> for Qwen3_5 {
+    fn forward(
+        &self,
+        b: &CpuBackend,
+        host: &BatchInputs,
+        batch: &BatchInputs,
+        kv: &mut KvStorage<CpuBackend>,
+    ) -> Result<CpuTensor> {
         // logits = norm(x)[rows] · lm_headᵀ
-        b.rms_norm(&mut xn, &x, &self.norm, eps)?;
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        lm_head_logits(b, &xn, host, batch, head)
+        let xn = self.trunk(b, host, batch, kv)?;
+        lm_head_logits(b, &xn, host, batch, self.head())
+    }
+
+    fn has_mtp(&self) -> bool {
+        self.mtp.is_some()
+    }
+
+    fn forward_with_hidden(
+        &self,
+        b: &CpuBackend,
+        host: &BatchInputs,
+        batch: &BatchInputs,
+        kv: &mut KvStorage<CpuBackend>,
+    ) -> Result<(CpuTensor, CpuTensor)> {
+        let xn = self.trunk(b, host, batch, kv)?;
+        Ok((lm_head_logits(b, &xn, host, batch, self.head())?, xn))
+    }
+
+    fn mtp_forward(
+        &self,
+        b: &CpuBackend,
+        host: &BatchInputs,
+        batch: &BatchInputs,
+        hidden: &CpuTensor,
+        kv: &mut KvStorage<CpuBackend>,
+    ) -> Result<(CpuTensor, CpuTensor)> {
+        let m = self.mtp.as_ref().ok_or_else(|| {
+            shape_err("mtp_forward: the model was loaded without its MTP head".into())
+        })?;
+        let c = &self.config.base;
+        let (t, h, eps) = (host.num_tokens(), c.hidden_size, c.rms_norm_eps);
+        if hidden.shape != [t, h] {
+            return Err(shape_err(format!(
+                "mtp_forward: hidden {:?} for {t} rows of width {h}",
+                hidden.shape
+            )));
+        }
+        // x = fc([norm_e(embed(t)); norm_h(h)])  [T, H]
+        let mut e = b.zeros(&[t, h])?;
+        b.embedding(&mut e, batch, &self.embed)?;
+        let mut en = b.zeros(&[t, h])?;
+        b.rms_norm(&mut en, &e, &m.norm_embed, eps)?;
+        let mut hn = b.zeros(&[t, h])?;
+        b.rms_norm(&mut hn, hidden, &m.norm_hidden, eps)?;
+        let cat: Vec<f32> = en
+            .data
+            .chunks(h)
+            .zip(hn.data.chunks(h))
+            .flat_map(|(e, g)| e.iter().chain(g).copied())
+            .collect();
+        let cat = CpuTensor::new(vec![t, 2 * h], cat);
+        let mut f = self.bufs(b, t)?;
+        b.matmul(&mut f.x, &cat, &m.fc)?;
+        let kv = (kv.k.as_mut_slice(), kv.v.as_mut_slice());
+        self.run_layer(b, &m.layer, &mut f, host, batch, kv, None)?;
+        // The head's output, normed: the next draft's hidden input and its logits.
+        b.rms_norm(&mut f.xn, &f.x, &m.norm, eps)?;
+        let logits = lm_head_logits(b, &f.xn, host, batch, self.head())?;
+        let mut rows = b.zeros(&[host.logits_rows.len(), h])?;
+        b.gather_rows(&mut rows, &f.xn, batch)?;
+        Ok((logits, rows))
+    }
+
+    fn copy_state_slot(
+        &self,
+        _: &CpuBackend,
+        kv: &mut KvStorage<CpuBackend>,
+        from: usize,
+        to: usize,
+    ) -> Result<()> {
+        let state = kv
+            .state
+            .as_mut()
+            .ok_or_else(|| shape_err("no recurrent-state storage was allocated".into()))?;
+        if from.max(to) >= state.num_slots {
+            return Err(shape_err(format!(
+                "state slots {from} -> {to}: only {} slots",
+                state.num_slots
+            )));
+        }
+        for t in state.conv.iter_mut().chain(state.recurrent.iter_mut()) {
+            let len = t.cols();
+            linear::copy_slot(&mut t.data, len, from, to);
+        }
+        Ok(())
     }
 
     fn new_kv_storage(
@@ -412,7 +644,7 @@ impl Model<CpuBackend> for Qwen3_5 {
         let c = &self.config.base;
         KvStorage::new(
             backend,
-            self.num_full,
+            self.num_kv_layers(),
             num_blocks,
             block_size,
             c.num_key_value_heads,
@@ -422,7 +654,7 @@ impl Model<CpuBackend> for Qwen3_5 {
 
     fn kv_bytes_per_token(&self, backend: &CpuBackend) -> usize {
         let c = &self.config.base;
-        2 * self.num_full * c.num_key_value_heads * backend.kv_head_bytes(c.head_dim)
+        2 * self.num_kv_layers() * c.num_key_value_heads * backend.kv_head_bytes(c.head_dim)
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

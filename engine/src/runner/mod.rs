@@ -7,10 +7,16 @@ use crate::backend::{Backend, BackendError, BatchInputs, Result, SeqChunk};
 use crate::models::{KvStorage, Model};
 use crate::scheduler::io::{RunnerOutput, SchedulerOutput, SeqOutput};
 
+mod speculative;
+
+pub use speculative::{FORCE_ACCEPT_ENV, Speculation};
+
 pub struct Runner<B: Backend, M: Model<B>> {
     pub backend: B,
     pub model: M,
     pub kv: KvStorage<B>,
+    /// Speculative decoding with the model's MTP head, when enabled.
+    spec: Option<Speculation>,
 }
 
 impl<B: Backend, M: Model<B>> Runner<B, M> {
@@ -27,7 +33,12 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         if model.state_spec().is_some() {
             kv.state = Some(model.new_state_storage(&backend, state_slots)?);
         }
-        Ok(Self { backend, model, kv })
+        Ok(Self {
+            backend,
+            model,
+            kv,
+            spec: None,
+        })
     }
 
     /// Run one step.
@@ -45,8 +56,8 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         if step.seqs.is_empty() {
             return Ok(RunnerOutput::default());
         }
-        // Which rows of each chunk need logits: every row for prompt logprobs, else the last
-        // row when the chunk reaches the end of the known tokens.
+        // Which rows of each chunk need logits: every row for prompt logprobs, else, when the
+        // chunk reaches the end of the known tokens, its last own row and its drafts' rows.
         let chunks: Vec<SeqChunk<'_>> = step
             .seqs
             .iter()
@@ -55,7 +66,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 let logits_rows = if s.want_prompt_logprobs {
                     (0..n).collect()
                 } else if s.sample {
-                    vec![n - 1]
+                    (n - 1 - s.num_drafts..n).collect()
                 } else {
                     vec![]
                 };
@@ -67,21 +78,48 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 }
             })
             .collect();
-        let logits = self.forward(step, &chunks)?;
+        let (logits, spec_pass) = match self.spec.is_some() {
+            true => {
+                let (logits, pass) = self.forward_speculative(step, &chunks)?;
+                (logits, Some(pass))
+            }
+            false => (self.forward(step, &chunks)?, None),
+        };
         launched();
 
-        // Rows to sample: the last logits row of each chunk that samples.
+        // Rows to sample: each sampling chunk's last own row, then its drafts' rows, each
+        // seeing the tokens before it (the drafts it follows included).
+        let contexts: Vec<Vec<u32>> = step
+            .seqs
+            .iter()
+            .map(|s| match s.num_drafts {
+                0 => Vec::new(),
+                d => {
+                    let mut ctx = Vec::with_capacity(s.all_token_ids.len() + d);
+                    ctx.extend_from_slice(&s.all_token_ids);
+                    ctx.extend_from_slice(&s.token_ids[s.token_ids.len() - d..]);
+                    ctx
+                }
+            })
+            .collect();
         let mut sample_rows = Vec::new();
         let mut row = 0;
-        for (s, c) in step.seqs.iter().zip(&chunks) {
+        for ((s, c), ctx) in step.seqs.iter().zip(&chunks).zip(&contexts) {
             row += c.logits_rows.len();
             if s.sample {
-                sample_rows.push(SampleRow {
-                    logits_row: row - 1,
-                    params: &s.sampling,
-                    all_token_ids: &s.all_token_ids,
-                    num_prompt_tokens: s.num_prompt_tokens,
-                });
+                let known = s.all_token_ids.len();
+                for j in 0..=s.num_drafts {
+                    sample_rows.push(SampleRow {
+                        logits_row: row - 1 - s.num_drafts + j,
+                        params: &s.sampling,
+                        all_token_ids: if j == 0 {
+                            &s.all_token_ids
+                        } else {
+                            &ctx[..known + j]
+                        },
+                        num_prompt_tokens: s.num_prompt_tokens,
+                    });
+                }
             }
         }
         let mut sampled = self.backend.sample(&logits, &sample_rows)?.into_iter();
@@ -100,9 +138,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         for (s, c) in step.seqs.iter().zip(&chunks) {
             let mut seq_out = SeqOutput {
                 req_id: s.req_id,
-                sampled: None,
-                sampled_logprobs: None,
-                prompt_logprobs: Vec::new(),
+                ..SeqOutput::default()
             };
             if s.want_prompt_logprobs {
                 let k = s.sampling.prompt_logprobs.unwrap_or(0) as usize;
@@ -119,14 +155,30 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                     }
                 }
             }
-            if s.sample
-                && let Some(x) = sampled.next()
-            {
-                seq_out.sampled = Some(x.token_id);
-                seq_out.sampled_logprobs = x.logprobs;
+            if s.sample {
+                // The drafts are accepted while each is what its row sampled; the row after
+                // the last accepted one gives the next token.
+                let rows: Vec<_> = sampled.by_ref().take(s.num_drafts + 1).collect();
+                let drafts = &s.token_ids[s.token_ids.len() - s.num_drafts..];
+                let accepted = match &self.spec {
+                    Some(spec) => spec.accepted(s, drafts, &rows),
+                    None => 0,
+                };
+                let mut rows = rows.into_iter();
+                for (&d, r) in drafts[..accepted].iter().zip(rows.by_ref()) {
+                    seq_out.accepted.push(d);
+                    seq_out.accepted_logprobs.extend(r.logprobs);
+                }
+                if let Some(x) = rows.next() {
+                    seq_out.sampled = Some(x.token_id);
+                    seq_out.sampled_logprobs = x.logprobs;
+                }
             }
             row += c.logits_rows.len();
             out.seqs.push(seq_out);
+        }
+        if let Some(pass) = spec_pass {
+            self.finish_speculative(step, pass, &mut out)?;
         }
         Ok(out)
     }
@@ -134,7 +186,9 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
     /// The step's logits: a decode step (one sampled token a sequence) padded to a graph
     /// bucket and replayed as a graph where the backend has them, else the plain forward.
     fn forward(&mut self, step: &SchedulerOutput, chunks: &[SeqChunk<'_>]) -> Result<B::Tensor> {
-        let Self { backend, model, kv } = self;
+        let Self {
+            backend, model, kv, ..
+        } = self;
         let bs = kv.block_size;
         // (Recurrent-state models never replay graphs: their slots are not in the padding.)
         let decode = step.seqs.iter().all(|s| {

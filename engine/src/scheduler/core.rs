@@ -11,7 +11,9 @@ use crate::request::Request;
 use crate::sampling_params::SamplingParams;
 use crate::scheduler::config::{AddRequestError, SchedulerConfig, SchedulerConfigError};
 use crate::scheduler::io::{RequestId, RunnerOutput, ScheduledSeq, SchedulerOutput, SeqOutput};
-use crate::scheduler::output::{EngineEvent, FinishReason, FinishedRequest, SchedulerStats};
+use crate::scheduler::output::{
+    EngineEvent, FinishReason, FinishedRequest, SchedulerStats, SpecDecodeStats,
+};
 
 #[derive(Debug)]
 pub struct Scheduler {
@@ -26,6 +28,7 @@ pub struct Scheduler {
     left: Vec<RequestId>,
     num_preemptions: u64,
     last_step_tokens: usize,
+    spec: SpecDecodeStats,
 }
 
 impl Scheduler {
@@ -55,6 +58,7 @@ impl Scheduler {
             left: Vec::new(),
             num_preemptions: 0,
             last_step_tokens: 0,
+            spec: SpecDecodeStats::default(),
         })
     }
 
@@ -149,6 +153,7 @@ impl Scheduler {
             prefix_cache: self.kv.prefix_cache_stats(),
             num_preemptions: self.num_preemptions,
             num_batched_tokens: self.last_step_tokens,
+            spec: self.spec,
         }
     }
 
@@ -158,6 +163,15 @@ impl Scheduler {
         let mut budget = self.cfg.max_num_batched_tokens;
         let mut seqs = Vec::with_capacity(self.running.len() + 1);
         let mut preempted = Vec::new();
+        // Drafts the MTP head proposes this step: none while drafting is paused.
+        let propose = match self.cfg.speculative {
+            Some(spec) if self.running.len() <= spec.max_batch => spec.num_drafts,
+            Some(_) => {
+                self.spec.num_paused_steps += 1;
+                0
+            }
+            None => 0,
+        };
 
         // Running requests: each gets what it still lacks, up to the budget.
         let mut i = 0;
@@ -174,6 +188,21 @@ impl Scheduler {
                 debug_assert!(false, "running request {id} has nothing to compute");
                 i += 1;
                 continue;
+            }
+            // With speculation, a chunk that reaches the end verifies the request's drafts
+            // (a decode step only) and holds slots for the keys of the drafts the head chains
+            // after it, when blocks allow without preempting anyone.
+            let mut drafts = 0;
+            if propose > 0 && n == req.num_uncomputed_tokens() {
+                let room = req.num_remaining(self.cfg.max_model_len).max(1);
+                if n == 1 {
+                    drafts = req.drafts.len().min(room - 1).min(budget - n);
+                }
+                // Never past the last position the request can reach.
+                let want = (n + drafts + propose - 1).min(n + room - 1);
+                if self.kv.allocate_slots(id, start, want, None).is_none() {
+                    drafts = 0;
+                }
             }
             // Make room, preempting the most recently arrived running request until it fits;
             // stop when that is this request itself.
@@ -193,9 +222,9 @@ impl Scheduler {
             if !fits {
                 break;
             }
-            budget -= n;
+            budget -= n + drafts;
             if let Some(req) = self.requests.get_mut(&id) {
-                seqs.push(scheduled_seq(req, &mut self.kv, start, n));
+                seqs.push(scheduled_seq(req, &mut self.kv, start, n, drafts, propose));
             }
             i += 1;
         }
@@ -215,7 +244,7 @@ impl Scheduler {
                 admitted.push(id);
                 if let Some(req) = self.requests.get_mut(&id) {
                     let start = req.num_computed_tokens;
-                    seqs.push(scheduled_seq(req, &mut self.kv, start, n));
+                    seqs.push(scheduled_seq(req, &mut self.kv, start, n, 0, propose));
                 }
             }
             for id in admitted {
@@ -257,7 +286,8 @@ impl Scheduler {
             } else {
                 None
             };
-            let n = seq.token_ids.len();
+            // The request's own tokens; the drafts after them count once accepted.
+            let n = seq.token_ids.len() - seq.num_drafts;
             // A missing sample (a runner bug) recomputes the last row next step.
             let advance = if seq.sample && sampled.is_none() {
                 n - 1
@@ -282,15 +312,36 @@ impl Scheduler {
                     .num_prompt_logprobs_sent
                     .max(seq.start_pos + res.prompt_logprobs.len());
             }
-            if let Some(token) = sampled {
+            // Accepted drafts (their keys are computed), then the sampled token; a stop
+            // condition met on the way ends the request there.
+            let accepted = match res {
+                Some(r) if sampled.is_some() => &r.accepted[..r.accepted.len().min(seq.num_drafts)],
+                _ => &[],
+            };
+            self.spec.record(seq.num_drafts, accepted.len());
+            let logprobs = res.map_or(&[][..], |r| &r.accepted_logprobs);
+            let emitted = accepted
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| (t, logprobs.get(i).cloned(), true))
+                .chain(sampled.map(|t| (t, res.and_then(|r| r.sampled_logprobs.clone()), false)));
+            for (token, logprobs, computed) in emitted {
                 req.push_output_token(token);
+                if computed {
+                    req.num_computed_tokens += 1;
+                }
                 ev.new_token_ids.push(token);
-                ev.new_logprobs
-                    .extend(res.and_then(|r| r.sampled_logprobs.clone()));
+                ev.new_logprobs.extend(logprobs);
                 if let Some(reason) = stop_reason(req, token, self.cfg.max_model_len) {
                     ev.finished = Some(finished(req, reason));
                     done.push(id);
+                    break;
                 }
+            }
+            req.drafts.clear();
+            if let Some(r) = res.filter(|_| ev.finished.is_none() && sampled.is_some()) {
+                req.drafts
+                    .extend_from_slice(&r.drafts[..r.drafts.len().min(seq.propose)]);
             }
             if !ev.is_empty() {
                 events.push(ev);
@@ -328,6 +379,7 @@ impl Scheduler {
         self.kv.free(id);
         if let Some(req) = self.requests.get_mut(&id) {
             req.num_computed_tokens = 0;
+            req.drafts.clear();
             req.num_preemptions += 1;
         }
         self.waiting.push_front(id);
@@ -413,18 +465,26 @@ impl Scheduler {
     }
 }
 
-/// The step's share for `req`: tokens `start..start + n`, after their slots are allocated.
+/// The step's share for `req`: tokens `start..start + n` and its first `drafts` drafts, after
+/// their slots are allocated.
 fn scheduled_seq(
     req: &mut Request,
     kv: &mut KvCacheManager,
     start: usize,
     n: usize,
+    drafts: usize,
+    propose: usize,
 ) -> ScheduledSeq {
     let all = Arc::clone(req.all_token_ids());
+    let mut token_ids = Vec::with_capacity(n + drafts);
+    token_ids.extend_from_slice(&all[start..start + n]);
+    token_ids.extend_from_slice(&req.drafts[..drafts]);
     ScheduledSeq {
         state: kv.state_plan(req.id, &all, start, n),
+        num_drafts: drafts,
+        propose,
         req_id: req.id,
-        token_ids: all[start..start + n].to_vec(),
+        token_ids,
         start_pos: start,
         block_ids: kv.block_ids(req.id).to_vec(),
         sample: start + n == all.len(),

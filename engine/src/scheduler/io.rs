@@ -37,6 +37,13 @@ pub struct ScheduledSeq {
     pub sampling: Arc<SamplingParams>,
     /// The sequence's recurrent-state slot this step (models with linear-attention layers).
     pub state: Option<StatePlan>,
+    /// Draft tokens at the end of `token_ids` (speculative decoding): not yet the request's
+    /// tokens. The runner samples every row from the one before the drafts on and accepts the
+    /// drafts while they match; `state` covers the tokens before them only.
+    pub num_drafts: usize,
+    /// Drafts the MTP head proposes after this step, for the next (0: none; a model with an
+    /// MTP head still runs it over the chunk so that its cache stays complete).
+    pub propose: usize,
 }
 
 /// What the scheduler decided for one step.
@@ -63,7 +70,7 @@ pub struct TokenLogprobs {
 }
 
 /// The runner's result for one scheduled sequence, same order as `SchedulerOutput::seqs`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SeqOutput {
     pub req_id: RequestId,
     /// The token sampled this step (only when `ScheduledSeq::sample`).
@@ -73,6 +80,13 @@ pub struct SeqOutput {
     /// For `want_prompt_logprobs`: one entry per row of the chunk that predicts a prompt token,
     /// i.e. the log-probability of `all_token_ids[p + 1]` given the tokens up to `p`.
     pub prompt_logprobs: Vec<TokenLogprobs>,
+    /// The drafts accepted this step, in order (a prefix of the scheduled ones): the request's
+    /// next tokens, before `sampled`.
+    pub accepted: Vec<u32>,
+    /// Log-probability data for `accepted`, when the request asked for logprobs.
+    pub accepted_logprobs: Vec<TokenLogprobs>,
+    /// The drafts the MTP head proposes for the next step (`ScheduledSeq::propose` at most).
+    pub drafts: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]

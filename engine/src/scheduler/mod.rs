@@ -17,9 +17,11 @@ mod core;
 pub mod io;
 mod output;
 
-pub use config::{AddRequestError, SchedulerConfig, SchedulerConfigError};
+pub use config::{
+    AddRequestError, MAX_DRAFTS, SchedulerConfig, SchedulerConfigError, SpeculativeConfig,
+};
 pub use core::Scheduler;
-pub use output::{EngineEvent, FinishReason, FinishedRequest, SchedulerStats};
+pub use output::{EngineEvent, FinishReason, FinishedRequest, SchedulerStats, SpecDecodeStats};
 
 #[cfg(test)]
 mod sim_tests;

@@ -46,7 +46,8 @@ pub struct FinishedRequest {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineEvent {
     pub req_id: RequestId,
-    /// Tokens sampled this step (zero or one today).
+    /// Tokens this step added to the output: zero or one, or with speculative decoding the
+    /// accepted drafts and one more.
     pub new_token_ids: Vec<u32>,
     /// Log-probabilities of `new_token_ids`, when the request asked for logprobs.
     pub new_logprobs: Vec<TokenLogprobs>,
@@ -86,4 +87,49 @@ pub struct SchedulerStats {
     pub num_preemptions: u64,
     /// Tokens scheduled in the last step.
     pub num_batched_tokens: usize,
+    /// Speculative decoding's counters since start (all zero when it is off).
+    pub spec: SpecDecodeStats,
+}
+
+/// Speculative decoding's counters, as vLLM names them in `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SpecDecodeStats {
+    /// Verify steps of a sequence with at least one draft.
+    pub num_drafts: u64,
+    /// Draft tokens verified, and those accepted.
+    pub num_draft_tokens: u64,
+    pub num_accepted_tokens: u64,
+    /// By draft position (0: the first draft of a step): drafts verified there, and accepted.
+    pub proposed_per_pos: [u64; super::MAX_DRAFTS],
+    pub accepted_per_pos: [u64; super::MAX_DRAFTS],
+    /// Steps in which drafting was paused because more sequences ran than
+    /// `SpeculativeConfig::max_batch`.
+    pub num_paused_steps: u64,
+}
+
+impl SpecDecodeStats {
+    /// One sequence's verify step: `proposed` drafts, the first `accepted` of them accepted.
+    pub fn record(&mut self, proposed: usize, accepted: usize) {
+        if proposed == 0 {
+            return;
+        }
+        self.num_drafts += 1;
+        self.num_draft_tokens += proposed as u64;
+        self.num_accepted_tokens += accepted as u64;
+        for p in 0..proposed.min(super::MAX_DRAFTS) {
+            self.proposed_per_pos[p] += 1;
+            if p < accepted {
+                self.accepted_per_pos[p] += 1;
+            }
+        }
+    }
+
+    /// Accepted drafts per verify step (the mean accepted length less the bonus token).
+    pub fn mean_accepted(&self) -> f64 {
+        if self.num_drafts == 0 {
+            0.0
+        } else {
+            self.num_accepted_tokens as f64 / self.num_drafts as f64
+        }
+    }
 }

@@ -54,9 +54,11 @@ fn expected_output(
     }
 }
 
-/// A fake runner over a shadow KV cache: `(token, position)` per slot.
+/// A fake runner over a shadow KV cache: `(token, position)` per slot. With speculation it
+/// verifies drafts against the oracle and proposes new ones, most right, some wrong.
 struct ShadowRunner {
     slots: Vec<Option<(u32, usize)>>,
+    rng: StdRng,
 }
 
 impl ShadowRunner {
@@ -79,23 +81,51 @@ impl ShadowRunner {
         let mut res = RunnerOutput::default();
         for q in &out.seqs {
             let end = q.start_pos + q.token_ids.len();
-            assert_eq!(q.token_ids, q.all_token_ids[q.start_pos..end]);
+            let own = end - q.num_drafts;
+            assert!(q.num_drafts == 0 || (q.sample && q.token_ids.len() == 1 + q.num_drafts));
+            assert_eq!(
+                q.token_ids[..own - q.start_pos],
+                q.all_token_ids[q.start_pos..own]
+            );
             assert!(q.block_ids.len() * BS >= end, "block table too short");
             for pos in 0..end {
                 let slot = q.block_ids[pos / BS] as usize * BS + pos % BS;
+                let want = match pos < own {
+                    true => q.all_token_ids[pos],
+                    false => q.token_ids[pos - q.start_pos],
+                };
                 assert_eq!(
                     self.slots[slot],
-                    Some((q.all_token_ids[pos], pos)),
+                    Some((want, pos)),
                     "request {} position {pos}: wrong KV in slot {slot}",
                     q.req_id
                 );
             }
-            let prompt_rows = q.start_pos..end.min(q.num_prompt_tokens - 1);
+            // Drafts are accepted while they are what the oracle samples; the row after the
+            // last accepted one samples the next token.
+            let index = q.all_token_ids.len() - q.num_prompt_tokens;
+            let drafts = &q.token_ids[own - q.start_pos..];
+            let accepted = (0..drafts.len())
+                .take_while(|&j| drafts[j] == oracle_token(q.req_id, index + j))
+                .count();
+            let sampled = q.sample.then(|| oracle_token(q.req_id, index + accepted));
+            let next = index + accepted + 1;
+            let proposed = match q.sample {
+                true => (0..q.propose)
+                    .map(|i| match self.rng.random_bool(0.7) {
+                        true => oracle_token(q.req_id, next + i),
+                        false => self.rng.random_range(0..VOCAB),
+                    })
+                    .collect(),
+                false => Vec::new(),
+            };
+            let prompt_rows = q.start_pos..own.min(q.num_prompt_tokens - 1);
             res.seqs.push(SeqOutput {
                 req_id: q.req_id,
-                sampled: q
-                    .sample
-                    .then(|| oracle_token(q.req_id, q.all_token_ids.len() - q.num_prompt_tokens)),
+                sampled,
+                accepted: drafts[..accepted].to_vec(),
+                drafts: proposed,
+                accepted_logprobs: Vec::new(),
                 sampled_logprobs: None,
                 prompt_logprobs: if q.want_prompt_logprobs {
                     prompt_rows
@@ -135,10 +165,15 @@ fn simulate(seed: u64) -> SchedulerStats {
         enable_prefix_caching: rng.random_bool(0.8),
         max_queued_requests: rng.random_range(1..20),
         state: None,
+        speculative: rng.random_bool(0.5).then(|| SpeculativeConfig {
+            num_drafts: rng.random_range(1..5),
+            max_batch: rng.random_range(1..6),
+        }),
     };
     let mut s = scheduler(cfg);
     let mut runner = ShadowRunner {
         slots: vec![None; cfg.num_blocks * BS],
+        rng: StdRng::seed_from_u64(seed ^ 0x5bec),
     };
     // A few shared prefixes so the prefix cache gets hits.
     let prefixes: Vec<Vec<u32>> = (0..3)
@@ -309,12 +344,38 @@ fn random_request(rng: &mut StdRng, prefixes: &[Vec<u32>], max_model_len: usize)
 #[test]
 fn random_workloads_all_finish_with_the_right_output() {
     let (mut preemptions, mut hits) = (0, 0);
+    let mut spec = SpecDecodeStats::default();
     for seed in 0..40 {
         let st = simulate(seed);
         preemptions += st.num_preemptions;
         hits += st.prefix_cache.hits;
+        spec.num_drafts += st.spec.num_drafts;
+        spec.num_draft_tokens += st.spec.num_draft_tokens;
+        spec.num_accepted_tokens += st.spec.num_accepted_tokens;
+        spec.num_paused_steps += st.spec.num_paused_steps;
+        let per_pos = st
+            .spec
+            .accepted_per_pos
+            .iter()
+            .zip(&st.spec.proposed_per_pos);
+        assert!(
+            per_pos.clone().all(|(a, p)| a <= p),
+            "seed {seed}: {:?}",
+            st.spec
+        );
+        assert_eq!(
+            per_pos.map(|(a, _)| a).sum::<u64>(),
+            st.spec.num_accepted_tokens
+        );
     }
-    // The workloads must exercise what they are meant to check.
+    // The workloads must exercise what they are meant to check: drafts accepted whole, in
+    // part and not at all, and drafting paused by a full batch.
     assert!(preemptions > 100, "only {preemptions} preemptions");
     assert!(hits > 1000, "only {hits} prefix-cache hit tokens");
+    assert!(
+        spec.num_accepted_tokens > 1000
+            && spec.num_accepted_tokens < spec.num_draft_tokens
+            && spec.num_paused_steps > 100,
+        "speculation barely exercised: {spec:?}"
+    );
 }

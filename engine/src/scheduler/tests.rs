@@ -22,6 +22,7 @@ pub(super) fn config() -> SchedulerConfig {
         enable_prefix_caching: true,
         max_queued_requests: 100,
         state: None,
+        speculative: None,
     }
 }
 
@@ -59,8 +60,7 @@ pub(super) fn run(
             .map(|q| SeqOutput {
                 req_id: q.req_id,
                 sampled: q.sample.then(|| token(q)),
-                sampled_logprobs: None,
-                prompt_logprobs: Vec::new(),
+                ..SeqOutput::default()
             })
             .collect(),
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::engine_core::EngineConfig;
 use crate::loader::{LoadFormat, ModelConfig, ModelDir};
+use crate::scheduler::{MAX_DRAFTS, SpeculativeConfig};
 use crate::tool_parsers::{ReasoningFormat, ToolCallFormat};
 
 /// Tokens a KV block holds.
@@ -58,11 +59,20 @@ pub struct ServeFlags {
     pub ssm_checkpoint_slots: Option<usize>,
     /// `--ssm-checkpoint-interval` in tokens (default [`DEFAULT_SSM_CHECKPOINT_INTERVAL`]).
     pub ssm_checkpoint_interval: Option<usize>,
-    /// `--speculative` (MTP drafts; refused: not in this build yet).
+    /// `--speculative` (drafts from the checkpoint's MTP head).
     pub speculative: bool,
-    /// `--num-drafts` (with `--speculative`).
+    /// `--num-drafts` (with `--speculative`; default [`DEFAULT_NUM_DRAFTS`]).
     pub num_drafts: Option<usize>,
+    /// `--speculative-max-batch` (with `--speculative`; default
+    /// [`DEFAULT_SPECULATIVE_MAX_BATCH`]).
+    pub speculative_max_batch: Option<usize>,
 }
+
+/// Default of `--num-drafts`: what our recipes use.
+pub const DEFAULT_NUM_DRAFTS: usize = 3;
+/// Default of `--speculative-max-batch`: above this many running sequences a step is
+/// bandwidth-bound no more, and verifying drafts costs more than it saves.
+pub const DEFAULT_SPECULATIVE_MAX_BATCH: usize = 32;
 
 /// Default of `--ssm-checkpoint-interval`: a state checkpoint every 512 tokens of a prefix
 /// (32 blocks), so a shared system prompt of a few thousand tokens keeps a handful.
@@ -145,6 +155,36 @@ pub fn check_dtype(
         }
         _ => Ok(()),
     }
+}
+
+/// `--speculative` drafts with the checkpoint's MTP head: refuse, before anything is served, a
+/// checkpoint whose `config.json` says it has none.
+fn check_mtp_head(dir: &ModelDir, model: &ModelConfig) -> anyhow::Result<()> {
+    use crate::models::qwen3_5::{self, Qwen3_5Config};
+    let without = "serve it without --speculative";
+    if !qwen3_5::is_hybrid(&model.architecture) {
+        return Err(bad(
+            "--speculative",
+            format!(
+                "needs the checkpoint's multi-token-prediction (MTP) head, which Qwen3.5/3.6 \
+                 checkpoints carry and {} does not: {without}",
+                model.architecture
+            ),
+        )
+        .into());
+    }
+    let hybrid = Qwen3_5Config::from_file(&dir.root.join("config.json"))?;
+    if hybrid.mtp_num_hidden_layers == 0 {
+        return Err(bad(
+            "--speculative",
+            format!(
+                "this checkpoint has no MTP head (config.json's mtp_num_hidden_layers is 0 or \
+                 absent): {without}"
+            ),
+        )
+        .into());
+    }
+    Ok(())
 }
 
 impl ServeFlags {
@@ -249,23 +289,38 @@ impl ServeFlags {
                 )
             })?),
         };
-        if let Some(n) = self.num_drafts {
-            if !self.speculative {
-                return Err(bad("--num-drafts", "needs --speculative").into());
-            }
-            if !(1..=16).contains(&n) {
-                return Err(bad("--num-drafts", format!("{n} is not between 1 and 16")).into());
+        for (flag, set) in [
+            ("--num-drafts", self.num_drafts.is_some()),
+            (
+                "--speculative-max-batch",
+                self.speculative_max_batch.is_some(),
+            ),
+        ] {
+            if set && !self.speculative {
+                return Err(bad(flag, "needs --speculative").into());
             }
         }
-        if self.speculative {
+        if let Some(n) = self.num_drafts
+            && !(1..=MAX_DRAFTS).contains(&n)
+        {
             return Err(bad(
-                "--speculative",
-                "speculative decoding with the MTP head is not in this build yet; serve \
-                 without it by dropping --speculative and --num-drafts (a recipe's \
-                 [serve.speculative] table)",
+                "--num-drafts",
+                format!("{n} is not between 1 and {MAX_DRAFTS}"),
             )
             .into());
         }
+        if self.speculative_max_batch == Some(0) {
+            return Err(bad("--speculative-max-batch", "must be at least 1").into());
+        }
+        if self.speculative {
+            check_mtp_head(&dir, &model)?;
+        }
+        let speculative = self.speculative.then(|| SpeculativeConfig {
+            num_drafts: self.num_drafts.unwrap_or(DEFAULT_NUM_DRAFTS),
+            max_batch: self
+                .speculative_max_batch
+                .unwrap_or(DEFAULT_SPECULATIVE_MAX_BATCH),
+        });
         if self.api_key.as_deref().is_some_and(str::is_empty) {
             return Err(bad("--api-key", "must not be empty").into());
         }
@@ -311,6 +366,7 @@ impl ServeFlags {
                 ssm_checkpoint_slots: self.ssm_checkpoint_slots,
                 ssm_checkpoint_interval,
                 kv_cache_fp8: self.kv_cache_dtype == KvCacheDtype::Fp8,
+                speculative,
             },
             host: self.host,
             port: self.port,
@@ -378,6 +434,7 @@ mod tests {
             ssm_checkpoint_interval: None,
             speculative: false,
             num_drafts: None,
+            speculative_max_batch: None,
         }
     }
 
@@ -461,13 +518,42 @@ mod tests {
         (f.speculative, f.num_drafts) = (true, Some(0));
         assert_eq!(refused(f), "--num-drafts: 0 is not between 1 and 16");
         let mut f = flags();
-        (f.speculative, f.num_drafts) = (true, Some(3));
-        let e = refused(f);
+        f.speculative_max_batch = Some(8);
+        assert_eq!(refused(f), "--speculative-max-batch: needs --speculative");
+        let mut f = flags();
+        (f.speculative, f.speculative_max_batch) = (true, Some(0));
+        assert_eq!(refused(f), "--speculative-max-batch: must be at least 1");
+        let mut f = flags();
+        (f.speculative, f.num_drafts) = (true, Some(17));
+        assert_eq!(refused(f), "--num-drafts: 17 is not between 1 and 16");
+        let spec = |f: ServeFlags| f.validate().expect("valid").engine.speculative;
+        let mut f = flags();
+        f.speculative = true;
+        let e = refused(f.clone());
         assert!(
-            e.starts_with("--speculative: speculative decoding with the MTP head is not in this")
-                && e.contains("dropping --speculative and --num-drafts"),
+            e.starts_with(
+                "--speculative: needs the checkpoint's multi-token-prediction (MTP) head"
+            ) && e.contains("Qwen3ForCausalLM does not"),
             "{e}"
         );
+        f.model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/models/qwen3_5-hybrid-dense");
+        assert_eq!(
+            spec(f.clone()),
+            Some(SpeculativeConfig {
+                num_drafts: DEFAULT_NUM_DRAFTS,
+                max_batch: DEFAULT_SPECULATIVE_MAX_BATCH
+            })
+        );
+        (f.num_drafts, f.speculative_max_batch) = (Some(5), Some(4));
+        assert_eq!(
+            spec(f),
+            Some(SpeculativeConfig {
+                num_drafts: 5,
+                max_batch: 4
+            })
+        );
+        assert_eq!(spec(flags()), None);
         let mut f = flags();
         f.kv_cache_dtype = KvCacheDtype::Fp8;
         assert!(

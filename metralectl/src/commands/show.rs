@@ -206,13 +206,7 @@ fn serve_section(out: &mut Sections, printer: &Printer, recipe: &Recipe) {
     out.kv(
         "speculative decoding",
         s.speculative.as_ref().map_or("off".to_owned(), |sp| {
-            // The engine of this release refuses --speculative at start (MTP decoding is not
-            // built yet): say so where the recipe's plan is shown.
-            format!(
-                "{}, {} drafts (not in this met yet: it refuses --speculative)",
-                sp.method.flag_value(),
-                sp.num_drafts
-            )
+            format!("{}, {} drafts", sp.method.flag_value(), sp.num_drafts)
         }),
     );
     out.kv("ssm cache slots", or_default(s.ssm_cache_slots));

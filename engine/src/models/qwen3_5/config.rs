@@ -29,8 +29,11 @@ pub struct Qwen3_5Config {
     /// experts are `base.moe`. `None` for the dense model.
     pub shared_expert_intermediate_size: Option<usize>,
     /// Where the text model's weights are: `model` (`*ForCausalLM`) or `model.language_model`
-    /// (the Hub's `*ForConditionalGeneration`, whose vision tower and MTP head are ignored).
+    /// (the Hub's `*ForConditionalGeneration`, whose vision tower is ignored).
     pub weight_prefix: &'static str,
+    /// MTP blocks the checkpoint carries under `mtp.*` (`mtp_num_hidden_layers`, 0 when
+    /// absent); speculative decoding uses the first.
+    pub mtp_num_hidden_layers: usize,
 }
 
 #[derive(Deserialize)]
@@ -43,6 +46,7 @@ struct RawHybrid {
     linear_num_key_heads: Option<usize>,
     linear_num_value_heads: Option<usize>,
     shared_expert_intermediate_size: Option<usize>,
+    mtp_num_hidden_layers: Option<usize>,
 }
 
 impl Qwen3_5Config {
@@ -146,6 +150,7 @@ impl Qwen3_5Config {
             linear,
             shared_expert_intermediate_size,
             weight_prefix,
+            mtp_num_hidden_layers: raw.mtp_num_hidden_layers.unwrap_or(0),
         })
     }
 

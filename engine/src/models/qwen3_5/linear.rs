@@ -178,7 +178,7 @@ impl Qwen3_5 {
 }
 
 /// Copy slot `from`'s `len` elements over slot `to`'s.
-fn copy_slot(data: &mut [f32], len: usize, from: usize, to: usize) {
+pub(super) fn copy_slot(data: &mut [f32], len: usize, from: usize, to: usize) {
     if from != to {
         data.copy_within(from * len..(from + 1) * len, to * len);
     }

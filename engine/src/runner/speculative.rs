@@ -1,0 +1,350 @@
+//! Speculative decoding with the model's MTP head (`--speculative --num-drafts N`): the
+//! runner's half. The scheduler hands a decode step its request's last token followed by the
+//! drafts proposed the step before (`ScheduledSeq::num_drafts`); the runner
+//!
+//! 1. runs the target over the chunk, saving each drafting sequence's recurrent state after
+//!    each of its rows into scratch slots (models with linear-attention layers);
+//! 2. samples every row from the last own token on, row `j` seeing the drafts before it, and
+//!    accepts the drafts while each equals what the row before it sampled. The drafts are the
+//!    head's argmax (a point mass), so sampling each row from the target and comparing is
+//!    exact rejection sampling: the output distribution is the target's, and since a draw is a
+//!    pure function of (seed, output index, logits), greedy and seeded outputs are token for
+//!    token those without speculation. The row after the last accepted draft gives one more
+//!    token;
+//! 3. rolls back what the rejected drafts left: keys and values need nothing (the scheduler
+//!    counts only accepted tokens as computed, and the next step overwrites the rest), the
+//!    recurrent state is copied back from the scratch slot of the last accepted row;
+//! 4. runs the MTP head over every row of every chunk (row `i` with the token after it and the
+//!    target's hidden state), which keeps the head's own KV cache layer complete, and from the
+//!    last accepted row drafts the next token; then chains the head on its own output for the
+//!    rest of the drafts (`ScheduledSeq::propose`), as far as the sequence's blocks reach.
+//!
+//! [`FORCE_ACCEPT_ENV`] is a test-only switch for benchmarks on random weights, whose drafts
+//! are never right: it accepts each draft with a given probability whatever the target says
+//! (the output is then not the model's).
+
+use crate::backend::sampling::Sampled;
+use crate::backend::{Backend, BackendError, BatchInputs, Result, SeqChunk};
+use crate::models::{KvStorage, Model};
+use crate::scheduler::io::{RunnerOutput, ScheduledSeq, SchedulerOutput, StateSave};
+
+use super::Runner;
+
+/// `METRALE_SPEC_FORCE_ACCEPT=R` (0 to 1): accept each draft with probability `R` regardless
+/// of the target, for measuring throughput at a chosen acceptance rate on random weights.
+/// Test only: the output is not the model's.
+pub const FORCE_ACCEPT_ENV: &str = "METRALE_SPEC_FORCE_ACCEPT";
+
+/// The runner's speculative-decoding settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Speculation {
+    /// Drafts a step at most.
+    pub num_drafts: usize,
+    /// Drafting sequences a step at most (scratch state slots are sized for them).
+    pub max_seqs: usize,
+    /// The first scratch state slot: `num_drafts` a drafting sequence, after the pool's slots.
+    scratch_base: usize,
+    /// [`FORCE_ACCEPT_ENV`]'s rate.
+    pub force_accept: Option<f64>,
+}
+
+/// What the target pass leaves for the MTP pass.
+pub(super) struct TargetPass<T> {
+    /// The final-normed hidden state of every row `[T, H]`.
+    hidden: T,
+}
+
+impl Speculation {
+    /// The scratch slot holding the `k`-th drafting sequence's state after its own tokens and
+    /// `accepted` drafts.
+    fn scratch(&self, k: usize, accepted: usize) -> u32 {
+        (self.scratch_base + k * self.num_drafts + accepted) as u32
+    }
+
+    /// How many of `drafts` are accepted, given what the rows sampled (`rows[j]` from the row
+    /// before draft `j`).
+    pub(super) fn accepted(&self, s: &ScheduledSeq, drafts: &[u32], rows: &[Sampled]) -> usize {
+        match self.force_accept {
+            Some(rate) => (0..drafts.len())
+                .take_while(|&j| unit_noise(s.req_id, s.start_pos + j) < rate)
+                .count(),
+            None => drafts
+                .iter()
+                .zip(rows)
+                .take_while(|(d, r)| **d == r.token_id)
+                .count(),
+        }
+    }
+}
+
+/// A number in `[0, 1)`, a pure function of (request, position).
+fn unit_noise(req: u64, pos: usize) -> f64 {
+    let mut z = req
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(pos as u64)
+        .wrapping_add(0x6A09_E667_F3BC_C909);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn spec_err(message: String) -> BackendError {
+    BackendError::Shape {
+        op: "speculative decoding",
+        message,
+    }
+}
+
+impl<B: Backend, M: Model<B>> Runner<B, M> {
+    /// Turn speculative decoding on: up to `num_drafts` drafts a step for up to `max_seqs`
+    /// drafting sequences. Reallocates the recurrent-state storage (call before serving) with
+    /// `num_drafts` scratch slots a drafting sequence. Refused for a model without an MTP head,
+    /// or when [`FORCE_ACCEPT_ENV`] is set to something other than a rate in `[0, 1]`.
+    pub fn enable_speculation(&mut self, num_drafts: usize, max_seqs: usize) -> Result<()> {
+        if !self.model.has_mtp() {
+            return Err(spec_err(
+                "the model was loaded without an MTP head: load it with its mtp.* weights".into(),
+            ));
+        }
+        let force_accept = match std::env::var(FORCE_ACCEPT_ENV) {
+            Ok(v) => match v.trim().parse::<f64>() {
+                Ok(r) if (0.0..=1.0).contains(&r) => Some(r),
+                _ => {
+                    return Err(spec_err(format!(
+                        "{FORCE_ACCEPT_ENV}={v:?} is not an acceptance rate between 0 and 1 \
+                         (unset it to verify drafts against the model)"
+                    )));
+                }
+            },
+            Err(_) => None,
+        };
+        let scratch_base = match &self.kv.state {
+            Some(state) => {
+                let base = state.num_slots;
+                let slots = base + max_seqs * num_drafts;
+                self.kv.state = Some(self.model.new_state_storage(&self.backend, slots)?);
+                base
+            }
+            None => 0,
+        };
+        self.spec = Some(Speculation {
+            num_drafts,
+            max_seqs,
+            scratch_base,
+            force_accept,
+        });
+        Ok(())
+    }
+
+    /// The runner's parts, split for a speculative step; refused when speculation is off.
+    fn speculating(&mut self) -> Result<(&B, &M, &mut KvStorage<B>, &Speculation)> {
+        let Self {
+            backend,
+            model,
+            kv,
+            spec,
+        } = self;
+        let spec = spec
+            .as_ref()
+            .ok_or_else(|| spec_err("not enabled".into()))?;
+        Ok((backend, model, kv, spec))
+    }
+
+    /// The speculative-decoding settings, when on.
+    pub fn speculation(&self) -> Option<&Speculation> {
+        self.spec.as_ref()
+    }
+
+    /// The target's forward for a step with speculation on (no graphs): the logits, and the
+    /// hidden states the MTP pass reads. Drafting sequences save their state after every row
+    /// into scratch slots.
+    pub(super) fn forward_speculative(
+        &mut self,
+        step: &SchedulerOutput,
+        chunks: &[SeqChunk<'_>],
+    ) -> Result<(B::Tensor, TargetPass<B::Tensor>)> {
+        let (backend, model, kv, spec) = self.speculating()?;
+        let mut host = BatchInputs::build(kv.block_size, chunks);
+        host.states = step.seqs.iter().filter_map(|s| s.state.clone()).collect();
+        if kv.state.is_some() && host.states.len() == step.seqs.len() {
+            let drafting = step.seqs.iter().zip(host.states.iter_mut());
+            let drafting = drafting.filter(|(s, _)| s.num_drafts > 0);
+            for (k, (s, plan)) in drafting.enumerate() {
+                if k >= spec.max_seqs {
+                    return Err(spec_err(format!(
+                        "more than {} sequences verify drafts in one step",
+                        spec.max_seqs
+                    )));
+                }
+                let own = s.token_ids.len() - s.num_drafts;
+                plan.saves.extend((0..s.num_drafts).map(|a| StateSave {
+                    after: (own + a) as u32,
+                    slot: spec.scratch(k, a),
+                }));
+                plan.saves.sort_by_key(|sv| sv.after);
+            }
+        }
+        let batch = backend.prepare_batch(&host)?;
+        let (logits, hidden) = model.forward_with_hidden(backend, &host, &batch, kv)?;
+        Ok((logits, TargetPass { hidden }))
+    }
+
+    /// After acceptance (`out` holds each sequence's accepted drafts and next token): roll back
+    /// the recurrent state of sequences that rejected drafts, then run the MTP head and put
+    /// each proposing sequence's next drafts in `out`.
+    pub(super) fn finish_speculative(
+        &mut self,
+        step: &SchedulerOutput,
+        pass: TargetPass<B::Tensor>,
+        out: &mut RunnerOutput,
+    ) -> Result<()> {
+        let (backend, model, kv, spec) = self.speculating()?;
+        let bs = kv.block_size;
+
+        // 1. Rejected drafts: the state after the last accepted row is in a scratch slot.
+        let drafting = step
+            .seqs
+            .iter()
+            .zip(&out.seqs)
+            .filter(|(s, _)| s.num_drafts > 0);
+        for (k, (s, o)) in drafting.enumerate() {
+            let accepted = o.accepted.len();
+            if let Some(plan) = &s.state
+                && kv.state.is_some()
+                && accepted < s.num_drafts
+            {
+                let from = spec.scratch(k, accepted) as usize;
+                model.copy_state_slot(backend, kv, from, plan.slot as usize)?;
+            }
+        }
+
+        // 2. The head over every row: row i gets the token after it. From the last own row on
+        // those are the tokens this step emitted (accepted drafts, then the sampled one); rows
+        // past them belong to rejected drafts, and their keys are overwritten next step.
+        let mut next: Vec<Vec<u32>> = Vec::with_capacity(step.seqs.len());
+        let mut draft_from: Vec<Option<usize>> = Vec::with_capacity(step.seqs.len());
+        for (s, o) in step.seqs.iter().zip(&out.seqs) {
+            let n = s.token_ids.len();
+            let own = n - s.num_drafts;
+            let emitted: Vec<u32> = o.accepted.iter().copied().chain(o.sampled).collect();
+            let after_chunk = s.all_token_ids.get(s.start_pos + n).copied();
+            let fill = emitted.last().copied().or(after_chunk).unwrap_or(0);
+            let tokens = (0..n)
+                .map(|j| {
+                    if j + 1 < own {
+                        s.token_ids[j + 1]
+                    } else if s.sample {
+                        emitted.get(j + 1 - own).copied().unwrap_or(fill)
+                    } else {
+                        after_chunk.unwrap_or(fill)
+                    }
+                })
+                .collect();
+            next.push(tokens);
+            let proposes = s.sample && s.propose > 0 && o.sampled.is_some();
+            draft_from.push(proposes.then(|| own - 1 + o.accepted.len()));
+        }
+        let chunks: Vec<SeqChunk<'_>> = step
+            .seqs
+            .iter()
+            .zip(&next)
+            .zip(&draft_from)
+            .map(|((s, tokens), from)| SeqChunk {
+                tokens,
+                start_pos: s.start_pos,
+                block_table: &s.block_ids,
+                logits_rows: from.iter().copied().collect(),
+            })
+            .collect();
+        let host = BatchInputs::build(bs, &chunks);
+        let batch = backend.prepare_batch(&host)?;
+        let (logits, mut hidden) = model.mtp_forward(backend, &host, &batch, &pass.hidden, kv)?;
+        let mut tokens = argmax_rows(backend, &logits, model.vocab_size())?;
+
+        // 3. Chain the head on its own output: draft k + 1 at the position after draft k, for
+        // the sequences whose blocks reach that far; the others ride along on the null block.
+        let proposing: Vec<(usize, usize)> = draft_from
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.map(|r| (i, step.seqs[i].start_pos + r)))
+            .collect();
+        if tokens.len() != proposing.len() {
+            return Err(spec_err(format!(
+                "the head gave {} drafts for {} sequences",
+                tokens.len(),
+                proposing.len()
+            )));
+        }
+        let wanted: Vec<usize> = proposing
+            .iter()
+            .map(|&(i, last)| {
+                let s = &step.seqs[i];
+                // Draft k (1-based) is computed at position last + k − 1.
+                let reach = (s.block_ids.len() * bs).saturating_sub(last);
+                s.propose.min(reach.max(1))
+            })
+            .collect();
+        for (&(i, _), &t) in proposing.iter().zip(&tokens) {
+            out.seqs[i].drafts.push(t);
+        }
+        let longest = wanted.iter().copied().max().unwrap_or(0);
+        for k in 1..longest {
+            let rows: Vec<[u32; 1]> = tokens.iter().map(|&t| [t]).collect();
+            let chunks: Vec<SeqChunk<'_>> = proposing
+                .iter()
+                .zip(&wanted)
+                .zip(&rows)
+                .map(|((&(i, last), &w), row)| {
+                    let s = &step.seqs[i];
+                    let (start_pos, block_table) = if k < w {
+                        (last + k, &s.block_ids[..])
+                    } else {
+                        (0, &[0u32][..]) // the null block: nobody reads it
+                    };
+                    SeqChunk {
+                        tokens: row,
+                        start_pos,
+                        block_table,
+                        logits_rows: vec![0],
+                    }
+                })
+                .collect();
+            let host = BatchInputs::build(bs, &chunks);
+            let batch = backend.prepare_batch(&host)?;
+            let (logits, h) = model.mtp_forward(backend, &host, &batch, &hidden, kv)?;
+            hidden = h;
+            tokens = argmax_rows(backend, &logits, model.vocab_size())?;
+            for ((&(i, _), &t), &w) in proposing.iter().zip(&tokens).zip(&wanted) {
+                if k < w {
+                    out.seqs[i].drafts.push(t);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The argmax of each row of `logits` `[R, vocab]` (lowest id on ties).
+fn argmax_rows<B: Backend>(backend: &B, logits: &B::Tensor, vocab: usize) -> Result<Vec<u32>> {
+    let host = backend.to_host(logits)?;
+    Ok(host
+        .chunks(vocab.max(1))
+        .map(crate::backend::sampling::argmax)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forced_acceptance_noise_is_uniform_and_deterministic() {
+        let n = 20_000;
+        let below: usize = (0..n).filter(|&p| unit_noise(7, p) < 0.5).count();
+        assert!((9_000..11_000).contains(&below), "{below} of {n} below 0.5");
+        assert_eq!(unit_noise(3, 11), unit_noise(3, 11));
+        assert_ne!(unit_noise(3, 11), unit_noise(4, 11));
+        assert!((0..n).all(|p| (0.0..1.0).contains(&unit_noise(9, p))));
+    }
+}

@@ -1,0 +1,267 @@
+//! Speculative decoding with the MTP head on the Qwen3.5 hybrid fixtures (their `mtp.*`
+//! heads are random: `tests/fixtures/make_mtp_heads.py`), through the engine's own scheduler
+//! and runner with chunked prefill, prefix caching (state checkpoints), and several sequences
+//! a step:
+//!
+//! - greedy and seeded sampling give token for token what they give without speculation,
+//!   with the head's own drafts (nearly all rejected: the head is random) and with drafts
+//!   replaced by ones mostly right (taken from the run without speculation, cut at a random
+//!   place), which exercises acceptance, the KV cache's roll back by length and the recurrent
+//!   state's roll back from scratch slots;
+//! - the drafts the head proposes step by step (its own KV layer rolled back with the rest)
+//!   are the drafts it proposes for the same context computed from scratch.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use metrale_engine::backend::CpuBackend;
+use metrale_engine::kv_cache::StateCacheConfig;
+use metrale_engine::loader::{LoadFormat, Weights};
+use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
+use metrale_engine::runner::Runner;
+use metrale_engine::sampling_params::SamplingParams;
+use metrale_engine::scheduler::io::{RunnerOutput, SchedulerOutput};
+use metrale_engine::scheduler::{Scheduler, SchedulerConfig, SpecDecodeStats, SpeculativeConfig};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+mod reference_support;
+use reference_support::model_dir;
+
+const FIXTURES: [&str; 2] = ["qwen3_5-hybrid-dense", "qwen3_5-hybrid-moe"];
+const BLOCK: usize = 16;
+const BLOCKS: usize = 96;
+const SEQS: usize = 3;
+const DRAFTS: usize = 3;
+
+struct Engine {
+    sched: Scheduler,
+    runner: Runner<CpuBackend, Qwen3_5>,
+}
+
+fn engine(name: &str, drafts: Option<usize>) -> Engine {
+    let dir = model_dir(name);
+    let cfg = Qwen3_5Config::from_file(&dir.join("config.json")).expect("config");
+    let weights = Weights::open(&dir, LoadFormat::Auto).expect("weights");
+    let model = Qwen3_5::load_with(&cfg, &weights, drafts.is_some(), &mut |_| {}).expect("load");
+    let state = StateCacheConfig {
+        num_slots: SEQS,
+        num_checkpoints: 4,
+        checkpoint_interval: BLOCK,
+    };
+    let mut runner = Runner::new(
+        CpuBackend::default(),
+        model,
+        BLOCKS,
+        BLOCK,
+        state.total_slots(),
+    )
+    .expect("runner");
+    let speculative = drafts.map(|n| SpeculativeConfig {
+        num_drafts: n,
+        max_batch: SEQS,
+    });
+    if let Some(n) = drafts {
+        runner.enable_speculation(n, SEQS).expect("speculation");
+    }
+    let sched = Scheduler::new(SchedulerConfig {
+        max_num_seqs: SEQS,
+        max_num_batched_tokens: 24,
+        block_size: BLOCK,
+        num_blocks: BLOCKS,
+        max_model_len: 512,
+        enable_prefix_caching: true,
+        max_queued_requests: 64,
+        state: Some(state),
+        speculative,
+    })
+    .expect("scheduler");
+    Engine { sched, runner }
+}
+
+/// Prompts of several lengths (one longer than a step's budget), two sharing a prefix that
+/// spans a state checkpoint; greedy, and seeded sampling.
+fn requests() -> Vec<(Vec<u32>, SamplingParams)> {
+    let mut rng = StdRng::seed_from_u64(42);
+    let mut tokens = |n: usize| -> Vec<u32> { (0..n).map(|_| rng.random_range(2..1500)).collect() };
+    let shared = tokens(20);
+    let prompts = [
+        tokens(5),
+        [shared.clone(), tokens(3)].concat(),
+        tokens(41),
+        [shared, tokens(9)].concat(),
+        tokens(2),
+    ];
+    prompts
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let params = SamplingParams {
+                temperature: if i == 3 { 0.9 } else { 0.0 },
+                seed: 7 + i as u64,
+                max_tokens: 20 + 3 * i,
+                ..SamplingParams::default()
+            };
+            (p, params)
+        })
+        .collect()
+}
+
+/// Runs `reqs` to the end (added two at a time, so they overlap at different points),
+/// calling `tamper` on each step's runner output before the scheduler sees it. Each
+/// request's output tokens, and the speculation counters.
+fn run(
+    e: &mut Engine,
+    reqs: &[(Vec<u32>, SamplingParams)],
+    tamper: &mut dyn FnMut(&SchedulerOutput, &mut RunnerOutput),
+) -> (HashMap<u64, Vec<u32>>, SpecDecodeStats) {
+    let mut out: HashMap<u64, Vec<u32>> = HashMap::new();
+    let mut next = 0;
+    for step in 0..2000 {
+        if step % 3 == 0 {
+            for (p, params) in reqs.iter().skip(next).take(2) {
+                next += 1;
+                let id = next as u64;
+                e.sched
+                    .add_request(id, p.clone(), Arc::new(params.clone()), Instant::now())
+                    .expect("add");
+            }
+        }
+        let s = e.sched.schedule();
+        let mut r = e.runner.execute(&s).expect("step");
+        tamper(&s, &mut r);
+        for ev in e.sched.update_from_output(&s, &r) {
+            out.entry(ev.req_id).or_default().extend(&ev.new_token_ids);
+        }
+        drop(s);
+        e.sched.check_invariants().expect("invariants");
+        if next == reqs.len() && !e.sched.has_unfinished_requests() {
+            return (out, e.sched.stats().spec);
+        }
+    }
+    panic!("requests did not finish");
+}
+
+/// Replace `drafts` with the true next tokens (`truth`), but for the k-th, made wrong (k
+/// random, sometimes past the end: then all are right).
+fn mostly_right(drafts: &mut [u32], truth: &[u32], rng: &mut StdRng) {
+    let wrong = rng.random_range(0..DRAFTS + 2);
+    for (k, d) in drafts.iter_mut().enumerate() {
+        let right = truth.get(k).copied().unwrap_or(0);
+        *d = if k == wrong {
+            (right + 1) % 1536
+        } else {
+            right
+        };
+    }
+}
+
+#[test]
+fn speculation_changes_no_token_whatever_the_drafts() {
+    for name in FIXTURES {
+        let reqs = requests();
+        let (want, _) = run(&mut engine(name, None), &reqs, &mut |_, _| {});
+        assert_eq!(want.len(), reqs.len());
+
+        // The random head's own drafts.
+        let (got, spec) = run(&mut engine(name, Some(DRAFTS)), &reqs, &mut |_, _| {});
+        assert_eq!(got, want, "{name}: with the head's drafts");
+        assert!(spec.num_draft_tokens > 50, "{name}: {spec:?}");
+
+        // Drafts mostly right: the next tokens of the run without speculation, with the
+        // k-th replaced by a wrong one (k random, sometimes past the end: all accepted).
+        let mut rng = StdRng::seed_from_u64(9);
+        let mut emitted: HashMap<u64, usize> = HashMap::new();
+        let (got, spec) = run(&mut engine(name, Some(DRAFTS)), &reqs, &mut |s, r| {
+            for (q, o) in s.seqs.iter().zip(&mut r.seqs) {
+                let done = emitted.entry(q.req_id).or_default();
+                *done += o.accepted.len() + usize::from(o.sampled.is_some());
+                mostly_right(&mut o.drafts, &want[&q.req_id][*done..], &mut rng);
+            }
+        });
+        assert_eq!(got, want, "{name}: with mostly right drafts");
+        // Every draft position saw acceptances and rejections.
+        for p in 0..DRAFTS {
+            let (a, n) = (spec.accepted_per_pos[p], spec.proposed_per_pos[p]);
+            assert!(0 < a && a < n, "{name}: position {p}: {a} of {n} accepted");
+        }
+        assert!(spec.mean_accepted() > 1.0, "{name}: {spec:?}");
+    }
+}
+
+#[test]
+fn the_heads_drafts_step_by_step_are_its_drafts_from_scratch() {
+    for name in FIXTURES {
+        let reqs: Vec<_> = requests()
+            .into_iter()
+            .map(|(p, params)| {
+                (
+                    p,
+                    SamplingParams {
+                        temperature: 0.0,
+                        ..params
+                    },
+                )
+            })
+            .collect();
+        let (want, _) = run(&mut engine(name, None), &reqs, &mut |_, _| {});
+        // Step by step, drafts mostly right as above (so the head's cache is rolled back after
+        // partial acceptances): the head's own proposals, with the context they follow.
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut emitted: HashMap<u64, usize> = HashMap::new();
+        let mut proposals: Vec<(u64, usize, Vec<u32>)> = Vec::new();
+        run(&mut engine(name, Some(DRAFTS)), &reqs, &mut |s, r| {
+            for (q, o) in s.seqs.iter().zip(&mut r.seqs) {
+                let done = emitted.entry(q.req_id).or_default();
+                *done += o.accepted.len() + usize::from(o.sampled.is_some());
+                if !o.drafts.is_empty() {
+                    proposals.push((q.req_id, *done, o.drafts.clone()));
+                }
+                mostly_right(&mut o.drafts, &want[&q.req_id][*done..], &mut rng);
+            }
+        });
+        assert!(
+            proposals.len() > 40,
+            "{name}: {} proposals",
+            proposals.len()
+        );
+        // From scratch: the request's prompt and the outputs up to the proposal but the last
+        // as a prompt, whose one greedy token is that last output.
+        let mut agree = 0;
+        for (id, done, drafts) in proposals.iter().step_by(7) {
+            let (prompt, params) = &reqs[*id as usize - 1];
+            let context = [&prompt[..], &want[id][..done - 1]].concat();
+            let mut fresh = engine(name, Some(DRAFTS));
+            let one = SamplingParams {
+                max_tokens: 1,
+                ..params.clone()
+            };
+            fresh
+                .sched
+                .add_request(1, context, Arc::new(one), Instant::now())
+                .expect("add");
+            let mut last = None;
+            while fresh.sched.has_unfinished_requests() {
+                let s = fresh.sched.schedule();
+                let r = fresh.runner.execute(&s).expect("step");
+                if let Some(o) = r.seqs.iter().find(|o| o.sampled.is_some()) {
+                    assert_eq!(o.sampled, Some(want[id][done - 1]), "{name}: request {id}");
+                    last = Some(o.drafts.clone());
+                }
+                fresh.sched.update_from_output(&s, &r);
+            }
+            // Each run drafts as far as its sequence's blocks reach: compare what both have.
+            let fresh_drafts = last.expect("a sampled step");
+            let m = fresh_drafts.len().min(drafts.len());
+            assert!(m > 0, "{name}: no drafts from scratch");
+            assert_eq!(
+                fresh_drafts[..m],
+                drafts[..m],
+                "{name}: request {id} after {done} tokens"
+            );
+            agree += 1;
+        }
+        assert!(agree > 5, "{name}: only {agree} proposals compared");
+    }
+}
