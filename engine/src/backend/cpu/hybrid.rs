@@ -252,3 +252,230 @@ mod tests {
         }
     }
 }
+
+/// The hybrid ops on the CPU: the reference the other backends are checked against.
+mod ops {
+    use super::super::{CpuBackend, CpuTensor, check};
+    use super::{causal_conv1d_silu, gated_delta_rule, gated_rms_norm};
+    use crate::backend::{BatchInputs, GdnLayer, HybridOps, Result};
+
+    fn sigmoid(x: f32) -> f32 {
+        1.0 / (1.0 + (-x).exp())
+    }
+
+    /// `log(1 + eˣ)`, linear above 20 as torch's `softplus` is.
+    fn softplus(x: f32) -> f32 {
+        if x > 20.0 { x } else { x.exp().ln_1p() }
+    }
+
+    fn same_shape(op: &'static str, a: &CpuTensor, b: &CpuTensor) -> Result<()> {
+        check(op, a.shape == b.shape, || {
+            format!("{:?} and {:?} differ", a.shape, b.shape)
+        })
+    }
+
+    /// Copy row `from`'s `len` elements over row `to`'s.
+    fn copy_row(data: &mut [f32], len: usize, from: usize, to: usize) {
+        if from != to {
+            data.copy_within(from * len..(from + 1) * len, to * len);
+        }
+    }
+
+    impl HybridOps for CpuBackend {
+        fn upload_f32(&self, shape: &[usize], data: &[f32]) -> Result<CpuTensor> {
+            check(
+                "upload_f32",
+                shape.iter().product::<usize>() == data.len(),
+                || format!("{} values for {shape:?}", data.len()),
+            )?;
+            Ok(CpuTensor::new(shape.to_vec(), data.to_vec()))
+        }
+
+        fn zeros_f32(&self, shape: &[usize]) -> Result<CpuTensor> {
+            let n = shape.iter().product();
+            Ok(CpuTensor::new(shape.to_vec(), vec![0.0; n]))
+        }
+
+        fn sigmoid_mul(&self, x: &mut CpuTensor, gate: &CpuTensor) -> Result<()> {
+            same_shape("sigmoid_mul", x, gate)?;
+            x.data
+                .iter_mut()
+                .zip(&gate.data)
+                .for_each(|(x, g)| *x *= sigmoid(*g));
+            Ok(())
+        }
+
+        fn add_assign(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {
+            same_shape("add_assign", x, y)?;
+            x.data.iter_mut().zip(&y.data).for_each(|(x, y)| *x += y);
+            Ok(())
+        }
+
+        fn add_gated(
+            &self,
+            out: &mut CpuTensor,
+            routed: &CpuTensor,
+            gate: &CpuTensor,
+        ) -> Result<()> {
+            same_shape("add_gated", out, routed)?;
+            check("add_gated", gate.shape == [out.rows(), 1], || {
+                format!("gate {:?} for out {:?}", gate.shape, out.shape)
+            })?;
+            let h = out.cols();
+            for ((o, r), g) in out
+                .data
+                .chunks_mut(h)
+                .zip(routed.data.chunks(h))
+                .zip(&gate.data)
+            {
+                let g = sigmoid(*g);
+                o.iter_mut().zip(r).for_each(|(o, r)| *o = r + g * *o);
+            }
+            Ok(())
+        }
+
+        fn state_row(&self, t: &mut CpuTensor, from: Option<usize>, to: usize) -> Result<()> {
+            let (rows, len) = (t.rows(), t.cols());
+            check(
+                "state_row",
+                to < rows && from.is_none_or(|f| f < rows),
+                || format!("rows {from:?} -> {to} of {rows}"),
+            )?;
+            match from {
+                Some(f) => copy_row(&mut t.data, len, f, to),
+                None => t.data[to * len..(to + 1) * len].fill(0.0),
+            }
+            Ok(())
+        }
+
+        fn gated_delta_net(
+            &self,
+            out: &mut CpuTensor,
+            mixed: &CpuTensor,
+            layer: &GdnLayer<'_, CpuTensor>,
+            conv_state: &mut CpuTensor,
+            recurrent: &mut CpuTensor,
+            host: &BatchInputs,
+            _batch: &BatchInputs,
+        ) -> Result<()> {
+            let s = layer.heads;
+            let t = mixed.rows();
+            let (kd, vd) = (s.nk * s.dk, s.nv * s.dv);
+            let cd = 2 * kd + vd;
+            let width = cd + vd + 2 * s.nv;
+            let window_len = (layer.kernel - 1) * cd;
+            let rec_len = s.nv * s.dk * s.dv;
+            check(
+                "gated_delta_net",
+                mixed.cols() == width
+                    && out.shape == [t, vd]
+                    && layer.conv.data.len() == cd * layer.kernel
+                    && conv_state.cols() == window_len
+                    && recurrent.cols() == rec_len
+                    && conv_state.rows() == recurrent.rows()
+                    && host.states.len() == host.num_seqs()
+                    && host.num_tokens() == t,
+                || {
+                    format!(
+                        "mixed {:?}, out {:?}, conv state {:?}, recurrent {:?}, {} plans for \
+                         {} sequences",
+                        mixed.shape,
+                        out.shape,
+                        conv_state.shape,
+                        recurrent.shape,
+                        host.states.len(),
+                        host.num_seqs()
+                    )
+                },
+            )?;
+            let slots = conv_state.rows() as u32;
+            if let Some(p) = host
+                .states
+                .iter()
+                .find(|p| p.slot >= slots || p.saves.iter().any(|sv| sv.slot >= slots))
+            {
+                return Err(crate::backend::BackendError::Shape {
+                    op: "gated_delta_net",
+                    message: format!("state slots of {p:?} outside the {slots} slots"),
+                });
+            }
+            let col = |lo: usize, n: usize| -> Vec<f32> {
+                mixed
+                    .data
+                    .chunks(width)
+                    .flat_map(|r| r[lo..lo + n].iter().copied())
+                    .collect()
+            };
+            let qkv = col(0, cd); // [T, C]
+            let z = col(cd, vd); // [T, nv·dv]
+            // beta = sigmoid(b); g = −exp(A_log) · softplus(a + dt_bias)  [T, nv]
+            let beta: Vec<f32> = col(cd + vd, s.nv).iter().map(|&x| sigmoid(x)).collect();
+            let g: Vec<f32> = col(cd + vd + s.nv, s.nv)
+                .chunks(s.nv)
+                .flat_map(|r| {
+                    r.iter()
+                        .zip(&layer.dt_bias.data)
+                        .zip(&layer.neg_a.data)
+                        .map(|((x, d), na)| na * softplus(x + d))
+                })
+                .collect();
+            let conv_w = &layer.conv.data;
+            let conv_state = &mut conv_state.data; // [slots, K−1, C]
+            let recurrent = &mut recurrent.data; // [slots, nv, dk, dv]
+            let mut core = vec![0f32; t * vd]; // [T, nv, dv]
+            for (seq, plan) in host.states.iter().enumerate() {
+                let (r0, r1) = (
+                    host.seq_starts[seq] as usize,
+                    host.seq_starts[seq + 1] as usize,
+                );
+                let slot = plan.slot as usize;
+                // The chunk in pieces that end where a state is saved.
+                let mut lo = 0;
+                let ends = plan
+                    .saves
+                    .iter()
+                    .map(|sv| (sv.after as usize, Some(sv.slot)));
+                for (hi, save) in ends.chain([(r1 - r0, None)]) {
+                    if hi > lo {
+                        // conv = silu(causal depthwise conv(window | qkv))  [K−1 + n, C],
+                        // whose first K−1 rows (the window's own) are dropped; the window
+                        // becomes the last K−1 inputs.
+                        let window = &mut conv_state[slot * window_len..][..window_len];
+                        let mut input = window.to_vec();
+                        input.extend_from_slice(&qkv[(r0 + lo) * cd..(r0 + hi) * cd]);
+                        let mut conv = vec![0f32; input.len()];
+                        causal_conv1d_silu(&mut conv, &input, conv_w, cd);
+                        window.copy_from_slice(&input[input.len() - window_len..]);
+                        let conv = &conv[window_len..];
+                        let split = |from: usize, n: usize| -> Vec<f32> {
+                            conv.chunks(cd)
+                                .flat_map(|r| r[from..from + n].iter().copied())
+                                .collect()
+                        };
+                        let (q, k, v) = (split(0, kd), split(kd, kd), split(2 * kd, vd));
+                        // core = gated delta rule over the piece, from the slot's state
+                        gated_delta_rule(
+                            &mut core[(r0 + lo) * vd..(r0 + hi) * vd],
+                            &mut recurrent[slot * rec_len..][..rec_len],
+                            &q,
+                            &k,
+                            &v,
+                            &g[(r0 + lo) * s.nv..(r0 + hi) * s.nv],
+                            &beta[(r0 + lo) * s.nv..(r0 + hi) * s.nv],
+                            s,
+                        );
+                        lo = hi;
+                    }
+                    // The state after `hi` rows is saved (a checkpoint, a draft's scratch).
+                    if let Some(to) = save {
+                        copy_row(conv_state, window_len, slot, to as usize);
+                        copy_row(recurrent, rec_len, slot, to as usize);
+                    }
+                }
+            }
+            // out = rmsnorm(core) · w · silu(z)
+            gated_rms_norm(&mut out.data, &core, &z, &layer.norm.data, layer.eps);
+            Ok(())
+        }
+    }
+}

@@ -264,7 +264,7 @@ impl Backend for CpuBackend {
 
     fn supports(&self, feature: Feature) -> bool {
         match feature {
-            Feature::MoeExperts | Feature::Fp8Weights => true,
+            Feature::MoeExperts | Feature::Fp8Weights | Feature::HybridLayers => true,
         }
     }
 

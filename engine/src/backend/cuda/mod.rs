@@ -684,6 +684,8 @@ impl Backend for CudaBackend {
             Feature::MoeExperts | Feature::Fp8Weights => {
                 self.compute != DType::F32 && experimental_moe()
             }
+            // No Gated DeltaNet kernels yet.
+            Feature::HybridLayers => false,
         }
     }
 
