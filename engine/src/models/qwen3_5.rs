@@ -27,9 +27,12 @@
 //!
 //! Not yet here (issue 12): CUDA.
 
-use crate::backend::cpu::CpuTensor;
-use crate::backend::{Backend, BackendError, BatchInputs, CpuBackend, Result, RopeTables};
-use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
+use std::borrow::Cow;
+
+use crate::backend::{
+    Backend, BackendError, BatchInputs, CpuBackend, Feature, HybridOps, Result, RopeTables,
+};
+use crate::loader::{DType, HostData, HostTensor, LoadError, TensorKind, Weights};
 
 use super::qwen3_moe::SparseMoe;
 use super::{KvStorage, Model, StateSpec, StateStorage, lm_head_logits};
@@ -55,96 +58,128 @@ pub fn is_hybrid(architecture: &str) -> bool {
     ARCHITECTURES.contains(&architecture)
 }
 
-/// Why `--device cuda` refuses them.
+/// Why a backend without [`Feature::HybridLayers`] refuses them.
 pub const CPU_ONLY: &str = "Qwen3.5 hybrid models (Qwen3_5*) run on --device cpu only in this \
-     version: the cuda backend has no linear-attention kernels yet";
+     build: its cuda backend has no linear-attention kernels";
 
 /// A Gated DeltaNet layer's weights.
-struct LinearAttn {
-    in_proj: CpuTensor, // qkv | z | b | a: [C + nv·dv + 2·nv, H]
-    conv: Vec<f32>,     // [C, K]
-    neg_a: Vec<f32>,    // −exp(A_log) [nv]
-    dt_bias: Vec<f32>,  // [nv]
-    norm: Vec<f32>,     // [dv], gated norm
-    out: CpuTensor,     // [H, nv·dv]
+struct LinearAttn<B: Backend> {
+    in_proj: B::Tensor, // qkv | z | b | a: [C + nv·dv + 2·nv, H]
+    conv: B::Tensor,    // [C, K], f32
+    neg_a: B::Tensor,   // −exp(A_log) [nv], f32
+    dt_bias: B::Tensor, // [nv], f32
+    norm: B::Tensor,    // [dv], gated norm, f32
+    out: B::Tensor,     // [H, nv·dv]
     /// This layer's index among the linear-attention layers (its
     /// [`StateStorage`](super::StateStorage) entry).
     state: usize,
 }
 
 /// A gated full-attention layer's weights.
-struct FullAttn {
-    qkv: CpuTensor,    // q (all heads), k, v: [(nh + 2·nkv)·hd, H]
-    gate: CpuTensor,   // the output gate (all heads): [nh·hd, H]
-    q_norm: CpuTensor, // [hd], 1 + w
-    k_norm: CpuTensor, // [hd], 1 + w
-    o: CpuTensor,      // [H, nh·hd]
+struct FullAttn<B: Backend> {
+    qkv: B::Tensor,    // q (all heads), k, v: [(nh + 2·nkv)·hd, H]
+    gate: B::Tensor,   // the output gate (all heads): [nh·hd, H]
+    q_norm: B::Tensor, // [hd], 1 + w
+    k_norm: B::Tensor, // [hd], 1 + w
+    o: B::Tensor,      // [H, nh·hd]
     /// This layer's index among the full-attention layers (its [`KvStorage`] entry).
     cache: usize,
 }
 
-enum Mixer {
-    Linear(LinearAttn),
-    Full(FullAttn),
+enum Mixer<B: Backend> {
+    Linear(LinearAttn<B>),
+    Full(FullAttn<B>),
 }
 
 /// A SwiGLU MLP: `down(silu(gate) · up)`.
-struct SwiGlu {
-    gate_up: CpuTensor, // [2·I, H]
-    down: CpuTensor,    // [H, I]
+struct SwiGlu<B: Backend> {
+    gate_up: B::Tensor, // [2·I, H]
+    down: B::Tensor,    // [H, I]
 }
 
 /// Qwen3.5-MoE's MLP: routed experts plus a shared expert gated by `sigmoid(x · gateᵀ)`.
-struct MoeMlp {
-    experts: SparseMoe<CpuBackend>,
-    shared: SwiGlu,
-    shared_gate: CpuTensor, // [1, H]
+struct MoeMlp<B: Backend> {
+    experts: SparseMoe<B>,
+    shared: SwiGlu<B>,
+    shared_gate: B::Tensor, // [1, H]
 }
 
-enum Mlp {
-    Dense(SwiGlu),
-    Sparse(Box<MoeMlp>),
+enum Mlp<B: Backend> {
+    Dense(SwiGlu<B>),
+    Sparse(Box<MoeMlp<B>>),
 }
 
-struct Layer {
-    input_norm: CpuTensor, // [H], 1 + w
-    mixer: Mixer,
-    post_norm: CpuTensor, // [H], 1 + w
-    mlp: Mlp,
+struct Layer<B: Backend> {
+    input_norm: B::Tensor, // [H], 1 + w
+    mixer: Mixer<B>,
+    post_norm: B::Tensor, // [H], 1 + w
+    mlp: Mlp<B>,
 }
 
 /// The checkpoint's multi-token-prediction block (`mtp.*`), loaded for speculative decoding:
 /// `x = fc([norm_e(embed(t)); norm_h(h)])`, one gated full-attention decoder layer (its keys
 /// and values in the KV cache's last layer), then `norm`; logits through the target's head.
-struct MtpHead {
-    fc: CpuTensor,          // [H, 2·H]
-    norm_embed: CpuTensor,  // [H], 1 + w
-    norm_hidden: CpuTensor, // [H], 1 + w
-    layer: Layer,
-    norm: CpuTensor, // [H], 1 + w
+/// `fc` is kept as its two halves: `x = e · fc_eᵀ + g · fc_gᵀ`.
+struct MtpHead<B: Backend> {
+    fc_embed: B::Tensor,    // [H, H]: fc's first H columns
+    fc_hidden: B::Tensor,   // [H, H]: its last H
+    norm_embed: B::Tensor,  // [H], 1 + w
+    norm_hidden: B::Tensor, // [H], 1 + w
+    layer: Layer<B>,
+    norm: B::Tensor, // [H], 1 + w
 }
 
-pub struct Qwen3_5 {
+/// A Qwen3.5 hybrid model on backend `B` (the CPU reference by default).
+pub struct Qwen3_5<B: Backend = CpuBackend> {
     pub config: Qwen3_5Config,
-    embed: CpuTensor, // [V, H]
-    layers: Vec<Layer>,
-    mtp: Option<MtpHead>,
-    norm: CpuTensor,            // [H], 1 + w
-    lm_head: Option<CpuTensor>, // [V, H]; None when tied
+    embed: B::Tensor, // [V, H]
+    layers: Vec<Layer<B>>,
+    mtp: Option<MtpHead<B>>,
+    norm: B::Tensor,            // [H], 1 + w
+    lm_head: Option<B::Tensor>, // [V, H]; None when tied
     rope: RopeTables,           // partial: the first `rotary_dim` channels of a head
     num_linear: usize,
     num_full: usize,
 }
 
-fn tensor(t: HostTensor<'_>) -> CpuTensor {
-    CpuTensor::new(t.shape.clone(), t.to_f32())
+/// Host values as a loader tensor (f32).
+fn host_f32(shape: Vec<usize>, values: &[f32]) -> HostTensor<'static> {
+    let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    HostTensor {
+        shape,
+        data: HostData::Raw {
+            dtype: DType::F32,
+            bytes: Cow::Owned(bytes),
+        },
+    }
 }
 
-/// A zero-centred norm weight as the plain multiplier `1 + w`.
-fn plus_one(t: HostTensor<'_>) -> CpuTensor {
-    let mut t = tensor(t);
-    t.data.iter_mut().for_each(|w| *w += 1.0);
-    t
+/// The loader's uploads onto the backend, failures as load errors.
+struct Up<'b, B: HybridOps>(&'b B);
+
+impl<B: HybridOps> Up<'_, B> {
+    fn err(e: BackendError) -> LoadError {
+        LoadError::Config {
+            path: "weights".into(),
+            message: e.to_string(),
+        }
+    }
+
+    /// In the backend's storage type (matrices, norms).
+    fn t(&self, t: HostTensor<'_>) -> std::result::Result<B::Tensor, LoadError> {
+        self.0.upload(&t).map_err(Self::err)
+    }
+
+    /// In f32 whatever the compute type (the linear layers' small parameters).
+    fn f32(&self, shape: &[usize], v: &[f32]) -> std::result::Result<B::Tensor, LoadError> {
+        self.0.upload_f32(shape, v).map_err(Self::err)
+    }
+
+    /// A zero-centred norm weight as the plain multiplier `1 + w`.
+    fn plus_one(&self, t: HostTensor<'_>) -> std::result::Result<B::Tensor, LoadError> {
+        let v: Vec<f32> = t.to_f32().iter().map(|w| w + 1.0).collect();
+        self.t(host_f32(t.shape.clone(), &v))
+    }
 }
 
 fn shape_err(message: String) -> BackendError {
@@ -156,13 +191,14 @@ fn shape_err(message: String) -> BackendError {
 
 /// One decoder layer under `p` (`model.layers.{l}`, or `mtp.layers.0`): its mixer (the
 /// `index`-th of its kind: its state or KV cache entry) and its MLP.
-fn load_layer(
+fn load_layer<B: HybridOps>(
+    up: &Up<'_, B>,
     config: &Qwen3_5Config,
     w: &Weights,
     p: &str,
     kind: LayerType,
     index: usize,
-) -> std::result::Result<Layer, LoadError> {
+) -> std::result::Result<Layer<B>, LoadError> {
     let c = &config.base;
     let s = config.linear;
     let (h, hd, nh, nkv) = (
@@ -174,35 +210,36 @@ fn load_layer(
     let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
     let norm = |name: &str, n: usize| w.get(name, &[n], TensorKind::Norm);
     let conv_dim = config.conv_dim();
-    let swiglu = |p: &str, i: usize| -> std::result::Result<SwiGlu, LoadError> {
+    let swiglu = |p: &str, i: usize| -> std::result::Result<SwiGlu<B>, LoadError> {
         Ok(SwiGlu {
-            gate_up: tensor(HostTensor::concat_rows(&[
+            gate_up: up.t(HostTensor::concat_rows(&[
                 mat(&format!("{p}.gate_proj.weight"), &[i, h])?,
                 mat(&format!("{p}.up_proj.weight"), &[i, h])?,
-            ])),
-            down: tensor(mat(&format!("{p}.down_proj.weight"), &[h, i])?),
+            ]))?,
+            down: up.t(mat(&format!("{p}.down_proj.weight"), &[h, i])?)?,
         })
     };
     let mixer = match kind {
         LayerType::LinearAttention => {
             let a = format!("{p}.linear_attn");
             let a_log = norm(&format!("{a}.A_log"), s.nv)?.to_f32();
+            let neg_a: Vec<f32> = a_log.iter().map(|x| -x.exp()).collect();
+            let k = config.conv_kernel;
             Mixer::Linear(LinearAttn {
-                in_proj: tensor(HostTensor::concat_rows(&[
+                in_proj: up.t(HostTensor::concat_rows(&[
                     mat(&format!("{a}.in_proj_qkv.weight"), &[conv_dim, h])?,
                     mat(&format!("{a}.in_proj_z.weight"), &[s.nv * s.dv, h])?,
                     mat(&format!("{a}.in_proj_b.weight"), &[s.nv, h])?,
                     mat(&format!("{a}.in_proj_a.weight"), &[s.nv, h])?,
-                ])),
-                conv: mat(
-                    &format!("{a}.conv1d.weight"),
-                    &[conv_dim, 1, config.conv_kernel],
-                )?
-                .to_f32(),
-                neg_a: a_log.iter().map(|x| -x.exp()).collect(),
-                dt_bias: norm(&format!("{a}.dt_bias"), s.nv)?.to_f32(),
-                norm: norm(&format!("{a}.norm.weight"), s.dv)?.to_f32(),
-                out: tensor(mat(&format!("{a}.out_proj.weight"), &[h, s.nv * s.dv])?),
+                ]))?,
+                conv: up.f32(
+                    &[conv_dim, k],
+                    &mat(&format!("{a}.conv1d.weight"), &[conv_dim, 1, k])?.to_f32(),
+                )?,
+                neg_a: up.f32(&[s.nv], &neg_a)?,
+                dt_bias: up.f32(&[s.nv], &norm(&format!("{a}.dt_bias"), s.nv)?.to_f32())?,
+                norm: up.f32(&[s.dv], &norm(&format!("{a}.norm.weight"), s.dv)?.to_f32())?,
+                out: up.t(mat(&format!("{a}.out_proj.weight"), &[h, s.nv * s.dv])?)?,
                 state: index,
             })
         }
@@ -219,27 +256,27 @@ fn load_layer(
             q.extend(mat(&format!("{a}.k_proj.weight"), &[nkv * hd, h])?.to_f32());
             q.extend(mat(&format!("{a}.v_proj.weight"), &[nkv * hd, h])?.to_f32());
             Mixer::Full(FullAttn {
-                qkv: CpuTensor::new(vec![(nh + 2 * nkv) * hd, h], q),
-                gate: CpuTensor::new(vec![nh * hd, h], gate),
-                q_norm: plus_one(norm(&format!("{a}.q_norm.weight"), hd)?),
-                k_norm: plus_one(norm(&format!("{a}.k_norm.weight"), hd)?),
-                o: tensor(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?),
+                qkv: up.t(host_f32(vec![(nh + 2 * nkv) * hd, h], &q))?,
+                gate: up.t(host_f32(vec![nh * hd, h], &gate))?,
+                q_norm: up.plus_one(norm(&format!("{a}.q_norm.weight"), hd)?)?,
+                k_norm: up.plus_one(norm(&format!("{a}.k_norm.weight"), hd)?)?,
+                o: up.t(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?)?,
                 cache: index,
             })
         }
     };
     let mlp = match (&c.moe, config.shared_expert_intermediate_size) {
         (Some(moe), Some(shared)) => Mlp::Sparse(Box::new(MoeMlp {
-            experts: SparseMoe::load(w, moe, h, &format!("{p}.mlp"), &|t| Ok(tensor(t)))?,
+            experts: SparseMoe::load(w, moe, h, &format!("{p}.mlp"), &|t| up.t(t))?,
             shared: swiglu(&format!("{p}.mlp.shared_expert"), shared)?,
-            shared_gate: tensor(mat(&format!("{p}.mlp.shared_expert_gate.weight"), &[1, h])?),
+            shared_gate: up.t(mat(&format!("{p}.mlp.shared_expert_gate.weight"), &[1, h])?)?,
         })),
         _ => Mlp::Dense(swiglu(&format!("{p}.mlp"), c.intermediate_size)?),
     };
     Ok(Layer {
-        input_norm: plus_one(norm(&format!("{p}.input_layernorm.weight"), h)?),
+        input_norm: up.plus_one(norm(&format!("{p}.input_layernorm.weight"), h)?)?,
         mixer,
-        post_norm: plus_one(norm(&format!("{p}.post_attention_layernorm.weight"), h)?),
+        post_norm: up.plus_one(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
         mlp,
     })
 }
@@ -266,6 +303,25 @@ impl Qwen3_5 {
         mtp: bool,
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
+        Qwen3_5::load_on(&CpuBackend::default(), config, w, mtp, layer_done)
+    }
+}
+
+impl<B: HybridOps> Qwen3_5<B> {
+    /// The model on `backend`, with the MTP head when `mtp` is set; refused by name when the
+    /// backend lacks the hybrid layers' ops or the checkpoint the head.
+    pub fn load_on(
+        backend: &B,
+        config: &Qwen3_5Config,
+        w: &Weights,
+        mtp: bool,
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
+        if !backend.supports(Feature::HybridLayers) {
+            return Err(LoadError::UnsupportedOnDevice(CPU_ONLY.into()));
+        }
+        super::check_backend(backend, &config.base)?;
+        let up = Up(backend);
         let c = &config.base;
         let h = c.hidden_size;
         let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
@@ -278,13 +334,8 @@ impl Qwen3_5 {
                 LayerType::LinearAttention => &mut num_linear,
                 LayerType::FullAttention => &mut num_full,
             };
-            layers.push(load_layer(
-                config,
-                w,
-                &format!("{root}.layers.{l}"),
-                *kind,
-                *index,
-            )?);
+            let p = format!("{root}.layers.{l}");
+            layers.push(load_layer(&up, config, w, &p, *kind, *index)?);
             *index += 1;
             layer_done(l + 1);
         }
@@ -298,31 +349,34 @@ impl Qwen3_5 {
                 )));
             }
             // Its attention layer's keys and values go in the cache layer after the target's.
-            let layer = load_layer(
-                config,
-                w,
-                "mtp.layers.0",
-                LayerType::FullAttention,
-                num_full,
-            )?;
+            let full = LayerType::FullAttention;
+            let layer = load_layer(&up, config, w, "mtp.layers.0", full, num_full)?;
+            let fc = mat("mtp.fc.weight", &[h, 2 * h])?.to_f32();
+            let half = |second: bool| -> Vec<f32> {
+                fc.chunks(2 * h)
+                    .flat_map(|r| if second { &r[h..] } else { &r[..h] })
+                    .copied()
+                    .collect()
+            };
             Some(MtpHead {
-                fc: tensor(mat("mtp.fc.weight", &[h, 2 * h])?),
-                norm_embed: plus_one(norm("mtp.pre_fc_norm_embedding.weight", h)?),
-                norm_hidden: plus_one(norm("mtp.pre_fc_norm_hidden.weight", h)?),
+                fc_embed: up.t(host_f32(vec![h, h], &half(false)))?,
+                fc_hidden: up.t(host_f32(vec![h, h], &half(true)))?,
+                norm_embed: up.plus_one(norm("mtp.pre_fc_norm_embedding.weight", h)?)?,
+                norm_hidden: up.plus_one(norm("mtp.pre_fc_norm_hidden.weight", h)?)?,
                 layer,
-                norm: plus_one(norm("mtp.norm.weight", h)?),
+                norm: up.plus_one(norm("mtp.norm.weight", h)?)?,
             })
         } else {
             None
         };
-        let embed = tensor(mat(
+        let embed = up.t(mat(
             &format!("{root}.embed_tokens.weight"),
             &[c.vocab_size, h],
-        )?);
+        )?)?;
         let lm_head = if c.tie_word_embeddings {
             None
         } else {
-            Some(tensor(mat("lm_head.weight", &[c.vocab_size, h])?))
+            Some(up.t(mat("lm_head.weight", &[c.vocab_size, h])?)?)
         };
         let (inv_freq, scale) = c.rope.inv_freq(c.head_dim);
         Ok(Self {
@@ -330,7 +384,7 @@ impl Qwen3_5 {
             embed,
             layers,
             mtp,
-            norm: plus_one(norm(&format!("{root}.norm.weight"), h)?),
+            norm: up.plus_one(norm(&format!("{root}.norm.weight"), h)?)?,
             lm_head,
             rope: RopeTables {
                 rotary_dim: 2 * inv_freq.len(),
@@ -347,17 +401,17 @@ impl Qwen3_5 {
     #[allow(clippy::too_many_arguments)]
     fn full_attention(
         &self,
-        b: &CpuBackend,
-        out: &mut CpuTensor,
-        xn: &CpuTensor,
-        a: &FullAttn,
-        batch: &BatchInputs,
-        k_cache: &mut CpuTensor,
-        v_cache: &mut CpuTensor,
+        b: &B,
+        out: &mut B::Tensor,
+        xn: &B::Tensor,
+        a: &FullAttn<B>,
+        batch: &B::Batch,
+        k_cache: &mut B::Tensor,
+        v_cache: &mut B::Tensor,
     ) -> Result<()> {
         let c = &self.config.base;
         let (t, hd, nh, nkv) = (
-            xn.rows(),
+            rows::<B>(b, xn),
             c.head_dim,
             c.num_attention_heads,
             c.num_key_value_heads,
@@ -382,25 +436,27 @@ impl Qwen3_5 {
         let mut attn = b.zeros(&[t, nh * hd])?;
         let scale = 1.0 / (hd as f32).sqrt();
         b.paged_attention(&mut attn, &qkv, k_cache, v_cache, batch, nh, scale)?;
-        attn.data
-            .iter_mut()
-            .zip(&gate.data)
-            .for_each(|(o, g)| *o *= 1.0 / (1.0 + (-g).exp()));
+        b.sigmoid_mul(&mut attn, &gate)?;
         b.matmul(out, &attn, &a.o)
     }
 }
 
-/// Scratch of one pass through decoder layers over `T` rows.
-struct Bufs {
-    x: CpuTensor,       // residual stream [T, H]
-    xn: CpuTensor,      // normalised sub-block input [T, H]
-    proj: CpuTensor,    // sub-block output [T, H]
-    gate_up: CpuTensor, // [T, 2·I]
-    act: CpuTensor,     // [T, I]
+/// Rows of a `[rows, cols]` tensor.
+fn rows<B: Backend>(b: &B, t: &B::Tensor) -> usize {
+    b.shape(t).first().copied().unwrap_or(0)
 }
 
-impl Qwen3_5 {
-    fn bufs(&self, b: &CpuBackend, t: usize) -> Result<Bufs> {
+/// Scratch of one pass through decoder layers over `T` rows.
+struct Bufs<T> {
+    x: T,       // residual stream [T, H]
+    xn: T,      // normalised sub-block input [T, H]
+    proj: T,    // sub-block output [T, H]
+    gate_up: T, // [T, 2·I]
+    act: T,     // [T, I]
+}
+
+impl<B: HybridOps> Qwen3_5<B> {
+    fn bufs(&self, b: &B, t: usize) -> Result<Bufs<B::Tensor>> {
         let h = self.config.base.hidden_size;
         // The dense MLP's width, or the shared expert's in Qwen3.5-MoE.
         let i = self
@@ -421,16 +477,16 @@ impl Qwen3_5 {
     #[allow(clippy::too_many_arguments)]
     fn run_layer(
         &self,
-        b: &CpuBackend,
-        layer: &Layer,
-        f: &mut Bufs,
+        b: &B,
+        layer: &Layer<B>,
+        f: &mut Bufs<B::Tensor>,
         host: &BatchInputs,
-        batch: &BatchInputs,
-        kv: (&mut [CpuTensor], &mut [CpuTensor]),
-        state: Option<&mut StateStorage<CpuBackend>>,
+        batch: &B::Batch,
+        kv: (&mut [B::Tensor], &mut [B::Tensor]),
+        state: Option<&mut StateStorage<B>>,
     ) -> Result<()> {
         let c = &self.config.base;
-        let (eps, h, t) = (c.rms_norm_eps, c.hidden_size, f.x.rows());
+        let (eps, h, t) = (c.rms_norm_eps, c.hidden_size, rows::<B>(b, &f.x));
         let Bufs {
             x,
             xn,
@@ -445,7 +501,7 @@ impl Qwen3_5 {
                 let state = state.ok_or_else(|| {
                     shape_err("a linear-attention layer ran without state storage".into())
                 })?;
-                self.linear_attention(proj, xn, a, host, state)?
+                self.linear_attention(b, proj, xn, a, host, batch, state)?
             }
             Mixer::Full(a) => {
                 let (k, v) = kv;
@@ -483,29 +539,20 @@ impl Qwen3_5 {
                 b.matmul(proj, act, &shared.down)?;
                 let mut gate = b.zeros(&[t, 1])?; // [T, 1]
                 b.matmul(&mut gate, xn, shared_gate)?;
-                for ((p, r), g) in proj
-                    .data
-                    .chunks_mut(h)
-                    .zip(routed.data.chunks(h))
-                    .zip(&gate.data)
-                {
-                    let g = 1.0 / (1.0 + (-g).exp());
-                    p.iter_mut().zip(r).for_each(|(p, r)| *p = r + g * *p);
-                }
+                b.add_gated(proj, &routed, &gate)?;
             }
         }
-        x.data.iter_mut().zip(&proj.data).for_each(|(x, p)| *x += p);
-        Ok(())
+        b.add_assign(x, proj)
     }
 
     /// The decoder over the batch: the final-normed hidden state of every row `[T, H]`.
     fn trunk(
         &self,
-        b: &CpuBackend,
+        b: &B,
         host: &BatchInputs,
-        batch: &BatchInputs,
-        kv: &mut KvStorage<CpuBackend>,
-    ) -> Result<CpuTensor> {
+        batch: &B::Batch,
+        kv: &mut KvStorage<B>,
+    ) -> Result<B::Tensor> {
         let KvStorage {
             k: k_caches,
             v: v_caches,
@@ -516,7 +563,7 @@ impl Qwen3_5 {
             .as_mut()
             .ok_or_else(|| shape_err("no recurrent-state storage was allocated".into()))?;
         // Each sequence's state: zeros, a checkpoint's copy, or where it left off.
-        self.start_states(host, state)?;
+        self.start_states(b, host, state)?;
         let mut f = self.bufs(b, host.num_tokens())?;
         // x = embed[tokens]
         b.embedding(&mut f.x, batch, &self.embed)?;
@@ -533,19 +580,19 @@ impl Qwen3_5 {
         self.num_full + usize::from(self.mtp.is_some())
     }
 
-    fn head(&self) -> &CpuTensor {
+    fn head(&self) -> &B::Tensor {
         self.lm_head.as_ref().unwrap_or(&self.embed)
     }
 }
 
-impl Model<CpuBackend> for Qwen3_5 {
+impl<B: HybridOps> Model<B> for Qwen3_5<B> {
     fn forward(
         &self,
-        b: &CpuBackend,
+        b: &B,
         host: &BatchInputs,
-        batch: &BatchInputs,
-        kv: &mut KvStorage<CpuBackend>,
-    ) -> Result<CpuTensor> {
+        batch: &B::Batch,
+        kv: &mut KvStorage<B>,
+    ) -> Result<B::Tensor> {
         // logits = norm(x)[rows] · lm_headᵀ
         let xn = self.trunk(b, host, batch, kv)?;
         lm_head_logits(b, &xn, host, batch, self.head())
@@ -557,32 +604,32 @@ impl Model<CpuBackend> for Qwen3_5 {
 
     fn forward_with_hidden(
         &self,
-        b: &CpuBackend,
+        b: &B,
         host: &BatchInputs,
-        batch: &BatchInputs,
-        kv: &mut KvStorage<CpuBackend>,
-    ) -> Result<(CpuTensor, CpuTensor)> {
+        batch: &B::Batch,
+        kv: &mut KvStorage<B>,
+    ) -> Result<(B::Tensor, B::Tensor)> {
         let xn = self.trunk(b, host, batch, kv)?;
         Ok((lm_head_logits(b, &xn, host, batch, self.head())?, xn))
     }
 
     fn mtp_forward(
         &self,
-        b: &CpuBackend,
+        b: &B,
         host: &BatchInputs,
-        batch: &BatchInputs,
-        hidden: &CpuTensor,
-        kv: &mut KvStorage<CpuBackend>,
-    ) -> Result<(CpuTensor, CpuTensor)> {
+        batch: &B::Batch,
+        hidden: &B::Tensor,
+        kv: &mut KvStorage<B>,
+    ) -> Result<(B::Tensor, B::Tensor)> {
         let m = self.mtp.as_ref().ok_or_else(|| {
             shape_err("mtp_forward: the model was loaded without its MTP head".into())
         })?;
         let c = &self.config.base;
         let (t, h, eps) = (host.num_tokens(), c.hidden_size, c.rms_norm_eps);
-        if hidden.shape != [t, h] {
+        if b.shape(hidden) != [t, h] {
             return Err(shape_err(format!(
                 "mtp_forward: hidden {:?} for {t} rows of width {h}",
-                hidden.shape
+                b.shape(hidden)
             )));
         }
         // x = fc([norm_e(embed(t)); norm_h(h)])  [T, H]
@@ -592,15 +639,10 @@ impl Model<CpuBackend> for Qwen3_5 {
         b.rms_norm(&mut en, &e, &m.norm_embed, eps)?;
         let mut hn = b.zeros(&[t, h])?;
         b.rms_norm(&mut hn, hidden, &m.norm_hidden, eps)?;
-        let cat: Vec<f32> = en
-            .data
-            .chunks(h)
-            .zip(hn.data.chunks(h))
-            .flat_map(|(e, g)| e.iter().chain(g).copied())
-            .collect();
-        let cat = CpuTensor::new(vec![t, 2 * h], cat);
         let mut f = self.bufs(b, t)?;
-        b.matmul(&mut f.x, &cat, &m.fc)?;
+        b.matmul(&mut f.x, &en, &m.fc_embed)?;
+        b.matmul(&mut f.proj, &hn, &m.fc_hidden)?;
+        b.add_assign(&mut f.x, &f.proj)?;
         let kv = (kv.k.as_mut_slice(), kv.v.as_mut_slice());
         self.run_layer(b, &m.layer, &mut f, host, batch, kv, None)?;
         // The head's output, normed: the next draft's hidden input and its logits.
@@ -611,13 +653,7 @@ impl Model<CpuBackend> for Qwen3_5 {
         Ok((logits, rows))
     }
 
-    fn copy_state_slot(
-        &self,
-        _: &CpuBackend,
-        kv: &mut KvStorage<CpuBackend>,
-        from: usize,
-        to: usize,
-    ) -> Result<()> {
+    fn copy_state_slot(&self, b: &B, kv: &mut KvStorage<B>, from: usize, to: usize) -> Result<()> {
         let state = kv
             .state
             .as_mut()
@@ -629,18 +665,17 @@ impl Model<CpuBackend> for Qwen3_5 {
             )));
         }
         for t in state.conv.iter_mut().chain(state.recurrent.iter_mut()) {
-            let len = t.cols();
-            linear::copy_slot(&mut t.data, len, from, to);
+            b.state_row(t, Some(from), to)?;
         }
         Ok(())
     }
 
     fn new_kv_storage(
         &self,
-        backend: &CpuBackend,
+        backend: &B,
         num_blocks: usize,
         block_size: usize,
-    ) -> Result<KvStorage<CpuBackend>> {
+    ) -> Result<KvStorage<B>> {
         let c = &self.config.base;
         KvStorage::new(
             backend,
@@ -652,7 +687,7 @@ impl Model<CpuBackend> for Qwen3_5 {
         )
     }
 
-    fn kv_bytes_per_token(&self, backend: &CpuBackend) -> usize {
+    fn kv_bytes_per_token(&self, backend: &B) -> usize {
         let c = &self.config.base;
         2 * self.num_kv_layers() * c.num_key_value_heads * backend.kv_head_bytes(c.head_dim)
     }
@@ -690,6 +725,27 @@ impl Model<CpuBackend> for Qwen3_5 {
 
     fn max_position_embeddings(&self) -> usize {
         self.config.base.max_position_embeddings
+    }
+
+    /// The slots in f32 whatever the compute type.
+    fn new_state_storage(&self, backend: &B, slots: usize) -> Result<StateStorage<B>> {
+        let spec = self.state_spec().unwrap_or(StateSpec {
+            layers: 0,
+            conv_elements: 0,
+            recurrent_elements: 0,
+        });
+        let mut storage = StateStorage {
+            conv: Vec::with_capacity(spec.layers),
+            recurrent: Vec::with_capacity(spec.layers),
+            num_slots: slots,
+        };
+        for _ in 0..spec.layers {
+            let conv = backend.zeros_f32(&[slots, spec.conv_elements])?;
+            storage.conv.push(conv);
+            let recurrent = backend.zeros_f32(&[slots, spec.recurrent_elements])?;
+            storage.recurrent.push(recurrent);
+        }
+        Ok(storage)
     }
 
     fn state_spec(&self) -> Option<StateSpec> {
