@@ -61,6 +61,33 @@ pub struct StateStorage<B: Backend> {
     pub num_slots: usize,
 }
 
+impl<B: Backend> StateStorage<B> {
+    /// `slots` zeroed slots of `spec`'s layers (none without one), each tensor from `zeros`.
+    pub fn new(
+        spec: Option<StateSpec>,
+        slots: usize,
+        zeros: &dyn Fn(&[usize]) -> Result<B::Tensor>,
+    ) -> Result<Self> {
+        let spec = spec.unwrap_or(StateSpec {
+            layers: 0,
+            conv_elements: 0,
+            recurrent_elements: 0,
+        });
+        let mut storage = StateStorage {
+            conv: Vec::with_capacity(spec.layers),
+            recurrent: Vec::with_capacity(spec.layers),
+            num_slots: slots,
+        };
+        for _ in 0..spec.layers {
+            storage.conv.push(zeros(&[slots, spec.conv_elements])?);
+            storage
+                .recurrent
+                .push(zeros(&[slots, spec.recurrent_elements])?);
+        }
+        Ok(storage)
+    }
+}
+
 /// The size of one recurrent-state slot, for sizing and the start-up log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StateSpec {
@@ -211,25 +238,7 @@ pub trait Model<B: Backend>: Send {
     }
     /// Allocate `slots` recurrent-state slots (only called when `state_spec` is `Some`).
     fn new_state_storage(&self, backend: &B, slots: usize) -> Result<StateStorage<B>> {
-        let spec = self.state_spec().unwrap_or(StateSpec {
-            layers: 0,
-            conv_elements: 0,
-            recurrent_elements: 0,
-        });
-        let mut storage = StateStorage {
-            conv: Vec::with_capacity(spec.layers),
-            recurrent: Vec::with_capacity(spec.layers),
-            num_slots: slots,
-        };
-        for _ in 0..spec.layers {
-            storage
-                .conv
-                .push(backend.zeros(&[slots, spec.conv_elements])?);
-            storage
-                .recurrent
-                .push(backend.zeros(&[slots, spec.recurrent_elements])?);
-        }
-        Ok(storage)
+        StateStorage::new(self.state_spec(), slots, &|shape| backend.zeros(shape))
     }
 }
 

@@ -729,23 +729,7 @@ impl<B: HybridOps> Model<B> for Qwen3_5<B> {
 
     /// The slots in f32 whatever the compute type.
     fn new_state_storage(&self, backend: &B, slots: usize) -> Result<StateStorage<B>> {
-        let spec = self.state_spec().unwrap_or(StateSpec {
-            layers: 0,
-            conv_elements: 0,
-            recurrent_elements: 0,
-        });
-        let mut storage = StateStorage {
-            conv: Vec::with_capacity(spec.layers),
-            recurrent: Vec::with_capacity(spec.layers),
-            num_slots: slots,
-        };
-        for _ in 0..spec.layers {
-            let conv = backend.zeros_f32(&[slots, spec.conv_elements])?;
-            storage.conv.push(conv);
-            let recurrent = backend.zeros_f32(&[slots, spec.recurrent_elements])?;
-            storage.recurrent.push(recurrent);
-        }
-        Ok(storage)
+        StateStorage::new(self.state_spec(), slots, &|shape| backend.zeros_f32(shape))
     }
 
     fn state_spec(&self) -> Option<StateSpec> {
