@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use metrale_engine::backend::cuda::{CudaBackend, DType};
 use metrale_engine::backend::sampling::SampleRow;
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, Feature, SeqChunk};
+use metrale_engine::kv_cache::{StateInit, StatePlan};
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
@@ -108,11 +109,6 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
             return Ok(());
         }
     }
-    let (tol, margin) = if cuda.compute_dtype() == DType::F32 {
-        (LOGPROB_TOL, TOP1_MARGIN)
-    } else {
-        (BF16_LOGPROB_TOL, BF16_TOP1_MARGIN)
-    };
     // With an FP8 KV cache (section e2e-kv8) the CPU reference rounds its cache the same way,
     // but from f32 values where the device rounds bf16 ones, so the two land one e4m3 step
     // (2^-4 of a value) apart here and there and their log-probs differ by more than bf16's
@@ -126,8 +122,47 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
         &std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?,
     )
     .with_context(|| format!("parsing {}", path.display()))?;
-    let cpu_model = Qwen3::load(&cpu, &cfg, &weights)?;
+    let dense = |b: &CpuBackend, w: &Weights| Ok(Qwen3::load(b, &cfg, w)?);
     let cuda_model = Qwen3::load(cuda, &cfg, &weights)?;
+    compare(
+        cuda,
+        name,
+        &reference,
+        (&dense, &cuda_model, &|w: &Weights| {
+            Ok(Qwen3::load(cuda, &cfg, w)?)
+        }),
+        (&cpu, &weights, &dir),
+        report,
+    )?;
+    // Mixture-of-experts decode steps must capture and replay as CUDA graphs (no host waits
+    // inside fused_moe) and give the eager forward's logits bit for bit.
+    if cfg.moe.is_some() {
+        graph_vs_eager(cuda, &cuda_model, name, report)?;
+    }
+    Ok(())
+}
+
+/// A loader of the model on the CPU reference, and one on the device.
+type CpuLoad<'a, M> = dyn Fn(&CpuBackend, &Weights) -> Result<M> + 'a;
+type CudaLoad<'a, M> = dyn Fn(&Weights) -> Result<M> + 'a;
+
+/// The fixture's checks for one model family: scores against transformers and the CPU, greedy
+/// decoding against the CPU, and the dummy-weight model against the CPU's.
+fn compare<MC: Model<CpuBackend>, MG: Model<CudaBackend>>(
+    cuda: &CudaBackend,
+    name: &str,
+    reference: &Reference,
+    (load_cpu, cuda_model, load_cuda): (&CpuLoad<'_, MC>, &MG, &CudaLoad<'_, MG>),
+    (cpu, weights, dir): (&CpuBackend, &Weights, &ModelDir),
+    report: &mut Report,
+) -> Result<()> {
+    let (tol, margin) = if cuda.compute_dtype() == DType::F32 {
+        (LOGPROB_TOL, TOP1_MARGIN)
+    } else {
+        (BF16_LOGPROB_TOL, BF16_TOP1_MARGIN)
+    };
+    let kv8 = cuda.kv_cache_fp8();
+    let cpu_model = load_cpu(cpu, weights)?;
 
     // Log-probabilities of every reference sequence, in one chunk and in chunks of 7.
     let (mut worst_tf, mut worst_cpu, mut positions) = (0f32, 0f32, 0usize);
@@ -135,13 +170,13 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
     let mut worst_cpu_tf = 0f32;
     let (mut top1_checked, mut top1_wrong) = (0usize, Vec::new());
     for (s, seq) in reference.sequences.iter().enumerate() {
-        let cpu_scores = score(&cpu, &cpu_model, &seq.tokens, 1, 512)?;
+        let cpu_scores = score(cpu, &cpu_model, &seq.tokens, 1, 512)?;
         for (p, want) in seq.next_token_logprobs.iter().enumerate() {
             let d = (cpu_scores[p].logprob.unwrap_or(f32::NAN) - want).abs();
             worst_cpu_tf = worst_cpu_tf.max(if d.is_nan() { f32::INFINITY } else { d });
         }
         for chunk in [512, 7] {
-            let got = score(cuda, &cuda_model, &seq.tokens, 5, chunk)?;
+            let got = score(cuda, cuda_model, &seq.tokens, 5, chunk)?;
             for (p, want) in seq.next_token_logprobs.iter().enumerate() {
                 let lp = got[p].logprob.unwrap_or(f32::NAN);
                 let d = (lp - want).abs();
@@ -189,8 +224,8 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
 
     // Greedy decoding, one token a step through the paged cache.
     let prompt = &reference.greedy.prompt;
-    let (cpu_tokens, margins) = greedy(&cpu, &cpu_model, prompt)?;
-    let (cuda_tokens, _) = greedy(cuda, &cuda_model, prompt)?;
+    let (cpu_tokens, margins) = greedy(cpu, &cpu_model, prompt)?;
+    let (cuda_tokens, _) = greedy(cuda, cuda_model, prompt)?;
     let diverge = cpu_tokens
         .iter()
         .zip(&cuda_tokens)
@@ -221,18 +256,12 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
         "cpu_margins": margins, "verdict": verdict,
     }));
 
-    // Mixture-of-experts decode steps must capture and replay as CUDA graphs (no host waits
-    // inside fused_moe) and give the eager forward's logits bit for bit.
-    if cfg.moe.is_some() {
-        graph_vs_eager(cuda, &cuda_model, name, report)?;
-    }
-
     // Dummy weights: the same model on both sides only if the device draws the host's stream.
     let dummy = Weights::open(&dir.root, LoadFormat::Dummy)?;
-    let cpu_dummy = Qwen3::load(&cpu, &cfg, &dummy)?;
-    let cuda_dummy = Qwen3::load(cuda, &cfg, &dummy)?;
+    let cpu_dummy = load_cpu(cpu, &dummy)?;
+    let cuda_dummy = load_cuda(&dummy)?;
     let tokens: Vec<u32> = (1..=24).collect();
-    let a = score(&cpu, &cpu_dummy, &tokens, 1, 512)?;
+    let a = score(cpu, &cpu_dummy, &tokens, 1, 512)?;
     let b = score(cuda, &cuda_dummy, &tokens, 1, 512)?;
     let worst = a
         .iter()
@@ -333,6 +362,11 @@ fn greedy<B: Backend, M: Model<B>>(
     let total = prompt.len() + GREEDY_STEPS;
     let table: Vec<u32> = (1..=total.div_ceil(bs) as u32).rev().collect();
     let mut kv = model.new_kv_storage(b, table.len() + 1, bs)?;
+    // A model with recurrent state (Qwen3.5 hybrid) carries it in one slot.
+    let stateful = model.state_spec().is_some();
+    if stateful {
+        kv.state = Some(model.new_state_storage(b, 1)?);
+    }
     let params = SamplingParams {
         temperature: 0.0,
         ..SamplingParams::default()
@@ -342,7 +376,7 @@ fn greedy<B: Backend, M: Model<B>>(
     let mut start = 0;
     for _ in 0..GREEDY_STEPS {
         let chunk = &tokens[start..];
-        let host = BatchInputs::build(
+        let mut host = BatchInputs::build(
             bs,
             &[SeqChunk {
                 tokens: chunk,
@@ -351,6 +385,17 @@ fn greedy<B: Backend, M: Model<B>>(
                 logits_rows: vec![chunk.len() - 1],
             }],
         );
+        if stateful {
+            host.states = vec![StatePlan {
+                slot: 0,
+                init: if start == 0 {
+                    StateInit::Zero
+                } else {
+                    StateInit::Continue
+                },
+                saves: Vec::new(),
+            }];
+        }
         let batch = b.prepare_batch(&host)?;
         let logits = model.forward(b, &host, &batch, &mut kv)?;
         let sampled = b.sample(
