@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 
 use super::step_loop::EngineLoop;
 use super::{Device, EngineConfig, EngineHandle, Live, ModelInfo, Shared};
-use crate::backend::{Backend, CpuBackend};
+use crate::backend::{Backend, CpuBackend, HybridOps};
 use crate::kv_cache::StateCacheConfig;
 use crate::loader::{ModelDir, Weights};
 use crate::metrics::MetricsHub;
@@ -121,15 +121,17 @@ fn load_qwen3<B: Backend>(
     )?)
 }
 
-fn load_qwen3_5(
-    _: &CpuBackend,
+fn load_qwen3_5<B: HybridOps>(
+    backend: &B,
     dir: &ModelDir,
     weights: &Weights,
     mtp: bool,
     layer_done: &mut dyn FnMut(usize),
-) -> anyhow::Result<Qwen3_5> {
+) -> anyhow::Result<Qwen3_5<B>> {
     let config = Qwen3_5Config::from_file(&dir.root.join("config.json"))?;
-    Ok(Qwen3_5::load_with(&config, weights, mtp, layer_done)?)
+    Ok(Qwen3_5::load_on(
+        backend, &config, weights, mtp, layer_done,
+    )?)
 }
 
 fn start_on<B: Backend, M: Model<B> + 'static>(
