@@ -31,10 +31,11 @@ pub enum Module {
     Sample,
     Moe,
     Fp8,
+    Hybrid,
 }
 
 impl Module {
-    pub const ALL: [Module; 12] = [
+    pub const ALL: [Module; 13] = [
         Module::Convert,
         Module::Embedding,
         Module::Norm,
@@ -47,6 +48,7 @@ impl Module {
         Module::Sample,
         Module::Moe,
         Module::Fp8,
+        Module::Hybrid,
     ];
 
     pub fn name(self) -> &'static str {
@@ -63,6 +65,7 @@ impl Module {
             Module::Sample => "sample",
             Module::Moe => "moe",
             Module::Fp8 => "fp8",
+            Module::Hybrid => "hybrid",
         }
     }
 
@@ -90,6 +93,7 @@ impl Module {
             Module::Sample => include_str!("sample.cu"),
             Module::Moe => include_str!("moe.cu"),
             Module::Fp8 => include_str!("fp8.cu"),
+            Module::Hybrid => include_str!("hybrid.cu"),
         }
     }
 

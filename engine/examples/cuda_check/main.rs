@@ -3,11 +3,13 @@
 //!
 //! Sections: `kernels` (NVRTC compile, then the disk cache), `ops` (every op against the CPU
 //! op on random inputs), `sampling` (the device sampler against the CPU's, token for token), `e2e` (fixture checkpoints against transformers and the CPU backend),
-//! `ops-f32` and `e2e-f32` (the same on the float32 path, `--dtype float32`),
+//! `ops-f32` and `e2e-f32` (the same on the float32 path, `--dtype float32`), `hybrid` (the
+//! Gated DeltaNet ops against the CPU's, and their speed at 35B-A3B's heads),
 //! `speed` (Qwen3-8B shape, not pass/fail). Exit status: 0 all passed, 1 a check failed, 2 the
 //! backend could not start.
 
 mod e2e;
+mod hybrid;
 mod ops;
 mod report;
 mod sampling;
@@ -34,8 +36,8 @@ struct Args {
     /// Where to write results.json and summary.txt.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sections to skip: kernels, ops, sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8, speed,
-    /// moe-speed, profile.
+    /// Sections to skip: kernels, ops, sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8, hybrid,
+    /// speed, moe-speed, profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
 }
@@ -87,6 +89,7 @@ fn main() -> ExitCode {
         "e2e-f32",
         "ops-kv8",
         "e2e-kv8",
+        "hybrid",
         "speed",
         "moe-speed",
         "profile",
@@ -150,6 +153,7 @@ fn main() -> ExitCode {
                 &args.fixtures,
                 &mut report,
             ),
+            "hybrid" => hybrid::run(&cuda, &mut report),
             "speed" => speed::run(&cuda, &mut report),
             "moe-speed" => speed_moe::run(&cuda, &mut report),
             _ => speed::profile(&cuda, &mut report),

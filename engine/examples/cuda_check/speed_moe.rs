@@ -134,12 +134,12 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
 }
 
 /// Back-to-back calls `op_times` averages over.
-const OP_ITERS: usize = 200;
+pub const OP_ITERS: usize = 200;
 
 /// The mean time of one `f` over OP_ITERS back-to-back calls between two CUDA events (after a
 /// warm-up call that also loads the kernels). The calls launch eagerly: where the host issues
 /// them more slowly than the device runs them, this is the host's rate.
-fn mean_op_ms(cuda: &CudaBackend, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+pub fn mean_op_ms(cuda: &CudaBackend, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     f()?;
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
     let start = cuda.stream().record_event(flags).context("event")?;

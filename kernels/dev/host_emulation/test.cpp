@@ -952,7 +952,14 @@ static void moe_tests() {
     t_moe(128, 128, 8, 16, 8, true, false, true);
 }
 
+#include "gdn_test.h"
+
 int main() {
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "hybrid") {
+        gdn_tests();
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "attention") {
         attn_tests();
         kv_fp8_tests();
@@ -994,6 +1001,7 @@ int main() {
     t_misc();
     t_sample_noise();
     t_argmax_nan_first();
+    gdn_tests();
     t_sample_prepare(3000, false);
     t_sample_prepare(1537, true);
     t_sample_gumbel(1000);

@@ -28,6 +28,17 @@ pub struct CudaBatch {
     pub(super) table_error: Option<String>,
     /// Host rows of the logits, for the sampler.
     pub(super) logits_rows: Vec<u32>,
+    /// The recurrent-state plans (hybrid models): how many sequences have one, the largest
+    /// slot they name (own or saved to), and why the plans cannot run, if they cannot.
+    pub(super) states: StatesInfo,
+}
+
+/// What `gated_delta_net` checks about the step's state plans before its kernels follow them.
+#[derive(Debug, Clone, Default)]
+pub(super) struct StatesInfo {
+    pub(super) num_seqs: usize,
+    pub(super) max_slot: Option<u32>,
+    pub(super) error: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +49,10 @@ struct Offsets {
     row_seq: usize,
     block_tables: usize,
     logits_rows: usize,
+    seq_starts: usize,
+    state_slots: usize,
+    save_starts: usize,
+    saves: usize,
 }
 
 /// A batch's arrays packed for the device, with what the ops check against.
@@ -50,6 +65,71 @@ struct Packed {
     max_logits_row: Option<u32>,
     max_len: usize,
     table_error: Option<String>,
+    states: StatesInfo,
+}
+
+/// The state plans as the kernels read them: each sequence's slot, where its saves start in
+/// `saves` (`[S + 1]`) and the saves as (after, slot) pairs; and what the op must check.
+fn pack_states(b: &BatchInputs) -> (Vec<u32>, Vec<u32>, Vec<u32>, StatesInfo) {
+    let mut info = StatesInfo {
+        num_seqs: b.states.len(),
+        ..StatesInfo::default()
+    };
+    let slots: Vec<u32> = b.states.iter().map(|p| p.slot).collect();
+    let mut distinct = slots.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if slots.len() != b.num_seqs() {
+        info.error = Some(format!(
+            "{} state plans for {} sequences",
+            slots.len(),
+            b.num_seqs()
+        ));
+    } else if distinct.len() != slots.len() {
+        info.error = Some(format!("two sequences share a state slot: {slots:?}"));
+    }
+    let mut starts = Vec::with_capacity(b.states.len() + 1);
+    let mut saves = Vec::new();
+    starts.push(0);
+    for (seq, p) in b.states.iter().enumerate() {
+        let len = b
+            .seq_starts
+            .get(seq + 1)
+            .map_or(0, |e| e - b.seq_starts[seq]);
+        let sorted = p.saves.windows(2).all(|w| w[0].after <= w[1].after);
+        // A save may target its own slot (a no-op) but not another sequence's.
+        let foreign = p
+            .saves
+            .iter()
+            .any(|sv| sv.slot != p.slot && distinct.binary_search(&sv.slot).is_ok());
+        if info.error.is_none() && (!sorted || foreign || p.saves.iter().any(|sv| sv.after > len)) {
+            info.error = Some(format!(
+                "sequence {seq} of {len} rows: saves {:?} must be sorted by `after`, within the \
+                 chunk and not into another sequence's slot",
+                p.saves
+            ));
+        }
+        saves.extend(p.saves.iter().flat_map(|sv| [sv.after, sv.slot]));
+        starts.push((saves.len() / 2) as u32);
+    }
+    // Two sequences saving into one slot would race on the device.
+    let mut targets: Vec<(u32, usize)> = b
+        .states
+        .iter()
+        .enumerate()
+        .flat_map(|(seq, p)| p.saves.iter().map(move |sv| (sv.slot, seq)))
+        .collect();
+    targets.sort_unstable();
+    targets.dedup();
+    if info.error.is_none() && targets.windows(2).any(|w| w[0].0 == w[1].0) {
+        info.error = Some("two sequences save into the same slot".to_string());
+    }
+    info.max_slot = slots
+        .iter()
+        .copied()
+        .chain(targets.iter().map(|t| t.0))
+        .max();
+    (slots, starts, saves, info)
 }
 
 fn pack(b: &BatchInputs) -> Result<Packed> {
@@ -101,11 +181,17 @@ fn pack(b: &BatchInputs) -> Result<Packed> {
             ));
         }
     }
-    let mut data = Vec::with_capacity(4 * t + b.block_tables.len() + b.logits_rows.len());
+    let mut data =
+        Vec::with_capacity(4 * t + b.block_tables.len() + b.logits_rows.len() + 4 * b.states.len());
     let mut push = |v: &[u32]| {
         let at = data.len();
         data.extend_from_slice(v);
         at
+    };
+    let (state_slots, save_starts, saves, states) = if b.states.is_empty() {
+        Default::default()
+    } else {
+        pack_states(b)
     };
     let offsets = Offsets {
         token_ids: push(&b.token_ids),
@@ -114,6 +200,14 @@ fn pack(b: &BatchInputs) -> Result<Packed> {
         row_seq: push(&row_seq),
         block_tables: push(&b.block_tables),
         logits_rows: push(&b.logits_rows),
+        seq_starts: push(if b.states.is_empty() {
+            &[]
+        } else {
+            &b.seq_starts
+        }),
+        state_slots: push(&state_slots),
+        save_starts: push(&save_starts),
+        saves: push(&saves),
     };
     if data.is_empty() {
         data.push(0); // keep the buffer (and its pointer) non-empty
@@ -132,6 +226,7 @@ fn pack(b: &BatchInputs) -> Result<Packed> {
             .max()
             .unwrap_or(0),
         table_error,
+        states,
     })
 }
 
@@ -155,6 +250,7 @@ impl CudaBatch {
             max_len: p.max_len,
             table_error: p.table_error,
             logits_rows: b.logits_rows.clone(),
+            states: p.states,
         })
     }
 
@@ -205,6 +301,7 @@ impl CudaBatch {
         self.max_block_id = p.max_block_id;
         self.max_logits_row = p.max_logits_row;
         self.logits_rows.clone_from(&b.logits_rows);
+        self.states = p.states;
         Ok(())
     }
 
@@ -230,5 +327,11 @@ impl CudaBatch {
     }
     pub(super) fn logits_rows_ptr(&self, s: &CudaStream) -> u64 {
         self.at(s, self.offsets.logits_rows)
+    }
+    /// `[S + 1]` row offsets, `[S]` state slots, `[S + 1]` save offsets and the (after, slot)
+    /// saves; present when the batch has state plans.
+    pub(super) fn state_arrays(&self, s: &CudaStream) -> [u64; 4] {
+        let o = &self.offsets;
+        [o.seq_starts, o.state_slots, o.save_starts, o.saves].map(|at| self.at(s, at))
     }
 }

@@ -20,6 +20,7 @@ mod elementwise;
 mod fp8;
 mod gemm_tune;
 mod graph;
+mod hybrid;
 mod launch;
 mod moe;
 mod norm;
@@ -684,8 +685,8 @@ impl Backend for CudaBackend {
             Feature::MoeExperts | Feature::Fp8Weights => {
                 self.compute != DType::F32 && experimental_moe()
             }
-            // No Gated DeltaNet kernels yet.
-            Feature::HybridLayers => false,
+            // Gated DeltaNet (hybrid.rs): the bf16 path; the float32 path serves dense Qwen3.
+            Feature::HybridLayers => self.compute == DType::BF16,
         }
     }
 

@@ -1,0 +1,451 @@
+//! Section `hybrid`: every `HybridOps` op of the CUDA backend against the CPU's on random
+//! inputs, then `gated_delta_net`'s time at Qwen3.6-35B-A3B's heads (decode at batch 1 and 64,
+//! a 2048-token prefill) next to its floor.
+//!
+//! Tolerances: the elementwise ops are one f32 expression (`expf` within 2 ulp of glibc's), so
+//! an f32 output is within [`Tol::F32`] and a bf16 output one rounding away ([`Tol::BF16`]).
+//! `gated_delta_net`'s states are f32 on both sides, summed in another order (four partial
+//! sums and a shuffle tree against the CPU's row loop, fused multiply-adds): [`Tol::F32`]
+//! measured against the state's rms; its conv windows are copies of inputs: exact. Its output
+//! is bf16 after an RMSNorm of that f32 core: [`Tol::BF16`].
+
+use anyhow::{Context, Result};
+use metrale_engine::backend::cpu::CpuTensor;
+use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType};
+use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, DeltaHeads, GdnLayer, HybridOps};
+use metrale_engine::kv_cache::state::{StateInit, StatePlan, StateSave};
+use serde_json::json;
+
+use crate::ops::{Rng, round_bf16};
+use crate::report::{Report, Tol, compare};
+use crate::speed_moe::{OP_ITERS, mean_op_ms};
+
+struct Check<'a> {
+    cuda: &'a CudaBackend,
+    cpu: CpuBackend,
+    rng: Rng,
+    report: &'a mut Report,
+}
+
+/// One Gated DeltaNet case: heads, taps, and the batch's sequences as (rows, saves).
+struct Case {
+    name: &'static str,
+    heads: DeltaHeads,
+    kernel: usize,
+    /// Rows of each sequence and the `after`s of its saves.
+    seqs: Vec<(usize, Vec<u32>)>,
+    mixed: DType,
+    /// Scale of the `a` column (softplus turns linear above 20).
+    a_scale: f32,
+}
+
+/// The batch of `seqs` (rows each) with state plans: sequence s in slot 2s + 1 (so slots are
+/// not in order), saves into slots after the sequences' own.
+fn batch(seqs: &[(usize, Vec<u32>)]) -> (BatchInputs, usize) {
+    let mut starts = vec![0u32];
+    let mut states = Vec::new();
+    let mut next = 2 * seqs.len() + 1;
+    for (s, (len, afters)) in seqs.iter().enumerate() {
+        starts.push(starts[s] + *len as u32);
+        let saves = afters
+            .iter()
+            .map(|&after| {
+                next += 1;
+                StateSave {
+                    after,
+                    slot: next as u32 - 1,
+                }
+            })
+            .collect();
+        states.push(StatePlan {
+            slot: 2 * s as u32 + 1,
+            init: StateInit::Continue,
+            saves,
+        });
+    }
+    let t = *starts.last().unwrap_or(&0) as usize;
+    let n = seqs.len();
+    let b = BatchInputs {
+        token_ids: vec![0; t],
+        positions: vec![0; t],
+        slot_mapping: vec![0; t],
+        seq_starts: starts,
+        context_lens: vec![1; n],
+        block_tables: vec![0; n],
+        max_blocks_per_seq: 1,
+        block_size: 16,
+        logits_rows: Vec::new(),
+        states,
+    };
+    (b, next)
+}
+
+fn four<T>(v: Vec<T>) -> Result<[T; 4]> {
+    v.try_into().map_err(|_| anyhow::anyhow!("four parameters"))
+}
+
+/// The layer of `case` over its parameters (conv, neg_a, dt_bias, norm).
+fn gdn<'a, T>(case: &Case, p: &'a [T; 4]) -> GdnLayer<'a, T> {
+    GdnLayer {
+        heads: case.heads,
+        kernel: case.kernel,
+        conv: &p[0],
+        neg_a: &p[1],
+        dt_bias: &p[2],
+        norm: &p[3],
+        eps: 1e-6,
+    }
+}
+
+/// A layer's f32 parameters on both sides.
+struct Layer {
+    dev: [CudaTensor; 4],
+    cpu: [CpuTensor; 4],
+}
+
+impl Check<'_> {
+    fn pair_f32(&self, shape: &[usize], data: Vec<f32>) -> Result<(CudaTensor, CpuTensor)> {
+        Ok((
+            self.cuda.upload_f32(shape, &data)?,
+            self.cpu.upload_f32(shape, &data)?,
+        ))
+    }
+
+    fn pair(&mut self, shape: &[usize], scale: f32, d: DType) -> Result<(CudaTensor, CpuTensor)> {
+        let data = self.rng.vec(shape.iter().product(), scale);
+        let data = if d == DType::BF16 {
+            round_bf16(&data)
+        } else {
+            data
+        };
+        Ok((
+            self.cuda.tensor_from_f32(shape, &data, d)?,
+            CpuTensor::new(shape.to_vec(), data),
+        ))
+    }
+
+    fn compare(
+        &mut self,
+        op: &str,
+        case: &str,
+        tol: Tol,
+        got: &CudaTensor,
+        want: &CpuTensor,
+    ) -> Result<()> {
+        let g = self.cuda.to_host(got)?;
+        anyhow::ensure!(
+            self.cuda.shape(got) == want.shape.as_slice(),
+            "{op} {case}: shape {:?}, reference {:?}",
+            self.cuda.shape(got),
+            want.shape
+        );
+        self.report
+            .case(op, case, tol, &compare(&g, &want.data, tol));
+        Ok(())
+    }
+
+    fn run(&mut self, op: &str, case: &str, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        if let Err(e) = f(self) {
+            self.report.fail(format!("{op} {case}: {e:#}"));
+            self.report
+                .record(json!({"op": op, "case": case, "error": format!("{e:#}")}));
+            self.cuda
+                .synchronize()
+                .with_context(|| format!("the device stopped answering after {op} {case}"))?;
+        }
+        Ok(())
+    }
+
+    fn elementwise(&mut self) -> Result<()> {
+        use DType::{BF16, F32};
+        let tol = |d: DType| if d == BF16 { Tol::BF16 } else { Tol::F32 };
+        for (rows, cols, xd, yd) in [
+            (1, 64, F32, F32),
+            (7, 2048, F32, BF16),
+            (130, 96, BF16, F32),
+            (33, 4096, BF16, BF16),
+        ] {
+            let case = format!("x {xd:?} y {yd:?} [{rows}, {cols}]");
+            self.run("sigmoid_mul", &case, |s| {
+                let (mut xd_, mut xc) = s.pair(&[rows, cols], 3.0, xd)?;
+                let (gd, gc) = s.pair(&[rows, cols], 6.0, yd)?;
+                s.cuda.sigmoid_mul(&mut xd_, &gd)?;
+                s.cpu.sigmoid_mul(&mut xc, &gc)?;
+                s.compare("sigmoid_mul", &case, tol(xd), &xd_, &xc)
+            })?;
+            self.run("add_assign", &case, |s| {
+                let (mut xd_, mut xc) = s.pair(&[rows, cols], 3.0, xd)?;
+                let (yd_, yc) = s.pair(&[rows, cols], 3.0, yd)?;
+                s.cuda.add_assign(&mut xd_, &yd_)?;
+                s.cpu.add_assign(&mut xc, &yc)?;
+                s.compare("add_assign", &case, tol(xd), &xd_, &xc)
+            })?;
+            self.run("add_gated", &case, |s| {
+                let (mut od, mut oc) = s.pair(&[rows, cols], 3.0, xd)?;
+                let (rd, rc) = s.pair(&[rows, cols], 3.0, yd)?;
+                let (gd, gc) = s.pair(&[rows, 1], 6.0, yd)?;
+                s.cuda.add_gated(&mut od, &rd, &gd)?;
+                s.cpu.add_gated(&mut oc, &rc, &gc)?;
+                s.compare("add_gated", &case, tol(xd), &od, &oc)
+            })?;
+        }
+        self.run(
+            "state_row",
+            "copy 3 -> 1, zero 4, copy 2 -> 2 of [6, 1000]",
+            |s| {
+                let data = s.rng.vec(6000, 1.0);
+                let (mut d, mut c) = s.pair_f32(&[6, 1000], data)?;
+                for (from, to) in [(Some(3), 1), (None, 4), (Some(2), 2)] {
+                    s.cuda.state_row(&mut d, from, to)?;
+                    s.cpu.state_row(&mut c, from, to)?;
+                }
+                s.compare("state_row", "copy and zero rows", Tol::EXACT, &d, &c)?;
+                let z = s.cuda.zeros_f32(&[3, 5])?;
+                let zc = s.cpu.zeros_f32(&[3, 5])?;
+                s.compare("zeros_f32", "[3, 5]", Tol::EXACT, &z, &zc)
+            },
+        )
+    }
+
+    fn layer(&mut self, case: &Case) -> Result<Layer> {
+        let h = case.heads;
+        let cd = 2 * h.nk * h.dk + h.nv * h.dv;
+        let conv = self.rng.vec(cd * case.kernel, 0.6);
+        let neg_a: Vec<f32> = (0..h.nv)
+            .map(|_| -(1.25 + 0.75 * self.rng.uniform()))
+            .collect();
+        let dt_bias = self.rng.vec(h.nv, 1.0);
+        let norm: Vec<f32> = (0..h.dv).map(|_| 1.0 + 0.2 * self.rng.uniform()).collect();
+        let mut dev = Vec::new();
+        let mut cpu = Vec::new();
+        for (shape, data) in [
+            (vec![cd, case.kernel], conv),
+            (vec![h.nv], neg_a),
+            (vec![h.nv], dt_bias),
+            (vec![h.dv], norm),
+        ] {
+            let (d, c) = self.pair_f32(&shape, data)?;
+            dev.push(d);
+            cpu.push(c);
+        }
+        Ok(Layer {
+            dev: four(dev)?,
+            cpu: four(cpu)?,
+        })
+    }
+
+    /// `mixed` `[T, qkv | z | b | a]`: the `a` column scaled apart.
+    fn mixed(&mut self, case: &Case, t: usize) -> Result<(CudaTensor, CpuTensor)> {
+        let h = case.heads;
+        let cd = 2 * h.nk * h.dk + h.nv * h.dv;
+        let width = cd + h.nv * h.dv + 2 * h.nv;
+        let mut data = self.rng.vec(t * width, 2.0);
+        for row in data.chunks_mut(width) {
+            for a in &mut row[width - h.nv..] {
+                *a *= case.a_scale / 2.0;
+            }
+        }
+        let data = if case.mixed == DType::BF16 {
+            round_bf16(&data)
+        } else {
+            data
+        };
+        Ok((
+            self.cuda.tensor_from_f32(&[t, width], &data, case.mixed)?,
+            CpuTensor::new(vec![t, width], data),
+        ))
+    }
+
+    fn gated_delta_net(&mut self, case: &Case) -> Result<()> {
+        let h = case.heads;
+        let (b, slots) = batch(&case.seqs);
+        let t = b.num_tokens();
+        let cd = 2 * h.nk * h.dk + h.nv * h.dv;
+        let layer = self.layer(case)?;
+        let (mixed_d, mixed_c) = self.mixed(case, t)?;
+        let window = (case.kernel - 1) * cd;
+        let rec = h.nv * h.dk * h.dv;
+        let data = self.rng.vec(slots * window, 1.0);
+        let (mut conv_d, mut conv_c) = self.pair_f32(&[slots, window], data)?;
+        let data = self.rng.vec(slots * rec, 0.5);
+        let (mut rec_d, mut rec_c) = self.pair_f32(&[slots, rec], data)?;
+        let mut out_d = self.cuda.zeros(&[t, h.nv * h.dv])?;
+        let mut out_c = self.cpu.zeros(&[t, h.nv * h.dv])?;
+        let batch_d = self.cuda.prepare_batch(&b)?;
+        let (ld, lc) = (gdn(case, &layer.dev), gdn(case, &layer.cpu));
+        self.cuda.gated_delta_net(
+            &mut out_d,
+            &mixed_d,
+            &ld,
+            &mut conv_d,
+            &mut rec_d,
+            &b,
+            &batch_d,
+        )?;
+        self.cpu
+            .gated_delta_net(&mut out_c, &mixed_c, &lc, &mut conv_c, &mut rec_c, &b, &b)?;
+        let op = "gated_delta_net";
+        self.compare(op, &format!("{} out", case.name), Tol::BF16, &out_d, &out_c)?;
+        let states = format!("{} recurrent states", case.name);
+        self.compare(op, &states, Tol::F32, &rec_d, &rec_c)?;
+        let windows = format!("{} conv windows", case.name);
+        self.compare(op, &windows, Tol::EXACT, &conv_d, &conv_c)
+    }
+
+    fn cases() -> Vec<Case> {
+        let fixture = DeltaHeads {
+            nk: 2,
+            dk: 16,
+            nv: 4,
+            dv: 16,
+        };
+        let big = DeltaHeads {
+            nk: 16,
+            dk: 128,
+            nv: 32,
+            dv: 128,
+        };
+        // Decode rows (saved after their row, as speculative scratch is), a 130-row prefill
+        // chunk with two saves at one `after`, a 2-row chunk (shorter than the window), a
+        // 7-row draft verification saved after every row, an empty sequence.
+        let mixed_batch = vec![
+            (1, vec![1]),
+            (130, vec![16, 64, 64, 130]),
+            (2, vec![]),
+            (7, (1..=7).collect()),
+            (1, vec![]),
+            (0, vec![]),
+        ];
+        vec![
+            Case {
+                name: "fixture heads, mixed bf16",
+                heads: fixture,
+                kernel: 4,
+                seqs: mixed_batch.clone(),
+                mixed: DType::BF16,
+                a_scale: 24.0,
+            },
+            Case {
+                name: "fixture heads, mixed f32",
+                heads: fixture,
+                kernel: 4,
+                seqs: mixed_batch.clone(),
+                mixed: DType::F32,
+                a_scale: 4.0,
+            },
+            Case {
+                name: "35B-A3B heads, mixed f32",
+                heads: big,
+                kernel: 4,
+                seqs: mixed_batch,
+                mixed: DType::F32,
+                a_scale: 4.0,
+            },
+            Case {
+                name: "35B-A3B heads, 4 decode rows, bf16",
+                heads: big,
+                kernel: 4,
+                seqs: vec![(1, vec![]), (1, vec![1]), (1, vec![]), (1, vec![1, 1])],
+                mixed: DType::BF16,
+                a_scale: 4.0,
+            },
+        ]
+    }
+}
+
+/// `gated_delta_net` at Qwen3.6-35B-A3B's heads: mean ms of OP_ITERS back-to-back eager calls
+/// between CUDA events, against the bytes it must move at about 4 TB/s.
+fn speed(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    let h = DeltaHeads {
+        nk: 16,
+        dk: 128,
+        nv: 32,
+        dv: 128,
+    };
+    let (kernel, cd) = (4usize, 2 * 16 * 128 + 32 * 128);
+    let width = cd + h.nv * h.dv + 2 * h.nv;
+    let rec = h.nv * h.dk * h.dv;
+    let mut rng = Rng::new(11);
+    let p = |shape: &[usize], v: Vec<f32>| cuda.upload_f32(shape, &v);
+    let conv = p(&[cd, kernel], rng.vec(cd * kernel, 0.5))?;
+    let neg_a = p(&[h.nv], vec![-1.0; h.nv])?;
+    let dt_bias = p(&[h.nv], rng.vec(h.nv, 1.0))?;
+    let norm = p(&[h.dv], vec![1.0; h.dv])?;
+    let layer = GdnLayer {
+        heads: h,
+        kernel,
+        conv: &conv,
+        neg_a: &neg_a,
+        dt_bias: &dt_bias,
+        norm: &norm,
+        eps: 1e-6,
+    };
+    report.line(format!(
+        "gated_delta_net at 35B-A3B heads (nk 16, nv 32, dk = dv = 128, K 4, C 8192), f32 \
+         mixed, mean of {OP_ITERS} eager calls:"
+    ));
+    for (what, seqs) in [
+        ("decode B=1", vec![(1usize, vec![]); 1]),
+        ("decode B=64", vec![(1, vec![]); 64]),
+        ("prefill 2048", vec![(2048, vec![])]),
+    ] {
+        let (b, slots) = batch(&seqs);
+        let t = b.num_tokens();
+        let mixed = cuda.tensor_from_f32(&[t, width], &rng.vec(t * width, 1.0), DType::F32)?;
+        let mut conv_state = cuda.zeros_f32(&[slots, (kernel - 1) * cd])?;
+        let mut recurrent = cuda.zeros_f32(&[slots, rec])?;
+        let mut out = cuda.zeros(&[t, h.nv * h.dv])?;
+        let batch_d = cuda.prepare_batch(&b)?;
+        let ms = mean_op_ms(cuda, || {
+            cuda.gated_delta_net(
+                &mut out,
+                &mixed,
+                &layer,
+                &mut conv_state,
+                &mut recurrent,
+                &b,
+                &batch_d,
+            )
+            .map_err(Into::into)
+        })?;
+        // Bytes a fused kernel must move: the states (read + written) of each sequence, mixed
+        // read once, the bf16 output written.
+        let s = seqs.len() as f64;
+        let bytes = s * 2.0 * 4.0 * (rec + (kernel - 1) * cd) as f64
+            + t as f64 * (4.0 * width as f64 + 2.0 * (h.nv * h.dv) as f64);
+        let floor_ms = bytes / 4.0e12 * 1e3;
+        // FLOPs of the recurrent form: three dk × dv passes a token and head (2 each).
+        let flops = t as f64 * h.nv as f64 * 6.0 * (h.dk * h.dv) as f64;
+        report.summary_line(format!(
+            "gated_delta_net {what}: {:.4} ms; floor {:.4} ms ({:.1} MB at 4 TB/s), achieved/floor \
+             {:.2}; {:.2} GFLOP recurrent form",
+            ms,
+            floor_ms,
+            bytes / 1e6,
+            floor_ms / ms,
+            flops / 1e9
+        ));
+        report.record(json!({"op": "gated_delta_net", "case": what, "ms": ms,
+            "floor_ms": floor_ms, "bytes": bytes, "flops": flops}));
+    }
+    Ok(())
+}
+
+pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    report.case_header();
+    let mut c = Check {
+        cuda,
+        cpu: CpuBackend::default(),
+        rng: Rng::new(0x5eed_0d17),
+        report,
+    };
+    c.elementwise()?;
+    for case in Check::cases() {
+        let name = case.name;
+        c.run("gated_delta_net", name, |s| s.gated_delta_net(&case))?;
+    }
+    cuda.set_sync_each_launch(false);
+    let r = speed(cuda, report);
+    cuda.set_sync_each_launch(true);
+    r
+}

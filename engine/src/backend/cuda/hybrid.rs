@@ -1,0 +1,321 @@
+//! `HybridOps` on CUDA: Qwen3.5's Gated DeltaNet mixer and the elementwise ops around it
+//! (`kernels/src/hybrid.cu`, whose header has the design). The CPU's `backend/cpu/hybrid.rs` is
+//! the reference; `cuda_check`'s `hybrid` section compares the two.
+
+use metrale_kernels::Module;
+
+use super::elementwise::{dim, int, stride_cfg};
+use super::tensor::{CudaTensor, DType, alloc_bytes};
+use super::{CudaBackend, CudaBatch, check, shape_err};
+use crate::backend::{BatchInputs, GdnLayer, HybridOps, Result};
+
+/// Key head sizes the recurrent kernel is built for (its state rows live in registers).
+const HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+/// Conv taps the conv kernel keeps in registers at most (`GDN_MAX_K`).
+const MAX_TAPS: usize = 8;
+
+/// An activation operand of an elementwise kernel: its pointer and whether it is bf16.
+fn operand(b: &CudaBackend, op: &'static str, t: &CudaTensor) -> Result<(u64, i32)> {
+    match t.dtype {
+        DType::BF16 => Ok((t.ptr(&b.stream), 1)),
+        DType::F32 => Ok((t.ptr(&b.stream), 0)),
+        DType::F8 => Err(super::not_activation(op)),
+    }
+}
+
+fn same_shape(op: &'static str, a: &CudaTensor, b: &CudaTensor) -> Result<()> {
+    check(op, a.shape == b.shape, || {
+        format!("{:?} and {:?} differ", a.shape, b.shape)
+    })
+}
+
+fn f32_tensor(op: &'static str, what: &str, t: &CudaTensor) -> Result<()> {
+    check(op, t.dtype == DType::F32, || {
+        format!(
+            "{what} is {:?}: upload it with upload_f32/zeros_f32",
+            t.dtype
+        )
+    })
+}
+
+impl CudaBackend {
+    /// `x = f(x, y)` elementwise for the two-operand kernels (`sigmoid_mul`, `add_assign`).
+    fn binary_op(&self, name: &'static str, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
+        same_shape(name, x, y)?;
+        let n = x.numel() as u64;
+        let ((xp, xb), (yp, yb)) = (operand(self, name, x)?, operand(self, name, y)?);
+        if n == 0 {
+            return Ok(());
+        }
+        let f = self.func(Module::Hybrid, name)?;
+        let mut a = self.launcher(&f);
+        a.arg(&xp).arg(&xb).arg(&yp).arg(&yb).arg(&n);
+        // SAFETY: x and y hold n elements each, of the types their flags name; the grid-stride
+        // loop stays below n.
+        let r = unsafe { a.launch(stride_cfg(n)) };
+        self.launched(name, r)
+    }
+
+    /// Blocks of the recurrent kernel take `cols` state columns of one (sequence, head): as
+    /// many as keep about two blocks a multiprocessor busy, from 32 down to 8.
+    fn recurrent_cols(&self, seqs: usize, nv: usize, dv: usize) -> usize {
+        let mut cols = 32;
+        while cols > 8
+            && (cols / 2 >= dv || seqs * nv * dv.div_ceil(cols) < 2 * self.info.multiprocessors)
+        {
+            cols /= 2;
+        }
+        cols
+    }
+}
+
+impl HybridOps for CudaBackend {
+    fn upload_f32(&self, shape: &[usize], data: &[f32]) -> Result<CudaTensor> {
+        self.tensor_from_f32(shape, data, DType::F32)
+    }
+
+    fn zeros_f32(&self, shape: &[usize]) -> Result<CudaTensor> {
+        let numel: usize = shape.iter().product();
+        let buf = self.raw_alloc(alloc_bytes(numel, DType::F32), true)?;
+        Ok(CudaTensor {
+            shape: shape.to_vec(),
+            dtype: DType::F32,
+            buf,
+        })
+    }
+
+    fn sigmoid_mul(&self, x: &mut CudaTensor, gate: &CudaTensor) -> Result<()> {
+        self.binary_op("sigmoid_mul", x, gate)
+    }
+
+    fn add_assign(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
+        self.binary_op("add_assign", x, y)
+    }
+
+    fn add_gated(
+        &self,
+        out: &mut CudaTensor,
+        routed: &CudaTensor,
+        gate: &CudaTensor,
+    ) -> Result<()> {
+        const OP: &str = "add_gated";
+        same_shape(OP, out, routed)?;
+        check(OP, gate.shape == [out.rows(), 1], || {
+            format!("gate {:?} for out {:?}", gate.shape, out.shape)
+        })?;
+        let (rows, cols) = (out.rows() as u64, out.cols() as u64);
+        let (o, ob) = operand(self, OP, out)?;
+        let ((r, rb), (g, gb)) = (operand(self, OP, routed)?, operand(self, OP, gate)?);
+        if rows * cols == 0 {
+            return Ok(());
+        }
+        let f = self.func(Module::Hybrid, OP)?;
+        let mut a = self.launcher(&f);
+        a.arg(&o).arg(&ob).arg(&r).arg(&rb).arg(&g).arg(&gb);
+        a.arg(&rows).arg(&cols);
+        // SAFETY: out and routed hold rows·cols elements, gate one a row, each of the type its
+        // flag names; the grid-stride loop stays below rows·cols.
+        let res = unsafe { a.launch(stride_cfg(rows * cols)) };
+        self.launched(OP, res)
+    }
+
+    fn state_row(&self, t: &mut CudaTensor, from: Option<usize>, to: usize) -> Result<()> {
+        const OP: &str = "state_row";
+        let (rows, n) = (t.rows(), t.cols() as u64);
+        f32_tensor(OP, "the state", t)?;
+        check(OP, to < rows && from.is_none_or(|f| f < rows), || {
+            format!("rows {from:?} -> {to} of {rows}")
+        })?;
+        if n == 0 || from == Some(to) {
+            return Ok(());
+        }
+        let f = self.func(Module::Hybrid, OP)?;
+        let p = t.ptr(&self.stream);
+        let (src, dst, zero) = (
+            from.unwrap_or(0) as u64,
+            to as u64,
+            i32::from(from.is_none()),
+        );
+        let mut a = self.launcher(&f);
+        a.arg(&p).arg(&n).arg(&src).arg(&dst).arg(&zero);
+        // SAFETY: t is [rows, n] f32 and both rows are below rows (checked above); the
+        // grid-stride loop stays below n.
+        let r = unsafe { a.launch(stride_cfg(n)) };
+        self.launched(OP, r)
+    }
+
+    fn gated_delta_net(
+        &self,
+        out: &mut CudaTensor,
+        mixed: &CudaTensor,
+        layer: &GdnLayer<'_, CudaTensor>,
+        conv_state: &mut CudaTensor,
+        recurrent: &mut CudaTensor,
+        host: &BatchInputs,
+        batch: &CudaBatch,
+    ) -> Result<()> {
+        const OP: &str = "gated_delta_net";
+        let s = layer.heads;
+        let t = mixed.rows();
+        let (kd, vd) = (s.nk * s.dk, s.nv * s.dv);
+        let cd = 2 * kd + vd;
+        let width = cd + vd + 2 * s.nv;
+        let k = layer.kernel;
+        check(
+            OP,
+            HEAD_DIMS.contains(&s.dk)
+                && s.nk > 0
+                && (s.nv * s.dv).is_multiple_of(4)
+                && s.nv.is_multiple_of(s.nk)
+                && (1..=MAX_TAPS).contains(&k),
+            || {
+                format!(
+                    "heads {s:?}, kernel {k}: the CUDA kernels take dk in {HEAD_DIMS:?}, nv a \
+                     multiple of nk, nv·dv a multiple of 4 and 1..={MAX_TAPS} taps"
+                )
+            },
+        )?;
+        check(
+            OP,
+            mixed.cols() == width
+                && out.shape == [t, vd]
+                && layer.conv.numel() == cd * k
+                && layer.neg_a.numel() == s.nv
+                && layer.dt_bias.numel() == s.nv
+                && layer.norm.numel() == s.dv
+                && conv_state.cols() == (k - 1) * cd
+                && recurrent.cols() == s.nv * s.dk * s.dv
+                && conv_state.rows() == recurrent.rows()
+                && host.states.len() == host.num_seqs()
+                && batch.states.num_seqs == host.num_seqs()
+                && host.num_tokens() == t
+                && batch.num_tokens == t,
+            || {
+                format!(
+                    "mixed {:?}, out {:?}, conv state {:?}, recurrent {:?}, {} plans for {} \
+                     sequences ({} in the device batch)",
+                    mixed.shape,
+                    out.shape,
+                    conv_state.shape,
+                    recurrent.shape,
+                    host.states.len(),
+                    host.num_seqs(),
+                    batch.states.num_seqs
+                )
+            },
+        )?;
+        for (what, p) in [
+            ("conv", layer.conv),
+            ("neg_a", layer.neg_a),
+            ("dt_bias", layer.dt_bias),
+            ("norm", layer.norm),
+        ] {
+            f32_tensor(OP, what, p)?;
+        }
+        f32_tensor(OP, "conv_state", conv_state)?;
+        f32_tensor(OP, "recurrent", recurrent)?;
+        if let Some(e) = &batch.states.error {
+            return Err(shape_err(OP, e.clone()));
+        }
+        let slots = conv_state.rows();
+        if let Some(bad) = batch.states.max_slot.filter(|&m| m as usize >= slots) {
+            return Err(shape_err(
+                OP,
+                format!("state slot {bad} outside the {slots} slots"),
+            ));
+        }
+        self.set_dtype(out, self.compute_dtype())?;
+        if t == 0 {
+            return Ok(());
+        }
+        let tm = match mixed.dtype {
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+            DType::F8 => return Err(super::not_activation(OP)),
+        };
+        let st = &self.stream;
+        // The sequences' row offsets, slots, save offsets and saves, both kernels' next args.
+        let plans = batch.state_arrays(st);
+        let (row_seq, mx) = (batch.row_seq(st), mixed.ptr(st));
+        let seqs = host.num_seqs();
+        let (ti, ci, ki, wi) = (int(t, OP)?, int(cd, OP)?, int(k, OP)?, int(width, OP)?);
+
+        // 1. conv + SiLU into conv `[T, C]` f32; the windows move on.
+        let conv = self.alloc(&[t, cd], DType::F32)?;
+        let name = format!("gdn_conv_{tm}");
+        let f = self.func(Module::Hybrid, &name)?;
+        let (cp, taps, cs) = (conv.ptr(st), layer.conv.ptr(st), conv_state.ptr(st));
+        let mut a = self.launcher(&f);
+        a.arg(&cp).arg(&mx).arg(&taps).arg(&cs).arg(&row_seq);
+        plans.iter().for_each(|p| {
+            a.arg(p);
+        });
+        a.arg(&ti).arg(&ci).arg(&ki).arg(&wi);
+        // SAFETY: conv is [T, C] f32, mixed [T, width] of the kernel's type with the qkv columns
+        // first, taps [C, K] f32, conv_state [slots, (K−1)·C] f32; the batch's arrays describe
+        // T rows in S sequences whose slots and save slots are below `slots` and whose saves
+        // lie within their chunks (checked above); grid.y covers T rows then S sequences.
+        let r = unsafe {
+            a.launch(super::elementwise::cfg(
+                (dim(cd.div_ceil(256), OP)?, dim(t + seqs, OP)?),
+                256,
+            ))
+        };
+        self.launched(&name, r)?;
+
+        // 2. the gated delta rule into core `[T, nv·dv]` f32; the states move on.
+        let core = self.alloc(&[t, vd], DType::F32)?;
+        let name = format!("gdn_recurrent_d{}_{tm}", s.dk);
+        let f = self.func(Module::Hybrid, &name)?;
+        let cols = self.recurrent_cols(seqs, s.nv, s.dv);
+        let (op, na, db, rp) = (
+            core.ptr(st),
+            layer.neg_a.ptr(st),
+            layer.dt_bias.ptr(st),
+            recurrent.ptr(st),
+        );
+        let (nki, nvi, dvi) = (int(s.nk, OP)?, int(s.nv, OP)?, int(s.dv, OP)?);
+        let mut a = self.launcher(&f);
+        a.arg(&op).arg(&cp).arg(&mx).arg(&na).arg(&db).arg(&rp);
+        plans.iter().for_each(|p| {
+            a.arg(p);
+        });
+        a.arg(&nki).arg(&nvi).arg(&dvi).arg(&wi);
+        // SAFETY: core is [T, nv·dv] f32, conv [T, C] f32 (written above), mixed as above with
+        // b and a at columns C + nv·dv and + nv, neg_a and dt_bias [nv] f32, recurrent
+        // [slots, nv, dk, dv] f32 with every slot in range (checked above); the kernel is built
+        // for this dk; grid (dv / cols, nv, S), 4 threads a column (a multiple of 32 threads).
+        let r = unsafe {
+            a.launch(cudarc::driver::LaunchConfig {
+                grid_dim: (
+                    dim(s.dv.div_ceil(cols), OP)?,
+                    dim(s.nv, OP)?,
+                    dim(seqs, OP)?,
+                ),
+                block_dim: (4 * cols as u32, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        };
+        self.launched(&name, r)?;
+
+        // 3. out = rms_norm(core) · norm · silu(z), per (row, value head).
+        let name = format!("gdn_norm_{tm}_{}", out.dtype.suffix());
+        let f = self.func(Module::Hybrid, &name)?;
+        let (o, w) = (out.ptr(st), layer.norm.ptr(st));
+        let heads = t * s.nv;
+        let (hi, zi, eps) = (int(heads, OP)?, int(cd, OP)?, layer.eps);
+        let mut a = self.launcher(&f);
+        a.arg(&o).arg(&op).arg(&mx).arg(&w);
+        a.arg(&hi).arg(&nvi).arg(&dvi).arg(&wi).arg(&zi).arg(&eps);
+        // SAFETY: out is [T, nv·dv] of the kernel's output type (set above), core [T, nv·dv]
+        // f32, mixed as above with z at column C, norm [dv] f32; a warp per (row, head), the
+        // grid covers T·nv warps.
+        let r = unsafe {
+            a.launch(super::elementwise::cfg(
+                (dim(heads.div_ceil(4), OP)?, 1),
+                128,
+            ))
+        };
+        self.launched(&name, r)
+    }
+}

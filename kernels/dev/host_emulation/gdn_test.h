@@ -1,0 +1,154 @@
+// hybrid.cu's Gated DeltaNet kernels (conv, recurrent, gated norm) against a C++ port of the
+// CPU reference (engine/src/backend/cpu/hybrid.rs): several sequences of different lengths,
+// slots from random state, saves at several `after`s (two at one, one at 0). Included by
+// test.cpp.
+#pragma once
+
+static float gdn_ref_silu(float x) { return x / (1.f + std::exp(-x)); }
+
+// The CPU op, sequence by sequence, piece by piece between saves.
+static void gdn_reference(std::vector<float>& out, const std::vector<float>& mixed, const std::vector<float>& conv_w,
+                          const std::vector<float>& neg_a, const std::vector<float>& dt_bias,
+                          const std::vector<float>& norm, std::vector<float>& conv_state, std::vector<float>& rec,
+                          const std::vector<u32>& starts, const std::vector<u32>& slots,
+                          const std::vector<std::vector<std::pair<u32, u32>>>& saves, int nk, int dk, int nv, int dv,
+                          int K, float eps) {
+    const int kd = nk * dk, vd = nv * dv, C = 2 * kd + vd, width = C + vd + 2 * nv, T = starts.back();
+    const size_t wl = (size_t)(K - 1) * C, rl = (size_t)nv * dk * dv;
+    std::vector<float> core((size_t)T * vd);
+    auto copy_row = [](std::vector<float>& d, size_t len, u32 from, u32 to) {
+        if (from != to) std::copy(d.begin() + from * len, d.begin() + (from + 1) * len, d.begin() + to * len);
+    };
+    for (size_t s = 0; s + 1 < starts.size(); ++s) {
+        const int r0 = starts[s], len = starts[s + 1] - r0;
+        const u32 slot = slots[s];
+        std::vector<std::pair<int, int>> ends;
+        for (auto [after, to] : saves[s]) ends.push_back({(int)after, (int)to});
+        ends.push_back({len, -1});
+        int lo = 0;
+        for (auto [hi, to] : ends) {
+            for (int i = lo; i < hi; ++i) {
+                float* win = &conv_state[slot * wl];
+                const int row = r0 + i;
+                std::vector<float> x(C);
+                for (int c = 0; c < C; ++c) {
+                    float acc = 0;
+                    for (int j = 0; j < K; ++j) {
+                        const float v = j < K - 1 ? win[(size_t)j * C + c] : mixed[(size_t)row * width + c];
+                        acc += conv_w[(size_t)c * K + j] * v;
+                    }
+                    x[c] = gdn_ref_silu(acc);
+                }
+                for (int j = 0; j + 1 < K - 1; ++j)
+                    for (int c = 0; c < C; ++c) win[(size_t)j * C + c] = win[(size_t)(j + 1) * C + c];
+                if (K > 1)
+                    for (int c = 0; c < C; ++c) win[(size_t)(K - 2) * C + c] = mixed[(size_t)row * width + c];
+                const float scale = 1.f / std::sqrt((float)dk);
+                for (int h = 0; h < nv; ++h) {
+                    const int kh = h / (nv / nk);
+                    std::vector<float> q(x.begin() + kh * dk, x.begin() + (kh + 1) * dk),
+                        k(x.begin() + kd + kh * dk, x.begin() + kd + (kh + 1) * dk);
+                    float sq = 0, sk = 0;
+                    for (int d = 0; d < dk; ++d) sq += q[d] * q[d], sk += k[d] * k[d];
+                    for (int d = 0; d < dk; ++d) q[d] *= 1.f / std::sqrt(sq + 1e-6f) * scale, k[d] *= 1.f / std::sqrt(sk + 1e-6f);
+                    const float b = mixed[(size_t)row * width + C + vd + h];
+                    const float a = mixed[(size_t)row * width + C + vd + nv + h] + dt_bias[h];
+                    const float beta = 1.f / (1.f + std::exp(-b));
+                    const float decay = std::exp(neg_a[h] * (a > 20.f ? a : std::log1p(std::exp(a))));
+                    float* S = &rec[slot * rl + (size_t)h * dk * dv];
+                    for (size_t e = 0; e < (size_t)dk * dv; ++e) S[e] *= decay;
+                    for (int j = 0; j < dv; ++j) {
+                        float u = 0;
+                        for (int d = 0; d < dk; ++d) u += k[d] * S[d * dv + j];
+                        const float delta = beta * (x[2 * kd + h * dv + j] - u);
+                        float o = 0;
+                        for (int d = 0; d < dk; ++d) S[d * dv + j] += k[d] * delta, o += q[d] * S[d * dv + j];
+                        core[(size_t)row * vd + h * dv + j] = o;
+                    }
+                }
+            }
+            lo = std::max(lo, hi);
+            if (to >= 0) copy_row(conv_state, wl, slot, to), copy_row(rec, rl, slot, to);
+        }
+    }
+    for (int t = 0; t < T; ++t)
+        for (int h = 0; h < nv; ++h) {
+            const float* x = &core[(size_t)t * vd + h * dv];
+            float ss = 0;
+            for (int d = 0; d < dv; ++d) ss += x[d] * x[d];
+            const float inv = 1.f / std::sqrt(ss / dv + eps);
+            for (int d = 0; d < dv; ++d)
+                out[(size_t)t * vd + h * dv + d] =
+                    norm[d] * (x[d] * inv) * gdn_ref_silu(mixed[(size_t)t * width + C + h * dv + d]);
+        }
+}
+
+static void t_gdn(int nk, int dk, int nv, int dv, int K, std::vector<int> lens, int cols) {
+    const int kd = nk * dk, vd = nv * dv, C = 2 * kd + vd, width = C + vd + 2 * nv;
+    const int S = lens.size();
+    std::vector<u32> starts{0}, slots, save_starts{0}, saves_flat, row_seq;
+    std::vector<std::vector<std::pair<u32, u32>>> saves(S);
+    u32 next = 2 * S + 1;
+    for (int s = 0; s < S; ++s) {
+        starts.push_back(starts.back() + lens[s]);
+        for (int i = 0; i < lens[s]; ++i) row_seq.push_back(s);
+        slots.push_back(2 * s + 1);
+        std::vector<u32> afters;
+        if (lens[s] >= 1) afters.push_back(lens[s] == 1 ? 1 : 0);
+        if (lens[s] > 5) afters.insert(afters.end(), {3, 5, 5, (u32)lens[s]});
+        if (lens[s] > 20) afters.push_back(17);
+        std::sort(afters.begin(), afters.end());
+        for (u32 a : afters) saves[s].push_back({a, next}), saves_flat.push_back(a), saves_flat.push_back(next++);
+        save_starts.push_back(saves_flat.size() / 2);
+    }
+    saves_flat.push_back(0);
+    const int T = starts.back(), slots_n = next;
+    const size_t wl = (size_t)(K - 1) * C, rl = (size_t)nv * dk * dv;
+    std::vector<float> mixed((size_t)T * width), conv_w((size_t)C * K), neg_a(nv), dt_bias(nv), norm(dv);
+    for (auto& v : mixed) v = U(2);
+    for (int t = 0; t < T; ++t) mixed[(size_t)t * width + width - 1] *= 12;  // a past 20
+    for (auto& v : conv_w) v = U(0.6f);
+    for (auto& v : neg_a) v = -1.25f - U(0.75f);
+    for (auto& v : dt_bias) v = U(1);
+    for (auto& v : norm) v = 1 + U(0.2f);
+    std::vector<float> cs(slots_n * wl + 1), rec(slots_n * rl);
+    for (auto& v : cs) v = U(1);
+    for (auto& v : rec) v = U(0.5f);
+    std::vector<float> cs_ref = cs, rec_ref = rec, want((size_t)T * vd), got((size_t)T * vd);
+    gdn_reference(want, mixed, conv_w, neg_a, dt_bias, norm, cs_ref, rec_ref, starts, slots, saves, nk, dk, nv, dv, K, 1e-6f);
+    std::vector<float> conv_out((size_t)T * C), core((size_t)T * vd);
+    launch({(unsigned)((C + 255) / 256), (unsigned)(T + S), 1}, {256, 1, 1}, [&] {
+        gdn_conv_f32(conv_out.data(), mixed.data(), conv_w.data(), cs.data(), row_seq.data(), starts.data(), slots.data(),
+                     save_starts.data(), saves_flat.data(), T, C, K, width);
+    });
+    launch({(unsigned)((dv + cols - 1) / cols), (unsigned)nv, (unsigned)S}, {(unsigned)(4 * cols), 1, 1}, [&] {
+        if (dk == 16)
+            gdn_recurrent_d16_f32(core.data(), conv_out.data(), mixed.data(), neg_a.data(), dt_bias.data(), rec.data(),
+                                  starts.data(), slots.data(), save_starts.data(), saves_flat.data(), nk, nv, dv, width);
+        else
+            gdn_recurrent_d32_f32(core.data(), conv_out.data(), mixed.data(), neg_a.data(), dt_bias.data(), rec.data(),
+                                  starts.data(), slots.data(), save_starts.data(), saves_flat.data(), nk, nv, dv, width);
+    });
+    std::vector<bf16> out((size_t)T * vd);
+    launch({(unsigned)((T * nv + 3) / 4), 1, 1}, {128, 1, 1}, [&] {
+        gdn_norm_f32_bf16(out.data(), core.data(), mixed.data(), norm.data(), T * nv, nv, dv, width, C, 1e-6f);
+    });
+    double wo = 0, wr = 0, wc = 0;
+    for (size_t i = 0; i < out.size(); ++i) wo = std::max(wo, (double)std::fabs(F(out[i]) - want[i]) / (1e-2 + std::fabs(want[i])));
+    for (size_t i = 0; i < rec.size(); ++i) wr = std::max(wr, (double)std::fabs(rec[i] - rec_ref[i]));
+    for (size_t i = 0; i < cs.size(); ++i) wc = std::max(wc, (double)std::fabs(cs[i] - cs_ref[i]));
+    char name[160];
+    snprintf(name, sizeof name, "gdn nk%d dk%d nv%d dv%d K%d S%d T%d cols%d out", nk, dk, nv, dv, K, S, T, cols);
+    report(name, wo, 1e-2);
+    snprintf(name, sizeof name, "gdn nk%d dk%d nv%d dv%d K%d cols%d states", nk, dk, nv, dv, K, cols);
+    report(name, wr, 1e-4);
+    snprintf(name, sizeof name, "gdn nk%d dk%d nv%d dv%d K%d cols%d windows", nk, dk, nv, dv, K, cols);
+    report(name, wc, 0);
+}
+
+static void gdn_tests() {
+    t_gdn(2, 16, 4, 16, 4, {1, 40, 2, 7, 0, 1}, 8);
+    t_gdn(2, 16, 4, 16, 4, {1, 40, 2, 7, 0, 1}, 16);
+    t_gdn(1, 32, 2, 40, 3, {25, 1, 6}, 32);
+    t_gdn(1, 16, 1, 16, 1, {5, 1}, 16);
+}

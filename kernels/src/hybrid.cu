@@ -1,0 +1,344 @@
+// Qwen3.5's hybrid layers beyond Qwen3's ops: the Gated DeltaNet mixer (engine
+// backend/cpu/hybrid.rs is the reference, op for op) and the small elementwise ops around it.
+//
+// gated_delta_net runs as three launches over the step's rows (sequences back to back, each
+// with its state slot and its saves, uploaded once a step with the batch, see batch.rs):
+//
+// 1. gdn_conv_<mixed>: causal depthwise conv over time + SiLU of the qkv columns of `mixed`,
+//    written as f32 `[T, C]`. Grid (C / 256, T + S). A block row y < T serves row y: a thread
+//    per channel sums the K taps over rows y − K + 1 ..= y, all inside its sequence (rows
+//    whose window reaches before the chunk return at once). A block row T + s serves sequence
+//    s: a thread per channel loads the slot's window (the last K − 1 inputs, `[K − 1, C]`),
+//    computes the first K − 1 rows, writes the window each save asks for and then the slot's
+//    new window. Only that thread reads or writes its (slot, channel), so the window is
+//    replaced in the same launch that reads it without a race.
+// 2. gdn_recurrent_d<DK>_<mixed>: the gated delta rule, token by token. The state's columns
+//    are independent (column j of S_t depends only on column j of S_{t-1}, v_t[j] and the
+//    shared k_t, q_t), so a block takes `cols` columns of one (sequence, value head): grid
+//    (dv / cols, nv, S), four threads a column, each holding DK / 4 rows of it (rows part,
+//    part + 4, ...) in registers, f32. Per token, with decay e = exp(g) and the normalised
+//    k, q (q scaled by 1/√dk):
+//        u = Sᵀk, w = Sᵀq                 (partial sums, then two xor shuffles)
+//        δ = β (v − e·u)                  (the delta against the decayed state)
+//        o = e·w + δ (k·q)                (= S_newᵀ q without a second pass)
+//        S = e·S + k δᵀ
+//    Tiles of 16 tokens are staged in shared memory first (16-byte loads, eight in flight a
+//    thread, so C and nv·dv must be multiples of 4): q and k of the value head's key
+//    head (h / (nv / nk)), L2-normalised there a warp per vector (eps 1e-6 inside the root,
+//    as the CPU), k·q a warp per token, e and β from `mixed`'s a and b columns (softplus
+//    linear above 20, as torch), v of the block's columns. After row `after` of the sequence
+//    a thread writes its rows to every save slot of that `after`; at the end to the slot.
+//    The output is f32 `[T, nv·dv]` (pre-norm).
+// 3. gdn_norm_<mixed>_<out>: the gated RMSNorm, a warp per (row, value head):
+//    out = x / rms(x) · w · silu(z), z from `mixed`, out in the compute type.
+//
+// Decode (one row a sequence) and prefill take the same kernels; a prefill chunk walks its
+// tokens in order (no chunkwise/WY form yet). Every kernel waits (pdl_start) before touching
+// anything: all read an earlier kernel's output.
+//
+// Elementwise ops take either activation type for each operand (a flag says bf16), so the f32
+// residual stream and bf16 GEMM operands mix freely: sigmoid_mul, add_assign, add_gated.
+// state_row copies or zeroes one row of an f32 state tensor.
+
+#define GDN_TILE 16
+#define GDN_MAX_COLS 32
+#define GDN_MAX_K 8
+#define GDN_INFLIGHT 8
+
+__device__ __forceinline__ float gdn_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// --- 1. the causal conv ------------------------------------------------------------------------
+
+template <typename TM>
+__device__ void gdn_conv_impl(float* out, const TM* mixed, const float* taps_all, float* conv_state,
+                              const u32* row_seq, const u32* seq_starts, const u32* slots,
+                              const u32* save_starts, const u32* saves, int rows, int channels,
+                              int k, int width) {
+    pdl_start();
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= channels) return;
+    float taps[GDN_MAX_K];
+#pragma unroll
+    for (int j = 0; j < GDN_MAX_K; ++j) taps[j] = j < k ? taps_all[(u64)c * k + j] : 0.f;
+    const int y = blockIdx.y;
+    if (y < rows) {
+        const int i = y - (int)seq_starts[row_seq[y]];
+        if (i < k - 1) return;  // the sequence's block row computes it
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < GDN_MAX_K; ++j)
+            if (j < k) acc += taps[j] * to_f32(mixed[(u64)(y - (k - 1) + j) * width + c]);
+        out[(u64)y * channels + c] = gdn_silu(acc);
+        return;
+    }
+    const int s = y - rows;
+    const int r0 = (int)seq_starts[s], len = (int)seq_starts[s + 1] - r0;
+    const u64 window = (u64)(k - 1) * channels;
+    float* own = conv_state + slots[s] * window;
+    float win[GDN_MAX_K - 1];
+#pragma unroll
+    for (int m = 0; m < GDN_MAX_K - 1; ++m) win[m] = m < k - 1 ? own[(u64)m * channels + c] : 0.f;
+    // Input r of the sequence (r < 0: the window's), in registers without dynamic indexing.
+    auto x = [&](int r) -> float {
+        if (r >= 0) return to_f32(mixed[(u64)(r0 + r) * width + c]);
+        float v = 0.f;
+#pragma unroll
+        for (int m = 0; m < GDN_MAX_K - 1; ++m)
+            if (m == k - 1 + r) v = win[m];
+        return v;
+    };
+    for (int i = 0; i < min(len, k - 1); ++i) {
+        float acc = 0.f;
+#pragma unroll
+        for (int j = 0; j < GDN_MAX_K; ++j)
+            if (j < k) acc += taps[j] * x(i - (k - 1) + j);
+        out[(u64)(r0 + i) * channels + c] = gdn_silu(acc);
+    }
+    for (u32 sv = save_starts[s]; sv < save_starts[s + 1]; ++sv) {
+        const int after = (int)saves[2 * sv];
+        float* to = conv_state + saves[2 * sv + 1] * window;
+        for (int m = 0; m < k - 1; ++m) to[(u64)m * channels + c] = x(after - (k - 1) + m);
+    }
+    for (int m = 0; m < k - 1; ++m) own[(u64)m * channels + c] = x(len - (k - 1) + m);
+}
+
+#define GDN_CONV(tm, TM)                                                                         \
+    extern "C" __global__ void gdn_conv_##tm(float* out, const TM* mixed, const float* taps,     \
+                                             float* conv_state, const u32* row_seq,             \
+                                             const u32* seq_starts, const u32* slots,           \
+                                             const u32* save_starts, const u32* saves,          \
+                                             int rows, int channels, int k, int width) {        \
+        gdn_conv_impl(out, mixed, taps, conv_state, row_seq, seq_starts, slots, save_starts,    \
+                      saves, rows, channels, k, width);                                         \
+    }
+GDN_CONV(f32, float)
+GDN_CONV(bf16, bf16)
+
+// --- 2. the gated delta rule -------------------------------------------------------------------
+
+// Thread `part`'s rows of its column go to the save slots of `after` rows, if any; `sv` walks
+// the sequence's saves (sorted by `after`).
+template <int R>
+__device__ __forceinline__ void gdn_saves(const float (&st)[R], u32& sv, u32 sv_end,
+                                          const u32* saves, u32 after, float* state, u64 head,
+                                          int dv, int col, int part, bool live) {
+    while (sv < sv_end && saves[2 * sv] == after) {
+        if (live) {
+            float* dst = state + (u64)saves[2 * sv + 1] * head;
+#pragma unroll
+            for (int r = 0; r < R; ++r) dst[(u64)(part + 4 * r) * dv + col] = st[r];
+        }
+        ++sv;
+    }
+}
+
+template <int DK, typename TM>
+__device__ void gdn_recurrent_impl(float* core, const float* conv, const TM* mixed,
+                                   const float* neg_a, const float* dt_bias, float* state,
+                                   const u32* seq_starts, const u32* slots,
+                                   const u32* save_starts, const u32* saves, int nk, int nv,
+                                   int dv, int width) {
+    constexpr int R = DK / 4;
+    __shared__ float qs[GDN_TILE][DK], ks[GDN_TILE][DK], vs[GDN_TILE][GDN_MAX_COLS];
+    __shared__ float decay_s[GDN_TILE], beta_s[GDN_TILE], kq_s[GDN_TILE];
+    pdl_start();
+    const int s = blockIdx.z, h = blockIdx.y;
+    const int cols = blockDim.x / 4, local = threadIdx.x / 4, part = threadIdx.x % 4;
+    const int col0 = blockIdx.x * cols, col = col0 + local;
+    const bool live = col < dv;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const int kd = nk * DK, vd = nv * dv, channels = 2 * kd + vd;
+    const int kh = h / (nv / nk);
+    const u32 r0 = seq_starts[s], r1 = seq_starts[s + 1];
+    const u64 head = (u64)nv * DK * dv;  // a slot's recurrent state
+    float* own = state + slots[s] * head + (u64)h * DK * dv;
+    float st[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) st[r] = live ? own[(u64)(part + 4 * r) * dv + col] : 0.f;
+    state += (u64)h * DK * dv;  // saves: slot · head from here
+    u32 sv = save_starts[s];
+    const u32 sv_end = save_starts[s + 1];
+    gdn_saves<R>(st, sv, sv_end, saves, 0, state, head, dv, col, part, live);
+    const float scale = 1.0f / sqrtf((float)DK);
+    const float na = neg_a[h], bias = dt_bias[h];
+    for (u32 t0 = r0; t0 < r1; t0 += GDN_TILE) {
+        const int n = min((u32)GDN_TILE, r1 - t0);
+        __syncthreads();  // the previous tile is consumed
+        // q and k: 2·n·DK/4 16-byte loads, eight in flight a thread before any is stored
+        // (a one-warp block would otherwise wait for each in turn); v: a value a column.
+        const int loads = 2 * n * (DK / 4), vloads = n * cols;
+        for (int e0 = threadIdx.x; e0 < loads + vloads; e0 += GDN_INFLIGHT * blockDim.x) {
+            u32x4 r[GDN_INFLIGHT];
+#pragma unroll
+            for (int u = 0; u < GDN_INFLIGHT; ++u) {
+                const int e = e0 + u * blockDim.x;
+                if (e < loads) {
+                    const int tt = e / (DK / 2), which = (e / (DK / 4)) % 2;
+                    const float* src = conv + (u64)(t0 + tt) * channels + which * kd + kh * DK;
+                    r[u] = load_cached((const u32x4*)src + e % (DK / 4));
+                } else if (e < loads + vloads) {
+                    const int c = col0 + (e - loads) % cols, tt = (e - loads) / cols;
+                    r[u].x = c < dv ? __float_as_uint(
+                                          conv[(u64)(t0 + tt) * channels + 2 * kd + h * dv + c])
+                                    : 0u;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < GDN_INFLIGHT; ++u) {
+                const int e = e0 + u * blockDim.x;
+                if (e < loads) {
+                    const int tt = e / (DK / 2), which = (e / (DK / 4)) % 2;
+                    float* dst = (which ? ks[tt] : qs[tt]) + 4 * (e % (DK / 4));
+                    dst[0] = __uint_as_float(r[u].x);
+                    dst[1] = __uint_as_float(r[u].y);
+                    dst[2] = __uint_as_float(r[u].z);
+                    dst[3] = __uint_as_float(r[u].w);
+                } else if (e < loads + vloads) {
+                    vs[(e - loads) / cols][(e - loads) % cols] = __uint_as_float(r[u].x);
+                }
+            }
+        }
+        if (threadIdx.x < n) {
+            const TM* m = mixed + (u64)(t0 + threadIdx.x) * width + channels + vd;
+            const float b = to_f32(m[h]), a = to_f32(m[nv + h]) + bias;
+            const float softplus = a > 20.f ? a : log1pf(expf(a));
+            beta_s[threadIdx.x] = gdn_sigmoid(b);
+            decay_s[threadIdx.x] = expf(na * softplus);
+        }
+        __syncthreads();
+        for (int v = warp; v < 2 * n; v += warps) {
+            float* x = v < n ? qs[v] : ks[v - n];
+            float ss = 0.f;
+            for (int d = lane; d < DK; d += 32) ss += x[d] * x[d];
+            const float inv = 1.0f / sqrtf(warp_sum(ss) + 1e-6f);
+            const float mul = v < n ? inv * scale : inv;
+            for (int d = lane; d < DK; d += 32) x[d] *= mul;
+        }
+        __syncthreads();
+        for (int v = warp; v < n; v += warps) {
+            float dot = 0.f;
+            for (int d = lane; d < DK; d += 32) dot += qs[v][d] * ks[v][d];
+            dot = warp_sum(dot);
+            if (lane == 0) kq_s[v] = dot;
+        }
+        __syncthreads();
+        for (int tt = 0; tt < n; ++tt) {
+            const float decay = decay_s[tt], beta = beta_s[tt];
+            float u = 0.f, w = 0.f;
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                u += st[r] * ks[tt][part + 4 * r];
+                w += st[r] * qs[tt][part + 4 * r];
+            }
+            u += __shfl_xor_sync(0xffffffffu, u, 1);
+            w += __shfl_xor_sync(0xffffffffu, w, 1);
+            u += __shfl_xor_sync(0xffffffffu, u, 2);
+            w += __shfl_xor_sync(0xffffffffu, w, 2);
+            const float delta = beta * (vs[tt][local] - decay * u);
+#pragma unroll
+            for (int r = 0; r < R; ++r) st[r] = st[r] * decay + ks[tt][part + 4 * r] * delta;
+            const u64 row = t0 + tt;
+            if (live && part == 0) core[row * vd + h * dv + col] = decay * w + delta * kq_s[tt];
+            gdn_saves<R>(st, sv, sv_end, saves, (u32)(row + 1 - r0), state, head, dv, col, part,
+                         live);
+        }
+    }
+    if (live) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) own[(u64)(part + 4 * r) * dv + col] = st[r];
+    }
+}
+
+#define GDN_RECURRENT(dk, tm, TM)                                                                \
+    extern "C" __global__ void gdn_recurrent_d##dk##_##tm(                                       \
+        float* core, const float* conv, const TM* mixed, const float* neg_a,                     \
+        const float* dt_bias, float* state, const u32* seq_starts, const u32* slots,             \
+        const u32* save_starts, const u32* saves, int nk, int nv, int dv, int width) {           \
+        gdn_recurrent_impl<dk, TM>(core, conv, mixed, neg_a, dt_bias, state, seq_starts, slots, \
+                                   save_starts, saves, nk, nv, dv, width);                       \
+    }
+GDN_RECURRENT(16, f32, float)
+GDN_RECURRENT(16, bf16, bf16)
+GDN_RECURRENT(32, f32, float)
+GDN_RECURRENT(32, bf16, bf16)
+GDN_RECURRENT(64, f32, float)
+GDN_RECURRENT(64, bf16, bf16)
+GDN_RECURRENT(128, f32, float)
+GDN_RECURRENT(128, bf16, bf16)
+GDN_RECURRENT(256, f32, float)
+GDN_RECURRENT(256, bf16, bf16)
+
+// --- 3. the gated RMSNorm ----------------------------------------------------------------------
+
+template <typename TM, typename TO>
+__device__ void gdn_norm_impl(TO* out, const float* core, const TM* mixed, const float* w,
+                              int heads, int nv, int dv, int width, int z_at, float eps) {
+    pdl_start();
+    const int idx = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (idx >= heads) return;
+    const u64 t = idx / nv, at = t * nv * dv + (u64)(idx % nv) * dv;
+    const float* x = core + at;
+    float ss = 0.f;
+    for (int d = lane; d < dv; d += 32) ss += x[d] * x[d];
+    const float inv = 1.0f / sqrtf(warp_sum(ss) / dv + eps);
+    const TM* z = mixed + t * width + z_at + (u64)(idx % nv) * dv;
+    for (int d = lane; d < dv; d += 32)
+        out[at + d] = from_f32<TO>(w[d] * (x[d] * inv) * gdn_silu(to_f32(z[d])));
+}
+
+#define GDN_NORM(tm, TM, to, TO)                                                                 \
+    extern "C" __global__ void gdn_norm_##tm##_##to(TO* out, const float* core, const TM* mixed, \
+                                                    const float* w, int heads, int nv, int dv,   \
+                                                    int width, int z_at, float eps) {            \
+        gdn_norm_impl(out, core, mixed, w, heads, nv, dv, width, z_at, eps);                     \
+    }
+GDN_NORM(f32, float, bf16, bf16)
+GDN_NORM(bf16, bf16, bf16, bf16)
+GDN_NORM(f32, float, f32, float)
+GDN_NORM(bf16, bf16, f32, float)
+
+// --- elementwise -------------------------------------------------------------------------------
+
+__device__ __forceinline__ float load_any(const void* p, u64 i, int is_bf16) {
+    return is_bf16 ? to_f32(((const bf16*)p)[i]) : ((const float*)p)[i];
+}
+__device__ __forceinline__ void store_any(void* p, u64 i, int is_bf16, float v) {
+    if (is_bf16)
+        ((bf16*)p)[i] = from_f32<bf16>(v);
+    else
+        ((float*)p)[i] = v;
+}
+
+#define GRID_STRIDE(i, n) \
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (u64)gridDim.x * blockDim.x)
+
+// x *= sigmoid(gate)
+extern "C" __global__ void sigmoid_mul(void* x, int x_bf16, const void* gate, int gate_bf16, u64 n) {
+    pdl_start();
+    GRID_STRIDE(i, n) {
+        store_any(x, i, x_bf16, load_any(x, i, x_bf16) * gdn_sigmoid(load_any(gate, i, gate_bf16)));
+    }
+}
+
+// x += y
+extern "C" __global__ void add_assign(void* x, int x_bf16, const void* y, int y_bf16, u64 n) {
+    pdl_start();
+    GRID_STRIDE(i, n) { store_any(x, i, x_bf16, load_any(x, i, x_bf16) + load_any(y, i, y_bf16)); }
+}
+
+// out[t, c] = routed[t, c] + sigmoid(gate[t]) · out[t, c]
+extern "C" __global__ void add_gated(void* out, int out_bf16, const void* routed, int routed_bf16,
+                                     const void* gate, int gate_bf16, u64 rows, u64 cols) {
+    pdl_start();
+    GRID_STRIDE(i, rows * cols) {
+        const float g = gdn_sigmoid(load_any(gate, i / cols, gate_bf16));
+        store_any(out, i, out_bf16, load_any(routed, i, routed_bf16) + g * load_any(out, i, out_bf16));
+    }
+}
+
+// Row `to` of an f32 [rows, n] tensor = row `from` (copy), or zeros when zero != 0.
+extern "C" __global__ void state_row(float* t, u64 n, u64 from, u64 to, int zero) {
+    pdl_start();
+    GRID_STRIDE(i, n) { t[to * n + i] = zero ? 0.f : t[from * n + i]; }
+}
