@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use metrale_engine::backend::{Backend, CpuBackend};
+use metrale_engine::backend::{Backend, CpuBackend, HybridOps};
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
@@ -167,20 +167,18 @@ fn check_tokens(tokens: &[u32], vocab: usize, context: usize) -> anyhow::Result<
 }
 
 /// Score with a Qwen3.5 hybrid model on the CPU (its only device in this version).
-fn score_hybrid(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
+fn score_hybrid<B: HybridOps>(
+    backend: &B,
+    args: &ScoreArgs,
+    tokens: &[u32],
+) -> anyhow::Result<Vec<PositionScore>> {
     let path = &args.model.model;
     let config = Qwen3_5Config::from_file(&path.join("config.json"))?;
     let weights = Weights::open(path, load_format(args.model.load_format))?;
-    let model = Qwen3_5::load(&config, &weights)
+    let model = Qwen3_5::load_on(backend, &config, &weights, false, &mut |_| {})
         .with_context(|| format!("failed to load {}", path.display()))?;
     check_tokens(tokens, model.vocab_size(), model.max_position_embeddings())?;
-    Ok(score(
-        &CpuBackend::with_fp8_kv_cache(kv_fp8(args)),
-        &model,
-        tokens,
-        args.top_k,
-        DEFAULT_CHUNK,
-    )?)
+    Ok(score(backend, &model, tokens, args.top_k, DEFAULT_CHUNK)?)
 }
 
 /// `met score --kv-cache-dtype fp8`.
@@ -204,15 +202,22 @@ fn dtype(d: DtypeArg) -> serve_config::ComputeDtype {
 }
 
 #[cfg(feature = "cuda")]
-fn score_on_cuda(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
+fn score_on_cuda(
+    args: &ScoreArgs,
+    tokens: &[u32],
+    hybrid: bool,
+) -> anyhow::Result<Vec<PositionScore>> {
     let backend = metrale_engine::backend::cuda::CudaBackend::for_dtype(0, dtype(args.model.dtype))
         .context("failed to start the CUDA backend")?
         .with_fp8_kv_cache(kv_fp8(args))?;
-    score_on(&backend, args, tokens)
+    match hybrid {
+        true => score_hybrid(&backend, args, tokens),
+        false => score_on(&backend, args, tokens),
+    }
 }
 
 #[cfg(not(feature = "cuda"))]
-fn score_on_cuda(_: &ScoreArgs, _: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
+fn score_on_cuda(_: &ScoreArgs, _: &[u32], _: bool) -> anyhow::Result<Vec<PositionScore>> {
     bail!(
         "this met was built without CUDA support: rebuild with `cargo build --release -p metrale-engine --features cuda`, or use --device cpu"
     )
@@ -244,14 +249,17 @@ fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
     }
     let hybrid = qwen3_5::is_hybrid(&config.architecture);
     let positions = match args.model.device {
-        Device::Cpu if hybrid => score_hybrid(&args, &tokens)?,
+        Device::Cpu if hybrid => score_hybrid(
+            &CpuBackend::with_fp8_kv_cache(kv_fp8(&args)),
+            &args,
+            &tokens,
+        )?,
         Device::Cpu => score_on(
             &CpuBackend::with_fp8_kv_cache(kv_fp8(&args)),
             &args,
             &tokens,
         )?,
-        Device::Cuda if hybrid => bail!("{}", qwen3_5::CPU_ONLY),
-        Device::Cuda => score_on_cuda(&args, &tokens)?,
+        Device::Cuda => score_on_cuda(&args, &tokens, hybrid)?,
     };
     let total: f64 = positions
         .iter()

@@ -84,7 +84,6 @@ impl EngineHandle {
                 load_qwen3_5(b, d, w, mtp, done)
             }),
             Device::Cpu => start_on(cpu, config, hub, &load_qwen3),
-            Device::Cuda if hybrid => bail!("{}", qwen3_5::CPU_ONLY),
             #[cfg(feature = "cuda")]
             Device::Cuda => {
                 hub.phases().phase(Phase::CompileKernels, 0, None, "");
@@ -94,7 +93,13 @@ impl EngineHandle {
                 if config.enforce_eager {
                     backend.set_graphs(false);
                 }
-                start_on(backend, config, hub, &load_qwen3)
+                if hybrid {
+                    start_on(backend, config, hub, &move |b, d, w, done| {
+                        load_qwen3_5(b, d, w, mtp, done)
+                    })
+                } else {
+                    start_on(backend, config, hub, &load_qwen3)
+                }
             }
             #[cfg(not(feature = "cuda"))]
             Device::Cuda => {
@@ -256,6 +261,27 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
 ) -> anyhow::Result<KvCachePlan> {
     let bs = config.block_size;
     let per_block = model.kv_bytes_per_token(backend) * bs;
+    let state = model.state_spec().map(|spec| {
+        let slots = config.ssm_cache_slots.unwrap_or(config.max_num_seqs);
+        StateCachePlan {
+            config: StateCacheConfig {
+                num_slots: slots,
+                // Checkpoints only serve prefix caching.
+                num_checkpoints: if config.enable_prefix_caching {
+                    config.ssm_checkpoint_slots.unwrap_or(slots)
+                } else {
+                    0
+                },
+                checkpoint_interval: config.ssm_checkpoint_interval,
+            },
+            bytes_per_slot: spec.bytes_per_slot(),
+            scratch_slots: config
+                .speculative
+                .map_or(0, |s| s.num_drafts * spec_max_seqs(config, s)),
+        }
+    });
+    // The recurrent-state slots (and speculation's scratch) are device memory too.
+    let state_bytes = state.as_ref().map_or(0, StateCachePlan::bytes);
     let bytes = match (config.kv_cache_bytes, backend.memory_info()) {
         (Some(b), _) => b,
         (None, Some((free, total))) => {
@@ -263,15 +289,17 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
             let used = total - free;
             let activations =
                 model.activation_bytes(config.max_num_batched_tokens, config.max_num_seqs);
-            let left = allowed.saturating_sub(used + activations);
+            let left = allowed.saturating_sub(used + activations + state_bytes);
             if left < per_block * (max_model_len.div_ceil(bs) + 1) {
                 bail!(
-                    "after the weights ({} MiB in use) and one step's activations ({} MiB), \
-                     --gpu-memory-utilization {} leaves {} MiB of the GPU's {} MiB for the KV cache, \
-                     too little for one sequence of {max_model_len} tokens; raise \
-                     --gpu-memory-utilization or lower --max-seq-len / --max-num-batched-tokens",
+                    "after the weights ({} MiB in use), one step's activations ({} MiB) and the \
+                     recurrent-state slots ({} MiB), --gpu-memory-utilization {} leaves {} MiB of \
+                     the GPU's {} MiB for the KV cache, too little for one sequence of \
+                     {max_model_len} tokens; raise --gpu-memory-utilization or lower \
+                     --max-seq-len / --max-num-batched-tokens / --ssm-cache-slots",
                     used >> 20,
                     activations >> 20,
+                    state_bytes >> 20,
                     config.gpu_memory_utilization,
                     left >> 20,
                     total >> 20
@@ -297,25 +325,6 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
             num_blocks - 1
         );
     }
-    let state = model.state_spec().map(|spec| {
-        let slots = config.ssm_cache_slots.unwrap_or(config.max_num_seqs);
-        StateCachePlan {
-            config: StateCacheConfig {
-                num_slots: slots,
-                // Checkpoints only serve prefix caching.
-                num_checkpoints: if config.enable_prefix_caching {
-                    config.ssm_checkpoint_slots.unwrap_or(slots)
-                } else {
-                    0
-                },
-                checkpoint_interval: config.ssm_checkpoint_interval,
-            },
-            bytes_per_slot: spec.bytes_per_slot(),
-            scratch_slots: config
-                .speculative
-                .map_or(0, |s| s.num_drafts * spec_max_seqs(config, s)),
-        }
-    });
     Ok(KvCachePlan {
         num_blocks,
         block_size: bs,

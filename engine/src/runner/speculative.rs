@@ -123,6 +123,8 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             Some(state) => {
                 let base = state.num_slots;
                 let slots = base + max_seqs * num_drafts;
+                // The old slots go first: both at once may not fit on a GPU.
+                self.kv.state = None;
                 self.kv.state = Some(self.model.new_state_storage(&self.backend, slots)?);
                 base
             }

@@ -686,7 +686,10 @@ impl Backend for CudaBackend {
                 self.compute != DType::F32 && experimental_moe()
             }
             // Gated DeltaNet (hybrid.rs): the bf16 path; the float32 path serves dense Qwen3.
-            Feature::HybridLayers => self.compute == DType::BF16,
+            // Experimental like MoE: op for op they match the CPU (cuda_check hybrid), and
+            // with small (dummy) weights the whole model does, but on the high-gain fixtures
+            // bf16 lands 0.8-2.7 from transformers' float32 log-probs (docs/cuda.md).
+            Feature::HybridLayers => self.compute == DType::BF16 && experimental_moe(),
         }
     }
 
