@@ -44,8 +44,27 @@
 //     (sm_89+), a group's sum scaled by a_scale · w_scale. Halves the A bytes and doubles the
 //     mma's k, at the cost of rounding every activation to 4 significant bits.
 //
-// Versions tried: this one (see docs/performance.md, "Issue 11: tensor-core grouped expert
-// GEMMs", for its times).
+// Which build runs (moe_mma.rs): _bf16 for bf16 experts, _fp8 for FP8 ones; _fp8act only when
+// asked (CudaBackend::set_fp8_activations): on the H200 it was 12% faster than _fp8 on a
+// 2048-token chunk (1573 against 1796 us) and 7% on the whole 30B-A3B prefill (121 against 130
+// ms), for 25 times the error (rms 4.1e-2 to 4.4e-2 of the output's against 1.6e-3; the CPU
+// reference keeps activations exact).
+//
+// Times (H200, fused_moe alone at 30B-A3B's shape, 2048 tokens = 16384 pairs, top-8 of 128,
+// routing and moe_combine included; floors: the experts' weights once at 4 TB/s, 302 us bf16 and
+// 156 us FP8, and 155 GFLOP at 780 TFLOP/s, 198 us):
+//   moe_gate_up_* + moe_down_* on the CUDA cores:   bf16 15425 us, FP8 25739 us.
+//   this file, 64-row blocks (the one kept):        bf16 1208 us (128 TFLOP/s), FP8 1796,
+//                                                   e4m3 activations 1573.
+//   128-row blocks (8 warps of 64 × 32 for bf16, 16 of 32 × 32 for FP8; 4 stages in 64 KB and
+//   48 KB): bf16 1340, FP8 2161, e4m3 1904, and slower at every smaller size too (at 16
+//   tokens 488 against 360 us), though each weight tile is read by fewer blocks.
+// Nsight Compute on the 64-row bf16 kernels in a 30B-A3B prefill (at its base clocks): 24% of
+// warp slots occupied (4 blocks of 4 warps a multiprocessor, by registers and shared memory),
+// 57% of the SM's issue throughput, L2 44-65%, DRAM 20-33%; 41% of the cycles between a warp's
+// instructions are waits on fixed-latency dependencies. Latency-bound: more warps or more
+// independent work a warp (interleaving the two k16 steps of a tile across accumulators, larger
+// k slices, ldmatrix), or Hopper's wgmma with TMA, are the next steps.
 
 #define MMA_BM 64
 #define MMA_BN 128
@@ -149,19 +168,25 @@ extern "C" __global__ void moe_tiles(int* tiles, const int* offsets, int experts
 
 // ---- the grouped GEMMs ---------------------------------------------------------------------
 
-// MODE 0: bf16 activations and weights; 1: bf16 activations, FP8 weights; 2: e4m3 activations
-// (with their scales) and FP8 weights. A and W: bytes an element; WARPS: warps of a block;
-// STAGES: k slices in flight (STAGES · stage bytes stays under 48 KB of static shared memory).
-template <int MODE> struct MmaMode;
-template <> struct MmaMode<0> {
-    static constexpr int A = 2, W = 2, WARPS = 4, STAGES = 3;
+// A block's shape. MODE 0: bf16 activations and weights; 1: bf16 activations, FP8 weights; 2:
+// e4m3 activations (with their scales) and FP8 weights. A and W: bytes an element; the warps are
+// 2 (rows) × WARPS / 2 (columns), each MT m16 tiles × WN n8 tiles: 32 × 64 with bf16 weights,
+// 32 × 32 with FP8 (their two sets of accumulators must fit 128 registers); STAGES k slices in
+// flight, in dynamic shared memory (SMEM bytes; moe_mma.rs mirrors these numbers).
+template <int MODE> struct MmaCfg {
+    static constexpr int A = MODE == 2 ? 1 : 2, W = MODE == 0 ? 2 : 1;
+    static constexpr int WARPS = MODE == 0 ? 4 : 8, WARPS_M = 2;
+    static constexpr int MT = MMA_BM / 16 / WARPS_M, WN = MMA_BN / 8 / (WARPS / WARPS_M);
+    static constexpr int STAGE = MMA_BM * MMA_BK * A + MMA_BN * MMA_BK * W;
+    static constexpr int STAGES = MODE == 0 ? 3 : MODE == 1 ? 4 : 6;
+    static constexpr int SMEM = STAGES * STAGE;
 };
-template <> struct MmaMode<1> {
-    static constexpr int A = 2, W = 1, WARPS = 8, STAGES = 4;
-};
-template <> struct MmaMode<2> {
-    static constexpr int A = 1, W = 1, WARPS = 8, STAGES = 6;
-};
+
+// The first (FIRST) or second of two arrays of one type, chosen at compile time.
+template <bool FIRST, typename T> __device__ __forceinline__ T& pick(T& a, T& b) {
+    if constexpr (FIRST) return a;
+    else return b;
+}
 
 // One block of the grouped GEMM (see the header). GATE: gate_up + SiLU (w is [E, 2n, k], out
 // bf16 act [pairs, n]); else out is f32 [pairs, n] and w [E, n, k]. A row of pair p is row
@@ -171,29 +196,33 @@ template <int MODE, bool GATE>
 __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, const void* w,
                              const float* w_scales, const int* tiles, const int* offsets,
                              const int* perm, int rows, int a_div, int n, int k) {
-    using M = MmaMode<MODE>;
-    constexpr int THREADS = M::WARPS * 32;
-    constexpr int WARP_COLS = M::WARPS / 2;
-    constexpr int WN = MMA_BN / 8 / WARP_COLS; // n8 tiles of a warp
-    constexpr int A_ROW = MMA_BK * M::A, W_ROW = MMA_BK * M::W; // bytes of a row in a stage
-    constexpr int STAGE = MMA_BM * A_ROW + MMA_BN * W_ROW;
+    using C = MmaCfg<MODE>;
+    constexpr int BM = MMA_BM;
+    constexpr int THREADS = C::WARPS * 32, WARP_COLS = C::WARPS / C::WARPS_M;
+    constexpr int MT = C::MT, WN = C::WN, WROWS = 16 * MT; // a warp's rows
+    constexpr int A_ROW = MMA_BK * C::A, W_ROW = MMA_BK * C::W; // bytes of a row in a stage
     constexpr int CA = A_ROW / 16, CW = W_ROW / 16; // 16-byte chunks of a row in a stage
-    alignas(16) __shared__ unsigned char smem[M::STAGES * STAGE];
-    __shared__ int a_row[MMA_BM];   // the A row of each tile row, -1 past the tile's pairs
-    __shared__ int out_row[MMA_BM]; // its pair (output row), -1 past them
-    __shared__ int w_row[MMA_BN];   // the weight row of each B row, -1 past the matrix
+#ifdef METRALE_HOST_EMULATION
+    alignas(16) static unsigned char smem[C::SMEM];
+#else
+    extern __shared__ __attribute__((aligned(16))) unsigned char moe_mma_smem[];
+    unsigned char* const smem = moe_mma_smem; // C::SMEM bytes
+#endif
+    __shared__ int a_row[BM];     // the A row of each tile row, -1 past the tile's pairs
+    __shared__ int out_row[BM];   // its pair (output row), -1 past them
+    __shared__ int w_row[MMA_BN]; // the weight row of each B row, -1 past the matrix
 
-    int e = 0, start = (int)blockIdx.x * MMA_BM, end = rows;
+    int e = 0, start = (int)blockIdx.x * BM, end = rows;
     if (tiles) {
         e = tiles[2 * blockIdx.x];
         if (e < 0) return;
         start = offsets[e] + tiles[2 * blockIdx.x + 1];
         end = offsets[e + 1];
     }
-    const int count = min(MMA_BM, end - start);
+    const int count = min(BM, end - start);
     const int n0 = (int)blockIdx.y * (GATE ? MMA_BN / 2 : MMA_BN);
     const int tid = threadIdx.x;
-    for (int r = tid; r < MMA_BM; r += THREADS) {
+    for (int r = tid; r < BM; r += THREADS) {
         const int p = r < count ? (perm ? perm[start + r] : start + r) : -1;
         out_row[r] = p;
         a_row[r] = p < 0 ? -1 : p / a_div;
@@ -210,21 +239,21 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
     const unsigned char* w8 = (const unsigned char*)w;
     // k slice kt into stage slot `slot`: A rows, then B rows, 16-byte chunks.
     auto load = [&](int kt, int slot) {
-        unsigned char* sa = smem + slot * STAGE;
-        unsigned char* sw = sa + MMA_BM * A_ROW;
+        unsigned char* sa = smem + slot * C::STAGE;
+        unsigned char* sw = sa + BM * A_ROW;
 #pragma unroll
-        for (int c = tid; c < MMA_BM * CA + MMA_BN * CW; c += THREADS) {
-            if (c < MMA_BM * CA) {
+        for (int c = tid; c < BM * CA + MMA_BN * CW; c += THREADS) {
+            if (c < BM * CA) {
                 const int r = c / CA, ch = c % CA;
-                const int kk = kt * MMA_BK + ch * (16 / M::A);
+                const int kk = kt * MMA_BK + ch * (16 / C::A);
                 const bool ok = a_row[r] >= 0 && kk < k;
-                const unsigned char* src = ok ? a8 + ((u64)a_row[r] * k + kk) * M::A : a8;
+                const unsigned char* src = ok ? a8 + ((u64)a_row[r] * k + kk) * C::A : a8;
                 cp_async16(sa + r * A_ROW + ch * 16, src, ok);
             } else {
-                const int r = (c - MMA_BM * CA) / CW, ch = (c - MMA_BM * CA) % CW;
-                const int kk = kt * MMA_BK + ch * (16 / M::W);
+                const int r = (c - BM * CA) / CW, ch = (c - BM * CA) % CW;
+                const int kk = kt * MMA_BK + ch * (16 / C::W);
                 const bool ok = w_row[r] >= 0 && kk < k;
-                const unsigned char* src = ok ? w8 + ((u64)w_row[r] * k + kk) * M::W : w8;
+                const unsigned char* src = ok ? w8 + ((u64)w_row[r] * k + kk) * C::W : w8;
                 cp_async16(sw + r * W_ROW + ch * 16, src, ok);
             }
         }
@@ -241,23 +270,25 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
         }
         return (wn * WN + nt) * 8;
     };
-    float acc[2][WN][4];
-    float part[2][WN][4]; // MODE > 0: the current scale group's sums
+    float acc[MT][WN][4];
+    float part[MT][WN][4]; // MODE > 0: the current scale group's sums
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < WN; ++nt)
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[mt][nt][i] = part[mt][nt][i] = 0.f;
+    // Where the products go: straight into acc (bf16 weights) or into the group's sums.
+    auto& sums = pick<MODE == 0>(acc, part);
 
     // The products of stage slot `slot` (one 32-wide k slice).
     auto compute = [&](int slot) {
-        const unsigned char* sa = smem + slot * STAGE + (wm * 32 + g) * A_ROW;
-        const unsigned char* sw = smem + slot * STAGE + MMA_BM * A_ROW + g * W_ROW;
-        if constexpr (M::A == 2) {
-            u32x4 lo8[2], hi8[2]; // rows g and g + 8 of each m16 tile: k 8t .. 8t + 7
+        const unsigned char* sa = smem + slot * C::STAGE + (wm * WROWS + g) * A_ROW;
+        const unsigned char* sw = smem + slot * C::STAGE + BM * A_ROW + g * W_ROW;
+        if constexpr (C::A == 2) {
+            u32x4 lo8[MT], hi8[MT]; // rows g and g + 8 of each m16 tile: k 8t .. 8t + 7
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
+            for (int mt = 0; mt < MT; ++mt) {
                 lo8[mt] = lds16(sa + mt * 16 * A_ROW + 16 * t);
                 hi8[mt] = lds16(sa + (mt * 16 + 8) * A_ROW + 16 * t);
             }
@@ -265,25 +296,18 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
             for (int nt = 0; nt < WN; ++nt) {
                 const unsigned char* wp = sw + tile_row(nt) * W_ROW;
                 u32x4 b;
-                if constexpr (M::W == 2) b = lds16(wp + 16 * t);
+                if constexpr (C::W == 2) b = lds16(wp + 16 * t);
                 else b = e4m3x8_to_bf16x8(lds8(wp + 8 * t));
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt) {
-                    if constexpr (MODE == 0) {
-                        mma_bf16(acc[mt][nt], lo8[mt].x, hi8[mt].x, lo8[mt].y, hi8[mt].y, b.x, b.y);
-                        mma_bf16(acc[mt][nt], lo8[mt].z, hi8[mt].z, lo8[mt].w, hi8[mt].w, b.z, b.w);
-                    } else {
-                        mma_bf16(part[mt][nt], lo8[mt].x, hi8[mt].x, lo8[mt].y, hi8[mt].y, b.x,
-                                 b.y);
-                        mma_bf16(part[mt][nt], lo8[mt].z, hi8[mt].z, lo8[mt].w, hi8[mt].w, b.z,
-                                 b.w);
-                    }
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma_bf16(sums[mt][nt], lo8[mt].x, hi8[mt].x, lo8[mt].y, hi8[mt].y, b.x, b.y);
+                    mma_bf16(sums[mt][nt], lo8[mt].z, hi8[mt].z, lo8[mt].w, hi8[mt].w, b.z, b.w);
                 }
             }
         } else {
-            u32x2 lo8[2], hi8[2];
+            u32x2 lo8[MT], hi8[MT];
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
+            for (int mt = 0; mt < MT; ++mt) {
                 lo8[mt] = lds8(sa + mt * 16 * A_ROW + 8 * t);
                 hi8[mt] = lds8(sa + (mt * 16 + 8) * A_ROW + 8 * t);
             }
@@ -291,8 +315,9 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
             for (int nt = 0; nt < WN; ++nt) {
                 const u32x2 b = lds8(sw + tile_row(nt) * W_ROW + 8 * t);
 #pragma unroll
-                for (int mt = 0; mt < 2; ++mt)
-                    mma_m16n8<true>(part[mt][nt], lo8[mt].x, hi8[mt].x, lo8[mt].y, hi8[mt].y, b.x, b.y);
+                for (int mt = 0; mt < MT; ++mt)
+                    mma_m16n8<true>(sums[mt][nt], lo8[mt].x, hi8[mt].x, lo8[mt].y, hi8[mt].y, b.x,
+                                    b.y);
             }
         }
     };
@@ -300,7 +325,7 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
     // MODE > 0: the scales of the current group: the weight rows of the lane's columns (2t,
     // 2t + 1 of each n8 tile), and (MODE 2) the A rows of its rows (g, g + 8 of each m16 tile).
     const int groups = (k + MMA_GROUP - 1) / MMA_GROUP;
-    float ws[WN][2], as[2][2];
+    float ws[WN][2], as[MT][2];
     auto load_scales = [&](int grp) {
 #pragma unroll
         for (int nt = 0; nt < WN; ++nt)
@@ -311,16 +336,16 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
             }
         if (MODE == 2)
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int r = a_row[wm * 32 + mt * 16 + g + 8 * h];
+                    const int r = a_row[wm * WROWS + mt * 16 + g + 8 * h];
                     as[mt][h] = a_scales[(u64)max(r, 0) * groups + grp];
                 }
     };
     auto fold = [&]() {
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int nt = 0; nt < WN; ++nt)
 #pragma unroll
@@ -334,28 +359,28 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
     const int ktiles = (k + MMA_BK - 1) / MMA_BK;
     constexpr int PER_GROUP = MMA_GROUP / MMA_BK;
 #pragma unroll
-    for (int s = 0; s < M::STAGES - 1; ++s) {
+    for (int s = 0; s < C::STAGES - 1; ++s) {
         if (s < ktiles) load(s, s);
         cp_async_commit();
     }
     for (int kt = 0; kt < ktiles; ++kt) {
-        cp_async_wait<M::STAGES - 2>();
+        cp_async_wait<C::STAGES - 2>();
         __syncthreads(); // slice kt is in; every warp is done with the slot refilled below
-        const int next = kt + M::STAGES - 1;
-        if (next < ktiles) load(next, next % M::STAGES);
+        const int next = kt + C::STAGES - 1;
+        if (next < ktiles) load(next, next % C::STAGES);
         cp_async_commit();
         if (MODE > 0 && kt % PER_GROUP == 0) load_scales(kt / PER_GROUP);
-        compute(kt % M::STAGES);
+        compute(kt % C::STAGES);
         if (MODE > 0 && (kt % PER_GROUP == PER_GROUP - 1 || kt == ktiles - 1)) fold();
     }
     cp_async_wait<0>();
 
     // Epilogue: rows g and g + 8 of each m16 tile, columns 2t and 2t + 1 of each n8 tile.
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int p = out_row[wm * 32 + mt * 16 + g + 8 * h];
+            const int p = out_row[wm * WROWS + mt * 16 + g + 8 * h];
             if (p < 0) continue;
             if (GATE) {
                 bf16* act = (bf16*)out + (u64)p * n;
@@ -382,10 +407,11 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
         }
 }
 
-// Launch bounds: the bf16 build's 128 threads at 3 blocks a multiprocessor, the FP8 builds'
-// 256 at 2 (their shared memory allows 4).
-#define MOE_MMA_KERNELS(SUFFIX, MODE, TA, TW, MIN_BLOCKS)                                          \
-    extern "C" __global__ void __launch_bounds__(MmaMode<MODE>::WARPS * 32, MIN_BLOCKS)            \
+// Launch bounds: at most 128 registers a thread (3 blocks of 128 threads or 2 of 256 a
+// multiprocessor).
+#define MOE_MMA_KERNELS(SUFFIX, MODE, TA, TW)                                                      \
+    extern "C" __global__ void __launch_bounds__(MmaCfg<MODE>::WARPS * 32,                         \
+                                                 MmaCfg<MODE>::WARPS == 4 ? 3 : 2)                 \
         moe_gate_up_mma_##SUFFIX(bf16* act, const TA* x, const float* x_scales, const TW* w,       \
                                  const float* w_scales, const int* tiles, const int* offsets,      \
                                  const int* perm, int top_k, int inter, int hidden) {              \
@@ -393,7 +419,8 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
         moe_mma_impl<MODE, true>(act, x, x_scales, w, w_scales, tiles, offsets, perm, 0, top_k,    \
                                  inter, hidden);                                                   \
     }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(MmaMode<MODE>::WARPS * 32, MIN_BLOCKS)            \
+    extern "C" __global__ void __launch_bounds__(MmaCfg<MODE>::WARPS * 32,                         \
+                                                 MmaCfg<MODE>::WARPS == 4 ? 3 : 2)                 \
         moe_down_mma_##SUFFIX(float* ys, const TA* act, const float* act_scales, const TW* w,      \
                               const float* w_scales, const int* tiles, const int* offsets,         \
                               const int* perm, int rows, int hidden, int inter) {                  \
@@ -402,9 +429,9 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
                                   hidden, inter);                                                  \
     }
 
-MOE_MMA_KERNELS(bf16, 0, bf16, bf16, 3)
-MOE_MMA_KERNELS(fp8, 1, bf16, unsigned char, 2)
-MOE_MMA_KERNELS(fp8act, 2, unsigned char, unsigned char, 2)
+MOE_MMA_KERNELS(bf16, 0, bf16, bf16)
+MOE_MMA_KERNELS(fp8, 1, bf16, unsigned char)
+MOE_MMA_KERNELS(fp8act, 2, unsigned char, unsigned char)
 
 // ---- activations as e4m3 (the _fp8act builds) ----------------------------------------------
 

@@ -1,7 +1,7 @@
 //! A speed probe of Qwen3-MoE decode (not pass/fail): Qwen3-30B-A3B's shape with dummy
 //! weights, in bf16 and with FP8 projections (`scripts/gpu/qwen3-30b-a3b*-config.json`),
 //! loaded through `Weights::Dummy` + `Qwen3::load` as `met serve --load-format dummy` does (the
-//! experts are recipes the device draws), one decode step at batch 1 and 8 over 128-token
+//! experts are recipes the device draws), one decode step at batch 1, 8 and 64 over 128-token
 //! contexts through the decode graph, against the floor of reading the active weights once at
 //! 4.0 TB/s (each step again with programmatic dependent launch off, see `speed::pdl_off_line`),
 //! and one 2048-token prefill. Prints FP8's speed-up over bf16 at batch 1 (issue 11 asks for at
@@ -94,9 +94,10 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             t0.elapsed().as_secs_f64()
         ));
         let blocks_per_seq = (CONTEXT + 1).div_ceil(BLOCK);
-        let mut kv = model.new_kv_storage(cuda, 8 * blocks_per_seq + 1, BLOCK)?;
+        let mut kv = model.new_kv_storage(cuda, 64 * blocks_per_seq + 1, BLOCK)?;
         let kv_per_token = model.kv_bytes_per_token(cuda) as f64;
-        for b in [1usize, 8] {
+        // Batch 64 takes the experts' tensor-core kernels (4 pairs an expert) inside the graph.
+        for b in [1usize, 8, 64] {
             let host = decode_batch(b, blocks_per_seq.next_power_of_two());
             let t = time_step(cuda, &model, &mut kv, &host, true)?;
             let bytes = active_weight_bytes(&c, b) + (b * (CONTEXT + 1)) as f64 * kv_per_token;
@@ -160,46 +161,43 @@ struct PrefillRoute {
 /// `set_fp8_matmul_mma`'s default in the backend (what the other timings run with).
 const DENSE_FP8_MMA: bool = false;
 
+/// The defaults: experts on tensor cores (at this size).
+const AFTER: PrefillRoute = PrefillRoute {
+    what: "experts on tensor cores",
+    gemm: MoeGemm::Auto,
+    dense_mma: DENSE_FP8_MMA,
+    fp8_act: false,
+    fp8_only: false,
+    runs: (2, 10),
+};
+
 const PREFILL_ROUTES: [PrefillRoute; 5] = [
     PrefillRoute {
         what: "before (experts on CUDA cores, FP8 GEMMs via a bf16 copy)",
         gemm: MoeGemm::CudaCores,
         dense_mma: false,
-        fp8_act: false,
-        fp8_only: false,
         runs: (1, 3),
+        ..AFTER
     },
-    PrefillRoute {
-        what: "experts on tensor cores",
-        gemm: MoeGemm::Auto,
-        dense_mma: false,
-        fp8_act: false,
-        fp8_only: false,
-        runs: (2, 10),
-    },
+    AFTER,
     PrefillRoute {
         what: "experts on tensor cores, e4m3 activations",
-        gemm: MoeGemm::Auto,
-        dense_mma: false,
         fp8_act: true,
         fp8_only: true,
-        runs: (2, 10),
+        ..AFTER
     },
     PrefillRoute {
         what: "experts and FP8 GEMMs on tensor cores",
-        gemm: MoeGemm::Auto,
         dense_mma: true,
-        fp8_act: false,
         fp8_only: true,
-        runs: (2, 10),
+        ..AFTER
     },
     PrefillRoute {
         what: "experts and FP8 GEMMs on tensor cores, e4m3 activations",
-        gemm: MoeGemm::Auto,
         dense_mma: true,
         fp8_act: true,
         fp8_only: true,
-        runs: (2, 10),
+        ..AFTER
     },
 ];
 
@@ -315,6 +313,7 @@ fn moe_sweep(
          bf16 cuda cores / tensor cores, fp8 cuda cores / tensor cores / tensor cores with e4m3 \
          activations"
     ));
+    // (weights, kernels, e4m3 activations)
     let routes = [
         (0, MoeGemm::CudaCores, false),
         (0, MoeGemm::TensorCores, false),
@@ -341,15 +340,12 @@ fn moe_sweep(
         }
         // FLOPs of the experts' GEMMs (gate|up and down), as TFLOP/s of the tensor cores.
         let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
+        let cells: Vec<String> = us.iter().map(|u| format!("{u:>7.1}")).collect();
         report.summary_line(format!(
-            "  T {t:>4} {:>5.1}: {:>8.1} {:>8.1} | {:>8.1} {:>8.1} {:>8.1}   (tensor cores: bf16 \
-             {:.0}, fp8 {:.0}, e4m3 {:.0} TFLOP/s)",
+            "  T {t:>4} {:>5.1}: {} | {}   (tensor cores: bf16 {:.0}, fp8 {:.0}, e4m3 {:.0} TFLOP/s)",
             (t * k) as f64 / e as f64,
-            us[0],
-            us[1],
-            us[2],
-            us[3],
-            us[4],
+            cells[..2].join(" "),
+            cells[2..].join(" "),
             flops / us[1] / 1e6,
             flops / us[3] / 1e6,
             flops / us[4] / 1e6
@@ -387,18 +383,13 @@ fn dense_fp8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             us.push(r? * 1e3);
         }
         us.push(mean_op_ms_n(cuda, 20, || Ok(cuda.matmul(&mut out, &x, &wb)?))? * 1e3);
-        let tflops = |u: f64| 2.0 * (m * n * k) as f64 / u / 1e6;
+        let tflops = |u: &f64| 2.0 * (m * n * k) as f64 / u / 1e6;
+        let cells: Vec<String> = us.iter().map(|u| format!("{u:.1}")).collect();
+        let rates: Vec<String> = us.iter().map(|u| format!("{:.0}", tflops(u))).collect();
         report.summary_line(format!(
-            "  {what} [{m}, {k}] x [{n}, {k}]: {:.1} / {:.1} / {:.1} / {:.1}  ({:.0} / {:.0} / \
-             {:.0} / {:.0} TFLOP/s)",
-            us[0],
-            us[1],
-            us[2],
-            us[3],
-            tflops(us[0]),
-            tflops(us[1]),
-            tflops(us[2]),
-            tflops(us[3])
+            "  {what} [{m}, {k}] x [{n}, {k}]: {}  ({} TFLOP/s)",
+            cells.join(" / "),
+            rates.join(" / ")
         ));
     }
     Ok(())

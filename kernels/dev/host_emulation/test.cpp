@@ -873,6 +873,7 @@ static void host_quant_rows(std::vector<float>& v, int rows, int k) {
 }
 
 void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
+    const int bm = MMA_BM;
     const bool fp8 = mode > 0;
     std::vector<float> logits(T * E);
     for (int t = 0; t < T; ++t)
@@ -886,13 +887,13 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     const auto& [ids, wts, perm, offsets] = routed;
     std::vector<float> ys(P * H, NAN), out(T * H, NAN);
     std::vector<bf16> act(P * I);
-    const int max_tiles = std::min(P, (P + E * (MMA_BM - 1)) / MMA_BM);
+    const int max_tiles = std::min(P, (P + E * (bm - 1)) / bm);
     std::vector<int> tiles(2 * max_tiles, 7);
     launch({1}, {64}, [&] { moe_tiles(tiles.data(), offsets.data(), E, max_tiles); });
-    // The list: every expert's rows once, in tiles of MMA_BM, then -1.
+    // The list: every expert's rows once, in tiles of bm rows, then -1.
     int bad_tiles = 0, y = 0;
     for (int e = 0; e < E; ++e)
-        for (int m0 = 0; m0 < offsets[e + 1] - offsets[e]; m0 += MMA_BM, ++y)
+        for (int m0 = 0; m0 < offsets[e + 1] - offsets[e]; m0 += bm, ++y)
             bad_tiles += y >= max_tiles || tiles[2 * y] != e || tiles[2 * y + 1] != m0;
     for (; y < max_tiles; ++y) bad_tiles += tiles[2 * y] != -1;
     char name[96];
@@ -902,14 +903,14 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     std::vector<unsigned char> xq(T * H), aq(P * I);
     std::vector<float> xs(T * gc_h), as(P * gc_i);
     if (mode == 2) launch({(unsigned)((T + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(xq.data(), xs.data(), x.data(), T, H); });
-    const unsigned gx = (unsigned)max_tiles;
-    launch({gx, (unsigned)((I + MMA_BN / 2 - 1) / (MMA_BN / 2))}, {mode == 0 ? 128u : 256u}, [&] {
+    const unsigned gx = (unsigned)max_tiles, threads = mode == 0 ? 128u : 256u;
+    launch({gx, (unsigned)((I + MMA_BN / 2 - 1) / (MMA_BN / 2))}, {threads}, [&] {
         if (mode == 0) moe_gate_up_mma_bf16(act.data(), x.data(), nullptr, w13b.data(), nullptr, tiles.data(), offsets.data(), perm.data(), K, I, H);
         else if (mode == 1) moe_gate_up_mma_fp8(act.data(), x.data(), nullptr, w13q.data(), s13.data(), tiles.data(), offsets.data(), perm.data(), K, I, H);
         else moe_gate_up_mma_fp8act(act.data(), xq.data(), xs.data(), w13q.data(), s13.data(), tiles.data(), offsets.data(), perm.data(), K, I, H);
     });
     if (mode == 2) launch({(unsigned)((P + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(aq.data(), as.data(), act.data(), P, I); });
-    launch({gx, (unsigned)((H + MMA_BN - 1) / MMA_BN)}, {mode == 0 ? 128u : 256u}, [&] {
+    launch({gx, (unsigned)((H + MMA_BN - 1) / MMA_BN)}, {threads}, [&] {
         if (mode == 0) moe_down_mma_bf16(ys.data(), act.data(), nullptr, w2b.data(), nullptr, tiles.data(), offsets.data(), perm.data(), 0, H, I);
         else if (mode == 1) moe_down_mma_fp8(ys.data(), act.data(), nullptr, w2q.data(), s2.data(), tiles.data(), offsets.data(), perm.data(), 0, H, I);
         else moe_down_mma_fp8act(ys.data(), aq.data(), as.data(), w2q.data(), s2.data(), tiles.data(), offsets.data(), perm.data(), 0, H, I);

@@ -3,8 +3,9 @@
 //! decode step with mixture-of-experts layers is captured into a CUDA graph like a dense one:
 //! three at decode sizes (`moe_plan`, gate_up, `moe_down_combine`: at most [`PLAN_MAX_PAIRS`]
 //! pairs and [`FUSED_DOWN_TOKENS`] tokens), four up to `PLAN_MAX_PAIRS` pairs, six beyond. All
-//! give the same output bit for bit. Every scratch buffer is sized by the step's tokens
-//! (`T · top_k` pairs), which a graph's batch bucket fixes.
+//! give the same output bit for bit. Steps with many tokens an expert run gate|up and down on
+//! tensor cores instead (`moe_mma.rs`), between the same routing and weighted sum. Every scratch
+//! buffer is sized by the step's tokens (`T · top_k` pairs), which a graph's batch bucket fixes.
 
 use std::sync::atomic::Ordering;
 

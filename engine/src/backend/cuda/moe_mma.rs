@@ -13,11 +13,12 @@
 
 use std::sync::atomic::Ordering;
 
+use cudarc::driver::sys::CUfunction_attribute;
 use metrale_kernels::Module;
 
-use super::CudaBackend;
 use super::elementwise::{cfg, dim, int};
 use super::tensor::{CudaTensor, DType};
+use super::{CudaBackend, dev_err};
 use crate::backend::Result;
 
 /// Rows (pairs) of a block tile (`MMA_BM` in moe_mma.cu).
@@ -30,19 +31,32 @@ const TILE_THREADS: u32 = 256;
 /// Rows (a warp each) of a `moe_quant_fp8_*` block.
 const QUANT_ROWS: usize = 8;
 /// With [`MoeGemm::Auto`], steps whose pairs average at least this many an expert run on
-/// tensor cores: a 64-row tile then does enough work to beat the CUDA-core kernels, which read
-/// an expert's weights once per 8 of its tokens (docs/performance.md, "Issue 11: tensor-core
-/// grouped expert GEMMs").
-pub(super) const MMA_MIN_PAIRS_PER_EXPERT: usize = 16;
+/// tensor cores, bf16 experts and FP8 ones: where they beat the CUDA-core kernels on the H200
+/// (fused_moe alone at 30B-A3B's shape: bf16 575 against 671 us at 4, 523 against 496 at 2;
+/// FP8 586 against 649 us at 2, 423 against 411 at 1; docs/performance.md).
+const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
+
+/// The launch of a build (`bf16`, `fp8`, `fp8act`): threads and dynamic shared memory,
+/// moe_mma.cu's `MmaCfg` (4 warps with bf16 weights, else 8; stages of 32 columns: 3 with bf16
+/// weights, 6 with e4m3 activations, else 4).
+fn launch_shape(build: &str) -> (u32, u32) {
+    let (a, w, warps, stages) = match build {
+        "bf16" => (2, 2, 4, 3),
+        "fp8" => (2, 1, 8, 4),
+        _ => (1, 1, 8, 6),
+    };
+    let stage = 32 * (BM * a + BN * w);
+    ((32 * warps) as u32, (stages * stage) as u32)
+}
 
 /// Which kernels `fused_moe` runs its experts' GEMMs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MoeGemm {
-    /// Tensor cores when the step's pairs average [`MMA_MIN_PAIRS_PER_EXPERT`] an expert, else
+    /// Tensor cores when the step's pairs average 4 an expert (bf16 experts) or 2 (FP8), else
     /// the CUDA-core kernels (the default).
     Auto,
-    /// Tensor cores at every size (where the GPU and the shapes allow them, see
-    /// [`CudaBackend::moe_mma_for`]).
+    /// Tensor cores at every size where the GPU (compute capability 8.0) and the shapes (rows
+    /// of a multiple of 8 bf16 or 16 FP8 elements) allow them.
     TensorCores,
     /// The CUDA-core kernels at every size.
     CudaCores,
@@ -112,7 +126,11 @@ impl CudaBackend {
             && h.is_multiple_of(align)
             && i.is_multiple_of(align);
         able && match MoeGemm::from_u8(self.moe_gemm.load(Ordering::Relaxed)) {
-            MoeGemm::Auto => pairs >= MMA_MIN_PAIRS_PER_EXPERT * e,
+            MoeGemm::Auto => {
+                let (bf16, fp8) = MMA_MIN_PAIRS_PER_EXPERT;
+                let per_expert = if w == DType::F8 { fp8 } else { bf16 };
+                pairs >= per_expert * e
+            }
             MoeGemm::TensorCores => true,
             MoeGemm::CudaCores => false,
         }
@@ -165,7 +183,6 @@ impl CudaBackend {
             .as_ref()
             .map_or((x.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
         let rows = dim(max_tiles, "fused_moe")?;
-        let name = format!("moe_gate_up_mma_{build}");
         // SAFETY: act is [pairs, i] bf16; the A operand x [t, h] bf16 (or its e4m3 copy with
         // [t, ceil(h/128)] scales); gate_up [e, 2i, h] (bf16, or FP8 with its scales); tiles
         // was just written from offsets, whose ranges lie in 0..pairs, perm entries < pairs
@@ -173,7 +190,7 @@ impl CudaBackend {
         // bytes (FP8; moe_mma_for); blocks past the tile count return.
         unsafe {
             self.launch_mma(
-                &name,
+                ("gate_up", build),
                 (rows, dim(i.div_ceil(BN / 2), "fused_moe")?),
                 act.ptr(s),
                 (xp, xsp),
@@ -189,13 +206,12 @@ impl CudaBackend {
             .as_ref()
             .map_or((act.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [pairs, h]: pair rows
-        let name = format!("moe_down_mma_{build}");
         // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up, each
         // pair being in exactly one tile) or its e4m3 copy; down [e, h, i] with its scales;
         // tiles, offsets and perm as above.
         unsafe {
             self.launch_mma(
-                &name,
+                ("down", build),
                 (rows, dim(h.div_ceil(BN), "fused_moe")?),
                 ys.ptr(s),
                 (ap, asp),
@@ -231,7 +247,6 @@ impl CudaBackend {
         let (xp, xsp) = x_q
             .as_ref()
             .map_or((x.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
-        let name = format!("moe_down_mma_{build}");
         let ints = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
         // SAFETY: out is [m, n] f32 (the caller's checks), x [m, k] bf16 (or its
         // e4m3 copy with [m, ceil(k/128)] scales), w [n, k] FP8 with its scales; k % 16 == 0 so
@@ -239,7 +254,7 @@ impl CudaBackend {
         // block x covers rows 64x .. 64x + 63 < m + 63 (rows past m are not read or written).
         unsafe {
             self.launch_mma(
-                &name,
+                ("down", build),
                 (
                     dim(m.div_ceil(BM), "matmul")?,
                     dim(n.div_ceil(BN), "matmul")?,
@@ -290,8 +305,9 @@ impl CudaBackend {
         Ok(q)
     }
 
-    /// One launch of `moe_gate_up_mma_*` or `moe_down_mma_*` (same parameters: out, the A
-    /// operand and its scales, the weight and its scales, tiles, offsets, perm, three ints).
+    /// One launch of `moe_{kind}_mma_{build}` (kind `gate_up` or `down`, which take the same
+    /// parameters: out, the A operand and its scales, the weight and its scales, tiles, offsets,
+    /// perm, three ints).
     ///
     /// # Safety
     /// The pointers and sizes must be what the kernel's comment in moe_mma.cu asks for at this
@@ -300,7 +316,7 @@ impl CudaBackend {
     #[allow(clippy::too_many_arguments)]
     unsafe fn launch_mma(
         &self,
-        name: &str,
+        (kind, build): (&str, &str),
         grid: (u32, u32),
         out: u64,
         (a, a_scales): (u64, u64),
@@ -308,10 +324,21 @@ impl CudaBackend {
         (tiles, offsets, perm): (u64, u64, u64),
         (i0, i1, i2): (i32, i32, i32),
     ) -> Result<()> {
-        let f = self.func(Module::MoeMma, name)?;
+        let name = format!("moe_{kind}_mma_{build}");
+        let f = self.func(Module::MoeMma, &name)?;
+        let (threads, smem) = launch_shape(build);
+        // Past 48 KB of shared memory a block, static (the kernel's row tables: 2 · BM + BN
+        // ints) and dynamic together, a kernel must opt in, or its launch fails with an invalid
+        // argument (today's builds stay below; 128-row tiles, tried, did not).
+        if smem as usize + 4 * (2 * BM + BN) > 48 * 1024 {
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(dev_err(&format!("{name}: shared memory")))?;
+        }
         let s = &self.stream;
         let (wp, wsp) = (w.ptr(s), w.scales_ptr(s));
-        let threads = if w.dtype == DType::F8 { 256 } else { 128 };
         let mut l = self.launcher(&f);
         l.arg(&out)
             .arg(&a)
@@ -324,9 +351,11 @@ impl CudaBackend {
             .arg(&i0)
             .arg(&i1)
             .arg(&i2);
-        // SAFETY: the caller's contract (above); threads = the build's MmaMode WARPS · 32 (its
-        // launch bounds): 128 for bf16 weights, 256 for FP8.
-        let r = unsafe { l.launch(cfg(grid, threads)) };
-        self.launched(name, r)
+        let mut c = cfg(grid, threads);
+        c.shared_mem_bytes = smem;
+        // SAFETY: the caller's contract (above); threads and dynamic shared memory are the
+        // build's MmaCfg WARPS · 32 (its launch bounds) and SMEM (launch_shape).
+        let r = unsafe { l.launch(c) };
+        self.launched(&name, r)
     }
 }
