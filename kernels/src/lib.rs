@@ -30,12 +30,13 @@ pub enum Module {
     Gemv,
     Sample,
     Moe,
+    MoeMma,
     Fp8,
     Hybrid,
 }
 
 impl Module {
-    pub const ALL: [Module; 13] = [
+    pub const ALL: [Module; 14] = [
         Module::Convert,
         Module::Embedding,
         Module::Norm,
@@ -47,6 +48,7 @@ impl Module {
         Module::Gemv,
         Module::Sample,
         Module::Moe,
+        Module::MoeMma,
         Module::Fp8,
         Module::Hybrid,
     ];
@@ -64,16 +66,18 @@ impl Module {
             Module::Gemv => "gemv",
             Module::Sample => "sample",
             Module::Moe => "moe",
+            Module::MoeMma => "moe_mma",
             Module::Fp8 => "fp8",
             Module::Hybrid => "hybrid",
         }
     }
 
-    /// The oldest GPU (compute capability) the file compiles for: attention_mma.cu's mma.sync
-    /// on bf16 needs Ampere; the rest run anywhere NVRTC targets.
+    /// The oldest GPU (compute capability) the file compiles for: attention_mma.cu's and
+    /// moe_mma.cu's mma.sync on bf16 needs Ampere (moe_mma.cu's e4m3 kernels need 8.9 and trap
+    /// below); the rest run anywhere NVRTC targets.
     pub fn min_compute_capability(self) -> (i32, i32) {
         match self {
-            Module::AttentionMma => (8, 0),
+            Module::AttentionMma | Module::MoeMma => (8, 0),
             _ => (0, 0),
         }
     }
@@ -92,6 +96,7 @@ impl Module {
             Module::Gemv => include_str!("gemv.cu"),
             Module::Sample => include_str!("sample.cu"),
             Module::Moe => include_str!("moe.cu"),
+            Module::MoeMma => include_str!("moe_mma.cu"),
             Module::Fp8 => include_str!("fp8.cu"),
             Module::Hybrid => include_str!("hybrid.cu"),
         }

@@ -30,11 +30,13 @@ const BF16_TWICE: Tol = Tol {
 };
 
 /// fused_moe: the CPU keeps the SiLU products in f32, the device rounds them to bf16 before the
-/// down projection (about 2^-9 of each term, a few 1e-3 of the output's scale at worst); a
-/// wrongly routed token would be off by the whole expert.
+/// down projection (about 2^-9 of each term: on the H200 the error's rms is 1.4e-3 to 1.7e-3 of
+/// the output's on every route, and the largest of 2M outputs with FP8 experts' heavy-tailed
+/// weights and skewed routing reaches 1.3e-2 of the rms); a wrongly routed token would be off
+/// by the whole expert.
 const MOE: Tol = Tol {
     atol: 0.0,
-    atol_rms: 1e-2,
+    atol_rms: 2e-2,
     rtol: 1e-2,
 };
 
@@ -407,7 +409,7 @@ impl Ops<'_> {
                 Ok(())
             })?;
         }
-        Ok(())
+        self.matmul_fp8_mma()
     }
 
     fn rope(&mut self) -> Result<()> {

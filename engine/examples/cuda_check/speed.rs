@@ -199,6 +199,18 @@ pub fn time_step(
     host: &BatchInputs,
     graph: bool,
 ) -> Result<Timing> {
+    time_steps(cuda, model, kv, host, graph, (2, ITERS))
+}
+
+/// [`time_step`] with `warm` warm-up runs and `iters` timed ones (slow steps take fewer).
+pub fn time_steps(
+    cuda: &CudaBackend,
+    model: &Qwen3<CudaBackend>,
+    kv: &mut KvStorage<CudaBackend>,
+    host: &BatchInputs,
+    graph: bool,
+    (warm, iters): (usize, usize),
+) -> Result<Timing> {
     let params = SamplingParams {
         temperature: 0.0,
         ..SamplingParams::default()
@@ -217,12 +229,12 @@ pub fn time_step(
         cuda.sample(&logits, &rows)?;
         Ok(())
     };
-    for _ in 0..2 {
+    for _ in 0..warm {
         step(kv)?;
     }
-    let mut ms = Vec::with_capacity(ITERS);
+    let mut ms = Vec::with_capacity(iters);
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
-    for _ in 0..ITERS {
+    for _ in 0..iters.max(1) {
         let start = cuda.stream().record_event(flags).context("event")?;
         step(kv)?;
         let end = cuda.stream().record_event(flags).context("event")?;

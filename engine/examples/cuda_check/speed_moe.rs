@@ -1,7 +1,7 @@
 //! A speed probe of Qwen3-MoE decode (not pass/fail): Qwen3-30B-A3B's shape with dummy
 //! weights, in bf16 and with FP8 projections (`scripts/gpu/qwen3-30b-a3b*-config.json`),
 //! loaded through `Weights::Dummy` + `Qwen3::load` as `met serve --load-format dummy` does (the
-//! experts are recipes the device draws), one decode step at batch 1 and 8 over 128-token
+//! experts are recipes the device draws), one decode step at batch 1, 8 and 64 over 128-token
 //! contexts through the decode graph, against the floor of reading the active weights once at
 //! 4.0 TB/s (each step again with programmatic dependent launch off, see `speed::pdl_off_line`),
 //! and one 2048-token prefill. Prints FP8's speed-up over bf16 at batch 1 (issue 11 asks for at
@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use cudarc::driver::sys::CUevent_flags;
 use metrale_engine::backend::Backend;
-use metrale_engine::backend::cuda::{CudaBackend, DType};
+use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType, MoeGemm};
 use metrale_engine::loader::{LoadFormat, ModelConfig, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
@@ -20,7 +20,7 @@ use metrale_engine::models::qwen3::Qwen3;
 use crate::report::Report;
 use crate::speed::{
     BLOCK, CONTEXT, FLOOR_BYTES_PER_S, decode_batch, pdl_off_line, prefill_batch, time_step,
-    timing_header, timing_line,
+    time_steps, timing_header, timing_line,
 };
 
 /// Prompt tokens of the prefill timing.
@@ -94,9 +94,10 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             t0.elapsed().as_secs_f64()
         ));
         let blocks_per_seq = (CONTEXT + 1).div_ceil(BLOCK);
-        let mut kv = model.new_kv_storage(cuda, 8 * blocks_per_seq + 1, BLOCK)?;
+        let mut kv = model.new_kv_storage(cuda, 64 * blocks_per_seq + 1, BLOCK)?;
         let kv_per_token = model.kv_bytes_per_token(cuda) as f64;
-        for b in [1usize, 8] {
+        // Batch 64 takes the experts' tensor-core kernels (4 pairs an expert) inside the graph.
+        for b in [1usize, 8, 64] {
             let host = decode_batch(b, blocks_per_seq.next_power_of_two());
             let t = time_step(cuda, &model, &mut kv, &host, true)?;
             let bytes = active_weight_bytes(&c, b) + (b * (CONTEXT + 1)) as f64 * kv_per_token;
@@ -115,14 +116,26 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 batch1.push(t.median_ms);
             }
         }
-        // One long prompt, eagerly: the experts' prefill path.
+        // One long prompt, eagerly, through each way of running its GEMMs.
         let mut kv = model.new_kv_storage(cuda, PREFILL.div_ceil(BLOCK) + 1, BLOCK)?;
-        let t = time_step(cuda, &model, &mut kv, &prefill_batch(PREFILL), false)?;
-        report.summary_line(format!(
-            "{name} prefill {PREFILL} tokens: {:.2} ms ({:.0} tok/s)",
-            t.median_ms,
-            PREFILL as f64 / t.median_ms * 1e3
-        ));
+        let host = prefill_batch(PREFILL);
+        let fp8 = c.fp8.is_some();
+        for p in PREFILL_ROUTES.iter().filter(|p| fp8 || !p.fp8_only) {
+            cuda.set_moe_gemm(p.gemm);
+            cuda.set_fp8_matmul_mma(p.dense_mma);
+            cuda.set_fp8_activations(p.fp8_act);
+            let t = time_steps(cuda, &model, &mut kv, &host, false, p.runs);
+            cuda.set_moe_gemm(MoeGemm::Auto);
+            cuda.set_fp8_matmul_mma(DENSE_FP8_MMA);
+            cuda.set_fp8_activations(false);
+            let t = t?;
+            report.summary_line(format!(
+                "{name} prefill {PREFILL} tokens, {}: {:.2} ms ({:.0} tok/s)",
+                p.what,
+                t.median_ms,
+                PREFILL as f64 / t.median_ms * 1e3
+            ));
+        }
     }
     if let [bf16, fp8] = batch1[..] {
         report.summary_line(format!(
@@ -133,21 +146,85 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     op_times(cuda, report)
 }
 
+/// A way to run the prefill's GEMMs: the experts' kernels, FP8 dense GEMMs on tensor cores
+/// (else a bf16 copy + cuBLAS), e4m3 activations in the FP8 tensor-core GEMMs; (warm-up,
+/// timed) runs.
+struct PrefillRoute {
+    what: &'static str,
+    gemm: MoeGemm,
+    dense_mma: bool,
+    fp8_act: bool,
+    fp8_only: bool,
+    runs: (usize, usize),
+}
+
+/// `set_fp8_matmul_mma`'s default in the backend (what the other timings run with).
+const DENSE_FP8_MMA: bool = false;
+
+/// The defaults: experts on tensor cores (at this size).
+const AFTER: PrefillRoute = PrefillRoute {
+    what: "experts on tensor cores",
+    gemm: MoeGemm::Auto,
+    dense_mma: DENSE_FP8_MMA,
+    fp8_act: false,
+    fp8_only: false,
+    runs: (2, 10),
+};
+
+const PREFILL_ROUTES: [PrefillRoute; 5] = [
+    PrefillRoute {
+        what: "before (experts on CUDA cores, FP8 GEMMs via a bf16 copy)",
+        gemm: MoeGemm::CudaCores,
+        dense_mma: false,
+        runs: (1, 3),
+        ..AFTER
+    },
+    AFTER,
+    PrefillRoute {
+        what: "experts on tensor cores, e4m3 activations",
+        fp8_act: true,
+        fp8_only: true,
+        ..AFTER
+    },
+    PrefillRoute {
+        what: "experts and FP8 GEMMs on tensor cores",
+        dense_mma: true,
+        fp8_only: true,
+        ..AFTER
+    },
+    PrefillRoute {
+        what: "experts and FP8 GEMMs on tensor cores, e4m3 activations",
+        dense_mma: true,
+        fp8_act: true,
+        fp8_only: true,
+        ..AFTER
+    },
+];
+
 /// Back-to-back calls `op_times` averages over.
 pub const OP_ITERS: usize = 200;
 
 /// The mean time of one `f` over OP_ITERS back-to-back calls between two CUDA events (after a
 /// warm-up call that also loads the kernels). The calls launch eagerly: where the host issues
 /// them more slowly than the device runs them, this is the host's rate.
-pub fn mean_op_ms(cuda: &CudaBackend, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+pub fn mean_op_ms(cuda: &CudaBackend, f: impl FnMut() -> Result<()>) -> Result<f64> {
+    mean_op_ms_n(cuda, OP_ITERS, f)
+}
+
+/// [`mean_op_ms`] over `iters` calls.
+fn mean_op_ms_n(
+    cuda: &CudaBackend,
+    iters: usize,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<f64> {
     f()?;
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
     let start = cuda.stream().record_event(flags).context("event")?;
-    for _ in 0..OP_ITERS {
+    for _ in 0..iters {
         f()?;
     }
     let end = cuda.stream().record_event(flags).context("event")?;
-    Ok(f64::from(start.elapsed_ms(&end).context("elapsed")?) / OP_ITERS as f64)
+    Ok(f64::from(start.elapsed_ms(&end).context("elapsed")?) / iters as f64)
 }
 
 /// Where a 30B-A3B layer's MoE time goes at batch 1: `fused_moe` with bf16 and FP8 experts
@@ -169,23 +246,22 @@ fn op_times(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let spread = cuda.tensor_from_f32(&[1, e], &spread, DType::F32)?;
     let mut out = cuda.zeros(&[1, h])?;
     let mut moe_ms = Vec::new();
-    for fp8 in [false, true] {
-        let (w13, w2) = if fp8 {
-            (
-                cuda.random_fp8(&[e, 2 * i, h], 10, 0.02)?,
-                cuda.random_fp8(&[e, h, i], 11, 0.02)?,
-            )
-        } else {
-            (
-                cuda.random_bf16(&[e, 2 * i, h], 10, 0.02)?,
-                cuda.random_bf16(&[e, h, i], 11, 0.02)?,
-            )
-        };
+    let experts = [
+        (
+            cuda.random_bf16(&[e, 2 * i, h], 10, 0.02)?,
+            cuda.random_bf16(&[e, h, i], 11, 0.02)?,
+        ),
+        (
+            cuda.random_fp8(&[e, 2 * i, h], 10, 0.02)?,
+            cuda.random_fp8(&[e, h, i], 11, 0.02)?,
+        ),
+    ];
+    for (fp8, (w13, w2)) in [false, true].into_iter().zip(&experts) {
         let mut ms = [0f64; 2];
         for (slot, small) in [(0, true), (1, false)] {
             cuda.set_moe_small_paths(small);
             let r = mean_op_ms(cuda, || {
-                Ok(cuda.fused_moe(&mut out, &x, &spread, &w13, &w2, k, true)?)
+                Ok(cuda.fused_moe(&mut out, &x, &spread, w13, w2, k, true)?)
             });
             cuda.set_moe_small_paths(true);
             ms[slot] = r?;
@@ -218,5 +294,103 @@ fn op_times(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         qkv_ms * 1e3,
         (qkv_rows * h) as f64 * (1.0 + 4.0 / 128.0) / (qkv_ms / 1e3) / 1e9
     ));
+    moe_sweep(cuda, report, &experts, (h, i, e, k))?;
+    dense_fp8(cuda, report)
+}
+
+/// `fused_moe` alone at 30B-A3B's shape from decode batches to a 2048-token chunk, on the CUDA
+/// cores and on tensor cores (bf16 experts; FP8 experts with bf16 and e4m3 activations), with
+/// router logits drawn at random: where the tensor cores start to win (`MoeGemm::Auto`'s
+/// switch), and their rate on long prompts against the floor (not pass/fail).
+fn moe_sweep(
+    cuda: &CudaBackend,
+    report: &mut Report,
+    experts: &[(CudaTensor, CudaTensor); 2],
+    (h, i, e, k): (usize, usize, usize, usize),
+) -> Result<()> {
+    report.summary_line(format!(
+        "fused_moe alone (top-{k} of {e} experts, H {h}, I {i}), us a call: T, pairs an expert, \
+         bf16 cuda cores / tensor cores, fp8 cuda cores / tensor cores / tensor cores with e4m3 \
+         activations"
+    ));
+    // (weights, kernels, e4m3 activations)
+    let routes = [
+        (0, MoeGemm::CudaCores, false),
+        (0, MoeGemm::TensorCores, false),
+        (1, MoeGemm::CudaCores, false),
+        (1, MoeGemm::TensorCores, false),
+        (1, MoeGemm::TensorCores, true),
+    ];
+    for t in [16usize, 32, 64, 128, 256, 512, 1024, 2048] {
+        let x = cuda.random_bf16(&[t, h], 20 + t as u64, 1.0)?;
+        let logits = cuda.random_bf16(&[t, e], 30 + t as u64, 1.0)?;
+        let mut out = cuda.zeros(&[t, h])?;
+        let iters = (4096 / t).clamp(5, OP_ITERS);
+        let mut us = Vec::new();
+        for (w, gemm, fp8_act) in routes {
+            let (w13, w2) = &experts[w];
+            cuda.set_moe_gemm(gemm);
+            cuda.set_fp8_activations(fp8_act);
+            let r = mean_op_ms_n(cuda, iters, || {
+                Ok(cuda.fused_moe(&mut out, &x, &logits, w13, w2, k, true)?)
+            });
+            cuda.set_moe_gemm(MoeGemm::Auto);
+            cuda.set_fp8_activations(false);
+            us.push(r? * 1e3);
+        }
+        // FLOPs of the experts' GEMMs (gate|up and down), as TFLOP/s of the tensor cores.
+        let flops = 2.0 * (t * k) as f64 * 3.0 * (h * i) as f64;
+        let cells: Vec<String> = us.iter().map(|u| format!("{u:>7.1}")).collect();
+        report.summary_line(format!(
+            "  T {t:>4} {:>5.1}: {} | {}   (tensor cores: bf16 {:.0}, fp8 {:.0}, e4m3 {:.0} TFLOP/s)",
+            (t * k) as f64 / e as f64,
+            cells[..2].join(" "),
+            cells[2..].join(" "),
+            flops / us[1] / 1e6,
+            flops / us[3] / 1e6,
+            flops / us[4] / 1e6
+        ));
+    }
+    Ok(())
+}
+
+/// FP8 GEMMs of a 2048-token prefill at 30B-A3B's attention shapes and an 8B-sized MLP
+/// matrix: a bf16 copy of the weight + cuBLAS (the default), the tensor-core kernel with bf16
+/// and with e4m3 activations, and cuBLAS on a bf16 weight of the same shape for scale.
+fn dense_fp8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    report.summary_line(
+        "fp8 matmul at 2048 rows, us: bf16 copy + cuBLAS / tensor cores / tensor cores e4m3 \
+         activations / cuBLAS on bf16 weights"
+            .to_string(),
+    );
+    let m = PREFILL;
+    for (k, n, what) in [
+        (2048usize, 5120usize, "qkv"),
+        (4096, 2048, "o"),
+        (4096, 12_288, "8B gate|up half"),
+    ] {
+        let x = cuda.random_bf16(&[m, k], 40, 1.0)?;
+        let w8 = cuda.random_fp8(&[n, k], 41, 0.02)?;
+        let wb = cuda.random_bf16(&[n, k], 42, 0.02)?;
+        let mut out = cuda.zeros(&[m, n])?;
+        let mut us = Vec::new();
+        for (dense, act) in [(false, false), (true, false), (true, true)] {
+            cuda.set_fp8_matmul_mma(dense);
+            cuda.set_fp8_activations(act);
+            let r = mean_op_ms_n(cuda, 20, || Ok(cuda.matmul(&mut out, &x, &w8)?));
+            cuda.set_fp8_matmul_mma(DENSE_FP8_MMA);
+            cuda.set_fp8_activations(false);
+            us.push(r? * 1e3);
+        }
+        us.push(mean_op_ms_n(cuda, 20, || Ok(cuda.matmul(&mut out, &x, &wb)?))? * 1e3);
+        let tflops = |u: &f64| 2.0 * (m * n * k) as f64 / u / 1e6;
+        let cells: Vec<String> = us.iter().map(|u| format!("{u:.1}")).collect();
+        let rates: Vec<String> = us.iter().map(|u| format!("{:.0}", tflops(u))).collect();
+        report.summary_line(format!(
+            "  {what} [{m}, {k}] x [{n}, {k}]: {}  ({} TFLOP/s)",
+            cells.join(" / "),
+            rates.join(" / ")
+        ));
+    }
     Ok(())
 }

@@ -85,38 +85,70 @@ inline unsigned __match_any_sync(unsigned, unsigned v) {
     w->bar->arrive_and_wait();
     return m;
 }
-// mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 as the PTX ISA lays out its fragments (lane
-// g = lane / 4, t = lane % 4): a0..a3 = A[g][2t..], A[g + 8][2t..], A[g][2t + 8..], A[g + 8][2t + 8..];
-// b0, b1 = B[2t..][g], B[2t + 8..][g]; c = D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]
-// (each register a bf16 pair, the lower index in the low half). Every lane of the warp calls.
-inline void emu_mma_m16n8k16_bf16(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                  unsigned b0, unsigned b1) {
+// The mma emulations: every lane of the warp calls with its fragment registers; they are
+// published to the warp, each lane unpacks the whole A [16][K] and B [K][8] with `unpack(l, A, B,
+// a, b)` (lane l's registers), and adds its four elements of A·B to c: rows g, g, g + 8, g + 8,
+// columns 2t, 2t + 1, 2t, 2t + 1 (g = lane / 4, t = lane % 4), summed in f32.
+template <int K, class Unpack>
+inline void emu_mma(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                    unsigned b1, Unpack unpack) {
     Warp* w = g_warps[threadIdx.x / 32].get();
     const unsigned lane = threadIdx.x % 32;
     w->a[lane][0] = a0; w->a[lane][1] = a1; w->a[lane][2] = a2; w->a[lane][3] = a3;
     w->b[lane][0] = b0; w->b[lane][1] = b1;
     w->bar->arrive_and_wait();
-    auto half = [](unsigned reg, int h) { unsigned u = (h ? reg >> 16 : reg & 0xffffu) << 16; float f; memcpy(&f, &u, 4); return f; };
-    float A[16][16], B[16][8];
-    for (unsigned l = 0; l < 32; ++l) {
-        const unsigned g = l / 4, t = l % 4;
-        for (int h = 0; h < 2; ++h) {
-            A[g][2 * t + h] = half(w->a[l][0], h);
-            A[g + 8][2 * t + h] = half(w->a[l][1], h);
-            A[g][2 * t + 8 + h] = half(w->a[l][2], h);
-            A[g + 8][2 * t + 8 + h] = half(w->a[l][3], h);
-            B[2 * t + h][g] = half(w->b[l][0], h);
-            B[2 * t + 8 + h][g] = half(w->b[l][1], h);
-        }
-    }
+    float A[16][K], B[K][8];
+    for (unsigned l = 0; l < 32; ++l) unpack(l / 4, l % 4, A, B, w->a[l], w->b[l]);
     w->bar->arrive_and_wait();
     const unsigned g = lane / 4, t = lane % 4;
     const unsigned rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
     for (int i = 0; i < 4; ++i) {
         float sum = 0.f;
-        for (int k = 0; k < 16; ++k) sum += A[rows[i]][k] * B[k][cols[i]];
+        for (int k = 0; k < K; ++k) sum += A[rows[i]][k] * B[k][cols[i]];
         c[i] += sum;
     }
+}
+// mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 as the PTX ISA lays out its fragments: a0..a3 =
+// A[g][2t..], A[g + 8][2t..], A[g][2t + 8..], A[g + 8][2t + 8..]; b0, b1 = B[2t..][g],
+// B[2t + 8..][g] (each register a bf16 pair, the lower index in the low half).
+inline void emu_mma_m16n8k16_bf16(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                  unsigned b0, unsigned b1) {
+    emu_mma<16>(c, a0, a1, a2, a3, b0, b1, [](unsigned g, unsigned t, float (*A)[16], float (*B)[8], const unsigned* a, const unsigned* b) {
+        auto half = [](unsigned reg, int h) { unsigned u = (h ? reg >> 16 : reg & 0xffffu) << 16; float f; memcpy(&f, &u, 4); return f; };
+        for (int h = 0; h < 2; ++h) {
+            A[g][2 * t + h] = half(a[0], h);
+            A[g + 8][2 * t + h] = half(a[1], h);
+            A[g][2 * t + 8 + h] = half(a[2], h);
+            A[g + 8][2 * t + 8 + h] = half(a[3], h);
+            B[2 * t + h][g] = half(b[0], h);
+            B[2 * t + 8 + h][g] = half(b[1], h);
+        }
+    });
+}
+// An e4m3 byte's value.
+inline float emu_e4m3(unsigned b) {
+    const float sign = (b & 0x80) ? -1.f : 1.f;
+    const int e = (b >> 3) & 0xf, m = b & 7;
+    if (e == 0xf && m == 7) return NAN;
+    return e == 0 ? sign * m / 8.f * std::ldexp(1.f, -6) : sign * (1 + m / 8.f) * std::ldexp(1.f, e - 7);
+}
+// mma.sync.m16n8k32.row.col.f32.e4m3.e4m3.f32 (the PTX ISA's fragments for 8-bit types): a0..a3
+// = A[g][4t..], A[g + 8][4t..], A[g][16 + 4t..], A[g + 8][16 + 4t..]; b0, b1 = B[4t..][g],
+// B[16 + 4t..][g] (four bytes a register, the lower k in the low byte). The products of e4m3
+// values are exact in f32; the hardware's sum order and truncation differ in the last bits.
+inline void emu_mma_m16n8k32_e4m3(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                  unsigned b0, unsigned b1) {
+    emu_mma<32>(c, a0, a1, a2, a3, b0, b1, [](unsigned g, unsigned t, float (*A)[32], float (*B)[8], const unsigned* a, const unsigned* b) {
+        auto byte = [](unsigned reg, int i) { return emu_e4m3((reg >> (8 * i)) & 0xffu); };
+        for (int i = 0; i < 4; ++i) {
+            A[g][4 * t + i] = byte(a[0], i);
+            A[g + 8][4 * t + i] = byte(a[1], i);
+            A[g][16 + 4 * t + i] = byte(a[2], i);
+            A[g + 8][16 + 4 * t + i] = byte(a[3], i);
+            B[4 * t + i][g] = byte(b[0], i);
+            B[16 + 4 * t + i][g] = byte(b[1], i);
+        }
+    });
 }
 // Bit l set when lane l of this thread's warp passes a true `pred` (every lane must call).
 inline unsigned __ballot_sync(unsigned, int pred) {

@@ -1,84 +1,221 @@
-//! The mixture-of-experts checks: fused_moe (bf16 and FP8 experts) against the CPU.
+//! The mixture-of-experts checks: fused_moe (bf16 and FP8 experts, on the CUDA cores and on
+//! tensor cores) against the CPU, and the FP8 GEMM on tensor cores.
+
+use metrale_engine::backend::cuda::MoeGemm;
 
 use super::*;
+
+/// FP8 GEMMs with e4m3 activations (`set_fp8_activations`): every activation (x, and the SiLU
+/// products) is rounded to 4 significant bits, a relative error up to 2^-4 that the CPU
+/// reference, which keeps them exact, does not make: on the H200 the error's rms is 4.1e-2 to
+/// 4.6e-2 of the output's (bf16 activations: 1.7e-3), its largest 0.33 of the rms. Measured,
+/// not a bf16-level bound: a wrongly routed token would still be off by its whole expert.
+const FP8_ACT: Tol = Tol {
+    atol: 0.0,
+    atol_rms: 0.5,
+    rtol: 0.3,
+};
+
+/// A way to run a case's experts: the kernels, FP8 activations, and the tolerance.
+#[derive(Clone, Copy)]
+struct Route {
+    gemm: MoeGemm,
+    fp8_act: bool,
+    name: &'static str,
+    tol: Tol,
+}
+
+const CUDA_CORES: Route = Route {
+    gemm: MoeGemm::CudaCores,
+    fp8_act: false,
+    name: "cuda cores",
+    tol: MOE,
+};
+const TENSOR_CORES: Route = Route {
+    gemm: MoeGemm::TensorCores,
+    fp8_act: false,
+    name: "tensor cores",
+    tol: MOE,
+};
+const TENSOR_CORES_FP8_ACT: Route = Route {
+    gemm: MoeGemm::TensorCores,
+    fp8_act: true,
+    name: "tensor cores, e4m3 activations",
+    tol: FP8_ACT,
+};
+
+/// The router logits of a case: uniform in [-3, 3), or (skewed) experts 0-3 favoured by 4 for
+/// two tokens in three (uneven counts: a few experts with several 64-row tiles) and every
+/// eighth expert never chosen (empty experts between full ones).
+fn logits(rng: &mut Rng, t: usize, e: usize, skew: bool) -> Vec<f32> {
+    let mut v = rng.vec(t * e, 3.0);
+    if skew {
+        for (n, l) in v.iter_mut().enumerate() {
+            let (tok, ex) = (n / e, n % e);
+            if ex < 4 && tok % 3 != 0 {
+                *l += 4.0;
+            }
+            if ex % 8 == 7 {
+                *l = -30.0;
+            }
+        }
+    }
+    v
+}
 
 impl Ops<'_> {
     /// fused_moe against the CPU's: the same router logits on both sides, so the same experts
     /// (ties included: the rule is on the logits' bits); shapes from a decode step at
     /// Qwen3-30B-A3B's width (hidden 2048, experts of 768, top-8) to odd sizes that take the
     /// kernels' scalar loops (hidden 100, experts of 36), every expert taken (k = E), bf16 and
-    /// f32 activations and router logits, and an empty batch; then the small-step launches
-    /// against the six-launch path, bit for bit.
+    /// f32 activations and router logits, and an empty batch; each on the CUDA-core kernels
+    /// and (rows of a multiple of 8 bf16 or 16 FP8 elements) on tensor cores: uneven and empty
+    /// experts (skewed), experts with one token, tiles cut short in every dimension (I 144 and
+    /// 96: gate_up's 64-column tiles; H 192: down's 128-column tiles; T·k not multiples of 64;
+    /// k slices of 32 cut at 144 and 96), 30B-A3B prefill chunks (T 130, 1000, 2048); FP8
+    /// experts also with e4m3 activations. Then the small-step launches against the six-launch
+    /// path, bit for bit.
     pub(super) fn moe(&mut self) -> Result<()> {
-        for (t, h, i, e, k, norm, xd, rd) in [
-            (1, 2048, 768, 32, 8, true, DType::BF16, DType::F32),
-            (8, 2048, 768, 32, 8, true, DType::BF16, DType::F32),
-            (7, 64, 32, 8, 2, false, DType::F32, DType::BF16),
-            (130, 100, 36, 16, 4, true, DType::BF16, DType::F32),
-            (33, 192, 144, 8, 8, false, DType::BF16, DType::F32),
-            (300, 256, 96, 64, 6, true, DType::BF16, DType::F32),
-            (0, 64, 32, 8, 2, true, DType::BF16, DType::F32),
+        for (t, h, i, e, k, norm, xd, rd, skew) in [
+            (1, 2048, 768, 32, 8, true, DType::BF16, DType::F32, false),
+            (8, 2048, 768, 32, 8, true, DType::BF16, DType::F32, false),
+            (7, 64, 32, 8, 2, false, DType::F32, DType::BF16, false),
+            (130, 100, 36, 16, 4, true, DType::BF16, DType::F32, false),
+            (33, 192, 144, 8, 8, false, DType::BF16, DType::F32, false),
+            (300, 256, 96, 64, 6, true, DType::BF16, DType::F32, true),
+            (130, 2048, 768, 128, 8, true, DType::BF16, DType::F32, false),
+            (1000, 2048, 768, 128, 8, true, DType::BF16, DType::F32, true),
+            (0, 64, 32, 8, 2, true, DType::BF16, DType::F32, false),
         ] {
             let case = format!(
-                "T {t} H {h} I {i} E {e} top-{k}{} x {} logits {}",
+                "T {t} H {h} I {i} E {e} top-{k}{} x {} logits {}{}",
                 if norm { " norm" } else { "" },
                 dt(xd),
-                dt(rd)
+                dt(rd),
+                if skew { " skewed" } else { "" }
             );
+            let routes: &[Route] = if h % 8 == 0 && i % 8 == 0 {
+                &[CUDA_CORES, TENSOR_CORES]
+            } else {
+                &[CUDA_CORES]
+            };
             self.run("fused_moe", &case, |s| {
                 let (x_d, x_c) = s.random(&[t, h], 1.0, xd)?;
-                let (l_d, l_c) = s.random(&[t, e], 3.0, rd)?;
+                let l = logits(&mut s.rng, t, e, skew);
+                let (l_d, l_c) = s.pair(&[t, e], l, rd)?;
                 let (w13_d, w13_c) = s.random(&[e, 2 * i, h], 0.05, DType::BF16)?;
                 let (w2_d, w2_c) = s.random(&[e, h, i], 0.05, DType::BF16)?;
-                let mut out_d = s.cuda.zeros(&[t, h])?;
                 let mut out_c = s.cpu.zeros(&[t, h])?;
-                s.cuda
-                    .fused_moe(&mut out_d, &x_d, &l_d, &w13_d, &w2_d, k, norm)?;
                 s.cpu
                     .fused_moe(&mut out_c, &x_c, &l_c, &w13_c, &w2_c, k, norm)?;
-                s.check("fused_moe", &case, MOE, &out_d, &out_c)?;
+                for route in routes {
+                    s.moe_route(&case, *route, &out_c, |cuda, out| {
+                        cuda.fused_moe(out, &x_d, &l_d, &w13_d, &w2_d, k, norm)
+                    })?;
+                }
                 Ok(())
             })?;
         }
         // FP8 experts (the 30B-A3B-FP8 layout: 128-column scale blocks, rows of 16 bytes, and
         // an odd width taking the scalar loop).
-        for (t, h, i, e, k) in [
-            (1, 2048, 768, 32, 8),
-            (5, 2048, 768, 16, 8),
-            (9, 200, 72, 8, 2),
+        for (t, h, i, e, k, skew) in [
+            (1, 2048, 768, 32, 8, false),
+            (5, 2048, 768, 16, 8, false),
+            (9, 200, 72, 8, 2, false),
+            (33, 192, 144, 8, 8, false),
+            (300, 256, 96, 64, 6, true),
+            (1000, 2048, 768, 128, 8, true),
+            (2048, 2048, 768, 128, 8, false),
         ] {
-            let case = format!("T {t} H {h} I {i} E {e} top-{k} fp8 experts");
+            let case = format!(
+                "T {t} H {h} I {i} E {e} top-{k} fp8 experts{}",
+                if skew { " skewed" } else { "" }
+            );
+            let routes: &[Route] = if h % 16 == 0 && i % 16 == 0 {
+                &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT]
+            } else {
+                &[CUDA_CORES]
+            };
             self.run("fused_moe", &case, |s| {
                 let (x_d, x_c) = s.random(&[t, h], 1.0, DType::BF16)?;
-                let (l_d, l_c) = s.random(&[t, e], 3.0, DType::F32)?;
+                let l = logits(&mut s.rng, t, e, skew);
+                let (l_d, l_c) = s.pair(&[t, e], l, DType::F32)?;
                 let (w13_d, w13_c) = s.fp8_pair(&[e, 2 * i, h])?;
                 let (w2_d, w2_c) = s.fp8_pair(&[e, h, i])?;
-                let mut out_d = s.cuda.zeros(&[t, h])?;
                 let mut out_c = s.cpu.zeros(&[t, h])?;
-                s.cuda
-                    .fused_moe(&mut out_d, &x_d, &l_d, &w13_d, &w2_d, k, true)?;
                 s.cpu
                     .fused_moe(&mut out_c, &x_c, &l_c, &w13_c, &w2_c, k, true)?;
-                s.check("fused_moe", &case, MOE, &out_d, &out_c)?;
+                for route in routes {
+                    s.moe_route(&case, *route, &out_c, |cuda, out| {
+                        cuda.fused_moe(out, &x_d, &l_d, &w13_d, &w2_d, k, true)
+                    })?;
+                }
                 Ok(())
             })?;
         }
-        // The small-step launches (moe_plan: routing in one block up to 1024 pairs;
-        // moe_down_combine: down + weighted sum in one launch up to 8 tokens) against the six
-        // launches, bit for bit, on both sides of each switch and with both expert types.
-        for (t, e, k, fp8) in [
-            (1, 128, 8, false),
-            (1, 128, 8, true),
-            (8, 128, 8, false),
-            (8, 128, 8, true),
-            (9, 128, 8, false),
-            (128, 128, 8, true),
-            (129, 128, 8, false),
+        self.moe_small_steps()?;
+        self.moe_bad_shapes()
+    }
+
+    /// One route of a case: set it, run `f` into a fresh output, check it against the CPU's
+    /// `want`, and print the error's rms against the output's (how far the route's rounding
+    /// moves the result as a whole); then the defaults again.
+    fn moe_route(
+        &mut self,
+        case: &str,
+        route: Route,
+        want: &CpuTensor,
+        f: impl FnOnce(&CudaBackend, &mut CudaTensor) -> metrale_engine::backend::Result<()>,
+    ) -> Result<()> {
+        let cuda = self.cuda;
+        cuda.set_moe_gemm(route.gemm);
+        cuda.set_fp8_activations(route.fp8_act);
+        let mut out = cuda.zeros(&want.shape)?;
+        let r = f(cuda, &mut out);
+        cuda.set_moe_gemm(MoeGemm::Auto);
+        cuda.set_fp8_activations(false);
+        r?;
+        let case = format!("{case} [{}]", route.name);
+        self.check("fused_moe", &case, route.tol, &out, want)?;
+        let got = cuda.to_host(&out)?;
+        let (err, sq) = got
+            .iter()
+            .zip(&want.data)
+            .fold((0f64, 0f64), |(e, s), (&g, &w)| {
+                (e + f64::from(g - w).powi(2), s + f64::from(w).powi(2))
+            });
+        self.report.line(format!(
+            "  error rms / output rms = {:.2e}",
+            (err / sq.max(f64::MIN_POSITIVE)).sqrt()
+        ));
+        Ok(())
+    }
+
+    /// The small-step launches (moe_plan: routing in one block up to 1024 pairs;
+    /// moe_down_combine: down + weighted sum in one launch up to 8 tokens) against the six
+    /// launches, bit for bit, on both sides of each switch and with both expert types, on the
+    /// CUDA cores; and on tensor cores (where routing is the only difference) at 1024 pairs.
+    fn moe_small_steps(&mut self) -> Result<()> {
+        for (t, e, k, fp8, gemm) in [
+            (1, 128, 8, false, MoeGemm::CudaCores),
+            (1, 128, 8, true, MoeGemm::CudaCores),
+            (8, 128, 8, false, MoeGemm::CudaCores),
+            (8, 128, 8, true, MoeGemm::CudaCores),
+            (9, 128, 8, false, MoeGemm::CudaCores),
+            (128, 128, 8, true, MoeGemm::CudaCores),
+            (129, 128, 8, false, MoeGemm::CudaCores),
+            (128, 128, 8, false, MoeGemm::TensorCores),
+            (128, 128, 8, true, MoeGemm::TensorCores),
         ] {
             let (h, i) = (2048, 768);
             let case = format!(
-                "T {t} E {e} top-{k}{} small-step launches = six launches",
-                if fp8 { " fp8 experts" } else { "" }
+                "T {t} E {e} top-{k}{}{} small-step launches = six launches",
+                if fp8 { " fp8 experts" } else { "" },
+                if gemm == MoeGemm::TensorCores {
+                    " tensor cores"
+                } else {
+                    ""
+                }
             );
             self.run("fused_moe", &case, |s| {
                 let (x_d, _) = s.random(&[t, h], 1.0, DType::BF16)?;
@@ -98,11 +235,13 @@ impl Ops<'_> {
                 let mut outs = Vec::new();
                 for small in [true, false] {
                     s.cuda.set_moe_small_paths(small);
+                    s.cuda.set_moe_gemm(gemm);
                     let mut out = s.cuda.zeros(&[t, h])?;
                     let r = s
                         .cuda
                         .fused_moe(&mut out, &x_d, &l_d, &w13_d, &w2_d, k, true);
                     s.cuda.set_moe_small_paths(true);
+                    s.cuda.set_moe_gemm(MoeGemm::Auto);
                     r?;
                     outs.push(s.cuda.to_host(&out)?);
                 }
@@ -124,7 +263,11 @@ impl Ops<'_> {
                 Ok(())
             })?;
         }
-        // Bad shapes are errors that name the op, not faults.
+        Ok(())
+    }
+
+    /// Bad shapes are errors that name the op, not faults.
+    fn moe_bad_shapes(&mut self) -> Result<()> {
         let x = self.cuda.zeros(&[2, 64])?;
         let l = self.cuda.zeros(&[2, 8])?;
         let w13 = self.cuda.zeros(&[8, 64, 64])?;
@@ -145,6 +288,38 @@ impl Ops<'_> {
             if !ok {
                 self.report
                     .fail(format!("fused_moe accepted {what} ({e:?})"));
+            }
+        }
+        Ok(())
+    }
+
+    /// matmul with an FP8 weight and more than 32 rows on the tensor-core kernel
+    /// (`set_fp8_matmul_mma`), bf16 and e4m3 activations, against the CPU: one 30B-A3B qkv
+    /// shape, a 2048-row prefill of its o projection, and ragged tiles (m, n not multiples of
+    /// 64 and 128, k of 32).
+    pub(super) fn matmul_fp8_mma(&mut self) -> Result<()> {
+        for (m, k, n) in [(130, 2048, 1536), (2048, 4096, 2048), (33, 272, 200)] {
+            for fp8_act in [false, true] {
+                let case = format!(
+                    "x bf16 [{m}, {k}] · w fp8 [{n}, {k}]ᵀ tensor cores{}",
+                    if fp8_act { ", e4m3 activations" } else { "" }
+                );
+                let tol = if fp8_act { FP8_ACT } else { MOE };
+                self.run("matmul", &case, |s| {
+                    let (x_d, x_c) = s.random(&[m, k], 1.0, DType::BF16)?;
+                    let (w_d, w_c) = s.fp8_pair(&[n, k])?;
+                    let mut out_d = s.cuda.zeros(&[m, n])?;
+                    let mut out_c = s.cpu.zeros(&[m, n])?;
+                    s.cuda.set_fp8_matmul_mma(true);
+                    s.cuda.set_fp8_activations(fp8_act);
+                    let r = s.cuda.matmul(&mut out_d, &x_d, &w_d);
+                    s.cuda.set_fp8_matmul_mma(false);
+                    s.cuda.set_fp8_activations(false);
+                    r?;
+                    s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
+                    s.check("matmul", &case, tol, &out_d, &out_c)?;
+                    Ok(())
+                })?;
             }
         }
         Ok(())

@@ -118,7 +118,13 @@ impl CudaBackend {
             },
         )?;
         if m > FP8_GEMV_MAX_PASSES * FP8_GEMV_MAX_ROWS {
-            // Prefill: the weight as bf16, then cuBLAS.
+            // Prefill: the tensor-core kernel when asked (moe_mma.rs), else the weight as
+            // bf16, then cuBLAS.
+            if self.fp8_matmul_mma()
+                && (self.empty_matmul(out, (m, n, k))? || self.matmul_fp8_mma(out, x, w)?)
+            {
+                return Ok(());
+            }
             let mut wb = self.alloc(&w.shape, DType::BF16)?;
             self.dequant_fp8(&mut wb, w)?;
             return self.matmul_op(out, x, &wb);

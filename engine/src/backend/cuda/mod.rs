@@ -23,17 +23,19 @@ mod graph;
 mod hybrid;
 mod launch;
 mod moe;
+mod moe_mma;
 mod norm;
 mod sample;
 mod tensor;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
 use metrale_kernels::{Kernels, Module};
 
 pub use batch::CudaBatch;
+pub use moe_mma::MoeGemm;
 pub use tensor::{CudaTensor, DType};
 
 pub(crate) use super::cpu::shape_err;
@@ -96,6 +98,12 @@ pub struct CudaBackend {
     /// `fused_moe` takes its single-launch routing and down + combine on small steps (off:
     /// the six-launch path at every size, for comparisons).
     moe_small_paths: AtomicBool,
+    /// Where `fused_moe` runs the experts' GEMMs (a [`MoeGemm`], `moe_mma.rs`).
+    moe_gemm: AtomicU8,
+    /// The FP8 tensor-core GEMMs quantize their activations to e4m3 (`moe_mma.rs`).
+    fp8_act: AtomicBool,
+    /// `matmul` with an FP8 weight and more than 32 rows runs on the tensor-core kernel.
+    fp8_matmul_mma: AtomicBool,
     /// Launch kernels with programmatic dependent launch (`launch.rs`): on for compute
     /// capability 9.0 and later unless `METRALE_PDL=0`.
     pdl: AtomicBool,
@@ -233,6 +241,9 @@ impl CudaBackend {
                     .min(blas::GEMV_MAX_ROWS),
             ),
             moe_small_paths: AtomicBool::new(true),
+            moe_gemm: AtomicU8::new(MoeGemm::Auto.to_u8()),
+            fp8_act: AtomicBool::new(false),
+            fp8_matmul_mma: AtomicBool::new(false),
             pdl: AtomicBool::new(
                 target.compute_capability.0 >= 9
                     && std::env::var_os("METRALE_PDL").is_none_or(|v| v != "0"),

@@ -3,8 +3,9 @@
 //! decode step with mixture-of-experts layers is captured into a CUDA graph like a dense one:
 //! three at decode sizes (`moe_plan`, gate_up, `moe_down_combine`: at most [`PLAN_MAX_PAIRS`]
 //! pairs and [`FUSED_DOWN_TOKENS`] tokens), four up to `PLAN_MAX_PAIRS` pairs, six beyond. All
-//! give the same output bit for bit. Every scratch buffer is sized by the step's tokens
-//! (`T · top_k` pairs), which a graph's batch bucket fixes.
+//! give the same output bit for bit. Steps with many tokens an expert run gate|up and down on
+//! tensor cores instead (`moe_mma.rs`), between the same routing and weighted sum. Every scratch
+//! buffer is sized by the step's tokens (`T · top_k` pairs), which a graph's batch bucket fixes.
 
 use std::sync::atomic::Ordering;
 
@@ -182,7 +183,14 @@ impl CudaBackend {
             self.launched("moe_active", r)?;
         }
 
-        // 3-4. The experts: gate|up + SiLU, then down.
+        let op = out.ptr(s);
+        // 3-4. The experts: gate|up + SiLU, then down, on tensor cores for steps with many
+        // tokens an expert (moe_mma.rs), then the weighted sum.
+        if self.moe_mma_for(pairs, e, h, i, gate_up.dtype) {
+            let ys =
+                self.moe_experts_mma(&act, x, gate_up, down, (ofp, pmp), (t, h, e, i, top_k))?;
+            return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
+        }
         let fp8 = gate_up.dtype == DType::F8;
         let vec = if fp8 {
             h.is_multiple_of(16) && i.is_multiple_of(16)
@@ -225,7 +233,6 @@ impl CudaBackend {
             ))
         };
         self.launched(&name, r)?;
-        let op = out.ptr(s);
         if small && t <= FUSED_DOWN_TOKENS {
             // 4-5. Down and the weighted sum in one launch: a block per output element, a warp
             // per slot.
@@ -274,15 +281,26 @@ impl CudaBackend {
             ))
         };
         self.launched(&name, r)?;
+        self.moe_combine(op, ysp, wtp, t, (ki, hi))
+    }
 
-        // 5. The weighted sum per token.
+    /// Stage 5, the weighted sum per token: out [t, h] f32 from ys [t·k, h] f32 (every row
+    /// written by the down projection) and the routing weights (t·k).
+    fn moe_combine(
+        &self,
+        op: u64,
+        ysp: u64,
+        wtp: u64,
+        t: usize,
+        (ki, hi): (i32, i32),
+    ) -> Result<()> {
         let f = self.func(Module::Moe, "moe_combine")?;
         let tu = t as u64;
         let mut a = self.launcher(&f);
         a.arg(&op).arg(&ysp).arg(&wtp).arg(&tu).arg(&ki).arg(&hi);
-        // SAFETY: out is [t, h] f32, ys [t·k, h] f32 (every row written by moe_down), weights
-        // t·k; grid-stride over t·h.
-        let r = unsafe { a.launch(stride_cfg((t * h) as u64)) };
+        // SAFETY: out is [t, h] f32, ys [t·k, h] f32 (every row written by the down kernel:
+        // each pair is in exactly one expert's range), weights t·k; grid-stride over t·h.
+        let r = unsafe { a.launch(stride_cfg(t as u64 * hi as u64)) };
         self.launched("moe_combine", r)
     }
 }

@@ -1,0 +1,361 @@
+//! `fused_moe`'s expert GEMMs on tensor cores (`moe_mma.cu`), for steps with many tokens an
+//! expert: `moe_tiles` lists the 64-row tiles of the grouped pairs on the device, then one
+//! launch over all experts computes gate|up + SiLU (`act`, the pair rows `moe_down_*` reads) and
+//! one the down projection (`ys`, the pair rows `moe_combine` reads). Nothing waits on the host,
+//! so decode graphs of large batches capture them too. The same down kernel with one expert and
+//! no permutation is a plain FP8 GEMM, which `matmul` uses for prefill-sized FP8 GEMMs when
+//! [`CudaBackend::set_fp8_matmul_mma`] is on.
+//!
+//! FP8 weights run either with bf16 activations (each weight byte widened to bf16 exactly, a
+//! group's sum scaled once: the CUDA-core kernels' arithmetic in another order) or, with
+//! [`CudaBackend::set_fp8_activations`], on e4m3 tensor cores with the activations quantized per
+//! token and 128 columns (`moe_quant_fp8_*`).
+
+use std::sync::atomic::Ordering;
+
+use cudarc::driver::sys::CUfunction_attribute;
+use metrale_kernels::Module;
+
+use super::elementwise::{cfg, dim, int};
+use super::tensor::{CudaTensor, DType};
+use super::{CudaBackend, dev_err};
+use crate::backend::Result;
+
+/// Rows (pairs) of a block tile (`MMA_BM` in moe_mma.cu).
+const BM: usize = 64;
+/// Weight rows of a block tile (`MMA_BN`): the down kernel's output columns; gate_up's blocks
+/// take half as many act columns (their gate and up rows).
+const BN: usize = 128;
+/// Threads of the `moe_tiles` block (`MMA_TILE_THREADS`).
+const TILE_THREADS: u32 = 256;
+/// Rows (a warp each) of a `moe_quant_fp8_*` block.
+const QUANT_ROWS: usize = 8;
+/// With [`MoeGemm::Auto`], steps whose pairs average at least this many an expert run on
+/// tensor cores, bf16 experts and FP8 ones: where they beat the CUDA-core kernels on the H200
+/// (fused_moe alone at 30B-A3B's shape: bf16 575 against 671 us at 4, 523 against 496 at 2;
+/// FP8 586 against 649 us at 2, 423 against 411 at 1; docs/performance.md).
+const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
+
+/// The launch of a build (`bf16`, `fp8`, `fp8act`): threads and dynamic shared memory,
+/// moe_mma.cu's `MmaCfg` (4 warps with bf16 weights, else 8; stages of 32 columns: 3 with bf16
+/// weights, 6 with e4m3 activations, else 4).
+fn launch_shape(build: &str) -> (u32, u32) {
+    let (a, w, warps, stages) = match build {
+        "bf16" => (2, 2, 4, 3),
+        "fp8" => (2, 1, 8, 4),
+        _ => (1, 1, 8, 6),
+    };
+    let stage = 32 * (BM * a + BN * w);
+    ((32 * warps) as u32, (stages * stage) as u32)
+}
+
+/// Which kernels `fused_moe` runs its experts' GEMMs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeGemm {
+    /// Tensor cores when the step's pairs average 4 an expert (bf16 experts) or 2 (FP8), else
+    /// the CUDA-core kernels (the default).
+    Auto,
+    /// Tensor cores at every size where the GPU (compute capability 8.0) and the shapes (rows
+    /// of a multiple of 8 bf16 or 16 FP8 elements) allow them.
+    TensorCores,
+    /// The CUDA-core kernels at every size.
+    CudaCores,
+}
+
+impl MoeGemm {
+    pub(super) fn to_u8(self) -> u8 {
+        match self {
+            MoeGemm::Auto => 0,
+            MoeGemm::TensorCores => 1,
+            MoeGemm::CudaCores => 2,
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        match v {
+            1 => MoeGemm::TensorCores,
+            2 => MoeGemm::CudaCores,
+            _ => MoeGemm::Auto,
+        }
+    }
+}
+
+impl CudaBackend {
+    /// Which kernels `fused_moe` runs the experts on (for comparisons; [`MoeGemm::Auto`] by
+    /// default). Every choice gives the CPU reference's output within the op's tolerance.
+    pub fn set_moe_gemm(&self, gemm: MoeGemm) {
+        self.moe_gemm.store(gemm.to_u8(), Ordering::Relaxed);
+    }
+
+    /// Whether the FP8 tensor-core GEMMs (experts, and dense ones with
+    /// [`CudaBackend::set_fp8_matmul_mma`]) quantize their activations to e4m3 per token and
+    /// 128 columns and multiply on e4m3 tensor cores (compute capability 8.9 and later), rather
+    /// than widening the weights to bf16. Off by default: see docs/performance.md for what it
+    /// costs in accuracy.
+    pub fn set_fp8_activations(&self, on: bool) {
+        self.fp8_act.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether `matmul` with an FP8 weight and more than 32 rows runs the tensor-core kernel
+    /// (`moe_down_mma_fp8*`, one expert) instead of a bf16 copy of the weight and cuBLAS.
+    pub fn set_fp8_matmul_mma(&self, on: bool) {
+        self.fp8_matmul_mma.store(on, Ordering::Relaxed);
+    }
+
+    pub(super) fn fp8_matmul_mma(&self) -> bool {
+        self.fp8_matmul_mma.load(Ordering::Relaxed)
+    }
+
+    /// The FP8 tensor-core build: e4m3 activations (`fp8act`) when asked and the GPU has e4m3
+    /// mma (8.9+), else bf16 activations (`fp8`).
+    fn fp8_build(&self) -> &'static str {
+        if self.fp8_act.load(Ordering::Relaxed) && self.info.compute_capability >= (8, 9) {
+            "fp8act"
+        } else {
+            "fp8"
+        }
+    }
+
+    /// Whether a step of `pairs` (token, expert) pairs over `e` experts of hidden `h` and
+    /// intermediate `i` runs its experts on tensor cores: the setting, the GPU (mma.sync needs
+    /// 8.0) and rows the kernels' 16-byte loads take (bf16 rows a multiple of 8 elements, FP8
+    /// of 16).
+    pub(super) fn moe_mma_for(&self, pairs: usize, e: usize, h: usize, i: usize, w: DType) -> bool {
+        let align = if w == DType::F8 { 16 } else { 8 };
+        let able = self.info.compute_capability >= Module::MoeMma.min_compute_capability()
+            && h.is_multiple_of(align)
+            && i.is_multiple_of(align);
+        able && match MoeGemm::from_u8(self.moe_gemm.load(Ordering::Relaxed)) {
+            MoeGemm::Auto => {
+                let (bf16, fp8) = MMA_MIN_PAIRS_PER_EXPERT;
+                let per_expert = if w == DType::F8 { fp8 } else { bf16 };
+                pairs >= per_expert * e
+            }
+            MoeGemm::TensorCores => true,
+            MoeGemm::CudaCores => false,
+        }
+    }
+
+    /// Stages 3 and 4 of `fused_moe` on tensor cores: `act` [pairs, i] (bf16, pair rows) from x
+    /// [t, h] (bf16) and gate_up, then the returned `ys` [pairs, h] (f32, pair rows) from act
+    /// and down. `offsets` (e + 1) and `perm` (pairs) are the grouping's device arrays.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn moe_experts_mma(
+        &self,
+        act: &CudaTensor,
+        x: &CudaTensor,
+        gate_up: &CudaTensor,
+        down: &CudaTensor,
+        (offsets, perm): (u64, u64),
+        (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
+    ) -> Result<CudaTensor> {
+        let pairs = t * top_k;
+        let s = &self.stream;
+        // An upper bound of the tiles: each expert's ceil(count / BM), at most one a pair.
+        let max_tiles = pairs.min((pairs + e * (BM - 1)) / BM);
+        let tiles = self.alloc(&[2 * max_tiles], DType::F32)?; // i32 [max_tiles, 2]
+        let (tp, mt, ei) = (
+            tiles.ptr(s),
+            int(max_tiles, "fused_moe")?,
+            int(e, "fused_moe")?,
+        );
+        let f = self.func(Module::MoeMma, "moe_tiles")?;
+        let mut a = self.launcher(&f);
+        a.arg(&tp).arg(&offsets).arg(&ei).arg(&mt);
+        // SAFETY: offsets holds e + 1 entries (moe_group's or moe_plan's: ascending, ending at
+        // pairs), tiles 2 · max_tiles; the kernel writes entries below max_tiles only; one
+        // block.
+        let r = unsafe { a.launch(cfg((1, 1), TILE_THREADS)) };
+        self.launched("moe_tiles", r)?;
+
+        let build = if gate_up.dtype == DType::F8 {
+            self.fp8_build()
+        } else {
+            "bf16"
+        };
+        let (ki, ii, hi) = (
+            int(top_k, "fused_moe")?,
+            int(i, "fused_moe")?,
+            int(h, "fused_moe")?,
+        );
+        let x_q = (build == "fp8act").then(|| self.quant_fp8(x)).transpose()?;
+        let (xp, xsp) = x_q
+            .as_ref()
+            .map_or((x.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
+        let rows = dim(max_tiles, "fused_moe")?;
+        // SAFETY: act is [pairs, i] bf16; the A operand x [t, h] bf16 (or its e4m3 copy with
+        // [t, ceil(h/128)] scales); gate_up [e, 2i, h] (bf16, or FP8 with its scales); tiles
+        // was just written from offsets, whose ranges lie in 0..pairs, perm entries < pairs
+        // (so tokens perm / k < t); rows of h and i are multiples of 8 elements (bf16) or 16
+        // bytes (FP8; moe_mma_for); blocks past the tile count return.
+        unsafe {
+            self.launch_mma(
+                ("gate_up", build),
+                (rows, dim(i.div_ceil(BN / 2), "fused_moe")?),
+                act.ptr(s),
+                (xp, xsp),
+                gate_up,
+                (tp, offsets, perm),
+                (ki, ii, hi),
+            )?;
+        }
+        let act_q = (build == "fp8act")
+            .then(|| self.quant_fp8(act))
+            .transpose()?;
+        let (ap, asp) = act_q
+            .as_ref()
+            .map_or((act.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
+        let ys = self.alloc(&[pairs, h], DType::F32)?; // [pairs, h]: pair rows
+        // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up, each
+        // pair being in exactly one tile) or its e4m3 copy; down [e, h, i] with its scales;
+        // tiles, offsets and perm as above.
+        unsafe {
+            self.launch_mma(
+                ("down", build),
+                (rows, dim(h.div_ceil(BN), "fused_moe")?),
+                ys.ptr(s),
+                (ap, asp),
+                down,
+                (tp, offsets, perm),
+                (0, hi, ii),
+            )?;
+        }
+        Ok(ys)
+    }
+
+    /// `out[m, n] = x[m, k] · w[n, k]ᵀ` for an FP8 `w` on tensor cores: the down kernel with
+    /// one expert and no tiles or permutation. The caller has checked the shapes and made `out`
+    /// f32 with m, n, k > 0. k must be a multiple of 16 (false is returned and nothing launched
+    /// otherwise, or when the GPU is older than 8.0).
+    pub(super) fn matmul_fp8_mma(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+    ) -> Result<bool> {
+        let (m, k, n) = (x.rows(), x.cols(), w.rows());
+        if !k.is_multiple_of(16)
+            || self.info.compute_capability < Module::MoeMma.min_compute_capability()
+        {
+            return Ok(false);
+        }
+        let mut narrowed = None;
+        let x = self.as_bf16(x, &mut narrowed)?;
+        let build = self.fp8_build();
+        let x_q = (build == "fp8act").then(|| self.quant_fp8(x)).transpose()?;
+        let s = &self.stream;
+        let (xp, xsp) = x_q
+            .as_ref()
+            .map_or((x.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
+        let ints = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
+        // SAFETY: out is [m, n] f32 (the caller's checks), x [m, k] bf16 (or its
+        // e4m3 copy with [m, ceil(k/128)] scales), w [n, k] FP8 with its scales; k % 16 == 0 so
+        // every 16-byte load of a row is aligned and inside it; null tiles, offsets and perm:
+        // block x covers rows 64x .. 64x + 63 < m + 63 (rows past m are not read or written).
+        unsafe {
+            self.launch_mma(
+                ("down", build),
+                (
+                    dim(m.div_ceil(BM), "matmul")?,
+                    dim(n.div_ceil(BN), "matmul")?,
+                ),
+                out.ptr(s),
+                (xp, xsp),
+                w,
+                (0, 0, 0),
+                ints,
+            )?;
+        }
+        Ok(true)
+    }
+
+    /// x (f32 or bf16, [rows, k]) as e4m3 with one scale per row and 128 columns: an FP8
+    /// tensor (the weights' layout).
+    fn quant_fp8(&self, x: &CudaTensor) -> Result<CudaTensor> {
+        let (rows, k) = (x.rows(), x.cols());
+        let q = self.alloc(&[rows, k], DType::F8)?;
+        if rows == 0 {
+            return Ok(q);
+        }
+        let name = match x.dtype {
+            DType::BF16 => "moe_quant_fp8_bf16",
+            DType::F32 => "moe_quant_fp8_f32",
+            DType::F8 => return Err(super::not_activation("fused_moe")),
+        };
+        let f = self.func(Module::MoeMma, name)?;
+        let s = &self.stream;
+        let (qp, sp, xp, r, ki) = (
+            q.ptr(s),
+            q.scales_ptr(s),
+            x.ptr(s),
+            rows as u64,
+            int(k, "fused_moe")?,
+        );
+        let mut a = self.launcher(&f);
+        a.arg(&qp).arg(&sp).arg(&xp).arg(&r).arg(&ki);
+        // SAFETY: q is an FP8 [rows, k] tensor (rows · k bytes, then rows · ceil(k/128) f32
+        // scales), x [rows, k] of the kernel's type; a warp per row, rows past `rows` return.
+        let r = unsafe {
+            a.launch(cfg(
+                (dim(rows.div_ceil(QUANT_ROWS), "fused_moe")?, 1),
+                (32 * QUANT_ROWS) as u32,
+            ))
+        };
+        self.launched(name, r)?;
+        Ok(q)
+    }
+
+    /// One launch of `moe_{kind}_mma_{build}` (kind `gate_up` or `down`, which take the same
+    /// parameters: out, the A operand and its scales, the weight and its scales, tiles, offsets,
+    /// perm, three ints).
+    ///
+    /// # Safety
+    /// The pointers and sizes must be what the kernel's comment in moe_mma.cu asks for at this
+    /// grid: out, a and w sized for the rows the tiles (or, with null tiles, the first int) and
+    /// the ints name, rows 16-byte aligned.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch_mma(
+        &self,
+        (kind, build): (&str, &str),
+        grid: (u32, u32),
+        out: u64,
+        (a, a_scales): (u64, u64),
+        w: &CudaTensor,
+        (tiles, offsets, perm): (u64, u64, u64),
+        (i0, i1, i2): (i32, i32, i32),
+    ) -> Result<()> {
+        let name = format!("moe_{kind}_mma_{build}");
+        let f = self.func(Module::MoeMma, &name)?;
+        let (threads, smem) = launch_shape(build);
+        // Past 48 KB of shared memory a block, static (the kernel's row tables: 2 · BM + BN
+        // ints) and dynamic together, a kernel must opt in, or its launch fails with an invalid
+        // argument (today's builds stay below; 128-row tiles, tried, did not).
+        if smem as usize + 4 * (2 * BM + BN) > 48 * 1024 {
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(dev_err(&format!("{name}: shared memory")))?;
+        }
+        let s = &self.stream;
+        let (wp, wsp) = (w.ptr(s), w.scales_ptr(s));
+        let mut l = self.launcher(&f);
+        l.arg(&out)
+            .arg(&a)
+            .arg(&a_scales)
+            .arg(&wp)
+            .arg(&wsp)
+            .arg(&tiles)
+            .arg(&offsets)
+            .arg(&perm)
+            .arg(&i0)
+            .arg(&i1)
+            .arg(&i2);
+        let mut c = cfg(grid, threads);
+        c.shared_mem_bytes = smem;
+        // SAFETY: the caller's contract (above); threads and dynamic shared memory are the
+        // build's MmaCfg WARPS · 32 (its launch bounds) and SMEM (launch_shape).
+        let r = unsafe { l.launch(c) };
+        self.launched(&name, r)
+    }
+}

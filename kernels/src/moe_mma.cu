@@ -1,0 +1,458 @@
+// Mixture-of-experts expert GEMMs on tensor cores, for steps with many tokens an expert (prefill
+// chunks, large decode batches): fused_moe's stages 3 and 4 (moe.cu's header) as two grouped
+// GEMMs, one launch each over all experts, in place of moe_gate_up_* and moe_down_*, which apply
+// each weight row to 8 tokens at a time on the CUDA cores. Routing, grouping and moe_combine are
+// moe.cu's, so the output is summed in the CPU reference's order as before; in a module of its
+// own because mma.sync needs sm_80 (e4m3 operands sm_89), so an older GPU still loads moe.cu.
+//
+//   moe_tiles: one block lists the BM-row tiles of the grouped pairs, (expert, first row of its
+//     range) each, from the offsets (no host round trip, so decode graphs can hold it); entries
+//     past the count are -1. The grids' x runs over an upper bound of that count,
+//     min(pairs, (pairs + E · (BM - 1)) / BM), and blocks with no tile return at once.
+//   moe_gate_up_mma_*: grid (tiles, ceil(I / 64)); block (tile, j) computes act[pair, j·64 ..
+//     j·64 + 63] for the tile's pairs: the gate rows j·64.. and the up rows I + j·64.. of the
+//     expert's weight are one 128-row B tile, laid out so that each thread holds gate and up of
+//     the same (pair, column) and writes silu(g) · u rounded to bf16 at the pair's row, as
+//     moe_gate_up_* does. The A rows are x's rows of the pairs' tokens (pair / top_k), gathered
+//     through perm.
+//   moe_down_mma_*: grid (tiles, ceil(H / 128)); ys[pair, c] = act[pair] · W2_e[c] in f32 at the
+//     pair's row. With no tiles, offsets and perm (null pointers) it is a plain GEMM of `rows`
+//     rows, one expert: out[m, n] = a[m] · w[n] (fp8.rs's FP8 matmul for prefill-sized GEMMs).
+//   moe_quant_fp8_*: a warp per row quantizes activations per 128 columns for the `_fp8act`
+//     builds (the FP8 KV cache's rule: s = amax / 448, e4m3(x / s)).
+//
+// A block is BM = 64 rows (pairs) × BN = 128 weight rows, k in stages of 32 through a cp.async
+// pipeline (rows past the tile, weight rows past the matrix and k past its end are zero-filled);
+// its warps are 2 × (warps / 2), each 32 rows × BN / (warps / 2) columns, m16 × n8 mma tiles. No
+// ldmatrix and no swizzle: the sum over k does not depend on the order of k, so a lane's k
+// indices are permuted to what one load of a row gives it (attention_mma.cu's trick): lane (g =
+// lane / 4, t = lane % 4) loads elements 8t .. 8t + 7 of a 32-wide k slice of A rows g and g + 8
+// and of B row (weight row) g; with bf16, elements 8t + 4s + {0, 1} are the mma's k 2t + {0, 1}
+// of step s (of two k16 steps) and 8t + 4s + {2, 3} its 2t + 8 + {0, 1}; with e4m3 (one k32
+// step) bytes 8t .. 8t + 3 are its k 4t .., bytes 8t + 4 .. its 16 + 4t ... Rows of 64 bytes
+// (bf16) or 32 (e4m3) make these 16- and 8-byte shared loads free of bank conflicts.
+//
+// Builds (the weights' type, then what the mma multiplies):
+//   _bf16: bf16 x and weights, m16n8k16 bf16. 4 warps of 32 × 64.
+//   _fp8: FP8 weights (e4m3 bytes, one f32 scale per 128 columns of each row), bf16 activations:
+//     a weight byte is widened to bf16 exactly (prelude's e4m3x8_to_bf16x8, no scale), the
+//     products of a 128-column group are summed apart and added as acc += scale · part. The
+//     same arithmetic as moe_*_fp8 (exact products, f32 sums, the scale applied to a group's
+//     sum) in another order. 8 warps of 32 × 32 (two sets of accumulators).
+//   _fp8act: FP8 weights and activations quantized to e4m3 per token and 128 columns
+//     (moe_quant_fp8_*, like transformers' fine-grained FP8 path and DeepSeek's), m16n8k32 e4m3
+//     (sm_89+), a group's sum scaled by a_scale · w_scale. Halves the A bytes and doubles the
+//     mma's k, at the cost of rounding every activation to 4 significant bits.
+//
+// Which build runs (moe_mma.rs): _bf16 for bf16 experts, _fp8 for FP8 ones; _fp8act only when
+// asked (CudaBackend::set_fp8_activations): on the H200 it was 12% faster than _fp8 on a
+// 2048-token chunk (1573 against 1796 us) and 7% on the whole 30B-A3B prefill (121 against 130
+// ms), for 25 times the error (rms 4.1e-2 to 4.4e-2 of the output's against 1.6e-3; the CPU
+// reference keeps activations exact).
+//
+// Times (H200, fused_moe alone at 30B-A3B's shape, 2048 tokens = 16384 pairs, top-8 of 128,
+// routing and moe_combine included; floors: the experts' weights once at 4 TB/s, 302 us bf16 and
+// 156 us FP8, and 155 GFLOP at 780 TFLOP/s, 198 us):
+//   moe_gate_up_* + moe_down_* on the CUDA cores:   bf16 15425 us, FP8 25739 us.
+//   this file, 64-row blocks (the one kept):        bf16 1208 us (128 TFLOP/s), FP8 1796,
+//                                                   e4m3 activations 1573.
+//   128-row blocks (8 warps of 64 × 32 for bf16, 16 of 32 × 32 for FP8; 4 stages in 64 KB and
+//   48 KB): bf16 1340, FP8 2161, e4m3 1904, and slower at every smaller size too (at 16
+//   tokens 488 against 360 us), though each weight tile is read by fewer blocks.
+// Nsight Compute on the 64-row bf16 kernels in a 30B-A3B prefill (at its base clocks): 24% of
+// warp slots occupied (4 blocks of 4 warps a multiprocessor, by registers and shared memory),
+// 57% of the SM's issue throughput, L2 44-65%, DRAM 20-33%; 41% of the cycles between a warp's
+// instructions are waits on fixed-latency dependencies. Latency-bound: more warps or more
+// independent work a warp (interleaving the two k16 steps of a tile across accumulators, larger
+// k slices, ldmatrix), or Hopper's wgmma with TMA, are the next steps.
+
+#define MMA_BM 64
+#define MMA_BN 128
+#define MMA_BK 32
+#define MMA_GROUP 128 // columns of an FP8 scale (tensor.rs's FP8_BLOCK)
+#define MMA_TILE_THREADS 256
+
+// ---- helpers -------------------------------------------------------------------------------
+
+// 16 bytes global -> shared, asynchronously (cp.async, cached in L2 only); zeros when !valid
+// (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+#ifdef METRALE_HOST_EMULATION
+    if (valid) memcpy(dst, src, 16);
+    else memset(dst, 0, 16);
+#else
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#ifndef METRALE_HOST_EMULATION
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+// Wait until at most N committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+#ifndef METRALE_HOST_EMULATION
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// 16 and 8 bytes of shared memory in one load (the types' alignment tells the compiler it may).
+struct alignas(16) smem16 {
+    u32 x, y, z, w;
+};
+struct alignas(8) smem8 {
+    u32 x, y;
+};
+__device__ __forceinline__ u32x4 lds16(const unsigned char* p) {
+    const smem16 v = *(const smem16*)p;
+    return u32x4{v.x, v.y, v.z, v.w};
+}
+__device__ __forceinline__ u32x2 lds8(const unsigned char* p) {
+    const smem8 v = *(const smem8*)p;
+    return u32x2{v.x, v.y};
+}
+
+// ---- the tile list -------------------------------------------------------------------------
+
+// Exclusive prefix sum of v over the block (blockDim.x a multiple of 32, at most 1024); total
+// gets the block's sum. Every thread calls.
+__device__ int block_exclusive_scan(int v, int* total) {
+    __shared__ int warp_sums[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    int incl = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int up = (int)__float_as_uint(__shfl_sync(0xffffffffu, __int_as_float(incl), lane - o));
+        if (lane >= o) incl += up;
+    }
+    __syncthreads();
+    if (lane == 31) warp_sums[warp] = incl;
+    __syncthreads();
+    int before = 0, all = 0;
+    for (int w = 0; w < warps; ++w) {
+        before += w < warp ? warp_sums[w] : 0;
+        all += warp_sums[w];
+    }
+    *total = all;
+    return before + incl - v;
+}
+
+// tiles[2y], tiles[2y + 1] = (expert, first row of its range) of tile y, experts in order, each
+// expert's ceil(count / MMA_BM) tiles in row order; (-1, 0) from the count to max_tiles.
+// offsets: E + 1 entries (moe_group's or moe_plan's). One block of MMA_TILE_THREADS.
+extern "C" __global__ void moe_tiles(int* tiles, const int* offsets, int experts, int max_tiles) {
+    pdl_start();
+    int done = 0;
+    for (int base = 0; base < experts; base += blockDim.x) {
+        const int e = base + threadIdx.x;
+        const int n = e < experts ? (offsets[e + 1] - offsets[e] + MMA_BM - 1) / MMA_BM : 0;
+        int total;
+        const int first = done + block_exclusive_scan(n, &total);
+        for (int j = 0; j < n; ++j) {
+            const int y = first + j;
+            if (y < max_tiles) {
+                tiles[2 * y] = e;
+                tiles[2 * y + 1] = j * MMA_BM;
+            }
+        }
+        done += total;
+    }
+    for (int y = done + threadIdx.x; y < max_tiles; y += blockDim.x) {
+        tiles[2 * y] = -1;
+        tiles[2 * y + 1] = 0;
+    }
+}
+
+// ---- the grouped GEMMs ---------------------------------------------------------------------
+
+// A block's shape. MODE 0: bf16 activations and weights; 1: bf16 activations, FP8 weights; 2:
+// e4m3 activations (with their scales) and FP8 weights. A and W: bytes an element; the warps are
+// 2 (rows) × WARPS / 2 (columns), each MT m16 tiles × WN n8 tiles: 32 × 64 with bf16 weights,
+// 32 × 32 with FP8 (their two sets of accumulators must fit 128 registers); STAGES k slices in
+// flight, in dynamic shared memory (SMEM bytes; moe_mma.rs mirrors these numbers).
+template <int MODE> struct MmaCfg {
+    static constexpr int A = MODE == 2 ? 1 : 2, W = MODE == 0 ? 2 : 1;
+    static constexpr int WARPS = MODE == 0 ? 4 : 8, WARPS_M = 2;
+    static constexpr int MT = MMA_BM / 16 / WARPS_M, WN = MMA_BN / 8 / (WARPS / WARPS_M);
+    static constexpr int STAGE = MMA_BM * MMA_BK * A + MMA_BN * MMA_BK * W;
+    static constexpr int STAGES = MODE == 0 ? 3 : MODE == 1 ? 4 : 6;
+    static constexpr int SMEM = STAGES * STAGE;
+};
+
+// The first (FIRST) or second of two arrays of one type, chosen at compile time.
+template <bool FIRST, typename T> __device__ __forceinline__ T& pick(T& a, T& b) {
+    if constexpr (FIRST) return a;
+    else return b;
+}
+
+// One block of the grouped GEMM (see the header). GATE: gate_up + SiLU (w is [E, 2n, k], out
+// bf16 act [pairs, n]); else out is f32 [pairs, n] and w [E, n, k]. A row of pair p is row
+// p / a_div of a ([*, k]; a_scales [*, ceil(k / 128)] for MODE 2). tiles == nullptr: one expert,
+// rows 0 .. rows of a, no permutation (the dense GEMM).
+template <int MODE, bool GATE>
+__device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, const void* w,
+                             const float* w_scales, const int* tiles, const int* offsets,
+                             const int* perm, int rows, int a_div, int n, int k) {
+    using C = MmaCfg<MODE>;
+    constexpr int BM = MMA_BM;
+    constexpr int THREADS = C::WARPS * 32, WARP_COLS = C::WARPS / C::WARPS_M;
+    constexpr int MT = C::MT, WN = C::WN, WROWS = 16 * MT; // a warp's rows
+    constexpr int A_ROW = MMA_BK * C::A, W_ROW = MMA_BK * C::W; // bytes of a row in a stage
+    constexpr int CA = A_ROW / 16, CW = W_ROW / 16; // 16-byte chunks of a row in a stage
+#ifdef METRALE_HOST_EMULATION
+    alignas(16) static unsigned char smem[C::SMEM];
+#else
+    extern __shared__ __attribute__((aligned(16))) unsigned char moe_mma_smem[];
+    unsigned char* const smem = moe_mma_smem; // C::SMEM bytes
+#endif
+    __shared__ int a_row[BM];     // the A row of each tile row, -1 past the tile's pairs
+    __shared__ int out_row[BM];   // its pair (output row), -1 past them
+    __shared__ int w_row[MMA_BN]; // the weight row of each B row, -1 past the matrix
+
+    int e = 0, start = (int)blockIdx.x * BM, end = rows;
+    if (tiles) {
+        e = tiles[2 * blockIdx.x];
+        if (e < 0) return;
+        start = offsets[e] + tiles[2 * blockIdx.x + 1];
+        end = offsets[e + 1];
+    }
+    const int count = min(BM, end - start);
+    const int n0 = (int)blockIdx.y * (GATE ? MMA_BN / 2 : MMA_BN);
+    const int tid = threadIdx.x;
+    for (int r = tid; r < BM; r += THREADS) {
+        const int p = r < count ? (perm ? perm[start + r] : start + r) : -1;
+        out_row[r] = p;
+        a_row[r] = p < 0 ? -1 : p / a_div;
+    }
+    for (int r = tid; r < MMA_BN; r += THREADS) {
+        // gate_up: B rows 0..63 are gate rows n0.., 64..127 the up rows n + n0...
+        const int j = n0 + (GATE ? r % (MMA_BN / 2) : r);
+        const int row = GATE ? e * 2 * n + (r < MMA_BN / 2 ? 0 : n) + j : e * n + j;
+        w_row[r] = j < n ? row : -1;
+    }
+    __syncthreads();
+
+    const unsigned char* a8 = (const unsigned char*)a;
+    const unsigned char* w8 = (const unsigned char*)w;
+    // k slice kt into stage slot `slot`: A rows, then B rows, 16-byte chunks.
+    auto load = [&](int kt, int slot) {
+        unsigned char* sa = smem + slot * C::STAGE;
+        unsigned char* sw = sa + BM * A_ROW;
+#pragma unroll
+        for (int c = tid; c < BM * CA + MMA_BN * CW; c += THREADS) {
+            if (c < BM * CA) {
+                const int r = c / CA, ch = c % CA;
+                const int kk = kt * MMA_BK + ch * (16 / C::A);
+                const bool ok = a_row[r] >= 0 && kk < k;
+                const unsigned char* src = ok ? a8 + ((u64)a_row[r] * k + kk) * C::A : a8;
+                cp_async16(sa + r * A_ROW + ch * 16, src, ok);
+            } else {
+                const int r = (c - BM * CA) / CW, ch = (c - BM * CA) % CW;
+                const int kk = kt * MMA_BK + ch * (16 / C::W);
+                const bool ok = w_row[r] >= 0 && kk < k;
+                const unsigned char* src = ok ? w8 + ((u64)w_row[r] * k + kk) * C::W : w8;
+                cp_async16(sw + r * W_ROW + ch * 16, src, ok);
+            }
+        }
+    };
+
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int wm = warp / WARP_COLS, wn = warp % WARP_COLS;
+    // The B row of the warp's n8 tile nt (gate_up: its first WN / 2 tiles are gate rows, the
+    // rest the up rows of the same columns).
+    auto tile_row = [&](int nt) {
+        if (GATE) {
+            constexpr int HALF = WN / 2;
+            return (nt < HALF ? 0 : MMA_BN / 2) + (wn * HALF + nt % HALF) * 8;
+        }
+        return (wn * WN + nt) * 8;
+    };
+    float acc[MT][WN][4];
+    float part[MT][WN][4]; // MODE > 0: the current scale group's sums
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < WN; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][nt][i] = part[mt][nt][i] = 0.f;
+    // Where the products go: straight into acc (bf16 weights) or into the group's sums.
+    auto& sums = pick<MODE == 0>(acc, part);
+
+    // The products of stage slot `slot` (one 32-wide k slice).
+    auto compute = [&](int slot) {
+        const unsigned char* sa = smem + slot * C::STAGE + (wm * WROWS + g) * A_ROW;
+        const unsigned char* sw = smem + slot * C::STAGE + BM * A_ROW + g * W_ROW;
+        if constexpr (C::A == 2) {
+            u32x4 lo8[MT], hi8[MT]; // rows g and g + 8 of each m16 tile: k 8t .. 8t + 7
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                lo8[mt] = lds16(sa + mt * 16 * A_ROW + 16 * t);
+                hi8[mt] = lds16(sa + (mt * 16 + 8) * A_ROW + 16 * t);
+            }
+#pragma unroll
+            for (int nt = 0; nt < WN; ++nt) {
+                const unsigned char* wp = sw + tile_row(nt) * W_ROW;
+                u32x4 b;
+                if constexpr (C::W == 2) b = lds16(wp + 16 * t);
+                else b = e4m3x8_to_bf16x8(lds8(wp + 8 * t));
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+                    mma_bf16(sums[mt][nt], lo8[mt].x, hi8[mt].x, lo8[mt].y, hi8[mt].y, b.x, b.y);
+                    mma_bf16(sums[mt][nt], lo8[mt].z, hi8[mt].z, lo8[mt].w, hi8[mt].w, b.z, b.w);
+                }
+            }
+        } else {
+            u32x2 lo8[MT], hi8[MT];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                lo8[mt] = lds8(sa + mt * 16 * A_ROW + 8 * t);
+                hi8[mt] = lds8(sa + (mt * 16 + 8) * A_ROW + 8 * t);
+            }
+#pragma unroll
+            for (int nt = 0; nt < WN; ++nt) {
+                const u32x2 b = lds8(sw + tile_row(nt) * W_ROW + 8 * t);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+                    mma_m16n8<true>(sums[mt][nt], lo8[mt].x, hi8[mt].x, lo8[mt].y, hi8[mt].y, b.x,
+                                    b.y);
+            }
+        }
+    };
+
+    // MODE > 0: the scales of the current group: the weight rows of the lane's columns (2t,
+    // 2t + 1 of each n8 tile), and (MODE 2) the A rows of its rows (g, g + 8 of each m16 tile).
+    const int groups = (k + MMA_GROUP - 1) / MMA_GROUP;
+    float ws[WN][2], as[MT][2];
+    auto load_scales = [&](int grp) {
+#pragma unroll
+        for (int nt = 0; nt < WN; ++nt)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int r = w_row[tile_row(nt) + 2 * t + j];
+                ws[nt][j] = w_scales[(u64)max(r, 0) * groups + grp];
+            }
+        if (MODE == 2)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = a_row[wm * WROWS + mt * 16 + g + 8 * h];
+                    as[mt][h] = a_scales[(u64)max(r, 0) * groups + grp];
+                }
+    };
+    auto fold = [&]() {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < WN; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float s = MODE == 2 ? ws[nt][i & 1] * as[mt][i >> 1] : ws[nt][i & 1];
+                    acc[mt][nt][i] = fmaf(s, part[mt][nt][i], acc[mt][nt][i]);
+                    part[mt][nt][i] = 0.f;
+                }
+    };
+
+    const int ktiles = (k + MMA_BK - 1) / MMA_BK;
+    constexpr int PER_GROUP = MMA_GROUP / MMA_BK;
+#pragma unroll
+    for (int s = 0; s < C::STAGES - 1; ++s) {
+        if (s < ktiles) load(s, s);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; ++kt) {
+        cp_async_wait<C::STAGES - 2>();
+        __syncthreads(); // slice kt is in; every warp is done with the slot refilled below
+        const int next = kt + C::STAGES - 1;
+        if (next < ktiles) load(next, next % C::STAGES);
+        cp_async_commit();
+        if (MODE > 0 && kt % PER_GROUP == 0) load_scales(kt / PER_GROUP);
+        compute(kt % C::STAGES);
+        if (MODE > 0 && (kt % PER_GROUP == PER_GROUP - 1 || kt == ktiles - 1)) fold();
+    }
+    cp_async_wait<0>();
+
+    // Epilogue: rows g and g + 8 of each m16 tile, columns 2t and 2t + 1 of each n8 tile.
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int p = out_row[wm * WROWS + mt * 16 + g + 8 * h];
+            if (p < 0) continue;
+            if (GATE) {
+                bf16* act = (bf16*)out + (u64)p * n;
+#pragma unroll
+                for (int nt = 0; nt < WN / 2; ++nt) {
+                    const int j = n0 + (wn * (WN / 2) + nt) * 8 + 2 * t;
+                    if (j >= n) continue;
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        const float gv = acc[mt][nt][2 * h + i], uv = acc[mt][nt + WN / 2][2 * h + i];
+                        act[j + i] = from_f32<bf16>(gv / (1.0f + expf(-gv)) * uv);
+                    }
+                }
+            } else {
+                float* y = (float*)out + (u64)p * n;
+#pragma unroll
+                for (int nt = 0; nt < WN; ++nt) {
+                    const int c = n0 + (wn * WN + nt) * 8 + 2 * t;
+                    if (c >= n) continue;
+                    y[c] = acc[mt][nt][2 * h];
+                    y[c + 1] = acc[mt][nt][2 * h + 1];
+                }
+            }
+        }
+}
+
+// Launch bounds: at most 128 registers a thread (3 blocks of 128 threads or 2 of 256 a
+// multiprocessor).
+#define MOE_MMA_KERNELS(SUFFIX, MODE, TA, TW)                                                      \
+    extern "C" __global__ void __launch_bounds__(MmaCfg<MODE>::WARPS * 32,                         \
+                                                 MmaCfg<MODE>::WARPS == 4 ? 3 : 2)                 \
+        moe_gate_up_mma_##SUFFIX(bf16* act, const TA* x, const float* x_scales, const TW* w,       \
+                                 const float* w_scales, const int* tiles, const int* offsets,      \
+                                 const int* perm, int top_k, int inter, int hidden) {              \
+        pdl_start();                                                                               \
+        moe_mma_impl<MODE, true>(act, x, x_scales, w, w_scales, tiles, offsets, perm, 0, top_k,    \
+                                 inter, hidden);                                                   \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(MmaCfg<MODE>::WARPS * 32,                         \
+                                                 MmaCfg<MODE>::WARPS == 4 ? 3 : 2)                 \
+        moe_down_mma_##SUFFIX(float* ys, const TA* act, const float* act_scales, const TW* w,      \
+                              const float* w_scales, const int* tiles, const int* offsets,         \
+                              const int* perm, int rows, int hidden, int inter) {                  \
+        pdl_start();                                                                               \
+        moe_mma_impl<MODE, false>(ys, act, act_scales, w, w_scales, tiles, offsets, perm, rows, 1, \
+                                  hidden, inter);                                                  \
+    }
+
+MOE_MMA_KERNELS(bf16, 0, bf16, bf16)
+MOE_MMA_KERNELS(fp8, 1, bf16, unsigned char)
+MOE_MMA_KERNELS(fp8act, 2, unsigned char, unsigned char)
+
+// ---- activations as e4m3 (the _fp8act builds) ----------------------------------------------
+
+// q [rows, k] e4m3 and scales [rows, ceil(k / 128)] of x [rows, k]: a warp per row, the FP8 KV
+// cache's quantizer (prelude's store_head_fp8) on each row.
+template <typename T>
+__device__ void moe_quant_fp8_impl(unsigned char* q, float* scales, const T* x, u64 rows, int k) {
+    const u64 row = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= rows) return;
+    const int groups = (k + MMA_GROUP - 1) / MMA_GROUP;
+    store_head_fp8(q + row * k, scales + row * groups, x + row * k, k);
+}
+
+extern "C" __global__ void moe_quant_fp8_f32(unsigned char* q, float* scales, const float* x,
+                                             u64 rows, int k) {
+    pdl_start();
+    moe_quant_fp8_impl(q, scales, x, rows, k);
+}
+
+extern "C" __global__ void moe_quant_fp8_bf16(unsigned char* q, float* scales, const bf16* x,
+                                              u64 rows, int k) {
+    pdl_start();
+    moe_quant_fp8_impl(q, scales, x, rows, k);
+}
