@@ -290,8 +290,10 @@ impl EngineHandle {
         if needed > limit {
             return Err(AddRequestError::TooLong { needed, limit });
         }
-        let queued =
-            sh.live.waiting.load(Ordering::SeqCst) + sh.live.pending_adds.load(Ordering::SeqCst);
+        // Pending first: the engine thread counts an add as waiting before it stops counting
+        // it as pending, so this order may count one twice but never misses one.
+        let pending = sh.live.pending_adds.load(Ordering::SeqCst);
+        let queued = pending + sh.live.waiting.load(Ordering::SeqCst);
         if queued >= sh.max_queued {
             return Err(AddRequestError::QueueFull { queued });
         }

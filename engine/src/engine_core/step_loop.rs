@@ -157,8 +157,13 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                 request,
                 outputs,
             } => {
-                self.live.pending_adds.fetch_sub(1, Ordering::SeqCst);
+                // The request is counted as waiting before it stops counting as pending, so
+                // the handle's admission check (pending, then waiting) never sees it in
+                // neither and lets one too many past the queue limit.
                 self.add(id, request, outputs);
+                let waiting = self.scheduler.num_waiting();
+                self.live.waiting.store(waiting, Ordering::SeqCst);
+                self.live.pending_adds.fetch_sub(1, Ordering::SeqCst);
             }
             Command::Abort(id) => {
                 self.scheduler.abort_request(id);
