@@ -6,7 +6,7 @@ use serde::Serialize;
 
 pub use crate::backend::sampling::top_k_of;
 use crate::backend::{Backend, BatchInputs, Result, SeqChunk};
-use crate::kv_cache::{StateInit, StatePlan};
+use crate::kv_cache::StatePlan;
 use crate::models::Model;
 
 /// Tokens a forward pass takes at a time.
@@ -54,15 +54,7 @@ pub fn score<B: Backend, M: Model<B>>(
             }],
         );
         if stateful {
-            host.states = vec![StatePlan {
-                slot: 0,
-                init: if start == 0 {
-                    StateInit::Zero
-                } else {
-                    StateInit::Continue
-                },
-                saves: Vec::new(),
-            }];
+            host.states = vec![StatePlan::lone(start)];
         }
         let batch = backend.prepare_batch(&host)?;
         let mut logits = model.forward(backend, &host, &batch, &mut kv)?;

@@ -15,7 +15,7 @@ use anyhow::{Context, Result};
 use metrale_engine::backend::cuda::{CudaBackend, DType};
 use metrale_engine::backend::sampling::SampleRow;
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, Feature, SeqChunk};
-use metrale_engine::kv_cache::{StateInit, StatePlan};
+use metrale_engine::kv_cache::StatePlan;
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
@@ -401,15 +401,7 @@ fn greedy<B: Backend, M: Model<B>>(
             }],
         );
         if stateful {
-            host.states = vec![StatePlan {
-                slot: 0,
-                init: if start == 0 {
-                    StateInit::Zero
-                } else {
-                    StateInit::Continue
-                },
-                saves: Vec::new(),
-            }];
+            host.states = vec![StatePlan::lone(start)];
         }
         let batch = b.prepare_batch(&host)?;
         let logits = model.forward(b, &host, &batch, &mut kv)?;

@@ -65,6 +65,22 @@ pub struct StatePlan {
     pub saves: Vec<StateSave>,
 }
 
+impl StatePlan {
+    /// A lone sequence in slot 0 whose chunk starts at `start_pos`: from zeros at 0, else as
+    /// the previous chunk left it, no saves (scoring, tests, checks).
+    pub fn lone(start_pos: usize) -> Self {
+        Self {
+            slot: 0,
+            init: if start_pos == 0 {
+                StateInit::Zero
+            } else {
+                StateInit::Continue
+            },
+            saves: Vec::new(),
+        }
+    }
+}
+
 /// A checkpoint: its slot, when it was last used, and whether its state is written yet.
 #[derive(Debug, Clone, Copy)]
 struct Checkpoint {

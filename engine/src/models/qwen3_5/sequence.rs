@@ -4,7 +4,7 @@
 
 use crate::backend::cpu::CpuTensor;
 use crate::backend::{BatchInputs, CpuBackend, Result, SeqChunk};
-use crate::kv_cache::{StateInit, StatePlan};
+use crate::kv_cache::StatePlan;
 use crate::models::{KvStorage, Model};
 
 use super::Qwen3_5;
@@ -50,15 +50,7 @@ impl Qwen3_5 {
                 logits_rows: (0..tokens.len()).collect(),
             }],
         );
-        host.states = vec![StatePlan {
-            slot: 0,
-            init: if state.position == 0 {
-                StateInit::Zero
-            } else {
-                StateInit::Continue
-            },
-            saves: Vec::new(),
-        }];
+        host.states = vec![StatePlan::lone(state.position)];
         let logits = self.forward(&CpuBackend::default(), &host, &host, &mut state.kv)?;
         state.position = end;
         Ok(logits)
