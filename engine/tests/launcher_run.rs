@@ -610,8 +610,8 @@ async fn docker_run_serves_the_demo_from_a_scratch_image() {
 
 /// A user's recipe of the flagship family (`qwen3.6`: Gated DeltaNet hybrid, MoE with a shared
 /// expert), pointing at the tiny Qwen3.5-MoE hybrid fixture and served natively on the CPU:
-/// `metralectl run` starts it with the recipe's state-cache flags, and it serves transformers'
-/// greedy continuation under the recipe's name.
+/// `metralectl run` starts it with the recipe's state-cache and speculative-decoding flags (MTP,
+/// 2 drafts), and it serves transformers' greedy continuation under the recipe's name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_recipe_of_the_hybrid_family_runs_and_serves_transformers_continuation() {
     let fixture = "qwen3_5-hybrid-moe";
@@ -657,6 +657,10 @@ max_batch_size = 2
 prefix_caching = true
 ssm_cache_slots = 2
 ssm_checkpoint_interval = 32
+
+[serve.speculative]
+method = "mtp"
+num_drafts = 2
 
 [requirements]
 gpus = 0
@@ -732,4 +736,6 @@ gpus = 0
     assert_eq!(settings["ssm_cache_slots"], 2, "{settings}");
     assert_eq!(settings["ssm_checkpoint_interval"], 32, "{settings}");
     assert_eq!(settings["max_batch_size"], 2, "{settings}");
+    // The fixture's random MTP head drafts; the output above is still transformers' greedy.
+    assert_eq!(settings["speculative"]["num_drafts"], 2, "{settings}");
 }

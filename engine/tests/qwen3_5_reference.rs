@@ -8,9 +8,11 @@
 //! them.
 
 use metrale_engine::backend::cpu::CpuTensor;
-use metrale_engine::backend::{Backend, CpuBackend};
+use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, SeqChunk};
+use metrale_engine::kv_cache::{StatePlan, StateSave};
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::qwen3_5::{self, Qwen3_5, Qwen3_5Config};
+use metrale_engine::models::{KvStorage, Model};
 use metrale_engine::score::top_k_of;
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 use serde_json::{Value, json};
@@ -137,6 +139,111 @@ fn greedy_continuation_is_identical() {
         }
         assert_eq!(generated, g.continuation, "{name}");
     }
+}
+
+/// A padding row (a CUDA graph's batch filled to its bucket, `StatePlan::padding`) moves no
+/// state and changes no other row: a decode step of two sequences plus padding gives the two
+/// sequences' logits and states of the step without it; a padding row that would save a
+/// checkpoint is refused.
+#[test]
+fn a_padding_row_moves_no_state_and_changes_no_row() {
+    let model = load_dir(&model_dir("qwen3_5-hybrid-moe"));
+    let b = CpuBackend::default();
+    let bs = 4;
+    let prompts: [&[u32]; 2] = [&[5, 9, 13, 2, 7], &[11, 3]];
+    let tables: [Vec<u32>; 2] = [vec![1, 2], vec![3]];
+    let fresh = || {
+        let mut kv = model.new_kv_storage(&b, 5, bs).expect("kv");
+        // slots 0 and 1 for the sequences, 2 stays zero (a padding row must not touch it)
+        kv.state = Some(model.new_state_storage(&b, 3).expect("state"));
+        let chunks: Vec<SeqChunk<'_>> = prompts
+            .iter()
+            .zip(&tables)
+            .map(|(p, t)| SeqChunk {
+                tokens: p,
+                start_pos: 0,
+                block_table: t,
+                logits_rows: vec![],
+            })
+            .collect();
+        let mut host = BatchInputs::build(bs, &chunks);
+        host.states = (0..2)
+            .map(|s| StatePlan {
+                slot: s,
+                ..StatePlan::lone(0)
+            })
+            .collect();
+        let batch = b.prepare_batch(&host).expect("batch");
+        model.forward(&b, &host, &batch, &mut kv).expect("prefill");
+        kv
+    };
+    let step = |kv: &mut KvStorage<CpuBackend>, padded: bool, pad_saves: bool| {
+        let mut chunks: Vec<SeqChunk<'_>> = prompts
+            .iter()
+            .zip(&tables)
+            .map(|(p, t)| SeqChunk {
+                tokens: &[17],
+                start_pos: p.len(),
+                block_table: t,
+                logits_rows: vec![0],
+            })
+            .collect();
+        if padded {
+            chunks.push(SeqChunk {
+                tokens: &[0],
+                start_pos: 0,
+                block_table: &[0],
+                logits_rows: vec![0],
+            });
+        }
+        let mut host = BatchInputs::build(bs, &chunks);
+        host.states = (0..2)
+            .map(|s| StatePlan {
+                slot: s,
+                ..StatePlan::lone(1)
+            })
+            .collect();
+        if padded {
+            let mut pad = StatePlan::padding();
+            if pad_saves {
+                pad.saves.push(StateSave { after: 1, slot: 2 });
+            }
+            host.states.push(pad);
+        }
+        let batch = b.prepare_batch(&host)?;
+        let logits = model.forward(&b, &host, &batch, kv)?;
+        let state = kv.state.as_ref().expect("state");
+        let states: Vec<f32> = state
+            .conv
+            .iter()
+            .chain(&state.recurrent)
+            .flat_map(|t| t.data.clone())
+            .collect();
+        Ok::<_, metrale_engine::backend::BackendError>((logits.data, states))
+    };
+    let (want_logits, want_states) = step(&mut fresh(), false, false).expect("plain step");
+    let (got_logits, got_states) = step(&mut fresh(), true, false).expect("padded step");
+    let v = model.config.base.vocab_size;
+    assert_eq!(
+        got_logits.len(),
+        3 * v,
+        "a padding row has a logits row too"
+    );
+    let worst = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    assert!(worst(&got_logits[..2 * v], &want_logits) < 1e-5);
+    assert_eq!(got_states.len(), want_states.len());
+    assert!(
+        worst(&got_states, &want_states) < 1e-6,
+        "the padding row moved a state"
+    );
+    assert!(want_states.iter().any(|&x| x != 0.0), "the states moved on");
+    let refused = step(&mut fresh(), true, true).expect_err("a padding row saving a state");
+    assert!(refused.to_string().contains("padding row"), "{refused}");
 }
 
 /// The engine reads the hybrids' configs (the Qwen3 keys; the MoE one has no dense

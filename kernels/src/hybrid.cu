@@ -32,6 +32,9 @@
 // 3. gdn_norm_<mixed>_<out>: the gated RMSNorm, a warp per (row, value head):
 //    out = x / rms(x) · w · silu(z), z from `mixed`, out in the compute type.
 //
+// A sequence whose slot is GDN_NO_STATE (u32::MAX) is a padding row of a CUDA graph's bucket:
+// it starts from a zero window and state and writes neither (it has no saves).
+//
 // Decode (one row a sequence) and prefill take the same kernels; a prefill chunk walks its
 // tokens in order (no chunkwise/WY form yet). Every kernel waits (pdl_start) before touching
 // anything: all read an earlier kernel's output.
@@ -41,6 +44,7 @@
 // state_row copies or zeroes one row of an f32 state tensor.
 
 #define GDN_TILE 16
+#define GDN_NO_STATE 0xFFFFFFFFu  // kv_cache::NO_STATE: a padding row's slot
 #define GDN_MAX_COLS 32
 #define GDN_MAX_K 8
 #define GDN_INFLIGHT 8
@@ -75,10 +79,13 @@ __device__ void gdn_conv_impl(float* out, const TM* mixed, const float* taps_all
     const int s = y - rows;
     const int r0 = (int)seq_starts[s], len = (int)seq_starts[s + 1] - r0;
     const u64 window = (u64)(k - 1) * channels;
-    float* own = conv_state + slots[s] * window;
+    // A padding row (slot GDN_NO_STATE) starts from a zero window and writes none.
+    const bool real = slots[s] != GDN_NO_STATE;
+    float* own = conv_state + (real ? slots[s] : 0u) * window;
     float win[GDN_MAX_K - 1];
 #pragma unroll
-    for (int m = 0; m < GDN_MAX_K - 1; ++m) win[m] = m < k - 1 ? own[(u64)m * channels + c] : 0.f;
+    for (int m = 0; m < GDN_MAX_K - 1; ++m)
+        win[m] = real && m < k - 1 ? own[(u64)m * channels + c] : 0.f;
     // Input r of the sequence (r < 0: the window's), in registers without dynamic indexing.
     auto x = [&](int r) -> float {
         if (r >= 0) return to_f32(mixed[(u64)(r0 + r) * width + c]);
@@ -100,7 +107,8 @@ __device__ void gdn_conv_impl(float* out, const TM* mixed, const float* taps_all
         float* to = conv_state + saves[2 * sv + 1] * window;
         for (int m = 0; m < k - 1; ++m) to[(u64)m * channels + c] = x(after - (k - 1) + m);
     }
-    for (int m = 0; m < k - 1; ++m) own[(u64)m * channels + c] = x(len - (k - 1) + m);
+    if (real)
+        for (int m = 0; m < k - 1; ++m) own[(u64)m * channels + c] = x(len - (k - 1) + m);
 }
 
 #define GDN_CONV(tm, TM)                                                                         \
@@ -152,10 +160,12 @@ __device__ void gdn_recurrent_impl(float* core, const float* conv, const TM* mix
     const int kh = h / (nv / nk);
     const u32 r0 = seq_starts[s], r1 = seq_starts[s + 1];
     const u64 head = (u64)nv * DK * dv;  // a slot's recurrent state
-    float* own = state + slots[s] * head + (u64)h * DK * dv;
+    // A padding row (slot GDN_NO_STATE) starts from zeros and writes no state.
+    const bool real = slots[s] != GDN_NO_STATE;
+    float* own = state + (real ? slots[s] : 0u) * head + (u64)h * DK * dv;
     float st[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) st[r] = live ? own[(u64)(part + 4 * r) * dv + col] : 0.f;
+    for (int r = 0; r < R; ++r) st[r] = live && real ? own[(u64)(part + 4 * r) * dv + col] : 0.f;
     state += (u64)h * DK * dv;  // saves: slot · head from here
     u32 sv = save_starts[s];
     const u32 sv_end = save_starts[s + 1];
@@ -244,7 +254,7 @@ __device__ void gdn_recurrent_impl(float* core, const float* conv, const TM* mix
                          live);
         }
     }
-    if (live) {
+    if (live && real) {
 #pragma unroll
         for (int r = 0; r < R; ++r) own[(u64)(part + 4 * r) * dv + col] = st[r];
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """transformers on the same model shape as our ladder, for the side-by-side figure the CUDA
 issue asks for: Qwen3-8B's config (or --config FILE, e.g. scripts/gpu/qwen3-30b-a3b-config.json:
-a bf16 Qwen3 or Qwen3-MoE config.json) with random bf16 weights on the GPU, sdpa attention,
+a bf16 Qwen3, Qwen3-MoE or Qwen3.5 hybrid config.json) with random bf16 weights on the GPU, sdpa attention,
 `generate` greedy with every request generating exactly --osl tokens (min_new_tokens), prompts
 of --isl random token ids, one warm-up then --reps timed runs a batch size.
 
@@ -19,7 +19,8 @@ import time
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3MoeConfig
+import transformers as tf
+from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 QWEN3_8B = dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
@@ -34,7 +35,7 @@ def main():
     ap.add_argument("--batch", default="1,8,32")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--config", help="a bf16 Qwen3 / Qwen3-MoE config.json (default: Qwen3-8B)")
+    ap.add_argument("--config", help="a bf16 Qwen3 / Qwen3-MoE / Qwen3.5 config.json (default: Qwen3-8B)")
     a = ap.parse_args()
 
     shape = "Qwen3-8B"
@@ -43,23 +44,32 @@ def main():
             fields = json.load(f)
         arch = (fields.pop("architectures", None) or ["Qwen3ForCausalLM"])[0]
         fields.pop("torch_dtype", None)
+        fields.pop("model_type", None)
         if "quantization_config" in fields:
             print(f"{a.config}: transformers quantizes FP8 only when loading a real checkpoint; "
                   "give it the bf16 config", file=sys.stderr)
             return 2
-        classes = {"Qwen3ForCausalLM": Qwen3Config, "Qwen3MoeForCausalLM": Qwen3MoeConfig}
+        # (config, model) classes; the Qwen3.5 hybrids (Gated DeltaNet) by name, as older
+        # transformers lack them.
+        classes = {"Qwen3ForCausalLM": (Qwen3Config, Qwen3ForCausalLM),
+                   "Qwen3MoeForCausalLM": (Qwen3MoeConfig, Qwen3MoeForCausalLM)}
+        for model_cls, cfg_cls in [("Qwen3_5ForCausalLM", "Qwen3_5TextConfig"),
+                                   ("Qwen3_5MoeForCausalLM", "Qwen3_5MoeTextConfig")]:
+            if hasattr(tf, model_cls):
+                classes[model_cls] = (getattr(tf, cfg_cls), getattr(tf, model_cls))
         if arch not in classes:
             print(f"{a.config}: {arch} is not one of {sorted(classes)}", file=sys.stderr)
             return 2
-        cfg = classes[arch](**fields)
+        cfg_cls, model_cls = classes[arch]
+        cfg = cfg_cls(**fields)
         shape = a.config
     else:
-        cfg = Qwen3Config(**QWEN3_8B)
+        cfg, model_cls = Qwen3Config(**QWEN3_8B), Qwen3ForCausalLM
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     t0 = time.perf_counter()
     with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        model = model_cls._from_config(cfg, dtype=torch.bfloat16)
     model.eval()
     print(f"transformers {transformers.__version__}, torch {torch.__version__}: "
           f"random {shape} shape built in {time.perf_counter() - t0:.1f} s", flush=True)

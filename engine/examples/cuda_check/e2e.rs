@@ -17,9 +17,9 @@ use metrale_engine::backend::sampling::SampleRow;
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, Feature, SeqChunk};
 use metrale_engine::kv_cache::StatePlan;
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
-use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::models::qwen3_5;
+use metrale_engine::models::{KvStorage, Model};
 use metrale_engine::sampling_params::SamplingParams;
 use metrale_engine::score::{score, top_k_of};
 use serde::Deserialize;
@@ -113,7 +113,6 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
     )
     .with_context(|| format!("parsing {}", path.display()))?;
     if qwen3_5::is_hybrid(&cfg.architecture) {
-        // Qwen3.5 hybrids never replay graphs: no graph check.
         let hcfg = qwen3_5::Qwen3_5Config::from_file(&dir.root.join("config.json"))?;
         let on_cpu = |b: &CpuBackend, w: &Weights| {
             Ok(qwen3_5::Qwen3_5::load_on(b, &hcfg, w, false, &mut |_| {})?)
@@ -128,14 +127,16 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
             )?)
         };
         let cuda_model = on_cuda(&weights)?;
-        return compare(
+        compare(
             cuda,
             name,
             &reference,
             (&on_cpu, &cuda_model, &on_cuda),
             (&cpu, &weights, &dir),
             report,
-        );
+        )?;
+        // Decode steps replay graphs too, padded with stateless rows.
+        return graph_vs_eager(cuda, &cuda_model, name, report);
     }
     let dense = |b: &CpuBackend, w: &Weights| Ok(Qwen3::load(b, &cfg, w)?);
     let cuda_model = Qwen3::load(cuda, &cfg, &weights)?;
@@ -298,15 +299,20 @@ fn compare<MC: Model<CpuBackend>, MG: Model<CudaBackend>>(
 }
 
 /// A decode step of 4 sequences (a graph bucket) at positions 5, 9, 2 and 13, eagerly, then
-/// captured, then replayed: both graph runs must equal the eager logits exactly.
-fn graph_vs_eager(
+/// captured, then replayed: both graph runs must equal the eager logits exactly. A model with
+/// recurrent state (Qwen3.5 hybrids) runs 3 sequences, prefilled first, plus a padding row
+/// (`StatePlan::padding`), each run from the same saved states: the states each run leaves
+/// must equal too (the capture's sizing pass must not move them, the padding row must move
+/// none).
+fn graph_vs_eager<M: Model<CudaBackend>>(
     cuda: &CudaBackend,
-    model: &Qwen3<CudaBackend>,
+    model: &M,
     name: &str,
     report: &mut Report,
 ) -> Result<()> {
     let bs = 4;
-    let starts = [5usize, 9, 2, 13];
+    let stateful = model.state_spec().is_some();
+    let starts: &[usize] = if stateful { &[5, 9, 2] } else { &[5, 9, 2, 13] };
     let tables: Vec<Vec<u32>> = starts
         .iter()
         .enumerate()
@@ -316,7 +322,7 @@ fn graph_vs_eager(
         })
         .collect();
     let tokens: Vec<[u32; 1]> = (0..starts.len()).map(|s| [3 + 7 * s as u32]).collect();
-    let chunks: Vec<SeqChunk<'_>> = starts
+    let mut chunks: Vec<SeqChunk<'_>> = starts
         .iter()
         .zip(&tables)
         .zip(&tokens)
@@ -327,22 +333,83 @@ fn graph_vs_eager(
             logits_rows: vec![0],
         })
         .collect();
-    let host = BatchInputs::build_with_width(bs, &chunks, 4);
+    let n = starts.len();
+    if stateful {
+        chunks.push(SeqChunk {
+            tokens: &[0],
+            start_pos: 0,
+            block_table: &[0],
+            logits_rows: vec![0],
+        });
+    }
+    let mut host = BatchInputs::build_with_width(bs, &chunks, 4);
     // Graphs are keyed by shape only: drop those another fixture's model captured.
     cuda.set_graphs(false);
     cuda.set_graphs(true);
     let mut kv = model.new_kv_storage(cuda, 17, bs)?;
+    if stateful {
+        // Slots 0..n run, n..2n keep their states before the step.
+        kv.state = Some(model.new_state_storage(cuda, 2 * n)?);
+        let prompts: Vec<Vec<u32>> = starts
+            .iter()
+            .enumerate()
+            .map(|(s, &p)| (0..p as u32).map(|i| 1 + (i * 5 + s as u32) % 50).collect())
+            .collect();
+        let prefill: Vec<SeqChunk<'_>> = prompts
+            .iter()
+            .zip(&tables)
+            .map(|(p, t)| SeqChunk {
+                tokens: p,
+                start_pos: 0,
+                block_table: t,
+                logits_rows: vec![],
+            })
+            .collect();
+        let mut pre = BatchInputs::build(bs, &prefill);
+        pre.states = (0..n as u32)
+            .map(|slot| StatePlan {
+                slot,
+                ..StatePlan::lone(0)
+            })
+            .collect();
+        let batch = cuda.prepare_batch(&pre)?;
+        model.forward(cuda, &pre, &batch, &mut kv)?;
+        for s in 0..n {
+            model.copy_state_slot(cuda, &mut kv, s, n + s)?;
+        }
+        host.states = (0..n as u32)
+            .map(|slot| StatePlan {
+                slot,
+                ..StatePlan::lone(1)
+            })
+            .chain([StatePlan::padding()])
+            .collect();
+    }
+    // The states a run leaves (all slots), after putting back the saved ones.
+    let states_after = |kv: &KvStorage<CudaBackend>| -> Result<Vec<f32>> {
+        let Some(st) = kv.state.as_ref() else {
+            return Ok(Vec::new());
+        };
+        let mut all = Vec::new();
+        for t in st.conv.iter().chain(&st.recurrent) {
+            all.extend(cuda.to_host(t)?);
+        }
+        Ok(all)
+    };
+    let restore = |kv: &mut KvStorage<CudaBackend>| -> Result<()> {
+        for s in 0..n {
+            if stateful {
+                model.copy_state_slot(cuda, kv, n + s, s)?;
+            }
+        }
+        Ok(())
+    };
     let batch = cuda.prepare_batch(&host)?;
     let eager = cuda.to_host(&model.forward(cuda, &host, &batch, &mut kv)?)?;
-    let mut worst = 0f32;
-    for _ in 0..2 {
-        let got = cuda
-            .graph_forward(&host, &mut |b| model.forward(cuda, &host, b, &mut kv))?
-            .context("the backend ran no graph for a decode step of 4")?;
-        let got = cuda.to_host(&got)?;
-        worst = got
-            .iter()
-            .zip(&eager)
+    let eager_states = states_after(&kv)?;
+    let differ = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
             .map(|(a, b)| {
                 if a.to_bits() == b.to_bits() {
                     0.0
@@ -350,17 +417,39 @@ fn graph_vs_eager(
                     (a - b).abs().max(f32::MIN_POSITIVE)
                 }
             })
-            .fold(worst, f32::max);
+            .fold(
+                if a.len() == b.len() {
+                    0f32
+                } else {
+                    f32::INFINITY
+                },
+                f32::max,
+            )
+    };
+    let (mut worst, mut worst_state) = (0f32, 0f32);
+    for _ in 0..2 {
+        restore(&mut kv)?;
+        let got = cuda
+            .graph_forward(&host, &mut |b| model.forward(cuda, &host, b, &mut kv))?
+            .context("the backend ran no graph for a decode step of 4")?;
+        let got = cuda.to_host(&got)?;
+        worst = worst.max(differ(&got, &eager));
+        worst_state = worst_state.max(differ(&states_after(&kv)?, &eager_states));
     }
-    let ok = worst == 0.0;
+    let ok = worst == 0.0 && worst_state == 0.0;
     report.line(format!(
-        "{name:<20} decode graph (capture + replay) vs eager: max |Δ| {worst:.2e} {}",
+        "{name:<20} decode graph (capture + replay) vs eager: max |Δ| {worst:.2e}{} {}",
+        if stateful {
+            format!(", states {worst_state:.2e} (3 sequences + a padding row)")
+        } else {
+            String::new()
+        },
         if ok { "ok" } else { "FAIL" }
     ));
-    report.record(json!({"fixture": name, "check": "graph", "pass": ok, "max_abs": worst}));
+    report.record(json!({"fixture": name, "check": "graph", "pass": ok, "max_abs": worst, "max_abs_states": worst_state}));
     if !ok {
         report.fail(format!(
-            "{name}: the decode graph's logits differ from the eager forward's by {worst:.3e}"
+            "{name}: the decode graph's logits differ from the eager forward's by {worst:.3e}, its states by {worst_state:.3e}"
         ));
     }
     Ok(())

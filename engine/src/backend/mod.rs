@@ -48,6 +48,14 @@ pub struct BatchInputs {
 }
 
 impl BatchInputs {
+    /// The same batch with every sequence's state plan made a padding row's: a forward over it
+    /// moves no recurrent state (sizing a CUDA graph's capture runs the forward once more).
+    pub fn without_state_effects(&self) -> Self {
+        let mut b = self.clone();
+        b.states.fill(StatePlan::padding());
+        b
+    }
+
     pub fn num_tokens(&self) -> usize {
         self.token_ids.len()
     }
@@ -185,7 +193,8 @@ pub trait HybridOps: Backend {
     ///
     /// and after `save.after` of its rows copies both states into row `save.slot` (prefix
     /// checkpoints, speculative scratch). Starting the slots (zeros, checkpoint copies) is the
-    /// caller's ([`HybridOps::state_row`]).
+    /// caller's ([`HybridOps::state_row`]). A padding row's plan
+    /// ([`crate::kv_cache::NO_STATE`], no saves) runs from zeros and writes no slot.
     #[allow(clippy::too_many_arguments)]
     fn gated_delta_net(
         &self,

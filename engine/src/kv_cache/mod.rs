@@ -9,4 +9,4 @@ pub mod state;
 pub use block_pool::{BlockId, NULL_BLOCK};
 pub use hash::{BlockHash, HashKey};
 pub use manager::{ComputedBlocks, KvCacheConfig, KvCacheError, KvCacheManager, PrefixCacheStats};
-pub use state::{StateCacheConfig, StateInit, StatePlan, StateSave};
+pub use state::{NO_STATE, StateCacheConfig, StateInit, StatePlan, StateSave};

@@ -65,7 +65,31 @@ pub struct StatePlan {
     pub saves: Vec<StateSave>,
 }
 
+/// The slot of a padding row (a CUDA graph's batch padded to its bucket): no state at all.
+/// The row starts from zeros, writes nothing and saves nothing.
+pub const NO_STATE: u32 = u32::MAX;
+
 impl StatePlan {
+    /// A padding row's plan: [`NO_STATE`], nothing to start, no saves.
+    pub fn padding() -> Self {
+        Self {
+            slot: NO_STATE,
+            init: StateInit::Continue,
+            saves: Vec::new(),
+        }
+    }
+
+    /// A padding row's plan ([`NO_STATE`]).
+    pub fn is_padding(&self) -> bool {
+        self.slot == NO_STATE
+    }
+
+    /// A step that only moves the state on (a decode step that neither starts the slot nor
+    /// saves a checkpoint): what a replayed CUDA graph can do, as its launches are fixed.
+    pub fn is_plain_continue(&self) -> bool {
+        self.init == StateInit::Continue && self.saves.is_empty()
+    }
+
     /// A lone sequence in slot 0 whose chunk starts at `start_pos`: from zeros at 0, else as
     /// the previous chunk left it, no saves (scoring, tests, checks).
     pub fn lone(start_pos: usize) -> Self {

@@ -4,6 +4,7 @@
 
 use crate::backend::sampling::{SampleRow, token_logprobs};
 use crate::backend::{Backend, BackendError, BatchInputs, Result, SeqChunk};
+use crate::kv_cache::StatePlan;
 use crate::models::{KvStorage, Model};
 use crate::scheduler::io::{RunnerOutput, SchedulerOutput, SeqOutput};
 
@@ -190,9 +191,14 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             backend, model, kv, ..
         } = self;
         let bs = kv.block_size;
-        // (Recurrent-state models never replay graphs: their slots are not in the padding.)
+        // Recurrent-state models replay graphs for steps that only move their states on (no
+        // slot started from zeros or a checkpoint, no checkpoint saved): a graph's launches
+        // are fixed. Padding rows get no state (`StatePlan::padding`).
         let decode = step.seqs.iter().all(|s| {
-            s.token_ids.len() == 1 && s.sample && !s.want_prompt_logprobs && s.state.is_none()
+            s.token_ids.len() == 1
+                && s.sample
+                && !s.want_prompt_logprobs
+                && s.state.as_ref().is_none_or(StatePlan::is_plain_continue)
         });
         let bucket = backend
             .graph_buckets()
@@ -225,7 +231,31 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             .unwrap_or(1)
             .next_power_of_two()
             .max(4);
-        let host = BatchInputs::build_with_width(bs, &padded, width);
+        let mut host = BatchInputs::build_with_width(bs, &padded, width);
+        if step.seqs.iter().any(|s| s.state.is_some()) {
+            let plans: Option<Vec<StatePlan>> = step.seqs.iter().map(|s| s.state.clone()).collect();
+            host.states = plans.ok_or_else(|| BackendError::Shape {
+                op: "decode graph",
+                message: "a sequence of a recurrent-state model has no state slot".to_string(),
+            })?;
+            // The replayed kernels write these slots unchecked.
+            let slots = kv.state.as_ref().map_or(0, |st| st.num_slots);
+            let mut seen: Vec<u32> = host.states.iter().map(|p| p.slot).collect();
+            seen.sort_unstable();
+            if let Some(&bad) = seen.iter().find(|&&s| s as usize >= slots) {
+                return Err(BackendError::Shape {
+                    op: "decode graph",
+                    message: format!("state slot {bad} is outside the {slots} slots"),
+                });
+            }
+            if seen.windows(2).any(|w| w[0] == w[1]) {
+                return Err(BackendError::Shape {
+                    op: "decode graph",
+                    message: format!("two sequences share a state slot: {seen:?}"),
+                });
+            }
+            host.states.resize(bucket, StatePlan::padding());
+        }
         // A replayed graph does not re-run the ops' range checks: do them here.
         let vocab = model.vocab_size() as u32;
         if let Some(t) = host.token_ids.iter().find(|&&t| t >= vocab) {

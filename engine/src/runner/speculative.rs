@@ -23,9 +23,10 @@
 //! are never right: it accepts each draft with a given probability whatever the target says
 //! (the output is then not the model's).
 
-use crate::backend::sampling::Sampled;
+use crate::backend::sampling::{SampleRow, Sampled};
 use crate::backend::{Backend, BackendError, BatchInputs, Result, SeqChunk};
 use crate::models::{KvStorage, Model};
+use crate::sampling_params::SamplingParams;
 use crate::scheduler::io::{RunnerOutput, ScheduledSeq, SchedulerOutput, StateSave};
 
 use super::Runner;
@@ -262,7 +263,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         let host = BatchInputs::build(bs, &chunks);
         let batch = backend.prepare_batch(&host)?;
         let (logits, mut hidden) = model.mtp_forward(backend, &host, &batch, &pass.hidden, kv)?;
-        let mut tokens = argmax_rows(backend, &logits, model.vocab_size())?;
+        let mut tokens = argmax_rows(backend, &logits)?;
 
         // 3. Chain the head on its own output: draft k + 1 at the position after draft k, for
         // the sequences whose blocks reach that far; the others ride along on the null block.
@@ -316,7 +317,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             let batch = backend.prepare_batch(&host)?;
             let (logits, h) = model.mtp_forward(backend, &host, &batch, &hidden, kv)?;
             hidden = h;
-            tokens = argmax_rows(backend, &logits, model.vocab_size())?;
+            tokens = argmax_rows(backend, &logits)?;
             for ((&(i, _), &t), &w) in proposing.iter().zip(&tokens).zip(&wanted) {
                 if k < w {
                     out.seqs[i].drafts.push(t);
@@ -327,12 +328,28 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
     }
 }
 
-/// The argmax of each row of `logits` `[R, vocab]` (lowest id on ties).
-fn argmax_rows<B: Backend>(backend: &B, logits: &B::Tensor, vocab: usize) -> Result<Vec<u32>> {
-    let host = backend.to_host(logits)?;
-    Ok(host
-        .chunks(vocab.max(1))
-        .map(crate::backend::sampling::argmax)
+/// The argmax of each row of `logits` `[R, vocab]` (lowest id on ties), through the backend's
+/// greedy sampler: on a GPU it runs there, and only the ids come back (not `R · vocab` floats).
+fn argmax_rows<B: Backend>(backend: &B, logits: &B::Tensor) -> Result<Vec<u32>> {
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let rows: Vec<SampleRow<'_>> = (0..backend.shape(logits).first().copied().unwrap_or(0))
+        .map(|logits_row| SampleRow {
+            logits_row,
+            params: &greedy,
+            all_token_ids: &[],
+            num_prompt_tokens: 0,
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(backend
+        .sample(logits, &rows)?
+        .into_iter()
+        .map(|s| s.token_id)
         .collect())
 }
 

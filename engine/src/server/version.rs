@@ -82,6 +82,9 @@ pub fn settings(config: &ServeConfig) -> Value {
         "ssm_cache_slots": e.ssm_cache_slots,
         "ssm_checkpoint_slots": e.ssm_checkpoint_slots,
         "ssm_checkpoint_interval": e.ssm_checkpoint_interval,
+        "speculative": e.speculative.map(|s| json!({
+            "method": "mtp", "num_drafts": s.num_drafts, "max_batch": s.max_batch,
+        })),
         "request_timeout_s": config.request_timeout.map(|d| d.as_secs_f64()),
         "disable_thinking": config.disable_thinking,
         "tool_call_parser": config.tool_call_parser.map(|p| p.flag_value()),

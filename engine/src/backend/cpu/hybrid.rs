@@ -389,11 +389,11 @@ mod ops {
                 },
             )?;
             let slots = conv_state.rows() as u32;
-            if let Some(p) = host
-                .states
-                .iter()
-                .find(|p| p.slot >= slots || p.saves.iter().any(|sv| sv.slot >= slots))
-            {
+            if let Some(p) = host.states.iter().find(|p| {
+                (p.slot >= slots && !p.is_padding())
+                    || p.saves.iter().any(|sv| sv.slot >= slots)
+                    || (p.is_padding() && !p.saves.is_empty())
+            }) {
                 return Err(crate::backend::BackendError::Shape {
                     op: "gated_delta_net",
                     message: format!("state slots of {p:?} outside the {slots} slots"),
@@ -428,7 +428,15 @@ mod ops {
                     host.seq_starts[seq] as usize,
                     host.seq_starts[seq + 1] as usize,
                 );
-                let slot = plan.slot as usize;
+                // A padding row (NO_STATE) runs from zeros in a scratch state it then drops.
+                let (mut pad_window, mut pad_state) = (Vec::new(), Vec::new());
+                let slot = if plan.is_padding() {
+                    pad_window = vec![0f32; window_len];
+                    pad_state = vec![0f32; rec_len];
+                    None
+                } else {
+                    Some(plan.slot as usize)
+                };
                 // The chunk in pieces that end where a state is saved.
                 let mut lo = 0;
                 let ends = plan
@@ -440,7 +448,10 @@ mod ops {
                         // conv = silu(causal depthwise conv(window | qkv))  [K−1 + n, C],
                         // whose first K−1 rows (the window's own) are dropped; the window
                         // becomes the last K−1 inputs.
-                        let window = &mut conv_state[slot * window_len..][..window_len];
+                        let window = match slot {
+                            Some(slot) => &mut conv_state[slot * window_len..][..window_len],
+                            None => &mut pad_window[..],
+                        };
                         let mut input = window.to_vec();
                         input.extend_from_slice(&qkv[(r0 + lo) * cd..(r0 + hi) * cd]);
                         let mut conv = vec![0f32; input.len()];
@@ -456,7 +467,10 @@ mod ops {
                         // core = gated delta rule over the piece, from the slot's state
                         gated_delta_rule(
                             &mut core[(r0 + lo) * vd..(r0 + hi) * vd],
-                            &mut recurrent[slot * rec_len..][..rec_len],
+                            match slot {
+                                Some(slot) => &mut recurrent[slot * rec_len..][..rec_len],
+                                None => &mut pad_state[..],
+                            },
                             &q,
                             &k,
                             &v,
@@ -467,7 +481,7 @@ mod ops {
                         lo = hi;
                     }
                     // The state after `hi` rows is saved (a checkpoint, a draft's scratch).
-                    if let Some(to) = save {
+                    if let (Some(to), Some(slot)) = (save, slot) {
                         copy_row(conv_state, window_len, slot, to as usize);
                         copy_row(recurrent, rec_len, slot, to as usize);
                     }

@@ -5,6 +5,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use super::{dev_err, shape_err};
 use crate::backend::{BatchInputs, Result};
+use crate::kv_cache::NO_STATE;
 
 /// The device copy of a [`BatchInputs`]: token ids, positions, slot mapping, the sequence of
 /// each row, block tables and the rows that want logits, back to back in one `u32` buffer.
@@ -76,7 +77,8 @@ fn pack_states(b: &BatchInputs) -> (Vec<u32>, Vec<u32>, Vec<u32>, StatesInfo) {
         ..StatesInfo::default()
     };
     let slots: Vec<u32> = b.states.iter().map(|p| p.slot).collect();
-    let mut distinct = slots.clone();
+    // Padding rows (NO_STATE) share no slot: they read zeros and write nothing.
+    let mut distinct: Vec<u32> = slots.iter().copied().filter(|&s| s != NO_STATE).collect();
     distinct.sort_unstable();
     distinct.dedup();
     if slots.len() != b.num_seqs() {
@@ -85,7 +87,7 @@ fn pack_states(b: &BatchInputs) -> (Vec<u32>, Vec<u32>, Vec<u32>, StatesInfo) {
             slots.len(),
             b.num_seqs()
         ));
-    } else if distinct.len() != slots.len() {
+    } else if distinct.len() != slots.iter().filter(|&&s| s != NO_STATE).count() {
         info.error = Some(format!("two sequences share a state slot: {slots:?}"));
     }
     let mut starts = Vec::with_capacity(b.states.len() + 1);
@@ -102,7 +104,10 @@ fn pack_states(b: &BatchInputs) -> (Vec<u32>, Vec<u32>, Vec<u32>, StatesInfo) {
             .saves
             .iter()
             .any(|sv| sv.slot != p.slot && distinct.binary_search(&sv.slot).is_ok());
-        if info.error.is_none() && (!sorted || foreign || p.saves.iter().any(|sv| sv.after > len)) {
+        let padding_saves = p.is_padding() && !p.saves.is_empty();
+        if info.error.is_none()
+            && (!sorted || foreign || padding_saves || p.saves.iter().any(|sv| sv.after > len))
+        {
             info.error = Some(format!(
                 "sequence {seq} of {len} rows: saves {:?} must be sorted by `after`, within the \
                  chunk and not into another sequence's slot",
@@ -124,7 +129,7 @@ fn pack_states(b: &BatchInputs) -> (Vec<u32>, Vec<u32>, Vec<u32>, StatesInfo) {
     if info.error.is_none() && targets.windows(2).any(|w| w[0].0 == w[1].0) {
         info.error = Some("two sequences save into the same slot".to_string());
     }
-    info.max_slot = slots
+    info.max_slot = distinct
         .iter()
         .copied()
         .chain(targets.iter().map(|t| t.0))

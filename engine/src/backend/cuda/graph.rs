@@ -211,9 +211,16 @@ impl CudaBackend {
     ) -> Result<Captured> {
         let batch = CudaBatch::new(&self.stream, host)?.for_graph();
         // 1. Eagerly, counting what the forward allocates (this also loads every kernel and
-        //    uploads the rotary table, neither of which a capture may do).
+        //    uploads the rotary table, neither of which a capture may do). Writing the step's
+        //    keys and values twice is harmless, moving a recurrent state on twice is not: this
+        //    pass runs with every state plan a padding row's, which moves none.
+        let counting = if host.states.is_empty() {
+            None
+        } else {
+            Some(CudaBatch::new(&self.stream, &host.without_state_effects())?.for_graph())
+        };
         self.set_arena_mode(ArenaMode::Count);
-        let eager = forward(&batch);
+        let eager = forward(counting.as_ref().unwrap_or(&batch));
         let need = self.set_arena_mode(ArenaMode::Off);
         drop(eager?);
         // 2. An arena that holds it. Graphs carved from a smaller one go.

@@ -77,6 +77,15 @@ impl<B: HybridOps> Qwen3_5<B> {
         let n = state.num_slots as u32;
         for (seq, plan) in host.states.iter().enumerate() {
             let len = host.seq_starts[seq + 1] - host.seq_starts[seq];
+            // A padding row (a graph's bucket) has no slot: it only must not ask for one.
+            if plan.is_padding() {
+                if !plan.is_plain_continue() {
+                    return Err(shape_err(format!(
+                        "a padding row's state plan {plan:?} starts or saves a state"
+                    )));
+                }
+                continue;
+            }
             let copy = match plan.init {
                 StateInit::Copy(from) => Some(from),
                 _ => None,
@@ -100,7 +109,7 @@ impl<B: HybridOps> Qwen3_5<B> {
                 )));
             }
         }
-        for plan in &host.states {
+        for plan in host.states.iter().filter(|p| !p.is_padding()) {
             let slot = plan.slot as usize;
             let from = match plan.init {
                 StateInit::Continue => continue,
