@@ -59,8 +59,8 @@ pub enum DtypeArg {
     /// cuda only.
     #[value(alias = "bf16")]
     Bfloat16,
-    /// Weights, activations and the KV cache in f32: on cuda twice the memory and far slower
-    /// (dense Qwen3 only), for checking against float32 references.
+    /// Weights, activations and the KV cache in f32: on cuda twice the memory and far slower,
+    /// for checking against float32 references.
     #[value(alias = "float", alias = "fp32")]
     Float32,
 }

@@ -171,8 +171,8 @@ pub enum ComputeDtype {
     Auto,
     /// CUDA only.
     Bfloat16,
-    /// Everything in f32: on CUDA twice the memory and far slower (dense Qwen3 only), for
-    /// checking against float32 references; what the CPU backend always does.
+    /// Everything in f32: on CUDA twice the memory and far slower, for checking against
+    /// float32 references; what the CPU backend always does.
     Float32,
 }
 

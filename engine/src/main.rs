@@ -241,7 +241,7 @@ fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
         bail!("no tokens to score: pass --tokens 1,2,3 or --tokens-file FILE");
     }
     let config = ModelDir::open(&args.model.model)?.config()?;
-    serve_config::check_dtype(dtype(args.model.dtype), device(args.model.device), &config)?;
+    serve_config::check_dtype(dtype(args.model.dtype), device(args.model.device))?;
     if kv_fp8(&args) && args.model.dtype == DtypeArg::Float32 {
         bail!(
             "--kv-cache-dtype fp8: the float32 path keeps an f32 cache: drop one of --dtype float32 and --kv-cache-dtype fp8"

@@ -13,6 +13,8 @@
 //
 // dequant_fp8_bf16: the weight as bf16 ([N, K], grid-stride), for GEMMs of more rows, which go
 // to cuBLAS's bf16 tensor-core GEMM on that scratch copy (the value rounded once more, to bf16).
+// dequant_fp8_fp32: the same in f32 (e4m3 · scale, one rounding: the CPU loader's value bit for
+// bit), how the float32 path keeps dummy FP8 weights.
 //
 // fill_random_fp8: dummy FP8 weights drawn on the device, byte for byte what
 // `HostData::RandomFp8` gives on the host: the same splitmix64 chunks as fill_random_bf16, each
@@ -116,15 +118,27 @@ extern "C" __global__ void gemv_fp8_rows(float* out, const bf16* x, const unsign
     }
 }
 
-extern "C" __global__ void dequant_fp8_bf16(bf16* out, const unsigned char* w, const float* scales,
-                                            u64 rows, int k) {
-    pdl_start();
+template <typename TO>
+__device__ void dequant_fp8_impl(TO* out, const unsigned char* w, const float* scales, u64 rows,
+                                 int k) {
     const u64 n = rows * k;
     const u64 per_row = (k + 127) >> 7;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         const u64 r = i / k, c = i % k;
-        out[i] = from_f32<bf16>(e4m3_scaled(w[i], fp8_scale120(scales[r * per_row + (c >> 7)])));
+        out[i] = from_f32<TO>(e4m3_scaled(w[i], fp8_scale120(scales[r * per_row + (c >> 7)])));
     }
+}
+
+extern "C" __global__ void dequant_fp8_bf16(bf16* out, const unsigned char* w, const float* scales,
+                                            u64 rows, int k) {
+    pdl_start();
+    dequant_fp8_impl(out, w, scales, rows, k);
+}
+
+extern "C" __global__ void dequant_fp8_fp32(float* out, const unsigned char* w, const float* scales,
+                                            u64 rows, int k) {
+    pdl_start();
+    dequant_fp8_impl(out, w, scales, rows, k);
 }
 
 // Thread `chunk` draws elements [chunk · 65536, +65536) in order; every thread also sets its

@@ -48,7 +48,13 @@
 // Qwen's fine-grained FP8 128 x 128 block scales, expanded to every row at load; value = fp8 ·
 // scale), dequantized in registers. The rows are
 // 16-byte aligned when the row length is a multiple of 8 (bf16) or 16 (fp8); other lengths
-// take the scalar loop (`VEC` false).
+// take the scalar loop (`VEC` false). These read bf16 x rows and write the SiLU products as
+// bf16 (the down projection's operand).
+//
+// The float32 path (`_fp32`: moe_gate_up_fp32, moe_down_fp32, moe_down_combine_fp32): f32
+// weights (FP8 checkpoints dequantized to f32 at load), f32 x rows and f32 SiLU products, the
+// same code on the scalar loop (coalesced 4-byte loads across the warp): nothing is rounded
+// below f32, so the output differs from the CPU reference only by the order of f32 sums.
 //
 // Versions tried: six launches at every size (not timed on the GPU); this one (see
 // docs/performance.md). For long prompts these CUDA-core kernels read each expert's weight row
@@ -387,6 +393,9 @@ struct RowFp8 {
     const unsigned char* w;
     const float* scales; // the row's scales: one per 128 columns
 };
+struct RowF32 {
+    const float* w;
+};
 
 // 8 elements of a bf16 row (chunk c = elements 8c..8c+7) as floats.
 __device__ __forceinline__ void row_chunk8(const RowBf16& r, int c, float* v) {
@@ -395,16 +404,18 @@ __device__ __forceinline__ void row_chunk8(const RowBf16& r, int c, float* v) {
     v[4] = lo(q.z); v[5] = hi(q.z); v[6] = lo(q.w); v[7] = hi(q.w);
 }
 __device__ __forceinline__ float row_at(const RowBf16& r, int k) { return to_f32(r.w[k]); }
+__device__ __forceinline__ float row_at(const RowF32& r, int k) { return r.w[k]; }
 __device__ __forceinline__ float row_at(const RowFp8& r, int k) {
     return e4m3_scaled(r.w[k], fp8_scale120(r.scales[k >> 7]));
 }
 
 // ---- 3. gate_up + SiLU, 4. down ------------------------------------------------------------
 
-// x rows (bf16) of the routed tokens against one or two weight rows. acc[m] += row · x[rows[m]].
-// VEC: K % 8 == 0 (bf16 rows and the x rows 16-byte aligned).
-template <bool VEC, int NW, typename Row>
-__device__ __forceinline__ void moe_dot(float (*acc)[MOE_MT], const Row* rows, const bf16* x,
+// x rows (bf16, or f32 on the float32 path) of the routed tokens against one or two weight rows.
+// acc[m] += row · x[rows[m]]. VEC (bf16 only): K % 8 == 0 (bf16 rows and the x rows 16-byte
+// aligned).
+template <bool VEC, int NW, typename Row, typename A>
+__device__ __forceinline__ void moe_dot(float (*acc)[MOE_MT], const Row* rows, const A* x,
                                         const u64* xoff, int n, int k) {
     const int lane = threadIdx.x & 31;
     if constexpr (VEC) {
@@ -504,6 +515,12 @@ __device__ __forceinline__ void moe_rows_dot(float (*acc)[MOE_MT], const RowFp8*
     if constexpr (VEC) moe_dot_fp8_vec<NW>(acc, rows, x, xoff, n, k);
     else moe_dot<false, NW>(acc, rows, x, xoff, n, k);
 }
+template <bool VEC, int NW>
+__device__ __forceinline__ void moe_rows_dot(float (*acc)[MOE_MT], const RowF32* rows,
+                                             const float* x, const u64* xoff, int n, int k) {
+    static_assert(!VEC, "f32 rows take the scalar loop");
+    moe_dot<false, NW>(acc, rows, x, xoff, n, k);
+}
 
 // Row `row` of a weight stored as [rows, k] (experts stacked): bf16, or fp8 with its scales
 // expanded to one row of ceil(k / 128) per weight row (the loader's layout, see weights.rs).
@@ -514,14 +531,18 @@ __device__ __forceinline__ RowFp8 weight_row(const unsigned char* w, const float
                                              int k) {
     return RowFp8{w + row * k, scales + row * (u64)((k + 127) >> 7)};
 }
+__device__ __forceinline__ RowF32 weight_row(const float* w, const float*, u64 row, int k) {
+    return RowF32{w + row * k};
+}
 
 // The expert block row blockIdx.y serves (active[blockIdx.y]), or -1 past the active count.
 __device__ __forceinline__ int block_expert(const int* active, int experts) {
     return (int)blockIdx.y < active[experts] ? active[blockIdx.y] : -1;
 }
 
-template <bool VEC, typename W>
-__device__ void moe_gate_up_impl(bf16* act, const bf16* x, const W* w, const float* scales,
+// A: the activation type (x rows and the SiLU products): bf16, or float on the float32 path.
+template <bool VEC, typename W, typename A>
+__device__ void moe_gate_up_impl(A* act, const A* x, const W* w, const float* scales,
                                  const int* offsets, const int* active, const int* perm,
                                  int experts, int top_k, int inter, int hidden) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -547,13 +568,13 @@ __device__ void moe_gate_up_impl(bf16* act, const bf16* x, const W* w, const flo
         for (int m = 0; m < MOE_MT; ++m) {
             const float g = warp_sum(acc[0][m]), u = warp_sum(acc[1][m]);
             if (lane == 0 && m < n)
-                act[(u64)pair[m] * inter + j] = from_f32<bf16>(g / (1.0f + expf(-g)) * u);
+                act[(u64)pair[m] * inter + j] = from_f32<A>(g / (1.0f + expf(-g)) * u);
         }
     }
 }
 
-template <bool VEC, typename W>
-__device__ void moe_down_impl(float* ys, const bf16* act, const W* w, const float* scales,
+template <bool VEC, typename W, typename A>
+__device__ void moe_down_impl(float* ys, const A* act, const W* w, const float* scales,
                               const int* offsets, const int* active, const int* perm, int experts,
                               int inter, int hidden) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -592,8 +613,8 @@ __device__ void moe_down_impl(float* ys, const bf16* act, const W* w, const floa
 // from L2, and the launch and the ys round trip are saved.
 #define MOE_FUSED_DOWN_TOKENS 8
 
-template <bool VEC, typename W>
-__device__ void moe_down_combine_impl(float* out, const bf16* act, const W* w, const float* scales,
+template <bool VEC, typename W, typename A>
+__device__ void moe_down_combine_impl(float* out, const A* act, const W* w, const float* scales,
                                       const int* ids, const float* weights, int tokens, int top_k,
                                       int inter, int hidden) {
     __shared__ float ys[MOE_MAX_TOP_K];
@@ -624,16 +645,17 @@ __device__ void moe_down_combine_impl(float* out, const bf16* act, const W* w, c
 // 23% of its warp slots active (ncu, 30B-A3B at batch 1).
 #define MOE_GATE_UP_BLOCKS_PER_SM 3
 
-#define MOE_EXPERT_KERNELS(SUFFIX, W, VEC)                                                        \
+// W: the weight type; A: the activation type (x and act).
+#define MOE_EXPERT_KERNELS(SUFFIX, W, A, VEC)                                                     \
     extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_GATE_UP_BLOCKS_PER_SM)      \
         moe_gate_up_##SUFFIX(                                                                     \
-        bf16* act, const bf16* x, const W* w, const float* scales, const int* offsets,            \
+        A* act, const A* x, const W* w, const float* scales, const int* offsets,                  \
         const int* active, const int* perm, int experts, int top_k, int inter, int hidden) {      \
         pdl_start();                                                                              \
         moe_gate_up_impl<VEC>(act, x, w, scales, offsets, active, perm, experts, top_k, inter,    \
                               hidden);                                                            \
     }                                                                                             \
-    extern "C" __global__ void moe_down_##SUFFIX(float* ys, const bf16* act, const W* w,         \
+    extern "C" __global__ void moe_down_##SUFFIX(float* ys, const A* act, const W* w,            \
                                                  const float* scales, const int* offsets,         \
                                                  const int* active, const int* perm, int experts, \
                                                  int inter, int hidden) {                         \
@@ -641,17 +663,18 @@ __device__ void moe_down_combine_impl(float* out, const bf16* act, const W* w, c
         moe_down_impl<VEC>(ys, act, w, scales, offsets, active, perm, experts, inter, hidden);    \
     }                                                                                             \
     extern "C" __global__ void moe_down_combine_##SUFFIX(                                         \
-        float* out, const bf16* act, const W* w, const float* scales, const int* ids,             \
+        float* out, const A* act, const W* w, const float* scales, const int* ids,                \
         const float* weights, int tokens, int top_k, int inter, int hidden) {                     \
         pdl_start();                                                                              \
         moe_down_combine_impl<VEC>(out, act, w, scales, ids, weights, tokens, top_k, inter,       \
                                    hidden);                                                       \
     }
 
-MOE_EXPERT_KERNELS(bf16_vec, bf16, true)
-MOE_EXPERT_KERNELS(bf16, bf16, false)
-MOE_EXPERT_KERNELS(fp8_vec, unsigned char, true)
-MOE_EXPERT_KERNELS(fp8, unsigned char, false)
+MOE_EXPERT_KERNELS(bf16_vec, bf16, bf16, true)
+MOE_EXPERT_KERNELS(bf16, bf16, bf16, false)
+MOE_EXPERT_KERNELS(fp8_vec, unsigned char, bf16, true)
+MOE_EXPERT_KERNELS(fp8, unsigned char, bf16, false)
+MOE_EXPERT_KERNELS(fp32, float, float, false)
 
 // ---- 5. combine ----------------------------------------------------------------------------
 

@@ -68,7 +68,7 @@ if [ -x "$BIN/met" ]; then
     for model in qwen3-gqa-tied qwen3-moe-mixed qwen3-moe-step2 qwen3-moe-fp8 qwen3-moe-fp8-hf; do
         model=tests/fixtures/models/$model
         echo "== met score --device cuda vs cpu ($model)" | log
-        # The float32 path serves dense checkpoints only (and refuses the others, by name).
+        # The float32 path runs them all (MoE and FP8 behind METRALE_CUDA_MOE=1, set above).
         for dev in cuda "cuda --dtype float32" cpu; do
             # shellcheck disable=SC2086
             out=$(timeout -k 5 60 "$BIN/met" score "$model" --device $dev --tokens "$toks" --top-k 1 2>&1)

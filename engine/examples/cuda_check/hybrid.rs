@@ -7,7 +7,8 @@
 //! `gated_delta_net`'s states are f32 on both sides, summed in another order (four partial
 //! sums and a shuffle tree against the CPU's row loop, fused multiply-adds): [`Tol::F32`]
 //! measured against the state's rms; its conv windows are copies of inputs: exact. Its output
-//! is bf16 after an RMSNorm of that f32 core: [`Tol::BF16`].
+//! is bf16 after an RMSNorm of that f32 core: [`Tol::BF16`]; on the float32 path (section
+//! `ops-f32`, [`run_ops`]) it is f32: [`Tol::F32`].
 
 use anyhow::{Context, Result};
 use metrale_engine::backend::cpu::CpuTensor;
@@ -285,7 +286,13 @@ impl Check<'_> {
         self.cpu
             .gated_delta_net(&mut out_c, &mixed_c, &lc, &mut conv_c, &mut rec_c, &b, &b)?;
         let op = "gated_delta_net";
-        self.compare(op, &format!("{} out", case.name), Tol::BF16, &out_d, &out_c)?;
+        // The output has the backend's compute type: bf16, or f32 on the float32 path.
+        let tol = if self.cuda.compute_dtype() == DType::F32 {
+            Tol::F32
+        } else {
+            Tol::BF16
+        };
+        self.compare(op, &format!("{} out", case.name), tol, &out_d, &out_c)?;
         let states = format!("{} recurrent states", case.name);
         self.compare(op, &states, Tol::F32, &rec_d, &rec_c)?;
         let windows = format!("{} conv windows", case.name);
@@ -431,7 +438,9 @@ fn speed(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+/// The `HybridOps` against the CPU's: every pair of activation types, and `gated_delta_net`'s
+/// cases (its output in the backend's compute type). `ops-f32` runs this on the float32 path.
+pub fn run_ops(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     report.case_header();
     let mut c = Check {
         cuda,
@@ -444,6 +453,11 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         let name = case.name;
         c.run("gated_delta_net", name, |s| s.gated_delta_net(&case))?;
     }
+    Ok(())
+}
+
+pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    run_ops(cuda, report)?;
     cuda.set_sync_each_launch(false);
     let r = speed(cuda, report);
     cuda.set_sync_each_launch(true);

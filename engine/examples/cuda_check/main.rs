@@ -3,7 +3,8 @@
 //!
 //! Sections: `kernels` (NVRTC compile, then the disk cache), `ops` (every op against the CPU
 //! op on random inputs), `sampling` (the device sampler against the CPU's, token for token), `e2e` (fixture checkpoints against transformers and the CPU backend),
-//! `ops-f32` and `e2e-f32` (the same on the float32 path, `--dtype float32`), `hybrid` (the
+//! `ops-f32` and `e2e-f32` (the same on the float32 path, `--dtype float32`, with the hybrid
+//! ops too; MoE, FP8 and hybrid fixtures need `METRALE_CUDA_MOE=1`), `hybrid` (the
 //! Gated DeltaNet ops against the CPU's, and their speed at 35B-A3B's heads),
 //! `speed` (Qwen3-8B shape, not pass/fail). Exit status: 0 all passed, 1 a check failed, 2 the
 //! backend could not start.
@@ -141,7 +142,10 @@ fn main() -> ExitCode {
             "ops" => ops::run(&cuda, &mut report),
             "sampling" => sampling::run(&cuda, &mut report),
             "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
-            "ops-f32" => ops::run(cuda32.as_ref().expect("opened above"), &mut report),
+            "ops-f32" => {
+                let cuda32 = cuda32.as_ref().expect("opened above");
+                ops::run(cuda32, &mut report).and_then(|()| hybrid::run_ops(cuda32, &mut report))
+            }
             "e2e-f32" => e2e::run(
                 cuda32.as_ref().expect("opened above"),
                 &args.fixtures,

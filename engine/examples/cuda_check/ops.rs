@@ -379,12 +379,10 @@ impl Ops<'_> {
                 Ok(())
             })?;
         }
-        if self.fp32() {
-            return Ok(()); // FP8 weights are the bf16 path's
-        }
         // FP8 weights: up to 32 rows the FP8 GEMV, 8 rows a pass (exact products, f32 sums:
         // GEMM tolerance); more rows the bf16 copy of the weight through cuBLAS (one more
         // rounding of each weight: fused_moe's tolerance); k % 16 != 0 takes the scalar GEMV.
+        // The float32 path dequantizes them to f32 at upload: f32 GEMMs on the CPU's values.
         for (m, k, n, xd, tol) in [
             (1, 2048, 5120, DType::BF16, Tol::GEMM),
             (1, 4096, 12_288, DType::BF16, Tol::GEMM),
@@ -396,6 +394,7 @@ impl Ops<'_> {
             (130, 2048, 1536, DType::BF16, MOE),
             (0, 64, 128, DType::BF16, Tol::GEMM),
         ] {
+            let xd = self.act(xd);
             let case = format!("x {} [{m}, {k}] · w fp8 [{n}, {k}]ᵀ", dt(xd));
             self.run("matmul", &case, |s| {
                 let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
@@ -408,6 +407,9 @@ impl Ops<'_> {
                 s.check("matmul", &case, tol, &out_d, &out_c)?;
                 Ok(())
             })?;
+        }
+        if self.fp32() {
+            return Ok(()); // the tensor-core FP8 GEMM is the bf16 path's
         }
         self.matmul_fp8_mma()
     }
@@ -744,7 +746,9 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.embedding()?;
     ops.norms()?;
     ops.matmuls()?;
-    if !ops.fp32() {
+    if ops.fp32() {
+        ops.moe_f32()?;
+    } else {
         ops.moe()?;
     }
     ops.rope()?;

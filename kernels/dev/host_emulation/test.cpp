@@ -715,6 +715,16 @@ static Experts make_experts(int E, int H, int I, bool fp8) {
     fill_weights(fp8, x.w2, x.w2b, x.w2q, x.s2, (size_t)E * H, I);
     return x;
 }
+// Expert e's gate and up rows i (of gate|up [E, 2I, H] in f32) against one x row, in double.
+static std::pair<double, double> gate_up_ref(const std::vector<float>& w13, const float* x, int e,
+                                             int i, int H, int I) {
+    double g = 0, u = 0;
+    for (int h = 0; h < H; ++h) {
+        g += (double)w13[((size_t)e * 2 * I + i) * H + h] * x[h];
+        u += (double)w13[((size_t)e * 2 * I + I + i) * H + h] * x[h];
+    }
+    return {g, u};
+}
 static u32 host_key(float v) { u32 u; memcpy(&u, &v, 4); return (u & 0x80000000u) ? ~u : (u | 0x80000000u); }
 
 void t_moe(int T, int E, int K, int H, int I, bool norm, bool fp8, bool ties) {
@@ -930,11 +940,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
             const std::vector<float>& xr = pass ? xqf : xf;
             std::vector<float> a(I);
             for (int i = 0; i < I; ++i) {
-                double g = 0, u = 0;
-                for (int h = 0; h < H; ++h) {
-                    g += (double)w13[((size_t)e * 2 * I + i) * H + h] * xr[t * H + h];
-                    u += (double)w13[((size_t)e * 2 * I + I + i) * H + h] * xr[t * H + h];
-                }
+                const auto [g, u] = gate_up_ref(w13, &xr[(size_t)t * H], e, i, H, I);
                 a[i] = F(B((float)(g / (1 + std::exp(-g)) * u)));
                 if (pass == (mode == 2 ? 1 : 0))
                     act_worst = std::max(act_worst, (double)std::fabs(F(act[(size_t)p * I + i]) - a[i]) / (1e-2 + std::fabs(a[i])));
@@ -1100,7 +1106,72 @@ static void attn_tests() {
     t_attn(32, 8, 128, {{100, 1}, {2, 1}}, 32, 40);
 }
 
+// The float32 path's expert kernels (moe_*_fp32): f32 weights, x and SiLU products, against the
+// same plain loop in double with nothing rounded to bf16; moe_down_combine_fp32 against
+// moe_down_fp32 + moe_combine bit for bit.
+void t_moe_f32(int T, int E, int K, int H, int I, bool norm) {
+    std::vector<float> logits(T * E);
+    for (auto& v : logits) v = U(3);
+    std::vector<float> x(T * H), w13((size_t)E * 2 * I * H), w2((size_t)E * H * I);
+    for (auto& v : x) v = U(1);
+    for (auto& v : w13) v = U(0.2f);
+    for (auto& v : w2) v = U(0.2f);
+    const int P = T * K;
+    const unsigned group_threads = E > 40 ? 64 : 256;
+    Routed routed = route_and_group(logits, T, E, K, norm, group_threads);
+    auto& [ids, wts, perm, offsets] = routed;
+    std::vector<float> act(P * I, NAN), ys(P * H, NAN), out(T * H, NAN);
+    std::vector<int> active(E + 1, -1);
+    launch({1}, {E > 40 ? 64u : 32u}, [&] { moe_active(active.data(), offsets.data(), E); });
+    const unsigned rows = (unsigned)std::min(E, P);
+    launch({(unsigned)((I + 7) / 8), rows}, {256}, [&] {
+        moe_gate_up_fp32(act.data(), x.data(), w13.data(), nullptr, offsets.data(), active.data(), perm.data(), E, K, I, H);
+    });
+    launch({(unsigned)((H + 7) / 8), rows}, {256}, [&] {
+        moe_down_fp32(ys.data(), act.data(), w2.data(), nullptr, offsets.data(), active.data(), perm.data(), E, I, H);
+    });
+    launch({4}, {64}, [&] { moe_combine(out.data(), ys.data(), wts.data(), T, K, H); });
+    char name[96];
+    if (T <= MOE_FUSED_DOWN_TOKENS) {
+        std::vector<float> out1(T * H, NAN);
+        launch({(unsigned)(T * H)}, {(unsigned)(32 * K)}, [&] {
+            moe_down_combine_fp32(out1.data(), act.data(), w2.data(), nullptr, ids.data(), wts.data(), T, K, I, H);
+        });
+        snprintf(name, 96, "moe f32 down_combine = down+combine T%d H%d I%d", T, H, I);
+        report(name, memcmp(out1.data(), out.data(), T * H * sizeof(float)) != 0, 0);
+    }
+    // The reference with the device's routing (checked by t_moe): everything in double.
+    std::vector<double> ref(T * H, 0.0);
+    for (int p = 0; p < P; ++p) {
+        const int t = p / K, e = ids[p];
+        std::vector<double> a(I);
+        for (int i = 0; i < I; ++i) {
+            const auto [g, u] = gate_up_ref(w13, &x[(size_t)t * H], e, i, H, I);
+            a[i] = g / (1 + std::exp(-g)) * u;
+        }
+        for (int c = 0; c < H; ++c) {
+            double y = 0;
+            for (int i = 0; i < I; ++i) y += (double)w2[((size_t)e * H + c) * I + i] * a[i];
+            ref[t * H + c] += wts[p] * y;
+        }
+    }
+    double rms = 0, worst = 0;
+    for (double v : ref) rms += v * v;
+    rms = std::sqrt(rms / std::max(1, T * H));
+    for (int i = 0; i < T * H; ++i) worst = std::max(worst, std::fabs(out[i] - ref[i]) / (rms + std::fabs(ref[i])));
+    snprintf(name, 96, "moe f32 out T%d E%d k%d H%d I%d", T, E, K, H, I);
+    report(name, worst, 1e-5);
+}
+
 static void moe_mma_tests();
+
+// The float32 path's kernels (EMU_ONLY=moe_f32 runs just these; EMU_ONLY=moe includes them):
+// decode (down + combine fused) and longer steps, odd widths.
+static void moe_f32_tests() {
+    t_moe_f32(1, 8, 2, 64, 32, true);
+    t_moe_f32(8, 128, 8, 40, 24, true);
+    t_moe_f32(19, 16, 4, 36, 12, false);
+}
 
 // Every fused_moe case (EMU_ONLY=moe runs just these).
 static void moe_tests() {
@@ -1126,6 +1197,7 @@ static void moe_tests() {
     // the most moe_plan takes.
     t_moe(9, 128, 8, 16, 8, true, false, false);
     t_moe(128, 128, 8, 16, 8, true, false, true);
+    moe_f32_tests();
     moe_mma_tests();
 }
 
@@ -1162,6 +1234,11 @@ int main() {
     }
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "moe_mma") {
         moe_mma_tests();
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "moe_f32") {
+        moe_f32_tests();
         printf("%d failures\n", fails);
         return fails ? 1 : 0;
     }

@@ -16,6 +16,12 @@ const FP8_ACT: Tol = Tol {
     rtol: 0.3,
 };
 
+/// A case's experts (gate_up, down) on the device and on the CPU.
+type Experts<'a> = (
+    (&'a CudaTensor, &'a CudaTensor),
+    (&'a CpuTensor, &'a CpuTensor),
+);
+
 /// A way to run a case's experts: the kernels, FP8 activations, and the tolerance.
 #[derive(Clone, Copy)]
 struct Route {
@@ -105,15 +111,8 @@ impl Ops<'_> {
                 let (l_d, l_c) = s.pair(&[t, e], l, rd)?;
                 let (w13_d, w13_c) = s.random(&[e, 2 * i, h], 0.05, DType::BF16)?;
                 let (w2_d, w2_c) = s.random(&[e, h, i], 0.05, DType::BF16)?;
-                let mut out_c = s.cpu.zeros(&[t, h])?;
-                s.cpu
-                    .fused_moe(&mut out_c, &x_c, &l_c, &w13_c, &w2_c, k, norm)?;
-                for route in routes {
-                    s.moe_route(&case, *route, &out_c, |cuda, out| {
-                        cuda.fused_moe(out, &x_d, &l_d, &w13_d, &w2_d, k, norm)
-                    })?;
-                }
-                Ok(())
+                let experts = ((&w13_d, &w2_d), (&w13_c, &w2_c));
+                s.moe_routes(&case, routes, (&x_d, &x_c), (&l_d, &l_c), experts, (k, norm))
             })?;
         }
         // FP8 experts (the 30B-A3B-FP8 layout: 128-column scale blocks, rows of 16 bytes, and
@@ -142,19 +141,118 @@ impl Ops<'_> {
                 let (l_d, l_c) = s.pair(&[t, e], l, DType::F32)?;
                 let (w13_d, w13_c) = s.fp8_pair(&[e, 2 * i, h])?;
                 let (w2_d, w2_c) = s.fp8_pair(&[e, h, i])?;
-                let mut out_c = s.cpu.zeros(&[t, h])?;
-                s.cpu
-                    .fused_moe(&mut out_c, &x_c, &l_c, &w13_c, &w2_c, k, true)?;
-                for route in routes {
-                    s.moe_route(&case, *route, &out_c, |cuda, out| {
-                        cuda.fused_moe(out, &x_d, &l_d, &w13_d, &w2_d, k, true)
-                    })?;
-                }
-                Ok(())
+                let experts = ((&w13_d, &w2_d), (&w13_c, &w2_c));
+                s.moe_routes(&case, routes, (&x_d, &x_c), (&l_d, &l_c), experts, (k, true))
             })?;
         }
         self.moe_small_steps()?;
         self.moe_bad_shapes()
+    }
+
+    /// fused_moe on the float32 path against the CPU's at f32 tolerance: f32 experts and
+    /// activations on the CUDA-core `_fp32` kernels (also when tensor cores are asked for: they
+    /// are bf16 and FP8 only), nothing rounded below f32 (the SiLU products included), so the
+    /// two differ only in the order of f32 sums. Shapes from a 30B-A3B decode step to odd
+    /// widths, T = 0 (empty), 1 and 8 (down + combine in one launch), 9, 130 and 512 (the
+    /// six-launch routing), k = E, skewed routing (empty experts, experts with many tokens),
+    /// f32 and bf16 router logits; experts drawn in f32, from an FP8 checkpoint's bytes
+    /// (dequantized on the host, as the CPU loader does) and as dummy FP8 weights (dequantized
+    /// on the device). Then the small-step launches against the six launches, bit for bit.
+    pub(super) fn moe_f32(&mut self) -> Result<()> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum W {
+            F32,
+            Fp8,
+            DummyFp8,
+        }
+        let forced = Route {
+            gemm: MoeGemm::TensorCores,
+            fp8_act: false,
+            name: "tensor cores asked, f32 stays on the cuda cores",
+            tol: Tol::F32,
+        };
+        let cuda_cores = Route {
+            tol: Tol::F32,
+            ..CUDA_CORES
+        };
+        for (t, h, i, e, k, norm, rd, skew, w) in [
+            (0, 64, 32, 8, 2, true, DType::F32, false, W::F32),
+            (1, 2048, 768, 32, 8, true, DType::F32, false, W::F32),
+            (8, 2048, 768, 128, 8, true, DType::F32, false, W::Fp8),
+            (7, 64, 32, 8, 2, false, DType::BF16, false, W::F32),
+            (9, 200, 72, 8, 8, true, DType::F32, false, W::F32),
+            (130, 100, 36, 16, 4, true, DType::F32, false, W::Fp8),
+            (300, 256, 96, 64, 6, true, DType::F32, true, W::F32),
+            (33, 192, 144, 8, 8, false, DType::F32, true, W::DummyFp8),
+            (512, 2048, 768, 128, 8, true, DType::F32, true, W::Fp8),
+        ] {
+            let case = format!(
+                "T {t} H {h} I {i} E {e} top-{k}{} x f32 logits {}{} {} experts",
+                if norm { " norm" } else { "" },
+                dt(rd),
+                if skew { " skewed" } else { "" },
+                match w {
+                    W::F32 => "f32",
+                    W::Fp8 => "fp8 → f32",
+                    W::DummyFp8 => "dummy fp8 → f32",
+                }
+            );
+            let routes: &[Route] = if t == 300 || t == 512 {
+                &[cuda_cores, forced]
+            } else {
+                &[cuda_cores]
+            };
+            self.run("fused_moe", &case, |s| {
+                let (x_d, x_c) = s.random(&[t, h], 1.0, DType::F32)?;
+                let l = logits(&mut s.rng, t, e, skew);
+                let (l_d, l_c) = s.pair(&[t, e], l, rd)?;
+                let (w13, w2) = ([e, 2 * i, h], [e, h, i]);
+                let ((w13_d, w13_c), (w2_d, w2_c)) = match w {
+                    W::F32 => (
+                        s.random(&w13, 0.05, DType::F32)?,
+                        s.random(&w2, 0.05, DType::F32)?,
+                    ),
+                    W::Fp8 => (s.fp8_pair(&w13)?, s.fp8_pair(&w2)?),
+                    W::DummyFp8 => {
+                        let dummy = |shape: &[usize], seed| HostTensor {
+                            shape: shape.to_vec(),
+                            data: HostData::RandomFp8 { seed, std: 0.05 },
+                        };
+                        let (a, b) = (dummy(&w13, 21), dummy(&w2, 22));
+                        (
+                            (s.cuda.upload(&a)?, s.cpu.upload(&a)?),
+                            (s.cuda.upload(&b)?, s.cpu.upload(&b)?),
+                        )
+                    }
+                };
+                let experts = ((&w13_d, &w2_d), (&w13_c, &w2_c));
+                s.moe_routes(&case, routes, (&x_d, &x_c), (&l_d, &l_c), experts, (k, norm))
+            })?;
+        }
+        self.moe_small_steps()?;
+        self.moe_bad_shapes()
+    }
+
+    /// A case's CPU reference (fused_moe on the CPU's copies of the inputs), then each route
+    /// of the device's against it.
+    fn moe_routes(
+        &mut self,
+        case: &str,
+        routes: &[Route],
+        (x_d, x_c): (&CudaTensor, &CpuTensor),
+        (l_d, l_c): (&CudaTensor, &CpuTensor),
+        ((w13_d, w2_d), (w13_c, w2_c)): Experts<'_>,
+        (k, norm): (usize, bool),
+    ) -> Result<()> {
+        let mut out_c = self.cpu.zeros(&x_c.shape)?;
+        self.cpu
+            .fused_moe(&mut out_c, x_c, l_c, w13_c, w2_c, k, norm)?;
+        for route in routes {
+            self.moe_route(case, *route, &out_c, |cuda, out| {
+                cuda.fused_moe(out, x_d, l_d, w13_d, w2_d, k, norm)
+            })?;
+        }
+        Ok(())
     }
 
     /// One route of a case: set it, run `f` into a fresh output, check it against the CPU's
@@ -218,10 +316,24 @@ impl Ops<'_> {
                 }
             );
             self.run("fused_moe", &case, |s| {
-                let (x_d, _) = s.random(&[t, h], 1.0, DType::BF16)?;
+                let (x_d, _) = s.random(&[t, h], 1.0, s.act(DType::BF16))?;
                 let (l_d, _) = s.random(&[t, e], 3.0, DType::F32)?;
-                // Drawn on the device: the CPU side is not needed here.
-                let (w13_d, w2_d) = if fp8 {
+                // Drawn on the device: the CPU side is not needed here. The float32 path
+                // keeps f32 experts (FP8 ones dequantized).
+                let dummy = |shape: &[usize], seed, fp8| {
+                    let data = if fp8 {
+                        HostData::RandomFp8 { seed, std: 0.05 }
+                    } else {
+                        HostData::Random { seed, std: 0.05 }
+                    };
+                    s.cuda.upload(&HostTensor {
+                        shape: shape.to_vec(),
+                        data,
+                    })
+                };
+                let (w13_d, w2_d) = if s.fp32() {
+                    (dummy(&[e, 2 * i, h], 11, fp8)?, dummy(&[e, h, i], 12, fp8)?)
+                } else if fp8 {
                     (
                         s.cuda.random_fp8(&[e, 2 * i, h], 11, 0.05)?,
                         s.cuda.random_fp8(&[e, h, i], 12, 0.05)?,

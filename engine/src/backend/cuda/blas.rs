@@ -225,10 +225,20 @@ impl CudaBackend {
         x: &'a CudaTensor,
         tmp: &'a mut Option<CudaTensor>,
     ) -> Result<&'a CudaTensor> {
-        if x.dtype == DType::BF16 {
+        self.as_dtype(x, DType::BF16, tmp)
+    }
+
+    /// `x` itself when it is of `dtype` (bf16 or f32), else a copy of that type kept in `tmp`.
+    pub(super) fn as_dtype<'a>(
+        &self,
+        x: &'a CudaTensor,
+        dtype: DType,
+        tmp: &'a mut Option<CudaTensor>,
+    ) -> Result<&'a CudaTensor> {
+        if x.dtype == dtype {
             return Ok(x);
         }
-        let mut t = self.alloc(&x.shape, DType::BF16)?;
+        let mut t = self.alloc(&x.shape, dtype)?;
         self.cast(&mut t, x)?;
         Ok(tmp.insert(t))
     }

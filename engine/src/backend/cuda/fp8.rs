@@ -186,20 +186,39 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// `out` (bf16, w's shape) = the FP8 weight's values rounded to bf16.
+    /// Dummy FP8 weights for the float32 path: [`CudaBackend::random_fp8`]'s values (those of
+    /// `HostData::RandomFp8`, which the CPU reference dequantizes on the host), as f32.
+    pub(super) fn random_fp8_as_f32(
+        &self,
+        shape: &[usize],
+        seed: u64,
+        std: f32,
+    ) -> Result<CudaTensor> {
+        let w = self.random_fp8(shape, seed, std)?;
+        let mut out = self.alloc(shape, DType::F32)?;
+        self.dequant_fp8(&mut out, &w)?;
+        Ok(out)
+    }
+
+    /// `out` (bf16 or f32, w's shape) = the FP8 weight's values (e4m3 · scale in f32, then
+    /// rounded to bf16 for a bf16 `out`).
     fn dequant_fp8(&self, out: &mut CudaTensor, w: &CudaTensor) -> Result<()> {
         let (rows, k) = (w.rows() as u64, w.cols());
         if rows == 0 || k == 0 {
             return Ok(());
         }
-        let name = "dequant_fp8_bf16";
+        let name = match out.dtype {
+            DType::BF16 => "dequant_fp8_bf16",
+            DType::F32 => "dequant_fp8_fp32",
+            DType::F8 => return Err(super::not_activation("dequant_fp8")),
+        };
         let f = self.func(Module::Fp8, name)?;
         let s = &self.stream;
         let (o, wp, sp, ki) = (out.ptr(s), w.ptr(s), w.scales_ptr(s), int(k, "matmul")?);
         let mut a = self.launcher(&f);
         a.arg(&o).arg(&wp).arg(&sp).arg(&rows).arg(&ki);
-        // SAFETY: out is rows·k bf16 (same shape as w), w rows·k FP8 bytes with rows ·
-        // ceil(k/128) scales; grid-stride over rows·k.
+        // SAFETY: out is rows·k of the kernel's type (same shape as w), w rows·k FP8 bytes with
+        // rows · ceil(k/128) scales; grid-stride over rows·k.
         let r = unsafe { a.launch(stride_cfg(rows * k as u64)) };
         self.launched(name, r)
     }

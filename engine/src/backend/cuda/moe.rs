@@ -6,6 +6,9 @@
 //! give the same output bit for bit. Steps with many tokens an expert run gate|up and down on
 //! tensor cores instead (`moe_mma.rs`), between the same routing and weighted sum. Every scratch
 //! buffer is sized by the step's tokens (`T · top_k` pairs), which a graph's batch bucket fixes.
+//!
+//! On the float32 path the experts are f32 (`_fp32` kernels: f32 x rows and SiLU products,
+//! always on the CUDA cores); bf16 and FP8 experts read bf16 activations.
 
 use std::sync::atomic::Ordering;
 
@@ -69,12 +72,10 @@ impl CudaBackend {
         )?;
         check(
             "fused_moe",
-            gate_up.dtype == down.dtype
-                && gate_up.dtype.is_weight()
-                && router_logits.dtype != DType::F8,
+            gate_up.dtype == down.dtype && router_logits.dtype != DType::F8,
             || {
                 format!(
-                    "gate_up {:?} and down {:?} must both be bf16 or both fp8, router logits \
+                    "gate_up {:?} and down {:?} must both be bf16, fp8 or f32, router logits \
                      ({:?}) bf16 or f32",
                     gate_up.dtype, down.dtype, router_logits.dtype
                 )
@@ -93,9 +94,15 @@ impl CudaBackend {
             int(i, "fused_moe")?,
             int(pairs, "fused_moe")?,
         );
-        // The expert kernels read bf16 activations.
-        let mut narrowed = None;
-        let x = self.as_bf16(x, &mut narrowed)?;
+        // The expert kernels read bf16 activations, or f32 ones with f32 experts (the float32
+        // path); the SiLU products (act) are of the same type.
+        let act_dtype = if gate_up.dtype == DType::F32 {
+            DType::F32
+        } else {
+            DType::BF16
+        };
+        let mut converted = None;
+        let x = self.as_dtype(x, act_dtype, &mut converted)?;
         let s = &self.stream;
         // Scratch: the pairs' experts and weights, the permutation and the experts' offsets,
         // the SiLU products (pair rows), and below the experts' outputs (pair rows) when down
@@ -105,7 +112,7 @@ impl CudaBackend {
         let perm = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
         let offsets = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]
         let active = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]: the used experts, count
-        let act = self.alloc(&[pairs, i], DType::BF16)?; // [T·k, I]: pair rows
+        let act = self.alloc(&[pairs, i], act_dtype)?; // [T·k, I]: pair rows
         let (idp, wtp, pmp, ofp) = (ids.ptr(s), weights.ptr(s), perm.ptr(s), offsets.ptr(s));
         let acp = active.ptr(s);
 
@@ -191,17 +198,12 @@ impl CudaBackend {
                 self.moe_experts_mma(&act, x, gate_up, down, (ofp, pmp), (t, h, e, i, top_k))?;
             return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
         }
-        let fp8 = gate_up.dtype == DType::F8;
-        let vec = if fp8 {
-            h.is_multiple_of(16) && i.is_multiple_of(16)
-        } else {
-            h.is_multiple_of(8) && i.is_multiple_of(8)
-        };
-        let suffix = match (fp8, vec) {
-            (false, true) => "bf16_vec",
-            (false, false) => "bf16",
-            (true, true) => "fp8_vec",
-            (true, false) => "fp8",
+        let suffix = match gate_up.dtype {
+            DType::BF16 if h.is_multiple_of(8) && i.is_multiple_of(8) => "bf16_vec",
+            DType::BF16 => "bf16",
+            DType::F8 if h.is_multiple_of(16) && i.is_multiple_of(16) => "fp8_vec",
+            DType::F8 => "fp8",
+            DType::F32 => "fp32",
         };
         let (xp, actp) = (x.ptr(s), act.ptr(s));
         // A block row per expert that can have pairs (at most one per pair).
@@ -220,8 +222,9 @@ impl CudaBackend {
             .arg(&ki)
             .arg(&ii)
             .arg(&hi);
-        // SAFETY: x is [t, h] bf16, gate_up [e, 2i, h] (bf16, or fp8 with [e·2i, ceil(h/128)]
-        // f32 scales), act [t·k, i] bf16; offsets/perm were written by moe_group or moe_plan
+        // SAFETY: x is [t, h] and act [t·k, i] of the activation type (f32 with f32 experts,
+        // else bf16), gate_up [e, 2i, h] (bf16, f32, or fp8 with [e·2i, ceil(h/128)] f32
+        // scales); offsets/perm were written by moe_group or moe_plan
         // (ranges inside 0..t·k, perm entries below t·k, so token = perm / k < t, and act row
         // perm < t·k); the vector variants only when rows are 16-byte aligned (checked above);
         // active (from moe_active or moe_plan) names at most min(e, t·k) experts, block rows
@@ -249,7 +252,7 @@ impl CudaBackend {
                 .arg(&ki)
                 .arg(&ii)
                 .arg(&hi);
-            // SAFETY: out is [t, h] f32, act [t·k, i] bf16 (every row written by gate_up: each
+            // SAFETY: out is [t, h] f32, act [t·k, i] (every row written by gate_up: each
             // pair is in exactly one expert's range), down [e, h, i] (fp8: [e·h, ceil(i/128)]
             // scales), ids (expert indices below e) and weights t·k; t·h blocks (t <= 8), block b
             // writing out[b % t, b / t]; 32·k threads, k <= MOE_MAX_TOP_K (its shared slots).
@@ -271,7 +274,7 @@ impl CudaBackend {
             .arg(&ei)
             .arg(&ii)
             .arg(&hi);
-        // SAFETY: act is [t·k, i] bf16 (every row written by the previous kernel: each pair is
+        // SAFETY: act is [t·k, i] (every row written by the previous kernel: each pair is
         // in exactly one expert's range), down [e, h, i] (fp8: [e·h, ceil(i/128)] scales), ys
         // [t·k, h] f32; block rows past the active count and columns past h return.
         let r = unsafe {

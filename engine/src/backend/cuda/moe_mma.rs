@@ -122,7 +122,10 @@ impl CudaBackend {
     /// of 16).
     pub(super) fn moe_mma_for(&self, pairs: usize, e: usize, h: usize, i: usize, w: DType) -> bool {
         let align = if w == DType::F8 { 16 } else { 8 };
-        let able = self.info.compute_capability >= Module::MoeMma.min_compute_capability()
+        // f32 experts (the float32 path) run on the CUDA cores: the tensor-core kernels are
+        // bf16 and FP8.
+        let able = w != DType::F32
+            && self.info.compute_capability >= Module::MoeMma.min_compute_capability()
             && h.is_multiple_of(align)
             && i.is_multiple_of(align);
         able && match MoeGemm::from_u8(self.moe_gemm.load(Ordering::Relaxed)) {

@@ -41,11 +41,6 @@ impl DType {
             DType::F8 => "fp8",
         }
     }
-
-    /// A type weights may have (bf16 or fp8).
-    pub fn is_weight(self) -> bool {
-        matches!(self, DType::BF16 | DType::F8)
-    }
 }
 
 /// Columns one FP8 scale covers.
