@@ -2,8 +2,7 @@
 # A `metralectl bench` record of `met serve --device cuda` on Qwen3-8B's shape (dummy weights,
 # bf16) on the GPU machine, from the repository root: the CUDA issue's workload (128-token
 # prompts, 1024 generated, greedy, concurrency 1..128, 1 warm-up + 3 timed reps a rung).
-# MODEL_CONFIG picks another shape's config.json (MODEL_NAME names it), e.g. Qwen3-30B-A3B (with
-# METRALE_CUDA_MOE=1 while MoE and FP8 on CUDA are experimental, docs/cuda.md):
+# MODEL_CONFIG picks another shape's config.json (MODEL_NAME names it), e.g. Qwen3-30B-A3B:
 #   MODEL_CONFIG=scripts/gpu/qwen3-30b-a3b-config.json MODEL_NAME=qwen3-30b-a3b-shape
 #   MODEL_CONFIG=scripts/gpu/qwen3-30b-a3b-fp8-config.json MODEL_NAME=qwen3-30b-a3b-fp8-shape
 # (an FP8 quantization_config makes the dummy projections FP8, drawn on the GPU).

@@ -23,9 +23,6 @@ export LD_LIBRARY_PATH=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # A fresh kernel cache: the first load compiles with NVRTC, the check then reloads from it.
 export METRALE_KERNEL_CACHE=${METRALE_KERNEL_CACHE:-$(mktemp -d /tmp/metrale-kernels.XXXXXX)}
 export RUST_BACKTRACE=1
-# Qwen3-MoE and FP8 on CUDA are opt-in while their fixture scores are out of tolerance
-# (docs/cuda.md); the checks run them to measure exactly that.
-export METRALE_CUDA_MOE=1
 
 log() { tee -a "$LOG"; }
 
@@ -68,7 +65,7 @@ if [ -x "$BIN/met" ]; then
     for model in qwen3-gqa-tied qwen3-moe-mixed qwen3-moe-step2 qwen3-moe-fp8 qwen3-moe-fp8-hf; do
         model=tests/fixtures/models/$model
         echo "== met score --device cuda vs cpu ($model)" | log
-        # The float32 path runs them all (MoE and FP8 behind METRALE_CUDA_MOE=1, set above).
+        # The float32 path runs them all.
         for dev in cuda "cuda --dtype float32" cpu; do
             # shellcheck disable=SC2086
             out=$(timeout -k 5 60 "$BIN/met" score "$model" --device $dev --tokens "$toks" --top-k 1 2>&1)

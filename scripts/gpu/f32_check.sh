@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The float32 path's checks on the GPU machine in one go, in parallel where they share nothing
-# but the GPU: cuda_check's ops-f32 + e2e-f32 (every fixture, METRALE_CUDA_MOE=1), its bf16 e2e
+# but the GPU: cuda_check's ops-f32 + e2e-f32 (every fixture), its bf16 e2e
 # and ops for comparison, `met score --dtype float32` against the cpu on the MoE, FP8 and hybrid
 # fixtures, and scripts/gpu/hf_bf16_gap.py (transformers' own bf16 gap). Binaries from $BIN
 # (default .gpu-f32), fixtures from $FIXTURES (default tests/fixtures); logs under $OUT.
@@ -13,7 +13,7 @@ LIMIT=${CHECK_TIMEOUT:-270}
 mkdir -p "$OUT"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export RUST_BACKTRACE=1 METRALE_CUDA_MOE=1 PYTHONUNBUFFERED=1
+export RUST_BACKTRACE=1 PYTHONUNBUFFERED=1
 skip_all=kernels,ops,sampling,e2e,ops-f32,e2e-f32,ops-kv8,e2e-kv8,hybrid,speed,moe-speed,profile
 # cuda_check running only the sections named in $2, into $OUT/$1.
 check() {

@@ -4,7 +4,7 @@
 //! Sections: `kernels` (NVRTC compile, then the disk cache), `ops` (every op against the CPU
 //! op on random inputs), `sampling` (the device sampler against the CPU's, token for token), `e2e` (fixture checkpoints against transformers and the CPU backend),
 //! `ops-f32` and `e2e-f32` (the same on the float32 path, `--dtype float32`, with the hybrid
-//! ops too; MoE, FP8 and hybrid fixtures need `METRALE_CUDA_MOE=1`), `hybrid` (the
+//! ops too, every fixture family), `hybrid` (the
 //! Gated DeltaNet ops against the CPU's, and their speed at 35B-A3B's heads),
 //! `speed` (Qwen3-8B shape, not pass/fail). Exit status: 0 all passed, 1 a check failed, 2 the
 //! backend could not start.

@@ -24,17 +24,14 @@ fn check_features(
 ) -> std::result::Result<(), LoadError> {
     if c.moe.is_some() && !supports(Feature::MoeExperts) {
         return Err(LoadError::UnsupportedOnDevice(format!(
-            "Qwen3-MoE ({}) runs on --device cpu in this version: on the {name} backend it is \
-             experimental (its scores are not yet within tolerance of transformers); set \
-             METRALE_CUDA_MOE=1 to run it anyway (docs/cuda.md)",
+            "Qwen3-MoE ({}) does not run on the {name} backend: serve it with --device cpu",
             c.architecture
         )));
     }
     if c.fp8.is_some() && !supports(Feature::Fp8Weights) {
         return Err(LoadError::UnsupportedOnDevice(format!(
-            "FP8 checkpoints (quantization_config.quant_method \"fp8\") run on --device cpu in \
-             this version, which dequantizes them at load: on the {name} backend they are \
-             experimental; set METRALE_CUDA_MOE=1 to run them anyway (docs/cuda.md)"
+            "FP8 checkpoints (quantization_config.quant_method \"fp8\") do not run on the \
+             {name} backend: serve them with --device cpu, which dequantizes them at load"
         )));
     }
     Ok(())
@@ -246,8 +243,8 @@ pub trait Model<B: Backend>: Send {
 mod tests {
     use super::*;
 
-    /// What a backend that supports neither answers (the CUDA one without METRALE_CUDA_MOE=1):
-    /// the family, the device that runs it, and the switch that opts in.
+    /// What a backend that supports neither answers: the family, the backend, and the device
+    /// that runs it.
     #[test]
     fn a_backend_without_moe_or_fp8_refuses_them_by_name() {
         let dense = ModelConfig::from_json(
@@ -262,10 +259,7 @@ mod tests {
             .expect_err("moe")
             .to_string();
         assert!(
-            e.contains("Qwen3-MoE")
-                && e.contains("--device cpu")
-                && e.contains("cuda")
-                && e.contains("METRALE_CUDA_MOE=1"),
+            e.contains("Qwen3-MoE") && e.contains("--device cpu") && e.contains("cuda"),
             "{e}"
         );
         let fp8 = ModelConfig {
@@ -278,7 +272,7 @@ mod tests {
             .expect_err("fp8")
             .to_string();
         assert!(
-            e.contains("FP8") && e.contains("--device cpu") && e.contains("METRALE_CUDA_MOE=1"),
+            e.contains("FP8") && e.contains("--device cpu") && e.contains("cuda"),
             "{e}"
         );
         check_features("cpu", |_| true, &dense).expect("the cpu runs both");

@@ -59,10 +59,8 @@ pub fn is_hybrid(architecture: &str) -> bool {
 }
 
 /// Why a backend without [`Feature::HybridLayers`] refuses them.
-pub const CPU_ONLY: &str = "Qwen3.5 hybrid models (Qwen3_5*) run on --device cpu in this \
-     version: on the cuda backend they are experimental (their bf16 scores are not yet \
-     within tolerance of transformers on the test fixtures); set METRALE_CUDA_MOE=1 to run \
-     them anyway (docs/cuda.md)";
+pub const CPU_ONLY: &str = "Qwen3.5 hybrid models (Qwen3_5*) do not run on this backend: \
+     serve them with --device cpu or --device cuda";
 
 /// A Gated DeltaNet layer's weights.
 struct LinearAttn<B: Backend> {

@@ -125,7 +125,7 @@ fn bad(flag: &'static str, message: impl Into<String>) -> FlagError {
 
 /// `--dtype` against the device (`met serve` and `met score` alike). Every checkpoint the
 /// device runs runs on either path: the CUDA float32 path takes MoE, FP8 (dequantized to f32)
-/// and Qwen3.5 hybrids too, behind the same `METRALE_CUDA_MOE=1` as bf16 (checked at load).
+/// and Qwen3.5 hybrids too.
 pub fn check_dtype(dtype: ComputeDtype, device: Device) -> Result<(), FlagError> {
     match (dtype, device) {
         (ComputeDtype::Bfloat16, Device::Cpu) => Err(bad(
@@ -436,7 +436,7 @@ mod tests {
             ComputeDtype::Float32
         );
         // The CUDA float32 path runs every family the bf16 path runs (MoE, FP8 and hybrids
-        // behind METRALE_CUDA_MOE=1, checked when the model loads), so no checkpoint is
+        // included), so no checkpoint is
         // refused for --dtype float32 on cuda; with the cpu device every dtype but bfloat16
         // passes.
         for dtype in [

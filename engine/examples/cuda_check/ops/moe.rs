@@ -112,7 +112,14 @@ impl Ops<'_> {
                 let (w13_d, w13_c) = s.random(&[e, 2 * i, h], 0.05, DType::BF16)?;
                 let (w2_d, w2_c) = s.random(&[e, h, i], 0.05, DType::BF16)?;
                 let experts = ((&w13_d, &w2_d), (&w13_c, &w2_c));
-                s.moe_routes(&case, routes, (&x_d, &x_c), (&l_d, &l_c), experts, (k, norm))
+                s.moe_routes(
+                    &case,
+                    routes,
+                    (&x_d, &x_c),
+                    (&l_d, &l_c),
+                    experts,
+                    (k, norm),
+                )
             })?;
         }
         // FP8 experts (the 30B-A3B-FP8 layout: 128-column scale blocks, rows of 16 bytes, and
@@ -142,7 +149,14 @@ impl Ops<'_> {
                 let (w13_d, w13_c) = s.fp8_pair(&[e, 2 * i, h])?;
                 let (w2_d, w2_c) = s.fp8_pair(&[e, h, i])?;
                 let experts = ((&w13_d, &w2_d), (&w13_c, &w2_c));
-                s.moe_routes(&case, routes, (&x_d, &x_c), (&l_d, &l_c), experts, (k, true))
+                s.moe_routes(
+                    &case,
+                    routes,
+                    (&x_d, &x_c),
+                    (&l_d, &l_c),
+                    experts,
+                    (k, true),
+                )
             })?;
         }
         self.moe_small_steps()?;
@@ -226,7 +240,14 @@ impl Ops<'_> {
                     }
                 };
                 let experts = ((&w13_d, &w2_d), (&w13_c, &w2_c));
-                s.moe_routes(&case, routes, (&x_d, &x_c), (&l_d, &l_c), experts, (k, norm))
+                s.moe_routes(
+                    &case,
+                    routes,
+                    (&x_d, &x_c),
+                    (&l_d, &l_c),
+                    experts,
+                    (k, norm),
+                )
             })?;
         }
         self.moe_small_steps()?;
