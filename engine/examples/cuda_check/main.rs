@@ -10,6 +10,7 @@
 
 mod e2e;
 mod hybrid;
+mod hybrid_speed;
 mod ops;
 mod report;
 mod sampling;
