@@ -74,31 +74,6 @@
 
 // ---- helpers -------------------------------------------------------------------------------
 
-// 16 bytes global -> shared, asynchronously (cp.async, cached in L2 only); zeros when !valid
-// (src must still be a valid address).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-#ifdef METRALE_HOST_EMULATION
-    if (valid) memcpy(dst, src, 16);
-    else memset(dst, 0, 16);
-#else
-    const u32 d = (u32)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#ifndef METRALE_HOST_EMULATION
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#endif
-}
-// Wait until at most N committed groups are still in flight.
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-#ifndef METRALE_HOST_EMULATION
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
 // 16 and 8 bytes of shared memory in one load (the types' alignment tells the compiler it may).
 struct alignas(16) smem16 {
     u32 x, y, z, w;
@@ -248,13 +223,13 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
                 const int kk = kt * MMA_BK + ch * (16 / C::A);
                 const bool ok = a_row[r] >= 0 && kk < k;
                 const unsigned char* src = ok ? a8 + ((u64)a_row[r] * k + kk) * C::A : a8;
-                cp_async16(sa + r * A_ROW + ch * 16, src, ok);
+                cp_async<16>(sa + r * A_ROW + ch * 16, src, ok);
             } else {
                 const int r = (c - BM * CA) / CW, ch = (c - BM * CA) % CW;
                 const int kk = kt * MMA_BK + ch * (16 / C::W);
                 const bool ok = w_row[r] >= 0 && kk < k;
                 const unsigned char* src = ok ? w8 + ((u64)w_row[r] * k + kk) * C::W : w8;
-                cp_async16(sw + r * W_ROW + ch * 16, src, ok);
+                cp_async<16>(sw + r * W_ROW + ch * 16, src, ok);
             }
         }
     };

@@ -1,6 +1,7 @@
 //! Section `hybrid`: every `HybridOps` op of the CUDA backend against the CPU's on random
-//! inputs, then `gated_delta_net`'s time at Qwen3.6-35B-A3B's heads (decode at batch 1 and 64,
-//! a 2048-token prefill) next to its floor.
+//! inputs, `gated_delta_net` through the recurrent kernel, the chunked kernels (every sequence
+//! sent there: lengths around a chunk, saves mid-chunk and at chunk ends, 2048 tokens) and the
+//! default split between them; then the timings of `hybrid_speed.rs`.
 //!
 //! Tolerances: the elementwise ops are one f32 expression (`expf` within 2 ulp of glibc's), so
 //! an f32 output is within [`Tol::F32`] and a bf16 output one rounding away ([`Tol::BF16`]).
@@ -8,18 +9,20 @@
 //! sums and a shuffle tree against the CPU's row loop, fused multiply-adds): [`Tol::F32`]
 //! measured against the state's rms; its conv windows are copies of inputs: exact. Its output
 //! is bf16 after an RMSNorm of that f32 core: [`Tol::BF16`]; on the float32 path (section
-//! `ops-f32`, [`run_ops`]) it is f32: [`Tol::F32`].
+//! `ops-f32`, [`run_ops`]) it is f32: [`Tol::F32`]. The chunked kernels are f32 on
+//! CUDA cores too (the WY form reassociates the same sums; the decay products are multiplied
+//! out as the CPU does, not taken as exp of cumulative sums), so the same tolerances hold, and
+//! their state error must not grow with the length (the 2048-token case).
 
 use anyhow::{Context, Result};
 use metrale_engine::backend::cpu::CpuTensor;
-use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType};
+use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType, GDN_CHUNK_MIN};
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, DeltaHeads, GdnLayer, HybridOps};
 use metrale_engine::kv_cache::state::{StateInit, StatePlan, StateSave};
 use serde_json::json;
 
 use crate::ops::{Rng, round_bf16};
 use crate::report::{Report, Tol, compare};
-use crate::speed_moe::{OP_ITERS, mean_op_ms};
 
 struct Check<'a> {
     cuda: &'a CudaBackend,
@@ -38,11 +41,13 @@ struct Case {
     mixed: DType,
     /// Scale of the `a` column (softplus turns linear above 20).
     a_scale: f32,
+    /// Sequences of at least this many rows take the chunked kernels (None: none does).
+    chunk_min: Option<usize>,
 }
 
 /// The batch of `seqs` (rows each) with state plans: sequence s in slot 2s + 1 (so slots are
 /// not in order), saves into slots after the sequences' own.
-fn batch(seqs: &[(usize, Vec<u32>)]) -> (BatchInputs, usize) {
+pub fn batch(seqs: &[(usize, Vec<u32>)]) -> (BatchInputs, usize) {
     let mut starts = vec![0u32];
     let mut states = Vec::new();
     let mut next = 2 * seqs.len() + 1;
@@ -274,7 +279,8 @@ impl Check<'_> {
         let mut out_c = self.cpu.zeros(&[t, h.nv * h.dv])?;
         let batch_d = self.cuda.prepare_batch(&b)?;
         let (ld, lc) = (gdn(case, &layer.dev), gdn(case, &layer.cpu));
-        self.cuda.gated_delta_net(
+        self.cuda.set_gdn_chunk_min(case.chunk_min);
+        let r = self.cuda.gated_delta_net(
             &mut out_d,
             &mixed_d,
             &ld,
@@ -282,7 +288,9 @@ impl Check<'_> {
             &mut rec_d,
             &b,
             &batch_d,
-        )?;
+        );
+        self.cuda.set_gdn_chunk_min(Some(GDN_CHUNK_MIN));
+        r?;
         self.cpu
             .gated_delta_net(&mut out_c, &mixed_c, &lc, &mut conv_c, &mut rec_c, &b, &b)?;
         let op = "gated_delta_net";
@@ -323,6 +331,17 @@ impl Check<'_> {
             (1, vec![]),
             (0, vec![]),
         ];
+        // Every sequence through the chunked kernels: lengths around a chunk (64 rows), saves
+        // at 0, mid-chunk, at chunk ends and at the end, several sequences in one step.
+        let chunked = vec![
+            (1, vec![1]),
+            (63, vec![0, 63]),
+            (64, vec![32, 64]),
+            (65, vec![64, 64, 65]),
+            (200, vec![17, 64, 100, 128, 199]),
+            (0, vec![]),
+            (7, vec![]),
+        ];
         vec![
             Case {
                 name: "fixture heads, mixed bf16",
@@ -331,6 +350,7 @@ impl Check<'_> {
                 seqs: mixed_batch.clone(),
                 mixed: DType::BF16,
                 a_scale: 24.0,
+                chunk_min: Some(GDN_CHUNK_MIN),
             },
             Case {
                 name: "fixture heads, mixed f32",
@@ -339,14 +359,16 @@ impl Check<'_> {
                 seqs: mixed_batch.clone(),
                 mixed: DType::F32,
                 a_scale: 4.0,
+                chunk_min: Some(GDN_CHUNK_MIN),
             },
             Case {
                 name: "35B-A3B heads, mixed f32",
                 heads: big,
                 kernel: 4,
-                seqs: mixed_batch,
+                seqs: mixed_batch.clone(),
                 mixed: DType::F32,
                 a_scale: 4.0,
+                chunk_min: Some(GDN_CHUNK_MIN),
             },
             Case {
                 name: "35B-A3B heads, 4 decode rows, bf16",
@@ -355,87 +377,46 @@ impl Check<'_> {
                 seqs: vec![(1, vec![]), (1, vec![1]), (1, vec![]), (1, vec![1, 1])],
                 mixed: DType::BF16,
                 a_scale: 4.0,
+                chunk_min: Some(GDN_CHUNK_MIN),
+            },
+            Case {
+                name: "35B-A3B heads, mixed f32, recurrent only",
+                heads: big,
+                kernel: 4,
+                seqs: mixed_batch.clone(),
+                mixed: DType::F32,
+                a_scale: 4.0,
+                chunk_min: None,
+            },
+            Case {
+                name: "chunked, fixture heads, mixed bf16",
+                heads: fixture,
+                kernel: 4,
+                seqs: chunked.clone(),
+                mixed: DType::BF16,
+                a_scale: 24.0,
+                chunk_min: Some(1),
+            },
+            Case {
+                name: "chunked, 35B-A3B heads, mixed f32",
+                heads: big,
+                kernel: 4,
+                seqs: chunked,
+                mixed: DType::F32,
+                a_scale: 4.0,
+                chunk_min: Some(1),
+            },
+            Case {
+                name: "chunked, 35B-A3B heads, bf16, 2048 rows",
+                heads: big,
+                kernel: 4,
+                seqs: vec![(2048, vec![1000, 1024])],
+                mixed: DType::BF16,
+                a_scale: 4.0,
+                chunk_min: Some(1),
             },
         ]
     }
-}
-
-/// `gated_delta_net` at Qwen3.6-35B-A3B's heads: mean ms of OP_ITERS back-to-back eager calls
-/// between CUDA events, against the bytes it must move at about 4 TB/s.
-fn speed(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
-    let h = DeltaHeads {
-        nk: 16,
-        dk: 128,
-        nv: 32,
-        dv: 128,
-    };
-    let (kernel, cd) = (4usize, 2 * 16 * 128 + 32 * 128);
-    let width = cd + h.nv * h.dv + 2 * h.nv;
-    let rec = h.nv * h.dk * h.dv;
-    let mut rng = Rng::new(11);
-    let p = |shape: &[usize], v: Vec<f32>| cuda.upload_f32(shape, &v);
-    let conv = p(&[cd, kernel], rng.vec(cd * kernel, 0.5))?;
-    let neg_a = p(&[h.nv], vec![-1.0; h.nv])?;
-    let dt_bias = p(&[h.nv], rng.vec(h.nv, 1.0))?;
-    let norm = p(&[h.dv], vec![1.0; h.dv])?;
-    let layer = GdnLayer {
-        heads: h,
-        kernel,
-        conv: &conv,
-        neg_a: &neg_a,
-        dt_bias: &dt_bias,
-        norm: &norm,
-        eps: 1e-6,
-    };
-    report.line(format!(
-        "gated_delta_net at 35B-A3B heads (nk 16, nv 32, dk = dv = 128, K 4, C 8192), f32 \
-         mixed, mean of {OP_ITERS} eager calls:"
-    ));
-    for (what, seqs) in [
-        ("decode B=1", vec![(1usize, vec![]); 1]),
-        ("decode B=64", vec![(1, vec![]); 64]),
-        ("prefill 2048", vec![(2048, vec![])]),
-    ] {
-        let (b, slots) = batch(&seqs);
-        let t = b.num_tokens();
-        let mixed = cuda.tensor_from_f32(&[t, width], &rng.vec(t * width, 1.0), DType::F32)?;
-        let mut conv_state = cuda.zeros_f32(&[slots, (kernel - 1) * cd])?;
-        let mut recurrent = cuda.zeros_f32(&[slots, rec])?;
-        let mut out = cuda.zeros(&[t, h.nv * h.dv])?;
-        let batch_d = cuda.prepare_batch(&b)?;
-        let ms = mean_op_ms(cuda, || {
-            cuda.gated_delta_net(
-                &mut out,
-                &mixed,
-                &layer,
-                &mut conv_state,
-                &mut recurrent,
-                &b,
-                &batch_d,
-            )
-            .map_err(Into::into)
-        })?;
-        // Bytes a fused kernel must move: the states (read + written) of each sequence, mixed
-        // read once, the bf16 output written.
-        let s = seqs.len() as f64;
-        let bytes = s * 2.0 * 4.0 * (rec + (kernel - 1) * cd) as f64
-            + t as f64 * (4.0 * width as f64 + 2.0 * (h.nv * h.dv) as f64);
-        let floor_ms = bytes / 4.0e12 * 1e3;
-        // FLOPs of the recurrent form: three dk × dv passes a token and head (2 each).
-        let flops = t as f64 * h.nv as f64 * 6.0 * (h.dk * h.dv) as f64;
-        report.summary_line(format!(
-            "gated_delta_net {what}: {:.4} ms; floor {:.4} ms ({:.1} MB at 4 TB/s), achieved/floor \
-             {:.2}; {:.2} GFLOP recurrent form",
-            ms,
-            floor_ms,
-            bytes / 1e6,
-            floor_ms / ms,
-            flops / 1e9
-        ));
-        report.record(json!({"op": "gated_delta_net", "case": what, "ms": ms,
-            "floor_ms": floor_ms, "bytes": bytes, "flops": flops}));
-    }
-    Ok(())
 }
 
 /// The `HybridOps` against the CPU's: every pair of activation types, and `gated_delta_net`'s
@@ -448,10 +429,13 @@ pub fn run_ops(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         rng: Rng::new(0x5eed_0d17),
         report,
     };
-    c.elementwise()?;
-    for case in Check::cases() {
-        let name = case.name;
-        c.run("gated_delta_net", name, |s| s.gated_delta_net(&case))?;
+    // METRALE_HYBRID_SPEED_ONLY=1 runs only the timings (e.g. under a profiler).
+    if std::env::var_os("METRALE_HYBRID_SPEED_ONLY").is_none_or(|v| v != "1") {
+        c.elementwise()?;
+        for case in Check::cases() {
+            let name = case.name;
+            c.run("gated_delta_net", name, |s| s.gated_delta_net(&case))?;
+        }
     }
     Ok(())
 }
@@ -459,7 +443,7 @@ pub fn run_ops(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     run_ops(cuda, report)?;
     cuda.set_sync_each_launch(false);
-    let r = speed(cuda, report);
+    let r = crate::hybrid_speed::run(cuda, report);
     cuda.set_sync_each_launch(true);
     r
 }

@@ -11,6 +11,7 @@
 
 mod e2e;
 mod hybrid;
+mod hybrid_speed;
 mod ops;
 mod report;
 mod sampling;

@@ -212,7 +212,7 @@ pub fn mean_op_ms(cuda: &CudaBackend, f: impl FnMut() -> Result<()>) -> Result<f
 }
 
 /// [`mean_op_ms`] over `iters` calls.
-fn mean_op_ms_n(
+pub fn mean_op_ms_n(
     cuda: &CudaBackend,
     iters: usize,
     mut f: impl FnMut() -> Result<()>,

@@ -83,7 +83,39 @@ static void gdn_reference(std::vector<float>& out, const std::vector<float>& mix
         }
 }
 
-static void t_gdn(int nk, int dk, int nv, int dv, int K, std::vector<int> lens, int cols) {
+// The chunked kernels (plan, prep, state) for dk's build, sequences of at least chunk_min rows.
+template <int DK>
+static void gdn_chunked_run(std::vector<float>& core, const std::vector<float>& conv_out,
+                            const std::vector<float>& mixed, const std::vector<float>& neg_a,
+                            const std::vector<float>& dt_bias, std::vector<float>& rec,
+                            const std::vector<u32>& starts, const std::vector<u32>& slots,
+                            const std::vector<u32>& save_starts, const std::vector<u32>& saves_flat,
+                            int chunk_min, int nk, int nv, int dv, int width) {
+    const int S = slots.size(), max_chunks = 64;
+    std::vector<u32> plan(S + 3 * max_chunks);
+    launch({1, 1, 1}, {32, 1, 1}, [&] {
+        gdn_chunk_plan(plan.data(), starts.data(), save_starts.data(), saves_flat.data(), S, chunk_min, max_chunks);
+    });
+    int chunks = 0;  // the engine counts them on the host
+    for (int s = 0; s < S; ++s) {
+        const int len = starts[s + 1] - starts[s];
+        if (len == 0 || len < chunk_min) continue;
+        u32 sv = save_starts[s];
+        for (int lo = 0; lo < len; ++chunks) lo = gdn_chunk_end(lo, len, saves_flat.data(), sv, save_starts[s + 1]);
+    }
+    std::vector<float> scratch((size_t)chunks * nv * gdn_chunk_floats<DK>());
+    launch({(unsigned)chunks, (unsigned)nv, 1}, {GDN_CHUNK_THREADS, 1, 1}, [&] {
+        gdn_chunk_prep_impl<DK, float>(scratch.data(), conv_out.data(), mixed.data(), neg_a.data(), dt_bias.data(),
+                                       plan.data(), S, nk, nv, dv, width);
+    });
+    launch({(unsigned)((dv + GDN_BV - 1) / GDN_BV), (unsigned)nv, (unsigned)S}, {GDN_CHUNK_THREADS, 1, 1}, [&] {
+        gdn_chunk_state_impl<DK>(core.data(), conv_out.data(), scratch.data(), rec.data(), plan.data(), starts.data(),
+                                 slots.data(), save_starts.data(), saves_flat.data(), S, chunk_min, nk, nv, dv);
+    });
+}
+
+// chunk_min: sequences of at least that many rows take the chunked kernels (0: none does).
+static void t_gdn(int nk, int dk, int nv, int dv, int K, std::vector<int> lens, int cols, int chunk_min = 0) {
     const int kd = nk * dk, vd = nv * dv, C = 2 * kd + vd, width = C + vd + 2 * nv;
     const int S = lens.size();
     std::vector<u32> starts{0}, slots, save_starts{0}, saves_flat, row_seq;
@@ -97,6 +129,7 @@ static void t_gdn(int nk, int dk, int nv, int dv, int K, std::vector<int> lens, 
         if (lens[s] >= 1) afters.push_back(lens[s] == 1 ? 1 : 0);
         if (lens[s] > 5) afters.insert(afters.end(), {3, 5, 5, (u32)lens[s]});
         if (lens[s] > 20) afters.push_back(17);
+        if (lens[s] > 64) afters.insert(afters.end(), {64, 100 < lens[s] ? 100u : (u32)lens[s] - 1});
         std::sort(afters.begin(), afters.end());
         for (u32 a : afters) saves[s].push_back({a, next}), saves_flat.push_back(a), saves_flat.push_back(next++);
         save_starts.push_back(saves_flat.size() / 2);
@@ -121,14 +154,21 @@ static void t_gdn(int nk, int dk, int nv, int dv, int K, std::vector<int> lens, 
         gdn_conv_f32(conv_out.data(), mixed.data(), conv_w.data(), cs.data(), row_seq.data(), starts.data(), slots.data(),
                      save_starts.data(), saves_flat.data(), T, C, K, width);
     });
+    const int cmin = chunk_min > 0 ? chunk_min : 1 << 30;
     launch({(unsigned)((dv + cols - 1) / cols), (unsigned)nv, (unsigned)S}, {(unsigned)(4 * cols), 1, 1}, [&] {
         if (dk == 16)
             gdn_recurrent_d16_f32(core.data(), conv_out.data(), mixed.data(), neg_a.data(), dt_bias.data(), rec.data(),
-                                  starts.data(), slots.data(), save_starts.data(), saves_flat.data(), nk, nv, dv, width);
+                                  starts.data(), slots.data(), save_starts.data(), saves_flat.data(), nk, nv, dv, width,
+                                  cmin);
         else
             gdn_recurrent_d32_f32(core.data(), conv_out.data(), mixed.data(), neg_a.data(), dt_bias.data(), rec.data(),
-                                  starts.data(), slots.data(), save_starts.data(), saves_flat.data(), nk, nv, dv, width);
+                                  starts.data(), slots.data(), save_starts.data(), saves_flat.data(), nk, nv, dv, width,
+                                  cmin);
     });
+    if (chunk_min > 0) {
+        auto run = dk == 16 ? gdn_chunked_run<16> : dk == 32 ? gdn_chunked_run<32> : dk == 64 ? gdn_chunked_run<64> : gdn_chunked_run<128>;
+        run(core, conv_out, mixed, neg_a, dt_bias, rec, starts, slots, save_starts, saves_flat, cmin, nk, nv, dv, width);
+    }
     std::vector<bf16> out((size_t)T * vd);
     launch({(unsigned)((T * nv + 3) / 4), 1, 1}, {128, 1, 1}, [&] {
         gdn_norm_f32_bf16(out.data(), core.data(), mixed.data(), norm.data(), T * nv, nv, dv, width, C, 1e-6f);
@@ -138,11 +178,13 @@ static void t_gdn(int nk, int dk, int nv, int dv, int K, std::vector<int> lens, 
     for (size_t i = 0; i < rec.size(); ++i) wr = std::max(wr, (double)std::fabs(rec[i] - rec_ref[i]));
     for (size_t i = 0; i < cs.size(); ++i) wc = std::max(wc, (double)std::fabs(cs[i] - cs_ref[i]));
     char name[160];
-    snprintf(name, sizeof name, "gdn nk%d dk%d nv%d dv%d K%d S%d T%d cols%d out", nk, dk, nv, dv, K, S, T, cols);
+    snprintf(name, sizeof name, "gdn nk%d dk%d nv%d dv%d K%d S%d T%d cols%d chunked>=%d out", nk, dk, nv, dv, K, S, T,
+             cols, chunk_min);
     report(name, wo, 1e-2);
-    snprintf(name, sizeof name, "gdn nk%d dk%d nv%d dv%d K%d cols%d states", nk, dk, nv, dv, K, cols);
+    snprintf(name, sizeof name, "gdn nk%d dk%d nv%d dv%d K%d cols%d chunked>=%d states", nk, dk, nv, dv, K, cols, chunk_min);
     report(name, wr, 1e-4);
-    snprintf(name, sizeof name, "gdn nk%d dk%d nv%d dv%d K%d cols%d windows", nk, dk, nv, dv, K, cols);
+    snprintf(name, sizeof name, "gdn nk%d dk%d nv%d dv%d K%d cols%d chunked>=%d windows", nk, dk, nv, dv, K, cols,
+             chunk_min);
     report(name, wc, 0);
 }
 
@@ -151,4 +193,11 @@ static void gdn_tests() {
     t_gdn(2, 16, 4, 16, 4, {1, 40, 2, 7, 0, 1}, 16);
     t_gdn(1, 32, 2, 40, 3, {25, 1, 6}, 32);
     t_gdn(1, 16, 1, 16, 1, {5, 1}, 16);
+    // The chunked kernels: every sequence (lengths around a chunk, saves mid-chunk and at its
+    // boundary), then only the long ones beside recurrent short ones.
+    t_gdn(2, 16, 4, 16, 4, {1, 63, 64, 65, 0, 200, 7}, 16, 1);
+    t_gdn(2, 16, 4, 40, 3, {130, 1, 2, 70}, 16, 16);
+    t_gdn(1, 32, 2, 16, 4, {129, 5}, 8, 1);
+    t_gdn(1, 128, 1, 36, 4, {70, 3}, 8, 1);  // 35B-A3B's dk, dv past a block's 32 columns
+    t_gdn(1, 64, 1, 32, 2, {66}, 8, 1);
 }

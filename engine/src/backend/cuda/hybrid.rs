@@ -5,6 +5,7 @@
 use metrale_kernels::Module;
 
 use super::elementwise::{dim, int, stride_cfg};
+use super::gdn_chunk::ChunkArgs;
 use super::tensor::{CudaTensor, DType, alloc_bytes};
 use super::{CudaBackend, CudaBatch, check, shape_err};
 use crate::backend::{BatchInputs, GdnLayer, HybridOps, Result};
@@ -263,8 +264,10 @@ impl HybridOps for CudaBackend {
         };
         self.launched(&name, r)?;
 
-        // 2. the gated delta rule into core `[T, nv·dv]` f32; the states move on.
+        // 2. the gated delta rule into core `[T, nv·dv]` f32; the states move on: sequences
+        // of at least `chunk_min` rows chunk by chunk (gdn_chunk.rs), the others token by token.
         let core = self.alloc(&[t, vd], DType::F32)?;
+        let split = self.gdn_split(host, &s);
         let name = format!("gdn_recurrent_d{}_{tm}", s.dk);
         let f = self.func(Module::Hybrid, &name)?;
         let cols = self.recurrent_cols(seqs, s.nv, s.dv);
@@ -275,28 +278,49 @@ impl HybridOps for CudaBackend {
             recurrent.ptr(st),
         );
         let (nki, nvi, dvi) = (int(s.nk, OP)?, int(s.nv, OP)?, int(s.dv, OP)?);
-        let mut a = self.launcher(&f);
-        a.arg(&op).arg(&cp).arg(&mx).arg(&na).arg(&db).arg(&rp);
-        plans.iter().for_each(|p| {
-            a.arg(p);
-        });
-        a.arg(&nki).arg(&nvi).arg(&dvi).arg(&wi);
-        // SAFETY: core is [T, nv·dv] f32, conv [T, C] f32 (written above), mixed as above with
-        // b and a at columns C + nv·dv and + nv, neg_a and dt_bias [nv] f32, recurrent
-        // [slots, nv, dk, dv] f32 with every slot in range (checked above); the kernel is built
-        // for this dk; grid (dv / cols, nv, S), 4 threads a column (a multiple of 32 threads).
-        let r = unsafe {
-            a.launch(cudarc::driver::LaunchConfig {
-                grid_dim: (
-                    dim(s.dv.div_ceil(cols), OP)?,
-                    dim(s.nv, OP)?,
-                    dim(seqs, OP)?,
-                ),
-                block_dim: (4 * cols as u32, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        };
-        self.launched(&name, r)?;
+        if split.recurrent {
+            let mut a = self.launcher(&f);
+            a.arg(&op).arg(&cp).arg(&mx).arg(&na).arg(&db).arg(&rp);
+            plans.iter().for_each(|p| {
+                a.arg(p);
+            });
+            a.arg(&nki)
+                .arg(&nvi)
+                .arg(&dvi)
+                .arg(&wi)
+                .arg(&split.chunk_min);
+            // SAFETY: core is [T, nv·dv] f32, conv [T, C] f32 (written above), mixed as above
+            // with b and a at columns C + nv·dv and + nv, neg_a and dt_bias [nv] f32, recurrent
+            // [slots, nv, dk, dv] f32 with every slot in range (checked above); the kernel is
+            // built for this dk; grid (dv / cols, nv, S), 4 threads a column (a multiple of 32
+            // threads).
+            let r = unsafe {
+                a.launch(cudarc::driver::LaunchConfig {
+                    grid_dim: (
+                        dim(s.dv.div_ceil(cols), OP)?,
+                        dim(s.nv, OP)?,
+                        dim(seqs, OP)?,
+                    ),
+                    block_dim: (4 * cols as u32, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+            };
+            self.launched(&name, r)?;
+        }
+        if split.chunks > 0 {
+            let args = ChunkArgs {
+                core: op,
+                conv: cp,
+                mixed: mx,
+                tm,
+                neg_a: na,
+                dt_bias: db,
+                state: rp,
+                plans,
+                width: wi,
+            };
+            self.gdn_chunked(&args, &s, seqs, &split)?;
+        }
 
         // 3. out = rms_norm(core) · norm · silu(z), per (row, value head).
         let name = format!("gdn_norm_{tm}_{}", out.dtype.suffix());

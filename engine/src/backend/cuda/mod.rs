@@ -18,6 +18,7 @@ mod batch;
 mod blas;
 mod elementwise;
 mod fp8;
+mod gdn_chunk;
 mod gemm_tune;
 mod graph;
 mod hybrid;
@@ -35,6 +36,7 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverErr
 use metrale_kernels::{Kernels, Module};
 
 pub use batch::CudaBatch;
+pub use gdn_chunk::GDN_CHUNK_MIN;
 pub use moe_mma::MoeGemm;
 pub use tensor::{CudaTensor, DType};
 
@@ -73,6 +75,8 @@ pub struct DeviceInfo {
     pub compute_capability: (i32, i32),
     pub total_memory: usize,
     pub multiprocessors: usize,
+    /// Bytes of shared memory a block may opt in to (227 KB on Hopper, 99 KB on Ada).
+    pub smem_optin: usize,
     /// NVRTC's target: `sm_90a` or `compute_XY`.
     pub arch: String,
     pub nvrtc_version: (i32, i32),
@@ -104,6 +108,9 @@ pub struct CudaBackend {
     fp8_act: AtomicBool,
     /// `matmul` with an FP8 weight and more than 32 rows runs on the tensor-core kernel.
     fp8_matmul_mma: AtomicBool,
+    /// Gated DeltaNet: sequences of at least this many rows in a step take the chunked kernels
+    /// (`gdn_chunk.rs`; `usize::MAX`: none do).
+    gdn_chunk_min: AtomicUsize,
     /// Launch kernels with programmatic dependent launch (`launch.rs`): on for compute
     /// capability 9.0 and later unless `METRALE_PDL=0`.
     pdl: AtomicBool,
@@ -216,6 +223,12 @@ impl CudaBackend {
                 )
                 .map_err(dev_err("multiprocessor count"))?
                 .max(1) as usize,
+            smem_optin: ctx
+                .attribute(
+                    cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                )
+                .map_err(dev_err("shared memory per block"))?
+                .max(0) as usize,
             arch: target.arch,
             nvrtc_version: target.nvrtc_version,
             driver_version: target.driver_version,
@@ -244,6 +257,7 @@ impl CudaBackend {
             moe_gemm: AtomicU8::new(MoeGemm::Auto.to_u8()),
             fp8_act: AtomicBool::new(false),
             fp8_matmul_mma: AtomicBool::new(false),
+            gdn_chunk_min: AtomicUsize::new(gdn_chunk::GDN_CHUNK_MIN),
             pdl: AtomicBool::new(
                 target.compute_capability.0 >= 9
                     && std::env::var_os("METRALE_PDL").is_none_or(|v| v != "0"),

@@ -1,0 +1,252 @@
+//! The chunked Gated DeltaNet kernels (`kernels/src/hybrid.cu`, section 2b): prefill sequences
+//! of at least [`CudaBackend::set_gdn_chunk_min`] rows run the delta rule chunk by chunk (the
+//! WY form: a triangular solve and dense products a chunk, only the state hand-off between
+//! chunks in order) instead of token by token. Three launches: the step's chunk list
+//! (`gdn_chunk_plan`), everything a chunk needs that does not depend on the state, all chunks
+//! at once (`gdn_chunk_prep`), then the state through the chunks (`gdn_chunk_state`).
+
+use std::sync::atomic::Ordering;
+
+use cudarc::driver::LaunchConfig;
+use cudarc::driver::sys::CUfunction_attribute;
+use metrale_kernels::Module;
+
+use super::elementwise::{dim, int};
+use super::tensor::{CudaTensor, DType};
+use super::{CudaBackend, dev_err};
+use crate::backend::{BatchInputs, DeltaHeads, Result};
+use crate::kv_cache::state::StateSave;
+
+/// Rows a chunk (`GDN_CHUNK`), state columns a block of the state kernel (`GDN_BV`) and the
+/// kernels' threads (`GDN_CHUNK_THREADS`).
+const CHUNK: usize = 64;
+const BV: usize = 32;
+const THREADS: u32 = 256;
+/// Key head sizes the chunked kernels are built for (their shared memory grows with dk; 256
+/// stays on the recurrent kernel, as does any dk whose kernels' shared memory the device
+/// cannot give a block).
+const CHUNK_DIMS: [usize; 4] = [16, 32, 64, 128];
+
+/// Dynamic shared memory (f32s) of `gdn_chunk_prep` at `dk`: q, k [C, dk + 4], A and the decay
+/// products [C, C + 1] (X over q and the products), decay, β and γ [C].
+fn prep_floats(dk: usize) -> usize {
+    2 * CHUNK * (dk + 4) + 2 * CHUNK * (CHUNK + 1) + 3 * CHUNK
+}
+
+/// Dynamic shared memory (f32s) of `gdn_chunk_state` at `dk`: the state's columns [dk, BV],
+/// W, Qg, Kt [C, dk + 4], Tb, P [C, C + 4], v and δ [C, BV].
+fn state_floats(dk: usize) -> usize {
+    dk * BV + 3 * CHUNK * (dk + 4) + 2 * CHUNK * (CHUNK + 4) + 2 * CHUNK * BV
+}
+/// Sequences with at least this many rows in a step take the chunked kernels by default: on
+/// the H200 at 35B-A3B's heads a lone 16-row sequence takes 36 µs on the recurrent kernel and
+/// 47 µs chunked, a 64-row one 116 µs and 76 µs (docs/performance.md, issue 12).
+pub const GDN_CHUNK_MIN: usize = 32;
+
+/// Chunks of a `len`-row sequence: they end at every multiple of [`CHUNK`] rows and at every
+/// save point (`gdn_chunk_end` in hybrid.cu, which the device's count must match).
+fn chunk_count(len: usize, saves: &[StateSave]) -> usize {
+    let (mut n, mut lo, mut sv) = (0, 0, 0);
+    while lo < len {
+        while sv < saves.len() && saves[sv].after as usize <= lo {
+            sv += 1;
+        }
+        let next = saves.get(sv).map_or(len, |s| s.after as usize);
+        lo = len.min((lo / CHUNK + 1) * CHUNK).min(next);
+        n += 1;
+    }
+    n
+}
+
+/// The step's split between the kernels: `chunk_min` as the kernels take it, the chunks of the
+/// sequences it sends to the chunked kernels, and whether any other sequence has rows.
+pub(super) struct Split {
+    pub chunk_min: i32,
+    pub chunks: usize,
+    pub recurrent: bool,
+}
+
+/// The device arrays the chunked kernels read: conv `[T, C]` f32, `mixed`, the layer's neg_a
+/// and dt_bias, the recurrent states, and the batch's state arrays (seq_starts, slots,
+/// save_starts, saves).
+pub(super) struct ChunkArgs {
+    pub core: u64,
+    pub conv: u64,
+    pub mixed: u64,
+    pub tm: &'static str,
+    pub neg_a: u64,
+    pub dt_bias: u64,
+    pub state: u64,
+    pub plans: [u64; 4],
+    pub width: i32,
+}
+
+impl CudaBackend {
+    /// Sequences with at least `rows` rows in a step run the chunked Gated DeltaNet kernels,
+    /// the others the recurrent one; `None`: every sequence runs the recurrent kernel (for
+    /// comparisons). [`GDN_CHUNK_MIN`] by default.
+    pub fn set_gdn_chunk_min(&self, rows: Option<usize>) {
+        self.gdn_chunk_min
+            .store(rows.unwrap_or(usize::MAX), Ordering::Relaxed);
+    }
+
+    /// Which sequences of `host` take which kernel at these heads.
+    pub(super) fn gdn_split(&self, host: &BatchInputs, heads: &DeltaHeads) -> Split {
+        let smem = 4 * prep_floats(heads.dk).max(state_floats(heads.dk));
+        let min = if CHUNK_DIMS.contains(&heads.dk) && smem <= self.info.smem_optin {
+            self.gdn_chunk_min.load(Ordering::Relaxed).max(1)
+        } else {
+            usize::MAX
+        };
+        let mut split = Split {
+            chunk_min: i32::try_from(min).unwrap_or(i32::MAX),
+            chunks: 0,
+            recurrent: false,
+        };
+        for (s, plan) in host.states.iter().enumerate() {
+            let len = (host.seq_starts[s + 1] - host.seq_starts[s]) as usize;
+            if len >= split.chunk_min as usize {
+                split.chunks += chunk_count(len, &plan.saves);
+            } else {
+                split.recurrent |= len > 0;
+            }
+        }
+        split
+    }
+
+    /// A chunked kernel's launch with `floats` f32 of dynamic shared memory.
+    fn chunk_launch(
+        &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        floats: usize,
+        args: &[&dyn AsArg],
+    ) -> Result<()> {
+        let f = self.func(Module::Hybrid, name)?;
+        let smem = (4 * floats) as u32;
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            smem as i32,
+        )
+        .map_err(dev_err(&format!("{name}: shared memory")))?;
+        let mut a = self.launcher(&f);
+        for x in args {
+            x.push(&mut a);
+        }
+        // SAFETY: see gdn_chunked: every pointer is a device array of the size the kernel
+        // indexes for this grid; the dynamic shared memory is the kernel's layout for dk.
+        let r = unsafe {
+            a.launch(LaunchConfig {
+                grid_dim: grid,
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: smem,
+            })
+        };
+        self.launched(name, r)
+    }
+
+    /// The delta rule over the sequences `split` sends to the chunked kernels, into core's
+    /// rows and their state slots (and saves).
+    pub(super) fn gdn_chunked(
+        &self,
+        a: &ChunkArgs,
+        heads: &DeltaHeads,
+        seqs: usize,
+        split: &Split,
+    ) -> Result<()> {
+        const OP: &str = "gated_delta_net";
+        let (dk, c) = (heads.dk, CHUNK);
+        let st = &self.stream;
+        let [starts, slots, save_starts, saves] = a.plans;
+        let (seqs_i, chunks_i, cmin) = (int(seqs, OP)?, int(split.chunks, OP)?, split.chunk_min);
+        let (nki, nvi, dvi) = (int(heads.nk, OP)?, int(heads.nv, OP)?, int(heads.dv, OP)?);
+        // plan: [S] first chunks, then (sequence, first row, rows) a chunk, as u32.
+        let plan = self.alloc(&[seqs + 3 * split.chunks], DType::F32)?;
+        let pp = plan.ptr(st);
+        let f = self.func(Module::Hybrid, "gdn_chunk_plan")?;
+        let mut l = self.launcher(&f);
+        l.arg(&pp).arg(&starts).arg(&save_starts).arg(&saves);
+        l.arg(&seqs_i).arg(&cmin).arg(&chunks_i);
+        // SAFETY: plan holds S + 3 · chunks u32 and the kernel writes no chunk past `chunks`;
+        // the state arrays describe S sequences (checked by the caller); one warp.
+        let r = unsafe { l.launch(super::elementwise::cfg((1, 1), 32)) };
+        self.launched("gdn_chunk_plan", r)?;
+
+        // W, Qg, Kt [C, dk], Tb, P [C, C], γ [C] for every (chunk, value head).
+        let per = 3 * c * dk + 2 * c * c + c;
+        let scratch: CudaTensor = self.alloc(&[split.chunks * heads.nv, per], DType::F32)?;
+        let sp = scratch.ptr(st);
+        self.chunk_launch(
+            &format!("gdn_chunk_prep_d{dk}_{}", a.tm),
+            (dim(split.chunks, OP)?, dim(heads.nv, OP)?, 1),
+            prep_floats(dk),
+            &[
+                &sp, &a.conv, &a.mixed, &a.neg_a, &a.dt_bias, &pp, &seqs_i, &nki, &nvi, &dvi,
+                &a.width,
+            ],
+        )?;
+        self.chunk_launch(
+            &format!("gdn_chunk_state_d{dk}"),
+            (
+                dim(heads.dv.div_ceil(BV), OP)?,
+                dim(heads.nv, OP)?,
+                dim(seqs, OP)?,
+            ),
+            state_floats(dk),
+            &[
+                &a.core,
+                &a.conv,
+                &sp,
+                &a.state,
+                &pp,
+                &starts,
+                &slots,
+                &save_starts,
+                &saves,
+                &seqs_i,
+                &cmin,
+                &nki,
+                &nvi,
+                &dvi,
+            ],
+        )
+    }
+}
+
+/// A kernel argument of [`CudaBackend::chunk_launch`] (u64 pointers and i32 sizes).
+trait AsArg {
+    fn push<'a>(&'a self, l: &mut super::launch::Launch<'a>);
+}
+impl AsArg for u64 {
+    fn push<'a>(&'a self, l: &mut super::launch::Launch<'a>) {
+        l.arg(self);
+    }
+}
+impl AsArg for i32 {
+    fn push<'a>(&'a self, l: &mut super::launch::Launch<'a>) {
+        l.arg(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn saves(afters: &[u32]) -> Vec<StateSave> {
+        afters
+            .iter()
+            .map(|&after| StateSave { after, slot: 0 })
+            .collect()
+    }
+
+    #[test]
+    fn chunks_end_at_multiples_of_the_chunk_and_at_saves() {
+        assert_eq!(chunk_count(0, &[]), 0);
+        assert_eq!(chunk_count(1, &[]), 1);
+        assert_eq!(chunk_count(64, &[]), 1);
+        assert_eq!(chunk_count(65, &[]), 2);
+        assert_eq!(chunk_count(2048, &[]), 32);
+        // saves at 0 and at the end cut nothing; 16 and 100 cut a chunk each; 64 twice, once
+        assert_eq!(chunk_count(130, &saves(&[0, 16, 64, 64, 100, 130])), 5);
+    }
+}
