@@ -465,10 +465,11 @@ fn graph_vs_eager<M: Model<CudaBackend>>(
         Ok(all)
     };
     let restore = |kv: &mut KvStorage<CudaBackend>| -> Result<()> {
+        if !stateful {
+            return Ok(());
+        }
         for s in 0..n {
-            if stateful {
-                model.copy_state_slot(cuda, kv, n + s, s)?;
-            }
+            model.copy_state_slot(cuda, kv, n + s, s)?;
         }
         Ok(())
     };
@@ -503,6 +504,27 @@ fn graph_vs_eager<M: Model<CudaBackend>>(
         let got = cuda.to_host(&got)?;
         worst = worst.max(differ(&got, &eager));
         worst_state = worst_state.max(differ(&states_after(&kv)?, &eager_states));
+    }
+    // A replay whose sequences share a state slot would race on it: the graph's batch
+    // (`CudaBatch::refill`) refuses it before anything runs.
+    if stateful {
+        let mut clash = host.clone();
+        clash.states[1].slot = clash.states[0].slot;
+        let r = cuda.graph_forward(&clash, &mut |b| model.forward(cuda, &clash, b, &mut kv));
+        let refused = matches!(&r, Err(e) if e.to_string().contains("share a state slot"));
+        report.line(format!(
+            "{name:<20} decode graph with two sequences on one state slot: {}",
+            match &r {
+                Err(e) => format!("refused ({e}) {}", if refused { "ok" } else { "FAIL" }),
+                Ok(_) => "ran FAIL".to_string(),
+            }
+        ));
+        if !refused {
+            report.fail(format!(
+                "{name}: a decode graph replay with two sequences on one state slot was not \
+                 refused as such"
+            ));
+        }
     }
     let ok = worst == 0.0 && worst_state == 0.0;
     report.line(format!(

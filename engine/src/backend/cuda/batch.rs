@@ -269,8 +269,9 @@ impl CudaBatch {
 
     /// Overwrite the device arrays in place (their address is baked into a graph) with a
     /// batch of the same shape. The replayed ops do not check their inputs again, so this
-    /// refuses a batch whose rows reach past their tables, and the caller has checked token
-    /// ids, slots and block ids against the model and the cache.
+    /// refuses a batch whose rows reach past their tables or whose state plans conflict, and
+    /// the caller has checked token ids, block ids and state slots against the model, the
+    /// cache and the state storage.
     pub(super) fn refill(
         &mut self,
         stream: &std::sync::Arc<CudaStream>,
@@ -295,6 +296,11 @@ impl CudaBatch {
             ));
         }
         if let Some(e) = p.table_error {
+            return Err(shape_err("graph batch", e));
+        }
+        // Sequences sharing a slot, or saves out of place (the replayed state kernels would
+        // race); the slots' range against the state storage is the caller's to check.
+        if let Some(e) = p.states.error {
             return Err(shape_err("graph batch", e));
         }
         stream
