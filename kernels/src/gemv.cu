@@ -17,18 +17,6 @@
 
 #define GEMV_WARPS 8
 
-__device__ __forceinline__ float dot8(float acc, u32x4 a, u32x4 b) {
-    acc = fmaf(lo(a.x), lo(b.x), acc);
-    acc = fmaf(hi(a.x), hi(b.x), acc);
-    acc = fmaf(lo(a.y), lo(b.y), acc);
-    acc = fmaf(hi(a.y), hi(b.y), acc);
-    acc = fmaf(lo(a.z), lo(b.z), acc);
-    acc = fmaf(hi(a.z), hi(b.z), acc);
-    acc = fmaf(lo(a.w), lo(b.w), acc);
-    acc = fmaf(hi(a.w), hi(b.w), acc);
-    return acc;
-}
-
 template <int M>
 __device__ __forceinline__ void gemv_chunk(float* acc, u32x4 wv, const u32x4* x, int chunks, int c) {
 #pragma unroll

@@ -82,7 +82,16 @@ struct u32x2 {
 __device__ __forceinline__ u32x2 load_stream8(const u32x2* p) { return *p; }
 __device__ __forceinline__ u32x4 load_stream(const u32x4* p) { return *p; }
 __device__ __forceinline__ u32x4 load_cached(const u32x4* p) { return *p; }
+__device__ __forceinline__ float load_l2(const float* p) { return *p; }
 #else
+// A value another block wrote during this kernel (after its fence): from L2, past this
+// multiprocessor's L1.
+__device__ __forceinline__ float load_l2(const float* p) {
+    float r;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(r) : "l"(p));
+    return r;
+}
+
 __device__ __forceinline__ u32x2 load_stream8(const u32x2* p) {
     u32x2 r;
     asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
@@ -189,6 +198,20 @@ __device__ __forceinline__ bool row_prologue(u32x4* a, const u32x4* row, int chu
 // Two bf16 in a u32: element 2i in the low half, 2i + 1 in the high half.
 __device__ __forceinline__ float lo(u32 u) { return __uint_as_float(u << 16); }
 __device__ __forceinline__ float hi(u32 u) { return __uint_as_float(u & 0xffff0000u); }
+
+// acc + Σ a[i]·b[i] over the 8 bf16 pairs of two 16-byte chunks, one fused multiply-add at a
+// time in element order (the weight-streaming kernels' inner product; a is the weight).
+__device__ __forceinline__ float dot8(float acc, u32x4 a, u32x4 b) {
+    acc = fmaf(lo(a.x), lo(b.x), acc);
+    acc = fmaf(hi(a.x), hi(b.x), acc);
+    acc = fmaf(lo(a.y), lo(b.y), acc);
+    acc = fmaf(hi(a.y), hi(b.y), acc);
+    acc = fmaf(lo(a.z), lo(b.z), acc);
+    acc = fmaf(hi(a.z), hi(b.z), acc);
+    acc = fmaf(lo(a.w), lo(b.w), acc);
+    acc = fmaf(hi(a.w), hi(b.w), acc);
+    return acc;
+}
 
 // 2^x through the hardware's approximation (about 2 ulp); 2^-inf = 0.
 __device__ __forceinline__ float exp2_fast(float x) {

@@ -72,6 +72,24 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     // METRALE_MOE_SPEED_ONLY=fp8 runs only the configs whose name contains it (e.g. under a
     // profiler).
     let only = std::env::var("METRALE_MOE_SPEED_ONLY").unwrap_or_default();
+    // METRALE_MOE_SPEED_BATCHES=1 times only those decode batches; METRALE_MOE_SPEED_PREFILL=0
+    // skips the prefill and the single ops (both for runs under a profiler).
+    let batches: Vec<usize> = match std::env::var("METRALE_MOE_SPEED_BATCHES") {
+        Ok(v) => v
+            .split(',')
+            .map(|b| {
+                b.trim()
+                    .parse()
+                    .context("METRALE_MOE_SPEED_BATCHES: a list of batch sizes")
+            })
+            .collect::<Result<_>>()?,
+        Err(_) => vec![1, 8, 64],
+    };
+    anyhow::ensure!(
+        batches.iter().all(|b| (1..=64).contains(b)),
+        "METRALE_MOE_SPEED_BATCHES: batch sizes from 1 to 64 (the KV storage holds 64 sequences)"
+    );
+    let prefill = std::env::var("METRALE_MOE_SPEED_PREFILL").map_or(true, |v| v != "0");
     for (name, text) in CONFIGS
         .into_iter()
         .filter(|(n, _)| n.contains(only.as_str()))
@@ -97,7 +115,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         let mut kv = model.new_kv_storage(cuda, 64 * blocks_per_seq + 1, BLOCK)?;
         let kv_per_token = model.kv_bytes_per_token(cuda) as f64;
         // Batch 64 takes the experts' tensor-core kernels (4 pairs an expert) inside the graph.
-        for b in [1usize, 8, 64] {
+        for &b in &batches {
             let host = decode_batch(b, blocks_per_seq.next_power_of_two());
             let t = time_step(cuda, &model, &mut kv, &host, true)?;
             let bytes = active_weight_bytes(&c, b) + (b * (CONTEXT + 1)) as f64 * kv_per_token;
@@ -115,6 +133,28 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             if b == 1 {
                 batch1.push(t.median_ms);
             }
+            // The same step on moe_gate_up instead of the decode gate_up kernel (graphs are
+            // keyed by shape: drop the one captured with the other kernel, before and after).
+            let regraph = || {
+                cuda.set_graphs(false);
+                cuda.set_graphs(true);
+            };
+            cuda.set_moe_decode_gate_up(false);
+            regraph();
+            let t = time_step(cuda, &model, &mut kv, &host, true);
+            cuda.set_moe_decode_gate_up(true);
+            regraph();
+            let t = t?;
+            timing_line(
+                report,
+                format!("{name} B={b} graph, moe_gate_up"),
+                &t,
+                bytes,
+                floor_ms,
+            );
+        }
+        if !prefill {
+            continue;
         }
         // One long prompt, eagerly, through each way of running its GEMMs.
         let mut kv = model.new_kv_storage(cuda, PREFILL.div_ceil(BLOCK) + 1, BLOCK)?;
@@ -142,6 +182,9 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             "30B-A3B decode B=1: fp8 {:.2}x the speed of bf16 (issue 11 asks >= 1.6)",
             bf16 / fp8
         ));
+    }
+    if !prefill {
+        return Ok(());
     }
     op_times(cuda, report)
 }

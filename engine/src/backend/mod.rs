@@ -394,6 +394,24 @@ pub trait Backend: Send + Sync + 'static {
             self.name()
         )))
     }
+    /// The whole sparse block: `router_logits = x · routerᵀ` (`router` `[E, H]`, logits
+    /// `[T, E]`), then [`Backend::fused_moe`] with `experts` = (gate_up, down). A backend may
+    /// run the router's product and the routing as one launch; the logits are written either
+    /// way.
+    #[allow(clippy::too_many_arguments)]
+    fn routed_moe(
+        &self,
+        out: &mut Self::Tensor,
+        x: &Self::Tensor,
+        router: &Self::Tensor,
+        router_logits: &mut Self::Tensor,
+        (gate_up, down): (&Self::Tensor, &Self::Tensor),
+        top_k: usize,
+        norm_topk_prob: bool,
+    ) -> Result<()> {
+        self.matmul(router_logits, x, router)?;
+        self.fused_moe(out, x, router_logits, gate_up, down, top_k, norm_topk_prob)
+    }
     /// `out = silu(gate) * up` where `gate_up` is `[T, 2·I]` (gate first).
     fn silu_mul(&self, out: &mut Self::Tensor, gate_up: &Self::Tensor) -> Result<()>;
     /// The MLP's first half: `gate_up = x · wᵀ` (`w` is `[2·I, K]`, gate rows first), then

@@ -70,16 +70,15 @@ impl<B: Backend> SparseMoe<B> {
     pub fn forward(&self, b: &B, out: &mut B::Tensor, xn: &B::Tensor) -> Result<()> {
         let t = b.shape(xn)[0];
         let e = b.shape(&self.router)[0];
-        // router_logits = xn · routerᵀ  [T, E]
-        let mut router_logits = b.zeros(&[t, e])?;
-        b.matmul(&mut router_logits, xn, &self.router)?;
+        // router_logits = xn · routerᵀ  [T, E]; then
         // out = Σ_k weight_k · down_k(silu(gate_k · xn) * (up_k · xn))
-        b.fused_moe(
+        let mut router_logits = b.zeros(&[t, e])?;
+        b.routed_moe(
             out,
             xn,
-            &router_logits,
-            &self.gate_up,
-            &self.down,
+            &self.router,
+            &mut router_logits,
+            (&self.gate_up, &self.down),
             self.top_k,
             self.norm_topk_prob,
         )

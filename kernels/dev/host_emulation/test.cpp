@@ -786,9 +786,51 @@ void t_moe(int T, int E, int K, int H, int I, bool norm, bool fp8, bool ties) {
             });
             bad += ids1 != ids3 || perm1 != perm3 || off1 != off3 || act1 != act3;
             bad += memcmp(wts1.data(), wts3.data(), P * sizeof(float)) != 0;
+            if (T == 1) {
+                // The one-token plan (one warp) writes the same entries.
+                std::vector<int> ids2(P, -1), perm2(P, -1), off2(E + 1, -1), act2(E + 1, -1);
+                std::vector<float> wts2(P, NAN);
+                launch({1}, {32}, [&] {
+                    if (bf) moe_plan_one_bf16(ids2.data(), wts2.data(), off2.data(), perm2.data(), act2.data(), logits_b.data(), E, K, norm);
+                    else moe_plan_one_f32(ids2.data(), wts2.data(), off2.data(), perm2.data(), act2.data(), logits.data(), E, K, norm);
+                });
+                bad += ids2 != ids3 || perm2 != perm3 || off2 != off3 || act2 != act3;
+                bad += memcmp(wts2.data(), wts3.data(), P * sizeof(float)) != 0;
+            }
+        }
+        if (T == 1 && H % 8 == 0 && E <= 256) {
+            // The router's GEMV fused with the one-token plan: logits bit for bit gemv_m1's,
+            // the plan moe_plan_one's on them; the ticket back at 0; twice (a graph replays it).
+            std::vector<bf16> router = random_bf16(E * H);
+            std::vector<float> lg(E, NAN), lg1(E, NAN);
+            launch({(unsigned)((E + 7) / 8)}, {256}, [&] { gemv_m1(lg.data(), x.data(), router.data(), E, H); });
+            std::vector<int> ids2(P, -1), perm2(P, -1), off2(E + 1, -1), act2(E + 1, -1);
+            std::vector<float> wts2(P, NAN);
+            launch({1}, {32}, [&] { moe_plan_one_f32(ids2.data(), wts2.data(), off2.data(), perm2.data(), act2.data(), lg.data(), E, K, norm); });
+            unsigned ticket = 0;
+            for (int rep = 0; rep < 2; ++rep) {
+                std::vector<int> ids4(P, -1), perm4(P, -1), off4(E + 1, -1), act4(E + 1, -1);
+                std::vector<float> wts4(P, NAN);
+                launch({(unsigned)((E + 7) / 8)}, {256}, [&] { moe_router_plan_one(lg1.data(), x.data(), router.data(), E, H, &ticket, ids4.data(), wts4.data(), off4.data(), perm4.data(), act4.data(), K, norm); });
+                int bad4 = ticket != 0 || memcmp(lg.data(), lg1.data(), E * sizeof(float)) != 0;
+                bad4 += ids4 != ids2 || perm4 != perm2 || off4 != off2 || act4 != act2;
+                bad4 += memcmp(wts4.data(), wts2.data(), P * sizeof(float)) != 0;
+                snprintf(name, 96, "moe router+plan = gemv_m1+plan_one E%d k%d H%d rep %d", E, K, H, rep);
+                report(name, bad4, 0);
+            }
         }
         snprintf(name, 96, "moe plan = route+group+active T%d E%d k%d", T, E, K);
         report(name, bad, 0);
+    }
+    if (T <= MOE_FUSED_DOWN_TOKENS && vec) {
+        // The decode gate_up (a lane's loads in flight, pairs one at a time): the same act.
+        std::vector<bf16> act1(P * I);
+        launch({(unsigned)((I + 7) / 8), rows}, {256}, [&] {
+            if (fp8) moe_gate_up_dec_fp8_vec(act1.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
+            else moe_gate_up_dec_bf16_vec(act1.data(), x.data(), w13b.data(), nullptr, offsets.data(), active.data(), perm.data(), E, K, I, H);
+        });
+        snprintf(name, 96, "moe%s gate_up_dec = gate_up T%d H%d I%d", fp8 ? " fp8" : "", T, H, I);
+        report(name, memcmp(act1.data(), act.data(), P * I * sizeof(bf16)) != 0, 0);
     }
     if (T <= MOE_FUSED_DOWN_TOKENS) {
         std::vector<float> out1(T * H, NAN);
@@ -1186,6 +1228,10 @@ static void moe_tests() {
     t_moe(2, 4, 1, 24, 20, false, true, false);
     // Qwen3-30B-A3B's routing (top-8 of 128) at decode sizes, rows aligned and not, bf16 and
     // fp8 experts; fp8 rows of 272 have three scale blocks.
+    // Rows longer than a decode group (gate_up's 2048 columns, down's 1024): the decode kernels
+    // stream a second group.
+    t_moe(2, 8, 2, 2080, 1040, true, false, false);
+    t_moe(1, 8, 2, 2080, 1040, true, true, false);
     for (int T : {1, 2, 4, 8}) {
         t_moe(T, 128, 8, 32, 16, true, false, false);
         t_moe(T, 128, 8, 20, 12, true, false, T == 2);

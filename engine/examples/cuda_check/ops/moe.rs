@@ -160,7 +160,77 @@ impl Ops<'_> {
             })?;
         }
         self.moe_small_steps()?;
+        self.moe_router_fused()?;
         self.moe_bad_shapes()
+    }
+
+    /// routed_moe at one token, where the router's product and the routing are one launch
+    /// (`moe_router_plan_one`), against the router's matmul + the six-launch fused_moe: the
+    /// logits and the output bit for bit, three times in a row (each launch must leave its
+    /// ticket at 0 for the next), 30B-A3B's and 35B-A3B's experts, bf16 and FP8.
+    fn moe_router_fused(&mut self) -> Result<()> {
+        for (e, i, fp8) in [
+            (128, 768, false),
+            (128, 768, true),
+            (256, 512, false),
+            (256, 512, true),
+        ] {
+            let (h, k) = (2048, 8);
+            let case = format!(
+                "T 1 E {e} top-{k}{} router + plan in one launch = matmul + six launches",
+                if fp8 { " fp8 experts" } else { "" }
+            );
+            self.run("routed_moe", &case, |s| {
+                let (x_d, _) = s.random(&[1, h], 1.0, DType::BF16)?;
+                let router = s.cuda.random_bf16(&[e, h], 13, 0.05)?;
+                let (w13, w2) = if fp8 {
+                    (
+                        s.cuda.random_fp8(&[e, 2 * i, h], 11, 0.05)?,
+                        s.cuda.random_fp8(&[e, h, i], 12, 0.05)?,
+                    )
+                } else {
+                    (
+                        s.cuda.random_bf16(&[e, 2 * i, h], 11, 0.05)?,
+                        s.cuda.random_bf16(&[e, h, i], 12, 0.05)?,
+                    )
+                };
+                let mut runs = Vec::new();
+                for small in [false, true, true, true] {
+                    s.cuda.set_moe_small_paths(small);
+                    let mut out = s.cuda.zeros(&[1, h])?;
+                    let mut logits = s.cuda.zeros(&[1, e])?;
+                    let r = s.cuda.routed_moe(
+                        &mut out,
+                        &x_d,
+                        &router,
+                        &mut logits,
+                        (&w13, &w2),
+                        k,
+                        true,
+                    );
+                    s.cuda.set_moe_small_paths(true);
+                    r?;
+                    runs.push((s.cuda.to_host(&logits)?, s.cuda.to_host(&out)?));
+                }
+                let same = |a: &[f32], b: &[f32]| {
+                    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits())
+                };
+                let bad: Vec<usize> = (1..runs.len())
+                    .filter(|&r| !same(&runs[r].0, &runs[0].0) || !same(&runs[r].1, &runs[0].1))
+                    .collect();
+                s.report.line(format!(
+                    "routed_moe {case}: {}",
+                    if bad.is_empty() { "ok" } else { "FAIL" }
+                ));
+                if !bad.is_empty() {
+                    s.report.fail(format!(
+                        "routed_moe {case}: fused runs {bad:?} differ from the unfused one"
+                    ));
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     /// fused_moe on the float32 path against the CPU's at f32 tolerance: f32 experts and

@@ -102,6 +102,8 @@ pub struct CudaBackend {
     /// `fused_moe` takes its single-launch routing and down + combine on small steps (off:
     /// the six-launch path at every size, for comparisons).
     moe_small_paths: AtomicBool,
+    /// Decode steps take `moe_gate_up_dec_*` where it is faster (`moe.rs`).
+    moe_dec_gate_up: AtomicBool,
     /// Where `fused_moe` runs the experts' GEMMs (a [`MoeGemm`], `moe_mma.rs`).
     moe_gemm: AtomicU8,
     /// The FP8 tensor-core GEMMs quantize their activations to e4m3 (`moe_mma.rs`).
@@ -119,6 +121,9 @@ pub struct CudaBackend {
     /// `--kv-cache-dtype fp8`: KV-cache layers are [`DType::F8`] tensors (see
     /// `backend/kv_fp8.rs`).
     kv_fp8: bool,
+    /// `moe_router_plan_one`'s ticket (the blocks that have written their logits); every
+    /// launch leaves it at 0.
+    router_ticket: CudaSlice<u32>,
 }
 
 /// Loadable? cudarc panics on first use of a library it cannot open; ask first.
@@ -236,6 +241,9 @@ impl CudaBackend {
         let sync_each_launch = cfg!(debug_assertions)
             || std::env::var_os("METRALE_CUDA_SYNC").is_some_and(|v| v == "1");
         let graphs = std::env::var_os("METRALE_CUDA_GRAPHS").is_none_or(|v| v != "0");
+        let router_ticket = stream
+            .alloc_zeros::<u32>(1)
+            .map_err(dev_err("router ticket"))?;
         Ok(Self {
             graphs: Mutex::new(graph::Graphs::new(graphs)),
             arena: Mutex::new(graph::Arena::default()),
@@ -254,6 +262,7 @@ impl CudaBackend {
                     .min(blas::GEMV_MAX_ROWS),
             ),
             moe_small_paths: AtomicBool::new(true),
+            moe_dec_gate_up: AtomicBool::new(true),
             moe_gemm: AtomicU8::new(MoeGemm::Auto.to_u8()),
             fp8_act: AtomicBool::new(false),
             fp8_matmul_mma: AtomicBool::new(false),
@@ -264,6 +273,7 @@ impl CudaBackend {
             ),
             compute,
             kv_fp8: false,
+            router_ticket,
         })
     }
 
@@ -718,6 +728,27 @@ impl Backend for CudaBackend {
         norm_topk_prob: bool,
     ) -> Result<()> {
         self.fused_moe_op(out, x, router_logits, gate_up, down, top_k, norm_topk_prob)
+    }
+
+    fn routed_moe(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router: &CudaTensor,
+        router_logits: &mut CudaTensor,
+        experts: (&CudaTensor, &CudaTensor),
+        top_k: usize,
+        norm_topk_prob: bool,
+    ) -> Result<()> {
+        self.routed_moe_op(
+            out,
+            x,
+            router,
+            router_logits,
+            experts,
+            top_k,
+            norm_topk_prob,
+        )
     }
 
     fn silu_mul(&self, out: &mut CudaTensor, gate_up: &CudaTensor) -> Result<()> {

@@ -1,8 +1,9 @@
 //! `fused_moe` (`moe.cu`): route, group by expert (and list the experts used), the experts'
 //! gate|up + SiLU and down, and the weighted sum, in launches that never wait on the host, so a
 //! decode step with mixture-of-experts layers is captured into a CUDA graph like a dense one:
-//! three at decode sizes (`moe_plan`, gate_up, `moe_down_combine`: at most [`PLAN_MAX_PAIRS`]
-//! pairs and [`FUSED_DOWN_TOKENS`] tokens), four up to `PLAN_MAX_PAIRS` pairs, six beyond. All
+//! three at decode sizes (`moe_plan`, or `moe_plan_one` by one warp for one token; the decode
+//! gate_up, `moe_gate_up_dec_*`; `moe_down_combine`: at most [`PLAN_MAX_PAIRS`] pairs and
+//! [`FUSED_DOWN_TOKENS`] tokens), four up to `PLAN_MAX_PAIRS` pairs, six beyond. All
 //! give the same output bit for bit. Steps with many tokens an expert run gate|up and down on
 //! tensor cores instead (`moe_mma.rs`), between the same routing and weighted sum. Every scratch
 //! buffer is sized by the step's tokens (`T · top_k` pairs), which a graph's batch bucket fixes.
@@ -12,6 +13,7 @@
 
 use std::sync::atomic::Ordering;
 
+use cudarc::driver::DevicePtr;
 use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
@@ -37,6 +39,9 @@ const PLAN_THREADS: u32 = 1024;
 /// (`moe_down_combine_*`, `MOE_FUSED_DOWN_TOKENS`); more take `moe_down_*` + `moe_combine`,
 /// which read an expert's down row once for up to 8 of its tokens.
 pub(super) const FUSED_DOWN_TOKENS: usize = 8;
+/// Most experts `moe_router_plan_one` routes (its shared copy of the logits: `32 ·
+/// MOE_ROUTE_REGS`).
+const ROUTER_PLAN_MAX_EXPERTS: usize = 256;
 
 impl CudaBackend {
     /// Whether `fused_moe` runs small steps in fewer launches (`moe_plan_*` up to
@@ -51,6 +56,50 @@ impl CudaBackend {
         self.moe_small_paths.load(Ordering::Relaxed)
     }
 
+    /// Whether decode steps take `moe_gate_up_dec_*` (a lane's weight loads in flight at once)
+    /// where it is the faster kernel, or always `moe_gate_up_*`, for comparisons: both give
+    /// the same output bit for bit. On by default.
+    pub fn set_moe_decode_gate_up(&self, on: bool) {
+        self.moe_dec_gate_up.store(on, Ordering::Relaxed);
+    }
+
+    /// `routed_moe`: at one token with a bf16 router the router's product and the routing in
+    /// one launch (`moe_router_plan_one`), else the router's `matmul` and `fused_moe`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn routed_moe_op(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router: &CudaTensor,
+        router_logits: &mut CudaTensor,
+        (gate_up, down): (&CudaTensor, &CudaTensor),
+        top_k: usize,
+        norm_topk_prob: bool,
+    ) -> Result<()> {
+        let fused = self.moe_small_paths()
+            && x.rows() == 1
+            && router.dtype == DType::BF16
+            && gate_up.dtype != DType::F32
+            && router.shape.len() == 2
+            && router.shape[0] <= ROUTER_PLAN_MAX_EXPERTS
+            && router.shape[1] == x.cols()
+            && x.cols().is_multiple_of(8)
+            && router_logits.shape == [1, router.shape[0]];
+        if !fused {
+            self.matmul_op(router_logits, x, router)?;
+            return self.fused_moe_op(out, x, router_logits, gate_up, down, top_k, norm_topk_prob);
+        }
+        self.set_dtype(router_logits, DType::F32)?;
+        self.moe_op(
+            out,
+            x,
+            router_logits,
+            (gate_up, down),
+            (top_k, norm_topk_prob),
+            Some(router),
+        )
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn fused_moe_op(
         &self,
@@ -61,6 +110,27 @@ impl CudaBackend {
         down: &CudaTensor,
         top_k: usize,
         norm_topk_prob: bool,
+    ) -> Result<()> {
+        self.moe_op(
+            out,
+            x,
+            router_logits,
+            (gate_up, down),
+            (top_k, norm_topk_prob),
+            None,
+        )
+    }
+
+    /// `fused_moe`; with `router` (one token, bf16 router `[E, H]`, checked by the caller) the
+    /// logits are computed here into `router_logits` (f32) by the fused routing launch.
+    fn moe_op(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router_logits: &CudaTensor,
+        (gate_up, down): (&CudaTensor, &CudaTensor),
+        (top_k, norm_topk_prob): (usize, bool),
+        router: Option<&CudaTensor>,
     ) -> Result<()> {
         let (t, h, e, i) = crate::backend::moe_dims(
             &out.shape,
@@ -121,7 +191,63 @@ impl CudaBackend {
         let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
         let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
         let small = self.moe_small_paths();
-        if small && pairs <= PLAN_MAX_PAIRS {
+        if let Some(router) = router {
+            // 0-2. The router's logits and the one-token plan in one launch.
+            let name = "moe_router_plan_one";
+            let f = self.func(Module::Moe, name)?;
+            let (rp, tp) = (router.ptr(s), self.router_ticket.device_ptr(s).0);
+            let xp = x.ptr(s);
+            let mut a = self.launcher(&f);
+            a.arg(&lp)
+                .arg(&xp)
+                .arg(&rp)
+                .arg(&ei)
+                .arg(&hi)
+                .arg(&tp)
+                .arg(&idp)
+                .arg(&wtp)
+                .arg(&ofp)
+                .arg(&pmp)
+                .arg(&acp)
+                .arg(&ki)
+                .arg(&norm);
+            // SAFETY: logits are [1, e] f32 (set by the caller), x [1, h] bf16 (converted
+            // above), router [e, h] bf16 with h % 8 == 0 and e <= ROUTER_PLAN_MAX_EXPERTS (its
+            // shared row; checked by the caller); ids, weights and perm hold k values, offsets
+            // and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K); the ticket is one u32 at 0
+            // (every launch sets it back), the launches on this stream one after another; a
+            // warp per expert.
+            let r = unsafe {
+                a.launch(cfg(
+                    (dim(e.div_ceil(WARPS), "fused_moe")?, 1),
+                    (32 * WARPS) as u32,
+                ))
+            };
+            self.launched(name, r)?;
+        } else if small && t == 1 {
+            // 1-2. One token's plan by one warp (its pairs are grouped as routed).
+            let name = if logits_bf16 {
+                "moe_plan_one_bf16"
+            } else {
+                "moe_plan_one_f32"
+            };
+            let f = self.func(Module::Moe, name)?;
+            let mut a = self.launcher(&f);
+            a.arg(&idp)
+                .arg(&wtp)
+                .arg(&ofp)
+                .arg(&pmp)
+                .arg(&acp)
+                .arg(&lp)
+                .arg(&ei)
+                .arg(&ki)
+                .arg(&norm);
+            // SAFETY: logits are [1, e] of the kernel's type; ids, weights and perm hold k
+            // values, offsets and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K) (checked
+            // above); one warp.
+            let r = unsafe { a.launch(cfg((1, 1), 32)) };
+            self.launched(name, r)?;
+        } else if small && pairs <= PLAN_MAX_PAIRS {
             // 1-2. Route, group and list the active experts in one block.
             let name = if logits_bf16 {
                 "moe_plan_bf16"
@@ -208,7 +334,13 @@ impl CudaBackend {
         let (xp, actp) = (x.ptr(s), act.ptr(s));
         // A block row per expert that can have pairs (at most one per pair).
         let experts = dim(e.min(pairs), "fused_moe")?;
-        let name = format!("moe_gate_up_{suffix}");
+        // Decode steps: the kernel that holds a lane's weight loads in flight at once.
+        let dec = self.moe_dec_gate_up.load(Ordering::Relaxed);
+        let name = if dec && small && t <= FUSED_DOWN_TOKENS && suffix.ends_with("_vec") {
+            format!("moe_gate_up_dec_{suffix}")
+        } else {
+            format!("moe_gate_up_{suffix}")
+        };
         let f = self.func(Module::Moe, &name)?;
         let mut a = self.launcher(&f);
         a.arg(&actp)
