@@ -1,5 +1,6 @@
 //! Section `hybrid`: every `HybridOps` op of the CUDA backend against the CPU's on random
-//! inputs, `gated_delta_net` through the recurrent kernel, the chunked kernels (every sequence
+//! inputs, `gated_delta_net` through the fused decode kernel (decode steps, padding rows and
+//! saves; and bit for bit against the 3-launch path), the recurrent kernel, the chunked kernels (every sequence
 //! sent there: lengths around a chunk, saves mid-chunk and at chunk ends, 2048 tokens) and the
 //! default split between them; then the timings of `hybrid_speed.rs`.
 //!
@@ -43,11 +44,18 @@ struct Case {
     a_scale: f32,
     /// Sequences of at least this many rows take the chunked kernels (None: none does).
     chunk_min: Option<usize>,
+    /// Sequences that are a CUDA graph's padding rows (no state slot, no saves).
+    pads: Vec<usize>,
 }
 
 /// The batch of `seqs` (rows each) with state plans: sequence s in slot 2s + 1 (so slots are
 /// not in order), saves into slots after the sequences' own.
 pub fn batch(seqs: &[(usize, Vec<u32>)]) -> (BatchInputs, usize) {
+    batch_padded(seqs, &[])
+}
+
+/// [`batch`] with the sequences in `pads` as a CUDA graph's padding rows (no state slot).
+pub fn batch_padded(seqs: &[(usize, Vec<u32>)], pads: &[usize]) -> (BatchInputs, usize) {
     let mut starts = vec![0u32];
     let mut states = Vec::new();
     let mut next = 2 * seqs.len() + 1;
@@ -63,10 +71,14 @@ pub fn batch(seqs: &[(usize, Vec<u32>)]) -> (BatchInputs, usize) {
                 }
             })
             .collect();
-        states.push(StatePlan {
-            slot: 2 * s as u32 + 1,
-            init: StateInit::Continue,
-            saves,
+        states.push(if pads.contains(&s) {
+            StatePlan::padding()
+        } else {
+            StatePlan {
+                slot: 2 * s as u32 + 1,
+                init: StateInit::Continue,
+                saves,
+            }
         });
     }
     let t = *starts.last().unwrap_or(&0) as usize;
@@ -264,17 +276,17 @@ impl Check<'_> {
 
     fn gated_delta_net(&mut self, case: &Case) -> Result<()> {
         let h = case.heads;
-        let (b, slots) = batch(&case.seqs);
+        let (b, slots) = batch_padded(&case.seqs, &case.pads);
         let t = b.num_tokens();
         let cd = 2 * h.nk * h.dk + h.nv * h.dv;
         let layer = self.layer(case)?;
         let (mixed_d, mixed_c) = self.mixed(case, t)?;
         let window = (case.kernel - 1) * cd;
         let rec = h.nv * h.dk * h.dv;
-        let data = self.rng.vec(slots * window, 1.0);
-        let (mut conv_d, mut conv_c) = self.pair_f32(&[slots, window], data)?;
-        let data = self.rng.vec(slots * rec, 0.5);
-        let (mut rec_d, mut rec_c) = self.pair_f32(&[slots, rec], data)?;
+        let conv_data = self.rng.vec(slots * window, 1.0);
+        let (mut conv_d, mut conv_c) = self.pair_f32(&[slots, window], conv_data.clone())?;
+        let rec_data = self.rng.vec(slots * rec, 0.5);
+        let (mut rec_d, mut rec_c) = self.pair_f32(&[slots, rec], rec_data.clone())?;
         let mut out_d = self.cuda.zeros(&[t, h.nv * h.dv])?;
         let mut out_c = self.cpu.zeros(&[t, h.nv * h.dv])?;
         let batch_d = self.cuda.prepare_batch(&b)?;
@@ -304,7 +316,57 @@ impl Check<'_> {
         let states = format!("{} recurrent states", case.name);
         self.compare(op, &states, Tol::F32, &rec_d, &rec_c)?;
         let windows = format!("{} conv windows", case.name);
-        self.compare(op, &windows, Tol::EXACT, &conv_d, &conv_c)
+        self.compare(op, &windows, Tol::EXACT, &conv_d, &conv_c)?;
+        // A decode step (one row a sequence) runs the fused kernel: the 3-launch path on the
+        // same inputs must give the same bits.
+        let decode = case.seqs.iter().all(|(rows, _)| *rows == 1);
+        let fused = self.cuda.gdn_fused_decode_covers(&b, &h);
+        anyhow::ensure!(
+            decode == fused,
+            "{}: the fused decode kernel {} this step",
+            case.name,
+            if fused { "takes" } else { "does not take" }
+        );
+        if !fused {
+            return Ok(());
+        }
+        // The same step on fresh copies of the inputs: (splits, fused) → out, states, windows.
+        let again = |s: &mut Self, splits: Option<usize>, fused: bool| -> Result<_> {
+            let mut conv = s.cuda.upload_f32(&[slots, window], &conv_data)?;
+            let mut rec = s.cuda.upload_f32(&[slots, rec], &rec_data)?;
+            let mut out = s.cuda.zeros(&[t, h.nv * h.dv])?;
+            s.cuda.set_gdn_fused_decode(fused);
+            s.cuda.set_gdn_decode_splits(splits);
+            let r = s
+                .cuda
+                .gated_delta_net(&mut out, &mixed_d, &ld, &mut conv, &mut rec, &b, &batch_d);
+            s.cuda.set_gdn_fused_decode(true);
+            s.cuda.set_gdn_decode_splits(None);
+            r?;
+            Ok([out, rec, conv].map(|x| s.cuda.to_host(&x)))
+        };
+        let three = again(self, None, false)?;
+        let default = [&out_d, &rec_d, &conv_d].map(|x| self.cuda.to_host(x));
+        let mut runs = vec![("fused".to_string(), default)];
+        for splits in [1, 2, 4] {
+            if (h.dv / splits).is_multiple_of(4) {
+                let got = again(self, Some(splits), true)?;
+                runs.push((format!("fused in {splits} blocks a key head"), got));
+            }
+        }
+        for (how, got) in runs {
+            for ((what, g), w) in ["out", "recurrent states", "conv windows"]
+                .into_iter()
+                .zip(got)
+                .zip(&three)
+            {
+                let (g, w) = (g?, w.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?);
+                let case = format!("{} {what}: {how} = 3 launches", case.name);
+                self.report
+                    .case(op, &case, Tol::EXACT, &compare(&g, w, Tol::EXACT));
+            }
+        }
+        Ok(())
     }
 
     fn cases() -> Vec<Case> {
@@ -331,6 +393,16 @@ impl Check<'_> {
             (1, vec![]),
             (0, vec![]),
         ];
+        // A decode step as a CUDA graph runs it: padding rows (sequences 1 and 4), saves before
+        // and after the row (two at one `after`) into several slots.
+        let decode_batch = vec![
+            (1, vec![]),
+            (1, vec![]),
+            (1, vec![1]),
+            (1, vec![0, 1, 1]),
+            (1, vec![]),
+            (1, vec![0]),
+        ];
         // Every sequence through the chunked kernels: lengths around a chunk (64 rows), saves
         // at 0, mid-chunk, at chunk ends and at the end, several sequences in one step.
         let chunked = vec![
@@ -351,6 +423,7 @@ impl Check<'_> {
                 mixed: DType::BF16,
                 a_scale: 24.0,
                 chunk_min: Some(GDN_CHUNK_MIN),
+                pads: vec![],
             },
             Case {
                 name: "fixture heads, mixed f32",
@@ -360,6 +433,7 @@ impl Check<'_> {
                 mixed: DType::F32,
                 a_scale: 4.0,
                 chunk_min: Some(GDN_CHUNK_MIN),
+                pads: vec![],
             },
             Case {
                 name: "35B-A3B heads, mixed f32",
@@ -369,6 +443,7 @@ impl Check<'_> {
                 mixed: DType::F32,
                 a_scale: 4.0,
                 chunk_min: Some(GDN_CHUNK_MIN),
+                pads: vec![],
             },
             Case {
                 name: "35B-A3B heads, 4 decode rows, bf16",
@@ -378,6 +453,27 @@ impl Check<'_> {
                 mixed: DType::BF16,
                 a_scale: 4.0,
                 chunk_min: Some(GDN_CHUNK_MIN),
+                pads: vec![],
+            },
+            Case {
+                name: "fixture heads, 6 decode rows, 2 padding, saves, bf16",
+                heads: fixture,
+                kernel: 4,
+                seqs: decode_batch.clone(),
+                mixed: DType::BF16,
+                a_scale: 24.0,
+                chunk_min: Some(GDN_CHUNK_MIN),
+                pads: vec![1, 4],
+            },
+            Case {
+                name: "35B-A3B heads, 6 decode rows, 2 padding, saves, f32",
+                heads: big,
+                kernel: 4,
+                seqs: decode_batch,
+                mixed: DType::F32,
+                a_scale: 4.0,
+                chunk_min: Some(GDN_CHUNK_MIN),
+                pads: vec![1, 4],
             },
             Case {
                 name: "35B-A3B heads, mixed f32, recurrent only",
@@ -387,6 +483,7 @@ impl Check<'_> {
                 mixed: DType::F32,
                 a_scale: 4.0,
                 chunk_min: None,
+                pads: vec![],
             },
             Case {
                 name: "chunked, fixture heads, mixed bf16",
@@ -396,6 +493,7 @@ impl Check<'_> {
                 mixed: DType::BF16,
                 a_scale: 24.0,
                 chunk_min: Some(1),
+                pads: vec![],
             },
             Case {
                 name: "chunked, 35B-A3B heads, mixed f32",
@@ -405,6 +503,7 @@ impl Check<'_> {
                 mixed: DType::F32,
                 a_scale: 4.0,
                 chunk_min: Some(1),
+                pads: vec![],
             },
             Case {
                 name: "chunked, 35B-A3B heads, bf16, 2048 rows",
@@ -414,6 +513,7 @@ impl Check<'_> {
                 mixed: DType::BF16,
                 a_scale: 4.0,
                 chunk_min: Some(1),
+                pads: vec![],
             },
         ]
     }

@@ -1,13 +1,14 @@
 //! The `hybrid` section's timings (not pass/fail): `gated_delta_net` alone at Qwen3.6-35B-A3B's
-//! heads (decode at batch 1 and 64; 16-, 64-, 2048- and 8 × 256-token prefills through the
-//! recurrent and the chunked kernels) beside its floor, then a whole 2048-token prefill of the 35B-A3B
-//! shape (`scripts/gpu/qwen3.6-35b-a3b-config.json`, dummy weights) through each.
+//! heads (decode at batch 1 and 64 on the fused kernel and on the 3-launch path; 16-, 64-,
+//! 2048- and 8 × 256-token prefills through the recurrent and the chunked kernels) beside its
+//! floor, then a whole 2048-token prefill of the 35B-A3B shape
+//! (`scripts/gpu/qwen3.6-35b-a3b-config.json`, dummy weights) through each.
 
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use cudarc::driver::sys::CUevent_flags;
-use metrale_engine::backend::cuda::{CudaBackend, DType, GDN_CHUNK_MIN};
+use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType, GDN_CHUNK_MIN};
 use metrale_engine::backend::{Backend, DeltaHeads, GdnLayer, HybridOps};
 use metrale_engine::kv_cache::state::StatePlan;
 use metrale_engine::loader::{LoadFormat, Weights};
@@ -15,7 +16,7 @@ use metrale_engine::models::Model;
 use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
 use serde_json::json;
 
-use crate::hybrid::batch;
+use crate::hybrid::batch as batch_of;
 use crate::ops::Rng;
 use crate::report::Report;
 use crate::speed::{BLOCK, prefill_batch};
@@ -69,10 +70,9 @@ fn layer(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
          mixed, mean of eager calls ({OP_ITERS} for decode, 20 for prefill):"
     ));
     let chunked = Some(GDN_CHUNK_MIN);
+    decode(cuda, report, &layer, &mut rng)?;
     for (what, seqs, route) in [
-        ("decode B=1", vec![(1usize, vec![]); 1], chunked),
-        ("decode B=64", vec![(1, vec![]); 64], chunked),
-        ("prefill 16, recurrent", vec![(16, vec![])], None),
+        ("prefill 16, recurrent", vec![(16usize, vec![])], None),
         ("prefill 16, chunked", vec![(16, vec![])], Some(1)),
         ("prefill 64, recurrent", vec![(64, vec![])], None),
         ("prefill 64, chunked", vec![(64, vec![])], Some(1)),
@@ -81,7 +81,7 @@ fn layer(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         ("prefill 8x256, recurrent", vec![(256, vec![]); 8], None),
         ("prefill 8x256, chunked", vec![(256, vec![]); 8], chunked),
     ] {
-        let (b, slots) = batch(&seqs);
+        let (b, slots) = batch_of(&seqs);
         let t = b.num_tokens();
         let mixed = cuda.tensor_from_f32(&[t, width], &rng.vec(t * width, 1.0), DType::F32)?;
         let mut conv_state = cuda.zeros_f32(&[slots, (kernel - 1) * cd])?;
@@ -128,6 +128,101 @@ fn layer(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         ));
         report.record(json!({"op": "gated_delta_net", "case": what, "ms": ms,
             "floor_ms": floor_ms, "bytes": bytes, "flops": flops, "chunk_flops": cflops}));
+    }
+    Ok(())
+}
+
+/// Decode steps of `layer` at batch 1 and 64: the fused kernel (default column splits, then 1,
+/// 2 and 4) against the 3-launch path. Two times each: the mean of back-to-back eager calls
+/// (what an eager step pays, host launch cost included) and the mean of calls queued behind
+/// 4 ms of GEMMs so that the host is ahead and the events time the GPU alone (what a CUDA
+/// graph's replay pays).
+fn decode(
+    cuda: &CudaBackend,
+    report: &mut Report,
+    layer: &GdnLayer<'_, CudaTensor>,
+    rng: &mut Rng,
+) -> Result<()> {
+    let h = layer.heads;
+    let cd = 2 * h.nk * h.dk + h.nv * h.dv;
+    let width = cd + h.nv * h.dv + 2 * h.nv;
+    let rec = h.nv * h.dk * h.dv;
+    // The queue's head start: three 8192³ bf16 GEMMs (about 1.4 ms each).
+    let n = 8192;
+    let (a, b) = (
+        cuda.random_bf16(&[n, n], 1, 0.02)?,
+        cuda.random_bf16(&[n, n], 2, 0.02)?,
+    );
+    let mut c = cuda.zeros(&[n, n])?;
+    for batch in [1usize, 64] {
+        let seqs = vec![(1usize, vec![]); batch];
+        let (b_in, slots) = batch_of(&seqs);
+        let mixed =
+            cuda.tensor_from_f32(&[batch, width], &rng.vec(batch * width, 1.0), DType::F32)?;
+        let mut conv_state = cuda.zeros_f32(&[slots, (layer.kernel - 1) * cd])?;
+        let mut recurrent = cuda.zeros_f32(&[slots, rec])?;
+        let mut out = cuda.zeros(&[batch, h.nv * h.dv])?;
+        let batch_d = cuda.prepare_batch(&b_in)?;
+        let bytes = batch as f64 * 2.0 * 4.0 * (rec + (layer.kernel - 1) * cd) as f64
+            + batch as f64 * (4.0 * width as f64 + 2.0 * (h.nv * h.dv) as f64);
+        let floor_us = bytes / BYTES_PER_S * 1e6;
+        for (what, fused, splits) in [
+            ("fused", true, None),
+            ("fused, 1 block a key head", true, Some(1)),
+            ("fused, 2 blocks a key head", true, Some(2)),
+            ("fused, 4 blocks a key head", true, Some(4)),
+            ("3 launches", false, None),
+        ] {
+            cuda.set_gdn_fused_decode(fused);
+            cuda.set_gdn_decode_splits(splits);
+            let covers = cuda.gdn_fused_decode_covers(&b_in, &h);
+            let mut call = || -> Result<()> {
+                cuda.gated_delta_net(
+                    &mut out,
+                    &mixed,
+                    layer,
+                    &mut conv_state,
+                    &mut recurrent,
+                    &b_in,
+                    &batch_d,
+                )?;
+                Ok(())
+            };
+            let eager = mean_op_ms_n(cuda, OP_ITERS, &mut call);
+            let queued = (|| -> Result<f64> {
+                call()?;
+                cuda.synchronize()?;
+                for _ in 0..3 {
+                    cuda.matmul(&mut c, &a, &b)?;
+                }
+                let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+                let start = cuda.stream().record_event(flags).context("event")?;
+                let iters = 100;
+                for _ in 0..iters {
+                    call()?;
+                }
+                let end = cuda.stream().record_event(flags).context("event")?;
+                Ok(f64::from(start.elapsed_ms(&end).context("elapsed")?) / f64::from(iters))
+            })();
+            cuda.set_gdn_fused_decode(true);
+            cuda.set_gdn_decode_splits(None);
+            let (eager, queued) = (eager? * 1e3, queued? * 1e3);
+            report.summary_line(format!(
+                "gated_delta_net decode B={batch}, {what}{}: {eager:.1} us eager, {queued:.1} us \
+                 queued (GPU); floor {floor_us:.1} us, queued achieved/floor {:.3}",
+                if covers == fused {
+                    ""
+                } else {
+                    " (NOT on the path asked for)"
+                },
+                floor_us / queued
+            ));
+            report.record(
+                json!({"op": "gated_delta_net", "case": format!("decode B={batch}, {what}"),
+                "eager_us": eager, "queued_us": queued, "floor_us": floor_us,
+                "fused": covers}),
+            );
+        }
     }
     Ok(())
 }

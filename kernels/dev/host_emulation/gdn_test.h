@@ -1,7 +1,7 @@
-// hybrid.cu's Gated DeltaNet kernels (conv, recurrent, gated norm) against a C++ port of the
-// CPU reference (engine/src/backend/cpu/hybrid.rs): several sequences of different lengths,
-// slots from random state, saves at several `after`s (two at one, one at 0). Included by
-// test.cpp.
+// hybrid.cu's Gated DeltaNet kernels (conv, recurrent, gated norm; the fused decode step)
+// against a C++ port of the CPU reference (engine/src/backend/cpu/hybrid.rs): several sequences
+// of different lengths, slots from random state, saves at several `after`s (two at one, one at
+// 0). Included by test.cpp.
 #pragma once
 
 static float gdn_ref_silu(float x) { return x / (1.f + std::exp(-x)); }
@@ -200,4 +200,111 @@ static void gdn_tests() {
     t_gdn(1, 32, 2, 16, 4, {129, 5}, 8, 1);
     t_gdn(1, 128, 1, 36, 4, {70, 3}, 8, 1);  // 35B-A3B's dk, dv past a block's 32 columns
     t_gdn(1, 64, 1, 32, 2, {66}, 8, 1);
+}
+
+// The fused decode kernel (gdn_decode, one row a sequence, a key head's columns over `splits`
+// blocks) against the reference and, bit for bit, against the 3-launch path (conv, recurrent,
+// norm) on the same inputs. `pads`: sequences that are a CUDA graph's padding rows (slot
+// GDN_NO_STATE; the reference runs each in a zeroed scratch slot it then ignores); `afters`:
+// each sequence's saves (0: before its row, 1: after). The blocks run one after another here,
+// so the last of a key head's is the last in x.
+template <int DK>
+static void t_gdn_decode(int nk, int nv, int K, std::vector<bool> pads, std::vector<std::vector<u32>> afters,
+                         int splits = 1) {
+    const int dk = DK, dv = DK, kd = nk * dk, vd = nv * dv, C = 2 * kd + vd, width = C + vd + 2 * nv;
+    const int S = pads.size(), T = S;
+    std::vector<u32> starts{0}, slots, ref_slots, save_starts{0}, saves_flat, row_seq;
+    std::vector<std::vector<std::pair<u32, u32>>> saves(S);
+    u32 next = 2 * S + 1;
+    for (int s = 0; s < S; ++s) {
+        starts.push_back(s + 1);
+        row_seq.push_back(s);
+        for (u32 a : afters[s]) saves[s].push_back({a, next}), saves_flat.push_back(a), saves_flat.push_back(next++);
+        save_starts.push_back(saves_flat.size() / 2);
+    }
+    const u32 scratch = next;  // the reference's slots for padding rows, one each
+    for (int s = 0; s < S; ++s) {
+        slots.push_back(pads[s] ? GDN_NO_STATE : 2 * s + 1);
+        ref_slots.push_back(pads[s] ? next++ : 2 * s + 1);
+    }
+    saves_flat.push_back(0);
+    const int slots_n = next;
+    const size_t wl = (size_t)(K - 1) * C, rl = (size_t)nv * dk * dv;
+    std::vector<float> mixed((size_t)T * width), conv_w((size_t)C * K), neg_a(nv), dt_bias(nv), norm(dv);
+    for (auto& v : mixed) v = U(2);
+    for (int t = 0; t < T; ++t) mixed[(size_t)t * width + width - 1] *= 12;  // a past 20
+    for (auto& v : conv_w) v = U(0.6f);
+    for (auto& v : neg_a) v = -1.25f - U(0.75f);
+    for (auto& v : dt_bias) v = U(1);
+    for (auto& v : norm) v = 1 + U(0.2f);
+    std::vector<float> cs(slots_n * wl + 1), rec(slots_n * rl);
+    for (auto& v : cs) v = U(1);
+    for (auto& v : rec) v = U(0.5f);
+    std::fill(cs.begin() + scratch * wl, cs.end(), 0.f);
+    std::fill(rec.begin() + scratch * rl, rec.end(), 0.f);
+    std::vector<float> cs_ref = cs, rec_ref = rec, want((size_t)T * vd);
+    gdn_reference(want, mixed, conv_w, neg_a, dt_bias, norm, cs_ref, rec_ref, starts, ref_slots, saves, nk, dk, nv,
+                  dv, K, 1e-6f);
+    // The reference's scratch slot is not compared (the kernels never write it).
+    std::copy(cs.begin() + scratch * wl, cs.end(), cs_ref.begin() + scratch * wl);
+    std::copy(rec.begin() + scratch * rl, rec.end(), rec_ref.begin() + scratch * rl);
+    // The 3-launch path.
+    std::vector<float> cs3 = cs, rec3 = rec, conv_out((size_t)T * C), core((size_t)T * vd);
+    std::vector<bf16> out3((size_t)T * vd), out((size_t)T * vd);
+    launch({(unsigned)((C + 255) / 256), (unsigned)(T + S), 1}, {256, 1, 1}, [&] {
+        gdn_conv_f32(conv_out.data(), mixed.data(), conv_w.data(), cs3.data(), row_seq.data(), starts.data(),
+                     slots.data(), save_starts.data(), saves_flat.data(), T, C, K, width);
+    });
+    const int cols = dv >= 32 ? 32 : 16;
+    launch({(unsigned)((dv + cols - 1) / cols), (unsigned)nv, (unsigned)S}, {(unsigned)(4 * cols), 1, 1}, [&] {
+        gdn_recurrent_impl<DK, float>(core.data(), conv_out.data(), mixed.data(), neg_a.data(), dt_bias.data(),
+                                      rec3.data(), starts.data(), slots.data(), save_starts.data(),
+                                      saves_flat.data(), nk, nv, dv, width, 1 << 30);
+    });
+    launch({(unsigned)((T * nv + 3) / 4), 1, 1}, {128, 1, 1}, [&] {
+        gdn_norm_f32_bf16(out3.data(), core.data(), mixed.data(), norm.data(), T * nv, nv, dv, width, C, 1e-6f);
+    });
+    // The fused kernel.
+    const unsigned threads = (nv / nk * 4 * dv / splits + 31) / 32 * 32;
+    std::vector<float> core_scratch((size_t)T * vd);
+    std::vector<u32> tickets((size_t)S * nk);
+    launch({(unsigned)splits, (unsigned)nk, (unsigned)S}, {threads, 1, 1}, [&] {
+        gdn_decode_impl<DK, float, bf16>(out.data(), core_scratch.data(), tickets.data(), mixed.data(), conv_w.data(),
+                                         cs.data(), neg_a.data(), dt_bias.data(), norm.data(), rec.data(),
+                                         slots.data(), save_starts.data(), saves_flat.data(), nk, nv, K, width,
+                                         1e-6f);
+    });
+    const bool reset = std::all_of(tickets.begin(), tickets.end(), [](u32 t) { return t == 0; });
+    double wo = 0, wr = 0, wc = 0;
+    for (size_t i = 0; i < out.size(); ++i) wo = std::max(wo, (double)std::fabs(F(out[i]) - want[i]) / (1e-2 + std::fabs(want[i])));
+    for (size_t i = 0; i < rec.size(); ++i) wr = std::max(wr, (double)std::fabs(rec[i] - rec_ref[i]));
+    for (size_t i = 0; i < cs.size(); ++i) wc = std::max(wc, (double)std::fabs(cs[i] - cs_ref[i]));
+    const bool same = std::memcmp(out.data(), out3.data(), out.size() * sizeof(bf16)) == 0 && rec == rec3 &&
+                      cs == cs3 && reset;
+    char name[160];
+    snprintf(name, sizeof name, "gdn_decode nk%d dk%d nv%d K%d S%d /%d out", nk, dk, nv, K, S, splits);
+    report(name, wo, 1e-2);
+    snprintf(name, sizeof name, "gdn_decode nk%d dk%d nv%d K%d /%d states", nk, dk, nv, K, splits);
+    report(name, wr, 1e-4);
+    snprintf(name, sizeof name, "gdn_decode nk%d dk%d nv%d K%d /%d windows", nk, dk, nv, K, splits);
+    report(name, wc, 0);
+    snprintf(name, sizeof name, "gdn_decode nk%d dk%d nv%d K%d /%d = 3 launches", nk, dk, nv, K, splits);
+    report(name, same ? 0 : 1, 0);
+}
+
+static void gdn_decode_tests() {
+    // The fixtures' heads (nk 2, nv 4, dk = dv = 16): decode rows, padding rows, saves before and
+    // after the row (two at one `after`), several slots; a key head's columns in 1, 2 and 4
+    // blocks.
+    const std::vector<bool> pads{false, true, false, false, true, false};
+    const std::vector<std::vector<u32>> afters{{}, {}, {1}, {0, 1, 1}, {}, {0}};
+    for (int splits : {1, 2, 4}) t_gdn_decode<16>(2, 4, 4, pads, afters, splits);
+    t_gdn_decode<32>(1, 3, 3, {false, true, false}, {{1}, {}, {0}});     // 3 value heads a key head
+    t_gdn_decode<32>(1, 3, 3, {false, true, false}, {{1}, {}, {0}}, 2);
+    t_gdn_decode<16>(1, 1, 1, {false, false}, {{0, 1}, {}});             // one tap: no window
+    t_gdn_decode<16>(1, 1, 1, {false, false}, {{0, 1}, {}}, 2);
+    t_gdn_decode<64>(2, 2, 2, {true}, {{}}, 2);                          // a lone padding row
+    // 35B-A3B's heads (nk 16, nv 32, dk = dv = 128, 4 taps): 1024 threads a block, or 256.
+    t_gdn_decode<128>(16, 32, 4, {false, true, false}, {{1}, {}, {0, 1}});
+    t_gdn_decode<128>(16, 32, 4, {false, true, false}, {{1}, {}, {0, 1}}, 4);
 }

@@ -1267,8 +1267,14 @@ static void moe_mma_tests() {
 #include "gdn_test.h"
 
 int main() {
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "gdn_decode") {
+        gdn_decode_tests();
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "hybrid") {
         gdn_tests();
+        gdn_decode_tests();
         printf("%d failures\n", fails);
         return fails ? 1 : 0;
     }
@@ -1324,6 +1330,7 @@ int main() {
     t_sample_noise();
     t_argmax_nan_first();
     gdn_tests();
+    gdn_decode_tests();
     t_sample_prepare(3000, false);
     t_sample_prepare(1537, true);
     t_sample_gumbel(1000);

@@ -6,12 +6,14 @@ use metrale_kernels::Module;
 
 use super::elementwise::{dim, int, stride_cfg};
 use super::gdn_chunk::ChunkArgs;
+use super::gdn_decode::DecodeArgs;
 use super::tensor::{CudaTensor, DType, alloc_bytes};
 use super::{CudaBackend, CudaBatch, check, shape_err};
 use crate::backend::{BatchInputs, GdnLayer, HybridOps, Result};
 
-/// Key head sizes the recurrent kernel is built for (its state rows live in registers).
-const HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
+/// Key head sizes the recurrent kernel is built for (its state rows live in registers), and
+/// the fused decode kernel (`gdn_decode.rs`).
+pub(super) const HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
 /// Conv taps the conv kernel keeps in registers at most (`GDN_MAX_K`).
 const MAX_TAPS: usize = 8;
 
@@ -240,6 +242,21 @@ impl HybridOps for CudaBackend {
         let (row_seq, mx) = (batch.row_seq(st), mixed.ptr(st));
         let seqs = host.num_seqs();
         let (ti, ci, ki, wi) = (int(t, OP)?, int(cd, OP)?, int(k, OP)?, int(width, OP)?);
+        let split = self.gdn_split(host, &s);
+
+        // A decode step (one row a sequence) in one launch when the fused kernel covers it
+        // (gdn_decode.rs); the same results as the three steps below.
+        if let Some(plan) = self.gdn_decode_plan(host, &s, &split) {
+            let args = DecodeArgs {
+                mixed,
+                tm,
+                conv_state: conv_state.ptr(st),
+                state: recurrent.ptr(st),
+                plans,
+                width: wi,
+            };
+            return self.gdn_decode(out, layer, &args, seqs, plan);
+        }
 
         // 1. conv + SiLU into conv `[T, C]` f32; the windows move on.
         let conv = self.alloc(&[t, cd], DType::F32)?;
@@ -267,7 +284,6 @@ impl HybridOps for CudaBackend {
         // 2. the gated delta rule into core `[T, nv·dv]` f32; the states move on: sequences
         // of at least `chunk_min` rows chunk by chunk (gdn_chunk.rs), the others token by token.
         let core = self.alloc(&[t, vd], DType::F32)?;
-        let split = self.gdn_split(host, &s);
         let name = format!("gdn_recurrent_d{}_{tm}", s.dk);
         let f = self.func(Module::Hybrid, &name)?;
         let cols = self.recurrent_cols(seqs, s.nv, s.dv);

@@ -19,6 +19,7 @@ mod blas;
 mod elementwise;
 mod fp8;
 mod gdn_chunk;
+mod gdn_decode;
 mod gemm_tune;
 mod graph;
 mod hybrid;
@@ -113,6 +114,14 @@ pub struct CudaBackend {
     /// Gated DeltaNet: sequences of at least this many rows in a step take the chunked kernels
     /// (`gdn_chunk.rs`; `usize::MAX`: none do).
     gdn_chunk_min: AtomicUsize,
+    /// Gated DeltaNet: steps of one row a sequence run the single-launch decode kernel
+    /// (`gdn_decode.rs`; off: the 3-launch path, for comparisons).
+    gdn_fused_decode: AtomicBool,
+    /// Blocks a key head's state columns take in the fused decode kernel (0: chosen by shape).
+    gdn_decode_splits: AtomicUsize,
+    /// The fused decode kernel's per-(sequence, key head) arrival counters (`gdn_decode.rs`):
+    /// zeroed once, reset by the kernel, at a fixed address (CUDA graphs keep it).
+    gdn_tickets: Mutex<Option<CudaSlice<u32>>>,
     /// Launch kernels with programmatic dependent launch (`launch.rs`): on for compute
     /// capability 9.0 and later unless `METRALE_PDL=0`.
     pdl: AtomicBool,
@@ -267,6 +276,9 @@ impl CudaBackend {
             fp8_act: AtomicBool::new(false),
             fp8_matmul_mma: AtomicBool::new(false),
             gdn_chunk_min: AtomicUsize::new(gdn_chunk::GDN_CHUNK_MIN),
+            gdn_fused_decode: AtomicBool::new(true),
+            gdn_decode_splits: AtomicUsize::new(0),
+            gdn_tickets: Mutex::new(None),
             pdl: AtomicBool::new(
                 target.compute_capability.0 >= 9
                     && std::env::var_os("METRALE_PDL").is_none_or(|v| v != "0"),
