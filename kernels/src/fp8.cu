@@ -5,10 +5,14 @@
 //
 // gemv_fp8_m<M> (M = 1..8, K % 16 == 0): decode steps. One warp owns output column n for all M
 // rows and streams w's row n with 16-byte loads that bypass L1 (16 weights a load, four loads
-// in flight a lane before the first is used), dequantizes in registers (prelude's e4m3_scaled:
-// the exact value times the scale, one rounding, the CPU loader's product bit for bit) and
-// accumulates in f32 against the matching 32 bytes of each bf16 x row (through L1). Half the
-// bytes of the bf16 GEMV (gemv.cu) per weight: the floor of a decode step's weights halves.
+// in flight a lane before the first is used), widens the bytes to their exact values in
+// registers (prelude's e4m3x4_values: hardware conversions on sm_89+), sums a 16-byte chunk's
+// products with the matching 32 bytes of each bf16 x row (through L1) in f32 and adds the sum
+// times the chunk's scale (16 weights share a 128-column block). Half the bytes of the bf16
+// GEMV (gemv.cu) per weight: the floor of a decode step's weights halves. Scaling each weight
+// (the bits placed and multiplied, five instructions a weight) made the kernel issue-bound:
+// on the H200 the qkv GEMV of 30B-A3B at batch 1 issued 8.7 instructions a weight and moved
+// 1.2 TB/s (ncu).
 // gemv_fp8_rows: the same for any K (scalar loads), one row of x at a time.
 //
 // dequant_fp8_bf16: the weight as bf16 ([N, K], grid-stride), for GEMMs of more rows, which go
@@ -26,21 +30,23 @@
 #define FP8_WARPS 8
 
 template <int M>
-__device__ __forceinline__ void fp8_chunk(float* acc, u32x4 q, float s120, const bf16* x, int k, int c) {
+__device__ __forceinline__ void fp8_chunk(float* acc, u32x4 q, float scale, const bf16* x, int k, int c) {
     const u32 words[4] = {q.x, q.y, q.z, q.w};
     float w[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) w[i] = e4m3_scaled(words[i >> 2] >> (8 * (i & 3)), s120);
+    for (int j = 0; j < 4; ++j) e4m3x4_values(words[j], w + 4 * j);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
         const u32x4* xp = (const u32x4*)(x + (u64)m * k) + 2 * c;
         const u32x4 a = load_cached(xp), b = load_cached(xp + 1);
         const u32 xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float part = 0.f;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            acc[m] = fmaf(w[2 * i], lo(xs[i]), acc[m]);
-            acc[m] = fmaf(w[2 * i + 1], hi(xs[i]), acc[m]);
+            part = fmaf(w[2 * i], lo(xs[i]), part);
+            part = fmaf(w[2 * i + 1], hi(xs[i]), part);
         }
+        acc[m] = fmaf(scale, part, acc[m]);
     }
 }
 
@@ -69,7 +75,7 @@ __device__ void gemv_fp8_impl(float* out, const bf16* x, const unsigned char* w,
     if (first) {
         for (;;) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) fp8_chunk<M>(acc, a[i], fp8_scale120(s[i]), x, k, c + 32 * i);
+            for (int i = 0; i < 4; ++i) fp8_chunk<M>(acc, a[i], s[i], x, k, c + 32 * i);
             c += 128;
             if (c + 96 >= chunks) break;
             load4(a, wr, c);
@@ -77,7 +83,7 @@ __device__ void gemv_fp8_impl(float* out, const bf16* x, const unsigned char* w,
             for (int i = 0; i < 4; ++i) s[i] = sr[(c + 32 * i) >> 3];
         }
     }
-    for (; c < chunks; c += 32) fp8_chunk<M>(acc, load_stream(wr + c), fp8_scale120(sr[c >> 3]), x, k, c);
+    for (; c < chunks; c += 32) fp8_chunk<M>(acc, load_stream(wr + c), sr[c >> 3], x, k, c);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
         const float v = warp_sum(acc[m]);

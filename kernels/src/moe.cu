@@ -4,7 +4,7 @@
 //
 //   - T · k <= 1024 (MOE_PLAN_MAX_PAIRS) and T <= 8 (MOE_FUSED_DOWN_TOKENS), every decode step
 //     of up to 8 sequences: three launches, moe_plan_* (moe_plan_one_*, one warp, at T = 1),
-//     moe_gate_up_dec_* (rows 16-byte aligned; else moe_gate_up_*), moe_down_combine_*.
+//     moe_gate_up_dec_* (T = 1, rows 16-byte aligned; else moe_gate_up_*), moe_down_combine_*.
 //   - T · k <= 1024, T > 8: four, moe_plan_*, moe_gate_up_*, moe_down_*, moe_combine.
 //   - T · k > 1024: six, moe_route_*, moe_group, moe_active, moe_gate_up_*, moe_down_*,
 //     moe_combine.
@@ -494,13 +494,13 @@ __device__ __forceinline__ void moe_dot(float (*acc)[MOE_MT], const Row* rows, c
 }
 
 // FP8 rows, 16 elements (one 16-byte load) at a time; K % 16 == 0. The 16 weights of a chunk
-// share one scale (16 · 8 = 128 columns a scale), so the chunk's products are summed on the raw
-// bytes (each byte's bits at bit 20 of an f32: its value · 2^-120, e4m3's subnormals as f32
-// subnormals, which the FMA keeps) and the sum is scaled once, fmaf(scale · 2^120, sum, acc):
-// two instructions a weight where scaling each weight first took three or four. On the H200
-// (ncu at base clocks, 30B-A3B at batch 1) moe_gate_up_fp8_vec took 44 µs against bf16's 26 µs
-// with a scale per weight and 43 µs with this alone: the kernel waits on loads, not on
-// arithmetic, so the bytes also stay packed until used (see the loop), for more resident warps.
+// share one scale (16 · 8 = 128 columns a scale), so the chunk's products are summed on the
+// bytes' exact values (prelude's e4m3x4_values: hardware conversions on sm_89+, 1.5
+// instructions a weight) and the sum is scaled once, fmaf(scale, sum, acc). On the H200 (ncu,
+// 30B-A3B at batch 1) moe_gate_up_fp8_vec took 44 µs at base clocks against bf16's 26 µs with
+// a scale per weight, 43 µs with the sum scaled once on bytes widened by placing their bits
+// (five instructions a weight); the bytes also stay packed until used (see the loop), for more
+// resident warps. The decode kernels below (dot_chunk) compute the same sums.
 template <int NW>
 __device__ __forceinline__ void moe_dot_fp8_vec(float (*acc)[MOE_MT], const RowFp8* rows,
                                                 const bf16* x, const u64* xoff, int n, int k) {
@@ -514,7 +514,7 @@ __device__ __forceinline__ void moe_dot_fp8_vec(float (*acc)[MOE_MT], const RowF
 #pragma unroll
         for (int r = 0; r < NW; ++r) {
             const u32x4 q = load_stream((const u32x4*)rows[r].w + c);
-            s[r] = fp8_scale120(rows[r].scales[c >> 3]);
+            s[r] = rows[r].scales[c >> 3];
             words[r][0] = q.x;
             words[r][1] = q.y;
             words[r][2] = q.z;
@@ -530,13 +530,12 @@ __device__ __forceinline__ void moe_dot_fp8_vec(float (*acc)[MOE_MT], const RowF
                                       lo(b.z), hi(b.z), lo(b.w), hi(b.w)};
 #pragma unroll
                 for (int r = 0; r < NW; ++r) {
+                    float w[16];
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) e4m3x4_values(words[r][j], w + 4 * j);
                     float part = 0.f;
 #pragma unroll
-                    for (int i = 0; i < 16; ++i) {
-                        const u32 bits = words[r][i >> 2] >> (8 * (i & 3));
-                        const float w = __uint_as_float(((bits & 0x7fu) << 20) | ((bits & 0x80u) << 24));
-                        part = fmaf(w, xv[i], part);
-                    }
+                    for (int i = 0; i < 16; ++i) part = fmaf(w[i], xv[i], part);
                     acc[r][m] = fmaf(s[r], part, acc[r][m]);
                 }
             }
@@ -578,7 +577,7 @@ struct ChunkBf16 {
 };
 struct ChunkFp8 {
     u32x4 q;
-    float s120;  // fp8_scale120 of the chunk's scale
+    float s;  // the scale of the chunk's 128-column block
 };
 template <typename Row> struct ChunkOf;
 template <> struct ChunkOf<RowBf16> {
@@ -594,7 +593,7 @@ __device__ __forceinline__ ChunkBf16 load_chunk(const RowBf16& r, int c) {
     return ChunkBf16{load_stream((const u32x4*)r.w + c)};
 }
 __device__ __forceinline__ ChunkFp8 load_chunk(const RowFp8& r, int c) {
-    return ChunkFp8{load_stream((const u32x4*)r.w + c), fp8_scale120(r.scales[c >> 3])};
+    return ChunkFp8{load_stream((const u32x4*)r.w + c), r.scales[c >> 3]};
 }
 
 // acc[r] += chunk c of row r · the same columns of x (bf16), for the NW rows.
@@ -615,14 +614,13 @@ __device__ __forceinline__ void dot_chunk(float* acc, const ChunkFp8 (&k)[NW], c
 #pragma unroll
     for (int r = 0; r < NW; ++r) {
         const u32 ws[4] = {k[r].q.x, k[r].q.y, k[r].q.z, k[r].q.w};
+        float w[16];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) e4m3x4_values(ws[j], w + 4 * j);
         float part = 0.f;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            const u32 bits = ws[i >> 2] >> (8 * (i & 3));
-            const float w = __uint_as_float(((bits & 0x7fu) << 20) | ((bits & 0x80u) << 24));
-            part = fmaf(w, xv[i], part);
-        }
-        acc[r] = fmaf(k[r].s120, part, acc[r]);
+        for (int i = 0; i < 16; ++i) part = fmaf(w[i], xv[i], part);
+        acc[r] = fmaf(k[r].s, part, acc[r]);
     }
 }
 
@@ -789,7 +787,7 @@ __device__ void moe_down_combine_impl(float* out, const A* act, const W* w, cons
     }
 }
 
-// moe_gate_up for decode steps (at most MOE_FUSED_DOWN_TOKENS tokens; rows 16-byte aligned): a
+// moe_gate_up for decode steps (the launcher takes it at one token; rows 16-byte aligned): a
 // warp owns output j of expert e as in moe_gate_up, but loads its first group of both weight
 // rows (all 2048 columns of a 2048-wide row, DecGroup) before it reads the expert's pairs, then
 // takes the pairs one at a time against the rows held in registers (rows longer than a group
