@@ -76,7 +76,6 @@ inline long long __double_as_longlong(double d) { long long r; memcpy(&r, &d, 8)
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 // The lanes of this thread's warp holding the same value (every lane of the warp must call).
 inline unsigned __match_any_sync(unsigned, unsigned v) {
     Warp* w = g_warps[threadIdx.x / 32].get();
