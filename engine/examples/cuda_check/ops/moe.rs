@@ -183,17 +183,7 @@ impl Ops<'_> {
             self.run("routed_moe", &case, |s| {
                 let (x_d, _) = s.random(&[1, h], 1.0, DType::BF16)?;
                 let router = s.cuda.random_bf16(&[e, h], 13, 0.05)?;
-                let (w13, w2) = if fp8 {
-                    (
-                        s.cuda.random_fp8(&[e, 2 * i, h], 11, 0.05)?,
-                        s.cuda.random_fp8(&[e, h, i], 12, 0.05)?,
-                    )
-                } else {
-                    (
-                        s.cuda.random_bf16(&[e, 2 * i, h], 11, 0.05)?,
-                        s.cuda.random_bf16(&[e, h, i], 12, 0.05)?,
-                    )
-                };
+                let (w13, w2) = s.device_experts((e, i, h), fp8)?;
                 let mut runs = Vec::new();
                 for small in [false, true, true, true] {
                     s.cuda.set_moe_small_paths(small);
@@ -424,16 +414,8 @@ impl Ops<'_> {
                 };
                 let (w13_d, w2_d) = if s.fp32() {
                     (dummy(&[e, 2 * i, h], 11, fp8)?, dummy(&[e, h, i], 12, fp8)?)
-                } else if fp8 {
-                    (
-                        s.cuda.random_fp8(&[e, 2 * i, h], 11, 0.05)?,
-                        s.cuda.random_fp8(&[e, h, i], 12, 0.05)?,
-                    )
                 } else {
-                    (
-                        s.cuda.random_bf16(&[e, 2 * i, h], 11, 0.05)?,
-                        s.cuda.random_bf16(&[e, h, i], 12, 0.05)?,
-                    )
+                    s.device_experts((e, i, h), fp8)?
                 };
                 let mut outs = Vec::new();
                 for small in [true, false] {
@@ -467,6 +449,26 @@ impl Ops<'_> {
             })?;
         }
         Ok(())
+    }
+
+    /// Random experts (gate_up `[e, 2i, h]`, down `[e, h, i]`) drawn on the device, bf16 or
+    /// FP8, for the checks that compare device paths with each other.
+    fn device_experts(
+        &self,
+        (e, i, h): (usize, usize, usize),
+        fp8: bool,
+    ) -> Result<(CudaTensor, CudaTensor)> {
+        Ok(if fp8 {
+            (
+                self.cuda.random_fp8(&[e, 2 * i, h], 11, 0.05)?,
+                self.cuda.random_fp8(&[e, h, i], 12, 0.05)?,
+            )
+        } else {
+            (
+                self.cuda.random_bf16(&[e, 2 * i, h], 11, 0.05)?,
+                self.cuda.random_bf16(&[e, h, i], 12, 0.05)?,
+            )
+        })
     }
 
     /// Bad shapes are errors that name the op, not faults.
