@@ -13,6 +13,8 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use half::bf16;
 use rayon::prelude::*;
 
+use crate::backend::Result;
+
 /// Element type of a [`CudaTensor`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DType {
@@ -207,6 +209,65 @@ pub(super) fn bytes_to_f32(bytes: &[u8], dtype: DType) -> Vec<f32> {
             .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
         DType::F8 => bytes.iter().map(|&b| e4m3_to_f32(b)).collect(),
+    }
+}
+
+/// Tensors made from host values or drawn on the device (tests, the check program, dummy
+/// weights).
+impl super::CudaBackend {
+    /// A tensor of `dtype` holding `data` (rounded to bf16 when `dtype` is bf16): how tests and
+    /// the check program make inputs of either type.
+    pub fn tensor_from_f32(
+        &self,
+        shape: &[usize],
+        data: &[f32],
+        dtype: DType,
+    ) -> Result<CudaTensor> {
+        let n: usize = shape.iter().product();
+        super::check("tensor_from_f32", data.len() == n, || {
+            format!("{} values for shape {shape:?}", data.len())
+        })?;
+        let bytes = match dtype {
+            DType::BF16 => f32_to_bf16_bytes(data),
+            DType::F32 => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            DType::F8 => return Err(super::not_activation("tensor_from_f32")),
+        };
+        self.tensor_from_bytes(shape, dtype, &bytes)
+    }
+
+    /// A bf16 tensor of uniform values with standard deviation `std`, drawn on the device: the
+    /// same values as `HostData::Random { seed, std }` gives on the host, rounded to bf16.
+    pub fn random_bf16(&self, shape: &[usize], seed: u64, std: f32) -> Result<CudaTensor> {
+        self.random(shape, DType::BF16, seed, std)
+    }
+
+    /// `HostData::Random { seed, std }`'s values drawn on the device, in `dtype`.
+    pub(super) fn random(
+        &self,
+        shape: &[usize],
+        dtype: DType,
+        seed: u64,
+        std: f32,
+    ) -> Result<CudaTensor> {
+        let mut t = self.alloc(shape, dtype)?;
+        self.fill_random(&mut t, seed, std * 3f32.sqrt())?;
+        Ok(t)
+    }
+
+    pub(super) fn tensor_from_bytes(
+        &self,
+        shape: &[usize],
+        dtype: DType,
+        bytes: &[u8],
+    ) -> Result<CudaTensor> {
+        let mut t = self.alloc(shape, dtype)?;
+        if !bytes.is_empty() {
+            let mut dst = t.buf.slice_mut(0..bytes.len());
+            self.stream
+                .memcpy_htod(bytes, &mut dst)
+                .map_err(super::dev_err("upload"))?;
+        }
+        Ok(t)
     }
 }
 
