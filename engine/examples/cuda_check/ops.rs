@@ -385,6 +385,9 @@ impl Ops<'_> {
         // The float32 path dequantizes them to f32 at upload: f32 GEMMs on the CPU's values.
         for (m, k, n, xd, tol) in [
             (1, 2048, 5120, DType::BF16, Tol::GEMM),
+            (1, 4096, 2048, DType::BF16, Tol::GEMM),
+            (1, 8192, 9000, DType::BF16, Tol::GEMM),
+            (1, 2064, 7, DType::BF16, Tol::GEMM),
             (1, 4096, 12_288, DType::BF16, Tol::GEMM),
             (3, 2048, 768, DType::F32, Tol::GEMM),
             (8, 272, 40, DType::BF16, Tol::GEMM),

@@ -1316,6 +1316,7 @@ int main() {
     moe_tests();
     t_fp8_decode();
     t_gemv_fp8(1, 40, 1024);
+    t_gemv_fp8(1, 37, 2064);
     t_gemv_fp8(3, 13, 272);
     t_gemv_fp8(8, 9, 2064);
     t_gemv_fp8(2, 11, 200);
