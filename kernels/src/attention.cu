@@ -438,27 +438,40 @@ PAGED_ATTENTION_VEC_GROUPS(bf16, bf16, 256)
 
 // Split-K epilogue: one block per (row, head) combines the `splits` partial states of
 // paged_attention_split (out = Σ acc_s·e^(m_s - M) / Σ l_s·e^(m_s - M), M = max m_s) and writes
-// bf16. Split 0 always holds key 0, so M is finite and the sum positive.
+// bf16. Split 0 always holds key 0, so M is finite and the sum positive. A thread a split loads
+// the splits' m and l at once and computes its weight e^(m_s - M); then each output dimension
+// adds its splits' terms in split order, the loads of several splits in flight (no load waits
+// on the one before: the first version looped over the splits three times, a load at a time,
+// and took 21 µs at 64 splits on the H200 against 10 µs for the attention itself). Every sum is
+// taken in the first version's order with the same operations: the same output bit for bit.
+#define ATTN_MERGE_MAX_SPLITS 64  // attention.rs MAX_SPLITS
+
 template <typename TO>
 __device__ void attention_merge_impl(TO* out, const float* partial, int num_heads, int head_dim,
                                      int splits) {
+    __shared__ float ms[ATTN_MERGE_MAX_SPLITS], ls[ATTN_MERGE_MAX_SPLITS], ws[ATTN_MERGE_MAX_SPLITS];
     const u64 row = blockIdx.x;
-    const int head = blockIdx.y;
-    const float* st = partial + (row * num_heads + head) * (u64)splits * (head_dim + 2);
-    float m_all = NEG_INF;
-    for (int s = 0; s < splits; ++s) m_all = fmaxf(m_all, st[s * (head_dim + 2)]);
-    float l_all = 0.f;
-    for (int s = 0; s < splits; ++s) {
-        const float* p = st + s * (head_dim + 2);
-        l_all += p[0] == NEG_INF ? 0.f : p[1] * expf(p[0] - m_all);
+    const int head = blockIdx.y, stride = head_dim + 2;
+    const float* st = partial + (row * num_heads + head) * (u64)splits * stride;
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) {
+        ms[s] = st[(u64)s * stride];
+        ls[s] = st[(u64)s * stride + 1];
     }
+    __syncthreads();
+    float m_all = NEG_INF;
+    for (int s = 0; s < splits; ++s) m_all = fmaxf(m_all, ms[s]);
+    for (int s = threadIdx.x; s < splits; s += blockDim.x) ws[s] = expf(ms[s] - m_all);
+    __syncthreads();
+    float l_all = 0.f;
+    for (int s = 0; s < splits; ++s) l_all += ms[s] == NEG_INF ? 0.f : ls[s] * ws[s];
     const float inv_l = 1.0f / l_all;
     TO* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float sum = 0.f;
+#pragma unroll 8
         for (int s = 0; s < splits; ++s) {
-            const float* p = st + s * (head_dim + 2);
-            if (p[0] != NEG_INF) sum += p[2 + d] * expf(p[0] - m_all);
+            const float a = st[(u64)s * stride + 2 + d];
+            if (ms[s] != NEG_INF) sum += a * ws[s];
         }
         o[d] = from_f32<TO>(sum * inv_l);
     }

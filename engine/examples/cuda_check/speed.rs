@@ -114,7 +114,7 @@ pub fn decode_batch(b: usize, width: usize) -> BatchInputs {
 }
 
 /// `b` sequences decoding at position `context`, each over its own run of blocks.
-fn decode_batch_at(b: usize, width: usize, context: usize) -> BatchInputs {
+pub fn decode_batch_at(b: usize, width: usize, context: usize) -> BatchInputs {
     let blocks_per_seq = (context + 1).div_ceil(BLOCK);
     let tables: Vec<Vec<u32>> = (0..b)
         .map(|s| {

@@ -19,8 +19,8 @@ use metrale_engine::models::qwen3::Qwen3;
 
 use crate::report::Report;
 use crate::speed::{
-    BLOCK, CONTEXT, FLOOR_BYTES_PER_S, decode_batch, pdl_off_line, prefill_batch, time_step,
-    time_steps, timing_header, timing_line,
+    BLOCK, CONTEXT, FLOOR_BYTES_PER_S, decode_batch, decode_batch_at, pdl_off_line, prefill_batch,
+    time_step, time_steps, timing_header, timing_line,
 };
 
 /// Prompt tokens of the prefill timing.
@@ -152,6 +152,36 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 bytes,
                 floor_ms,
             );
+        }
+        // METRALE_MOE_SPEED_CONTEXTS=128,512,2048: one sequence at these contexts, attention
+        // split as chosen (slices of at least 64 keys) and not split at all.
+        let contexts: Vec<usize> = std::env::var("METRALE_MOE_SPEED_CONTEXTS")
+            .ok()
+            .map(|v| v.split(',').filter_map(|c| c.trim().parse().ok()).collect())
+            .unwrap_or_default();
+        for &ctx in &contexts {
+            let blocks = (ctx + 1).div_ceil(BLOCK);
+            let mut kv = model.new_kv_storage(cuda, blocks + 1, BLOCK)?;
+            let host = decode_batch_at(1, blocks.next_power_of_two(), ctx);
+            for keys in [64, usize::MAX / 2] {
+                cuda.set_attention_min_split_keys(keys);
+                cuda.set_graphs(false);
+                cuda.set_graphs(true);
+                let t = time_step(cuda, &model, &mut kv, &host, true);
+                cuda.set_attention_min_split_keys(64);
+                let t = t?;
+                let bytes = active_weight_bytes(&c, 1) + (ctx + 1) as f64 * kv_per_token;
+                let how = if keys == 64 { "split" } else { "no split" };
+                timing_line(
+                    report,
+                    format!("{name} B=1 ctx {ctx} graph, attention {how}"),
+                    &t,
+                    bytes,
+                    bytes / FLOOR_BYTES_PER_S * 1e3,
+                );
+            }
+            cuda.set_graphs(false);
+            cuda.set_graphs(true);
         }
         if !prefill {
             continue;

@@ -217,6 +217,29 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
     } else {
         launch({(unsigned)(T * (nh / g)), 1, (unsigned)splits}, {128}, [&] { run_split(partial.data()); });
         merge();
+        // The merge's first version (three loops over the splits, a load at a time): the
+        // same bits.
+        int differ = 0;
+        for (int t = 0; t < T; ++t) for (int h = 0; h < nh; ++h) {
+            const float* st = &partial[((size_t)t * nh + h) * splits * (hd + 2)];
+            float m_all = -INFINITY, l_all = 0.f;
+            for (int sp = 0; sp < splits; ++sp) m_all = fmaxf(m_all, st[sp * (hd + 2)]);
+            for (int sp = 0; sp < splits; ++sp) {
+                const float* q = st + sp * (hd + 2);
+                l_all += q[0] == -INFINITY ? 0.f : q[1] * expf(q[0] - m_all);
+            }
+            const float inv_l = 1.0f / l_all;
+            for (int d = 0; d < hd; ++d) {
+                float sum = 0.f;
+                for (int sp = 0; sp < splits; ++sp) {
+                    const float* q = st + sp * (hd + 2);
+                    if (q[0] != -INFINITY) sum += q[2 + d] * expf(q[0] - m_all);
+                }
+                differ += B(sum * inv_l).bits != out[((size_t)t * nh + h) * hd + d].bits;
+            }
+        }
+        char mname[96]; snprintf(mname, 96, "attention_merge = first version h%d hd%d T%d splits %d", nh, hd, T, splits);
+        report(mname, differ, 0);
     }
     int group = nh/nkv;
     auto check = [&](const char* kind) {

@@ -33,14 +33,20 @@ fn head_group(num_heads: usize, num_kv_heads: usize) -> usize {
 /// the split's partial states and merge cost more than the last wave's idle tail, so splits
 /// are for few sequences only. `METRALE_ATTN_BLOCKS_PER_SM` overrides, for comparisons.
 fn blocks_per_sm() -> usize {
-    match BLOCKS_PER_SM.load(Ordering::Relaxed) {
+    setting(&BLOCKS_PER_SM, "METRALE_ATTN_BLOCKS_PER_SM", 4)
+}
+
+/// A process-wide setting: `cell`'s value once set (0: not yet), else `var` from the
+/// environment (a positive integer), else `default`, kept in `cell` from then on.
+fn setting(cell: &AtomicUsize, var: &str, default: usize) -> usize {
+    match cell.load(Ordering::Relaxed) {
         0 => {
-            let n = std::env::var("METRALE_ATTN_BLOCKS_PER_SM")
+            let n = std::env::var(var)
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .filter(|&n| n > 0)
-                .unwrap_or(4);
-            BLOCKS_PER_SM.store(n, Ordering::Relaxed);
+                .unwrap_or(default);
+            cell.store(n, Ordering::Relaxed);
             n
         }
         n => n,
@@ -49,6 +55,15 @@ fn blocks_per_sm() -> usize {
 
 /// [`blocks_per_sm`] once read (0: not yet).
 static BLOCKS_PER_SM: AtomicUsize = AtomicUsize::new(0);
+
+/// The fewest keys a split takes: MIN_KEYS_PER_SPLIT unless `METRALE_ATTN_MIN_SPLIT_KEYS`
+/// (or [`CudaBackend::set_attention_min_split_keys`]) says otherwise, for comparisons.
+fn min_keys_per_split() -> usize {
+    setting(&MIN_SPLIT_KEYS, "METRALE_ATTN_MIN_SPLIT_KEYS", MIN_KEYS_PER_SPLIT)
+}
+
+/// [`min_keys_per_split`] once read (0: not yet).
+static MIN_SPLIT_KEYS: AtomicUsize = AtomicUsize::new(0);
 
 /// Which decode/prefill attention kernel `paged_attention` launches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,12 +116,24 @@ fn row_blocks(kernel: AttnKernel, num_heads: usize, num_kv_heads: usize) -> usiz
 /// [`blocks_per_sm`] a multiprocessor, while each slice keeps at least MIN_KEYS_PER_SPLIT keys
 /// (1 = the plain kernel).
 fn attention_splits(blocks: usize, max_len: usize, multiprocessors: usize) -> usize {
-    splits_for(blocks, max_len, multiprocessors, blocks_per_sm())
+    splits_for(
+        blocks,
+        max_len,
+        multiprocessors,
+        blocks_per_sm(),
+        min_keys_per_split(),
+    )
 }
 
-fn splits_for(blocks: usize, max_len: usize, multiprocessors: usize, per_sm: usize) -> usize {
+fn splits_for(
+    blocks: usize,
+    max_len: usize,
+    multiprocessors: usize,
+    per_sm: usize,
+    min_keys: usize,
+) -> usize {
     let want = (per_sm * multiprocessors).div_ceil(blocks.max(1));
-    want.min(max_len.div_ceil(MIN_KEYS_PER_SPLIT))
+    want.min(max_len.div_ceil(min_keys.max(1)))
         .clamp(1, MAX_SPLITS)
 }
 
@@ -134,6 +161,12 @@ impl CudaBackend {
     /// comparisons; `METRALE_ATTN_BLOCKS_PER_SM` sets it at start.
     pub fn set_attention_blocks_per_sm(&self, n: usize) {
         BLOCKS_PER_SM.store(n.max(1), Ordering::Relaxed);
+    }
+
+    /// Sets the fewest keys an attention split takes (process-wide), for comparisons;
+    /// `METRALE_ATTN_MIN_SPLIT_KEYS` sets it at start.
+    pub fn set_attention_min_split_keys(&self, n: usize) {
+        MIN_SPLIT_KEYS.store(n.max(1), Ordering::Relaxed);
     }
 
     /// Key slices `paged_attention` cuts each (row, head group) into for `rows` rows of
@@ -458,7 +491,7 @@ mod tests {
     #[test]
     fn splits_only_when_rows_times_heads_leave_the_gpu_idle() {
         let sms = 132;
-        let splits = |blocks, max_len| splits_for(blocks, max_len, sms, 4);
+        let splits = |blocks, max_len| splits_for(blocks, max_len, sms, 4, MIN_KEYS_PER_SPLIT);
         // Prefill: many rows already fill the GPU.
         assert_eq!(splits(1000 * 32, 1000), 1);
         // Decode of one sequence (8 head groups) over 129 keys: slices of at least 64 keys.
@@ -472,7 +505,7 @@ mod tests {
         assert_eq!(splits(8 * 32, 2047), 3);
         assert_eq!(splits(128 * 8, 1152), 1);
         // A larger target splits many sequences too (slower on the H200, see blocks_per_sm).
-        assert_eq!(splits_for(128 * 8, 1152, sms, 16), 3);
+        assert_eq!(splits_for(128 * 8, 1152, sms, 16, MIN_KEYS_PER_SPLIT), 3);
     }
 
     #[test]
