@@ -1162,6 +1162,8 @@ static void attn_tests() {
     t_attn(16, 4, 64, {{30, 3}}, 16, 8);
     t_attn(12, 2, 256, {{3, 2}});
     t_attn(8, 8, 128, {{90, 1}}, 16, 32);
+    // The most splits the launcher makes (64), head_dim 256: two dimensions a merge thread.
+    t_attn(2, 1, 256, {{127, 1}}, 16, 2);
     // The tensor-core kernel: wide groups (9-16 heads), odd groups, unaligned block sizes,
     // partial last tiles, and splits whose 16-key rounding leaves some empty.
     t_attn(16, 1, 128, {{37, 1}, {0, 1}}, 16, 16);

@@ -59,7 +59,11 @@ static BLOCKS_PER_SM: AtomicUsize = AtomicUsize::new(0);
 /// The fewest keys a split takes: MIN_KEYS_PER_SPLIT unless `METRALE_ATTN_MIN_SPLIT_KEYS`
 /// (or [`CudaBackend::set_attention_min_split_keys`]) says otherwise, for comparisons.
 fn min_keys_per_split() -> usize {
-    setting(&MIN_SPLIT_KEYS, "METRALE_ATTN_MIN_SPLIT_KEYS", MIN_KEYS_PER_SPLIT)
+    setting(
+        &MIN_SPLIT_KEYS,
+        "METRALE_ATTN_MIN_SPLIT_KEYS",
+        MIN_KEYS_PER_SPLIT,
+    )
 }
 
 /// [`min_keys_per_split`] once read (0: not yet).
