@@ -224,53 +224,30 @@ impl CudaBackend {
                 ))
             };
             self.launched(name, r)?;
-        } else if small && t == 1 {
-            // 1-2. One token's plan by one warp (its pairs are grouped as routed).
-            let name = if logits_bf16 {
-                "moe_plan_one_bf16"
-            } else {
-                "moe_plan_one_f32"
+        } else if small && (t == 1 || pairs <= PLAN_MAX_PAIRS) {
+            // 1-2. Route, group and list the active experts in one launch: one token's plan by
+            // one warp (its pairs are grouped as routed), more tokens' by one block.
+            let one = t == 1;
+            let name = match (one, logits_bf16) {
+                (true, true) => "moe_plan_one_bf16",
+                (true, false) => "moe_plan_one_f32",
+                (false, true) => "moe_plan_bf16",
+                (false, false) => "moe_plan_f32",
             };
             let f = self.func(Module::Moe, name)?;
             let mut a = self.launcher(&f);
-            a.arg(&idp)
-                .arg(&wtp)
-                .arg(&ofp)
-                .arg(&pmp)
-                .arg(&acp)
-                .arg(&lp)
-                .arg(&ei)
-                .arg(&ki)
-                .arg(&norm);
-            // SAFETY: logits are [1, e] of the kernel's type; ids, weights and perm hold k
-            // values, offsets and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K) (checked
-            // above); one warp.
-            let r = unsafe { a.launch(cfg((1, 1), 32)) };
-            self.launched(name, r)?;
-        } else if small && pairs <= PLAN_MAX_PAIRS {
-            // 1-2. Route, group and list the active experts in one block.
-            let name = if logits_bf16 {
-                "moe_plan_bf16"
-            } else {
-                "moe_plan_f32"
-            };
-            let f = self.func(Module::Moe, name)?;
-            let mut a = self.launcher(&f);
-            a.arg(&idp)
-                .arg(&wtp)
-                .arg(&ofp)
-                .arg(&pmp)
-                .arg(&acp)
-                .arg(&lp)
-                .arg(&ti)
-                .arg(&ei)
-                .arg(&ki)
-                .arg(&norm);
+            a.arg(&idp).arg(&wtp).arg(&ofp).arg(&pmp).arg(&acp).arg(&lp);
+            if !one {
+                a.arg(&ti); // the one-token kernel has no token count
+            }
+            a.arg(&ei).arg(&ki).arg(&norm);
             // SAFETY: logits are [t, e] of the kernel's type; ids, weights and perm hold t·k
-            // values, t·k <= MOE_PLAN_MAX_PAIRS (its shared copy of the ids); offsets and
-            // active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K) (checked above); one block of
-            // MOE_PLAN_THREADS (its launch bounds).
-            let r = unsafe { a.launch(cfg((1, 1), PLAN_THREADS)) };
+            // values, t·k <= MOE_PLAN_MAX_PAIRS (moe_plan's shared copy of the ids; t = 1 gives
+            // k <= MOE_MAX_TOP_K); offsets and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K)
+            // (checked above); one warp at one token, else one block of MOE_PLAN_THREADS (its
+            // launch bounds).
+            let threads = if one { 32 } else { PLAN_THREADS };
+            let r = unsafe { a.launch(cfg((1, 1), threads)) };
             self.launched(name, r)?;
         } else {
             // 1. Route.
