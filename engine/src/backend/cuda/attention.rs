@@ -510,6 +510,9 @@ mod tests {
         assert_eq!(splits(128 * 8, 1152), 1);
         // A larger target splits many sequences too (slower on the H200, see blocks_per_sm).
         assert_eq!(splits_for(128 * 8, 1152, sms, 16, MIN_KEYS_PER_SPLIT), 3);
+        // A larger minimum slice (METRALE_ATTN_MIN_SPLIT_KEYS): fewer slices, none past it.
+        assert_eq!(splits_for(8, 2047, sms, 4, 512), 4);
+        assert_eq!(splits_for(8, 2047, sms, 4, usize::MAX / 2), 1);
     }
 
     #[test]
