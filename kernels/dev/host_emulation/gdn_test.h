@@ -115,6 +115,29 @@ static void gdn_chunked_run(std::vector<float>& core, const std::vector<float>& 
 }
 
 // chunk_min: sequences of at least that many rows take the chunked kernels (0: none does).
+// A layer's random inputs (the last column of mixed, a, scaled past 20) and its conv windows and
+// states for every slot, drawn in one order: the tests below share the recipe.
+static void gdn_draw(std::vector<float>& mixed, std::vector<float>& conv_w, std::vector<float>& neg_a,
+                     std::vector<float>& dt_bias, std::vector<float>& norm, std::vector<float>& cs,
+                     std::vector<float>& rec, int T, int width, int C, int K, int nv, int dv, size_t cs_n,
+                     size_t rec_n) {
+    mixed.assign((size_t)T * width, 0.f);
+    conv_w.assign((size_t)C * K, 0.f);
+    neg_a.assign(nv, 0.f);
+    dt_bias.assign(nv, 0.f);
+    norm.assign(dv, 0.f);
+    for (auto& v : mixed) v = U(2);
+    for (int t = 0; t < T; ++t) mixed[(size_t)t * width + width - 1] *= 12;  // a past 20
+    for (auto& v : conv_w) v = U(0.6f);
+    for (auto& v : neg_a) v = -1.25f - U(0.75f);
+    for (auto& v : dt_bias) v = U(1);
+    for (auto& v : norm) v = 1 + U(0.2f);
+    cs.assign(cs_n, 0.f);
+    rec.assign(rec_n, 0.f);
+    for (auto& v : cs) v = U(1);
+    for (auto& v : rec) v = U(0.5f);
+}
+
 static void t_gdn(int nk, int dk, int nv, int dv, int K, std::vector<int> lens, int cols, int chunk_min = 0) {
     const int kd = nk * dk, vd = nv * dv, C = 2 * kd + vd, width = C + vd + 2 * nv;
     const int S = lens.size();
@@ -137,16 +160,8 @@ static void t_gdn(int nk, int dk, int nv, int dv, int K, std::vector<int> lens, 
     saves_flat.push_back(0);
     const int T = starts.back(), slots_n = next;
     const size_t wl = (size_t)(K - 1) * C, rl = (size_t)nv * dk * dv;
-    std::vector<float> mixed((size_t)T * width), conv_w((size_t)C * K), neg_a(nv), dt_bias(nv), norm(dv);
-    for (auto& v : mixed) v = U(2);
-    for (int t = 0; t < T; ++t) mixed[(size_t)t * width + width - 1] *= 12;  // a past 20
-    for (auto& v : conv_w) v = U(0.6f);
-    for (auto& v : neg_a) v = -1.25f - U(0.75f);
-    for (auto& v : dt_bias) v = U(1);
-    for (auto& v : norm) v = 1 + U(0.2f);
-    std::vector<float> cs(slots_n * wl + 1), rec(slots_n * rl);
-    for (auto& v : cs) v = U(1);
-    for (auto& v : rec) v = U(0.5f);
+    std::vector<float> mixed, conv_w, neg_a, dt_bias, norm, cs, rec;
+    gdn_draw(mixed, conv_w, neg_a, dt_bias, norm, cs, rec, T, width, C, K, nv, dv, slots_n * wl + 1, slots_n * rl);
     std::vector<float> cs_ref = cs, rec_ref = rec, want((size_t)T * vd), got((size_t)T * vd);
     gdn_reference(want, mixed, conv_w, neg_a, dt_bias, norm, cs_ref, rec_ref, starts, slots, saves, nk, dk, nv, dv, K, 1e-6f);
     std::vector<float> conv_out((size_t)T * C), core((size_t)T * vd);
@@ -230,16 +245,8 @@ static void t_gdn_decode(int nk, int nv, int K, std::vector<bool> pads, std::vec
     saves_flat.push_back(0);
     const int slots_n = next;
     const size_t wl = (size_t)(K - 1) * C, rl = (size_t)nv * dk * dv;
-    std::vector<float> mixed((size_t)T * width), conv_w((size_t)C * K), neg_a(nv), dt_bias(nv), norm(dv);
-    for (auto& v : mixed) v = U(2);
-    for (int t = 0; t < T; ++t) mixed[(size_t)t * width + width - 1] *= 12;  // a past 20
-    for (auto& v : conv_w) v = U(0.6f);
-    for (auto& v : neg_a) v = -1.25f - U(0.75f);
-    for (auto& v : dt_bias) v = U(1);
-    for (auto& v : norm) v = 1 + U(0.2f);
-    std::vector<float> cs(slots_n * wl + 1), rec(slots_n * rl);
-    for (auto& v : cs) v = U(1);
-    for (auto& v : rec) v = U(0.5f);
+    std::vector<float> mixed, conv_w, neg_a, dt_bias, norm, cs, rec;
+    gdn_draw(mixed, conv_w, neg_a, dt_bias, norm, cs, rec, T, width, C, K, nv, dv, slots_n * wl + 1, slots_n * rl);
     std::fill(cs.begin() + scratch * wl, cs.end(), 0.f);
     std::fill(rec.begin() + scratch * rl, rec.end(), 0.f);
     std::vector<float> cs_ref = cs, rec_ref = rec, want((size_t)T * vd);

@@ -241,12 +241,12 @@ impl CudaBackend {
                 a.arg(&ti); // the one-token kernel has no token count
             }
             a.arg(&ei).arg(&ki).arg(&norm);
+            let threads = if one { 32 } else { PLAN_THREADS };
             // SAFETY: logits are [t, e] of the kernel's type; ids, weights and perm hold t·k
             // values, t·k <= MOE_PLAN_MAX_PAIRS (moe_plan's shared copy of the ids; t = 1 gives
             // k <= MOE_MAX_TOP_K); offsets and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K)
             // (checked above); one warp at one token, else one block of MOE_PLAN_THREADS (its
             // launch bounds).
-            let threads = if one { 32 } else { PLAN_THREADS };
             let r = unsafe { a.launch(cfg((1, 1), threads)) };
             self.launched(name, r)?;
         } else {
