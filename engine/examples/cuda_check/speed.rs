@@ -113,7 +113,9 @@ pub fn decode_batch(b: usize, width: usize) -> BatchInputs {
     decode_batch_at(b, width, CONTEXT)
 }
 
-/// `b` sequences decoding at position `context`, each over its own run of blocks.
+/// `b` sequences decoding at position `context`, each over its own run of blocks and each with
+/// its own token, so a MoE model routes them as a real batch does (one shared token would send
+/// every sequence to the same experts and read a batch-1 step's expert weights).
 pub fn decode_batch_at(b: usize, width: usize, context: usize) -> BatchInputs {
     let blocks_per_seq = (context + 1).div_ceil(BLOCK);
     let tables: Vec<Vec<u32>> = (0..b)
@@ -122,10 +124,13 @@ pub fn decode_batch_at(b: usize, width: usize, context: usize) -> BatchInputs {
             (first..first + blocks_per_seq as u32).collect()
         })
         .collect();
+    // Token ids spread over the vocabulary of every model measured here (Qwen3: 151,936).
+    let tokens: Vec<[u32; 1]> = (0..b as u32).map(|s| [1 + s * 7919 % 150_000]).collect();
     let chunks: Vec<SeqChunk<'_>> = tables
         .iter()
-        .map(|t| SeqChunk {
-            tokens: &[1],
+        .zip(&tokens)
+        .map(|(t, token)| SeqChunk {
+            tokens: token,
             start_pos: context,
             block_table: t,
             logits_rows: vec![0],

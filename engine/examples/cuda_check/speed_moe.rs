@@ -152,6 +152,31 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 bytes,
                 floor_ms,
             );
+            if c.fp8.is_some() && b > 1 {
+                // The FP8 GEMVs and small-step experts on the CUDA cores (gemv_fp8_m*,
+                // moe_gate_up_fp8_vec + moe_down_combine_fp8_vec) instead of tensor cores.
+                for (what, gemv, experts) in [
+                    ("gemv_fp8_m*", false, true),
+                    ("experts on CUDA cores", true, false),
+                    ("both on CUDA cores", false, false),
+                ] {
+                    cuda.set_fp8_gemv_mma(gemv);
+                    cuda.set_moe_small_mma(experts);
+                    regraph();
+                    let t = time_step(cuda, &model, &mut kv, &host, true);
+                    cuda.set_fp8_gemv_mma(true);
+                    cuda.set_moe_small_mma(true);
+                    regraph();
+                    let t = t?;
+                    timing_line(
+                        report,
+                        format!("{name} B={b} graph, {what}"),
+                        &t,
+                        bytes,
+                        floor_ms,
+                    );
+                }
+            }
         }
         // METRALE_MOE_SPEED_CONTEXTS=128,512,2048: one sequence at these contexts, attention
         // split as chosen (slices of at least 64 keys) and not split at all.

@@ -979,6 +979,20 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     std::vector<float> xs(T * gc_h), as(P * gc_i);
     if (mode == 2) launch({(unsigned)((T + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(xq.data(), xs.data(), x.data(), T, H); });
     const unsigned gx = (unsigned)max_tiles, threads = mode == 0 ? 128u : 256u;
+    // Mode 3: the small-step kernels (FP8, T <= 8, H and I multiples of 64) on the plan's
+    // active list.
+    std::vector<int> active(E + 1, 0);
+    for (int e = 0; e < E; ++e)
+        if (offsets[e + 1] > offsets[e]) active[active[E]++] = e;
+    if (mode == 3) {
+        const unsigned ge = (unsigned)std::min(E, P);
+        launch({(unsigned)((I + 15) / 16), ge}, {256}, [&] {
+            moe_gate_up_fp8_small(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
+        });
+        launch({(unsigned)((H + 15) / 16), ge}, {256}, [&] {
+            moe_down_fp8_small(ys.data(), act.data(), w2q.data(), s2.data(), offsets.data(), active.data(), perm.data(), E, I, H);
+        });
+    } else {
     launch({gx, (unsigned)((I + MMA_BN / 2 - 1) / (MMA_BN / 2))}, {threads}, [&] {
         if (mode == 0) moe_gate_up_mma_bf16(act.data(), x.data(), nullptr, w13b.data(), nullptr, tiles.data(), offsets.data(), perm.data(), K, I, H);
         else if (mode == 1) moe_gate_up_mma_fp8(act.data(), x.data(), nullptr, w13q.data(), s13.data(), tiles.data(), offsets.data(), perm.data(), K, I, H);
@@ -990,6 +1004,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
         else if (mode == 1) moe_down_mma_fp8(ys.data(), act.data(), nullptr, w2q.data(), s2.data(), tiles.data(), offsets.data(), perm.data(), 0, H, I);
         else moe_down_mma_fp8act(ys.data(), aq.data(), as.data(), w2q.data(), s2.data(), tiles.data(), offsets.data(), perm.data(), 0, H, I);
     });
+    }
     launch({4}, {64}, [&] { moe_combine(out.data(), ys.data(), wts.data(), T, K, H); });
     // Reference: the device's routing (checked by t_moe), double sums, act rounded to bf16;
     // build 2 also quantizes x and act like the device (qref).
@@ -1026,7 +1041,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
         for (int i = 0; i < T * H; ++i) worst = std::max(worst, std::fabs(out[i] - r[i]) / (rms + std::fabs(r[i])));
         return worst;
     };
-    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : "fp8act";
+    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : "fp8 small";
     snprintf(name, 96, "moe_mma %s act T%d E%d k%d H%d I%d", build, T, E, K, H, I);
     report(name, act_worst, 1.6e-2);
     snprintf(name, 96, "moe_mma %s out T%d E%d k%d H%d I%d%s", build, T, E, K, H, I, skew ? " skew" : "");
@@ -1116,6 +1131,20 @@ void t_gemv_fp8(int M, int N, int K) {
     }
     char name[64]; snprintf(name, 64, "gemv_fp8%s M%d N%d K%d", vec ? "" : "_rows", M, N, K);
     report(name, worst, 1e-6);
+    if (K % 64 == 0 && M <= 8) {  // the tensor-core GEMV: the same sums in another order
+        std::vector<float> mo(M * N, NAN);
+        launch({(unsigned)((N + 15) / 16)}, {256}, [&] {
+            gemv_fp8_mma(mo.data(), x.data(), w.data(), sc.data(), M, N, K);
+        });
+        double worst_mma = 0;
+        for (int m = 0; m < M; ++m) for (int n = 0; n < N; ++n) {
+            double r = 0, a = 0;
+            for (int k = 0; k < K; ++k) { r += (double)F(x[m*K+k]) * wf[n*K+k]; a += std::fabs((double)F(x[m*K+k]) * wf[n*K+k]); }
+            worst_mma = std::max(worst_mma, std::isnan(mo[m*N+n]) ? 1e9 : std::fabs(mo[m*N+n] - r) / (1e-6 + a));
+        }
+        snprintf(name, 64, "gemv_fp8_mma M%d N%d K%d", M, N, K);
+        report(name, worst_mma, 1e-6);
+    }
     std::vector<bf16> deq(N * K);
     launch({3}, {128}, [&] { dequant_fp8_bf16(deq.data(), w.data(), sc.data(), N, K); });
     int bad = 0;
@@ -1282,6 +1311,11 @@ static void moe_mma_tests() {
         t_moe_mma(37, 8, 2, 96, 48, mode, false);
         t_moe_mma(70, 4, 2, 64, 80, mode, true);
     }
+    // The small-step FP8 kernels: top-8 of 128 at 8 tokens, skewed experts, k of one slice
+    // (H 64: warps with no slice) and of three (down's I 192).
+    t_moe_mma(8, 128, 8, 128, 64, 3, false);
+    t_moe_mma(6, 8, 2, 192, 128, 3, true);
+    t_moe_mma(2, 16, 4, 64, 192, 3, false);
     t_moe_mma(5, 16, 4, 64, 32, 0, false);
     t_moe_mma(9, 4, 2, 272, 48, 1, true);
     t_moe_mma(9, 4, 2, 272, 48, 2, false);
@@ -1319,6 +1353,15 @@ int main() {
         printf("%d failures\n", fails);
         return fails ? 1 : 0;
     }
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "gemv_fp8") {
+        t_gemv_fp8(1, 40, 1024);
+        t_gemv_fp8(8, 37, 2048);
+        t_gemv_fp8(3, 20, 768);
+        t_gemv_fp8(3, 13, 192);
+        t_gemv_fp8(1, 16, 4096);
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "moe") {
         moe_tests();
         printf("%d failures\n", fails);
@@ -1345,6 +1388,9 @@ int main() {
     t_gemv_fp8(3, 13, 272);
     t_gemv_fp8(8, 9, 2064);
     t_gemv_fp8(2, 11, 200);
+    t_gemv_fp8(8, 37, 2048);
+    t_gemv_fp8(3, 20, 768);
+    t_gemv_fp8(3, 13, 192);
     t_fill_random_fp8();
     t_write_kv();
     t_rope_kv(5, 4, 2, 32, 32);

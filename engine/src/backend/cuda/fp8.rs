@@ -10,6 +10,8 @@
 //! need the activations quantized too and is not wired here: prefill is compute-bound at bf16
 //! rates either way, and the copy costs one read of the weight).
 
+use std::sync::atomic::Ordering;
+
 use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
@@ -25,6 +27,11 @@ const FP8_GEMV_MAX_ROWS: usize = 8;
 const FP8_GEMV_MAX_PASSES: usize = 4;
 /// Warps of a GEMV block (FP8_WARPS in fp8.cu): one output column each.
 const FP8_WARPS: usize = 8;
+/// Warps of a `gemv_fp8_mma` block (FP8_MMA_WARPS in prelude.cuh), which owns 16 output
+/// columns.
+const FP8_MMA_WARPS: usize = 8;
+/// Fewest x rows a `gemv_fp8_mma` pass takes.
+const FP8_MMA_MIN_ROWS: usize = 2;
 
 impl CudaBackend {
     /// An FP8 weight from the checkpoint's bytes and per-row scales (`col_block` columns a
@@ -99,6 +106,19 @@ impl CudaBackend {
         Ok(t)
     }
 
+    /// Whether decode-sized FP8 GEMMs run on tensor cores (`gemv_fp8_mma`) instead of the
+    /// CUDA-core `gemv_fp8_m*` (for comparisons; on by default where the GPU has them).
+    pub fn set_fp8_gemv_mma(&self, on: bool) {
+        self.fp8_gemv_mma.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether a decode-sized FP8 GEMM over `k` columns takes `gemv_fp8_mma`.
+    fn fp8_gemv_mma(&self, k: usize) -> bool {
+        self.fp8_gemv_mma.load(Ordering::Relaxed)
+            && k.is_multiple_of(64)
+            && self.info.compute_capability >= (8, 0)
+    }
+
     /// `out[m, n] = Σ_k x[m, k] · w[n, k]` for an FP8 `w` (f32 out).
     pub(super) fn matmul_fp8(
         &self,
@@ -167,8 +187,35 @@ impl CudaBackend {
             return self.launched(name, r);
         }
         // Up to 8 rows a pass: each pass streams the weight once more (from L2 where it fits).
+        let mma = self.fp8_gemv_mma(k);
         for r0 in (0..m).step_by(FP8_GEMV_MAX_ROWS) {
             let rows = (m - r0).min(FP8_GEMV_MAX_ROWS);
+            // One row stays on gemv_fp8_m1 (faster there, see fp8.cu).
+            if mma && rows >= FP8_MMA_MIN_ROWS {
+                let (o_r, x_r) = (o + (r0 * n * 4) as u64, xp + (r0 * k * 2) as u64);
+                let name = "gemv_fp8_mma";
+                let f = self.func(Module::Fp8, name)?;
+                let mi = int(rows, "matmul")?;
+                let mut a = self.launcher(&f);
+                a.arg(&o_r)
+                    .arg(&x_r)
+                    .arg(&wp)
+                    .arg(&sp)
+                    .arg(&mi)
+                    .arg(&ni)
+                    .arg(&ki);
+                // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
+                // scales (checked above); this pass covers rows r0..r0 + rows <= m (rows <= 8,
+                // the kernel's x rows past it read as zeros and are not written); k % 64 == 0,
+                // so every 16-byte load of a weight row (k bytes) and of an x row (2k bytes) is
+                // inside it and aligned; a block of FP8_MMA_WARPS warps per 16 output columns,
+                // columns past n read row n - 1 and are not written; sm_80+ (checked by
+                // fp8_gemv_mma).
+                let blocks = dim(n.div_ceil(16), "matmul")?;
+                let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_MMA_WARPS) as u32)) };
+                self.launched(name, r)?;
+                continue;
+            }
             let name = NAMES[rows - 1];
             let f = self.func(Module::Fp8, name)?;
             let (o_r, x_r) = (o + (r0 * n * 4) as u64, xp + (r0 * k * 2) as u64);

@@ -111,6 +111,10 @@ pub struct CudaBackend {
     fp8_act: AtomicBool,
     /// `matmul` with an FP8 weight and more than 32 rows runs on the tensor-core kernel.
     fp8_matmul_mma: AtomicBool,
+    /// `matmul` with an FP8 weight and at most 32 rows runs on `gemv_fp8_mma` (`fp8.rs`).
+    fp8_gemv_mma: AtomicBool,
+    /// Steps of 2 to 8 tokens run FP8 experts on `moe_*_fp8_small` (`moe_mma.rs`).
+    moe_small_mma: AtomicBool,
     /// Gated DeltaNet: sequences of at least this many rows in a step take the chunked kernels
     /// (`gdn_chunk.rs`; `usize::MAX`: none do).
     gdn_chunk_min: AtomicUsize,
@@ -275,6 +279,12 @@ impl CudaBackend {
             moe_gemm: AtomicU8::new(MoeGemm::Auto.to_u8()),
             fp8_act: AtomicBool::new(false),
             fp8_matmul_mma: AtomicBool::new(false),
+            moe_small_mma: AtomicBool::new(
+                std::env::var_os("METRALE_MOE_SMALL_MMA").is_none_or(|v| v != "0"),
+            ),
+            fp8_gemv_mma: AtomicBool::new(
+                std::env::var_os("METRALE_FP8_GEMV_MMA").is_none_or(|v| v != "0"),
+            ),
             gdn_chunk_min: AtomicUsize::new(gdn_chunk::GDN_CHUNK_MIN),
             gdn_fused_decode: AtomicBool::new(true),
             gdn_decode_splits: AtomicUsize::new(0),

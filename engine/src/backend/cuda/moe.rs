@@ -294,6 +294,18 @@ impl CudaBackend {
         }
 
         let op = out.ptr(s);
+        // Steps of 2-8 tokens with FP8 experts: their tensor-core kernels (at most 8 pairs an
+        // expert), which the 64-row tiles below would mostly leave empty.
+        if small && self.moe_small_mma_for(t, h, i, gate_up.dtype) {
+            let ys = self.moe_experts_small_mma(
+                &act,
+                x,
+                (gate_up, down),
+                (ofp, acp, pmp),
+                (t, h, e, i, top_k),
+            )?;
+            return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
+        }
         // 3-4. The experts: gate|up + SiLU, then down, on tensor cores for steps with many
         // tokens an expert (moe_mma.rs), then the weighted sum.
         if self.moe_mma_for(pairs, e, h, i, gate_up.dtype) {

@@ -35,6 +35,11 @@ const QUANT_ROWS: usize = 8;
 /// (fused_moe alone at 30B-A3B's shape: bf16 575 against 671 us at 4, 523 against 496 at 2;
 /// FP8 586 against 649 us at 2, 423 against 411 at 1; docs/performance.md).
 const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
+/// Most tokens a step may have for `moe_*_fp8_small` (at most this many pairs an expert: one
+/// mma n8 tile).
+const SMALL_MMA_MAX_TOKENS: usize = 8;
+/// Warps of a `moe_*_fp8_small` block (FP8_MMA_WARPS in prelude.cuh).
+const SMALL_MMA_WARPS: usize = 8;
 
 /// The launch of a build (`bf16`, `fp8`, `fp8act`): threads and dynamic shared memory,
 /// moe_mma.cu's `MmaCfg` (4 warps with bf16 weights, else 8; stages of 32 columns: 3 with bf16
@@ -137,6 +142,98 @@ impl CudaBackend {
             MoeGemm::TensorCores => true,
             MoeGemm::CudaCores => false,
         }
+    }
+
+    /// Whether steps of 2 to 8 tokens with FP8 experts run them on `moe_*_fp8_small` (tensor
+    /// cores, `moe_mma.cu`) instead of the CUDA-core kernels (for comparisons; on by default).
+    pub fn set_moe_small_mma(&self, on: bool) {
+        self.moe_small_mma.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether a step of `t` tokens with `w` experts of hidden `h` and intermediate `i` takes
+    /// the small-step tensor-core kernels: FP8 experts, 2 <= t <= 8 (an expert then has at
+    /// most 8 pairs: one n8 tile), both k dimensions multiples of 64 (prelude's
+    /// fp8_mma_tiles), the GPU 8.0+, experts not kept on the CUDA cores and activations not
+    /// asked as e4m3 (the 64-row kernels' `fp8act` build).
+    pub(super) fn moe_small_mma_for(&self, t: usize, h: usize, i: usize, w: DType) -> bool {
+        w == DType::F8
+            && (2..=SMALL_MMA_MAX_TOKENS).contains(&t)
+            && h.is_multiple_of(64)
+            && i.is_multiple_of(64)
+            && self.info.compute_capability >= Module::MoeMma.min_compute_capability()
+            && self.moe_small_mma.load(Ordering::Relaxed)
+            && !self.fp8_act.load(Ordering::Relaxed)
+            && MoeGemm::from_u8(self.moe_gemm.load(Ordering::Relaxed)) != MoeGemm::CudaCores
+    }
+
+    /// Stages 3 and 4 for a small step with FP8 experts (`moe_small_mma_for`): `act` [pairs,
+    /// i] (bf16, pair rows) from x [t, h] (bf16), then the returned `ys` [pairs, h] (f32, pair
+    /// rows). `offsets` and `active` (e + 1 each) and `perm` (pairs) are the plan's device
+    /// arrays.
+    pub(super) fn moe_experts_small_mma(
+        &self,
+        act: &CudaTensor,
+        x: &CudaTensor,
+        (gate_up, down): (&CudaTensor, &CudaTensor),
+        (offsets, active, perm): (u64, u64, u64),
+        (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
+    ) -> Result<CudaTensor> {
+        let pairs = t * top_k;
+        let s = &self.stream;
+        let (ei, ki, ii, hi) = (
+            int(e, "fused_moe")?,
+            int(top_k, "fused_moe")?,
+            int(i, "fused_moe")?,
+            int(h, "fused_moe")?,
+        );
+        let experts = dim(e.min(pairs), "fused_moe")?;
+        let threads = (32 * SMALL_MMA_WARPS) as u32;
+        let (actp, xp) = (act.ptr(s), x.ptr(s));
+        let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
+        let name = "moe_gate_up_fp8_small";
+        let f = self.func(Module::MoeMma, name)?;
+        let mut a = self.launcher(&f);
+        a.arg(&actp)
+            .arg(&xp)
+            .arg(&w13)
+            .arg(&w13s)
+            .arg(&offsets)
+            .arg(&active)
+            .arg(&perm)
+            .arg(&ei)
+            .arg(&ki)
+            .arg(&ii)
+            .arg(&hi);
+        // SAFETY: act is [pairs, i] bf16, x [t, h] bf16, gate_up [e, 2i, h] FP8 with [e·2i,
+        // h/128] scales; offsets, active and perm were written by the plan (ranges inside
+        // 0..pairs of at most t <= 8 pairs an expert, perm entries < pairs, so tokens perm / k
+        // < t); h % 64 == 0 (moe_small_mma_for), so every 16-byte load is inside its row and
+        // aligned; rows past i read row i - 1 of their half and are not written; block rows
+        // past the active count return; 8 warps (the kernel's launch bounds).
+        let r = unsafe { a.launch(cfg((dim(i.div_ceil(16), "fused_moe")?, experts), threads)) };
+        self.launched(name, r)?;
+        let ys = self.alloc(&[pairs, h], DType::F32)?; // [pairs, h]: pair rows
+        let (ysp, w2, w2s) = (ys.ptr(s), down.ptr(s), down.scales_ptr(s));
+        let name = "moe_down_fp8_small";
+        let f = self.func(Module::MoeMma, name)?;
+        let mut a = self.launcher(&f);
+        a.arg(&ysp)
+            .arg(&actp)
+            .arg(&w2)
+            .arg(&w2s)
+            .arg(&offsets)
+            .arg(&active)
+            .arg(&perm)
+            .arg(&ei)
+            .arg(&ii)
+            .arg(&hi);
+        // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up:
+        // each pair is in exactly one expert's range), down [e, h, i] FP8 with [e·h, i/128]
+        // scales; i % 64 == 0; the plan's arrays as above; columns past h read row h - 1 and
+        // are not written; block rows past the active count return.
+        let r = unsafe { a.launch(cfg((dim(h.div_ceil(16), "fused_moe")?, experts), threads)) };
+        self.launched(name, r)?;
+        Ok(ys)
     }
 
     /// Stages 3 and 4 of `fused_moe` on tensor cores: `act` [pairs, i] (bf16, pair rows) from x
