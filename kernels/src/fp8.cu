@@ -126,13 +126,14 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
     const u64 r0 = (u64)min(n0 + g, n_total - 1), r1 = (u64)min(n0 + g + 8, n_total - 1);
     const unsigned char* const rows[1][2] = {{w + r0 * k, w + r1 * k}};
     const float* const scs[1][2] = {{scales + r0 * groups, scales + r1 * groups}};
-    float acc[1][4] = {};
-    fp8_mma_tiles<1, 4>(acc, rows, scs, g < m_total ? x + (u64)g * k : nullptr, k, true);
-    if (!fp8_mma_reduce(acc)) return;
+    const bf16* const xrows[1] = {g < m_total ? x + (u64)g * k : nullptr};
+    float acc[1][1][4] = {};
+    fp8_mma_tiles<1, 1, 4>(acc, rows, scs, xrows, k, true);
+    if (!fp8_mma_reduce<1>(&acc[0][0][0])) return;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int n = n0 + g + 8 * (i >> 1), m = 2 * t + (i & 1);
-        if (n < n_total && m < m_total) out[(u64)m * n_total + n] = acc[0][i];
+        if (n < n_total && m < m_total) out[(u64)m * n_total + n] = acc[0][0][i];
     }
 }
 

@@ -410,10 +410,10 @@ MOE_MMA_KERNELS(fp8act, 2, unsigned char, unsigned char)
 
 // ---- small steps: FP8 experts with a few pairs each ---------------------------------------
 //
-// moe_gate_up_fp8_small, moe_down_fp8_small: stages 3 and 4 for steps of 2 to 8 tokens with FP8
-// experts (an expert then has at most 8 pairs, one mma n8 tile), on prelude's fp8_mma_tiles
-// with the expert's pairs as the B columns. Grid (ceil(I / 16), min(E, pairs)) and
-// (ceil(H / 16), min(E, pairs)), 8 warps a block; block row r takes the r-th active expert (rows
+// moe_gate_up_fp8_small[16], moe_down_fp8_small[16]: stages 3 and 4 for steps of 2 to 16 tokens
+// with FP8 experts (an expert then has at most 16 pairs: two mma n8 tiles, which share each
+// widened weight slice), on prelude's fp8_mma_tiles with the expert's pairs as the B columns.
+// Grid (ceil(I / 16), min(E, pairs)) and (ceil(H / 16), min(E, pairs)), 8 warps a block; block row r takes the r-th active expert (rows
 // past the count return). gate_up: gate rows j0 .. j0 + 15 and up rows I + j0 .. as two tiles,
 // silu(g) · u rounded to bf16 into act at the pair's row (moe_gate_up_*'s output); down:
 // ys[pair, c] in f32 (moe_down_*'s), added up by moe_combine. At these steps moe_gate_up_fp8_vec
@@ -426,15 +426,19 @@ __device__ __forceinline__ int small_block_expert(const int* active, int experts
     return (int)blockIdx.y < active[experts] ? active[blockIdx.y] : -1;
 }
 
-extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
-    moe_gate_up_fp8_small(bf16* act, const bf16* x, const unsigned char* w, const float* scales,
-                          const int* offsets, const int* active, const int* perm, int experts,
-                          int top_k, int inter, int hidden) {
+// NB: B tiles (8 pairs each): 1 for steps of up to 8 tokens, 2 for up to 16 (the kernels with
+// two tiles hold twice the sums and were 23% slower a batch-8 step on the H200, so each size
+// has its own).
+template <int NB>
+__device__ void moe_gate_up_small_impl(bf16* act, const bf16* x, const unsigned char* w,
+                                       const float* scales, const int* offsets, const int* active,
+                                       const int* perm, int experts, int top_k, int inter,
+                                       int hidden) {
     pdl_start();
     const int e = small_block_expert(active, experts);
     if (e < 0) return;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int start = offsets[e], n = min(offsets[e + 1] - start, 8);
+    const int start = offsets[e], n = min(offsets[e + 1] - start, 8 * NB);
     const int j0 = blockIdx.x * 16, groups = (hidden + 127) >> 7;
     // Rows past I read row I - 1 of their half (their sums are not written).
     const u64 base = (u64)e * 2 * inter;
@@ -443,44 +447,76 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
                                              {w + (ra + inter) * hidden, w + (rb + inter) * hidden}};
     const float* const scs[2][2] = {{scales + ra * groups, scales + rb * groups},
                                     {scales + (ra + inter) * groups, scales + (rb + inter) * groups}};
-    const bf16* xrow = g < n ? x + (u64)(perm[start + g] / top_k) * hidden : nullptr;
-    float acc[2][4] = {};
-    fp8_mma_tiles<2, 2>(acc, rows, scs, xrow, hidden, false);
-    if (!fp8_mma_reduce(acc)) return;
+    const bf16* xrows[NB];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int j = j0 + g + 8 * (i >> 1), col = 2 * t + (i & 1);
-        if (j < inter && col < n) {
-            const float gs = acc[0][i], us = acc[1][i];
-            act[(u64)perm[start + col] * inter + j] = from_f32<bf16>(gs / (1.0f + expf(-gs)) * us);
+    for (int nb = 0; nb < NB; ++nb)
+        xrows[nb] = g + 8 * nb < n ? x + (u64)(perm[start + g + 8 * nb] / top_k) * hidden : nullptr;
+    float acc[2][NB][4] = {};
+    fp8_mma_tiles<2, NB, 2>(acc, rows, scs, xrows, hidden, false);
+    if (!fp8_mma_reduce<2 * NB>(&acc[0][0][0])) return;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int j = j0 + g + 8 * (i >> 1), col = 8 * nb + 2 * t + (i & 1);
+            if (j < inter && col < n) {
+                const float gs = acc[0][nb][i], us = acc[1][nb][i];
+                act[(u64)perm[start + col] * inter + j] =
+                    from_f32<bf16>(gs / (1.0f + expf(-gs)) * us);
+            }
         }
-    }
 }
 
-extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
-    moe_down_fp8_small(float* ys, const bf16* act, const unsigned char* w, const float* scales,
-                       const int* offsets, const int* active, const int* perm, int experts,
-                       int inter, int hidden) {
+template <int NB>
+__device__ void moe_down_small_impl(float* ys, const bf16* act, const unsigned char* w,
+                                    const float* scales, const int* offsets, const int* active,
+                                    const int* perm, int experts, int inter, int hidden) {
     pdl_start();
     const int e = small_block_expert(active, experts);
     if (e < 0) return;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int start = offsets[e], n = min(offsets[e + 1] - start, 8);
+    const int start = offsets[e], n = min(offsets[e + 1] - start, 8 * NB);
     const int c0 = blockIdx.x * 16, groups = (inter + 127) >> 7;
     const u64 base = (u64)e * hidden;
     const u64 ra = base + min(c0 + g, hidden - 1), rb = base + min(c0 + g + 8, hidden - 1);
     const unsigned char* const rows[1][2] = {{w + ra * inter, w + rb * inter}};
     const float* const scs[1][2] = {{scales + ra * groups, scales + rb * groups}};
-    const bf16* xrow = g < n ? act + (u64)perm[start + g] * inter : nullptr;
-    float acc[1][4] = {};
-    fp8_mma_tiles<1, 2>(acc, rows, scs, xrow, inter, false);
-    if (!fp8_mma_reduce(acc)) return;
+    const bf16* xrows[NB];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int c = c0 + g + 8 * (i >> 1), col = 2 * t + (i & 1);
-        if (c < hidden && col < n) ys[(u64)perm[start + col] * hidden + c] = acc[0][i];
-    }
+    for (int nb = 0; nb < NB; ++nb)
+        xrows[nb] = g + 8 * nb < n ? act + (u64)perm[start + g + 8 * nb] * inter : nullptr;
+    float acc[1][NB][4] = {};
+    fp8_mma_tiles<1, NB, 2>(acc, rows, scs, xrows, inter, false);
+    if (!fp8_mma_reduce<NB>(&acc[0][0][0])) return;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int c = c0 + g + 8 * (i >> 1), col = 8 * nb + 2 * t + (i & 1);
+            if (c < hidden && col < n) ys[(u64)perm[start + col] * hidden + c] = acc[0][nb][i];
+        }
 }
+
+// SUFFIX: "" (up to 8 tokens, one B tile) or 16 (up to 16, two).
+#define MOE_SMALL_KERNELS(SUFFIX, NB)                                                             \
+    extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)                              \
+        moe_gate_up_fp8_small##SUFFIX(bf16* act, const bf16* x, const unsigned char* w,            \
+                                      const float* scales, const int* offsets, const int* active,  \
+                                      const int* perm, int experts, int top_k, int inter,         \
+                                      int hidden) {                                               \
+        moe_gate_up_small_impl<NB>(act, x, w, scales, offsets, active, perm, experts, top_k,      \
+                                   inter, hidden);                                                \
+    }                                                                                             \
+    extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)                              \
+        moe_down_fp8_small##SUFFIX(float* ys, const bf16* act, const unsigned char* w,             \
+                                   const float* scales, const int* offsets, const int* active,     \
+                                   const int* perm, int experts, int inter, int hidden) {         \
+        moe_down_small_impl<NB>(ys, act, w, scales, offsets, active, perm, experts, inter,        \
+                                hidden);                                                          \
+    }
+
+MOE_SMALL_KERNELS(, 1)
+MOE_SMALL_KERNELS(16, 2)
 
 // ---- activations as e4m3 (the _fp8act builds) ----------------------------------------------
 

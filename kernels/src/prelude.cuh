@@ -493,8 +493,8 @@ __device__ __forceinline__ u32x4 e4m3x8_to_bf16x8(u32x2 w) {
 // ---- FP8 weights times a few bf16 rows on tensor cores (gemv_fp8_mma in fp8.cu, the small-step
 // expert kernels in moe_mma.cu) --------------------------------------------------------------
 //
-// out^T = W · x^T with W's rows as the mma's A operand (16 rows a tile) and up to 8 x rows as
-// its B columns. A block of FP8_MMA_WARPS warps owns NT tiles and splits K into 64-wide slices
+// out^T = W · x^T with W's rows as the mma's A operand (16 rows a tile) and x rows as its B
+// columns (8 a tile). A block of FP8_MMA_WARPS warps owns NT tiles and splits K into 64-wide slices
 // (warp w: slices w, w + 8, ...), each warp holding BATCH slices' weight loads in flight. In a
 // slice lane (g = lane / 4, t = lane % 4) loads 16 bytes of tile rows g and g + 8 at
 // k = 64j + 16t and the matching 16 elements of x row g (a null row reads as zeros), and the
@@ -507,35 +507,45 @@ __device__ __forceinline__ u32x4 e4m3x8_to_bf16x8(u32x2 w) {
 // Needs K % 64 == 0 and rows 16-byte aligned.
 #define FP8_MMA_WARPS 8
 
-// Slice j of rows g and g + 8 (q0, q1: 16 bytes each) against x row g's 16 elements (xa, xb),
-// into this lane's four sums (rows g, g + 8 x columns 2t, 2t + 1).
-__device__ __forceinline__ void fp8_mma_slice(float acc[4], u32x4 q0, u32x4 q1, float s0,
-                                              float s1, u32x4 xa, u32x4 xb) {
+// Slice j of tile rows g and g + 8 (q0, q1: 16 bytes each) widened to bf16 pairs: a0 / a1 hold
+// k 16t .. 16t + 7 of rows g / g + 8, c0 / c1 k 16t + 8 .. 16t + 15.
+struct Fp8Slice {
+    u32x4 a0, a1, c0, c1;
+};
+__device__ __forceinline__ Fp8Slice fp8_widen(u32x4 q0, u32x4 q1) {
+    return Fp8Slice{e4m3x8_to_bf16x8(u32x2{q0.x, q0.y}), e4m3x8_to_bf16x8(u32x2{q1.x, q1.y}),
+                    e4m3x8_to_bf16x8(u32x2{q0.z, q0.w}), e4m3x8_to_bf16x8(u32x2{q1.z, q1.w})};
+}
+
+// A widened slice against x row g's 16 elements (xa, xb), into this lane's four sums (rows g,
+// g + 8 x columns 2t, 2t + 1) with the rows' scales s0, s1.
+__device__ __forceinline__ void fp8_mma_slice(float acc[4], const Fp8Slice& w, float s0, float s1,
+                                              u32x4 xa, u32x4 xb) {
     float part[4] = {0.f, 0.f, 0.f, 0.f};
-    const u32x4 a0 = e4m3x8_to_bf16x8(u32x2{q0.x, q0.y}), a1 = e4m3x8_to_bf16x8(u32x2{q1.x, q1.y});
-    const u32x4 c0 = e4m3x8_to_bf16x8(u32x2{q0.z, q0.w}), c1 = e4m3x8_to_bf16x8(u32x2{q1.z, q1.w});
-    mma_bf16(part, a0.x, a1.x, a0.y, a1.y, xa.x, xa.y);
-    mma_bf16(part, a0.z, a1.z, a0.w, a1.w, xa.z, xa.w);
-    mma_bf16(part, c0.x, c1.x, c0.y, c1.y, xb.x, xb.y);
-    mma_bf16(part, c0.z, c1.z, c0.w, c1.w, xb.z, xb.w);
+    mma_bf16(part, w.a0.x, w.a1.x, w.a0.y, w.a1.y, xa.x, xa.y);
+    mma_bf16(part, w.a0.z, w.a1.z, w.a0.w, w.a1.w, xa.z, xa.w);
+    mma_bf16(part, w.c0.x, w.c1.x, w.c0.y, w.c1.y, xb.x, xb.y);
+    mma_bf16(part, w.c0.z, w.c1.z, w.c0.w, w.c1.w, xb.z, xb.w);
     acc[0] = fmaf(s0, part[0], acc[0]);
     acc[1] = fmaf(s0, part[1], acc[1]);
     acc[2] = fmaf(s1, part[2], acc[2]);
     acc[3] = fmaf(s1, part[3], acc[3]);
 }
 
-// This warp's share of NT tiles: rows[nt] = the starts of tile nt's rows g and g + 8 (k bytes
-// each), scs[nt] their scale rows, xrow this lane's x row (k bf16, or null). wait_first: call
-// pdl_start after the first batch's weight loads (weights are never written, so those loads may
-// overlap the previous kernel), else the caller has waited already.
-template <int NT, int BATCH>
-__device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][4],
+// This warp's share of NT weight tiles against NB tiles of 8 x rows: rows[nt] = the starts of
+// tile nt's rows g and g + 8 (k bytes each), scs[nt] their scale rows, xrows[nb] this lane's x
+// row of B tile nb (column 8nb + g; k bf16, or null for zeros); acc[nt][nb] = rows g, g + 8 x
+// columns 8nb + 2t, 8nb + 2t + 1. wait_first: call pdl_start after the first batch's weight
+// loads (weights are never written, so those loads may overlap the previous kernel), else the
+// caller has waited already.
+template <int NT, int NB, int BATCH>
+__device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
                                               const unsigned char* const (&rows)[NT][2],
-                                              const float* const (&scs)[NT][2], const bf16* xrow,
-                                              int k, bool wait_first) {
+                                              const float* const (&scs)[NT][2],
+                                              const bf16* const (&xrows)[NB], int k,
+                                              bool wait_first) {
     const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
     const int slices = k >> 6;
-    const u32x4* xr = xrow ? (const u32x4*)xrow + 2 * t : nullptr;
     const u32x4 zero{0u, 0u, 0u, 0u};
     bool waited = !wait_first;
     for (int j0 = warp; j0 < slices; j0 += FP8_MMA_WARPS * BATCH) {
@@ -562,36 +572,40 @@ __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][4],
         for (int i = 0; i < BATCH; ++i) {
             const int j = j0 + FP8_MMA_WARPS * i;
             if (j < slices) {
-                const u32x4 xa = xr ? load_cached(xr + 8 * j) : zero;
-                const u32x4 xb = xr ? load_cached(xr + 8 * j + 1) : zero;
+                u32x4 xa[NB], xb[NB];
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-                    fp8_mma_slice(acc[nt], q[i][nt][0], q[i][nt][1], s[i][nt][0], s[i][nt][1], xa,
-                                  xb);
+                for (int nb = 0; nb < NB; ++nb) {
+                    const u32x4* xr = xrows[nb] ? (const u32x4*)xrows[nb] + 2 * t + 8 * j : nullptr;
+                    xa[nb] = xr ? load_cached(xr) : zero;
+                    xb[nb] = xr ? load_cached(xr + 1) : zero;
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const Fp8Slice w = fp8_widen(q[i][nt][0], q[i][nt][1]);
+#pragma unroll
+                    for (int nb = 0; nb < NB; ++nb)
+                        fp8_mma_slice(acc[nt][nb], w, s[i][nt][0], s[i][nt][1], xa[nb], xb[nb]);
+                }
             }
         }
     }
     if (!waited) pdl_start();  // a warp with no slice still waits before anything is written
 }
 
-// The block's sums in warp 0 (every thread calls; returns true in warp 0, whose acc then holds
-// the sum over the warps, added in warp order).
-template <int NT> __device__ __forceinline__ bool fp8_mma_reduce(float (&acc)[NT][4]) {
-    __shared__ float sums[FP8_MMA_WARPS][NT * 4][32];
+// The block's sums in warp 0: acc holds N groups of this lane's four sums (every thread calls;
+// returns true in warp 0, whose acc then holds the sum over the warps, added in warp order).
+template <int N> __device__ __forceinline__ bool fp8_mma_reduce(float* acc) {
+    __shared__ float sums[FP8_MMA_WARPS][N * 4][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) sums[warp][4 * nt + i][lane] = acc[nt][i];
+    for (int i = 0; i < N * 4; ++i) sums[warp][i][lane] = acc[i];
     __syncthreads();
     if (warp != 0) return false;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            float v = sums[0][4 * nt + i][lane];
-            for (int w = 1; w < FP8_MMA_WARPS; ++w) v += sums[w][4 * nt + i][lane];
-            acc[nt][i] = v;
-        }
+    for (int i = 0; i < N * 4; ++i) {
+        float v = sums[0][i][lane];
+        for (int w = 1; w < FP8_MMA_WARPS; ++w) v += sums[w][i][lane];
+        acc[i] = v;
+    }
     return true;
 }

@@ -979,7 +979,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     std::vector<float> xs(T * gc_h), as(P * gc_i);
     if (mode == 2) launch({(unsigned)((T + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(xq.data(), xs.data(), x.data(), T, H); });
     const unsigned gx = (unsigned)max_tiles, threads = mode == 0 ? 128u : 256u;
-    // Mode 3: the small-step kernels (FP8, T <= 8, H and I multiples of 64) on the plan's
+    // Mode 3: the small-step kernels (FP8, T <= 16, H and I multiples of 64) on the plan's
     // active list.
     std::vector<int> active(E + 1, 0);
     for (int e = 0; e < E; ++e)
@@ -987,10 +987,12 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     if (mode == 3) {
         const unsigned ge = (unsigned)std::min(E, P);
         launch({(unsigned)((I + 15) / 16), ge}, {256}, [&] {
-            moe_gate_up_fp8_small(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
+            if (T <= 8) moe_gate_up_fp8_small(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
+            else moe_gate_up_fp8_small16(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
         });
         launch({(unsigned)((H + 15) / 16), ge}, {256}, [&] {
-            moe_down_fp8_small(ys.data(), act.data(), w2q.data(), s2.data(), offsets.data(), active.data(), perm.data(), E, I, H);
+            if (T <= 8) moe_down_fp8_small(ys.data(), act.data(), w2q.data(), s2.data(), offsets.data(), active.data(), perm.data(), E, I, H);
+            else moe_down_fp8_small16(ys.data(), act.data(), w2q.data(), s2.data(), offsets.data(), active.data(), perm.data(), E, I, H);
         });
     } else {
     launch({gx, (unsigned)((I + MMA_BN / 2 - 1) / (MMA_BN / 2))}, {threads}, [&] {
@@ -1316,6 +1318,8 @@ static void moe_mma_tests() {
     t_moe_mma(8, 128, 8, 128, 64, 3, false);
     t_moe_mma(6, 8, 2, 192, 128, 3, true);
     t_moe_mma(2, 16, 4, 64, 192, 3, false);
+    t_moe_mma(16, 128, 8, 128, 64, 3, false);  // two B tiles
+    t_moe_mma(12, 8, 2, 64, 128, 3, true);     // up to 12 pairs an expert
     t_moe_mma(5, 16, 4, 64, 32, 0, false);
     t_moe_mma(9, 4, 2, 272, 48, 1, true);
     t_moe_mma(9, 4, 2, 272, 48, 2, false);

@@ -79,8 +79,8 @@ impl Ops<'_> {
     /// experts (skewed), experts with one token, tiles cut short in every dimension (I 144 and
     /// 96: gate_up's 64-column tiles; H 192: down's 128-column tiles; T·k not multiples of 64;
     /// k slices of 32 cut at 144 and 96), 30B-A3B prefill chunks (T 130, 1000, 2048); FP8
-    /// experts also with e4m3 activations; FP8 steps of 2 to 8 tokens take the small-step
-    /// tensor-core kernels on the tensor-core route (T 3, 5 and 8 here). Then the small-step
+    /// experts also with e4m3 activations; FP8 steps of 2 to 16 tokens take the small-step
+    /// tensor-core kernels on the tensor-core route (T 3, 5, 8, 13 and 16 here). Then the small-step
     /// launches against the six-launch path, bit for bit.
     pub(super) fn moe(&mut self) -> Result<()> {
         for (t, h, i, e, k, norm, xd, rd, skew) in [
@@ -136,6 +136,8 @@ impl Ops<'_> {
             // Last, so the cases above keep their random draws.
             (8, 2048, 768, 128, 8, false),
             (3, 256, 128, 8, 2, true),
+            (16, 2048, 768, 128, 8, false),
+            (13, 256, 128, 8, 2, true),
         ] {
             let case = format!(
                 "T {t} H {h} I {i} E {e} top-{k} fp8 experts{}",
