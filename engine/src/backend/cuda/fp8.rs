@@ -196,6 +196,7 @@ impl CudaBackend {
                 let name = "gemv_fp8_mma";
                 let f = self.func(Module::Fp8, name)?;
                 let mi = int(rows, "matmul")?;
+                let blocks = dim(n.div_ceil(16), "matmul")?;
                 let mut a = self.launcher(&f);
                 a.arg(&o_r)
                     .arg(&x_r)
@@ -211,7 +212,6 @@ impl CudaBackend {
                 // inside it and aligned; a block of FP8_MMA_WARPS warps per 16 output columns,
                 // columns past n read row n - 1 and are not written; sm_80+ (checked by
                 // fp8_gemv_mma).
-                let blocks = dim(n.div_ceil(16), "matmul")?;
                 let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_MMA_WARPS) as u32)) };
                 self.launched(name, r)?;
                 continue;
