@@ -137,6 +137,43 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
     }
 }
 
+// gemv_fp8_mma_many (any M, K % 64 == 0, sm_80+): gemv_fp8_mma for decode batches of more than
+// 8 rows, 32 rows (four B tiles sharing each widened weight slice) a chunk, the chunks one after
+// another in the block (each after the first reads the block's 16 weight rows again, from L2).
+// Below the launcher's FP8_MMA_MAX_ROWS it replaces passes of gemv_fp8_m8 (each widening and
+// multiplying every weight for each row) and, from 33 rows, a bf16 copy of the weight + cuBLAS
+// (5 bytes a weight). Two blocks a multiprocessor at least: 128 registers (four slices' loads in
+// flight a warp took 132 unbounded and spilled at 128, so two).
+extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32, 2)
+    gemv_fp8_mma_many(float* out, const bf16* x, const unsigned char* w, const float* scales,
+                      int m_total, int n_total, int k) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16, groups = (k + 127) >> 7;
+    const u64 r0 = (u64)min(n0 + g, n_total - 1), r1 = (u64)min(n0 + g + 8, n_total - 1);
+    const unsigned char* const rows[1][2] = {{w + r0 * k, w + r1 * k}};
+    const float* const scs[1][2] = {{scales + r0 * groups, scales + r1 * groups}};
+    for (int m0 = 0; m0 < m_total; m0 += 32) {
+        const bf16* xrows[4];
+#pragma unroll
+        for (int nb = 0; nb < 4; ++nb) {
+            const int m = m0 + 8 * nb + g;
+            xrows[nb] = m < m_total ? x + (u64)m * k : nullptr;
+        }
+        float acc[1][4][4] = {};
+        fp8_mma_tiles<1, 4, 2>(acc, rows, scs, xrows, k, m0 == 0);
+        if (fp8_mma_reduce<4>(&acc[0][0][0])) {
+#pragma unroll
+            for (int nb = 0; nb < 4; ++nb)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int n = n0 + g + 8 * (i >> 1), m = m0 + 8 * nb + 2 * t + (i & 1);
+                    if (n < n_total && m < m_total) out[(u64)m * n_total + n] = acc[0][nb][i];
+                }
+        }
+        __syncthreads();  // warp 0 has read the shared sums before the next chunk writes them
+    }
+}
+
 // Any K: a warp per output column, lanes striding over K one byte at a time, row by row of x.
 extern "C" __global__ void gemv_fp8_rows(float* out, const bf16* x, const unsigned char* w,
                                          const float* scales, int m_total, int n_total, int k) {
@@ -170,6 +207,34 @@ extern "C" __global__ void dequant_fp8_bf16(bf16* out, const unsigned char* w, c
                                             u64 rows, int k) {
     pdl_start();
     dequant_fp8_impl(out, w, scales, rows, k);
+}
+
+// k % 16 == 0: 16 weights a thread (one 16-byte load, two 16-byte stores), the same values as
+// dequant_fp8_bf16. The per-element kernel above (a 64-bit division an element) moved 1 TB/s on
+// the H200: 31 us for the 30B-A3B qkv weight, 4 times cuBLAS's GEMM on the copy at 128 rows.
+extern "C" __global__ void dequant_fp8_bf16_vec(bf16* out, const unsigned char* w,
+                                                const float* scales, u64 rows, int k) {
+    pdl_start();
+    const u64 chunks = rows * (u64)(k >> 4), per_row = (k + 127) >> 7;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < chunks;
+         i += (u64)gridDim.x * blockDim.x) {
+        const u64 e0 = i << 4, r = e0 / (u64)k, c = e0 - r * (u64)k;
+        const float s = fp8_scale120(scales[r * per_row + (c >> 7)]);
+        const u32x4 q = load_stream((const u32x4*)w + i);
+        const u32 words[4] = {q.x, q.y, q.z, q.w};
+        u32 o[8];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const u32 lo = from_f32<bf16>(e4m3_scaled(words[j] >> (16 * h), s)).bits;
+                const u32 hi = from_f32<bf16>(e4m3_scaled(words[j] >> (16 * h + 8), s)).bits;
+                o[2 * j + h] = lo | (hi << 16);
+            }
+        u32x4* dst = (u32x4*)(out + e0);
+        dst[0] = u32x4{o[0], o[1], o[2], o[3]};
+        dst[1] = u32x4{o[4], o[5], o[6], o[7]};
+    }
 }
 
 extern "C" __global__ void dequant_fp8_fp32(float* out, const unsigned char* w, const float* scales,

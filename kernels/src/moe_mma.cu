@@ -410,25 +410,27 @@ MOE_MMA_KERNELS(fp8act, 2, unsigned char, unsigned char)
 
 // ---- small steps: FP8 experts with a few pairs each ---------------------------------------
 //
-// moe_gate_up_fp8_small[16], moe_down_fp8_small[16]: stages 3 and 4 for steps of 2 to 16 tokens
-// with FP8 experts (an expert then has at most 16 pairs: two mma n8 tiles, which share each
-// widened weight slice), on prelude's fp8_mma_tiles with the expert's pairs as the B columns.
-// Grid (ceil(I / 16), min(E, pairs)) and (ceil(H / 16), min(E, pairs)), 8 warps a block; block row r takes the r-th active expert (rows
-// past the count return). gate_up: gate rows j0 .. j0 + 15 and up rows I + j0 .. as two tiles,
-// silu(g) · u rounded to bf16 into act at the pair's row (moe_gate_up_*'s output); down:
-// ys[pair, c] in f32 (moe_down_*'s), added up by moe_combine. At these steps moe_gate_up_fp8_vec
-// and moe_down_combine_fp8_vec widen and multiply each weight on the CUDA cores for every pair
-// and were issue-bound (H200, 30B-A3B at batch 8 with distinct tokens, ncu: 78 and 44 us a layer
-// at 59% and 75% of issue slots, 2.1 and 1.9 TB/s).
+// moe_gate_up_fp8_small[_any], moe_down_fp8_small[_any]: stages 3 and 4 for decode-sized steps
+// with FP8 experts (2 to the launcher's SMALL_MMA_MAX_TOKENS), on prelude's fp8_mma_tiles with
+// the expert's pairs as the B columns, instead of the 64-row tensor-core tiles (mostly empty at
+// these steps) or the CUDA-core kernels (which widen and multiply every weight for every pair:
+// at batch 8 on the H200, 30B-A3B with distinct tokens, ncu had moe_gate_up_fp8_vec and
+// moe_down_combine_fp8_vec at 78 and 44 us a layer, 59% and 75% of issue slots, 2.1 and
+// 1.9 TB/s).
+//   _small (up to 8 tokens: at most 8 pairs an expert, one n8 tile): grid (ceil(I / 16),
+//     min(E, pairs)) and (ceil(H / 16), min(E, pairs)), 8 warps splitting k and adding their
+//     sums in order; gate_up: gate rows j0 .. j0 + 15 and up rows I + j0 .. as two tiles.
+//   _any (more tokens): below.
+// Block row r takes the r-th active expert (rows past the count return). gate_up writes
+// silu(g) · u rounded to bf16 into act at the pair's row (moe_gate_up_*'s output); down ys[pair,
+// c] in f32 (moe_down_*'s), added up by moe_combine.
 
 // The expert of block row blockIdx.y (active[blockIdx.y]), or -1 past the active count.
 __device__ __forceinline__ int small_block_expert(const int* active, int experts) {
     return (int)blockIdx.y < active[experts] ? active[blockIdx.y] : -1;
 }
 
-// NB: B tiles (8 pairs each): 1 for steps of up to 8 tokens, 2 for up to 16 (the kernels with
-// two tiles hold twice the sums and were 23% slower a batch-8 step on the H200, so each size
-// has its own).
+// NB: B tiles (8 pairs each).
 template <int NB>
 __device__ void moe_gate_up_small_impl(bf16* act, const bf16* x, const unsigned char* w,
                                        const float* scales, const int* offsets, const int* active,
@@ -497,7 +499,7 @@ __device__ void moe_down_small_impl(float* ys, const bf16* act, const unsigned c
         }
 }
 
-// SUFFIX: "" (up to 8 tokens, one B tile) or 16 (up to 16, two).
+// SUFFIX: "" (up to 8 tokens, one B tile).
 #define MOE_SMALL_KERNELS(SUFFIX, NB)                                                             \
     extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)                              \
         moe_gate_up_fp8_small##SUFFIX(bf16* act, const bf16* x, const unsigned char* w,            \
@@ -516,7 +518,89 @@ __device__ void moe_down_small_impl(float* ys, const bf16* act, const unsigned c
     }
 
 MOE_SMALL_KERNELS(, 1)
-MOE_SMALL_KERNELS(16, 2)
+
+// The _any builds, for steps past 8 tokens (decode batches: a few to a few tens of pairs an
+// expert): every warp owns its tiles over the whole k (fp8_mma_tiles without SPLIT), so there is
+// no reduction through shared memory, a block reads its pairs' x rows once into L1 for its 8
+// warps, and a block covers 64 j (gate_up) or 128 output columns (down) of one expert.
+//   gate_up: grid (ceil(I / 64), min(E, pairs)); warp w's tile holds gate rows j = 64 bx + 8 w +
+//     g (as rows g) and the up rows of the same j (as rows g + 8), so a lane's four sums are gate
+//     and up of one j for two pairs and the product is formed in place.
+//   down: grid (ceil(H / 128), min(E, pairs)); warp w's tile is output columns 128 bx + 16 w ..
+//     + 15.
+// 16 pairs (two B tiles) a chunk, as many chunks as the expert has pairs (each chunk after the
+// first reads the warp's weight rows again, from L2). On the H200 (fused_moe alone, 30B-A3B FP8,
+// random routing) against the 64-row tiles: T 32 201 against 586 us, T 128 290 against 733,
+// T 256 374 against 693; against k split over the warps with 16 j a block (an earlier _any)
+// 201 / 290 / 374 against 315 / 432 / 537, and against the _small16 build it replaced (two
+// tiles, split k) at T 16 148 against 205 us.
+extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
+    moe_gate_up_fp8_small_any(bf16* act, const bf16* x, const unsigned char* w,
+                              const float* scales, const int* offsets, const int* active,
+                              const int* perm, int experts, int top_k, int inter, int hidden) {
+    pdl_start();
+    const int e = small_block_expert(active, experts);
+    if (e < 0) return;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    const int first = offsets[e], count = offsets[e + 1] - first;
+    const int j = blockIdx.x * 64 + warp * 8 + g, groups = (hidden + 127) >> 7;
+    // Rows past I read row I - 1 of their half (their sums are not written).
+    const u64 rg = (u64)e * 2 * inter + min(j, inter - 1), ru = rg + inter;
+    const unsigned char* const rows[1][2] = {{w + rg * hidden, w + ru * hidden}};
+    const float* const scs[1][2] = {{scales + rg * groups, scales + ru * groups}};
+    for (int c0 = 0; c0 < count; c0 += 16) {
+        const int start = first + c0, n = min(count - c0, 16);
+        const bf16* xrows[2];
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb)
+            xrows[nb] = g + 8 * nb < n ? x + (u64)(perm[start + g + 8 * nb] / top_k) * hidden : nullptr;
+        float acc[1][2][4] = {};
+        fp8_mma_tiles<1, 2, 4, false>(acc, rows, scs, xrows, hidden, false);
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int col = 8 * nb + 2 * t + i;
+                if (j < inter && col < n) {
+                    const float gs = acc[0][nb][i], us = acc[0][nb][2 + i];
+                    act[(u64)perm[start + col] * inter + j] =
+                        from_f32<bf16>(gs / (1.0f + expf(-gs)) * us);
+                }
+            }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
+    moe_down_fp8_small_any(float* ys, const bf16* act, const unsigned char* w, const float* scales,
+                           const int* offsets, const int* active, const int* perm, int experts,
+                           int inter, int hidden) {
+    pdl_start();
+    const int e = small_block_expert(active, experts);
+    if (e < 0) return;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    const int first = offsets[e], count = offsets[e + 1] - first;
+    const int c0 = blockIdx.x * 128 + warp * 16, groups = (inter + 127) >> 7;
+    const u64 base = (u64)e * hidden;
+    const u64 ra = base + min(c0 + g, hidden - 1), rb = base + min(c0 + g + 8, hidden - 1);
+    const unsigned char* const rows[1][2] = {{w + ra * inter, w + rb * inter}};
+    const float* const scs[1][2] = {{scales + ra * groups, scales + rb * groups}};
+    for (int p0 = 0; p0 < count; p0 += 16) {
+        const int start = first + p0, n = min(count - p0, 16);
+        const bf16* xrows[2];
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb)
+            xrows[nb] = g + 8 * nb < n ? act + (u64)perm[start + g + 8 * nb] * inter : nullptr;
+        float acc[1][2][4] = {};
+        fp8_mma_tiles<1, 2, 4, false>(acc, rows, scs, xrows, inter, false);
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int c = c0 + g + 8 * (i >> 1), col = 8 * nb + 2 * t + (i & 1);
+                if (c < hidden && col < n) ys[(u64)perm[start + col] * hidden + c] = acc[0][nb][i];
+            }
+    }
+}
 
 // ---- activations as e4m3 (the _fp8act builds) ----------------------------------------------
 

@@ -532,28 +532,31 @@ __device__ __forceinline__ void fp8_mma_slice(float acc[4], const Fp8Slice& w, f
     acc[3] = fmaf(s1, part[3], acc[3]);
 }
 
+// SPLIT (the default): this warp's share of the k slices (warp w: w, w + 8, ...), the block's
+// warps then adding their sums (fp8_mma_reduce); else every slice, the warp's own tiles.
 // This warp's share of NT weight tiles against NB tiles of 8 x rows: rows[nt] = the starts of
 // tile nt's rows g and g + 8 (k bytes each), scs[nt] their scale rows, xrows[nb] this lane's x
 // row of B tile nb (column 8nb + g; k bf16, or null for zeros); acc[nt][nb] = rows g, g + 8 x
 // columns 8nb + 2t, 8nb + 2t + 1. wait_first: call pdl_start after the first batch's weight
 // loads (weights are never written, so those loads may overlap the previous kernel), else the
 // caller has waited already.
-template <int NT, int NB, int BATCH>
+template <int NT, int NB, int BATCH, bool SPLIT = true>
 __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
                                               const unsigned char* const (&rows)[NT][2],
                                               const float* const (&scs)[NT][2],
                                               const bf16* const (&xrows)[NB], int k,
                                               bool wait_first) {
-    const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;
+    const int t = threadIdx.x & 3;
+    const int first = SPLIT ? threadIdx.x >> 5 : 0, step = SPLIT ? FP8_MMA_WARPS : 1;
     const int slices = k >> 6;
     const u32x4 zero{0u, 0u, 0u, 0u};
     bool waited = !wait_first;
-    for (int j0 = warp; j0 < slices; j0 += FP8_MMA_WARPS * BATCH) {
+    for (int j0 = first; j0 < slices; j0 += step * BATCH) {
         u32x4 q[BATCH][NT][2];
         float s[BATCH][NT][2];
 #pragma unroll
         for (int i = 0; i < BATCH; ++i) {
-            const int j = j0 + FP8_MMA_WARPS * i;
+            const int j = j0 + step * i;
             if (j < slices) {
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt)
@@ -570,7 +573,7 @@ __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
         }
 #pragma unroll
         for (int i = 0; i < BATCH; ++i) {
-            const int j = j0 + FP8_MMA_WARPS * i;
+            const int j = j0 + step * i;
             if (j < slices) {
                 u32x4 xa[NB], xb[NB];
 #pragma unroll

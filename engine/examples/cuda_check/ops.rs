@@ -379,9 +379,11 @@ impl Ops<'_> {
                 Ok(())
             })?;
         }
-        // FP8 weights: up to 32 rows the FP8 GEMV, 8 rows a pass (exact products, f32 sums:
-        // GEMM tolerance); more rows the bf16 copy of the weight through cuBLAS (one more
-        // rounding of each weight: fused_moe's tolerance); k % 16 != 0 takes the scalar GEMV.
+        // FP8 weights: up to 128 rows (k % 64 == 0) the tensor-core GEMVs (gemv_fp8_mma to 8
+        // rows, gemv_fp8_mma_many in chunks of 32 beyond), else up to 32 rows the CUDA-core
+        // GEMV, 8 rows a pass (exact products, f32 sums: GEMM tolerance); more rows the bf16
+        // copy of the weight through cuBLAS (one more rounding of each weight: fused_moe's
+        // tolerance); k % 16 != 0 takes the scalar GEMV.
         // The float32 path dequantizes them to f32 at upload: f32 GEMMs on the CPU's values.
         for (m, k, n, xd, tol) in [
             (1, 2048, 5120, DType::BF16, Tol::GEMM),
@@ -396,6 +398,14 @@ impl Ops<'_> {
             (2, 200, 11, DType::BF16, Tol::GEMM),
             (130, 2048, 1536, DType::BF16, MOE),
             (0, 64, 128, DType::BF16, Tol::GEMM),
+            // Last, so the cases above keep their random draws: decode batches on
+            // gemv_fp8_mma_many (a last chunk cut short at 45 and 100, four full ones at 128),
+            // and a size past it (the bf16 copy + cuBLAS). (Sizes whose draws add up to an
+            // earlier list's, so the checks after these keep theirs too.)
+            (45, 2048, 5120, DType::BF16, Tol::GEMM),
+            (100, 4096, 2048, DType::BF16, Tol::GEMM),
+            (128, 1536, 1024, DType::BF16, Tol::GEMM),
+            (257, 2048, 1536, DType::BF16, MOE),
         ] {
             let xd = self.act(xd);
             let case = format!("x {} [{m}, {k}] · w fp8 [{n}, {k}]ᵀ", dt(xd));

@@ -66,6 +66,9 @@ pub fn active_weight_bytes(c: &ModelConfig, b: usize) -> f64 {
     layers * ((attn + experts) * proj_bytes + router * 2.0) + c.vocab_size as f64 * h * 2.0
 }
 
+/// The largest decode batch `METRALE_MOE_SPEED_BATCHES` may ask (the KV storage's sequences).
+const MAX_BATCH: usize = 128;
+
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     timing_header(report, "moe decode step");
     let mut batch1 = Vec::new();
@@ -86,8 +89,9 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         Err(_) => vec![1, 8, 64],
     };
     anyhow::ensure!(
-        batches.iter().all(|b| (1..=64).contains(b)),
-        "METRALE_MOE_SPEED_BATCHES: batch sizes from 1 to 64 (the KV storage holds 64 sequences)"
+        batches.iter().all(|b| (1..=MAX_BATCH).contains(b)),
+        "METRALE_MOE_SPEED_BATCHES: batch sizes from 1 to {MAX_BATCH} (the KV storage holds \
+         {MAX_BATCH} sequences)"
     );
     let prefill = std::env::var("METRALE_MOE_SPEED_PREFILL").map_or(true, |v| v != "0");
     for (name, text) in CONFIGS
@@ -112,7 +116,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             t0.elapsed().as_secs_f64()
         ));
         let blocks_per_seq = (CONTEXT + 1).div_ceil(BLOCK);
-        let mut kv = model.new_kv_storage(cuda, 64 * blocks_per_seq + 1, BLOCK)?;
+        let mut kv = model.new_kv_storage(cuda, MAX_BATCH * blocks_per_seq + 1, BLOCK)?;
         let kv_per_token = model.kv_bytes_per_token(cuda) as f64;
         // Batch 64 takes the experts' tensor-core kernels (4 pairs an expert) inside the graph.
         for &b in &batches {
@@ -409,15 +413,16 @@ fn moe_sweep(
     report.summary_line(format!(
         "fused_moe alone (top-{k} of {e} experts, H {h}, I {i}), us a call: T, pairs an expert, \
          bf16 cuda cores / tensor cores, fp8 cuda cores / tensor cores / tensor cores with e4m3 \
-         activations"
+         activations / 64-row tensor-core tiles (the small-step kernels off)"
     ));
-    // (weights, kernels, e4m3 activations)
+    // (weights, kernels, e4m3 activations, small-step kernels)
     let routes = [
-        (0, MoeGemm::CudaCores, false),
-        (0, MoeGemm::TensorCores, false),
-        (1, MoeGemm::CudaCores, false),
-        (1, MoeGemm::TensorCores, false),
-        (1, MoeGemm::TensorCores, true),
+        (0, MoeGemm::CudaCores, false, true),
+        (0, MoeGemm::TensorCores, false, true),
+        (1, MoeGemm::CudaCores, false, true),
+        (1, MoeGemm::TensorCores, false, true),
+        (1, MoeGemm::TensorCores, true, true),
+        (1, MoeGemm::TensorCores, false, false),
     ];
     for t in [16usize, 32, 64, 128, 256, 512, 1024, 2048] {
         let x = cuda.random_bf16(&[t, h], 20 + t as u64, 1.0)?;
@@ -425,15 +430,17 @@ fn moe_sweep(
         let mut out = cuda.zeros(&[t, h])?;
         let iters = (4096 / t).clamp(5, OP_ITERS);
         let mut us = Vec::new();
-        for (w, gemm, fp8_act) in routes {
+        for (w, gemm, fp8_act, small) in routes {
             let (w13, w2) = &experts[w];
             cuda.set_moe_gemm(gemm);
             cuda.set_fp8_activations(fp8_act);
+            cuda.set_moe_small_mma(small);
             let r = mean_op_ms_n(cuda, iters, || {
                 Ok(cuda.fused_moe(&mut out, &x, &logits, w13, w2, k, true)?)
             });
             cuda.set_moe_gemm(MoeGemm::Auto);
             cuda.set_fp8_activations(false);
+            cuda.set_moe_small_mma(true);
             us.push(r? * 1e3);
         }
         // FLOPs of the experts' GEMMs (gate|up and down), as TFLOP/s of the tensor cores.
@@ -454,8 +461,36 @@ fn moe_sweep(
 
 /// FP8 GEMMs of a 2048-token prefill at 30B-A3B's attention shapes and an 8B-sized MLP
 /// matrix: a bf16 copy of the weight + cuBLAS (the default), the tensor-core kernel with bf16
-/// and with e4m3 activations, and cuBLAS on a bf16 weight of the same shape for scale.
+/// and with e4m3 activations, and cuBLAS on a bf16 weight of the same shape for scale. First
+/// the decode-sized ones (9 to 256 rows): the tensor-core GEMV against what runs without it.
 fn dense_fp8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    report.summary_line(
+        "fp8 matmul at decode batches, us: tensor-core GEMV / without it (gemv_fp8_m8 passes to \
+         32 rows, then a bf16 copy + cuBLAS) / cuBLAS on bf16 weights"
+            .to_string(),
+    );
+    for (k, n, what) in [(2048usize, 5120usize, "qkv"), (4096, 2048, "o")] {
+        let w8 = cuda.random_fp8(&[n, k], 41, 0.02)?;
+        let wb = cuda.random_bf16(&[n, k], 42, 0.02)?;
+        for m in [16usize, 32, 64, 128, 256] {
+            let x = cuda.random_bf16(&[m, k], 40, 1.0)?;
+            let mut out = cuda.zeros(&[m, n])?;
+            let mut us = Vec::new();
+            for mma in [true, false] {
+                cuda.set_fp8_gemv_mma(mma);
+                let r = mean_op_ms_n(cuda, 50, || Ok(cuda.matmul(&mut out, &x, &w8)?));
+                cuda.set_fp8_gemv_mma(true);
+                us.push(r? * 1e3);
+            }
+            us.push(mean_op_ms_n(cuda, 50, || Ok(cuda.matmul(&mut out, &x, &wb)?))? * 1e3);
+            let gbs = (n * k) as f64 * (1.0 + 4.0 / 128.0) / (us[0] / 1e6) / 1e9;
+            report.summary_line(format!(
+                "  {what} [{m}, {k}] x [{n}, {k}]: {:.1} / {:.1} / {:.1}  ({gbs:.0} GB/s of FP8 \
+                 weight on tensor cores)",
+                us[0], us[1], us[2]
+            ));
+        }
+    }
     report.summary_line(
         "fp8 matmul at 2048 rows, us: bf16 copy + cuBLAS / tensor cores / tensor cores e4m3 \
          activations / cuBLAS on bf16 weights"

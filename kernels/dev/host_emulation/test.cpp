@@ -979,20 +979,20 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     std::vector<float> xs(T * gc_h), as(P * gc_i);
     if (mode == 2) launch({(unsigned)((T + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(xq.data(), xs.data(), x.data(), T, H); });
     const unsigned gx = (unsigned)max_tiles, threads = mode == 0 ? 128u : 256u;
-    // Mode 3: the small-step kernels (FP8, T <= 16, H and I multiples of 64) on the plan's
-    // active list.
+    // Mode 3: the small-step kernels (FP8, H and I multiples of 64; T > 8 the _any build, a
+    // warp over the whole k, chunks of 16 pairs) on the plan's active list.
     std::vector<int> active(E + 1, 0);
     for (int e = 0; e < E; ++e)
         if (offsets[e + 1] > offsets[e]) active[active[E]++] = e;
     if (mode == 3) {
         const unsigned ge = (unsigned)std::min(E, P);
-        launch({(unsigned)((I + 15) / 16), ge}, {256}, [&] {
+        launch({(unsigned)(T <= 8 ? (I + 15) / 16 : (I + 63) / 64), ge}, {256}, [&] {
             if (T <= 8) moe_gate_up_fp8_small(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
-            else moe_gate_up_fp8_small16(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
+            else moe_gate_up_fp8_small_any(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
         });
-        launch({(unsigned)((H + 15) / 16), ge}, {256}, [&] {
+        launch({(unsigned)(T <= 8 ? (H + 15) / 16 : (H + 127) / 128), ge}, {256}, [&] {
             if (T <= 8) moe_down_fp8_small(ys.data(), act.data(), w2q.data(), s2.data(), offsets.data(), active.data(), perm.data(), E, I, H);
-            else moe_down_fp8_small16(ys.data(), act.data(), w2q.data(), s2.data(), offsets.data(), active.data(), perm.data(), E, I, H);
+            else moe_down_fp8_small_any(ys.data(), act.data(), w2q.data(), s2.data(), offsets.data(), active.data(), perm.data(), E, I, H);
         });
     } else {
     launch({gx, (unsigned)((I + MMA_BN / 2 - 1) / (MMA_BN / 2))}, {threads}, [&] {
@@ -1118,7 +1118,7 @@ void t_gemv_fp8(int M, int N, int K) {
         w[i] = (unsigned char)b;
         wf[i] = host_e4m3(b) * sc[(i / K) * per_row + (i % K) / 128];
     }
-    const bool vec = K % 16 == 0;
+    const bool vec = K % 16 == 0 && M <= 8;  // (the launcher's passes of 8 rows at most)
     launch({(unsigned)((N + 7) / 8)}, {256}, [&] {
         if (!vec) gemv_fp8_rows(out.data(), x.data(), w.data(), sc.data(), M, N, K);
         else if (M == 1) gemv_fp8_m1(out.data(), x.data(), w.data(), sc.data(), N, K);
@@ -1133,10 +1133,11 @@ void t_gemv_fp8(int M, int N, int K) {
     }
     char name[64]; snprintf(name, 64, "gemv_fp8%s M%d N%d K%d", vec ? "" : "_rows", M, N, K);
     report(name, worst, 1e-6);
-    if (K % 64 == 0 && M <= 8) {  // the tensor-core GEMV: the same sums in another order
+    if (K % 64 == 0) {  // the tensor-core GEMVs: the same sums in another order
         std::vector<float> mo(M * N, NAN);
         launch({(unsigned)((N + 15) / 16)}, {256}, [&] {
-            gemv_fp8_mma(mo.data(), x.data(), w.data(), sc.data(), M, N, K);
+            if (M <= 8) gemv_fp8_mma(mo.data(), x.data(), w.data(), sc.data(), M, N, K);
+            else gemv_fp8_mma_many(mo.data(), x.data(), w.data(), sc.data(), M, N, K);
         });
         double worst_mma = 0;
         for (int m = 0; m < M; ++m) for (int n = 0; n < N; ++n) {
@@ -1144,7 +1145,7 @@ void t_gemv_fp8(int M, int N, int K) {
             for (int k = 0; k < K; ++k) { r += (double)F(x[m*K+k]) * wf[n*K+k]; a += std::fabs((double)F(x[m*K+k]) * wf[n*K+k]); }
             worst_mma = std::max(worst_mma, std::isnan(mo[m*N+n]) ? 1e9 : std::fabs(mo[m*N+n] - r) / (1e-6 + a));
         }
-        snprintf(name, 64, "gemv_fp8_mma M%d N%d K%d", M, N, K);
+        snprintf(name, 64, "gemv_fp8_mma%s M%d N%d K%d", M <= 8 ? "" : "_many", M, N, K);
         report(name, worst_mma, 1e-6);
     }
     std::vector<bf16> deq(N * K);
@@ -1153,6 +1154,14 @@ void t_gemv_fp8(int M, int N, int K) {
     for (int i = 0; i < N * K; ++i) if (deq[i].bits != B(wf[i]).bits) ++bad;
     snprintf(name, 64, "dequant_fp8_bf16 N%d K%d", N, K);
     report(name, bad, 0);
+    if (K % 16 == 0) {  // 16 weights a thread: the same bits
+        std::vector<bf16> dv(N * K);
+        launch({2}, {64}, [&] { dequant_fp8_bf16_vec(dv.data(), w.data(), sc.data(), N, K); });
+        bad = 0;
+        for (int i = 0; i < N * K; ++i) if (dv[i].bits != B(wf[i]).bits) ++bad;
+        snprintf(name, 64, "dequant_fp8_bf16_vec N%d K%d", N, K);
+        report(name, bad, 0);
+    }
 }
 
 void t_fill_random_fp8() {
@@ -1318,8 +1327,13 @@ static void moe_mma_tests() {
     t_moe_mma(8, 128, 8, 128, 64, 3, false);
     t_moe_mma(6, 8, 2, 192, 128, 3, true);
     t_moe_mma(2, 16, 4, 64, 192, 3, false);
-    t_moe_mma(16, 128, 8, 128, 64, 3, false);  // two B tiles
+    // The _any build: chunks of 16 pairs (two B tiles), experts with 1 to 4 chunks (skew: most
+    // tokens' first choice is expert 0), k of 1 to 3 slices.
+    t_moe_mma(16, 128, 8, 128, 64, 3, false);
     t_moe_mma(12, 8, 2, 64, 128, 3, true);     // up to 12 pairs an expert
+    t_moe_mma(40, 8, 2, 128, 192, 3, true);
+    t_moe_mma(24, 128, 8, 64, 128, 3, false);
+    t_moe_mma(33, 4, 2, 192, 64, 3, false);
     t_moe_mma(5, 16, 4, 64, 32, 0, false);
     t_moe_mma(9, 4, 2, 272, 48, 1, true);
     t_moe_mma(9, 4, 2, 272, 48, 2, false);
@@ -1363,6 +1377,9 @@ int main() {
         t_gemv_fp8(3, 20, 768);
         t_gemv_fp8(3, 13, 192);
         t_gemv_fp8(1, 16, 4096);
+        t_gemv_fp8(9, 21, 128);
+        t_gemv_fp8(45, 40, 256);
+        t_gemv_fp8(64, 16, 192);
         printf("%d failures\n", fails);
         return fails ? 1 : 0;
     }
@@ -1395,6 +1412,8 @@ int main() {
     t_gemv_fp8(8, 37, 2048);
     t_gemv_fp8(3, 20, 768);
     t_gemv_fp8(3, 13, 192);
+    t_gemv_fp8(9, 21, 128);
+    t_gemv_fp8(45, 40, 256);
     t_fill_random_fp8();
     t_write_kv();
     t_rope_kv(5, 4, 2, 32, 32);

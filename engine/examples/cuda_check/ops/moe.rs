@@ -79,9 +79,10 @@ impl Ops<'_> {
     /// experts (skewed), experts with one token, tiles cut short in every dimension (I 144 and
     /// 96: gate_up's 64-column tiles; H 192: down's 128-column tiles; T·k not multiples of 64;
     /// k slices of 32 cut at 144 and 96), 30B-A3B prefill chunks (T 130, 1000, 2048); FP8
-    /// experts also with e4m3 activations; FP8 steps of 2 to 16 tokens take the small-step
-    /// tensor-core kernels on the tensor-core route (T 3, 5, 8, 13 and 16 here). Then the small-step
-    /// launches against the six-launch path, bit for bit.
+    /// experts also with e4m3 activations; FP8 steps of 2 to 256 tokens take the small-step
+    /// tensor-core kernels on the tensor-core route (T 3, 5, 8, 9, 13 and 16 one chunk of pairs
+    /// an expert; T 33, 32, 100 and 256 the chunked build, skewed ones with experts of several
+    /// chunks). Then the small-step launches against the six-launch path, bit for bit.
     pub(super) fn moe(&mut self) -> Result<()> {
         for (t, h, i, e, k, norm, xd, rd, skew) in [
             (1, 2048, 768, 32, 8, true, DType::BF16, DType::F32, false),
@@ -138,6 +139,9 @@ impl Ops<'_> {
             (3, 256, 128, 8, 2, true),
             (16, 2048, 768, 128, 8, false),
             (13, 256, 128, 8, 2, true),
+            (32, 2048, 768, 128, 8, false),
+            (100, 256, 128, 8, 2, true),
+            (256, 2048, 768, 128, 8, true),
         ] {
             let case = format!(
                 "T {t} H {h} I {i} E {e} top-{k} fp8 experts{}",
@@ -427,12 +431,17 @@ impl Ops<'_> {
                 for small in [true, false] {
                     s.cuda.set_moe_small_paths(small);
                     s.cuda.set_moe_gemm(gemm);
+                    // The routing launches are compared: the experts' kernels stay the same
+                    // (the small-step FP8 tensor-core kernels come with the small paths; they
+                    // are checked against the CPU above).
+                    s.cuda.set_moe_small_mma(false);
                     let mut out = s.cuda.zeros(&[t, h])?;
                     let r = s
                         .cuda
                         .fused_moe(&mut out, &x_d, &l_d, &w13_d, &w2_d, k, true);
                     s.cuda.set_moe_small_paths(true);
                     s.cuda.set_moe_gemm(MoeGemm::Auto);
+                    s.cuda.set_moe_small_mma(true);
                     r?;
                     outs.push(s.cuda.to_host(&out)?);
                 }

@@ -3,9 +3,10 @@
 //!
 //! A [`DType::F8`] tensor is one buffer: the e4m3 bytes `[rows, cols]`, then (256-byte aligned)
 //! one f32 scale per 128 columns of each row. Decode-sized GEMMs stream the bytes through
-//! `gemv_fp8_*`, dequantizing in registers, 8 rows a pass (up to 4 passes: 32 rows read the
-//! weight 4 times, a byte each, still less than the 5 bytes a weight of the other route);
-//! larger ones dequantize the weight to a bf16 scratch copy (1 byte read, 2 written) and run
+//! `gemv_fp8_*`: on tensor cores (sm_80+, k % 64 == 0) `gemv_fp8_mma` up to 8 rows and
+//! `gemv_fp8_mma_many` up to [`FP8_MMA_MAX_ROWS`] (32 rows a chunk inside the kernel), else on
+//! the CUDA cores 8 rows a pass (up to 4 passes: 32 rows read the weight 4 times, a byte each,
+//! still less than the 5 bytes a weight of the other route); larger ones dequantize the weight to a bf16 scratch copy (1 byte read, 2 written) and run
 //! cuBLAS's bf16 GEMM on it (2 read) (cuBLASLt's block-scaled FP8 GEMM would
 //! need the activations quantized too and is not wired here: prefill is compute-bound at bf16
 //! rates either way, and the copy costs one read of the weight).
@@ -32,6 +33,9 @@ const FP8_WARPS: usize = 8;
 const FP8_MMA_WARPS: usize = 8;
 /// Fewest x rows a `gemv_fp8_mma` pass takes.
 const FP8_MMA_MIN_ROWS: usize = 2;
+/// Most x rows `gemv_fp8_mma_many` takes (decode batches); more (prefill chunks) go through a
+/// bf16 copy of the weight and cuBLAS.
+const FP8_MMA_MAX_ROWS: usize = 128;
 
 impl CudaBackend {
     /// An FP8 weight from the checkpoint's bytes and per-row scales (`col_block` columns a
@@ -137,7 +141,9 @@ impl CudaBackend {
                 )
             },
         )?;
-        if m > FP8_GEMV_MAX_PASSES * FP8_GEMV_MAX_ROWS {
+        let mma = self.fp8_gemv_mma(k);
+        let many = mma && m > FP8_GEMV_MAX_ROWS && m <= FP8_MMA_MAX_ROWS;
+        if m > FP8_GEMV_MAX_PASSES * FP8_GEMV_MAX_ROWS && !many {
             // Prefill: the tensor-core kernel when asked (moe_mma.rs), else the weight as
             // bf16, then cuBLAS.
             if self.fp8_matmul_mma()
@@ -186,8 +192,29 @@ impl CudaBackend {
             let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_WARPS) as u32)) };
             return self.launched(name, r);
         }
+        if many {
+            let name = "gemv_fp8_mma_many";
+            let f = self.func(Module::Fp8, name)?;
+            let mi = int(m, "matmul")?;
+            let blocks = dim(n.div_ceil(16), "matmul")?;
+            let mut a = self.launcher(&f);
+            a.arg(&o)
+                .arg(&xp)
+                .arg(&wp)
+                .arg(&sp)
+                .arg(&mi)
+                .arg(&ni)
+                .arg(&ki);
+            // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
+            // scales (checked above); the kernel's x rows past m read as zeros and are not
+            // written; k % 64 == 0 (fp8_gemv_mma), so every 16-byte load of a weight row (k
+            // bytes) and of an x row (2k bytes) is inside it and aligned; a block of
+            // FP8_MMA_WARPS warps per 16 output columns, columns past n read row n - 1 and are
+            // not written; sm_80+ (checked by fp8_gemv_mma).
+            let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_MMA_WARPS) as u32)) };
+            return self.launched(name, r);
+        }
         // Up to 8 rows a pass: each pass streams the weight once more (from L2 where it fits).
-        let mma = self.fp8_gemv_mma(k);
         for r0 in (0..m).step_by(FP8_GEMV_MAX_ROWS) {
             let rows = (m - r0).min(FP8_GEMV_MAX_ROWS);
             // One row stays on gemv_fp8_m1 (faster there, see fp8.cu).
@@ -254,7 +281,10 @@ impl CudaBackend {
         if rows == 0 || k == 0 {
             return Ok(());
         }
+        // Rows of a multiple of 16 bytes: 16 weights a thread.
+        let vec = k.is_multiple_of(16);
         let name = match out.dtype {
+            DType::BF16 if vec => "dequant_fp8_bf16_vec",
             DType::BF16 => "dequant_fp8_bf16",
             DType::F32 => "dequant_fp8_fp32",
             DType::F8 => return Err(super::not_activation("dequant_fp8")),
@@ -264,9 +294,16 @@ impl CudaBackend {
         let (o, wp, sp, ki) = (out.ptr(s), w.ptr(s), w.scales_ptr(s), int(k, "matmul")?);
         let mut a = self.launcher(&f);
         a.arg(&o).arg(&wp).arg(&sp).arg(&rows).arg(&ki);
+        let per_thread = if name == "dequant_fp8_bf16_vec" {
+            16
+        } else {
+            1
+        };
         // SAFETY: out is rows·k of the kernel's type (same shape as w), w rows·k FP8 bytes with
-        // rows · ceil(k/128) scales; grid-stride over rows·k.
-        let r = unsafe { a.launch(stride_cfg(rows * k as u64)) };
+        // rows · ceil(k/128) scales; grid-stride over rows·k elements, one a thread or (the
+        // _vec kernel, k % 16 == 0: every 16-byte chunk inside one row and aligned, as the
+        // allocations are) 16.
+        let r = unsafe { a.launch(stride_cfg(rows * k as u64 / per_thread)) };
         self.launched(name, r)
     }
 }

@@ -113,7 +113,7 @@ pub struct CudaBackend {
     fp8_matmul_mma: AtomicBool,
     /// `matmul` with an FP8 weight and at most 32 rows runs on `gemv_fp8_mma` (`fp8.rs`).
     fp8_gemv_mma: AtomicBool,
-    /// Steps of 2 to 16 tokens run FP8 experts on `moe_*_fp8_small` (`moe_mma.rs`).
+    /// Decode-sized steps (2 to 256 tokens) run FP8 experts on `moe_*_fp8_small*` (`moe_mma.rs`).
     moe_small_mma: AtomicBool,
     /// Gated DeltaNet: sequences of at least this many rows in a step take the chunked kernels
     /// (`gdn_chunk.rs`; `usize::MAX`: none do).

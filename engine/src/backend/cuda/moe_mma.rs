@@ -35,9 +35,16 @@ const QUANT_ROWS: usize = 8;
 /// (fused_moe alone at 30B-A3B's shape: bf16 575 against 671 us at 4, 523 against 496 at 2;
 /// FP8 586 against 649 us at 2, 423 against 411 at 1; docs/performance.md).
 const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
-/// Most tokens a step may have for `moe_*_fp8_small` (at most this many pairs an expert: two
-/// mma n8 tiles).
-const SMALL_MMA_MAX_TOKENS: usize = 16;
+/// Most tokens a step may have for `moe_*_fp8_small` (at most 8 pairs an expert, one mma n8
+/// tile, k split over the block's warps); larger steps take `moe_*_fp8_small_any` (a warp over
+/// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens):
+/// batch 2 4.02-4.16 against 4.20 ms, batch 4 5.19 against 5.60, batch 8 7.25-7.55 against 7.38,
+/// batch 16 10.11 against 13.12 (the split kernel with two tiles, since removed).
+const SMALL_MMA_SPLIT_TOKENS: usize = 8;
+/// Most tokens a step may have for the small-step kernels at all: decode batches (a few pairs
+/// an expert, which the 64-row tiles would mostly leave empty); larger steps (prefill chunks)
+/// take the 64-row tensor-core kernels.
+const SMALL_MMA_MAX_TOKENS: usize = 256;
 /// Warps of a `moe_*_fp8_small` block (FP8_MMA_WARPS in prelude.cuh).
 const SMALL_MMA_WARPS: usize = 8;
 
@@ -144,16 +151,17 @@ impl CudaBackend {
         }
     }
 
-    /// Whether steps of 2 to 16 tokens with FP8 experts run them on `moe_*_fp8_small` (tensor
-    /// cores, `moe_mma.cu`) instead of the CUDA-core kernels or, from 2 pairs an expert, the
-    /// 64-row tensor-core kernels (for comparisons; on by default).
+    /// Whether decode-sized steps (2 to `SMALL_MMA_MAX_TOKENS` tokens) with FP8 experts run
+    /// them on `moe_*_fp8_small*` (tensor cores, `moe_mma.cu`) instead of the CUDA-core
+    /// kernels or, from 2 pairs an expert, the 64-row tensor-core kernels (for comparisons; on
+    /// by default).
     pub fn set_moe_small_mma(&self, on: bool) {
         self.moe_small_mma.store(on, Ordering::Relaxed);
     }
 
     /// Whether a step of `t` tokens with `w` experts of hidden `h` and intermediate `i` takes
-    /// the small-step tensor-core kernels: FP8 experts, 2 <= t <= 16 (an expert then has at
-    /// most 16 pairs: two n8 tiles), both k dimensions multiples of 64 (prelude's
+    /// the small-step tensor-core kernels: FP8 experts, 2 <= t <= `SMALL_MMA_MAX_TOKENS`,
+    /// both k dimensions multiples of 64 (prelude's
     /// fp8_mma_tiles), the GPU 8.0+, experts not kept on the CUDA cores and activations not
     /// asked as e4m3 (the 64-row kernels' `fp8act` build).
     pub(super) fn moe_small_mma_for(&self, t: usize, h: usize, i: usize, w: DType) -> bool {
@@ -191,8 +199,13 @@ impl CudaBackend {
         let threads = (32 * SMALL_MMA_WARPS) as u32;
         let (actp, xp) = (act.ptr(s), x.ptr(s));
         let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
-        // Up to 8 tokens one B tile of pairs, up to 16 two (`moe_mma.cu`).
-        let suffix = if t <= 8 { "" } else { "16" };
+        // Up to 8 tokens one B tile of pairs, k split over the block's warps; more, each warp
+        // over the whole k, 16 pairs a chunk (`moe_mma.cu`).
+        let suffix = if t <= SMALL_MMA_SPLIT_TOKENS {
+            ""
+        } else {
+            "_any"
+        };
         let name = format!("moe_gate_up_fp8_small{suffix}");
         let f = self.func(Module::MoeMma, &name)?;
         let mut a = self.launcher(&f);
@@ -209,11 +222,18 @@ impl CudaBackend {
             .arg(&hi);
         // SAFETY: act is [pairs, i] bf16, x [t, h] bf16, gate_up [e, 2i, h] FP8 with [e·2i,
         // h/128] scales; offsets, active and perm were written by the plan (ranges inside
-        // 0..pairs of at most t <= 16 pairs an expert, perm entries < pairs, so tokens perm / k
-        // < t); h % 64 == 0 (moe_small_mma_for), so every 16-byte load is inside its row and
+        // 0..pairs of at most t pairs an expert, which the build other than _any takes only up
+        // to its 8; perm entries < pairs, so tokens perm / k < t); h % 64 == 0 (moe_small_mma_for), so every 16-byte load is inside its row and
         // aligned; rows past i read row i - 1 of their half and are not written; block rows
         // past the active count return; 8 warps (the kernel's launch bounds).
-        let r = unsafe { a.launch(cfg((dim(i.div_ceil(16), "fused_moe")?, experts), threads)) };
+        // _any: 64 j a block (8 a warp), else 16.
+        let per_block = if suffix.is_empty() { 16 } else { 64 };
+        let r = unsafe {
+            a.launch(cfg(
+                (dim(i.div_ceil(per_block), "fused_moe")?, experts),
+                threads,
+            ))
+        };
         self.launched(&name, r)?;
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [pairs, h]: pair rows
         let (ysp, w2, w2s) = (ys.ptr(s), down.ptr(s), down.scales_ptr(s));
@@ -234,7 +254,14 @@ impl CudaBackend {
         // each pair is in exactly one expert's range), down [e, h, i] FP8 with [e·h, i/128]
         // scales; i % 64 == 0; the plan's arrays as above; columns past h read row h - 1 and
         // are not written; block rows past the active count return.
-        let r = unsafe { a.launch(cfg((dim(h.div_ceil(16), "fused_moe")?, experts), threads)) };
+        // _any: 128 output columns a block (16 a warp), else 16.
+        let per_block = if suffix.is_empty() { 16 } else { 128 };
+        let r = unsafe {
+            a.launch(cfg(
+                (dim(h.div_ceil(per_block), "fused_moe")?, experts),
+                threads,
+            ))
+        };
         self.launched(&name, r)?;
         Ok(ys)
     }
