@@ -411,8 +411,9 @@ MOE_MMA_KERNELS(fp8act, 2, unsigned char, unsigned char)
 // ---- small steps: FP8 experts with a few pairs each ---------------------------------------
 //
 // moe_gate_up_fp8_small[_any], moe_down_fp8_small[_any]: stages 3 and 4 for decode-sized steps
-// with FP8 experts (2 to the launcher's SMALL_MMA_MAX_TOKENS), on prelude's fp8_mma_tiles with
-// the expert's pairs as the B columns, instead of the 64-row tensor-core tiles (mostly empty at
+// with FP8 experts (2 to the launcher's SMALL_MMA_MAX_TOKENS), and moe_*_bf16_small_any the same
+// for bf16 experts (fp8_mma_tiles' BF16W: the rows used as they are), on prelude's
+// fp8_mma_tiles with the expert's pairs as the B columns, instead of the 64-row tensor-core tiles (mostly empty at
 // these steps) or the CUDA-core kernels (which widen and multiply every weight for every pair:
 // at batch 8 on the H200, 30B-A3B with distinct tokens, ncu had moe_gate_up_fp8_vec and
 // moe_down_combine_fp8_vec at 78 and 44 us a layer, 59% and 75% of issue slots, 2.1 and
@@ -534,10 +535,12 @@ MOE_SMALL_KERNELS(, 1)
 // T 256 374 against 693; against k split over the warps with 16 j a block (an earlier _any)
 // 201 / 290 / 374 against 315 / 432 / 537, and against the _small16 build it replaced (two
 // tiles, split k) at T 16 148 against 205 us.
-extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
-    moe_gate_up_fp8_small_any(bf16* act, const bf16* x, const unsigned char* w,
-                              const float* scales, const int* offsets, const int* active,
-                              const int* perm, int experts, int top_k, int inter, int hidden) {
+// W: the weights' type (FP8 bytes with their scales, or bf16 rows and no scales).
+template <typename W>
+__device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const float* scales,
+                                     const int* offsets, const int* active, const int* perm,
+                                     int experts, int top_k, int inter, int hidden) {
+    constexpr bool BF16W = sizeof(W) == 2;
     pdl_start();
     const int e = small_block_expert(active, experts);
     if (e < 0) return;
@@ -546,8 +549,10 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
     const int j = blockIdx.x * 64 + warp * 8 + g, groups = (hidden + 127) >> 7;
     // Rows past I read row I - 1 of their half (their sums are not written).
     const u64 rg = (u64)e * 2 * inter + min(j, inter - 1), ru = rg + inter;
-    const unsigned char* const rows[1][2] = {{w + rg * hidden, w + ru * hidden}};
-    const float* const scs[1][2] = {{scales + rg * groups, scales + ru * groups}};
+    const unsigned char* const rows[1][2] = {{(const unsigned char*)(w + rg * hidden),
+                                              (const unsigned char*)(w + ru * hidden)}};
+    const float* const scs[1][2] = {{BF16W ? nullptr : scales + rg * groups,
+                                     BF16W ? nullptr : scales + ru * groups}};
     for (int c0 = 0; c0 < count; c0 += 16) {
         const int start = first + c0, n = min(count - c0, 16);
         const bf16* xrows[2];
@@ -555,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
         for (int nb = 0; nb < 2; ++nb)
             xrows[nb] = g + 8 * nb < n ? x + (u64)(perm[start + g + 8 * nb] / top_k) * hidden : nullptr;
         float acc[1][2][4] = {};
-        fp8_mma_tiles<1, 2, 4, false>(acc, rows, scs, xrows, hidden, false);
+        fp8_mma_tiles<1, 2, 4, false, BF16W>(acc, rows, scs, xrows, hidden, false);
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
@@ -570,10 +575,11 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
     }
 }
 
-extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
-    moe_down_fp8_small_any(float* ys, const bf16* act, const unsigned char* w, const float* scales,
-                           const int* offsets, const int* active, const int* perm, int experts,
-                           int inter, int hidden) {
+template <typename W>
+__device__ void moe_down_any_impl(float* ys, const bf16* act, const W* w, const float* scales,
+                                  const int* offsets, const int* active, const int* perm,
+                                  int experts, int inter, int hidden) {
+    constexpr bool BF16W = sizeof(W) == 2;
     pdl_start();
     const int e = small_block_expert(active, experts);
     if (e < 0) return;
@@ -582,8 +588,10 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
     const int c0 = blockIdx.x * 128 + warp * 16, groups = (inter + 127) >> 7;
     const u64 base = (u64)e * hidden;
     const u64 ra = base + min(c0 + g, hidden - 1), rb = base + min(c0 + g + 8, hidden - 1);
-    const unsigned char* const rows[1][2] = {{w + ra * inter, w + rb * inter}};
-    const float* const scs[1][2] = {{scales + ra * groups, scales + rb * groups}};
+    const unsigned char* const rows[1][2] = {{(const unsigned char*)(w + ra * inter),
+                                              (const unsigned char*)(w + rb * inter)}};
+    const float* const scs[1][2] = {{BF16W ? nullptr : scales + ra * groups,
+                                     BF16W ? nullptr : scales + rb * groups}};
     for (int p0 = 0; p0 < count; p0 += 16) {
         const int start = first + p0, n = min(count - p0, 16);
         const bf16* xrows[2];
@@ -591,7 +599,7 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
         for (int nb = 0; nb < 2; ++nb)
             xrows[nb] = g + 8 * nb < n ? act + (u64)perm[start + g + 8 * nb] * inter : nullptr;
         float acc[1][2][4] = {};
-        fp8_mma_tiles<1, 2, 4, false>(acc, rows, scs, xrows, inter, false);
+        fp8_mma_tiles<1, 2, 4, false, BF16W>(acc, rows, scs, xrows, inter, false);
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
@@ -601,6 +609,25 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
             }
     }
 }
+
+// NAME: fp8 or bf16; W: the weights' element type (the bf16 builds ignore scales).
+#define MOE_ANY_KERNELS(NAME, W)                                                                  \
+    extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)                              \
+        moe_gate_up_##NAME##_small_any(bf16* act, const bf16* x, const W* w, const float* scales, \
+                                       const int* offsets, const int* active, const int* perm,    \
+                                       int experts, int top_k, int inter, int hidden) {           \
+        moe_gate_up_any_impl<W>(act, x, w, scales, offsets, active, perm, experts, top_k, inter,  \
+                                hidden);                                                          \
+    }                                                                                             \
+    extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)                              \
+        moe_down_##NAME##_small_any(float* ys, const bf16* act, const W* w, const float* scales,  \
+                                    const int* offsets, const int* active, const int* perm,       \
+                                    int experts, int inter, int hidden) {                         \
+        moe_down_any_impl<W>(ys, act, w, scales, offsets, active, perm, experts, inter, hidden);  \
+    }
+
+MOE_ANY_KERNELS(fp8, unsigned char)
+MOE_ANY_KERNELS(bf16, bf16)
 
 // ---- activations as e4m3 (the _fp8act builds) ----------------------------------------------
 

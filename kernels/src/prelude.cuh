@@ -534,13 +534,15 @@ __device__ __forceinline__ void fp8_mma_slice(float acc[4], const Fp8Slice& w, f
 
 // SPLIT (the default): this warp's share of the k slices (warp w: w, w + 8, ...), the block's
 // warps then adding their sums (fp8_mma_reduce); else every slice, the warp's own tiles.
+// BF16W: the weights are bf16 rows instead (rows[nt] point at them as bytes; scs unread, a
+// scale of 1): a lane loads its 16 elements of each row as two 16-byte loads, used as they are.
 // This warp's share of NT weight tiles against NB tiles of 8 x rows: rows[nt] = the starts of
 // tile nt's rows g and g + 8 (k bytes each), scs[nt] their scale rows, xrows[nb] this lane's x
 // row of B tile nb (column 8nb + g; k bf16, or null for zeros); acc[nt][nb] = rows g, g + 8 x
 // columns 8nb + 2t, 8nb + 2t + 1. wait_first: call pdl_start after the first batch's weight
 // loads (weights are never written, so those loads may overlap the previous kernel), else the
 // caller has waited already.
-template <int NT, int NB, int BATCH, bool SPLIT = true>
+template <int NT, int NB, int BATCH, bool SPLIT = true, bool BF16W = false>
 __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
                                               const unsigned char* const (&rows)[NT][2],
                                               const float* const (&scs)[NT][2],
@@ -552,7 +554,7 @@ __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
     const u32x4 zero{0u, 0u, 0u, 0u};
     bool waited = !wait_first;
     for (int j0 = first; j0 < slices; j0 += step * BATCH) {
-        u32x4 q[BATCH][NT][2];
+        u32x4 q[BATCH][NT][2][BF16W ? 2 : 1];
         float s[BATCH][NT][2];
 #pragma unroll
         for (int i = 0; i < BATCH; ++i) {
@@ -562,8 +564,15 @@ __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
                 for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        q[i][nt][h] = load_stream((const u32x4*)rows[nt][h] + 4 * j + t);
-                        s[i][nt][h] = scs[nt][h][j >> 1];
+                        if (BF16W) {
+                            const u32x4* r = (const u32x4*)rows[nt][h] + 8 * j + 2 * t;
+                            q[i][nt][h][0] = load_stream(r);
+                            q[i][nt][h][BF16W ? 1 : 0] = load_stream(r + 1);
+                            s[i][nt][h] = 1.0f;
+                        } else {
+                            q[i][nt][h][0] = load_stream((const u32x4*)rows[nt][h] + 4 * j + t);
+                            s[i][nt][h] = scs[nt][h][j >> 1];
+                        }
                     }
             }
         }
@@ -584,7 +593,10 @@ __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
                 }
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
-                    const Fp8Slice w = fp8_widen(q[i][nt][0], q[i][nt][1]);
+                    const Fp8Slice w =
+                        BF16W ? Fp8Slice{q[i][nt][0][0], q[i][nt][1][0], q[i][nt][0][BF16W ? 1 : 0],
+                                         q[i][nt][1][BF16W ? 1 : 0]}
+                              : fp8_widen(q[i][nt][0][0], q[i][nt][1][0]);
 #pragma unroll
                     for (int nb = 0; nb < NB; ++nb)
                         fp8_mma_slice(acc[nt][nb], w, s[i][nt][0], s[i][nt][1], xa[nb], xb[nb]);

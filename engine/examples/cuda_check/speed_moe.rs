@@ -156,6 +156,22 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 bytes,
                 floor_ms,
             );
+            if c.fp8.is_none() && b > 1 {
+                // The bf16 experts on the CUDA cores (or, from 4 pairs an expert, the 64-row
+                // tiles) instead of the small-step tensor-core kernels.
+                cuda.set_moe_small_mma(false);
+                regraph();
+                let t = time_step(cuda, &model, &mut kv, &host, true);
+                cuda.set_moe_small_mma(true);
+                regraph();
+                timing_line(
+                    report,
+                    format!("{name} B={b} graph, experts without the small-step kernels"),
+                    &t?,
+                    bytes,
+                    floor_ms,
+                );
+            }
             if c.fp8.is_some() && b > 1 {
                 // The FP8 GEMVs and small-step experts on the CUDA cores (gemv_fp8_m*,
                 // moe_gate_up_fp8_vec + moe_down_combine_fp8_vec) instead of tensor cores.
@@ -413,7 +429,8 @@ fn moe_sweep(
     report.summary_line(format!(
         "fused_moe alone (top-{k} of {e} experts, H {h}, I {i}), us a call: T, pairs an expert, \
          bf16 cuda cores / tensor cores, fp8 cuda cores / tensor cores / tensor cores with e4m3 \
-         activations / 64-row tensor-core tiles (the small-step kernels off)"
+         activations / 64-row tensor-core tiles (the small-step kernels off); bf16 64-row tiles \
+         last"
     ));
     // (weights, kernels, e4m3 activations, small-step kernels)
     let routes = [
@@ -423,6 +440,7 @@ fn moe_sweep(
         (1, MoeGemm::TensorCores, false, true),
         (1, MoeGemm::TensorCores, true, true),
         (1, MoeGemm::TensorCores, false, false),
+        (0, MoeGemm::TensorCores, false, false),
     ];
     for t in [16usize, 32, 64, 128, 256, 512, 1024, 2048] {
         let x = cuda.random_bf16(&[t, h], 20 + t as u64, 1.0)?;

@@ -949,7 +949,7 @@ static void host_quant_rows(std::vector<float>& v, int rows, int k) {
 
 void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     const int bm = MMA_BM;
-    const bool fp8 = mode > 0;
+    const bool fp8 = mode > 0 && mode != 4;  // mode 4: the bf16 small-step build
     std::vector<float> logits(T * E);
     for (int t = 0; t < T; ++t)
         for (int e = 0; e < E; ++e) logits[t * E + e] = U(3) + (skew && e == 0 && t % 5 != 0 ? 10.f : 0.f);
@@ -984,7 +984,15 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     std::vector<int> active(E + 1, 0);
     for (int e = 0; e < E; ++e)
         if (offsets[e + 1] > offsets[e]) active[active[E]++] = e;
-    if (mode == 3) {
+    if (mode == 4) {
+        const unsigned ge = (unsigned)std::min(E, P);
+        launch({(unsigned)((I + 63) / 64), ge}, {256}, [&] {
+            moe_gate_up_bf16_small_any(act.data(), x.data(), w13b.data(), nullptr, offsets.data(), active.data(), perm.data(), E, K, I, H);
+        });
+        launch({(unsigned)((H + 127) / 128), ge}, {256}, [&] {
+            moe_down_bf16_small_any(ys.data(), act.data(), w2b.data(), nullptr, offsets.data(), active.data(), perm.data(), E, I, H);
+        });
+    } else if (mode == 3) {
         const unsigned ge = (unsigned)std::min(E, P);
         launch({(unsigned)(T <= 8 ? (I + 15) / 16 : (I + 63) / 64), ge}, {256}, [&] {
             if (T <= 8) moe_gate_up_fp8_small(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
@@ -1043,7 +1051,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
         for (int i = 0; i < T * H; ++i) worst = std::max(worst, std::fabs(out[i] - r[i]) / (rms + std::fabs(r[i])));
         return worst;
     };
-    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : "fp8 small";
+    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : mode == 3 ? "fp8 small" : "bf16 small";
     snprintf(name, 96, "moe_mma %s act T%d E%d k%d H%d I%d", build, T, E, K, H, I);
     report(name, act_worst, 1.6e-2);
     snprintf(name, 96, "moe_mma %s out T%d E%d k%d H%d I%d%s", build, T, E, K, H, I, skew ? " skew" : "");
@@ -1334,6 +1342,10 @@ static void moe_mma_tests() {
     t_moe_mma(40, 8, 2, 128, 192, 3, true);
     t_moe_mma(24, 128, 8, 64, 128, 3, false);
     t_moe_mma(33, 4, 2, 192, 64, 3, false);
+    // The bf16 small-step build: one chunk, several (skewed), a partial down block (H 64).
+    t_moe_mma(8, 128, 8, 128, 64, 4, false);
+    t_moe_mma(40, 8, 2, 128, 192, 4, true);
+    t_moe_mma(24, 128, 8, 64, 128, 4, false);
     t_moe_mma(5, 16, 4, 64, 32, 0, false);
     t_moe_mma(9, 4, 2, 272, 48, 1, true);
     t_moe_mma(9, 4, 2, 272, 48, 2, false);

@@ -169,9 +169,50 @@ impl Ops<'_> {
                 )
             })?;
         }
+        self.moe_small_bf16()?;
         self.moe_small_steps()?;
         self.moe_router_fused()?;
         self.moe_bad_shapes()
+    }
+
+    /// bf16 experts on the small-step tensor-core kernels (`moe_*_bf16_small_any`, the
+    /// tensor-core route at 9 to 256 tokens): one chunk of pairs an expert (T 9, 16), several
+    /// (T 100 skewed: experts 0-3 take most pairs), random routing at a decode batch of 128.
+    /// Drawn from a generator of their own, so the checks after them keep their draws.
+    fn moe_small_bf16(&mut self) -> Result<()> {
+        let saved = std::mem::replace(&mut self.rng, Rng::new(0xb16_5a11));
+        let r = (|| {
+            for (t, h, i, e, k, skew) in [
+                (9, 2048, 768, 128, 8, false),
+                (16, 2048, 768, 128, 8, false),
+                (100, 256, 128, 8, 2, true),
+                (128, 2048, 768, 128, 8, false),
+            ] {
+                let case = format!(
+                    "T {t} H {h} I {i} E {e} top-{k} bf16 experts, small-step kernels{}",
+                    if skew { " skewed" } else { "" }
+                );
+                self.run("fused_moe", &case, |s| {
+                    let (x_d, x_c) = s.random(&[t, h], 1.0, DType::BF16)?;
+                    let l = logits(&mut s.rng, t, e, skew);
+                    let (l_d, l_c) = s.pair(&[t, e], l, DType::F32)?;
+                    let (w13_d, w13_c) = s.random(&[e, 2 * i, h], 0.05, DType::BF16)?;
+                    let (w2_d, w2_c) = s.random(&[e, h, i], 0.05, DType::BF16)?;
+                    let experts = ((&w13_d, &w2_d), (&w13_c, &w2_c));
+                    s.moe_routes(
+                        &case,
+                        &[TENSOR_CORES],
+                        (&x_d, &x_c),
+                        (&l_d, &l_c),
+                        experts,
+                        (k, true),
+                    )
+                })?;
+            }
+            Ok(())
+        })();
+        self.rng = saved;
+        r
     }
 
     /// routed_moe at one token, where the router's product and the routing are one launch

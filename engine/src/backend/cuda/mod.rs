@@ -111,9 +111,9 @@ pub struct CudaBackend {
     fp8_act: AtomicBool,
     /// `matmul` with an FP8 weight and more than 32 rows runs on the tensor-core kernel.
     fp8_matmul_mma: AtomicBool,
-    /// `matmul` with an FP8 weight and at most 32 rows runs on `gemv_fp8_mma` (`fp8.rs`).
+    /// `matmul` with an FP8 weight and at most 128 rows runs on `gemv_fp8_mma*` (`fp8.rs`).
     fp8_gemv_mma: AtomicBool,
-    /// Decode-sized steps (2 to 256 tokens) run FP8 experts on `moe_*_fp8_small*` (`moe_mma.rs`).
+    /// Decode-sized steps (up to 256 tokens) run their experts on `moe_*_small*` (`moe_mma.rs`).
     moe_small_mma: AtomicBool,
     /// Gated DeltaNet: sequences of at least this many rows in a step take the chunked kernels
     /// (`gdn_chunk.rs`; `usize::MAX`: none do).

@@ -294,8 +294,8 @@ impl CudaBackend {
         }
 
         let op = out.ptr(s);
-        // Decode-sized steps with FP8 experts: their tensor-core kernels (16 pairs an expert a
-        // chunk), where the 64-row tiles below would be mostly empty.
+        // Decode-sized steps: the small-step tensor-core kernels (16 pairs an expert a chunk),
+        // where the 64-row tiles below would be mostly empty.
         if small && self.moe_small_mma_for(t, h, i, gate_up.dtype) {
             let ys = self.moe_experts_small_mma(
                 &act,

@@ -35,16 +35,22 @@ const QUANT_ROWS: usize = 8;
 /// (fused_moe alone at 30B-A3B's shape: bf16 575 against 671 us at 4, 523 against 496 at 2;
 /// FP8 586 against 649 us at 2, 423 against 411 at 1; docs/performance.md).
 const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
-/// Most tokens a step may have for `moe_*_fp8_small` (at most 8 pairs an expert, one mma n8
+/// Most tokens a step may have for `moe_*_fp8_small` (at most 6 pairs an expert in one mma n8
 /// tile, k split over the block's warps); larger steps take `moe_*_fp8_small_any` (a warp over
-/// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens):
-/// batch 2 4.02-4.16 against 4.20 ms, batch 4 5.19 against 5.60, batch 8 7.25-7.55 against 7.38,
-/// batch 16 10.11 against 13.12 (the split kernel with two tiles, since removed).
-const SMALL_MMA_SPLIT_TOKENS: usize = 8;
+/// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens,
+/// split against _any): batch 2 4.02-4.18 against 4.20 ms, batch 4 5.19-5.36 against 5.60,
+/// batch 8 7.53-7.55 against 7.38, batch 16 13.12 (two tiles, since removed) against 10.11;
+/// 5 to 7 not measured.
+const SMALL_MMA_SPLIT_TOKENS: usize = 6;
 /// Most tokens a step may have for the small-step kernels at all: decode batches (a few pairs
 /// an expert, which the 64-row tiles would mostly leave empty); larger steps (prefill chunks)
 /// take the 64-row tensor-core kernels.
 const SMALL_MMA_MAX_TOKENS: usize = 256;
+/// Fewest tokens a step with bf16 experts needs for `moe_*_bf16_small_any` (fewer stay on the
+/// CUDA-core kernels). On the H200 (30B-A3B bf16 graph steps, _any against the CUDA cores):
+/// batch 2 5.20 against 4.86 ms, 4 7.25 against 6.74, 8 10.04 against 9.93, 16 13.95 against
+/// 20.28 (9 to 15 not measured; from 9 the CUDA-core path takes one launch more).
+const SMALL_MMA_BF16_MIN_TOKENS: usize = 9;
 /// Warps of a `moe_*_fp8_small` block (FP8_MMA_WARPS in prelude.cuh).
 const SMALL_MMA_WARPS: usize = 8;
 
@@ -151,22 +157,25 @@ impl CudaBackend {
         }
     }
 
-    /// Whether decode-sized steps (2 to `SMALL_MMA_MAX_TOKENS` tokens) with FP8 experts run
-    /// them on `moe_*_fp8_small*` (tensor cores, `moe_mma.cu`) instead of the CUDA-core
-    /// kernels or, from 2 pairs an expert, the 64-row tensor-core kernels (for comparisons; on
-    /// by default).
+    /// Whether decode-sized steps (up to `SMALL_MMA_MAX_TOKENS` tokens) run their experts on
+    /// `moe_*_small*` (tensor cores, `moe_mma.cu`) instead of the CUDA-core kernels or the
+    /// 64-row tensor-core tiles (for comparisons; on by default).
     pub fn set_moe_small_mma(&self, on: bool) {
         self.moe_small_mma.store(on, Ordering::Relaxed);
     }
 
     /// Whether a step of `t` tokens with `w` experts of hidden `h` and intermediate `i` takes
-    /// the small-step tensor-core kernels: FP8 experts, 2 <= t <= `SMALL_MMA_MAX_TOKENS`,
-    /// both k dimensions multiples of 64 (prelude's
-    /// fp8_mma_tiles), the GPU 8.0+, experts not kept on the CUDA cores and activations not
-    /// asked as e4m3 (the 64-row kernels' `fp8act` build).
+    /// the small-step tensor-core kernels: FP8 experts from 2 tokens, bf16 ones from
+    /// `SMALL_MMA_BF16_MIN_TOKENS`, up to `SMALL_MMA_MAX_TOKENS`; both k dimensions multiples
+    /// of 64 (prelude's fp8_mma_tiles), the GPU 8.0+, experts not kept on the CUDA cores and
+    /// activations not asked as e4m3 (the 64-row kernels' `fp8act` build).
     pub(super) fn moe_small_mma_for(&self, t: usize, h: usize, i: usize, w: DType) -> bool {
-        w == DType::F8
-            && (2..=SMALL_MMA_MAX_TOKENS).contains(&t)
+        let first = match w {
+            DType::F8 => 2,
+            DType::BF16 => SMALL_MMA_BF16_MIN_TOKENS,
+            DType::F32 => return false,
+        };
+        (first..=SMALL_MMA_MAX_TOKENS).contains(&t)
             && h.is_multiple_of(64)
             && i.is_multiple_of(64)
             && self.info.compute_capability >= Module::MoeMma.min_compute_capability()
@@ -175,7 +184,7 @@ impl CudaBackend {
             && MoeGemm::from_u8(self.moe_gemm.load(Ordering::Relaxed)) != MoeGemm::CudaCores
     }
 
-    /// Stages 3 and 4 for a small step with FP8 experts (`moe_small_mma_for`): `act` [pairs,
+    /// Stages 3 and 4 for a small step (`moe_small_mma_for`): `act` [pairs,
     /// i] (bf16, pair rows) from x [t, h] (bf16), then the returned `ys` [pairs, h] (f32, pair
     /// rows). `offsets` and `active` (e + 1 each) and `perm` (pairs) are the plan's device
     /// arrays.
@@ -201,12 +210,12 @@ impl CudaBackend {
         let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
         // Up to 8 tokens one B tile of pairs, k split over the block's warps; more, each warp
         // over the whole k, 16 pairs a chunk (`moe_mma.cu`).
-        let suffix = if t <= SMALL_MMA_SPLIT_TOKENS {
-            ""
-        } else {
-            "_any"
+        let (w, suffix) = match gate_up.dtype {
+            DType::F8 if t <= SMALL_MMA_SPLIT_TOKENS => ("fp8", ""),
+            DType::F8 => ("fp8", "_any"),
+            _ => ("bf16", "_any"),
         };
-        let name = format!("moe_gate_up_fp8_small{suffix}");
+        let name = format!("moe_gate_up_{w}_small{suffix}");
         let f = self.func(Module::MoeMma, &name)?;
         let mut a = self.launcher(&f);
         a.arg(&actp)
@@ -221,7 +230,7 @@ impl CudaBackend {
             .arg(&ii)
             .arg(&hi);
         // SAFETY: act is [pairs, i] bf16, x [t, h] bf16, gate_up [e, 2i, h] FP8 with [e·2i,
-        // h/128] scales; offsets, active and perm were written by the plan (ranges inside
+        // h/128] scales, or bf16 (the bf16 build reads no scales); offsets, active and perm were written by the plan (ranges inside
         // 0..pairs of at most t pairs an expert, which the build other than _any takes only up
         // to its 8; perm entries < pairs, so tokens perm / k < t); h % 64 == 0 (moe_small_mma_for), so every 16-byte load is inside its row and
         // aligned; rows past i read row i - 1 of their half and are not written; block rows
@@ -237,7 +246,7 @@ impl CudaBackend {
         self.launched(&name, r)?;
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [pairs, h]: pair rows
         let (ysp, w2, w2s) = (ys.ptr(s), down.ptr(s), down.scales_ptr(s));
-        let name = format!("moe_down_fp8_small{suffix}");
+        let name = format!("moe_down_{w}_small{suffix}");
         let f = self.func(Module::MoeMma, &name)?;
         let mut a = self.launcher(&f);
         a.arg(&ysp)
@@ -252,7 +261,7 @@ impl CudaBackend {
             .arg(&hi);
         // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up:
         // each pair is in exactly one expert's range), down [e, h, i] FP8 with [e·h, i/128]
-        // scales; i % 64 == 0; the plan's arrays as above; columns past h read row h - 1 and
+        // scales or bf16; i % 64 == 0; the plan's arrays as above; columns past h read row h - 1 and
         // are not written; block rows past the active count return.
         // _any: 128 output columns a block (16 a warp), else 16.
         let per_block = if suffix.is_empty() { 16 } else { 128 };
