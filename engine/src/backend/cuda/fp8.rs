@@ -192,60 +192,43 @@ impl CudaBackend {
             let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_WARPS) as u32)) };
             return self.launched(name, r);
         }
-        if many {
-            let name = "gemv_fp8_mma_many";
+        // The tensor-core GEMVs: `name` over `rows` rows of x (from x_r) into out (from o_r).
+        let mma_pass = |name: &str, o_r: u64, x_r: u64, rows: usize| -> Result<()> {
             let f = self.func(Module::Fp8, name)?;
-            let mi = int(m, "matmul")?;
+            let mi = int(rows, "matmul")?;
             let blocks = dim(n.div_ceil(16), "matmul")?;
             let mut a = self.launcher(&f);
-            a.arg(&o)
-                .arg(&xp)
+            a.arg(&o_r)
+                .arg(&x_r)
                 .arg(&wp)
                 .arg(&sp)
                 .arg(&mi)
                 .arg(&ni)
                 .arg(&ki);
             // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
-            // scales (checked above); the kernel's x rows past m read as zeros and are not
-            // written; k % 64 == 0 (fp8_gemv_mma), so every 16-byte load of a weight row (k
+            // scales (checked above); a call covers rows r0..r0 + rows <= m of out and x
+            // (gemv_fp8_mma: rows <= 8; _many: any), the kernels' x rows past them read as
+            // zeros and are not written; k % 64 == 0, so every 16-byte load of a weight row (k
             // bytes) and of an x row (2k bytes) is inside it and aligned; a block of
             // FP8_MMA_WARPS warps per 16 output columns, columns past n read row n - 1 and are
-            // not written; sm_80+ (checked by fp8_gemv_mma).
+            // not written; sm_80+ (both checked by fp8_gemv_mma).
             let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_MMA_WARPS) as u32)) };
-            return self.launched(name, r);
+            self.launched(name, r)
+        };
+        if many {
+            return mma_pass("gemv_fp8_mma_many", o, xp, m);
         }
         // Up to 8 rows a pass: each pass streams the weight once more (from L2 where it fits).
         for r0 in (0..m).step_by(FP8_GEMV_MAX_ROWS) {
             let rows = (m - r0).min(FP8_GEMV_MAX_ROWS);
+            let (o_r, x_r) = (o + (r0 * n * 4) as u64, xp + (r0 * k * 2) as u64);
             // One row stays on gemv_fp8_m1 (faster there, see fp8.cu).
             if mma && rows >= FP8_MMA_MIN_ROWS {
-                let (o_r, x_r) = (o + (r0 * n * 4) as u64, xp + (r0 * k * 2) as u64);
-                let name = "gemv_fp8_mma";
-                let f = self.func(Module::Fp8, name)?;
-                let mi = int(rows, "matmul")?;
-                let blocks = dim(n.div_ceil(16), "matmul")?;
-                let mut a = self.launcher(&f);
-                a.arg(&o_r)
-                    .arg(&x_r)
-                    .arg(&wp)
-                    .arg(&sp)
-                    .arg(&mi)
-                    .arg(&ni)
-                    .arg(&ki);
-                // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
-                // scales (checked above); this pass covers rows r0..r0 + rows <= m (rows <= 8,
-                // the kernel's x rows past it read as zeros and are not written); k % 64 == 0,
-                // so every 16-byte load of a weight row (k bytes) and of an x row (2k bytes) is
-                // inside it and aligned; a block of FP8_MMA_WARPS warps per 16 output columns,
-                // columns past n read row n - 1 and are not written; sm_80+ (checked by
-                // fp8_gemv_mma).
-                let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_MMA_WARPS) as u32)) };
-                self.launched(name, r)?;
+                mma_pass("gemv_fp8_mma", o_r, x_r, rows)?;
                 continue;
             }
             let name = NAMES[rows - 1];
             let f = self.func(Module::Fp8, name)?;
-            let (o_r, x_r) = (o + (r0 * n * 4) as u64, xp + (r0 * k * 2) as u64);
             let mut a = self.launcher(&f);
             a.arg(&o_r).arg(&x_r).arg(&wp).arg(&sp).arg(&ni).arg(&ki);
             // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
