@@ -51,7 +51,9 @@ const SMALL_MMA_MAX_TOKENS: usize = 256;
 /// batch 2 5.20 against 4.86 ms, 4 7.25 against 6.74, 8 10.04 against 9.93, 16 13.95 against
 /// 20.28 (9 to 15 not measured; from 9 the CUDA-core path takes one launch more).
 const SMALL_MMA_BF16_MIN_TOKENS: usize = 9;
-/// Warps of a `moe_*_fp8_small` block (FP8_MMA_WARPS in prelude.cuh).
+/// The largest split-build step the kernel's one B tile allows.
+const _: () = assert!(SMALL_MMA_SPLIT_TOKENS <= 8);
+/// Warps of a `moe_*_small*` block (FP8_MMA_WARPS in prelude.cuh).
 const SMALL_MMA_WARPS: usize = 8;
 
 /// The launch of a build (`bf16`, `fp8`, `fp8act`): threads and dynamic shared memory,
@@ -208,12 +210,18 @@ impl CudaBackend {
         let threads = (32 * SMALL_MMA_WARPS) as u32;
         let (actp, xp) = (act.ptr(s), x.ptr(s));
         let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
-        // Up to 8 tokens one B tile of pairs, k split over the block's warps; more, each warp
-        // over the whole k, 16 pairs a chunk (`moe_mma.cu`).
+        // FP8 up to SMALL_MMA_SPLIT_TOKENS: one B tile of pairs, k split over the block's
+        // warps; else each warp over the whole k, 16 pairs a chunk (`moe_mma.cu`).
         let (w, suffix) = match gate_up.dtype {
             DType::F8 if t <= SMALL_MMA_SPLIT_TOKENS => ("fp8", ""),
             DType::F8 => ("fp8", "_any"),
-            _ => ("bf16", "_any"),
+            DType::BF16 => ("bf16", "_any"),
+            DType::F32 => {
+                return Err(super::shape_err(
+                    "fused_moe",
+                    "f32 experts run on the CUDA-core kernels, not the small-step ones".into(),
+                ));
+            }
         };
         let name = format!("moe_gate_up_{w}_small{suffix}");
         let f = self.func(Module::MoeMma, &name)?;
@@ -230,11 +238,13 @@ impl CudaBackend {
             .arg(&ii)
             .arg(&hi);
         // SAFETY: act is [pairs, i] bf16, x [t, h] bf16, gate_up [e, 2i, h] FP8 with [e·2i,
-        // h/128] scales, or bf16 (the bf16 build reads no scales); offsets, active and perm were written by the plan (ranges inside
-        // 0..pairs of at most t pairs an expert, which the build other than _any takes only up
-        // to its 8; perm entries < pairs, so tokens perm / k < t); h % 64 == 0 (moe_small_mma_for), so every 16-byte load is inside its row and
-        // aligned; rows past i read row i - 1 of their half and are not written; block rows
-        // past the active count return; 8 warps (the kernel's launch bounds).
+        // h/128] scales, or bf16 (the bf16 build reads no scales); offsets, active and perm were
+        // written by the plan (ranges inside 0..pairs of at most t pairs an expert, which the
+        // split build takes only up to SMALL_MMA_SPLIT_TOKENS <= 8, its one B tile; perm
+        // entries < pairs, so tokens perm / k < t); h % 64 == 0 (moe_small_mma_for), so every
+        // 16-byte load is inside its row and aligned; rows past i read row i - 1 of their half
+        // and are not written; block rows past the active count return; 8 warps (the kernel's
+        // launch bounds).
         // _any: 64 j a block (8 a warp), else 16.
         let per_block = if suffix.is_empty() { 16 } else { 64 };
         let r = unsafe {
@@ -261,8 +271,8 @@ impl CudaBackend {
             .arg(&hi);
         // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up:
         // each pair is in exactly one expert's range), down [e, h, i] FP8 with [e·h, i/128]
-        // scales or bf16; i % 64 == 0; the plan's arrays as above; columns past h read row h - 1 and
-        // are not written; block rows past the active count return.
+        // scales, or bf16; i % 64 == 0; the plan's arrays as above; columns past h read row
+        // h - 1 and are not written; block rows past the active count return.
         // _any: 128 output columns a block (16 a warp), else 16.
         let per_block = if suffix.is_empty() { 16 } else { 128 };
         let r = unsafe {
