@@ -296,26 +296,68 @@ fn check_port_free(host: &str, port: u16) -> anyhow::Result<()> {
     }
 }
 
-/// Waits for Ctrl-C (SIGINT) or SIGTERM.
-async fn signalled() -> &'static str {
+/// Ctrl-C (SIGINT) and SIGTERM, each listened for from this value's creation to its drop. A
+/// foreground run keeps one for its whole life: once tokio's handler is installed a signal no
+/// longer ends the process, so one arriving while no listener lived (between the follower's and
+/// the foreground loop's, e.g. right after `ready:` was printed) was lost and the run never
+/// stopped. `recv` is cancel-safe: a signal is kept until the next call takes it.
+struct Signals {
     #[cfg(unix)]
-    {
-        let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
-        match term {
-            Ok(mut term) => tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = tokio::signal::ctrl_c() => "Ctrl-C",
-            },
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                "Ctrl-C"
+    int: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(windows)]
+    ctrl_c: Option<tokio::signal::windows::CtrlC>,
+}
+
+impl Signals {
+    /// Starts listening (inside the runtime). A signal that cannot be listened for is never
+    /// reported, and keeps its default action.
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Self {
+                int: signal(SignalKind::interrupt()).ok(),
+                term: signal(SignalKind::terminate()).ok(),
+            }
+        }
+        #[cfg(windows)]
+        {
+            Self {
+                ctrl_c: tokio::signal::windows::ctrl_c().ok(),
             }
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-        "Ctrl-C"
+
+    /// The next signal since the last call (or since `new`), by name.
+    async fn recv(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            async fn next(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            let Self { int, term } = self;
+            tokio::select! {
+                () = next(int) => "Ctrl-C",
+                () = next(term) => "SIGTERM",
+            }
+        }
+        #[cfg(windows)]
+        {
+            match self.ctrl_c.as_mut() {
+                Some(c) => {
+                    c.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+            "Ctrl-C"
+        }
     }
 }
 
@@ -324,6 +366,7 @@ async fn follow_or_signal(
     plan: &Plan<'_>,
     metrics_socket: PathBuf,
     watched: &mut impl Watched,
+    signals: &mut Signals,
     printer: &Printer,
 ) -> Result<(), Interrupted> {
     let url = base_url(&plan.args.host, plan.port);
@@ -331,7 +374,7 @@ async fn follow_or_signal(
     let timeout = Duration::from_secs(plan.args.ready_timeout);
     let followed = tokio::select! {
         r = startup::follow(&url, Some(metrics_socket), watched, timeout, |e: &Event| bar.event(e)) => r,
-        s = signalled() => return { bar.finish(); Err(Interrupted::Signal(s)) },
+        s = signals.recv() => return { bar.finish(); Err(Interrupted::Signal(s)) },
     };
     bar.finish();
     followed.map_err(Interrupted::Failed)
@@ -438,4 +481,30 @@ fn print_ready(
         ))?;
     }
     Ok(())
+}
+
+#[cfg(all(test, unix))]
+mod signal_tests {
+    use std::time::Duration;
+
+    use super::Signals;
+
+    /// A signal that arrives while nobody waits is reported by the next wait: `run` used to
+    /// make a new listener for each wait, and a Ctrl-C sent right after `ready:` (between the
+    /// follower's listener and the foreground loop's) was swallowed by the installed handler.
+    #[tokio::test]
+    async fn a_signal_before_the_wait_is_kept() {
+        let mut signals = Signals::new();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &std::process::id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success());
+        // The signal lands with no recv() in progress.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let got = tokio::time::timeout(Duration::from_secs(10), signals.recv())
+            .await
+            .expect("the signal sent before the wait is reported");
+        assert_eq!(got, "SIGTERM");
+    }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use super::{
-    CONTAINER_SOCKET_DIR, Interrupted, LAST_LINES, Plan, STOP_GRACE, failure_error,
-    follow_or_signal, print_ready, progress, signalled,
+    CONTAINER_SOCKET_DIR, Interrupted, LAST_LINES, Plan, STOP_GRACE, Signals, failure_error,
+    follow_or_signal, print_ready, progress,
 };
 use crate::docker::{self, Client, ContainerSpec, DaemonInfo, GpuRequest};
 use crate::engines::{CONTAINER_PREFIX, Mode, label};
@@ -154,13 +154,15 @@ pub(super) async fn run_container(
         spec.name
     ));
 
+    // Signals from here on stop and remove the container (one listener to the end).
+    let mut signals = Signals::new();
     let mut watch = ContainerWatch { client, id: &id };
     let socket = plan
         .state_dir
         .join("sockets")
         .join(&plan.name)
         .join("metrics.sock");
-    match follow_or_signal(plan, socket, &mut watch, printer).await {
+    match follow_or_signal(plan, socket, &mut watch, &mut signals, printer).await {
         Ok(()) => {}
         Err(Interrupted::Signal(s)) => {
             printer.note(format!("{s}: stopping and removing {}", spec.name));
@@ -181,7 +183,7 @@ pub(super) async fn run_container(
     }
     let exit = loop {
         tokio::select! {
-            s = signalled() => {
+            s = signals.recv() => {
                 printer.note(format!("{s}: stopping and removing {}", spec.name));
                 break None;
             }

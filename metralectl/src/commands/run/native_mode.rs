@@ -4,8 +4,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::{
-    Interrupted, LAST_LINES, Plan, STOP_GRACE, failure_error, follow_or_signal, print_ready,
-    signalled,
+    Interrupted, LAST_LINES, Plan, STOP_GRACE, Signals, failure_error, follow_or_signal,
+    print_ready,
 };
 use crate::engines::Mode;
 use crate::error::UserError;
@@ -63,7 +63,16 @@ pub(super) async fn run_native(plan: &Plan<'_>, printer: &Printer) -> anyhow::Re
     let log = started.record.log.clone();
     // `met serve` without --metrics-socket listens on the default socket for its port.
     let socket = crate::metrics_client::default_socket(plan.port);
-    let followed = follow_or_signal(plan, socket, &mut NativeWatch(&mut started), printer).await;
+    // Signals from here on stop the engine (one listener to the end).
+    let mut signals = Signals::new();
+    let followed = follow_or_signal(
+        plan,
+        socket,
+        &mut NativeWatch(&mut started),
+        &mut signals,
+        printer,
+    )
+    .await;
     match followed {
         Ok(()) => {}
         Err(Interrupted::Signal(s)) => {
@@ -86,7 +95,7 @@ pub(super) async fn run_native(plan: &Plan<'_>, printer: &Printer) -> anyhow::Re
     // Foreground: until a signal or the engine's own exit.
     let exit = loop {
         tokio::select! {
-            s = signalled() => {
+            s = signals.recv() => {
                 printer.note(format!("{s}: stopping {}", plan.name));
                 break None;
             }
