@@ -596,32 +596,35 @@ __device__ __forceinline__ ChunkFp8 load_chunk(const RowFp8& r, int c) {
     return ChunkFp8{load_stream((const u32x4*)r.w + c), r.scales[c >> 3]};
 }
 
-// acc[r] += chunk c of row r · the same columns of x (bf16), for the NW rows.
-template <int NW>
-__device__ __forceinline__ void dot_chunk(float* acc, const ChunkBf16 (&k)[NW], const bf16* x,
-                                          int c) {
-    const u32x4 a = load_cached((const u32x4*)x + c);
-#pragma unroll
-    for (int r = 0; r < NW; ++r) acc[r] = dot8(acc[r], k[r].q, a);
+// acc += a loaded chunk · the same columns of x, given as loaded: one 16-byte word of bf16 x
+// for a bf16 chunk, two for an e4m3 one.
+__device__ __forceinline__ void dot_loaded(float& acc, const ChunkBf16& k, const u32x4* xa) {
+    acc = dot8(acc, k.q, xa[0]);
 }
-template <int NW>
-__device__ __forceinline__ void dot_chunk(float* acc, const ChunkFp8 (&k)[NW], const bf16* x,
-                                          int c) {
-    const u32x4* xp = (const u32x4*)x + 2 * c;
-    const u32x4 a = load_cached(xp), b = load_cached(xp + 1);
+__device__ __forceinline__ void dot_loaded(float& acc, const ChunkFp8& k, const u32x4* xa) {
+    const u32x4 a = xa[0], b = xa[1];
     const float xv[16] = {lo(a.x), hi(a.x), lo(a.y), hi(a.y), lo(a.z), hi(a.z), lo(a.w), hi(a.w),
                           lo(b.x), hi(b.x), lo(b.y), hi(b.y), lo(b.z), hi(b.z), lo(b.w), hi(b.w)};
+    const u32 ws[4] = {k.q.x, k.q.y, k.q.z, k.q.w};
+    float w[16];
 #pragma unroll
-    for (int r = 0; r < NW; ++r) {
-        const u32 ws[4] = {k[r].q.x, k[r].q.y, k[r].q.z, k[r].q.w};
-        float w[16];
+    for (int j = 0; j < 4; ++j) e4m3x4_values(ws[j], w + 4 * j);
+    float part = 0.f;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) e4m3x4_values(ws[j], w + 4 * j);
-        float part = 0.f;
+    for (int i = 0; i < 16; ++i) part = fmaf(w[i], xv[i], part);
+    acc = fmaf(k.s, part, acc);
+}
+
+// acc[r] += chunk c of row r · the same columns of x (bf16), for the NW rows.
+template <int NW, typename Chunk>
+__device__ __forceinline__ void dot_chunk(float* acc, const Chunk (&k)[NW], const bf16* x, int c) {
+    constexpr int words = sizeof(Chunk) > sizeof(u32x4) ? 2 : 1; // x words a chunk covers
+    const u32x4* xp = (const u32x4*)x + words * c;
+    u32x4 xa[words];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) part = fmaf(w[i], xv[i], part);
-        acc[r] = fmaf(k[r].s, part, acc[r]);
-    }
+    for (int i = 0; i < words; ++i) xa[i] = load_cached(xp + i);
+#pragma unroll
+    for (int r = 0; r < NW; ++r) dot_loaded(acc[r], k[r], xa);
 }
 
 // A lane's chunks c0, c0 + 32, ..., c0 + 32 (G − 1) of the NW rows (those below `chunks`).
@@ -910,6 +913,214 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
                       norm_topk_prob);
     if (lane == 0) *ticket = 0u;
 }
+
+// ---- one token, one launch: routing, gate|up and down across the whole GPU ----------------
+
+// The whole MoE block of a one-token step (router, routing, gate|up + SiLU, down and the
+// weighted sum) in one launch of one block a multiprocessor, with two grid-wide barriers
+// (grid_sync) where the three launches of moe_router_plan_one, moe_gate_up_dec_* and
+// moe_down_combine_* have kernel boundaries. What it gains over them: no launch gaps, and the
+// down rows the token's experts need for this block's output columns are copied into shared
+// memory (cp.async) while gate|up streams, so down starts from shared memory after the second
+// barrier instead of a cold read. The same products in the same order as those three kernels:
+// the same logits, act and out, bit for bit.
+//
+//   0. Before waiting on x's writer: warp w of block b loads router row w · gridDim.x + b (the
+//      rows spread over the blocks) as moe_router_plan_one does, then takes its product with x
+//      into logits (global, f32), and so on for rows a grid of warps further. Barrier.
+//   1. Every block routes the token itself (warp 0, moe_route_token on the logits copied from
+//      L2 into shared memory): the ids in expert order and their weights, in shared memory.
+//   2. Block b owns output columns [b · cols, b · cols + cols) of down: it starts the copies of
+//      the k experts' down rows for them (and their scales) into shared memory, then its warps
+//      take gate|up items (slot s, column j) from its share of the k · I items, two in flight a
+//      warp, with moe_gate_up_dec's loads and sums, writing act[s, j] (bf16, global). Waits
+//      for its copies (bf16 rows: one item in flight a warp). Barrier.
+//   3. The act rows (k · I bf16, from L2) into shared memory; warp w takes (column, slot)
+//      items: the down row · act row as moe_down_combine's lanes and order have it, then the
+//      column's weight · y terms added in slot order (moe_down_combine's thread 0 sum).
+//
+// Shared memory (dynamic, sized by the launcher): down rows [cols · k][I] weights, act [k][I]
+// bf16, the down rows' scales [cols · k][ceil(I / 128)] (FP8), logits [E] f32, ids and weights
+// [MOE_MAX_TOP_K], terms [cols · k] f32. Needs H % 8 == 0 and I % 16 (FP8) or 8 (bf16) == 0.
+#define MOE_ONE_WARPS 16
+
+__device__ __forceinline__ ChunkBf16 shared_chunk(const bf16* row, const float*, int c) {
+    return ChunkBf16{((const u32x4*)row)[c]};
+}
+__device__ __forceinline__ ChunkFp8 shared_chunk(const unsigned char* row, const float* scales,
+                                                 int c) {
+    return ChunkFp8{((const u32x4*)row)[c], scales[c >> 3]};
+}
+
+template <typename W>
+__device__ void moe_one_impl(float* out, float* logits, bf16* act, const bf16* x,
+                             const bf16* router, const W* w13, const float* s13, const W* w2,
+                             const float* s2, unsigned long long* sync, int experts, int hidden,
+                             int inter, int top_k, int norm_topk_prob, int cols) {
+    using Row = decltype(weight_row(w13, s13, 0, 0));
+    using Chunk = typename ChunkOf<Row>::T;
+    constexpr bool FP8 = sizeof(W) == 1;
+#ifdef METRALE_HOST_EMULATION
+    unsigned char* const smem = emu_dyn_smem();
+#else
+    extern __shared__ __attribute__((aligned(16))) unsigned char moe_one_smem[];
+    unsigned char* const smem = moe_one_smem;
+#endif
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int nb = gridDim.x, b = blockIdx.x, rows_b = cols * top_k;
+    const int nsc = FP8 ? (inter + 127) >> 7 : 0;
+    const u64 row_bytes = (u64)inter * sizeof(W);
+    W* const down_s = (W*)smem;
+    bf16* const act_s = (bf16*)(smem + rows_b * row_bytes); // 16-byte aligned: I % 8 == 0
+    float* const dsc_s = (float*)(act_s + top_k * inter);
+    float* const logit_s = dsc_s + rows_b * nsc;
+    int* const ids_s = (int*)(logit_s + experts);
+    float* const wts_s = (float*)(ids_s + MOE_MAX_TOP_K);
+    float* const terms_s = wts_s + MOE_MAX_TOP_K;
+
+    // 0. The router's logits.
+    {
+        constexpr int G = DecGroup<RowBf16, 2048>::G;
+        const int chunks = hidden >> 3;
+        int e = warp * nb + b;
+        RowBf16 r{router + (u64)min(e, experts - 1) * hidden};
+        ChunkBf16 g[G][1];
+        if (e < experts) load_group<G, 1>(g, &r, lane, chunks); // read-only: before waiting
+        pdl_start();
+        for (; e < experts; e += warps * nb) { // more rows than warps: the next rows after
+            if (e >= warp * nb + b + warps * nb) {
+                r = RowBf16{router + (u64)e * hidden};
+                load_group<G, 1>(g, &r, lane, chunks);
+            }
+            float acc[1] = {0.f};
+            dot_rows_from<G, 1>(acc, g, &r, x, chunks);
+            const float v = warp_sum(acc[0]);
+            if (lane == 0) logits[e] = v;
+        }
+    }
+    grid_sync(sync);
+
+    // 1. Routing, in every block.
+    if (warp == 0) {
+        for (int i = lane; i < experts; i += 32) logit_s[i] = load_l2(logits + i);
+        __syncwarp();
+        moe_route_token(ids_s, wts_s, (const float*)logit_s, experts, top_k, norm_topk_prob);
+    }
+    __syncthreads();
+
+    // 2. This block's down rows into shared memory, then its gate|up items.
+    const int c0 = b * cols, ncols = max(0, min(cols, hidden - c0));
+    {
+        const int words = (int)(row_bytes >> 4), n = ncols * top_k;
+        for (int i = threadIdx.x; i < n * words; i += blockDim.x) {
+            const int r = i / words, word = i - r * words; // r = column · k + slot
+            const u64 src = (u64)ids_s[r % top_k] * hidden + c0 + r / top_k;
+            cp_async<16>((unsigned char*)down_s + r * row_bytes + 16 * word,
+                         (const unsigned char*)w2 + src * row_bytes + 16 * word, true);
+        }
+        if constexpr (FP8)
+            for (int i = threadIdx.x; i < n * nsc; i += blockDim.x) {
+                const int r = i / nsc;
+                const u64 src = (u64)ids_s[r % top_k] * hidden + c0 + r / top_k;
+                cp_async<4>(dsc_s + i, s2 + src * nsc + (i - r * nsc), true);
+            }
+        cp_async_commit();
+    }
+    {
+        constexpr int G = DecGroup<Row, 2048>::G;
+        const int items = top_k * inter;
+        const int end = (int)((u64)(b + 1) * items / nb);
+        const int chunks = hidden / ChunkOf<Row>::elems;
+        auto rows_of = [&](int it, Row* rows) {
+            const int s = it / inter, j = it - s * inter;
+            const u64 base = (u64)ids_s[s] * 2 * inter;
+            rows[0] = weight_row(w13, s13, base + j, hidden);
+            rows[1] = weight_row(w13, s13, base + inter + j, hidden);
+        };
+        auto finish = [&](int it, Chunk (&g)[G][2], const Row* rows) {
+            float acc[2] = {0.f, 0.f};
+            dot_rows_from<G, 2>(acc, g, rows, x, chunks);
+            const float gs = warp_sum(acc[0]), us = warp_sum(acc[1]);
+            if (lane == 0) act[it] = from_f32<bf16>(gs / (1.0f + expf(-gs)) * us);
+        };
+        Row ra[2], rb[2];
+        Chunk ga[G][2];
+        int it = (int)((u64)b * items / nb) + warp;
+        if constexpr (!FP8) {
+            // bf16 rows: one item at a time (two would need 128 registers of rows).
+            for (; it < end; it += warps) {
+                rows_of(it, ra);
+                load_group<G, 2>(ga, ra, lane, chunks);
+                finish(it, ga, ra);
+            }
+        }
+        Chunk gb[G][2];
+        if (FP8 && it < end) {
+            rows_of(it, ra);
+            load_group<G, 2>(ga, ra, lane, chunks);
+        }
+        // FP8: two items in flight a warp, the next one's loads out before this one's sums.
+        while (FP8 && it < end) {
+            const int next = it + warps;
+            if (next < end) {
+                rows_of(next, rb);
+                load_group<G, 2>(gb, rb, lane, chunks);
+            }
+            finish(it, ga, ra);
+            if (next >= end) break;
+            it = next + warps;
+            if (it < end) {
+                rows_of(it, ra);
+                load_group<G, 2>(ga, ra, lane, chunks);
+            }
+            finish(next, gb, rb);
+        }
+    }
+    cp_async_wait<0>();
+    grid_sync(sync);
+
+    // 3. Down for this block's columns and the weighted sum.
+    {
+        const int words = top_k * inter / 8; // 16-byte words of act
+        for (int i = threadIdx.x; i < words; i += blockDim.x)
+            cp_async<16>((unsigned char*)act_s + 16 * i, (const unsigned char*)act + 16 * i, true);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        const int chunks = inter / ChunkOf<Row>::elems;
+        constexpr int words_a = ChunkOf<Row>::elems / 8; // act words a chunk covers
+        for (int r = warp; r < ncols * top_k; r += warps) {
+            const int slot = r % top_k;
+            const W* row = (const W*)((const unsigned char*)down_s + r * row_bytes);
+            const float* sc = dsc_s + r * nsc;
+            const u32x4* xa = (const u32x4*)(act_s + slot * inter);
+            float acc = 0.f;
+            for (int c = lane; c < chunks; c += 32) {
+                const Chunk k = shared_chunk(row, sc, c);
+                dot_loaded(acc, k, xa + words_a * c);
+            }
+            const float y = warp_sum(acc);
+            if (lane == 0) terms_s[r] = __fmul_rn(wts_s[slot], y);
+        }
+        __syncthreads();
+        for (int ci = threadIdx.x; ci < ncols; ci += blockDim.x) {
+            float o = 0.f;
+            for (int s = 0; s < top_k; ++s) o = __fadd_rn(o, terms_s[ci * top_k + s]);
+            out[c0 + ci] = o;
+        }
+    }
+}
+
+#define MOE_ONE(SUFFIX, W)                                                                         \
+    extern "C" __global__ void __launch_bounds__(MOE_ONE_WARPS * 32, 1) moe_one_##SUFFIX(          \
+        float* out, float* logits, bf16* act, const bf16* x, const bf16* router, const W* w13,     \
+        const float* s13, const W* w2, const float* s2, unsigned long long* sync, int experts,     \
+        int hidden, int inter, int top_k, int norm_topk_prob, int cols) {                          \
+        moe_one_impl(out, logits, act, x, router, w13, s13, w2, s2, sync, experts, hidden, inter,  \
+                     top_k, norm_topk_prob, cols);                                                 \
+    }
+MOE_ONE(fp8, unsigned char)
+MOE_ONE(bf16, bf16)
 
 // ---- 5. combine ----------------------------------------------------------------------------
 

@@ -177,6 +177,37 @@ __device__ __forceinline__ void pdl_start() {
     pdl_launch_next();
 }
 
+// A barrier across the whole grid, for a kernel whose blocks are all resident at once (its
+// launcher sizes the grid by the multiprocessors and checks the occupancy; otherwise it would
+// never return). `count` is a u64 in global memory that only such barriers touch and that holds
+// a multiple of gridDim.x between launches: each barrier adds one a block, and a block waits
+// until the count reaches the next multiple of gridDim.x past the value it found. Writes before
+// the barrier are visible to every block after it (read them from L2: load_l2, cp.async.cg).
+__device__ __forceinline__ unsigned long long load_acquire_u64(const unsigned long long* p) {
+#ifdef METRALE_HOST_EMULATION
+    return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+#else
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+#endif
+}
+__device__ __forceinline__ void grid_sync(unsigned long long* count) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned long long n = gridDim.x;
+        __threadfence();
+        const unsigned long long target = (atomicAdd(count, 1ull) / n + 1) * n;
+        while (load_acquire_u64(count) < target) {
+#ifdef METRALE_HOST_EMULATION
+            emu_yield();
+#endif
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
 // Four 16-byte loads of a row, chunks c, c + 32, c + 64, c + 96 (a lane's share of 128 chunks).
 __device__ __forceinline__ void load4(u32x4* a, const u32x4* row, int c) {
 #pragma unroll

@@ -156,6 +156,28 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 bytes,
                 floor_ms,
             );
+            if b == 1 {
+                // The MoE block in the other of its two one-token paths: moe_one's single
+                // launch or the three launches (the default is the first line's).
+                let one = cuda.moe_one();
+                cuda.set_moe_one(!one);
+                regraph();
+                let t = time_step(cuda, &model, &mut kv, &host, true);
+                cuda.set_moe_one(one);
+                regraph();
+                let other = if one {
+                    "MoE block in three launches"
+                } else {
+                    "MoE block in one launch (moe_one)"
+                };
+                timing_line(
+                    report,
+                    format!("{name} B={b} graph, {other}"),
+                    &t?,
+                    bytes,
+                    floor_ms,
+                );
+            }
             if c.fp8.is_none() && b > 1 {
                 // The bf16 experts on the CUDA cores (or, from 4 pairs an expert, the 64-row
                 // tiles) instead of the small-step tensor-core kernels.

@@ -1,6 +1,8 @@
 // Just enough CUDA to run our kernels on the host: one std::thread per CUDA thread of a block,
 // blocks one after another, std::barrier for __syncthreads / __syncwarp, and a per-warp exchange
-// for __shfl_xor_sync. `__shared__` becomes `static` (blocks never overlap). It checks the
+// for __shfl_xor_sync. `__shared__` becomes `static` (blocks never overlap). `launch_all` runs
+// every block at once instead, for kernels with grid-wide barriers (grid_sync); those keep their
+// shared memory in the dynamic buffer (emu_dyn_smem), one per block. It checks the
 // kernels' logic (indexing, reductions, barriers, online softmax) where no GPU is at hand; it
 // says nothing about speed or the memory model. run.sh builds and runs test.cpp with it.
 #pragma once
@@ -38,13 +40,31 @@ struct Warp {
     unsigned u[32];
     unsigned a[32][4], b[32][2];
 };
-inline std::unique_ptr<std::barrier<>> g_block_bar;
-inline std::vector<std::unique_ptr<Warp>> g_warps;
+// A block's barrier and warps; each thread points at its own block's.
+struct Block {
+    std::unique_ptr<std::barrier<>> bar;
+    std::vector<std::unique_ptr<Warp>> warps;
+    std::vector<unsigned char> smem;  // dynamic shared memory (launch_all)
+    explicit Block(unsigned n, size_t smem_bytes) : bar(std::make_unique<std::barrier<>>(n)), smem(smem_bytes) {
+        for (unsigned w = 0; w < (n + 31) / 32; ++w) {
+            auto wp = std::make_unique<Warp>();
+            wp->bar = std::make_unique<std::barrier<>>(std::min(32u, n - 32 * w));
+            warps.push_back(std::move(wp));
+        }
+    }
+};
+inline thread_local Block* t_block;
+struct WarpsOfBlock {
+    Warp* operator[](unsigned w) const { return t_block->warps[w].get(); }
+};
+inline WarpsOfBlock g_warps;
 
-inline void __syncthreads() { g_block_bar->arrive_and_wait(); }
+inline void __syncthreads() { t_block->bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warps[threadIdx.x / 32]->bar->arrive_and_wait(); }
+inline unsigned char* emu_dyn_smem() { return t_block->smem.data(); }
+inline void emu_yield() { std::this_thread::yield(); }
 inline float __shfl_xor_sync(unsigned, float v, int o) {
-    Warp* w = g_warps[threadIdx.x / 32].get();
+    Warp* w = g_warps[threadIdx.x / 32];
     int lane = threadIdx.x % 32;
     w->f[lane] = v;
     w->bar->arrive_and_wait();
@@ -53,7 +73,7 @@ inline float __shfl_xor_sync(unsigned, float v, int o) {
     return r;
 }
 inline float __shfl_sync(unsigned, float v, int src) {
-    Warp* w = g_warps[threadIdx.x / 32].get();
+    Warp* w = g_warps[threadIdx.x / 32];
     int lane = threadIdx.x % 32;
     w->f[lane] = v;
     w->bar->arrive_and_wait();
@@ -75,10 +95,11 @@ inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); r
 inline long long __double_as_longlong(double d) { long long r; memcpy(&r, &d, 8); return r; }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 // The lanes of this thread's warp holding the same value (every lane of the warp must call).
 inline unsigned __match_any_sync(unsigned, unsigned v) {
-    Warp* w = g_warps[threadIdx.x / 32].get();
+    Warp* w = g_warps[threadIdx.x / 32];
     unsigned lane = threadIdx.x % 32, n = std::min(32u, blockDim.x - threadIdx.x / 32 * 32);
     w->u[lane] = v;
     w->bar->arrive_and_wait();
@@ -95,7 +116,7 @@ inline unsigned __match_any_sync(unsigned, unsigned v) {
 template <int K, class Unpack>
 inline void emu_mma(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                     unsigned b1, Unpack unpack) {
-    Warp* w = g_warps[threadIdx.x / 32].get();
+    Warp* w = g_warps[threadIdx.x / 32];
     const unsigned lane = threadIdx.x % 32;
     w->a[lane][0] = a0; w->a[lane][1] = a1; w->a[lane][2] = a2; w->a[lane][3] = a3;
     w->b[lane][0] = b0; w->b[lane][1] = b1;
@@ -155,7 +176,7 @@ inline void emu_mma_m16n8k32_e4m3(float c[4], unsigned a0, unsigned a1, unsigned
 }
 // Bit l set when lane l of this thread's warp passes a true `pred` (every lane must call).
 inline unsigned __ballot_sync(unsigned, int pred) {
-    Warp* w = g_warps[threadIdx.x / 32].get();
+    Warp* w = g_warps[threadIdx.x / 32];
     unsigned lane = threadIdx.x % 32, n = std::min(32u, blockDim.x - threadIdx.x / 32 * 32);
     w->u[lane] = pred != 0;
     w->bar->arrive_and_wait();
@@ -178,20 +199,34 @@ template <class F> void launch(dim3 grid, dim3 block, F f) {
     for (unsigned bz = 0; bz < grid.z; ++bz)
         for (unsigned by = 0; by < grid.y; ++by)
             for (unsigned bx = 0; bx < grid.x; ++bx) {
-                g_block_bar = std::make_unique<std::barrier<>>(n);
-                g_warps.clear();
-                for (unsigned w = 0; w < (n + 31) / 32; ++w) {
-                    auto wp = std::make_unique<Warp>();
-                    wp->bar = std::make_unique<std::barrier<>>(std::min(32u, n - 32 * w));
-                    g_warps.push_back(std::move(wp));
-                }
+                Block blk(n, 0);
                 std::vector<std::thread> ts;
                 for (unsigned t = 0; t < n; ++t)
-                    ts.emplace_back([=] {
+                    ts.emplace_back([=, &blk] {
                         threadIdx = dim3{t, 0, 0};
                         blockIdx = dim3{bx, by, bz};
+                        t_block = &blk;
                         f();
                     });
                 for (auto& t : ts) t.join();
             }
+}
+
+// Every block of a one-dimensional grid at once (grid.x · block.x host threads), each with
+// `smem_bytes` of dynamic shared memory: for kernels that wait on each other across the grid.
+template <class F> void launch_all(dim3 grid, dim3 block, size_t smem_bytes, F f) {
+    gridDim = grid;
+    blockDim = block;
+    std::vector<std::unique_ptr<Block>> blocks;
+    for (unsigned bx = 0; bx < grid.x; ++bx) blocks.push_back(std::make_unique<Block>(block.x, smem_bytes));
+    std::vector<std::thread> ts;
+    for (unsigned bx = 0; bx < grid.x; ++bx)
+        for (unsigned t = 0; t < block.x; ++t)
+            ts.emplace_back([=, &blocks] {
+                threadIdx = dim3{t, 0, 0};
+                blockIdx = dim3{bx, 0, 0};
+                t_block = blocks[bx].get();
+                f();
+            });
+    for (auto& t : ts) t.join();
 }

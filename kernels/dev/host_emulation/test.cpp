@@ -1288,6 +1288,56 @@ static void moe_f32_tests() {
     t_moe_f32(19, 16, 4, 36, 12, false);
 }
 
+// moe_one_* (the whole one-token MoE block in one launch with grid-wide barriers, every block
+// running at once here) against the three launches it replaces, moe_router_plan_one,
+// moe_gate_up_dec_* and moe_down_combine_*: the same logits, act and out, bit for bit, in two
+// launches in a row (the barrier count must come back to a multiple of the grid).
+void t_moe_one(int E, int K, int H, int I, bool norm, bool fp8, unsigned blocks, unsigned threads) {
+    const std::vector<bf16> x = random_bf16(H), router = random_bf16((size_t)E * H);
+    const Experts ex = make_experts(E, H, I, fp8);
+    const int P = K;
+    std::vector<float> lg(E, NAN), wts(P, NAN), out(H, NAN);
+    std::vector<int> ids(P, -1), perm(P, -1), off(E + 1, -1), active(E + 1, -1);
+    std::vector<bf16> act(P * I);
+    // moe_router_plan_one's logits and plan (checked equal above; it takes at most 256 experts).
+    launch({(unsigned)((E + 7) / 8)}, {256}, [&] { gemv_m1(lg.data(), x.data(), router.data(), E, H); });
+    launch({1}, {32}, [&] { moe_plan_one_f32(ids.data(), wts.data(), off.data(), perm.data(), active.data(), lg.data(), E, K, norm); });
+    launch({(unsigned)((I + 7) / 8), (unsigned)std::min(E, P)}, {256}, [&] {
+        if (fp8) moe_gate_up_dec_fp8_vec(act.data(), x.data(), ex.w13q.data(), ex.s13.data(), off.data(), active.data(), perm.data(), E, K, I, H);
+        else moe_gate_up_dec_bf16_vec(act.data(), x.data(), ex.w13b.data(), nullptr, off.data(), active.data(), perm.data(), E, K, I, H);
+    });
+    launch({(unsigned)H}, {(unsigned)(32 * K)}, [&] {
+        if (fp8) moe_down_combine_fp8_vec(out.data(), act.data(), ex.w2q.data(), ex.s2.data(), ids.data(), wts.data(), 1, K, I, H);
+        else moe_down_combine_bf16_vec(out.data(), act.data(), ex.w2b.data(), nullptr, ids.data(), wts.data(), 1, K, I, H);
+    });
+    const int cols = (H + (int)blocks - 1) / (int)blocks;
+    const size_t smem = (size_t)cols * K * I * (fp8 ? 1 : 2) + (size_t)K * I * 2 + (size_t)cols * K * (fp8 ? (I + 127) / 128 : 0) * 4 + E * 4 + 2 * 16 * 4 + (size_t)cols * K * 4;
+    unsigned long long sync = 0;
+    for (int rep = 0; rep < 2; ++rep) {
+        std::vector<float> lg1(E, NAN), out1(H, NAN);
+        std::vector<bf16> act1(P * I);
+        launch_all({blocks}, {threads}, smem, [&] {
+            if (fp8) moe_one_fp8(out1.data(), lg1.data(), act1.data(), x.data(), router.data(), ex.w13q.data(), ex.s13.data(), ex.w2q.data(), ex.s2.data(), &sync, E, H, I, K, norm, cols);
+            else moe_one_bf16(out1.data(), lg1.data(), act1.data(), x.data(), router.data(), ex.w13b.data(), nullptr, ex.w2b.data(), nullptr, &sync, E, H, I, K, norm, cols);
+        });
+        int bad = sync != (unsigned long long)(rep + 1) * 2 * blocks;
+        bad += memcmp(lg1.data(), lg.data(), E * sizeof(float)) != 0;
+        bad += memcmp(act1.data(), act.data(), P * I * sizeof(bf16)) != 0;
+        bad += memcmp(out1.data(), out.data(), H * sizeof(float)) != 0;
+        char name[96];
+        snprintf(name, 96, "moe_one%s = 3 launches E%d k%d H%d I%d grid %u rep %d", fp8 ? " fp8" : "", E, K, H, I, blocks, rep);
+        report(name, bad, 0);
+    }
+}
+
+static void moe_one_tests() {
+    t_moe_one(128, 8, 64, 48, true, true, 5, 128);
+    t_moe_one(128, 8, 64, 48, true, false, 3, 256);
+    t_moe_one(40, 4, 2080, 1040, false, true, 3, 128);   // rows past a decode group
+    t_moe_one(300, 8, 48, 32, true, true, 7, 64);        // more experts than routing registers
+    t_moe_one(16, 2, 40, 16, true, false, 4, 64);        // blocks past the output columns
+}
+
 // Every fused_moe case (EMU_ONLY=moe runs just these).
 static void moe_tests() {
     t_moe(1, 8, 2, 64, 32, true, false, false);
@@ -1318,6 +1368,7 @@ static void moe_tests() {
     t_moe(128, 128, 8, 16, 8, true, false, true);
     moe_f32_tests();
     moe_mma_tests();
+    moe_one_tests();
 }
 
 // The tensor-core expert GEMMs (EMU_ONLY=moe_mma runs just these; EMU_ONLY=moe includes them).
@@ -1370,6 +1421,11 @@ int main() {
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "attention") {
         attn_tests();
         kv_fp8_tests();
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "moe_one") {
+        moe_one_tests();
         printf("%d failures\n", fails);
         return fails ? 1 : 0;
     }

@@ -216,9 +216,10 @@ impl Ops<'_> {
     }
 
     /// routed_moe at one token, where the router's product and the routing are one launch
-    /// (`moe_router_plan_one`), against the router's matmul + the six-launch fused_moe: the
-    /// logits and the output bit for bit, three times in a row (each launch must leave its
-    /// ticket at 0 for the next), 30B-A3B's and 35B-A3B's experts, bf16 and FP8.
+    /// (`moe_router_plan_one`, then the experts: three launches) and where the whole block is
+    /// one (`moe_one_*`, twice in a row: its grid barrier count must come back to a multiple of
+    /// the grid), against the router's matmul + the six-launch fused_moe: the logits and the
+    /// output bit for bit, 30B-A3B's and 35B-A3B's experts, bf16 and FP8.
     fn moe_router_fused(&mut self) -> Result<()> {
         for (e, i, fp8) in [
             (128, 768, false),
@@ -228,7 +229,7 @@ impl Ops<'_> {
         ] {
             let (h, k) = (2048, 8);
             let case = format!(
-                "T 1 E {e} top-{k}{} router + plan in one launch = matmul + six launches",
+                "T 1 E {e} top-{k}{} one launch and three = matmul + six launches",
                 if fp8 { " fp8 experts" } else { "" }
             );
             self.run("routed_moe", &case, |s| {
@@ -236,8 +237,11 @@ impl Ops<'_> {
                 let router = s.cuda.random_bf16(&[e, h], 13, 0.05)?;
                 let (w13, w2) = s.device_experts((e, i, h), fp8)?;
                 let mut runs = Vec::new();
-                for small in [false, true, true, true] {
+                let (one_was, launches) = (s.cuda.moe_one(), s.cuda.moe_one_launches());
+                // The six launches, the three (moe_one off), then moe_one twice.
+                for (small, one) in [(false, false), (true, false), (true, true), (true, true)] {
                     s.cuda.set_moe_small_paths(small);
+                    s.cuda.set_moe_one(one);
                     let mut out = s.cuda.zeros(&[1, h])?;
                     let mut logits = s.cuda.zeros(&[1, e])?;
                     let r = s.cuda.routed_moe(
@@ -250,15 +254,22 @@ impl Ops<'_> {
                         true,
                     );
                     s.cuda.set_moe_small_paths(true);
+                    s.cuda.set_moe_one(one_was);
                     r?;
                     runs.push((s.cuda.to_host(&logits)?, s.cuda.to_host(&out)?));
                 }
                 let same = |a: &[f32], b: &[f32]| {
                     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits())
                 };
-                let bad: Vec<usize> = (1..runs.len())
+                let mut bad: Vec<usize> = (1..runs.len())
                     .filter(|&r| !same(&runs[r].0, &runs[0].0) || !same(&runs[r].1, &runs[0].1))
                     .collect();
+                if s.cuda.moe_one_launches() != launches + 2 {
+                    // moe_one declined (shape, shared memory or occupancy): the check is void.
+                    s.report
+                        .fail(format!("routed_moe {case}: moe_one did not run"));
+                    bad.extend([2, 3]);
+                }
                 s.report.line(format!(
                     "routed_moe {case}: {}",
                     if bad.is_empty() { "ok" } else { "FAIL" }

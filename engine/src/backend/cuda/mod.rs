@@ -26,11 +26,12 @@ mod hybrid;
 mod launch;
 mod moe;
 mod moe_mma;
+mod moe_one;
 mod norm;
 mod sample;
 mod tensor;
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
@@ -115,6 +116,11 @@ pub struct CudaBackend {
     fp8_gemv_mma: AtomicBool,
     /// Decode-sized steps (up to 256 tokens) run their experts on `moe_*_small*` (`moe_mma.rs`).
     moe_small_mma: AtomicBool,
+    /// One-token MoE blocks run as one launch with grid-wide barriers (`moe_one.rs`; off by
+    /// default until it has run on a GPU).
+    moe_one: AtomicBool,
+    /// `moe_one_*` launches so far (for checks that it ran).
+    moe_one_launches: AtomicU64,
     /// Gated DeltaNet: sequences of at least this many rows in a step take the chunked kernels
     /// (`gdn_chunk.rs`; `usize::MAX`: none do).
     gdn_chunk_min: AtomicUsize,
@@ -137,6 +143,9 @@ pub struct CudaBackend {
     /// `moe_router_plan_one`'s ticket (the blocks that have written their logits); every
     /// launch leaves it at 0.
     router_ticket: CudaSlice<u32>,
+    /// `moe_one_*`'s grid barrier count (prelude's `grid_sync`): a multiple of the grid between
+    /// launches, at a fixed address (CUDA graphs keep it).
+    grid_sync: CudaSlice<u64>,
 }
 
 /// Loadable? cudarc panics on first use of a library it cannot open; ask first.
@@ -257,6 +266,9 @@ impl CudaBackend {
         let router_ticket = stream
             .alloc_zeros::<u32>(1)
             .map_err(dev_err("router ticket"))?;
+        let grid_sync = stream
+            .alloc_zeros::<u64>(1)
+            .map_err(dev_err("grid barrier count"))?;
         Ok(Self {
             graphs: Mutex::new(graph::Graphs::new(graphs)),
             arena: Mutex::new(graph::Arena::default()),
@@ -282,6 +294,9 @@ impl CudaBackend {
             moe_small_mma: AtomicBool::new(
                 std::env::var_os("METRALE_MOE_SMALL_MMA").is_none_or(|v| v != "0"),
             ),
+            // Off until measured on a GPU (docs/cuda.md): METRALE_MOE_ONE=1 turns it on.
+            moe_one: AtomicBool::new(std::env::var_os("METRALE_MOE_ONE").is_some_and(|v| v == "1")),
+            moe_one_launches: AtomicU64::new(0),
             fp8_gemv_mma: AtomicBool::new(
                 std::env::var_os("METRALE_FP8_GEMV_MMA").is_none_or(|v| v != "0"),
             ),
@@ -296,6 +311,7 @@ impl CudaBackend {
             compute,
             kv_fp8: false,
             router_ticket,
+            grid_sync,
         })
     }
 

@@ -63,8 +63,9 @@ impl CudaBackend {
         self.moe_dec_gate_up.store(on, Ordering::Relaxed);
     }
 
-    /// `routed_moe`: at one token with a bf16 router the router's product and the routing in
-    /// one launch (`moe_router_plan_one`), else the router's `matmul` and `fused_moe`.
+    /// `routed_moe`: at one token with a bf16 router the whole block in one launch
+    /// (`moe_one.rs`) where it fits, else the router's product and the routing in one launch
+    /// (`moe_router_plan_one`) and the experts; the router's `matmul` and `fused_moe` otherwise.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn routed_moe_op(
         &self,
@@ -88,6 +89,11 @@ impl CudaBackend {
         if !fused {
             self.matmul_op(router_logits, x, router)?;
             return self.fused_moe_op(out, x, router_logits, gate_up, down, top_k, norm_topk_prob);
+        }
+        // The whole block in one launch where the device has room for it (moe_one.rs).
+        let (io, route) = ((&mut *out, x), (top_k, norm_topk_prob));
+        if self.moe_one_op(io, (router, &mut *router_logits), (gate_up, down), route)? {
+            return Ok(());
         }
         self.set_dtype(router_logits, DType::F32)?;
         self.moe_op(

@@ -1,0 +1,239 @@
+//! `moe_one_*` (moe.cu): a one-token MoE block (router, routing, gate|up + SiLU, down and the
+//! weighted sum) in one launch of one block a multiprocessor, with two grid-wide barriers where
+//! the three-launch path (`moe_router_plan_one`, `moe_gate_up_dec_*`, `moe_down_combine_*`,
+//! `moe.rs`) has kernel boundaries, and the chosen experts' down rows copied into shared memory
+//! while gate|up streams. The same output bit for bit (host emulation; `cuda_check`).
+//!
+//! A grid barrier needs every block resident at once: the grid is the multiprocessor count and
+//! the launch is taken only when the occupancy calculator gives this kernel, with its shared
+//! memory, at least one block a multiprocessor. Otherwise `routed_moe` runs the three launches.
+//!
+//! Off by default: it has passed the host emulation (every block of the grid running at once)
+//! and NVRTC's compile for sm_90a (no spills), but it has not run on a GPU yet.
+//! `METRALE_MOE_ONE=1` or [`CudaBackend::set_moe_one`] turn it on; `cuda_check` checks it against
+//! the other paths bit for bit and times a batch-1 step with and without it.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::Ordering;
+
+use cudarc::driver::DevicePtr;
+use cudarc::driver::sys::{self, CUfunction_attribute};
+use metrale_kernels::Module;
+
+use super::elementwise::{cfg, int};
+use super::moe::MAX_TOP_K;
+use super::tensor::{CudaTensor, DType};
+use super::{CudaBackend, dev_err};
+use crate::backend::Result;
+
+/// Threads of a block (`MOE_ONE_WARPS` · 32 in moe.cu, its launch bounds).
+const THREADS: u32 = 16 * 32;
+
+/// What the kernel's launch needs: the grid (one block a multiprocessor), the output columns
+/// a block owns and its dynamic shared memory (the layout in moe.cu's comment).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct OneShape {
+    pub blocks: usize,
+    pub cols: usize,
+    pub smem: usize,
+}
+
+/// The launch shape for `experts` experts of hidden size `h` and intermediate size `i`, `k` a
+/// token, weights of `wbytes` bytes, on `blocks` multiprocessors; `None` when the shape is not
+/// one the kernel takes (rows of whole 16-byte words, at most `MAX_TOP_K` experts a token) or
+/// its shared memory would pass `smem_max`.
+pub(super) fn one_shape(
+    (experts, h, i, k): (usize, usize, usize, usize),
+    wbytes: usize,
+    blocks: usize,
+    smem_max: usize,
+) -> Option<OneShape> {
+    let words = h.is_multiple_of(8) && (i * wbytes).is_multiple_of(16) && i.is_multiple_of(8);
+    if !words || blocks == 0 || k == 0 || k > MAX_TOP_K || experts < k || h == 0 {
+        return None;
+    }
+    let cols = h.div_ceil(blocks);
+    let rows = cols * k;
+    let scales = if wbytes == 1 { i.div_ceil(128) } else { 0 };
+    let smem = rows * i * wbytes
+        + k * i * 2
+        + rows * scales * 4
+        + experts * 4
+        + 2 * MAX_TOP_K * 4
+        + rows * 4;
+    (smem <= smem_max).then_some(OneShape { blocks, cols, smem })
+}
+
+impl CudaBackend {
+    /// Whether one-token MoE blocks take `moe_one_*` where it fits (off by default, see the
+    /// module docs; off: the three launches; both give the same output bit for bit).
+    pub fn set_moe_one(&self, on: bool) {
+        self.moe_one.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether [`CudaBackend::set_moe_one`] is on.
+    pub fn moe_one(&self) -> bool {
+        self.moe_one.load(Ordering::Relaxed)
+    }
+
+    /// How many `moe_one_*` launches this backend has made (graph captures count once).
+    pub fn moe_one_launches(&self) -> u64 {
+        self.moe_one_launches.load(Ordering::Relaxed)
+    }
+
+    /// `routed_moe` at one token through `moe_one_*`: `Ok(false)` (nothing launched) when it
+    /// is off or the shape or the device does not allow it. The caller has checked the router
+    /// (bf16 [E, H], E logits) and x (one row).
+    pub(super) fn moe_one_op(
+        &self,
+        (out, x): (&mut CudaTensor, &CudaTensor),
+        (router, router_logits): (&CudaTensor, &mut CudaTensor),
+        (gate_up, down): (&CudaTensor, &CudaTensor),
+        (top_k, norm_topk_prob): (usize, bool),
+    ) -> Result<bool> {
+        if !self.moe_one() || gate_up.dtype != down.dtype {
+            return Ok(false);
+        }
+        let (name, wbytes) = match gate_up.dtype {
+            DType::F8 => ("moe_one_fp8", 1),
+            DType::BF16 => ("moe_one_bf16", 2),
+            DType::F32 => return Ok(false),
+        };
+        let (t, h, e, i) = crate::backend::moe_dims(
+            &out.shape,
+            &x.shape,
+            &router_logits.shape,
+            (&gate_up.shape, &down.shape),
+            top_k,
+            MAX_TOP_K,
+        )?;
+        let dims = (e, h, i, top_k);
+        let Some(shape) = one_shape(
+            dims,
+            wbytes,
+            self.info.multiprocessors,
+            self.info.smem_optin,
+        ) else {
+            return Ok(false);
+        };
+        if t != 1 || !self.moe_one_resident(name, shape)? {
+            return Ok(false);
+        }
+        self.set_dtype(out, DType::F32)?;
+        self.set_dtype(router_logits, DType::F32)?;
+        let mut converted = None;
+        let x = self.as_dtype(x, DType::BF16, &mut converted)?;
+        let act = self.alloc(&[top_k, i], DType::BF16)?;
+        let s = &self.stream;
+        let (op, lp, ap, xp, rp) = (
+            out.ptr(s),
+            router_logits.ptr(s),
+            act.ptr(s),
+            x.ptr(s),
+            router.ptr(s),
+        );
+        let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
+        let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
+        let sync = self.grid_sync.device_ptr(s).0;
+        let (ei, hi, ii, ki) = (
+            int(e, "routed_moe")?,
+            int(h, "routed_moe")?,
+            int(i, "routed_moe")?,
+            int(top_k, "routed_moe")?,
+        );
+        let (norm, cols) = (i32::from(norm_topk_prob), int(shape.cols, "routed_moe")?);
+        let f = self.func(Module::Moe, name)?;
+        let mut a = self.launcher(&f);
+        a.arg(&op)
+            .arg(&lp)
+            .arg(&ap)
+            .arg(&xp)
+            .arg(&rp)
+            .arg(&w13)
+            .arg(&w13s)
+            .arg(&w2)
+            .arg(&w2s)
+            .arg(&sync)
+            .arg(&ei)
+            .arg(&hi)
+            .arg(&ii)
+            .arg(&ki)
+            .arg(&norm)
+            .arg(&cols);
+        let mut c = cfg((shape.blocks as u32, 1), THREADS);
+        c.shared_mem_bytes = shape.smem as u32;
+        // SAFETY: out is [1, h] f32, logits [1, e] f32, act [k, i] bf16, x [1, h] bf16, router
+        // [e, h] bf16 (the caller's checks), gate_up [e, 2i, h] and down [e, h, i] of the
+        // kernel's weight type (fp8 with [rows, ceil(cols / 128)] f32 scales); one_shape checked
+        // the rows' 16-byte words, k <= MAX_TOP_K <= e and sized the shared memory by moe.cu's
+        // layout, cols · blocks >= h; the grid is one block a multiprocessor and
+        // moe_one_resident found room for it, so every block is resident at the barriers; the
+        // barrier count is this backend's, a multiple of this same grid between launches (the
+        // launches on this stream one after another).
+        let r = unsafe { a.launch(c) };
+        self.launched(name, r)?;
+        self.moe_one_launches.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Whether `name` at `shape` fits one block a multiprocessor (its shared memory opted in
+    /// first): the condition for its grid barriers to return.
+    fn moe_one_resident(&self, name: &str, shape: OneShape) -> Result<bool> {
+        let f = self.func(Module::Moe, name)?;
+        if shape.smem > 48 * 1024 {
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shape.smem as i32,
+            )
+            .map_err(dev_err(&format!("{name}: shared memory")))?;
+        }
+        let mut blocks = 0i32;
+        // SAFETY: the function handle is live (the module is loaded for the context's life);
+        // the out pointer is valid for the call.
+        unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut blocks,
+                f.cu_function(),
+                THREADS as i32,
+                shape.smem,
+            )
+        }
+        .result()
+        .map_err(dev_err(&format!("{name}: occupancy")))?;
+        Ok(blocks >= 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qwen3_30b_a3b_shapes_fit_an_h200() {
+        // 132 multiprocessors, 227 KB a block: 16 columns a block, k = 8, I = 768.
+        let scales = 16 * 8 * 6 * 4;
+        let tail = 8 * 768 * 2 + 128 * 4 + 2 * 16 * 4 + 16 * 8 * 4; // act, logits, ids, terms
+        let fp8 = OneShape {
+            blocks: 132,
+            cols: 16,
+            smem: 16 * 8 * 768 + scales + tail,
+        };
+        assert_eq!(one_shape((128, 2048, 768, 8), 1, 132, 232_448), Some(fp8));
+        let bf16 = OneShape {
+            smem: 2 * 16 * 8 * 768 + tail,
+            ..fp8
+        };
+        assert_eq!(one_shape((128, 2048, 768, 8), 2, 132, 232_448), Some(bf16));
+        // Ada's 99 KB: the bf16 rows do not fit, so the three launches run.
+        assert!(one_shape((128, 2048, 768, 8), 2, 132, 101_376).is_none());
+    }
+
+    #[test]
+    fn shapes_the_kernel_cannot_take_are_refused() {
+        assert!(one_shape((128, 2048, 760, 8), 1, 132, 232_448).is_none()); // I % 16 (fp8)
+        assert!(one_shape((128, 2044, 768, 8), 1, 132, 232_448).is_none()); // H % 8
+        assert!(one_shape((128, 2048, 768, 17), 1, 132, 232_448).is_none()); // k > 16
+        assert!(one_shape((4, 2048, 768, 8), 1, 132, 232_448).is_none()); // k > E
+        assert!(one_shape((128, 2048, 768, 8), 1, 0, 232_448).is_none()); // no multiprocessor
+    }
+}
