@@ -955,7 +955,7 @@ __device__ __forceinline__ ChunkFp8 shared_chunk(const unsigned char* row, const
 template <typename W>
 __device__ void moe_one_impl(float* out, float* logits, bf16* act, const bf16* x,
                              const bf16* router, const W* w13, const float* s13, const W* w2,
-                             const float* s2, unsigned long long* sync, int experts, int hidden,
+                             const float* s2, u32* sync, int experts, int hidden,
                              int inter, int top_k, int norm_topk_prob, int cols) {
     using Row = decltype(weight_row(w13, s13, 0, 0));
     using Chunk = typename ChunkOf<Row>::T;
@@ -1114,7 +1114,7 @@ __device__ void moe_one_impl(float* out, float* logits, bf16* act, const bf16* x
 #define MOE_ONE(SUFFIX, W)                                                                         \
     extern "C" __global__ void __launch_bounds__(MOE_ONE_WARPS * 32, 1) moe_one_##SUFFIX(          \
         float* out, float* logits, bf16* act, const bf16* x, const bf16* router, const W* w13,     \
-        const float* s13, const W* w2, const float* s2, unsigned long long* sync, int experts,     \
+        const float* s13, const W* w2, const float* s2, u32* sync, int experts,                    \
         int hidden, int inter, int top_k, int norm_topk_prob, int cols) {                          \
         moe_one_impl(out, logits, act, x, router, w13, s13, w2, s2, sync, experts, hidden, inter,  \
                      top_k, norm_topk_prob, cols);                                                 \

@@ -179,29 +179,35 @@ __device__ __forceinline__ void pdl_start() {
 
 // A barrier across the whole grid, for a kernel whose blocks are all resident at once (its
 // launcher sizes the grid by the multiprocessors and checks the occupancy; otherwise it would
-// never return). `count` is a u64 in global memory that only such barriers touch and that holds
-// a multiple of gridDim.x between launches: each barrier adds one a block, and a block waits
-// until the count reaches the next multiple of gridDim.x past the value it found. Writes before
-// the barrier are visible to every block after it (read them from L2: load_l2, cp.async.cg).
-__device__ __forceinline__ unsigned long long load_acquire_u64(const unsigned long long* p) {
+// never return). `bar` is two u32 in global memory that only such barriers touch, both zero
+// at first: the arrivals (back to 0 after every barrier, so any grid may use it next) and the
+// generation. Each block notes the generation, arrives; the last to arrive clears the arrivals
+// and advances the generation, the others wait for it to change. Writes before the barrier
+// are visible to every block after it (read them from L2: load_l2, cp.async.cg).
+__device__ __forceinline__ u32 load_acquire_u32(const u32* p) {
 #ifdef METRALE_HOST_EMULATION
     return __atomic_load_n(p, __ATOMIC_ACQUIRE);
 #else
-    unsigned long long v;
-    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 #endif
 }
-__device__ __forceinline__ void grid_sync(unsigned long long* count) {
+__device__ __forceinline__ void grid_sync(u32* bar) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        const unsigned long long n = gridDim.x;
+        const u32 gen = load_acquire_u32(bar + 1);
         __threadfence();
-        const unsigned long long target = (atomicAdd(count, 1ull) / n + 1) * n;
-        while (load_acquire_u64(count) < target) {
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (load_acquire_u32(bar + 1) == gen) {
 #ifdef METRALE_HOST_EMULATION
-            emu_yield();
+                emu_yield();
 #endif
+            }
         }
         __threadfence();
     }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use cudarc::driver::sys::CUevent_flags;
 use metrale_engine::backend::Backend;
-use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType, MoeGemm};
+use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType, MoeGemm, OneGrid};
 use metrale_engine::loader::{LoadFormat, ModelConfig, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
@@ -157,26 +157,57 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 floor_ms,
             );
             if b == 1 {
-                // The MoE block in the other of its two one-token paths: moe_one's single
-                // launch or the three launches (the default is the first line's).
+                // The MoE block in three launches, and in moe_one's one on a few grids (blocks a
+                // multiprocessor × threads), whichever the default is (the first line).
                 let one = cuda.moe_one();
-                cuda.set_moe_one(!one);
-                regraph();
-                let t = time_step(cuda, &model, &mut kv, &host, true);
-                cuda.set_moe_one(one);
-                regraph();
-                let other = if one {
-                    "MoE block in three launches"
-                } else {
-                    "MoE block in one launch (moe_one)"
-                };
-                timing_line(
-                    report,
-                    format!("{name} B={b} graph, {other}"),
-                    &t?,
-                    bytes,
-                    floor_ms,
-                );
+                let variants = [
+                    ("MoE block in three launches", false, OneGrid::default()),
+                    ("moe_one 1 x 512", true, OneGrid::default()),
+                    (
+                        "moe_one 2 x 256",
+                        true,
+                        OneGrid {
+                            blocks_per_sm: 2,
+                            threads: 256,
+                        },
+                    ),
+                    (
+                        "moe_one 1 x 256",
+                        true,
+                        OneGrid {
+                            blocks_per_sm: 1,
+                            threads: 256,
+                        },
+                    ),
+                ];
+                for (what, on, grid) in variants {
+                    cuda.set_moe_one(on);
+                    cuda.set_moe_one_grid(grid)?;
+                    regraph();
+                    let launches = cuda.moe_one_launches();
+                    let t = time_step(cuda, &model, &mut kv, &host, true);
+                    let ran = cuda.moe_one_launches() > launches;
+                    cuda.set_moe_one(one);
+                    cuda.set_moe_one_grid(OneGrid::default())?;
+                    regraph();
+                    match t {
+                        // A grid the device cannot hold falls back to the three launches.
+                        Ok(t) if on && !ran => report.line(format!(
+                            "{name} B={b} graph, {what}: not taken (shape, shared memory or \
+                             occupancy), {:.3} ms",
+                            t.median_ms
+                        )),
+                        Ok(t) => timing_line(
+                            report,
+                            format!("{name} B={b} graph, {what}"),
+                            &t,
+                            bytes,
+                            floor_ms,
+                        ),
+                        // Reported, not fatal: the lines after this one still run.
+                        Err(e) => report.fail(format!("{name} B={b} graph, {what}: {e:#}")),
+                    }
+                }
             }
             if c.fp8.is_none() && b > 1 {
                 // The bf16 experts on the CUDA cores (or, from 4 pairs an expert, the 64-row

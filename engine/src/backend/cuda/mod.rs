@@ -40,6 +40,7 @@ use metrale_kernels::{Kernels, Module};
 pub use batch::CudaBatch;
 pub use gdn_chunk::GDN_CHUNK_MIN;
 pub use moe_mma::MoeGemm;
+pub use moe_one::OneGrid;
 pub use tensor::{CudaTensor, DType};
 
 pub(crate) use super::cpu::shape_err;
@@ -121,6 +122,8 @@ pub struct CudaBackend {
     moe_one: AtomicBool,
     /// `moe_one_*` launches so far (for checks that it ran).
     moe_one_launches: AtomicU64,
+    /// `moe_one_*`'s blocks a multiprocessor and threads a block.
+    moe_one_grid: Mutex<moe_one::OneGrid>,
     /// Gated DeltaNet: sequences of at least this many rows in a step take the chunked kernels
     /// (`gdn_chunk.rs`; `usize::MAX`: none do).
     gdn_chunk_min: AtomicUsize,
@@ -143,9 +146,9 @@ pub struct CudaBackend {
     /// `moe_router_plan_one`'s ticket (the blocks that have written their logits); every
     /// launch leaves it at 0.
     router_ticket: CudaSlice<u32>,
-    /// `moe_one_*`'s grid barrier count (prelude's `grid_sync`): a multiple of the grid between
-    /// launches, at a fixed address (CUDA graphs keep it).
-    grid_sync: CudaSlice<u64>,
+    /// `moe_one_*`'s grid barrier words (prelude's `grid_sync`: arrivals, generation), zeroed
+    /// once, at a fixed address (CUDA graphs keep it).
+    grid_sync: CudaSlice<u32>,
 }
 
 /// Loadable? cudarc panics on first use of a library it cannot open; ask first.
@@ -267,8 +270,8 @@ impl CudaBackend {
             .alloc_zeros::<u32>(1)
             .map_err(dev_err("router ticket"))?;
         let grid_sync = stream
-            .alloc_zeros::<u64>(1)
-            .map_err(dev_err("grid barrier count"))?;
+            .alloc_zeros::<u32>(2)
+            .map_err(dev_err("grid barrier words"))?;
         Ok(Self {
             graphs: Mutex::new(graph::Graphs::new(graphs)),
             arena: Mutex::new(graph::Arena::default()),
@@ -297,6 +300,7 @@ impl CudaBackend {
             // Off until measured on a GPU (docs/cuda.md): METRALE_MOE_ONE=1 turns it on.
             moe_one: AtomicBool::new(std::env::var_os("METRALE_MOE_ONE").is_some_and(|v| v == "1")),
             moe_one_launches: AtomicU64::new(0),
+            moe_one_grid: Mutex::new(moe_one::OneGrid::default()),
             fp8_gemv_mma: AtomicBool::new(
                 std::env::var_os("METRALE_FP8_GEMV_MMA").is_none_or(|v| v != "0"),
             ),

@@ -1,12 +1,14 @@
 //! `moe_one_*` (moe.cu): a one-token MoE block (router, routing, gate|up + SiLU, down and the
-//! weighted sum) in one launch of one block a multiprocessor, with two grid-wide barriers where
+//! weighted sum) in one launch of one block a multiprocessor (by default: [`OneGrid`]), with two
+//! grid-wide barriers where
 //! the three-launch path (`moe_router_plan_one`, `moe_gate_up_dec_*`, `moe_down_combine_*`,
 //! `moe.rs`) has kernel boundaries, and the chosen experts' down rows copied into shared memory
 //! while gate|up streams. The same output bit for bit (host emulation; `cuda_check`).
 //!
-//! A grid barrier needs every block resident at once: the grid is the multiprocessor count and
-//! the launch is taken only when the occupancy calculator gives this kernel, with its shared
-//! memory, at least one block a multiprocessor. Otherwise `routed_moe` runs the three launches.
+//! A grid barrier needs every block resident at once: the grid is a multiple of the
+//! multiprocessor count and the launch is taken only when the occupancy calculator gives this
+//! kernel, with its shared memory, that many blocks a multiprocessor. Otherwise `routed_moe`
+//! runs the three launches.
 //!
 //! Off by default: it has passed the host emulation (every block of the grid running at once)
 //! and NVRTC's compile for sm_90a (no spills), but it has not run on a GPU yet.
@@ -23,11 +25,29 @@ use metrale_kernels::Module;
 use super::elementwise::{cfg, int};
 use super::moe::MAX_TOP_K;
 use super::tensor::{CudaTensor, DType};
-use super::{CudaBackend, dev_err};
+use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
 
-/// Threads of a block (`MOE_ONE_WARPS` · 32 in moe.cu, its launch bounds).
-const THREADS: u32 = 16 * 32;
+/// Most threads of a block (`MOE_ONE_WARPS` · 32 in moe.cu, its launch bounds).
+const MAX_THREADS: u32 = 16 * 32;
+
+/// How `moe_one_*` is launched: blocks a multiprocessor (all resident at once) and threads a
+/// block (a multiple of 32, at most 512; the kernel's loops take any). The default is one
+/// block of 512; two of 256 halve each block's columns and shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OneGrid {
+    pub blocks_per_sm: usize,
+    pub threads: u32,
+}
+
+impl Default for OneGrid {
+    fn default() -> Self {
+        Self {
+            blocks_per_sm: 1,
+            threads: MAX_THREADS,
+        }
+    }
+}
 
 /// What the kernel's launch needs: the grid (one block a multiprocessor), the output columns
 /// a block owns and its dynamic shared memory (the layout in moe.cu's comment).
@@ -71,6 +91,26 @@ impl CudaBackend {
         self.moe_one.store(on, Ordering::Relaxed);
     }
 
+    /// Sets how `moe_one_*` is launched (for comparisons); a grid the device cannot hold
+    /// resident makes `routed_moe` take the three launches instead.
+    pub fn set_moe_one_grid(&self, grid: OneGrid) -> Result<()> {
+        check("moe_one grid", grid.blocks_per_sm >= 1, || {
+            "at least one block a multiprocessor".to_string()
+        })?;
+        check(
+            "moe_one grid",
+            grid.threads.is_multiple_of(32) && (32..=MAX_THREADS).contains(&grid.threads),
+            || {
+                format!(
+                    "threads must be a multiple of 32 up to {MAX_THREADS}, got {}",
+                    grid.threads
+                )
+            },
+        )?;
+        *self.moe_one_grid.lock().unwrap_or_else(|p| p.into_inner()) = grid;
+        Ok(())
+    }
+
     /// Whether [`CudaBackend::set_moe_one`] is on.
     pub fn moe_one(&self) -> bool {
         self.moe_one.load(Ordering::Relaxed)
@@ -108,15 +148,12 @@ impl CudaBackend {
             MAX_TOP_K,
         )?;
         let dims = (e, h, i, top_k);
-        let Some(shape) = one_shape(
-            dims,
-            wbytes,
-            self.info.multiprocessors,
-            self.info.smem_optin,
-        ) else {
+        let grid = *self.moe_one_grid.lock().unwrap_or_else(|p| p.into_inner());
+        let blocks = self.info.multiprocessors * grid.blocks_per_sm;
+        let Some(shape) = one_shape(dims, wbytes, blocks, self.info.smem_optin) else {
             return Ok(false);
         };
-        if t != 1 || !self.moe_one_resident(name, shape)? {
+        if t != 1 || !self.moe_one_resident(name, shape, grid)? {
             return Ok(false);
         }
         self.set_dtype(out, DType::F32)?;
@@ -160,15 +197,16 @@ impl CudaBackend {
             .arg(&ki)
             .arg(&norm)
             .arg(&cols);
-        let mut c = cfg((shape.blocks as u32, 1), THREADS);
+        let mut c = cfg((shape.blocks as u32, 1), grid.threads);
         c.shared_mem_bytes = shape.smem as u32;
         // SAFETY: out is [1, h] f32, logits [1, e] f32, act [k, i] bf16, x [1, h] bf16, router
         // [e, h] bf16 (the caller's checks), gate_up [e, 2i, h] and down [e, h, i] of the
         // kernel's weight type (fp8 with [rows, ceil(cols / 128)] f32 scales); one_shape checked
         // the rows' 16-byte words, k <= MAX_TOP_K <= e and sized the shared memory by moe.cu's
-        // layout, cols · blocks >= h; the grid is one block a multiprocessor and
-        // moe_one_resident found room for it, so every block is resident at the barriers; the
-        // barrier count is this backend's, a multiple of this same grid between launches (the
+        // layout, cols · blocks >= h; the grid is grid.blocks_per_sm blocks a multiprocessor of
+        // grid.threads (<= the kernel's launch bounds, set_moe_one_grid) and moe_one_resident
+        // found room for them all, so every block is resident at the barriers; the
+        // barrier words are this backend's, back at zero arrivals between launches (the
         // launches on this stream one after another).
         let r = unsafe { a.launch(c) };
         self.launched(name, r)?;
@@ -176,9 +214,9 @@ impl CudaBackend {
         Ok(true)
     }
 
-    /// Whether `name` at `shape` fits one block a multiprocessor (its shared memory opted in
-    /// first): the condition for its grid barriers to return.
-    fn moe_one_resident(&self, name: &str, shape: OneShape) -> Result<bool> {
+    /// Whether `name` at `shape` fits `grid.blocks_per_sm` blocks a multiprocessor (its shared
+    /// memory opted in first): the condition for its grid barriers to return.
+    fn moe_one_resident(&self, name: &str, shape: OneShape, grid: OneGrid) -> Result<bool> {
         let f = self.func(Module::Moe, name)?;
         if shape.smem > 48 * 1024 {
             f.set_attribute(
@@ -194,13 +232,13 @@ impl CudaBackend {
             sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
                 &mut blocks,
                 f.cu_function(),
-                THREADS as i32,
+                grid.threads as i32,
                 shape.smem,
             )
         }
         .result()
         .map_err(dev_err(&format!("{name}: occupancy")))?;
-        Ok(blocks >= 1)
+        Ok(usize::try_from(blocks).is_ok_and(|b| b >= grid.blocks_per_sm))
     }
 }
 
