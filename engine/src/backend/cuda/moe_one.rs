@@ -217,6 +217,11 @@ impl CudaBackend {
     /// Whether `name` at `shape` fits `grid.blocks_per_sm` blocks a multiprocessor (its shared
     /// memory opted in first): the condition for its grid barriers to return.
     fn moe_one_resident(&self, name: &str, shape: OneShape, grid: OneGrid) -> Result<bool> {
+        // Under MPS with an SM limit (or in a green context) fewer multiprocessors than the
+        // device's serve this context: a grid sized by the device would never all be resident.
+        if self.context_multiprocessors()? < self.info.multiprocessors {
+            return Ok(false);
+        }
         let f = self.func(Module::Moe, name)?;
         if shape.smem > 48 * 1024 {
             f.set_attribute(
@@ -239,6 +244,29 @@ impl CudaBackend {
         .result()
         .map_err(dev_err(&format!("{name}: occupancy")))?;
         Ok(usize::try_from(blocks).is_ok_and(|b| b >= grid.blocks_per_sm))
+    }
+}
+
+impl CudaBackend {
+    /// The multiprocessors this context may use (its execution affinity); the device's count
+    /// where the driver does not say.
+    fn context_multiprocessors(&self) -> Result<usize> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(dev_err("binding the context"))?;
+        // SAFETY: an all-zero value is a valid instance of this plain C struct, the out
+        // pointer is valid for the call, and the union's only member is the SM count (a u32:
+        // zeroed, or what the call wrote for CU_EXEC_AFFINITY_TYPE_SM_COUNT; used only when it
+        // succeeded).
+        let sms = unsafe {
+            let mut p: sys::CUexecAffinityParam = std::mem::zeroed();
+            let r = sys::cuCtxGetExecAffinity(
+                &mut p,
+                sys::CUexecAffinityType::CU_EXEC_AFFINITY_TYPE_SM_COUNT,
+            );
+            (r == sys::CUresult::CUDA_SUCCESS).then_some(p.param.smCount.val as usize)
+        };
+        Ok(sms.unwrap_or(self.info.multiprocessors))
     }
 }
 
