@@ -124,6 +124,8 @@ pub struct CudaBackend {
     moe_one_launches: AtomicU64,
     /// `moe_one_*`'s blocks a multiprocessor and threads a block.
     moe_one_grid: Mutex<moe_one::OneGrid>,
+    /// Whether `moe_one_*` fits the device resident, by kernel, shape and grid (asked once).
+    moe_one_fits: Mutex<Vec<moe_one::Fits>>,
     /// Gated DeltaNet: sequences of at least this many rows in a step take the chunked kernels
     /// (`gdn_chunk.rs`; `usize::MAX`: none do).
     gdn_chunk_min: AtomicUsize,
@@ -301,6 +303,7 @@ impl CudaBackend {
             moe_one: AtomicBool::new(std::env::var_os("METRALE_MOE_ONE").is_some_and(|v| v == "1")),
             moe_one_launches: AtomicU64::new(0),
             moe_one_grid: Mutex::new(moe_one::OneGrid::default()),
+            moe_one_fits: Mutex::new(Vec::new()),
             fp8_gemv_mma: AtomicBool::new(
                 std::env::var_os("METRALE_FP8_GEMV_MMA").is_none_or(|v| v != "0"),
             ),

@@ -51,12 +51,15 @@ impl Default for OneGrid {
 
 /// What the kernel's launch needs: the grid (one block a multiprocessor), the output columns
 /// a block owns and its dynamic shared memory (the layout in moe.cu's comment).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct OneShape {
     pub blocks: usize,
     pub cols: usize,
     pub smem: usize,
 }
+
+/// A residency answer: kernel, shape, grid, whether every block fits at once.
+pub(super) type Fits = (&'static str, OneShape, OneGrid, bool);
 
 /// The launch shape for `experts` experts of hidden size `h` and intermediate size `i`, `k` a
 /// token, weights of `wbytes` bytes, on `blocks` multiprocessors; `None` when the shape is not
@@ -153,7 +156,20 @@ impl CudaBackend {
         let Some(shape) = one_shape(dims, wbytes, blocks, self.info.smem_optin) else {
             return Ok(false);
         };
-        if t != 1 || !self.moe_one_resident(name, shape, grid)? {
+        if t != 1 {
+            return Ok(false);
+        }
+        let f = self.func(Module::Moe, name)?;
+        // Past 48 KB of shared memory a kernel must opt in, for this launch's size (set at every
+        // launch: another shape may have set less), before the occupancy question too.
+        if shape.smem > 48 * 1024 {
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shape.smem as i32,
+            )
+            .map_err(dev_err(&format!("{name}: shared memory")))?;
+        }
+        if !self.moe_one_resident(name, shape, grid)? {
             return Ok(false);
         }
         self.set_dtype(out, DType::F32)?;
@@ -179,7 +195,6 @@ impl CudaBackend {
             int(top_k, "routed_moe")?,
         );
         let (norm, cols) = (i32::from(norm_topk_prob), int(shape.cols, "routed_moe")?);
-        let f = self.func(Module::Moe, name)?;
         let mut a = self.launcher(&f);
         a.arg(&op)
             .arg(&lp)
@@ -215,21 +230,28 @@ impl CudaBackend {
     }
 
     /// Whether `name` at `shape` fits `grid.blocks_per_sm` blocks a multiprocessor (its shared
-    /// memory opted in first): the condition for its grid barriers to return.
-    fn moe_one_resident(&self, name: &str, shape: OneShape, grid: OneGrid) -> Result<bool> {
+    /// memory opted in by the caller): the condition for its grid barriers to return.
+    fn moe_one_resident(&self, name: &'static str, shape: OneShape, grid: OneGrid) -> Result<bool> {
+        let mut known = self.moe_one_fits.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&(.., fits)) = known
+            .iter()
+            .find(|k| (k.0, k.1, k.2) == (name, shape, grid))
+        {
+            return Ok(fits);
+        }
+        let fits = self.moe_one_resident_now(name, shape, grid)?;
+        known.push((name, shape, grid, fits));
+        Ok(fits)
+    }
+
+    /// [`CudaBackend::moe_one_resident`] asked of the driver (each shape once).
+    fn moe_one_resident_now(&self, name: &str, shape: OneShape, grid: OneGrid) -> Result<bool> {
         // Under MPS with an SM limit (or in a green context) fewer multiprocessors than the
         // device's serve this context: a grid sized by the device would never all be resident.
         if self.context_multiprocessors()? < self.info.multiprocessors {
             return Ok(false);
         }
         let f = self.func(Module::Moe, name)?;
-        if shape.smem > 48 * 1024 {
-            f.set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shape.smem as i32,
-            )
-            .map_err(dev_err(&format!("{name}: shared memory")))?;
-        }
         let mut blocks = 0i32;
         // SAFETY: the function handle is live (the module is loaded for the context's life);
         // the out pointer is valid for the call.
