@@ -317,6 +317,26 @@ mod tests {
     }
 
     #[test]
+    fn two_blocks_a_multiprocessor_halve_the_columns_and_the_rows_in_shared_memory() {
+        let one = one_shape((128, 2048, 768, 8), 1, 132, 232_448);
+        let two = one_shape((128, 2048, 768, 8), 1, 264, 232_448);
+        let (Some(one), Some(two)) = (one, two) else {
+            panic!("both grids fit an H200: {one:?} {two:?}");
+        };
+        assert_eq!((one.cols, two.cols), (16, 8));
+        // The down rows and their scales halve; act, logits, ids and weights do not.
+        let rows = |s: OneShape| s.cols * 8 * (768 + 6 * 4 + 4);
+        assert_eq!(one.smem - rows(one), two.smem - rows(two));
+        assert!(
+            2 * two.smem <= 232_448,
+            "two blocks fit one multiprocessor's shared memory"
+        );
+        // 35B-A3B's shape (256 experts of 512) on both grids.
+        assert!(one_shape((256, 2048, 512, 8), 1, 264, 232_448).is_some());
+        assert!(one_shape((256, 2048, 512, 8), 2, 132, 232_448).is_some());
+    }
+
+    #[test]
     fn shapes_the_kernel_cannot_take_are_refused() {
         assert!(one_shape((128, 2048, 760, 8), 1, 132, 232_448).is_none()); // I % 16 (fp8)
         assert!(one_shape((128, 2044, 768, 8), 1, 132, 232_448).is_none()); // H % 8
