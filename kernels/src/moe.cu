@@ -941,7 +941,7 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
 //
 // Shared memory (dynamic, sized by the launcher): down rows [cols · k][I] weights, act [k][I]
 // bf16, the down rows' scales [cols · k][ceil(I / 128)] (FP8), logits [E] f32, ids and weights
-// [MOE_MAX_TOP_K], terms [cols · k] f32. Needs H % 8 == 0 and I % 16 (FP8) or 8 (bf16) == 0.
+// [MOE_MAX_TOP_K], terms [cols · k] f32. Needs H and I multiples of 16 (FP8) or 8 (bf16).
 #define MOE_ONE_WARPS 16
 
 __device__ __forceinline__ ChunkBf16 shared_chunk(const bf16* row, const float*, int c) {

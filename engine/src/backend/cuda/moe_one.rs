@@ -71,7 +71,12 @@ pub(super) fn one_shape(
     blocks: usize,
     smem_max: usize,
 ) -> Option<OneShape> {
-    let words = h.is_multiple_of(8) && (i * wbytes).is_multiple_of(16) && i.is_multiple_of(8);
+    // Whole 16-byte words in every row: the router's and x's (bf16, H), gate|up's (H weights),
+    // down's and act's (I weights, I bf16).
+    let words = h.is_multiple_of(8)
+        && (h * wbytes).is_multiple_of(16)
+        && (i * wbytes).is_multiple_of(16)
+        && i.is_multiple_of(8);
     if !words || blocks == 0 || k == 0 || k > MAX_TOP_K || experts < k || h == 0 {
         return None;
     }
@@ -340,6 +345,10 @@ mod tests {
     fn shapes_the_kernel_cannot_take_are_refused() {
         assert!(one_shape((128, 2048, 760, 8), 1, 132, 232_448).is_none()); // I % 16 (fp8)
         assert!(one_shape((128, 2044, 768, 8), 1, 132, 232_448).is_none()); // H % 8
+        // FP8 gate|up rows of 2056 bytes are not whole words (the kernel would drop the tail);
+        // bf16 ones are.
+        assert!(one_shape((128, 2056, 768, 8), 1, 132, 232_448).is_none());
+        assert!(one_shape((128, 2056, 768, 8), 2, 132, 232_448).is_some());
         assert!(one_shape((128, 2048, 768, 17), 1, 132, 232_448).is_none()); // k > 16
         assert!(one_shape((4, 2048, 768, 8), 1, 132, 232_448).is_none()); // k > E
         assert!(one_shape((128, 2048, 768, 8), 1, 0, 232_448).is_none()); // no multiprocessor
