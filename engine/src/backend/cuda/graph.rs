@@ -94,7 +94,9 @@ impl CudaBackend {
         let mut g = self.graphs.lock().unwrap_or_else(PoisonError::into_inner);
         g.enabled = on;
         if !on {
+            // Off then on starts afresh: every shape may be captured again.
             g.captured.clear();
+            g.failed.clear();
         }
     }
 

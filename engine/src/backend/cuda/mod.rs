@@ -28,6 +28,7 @@ mod moe;
 mod moe_mma;
 mod moe_one;
 mod norm;
+mod prefetch;
 mod sample;
 mod tensor;
 
@@ -41,11 +42,12 @@ pub use batch::CudaBatch;
 pub use gdn_chunk::GDN_CHUNK_MIN;
 pub use moe_mma::MoeGemm;
 pub use moe_one::OneGrid;
+pub use prefetch::Prefetch;
 pub use tensor::{CudaTensor, DType};
 
 pub(crate) use super::cpu::shape_err;
 use super::sampling::{SampleRow, Sampled};
-use super::{Backend, BackendError, BatchInputs, Feature, Result, RopeTables};
+use super::{Backend, BackendError, BatchInputs, Feature, PrefetchPoint, Result, RopeTables};
 use crate::loader::{DType as HostDType, HostData, HostTensor};
 use blas::Blas;
 
@@ -148,6 +150,11 @@ pub struct CudaBackend {
     /// `moe_router_plan_one`'s ticket (the blocks that have written their logits); every
     /// launch leaves it at 0.
     router_ticket: CudaSlice<u32>,
+    /// Ops left out of a step, for timing what each costs on the step's critical path
+    /// ([`CudaBackend::set_ablation`]; 0 in every real run).
+    ablate: std::sync::atomic::AtomicU32,
+    /// Which L2 prefetch hints are taken (`prefetch.rs`; off by default).
+    prefetch: Mutex<prefetch::Prefetch>,
     /// `moe_one_*`'s grid barrier words (prelude's `grid_sync`: arrivals, generation), zeroed
     /// once, at a fixed address (CUDA graphs keep it).
     grid_sync: CudaSlice<u32>,
@@ -299,11 +306,14 @@ impl CudaBackend {
             moe_small_mma: AtomicBool::new(
                 std::env::var_os("METRALE_MOE_SMALL_MMA").is_none_or(|v| v != "0"),
             ),
-            // Off until measured on a GPU (docs/cuda.md): METRALE_MOE_ONE=1 turns it on.
+            // Off: slower than the three launches on the H200 (docs/performance.md);
+            // METRALE_MOE_ONE=1 turns it on.
             moe_one: AtomicBool::new(std::env::var_os("METRALE_MOE_ONE").is_some_and(|v| v == "1")),
             moe_one_launches: AtomicU64::new(0),
             moe_one_grid: Mutex::new(moe_one::OneGrid::default()),
             moe_one_fits: Mutex::new(Vec::new()),
+            prefetch: Mutex::new(prefetch::Prefetch::from_env()?),
+            ablate: std::sync::atomic::AtomicU32::new(0),
             fp8_gemv_mma: AtomicBool::new(
                 std::env::var_os("METRALE_FP8_GEMV_MMA").is_none_or(|v| v != "0"),
             ),
@@ -629,10 +639,17 @@ impl Backend for CudaBackend {
         w: &CudaTensor,
         eps: f32,
     ) -> Result<()> {
+        if self.ablated(Ablate::ADD_RMS_NORM) {
+            return Ok(());
+        }
         self.add_rms_norm_op(out, residual, x, w, eps)
     }
 
     fn matmul(&self, out: &mut CudaTensor, x: &CudaTensor, w: &CudaTensor) -> Result<()> {
+        if self.ablated(Ablate::MATMUL) {
+            // The output's type as the op would leave it (a graph's logits are f32).
+            return self.set_dtype(out, DType::F32);
+        }
         self.matmul_op(out, x, w)
     }
 
@@ -671,6 +688,9 @@ impl Backend for CudaBackend {
         k_cache: &mut CudaTensor,
         v_cache: &mut CudaTensor,
     ) -> Result<()> {
+        if self.ablated(Ablate::QK_NORM_ROPE_KV) {
+            return Ok(());
+        }
         self.qk_norm_rope_op(
             qkv,
             batch,
@@ -705,6 +725,9 @@ impl Backend for CudaBackend {
         num_heads: usize,
         scale: f32,
     ) -> Result<()> {
+        if self.ablated(Ablate::ATTENTION) {
+            return Ok(());
+        }
         self.paged_attention_op(out, qkv, k_cache, v_cache, batch, num_heads, scale)
     }
 
@@ -741,6 +764,10 @@ impl Backend for CudaBackend {
         top_k: usize,
         norm_topk_prob: bool,
     ) -> Result<()> {
+        if self.ablated(Ablate::ROUTED_MOE) {
+            // The output's type as the op would leave it (a graph's logits are f32).
+            return self.set_dtype(out, DType::F32);
+        }
         self.routed_moe_op(
             out,
             x,
@@ -754,6 +781,10 @@ impl Backend for CudaBackend {
 
     fn silu_mul(&self, out: &mut CudaTensor, gate_up: &CudaTensor) -> Result<()> {
         self.silu_mul_op(out, gate_up)
+    }
+
+    fn prefetch(&self, w: &CudaTensor, point: PrefetchPoint, tokens: usize) -> Result<()> {
+        self.prefetch_op(w, point, tokens)
     }
 
     fn matmul_silu_mul(
@@ -792,5 +823,32 @@ impl Backend for CudaBackend {
         forward: &mut dyn FnMut(&CudaBatch) -> Result<CudaTensor>,
     ) -> Result<Option<CudaTensor>> {
         self.graph_forward_op(batch_inputs, forward)
+    }
+}
+
+/// Ops [`CudaBackend::set_ablation`] can leave out of a step (bits of its mask).
+#[derive(Clone, Copy, Debug)]
+pub struct Ablate;
+
+impl Ablate {
+    pub const ADD_RMS_NORM: u32 = 1;
+    pub const QK_NORM_ROPE_KV: u32 = 2;
+    pub const ATTENTION: u32 = 4;
+    pub const ATTENTION_MERGE: u32 = 8;
+    pub const MATMUL: u32 = 16;
+    pub const ROUTED_MOE: u32 = 32;
+}
+
+impl CudaBackend {
+    /// Leaves the ops of `mask` ([`Ablate`] bits) out of every step from now on: a timing
+    /// experiment's knob (what a kernel costs on the step's critical path is the step's time
+    /// with it minus without). The logits are wrong while any bit is set; `cuda_check`'s
+    /// moe-speed uses it and sets it back to 0.
+    pub fn set_ablation(&self, mask: u32) {
+        self.ablate.store(mask, Ordering::Relaxed);
+    }
+
+    fn ablated(&self, bit: u32) -> bool {
+        self.ablate.load(Ordering::Relaxed) & bit != 0
     }
 }
