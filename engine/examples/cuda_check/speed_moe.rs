@@ -12,9 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use cudarc::driver::sys::CUevent_flags;
 use metrale_engine::backend::Backend;
-use metrale_engine::backend::cuda::{
-    Ablate, CudaBackend, CudaTensor, DType, MoeGemm, OneGrid, Prefetch,
-};
+use metrale_engine::backend::cuda::{Ablate, CudaBackend, CudaTensor, DType, MoeGemm, OneGrid};
 use metrale_engine::loader::{LoadFormat, ModelConfig, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
@@ -210,27 +208,6 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                         Err(e) => report.fail(format!("{name} B={b} graph, {what}: {e:#}")),
                     }
                 }
-            }
-            // L2 prefetch hints (prefetch.rs): mode:mask, each the step at this batch with
-            // the hints taken up to it. METRALE_MOE_SPEED_PREFETCH overrides the list.
-            let saved = cuda.prefetch_config();
-            for spec in prefetch_variants()? {
-                let p = Prefetch {
-                    max_tokens: b,
-                    ..Prefetch::parse(&spec).map_err(anyhow::Error::msg)?
-                };
-                cuda.set_prefetch(p);
-                regraph();
-                let t = time_step(cuda, &model, &mut kv, &host, true);
-                cuda.set_prefetch(saved);
-                regraph();
-                timing_line(
-                    report,
-                    format!("{name} B={b} graph, prefetch {spec}"),
-                    &t?,
-                    bytes,
-                    floor_ms,
-                );
             }
             if b == 1 {
                 // What each op costs on the step's critical path: the step without it (its
@@ -656,21 +633,4 @@ fn dense_fp8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// The prefetch settings moe-speed times (`mode:mask`, prefetch.rs; mask bits: 1 the output
-/// projection and 2 the router before attention, 4 the next qkv after the output projection,
-/// 8 after the MLP).
-fn prefetch_variants() -> Result<Vec<String>> {
-    let list = std::env::var("METRALE_MOE_SPEED_PREFETCH")
-        .unwrap_or_else(|_| "0:1,0:3,0:8,0:9,0:5,0:11,1:11,2:11".into());
-    let v: Vec<String> = list
-        .split(',')
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect();
-    for s in &v {
-        Prefetch::parse(s).map_err(anyhow::Error::msg)?;
-    }
-    Ok(v)
 }

@@ -211,29 +211,6 @@ pub trait HybridOps: Backend {
 /// The sizes of a [`Backend::fused_moe`] call, `(tokens, hidden, experts, intermediate)`,
 /// once the shapes agree and `1 <= top_k <= min(experts, max_top_k)`; every backend checks
 /// the same.
-/// Where in a decoder layer a [`Backend::prefetch`] hint is given, so a backend can take some
-/// and ignore others (each is measured on its own: docs/performance.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PrefetchPoint {
-    /// The layer's output projection, asked for before QK-norm, RoPE and attention run.
-    AttnOut,
-    /// The MoE router, asked for at the same point.
-    Router,
-    /// The next layer's qkv projection, asked for after this layer's output projection
-    /// (before the post-attention norm and the MLP).
-    NextQkvEarly,
-    /// The next layer's qkv projection, asked for after this layer's MLP (before the norm
-    /// that feeds it).
-    NextQkvLate,
-}
-
-impl PrefetchPoint {
-    /// This point's bit in a mask of points.
-    pub fn bit(self) -> u32 {
-        1 << self as u32
-    }
-}
-
 pub(crate) fn moe_dims(
     out: &[usize],
     x: &[usize],
@@ -434,12 +411,6 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<()> {
         self.matmul(router_logits, x, router)?;
         self.fused_moe(out, x, router_logits, gate_up, down, top_k, norm_topk_prob)
-    }
-    /// A hint from a model's forward that weight `w` is read soon, at `point` of a layer, by
-    /// a step of `tokens` tokens: a backend with a cache it can fill ahead (CUDA's L2) may
-    /// start fetching it. Nothing but timing changes; the default does nothing.
-    fn prefetch(&self, _w: &Self::Tensor, _point: PrefetchPoint, _tokens: usize) -> Result<()> {
-        Ok(())
     }
     /// `out = silu(gate) * up` where `gate_up` is `[T, 2·I]` (gate first).
     fn silu_mul(&self, out: &mut Self::Tensor, gate_up: &Self::Tensor) -> Result<()>;

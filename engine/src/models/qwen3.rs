@@ -8,7 +8,7 @@
 //! The same code runs Qwen3-MoE (`Qwen3MoeForCausalLM`): its sparse layers' MLP is a
 //! [`SparseMoe`] (`qwen3_moe.rs`), everything else is identical.
 
-use crate::backend::{Backend, BatchInputs, PrefetchPoint, Result, RopeTables};
+use crate::backend::{Backend, BatchInputs, Result, RopeTables};
 use crate::loader::{HostTensor, LoadError, ModelConfig, TensorKind, Weights};
 
 use super::qwen3_moe::SparseMoe;
@@ -183,12 +183,6 @@ impl<B: Backend> Model<B> for Qwen3<B> {
         for (l, layer) in self.layers.iter().enumerate() {
             // Attention: qkv = xn · Wqkvᵀ; QK-norm and RoPE on q, k; cache k, v; attend; project.
             b.matmul(&mut qkv, &xn, &layer.qkv)?;
-            // The weights read after the latency-bound stretch below (QK-norm, RoPE, attention)
-            // can be on their way meanwhile.
-            b.prefetch(&layer.o, PrefetchPoint::AttnOut, t)?;
-            if let Mlp::Sparse(moe) = &layer.mlp {
-                b.prefetch(&moe.router, PrefetchPoint::Router, t)?;
-            }
             b.qk_norm_rope_write_kv(
                 &mut qkv,
                 batch,
@@ -201,10 +195,6 @@ impl<B: Backend> Model<B> for Qwen3<B> {
             )?;
             b.paged_attention(&mut attn, &qkv, &kv.k[l], &kv.v[l], batch, nh, scale)?;
             b.matmul(&mut proj, &attn, &layer.o)?;
-            let next_qkv = self.layers.get(l + 1).map(|n| &n.qkv);
-            if let Some(w) = next_qkv {
-                b.prefetch(w, PrefetchPoint::NextQkvEarly, t)?;
-            }
             // x += attention; xn = post_norm(x)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, c.rms_norm_eps)?;
             match &layer.mlp {
@@ -217,9 +207,6 @@ impl<B: Backend> Model<B> for Qwen3<B> {
                 Mlp::Sparse(moe) => moe.forward(b, &mut proj, &xn)?,
             }
             // x += mlp; xn = next block's input norm (or the final norm)
-            if let Some(w) = next_qkv {
-                b.prefetch(w, PrefetchPoint::NextQkvLate, t)?;
-            }
             let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
             b.add_rms_norm(&mut xn, &mut x, &proj, next_norm, c.rms_norm_eps)?;
         }

@@ -28,7 +28,6 @@ mod moe;
 mod moe_mma;
 mod moe_one;
 mod norm;
-mod prefetch;
 mod sample;
 mod tensor;
 
@@ -42,12 +41,11 @@ pub use batch::CudaBatch;
 pub use gdn_chunk::GDN_CHUNK_MIN;
 pub use moe_mma::MoeGemm;
 pub use moe_one::OneGrid;
-pub use prefetch::Prefetch;
 pub use tensor::{CudaTensor, DType};
 
 pub(crate) use super::cpu::shape_err;
 use super::sampling::{SampleRow, Sampled};
-use super::{Backend, BackendError, BatchInputs, Feature, PrefetchPoint, Result, RopeTables};
+use super::{Backend, BackendError, BatchInputs, Feature, Result, RopeTables};
 use crate::loader::{DType as HostDType, HostData, HostTensor};
 use blas::Blas;
 
@@ -153,8 +151,6 @@ pub struct CudaBackend {
     /// Ops left out of a step, for timing what each costs on the step's critical path
     /// ([`CudaBackend::set_ablation`]; 0 in every real run).
     ablate: std::sync::atomic::AtomicU32,
-    /// Which L2 prefetch hints are taken (`prefetch.rs`; off by default).
-    prefetch: Mutex<prefetch::Prefetch>,
     /// `moe_one_*`'s grid barrier words (prelude's `grid_sync`: arrivals, generation), zeroed
     /// once, at a fixed address (CUDA graphs keep it).
     grid_sync: CudaSlice<u32>,
@@ -312,7 +308,6 @@ impl CudaBackend {
             moe_one_launches: AtomicU64::new(0),
             moe_one_grid: Mutex::new(moe_one::OneGrid::default()),
             moe_one_fits: Mutex::new(Vec::new()),
-            prefetch: Mutex::new(prefetch::Prefetch::from_env()?),
             ablate: std::sync::atomic::AtomicU32::new(0),
             fp8_gemv_mma: AtomicBool::new(
                 std::env::var_os("METRALE_FP8_GEMV_MMA").is_none_or(|v| v != "0"),
@@ -781,10 +776,6 @@ impl Backend for CudaBackend {
 
     fn silu_mul(&self, out: &mut CudaTensor, gate_up: &CudaTensor) -> Result<()> {
         self.silu_mul_op(out, gate_up)
-    }
-
-    fn prefetch(&self, w: &CudaTensor, point: PrefetchPoint, tokens: usize) -> Result<()> {
-        self.prefetch_op(w, point, tokens)
     }
 
     fn matmul_silu_mul(
