@@ -111,6 +111,52 @@ GEMV_FP8(6, 1)
 GEMV_FP8(7, 1)
 GEMV_FP8(8, 1)
 
+// gemv_fp8_full_r<R>g<G> (M = 1, K <= 512 · G, K % 16 == 0): gemv_fp8_m1 with a warp's whole
+// rows and their scales loaded before it waits on x's writer (gemv.cu's gemv_full: the same
+// idea and launcher rule). A row's chunks in gemv_fp8_m1's order: the same sums bit for bit.
+template <int R, int G>
+__device__ void gemv_fp8_full_impl(float* out, const bf16* x, const unsigned char* w,
+                                   const float* scales, int n_total, int k) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int n0 = (blockIdx.x * FP8_WARPS + warp) * R;
+    if (n0 >= n_total) return;
+    const int chunks = k >> 4, groups = (k + 127) >> 7;
+    u32x4 a[R][G];
+    float s[R][G];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const u64 n = (u64)min(n0 + r, n_total - 1);
+        const u32x4* wr = (const u32x4*)(w + n * k);
+        const float* sr = scales + n * groups;
+#pragma unroll
+        for (int u = 0; u < G; ++u)
+            if (lane + 32 * u < chunks) {
+                a[r][u] = load_stream(wr + lane + 32 * u);
+                s[r][u] = sr[(lane + 32 * u) >> 3];
+            }
+    }
+    pdl_start();
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        float acc[1] = {0.f};
+#pragma unroll
+        for (int u = 0; u < G; ++u)
+            if (lane + 32 * u < chunks) fp8_chunk<1>(acc, a[r][u], s[r][u], x, k, lane + 32 * u);
+        const float v = warp_sum(acc[0]);
+        if (lane == 0 && n0 + r < n_total) out[n0 + r] = v;
+    }
+}
+
+#define GEMV_FP8_FULL(R, G, BLOCKS)                                                                \
+    extern "C" __global__ void __launch_bounds__(FP8_WARPS * 32, BLOCKS)                           \
+        gemv_fp8_full_r##R##g##G(float* out, const bf16* x, const unsigned char* w,                \
+                                 const float* scales, int n, int k) {                              \
+        gemv_fp8_full_impl<R, G>(out, x, w, scales, n, k);                                         \
+    }
+
+GEMV_FP8_FULL(2, 4, 3)
+GEMV_FP8_FULL(1, 8, 3)
+
 // gemv_fp8_mma (M <= 8, K % 64 == 0, sm_80+): the same product on tensor cores (prelude's
 // fp8_mma_tiles), so a weight costs a fraction of an instruction instead of gemv_fp8_m<M>'s
 // widen and multiply-add for each of the M rows: a block of 8 warps owns 16 output columns,

@@ -69,6 +69,51 @@ GEMV(6)
 GEMV(7)
 GEMV(8)
 
+// gemv_full_r<R>g<G> (M = 1, K <= 256 · G, K % 8 == 0): gemv_m1 with a warp's whole rows loaded
+// before it waits on x's writer: R rows a warp (R · 8 a block), G 16-byte chunks of each a lane,
+// so a grid that fits the GPU at once has every weight byte in flight while the kernel before
+// it runs (gemv_m1 loads the first 128 chunks of a row: a quarter of o's at K = 4096, and a
+// one-token qkv GEMV of 640 blocks is more than a wave). The launcher takes it only when the
+// grid fits in one wave at the kernel's blocks a multiprocessor. A row's chunks are taken in
+// gemv_m1's order (lane, lane + 32, ...), the same sums bit for bit.
+template <int R, int G>
+__device__ void gemv_full_impl(float* out, const bf16* x, const bf16* w, int n_total, int k) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int n0 = (blockIdx.x * GEMV_WARPS + warp) * R;
+    if (n0 >= n_total) return;
+    const int chunks = k >> 3;
+    const u32x4* xr = (const u32x4*)x;
+    u32x4 a[R][G];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const u32x4* wr = (const u32x4*)(w + (u64)min(n0 + r, n_total - 1) * k);
+#pragma unroll
+        for (int u = 0; u < G; ++u)
+            if (lane + 32 * u < chunks) a[r][u] = load_stream(wr + lane + 32 * u);
+    }
+    pdl_start();
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        float acc[1] = {0.f};
+#pragma unroll
+        for (int u = 0; u < G; ++u)
+            if (lane + 32 * u < chunks) gemv_chunk<1>(acc, a[r][u], xr, chunks, lane + 32 * u);
+        const float v = warp_sum(acc[0]);
+        if (lane == 0 && n0 + r < n_total) out[n0 + r] = v;
+    }
+}
+
+// BLOCKS: blocks a multiprocessor the launcher counts on (the register cap).
+#define GEMV_FULL(R, G, BLOCKS)                                                                    \
+    extern "C" __global__ void __launch_bounds__(GEMV_WARPS * 32, BLOCKS)                          \
+        gemv_full_r##R##g##G(float* out, const bf16* x, const bf16* w, int n, int k) {             \
+        gemv_full_impl<R, G>(out, x, w, n, k);                                                     \
+    }
+
+GEMV_FULL(1, 8, 4)
+GEMV_FULL(2, 8, 3)
+GEMV_FULL(1, 16, 2)
+
 // The MLP's first half fused: out[m, j] = silu(g) · u with g = x[m]·w[j], u = x[m]·w[I + j] for
 // a gate_up weight [2·I, K] (gate rows, then up rows), out bf16 [M, I]. One warp owns output j
 // and streams both of its weight rows (eight 16-byte loads in flight a lane), so the [M, 2·I]

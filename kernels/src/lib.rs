@@ -32,11 +32,13 @@ pub enum Module {
     Moe,
     MoeMma,
     Fp8,
+    Fp8One,
     Hybrid,
+    Probe,
 }
 
 impl Module {
-    pub const ALL: [Module; 14] = [
+    pub const ALL: [Module; 16] = [
         Module::Convert,
         Module::Embedding,
         Module::Norm,
@@ -50,7 +52,9 @@ impl Module {
         Module::Moe,
         Module::MoeMma,
         Module::Fp8,
+        Module::Fp8One,
         Module::Hybrid,
+        Module::Probe,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,16 +72,19 @@ impl Module {
             Module::Moe => "moe",
             Module::MoeMma => "moe_mma",
             Module::Fp8 => "fp8",
+            Module::Fp8One => "fp8_one",
             Module::Hybrid => "hybrid",
+            Module::Probe => "probe",
         }
     }
 
     /// The oldest GPU (compute capability) the file compiles for: attention_mma.cu's and
     /// moe_mma.cu's mma.sync on bf16 needs Ampere (moe_mma.cu's e4m3 kernels need 8.9 and trap
-    /// below); the rest run anywhere NVRTC targets.
+    /// below), fp8_one.cu's e4m3 conversions Ada; the rest run anywhere NVRTC targets.
     pub fn min_compute_capability(self) -> (i32, i32) {
         match self {
             Module::AttentionMma | Module::MoeMma => (8, 0),
+            Module::Fp8One => (8, 9),
             _ => (0, 0),
         }
     }
@@ -98,7 +105,9 @@ impl Module {
             Module::Moe => include_str!("moe.cu"),
             Module::MoeMma => include_str!("moe_mma.cu"),
             Module::Fp8 => include_str!("fp8.cu"),
+            Module::Fp8One => include_str!("fp8_one.cu"),
             Module::Hybrid => include_str!("hybrid.cu"),
+            Module::Probe => include_str!("probe.cu"),
         }
     }
 

@@ -790,6 +790,59 @@ __device__ void moe_down_combine_impl(float* out, const A* act, const W* w, cons
     }
 }
 
+// moe_down_combine for decode steps with 16-byte aligned rows, COLS output columns a block
+// (block b: token b % T, columns (b / T) · COLS ..): warp s loads its pair's COLS down rows (contiguous in
+// the expert's [H, I] weight) before waiting on gate|up. It may: the pair's expert (ids) and
+// weight were written by the routing launch two kernels back, which has completed and flushed
+// before this grid starts (gate|up's blocks let it start only after their own wait returned),
+// so only act needs the wait; the loads overlap gate|up's tail. Each column's y, weight · y
+// and slot-order sum as moe_down_combine's: the same output bit for bit.
+template <int COLS, typename W>
+__device__ void moe_down_combine_dec_impl(float* out, const bf16* act, const W* w,
+                                          const float* scales, const int* ids,
+                                          const float* weights, int tokens, int top_k, int inter,
+                                          int hidden) {
+    __shared__ float terms[MOE_MAX_TOP_K][COLS];
+    const int slot = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const u64 t = blockIdx.x % (unsigned)tokens;
+    const u64 c0 = (u64)(blockIdx.x / (unsigned)tokens) * COLS;
+    const u64 p = t * top_k + slot;
+    const u64 e = (u64)load_l2(ids + p);
+    const float weight = load_l2(weights + p);
+    using Row = decltype(weight_row(w, scales, 0, 0));
+    constexpr int G = DecGroup<Row, 1024>::G;
+    const int chunks = inter / ChunkOf<Row>::elems;
+    Row rows[COLS];
+    typename ChunkOf<Row>::T g[COLS][G][1];
+#pragma unroll
+    for (int col = 0; col < COLS; ++col) {
+        rows[col] = weight_row(w, scales, e * hidden + c0 + col, inter);
+        load_group<G, 1>(g[col], &rows[col], lane, chunks);
+    }
+    pdl_start();
+#pragma unroll
+    for (int col = 0; col < COLS; ++col) {
+        float acc[1] = {0.f};
+        dot_rows_from<G, 1>(acc, g[col], &rows[col], act + p * inter, chunks);
+        const float y = warp_sum(acc[0]);
+        if (lane == 0) terms[slot][col] = __fmul_rn(weight, y);
+    }
+    __syncthreads();
+    if (threadIdx.x < COLS) {
+        float o = 0.f;
+        for (int s = 0; s < top_k; ++s) o = __fadd_rn(o, terms[s][threadIdx.x]);
+        out[t * hidden + c0 + threadIdx.x] = o;
+    }
+}
+
+#define MOE_DOWN_COMBINE_DEC(SUFFIX, W, COLS)                                                     \
+    extern "C" __global__ void moe_down_combine_dec##COLS##_##SUFFIX(                             \
+        float* out, const bf16* act, const W* w, const float* scales, const int* ids,             \
+        const float* weights, int tokens, int top_k, int inter, int hidden) {                     \
+        moe_down_combine_dec_impl<COLS>(out, act, w, scales, ids, weights, tokens, top_k, inter,  \
+                                        hidden);                                                  \
+    }
+
 // moe_gate_up for decode steps (the launcher takes it at one token; rows 16-byte aligned): a
 // warp owns output j of expert e as in moe_gate_up, but loads its first group of both weight
 // rows (all 2048 columns of a 2048-wide row, DecGroup) before it reads the expert's pairs, then
@@ -872,6 +925,12 @@ MOE_EXPERT_KERNELS(fp8_vec, unsigned char, bf16, true)
 MOE_EXPERT_KERNELS(fp8, unsigned char, bf16, false)
 MOE_EXPERT_KERNELS(fp32, float, float, false)
 MOE_GATE_UP_DEC(bf16_vec, bf16, 2)
+MOE_DOWN_COMBINE_DEC(bf16_vec, bf16, 1)
+MOE_DOWN_COMBINE_DEC(bf16_vec, bf16, 2)
+MOE_DOWN_COMBINE_DEC(bf16_vec, bf16, 4)
+MOE_DOWN_COMBINE_DEC(fp8_vec, unsigned char, 1)
+MOE_DOWN_COMBINE_DEC(fp8_vec, unsigned char, 2)
+MOE_DOWN_COMBINE_DEC(fp8_vec, unsigned char, 4)
 MOE_GATE_UP_DEC(fp8_vec, unsigned char, 3)
 
 // The router's logits and moe_plan_one in one launch, for a step of one token with a bf16
@@ -944,6 +1003,47 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
 // [MOE_MAX_TOP_K], terms [cols · k] f32. Needs H and I multiples of 16 (FP8) or 8 (bf16).
 #define MOE_ONE_WARPS 16
 
+// moe_one's phase 0: warp w of block b takes router rows w · gridDim.x + b, w · gridDim.x + b
+// + a grid of warps, ... into logits (global, f32), as moe_router_plan_one computes them (the
+// first row loaded, then `wait`: the wait on x's writer, pdl_start, and what may follow it;
+// the router is never written). Every thread calls this.
+template <class Wait>
+__device__ __forceinline__ void moe_one_router(float* logits, const bf16* x, const bf16* router,
+                                               int experts, int hidden, Wait wait) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int nb = gridDim.x, b = blockIdx.x;
+    constexpr int G = DecGroup<RowBf16, 2048>::G;
+    const int chunks = hidden >> 3;
+    int e = warp * nb + b;
+    RowBf16 r{router + (u64)min(e, experts - 1) * hidden};
+    ChunkBf16 g[G][1];
+    if (e < experts) load_group<G, 1>(g, &r, lane, chunks);
+    wait();
+    for (; e < experts; e += warps * nb) {  // more rows than warps: the next rows after
+        if (e >= warp * nb + b + warps * nb) {
+            r = RowBf16{router + (u64)e * hidden};
+            load_group<G, 1>(g, &r, lane, chunks);
+        }
+        float acc[1] = {0.f};
+        dot_rows_from<G, 1>(acc, g, &r, x, chunks);
+        const float v = warp_sum(acc[0]);
+        if (lane == 0) logits[e] = v;
+    }
+}
+
+// moe_one's phase 1, after the first barrier: warp 0 routes the token from the logits (copied
+// from L2 into logit_s) into ids_s / wts_s; the block then sees them.
+__device__ __forceinline__ void moe_one_route(int* ids_s, float* wts_s, float* logit_s,
+                                              const float* logits, int experts, int top_k,
+                                              int norm_topk_prob) {
+    if (threadIdx.x < 32) {
+        for (int i = threadIdx.x; i < experts; i += 32) logit_s[i] = load_l2(logits + i);
+        __syncwarp();
+        moe_route_token(ids_s, wts_s, (const float*)logit_s, experts, top_k, norm_topk_prob);
+    }
+    __syncthreads();
+}
+
 __device__ __forceinline__ ChunkBf16 shared_chunk(const bf16* row, const float*, int c) {
     return ChunkBf16{((const u32x4*)row)[c]};
 }
@@ -960,12 +1060,7 @@ __device__ void moe_one_impl(float* out, float* logits, bf16* act, const bf16* x
     using Row = decltype(weight_row(w13, s13, 0, 0));
     using Chunk = typename ChunkOf<Row>::T;
     constexpr bool FP8 = sizeof(W) == 1;
-#ifdef METRALE_HOST_EMULATION
-    unsigned char* const smem = emu_dyn_smem();
-#else
-    extern __shared__ __attribute__((aligned(16))) unsigned char moe_one_smem[];
-    unsigned char* const smem = moe_one_smem;
-#endif
+    DYNAMIC_SMEM(unsigned char, smem);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const int nb = gridDim.x, b = blockIdx.x, rows_b = cols * top_k;
     const int nsc = FP8 ? (inter + 127) >> 7 : 0;
@@ -978,35 +1073,10 @@ __device__ void moe_one_impl(float* out, float* logits, bf16* act, const bf16* x
     float* const wts_s = (float*)(ids_s + MOE_MAX_TOP_K);
     float* const terms_s = wts_s + MOE_MAX_TOP_K;
 
-    // 0. The router's logits.
-    {
-        constexpr int G = DecGroup<RowBf16, 2048>::G;
-        const int chunks = hidden >> 3;
-        int e = warp * nb + b;
-        RowBf16 r{router + (u64)min(e, experts - 1) * hidden};
-        ChunkBf16 g[G][1];
-        if (e < experts) load_group<G, 1>(g, &r, lane, chunks); // read-only: before waiting
-        pdl_start();
-        for (; e < experts; e += warps * nb) { // more rows than warps: the next rows after
-            if (e >= warp * nb + b + warps * nb) {
-                r = RowBf16{router + (u64)e * hidden};
-                load_group<G, 1>(g, &r, lane, chunks);
-            }
-            float acc[1] = {0.f};
-            dot_rows_from<G, 1>(acc, g, &r, x, chunks);
-            const float v = warp_sum(acc[0]);
-            if (lane == 0) logits[e] = v;
-        }
-    }
+    // 0. The router's logits. 1. Routing, in every block.
+    moe_one_router(logits, x, router, experts, hidden, [] { pdl_start(); });
     grid_sync(sync);
-
-    // 1. Routing, in every block.
-    if (warp == 0) {
-        for (int i = lane; i < experts; i += 32) logit_s[i] = load_l2(logits + i);
-        __syncwarp();
-        moe_route_token(ids_s, wts_s, (const float*)logit_s, experts, top_k, norm_topk_prob);
-    }
-    __syncthreads();
+    moe_one_route(ids_s, wts_s, logit_s, logits, experts, top_k, norm_topk_prob);
 
     // 2. This block's down rows into shared memory, then its gate|up items.
     const int c0 = b * cols, ncols = max(0, min(cols, hidden - c0));
@@ -1121,6 +1191,167 @@ __device__ void moe_one_impl(float* out, float* logits, bf16* act, const bf16* x
     }
 MOE_ONE(fp8, unsigned char)
 MOE_ONE(bf16, bf16)
+
+// moe_one_fp8_mma: moe_one_fp8's phases and barriers with every expert product on tensor
+// cores (prelude's one-token f16 mma: "FP8 weights times one row on tensor cores"). One block
+// a multiprocessor has 16 warps where the three launches keep 24 to 64 resident, and moe_one's
+// CUDA-core products (3.7 instructions an FP8 weight) left it compute-bound: 7 µs a layer
+// slower than the three launches on the H200, 14 µs with 8 warps. Here a weight costs about
+// one instruction. x is staged (f16 · 2^-e) right after the wait, before the router's products;
+// each slot's act row after the second barrier, by one warp. The router stays on CUDA cores
+// (bf16 rows, moe_one's code: the same logits). Not moe_one's act and out bits: the same
+// exact products summed in f32 in another order (checked against the CPU and the three
+// launches within the FP8 tolerances).
+//
+//   2. gate|up in tiles of 4 outputs j of one slot (8 B columns: gate and up rows of each j,
+//      interleaved as in fp8_one.cu's moe_gate_up_one), block b taking tiles [b · T / nb,
+//      (b + 1) · T / nb) of the T = k · I / 4, warps / 4 at a time, 4 warps a tile splitting H;
+//      the block adds its warps' sums through shared memory and writes act[s, j] = silu(g) · u.
+//   3. Down: a warp a (slot, 8 of the block's columns) tile, its 8 down rows from shared memory
+//      against the slot's staged act row, then moe_one's weighted sum in slot order.
+//
+// Shared memory: down rows [k][cols] (slot-major, a row every I + 64 bytes, so the 8 rows of a
+// tile fall on alternate halves of the banks), their scales [k][cols][I / 128] (padded to
+// 16 bytes), act staged
+// [k][I] (4 bytes an element), x staged [H] (likewise), logits [E], ids, weights, act's
+// scales up [MOE_MAX_TOP_K] each, terms [cols][k], the warps' tile sums [MOE_ONE_WARPS][8] and
+// a block max's 32 floats. Needs H and I multiples of 128 and blockDim a multiple of 128.
+__device__ void moe_one_fp8_mma_impl(float* out, float* logits, bf16* act, const bf16* x,
+                                     const bf16* router, const unsigned char* w13,
+                                     const float* s13, const unsigned char* w2, const float* s2,
+                                     u32* sync, int experts, int hidden, int inter, int top_k,
+                                     int norm_topk_prob, int cols) {
+    DYNAMIC_SMEM(unsigned char, smem);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int nb = gridDim.x, b = blockIdx.x;
+    const int c0 = b * cols, ncols = max(0, min(cols, hidden - c0));
+    const int nsc = inter >> 7, hsc = hidden >> 7, stride = inter + 64;
+    const int rows_b = cols * top_k;
+    unsigned char* const down_s = smem;
+    float* const dsc_s = (float*)(down_s + (u64)rows_b * stride);
+    u32* const act_s = (u32*)(dsc_s + ((rows_b * nsc + 3) & ~3));  // 16-byte aligned
+    u32* const x_s = act_s + top_k * inter;
+    float* const logit_s = (float*)(x_s + hidden);
+    int* const ids_s = (int*)(logit_s + experts);
+    float* const wts_s = (float*)(ids_s + MOE_MAX_TOP_K);
+    float* const up_s = wts_s + MOE_MAX_TOP_K;
+    float* const terms_s = up_s + MOE_MAX_TOP_K;
+    // The warps' tile sums and the block max's scratch (not static __shared__: the host
+    // emulation runs this kernel's blocks at once).
+    float(*const red)[8] = (float(*)[8])(terms_s + rows_b);
+    float* const scratch = (float*)(red + MOE_ONE_WARPS);
+
+    // 0-1. x staged after the wait, the router's logits, the barrier, the routing.
+    F16Scale xs{1.f, 1.f};
+    moe_one_router(logits, x, router, experts, hidden, [&] {
+        pdl_start();
+        xs = stage_x_block(x_s, x, hidden, scratch);
+    });
+    grid_sync(sync);
+    moe_one_route(ids_s, wts_s, logit_s, logits, experts, top_k, norm_topk_prob);
+
+    // 2. This block's down rows and their scales into shared memory (slot-major), then its
+    // gate|up tiles.
+    {
+        const int words = inter >> 4, n = ncols * top_k;
+        for (int i = threadIdx.x; i < n * words; i += blockDim.x) {
+            const int r = i / words, word = i - r * words;  // r = slot · ncols + column
+            const u64 src = (u64)ids_s[r / ncols] * hidden + c0 + r % ncols;
+            cp_async<16>(down_s + (u64)r * stride + 16 * word, w2 + src * inter + 16 * word, true);
+        }
+        for (int i = threadIdx.x; i < n * nsc; i += blockDim.x) {
+            const int r = i / nsc;
+            const u64 src = (u64)ids_s[r / ncols] * hidden + c0 + r % ncols;
+            cp_async<4>(dsc_s + i, s2 + src * nsc + (i - r * nsc), true);
+        }
+        cp_async_commit();
+    }
+    {
+        const int per_round = warps >> 2, q = warp >> 2, kw = warp & 3, tiles_s = inter >> 2;
+        const int total = top_k * tiles_s;
+        const int t0 = (int)((u64)b * total / nb), t1 = (int)((u64)(b + 1) * total / nb);
+        int begin, end;
+        one_range(hidden >> 6, kw, 4, begin, end);
+        for (int base = t0; base < t1; base += per_round) {
+            const int tau = min(base + q, t1 - 1);  // past the range: a valid tile, unused
+            const int s = tau / tiles_s, j0 = (tau - s * tiles_s) * 4;
+            const u64 e13 = (u64)ids_s[s] * 2 * inter;
+            const u64 row = e13 + (g & 1 ? inter : 0) + j0 + (g >> 1);
+            float acc[2] = {0.f, 0.f};
+            one_rows(acc, w13 + row * hidden, s13 + (e13 + j0 + t) * hsc,
+                     s13 + (e13 + inter + j0 + t) * hsc, begin, end, x_s, [] {});
+            if (lane < 4) {
+                red[warp][2 * lane] = acc[0];
+                red[warp][2 * lane + 1] = acc[1];
+            }
+            __syncthreads();
+            if ((int)threadIdx.x < 4 * per_round) {
+                const int ql = threadIdx.x >> 2, jj = threadIdx.x & 3, tl = base + ql;
+                if (tl < t1) {
+                    float gs = 0.f, us = 0.f;
+#pragma unroll
+                    for (int w = 0; w < 4; ++w) {
+                        gs += red[4 * ql + w][2 * jj];
+                        us += red[4 * ql + w][2 * jj + 1];
+                    }
+                    gs *= xs.up;
+                    us *= xs.up;
+                    const int sl = tl / tiles_s, j = (tl - sl * tiles_s) * 4 + jj;
+                    act[(u64)sl * inter + j] = from_f32<bf16>(gs / (1.0f + expf(-gs)) * us);
+                }
+            }
+            __syncthreads();  // red is the next round's
+        }
+    }
+    cp_async_wait<0>();
+    grid_sync(sync);
+
+    // 3. Each slot's act row staged by a warp (from L2: other blocks wrote it), then the down
+    // tiles from shared memory and the weighted sum.
+    for (int s = warp; s < top_k; s += warps) {
+        const F16Scale a = stage_x_warp<true>(act_s + (u64)s * inter, act + (u64)s * inter, inter);
+        if (lane == 0) up_s[s] = a.up;
+    }
+    __syncthreads();
+    const int ctiles = (ncols + 7) >> 3, slices = inter >> 6;
+    for (int it = warp; it < top_k * ctiles; it += warps) {
+        const int s = it / ctiles, ct = it - s * ctiles;
+        const int cr = min(ct * 8 + g, ncols - 1), ca = min(ct * 8 + 2 * t, ncols - 1);
+        const int cb = min(ct * 8 + 2 * t + 1, ncols - 1);
+        const unsigned char* wrow = down_s + (u64)(s * ncols + cr) * stride;
+        const float* sa = dsc_s + (s * ncols + ca) * nsc;
+        const float* sb = dsc_s + (s * ncols + cb) * nsc;
+        const u32* xa = act_s + (u64)s * inter;
+        float acc[2] = {0.f, 0.f};
+        for (int j = 0; j < slices; j += 2) {
+            float pa[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
+            one_slice(pa, *(const u32x4*)(wrow + 64 * j + 16 * t), xa, j, t);
+            one_slice(pb, *(const u32x4*)(wrow + 64 * (j + 1) + 16 * t), xa, j + 1, t);
+            acc[0] = fmaf(sa[j >> 1], pa[0] + pb[0], acc[0]);
+            acc[1] = fmaf(sb[j >> 1], pa[1] + pb[1], acc[1]);
+        }
+        if (lane < 4) {
+            const int c = ct * 8 + 2 * lane;
+            if (c < ncols) terms_s[c * top_k + s] = __fmul_rn(wts_s[s], acc[0] * up_s[s]);
+            if (c + 1 < ncols) terms_s[(c + 1) * top_k + s] = __fmul_rn(wts_s[s], acc[1] * up_s[s]);
+        }
+    }
+    __syncthreads();
+    for (int ci = threadIdx.x; ci < ncols; ci += blockDim.x) {
+        float o = 0.f;
+        for (int s = 0; s < top_k; ++s) o = __fadd_rn(o, terms_s[ci * top_k + s]);
+        out[c0 + ci] = o;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MOE_ONE_WARPS * 32, 1) moe_one_fp8_mma(
+    float* out, float* logits, bf16* act, const bf16* x, const bf16* router,
+    const unsigned char* w13, const float* s13, const unsigned char* w2, const float* s2,
+    u32* sync, int experts, int hidden, int inter, int top_k, int norm_topk_prob, int cols) {
+    moe_one_fp8_mma_impl(out, logits, act, x, router, w13, s13, w2, s2, sync, experts, hidden,
+                         inter, top_k, norm_topk_prob, cols);
+}
 
 // ---- 5. combine ----------------------------------------------------------------------------
 

@@ -57,15 +57,20 @@ __device__ float block_sum(float v) {
     return warp_sum(lane < warps ? scratch[lane] : 0.f);
 }
 
-// Maximum over the whole block; every thread gets it. Same rules as block_sum.
-__device__ float block_max(float v) {
-    __shared__ float scratch[32];
+// Maximum over the whole block; every thread gets it. Same rules as block_sum; `scratch` is
+// 32 floats of shared memory (block_max's own, or a kernel's dynamic shared memory: the host
+// emulation runs grid-barrier kernels' blocks at once, sharing static __shared__ arrays).
+__device__ float block_max_in(float v, float* scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     v = warp_max(v);
     __syncthreads();
     if (lane == 0) scratch[warp] = v;
     __syncthreads();
     return warp_max(lane < warps ? scratch[lane] : NEG_INF);
+}
+__device__ float block_max(float v) {
+    __shared__ float scratch[32];
+    return block_max_in(v, scratch);
 }
 
 // 16-byte loads (8 bf16) through inline PTX, so no vector-type header is needed: `load_stream`
@@ -83,12 +88,26 @@ __device__ __forceinline__ u32x2 load_stream8(const u32x2* p) { return *p; }
 __device__ __forceinline__ u32x4 load_stream(const u32x4* p) { return *p; }
 __device__ __forceinline__ u32x4 load_cached(const u32x4* p) { return *p; }
 __device__ __forceinline__ float load_l2(const float* p) { return *p; }
+__device__ __forceinline__ int load_l2(const int* p) { return *p; }
+__device__ __forceinline__ u32x4 load_l2x4(const u32x4* p) { return *p; }
 #else
 // A value another block wrote during this kernel (after its fence): from L2, past this
 // multiprocessor's L1.
 __device__ __forceinline__ float load_l2(const float* p) {
     float r;
     asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ int load_l2(const int* p) {
+    int r;
+    asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ u32x4 load_l2x4(const u32x4* p) {
+    u32x4 r;
+    asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
     return r;
 }
 
@@ -113,6 +132,16 @@ __device__ __forceinline__ u32x4 load_cached(const u32x4* p) {
         : "l"(p));
     return r;
 }
+#endif
+
+// A kernel's dynamic shared memory as `T* const name` (the host emulation keeps one buffer a
+// block: emu_dyn_smem).
+#ifdef METRALE_HOST_EMULATION
+#define DYNAMIC_SMEM(T, name) T* const name = (T*)emu_dyn_smem()
+#else
+#define DYNAMIC_SMEM(T, name)                                                                      \
+    extern __shared__ __attribute__((aligned(16))) unsigned char name##_bytes[];                   \
+    T* const name = (T*)name##_bytes
 #endif
 
 // Global -> shared copies in flight without registers (cp.async, compute capability 8.0 and
@@ -525,6 +554,205 @@ __device__ __forceinline__ u32x4 e4m3x8_to_bf16x8(u32x2 w) {
                  e4m3_halves_to_bf16x2(byte_halves<0x4342>(w.x)),
                  e4m3_halves_to_bf16x2(byte_halves<0x4140>(w.y)),
                  e4m3_halves_to_bf16x2(byte_halves<0x4342>(w.y))};
+}
+
+
+// ---- FP8 weights times one row on tensor cores, f16 operands (fp8_one.cu, moe.cu's
+// moe_one_fp8_mma; sm_89+: compiled for an older GPU they trap) ---------------------------
+//
+// mma.sync m16n8k16 (f16 in, f32 sums) with x as the A operand and 8 weight rows as the B
+// columns: A's 16 rows are all the same x row (so every lane ends with the sums of its columns
+// 2t, 2t + 1 in c0 / c1, whatever its g), B's column g is the weight row lane (g = lane / 4,
+// t = lane % 4) loads 16 bytes of, at k = 64j + 16t in slice j (64 columns). Slice j's k16
+// step s takes k 64j + 16t + 4s + {0, 1} as its logical 2t.. and + {2, 3} as 2t + 8..: word s
+// of the lane's 16 bytes widens to exactly b0 and b1 (cvt.rn.f16x2.e4m3x2). The sum over k
+// does not depend on that order. A's registers a0..a3 must be four aligned registers holding x
+// pairs (P, P, Q, Q) (rows g and g + 8 alike); the staged x is laid out so that one 16-byte
+// shared load gives exactly that: each pair twice, a slice's steps s major and lanes t minor
+// (the four t of a step read 64 consecutive bytes: no bank conflict). Copying pairs into place
+// instead cost four register moves an mma (seen in the SASS).
+//
+// x reaches the mma as f16, which holds every bf16 significand but not its range: it is staged
+// as f16 · 2^-e, e from x's largest magnitude (which lands in [2^14, 2^15)), and the sums are
+// multiplied back by 2^e (powers of two: no rounding, except for elements below 2^-24 of that
+// scale, 2^-38 of x's largest, which round to f16 subnormals). Products are exact and summed
+// in f32 by the tensor core; a 128-column group's sum is scaled by its row's block scale. The
+// CUDA-core kernels' arithmetic in another order, so not their bits.
+
+// Slices (64 columns) a warp keeps in flight: 8 16-byte loads a lane, as moe.cu's decode
+// gate_up keeps its 2048 columns of two rows.
+#define ONE_SLICES 8
+
+// e4m3 bytes 0, 1 of w as an f16 pair (lo) and bytes 2, 3 (hi), exactly.
+__device__ __forceinline__ void e4m3x4_f16(u32 w, u32& lo, u32& hi) {
+#ifdef METRALE_HOST_EMULATION
+    lo = emu_f16_bits(emu_e4m3(w & 0xffu)) | (emu_f16_bits(emu_e4m3((w >> 8) & 0xffu)) << 16);
+    hi = emu_f16_bits(emu_e4m3((w >> 16) & 0xffu)) |
+         (emu_f16_bits(emu_e4m3((w >> 24) & 0xffu)) << 16);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("{\n\t.reg .b16 a, b;\n\tmov.b32 {a, b}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, a;\n\t"
+        "cvt.rn.f16x2.e4m3x2 %1, b;\n\t}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+#else
+    asm volatile("trap;");
+    lo = hi = w;
+#endif
+}
+
+// Two f32 as an f16 pair (a in the low half), rounded to nearest even.
+__device__ __forceinline__ u32 f16x2_from(float a, float b) {
+#ifdef METRALE_HOST_EMULATION
+    return emu_f16_bits(a) | (emu_f16_bits(b) << 16);
+#else
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
+#endif
+}
+
+// c += a·b, mma.sync m16n8k16 with f16 operands and f32 sums (prelude's mma_m16n8 fragments).
+__device__ __forceinline__ void mma_f16(float c[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                        u32 b1) {
+#ifdef METRALE_HOST_EMULATION
+    emu_mma_m16n8k16_f16(c, a0, a1, a2, a3, b0, b1);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    asm volatile("trap;");
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// The power of two that puts amax (>= 0, finite or inf) in [2^14, 2^15): x · down for the f16
+// copy, sums · up to undo it. Clamped so both stay normal f32 (x below 2^-85 overall is read as
+// tiny, not rescaled further).
+struct F16Scale {
+    float down, up;
+};
+__device__ __forceinline__ F16Scale f16_scale(float amax) {
+    int e = amax > 0.f ? (int)((__float_as_uint(amax) >> 23) & 0xffu) - 141 : 0;
+    e = max(-100, min(113, e));
+    return F16Scale{__uint_as_float((u32)(127 - e) << 23), __uint_as_float((u32)(127 + e) << 23)};
+}
+
+// A chunk of x: through the read-only path (written before this kernel), or from L2 (L2:
+// written by other blocks of this kernel, after a grid barrier).
+template <bool L2> __device__ __forceinline__ u32x4 x_chunk(const bf16* x, int c) {
+    return L2 ? load_l2x4((const u32x4*)x + c) : load_cached((const u32x4*)x + c);
+}
+
+// The largest |x| over 16-byte chunks first, first + step, ... of x (k bf16, k % 8 == 0).
+template <bool L2>
+__device__ __forceinline__ float chunks_amax(const bf16* x, int k, int first, int step) {
+    float m = 0.f;
+    for (int c = first; c < (k >> 3); c += step) {
+        const u32x4 v = x_chunk<L2>(x, c);
+        const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) m = fmaxf(m, fmaxf(fabsf(lo(w[i])), fabsf(hi(w[i]))));
+    }
+    return m;
+}
+// Those chunks of x into xs (k u32: the mma layout above) times `down`. Chunk c is pairs
+// 4c .. 4c + 3, in slice j = c / 8 lane t = (c % 8) / 2 steps s0 = 2 (c % 2) and s0 + 1: pairs
+// (P, Q) of step s go to xs[64j + 16s + 4t ..] as (P, P, Q, Q).
+template <bool L2>
+__device__ __forceinline__ void chunks_to_f16(u32* xs, const bf16* x, int k, int first, int step,
+                                              float down) {
+    for (int c = first; c < (k >> 3); c += step) {
+        const u32x4 v = x_chunk<L2>(x, c);
+        const u32 w[4] = {v.x, v.y, v.z, v.w};
+        u32 h[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) h[i] = f16x2_from(lo(w[i]) * down, hi(w[i]) * down);
+        u32* const d = xs + 64 * (c >> 3) + 32 * (c & 1) + 4 * ((c & 7) >> 1);
+        *(u32x4*)d = u32x4{h[0], h[0], h[1], h[1]};
+        *(u32x4*)(d + 16) = u32x4{h[2], h[2], h[3], h[3]};
+    }
+}
+
+// The whole block stages x (k bf16) into xs (k u32); returns the scale. Every thread of the
+// block calls (it has barriers); xs is readable by all after it. `scratch`: 32 floats of shared
+// memory for the block's max (block_max_in).
+__device__ __forceinline__ F16Scale stage_x_block(u32* xs, const bf16* x, int k, float* scratch) {
+    const float m = block_max_in(chunks_amax<false>(x, k, threadIdx.x, blockDim.x), scratch);
+    const F16Scale s = f16_scale(m);
+    chunks_to_f16<false>(xs, x, k, threadIdx.x, blockDim.x, s.down);
+    __syncthreads();
+    return s;
+}
+
+// One warp's staging of its own x row (k bf16) into xs; every lane of the warp calls.
+template <bool L2 = false>
+__device__ __forceinline__ F16Scale stage_x_warp(u32* xs, const bf16* x, int k) {
+    const int lane = threadIdx.x & 31;
+    const F16Scale s = f16_scale(warp_max(chunks_amax<L2>(x, k, lane, 32)));
+    chunks_to_f16<L2>(xs, x, k, lane, 32, s.down);
+    __syncwarp();
+    return s;
+}
+
+// part += slice j of this lane's weight row (its 16 bytes q at k 64j + 16t) against the staged
+// x, as the warp's B column g: four k16 steps, an A quad a 16-byte shared load.
+__device__ __forceinline__ void one_slice(float part[4], u32x4 q, const u32* xs, int j, int t) {
+    const u32 ws[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+        const u32x4 a = *(const u32x4*)(xs + 64 * j + 16 * s + 4 * t);
+        u32 b0, b1;
+        e4m3x4_f16(ws[s], b0, b1);
+        mma_f16(part, a.x, a.y, a.z, a.w, b0, b1);
+    }
+}
+
+// A warp's share of a tile: slices [begin, end) (even, whole 128-column groups) of the weight row
+// `row` (this lane's B column; k bytes, its scales `sc_row` one per group) into this lane's
+// column sums acc[0] / acc[1] (columns 2t / 2t + 1, whose scale rows are sc0 / sc1). The first
+// batch's weight and scale loads are issued, then `before` runs (the wait on the previous
+// kernel and the staging of x; every thread of the block calls this), then the batches.
+template <class Before>
+__device__ __forceinline__ void one_rows(float acc[2], const unsigned char* row, const float* sc0,
+                                         const float* sc1, int begin, int end, const u32* xs,
+                                         Before before) {
+    const int t = threadIdx.x & 3;
+    bool first = true;
+    for (int b = begin;; b += ONE_SLICES) {
+        u32x4 q[ONE_SLICES];
+        float s0[ONE_SLICES / 2], s1[ONE_SLICES / 2];
+#pragma unroll
+        for (int i = 0; i < ONE_SLICES; ++i)
+            q[i] = b + i < end ? load_stream((const u32x4*)row + 4 * (b + i) + t) : u32x4{0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int i = 0; i < ONE_SLICES / 2; ++i) {
+            s0[i] = b + 2 * i < end ? sc0[(b >> 1) + i] : 0.f;
+            s1[i] = b + 2 * i < end ? sc1[(b >> 1) + i] : 0.f;
+        }
+        if (first) {
+            before();
+            first = false;
+        }
+#pragma unroll
+        for (int i = 0; i < ONE_SLICES / 2; ++i)
+            if (b + 2 * i < end) {
+                float pa[4] = {0.f, 0.f, 0.f, 0.f}, pb[4] = {0.f, 0.f, 0.f, 0.f};
+                one_slice(pa, q[2 * i], xs, b + 2 * i, t);
+                one_slice(pb, q[2 * i + 1], xs, b + 2 * i + 1, t);
+                acc[0] = fmaf(s0[i], pa[0] + pb[0], acc[0]);
+                acc[1] = fmaf(s1[i], pa[1] + pb[1], acc[1]);
+            }
+        if (b + ONE_SLICES >= end) break;  // (a warp with no slices still ran `before`)
+    }
+}
+
+// The slices warp kw of KW takes of `slices`: [kw · per, ...), per even.
+__device__ __forceinline__ void one_range(int slices, int kw, int kws, int& begin, int& end) {
+    const int per = (((slices + kws - 1) / kws) + 1) & ~1;
+    begin = min(slices, kw * per);
+    end = min(slices, begin + per);
 }
 
 // ---- FP8 weights times a few bf16 rows on tensor cores (gemv_fp8_mma in fp8.cu, the small-step

@@ -19,6 +19,8 @@ use serde_json::json;
 use crate::report::{Report, Tol, compare};
 
 mod attention;
+mod fp8_one;
+mod gemv;
 mod moe;
 mod uploads;
 
@@ -424,7 +426,9 @@ impl Ops<'_> {
         if self.fp32() {
             return Ok(()); // the tensor-core FP8 GEMM is the bf16 path's
         }
-        self.matmul_fp8_mma()
+        self.matmul_fp8_mma()?;
+        self.gemv_full()?;
+        self.gemv_fp8_one()
     }
 
     fn rope(&mut self) -> Result<()> {

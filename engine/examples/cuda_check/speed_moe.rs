@@ -70,6 +70,13 @@ pub fn active_weight_bytes(c: &ModelConfig, b: usize) -> f64 {
 const MAX_BATCH: usize = 128;
 
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    // What a kernel boundary, a grid barrier and a flag hand-off cost on this GPU.
+    let p = cuda.sync_probe()?;
+    report.summary_line(format!(
+        "sync probe: a kernel link in a graph {:.2} µs, a grid barrier {:.2} µs, a flag \
+         hand-off between blocks {:.2} µs",
+        p.link_us, p.barrier_us, p.handoff_us
+    ));
     timing_header(report, "moe decode step");
     let mut batch1 = Vec::new();
     // METRALE_MOE_SPEED_ONLY=fp8 runs only the configs whose name contains it (e.g. under a
@@ -156,39 +163,108 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 bytes,
                 floor_ms,
             );
+            // The step again with a switch flipped: `set(true)` sets it, `set(false)` puts the
+            // default back (graphs are keyed by shape: recaptured before and after).
+            let mut variant = |what: String, set: &dyn Fn(bool)| -> Result<()> {
+                set(true);
+                regraph();
+                let t = time_step(cuda, &model, &mut kv, &host, true);
+                set(false);
+                regraph();
+                timing_line(
+                    report,
+                    format!("{name} B={b} graph, {what}"),
+                    &t?,
+                    bytes,
+                    floor_ms,
+                );
+                Ok(())
+            };
+            let (one, cols, full) = (cuda.fp8_one(), cuda.moe_down_cols(), cuda.gemv_full());
+            if b == 1 && c.fp8.is_some() {
+                // The one-token FP8 kernels (fp8_one.cu), or not: whichever is not the default.
+                let what = if one { "without" } else { "with" };
+                variant(format!("{what} the one-token FP8 kernels"), &|on| {
+                    cuda.set_fp8_one(one != on)
+                })?;
+            }
+            if b <= 8 {
+                // The decode down + combine kernel (rows loaded before the wait) at 1, 2 and 4
+                // output columns a block (FP8 at one token: with the one-token kernels off).
+                for n in [0, 1, 2, 4] {
+                    variant(format!("down + combine dec, {n} columns a block"), &|on| {
+                        cuda.set_moe_down_cols(if on { n } else { cols });
+                        cuda.set_fp8_one(one && !(on && b == 1));
+                    })?;
+                }
+            }
+            if b == 1 {
+                // Attention's split-K at one sequence: the fewest keys a split takes (at ctx
+                // 128 the default 64 gives 3 splits and the merge; 1 << 20: one, no merge).
+                let was = cuda.attention_min_split_keys();
+                for keys in [16, 32, 128, 1 << 20] {
+                    variant(format!("attention splits of at least {keys} keys"), &|on| {
+                        cuda.set_attention_min_split_keys(if on { keys } else { was })
+                    })?;
+                }
+                // The one-row GEMVs on the whole-row kernels, or not (whichever is not the
+                // default), alone and with the other candidates.
+                let what = if full { "without" } else { "with" };
+                variant(format!("{what} whole-row GEMVs"), &|on| {
+                    cuda.set_gemv_full(full != on)
+                })?;
+                variant("whole-row GEMVs, no attention split".into(), &|on| {
+                    cuda.set_gemv_full(on || full);
+                    cuda.set_attention_min_split_keys(if on { 1 << 20 } else { was });
+                })?;
+            }
             if b == 1 {
                 // The MoE block in three launches, and in moe_one's one on a few grids (blocks a
                 // multiprocessor × threads), whichever the default is (the first line).
+                // FP8 experts: moe_one on tensor cores (moe_one_fp8_mma) and on CUDA cores.
                 let one = cuda.moe_one();
-                let variants = [
-                    ("MoE block in three launches", false, OneGrid::default()),
-                    ("moe_one 1 x 512", true, OneGrid::default()),
+                let g2 = OneGrid {
+                    blocks_per_sm: 2,
+                    threads: 256,
+                };
+                let g1 = OneGrid {
+                    blocks_per_sm: 1,
+                    threads: 256,
+                };
+                let fp8 = c.fp8.is_some();
+                let mut variants = vec![
                     (
-                        "moe_one 2 x 256",
+                        "MoE block in three launches",
+                        false,
+                        OneGrid::default(),
                         true,
-                        OneGrid {
-                            blocks_per_sm: 2,
-                            threads: 256,
-                        },
                     ),
-                    (
-                        "moe_one 1 x 256",
-                        true,
-                        OneGrid {
-                            blocks_per_sm: 1,
-                            threads: 256,
-                        },
-                    ),
+                    ("moe_one 1 x 512", true, OneGrid::default(), true),
+                    ("moe_one 2 x 256", true, g2, true),
+                    ("moe_one 1 x 256", true, g1, true),
                 ];
-                for (what, on, grid) in variants {
+                if fp8 {
+                    variants.extend([
+                        (
+                            "moe_one on CUDA cores 1 x 512",
+                            true,
+                            OneGrid::default(),
+                            false,
+                        ),
+                        ("moe_one on CUDA cores 2 x 256", true, g2, false),
+                    ]);
+                }
+                for (what, on, grid, mma) in variants {
                     cuda.set_moe_one(on);
                     cuda.set_moe_one_grid(grid)?;
+                    cuda.set_moe_one_mma(mma);
                     regraph();
                     let launches = cuda.moe_one_launches();
                     let t = time_step(cuda, &model, &mut kv, &host, true);
                     let ran = cuda.moe_one_launches() > launches;
                     cuda.set_moe_one(one);
                     cuda.set_moe_one_grid(OneGrid::default())?;
+                    cuda.set_moe_one_mma(true);
                     regraph();
                     match t {
                         // A grid the device cannot hold falls back to the three launches.

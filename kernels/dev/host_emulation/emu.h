@@ -135,10 +135,12 @@ inline void emu_mma(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned 
 // mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 as the PTX ISA lays out its fragments: a0..a3 =
 // A[g][2t..], A[g + 8][2t..], A[g][2t + 8..], A[g + 8][2t + 8..]; b0, b1 = B[2t..][g],
 // B[2t + 8..][g] (each register a bf16 pair, the lower index in the low half).
-inline void emu_mma_m16n8k16_bf16(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                  unsigned b0, unsigned b1) {
-    emu_mma<16>(c, a0, a1, a2, a3, b0, b1, [](unsigned g, unsigned t, float (*A)[16], float (*B)[8], const unsigned* a, const unsigned* b) {
-        auto half = [](unsigned reg, int h) { unsigned u = (h ? reg >> 16 : reg & 0xffffu) << 16; float f; memcpy(&f, &u, 4); return f; };
+// m16n8k16 with 16-bit operands, `value` reading one (its bits) as a float.
+template <class Value>
+inline void emu_mma_m16n8k16(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                             unsigned b0, unsigned b1, Value value) {
+    emu_mma<16>(c, a0, a1, a2, a3, b0, b1, [value](unsigned g, unsigned t, float (*A)[16], float (*B)[8], const unsigned* a, const unsigned* b) {
+        auto half = [value](unsigned reg, int h) { return value(h ? reg >> 16 : reg & 0xffffu); };
         for (int h = 0; h < 2; ++h) {
             A[g][2 * t + h] = half(a[0], h);
             A[g + 8][2 * t + h] = half(a[1], h);
@@ -148,6 +150,39 @@ inline void emu_mma_m16n8k16_bf16(float c[4], unsigned a0, unsigned a1, unsigned
             B[2 * t + 8 + h][g] = half(b[1], h);
         }
     });
+}
+inline void emu_mma_m16n8k16_bf16(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                  unsigned b0, unsigned b1) {
+    emu_mma_m16n8k16(c, a0, a1, a2, a3, b0, b1, [](unsigned bits) { unsigned u = bits << 16; float f; memcpy(&f, &u, 4); return f; });
+}
+// f32 -> f16 bits, rounded to nearest even (cvt.rn.f16.f32): overflow to inf, subnormals
+// kept, NaN quieted.
+inline unsigned emu_f16_bits(float f) {
+    unsigned u; memcpy(&u, &f, 4);
+    const unsigned sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7e00u;
+    if (a >= 0x477ff000u) return sign | 0x7c00u;  // 65520 and up round to inf
+    if (a < 0x38800000u) {  // below 2^-14: a multiple of 2^-24
+        float v; memcpy(&v, &a, 4);
+        return sign | (unsigned)std::nearbyint(v * 16777216.0f);
+    }
+    unsigned r = a - 0x38000000u;  // the exponent rebiased from 127 to 15
+    r += 0xfffu + ((r >> 13) & 1u);
+    return sign | (r >> 13);
+}
+// f16 bits -> their value.
+inline float emu_f16_value(unsigned h) {
+    const unsigned e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    const float s = (h & 0x8000u) ? -1.f : 1.f;
+    if (e == 0) return s * std::ldexp((float)m, -24);
+    if (e == 31) return m ? NAN : s * INFINITY;
+    return s * std::ldexp((float)(m | 0x400u), (int)e - 25);
+}
+// mma.sync.m16n8k16.row.col.f32.f16.f16.f32: the bf16 fragments' layout with f16 pairs (the
+// products of two f16 are exact in f32).
+inline void emu_mma_m16n8k16_f16(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                 unsigned b0, unsigned b1) {
+    emu_mma_m16n8k16(c, a0, a1, a2, a3, b0, b1, [](unsigned bits) { return emu_f16_value(bits); });
 }
 // An e4m3 byte's value.
 inline float emu_e4m3(unsigned b) {
@@ -192,14 +227,15 @@ inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f;
 inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 
-template <class F> void launch(dim3 grid, dim3 block, F f) {
+// Blocks one after another, each with `smem_bytes` of dynamic shared memory (emu_dyn_smem).
+template <class F> void launch_smem(dim3 grid, dim3 block, size_t smem_bytes, F f) {
     gridDim = grid;
     blockDim = block;
     unsigned n = block.x;
     for (unsigned bz = 0; bz < grid.z; ++bz)
         for (unsigned by = 0; by < grid.y; ++by)
             for (unsigned bx = 0; bx < grid.x; ++bx) {
-                Block blk(n, 0);
+                Block blk(n, smem_bytes);
                 std::vector<std::thread> ts;
                 for (unsigned t = 0; t < n; ++t)
                     ts.emplace_back([=, &blk] {
@@ -211,6 +247,7 @@ template <class F> void launch(dim3 grid, dim3 block, F f) {
                 for (auto& t : ts) t.join();
             }
 }
+template <class F> void launch(dim3 grid, dim3 block, F f) { launch_smem(grid, block, 0, f); }
 
 // Every block of a one-dimensional grid at once (grid.x · block.x host threads), each with
 // `smem_bytes` of dynamic shared memory: for kernels that wait on each other across the grid.

@@ -306,6 +306,24 @@ void t_gemv(int M, int N, int K) {
     }
     char name[64]; snprintf(name, 64, "gemv M%d N%d K%d", M, N, K);
     report(name, worst, 1e-5);
+    if (M == 1) {
+        // The whole-row kernels whose rows fit (K <= 256 · G): gemv_m1's output bit for bit.
+        int bad = 0, ran = 0;
+        for (int variant = 0; variant < 3; ++variant) {
+            const int rows = variant == 1 ? 2 : 1, g = variant == 2 ? 16 : 8;
+            if (K / 8 > 32 * g) continue;
+            std::vector<float> o2(N, NAN);
+            launch({(unsigned)((N + 8 * rows - 1) / (8 * rows))}, {256}, [&] {
+                if (variant == 0) gemv_full_r1g8(o2.data(), x.data(), w.data(), N, K);
+                else if (variant == 1) gemv_full_r2g8(o2.data(), x.data(), w.data(), N, K);
+                else gemv_full_r1g16(o2.data(), x.data(), w.data(), N, K);
+            });
+            bad += memcmp(o2.data(), out.data(), N * sizeof(float)) != 0;
+            ++ran;
+        }
+        snprintf(name, 64, "gemv_full (%d kernels) = gemv_m1 N%d K%d", ran, N, K);
+        report(name, bad + (ran == 0), 0);
+    }
 }
 
 // The fused gate_up GEMV + SiLU: must equal the unfused gemv + silu formula exactly (same
@@ -873,6 +891,23 @@ void t_moe(int T, int E, int K, int H, int I, bool norm, bool fp8, bool ties) {
         snprintf(name, 96, "moe%s down_combine = down+combine T%d H%d I%d", fp8 ? " fp8" : "", T, H, I);
         report(name, memcmp(out1.data(), out.data(), T * H * sizeof(float)) != 0, 0);
     }
+    if (T <= MOE_FUSED_DOWN_TOKENS && vec) {
+        // The decode down + combine (rows loaded before the wait), 1, 2 and 4 columns a block.
+        int bad = 0;
+        for (int cols : {1, 2, 4}) {
+            if (H % cols) continue;
+            std::vector<float> out1(T * H, NAN);
+            launch({(unsigned)(T * H / cols)}, {(unsigned)(32 * K)}, [&] {
+#define DEC(C) (fp8 ? moe_down_combine_dec##C##_fp8_vec(out1.data(), act.data(), w2q.data(), s2.data(), ids.data(), wts.data(), T, K, I, H) \
+                    : moe_down_combine_dec##C##_bf16_vec(out1.data(), act.data(), w2b.data(), nullptr, ids.data(), wts.data(), T, K, I, H))
+                if (cols == 1) DEC(1); else if (cols == 2) DEC(2); else DEC(4);
+#undef DEC
+            });
+            bad += memcmp(out1.data(), out.data(), T * H * sizeof(float)) != 0;
+        }
+        snprintf(name, 96, "moe%s down_combine_dec = down+combine T%d H%d I%d", fp8 ? " fp8" : "", T, H, I);
+        report(name, bad, 0);
+    }
     // Reference routing.
     int bad_ids = 0;
     double worst_w = 0, worst = 0, rms = 0;
@@ -1150,6 +1185,23 @@ void t_gemv_fp8(int M, int N, int K) {
     }
     char name[64]; snprintf(name, 64, "gemv_fp8%s M%d N%d K%d", vec ? "" : "_rows", M, N, K);
     report(name, worst, 1e-6);
+    if (vec && M == 1) {
+        // The whole-row kernels whose rows fit (K <= 512 · G): gemv_fp8_m1's output bit for bit.
+        int bad = 0, ran = 0;
+        for (int variant = 0; variant < 2; ++variant) {
+            const int rows = variant == 1 ? 2 : 1, g = variant == 1 ? 4 : 8;
+            if (K / 16 > 32 * g) continue;
+            std::vector<float> o2(N, NAN);
+            launch({(unsigned)((N + 8 * rows - 1) / (8 * rows))}, {256}, [&] {
+                if (variant == 0) gemv_fp8_full_r1g8(o2.data(), x.data(), w.data(), sc.data(), N, K);
+                else gemv_fp8_full_r2g4(o2.data(), x.data(), w.data(), sc.data(), N, K);
+            });
+            bad += memcmp(o2.data(), out.data(), N * sizeof(float)) != 0;
+            ++ran;
+        }
+        snprintf(name, 64, "gemv_fp8_full (%d kernels) = gemv_fp8_m1 N%d K%d", ran, N, K);
+        report(name, bad + (ran == 0), 0);
+    }
     if (K % 64 == 0) {  // the tensor-core GEMVs: the same sums in another order
         std::vector<float> mo(M * N, NAN);
         launch({(unsigned)((N + 15) / 16)}, {256}, [&] {
@@ -1339,6 +1391,39 @@ void t_moe_one(int E, int K, int H, int I, bool norm, bool fp8, unsigned blocks,
         snprintf(name, 96, "moe_one%s = 3 launches E%d k%d H%d I%d grid %u", fp8 ? " fp8" : "", E, K, H, I, grid);
         report(name, bad, 0);
     }
+    if (!fp8 || H % 128 || I % 128 || threads % 128) return;
+    // moe_one_fp8_mma: the same logits bit for bit; act within a bf16 rounding of the three
+    // launches' (the same exact products in another order), out within the MoE bound.
+    double rms_a = 0, rms_o = 0;
+    for (int p = 0; p < P * I; ++p) rms_a += (double)F(act[p]) * F(act[p]);
+    for (int c = 0; c < H; ++c) rms_o += (double)out[c] * out[c];
+    rms_a = std::sqrt(rms_a / (P * I));
+    rms_o = std::sqrt(rms_o / H);
+    for (int rep = 0; rep < 2; ++rep) {
+        const unsigned grid = blocks + rep;
+        const int cols = (H + (int)grid - 1) / (int)grid, rows = cols * K;
+        const size_t smem = (size_t)rows * (I + 64) + (size_t)((rows * (I / 128) + 3) & ~3) * 4 + (size_t)K * I * 4 + (size_t)H * 4 + E * 4 + 3 * 16 * 4 + (size_t)rows * 4 + (16 * 8 + 32) * 4;
+        std::vector<float> lg1(E, NAN), out1(H, NAN);
+        std::vector<bf16> act1(P * I, B(NAN));
+        launch_all({grid}, {threads}, smem, [&] {
+            moe_one_fp8_mma(out1.data(), lg1.data(), act1.data(), x.data(), router.data(), ex.w13q.data(), ex.s13.data(), ex.w2q.data(), ex.s2.data(), sync, E, H, I, K, norm, cols);
+        });
+        int bad = sync[0] != 0 || memcmp(lg1.data(), lg.data(), E * sizeof(float)) != 0;
+        double worst_a = 0, worst_o = 0;
+        for (int p = 0; p < P * I; ++p) {
+            const double a1 = F(act1[p]), a0 = F(act[p]);
+            worst_a = std::max(worst_a, std::isfinite(a1) ? std::fabs(a1 - a0) / (std::fabs(a0) + 1e-3 * rms_a) : 1e30);
+        }
+        for (int c = 0; c < H; ++c)
+            worst_o = std::max(worst_o, std::isfinite(out1[c]) ? std::fabs(out1[c] - out[c]) / (rms_o + std::fabs(out[c])) : 1e30);
+        char name[96];
+        snprintf(name, 96, "moe_one_fp8_mma logits E%d k%d H%d I%d grid %u", E, K, H, I, grid);
+        report(name, bad, 0);
+        snprintf(name, 96, "moe_one_fp8_mma act ~ 3 launches grid %u", grid);
+        report(name, worst_a, 8e-3);
+        snprintf(name, 96, "moe_one_fp8_mma out ~ 3 launches grid %u", grid);
+        report(name, worst_o, 1e-2);
+    }
 }
 
 static void moe_one_tests() {
@@ -1347,6 +1432,11 @@ static void moe_one_tests() {
     t_moe_one(40, 4, 2080, 1040, false, true, 3, 128);   // rows past a decode group
     t_moe_one(300, 8, 48, 32, true, true, 7, 64);        // more experts than routing registers
     t_moe_one(16, 2, 40, 16, true, false, 4, 64);        // blocks past the output columns
+    // moe_one_fp8_mma (H, I whole 128-column groups): a tile round cut short, blocks past the
+    // output columns, several tile rounds a block, two slices a warp.
+    t_moe_one(16, 4, 256, 256, true, true, 3, 256);
+    t_moe_one(32, 8, 512, 384, true, true, 5, 128);
+    t_moe_one(16, 2, 1024, 128, false, true, 2, 256);
 }
 
 // Every fused_moe case (EMU_ONLY=moe runs just these).
@@ -1416,6 +1506,7 @@ static void moe_mma_tests() {
 }
 
 #include "gdn_test.h"
+#include "fp8_one_test.h"
 
 int main() {
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "gdn_decode") {
@@ -1450,7 +1541,21 @@ int main() {
         printf("%d failures\n", fails);
         return fails ? 1 : 0;
     }
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "fp8_one") {
+        fp8_one_tests();
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "gemv") {
+        t_gemv(1, 40, 64);
+        t_gemv(1, 37, 2048);
+        t_gemv(1, 21, 4096);
+        t_gemv(1, 9, 2056);
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "gemv_fp8") {
+        t_gemv_fp8(1, 37, 2048);
         t_gemv_fp8(1, 40, 1024);
         t_gemv_fp8(8, 37, 2048);
         t_gemv_fp8(3, 20, 768);
@@ -1476,6 +1581,8 @@ int main() {
     t_rope(2, 5, 1, 128, 128, 1e6, 1.0, 40000);
     attn_tests();
     t_gemv(1, 40, 64);
+    t_gemv(1, 37, 2048);
+    t_gemv(1, 21, 4096);
     t_gemv(3, 37, 1048);
     t_gemv(8, 9, 24);
     t_gemv_silu(1, 40, 1048);
@@ -1504,6 +1611,7 @@ int main() {
     t_sample_noise();
     t_argmax_nan_first();
     gdn_tests();
+    fp8_one_tests();
     gdn_decode_tests();
     t_sample_prepare(3000, false);
     t_sample_prepare(1537, true);

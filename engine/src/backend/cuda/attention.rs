@@ -173,6 +173,11 @@ impl CudaBackend {
         MIN_SPLIT_KEYS.store(n.max(1), Ordering::Relaxed);
     }
 
+    /// The fewest keys an attention split takes now.
+    pub fn attention_min_split_keys(&self) -> usize {
+        min_keys_per_split()
+    }
+
     /// Key slices `paged_attention` cuts each (row, head group) into for `rows` rows of
     /// `heads` q heads over `kv_heads` of `head_dim`, whose longest causal range is `max_len`
     /// (1 = the plain kernel).

@@ -114,6 +114,48 @@ impl CudaBackend {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Whether one-row GEMVs take the whole-row kernels where their grid fits in one wave
+    /// (`gemv_full_*`, `gemv_fp8_full_*`: every weight byte loaded before the kernel waits on
+    /// the one before), for comparisons: the same output bit for bit either way.
+    pub fn set_gemv_full(&self, on: bool) {
+        self.gemv_full
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// What [`CudaBackend::set_gemv_full`] last set.
+    pub fn gemv_full(&self) -> bool {
+        self.gemv_full.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The whole-row kernel for a one-row product of `n` output columns over `k` (bf16 or FP8
+    /// weights), if it is on and one fits: its name and rows a warp.
+    pub fn gemv_full_kernel(&self, fp8: bool, n: usize, k: usize) -> Option<(&'static str, usize)> {
+        // (name, rows a warp, 16-byte chunks of a row a lane, blocks a multiprocessor: the
+        // kernel's __launch_bounds__), the fewest registers first.
+        const BF16: [(&str, usize, usize, usize); 3] = [
+            ("gemv_full_r1g8", 1, 8, 4),
+            ("gemv_full_r2g8", 2, 8, 3),
+            ("gemv_full_r1g16", 1, 16, 2),
+        ];
+        const FP8: [(&str, usize, usize, usize); 2] = [
+            ("gemv_fp8_full_r1g8", 1, 8, 3),
+            ("gemv_fp8_full_r2g4", 2, 4, 3),
+        ];
+        let per_chunk = if fp8 { 16 } else { 8 };
+        if !self.gemv_full() || n == 0 || !k.is_multiple_of(per_chunk) {
+            return None;
+        }
+        let chunks = k / per_chunk;
+        let table: &[_] = if fp8 { &FP8 } else { &BF16 };
+        table
+            .iter()
+            .find(|&&(_, rows, g, per_sm)| {
+                chunks <= 32 * g
+                    && n.div_ceil(GEMV_WARPS * rows) <= self.info.multiprocessors * per_sm
+            })
+            .map(|&(name, rows, ..)| (name, rows))
+    }
+
     /// `out[m, n] = Σ_k x[m, k] · w[n, k]` for m ≤ GEMV_MAX_ROWS, k % 8 == 0, both bf16.
     fn gemv(
         &self,
@@ -125,6 +167,11 @@ impl CudaBackend {
         const NAMES: [&str; GEMV_MAX_ROWS] = [
             "gemv_m1", "gemv_m2", "gemv_m3", "gemv_m4", "gemv_m5", "gemv_m6", "gemv_m7", "gemv_m8",
         ];
+        if m == 1
+            && let Some((name, rows)) = self.gemv_full_kernel(false, n as usize, k as usize)
+        {
+            return self.launch_gemv_named(name, rows, out, x, w, (n, k));
+        }
         self.launch_gemv(NAMES, out, x, w, (m, n, k))
     }
 
@@ -178,17 +225,32 @@ impl CudaBackend {
         (m, n, k): (i32, i32, i32),
     ) -> Result<()> {
         let name = names[(m.clamp(1, GEMV_MAX_ROWS as i32) - 1) as usize];
+        self.launch_gemv_named(name, 1, out, x, w, (n, k))
+    }
+
+    /// Launches GEMV kernel `name` (gemv.cu) with `rows` output columns a warp.
+    fn launch_gemv_named(
+        &self,
+        name: &'static str,
+        rows: usize,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        (n, k): (i32, i32),
+    ) -> Result<()> {
         let f = self.func(metrale_kernels::Module::Gemv, name)?;
         let s = &self.stream;
         let (o, xp, wp) = (out.ptr(s), x.ptr(s), w.ptr(s));
-        let blocks = super::elementwise::dim((n as usize).div_ceil(GEMV_WARPS), "matmul")?;
+        let blocks = super::elementwise::dim((n as usize).div_ceil(GEMV_WARPS * rows), "matmul")?;
         let mut a = self.launcher(&f);
         a.arg(&o).arg(&xp).arg(&wp).arg(&n).arg(&k);
         // SAFETY: for gemv_m*, out is [m, n] f32, x [m, k] and w [n, k] bf16; for gemv_silu_m*,
         // out is [m, n] bf16, x [m, k] and w [2n, k] bf16 (checked by the callers); 1 <= m <= 8
         // matches the kernel's template and k % 8 == 0, so every 16-byte load of a row stays
         // inside it and is aligned (allocations are 256-byte aligned, rows 2k bytes); one warp
-        // per output column, columns past n return at once.
+        // per `rows` output columns, columns past n return at once or are not written (the
+        // gemv_full_* kernels, m = 1, load row n - 1 for them; k <= 256 · G by
+        // gemv_full_kernel).
         let r = unsafe {
             a.launch(super::elementwise::cfg(
                 (blocks, 1),

@@ -160,6 +160,10 @@ impl CudaBackend {
         }
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
+        // One row on the one-token tensor-core kernel where it fits (fp8_one.rs).
+        if m == 1 && self.gemv_fp8_one(out, x, w)? {
+            return Ok(());
+        }
         const NAMES: [&str; FP8_GEMV_MAX_ROWS] = [
             "gemv_fp8_m1",
             "gemv_fp8_m2",
@@ -227,7 +231,12 @@ impl CudaBackend {
                 mma_pass("gemv_fp8_mma", o_r, x_r, rows)?;
                 continue;
             }
-            let name = NAMES[rows - 1];
+            // One row of a grid that fits in one wave: a warp's whole rows before the wait.
+            let (name, per_warp) = match self.gemv_full_kernel(true, n, k) {
+                Some(full) if rows == 1 => full,
+                _ => (NAMES[rows - 1], 1),
+            };
+            let blocks = dim(n.div_ceil(FP8_WARPS * per_warp), "matmul")?;
             let f = self.func(Module::Fp8, name)?;
             let mut a = self.launcher(&f);
             a.arg(&o_r).arg(&x_r).arg(&wp).arg(&sp).arg(&ni).arg(&ki);
@@ -235,8 +244,9 @@ impl CudaBackend {
             // scales (checked above); this pass covers rows r0..r0 + rows <= m, so its out and x
             // pointers and the kernel's `rows` rows stay inside both; k % 16 == 0, so every
             // 16-byte load of a weight row (k bytes) and of an x row (2k bytes, starting at a
-            // multiple of 32 bytes) is inside it and aligned; one warp per output column,
-            // columns past n return.
+            // multiple of 32 bytes) is inside it and aligned; one warp per `per_warp` output
+            // columns, columns past n return or are not written (gemv_fp8_full_*: rows = 1,
+            // k <= 512 · G by gemv_full_kernel, row n - 1 loaded for them).
             let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_WARPS) as u32)) };
             self.launched(name, r)?;
         }

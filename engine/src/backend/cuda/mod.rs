@@ -18,6 +18,7 @@ mod batch;
 mod blas;
 mod elementwise;
 mod fp8;
+mod fp8_one;
 mod gdn_chunk;
 mod gdn_decode;
 mod gemm_tune;
@@ -28,6 +29,7 @@ mod moe;
 mod moe_mma;
 mod moe_one;
 mod norm;
+mod probe;
 mod sample;
 mod tensor;
 
@@ -39,8 +41,10 @@ use metrale_kernels::{Kernels, Module};
 
 pub use batch::CudaBatch;
 pub use gdn_chunk::GDN_CHUNK_MIN;
+pub use moe::MOE_DOWN_COLS_AUTO;
 pub use moe_mma::MoeGemm;
 pub use moe_one::OneGrid;
+pub use probe::SyncProbe;
 pub use tensor::{CudaTensor, DType};
 
 pub(crate) use super::cpu::shape_err;
@@ -107,6 +111,14 @@ pub struct CudaBackend {
     moe_small_paths: AtomicBool,
     /// Decode steps take `moe_gate_up_dec_*` where it is faster (`moe.rs`).
     moe_dec_gate_up: AtomicBool,
+    /// Columns a block of `moe_down_combine_dec<N>_*` (0: `moe_down_combine_*`; by default
+    /// chosen by step and expert type), `moe.rs`.
+    moe_down_cols: AtomicUsize,
+    /// One-row GEMVs whose grid fits in one wave take the whole-row kernels (`blas.rs`).
+    gemv_full: AtomicBool,
+    /// One-token FP8 products run on `fp8_one.cu`'s tensor-core kernels (`fp8_one.rs`; off by
+    /// default: slower on the H200).
+    fp8_one: AtomicBool,
     /// Where `fused_moe` runs the experts' GEMMs (a [`MoeGemm`], `moe_mma.rs`).
     moe_gemm: AtomicU8,
     /// The FP8 tensor-core GEMMs quantize their activations to e4m3 (`moe_mma.rs`).
@@ -120,6 +132,8 @@ pub struct CudaBackend {
     /// One-token MoE blocks run as one launch with grid-wide barriers (`moe_one.rs`; off by
     /// default until it has run on a GPU).
     moe_one: AtomicBool,
+    /// `moe_one` runs FP8 experts' products on tensor cores (`moe_one_fp8_mma`).
+    moe_one_mma: AtomicBool,
     /// `moe_one_*` launches so far (for checks that it ran).
     moe_one_launches: AtomicU64,
     /// `moe_one_*`'s blocks a multiprocessor and threads a block.
@@ -296,6 +310,16 @@ impl CudaBackend {
             ),
             moe_small_paths: AtomicBool::new(true),
             moe_dec_gate_up: AtomicBool::new(true),
+            gemv_full: AtomicBool::new(
+                std::env::var_os("METRALE_GEMV_FULL").is_some_and(|v| v == "1"),
+            ),
+            fp8_one: AtomicBool::new(std::env::var_os("METRALE_FP8_ONE").is_some_and(|v| v == "1")),
+            moe_down_cols: AtomicUsize::new(
+                std::env::var("METRALE_MOE_DOWN_COLS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(moe::MOE_DOWN_COLS_AUTO),
+            ),
             moe_gemm: AtomicU8::new(MoeGemm::Auto.to_u8()),
             fp8_act: AtomicBool::new(false),
             fp8_matmul_mma: AtomicBool::new(false),
@@ -305,6 +329,7 @@ impl CudaBackend {
             // Off: slower than the three launches on the H200 (docs/performance.md);
             // METRALE_MOE_ONE=1 turns it on.
             moe_one: AtomicBool::new(std::env::var_os("METRALE_MOE_ONE").is_some_and(|v| v == "1")),
+            moe_one_mma: AtomicBool::new(true),
             moe_one_launches: AtomicU64::new(0),
             moe_one_grid: Mutex::new(moe_one::OneGrid::default()),
             moe_one_fits: Mutex::new(Vec::new()),

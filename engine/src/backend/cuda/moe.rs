@@ -18,7 +18,7 @@ use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{CudaTensor, DType};
-use super::{CudaBackend, check};
+use super::{CudaBackend, MoeGemm, check};
 use crate::backend::Result;
 
 /// Most experts a token may take (`MOE_MAX_TOP_K` in moe.cu: the routing kernel keeps its
@@ -39,6 +39,8 @@ const PLAN_THREADS: u32 = 1024;
 /// (`moe_down_combine_*`, `MOE_FUSED_DOWN_TOKENS`); more take `moe_down_*` + `moe_combine`,
 /// which read an expert's down row once for up to 8 of its tokens.
 pub(super) const FUSED_DOWN_TOKENS: usize = 8;
+/// [`CudaBackend::set_moe_down_cols`]'s default: the columns chosen by step and expert type.
+pub const MOE_DOWN_COLS_AUTO: usize = usize::MAX;
 /// Most experts `moe_router_plan_one` routes (its shared copy of the logits: `32 ·
 /// MOE_ROUTE_REGS`).
 const ROUTER_PLAN_MAX_EXPERTS: usize = 256;
@@ -61,6 +63,36 @@ impl CudaBackend {
     /// the same output bit for bit. On by default.
     pub fn set_moe_decode_gate_up(&self, on: bool) {
         self.moe_dec_gate_up.store(on, Ordering::Relaxed);
+    }
+
+    /// Output columns a block of the decode down + combine kernel takes (1, 2 or 4: its
+    /// rows loaded before it waits on gate|up, `moe_down_combine_dec<N>_*`), 0 for
+    /// `moe_down_combine_*`, or [`MOE_DOWN_COLS_AUTO`] (the default) for the fastest measured:
+    /// at one token 1 with FP8 experts and 2 with bf16 ones, 0 at more tokens (H200, 30B-A3B:
+    /// the FP8 step 1.3% faster, bf16 0.6-1%; bf16 at batch 8 slower with any). For
+    /// comparisons: every choice gives the same output bit for bit.
+    pub fn set_moe_down_cols(&self, cols: usize) {
+        self.moe_down_cols.store(cols, Ordering::Relaxed);
+    }
+
+    /// The down + combine kernel's columns a block for a step of `t` tokens (`fp8` experts).
+    fn down_cols_for(&self, t: usize, fp8: bool) -> usize {
+        match self.moe_down_cols.load(Ordering::Relaxed) {
+            MOE_DOWN_COLS_AUTO if t == 1 => {
+                if fp8 {
+                    1
+                } else {
+                    2
+                }
+            }
+            MOE_DOWN_COLS_AUTO => 0,
+            cols => cols,
+        }
+    }
+
+    /// What [`CudaBackend::set_moe_down_cols`] last set.
+    pub fn moe_down_cols(&self) -> usize {
+        self.moe_down_cols.load(Ordering::Relaxed)
     }
 
     /// `routed_moe`: at one token with a bf16 router the whole block in one launch
@@ -312,6 +344,18 @@ impl CudaBackend {
             )?;
             return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
         }
+        // One token with FP8 experts: gate|up, then down and the weighted sum, on the one-token
+        // tensor-core kernels (fp8_one.rs) unless a route is forced.
+        if small
+            && gate_up.dtype == DType::F8
+            && MoeGemm::from_u8(self.moe_gemm.load(Ordering::Relaxed)) == MoeGemm::Auto
+            && self.fp8_one()
+            && self.fp8_one_moe_fits(t, h, i, top_k)
+        {
+            let ptrs = (op, act.ptr(s), x.ptr(s));
+            let plan = (ofp, acp, pmp, idp, wtp);
+            return self.moe_experts_one(ptrs, (gate_up, down), plan, (h, e, i, top_k));
+        }
         // 3-4. The experts: gate|up + SiLU, then down, on tensor cores for steps with many
         // tokens an expert (moe_mma.rs), then the weighted sum.
         if self.moe_mma_for(pairs, e, h, i, gate_up.dtype) {
@@ -369,7 +413,20 @@ impl CudaBackend {
         if small && t <= FUSED_DOWN_TOKENS {
             // 4-5. Down and the weighted sum in one launch: a block per output element, a warp
             // per slot.
-            let name = format!("moe_down_combine_{suffix}");
+            let cols = self.down_cols_for(t, gate_up.dtype == DType::F8);
+            let cols = if matches!(cols, 1 | 2 | 4)
+                && suffix.ends_with("_vec")
+                && h.is_multiple_of(cols)
+            {
+                cols
+            } else {
+                0
+            };
+            let name = if cols > 0 {
+                format!("moe_down_combine_dec{cols}_{suffix}")
+            } else {
+                format!("moe_down_combine_{suffix}")
+            };
             let f = self.func(Module::Moe, &name)?;
             let mut a = self.launcher(&f);
             a.arg(&op)
@@ -386,7 +443,9 @@ impl CudaBackend {
             // pair is in exactly one expert's range), down [e, h, i] (fp8: [e·h, ceil(i/128)]
             // scales), ids (expert indices below e) and weights t·k; t·h blocks (t <= 8), block b
             // writing out[b % t, b / t]; 32·k threads, k <= MOE_MAX_TOP_K (its shared slots).
-            let r = unsafe { a.launch(cfg((dim(t * h, "fused_moe")?, 1), (32 * top_k) as u32)) };
+            // The dec kernels: block b writes out[b % t, (b / t)·cols ..+cols] (h % cols == 0).
+            let blocks = t * h / cols.max(1);
+            let r = unsafe { a.launch(cfg((dim(blocks, "fused_moe")?, 1), (32 * top_k) as u32)) };
             return self.launched(&name, r);
         }
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]

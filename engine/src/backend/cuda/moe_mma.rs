@@ -91,7 +91,7 @@ impl MoeGemm {
         }
     }
 
-    fn from_u8(v: u8) -> Self {
+    pub(super) fn from_u8(v: u8) -> Self {
         match v {
             1 => MoeGemm::TensorCores,
             2 => MoeGemm::CudaCores,

@@ -94,7 +94,39 @@ pub(super) fn one_shape(
     (smem <= smem_max).then_some(OneShape { blocks, cols, smem })
 }
 
+/// [`one_shape`] for `moe_one_fp8_mma` (FP8 experts, products on tensor cores): its shared
+/// memory (moe.cu's layout: down rows a row every I + 64 bytes, their scales padded to 16
+/// bytes, act and x staged at 4 bytes an element); `None` unless H and I are whole 128-column
+/// groups and it fits `smem_max`.
+pub(super) fn one_shape_mma(
+    (experts, h, i, k): (usize, usize, usize, usize),
+    blocks: usize,
+    smem_max: usize,
+) -> Option<OneShape> {
+    if !h.is_multiple_of(128) || !i.is_multiple_of(128) {
+        return None;
+    }
+    let base = one_shape((experts, h, i, k), 1, blocks, usize::MAX)?;
+    let rows = base.cols * k;
+    let smem = rows * (i + 64)
+        + (rows * (i / 128)).next_multiple_of(4) * 4
+        + k * i * 4
+        + h * 4
+        + experts * 4
+        + 3 * MAX_TOP_K * 4
+        + rows * 4
+        + (16 * 8 + 32) * 4; // the warps' tile sums, a block max's scratch
+    (smem <= smem_max).then_some(OneShape { smem, ..base })
+}
+
 impl CudaBackend {
+    /// Whether `moe_one` runs FP8 experts' products on tensor cores (`moe_one_fp8_mma`, where
+    /// the device has e4m3 conversions and the rows are whole 128-column groups) or on CUDA
+    /// cores (`moe_one_fp8`, moe_one's bits). On by default; it matters only when moe_one is.
+    pub fn set_moe_one_mma(&self, on: bool) {
+        self.moe_one_mma.store(on, Ordering::Relaxed);
+    }
+
     /// Whether one-token MoE blocks take `moe_one_*` where it fits (off by default, see the
     /// module docs; off: the three launches; both give the same output bit for bit).
     pub fn set_moe_one(&self, on: bool) {
@@ -160,7 +192,19 @@ impl CudaBackend {
         let dims = (e, h, i, top_k);
         let grid = *self.moe_one_grid.lock().unwrap_or_else(|p| p.into_inner());
         let blocks = self.info.multiprocessors * grid.blocks_per_sm;
-        let Some(shape) = one_shape(dims, wbytes, blocks, self.info.smem_optin) else {
+        // FP8 on tensor cores where it can (threads in whole groups of 4 warps: a gate|up tile's).
+        let mma = wbytes == 1
+            && self.moe_one_mma.load(Ordering::Relaxed)
+            && grid.threads.is_multiple_of(128)
+            && self.info.compute_capability >= Module::Fp8One.min_compute_capability();
+        let (name, shape) = match mma
+            .then(|| one_shape_mma(dims, blocks, self.info.smem_optin))
+            .flatten()
+        {
+            Some(shape) => ("moe_one_fp8_mma", Some(shape)),
+            None => (name, one_shape(dims, wbytes, blocks, self.info.smem_optin)),
+        };
+        let Some(shape) = shape else {
             return Ok(false);
         };
         if t != 1 {
