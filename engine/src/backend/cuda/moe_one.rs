@@ -337,7 +337,7 @@ impl CudaBackend {
 impl CudaBackend {
     /// The multiprocessors this context may use (its execution affinity); the device's count
     /// where the driver does not say.
-    fn context_multiprocessors(&self) -> Result<usize> {
+    pub(super) fn context_multiprocessors(&self) -> Result<usize> {
         self.ctx
             .bind_to_thread()
             .map_err(dev_err("binding the context"))?;

@@ -1,7 +1,9 @@
 //! Synchronisation probes (`probe.cu`) for `cuda_check`'s moe-speed: the cost of one link of a
 //! chain of kernels replayed from a CUDA graph (with programmatic dependent launch, as every
 //! launch here), of one grid-wide barrier inside a kernel, and of one hand-off of a flag
-//! between blocks. Timed with device events; nothing else runs meanwhile.
+//! between blocks. Timed with device events; nothing else runs meanwhile. Written 2026-12-01
+//! and not yet run on a GPU (the lease ended first): `cuda_check` reports a failure here as a
+//! line and goes on.
 
 use cudarc::driver::DevicePtr;
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -21,10 +23,12 @@ const THREADS: u32 = 256;
 pub struct SyncProbe {
     /// One more kernel in a graph-replayed chain of empty kernels (a block a multiprocessor).
     pub link_us: f64,
-    /// One grid_sync of a block a multiprocessor.
-    pub barrier_us: f64,
-    /// One hand-off of a counter from one block to the next (a block a multiprocessor).
-    pub handoff_us: f64,
+    /// One grid_sync of a block a multiprocessor (`None`: not measured, the context may use
+    /// fewer multiprocessors than the device has, so the grid might never all be resident).
+    pub barrier_us: Option<f64>,
+    /// One hand-off of a counter from one block to the next (a block a multiprocessor; `None`
+    /// as for the barrier).
+    pub handoff_us: Option<f64>,
 }
 
 impl CudaBackend {
@@ -32,6 +36,9 @@ impl CudaBackend {
     pub fn sync_probe(&self) -> Result<SyncProbe> {
         let s = &self.stream;
         let blocks = self.info.multiprocessors as u32;
+        // The barrier and the ring spin until every block has arrived: only where the whole
+        // grid is surely resident (not under MPS with an SM limit, nor in a green context).
+        let resident = self.context_multiprocessors()? >= self.info.multiprocessors;
         let words = s.alloc_zeros::<u32>(2).map_err(dev_err("probe words"))?;
         let wp = words.device_ptr(s).0;
         let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
@@ -73,6 +80,13 @@ impl CudaBackend {
         let graph = graph?.ok_or_else(|| BackendError::Device("empty probe graph".into()))?;
         let replay = || graph.launch().map_err(dev_err("graph launch"));
         let link_us = time(&replay)? * 1e3 / LINKS as f64;
+        if !resident {
+            return Ok(SyncProbe {
+                link_us,
+                barrier_us: None,
+                handoff_us: None,
+            });
+        }
 
         // ROUNDS barriers against one, in one launch each.
         let barriers = self.func(Module::Probe, "sync_probe_barriers")?;
@@ -105,8 +119,8 @@ impl CudaBackend {
         let handoff_us = time(&launch_ring)? * 1e3 / (f64::from(ROUNDS) * f64::from(blocks));
         Ok(SyncProbe {
             link_us,
-            barrier_us,
-            handoff_us,
+            barrier_us: Some(barrier_us),
+            handoff_us: Some(handoff_us),
         })
     }
 }
