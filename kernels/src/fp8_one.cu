@@ -3,13 +3,13 @@
 // moe_down_combine_one_fp8 (the chosen experts). Needs sm_89 (cvt.rn.f16x2.e4m3x2; the engine
 // takes these only there), K % 128 == 0 and 16-byte aligned rows.
 //
-// Why: the CUDA-core FP8 kernels (fp8.cu's gemv_fp8_m1, moe.cu's decode kernels) spend about
-// 3.7 instructions a weight: 1.5 to widen e4m3 to f32 (two cvt a pair, to f16 and then to f32),
-// one to widen the bf16 x element, one multiply-add, and a share of the loads and the scale. At
-// one token they ran at 1.4-1.9 TB/s where the bf16 kernels of the same shape reach 2.2-3.1 with
-// twice the bytes (docs/performance.md, issue 11): more issue slots per byte, not more bytes.
-// Here a weight costs half a cvt (e4m3 pair -> f16 pair, exact) and a share of one mma:
-// about one instruction a weight.
+// Why they were tried: the CUDA-core FP8 kernels (fp8.cu's gemv_fp8_m1, moe.cu's decode
+// kernels) spend about 3.7 instructions a weight: 1.5 to widen e4m3 to f32 (two cvt a pair, to
+// f16 and then to f32), one to widen the bf16 x element, one multiply-add, and a share of the
+// loads and the scale. At one token they ran at 1.4-1.9 TB/s where the bf16 kernels of the same
+// shape reach 2.2-3.1 with twice the bytes (docs/performance.md, issue 11), and the guess was
+// issue slots. Here a weight costs half a cvt (e4m3 pair -> f16 pair, exact) and a share of one
+// mma: about one instruction a weight. The guess was wrong (below).
 //
 // The product (x as the A operand of f16 mma.sync, 8 weight rows its B columns, x staged in
 // shared memory as f16 times a power of two) is described with its building blocks in

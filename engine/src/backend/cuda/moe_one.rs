@@ -272,7 +272,8 @@ impl CudaBackend {
         // [e, h] bf16 (the caller's checks), gate_up [e, 2i, h] and down [e, h, i] of the
         // kernel's weight type (fp8 with [rows, ceil(cols / 128)] f32 scales); one_shape checked
         // the rows' 16-byte words, k <= MAX_TOP_K <= e and sized the shared memory by moe.cu's
-        // layout, cols · blocks >= h; the grid is grid.blocks_per_sm blocks a multiprocessor of
+        // layout (one_shape_mma for moe_one_fp8_mma: its layout, h and i whole 128-column
+        // groups, and threads a multiple of 128, checked above, on sm_89+), cols · blocks >= h; the grid is grid.blocks_per_sm blocks a multiprocessor of
         // grid.threads (<= the kernel's launch bounds, set_moe_one_grid) and moe_one_resident
         // found room for them all, so every block is resident at the barriers; the
         // barrier words are this backend's, back at zero arrivals between launches (the
@@ -402,6 +403,36 @@ mod tests {
         // 35B-A3B's shape (256 experts of 512) on both grids.
         assert!(one_shape((256, 2048, 512, 8), 1, 264, 232_448).is_some());
         assert!(one_shape((256, 2048, 512, 8), 2, 132, 232_448).is_some());
+    }
+
+    #[test]
+    fn the_tensor_core_build_fits_an_h200_and_wants_whole_groups() {
+        // 30B-A3B FP8 on 132 multiprocessors: 16 columns a block, k = 8, I = 768.
+        let rows = 16 * 8;
+        let smem = rows * (768 + 64)
+            + rows * 6 * 4
+            + 8 * 768 * 4
+            + 2048 * 4
+            + 128 * 4
+            + 3 * 16 * 4
+            + rows * 4
+            + (16 * 8 + 32) * 4;
+        let want = OneShape {
+            blocks: 132,
+            cols: 16,
+            smem,
+        };
+        assert_eq!(one_shape_mma((128, 2048, 768, 8), 132, 232_448), Some(want));
+        assert!(smem < 150_000, "{smem}");
+        // Two blocks a multiprocessor: half the rows each, both fit.
+        let two = one_shape_mma((128, 2048, 768, 8), 264, 232_448).expect("fits");
+        assert!(2 * two.smem <= 232_448 && two.cols == 8);
+        // Not whole 128-column groups: the CUDA-core build takes these.
+        assert!(one_shape_mma((128, 2048, 720, 8), 132, 232_448).is_none());
+        assert!(one_shape_mma((128, 2112, 768, 8), 132, 232_448).is_none());
+        assert!(one_shape((128, 2048, 720, 8), 1, 132, 232_448).is_some());
+        // Too little shared memory (Ada's 99 KB with 16 columns a block).
+        assert!(one_shape_mma((128, 2048, 768, 8), 132, 101_376).is_none());
     }
 
     #[test]
