@@ -217,21 +217,28 @@ pub async fn serve(
         "",
         Some(config.engine.model_dir.display().to_string()),
     );
-    let result = run_with(config, hub, quit, socket).await;
+    // The socket lives here, not in run_with, so that it still accepts while a failed start
+    // lingers: a reader that connected just before the failure (still in the listener's
+    // backlog) then gets the phases, `failed` among them, instead of a closed connection.
+    let mut socket = socket;
+    let result = run_with(config, hub, quit, &mut socket).await;
     if let Err(e) = &result {
         phases.failed(&format!("{e:#}"));
         // Connected readers keep their writers after the socket file goes; give them a
         // moment to receive `failed` before the process exits.
         tokio::time::sleep(FAILED_LINGER).await;
     }
+    drop(socket);
     result
 }
 
+/// Serves until drained; the metrics socket (bound early, or here) stays in `socket` for the
+/// caller to drop.
 async fn run_with(
     config: ServeConfig,
     hub: MetricsHub,
     quit: Option<tokio::sync::mpsc::UnboundedReceiver<()>>,
-    socket: Option<MetricsSocket>,
+    socket: &mut Option<MetricsSocket>,
 ) -> anyhow::Result<()> {
     let dir = ModelDir::open(&config.engine.model_dir)?;
     let defaults = dir.generation_config()?;
@@ -251,7 +258,7 @@ async fn run_with(
         .with_context(|| format!("failed to listen on {}:{}", config.host, config.port))?;
     let addr = listener.local_addr()?;
     hub.set_http_url(format!("http://{addr}"));
-    let metrics_socket = match socket {
+    let metrics_socket = match socket.take() {
         // Bound early under a per-process name (`--port 0` before its port was known): it
         // takes the port's default name now, where `metralectl top --port` looks.
         Some(mut s) if config.metrics_socket.is_none() && config.port == 0 => {
@@ -278,6 +285,7 @@ async fn run_with(
         "met: metrics events on unix:{} and http://{addr}/v1/metrics/stream",
         metrics_socket.path().display()
     ));
+    *socket = Some(metrics_socket);
     let state = Arc::new(AppState {
         served_name: config.engine.served_name.clone(),
         settings: version::settings(&config),
@@ -297,7 +305,5 @@ async fn run_with(
         inflight: Arc::new(AtomicUsize::new(0)),
         draining: AtomicBool::new(false),
     });
-    let r = shutdown::serve_until_drained(listener, state, config, quit).await;
-    drop(metrics_socket);
-    r
+    shutdown::serve_until_drained(listener, state, config, quit).await
 }
