@@ -317,7 +317,7 @@ impl Ops<'_> {
                     ));
                 }
                 if fp8 {
-                    s.moe_one_mma_check(&case, (&x_d, &router), (&w13, &w2), &runs[0])?;
+                    s.moe_one_mma_check(&case, (&x_d, &router), (&w13, &w2), k, &runs[0])?;
                 }
                 Ok(())
             })?;
@@ -334,9 +334,10 @@ impl Ops<'_> {
         case: &str,
         (x, router): (&CudaTensor, &CudaTensor),
         (w13, w2): (&CudaTensor, &CudaTensor),
+        k: usize,
         want: &(Vec<f32>, Vec<f32>),
     ) -> Result<()> {
-        let (e, h, k) = (router.shape()[0], router.shape()[1], 8);
+        let (e, h) = (router.shape()[0], router.shape()[1]);
         let (one_was, launches) = (self.cuda.moe_one(), self.cuda.moe_one_launches());
         self.cuda.set_moe_one(true);
         let mut out = self.cuda.zeros(&[1, h])?;

@@ -39,8 +39,11 @@ impl CudaBackend {
         // The barrier and the ring spin until every block has arrived: only where the whole
         // grid is surely resident (not under MPS with an SM limit, nor in a green context).
         let resident = self.context_multiprocessors()? >= self.info.multiprocessors;
-        let words = s.alloc_zeros::<u32>(2).map_err(dev_err("probe words"))?;
-        let wp = words.device_ptr(s).0;
+        // The chain's sink and the barrier's two words apart: the chain counts into its sink,
+        // and the barrier needs its arrivals at zero.
+        let sink = s.alloc_zeros::<u32>(1).map_err(dev_err("probe sink"))?;
+        let bar = s.alloc_zeros::<u32>(2).map_err(dev_err("probe barrier"))?;
+        let (sp, bp) = (sink.device_ptr(s).0, bar.device_ptr(s).0);
         let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
         let time = |run: &dyn Fn() -> Result<()>| -> Result<f64> {
             run()?; // warm-up (module load, first launch)
@@ -60,9 +63,9 @@ impl CudaBackend {
         let empty = self.func(Module::Probe, "sync_probe_empty")?;
         let launch_empty = || -> Result<()> {
             let mut a = self.launcher(&empty);
-            a.arg(&wp);
-            // SAFETY: sink is the first of two u32 this function allocated; the kernel writes
-            // it from one thread.
+            a.arg(&sp);
+            // SAFETY: sink is one u32 this function allocated; the kernel writes it from one
+            // thread.
             let r = unsafe { a.launch(cfg((blocks, 1), THREADS)) };
             self.launched("sync_probe_empty", r)
         };
@@ -92,8 +95,8 @@ impl CudaBackend {
         let barriers = self.func(Module::Probe, "sync_probe_barriers")?;
         let launch_barriers = |rounds: i32| -> Result<()> {
             let mut a = self.launcher(&barriers);
-            a.arg(&wp).arg(&rounds);
-            // SAFETY: bar is two u32 at zero arrivals (allocated zeroed here; every barrier
+            a.arg(&bp).arg(&rounds);
+            // SAFETY: bar is two u32 at zero arrivals (allocated zeroed here, for this alone; every barrier
             // sets the arrivals back to 0); a block of THREADS a multiprocessor, tiny, so the
             // whole grid is resident and every grid_sync returns.
             let r = unsafe { a.launch(cfg((blocks, 1), THREADS)) };
