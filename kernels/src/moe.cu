@@ -72,10 +72,6 @@ __device__ __forceinline__ u32 total_order_key(float v) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-__device__ __forceinline__ u32 shfl_xor_u32(u32 v, int o) {
-    return __float_as_uint(__shfl_xor_sync(0xffffffffu, __uint_as_float(v), o));
-}
-
 // ---- 1. routing ----------------------------------------------------------------------------
 
 // The warp's best (key, index): highest key, then lowest index; every lane gets it.

@@ -45,6 +45,11 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// A 32-bit word from lane (this lane ^ o), its bits as they are.
+__device__ __forceinline__ u32 shfl_xor_u32(u32 v, int o) {
+    return __float_as_uint(__shfl_xor_sync(0xffffffffu, __uint_as_float(v), o));
+}
+
 // Sum over the whole block; every thread gets the total. blockDim.x must be a multiple of 32.
 // The first barrier lets a kernel call this twice in a row (the scratch is shared).
 __device__ float block_sum(float v) {

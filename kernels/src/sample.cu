@@ -12,7 +12,8 @@
 //   fuse `frequency * count + presence` into an FMA: bit for bit the host's f32 result), then
 //   (after another barrier) write -inf over the masked tokens (eos/stop before min_tokens).
 //   The input logits are never written; the scratch costs 2 x 600 KB of traffic a row.
-// argmax_f32 (softmax.cu) on the scratch: greedy rows with penalties or masks.
+// argmax_part_f32 + argmax_final_f32 (softmax.cu) on the scratch: greedy rows with penalties
+// or masks.
 // sample_gumbel: temperature without top-k/top-p/min-p. One block per row: every finite logit v
 //   scores (double)(v / T) + gumbel(seed, output index, id), the noise ported from the host's
 //   `uniform`/`gumbel` (splitmix-style u64 mixing, two det_ln); the highest score wins, the

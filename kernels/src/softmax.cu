@@ -5,11 +5,11 @@
 // sums, so the rounding error stays near 1e-7 relative even for large vocabularies). Pass three:
 // x - (max + log(sum)). The row is read three times; at 600 KB a row it stays in L2.
 //
-// argmax_f32: one block per row; each thread keeps its best (value, lowest index) and a block
-// reduction through shared memory keeps the larger value, the lower index on ties — the host
-// sampler's rule — so greedy decoding needs 4 bytes a row back instead of the whole row. NaN is
-// skipped (a row of NaN gives 0), except that a NaN in column 0 gives 0 as on the host (whose
-// scan starts at column 0 and finds nothing greater than NaN). sample.cu's rows reuse it.
+// argmax_part_f32 + argmax_final_f32: the greedy token of each listed row, keeping the larger
+// value, the lower index on ties — the host sampler's rule — so greedy decoding needs 4 bytes a
+// row back instead of the whole row. NaN is skipped (a row of NaN gives 0), except that a NaN in
+// column 0 gives 0 as on the host (whose scan starts at column 0 and finds nothing greater than
+// NaN). sample.cu's rows reuse them.
 
 extern "C" __global__ void log_softmax_f32(float* x, int vocab) {
     pdl_start();
@@ -23,19 +23,35 @@ extern "C" __global__ void log_softmax_f32(float* x, int vocab) {
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) row[i] -= log_z;
 }
 
-#define ARGMAX_THREADS 1024
+// argmax in two launches, so that a row of 152k logits is read by many multiprocessors (one
+// block a row took 35 µs on the H200 at Qwen3's vocabulary, about 1.2% of a one-token decode
+// step): argmax_part_f32's grid is (splits, rows), block s scanning the s-th of `splits`
+// contiguous column ranges of its row and keeping its best (value, lowest index); then
+// argmax_final_f32, one warp a row, folds the splits in order with the same rule. The rule is a
+// total order on (value, index) pairs, so the result is the one-pass scan's, bit for bit.
+#define ARGMAX_THREADS 512
+#define ARGMAX_NONE 0xffffffffu
 
-extern "C" __global__ void argmax_f32(u32* out, const float* x, const u32* rows, int vocab) {
+// Whether (ov, oi) beats (mv, mi): a real index beats none, then the larger value, then on equal
+// values the lower index.
+__device__ __forceinline__ bool argmax_better(float ov, u32 oi, float mv, u32 mi) {
+    return oi != ARGMAX_NONE && (mi == ARGMAX_NONE || ov > mv || (ov == mv && oi < mi));
+}
+
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+    argmax_part_f32(float* part_v, u32* part_i, const float* x, const u32* rows, int vocab) {
     pdl_start();
     __shared__ float best_v[ARGMAX_THREADS];
     __shared__ u32 best_i[ARGMAX_THREADS];
-    const float* row = x + (u64)rows[blockIdx.x] * vocab;
+    const float* row = x + (u64)rows[blockIdx.y] * vocab;
+    const int chunk = (vocab + (int)gridDim.x - 1) / (int)gridDim.x;
+    const int lo = (int)blockIdx.x * chunk, hi = min(vocab, lo + chunk);
     float v = NEG_INF;
-    u32 idx = 0xffffffffu;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    u32 idx = ARGMAX_NONE;
+    for (int i = lo + (int)threadIdx.x; i < hi; i += blockDim.x) {
         const float y = row[i];
         // Strictly greater, so the lowest index wins ties; NaN is never chosen.
-        if (y > v || (idx == 0xffffffffu && y == y)) {
+        if (y > v || (idx == ARGMAX_NONE && y == y)) {
             v = y;
             idx = (u32)i;
         }
@@ -47,15 +63,46 @@ extern "C" __global__ void argmax_f32(u32* out, const float* x, const u32* rows,
         if (threadIdx.x < stride) {
             const float ov = best_v[threadIdx.x + stride];
             const u32 oi = best_i[threadIdx.x + stride];
-            const float mv = best_v[threadIdx.x];
-            const u32 mi = best_i[threadIdx.x];
-            if (oi != 0xffffffffu && (mi == 0xffffffffu || ov > mv || (ov == mv && oi < mi))) {
+            if (argmax_better(ov, oi, best_v[threadIdx.x], best_i[threadIdx.x])) {
                 best_v[threadIdx.x] = ov;
                 best_i[threadIdx.x] = oi;
             }
         }
         __syncthreads();
     }
-    if (threadIdx.x == 0)
-        out[blockIdx.x] = (best_i[0] == 0xffffffffu || row[0] != row[0]) ? 0u : best_i[0];
+    if (threadIdx.x == 0) {
+        const u64 at = (u64)blockIdx.y * gridDim.x + blockIdx.x;
+        part_v[at] = best_v[0];
+        part_i[at] = best_i[0];
+    }
+}
+
+// One warp a row (grid: rows): the row's `splits` partial bests, then the answer (0 for a row
+// with no number, and for a NaN in column 0, as the host's scan from column 0 gives).
+extern "C" __global__ void argmax_final_f32(u32* out, const float* part_v, const u32* part_i,
+                                            const float* x, const u32* rows, int vocab,
+                                            int splits) {
+    pdl_start();
+    const int lane = threadIdx.x & 31;
+    const u64 base = (u64)blockIdx.x * splits;
+    float v = NEG_INF;
+    u32 idx = ARGMAX_NONE;
+    for (int s = lane; s < splits; s += 32)
+        if (argmax_better(part_v[base + s], part_i[base + s], v, idx)) {
+            v = part_v[base + s];
+            idx = part_i[base + s];
+        }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const u32 oi = shfl_xor_u32(idx, o);
+        if (argmax_better(ov, oi, v, idx)) {
+            v = ov;
+            idx = oi;
+        }
+    }
+    if (lane == 0) {
+        const float first = x[(u64)rows[blockIdx.x] * vocab];
+        out[blockIdx.x] = (idx == ARGMAX_NONE || first != first) ? 0u : idx;
+    }
 }

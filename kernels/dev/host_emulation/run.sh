@@ -10,7 +10,7 @@ trap 'rm -rf "$work"' EXIT
 {
     echo '#include "emu.h"'
     cat "$src/prelude.cuh"
-    for f in convert embedding norm rope attention attention_mma activation softmax gemv sample moe moe_mma fp8 fp8_one hybrid; do
+    for f in convert embedding norm rope attention attention_mma activation softmax gemv sample moe moe_mma fp8 fp8_one hybrid probe; do
         echo "// $f.cu"
         cat "$src/$f.cu"
     done

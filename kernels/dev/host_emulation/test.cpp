@@ -409,6 +409,15 @@ void t_rope_kv(int T, int nh, int nkv, int hd, int rot) {
     report(name, diff, 0);
 }
 
+// argmax_part_f32 over `splits` blocks a row, then argmax_final_f32.
+static void argmax_rows(std::vector<u32>& out, const std::vector<float>& x,
+                        const std::vector<u32>& rows, int V, unsigned splits) {
+    std::vector<float> pv(rows.size() * splits);
+    std::vector<u32> pi(rows.size() * splits);
+    launch({splits, (unsigned)rows.size()}, {512}, [&] { argmax_part_f32(pv.data(), pi.data(), x.data(), rows.data(), V); });
+    launch({(unsigned)rows.size()}, {32}, [&] { argmax_final_f32(out.data(), pv.data(), pi.data(), x.data(), rows.data(), V, (int)splits); });
+}
+
 void t_softmax(int R, int V) {
     std::vector<float> x(R*V); for (auto& v : x) v = U(8);
     auto x0 = x;
@@ -421,9 +430,16 @@ void t_softmax(int R, int V) {
     // argmax with ties and NaN
     x = x0; x[0*V+10] = 50; x[0*V+20] = 50; x[1*V+1] = NAN; x[1*V+5] = 60;
     std::vector<u32> rows = {1, 0}, out(2);
-    launch({2}, {1024}, [&]{ argmax_f32(out.data(), x.data(), rows.data(), V); });
-    report("argmax tie/NaN", (out[0] == 5 && out[1] == 10) ? 0 : 1, 0);
-    printf("  argmax got %u %u\n", out[0], out[1]);
+    // One block a row, blocks of 8 columns (the tie at 10 and 20 across two of them), more
+    // blocks than columns (empty ones).
+    for (unsigned splits : {1u, 3u, (unsigned)(V + 7) / 8}) {
+        out.assign(2, 12345u);
+        argmax_rows(out, x, rows, V, splits);
+        char name[64];
+        snprintf(name, 64, "argmax tie/NaN, %u blocks a row", splits);
+        report(name, (out[0] == 5 && out[1] == 10) ? 0 : 1, 0);
+        if (out[0] != 5 || out[1] != 10) printf("  argmax got %u %u\n", out[0], out[1]);
+    }
 }
 
 void t_misc() {
@@ -702,9 +718,23 @@ void t_argmax_nan_first() {
     int V = 2000; std::vector<float> x(2 * V); for (auto& v : x) v = U(1);
     x[0] = NAN; x[V + 0] = -INFINITY; x[V + 1] = NAN;
     std::vector<u32> rows = {0, 1}, out(2);
-    launch({2}, {1024}, [&] { argmax_f32(out.data(), x.data(), rows.data(), V); });
     u32 want1 = 2; for (int i = 2; i < V; ++i) if (x[V + i] > x[V + want1]) want1 = i;
-    report("argmax NaN in column 0 -> 0", (out[0] == 0 && out[1] == want1) ? 0 : 1, 0);
+    for (unsigned splits : {1u, 7u, 64u}) {
+        argmax_rows(out, x, rows, V, splits);
+        report("argmax NaN in column 0 -> 0", (out[0] == 0 && out[1] == want1) ? 0 : 1, 0);
+    }
+    // A row of NaN but for two -inf and a -5 in the last column: the -5, wherever the blocks
+    // split (no NaN taken, none beating a number).
+    std::vector<float> y(V, NAN); y[0] = -INFINITY; y[V - 300] = -INFINITY; y[V - 1] = -5;
+    std::vector<u32> one = {0}, got(1);
+    for (unsigned splits : {1u, 7u, 64u}) {
+        argmax_rows(got, y, one, V, splits);
+        report("argmax, NaN row with a few numbers", got[0] == (u32)V - 1 ? 0 : 1, 0);
+    }
+    // More blocks than columns: the empty blocks have no best and lose to every real one.
+    std::vector<float> z = {3, 1, 4, 1, 5, 9, 2, 6, 5, 9};
+    argmax_rows(got, z, one, 10, 16);
+    report("argmax, empty blocks", got[0] == 5 ? 0 : 1, 0);
 }
 
 // Mixture of experts: the five kernels of moe.cu against a plain loop (route like the CPU
@@ -1507,6 +1537,7 @@ static void moe_mma_tests() {
 
 #include "gdn_test.h"
 #include "fp8_one_test.h"
+#include "skeleton_test.h"
 
 int main() {
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "gdn_decode") {
@@ -1523,6 +1554,17 @@ int main() {
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "attention") {
         attn_tests();
         kv_fp8_tests();
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "skeleton") {
+        skeleton_tests();
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "argmax") {
+        t_softmax(2, 3000);
+        t_argmax_nan_first();
         printf("%d failures\n", fails);
         return fails ? 1 : 0;
     }
@@ -1589,6 +1631,7 @@ int main() {
     t_gemv_silu(3, 13, 64);
     t_gemv_silu(8, 9, 24);
     moe_tests();
+    skeleton_tests();
     t_fp8_decode();
     t_gemv_fp8(1, 40, 1024);
     t_gemv_fp8(1, 37, 2064);

@@ -127,3 +127,169 @@ impl CudaBackend {
         })
     }
 }
+
+/// One op of a decode step as [`CudaBackend::decode_skeleton`] streams it.
+#[derive(Debug, Clone, Copy)]
+pub struct SkeletonStage {
+    /// Weight (or KV) bytes the op reads, rounded up to 16 by the probe.
+    pub bytes: u64,
+    /// Blocks that share the op's bytes and that the next op waits for (at least 1, at most
+    /// the grid; more is taken as the whole grid).
+    pub producers: u32,
+    /// Whether the op's addresses are known before the op before it ends (every weight but
+    /// the routed experts' gate|up), so its first loads may go before the wait.
+    pub ahead: bool,
+}
+
+/// What [`CudaBackend::decode_skeleton`] measured, in milliseconds a step.
+#[derive(Debug, Clone, Copy)]
+pub struct SkeletonTimes {
+    /// The bytes alone, no waits: this kernel's streaming rate.
+    pub stream_ms: f64,
+    /// The chain of hand-offs with the first loads of a stage before its wait.
+    pub chain_ms: f64,
+    /// The chain with every load after the wait.
+    pub chain_behind_ms: f64,
+    /// The bytes alone through the shared-memory ring (`decode_skeleton_ring`).
+    pub ring_stream_ms: f64,
+    /// The chain with the weights streamed through the ring, across stage boundaries.
+    pub ring_chain_ms: f64,
+}
+
+/// Threads of a skeleton block (probe.cu's SKEL_THREADS); the register kernel's dynamic shared
+/// memory (a word a warp), and the ring kernel's (RING_ITEMS · RING_CHUNKS · SKEL_THREADS · 16,
+/// then the same words).
+const SKEL_THREADS: u32 = 512;
+const SKEL_SMEM: u32 = SKEL_THREADS / 32 * 4;
+const RING_SMEM: u32 = 6 * 4 * SKEL_THREADS * 16 + SKEL_SMEM;
+
+impl CudaBackend {
+    /// The skeleton of a persistent decode step (probe.cu's `decode_skeleton`): `stages` in
+    /// order, each streaming its bytes over its producers, with a flag hand-off between one
+    /// stage's producers and the next stage's blocks; a block a multiprocessor. `None` where
+    /// the grid might not all be resident (fewer multiprocessors in this context than the
+    /// device has, or the occupancy calculator says not even one block fits).
+    pub fn decode_skeleton(&self, stages: &[SkeletonStage]) -> Result<Option<SkeletonTimes>> {
+        let s = &self.stream;
+        if stages.is_empty() || self.context_multiprocessors()? < self.info.multiprocessors {
+            return Ok(None);
+        }
+        let f = self.func(Module::Probe, "decode_skeleton")?;
+        let ring = self.func(Module::Probe, "decode_skeleton_ring")?;
+        ring.set_attribute(
+            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            RING_SMEM as i32,
+        )
+        .map_err(dev_err("decode_skeleton_ring: shared memory"))?;
+        for (func, smem) in [(&f, SKEL_SMEM), (&ring, RING_SMEM)] {
+            let mut fit = 0i32;
+            // SAFETY: the function handle is live (the module stays loaded for the context's
+            // life); the out pointer is valid for the call.
+            unsafe {
+                cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &mut fit,
+                    func.cu_function(),
+                    SKEL_THREADS as i32,
+                    smem as usize,
+                )
+            }
+            .result()
+            .map_err(dev_err("decode_skeleton: occupancy"))?;
+            if fit < 1 {
+                return Ok(None);
+            }
+        }
+        let grid = self.info.multiprocessors as u32;
+        // The stage table as probe.cu's SkelStage: offset, bytes, producers | ahead << 32.
+        let mut table = Vec::with_capacity(stages.len() * 3);
+        let mut total = 0u64;
+        for st in stages {
+            let bytes = st.bytes.div_ceil(16) * 16;
+            table.extend([
+                total,
+                bytes,
+                u64::from(st.producers.clamp(1, grid)) | u64::from(st.ahead) << 32,
+            ]);
+            total += bytes;
+        }
+        let weights = s
+            .alloc_zeros::<u8>(total.max(16) as usize)
+            .map_err(dev_err("skeleton weights"))?;
+        let table = s.clone_htod(&table).map_err(dev_err("skeleton stages"))?;
+        let mut done = s
+            .alloc_zeros::<u32>(stages.len())
+            .map_err(dev_err("skeleton counters"))?;
+        let out = s
+            .alloc_zeros::<u32>(stages.len() * grid as usize)
+            .map_err(dev_err("skeleton outputs"))?;
+        let failed = s
+            .alloc_zeros::<u32>(1)
+            .map_err(dev_err("skeleton failure word"))?;
+        let (wp, tp, op, fp) = (
+            weights.device_ptr(s).0,
+            table.device_ptr(s).0,
+            out.device_ptr(s).0,
+            failed.device_ptr(s).0,
+        );
+        let n = stages.len() as i32;
+        let mut run =
+            |kernel: &cudarc::driver::CudaFunction, smem: u32, mode: i32| -> Result<f64> {
+                let mut ms = Vec::new();
+                for rep in 0..6 {
+                    s.memset_zeros(&mut done)
+                        .map_err(dev_err("skeleton counters"))?;
+                    let dp = done.device_ptr(s).0;
+                    let start = s
+                        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                        .map_err(dev_err("event"))?;
+                    let mut a = self.launcher(kernel);
+                    a.arg(&wp)
+                        .arg(&tp)
+                        .arg(&n)
+                        .arg(&dp)
+                        .arg(&op)
+                        .arg(&fp)
+                        .arg(&mode);
+                    // SAFETY: the weights hold every stage's offset + bytes (the table was built
+                    // from the same sums); done has a counter a stage, at zero; out has a word a
+                    // stage a block, failed one word; the occupancy calculator says the grid is
+                    // resident at once with this shared memory, and every wait is on an earlier
+                    // stage's producers (and bounded), so every wait returns.
+                    let r = unsafe {
+                        a.launch(cudarc::driver::LaunchConfig {
+                            grid_dim: (grid, 1, 1),
+                            block_dim: (SKEL_THREADS, 1, 1),
+                            shared_mem_bytes: smem,
+                        })
+                    };
+                    self.launched("decode_skeleton", r)?;
+                    let end = s
+                        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                        .map_err(dev_err("event"))?;
+                    if rep > 0 {
+                        ms.push(f64::from(
+                            start.elapsed_ms(&end).map_err(dev_err("elapsed"))?,
+                        ));
+                    }
+                }
+                if s.clone_dtoh(&failed)
+                    .map_err(dev_err("skeleton failure word"))?[0]
+                    != 0
+                {
+                    return Err(BackendError::Device(
+                        "decode skeleton: a hand-off never landed (spin limit)".into(),
+                    ));
+                }
+                ms.sort_by(f64::total_cmp);
+                Ok(ms[ms.len() / 2])
+            };
+        let times = SkeletonTimes {
+            stream_ms: run(&f, SKEL_SMEM, 1)?,
+            chain_ms: run(&f, SKEL_SMEM, 0)?,
+            chain_behind_ms: run(&f, SKEL_SMEM, 2)?,
+            ring_stream_ms: run(&ring, RING_SMEM, 1)?,
+            ring_chain_ms: run(&ring, RING_SMEM, 0)?,
+        };
+        Ok(Some(times))
+    }
+}

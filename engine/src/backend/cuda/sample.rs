@@ -2,14 +2,14 @@
 //! while bringing back a few bytes a row instead of the whole 600 KB logits row.
 //!
 //! Each row takes one route (`route`):
-//! - **argmax**: plain greedy on f32 logits (no penalties, masks or logprobs): `argmax_f32` on
-//!   the logits themselves, 4 bytes back.
+//! - **argmax**: plain greedy on f32 logits (no penalties, masks or logprobs): `argmax_part_f32`
+//!   + `argmax_final_f32` on the logits themselves, 4 bytes back.
 //! - **device**: greedy with penalties or masks, temperature without top-k/top-p/min-p, and
 //!   temperature with them. `sample_prepare_*` (sample.cu) copies each row into an f32 scratch
 //!   row and applies the row's penalties and min_tokens masks there (the logits are not
 //!   written), from one uploaded plan: a 16-word record a row, the row's
 //!   `sampling::penalty_entries` and `SampleRow::masked_tokens`. Then greedy rows take
-//!   `argmax_f32` on the scratch, temperature rows `sample_gumbel` (the Gumbel-max over the whole
+//!   the argmax on the scratch, temperature rows `sample_gumbel` (the Gumbel-max over the whole
 //!   row, 4 bytes back), filtered rows `sample_candidates` (the row's best `want` candidates in
 //!   the host's order, the count of finite logits and the fixed-point total, ~8 KB back), which
 //!   the host finishes with the host sampler's own `sampling::kept` and `gumbel_pick`.
@@ -34,8 +34,11 @@ use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
 use crate::backend::sampling::{self, SampleRow, Sampled};
 
-/// Threads of an argmax block (ARGMAX_THREADS in softmax.cu).
-const ARGMAX_THREADS: u32 = 1024;
+/// Threads of an argmax_part_f32 block (ARGMAX_THREADS in softmax.cu).
+const ARGMAX_THREADS: u32 = 512;
+/// Logits an argmax_part_f32 block scans at least, and the most blocks a row.
+const ARGMAX_BLOCK_COLS: usize = 2048;
+const ARGMAX_MAX_SPLITS: usize = 64;
 /// Threads of the sample.cu blocks (SAMPLE_THREADS), and of sample_prepare's (PREPARE_THREADS),
 /// whose blocks each own `PREPARE_SLICE` columns of a row.
 const SAMPLE_THREADS: u32 = 1024;
@@ -49,6 +52,12 @@ const META_WORDS: usize = 6;
 const CAND_WORDS: usize = META_WORDS + 2 * KMAX;
 /// Device rows handled at once (bounds the f32 scratch: 64 × 151936 × 4 B = 39 MB).
 const CHUNK_ROWS: usize = 64;
+
+/// Blocks argmax_part_f32 splits a row of `vocab` logits over: about ARGMAX_BLOCK_COLS a
+/// block, at least 1 and at most ARGMAX_MAX_SPLITS.
+fn argmax_splits(vocab: usize) -> usize {
+    (vocab / ARGMAX_BLOCK_COLS).clamp(1, ARGMAX_MAX_SPLITS)
+}
 
 /// Rows sampled per route since the process started, for the check's report: argmax, greedy,
 /// gumbel, candidates, host, and device rows handed back to the host.
@@ -332,8 +341,16 @@ impl CudaBackend {
         let r = unsafe { a.launch(cfg((dim(idx.len(), "sample")?, slices), PREPARE_THREADS)) };
         self.launched(name, r)?;
 
+        // SAFETY (the argmax's rows): `greedy` lists greedy.len() scratch-row indices below
+        // idx.len() at greedy_at; the scratch is [idx.len(), vocab] f32; `out` has a word each.
+        let _argmax_parts = if greedy.is_empty() {
+            None
+        } else {
+            Some(unsafe {
+                self.launch_argmax(out_ptr, scratch_ptr, list_ptr(*greedy_at), greedy.len(), v)
+            }?)
+        };
         for (name, module, list_at, list, o) in [
-            ("argmax_f32", Module::Softmax, greedy_at, greedy, out_ptr),
             (
                 "sample_gumbel",
                 Module::Sample,
@@ -355,24 +372,15 @@ impl CudaBackend {
             let f = self.func(module, name)?;
             let which = list_ptr(*list_at);
             let mut a = self.launcher(&f);
-            if name == "argmax_f32" {
-                a.arg(&o).arg(&scratch_ptr).arg(&which).arg(&v);
-            } else {
-                a.arg(&o)
-                    .arg(&scratch_ptr)
-                    .arg(&plan_ptr)
-                    .arg(&which)
-                    .arg(&v);
-            }
-            let threads = if name == "argmax_f32" {
-                ARGMAX_THREADS
-            } else {
-                SAMPLE_THREADS
-            };
+            a.arg(&o)
+                .arg(&scratch_ptr)
+                .arg(&plan_ptr)
+                .arg(&which)
+                .arg(&v);
             // SAFETY: `which` holds list.len() scratch-row indices below idx.len(), each with
-            // its plan record; `o` has room for one u32 (argmax, gumbel) or CAND_WORDS
-            // (candidates) per listed row; the block size matches the kernels' shared arrays.
-            let r = unsafe { a.launch(cfg((dim(list.len(), "sample")?, 1), threads)) };
+            // its plan record; `o` has room for one u32 (gumbel) or CAND_WORDS (candidates) per
+            // listed row; the block size matches the kernels' shared arrays.
+            let r = unsafe { a.launch(cfg((dim(list.len(), "sample")?, 1), SAMPLE_THREADS)) };
             self.launched(name, r)?;
         }
         let words = s.clone_dtoh(&out).map_err(dev_err("sample: download"))?;
@@ -401,22 +409,70 @@ impl CudaBackend {
         let rows = s
             .clone_htod(which)
             .map_err(dev_err("sample: upload rows"))?;
-        // SAFETY: fully written by the kernel below (one u32 per row) before it is read.
+        // SAFETY: fully written by the kernels below (one u32 per row) before it is read.
         let ids = unsafe { s.alloc::<u32>(which.len()) }.map_err(dev_err("sample: allocation"))?;
-        let name = "argmax_f32";
-        let f = self.func(Module::Softmax, name)?;
         let (o, x) = (ids.device_ptr(s).0, logits.ptr(s));
         let r = rows.device_ptr(s).0;
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&x).arg(&r).arg(&vocab);
         // SAFETY: logits is [R, vocab] f32 and every row index is below R (checked by the
-        // caller); ids and rows hold one u32 per block; the block size matches the kernel's
-        // shared arrays (ARGMAX_THREADS).
-        let res = unsafe { a.launch(cfg((dim(which.len(), "sample")?, 1), ARGMAX_THREADS)) };
-        self.launched(name, res)?;
+        // caller); rows and ids hold which.len() u32.
+        let parts = unsafe { self.launch_argmax(o, x, r, which.len(), vocab) }?;
         let ids = s.clone_dtoh(&ids).map_err(dev_err("sample: download"))?;
         self.synchronize()?;
+        drop(parts);
         Ok(ids)
+    }
+
+    /// `argmax_part_f32` + `argmax_final_f32`: the greedy token of each of `n` rows, whose
+    /// indices (u32) are at `rows`, of the f32 `[R, vocab]` logits at `x`, one u32 each to
+    /// `out`. Returns the partial bests' buffers, to be kept until the stream has run.
+    ///
+    /// # Safety
+    /// `rows` holds `n` indices below R, `x` is `[R, vocab]` f32 and `out` has room for `n` u32,
+    /// all alive until the stream has run the two kernels.
+    unsafe fn launch_argmax(
+        &self,
+        out: u64,
+        x: u64,
+        rows: u64,
+        n: usize,
+        vocab: i32,
+    ) -> Result<(
+        cudarc::driver::CudaSlice<f32>,
+        cudarc::driver::CudaSlice<u32>,
+    )> {
+        let s = &self.stream;
+        let splits = argmax_splits(vocab as usize);
+        // SAFETY: argmax_part_f32 writes every partial (a block each) before argmax_final_f32,
+        // later on the same stream, reads them.
+        let part_v =
+            unsafe { s.alloc::<f32>(n * splits) }.map_err(dev_err("argmax: allocation"))?;
+        let part_i =
+            unsafe { s.alloc::<u32>(n * splits) }.map_err(dev_err("argmax: allocation"))?;
+        let (pv, pi) = (part_v.device_ptr(s).0, part_i.device_ptr(s).0);
+        let rows_dim = dim(n, "sample")?;
+        let f = self.func(Module::Softmax, "argmax_part_f32")?;
+        let mut a = self.launcher(&f);
+        a.arg(&pv).arg(&pi).arg(&x).arg(&rows).arg(&vocab);
+        // SAFETY: grid (splits, n): block (s, r) writes partial r · splits + s, of n · splits;
+        // reads row rows[r] of x within [0, vocab) (the caller's contract); the block size
+        // matches the kernel's shared arrays.
+        let r = unsafe { a.launch(cfg((splits as u32, rows_dim), ARGMAX_THREADS)) };
+        self.launched("argmax_part_f32", r)?;
+        let f = self.func(Module::Softmax, "argmax_final_f32")?;
+        let mut a = self.launcher(&f);
+        let splits = splits as i32;
+        a.arg(&out)
+            .arg(&pv)
+            .arg(&pi)
+            .arg(&x)
+            .arg(&rows)
+            .arg(&vocab)
+            .arg(&splits);
+        // SAFETY: one warp a row reads that row's `splits` partials and writes out[r] (room for
+        // n, the caller's contract), and reads x's first column of rows[r].
+        let r = unsafe { a.launch(cfg((rows_dim, 1), 32)) };
+        self.launched("argmax_final_f32", r)?;
+        Ok((part_v, part_i))
     }
 
     fn download_row(&self, logits: &CudaTensor, row: usize) -> Result<Vec<f32>> {
