@@ -146,11 +146,14 @@ __device__ void moe_route_token_any(int* ids, float* weights, const T* row, int 
 // each of the top_k selection rounds; lane j keeps choice j, and the k lanes compute their
 // probabilities, the choice-order total (every lane adds the k probabilities in choice order,
 // as the CPU does) and their rank by expert index in parallel instead of lane 0 sorting alone.
+// With `chosen` (the k choices in order, found by moe_rank_choices), the selection rounds are
+// skipped and everything else is the same.
 #define MOE_ROUTE_REGS 8
 
 template <typename T>
 __device__ void moe_route_token_regs(int* ids, float* weights, const T* row, int experts,
-                                     int top_k, int norm_topk_prob) {
+                                     int top_k, int norm_topk_prob,
+                                     const int* chosen = nullptr) {
     const int lane = threadIdx.x & 31;
     float v[MOE_ROUTE_REGS];
     u32 key[MOE_ROUTE_REGS];
@@ -171,7 +174,8 @@ __device__ void moe_route_token_regs(int* ids, float* weights, const T* row, int
     int mine = 0;  // lane j < top_k: choice j
     u32 last_key = 0xffffffffu;
     int last_idx = -1;
-    for (int j = 0; j < top_k; ++j) {
+    if (chosen != nullptr) mine = lane < top_k ? chosen[lane] : 0;
+    for (int j = 0; chosen == nullptr && j < top_k; ++j) {
         u32 best_key = 0;
         int best_idx = 0x7fffffff;
 #pragma unroll
@@ -929,18 +933,43 @@ MOE_DOWN_COMBINE_DEC(fp8_vec, unsigned char, 2)
 MOE_DOWN_COMBINE_DEC(fp8_vec, unsigned char, 4)
 MOE_GATE_UP_DEC(fp8_vec, unsigned char, 3)
 
+// The top_k choices of one token by every expert's rank at once (the whole block; experts <=
+// blockDim.x): thread e counts the valid experts before it in the order of (logit key
+// descending, index ascending), a total order, so the expert of rank j is the j-th choice of
+// moe_route_token_regs' selection rounds; chosen[j] = that expert. `row`: the logits in shared
+// memory. Ends with a barrier.
+__device__ __forceinline__ void moe_rank_choices(int* chosen, const float* row, int experts,
+                                                 int top_k) {
+    const int e = threadIdx.x;
+    if (e < experts) {
+        const u32 key = total_order_key(row[e]);
+        int rank = 0;
+        for (int o = 0; o < experts; ++o) {
+            const u32 ko = total_order_key(row[o]);
+            rank += ko > key || (ko == key && o < e);
+        }
+        if (rank < top_k) chosen[rank] = e;
+    }
+    __syncthreads();
+}
+
 // The router's logits and moe_plan_one in one launch, for a step of one token with a bf16
 // router [E, H] (H % 8 == 0): block b's warps compute logits b · MOE_WARPS + warp as gemv_m1
 // does (the same chunks in the same order, so the same f32 logits bit for bit; the whole row of
 // up to 2048 columns loaded before the kernel waits on x's writer), write them to `logits`, and
 // the last block to finish (a ticket in global memory, which it sets back to 0 for the next
-// launch) copies them to shared memory and routes them with moe_plan_one_impl. One launch and
-// one dependency less per MoE layer at batch 1 than the router's matmul + moe_plan_one.
+// launch) copies them to shared memory and routes them: with fewer experts than threads, the
+// whole block finds the choices by rank and the offsets a thread each (one warp's eight
+// selection rounds and offset sweeps were about a third of the launch's 9 µs on the H200), then
+// warp 0 the rest of moe_plan_one_impl; otherwise moe_plan_one_impl's warp alone. The same
+// entries either way. One launch and one dependency less per MoE layer at batch 1 than the
+// router's matmul + moe_plan_one.
 extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
     moe_router_plan_one(float* logits, const bf16* x, const bf16* router, int experts,
                         int hidden, u32* ticket, int* ids, float* weights, int* offsets,
                         int* perm, int* active, int top_k, int norm_topk_prob) {
     __shared__ float row[32 * MOE_ROUTE_REGS];
+    __shared__ int chosen[32];
     __shared__ bool last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = blockIdx.x * MOE_WARPS + warp;
@@ -960,13 +989,40 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
     __syncthreads();
-    if (!last || warp != 0) return;
+    if (!last) return;
     __threadfence();
-    for (int i = lane; i < experts; i += 32) row[i] = load_l2(logits + i);
-    __syncwarp();
-    moe_plan_one_impl(ids, weights, offsets, perm, active, (const float*)row, experts, top_k,
-                      norm_topk_prob);
-    if (lane == 0) *ticket = 0u;
+    if (experts >= (int)blockDim.x || top_k > 32) {
+        // More experts than threads: moe_plan_one's warp alone.
+        if (warp != 0) return;
+        for (int i = lane; i < experts; i += 32) row[i] = load_l2(logits + i);
+        __syncwarp();
+        moe_plan_one_impl(ids, weights, offsets, perm, active, (const float*)row, experts, top_k,
+                          norm_topk_prob);
+        if (lane == 0) *ticket = 0u;
+        return;
+    }
+    // The whole block routes: the choices by rank (moe_rank_choices), the offsets a thread
+    // each, then warp 0 the rest of moe_plan_one (the same entries, bit for bit).
+    for (int i = threadIdx.x; i < experts; i += blockDim.x) row[i] = load_l2(logits + i);
+    __syncthreads();
+    moe_rank_choices(chosen, row, experts, top_k);
+    if ((int)threadIdx.x <= experts) {
+        int below = 0;
+        for (int j = 0; j < top_k; ++j) below += chosen[j] < (int)threadIdx.x;
+        offsets[threadIdx.x] = below;
+    }
+    if (warp != 0) return;
+    moe_route_token_regs(ids, weights, (const float*)row, experts, top_k, norm_topk_prob, chosen);
+    __syncwarp();  // the lanes' ids are visible to the warp past it
+    const int mine = lane < top_k ? ids[lane] : 0;
+    if (lane < top_k) {
+        perm[lane] = lane;
+        active[lane] = mine;
+    }
+    if (lane == 0) {
+        active[experts] = top_k;
+        *ticket = 0u;
+    }
 }
 
 // ---- one token, one launch: routing, gate|up and down across the whole GPU ----------------

@@ -1383,6 +1383,17 @@ static void moe_f32_tests() {
 // running at once here) against the three launches it replaces, moe_router_plan_one,
 // moe_gate_up_dec_* and moe_down_combine_*: the same logits, act and out, bit for bit, in two
 // launches in a row on two grids (the barrier words must come back to zero arrivals).
+// One-token routing where moe_router_plan_one's block ranks the choices (E < 256 threads: ties
+// decided by the index, top-1, norm off) and where its one warp does (E = 256)
+// (EMU_ONLY=router runs just these; EMU_ONLY=moe includes them).
+void router_tests() {
+    t_moe(1, 128, 8, 32, 16, true, false, true);
+    t_moe(1, 40, 8, 64, 48, false, false, true);
+    t_moe(1, 255, 8, 16, 8, true, false, true);
+    t_moe(1, 256, 8, 16, 8, true, false, false);
+    t_moe(1, 17, 1, 16, 8, false, false, false);
+}
+
 void t_moe_one(int E, int K, int H, int I, bool norm, bool fp8, unsigned blocks, unsigned threads) {
     const std::vector<bf16> x = random_bf16(H), router = random_bf16((size_t)E * H);
     const Experts ex = make_experts(E, H, I, fp8);
@@ -1493,6 +1504,7 @@ static void moe_tests() {
         t_moe(T, 128, 8, 24, 8, false, true, false);
     }
     t_moe(2, 128, 8, 32, 272, true, true, false);
+    router_tests();
     // Where the launcher switches: 9 tokens (down + combine as two launches), and 1024 pairs,
     // the most moe_plan takes.
     t_moe(9, 128, 8, 16, 8, true, false, false);
@@ -1554,6 +1566,11 @@ int main() {
     if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "attention") {
         attn_tests();
         kv_fp8_tests();
+        printf("%d failures\n", fails);
+        return fails ? 1 : 0;
+    }
+    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "router") {
+        router_tests();
         printf("%d failures\n", fails);
         return fails ? 1 : 0;
     }
