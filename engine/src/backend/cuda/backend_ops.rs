@@ -1,0 +1,372 @@
+//! The [`Backend`] trait's ops on the CUDA backend: each op's host-side checks, then the
+//! launcher of the module that owns it (`norm.rs`, `attention.rs`, `moe.rs`, ...), and the
+//! [`Ablate`] knob that leaves ops out of a step for timing. Split from `mod.rs`, which keeps the
+//! backend's state, construction and launch helpers.
+
+use std::sync::atomic::Ordering;
+
+use super::*;
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Batch = CudaBatch;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn describe(&self) -> String {
+        let i = &self.info;
+        format!(
+            "{} ({}, {} SMs, {:.0} GiB, CUDA driver {}.{}, NVRTC {}.{}){}",
+            i.name,
+            i.arch,
+            i.multiprocessors,
+            i.total_memory as f64 / (1u64 << 30) as f64,
+            i.driver_version / 1000,
+            (i.driver_version % 1000) / 10,
+            i.nvrtc_version.0,
+            i.nvrtc_version.1,
+            if self.compute == DType::F32 {
+                ", float32"
+            } else {
+                ""
+            }
+        )
+    }
+
+    fn memory_info(&self) -> Option<(usize, usize)> {
+        self.ctx.mem_get_info().ok()
+    }
+
+    fn kv_head_bytes(&self, head_dim: usize) -> usize {
+        if self.kv_fp8 {
+            crate::backend::kv_fp8::fp8_head_bytes(head_dim)
+        } else {
+            self.compute.size() * head_dim
+        }
+    }
+
+    fn kv_cache_fp8(&self) -> bool {
+        self.kv_fp8
+    }
+
+    fn kv_zeros(&self, shape: &[usize]) -> Result<CudaTensor> {
+        if !self.kv_fp8 {
+            return self.zeros(shape);
+        }
+        let buf = self.raw_alloc(tensor::fp8_alloc_bytes(shape), true)?;
+        Ok(CudaTensor {
+            shape: shape.to_vec(),
+            dtype: DType::F8,
+            buf,
+        })
+    }
+
+    fn upload(&self, t: &HostTensor<'_>) -> Result<CudaTensor> {
+        let n = t.numel();
+        match &t.data {
+            HostData::Raw { dtype, bytes } => {
+                check("upload", bytes.len() == n * dtype.size(), || {
+                    format!("{} bytes for {:?} of {dtype:?}", bytes.len(), t.shape)
+                })?;
+                match (dtype, self.compute) {
+                    (HostDType::BF16, DType::BF16) => {
+                        self.tensor_from_bytes(&t.shape, DType::BF16, bytes)
+                    }
+                    (_, DType::F32) => self.tensor_from_f32(&t.shape, &t.to_f32(), DType::F32),
+                    _ => {
+                        let bytes = tensor::f32_to_bf16_bytes(&t.to_f32());
+                        self.tensor_from_bytes(&t.shape, DType::BF16, &bytes)
+                    }
+                }
+            }
+            HostData::Random { seed, std } => self.random(&t.shape, self.compute, *seed, *std),
+            // The float32 path computes with the CPU reference's dequantized values: e4m3 ·
+            // scale in f32, on the host for a checkpoint (the CPU loader's own function), on the
+            // device for dummy weights (the same product, bit for bit).
+            HostData::Fp8 { .. } if self.compute == DType::F32 => {
+                self.tensor_from_f32(&t.shape, &t.to_f32(), DType::F32)
+            }
+            HostData::RandomFp8 { seed, std } if self.compute == DType::F32 => {
+                self.random_fp8_as_f32(&t.shape, *seed, *std)
+            }
+            HostData::Fp8 {
+                bytes,
+                scales,
+                col_block,
+            } => self.upload_fp8(&t.shape, bytes, scales, *col_block),
+            HostData::RandomFp8 { seed, std } => self.random_fp8(&t.shape, *seed, *std),
+            HostData::Constant(c) => {
+                let mut out = self.alloc(&t.shape, self.compute)?;
+                self.fill_const(&mut out, *c)?;
+                Ok(out)
+            }
+        }
+    }
+
+    fn zeros(&self, shape: &[usize]) -> Result<CudaTensor> {
+        let numel: usize = shape.iter().product();
+        let buf = self.raw_alloc(tensor::alloc_bytes(numel, self.compute), true)?;
+        Ok(CudaTensor {
+            shape: shape.to_vec(),
+            dtype: self.compute,
+            buf,
+        })
+    }
+
+    fn to_host(&self, t: &CudaTensor) -> Result<Vec<f32>> {
+        let n = t.num_bytes();
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut bytes = vec![0u8; n];
+        self.stream
+            .memcpy_dtoh(&t.buf.slice(0..n), &mut bytes)
+            .map_err(dev_err("download"))?;
+        self.synchronize()?;
+        Ok(match t.dtype {
+            DType::F8 => tensor::fp8_bytes_to_f32(&bytes, &t.shape),
+            d => tensor::bytes_to_f32(&bytes, d),
+        })
+    }
+
+    fn shape<'t>(&self, t: &'t CudaTensor) -> &'t [usize] {
+        &t.shape
+    }
+
+    fn prepare_batch(&self, b: &BatchInputs) -> Result<CudaBatch> {
+        CudaBatch::new(&self.stream, b)
+    }
+
+    fn embedding(&self, out: &mut CudaTensor, batch: &CudaBatch, table: &CudaTensor) -> Result<()> {
+        self.embedding_op(out, batch, table)
+    }
+
+    fn rms_norm(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        eps: f32,
+    ) -> Result<()> {
+        self.rms_norm_op(out, x, w, eps)
+    }
+
+    fn add_rms_norm(
+        &self,
+        out: &mut CudaTensor,
+        residual: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        eps: f32,
+    ) -> Result<()> {
+        if self.ablated(Ablate::ADD_RMS_NORM) {
+            return Ok(());
+        }
+        self.add_rms_norm_op(out, residual, x, w, eps)
+    }
+
+    fn matmul(&self, out: &mut CudaTensor, x: &CudaTensor, w: &CudaTensor) -> Result<()> {
+        if self.ablated(Ablate::MATMUL) {
+            // The output's type as the op would leave it (a graph's logits are f32).
+            return self.set_dtype(out, DType::F32);
+        }
+        self.matmul_op(out, x, w)
+    }
+
+    fn qk_norm_rope(
+        &self,
+        qkv: &mut CudaTensor,
+        batch: &CudaBatch,
+        q_w: &CudaTensor,
+        k_w: &CudaTensor,
+        rope: &RopeTables,
+        num_heads: usize,
+        num_kv_heads: usize,
+        eps: f32,
+    ) -> Result<()> {
+        self.qk_norm_rope_op(
+            qkv,
+            batch,
+            q_w,
+            k_w,
+            rope,
+            num_heads,
+            num_kv_heads,
+            eps,
+            None,
+        )
+    }
+
+    fn qk_norm_rope_write_kv(
+        &self,
+        qkv: &mut CudaTensor,
+        batch: &CudaBatch,
+        q_w: &CudaTensor,
+        k_w: &CudaTensor,
+        rope: &RopeTables,
+        (num_heads, num_kv_heads, eps): (usize, usize, f32),
+        k_cache: &mut CudaTensor,
+        v_cache: &mut CudaTensor,
+    ) -> Result<()> {
+        if self.ablated(Ablate::QK_NORM_ROPE_KV) {
+            return Ok(());
+        }
+        self.qk_norm_rope_op(
+            qkv,
+            batch,
+            q_w,
+            k_w,
+            rope,
+            num_heads,
+            num_kv_heads,
+            eps,
+            Some((k_cache, v_cache)),
+        )
+    }
+
+    fn write_kv(
+        &self,
+        k_cache: &mut CudaTensor,
+        v_cache: &mut CudaTensor,
+        qkv: &CudaTensor,
+        batch: &CudaBatch,
+        num_heads: usize,
+    ) -> Result<()> {
+        self.write_kv_op(k_cache, v_cache, qkv, batch, num_heads)
+    }
+
+    fn paged_attention(
+        &self,
+        out: &mut CudaTensor,
+        qkv: &CudaTensor,
+        k_cache: &CudaTensor,
+        v_cache: &CudaTensor,
+        batch: &CudaBatch,
+        num_heads: usize,
+        scale: f32,
+    ) -> Result<()> {
+        if self.ablated(Ablate::ATTENTION) {
+            return Ok(());
+        }
+        self.paged_attention_op(out, qkv, k_cache, v_cache, batch, num_heads, scale)
+    }
+
+    fn supports(&self, feature: Feature) -> bool {
+        match feature {
+            // On both paths. The float32 path (f32 experts on the CUDA cores, FP8 dequantized
+            // to f32 at upload, Gated DeltaNet on f32 operands) scores every fixture within
+            // 6.2e-5 of transformers' float32, and the bf16 path lands no further from it than
+            // transformers' own bf16 forward does (docs/cuda.md, cuda_check e2e).
+            Feature::MoeExperts | Feature::Fp8Weights | Feature::HybridLayers => true,
+        }
+    }
+
+    fn fused_moe(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router_logits: &CudaTensor,
+        gate_up: &CudaTensor,
+        down: &CudaTensor,
+        top_k: usize,
+        norm_topk_prob: bool,
+    ) -> Result<()> {
+        self.fused_moe_op(out, x, router_logits, gate_up, down, top_k, norm_topk_prob)
+    }
+
+    fn routed_moe(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router: &CudaTensor,
+        router_logits: &mut CudaTensor,
+        experts: (&CudaTensor, &CudaTensor),
+        top_k: usize,
+        norm_topk_prob: bool,
+    ) -> Result<()> {
+        if self.ablated(Ablate::ROUTED_MOE) {
+            // The output's type as the op would leave it (a graph's logits are f32).
+            return self.set_dtype(out, DType::F32);
+        }
+        self.routed_moe_op(
+            out,
+            x,
+            router,
+            router_logits,
+            experts,
+            top_k,
+            norm_topk_prob,
+        )
+    }
+
+    fn silu_mul(&self, out: &mut CudaTensor, gate_up: &CudaTensor) -> Result<()> {
+        self.silu_mul_op(out, gate_up)
+    }
+
+    fn matmul_silu_mul(
+        &self,
+        out: &mut CudaTensor,
+        gate_up: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+    ) -> Result<()> {
+        if self.gemv_silu_op(out, x, w)? {
+            return Ok(());
+        }
+        self.matmul_op(gate_up, x, w)?;
+        self.silu_mul_op(out, gate_up)
+    }
+
+    fn gather_rows(&self, out: &mut CudaTensor, x: &CudaTensor, batch: &CudaBatch) -> Result<()> {
+        self.gather_rows_op(out, x, batch)
+    }
+
+    fn log_softmax(&self, x: &mut CudaTensor) -> Result<()> {
+        self.log_softmax_op(x)
+    }
+
+    fn sample(&self, logits: &CudaTensor, rows: &[SampleRow<'_>]) -> Result<Vec<Sampled>> {
+        self.sample_op(logits, rows)
+    }
+
+    fn graph_buckets(&self) -> Option<&'static [usize]> {
+        Some(graph::BUCKETS)
+    }
+
+    fn graph_forward(
+        &self,
+        batch_inputs: &BatchInputs,
+        forward: &mut dyn FnMut(&CudaBatch) -> Result<CudaTensor>,
+    ) -> Result<Option<CudaTensor>> {
+        self.graph_forward_op(batch_inputs, forward)
+    }
+}
+
+/// Ops [`CudaBackend::set_ablation`] can leave out of a step (bits of its mask).
+#[derive(Clone, Copy, Debug)]
+pub struct Ablate;
+
+impl Ablate {
+    pub const ADD_RMS_NORM: u32 = 1;
+    pub const QK_NORM_ROPE_KV: u32 = 2;
+    pub const ATTENTION: u32 = 4;
+    pub const ATTENTION_MERGE: u32 = 8;
+    pub const MATMUL: u32 = 16;
+    pub const ROUTED_MOE: u32 = 32;
+}
+
+impl CudaBackend {
+    /// Leaves the ops of `mask` ([`Ablate`] bits) out of every step from now on: a timing
+    /// experiment's knob (what a kernel costs on the step's critical path is the step's time
+    /// with it minus without). The logits are wrong while any bit is set; `cuda_check`'s
+    /// moe-speed uses it and sets it back to 0.
+    pub fn set_ablation(&self, mask: u32) {
+        self.ablate.store(mask, Ordering::Relaxed);
+    }
+
+    pub(super) fn ablated(&self, bit: u32) -> bool {
+        self.ablate.load(Ordering::Relaxed) & bit != 0
+    }
+}
