@@ -373,11 +373,11 @@ __device__ void moe_plan_impl(int* ids, float* weights, int* offsets, int* perm,
 // already grouped: perm is the identity, the active list is ids, and offsets[e] counts the ids
 // below e. The same ids, weights, offsets, perm and active (entries 0..k and E) as moe_plan,
 // without its block-wide barriers.
-template <typename T>
-__device__ void moe_plan_one_impl(int* ids, float* weights, int* offsets, int* perm, int* active,
-                                  const T* logits, int experts, int top_k, int norm_topk_prob) {
+// After one warp has routed one token (ids sorted by expert): its pairs in order (perm) and
+// the active experts with their count; returns this lane's expert (lanes past top_k: 0).
+__device__ __forceinline__ int moe_plan_one_active(int* perm, int* active, const int* ids,
+                                                   int experts, int top_k) {
     const int lane = threadIdx.x & 31;
-    moe_route_token(ids, weights, logits, experts, top_k, norm_topk_prob);
     __syncwarp();  // the lanes' ids are visible to the warp past it
     const int mine = lane < top_k ? ids[lane] : 0;
     if (lane < top_k) {
@@ -385,6 +385,15 @@ __device__ void moe_plan_one_impl(int* ids, float* weights, int* offsets, int* p
         active[lane] = mine;
     }
     if (lane == 0) active[experts] = top_k;
+    return mine;
+}
+
+template <typename T>
+__device__ void moe_plan_one_impl(int* ids, float* weights, int* offsets, int* perm, int* active,
+                                  const T* logits, int experts, int top_k, int norm_topk_prob) {
+    const int lane = threadIdx.x & 31;
+    moe_route_token(ids, weights, logits, experts, top_k, norm_topk_prob);
+    const int mine = moe_plan_one_active(perm, active, ids, experts, top_k);
     for (int e0 = 0; e0 <= experts; e0 += 32) {  // warp-uniform trips: the shuffles need all
         const int e = e0 + lane;
         int below = 0;
@@ -1013,16 +1022,8 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
     }
     if (warp != 0) return;
     moe_route_token_regs(ids, weights, (const float*)row, experts, top_k, norm_topk_prob, chosen);
-    __syncwarp();  // the lanes' ids are visible to the warp past it
-    const int mine = lane < top_k ? ids[lane] : 0;
-    if (lane < top_k) {
-        perm[lane] = lane;
-        active[lane] = mine;
-    }
-    if (lane == 0) {
-        active[experts] = top_k;
-        *ticket = 0u;
-    }
+    moe_plan_one_active(perm, active, ids, experts, top_k);
+    if (lane == 0) *ticket = 0u;
 }
 
 // ---- one token, one launch: routing, gate|up and down across the whole GPU ----------------

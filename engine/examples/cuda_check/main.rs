@@ -17,6 +17,7 @@ mod report;
 mod sampling;
 mod speed;
 mod speed_moe;
+mod speed_probe;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;

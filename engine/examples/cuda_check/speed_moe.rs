@@ -12,9 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use cudarc::driver::sys::CUevent_flags;
 use metrale_engine::backend::Backend;
-use metrale_engine::backend::cuda::{
-    Ablate, CudaBackend, CudaTensor, DType, MoeGemm, OneGrid, SkeletonStage,
-};
+use metrale_engine::backend::cuda::{Ablate, CudaBackend, CudaTensor, DType, MoeGemm, OneGrid};
 use metrale_engine::loader::{LoadFormat, ModelConfig, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
@@ -24,11 +22,12 @@ use crate::speed::{
     BLOCK, CONTEXT, FLOOR_BYTES_PER_S, decode_batch, decode_batch_at, pdl_off_line, prefill_batch,
     time_step, time_steps, timing_header, timing_line,
 };
+use crate::speed_probe;
 
 /// Prompt tokens of the prefill timing.
 const PREFILL: usize = 2048;
 
-const CONFIGS: [(&str, &str); 2] = [
+pub(crate) const CONFIGS: [(&str, &str); 2] = [
     (
         "30B-A3B bf16",
         include_str!("../../../scripts/gpu/qwen3-30b-a3b-config.json"),
@@ -41,16 +40,16 @@ const CONFIGS: [(&str, &str); 2] = [
 
 /// A config's attention sizes as floats, and the bytes a projection weight takes (FP8: a byte
 /// plus a 4-byte scale per 128; bf16: 2).
-struct AttnDims {
-    h: f64,
-    hd: f64,
-    nh: f64,
-    nkv: f64,
-    proj_bytes: f64,
+pub(crate) struct AttnDims {
+    pub(crate) h: f64,
+    pub(crate) hd: f64,
+    pub(crate) nh: f64,
+    pub(crate) nkv: f64,
+    pub(crate) proj_bytes: f64,
 }
 
 impl AttnDims {
-    fn of(c: &ModelConfig) -> Self {
+    pub(crate) fn of(c: &ModelConfig) -> Self {
         AttnDims {
             h: c.hidden_size as f64,
             hd: c.head_dim as f64,
@@ -90,117 +89,12 @@ pub fn active_weight_bytes(c: &ModelConfig, b: usize) -> f64 {
     layers * ((attn + experts) * proj_bytes + router * 2.0) + c.vocab_size as f64 * h * 2.0
 }
 
-/// One decode token's step of a Qwen3-MoE config as the persistent-kernel skeleton streams
-/// it (`CudaBackend::decode_skeleton`): each layer's qkv, its attention (the bf16 KV of `ctx`
-/// tokens, a block a query head), o, the router (16 blocks), the chosen experts' gate|up
-/// (their addresses known only once the router is done) and their down, then the LM head and
-/// an argmax in one block. Empty for a dense config.
-pub fn skeleton_stages(c: &ModelConfig, ctx: usize) -> Vec<SkeletonStage> {
-    let Some(m) = &c.moe else {
-        return Vec::new();
-    };
-    let AttnDims {
-        h,
-        hd,
-        nh,
-        nkv,
-        proj_bytes: pb,
-    } = AttnDims::of(c);
-    let (e, k, inter) = (
-        m.num_experts as f64,
-        m.num_experts_per_tok as f64,
-        m.moe_intermediate_size as f64,
-    );
-    let all = u32::MAX;
-    let st = |bytes: f64, producers: u32, ahead: bool| SkeletonStage {
-        bytes: bytes as u64,
-        producers,
-        ahead,
-    };
-    let mut v = Vec::with_capacity(c.num_hidden_layers * 6 + 2);
-    for _ in 0..c.num_hidden_layers {
-        v.extend([
-            st(h * (nh + 2.0 * nkv) * hd * pb, all, true),
-            st(
-                2.0 * nkv * hd * ctx as f64 * 2.0,
-                c.num_attention_heads as u32,
-                true,
-            ),
-            st(nh * hd * h * pb, all, true),
-            st(e * h * 2.0, 16, true),
-            st(k * 2.0 * inter * h * pb, all, false),
-            st(k * inter * h * pb, all, true),
-        ]);
-    }
-    v.extend([
-        st(c.vocab_size as f64 * h * 2.0, all, true),
-        st(16.0, 1, true),
-    ]);
-    v
-}
-
-/// The persistent-kernel skeleton's lines (see `skeleton_stages`) for both configs, and
-/// bf16's step over FP8's with the loads ahead of the waits.
-fn skeleton_lines(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
-    let mut chain = Vec::new();
-    for (name, text) in CONFIGS {
-        let c = ModelConfig::from_json(text).map_err(anyhow::Error::msg)?;
-        let stages = skeleton_stages(&c, CONTEXT + 1);
-        let bytes: f64 = stages.iter().map(|s| s.bytes as f64).sum();
-        let Some(t) = cuda.decode_skeleton(&stages)? else {
-            report.line(format!(
-                "decode skeleton {name}: not measured (the grid might not all be resident)"
-            ));
-            continue;
-        };
-        report.summary_line(format!(
-            "decode skeleton {name} ({} stages, {:.2} GB, floor {:.3} ms): registers: bytes \
-             alone {:.3} ms ({:.2} TB/s), the hand-off chain {:.3} ms, with every load after its \
-             wait {:.3} ms; shared-memory ring: bytes alone {:.3} ms, the chain {:.3} ms",
-            stages.len(),
-            bytes / 1e9,
-            bytes / FLOOR_BYTES_PER_S * 1e3,
-            t.stream_ms,
-            bytes / t.stream_ms / 1e9,
-            t.chain_ms,
-            t.chain_behind_ms,
-            t.ring_stream_ms,
-            t.ring_chain_ms
-        ));
-        chain.push((t.chain_ms, t.ring_chain_ms));
-    }
-    if let [bf16, fp8] = chain[..] {
-        report.summary_line(format!(
-            "decode skeleton: bf16 / FP8 step {:.2} with registers, {:.2} with the ring (issue \
-             11 asks >= 1.6 of the engine)",
-            bf16.0 / fp8.0,
-            bf16.1 / fp8.1
-        ));
-    }
-    Ok(())
-}
-
 /// The largest decode batch `METRALE_MOE_SPEED_BATCHES` may ask (the KV storage's sequences).
 const MAX_BATCH: usize = 128;
 
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
-    // What a kernel boundary, a grid barrier and a flag hand-off cost on this GPU (reported,
-    // not fatal: the timings below still run).
-    let us = |v: Option<f64>| v.map_or("not measured".to_string(), |v| format!("{v:.2} µs"));
-    match cuda.sync_probe() {
-        Ok(p) => report.summary_line(format!(
-            "sync probe: a kernel link in a graph {:.2} µs, a grid barrier {}, a flag hand-off \
-             between blocks {}",
-            p.link_us,
-            us(p.barrier_us),
-            us(p.handoff_us)
-        )),
-        Err(e) => report.line(format!("sync probe: not measured ({e:#})")),
-    }
-    // What a persistent decode kernel's chain of hand-offs could reach (reported, not fatal).
-    if let Err(e) = skeleton_lines(cuda, report) {
-        report.line(format!("decode skeleton: not measured ({e:#})"));
-    }
+    // The synchronisation probes and the persistent-kernel skeleton (reported, not fatal).
+    speed_probe::run(cuda, report);
     timing_header(report, "moe decode step");
     let mut batch1 = Vec::new();
     // METRALE_MOE_SPEED_ONLY=fp8 runs only the configs whose name contains it (e.g. under a

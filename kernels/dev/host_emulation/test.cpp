@@ -4,6 +4,7 @@
 #include <random>
 #include <cassert>
 #include <string>
+#include <utility>
 
 static std::mt19937 rng(42);
 static float U(float s = 1) { return std::uniform_real_distribution<float>(-s, s)(rng); }
@@ -1552,84 +1553,33 @@ static void moe_mma_tests() {
 #include "skeleton_test.h"
 
 int main() {
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "gdn_decode") {
-        gdn_decode_tests();
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "hybrid") {
-        gdn_tests();
-        gdn_decode_tests();
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "attention") {
-        attn_tests();
-        kv_fp8_tests();
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "router") {
-        router_tests();
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "skeleton") {
-        skeleton_tests();
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "argmax") {
-        t_softmax(2, 3000);
-        t_argmax_nan_first();
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "moe_one") {
-        moe_one_tests();
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "moe_mma") {
-        moe_mma_tests();
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "moe_f32") {
-        moe_f32_tests();
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "fp8_one") {
-        fp8_one_tests();
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "gemv") {
-        t_gemv(1, 40, 64);
-        t_gemv(1, 37, 2048);
-        t_gemv(1, 21, 4096);
-        t_gemv(1, 9, 2056);
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "gemv_fp8") {
-        t_gemv_fp8(1, 37, 2048);
-        t_gemv_fp8(1, 40, 1024);
-        t_gemv_fp8(8, 37, 2048);
-        t_gemv_fp8(3, 20, 768);
-        t_gemv_fp8(3, 13, 192);
-        t_gemv_fp8(1, 16, 4096);
-        t_gemv_fp8(9, 21, 128);
-        t_gemv_fp8(45, 40, 256);
-        t_gemv_fp8(64, 16, 192);
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
-    }
-    if (const char* only = getenv("EMU_ONLY"); only && std::string(only) == "moe") {
-        moe_tests();
-        printf("%d failures\n", fails);
-        return fails ? 1 : 0;
+    // EMU_ONLY=NAME runs one group of cases (see each group's comment), then stops.
+    const std::pair<const char*, void (*)()> groups[] = {
+        {"gdn_decode", [] { gdn_decode_tests(); }},
+        {"hybrid", [] { gdn_tests(); gdn_decode_tests(); }},
+        {"attention", [] { attn_tests(); kv_fp8_tests(); }},
+        {"router", [] { router_tests(); }},
+        {"skeleton", [] { skeleton_tests(); }},
+        {"argmax", [] { t_softmax(2, 3000); t_argmax_nan_first(); }},
+        {"moe_one", [] { moe_one_tests(); }},
+        {"moe_mma", [] { moe_mma_tests(); }},
+        {"moe_f32", [] { moe_f32_tests(); }},
+        {"fp8_one", [] { fp8_one_tests(); }},
+        {"gemv", [] { t_gemv(1, 40, 64); t_gemv(1, 37, 2048); t_gemv(1, 21, 4096); t_gemv(1, 9, 2056); }},
+        {"gemv_fp8", [] { t_gemv_fp8(1, 37, 2048); t_gemv_fp8(1, 40, 1024); t_gemv_fp8(8, 37, 2048); t_gemv_fp8(3, 20, 768); t_gemv_fp8(3, 13, 192); t_gemv_fp8(1, 16, 4096); t_gemv_fp8(9, 21, 128); t_gemv_fp8(45, 40, 256); t_gemv_fp8(64, 16, 192); }},
+        {"moe", [] { moe_tests(); }},
+    };
+    if (const char* only = getenv("EMU_ONLY")) {
+        for (const auto& [name, run] : groups)
+            if (std::string(only) == name) {
+                run();
+                printf("%d failures\n", fails);
+                return fails ? 1 : 0;
+            }
+        fprintf(stderr, "EMU_ONLY=%s: no such group; one of:", only);
+        for (const auto& g : groups) fprintf(stderr, " %s", g.first);
+        fprintf(stderr, " (or unset, for every case)\n");
+        return 2;
     }
     t_random();
     t_norm(3, 64, 32); t_norm(2, 4096, 512); t_norm(2, 96, 32);

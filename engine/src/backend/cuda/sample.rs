@@ -341,11 +341,13 @@ impl CudaBackend {
         let r = unsafe { a.launch(cfg((dim(idx.len(), "sample")?, slices), PREPARE_THREADS)) };
         self.launched(name, r)?;
 
-        // SAFETY (the argmax's rows): `greedy` lists greedy.len() scratch-row indices below
-        // idx.len() at greedy_at; the scratch is [idx.len(), vocab] f32; `out` has a word each.
+        // The greedy rows' argmax (its partials kept alive until the download below).
         let _argmax_parts = if greedy.is_empty() {
             None
         } else {
+            // SAFETY: `greedy` lists greedy.len() scratch-row indices below idx.len() at
+            // greedy_at; the scratch is [idx.len(), vocab] f32; `out` has a word each; all
+            // live until after the synchronisation below.
             Some(unsafe {
                 self.launch_argmax(out_ptr, scratch_ptr, list_ptr(*greedy_at), greedy.len(), v)
             }?)
@@ -442,10 +444,11 @@ impl CudaBackend {
     )> {
         let s = &self.stream;
         let splits = argmax_splits(vocab as usize);
-        // SAFETY: argmax_part_f32 writes every partial (a block each) before argmax_final_f32,
-        // later on the same stream, reads them.
+        // SAFETY: argmax_part_f32 writes every partial value (a block each) before
+        // argmax_final_f32, later on the same stream, reads them.
         let part_v =
             unsafe { s.alloc::<f32>(n * splits) }.map_err(dev_err("argmax: allocation"))?;
+        // SAFETY: the same for the partial indices.
         let part_i =
             unsafe { s.alloc::<u32>(n * splits) }.map_err(dev_err("argmax: allocation"))?;
         let (pv, pi) = (part_v.device_ptr(s).0, part_i.device_ptr(s).0);
