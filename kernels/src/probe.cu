@@ -45,14 +45,20 @@ extern "C" __global__ void sync_probe_ring(u32* counter, int rounds) {
 // `ahead` (weights whose addresses do not depend on the step: all but the routed experts'
 // gate|up) has each thread's first SKEL_AHEAD loads issued before that wait, so the bytes
 // stream while the hand-off lands. `mode` bit 0: no waits at all (the bytes at this kernel's
-// streaming rate); bit 1: no loads ahead of the wait. The step a persistent decode kernel
+// streaming rate); bit 1: no loads ahead of the wait; bit 2: the hand-off with the flag in the
+// data (skel_wait_ll; `out` then holds a u64 a stage a block, zero before the launch), every
+// thread spinning on its word, or with bit 3 too, warp 0 alone spinning on the stage's words
+// and passing them on through shared memory. Dynamic shared memory: SKEL_THREADS / 32 words,
+// then two words a block of the grid (bit 3: a stage's words, by the parity of the stage, so a
+// thread still reading one stage's never meets the next one's writes). The step a persistent decode kernel
 // could reach, before its arithmetic: docs/performance.md.
 struct SkelStage {
     u64 offset;  // bytes into the weights, a multiple of 16
     u64 bytes;   // a multiple of 16
     u32 producers;
-    u32 ahead;
+    u32 ahead;  // bit 0: known ahead; bit 1: routed (decode_skeleton_tma's second ring)
 };
+constexpr u32 SKEL_AHEAD_BIT = 1, SKEL_ROUTED_BIT = 2;
 
 constexpr int SKEL_THREADS = 512;
 constexpr int SKEL_AHEAD = 8;
@@ -63,22 +69,43 @@ __device__ __forceinline__ u32 fold4(u32 acc, u32x4 v) { return acc ^ v.x ^ v.y 
 // (`failed`): a probe must not hang a check.
 constexpr u32 SKEL_SPIN_LIMIT = 1u << 24;
 
+// The threads that take part in a stage's hand-off: the whole block, or (decode_skeleton_tma)
+// its consumer warps alone, through named barrier 1.
+constexpr int TMA_CONSUMERS = SKEL_THREADS;
+template <bool CONSUMERS> __device__ __forceinline__ void skel_sync() {
+    if constexpr (CONSUMERS) {
+#ifdef METRALE_HOST_EMULATION
+        emu_named_barrier(1, TMA_CONSUMERS);
+#else
+        asm volatile("bar.sync 1, %0;" ::"n"(TMA_CONSUMERS) : "memory");
+#endif
+    } else {
+        __syncthreads();
+    }
+}
+
+// Waits (bounded) until `counter` reaches `need`; false when it gave up (and `failed` says so).
+__device__ __forceinline__ bool skel_spin(const u32* counter, u32 need, u32* failed) {
+    for (u32 i = 0; load_acquire_u32(counter) < need; ++i) {
+        if (i == SKEL_SPIN_LIMIT || load_acquire_u32(failed) != 0) {
+            atomicExch(failed, 1u);
+            return false;
+        }
+#ifdef METRALE_HOST_EMULATION
+        emu_yield();
+#endif
+    }
+    return true;
+}
+
 // Thread 0 waits until done[s − 1] counts stage s − 1's producers (bounded), then the block.
+template <bool CONSUMERS = false>
 __device__ __forceinline__ void skel_wait(const SkelStage* stages, int s, u32* done, u32* failed) {
     if (threadIdx.x == 0) {
-        const u32 need = stages[s - 1].producers;
-        for (u32 i = 0; load_acquire_u32(done + s - 1) < need; ++i) {
-            if (i == SKEL_SPIN_LIMIT || load_acquire_u32(failed) != 0) {
-                atomicExch(failed, 1u);
-                break;
-            }
-#ifdef METRALE_HOST_EMULATION
-            emu_yield();
-#endif
-        }
+        skel_spin(done + s - 1, stages[s - 1].producers, failed);
         __threadfence();
     }
-    __syncthreads();
+    skel_sync<CONSUMERS>();
 }
 
 // Block b's share of a stage: chunks [lo, hi) of its 16-byte chunks (empty past its producers;
@@ -90,11 +117,12 @@ __device__ __forceinline__ void skel_share(const SkelStage& st, u32 b, u64& lo, 
 }
 
 // A producer's last act in a stage: its word, then its count in done[s].
+template <bool CONSUMERS = false>
 __device__ __forceinline__ void skel_publish(u32 acc, u32* folded, int s, u32* done, u32* out) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc ^= shfl_xor_u32(acc, o);
     if (threadIdx.x % 32 == 0) folded[threadIdx.x / 32] = acc;
-    __syncthreads();
+    skel_sync<CONSUMERS>();
     if (threadIdx.x == 0) {
         u32 r = 0;
         for (int i = 0; i < SKEL_THREADS / 32; ++i) r ^= folded[i];
@@ -102,17 +130,68 @@ __device__ __forceinline__ void skel_publish(u32 acc, u32* folded, int s, u32* d
         __threadfence();
         atomicAdd(done + s, 1u);
     }
+    skel_sync<CONSUMERS>();
+}
+
+// The hand-off with the flag in the data (mode bit 2), as NCCL's low-latency protocol does it:
+// a producer stores its word and the stage's tag (s + 1) together as one 8-byte word, with no
+// fence and no counter to wait on; each consumer thread spins on the very word it reads, so a
+// hand-off is one store seen by one load instead of a fenced count, a flag, then the data.
+__device__ __forceinline__ u64 load_relaxed_u64(const u64* p) {
+#ifdef METRALE_HOST_EMULATION
+    return __atomic_load_n(p, __ATOMIC_RELAXED);
+#else
+    u64 v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+#endif
+}
+__device__ __forceinline__ void store_relaxed_u64(u64* p, u64 v) {
+#ifdef METRALE_HOST_EMULATION
+    __atomic_store_n(p, v, __ATOMIC_RELAXED);
+#else
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#endif
+}
+// This thread's word of stage s − 1 once it carries the tag s (bounded; 0 when it gave up).
+__device__ __forceinline__ u32 skel_wait_ll(const u64* word, int s, u32* failed) {
+    for (u32 i = 0;; ++i) {
+        const u64 v = load_relaxed_u64(word);
+        if ((u32)(v >> 32) == (u32)s) return (u32)v;
+        if (i == SKEL_SPIN_LIMIT || (i % 1024 == 1023 && load_acquire_u32(failed) != 0)) {
+            atomicExch(failed, 1u);
+            return 0;
+        }
+#ifdef METRALE_HOST_EMULATION
+        emu_yield();
+#endif
+    }
+}
+__device__ __forceinline__ void skel_publish_ll(u32 acc, u32* folded, int s, u32* done, u64* out) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc ^= shfl_xor_u32(acc, o);
+    if (threadIdx.x % 32 == 0) folded[threadIdx.x / 32] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 r = 0;
+        for (int i = 0; i < SKEL_THREADS / 32; ++i) r ^= folded[i];
+        store_relaxed_u64(out + (u64)s * gridDim.x + blockIdx.x, (u64)(s + 1) << 32 | r);
+        atomicAdd(done + s, 1u);  // counted for the check only: nobody waits on it
+    }
     __syncthreads();
 }
 
-extern "C" __global__ void __launch_bounds__(SKEL_THREADS)
+extern "C" __global__ void __launch_bounds__(SKEL_THREADS, 1)
     decode_skeleton(const u32x4* weights, const SkelStage* stages, int n, u32* done, u32* out,
                     u32* failed, int mode) {
     pdl_start();
     DYNAMIC_SMEM(u32, folded);  // SKEL_THREADS / 32 words (dynamic: the host emulation runs
                                 // every block at once, and a static array would be shared)
     const u32 b = blockIdx.x, t = threadIdx.x, grid = gridDim.x;
-    const bool wait = (mode & 1) == 0, ahead_ok = (mode & 2) == 0;
+    const bool wait = (mode & 1) == 0, ahead_ok = (mode & 2) == 0, ll = (mode & 4) != 0;
+    const bool ll_warp = ll && (mode & 8) != 0;
+    u64* const out64 = (u64*)out;  // mode bit 2: a word and its tag a producer
+    u32* const words2 = folded + SKEL_THREADS / 32;  // mode bit 3: [2][grid]
     for (int s = 0; s < n; ++s) {
         const SkelStage st = stages[s];
         u64 lo, hi;
@@ -120,7 +199,7 @@ extern "C" __global__ void __launch_bounds__(SKEL_THREADS)
         const bool mine = b < st.producers;  // a producer publishes even an empty share
         const u32x4* w = weights + st.offset / 16;
         u32x4 pre[SKEL_AHEAD];
-        const bool early = mine && st.ahead && ahead_ok;
+        const bool early = mine && (st.ahead & SKEL_AHEAD_BIT) && ahead_ok;
         if (early) {
 #pragma unroll
             for (int i = 0; i < SKEL_AHEAD; ++i) {
@@ -129,7 +208,19 @@ extern "C" __global__ void __launch_bounds__(SKEL_THREADS)
             }
         }
         u32 acc = 0;
-        if (wait && s > 0) {
+        if (wait && s > 0 && ll_warp) {
+            const u32 p = stages[s - 1].producers;
+            u32* const words = words2 + (s & 1) * grid;
+            if (t < 32) {
+#pragma unroll 1
+                for (u32 j = t; j < p; j += 32)
+                    words[j] = skel_wait_ll(out64 + (u64)(s - 1) * grid + j, s, failed);
+            }
+            __syncthreads();
+            acc = words[t % p];
+        } else if (wait && s > 0 && ll) {
+            acc = skel_wait_ll(out64 + (u64)(s - 1) * grid + t % stages[s - 1].producers, s, failed);
+        } else if (wait && s > 0) {
             skel_wait(stages, s, done, failed);
             // The previous stage's output, as a consumer reads its x: from L2.
             acc = (u32)load_l2((const int*)out + (u64)(s - 1) * grid + t % stages[s - 1].producers);
@@ -150,7 +241,10 @@ extern "C" __global__ void __launch_bounds__(SKEL_THREADS)
             acc = fold4(fold4(acc, v0), v1);
         }
         for (; c < hi; c += SKEL_THREADS) acc = fold4(acc, load_stream(w + c));
-        skel_publish(acc, folded, s, done, out);
+        if (ll)
+            skel_publish_ll(acc, folded, s, done, out64);
+        else
+            skel_publish(acc, folded, s, done, out);
     }
 }
 
@@ -210,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(SKEL_THREADS)
             }
             if (is >= n) return;
             const SkelStage st = stages[is];
-            if (!st.ahead && is > gate) return;
+            if (!(st.ahead & SKEL_AHEAD_BIT) && is > gate) return;
             u64 lo, hi;
             skel_share(st, b, lo, hi);
             const u32x4* w = weights + st.offset / 16;
@@ -249,4 +343,169 @@ extern "C" __global__ void __launch_bounds__(SKEL_THREADS)
         }
         skel_publish(acc, folded, s, done, out);
     }
+}
+
+// The skeleton with the weights streamed by the bulk-copy engine (TMA): two producer warps, one
+// lane each, copy every stage's share into two rings of shared-memory slots, running ahead of
+// the consumers across stage boundaries as far as their ring allows, each slot with a `full`
+// mbarrier (its bytes have landed) and an `empty` one (every consumer warp has read it). Ring 0
+// carries the weights known ahead (qkv, the KV, o, the router, the LM head), ring 1 the routed
+// experts' (SKEL_ROUTED_BIT): its producer waits for the router's hand-off before the first
+// stage not known ahead (gate|up), so the dense producer keeps streaming the next layer's
+// weights while the router runs and while the experts' bytes stream. The consumer warps
+// (TMA_CONSUMERS threads, a 16-byte chunk each of a slot) fold what lands and hand off between
+// stages as decode_skeleton does, through a barrier of their own. The rings take `dense` and
+// `routed` slots of `slot` bytes (a multiple of TMA_SLOT; each ring at least one slot, all of them
+// within TMA_SLOTS · TMA_SLOT bytes and TMA_SLOTS barriers). `mode` bit 0:
+// no waits (the bytes at the bulk-copy engine's rate). Dynamic shared memory: TMA_SMEM. The
+// same words as decode_skeleton in `out`.
+constexpr int TMA_SLOT = 8192;  // the smallest slot, in bytes: TMA_CONSUMERS chunks of 16
+constexpr int TMA_SLOTS = 26;
+constexpr int TMA_THREADS = TMA_CONSUMERS + 64;
+constexpr int TMA_MBAR = 16;  // bytes a barrier takes here (the device uses 8; the emulation 16)
+constexpr u32 TMA_SMEM = TMA_SLOTS * TMA_SLOT + 2 * TMA_SLOTS * TMA_MBAR + SKEL_THREADS / 32 * 4;
+static_assert(TMA_SLOT == TMA_CONSUMERS * 16, "a slot is one chunk a consumer thread");
+static_assert(TMA_SMEM <= 227 * 1024, "a block's shared memory on sm_90");
+
+#ifdef METRALE_HOST_EMULATION
+__device__ __forceinline__ void mbar_init(void* m, u32 count) { emu_mbar_init(m, count); }
+__device__ __forceinline__ void mbar_init_fence() {}
+__device__ __forceinline__ void mbar_arrive(void* m) { emu_mbar_arrive(m, 0); }
+__device__ __forceinline__ void mbar_arrive_expect_tx(void* m, u32 bytes) {
+    emu_mbar_arrive(m, bytes);
+}
+__device__ __forceinline__ bool mbar_test(void* m, u32 parity) { return emu_mbar_test(m, parity); }
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, void* m) {
+    emu_bulk_copy(dst, src, bytes, m);
+}
+#else
+__device__ __forceinline__ u32 smem_u32(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(void* m, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(m)), "r"(count)
+                 : "memory");
+}
+// The barriers' initialisation made visible to the bulk-copy engine (the async proxy).
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(void* m) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(m)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(void* m, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(m)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ bool mbar_test(void* m, u32 parity) {
+    u32 ok;
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(ok)
+        : "r"(smem_u32(m)), "r"(parity)
+        : "memory");
+    return ok != 0;
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes, void* m) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(m))
+        : "memory");
+}
+#endif
+
+// Waits (bounded) for the phase of this parity of barrier m; gives up as skel_spin does.
+__device__ __forceinline__ void mbar_wait(void* m, u32 parity, u32* failed) {
+    for (u32 i = 0; !mbar_test(m, parity); ++i) {
+        if (i == SKEL_SPIN_LIMIT || (i % 1024 == 1023 && load_acquire_u32(failed) != 0)) {
+            atomicExch(failed, 1u);
+            return;
+        }
+#ifdef METRALE_HOST_EMULATION
+        emu_yield();
+#endif
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(TMA_THREADS, 1)
+    decode_skeleton_tma(const u32x4* weights, const SkelStage* stages, int n, u32* done,
+                        u32* out, u32* failed, int mode, int dense, int routed, int slot) {
+    pdl_start();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    // The bulk-copy engine and mbarrier transactions are sm_90's: below it, a failure.
+    (void)SKEL_ROUTED_BIT;
+    if (threadIdx.x == 0) atomicExch(failed, 1u);
+#else
+    DYNAMIC_SMEM(unsigned char, smem);  // [TMA_SLOTS][TMA_SLOT] bytes, the barriers (full of
+                                        // every slot, then empty of every slot), the words
+    u32x4* const slots = (u32x4*)smem;
+    unsigned char* const bars = smem + TMA_SLOTS * TMA_SLOT;
+    auto full = [&](int k) { return (void*)(bars + k * TMA_MBAR); };
+    auto empty = [&](int k) { return (void*)(bars + (TMA_SLOTS + k) * TMA_MBAR); };
+    u32* const folded = (u32*)(bars + 2 * TMA_SLOTS * TMA_MBAR);
+    const u32 b = blockIdx.x, t = threadIdx.x, grid = gridDim.x;
+    const bool wait = (mode & 1) == 0;
+    const u64 PER = (u64)slot / 16;  // chunks a slot
+    if (dense < 1 || routed < 1 || dense + routed > TMA_SLOTS || slot < TMA_SLOT ||
+        slot % TMA_SLOT != 0 || (u64)(dense + routed) * slot > (u64)TMA_SLOTS * TMA_SLOT) {
+        if (t == 0) atomicExch(failed, 1u);
+        return;
+    }
+    if (t == 0) {
+        for (int k = 0; k < TMA_SLOTS; ++k) {
+            mbar_init(full(k), 1);
+            mbar_init(empty(k), TMA_CONSUMERS / 32);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (t >= TMA_CONSUMERS) {  // a producer warp: lane 0 issues its ring's copies
+        if (t % 32 != 0) return;
+        const u32 ring = (t - TMA_CONSUMERS) / 32;
+        const int base = ring ? dense : 0, count = ring ? routed : dense;
+        u64 issued = 0;
+        for (int s = 0; s < n; ++s) {
+            const SkelStage st = stages[s];
+            if (((st.ahead & SKEL_ROUTED_BIT) != 0) != (ring == 1) || b >= st.producers) continue;
+            if (wait && s > 0 && !(st.ahead & SKEL_AHEAD_BIT))
+                skel_spin(done + s - 1, stages[s - 1].producers, failed);
+            u64 lo, hi;
+            skel_share(st, b, lo, hi);
+            for (u64 c = lo; c < hi; c += PER, ++issued) {
+                const int k = base + (int)(issued % count);
+                if (issued >= (u64)count) mbar_wait(empty(k), (u32)((issued / count - 1) & 1), failed);
+                const u32 bytes = (u32)(min(hi - c, PER) * 16);
+                mbar_arrive_expect_tx(full(k), bytes);
+                bulk_copy(slots + k * PER, weights + st.offset / 16 + c, bytes, full(k));
+            }
+        }
+        return;
+    }
+    u64 used0 = 0, used1 = 0;  // slots consumed from each ring (scalars: no local array)
+    for (int s = 0; s < n; ++s) {
+        const SkelStage st = stages[s];
+        u32 acc = 0;
+        if (wait && s > 0) {
+            skel_wait<true>(stages, s, done, failed);
+            acc = (u32)load_l2((const int*)out + (u64)(s - 1) * grid + t % stages[s - 1].producers);
+        }
+        if (b >= st.producers) continue;
+        const int ring = (st.ahead & SKEL_ROUTED_BIT) ? 1 : 0;
+        const int base = ring ? dense : 0, count = ring ? routed : dense;
+        u64 lo, hi;
+        skel_share(st, b, lo, hi);
+        for (u64 c = lo; c < hi; c += PER) {
+            const u64 i = ring ? used1++ : used0++;
+            const int k = base + (int)(i % count);
+            mbar_wait(full(k), (u32)((i / count) & 1), failed);
+            const u64 m = min(hi - c, PER);
+            for (u64 q = t; q < m; q += TMA_CONSUMERS) acc = fold4(acc, slots[k * PER + q]);
+            __syncwarp();
+            if (t % 32 == 0) mbar_arrive(empty(k));
+        }
+        skel_publish<true>(acc, folded, s, done, out);
+    }
+#endif
 }

@@ -55,29 +55,31 @@ pub fn skeleton_stages(c: &ModelConfig, ctx: usize) -> Vec<SkeletonStage> {
         m.moe_intermediate_size as f64,
     );
     let all = u32::MAX;
-    let st = |bytes: f64, producers: u32, ahead: bool| SkeletonStage {
+    let st = |bytes: f64, producers: u32, ahead: bool, routed: bool| SkeletonStage {
         bytes: bytes as u64,
         producers,
         ahead,
+        routed,
     };
     let mut v = Vec::with_capacity(c.num_hidden_layers * 6 + 2);
     for _ in 0..c.num_hidden_layers {
         v.extend([
-            st(h * (nh + 2.0 * nkv) * hd * pb, all, true),
+            st(h * (nh + 2.0 * nkv) * hd * pb, all, true, false),
             st(
                 2.0 * nkv * hd * ctx as f64 * 2.0,
                 c.num_attention_heads as u32,
                 true,
+                false,
             ),
-            st(nh * hd * h * pb, all, true),
-            st(e * h * 2.0, 16, true),
-            st(k * 2.0 * inter * h * pb, all, false),
-            st(k * inter * h * pb, all, true),
+            st(nh * hd * h * pb, all, true, false),
+            st(e * h * 2.0, 16, true, false),
+            st(k * 2.0 * inter * h * pb, all, false, true),
+            st(k * inter * h * pb, all, true, true),
         ]);
     }
     v.extend([
-        st(c.vocab_size as f64 * h * 2.0, all, true),
-        st(16.0, 1, true),
+        st(c.vocab_size as f64 * h * 2.0, all, true, false),
+        st(16.0, 1, true, false),
     ]);
     v
 }
@@ -99,7 +101,9 @@ fn skeleton_lines(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         report.summary_line(format!(
             "decode skeleton {name} ({} stages, {:.2} GB, floor {:.3} ms): registers: bytes \
              alone {:.3} ms ({:.2} TB/s), the hand-off chain {:.3} ms, with every load after its \
-             wait {:.3} ms; shared-memory ring: bytes alone {:.3} ms, the chain {:.3} ms",
+             wait {:.3} ms, with the flag in the data {:.3} ms (one warp spinning: {:.3} ms); \
+             shared-memory ring: bytes alone \
+             {:.3} ms, the chain {:.3} ms",
             stages.len(),
             bytes / 1e9,
             bytes / FLOOR_BYTES_PER_S * 1e3,
@@ -107,15 +111,36 @@ fn skeleton_lines(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             bytes / t.stream_ms / 1e9,
             t.chain_ms,
             t.chain_behind_ms,
+            t.chain_ll_ms,
+            t.chain_ll_warp_ms,
             t.ring_stream_ms,
             t.ring_chain_ms
         ));
-        chain.push((t.chain_ms, t.ring_chain_ms));
+        for r in &t.tma {
+            report.summary_line(format!(
+                "decode skeleton {name}, bulk-copy rings of {} + {} slots of {} KB: bytes alone \
+                 {:.3} ms ({:.2} TB/s), the chain {:.3} ms",
+                r.dense_slots,
+                r.routed_slots,
+                r.slot_bytes / 1024,
+                r.stream_ms,
+                bytes / r.stream_ms / 1e9,
+                r.chain_ms
+            ));
+        }
+        let best_tma = t.tma.iter().map(|r| r.chain_ms).min_by(f64::total_cmp);
+        let registers = t.chain_ms.min(t.chain_ll_ms).min(t.chain_ll_warp_ms);
+        chain.push((registers, t.ring_chain_ms, best_tma));
     }
     if let [bf16, fp8] = chain[..] {
+        let tma = match (bf16.2, fp8.2) {
+            (Some(b), Some(f)) => format!("{:.2}", b / f),
+            _ => "not measured".to_string(),
+        };
         report.summary_line(format!(
-            "decode skeleton: bf16 / FP8 step {:.2} with registers, {:.2} with the ring (issue \
-             11 asks >= 1.6 of the engine)",
+            "decode skeleton: bf16 / FP8 step {:.2} with registers (the faster hand-off), {:.2} \
+             with the ring, {tma} with the bulk-copy rings (each its best split; issue 11 asks \
+             >= 1.6 of the engine)",
             bf16.0 / fp8.0,
             bf16.1 / fp8.1
         ));

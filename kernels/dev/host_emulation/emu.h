@@ -16,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -45,6 +46,10 @@ struct Block {
     std::unique_ptr<std::barrier<>> bar;
     std::vector<std::unique_ptr<Warp>> warps;
     std::vector<unsigned char> smem;  // dynamic shared memory (launch_all)
+    // Named barriers (bar.sync id, count: a subset of the block), made by the first thread to
+    // reach one.
+    std::mutex named_mutex;
+    std::unique_ptr<std::barrier<>> named[16];
     explicit Block(unsigned n, size_t smem_bytes) : bar(std::make_unique<std::barrier<>>(n)), smem(smem_bytes) {
         for (unsigned w = 0; w < (n + 31) / 32; ++w) {
             auto wp = std::make_unique<Warp>();
@@ -62,6 +67,52 @@ inline WarpsOfBlock g_warps;
 inline void __syncthreads() { t_block->bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warps[threadIdx.x / 32]->bar->arrive_and_wait(); }
 inline unsigned char* emu_dyn_smem() { return t_block->smem.data(); }
+// bar.sync id, count: the first `count` threads to arrive at barrier `id` go on together.
+inline void emu_named_barrier(int id, unsigned count) {
+    std::barrier<>* b;
+    {
+        std::lock_guard<std::mutex> g(t_block->named_mutex);
+        if (!t_block->named[id]) t_block->named[id] = std::make_unique<std::barrier<>>(count);
+        b = t_block->named[id].get();
+    }
+    b->arrive_and_wait();
+}
+// A shared-memory mbarrier (16 bytes reserved where the device uses 8): pending arrivals and
+// transaction bytes of the current phase; the phase completes when both are zero, and the
+// arrivals start again from `init`. One lock for all of them: the emulation is about logic.
+struct EmuMbar { unsigned init, arrivals, phase; int tx; };
+inline std::mutex emu_mbar_mutex;
+inline void emu_mbar_complete(EmuMbar* m) {
+    if (m->arrivals == 0 && m->tx == 0) {
+        ++m->phase;
+        m->arrivals = m->init;
+    }
+}
+inline void emu_mbar_init(void* p, unsigned count) {
+    std::lock_guard<std::mutex> g(emu_mbar_mutex);
+    *(EmuMbar*)p = EmuMbar{count, count, 0, 0};
+}
+// An arrival that first expects `tx` more bytes (0: a plain arrive).
+inline void emu_mbar_arrive(void* p, unsigned tx) {
+    std::lock_guard<std::mutex> g(emu_mbar_mutex);
+    EmuMbar* m = (EmuMbar*)p;
+    m->tx += (int)tx;
+    --m->arrivals;
+    emu_mbar_complete(m);
+}
+// Whether the phase of this parity has completed (mbarrier.try_wait.parity).
+inline bool emu_mbar_test(void* p, unsigned parity) {
+    std::lock_guard<std::mutex> g(emu_mbar_mutex);
+    return (((EmuMbar*)p)->phase & 1u) != parity;
+}
+// cp.async.bulk global -> shared with complete_tx on the barrier: the copy at once.
+inline void emu_bulk_copy(void* dst, const void* src, unsigned bytes, void* p) {
+    memcpy(dst, src, bytes);
+    std::lock_guard<std::mutex> g(emu_mbar_mutex);
+    EmuMbar* m = (EmuMbar*)p;
+    m->tx -= (int)bytes;
+    emu_mbar_complete(m);
+}
 inline void emu_yield() { std::this_thread::yield(); }
 inline float __shfl_xor_sync(unsigned, float v, int o) {
     Warp* w = g_warps[threadIdx.x / 32];

@@ -46,7 +46,7 @@ pub use gdn_chunk::GDN_CHUNK_MIN;
 pub use moe::MOE_DOWN_COLS_AUTO;
 pub use moe_mma::MoeGemm;
 pub use moe_one::OneGrid;
-pub use probe::{SkeletonStage, SkeletonTimes, SyncProbe};
+pub use probe::{SkeletonStage, SkeletonTimes, SyncProbe, TMA_SPLITS, TmaTimes};
 pub use tensor::{CudaTensor, DType};
 
 pub(crate) use super::cpu::shape_err;

@@ -1,8 +1,9 @@
 //! Synchronisation probes (`probe.cu`) for `cuda_check`'s moe-speed: the cost of one link of a
 //! chain of kernels replayed from a CUDA graph (with programmatic dependent launch, as every
 //! launch here), of one grid-wide barrier inside a kernel, and of one hand-off of a flag
-//! between blocks. Timed with device events; nothing else runs meanwhile. Written 2026-12-01
-//! and not yet run on a GPU (the lease ended first): `cuda_check` reports a failure here as a
+//! between blocks; and the persistent decode step's skeletons (registers, a cp.async ring, the
+//! bulk-copy engine's rings). Timed with device events; nothing else runs meanwhile; what they
+//! measured on the H200 is in docs/performance.md. `cuda_check` reports a failure here as a
 //! line and goes on.
 
 use cudarc::driver::DevicePtr;
@@ -139,10 +140,14 @@ pub struct SkeletonStage {
     /// Whether the op's addresses are known before the op before it ends (every weight but
     /// the routed experts' gate|up), so its first loads may go before the wait.
     pub ahead: bool,
+    /// Whether the op reads the routed experts' weights: the bulk-copy skeleton streams those
+    /// through a ring of their own, so that the other weights keep streaming while the router
+    /// runs.
+    pub routed: bool,
 }
 
 /// What [`CudaBackend::decode_skeleton`] measured, in milliseconds a step.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SkeletonTimes {
     /// The bytes alone, no waits: this kernel's streaming rate.
     pub stream_ms: f64,
@@ -150,25 +155,63 @@ pub struct SkeletonTimes {
     pub chain_ms: f64,
     /// The chain with every load after the wait.
     pub chain_behind_ms: f64,
+    /// The chain with the flag in the data (each consumer thread spins on the word it reads;
+    /// no fence, no counter), loads before the wait.
+    pub chain_ll_ms: f64,
+    /// The same with one warp a block spinning on the words and passing them on.
+    pub chain_ll_warp_ms: f64,
     /// The bytes alone through the shared-memory ring (`decode_skeleton_ring`).
     pub ring_stream_ms: f64,
     /// The chain with the weights streamed through the ring, across stage boundaries.
     pub ring_chain_ms: f64,
+    /// The bulk-copy engine's two rings (`decode_skeleton_tma`) at each split of
+    /// [`TMA_SPLITS`]; empty below compute capability 9.0.
+    pub tma: Vec<TmaTimes>,
 }
 
+/// The bulk-copy skeleton at one split of its 208 KB of slots.
+#[derive(Debug, Clone, Copy)]
+pub struct TmaTimes {
+    /// Slots of the ring for the weights known ahead, and of the routed experts' ring.
+    pub dense_slots: u32,
+    pub routed_slots: u32,
+    /// Bytes a slot (one bulk copy).
+    pub slot_bytes: u32,
+    /// The bytes alone, no waits.
+    pub stream_ms: f64,
+    /// The chain with producer warps streaming both rings ahead of the consumers.
+    pub chain_ms: f64,
+}
+
+/// The (dense, routed, bytes a slot) splits of the bulk-copy skeleton's slots that are timed
+/// (probe.cu: slots of a multiple of 8 KB, 26 slots and 208 KB at most).
+pub const TMA_SPLITS: [(u32, u32, u32); 5] = [
+    (14, 12, 8192),
+    (8, 18, 8192),
+    (7, 6, 16384),
+    (3, 3, 32768),
+    (2, 4, 32768),
+];
+
 /// Threads of a skeleton block (probe.cu's SKEL_THREADS); the register kernel's dynamic shared
-/// memory (a word a warp), and the ring kernel's (RING_ITEMS · RING_CHUNKS · SKEL_THREADS · 16,
-/// then the same words).
+/// memory (a word a warp, then two words a block of the grid, for grids up to 1024 blocks), and
+/// the ring kernel's (RING_ITEMS · RING_CHUNKS · SKEL_THREADS · 16, then the words a warp).
 const SKEL_THREADS: u32 = 512;
 const SKEL_SMEM: u32 = SKEL_THREADS / 32 * 4;
+const SKEL_REG_SMEM: u32 = SKEL_SMEM + 2 * 1024 * 4;
 const RING_SMEM: u32 = 6 * 4 * SKEL_THREADS * 16 + SKEL_SMEM;
+/// The bulk-copy kernel's block (probe.cu's TMA_THREADS: the consumers and two producer warps)
+/// and shared memory (TMA_SMEM: 26 slots of 8 KB, 52 barriers of 16 bytes, the words).
+const TMA_THREADS: u32 = SKEL_THREADS + 64;
+const TMA_SMEM: u32 = 26 * 8192 + 2 * 26 * 16 + SKEL_SMEM;
 
 impl CudaBackend {
     /// The skeleton of a persistent decode step (probe.cu's `decode_skeleton`): `stages` in
     /// order, each streaming its bytes over its producers, with a flag hand-off between one
     /// stage's producers and the next stage's blocks; a block a multiprocessor. `None` where
     /// the grid might not all be resident (fewer multiprocessors in this context than the
-    /// device has, or the occupancy calculator says not even one block fits).
+    /// device has, or the occupancy calculator says not even one block fits), or where the grid
+    /// has more than 1024 blocks (the shared words of the flag-in-data hand-off).
     pub fn decode_skeleton(&self, stages: &[SkeletonStage]) -> Result<Option<SkeletonTimes>> {
         let s = &self.stream;
         if stages.is_empty() || self.context_multiprocessors()? < self.info.multiprocessors {
@@ -176,12 +219,22 @@ impl CudaBackend {
         }
         let f = self.func(Module::Probe, "decode_skeleton")?;
         let ring = self.func(Module::Probe, "decode_skeleton_ring")?;
-        ring.set_attribute(
-            cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            RING_SMEM as i32,
-        )
-        .map_err(dev_err("decode_skeleton_ring: shared memory"))?;
-        for (func, smem) in [(&f, SKEL_SMEM), (&ring, RING_SMEM)] {
+        let tma = (self.info.compute_capability.0 >= 9)
+            .then(|| self.func(Module::Probe, "decode_skeleton_tma"))
+            .transpose()?;
+        let mut kernels = vec![
+            (&f, SKEL_THREADS, SKEL_REG_SMEM),
+            (&ring, SKEL_THREADS, RING_SMEM),
+        ];
+        if let Some(tma) = &tma {
+            kernels.push((tma, TMA_THREADS, TMA_SMEM));
+        }
+        for &(func, threads, smem) in &kernels {
+            func.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(dev_err("decode_skeleton: shared memory"))?;
             let mut fit = 0i32;
             // SAFETY: the function handle is live (the module stays loaded for the context's
             // life); the out pointer is valid for the call.
@@ -189,7 +242,7 @@ impl CudaBackend {
                 cudarc::driver::sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
                     &mut fit,
                     func.cu_function(),
-                    SKEL_THREADS as i32,
+                    threads as i32,
                     smem as usize,
                 )
             }
@@ -200,6 +253,9 @@ impl CudaBackend {
             }
         }
         let grid = self.info.multiprocessors as u32;
+        if grid > 1024 {
+            return Ok(None); // SKEL_REG_SMEM holds the words of up to 1024 blocks
+        }
         // The stage table as probe.cu's SkelStage: offset, bytes, producers | ahead << 32.
         let mut table = Vec::with_capacity(stages.len() * 3);
         let mut total = 0u64;
@@ -208,7 +264,8 @@ impl CudaBackend {
             table.extend([
                 total,
                 bytes,
-                u64::from(st.producers.clamp(1, grid)) | u64::from(st.ahead) << 32,
+                u64::from(st.producers.clamp(1, grid))
+                    | u64::from(u32::from(st.ahead) | u32::from(st.routed) << 1) << 32,
             ]);
             total += bytes;
         }
@@ -219,76 +276,106 @@ impl CudaBackend {
         let mut done = s
             .alloc_zeros::<u32>(stages.len())
             .map_err(dev_err("skeleton counters"))?;
-        let out = s
-            .alloc_zeros::<u32>(stages.len() * grid as usize)
+        // A u64 a stage a block (the flag-in-data mode's word and tag; the others use the
+        // first half as u32), zeroed before each launch.
+        let mut out = s
+            .alloc_zeros::<u64>(stages.len() * grid as usize)
             .map_err(dev_err("skeleton outputs"))?;
         let failed = s
             .alloc_zeros::<u32>(1)
             .map_err(dev_err("skeleton failure word"))?;
-        let (wp, tp, op, fp) = (
+        let (wp, tp, fp) = (
             weights.device_ptr(s).0,
             table.device_ptr(s).0,
-            out.device_ptr(s).0,
             failed.device_ptr(s).0,
         );
         let n = stages.len() as i32;
-        let mut run =
-            |kernel: &cudarc::driver::CudaFunction, smem: u32, mode: i32| -> Result<f64> {
-                let mut ms = Vec::new();
-                for rep in 0..6 {
-                    s.memset_zeros(&mut done)
-                        .map_err(dev_err("skeleton counters"))?;
-                    let dp = done.device_ptr(s).0;
-                    let start = s
-                        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                        .map_err(dev_err("event"))?;
-                    let mut a = self.launcher(kernel);
-                    a.arg(&wp)
-                        .arg(&tp)
-                        .arg(&n)
-                        .arg(&dp)
-                        .arg(&op)
-                        .arg(&fp)
-                        .arg(&mode);
-                    // SAFETY: the weights hold every stage's offset + bytes (the table was built
-                    // from the same sums); done has a counter a stage, at zero; out has a word a
-                    // stage a block, failed one word; the occupancy calculator says the grid is
-                    // resident at once with this shared memory, and every wait is on an earlier
-                    // stage's producers (and bounded), so every wait returns.
-                    let r = unsafe {
-                        a.launch(cudarc::driver::LaunchConfig {
-                            grid_dim: (grid, 1, 1),
-                            block_dim: (SKEL_THREADS, 1, 1),
-                            shared_mem_bytes: smem,
-                        })
-                    };
-                    self.launched("decode_skeleton", r)?;
-                    let end = s
-                        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                        .map_err(dev_err("event"))?;
-                    if rep > 0 {
-                        ms.push(f64::from(
-                            start.elapsed_ms(&end).map_err(dev_err("elapsed"))?,
-                        ));
-                    }
+        // A kernel at a mode; the bulk-copy one also takes its two ring sizes.
+        let mut run = |kernel: &cudarc::driver::CudaFunction,
+                       threads: u32,
+                       smem: u32,
+                       mode: i32,
+                       rings: Option<(i32, i32, i32)>|
+         -> Result<f64> {
+            let mut ms = Vec::new();
+            for rep in 0..6 {
+                s.memset_zeros(&mut done)
+                    .map_err(dev_err("skeleton counters"))?;
+                s.memset_zeros(&mut out)
+                    .map_err(dev_err("skeleton outputs"))?;
+                let (dp, op) = (done.device_ptr(s).0, out.device_ptr(s).0);
+                let start = s
+                    .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(dev_err("event"))?;
+                let mut a = self.launcher(kernel);
+                a.arg(&wp)
+                    .arg(&tp)
+                    .arg(&n)
+                    .arg(&dp)
+                    .arg(&op)
+                    .arg(&fp)
+                    .arg(&mode);
+                let (dense, routed, slot) = rings.unwrap_or((0, 0, 0));
+                if rings.is_some() {
+                    a.arg(&dense).arg(&routed).arg(&slot);
                 }
-                if s.clone_dtoh(&failed)
-                    .map_err(dev_err("skeleton failure word"))?[0]
-                    != 0
-                {
-                    return Err(BackendError::Device(
-                        "decode skeleton: a hand-off never landed (spin limit)".into(),
+                // SAFETY: the weights hold every stage's offset + bytes (the table was built
+                // from the same sums); done has a counter a stage, at zero; out has a word a
+                // stage a block, failed one word; the occupancy calculator says the grid is
+                // resident at once with this shared memory, and every wait is on an earlier
+                // stage's producers (and bounded), so every wait returns.
+                let r = unsafe {
+                    a.launch(cudarc::driver::LaunchConfig {
+                        grid_dim: (grid, 1, 1),
+                        block_dim: (threads, 1, 1),
+                        shared_mem_bytes: smem,
+                    })
+                };
+                self.launched("decode_skeleton", r)?;
+                let end = s
+                    .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                    .map_err(dev_err("event"))?;
+                if rep > 0 {
+                    ms.push(f64::from(
+                        start.elapsed_ms(&end).map_err(dev_err("elapsed"))?,
                     ));
                 }
-                ms.sort_by(f64::total_cmp);
-                Ok(ms[ms.len() / 2])
-            };
+            }
+            if s.clone_dtoh(&failed)
+                .map_err(dev_err("skeleton failure word"))?[0]
+                != 0
+            {
+                return Err(BackendError::Device(
+                    "decode skeleton: a hand-off never landed (spin limit)".into(),
+                ));
+            }
+            ms.sort_by(f64::total_cmp);
+            Ok(ms[ms.len() / 2])
+        };
         let times = SkeletonTimes {
-            stream_ms: run(&f, SKEL_SMEM, 1)?,
-            chain_ms: run(&f, SKEL_SMEM, 0)?,
-            chain_behind_ms: run(&f, SKEL_SMEM, 2)?,
-            ring_stream_ms: run(&ring, RING_SMEM, 1)?,
-            ring_chain_ms: run(&ring, RING_SMEM, 0)?,
+            stream_ms: run(&f, SKEL_THREADS, SKEL_REG_SMEM, 1, None)?,
+            chain_ms: run(&f, SKEL_THREADS, SKEL_REG_SMEM, 0, None)?,
+            chain_behind_ms: run(&f, SKEL_THREADS, SKEL_REG_SMEM, 2, None)?,
+            chain_ll_ms: run(&f, SKEL_THREADS, SKEL_REG_SMEM, 4, None)?,
+            chain_ll_warp_ms: run(&f, SKEL_THREADS, SKEL_REG_SMEM, 12, None)?,
+            ring_stream_ms: run(&ring, SKEL_THREADS, RING_SMEM, 1, None)?,
+            ring_chain_ms: run(&ring, SKEL_THREADS, RING_SMEM, 0, None)?,
+            tma: match &tma {
+                None => Vec::new(),
+                Some(k) => TMA_SPLITS
+                    .iter()
+                    .map(|&(dense, routed, slot)| {
+                        let rings = Some((dense as i32, routed as i32, slot as i32));
+                        Ok(TmaTimes {
+                            dense_slots: dense,
+                            routed_slots: routed,
+                            slot_bytes: slot,
+                            stream_ms: run(k, TMA_THREADS, TMA_SMEM, 1, rings)?,
+                            chain_ms: run(k, TMA_THREADS, TMA_SMEM, 0, rings)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?,
+            },
         };
         Ok(Some(times))
     }
