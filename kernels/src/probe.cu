@@ -50,8 +50,8 @@ extern "C" __global__ void sync_probe_ring(u32* counter, int rounds) {
 // thread spinning on its word, or with bit 3 too, warp 0 alone spinning on the stage's words
 // and passing them on through shared memory. Dynamic shared memory: SKEL_THREADS / 32 words,
 // then two words a block of the grid (bit 3: a stage's words, by the parity of the stage, so a
-// thread still reading one stage's never meets the next one's writes). The step a persistent decode kernel
-// could reach, before its arithmetic: docs/performance.md.
+// thread still reading one stage's never meets the next one's writes). The step a persistent
+// decode kernel could reach, before its arithmetic: docs/performance.md.
 struct SkelStage {
     u64 offset;  // bytes into the weights, a multiple of 16
     u64 bytes;   // a multiple of 16
@@ -84,18 +84,24 @@ template <bool CONSUMERS> __device__ __forceinline__ void skel_sync() {
     }
 }
 
-// Waits (bounded) until `counter` reaches `need`; false when it gave up (and `failed` says so).
-__device__ __forceinline__ bool skel_spin(const u32* counter, u32 need, u32* failed) {
-    for (u32 i = 0; load_acquire_u32(counter) < need; ++i) {
-        if (i == SKEL_SPIN_LIMIT || load_acquire_u32(failed) != 0) {
+// Spins until ready() (bounded): gives up after SKEL_SPIN_LIMIT tries, or once another thread
+// has given up (`failed`, read every EVERY tries), and then says so in `failed`.
+template <u32 EVERY, class Ready>
+__device__ __forceinline__ void skel_spin_until(Ready ready, u32* failed) {
+    for (u32 i = 0; !ready(); ++i) {
+        if (i == SKEL_SPIN_LIMIT || (i % EVERY == EVERY - 1 && load_acquire_u32(failed) != 0)) {
             atomicExch(failed, 1u);
-            return false;
+            return;
         }
 #ifdef METRALE_HOST_EMULATION
         emu_yield();
 #endif
     }
-    return true;
+}
+
+// Waits (bounded) until `counter` reaches `need`.
+__device__ __forceinline__ void skel_spin(const u32* counter, u32 need, u32* failed) {
+    skel_spin_until<1>([&] { return load_acquire_u32(counter) >= need; }, failed);
 }
 
 // Thread 0 waits until done[s − 1] counts stage s − 1's producers (bounded), then the block.
@@ -116,16 +122,24 @@ __device__ __forceinline__ void skel_share(const SkelStage& st, u32 b, u64& lo, 
     hi = b < st.producers ? min(chunks, lo + per) : 0;
 }
 
-// A producer's last act in a stage: its word, then its count in done[s].
-template <bool CONSUMERS = false>
-__device__ __forceinline__ void skel_publish(u32 acc, u32* folded, int s, u32* done, u32* out) {
+// The block's word: every thread's acc folded together (thread 0's return value; the others'
+// is not the word).
+template <bool CONSUMERS> __device__ __forceinline__ u32 skel_fold_block(u32 acc, u32* folded) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc ^= shfl_xor_u32(acc, o);
     if (threadIdx.x % 32 == 0) folded[threadIdx.x / 32] = acc;
     skel_sync<CONSUMERS>();
-    if (threadIdx.x == 0) {
-        u32 r = 0;
+    u32 r = 0;
+    if (threadIdx.x == 0)
         for (int i = 0; i < SKEL_THREADS / 32; ++i) r ^= folded[i];
+    return r;
+}
+
+// A producer's last act in a stage: its word, then its count in done[s].
+template <bool CONSUMERS = false>
+__device__ __forceinline__ void skel_publish(u32 acc, u32* folded, int s, u32* done, u32* out) {
+    const u32 r = skel_fold_block<CONSUMERS>(acc, folded);
+    if (threadIdx.x == 0) {
         out[(u64)s * gridDim.x + blockIdx.x] = r;
         __threadfence();
         atomicAdd(done + s, 1u);
@@ -153,28 +167,21 @@ __device__ __forceinline__ void store_relaxed_u64(u64* p, u64 v) {
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 #endif
 }
-// This thread's word of stage s − 1 once it carries the tag s (bounded; 0 when it gave up).
+// This thread's word of stage s − 1 once it carries the tag s (bounded; when it gave up, what
+// the word held then).
 __device__ __forceinline__ u32 skel_wait_ll(const u64* word, int s, u32* failed) {
-    for (u32 i = 0;; ++i) {
-        const u64 v = load_relaxed_u64(word);
-        if ((u32)(v >> 32) == (u32)s) return (u32)v;
-        if (i == SKEL_SPIN_LIMIT || (i % 1024 == 1023 && load_acquire_u32(failed) != 0)) {
-            atomicExch(failed, 1u);
-            return 0;
-        }
-#ifdef METRALE_HOST_EMULATION
-        emu_yield();
-#endif
-    }
+    u64 v = 0;
+    skel_spin_until<1024>(
+        [&] {
+            v = load_relaxed_u64(word);
+            return (u32)(v >> 32) == (u32)s;
+        },
+        failed);
+    return (u32)v;
 }
 __device__ __forceinline__ void skel_publish_ll(u32 acc, u32* folded, int s, u32* done, u64* out) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc ^= shfl_xor_u32(acc, o);
-    if (threadIdx.x % 32 == 0) folded[threadIdx.x / 32] = acc;
-    __syncthreads();
+    const u32 r = skel_fold_block<false>(acc, folded);
     if (threadIdx.x == 0) {
-        u32 r = 0;
-        for (int i = 0; i < SKEL_THREADS / 32; ++i) r ^= folded[i];
         store_relaxed_u64(out + (u64)s * gridDim.x + blockIdx.x, (u64)(s + 1) << 32 | r);
         atomicAdd(done + s, 1u);  // counted for the check only: nobody waits on it
     }
@@ -416,17 +423,9 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, u32 bytes,
 }
 #endif
 
-// Waits (bounded) for the phase of this parity of barrier m; gives up as skel_spin does.
+// Waits (bounded) for the phase of this parity of barrier m.
 __device__ __forceinline__ void mbar_wait(void* m, u32 parity, u32* failed) {
-    for (u32 i = 0; !mbar_test(m, parity); ++i) {
-        if (i == SKEL_SPIN_LIMIT || (i % 1024 == 1023 && load_acquire_u32(failed) != 0)) {
-            atomicExch(failed, 1u);
-            return;
-        }
-#ifdef METRALE_HOST_EMULATION
-        emu_yield();
-#endif
-    }
+    skel_spin_until<1024>([&] { return mbar_test(m, parity); }, failed);
 }
 
 extern "C" __global__ void __launch_bounds__(TMA_THREADS, 1)

@@ -193,6 +193,18 @@ pub const TMA_SPLITS: [(u32, u32, u32); 5] = [
     (2, 4, 32768),
 ];
 
+// The splits the kernel accepts (it refuses any other with its failure word): at least one slot
+// a ring, slots of a multiple of 8 KB, 26 slots and 26 · 8 KB at most.
+const _: () = {
+    let mut i = 0;
+    while i < TMA_SPLITS.len() {
+        let (dense, routed, slot) = TMA_SPLITS[i];
+        assert!(dense >= 1 && routed >= 1 && dense + routed <= 26);
+        assert!(slot >= 8192 && slot % 8192 == 0 && (dense + routed) * slot <= 26 * 8192);
+        i += 1;
+    }
+};
+
 /// Threads of a skeleton block (probe.cu's SKEL_THREADS); the register kernel's dynamic shared
 /// memory (a word a warp, then two words a block of the grid, for grids up to 1024 blocks), and
 /// the ring kernel's (RING_ITEMS · RING_CHUNKS · SKEL_THREADS · 16, then the words a warp).
@@ -315,9 +327,8 @@ impl CudaBackend {
                     .arg(&op)
                     .arg(&fp)
                     .arg(&mode);
-                let (dense, routed, slot) = rings.unwrap_or((0, 0, 0));
-                if rings.is_some() {
-                    a.arg(&dense).arg(&routed).arg(&slot);
+                if let Some((dense, routed, slot)) = &rings {
+                    a.arg(dense).arg(routed).arg(slot);
                 }
                 // SAFETY: the weights hold every stage's offset + bytes (the table was built
                 // from the same sums); done has a counter a stage, at zero; out has a word a
