@@ -1,8 +1,12 @@
-//! `met`'s command line (clap types only).
+//! `met`'s command line (clap types only). The value enums are the engine's own types with
+//! clap's `ValueEnum` derived on them, not copies.
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+pub use metrale_engine::engine_core::{ComputeDtype, Device};
+use metrale_engine::loader::LoadFormat;
+use metrale_engine::server::config::KvCacheDtype;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,44 +39,6 @@ pub struct DownloadArgs {
     pub revision: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Device {
-    Cpu,
-    /// The first NVIDIA GPU (a `met` built with `--features cuda`).
-    Cuda,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum KvCacheDtypeArg {
-    /// The model's dtype.
-    Auto,
-    Bf16,
-    /// e4m3 values with one f32 scale per 128 dims of each cached head: about half the memory
-    /// of bf16 on cuda; the cpu rounds its f32 cache the same way (same accuracy, no saving).
-    Fp8,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DtypeArg {
-    /// bfloat16 on cuda, float32 on the cpu.
-    Auto,
-    /// cuda only.
-    #[value(alias = "bf16")]
-    Bfloat16,
-    /// Weights, activations and the KV cache in f32: on cuda twice the memory and far slower,
-    /// for checking against float32 references.
-    #[value(alias = "float", alias = "fp32")]
-    Float32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LoadFormatArg {
-    /// Safetensors weights from the model directory.
-    Auto,
-    /// Random weights of the right shapes from config.json alone (for benchmarks).
-    Dummy,
-}
-
 #[derive(Debug, Clone, Args)]
 pub struct ModelArgs {
     /// A Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json), or
@@ -83,10 +49,10 @@ pub struct ModelArgs {
     pub device: Device,
     /// The type weights, activations and the KV cache are computed in.
     #[arg(long, value_enum, default_value = "auto")]
-    pub dtype: DtypeArg,
+    pub dtype: ComputeDtype,
     /// How to obtain weights.
     #[arg(long, value_enum, default_value = "auto")]
-    pub load_format: LoadFormatArg,
+    pub load_format: LoadFormat,
 }
 
 #[derive(Debug, Args)]
@@ -109,8 +75,8 @@ pub struct ScoreArgs {
     pub top_k: usize,
     /// The KV cache's number format while scoring (fp8: e4m3 with a scale per head; see
     /// `met serve --help`), to measure what the FP8 cache costs in accuracy.
-    #[arg(long, value_enum, default_value_t = KvCacheDtypeArg::Auto)]
-    pub kv_cache_dtype: KvCacheDtypeArg,
+    #[arg(long, value_enum, default_value_t = KvCacheDtype::Auto)]
+    pub kv_cache_dtype: KvCacheDtype,
 }
 
 #[derive(Debug, Args)]
@@ -145,7 +111,7 @@ pub struct ServeArgs {
     pub gpu_memory_utilization: f64,
     /// KV cache storage type.
     #[arg(long, value_enum, default_value = "auto")]
-    pub kv_cache_dtype: KvCacheDtypeArg,
+    pub kv_cache_dtype: KvCacheDtype,
     /// Reuse the KV cache of shared prompt prefixes.
     #[arg(long)]
     pub enable_prefix_caching: bool,

@@ -7,24 +7,14 @@
 //! KV blocks.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
+use crate::admission::{AdmissionLimits, QueueGate};
 use crate::loader::LoadFormat;
-
-use crate::sampling_params::SamplingParams;
 use crate::scheduler::io::{RequestId, TokenLogprobs};
 
-/// A request as the server hands it to the engine: token ids and how to sample.
-#[derive(Debug, Clone)]
-pub struct EngineRequest {
-    pub prompt_token_ids: Vec<u32>,
-    pub sampling: SamplingParams,
-    /// When the server received it (for TTFT and e2e latency).
-    pub arrival: Instant,
-}
-
+pub use crate::admission::{AddRequestError, ValidRequest};
 pub use crate::scheduler::{FinishReason, FinishedRequest};
 pub use start::{KvCachePlan, StateCachePlan};
 
@@ -45,21 +35,6 @@ pub struct StepOutput {
     pub prompt_logprobs: Option<Vec<TokenLogprobs>>,
     /// Set on the request's last output.
     pub finished: Option<FinishedRequest>,
-}
-
-/// Refusals at admission; the server maps each to a status code.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum AddRequestError {
-    /// The waiting queue is at `--max-queued-requests` (HTTP 429 with Retry-After).
-    #[error("the server is at capacity ({queued} requests queued); retry shortly")]
-    QueueFull { queued: usize },
-    /// Prompt + max_tokens exceed what the model or the KV cache can ever hold (HTTP 400,
-    /// `context_length_exceeded`).
-    #[error("this request needs {needed} tokens of context but the limit is {limit}")]
-    TooLong { needed: usize, limit: usize },
-    /// The engine is draining for shutdown or has stopped (HTTP 503).
-    #[error("the engine is shutting down and accepts no new requests")]
-    ShuttingDown,
 }
 
 /// Static facts about the loaded model, for validation and `/v1/models`.
@@ -111,7 +86,7 @@ pub struct EngineStats {
 pub(crate) enum Command {
     Add {
         id: RequestId,
-        request: EngineRequest,
+        request: ValidRequest,
         outputs: tokio::sync::mpsc::UnboundedSender<StepOutput>,
     },
     Abort(RequestId),
@@ -155,24 +130,28 @@ impl Drop for RequestStream {
     }
 }
 
-/// Where the model runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `--device`: where the model runs. `met`'s flags are these enums themselves (clap's
+/// `ValueEnum`): a variant's doc comment is its `--help` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Device {
     Cpu,
-    /// The first visible NVIDIA GPU (`CUDA_VISIBLE_DEVICES` chooses which).
+    /// The first NVIDIA GPU (a `met` built with `--features cuda`; `CUDA_VISIBLE_DEVICES`
+    /// chooses which).
     Cuda,
 }
 
 /// `--dtype`: the type weights, GEMM operands and the KV cache are kept in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum ComputeDtype {
-    /// bfloat16 on CUDA; the CPU backend always computes in float32.
+    /// bfloat16 on cuda, float32 on the cpu.
     #[default]
     Auto,
-    /// CUDA only.
+    /// cuda only.
+    #[value(alias = "bf16")]
     Bfloat16,
-    /// Everything in f32: on CUDA twice the memory and far slower, for checking against
-    /// float32 references; what the CPU backend always does.
+    /// Weights, activations and the KV cache in f32: on cuda twice the memory and far slower,
+    /// for checking against float32 references; what the cpu always does.
+    #[value(alias = "float", alias = "fp32")]
     Float32,
 }
 
@@ -227,21 +206,29 @@ pub(crate) struct Shared {
     pub(crate) next_id: AtomicU64,
     pub(crate) info: ModelInfo,
     pub(crate) live: Arc<Live>,
-    pub(crate) max_queued: usize,
-    /// Largest prompt + max_tokens the KV cache can ever hold for one sequence.
-    pub(crate) kv_capacity_tokens: usize,
+    /// What every request is checked against before it is sent to the engine thread.
+    pub(crate) limits: AdmissionLimits,
 }
 
 /// Counters the engine thread publishes and the handles read.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Live {
     pub(crate) stats: Mutex<EngineStats>,
-    /// Adds sent but not yet received by the engine thread.
-    pub(crate) pending_adds: AtomicUsize,
-    /// The scheduler's waiting queue after the last step.
-    pub(crate) waiting: AtomicUsize,
+    /// `--max-queued-requests`: adds on their way to the engine thread plus its waiting queue.
+    pub(crate) queue: QueueGate,
     pub(crate) draining: AtomicBool,
     pub(crate) stopped: AtomicBool,
+}
+
+impl Live {
+    pub(crate) fn new(max_queued_requests: usize) -> Self {
+        Self {
+            stats: Mutex::default(),
+            queue: QueueGate::new(max_queued_requests),
+            draining: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        }
+    }
 }
 
 /// A cheap, cloneable handle to the running engine.
@@ -272,39 +259,32 @@ impl EngineHandle {
 
     /// True when draining and nothing is left running or waiting.
     pub fn is_idle(&self) -> bool {
-        let s = self.stats();
-        s.num_running == 0
-            && s.num_waiting == 0
-            && self.shared.live.pending_adds.load(Ordering::SeqCst) == 0
+        // The queue first: the engine thread publishes its stats before it lets the gate go
+        // of a request that started running, so one that left the queue is counted running.
+        self.shared.live.queue.queued() == 0 && self.stats().num_running == 0
     }
 
-    /// Submit a request. The prompt must be non-empty and its ids inside the vocabulary (the
-    /// server validates that); this checks capacity and the context limit.
-    pub fn add_request(&self, request: EngineRequest) -> Result<RequestStream, AddRequestError> {
+    /// The limits [`AdmissionLimits::validate`] checks requests against; the server validates
+    /// every request with them before submitting any.
+    pub fn limits(&self) -> &AdmissionLimits {
+        &self.shared.limits
+    }
+
+    /// Submit a validated request. The refusals left are the engine's state: draining, and a
+    /// full queue (a place is reserved atomically here; the engine thread never refuses).
+    pub fn add_request(&self, request: ValidRequest) -> Result<RequestStream, AddRequestError> {
         let sh = &self.shared;
         if !self.is_ready() {
             return Err(AddRequestError::ShuttingDown);
         }
-        let needed = request.prompt_token_ids.len() + request.sampling.max_tokens;
-        let limit = sh.info.max_model_len.min(sh.kv_capacity_tokens);
-        if needed > limit {
-            return Err(AddRequestError::TooLong { needed, limit });
-        }
-        // Pending first: the engine thread counts an add as waiting before it stops counting
-        // it as pending, so this order may count one twice but never misses one.
-        let pending = sh.live.pending_adds.load(Ordering::SeqCst);
-        let queued = pending + sh.live.waiting.load(Ordering::SeqCst);
-        if queued >= sh.max_queued {
-            return Err(AddRequestError::QueueFull { queued });
-        }
-        let id = sh.next_id.fetch_add(1, Ordering::SeqCst);
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let commands = sh
             .commands
             .lock()
             .map_err(|_| AddRequestError::ShuttingDown)?
             .clone();
-        sh.live.pending_adds.fetch_add(1, Ordering::SeqCst);
+        sh.live.queue.try_reserve()?;
+        let id = sh.next_id.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         if commands
             .send(Command::Add {
                 id,
@@ -313,7 +293,7 @@ impl EngineHandle {
             })
             .is_err()
         {
-            sh.live.pending_adds.fetch_sub(1, Ordering::SeqCst);
+            sh.live.queue.release();
             return Err(AddRequestError::ShuttingDown);
         }
         Ok(RequestStream {

@@ -4,6 +4,7 @@
 //! `kv_cache/` are pure bookkeeping, `runner/` turns a step into one varlen batch, `models/`
 //! hold one family a file, `backend/` one op per method.
 
+pub mod admission;
 pub mod backend;
 pub mod chat_template;
 pub mod detokenizer;

@@ -5,21 +5,20 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use metrale_engine::backend::{Backend, CpuBackend, HybridOps};
-use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
+use metrale_engine::backend::{CpuBackend, HybridOps};
+use metrale_engine::loader::ModelDir;
 use metrale_engine::models::Model;
-use metrale_engine::models::qwen3::Qwen3;
-use metrale_engine::models::qwen3_5::{self, Qwen3_5, Qwen3_5Config};
+use metrale_engine::models::registry::{self, LoadOptions, WithModel};
 use metrale_engine::score::{DEFAULT_CHUNK, PositionScore, score};
 
 mod cli;
 mod hub_progress;
 mod tui;
 
-use cli::{
-    Cli, Command, Device, DtypeArg, KvCacheDtypeArg, LoadFormatArg, ModelArgs, ScoreArgs, ServeArgs,
+use cli::{Cli, Command, ScoreArgs, ServeArgs};
+use metrale_engine::server::config::{
+    self as serve_config, ComputeDtype, Device, KvCacheDtype, ServeFlags,
 };
-use metrale_engine::server::config::{self as serve_config, ServeFlags};
 
 /// mimalloc rather than glibc's malloc: the engine thread allocates each step's batch while the
 /// HTTP threads allocate every streamed chunk, and a thread-caching allocator keeps them apart.
@@ -50,13 +49,6 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
-}
-
-fn load_format(arg: LoadFormatArg) -> LoadFormat {
-    match arg {
-        LoadFormatArg::Auto => LoadFormat::Auto,
-        LoadFormatArg::Dummy => LoadFormat::Dummy,
-    }
 }
 
 fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -96,18 +88,14 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         host: args.host,
         port: args.port,
         model_name,
-        device: device(args.model.device),
-        dtype: dtype(args.model.dtype),
-        load_format: load_format(args.model.load_format),
+        device: args.model.device,
+        dtype: args.model.dtype,
+        load_format: args.model.load_format,
         max_seq_len: args.max_seq_len,
         max_batch_size: args.max_batch_size,
         max_num_batched_tokens: args.max_num_batched_tokens,
         gpu_memory_utilization: args.gpu_memory_utilization,
-        kv_cache_dtype: match args.kv_cache_dtype {
-            KvCacheDtypeArg::Auto => serve_config::KvCacheDtype::Auto,
-            KvCacheDtypeArg::Bf16 => serve_config::KvCacheDtype::Bf16,
-            KvCacheDtypeArg::Fp8 => serve_config::KvCacheDtype::Fp8,
-        },
+        kv_cache_dtype: args.kv_cache_dtype,
         enable_prefix_caching: args.enable_prefix_caching,
         enforce_eager: args.enforce_eager,
         api_key: args.api_key,
@@ -133,23 +121,48 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(metrale_engine::server::run(config, early))
 }
 
-fn load_model<B: Backend>(backend: &B, args: &ModelArgs) -> anyhow::Result<Qwen3<B>> {
-    let dir = ModelDir::open(&args.model)?;
-    let config = dir.config()?;
-    let weights = Weights::open(&dir.root, load_format(args.load_format))?;
-    Qwen3::load(backend, &config, &weights)
-        .with_context(|| format!("failed to load {}", args.model.display()))
+/// `met score`'s work once the registry has loaded the model, whatever its family.
+struct ScoreTokens<'a> {
+    args: &'a ScoreArgs,
+    tokens: &'a [u32],
 }
 
-/// Load the model on `backend` and score `tokens` with it.
-fn score_on<B: Backend>(
-    backend: &B,
+impl<B: HybridOps> WithModel<B> for ScoreTokens<'_> {
+    type Output = anyhow::Result<Vec<PositionScore>>;
+    fn run<M: Model<B> + 'static>(self, backend: B, model: M) -> Self::Output {
+        check_tokens(
+            self.tokens,
+            model.vocab_size(),
+            model.max_position_embeddings(),
+        )?;
+        Ok(score(
+            &backend,
+            &model,
+            self.tokens,
+            self.args.top_k,
+            DEFAULT_CHUNK,
+        )?)
+    }
+}
+
+/// Load the model on `backend` through the registry and score `tokens` with it.
+fn score_on<B: HybridOps>(
+    backend: B,
     args: &ScoreArgs,
     tokens: &[u32],
 ) -> anyhow::Result<Vec<PositionScore>> {
-    let model = load_model(backend, &args.model)?;
-    check_tokens(tokens, model.vocab_size(), model.max_position_embeddings())?;
-    Ok(score(backend, &model, tokens, args.top_k, DEFAULT_CHUNK)?)
+    let dir = ModelDir::open(&args.model.model)?;
+    let options = LoadOptions {
+        load_format: args.model.load_format,
+        mtp: false,
+    };
+    registry::load(
+        backend,
+        &dir,
+        options,
+        &mut |_| {},
+        ScoreTokens { args, tokens },
+    )?
 }
 
 /// Check `tokens` against a model's vocabulary and context.
@@ -166,58 +179,21 @@ fn check_tokens(tokens: &[u32], vocab: usize, context: usize) -> anyhow::Result<
     Ok(())
 }
 
-/// Score with a Qwen3.5 hybrid model on the CPU (its only device in this version).
-fn score_hybrid<B: HybridOps>(
-    backend: &B,
-    args: &ScoreArgs,
-    tokens: &[u32],
-) -> anyhow::Result<Vec<PositionScore>> {
-    let path = &args.model.model;
-    let config = Qwen3_5Config::from_file(&path.join("config.json"))?;
-    let weights = Weights::open(path, load_format(args.model.load_format))?;
-    let model = Qwen3_5::load_on(backend, &config, &weights, false, &mut |_| {})
-        .with_context(|| format!("failed to load {}", path.display()))?;
-    check_tokens(tokens, model.vocab_size(), model.max_position_embeddings())?;
-    Ok(score(backend, &model, tokens, args.top_k, DEFAULT_CHUNK)?)
-}
-
 /// `met score --kv-cache-dtype fp8`.
 fn kv_fp8(args: &ScoreArgs) -> bool {
-    args.kv_cache_dtype == KvCacheDtypeArg::Fp8
-}
-
-fn device(d: Device) -> serve_config::Device {
-    match d {
-        Device::Cpu => serve_config::Device::Cpu,
-        Device::Cuda => serve_config::Device::Cuda,
-    }
-}
-
-fn dtype(d: DtypeArg) -> serve_config::ComputeDtype {
-    match d {
-        DtypeArg::Auto => serve_config::ComputeDtype::Auto,
-        DtypeArg::Bfloat16 => serve_config::ComputeDtype::Bfloat16,
-        DtypeArg::Float32 => serve_config::ComputeDtype::Float32,
-    }
+    args.kv_cache_dtype == KvCacheDtype::Fp8
 }
 
 #[cfg(feature = "cuda")]
-fn score_on_cuda(
-    args: &ScoreArgs,
-    tokens: &[u32],
-    hybrid: bool,
-) -> anyhow::Result<Vec<PositionScore>> {
-    let backend = metrale_engine::backend::cuda::CudaBackend::for_dtype(0, dtype(args.model.dtype))
+fn score_on_cuda(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
+    let backend = metrale_engine::backend::cuda::CudaBackend::for_dtype(0, args.model.dtype)
         .context("failed to start the CUDA backend")?
         .with_fp8_kv_cache(kv_fp8(args))?;
-    match hybrid {
-        true => score_hybrid(&backend, args, tokens),
-        false => score_on(&backend, args, tokens),
-    }
+    score_on(backend, args, tokens)
 }
 
 #[cfg(not(feature = "cuda"))]
-fn score_on_cuda(_: &ScoreArgs, _: &[u32], _: bool) -> anyhow::Result<Vec<PositionScore>> {
+fn score_on_cuda(_: &ScoreArgs, _: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
     bail!(
         "this met was built without CUDA support: rebuild with `cargo build --release -p metrale-engine --features cuda`, or use --device cpu"
     )
@@ -240,26 +216,15 @@ fn run_score(args: ScoreArgs) -> anyhow::Result<()> {
     if tokens.is_empty() {
         bail!("no tokens to score: pass --tokens 1,2,3 or --tokens-file FILE");
     }
-    let config = ModelDir::open(&args.model.model)?.config()?;
-    serve_config::check_dtype(dtype(args.model.dtype), device(args.model.device))?;
-    if kv_fp8(&args) && args.model.dtype == DtypeArg::Float32 {
+    serve_config::check_dtype(args.model.dtype, args.model.device)?;
+    if kv_fp8(&args) && args.model.dtype == ComputeDtype::Float32 {
         bail!(
             "--kv-cache-dtype fp8: the float32 path keeps an f32 cache: drop one of --dtype float32 and --kv-cache-dtype fp8"
         );
     }
-    let hybrid = qwen3_5::is_hybrid(&config.architecture);
     let positions = match args.model.device {
-        Device::Cpu if hybrid => score_hybrid(
-            &CpuBackend::with_fp8_kv_cache(kv_fp8(&args)),
-            &args,
-            &tokens,
-        )?,
-        Device::Cpu => score_on(
-            &CpuBackend::with_fp8_kv_cache(kv_fp8(&args)),
-            &args,
-            &tokens,
-        )?,
-        Device::Cuda => score_on_cuda(&args, &tokens, hybrid)?,
+        Device::Cpu => score_on(CpuBackend::with_fp8_kv_cache(kv_fp8(&args)), &args, &tokens)?,
+        Device::Cuda => score_on_cuda(&args, &tokens)?,
     };
     let total: f64 = positions
         .iter()

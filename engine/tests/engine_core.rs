@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use metrale_engine::engine_core::{
-    AddRequestError, EngineConfig, EngineHandle, EngineRequest, FinishReason,
+    AddRequestError, EngineConfig, EngineHandle, FinishReason, RequestStream,
 };
 use metrale_engine::loader::LoadFormat;
 use metrale_engine::sampling_params::SamplingParams;
@@ -47,19 +47,23 @@ fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {
     p
 }
 
+/// Validate and submit a request, as the server does.
+fn submit(
+    engine: &EngineHandle,
+    prompt: Vec<u32>,
+    sampling: SamplingParams,
+) -> Result<RequestStream, AddRequestError> {
+    let valid = engine.limits().validate(prompt, sampling, Instant::now())?;
+    engine.add_request(valid)
+}
+
 /// Run one request to completion: its tokens and finish reason.
 async fn run(
     engine: &EngineHandle,
     prompt: Vec<u32>,
     sampling: SamplingParams,
 ) -> (Vec<u32>, FinishReason) {
-    let mut stream = engine
-        .add_request(EngineRequest {
-            prompt_token_ids: prompt,
-            sampling,
-            arrival: Instant::now(),
-        })
-        .expect("admitted");
+    let mut stream = submit(engine, prompt, sampling).expect("admitted");
     let mut tokens = Vec::new();
     while let Some(out) = stream.next().await {
         tokens.extend(out.new_token_ids);
@@ -160,13 +164,7 @@ async fn futures_join<F: std::future::Future<Output = T> + Send + 'static, T: Se
 async fn dropped_stream_frees_its_blocks() {
     let (engine, _) = EngineHandle::start(config("qwen3-gqa-tied")).expect("start");
     let prompt: Vec<u32> = (1..100).collect();
-    let mut stream = engine
-        .add_request(EngineRequest {
-            prompt_token_ids: prompt,
-            sampling: params(|p| p.max_tokens = 150),
-            arrival: Instant::now(),
-        })
-        .expect("admitted");
+    let mut stream = submit(&engine, prompt, params(|p| p.max_tokens = 150)).expect("admitted");
     let first = stream.next().await.expect("a token");
     assert_eq!(first.new_token_ids.len(), 1);
     assert!(engine.stats().kv_blocks_used > 0);
@@ -181,15 +179,12 @@ async fn admission_refuses_what_cannot_fit_and_what_overflows_the_queue() {
     let mut cfg = config("qwen3-gqa-tied");
     cfg.max_queued_requests = 2;
     let (engine, _) = EngineHandle::start(cfg).expect("start");
-    let too_long = engine.add_request(EngineRequest {
-        prompt_token_ids: vec![1; 200],
-        sampling: params(|p| p.max_tokens = 100),
-        arrival: Instant::now(),
-    });
+    let too_long = submit(&engine, vec![1; 200], params(|p| p.max_tokens = 100));
     assert!(
         matches!(
             too_long,
             Err(AddRequestError::TooLong {
+                prompt_tokens: 200,
                 needed: 300,
                 limit: 256
             })
@@ -199,11 +194,7 @@ async fn admission_refuses_what_cannot_fit_and_what_overflows_the_queue() {
     let mut held = Vec::new();
     let mut refused = None;
     for _ in 0..50 {
-        match engine.add_request(EngineRequest {
-            prompt_token_ids: vec![5; 60],
-            sampling: params(|p| p.max_tokens = 100),
-            arrival: Instant::now(),
-        }) {
+        match submit(&engine, vec![5; 60], params(|p| p.max_tokens = 100)) {
             Ok(s) => held.push(s),
             Err(e) => {
                 refused = Some(e);
@@ -218,11 +209,7 @@ async fn admission_refuses_what_cannot_fit_and_what_overflows_the_queue() {
     drop(held);
     wait_idle(&engine).await;
     engine.drain();
-    let late = engine.add_request(EngineRequest {
-        prompt_token_ids: vec![1],
-        sampling: params(|_| {}),
-        arrival: Instant::now(),
-    });
+    let late = submit(&engine, vec![1], params(|_| {}));
     assert!(matches!(late, Err(AddRequestError::ShuttingDown)));
     assert!(!engine.is_ready());
     engine.shutdown();
@@ -237,16 +224,15 @@ async fn prompt_logprobs_match_transformers() {
         .iter()
         .max_by_key(|s| s.tokens.len())
         .expect("seqs"); // 130 tokens: 3 chunks
-    let mut stream = engine
-        .add_request(EngineRequest {
-            prompt_token_ids: seq.tokens.clone(),
-            sampling: params(|p| {
-                p.max_tokens = 1;
-                p.prompt_logprobs = Some(2);
-            }),
-            arrival: Instant::now(),
-        })
-        .expect("admitted");
+    let mut stream = submit(
+        &engine,
+        seq.tokens.clone(),
+        params(|p| {
+            p.max_tokens = 1;
+            p.prompt_logprobs = Some(2);
+        }),
+    )
+    .expect("admitted");
     let out = stream.next().await.expect("output");
     let lps = out.prompt_logprobs.expect("prompt logprobs");
     assert_eq!(lps.len(), seq.tokens.len() - 1);
@@ -260,5 +246,68 @@ async fn prompt_logprobs_match_transformers() {
         );
         assert_eq!(got.top.len(), 2);
     }
+    engine.shutdown();
+}
+
+/// Issue 31's race: admission decided the queue limit on the handle (a check, then an add)
+/// and again on the engine thread (the scheduler's own limit). Handles racing past the check
+/// together overflowed the scheduler's queue, and the engine thread turned its refusal into
+/// an aborted stream: a client that was admitted got an abort instead of a 429. Many threads
+/// add at once against a queue of one; every request must be refused up front or run to
+/// its end.
+#[test]
+fn racing_adds_are_refused_up_front_never_aborted() {
+    let mut cfg = config("qwen3-gqa-tied");
+    cfg.max_queued_requests = 1;
+    cfg.max_num_seqs = 2;
+    let (engine, _) = EngineHandle::start(cfg).expect("start");
+    let threads = 16;
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(threads));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (engine, barrier) = (engine.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut streams = Vec::new();
+                let mut refused = 0usize;
+                barrier.wait();
+                for _ in 0..200 {
+                    match submit(&engine, vec![3; 4], params(|p| p.max_tokens = 2)) {
+                        Ok(s) => streams.push(s),
+                        Err(AddRequestError::QueueFull { .. }) => refused += 1,
+                        Err(e) => panic!("unexpected refusal: {e}"),
+                    }
+                }
+                (streams, refused)
+            })
+        })
+        .collect();
+    let (mut admitted, mut refused) = (0, 0);
+    for w in workers {
+        let (streams, r) = w.join().expect("worker");
+        refused += r;
+        for mut s in streams {
+            admitted += 1;
+            let reason = runtime.block_on(async {
+                while let Some(out) = s.next().await {
+                    if let Some(f) = out.finished {
+                        return f.reason;
+                    }
+                }
+                panic!("stream ended without a finished output")
+            });
+            assert_eq!(
+                reason,
+                FinishReason::Length,
+                "an admitted request was aborted ({admitted} admitted, {refused} refused so far)"
+            );
+        }
+    }
+    assert!(
+        admitted > 0 && refused > 0,
+        "{admitted} admitted, {refused} refused"
+    );
     engine.shutdown();
 }

@@ -212,3 +212,44 @@ async fn requests_past_the_timeout_get_504_or_an_error_event() {
         .await;
     assert_eq!(status, 200);
 }
+
+/// Issue 31 through HTTP: many streams at once against a queue of one. Each is refused before
+/// its stream starts (429, the envelope, Retry-After) or streams to its end; none is admitted
+/// and then aborted (a 200 whose stream ends in an error event), and the server counts no
+/// aborts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_streams_get_429_up_front_or_run_to_the_end() {
+    let s = Server::start(&["--max-batch-size", "2", "--max-queued-requests", "1"]).await;
+    let client = reqwest::Client::new();
+    let body = json!({"prompt": "hi", "max_tokens": 3, "ignore_eos": true, "stream": true});
+    let results = futures_util::future::join_all((0..48).map(|_| {
+        let r = client.post(s.url("/v1/completions")).json(&body).send();
+        async move {
+            let r = r.await.expect("send");
+            let status = r.status().as_u16();
+            let retry = r.headers().get("retry-after").cloned();
+            (status, retry, r.text().await.expect("body"))
+        }
+    }))
+    .await;
+    let mut served = 0;
+    for (status, retry, text) in &results {
+        match status {
+            200 => {
+                let joined = join_stream(&sse_data(text), false);
+                assert_eq!(joined[0].1.as_deref(), Some("length"), "{text}");
+                served += 1;
+            }
+            429 => {
+                assert!(retry.is_some(), "{text}");
+                assert!(text.contains("server_at_capacity"), "{text}");
+            }
+            other => panic!("status {other}: {text}"),
+        }
+    }
+    assert!(served >= 1, "nothing served");
+    let aborted = s
+        .metric("vllm:request_success_total,finished_reason=\"abort\"")
+        .await;
+    assert_eq!(aborted, 0.0, "admitted requests were aborted");
+}

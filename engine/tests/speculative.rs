@@ -12,7 +12,6 @@
 //!   are the drafts it proposes for the same context computed from scratch.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 
 use metrale_engine::backend::CpuBackend;
@@ -72,7 +71,6 @@ fn engine(name: &str, drafts: Option<usize>) -> Engine {
         num_blocks: BLOCKS,
         max_model_len: 512,
         enable_prefix_caching: true,
-        max_queued_requests: 64,
         state: Some(state),
         speculative,
     })
@@ -123,9 +121,12 @@ fn run(
             for (p, params) in reqs.iter().skip(next).take(2) {
                 next += 1;
                 let id = next as u64;
-                e.sched
-                    .add_request(id, p.clone(), Arc::new(params.clone()), Instant::now())
-                    .expect("add");
+                let valid = e
+                    .sched
+                    .admission_limits(usize::MAX)
+                    .validate(p.clone(), params.clone(), Instant::now())
+                    .expect("admitted");
+                e.sched.add_request(id, valid);
             }
         }
         let s = e.sched.schedule();
@@ -237,10 +238,12 @@ fn the_heads_drafts_step_by_step_are_its_drafts_from_scratch() {
                 max_tokens: 1,
                 ..params.clone()
             };
-            fresh
+            let valid = fresh
                 .sched
-                .add_request(1, context, Arc::new(one), Instant::now())
-                .expect("add");
+                .admission_limits(usize::MAX)
+                .validate(context, one, Instant::now())
+                .expect("admitted");
+            fresh.sched.add_request(1, valid);
             let mut last = None;
             while fresh.sched.has_unfinished_requests() {
                 let s = fresh.sched.schedule();

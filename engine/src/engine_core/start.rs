@@ -11,12 +11,11 @@ use super::step_loop::EngineLoop;
 use super::{Device, EngineConfig, EngineHandle, Live, ModelInfo, Shared};
 use crate::backend::{Backend, CpuBackend, HybridOps};
 use crate::kv_cache::StateCacheConfig;
-use crate::loader::{ModelDir, Weights};
+use crate::loader::ModelDir;
 use crate::metrics::MetricsHub;
 use crate::metrics::hub::{Limits, StepReport};
 use crate::models::Model;
-use crate::models::qwen3::Qwen3;
-use crate::models::qwen3_5::{self, Qwen3_5, Qwen3_5Config};
+use crate::models::registry::{self, LoadOptions, WithModel};
 use crate::runner::Runner;
 use crate::scheduler::Scheduler;
 use crate::scheduler::SchedulerConfig;
@@ -66,24 +65,13 @@ impl EngineHandle {
         config: EngineConfig,
         hub: MetricsHub,
     ) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
-        let dir = ModelDir::open(&config.model_dir)?;
-        let architecture = dir.config()?.architecture;
-        let hybrid = qwen3_5::is_hybrid(&architecture);
-        if config.speculative.is_some() && !hybrid {
-            bail!(
-                "--speculative drafts with the checkpoint's MTP head, which Qwen3.5/3.6 \
-                 checkpoints ({}) carry and {architecture} does not: serve it without \
-                 --speculative",
-                qwen3_5::ARCHITECTURES.join(", ")
-            );
-        }
-        let cpu = CpuBackend::with_fp8_kv_cache(config.kv_cache_fp8);
-        let mtp = config.speculative.is_some();
+        // One dispatch: the device picks the backend, the registry the model family.
         match config.device {
-            Device::Cpu if hybrid => start_on(cpu, config, hub, &move |b, d, w, done| {
-                load_qwen3_5(b, d, w, mtp, done)
-            }),
-            Device::Cpu => start_on(cpu, config, hub, &load_qwen3),
+            Device::Cpu => start_on(
+                CpuBackend::with_fp8_kv_cache(config.kv_cache_fp8),
+                config,
+                hub,
+            ),
             #[cfg(feature = "cuda")]
             Device::Cuda => {
                 hub.phases().phase(Phase::CompileKernels, 0, None, "");
@@ -93,13 +81,7 @@ impl EngineHandle {
                 if config.enforce_eager {
                     backend.set_graphs(false);
                 }
-                if hybrid {
-                    start_on(backend, config, hub, &move |b, d, w, done| {
-                        load_qwen3_5(b, d, w, mtp, done)
-                    })
-                } else {
-                    start_on(backend, config, hub, &load_qwen3)
-                }
+                start_on(backend, config, hub)
             }
             #[cfg(not(feature = "cuda"))]
             Device::Cuda => {
@@ -109,46 +91,15 @@ impl EngineHandle {
     }
 }
 
-/// Loads a model family's weights onto a backend, reporting each layer done.
-type Loader<B, M> = dyn Fn(&B, &ModelDir, &Weights, &mut dyn FnMut(usize)) -> anyhow::Result<M>;
-
-fn load_qwen3<B: Backend>(
-    backend: &B,
-    dir: &ModelDir,
-    weights: &Weights,
-    layer_done: &mut dyn FnMut(usize),
-) -> anyhow::Result<Qwen3<B>> {
-    Ok(Qwen3::load_reporting(
-        backend,
-        &dir.config()?,
-        weights,
-        layer_done,
-    )?)
-}
-
-fn load_qwen3_5<B: HybridOps>(
-    backend: &B,
-    dir: &ModelDir,
-    weights: &Weights,
-    mtp: bool,
-    layer_done: &mut dyn FnMut(usize),
-) -> anyhow::Result<Qwen3_5<B>> {
-    let config = Qwen3_5Config::from_file(&dir.root.join("config.json"))?;
-    Ok(Qwen3_5::load_on(
-        backend, &config, weights, mtp, layer_done,
-    )?)
-}
-
-fn start_on<B: Backend, M: Model<B> + 'static>(
+/// Load the checkpoint on `backend` through the model registry, then start serving it.
+fn start_on<B: HybridOps>(
     backend: B,
     config: EngineConfig,
     hub: MetricsHub,
-    load: &Loader<B, M>,
 ) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
     let phases = hub.phases();
     let dir = ModelDir::open(&config.model_dir)?;
     let model_config = dir.config()?;
-    let generation = dir.generation_config()?;
     let mpe = model_config.max_position_embeddings;
     let max_model_len = match config.max_seq_len {
         Some(n) if n > mpe => bail!(
@@ -159,12 +110,52 @@ fn start_on<B: Backend, M: Model<B> + 'static>(
     };
     let layers = model_config.num_hidden_layers as u64;
     phases.phase(Phase::Load, 0, Some(layers), "layers");
-    let weights = Weights::open(&dir.root, config.load_format)?;
-    let model = load(&backend, &dir, &weights, &mut |done| {
-        phases.phase(Phase::Load, done as u64, Some(layers), "layers");
-    })
-    .with_context(|| format!("failed to load {}", config.model_dir.display()))?;
-    drop(weights);
+    let options = LoadOptions {
+        load_format: config.load_format,
+        mtp: config.speculative.is_some(),
+    };
+    let loaded = Loaded {
+        generation: dir.generation_config()?,
+        model_config,
+        max_model_len,
+        config,
+        hub,
+    };
+    let mut layer_done =
+        |done: usize| phases.phase(Phase::Load, done as u64, Some(layers), "layers");
+    registry::load(backend, &dir, options, &mut layer_done, loaded)?
+}
+
+/// What start-up knows once the model is loaded, for [`serve_model`].
+struct Loaded {
+    config: EngineConfig,
+    hub: MetricsHub,
+    model_config: crate::loader::ModelConfig,
+    generation: crate::loader::GenerationConfig,
+    max_model_len: usize,
+}
+
+impl<B: HybridOps> WithModel<B> for Loaded {
+    type Output = anyhow::Result<(EngineHandle, KvCachePlan)>;
+    fn run<M: Model<B> + 'static>(self, backend: B, model: M) -> Self::Output {
+        serve_model(backend, model, self)
+    }
+}
+
+/// Size the KV cache, build the runner and the scheduler, and start the engine thread.
+fn serve_model<B: Backend, M: Model<B> + 'static>(
+    backend: B,
+    model: M,
+    loaded: Loaded,
+) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
+    let Loaded {
+        config,
+        hub,
+        model_config,
+        generation,
+        max_model_len,
+    } = loaded;
+    let phases = hub.phases();
 
     let plan = plan_kv_cache(&backend, &config, &model, max_model_len)?;
     let blocks = plan.num_blocks as u64;
@@ -193,8 +184,6 @@ fn start_on<B: Backend, M: Model<B> + 'static>(
         num_blocks: plan.num_blocks,
         max_model_len,
         enable_prefix_caching: config.enable_prefix_caching,
-        // Admission is decided on the handle; the scheduler's own limit is a backstop.
-        max_queued_requests: config.max_queued_requests.saturating_mul(2).max(1),
         state: plan.state.as_ref().map(|s| s.config),
         speculative: config.speculative,
     })?;
@@ -212,7 +201,7 @@ fn start_on<B: Backend, M: Model<B> + 'static>(
         kv_cache_blocks: plan.num_blocks - 1,
         block_size: plan.block_size,
     };
-    let live = Arc::new(Live::default());
+    let live = Arc::new(Live::new(config.max_queued_requests));
     if let Ok(mut s) = live.stats.lock() {
         s.kv_blocks_total = plan.num_blocks - 1;
         s.max_num_seqs = config.max_num_seqs;
@@ -227,6 +216,8 @@ fn start_on<B: Backend, M: Model<B> + 'static>(
             },
         );
     }
+    // The scheduler's own view of its limits: what it is handed will fit in it.
+    let limits = scheduler.admission_limits(model_config.vocab_size);
     let (tx, rx) = std::sync::mpsc::channel();
     let engine = EngineLoop::new(scheduler, runner, rx, live.clone(), hub);
     std::thread::Builder::new()
@@ -238,8 +229,7 @@ fn start_on<B: Backend, M: Model<B> + 'static>(
         next_id: AtomicU64::new(1),
         info,
         live,
-        max_queued: config.max_queued_requests,
-        kv_capacity_tokens: plan.tokens() + 1,
+        limits,
     };
     Ok((
         EngineHandle {

@@ -10,7 +10,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::outbox::Outbox;
 use super::step_profile::{Phase, StepProfile};
-use super::{Command, EngineRequest, Live, StepOutput};
+use super::{Command, Live, StepOutput, ValidRequest};
 use crate::backend::Backend;
 use crate::metrics::MetricsHub;
 use crate::metrics::hub::StepReport;
@@ -31,6 +31,8 @@ pub(super) struct EngineLoop<B: Backend, M: Model<B>> {
     runner: Runner<B, M>,
     commands: Receiver<Command>,
     live: Arc<Live>,
+    /// The waiting queue as the queue gate last heard of it (`Live::queue`).
+    gate_waiting: usize,
     clients: HashMap<RequestId, Client>,
     /// Outputs sent while the device runs the next step (outbox.rs).
     outbox: Outbox,
@@ -83,6 +85,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             runner,
             commands,
             live,
+            gate_waiting: 0,
             clients: HashMap::new(),
             outbox: Outbox::default(),
             prompt_tokens_total: 0,
@@ -157,13 +160,10 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                 request,
                 outputs,
             } => {
-                // The request is counted as waiting before it stops counting as pending, so
-                // the handle's admission check (pending, then waiting) never sees it in
-                // neither and lets one too many past the queue limit.
                 self.add(id, request, outputs);
-                let waiting = self.scheduler.num_waiting();
-                self.live.waiting.store(waiting, Ordering::SeqCst);
-                self.live.pending_adds.fetch_sub(1, Ordering::SeqCst);
+                // Its place in the queue was reserved when it was sent: it is one of the
+                // waiting requests the gate counts now.
+                self.gate_waiting += 1;
             }
             Command::Abort(id) => {
                 self.scheduler.abort_request(id);
@@ -177,44 +177,22 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
         true
     }
 
-    fn add(&mut self, id: RequestId, request: EngineRequest, outputs: UnboundedSender<StepOutput>) {
-        let want_prompt = request.sampling.prompt_logprobs.is_some();
-        let n_prompt = request.prompt_token_ids.len();
-        let (arrival, max_tokens) = (request.arrival, request.sampling.max_tokens);
-        match self.scheduler.add_request(
+    /// Queue an admitted request. Admission was decided before it was sent (`admission.rs`);
+    /// the scheduler takes it as it is.
+    fn add(&mut self, id: RequestId, request: ValidRequest, outputs: UnboundedSender<StepOutput>) {
+        let sampling = request.sampling();
+        let want_prompt = sampling.prompt_logprobs.is_some();
+        let (arrival, max_tokens) = (request.arrival(), sampling.max_tokens);
+        let n_prompt = request.prompt().len();
+        self.scheduler.add_request(id, request);
+        self.hub.queued(id, arrival, n_prompt, max_tokens);
+        self.clients.insert(
             id,
-            request.prompt_token_ids,
-            Arc::new(request.sampling),
-            request.arrival,
-        ) {
-            Ok(()) => {
-                self.hub.queued(id, arrival, n_prompt, max_tokens);
-                self.clients.insert(
-                    id,
-                    Client {
-                        outputs,
-                        prompt_logprobs: want_prompt.then(Vec::new),
-                    },
-                );
-            }
-            Err(e) => {
-                // The handle checks the same limits first; reaching here is a race with a
-                // full queue. The client sees an aborted request, and the log says why.
-                tracing::warn!("request {id} refused by the scheduler: {e}");
-                let _ = outputs.send(StepOutput {
-                    new_token_ids: Vec::new(),
-                    logprobs: Vec::new(),
-                    prompt_logprobs: None,
-                    finished: Some(crate::scheduler::FinishedRequest {
-                        reason: FinishReason::Abort,
-                        num_prompt_tokens: n_prompt,
-                        num_generated_tokens: 0,
-                        num_cached_prompt_tokens: 0,
-                        num_preemptions: 0,
-                    }),
-                });
-            }
-        }
+            Client {
+                outputs,
+                prompt_logprobs: want_prompt.then(Vec::new),
+            },
+        );
     }
 
     fn step(&mut self) {
@@ -335,7 +313,6 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
 
     fn publish(&mut self) {
         let st = self.scheduler.stats();
-        self.live.waiting.store(st.num_waiting, Ordering::SeqCst);
         if let Ok(mut s) = self.live.stats.lock() {
             s.num_running = st.num_running;
             s.num_waiting = st.num_waiting;
@@ -355,5 +332,11 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             report.stats = s.clone();
             self.hub.step(Instant::now(), report);
         }
+        // After the stats: a request that left the queue is counted running before the gate
+        // lets its place go (`EngineHandle::is_idle` reads them the other way round).
+        self.live
+            .queue
+            .waiting_changed(self.gate_waiting, st.num_waiting);
+        self.gate_waiting = st.num_waiting;
     }
 }

@@ -13,18 +13,6 @@ use serde_json::Value;
 use super::LoadError;
 use super::fp8::Fp8Config;
 
-/// The architectures this engine runs, as `config.json` names them. The `Qwen3_5*` ones are
-/// the hybrids (`models/qwen3_5.rs`, CPU only); [`ModelConfig`] holds their Qwen3 keys (read
-/// from `text_config` in the Hub's `*ForConditionalGeneration` layout).
-pub const ARCHITECTURES: [&str; 6] = [
-    "Qwen3ForCausalLM",
-    "Qwen3MoeForCausalLM",
-    "Qwen3_5ForCausalLM",
-    "Qwen3_5MoeForCausalLM",
-    "Qwen3_5ForConditionalGeneration",
-    "Qwen3_5MoeForConditionalGeneration",
-];
-
 /// Qwen3.5's mixture-of-experts architectures: every layer's MLP is sparse, with a shared
 /// expert, and no dense `intermediate_size`.
 const QWEN3_5_MOE: [&str; 2] = [
@@ -252,15 +240,9 @@ impl ModelConfig {
         })
     }
 
-    /// `architectures[0]` is one this engine runs.
+    /// `architectures[0]` is one this engine runs (`models::registry`).
     pub fn check_architecture(&self) -> Result<(), LoadError> {
-        if ARCHITECTURES.contains(&self.architecture.as_str()) {
-            Ok(())
-        } else {
-            Err(LoadError::UnsupportedArchitecture(
-                self.architecture.clone(),
-            ))
-        }
+        crate::models::registry::family(&self.architecture).map(drop)
     }
 
     /// Number of parameters (embedding counted once when tied; every expert counted).

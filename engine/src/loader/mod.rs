@@ -48,7 +48,9 @@ pub enum LoadError {
     #[error("FP8 tensor {name}: {message}")]
     Fp8 { name: String, message: String },
     #[error(
-        "unsupported architecture {0:?}: this engine runs Qwen3ForCausalLM, Qwen3MoeForCausalLM, and Qwen3.5's Qwen3_5ForCausalLM, Qwen3_5MoeForCausalLM and their *ForConditionalGeneration layouts (text only)"
+        "unsupported architecture {0:?} (architectures in config.json): this engine runs \
+         {supported} (the *ForConditionalGeneration layouts text only)",
+        supported = crate::models::registry::supported()
     )]
     UnsupportedArchitecture(String),
     /// The checkpoint is valid but the chosen device cannot run it.
@@ -56,13 +58,13 @@ pub enum LoadError {
     UnsupportedOnDevice(String),
 }
 
-/// How weights are obtained (`--load-format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// How weights are obtained (`--load-format`, a clap `ValueEnum`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum LoadFormat {
-    /// Safetensors files from the model directory.
+    /// Safetensors weights from the model directory.
     #[default]
     Auto,
-    /// Random weights of the right shapes from `config.json` alone, for benchmarks.
+    /// Random weights of the right shapes from config.json alone (for benchmarks).
     Dummy,
 }
 

@@ -5,6 +5,7 @@
 pub mod qwen3;
 pub mod qwen3_5;
 pub mod qwen3_moe;
+pub mod registry;
 
 use crate::backend::{Backend, BatchInputs, Feature, Result};
 use crate::loader::{LoadError, ModelConfig};

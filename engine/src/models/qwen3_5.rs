@@ -1,6 +1,6 @@
 //! Qwen3.5 hybrid text models (`Qwen3_5ForCausalLM`, `Qwen3_5MoeForCausalLM`, and the Hub's
-//! `*ForConditionalGeneration` layouts of both, text only; transformers 5.17), on the CPU
-//! reference backend, served by the engine like Qwen3: one varlen batch of many sequences a
+//! `*ForConditionalGeneration` layouts of both, text only; transformers 5.17), on any backend
+//! with [`HybridOps`] (the CPU reference and CUDA), served by the engine like Qwen3: one varlen batch of many sequences a
 //! step through the paged KV cache ([`Model::forward`]), each sequence's recurrent state in its
 //! slot of the cache manager's state pool (`kv_cache/state.rs`; memory:
 //! [`StateStorage`](super::StateStorage)).
@@ -24,8 +24,6 @@
 //!
 //! With `mtp` at load, the checkpoint's MTP block too (`mtp.*`, speculative decoding): see
 //! [`Model::mtp_forward`]; its attention layer's keys and values are the KV cache's last layer.
-//!
-//! Not yet here (issue 12): CUDA.
 
 use std::borrow::Cow;
 
@@ -44,22 +42,13 @@ mod sequence;
 pub use config::{LayerType, Qwen3_5Config};
 pub use sequence::SequenceState;
 
-/// The architecture names in `config.json`: the text models, and the Hub's multimodal
-/// checkpoints whose text model this runs (vision tower and MTP head ignored).
-pub const ARCHITECTURES: [&str; 4] = [
-    "Qwen3_5ForCausalLM",
-    "Qwen3_5MoeForCausalLM",
-    "Qwen3_5ForConditionalGeneration",
-    "Qwen3_5MoeForConditionalGeneration",
-];
-
-/// Whether `architecture` is a Qwen3.5 hybrid this file runs.
+/// Whether `architecture` is a Qwen3.5 hybrid this file runs ([`super::registry`]).
 pub fn is_hybrid(architecture: &str) -> bool {
-    ARCHITECTURES.contains(&architecture)
+    super::registry::family(architecture).ok() == Some(super::registry::Family::Qwen3_5)
 }
 
 /// Why a backend without [`Feature::HybridLayers`] refuses them.
-pub const CPU_ONLY: &str = "Qwen3.5 hybrid models (Qwen3_5*) do not run on this backend: \
+pub const NO_HYBRID_LAYERS: &str = "Qwen3.5 hybrid models (Qwen3_5*) do not run on this backend: \
      serve them with --device cpu or --device cuda";
 
 /// A Gated DeltaNet layer's weights.
@@ -318,7 +307,7 @@ impl<B: HybridOps> Qwen3_5<B> {
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
         if !backend.supports(Feature::HybridLayers) {
-            return Err(LoadError::UnsupportedOnDevice(CPU_ONLY.into()));
+            return Err(LoadError::UnsupportedOnDevice(NO_HYBRID_LAYERS.into()));
         }
         super::check_backend(backend, &config.base)?;
         let up = Up(backend);

@@ -1,7 +1,6 @@
 //! Scheduler configuration and the errors of its public calls.
 
 use crate::kv_cache::{KvCacheError, StateCacheConfig};
-use crate::scheduler::io::RequestId;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SchedulerConfig {
@@ -17,8 +16,6 @@ pub struct SchedulerConfig {
     pub max_model_len: usize,
     /// `--enable-prefix-caching`.
     pub enable_prefix_caching: bool,
-    /// Waiting requests beyond which `add_request` refuses new ones.
-    pub max_queued_requests: usize,
     /// Recurrent-state slots and checkpoints, for models with linear-attention layers.
     pub state: Option<StateCacheConfig>,
     /// `--speculative`: drafts from the model's MTP head (`None`: off).
@@ -60,7 +57,6 @@ impl SchedulerConfig {
             ("max_num_seqs", self.max_num_seqs),
             ("max_num_batched_tokens", self.max_num_batched_tokens),
             ("max_model_len", self.max_model_len),
-            ("max_queued_requests", self.max_queued_requests),
         ] {
             if v == 0 {
                 return Err(SchedulerConfigError::Zero(name));
@@ -68,37 +64,4 @@ impl SchedulerConfig {
         }
         Ok(())
     }
-}
-
-/// Why `add_request` refused a request. `QueueFull` is retryable (HTTP 429); the others are
-/// the client's fault (HTTP 400) and the server normally catches them first.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum AddRequestError {
-    #[error("cannot queue request {id}: {max} requests are already waiting; retry later")]
-    QueueFull { id: RequestId, max: usize },
-    #[error("cannot add request {0}: a request with this id is already scheduled")]
-    DuplicateId(RequestId),
-    #[error("cannot add request {0}: the prompt is empty")]
-    EmptyPrompt(RequestId),
-    #[error("cannot add request {0}: max_tokens must be at least 1")]
-    ZeroMaxTokens(RequestId),
-    #[error(
-        "cannot add request {id}: its prompt of {prompt_tokens} tokens leaves no room to \
-         generate under the model's maximum context length of {max_model_len} tokens"
-    )]
-    PromptTooLong {
-        id: RequestId,
-        prompt_tokens: usize,
-        max_model_len: usize,
-    },
-    #[error(
-        "cannot add request {id}: {tokens} tokens (prompt + max_tokens) need {blocks_needed} KV \
-         cache blocks but the whole cache has {blocks_total}; lower max_tokens or shorten the prompt"
-    )]
-    ExceedsKvCache {
-        id: RequestId,
-        tokens: usize,
-        blocks_needed: usize,
-        blocks_total: usize,
-    },
 }

@@ -3,13 +3,12 @@
 use std::collections::VecDeque;
 use std::mem;
 use std::sync::Arc;
-use std::time::Instant;
 
+use crate::admission::{AdmissionLimits, ValidRequest};
 use crate::kv_cache::hash::FastMap;
 use crate::kv_cache::{ComputedBlocks, HashKey, KvCacheConfig, KvCacheManager};
 use crate::request::Request;
-use crate::sampling_params::SamplingParams;
-use crate::scheduler::config::{AddRequestError, SchedulerConfig, SchedulerConfigError};
+use crate::scheduler::config::{SchedulerConfig, SchedulerConfigError};
 use crate::scheduler::io::{RequestId, RunnerOutput, ScheduledSeq, SchedulerOutput, SeqOutput};
 use crate::scheduler::output::{
     EngineEvent, FinishReason, FinishedRequest, SchedulerStats, SpecDecodeStats,
@@ -66,55 +65,25 @@ impl Scheduler {
         &self.cfg
     }
 
-    /// Queues a request. Refuses it when the queue is full or when it could never be
-    /// scheduled (empty prompt, no room under `max_model_len`, more KV than the whole cache).
-    pub fn add_request(
-        &mut self,
-        id: RequestId,
-        prompt: Vec<u32>,
-        sampling: Arc<SamplingParams>,
-        arrival: Instant,
-    ) -> Result<(), AddRequestError> {
-        if self.requests.contains_key(&id) {
-            return Err(AddRequestError::DuplicateId(id));
-        }
-        if prompt.is_empty() {
-            return Err(AddRequestError::EmptyPrompt(id));
-        }
-        if sampling.max_tokens == 0 {
-            return Err(AddRequestError::ZeroMaxTokens(id));
-        }
-        if prompt.len() >= self.cfg.max_model_len {
-            return Err(AddRequestError::PromptTooLong {
-                id,
-                prompt_tokens: prompt.len(),
-                max_model_len: self.cfg.max_model_len,
-            });
-        }
-        // The last token is sampled, never fed back: its KV is never needed.
-        let tokens = prompt
-            .len()
-            .saturating_add(sampling.max_tokens)
-            .min(self.cfg.max_model_len);
-        let blocks_needed = (tokens - 1).div_ceil(self.cfg.block_size);
-        if blocks_needed > self.kv.num_usable_blocks() {
-            return Err(AddRequestError::ExceedsKvCache {
-                id,
-                tokens,
-                blocks_needed,
-                blocks_total: self.kv.num_usable_blocks(),
-            });
-        }
-        if self.waiting.len() >= self.cfg.max_queued_requests {
-            return Err(AddRequestError::QueueFull {
-                id,
-                max: self.cfg.max_queued_requests,
-            });
-        }
+    /// Queues an admitted request. Admission decided it fits (`admission.rs`, against this
+    /// config's `max_model_len` and KV cache); ids are unique (the engine numbers them).
+    pub fn add_request(&mut self, id: RequestId, request: ValidRequest) {
+        debug_assert!(!self.requests.contains_key(&id), "request id {id} reused");
+        let (prompt, sampling, arrival) = request.into_parts();
         self.requests
-            .insert(id, Request::new(id, prompt, sampling, arrival));
+            .insert(id, Request::new(id, prompt, Arc::new(sampling), arrival));
         self.waiting.push_back(id);
-        Ok(())
+    }
+
+    /// The limits to validate requests against for this scheduler (`vocab_size` is the
+    /// model's, which the scheduler does not know).
+    pub fn admission_limits(&self, vocab_size: usize) -> AdmissionLimits {
+        AdmissionLimits::new(
+            self.cfg.max_model_len,
+            self.kv.num_usable_blocks(),
+            self.cfg.block_size,
+            vocab_size,
+        )
     }
 
     /// Drops a request wherever it is and frees its blocks now. False when it is unknown

@@ -2,7 +2,8 @@
 //!
 //! There is no prefill or decode mode: each request has `num_computed_tokens` catching up to
 //! its `num_tokens` (prompt + generated), and each step hands out a token budget, running
-//! requests first. The engine core drives it:
+//! requests first. It does not decide admission: `add_request` takes a request that
+//! `admission.rs` validated against the same limits and queues it. The engine core drives it:
 //!
 //! ```text
 //! add_request / abort_request / finish_request   (between steps)
@@ -17,9 +18,7 @@ mod core;
 pub mod io;
 mod output;
 
-pub use config::{
-    AddRequestError, MAX_DRAFTS, SchedulerConfig, SchedulerConfigError, SpeculativeConfig,
-};
+pub use config::{MAX_DRAFTS, SchedulerConfig, SchedulerConfigError, SpeculativeConfig};
 pub use core::Scheduler;
 pub use output::{EngineEvent, FinishReason, FinishedRequest, SchedulerStats, SpecDecodeStats};
 

@@ -5,7 +5,6 @@
 //! unbatched run would give.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
@@ -14,6 +13,7 @@ use rand::{Rng, SeedableRng};
 use super::io::{RunnerOutput, SchedulerOutput, SeqOutput, TokenLogprobs};
 use super::tests::{BS, scheduler};
 use super::*;
+use crate::admission::AddRequestError;
 use crate::sampling_params::SamplingParams;
 
 const EOS: u32 = 1;
@@ -163,14 +163,16 @@ fn simulate(seed: u64) -> SchedulerStats {
         num_blocks: rng.random_range(14..30),
         max_model_len: rng.random_range(40..80),
         enable_prefix_caching: rng.random_bool(0.8),
-        max_queued_requests: rng.random_range(1..20),
         state: None,
         speculative: rng.random_bool(0.5).then(|| SpeculativeConfig {
             num_drafts: rng.random_range(1..5),
             max_batch: rng.random_range(1..6),
         }),
     };
+    // The engine's queue limit (its gate counts the scheduler's waiting queue).
+    let max_queued = rng.random_range(1..20);
     let mut s = scheduler(cfg);
+    let limits = s.admission_limits(VOCAB as usize);
     let mut runner = ShadowRunner {
         slots: vec![None; cfg.num_blocks * BS],
         rng: StdRng::seed_from_u64(seed ^ 0x5bec),
@@ -203,17 +205,16 @@ fn simulate(seed: u64) -> SchedulerStats {
                 )
             });
             let arrival = t0 + Duration::from_micros(id);
-            match s.add_request(id, t.prompt.clone(), Arc::new(t.params.clone()), arrival) {
-                Ok(()) => {
+            if s.num_waiting() >= max_queued {
+                pending = Some((id, t));
+                break;
+            }
+            match limits.validate(t.prompt.clone(), t.params.clone(), arrival) {
+                Ok(valid) => {
+                    s.add_request(id, valid);
                     reqs.insert(id, t);
                 }
-                Err(AddRequestError::QueueFull { .. }) => {
-                    pending = Some((id, t));
-                    break;
-                }
-                Err(
-                    AddRequestError::ExceedsKvCache { .. } | AddRequestError::PromptTooLong { .. },
-                ) => {}
+                Err(AddRequestError::TooLong { .. }) => {}
                 Err(e) => panic!("unexpected refusal: {e}"),
             }
         }
@@ -319,7 +320,8 @@ fn random_request(rng: &mut StdRng, prefixes: &[Vec<u32>], max_model_len: usize)
     }
     prompt.truncate(max_model_len - 1);
     let params = SamplingParams {
-        max_tokens: rng.random_range(1..40),
+        // Admission refuses prompt + max_tokens beyond the context (admission.rs).
+        max_tokens: rng.random_range(1..40).min(max_model_len - prompt.len()),
         min_tokens: rng.random_range(0..3),
         eos_token_ids: vec![EOS],
         ignore_eos: rng.random_bool(0.2),

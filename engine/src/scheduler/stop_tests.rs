@@ -1,9 +1,8 @@
-//! Stop conditions and what `add_request` refuses: lone requests, hand-made runner outputs.
+//! Stop conditions and the admission limits: lone requests, hand-made runner outputs.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use super::tests::{EOS, add, config, params, prompt, run_to_finish, scheduler};
+use super::tests::{BS, EOS, add, config, params, prompt, run_to_finish, scheduler};
 use super::*;
 use crate::sampling_params::SamplingParams;
 
@@ -62,58 +61,44 @@ fn max_model_len_ends_generation() {
         max_model_len: 12,
         ..config()
     });
-    add(&mut s, 1, prompt(10, 0), params(100));
+    // Admitted against looser limits than this scheduler's (admission refuses 10 + 100 under
+    // a context of 12): the scheduler still never runs past its context.
+    let loose = crate::admission::AdmissionLimits::new(1000, 1000, BS, 1000);
+    let valid = loose
+        .validate(prompt(10, 0), params(100), Instant::now())
+        .expect("admitted");
+    s.add_request(1, valid);
     let (out, f) = run_to_finish(&mut s, 1, |_| 5);
     assert_eq!(out.len(), 2);
     assert_eq!(f.reason, FinishReason::Length);
 }
 
+/// The scheduler's limits for admission are its own: a request that fills the whole cache is
+/// admitted and runs to its end; one more token is refused.
 #[test]
-fn add_request_refuses_what_can_never_run() {
+fn admission_limits_match_what_the_scheduler_can_run() {
     let mut s = scheduler(SchedulerConfig {
         num_blocks: 5, // 4 usable blocks: 16 tokens of KV
-        max_queued_requests: 2,
         max_model_len: 100,
         ..config()
     });
-    let p = |max_tokens| Arc::new(params(max_tokens));
-    let now = Instant::now();
+    let limits = s.admission_limits(1000);
     // 10 + 7 tokens: the 17th is sampled, never fed, so 16 slots suffice.
-    assert_eq!(s.add_request(1, prompt(10, 0), p(7), now), Ok(()));
+    assert_eq!(limits.context_limit(), 17);
+    let now = Instant::now();
     assert!(matches!(
-        s.add_request(2, prompt(10, 0), p(8), now),
-        Err(AddRequestError::ExceedsKvCache {
-            blocks_needed: 5,
-            blocks_total: 4,
-            ..
-        })
+        limits.validate(prompt(10, 0), params(8), now),
+        Err(crate::admission::AddRequestError::TooLong { needed: 18, .. })
     ));
-    assert_eq!(
-        s.add_request(1, prompt(1, 0), p(1), now),
-        Err(AddRequestError::DuplicateId(1))
-    );
-    assert_eq!(
-        s.add_request(3, vec![], p(1), now),
-        Err(AddRequestError::EmptyPrompt(3))
-    );
-    assert_eq!(
-        s.add_request(3, prompt(1, 0), p(0), now),
-        Err(AddRequestError::ZeroMaxTokens(3))
-    );
-    assert!(matches!(
-        s.add_request(3, prompt(100, 0), p(1), now),
-        Err(AddRequestError::PromptTooLong { .. })
-    ));
-    assert_eq!(s.add_request(3, prompt(1, 0), p(1), now), Ok(()));
-    assert_eq!(
-        s.add_request(4, prompt(1, 0), p(1), now),
-        Err(AddRequestError::QueueFull { id: 4, max: 2 })
-    );
-    let msg = s
-        .add_request(4, prompt(1, 0), p(1), now)
-        .err()
-        .map(|e| e.to_string());
-    assert!(msg.is_some_and(|m| m.contains("retry later")));
+    let ignore = SamplingParams {
+        ignore_eos: true,
+        ..params(7)
+    };
+    let valid = limits.validate(prompt(10, 0), ignore, now).expect("fits");
+    s.add_request(1, valid);
+    let (out, f) = run_to_finish(&mut s, 1, |_| 5);
+    assert_eq!((out.len(), f.reason), (7, FinishReason::Length));
+    assert_eq!(f.num_preemptions, 0);
     assert!(
         Scheduler::new(SchedulerConfig {
             max_num_batched_tokens: 0,

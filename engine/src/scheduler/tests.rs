@@ -20,7 +20,6 @@ pub(super) fn config() -> SchedulerConfig {
         num_blocks: 65,
         max_model_len: 256,
         enable_prefix_caching: true,
-        max_queued_requests: 100,
         state: None,
         speculative: None,
     }
@@ -44,8 +43,22 @@ pub(super) fn prompt(n: usize, salt: u32) -> Vec<u32> {
 
 pub(super) fn add(s: &mut Scheduler, id: u64, prompt: Vec<u32>, p: SamplingParams) {
     let t0 = Instant::now();
-    s.add_request(id, prompt, Arc::new(p), t0 + Duration::from_millis(id))
-        .expect("accepted");
+    add_at(s, id, prompt, p, t0 + Duration::from_millis(id));
+}
+
+/// Admit a request as the engine does: validated against the scheduler's own limits.
+pub(super) fn add_at(
+    s: &mut Scheduler,
+    id: u64,
+    prompt: Vec<u32>,
+    p: SamplingParams,
+    arrival: Instant,
+) {
+    let valid = s
+        .admission_limits(u32::MAX as usize)
+        .validate(prompt, p, arrival)
+        .expect("admitted");
+    s.add_request(id, valid);
 }
 
 /// A runner that samples `token(seq)` wherever the scheduler asks for a sample.
@@ -133,11 +146,20 @@ fn running_requests_are_ordered_by_arrival_time() {
     let mut s = scheduler(config());
     let t0 = Instant::now();
     // Added in the opposite order of their arrival stamps.
-    let p = || Arc::new(params(5));
-    s.add_request(1, prompt(3, 0), p(), t0 + Duration::from_millis(2))
-        .expect("ok");
-    s.add_request(2, prompt(3, 1), p(), t0 + Duration::from_millis(1))
-        .expect("ok");
+    add_at(
+        &mut s,
+        1,
+        prompt(3, 0),
+        params(5),
+        t0 + Duration::from_millis(2),
+    );
+    add_at(
+        &mut s,
+        2,
+        prompt(3, 1),
+        params(5),
+        t0 + Duration::from_millis(1),
+    );
     let (out, _) = step(&mut s);
     assert_eq!(
         plan(&out).iter().map(|p| p.0).collect::<Vec<_>>(),

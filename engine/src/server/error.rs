@@ -213,18 +213,48 @@ impl IntoResponse for AnthropicError {
     }
 }
 
-impl From<AddRequestError> for ApiError {
-    fn from(e: AddRequestError) -> Self {
+impl ApiError {
+    /// An admission refusal (`admission.rs`) as the client sees it; `prompt_param` names the
+    /// field that holds the prompt (`messages` or `prompt`).
+    pub fn refused(e: AddRequestError, prompt_param: &str) -> Self {
         match e {
+            AddRequestError::EmptyPrompt => Self::invalid(prompt_param, "the prompt is empty"),
+            AddRequestError::TokenOutOfVocabulary { .. } => {
+                Self::invalid(prompt_param, e.to_string())
+            }
+            AddRequestError::ZeroMaxTokens => {
+                Self::invalid("max_tokens", "`max_tokens` must be at least 1")
+            }
+            AddRequestError::TooLong {
+                prompt_tokens,
+                needed,
+                limit,
+            } => {
+                let (param, what) = if prompt_tokens >= limit {
+                    (
+                        prompt_param,
+                        format!(
+                            "the {prompt_param} has {prompt_tokens}, leaving no room to generate"
+                        ),
+                    )
+                } else {
+                    (
+                        "max_tokens",
+                        format!(
+                            "{prompt_tokens} in the {prompt_param} plus {} asked for is {needed}",
+                            needed - prompt_tokens
+                        ),
+                    )
+                };
+                Self::ContextLengthExceeded {
+                    message: format!(
+                        "this model's maximum context length is {limit} tokens, but {what}; \
+                         shorten the {prompt_param} or lower max_tokens"
+                    ),
+                    param: param.into(),
+                }
+            }
             AddRequestError::QueueFull { queued } => Self::QueueFull { queued },
-            AddRequestError::TooLong { needed, limit } => Self::ContextLengthExceeded {
-                message: format!(
-                    "this model's maximum context length is {limit} tokens, but the request \
-                     needs {needed} (prompt plus max_tokens); shorten the prompt or lower \
-                     max_tokens"
-                ),
-                param: "max_tokens".into(),
-            },
             AddRequestError::ShuttingDown => Self::ShuttingDown,
         }
     }
@@ -260,26 +290,39 @@ mod tests {
 
     #[test]
     fn engine_refusals_map_to_429_400_503() {
-        let full: ApiError = AddRequestError::QueueFull { queued: 3 }.into();
+        let full = ApiError::refused(AddRequestError::QueueFull { queued: 3 }, "prompt");
         assert_eq!(full.status(), StatusCode::TOO_MANY_REQUESTS);
         let resp = full.into_response();
         assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
-        let long: ApiError = AddRequestError::TooLong {
-            needed: 10,
-            limit: 5,
-        }
-        .into();
-        assert_eq!(
-            long.body().error.code.as_deref(),
-            Some("context_length_exceeded")
+        let too_long = |prompt_tokens| AddRequestError::TooLong {
+            prompt_tokens,
+            needed: prompt_tokens + 80,
+            limit: 100,
+        };
+        let long = ApiError::refused(too_long(30), "prompt");
+        let b = long.body().error;
+        assert_eq!(b.code.as_deref(), Some("context_length_exceeded"));
+        assert_eq!(b.param.as_deref(), Some("max_tokens"));
+        assert!(
+            b.message.contains("30 in the prompt plus 80"),
+            "{}",
+            b.message
         );
-        let down: ApiError = AddRequestError::ShuttingDown.into();
+        let full_prompt = ApiError::refused(too_long(100), "messages").body().error;
+        assert_eq!(full_prompt.param.as_deref(), Some("messages"));
+        let empty = ApiError::refused(AddRequestError::EmptyPrompt, "messages");
+        assert_eq!(empty.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(empty.body().error.param.as_deref(), Some("messages"));
+        let down = ApiError::refused(AddRequestError::ShuttingDown, "prompt");
         assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 
     #[test]
     fn anthropic_envelope_and_overloaded_529() {
-        let full = AnthropicError(AddRequestError::QueueFull { queued: 3 }.into());
+        let full = AnthropicError(ApiError::refused(
+            AddRequestError::QueueFull { queued: 3 },
+            "messages",
+        ));
         let body = full.0.anthropic_body();
         assert_eq!(body.kind, "error");
         assert_eq!(body.error.kind, "overloaded_error");

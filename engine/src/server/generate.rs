@@ -20,7 +20,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::output::{ChoiceOutput, Delta, Logprob, OutputError};
 use super::params::Generation;
-use crate::engine_core::{EngineRequest, RequestStream};
+use crate::engine_core::RequestStream;
 use crate::metrics::{Outcome, RequestTimer};
 use crate::scheduler::io::TokenLogprobs;
 
@@ -149,40 +149,28 @@ pub fn launch(
             ),
         ));
     }
-    // Check every prompt before submitting any.
-    let mut params = Vec::with_capacity(prompts.len() * generation.n);
+    // Validate every choice before submitting any (admission.rs decides; error.rs words it).
+    let mut admitted = Vec::with_capacity(prompts.len() * generation.n);
     for (p, prompt) in prompts.iter().enumerate() {
-        if prompt.ids.is_empty() {
-            return Err(ApiError::invalid(prompt_param, "the prompt is empty"));
-        }
-        if let Some(bad) = prompt.ids.iter().find(|&&t| t as usize >= info.vocab_size) {
-            return Err(ApiError::invalid(
-                prompt_param,
-                format!(
-                    "token id {bad} is outside the vocabulary (0..{})",
-                    info.vocab_size
-                ),
-            ));
-        }
         for i in 0..generation.n {
-            params.push((
-                p,
-                generation.for_prompt(prompt.ids.len(), prompt_param, info, i)?,
-            ));
+            let sampling = generation.for_prompt(prompt.ids.len(), info, i);
+            let logprobs = sampling.logprobs.is_some();
+            let valid = engine
+                .limits()
+                .validate(prompt.ids.clone(), sampling, arrival)
+                .map_err(|e| ApiError::refused(e, prompt_param))?;
+            admitted.push((p, valid, logprobs));
         }
     }
     let deadline = state
         .request_timeout
         .map(|t| TokioInstant::from_std(arrival + t));
-    let mut choices = Vec::with_capacity(params.len());
-    for (index, (p, sampling)) in params.into_iter().enumerate() {
-        let want_logprobs = sampling.logprobs.is_some();
+    let mut choices = Vec::with_capacity(admitted.len());
+    for (index, (p, valid, want_logprobs)) in admitted.into_iter().enumerate() {
         let prompt_len = prompts[p].ids.len();
-        let stream = engine.add_request(EngineRequest {
-            prompt_token_ids: prompts[p].ids.clone(),
-            sampling,
-            arrival,
-        })?;
+        let stream = engine
+            .add_request(valid)
+            .map_err(|e| ApiError::refused(e, prompt_param))?;
         choices.push(Choice {
             index: index as u32,
             prompt: p,

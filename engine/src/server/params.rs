@@ -192,54 +192,20 @@ impl Generation {
         self.max_tokens == Some(0)
     }
 
-    /// Sampling for choice `i` of a prompt of `prompt_len` tokens: `max_tokens` checked
-    /// against the context (absent: up to the context limit) and the seed offset by `i`.
-    /// `prompt_param` names the field that holds the prompt (`messages` or `prompt`).
-    pub fn for_prompt(
-        &self,
-        prompt_len: usize,
-        prompt_param: &str,
-        info: &ModelInfo,
-        i: usize,
-    ) -> Result<SamplingParams, ApiError> {
-        let limit = info.max_model_len;
-        let too_long = |what: String, param: &str| ApiError::ContextLengthExceeded {
-            message: format!(
-                "this model's maximum context length is {limit} tokens, but {what}; shorten \
-                 the {prompt_param} or lower max_tokens"
-            ),
-            param: param.into(),
-        };
-        let max_tokens = match self.max_tokens {
-            Some(m) if prompt_len.saturating_add(m) > limit => {
-                let (param, what) = if prompt_len >= limit {
-                    (prompt_param, format!("the {prompt_param} has {prompt_len}"))
-                } else {
-                    (
-                        "max_tokens",
-                        format!(
-                            "{prompt_len} in the {prompt_param} plus {m} asked for is {}",
-                            prompt_len + m
-                        ),
-                    )
-                };
-                return Err(too_long(what, param));
-            }
-            Some(m) => m,
-            None if prompt_len >= limit => {
-                return Err(too_long(
-                    format!("the {prompt_param} has {prompt_len}, leaving no room to generate"),
-                    prompt_param,
-                ));
-            }
-            None => limit - prompt_len,
-        };
+    /// Sampling for choice `i` of a prompt of `prompt_len` tokens: `max_tokens` as asked, or
+    /// absent the rest of the context, and the seed offset by `i`. Whether it fits is
+    /// admission's call (`admission.rs`), made once when the request is validated.
+    pub fn for_prompt(&self, prompt_len: usize, info: &ModelInfo, i: usize) -> SamplingParams {
+        let max_tokens = self
+            .max_tokens
+            .unwrap_or_else(|| info.max_model_len.saturating_sub(prompt_len));
         let mut s = self.sampling.clone();
         // The engine always generates; a prompt-only request asks for one token and the
-        // output side drops it.
+        // output side drops it. A prompt that fills the context asks for one too, which
+        // admission refuses by name.
         s.max_tokens = max_tokens.max(1);
         s.seed = s.seed.wrapping_add(i as u64);
-        Ok(s)
+        s
     }
 }
 
@@ -366,7 +332,7 @@ mod tests {
     }
 
     #[test]
-    fn max_tokens_defaults_to_the_rest_of_the_context_and_is_checked_against_it() {
+    fn max_tokens_defaults_to_the_rest_of_the_context() {
         let g = gen_with(
             SamplingFields {
                 seed: Some(Seed(u64::MAX)),
@@ -375,15 +341,11 @@ mod tests {
             Extras::default(),
         )
         .expect("ok");
-        let s = g.for_prompt(30, "prompt", &info(), 1).expect("fits");
+        let s = g.for_prompt(30, &info(), 1);
         assert_eq!(s.max_tokens, 70);
         assert_eq!(s.seed, 0, "seed + choice index wraps");
-        let e = g.for_prompt(100, "messages", &info(), 0).expect_err("full");
-        assert_eq!(e.body().error.param.as_deref(), Some("messages"));
-        assert_eq!(
-            e.body().error.code.as_deref(),
-            Some("context_length_exceeded")
-        );
+        // A full context leaves nothing: one token, which admission refuses.
+        assert_eq!(g.for_prompt(100, &info(), 0).max_tokens, 1);
         let g = gen_with(
             SamplingFields::default(),
             Extras {
@@ -392,10 +354,6 @@ mod tests {
             },
         )
         .expect("ok");
-        let e = g
-            .for_prompt(30, "prompt", &info(), 0)
-            .expect_err("too long");
-        assert_eq!(e.body().error.param.as_deref(), Some("max_tokens"));
-        assert!(e.to_string().contains("30 in the prompt plus 80"), "{e}");
+        assert_eq!(g.for_prompt(30, &info(), 0).max_tokens, 80);
     }
 }

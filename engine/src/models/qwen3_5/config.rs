@@ -69,9 +69,9 @@ impl Qwen3_5Config {
             serde_json::from_value(text_config(value)).map_err(|e| e.to_string())?;
         if !super::is_hybrid(&base.architecture) {
             return Err(format!(
-                "architecture {} is not a Qwen3.5 hybrid (expected one of {:?})",
-                base.architecture,
-                super::ARCHITECTURES
+                "architecture {} is not a Qwen3.5 hybrid (models::registry lists each \
+                 architecture's family)",
+                base.architecture
             ));
         }
         let n = base.num_hidden_layers;

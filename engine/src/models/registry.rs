@@ -1,0 +1,161 @@
+//! The model registry: `architectures[0]` in `config.json` → the family that runs it → its
+//! constructor. Everything that loads a model goes through [`load`] (`met serve` in
+//! `engine_core/start.rs`, `met score` in `main.rs`); every backend runs every family (the
+//! CPU reference and CUDA: Qwen3, Qwen3-MoE, the Qwen3.5/3.6 hybrids). A backend that lacks
+//! a feature a checkpoint needs refuses it at load, by name (`models::check_backend`).
+
+use anyhow::{Context, bail};
+
+use super::Model;
+use super::qwen3::Qwen3;
+use super::qwen3_5::{Qwen3_5, Qwen3_5Config};
+use crate::backend::HybridOps;
+use crate::loader::{LoadError, LoadFormat, ModelDir, Weights};
+
+/// A model family: one forward, one file (`docs/models.md` lists what runs where).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Qwen3, dense or mixture-of-experts (`qwen3.rs`, with `qwen3_moe.rs`).
+    Qwen3,
+    /// Qwen3.5/3.6 hybrids, Gated DeltaNet + gated attention, dense or MoE (`qwen3_5.rs`).
+    Qwen3_5,
+}
+
+/// Every architecture this engine runs, as `config.json` names it, and its family. The
+/// `*ForConditionalGeneration` ones are the Hub's multimodal layouts, text model only.
+pub const ARCHITECTURES: [(&str, Family); 6] = [
+    ("Qwen3ForCausalLM", Family::Qwen3),
+    ("Qwen3MoeForCausalLM", Family::Qwen3),
+    ("Qwen3_5ForCausalLM", Family::Qwen3_5),
+    ("Qwen3_5MoeForCausalLM", Family::Qwen3_5),
+    ("Qwen3_5ForConditionalGeneration", Family::Qwen3_5),
+    ("Qwen3_5MoeForConditionalGeneration", Family::Qwen3_5),
+];
+
+/// The family that runs `architecture`, or an error that names it and lists the supported.
+pub fn family(architecture: &str) -> Result<Family, LoadError> {
+    ARCHITECTURES
+        .iter()
+        .find(|(name, _)| *name == architecture)
+        .map(|&(_, f)| f)
+        .ok_or_else(|| LoadError::UnsupportedArchitecture(architecture.to_string()))
+}
+
+/// The supported architectures, comma-separated (for error messages).
+pub fn supported() -> String {
+    let names: Vec<&str> = ARCHITECTURES.iter().map(|(n, _)| *n).collect();
+    names.join(", ")
+}
+
+/// What the caller does with the model once it is loaded. Each family is its own type, so the
+/// code after loading is generic over it and the registry calls it with the one it built.
+pub trait WithModel<B: HybridOps> {
+    type Output;
+    fn run<M: Model<B> + 'static>(self, backend: B, model: M) -> Self::Output;
+}
+
+/// How to load: where the weights come from, and whether to load the MTP head too (the
+/// drafter of `--speculative`, in Qwen3.5/3.6 checkpoints only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LoadOptions {
+    pub load_format: LoadFormat,
+    pub mtp: bool,
+}
+
+/// Load the checkpoint in `dir` onto `backend` with its family's constructor, calling
+/// `layer_done(n)` after each decoder layer, then hand backend and model to `then`. The
+/// weights' memory maps are closed before `then` runs.
+pub fn load<B: HybridOps, W: WithModel<B>>(
+    backend: B,
+    dir: &ModelDir,
+    options: LoadOptions,
+    layer_done: &mut dyn FnMut(usize),
+    then: W,
+) -> anyhow::Result<W::Output> {
+    let config = dir.config()?;
+    let family = family(&config.architecture)?;
+    if options.mtp && family != Family::Qwen3_5 {
+        bail!(
+            "--speculative drafts with the checkpoint's MTP head, which Qwen3.5/3.6 checkpoints \
+             carry and {} does not: serve it without --speculative",
+            config.architecture
+        );
+    }
+    let failed = || format!("failed to load {}", dir.root.display());
+    let weights = Weights::open(&dir.root, options.load_format)?;
+    match family {
+        Family::Qwen3 => {
+            let model = Qwen3::load_reporting(&backend, &config, &weights, layer_done)
+                .with_context(failed)?;
+            drop(weights);
+            Ok(then.run(backend, model))
+        }
+        Family::Qwen3_5 => {
+            let hybrid = Qwen3_5Config::from_file(&dir.root.join("config.json"))?;
+            let model = Qwen3_5::load_on(&backend, &hybrid, &weights, options.mtp, layer_done)
+                .with_context(failed)?;
+            drop(weights);
+            Ok(then.run(backend, model))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Backend, CpuBackend};
+
+    #[test]
+    fn every_architecture_has_one_family() {
+        assert_eq!(family("Qwen3MoeForCausalLM").ok(), Some(Family::Qwen3));
+        assert_eq!(
+            family("Qwen3_5MoeForConditionalGeneration").ok(),
+            Some(Family::Qwen3_5)
+        );
+        let mut names: Vec<_> = ARCHITECTURES.iter().map(|(n, _)| n).collect();
+        names.dedup();
+        assert_eq!(names.len(), ARCHITECTURES.len());
+    }
+
+    #[test]
+    fn an_unsupported_architecture_is_named_with_the_supported_ones() {
+        let e = family("LlamaForCausalLM")
+            .expect_err("not ours")
+            .to_string();
+        assert!(e.contains("\"LlamaForCausalLM\""), "{e}");
+        for (name, _) in ARCHITECTURES {
+            assert!(e.contains(name), "{name} missing from: {e}");
+        }
+    }
+
+    /// What `met serve` and `met score` see: the load stops at the architecture, before any
+    /// weight is read, with the same message.
+    #[test]
+    fn load_refuses_an_unknown_checkpoint_by_name() {
+        struct Never;
+        impl<B: HybridOps> WithModel<B> for Never {
+            type Output = ();
+            fn run<M: Model<B> + 'static>(self, _: B, _: M) {
+                panic!("nothing should load");
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("met-registry-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(
+            dir.join("config.json"),
+            r#"{"architectures": ["MistralForCausalLM"], "vocab_size": 64, "hidden_size": 32,
+                "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "max_position_embeddings": 64, "rms_norm_eps": 1e-6}"#,
+        )
+        .expect("config");
+        let cpu = CpuBackend::default();
+        let name = cpu.name().to_string();
+        let opened = ModelDir::open(&dir).expect("a checkpoint directory");
+        let e = load(cpu, &opened, LoadOptions::default(), &mut |_| {}, Never)
+            .expect_err("unsupported");
+        let _ = std::fs::remove_dir_all(&dir);
+        let msg = format!("{e:#}");
+        assert!(msg.contains("MistralForCausalLM"), "{msg} ({name})");
+        assert!(msg.contains("Qwen3_5ForCausalLM"), "{msg}");
+    }
+}
