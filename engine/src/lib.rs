@@ -20,3 +20,4 @@ pub mod score;
 pub mod server;
 pub mod tokenizer;
 pub mod tool_parsers;
+pub mod tuning;
