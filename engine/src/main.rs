@@ -32,6 +32,10 @@ fn main() -> ExitCode {
         Command::Serve(args) => run_serve(*args),
         Command::Score(args) => run_score(args),
         Command::Download(args) => hub_progress::download(&args.repo, &args.revision),
+        Command::PrintTuningTable => {
+            print!("{}", metrale_engine::tuning::docs_table());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -110,6 +114,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         },
         enable_prefix_caching: args.enable_prefix_caching,
         enforce_eager: args.enforce_eager,
+        tuning: metrale_engine::tuning::Tuning::from_env()?,
         api_key: args.api_key,
         max_queued_requests: args.max_queued_requests,
         request_timeout: args.request_timeout,
@@ -207,9 +212,11 @@ fn score_on_cuda(
     tokens: &[u32],
     hybrid: bool,
 ) -> anyhow::Result<Vec<PositionScore>> {
-    let backend = metrale_engine::backend::cuda::CudaBackend::for_dtype(0, dtype(args.model.dtype))
-        .context("failed to start the CUDA backend")?
-        .with_fp8_kv_cache(kv_fp8(args))?;
+    let tuning = metrale_engine::tuning::Tuning::from_env()?;
+    let backend =
+        metrale_engine::backend::cuda::CudaBackend::for_dtype(0, dtype(args.model.dtype), tuning)
+            .context("failed to start the CUDA backend")?
+            .with_fp8_kv_cache(kv_fp8(args))?;
     match hybrid {
         true => score_hybrid(&backend, args, tokens),
         false => score_on(&backend, args, tokens),

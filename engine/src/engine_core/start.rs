@@ -87,12 +87,10 @@ impl EngineHandle {
             #[cfg(feature = "cuda")]
             Device::Cuda => {
                 hub.phases().phase(Phase::CompileKernels, 0, None, "");
-                let backend = crate::backend::cuda::CudaBackend::for_dtype(0, config.dtype)
-                    .context("failed to open the GPU")?
-                    .with_fp8_kv_cache(config.kv_cache_fp8)?;
-                if config.enforce_eager {
-                    backend.set_graphs(false);
-                }
+                let backend =
+                    crate::backend::cuda::CudaBackend::for_dtype(0, config.dtype, config.tuning)
+                        .context("failed to open the GPU")?
+                        .with_fp8_kv_cache(config.kv_cache_fp8)?;
                 if hybrid {
                     start_on(backend, config, hub, &move |b, d, w, done| {
                         load_qwen3_5(b, d, w, mtp, done)
@@ -179,7 +177,8 @@ fn start_on<B: Backend, M: Model<B> + 'static>(
         state_slots,
     )?;
     if let Some(spec) = config.speculative {
-        runner.enable_speculation(spec.num_drafts, spec_max_seqs(&config, spec))?;
+        let force_accept = config.tuning.debug.spec_force_accept;
+        runner.enable_speculation(spec.num_drafts, spec_max_seqs(&config, spec), force_accept)?;
     }
     phases.phase(Phase::AllocateKvCache, blocks, Some(blocks), "blocks");
     hub.set_limits(Limits {
@@ -228,7 +227,7 @@ fn start_on<B: Backend, M: Model<B> + 'static>(
         );
     }
     let (tx, rx) = std::sync::mpsc::channel();
-    let engine = EngineLoop::new(scheduler, runner, rx, live.clone(), hub);
+    let engine = EngineLoop::new(scheduler, runner, rx, live.clone(), hub, &config.tuning);
     std::thread::Builder::new()
         .name("met-engine".into())
         .spawn(move || engine.run())
