@@ -189,8 +189,8 @@ impl Tuning {
             Self::from_vars(std::env::vars_os().filter_map(|(k, v)| {
                 Some((k.into_string().ok()?, v.to_string_lossy().into_owned()))
             }))?;
+        // Printed before any logging is set up (and whatever RUST_LOG says).
         for w in warnings {
-            tracing::warn!("{w}");
             eprintln!("met: warning: {w}");
         }
         Ok(tuning)

@@ -200,8 +200,8 @@ impl CudaBackend {
                 .arg(&ki)
                 .arg(&norm);
             // SAFETY: logits are [1, e] f32 (set by the caller), x [1, h] bf16 (converted
-            // above), router [e, h] bf16 with h % 8 == 0 and e <= moe_plan::ROUTER_PLAN_MAX_EXPERTS (its
-            // shared row; checked by the caller); ids, weights and perm hold k values, offsets
+            // above), router [e, h] bf16 with h % 8 == 0 and
+            // e <= moe_plan::ROUTER_PLAN_MAX_EXPERTS (its shared row; checked by the caller); ids, weights and perm hold k values, offsets
             // and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K); the ticket is one u32 at 0
             // (every launch sets it back), the launches on this stream one after another; a
             // warp per expert.
