@@ -28,6 +28,9 @@ pub enum Command {
     Score(ScoreArgs),
     /// Fetch a Hub checkpoint (ORG/NAME) into the Hugging Face cache and print its directory.
     Download(DownloadArgs),
+    /// Print the tuning settings' Markdown table (docs/cuda.md's "Tuning" is this).
+    #[command(hide = true)]
+    PrintTuningTable,
 }
 
 #[derive(Debug, Args)]

@@ -175,8 +175,11 @@ pub struct EngineConfig {
     /// Waiting requests beyond which admission answers 429 (`--max-queued-requests`).
     pub max_queued_requests: usize,
     pub enable_prefix_caching: bool,
-    /// Never replay CUDA graphs (`--enforce-eager`).
+    /// Never replay CUDA graphs (`--enforce-eager`; already folded into `tuning`).
     pub enforce_eager: bool,
+    /// The tuning knobs, read once at start-up (`crate::tuning`): the backend's, the step
+    /// profile, the debug step delay, forced speculative acceptance.
+    pub tuning: crate::tuning::Tuning,
     /// Tokens a KV block holds.
     pub block_size: usize,
     /// Memory for the KV cache on the CPU backend, in bytes; `None` = enough for every

@@ -21,3 +21,4 @@ pub mod score;
 pub mod server;
 pub mod tokenizer;
 pub mod tool_parsers;
+pub mod tuning;

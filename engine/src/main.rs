@@ -31,6 +31,10 @@ fn main() -> ExitCode {
         Command::Serve(args) => run_serve(*args),
         Command::Score(args) => run_score(args),
         Command::Download(args) => hub_progress::download(&args.repo, &args.revision),
+        Command::PrintTuningTable => {
+            print!("{}", metrale_engine::tuning::docs_table());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -98,6 +102,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         kv_cache_dtype: args.kv_cache_dtype,
         enable_prefix_caching: args.enable_prefix_caching,
         enforce_eager: args.enforce_eager,
+        tuning: metrale_engine::tuning::Tuning::from_env()?,
         api_key: args.api_key,
         max_queued_requests: args.max_queued_requests,
         request_timeout: args.request_timeout,
@@ -186,7 +191,8 @@ fn kv_fp8(args: &ScoreArgs) -> bool {
 
 #[cfg(feature = "cuda")]
 fn score_on_cuda(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
-    let backend = metrale_engine::backend::cuda::CudaBackend::for_dtype(0, args.model.dtype)
+    let tuning = metrale_engine::tuning::Tuning::from_env()?;
+    let backend = metrale_engine::backend::cuda::CudaBackend::for_dtype(0, args.model.dtype, tuning)
         .context("failed to start the CUDA backend")?
         .with_fp8_kv_cache(kv_fp8(args))?;
     score_on(backend, args, tokens)

@@ -34,6 +34,7 @@ fn config(name: &str) -> EngineConfig {
         kv_cache_fp8: false,
         speculative: None,
         enforce_eager: false,
+        tuning: Default::default(),
     }
 }
 

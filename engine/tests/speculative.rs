@@ -62,7 +62,9 @@ fn engine(name: &str, drafts: Option<usize>) -> Engine {
         max_batch: SEQS,
     });
     if let Some(n) = drafts {
-        runner.enable_speculation(n, SEQS).expect("speculation");
+        runner
+            .enable_speculation(n, SEQS, None)
+            .expect("speculation");
     }
     let sched = Scheduler::new(SchedulerConfig {
         max_num_seqs: SEQS,

@@ -1,7 +1,8 @@
 //! Where compiled kernels are kept between runs, and the key that names them.
 //!
-//! The directory is `$METRALE_KERNEL_CACHE` when set (`off`, `0` or an empty value turn the
-//! cache off), else `$XDG_CACHE_HOME/metrale/kernels`, else `~/.cache/metrale/kernels`. A file
+//! The directory is the caller's (the engine's tuning, `METRALE_KERNEL_CACHE`, may name one or
+//! turn the cache off), by default `$XDG_CACHE_HOME/metrale/kernels`, else
+//! `~/.cache/metrale/kernels` ([`default_cache_dir`]; this crate reads no environment). A file
 //! is named `<module>-<arch>-<key>.<cubin|ptx>`, the key a 128-bit hash of everything that
 //! changes the binary: the program text, the architecture, the NVRTC and driver versions and the
 //! compile options. A stale or foreign file is never picked up: its name would differ.
@@ -11,16 +12,9 @@ use std::path::PathBuf;
 /// Bump to invalidate every cached file (a change in how images are stored).
 const FORMAT: u32 = 1;
 
-/// The cache directory for this environment, or `None` when the cache is off or no home is
-/// known. `env` reads a variable (`std::env::var_os` in production).
-pub fn cache_dir_from(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
-    if let Some(v) = env("METRALE_KERNEL_CACHE") {
-        let s = v.to_string_lossy();
-        if s.is_empty() || s == "0" || s.eq_ignore_ascii_case("off") {
-            return None;
-        }
-        return Some(PathBuf::from(v));
-    }
+/// The default cache directory, or `None` when no home is known. `env` reads a variable (the
+/// caller passes `std::env::var_os`).
+pub fn default_cache_dir(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
     if let Some(x) = env("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(x).join("metrale").join("kernels"));
     }
@@ -30,11 +24,6 @@ pub fn cache_dir_from(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Optio
             .join("metrale")
             .join("kernels")
     })
-}
-
-/// [`cache_dir_from`] with the process environment.
-pub fn cache_dir() -> Option<PathBuf> {
-    cache_dir_from(|k| std::env::var_os(k))
 }
 
 /// What a compiled image depends on.
@@ -99,28 +88,21 @@ mod tests {
     }
 
     #[test]
-    fn directory_follows_override_then_xdg_then_home() {
-        let all = [
-            ("METRALE_KERNEL_CACHE", "/x/k"),
-            ("XDG_CACHE_HOME", "/xdg"),
-            ("HOME", "/home/u"),
-        ];
-        assert_eq!(cache_dir_from(env(&all)), Some(PathBuf::from("/x/k")));
+    fn default_directory_follows_xdg_then_home() {
+        let all = [("XDG_CACHE_HOME", "/xdg"), ("HOME", "/home/u")];
         assert_eq!(
-            cache_dir_from(env(&all[1..])),
+            default_cache_dir(env(&all)),
             Some(PathBuf::from("/xdg/metrale/kernels"))
         );
         assert_eq!(
-            cache_dir_from(env(&all[2..])),
+            default_cache_dir(env(&all[1..])),
             Some(PathBuf::from("/home/u/.cache/metrale/kernels"))
         );
-        assert_eq!(cache_dir_from(env(&[])), None);
-        for off in ["off", "0", ""] {
-            assert_eq!(
-                cache_dir_from(env(&[("METRALE_KERNEL_CACHE", off), ("HOME", "/h")])),
-                None
-            );
-        }
+        assert_eq!(
+            default_cache_dir(env(&[("XDG_CACHE_HOME", ""), ("HOME", "/h")])),
+            Some(PathBuf::from("/h/.cache/metrale/kernels"))
+        );
+        assert_eq!(default_cache_dir(env(&[])), None);
     }
 
     #[test]

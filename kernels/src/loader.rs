@@ -130,6 +130,8 @@ pub struct Kernels {
     ctx: Arc<CudaContext>,
     target: Target,
     cache_dir: Option<PathBuf>,
+    /// Compile with `--ptxas-options=-v` and print its statistics (registers, spills).
+    show_ptxas: bool,
     include_dirs: Vec<PathBuf>,
     include_tried: Vec<PathBuf>,
     modules: Mutex<HashMap<Module, Arc<CudaModule>>>,
@@ -280,8 +282,14 @@ pub fn compile(
 }
 
 impl Kernels {
-    /// Prepare to compile for `ctx`'s device. Fails when libnvrtc cannot be loaded.
-    pub fn new(ctx: Arc<CudaContext>) -> Result<Self, KernelError> {
+    /// Prepare to compile for `ctx`'s device, keeping compiled images in `cache_dir` (`None`: no
+    /// cache, see `cache::default_cache_dir`), with ptxas statistics printed to stderr when
+    /// `show_ptxas`. Fails when libnvrtc cannot be loaded.
+    pub fn new(
+        ctx: Arc<CudaContext>,
+        cache_dir: Option<PathBuf>,
+        show_ptxas: bool,
+    ) -> Result<Self, KernelError> {
         let nvrtc = nvrtc_version()?;
         let cc = ctx
             .compute_capability()
@@ -296,7 +304,8 @@ impl Kernels {
         Ok(Self {
             ctx,
             target: Target::new(cc, nvrtc, version),
-            cache_dir: cache::cache_dir(),
+            cache_dir,
+            show_ptxas,
             include_dirs: include_tried
                 .iter()
                 .filter(|d| d.is_dir())
@@ -369,7 +378,10 @@ impl Kernels {
         if let Some(m) = modules.get(&module) {
             return Ok(m.clone());
         }
-        let options = self.target.options(&self.include_dirs);
+        let mut options = self.target.options(&self.include_dirs);
+        if self.show_ptxas {
+            options.push("--ptxas-options=-v".into());
+        }
         let text = module.program_text();
         let key = cache::cache_key(&KeyParts {
             program_text: &text,
@@ -406,7 +418,10 @@ impl Kernels {
             }
         }
         let start = Instant::now();
-        let (image, _log) = compile(module, &self.target, &options, &self.include_tried)?;
+        let (image, log) = compile(module, &self.target, &options, &self.include_tried)?;
+        if self.show_ptxas {
+            eprintln!("== {} {}\n{log}", module.name(), self.target.arch);
+        }
         record.compile_ms = Some(start.elapsed().as_secs_f64() * 1e3);
         if let Some(p) = &path
             && let Err(e) = write_atomically(p, &image)
@@ -513,9 +528,8 @@ mod tests {
                         target.arch
                     );
                 }
-                if std::env::var_os("METRALE_SHOW_PTXAS").is_some() {
-                    eprintln!("== {} {}\n{log}", m.name(), target.arch);
-                }
+                // Shown with `-- --nocapture`.
+                eprintln!("== {} {}\n{log}", m.name(), target.arch);
             }
         }
     }

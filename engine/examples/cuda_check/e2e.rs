@@ -412,8 +412,7 @@ fn graph_vs_eager<M: Model<CudaBackend>>(
     }
     let mut host = BatchInputs::build_with_width(bs, &chunks, 4);
     // Graphs are keyed by shape only: drop those another fixture's model captured.
-    cuda.set_graphs(false);
-    cuda.set_graphs(true);
+    cuda.drop_graphs();
     let mut kv = model.new_kv_storage(cuda, 17, bs)?;
     if stateful {
         // Slots 0..n run, n..2n keep their states before the step.

@@ -291,7 +291,7 @@ impl Check<'_> {
         let mut out_c = self.cpu.zeros(&[t, h.nv * h.dv])?;
         let batch_d = self.cuda.prepare_batch(&b)?;
         let (ld, lc) = (gdn(case, &layer.dev), gdn(case, &layer.cpu));
-        self.cuda.set_gdn_chunk_min(case.chunk_min);
+        self.cuda.retune(|t| t.gdn.chunk_min = case.chunk_min);
         let r = self.cuda.gated_delta_net(
             &mut out_d,
             &mixed_d,
@@ -301,7 +301,7 @@ impl Check<'_> {
             &b,
             &batch_d,
         );
-        self.cuda.set_gdn_chunk_min(Some(GDN_CHUNK_MIN));
+        self.cuda.retune(|t| t.gdn.chunk_min = Some(GDN_CHUNK_MIN));
         r?;
         self.cpu
             .gated_delta_net(&mut out_c, &mixed_c, &lc, &mut conv_c, &mut rec_c, &b, &b)?;
@@ -335,13 +335,13 @@ impl Check<'_> {
             let mut conv = s.cuda.upload_f32(&[slots, window], &conv_data)?;
             let mut rec = s.cuda.upload_f32(&[slots, rec], &rec_data)?;
             let mut out = s.cuda.zeros(&[t, h.nv * h.dv])?;
-            s.cuda.set_gdn_fused_decode(fused);
-            s.cuda.set_gdn_decode_splits(splits);
+            s.cuda.retune(|t| t.gdn.fused_decode = fused);
+            s.cuda.retune(|t| t.gdn.decode_splits = splits);
             let r = s
                 .cuda
                 .gated_delta_net(&mut out, &mixed_d, &ld, &mut conv, &mut rec, &b, &batch_d);
-            s.cuda.set_gdn_fused_decode(true);
-            s.cuda.set_gdn_decode_splits(None);
+            s.cuda.retune(|t| t.gdn.fused_decode = true);
+            s.cuda.retune(|t| t.gdn.decode_splits = None);
             r?;
             Ok([out, rec, conv].map(|x| s.cuda.to_host(&x)))
         };
@@ -542,8 +542,8 @@ pub fn run_ops(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
 
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     run_ops(cuda, report)?;
-    cuda.set_sync_each_launch(false);
+    cuda.retune(|t| t.launch.cuda_sync = false);
     let r = crate::hybrid_speed::run(cuda, report);
-    cuda.set_sync_each_launch(true);
+    cuda.retune(|t| t.launch.cuda_sync = true);
     r
 }

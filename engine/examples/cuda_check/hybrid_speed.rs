@@ -88,7 +88,7 @@ fn layer(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         let mut recurrent = cuda.zeros_f32(&[slots, rec])?;
         let mut out = cuda.zeros(&[t, h.nv * h.dv])?;
         let batch_d = cuda.prepare_batch(&b)?;
-        cuda.set_gdn_chunk_min(route);
+        cuda.retune(|t| t.gdn.chunk_min = route);
         let iters = if t > 64 { 20 } else { OP_ITERS };
         let ms = mean_op_ms_n(cuda, iters, || {
             cuda.gated_delta_net(
@@ -102,7 +102,7 @@ fn layer(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             )
             .map_err(Into::into)
         });
-        cuda.set_gdn_chunk_min(chunked);
+        cuda.retune(|t| t.gdn.chunk_min = chunked);
         let ms = ms?;
         // Bytes a fused kernel must move: the states (read + written) of each sequence, mixed
         // read once, the bf16 output written.
@@ -173,8 +173,8 @@ fn decode(
             ("fused, 4 blocks a key head", true, Some(4)),
             ("3 launches", false, None),
         ] {
-            cuda.set_gdn_fused_decode(fused);
-            cuda.set_gdn_decode_splits(splits);
+            cuda.retune(|t| t.gdn.fused_decode = fused);
+            cuda.retune(|t| t.gdn.decode_splits = splits);
             let covers = cuda.gdn_fused_decode_covers(&b_in, &h);
             let mut call = || -> Result<()> {
                 cuda.gated_delta_net(
@@ -204,8 +204,8 @@ fn decode(
                 let end = cuda.stream().record_event(flags).context("event")?;
                 Ok(f64::from(start.elapsed_ms(&end).context("elapsed")?) / f64::from(iters))
             })();
-            cuda.set_gdn_fused_decode(true);
-            cuda.set_gdn_decode_splits(None);
+            cuda.retune(|t| t.gdn.fused_decode = true);
+            cuda.retune(|t| t.gdn.decode_splits = None);
             let (eager, queued) = (eager? * 1e3, queued? * 1e3);
             report.summary_line(format!(
                 "gated_delta_net decode B={batch}, {what}{}: {eager:.1} us eager, {queued:.1} us \
@@ -256,7 +256,7 @@ fn prefill(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
     let mut medians = Vec::new();
     for (what, route) in [("recurrent", None), ("chunked", Some(GDN_CHUNK_MIN))] {
-        cuda.set_gdn_chunk_min(route);
+        cuda.retune(|t| t.gdn.chunk_min = route);
         let mut ms = Vec::new();
         for i in 0..4 {
             let start = cuda.stream().record_event(flags).context("event")?;
@@ -277,7 +277,7 @@ fn prefill(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         report.record(json!({"step": format!("35B-A3B prefill {PREFILL} {what}"),
             "median_ms": median}));
     }
-    cuda.set_gdn_chunk_min(Some(GDN_CHUNK_MIN));
+    cuda.retune(|t| t.gdn.chunk_min = Some(GDN_CHUNK_MIN));
     if let [before, after] = medians[..] {
         report.summary_line(format!(
             "35B-A3B shape prefill: chunked {:.2}x the speed of recurrent",

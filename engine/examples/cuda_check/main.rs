@@ -25,7 +25,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use metrale_engine::backend::cuda::{CudaBackend, DType};
+use metrale_engine::backend::cuda::{CudaBackend, DType, Tuning};
 use metrale_kernels::Kernels;
 
 use report::Report;
@@ -54,7 +54,15 @@ fn main() -> ExitCode {
     }
     let mut report = Report::new(args.out.clone());
     let start = Instant::now();
-    let cuda = match CudaBackend::new(0) {
+    // The environment's tuning, as `met` would read it; sections change it with `retune`.
+    let tuning = match Tuning::from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cuda = match CudaBackend::new(0, tuning) {
         Ok(c) => c,
         Err(e) => {
             report.summary_line(format!("CUDA backend failed to start: {e}"));
@@ -108,12 +116,12 @@ fn main() -> ExitCode {
         report.section(name);
         // Correctness sections wait for each kernel, so a fault names its kernel; the speed
         // probe runs as serving would.
-        cuda.set_sync_each_launch(!matches!(name, "speed" | "moe-speed" | "profile"));
+        cuda.retune(|t| t.launch.cuda_sync = !matches!(name, "speed" | "moe-speed" | "profile"));
         let failures_before = report.failures.len();
         if name.ends_with("-f32") && cuda32.is_none() {
-            match CudaBackend::with_dtype(0, DType::F32) {
+            match CudaBackend::with_dtype(0, DType::F32, tuning) {
                 Ok(c) => {
-                    c.set_sync_each_launch(true);
+                    c.retune(|t| t.launch.cuda_sync = true);
                     cuda32 = Some(c);
                 }
                 Err(e) => {
@@ -124,9 +132,9 @@ fn main() -> ExitCode {
             }
         }
         if name.ends_with("-kv8") && cuda_kv8.is_none() {
-            match CudaBackend::new(0).and_then(|c| c.with_fp8_kv_cache(true)) {
+            match CudaBackend::new(0, tuning).and_then(|c| c.with_fp8_kv_cache(true)) {
                 Ok(c) => {
-                    c.set_sync_each_launch(true);
+                    c.retune(|t| t.launch.cuda_sync = true);
                     cuda_kv8 = Some(c);
                 }
                 Err(e) => {
@@ -229,7 +237,11 @@ fn kernels(cuda: &CudaBackend, report: &mut Report) -> anyhow::Result<()> {
         report.warn("kernel disk cache is off (METRALE_KERNEL_CACHE=off or no HOME)");
         return Ok(());
     };
-    let again = Kernels::new(cuda.stream().context().clone())?;
+    let again = Kernels::new(
+        cuda.stream().context().clone(),
+        Some(dir.to_path_buf()),
+        false,
+    )?;
     let t = Instant::now();
     again.load_all()?;
     let second_ms = t.elapsed().as_secs_f64() * 1e3;

@@ -267,12 +267,12 @@ pub fn pdl_off_line(
         return Ok(());
     }
     let with = cuda.to_host(&logits(cuda, model, kv, host, true)?)?;
-    cuda.set_pdl(false);
+    cuda.retune(|t| t.launch.pdl = false);
     let off = (|| -> Result<_> {
         let t = time_step(cuda, model, kv, host, true)?;
         Ok((t, cuda.to_host(&logits(cuda, model, kv, host, true)?)?))
     })();
-    cuda.set_pdl(true);
+    cuda.retune(|t| t.launch.pdl = true);
     let (t, without) = off?;
     timing_line(report, format!("{what}, PDL off"), &t, bytes, floor_ms);
     let c = compare(&with, &without, Tol::F32);
@@ -434,11 +434,11 @@ pub fn profile(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 if p == 1 && m > 8 {
                     continue;
                 }
-                cuda.set_gemv_max_rows(rows);
+                cuda.retune(|t| t.gemm.gemv_max_rows = rows);
                 ms[p] = time_op(cuda, || Ok(cuda.matmul(&mut out, &x, wt)?))?;
                 results.push(cuda.to_host(&out)?);
             }
-            cuda.set_gemv_max_rows(8);
+            cuda.retune(|t| t.gemm.gemv_max_rows = 8);
             if results.len() == 2 {
                 let cmp = compare(&results[1], &results[0], Tol::GEMM);
                 if cmp.worst > 1.0 {
@@ -587,9 +587,15 @@ pub fn profile(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     .flat_map(|c| [(c, false), (c, true)])
     {
         let (b, ctx, per_sm) = c;
-        cuda.set_attention_kernel_simt(simt);
+        cuda.retune(|t| {
+            t.attention.kernel = if simt {
+                metrale_engine::tuning::AttnKernelChoice::Simt
+            } else {
+                metrale_engine::tuning::AttnKernelChoice::Auto
+            }
+        });
         let kernel = if simt { "simt" } else { "mma" };
-        cuda.set_attention_blocks_per_sm(per_sm);
+        cuda.retune(|t| t.attention.blocks_per_sm = per_sm);
         let splits = cuda.attention_splits(b, nh, nkv, hd, ctx + 1);
         let blocks = (ctx + 1).div_ceil(BLOCK);
         let host = decode_batch_at(b, blocks, ctx);
@@ -615,7 +621,7 @@ pub fn profile(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             "blocks_per_sm": per_sm, "splits": splits, "ms": ms, "gb_s": gbs}),
         );
     }
-    cuda.set_attention_blocks_per_sm(4);
-    cuda.set_attention_kernel_simt(false);
+    cuda.retune(|t| t.attention.blocks_per_sm = 4);
+    cuda.retune(|t| t.attention.kernel = metrale_engine::tuning::AttnKernelChoice::Auto);
     Ok(())
 }

@@ -131,8 +131,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
         let (c, weights) = (c?, weights?);
         // Graphs are keyed by shape only: drop those the previous model captured.
-        cuda.set_graphs(false);
-        cuda.set_graphs(true);
+        cuda.drop_graphs();
         let t0 = Instant::now();
         let model = Qwen3::load(cuda, &c, &weights)?;
         cuda.synchronize()?;
@@ -165,13 +164,12 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             // The same step on moe_gate_up instead of the decode gate_up kernel (graphs are
             // keyed by shape: drop the one captured with the other kernel, before and after).
             let regraph = || {
-                cuda.set_graphs(false);
-                cuda.set_graphs(true);
+                cuda.drop_graphs();
             };
-            cuda.set_moe_decode_gate_up(false);
+            cuda.retune(|t| t.moe.decode_gate_up = false);
             regraph();
             let t = time_step(cuda, &model, &mut kv, &host, true);
-            cuda.set_moe_decode_gate_up(true);
+            cuda.retune(|t| t.moe.decode_gate_up = true);
             regraph();
             let t = t?;
             timing_line(
@@ -198,7 +196,11 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 );
                 Ok(())
             };
-            let (one, cols, full) = (cuda.fp8_one(), cuda.moe_down_cols(), cuda.gemv_full());
+            let (one, cols, full) = (
+                cuda.fp8_one(),
+                cuda.tuning().moe.down_cols,
+                cuda.gemv_full(),
+            );
             if b == 1 && c.fp8.is_some() {
                 // The one-token FP8 kernels (fp8_one.cu), or not: whichever is not the default.
                 let what = if one { "without" } else { "with" };
@@ -211,7 +213,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 // output columns a block (FP8 at one token: with the one-token kernels off).
                 for n in [0, 1, 2, 4] {
                     variant(format!("down + combine dec, {n} columns a block"), &|on| {
-                        cuda.set_moe_down_cols(if on { n } else { cols });
+                        cuda.retune(|t| t.moe.down_cols = if on { Some(n) } else { cols });
                         cuda.set_fp8_one(one && !(on && b == 1));
                     })?;
                 }
@@ -222,18 +224,18 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 let was = cuda.attention_min_split_keys();
                 for keys in [16, 32, 128, 1 << 20] {
                     variant(format!("attention splits of at least {keys} keys"), &|on| {
-                        cuda.set_attention_min_split_keys(if on { keys } else { was })
+                        cuda.retune(|t| t.attention.min_split_keys = if on { keys } else { was })
                     })?;
                 }
                 // The one-row GEMVs on the whole-row kernels, or not (whichever is not the
                 // default), alone and with the other candidates.
                 let what = if full { "without" } else { "with" };
                 variant(format!("{what} whole-row GEMVs"), &|on| {
-                    cuda.set_gemv_full(full != on)
+                    cuda.retune(|t| t.gemm.gemv_full = full != on)
                 })?;
                 variant("whole-row GEMVs, no attention split".into(), &|on| {
-                    cuda.set_gemv_full(on || full);
-                    cuda.set_attention_min_split_keys(if on { 1 << 20 } else { was });
+                    cuda.retune(|t| t.gemm.gemv_full = on || full);
+                    cuda.retune(|t| t.attention.min_split_keys = if on { 1 << 20 } else { was });
                 })?;
             }
             if b == 1 {
@@ -342,10 +344,10 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             if c.fp8.is_none() && b > 1 {
                 // The bf16 experts on the CUDA cores (or, from 4 pairs an expert, the 64-row
                 // tiles) instead of the small-step tensor-core kernels.
-                cuda.set_moe_small_mma(false);
+                cuda.retune(|t| t.moe.small_mma = false);
                 regraph();
                 let t = time_step(cuda, &model, &mut kv, &host, true);
-                cuda.set_moe_small_mma(true);
+                cuda.retune(|t| t.moe.small_mma = true);
                 regraph();
                 timing_line(
                     report,
@@ -363,12 +365,12 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                     ("experts on CUDA cores", true, false),
                     ("both on CUDA cores", false, false),
                 ] {
-                    cuda.set_fp8_gemv_mma(gemv);
-                    cuda.set_moe_small_mma(experts);
+                    cuda.retune(|t| t.gemm.fp8_gemv_mma = gemv);
+                    cuda.retune(|t| t.moe.small_mma = experts);
                     regraph();
                     let t = time_step(cuda, &model, &mut kv, &host, true);
-                    cuda.set_fp8_gemv_mma(true);
-                    cuda.set_moe_small_mma(true);
+                    cuda.retune(|t| t.gemm.fp8_gemv_mma = true);
+                    cuda.retune(|t| t.moe.small_mma = true);
                     regraph();
                     let t = t?;
                     timing_line(
@@ -392,11 +394,10 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             let mut kv = model.new_kv_storage(cuda, blocks + 1, BLOCK)?;
             let host = decode_batch_at(1, blocks.next_power_of_two(), ctx);
             for keys in [64, usize::MAX / 2] {
-                cuda.set_attention_min_split_keys(keys);
-                cuda.set_graphs(false);
-                cuda.set_graphs(true);
+                cuda.retune(|t| t.attention.min_split_keys = keys);
+                cuda.drop_graphs();
                 let t = time_step(cuda, &model, &mut kv, &host, true);
-                cuda.set_attention_min_split_keys(64);
+                cuda.retune(|t| t.attention.min_split_keys = 64);
                 let t = t?;
                 let bytes = active_weight_bytes(&c, 1) + (ctx + 1) as f64 * kv_per_token;
                 let how = if keys == 64 { "split" } else { "no split" };
@@ -408,8 +409,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                     bytes / FLOOR_BYTES_PER_S * 1e3,
                 );
             }
-            cuda.set_graphs(false);
-            cuda.set_graphs(true);
+            cuda.drop_graphs();
         }
         if !prefill {
             continue;
@@ -419,13 +419,13 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         let host = prefill_batch(PREFILL);
         let fp8 = c.fp8.is_some();
         for p in PREFILL_ROUTES.iter().filter(|p| fp8 || !p.fp8_only) {
-            cuda.set_moe_gemm(p.gemm);
-            cuda.set_fp8_matmul_mma(p.dense_mma);
-            cuda.set_fp8_activations(p.fp8_act);
+            cuda.retune(|t| t.moe.gemm = p.gemm);
+            cuda.retune(|t| t.gemm.fp8_matmul_mma = p.dense_mma);
+            cuda.retune(|t| t.moe.fp8_activations = p.fp8_act);
             let t = time_steps(cuda, &model, &mut kv, &host, false, p.runs);
-            cuda.set_moe_gemm(MoeGemm::Auto);
-            cuda.set_fp8_matmul_mma(DENSE_FP8_MMA);
-            cuda.set_fp8_activations(false);
+            cuda.retune(|t| t.moe.gemm = MoeGemm::Auto);
+            cuda.retune(|t| t.gemm.fp8_matmul_mma = DENSE_FP8_MMA);
+            cuda.retune(|t| t.moe.fp8_activations = false);
             let t = t?;
             report.summary_line(format!(
                 "{name} prefill {PREFILL} tokens, {}: {:.2} ms ({:.0} tok/s)",
@@ -459,7 +459,7 @@ struct PrefillRoute {
     runs: (usize, usize),
 }
 
-/// `set_fp8_matmul_mma`'s default in the backend (what the other timings run with).
+/// The tuning's `gemm.fp8_matmul_mma` default (what the other timings run with).
 const DENSE_FP8_MMA: bool = false;
 
 /// The defaults: experts on tensor cores (at this size).
@@ -560,11 +560,11 @@ fn op_times(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     for (fp8, (w13, w2)) in [false, true].into_iter().zip(&experts) {
         let mut ms = [0f64; 2];
         for (slot, small) in [(0, true), (1, false)] {
-            cuda.set_moe_small_paths(small);
+            cuda.retune(|t| t.moe.small_paths = small);
             let r = mean_op_ms(cuda, || {
                 Ok(cuda.fused_moe(&mut out, &x, &spread, w13, w2, k, true)?)
             });
-            cuda.set_moe_small_paths(true);
+            cuda.retune(|t| t.moe.small_paths = true);
             ms[slot] = r?;
         }
         // The bytes of the 8 experts' weights a token reads, as GB/s.
@@ -633,15 +633,15 @@ fn moe_sweep(
         let mut us = Vec::new();
         for (w, gemm, fp8_act, small) in routes {
             let (w13, w2) = &experts[w];
-            cuda.set_moe_gemm(gemm);
-            cuda.set_fp8_activations(fp8_act);
-            cuda.set_moe_small_mma(small);
+            cuda.retune(|t| t.moe.gemm = gemm);
+            cuda.retune(|t| t.moe.fp8_activations = fp8_act);
+            cuda.retune(|t| t.moe.small_mma = small);
             let r = mean_op_ms_n(cuda, iters, || {
                 Ok(cuda.fused_moe(&mut out, &x, &logits, w13, w2, k, true)?)
             });
-            cuda.set_moe_gemm(MoeGemm::Auto);
-            cuda.set_fp8_activations(false);
-            cuda.set_moe_small_mma(true);
+            cuda.retune(|t| t.moe.gemm = MoeGemm::Auto);
+            cuda.retune(|t| t.moe.fp8_activations = false);
+            cuda.retune(|t| t.moe.small_mma = true);
             us.push(r? * 1e3);
         }
         // FLOPs of the experts' GEMMs (gate|up and down), as TFLOP/s of the tensor cores.
@@ -678,9 +678,9 @@ fn dense_fp8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             let mut out = cuda.zeros(&[m, n])?;
             let mut us = Vec::new();
             for mma in [true, false] {
-                cuda.set_fp8_gemv_mma(mma);
+                cuda.retune(|t| t.gemm.fp8_gemv_mma = mma);
                 let r = mean_op_ms_n(cuda, 50, || Ok(cuda.matmul(&mut out, &x, &w8)?));
-                cuda.set_fp8_gemv_mma(true);
+                cuda.retune(|t| t.gemm.fp8_gemv_mma = true);
                 us.push(r? * 1e3);
             }
             us.push(mean_op_ms_n(cuda, 50, || Ok(cuda.matmul(&mut out, &x, &wb)?))? * 1e3);
@@ -709,11 +709,11 @@ fn dense_fp8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         let mut out = cuda.zeros(&[m, n])?;
         let mut us = Vec::new();
         for (dense, act) in [(false, false), (true, false), (true, true)] {
-            cuda.set_fp8_matmul_mma(dense);
-            cuda.set_fp8_activations(act);
+            cuda.retune(|t| t.gemm.fp8_matmul_mma = dense);
+            cuda.retune(|t| t.moe.fp8_activations = act);
             let r = mean_op_ms_n(cuda, 20, || Ok(cuda.matmul(&mut out, &x, &w8)?));
-            cuda.set_fp8_matmul_mma(DENSE_FP8_MMA);
-            cuda.set_fp8_activations(false);
+            cuda.retune(|t| t.gemm.fp8_matmul_mma = DENSE_FP8_MMA);
+            cuda.retune(|t| t.moe.fp8_activations = false);
             us.push(r? * 1e3);
         }
         us.push(mean_op_ms_n(cuda, 20, || Ok(cuda.matmul(&mut out, &x, &wb)?))? * 1e3);

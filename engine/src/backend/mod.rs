@@ -5,6 +5,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod kv_fp8;
+pub mod moe_plan;
 pub mod sampling;
 
 use crate::kv_cache::StatePlan;

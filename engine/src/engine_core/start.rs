@@ -75,12 +75,10 @@ impl EngineHandle {
             #[cfg(feature = "cuda")]
             Device::Cuda => {
                 hub.phases().phase(Phase::CompileKernels, 0, None, "");
-                let backend = crate::backend::cuda::CudaBackend::for_dtype(0, config.dtype)
-                    .context("failed to open the GPU")?
-                    .with_fp8_kv_cache(config.kv_cache_fp8)?;
-                if config.enforce_eager {
-                    backend.set_graphs(false);
-                }
+                let backend =
+                    crate::backend::cuda::CudaBackend::for_dtype(0, config.dtype, config.tuning)
+                        .context("failed to open the GPU")?
+                        .with_fp8_kv_cache(config.kv_cache_fp8)?;
                 start_on(backend, config, hub)
             }
             #[cfg(not(feature = "cuda"))]
@@ -170,7 +168,8 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
         state_slots,
     )?;
     if let Some(spec) = config.speculative {
-        runner.enable_speculation(spec.num_drafts, spec_max_seqs(&config, spec))?;
+        let force_accept = config.tuning.debug.spec_force_accept;
+        runner.enable_speculation(spec.num_drafts, spec_max_seqs(&config, spec), force_accept)?;
     }
     phases.phase(Phase::AllocateKvCache, blocks, Some(blocks), "blocks");
     hub.set_limits(Limits {
@@ -219,7 +218,7 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
     // The scheduler's own view of its limits: what it is handed will fit in it.
     let limits = scheduler.admission_limits(model_config.vocab_size);
     let (tx, rx) = std::sync::mpsc::channel();
-    let engine = EngineLoop::new(scheduler, runner, rx, live.clone(), hub);
+    let engine = EngineLoop::new(scheduler, runner, rx, live.clone(), hub, &config.tuning);
     std::thread::Builder::new()
         .name("met-engine".into())
         .spawn(move || engine.run())

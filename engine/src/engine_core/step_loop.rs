@@ -44,32 +44,21 @@ pub(super) struct EngineLoop<B: Backend, M: Model<B>> {
     hub: MetricsHub,
     /// What happened since the last report to the hub.
     report: StepReport,
-    /// `METRALE_STEP_PROFILE`: where the step's time goes.
+    /// The tuning's `debug.step_profile` (`METRALE_STEP_PROFILE`): where the step's time goes.
     profile: StepProfile,
-    /// `METRALE_DEBUG_STEP_DELAY_MS`: a pause after every step, for tests that need a request
+    /// The tuning's `debug.step_delay_ms` (`METRALE_DEBUG_STEP_DELAY_MS`): a pause after every
+    /// step, for tests that need a request
     /// to still be running when they act (timeouts, drains) however fast the machine is.
     step_delay: Option<Duration>,
 }
 
-/// The debug pause after each step, from `METRALE_DEBUG_STEP_DELAY_MS` (unset, 0 or not a
-/// number: none).
-fn step_delay_from_env() -> Option<Duration> {
-    let ms = std::env::var("METRALE_DEBUG_STEP_DELAY_MS").ok()?;
-    match ms.trim().parse::<u64>() {
-        Ok(0) => None,
-        Ok(ms) => {
-            tracing::warn!(
-                "METRALE_DEBUG_STEP_DELAY_MS={ms}: every engine step is slowed by {ms} ms"
-            );
-            Some(Duration::from_millis(ms))
-        }
-        Err(_) => {
-            tracing::warn!(
-                "METRALE_DEBUG_STEP_DELAY_MS={ms:?} is not a whole number of milliseconds; ignored"
-            );
-            None
-        }
+/// The debug pause after each step (`ms` 0: none).
+fn step_delay(ms: u64) -> Option<Duration> {
+    if ms == 0 {
+        return None;
     }
+    tracing::warn!("METRALE_DEBUG_STEP_DELAY_MS={ms}: every engine step is slowed by {ms} ms");
+    Some(Duration::from_millis(ms))
 }
 
 impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
@@ -79,6 +68,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
         commands: Receiver<Command>,
         live: Arc<Live>,
         hub: MetricsHub,
+        tuning: &crate::tuning::Tuning,
     ) -> Self {
         Self {
             scheduler,
@@ -94,8 +84,8 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             last_step_seqs: 0,
             hub,
             report: StepReport::default(),
-            profile: StepProfile::from_env(),
-            step_delay: step_delay_from_env(),
+            profile: StepProfile::every(tuning.debug.step_profile),
+            step_delay: step_delay(tuning.debug.step_delay_ms),
         }
     }
 

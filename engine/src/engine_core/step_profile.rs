@@ -30,11 +30,8 @@ pub(crate) struct StepProfile {
 }
 
 impl StepProfile {
-    pub(crate) fn from_env() -> Self {
-        let every = std::env::var("METRALE_STEP_PROFILE")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
+    /// Means printed every `every` steps (the tuning's `debug.step_profile`; 0: off).
+    pub(crate) fn every(every: u64) -> Self {
         Self {
             every,
             ..Self::default()

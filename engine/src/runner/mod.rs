@@ -10,7 +10,7 @@ use crate::scheduler::io::{RunnerOutput, SchedulerOutput, SeqOutput};
 
 mod speculative;
 
-pub use speculative::{FORCE_ACCEPT_ENV, Speculation};
+pub use speculative::Speculation;
 
 pub struct Runner<B: Backend, M: Model<B>> {
     pub backend: B,

@@ -19,7 +19,8 @@
 //!    last accepted row drafts the next token; then chains the head on its own output for the
 //!    rest of the drafts (`ScheduledSeq::propose`), as far as the sequence's blocks reach.
 //!
-//! [`FORCE_ACCEPT_ENV`] is a test-only switch for benchmarks on random weights, whose drafts
+//! Forced acceptance (the tuning's `debug.spec_force_accept`, `METRALE_SPEC_FORCE_ACCEPT`) is
+//! a test-only switch for benchmarks on random weights, whose drafts
 //! are never right: it accepts each draft with a given probability whatever the target says
 //! (the output is then not the model's).
 
@@ -31,11 +32,6 @@ use crate::scheduler::io::{RunnerOutput, ScheduledSeq, SchedulerOutput, StateSav
 
 use super::Runner;
 
-/// `METRALE_SPEC_FORCE_ACCEPT=R` (0 to 1): accept each draft with probability `R` regardless
-/// of the target, for measuring throughput at a chosen acceptance rate on random weights.
-/// Test only: the output is not the model's.
-pub const FORCE_ACCEPT_ENV: &str = "METRALE_SPEC_FORCE_ACCEPT";
-
 /// The runner's speculative-decoding settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Speculation {
@@ -45,7 +41,9 @@ pub struct Speculation {
     pub max_seqs: usize,
     /// The first scratch state slot: `num_drafts` a drafting sequence, after the pool's slots.
     scratch_base: usize,
-    /// [`FORCE_ACCEPT_ENV`]'s rate.
+    /// Accept each draft with this probability regardless of the target, for measuring
+    /// throughput at a chosen acceptance rate on random weights (test only: the output is not
+    /// the model's; the tuning's `debug.spec_force_accept`).
     pub force_accept: Option<f64>,
 }
 
@@ -100,26 +98,25 @@ fn spec_err(message: String) -> BackendError {
 impl<B: Backend, M: Model<B>> Runner<B, M> {
     /// Turn speculative decoding on: up to `num_drafts` drafts a step for up to `max_seqs`
     /// drafting sequences. Reallocates the recurrent-state storage (call before serving) with
-    /// `num_drafts` scratch slots a drafting sequence. Refused for a model without an MTP head,
-    /// or when [`FORCE_ACCEPT_ENV`] is set to something other than a rate in `[0, 1]`.
-    pub fn enable_speculation(&mut self, num_drafts: usize, max_seqs: usize) -> Result<()> {
+    /// `num_drafts` scratch slots a drafting sequence; `force_accept`: see
+    /// [`Speculation::force_accept`]. Refused for a model without an MTP head, or a
+    /// `force_accept` outside `[0, 1]`.
+    pub fn enable_speculation(
+        &mut self,
+        num_drafts: usize,
+        max_seqs: usize,
+        force_accept: Option<f64>,
+    ) -> Result<()> {
         if !self.model.has_mtp() {
             return Err(spec_err(
                 "the model was loaded without an MTP head: load it with its mtp.* weights".into(),
             ));
         }
-        let force_accept = match std::env::var(FORCE_ACCEPT_ENV) {
-            Ok(v) => match v.trim().parse::<f64>() {
-                Ok(r) if (0.0..=1.0).contains(&r) => Some(r),
-                _ => {
-                    return Err(spec_err(format!(
-                        "{FORCE_ACCEPT_ENV}={v:?} is not an acceptance rate between 0 and 1 \
-                         (unset it to verify drafts against the model)"
-                    )));
-                }
-            },
-            Err(_) => None,
-        };
+        if let Some(r) = force_accept.filter(|r| !(0.0..=1.0).contains(r)) {
+            return Err(spec_err(format!(
+                "a forced acceptance rate of {r} is not between 0 and 1"
+            )));
+        }
         let scratch_base = match &self.kv.state {
             Some(state) => {
                 let base = state.num_slots;

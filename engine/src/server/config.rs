@@ -43,6 +43,8 @@ pub struct ServeFlags {
     pub kv_cache_dtype: KvCacheDtype,
     pub enable_prefix_caching: bool,
     pub enforce_eager: bool,
+    /// The tuning knobs (`crate::tuning`), read once at start-up.
+    pub tuning: crate::tuning::Tuning,
     pub api_key: Option<String>,
     pub max_queued_requests: usize,
     /// Seconds.
@@ -341,6 +343,12 @@ impl ServeFlags {
                 max_queued_requests: self.max_queued_requests,
                 enable_prefix_caching: self.enable_prefix_caching,
                 enforce_eager: self.enforce_eager,
+                // Resolved: `--enforce-eager` turns graphs off whatever the environment says.
+                tuning: {
+                    let mut t = self.tuning;
+                    t.launch.cuda_graphs &= !self.enforce_eager;
+                    t
+                },
                 block_size: BLOCK_SIZE,
                 kv_cache_bytes: None,
                 num_gpu_blocks_override: self.num_gpu_blocks_override,
@@ -402,6 +410,7 @@ mod tests {
             kv_cache_dtype: KvCacheDtype::Auto,
             enable_prefix_caching: false,
             enforce_eager: false,
+            tuning: crate::tuning::Tuning::default(),
             api_key: None,
             max_queued_requests: 4,
             request_timeout: None,

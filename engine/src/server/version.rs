@@ -76,7 +76,7 @@ pub fn settings(config: &ServeConfig) -> Value {
         },
         "enable_prefix_caching": e.enable_prefix_caching,
         "enforce_eager": e.enforce_eager,
-        "cuda_graphs_env": std::env::var("METRALE_CUDA_GRAPHS").ok(),
+        "tuning": e.tuning,
         "block_size": e.block_size,
         "num_gpu_blocks_override": e.num_gpu_blocks_override,
         "ssm_cache_slots": e.ssm_cache_slots,

@@ -91,7 +91,13 @@ impl Ops<'_> {
                 .map(|c| (c, true)),
         ) {
             let qkv = self.act(c.qkv);
-            self.cuda.set_attention_kernel_simt(simt);
+            self.cuda.retune(|t| {
+                t.attention.kernel = if simt {
+                    metrale_engine::tuning::AttnKernelChoice::Simt
+                } else {
+                    metrale_engine::tuning::AttnKernelChoice::Auto
+                }
+            });
             let (nh, nkv, hd) = c.heads;
             let total: usize = c.seqs.iter().map(|s| s.0 + s.1).max().unwrap_or(0);
             let rows: usize = c.seqs.iter().map(|s| s.1).sum();
@@ -110,7 +116,8 @@ impl Ops<'_> {
                 s.attention_case(&case, nh, nkv, hd, &c.seqs, qkv)
             })?;
         }
-        self.cuda.set_attention_kernel_simt(false);
+        self.cuda
+            .retune(|t| t.attention.kernel = metrale_engine::tuning::AttnKernelChoice::Auto);
         Ok(())
     }
 

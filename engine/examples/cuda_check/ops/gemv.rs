@@ -40,16 +40,16 @@ impl Ops<'_> {
                     };
                     let mut outs = Vec::new();
                     for on in [false, true] {
-                        s.cuda.set_gemv_full(on);
+                        s.cuda.retune(|t| t.gemm.gemv_full = on);
                         let mut out = s.cuda.zeros(&[1, n])?;
                         let r = s.cuda.matmul(&mut out, &x_d, &w_d);
-                        s.cuda.set_gemv_full(was);
+                        s.cuda.retune(|t| t.gemm.gemv_full = was);
                         r?;
                         outs.push(s.cuda.to_host(&out)?);
                     }
-                    s.cuda.set_gemv_full(true);
+                    s.cuda.retune(|t| t.gemm.gemv_full = true);
                     let kernel = s.cuda.gemv_full_kernel(fp8, n, k);
-                    s.cuda.set_gemv_full(was);
+                    s.cuda.retune(|t| t.gemm.gemv_full = was);
                     let differ = outs[0]
                         .iter()
                         .zip(&outs[1])

@@ -5,7 +5,7 @@ use metrale_engine::backend::cuda::MoeGemm;
 
 use super::*;
 
-/// FP8 GEMMs with e4m3 activations (`set_fp8_activations`): every activation (x, and the SiLU
+/// FP8 GEMMs with e4m3 activations (`moe.fp8_activations`): every activation (x, and the SiLU
 /// products) is rounded to 4 significant bits, a relative error up to 2^-4 that the CPU
 /// reference, which keeps them exact, does not make: on the H200 the error's rms is 4.1e-2 to
 /// 4.6e-2 of the output's (bf16 activations: 1.7e-3), its largest 0.33 of the rms. Measured,
@@ -253,7 +253,7 @@ impl Ops<'_> {
                 let (w13, w2) = s.device_experts((e, i, h), fp8)?;
                 let mut runs = Vec::new();
                 let (one_was, launches) = (s.cuda.moe_one(), s.cuda.moe_one_launches());
-                let (down_cols, fp8_one) = (s.cuda.moe_down_cols(), s.cuda.fp8_one());
+                let (down_cols, fp8_one) = (s.cuda.tuning().moe.down_cols, s.cuda.fp8_one());
                 // Bit for bit: without the one-token FP8 kernels and moe_one's tensor-core
                 // build (another order of sums: checked below and in fused_moe's cases).
                 s.cuda.set_fp8_one(false);
@@ -269,9 +269,9 @@ impl Ops<'_> {
                     (true, false, 2),
                     (true, false, 4),
                 ] {
-                    s.cuda.set_moe_small_paths(small);
+                    s.cuda.retune(|t| t.moe.small_paths = small);
                     s.cuda.set_moe_one(one);
-                    s.cuda.set_moe_down_cols(cols);
+                    s.cuda.retune(|t| t.moe.down_cols = Some(cols));
                     let mut out = s.cuda.zeros(&[1, h])?;
                     let mut logits = s.cuda.zeros(&[1, e])?;
                     let r = s.cuda.routed_moe(
@@ -283,9 +283,9 @@ impl Ops<'_> {
                         k,
                         true,
                     );
-                    s.cuda.set_moe_small_paths(true);
+                    s.cuda.retune(|t| t.moe.small_paths = true);
                     s.cuda.set_moe_one(one_was);
-                    s.cuda.set_moe_down_cols(down_cols);
+                    s.cuda.retune(|t| t.moe.down_cols = down_cols);
                     if r.is_err() {
                         s.cuda.set_fp8_one(fp8_one);
                         s.cuda.set_moe_one_mma(true);
@@ -501,13 +501,13 @@ impl Ops<'_> {
     ) -> Result<()> {
         let cuda = self.cuda;
         let one_was = cuda.fp8_one();
-        cuda.set_moe_gemm(route.gemm);
-        cuda.set_fp8_activations(route.fp8_act);
+        cuda.retune(|t| t.moe.gemm = route.gemm);
+        cuda.retune(|t| t.moe.fp8_activations = route.fp8_act);
         cuda.set_fp8_one(route.one);
         let mut out = cuda.zeros(&want.shape)?;
         let r = f(cuda, &mut out);
-        cuda.set_moe_gemm(MoeGemm::Auto);
-        cuda.set_fp8_activations(false);
+        cuda.retune(|t| t.moe.gemm = MoeGemm::Auto);
+        cuda.retune(|t| t.moe.fp8_activations = false);
         cuda.set_fp8_one(one_was);
         r?;
         let case = format!("{case} [{}]", route.name);
@@ -574,27 +574,27 @@ impl Ops<'_> {
                     s.device_experts((e, i, h), fp8)?
                 };
                 let mut outs = Vec::new();
-                let (down_cols, one_was) = (s.cuda.moe_down_cols(), s.cuda.fp8_one());
+                let (down_cols, one_was) = (s.cuda.tuning().moe.down_cols, s.cuda.fp8_one());
                 // The small paths, the six launches, then the small paths with the decode
                 // down + combine kernel at 1, 2 and 4 columns a block (the one-token FP8
                 // kernels, another order of sums, are checked against the CPU above).
                 s.cuda.set_fp8_one(false);
                 for (small, cols) in [(true, 0), (false, 0), (true, 1), (true, 2), (true, 4)] {
-                    s.cuda.set_moe_small_paths(small);
-                    s.cuda.set_moe_down_cols(cols);
-                    s.cuda.set_moe_gemm(gemm);
+                    s.cuda.retune(|t| t.moe.small_paths = small);
+                    s.cuda.retune(|t| t.moe.down_cols = Some(cols));
+                    s.cuda.retune(|t| t.moe.gemm = gemm);
                     // The routing launches are compared: the experts' kernels stay the same
                     // (the small-step FP8 tensor-core kernels come with the small paths; they
                     // are checked against the CPU above).
-                    s.cuda.set_moe_small_mma(false);
+                    s.cuda.retune(|t| t.moe.small_mma = false);
                     let mut out = s.cuda.zeros(&[t, h])?;
                     let r = s
                         .cuda
                         .fused_moe(&mut out, &x_d, &l_d, &w13_d, &w2_d, k, true);
-                    s.cuda.set_moe_small_paths(true);
-                    s.cuda.set_moe_down_cols(down_cols);
-                    s.cuda.set_moe_gemm(MoeGemm::Auto);
-                    s.cuda.set_moe_small_mma(true);
+                    s.cuda.retune(|t| t.moe.small_paths = true);
+                    s.cuda.retune(|t| t.moe.down_cols = down_cols);
+                    s.cuda.retune(|t| t.moe.gemm = MoeGemm::Auto);
+                    s.cuda.retune(|t| t.moe.small_mma = true);
                     if r.is_err() {
                         s.cuda.set_fp8_one(one_was);
                     }
@@ -671,7 +671,7 @@ impl Ops<'_> {
     }
 
     /// matmul with an FP8 weight and more than 32 rows on the tensor-core kernel
-    /// (`set_fp8_matmul_mma`), bf16 and e4m3 activations, against the CPU: one 30B-A3B qkv
+    /// (`gemm.fp8_matmul_mma`), bf16 and e4m3 activations, against the CPU: one 30B-A3B qkv
     /// shape, a 2048-row prefill of its o projection, and ragged tiles (m, n not multiples of
     /// 64 and 128, k of 32).
     pub(super) fn matmul_fp8_mma(&mut self) -> Result<()> {
@@ -687,11 +687,11 @@ impl Ops<'_> {
                     let (w_d, w_c) = s.fp8_pair(&[n, k])?;
                     let mut out_d = s.cuda.zeros(&[m, n])?;
                     let mut out_c = s.cpu.zeros(&[m, n])?;
-                    s.cuda.set_fp8_matmul_mma(true);
-                    s.cuda.set_fp8_activations(fp8_act);
+                    s.cuda.retune(|t| t.gemm.fp8_matmul_mma = true);
+                    s.cuda.retune(|t| t.moe.fp8_activations = fp8_act);
                     let r = s.cuda.matmul(&mut out_d, &x_d, &w_d);
-                    s.cuda.set_fp8_matmul_mma(false);
-                    s.cuda.set_fp8_activations(false);
+                    s.cuda.retune(|t| t.gemm.fp8_matmul_mma = false);
+                    s.cuda.retune(|t| t.moe.fp8_activations = false);
                     r?;
                     s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
                     s.check("matmul", &case, tol, &out_d, &out_c)?;

@@ -1,7 +1,5 @@
 //! Launchers for the paged KV cache write and attention (`attention.cu`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use cudarc::driver::LaunchConfig;
 use metrale_kernels::Module;
 
@@ -10,11 +8,11 @@ use super::norm::MAX_HEAD_DIM;
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, CudaBatch, check, shape_err};
 use crate::backend::Result;
+use crate::tuning::{AttentionTuning, AttnKernelChoice};
 
 /// Warps of a `paged_attention` block (ATTN_WARPS in attention.cu).
 const ATTN_WARPS: u32 = 4;
-/// Split-K: the fewest keys a split takes, and the most splits a row is cut into.
-const MIN_KEYS_PER_SPLIT: usize = 64;
+/// Split-K: the most splits a row is cut into (the fewest keys a split takes is tuning).
 const MAX_SPLITS: usize = 64;
 
 /// q heads one attention block serves: the largest of 4, 2, 1 that divides the GQA group (the
@@ -26,48 +24,6 @@ fn head_group(num_heads: usize, num_kv_heads: usize) -> usize {
         .find(|g| group.is_multiple_of(*g))
         .unwrap_or(1)
 }
-
-/// Blocks a multiprocessor should get over one attention launch before rows are split along
-/// their keys. Measured on the H200 (128 sequences, 1,024 blocks): 4 (no split) reads the cache
-/// at 2.40 TB/s at 1,024 tokens of context, 16 (3 splits, four waves) at 2.16 and 32 at 2.07:
-/// the split's partial states and merge cost more than the last wave's idle tail, so splits
-/// are for few sequences only. `METRALE_ATTN_BLOCKS_PER_SM` overrides, for comparisons.
-fn blocks_per_sm() -> usize {
-    setting(&BLOCKS_PER_SM, "METRALE_ATTN_BLOCKS_PER_SM", 4)
-}
-
-/// A process-wide setting: `cell`'s value once set (0: not yet), else `var` from the
-/// environment (a positive integer), else `default`, kept in `cell` from then on.
-fn setting(cell: &AtomicUsize, var: &str, default: usize) -> usize {
-    match cell.load(Ordering::Relaxed) {
-        0 => {
-            let n = std::env::var(var)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n| n > 0)
-                .unwrap_or(default);
-            cell.store(n, Ordering::Relaxed);
-            n
-        }
-        n => n,
-    }
-}
-
-/// [`blocks_per_sm`] once read (0: not yet).
-static BLOCKS_PER_SM: AtomicUsize = AtomicUsize::new(0);
-
-/// The fewest keys a split takes: MIN_KEYS_PER_SPLIT unless `METRALE_ATTN_MIN_SPLIT_KEYS`
-/// (or [`CudaBackend::set_attention_min_split_keys`]) says otherwise, for comparisons.
-fn min_keys_per_split() -> usize {
-    setting(
-        &MIN_SPLIT_KEYS,
-        "METRALE_ATTN_MIN_SPLIT_KEYS",
-        MIN_KEYS_PER_SPLIT,
-    )
-}
-
-/// [`min_keys_per_split`] once read (0: not yet).
-static MIN_SPLIT_KEYS: AtomicUsize = AtomicUsize::new(0);
 
 /// Which decode/prefill attention kernel `paged_attention` launches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,32 +37,25 @@ enum AttnKernel {
 /// The kernel for this shape: the tensor-core one for head_dim 64 or 128 and GQA groups of at
 /// most 16 on sm_80 and newer, else attention.cu's. On the H200 at 128 sequences the tensor-core
 /// kernel reads the cache at 3.0 (ctx 512) and 3.6 TB/s (ctx 1024) against the CUDA-core
-/// kernel's 2.2 and 2.4; at one sequence over 1024 keys 20 µs a layer against 23. `METRALE_ATTN_KERNEL=simt`
-/// forces attention.cu's, for comparisons.
+/// kernel's 2.2 and 2.4; at one sequence over 1024 keys 20 µs a layer against 23. The tuning's
+/// `attention.kernel` = simt (`METRALE_ATTN_KERNEL=simt`) forces attention.cu's, for comparisons.
 fn attn_kernel(
     head_dim: usize,
     num_heads: usize,
     num_kv_heads: usize,
     cc: (i32, i32),
+    choice: AttnKernelChoice,
 ) -> AttnKernel {
     let fits = matches!(head_dim, 64 | 128)
         && num_kv_heads > 0
         && num_heads / num_kv_heads <= 16
         && cc >= metrale_kernels::Module::AttentionMma.min_compute_capability();
-    // The environment is read once (this runs at every attention launch).
-    static ENV_SIMT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let env_simt =
-        *ENV_SIMT.get_or_init(|| std::env::var("METRALE_ATTN_KERNEL").is_ok_and(|v| v == "simt"));
-    let forced_simt = FORCE_SIMT.load(Ordering::Relaxed) || env_simt;
-    if fits && !forced_simt {
+    if fits && choice == AttnKernelChoice::Auto {
         AttnKernel::Mma
     } else {
         AttnKernel::Simt
     }
 }
-
-/// Set by [`CudaBackend::set_attention_kernel_simt`], for comparisons.
-static FORCE_SIMT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Blocks one token row takes (before split-K) with this kernel.
 fn row_blocks(kernel: AttnKernel, num_heads: usize, num_kv_heads: usize) -> usize {
@@ -116,16 +65,24 @@ fn row_blocks(kernel: AttnKernel, num_heads: usize, num_kv_heads: usize) -> usiz
     }
 }
 
-/// How many key slices each (row, head group) is cut into: enough blocks for
-/// [`blocks_per_sm`] a multiprocessor, while each slice keeps at least MIN_KEYS_PER_SPLIT keys
-/// (1 = the plain kernel).
-fn attention_splits(blocks: usize, max_len: usize, multiprocessors: usize) -> usize {
+/// How many key slices each (row, head group) is cut into: enough blocks for the tuning's
+/// blocks a multiprocessor (4 by default: measured on the H200, 128 sequences, 1,024 blocks, 4
+/// (no split) reads the cache at 2.40 TB/s at 1,024 tokens of context, 16 (3 splits, four
+/// waves) at 2.16 and 32 at 2.07: the split's partial states and merge cost more than the last
+/// wave's idle tail, so splits are for few sequences only), while each slice keeps at least the
+/// tuning's fewest keys (64) (1 = the plain kernel).
+fn attention_splits(
+    blocks: usize,
+    max_len: usize,
+    multiprocessors: usize,
+    tuning: &AttentionTuning,
+) -> usize {
     splits_for(
         blocks,
         max_len,
         multiprocessors,
-        blocks_per_sm(),
-        min_keys_per_split(),
+        tuning.blocks_per_sm,
+        tuning.min_split_keys,
     )
 }
 
@@ -155,27 +112,9 @@ fn kv_dims(cache: &CudaTensor) -> Result<(usize, usize, usize, usize)> {
 }
 
 impl CudaBackend {
-    /// Makes `paged_attention` use attention.cu's CUDA-core kernel even where the tensor-core
-    /// one fits (process-wide), for comparisons; `METRALE_ATTN_KERNEL=simt` does it at start.
-    pub fn set_attention_kernel_simt(&self, simt: bool) {
-        FORCE_SIMT.store(simt, Ordering::Relaxed);
-    }
-
-    /// Sets the attention launches' target of blocks a multiprocessor (process-wide), for
-    /// comparisons; `METRALE_ATTN_BLOCKS_PER_SM` sets it at start.
-    pub fn set_attention_blocks_per_sm(&self, n: usize) {
-        BLOCKS_PER_SM.store(n.max(1), Ordering::Relaxed);
-    }
-
-    /// Sets the fewest keys an attention split takes (process-wide), for comparisons;
-    /// `METRALE_ATTN_MIN_SPLIT_KEYS` sets it at start.
-    pub fn set_attention_min_split_keys(&self, n: usize) {
-        MIN_SPLIT_KEYS.store(n.max(1), Ordering::Relaxed);
-    }
-
     /// The fewest keys an attention split takes now.
     pub fn attention_min_split_keys(&self) -> usize {
-        min_keys_per_split()
+        self.tuning().attention.min_split_keys
     }
 
     /// Key slices `paged_attention` cuts each (row, head group) into for `rows` rows of
@@ -191,7 +130,12 @@ impl CudaBackend {
     ) -> usize {
         let kernel = self.attn_kernel(head_dim, heads, kv_heads, self.compute == DType::F32);
         let blocks = rows * row_blocks(kernel, heads, kv_heads);
-        attention_splits(blocks, max_len, self.info.multiprocessors)
+        attention_splits(
+            blocks,
+            max_len,
+            self.info.multiprocessors,
+            &self.tuning().attention,
+        )
     }
 
     /// The kernel family `paged_attention` runs; an f32 cache (the float32 path) has only the
@@ -206,7 +150,13 @@ impl CudaBackend {
         if fp32 {
             AttnKernel::Simt
         } else {
-            attn_kernel(head_dim, heads, kv_heads, self.info.compute_capability)
+            attn_kernel(
+                head_dim,
+                heads,
+                kv_heads,
+                self.info.compute_capability,
+                self.tuning().attention.kernel,
+            )
         }
     }
 
@@ -400,7 +350,12 @@ impl CudaBackend {
             }
         };
         let head_blocks = row_blocks(kernel, num_heads, nkv);
-        let splits = attention_splits(t * head_blocks, batch.max_len, self.info.multiprocessors);
+        let splits = attention_splits(
+            t * head_blocks,
+            batch.max_len,
+            self.info.multiprocessors,
+            &self.tuning().attention,
+        );
         let s = &self.stream;
         let (q, k, v) = (qkv.ptr(s), k_cache.ptr(s), v_cache.ptr(s));
         let (ks, vs) = (k_cache.scales_ptr(s), v_cache.scales_ptr(s));
@@ -503,7 +458,15 @@ mod tests {
     #[test]
     fn splits_only_when_rows_times_heads_leave_the_gpu_idle() {
         let sms = 132;
-        let splits = |blocks, max_len| splits_for(blocks, max_len, sms, 4, MIN_KEYS_PER_SPLIT);
+        let splits = |blocks, max_len| {
+            splits_for(
+                blocks,
+                max_len,
+                sms,
+                4,
+                crate::tuning::Tuning::default().attention.min_split_keys,
+            )
+        };
         // Prefill: many rows already fill the GPU.
         assert_eq!(splits(1000 * 32, 1000), 1);
         // Decode of one sequence (8 head groups) over 129 keys: slices of at least 64 keys.
@@ -516,8 +479,17 @@ mod tests {
         // Many sequences: few or no slices.
         assert_eq!(splits(8 * 32, 2047), 3);
         assert_eq!(splits(128 * 8, 1152), 1);
-        // A larger target splits many sequences too (slower on the H200, see blocks_per_sm).
-        assert_eq!(splits_for(128 * 8, 1152, sms, 16, MIN_KEYS_PER_SPLIT), 3);
+        // A larger target splits many sequences too (slower on the H200, see attention_splits).
+        assert_eq!(
+            splits_for(
+                128 * 8,
+                1152,
+                sms,
+                16,
+                crate::tuning::Tuning::default().attention.min_split_keys
+            ),
+            3
+        );
         // A larger minimum slice (METRALE_ATTN_MIN_SPLIT_KEYS): fewer slices, none past it.
         assert_eq!(splits_for(8, 2047, sms, 4, 512), 4);
         assert_eq!(splits_for(8, 2047, sms, 4, usize::MAX / 2), 1);

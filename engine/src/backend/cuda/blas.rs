@@ -38,7 +38,13 @@ pub(super) struct Blas {
 unsafe impl Send for Blas {}
 
 impl Blas {
-    pub(super) fn new(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>) -> Result<Self> {
+    /// `gemm_tune`: time decode-sized GEMM shapes against cuBLASLt (the tuning's
+    /// `gemm.gemm_tune`).
+    pub(super) fn new(
+        ctx: &Arc<CudaContext>,
+        stream: &Arc<CudaStream>,
+        gemm_tune: bool,
+    ) -> Result<Self> {
         ctx.bind_to_thread()
             .map_err(dev_err("binding the context"))?;
         let handle = cublas::create_handle().map_err(dev_err("creating the cuBLAS handle"))?;
@@ -50,7 +56,7 @@ impl Blas {
             handle,
             _workspace: workspace,
             workspace_ptr: ws,
-            tuner: GemmTuner::new(),
+            tuner: GemmTuner::new(gemm_tune),
         };
         // SAFETY: the handle was just created and the stream is alive (the backend owns both
         // and drops the handle first); the workspace is WORKSPACE_BYTES of device memory that
@@ -79,23 +85,17 @@ impl Drop for Blas {
 
 /// Most rows the GEMV kernel (gemv.cu) takes. By default `matmul` gives it only single rows:
 /// measured on the H200 it beats cuBLAS by 20% there and loses from 4 rows on, where each
-/// weight load waits on as many x loads (`METRALE_GEMV_MAX_ROWS` overrides, for comparisons).
-pub(super) const GEMV_MAX_ROWS: usize = 8;
+/// weight load waits on as many x loads (the tuning's `gemm.gemv_max_rows`, up to this, for
+/// comparisons).
+pub(super) const GEMV_MAX_ROWS: usize = crate::tuning::registry::GEMV_MAX_ROWS;
 /// Warps of a GEMV block (GEMV_WARPS in gemv.cu): one output column each.
 const GEMV_WARPS: usize = 8;
 
 impl CudaBackend {
-    /// Rows up to which `matmul` uses the GEMV kernel (0: always cuBLAS), for comparisons.
-    pub fn set_gemv_max_rows(&self, rows: usize) {
-        self.gemv_max_rows.store(
-            rows.min(GEMV_MAX_ROWS),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-    }
-
-    /// Turns the per-shape timing of decode-sized GEMMs (gemm_tune.rs) on or off, for
-    /// comparisons (`METRALE_GEMM_TUNE=0` turns it off at start).
-    pub fn set_gemm_tuning(&self, on: bool) {
+    /// Turns the per-shape timing of decode-sized GEMMs (gemm_tune.rs) on or off (the tuning's
+    /// `gemm.gemm_tune`, changed by `set_tuning`).
+    #[cfg(feature = "lab")]
+    pub(super) fn set_gemm_tune(&self, on: bool) {
         let mut blas = self.blas.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(t) = blas.tuner.as_mut() {
             t.set_enabled(on);
@@ -110,21 +110,14 @@ impl CudaBackend {
     }
 
     fn gemv_max_rows(&self) -> usize {
-        self.gemv_max_rows
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.tuning().gemm.gemv_max_rows.min(GEMV_MAX_ROWS)
     }
 
     /// Whether one-row GEMVs take the whole-row kernels where their grid fits in one wave
     /// (`gemv_full_*`, `gemv_fp8_full_*`: every weight byte loaded before the kernel waits on
-    /// the one before), for comparisons: the same output bit for bit either way.
-    pub fn set_gemv_full(&self, on: bool) {
-        self.gemv_full
-            .store(on, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// What [`CudaBackend::set_gemv_full`] last set.
+    /// the one before; the tuning's `gemm.gemv_full`): the same output bit for bit either way.
     pub fn gemv_full(&self) -> bool {
-        self.gemv_full.load(std::sync::atomic::Ordering::Relaxed)
+        self.tuning().gemm.gemv_full
     }
 
     /// The whole-row kernel for a one-row product of `n` output columns over `k` (bf16 or FP8

@@ -11,8 +11,6 @@
 //! need the activations quantized too and is not wired here: prefill is compute-bound at bf16
 //! rates either way, and the copy costs one read of the weight).
 
-use std::sync::atomic::Ordering;
-
 use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
@@ -110,15 +108,11 @@ impl CudaBackend {
         Ok(t)
     }
 
-    /// Whether decode-sized FP8 GEMMs run on tensor cores (`gemv_fp8_mma`) instead of the
-    /// CUDA-core `gemv_fp8_m*` (for comparisons; on by default where the GPU has them).
-    pub fn set_fp8_gemv_mma(&self, on: bool) {
-        self.fp8_gemv_mma.store(on, Ordering::Relaxed);
-    }
-
-    /// Whether a decode-sized FP8 GEMM over `k` columns takes `gemv_fp8_mma`.
+    /// Whether a decode-sized FP8 GEMM over `k` columns takes `gemv_fp8_mma` (tensor cores)
+    /// instead of the CUDA-core `gemv_fp8_m*`: the tuning's `gemm.fp8_gemv_mma` (on by
+    /// default) where the GPU has them.
     fn fp8_gemv_mma(&self, k: usize) -> bool {
-        self.fp8_gemv_mma.load(Ordering::Relaxed)
+        self.tuning().gemm.fp8_gemv_mma
             && k.is_multiple_of(64)
             && self.info.compute_capability >= (8, 0)
     }

@@ -1,11 +1,9 @@
 //! The chunked Gated DeltaNet kernels (`kernels/src/hybrid.cu`, section 2b): prefill sequences
-//! of at least [`CudaBackend::set_gdn_chunk_min`] rows run the delta rule chunk by chunk (the
+//! of at least the tuning's `gdn.chunk_min` rows run the delta rule chunk by chunk (the
 //! WY form: a triangular solve and dense products a chunk, only the state hand-off between
 //! chunks in order) instead of token by token. Three launches: the step's chunk list
 //! (`gdn_chunk_plan`), everything a chunk needs that does not depend on the state, all chunks
 //! at once (`gdn_chunk_prep`), then the state through the chunks (`gdn_chunk_state`).
-
-use std::sync::atomic::Ordering;
 
 use cudarc::driver::LaunchConfig;
 use cudarc::driver::sys::CUfunction_attribute;
@@ -82,19 +80,12 @@ pub(super) struct ChunkArgs {
 }
 
 impl CudaBackend {
-    /// Sequences with at least `rows` rows in a step run the chunked Gated DeltaNet kernels,
-    /// the others the recurrent one; `None`: every sequence runs the recurrent kernel (for
-    /// comparisons). [`GDN_CHUNK_MIN`] by default.
-    pub fn set_gdn_chunk_min(&self, rows: Option<usize>) {
-        self.gdn_chunk_min
-            .store(rows.unwrap_or(usize::MAX), Ordering::Relaxed);
-    }
-
     /// Which sequences of `host` take which kernel at these heads.
     pub(super) fn gdn_split(&self, host: &BatchInputs, heads: &DeltaHeads) -> Split {
         let smem = 4 * prep_floats(heads.dk).max(state_floats(heads.dk));
         let min = if CHUNK_DIMS.contains(&heads.dk) && smem <= self.info.smem_optin {
-            self.gdn_chunk_min.load(Ordering::Relaxed).max(1)
+            // The tuning's `gdn.chunk_min` ([`GDN_CHUNK_MIN`] by default; `None`: none).
+            self.tuning().gdn.chunk_min.unwrap_or(usize::MAX).max(1)
         } else {
             usize::MAX
         };

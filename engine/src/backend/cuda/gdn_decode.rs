@@ -5,7 +5,6 @@
 //! three; other steps, and head shapes it is not built for, take them.
 
 use std::sync::PoisonError;
-use std::sync::atomic::Ordering;
 
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{DevicePtr, LaunchConfig};
@@ -46,20 +45,6 @@ pub(super) struct DecodePlan {
 }
 
 impl CudaBackend {
-    /// Decode steps (one row a sequence) run the single-launch Gated DeltaNet kernel when on
-    /// (the default); off: the 3-launch path (for comparisons).
-    pub fn set_gdn_fused_decode(&self, on: bool) {
-        self.gdn_fused_decode.store(on, Ordering::Relaxed);
-    }
-
-    /// Blocks the fused decode kernel splits a key head's state columns over (1, 2 or 4: each
-    /// takes dv / splits columns of every value head of the key head); `None`: by shape and
-    /// batch (the default, `default_splits`).
-    pub fn set_gdn_decode_splits(&self, splits: Option<usize>) {
-        self.gdn_decode_splits
-            .store(splits.unwrap_or(0), Ordering::Relaxed);
-    }
-
     /// Whether `gated_delta_net` runs `host`'s step at these heads on the fused kernel.
     pub fn gdn_fused_decode_covers(&self, host: &BatchInputs, heads: &DeltaHeads) -> bool {
         HEAD_DIMS.contains(&heads.dk)
@@ -82,14 +67,18 @@ impl CudaBackend {
     ) -> Option<DecodePlan> {
         let group = heads.nv / heads.nk;
         let seqs = host.num_seqs();
-        let splits = match self.gdn_decode_splits.load(Ordering::Relaxed) {
-            0 => default_splits(heads, seqs, self.info.multiprocessors),
-            n => n,
+        // The tuning: the fused kernel on (`gdn.fused_decode`) and its splits (1, 2 or 4: each
+        // takes dv / splits columns of every value head of the key head; `None`: by shape and
+        // batch, `default_splits`).
+        let tuning = self.tuning().gdn;
+        let splits = match tuning.decode_splits {
+            None => default_splits(heads, seqs, self.info.multiprocessors),
+            Some(n) => n,
         };
         let cols = heads.dv / splits;
         let smem = 4 * group * heads.dk * (cols + PAD);
         let one_row = host.seq_starts.windows(2).all(|w| w[1] - w[0] == 1);
-        (self.gdn_fused_decode.load(Ordering::Relaxed)
+        (tuning.fused_decode
             && one_row
             && split.chunks == 0
             && heads.dv == heads.dk

@@ -147,14 +147,13 @@ impl Drop for GemmTuner {
 
 impl GemmTuner {
     /// None when libcublasLt is missing or the handle cannot be made (GEMMs then stay on
-    /// `cublasGemmEx`).
-    pub(super) fn new() -> Option<Self> {
+    /// `cublasGemmEx`); timing shapes only when `enabled` (the tuning's `gemm.gemm_tune`).
+    pub(super) fn new(enabled: bool) -> Option<Self> {
         // SAFETY: only probes for the library.
         if !unsafe { sys::is_culib_present() } {
             return None;
         }
         let handle = lt::create_handle().ok()?;
-        let enabled = std::env::var("METRALE_GEMM_TUNE").map_or(true, |v| v != "0");
         Some(Self {
             handle,
             plans: HashMap::new(),
@@ -162,6 +161,7 @@ impl GemmTuner {
         })
     }
 
+    #[cfg(feature = "lab")]
     pub(super) fn set_enabled(&mut self, on: bool) {
         self.enabled = on;
     }

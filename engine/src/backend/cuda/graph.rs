@@ -88,16 +88,14 @@ impl Graphs {
 }
 
 impl CudaBackend {
-    /// Capture and replay decode steps as CUDA graphs (on by default; `--enforce-eager` or
-    /// `METRALE_CUDA_GRAPHS=0` turn it off).
-    pub fn set_graphs(&self, on: bool) {
+    /// Drops every captured graph (and the shapes that failed to capture): each shape is
+    /// captured afresh at its next step. Graphs are keyed by shape only, so a caller that runs
+    /// another model on this backend drops them first. Whether graphs are captured at all is
+    /// the tuning's `launch.cuda_graphs` (`--enforce-eager`, `METRALE_CUDA_GRAPHS=0`).
+    pub fn drop_graphs(&self) {
         let mut g = self.graphs.lock().unwrap_or_else(PoisonError::into_inner);
-        g.enabled = on;
-        if !on {
-            // Off then on starts afresh: every shape may be captured again.
-            g.captured.clear();
-            g.failed.clear();
-        }
+        g.captured.clear();
+        g.failed.clear();
     }
 
     /// Graphs captured so far, for logs and checks.
@@ -240,8 +238,7 @@ impl CudaBackend {
             }
         }
         // 3. Capture the same forward, allocating from the arena, without per-launch syncs.
-        let sync = self.syncs_each_launch();
-        self.set_sync_each_launch(false);
+        let paused = self.pause_sync_each_launch(true);
         self.set_arena_mode(ArenaMode::Carve);
         let begun = self
             .stream
@@ -254,7 +251,7 @@ impl CudaBackend {
             .end_capture(CUgraphInstantiate_flags(0))
             .map_err(dev_err("ending a graph capture"));
         self.set_arena_mode(ArenaMode::Off);
-        self.set_sync_each_launch(sync);
+        self.pause_sync_each_launch(paused);
         let logits = out?;
         let graph = graph?.ok_or_else(|| {
             BackendError::Device("the graph capture recorded nothing".to_string())

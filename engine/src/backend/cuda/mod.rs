@@ -11,6 +11,10 @@
 //! backend, plus what a kernel would otherwise read out of bounds), then launches. Launch
 //! errors come back at once; a fault inside a kernel surfaces at the next synchronisation
 //! (`to_host`, `sample`, or after every launch when `METRALE_CUDA_SYNC=1` or in debug builds).
+//!
+//! Its tuning (which kernels, launch options) is one [`Tuning`] value handed over at creation
+//! (`crate::tuning`); `cuda_check` swaps it at run time through the `lab` feature's
+//! [`CudaBackend::set_tuning`].
 #![allow(unsafe_code)]
 
 mod attention;
@@ -34,17 +38,17 @@ mod probe;
 mod sample;
 mod tensor;
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
 use metrale_kernels::{Kernels, Module};
 
+pub use crate::tuning::{MoeGemm, Tuning};
+
 pub use backend_ops::Ablate;
 pub use batch::CudaBatch;
 pub use gdn_chunk::GDN_CHUNK_MIN;
-pub use moe::MOE_DOWN_COLS_AUTO;
-pub use moe_mma::MoeGemm;
 pub use moe_one::OneGrid;
 pub use probe::{SkeletonStage, SkeletonTimes, SyncProbe, TMA_SPLITS, TmaTimes};
 pub use tensor::{CudaTensor, DType};
@@ -104,33 +108,17 @@ pub struct CudaBackend {
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
     info: DeviceInfo,
-    /// Synchronise after every launch, so a kernel fault names its kernel.
-    sync_each_launch: AtomicBool,
-    /// `matmul` with at most this many rows runs the GEMV kernel instead of cuBLAS.
-    gemv_max_rows: AtomicUsize,
-    /// `fused_moe` takes its single-launch routing and down + combine on small steps (off:
-    /// the six-launch path at every size, for comparisons).
-    moe_small_paths: AtomicBool,
-    /// Decode steps take `moe_gate_up_dec_*` where it is faster (`moe.rs`).
-    moe_dec_gate_up: AtomicBool,
-    /// Columns a block of `moe_down_combine_dec<N>_*` (0: `moe_down_combine_*`; by default
-    /// chosen by step and expert type), `moe.rs`.
-    moe_down_cols: AtomicUsize,
-    /// One-row GEMVs whose grid fits in one wave take the whole-row kernels (`blas.rs`).
-    gemv_full: AtomicBool,
+    /// Every tuning knob (`crate::tuning`): which kernels, launch options. Set at creation; only
+    /// the `lab` feature's [`CudaBackend::set_tuning`] changes it.
+    tuning: Mutex<Tuning>,
+    /// The tuning's `launch.pdl` ([`PDL`]) and `launch.cuda_sync` ([`SYNC`]), which every
+    /// launch reads: kept beside it so a launch takes no lock.
+    launch_bits: AtomicU8,
+    /// Per-launch syncs held off (while a graph is captured).
+    sync_paused: AtomicBool,
     /// One-token FP8 products run on `fp8_one.cu`'s tensor-core kernels (`fp8_one.rs`; off by
     /// default: slower on the H200).
     fp8_one: AtomicBool,
-    /// Where `fused_moe` runs the experts' GEMMs (a [`MoeGemm`], `moe_mma.rs`).
-    moe_gemm: AtomicU8,
-    /// The FP8 tensor-core GEMMs quantize their activations to e4m3 (`moe_mma.rs`).
-    fp8_act: AtomicBool,
-    /// `matmul` with an FP8 weight and more than 32 rows runs on the tensor-core kernel.
-    fp8_matmul_mma: AtomicBool,
-    /// `matmul` with an FP8 weight and at most 128 rows runs on `gemv_fp8_mma*` (`fp8.rs`).
-    fp8_gemv_mma: AtomicBool,
-    /// Decode-sized steps (up to 256 tokens) run their experts on `moe_*_small*` (`moe_mma.rs`).
-    moe_small_mma: AtomicBool,
     /// One-token MoE blocks run as one launch with grid-wide barriers (`moe_one.rs`; off by
     /// default until it has run on a GPU).
     moe_one: AtomicBool,
@@ -142,20 +130,9 @@ pub struct CudaBackend {
     moe_one_grid: Mutex<moe_one::OneGrid>,
     /// Whether `moe_one_*` fits the device resident, by kernel, shape and grid (asked once).
     moe_one_fits: Mutex<Vec<moe_one::Fits>>,
-    /// Gated DeltaNet: sequences of at least this many rows in a step take the chunked kernels
-    /// (`gdn_chunk.rs`; `usize::MAX`: none do).
-    gdn_chunk_min: AtomicUsize,
-    /// Gated DeltaNet: steps of one row a sequence run the single-launch decode kernel
-    /// (`gdn_decode.rs`; off: the 3-launch path, for comparisons).
-    gdn_fused_decode: AtomicBool,
-    /// Blocks a key head's state columns take in the fused decode kernel (0: chosen by shape).
-    gdn_decode_splits: AtomicUsize,
     /// The fused decode kernel's per-(sequence, key head) arrival counters (`gdn_decode.rs`):
     /// zeroed once, reset by the kernel, at a fixed address (CUDA graphs keep it).
     gdn_tickets: Mutex<Option<CudaSlice<u32>>>,
-    /// Launch kernels with programmatic dependent launch (`launch.rs`): on for compute
-    /// capability 9.0 and later unless `METRALE_PDL=0`.
-    pdl: AtomicBool,
     /// The type of weights, GEMM operands and the KV cache: bf16, or f32 (the float32 path).
     compute: DType,
     /// `--kv-cache-dtype fp8`: KV-cache layers are [`DType::F8`] tensors (see
@@ -170,6 +147,24 @@ pub struct CudaBackend {
     /// `moe_one_*`'s grid barrier words (prelude's `grid_sync`: arrivals, generation), zeroed
     /// once, at a fixed address (CUDA graphs keep it).
     grid_sync: CudaSlice<u32>,
+}
+
+/// [`CudaBackend`]'s `launch_bits`: programmatic dependent launch, a sync after every launch.
+const PDL: u8 = 1;
+const SYNC: u8 = 2;
+
+fn launch_bits(tuning: &Tuning) -> u8 {
+    u8::from(tuning.launch.pdl) * PDL + u8::from(tuning.launch.cuda_sync) * SYNC
+}
+
+/// The kernel cache directory `tuning` names (`METRALE_KERNEL_CACHE`), else the default one.
+fn kernel_cache_dir(tuning: &Tuning) -> Option<std::path::PathBuf> {
+    use crate::tuning::KernelCache;
+    match tuning.kernels.cache {
+        KernelCache::Off => None,
+        KernelCache::Dir(d) => Some(std::path::PathBuf::from(d)),
+        KernelCache::Default => metrale_kernels::cache::default_cache_dir(|k| std::env::var_os(k)),
+    }
 }
 
 /// Loadable? cudarc panics on first use of a library it cannot open; ask first.
@@ -206,14 +201,18 @@ fn keep_freed_memory(ctx: &Arc<CudaContext>) {
 
 impl CudaBackend {
     /// Open GPU `ordinal`: driver, context, one stream, cuBLAS and the kernel loader; weights,
-    /// GEMM operands and the KV cache in bf16.
-    pub fn new(ordinal: usize) -> Result<Self> {
-        Self::with_dtype(ordinal, DType::BF16)
+    /// GEMM operands and the KV cache in bf16; tuned by `tuning`.
+    pub fn new(ordinal: usize, tuning: Tuning) -> Result<Self> {
+        Self::with_dtype(ordinal, DType::BF16, tuning)
     }
 
     /// The backend `--dtype` asks for: `auto` and `bfloat16` are the bf16 path, `float32` the
     /// float32 path.
-    pub fn for_dtype(ordinal: usize, dtype: crate::engine_core::ComputeDtype) -> Result<Self> {
+    pub fn for_dtype(
+        ordinal: usize,
+        dtype: crate::engine_core::ComputeDtype,
+        tuning: Tuning,
+    ) -> Result<Self> {
         use crate::engine_core::ComputeDtype;
         Self::with_dtype(
             ordinal,
@@ -221,13 +220,14 @@ impl CudaBackend {
                 ComputeDtype::Auto | ComputeDtype::Bfloat16 => DType::BF16,
                 ComputeDtype::Float32 => DType::F32,
             },
+            tuning,
         )
     }
 
     /// [`CudaBackend::new`] with weights, GEMM operands and the KV cache in `compute`: bf16, or
     /// f32 for the float32 path (FP8 weights dequantized to f32 at upload; twice the memory and
     /// far slower, for checking against float32 references).
-    pub fn with_dtype(ordinal: usize, compute: DType) -> Result<Self> {
+    pub fn with_dtype(ordinal: usize, compute: DType, mut tuning: Tuning) -> Result<Self> {
         if compute == DType::F8 {
             return Err(BackendError::Device(
                 "FP8 is a weight format, not a compute type: use bf16 or f32".into(),
@@ -260,8 +260,13 @@ impl CudaBackend {
         unsafe { ctx.disable_event_tracking() };
         keep_freed_memory(&ctx);
         let stream = ctx.new_stream().map_err(dev_err("creating a stream"))?;
-        let kernels = Kernels::new(ctx.clone()).map_err(|e| BackendError::Device(e.to_string()))?;
-        let blas = Blas::new(&ctx, &stream)?;
+        let kernels = Kernels::new(
+            ctx.clone(),
+            kernel_cache_dir(&tuning),
+            tuning.kernels.show_ptxas,
+        )
+        .map_err(|e| BackendError::Device(e.to_string()))?;
+        let blas = Blas::new(&ctx, &stream, tuning.gemm.gemm_tune)?;
         let target = kernels.target().clone();
         let info = DeviceInfo {
             ordinal,
@@ -284,9 +289,9 @@ impl CudaBackend {
             nvrtc_version: target.nvrtc_version,
             driver_version: target.driver_version,
         };
-        let sync_each_launch = cfg!(debug_assertions)
-            || std::env::var_os("METRALE_CUDA_SYNC").is_some_and(|v| v == "1");
-        let graphs = std::env::var_os("METRALE_CUDA_GRAPHS").is_none_or(|v| v != "0");
+        // Debug builds wait after every launch; PDL needs compute capability 9.0.
+        tuning.launch.cuda_sync |= cfg!(debug_assertions);
+        tuning.launch.pdl &= target.compute_capability.0 >= 9;
         let router_ticket = stream
             .alloc_zeros::<u32>(1)
             .map_err(dev_err("router ticket"))?;
@@ -294,7 +299,7 @@ impl CudaBackend {
             .alloc_zeros::<u32>(2)
             .map_err(dev_err("grid barrier words"))?;
         Ok(Self {
-            graphs: Mutex::new(graph::Graphs::new(graphs)),
+            graphs: Mutex::new(graph::Graphs::new(tuning.launch.cuda_graphs)),
             arena: Mutex::new(graph::Arena::default()),
             blas: Mutex::new(blas),
             rope: Mutex::new(None),
@@ -302,32 +307,10 @@ impl CudaBackend {
             stream,
             ctx,
             info,
-            sync_each_launch: AtomicBool::new(sync_each_launch),
-            gemv_max_rows: AtomicUsize::new(
-                std::env::var("METRALE_GEMV_MAX_ROWS")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(1)
-                    .min(blas::GEMV_MAX_ROWS),
-            ),
-            moe_small_paths: AtomicBool::new(true),
-            moe_dec_gate_up: AtomicBool::new(true),
-            gemv_full: AtomicBool::new(
-                std::env::var_os("METRALE_GEMV_FULL").is_some_and(|v| v == "1"),
-            ),
+            launch_bits: AtomicU8::new(launch_bits(&tuning)),
+            tuning: Mutex::new(tuning),
+            sync_paused: AtomicBool::new(false),
             fp8_one: AtomicBool::new(std::env::var_os("METRALE_FP8_ONE").is_some_and(|v| v == "1")),
-            moe_down_cols: AtomicUsize::new(
-                std::env::var("METRALE_MOE_DOWN_COLS")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(moe::MOE_DOWN_COLS_AUTO),
-            ),
-            moe_gemm: AtomicU8::new(MoeGemm::Auto.to_u8()),
-            fp8_act: AtomicBool::new(false),
-            fp8_matmul_mma: AtomicBool::new(false),
-            moe_small_mma: AtomicBool::new(
-                std::env::var_os("METRALE_MOE_SMALL_MMA").is_none_or(|v| v != "0"),
-            ),
             // Off: slower than the three launches on the H200 (docs/performance.md);
             // METRALE_MOE_ONE=1 turns it on.
             moe_one: AtomicBool::new(std::env::var_os("METRALE_MOE_ONE").is_some_and(|v| v == "1")),
@@ -336,17 +319,7 @@ impl CudaBackend {
             moe_one_grid: Mutex::new(moe_one::OneGrid::default()),
             moe_one_fits: Mutex::new(Vec::new()),
             ablate: std::sync::atomic::AtomicU32::new(0),
-            fp8_gemv_mma: AtomicBool::new(
-                std::env::var_os("METRALE_FP8_GEMV_MMA").is_none_or(|v| v != "0"),
-            ),
-            gdn_chunk_min: AtomicUsize::new(gdn_chunk::GDN_CHUNK_MIN),
-            gdn_fused_decode: AtomicBool::new(true),
-            gdn_decode_splits: AtomicUsize::new(0),
             gdn_tickets: Mutex::new(None),
-            pdl: AtomicBool::new(
-                target.compute_capability.0 >= 9
-                    && std::env::var_os("METRALE_PDL").is_none_or(|v| v != "0"),
-            ),
             compute,
             kv_fp8: false,
             router_ticket,
@@ -371,14 +344,51 @@ impl CudaBackend {
         self.compute
     }
 
-    /// Wait for every kernel right after its launch (so a fault names the kernel that caused
-    /// it), or not (the default in release builds unless `METRALE_CUDA_SYNC=1`).
-    pub fn set_sync_each_launch(&self, on: bool) {
-        self.sync_each_launch.store(on, Ordering::Relaxed);
+    /// The backend's tuning now.
+    pub fn tuning(&self) -> Tuning {
+        *self.tuning.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Replaces the tuning, for comparing paths in one process (`cuda_check`). Drops captured
+    /// graphs when anything changed: they keep the kernels and launches they were captured
+    /// with. PDL stays off below compute capability 9.0.
+    #[cfg(feature = "lab")]
+    pub fn set_tuning(&self, mut tuning: Tuning) {
+        tuning.launch.pdl &= self.info.compute_capability.0 >= 9;
+        let old = std::mem::replace(
+            &mut *self.tuning.lock().unwrap_or_else(PoisonError::into_inner),
+            tuning,
+        );
+        self.launch_bits
+            .store(launch_bits(&tuning), Ordering::Relaxed);
+        if old != tuning {
+            self.drop_graphs();
+            let mut g = self.graphs.lock().unwrap_or_else(PoisonError::into_inner);
+            g.enabled = tuning.launch.cuda_graphs;
+        }
+        if old.gemm.gemm_tune != tuning.gemm.gemm_tune {
+            self.set_gemm_tune(tuning.gemm.gemm_tune);
+        }
+    }
+
+    /// [`CudaBackend::set_tuning`] of the tuning `f` makes of the current one.
+    #[cfg(feature = "lab")]
+    pub fn retune(&self, f: impl FnOnce(&mut Tuning)) {
+        let mut t = self.tuning();
+        f(&mut t);
+        self.set_tuning(t);
+    }
+
+    /// Whether every launch waits for its kernel now (the tuning, unless a capture is on).
     fn syncs_each_launch(&self) -> bool {
-        self.sync_each_launch.load(Ordering::Relaxed)
+        !self.sync_paused.load(Ordering::Relaxed)
+            && self.launch_bits.load(Ordering::Relaxed) & SYNC != 0
+    }
+
+    /// Holds per-launch syncs off (`true`, while capturing) or lets them be again; returns the
+    /// previous state, for restoring.
+    pub(super) fn pause_sync_each_launch(&self, paused: bool) -> bool {
+        self.sync_paused.swap(paused, Ordering::Relaxed)
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -447,28 +457,12 @@ impl CudaBackend {
 
     /// A launch of `f` on the backend's stream (see `launch.rs`).
     fn launcher<'a>(&'a self, f: &'a CudaFunction) -> launch::Launch<'a> {
-        launch::Launch::new(&self.stream, f, self.pdl.load(Ordering::Relaxed))
-    }
-
-    /// Programmatic dependent launch on or off (for comparisons; it is on by default on
-    /// compute capability 9.0 and later, and cannot be turned on below). Drops captured graphs,
-    /// which keep the launches they were captured with.
-    pub fn set_pdl(&self, on: bool) {
-        let on = on && self.info.compute_capability.0 >= 9;
-        if self.pdl.swap(on, Ordering::Relaxed) != on {
-            let enabled = self
-                .graphs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .enabled;
-            self.set_graphs(false);
-            self.set_graphs(enabled);
-        }
+        launch::Launch::new(&self.stream, f, self.pdl())
     }
 
     /// Whether launches use programmatic dependent launch.
     pub fn pdl(&self) -> bool {
-        self.pdl.load(Ordering::Relaxed)
+        self.launch_bits.load(Ordering::Relaxed) & PDL != 0
     }
 
     /// After a launch: its own error, then (when asked) the kernel's.

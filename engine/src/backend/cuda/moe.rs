@@ -2,16 +2,15 @@
 //! gate|up + SiLU and down, and the weighted sum, in launches that never wait on the host, so a
 //! decode step with mixture-of-experts layers is captured into a CUDA graph like a dense one:
 //! three at decode sizes (`moe_plan`, or `moe_plan_one` by one warp for one token; gate_up,
-//! `moe_gate_up_dec_*` for one token; `moe_down_combine`: at most [`PLAN_MAX_PAIRS`] pairs and
-//! [`FUSED_DOWN_TOKENS`] tokens), four up to `PLAN_MAX_PAIRS` pairs, six beyond. All
+//! `moe_gate_up_dec_*` for one token; `moe_down_combine`: at most `PLAN_MAX_PAIRS` pairs and
+//! `FUSED_DOWN_TOKENS` tokens), four up to `PLAN_MAX_PAIRS` pairs, six beyond. All
 //! give the same output bit for bit. Steps with many tokens an expert run gate|up and down on
-//! tensor cores instead (`moe_mma.rs`), between the same routing and weighted sum. Every scratch
+//! tensor cores instead (`moe_mma.rs`), between the same routing and weighted sum. Which of
+//! these a step runs is one choice, `backend/moe_plan.rs`'s `MoePlan::choose`. Every scratch
 //! buffer is sized by the step's tokens (`T · top_k` pairs), which a graph's batch bucket fixes.
 //!
 //! On the float32 path the experts are f32 (`_fp32` kernels: f32 x rows and SiLU products,
 //! always on the CUDA cores); bf16 and FP8 experts read bf16 activations.
-
-use std::sync::atomic::Ordering;
 
 use cudarc::driver::DevicePtr;
 use metrale_kernels::Module;
@@ -20,6 +19,7 @@ use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, MoeGemm, check};
 use crate::backend::Result;
+use crate::backend::moe_plan::{self, Down, ExpertType, Experts, GateUp, MoePlan, MoeShape, Route};
 
 /// Most experts a token may take (`MOE_MAX_TOP_K` in moe.cu: the routing kernel keeps its
 /// choices in registers).
@@ -30,71 +30,9 @@ const WARPS: usize = 8;
 const ROUTE_TOKENS: usize = 4;
 /// Threads of a grouping block.
 const GROUP_THREADS: u32 = 256;
-/// Most pairs (`T · top_k`) routed and grouped by `moe_plan_*` in one block
-/// (`MOE_PLAN_MAX_PAIRS` in moe.cu); more take `moe_route_*` + `moe_group` + `moe_active`.
-pub(super) const PLAN_MAX_PAIRS: usize = 1024;
 /// Threads of the `moe_plan_*` block (`MOE_PLAN_THREADS`).
 const PLAN_THREADS: u32 = 1024;
-/// Most tokens whose down projection and weighted sum run as one launch
-/// (`moe_down_combine_*`, `MOE_FUSED_DOWN_TOKENS`); more take `moe_down_*` + `moe_combine`,
-/// which read an expert's down row once for up to 8 of its tokens.
-pub(super) const FUSED_DOWN_TOKENS: usize = 8;
-/// [`CudaBackend::set_moe_down_cols`]'s default: the columns chosen by step and expert type.
-pub const MOE_DOWN_COLS_AUTO: usize = usize::MAX;
-/// Most experts `moe_router_plan_one` routes (its shared copy of the logits: `32 ·
-/// MOE_ROUTE_REGS`).
-const ROUTER_PLAN_MAX_EXPERTS: usize = 256;
-
 impl CudaBackend {
-    /// Whether `fused_moe` runs small steps in fewer launches (`moe_plan_*` up to
-    /// [`PLAN_MAX_PAIRS`] pairs, `moe_down_combine_*` up to [`FUSED_DOWN_TOKENS`] tokens) or
-    /// every step in the six launches, for comparisons: both give the same output bit for bit.
-    /// On by default.
-    pub fn set_moe_small_paths(&self, on: bool) {
-        self.moe_small_paths.store(on, Ordering::Relaxed);
-    }
-
-    fn moe_small_paths(&self) -> bool {
-        self.moe_small_paths.load(Ordering::Relaxed)
-    }
-
-    /// Whether one-token steps take `moe_gate_up_dec_*` (a lane's weight loads in flight at
-    /// once, the faster kernel there), or always `moe_gate_up_*`, for comparisons: both give
-    /// the same output bit for bit. On by default.
-    pub fn set_moe_decode_gate_up(&self, on: bool) {
-        self.moe_dec_gate_up.store(on, Ordering::Relaxed);
-    }
-
-    /// Output columns a block of the decode down + combine kernel takes (1, 2 or 4: its
-    /// rows loaded before it waits on gate|up, `moe_down_combine_dec<N>_*`), 0 for
-    /// `moe_down_combine_*`, or [`MOE_DOWN_COLS_AUTO`] (the default) for the fastest measured:
-    /// at one token 1 with FP8 experts and 2 with bf16 ones, 0 at more tokens (H200, 30B-A3B:
-    /// the FP8 step 1.3% faster, bf16 0.6-1%; bf16 at batch 8 slower with any). For
-    /// comparisons: every choice gives the same output bit for bit.
-    pub fn set_moe_down_cols(&self, cols: usize) {
-        self.moe_down_cols.store(cols, Ordering::Relaxed);
-    }
-
-    /// The down + combine kernel's columns a block for a step of `t` tokens (`fp8` experts).
-    fn down_cols_for(&self, t: usize, fp8: bool) -> usize {
-        match self.moe_down_cols.load(Ordering::Relaxed) {
-            MOE_DOWN_COLS_AUTO if t == 1 => {
-                if fp8 {
-                    1
-                } else {
-                    2
-                }
-            }
-            MOE_DOWN_COLS_AUTO => 0,
-            cols => cols,
-        }
-    }
-
-    /// What [`CudaBackend::set_moe_down_cols`] last set.
-    pub fn moe_down_cols(&self) -> usize {
-        self.moe_down_cols.load(Ordering::Relaxed)
-    }
-
     /// `routed_moe`: at one token with a bf16 router the whole block in one launch
     /// (`moe_one.rs`) where it fits, else the router's product and the routing in one launch
     /// (`moe_router_plan_one`) and the experts; the router's `matmul` and `fused_moe` otherwise.
@@ -109,14 +47,15 @@ impl CudaBackend {
         top_k: usize,
         norm_topk_prob: bool,
     ) -> Result<()> {
-        let fused = self.moe_small_paths()
-            && x.rows() == 1
-            && router.dtype == DType::BF16
-            && gate_up.dtype != DType::F32
-            && router.shape.len() == 2
-            && router.shape[0] <= ROUTER_PLAN_MAX_EXPERTS
+        let fused = router.shape.len() == 2
+            && moe_plan::fuses_router(
+                x.rows(),
+                (router.shape[0], x.cols()),
+                router.dtype == DType::BF16,
+                expert_type(gate_up.dtype),
+                &self.tuning().moe,
+            )
             && router.shape[1] == x.cols()
-            && x.cols().is_multiple_of(8)
             && router_logits.shape == [1, router.shape[0]];
         if !fused {
             self.matmul_op(router_logits, x, router)?;
@@ -228,8 +167,19 @@ impl CudaBackend {
         let (lp, norm) = (router_logits.ptr(s), i32::from(norm_topk_prob));
         let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
         let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
-        let small = self.moe_small_paths();
-        if let Some(router) = router {
+        let tuning = self.tuning().moe;
+        let shape = MoeShape {
+            t,
+            h,
+            e,
+            i,
+            top_k,
+            logits_bf16,
+            router: router.is_some(),
+        };
+        let w = expert_type(gate_up.dtype);
+        let plan = MoePlan::choose(shape, w, self.info.compute_capability, &tuning);
+        if let (Route::RouterPlanOne, Some(router)) = (plan.route, router) {
             // 0-2. The router's logits and the one-token plan in one launch.
             let name = "moe_router_plan_one";
             let f = self.func(Module::Moe, name)?;
@@ -250,8 +200,8 @@ impl CudaBackend {
                 .arg(&ki)
                 .arg(&norm);
             // SAFETY: logits are [1, e] f32 (set by the caller), x [1, h] bf16 (converted
-            // above), router [e, h] bf16 with h % 8 == 0 and e <= ROUTER_PLAN_MAX_EXPERTS (its
-            // shared row; checked by the caller); ids, weights and perm hold k values, offsets
+            // above), router [e, h] bf16 with h % 8 == 0 and
+            // e <= moe_plan::ROUTER_PLAN_MAX_EXPERTS (its shared row; checked by the caller); ids, weights and perm hold k values, offsets
             // and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K); the ticket is one u32 at 0
             // (every launch sets it back), the launches on this stream one after another; a
             // warp per expert.
@@ -262,10 +212,10 @@ impl CudaBackend {
                 ))
             };
             self.launched(name, r)?;
-        } else if small && (t == 1 || pairs <= PLAN_MAX_PAIRS) {
+        } else if let Route::PlanOne | Route::Plan = plan.route {
             // 1-2. Route, group and list the active experts in one launch: one token's plan by
             // one warp (its pairs are grouped as routed), more tokens' by one block.
-            let one = t == 1;
+            let one = plan.route == Route::PlanOne;
             let name = match (one, logits_bf16) {
                 (true, true) => "moe_plan_one_bf16",
                 (true, false) => "moe_plan_one_f32",
@@ -332,23 +282,46 @@ impl CudaBackend {
         }
 
         let op = out.ptr(s);
-        // Decode-sized steps: the small-step tensor-core kernels (16 pairs an expert a chunk),
-        // where the 64-row tiles below would be mostly empty.
-        if small && self.moe_small_mma_for(t, h, i, gate_up.dtype) {
-            let ys = self.moe_experts_small_mma(
-                &act,
-                x,
-                (gate_up, down),
-                (ofp, acp, pmp),
-                (t, h, e, i, top_k),
-            )?;
-            return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
-        }
+        let (suffix, gate_up_kernel, down_kernel) = match plan.experts {
+            // Decode-sized steps: the small-step tensor-core kernels (16 pairs an expert a
+            // chunk), where the 64-row tiles would be mostly empty.
+            Experts::SmallMma { split } => {
+                let ys = self.moe_experts_small_mma(
+                    &act,
+                    x,
+                    (gate_up, down),
+                    (ofp, acp, pmp),
+                    (t, h, e, i, top_k),
+                    split,
+                )?;
+                return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
+            }
+            // 3-4. The experts: gate|up + SiLU, then down, on tensor cores for steps with many
+            // tokens an expert (moe_mma.rs), then the weighted sum.
+            Experts::Mma { build } => {
+                let ys = self.moe_experts_mma(
+                    &act,
+                    x,
+                    gate_up,
+                    down,
+                    (ofp, pmp),
+                    (t, h, e, i, top_k),
+                    build,
+                )?;
+                return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
+            }
+            Experts::CudaCores {
+                suffix,
+                gate_up,
+                down,
+            } => (suffix, gate_up, down),
+        };
         // One token with FP8 experts: gate|up, then down and the weighted sum, on the one-token
         // tensor-core kernels (fp8_one.rs) unless a route is forced.
+        let small = tuning.small_paths;
         if small
             && gate_up.dtype == DType::F8
-            && MoeGemm::from_u8(self.moe_gemm.load(Ordering::Relaxed)) == MoeGemm::Auto
+            && tuning.gemm == MoeGemm::Auto
             && self.fp8_one()
             && self.fp8_one_moe_fits(t, h, i, top_k)
         {
@@ -356,32 +329,13 @@ impl CudaBackend {
             let plan = (ofp, acp, pmp, idp, wtp);
             return self.moe_experts_one(ptrs, (gate_up, down), plan, (h, e, i, top_k));
         }
-        // 3-4. The experts: gate|up + SiLU, then down, on tensor cores for steps with many
-        // tokens an expert (moe_mma.rs), then the weighted sum.
-        if self.moe_mma_for(pairs, e, h, i, gate_up.dtype) {
-            let ys =
-                self.moe_experts_mma(&act, x, gate_up, down, (ofp, pmp), (t, h, e, i, top_k))?;
-            return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
-        }
-        let suffix = match gate_up.dtype {
-            DType::BF16 if h.is_multiple_of(8) && i.is_multiple_of(8) => "bf16_vec",
-            DType::BF16 => "bf16",
-            DType::F8 if h.is_multiple_of(16) && i.is_multiple_of(16) => "fp8_vec",
-            DType::F8 => "fp8",
-            DType::F32 => "fp32",
-        };
         let (xp, actp) = (x.ptr(s), act.ptr(s));
         // A block row per expert that can have pairs (at most one per pair).
         let experts = dim(e.min(pairs), "fused_moe")?;
-        // One-token steps: the kernel that holds a lane's weight loads in flight at once. On
-        // the H200 (30B-A3B, graph steps) it is 3.5% (bf16) and 4.4% (FP8) faster at batch 1;
-        // at batch 8 moe_gate_up is 9% faster with bf16 experts (its 8 x rows a warp make
-        // fewer, fuller blocks) and level with FP8 ones.
-        let dec = self.moe_dec_gate_up.load(Ordering::Relaxed);
-        let name = if dec && small && t == 1 && suffix.ends_with("_vec") {
-            format!("moe_gate_up_dec_{suffix}")
-        } else {
-            format!("moe_gate_up_{suffix}")
+        // One-token steps: the kernel that holds a lane's weight loads in flight at once.
+        let name = match gate_up_kernel {
+            GateUp::Decode => format!("moe_gate_up_dec_{suffix}"),
+            GateUp::Plain => format!("moe_gate_up_{suffix}"),
         };
         let f = self.func(Module::Moe, &name)?;
         let mut a = self.launcher(&f);
@@ -410,18 +364,9 @@ impl CudaBackend {
             ))
         };
         self.launched(&name, r)?;
-        if small && t <= FUSED_DOWN_TOKENS {
+        if let Down::Combined { cols } = down_kernel {
             // 4-5. Down and the weighted sum in one launch: a block per output element, a warp
             // per slot.
-            let cols = self.down_cols_for(t, gate_up.dtype == DType::F8);
-            let cols = if matches!(cols, 1 | 2 | 4)
-                && suffix.ends_with("_vec")
-                && h.is_multiple_of(cols)
-            {
-                cols
-            } else {
-                0
-            };
             let name = if cols > 0 {
                 format!("moe_down_combine_dec{cols}_{suffix}")
             } else {
@@ -494,5 +439,14 @@ impl CudaBackend {
         // each pair is in exactly one expert's range), weights t·k; grid-stride over t·h.
         let r = unsafe { a.launch(stride_cfg(t as u64 * hi as u64)) };
         self.launched("moe_combine", r)
+    }
+}
+
+/// The plan's name for the experts' type.
+fn expert_type(d: DType) -> ExpertType {
+    match d {
+        DType::BF16 => ExpertType::Bf16,
+        DType::F8 => ExpertType::Fp8,
+        DType::F32 => ExpertType::F32,
     }
 }

@@ -4,14 +4,12 @@
 //! one the down projection (`ys`, the pair rows `moe_combine` reads). Nothing waits on the host,
 //! so decode graphs of large batches capture them too. The same down kernel with one expert and
 //! no permutation is a plain FP8 GEMM, which `matmul` uses for prefill-sized FP8 GEMMs when
-//! [`CudaBackend::set_fp8_matmul_mma`] is on.
+//! the tuning's `gemm.fp8_matmul_mma` is on. Which steps come here: `backend/moe_plan.rs`.
 //!
 //! FP8 weights run either with bf16 activations (each weight byte widened to bf16 exactly, a
 //! group's sum scaled once: the CUDA-core kernels' arithmetic in another order) or, with
-//! [`CudaBackend::set_fp8_activations`], on e4m3 tensor cores with the activations quantized per
+//! the tuning's `moe.fp8_activations`, on e4m3 tensor cores with the activations quantized per
 //! token and 128 columns (`moe_quant_fp8_*`).
-
-use std::sync::atomic::Ordering;
 
 use cudarc::driver::sys::CUfunction_attribute;
 use metrale_kernels::Module;
@@ -20,6 +18,7 @@ use super::elementwise::{cfg, dim, int};
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, dev_err};
 use crate::backend::Result;
+use crate::backend::moe_plan::{self, MmaBuild};
 
 /// Rows (pairs) of a block tile (`MMA_BM` in moe_mma.cu).
 const BM: usize = 64;
@@ -30,29 +29,6 @@ const BN: usize = 128;
 const TILE_THREADS: u32 = 256;
 /// Rows (a warp each) of a `moe_quant_fp8_*` block.
 const QUANT_ROWS: usize = 8;
-/// With [`MoeGemm::Auto`], steps whose pairs average at least this many an expert run on
-/// tensor cores, bf16 experts and FP8 ones: where they beat the CUDA-core kernels on the H200
-/// (fused_moe alone at 30B-A3B's shape: bf16 575 against 671 us at 4, 523 against 496 at 2;
-/// FP8 586 against 649 us at 2, 423 against 411 at 1; docs/performance.md).
-const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
-/// Most tokens a step may have for `moe_*_fp8_small` (at most 6 pairs an expert in one mma n8
-/// tile, k split over the block's warps); larger steps take `moe_*_fp8_small_any` (a warp over
-/// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens,
-/// split against _any): batch 2 4.02-4.18 against 4.20 ms, batch 4 5.19-5.36 against 5.60,
-/// batch 8 7.53-7.55 against 7.38, batch 16 13.12 (two tiles, since removed) against 10.11;
-/// 5 to 7 not measured.
-const SMALL_MMA_SPLIT_TOKENS: usize = 6;
-/// Most tokens a step may have for the small-step kernels at all: decode batches (a few pairs
-/// an expert, which the 64-row tiles would mostly leave empty); larger steps (prefill chunks)
-/// take the 64-row tensor-core kernels.
-const SMALL_MMA_MAX_TOKENS: usize = 256;
-/// Fewest tokens a step with bf16 experts needs for `moe_*_bf16_small_any` (fewer stay on the
-/// CUDA-core kernels). On the H200 (30B-A3B bf16 graph steps, _any against the CUDA cores):
-/// batch 2 5.20 against 4.86 ms, 4 7.25 against 6.74, 8 10.04 against 9.93, 16 13.95 against
-/// 20.28 (9 to 15 not measured; from 9 the CUDA-core path takes one launch more).
-const SMALL_MMA_BF16_MIN_TOKENS: usize = 9;
-/// The largest split-build step the kernel's one B tile allows.
-const _: () = assert!(SMALL_MMA_SPLIT_TOKENS <= 8);
 /// Warps of a `moe_*_small*` block (FP8_MMA_WARPS in prelude.cuh).
 const SMALL_MMA_WARPS: usize = 8;
 
@@ -69,127 +45,18 @@ fn launch_shape(build: &str) -> (u32, u32) {
     ((32 * warps) as u32, (stages * stage) as u32)
 }
 
-/// Which kernels `fused_moe` runs its experts' GEMMs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MoeGemm {
-    /// Tensor cores when the step's pairs average 4 an expert (bf16 experts) or 2 (FP8), else
-    /// the CUDA-core kernels (the default).
-    Auto,
-    /// Tensor cores at every size where the GPU (compute capability 8.0) and the shapes (rows
-    /// of a multiple of 8 bf16 or 16 FP8 elements) allow them.
-    TensorCores,
-    /// The CUDA-core kernels at every size.
-    CudaCores,
-}
-
-impl MoeGemm {
-    pub(super) fn to_u8(self) -> u8 {
-        match self {
-            MoeGemm::Auto => 0,
-            MoeGemm::TensorCores => 1,
-            MoeGemm::CudaCores => 2,
-        }
-    }
-
-    pub(super) fn from_u8(v: u8) -> Self {
-        match v {
-            1 => MoeGemm::TensorCores,
-            2 => MoeGemm::CudaCores,
-            _ => MoeGemm::Auto,
-        }
-    }
-}
-
 impl CudaBackend {
-    /// Which kernels `fused_moe` runs the experts on (for comparisons; [`MoeGemm::Auto`] by
-    /// default). Every choice gives the CPU reference's output within the op's tolerance.
-    pub fn set_moe_gemm(&self, gemm: MoeGemm) {
-        self.moe_gemm.store(gemm.to_u8(), Ordering::Relaxed);
-    }
-
-    /// Whether the FP8 tensor-core GEMMs (experts, and dense ones with
-    /// [`CudaBackend::set_fp8_matmul_mma`]) quantize their activations to e4m3 per token and
-    /// 128 columns and multiply on e4m3 tensor cores (compute capability 8.9 and later), rather
-    /// than widening the weights to bf16. Off by default: see docs/performance.md for what it
-    /// costs in accuracy.
-    pub fn set_fp8_activations(&self, on: bool) {
-        self.fp8_act.store(on, Ordering::Relaxed);
-    }
-
     /// Whether `matmul` with an FP8 weight and more than 32 rows runs the tensor-core kernel
-    /// (`moe_down_mma_fp8*`, one expert) instead of a bf16 copy of the weight and cuBLAS.
-    pub fn set_fp8_matmul_mma(&self, on: bool) {
-        self.fp8_matmul_mma.store(on, Ordering::Relaxed);
-    }
-
+    /// (`moe_down_mma_fp8*`, one expert) instead of a bf16 copy of the weight and cuBLAS (the
+    /// tuning's `gemm.fp8_matmul_mma`).
     pub(super) fn fp8_matmul_mma(&self) -> bool {
-        self.fp8_matmul_mma.load(Ordering::Relaxed)
+        self.tuning().gemm.fp8_matmul_mma
     }
 
-    /// The FP8 tensor-core build: e4m3 activations (`fp8act`) when asked and the GPU has e4m3
-    /// mma (8.9+), else bf16 activations (`fp8`).
-    fn fp8_build(&self) -> &'static str {
-        if self.fp8_act.load(Ordering::Relaxed) && self.info.compute_capability >= (8, 9) {
-            "fp8act"
-        } else {
-            "fp8"
-        }
-    }
-
-    /// Whether a step of `pairs` (token, expert) pairs over `e` experts of hidden `h` and
-    /// intermediate `i` runs its experts on tensor cores: the setting, the GPU (mma.sync needs
-    /// 8.0) and rows the kernels' 16-byte loads take (bf16 rows a multiple of 8 elements, FP8
-    /// of 16).
-    pub(super) fn moe_mma_for(&self, pairs: usize, e: usize, h: usize, i: usize, w: DType) -> bool {
-        let align = if w == DType::F8 { 16 } else { 8 };
-        // f32 experts (the float32 path) run on the CUDA cores: the tensor-core kernels are
-        // bf16 and FP8.
-        let able = w != DType::F32
-            && self.info.compute_capability >= Module::MoeMma.min_compute_capability()
-            && h.is_multiple_of(align)
-            && i.is_multiple_of(align);
-        able && match MoeGemm::from_u8(self.moe_gemm.load(Ordering::Relaxed)) {
-            MoeGemm::Auto => {
-                let (bf16, fp8) = MMA_MIN_PAIRS_PER_EXPERT;
-                let per_expert = if w == DType::F8 { fp8 } else { bf16 };
-                pairs >= per_expert * e
-            }
-            MoeGemm::TensorCores => true,
-            MoeGemm::CudaCores => false,
-        }
-    }
-
-    /// Whether decode-sized steps (up to `SMALL_MMA_MAX_TOKENS` tokens) run their experts on
-    /// `moe_*_small*` (tensor cores, `moe_mma.cu`) instead of the CUDA-core kernels or the
-    /// 64-row tensor-core tiles (for comparisons; on by default).
-    pub fn set_moe_small_mma(&self, on: bool) {
-        self.moe_small_mma.store(on, Ordering::Relaxed);
-    }
-
-    /// Whether a step of `t` tokens with `w` experts of hidden `h` and intermediate `i` takes
-    /// the small-step tensor-core kernels: FP8 experts from 2 tokens, bf16 ones from
-    /// `SMALL_MMA_BF16_MIN_TOKENS`, up to `SMALL_MMA_MAX_TOKENS`; both k dimensions multiples
-    /// of 64 (prelude's fp8_mma_tiles), the GPU 8.0+, experts not kept on the CUDA cores and
-    /// activations not asked as e4m3 (the 64-row kernels' `fp8act` build).
-    pub(super) fn moe_small_mma_for(&self, t: usize, h: usize, i: usize, w: DType) -> bool {
-        let first = match w {
-            DType::F8 => 2,
-            DType::BF16 => SMALL_MMA_BF16_MIN_TOKENS,
-            DType::F32 => return false,
-        };
-        (first..=SMALL_MMA_MAX_TOKENS).contains(&t)
-            && h.is_multiple_of(64)
-            && i.is_multiple_of(64)
-            && self.info.compute_capability >= Module::MoeMma.min_compute_capability()
-            && self.moe_small_mma.load(Ordering::Relaxed)
-            && !self.fp8_act.load(Ordering::Relaxed)
-            && MoeGemm::from_u8(self.moe_gemm.load(Ordering::Relaxed)) != MoeGemm::CudaCores
-    }
-
-    /// Stages 3 and 4 for a small step (`moe_small_mma_for`): `act` [pairs,
+    /// Stages 3 and 4 for a small step (`moe_plan::Experts::SmallMma`): `act` [pairs,
     /// i] (bf16, pair rows) from x [t, h] (bf16), then the returned `ys` [pairs, h] (f32, pair
     /// rows). `offsets` and `active` (e + 1 each) and `perm` (pairs) are the plan's device
-    /// arrays.
+    /// arrays; `split`: FP8 experts' split-k build (at most `SMALL_MMA_SPLIT_TOKENS` tokens).
     pub(super) fn moe_experts_small_mma(
         &self,
         act: &CudaTensor,
@@ -197,6 +64,7 @@ impl CudaBackend {
         (gate_up, down): (&CudaTensor, &CudaTensor),
         (offsets, active, perm): (u64, u64, u64),
         (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
+        split: bool,
     ) -> Result<CudaTensor> {
         let pairs = t * top_k;
         let s = &self.stream;
@@ -213,7 +81,7 @@ impl CudaBackend {
         // FP8 up to SMALL_MMA_SPLIT_TOKENS: one B tile of pairs, k split over the block's
         // warps; else each warp over the whole k, 16 pairs a chunk (`moe_mma.cu`).
         let (w, suffix) = match gate_up.dtype {
-            DType::F8 if t <= SMALL_MMA_SPLIT_TOKENS => ("fp8", ""),
+            DType::F8 if split => ("fp8", ""),
             DType::F8 => ("fp8", "_any"),
             DType::BF16 => ("bf16", "_any"),
             DType::F32 => {
@@ -241,7 +109,7 @@ impl CudaBackend {
         // h/128] scales, or bf16 (the bf16 build reads no scales); offsets, active and perm were
         // written by the plan (ranges inside 0..pairs of at most t pairs an expert, which the
         // split build takes only up to SMALL_MMA_SPLIT_TOKENS <= 8, its one B tile; perm
-        // entries < pairs, so tokens perm / k < t); h % 64 == 0 (moe_small_mma_for), so every
+        // entries < pairs, so tokens perm / k < t); h % 64 == 0 (moe_plan's small_mma), so every
         // 16-byte load is inside its row and aligned; rows past i read row i - 1 of their half
         // and are not written; block rows past the active count return; 8 warps (the kernel's
         // launch bounds).
@@ -297,6 +165,7 @@ impl CudaBackend {
         down: &CudaTensor,
         (offsets, perm): (u64, u64),
         (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
+        build: MmaBuild,
     ) -> Result<CudaTensor> {
         let pairs = t * top_k;
         let s = &self.stream;
@@ -317,11 +186,7 @@ impl CudaBackend {
         let r = unsafe { a.launch(cfg((1, 1), TILE_THREADS)) };
         self.launched("moe_tiles", r)?;
 
-        let build = if gate_up.dtype == DType::F8 {
-            self.fp8_build()
-        } else {
-            "bf16"
-        };
+        let build = build.name();
         let (ki, ii, hi) = (
             int(top_k, "fused_moe")?,
             int(i, "fused_moe")?,
@@ -336,7 +201,7 @@ impl CudaBackend {
         // [t, ceil(h/128)] scales); gate_up [e, 2i, h] (bf16, or FP8 with its scales); tiles
         // was just written from offsets, whose ranges lie in 0..pairs, perm entries < pairs
         // (so tokens perm / k < t); rows of h and i are multiples of 8 elements (bf16) or 16
-        // bytes (FP8; moe_mma_for); blocks past the tile count return.
+        // bytes (FP8; moe_plan's mma); blocks past the tile count return.
         unsafe {
             self.launch_mma(
                 ("gate_up", build),
@@ -390,7 +255,7 @@ impl CudaBackend {
         }
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
-        let build = self.fp8_build();
+        let build = moe_plan::fp8_build(self.info.compute_capability, &self.tuning().moe).name();
         let x_q = (build == "fp8act").then(|| self.quant_fp8(x)).transpose()?;
         let s = &self.stream;
         let (xp, xsp) = x_q

@@ -71,15 +71,14 @@ impl CudaBackend {
             self.launched("sync_probe_empty", r)
         };
         launch_empty()?;
-        let sync = self.syncs_each_launch();
-        self.set_sync_each_launch(false);
+        let paused = self.pause_sync_each_launch(true);
         s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
             .map_err(dev_err("beginning a graph capture"))?;
         let chain = (0..LINKS).try_for_each(|_| launch_empty());
         let graph = s
             .end_capture(CUgraphInstantiate_flags(0))
             .map_err(dev_err("ending a graph capture"));
-        self.set_sync_each_launch(sync);
+        self.pause_sync_each_launch(paused);
         chain?;
         let graph = graph?.ok_or_else(|| BackendError::Device("empty probe graph".into()))?;
         let replay = || graph.launch().map_err(dev_err("graph launch"));

@@ -1,0 +1,301 @@
+//! Which kernels `fused_moe` runs for a step: [`MoePlan::choose`] names the routing, the
+//! experts' gate|up and the down + weighted sum from the step's shape, the experts' type, the
+//! GPU and the [`MoeTuning`], in one place; the CUDA backend (`cuda/moe.rs`, `cuda/moe_mma.rs`)
+//! launches what it names. No GPU needed: the choice is tested here, per shape.
+//!
+//! Every plan gives the same output within the op's tolerance (the CUDA-core routes bit for
+//! bit); the defaults are the fastest measured on the H200 (docs/performance.md).
+
+use crate::tuning::{MoeGemm, MoeTuning};
+
+/// Most pairs (`T · top_k`) routed and grouped by `moe_plan_*` in one block
+/// (`MOE_PLAN_MAX_PAIRS` in moe.cu); more take `moe_route_*` + `moe_group` + `moe_active`.
+pub const PLAN_MAX_PAIRS: usize = 1024;
+/// Most tokens whose down projection and weighted sum run as one launch
+/// (`moe_down_combine_*`, `MOE_FUSED_DOWN_TOKENS`); more take `moe_down_*` + `moe_combine`,
+/// which read an expert's down row once for up to 8 of its tokens.
+pub const FUSED_DOWN_TOKENS: usize = 8;
+/// Most experts `moe_router_plan_one` routes (its shared copy of the logits: `32 ·
+/// MOE_ROUTE_REGS`).
+pub const ROUTER_PLAN_MAX_EXPERTS: usize = 256;
+/// With [`MoeGemm::Auto`], steps whose pairs average at least this many an expert run on
+/// tensor cores, bf16 experts and FP8 ones: where they beat the CUDA-core kernels on the H200
+/// (fused_moe alone at 30B-A3B's shape: bf16 575 against 671 us at 4, 523 against 496 at 2;
+/// FP8 586 against 649 us at 2, 423 against 411 at 1; docs/performance.md).
+pub const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
+/// Most tokens a step may have for `moe_*_fp8_small` (at most 6 pairs an expert in one mma n8
+/// tile, k split over the block's warps); larger steps take `moe_*_fp8_small_any` (a warp over
+/// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens,
+/// split against _any): batch 2 4.02-4.18 against 4.20 ms, batch 4 5.19-5.36 against 5.60,
+/// batch 8 7.53-7.55 against 7.38, batch 16 13.12 (two tiles, since removed) against 10.11;
+/// 5 to 7 not measured.
+pub const SMALL_MMA_SPLIT_TOKENS: usize = 6;
+/// Most tokens a step may have for the small-step kernels at all: decode batches (a few pairs
+/// an expert, which the 64-row tiles would mostly leave empty); larger steps (prefill chunks)
+/// take the 64-row tensor-core kernels.
+pub const SMALL_MMA_MAX_TOKENS: usize = 256;
+/// Fewest tokens a step with bf16 experts needs for `moe_*_bf16_small_any` (fewer stay on the
+/// CUDA-core kernels). On the H200 (30B-A3B bf16 graph steps, _any against the CUDA cores):
+/// batch 2 5.20 against 4.86 ms, 4 7.25 against 6.74, 8 10.04 against 9.93, 16 13.95 against
+/// 20.28 (9 to 15 not measured; from 9 the CUDA-core path takes one launch more).
+pub const SMALL_MMA_BF16_MIN_TOKENS: usize = 9;
+/// The largest split-build step the kernel's one B tile allows.
+const _: () = assert!(SMALL_MMA_SPLIT_TOKENS <= 8);
+/// The compute capability the tensor-core MoE kernels need (mma.sync, `moe_mma.cu`).
+const MMA_MIN_CC: (i32, i32) = (8, 0);
+/// The compute capability e4m3 mma needs (the `fp8act` build).
+const FP8_MMA_MIN_CC: (i32, i32) = (8, 9);
+
+/// The experts' weight type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertType {
+    Bf16,
+    Fp8,
+    /// The float32 path: always the CUDA-core `_fp32` kernels.
+    F32,
+}
+
+/// A `fused_moe` step's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeShape {
+    /// Tokens.
+    pub t: usize,
+    /// Hidden size.
+    pub h: usize,
+    /// Experts.
+    pub e: usize,
+    /// Intermediate size of an expert.
+    pub i: usize,
+    pub top_k: usize,
+    /// The router's logits are bf16 (else f32).
+    pub logits_bf16: bool,
+    /// The router's product is fused into the routing (`routed_moe` at one token, see
+    /// [`fuses_router`]).
+    pub router: bool,
+}
+
+impl MoeShape {
+    pub fn pairs(&self) -> usize {
+        self.t * self.top_k
+    }
+}
+
+/// Stages 1-2: routing, grouping by expert and the list of active experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `moe_router_plan_one`: the router's logits and the one-token plan in one launch.
+    RouterPlanOne,
+    /// `moe_plan_one_{bf16,f32}`: one token's plan by one warp.
+    PlanOne,
+    /// `moe_plan_{bf16,f32}`: up to [`PLAN_MAX_PAIRS`] pairs' plan by one block.
+    Plan,
+    /// `moe_route_*`, `moe_group`, `moe_active`.
+    RouteGroupActive,
+}
+
+/// The tensor-core kernels' build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MmaBuild {
+    Bf16,
+    /// FP8 weights widened to bf16.
+    Fp8,
+    /// FP8 weights, activations quantized to e4m3.
+    Fp8Act,
+}
+
+impl MmaBuild {
+    pub fn name(self) -> &'static str {
+        match self {
+            MmaBuild::Bf16 => "bf16",
+            MmaBuild::Fp8 => "fp8",
+            MmaBuild::Fp8Act => "fp8act",
+        }
+    }
+}
+
+/// The CUDA-core gate|up kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateUp {
+    /// `moe_gate_up_{suffix}`.
+    Plain,
+    /// `moe_gate_up_dec_{suffix}`: a lane's weight loads in flight at once (one token).
+    Decode,
+}
+
+/// The CUDA-core down projection and weighted sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Down {
+    /// One launch: `moe_down_combine_{suffix}` (`cols` 0) or
+    /// `moe_down_combine_dec{cols}_{suffix}`.
+    Combined { cols: usize },
+    /// `moe_down_{suffix}`, then `moe_combine`.
+    Separate,
+}
+
+/// Stages 3-5: the experts and the weighted sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Experts {
+    /// `moe_gate_up_{w}_small{_any}`, `moe_down_{w}_small{_any}`, `moe_combine`: decode-sized
+    /// steps on tensor cores (`split`: the split-k build, no `_any`).
+    SmallMma { split: bool },
+    /// `moe_tiles`, `moe_gate_up_mma_*`, `moe_down_mma_*`, `moe_combine`: 64-row tiles.
+    Mma { build: MmaBuild },
+    /// The CUDA-core kernels of type `suffix` (`bf16_vec`, `bf16`, `fp8_vec`, `fp8`, `fp32`).
+    CudaCores {
+        suffix: &'static str,
+        gate_up: GateUp,
+        down: Down,
+    },
+}
+
+/// The kernels of one `fused_moe` step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoePlan {
+    pub route: Route,
+    pub experts: Experts,
+}
+
+/// Whether `routed_moe` hands the router's product to the routing launch
+/// (`moe_router_plan_one`): one token, a bf16 router of at most
+/// [`ROUTER_PLAN_MAX_EXPERTS`] experts over a hidden size of a multiple of 8, experts that are
+/// not f32, and the small-step paths on.
+pub fn fuses_router(
+    t: usize,
+    (experts, hidden): (usize, usize),
+    router_bf16: bool,
+    w: ExpertType,
+    tuning: &MoeTuning,
+) -> bool {
+    tuning.small_paths
+        && t == 1
+        && router_bf16
+        && w != ExpertType::F32
+        && experts <= ROUTER_PLAN_MAX_EXPERTS
+        && hidden.is_multiple_of(8)
+}
+
+/// The FP8 tensor-core build: e4m3 activations when asked and the GPU has e4m3 mma (8.9+),
+/// else bf16 activations.
+pub fn fp8_build(cc: (i32, i32), tuning: &MoeTuning) -> MmaBuild {
+    if tuning.fp8_activations && cc >= FP8_MMA_MIN_CC {
+        MmaBuild::Fp8Act
+    } else {
+        MmaBuild::Fp8
+    }
+}
+
+impl MoePlan {
+    /// The kernels for a step of `shape` with `w` experts on a GPU of compute capability `cc`.
+    pub fn choose(shape: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> Self {
+        let MoeShape { t, h, i, .. } = shape;
+        let pairs = shape.pairs();
+        let small = tuning.small_paths;
+        let route = if shape.router {
+            Route::RouterPlanOne
+        } else if small && t == 1 {
+            Route::PlanOne
+        } else if small && pairs <= PLAN_MAX_PAIRS {
+            Route::Plan
+        } else {
+            Route::RouteGroupActive
+        };
+        let experts = if small && small_mma(shape, w, cc, tuning) {
+            Experts::SmallMma {
+                split: w == ExpertType::Fp8 && t <= SMALL_MMA_SPLIT_TOKENS,
+            }
+        } else if mma(shape, w, cc, tuning) {
+            Experts::Mma {
+                build: match w {
+                    ExpertType::Fp8 => fp8_build(cc, tuning),
+                    _ => MmaBuild::Bf16,
+                },
+            }
+        } else {
+            let suffix = match w {
+                ExpertType::Bf16 if h.is_multiple_of(8) && i.is_multiple_of(8) => "bf16_vec",
+                ExpertType::Bf16 => "bf16",
+                ExpertType::Fp8 if h.is_multiple_of(16) && i.is_multiple_of(16) => "fp8_vec",
+                ExpertType::Fp8 => "fp8",
+                ExpertType::F32 => "fp32",
+            };
+            let vec = suffix.ends_with("_vec");
+            // One-token steps: the kernel that holds a lane's weight loads in flight at once.
+            // On the H200 (30B-A3B, graph steps) it is 3.5% (bf16) and 4.4% (FP8) faster at
+            // batch 1; at batch 8 moe_gate_up is 9% faster with bf16 experts (its 8 x rows a
+            // warp make fewer, fuller blocks) and level with FP8 ones.
+            let gate_up = if tuning.decode_gate_up && small && t == 1 && vec {
+                GateUp::Decode
+            } else {
+                GateUp::Plain
+            };
+            let down = if small && t <= FUSED_DOWN_TOKENS {
+                // Columns a block of the decode kernel: by default 1 with FP8 experts and 2
+                // with bf16 ones at one token, 0 at more tokens (H200, 30B-A3B: the FP8 step
+                // 1.3% faster, bf16 0.6-1%; bf16 at batch 8 slower with any).
+                let cols = match tuning.down_cols {
+                    None if t == 1 && w == ExpertType::Fp8 => 1,
+                    None if t == 1 => 2,
+                    None => 0,
+                    Some(cols) => cols,
+                };
+                let cols = if matches!(cols, 1 | 2 | 4) && vec && h.is_multiple_of(cols) {
+                    cols
+                } else {
+                    0
+                };
+                Down::Combined { cols }
+            } else {
+                Down::Separate
+            };
+            Experts::CudaCores {
+                suffix,
+                gate_up,
+                down,
+            }
+        };
+        MoePlan { route, experts }
+    }
+}
+
+/// Whether the step takes the small-step tensor-core kernels: FP8 experts from 2 tokens, bf16
+/// ones from [`SMALL_MMA_BF16_MIN_TOKENS`], up to [`SMALL_MMA_MAX_TOKENS`]; both k dimensions
+/// multiples of 64 (prelude's fp8_mma_tiles), the GPU 8.0+, the kernels on, experts not kept on
+/// the CUDA cores and activations not asked as e4m3 (the 64-row kernels' `fp8act` build).
+fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
+    let first = match w {
+        ExpertType::Fp8 => 2,
+        ExpertType::Bf16 => SMALL_MMA_BF16_MIN_TOKENS,
+        ExpertType::F32 => return false,
+    };
+    (first..=SMALL_MMA_MAX_TOKENS).contains(&s.t)
+        && s.h.is_multiple_of(64)
+        && s.i.is_multiple_of(64)
+        && cc >= MMA_MIN_CC
+        && tuning.small_mma
+        && !tuning.fp8_activations
+        && tuning.gemm != MoeGemm::CudaCores
+}
+
+/// Whether the step runs its experts on the 64-row tensor-core tiles: the setting, the GPU
+/// (mma.sync needs 8.0) and rows the kernels' 16-byte loads take (bf16 rows a multiple of 8
+/// elements, FP8 of 16); f32 experts (the float32 path) stay on the CUDA cores.
+fn mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
+    let align = if w == ExpertType::Fp8 { 16 } else { 8 };
+    let able = w != ExpertType::F32
+        && cc >= MMA_MIN_CC
+        && s.h.is_multiple_of(align)
+        && s.i.is_multiple_of(align);
+    able && match tuning.gemm {
+        MoeGemm::Auto => {
+            let (bf16, fp8) = MMA_MIN_PAIRS_PER_EXPERT;
+            let per_expert = if w == ExpertType::Fp8 { fp8 } else { bf16 };
+            s.pairs() >= per_expert * s.e
+        }
+        MoeGemm::TensorCores => true,
+        MoeGemm::CudaCores => false,
+    }
+}
+
+#[cfg(test)]
+#[path = "moe_plan_tests.rs"]
+mod tests;

@@ -1,0 +1,210 @@
+//! The plan per shape, at Qwen3-30B-A3B's MoE shape (hidden 2048, 128 experts of 768, top 8)
+//! on the H200 (9.0) unless said otherwise: what `fused_moe` launched before the plan existed.
+
+use super::*;
+use crate::tuning::Tuning;
+
+const H200: (i32, i32) = (9, 0);
+
+fn shape(t: usize) -> MoeShape {
+    MoeShape {
+        t,
+        h: 2048,
+        e: 128,
+        i: 768,
+        top_k: 8,
+        logits_bf16: false,
+        router: false,
+    }
+}
+
+fn plan(t: usize, w: ExpertType) -> MoePlan {
+    MoePlan::choose(shape(t), w, H200, &Tuning::default().moe)
+}
+
+fn cores(suffix: &'static str, gate_up: GateUp, down: Down) -> Experts {
+    Experts::CudaCores {
+        suffix,
+        gate_up,
+        down,
+    }
+}
+
+#[test]
+fn the_gpu_limits_are_the_kernels() {
+    assert_eq!(
+        MMA_MIN_CC,
+        metrale_kernels::Module::MoeMma.min_compute_capability()
+    );
+}
+
+#[test]
+fn one_token_fp8_and_bf16() {
+    let p = plan(1, ExpertType::Fp8);
+    assert_eq!(p.route, Route::PlanOne);
+    let dec1 = Down::Combined { cols: 1 };
+    assert_eq!(p.experts, cores("fp8_vec", GateUp::Decode, dec1));
+    let p = plan(1, ExpertType::Bf16);
+    let dec2 = Down::Combined { cols: 2 };
+    assert_eq!(p.experts, cores("bf16_vec", GateUp::Decode, dec2));
+    let mut s = shape(1);
+    s.router = true;
+    let p = MoePlan::choose(s, ExpertType::Fp8, H200, &Tuning::default().moe);
+    assert_eq!(p.route, Route::RouterPlanOne);
+}
+
+#[test]
+fn decode_batches_take_the_small_tensor_core_kernels() {
+    // FP8: split build up to 6 tokens, _any to 256; then the 64-row tiles.
+    assert_eq!(
+        plan(2, ExpertType::Fp8).experts,
+        Experts::SmallMma { split: true }
+    );
+    assert_eq!(
+        plan(6, ExpertType::Fp8).experts,
+        Experts::SmallMma { split: true }
+    );
+    assert_eq!(
+        plan(7, ExpertType::Fp8).experts,
+        Experts::SmallMma { split: false }
+    );
+    assert_eq!(
+        plan(256, ExpertType::Fp8).experts,
+        Experts::SmallMma { split: false }
+    );
+    let fp8 = Experts::Mma {
+        build: MmaBuild::Fp8,
+    };
+    assert_eq!(plan(257, ExpertType::Fp8).experts, fp8);
+    // bf16: the CUDA cores below 9 tokens (combined down up to 8), then _any.
+    let p = plan(8, ExpertType::Bf16);
+    assert_eq!(p.route, Route::Plan);
+    let combined = Down::Combined { cols: 0 };
+    assert_eq!(p.experts, cores("bf16_vec", GateUp::Plain, combined));
+    assert_eq!(
+        plan(9, ExpertType::Bf16).experts,
+        Experts::SmallMma { split: false }
+    );
+}
+
+#[test]
+fn large_steps_route_in_three_launches_and_tile() {
+    // 128 tokens · 8 = 1024 pairs: the one-block plan; 129 more.
+    assert_eq!(plan(128, ExpertType::Fp8).route, Route::Plan);
+    assert_eq!(plan(129, ExpertType::Fp8).route, Route::RouteGroupActive);
+    // bf16 from 4 pairs an expert: 64 tokens = 512 pairs = 4 · 128.
+    let bf16 = Experts::Mma {
+        build: MmaBuild::Bf16,
+    };
+    assert_eq!(plan(512, ExpertType::Bf16).experts, bf16);
+    let mut t = Tuning::default().moe;
+    t.small_mma = false;
+    let p = MoePlan::choose(shape(63), ExpertType::Bf16, H200, &t);
+    assert_eq!(p.experts, cores("bf16_vec", GateUp::Plain, Down::Separate));
+    assert_eq!(
+        MoePlan::choose(shape(64), ExpertType::Bf16, H200, &t).experts,
+        bf16
+    );
+}
+
+#[test]
+fn float32_experts_stay_on_the_cuda_cores() {
+    for t in [1, 2, 9, 300] {
+        let p = plan(t, ExpertType::F32);
+        assert!(
+            matches!(p.experts, Experts::CudaCores { suffix: "fp32", .. }),
+            "{t}: {p:?}"
+        );
+    }
+    let p = plan(1, ExpertType::F32);
+    assert_eq!(
+        p.experts,
+        cores("fp32", GateUp::Plain, Down::Combined { cols: 0 })
+    );
+}
+
+#[test]
+fn older_gpus_and_odd_shapes_take_the_cuda_cores() {
+    let ampere_less = (7, 5);
+    let p = MoePlan::choose(
+        shape(4),
+        ExpertType::Fp8,
+        ampere_less,
+        &Tuning::default().moe,
+    );
+    assert_eq!(
+        p.experts,
+        cores("fp8_vec", GateUp::Plain, Down::Combined { cols: 0 })
+    );
+    let mut s = shape(1);
+    s.h = 2040; // not a multiple of 16: the scalar kernels, no decode columns
+    let p = MoePlan::choose(s, ExpertType::Fp8, H200, &Tuning::default().moe);
+    assert_eq!(
+        p.experts,
+        cores("fp8", GateUp::Plain, Down::Combined { cols: 0 })
+    );
+}
+
+#[test]
+fn settings_override_the_defaults() {
+    let d = Tuning::default().moe;
+    let mut t = d;
+    t.small_paths = false;
+    let p = MoePlan::choose(shape(1), ExpertType::Fp8, H200, &t);
+    assert_eq!(p.route, Route::RouteGroupActive);
+    assert_eq!(p.experts, cores("fp8_vec", GateUp::Plain, Down::Separate));
+    let mut t = d;
+    t.gemm = MoeGemm::TensorCores;
+    let p = MoePlan::choose(shape(1), ExpertType::Fp8, H200, &t);
+    assert_eq!(
+        p.experts,
+        Experts::Mma {
+            build: MmaBuild::Fp8
+        }
+    );
+    let mut t = d;
+    t.gemm = MoeGemm::CudaCores;
+    let p = MoePlan::choose(shape(2), ExpertType::Fp8, H200, &t);
+    assert_eq!(
+        p.experts,
+        cores("fp8_vec", GateUp::Plain, Down::Combined { cols: 0 })
+    );
+    let mut t = d;
+    t.fp8_activations = true;
+    let p = MoePlan::choose(shape(300), ExpertType::Fp8, H200, &t);
+    assert_eq!(
+        p.experts,
+        Experts::Mma {
+            build: MmaBuild::Fp8Act
+        }
+    );
+    let p = MoePlan::choose(shape(300), ExpertType::Fp8, (8, 6), &t);
+    assert_eq!(
+        p.experts,
+        Experts::Mma {
+            build: MmaBuild::Fp8
+        }
+    );
+    let mut t = d;
+    t.down_cols = Some(4);
+    t.decode_gate_up = false;
+    let p = MoePlan::choose(shape(1), ExpertType::Bf16, H200, &t);
+    assert_eq!(
+        p.experts,
+        cores("bf16_vec", GateUp::Plain, Down::Combined { cols: 4 })
+    );
+}
+
+#[test]
+fn the_router_fuses_at_one_token_with_a_bf16_router() {
+    let d = Tuning::default().moe;
+    assert!(fuses_router(1, (128, 2048), true, ExpertType::Fp8, &d));
+    assert!(!fuses_router(2, (128, 2048), true, ExpertType::Fp8, &d));
+    assert!(!fuses_router(1, (128, 2048), false, ExpertType::Fp8, &d));
+    assert!(!fuses_router(1, (128, 2048), true, ExpertType::F32, &d));
+    assert!(!fuses_router(1, (257, 2048), true, ExpertType::Bf16, &d));
+    assert!(!fuses_router(1, (128, 2044), true, ExpertType::Bf16, &d));
+    let mut t = d;
+    t.small_paths = false;
+    assert!(!fuses_router(1, (128, 2048), true, ExpertType::Fp8, &t));
+}

@@ -1,0 +1,458 @@
+//! The one table of tuning settings: each row names its setting, its `METRALE_*` variable,
+//! what it accepts, its default and what it does, and how it reads into and out of a
+//! [`Tuning`]. [`Tuning::default`] is every row's default; `docs/cuda.md`'s table is
+//! [`docs_table`].
+
+use super::{AttnKernelChoice, KernelCache, MoeGemm, Tuning};
+
+/// One tuning setting.
+pub struct Setting {
+    /// Where it lives in [`Tuning`] (`group.field`).
+    pub name: &'static str,
+    /// The environment variable that sets it.
+    pub var: &'static str,
+    /// The values it accepts, as the docs and errors spell them.
+    pub accepts: &'static str,
+    /// Its default, as the variable would spell it.
+    pub default: &'static str,
+    /// One line: what it does.
+    pub doc: &'static str,
+    /// Parse a value into the tuning (`Err`: not one it accepts).
+    pub(super) set: fn(&mut Tuning, &str) -> Result<(), ()>,
+    /// The tuning's value, as the variable would spell it.
+    pub(super) get: fn(&Tuning) -> String,
+}
+
+/// `0`/`1` (also `false`/`true`, `off`/`on`, `no`/`yes`); empty keeps the default.
+fn flag(v: &str, field: &mut bool) -> Result<(), ()> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" => {}
+        "1" | "true" | "on" | "yes" => *field = true,
+        "0" | "false" | "off" | "no" => *field = false,
+        _ => return Err(()),
+    }
+    Ok(())
+}
+
+fn show_flag(on: bool) -> String {
+    if on { "1" } else { "0" }.to_string()
+}
+
+/// A whole number in `range`; empty keeps the default.
+fn number<T: std::str::FromStr + PartialOrd>(
+    v: &str,
+    field: &mut T,
+    ok: impl Fn(&T) -> bool,
+) -> Result<(), ()> {
+    let v = v.trim();
+    if v.is_empty() {
+        return Ok(());
+    }
+    match v.parse::<T>() {
+        Ok(n) if ok(&n) => {
+            *field = n;
+            Ok(())
+        }
+        _ => Err(()),
+    }
+}
+
+/// `word` (case-insensitive) as `None`, else a whole number `ok` accepts.
+fn number_or(
+    v: &str,
+    word: &str,
+    field: &mut Option<usize>,
+    ok: fn(usize) -> bool,
+) -> Result<(), ()> {
+    let v = v.trim();
+    if v.is_empty() {
+        return Ok(());
+    }
+    if v.eq_ignore_ascii_case(word) {
+        *field = None;
+        return Ok(());
+    }
+    match v.parse::<usize>() {
+        Ok(n) if ok(n) => {
+            *field = Some(n);
+            Ok(())
+        }
+        _ => Err(()),
+    }
+}
+
+fn show_or(v: Option<usize>, word: &str) -> String {
+    v.map_or_else(|| word.to_string(), |n| n.to_string())
+}
+
+/// The most rows `matmul` hands the GEMV kernel (gemv.cu's `GEMV_MAX_ROWS`).
+pub const GEMV_MAX_ROWS: usize = 8;
+
+/// Every tuning setting, grouped as [`Tuning`]'s fields are.
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        name: "launch.cuda_sync",
+        var: "METRALE_CUDA_SYNC",
+        accepts: "0 | 1",
+        default: "0",
+        doc: "Wait for every kernel after its launch, so a fault names its kernel (always on in debug builds).",
+        set: |t, v| flag(v, &mut t.launch.cuda_sync),
+        get: |t| show_flag(t.launch.cuda_sync),
+    },
+    Setting {
+        name: "launch.cuda_graphs",
+        var: "METRALE_CUDA_GRAPHS",
+        accepts: "0 | 1",
+        default: "1",
+        doc: "Capture and replay decode steps as CUDA graphs (`--enforce-eager` also turns them off).",
+        set: |t, v| flag(v, &mut t.launch.cuda_graphs),
+        get: |t| show_flag(t.launch.cuda_graphs),
+    },
+    Setting {
+        name: "launch.pdl",
+        var: "METRALE_PDL",
+        accepts: "0 | 1",
+        default: "1",
+        doc: "Launch kernels with programmatic dependent launch (compute capability 9.0 and later only).",
+        set: |t, v| flag(v, &mut t.launch.pdl),
+        get: |t| show_flag(t.launch.pdl),
+    },
+    Setting {
+        name: "gemm.gemv_max_rows",
+        var: "METRALE_GEMV_MAX_ROWS",
+        accepts: "0..=8",
+        default: "1",
+        doc: "`matmul` with at most this many rows runs the GEMV kernel instead of cuBLAS (0: always cuBLAS).",
+        set: |t, v| number(v, &mut t.gemm.gemv_max_rows, |&n| n <= GEMV_MAX_ROWS),
+        get: |t| t.gemm.gemv_max_rows.to_string(),
+    },
+    Setting {
+        name: "gemm.gemv_full",
+        var: "METRALE_GEMV_FULL",
+        accepts: "0 | 1",
+        default: "0",
+        doc: "One-row GEMVs whose grid fits one wave take the whole-row kernels (`gemv_full_*`).",
+        set: |t, v| flag(v, &mut t.gemm.gemv_full),
+        get: |t| show_flag(t.gemm.gemv_full),
+    },
+    Setting {
+        name: "gemm.gemm_tune",
+        var: "METRALE_GEMM_TUNE",
+        accepts: "0 | 1",
+        default: "1",
+        doc: "Time each decode-sized GEMM shape against cuBLASLt's algorithms once and keep the faster.",
+        set: |t, v| flag(v, &mut t.gemm.gemm_tune),
+        get: |t| show_flag(t.gemm.gemm_tune),
+    },
+    Setting {
+        name: "gemm.fp8_gemv_mma",
+        var: "METRALE_FP8_GEMV_MMA",
+        accepts: "0 | 1",
+        default: "1",
+        doc: "Decode-sized FP8 GEMMs run on tensor cores (`gemv_fp8_mma*`) instead of `gemv_fp8_m*`.",
+        set: |t, v| flag(v, &mut t.gemm.fp8_gemv_mma),
+        get: |t| show_flag(t.gemm.fp8_gemv_mma),
+    },
+    Setting {
+        name: "gemm.fp8_matmul_mma",
+        var: "METRALE_FP8_MATMUL_MMA",
+        accepts: "0 | 1",
+        default: "0",
+        doc: "`matmul` with an FP8 weight and more than 32 rows runs the tensor-core kernel, not cuBLAS on a bf16 copy.",
+        set: |t, v| flag(v, &mut t.gemm.fp8_matmul_mma),
+        get: |t| show_flag(t.gemm.fp8_matmul_mma),
+    },
+    Setting {
+        name: "moe.small_paths",
+        var: "METRALE_MOE_SMALL_PATHS",
+        accepts: "0 | 1",
+        default: "1",
+        doc: "Small MoE steps in fewer launches (one-block routing, fused down + combine); 0: six launches at every size.",
+        set: |t, v| flag(v, &mut t.moe.small_paths),
+        get: |t| show_flag(t.moe.small_paths),
+    },
+    Setting {
+        name: "moe.decode_gate_up",
+        var: "METRALE_MOE_DECODE_GATE_UP",
+        accepts: "0 | 1",
+        default: "1",
+        doc: "One-token MoE steps take `moe_gate_up_dec_*` (weight loads in flight at once).",
+        set: |t, v| flag(v, &mut t.moe.decode_gate_up),
+        get: |t| show_flag(t.moe.decode_gate_up),
+    },
+    Setting {
+        name: "moe.down_cols",
+        var: "METRALE_MOE_DOWN_COLS",
+        accepts: "auto | 0 | 1 | 2 | 4",
+        default: "auto",
+        doc: "Columns a block of the decode down + combine kernel (0: `moe_down_combine_*`; auto: 1 FP8, 2 bf16 at one token, else 0).",
+        set: |t, v| {
+            number_or(v, "auto", &mut t.moe.down_cols, |n| {
+                matches!(n, 0 | 1 | 2 | 4)
+            })
+        },
+        get: |t| show_or(t.moe.down_cols, "auto"),
+    },
+    Setting {
+        name: "moe.gemm",
+        var: "METRALE_MOE_GEMM",
+        accepts: "auto | tensor-cores | cuda-cores",
+        default: "auto",
+        doc: "Where the experts' GEMMs run (auto: tensor cores from 4 pairs an expert with bf16 experts, 2 with FP8).",
+        set: |t, v| {
+            t.moe.gemm = match v.trim().to_ascii_lowercase().as_str() {
+                "" => t.moe.gemm,
+                "auto" => MoeGemm::Auto,
+                "tensor-cores" => MoeGemm::TensorCores,
+                "cuda-cores" => MoeGemm::CudaCores,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+        get: |t| {
+            match t.moe.gemm {
+                MoeGemm::Auto => "auto",
+                MoeGemm::TensorCores => "tensor-cores",
+                MoeGemm::CudaCores => "cuda-cores",
+            }
+            .to_string()
+        },
+    },
+    Setting {
+        name: "moe.fp8_activations",
+        var: "METRALE_FP8_ACTIVATIONS",
+        accepts: "0 | 1",
+        default: "0",
+        doc: "The FP8 tensor-core GEMMs quantize activations to e4m3 (compute capability 8.9+; costs accuracy).",
+        set: |t, v| flag(v, &mut t.moe.fp8_activations),
+        get: |t| show_flag(t.moe.fp8_activations),
+    },
+    Setting {
+        name: "moe.small_mma",
+        var: "METRALE_MOE_SMALL_MMA",
+        accepts: "0 | 1",
+        default: "1",
+        doc: "Decode-sized MoE steps (up to 256 tokens) run their experts on the `moe_*_small*` tensor-core kernels.",
+        set: |t, v| flag(v, &mut t.moe.small_mma),
+        get: |t| show_flag(t.moe.small_mma),
+    },
+    Setting {
+        name: "attention.kernel",
+        var: "METRALE_ATTN_KERNEL",
+        accepts: "auto | simt",
+        default: "auto",
+        doc: "auto: the tensor-core attention kernel where it fits; simt: always attention.cu's CUDA-core kernel.",
+        set: |t, v| {
+            t.attention.kernel = match v.trim().to_ascii_lowercase().as_str() {
+                "" => t.attention.kernel,
+                "auto" => AttnKernelChoice::Auto,
+                "simt" => AttnKernelChoice::Simt,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+        get: |t| {
+            match t.attention.kernel {
+                AttnKernelChoice::Auto => "auto",
+                AttnKernelChoice::Simt => "simt",
+            }
+            .to_string()
+        },
+    },
+    Setting {
+        name: "attention.blocks_per_sm",
+        var: "METRALE_ATTN_BLOCKS_PER_SM",
+        accepts: "an integer >= 1",
+        default: "4",
+        doc: "Blocks a multiprocessor an attention launch aims for before rows are split along their keys.",
+        set: |t, v| number(v, &mut t.attention.blocks_per_sm, |&n| n >= 1),
+        get: |t| t.attention.blocks_per_sm.to_string(),
+    },
+    Setting {
+        name: "attention.min_split_keys",
+        var: "METRALE_ATTN_MIN_SPLIT_KEYS",
+        accepts: "an integer >= 1",
+        default: "64",
+        doc: "The fewest keys an attention split (split-K) takes.",
+        set: |t, v| number(v, &mut t.attention.min_split_keys, |&n| n >= 1),
+        get: |t| t.attention.min_split_keys.to_string(),
+    },
+    Setting {
+        name: "gdn.chunk_min",
+        var: "METRALE_GDN_CHUNK_MIN",
+        accepts: "off | an integer >= 1",
+        default: "32",
+        doc: "Gated DeltaNet: sequences with at least this many rows in a step take the chunked kernels (off: none).",
+        set: |t, v| number_or(v, "off", &mut t.gdn.chunk_min, |n| n >= 1),
+        get: |t| show_or(t.gdn.chunk_min, "off"),
+    },
+    Setting {
+        name: "gdn.fused_decode",
+        var: "METRALE_GDN_FUSED_DECODE",
+        accepts: "0 | 1",
+        default: "1",
+        doc: "Gated DeltaNet: one-row-a-sequence steps run the single-launch decode kernel (0: three launches).",
+        set: |t, v| flag(v, &mut t.gdn.fused_decode),
+        get: |t| show_flag(t.gdn.fused_decode),
+    },
+    Setting {
+        name: "gdn.decode_splits",
+        var: "METRALE_GDN_DECODE_SPLITS",
+        accepts: "auto | 1 | 2 | 4",
+        default: "auto",
+        doc: "Gated DeltaNet: blocks a key head's state columns take in the fused decode kernel (auto: by shape).",
+        set: |t, v| {
+            number_or(v, "auto", &mut t.gdn.decode_splits, |n| {
+                matches!(n, 1 | 2 | 4)
+            })
+        },
+        get: |t| show_or(t.gdn.decode_splits, "auto"),
+    },
+    Setting {
+        name: "kernels.cache",
+        var: "METRALE_KERNEL_CACHE",
+        accepts: "a directory | off | 0 | (empty: off)",
+        default: "default",
+        doc: "Where compiled kernels are kept (default: `$XDG_CACHE_HOME/metrale/kernels`, else `~/.cache/metrale/kernels`).",
+        set: |t, v| {
+            t.kernels.cache = if v.is_empty() || v == "0" || v.eq_ignore_ascii_case("off") {
+                KernelCache::Off
+            } else if v == "default" {
+                KernelCache::Default
+            } else {
+                // Read once at start-up and kept for the process's life.
+                KernelCache::Dir(Box::leak(v.to_string().into_boxed_str()))
+            };
+            Ok(())
+        },
+        get: |t| match t.kernels.cache {
+            KernelCache::Default => "default".to_string(),
+            KernelCache::Off => "off".to_string(),
+            KernelCache::Dir(d) => d.to_string(),
+        },
+    },
+    Setting {
+        name: "kernels.show_ptxas",
+        var: "METRALE_SHOW_PTXAS",
+        accepts: "0 | 1",
+        default: "0",
+        doc: "Compile kernels with ptxas statistics (registers, spills) and print them.",
+        set: |t, v| flag(v, &mut t.kernels.show_ptxas),
+        get: |t| show_flag(t.kernels.show_ptxas),
+    },
+    Setting {
+        name: "debug.step_profile",
+        var: "METRALE_STEP_PROFILE",
+        accepts: "an integer >= 0",
+        default: "0",
+        doc: "Print where the engine step's time goes (schedule, launch, device, update) every N steps (0: off).",
+        set: |t, v| number(v, &mut t.debug.step_profile, |_| true),
+        get: |t| t.debug.step_profile.to_string(),
+    },
+    Setting {
+        name: "debug.step_delay_ms",
+        var: "METRALE_DEBUG_STEP_DELAY_MS",
+        accepts: "an integer >= 0 (milliseconds)",
+        default: "0",
+        doc: "Test hook: pause this long after every engine step (0: none).",
+        set: |t, v| number(v, &mut t.debug.step_delay_ms, |_| true),
+        get: |t| t.debug.step_delay_ms.to_string(),
+    },
+    Setting {
+        name: "debug.spec_force_accept",
+        var: "METRALE_SPEC_FORCE_ACCEPT",
+        accepts: "off | a rate in [0, 1]",
+        default: "off",
+        doc: "Test hook: accept each speculative draft with this probability regardless of the model (output is not the model's).",
+        set: |t, v| {
+            let v = v.trim();
+            t.debug.spec_force_accept = if v.is_empty() || v.eq_ignore_ascii_case("off") {
+                None
+            } else {
+                match v.parse::<f64>() {
+                    Ok(r) if (0.0..=1.0).contains(&r) => Some(r),
+                    _ => return Err(()),
+                }
+            };
+            Ok(())
+        },
+        get: |t| {
+            t.debug
+                .spec_force_accept
+                .map_or_else(|| "off".to_string(), |r| r.to_string())
+        },
+    },
+];
+
+/// `METRALE_*` variables that are not tuning: read by `metralectl`, the installers, the test
+/// and GPU scripts, and kernel builds (`METRALE_HOST_EMULATION`, `METRALE_CP_ASYNC` are
+/// preprocessor macros, never variables); `met` does not warn about them.
+pub(super) const OTHER_VARS: &[&str] = &[
+    "METRALE_API_KEY",
+    "METRALE_BASE_URL",
+    "METRALE_CONFIG_DIR",
+    "METRALE_DOWNLOAD_URL",
+    // Read by the one-launch MoE and one-token FP8 paths (moe_one.rs, fp8_one.rs) while they
+    // last.
+    "METRALE_FP8_ONE",
+    "METRALE_GIT_COMMIT",
+    "METRALE_GPU_BIN",
+    "METRALE_HYBRID_PREFILL",
+    "METRALE_HYBRID_SPEED_ONLY",
+    "METRALE_INSTALL_DIR",
+    "METRALE_MODEL",
+    "METRALE_MOE_ONE",
+    "METRALE_MOE_SPEED_BATCHES",
+    "METRALE_MOE_SPEED_CONTEXTS",
+    "METRALE_MOE_SPEED_ONLY",
+    "METRALE_MOE_SPEED_PREFILL",
+    "METRALE_NVIDIA_SMI",
+    "METRALE_PYTHON",
+    "METRALE_RELEASE_KEY",
+    "METRALE_RELEASE_KEY_FILE",
+    "METRALE_RELEASE_PUBKEY",
+    "METRALE_STATE_DIR",
+    "METRALE_TARGET",
+    "METRALE_TOP_CAPTURE",
+];
+
+/// The warning for an unknown `METRALE_*` variable, naming the nearest known setting.
+pub(super) fn unknown_warning(var: &str) -> String {
+    // Compared without the shared prefix, which would make every name look near.
+    let bare = |v: &str| v.trim_start_matches("METRALE_").to_string();
+    let nearest = SETTINGS
+        .iter()
+        .map(|s| (strsim::jaro_winkler(&bare(var), &bare(s.var)), s.var))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    match nearest {
+        Some((score, near)) if score >= 0.8 => format!(
+            "{var} is not a tuning setting and is ignored: did you mean {near}? (the settings: \
+             docs/cuda.md, \"Tuning\")"
+        ),
+        _ => format!(
+            "{var} is not a tuning setting and is ignored (the settings: docs/cuda.md, \"Tuning\")"
+        ),
+    }
+}
+
+/// The start and end markers of the generated table in `docs/cuda.md`.
+pub const DOCS_BEGIN: &str = "<!-- tuning-table:begin (generated: met print-tuning-table) -->";
+pub const DOCS_END: &str = "<!-- tuning-table:end -->";
+
+/// The Markdown table of every setting, as `docs/cuda.md` carries it between [`DOCS_BEGIN`]
+/// and [`DOCS_END`].
+pub fn docs_table() -> String {
+    let mut s = String::from("| Setting | Variable | Accepts | Default | What it does |\n");
+    s.push_str("|---|---|---|---|---|\n");
+    for r in SETTINGS {
+        s.push_str(&format!(
+            "| `{}` | `{}` | {} | `{}` | {} |\n",
+            r.name,
+            r.var,
+            r.accepts.replace('|', "\\|"),
+            r.default,
+            r.doc.replace('|', "\\|")
+        ));
+    }
+    s
+}
