@@ -19,7 +19,6 @@ mod batch;
 mod blas;
 mod elementwise;
 mod fp8;
-mod fp8_one;
 mod gdn_chunk;
 mod gdn_decode;
 mod gemm_tune;
@@ -28,24 +27,23 @@ mod hybrid;
 mod launch;
 mod moe;
 mod moe_mma;
-mod moe_one;
 mod norm;
+#[cfg(feature = "lab")]
 mod probe;
 mod sample;
 mod tensor;
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
 use metrale_kernels::{Kernels, Module};
 
-pub use backend_ops::Ablate;
 pub use batch::CudaBatch;
 pub use gdn_chunk::GDN_CHUNK_MIN;
 pub use moe::MOE_DOWN_COLS_AUTO;
 pub use moe_mma::MoeGemm;
-pub use moe_one::OneGrid;
+#[cfg(feature = "lab")]
 pub use probe::{SkeletonStage, SkeletonTimes, SyncProbe, TMA_SPLITS, TmaTimes};
 pub use tensor::{CudaTensor, DType};
 
@@ -118,9 +116,6 @@ pub struct CudaBackend {
     moe_down_cols: AtomicUsize,
     /// One-row GEMVs whose grid fits in one wave take the whole-row kernels (`blas.rs`).
     gemv_full: AtomicBool,
-    /// One-token FP8 products run on `fp8_one.cu`'s tensor-core kernels (`fp8_one.rs`; off by
-    /// default: slower on the H200).
-    fp8_one: AtomicBool,
     /// Where `fused_moe` runs the experts' GEMMs (a [`MoeGemm`], `moe_mma.rs`).
     moe_gemm: AtomicU8,
     /// The FP8 tensor-core GEMMs quantize their activations to e4m3 (`moe_mma.rs`).
@@ -131,17 +126,6 @@ pub struct CudaBackend {
     fp8_gemv_mma: AtomicBool,
     /// Decode-sized steps (up to 256 tokens) run their experts on `moe_*_small*` (`moe_mma.rs`).
     moe_small_mma: AtomicBool,
-    /// One-token MoE blocks run as one launch with grid-wide barriers (`moe_one.rs`; off by
-    /// default until it has run on a GPU).
-    moe_one: AtomicBool,
-    /// `moe_one` runs FP8 experts' products on tensor cores (`moe_one_fp8_mma`).
-    moe_one_mma: AtomicBool,
-    /// `moe_one_*` launches so far (for checks that it ran).
-    moe_one_launches: AtomicU64,
-    /// `moe_one_*`'s blocks a multiprocessor and threads a block.
-    moe_one_grid: Mutex<moe_one::OneGrid>,
-    /// Whether `moe_one_*` fits the device resident, by kernel, shape and grid (asked once).
-    moe_one_fits: Mutex<Vec<moe_one::Fits>>,
     /// Gated DeltaNet: sequences of at least this many rows in a step take the chunked kernels
     /// (`gdn_chunk.rs`; `usize::MAX`: none do).
     gdn_chunk_min: AtomicUsize,
@@ -164,12 +148,6 @@ pub struct CudaBackend {
     /// `moe_router_plan_one`'s ticket (the blocks that have written their logits); every
     /// launch leaves it at 0.
     router_ticket: CudaSlice<u32>,
-    /// Ops left out of a step, for timing what each costs on the step's critical path
-    /// ([`CudaBackend::set_ablation`]; 0 in every real run).
-    ablate: std::sync::atomic::AtomicU32,
-    /// `moe_one_*`'s grid barrier words (prelude's `grid_sync`: arrivals, generation), zeroed
-    /// once, at a fixed address (CUDA graphs keep it).
-    grid_sync: CudaSlice<u32>,
 }
 
 /// Loadable? cudarc panics on first use of a library it cannot open; ask first.
@@ -290,9 +268,6 @@ impl CudaBackend {
         let router_ticket = stream
             .alloc_zeros::<u32>(1)
             .map_err(dev_err("router ticket"))?;
-        let grid_sync = stream
-            .alloc_zeros::<u32>(2)
-            .map_err(dev_err("grid barrier words"))?;
         Ok(Self {
             graphs: Mutex::new(graph::Graphs::new(graphs)),
             arena: Mutex::new(graph::Arena::default()),
@@ -315,7 +290,6 @@ impl CudaBackend {
             gemv_full: AtomicBool::new(
                 std::env::var_os("METRALE_GEMV_FULL").is_some_and(|v| v == "1"),
             ),
-            fp8_one: AtomicBool::new(std::env::var_os("METRALE_FP8_ONE").is_some_and(|v| v == "1")),
             moe_down_cols: AtomicUsize::new(
                 std::env::var("METRALE_MOE_DOWN_COLS")
                     .ok()
@@ -328,14 +302,6 @@ impl CudaBackend {
             moe_small_mma: AtomicBool::new(
                 std::env::var_os("METRALE_MOE_SMALL_MMA").is_none_or(|v| v != "0"),
             ),
-            // Off: slower than the three launches on the H200 (docs/performance.md);
-            // METRALE_MOE_ONE=1 turns it on.
-            moe_one: AtomicBool::new(std::env::var_os("METRALE_MOE_ONE").is_some_and(|v| v == "1")),
-            moe_one_mma: AtomicBool::new(true),
-            moe_one_launches: AtomicU64::new(0),
-            moe_one_grid: Mutex::new(moe_one::OneGrid::default()),
-            moe_one_fits: Mutex::new(Vec::new()),
-            ablate: std::sync::atomic::AtomicU32::new(0),
             fp8_gemv_mma: AtomicBool::new(
                 std::env::var_os("METRALE_FP8_GEMV_MMA").is_none_or(|v| v != "0"),
             ),
@@ -350,7 +316,6 @@ impl CudaBackend {
             compute,
             kv_fp8: false,
             router_ticket,
-            grid_sync,
         })
     }
 

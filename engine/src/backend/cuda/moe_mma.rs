@@ -53,7 +53,7 @@ const SMALL_MMA_MAX_TOKENS: usize = 256;
 const SMALL_MMA_BF16_MIN_TOKENS: usize = 9;
 /// The largest split-build step the kernel's one B tile allows.
 const _: () = assert!(SMALL_MMA_SPLIT_TOKENS <= 8);
-/// Warps of a `moe_*_small*` block (FP8_MMA_WARPS in prelude.cuh).
+/// Warps of a `moe_*_small*` block (FP8_MMA_WARPS in prelude/fp8_mma.cuh).
 const SMALL_MMA_WARPS: usize = 8;
 
 /// The launch of a build (`bf16`, `fp8`, `fp8act`): threads and dynamic shared memory,
