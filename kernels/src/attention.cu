@@ -28,7 +28,7 @@
 // The float32 path (`--dtype float32`): an f32 cache and an f32 output, through the same
 // attention_impl; the fp32 kernels take f32 qkv, cache and output.
 //
-// The FP8 cache (`--kv-cache-dtype fp8`, prelude.cuh's KV_FP8_GROUP): write_kv_<qkv>_kv8 stores
+// The FP8 cache (`--kv-cache-dtype fp8`, prelude/fp8.cuh's KV_FP8_GROUP): write_kv_<qkv>_kv8 stores
 // e4m3 bytes and group scales; attention reads `e4m3 · scale` through kv_value. Every attention
 // kernel takes the two scale regions last (null, and unused, for bf16 and f32 caches).
 //

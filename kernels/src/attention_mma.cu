@@ -32,7 +32,7 @@
 // carried to about 2^-17 of itself rather than bf16's 2^-9, which on short rows of small outputs
 // was ten times the kernel's tolerance. An f32 q is split the same way; a bf16 q is exact.
 //
-// An FP8 cache (`_kv8`, see prelude.cuh): a lane loads 8 bytes where a bf16 cache gives it 16
+// An FP8 cache (`_kv8`, see prelude/fp8.cuh): a lane loads 8 bytes where a bf16 cache gives it 16
 // and widens them to bf16 exactly (e4m3 has 4 significant bits), so the products are unchanged;
 // each key's scale multiplies its scores before the softmax and each value's scale the weights
 // given to Oᵀ += Vᵀ·Pᵀ (the running sum l keeps the plain weights). The scales come from the

@@ -1,7 +1,8 @@
 //! CUDA kernel sources (`src/*.cu`, one op family a file) and the loader that compiles them with
 //! NVRTC for the GPU it finds (`cuda` feature).
 //!
-//! Every file is compiled as `prelude.cuh` followed by the file's text: the kernels include no
+//! Every file is compiled as the prelude (`src/prelude/*.cuh`, one header per concern) followed
+//! by the file's text: the kernels include no
 //! header, so NVRTC needs no CUDA toolkit headers on the machine (bf16 is handled as 16-bit
 //! patterns). Compiled images are cached on disk (see [`cache`]), keyed by the program text, the
 //! target architecture, the NVRTC and driver versions and the options.
@@ -13,8 +14,21 @@ mod loader;
 #[cfg(feature = "cuda")]
 pub use loader::{KernelError, Kernels, LoadRecord, Target, compile};
 
-/// Device helpers pasted in front of every kernel file.
-pub const PRELUDE: &str = include_str!("prelude.cuh");
+/// Device helpers pasted in front of every kernel file: the prelude's headers in the order NVRTC
+/// needs (each uses only the ones before it).
+pub const PRELUDE: &str = concat!(
+    include_str!("prelude/types.cuh"),
+    include_str!("prelude/reduce.cuh"),
+    include_str!("prelude/loads.cuh"),
+    include_str!("prelude/cp_async.cuh"),
+    include_str!("prelude/pdl.cuh"),
+    include_str!("prelude/rows.cuh"),
+    include_str!("prelude/attention.cuh"),
+    include_str!("prelude/fp8.cuh"),
+    include_str!("prelude/random.cuh"),
+    include_str!("prelude/mma.cuh"),
+    include_str!("prelude/fp8_mma.cuh"),
+);
 
 /// One `.cu` file: a family of kernels compiled and loaded together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,13 +46,15 @@ pub enum Module {
     Moe,
     MoeMma,
     Fp8,
-    Fp8One,
     Hybrid,
+    /// The lab's probes and skeletons (`kernels/lab/`): `lab` feature only, never in `met`.
+    #[cfg(feature = "lab")]
     Probe,
 }
 
 impl Module {
-    pub const ALL: [Module; 16] = [
+    /// The serving modules (what `met` compiles).
+    pub const SERVING: [Module; 14] = [
         Module::Convert,
         Module::Embedding,
         Module::Norm,
@@ -52,10 +68,22 @@ impl Module {
         Module::Moe,
         Module::MoeMma,
         Module::Fp8,
-        Module::Fp8One,
         Module::Hybrid,
-        Module::Probe,
     ];
+
+    /// Every module this build has: the serving ones, and the lab's under the `lab` feature.
+    #[cfg(not(feature = "lab"))]
+    pub const ALL: [Module; 14] = Module::SERVING;
+    #[cfg(feature = "lab")]
+    pub const ALL: [Module; 15] = {
+        let mut all = [Module::Probe; 15];
+        let mut i = 0;
+        while i < Module::SERVING.len() {
+            all[i] = Module::SERVING[i];
+            i += 1;
+        }
+        all
+    };
 
     pub fn name(self) -> &'static str {
         match self {
@@ -72,19 +100,18 @@ impl Module {
             Module::Moe => "moe",
             Module::MoeMma => "moe_mma",
             Module::Fp8 => "fp8",
-            Module::Fp8One => "fp8_one",
             Module::Hybrid => "hybrid",
+            #[cfg(feature = "lab")]
             Module::Probe => "probe",
         }
     }
 
     /// The oldest GPU (compute capability) the file compiles for: attention_mma.cu's and
     /// moe_mma.cu's mma.sync on bf16 needs Ampere (moe_mma.cu's e4m3 kernels need 8.9 and trap
-    /// below), fp8_one.cu's e4m3 conversions Ada; the rest run anywhere NVRTC targets.
+    /// below); the rest run anywhere NVRTC targets.
     pub fn min_compute_capability(self) -> (i32, i32) {
         match self {
             Module::AttentionMma | Module::MoeMma => (8, 0),
-            Module::Fp8One => (8, 9),
             _ => (0, 0),
         }
     }
@@ -102,19 +129,27 @@ impl Module {
             Module::Softmax => include_str!("softmax.cu"),
             Module::Gemv => include_str!("gemv.cu"),
             Module::Sample => include_str!("sample.cu"),
-            Module::Moe => include_str!("moe.cu"),
+            Module::Moe => concat!(include_str!("moe.cu"), include_str!("moe_decode.cu")),
             Module::MoeMma => include_str!("moe_mma.cu"),
             Module::Fp8 => include_str!("fp8.cu"),
-            Module::Fp8One => include_str!("fp8_one.cu"),
-            Module::Hybrid => include_str!("hybrid.cu"),
-            Module::Probe => include_str!("probe.cu"),
+            Module::Hybrid => concat!(
+                include_str!("hybrid.cu"),
+                include_str!("hybrid_chunk.cu"),
+                include_str!("hybrid_decode.cu"),
+            ),
+            // The lab's helpers (grid_sync, DYNAMIC_SMEM), then its kernels.
+            #[cfg(feature = "lab")]
+            Module::Probe => concat!(
+                include_str!("../lab/lab.cuh"),
+                include_str!("../lab/probe.cu")
+            ),
         }
     }
 
     /// What NVRTC compiles: the prelude, then the file.
     pub fn program_text(self) -> String {
         format!(
-            "// prelude.cuh\n{PRELUDE}\n// {}.cu\n{}",
+            "// prelude\n{PRELUDE}\n// {}.cu\n{}",
             self.name(),
             self.source()
         )
@@ -138,6 +173,28 @@ mod tests {
             assert!(m.source().starts_with("//"), "{}.cu", m.name());
             assert!(text.contains("extern \"C\" __global__"), "{}.cu", m.name());
         }
+    }
+
+    /// What `met` compiles holds none of the lab's kernels or helpers, nor the removed losers'.
+    #[test]
+    fn serving_modules_hold_no_lab_code() {
+        let lab_names = [
+            "decode_skeleton",
+            "sync_probe",
+            "skel_",
+            "grid_sync",
+            "DYNAMIC_SMEM",
+            "moe_one",
+            "fp8_one",
+        ];
+        for m in Module::SERVING {
+            let text = m.program_text();
+            for name in lab_names {
+                assert!(!text.contains(name), "{}.cu holds `{name}`", m.name());
+            }
+        }
+        #[cfg(not(feature = "lab"))]
+        assert_eq!(Module::ALL, Module::SERVING);
     }
 
     /// The body of the function whose signature ends at `open` (the index of its `{`).

@@ -14,7 +14,7 @@
 // layer fewer on the decode path. Slots were range-checked on the host.
 //
 // With an FP8 cache (qk_norm_rope_kv_<qkv dtype>_kv8) each k and v head is stored by one warp
-// through store_head_fp8 (group scales, e4m3 bytes; see prelude.cuh), the k head once rotated.
+// through store_head_fp8 (group scales, e4m3 bytes; see prelude/fp8.cuh), the k head once rotated.
 //
 // Symbols: qk_norm_rope_<qkv dtype>, qk_norm_rope_kv_<qkv dtype>[_kv8]; q_w/k_w are bf16, inv_freq f32.
 // The float32 path's qk_norm_rope_fp32 and qk_norm_rope_kv_fp32 take f32 qkv, weights and cache.

@@ -46,7 +46,7 @@ log() { tee -a "$LOG"; }
 
 if [ ! -x "$BIN/cuda_check" ]; then
     echo "== summary" | log
-    echo "no $BIN/cuda_check: build it on the build machine and copy it there (docs/cuda.md)" | log
+    echo "no $BIN/cuda_check: build it on the build machine (--features lab, its own cargo invocation) and copy it there (docs/cuda.md)" | log
     exit 2
 fi
 missing=$(ldd "$BIN/cuda_check" 2>&1 | grep 'not found')

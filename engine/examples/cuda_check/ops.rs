@@ -19,7 +19,6 @@ use serde_json::json;
 use crate::report::{Report, Tol, compare};
 
 mod attention;
-mod fp8_one;
 mod gemv;
 mod moe;
 mod uploads;
@@ -427,8 +426,7 @@ impl Ops<'_> {
             return Ok(()); // the tensor-core FP8 GEMM is the bf16 path's
         }
         self.matmul_fp8_mma()?;
-        self.gemv_full()?;
-        self.gemv_fp8_one()
+        self.gemv_full()
     }
 
     fn rope(&mut self) -> Result<()> {

@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use cudarc::driver::sys::CUevent_flags;
 use metrale_engine::backend::Backend;
-use metrale_engine::backend::cuda::{Ablate, CudaBackend, CudaTensor, DType, MoeGemm, OneGrid};
+use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType, MoeGemm};
 use metrale_engine::loader::{LoadFormat, ModelConfig, ModelDir, Weights};
 use metrale_engine::models::Model;
 use metrale_engine::models::qwen3::Qwen3;
@@ -196,25 +196,13 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 );
                 Ok(())
             };
-            let (one, cols, full) = (
-                cuda.fp8_one(),
-                cuda.tuning().moe.down_cols,
-                cuda.gemv_full(),
-            );
-            if b == 1 && c.fp8.is_some() {
-                // The one-token FP8 kernels (fp8_one.cu), or not: whichever is not the default.
-                let what = if one { "without" } else { "with" };
-                variant(format!("{what} the one-token FP8 kernels"), &|on| {
-                    cuda.set_fp8_one(one != on)
-                })?;
-            }
+            let (cols, full) = (cuda.tuning().moe.down_cols, cuda.gemv_full());
             if b <= 8 {
                 // The decode down + combine kernel (rows loaded before the wait) at 1, 2 and 4
-                // output columns a block (FP8 at one token: with the one-token kernels off).
+                // output columns a block.
                 for n in [0, 1, 2, 4] {
                     variant(format!("down + combine dec, {n} columns a block"), &|on| {
-                        cuda.retune(|t| t.moe.down_cols = if on { Some(n) } else { cols });
-                        cuda.set_fp8_one(one && !(on && b == 1));
+                        cuda.retune(|t| t.moe.down_cols = if on { Some(n) } else { cols })
                     })?;
                 }
             }
@@ -237,109 +225,6 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                     cuda.retune(|t| t.gemm.gemv_full = on || full);
                     cuda.retune(|t| t.attention.min_split_keys = if on { 1 << 20 } else { was });
                 })?;
-            }
-            if b == 1 {
-                // The MoE block in three launches, and in moe_one's one on a few grids (blocks a
-                // multiprocessor × threads), whichever the default is (the first line).
-                // FP8 experts: moe_one on tensor cores (moe_one_fp8_mma) and on CUDA cores.
-                let one = cuda.moe_one();
-                let g2 = OneGrid {
-                    blocks_per_sm: 2,
-                    threads: 256,
-                };
-                let g1 = OneGrid {
-                    blocks_per_sm: 1,
-                    threads: 256,
-                };
-                let fp8 = c.fp8.is_some();
-                let mut variants = vec![
-                    (
-                        "MoE block in three launches",
-                        false,
-                        OneGrid::default(),
-                        true,
-                    ),
-                    ("moe_one 1 x 512", true, OneGrid::default(), true),
-                    ("moe_one 2 x 256", true, g2, true),
-                    ("moe_one 1 x 256", true, g1, true),
-                ];
-                if fp8 {
-                    variants.extend([
-                        (
-                            "moe_one on CUDA cores 1 x 512",
-                            true,
-                            OneGrid::default(),
-                            false,
-                        ),
-                        ("moe_one on CUDA cores 2 x 256", true, g2, false),
-                    ]);
-                }
-                for (what, on, grid, mma) in variants {
-                    cuda.set_moe_one(on);
-                    cuda.set_moe_one_grid(grid)?;
-                    cuda.set_moe_one_mma(mma);
-                    regraph();
-                    let launches = cuda.moe_one_launches();
-                    let t = time_step(cuda, &model, &mut kv, &host, true);
-                    let ran = cuda.moe_one_launches() > launches;
-                    cuda.set_moe_one(one);
-                    cuda.set_moe_one_grid(OneGrid::default())?;
-                    cuda.set_moe_one_mma(true);
-                    regraph();
-                    match t {
-                        // A grid the device cannot hold falls back to the three launches.
-                        Ok(t) if on && !ran => report.line(format!(
-                            "{name} B={b} graph, {what}: not taken (shape, shared memory or \
-                             occupancy), {:.3} ms",
-                            t.median_ms
-                        )),
-                        Ok(t) => timing_line(
-                            report,
-                            format!("{name} B={b} graph, {what}"),
-                            &t,
-                            bytes,
-                            floor_ms,
-                        ),
-                        // Reported, not fatal: the lines after this one still run.
-                        Err(e) => report.fail(format!("{name} B={b} graph, {what}: {e:#}")),
-                    }
-                }
-            }
-            if b == 1 {
-                // What each op costs on the step's critical path: the step without it (its
-                // output left as it was: timing only, the logits are wrong).
-                for (what, mask) in [
-                    ("add_rms_norm", Ablate::ADD_RMS_NORM),
-                    ("qk_norm_rope_kv", Ablate::QK_NORM_ROPE_KV),
-                    ("attention merge", Ablate::ATTENTION_MERGE),
-                    ("attention + merge", Ablate::ATTENTION),
-                    ("norms, qk_norm_rope_kv, merge", 11),
-                    ("norms, qk_norm_rope_kv, attention", 7),
-                    ("matmuls (qkv, o, lm_head)", Ablate::MATMUL),
-                    ("MoE blocks", Ablate::ROUTED_MOE),
-                    (
-                        "matmuls and MoE blocks",
-                        Ablate::MATMUL | Ablate::ROUTED_MOE,
-                    ),
-                ] {
-                    cuda.set_ablation(mask);
-                    regraph();
-                    let t = time_step(cuda, &model, &mut kv, &host, true);
-                    cuda.set_ablation(0);
-                    regraph();
-                    match t {
-                        Ok(t) => timing_line(
-                            report,
-                            format!("{name} B={b} graph, without {what}"),
-                            &t,
-                            bytes,
-                            floor_ms,
-                        ),
-                        Err(e) => report.line(format!(
-                            "{name} B={b} graph, without {what}: not timed ({e:#})"
-                        )),
-                    }
-                }
             }
             if c.fp8.is_none() && b > 1 {
                 // The bf16 experts on the CUDA cores (or, from 4 pairs an expert, the 64-row

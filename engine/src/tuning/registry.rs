@@ -392,16 +392,12 @@ pub(super) const OTHER_VARS: &[&str] = &[
     "METRALE_BASE_URL",
     "METRALE_CONFIG_DIR",
     "METRALE_DOWNLOAD_URL",
-    // Read by the one-launch MoE and one-token FP8 paths (moe_one.rs, fp8_one.rs) while they
-    // last.
-    "METRALE_FP8_ONE",
     "METRALE_GIT_COMMIT",
     "METRALE_GPU_BIN",
     "METRALE_HYBRID_PREFILL",
     "METRALE_HYBRID_SPEED_ONLY",
     "METRALE_INSTALL_DIR",
     "METRALE_MODEL",
-    "METRALE_MOE_ONE",
     "METRALE_MOE_SPEED_BATCHES",
     "METRALE_MOE_SPEED_CONTEXTS",
     "METRALE_MOE_SPEED_ONLY",

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every kernel on the host under a small CUDA emulation (emu.h) and compare it with a plain
 # C++ reference (test.cpp). Needs g++ 11+ (C++20 <barrier>); no GPU, no CUDA. Exit status 1 on a
-# failure. The kernels are compiled as NVRTC compiles them: prelude.cuh, then each .cu file.
+# failure. The kernels are compiled as NVRTC compiles them: the prelude's headers in lib.rs's
+# PRELUDE order, then each module's files in Module::source's order (the lab's last).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 src=$here/../../src
@@ -9,10 +10,15 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 {
     echo '#include "emu.h"'
-    cat "$src/prelude.cuh"
-    for f in convert embedding norm rope attention attention_mma activation softmax gemv sample moe moe_mma fp8 fp8_one hybrid probe; do
-        echo "// $f.cu"
-        cat "$src/$f.cu"
+    for h in types reduce loads cp_async pdl rows attention fp8 random mma fp8_mma; do
+        echo "// prelude/$h.cuh"
+        cat "$src/prelude/$h.cuh"
+    done
+    for f in convert embedding norm rope attention attention_mma activation softmax gemv sample \
+        moe moe_decode moe_mma fp8 hybrid hybrid_chunk hybrid_decode ../lab/lab.cuh ../lab/probe.cu; do
+        case $f in *.cu | *.cuh) ;; *) f=$f.cu ;; esac
+        echo "// $f"
+        cat "$src/$f"
     done
 } >"$work/kernels_all.h"
 g++ -std=c++20 -O1 -pthread -w -I"$here" -I"$work" -o "$work/test" "$here/test.cpp"

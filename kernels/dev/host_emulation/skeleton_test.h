@@ -1,4 +1,4 @@
-// probe.cu's decode skeletons (EMU_ONLY=skeleton): the three kernels, every mode, on a small grid and
+// kernels/lab/probe.cu's decode skeletons (EMU_ONLY=skeleton): the three kernels, every mode, on a small grid and
 // a table of stages of uneven sizes and producers (a producer with an empty share, one block
 // alone, a stage not known ahead), against the words a plain loop folds: each producer's chunks
 // XOR the previous stage's words as its 512 threads read them. Also that no hand-off gave up.

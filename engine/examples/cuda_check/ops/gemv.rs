@@ -9,12 +9,8 @@ impl Ops<'_> {
     /// (a Qwen3-30B-A3B layer's qkv and o, a column count that leaves a warp's second row
     /// empty, one that leaves most of the last block empty).
     pub(super) fn gemv_full(&mut self) -> Result<()> {
-        let (was, one_was) = (self.cuda.gemv_full(), self.cuda.fp8_one());
-        // FP8 rows on gemv_fp8_m1's path: the one-token tensor-core kernel would take them.
-        self.cuda.set_fp8_one(false);
-        let r = self.gemv_full_cases(was);
-        self.cuda.set_fp8_one(one_was);
-        r
+        let was = self.cuda.gemv_full();
+        self.gemv_full_cases(was)
     }
 
     fn gemv_full_cases(&mut self, was: bool) -> Result<()> {

@@ -22,13 +22,11 @@ type Experts<'a> = (
     (&'a CpuTensor, &'a CpuTensor),
 );
 
-/// A way to run a case's experts: the kernels, FP8 activations, the one-token FP8 kernels
-/// (`set_fp8_one`), and the tolerance.
+/// A way to run a case's experts: the kernels, FP8 activations, and the tolerance.
 #[derive(Clone, Copy)]
 struct Route {
     gemm: MoeGemm,
     fp8_act: bool,
-    one: bool,
     name: &'static str,
     tol: Tol,
 }
@@ -36,31 +34,20 @@ struct Route {
 const CUDA_CORES: Route = Route {
     gemm: MoeGemm::CudaCores,
     fp8_act: false,
-    one: false,
     name: "cuda cores",
     tol: MOE,
 };
 const TENSOR_CORES: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: false,
-    one: false,
     name: "tensor cores",
     tol: MOE,
 };
 const TENSOR_CORES_FP8_ACT: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: true,
-    one: false,
     name: "tensor cores, e4m3 activations",
     tol: FP8_ACT,
-};
-/// One token with FP8 experts on `fp8_one.cu`'s kernels (the default route there).
-const ONE_TOKEN: Route = Route {
-    gemm: MoeGemm::Auto,
-    fp8_act: false,
-    one: true,
-    name: "one-token tensor cores",
-    tol: MOE,
 };
 
 /// The router logits of a case: uniform in [-3, 3), or (skewed) experts 0-3 favoured by 4 for
@@ -160,9 +147,7 @@ impl Ops<'_> {
                 "T {t} H {h} I {i} E {e} top-{k} fp8 experts{}",
                 if skew { " skewed" } else { "" }
             );
-            let routes: &[Route] = if self.cuda.fp8_one_moe_fits(t, h, i, k) {
-                &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT, ONE_TOKEN]
-            } else if h % 16 == 0 && i % 16 == 0 {
+            let routes: &[Route] = if h % 16 == 0 && i % 16 == 0 {
                 &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT]
             } else {
                 &[CUDA_CORES]
@@ -231,10 +216,9 @@ impl Ops<'_> {
     }
 
     /// routed_moe at one token, where the router's product and the routing are one launch
-    /// (`moe_router_plan_one`, then the experts: three launches) and where the whole block is
-    /// one (`moe_one_*`, twice in a row: its grid barrier count must come back to a multiple of
-    /// the grid), against the router's matmul + the six-launch fused_moe: the logits and the
-    /// output bit for bit, 30B-A3B's and 35B-A3B's experts, bf16 and FP8.
+    /// (`moe_router_plan_one`, then the experts: three launches), against the router's matmul +
+    /// the six-launch fused_moe: the logits and the output bit for bit, 30B-A3B's and 35B-A3B's
+    /// experts, bf16 and FP8.
     fn moe_router_fused(&mut self) -> Result<()> {
         for (e, i, fp8) in [
             (128, 768, false),
@@ -244,7 +228,7 @@ impl Ops<'_> {
         ] {
             let (h, k) = (2048, 8);
             let case = format!(
-                "T 1 E {e} top-{k}{} one launch and three = matmul + six launches",
+                "T 1 E {e} top-{k}{} three launches = matmul + six launches",
                 if fp8 { " fp8 experts" } else { "" }
             );
             self.run("routed_moe", &case, |s| {
@@ -252,25 +236,11 @@ impl Ops<'_> {
                 let router = s.cuda.random_bf16(&[e, h], 13, 0.05)?;
                 let (w13, w2) = s.device_experts((e, i, h), fp8)?;
                 let mut runs = Vec::new();
-                let (one_was, launches) = (s.cuda.moe_one(), s.cuda.moe_one_launches());
-                let (down_cols, fp8_one) = (s.cuda.tuning().moe.down_cols, s.cuda.fp8_one());
-                // Bit for bit: without the one-token FP8 kernels and moe_one's tensor-core
-                // build (another order of sums: checked below and in fused_moe's cases).
-                s.cuda.set_fp8_one(false);
-                s.cuda.set_moe_one_mma(false);
-                // The six launches, the three (moe_one off), moe_one twice, then the three
-                // with the decode down + combine kernel at 1, 2 and 4 columns a block.
-                for (small, one, cols) in [
-                    (false, false, 0),
-                    (true, false, 0),
-                    (true, true, 0),
-                    (true, true, 0),
-                    (true, false, 1),
-                    (true, false, 2),
-                    (true, false, 4),
-                ] {
+                let down_cols = s.cuda.tuning().moe.down_cols;
+                // The six launches, the three, then the three with the decode down + combine
+                // kernel at 1, 2 and 4 columns a block.
+                for (small, cols) in [(false, 0), (true, 0), (true, 1), (true, 2), (true, 4)] {
                     s.cuda.retune(|t| t.moe.small_paths = small);
-                    s.cuda.set_moe_one(one);
                     s.cuda.retune(|t| t.moe.down_cols = Some(cols));
                     let mut out = s.cuda.zeros(&[1, h])?;
                     let mut logits = s.cuda.zeros(&[1, e])?;
@@ -284,29 +254,16 @@ impl Ops<'_> {
                         true,
                     );
                     s.cuda.retune(|t| t.moe.small_paths = true);
-                    s.cuda.set_moe_one(one_was);
                     s.cuda.retune(|t| t.moe.down_cols = down_cols);
-                    if r.is_err() {
-                        s.cuda.set_fp8_one(fp8_one);
-                        s.cuda.set_moe_one_mma(true);
-                    }
                     r?;
                     runs.push((s.cuda.to_host(&logits)?, s.cuda.to_host(&out)?));
                 }
-                s.cuda.set_fp8_one(fp8_one);
-                s.cuda.set_moe_one_mma(true);
                 let same = |a: &[f32], b: &[f32]| {
                     a.len() == b.len() && a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits())
                 };
-                let mut bad: Vec<usize> = (1..runs.len())
+                let bad: Vec<usize> = (1..runs.len())
                     .filter(|&r| !same(&runs[r].0, &runs[0].0) || !same(&runs[r].1, &runs[0].1))
                     .collect();
-                if s.cuda.moe_one_launches() != launches + 2 {
-                    // moe_one declined (shape, shared memory or occupancy): the check is void.
-                    s.report
-                        .fail(format!("routed_moe {case}: moe_one did not run"));
-                    bad.extend([2, 3]);
-                }
                 s.report.line(format!(
                     "routed_moe {case}: {}",
                     if bad.is_empty() { "ok" } else { "FAIL" }
@@ -316,61 +273,8 @@ impl Ops<'_> {
                         "routed_moe {case}: fused runs {bad:?} differ from the unfused one"
                     ));
                 }
-                if fp8 {
-                    s.moe_one_mma_check(&case, (&x_d, &router), (&w13, &w2), k, &runs[0])?;
-                }
                 Ok(())
             })?;
-        }
-        Ok(())
-    }
-
-    /// `moe_one_fp8_mma` (moe_one with its FP8 products on tensor cores) at one token against
-    /// the three launches' `want` (logits, out): the same logits bit for bit (the same router
-    /// code), out within the MoE tolerance (the same exact products summed in another order),
-    /// and a failure if it declined to run.
-    fn moe_one_mma_check(
-        &mut self,
-        case: &str,
-        (x, router): (&CudaTensor, &CudaTensor),
-        (w13, w2): (&CudaTensor, &CudaTensor),
-        k: usize,
-        want: &(Vec<f32>, Vec<f32>),
-    ) -> Result<()> {
-        let (e, h) = (router.shape()[0], router.shape()[1]);
-        let (one_was, launches) = (self.cuda.moe_one(), self.cuda.moe_one_launches());
-        self.cuda.set_moe_one(true);
-        let mut out = self.cuda.zeros(&[1, h])?;
-        let mut logits = self.cuda.zeros(&[1, e])?;
-        let r = self
-            .cuda
-            .routed_moe(&mut out, x, router, &mut logits, (w13, w2), k, true);
-        self.cuda.set_moe_one(one_was);
-        r?;
-        let case = format!("{case}: moe_one on tensor cores");
-        if self.cuda.moe_one_launches() != launches + 1 {
-            self.report
-                .fail(format!("routed_moe {case}: moe_one did not run"));
-        }
-        let (l, o) = (self.cuda.to_host(&logits)?, self.cuda.to_host(&out)?);
-        if l.iter()
-            .zip(&want.0)
-            .any(|(a, b)| a.to_bits() != b.to_bits())
-        {
-            self.report
-                .fail(format!("routed_moe {case}: the logits differ"));
-        }
-        let c = compare(&o, &want.1, MOE);
-        self.report.line(format!(
-            "routed_moe {case}: out worst {:.3} of the tolerance{}",
-            c.worst,
-            if c.worst <= 1.0 { "" } else { " FAIL" }
-        ));
-        if c.worst > 1.0 {
-            self.report.fail(format!(
-                "routed_moe {case}: out off by {:.3} of the tolerance",
-                c.worst
-            ));
         }
         Ok(())
     }
@@ -394,7 +298,6 @@ impl Ops<'_> {
         let forced = Route {
             gemm: MoeGemm::TensorCores,
             fp8_act: false,
-            one: false,
             name: "tensor cores asked, f32 stays on the cuda cores",
             tol: Tol::F32,
         };
@@ -500,15 +403,12 @@ impl Ops<'_> {
         f: impl FnOnce(&CudaBackend, &mut CudaTensor) -> metrale_engine::backend::Result<()>,
     ) -> Result<()> {
         let cuda = self.cuda;
-        let one_was = cuda.fp8_one();
         cuda.retune(|t| t.moe.gemm = route.gemm);
         cuda.retune(|t| t.moe.fp8_activations = route.fp8_act);
-        cuda.set_fp8_one(route.one);
         let mut out = cuda.zeros(&want.shape)?;
         let r = f(cuda, &mut out);
         cuda.retune(|t| t.moe.gemm = MoeGemm::Auto);
         cuda.retune(|t| t.moe.fp8_activations = false);
-        cuda.set_fp8_one(one_was);
         r?;
         let case = format!("{case} [{}]", route.name);
         self.check("fused_moe", &case, route.tol, &out, want)?;
@@ -574,11 +474,9 @@ impl Ops<'_> {
                     s.device_experts((e, i, h), fp8)?
                 };
                 let mut outs = Vec::new();
-                let (down_cols, one_was) = (s.cuda.tuning().moe.down_cols, s.cuda.fp8_one());
+                let down_cols = s.cuda.tuning().moe.down_cols;
                 // The small paths, the six launches, then the small paths with the decode
-                // down + combine kernel at 1, 2 and 4 columns a block (the one-token FP8
-                // kernels, another order of sums, are checked against the CPU above).
-                s.cuda.set_fp8_one(false);
+                // down + combine kernel at 1, 2 and 4 columns a block.
                 for (small, cols) in [(true, 0), (false, 0), (true, 1), (true, 2), (true, 4)] {
                     s.cuda.retune(|t| t.moe.small_paths = small);
                     s.cuda.retune(|t| t.moe.down_cols = Some(cols));
@@ -595,13 +493,9 @@ impl Ops<'_> {
                     s.cuda.retune(|t| t.moe.down_cols = down_cols);
                     s.cuda.retune(|t| t.moe.gemm = MoeGemm::Auto);
                     s.cuda.retune(|t| t.moe.small_mma = true);
-                    if r.is_err() {
-                        s.cuda.set_fp8_one(one_was);
-                    }
                     r?;
                     outs.push(s.cuda.to_host(&out)?);
                 }
-                s.cuda.set_fp8_one(one_was);
                 let differ = outs[1..]
                     .iter()
                     .flat_map(|o| o.iter().zip(&outs[0]))

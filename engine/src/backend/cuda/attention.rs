@@ -421,9 +421,6 @@ impl CudaBackend {
         let Some(partial) = partial else {
             return Ok(());
         };
-        if self.ablated(super::Ablate::ATTENTION_MERGE) {
-            return Ok(());
-        }
         let name = if fp32 {
             "attention_merge_fp32"
         } else {

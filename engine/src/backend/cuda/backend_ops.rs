@@ -1,9 +1,7 @@
 //! The [`Backend`] trait's ops on the CUDA backend: each op's host-side checks, then the
-//! launcher of the module that owns it (`norm.rs`, `attention.rs`, `moe.rs`, ...), and the
-//! [`Ablate`] knob that leaves ops out of a step for timing. Split from `mod.rs`, which keeps the
+//! launcher of the module that owns it (`norm.rs`, `attention.rs`, `moe.rs`, ...). Split from
+//! `mod.rs`, which keeps the
 //! backend's state, construction and launch helpers.
-
-use std::sync::atomic::Ordering;
 
 use super::*;
 
@@ -161,17 +159,10 @@ impl Backend for CudaBackend {
         w: &CudaTensor,
         eps: f32,
     ) -> Result<()> {
-        if self.ablated(Ablate::ADD_RMS_NORM) {
-            return Ok(());
-        }
         self.add_rms_norm_op(out, residual, x, w, eps)
     }
 
     fn matmul(&self, out: &mut CudaTensor, x: &CudaTensor, w: &CudaTensor) -> Result<()> {
-        if self.ablated(Ablate::MATMUL) {
-            // The output's type as the op would leave it (a graph's logits are f32).
-            return self.set_dtype(out, DType::F32);
-        }
         self.matmul_op(out, x, w)
     }
 
@@ -210,9 +201,6 @@ impl Backend for CudaBackend {
         k_cache: &mut CudaTensor,
         v_cache: &mut CudaTensor,
     ) -> Result<()> {
-        if self.ablated(Ablate::QK_NORM_ROPE_KV) {
-            return Ok(());
-        }
         self.qk_norm_rope_op(
             qkv,
             batch,
@@ -247,9 +235,6 @@ impl Backend for CudaBackend {
         num_heads: usize,
         scale: f32,
     ) -> Result<()> {
-        if self.ablated(Ablate::ATTENTION) {
-            return Ok(());
-        }
         self.paged_attention_op(out, qkv, k_cache, v_cache, batch, num_heads, scale)
     }
 
@@ -286,10 +271,6 @@ impl Backend for CudaBackend {
         top_k: usize,
         norm_topk_prob: bool,
     ) -> Result<()> {
-        if self.ablated(Ablate::ROUTED_MOE) {
-            // The output's type as the op would leave it (a graph's logits are f32).
-            return self.set_dtype(out, DType::F32);
-        }
         self.routed_moe_op(
             out,
             x,
@@ -341,32 +322,5 @@ impl Backend for CudaBackend {
         forward: &mut dyn FnMut(&CudaBatch) -> Result<CudaTensor>,
     ) -> Result<Option<CudaTensor>> {
         self.graph_forward_op(batch_inputs, forward)
-    }
-}
-
-/// Ops [`CudaBackend::set_ablation`] can leave out of a step (bits of its mask).
-#[derive(Clone, Copy, Debug)]
-pub struct Ablate;
-
-impl Ablate {
-    pub const ADD_RMS_NORM: u32 = 1;
-    pub const QK_NORM_ROPE_KV: u32 = 2;
-    pub const ATTENTION: u32 = 4;
-    pub const ATTENTION_MERGE: u32 = 8;
-    pub const MATMUL: u32 = 16;
-    pub const ROUTED_MOE: u32 = 32;
-}
-
-impl CudaBackend {
-    /// Leaves the ops of `mask` ([`Ablate`] bits) out of every step from now on: a timing
-    /// experiment's knob (what a kernel costs on the step's critical path is the step's time
-    /// with it minus without). The logits are wrong while any bit is set; `cuda_check`'s
-    /// moe-speed uses it and sets it back to 0.
-    pub fn set_ablation(&self, mask: u32) {
-        self.ablate.store(mask, Ordering::Relaxed);
-    }
-
-    pub(super) fn ablated(&self, bit: u32) -> bool {
-        self.ablate.load(Ordering::Relaxed) & bit != 0
     }
 }

@@ -26,7 +26,7 @@ const FP8_GEMV_MAX_ROWS: usize = 8;
 const FP8_GEMV_MAX_PASSES: usize = 4;
 /// Warps of a GEMV block (FP8_WARPS in fp8.cu): one output column each.
 const FP8_WARPS: usize = 8;
-/// Warps of a `gemv_fp8_mma` block (FP8_MMA_WARPS in prelude.cuh), which owns 16 output
+/// Warps of a `gemv_fp8_mma` block (FP8_MMA_WARPS in prelude/fp8_mma.cuh), which owns 16 output
 /// columns.
 const FP8_MMA_WARPS: usize = 8;
 /// Fewest x rows a `gemv_fp8_mma` pass takes.
@@ -154,10 +154,6 @@ impl CudaBackend {
         }
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
-        // One row on the one-token tensor-core kernel where it fits (fp8_one.rs).
-        if m == 1 && self.gemv_fp8_one(out, x, w)? {
-            return Ok(());
-        }
         const NAMES: [&str; FP8_GEMV_MAX_ROWS] = [
             "gemv_fp8_m1",
             "gemv_fp8_m2",

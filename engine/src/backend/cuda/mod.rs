@@ -23,7 +23,6 @@ mod batch;
 mod blas;
 mod elementwise;
 mod fp8;
-mod fp8_one;
 mod gdn_chunk;
 mod gdn_decode;
 mod gemm_tune;
@@ -32,13 +31,13 @@ mod hybrid;
 mod launch;
 mod moe;
 mod moe_mma;
-mod moe_one;
 mod norm;
+#[cfg(feature = "lab")]
 mod probe;
 mod sample;
 mod tensor;
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError};
@@ -46,10 +45,9 @@ use metrale_kernels::{Kernels, Module};
 
 pub use crate::tuning::{MoeGemm, Tuning};
 
-pub use backend_ops::Ablate;
 pub use batch::CudaBatch;
 pub use gdn_chunk::GDN_CHUNK_MIN;
-pub use moe_one::OneGrid;
+#[cfg(feature = "lab")]
 pub use probe::{SkeletonStage, SkeletonTimes, SyncProbe, TMA_SPLITS, TmaTimes};
 pub use tensor::{CudaTensor, DType};
 
@@ -116,20 +114,6 @@ pub struct CudaBackend {
     launch_bits: AtomicU8,
     /// Per-launch syncs held off (while a graph is captured).
     sync_paused: AtomicBool,
-    /// One-token FP8 products run on `fp8_one.cu`'s tensor-core kernels (`fp8_one.rs`; off by
-    /// default: slower on the H200).
-    fp8_one: AtomicBool,
-    /// One-token MoE blocks run as one launch with grid-wide barriers (`moe_one.rs`; off by
-    /// default until it has run on a GPU).
-    moe_one: AtomicBool,
-    /// `moe_one` runs FP8 experts' products on tensor cores (`moe_one_fp8_mma`).
-    moe_one_mma: AtomicBool,
-    /// `moe_one_*` launches so far (for checks that it ran).
-    moe_one_launches: AtomicU64,
-    /// `moe_one_*`'s blocks a multiprocessor and threads a block.
-    moe_one_grid: Mutex<moe_one::OneGrid>,
-    /// Whether `moe_one_*` fits the device resident, by kernel, shape and grid (asked once).
-    moe_one_fits: Mutex<Vec<moe_one::Fits>>,
     /// The fused decode kernel's per-(sequence, key head) arrival counters (`gdn_decode.rs`):
     /// zeroed once, reset by the kernel, at a fixed address (CUDA graphs keep it).
     gdn_tickets: Mutex<Option<CudaSlice<u32>>>,
@@ -141,12 +125,6 @@ pub struct CudaBackend {
     /// `moe_router_plan_one`'s ticket (the blocks that have written their logits); every
     /// launch leaves it at 0.
     router_ticket: CudaSlice<u32>,
-    /// Ops left out of a step, for timing what each costs on the step's critical path
-    /// ([`CudaBackend::set_ablation`]; 0 in every real run).
-    ablate: std::sync::atomic::AtomicU32,
-    /// `moe_one_*`'s grid barrier words (prelude's `grid_sync`: arrivals, generation), zeroed
-    /// once, at a fixed address (CUDA graphs keep it).
-    grid_sync: CudaSlice<u32>,
 }
 
 /// [`CudaBackend`]'s `launch_bits`: programmatic dependent launch, a sync after every launch.
@@ -295,9 +273,6 @@ impl CudaBackend {
         let router_ticket = stream
             .alloc_zeros::<u32>(1)
             .map_err(dev_err("router ticket"))?;
-        let grid_sync = stream
-            .alloc_zeros::<u32>(2)
-            .map_err(dev_err("grid barrier words"))?;
         Ok(Self {
             graphs: Mutex::new(graph::Graphs::new(tuning.launch.cuda_graphs)),
             arena: Mutex::new(graph::Arena::default()),
@@ -310,20 +285,10 @@ impl CudaBackend {
             launch_bits: AtomicU8::new(launch_bits(&tuning)),
             tuning: Mutex::new(tuning),
             sync_paused: AtomicBool::new(false),
-            fp8_one: AtomicBool::new(std::env::var_os("METRALE_FP8_ONE").is_some_and(|v| v == "1")),
-            // Off: slower than the three launches on the H200 (docs/performance.md);
-            // METRALE_MOE_ONE=1 turns it on.
-            moe_one: AtomicBool::new(std::env::var_os("METRALE_MOE_ONE").is_some_and(|v| v == "1")),
-            moe_one_mma: AtomicBool::new(true),
-            moe_one_launches: AtomicU64::new(0),
-            moe_one_grid: Mutex::new(moe_one::OneGrid::default()),
-            moe_one_fits: Mutex::new(Vec::new()),
-            ablate: std::sync::atomic::AtomicU32::new(0),
             gdn_tickets: Mutex::new(None),
             compute,
             kv_fp8: false,
             router_ticket,
-            grid_sync,
         })
     }
 

@@ -17,7 +17,7 @@ use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{CudaTensor, DType};
-use super::{CudaBackend, MoeGemm, check};
+use super::{CudaBackend, check};
 use crate::backend::Result;
 use crate::backend::moe_plan::{self, Down, ExpertType, Experts, GateUp, MoePlan, MoeShape, Route};
 
@@ -33,9 +33,9 @@ const GROUP_THREADS: u32 = 256;
 /// Threads of the `moe_plan_*` block (`MOE_PLAN_THREADS`).
 const PLAN_THREADS: u32 = 1024;
 impl CudaBackend {
-    /// `routed_moe`: at one token with a bf16 router the whole block in one launch
-    /// (`moe_one.rs`) where it fits, else the router's product and the routing in one launch
-    /// (`moe_router_plan_one`) and the experts; the router's `matmul` and `fused_moe` otherwise.
+    /// `routed_moe`: at one token with a bf16 router the router's product and the routing in one
+    /// launch (`moe_router_plan_one`) and the experts; the router's `matmul` and `fused_moe`
+    /// otherwise.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn routed_moe_op(
         &self,
@@ -60,11 +60,6 @@ impl CudaBackend {
         if !fused {
             self.matmul_op(router_logits, x, router)?;
             return self.fused_moe_op(out, x, router_logits, gate_up, down, top_k, norm_topk_prob);
-        }
-        // The whole block in one launch where the device has room for it (moe_one.rs).
-        let (io, route) = ((&mut *out, x), (top_k, norm_topk_prob));
-        if self.moe_one_op(io, (router, &mut *router_logits), (gate_up, down), route)? {
-            return Ok(());
         }
         self.set_dtype(router_logits, DType::F32)?;
         self.moe_op(
@@ -316,19 +311,6 @@ impl CudaBackend {
                 down,
             } => (suffix, gate_up, down),
         };
-        // One token with FP8 experts: gate|up, then down and the weighted sum, on the one-token
-        // tensor-core kernels (fp8_one.rs) unless a route is forced.
-        let small = tuning.small_paths;
-        if small
-            && gate_up.dtype == DType::F8
-            && tuning.gemm == MoeGemm::Auto
-            && self.fp8_one()
-            && self.fp8_one_moe_fits(t, h, i, top_k)
-        {
-            let ptrs = (op, act.ptr(s), x.ptr(s));
-            let plan = (ofp, acp, pmp, idp, wtp);
-            return self.moe_experts_one(ptrs, (gate_up, down), plan, (h, e, i, top_k));
-        }
         let (xp, actp) = (x.ptr(s), act.ptr(s));
         // A block row per expert that can have pairs (at most one per pair).
         let experts = dim(e.min(pairs), "fused_moe")?;

@@ -29,7 +29,7 @@ const BN: usize = 128;
 const TILE_THREADS: u32 = 256;
 /// Rows (a warp each) of a `moe_quant_fp8_*` block.
 const QUANT_ROWS: usize = 8;
-/// Warps of a `moe_*_small*` block (FP8_MMA_WARPS in prelude.cuh).
+/// Warps of a `moe_*_small*` block (FP8_MMA_WARPS in prelude/fp8_mma.cuh).
 const SMALL_MMA_WARPS: usize = 8;
 
 /// The launch of a build (`bf16`, `fp8`, `fp8act`): threads and dynamic shared memory,

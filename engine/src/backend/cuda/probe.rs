@@ -7,7 +7,7 @@
 //! line and goes on.
 
 use cudarc::driver::DevicePtr;
-use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::sys::{self, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use metrale_kernels::Module;
 
 use super::elementwise::cfg;
@@ -388,5 +388,28 @@ impl CudaBackend {
             },
         };
         Ok(Some(times))
+    }
+}
+
+impl CudaBackend {
+    /// The multiprocessors this context may use (its execution affinity); the device's count
+    /// where the driver does not say. A grid-barrier probe needs its whole grid resident.
+    fn context_multiprocessors(&self) -> Result<usize> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(dev_err("binding the context"))?;
+        // SAFETY: an all-zero value is a valid instance of this plain C struct, the out
+        // pointer is valid for the call, and the union's only member is the SM count (a u32:
+        // zeroed, or what the call wrote for CU_EXEC_AFFINITY_TYPE_SM_COUNT; used only when it
+        // succeeded).
+        let sms = unsafe {
+            let mut p: sys::CUexecAffinityParam = std::mem::zeroed();
+            let r = sys::cuCtxGetExecAffinity(
+                &mut p,
+                sys::CUexecAffinityType::CU_EXEC_AFFINITY_TYPE_SM_COUNT,
+            );
+            (r == sys::CUresult::CUDA_SUCCESS).then_some(p.param.smCount.val as usize)
+        };
+        Ok(sms.unwrap_or(self.info.multiprocessors))
     }
 }

@@ -1,7 +1,7 @@
 // Synchronisation probes, for cuda_check's moe-speed (no model runs them): what one link of a
 // chain of kernels costs inside a CUDA graph (each launched with programmatic dependent launch,
 // as the engine launches everything), what one grid-wide barrier costs inside one kernel
-// (prelude's grid_sync), and what one hand-off of a flag between blocks costs. A one-token
+// (lab.cuh's grid_sync), and what one hand-off of a flag between blocks costs. A one-token
 // decode step is a chain of about ten dependent kernels a layer: these are the figures a
 // kernel-boundary design and a persistent one are measured against (docs/performance.md).
 

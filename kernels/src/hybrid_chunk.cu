@@ -1,0 +1,521 @@
+// hybrid.cu's chunked gated delta rule (prefill) and the gated RMSNorm (compiled with
+// hybrid.cu as one module: Module::Hybrid's source is hybrid.cu, this file, hybrid_decode.cu).
+
+// --- 2b. the chunked gated delta rule (prefill) ------------------------------------------------
+
+#define GDN_CHUNK 64
+#define GDN_BV 32
+#define GDN_CHUNK_THREADS 256
+
+// A chunk ends at the next multiple of GDN_CHUNK rows of its sequence or at the next save
+// point, whichever comes first, so every save falls on a chunk's end. `sv` (the sequence's
+// saves, sorted by `after`) moves past the saves at or before `lo`.
+__device__ __forceinline__ int gdn_chunk_end(int lo, int len, const u32* saves, u32& sv,
+                                             u32 sv_end) {
+    int hi = min(len, (lo / GDN_CHUNK + 1) * GDN_CHUNK);
+    while (sv < sv_end && (int)saves[2 * sv] <= lo) ++sv;
+    if (sv < sv_end && (int)saves[2 * sv] < hi) hi = (int)saves[2 * sv];
+    return hi;
+}
+
+// The block's dynamic shared memory as `float* smem` of `floats` f32s (a static array under the
+// host emulation, whose blocks run one after another).
+#ifdef METRALE_HOST_EMULATION
+#define GDN_SMEM(floats)                        \
+    alignas(16) static float gdn_smem[floats]; \
+    float* const smem = gdn_smem
+#else
+#define GDN_SMEM(floats)                                              \
+    extern __shared__ __attribute__((aligned(16))) float gdn_smem[]; \
+    float* const smem = gdn_smem
+#endif
+
+// Floats of one (chunk, value head) in the scratch between the two chunked kernels:
+// W [C, DK], Qg [C, DK], Kt [C, DK], Tb [C, C], P [C, C], gamma [C] (see gdn_chunk_prep).
+template <int DK>
+__device__ constexpr int gdn_chunk_floats() {
+    return 3 * GDN_CHUNK * DK + 2 * GDN_CHUNK * GDN_CHUNK + GDN_CHUNK;
+}
+
+// The step's chunks: plan[s] = sequence s's first chunk, then (sequence, first row, rows) a
+// chunk from plan + seqs, for the sequences gdn_chunked takes, in order. One warp.
+extern "C" __global__ void gdn_chunk_plan(u32* plan, const u32* seq_starts,
+                                          const u32* save_starts, const u32* saves, int seqs,
+                                          int chunk_min, int max_chunks) {
+    __shared__ u32 first[32], total;
+    pdl_start();
+    const int lane = threadIdx.x;
+    if (lane == 0) total = 0;
+    __syncwarp();
+    for (int s0 = 0; s0 < seqs; s0 += 32) {
+        const int s = s0 + lane;
+        const int len = s < seqs ? (int)(seq_starts[s + 1] - seq_starts[s]) : 0;
+        const bool chunked = gdn_chunked(len, chunk_min);
+        u32 n = 0;
+        if (chunked) {
+            u32 sv = save_starts[s];
+            for (int lo = 0; lo < len; ++n) lo = gdn_chunk_end(lo, len, saves, sv, save_starts[s + 1]);
+        }
+        first[lane] = n;
+        __syncwarp();
+        if (lane == 0) {
+            u32 at = total;
+            for (int i = 0; i < 32; ++i) {
+                const u32 c = first[i];
+                first[i] = at;
+                at += c;
+            }
+            total = at;
+        }
+        __syncwarp();
+        u32 c = first[lane];
+        if (s < seqs) plan[s] = c;
+        if (chunked) {
+            u32 sv = save_starts[s];
+            for (int lo = 0; lo < len; ++c) {
+                const int hi = gdn_chunk_end(lo, len, saves, sv, save_starts[s + 1]);
+                if (c < (u32)max_chunks) {
+                    u32* e = plan + seqs + 3 * c;
+                    e[0] = s;
+                    e[1] = seq_starts[s] + lo;
+                    e[2] = hi - lo;
+                }
+                lo = hi;
+            }
+        }
+    }
+}
+
+// Shared memory of gdn_chunk_prep: q [C, DK + 4] and the decay products [C, C + 1] (X
+// [C, DK + C] over both once they are used), k [C, DK + 4], A [C, C + 1], decay, β, γ [C].
+// About 100 KB at DK 128: two blocks a multiprocessor.
+template <int DK>
+__device__ constexpr int gdn_prep_smem_floats() {
+    return 2 * GDN_CHUNK * (DK + 4) + 2 * GDN_CHUNK * (GDN_CHUNK + 1) + 3 * GDN_CHUNK;
+}
+
+__device__ __forceinline__ float4 lds4(const float* p) { return *(const float4*)p; }
+__device__ __forceinline__ float f4(const float4& v, int u) {
+    return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w;
+}
+
+// Everything about a chunk that does not depend on the state, a block per (chunk, value head).
+// With t, s rows of the chunk, D(t, s) = e_{s+1} ⋯ e_t the decay from row s to row t (1 at
+// s = t), γ_t = e_0 ⋯ e_t, and the normalised k, q:
+//     A[t, s] = β_t D(t, s) k_t·k_s (s < t)     (I + A) is unit lower triangular
+//     X = (I + A)⁻¹ [diag(βγ) K | diag(β)]      forward substitution, a thread a column
+//     W = X's first DK columns, Tb = the rest    so δ = Tb V − W S₀
+//     P[t, s] = D(t, s) q_t·k_s (s ≤ t)         Qg = diag(γ) Q, Kt[s] = D(n − 1, s) k_s
+// The decay products are multiplied out (not exp of cumulative sums: those lose the small
+// differences of large sums), as the CPU multiplies the state by each e.
+template <int DK, typename TM>
+__device__ void gdn_chunk_prep_impl(float* scratch, const float* conv, const TM* mixed,
+                                    const float* neg_a, const float* dt_bias, const u32* plan,
+                                    int seqs, int nk, int nv, int dv, int width) {
+    constexpr int C = GDN_CHUNK, KP = DK + 4, CP = C + 1, XW = DK + C;
+    GDN_SMEM(gdn_prep_smem_floats<DK>());
+    float* qs = smem;           // [C][KP]
+    float* dm = qs + C * KP;    // [C][CP]: dm[t][j] = e_j ⋯ e_t (j ≤ t), else 0
+    float* xs = smem;           // [C][XW] over q and dm, once those are used
+    float* ks = dm + C * CP;    // [C][KP]
+    float* as = ks + C * KP;    // [C][CP]
+    float* decay = as + C * CP; // [C]
+    float* beta = decay + C;    // [C]
+    float* gam = beta + C;      // [C]: γ_t = e_0 ⋯ e_t
+    static_assert(C * KP + C * CP >= C * XW, "X fits over q and the decay products");
+    pdl_start();
+    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    const int warp = tid / 32, lane = tid % 32, warps = blockDim.x / 32;
+    const u32* e = plan + seqs + 3 * c;
+    const int r0 = (int)e[1], n = (int)e[2];
+    const int kd = nk * DK, vd = nv * dv, channels = 2 * kd + vd, kh = h / (nv / nk);
+    // q and k rows of the key head, zeros past n
+    for (int i = tid; i < 2 * C * (DK / 4); i += blockDim.x) {
+        const int which = i / (C * (DK / 4)), t = i / (DK / 4) % C, d4 = i % (DK / 4);
+        const float* src =
+            conv + (u64)(r0 + min(t, n - 1)) * channels + which * kd + kh * DK + 4 * d4;
+        cp_async<16>((which ? ks : qs) + t * KP + 4 * d4, src, t < n);
+    }
+    cp_async_commit();
+    if (tid < C) {
+        float e_t = 1.f, b_t = 0.f;  // rows past n change nothing
+        if (tid < n) {
+            const TM* m = mixed + (u64)(r0 + tid) * width + channels + vd;
+            const float b = to_f32(m[h]), a = to_f32(m[nv + h]) + dt_bias[h];
+            const float softplus = a > 20.f ? a : log1pf(expf(a));
+            b_t = gdn_sigmoid(b);
+            e_t = expf(neg_a[h] * softplus);
+        }
+        decay[tid] = e_t;
+        beta[tid] = b_t;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    const float scale = 1.0f / sqrtf((float)DK);
+    for (int v = warp; v < 2 * n; v += warps) {
+        float* x = v < n ? qs + v * KP : ks + (v - n) * KP;
+        float ss = 0.f;
+        for (int d = lane; d < DK; d += 32) ss += x[d] * x[d];
+        const float inv = 1.0f / sqrtf(warp_sum(ss) + 1e-6f);
+        const float mul = v < n ? inv * scale : inv;
+        for (int d = lane; d < DK; d += 32) x[d] *= mul;
+    }
+    if (tid < C) {  // column tid of the decay products
+        float p = 0.f;
+        for (int t = 0; t < C; ++t) {
+            p = t == tid ? decay[t] : p * decay[t];
+            dm[t * CP + tid] = t >= tid ? p : 0.f;
+            if (tid == 0) gam[t] = p;
+        }
+    }
+    __syncthreads();
+    auto between = [&](int t, int s) { return s == t ? 1.f : dm[t * CP + s + 1]; };  // s ≤ t
+    float* out = scratch + ((u64)c * nv + h) * gdn_chunk_floats<DK>();
+    float* w_out = out;
+    float* q_out = w_out + C * DK;
+    float* k_out = q_out + C * DK;
+    float* tb_out = k_out + C * DK;
+    float* p_out = tb_out + C * C;
+    float* g_out = p_out + C * C;
+    // k_t·k_s and q_t·k_s: a thread a 4 × 4 tile, rows t = tg + 16a, columns s = g + 16b
+    // (16-byte loads along d; the row padding keeps eight consecutive g on distinct banks).
+    {
+        static_assert(GDN_CHUNK_THREADS == 256 && C == 64, "a 4 x 4 tile a thread");
+        const int tg = tid / 16, g = tid % 16;
+        float kk[4][4], qk[4][4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+            for (int b = 0; b < 4; ++b) kk[a][b] = qk[a][b] = 0.f;
+        for (int d = 0; d < DK; d += 4) {
+            float4 kt[4], qt[4], kv[4];
+#pragma unroll
+            for (int a = 0; a < 4; ++a) {
+                kt[a] = lds4(ks + (tg + 16 * a) * KP + d);
+                qt[a] = lds4(qs + (tg + 16 * a) * KP + d);
+                kv[a] = lds4(ks + (g + 16 * a) * KP + d);
+            }
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int b = 0; b < 4; ++b)
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) {
+                        kk[a][b] += f4(kt[a], u) * f4(kv[b], u);
+                        qk[a][b] += f4(qt[a], u) * f4(kv[b], u);
+                    }
+        }
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                const int t = tg + 16 * a, s = g + 16 * b;
+                as[t * CP + s] = s < t ? beta[t] * between(t, s) * kk[a][b] : 0.f;
+                p_out[t * C + s] = s <= t && t < n ? between(t, s) * qk[a][b] : 0.f;
+            }
+    }
+    for (int i = tid; i < n * DK; i += blockDim.x) {
+        const int t = i / DK, d = i % DK;
+        q_out[i] = gam[t] * qs[t * KP + d];
+        k_out[i] = between(n - 1, t) * ks[t * KP + d];
+    }
+    if (tid < C) g_out[tid] = gam[tid];
+    __syncthreads();  // q and the decay products are used: X goes over them
+    // X = (I + A)⁻¹ B by blocks of 16 rows: a block's rows first take off what the rows above
+    // give them (a product over all threads, four partial sums), then its 16 × 16 diagonal
+    // block is solved a thread a column, x_t = b_t − Σ_{s<t} A[t, s] x_s (chains of at most 15
+    // terms instead of 63). Rows past n stay zero (their B and A rows are).
+    for (int i = tid; i < C * XW; i += blockDim.x) {
+        const int t = i / XW, col = i % XW;
+        xs[i] = t >= n     ? 0.f
+                : col < DK ? beta[t] * gam[t] * ks[t * KP + col]
+                           : (col - DK == t ? beta[t] : 0.f);
+    }
+    __syncthreads();
+    constexpr int RB = 16;
+    for (int rb = 0; rb < n; rb += RB) {
+        if (rb > 0) {
+            for (int i = tid; i < RB * XW; i += blockDim.x) {
+                const int t = rb + i / XW, col = i % XW;
+                float a[4] = {0.f, 0.f, 0.f, 0.f};
+                for (int s = 0; s < rb; s += 4)
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) a[u] += as[t * CP + s + u] * xs[(s + u) * XW + col];
+                xs[t * XW + col] -= (a[0] + a[1]) + (a[2] + a[3]);
+            }
+            __syncthreads();
+        }
+        for (int col = tid; col < XW; col += blockDim.x)
+#pragma unroll
+            for (int t = rb; t < rb + RB; ++t) {
+                float x = xs[t * XW + col];
+                for (int s = rb; s < t; ++s) x -= as[t * CP + s] * xs[s * XW + col];
+                xs[t * XW + col] = x;
+            }
+        __syncthreads();
+    }
+    for (int i = tid; i < n * DK; i += blockDim.x) w_out[i] = xs[(i / DK) * XW + i % DK];
+    for (int i = tid; i < C * C; i += blockDim.x) tb_out[i] = xs[(i / C) * XW + DK + i % C];
+}
+
+#define GDN_CHUNK_PREP(dk, tm, TM)                                                               \
+    extern "C" __global__ void __launch_bounds__(GDN_CHUNK_THREADS)                              \
+        gdn_chunk_prep_d##dk##_##tm(float* scratch, const float* conv, const TM* mixed,          \
+                                    const float* neg_a, const float* dt_bias, const u32* plan,   \
+                                    int seqs, int nk, int nv, int dv, int width) {               \
+        gdn_chunk_prep_impl<dk, TM>(scratch, conv, mixed, neg_a, dt_bias, plan, seqs, nk, nv,   \
+                                    dv, width);                                                  \
+    }
+
+// Shared memory of gdn_chunk_state: the state's columns [DK, BV], W, Qg, Kt [C, DK + 4], Tb, P
+// [C, C + 4], v and δ [C, BV].
+template <int DK>
+__device__ constexpr int gdn_state_smem_floats() {
+    return DK * GDN_BV + 3 * GDN_CHUNK * (DK + 4) + 2 * GDN_CHUNK * (GDN_CHUNK + 4) +
+           2 * GDN_CHUNK * GDN_BV;
+}
+
+// The state's entries a thread of gdn_chunk_state owns (reads at the start, updates a chunk,
+// saves and writes back): rows dg + 32i of columns 4cg .. 4cg + 3 of the block's BV, with
+// cg = tid % 8, dg = tid / 8. f(d, local column, column) for each that exists.
+template <int DK, typename F>
+__device__ __forceinline__ void gdn_owned(int tid, int col0, int dv, F f) {
+    const int cg = tid % 8, dg = tid / 8;
+#pragma unroll
+    for (int i = 0; i < (DK + 31) / 32; ++i)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int d = dg + 32 * i, j = 4 * cg + u;
+            if (d < DK && col0 + j < dv) f(d, j, col0 + j);
+        }
+}
+
+// A thread's entries of the state go to the save slots of `after` rows, if any; returns the
+// next save.
+template <int DK>
+__device__ __forceinline__ u32 gdn_chunk_saves(const float* hs, u32 sv, u32 sv_end,
+                                               const u32* saves, u32 after, float* state,
+                                               u64 head, int tid, int col0, int dv) {
+    for (; sv < sv_end && saves[2 * sv] == after; ++sv) {
+        float* dst = state + (u64)saves[2 * sv + 1] * head;
+        gdn_owned<DK>(tid, col0, dv,
+                      [&](int d, int j, int col) { dst[(u64)d * dv + col] = hs[d * GDN_BV + j]; });
+    }
+    return sv;
+}
+
+// acc[a][e] += sign · Σ_k A[row_a][k] · B[k][4cg + e] over k < K, for rows row_0 = `a` and
+// row_1 = a + 32 · lda (`a` points at row_0's first element), B's rows BV floats apart: a
+// thread's 2 × 4 tile of a product, 16-byte shared loads.
+template <int K>
+__device__ __forceinline__ void gdn_tile_mac(float (&acc)[2][4], const float* a, int lda,
+                                             const float* b, int cg, float sign) {
+#pragma unroll 4
+    for (int k = 0; k < K; k += 4) {
+        const float4 a0 = lds4(a + k), a1 = lds4(a + 32 * lda + k);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const float4 x = lds4(b + (k + u) * GDN_BV + 4 * cg);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                acc[0][e] += sign * f4(a0, u) * f4(x, e);
+                acc[1][e] += sign * f4(a1, u) * f4(x, e);
+            }
+        }
+    }
+}
+
+// The state hand-off, chunk after chunk: a block per (BV state columns, value head, sequence)
+// keeps S₀'s columns in shared memory and per chunk of n rows computes
+//     δ = Tb V − W S₀                      [n, BV]
+//     o = Qg S₀ + P δ                      into core
+//     S₀ = γ_{n−1} S₀ + Ktᵀ δ
+// each thread a 2 × 4 tile of δ and o (rows rg, rg + 32, columns 4cg ..) and its own 4 × 4
+// of S₀ (gdn_owned), 16-byte shared loads; saves are written after their chunk's end.
+template <int DK>
+__device__ void gdn_chunk_state_impl(float* core, const float* conv, const float* scratch,
+                                     float* state, const u32* plan, const u32* seq_starts,
+                                     const u32* slots, const u32* save_starts, const u32* saves,
+                                     int seqs, int chunk_min, int nk, int nv, int dv) {
+    constexpr int C = GDN_CHUNK, BV = GDN_BV, DKP = DK + 4, CP = C + 4, DT = (DK + 31) / 32;
+    static_assert(GDN_CHUNK_THREADS == 256 && C == 64 && BV == 32, "the tiles below");
+    GDN_SMEM(gdn_state_smem_floats<DK>());
+    float* hs = smem;          // [DK][BV]
+    float* ws = hs + DK * BV;  // [C][DKP]
+    float* qs = ws + C * DKP;  // [C][DKP]
+    float* ks = qs + C * DKP;  // [C][DKP]
+    float* tb = ks + C * DKP;  // [C][CP]
+    float* ps = tb + C * CP;   // [C][CP]
+    float* vs = ps + C * CP;   // [C][BV]
+    float* ds = vs + C * BV;   // [C][BV]
+    pdl_start();
+    const int s = blockIdx.z, h = blockIdx.y, tid = threadIdx.x, col0 = blockIdx.x * BV;
+    const u32 r0 = seq_starts[s];
+    const int len = (int)(seq_starts[s + 1] - r0);
+    if (!gdn_chunked(len, chunk_min)) return;
+    const int cg = tid % 8, rg = tid / 8, dg = tid / 8;
+    const int kd = nk * DK, vd = nv * dv, channels = 2 * kd + vd;
+    const u64 head = (u64)nv * DK * dv;  // a slot's recurrent state
+    // Slot 0xFFFFFFFF is a padding row's: no state, read zeros, write nothing.
+    const bool pad = slots[s] == GDN_NO_STATE;
+    float* own = state + (pad ? 0 : slots[s]) * head + (u64)h * DK * dv;
+    state += (u64)h * DK * dv;  // saves: slot · head from here
+    gdn_owned<DK>(tid, col0, dv, [&](int d, int j, int col) {
+        hs[d * BV + j] = pad ? 0.f : own[(u64)d * dv + col];
+    });
+    if (col0 + BV > dv)  // columns past dv stay zero
+        for (int i = tid; i < DK * BV; i += blockDim.x)
+            if (col0 + i % BV >= dv) hs[i] = 0.f;
+    u32 sv = save_starts[s], cut = sv;
+    const u32 sv_end = save_starts[s + 1], write_end = pad ? sv : sv_end;  // chunks still cut
+    sv = gdn_chunk_saves<DK>(hs, sv, write_end, saves, 0, state, head, tid, col0, dv);
+    // Copies in flight while the block computes: a chunk's W, Qg, Tb, P and v (`main`) go out
+    // once the previous chunk's δ and o are done, its Kt at its start (phase C reads the
+    // previous Kt until then).
+    auto issue_main = [&](const float* sc, int lo, int n) {
+        for (int i = tid; i < 2 * C * (DK / 4); i += blockDim.x)
+            cp_async<16>(ws + i / (DK / 4) * DKP + 4 * (i % (DK / 4)), sc + 4 * i,
+                         i / (DK / 4) % C < n);
+        for (int i = tid; i < 2 * C * (C / 4); i += blockDim.x)
+            cp_async<16>(tb + i / (C / 4) * CP + 4 * (i % (C / 4)), sc + 3 * C * DK + 4 * i, true);
+        for (int i = tid; i < C * BV; i += blockDim.x) {
+            const int t = i / BV, c = col0 + i % BV;
+            const bool in = t < n && c < dv;
+            const float* src = conv + (u64)(r0 + lo + t) * channels + 2 * kd + h * dv + c;
+            cp_async<4>(vs + i, in ? src : conv, in);
+        }
+        cp_async_commit();
+    };
+    auto chunk_at = [&](u32 chunk) {
+        return scratch + ((u64)chunk * nv + h) * gdn_chunk_floats<DK>();
+    };
+    u32 chunk = plan[s];
+    int hi = gdn_chunk_end(0, len, saves, cut, sv_end);
+    issue_main(chunk_at(chunk), 0, hi);
+    for (int lo = 0; lo < len; ++chunk) {
+        const int n = hi - lo;
+        const float* sc = chunk_at(chunk);
+        __syncthreads();  // the previous chunk's phase C is done: Kt and S₀ are free
+        for (int i = tid; i < C * (DK / 4); i += blockDim.x)
+            cp_async<16>(ks + i / (DK / 4) * DKP + 4 * (i % (DK / 4)), sc + 2 * C * DK + 4 * i,
+                         i / (DK / 4) < n);
+        cp_async_commit();
+        const float gamma = sc[3 * C * DK + 2 * C * C + n - 1];
+        cp_async_wait<1>();  // main is in, Kt may still be coming
+        __syncthreads();
+        // δ = Tb V − W S₀ (Tb and v are zero past n: fixed counts pipeline)
+        float acc[2][4] = {};
+        gdn_tile_mac<C>(acc, tb + rg * CP, CP, vs, cg, 1.f);
+        gdn_tile_mac<DK>(acc, ws + rg * DKP, DKP, hs, cg, -1.f);
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+            const int t = rg + 32 * a;
+            const bool in = t < n;  // rows past n: zero (Tb's and W's are already)
+            *(float4*)(ds + t * BV + 4 * cg) =
+                make_float4(in ? acc[a][0] : 0.f, in ? acc[a][1] : 0.f, in ? acc[a][2] : 0.f,
+                            in ? acc[a][3] : 0.f);
+        }
+        __syncthreads();
+        // o = Qg S₀ + P δ (P and δ are zero past n)
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) acc[a][u] = 0.f;
+        gdn_tile_mac<DK>(acc, qs + rg * DKP, DKP, hs, cg, 1.f);
+        gdn_tile_mac<C>(acc, ps + rg * CP, CP, ds, cg, 1.f);
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+            const int t = rg + 32 * a;
+            if (t >= n) continue;
+            float* o = core + (u64)(r0 + lo + t) * vd + h * dv;
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (col0 + 4 * cg + e < dv) o[col0 + 4 * cg + e] = acc[a][e];
+        }
+        const int next = hi < len ? gdn_chunk_end(hi, len, saves, cut, sv_end) : hi;
+        __syncthreads();  // every thread has read S₀, W, Qg, Tb, P and v
+        if (next > hi) {
+            issue_main(chunk_at(chunk + 1), hi, next - hi);
+            cp_async_wait<1>();  // Kt is in
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        // S₀ = γ S₀ + Ktᵀ δ, each thread its own entries
+        float hn[DT][4];
+#pragma unroll
+        for (int i = 0; i < DT; ++i) {
+            const int d = min(dg + 32 * i, DK - 1);  // rows past DK (DK 16) are computed, not kept
+            const float4 x = lds4(hs + d * BV + 4 * cg);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) hn[i][e] = gamma * f4(x, e);
+        }
+#pragma unroll 8
+        for (int t = 0; t < C; ++t) {  // Kt and δ are zero past n
+            const float4 x = lds4(ds + t * BV + 4 * cg);
+#pragma unroll
+            for (int i = 0; i < DT; ++i) {
+                const float k = ks[t * DKP + min(dg + 32 * i, DK - 1)];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) hn[i][e] += k * f4(x, e);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < DT; ++i)
+            if (dg + 32 * i < DK)
+                *(float4*)(hs + (dg + 32 * i) * BV + 4 * cg) =
+                    make_float4(hn[i][0], hn[i][1], hn[i][2], hn[i][3]);
+        sv = gdn_chunk_saves<DK>(hs, sv, write_end, saves, (u32)hi, state, head, tid, col0, dv);
+        lo = hi;
+        hi = next;
+    }
+    if (!pad)
+        gdn_owned<DK>(tid, col0, dv,
+                      [&](int d, int j, int col) { own[(u64)d * dv + col] = hs[d * BV + j]; });
+}
+
+#define GDN_CHUNK_STATE(dk)                                                                      \
+    extern "C" __global__ void __launch_bounds__(GDN_CHUNK_THREADS) gdn_chunk_state_d##dk(       \
+        float* core, const float* conv, const float* scratch, float* state, const u32* plan,     \
+        const u32* seq_starts, const u32* slots, const u32* save_starts, const u32* saves,       \
+        int seqs, int chunk_min, int nk, int nv, int dv) {                                       \
+        gdn_chunk_state_impl<dk>(core, conv, scratch, state, plan, seq_starts, slots,            \
+                                 save_starts, saves, seqs, chunk_min, nk, nv, dv);               \
+    }
+#define GDN_CHUNKED(dk)            \
+    GDN_CHUNK_PREP(dk, f32, float) \
+    GDN_CHUNK_PREP(dk, bf16, bf16) \
+    GDN_CHUNK_STATE(dk)
+GDN_CHUNKED(16)
+GDN_CHUNKED(32)
+GDN_CHUNKED(64)
+GDN_CHUNKED(128)
+
+// --- 3. the gated RMSNorm ----------------------------------------------------------------------
+
+template <typename TM, typename TO>
+__device__ void gdn_norm_impl(TO* out, const float* core, const TM* mixed, const float* w,
+                              int heads, int nv, int dv, int width, int z_at, float eps) {
+    pdl_start();
+    const int idx = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (idx >= heads) return;
+    const u64 t = idx / nv, at = t * nv * dv + (u64)(idx % nv) * dv;
+    const float* x = core + at;
+    float ss = 0.f;
+    for (int d = lane; d < dv; d += 32) ss += x[d] * x[d];
+    const float inv = 1.0f / sqrtf(warp_sum(ss) / dv + eps);
+    const TM* z = mixed + t * width + z_at + (u64)(idx % nv) * dv;
+    for (int d = lane; d < dv; d += 32)
+        out[at + d] = from_f32<TO>(w[d] * (x[d] * inv) * gdn_silu(to_f32(z[d])));
+}
+
+#define GDN_NORM(tm, TM, to, TO)                                                                 \
+    extern "C" __global__ void gdn_norm_##tm##_##to(TO* out, const float* core, const TM* mixed, \
+                                                    const float* w, int heads, int nv, int dv,   \
+                                                    int width, int z_at, float eps) {            \
+        gdn_norm_impl(out, core, mixed, w, heads, nv, dv, width, z_at, eps);                     \
+    }
+GDN_NORM(f32, float, bf16, bf16)
+GDN_NORM(bf16, bf16, bf16, bf16)
+GDN_NORM(f32, float, f32, float)
+GDN_NORM(bf16, bf16, f32, float)

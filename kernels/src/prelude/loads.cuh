@@ -1,0 +1,60 @@
+// 16-byte loads (8 bf16) through inline PTX, so no vector-type header is needed: `load_stream`
+// reads data used once (no L1 allocation), `load_cached` data many threads re-read.
+struct u32x4 {
+    u32 x, y, z, w;
+};
+
+struct u32x2 {
+    u32 x, y;
+};
+
+#ifdef METRALE_HOST_EMULATION
+__device__ __forceinline__ u32x2 load_stream8(const u32x2* p) { return *p; }
+__device__ __forceinline__ u32x4 load_stream(const u32x4* p) { return *p; }
+__device__ __forceinline__ u32x4 load_cached(const u32x4* p) { return *p; }
+__device__ __forceinline__ float load_l2(const float* p) { return *p; }
+__device__ __forceinline__ int load_l2(const int* p) { return *p; }
+__device__ __forceinline__ u32x4 load_l2x4(const u32x4* p) { return *p; }
+#else
+// A value another block wrote during this kernel (after its fence): from L2, past this
+// multiprocessor's L1.
+__device__ __forceinline__ float load_l2(const float* p) {
+    float r;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ int load_l2(const int* p) {
+    int r;
+    asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ u32x4 load_l2x4(const u32x4* p) {
+    u32x4 r;
+    asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ u32x2 load_stream8(const u32x2* p) {
+    u32x2 r;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ u32x4 load_stream(const u32x4* p) {
+    u32x4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ u32x4 load_cached(const u32x4* p) {
+    u32x4 r;
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+#endif

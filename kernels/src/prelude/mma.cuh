@@ -1,0 +1,77 @@
+// ---- Tensor cores (sm_80 and newer, e4m3 sm_89: attention_mma.cu and moe_mma.cu call these;
+// compiled for an older GPU they trap) ------------------------------------------------------
+
+// c += a·b for one m16n8 tile with f32 accumulators. bf16 (m16n8k16): a = four bf16 pairs (rows
+// g / g + 8, k 2t.. / 2t + 8..), b = two (k 2t.. / 2t + 8.., column g). E4M3 (m16n8k32, sm_89+):
+// a = rows g / g + 8, k 4t.. / 16 + 4t.. (four bytes each), b = k 4t.. / 16 + 4t.., column g.
+// c = rows g and g + 8, columns 2t and 2t + 1 (g = lane / 4, t = lane % 4).
+template <bool E4M3>
+__device__ __forceinline__ void mma_m16n8(float c[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                          u32 b1) {
+#ifdef METRALE_HOST_EMULATION
+    if (E4M3) emu_mma_m16n8k32_e4m3(c, a0, a1, a2, a3, b0, b1);
+    else emu_mma_m16n8k16_bf16(c, a0, a1, a2, a3, b0, b1);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    asm volatile("trap;");
+#else
+#define MMA_M16N8_F32(INSTR)                                                                       \
+    asm volatile(INSTR " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"          \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                  \
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+    if constexpr (E4M3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+        asm volatile("trap;");
+#else
+        MMA_M16N8_F32("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32");
+#endif
+    } else {
+        MMA_M16N8_F32("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
+    }
+#undef MMA_M16N8_F32
+#endif
+}
+__device__ __forceinline__ void mma_bf16(float c[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                         u32 b1) {
+    mma_m16n8<false>(c, a0, a1, a2, a3, b0, b1);
+}
+
+// Bytes SEL (a prmt selector: 0x4140 takes bytes 0 and 1, 0x4342 bytes 2 and 3) of w as the
+// low bytes of the two halves of a u32.
+template <u32 SEL> __device__ __forceinline__ u32 byte_halves(u32 w) {
+#ifdef METRALE_HOST_EMULATION
+    const int a = SEL & 0xf, b = (SEL >> 8) & 0xf;
+    return ((w >> (8 * a)) & 0xffu) | (((w >> (8 * b)) & 0xffu) << 16);
+#else
+    u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(w), "r"(0u), "n"(SEL));
+    return r;
+#endif
+}
+
+// The e4m3 bytes in the low bytes of t's halves as a bf16 pair, exactly: a byte's exponent and
+// mantissa at bit 4 of its half and its sign at bit 15 form the bf16 of its value · 2^-120
+// (e4m3's subnormals become bf16 subnormals); one bf16x2 multiply-add by 2^120 (and -0) scales
+// both back without rounding (a value of at most four significant bits times a power of two).
+// Five instructions a pair, where widening each byte through f32 takes about twelve.
+__device__ __forceinline__ u32 e4m3_halves_to_bf16x2(u32 t) {
+    const u32 v = ((t << 4) & 0x07f007f0u) | ((t << 8) & 0x80008000u);
+#ifdef METRALE_HOST_EMULATION
+    const float a = ldexpf(lo(v), 120), b = ldexpf(hi(v), 120);
+    return (u32)from_f32<bf16>(a).bits | ((u32)from_f32<bf16>(b).bits << 16);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    asm volatile("trap;");
+    return v;
+#else
+    u32 r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(0x7b807b80u), "r"(0x80008000u));
+    return r;
+#endif
+}
+
+// Eight e4m3 bytes (an FP8 cache's dims) as the u32x4 of bf16 pairs a 16-byte bf16 load gives.
+__device__ __forceinline__ u32x4 e4m3x8_to_bf16x8(u32x2 w) {
+    return u32x4{e4m3_halves_to_bf16x2(byte_halves<0x4140>(w.x)),
+                 e4m3_halves_to_bf16x2(byte_halves<0x4342>(w.x)),
+                 e4m3_halves_to_bf16x2(byte_halves<0x4140>(w.y)),
+                 e4m3_halves_to_bf16x2(byte_halves<0x4342>(w.y))};
+}
