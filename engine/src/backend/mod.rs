@@ -4,6 +4,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod kernels;
 pub mod kv_fp8;
 pub mod moe_plan;
 pub mod sampling;
