@@ -192,9 +192,10 @@ fn kv_fp8(args: &ScoreArgs) -> bool {
 #[cfg(feature = "cuda")]
 fn score_on_cuda(args: &ScoreArgs, tokens: &[u32]) -> anyhow::Result<Vec<PositionScore>> {
     let tuning = metrale_engine::tuning::Tuning::from_env()?;
-    let backend = metrale_engine::backend::cuda::CudaBackend::for_dtype(0, args.model.dtype, tuning)
-        .context("failed to start the CUDA backend")?
-        .with_fp8_kv_cache(kv_fp8(args))?;
+    let backend =
+        metrale_engine::backend::cuda::CudaBackend::for_dtype(0, args.model.dtype, tuning)
+            .context("failed to start the CUDA backend")?
+            .with_fp8_kv_cache(kv_fp8(args))?;
     score_on(backend, args, tokens)
 }
 
