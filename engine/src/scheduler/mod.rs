@@ -16,6 +16,7 @@ mod config;
 mod core;
 pub mod io;
 mod output;
+mod table_rows;
 
 pub use config::{
     AddRequestError, MAX_DRAFTS, SchedulerConfig, SchedulerConfigError, SpeculativeConfig,
