@@ -8,8 +8,10 @@ use crate::kv_cache::StatePlan;
 use crate::models::{KvStorage, Model};
 use crate::scheduler::io::{RunnerOutput, SchedulerOutput, SeqOutput};
 
+mod block_tables;
 mod speculative;
 
+pub use block_tables::BlockTables;
 pub use speculative::Speculation;
 
 pub struct Runner<B: Backend, M: Model<B>> {
@@ -18,6 +20,9 @@ pub struct Runner<B: Backend, M: Model<B>> {
     pub kv: KvStorage<B>,
     /// Speculative decoding with the model's MTP head, when enabled.
     spec: Option<Speculation>,
+    /// Every running sequence's block table, kept from step to step and fed by the step's
+    /// deltas.
+    tables: BlockTables,
 }
 
 impl<B: Backend, M: Model<B>> Runner<B, M> {
@@ -39,6 +44,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             model,
             kv,
             spec: None,
+            tables: BlockTables::default(),
         })
     }
 
@@ -57,6 +63,14 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         if step.seqs.is_empty() {
             return Ok(RunnerOutput::default());
         }
+        self.tables.apply(step)?;
+        // The persisted tables must be the scheduler's full view (checked while both exist).
+        debug_assert!(
+            step.seqs
+                .iter()
+                .all(|s| self.tables.row(s.table.slot) == s.block_ids),
+            "a persisted block table differs from the scheduler's"
+        );
         // Which rows of each chunk need logits: every row for prompt logprobs, else, when the
         // chunk reaches the end of the known tokens, its last own row and its drafts' rows.
         let chunks: Vec<SeqChunk<'_>> = step

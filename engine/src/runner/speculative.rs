@@ -144,6 +144,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             model,
             kv,
             spec,
+            ..
         } = self;
         let spec = spec
             .as_ref()

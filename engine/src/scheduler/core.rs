@@ -13,6 +13,7 @@ use crate::scheduler::io::{RequestId, RunnerOutput, ScheduledSeq, SchedulerOutpu
 use crate::scheduler::output::{
     EngineEvent, FinishReason, FinishedRequest, SchedulerStats, SpecDecodeStats,
 };
+use crate::scheduler::table_rows::TableRows;
 
 #[derive(Debug)]
 pub struct Scheduler {
@@ -28,6 +29,8 @@ pub struct Scheduler {
     num_preemptions: u64,
     last_step_tokens: usize,
     spec: SpecDecodeStats,
+    /// Each running request's block-table row in the runner, and what it was sent.
+    table_rows: TableRows,
 }
 
 impl Scheduler {
@@ -58,6 +61,7 @@ impl Scheduler {
             num_preemptions: 0,
             last_step_tokens: 0,
             spec: SpecDecodeStats::default(),
+            table_rows: TableRows::new(cfg.max_num_seqs),
         })
     }
 
@@ -221,6 +225,10 @@ impl Scheduler {
             }
         }
 
+        // The tables' changes since each sequence's last step, now that all are allocated.
+        for s in &mut seqs {
+            s.table = self.table_rows.delta(s.req_id, self.kv.block_ids(s.req_id));
+        }
         let num_batched_tokens = self.cfg.max_num_batched_tokens - budget;
         self.last_step_tokens = num_batched_tokens;
         SchedulerOutput {
@@ -346,6 +354,7 @@ impl Scheduler {
     /// request first in line. `id` must already be out of `running`.
     fn preempt(&mut self, id: RequestId) {
         self.kv.free(id);
+        self.table_rows.release(id);
         if let Some(req) = self.requests.get_mut(&id) {
             req.num_computed_tokens = 0;
             req.drafts.clear();
@@ -371,6 +380,7 @@ impl Scheduler {
             self.waiting.remove(at);
         }
         self.kv.free(id);
+        self.table_rows.release(id);
         self.left.push(id);
         Some(req)
     }
@@ -456,6 +466,7 @@ fn scheduled_seq(
         token_ids,
         start_pos: start,
         block_ids: kv.block_ids(req.id).to_vec(),
+        table: Default::default(), // filled once the step's allocations are done
         sample: start + n == all.len(),
         want_prompt_logprobs: req.wants_prompt_logprobs(start, n),
         all_token_ids: all,

@@ -20,8 +20,12 @@ pub struct ScheduledSeq {
     pub token_ids: Vec<u32>,
     /// Position of `token_ids[0]` in the sequence (= tokens already in the KV cache).
     pub start_pos: usize,
-    /// The sequence's whole block table after this step's allocation, in order.
+    /// The sequence's whole block table after this step's allocation, in order: the
+    /// scheduler's full view, kept while the runner's persistent tables (fed by `table`) are
+    /// checked against it.
     pub block_ids: Vec<u32>,
+    /// What changed in the block table since the runner last saw this sequence.
+    pub table: BlockTableDelta,
     /// True when this chunk reaches the end of the known tokens, so the runner samples one
     /// new token from the logits of the last row.
     pub sample: bool,
@@ -44,6 +48,25 @@ pub struct ScheduledSeq {
     /// Drafts the MTP head proposes after this step, for the next (0: none; a model with an
     /// MTP head still runs it over the chunk so that its cache stays complete).
     pub propose: usize,
+}
+
+/// A block table's change for one step (vLLM's `NewRequestData` / `CachedRequestData` split,
+/// for the table): a sequence new to its row sends its whole table once, a running one only
+/// the block ids allocated since its last step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BlockTableDelta {
+    /// The sequence's row in the runner's persistent tables, stable from admission until it
+    /// finishes or is preempted, then reused; below `max_num_seqs`.
+    pub slot: u32,
+    /// True when the sequence is new to the row (admitted, or readmitted after a preemption):
+    /// `new_block_ids` is then its whole table.
+    pub new: bool,
+    /// Index in the row of `new_block_ids[0]`.
+    pub start: usize,
+    /// Block ids to write at `start..`.
+    pub new_block_ids: Vec<u32>,
+    /// The row's length after the change.
+    pub len: usize,
 }
 
 /// What the scheduler decided for one step.

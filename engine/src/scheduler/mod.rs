@@ -17,6 +17,7 @@ mod config;
 mod core;
 pub mod io;
 mod output;
+mod table_rows;
 
 pub use config::{MAX_DRAFTS, SchedulerConfig, SchedulerConfigError, SpeculativeConfig};
 pub use core::Scheduler;

@@ -14,6 +14,7 @@ use super::io::{RunnerOutput, SchedulerOutput, SeqOutput, TokenLogprobs};
 use super::tests::{BS, scheduler};
 use super::*;
 use crate::admission::AddRequestError;
+use crate::runner::BlockTables;
 use crate::sampling_params::SamplingParams;
 
 const EOS: u32 = 1;
@@ -56,18 +57,40 @@ fn expected_output(
 
 /// A fake runner over a shadow KV cache: `(token, position)` per slot. With speculation it
 /// verifies drafts against the oracle and proposes new ones, most right, some wrong.
+/// It reads block tables only from the runner's persistent ones, fed by the step's deltas.
 struct ShadowRunner {
     slots: Vec<Option<(u32, usize)>>,
     rng: StdRng,
+    tables: BlockTables,
+    /// Block ids the steps' deltas carried, and those whole tables would have.
+    ids_sent: usize,
+    ids_full: usize,
 }
 
 impl ShadowRunner {
     fn execute(&mut self, out: &SchedulerOutput, s: &Scheduler) -> RunnerOutput {
+        // The persistent tables after this step's deltas are the scheduler's full view, and
+        // no two sequences of a step share a row.
+        self.tables.apply(out).expect("deltas apply");
+        let mut rows = std::collections::HashSet::new();
+        for q in &out.seqs {
+            assert!(rows.insert(q.table.slot), "row {} shared", q.table.slot);
+            assert!((q.table.slot as usize) < s.config().max_num_seqs);
+            assert_eq!(
+                self.tables.row(q.table.slot),
+                s.kv_cache().block_ids(q.req_id)
+            );
+            assert_eq!(self.tables.row(q.table.slot), q.block_ids);
+            self.ids_sent += q.table.new_block_ids.len();
+            self.ids_full += q.block_ids.len();
+        }
+        let tables = &self.tables;
         // Write every sequence's new KV first (as a layer writes all rows before attention).
         for q in &out.seqs {
+            let table = tables.row(q.table.slot);
             for (j, &t) in q.token_ids.iter().enumerate() {
                 let pos = q.start_pos + j;
-                let block = q.block_ids[pos / BS];
+                let block = table[pos / BS];
                 let pool = s.kv_cache().pool();
                 assert!(
                     pool.ref_count(block) == 1 && pool.block_hash(block).is_none(),
@@ -80,6 +103,7 @@ impl ShadowRunner {
         // Then "attend": every row sees exactly the sequence's own tokens at their positions.
         let mut res = RunnerOutput::default();
         for q in &out.seqs {
+            let table = tables.row(q.table.slot);
             let end = q.start_pos + q.token_ids.len();
             let own = end - q.num_drafts;
             assert!(q.num_drafts == 0 || (q.sample && q.token_ids.len() == 1 + q.num_drafts));
@@ -87,9 +111,9 @@ impl ShadowRunner {
                 q.token_ids[..own - q.start_pos],
                 q.all_token_ids[q.start_pos..own]
             );
-            assert!(q.block_ids.len() * BS >= end, "block table too short");
+            assert!(table.len() * BS >= end, "block table too short");
             for pos in 0..end {
-                let slot = q.block_ids[pos / BS] as usize * BS + pos % BS;
+                let slot = table[pos / BS] as usize * BS + pos % BS;
                 let want = match pos < own {
                     true => q.all_token_ids[pos],
                     false => q.token_ids[pos - q.start_pos],
@@ -176,6 +200,9 @@ fn simulate(seed: u64) -> SchedulerStats {
     let mut runner = ShadowRunner {
         slots: vec![None; cfg.num_blocks * BS],
         rng: StdRng::seed_from_u64(seed ^ 0x5bec),
+        tables: BlockTables::default(),
+        ids_sent: 0,
+        ids_full: 0,
     };
     // A few shared prefixes so the prefix cache gets hits.
     let prefixes: Vec<Vec<u32>> = (0..3)
@@ -277,6 +304,13 @@ fn simulate(seed: u64) -> SchedulerStats {
         "seed {seed}: requests left unfinished: livelock?"
     );
     assert_eq!(s.stats().kv_cache_usage, 0.0, "seed {seed}: blocks leaked");
+    // Each block id crosses once per admission, not once per step.
+    assert!(
+        runner.ids_sent < runner.ids_full,
+        "seed {seed}: {} ids sent, {} in whole tables",
+        runner.ids_sent,
+        runner.ids_full
+    );
     assert_eq!(s.kv_cache().num_free_blocks(), cfg.num_blocks - 1);
 
     let mut completed = 0;
