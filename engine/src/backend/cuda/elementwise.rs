@@ -1,8 +1,8 @@
 //! Launchers for the row copies, SwiGLU, log-softmax, fills and casts
 //! (`embedding.cu`, `activation.cu`, `softmax.cu`, `convert.cu`).
 
+use crate::backend::kernels;
 use cudarc::driver::LaunchConfig;
-use metrale_kernels::Module;
 
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, CudaBatch, check};
@@ -75,11 +75,10 @@ impl CudaBackend {
             return Ok(());
         }
         let name = match table.dtype {
-            DType::BF16 => "embedding_bf16",
-            DType::F32 => "embedding_f32",
+            DType::BF16 => kernels::embedding_bf16,
+            DType::F32 => kernels::embedding_f32,
             DType::F8 => return Err(super::not_activation("embedding")),
         };
-        let f = self.func(Module::Embedding, name)?;
         let s = &self.stream;
         let (o, t, ids, hh) = (
             out.ptr(s),
@@ -87,17 +86,15 @@ impl CudaBackend {
             batch.token_ids(s),
             int(h, "embedding")?,
         );
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&t).arg(&ids).arg(&hh);
         // SAFETY: out is [T, h] f32; table is [vocab, h] of the kernel's type; every token id is
         // below vocab (checked above); the grid has one block per token.
-        let r = unsafe {
-            a.launch(cfg(
-                (dim(batch.num_tokens, "embedding")?, 1),
-                row_threads(h),
-            ))
-        };
-        self.launched(name, r)
+        unsafe {
+            name.launch(
+                self,
+                cfg((dim(batch.num_tokens, "embedding")?, 1), row_threads(h)),
+                (o, t, ids, hh),
+            )
+        }
     }
 
     pub(super) fn gather_rows_op(
@@ -124,11 +121,10 @@ impl CudaBackend {
             return Ok(());
         }
         let name = match x.dtype {
-            DType::BF16 => "gather_rows_bf16",
-            DType::F32 => "gather_rows_f32",
+            DType::BF16 => kernels::gather_rows_bf16,
+            DType::F32 => kernels::gather_rows_f32,
             DType::F8 => return Err(super::not_activation("gather_rows")),
         };
-        let f = self.func(Module::Embedding, name)?;
         let s = &self.stream;
         let (o, xp, rows, w) = (
             out.ptr(s),
@@ -136,17 +132,18 @@ impl CudaBackend {
             batch.logits_rows_ptr(s),
             int(h, "gather_rows")?,
         );
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&xp).arg(&rows).arg(&w);
         // SAFETY: out is [R, h], x is [rows, h], both of x's type; every row index is below
         // x.rows() (checked above); one block per output row.
-        let r = unsafe {
-            a.launch(cfg(
-                (dim(batch.num_logits_rows, "gather_rows")?, 1),
-                row_threads(h),
-            ))
-        };
-        self.launched(name, r)
+        unsafe {
+            name.launch(
+                self,
+                cfg(
+                    (dim(batch.num_logits_rows, "gather_rows")?, 1),
+                    row_threads(h),
+                ),
+                (o, xp, rows, w),
+            )
+        }
     }
 
     pub(super) fn silu_mul_op(&self, out: &mut CudaTensor, gate_up: &CudaTensor) -> Result<()> {
@@ -164,9 +161,9 @@ impl CudaBackend {
             return Ok(());
         }
         let name = match (gate_up.dtype, fp32) {
-            (DType::F32, true) => "silu_mul_fp32",
-            (DType::BF16, false) => "silu_mul_bf16",
-            (DType::F32, false) => "silu_mul_f32",
+            (DType::F32, true) => kernels::silu_mul_fp32,
+            (DType::BF16, false) => kernels::silu_mul_bf16,
+            (DType::F32, false) => kernels::silu_mul_f32,
             (DType::BF16, true) => {
                 return Err(super::shape_err(
                     "silu_mul",
@@ -175,15 +172,11 @@ impl CudaBackend {
             }
             (DType::F8, _) => return Err(super::not_activation("silu_mul")),
         };
-        let f = self.func(Module::Activation, name)?;
         let s = &self.stream;
         let (o, g) = (out.ptr(s), gate_up.ptr(s));
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&g).arg(&rows).arg(&inter);
         // SAFETY: out is [rows, I] and gate_up [rows, 2·I], each of the kernel's type (set and
         // matched above); the grid-stride loop stays below rows·I.
-        let r = unsafe { a.launch(stride_cfg(rows * inter)) };
-        self.launched(name, r)
+        unsafe { name.launch(self, stride_cfg(rows * inter), (o, g, rows, inter)) }
     }
 
     pub(super) fn log_softmax_op(&self, x: &mut CudaTensor) -> Result<()> {
@@ -196,16 +189,12 @@ impl CudaBackend {
         if rows == 0 || vocab == 0 {
             return Ok(());
         }
-        let name = "log_softmax_f32";
-        let f = self.func(Module::Softmax, name)?;
+        let name = kernels::log_softmax_f32;
         let s = &self.stream;
         let (p, v) = (x.ptr(s), int(vocab, "log_softmax")?);
-        let mut a = self.launcher(&f);
-        a.arg(&p).arg(&v);
         // SAFETY: x is [rows, vocab] f32; one block of 1024 threads (a multiple of 32, as the
         // block reductions need) per row.
-        let r = unsafe { a.launch(cfg((dim(rows, "log_softmax")?, 1), 1024)) };
-        self.launched(name, r)
+        unsafe { name.launch(self, cfg((dim(rows, "log_softmax")?, 1), 1024), (p, v)) }
     }
 
     /// `out = x` converted to `out`'s type (same number of elements; the types differ).
@@ -225,25 +214,21 @@ impl CudaBackend {
             return Ok(());
         }
         let name = match out.dtype {
-            DType::BF16 => "cast_f32_bf16",
-            DType::F32 => "cast_bf16_f32",
+            DType::BF16 => kernels::cast_f32_bf16,
+            DType::F32 => kernels::cast_bf16_f32,
             DType::F8 => return Err(super::not_activation("cast")),
         };
-        let f = self.func(Module::Convert, name)?;
         let s = &self.stream;
         let (o, i) = (out.ptr(s), x.ptr(s));
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&i).arg(&n);
         // SAFETY: both buffers hold n elements of their (different) types, checked above.
-        let r = unsafe { a.launch(stride_cfg(n)) };
-        self.launched(name, r)
+        unsafe { name.launch(self, stride_cfg(n), (o, i, n)) }
     }
 
     /// Fill a bf16 or f32 tensor with `HostData::Random`'s stream (`half_width` = std·√3).
     pub(super) fn fill_random(&self, t: &mut CudaTensor, seed: u64, half_width: f32) -> Result<()> {
         let name = match t.dtype {
-            DType::BF16 => "fill_random_bf16",
-            DType::F32 => "fill_random_f32",
+            DType::BF16 => kernels::fill_random_bf16,
+            DType::F32 => kernels::fill_random_f32,
             DType::F8 => return Err(super::not_activation("fill_random")),
         };
         let n = t.numel() as u64;
@@ -253,34 +238,32 @@ impl CudaBackend {
         const CHUNK: u64 = 65536; // elements a thread walks (RANDOM_CHUNK in convert.cu)
         const THREADS: u32 = 64; // few threads in all: spread them over many blocks
         let blocks = n.div_ceil(CHUNK).div_ceil(u64::from(THREADS));
-        let f = self.func(Module::Convert, name)?;
         let s = &self.stream;
         let p = t.ptr(s);
-        let mut a = self.launcher(&f);
-        a.arg(&p).arg(&n).arg(&seed).arg(&half_width);
         // SAFETY: t holds n elements of the kernel's type; each thread writes only its chunk
         // below n.
-        let r = unsafe { a.launch(cfg((dim(blocks as usize, "fill_random")?, 1), THREADS)) };
-        self.launched(name, r)
+        unsafe {
+            name.launch(
+                self,
+                cfg((dim(blocks as usize, "fill_random")?, 1), THREADS),
+                (p, n, seed, half_width),
+            )
+        }
     }
 
     pub(super) fn fill_const(&self, t: &mut CudaTensor, value: f32) -> Result<()> {
         let name = match t.dtype {
-            DType::BF16 => "fill_const_bf16",
-            DType::F32 => "fill_const_f32",
+            DType::BF16 => kernels::fill_const_bf16,
+            DType::F32 => kernels::fill_const_f32,
             DType::F8 => return Err(super::not_activation("fill_const")),
         };
         let n = t.numel() as u64;
         if n == 0 {
             return Ok(());
         }
-        let f = self.func(Module::Convert, name)?;
         let s = &self.stream;
         let p = t.ptr(s);
-        let mut a = self.launcher(&f);
-        a.arg(&p).arg(&n).arg(&value);
         // SAFETY: t holds n elements of the kernel's type; the grid-stride loop stays below n.
-        let r = unsafe { a.launch(stride_cfg(n)) };
-        self.launched(name, r)
+        unsafe { name.launch(self, stride_cfg(n), (p, n, value)) }
     }
 }

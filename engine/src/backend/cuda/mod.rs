@@ -36,6 +36,7 @@ mod norm;
 mod probe;
 mod sample;
 mod tensor;
+mod typed_launch;
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,6 +1,7 @@
 //! Launchers for RMSNorm, the fused residual add + RMSNorm and QK-norm + RoPE
 //! (`norm.cu`, `rope.cu`).
 
+use crate::backend::kernels;
 use cudarc::driver::LaunchConfig;
 use metrale_kernels::Module;
 
@@ -74,21 +75,23 @@ impl CudaBackend {
             return Ok(());
         }
         let name = match x.dtype {
-            _ if fp32 => "rms_norm_fp32",
-            DType::F32 => "rms_norm_f32",
-            DType::BF16 => "rms_norm_bf16",
+            _ if fp32 => kernels::rms_norm_fp32,
+            DType::F32 => kernels::rms_norm_f32,
+            DType::BF16 => kernels::rms_norm_bf16,
             DType::F8 => return Err(super::not_activation("rms_norm")),
         };
-        let f = self.func(Module::Norm, name)?;
         let s = &self.stream;
         let (o, xp, wp, hh) = (out.ptr(s), x.ptr(s), w.ptr(s), int(h, "rms_norm")?);
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&xp).arg(&wp).arg(&hh).arg(&eps);
         let threads = self.norm_threads(rows, h);
         // SAFETY: out and x are [rows, h] and w holds h values, each of the kernel's type
         // (checked above); one block per row with a multiple of 32 threads, as block_sum needs.
-        let r = unsafe { a.launch(cfg((dim(rows, "rms_norm")?, 1), threads)) };
-        self.launched(name, r)
+        unsafe {
+            name.launch(
+                self,
+                cfg((dim(rows, "rms_norm")?, 1), threads),
+                (o, xp, wp, hh, eps),
+            )
+        }
     }
 
     pub(super) fn add_rms_norm_op(
@@ -117,14 +120,13 @@ impl CudaBackend {
             return Ok(());
         }
         let name = match (residual.dtype, x.dtype) {
-            _ if fp32 => "add_rms_norm_fp32",
-            (DType::F32, DType::F32) => "add_rms_norm_f32_f32",
-            (DType::F32, DType::BF16) => "add_rms_norm_f32_bf16",
-            (DType::BF16, DType::F32) => "add_rms_norm_bf16_f32",
-            (DType::BF16, DType::BF16) => "add_rms_norm_bf16_bf16",
+            _ if fp32 => kernels::add_rms_norm_fp32,
+            (DType::F32, DType::F32) => kernels::add_rms_norm_f32_f32,
+            (DType::F32, DType::BF16) => kernels::add_rms_norm_f32_bf16,
+            (DType::BF16, DType::F32) => kernels::add_rms_norm_bf16_f32,
+            (DType::BF16, DType::BF16) => kernels::add_rms_norm_bf16_bf16,
             (DType::F8, _) | (_, DType::F8) => return Err(super::not_activation("add_rms_norm")),
         };
-        let f = self.func(Module::Norm, name)?;
         let s = &self.stream;
         let (o, rp, xp, wp, hh) = (
             out.ptr(s),
@@ -133,14 +135,17 @@ impl CudaBackend {
             w.ptr(s),
             int(h, "add_rms_norm")?,
         );
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&rp).arg(&xp).arg(&wp).arg(&hh).arg(&eps);
         let threads = self.norm_threads(rows, h);
         // SAFETY: out, residual and x are [rows, h] of the kernel's types, w holds h values of
         // its type (checked above); out and residual are distinct &mut borrows, so the
         // kernel's in-place residual update aliases nothing it reads from another buffer.
-        let r = unsafe { a.launch(cfg((dim(rows, "add_rms_norm")?, 1), threads)) };
-        self.launched(name, r)
+        unsafe {
+            name.launch(
+                self,
+                cfg((dim(rows, "add_rms_norm")?, 1), threads),
+                (o, rp, xp, wp, hh, eps),
+            )
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
