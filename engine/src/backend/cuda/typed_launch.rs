@@ -65,7 +65,6 @@ impl<A> Kernel<A> {
     {
         let f = self.function(be)?;
         let mut a = be.launcher(&f);
-        let args = args;
         args.push(&mut a);
         // SAFETY: the caller's contract above; the arguments are the declared parameters.
         let r = unsafe { a.launch(cfg) };
