@@ -106,6 +106,9 @@ pub struct AttentionTuning {
     pub blocks_per_sm: usize,
     /// The fewest keys a split takes.
     pub min_split_keys: usize,
+    /// Sequences with at least this many rows in a step take the flash prefill kernel
+    /// (`attention_flash.cu`); `None`: none do.
+    pub flash_min_rows: Option<usize>,
 }
 
 /// Gated DeltaNet (hybrid models).

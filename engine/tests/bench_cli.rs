@@ -58,6 +58,21 @@ async fn ladder_adds_up_and_its_signed_record_verifies() {
     assert_eq!(mode & 0o777, 0o600, "the secret key is private");
     let again = ctl(&["bench", "keygen", &path_str(&key)]);
     assert!(!again.status.success(), "an existing key is never replaced");
+    assert!(
+        text(&again.stderr).contains("an existing key is never replaced"),
+        "{}",
+        text(&again.stderr)
+    );
+    // A key in a directory that does not exist yet (a fresh ~/.config/metrale): made, private.
+    let nested = dir.path().join("fresh/config/bench.key");
+    let out = ctl(&["bench", "keygen", &path_str(&nested)]);
+    assert!(out.status.success(), "keygen: {}", text(&out.stderr));
+    let dir_mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(nested.parent().expect("parent"))
+            .expect("dir")
+            .permissions(),
+    );
+    assert_eq!(dir_mode & 0o077, 0, "the key's new directory is private");
 
     let (isl, osl, reps) = (12u32, 5u32, 2u32);
     for endpoint in ["chat", "completions"] {

@@ -43,38 +43,6 @@
 
 #define MMA_WARPS 4
 
-// Two floats as a bf16 pair (lo in the low half), rounded to nearest even.
-__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
-#ifdef METRALE_HOST_EMULATION
-    return (u32)from_f32<bf16>(lo).bits | ((u32)from_f32<bf16>(hi).bits << 16);
-#else
-    u32 r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-#endif
-}
-
-// The low (HIGH = false) or high halves of a and b as one pair: (a's, b's).
-template <bool HIGH> __device__ __forceinline__ u32 pair_halves(u32 a, u32 b) {
-#ifdef METRALE_HOST_EMULATION
-    return HIGH ? (a >> 16) | (b & 0xffff0000u) : (a & 0xffffu) | (b << 16);
-#else
-    u32 r;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "n"(HIGH ? 0x7632 : 0x5410));
-    return r;
-#endif
-}
-
-__device__ __forceinline__ float quad_max(float v) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
 // One online-softmax update for one A row (head) of a lane: s = its four scores of the tile
 // (already scaled to log2 units, -inf where masked), m/l its running max and (lane-partial) sum.
 // Returns the correction for the accumulators and leaves the weights in pa (keys 2t, 2t+1) and

@@ -39,6 +39,7 @@ pub enum Module {
     Rope,
     Attention,
     AttentionMma,
+    AttentionFlash,
     Activation,
     Softmax,
     Gemv,
@@ -54,13 +55,14 @@ pub enum Module {
 
 impl Module {
     /// The serving modules (what `met` compiles).
-    pub const SERVING: [Module; 14] = [
+    pub const SERVING: [Module; 15] = [
         Module::Convert,
         Module::Embedding,
         Module::Norm,
         Module::Rope,
         Module::Attention,
         Module::AttentionMma,
+        Module::AttentionFlash,
         Module::Activation,
         Module::Softmax,
         Module::Gemv,
@@ -73,10 +75,10 @@ impl Module {
 
     /// Every module this build has: the serving ones, and the lab's under the `lab` feature.
     #[cfg(not(feature = "lab"))]
-    pub const ALL: [Module; 14] = Module::SERVING;
+    pub const ALL: [Module; 15] = Module::SERVING;
     #[cfg(feature = "lab")]
-    pub const ALL: [Module; 15] = {
-        let mut all = [Module::Probe; 15];
+    pub const ALL: [Module; 16] = {
+        let mut all = [Module::Probe; 16];
         let mut i = 0;
         while i < Module::SERVING.len() {
             all[i] = Module::SERVING[i];
@@ -93,6 +95,7 @@ impl Module {
             Module::Rope => "rope",
             Module::Attention => "attention",
             Module::AttentionMma => "attention_mma",
+            Module::AttentionFlash => "attention_flash",
             Module::Activation => "activation",
             Module::Softmax => "softmax",
             Module::Gemv => "gemv",
@@ -111,7 +114,7 @@ impl Module {
     /// below); the rest run anywhere NVRTC targets.
     pub fn min_compute_capability(self) -> (i32, i32) {
         match self {
-            Module::AttentionMma | Module::MoeMma => (8, 0),
+            Module::AttentionMma | Module::AttentionFlash | Module::MoeMma => (8, 0),
             _ => (0, 0),
         }
     }
@@ -125,6 +128,7 @@ impl Module {
             Module::Rope => include_str!("rope.cu"),
             Module::Attention => include_str!("attention.cu"),
             Module::AttentionMma => include_str!("attention_mma.cu"),
+            Module::AttentionFlash => include_str!("attention_flash.cu"),
             Module::Activation => include_str!("activation.cu"),
             Module::Softmax => include_str!("softmax.cu"),
             Module::Gemv => include_str!("gemv.cu"),

@@ -11,7 +11,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::{Cursor, Write as _};
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, anyhow, bail};
@@ -119,16 +119,28 @@ pub fn keygen(keyfile: &Path) -> anyhow::Result<String> {
     let public = pk
         .to_box()
         .map_err(|e| anyhow!("failed to encode the public key: {e}"))?;
+    // A missing directory (a fresh ~/.config/metrale) is made, private, as ssh-keygen does.
+    if let Some(dir) = keyfile.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("cannot create the directory {}", dir.display()))?;
+    }
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(keyfile)
-        .with_context(|| {
-            format!(
-                "cannot create {} (an existing key is never replaced: pick another path)",
-                keyfile.display()
-            )
+        .map_err(|e| {
+            let why = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                "it exists, and an existing key is never replaced: pick another path".to_string()
+            } else {
+                e.to_string()
+            };
+            anyhow!("cannot create {}: {why}", keyfile.display())
         })?;
     file.write_all(secret.to_string().as_bytes())
         .and_then(|()| file.sync_all())

@@ -25,7 +25,7 @@ cp "$MODEL_CONFIG" "$dir/config.json" || exit 2
 cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$dir/"
 METRALE_STEP_PROFILE=${METRALE_STEP_PROFILE:-512} "$BIN/met" serve "$dir" --device cuda \
     --load-format dummy --port 8104 --model-name "$MODEL_NAME" --no-tui \
-    --max-seq-len 2048 --max-batch-size 128 --max-num-batched-tokens 8192 \
+    --max-seq-len "${MAX_SEQ_LEN:-2048}" --max-batch-size 128 --max-num-batched-tokens "${MAX_BATCHED:-8192}" \
     ${MET_FLAGS:-} >"$OUT/serve.txt" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null' EXIT

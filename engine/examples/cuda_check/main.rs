@@ -17,6 +17,7 @@ mod report;
 mod sampling;
 mod speed;
 mod speed_moe;
+mod speed_prefill;
 mod speed_probe;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -103,6 +104,7 @@ fn main() -> ExitCode {
         "hybrid",
         "speed",
         "moe-speed",
+        "prefill-attn",
         "profile",
     ] {
         if args.skip.iter().any(|s| s == name) {
@@ -116,7 +118,9 @@ fn main() -> ExitCode {
         report.section(name);
         // Correctness sections wait for each kernel, so a fault names its kernel; the speed
         // probe runs as serving would.
-        cuda.retune(|t| t.launch.cuda_sync = !matches!(name, "speed" | "moe-speed" | "profile"));
+        cuda.retune(|t| {
+            t.launch.cuda_sync = !matches!(name, "speed" | "moe-speed" | "prefill-attn" | "profile")
+        });
         let failures_before = report.failures.len();
         if name.ends_with("-f32") && cuda32.is_none() {
             match CudaBackend::with_dtype(0, DType::F32, tuning) {
@@ -170,6 +174,7 @@ fn main() -> ExitCode {
             "hybrid" => hybrid::run(&cuda, &mut report),
             "speed" => speed::run(&cuda, &mut report),
             "moe-speed" => speed_moe::run(&cuda, &mut report),
+            "prefill-attn" => speed_prefill::run(&cuda, &mut report),
             _ => speed::profile(&cuda, &mut report),
         }));
         let outcome = match r {

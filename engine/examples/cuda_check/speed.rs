@@ -374,7 +374,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
 }
 
 /// Median ms of `ITERS` runs of `f` between CUDA events, after one warm-up run.
-fn time_op(cuda: &CudaBackend, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+pub fn time_op(cuda: &CudaBackend, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     f()?;
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
     let mut ms = Vec::with_capacity(ITERS);

@@ -278,6 +278,15 @@ pub const SETTINGS: &[Setting] = &[
         get: |t| t.attention.min_split_keys.to_string(),
     },
     Setting {
+        name: "attention.flash_min_rows",
+        var: "METRALE_ATTN_FLASH_MIN_ROWS",
+        accepts: "off | an integer >= 1",
+        default: "16",
+        doc: "Sequences with at least this many rows in a step (prefill chunks) take the tensor-core flash prefill kernel, from the first such sequence of the batch on (off: none).",
+        set: |t, v| number_or(v, "off", &mut t.attention.flash_min_rows, |n| n >= 1),
+        get: |t| show_or(t.attention.flash_min_rows, "off"),
+    },
+    Setting {
         name: "gdn.chunk_min",
         var: "METRALE_GDN_CHUNK_MIN",
         accepts: "off | an integer >= 1",

@@ -40,6 +40,7 @@ struct Warp {
     float f[32];
     unsigned u[32];
     unsigned a[32][4], b[32][2];
+    const void* p[32];
 };
 // A block's barrier and warps; each thread points at its own block's.
 struct Block {
@@ -259,6 +260,28 @@ inline void emu_mma_m16n8k32_e4m3(float c[4], unsigned a0, unsigned a1, unsigned
             B[16 + 4 * t + i][g] = byte(b[1], i);
         }
     });
+}
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l gives row l % 8 of matrix l / 8;
+// lane (g, t) gets, of each matrix i, row g's elements 2t, 2t + 1 (trans: rows 2t, 2t + 1's
+// element g), the lower index in the low half.
+inline void emu_ldmatrix_x4(unsigned r[4], const void* p, bool trans) {
+    Warp* w = g_warps[threadIdx.x / 32];
+    const unsigned lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    w->p[lane] = p;
+    w->bar->arrive_and_wait();
+    for (int i = 0; i < 4; ++i) {
+        const unsigned char* const* rows = (const unsigned char* const*)&w->p[8 * i];
+        unsigned short e0, e1;
+        if (trans) {
+            memcpy(&e0, rows[2 * t] + 2 * g, 2);
+            memcpy(&e1, rows[2 * t + 1] + 2 * g, 2);
+        } else {
+            memcpy(&e0, rows[g] + 4 * t, 2);
+            memcpy(&e1, rows[g] + 4 * t + 2, 2);
+        }
+        r[i] = (unsigned)e0 | ((unsigned)e1 << 16);
+    }
+    w->bar->arrive_and_wait();
 }
 // Bit l set when lane l of this thread's warp passes a true `pred` (every lane must call).
 inline unsigned __ballot_sync(unsigned, int pred) {

@@ -14,7 +14,7 @@ trap 'rm -rf "$work"' EXIT
         echo "// prelude/$h.cuh"
         cat "$src/prelude/$h.cuh"
     done
-    for f in convert embedding norm rope attention attention_mma activation softmax gemv sample \
+    for f in convert embedding norm rope attention attention_mma attention_flash activation softmax gemv sample \
         moe moe_decode moe_mma fp8 hybrid hybrid_chunk hybrid_decode ../lab/lab.cuh ../lab/probe.cu; do
         case $f in *.cu | *.cuh) ;; *) f=$f.cu ;; esac
         echo "// $f"

@@ -27,6 +27,7 @@ static u64 sm(u64 z) { z += 0x9e3779b97f4a7c15ull; z = (z ^ (z >> 30)) * 0xbf584
 
 // Every attention case (EMU_ONLY=attention runs just these).
 #include "kv_fp8_test.h"
+#include "flash_test.h"
 
 static void attn_tests() {
     t_attn(4, 2, 32, {{0, 20}});
@@ -64,7 +65,8 @@ int main() {
     const std::pair<const char*, void (*)()> groups[] = {
         {"gdn_decode", [] { gdn_decode_tests(); }},
         {"hybrid", [] { gdn_tests(); gdn_decode_tests(); }},
-        {"attention", [] { attn_tests(); kv_fp8_tests(); }},
+        {"attention", [] { attn_tests(); kv_fp8_tests(); flash_tests(); }},
+        {"flash", [] { flash_tests(); }},
         {"router", [] { router_tests(); }},
         {"skeleton", [] { skeleton_tests(); }},
         {"argmax", [] { t_softmax(2, 3000); t_argmax_nan_first(); }},
@@ -121,6 +123,7 @@ int main() {
     t_rope_kv(3, 8, 1, 64, 32);
     t_rope_kv(2, 32, 8, 128, 128);
     kv_fp8_tests();
+    flash_tests();
     t_softmax(2, 3000);
     t_misc();
     t_sample_noise();

@@ -75,3 +75,58 @@ __device__ __forceinline__ u32x4 e4m3x8_to_bf16x8(u32x2 w) {
                  e4m3_halves_to_bf16x2(byte_halves<0x4140>(w.y)),
                  e4m3_halves_to_bf16x2(byte_halves<0x4342>(w.y))};
 }
+
+// Two floats as a bf16 pair (lo in the low half), rounded to nearest even.
+__device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
+#ifdef METRALE_HOST_EMULATION
+    return (u32)from_f32<bf16>(lo).bits | ((u32)from_f32<bf16>(hi).bits << 16);
+#else
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#endif
+}
+
+// The low (HIGH = false) or high halves of a and b as one pair: (a's, b's).
+template <bool HIGH> __device__ __forceinline__ u32 pair_halves(u32 a, u32 b) {
+#ifdef METRALE_HOST_EMULATION
+    return HIGH ? (a >> 16) | (b & 0xffff0000u) : (a & 0xffffu) | (b << 16);
+#else
+    u32 r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "n"(HIGH ? 0x7632 : 0x5410));
+    return r;
+#endif
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// Four 8×8 matrices of 16-bit elements from shared memory (ldmatrix .x4): lane l gives the
+// address of row l % 8 of matrix l / 8 (16 bytes); register i of lane (g = lane / 4,
+// t = lane % 4) gets matrix i's row g, elements 2t and 2t + 1 (TRANS: elements (2t, g) and
+// (2t + 1, g), the transposed matrix's row g), the lower index in the low half: the mma's
+// fragment layouts.
+template <bool TRANS> __device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* p) {
+#ifdef METRALE_HOST_EMULATION
+    emu_ldmatrix_x4(r, p, TRANS);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    asm volatile("trap;");
+#else
+    const u32 a = (u32)__cvta_generic_to_shared(p);
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+#endif
+}

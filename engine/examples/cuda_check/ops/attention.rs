@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The tuning's default `attention.flash_min_rows`, which these checks run with.
+const FLASH_MIN_ROWS: usize = 16;
+
 struct Attn {
     name: &'static str,
     heads: (usize, usize, usize),
@@ -79,6 +82,28 @@ impl Ops<'_> {
             Attn::new("mha hd=16", (6, 6, 16), vec![(0, 37), (20, 5)], DType::F32),
             Attn::new("hd=96", (4, 2, 96), vec![(50, 2), (0, 9)], DType::F32),
             Attn::new("hd=256", (4, 4, 256), vec![(10, 3)], DType::F32),
+            // The flash prefill kernel (sequences of 16 rows and more, every head_dim of 64,
+            // 128 and 256): a chunk after a cached prefix, decode rows before the prefill and
+            // one after it (a one-row tile), partial tiles, GQA 8:1 at head_dim 256.
+            Attn::new(
+                "flash chunk after prefix",
+                (32, 8, 128),
+                vec![(700, 300)],
+                DType::F32,
+            ),
+            Attn::new(
+                "flash decode+prefill+decode",
+                (32, 8, 128),
+                vec![(500, 1), (30, 1), (0, 200), (100, 1)],
+                DType::F32,
+            ),
+            Attn::new(
+                "flash hd=256 gqa 8:1",
+                (16, 2, 256),
+                vec![(0, 300), (50, 40)],
+                DType::F32,
+            ),
+            Attn::new("flash bf16 q", (8, 2, 128), vec![(3, 130)], DType::BF16),
         ];
         // Every case with the kernel the launcher picks, then again with attention.cu's
         // CUDA-core kernel forced (where the two differ: head_dim 64/128, groups up to 16; the
@@ -91,12 +116,14 @@ impl Ops<'_> {
                 .map(|c| (c, true)),
         ) {
             let qkv = self.act(c.qkv);
+            // The CUDA-core run takes every row to attention.cu's kernel, prefill rows too.
             self.cuda.retune(|t| {
                 t.attention.kernel = if simt {
                     metrale_engine::tuning::AttnKernelChoice::Simt
                 } else {
                     metrale_engine::tuning::AttnKernelChoice::Auto
-                }
+                };
+                t.attention.flash_min_rows = if simt { None } else { Some(FLASH_MIN_ROWS) };
             });
             let (nh, nkv, hd) = c.heads;
             let total: usize = c.seqs.iter().map(|s| s.0 + s.1).max().unwrap_or(0);
@@ -112,23 +139,30 @@ impl Ops<'_> {
                     String::new()
                 }
             ) + if simt { " (simt)" } else { "" };
+            // Rows of the flash kernel carry bf16 q and weights (Tol::FLASH).
+            let flash = !simt
+                && !fp32
+                && matches!(hd, 64 | 128 | 256)
+                && c.seqs.iter().any(|s| s.1 >= FLASH_MIN_ROWS);
+            let case = if flash { case + " (flash)" } else { case };
             self.run("paged_attention", &case, |s| {
-                s.attention_case(&case, nh, nkv, hd, &c.seqs, qkv)
+                s.attention_case(&case, (nh, nkv, hd), &c.seqs, qkv, flash)
             })?;
         }
-        self.cuda
-            .retune(|t| t.attention.kernel = metrale_engine::tuning::AttnKernelChoice::Auto);
+        self.cuda.retune(|t| {
+            t.attention.kernel = metrale_engine::tuning::AttnKernelChoice::Auto;
+            t.attention.flash_min_rows = Some(FLASH_MIN_ROWS);
+        });
         Ok(())
     }
 
     fn attention_case(
         &mut self,
         case: &str,
-        nh: usize,
-        nkv: usize,
-        hd: usize,
+        (nh, nkv, hd): (usize, usize, usize),
         seqs: &[(usize, usize)],
         qd: DType,
+        flash: bool,
     ) -> Result<()> {
         let bs = 16;
         // Shuffled block ids: every sequence's table is non-contiguous and out of order.
@@ -177,7 +211,12 @@ impl Ops<'_> {
         self.cpu
             .paged_attention(&mut out_c, &q_c, &k_c, &v_c, &b, nh, scale)
             .context("cpu")?;
-        self.check("paged_attention", case, Tol::BF16, &out_d, &out_c)?;
+        let tol = match (flash, self.cuda.kv_cache_fp8()) {
+            (false, _) => Tol::BF16,
+            (true, false) => Tol::FLASH,
+            (true, true) => Tol::FLASH_KV8,
+        };
+        self.check("paged_attention", case, tol, &out_d, &out_c)?;
         Ok(())
     }
 }

@@ -309,6 +309,27 @@ impl CudaBackend {
         if t == 0 || num_heads == 0 || hd == 0 {
             return Ok(());
         }
+        // Prefill chunks (the batch's flash plan) take the flash kernel; the rows before them,
+        // `rows`, the decode kernels below.
+        let flash = self
+            .flash_plan(batch, qkv.dtype, k_cache.dtype, hd)
+            .filter(|_| !fp32);
+        let (rows, max_len) = flash.map_or((t, batch.max_len), |f| (f.first_row, f.decode_max_len));
+        if let Some(plan) = flash {
+            self.attention_flash_op(
+                plan,
+                out,
+                qkv,
+                k_cache,
+                v_cache,
+                batch,
+                (num_heads, nkv, hd),
+                scale,
+            )?;
+        }
+        if rows == 0 {
+            return Ok(());
+        }
         // An FP8 cache (`--kv-cache-dtype fp8`): the _kv8 kernels.
         let kv8 = k_cache.dtype == DType::F8;
         let ty = match (fp32, kv8) {
@@ -351,8 +372,8 @@ impl CudaBackend {
         };
         let head_blocks = row_blocks(kernel, num_heads, nkv);
         let splits = attention_splits(
-            t * head_blocks,
-            batch.max_len,
+            rows * head_blocks,
+            max_len,
             self.info.multiprocessors,
             &self.tuning().attention,
         );
@@ -372,7 +393,7 @@ impl CudaBackend {
         let grid = |y: usize, z: usize| -> Result<LaunchConfig> {
             Ok(LaunchConfig {
                 grid_dim: (
-                    dim(t * y, "paged_attention")?,
+                    dim(rows * y, "paged_attention")?,
                     1,
                     dim(z, "paged_attention")?,
                 ),
@@ -382,7 +403,7 @@ impl CudaBackend {
         };
         // Split-K keeps partial states [T, nh, splits, hd + 2] in f32 for the merge.
         let partial = if splits > 1 {
-            Some(self.alloc(&[t * num_heads * splits * (hd + 2)], DType::F32)?)
+            Some(self.alloc(&[rows * num_heads * splits * (hd + 2)], DType::F32)?)
         } else {
             None
         };
@@ -432,7 +453,7 @@ impl CudaBackend {
         a.arg(&o).arg(&pp).arg(&nh).arg(&d).arg(&sp);
         let merge = LaunchConfig {
             grid_dim: (
-                dim(t, "attention_merge")?,
+                dim(rows, "attention_merge")?,
                 dim(num_heads, "attention_merge")?,
                 1,
             ),

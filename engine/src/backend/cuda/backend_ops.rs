@@ -134,7 +134,7 @@ impl Backend for CudaBackend {
     }
 
     fn prepare_batch(&self, b: &BatchInputs) -> Result<CudaBatch> {
-        CudaBatch::new(&self.stream, b)
+        CudaBatch::new(&self.stream, b, self.tuning().attention.flash_min_rows)
     }
 
     fn embedding(&self, out: &mut CudaTensor, batch: &CudaBatch, table: &CudaTensor) -> Result<()> {

@@ -29,6 +29,8 @@ pub struct CudaBatch {
     pub(super) table_error: Option<String>,
     /// Host rows of the logits, for the sampler.
     pub(super) logits_rows: Vec<u32>,
+    /// The rows the flash prefill kernel takes, if any (see [`FlashPlan`]).
+    pub(super) flash: Option<FlashPlan>,
     /// The recurrent-state plans (hybrid models): how many sequences have one, the largest
     /// slot they name (own or saved to), and why the plans cannot run, if they cannot.
     pub(super) states: StatesInfo,
@@ -40,6 +42,52 @@ pub(super) struct StatesInfo {
     pub(super) num_seqs: usize,
     pub(super) max_slot: Option<u32>,
     pub(super) error: Option<String>,
+}
+
+/// Rows of a flash prefill tile (FLASH_BQ in attention_flash.cu).
+pub(super) const FLASH_TILE_ROWS: usize = 128;
+
+/// Which rows `paged_attention` gives the flash prefill kernel: every row from the first
+/// sequence with at least `flash_min_rows` rows on (prefill chunks come after the decode rows
+/// in a step), cut into tiles of at most [`FLASH_TILE_ROWS`] rows of one sequence, heaviest (most
+/// keys) first; the rows before go to the decode kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FlashPlan {
+    /// The first row the flash kernel takes; rows `0..first_row` take the decode kernels.
+    pub(super) first_row: usize,
+    /// The (first row, end row) pairs.
+    pub(super) tiles: usize,
+    /// The longest causal range of the decode rows (`0..first_row`).
+    pub(super) decode_max_len: usize,
+}
+
+/// The flash plan of a batch whose rows map to sequences by `seq_starts`, and its tiles.
+fn flash_plan(b: &BatchInputs, min_rows: Option<usize>) -> Option<(FlashPlan, Vec<u32>)> {
+    let min_rows = min_rows?;
+    let s = b.num_seqs();
+    let first = (0..s).find(|&q| (b.seq_starts[q + 1] - b.seq_starts[q]) as usize >= min_rows)?;
+    let first_row = b.seq_starts[first] as usize;
+    // (keys, first row, end row) of each tile; keys: the tile's largest position + 1.
+    let mut tiles: Vec<(u32, u32, u32)> = Vec::new();
+    for q in first..s {
+        let (a, z) = (b.seq_starts[q] as usize, b.seq_starts[q + 1] as usize);
+        for r0 in (a..z).step_by(FLASH_TILE_ROWS) {
+            let r1 = (r0 + FLASH_TILE_ROWS).min(z);
+            let keys = b.positions[r0..r1].iter().max().map_or(0, |&p| p + 1);
+            tiles.push((keys, r0 as u32, r1 as u32));
+        }
+    }
+    tiles.sort_by_key(|&(keys, r0, _)| (std::cmp::Reverse(keys), r0));
+    let plan = FlashPlan {
+        first_row,
+        tiles: tiles.len(),
+        decode_max_len: b.positions[..first_row]
+            .iter()
+            .map(|&p| p as usize + 1)
+            .max()
+            .unwrap_or(0),
+    };
+    Some((plan, tiles.iter().flat_map(|&(_, a, z)| [a, z]).collect()))
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -54,6 +102,7 @@ struct Offsets {
     state_slots: usize,
     save_starts: usize,
     saves: usize,
+    flash_tiles: usize,
 }
 
 /// A batch's arrays packed for the device, with what the ops check against.
@@ -67,6 +116,7 @@ struct Packed {
     max_len: usize,
     table_error: Option<String>,
     states: StatesInfo,
+    flash: Option<FlashPlan>,
 }
 
 /// The state plans as the kernels read them: each sequence's slot, where its saves start in
@@ -137,7 +187,7 @@ fn pack_states(b: &BatchInputs) -> (Vec<u32>, Vec<u32>, Vec<u32>, StatesInfo) {
     (slots, starts, saves, info)
 }
 
-fn pack(b: &BatchInputs) -> Result<Packed> {
+fn pack(b: &BatchInputs, flash_min_rows: Option<usize>) -> Result<Packed> {
     let t = b.num_tokens();
     let s = b.num_seqs();
     if b.positions.len() != t || b.slot_mapping.len() != t {
@@ -193,6 +243,7 @@ fn pack(b: &BatchInputs) -> Result<Packed> {
         data.extend_from_slice(v);
         at
     };
+    let (flash, flash_tiles) = flash_plan(b, flash_min_rows).unzip();
     let (state_slots, save_starts, saves, states) = if b.states.is_empty() {
         Default::default()
     } else {
@@ -213,6 +264,7 @@ fn pack(b: &BatchInputs) -> Result<Packed> {
         state_slots: push(&state_slots),
         save_starts: push(&save_starts),
         saves: push(&saves),
+        flash_tiles: push(flash_tiles.as_deref().unwrap_or_default()),
     };
     if data.is_empty() {
         data.push(0); // keep the buffer (and its pointer) non-empty
@@ -232,12 +284,19 @@ fn pack(b: &BatchInputs) -> Result<Packed> {
             .unwrap_or(0),
         table_error,
         states,
+        flash,
     })
 }
 
 impl CudaBatch {
-    pub(super) fn new(stream: &std::sync::Arc<CudaStream>, b: &BatchInputs) -> Result<Self> {
-        let p = pack(b)?;
+    /// The batch on the device; sequences with at least `flash_min_rows` rows (and every one
+    /// after the first of them) take the flash prefill kernel.
+    pub(super) fn new(
+        stream: &std::sync::Arc<CudaStream>,
+        b: &BatchInputs,
+        flash_min_rows: Option<usize>,
+    ) -> Result<Self> {
+        let p = pack(b, flash_min_rows)?;
         let buf = stream
             .clone_htod(&p.data)
             .map_err(dev_err("prepare_batch: upload"))?;
@@ -256,13 +315,17 @@ impl CudaBatch {
             table_error: p.table_error,
             logits_rows: b.logits_rows.clone(),
             states: p.states,
+            flash: p.flash,
         })
     }
 
     /// A batch a CUDA graph captures: attention is launched for the whole reach of the block
     /// tables (`max_blocks_per_seq · block_size` keys), since later replays may go further
-    /// than the steps it was captured on; slices past a row's end are empty and cheap.
+    /// than the steps it was captured on; slices past a row's end are empty and cheap. A
+    /// graph's batch is made without a flash plan (`new(.., None)`): its rows all take the
+    /// decode kernels, as every replay's refill does.
     pub(super) fn for_graph(mut self) -> Self {
+        debug_assert!(self.flash.is_none(), "a graph batch has no flash plan");
         self.max_len = self.max_blocks_per_seq * self.block_size;
         self
     }
@@ -277,7 +340,7 @@ impl CudaBatch {
         stream: &std::sync::Arc<CudaStream>,
         b: &BatchInputs,
     ) -> Result<()> {
-        let p = pack(b)?;
+        let p = pack(b, None)?;
         let same_shape = p.data.len() == self.buf.len()
             && b.num_tokens() == self.num_tokens
             && b.max_blocks_per_seq == self.max_blocks_per_seq
@@ -335,6 +398,9 @@ impl CudaBatch {
     }
     pub(super) fn block_tables(&self, s: &CudaStream) -> u64 {
         self.at(s, self.offsets.block_tables)
+    }
+    pub(super) fn flash_tiles(&self, s: &CudaStream) -> u64 {
+        self.at(s, self.offsets.flash_tiles)
     }
     pub(super) fn logits_rows_ptr(&self, s: &CudaStream) -> u64 {
         self.at(s, self.offsets.logits_rows)

@@ -209,7 +209,7 @@ impl CudaBackend {
         host: &BatchInputs,
         forward: &mut dyn FnMut(&CudaBatch) -> Result<CudaTensor>,
     ) -> Result<Captured> {
-        let batch = CudaBatch::new(&self.stream, host)?.for_graph();
+        let batch = CudaBatch::new(&self.stream, host, None)?.for_graph();
         // 1. Eagerly, counting what the forward allocates (this also loads every kernel and
         //    uploads the rotary table, neither of which a capture may do). Writing the step's
         //    keys and values twice is harmless, moving a recurrent state on twice is not: this
@@ -217,7 +217,7 @@ impl CudaBackend {
         let counting = if host.states.is_empty() {
             None
         } else {
-            Some(CudaBatch::new(&self.stream, &host.without_state_effects())?.for_graph())
+            Some(CudaBatch::new(&self.stream, &host.without_state_effects(), None)?.for_graph())
         };
         self.set_arena_mode(ArenaMode::Count);
         let eager = forward(counting.as_ref().unwrap_or(&batch));

@@ -18,6 +18,7 @@
 #![allow(unsafe_code)]
 
 mod attention;
+mod attention_flash;
 mod backend_ops;
 mod batch;
 mod blas;

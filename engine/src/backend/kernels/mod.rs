@@ -14,6 +14,7 @@ use std::marker::PhantomData;
 pub use metrale_kernels::Module;
 
 mod attention;
+mod flash;
 mod gemv;
 mod hybrid;
 mod moe;
@@ -22,6 +23,7 @@ mod small;
 mod tests;
 
 pub use attention::*;
+pub use flash::*;
 pub use gemv::*;
 pub use hybrid::*;
 pub use moe::*;
@@ -92,6 +94,7 @@ use kernels;
 pub fn all() -> impl Iterator<Item = &'static Decl> {
     [
         attention::DECLS,
+        flash::DECLS,
         gemv::DECLS,
         hybrid::DECLS,
         moe::DECLS,

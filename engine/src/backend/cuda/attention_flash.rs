@@ -1,0 +1,164 @@
+//! The launcher of the flash prefill attention (`attention_flash.cu`): the rows of a batch's
+//! [`FlashPlan`] (prefill chunks), a block a (tile of up to 128 rows, q head), on tensor cores.
+
+use cudarc::driver::LaunchConfig;
+use cudarc::driver::sys::CUfunction_attribute;
+
+use super::batch::{FLASH_TILE_ROWS, FlashPlan};
+use super::elementwise::{dim, int};
+use super::tensor::{CudaTensor, DType};
+use super::{CudaBackend, CudaBatch, dev_err, shape_err};
+use crate::backend::Result;
+use crate::backend::kernels::{self as k, Kernel};
+
+/// Threads of a block (FlashCfg<D>::THREADS: 8 warps of 16 rows).
+const FLASH_THREADS: u32 = 256;
+
+/// The flash kernel's parameters (every variant takes the same list, by type).
+type FlashArgs = (
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    i32,
+    i32,
+    i32,
+    i32,
+    f32,
+    u64,
+    u64,
+);
+
+/// Dynamic shared memory of a block at head_dim `hd` (FlashCfg<D>::SMEM: Q and two stages of K
+/// and V, bf16 rows of hd; 32-key stages at 256, 64 below).
+fn flash_smem(hd: usize) -> u32 {
+    let keys = if hd <= 128 { 64 } else { 32 };
+    ((FLASH_TILE_ROWS + 4 * keys) * hd * 2) as u32
+}
+
+/// The variant for a q of `q` type, an FP8 cache or not, and head_dim `hd`; `None` where the
+/// kernel has none (the float32 path, other head dims).
+pub(super) fn flash_kernel(q: DType, kv8: bool, hd: usize) -> Option<&'static Kernel<FlashArgs>> {
+    Some(match (q, kv8, hd) {
+        (DType::F32, false, 64) => &k::attention_flash_f32_d64,
+        (DType::F32, false, 128) => &k::attention_flash_f32_d128,
+        (DType::F32, false, 256) => &k::attention_flash_f32_d256,
+        (DType::BF16, false, 64) => &k::attention_flash_bf16_d64,
+        (DType::BF16, false, 128) => &k::attention_flash_bf16_d128,
+        (DType::BF16, false, 256) => &k::attention_flash_bf16_d256,
+        (DType::F32, true, 64) => &k::attention_flash_f32_kv8_d64,
+        (DType::F32, true, 128) => &k::attention_flash_f32_kv8_d128,
+        (DType::F32, true, 256) => &k::attention_flash_f32_kv8_d256,
+        (DType::BF16, true, 64) => &k::attention_flash_bf16_kv8_d64,
+        (DType::BF16, true, 128) => &k::attention_flash_bf16_kv8_d128,
+        (DType::BF16, true, 256) => &k::attention_flash_bf16_kv8_d256,
+        _ => return None,
+    })
+}
+
+impl CudaBackend {
+    /// The flash plan `paged_attention` follows for this batch and shape: the batch's plan where
+    /// the kernel has a variant (bf16 or FP8 cache, head_dim 64/128/256, sm_80 and newer).
+    pub(super) fn flash_plan(
+        &self,
+        batch: &CudaBatch,
+        q: DType,
+        cache: DType,
+        hd: usize,
+    ) -> Option<FlashPlan> {
+        let cc_ok = self.info.compute_capability
+            >= metrale_kernels::Module::AttentionFlash.min_compute_capability();
+        let cache_ok = matches!(cache, DType::BF16 | DType::F8);
+        batch
+            .flash
+            .filter(|_| cc_ok && cache_ok && flash_kernel(q, cache == DType::F8, hd).is_some())
+    }
+
+    /// Causal attention of the plan's rows (`plan.first_row..`) into `out`; the caller checked
+    /// the shapes (`paged_attention_op`) and that the plan is `flash_plan`'s.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn attention_flash_op(
+        &self,
+        plan: FlashPlan,
+        out: &mut CudaTensor,
+        qkv: &CudaTensor,
+        k_cache: &CudaTensor,
+        v_cache: &CudaTensor,
+        batch: &CudaBatch,
+        (num_heads, nkv, hd): (usize, usize, usize),
+        scale: f32,
+    ) -> Result<()> {
+        let kv8 = k_cache.dtype == DType::F8;
+        let Some(kernel) = flash_kernel(qkv.dtype, kv8, hd) else {
+            return Err(shape_err(
+                "paged_attention",
+                format!("no flash kernel for q {:?} at head_dim {hd}", qkv.dtype),
+            ));
+        };
+        if plan.tiles == 0 || num_heads == 0 {
+            return Ok(());
+        }
+        let smem = flash_smem(hd);
+        // Past 48 KB of shared memory a block, a kernel must opt in.
+        kernel
+            .function(self)?
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(dev_err("attention_flash: shared memory"))?;
+        let s = &self.stream;
+        let op = "attention_flash";
+        let args = (
+            out.ptr(s),
+            qkv.ptr(s),
+            k_cache.ptr(s),
+            v_cache.ptr(s),
+            batch.positions(s),
+            batch.row_seq(s),
+            batch.block_tables(s),
+            batch.flash_tiles(s),
+            int(batch.max_blocks_per_seq, op)?,
+            int(batch.block_size, op)?,
+            int(num_heads, op)?,
+            int(nkv, op)?,
+            scale,
+            k_cache.scales_ptr(s),
+            v_cache.scales_ptr(s),
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (dim(plan.tiles * num_heads, op)?, 1, 1),
+            block_dim: (FLASH_THREADS, 1, 1),
+            shared_mem_bytes: smem,
+        };
+        // SAFETY: out is [T, nh·hd] bf16 and qkv [T, (nh + 2·nkv)·hd] of the variant's q type;
+        // the caches are [blocks, bs, nkv, hd] (bf16, or e4m3 bytes with ceil(hd / 128) scales a
+        // (slot, kv head) at the scale pointers); every tile is (first row, end row) of one
+        // sequence's rows below T, every row's position is inside its table and every entry
+        // below `blocks` (paged_attention_op and prepare_batch checked them), so each key read
+        // is in the cache; the grid is tiles · nh blocks of FLASH_THREADS with the variant's
+        // dynamic shared memory.
+        unsafe { kernel.launch(self, cfg, args) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_fits_the_blocks_a_multiprocessor_runs() {
+        for hd in [64, 128, 256] {
+            // Two blocks a multiprocessor at 64 and 128, one at 256.
+            let blocks = if hd <= 128 { 2 } else { 1 };
+            assert!(flash_smem(hd) as usize * blocks <= 227 * 1024, "{hd}");
+            assert!(flash_kernel(DType::BF16, true, hd).is_some());
+        }
+        assert!(flash_kernel(DType::F32, false, 96).is_none());
+        assert!(flash_kernel(DType::F8, false, 128).is_none());
+    }
+}

@@ -1,0 +1,111 @@
+// The flash prefill kernel (attention_flash.cu) against double-precision causal attention:
+// tiles of 128 rows, chunks after a cached prefix, GQA groups, block sizes that split a key tile,
+// rows past a tile's end, head dims 64/128/256, bf16 and FP8 caches. Included by test.cpp.
+
+// (first row, end row) pairs of each sequence's rows, FlashCfg's BQ at a time.
+static std::vector<u32> flash_tiles(const std::vector<std::pair<int, int>>& seqs, int bq) {
+    std::vector<u32> tiles;
+    int row = 0;
+    for (auto [s, n] : seqs) {
+        for (int a = 0; a < n; a += bq) {
+            tiles.push_back(row + a);
+            tiles.push_back(row + std::min(n, a + bq));
+        }
+        row += n;
+    }
+    return tiles;
+}
+
+// Worst |error| of out against causal attention in double precision, relative to the rms of
+// the reference: bf16 weights p carry 2^-9 of each term, so an output that nearly cancels has a
+// large relative error however right the kernel is (Tol::FLASH in cuda_check, the same bound).
+template <class KF, class VF>
+double flash_worst(const PagedBatch& b, const std::vector<float>& qkv, int nh, int nkv, int hd,
+                   float scale, const std::vector<bf16>& out, KF K, VF V) {
+    const int W = (nh + 2 * nkv) * hd, group = nh / nkv;
+    std::vector<double> ref((size_t)b.T * nh * hd);
+    for (int r = 0; r < b.T; ++r)
+        for (int h = 0; h < nh; ++h) {
+            const int kh = h / group, len = b.positions[r] + 1;
+            std::vector<double> sc(len);
+            double mx = -1e30, sum = 0;
+            for (int p = 0; p < len; ++p) {
+                double d = 0;
+                for (int k = 0; k < hd; ++k) d += qkv[r * W + h * hd + k] * K(b.row(r, p, nkv, kh), k);
+                sc[p] = d * scale;
+                mx = std::max(mx, sc[p]);
+            }
+            for (auto& s : sc) { s = std::exp(s - mx); sum += s; }
+            for (int k = 0; k < hd; ++k) {
+                double o = 0;
+                for (int p = 0; p < len; ++p) o += sc[p] * V(b.row(r, p, nkv, kh), k);
+                ref[((size_t)r * nh + h) * hd + k] = o / sum;
+            }
+        }
+    double ms = 0, worst = 0;
+    for (double v : ref) ms += v * v;
+    const double rms = std::sqrt(ms / ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(F(out[i]) - ref[i]) / rms);
+    return worst;
+}
+
+template <int D>
+void t_flash(int nh, int nkv, std::vector<std::pair<int, int>> seqs, int bs = 16, bool fp8 = false,
+             bool bf16_q = false) {
+    const int W = (nh + 2 * nkv) * D;
+    PagedBatch b(seqs, bs, 2);
+    const size_t heads = (size_t)b.total_blocks * bs * nkv, csz = heads * D;
+    const int groups = (D + 127) / 128;
+    std::vector<bf16> kc(csz), vc(csz), out((size_t)b.T * nh * D, B(NAN));
+    std::vector<unsigned char> k8(csz), v8(csz);
+    std::vector<float> ksc(heads * groups), vsc(heads * groups);
+    for (size_t i = 0; i < csz; ++i) {
+        kc[i] = B(U(1));
+        vc[i] = B(U(1));
+        // What write_kv stores for values within ±1: e4m3 of x / scale, scales near 1 / 448.
+        k8[i] = (unsigned char)f32_to_e4m3(U(448));
+        v8[i] = (unsigned char)f32_to_e4m3(U(448));
+    }
+    for (auto& s : ksc) s = (1.f + 0.5f * U(1)) / 448.f;
+    for (auto& s : vsc) s = (1.f + 0.5f * U(1)) / 448.f;
+    std::vector<float> qkv((size_t)b.T * W);
+    for (auto& v : qkv) v = U(3);
+    std::vector<bf16> qkv16(qkv.size());
+    for (size_t i = 0; i < qkv.size(); ++i) {
+        qkv16[i] = B(qkv[i]);
+        if (bf16_q) qkv[i] = F(qkv16[i]);
+    }
+    const auto tiles = flash_tiles(seqs, FlashCfg<D>::BQ);
+    const float scale = 1.0f / std::sqrt((float)D);
+    const unsigned grid = (unsigned)(tiles.size() / 2 * nh);
+    launch({grid}, {(unsigned)FlashCfg<D>::THREADS}, [&] {
+        const u32 *pos = b.positions.data(), *rs = b.row_seq.data(), *tab = b.tables.data();
+        if (fp8 && bf16_q)
+            attention_flash_impl<bf16, unsigned char, D>(out.data(), qkv16.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data());
+        else if (fp8)
+            attention_flash_impl<float, unsigned char, D>(out.data(), qkv.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data());
+        else if (bf16_q)
+            attention_flash_impl<bf16, bf16, D>(out.data(), qkv16.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr);
+        else
+            attention_flash_impl<float, bf16, D>(out.data(), qkv.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr);
+    });
+    // The reference sees the cache's values (FP8: e4m3 · scale) and q as given (bf16 q: its
+    // bf16 values); the kernel rounds q, p and an FP8 cache's scaled values to bf16.
+    auto K = [&](size_t r, int d) { return fp8 ? e4m3_ref(k8[r * D + d]) * ksc[r * groups + d / 128] : (double)F(kc[r * D + d]); };
+    auto V = [&](size_t r, int d) { return fp8 ? e4m3_ref(v8[r * D + d]) * vsc[r * groups + d / 128] : (double)F(vc[r * D + d]); };
+    const double worst = flash_worst(b, qkv, nh, nkv, D, scale, out, K, V);
+    char name[120];
+    snprintf(name, sizeof name, "attention_flash d%d h%d/%d bs%d T%d%s%s", D, nh, nkv, bs, b.T,
+             fp8 ? " kv8" : "", bf16_q ? " bf16 q" : "");
+    report(name, worst, 3e-2);
+}
+
+static void flash_tests() {
+    t_flash<128>(4, 2, {{0, 150}});                    // two tiles, the second partial
+    t_flash<128>(8, 2, {{100, 30}, {0, 5}, {7, 128}}); // after a prefix, a short chunk, a full tile
+    t_flash<64>(4, 1, {{0, 40}, {3, 20}}, 12);        // key tiles straddling 12-key blocks
+    t_flash<256>(4, 2, {{20, 50}}, 16);               // 32-key tiles
+    t_flash<128>(2, 2, {{0, 33}}, 16, true);          // FP8 cache
+    t_flash<256>(2, 1, {{5, 20}}, 16, true, true);    // FP8, two scale groups, bf16 q
+    t_flash<128>(4, 4, {{130, 9}}, 16, false, true);  // bf16 q, keys far past the chunk
+}

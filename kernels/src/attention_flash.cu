@@ -1,0 +1,345 @@
+// Prefill attention on tensor cores, flash-attention style (mma.sync m16n8k16, bf16 operands,
+// f32 accumulators), over the paged KV cache: a chunk's query rows against every key of their
+// sequence up to each row's position (the cached prefix and the chunk itself, which write_kv
+// has already put in the cache). sm_80 and newer; a module of its own so an older GPU still
+// loads attention.cu.
+//
+// Why: the decode kernels (attention.cu, attention_mma.cu) take one query row a block, so a
+// prompt of T tokens reads its keys T times; here a block takes FLASH_BQ rows of one q head and
+// reads each key tile once into shared memory for all of them, and both products (S = Q·Kᵀ and
+// O += P·V) run on the tensor cores. Floors and measurements: docs/performance.md.
+//
+// Layout. A block owns one tile of up to FLASH_BQ = 128 consecutive rows of one sequence
+// (`tiles`: (first row, end row) pairs, built by the host heaviest first) and one q head (grid
+// x = tile · num_heads + head, so the heads of a tile, which share its kv heads' keys through
+// L2, run together); its warps own 16 · MW rows each (FlashCfg). Q (converted to bf16) sits in
+// shared memory; keys and values stream through a two-stage cp.async pipeline of BK-key tiles,
+// each key's 16-byte chunks at swizzled columns (chunk ^ (row % 8)) so ldmatrix reads eight
+// rows without bank conflicts. Per key tile a warp, for each of its 16-row tiles,
+//   S [16 × BK] = Q·Kᵀ: A = Q by ldmatrix (rows × dims), B = K by ldmatrix (keys × dims is Kᵀ
+//     as the column-major B the mma wants);
+//   applies the causal mask (key > the row's position: -inf) and the online softmax in log2
+//     units (running max m and lane-partial sum l of rows g and g + 8);
+//   O [16 × D] += P·V: A = P straight from S's accumulators (rounded to bf16), B = V by
+//     ldmatrix.trans (keys × dims is the row-major k × n B needs transposed).
+// A warp skips a key tile that is past all its rows' positions (the causal triangle's upper
+// half) and masks only tiles that reach past its smallest position.
+//
+// Precision: q, p and the cache enter the products as bf16 (q is rounded once, p once per key),
+// as in FlashAttention; sums are f32. An FP8 cache (`_kv8`) is widened to bf16 and multiplied by
+// its group scale (prelude/fp8.cuh: ceil(D / 128) scales a (slot, kv head)) while it goes to
+// shared memory, one more rounding of each key and value.
+//
+// Symbols: attention_flash_<q dtype>[_kv8]_d<D> for D = 64, 128, 256.
+
+// Rows of a tile at every head_dim (FLASH_TILE_ROWS in batch.rs).
+#define FLASH_BQ 128
+
+// A block's shape by head_dim: WARPS warps of MW 16-row tiles each, BK keys a pipeline stage.
+// One tile a warp (MW = 1) and 8 warps: two tiles a warp halve the shared-memory reads per
+// FLOP but take about 245 registers, and measured half the speed (docs/performance-log part 6).
+template <int D> struct FlashCfg {
+    static constexpr int MW = 1;
+    static constexpr int WARPS = FLASH_BQ / (16 * MW);
+    static constexpr int THREADS = WARPS * 32;
+    static constexpr int BQ = FLASH_BQ;
+    static constexpr int BK = D <= 128 ? 64 : 32;
+    static constexpr int CH = D / 8; // 16-byte chunks of a row
+    // Q, then two stages of K and V: bf16 rows of D.
+    static constexpr int SMEM = (BQ + 4 * BK) * D * 2;
+};
+
+// The byte offset of 16-byte chunk c of row r of a swizzled bf16 tile of D-wide rows.
+template <int D> __device__ __forceinline__ u32 flash_at(int r, int c) {
+    return (u32)(r * (D / 8) + (c ^ (r & 7))) * 16u;
+}
+
+// Eight bf16 (a u32x4 of pairs) times `s`, rounded back to bf16.
+__device__ __forceinline__ u32x4 scale_bf16x8(u32x4 v, float s) {
+    return u32x4{pack_bf16(lo(v.x) * s, hi(v.x) * s), pack_bf16(lo(v.y) * s, hi(v.y) * s),
+                 pack_bf16(lo(v.z) * s, hi(v.z) * s), pack_bf16(lo(v.w) * s, hi(v.w) * s)};
+}
+
+// Key tile `kb` (BK keys from key kb of the sequence whose table is `table`) of kv head
+// `kv_head` into stage buffers ks / vs: cp.async for a bf16 cache, widened and scaled through
+// registers for an FP8 one. Keys at or past `len` read zeros (a stale slot may hold anything,
+// and a masked key's value still meets a weight of 0).
+template <typename TC, int D>
+__device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* vs,
+                                              const TC* k_cache, const TC* v_cache,
+                                              const float* k_scales, const float* v_scales,
+                                              const u32* table, int block_size, int num_kv_heads,
+                                              int kv_head, int kb, int len) {
+    using C = FlashCfg<D>;
+    constexpr bool FP8 = sizeof(TC) == 1;
+    constexpr int G = (D + 127) / 128; // FP8 scale groups of a head vector
+    // A power-of-two block size (the usual 16) finds a key's block by a shift, not a division.
+    const bool pow2 = (block_size & (block_size - 1)) == 0;
+    const int shift = __ffs(block_size) - 1;
+    for (int i = threadIdx.x; i < C::BK * C::CH; i += C::THREADS) {
+        const int r = i / C::CH, c = i % C::CH, key = kb + r;
+        const bool ok = key < len;
+        const int blk = pow2 ? key >> shift : key / block_size;
+        const int in = pow2 ? key & (block_size - 1) : key - blk * block_size;
+        const u64 slot = ok ? (u64)table[blk] * block_size + in : 0;
+        const u64 head = slot * num_kv_heads + kv_head;
+        const u32 at = flash_at<D>(r, c);
+        if constexpr (FP8) {
+            u32x4 kv = u32x4{0u, 0u, 0u, 0u}, vv = kv;
+            if (ok) {
+                const int grp = head * G + (8 * c) / 128;
+                kv = scale_bf16x8(e4m3x8_to_bf16x8(*(const u32x2*)(k_cache + head * D + 8 * c)),
+                                  k_scales[grp]);
+                vv = scale_bf16x8(e4m3x8_to_bf16x8(*(const u32x2*)(v_cache + head * D + 8 * c)),
+                                  v_scales[grp]);
+            }
+            *(u32x4*)(ks + at) = kv;
+            *(u32x4*)(vs + at) = vv;
+        } else {
+            cp_async<16>(ks + at, k_cache + head * D + 8 * c, ok);
+            cp_async<16>(vs + at, v_cache + head * D + 8 * c, ok);
+        }
+    }
+}
+
+template <typename T, typename TC, int D>
+__device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
+                                     const TC* v_cache, const u32* positions, const u32* row_seq,
+                                     const u32* block_tables, const u32* tiles, int max_blocks,
+                                     int block_size, int num_heads, int num_kv_heads, float scale,
+                                     const float* k_scales, const float* v_scales) {
+    using C = FlashCfg<D>;
+    constexpr int BQ = C::BQ, BK = C::BK, CH = C::CH, MW = C::MW;
+    constexpr int NS = BK / 8; // S tiles (8 keys) of a 16-row tile
+    constexpr int NO = D / 8;  // O tiles (8 dims) of a 16-row tile
+#ifdef METRALE_HOST_EMULATION
+    alignas(16) static unsigned char smem[C::SMEM];
+#else
+    extern __shared__ __attribute__((aligned(16))) unsigned char flash_smem[];
+    unsigned char* const smem = flash_smem;
+#endif
+    __shared__ int row_pos[BQ]; // each tile row's position, -1 past the tile
+    __shared__ int tile_len;    // keys the tile reads: its largest position + 1
+    unsigned char* const qs = smem;
+    unsigned char* const kvs = smem + BQ * D * 2; // stage s: K at s · 2 · BK · D · 2, V after
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int tile = (int)(blockIdx.x / num_heads), head = (int)(blockIdx.x % num_heads);
+    const int kv_head = head / (num_heads / num_kv_heads);
+    const int row0 = (int)tiles[2 * tile], row_end = (int)tiles[2 * tile + 1];
+    const u64 width = (u64)(num_heads + 2 * num_kv_heads) * D;
+    const u32* table = block_tables + (u64)row_seq[row0] * max_blocks;
+
+    for (int r = threadIdx.x; r < BQ; r += C::THREADS)
+        row_pos[r] = row0 + r < row_end ? (int)positions[row0 + r] : -1;
+    // Q rows as bf16, zeros past the tile.
+    for (int i = threadIdx.x; i < BQ * CH; i += C::THREADS) {
+        const int r = i / CH, c = i % CH, row = row0 + r;
+        u32x4 v = u32x4{0u, 0u, 0u, 0u};
+        if (row < row_end) {
+            const T* q = qkv + (u64)row * width + (u64)head * D + 8 * c;
+            if constexpr (sizeof(T) == 2) {
+                v = *(const u32x4*)q;
+            } else {
+                const float4 a = *(const float4*)q, b = *(const float4*)(q + 4);
+                v = u32x4{pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y),
+                          pack_bf16(b.z, b.w)};
+            }
+        }
+        *(u32x4*)(qs + flash_at<D>(r, c)) = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int m = -1;
+        for (int r = 0; r < BQ; ++r) m = max(m, row_pos[r]);
+        tile_len = m + 1;
+    }
+    // The warp's rows: 16 · MW from wr0; this lane's are rows g and g + 8 of each 16-row tile.
+    const int wr0 = 16 * MW * warp;
+    int pos[MW][2];
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi) {
+        pos[mi][0] = row_pos[wr0 + 16 * mi + g];
+        pos[mi][1] = row_pos[wr0 + 16 * mi + g + 8];
+    }
+    int wmax = -1, wmin = 1 << 30;
+#pragma unroll
+    for (int r = 0; r < 16 * MW; ++r) {
+        wmax = max(wmax, row_pos[wr0 + r]);
+        wmin = min(wmin, row_pos[wr0 + r]);
+    }
+    __syncthreads();
+    const int len = tile_len;
+    const int ntiles = (len + BK - 1) / BK;
+
+    const float scale_log2 = scale * 1.4426950408889634f;
+    float o[MW][NO][4];
+    float m[MW][2], l[MW][2];
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi) {
+#pragma unroll
+        for (int j = 0; j < NO; ++j) o[mi][j][0] = o[mi][j][1] = o[mi][j][2] = o[mi][j][3] = 0.f;
+        m[mi][0] = m[mi][1] = NEG_INF;
+        l[mi][0] = l[mi][1] = 0.f;
+    }
+
+    auto stage = [&](int st) { return kvs + st * (2 * BK * D * 2); };
+    if (ntiles > 0) {
+        flash_load_kv<TC, D>(stage(0), stage(0) + BK * D * 2, k_cache, v_cache, k_scales,
+                             v_scales, table, block_size, num_kv_heads, kv_head, 0, len);
+        cp_async_commit();
+    }
+    // Lane addresses of the ldmatrix reads: Q rows (l % 8) + 8 · (l / 8 % 2), column l / 16;
+    // K rows (l % 8) + 8 · (l / 16), column l / 8 % 2; V rows as Q's, column l / 16.
+    const int q_row = wr0 + (lane & 7) + 8 * ((lane >> 3) & 1), q_col = lane >> 4;
+    const int k_row = (lane & 7) + 8 * (lane >> 4), k_col = (lane >> 3) & 1;
+    const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1), v_col = lane >> 4;
+
+    for (int j = 0; j < ntiles; ++j) {
+        cp_async_wait<0>();
+        __syncthreads();
+        if (j + 1 < ntiles) {
+            unsigned char* nx = stage((j + 1) & 1);
+            flash_load_kv<TC, D>(nx, nx + BK * D * 2, k_cache, v_cache, k_scales, v_scales,
+                                 table, block_size, num_kv_heads, kv_head, (j + 1) * BK, len);
+            cp_async_commit();
+        }
+        const int kb = j * BK;
+        if (kb > wmax) continue; // every key of the tile is after every row of this warp
+        const unsigned char* ks = stage(j & 1);
+        const unsigned char* vs = ks + BK * D * 2;
+
+        // S = Q·Kᵀ.
+        float s[MW][NS][4];
+#pragma unroll
+        for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+            for (int n = 0; n < NS; ++n) s[mi][n][0] = s[mi][n][1] = s[mi][n][2] = s[mi][n][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            u32 qa[MW][4];
+#pragma unroll
+            for (int mi = 0; mi < MW; ++mi)
+                ldmatrix_x4<false>(qa[mi], qs + flash_at<D>(q_row + 16 * mi, 2 * kk + q_col));
+#pragma unroll
+            for (int n2 = 0; n2 < BK / 16; ++n2) {
+                u32 kf[4];
+                ldmatrix_x4<false>(kf, ks + flash_at<D>(16 * n2 + k_row, 2 * kk + k_col));
+#pragma unroll
+                for (int mi = 0; mi < MW; ++mi) {
+                    mma_bf16(s[mi][2 * n2], qa[mi][0], qa[mi][1], qa[mi][2], qa[mi][3], kf[0],
+                             kf[1]);
+                    mma_bf16(s[mi][2 * n2 + 1], qa[mi][0], qa[mi][1], qa[mi][2], qa[mi][3],
+                             kf[2], kf[3]);
+                }
+            }
+        }
+        // Scale, and mask keys past each row's position (only where the tile reaches past the
+        // warp's smallest one).
+        const bool mask = kb + BK - 1 > wmin;
+#pragma unroll
+        for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+            for (int n = 0; n < NS; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = kb + 8 * n + 2 * t + (e & 1);
+                    s[mi][n][e] = mask && key > pos[mi][e >> 1] ? NEG_INF
+                                                                : s[mi][n][e] * scale_log2;
+                }
+        // The online softmax of rows g (e = 0, 1) and g + 8 (e = 2, 3) of each 16-row tile.
+#pragma unroll
+        for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float mx = NEG_INF;
+#pragma unroll
+                for (int n = 0; n < NS; ++n)
+                    mx = fmaxf(mx, fmaxf(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
+                const float mn = fmaxf(m[mi][h], quad_max(mx));
+                // A row with no key yet keeps m = -inf: subtract 0 instead (every weight is 0).
+                const float base = mn == NEG_INF ? 0.f : mn;
+                const float corr = exp2_fast(m[mi][h] - base);
+                m[mi][h] = mn;
+                float sum = 0.f;
+#pragma unroll
+                for (int n = 0; n < NS; ++n) {
+                    s[mi][n][2 * h] = exp2_fast(s[mi][n][2 * h] - base);
+                    s[mi][n][2 * h + 1] = exp2_fast(s[mi][n][2 * h + 1] - base);
+                    sum += s[mi][n][2 * h] + s[mi][n][2 * h + 1];
+                }
+                l[mi][h] = l[mi][h] * corr + sum;
+#pragma unroll
+                for (int n = 0; n < NO; ++n) {
+                    o[mi][n][2 * h] *= corr;
+                    o[mi][n][2 * h + 1] *= corr;
+                }
+            }
+        // O += P·V, 16 keys at a time.
+#pragma unroll
+        for (int k2 = 0; k2 < BK / 16; ++k2) {
+            u32 p[MW][4];
+#pragma unroll
+            for (int mi = 0; mi < MW; ++mi) {
+                p[mi][0] = pack_bf16(s[mi][2 * k2][0], s[mi][2 * k2][1]);
+                p[mi][1] = pack_bf16(s[mi][2 * k2][2], s[mi][2 * k2][3]);
+                p[mi][2] = pack_bf16(s[mi][2 * k2 + 1][0], s[mi][2 * k2 + 1][1]);
+                p[mi][3] = pack_bf16(s[mi][2 * k2 + 1][2], s[mi][2 * k2 + 1][3]);
+            }
+#pragma unroll
+            for (int dn = 0; dn < D / 16; ++dn) {
+                u32 vf[4];
+                ldmatrix_x4<true>(vf, vs + flash_at<D>(16 * k2 + v_row, 2 * dn + v_col));
+#pragma unroll
+                for (int mi = 0; mi < MW; ++mi) {
+                    mma_bf16(o[mi][2 * dn], p[mi][0], p[mi][1], p[mi][2], p[mi][3], vf[0], vf[1]);
+                    mma_bf16(o[mi][2 * dn + 1], p[mi][0], p[mi][1], p[mi][2], p[mi][3], vf[2],
+                             vf[3]);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+
+    // Normalise and store rows g and g + 8 of each 16-row tile (rows past the tile are not).
+    const u64 ow = (u64)num_heads * D;
+#pragma unroll
+    for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float sum = quad_sum(l[mi][h]);
+            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            const int r = row0 + wr0 + 16 * mi + g + 8 * h;
+            if (r >= row_end) continue;
+            bf16* dst = out + (u64)r * ow + (u64)head * D + 2 * t;
+#pragma unroll
+            for (int n = 0; n < NO; ++n)
+                *(u32*)(dst + 8 * n) = pack_bf16(o[mi][n][2 * h] * inv, o[mi][n][2 * h + 1] * inv);
+        }
+}
+
+// out [T, nh·D] bf16; qkv [T, (nh + 2·nkv)·D]; the caches [blocks, block_size, nkv, D] (FP8:
+// bytes with their scales at k_scales / v_scales, else unread); tiles: (first row, end row)
+// pairs; grid x = tiles · num_heads, FlashCfg<D>::THREADS threads, FlashCfg<D>::SMEM bytes of
+// dynamic shared memory.
+#define ATTENTION_FLASH(SUFFIX, T, TC, D)                                                          \
+    extern "C" __global__ void __launch_bounds__(FlashCfg<D>::THREADS)                             \
+        attention_flash_##SUFFIX##_d##D(bf16* out, const T* qkv, const TC* k_cache,                \
+                                        const TC* v_cache, const u32* positions,                   \
+                                        const u32* row_seq, const u32* block_tables,               \
+                                        const u32* tiles, int max_blocks, int block_size,          \
+                                        int num_heads, int num_kv_heads, float scale,              \
+                                        const float* k_scales, const float* v_scales) {            \
+        attention_flash_impl<T, TC, D>(out, qkv, k_cache, v_cache, positions, row_seq,             \
+                                       block_tables, tiles, max_blocks, block_size, num_heads,     \
+                                       num_kv_heads, scale, k_scales, v_scales);                   \
+    }
+#define ATTENTION_FLASH_ALL(SUFFIX, T, TC)                                                         \
+    ATTENTION_FLASH(SUFFIX, T, TC, 64)                                                             \
+    ATTENTION_FLASH(SUFFIX, T, TC, 128)                                                            \
+    ATTENTION_FLASH(SUFFIX, T, TC, 256)
+ATTENTION_FLASH_ALL(f32, float, bf16)
+ATTENTION_FLASH_ALL(bf16, bf16, bf16)
+ATTENTION_FLASH_ALL(f32_kv8, float, unsigned char)
+ATTENTION_FLASH_ALL(bf16_kv8, bf16, unsigned char)
