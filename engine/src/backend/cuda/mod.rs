@@ -18,6 +18,7 @@
 #![allow(unsafe_code)]
 
 mod attention;
+mod attention_kernels;
 mod backend_ops;
 mod batch;
 mod blas;
@@ -25,6 +26,7 @@ mod elementwise;
 mod fp8;
 mod gdn_chunk;
 mod gdn_decode;
+mod gdn_kernels;
 mod gemm_tune;
 mod graph;
 mod hybrid;
