@@ -9,23 +9,12 @@ use crate::backend::{BackendError, Result};
 /// The parameters of every `paged_attention*` kernel: out, partial, qkv, k and v caches,
 /// positions, row_seq, block tables, max_blocks, block_size, heads, kv heads, head_dim, scale,
 /// and the FP8 caches' k and v scales.
+#[rustfmt::skip]
 pub(super) type AttnArgs = (
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    i32,
-    i32,
-    i32,
-    i32,
-    i32,
+    u64, u64, u64, u64, u64, u64, u64, u64,
+    i32, i32, i32, i32, i32,
     f32,
-    u64,
-    u64,
+    u64, u64,
 );
 type AttnKernel = Kernel<AttnArgs>;
 
@@ -105,459 +94,198 @@ pub(super) fn mma(ty: AttnTypes, d: usize, wide: bool, split: bool) -> Result<&'
 }
 
 // The tables, [type][head-dim variant][head group or wide][plain, split].
+#[rustfmt::skip]
 static SIMT: [[[[AttnKernel; 2]; 3]; 4]; 5] = [
     // f32
     [
         [
-            [
-                k::paged_attention_f32_d32_g1,
-                k::paged_attention_split_f32_d32_g1,
-            ],
-            [
-                k::paged_attention_f32_d32_g2,
-                k::paged_attention_split_f32_d32_g2,
-            ],
-            [
-                k::paged_attention_f32_d32_g4,
-                k::paged_attention_split_f32_d32_g4,
-            ],
+            [k::paged_attention_f32_d32_g1, k::paged_attention_split_f32_d32_g1],
+            [k::paged_attention_f32_d32_g2, k::paged_attention_split_f32_d32_g2],
+            [k::paged_attention_f32_d32_g4, k::paged_attention_split_f32_d32_g4],
         ],
         [
-            [
-                k::paged_attention_f32_d64_g1,
-                k::paged_attention_split_f32_d64_g1,
-            ],
-            [
-                k::paged_attention_f32_d64_g2,
-                k::paged_attention_split_f32_d64_g2,
-            ],
-            [
-                k::paged_attention_f32_d64_g4,
-                k::paged_attention_split_f32_d64_g4,
-            ],
+            [k::paged_attention_f32_d64_g1, k::paged_attention_split_f32_d64_g1],
+            [k::paged_attention_f32_d64_g2, k::paged_attention_split_f32_d64_g2],
+            [k::paged_attention_f32_d64_g4, k::paged_attention_split_f32_d64_g4],
         ],
         [
-            [
-                k::paged_attention_f32_d128_g1,
-                k::paged_attention_split_f32_d128_g1,
-            ],
-            [
-                k::paged_attention_f32_d128_g2,
-                k::paged_attention_split_f32_d128_g2,
-            ],
-            [
-                k::paged_attention_f32_d128_g4,
-                k::paged_attention_split_f32_d128_g4,
-            ],
+            [k::paged_attention_f32_d128_g1, k::paged_attention_split_f32_d128_g1],
+            [k::paged_attention_f32_d128_g2, k::paged_attention_split_f32_d128_g2],
+            [k::paged_attention_f32_d128_g4, k::paged_attention_split_f32_d128_g4],
         ],
         [
-            [
-                k::paged_attention_f32_d256_g1,
-                k::paged_attention_split_f32_d256_g1,
-            ],
-            [
-                k::paged_attention_f32_d256_g2,
-                k::paged_attention_split_f32_d256_g2,
-            ],
-            [
-                k::paged_attention_f32_d256_g4,
-                k::paged_attention_split_f32_d256_g4,
-            ],
+            [k::paged_attention_f32_d256_g1, k::paged_attention_split_f32_d256_g1],
+            [k::paged_attention_f32_d256_g2, k::paged_attention_split_f32_d256_g2],
+            [k::paged_attention_f32_d256_g4, k::paged_attention_split_f32_d256_g4],
         ],
     ],
     // bf16
     [
         [
-            [
-                k::paged_attention_bf16_d32_g1,
-                k::paged_attention_split_bf16_d32_g1,
-            ],
-            [
-                k::paged_attention_bf16_d32_g2,
-                k::paged_attention_split_bf16_d32_g2,
-            ],
-            [
-                k::paged_attention_bf16_d32_g4,
-                k::paged_attention_split_bf16_d32_g4,
-            ],
+            [k::paged_attention_bf16_d32_g1, k::paged_attention_split_bf16_d32_g1],
+            [k::paged_attention_bf16_d32_g2, k::paged_attention_split_bf16_d32_g2],
+            [k::paged_attention_bf16_d32_g4, k::paged_attention_split_bf16_d32_g4],
         ],
         [
-            [
-                k::paged_attention_bf16_d64_g1,
-                k::paged_attention_split_bf16_d64_g1,
-            ],
-            [
-                k::paged_attention_bf16_d64_g2,
-                k::paged_attention_split_bf16_d64_g2,
-            ],
-            [
-                k::paged_attention_bf16_d64_g4,
-                k::paged_attention_split_bf16_d64_g4,
-            ],
+            [k::paged_attention_bf16_d64_g1, k::paged_attention_split_bf16_d64_g1],
+            [k::paged_attention_bf16_d64_g2, k::paged_attention_split_bf16_d64_g2],
+            [k::paged_attention_bf16_d64_g4, k::paged_attention_split_bf16_d64_g4],
         ],
         [
-            [
-                k::paged_attention_bf16_d128_g1,
-                k::paged_attention_split_bf16_d128_g1,
-            ],
-            [
-                k::paged_attention_bf16_d128_g2,
-                k::paged_attention_split_bf16_d128_g2,
-            ],
-            [
-                k::paged_attention_bf16_d128_g4,
-                k::paged_attention_split_bf16_d128_g4,
-            ],
+            [k::paged_attention_bf16_d128_g1, k::paged_attention_split_bf16_d128_g1],
+            [k::paged_attention_bf16_d128_g2, k::paged_attention_split_bf16_d128_g2],
+            [k::paged_attention_bf16_d128_g4, k::paged_attention_split_bf16_d128_g4],
         ],
         [
-            [
-                k::paged_attention_bf16_d256_g1,
-                k::paged_attention_split_bf16_d256_g1,
-            ],
-            [
-                k::paged_attention_bf16_d256_g2,
-                k::paged_attention_split_bf16_d256_g2,
-            ],
-            [
-                k::paged_attention_bf16_d256_g4,
-                k::paged_attention_split_bf16_d256_g4,
-            ],
+            [k::paged_attention_bf16_d256_g1, k::paged_attention_split_bf16_d256_g1],
+            [k::paged_attention_bf16_d256_g2, k::paged_attention_split_bf16_d256_g2],
+            [k::paged_attention_bf16_d256_g4, k::paged_attention_split_bf16_d256_g4],
         ],
     ],
     // fp32
     [
         [
-            [
-                k::paged_attention_fp32_d32_g1,
-                k::paged_attention_split_fp32_d32_g1,
-            ],
-            [
-                k::paged_attention_fp32_d32_g2,
-                k::paged_attention_split_fp32_d32_g2,
-            ],
-            [
-                k::paged_attention_fp32_d32_g4,
-                k::paged_attention_split_fp32_d32_g4,
-            ],
+            [k::paged_attention_fp32_d32_g1, k::paged_attention_split_fp32_d32_g1],
+            [k::paged_attention_fp32_d32_g2, k::paged_attention_split_fp32_d32_g2],
+            [k::paged_attention_fp32_d32_g4, k::paged_attention_split_fp32_d32_g4],
         ],
         [
-            [
-                k::paged_attention_fp32_d64_g1,
-                k::paged_attention_split_fp32_d64_g1,
-            ],
-            [
-                k::paged_attention_fp32_d64_g2,
-                k::paged_attention_split_fp32_d64_g2,
-            ],
-            [
-                k::paged_attention_fp32_d64_g4,
-                k::paged_attention_split_fp32_d64_g4,
-            ],
+            [k::paged_attention_fp32_d64_g1, k::paged_attention_split_fp32_d64_g1],
+            [k::paged_attention_fp32_d64_g2, k::paged_attention_split_fp32_d64_g2],
+            [k::paged_attention_fp32_d64_g4, k::paged_attention_split_fp32_d64_g4],
         ],
         [
-            [
-                k::paged_attention_fp32_d128_g1,
-                k::paged_attention_split_fp32_d128_g1,
-            ],
-            [
-                k::paged_attention_fp32_d128_g2,
-                k::paged_attention_split_fp32_d128_g2,
-            ],
-            [
-                k::paged_attention_fp32_d128_g4,
-                k::paged_attention_split_fp32_d128_g4,
-            ],
+            [k::paged_attention_fp32_d128_g1, k::paged_attention_split_fp32_d128_g1],
+            [k::paged_attention_fp32_d128_g2, k::paged_attention_split_fp32_d128_g2],
+            [k::paged_attention_fp32_d128_g4, k::paged_attention_split_fp32_d128_g4],
         ],
         [
-            [
-                k::paged_attention_fp32_d256_g1,
-                k::paged_attention_split_fp32_d256_g1,
-            ],
-            [
-                k::paged_attention_fp32_d256_g2,
-                k::paged_attention_split_fp32_d256_g2,
-            ],
-            [
-                k::paged_attention_fp32_d256_g4,
-                k::paged_attention_split_fp32_d256_g4,
-            ],
+            [k::paged_attention_fp32_d256_g1, k::paged_attention_split_fp32_d256_g1],
+            [k::paged_attention_fp32_d256_g2, k::paged_attention_split_fp32_d256_g2],
+            [k::paged_attention_fp32_d256_g4, k::paged_attention_split_fp32_d256_g4],
         ],
     ],
     // f32_kv8
     [
         [
-            [
-                k::paged_attention_f32_kv8_d32_g1,
-                k::paged_attention_split_f32_kv8_d32_g1,
-            ],
-            [
-                k::paged_attention_f32_kv8_d32_g2,
-                k::paged_attention_split_f32_kv8_d32_g2,
-            ],
-            [
-                k::paged_attention_f32_kv8_d32_g4,
-                k::paged_attention_split_f32_kv8_d32_g4,
-            ],
+            [k::paged_attention_f32_kv8_d32_g1, k::paged_attention_split_f32_kv8_d32_g1],
+            [k::paged_attention_f32_kv8_d32_g2, k::paged_attention_split_f32_kv8_d32_g2],
+            [k::paged_attention_f32_kv8_d32_g4, k::paged_attention_split_f32_kv8_d32_g4],
         ],
         [
-            [
-                k::paged_attention_f32_kv8_d64_g1,
-                k::paged_attention_split_f32_kv8_d64_g1,
-            ],
-            [
-                k::paged_attention_f32_kv8_d64_g2,
-                k::paged_attention_split_f32_kv8_d64_g2,
-            ],
-            [
-                k::paged_attention_f32_kv8_d64_g4,
-                k::paged_attention_split_f32_kv8_d64_g4,
-            ],
+            [k::paged_attention_f32_kv8_d64_g1, k::paged_attention_split_f32_kv8_d64_g1],
+            [k::paged_attention_f32_kv8_d64_g2, k::paged_attention_split_f32_kv8_d64_g2],
+            [k::paged_attention_f32_kv8_d64_g4, k::paged_attention_split_f32_kv8_d64_g4],
         ],
         [
-            [
-                k::paged_attention_f32_kv8_d128_g1,
-                k::paged_attention_split_f32_kv8_d128_g1,
-            ],
-            [
-                k::paged_attention_f32_kv8_d128_g2,
-                k::paged_attention_split_f32_kv8_d128_g2,
-            ],
-            [
-                k::paged_attention_f32_kv8_d128_g4,
-                k::paged_attention_split_f32_kv8_d128_g4,
-            ],
+            [k::paged_attention_f32_kv8_d128_g1, k::paged_attention_split_f32_kv8_d128_g1],
+            [k::paged_attention_f32_kv8_d128_g2, k::paged_attention_split_f32_kv8_d128_g2],
+            [k::paged_attention_f32_kv8_d128_g4, k::paged_attention_split_f32_kv8_d128_g4],
         ],
         [
-            [
-                k::paged_attention_f32_kv8_d256_g1,
-                k::paged_attention_split_f32_kv8_d256_g1,
-            ],
-            [
-                k::paged_attention_f32_kv8_d256_g2,
-                k::paged_attention_split_f32_kv8_d256_g2,
-            ],
-            [
-                k::paged_attention_f32_kv8_d256_g4,
-                k::paged_attention_split_f32_kv8_d256_g4,
-            ],
+            [k::paged_attention_f32_kv8_d256_g1, k::paged_attention_split_f32_kv8_d256_g1],
+            [k::paged_attention_f32_kv8_d256_g2, k::paged_attention_split_f32_kv8_d256_g2],
+            [k::paged_attention_f32_kv8_d256_g4, k::paged_attention_split_f32_kv8_d256_g4],
         ],
     ],
     // bf16_kv8
     [
         [
-            [
-                k::paged_attention_bf16_kv8_d32_g1,
-                k::paged_attention_split_bf16_kv8_d32_g1,
-            ],
-            [
-                k::paged_attention_bf16_kv8_d32_g2,
-                k::paged_attention_split_bf16_kv8_d32_g2,
-            ],
-            [
-                k::paged_attention_bf16_kv8_d32_g4,
-                k::paged_attention_split_bf16_kv8_d32_g4,
-            ],
+            [k::paged_attention_bf16_kv8_d32_g1, k::paged_attention_split_bf16_kv8_d32_g1],
+            [k::paged_attention_bf16_kv8_d32_g2, k::paged_attention_split_bf16_kv8_d32_g2],
+            [k::paged_attention_bf16_kv8_d32_g4, k::paged_attention_split_bf16_kv8_d32_g4],
         ],
         [
-            [
-                k::paged_attention_bf16_kv8_d64_g1,
-                k::paged_attention_split_bf16_kv8_d64_g1,
-            ],
-            [
-                k::paged_attention_bf16_kv8_d64_g2,
-                k::paged_attention_split_bf16_kv8_d64_g2,
-            ],
-            [
-                k::paged_attention_bf16_kv8_d64_g4,
-                k::paged_attention_split_bf16_kv8_d64_g4,
-            ],
+            [k::paged_attention_bf16_kv8_d64_g1, k::paged_attention_split_bf16_kv8_d64_g1],
+            [k::paged_attention_bf16_kv8_d64_g2, k::paged_attention_split_bf16_kv8_d64_g2],
+            [k::paged_attention_bf16_kv8_d64_g4, k::paged_attention_split_bf16_kv8_d64_g4],
         ],
         [
-            [
-                k::paged_attention_bf16_kv8_d128_g1,
-                k::paged_attention_split_bf16_kv8_d128_g1,
-            ],
-            [
-                k::paged_attention_bf16_kv8_d128_g2,
-                k::paged_attention_split_bf16_kv8_d128_g2,
-            ],
-            [
-                k::paged_attention_bf16_kv8_d128_g4,
-                k::paged_attention_split_bf16_kv8_d128_g4,
-            ],
+            [k::paged_attention_bf16_kv8_d128_g1, k::paged_attention_split_bf16_kv8_d128_g1],
+            [k::paged_attention_bf16_kv8_d128_g2, k::paged_attention_split_bf16_kv8_d128_g2],
+            [k::paged_attention_bf16_kv8_d128_g4, k::paged_attention_split_bf16_kv8_d128_g4],
         ],
         [
-            [
-                k::paged_attention_bf16_kv8_d256_g1,
-                k::paged_attention_split_bf16_kv8_d256_g1,
-            ],
-            [
-                k::paged_attention_bf16_kv8_d256_g2,
-                k::paged_attention_split_bf16_kv8_d256_g2,
-            ],
-            [
-                k::paged_attention_bf16_kv8_d256_g4,
-                k::paged_attention_split_bf16_kv8_d256_g4,
-            ],
+            [k::paged_attention_bf16_kv8_d256_g1, k::paged_attention_split_bf16_kv8_d256_g1],
+            [k::paged_attention_bf16_kv8_d256_g2, k::paged_attention_split_bf16_kv8_d256_g2],
+            [k::paged_attention_bf16_kv8_d256_g4, k::paged_attention_split_bf16_kv8_d256_g4],
         ],
     ],
 ];
+#[rustfmt::skip]
 static VEC: [[[[AttnKernel; 2]; 3]; 3]; 2] = [
     // f32
     [
         [
-            [
-                k::paged_attention_vec_f32_d64_g1,
-                k::paged_attention_vec_split_f32_d64_g1,
-            ],
-            [
-                k::paged_attention_vec_f32_d64_g2,
-                k::paged_attention_vec_split_f32_d64_g2,
-            ],
-            [
-                k::paged_attention_vec_f32_d64_g4,
-                k::paged_attention_vec_split_f32_d64_g4,
-            ],
+            [k::paged_attention_vec_f32_d64_g1, k::paged_attention_vec_split_f32_d64_g1],
+            [k::paged_attention_vec_f32_d64_g2, k::paged_attention_vec_split_f32_d64_g2],
+            [k::paged_attention_vec_f32_d64_g4, k::paged_attention_vec_split_f32_d64_g4],
         ],
         [
-            [
-                k::paged_attention_vec_f32_d128_g1,
-                k::paged_attention_vec_split_f32_d128_g1,
-            ],
-            [
-                k::paged_attention_vec_f32_d128_g2,
-                k::paged_attention_vec_split_f32_d128_g2,
-            ],
-            [
-                k::paged_attention_vec_f32_d128_g4,
-                k::paged_attention_vec_split_f32_d128_g4,
-            ],
+            [k::paged_attention_vec_f32_d128_g1, k::paged_attention_vec_split_f32_d128_g1],
+            [k::paged_attention_vec_f32_d128_g2, k::paged_attention_vec_split_f32_d128_g2],
+            [k::paged_attention_vec_f32_d128_g4, k::paged_attention_vec_split_f32_d128_g4],
         ],
         [
-            [
-                k::paged_attention_vec_f32_d256_g1,
-                k::paged_attention_vec_split_f32_d256_g1,
-            ],
-            [
-                k::paged_attention_vec_f32_d256_g2,
-                k::paged_attention_vec_split_f32_d256_g2,
-            ],
-            [
-                k::paged_attention_vec_f32_d256_g4,
-                k::paged_attention_vec_split_f32_d256_g4,
-            ],
+            [k::paged_attention_vec_f32_d256_g1, k::paged_attention_vec_split_f32_d256_g1],
+            [k::paged_attention_vec_f32_d256_g2, k::paged_attention_vec_split_f32_d256_g2],
+            [k::paged_attention_vec_f32_d256_g4, k::paged_attention_vec_split_f32_d256_g4],
         ],
     ],
     // bf16
     [
         [
-            [
-                k::paged_attention_vec_bf16_d64_g1,
-                k::paged_attention_vec_split_bf16_d64_g1,
-            ],
-            [
-                k::paged_attention_vec_bf16_d64_g2,
-                k::paged_attention_vec_split_bf16_d64_g2,
-            ],
-            [
-                k::paged_attention_vec_bf16_d64_g4,
-                k::paged_attention_vec_split_bf16_d64_g4,
-            ],
+            [k::paged_attention_vec_bf16_d64_g1, k::paged_attention_vec_split_bf16_d64_g1],
+            [k::paged_attention_vec_bf16_d64_g2, k::paged_attention_vec_split_bf16_d64_g2],
+            [k::paged_attention_vec_bf16_d64_g4, k::paged_attention_vec_split_bf16_d64_g4],
         ],
         [
-            [
-                k::paged_attention_vec_bf16_d128_g1,
-                k::paged_attention_vec_split_bf16_d128_g1,
-            ],
-            [
-                k::paged_attention_vec_bf16_d128_g2,
-                k::paged_attention_vec_split_bf16_d128_g2,
-            ],
-            [
-                k::paged_attention_vec_bf16_d128_g4,
-                k::paged_attention_vec_split_bf16_d128_g4,
-            ],
+            [k::paged_attention_vec_bf16_d128_g1, k::paged_attention_vec_split_bf16_d128_g1],
+            [k::paged_attention_vec_bf16_d128_g2, k::paged_attention_vec_split_bf16_d128_g2],
+            [k::paged_attention_vec_bf16_d128_g4, k::paged_attention_vec_split_bf16_d128_g4],
         ],
         [
-            [
-                k::paged_attention_vec_bf16_d256_g1,
-                k::paged_attention_vec_split_bf16_d256_g1,
-            ],
-            [
-                k::paged_attention_vec_bf16_d256_g2,
-                k::paged_attention_vec_split_bf16_d256_g2,
-            ],
-            [
-                k::paged_attention_vec_bf16_d256_g4,
-                k::paged_attention_vec_split_bf16_d256_g4,
-            ],
+            [k::paged_attention_vec_bf16_d256_g1, k::paged_attention_vec_split_bf16_d256_g1],
+            [k::paged_attention_vec_bf16_d256_g2, k::paged_attention_vec_split_bf16_d256_g2],
+            [k::paged_attention_vec_bf16_d256_g4, k::paged_attention_vec_split_bf16_d256_g4],
         ],
     ],
 ];
+#[rustfmt::skip]
 static MMA: [[[[AttnKernel; 2]; 2]; 2]; 4] = [
     // f32
     [
         [
-            [
-                k::paged_attention_mma_f32_d64,
-                k::paged_attention_mma_split_f32_d64,
-            ],
-            [
-                k::paged_attention_mma_f32_d64_wide,
-                k::paged_attention_mma_split_f32_d64_wide,
-            ],
+            [k::paged_attention_mma_f32_d64, k::paged_attention_mma_split_f32_d64],
+            [k::paged_attention_mma_f32_d64_wide, k::paged_attention_mma_split_f32_d64_wide],
         ],
         [
-            [
-                k::paged_attention_mma_f32_d128,
-                k::paged_attention_mma_split_f32_d128,
-            ],
-            [
-                k::paged_attention_mma_f32_d128_wide,
-                k::paged_attention_mma_split_f32_d128_wide,
-            ],
+            [k::paged_attention_mma_f32_d128, k::paged_attention_mma_split_f32_d128],
+            [k::paged_attention_mma_f32_d128_wide, k::paged_attention_mma_split_f32_d128_wide],
         ],
     ],
     // bf16
     [
         [
-            [
-                k::paged_attention_mma_bf16_d64,
-                k::paged_attention_mma_split_bf16_d64,
-            ],
-            [
-                k::paged_attention_mma_bf16_d64_wide,
-                k::paged_attention_mma_split_bf16_d64_wide,
-            ],
+            [k::paged_attention_mma_bf16_d64, k::paged_attention_mma_split_bf16_d64],
+            [k::paged_attention_mma_bf16_d64_wide, k::paged_attention_mma_split_bf16_d64_wide],
         ],
         [
-            [
-                k::paged_attention_mma_bf16_d128,
-                k::paged_attention_mma_split_bf16_d128,
-            ],
-            [
-                k::paged_attention_mma_bf16_d128_wide,
-                k::paged_attention_mma_split_bf16_d128_wide,
-            ],
+            [k::paged_attention_mma_bf16_d128, k::paged_attention_mma_split_bf16_d128],
+            [k::paged_attention_mma_bf16_d128_wide, k::paged_attention_mma_split_bf16_d128_wide],
         ],
     ],
     // f32_kv8
     [
         [
-            [
-                k::paged_attention_mma_f32_kv8_d64,
-                k::paged_attention_mma_split_f32_kv8_d64,
-            ],
+            [k::paged_attention_mma_f32_kv8_d64, k::paged_attention_mma_split_f32_kv8_d64],
             [
                 k::paged_attention_mma_f32_kv8_d64_wide,
                 k::paged_attention_mma_split_f32_kv8_d64_wide,
             ],
         ],
         [
-            [
-                k::paged_attention_mma_f32_kv8_d128,
-                k::paged_attention_mma_split_f32_kv8_d128,
-            ],
+            [k::paged_attention_mma_f32_kv8_d128, k::paged_attention_mma_split_f32_kv8_d128],
             [
                 k::paged_attention_mma_f32_kv8_d128_wide,
                 k::paged_attention_mma_split_f32_kv8_d128_wide,
@@ -567,20 +295,14 @@ static MMA: [[[[AttnKernel; 2]; 2]; 2]; 4] = [
     // bf16_kv8
     [
         [
-            [
-                k::paged_attention_mma_bf16_kv8_d64,
-                k::paged_attention_mma_split_bf16_kv8_d64,
-            ],
+            [k::paged_attention_mma_bf16_kv8_d64, k::paged_attention_mma_split_bf16_kv8_d64],
             [
                 k::paged_attention_mma_bf16_kv8_d64_wide,
                 k::paged_attention_mma_split_bf16_kv8_d64_wide,
             ],
         ],
         [
-            [
-                k::paged_attention_mma_bf16_kv8_d128,
-                k::paged_attention_mma_split_bf16_kv8_d128,
-            ],
+            [k::paged_attention_mma_bf16_kv8_d128, k::paged_attention_mma_split_bf16_kv8_d128],
             [
                 k::paged_attention_mma_bf16_kv8_d128_wide,
                 k::paged_attention_mma_split_bf16_kv8_d128_wide,

@@ -9,39 +9,14 @@ use crate::backend::{BackendError, Result};
 
 /// `gdn_conv_*`: out, mixed, taps, conv_state, row_seq, the four state arrays, rows,
 /// channels, taps, width.
-pub(super) type ConvArgs = (
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    i32,
-    i32,
-    i32,
-    i32,
-);
+#[rustfmt::skip]
+pub(super) type ConvArgs = (u64, u64, u64, u64, u64, u64, u64, u64, u64, i32, i32, i32, i32);
 /// `gdn_recurrent_*`: core, conv, mixed, neg_a, dt_bias, state, the four state arrays, nk, nv,
 /// dv, width, chunk_min.
+#[rustfmt::skip]
 pub(super) type RecurrentArgs = (
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    i32,
-    i32,
-    i32,
-    i32,
-    i32,
+    u64, u64, u64, u64, u64, u64, u64, u64, u64, u64,
+    i32, i32, i32, i32, i32,
 );
 /// `gdn_norm_*`: out, core, mixed, norm, heads, nv, dv, width, z_at, eps.
 pub(super) type NormArgs = (u64, u64, u64, u64, i32, i32, i32, i32, i32, f32);
@@ -50,42 +25,14 @@ pub(super) type NormArgs = (u64, u64, u64, u64, i32, i32, i32, i32, i32, f32);
 pub(super) type PrepArgs = (u64, u64, u64, u64, u64, u64, i32, i32, i32, i32, i32);
 /// `gdn_chunk_state_*`: core, conv, scratch, state, plan, the four state arrays, sequences,
 /// chunk_min, nk, nv, dv.
-pub(super) type StateArgs = (
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    i32,
-    i32,
-    i32,
-    i32,
-    i32,
-);
+#[rustfmt::skip]
+pub(super) type StateArgs = (u64, u64, u64, u64, u64, u64, u64, u64, u64, i32, i32, i32, i32, i32);
 /// `gdn_decode_*`: out, core, tickets, mixed, taps, conv_state, neg_a, dt_bias, norm, state,
 /// slots, save_starts, saves, nk, nv, taps, width, eps.
+#[rustfmt::skip]
 pub(super) type DecodeArgs = (
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    i32,
-    i32,
-    i32,
-    i32,
+    u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64,
+    i32, i32, i32, i32,
     f32,
 );
 
