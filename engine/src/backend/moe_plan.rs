@@ -113,22 +113,45 @@ impl MmaBuild {
     }
 }
 
+/// The CUDA-core kernels' build (their names' suffix): the experts' type, with 16-byte loads
+/// (`_vec`: rows of a multiple of 16 bytes) or without.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoreBuild {
+    /// `bf16_vec`.
+    Bf16Vec,
+    /// `bf16`.
+    Bf16,
+    /// `fp8_vec`.
+    Fp8Vec,
+    /// `fp8`.
+    Fp8,
+    /// `fp32`: the float32 path.
+    Fp32,
+}
+
+impl CoreBuild {
+    /// Whether the build loads 16 bytes at a time (the `_vec` kernels).
+    pub fn is_vec(self) -> bool {
+        matches!(self, CoreBuild::Bf16Vec | CoreBuild::Fp8Vec)
+    }
+}
+
 /// The CUDA-core gate|up kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GateUp {
-    /// `moe_gate_up_{suffix}`.
+    /// `moe_gate_up_{build}`.
     Plain,
-    /// `moe_gate_up_dec_{suffix}`: a lane's weight loads in flight at once (one token).
+    /// `moe_gate_up_dec_{build}`: a lane's weight loads in flight at once (one token).
     Decode,
 }
 
 /// The CUDA-core down projection and weighted sum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Down {
-    /// One launch: `moe_down_combine_{suffix}` (`cols` 0) or
-    /// `moe_down_combine_dec{cols}_{suffix}`.
+    /// One launch: `moe_down_combine_{build}` (`cols` 0) or
+    /// `moe_down_combine_dec{cols}_{build}`.
     Combined { cols: usize },
-    /// `moe_down_{suffix}`, then `moe_combine`.
+    /// `moe_down_{build}`, then `moe_combine`.
     Separate,
 }
 
@@ -140,9 +163,9 @@ pub enum Experts {
     SmallMma { split: bool },
     /// `moe_tiles`, `moe_gate_up_mma_*`, `moe_down_mma_*`, `moe_combine`: 64-row tiles.
     Mma { build: MmaBuild },
-    /// The CUDA-core kernels of type `suffix` (`bf16_vec`, `bf16`, `fp8_vec`, `fp8`, `fp32`).
+    /// The CUDA-core kernels of `build`.
     CudaCores {
-        suffix: &'static str,
+        build: CoreBuild,
         gate_up: GateUp,
         down: Down,
     },
@@ -211,14 +234,18 @@ impl MoePlan {
                 },
             }
         } else {
-            let suffix = match w {
-                ExpertType::Bf16 if h.is_multiple_of(8) && i.is_multiple_of(8) => "bf16_vec",
-                ExpertType::Bf16 => "bf16",
-                ExpertType::Fp8 if h.is_multiple_of(16) && i.is_multiple_of(16) => "fp8_vec",
-                ExpertType::Fp8 => "fp8",
-                ExpertType::F32 => "fp32",
+            let build = match w {
+                ExpertType::Bf16 if h.is_multiple_of(8) && i.is_multiple_of(8) => {
+                    CoreBuild::Bf16Vec
+                }
+                ExpertType::Bf16 => CoreBuild::Bf16,
+                ExpertType::Fp8 if h.is_multiple_of(16) && i.is_multiple_of(16) => {
+                    CoreBuild::Fp8Vec
+                }
+                ExpertType::Fp8 => CoreBuild::Fp8,
+                ExpertType::F32 => CoreBuild::Fp32,
             };
-            let vec = suffix.ends_with("_vec");
+            let vec = build.is_vec();
             // One-token steps: the kernel that holds a lane's weight loads in flight at once.
             // On the H200 (30B-A3B, graph steps) it is 3.5% (bf16) and 4.4% (FP8) faster at
             // batch 1; at batch 8 moe_gate_up is 9% faster with bf16 experts (its 8 x rows a
@@ -248,7 +275,7 @@ impl MoePlan {
                 Down::Separate
             };
             Experts::CudaCores {
-                suffix,
+                build,
                 gate_up,
                 down,
             }

@@ -22,9 +22,9 @@ fn plan(t: usize, w: ExpertType) -> MoePlan {
     MoePlan::choose(shape(t), w, H200, &Tuning::default().moe)
 }
 
-fn cores(suffix: &'static str, gate_up: GateUp, down: Down) -> Experts {
+fn cores(build: CoreBuild, gate_up: GateUp, down: Down) -> Experts {
     Experts::CudaCores {
-        suffix,
+        build,
         gate_up,
         down,
     }
@@ -43,10 +43,10 @@ fn one_token_fp8_and_bf16() {
     let p = plan(1, ExpertType::Fp8);
     assert_eq!(p.route, Route::PlanOne);
     let dec1 = Down::Combined { cols: 1 };
-    assert_eq!(p.experts, cores("fp8_vec", GateUp::Decode, dec1));
+    assert_eq!(p.experts, cores(CoreBuild::Fp8Vec, GateUp::Decode, dec1));
     let p = plan(1, ExpertType::Bf16);
     let dec2 = Down::Combined { cols: 2 };
-    assert_eq!(p.experts, cores("bf16_vec", GateUp::Decode, dec2));
+    assert_eq!(p.experts, cores(CoreBuild::Bf16Vec, GateUp::Decode, dec2));
     let mut s = shape(1);
     s.router = true;
     let p = MoePlan::choose(s, ExpertType::Fp8, H200, &Tuning::default().moe);
@@ -80,7 +80,10 @@ fn decode_batches_take_the_small_tensor_core_kernels() {
     let p = plan(8, ExpertType::Bf16);
     assert_eq!(p.route, Route::Plan);
     let combined = Down::Combined { cols: 0 };
-    assert_eq!(p.experts, cores("bf16_vec", GateUp::Plain, combined));
+    assert_eq!(
+        p.experts,
+        cores(CoreBuild::Bf16Vec, GateUp::Plain, combined)
+    );
     assert_eq!(
         plan(9, ExpertType::Bf16).experts,
         Experts::SmallMma { split: false }
@@ -100,7 +103,10 @@ fn large_steps_route_in_three_launches_and_tile() {
     let mut t = Tuning::default().moe;
     t.small_mma = false;
     let p = MoePlan::choose(shape(63), ExpertType::Bf16, H200, &t);
-    assert_eq!(p.experts, cores("bf16_vec", GateUp::Plain, Down::Separate));
+    assert_eq!(
+        p.experts,
+        cores(CoreBuild::Bf16Vec, GateUp::Plain, Down::Separate)
+    );
     assert_eq!(
         MoePlan::choose(shape(64), ExpertType::Bf16, H200, &t).experts,
         bf16
@@ -112,14 +118,20 @@ fn float32_experts_stay_on_the_cuda_cores() {
     for t in [1, 2, 9, 300] {
         let p = plan(t, ExpertType::F32);
         assert!(
-            matches!(p.experts, Experts::CudaCores { suffix: "fp32", .. }),
+            matches!(
+                p.experts,
+                Experts::CudaCores {
+                    build: CoreBuild::Fp32,
+                    ..
+                }
+            ),
             "{t}: {p:?}"
         );
     }
     let p = plan(1, ExpertType::F32);
     assert_eq!(
         p.experts,
-        cores("fp32", GateUp::Plain, Down::Combined { cols: 0 })
+        cores(CoreBuild::Fp32, GateUp::Plain, Down::Combined { cols: 0 })
     );
 }
 
@@ -134,14 +146,14 @@ fn older_gpus_and_odd_shapes_take_the_cuda_cores() {
     );
     assert_eq!(
         p.experts,
-        cores("fp8_vec", GateUp::Plain, Down::Combined { cols: 0 })
+        cores(CoreBuild::Fp8Vec, GateUp::Plain, Down::Combined { cols: 0 })
     );
     let mut s = shape(1);
     s.h = 2040; // not a multiple of 16: the scalar kernels, no decode columns
     let p = MoePlan::choose(s, ExpertType::Fp8, H200, &Tuning::default().moe);
     assert_eq!(
         p.experts,
-        cores("fp8", GateUp::Plain, Down::Combined { cols: 0 })
+        cores(CoreBuild::Fp8, GateUp::Plain, Down::Combined { cols: 0 })
     );
 }
 
@@ -152,7 +164,10 @@ fn settings_override_the_defaults() {
     t.small_paths = false;
     let p = MoePlan::choose(shape(1), ExpertType::Fp8, H200, &t);
     assert_eq!(p.route, Route::RouteGroupActive);
-    assert_eq!(p.experts, cores("fp8_vec", GateUp::Plain, Down::Separate));
+    assert_eq!(
+        p.experts,
+        cores(CoreBuild::Fp8Vec, GateUp::Plain, Down::Separate)
+    );
     let mut t = d;
     t.gemm = MoeGemm::TensorCores;
     let p = MoePlan::choose(shape(1), ExpertType::Fp8, H200, &t);
@@ -167,7 +182,7 @@ fn settings_override_the_defaults() {
     let p = MoePlan::choose(shape(2), ExpertType::Fp8, H200, &t);
     assert_eq!(
         p.experts,
-        cores("fp8_vec", GateUp::Plain, Down::Combined { cols: 0 })
+        cores(CoreBuild::Fp8Vec, GateUp::Plain, Down::Combined { cols: 0 })
     );
     let mut t = d;
     t.fp8_activations = true;
@@ -191,7 +206,11 @@ fn settings_override_the_defaults() {
     let p = MoePlan::choose(shape(1), ExpertType::Bf16, H200, &t);
     assert_eq!(
         p.experts,
-        cores("bf16_vec", GateUp::Plain, Down::Combined { cols: 4 })
+        cores(
+            CoreBuild::Bf16Vec,
+            GateUp::Plain,
+            Down::Combined { cols: 4 }
+        )
     );
 }
 

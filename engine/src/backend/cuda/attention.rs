@@ -1,13 +1,14 @@
 //! Launchers for the paged KV cache write and attention (`attention.cu`).
 
 use cudarc::driver::LaunchConfig;
-use metrale_kernels::Module;
 
+use super::attention_kernels::{self, AttnTypes};
 use super::elementwise::{cfg, dim, int, row_threads};
 use super::norm::MAX_HEAD_DIM;
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, CudaBatch, check, shape_err};
 use crate::backend::Result;
+use crate::backend::kernels::{self, Kernel};
 use crate::tuning::{AttentionTuning, AttnKernelChoice};
 
 /// Warps of a `paged_attention` block (ATTN_WARPS in attention.cu).
@@ -209,13 +210,22 @@ impl CudaBackend {
         }
         let (_, _, nkv, hd) = kv_dims(k_cache)?;
         let slot_len = nkv * hd;
-        let name = match (qkv.dtype, k_cache.dtype) {
+        /// The cache writers' parameters: k and v caches, (for _kv8 their scales,) qkv,
+        /// slot_mapping, heads, kv heads, head_dim.
+        type PlainArgs = (u64, u64, u64, u64, i32, i32, i32);
+        type Kv8Args = (u64, u64, u64, u64, u64, u64, i32, i32, i32);
+        /// The cache writers: bf16 or f32 caches, or FP8 ones with their scales.
+        enum Writer {
+            Plain(Kernel<PlainArgs>),
+            Kv8(Kernel<Kv8Args>),
+        }
+        let writer = match (qkv.dtype, k_cache.dtype) {
             (DType::F8, _) => return Err(super::not_activation("write_kv")),
-            (DType::F32, DType::F32) => "write_kv_fp32",
-            (DType::F32, DType::F8) => "write_kv_f32_kv8",
-            (DType::BF16, DType::F8) => "write_kv_bf16_kv8",
-            (DType::F32, _) => "write_kv_f32",
-            (DType::BF16, DType::BF16) => "write_kv_bf16",
+            (DType::F32, DType::F32) => Writer::Plain(kernels::write_kv_fp32),
+            (DType::F32, DType::F8) => Writer::Kv8(kernels::write_kv_f32_kv8),
+            (DType::BF16, DType::F8) => Writer::Kv8(kernels::write_kv_bf16_kv8),
+            (DType::F32, _) => Writer::Plain(kernels::write_kv_f32),
+            (DType::BF16, DType::BF16) => Writer::Plain(kernels::write_kv_bf16),
             (DType::BF16, _) => {
                 return Err(shape_err(
                     "write_kv",
@@ -223,8 +233,6 @@ impl CudaBackend {
                 ));
             }
         };
-        let kv8 = k_cache.dtype == DType::F8;
-        let f = self.func(Module::Attention, name)?;
         let s = &self.stream;
         let (k, v, q, slots) = (
             k_cache.ptr(s),
@@ -238,21 +246,23 @@ impl CudaBackend {
             int(hd, "write_kv")?,
         );
         let (ks, vs) = (k_cache.scales_ptr(s), v_cache.scales_ptr(s));
-        let mut a = self.launcher(&f);
-        a.arg(&k).arg(&v);
-        if kv8 {
-            a.arg(&ks).arg(&vs);
-        }
-        a.arg(&q).arg(&slots).arg(&nh).arg(&nk).arg(&d);
         // The FP8 writer gives each head vector a warp (4 a block); the others a thread per
         // element of the token's slot.
+        let kv8 = matches!(writer, Writer::Kv8(_));
         let threads = if kv8 { 128 } else { row_threads(slot_len) };
+        let config = cfg((dim(batch.num_tokens, "write_kv")?, 1), threads);
         // SAFETY: the caches are [blocks, bs, nkv, hd] of the kernel's cache type (for _kv8,
         // e4m3 bytes with ceil(hd / 128) scales a (slot, kv head) in their scale regions,
         // fp8_alloc_bytes) and every slot is below blocks·bs (checked above), so each write
         // stays inside them; qkv is [T, (nh + 2·nkv)·hd] of the kernel's type.
-        let r = unsafe { a.launch(cfg((dim(batch.num_tokens, "write_kv")?, 1), threads)) };
-        self.launched(name, r)
+        unsafe {
+            match writer {
+                Writer::Plain(kernel) => kernel.launch(self, config, (k, v, q, slots, nh, nk, d)),
+                Writer::Kv8(kernel) => {
+                    kernel.launch(self, config, (k, v, ks, vs, q, slots, nh, nk, d))
+                }
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -332,44 +342,15 @@ impl CudaBackend {
         }
         // An FP8 cache (`--kv-cache-dtype fp8`): the _kv8 kernels.
         let kv8 = k_cache.dtype == DType::F8;
-        let ty = match (fp32, kv8) {
-            (true, _) => "fp32".to_string(),
-            (false, true) => format!("{}_kv8", qkv.dtype.suffix()),
-            (false, false) => qkv.dtype.suffix().to_string(),
+        let ty = match (fp32, kv8, qkv.dtype) {
+            (true, _, _) => AttnTypes::Fp32,
+            (false, _, DType::F8) => return Err(super::not_activation("paged_attention")),
+            (false, true, DType::F32) => AttnTypes::F32Kv8,
+            (false, true, DType::BF16) => AttnTypes::Bf16Kv8,
+            (false, false, DType::F32) => AttnTypes::F32,
+            (false, false, DType::BF16) => AttnTypes::Bf16,
         };
         let kernel = self.attn_kernel(hd, num_heads, nkv, fp32);
-        let (module, plain, split) = match kernel {
-            AttnKernel::Mma => {
-                let wide = if num_heads / nkv > 8 { "_wide" } else { "" };
-                (
-                    Module::AttentionMma,
-                    format!("paged_attention_mma_{ty}_d{hd}{wide}"),
-                    format!("paged_attention_mma_split_{ty}_d{hd}{wide}"),
-                )
-            }
-            AttnKernel::Simt => {
-                // Variants by head_dim (NPER = head_dim / 32 rounded up to 1, 2, 4 or 8) and by
-                // the q heads a block serves (G: the largest of 4, 2, 1 dividing the GQA group).
-                let d = match hd.div_ceil(32) {
-                    1 => 32,
-                    2 => 64,
-                    3..=4 => 128,
-                    _ => 256,
-                };
-                let g = head_group(num_heads, nkv);
-                // head_dim exactly 64, 128 or 256 of a bf16 cache: the 16-byte-load variant.
-                let vec = if hd == d && d >= 64 && !fp32 && !kv8 {
-                    "vec_"
-                } else {
-                    ""
-                };
-                (
-                    Module::Attention,
-                    format!("paged_attention_{vec}{ty}_d{d}_g{g}"),
-                    format!("paged_attention_{vec}split_{ty}_d{d}_g{g}"),
-                )
-            }
-        };
         let head_blocks = row_blocks(kernel, num_heads, nkv);
         let splits = attention_splits(
             rows * head_blocks,
@@ -407,50 +388,49 @@ impl CudaBackend {
         } else {
             None
         };
-        let name = if splits > 1 { split } else { plain };
-        let f = self.func(module, &name)?;
+        let split = splits > 1;
+        let attention = match kernel {
+            AttnKernel::Mma => attention_kernels::mma(ty, hd, num_heads / nkv > 8, split),
+            AttnKernel::Simt => {
+                // Variants by head_dim (NPER = head_dim / 32 rounded up to 1, 2, 4 or 8) and by
+                // the q heads a block serves (G: the largest of 4, 2, 1 dividing the GQA group).
+                let d = match hd.div_ceil(32) {
+                    1 => 32,
+                    2 => 64,
+                    3..=4 => 128,
+                    _ => 256,
+                };
+                let g = head_group(num_heads, nkv);
+                // head_dim exactly 64, 128 or 256 of a bf16 cache: the 16-byte-load variant.
+                let vec = hd == d && d >= 64 && !fp32 && !kv8;
+                attention_kernels::simt(ty, vec, d, g, split)
+            }
+        }?;
         let (o, pp) = (out.ptr(s), partial.as_ref().map_or(0, |p| p.ptr(s)));
-        let mut a = self.launcher(&f);
-        a.arg(&o)
-            .arg(&pp)
-            .arg(&q)
-            .arg(&k)
-            .arg(&v)
-            .arg(&pos)
-            .arg(&row_seq)
-            .arg(&tables)
-            .arg(&max_blocks)
-            .arg(&block_size)
-            .arg(&nh)
-            .arg(&nk)
-            .arg(&d)
-            .arg(&scale)
-            .arg(&ks)
-            .arg(&vs);
+        let args = (
+            o, pp, q, k, v, pos, row_seq, tables, max_blocks, block_size, nh, nk, d, scale, ks, vs,
+        );
         // SAFETY: out is [T, nh·hd], qkv [T, (nh + 2·nkv)·hd], the caches [blocks, bs, nkv, hd]
         // (out and the caches f32 for the fp32 kernels, e4m3 bytes with ceil(hd / 128) scales a
-        // (slot, kv head) at ks / vs for _kv8 (null, unread, otherwise), else bf16), with hd no larger than the kernel variant's 32·NPER (attention.cu)
-        // or equal to its D, with a GQA group of at most 8 (16 for _wide) (attention_mma.cu,
-        // whose keys past a row's end are read at the row's last key); each row's
-        // reach positions[row] / bs is inside its table and every table entry is below blocks
+        // (slot, kv head) at ks / vs for _kv8 (null, unread, otherwise), else bf16), with hd no
+        // larger than the kernel variant's 32·NPER (attention.cu) or equal to its D, with a GQA
+        // group of at most 8 (16 for _wide) (attention_mma.cu, whose keys past a row's end are
+        // read at the row's last key); each row's reach positions[row] / bs is inside its table
+        // and every table entry is below blocks
         // (checked above and in prepare_batch), so every key and value read is in the cache.
         // The split kernel writes instead one state per (row, head, split) of its grid into
         // `partial` (T·nh·splits·(hd + 2) floats), and each row's causal range is cut into
         // those splits in the kernel; the plain kernel never touches the null `partial`.
-        let r = unsafe { a.launch(grid(head_blocks, splits)?) };
-        self.launched(&name, r)?;
+        unsafe { attention.launch(self, grid(head_blocks, splits)?, args)? };
         let Some(partial) = partial else {
             return Ok(());
         };
-        let name = if fp32 {
-            "attention_merge_fp32"
+        let merge_kernel = if fp32 {
+            kernels::attention_merge_fp32
         } else {
-            "attention_merge"
+            kernels::attention_merge
         };
-        let f = self.func(Module::Attention, name)?;
         let (pp, sp) = (partial.ptr(s), int(splits, "paged_attention")?);
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&pp).arg(&nh).arg(&d).arg(&sp);
         let merge = LaunchConfig {
             grid_dim: (
                 dim(rows, "attention_merge")?,
@@ -460,12 +440,11 @@ impl CudaBackend {
             block_dim: (32 * ATTN_WARPS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: out is [T, nh·hd] (f32 for the fp32 merge, else bf16) and partial holds the `splits` states of every
-        // (row, head) written above, split 0 of each with key 0 in it; one block per (row, head)
-        // (grid x = row, y = head, as attention_merge reads them).
-        let r = unsafe { a.launch(merge) };
         // `partial` is freed when it drops, after the merge on the same stream.
-        self.launched(name, r)
+        // SAFETY: out is [T, nh·hd] (f32 for the fp32 merge, else bf16) and partial holds the
+        // `splits` states of every (row, head) written above, split 0 of each with key 0 in it;
+        // one block per (row, head) (grid x = row, y = head, as attention_merge reads them).
+        unsafe { merge_kernel.launch(self, merge, (o, pp, nh, d, sp)) }
     }
 }
 

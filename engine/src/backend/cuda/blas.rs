@@ -17,6 +17,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 use super::gemm_tune::{GemmTuner, Operands, Shape};
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check, dev_err};
+use crate::backend::kernels::{self, Kernel};
 use crate::backend::{BackendError, Result};
 
 /// cuBLAS's workspace: set once, so a GEMM never allocates (which a CUDA graph capture would
@@ -91,6 +92,47 @@ pub(super) const GEMV_MAX_ROWS: usize = crate::tuning::registry::GEMV_MAX_ROWS;
 /// Warps of a GEMV block (GEMV_WARPS in gemv.cu): one output column each.
 const GEMV_WARPS: usize = 8;
 
+/// The parameters of the bf16 GEMVs (`gemv_*`): out, x, w, n, k.
+type GemvArgs = (u64, u64, u64, i32, i32);
+/// The parameters of the FP8 GEMVs (`gemv_fp8_*`, fp8.rs): out, x, w, scales, n, k.
+pub(super) type Fp8GemvArgs = (u64, u64, u64, u64, i32, i32);
+
+/// `gemv_m<m>` and `gemv_silu_m<m>`, for m rows of x (1 to GEMV_MAX_ROWS).
+static GEMV: [Kernel<GemvArgs>; GEMV_MAX_ROWS] = [
+    kernels::gemv_m1,
+    kernels::gemv_m2,
+    kernels::gemv_m3,
+    kernels::gemv_m4,
+    kernels::gemv_m5,
+    kernels::gemv_m6,
+    kernels::gemv_m7,
+    kernels::gemv_m8,
+];
+static GEMV_SILU: [Kernel<GemvArgs>; GEMV_MAX_ROWS] = [
+    kernels::gemv_silu_m1,
+    kernels::gemv_silu_m2,
+    kernels::gemv_silu_m3,
+    kernels::gemv_silu_m4,
+    kernels::gemv_silu_m5,
+    kernels::gemv_silu_m6,
+    kernels::gemv_silu_m7,
+    kernels::gemv_silu_m8,
+];
+
+/// A whole-row GEMV (`gemv_full_*`, `gemv_fp8_full_*`): the kernel, rows a warp, 16-byte
+/// chunks of a row a lane, blocks a multiprocessor (the kernel's __launch_bounds__).
+type FullKernel<A> = (Kernel<A>, usize, usize, usize);
+/// The whole-row kernels of each weight type, the fewest registers first.
+static FULL_BF16: [FullKernel<GemvArgs>; 3] = [
+    (kernels::gemv_full_r1g8, 1, 8, 4),
+    (kernels::gemv_full_r2g8, 2, 8, 3),
+    (kernels::gemv_full_r1g16, 1, 16, 2),
+];
+static FULL_FP8: [FullKernel<Fp8GemvArgs>; 2] = [
+    (kernels::gemv_fp8_full_r1g8, 1, 8, 3),
+    (kernels::gemv_fp8_full_r2g4, 2, 4, 3),
+];
+
 impl CudaBackend {
     /// Turns the per-shape timing of decode-sized GEMMs (gemm_tune.rs) on or off (the tuning's
     /// `gemm.gemm_tune`, changed by `set_tuning`).
@@ -123,30 +165,46 @@ impl CudaBackend {
     /// The whole-row kernel for a one-row product of `n` output columns over `k` (bf16 or FP8
     /// weights), if it is on and one fits: its name and rows a warp.
     pub fn gemv_full_kernel(&self, fp8: bool, n: usize, k: usize) -> Option<(&'static str, usize)> {
-        // (name, rows a warp, 16-byte chunks of a row a lane, blocks a multiprocessor: the
-        // kernel's __launch_bounds__), the fewest registers first.
-        const BF16: [(&str, usize, usize, usize); 3] = [
-            ("gemv_full_r1g8", 1, 8, 4),
-            ("gemv_full_r2g8", 2, 8, 3),
-            ("gemv_full_r1g16", 1, 16, 2),
-        ];
-        const FP8: [(&str, usize, usize, usize); 2] = [
-            ("gemv_fp8_full_r1g8", 1, 8, 3),
-            ("gemv_fp8_full_r2g4", 2, 4, 3),
-        ];
-        let per_chunk = if fp8 { 16 } else { 8 };
+        if fp8 {
+            self.gemv_full_fp8(n, k).map(|(f, rows)| (f.name(), rows))
+        } else {
+            self.gemv_full_bf16(n, k).map(|(f, rows)| (f.name(), rows))
+        }
+    }
+
+    /// [`Self::gemv_full_kernel`] for bf16 weights: the kernel and its rows a warp.
+    fn gemv_full_bf16(&self, n: usize, k: usize) -> Option<(&'static Kernel<GemvArgs>, usize)> {
+        self.full_kernel(&FULL_BF16, 8, n, k)
+    }
+
+    /// [`Self::gemv_full_kernel`] for FP8 weights: the kernel and its rows a warp.
+    pub(super) fn gemv_full_fp8(
+        &self,
+        n: usize,
+        k: usize,
+    ) -> Option<(&'static Kernel<Fp8GemvArgs>, usize)> {
+        self.full_kernel(&FULL_FP8, 16, n, k)
+    }
+
+    /// The first kernel of `table` that fits (`per_chunk` weights a 16-byte chunk).
+    fn full_kernel<A>(
+        &self,
+        table: &'static [FullKernel<A>],
+        per_chunk: usize,
+        n: usize,
+        k: usize,
+    ) -> Option<(&'static Kernel<A>, usize)> {
         if !self.gemv_full() || n == 0 || !k.is_multiple_of(per_chunk) {
             return None;
         }
         let chunks = k / per_chunk;
-        let table: &[_] = if fp8 { &FP8 } else { &BF16 };
         table
             .iter()
             .find(|&&(_, rows, g, per_sm)| {
                 chunks <= 32 * g
                     && n.div_ceil(GEMV_WARPS * rows) <= self.info.multiprocessors * per_sm
             })
-            .map(|&(name, rows, ..)| (name, rows))
+            .map(|(f, rows, ..)| (f, *rows))
     }
 
     /// `out[m, n] = Σ_k x[m, k] · w[n, k]` for m ≤ GEMV_MAX_ROWS, k % 8 == 0, both bf16.
@@ -157,15 +215,12 @@ impl CudaBackend {
         w: &CudaTensor,
         (m, n, k): (i32, i32, i32),
     ) -> Result<()> {
-        const NAMES: [&str; GEMV_MAX_ROWS] = [
-            "gemv_m1", "gemv_m2", "gemv_m3", "gemv_m4", "gemv_m5", "gemv_m6", "gemv_m7", "gemv_m8",
-        ];
         if m == 1
-            && let Some((name, rows)) = self.gemv_full_kernel(false, n as usize, k as usize)
+            && let Some((f, rows)) = self.gemv_full_bf16(n as usize, k as usize)
         {
-            return self.launch_gemv_named(name, rows, out, x, w, (n, k));
+            return self.launch_gemv_named(f, rows, out, x, w, (n, k));
         }
-        self.launch_gemv(NAMES, out, x, w, (m, n, k))
+        self.launch_gemv(&GEMV, out, x, w, (m, n, k))
     }
 
     /// `matmul` then `silu_mul` in one kernel (gemv.cu's gemv_silu) where the GEMV would serve
@@ -177,16 +232,6 @@ impl CudaBackend {
         x: &CudaTensor,
         w: &CudaTensor,
     ) -> Result<bool> {
-        const NAMES: [&str; GEMV_MAX_ROWS] = [
-            "gemv_silu_m1",
-            "gemv_silu_m2",
-            "gemv_silu_m3",
-            "gemv_silu_m4",
-            "gemv_silu_m5",
-            "gemv_silu_m6",
-            "gemv_silu_m7",
-            "gemv_silu_m8",
-        ];
         let (m, k, i) = (x.rows(), x.cols(), out.cols());
         let fits = m >= 1
             && m <= self.gemv_max_rows()
@@ -204,39 +249,37 @@ impl CudaBackend {
             return Ok(false);
         }
         self.set_dtype(out, DType::BF16)?;
-        self.launch_gemv(NAMES, out, x, w, (mi, ii, ki))?;
+        self.launch_gemv(&GEMV_SILU, out, x, w, (mi, ii, ki))?;
         Ok(true)
     }
 
-    /// Launches one of a GEMV family (`names[m - 1]`): one warp an output column `n`.
+    /// Launches one of a GEMV family (`family[m - 1]`): one warp an output column `n`.
     fn launch_gemv(
         &self,
-        names: [&'static str; GEMV_MAX_ROWS],
+        family: &[Kernel<GemvArgs>; GEMV_MAX_ROWS],
         out: &mut CudaTensor,
         x: &CudaTensor,
         w: &CudaTensor,
         (m, n, k): (i32, i32, i32),
     ) -> Result<()> {
-        let name = names[(m.clamp(1, GEMV_MAX_ROWS as i32) - 1) as usize];
-        self.launch_gemv_named(name, 1, out, x, w, (n, k))
+        let f = &family[(m.clamp(1, GEMV_MAX_ROWS as i32) - 1) as usize];
+        self.launch_gemv_named(f, 1, out, x, w, (n, k))
     }
 
-    /// Launches GEMV kernel `name` (gemv.cu) with `rows` output columns a warp.
+    /// Launches GEMV kernel `f` (gemv.cu) with `rows` output columns a warp.
     fn launch_gemv_named(
         &self,
-        name: &'static str,
+        f: &Kernel<GemvArgs>,
         rows: usize,
         out: &mut CudaTensor,
         x: &CudaTensor,
         w: &CudaTensor,
         (n, k): (i32, i32),
     ) -> Result<()> {
-        let f = self.func(metrale_kernels::Module::Gemv, name)?;
         let s = &self.stream;
         let (o, xp, wp) = (out.ptr(s), x.ptr(s), w.ptr(s));
         let blocks = super::elementwise::dim((n as usize).div_ceil(GEMV_WARPS * rows), "matmul")?;
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&xp).arg(&wp).arg(&n).arg(&k);
+        let config = super::elementwise::cfg((blocks, 1), (32 * GEMV_WARPS) as u32);
         // SAFETY: for gemv_m*, out is [m, n] f32, x [m, k] and w [n, k] bf16; for gemv_silu_m*,
         // out is [m, n] bf16, x [m, k] and w [2n, k] bf16 (checked by the callers); 1 <= m <= 8
         // matches the kernel's template and k % 8 == 0, so every 16-byte load of a row stays
@@ -244,13 +287,7 @@ impl CudaBackend {
         // per `rows` output columns, columns past n return at once or are not written (the
         // gemv_full_* kernels, m = 1, load row n - 1 for them; k <= 256 · G by
         // gemv_full_kernel).
-        let r = unsafe {
-            a.launch(super::elementwise::cfg(
-                (blocks, 1),
-                (32 * GEMV_WARPS) as u32,
-            ))
-        };
-        self.launched(name, r)
+        unsafe { f.launch(self, config, (o, xp, wp, n, k)) }
     }
 
     /// Make `out` an f32 `[m, n]` result and finish the trivial cases: nothing to compute

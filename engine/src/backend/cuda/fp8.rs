@@ -11,12 +11,12 @@
 //! need the activations quantized too and is not wired here: prefill is compute-bound at bf16
 //! rates either way, and the copy costs one read of the weight).
 
-use metrale_kernels::Module;
-
+use super::blas::Fp8GemvArgs;
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{self, CudaTensor, DType, FP8_BLOCK};
 use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
+use crate::backend::kernels::{self, Kernel};
 use crate::loader::random_fp8_scale;
 
 /// Most rows of x one FP8 GEMV launch takes (gemv_fp8_m1..m8).
@@ -34,6 +34,20 @@ const FP8_MMA_MIN_ROWS: usize = 2;
 /// Most x rows `gemv_fp8_mma_many` takes (decode batches); more (prefill chunks) go through a
 /// bf16 copy of the weight and cuBLAS.
 const FP8_MMA_MAX_ROWS: usize = 128;
+
+/// The parameters of the tensor-core and `_rows` FP8 GEMVs: out, x, w, scales, m, n, k.
+type Fp8MmaArgs = (u64, u64, u64, u64, i32, i32, i32);
+/// `gemv_fp8_m<m>`, for m rows of x (1 to FP8_GEMV_MAX_ROWS).
+static FP8_GEMV: [Kernel<Fp8GemvArgs>; FP8_GEMV_MAX_ROWS] = [
+    kernels::gemv_fp8_m1,
+    kernels::gemv_fp8_m2,
+    kernels::gemv_fp8_m3,
+    kernels::gemv_fp8_m4,
+    kernels::gemv_fp8_m5,
+    kernels::gemv_fp8_m6,
+    kernels::gemv_fp8_m7,
+    kernels::gemv_fp8_m8,
+];
 
 impl CudaBackend {
     /// An FP8 weight from the checkpoint's bytes and per-row scales (`col_block` columns a
@@ -90,21 +104,17 @@ impl CudaBackend {
         const CHUNK: u64 = 65536; // elements a thread walks (RANDOM_CHUNK in the prelude)
         const THREADS: u32 = 64;
         let blocks = n.div_ceil(CHUNK).div_ceil(u64::from(THREADS));
-        let name = "fill_random_fp8";
-        let f = self.func(Module::Fp8, name)?;
         let s = &self.stream;
         let (p, sp, scale) = (t.ptr(s), t.scales_ptr(s), random_fp8_scale(std));
-        let mut a = self.launcher(&f);
-        a.arg(&p)
-            .arg(&n)
-            .arg(&seed)
-            .arg(&sp)
-            .arg(&n_scales)
-            .arg(&scale);
         // SAFETY: t is an FP8 tensor: n bytes, then n_scales f32 at scales_ptr (alloc sized it
         // so); each thread writes its chunk below n and its strided share of the scales.
-        let r = unsafe { a.launch(cfg((dim(blocks as usize, "fill_random")?, 1), THREADS)) };
-        self.launched(name, r)?;
+        unsafe {
+            kernels::fill_random_fp8.launch(
+                self,
+                cfg((dim(blocks as usize, "fill_random")?, 1), THREADS),
+                (p, n, seed, sp, n_scales, scale),
+            )?;
+        }
         Ok(t)
     }
 
@@ -154,51 +164,27 @@ impl CudaBackend {
         }
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
-        const NAMES: [&str; FP8_GEMV_MAX_ROWS] = [
-            "gemv_fp8_m1",
-            "gemv_fp8_m2",
-            "gemv_fp8_m3",
-            "gemv_fp8_m4",
-            "gemv_fp8_m5",
-            "gemv_fp8_m6",
-            "gemv_fp8_m7",
-            "gemv_fp8_m8",
-        ];
         let s = &self.stream;
         let (o, xp, wp, sp) = (out.ptr(s), x.ptr(s), w.ptr(s), w.scales_ptr(s));
         let (ni, ki) = (int(n, "matmul")?, int(k, "matmul")?);
         let blocks = dim(n.div_ceil(FP8_WARPS), "matmul")?;
         if !k.is_multiple_of(16) {
-            let name = "gemv_fp8_rows";
-            let f = self.func(Module::Fp8, name)?;
             let mi = int(m, "matmul")?;
-            let mut a = self.launcher(&f);
-            a.arg(&o)
-                .arg(&xp)
-                .arg(&wp)
-                .arg(&sp)
-                .arg(&mi)
-                .arg(&ni)
-                .arg(&ki);
             // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
             // scales (checked above); scalar loads inside each row; one warp per output column,
             // columns past n return.
-            let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_WARPS) as u32)) };
-            return self.launched(name, r);
+            return unsafe {
+                kernels::gemv_fp8_rows.launch(
+                    self,
+                    cfg((blocks, 1), (32 * FP8_WARPS) as u32),
+                    (o, xp, wp, sp, mi, ni, ki),
+                )
+            };
         }
-        // The tensor-core GEMVs: `name` over `rows` rows of x (from x_r) into out (from o_r).
-        let mma_pass = |name: &str, o_r: u64, x_r: u64, rows: usize| -> Result<()> {
-            let f = self.func(Module::Fp8, name)?;
+        // The tensor-core GEMVs: `f` over `rows` rows of x (from x_r) into out (from o_r).
+        let mma_pass = |f: Kernel<Fp8MmaArgs>, o_r: u64, x_r: u64, rows: usize| -> Result<()> {
             let mi = int(rows, "matmul")?;
             let blocks = dim(n.div_ceil(16), "matmul")?;
-            let mut a = self.launcher(&f);
-            a.arg(&o_r)
-                .arg(&x_r)
-                .arg(&wp)
-                .arg(&sp)
-                .arg(&mi)
-                .arg(&ni)
-                .arg(&ki);
             // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
             // scales (checked above); a call covers rows r0..r0 + rows <= m of out and x
             // (gemv_fp8_mma: rows <= 8; _many: any), the kernels' x rows past them read as
@@ -206,11 +192,16 @@ impl CudaBackend {
             // bytes) and of an x row (2k bytes) is inside it and aligned; a block of
             // FP8_MMA_WARPS warps per 16 output columns, columns past n read row n - 1 and are
             // not written; sm_80+ (both checked by fp8_gemv_mma).
-            let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_MMA_WARPS) as u32)) };
-            self.launched(name, r)
+            unsafe {
+                f.launch(
+                    self,
+                    cfg((blocks, 1), (32 * FP8_MMA_WARPS) as u32),
+                    (o_r, x_r, wp, sp, mi, ni, ki),
+                )
+            }
         };
         if many {
-            return mma_pass("gemv_fp8_mma_many", o, xp, m);
+            return mma_pass(kernels::gemv_fp8_mma_many, o, xp, m);
         }
         // Up to 8 rows a pass: each pass streams the weight once more (from L2 where it fits).
         for r0 in (0..m).step_by(FP8_GEMV_MAX_ROWS) {
@@ -218,18 +209,15 @@ impl CudaBackend {
             let (o_r, x_r) = (o + (r0 * n * 4) as u64, xp + (r0 * k * 2) as u64);
             // One row stays on gemv_fp8_m1 (faster there, see fp8.cu).
             if mma && rows >= FP8_MMA_MIN_ROWS {
-                mma_pass("gemv_fp8_mma", o_r, x_r, rows)?;
+                mma_pass(kernels::gemv_fp8_mma, o_r, x_r, rows)?;
                 continue;
             }
             // One row of a grid that fits in one wave: a warp's whole rows before the wait.
-            let (name, per_warp) = match self.gemv_full_kernel(true, n, k) {
+            let (f, per_warp) = match self.gemv_full_fp8(n, k) {
                 Some(full) if rows == 1 => full,
-                _ => (NAMES[rows - 1], 1),
+                _ => (&FP8_GEMV[rows - 1], 1),
             };
             let blocks = dim(n.div_ceil(FP8_WARPS * per_warp), "matmul")?;
-            let f = self.func(Module::Fp8, name)?;
-            let mut a = self.launcher(&f);
-            a.arg(&o_r).arg(&x_r).arg(&wp).arg(&sp).arg(&ni).arg(&ki);
             // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] FP8 with [n, ceil(k/128)]
             // scales (checked above); this pass covers rows r0..r0 + rows <= m, so its out and x
             // pointers and the kernel's `rows` rows stay inside both; k % 16 == 0, so every
@@ -237,8 +225,13 @@ impl CudaBackend {
             // multiple of 32 bytes) is inside it and aligned; one warp per `per_warp` output
             // columns, columns past n return or are not written (gemv_fp8_full_*: rows = 1,
             // k <= 512 · G by gemv_full_kernel, row n - 1 loaded for them).
-            let r = unsafe { a.launch(cfg((blocks, 1), (32 * FP8_WARPS) as u32)) };
-            self.launched(name, r)?;
+            unsafe {
+                f.launch(
+                    self,
+                    cfg((blocks, 1), (32 * FP8_WARPS) as u32),
+                    (o_r, x_r, wp, sp, ni, ki),
+                )?;
+            }
         }
         Ok(())
     }
@@ -266,18 +259,15 @@ impl CudaBackend {
         }
         // Rows of a multiple of 16 bytes: 16 weights a thread.
         let vec = k.is_multiple_of(16);
-        let name = match out.dtype {
-            DType::BF16 if vec => "dequant_fp8_bf16_vec",
-            DType::BF16 => "dequant_fp8_bf16",
-            DType::F32 => "dequant_fp8_fp32",
+        let f = match out.dtype {
+            DType::BF16 if vec => kernels::dequant_fp8_bf16_vec,
+            DType::BF16 => kernels::dequant_fp8_bf16,
+            DType::F32 => kernels::dequant_fp8_fp32,
             DType::F8 => return Err(super::not_activation("dequant_fp8")),
         };
-        let f = self.func(Module::Fp8, name)?;
         let s = &self.stream;
         let (o, wp, sp, ki) = (out.ptr(s), w.ptr(s), w.scales_ptr(s), int(k, "matmul")?);
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&wp).arg(&sp).arg(&rows).arg(&ki);
-        let per_thread = if name == "dequant_fp8_bf16_vec" {
+        let per_thread = if out.dtype == DType::BF16 && vec {
             16
         } else {
             1
@@ -286,7 +276,12 @@ impl CudaBackend {
         // rows · ceil(k/128) scales; grid-stride over rows·k elements, one a thread or (the
         // _vec kernel, k % 16 == 0: every 16-byte chunk inside one row and aligned, as the
         // allocations are) 16.
-        let r = unsafe { a.launch(stride_cfg(rows * k as u64 / per_thread)) };
-        self.launched(name, r)
+        unsafe {
+            f.launch(
+                self,
+                stride_cfg(rows * k as u64 / per_thread),
+                (o, wp, sp, rows, ki),
+            )
+        }
     }
 }

@@ -5,15 +5,16 @@
 //! (`gdn_chunk_plan`), everything a chunk needs that does not depend on the state, all chunks
 //! at once (`gdn_chunk_prep`), then the state through the chunks (`gdn_chunk_state`).
 
-use cudarc::driver::LaunchConfig;
-use cudarc::driver::sys::CUfunction_attribute;
-use metrale_kernels::Module;
-
 use super::elementwise::{dim, int};
+use super::gdn_kernels;
 use super::tensor::{CudaTensor, DType};
+use super::typed_launch::Args;
 use super::{CudaBackend, dev_err};
+use crate::backend::kernels::{self, Kernel};
 use crate::backend::{BatchInputs, DeltaHeads, Result};
 use crate::kv_cache::state::StateSave;
+use cudarc::driver::LaunchConfig;
+use cudarc::driver::sys::CUfunction_attribute;
 
 /// Rows a chunk (`GDN_CHUNK`), state columns a block of the state kernel (`GDN_BV`) and the
 /// kernels' threads (`GDN_CHUNK_THREADS`).
@@ -71,7 +72,8 @@ pub(super) struct ChunkArgs {
     pub core: u64,
     pub conv: u64,
     pub mixed: u64,
-    pub tm: &'static str,
+    /// The type of mixed (bf16 or f32).
+    pub tm: DType,
     pub neg_a: u64,
     pub dt_bias: u64,
     pub state: u64,
@@ -106,34 +108,32 @@ impl CudaBackend {
     }
 
     /// A chunked kernel's launch with `floats` f32 of dynamic shared memory.
-    fn chunk_launch(
+    ///
+    /// # Safety
+    /// See gdn_chunked: every pointer among `args` is a device array of the size the kernel
+    /// indexes for this grid.
+    unsafe fn chunk_launch<A: Args>(
         &self,
-        name: &str,
+        kernel: Kernel<A>,
         grid: (u32, u32, u32),
         floats: usize,
-        args: &[&dyn AsArg],
+        args: A,
     ) -> Result<()> {
-        let f = self.func(Module::Hybrid, name)?;
         let smem = (4 * floats) as u32;
-        f.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            smem as i32,
-        )
-        .map_err(dev_err(&format!("{name}: shared memory")))?;
-        let mut a = self.launcher(&f);
-        for x in args {
-            x.push(&mut a);
-        }
-        // SAFETY: see gdn_chunked: every pointer is a device array of the size the kernel
-        // indexes for this grid; the dynamic shared memory is the kernel's layout for dk.
-        let r = unsafe {
-            a.launch(LaunchConfig {
-                grid_dim: grid,
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: smem,
-            })
+        kernel
+            .function(self)?
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                smem as i32,
+            )
+            .map_err(dev_err(&format!("{}: shared memory", kernel.name())))?;
+        let config = LaunchConfig {
+            grid_dim: grid,
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: smem,
         };
-        self.launched(name, r)
+        // SAFETY: the caller's contract; the dynamic shared memory is the kernel's layout for dk.
+        unsafe { kernel.launch(self, config, args) }
     }
 
     /// The delta rule over the sequences `split` sends to the chunked kernels, into core's
@@ -154,68 +154,63 @@ impl CudaBackend {
         // plan: [S] first chunks, then (sequence, first row, rows) a chunk, as u32.
         let plan = self.alloc(&[seqs + 3 * split.chunks], DType::F32)?;
         let pp = plan.ptr(st);
-        let f = self.func(Module::Hybrid, "gdn_chunk_plan")?;
-        let mut l = self.launcher(&f);
-        l.arg(&pp).arg(&starts).arg(&save_starts).arg(&saves);
-        l.arg(&seqs_i).arg(&cmin).arg(&chunks_i);
+        let args = (pp, starts, save_starts, saves, seqs_i, cmin, chunks_i);
         // SAFETY: plan holds S + 3 · chunks u32 and the kernel writes no chunk past `chunks`;
         // the state arrays describe S sequences (checked by the caller); one warp.
-        let r = unsafe { l.launch(super::elementwise::cfg((1, 1), 32)) };
-        self.launched("gdn_chunk_plan", r)?;
+        unsafe {
+            kernels::gdn_chunk_plan.launch(self, super::elementwise::cfg((1, 1), 32), args)?;
+        }
 
         // W, Qg, Kt [C, dk], Tb, P [C, C], γ [C] for every (chunk, value head).
         let per = 3 * c * dk + 2 * c * c + c;
         let scratch: CudaTensor = self.alloc(&[split.chunks * heads.nv, per], DType::F32)?;
         let sp = scratch.ptr(st);
-        self.chunk_launch(
-            &format!("gdn_chunk_prep_d{dk}_{}", a.tm),
-            (dim(split.chunks, OP)?, dim(heads.nv, OP)?, 1),
-            prep_floats(dk),
-            &[
-                &sp, &a.conv, &a.mixed, &a.neg_a, &a.dt_bias, &pp, &seqs_i, &nki, &nvi, &dvi,
-                &a.width,
-            ],
-        )?;
-        self.chunk_launch(
-            &format!("gdn_chunk_state_d{dk}"),
-            (
-                dim(heads.dv.div_ceil(BV), OP)?,
-                dim(heads.nv, OP)?,
-                dim(seqs, OP)?,
-            ),
-            state_floats(dk),
-            &[
-                &a.core,
-                &a.conv,
-                &sp,
-                &a.state,
-                &pp,
-                &starts,
-                &slots,
-                &save_starts,
-                &saves,
-                &seqs_i,
-                &cmin,
-                &nki,
-                &nvi,
-                &dvi,
-            ],
-        )
-    }
-}
-
-/// A kernel argument of [`CudaBackend::chunk_launch`] (u64 pointers and i32 sizes).
-trait AsArg {
-    fn push<'a>(&'a self, l: &mut super::launch::Launch<'a>);
-}
-impl AsArg for u64 {
-    fn push<'a>(&'a self, l: &mut super::launch::Launch<'a>) {
-        l.arg(self);
-    }
-}
-impl AsArg for i32 {
-    fn push<'a>(&'a self, l: &mut super::launch::Launch<'a>) {
-        l.arg(self);
+        let prep = gdn_kernels::chunk_prep(dk, a.tm)?;
+        let args = (
+            sp, a.conv, a.mixed, a.neg_a, a.dt_bias, pp, seqs_i, nki, nvi, dvi, a.width,
+        );
+        // SAFETY: scratch holds `per` floats a (chunk, value head) of the grid, the plan S + 3 ·
+        // chunks entries (written above); the other arrays are the layer's (checked by the
+        // caller).
+        unsafe {
+            self.chunk_launch(
+                prep,
+                (dim(split.chunks, OP)?, dim(heads.nv, OP)?, 1),
+                prep_floats(dk),
+                args,
+            )?;
+        }
+        let state = gdn_kernels::chunk_state(dk)?;
+        let args = (
+            a.core,
+            a.conv,
+            sp,
+            a.state,
+            pp,
+            starts,
+            slots,
+            save_starts,
+            saves,
+            seqs_i,
+            cmin,
+            nki,
+            nvi,
+            dvi,
+        );
+        // SAFETY: as above; core and the states are the layer's, every slot in range (checked
+        // by the caller).
+        unsafe {
+            self.chunk_launch(
+                state,
+                (
+                    dim(heads.dv.div_ceil(BV), OP)?,
+                    dim(heads.nv, OP)?,
+                    dim(seqs, OP)?,
+                ),
+                state_floats(dk),
+                args,
+            )
+        }
     }
 }
 

@@ -6,16 +6,15 @@
 
 use std::sync::PoisonError;
 
-use cudarc::driver::sys::CUfunction_attribute;
-use cudarc::driver::{DevicePtr, LaunchConfig};
-use metrale_kernels::Module;
-
 use super::elementwise::{dim, int};
 use super::gdn_chunk::Split;
+use super::gdn_kernels;
 use super::hybrid::HEAD_DIMS;
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, dev_err, shape_err};
 use crate::backend::{BatchInputs, DeltaHeads, GdnLayer, Result};
+use cudarc::driver::sys::CUfunction_attribute;
+use cudarc::driver::{DevicePtr, LaunchConfig};
 
 /// Threads a block may have (4 a state column of each value head of its key head).
 const MAX_THREADS: usize = 1024;
@@ -29,7 +28,8 @@ const TICKETS: usize = 1 << 16;
 /// arrays (seq_starts, slots, save_starts, saves).
 pub(super) struct DecodeArgs<'a> {
     pub mixed: &'a CudaTensor,
-    pub tm: &'static str,
+    /// The type of mixed (bf16 or f32).
+    pub tm: DType,
     pub conv_state: u64,
     pub state: u64,
     pub plans: [u64; 4],
@@ -123,14 +123,15 @@ impl CudaBackend {
         const OP: &str = "gated_delta_net";
         let h = layer.heads;
         let st = &self.stream;
-        let name = format!("gdn_decode_d{}_{}_{}", h.dk, a.tm, out.dtype.suffix());
-        let f = self.func(Module::Hybrid, &name)?;
+        let kernel = gdn_kernels::decode(h.dk, a.tm, out.dtype)?;
         let bytes = i32::try_from(plan.smem).map_err(|_| shape_err(OP, "shared memory".into()))?;
-        f.set_attribute(
-            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            bytes,
-        )
-        .map_err(dev_err(&format!("{name}: shared memory")))?;
+        kernel
+            .function(self)?
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            )
+            .map_err(dev_err(&format!("{}: shared memory", kernel.name())))?;
         // Split blocks pass their outputs to the key head's last block through core
         // `[S, nv·dv]` f32.
         let core = if plan.splits > 1 {
@@ -150,11 +151,26 @@ impl CudaBackend {
         );
         let (nki, nvi, ki) = (int(h.nk, OP)?, int(h.nv, OP)?, int(layer.kernel, OP)?);
         let eps = layer.eps;
-        let mut l = self.launcher(&f);
-        l.arg(&o).arg(&cp).arg(&tickets).arg(&mx).arg(&taps);
-        l.arg(&a.conv_state).arg(&na).arg(&db).arg(&w).arg(&a.state);
-        l.arg(&slots).arg(&save_starts).arg(&saves);
-        l.arg(&nki).arg(&nvi).arg(&ki).arg(&a.width).arg(&eps);
+        let args = (
+            o,
+            cp,
+            tickets,
+            mx,
+            taps,
+            a.conv_state,
+            na,
+            db,
+            w,
+            a.state,
+            slots,
+            save_starts,
+            saves,
+            nki,
+            nvi,
+            ki,
+            a.width,
+            eps,
+        );
         let threads = (4 * h.nv / h.nk * h.dv / plan.splits).next_multiple_of(32);
         // SAFETY: out is [S, nv·dv] of the kernel's output type, core (read and written only
         // with more than one split) [S, nv·dv] f32, tickets TICKETS ≥ S · nk zeroed counters
@@ -164,14 +180,12 @@ impl CudaBackend {
         // [slots, nv·dk·dv] f32 with every slot and save slot in range (checked by the
         // caller); the kernel is built for this dk = dv; at most 1024 threads and the dynamic
         // shared memory set above.
-        let r = unsafe {
-            l.launch(LaunchConfig {
-                grid_dim: (dim(plan.splits, OP)?, dim(h.nk, OP)?, dim(seqs, OP)?),
-                block_dim: (threads as u32, 1, 1),
-                shared_mem_bytes: plan.smem as u32,
-            })
+        let config = LaunchConfig {
+            grid_dim: (dim(plan.splits, OP)?, dim(h.nk, OP)?, dim(seqs, OP)?),
+            block_dim: (threads as u32, 1, 1),
+            shared_mem_bytes: plan.smem as u32,
         };
-        self.launched(&name, r)
+        unsafe { kernel.launch(self, config, args) }
     }
 }
 

@@ -2,13 +2,13 @@
 //! (`kernels/src/hybrid.cu`, whose header has the design). The CPU's `backend/cpu/hybrid.rs` is
 //! the reference; `cuda_check`'s `hybrid` section compares the two.
 
-use metrale_kernels::Module;
-
 use super::elementwise::{dim, int, stride_cfg};
 use super::gdn_chunk::ChunkArgs;
 use super::gdn_decode::DecodeArgs;
+use super::gdn_kernels;
 use super::tensor::{CudaTensor, DType, alloc_bytes};
 use super::{CudaBackend, CudaBatch, check, shape_err};
+use crate::backend::kernels::{self, Kernel};
 use crate::backend::{BatchInputs, GdnLayer, HybridOps, Result};
 
 /// Key head sizes the recurrent kernel is built for (its state rows live in registers), and
@@ -43,20 +43,22 @@ fn f32_tensor(op: &'static str, what: &str, t: &CudaTensor) -> Result<()> {
 
 impl CudaBackend {
     /// `x = f(x, y)` elementwise for the two-operand kernels (`sigmoid_mul`, `add_assign`).
-    fn binary_op(&self, name: &'static str, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
+    fn binary_op(
+        &self,
+        f: Kernel<(u64, i32, u64, i32, u64)>,
+        x: &mut CudaTensor,
+        y: &CudaTensor,
+    ) -> Result<()> {
+        let name = f.name();
         same_shape(name, x, y)?;
         let n = x.numel() as u64;
         let ((xp, xb), (yp, yb)) = (operand(self, name, x)?, operand(self, name, y)?);
         if n == 0 {
             return Ok(());
         }
-        let f = self.func(Module::Hybrid, name)?;
-        let mut a = self.launcher(&f);
-        a.arg(&xp).arg(&xb).arg(&yp).arg(&yb).arg(&n);
         // SAFETY: x and y hold n elements each, of the types their flags name; the grid-stride
         // loop stays below n.
-        let r = unsafe { a.launch(stride_cfg(n)) };
-        self.launched(name, r)
+        unsafe { f.launch(self, stride_cfg(n), (xp, xb, yp, yb, n)) }
     }
 
     /// Blocks of the recurrent kernel take `cols` state columns of one (sequence, head): as
@@ -88,11 +90,11 @@ impl HybridOps for CudaBackend {
     }
 
     fn sigmoid_mul(&self, x: &mut CudaTensor, gate: &CudaTensor) -> Result<()> {
-        self.binary_op("sigmoid_mul", x, gate)
+        self.binary_op(kernels::sigmoid_mul, x, gate)
     }
 
     fn add_assign(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
-        self.binary_op("add_assign", x, y)
+        self.binary_op(kernels::add_assign, x, y)
     }
 
     fn add_gated(
@@ -112,14 +114,10 @@ impl HybridOps for CudaBackend {
         if rows * cols == 0 {
             return Ok(());
         }
-        let f = self.func(Module::Hybrid, OP)?;
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&ob).arg(&r).arg(&rb).arg(&g).arg(&gb);
-        a.arg(&rows).arg(&cols);
+        let args = (o, ob, r, rb, g, gb, rows, cols);
         // SAFETY: out and routed hold rows·cols elements, gate one a row, each of the type its
         // flag names; the grid-stride loop stays below rows·cols.
-        let res = unsafe { a.launch(stride_cfg(rows * cols)) };
-        self.launched(OP, res)
+        unsafe { kernels::add_gated.launch(self, stride_cfg(rows * cols), args) }
     }
 
     fn state_row(&self, t: &mut CudaTensor, from: Option<usize>, to: usize) -> Result<()> {
@@ -132,19 +130,15 @@ impl HybridOps for CudaBackend {
         if n == 0 || from == Some(to) {
             return Ok(());
         }
-        let f = self.func(Module::Hybrid, OP)?;
         let p = t.ptr(&self.stream);
         let (src, dst, zero) = (
             from.unwrap_or(0) as u64,
             to as u64,
             i32::from(from.is_none()),
         );
-        let mut a = self.launcher(&f);
-        a.arg(&p).arg(&n).arg(&src).arg(&dst).arg(&zero);
         // SAFETY: t is [rows, n] f32 and both rows are below rows (checked above); the
         // grid-stride loop stays below n.
-        let r = unsafe { a.launch(stride_cfg(n)) };
-        self.launched(OP, r)
+        unsafe { kernels::state_row.launch(self, stride_cfg(n), (p, n, src, dst, zero)) }
     }
 
     fn gated_delta_net(
@@ -231,10 +225,10 @@ impl HybridOps for CudaBackend {
         if t == 0 {
             return Ok(());
         }
+        // The type of mixed, a key of every kernel below.
         let tm = match mixed.dtype {
-            DType::BF16 => "bf16",
-            DType::F32 => "f32",
             DType::F8 => return Err(super::not_activation(OP)),
+            tm => tm,
         };
         let st = &self.stream;
         // The sequences' row offsets, slots, save offsets and saves, both kernels' next args.
@@ -260,32 +254,40 @@ impl HybridOps for CudaBackend {
 
         // 1. conv + SiLU into conv `[T, C]` f32; the windows move on.
         let conv = self.alloc(&[t, cd], DType::F32)?;
-        let name = format!("gdn_conv_{tm}");
-        let f = self.func(Module::Hybrid, &name)?;
+        let conv_kernel = gdn_kernels::conv(tm)?;
         let (cp, taps, cs) = (conv.ptr(st), layer.conv.ptr(st), conv_state.ptr(st));
-        let mut a = self.launcher(&f);
-        a.arg(&cp).arg(&mx).arg(&taps).arg(&cs).arg(&row_seq);
-        plans.iter().for_each(|p| {
-            a.arg(p);
-        });
-        a.arg(&ti).arg(&ci).arg(&ki).arg(&wi);
+        let [starts, seq_slots, save_starts, saves] = plans;
+        let args = (
+            cp,
+            mx,
+            taps,
+            cs,
+            row_seq,
+            starts,
+            seq_slots,
+            save_starts,
+            saves,
+            ti,
+            ci,
+            ki,
+            wi,
+        );
         // SAFETY: conv is [T, C] f32, mixed [T, width] of the kernel's type with the qkv columns
         // first, taps [C, K] f32, conv_state [slots, (K−1)·C] f32; the batch's arrays describe
         // T rows in S sequences whose slots and save slots are below `slots` and whose saves
         // lie within their chunks (checked above); grid.y covers T rows then S sequences.
-        let r = unsafe {
-            a.launch(super::elementwise::cfg(
-                (dim(cd.div_ceil(256), OP)?, dim(t + seqs, OP)?),
-                256,
-            ))
-        };
-        self.launched(&name, r)?;
+        unsafe {
+            conv_kernel.launch(
+                self,
+                super::elementwise::cfg((dim(cd.div_ceil(256), OP)?, dim(t + seqs, OP)?), 256),
+                args,
+            )?;
+        }
 
         // 2. the gated delta rule into core `[T, nv·dv]` f32; the states move on: sequences
         // of at least `chunk_min` rows chunk by chunk (gdn_chunk.rs), the others token by token.
         let core = self.alloc(&[t, vd], DType::F32)?;
-        let name = format!("gdn_recurrent_d{}_{tm}", s.dk);
-        let f = self.func(Module::Hybrid, &name)?;
+        let recurrent_kernel = gdn_kernels::recurrent(s.dk, tm)?;
         let cols = self.recurrent_cols(seqs, s.nv, s.dv);
         let (op, na, db, rp) = (
             core.ptr(st),
@@ -295,33 +297,38 @@ impl HybridOps for CudaBackend {
         );
         let (nki, nvi, dvi) = (int(s.nk, OP)?, int(s.nv, OP)?, int(s.dv, OP)?);
         if split.recurrent {
-            let mut a = self.launcher(&f);
-            a.arg(&op).arg(&cp).arg(&mx).arg(&na).arg(&db).arg(&rp);
-            plans.iter().for_each(|p| {
-                a.arg(p);
-            });
-            a.arg(&nki)
-                .arg(&nvi)
-                .arg(&dvi)
-                .arg(&wi)
-                .arg(&split.chunk_min);
+            let args = (
+                op,
+                cp,
+                mx,
+                na,
+                db,
+                rp,
+                starts,
+                seq_slots,
+                save_starts,
+                saves,
+                nki,
+                nvi,
+                dvi,
+                wi,
+                split.chunk_min,
+            );
+            let config = cudarc::driver::LaunchConfig {
+                grid_dim: (
+                    dim(s.dv.div_ceil(cols), OP)?,
+                    dim(s.nv, OP)?,
+                    dim(seqs, OP)?,
+                ),
+                block_dim: (4 * cols as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
             // SAFETY: core is [T, nv·dv] f32, conv [T, C] f32 (written above), mixed as above
             // with b and a at columns C + nv·dv and + nv, neg_a and dt_bias [nv] f32, recurrent
             // [slots, nv, dk, dv] f32 with every slot in range (checked above); the kernel is
             // built for this dk; grid (dv / cols, nv, S), 4 threads a column (a multiple of 32
             // threads).
-            let r = unsafe {
-                a.launch(cudarc::driver::LaunchConfig {
-                    grid_dim: (
-                        dim(s.dv.div_ceil(cols), OP)?,
-                        dim(s.nv, OP)?,
-                        dim(seqs, OP)?,
-                    ),
-                    block_dim: (4 * cols as u32, 1, 1),
-                    shared_mem_bytes: 0,
-                })
-            };
-            self.launched(&name, r)?;
+            unsafe { recurrent_kernel.launch(self, config, args)? };
         }
         if split.chunks > 0 {
             let args = ChunkArgs {
@@ -339,23 +346,20 @@ impl HybridOps for CudaBackend {
         }
 
         // 3. out = rms_norm(core) · norm · silu(z), per (row, value head).
-        let name = format!("gdn_norm_{tm}_{}", out.dtype.suffix());
-        let f = self.func(Module::Hybrid, &name)?;
+        let norm_kernel = gdn_kernels::norm(tm, out.dtype)?;
         let (o, w) = (out.ptr(st), layer.norm.ptr(st));
         let heads = t * s.nv;
         let (hi, zi, eps) = (int(heads, OP)?, int(cd, OP)?, layer.eps);
-        let mut a = self.launcher(&f);
-        a.arg(&o).arg(&op).arg(&mx).arg(&w);
-        a.arg(&hi).arg(&nvi).arg(&dvi).arg(&wi).arg(&zi).arg(&eps);
+        let args = (o, op, mx, w, hi, nvi, dvi, wi, zi, eps);
         // SAFETY: out is [T, nv·dv] of the kernel's output type (set above), core [T, nv·dv]
         // f32, mixed as above with z at column C, norm [dv] f32; a warp per (row, head), the
         // grid covers T·nv warps.
-        let r = unsafe {
-            a.launch(super::elementwise::cfg(
-                (dim(heads.div_ceil(4), OP)?, 1),
-                128,
-            ))
-        };
-        self.launched(&name, r)
+        unsafe {
+            norm_kernel.launch(
+                self,
+                super::elementwise::cfg((dim(heads.div_ceil(4), OP)?, 1), 128),
+                args,
+            )
+        }
     }
 }

@@ -19,6 +19,7 @@
 
 mod attention;
 mod attention_flash;
+mod attention_kernels;
 mod backend_ops;
 mod batch;
 mod blas;
@@ -26,6 +27,7 @@ mod elementwise;
 mod fp8;
 mod gdn_chunk;
 mod gdn_decode;
+mod gdn_kernels;
 mod gemm_tune;
 mod graph;
 mod hybrid;

@@ -13,13 +13,15 @@
 //! always on the CUDA cores); bf16 and FP8 experts read bf16 activations.
 
 use cudarc::driver::DevicePtr;
-use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check};
 use crate::backend::Result;
-use crate::backend::moe_plan::{self, Down, ExpertType, Experts, GateUp, MoePlan, MoeShape, Route};
+use crate::backend::kernels::{self, Kernel};
+use crate::backend::moe_plan::{
+    self, CoreBuild, Down, ExpertType, Experts, GateUp, MoePlan, MoeShape, Route,
+};
 
 /// Most experts a token may take (`MOE_MAX_TOP_K` in moe.cu: the routing kernel keeps its
 /// choices in registers).
@@ -176,108 +178,95 @@ impl CudaBackend {
         let plan = MoePlan::choose(shape, w, self.info.compute_capability, &tuning);
         if let (Route::RouterPlanOne, Some(router)) = (plan.route, router) {
             // 0-2. The router's logits and the one-token plan in one launch.
-            let name = "moe_router_plan_one";
-            let f = self.func(Module::Moe, name)?;
             let (rp, tp) = (router.ptr(s), self.router_ticket.device_ptr(s).0);
             let xp = x.ptr(s);
-            let mut a = self.launcher(&f);
-            a.arg(&lp)
-                .arg(&xp)
-                .arg(&rp)
-                .arg(&ei)
-                .arg(&hi)
-                .arg(&tp)
-                .arg(&idp)
-                .arg(&wtp)
-                .arg(&ofp)
-                .arg(&pmp)
-                .arg(&acp)
-                .arg(&ki)
-                .arg(&norm);
+            let args = (lp, xp, rp, ei, hi, tp, idp, wtp, ofp, pmp, acp, ki, norm);
             // SAFETY: logits are [1, e] f32 (set by the caller), x [1, h] bf16 (converted
             // above), router [e, h] bf16 with h % 8 == 0 and
-            // e <= moe_plan::ROUTER_PLAN_MAX_EXPERTS (its shared row; checked by the caller); ids, weights and perm hold k values, offsets
-            // and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K); the ticket is one u32 at 0
-            // (every launch sets it back), the launches on this stream one after another; a
-            // warp per expert.
-            let r = unsafe {
-                a.launch(cfg(
-                    (dim(e.div_ceil(WARPS), "fused_moe")?, 1),
-                    (32 * WARPS) as u32,
-                ))
-            };
-            self.launched(name, r)?;
+            // e <= moe_plan::ROUTER_PLAN_MAX_EXPERTS (its shared row; checked by the caller);
+            // ids, weights and perm hold k values, offsets and active e + 1; 1 <= k <= min(e,
+            // MOE_MAX_TOP_K); the ticket is one u32 at 0 (every launch sets it back), the
+            // launches on this stream one after another; a warp per expert.
+            unsafe {
+                kernels::moe_router_plan_one.launch(
+                    self,
+                    cfg(
+                        (dim(e.div_ceil(WARPS), "fused_moe")?, 1),
+                        (32 * WARPS) as u32,
+                    ),
+                    args,
+                )?;
+            }
         } else if let Route::PlanOne | Route::Plan = plan.route {
             // 1-2. Route, group and list the active experts in one launch: one token's plan by
             // one warp (its pairs are grouped as routed), more tokens' by one block.
             let one = plan.route == Route::PlanOne;
-            let name = match (one, logits_bf16) {
-                (true, true) => "moe_plan_one_bf16",
-                (true, false) => "moe_plan_one_f32",
-                (false, true) => "moe_plan_bf16",
-                (false, false) => "moe_plan_f32",
-            };
-            let f = self.func(Module::Moe, name)?;
-            let mut a = self.launcher(&f);
-            a.arg(&idp).arg(&wtp).arg(&ofp).arg(&pmp).arg(&acp).arg(&lp);
-            if !one {
-                a.arg(&ti); // the one-token kernel has no token count
-            }
-            a.arg(&ei).arg(&ki).arg(&norm);
             let threads = if one { 32 } else { PLAN_THREADS };
             // SAFETY: logits are [t, e] of the kernel's type; ids, weights and perm hold t·k
             // values, t·k <= MOE_PLAN_MAX_PAIRS (moe_plan's shared copy of the ids; t = 1 gives
             // k <= MOE_MAX_TOP_K); offsets and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K)
             // (checked above); one warp at one token, else one block of MOE_PLAN_THREADS (its
             // launch bounds).
-            let r = unsafe { a.launch(cfg((1, 1), threads)) };
-            self.launched(name, r)?;
+            unsafe {
+                if one {
+                    // The one-token kernel has no token count.
+                    let f = if logits_bf16 {
+                        kernels::moe_plan_one_bf16
+                    } else {
+                        kernels::moe_plan_one_f32
+                    };
+                    let args = (idp, wtp, ofp, pmp, acp, lp, ei, ki, norm);
+                    f.launch(self, cfg((1, 1), threads), args)?;
+                } else {
+                    let f = if logits_bf16 {
+                        kernels::moe_plan_bf16
+                    } else {
+                        kernels::moe_plan_f32
+                    };
+                    let args = (idp, wtp, ofp, pmp, acp, lp, ti, ei, ki, norm);
+                    f.launch(self, cfg((1, 1), threads), args)?;
+                }
+            }
         } else {
             // 1. Route.
-            let name = if logits_bf16 {
-                "moe_route_bf16"
+            let f = if logits_bf16 {
+                kernels::moe_route_bf16
             } else {
-                "moe_route_f32"
+                kernels::moe_route_f32
             };
-            let f = self.func(Module::Moe, name)?;
-            let mut a = self.launcher(&f);
-            a.arg(&idp)
-                .arg(&wtp)
-                .arg(&lp)
-                .arg(&ti)
-                .arg(&ei)
-                .arg(&ki)
-                .arg(&norm);
             // SAFETY: logits are [t, e] of the kernel's type; ids and weights hold t·k values;
             // 1 <= k <= min(e, MOE_MAX_TOP_K) (checked above); one warp per token, warps past
             // t return.
-            let r = unsafe {
-                a.launch(cfg(
-                    (dim(t.div_ceil(ROUTE_TOKENS), "fused_moe")?, 1),
-                    (32 * ROUTE_TOKENS) as u32,
-                ))
-            };
-            self.launched(name, r)?;
+            unsafe {
+                f.launch(
+                    self,
+                    cfg(
+                        (dim(t.div_ceil(ROUTE_TOKENS), "fused_moe")?, 1),
+                        (32 * ROUTE_TOKENS) as u32,
+                    ),
+                    (idp, wtp, lp, ti, ei, ki, norm),
+                )?;
+            }
 
             // 2. Group the pairs by expert.
-            let f = self.func(Module::Moe, "moe_group")?;
-            let mut a = self.launcher(&f);
-            a.arg(&ofp).arg(&pmp).arg(&idp).arg(&pi).arg(&ei);
             // SAFETY: ids holds t·k expert indices below e (written by the routing kernel);
             // offsets has e + 1 entries, perm t·k; one block per expert.
-            let r = unsafe { a.launch(cfg((dim(e, "fused_moe")?, 1), GROUP_THREADS)) };
-            self.launched("moe_group", r)?;
-            let f = self.func(Module::Moe, "moe_active")?;
-            let mut a = self.launcher(&f);
-            a.arg(&acp).arg(&ofp).arg(&ei);
+            unsafe {
+                kernels::moe_group.launch(
+                    self,
+                    cfg((dim(e, "fused_moe")?, 1), GROUP_THREADS),
+                    (ofp, pmp, idp, pi, ei),
+                )?;
+            }
             // SAFETY: offsets has e + 1 entries (written by moe_group), active e + 1; one block
             // looping over the experts.
-            let r = unsafe { a.launch(cfg((1, 1), GROUP_THREADS)) };
-            self.launched("moe_active", r)?;
+            unsafe {
+                kernels::moe_active.launch(self, cfg((1, 1), GROUP_THREADS), (acp, ofp, ei))?;
+            }
         }
 
         let op = out.ptr(s);
-        let (suffix, gate_up_kernel, down_kernel) = match plan.experts {
+        let (build, gate_up_kernel, down_kernel) = match plan.experts {
             // Decode-sized steps: the small-step tensor-core kernels (16 pairs an expert a
             // chunk), where the 64-row tiles would be mostly empty.
             Experts::SmallMma { split } => {
@@ -306,32 +295,17 @@ impl CudaBackend {
                 return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
             }
             Experts::CudaCores {
-                suffix,
+                build,
                 gate_up,
                 down,
-            } => (suffix, gate_up, down),
+            } => (build, gate_up, down),
         };
         let (xp, actp) = (x.ptr(s), act.ptr(s));
         // A block row per expert that can have pairs (at most one per pair).
         let experts = dim(e.min(pairs), "fused_moe")?;
         // One-token steps: the kernel that holds a lane's weight loads in flight at once.
-        let name = match gate_up_kernel {
-            GateUp::Decode => format!("moe_gate_up_dec_{suffix}"),
-            GateUp::Plain => format!("moe_gate_up_{suffix}"),
-        };
-        let f = self.func(Module::Moe, &name)?;
-        let mut a = self.launcher(&f);
-        a.arg(&actp)
-            .arg(&xp)
-            .arg(&w13)
-            .arg(&w13s)
-            .arg(&ofp)
-            .arg(&acp)
-            .arg(&pmp)
-            .arg(&ei)
-            .arg(&ki)
-            .arg(&ii)
-            .arg(&hi);
+        let f = gate_up_kernel_of(gate_up_kernel, build)?;
+        let args = (actp, xp, w13, w13s, ofp, acp, pmp, ei, ki, ii, hi);
         // SAFETY: x is [t, h] and act [t·k, i] of the activation type (f32 with f32 experts,
         // else bf16), gate_up [e, 2i, h] (bf16, f32, or fp8 with [e·2i, ceil(h/128)] f32
         // scales); offsets/perm were written by moe_group or moe_plan
@@ -339,67 +313,52 @@ impl CudaBackend {
         // perm < t·k); the vector variants only when rows are 16-byte aligned (checked above);
         // active (from moe_active or moe_plan) names at most min(e, t·k) experts, block rows
         // past its count and rows past i return.
-        let r = unsafe {
-            a.launch(cfg(
-                (dim(i.div_ceil(WARPS), "fused_moe")?, experts),
-                (32 * WARPS) as u32,
-            ))
-        };
-        self.launched(&name, r)?;
+        unsafe {
+            f.launch(
+                self,
+                cfg(
+                    (dim(i.div_ceil(WARPS), "fused_moe")?, experts),
+                    (32 * WARPS) as u32,
+                ),
+                args,
+            )?;
+        }
         if let Down::Combined { cols } = down_kernel {
             // 4-5. Down and the weighted sum in one launch: a block per output element, a warp
             // per slot.
-            let name = if cols > 0 {
-                format!("moe_down_combine_dec{cols}_{suffix}")
-            } else {
-                format!("moe_down_combine_{suffix}")
-            };
-            let f = self.func(Module::Moe, &name)?;
-            let mut a = self.launcher(&f);
-            a.arg(&op)
-                .arg(&actp)
-                .arg(&w2)
-                .arg(&w2s)
-                .arg(&idp)
-                .arg(&wtp)
-                .arg(&ti)
-                .arg(&ki)
-                .arg(&ii)
-                .arg(&hi);
+            let f = down_combine_kernel(cols, build)?;
+            let args = (op, actp, w2, w2s, idp, wtp, ti, ki, ii, hi);
             // SAFETY: out is [t, h] f32, act [t·k, i] (every row written by gate_up: each
             // pair is in exactly one expert's range), down [e, h, i] (fp8: [e·h, ceil(i/128)]
             // scales), ids (expert indices below e) and weights t·k; t·h blocks (t <= 8), block b
             // writing out[b % t, b / t]; 32·k threads, k <= MOE_MAX_TOP_K (its shared slots).
             // The dec kernels: block b writes out[b % t, (b / t)·cols ..+cols] (h % cols == 0).
             let blocks = t * h / cols.max(1);
-            let r = unsafe { a.launch(cfg((dim(blocks, "fused_moe")?, 1), (32 * top_k) as u32)) };
-            return self.launched(&name, r);
+            return unsafe {
+                f.launch(
+                    self,
+                    cfg((dim(blocks, "fused_moe")?, 1), (32 * top_k) as u32),
+                    args,
+                )
+            };
         }
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
         let ysp = ys.ptr(s);
-        let name = format!("moe_down_{suffix}");
-        let f = self.func(Module::Moe, &name)?;
-        let mut a = self.launcher(&f);
-        a.arg(&ysp)
-            .arg(&actp)
-            .arg(&w2)
-            .arg(&w2s)
-            .arg(&ofp)
-            .arg(&acp)
-            .arg(&pmp)
-            .arg(&ei)
-            .arg(&ii)
-            .arg(&hi);
+        let f = down_kernel_of(build);
+        let args = (ysp, actp, w2, w2s, ofp, acp, pmp, ei, ii, hi);
         // SAFETY: act is [t·k, i] (every row written by the previous kernel: each pair is
         // in exactly one expert's range), down [e, h, i] (fp8: [e·h, ceil(i/128)] scales), ys
         // [t·k, h] f32; block rows past the active count and columns past h return.
-        let r = unsafe {
-            a.launch(cfg(
-                (dim(h.div_ceil(WARPS), "fused_moe")?, experts),
-                (32 * WARPS) as u32,
-            ))
-        };
-        self.launched(&name, r)?;
+        unsafe {
+            f.launch(
+                self,
+                cfg(
+                    (dim(h.div_ceil(WARPS), "fused_moe")?, experts),
+                    (32 * WARPS) as u32,
+                ),
+                args,
+            )?;
+        }
         self.moe_combine(op, ysp, wtp, t, (ki, hi))
     }
 
@@ -413,14 +372,16 @@ impl CudaBackend {
         t: usize,
         (ki, hi): (i32, i32),
     ) -> Result<()> {
-        let f = self.func(Module::Moe, "moe_combine")?;
         let tu = t as u64;
-        let mut a = self.launcher(&f);
-        a.arg(&op).arg(&ysp).arg(&wtp).arg(&tu).arg(&ki).arg(&hi);
         // SAFETY: out is [t, h] f32, ys [t·k, h] f32 (every row written by the down kernel:
         // each pair is in exactly one expert's range), weights t·k; grid-stride over t·h.
-        let r = unsafe { a.launch(stride_cfg(t as u64 * hi as u64)) };
-        self.launched("moe_combine", r)
+        unsafe {
+            kernels::moe_combine.launch(
+                self,
+                stride_cfg(t as u64 * hi as u64),
+                (op, ysp, wtp, tu, ki, hi),
+            )
+        }
     }
 }
 
@@ -430,5 +391,105 @@ fn expert_type(d: DType) -> ExpertType {
         DType::BF16 => ExpertType::Bf16,
         DType::F8 => ExpertType::Fp8,
         DType::F32 => ExpertType::F32,
+    }
+}
+
+/// The CUDA-core gate|up kernels' parameters: act, x, w, scales, offsets, active, perm,
+/// experts, top_k, inter, hidden.
+type GateUpArgs = (u64, u64, u64, u64, u64, u64, u64, i32, i32, i32, i32);
+/// The down kernels' parameters: ys, act, w, scales, offsets, active, perm, experts, inter,
+/// hidden.
+type DownArgs = (u64, u64, u64, u64, u64, u64, u64, i32, i32, i32);
+/// The fused down + weighted sum's: out, act, w, scales, ids, weights, tokens, top_k, inter,
+/// hidden.
+type DownCombineArgs = (u64, u64, u64, u64, u64, u64, i32, i32, i32, i32);
+
+/// `moe_gate_up_{build}`, or `moe_gate_up_dec_{build}` (built for the `_vec` builds only).
+fn gate_up_kernel_of(kind: GateUp, build: CoreBuild) -> Result<Kernel<GateUpArgs>> {
+    Ok(match (kind, build) {
+        (GateUp::Plain, CoreBuild::Bf16Vec) => kernels::moe_gate_up_bf16_vec,
+        (GateUp::Plain, CoreBuild::Bf16) => kernels::moe_gate_up_bf16,
+        (GateUp::Plain, CoreBuild::Fp8Vec) => kernels::moe_gate_up_fp8_vec,
+        (GateUp::Plain, CoreBuild::Fp8) => kernels::moe_gate_up_fp8,
+        (GateUp::Plain, CoreBuild::Fp32) => kernels::moe_gate_up_fp32,
+        (GateUp::Decode, CoreBuild::Bf16Vec) => kernels::moe_gate_up_dec_bf16_vec,
+        (GateUp::Decode, CoreBuild::Fp8Vec) => kernels::moe_gate_up_dec_fp8_vec,
+        (GateUp::Decode, _) => {
+            return Err(super::shape_err(
+                "fused_moe",
+                format!("no one-token gate_up kernel for {build:?} experts"),
+            ));
+        }
+    })
+}
+
+/// `moe_down_{build}`.
+fn down_kernel_of(build: CoreBuild) -> Kernel<DownArgs> {
+    match build {
+        CoreBuild::Bf16Vec => kernels::moe_down_bf16_vec,
+        CoreBuild::Bf16 => kernels::moe_down_bf16,
+        CoreBuild::Fp8Vec => kernels::moe_down_fp8_vec,
+        CoreBuild::Fp8 => kernels::moe_down_fp8,
+        CoreBuild::Fp32 => kernels::moe_down_fp32,
+    }
+}
+
+/// `moe_down_combine_{build}` (`cols` 0) or `moe_down_combine_dec{cols}_{build}` (cols 1, 2
+/// or 4 of the `_vec` builds).
+fn down_combine_kernel(cols: usize, build: CoreBuild) -> Result<Kernel<DownCombineArgs>> {
+    Ok(match (cols, build) {
+        (0, CoreBuild::Bf16Vec) => kernels::moe_down_combine_bf16_vec,
+        (0, CoreBuild::Bf16) => kernels::moe_down_combine_bf16,
+        (0, CoreBuild::Fp8Vec) => kernels::moe_down_combine_fp8_vec,
+        (0, CoreBuild::Fp8) => kernels::moe_down_combine_fp8,
+        (0, CoreBuild::Fp32) => kernels::moe_down_combine_fp32,
+        (1, CoreBuild::Bf16Vec) => kernels::moe_down_combine_dec1_bf16_vec,
+        (2, CoreBuild::Bf16Vec) => kernels::moe_down_combine_dec2_bf16_vec,
+        (4, CoreBuild::Bf16Vec) => kernels::moe_down_combine_dec4_bf16_vec,
+        (1, CoreBuild::Fp8Vec) => kernels::moe_down_combine_dec1_fp8_vec,
+        (2, CoreBuild::Fp8Vec) => kernels::moe_down_combine_dec2_fp8_vec,
+        (4, CoreBuild::Fp8Vec) => kernels::moe_down_combine_dec4_fp8_vec,
+        _ => {
+            return Err(super::shape_err(
+                "fused_moe",
+                format!("no down + sum kernel of {cols} columns a block for {build:?} experts"),
+            ));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each build names the kernels the launches named before the typed keys (by format!).
+    #[test]
+    fn every_build_picks_its_kernels() {
+        let builds = [
+            (CoreBuild::Bf16Vec, "bf16_vec"),
+            (CoreBuild::Bf16, "bf16"),
+            (CoreBuild::Fp8Vec, "fp8_vec"),
+            (CoreBuild::Fp8, "fp8"),
+            (CoreBuild::Fp32, "fp32"),
+        ];
+        for (build, suffix) in builds {
+            let plain = gate_up_kernel_of(GateUp::Plain, build).expect("a kernel");
+            assert_eq!(plain.name(), format!("moe_gate_up_{suffix}"));
+            let dec = gate_up_kernel_of(GateUp::Decode, build);
+            assert_eq!(dec.is_ok(), build.is_vec());
+            if let Ok(dec) = dec {
+                assert_eq!(dec.name(), format!("moe_gate_up_dec_{suffix}"));
+            }
+            assert_eq!(down_kernel_of(build).name(), format!("moe_down_{suffix}"));
+            let combined = down_combine_kernel(0, build).expect("a kernel");
+            assert_eq!(combined.name(), format!("moe_down_combine_{suffix}"));
+            for cols in [1, 2, 3, 4, 8] {
+                let k = down_combine_kernel(cols, build);
+                assert_eq!(k.is_ok(), build.is_vec() && cols != 3 && cols != 8);
+                if let Ok(k) = k {
+                    assert_eq!(k.name(), format!("moe_down_combine_dec{cols}_{suffix}"));
+                }
+            }
+        }
     }
 }

@@ -18,6 +18,7 @@ use super::elementwise::{cfg, dim, int};
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, dev_err};
 use crate::backend::Result;
+use crate::backend::kernels::{self, Kernel};
 use crate::backend::moe_plan::{self, MmaBuild};
 
 /// Rows (pairs) of a block tile (`MMA_BM` in moe_mma.cu).
@@ -32,14 +33,30 @@ const QUANT_ROWS: usize = 8;
 /// Warps of a `moe_*_small*` block (FP8_MMA_WARPS in prelude/fp8_mma.cuh).
 const SMALL_MMA_WARPS: usize = 8;
 
+/// The tensor-core kernels' parameters (`moe_gate_up_mma_*`, `moe_down_mma_*`): out, the A
+/// operand and its scales, the weight and its scales, tiles, offsets, perm, three ints.
+type MmaArgs = (u64, u64, u64, u64, u64, u64, u64, u64, i32, i32, i32);
+
+/// A build's gate|up and down kernels.
+fn mma_kernels(build: MmaBuild) -> (Kernel<MmaArgs>, Kernel<MmaArgs>) {
+    match build {
+        MmaBuild::Bf16 => (kernels::moe_gate_up_mma_bf16, kernels::moe_down_mma_bf16),
+        MmaBuild::Fp8 => (kernels::moe_gate_up_mma_fp8, kernels::moe_down_mma_fp8),
+        MmaBuild::Fp8Act => (
+            kernels::moe_gate_up_mma_fp8act,
+            kernels::moe_down_mma_fp8act,
+        ),
+    }
+}
+
 /// The launch of a build (`bf16`, `fp8`, `fp8act`): threads and dynamic shared memory,
 /// moe_mma.cu's `MmaCfg` (4 warps with bf16 weights, else 8; stages of 32 columns: 3 with bf16
 /// weights, 6 with e4m3 activations, else 4).
-fn launch_shape(build: &str) -> (u32, u32) {
+fn launch_shape(build: MmaBuild) -> (u32, u32) {
     let (a, w, warps, stages) = match build {
-        "bf16" => (2, 2, 4, 3),
-        "fp8" => (2, 1, 8, 4),
-        _ => (1, 1, 8, 6),
+        MmaBuild::Bf16 => (2, 2, 4, 3),
+        MmaBuild::Fp8 => (2, 1, 8, 4),
+        MmaBuild::Fp8Act => (1, 1, 8, 6),
     };
     let stage = 32 * (BM * a + BN * w);
     ((32 * warps) as u32, (stages * stage) as u32)
@@ -80,10 +97,23 @@ impl CudaBackend {
         let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
         // FP8 up to SMALL_MMA_SPLIT_TOKENS: one B tile of pairs, k split over the block's
         // warps; else each warp over the whole k, 16 pairs a chunk (`moe_mma.cu`).
-        let (w, suffix) = match gate_up.dtype {
-            DType::F8 if split => ("fp8", ""),
-            DType::F8 => ("fp8", "_any"),
-            DType::BF16 => ("bf16", "_any"),
+        // `any`: the `_any` kernels.
+        let (gate_up_kernel, down_kernel, any) = match gate_up.dtype {
+            DType::F8 if split => (
+                kernels::moe_gate_up_fp8_small,
+                kernels::moe_down_fp8_small,
+                false,
+            ),
+            DType::F8 => (
+                kernels::moe_gate_up_fp8_small_any,
+                kernels::moe_down_fp8_small_any,
+                true,
+            ),
+            DType::BF16 => (
+                kernels::moe_gate_up_bf16_small_any,
+                kernels::moe_down_bf16_small_any,
+                true,
+            ),
             DType::F32 => {
                 return Err(super::shape_err(
                     "fused_moe",
@@ -91,20 +121,7 @@ impl CudaBackend {
                 ));
             }
         };
-        let name = format!("moe_gate_up_{w}_small{suffix}");
-        let f = self.func(Module::MoeMma, &name)?;
-        let mut a = self.launcher(&f);
-        a.arg(&actp)
-            .arg(&xp)
-            .arg(&w13)
-            .arg(&w13s)
-            .arg(&offsets)
-            .arg(&active)
-            .arg(&perm)
-            .arg(&ei)
-            .arg(&ki)
-            .arg(&ii)
-            .arg(&hi);
+        let args = (actp, xp, w13, w13s, offsets, active, perm, ei, ki, ii, hi);
         // SAFETY: act is [pairs, i] bf16, x [t, h] bf16, gate_up [e, 2i, h] FP8 with [e·2i,
         // h/128] scales, or bf16 (the bf16 build reads no scales); offsets, active and perm were
         // written by the plan (ranges inside 0..pairs of at most t pairs an expert, which the
@@ -114,42 +131,30 @@ impl CudaBackend {
         // and are not written; block rows past the active count return; 8 warps (the kernel's
         // launch bounds).
         // _any: 64 j a block (8 a warp), else 16.
-        let per_block = if suffix.is_empty() { 16 } else { 64 };
-        let r = unsafe {
-            a.launch(cfg(
-                (dim(i.div_ceil(per_block), "fused_moe")?, experts),
-                threads,
-            ))
-        };
-        self.launched(&name, r)?;
+        let per_block = if any { 64 } else { 16 };
+        unsafe {
+            gate_up_kernel.launch(
+                self,
+                cfg((dim(i.div_ceil(per_block), "fused_moe")?, experts), threads),
+                args,
+            )?;
+        }
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [pairs, h]: pair rows
         let (ysp, w2, w2s) = (ys.ptr(s), down.ptr(s), down.scales_ptr(s));
-        let name = format!("moe_down_{w}_small{suffix}");
-        let f = self.func(Module::MoeMma, &name)?;
-        let mut a = self.launcher(&f);
-        a.arg(&ysp)
-            .arg(&actp)
-            .arg(&w2)
-            .arg(&w2s)
-            .arg(&offsets)
-            .arg(&active)
-            .arg(&perm)
-            .arg(&ei)
-            .arg(&ii)
-            .arg(&hi);
+        let args = (ysp, actp, w2, w2s, offsets, active, perm, ei, ii, hi);
         // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up:
         // each pair is in exactly one expert's range), down [e, h, i] FP8 with [e·h, i/128]
         // scales, or bf16; i % 64 == 0; the plan's arrays as above; columns past h read row
         // h - 1 and are not written; block rows past the active count return.
         // _any: 128 output columns a block (16 a warp), else 16.
-        let per_block = if suffix.is_empty() { 16 } else { 128 };
-        let r = unsafe {
-            a.launch(cfg(
-                (dim(h.div_ceil(per_block), "fused_moe")?, experts),
-                threads,
-            ))
-        };
-        self.launched(&name, r)?;
+        let per_block = if any { 128 } else { 16 };
+        unsafe {
+            down_kernel.launch(
+                self,
+                cfg((dim(h.div_ceil(per_block), "fused_moe")?, experts), threads),
+                args,
+            )?;
+        }
         Ok(ys)
     }
 
@@ -177,26 +182,27 @@ impl CudaBackend {
             int(max_tiles, "fused_moe")?,
             int(e, "fused_moe")?,
         );
-        let f = self.func(Module::MoeMma, "moe_tiles")?;
-        let mut a = self.launcher(&f);
-        a.arg(&tp).arg(&offsets).arg(&ei).arg(&mt);
         // SAFETY: offsets holds e + 1 entries (moe_group's or moe_plan's: ascending, ending at
         // pairs), tiles 2 · max_tiles; the kernel writes entries below max_tiles only; one
         // block.
-        let r = unsafe { a.launch(cfg((1, 1), TILE_THREADS)) };
-        self.launched("moe_tiles", r)?;
+        unsafe {
+            kernels::moe_tiles.launch(self, cfg((1, 1), TILE_THREADS), (tp, offsets, ei, mt))?;
+        }
 
-        let build = build.name();
+        let (gate_up_kernel, down_kernel) = mma_kernels(build);
         let (ki, ii, hi) = (
             int(top_k, "fused_moe")?,
             int(i, "fused_moe")?,
             int(h, "fused_moe")?,
         );
-        let x_q = (build == "fp8act").then(|| self.quant_fp8(x)).transpose()?;
+        let x_q = (build == MmaBuild::Fp8Act)
+            .then(|| self.quant_fp8(x))
+            .transpose()?;
         let (xp, xsp) = x_q
             .as_ref()
             .map_or((x.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
         let rows = dim(max_tiles, "fused_moe")?;
+        let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
         // SAFETY: act is [pairs, i] bf16; the A operand x [t, h] bf16 (or its e4m3 copy with
         // [t, ceil(h/128)] scales); gate_up [e, 2i, h] (bf16, or FP8 with its scales); tiles
         // was just written from offsets, whose ranges lie in 0..pairs, perm entries < pairs
@@ -204,34 +210,41 @@ impl CudaBackend {
         // bytes (FP8; moe_plan's mma); blocks past the tile count return.
         unsafe {
             self.launch_mma(
-                ("gate_up", build),
+                &gate_up_kernel,
+                build,
                 (rows, dim(i.div_ceil(BN / 2), "fused_moe")?),
-                act.ptr(s),
-                (xp, xsp),
-                gate_up,
-                (tp, offsets, perm),
-                (ki, ii, hi),
+                (
+                    act.ptr(s),
+                    xp,
+                    xsp,
+                    w13,
+                    w13s,
+                    tp,
+                    offsets,
+                    perm,
+                    ki,
+                    ii,
+                    hi,
+                ),
             )?;
         }
-        let act_q = (build == "fp8act")
+        let act_q = (build == MmaBuild::Fp8Act)
             .then(|| self.quant_fp8(act))
             .transpose()?;
         let (ap, asp) = act_q
             .as_ref()
             .map_or((act.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [pairs, h]: pair rows
+        let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
         // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up, each
         // pair being in exactly one tile) or its e4m3 copy; down [e, h, i] with its scales;
         // tiles, offsets and perm as above.
         unsafe {
             self.launch_mma(
-                ("down", build),
+                &down_kernel,
+                build,
                 (rows, dim(h.div_ceil(BN), "fused_moe")?),
-                ys.ptr(s),
-                (ap, asp),
-                down,
-                (tp, offsets, perm),
-                (0, hi, ii),
+                (ys.ptr(s), ap, asp, w2, w2s, tp, offsets, perm, 0, hi, ii),
             )?;
         }
         Ok(ys)
@@ -255,29 +268,29 @@ impl CudaBackend {
         }
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
-        let build = moe_plan::fp8_build(self.info.compute_capability, &self.tuning().moe).name();
-        let x_q = (build == "fp8act").then(|| self.quant_fp8(x)).transpose()?;
+        let build = moe_plan::fp8_build(self.info.compute_capability, &self.tuning().moe);
+        let x_q = (build == MmaBuild::Fp8Act)
+            .then(|| self.quant_fp8(x))
+            .transpose()?;
         let s = &self.stream;
         let (xp, xsp) = x_q
             .as_ref()
             .map_or((x.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
-        let ints = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
+        let (mi, ni, ki) = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
+        let (wp, wsp) = (w.ptr(s), w.scales_ptr(s));
         // SAFETY: out is [m, n] f32 (the caller's checks), x [m, k] bf16 (or its
         // e4m3 copy with [m, ceil(k/128)] scales), w [n, k] FP8 with its scales; k % 16 == 0 so
         // every 16-byte load of a row is aligned and inside it; null tiles, offsets and perm:
         // block x covers rows 64x .. 64x + 63 < m + 63 (rows past m are not read or written).
         unsafe {
             self.launch_mma(
-                ("down", build),
+                &mma_kernels(build).1,
+                build,
                 (
                     dim(m.div_ceil(BM), "matmul")?,
                     dim(n.div_ceil(BN), "matmul")?,
                 ),
-                out.ptr(s),
-                (xp, xsp),
-                w,
-                (0, 0, 0),
-                ints,
+                (out.ptr(s), xp, xsp, wp, wsp, 0, 0, 0, mi, ni, ki),
             )?;
         }
         Ok(true)
@@ -291,12 +304,11 @@ impl CudaBackend {
         if rows == 0 {
             return Ok(q);
         }
-        let name = match x.dtype {
-            DType::BF16 => "moe_quant_fp8_bf16",
-            DType::F32 => "moe_quant_fp8_f32",
+        let f = match x.dtype {
+            DType::BF16 => kernels::moe_quant_fp8_bf16,
+            DType::F32 => kernels::moe_quant_fp8_f32,
             DType::F8 => return Err(super::not_activation("fused_moe")),
         };
-        let f = self.func(Module::MoeMma, name)?;
         let s = &self.stream;
         let (qp, sp, xp, r, ki) = (
             q.ptr(s),
@@ -305,71 +317,52 @@ impl CudaBackend {
             rows as u64,
             int(k, "fused_moe")?,
         );
-        let mut a = self.launcher(&f);
-        a.arg(&qp).arg(&sp).arg(&xp).arg(&r).arg(&ki);
         // SAFETY: q is an FP8 [rows, k] tensor (rows · k bytes, then rows · ceil(k/128) f32
         // scales), x [rows, k] of the kernel's type; a warp per row, rows past `rows` return.
-        let r = unsafe {
-            a.launch(cfg(
-                (dim(rows.div_ceil(QUANT_ROWS), "fused_moe")?, 1),
-                (32 * QUANT_ROWS) as u32,
-            ))
-        };
-        self.launched(name, r)?;
+        unsafe {
+            f.launch(
+                self,
+                cfg(
+                    (dim(rows.div_ceil(QUANT_ROWS), "fused_moe")?, 1),
+                    (32 * QUANT_ROWS) as u32,
+                ),
+                (qp, sp, xp, r, ki),
+            )?;
+        }
         Ok(q)
     }
 
-    /// One launch of `moe_{kind}_mma_{build}` (kind `gate_up` or `down`, which take the same
-    /// parameters: out, the A operand and its scales, the weight and its scales, tiles, offsets,
-    /// perm, three ints).
+    /// One launch of `kernel`, `moe_gate_up_mma_{build}` or `moe_down_mma_{build}` (see
+    /// [`MmaArgs`]).
     ///
     /// # Safety
     /// The pointers and sizes must be what the kernel's comment in moe_mma.cu asks for at this
     /// grid: out, a and w sized for the rows the tiles (or, with null tiles, the first int) and
     /// the ints name, rows 16-byte aligned.
-    #[allow(clippy::too_many_arguments)]
     unsafe fn launch_mma(
         &self,
-        (kind, build): (&str, &str),
+        kernel: &Kernel<MmaArgs>,
+        build: MmaBuild,
         grid: (u32, u32),
-        out: u64,
-        (a, a_scales): (u64, u64),
-        w: &CudaTensor,
-        (tiles, offsets, perm): (u64, u64, u64),
-        (i0, i1, i2): (i32, i32, i32),
+        args: MmaArgs,
     ) -> Result<()> {
-        let name = format!("moe_{kind}_mma_{build}");
-        let f = self.func(Module::MoeMma, &name)?;
         let (threads, smem) = launch_shape(build);
         // Past 48 KB of shared memory a block, static (the kernel's row tables: 2 · BM + BN
         // ints) and dynamic together, a kernel must opt in, or its launch fails with an invalid
         // argument (today's builds stay below; 128-row tiles, tried, did not).
         if smem as usize + 4 * (2 * BM + BN) > 48 * 1024 {
-            f.set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )
-            .map_err(dev_err(&format!("{name}: shared memory")))?;
+            kernel
+                .function(self)?
+                .set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )
+                .map_err(dev_err(&format!("{}: shared memory", kernel.name())))?;
         }
-        let s = &self.stream;
-        let (wp, wsp) = (w.ptr(s), w.scales_ptr(s));
-        let mut l = self.launcher(&f);
-        l.arg(&out)
-            .arg(&a)
-            .arg(&a_scales)
-            .arg(&wp)
-            .arg(&wsp)
-            .arg(&tiles)
-            .arg(&offsets)
-            .arg(&perm)
-            .arg(&i0)
-            .arg(&i1)
-            .arg(&i2);
         let mut c = cfg(grid, threads);
         c.shared_mem_bytes = smem;
         // SAFETY: the caller's contract (above); threads and dynamic shared memory are the
         // build's MmaCfg WARPS · 32 (its launch bounds) and SMEM (launch_shape).
-        let r = unsafe { l.launch(c) };
-        self.launched(&name, r)
+        unsafe { kernel.launch(self, c, args) }
     }
 }

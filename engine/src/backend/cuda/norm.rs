@@ -3,7 +3,6 @@
 
 use crate::backend::kernels;
 use cudarc::driver::LaunchConfig;
-use metrale_kernels::Module;
 
 use super::elementwise::{cfg, dim, int, row_threads};
 use super::tensor::{CudaTensor, DType};
@@ -209,20 +208,11 @@ impl CudaBackend {
             return Ok(());
         }
         let inv_freq = self.inv_freq(rope)?;
-        // An FP8 cache (`--kv-cache-dtype fp8`): the _kv8 kernels, which also take the scales.
         let kv8 = cache.as_ref().is_some_and(|(k, _)| k.dtype == DType::F8);
-        let name = match (qkv.dtype, cache.is_some()) {
-            (_, false) if fp32 => "qk_norm_rope_fp32",
-            (_, true) if fp32 => "qk_norm_rope_kv_fp32",
-            (DType::F32, false) => "qk_norm_rope_f32",
-            (DType::BF16, false) => "qk_norm_rope_bf16",
-            (DType::F32, true) if kv8 => "qk_norm_rope_kv_f32_kv8",
-            (DType::BF16, true) if kv8 => "qk_norm_rope_kv_bf16_kv8",
-            (DType::F32, true) => "qk_norm_rope_kv_f32",
-            (DType::BF16, true) => "qk_norm_rope_kv_bf16",
-            (DType::F8, _) => return Err(super::not_activation("qk_norm_rope")),
-        };
-        let f = self.func(Module::Rope, name)?;
+        if qkv.dtype == DType::F8 {
+            return Err(super::not_activation("qk_norm_rope"));
+        }
+        let bf16 = qkv.dtype == DType::BF16;
         let s = &self.stream;
         let (p, pos, qw, kw) = (qkv.ptr(s), batch.positions(s), q_w.ptr(s), k_w.ptr(s));
         let (nh, nkv, d, half) = (
@@ -231,18 +221,7 @@ impl CudaBackend {
             int(hd, "qk_norm_rope")?,
             int(rope.rotary_dim / 2, "qk_norm_rope")?,
         );
-        let mut a = self.launcher(&f);
-        a.arg(&p)
-            .arg(&pos)
-            .arg(&qw)
-            .arg(&kw)
-            .arg(&inv_freq)
-            .arg(&nh)
-            .arg(&nkv)
-            .arg(&d)
-            .arg(&half)
-            .arg(&rope.scale)
-            .arg(&eps);
+        let sc = rope.scale;
         let kv_args = cache.map(|(k, v)| {
             (
                 k.ptr(s),
@@ -252,12 +231,6 @@ impl CudaBackend {
                 v.scales_ptr(s),
             )
         });
-        if let Some((k, v, slots, ks, vs)) = &kv_args {
-            a.arg(k).arg(v).arg(slots);
-            if kv8 {
-                a.arg(ks).arg(vs);
-            }
-        }
         let config = LaunchConfig {
             grid_dim: (
                 dim(batch.num_tokens, "qk_norm_rope")?,
@@ -267,15 +240,52 @@ impl CudaBackend {
             block_dim: (32 * ROPE_WARPS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: qkv is [T, (nh + 2·nkv)·hd] of the kernel's type with hd ≤ 256 (the shared
-        // scratch per warp); q_w, k_w hold hd values of the kernel's weight type (bf16, or f32
-        // for _fp32); inv_freq holds rotary_dim/2 floats and rotary_dim ≤ hd; positions has T
-        // entries (checked above); warps past the last head return before touching memory. With
-        // the cache (the _kv kernels), both caches are [blocks, bs, nkv, hd] of the kernel's
-        // cache type (bf16, or f32 for _fp32; e4m3 bytes for _kv8, whose scale regions hold
-        // ceil(hd / 128) floats a (slot, kv head), fp8_alloc_bytes) and every slot is below
-        // blocks·bs (write_kv_check).
-        let r = unsafe { a.launch(config) };
-        self.launched(name, r)
+        // SAFETY (every launch below): qkv is [T, (nh + 2·nkv)·hd] of the kernel's type with
+        // hd ≤ 256 (the shared scratch per warp); q_w, k_w hold hd values of the kernel's weight
+        // type (bf16, or f32 for _fp32); inv_freq holds rotary_dim/2 floats and rotary_dim ≤ hd;
+        // positions has T entries (checked above); warps past the last head return before
+        // touching memory. With the cache (the _kv kernels), both caches are [blocks, bs, nkv,
+        // hd] of the kernel's cache type (bf16, or f32 for _fp32; e4m3 bytes for _kv8, whose
+        // scale regions hold ceil(hd / 128) floats a (slot, kv head), fp8_alloc_bytes) and every
+        // slot is below blocks·bs (write_kv_check).
+        match kv_args {
+            None => {
+                let kernel = if fp32 {
+                    kernels::qk_norm_rope_fp32
+                } else if bf16 {
+                    kernels::qk_norm_rope_bf16
+                } else {
+                    kernels::qk_norm_rope_f32
+                };
+                let args = (p, pos, qw, kw, inv_freq, nh, nkv, d, half, sc, eps);
+                unsafe { kernel.launch(self, config, args) }
+            }
+            // An FP8 cache (`--kv-cache-dtype fp8`): the _kv8 kernels, which also take the
+            // scales (fp32 has f32 caches only).
+            Some((k, v, slots, ks, vs)) if kv8 && !fp32 => {
+                let kernel = if bf16 {
+                    kernels::qk_norm_rope_kv_bf16_kv8
+                } else {
+                    kernels::qk_norm_rope_kv_f32_kv8
+                };
+                let args = (
+                    p, pos, qw, kw, inv_freq, nh, nkv, d, half, sc, eps, k, v, slots, ks, vs,
+                );
+                unsafe { kernel.launch(self, config, args) }
+            }
+            Some((k, v, slots, _, _)) => {
+                let kernel = if fp32 {
+                    kernels::qk_norm_rope_kv_fp32
+                } else if bf16 {
+                    kernels::qk_norm_rope_kv_bf16
+                } else {
+                    kernels::qk_norm_rope_kv_f32
+                };
+                let args = (
+                    p, pos, qw, kw, inv_freq, nh, nkv, d, half, sc, eps, k, v, slots,
+                );
+                unsafe { kernel.launch(self, config, args) }
+            }
+        }
     }
 }

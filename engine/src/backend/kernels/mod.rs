@@ -1,7 +1,7 @@
 //! Every kernel of `metrale-kernels`, declared once: its C symbol, its [`Module`] and its
 //! parameters with their C types (written as Rust types: `*const bf16` is `const bf16*`, `i32` is
 //! `int`, `u8` is `unsigned char`). Each declaration is a constant [`Kernel`] whose launcher
-//! (`Kernel::launch`, in `cuda/launch.rs`) takes exactly the Rust values of those parameters, in
+//! (`Kernel::launch`, in `cuda/typed_launch.rs`) takes exactly the Rust values of those parameters, in
 //! order, as one tuple: device pointers as `u64`, the scalars as themselves. Kernels instantiated
 //! per type or shape share one parameter list, so a `match` on a typed key picks one of them.
 //!
