@@ -36,10 +36,11 @@
 #define FLASH_BQ 128
 
 // A block's shape by head_dim: WARPS warps of MW 16-row tiles each, BK keys a pipeline stage.
-// One tile a warp (MW = 1) and 8 warps: two tiles a warp halve the shared-memory reads per
-// FLOP but take about 245 registers, and measured half the speed (docs/performance-log part 6).
+// MW = 2 (each K and V fragment read from shared memory feeds two products, halving those reads
+// per FLOP) below head_dim 256, where a warp's 16 × 256 accumulators leave no registers for a
+// second tile; the alternatives measured are in docs/performance-log part 6.
 template <int D> struct FlashCfg {
-    static constexpr int MW = 1;
+    static constexpr int MW = D <= 128 ? 2 : 1;
     static constexpr int WARPS = FLASH_BQ / (16 * MW);
     static constexpr int THREADS = WARPS * 32;
     static constexpr int BQ = FLASH_BQ;
@@ -123,6 +124,10 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     unsigned char* const qs = smem;
     unsigned char* const kvs = smem + BQ * D * 2; // stage s: K at s · 2 · BK · D · 2, V after
 
+#ifndef METRALE_HOST_EMULATION
+    // A launch of other than the build's warps would leave rows unwritten: stop it loudly.
+    if (blockDim.x != C::THREADS) asm volatile("trap;");
+#endif
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int tile = (int)(blockIdx.x / num_heads), head = (int)(blockIdx.x % num_heads);

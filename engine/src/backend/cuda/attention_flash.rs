@@ -11,8 +11,11 @@ use super::{CudaBackend, CudaBatch, dev_err, shape_err};
 use crate::backend::Result;
 use crate::backend::kernels::{self as k, Kernel};
 
-/// Threads of a block (FlashCfg<D>::THREADS: 8 warps of 16 rows).
-const FLASH_THREADS: u32 = 256;
+/// Threads of a block at head_dim `hd` (FlashCfg<D>::THREADS: 4 warps of 32 rows below 256,
+/// 8 of 16 at 256).
+fn flash_threads(hd: usize) -> u32 {
+    if hd <= 128 { 128 } else { 256 }
+}
 
 /// The flash kernel's parameters (every variant takes the same list, by type).
 type FlashArgs = (
@@ -132,7 +135,7 @@ impl CudaBackend {
         );
         let cfg = LaunchConfig {
             grid_dim: (dim(plan.tiles * num_heads, op)?, 1, 1),
-            block_dim: (FLASH_THREADS, 1, 1),
+            block_dim: (flash_threads(hd), 1, 1),
             shared_mem_bytes: smem,
         };
         // SAFETY: out is [T, nh·hd] bf16 and qkv [T, (nh + 2·nkv)·hd] of the variant's q type;
@@ -140,7 +143,7 @@ impl CudaBackend {
         // (slot, kv head) at the scale pointers); every tile is (first row, end row) of one
         // sequence's rows below T, every row's position is inside its table and every entry
         // below `blocks` (paged_attention_op and prepare_batch checked them), so each key read
-        // is in the cache; the grid is tiles · nh blocks of FLASH_THREADS with the variant's
+        // is in the cache; the grid is tiles · nh blocks of flash_threads(hd) with the variant's
         // dynamic shared memory.
         unsafe { kernel.launch(self, cfg, args) }
     }
@@ -152,6 +155,8 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_the_blocks_a_multiprocessor_runs() {
+        // The launch's threads are the kernel's FlashCfg<D>::THREADS: 128 rows a block.
+        assert_eq!((flash_threads(128), flash_threads(256)), (128, 256));
         for hd in [64, 128, 256] {
             // Two blocks a multiprocessor at 64 and 128, one at 256.
             let blocks = if hd <= 128 { 2 } else { 1 };
