@@ -129,6 +129,8 @@ int main() {
     gdn_decode_tests();
     t_sample_prepare(3000, false);
     t_sample_prepare(1537, true);
+    t_sample_state(3000, false);
+    t_sample_state(1537, true);
     t_sample_gumbel(1000);
     t_sample_gumbel(1537);
     t_sample_candidates(3001, {1, 20, 256, 1024});

@@ -17,6 +17,7 @@ mod attention;
 mod gemv;
 mod hybrid;
 mod moe;
+mod sample;
 mod small;
 #[cfg(test)]
 mod tests;
@@ -25,6 +26,7 @@ pub use attention::*;
 pub use gemv::*;
 pub use hybrid::*;
 pub use moe::*;
+pub use sample::*;
 pub use small::*;
 
 /// The kernels' 16-bit float, as a pointee (the host never holds one).
@@ -95,6 +97,7 @@ pub fn all() -> impl Iterator<Item = &'static Decl> {
         gemv::DECLS,
         hybrid::DECLS,
         moe::DECLS,
+        sample::DECLS,
         small::DECLS,
     ]
     .into_iter()

@@ -7,6 +7,7 @@ fn row(p: &SamplingParams, all: &'static [u32]) -> Route {
         params: p,
         all_token_ids: all,
         num_prompt_tokens: 1,
+        seq: None,
     })
 }
 
@@ -74,9 +75,10 @@ fn the_plan_lists_each_rows_entries_masks_and_kernel() {
         params: &p,
         all_token_ids: &all,
         num_prompt_tokens: 1,
+        seq: None,
     }];
     let routes = [route(&rows[0])];
-    let plan = build_plan(&rows, &[0], &routes, 50);
+    let plan = build_plan(&rows, &[0], &routes, &[None], 50);
     let w = &plan.words;
     assert_eq!(w[0], 2);
     // (5, 1) and (7, 1): 200 is outside the vocabulary of 50.
@@ -146,6 +148,7 @@ fn a_head_is_finished_like_the_host_or_handed_back() {
                 params: &p,
                 all_token_ids: &history,
                 num_prompt_tokens: 1,
+                seq: None,
             };
             let want = sampling::sample_row(&logits, &r).token_id;
             let out = device_out(t);
@@ -173,6 +176,7 @@ fn a_head_is_finished_like_the_host_or_handed_back() {
         params: &p,
         all_token_ids: &[],
         num_prompt_tokens: 0,
+        seq: None,
     };
     assert_eq!(finish_candidates(&r, &device_out(1.0)), None);
 }
