@@ -268,22 +268,35 @@ impl CudaBackend {
         if synced.segments == 0 {
             return Ok((synced.rows, None));
         }
-        let work = s
-            .clone_htod(&synced.work)
-            .map_err(dev_err("sample: upload penalty tokens"))?;
-        let (w, v) = (work.device_ptr(s).0, int(vocab, "sample")?);
-        // SAFETY: `work` holds `segments` segments of ABSORB_WORDS words, each with the address
-        // of a live state of `vocab` u32 (held by the penalty states, whose buffers are freed in
-        // stream order) and the offset and count of its tokens inside `work`; one block a
-        // segment, ids at or past vocab skipped.
-        unsafe {
-            kernels::sample_penalty_absorb.launch(
-                self,
-                cfg((dim(synced.segments, "sample")?, 1), PREPARE_THREADS),
-                (w, v),
-            )
-        }?;
-        Ok((synced.rows, Some(work)))
+        let absorb = || -> Result<CudaSlice<u32>> {
+            let work = s
+                .clone_htod(&synced.work)
+                .map_err(dev_err("sample: upload penalty tokens"))?;
+            let (w, v) = (work.device_ptr(s).0, int(vocab, "sample")?);
+            // SAFETY: `work` holds `segments` segments of ABSORB_WORDS words, each with the
+            // address of a live state of `vocab` u32 (held by the penalty states, whose buffers
+            // are freed in stream order) and the offset and count of its tokens inside `work`;
+            // one block a segment, ids at or past vocab skipped.
+            unsafe {
+                kernels::sample_penalty_absorb.launch(
+                    self,
+                    cfg((dim(synced.segments, "sample")?, 1), PREPARE_THREADS),
+                    (w, v),
+                )
+            }?;
+            Ok(work)
+        };
+        match absorb() {
+            Ok(work) => Ok((synced.rows, Some(work))),
+            Err(e) => {
+                // The states now count tokens they never received: forget them all.
+                self.penalties
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear();
+                Err(e)
+            }
+        }
     }
 
     pub(super) fn sample_op(

@@ -134,6 +134,11 @@ impl<B> PenaltyStates<B> {
         }
     }
 
+    /// Drops every state (after a failed update, whose tokens they may lack).
+    pub(super) fn clear(&mut self) {
+        self.states.clear();
+    }
+
     /// Brings the states of the penalised rows among `idx` (of `rows`, logits of `vocab`
     /// columns) up to date: new or rebuilt states come from `alloc` (a zeroed buffer of `vocab`
     /// u32 and its device address; `None` when there is no memory: those rows take the entry
