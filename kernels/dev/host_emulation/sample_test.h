@@ -170,11 +170,11 @@ void t_sample_state(int V, bool bf) {
         for (size_t k = 0; k < seqs.size(); ++k) {
             Seq& q = seqs[k];
             size_t from = round == 0 ? 0 : q.first, to = round == 0 ? q.first : q.all.size() - (k == 0 ? 3 : 0);
-            u32* seg = &work[k * ABSORB_WORDS];
+            u32* seg = &work[k * ABSORB_WORDS];  // valid until the pushes below
             seg[0] = (u32)(u64)q.state.data(); seg[1] = (u32)((u64)q.state.data() >> 32);
             seg[2] = work.size(); seg[3] = to - from;
             seg[4] = q.prompt > from ? std::min(q.prompt, to) - from : 0;
-            for (size_t i = 0; i < (size_t)seg[3]; ++i) work.push_back(q.all[from + i]);
+            for (size_t i = from; i < to; ++i) work.push_back(q.all[i]);
         }
         launch({(unsigned)seqs.size()}, {PREPARE_THREADS}, [&] { sample_penalty_absorb(work.data(), V); });
     }
