@@ -138,6 +138,7 @@ int main() {
     t_sample_candidates(1024, {1, 1000, 1024});
     if (!getenv("EMU_QUICK")) {
         t_sample_prepare(151936, false);
+        t_sample_state(151936, false);
         t_sample_gumbel(151936);
         t_sample_candidates(151936, {1, 20, 1024});
     }
