@@ -1,17 +1,26 @@
 // Sampling on the device: the host sampler's arithmetic (engine/src/backend/sampling.rs), so the
 // CUDA backend draws the CPU backend's tokens while only a few bytes a row come back.
 //
-// The host (engine/src/backend/cuda/sample.rs) uploads one `plan` of u32 words: a 16-word record
+// The host (engine/src/backend/cuda/sample.rs) uploads one `plan` of u32 words: an 18-word record
 // per row (PLAN_* below), then each row's penalty entries (token id, count in the output) and
 // masked tokens, then lists of which rows each kernel takes. The kernels, in order:
 //
+// sample_penalty_absorb: a running sequence's penalty state (PLAN_FLAGS & 8; sample/penalty_state.rs
+//   keeps one per sequence) is a u32 a vocabulary token: the count of the token in the output
+//   (bits 0..30) and STATE_PROMPT when it occurs in the prompt, so the token is in the history
+//   when the word is not 0. This kernel adds tokens to states (a state is zeroed, then given its
+//   whole history once; after that only the tokens appended since): integer atomics, so any
+//   order gives the same words.
 // sample_prepare_{f32,bf16}: blocks of PREPARE_THREADS, each owning a slice of a row, copy the
-//   logits row into an f32 scratch row, then (after a barrier) apply the penalties to the row's
-//   distinct history tokens
+//   logits row into an f32 scratch row and apply the penalties: for a row with a state, to
+//   every column whose state word (plus the row's few tokens past the state, its entries:
+//   a speculative draft's row) says it is in the history; else, after a barrier, to the row's
+//   distinct history tokens listed as entries
 //   (`penalise` on the host, here with __fdiv_rn/__fmul_rn/__fadd_rn/__fsub_rn so NVRTC cannot
 //   fuse `frequency * count + presence` into an FMA: bit for bit the host's f32 result), then
 //   (after another barrier) write -inf over the masked tokens (eos/stop before min_tokens).
-//   The input logits are never written; the scratch costs 2 x 600 KB of traffic a row.
+//   The input logits are never written; the scratch costs 2 x 600 KB of traffic a row, a state
+//   another 600 KB of reads.
 // argmax_part_f32 + argmax_final_f32 (softmax.cu) on the scratch: greedy rows with penalties
 // or masks.
 // sample_gumbel: temperature without top-k/top-p/min-p. One block per row: every finite logit v
@@ -53,7 +62,7 @@
 #define SAMPLE_THREADS 1024
 #define PREPARE_THREADS 256
 #define KMAX 1024
-#define PLAN_WORDS 16
+#define PLAN_WORDS 18
 #define NONE 0xffffffffu
 
 // Record fields (u32 words; floats as bits).
@@ -65,13 +74,25 @@
 #define PLAN_REPETITION 5   // f32 bits; applied when PLAN_FLAGS & 1
 #define PLAN_FREQUENCY 6    // f32 bits; with presence, applied when PLAN_FLAGS & 2
 #define PLAN_PRESENCE 7
-#define PLAN_FLAGS 8         // 1: repetition, 2: frequency/presence, 4: the row total is wanted
+#define PLAN_FLAGS 8        // 1: repetition, 2: frequency/presence, 4: the row total is wanted,
+                            // 8: penalties from the state at PLAN_STATE_LO/HI, the entries being
+                            // the row's tokens past it (at most MAX_EXTRAS; count = outputs)
 #define PLAN_TEMPERATURE 9  // f32 bits, > 0
 #define PLAN_SEED_LO 10
 #define PLAN_SEED_HI 11
 #define PLAN_INDEX_LO 12
 #define PLAN_INDEX_HI 13
 #define PLAN_WANT 14        // candidates to return, 1..=KMAX
+#define PLAN_STATE_LO 15    // the state's device address (PLAN_FLAGS & 8)
+#define PLAN_STATE_HI 16
+
+// Penalty states (sample_penalty_absorb): STATE_PROMPT marks a prompt token, the low bits count
+// the token in the output. An absorb work list is ABSORB_WORDS words a segment (state address lo,
+// hi, offset of its tokens in the list, their number, the index of the first output token among
+// them), then the tokens.
+#define STATE_PROMPT 0x80000000u
+#define MAX_EXTRAS 64
+#define ABSORB_WORDS 5
 
 // Candidates output per row: META_WORDS words, then KMAX ids, then KMAX values (f32 bits).
 #define META_WORDS 6        // finite count, flags (1 = overflow), the fixed-point total (4 words)
@@ -170,38 +191,83 @@ __device__ __forceinline__ double sample_gumbel_noise(u64 seed, u64 index, u32 t
 
 // --- penalties and masks -------------------------------------------------------------------
 
+// The host's `penalise`: the repetition penalty on a history token, then frequency and presence
+// on a token the output holds `count` times. Round-to-nearest intrinsics: no FMA.
+__device__ __forceinline__ float penalise(float v, bool seen, u32 count, u32 flags, float rep,
+                                          float freq, float pres) {
+    if ((flags & 1u) && seen) v = v > 0.f ? __fdiv_rn(v, rep) : __fmul_rn(v, rep);
+    if ((flags & 2u) && count > 0u) v = __fsub_rn(v, __fadd_rn(__fmul_rn(freq, (float)count), pres));
+    return v;
+}
+
 // Grid (rows, slices): block (r, y) owns columns [y * slice, (y + 1) * slice) of scratch row r,
-// so a row is copied by many multiprocessors; each block applies the entries and masks that
-// fall in its columns (every block scans the row's lists), with a barrier between copy,
-// penalties and masks so each column sees them in the host's order.
+// so a row is copied by many multiprocessors. A row with a state penalises each column as it
+// copies it (its extras, in shared memory, on top of the state word); any other row's block
+// applies the entries that fall in its columns (every block scans the row's list) after a
+// barrier. Masks come after another barrier, so each column sees them in the host's order.
 template <typename T>
 __device__ void prepare(float* scratch, const T* logits, const u32* plan, int vocab) {
+    __shared__ u32 extra_id[MAX_EXTRAS], extra_count[MAX_EXTRAS];
     const u32* rec = plan + (u64)blockIdx.x * PLAN_WORDS;
     const T* in = logits + (u64)rec[PLAN_SRC_ROW] * vocab;
     float* out = scratch + (u64)blockIdx.x * vocab;
     const u32 slice = ((u32)vocab + gridDim.y - 1) / gridDim.y;
     const u32 lo = blockIdx.y * slice, hi = min((u32)vocab, lo + slice);
-    for (u32 i = lo + threadIdx.x; i < hi; i += blockDim.x) out[i] = to_f32(in[i]);
-    __syncthreads();
     const u32 flags = rec[PLAN_FLAGS];
     const float rep = __uint_as_float(rec[PLAN_REPETITION]);
     const float freq = __uint_as_float(rec[PLAN_FREQUENCY]);
     const float pres = __uint_as_float(rec[PLAN_PRESENCE]);
     const u32* entries = plan + rec[PLAN_ENTRIES];
-    // Entries are distinct ids below vocab (the host checks), so no two threads share one.
-    for (u32 e = threadIdx.x; e < rec[PLAN_N_ENTRIES]; e += blockDim.x) {
-        const u32 id = entries[2 * e], count = entries[2 * e + 1];
-        if (id < lo || id >= hi) continue;
-        float v = out[id];
-        if (flags & 1u) v = v > 0.f ? __fdiv_rn(v, rep) : __fmul_rn(v, rep);
-        if ((flags & 2u) && count > 0u)
-            v = __fsub_rn(v, __fadd_rn(__fmul_rn(freq, (float)count), pres));
-        out[id] = v;
+    if (flags & 8u) {
+        const u32* state = (const u32*)plan_u64(rec, PLAN_STATE_LO);
+        const u32 n = min(rec[PLAN_N_ENTRIES], (u32)MAX_EXTRAS);
+        for (u32 e = threadIdx.x; e < n; e += blockDim.x) {
+            extra_id[e] = entries[2 * e];
+            extra_count[e] = entries[2 * e + 1];
+        }
+        __syncthreads();
+        for (u32 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+            const u32 w = state[i];
+            bool seen = w != 0u;
+            u32 count = w & ~STATE_PROMPT;
+            for (u32 e = 0; e < n; ++e)
+                if (extra_id[e] == i) {
+                    seen = true;
+                    count += extra_count[e];
+                }
+            out[i] = penalise(to_f32(in[i]), seen, count, flags, rep, freq, pres);
+        }
+    } else {
+        for (u32 i = lo + threadIdx.x; i < hi; i += blockDim.x) out[i] = to_f32(in[i]);
+        __syncthreads();
+        // Entries are distinct ids below vocab (the host checks), so no two threads share one.
+        for (u32 e = threadIdx.x; e < rec[PLAN_N_ENTRIES]; e += blockDim.x) {
+            const u32 id = entries[2 * e];
+            if (id < lo || id >= hi) continue;
+            out[id] = penalise(out[id], true, entries[2 * e + 1], flags, rep, freq, pres);
+        }
     }
     __syncthreads();
     const u32* masks = plan + rec[PLAN_MASKS];
     for (u32 m = threadIdx.x; m < rec[PLAN_N_MASKS]; m += blockDim.x)
         if (masks[m] >= lo && masks[m] < hi) out[masks[m]] = NEG_INF;
+}
+
+// One block a segment of `work` (ABSORB_WORDS words each, `segments` of them, then the tokens):
+// its prompt tokens set STATE_PROMPT in the segment's state, its output tokens add 1; ids at or
+// past vocab are skipped (the host's penalties ignore them too).
+extern "C" __global__ void sample_penalty_absorb(const u32* work, int vocab) {
+    pdl_start();
+    const u32* seg = work + (u64)blockIdx.x * ABSORB_WORDS;
+    u32* state = (u32*)plan_u64(seg, 0);
+    const u32* tokens = work + seg[2];
+    const u32 n = seg[3], first_output = seg[4];
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
+        const u32 id = tokens[i];
+        if (id >= (u32)vocab) continue;
+        if (i >= first_output) atomicAdd(&state[id], 1u);
+        else atomicOr(&state[id], STATE_PROMPT);
+    }
 }
 
 extern "C" __global__ void sample_prepare_f32(float* scratch, const float* logits, const u32* plan,

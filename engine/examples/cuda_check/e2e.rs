@@ -590,6 +590,7 @@ fn greedy<B: Backend, M: Model<B>>(
                 params: &params,
                 all_token_ids: &tokens,
                 num_prompt_tokens: prompt.len(),
+                seq: None,
             }],
         )?;
         let row = b.to_host(&logits)?;

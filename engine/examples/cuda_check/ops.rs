@@ -115,6 +115,7 @@ fn sample_row<'a>(i: usize, params: &'a SamplingParams, history: &'a [u32]) -> S
         params,
         all_token_ids: history,
         num_prompt_tokens: 3,
+        seq: None,
     }
 }
 

@@ -3,7 +3,8 @@
 //! repetition/frequency/presence penalties, min_tokens with end-of-sequence and stop tokens, on
 //! f32 and bf16 logits of Qwen3's vocabulary. Every mismatch is a failure: the device sampler
 //! computes the host's values bit for bit (`kernels/src/sample.cu` says how). Also prints how
-//! many rows took each route and the time of all batches on each backend (not pass/fail).
+//! many rows took each route and the time of all batches on each backend (not pass/fail). Then
+//! sequences over many steps whose penalties come from the device's per-sequence states.
 
 use std::time::Instant;
 
@@ -143,6 +144,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                     params: &all_params[i],
                     all_token_ids: &histories[i].0,
                     num_prompt_tokens: histories[i].1,
+                    seq: None,
                 }
             })
             .collect();
@@ -207,6 +209,123 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     if d[2] == 0 || d[3] == 0 || d[1] == 0 {
         report.fail(format!(
             "sample: a device route was never taken (routes {d:?}): the check lost its reach"
+        ));
+    }
+    sequences(cuda, report)
+}
+
+/// Running sequences over many steps, their penalties read from the device's per-sequence
+/// states (`SampleRow::seq`): each step's rows (a committed row, on some steps two speculative
+/// draft rows past it) against the CPU's tokens; one rollback (a shorter history) a sequence;
+/// then every state freed by `end_sequences`.
+fn sequences(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    const SEQS: usize = 12;
+    const STEPS: usize = 40;
+    let cpu = CpuBackend::default();
+    let mut rng = Rng::new(0x7365_7173);
+    let (base_seq, (_, rebuilds_before)) = (1u64 << 40, cuda.penalty_state_counts());
+    let params: Vec<SamplingParams> = (0..SEQS)
+        .map(|i| {
+            let (repetition_penalty, frequency_penalty, presence_penalty) =
+                [(1.2, 0.0, 0.0), (1.0, 0.5, 0.3), (0.9, -0.2, 0.6)][i % 3];
+            SamplingParams {
+                temperature: [0.0, 0.7, 1.0][i % 3],
+                top_p: if i % 4 == 1 { 0.9 } else { 1.0 },
+                repetition_penalty,
+                frequency_penalty,
+                presence_penalty,
+                seed: rng.next_u64(),
+                ..SamplingParams::default()
+            }
+        })
+        .collect();
+    let mut histories: Vec<(Vec<u32>, usize)> = (0..SEQS).map(|_| history(&mut rng, &[])).collect();
+    let (mut rows_checked, mut mismatches) = (0usize, 0usize);
+    for step in 0..STEPS {
+        let drafts: Vec<Vec<u32>> = (0..SEQS)
+            .map(|i| match (i + step) % 3 {
+                0 => vec![rng.below(VOCAB) as u32, rng.below(VOCAB) as u32],
+                _ => Vec::new(),
+            })
+            .collect();
+        let contexts: Vec<Vec<Vec<u32>>> = histories
+            .iter()
+            .zip(&drafts)
+            .map(|((h, _), d)| (1..=d.len()).map(|j| [&h[..], &d[..j]].concat()).collect())
+            .collect();
+        let mut rows = Vec::new();
+        for i in 0..SEQS {
+            let seq = Some(base_seq + i as u64);
+            let (h, prompt) = (&histories[i].0, histories[i].1);
+            for all in std::iter::once(h).chain(&contexts[i]) {
+                rows.push(SampleRow {
+                    logits_row: rows.len(),
+                    params: &params[i],
+                    all_token_ids: all,
+                    num_prompt_tokens: prompt,
+                    seq,
+                });
+            }
+        }
+        let n = rows.len();
+        // Strong logits on recent tokens, so the penalties decide.
+        let mut data = logits(&mut rng, n);
+        for (r, row) in rows.iter().enumerate() {
+            for &t in row.all_token_ids.iter().rev().take(20) {
+                if (t as usize) < VOCAB {
+                    data[r * VOCAB + t as usize] = 13.0;
+                }
+            }
+        }
+        let x_d = cuda.tensor_from_f32(&[n, VOCAB], &data, DType::F32)?;
+        let x_c = metrale_engine::backend::cpu::CpuTensor::new(vec![n, VOCAB], data);
+        let (got, want) = (cuda.sample(&x_d, &rows)?, cpu.sample(&x_c, &rows)?);
+        rows_checked += n;
+        let bad = got.iter().zip(&want).filter(|(g, w)| g != w).count();
+        if bad > 0 && mismatches == 0 {
+            report.line(format!("sample sequences: step {step}: {bad} rows differ"));
+        }
+        mismatches += bad;
+        // Each sequence takes its first row's token; at step 20 every other one rolls back 3.
+        let mut at = 0;
+        for (i, (h, _)) in histories.iter_mut().enumerate() {
+            h.push(want[at].token_id);
+            at += 1 + contexts[i].len();
+            if step == 20 && i % 2 == 0 {
+                h.truncate(h.len() - 3);
+            }
+        }
+    }
+    let (live, rebuilds) = cuda.penalty_state_counts();
+    let ids: Vec<u64> = (0..SEQS as u64).map(|i| base_seq + i).collect();
+    cuda.end_sequences(&ids);
+    let (after_end, _) = cuda.penalty_state_counts();
+    let rebuilt = rebuilds - rebuilds_before;
+    report.line(format!(
+        "{:<16} {:<60} {} mismatches",
+        "sample sequences",
+        format!("{SEQS} sequences × {STEPS} steps, drafts, rollbacks ({rebuilt} rebuilds)"),
+        mismatches
+    ));
+    report.record(json!({
+        "op": "sample sequences",
+        "rows": rows_checked,
+        "mismatches": mismatches,
+        "rebuilds": rebuilt,
+        "states_live": live,
+        "states_after_end": after_end,
+        "pass": mismatches == 0 && rebuilt == (SEQS + SEQS / 2) as u64 && after_end == 0,
+    }));
+    if mismatches > 0 {
+        report.fail(format!(
+            "sample sequences: {mismatches} of {rows_checked} rows drew another token than the CPU"
+        ));
+    }
+    // A state a sequence, built once and once more after its rollback; all freed at the end.
+    if rebuilt != (SEQS + SEQS / 2) as u64 || live < SEQS || after_end != 0 {
+        report.fail(format!(
+            "sample sequences: {rebuilt} state rebuilds (want {}), {live} live, {after_end} after end_sequences",
+            SEQS + SEQS / 2
         ));
     }
     Ok(())

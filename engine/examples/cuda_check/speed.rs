@@ -227,6 +227,7 @@ pub fn time_steps(
             params: &params,
             all_token_ids: &history,
             num_prompt_tokens: 1,
+            seq: None,
         })
         .collect();
     let step = |kv: &mut KvStorage<CudaBackend>| -> Result<()> {

@@ -445,6 +445,9 @@ pub trait Backend: Send + Sync + 'static {
         logits: &Self::Tensor,
         rows: &[sampling::SampleRow<'_>],
     ) -> Result<Vec<sampling::Sampled>>;
+    /// The sequences (`SampleRow::seq`) that will not be sampled again: a backend frees what
+    /// it keeps for them (the CUDA sampler's penalty states). Forgetting is always safe.
+    fn end_sequences(&self, _seqs: &[u64]) {}
 
     /// Batch sizes (ascending) that decode steps are padded to for [`Backend::graph_forward`];
     /// `None` when the backend replays nothing (the CPU).

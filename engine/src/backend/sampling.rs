@@ -22,6 +22,13 @@ pub struct SampleRow<'a> {
     /// Prompt then generated tokens so far.
     pub all_token_ids: &'a [u32],
     pub num_prompt_tokens: usize,
+    /// The running sequence this row belongs to (its request id), for a backend that keeps
+    /// per-sequence state between steps (the CUDA sampler's penalty counts); `None` for a row
+    /// with no sequence behind it (scoring, the speculative drafter's argmax). Rows of one
+    /// sequence see its history growing from call to call; a backend must still check that
+    /// (a shorter history is a rollback or a preemption) and may forget a sequence at any time,
+    /// so the id only saves work: the result never depends on it. The CPU backend ignores it.
+    pub seq: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -191,6 +191,8 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
         self.last_step_seqs = out.seqs.len();
         self.report.preempted.extend(out.preempted.iter().copied());
         if out.seqs.is_empty() {
+            // The runner hears of requests that left even on a step with nothing to run.
+            self.runner.end_sequences(&out.finished);
             self.flush();
             return;
         }

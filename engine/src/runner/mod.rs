@@ -48,6 +48,15 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         })
     }
 
+    /// Requests that left (finished or aborted): the backend drops what it keeps for them
+    /// (`Backend::end_sequences`). `execute` does this for its step's `finished`; a step
+    /// with nothing to run calls it directly.
+    pub fn end_sequences(&self, ids: &[crate::scheduler::io::RequestId]) {
+        if !ids.is_empty() {
+            self.backend.end_sequences(ids);
+        }
+    }
+
     /// Run one step.
     pub fn execute(&mut self, step: &SchedulerOutput) -> Result<RunnerOutput> {
         self.execute_with(step, &mut || {})
@@ -60,6 +69,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         step: &SchedulerOutput,
         launched: &mut dyn FnMut(),
     ) -> Result<RunnerOutput> {
+        self.end_sequences(&step.finished);
         if step.seqs.is_empty() {
             return Ok(RunnerOutput::default());
         }
@@ -133,6 +143,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                             &ctx[..known + j]
                         },
                         num_prompt_tokens: s.num_prompt_tokens,
+                        seq: Some(s.req_id),
                     });
                 }
             }

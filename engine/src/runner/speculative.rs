@@ -339,6 +339,7 @@ fn argmax_rows<B: Backend>(backend: &B, logits: &B::Tensor) -> Result<Vec<u32>> 
             params: &greedy,
             all_token_ids: &[],
             num_prompt_tokens: 0,
+            seq: None,
         })
         .collect();
     if rows.is_empty() {

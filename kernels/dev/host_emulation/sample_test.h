@@ -1,5 +1,6 @@
 // sample.cu against the host sampler's arithmetic. Included by test.cpp.
 #pragma once
+#include <map>
 
 // ---- sample.cu: the host sampler's arithmetic (engine/src/backend/sampling.rs) ----
 
@@ -50,6 +51,7 @@ void t_sample_noise() {
 struct PlanRow {
     u32 src; std::vector<std::pair<u32,u32>> entries; std::vector<u32> masks;
     float rep = 1, freq = 0, pres = 0, temp = 1; u64 seed = 0, index = 0; u32 want = KMAX; bool total = true;
+    const u32* state = nullptr;  // a penalty state: `entries` are then the row's extras
 };
 static std::vector<u32> build_plan(const std::vector<PlanRow>& rows) {
     std::vector<u32> plan(rows.size() * PLAN_WORDS, 0);
@@ -62,6 +64,10 @@ static std::vector<u32> build_plan(const std::vector<PlanRow>& rows) {
         rec[PLAN_SEED_LO] = (u32)p.seed; rec[PLAN_SEED_HI] = (u32)(p.seed >> 32);
         rec[PLAN_INDEX_LO] = (u32)p.index; rec[PLAN_INDEX_HI] = (u32)(p.index >> 32);
         rec[PLAN_WANT] = p.want;
+        if (p.state) {
+            rec[PLAN_FLAGS] |= 8u;
+            rec[PLAN_STATE_LO] = (u32)(u64)p.state; rec[PLAN_STATE_HI] = (u32)((u64)p.state >> 32);
+        }
     }
     for (size_t r = 0; r < rows.size(); ++r) {
         u32 at = plan.size();
@@ -85,6 +91,18 @@ static std::vector<float> host_prepare(const float* in, int V, const PlanRow& p)
     }
     for (u32 m : p.masks) l[m] = -INFINITY;
     return l;
+}
+
+// sampling::penalty_entries: (id, count in the output), sorted, for a history whose first
+// `prompt` tokens are the prompt; ids >= V dropped.
+static std::vector<std::pair<u32,u32>> penalty_entries(const std::vector<u32>& all, size_t prompt, int V, bool rep, bool freq) {
+    std::map<u32, u32> counts;
+    for (size_t i = 0; i < all.size(); ++i) {
+        if (all[i] >= (u32)V) continue;
+        if (rep) counts[all[i]] += 0;
+        if (freq && i >= prompt) counts[all[i]] += 1;
+    }
+    return std::vector<std::pair<u32,u32>>(counts.begin(), counts.end());
 }
 
 static std::vector<float> logits_row(int V, float scale) {
@@ -127,6 +145,78 @@ void t_sample_prepare(int V, bool bf) {
         for (int i = 0; i < V; ++i) bad += fbits(want[i]) != fbits(scratch[r * V + i]);
     }
     char name[64]; snprintf(name, 64, "sample_prepare %s V%d (bits differ)", bf ? "bf16" : "f32", V);
+    report(name, bad, 0);
+}
+
+// Penalty states: sequences' histories absorbed in two rounds (the whole history up to a point,
+// then a delta, as the host does from step to step), rows reading them (one with extras past the
+// state, as a speculative draft row does) beside a row with plain entries, against the host's
+// penalties on the whole history.
+void t_sample_state(int V, bool bf) {
+    struct Seq { std::vector<u32> all; size_t prompt; size_t first; std::vector<u32> state; };
+    std::vector<Seq> seqs;
+    for (int k = 0; k < 3; ++k) {
+        Seq q; q.prompt = 40 + 900 * k; size_t n = q.prompt + 30 + 700 * k;
+        for (size_t i = 0; i < n; ++i) q.all.push_back(rng() % 3 == 0 ? (u32)(rng() % 50) : (u32)(rng() % (V + 20)));  // repeats, some >= V
+        q.first = k == 2 ? q.prompt / 2 : q.prompt + 10;  // the second round starts inside the prompt for one
+        q.state.assign(V, 0xdeadbeefu);
+        seqs.push_back(q);
+    }
+    // A long output repeating one token: a count far past any small width.
+    for (int i = 0; i < 3000; ++i) seqs[1].all.push_back(7);
+    for (auto& q : seqs) std::fill(q.state.begin(), q.state.end(), 0u);
+    for (int round = 0; round < 2; ++round) {
+        std::vector<u32> work(seqs.size() * ABSORB_WORDS);
+        for (size_t k = 0; k < seqs.size(); ++k) {
+            Seq& q = seqs[k];
+            size_t from = round == 0 ? 0 : q.first, to = round == 0 ? q.first : q.all.size() - (k == 0 ? 3 : 0);
+            u32* seg = &work[k * ABSORB_WORDS];  // valid until the pushes below
+            seg[0] = (u32)(u64)q.state.data(); seg[1] = (u32)((u64)q.state.data() >> 32);
+            seg[2] = work.size(); seg[3] = to - from;
+            seg[4] = q.prompt > from ? std::min(q.prompt, to) - from : 0;
+            for (size_t i = from; i < to; ++i) work.push_back(q.all[i]);
+        }
+        launch({(unsigned)seqs.size()}, {PREPARE_THREADS}, [&] { sample_penalty_absorb(work.data(), V); });
+    }
+    int R = 5;
+    std::vector<float> x; for (int r = 0; r < R; ++r) { auto row = logits_row(V, 6); x.insert(x.end(), row.begin(), row.end()); }
+    if (bf) for (auto& v : x) v = F(B(v));
+    x[3] = NAN; x[50 + V] = INFINITY; x[7 + 2 * V] = -0.0f;
+    std::vector<PlanRow> rows(R);
+    std::vector<std::vector<u32>> histories(R);
+    std::vector<size_t> prompts(R);
+    float mix[5][3] = {{1.3f, 0, 0}, {1, 0.7f, 0.3f}, {0.8f, -0.25f, 1.5f}, {1.2f, 0.5f, 0.1f}, {1.1f, 0.2f, 0.2f}};
+    for (int r = 0; r < R; ++r) {
+        rows[r].src = (R - 1 - r); rows[r].rep = mix[r][0]; rows[r].freq = mix[r][1]; rows[r].pres = mix[r][2];
+        const Seq& q = seqs[r % 3];
+        histories[r] = q.all; prompts[r] = q.prompt;
+        if (r < 3) rows[r].state = q.state.data();
+    }
+    // Row 0's state lacks its last 3 tokens: they are its extras; row 3 extends sequence 0 by
+    // two more tokens past those; row 4 takes the plain entries.
+    histories[3].push_back(7); histories[3].push_back((u32)V - 1); rows[3].state = seqs[0].state.data();
+    for (int r : {0, 3}) {
+        std::map<u32, u32> extra;
+        for (size_t i = seqs[0].all.size() - 3; i < histories[r].size(); ++i)
+            if (histories[r][i] < (u32)V) extra[histories[r][i]] += i >= prompts[r] ? 1 : 0;
+        rows[r].entries.assign(extra.begin(), extra.end());
+    }
+    rows[4].entries = penalty_entries(histories[4], prompts[4], V, rows[4].rep != 1.0f, rows[4].freq != 0 || rows[4].pres != 0);
+    rows[1].masks = {0, (u32)V - 1};
+    auto plan = build_plan(rows);
+    std::vector<float> scratch(R * V, 12345.f);
+    std::vector<bf16> xb(x.size()); for (size_t i = 0; i < x.size(); ++i) xb[i] = B(x[i]);
+    unsigned P = (V + 999) / 1000;
+    if (bf) launch({(unsigned)R, P}, {PREPARE_THREADS}, [&] { sample_prepare_bf16(scratch.data(), xb.data(), plan.data(), V); });
+    else launch({(unsigned)R, P}, {PREPARE_THREADS}, [&] { sample_prepare_f32(scratch.data(), x.data(), plan.data(), V); });
+    double bad = 0;
+    for (int r = 0; r < R; ++r) {
+        PlanRow host = rows[r];
+        host.entries = penalty_entries(histories[r], prompts[r], V, host.rep != 1.0f, host.freq != 0 || host.pres != 0);
+        auto want = host_prepare(&x[rows[r].src * V], V, host);
+        for (int i = 0; i < V; ++i) bad += fbits(want[i]) != fbits(scratch[r * V + i]);
+    }
+    char name[80]; snprintf(name, 80, "sample_prepare %s V%d from penalty states (bits differ)", bf ? "bf16" : "f32", V);
     report(name, bad, 0);
 }
 

@@ -312,6 +312,10 @@ impl Backend for CudaBackend {
         self.sample_op(logits, rows)
     }
 
+    fn end_sequences(&self, seqs: &[u64]) {
+        self.end_sequences_op(seqs);
+    }
+
     fn graph_buckets(&self) -> Option<&'static [usize]> {
         Some(graph::BUCKETS)
     }

@@ -129,6 +129,8 @@ pub struct CudaBackend {
     /// `moe_router_plan_one`'s ticket (the blocks that have written their logits); every
     /// launch leaves it at 0.
     router_ticket: CudaSlice<u32>,
+    /// The sampler's per-sequence penalty counts (`sample/penalty_state.rs`).
+    penalties: Mutex<sample::DevicePenaltyStates>,
 }
 
 /// [`CudaBackend`]'s `launch_bits`: programmatic dependent launch, a sync after every launch.
@@ -293,6 +295,7 @@ impl CudaBackend {
             compute,
             kv_fp8: false,
             router_ticket,
+            penalties: Mutex::default(),
         })
     }
 

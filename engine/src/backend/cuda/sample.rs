@@ -7,8 +7,11 @@
 //! - **device**: greedy with penalties or masks, temperature without top-k/top-p/min-p, and
 //!   temperature with them. `sample_prepare_*` (sample.cu) copies each row into an f32 scratch
 //!   row and applies the row's penalties and min_tokens masks there (the logits are not
-//!   written), from one uploaded plan: a 16-word record a row, the row's
-//!   `sampling::penalty_entries` and `SampleRow::masked_tokens`. Then greedy rows take
+//!   written), from one uploaded plan: an 18-word record a row, the row's penalties and
+//!   `SampleRow::masked_tokens`. A row of a running sequence (`SampleRow::seq`) reads its
+//!   penalties from the sequence's count state kept on the device (`penalty_state.rs`, brought
+//!   up to date by `sample_penalty_absorb` with the tokens appended since the last call); any
+//!   other penalised row uploads its `sampling::penalty_entries`. Then greedy rows take
 //!   the argmax on the scratch, temperature rows `sample_gumbel` (the Gumbel-max over the whole
 //!   row, 4 bytes back), filtered rows `sample_candidates` (the row's best `want` candidates in
 //!   the host's order, the count of finite logits and the fixed-point total, ~8 KB back), which
@@ -22,17 +25,26 @@
 //! Qwen3's vocabulary. Why the device's values are the host's bit for bit (logs and exps
 //! included) is written at the top of `kernels/src/sample.cu`.
 
+use std::sync::PoisonError;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cudarc::driver::DevicePtr;
-use metrale_kernels::Module;
+use cudarc::driver::{CudaSlice, DevicePtr};
 use rayon::prelude::*;
 
 use super::elementwise::{cfg, dim, int};
 use super::tensor::{self, CudaTensor, DType};
 use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
+use crate::backend::kernels;
 use crate::backend::sampling::{self, SampleRow, Sampled};
+use penalty_state::{PenaltyStates, RowState};
+
+mod penalty_state;
+
+/// The CUDA backend's penalty states: one device buffer of `vocab` u32 a sequence.
+pub(super) type DevicePenaltyStates = PenaltyStates<CudaSlice<u32>>;
+/// Each row's penalty state, and the uploaded absorb work (kept until the stream has run it).
+type SyncedStates = (Vec<Option<RowState>>, Option<CudaSlice<u32>>);
 
 /// Threads of an argmax_part_f32 block (ARGMAX_THREADS in softmax.cu).
 const ARGMAX_THREADS: u32 = 512;
@@ -47,7 +59,9 @@ const PREPARE_SLICE: usize = 4096;
 /// The most candidates `sample_candidates` returns a row (KMAX in sample.cu).
 const KMAX: usize = 1024;
 /// Words of a row's plan record (PLAN_WORDS), and of a row's candidates output (CAND_WORDS).
-const PLAN_WORDS: usize = 16;
+const PLAN_WORDS: usize = 18;
+/// PLAN_FLAGS' bit for a row whose penalties come from a state (its entries are its extras).
+const PLAN_FROM_STATE: u32 = 8;
 const META_WORDS: usize = 6;
 const CAND_WORDS: usize = META_WORDS + 2 * KMAX;
 /// Device rows handled at once (bounds the f32 scratch: 64 × 151936 × 4 B = 39 MB).
@@ -119,12 +133,24 @@ struct Plan {
     lists: [(usize, Vec<usize>); 3],
 }
 
-fn build_plan(rows: &[SampleRow<'_>], idx: &[usize], routes: &[Route], vocab: usize) -> Plan {
+/// `states[i]` is row i's penalty state, if it has one (then its entries are its extras).
+fn build_plan(
+    rows: &[SampleRow<'_>],
+    idx: &[usize],
+    routes: &[Route],
+    states: &[Option<RowState>],
+    vocab: usize,
+) -> Plan {
     let mut words = vec![0u32; idx.len() * PLAN_WORDS];
     for (b, &i) in idx.iter().enumerate() {
         let r = &rows[i];
         let p = r.params;
-        let entries = sampling::penalty_entries(r.all_token_ids, r.output(), p, vocab);
+        let state = states.get(i).and_then(Option::as_ref);
+        let entries = match state {
+            Some(s) => s.extras.clone(),
+            None => sampling::penalty_entries(r.all_token_ids, r.output(), p, vocab),
+        };
+        let addr = state.map_or(0, |s| s.addr);
         let masks = r.masked_tokens(vocab);
         let at = words.len();
         words.extend(entries.iter().flat_map(|&(t, c)| [t, c]));
@@ -135,7 +161,8 @@ fn build_plan(rows: &[SampleRow<'_>], idx: &[usize], routes: &[Route], vocab: us
         let wants_total = p.top_k == 0 || p.top_k as usize > KMAX;
         let flags = u32::from(p.repetition_penalty != 1.0)
             | (u32::from(p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) << 1)
-            | (u32::from(wants_total) << 2);
+            | (u32::from(wants_total) << 2)
+            | if state.is_some() { PLAN_FROM_STATE } else { 0 };
         let rec = [
             r.logits_row as u32,
             at as u32,
@@ -152,6 +179,8 @@ fn build_plan(rows: &[SampleRow<'_>], idx: &[usize], routes: &[Route], vocab: us
             r.output().len() as u32,
             (r.output().len() as u64 >> 32) as u32,
             want(r) as u32,
+            addr as u32,
+            (addr >> 32) as u32,
             0,
         ];
         words[b * PLAN_WORDS..(b + 1) * PLAN_WORDS].copy_from_slice(&rec);
@@ -196,6 +225,78 @@ impl CudaBackend {
     /// candidates).
     pub fn sample_route_counts() -> [u64; 6] {
         ROUTED.each_ref().map(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// Sequences with a penalty state on the device, and how many states were built from a
+    /// whole history so far (new sequences, rollbacks), for the check's report.
+    pub fn penalty_state_counts(&self) -> (usize, u64) {
+        let states = self
+            .penalties
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (states.len(), states.rebuilds)
+    }
+
+    /// Frees the penalty states of sequences that ended (`Backend::end_sequences`).
+    pub(super) fn end_sequences_op(&self, seqs: &[u64]) {
+        self.penalties
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .end(seqs);
+    }
+
+    /// Brings the penalty states of the penalised `device_rows` with a sequence up to date
+    /// (`PenaltyStates::sync`, then `sample_penalty_absorb` with the new tokens): each row's
+    /// state, and the uploaded work, to be kept until the stream has run the sampling kernels.
+    fn sync_penalty_states(
+        &self,
+        rows: &[SampleRow<'_>],
+        device_rows: &[usize],
+        vocab: usize,
+    ) -> Result<SyncedStates> {
+        let s = &self.stream;
+        let synced = self
+            .penalties
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .sync(rows, device_rows, vocab, |n| {
+                // No memory for a state: the row takes the entry list, as without one.
+                let buf = s.alloc_zeros::<u32>(n).ok()?;
+                let addr = buf.device_ptr(s).0;
+                Some((buf, addr))
+            });
+        if synced.segments == 0 {
+            return Ok((synced.rows, None));
+        }
+        let absorb = || -> Result<CudaSlice<u32>> {
+            let work = s
+                .clone_htod(&synced.work)
+                .map_err(dev_err("sample: upload penalty tokens"))?;
+            let (w, v) = (work.device_ptr(s).0, int(vocab, "sample")?);
+            // SAFETY: `work` holds `segments` segments of ABSORB_WORDS words, each with the
+            // address of a live state of `vocab` u32 (held by the penalty states, whose buffers
+            // are freed in stream order) and the offset and count of its tokens inside `work`;
+            // one block a segment, ids at or past vocab skipped.
+            unsafe {
+                kernels::sample_penalty_absorb.launch(
+                    self,
+                    cfg((dim(synced.segments, "sample")?, 1), PREPARE_THREADS),
+                    (w, v),
+                )
+            }?;
+            Ok(work)
+        };
+        match absorb() {
+            Ok(work) => Ok((synced.rows, Some(work))),
+            Err(e) => {
+                // The states now count tokens they never received: forget them all.
+                self.penalties
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear();
+                Err(e)
+            }
+        }
     }
 
     pub(super) fn sample_op(
@@ -246,14 +347,17 @@ impl CudaBackend {
         let device_rows: Vec<usize> = (0..rows.len())
             .filter(|&i| matches!(routes[i], Route::Greedy | Route::Gumbel | Route::Candidates))
             .collect();
+        let (states, absorb_work) = self.sync_penalty_states(rows, &device_rows, vocab)?;
         for chunk in device_rows.chunks(CHUNK_ROWS) {
             for (&i, id) in chunk
                 .iter()
-                .zip(self.sample_chunk(logits, rows, chunk, &routes)?)
+                .zip(self.sample_chunk(logits, rows, chunk, &routes, &states)?)
             {
                 out[i] = id;
             }
         }
+        // The chunks synchronised the stream: the absorb kernel has read its work.
+        drop(absorb_work);
         // Everything still undecided goes through the host sampler on its logits row.
         let on_host: Vec<usize> = (0..rows.len()).filter(|&i| out[i].is_none()).collect();
         for (i, r) in routes.iter().enumerate() {
@@ -296,6 +400,7 @@ impl CudaBackend {
         rows: &[SampleRow<'_>],
         idx: &[usize],
         routes: &[Route],
+        states: &[Option<RowState>],
     ) -> Result<Vec<Option<u32>>> {
         let vocab = logits.cols();
         let v = int(vocab, "sample")?;
@@ -304,7 +409,7 @@ impl CudaBackend {
             u32::try_from(vocab).is_ok() && rows.iter().all(|r| r.logits_row <= u32::MAX as usize),
             || format!("logits {:?} too large for the sampler", logits.shape),
         )?;
-        let plan = build_plan(rows, idx, routes, vocab);
+        let plan = build_plan(rows, idx, routes, states, vocab);
         let s = &self.stream;
         let dev_plan = s
             .clone_htod(&plan.words)
@@ -324,22 +429,21 @@ impl CudaBackend {
         let gumbel_out = out_ptr + (greedy.len() * 4) as u64;
         let cand_out = gumbel_out + (gumbel.len() * 4) as u64;
 
-        let name = match logits.dtype {
-            DType::F32 => "sample_prepare_f32",
-            DType::BF16 => "sample_prepare_bf16",
+        let prepare = match logits.dtype {
+            DType::F32 => kernels::sample_prepare_f32,
+            DType::BF16 => kernels::sample_prepare_bf16,
             DType::F8 => return Err(super::not_activation("sample")),
         };
-        let f = self.func(Module::Sample, name)?;
         let x = logits.ptr(s);
-        let mut a = self.launcher(&f);
-        a.arg(&scratch_ptr).arg(&x).arg(&plan_ptr).arg(&v);
         let slices = dim(vocab.div_ceil(PREPARE_SLICE), "sample")?;
+        let grid = cfg((dim(idx.len(), "sample")?, slices), PREPARE_THREADS);
         // SAFETY: scratch is [idx.len(), vocab] f32; logits is [R, vocab] of its type and every
-        // record's source row is below R (checked in sample_op); entries and masks are ids below
-        // vocab (penalty_entries and masked_tokens filter them) at offsets inside the plan; grid
+        // record's source row is below R (checked in sample_op); entries, extras and masks are
+        // ids below vocab (penalty_entries, the states' extras and masked_tokens filter them) at
+        // offsets inside the plan, at most MAX_EXTRAS extras a row; a state address is a live
+        // state of `vocab` u32 (the penalty states hold it; frees are stream-ordered); grid
         // (records, slices), each block within its row's columns.
-        let r = unsafe { a.launch(cfg((dim(idx.len(), "sample")?, slices), PREPARE_THREADS)) };
-        self.launched(name, r)?;
+        unsafe { prepare.launch(self, grid, (scratch_ptr, x, plan_ptr, v)) }?;
 
         // The greedy rows' argmax (its partials kept alive until the download below).
         let _argmax_parts = if greedy.is_empty() {
@@ -352,38 +456,19 @@ impl CudaBackend {
                 self.launch_argmax(out_ptr, scratch_ptr, list_ptr(*greedy_at), greedy.len(), v)
             }?)
         };
-        for (name, module, list_at, list, o) in [
-            (
-                "sample_gumbel",
-                Module::Sample,
-                gumbel_at,
-                gumbel,
-                gumbel_out,
-            ),
-            (
-                "sample_candidates",
-                Module::Sample,
-                cand_at,
-                cands,
-                cand_out,
-            ),
+        for (kernel, list_at, list, o) in [
+            (kernels::sample_gumbel, gumbel_at, gumbel, gumbel_out),
+            (kernels::sample_candidates, cand_at, cands, cand_out),
         ] {
             if list.is_empty() {
                 continue;
             }
-            let f = self.func(module, name)?;
             let which = list_ptr(*list_at);
-            let mut a = self.launcher(&f);
-            a.arg(&o)
-                .arg(&scratch_ptr)
-                .arg(&plan_ptr)
-                .arg(&which)
-                .arg(&v);
+            let grid = cfg((dim(list.len(), "sample")?, 1), SAMPLE_THREADS);
             // SAFETY: `which` holds list.len() scratch-row indices below idx.len(), each with
             // its plan record; `o` has room for one u32 (gumbel) or CAND_WORDS (candidates) per
             // listed row; the block size matches the kernels' shared arrays.
-            let r = unsafe { a.launch(cfg((dim(list.len(), "sample")?, 1), SAMPLE_THREADS)) };
-            self.launched(name, r)?;
+            unsafe { kernel.launch(self, grid, (o, scratch_ptr, plan_ptr, which, v)) }?;
         }
         let words = s.clone_dtoh(&out).map_err(dev_err("sample: download"))?;
         self.synchronize()?;
@@ -453,28 +538,21 @@ impl CudaBackend {
             unsafe { s.alloc::<u32>(n * splits) }.map_err(dev_err("argmax: allocation"))?;
         let (pv, pi) = (part_v.device_ptr(s).0, part_i.device_ptr(s).0);
         let rows_dim = dim(n, "sample")?;
-        let f = self.func(Module::Softmax, "argmax_part_f32")?;
-        let mut a = self.launcher(&f);
-        a.arg(&pv).arg(&pi).arg(&x).arg(&rows).arg(&vocab);
+        let grid = cfg((splits as u32, rows_dim), ARGMAX_THREADS);
         // SAFETY: grid (splits, n): block (s, r) writes partial r · splits + s, of n · splits;
         // reads row rows[r] of x within [0, vocab) (the caller's contract); the block size
         // matches the kernel's shared arrays.
-        let r = unsafe { a.launch(cfg((splits as u32, rows_dim), ARGMAX_THREADS)) };
-        self.launched("argmax_part_f32", r)?;
-        let f = self.func(Module::Softmax, "argmax_final_f32")?;
-        let mut a = self.launcher(&f);
+        unsafe { kernels::argmax_part_f32.launch(self, grid, (pv, pi, x, rows, vocab)) }?;
         let splits = splits as i32;
-        a.arg(&out)
-            .arg(&pv)
-            .arg(&pi)
-            .arg(&x)
-            .arg(&rows)
-            .arg(&vocab)
-            .arg(&splits);
         // SAFETY: one warp a row reads that row's `splits` partials and writes out[r] (room for
         // n, the caller's contract), and reads x's first column of rows[r].
-        let r = unsafe { a.launch(cfg((rows_dim, 1), 32)) };
-        self.launched("argmax_final_f32", r)?;
+        unsafe {
+            kernels::argmax_final_f32.launch(
+                self,
+                cfg((rows_dim, 1), 32),
+                (out, pv, pi, x, rows, vocab, splits),
+            )
+        }?;
         Ok((part_v, part_i))
     }
 
@@ -494,5 +572,7 @@ impl CudaBackend {
     }
 }
 
+#[cfg(test)]
+mod penalty_tests;
 #[cfg(test)]
 mod tests;

@@ -18,6 +18,7 @@ mod flash;
 mod gemv;
 mod hybrid;
 mod moe;
+mod sample;
 mod small;
 #[cfg(test)]
 mod tests;
@@ -27,6 +28,7 @@ pub use flash::*;
 pub use gemv::*;
 pub use hybrid::*;
 pub use moe::*;
+pub use sample::*;
 pub use small::*;
 
 /// The kernels' 16-bit float, as a pointee (the host never holds one).
@@ -98,6 +100,7 @@ pub fn all() -> impl Iterator<Item = &'static Decl> {
         gemv::DECLS,
         hybrid::DECLS,
         moe::DECLS,
+        sample::DECLS,
         small::DECLS,
     ]
     .into_iter()

@@ -34,9 +34,6 @@ kernels! {
     Rope [qk_norm_rope_kv_fp32] (qkv: *mut f32, positions: *const u32, q_w: *const f32, k_w: *const f32, inv_freq: *const f32, num_heads: i32, num_kv_heads: i32, head_dim: i32, half_rot: i32, scale: f32, eps: f32, k_cache: *mut f32, v_cache: *mut f32, slot_mapping: *const u32);
     Rope [qk_norm_rope_kv_f32_kv8] (qkv: *mut f32, positions: *const u32, q_w: *const bf16, k_w: *const bf16, inv_freq: *const f32, num_heads: i32, num_kv_heads: i32, head_dim: i32, half_rot: i32, scale: f32, eps: f32, k_cache: *mut u8, v_cache: *mut u8, slot_mapping: *const u32, k_scales: *mut f32, v_scales: *mut f32);
     Rope [qk_norm_rope_kv_bf16_kv8] (qkv: *mut bf16, positions: *const u32, q_w: *const bf16, k_w: *const bf16, inv_freq: *const f32, num_heads: i32, num_kv_heads: i32, head_dim: i32, half_rot: i32, scale: f32, eps: f32, k_cache: *mut u8, v_cache: *mut u8, slot_mapping: *const u32, k_scales: *mut f32, v_scales: *mut f32);
-    Sample [sample_prepare_f32] (scratch: *mut f32, logits: *const f32, plan: *const u32, vocab: i32);
-    Sample [sample_prepare_bf16] (scratch: *mut f32, logits: *const bf16, plan: *const u32, vocab: i32);
-    Sample [sample_gumbel, sample_candidates] (out: *mut u32, scratch: *const f32, plan: *const u32, which: *const u32, vocab: i32);
     Softmax [log_softmax_f32] (x: *mut f32, vocab: i32);
     Softmax [argmax_part_f32] (part_v: *mut f32, part_i: *mut u32, x: *const f32, rows: *const u32, vocab: i32);
     Softmax [argmax_final_f32] (out: *mut u32, part_v: *const f32, part_i: *const u32, x: *const f32, rows: *const u32, vocab: i32, splits: i32);

@@ -18,6 +18,7 @@ fn sample(logits: &[f32], p: &SamplingParams, history: &[u32], prompt: usize) ->
             params: p,
             all_token_ids: history,
             num_prompt_tokens: prompt,
+            seq: None,
         },
     )
     .token_id
@@ -159,6 +160,7 @@ fn logprobs_are_of_the_raw_distribution() {
             params: &p,
             all_token_ids: &[0],
             num_prompt_tokens: 1,
+            seq: None,
         },
     );
     let lp = s.logprobs.expect("asked for logprobs");
@@ -335,6 +337,7 @@ fn masked_tokens_until_min_tokens() {
         params: &p,
         all_token_ids: all,
         num_prompt_tokens: 1,
+        seq: None,
     };
     assert_eq!(r(&[1, 2]).masked_tokens(100), vec![4, 6]);
     assert_eq!(r(&[1, 2, 3]).masked_tokens(100), Vec::<u32>::new());

@@ -7,6 +7,7 @@ fn row(p: &SamplingParams, all: &'static [u32]) -> Route {
         params: p,
         all_token_ids: all,
         num_prompt_tokens: 1,
+        seq: None,
     })
 }
 
@@ -74,9 +75,10 @@ fn the_plan_lists_each_rows_entries_masks_and_kernel() {
         params: &p,
         all_token_ids: &all,
         num_prompt_tokens: 1,
+        seq: None,
     }];
     let routes = [route(&rows[0])];
-    let plan = build_plan(&rows, &[0], &routes, 50);
+    let plan = build_plan(&rows, &[0], &routes, &[None], 50);
     let w = &plan.words;
     assert_eq!(w[0], 2);
     // (5, 1) and (7, 1): 200 is outside the vocabulary of 50.
@@ -146,6 +148,7 @@ fn a_head_is_finished_like_the_host_or_handed_back() {
                 params: &p,
                 all_token_ids: &history,
                 num_prompt_tokens: 1,
+                seq: None,
             };
             let want = sampling::sample_row(&logits, &r).token_id;
             let out = device_out(t);
@@ -173,6 +176,38 @@ fn a_head_is_finished_like_the_host_or_handed_back() {
         params: &p,
         all_token_ids: &[],
         num_prompt_tokens: 0,
+        seq: None,
     };
     assert_eq!(finish_candidates(&r, &device_out(1.0)), None);
+}
+
+#[test]
+fn a_row_with_a_penalty_state_sends_its_address_and_only_its_extras() {
+    let p = SamplingParams {
+        repetition_penalty: 1.5,
+        ..SamplingParams::default()
+    };
+    let all = [5u32, 7, 5, 9];
+    let rows = [SampleRow {
+        logits_row: 0,
+        params: &p,
+        all_token_ids: &all,
+        num_prompt_tokens: 1,
+        seq: Some(4),
+    }];
+    let routes = [route(&rows[0])];
+    let state = RowState {
+        addr: 0x1234_5678_9abc_def0,
+        extras: vec![(9, 1)],
+    };
+    let plan = build_plan(&rows, &[0], &routes, &[Some(state)], 50);
+    let w = &plan.words;
+    let (at, n) = (w[1] as usize, w[2] as usize);
+    assert_eq!(
+        &w[at..at + 2 * n],
+        &[9, 1],
+        "the extras, not the whole history"
+    );
+    assert_eq!(w[8] & PLAN_FROM_STATE, PLAN_FROM_STATE);
+    assert_eq!((w[15], w[16]), (0x9abc_def0, 0x1234_5678));
 }
