@@ -34,7 +34,7 @@ check)
 ttft)
     for shape in "$@"; do
         case $shape in
-        8b) cfg=qwen3-8b-config.json name=qwen3-8b-shape runs="8192:1,8 32768:1" ;;
+        8b) cfg=qwen3-8b-config.json name=qwen3-8b-shape runs=${RUNS:-"8192:1,8 32768:1"} ;;
         35b-fp8) cfg=qwen3.6-35b-a3b-fp8-config.json name=qwen3.6-35b-a3b-fp8-shape runs="8192:1" ;;
         *) echo "unknown shape $shape" >>"$S"; continue ;;
         esac
