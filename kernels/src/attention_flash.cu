@@ -336,6 +336,7 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
                                         const u32* tiles, int max_blocks, int block_size,          \
                                         int num_heads, int num_kv_heads, float scale,              \
                                         const float* k_scales, const float* v_scales) {            \
+        pdl_start();                                                                               \
         attention_flash_impl<T, TC, D>(out, qkv, k_cache, v_cache, positions, row_seq,             \
                                        block_tables, tiles, max_blocks, block_size, num_heads,     \
                                        num_kv_heads, scale, k_scales, v_scales);                   \
