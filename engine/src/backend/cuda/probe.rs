@@ -6,18 +6,26 @@
 //! measured on the H200 is in docs/performance.md. `cuda_check` reports a failure here as a
 //! line and goes on.
 
-use cudarc::driver::DevicePtr;
-use cudarc::driver::sys::{self, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-use metrale_kernels::Module;
-
 use super::elementwise::cfg;
 use super::{BackendError, CudaBackend, Result, dev_err};
+use crate::backend::kernels as k;
+use cudarc::driver::DevicePtr;
+use cudarc::driver::sys::{self, CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 
 /// Kernels in the probed chain, and barriers / hand-off rounds in one launch.
 const LINKS: usize = 200;
 const ROUNDS: i32 = 200;
 /// Threads of a probe block (the chain's and the barriers': a full grid, as a real kernel's).
 const THREADS: u32 = 256;
+
+/// Which skeleton kernel a run launches: the register one, the cp.async ring, or the bulk-copy
+/// rings with their (dense, routed) slot counts and slot bytes.
+#[derive(Debug, Clone, Copy)]
+enum Skel {
+    Registers,
+    Ring,
+    Tma(i32, i32, i32),
+}
 
 /// What [`CudaBackend::sync_probe`] measured, in microseconds each.
 #[derive(Debug, Clone, Copy)]
@@ -61,14 +69,10 @@ impl CudaBackend {
             Ok(ms[2])
         };
         // A chain of LINKS empty kernels, captured once and replayed.
-        let empty = self.func(Module::Probe, "sync_probe_empty")?;
         let launch_empty = || -> Result<()> {
-            let mut a = self.launcher(&empty);
-            a.arg(&sp);
             // SAFETY: sink is one u32 this function allocated; the kernel writes it from one
             // thread.
-            let r = unsafe { a.launch(cfg((blocks, 1), THREADS)) };
-            self.launched("sync_probe_empty", r)
+            unsafe { k::sync_probe_empty.launch(self, cfg((blocks, 1), THREADS), (sp,)) }
         };
         launch_empty()?;
         let paused = self.pause_sync_each_launch(true);
@@ -92,32 +96,24 @@ impl CudaBackend {
         }
 
         // ROUNDS barriers against one, in one launch each.
-        let barriers = self.func(Module::Probe, "sync_probe_barriers")?;
         let launch_barriers = |rounds: i32| -> Result<()> {
-            let mut a = self.launcher(&barriers);
-            a.arg(&bp).arg(&rounds);
             // SAFETY: bar is two u32 at zero arrivals (allocated zeroed here, for this alone; every barrier
             // sets the arrivals back to 0); a block of THREADS a multiprocessor, tiny, so the
             // whole grid is resident and every grid_sync returns.
-            let r = unsafe { a.launch(cfg((blocks, 1), THREADS)) };
-            self.launched("sync_probe_barriers", r)
+            unsafe { k::sync_probe_barriers.launch(self, cfg((blocks, 1), THREADS), (bp, rounds)) }
         };
         let one = time(&|| launch_barriers(1))?;
         let many = time(&|| launch_barriers(ROUNDS + 1))?;
         let barrier_us = (many - one) * 1e3 / f64::from(ROUNDS);
 
         // A counter around the blocks ROUNDS times.
-        let ring = self.func(Module::Probe, "sync_probe_ring")?;
         let counter = s.alloc_zeros::<u32>(1).map_err(dev_err("probe counter"))?;
         let cp = counter.device_ptr(s).0;
         let launch_ring = || -> Result<()> {
-            let mut a = self.launcher(&ring);
-            a.arg(&cp).arg(&ROUNDS);
             // SAFETY: counter is one u32 at 0 (allocated zeroed; each launch's last hand-off
             // sets it back); one block of 32 a multiprocessor, all resident, so every block's
             // turn comes.
-            let r = unsafe { a.launch(cfg((blocks, 1), 32)) };
-            self.launched("sync_probe_ring", r)
+            unsafe { k::sync_probe_ring.launch(self, cfg((blocks, 1), 32), (cp, ROUNDS)) }
         };
         let handoff_us = time(&launch_ring)? * 1e3 / (f64::from(ROUNDS) * f64::from(blocks));
         Ok(SyncProbe {
@@ -228,10 +224,10 @@ impl CudaBackend {
         if stages.is_empty() || self.context_multiprocessors()? < self.info.multiprocessors {
             return Ok(None);
         }
-        let f = self.func(Module::Probe, "decode_skeleton")?;
-        let ring = self.func(Module::Probe, "decode_skeleton_ring")?;
+        let f = k::decode_skeleton.function(self)?;
+        let ring = k::decode_skeleton_ring.function(self)?;
         let tma = (self.info.compute_capability.0 >= 9)
-            .then(|| self.func(Module::Probe, "decode_skeleton_tma"))
+            .then(|| k::decode_skeleton_tma.function(self))
             .transpose()?;
         let mut kernels = vec![
             (&f, SKEL_THREADS, SKEL_REG_SMEM),
@@ -301,13 +297,8 @@ impl CudaBackend {
             failed.device_ptr(s).0,
         );
         let n = stages.len() as i32;
-        // A kernel at a mode; the bulk-copy one also takes its two ring sizes.
-        let mut run = |kernel: &cudarc::driver::CudaFunction,
-                       threads: u32,
-                       smem: u32,
-                       mode: i32,
-                       rings: Option<(i32, i32, i32)>|
-         -> Result<f64> {
+        // A kernel at a mode; the bulk-copy one also takes its ring sizes.
+        let mut run = |kernel: Skel, threads: u32, smem: u32, mode: i32| -> Result<f64> {
             let mut ms = Vec::new();
             for rep in 0..6 {
                 s.memset_zeros(&mut done)
@@ -318,30 +309,28 @@ impl CudaBackend {
                 let start = s
                     .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                     .map_err(dev_err("event"))?;
-                let mut a = self.launcher(kernel);
-                a.arg(&wp)
-                    .arg(&tp)
-                    .arg(&n)
-                    .arg(&dp)
-                    .arg(&op)
-                    .arg(&fp)
-                    .arg(&mode);
-                if let Some((dense, routed, slot)) = &rings {
-                    a.arg(dense).arg(routed).arg(slot);
-                }
+                let config = cudarc::driver::LaunchConfig {
+                    grid_dim: (grid, 1, 1),
+                    block_dim: (threads, 1, 1),
+                    shared_mem_bytes: smem,
+                };
+                let args = (wp, tp, n, dp, op, fp, mode);
                 // SAFETY: the weights hold every stage's offset + bytes (the table was built
                 // from the same sums); done has a counter a stage, at zero; out has a word a
                 // stage a block, failed one word; the occupancy calculator says the grid is
                 // resident at once with this shared memory, and every wait is on an earlier
                 // stage's producers (and bounded), so every wait returns.
-                let r = unsafe {
-                    a.launch(cudarc::driver::LaunchConfig {
-                        grid_dim: (grid, 1, 1),
-                        block_dim: (threads, 1, 1),
-                        shared_mem_bytes: smem,
-                    })
-                };
-                self.launched("decode_skeleton", r)?;
+                unsafe {
+                    match kernel {
+                        Skel::Registers => k::decode_skeleton.launch(self, config, args),
+                        Skel::Ring => k::decode_skeleton_ring.launch(self, config, args),
+                        Skel::Tma(dense, routed, slot) => k::decode_skeleton_tma.launch(
+                            self,
+                            config,
+                            (wp, tp, n, dp, op, fp, mode, dense, routed, slot),
+                        ),
+                    }
+                }?;
                 let end = s
                     .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                     .map_err(dev_err("event"))?;
@@ -363,25 +352,25 @@ impl CudaBackend {
             Ok(ms[ms.len() / 2])
         };
         let times = SkeletonTimes {
-            stream_ms: run(&f, SKEL_THREADS, SKEL_REG_SMEM, 1, None)?,
-            chain_ms: run(&f, SKEL_THREADS, SKEL_REG_SMEM, 0, None)?,
-            chain_behind_ms: run(&f, SKEL_THREADS, SKEL_REG_SMEM, 2, None)?,
-            chain_ll_ms: run(&f, SKEL_THREADS, SKEL_REG_SMEM, 4, None)?,
-            chain_ll_warp_ms: run(&f, SKEL_THREADS, SKEL_REG_SMEM, 12, None)?,
-            ring_stream_ms: run(&ring, SKEL_THREADS, RING_SMEM, 1, None)?,
-            ring_chain_ms: run(&ring, SKEL_THREADS, RING_SMEM, 0, None)?,
+            stream_ms: run(Skel::Registers, SKEL_THREADS, SKEL_REG_SMEM, 1)?,
+            chain_ms: run(Skel::Registers, SKEL_THREADS, SKEL_REG_SMEM, 0)?,
+            chain_behind_ms: run(Skel::Registers, SKEL_THREADS, SKEL_REG_SMEM, 2)?,
+            chain_ll_ms: run(Skel::Registers, SKEL_THREADS, SKEL_REG_SMEM, 4)?,
+            chain_ll_warp_ms: run(Skel::Registers, SKEL_THREADS, SKEL_REG_SMEM, 12)?,
+            ring_stream_ms: run(Skel::Ring, SKEL_THREADS, RING_SMEM, 1)?,
+            ring_chain_ms: run(Skel::Ring, SKEL_THREADS, RING_SMEM, 0)?,
             tma: match &tma {
                 None => Vec::new(),
-                Some(k) => TMA_SPLITS
+                Some(_) => TMA_SPLITS
                     .iter()
                     .map(|&(dense, routed, slot)| {
-                        let rings = Some((dense as i32, routed as i32, slot as i32));
+                        let tma = Skel::Tma(dense as i32, routed as i32, slot as i32);
                         Ok(TmaTimes {
                             dense_slots: dense,
                             routed_slots: routed,
                             slot_bytes: slot,
-                            stream_ms: run(k, TMA_THREADS, TMA_SMEM, 1, rings)?,
-                            chain_ms: run(k, TMA_THREADS, TMA_SMEM, 0, rings)?,
+                            stream_ms: run(tma, TMA_THREADS, TMA_SMEM, 1)?,
+                            chain_ms: run(tma, TMA_THREADS, TMA_SMEM, 0)?,
                         })
                     })
                     .collect::<Result<Vec<_>>>()?,

@@ -18,6 +18,8 @@ mod flash;
 mod gemv;
 mod hybrid;
 mod moe;
+#[cfg(feature = "lab")]
+mod probe;
 mod sample;
 mod small;
 #[cfg(test)]
@@ -28,6 +30,8 @@ pub use flash::*;
 pub use gemv::*;
 pub use hybrid::*;
 pub use moe::*;
+#[cfg(feature = "lab")]
+pub use probe::*;
 pub use sample::*;
 pub use small::*;
 
@@ -102,6 +106,8 @@ pub fn all() -> impl Iterator<Item = &'static Decl> {
         moe::DECLS,
         sample::DECLS,
         small::DECLS,
+        #[cfg(feature = "lab")]
+        probe::DECLS,
     ]
     .into_iter()
     .flatten()
