@@ -412,3 +412,74 @@ impl CudaBatch {
         [o.seq_starts, o.state_slots, o.save_starts, o.saves].map(|at| self.at(s, at))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::SeqChunk;
+
+    /// A batch of (start position, rows) sequences with blocks of 16 and tables long enough.
+    fn batch(seqs: &[(usize, usize)]) -> BatchInputs {
+        let tokens: Vec<Vec<u32>> = seqs.iter().map(|&(_, n)| vec![1; n]).collect();
+        let tables: Vec<Vec<u32>> = seqs
+            .iter()
+            .enumerate()
+            .map(|(i, &(p, n))| {
+                (0..(p + n).div_ceil(16) as u32)
+                    .map(|b| 100 * i as u32 + b)
+                    .collect()
+            })
+            .collect();
+        let chunks: Vec<SeqChunk<'_>> = seqs
+            .iter()
+            .zip(&tokens)
+            .zip(&tables)
+            .map(|((&(start, _), t), table)| SeqChunk {
+                tokens: t,
+                start_pos: start,
+                block_table: table,
+                logits_rows: vec![],
+            })
+            .collect();
+        BatchInputs::build(16, &chunks)
+    }
+
+    #[test]
+    fn decode_rows_before_the_first_prefill_keep_the_decode_kernels() {
+        // Two decode rows, a 300-row chunk after 1,000 cached keys, then one more decode row.
+        let b = batch(&[(500, 1), (40, 1), (1000, 300), (70, 1)]);
+        let (plan, tiles) = flash_plan(&b, Some(16)).expect("a plan");
+        assert_eq!(plan.first_row, 2);
+        assert_eq!(plan.decode_max_len, 501);
+        // 300 rows in tiles of 128, 128, 44, and the trailing decode row's tile of one.
+        assert_eq!(plan.tiles, 4);
+        let pairs: Vec<(u32, u32)> = tiles.chunks(2).map(|p| (p[0], p[1])).collect();
+        let mut sorted = pairs.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, vec![(2, 130), (130, 258), (258, 302), (302, 303)]);
+        // Heaviest first: the chunk's last tile reaches the most keys.
+        assert_eq!(pairs[0], (258, 302));
+        assert_eq!(*pairs.last().expect("tiles"), (302, 303));
+    }
+
+    #[test]
+    fn no_plan_without_a_long_enough_sequence_or_when_off() {
+        let b = batch(&[(500, 1), (0, 15)]);
+        assert!(flash_plan(&b, Some(16)).is_none());
+        assert!(flash_plan(&b, None).is_none());
+        let all = flash_plan(&batch(&[(0, 16)]), Some(16)).expect("a plan").0;
+        assert_eq!((all.first_row, all.tiles, all.decode_max_len), (0, 1, 0));
+    }
+
+    #[test]
+    fn the_tiles_are_packed_after_the_other_arrays() {
+        let b = batch(&[(3, 1), (0, 200)]);
+        let p = pack(&b, Some(16)).expect("packs");
+        let plan = p.flash.expect("a plan");
+        let at = p.offsets.flash_tiles;
+        assert_eq!(plan.tiles, 2);
+        assert_eq!(&p.data[at..at + 4], &[129, 201, 1, 129]);
+        // A graph's batch (no plan) packs no tiles.
+        assert!(pack(&b, None).expect("packs").flash.is_none());
+    }
+}
