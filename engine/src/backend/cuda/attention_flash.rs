@@ -2,12 +2,11 @@
 //! [`FlashPlan`] (prefill chunks), a block a (tile of up to 128 rows, q head), on tensor cores.
 
 use cudarc::driver::LaunchConfig;
-use cudarc::driver::sys::CUfunction_attribute;
 
 use super::batch::{FLASH_TILE_ROWS, FlashPlan};
 use super::elementwise::{dim, int};
 use super::tensor::{CudaTensor, DType};
-use super::{CudaBackend, CudaBatch, dev_err, shape_err};
+use super::{CudaBackend, CudaBatch, shape_err};
 use crate::backend::Result;
 use crate::backend::kernels::{self as k, Kernel};
 
@@ -107,13 +106,7 @@ impl CudaBackend {
         }
         let smem = flash_smem(hd);
         // Past 48 KB of shared memory a block, a kernel must opt in.
-        kernel
-            .function(self)?
-            .set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )
-            .map_err(dev_err("attention_flash: shared memory"))?;
+        kernel.allow_shared_memory(self, smem)?;
         let s = &self.stream;
         let op = "attention_flash";
         let args = (

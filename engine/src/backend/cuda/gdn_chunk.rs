@@ -5,16 +5,15 @@
 //! (`gdn_chunk_plan`), everything a chunk needs that does not depend on the state, all chunks
 //! at once (`gdn_chunk_prep`), then the state through the chunks (`gdn_chunk_state`).
 
+use super::CudaBackend;
 use super::elementwise::{dim, int};
 use super::gdn_kernels;
 use super::tensor::{CudaTensor, DType};
 use super::typed_launch::Args;
-use super::{CudaBackend, dev_err};
 use crate::backend::kernels::{self, Kernel};
 use crate::backend::{BatchInputs, DeltaHeads, Result};
 use crate::kv_cache::state::StateSave;
 use cudarc::driver::LaunchConfig;
-use cudarc::driver::sys::CUfunction_attribute;
 
 /// Rows a chunk (`GDN_CHUNK`), state columns a block of the state kernel (`GDN_BV`) and the
 /// kernels' threads (`GDN_CHUNK_THREADS`).
@@ -120,13 +119,7 @@ impl CudaBackend {
         args: A,
     ) -> Result<()> {
         let smem = (4 * floats) as u32;
-        kernel
-            .function(self)?
-            .set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                smem as i32,
-            )
-            .map_err(dev_err(&format!("{}: shared memory", kernel.name())))?;
+        kernel.allow_shared_memory(self, smem)?;
         let config = LaunchConfig {
             grid_dim: grid,
             block_dim: (THREADS, 1, 1),

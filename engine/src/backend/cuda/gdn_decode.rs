@@ -13,7 +13,6 @@ use super::hybrid::HEAD_DIMS;
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, dev_err, shape_err};
 use crate::backend::{BatchInputs, DeltaHeads, GdnLayer, Result};
-use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{DevicePtr, LaunchConfig};
 
 /// Threads a block may have (4 a state column of each value head of its key head).
@@ -124,14 +123,8 @@ impl CudaBackend {
         let h = layer.heads;
         let st = &self.stream;
         let kernel = gdn_kernels::decode(h.dk, a.tm, out.dtype)?;
-        let bytes = i32::try_from(plan.smem).map_err(|_| shape_err(OP, "shared memory".into()))?;
-        kernel
-            .function(self)?
-            .set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                bytes,
-            )
-            .map_err(dev_err(&format!("{}: shared memory", kernel.name())))?;
+        let bytes = u32::try_from(plan.smem).map_err(|_| shape_err(OP, "shared memory".into()))?;
+        kernel.allow_shared_memory(self, bytes)?;
         // Split blocks pass their outputs to the key head's last block through core
         // `[S, nv·dv]` f32.
         let core = if plan.splits > 1 {

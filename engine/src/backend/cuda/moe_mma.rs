@@ -11,12 +11,11 @@
 //! the tuning's `moe.fp8_activations`, on e4m3 tensor cores with the activations quantized per
 //! token and 128 columns (`moe_quant_fp8_*`).
 
-use cudarc::driver::sys::CUfunction_attribute;
 use metrale_kernels::Module;
 
+use super::CudaBackend;
 use super::elementwise::{cfg, dim, int};
 use super::tensor::{CudaTensor, DType};
-use super::{CudaBackend, dev_err};
 use crate::backend::Result;
 use crate::backend::kernels::{self, Kernel};
 use crate::backend::moe_plan::{self, MmaBuild};
@@ -351,13 +350,7 @@ impl CudaBackend {
         // ints) and dynamic together, a kernel must opt in, or its launch fails with an invalid
         // argument (today's builds stay below; 128-row tiles, tried, did not).
         if smem as usize + 4 * (2 * BM + BN) > 48 * 1024 {
-            kernel
-                .function(self)?
-                .set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    smem as i32,
-                )
-                .map_err(dev_err(&format!("{}: shared memory", kernel.name())))?;
+            kernel.allow_shared_memory(self, smem)?;
         }
         let mut c = cfg(grid, threads);
         c.shared_mem_bytes = smem;

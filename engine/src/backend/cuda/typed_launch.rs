@@ -3,6 +3,7 @@
 //! miscount, mistype or misname them.
 #![allow(unsafe_code)]
 
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig};
 
 use super::{CudaBackend, launch::Launch};
@@ -52,6 +53,23 @@ impl<A> Kernel<A> {
     /// The loaded kernel, for the launches that set attributes or query occupancy first.
     pub(super) fn function(&self, be: &CudaBackend) -> Result<CudaFunction> {
         be.func(self.decl.module, self.decl.name)
+    }
+
+    /// Lets the kernel take `bytes` of dynamic shared memory a block (past 48 KB a kernel must
+    /// opt in, or its launch fails with an invalid argument).
+    pub(super) fn allow_shared_memory(&self, be: &CudaBackend, bytes: u32) -> Result<()> {
+        let bytes = i32::try_from(bytes).map_err(|_| {
+            super::shape_err(self.decl.name, format!("{bytes} bytes of shared memory"))
+        })?;
+        self.function(be)?
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            )
+            .map_err(super::dev_err(&format!(
+                "{}: shared memory",
+                self.decl.name
+            )))
     }
 
     /// Launches the kernel on the backend's stream with `args`, its parameters in order.

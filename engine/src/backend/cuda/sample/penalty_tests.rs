@@ -63,18 +63,13 @@ impl Mirror {
                         count += c;
                     }
                 }
-                let mut v = logits[i];
-                if p.repetition_penalty != 1.0 && seen {
-                    v = if v > 0.0 {
-                        v / p.repetition_penalty
-                    } else {
-                        v * p.repetition_penalty
-                    };
+                // A token outside the history keeps its logit (penalise treats every token
+                // it is given as one of the history's).
+                if seen {
+                    sampling::penalise(logits[i], count, p)
+                } else {
+                    logits[i]
                 }
-                if (p.frequency_penalty != 0.0 || p.presence_penalty != 0.0) && count > 0 {
-                    v -= p.frequency_penalty * count as f32 + p.presence_penalty;
-                }
-                v
             })
             .collect()
     }
