@@ -108,21 +108,31 @@ struct PagedBatch {
     }
 };
 
-// Worst error of out [T, nh·hd] (bf16), relative to 1e-2 + |ref|, against causal attention in
-// double precision of each row's q heads over keys K(cache row, dim) and values V(cache row, dim).
+// Causal attention in double precision of each row's q heads over keys K(cache row, dim) and
+// values V(cache row, dim): [T, nh·hd].
 template <class KF, class VF>
-double attention_worst(const PagedBatch& b, const std::vector<float>& qkv, int nh, int nkv, int hd,
-                       float scale, const std::vector<bf16>& out, KF K, VF V) {
+std::vector<double> attention_ref(const PagedBatch& b, const std::vector<float>& qkv, int nh,
+                                  int nkv, int hd, float scale, KF K, VF V) {
     int W = (nh+2*nkv)*hd, group = nh/nkv;
-    double worst = 0;
+    std::vector<double> ref((size_t)b.T*nh*hd);
     for (int r = 0; r < b.T; ++r) for (int h = 0; h < nh; ++h) {
         int kh = h/group, len = b.positions[r]+1;
         std::vector<double> sc(len); double mx = -1e30;
         for (int p = 0; p < len; ++p) { double d = 0; for (int k = 0; k < hd; ++k) d += qkv[r*W+h*hd+k]*K(b.row(r,p,nkv,kh), k); sc[p] = d*scale; mx = std::max(mx, sc[p]); }
         double sum = 0; for (auto& s : sc) { s = std::exp(s-mx); sum += s; }
-        for (int k = 0; k < hd; ++k) { double o = 0; for (int p = 0; p < len; ++p) o += sc[p]*V(b.row(r,p,nkv,kh), k); o /= sum;
-            worst = std::max(worst, std::fabs(F(out[r*nh*hd+h*hd+k]) - o) / (1e-2 + std::fabs(o))); }
+        for (int k = 0; k < hd; ++k) { double o = 0; for (int p = 0; p < len; ++p) o += sc[p]*V(b.row(r,p,nkv,kh), k); ref[((size_t)r*nh+h)*hd+k] = o / sum; }
     }
+    return ref;
+}
+
+// Worst error of out [T, nh·hd] (bf16) against attention_ref, relative to 1e-2 + |ref|.
+template <class KF, class VF>
+double attention_worst(const PagedBatch& b, const std::vector<float>& qkv, int nh, int nkv, int hd,
+                       float scale, const std::vector<bf16>& out, KF K, VF V) {
+    const auto ref = attention_ref(b, qkv, nh, nkv, hd, scale, K, V);
+    double worst = 0;
+    for (size_t i = 0; i < ref.size(); ++i)
+        worst = std::max(worst, std::fabs(F(out[i]) - ref[i]) / (1e-2 + std::fabs(ref[i])));
     return worst;
 }
 

@@ -22,26 +22,7 @@ static std::vector<u32> flash_tiles(const std::vector<std::pair<int, int>>& seqs
 template <class KF, class VF>
 double flash_worst(const PagedBatch& b, const std::vector<float>& qkv, int nh, int nkv, int hd,
                    float scale, const std::vector<bf16>& out, KF K, VF V) {
-    const int W = (nh + 2 * nkv) * hd, group = nh / nkv;
-    std::vector<double> ref((size_t)b.T * nh * hd);
-    for (int r = 0; r < b.T; ++r)
-        for (int h = 0; h < nh; ++h) {
-            const int kh = h / group, len = b.positions[r] + 1;
-            std::vector<double> sc(len);
-            double mx = -1e30, sum = 0;
-            for (int p = 0; p < len; ++p) {
-                double d = 0;
-                for (int k = 0; k < hd; ++k) d += qkv[r * W + h * hd + k] * K(b.row(r, p, nkv, kh), k);
-                sc[p] = d * scale;
-                mx = std::max(mx, sc[p]);
-            }
-            for (auto& s : sc) { s = std::exp(s - mx); sum += s; }
-            for (int k = 0; k < hd; ++k) {
-                double o = 0;
-                for (int p = 0; p < len; ++p) o += sc[p] * V(b.row(r, p, nkv, kh), k);
-                ref[((size_t)r * nh + h) * hd + k] = o / sum;
-            }
-        }
+    const auto ref = attention_ref(b, qkv, nh, nkv, hd, scale, K, V);
     double ms = 0, worst = 0;
     for (double v : ref) ms += v * v;
     const double rms = std::sqrt(ms / ref.size());
