@@ -32,7 +32,7 @@
 // e4m3 bytes and group scales; attention reads `e4m3 · scale` through kv_value. Every attention
 // kernel takes the two scale regions last (null, and unused, for bf16 and f32 caches).
 //
-// Symbols: write_kv_<qkv dtype>, paged_attention[_split]_<qkv dtype>_d<32·NPER>_g<G>,
+// Symbols: block_table_write, write_kv_<qkv dtype>, paged_attention[_split]_<qkv dtype>_d<32·NPER>_g<G>,
 // attention_merge; write_kv_fp32, paged_attention[_split]_fp32_d<D>_g<G>, attention_merge_fp32;
 // write_kv_<qkv dtype>_kv8, paged_attention[_split]_<qkv dtype>_kv8_d<D>_g<G>.
 
@@ -51,6 +51,19 @@ __device__ void write_kv_impl(TC* k_cache, TC* v_cache, const T* qkv, const u32*
         k_cache[dst + e] = from_f32<TC>(to_f32(k[e]));
         v_cache[dst + e] = from_f32<TC>(to_f32(v[e]));
     }
+}
+
+// block_table_write: one step's changes to the block tables the engine keeps on the device
+// (`cuda/block_tables.rs`), a block a change: change w writes its `count` ids to
+// tables[row · width + start ..]. `writes` holds the (row, start, count, first id) quads of
+// every change, then the ids (the fourth field indexes `writes`). Rows, ranges and ids were
+// checked on the host.
+extern "C" __global__ void block_table_write(u32* tables, const u32* writes, int width) {
+    pdl_start();
+    const u32* w = writes + 4 * (u64)blockIdx.x;
+    u32* dst = tables + (u64)w[0] * width + w[1];
+    const u32* ids = writes + w[3];
+    for (u32 i = threadIdx.x; i < w[2]; i += blockDim.x) dst[i] = ids[i];
 }
 
 #define WRITE_KV(SUFFIX, T, TC)                                                                    \

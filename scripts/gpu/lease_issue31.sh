@@ -6,19 +6,17 @@
 #                                     each with the workload of the record it replaces
 #   lease_issue31.sh ab SHAPES        C=1,2,4 with 3 reps, the build before the change
 #                                     (.gpu/base.tar.gz: met) and this one, alternating
+#   lease_issue31.sh serve            serve_check.sh without its ladder: a fixture served on
+#                                     CUDA (bf16, float32, FP8 cache) against the CPU over HTTP
 # One kernel cache for every process, so NVRTC compiles once a call. Under $OUT: summary.txt,
 # record-<shape>.json (unsigned: sign them on the build machine, docs/benchmarks.md) and all.tgz
 # (every log).
-cd "$(dirname "$0")/../.." || exit 2
-ROOT_OUT=${OUT:-/tmp/metrale-issue31}
-mkdir -p "$ROOT_OUT/work" .gpu/bin
-tar xzf .gpu/bins.tar.gz -C .gpu/bin || exit 2
+LEASE=issue31
+# shellcheck source=scripts/gpu/lease_common.sh
+. "$(dirname "$0")/lease_common.sh"
 if [ -f .gpu/base.tar.gz ]; then
     mkdir -p .gpu/base && tar xzf .gpu/base.tar.gz -C .gpu/base && cp .gpu/bin/metralectl .gpu/base/
 fi
-export METRALE_KERNEL_CACHE=/tmp/metrale-kernel-cache
-mkdir -p "$METRALE_KERNEL_CACHE"
-S=$ROOT_OUT/summary.txt
 what=${1:-check}
 shift
 case $what in
@@ -32,6 +30,15 @@ check)
         grep -E 'FAIL' "$ROOT_OUT/work/check/check.log" | sort -u | head -40
         cat "$ROOT_OUT/work/check/summary.txt"
         grep -E '^met score' "$ROOT_OUT/work/check/check.log"
+    } >>"$S"
+    ;;
+serve)
+    OUT=$ROOT_OUT/work/serve SKIP_LADDER=1 METRALE_GPU_BIN=.gpu/bin \
+        timeout -k 5 ${SERVE_TIMEOUT:-300} bash scripts/gpu/serve_check.sh >/dev/null 2>&1
+    rc=$?
+    {
+        echo "== serve_check rc $rc"
+        grep -E '^== |^equal|differ|error' "$ROOT_OUT/work/serve/serve.log" | head -30
     } >>"$S"
     ;;
 ladders | ab)
@@ -62,6 +69,4 @@ ladders | ab)
     done; done
     ;;
 esac
-tar czf "$ROOT_OUT/all.tgz" -C "$ROOT_OUT/work" . 2>/dev/null
-rm -rf "$ROOT_OUT/work"
-cat "$S"
+lease_end

@@ -6,16 +6,12 @@
 #   lease_issue32.sh ttft SHAPES    long prompts (OSL 16) on `met serve`, the flash kernel on and
 #                                   off (METRALE_ATTN_FLASH_MIN_ROWS=off) side by side in one run;
 #                                   SHAPES: 8b (ISL 8192 at C=1 and 8, ISL 32768 at C=1), 35b-fp8
-#                                   (ISL 8192 at C=1)
+#                                   (ISL 8192 at C=1); FLASH=on runs only the flash side
 # One kernel cache for every process. Under $OUT: summary.txt, record-<shape>-<isl>-<run>.json
 # (unsigned: sign them on the build machine, docs/benchmarks.md) and all.tgz (every log).
-cd "$(dirname "$0")/../.." || exit 2
-ROOT_OUT=${OUT:-/tmp/metrale-issue32}
-mkdir -p "$ROOT_OUT/work" .gpu/bin
-tar xzf .gpu/bins.tar.gz -C .gpu/bin || exit 2
-export METRALE_KERNEL_CACHE=/tmp/metrale-kernel-cache
-mkdir -p "$METRALE_KERNEL_CACHE"
-S=$ROOT_OUT/summary.txt
+LEASE=issue32
+# shellcheck source=scripts/gpu/lease_common.sh
+. "$(dirname "$0")/lease_common.sh"
 what=${1:-check}
 shift
 case $what in
@@ -38,7 +34,7 @@ ttft)
         35b-fp8) cfg=qwen3.6-35b-a3b-fp8-config.json name=qwen3.6-35b-a3b-fp8-shape runs="8192:1" ;;
         *) echo "unknown shape $shape" >>"$S"; continue ;;
         esac
-        for run in $runs; do for flash in on off; do
+        for run in $runs; do for flash in ${FLASH:-on off}; do
             isl=${run%%:*} conc=${run#*:}
             o=$ROOT_OUT/work/$shape-$isl-$flash
             mkdir -p "$o"
@@ -54,6 +50,4 @@ ttft)
     done
     ;;
 esac
-tar czf "$ROOT_OUT/all.tgz" -C "$ROOT_OUT/work" . 2>/dev/null
-rm -rf "$ROOT_OUT/work"
-cat "$S"
+lease_end

@@ -6,6 +6,8 @@
 #      identical (bf16 may flip near-ties; with the FP8 cache the count is reported only: the
 #      device rounds bf16 values to e4m3 where the CPU rounds f32 ones, and one e4m3 step,
 #      2^-4 of a value, is enough to move a greedy path on these random fixtures);
+#   1b. each hybrid fixture with its MTP head on CUDA with --speculative against without:
+#      greedy completions must be identical (verify steps replay CUDA graphs);
 #   2. Qwen3-8B's shape with dummy weights on CUDA: a quick throughput ladder over HTTP
 #      (SKIP_LADDER=1 skips it).
 # Writes $OUT/serve.log and $OUT/ladder.json; ends within about 5 minutes.
@@ -37,7 +39,8 @@ wait_ready() {
     "$BIN/met" serve "$model" --device cpu --kv-cache-dtype fp8 --port 8104 --model-name t \
         >/dev/null 2>&1 &
     cpu8_pid=$!
-    for variant in bfloat16 float32 fp8kv; do
+    # ONLY_SPEC=1 runs 1b alone.
+    [ "${ONLY_SPEC:-0}" = 1 ] || for variant in bfloat16 float32 fp8kv; do
         case $variant in
             fp8kv) flags=(--dtype bfloat16 --kv-cache-dtype fp8); cpu=http://127.0.0.1:8104 ;;
             *) flags=(--dtype "$variant"); cpu=http://127.0.0.1:8102 ;;
@@ -56,6 +59,26 @@ wait_ready() {
     done
     kill "$cpu_pid" "$cpu8_pid" 2>/dev/null
     wait 2>/dev/null
+    # MTP speculative decoding (verify steps replayed as CUDA graphs) must not change greedy
+    # output: each hybrid fixture with its MTP head, with and without --speculative.
+    for model in qwen3_5-hybrid-dense qwen3_5-hybrid-moe; do
+        echo "== 1b. $model on cuda, --speculative --num-drafts 3 against plain, greedy over HTTP"
+        "$BIN/met" serve "tests/fixtures/models/$model" --device cuda --port 8105 --model-name t \
+            --gpu-memory-utilization 0.3 \
+            >"$OUT/plain-$model.txt" 2>&1 &
+        PIDS+=($!)
+        "$BIN/met" serve "tests/fixtures/models/$model" --device cuda --port 8106 --model-name t \
+            --speculative --num-drafts 3 --gpu-memory-utilization 0.3 >"$OUT/spec-$model.txt" 2>&1 &
+        PIDS+=($!)
+        wait_ready http://127.0.0.1:8105 && wait_ready http://127.0.0.1:8106 &&
+            timeout 120 python3 scripts/gpu/http_probe.py equal http://127.0.0.1:8106 http://127.0.0.1:8105
+        echo "equal exit (speculative $model): $?"
+        grep -iE 'error|graph' "$OUT/spec-$model.txt" | head -5
+        curl -s http://127.0.0.1:8106/metrics | grep -iE '^vllm:spec_decode' | head -6
+        kill "${PIDS[@]}" 2>/dev/null
+        wait "${PIDS[@]}" 2>/dev/null
+        PIDS=()
+    done
     [ "${SKIP_LADDER:-0}" = 1 ] && exit 0
 
     echo "== 2. Qwen3-8B shape, dummy weights, cuda"

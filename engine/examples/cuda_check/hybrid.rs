@@ -93,6 +93,7 @@ pub fn batch_padded(seqs: &[(usize, Vec<u32>)], pads: &[usize]) -> (BatchInputs,
         max_blocks_per_seq: 1,
         block_size: 16,
         logits_rows: Vec::new(),
+        table_rows: Vec::new(),
         states,
     };
     (b, next)

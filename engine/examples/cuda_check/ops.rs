@@ -11,7 +11,7 @@ use half::bf16;
 use metrale_engine::backend::cpu::CpuTensor;
 use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, DType};
 use metrale_engine::backend::sampling::SampleRow;
-use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, RopeTables, SeqChunk};
+use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, RopeTables, SeqChunk, TableWrite};
 use metrale_engine::loader::{DType as HostDType, HostData, HostTensor};
 use metrale_engine::sampling_params::SamplingParams;
 use serde_json::json;
@@ -105,6 +105,7 @@ fn positions_batch(positions: Vec<u32>, slots: Vec<u32>, bs: usize) -> BatchInpu
         max_blocks_per_seq: blocks,
         block_size: bs,
         logits_rows: Vec::new(),
+        table_rows: Vec::new(),
         states: Vec::new(),
     }
 }

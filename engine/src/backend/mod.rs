@@ -38,9 +38,16 @@ pub struct BatchInputs {
     pub seq_starts: Vec<u32>,
     /// `[S]` tokens in the cache for each sequence once this step's are written.
     pub context_lens: Vec<u32>,
-    /// `[S, max_blocks_per_seq]` block tables, padded with the null block 0.
+    /// `[S, max_blocks_per_seq]` block tables, padded with the null block 0; empty when the
+    /// backend keeps the tables (`table_rows`).
     pub block_tables: Vec<u32>,
+    /// The widest table a sequence of the batch may need, in blocks (for a CUDA graph's
+    /// batch, a bucket: attention is launched for this reach).
     pub max_blocks_per_seq: usize,
+    /// `[S]` each sequence's row in the block tables the backend keeps from step to step
+    /// ([`Backend::keep_block_tables`], fed by [`Backend::write_block_tables`]); empty when
+    /// the batch carries whole tables in `block_tables`.
+    pub table_rows: Vec<u32>,
     pub block_size: usize,
     /// Rows whose logits are computed, in the order the logits come back.
     pub logits_rows: Vec<u32>,
@@ -75,6 +82,27 @@ impl BatchInputs {
     /// [`BatchInputs::build`] with block tables at least `min_blocks` wide (a CUDA graph's
     /// batch has a fixed shape).
     pub fn build_with_width(block_size: usize, seqs: &[SeqChunk<'_>], min_blocks: usize) -> Self {
+        Self::build_tables(block_size, seqs, min_blocks, None)
+    }
+
+    /// [`BatchInputs::build_with_width`] for a backend that keeps the block tables: sequence
+    /// `s` reads row `rows[s]` of them, and the batch carries no tables. Each chunk's
+    /// `block_table` still gives its slots and the width.
+    pub fn build_on_rows(
+        block_size: usize,
+        seqs: &[SeqChunk<'_>],
+        min_blocks: usize,
+        rows: &[u32],
+    ) -> Self {
+        Self::build_tables(block_size, seqs, min_blocks, Some(rows))
+    }
+
+    fn build_tables(
+        block_size: usize,
+        seqs: &[SeqChunk<'_>],
+        min_blocks: usize,
+        rows: Option<&[u32]>,
+    ) -> Self {
         let max_blocks = seqs
             .iter()
             .map(|s| s.block_table.len())
@@ -100,14 +128,28 @@ impl BatchInputs {
             }
             b.seq_starts.push(b.token_ids.len() as u32);
             b.context_lens.push((s.start_pos + s.tokens.len()) as u32);
-            let mut table = s.block_table.to_vec();
-            table.resize(max_blocks, 0);
-            b.block_tables.extend(table);
+            if rows.is_none() {
+                b.block_tables.extend_from_slice(s.block_table);
+                b.block_tables
+                    .resize(b.block_tables.len() + max_blocks - s.block_table.len(), 0);
+            }
             b.logits_rows
                 .extend(s.logits_rows.iter().map(|r| row0 + *r as u32));
         }
+        b.table_rows = rows.map(<[u32]>::to_vec).unwrap_or_default();
         b
     }
+}
+
+/// One step's change to one row of the block tables a backend keeps
+/// ([`Backend::write_block_tables`]): `ids` go to `start..`, and the row is then `len` long.
+/// `start` 0 starts the row afresh (a sequence new to it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TableWrite<'a> {
+    pub row: u32,
+    pub start: usize,
+    pub ids: &'a [u32],
+    pub len: usize,
 }
 
 /// One sequence's part of a batch, for [`BatchInputs::build`].
@@ -143,6 +185,10 @@ pub enum Feature {
 }
 
 pub use cpu::hybrid::DeltaHeads;
+
+/// A forward with several outputs, for [`Backend::graph_forward_many`].
+pub type ForwardMany<'a, B> =
+    dyn FnMut(&<B as Backend>::Batch) -> Result<Vec<<B as Backend>::Tensor>> + 'a;
 
 /// One Gated DeltaNet layer's parameters for [`Backend::gated_delta_net`]; the tensors are
 /// f32 ([`Backend::upload_f32`]).
@@ -449,18 +495,51 @@ pub trait Backend: Send + Sync + 'static {
     /// it keeps for them (the CUDA sampler's penalty states). Forgetting is always safe.
     fn end_sequences(&self, _seqs: &[u64]) {}
 
+    /// Keep `rows` block tables of `width` blocks on the device from step to step, so a step
+    /// sends only what changed ([`Backend::write_block_tables`]) and batches name rows
+    /// ([`BatchInputs::build_on_rows`]). Returns the null row (every entry the null block 0,
+    /// for padding rows), or `None` when the backend takes whole tables with every batch (the
+    /// CPU: there is nothing to upload).
+    fn keep_block_tables(&self, _rows: usize, _width: usize) -> Result<Option<u32>> {
+        Ok(None)
+    }
+    /// Apply one step's table changes, in order, before the step's batch is prepared.
+    fn write_block_tables(&self, writes: &[TableWrite<'_>]) -> Result<()> {
+        match writes.is_empty() {
+            true => Ok(()),
+            false => Err(BackendError::Shape {
+                op: "write_block_tables",
+                message: format!("the {} backend keeps no block tables", self.name()),
+            }),
+        }
+    }
+
     /// Batch sizes (ascending) that decode steps are padded to for [`Backend::graph_forward`];
     /// `None` when the backend replays nothing (the CPU).
     fn graph_buckets(&self) -> Option<&'static [usize]> {
         None
     }
     /// Run a padded decode step's `forward` as a replayed graph (captured on the first step of
-    /// its shape), returning its logits; `None` means "run `forward` yourself".
+    /// its shape), returning its logits; `None` means "run `forward` yourself". A graph is
+    /// keyed by the batch's shape (sequences, rows, block-table width, state saves) and the
+    /// number of outputs.
     fn graph_forward(
         &self,
-        _batch_inputs: &BatchInputs,
-        _forward: &mut dyn FnMut(&Self::Batch) -> Result<Self::Tensor>,
+        batch_inputs: &BatchInputs,
+        forward: &mut dyn FnMut(&Self::Batch) -> Result<Self::Tensor>,
     ) -> Result<Option<Self::Tensor>> {
+        let outputs =
+            self.graph_forward_many(batch_inputs, 1, &mut |b| forward(b).map(|t| vec![t]))?;
+        Ok(outputs.and_then(|v| v.into_iter().next()))
+    }
+    /// [`Backend::graph_forward`] for a forward with `outputs` results (a verify step's logits
+    /// and hidden states), each a view that the next replay of the same shape overwrites.
+    fn graph_forward_many(
+        &self,
+        _batch_inputs: &BatchInputs,
+        _outputs: usize,
+        _forward: &mut ForwardMany<'_, Self>,
+    ) -> Result<Option<Vec<Self::Tensor>>> {
         Ok(None)
     }
 }

@@ -2,7 +2,7 @@
 //! sequence arrives in its row and then only extended by the step's new block ids
 //! (`BlockTableDelta`), so a step carries the change, not every sequence's whole table.
 
-use crate::backend::{BackendError, Result};
+use crate::backend::{BackendError, BatchInputs, Result, SeqChunk, TableWrite};
 use crate::scheduler::io::{BlockTableDelta, SchedulerOutput};
 
 #[derive(Debug, Default)]
@@ -49,5 +49,53 @@ impl BlockTables {
     /// The table persisted in `slot`.
     pub fn row(&self, slot: u32) -> &[u32] {
         self.rows.get(slot as usize).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The step's table changes as a backend that keeps the tables takes them, each block id
+/// checked against the cache's `num_blocks` (the kernels that read the rows do not check).
+pub(super) fn writes(step: &SchedulerOutput, num_blocks: usize) -> Result<Vec<TableWrite<'_>>> {
+    step.seqs
+        .iter()
+        .map(|s| {
+            let d = &s.table;
+            if let Some(b) = d.new_block_ids.iter().find(|&&b| b as usize >= num_blocks) {
+                return Err(BackendError::Shape {
+                    op: "block table delta",
+                    message: format!("block {b} is outside the cache of {num_blocks}"),
+                });
+            }
+            Ok(TableWrite {
+                row: d.slot,
+                start: d.start,
+                ids: &d.new_block_ids,
+                len: d.len,
+            })
+        })
+        .collect()
+}
+
+/// The batch of `chunks` (the step's sequences in order, then any padding rows), with tables
+/// at least `min_blocks` wide: naming each sequence's kept table row when the backend keeps
+/// the tables (`null_row`; padding rows read the null row), else carrying whole tables.
+pub(super) fn step_batch(
+    null_row: Option<u32>,
+    step: &SchedulerOutput,
+    block_size: usize,
+    chunks: &[SeqChunk<'_>],
+    min_blocks: usize,
+) -> BatchInputs {
+    match null_row {
+        None => BatchInputs::build_with_width(block_size, chunks, min_blocks),
+        Some(null) => {
+            let rows: Vec<u32> = step
+                .seqs
+                .iter()
+                .map(|s| s.table.slot)
+                .chain(std::iter::repeat(null))
+                .take(chunks.len())
+                .collect();
+            BatchInputs::build_on_rows(block_size, chunks, min_blocks, &rows)
+        }
     }
 }

@@ -23,6 +23,9 @@ pub struct Runner<B: Backend, M: Model<B>> {
     /// Every running sequence's block table, kept from step to step and fed by the step's
     /// deltas.
     tables: BlockTables,
+    /// The null row of the block tables the backend keeps on the device, when it keeps them
+    /// ([`Runner::keep_block_tables`]): steps then send only the deltas.
+    null_row: Option<u32>,
 }
 
 impl<B: Backend, M: Model<B>> Runner<B, M> {
@@ -45,7 +48,16 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             kv,
             spec: None,
             tables: BlockTables::default(),
+            null_row: None,
         })
+    }
+
+    /// Let the backend keep `rows` block tables (one a running sequence: the scheduler's
+    /// `max_num_seqs`) of `width` blocks from step to step, where it can (CUDA): a step then
+    /// uploads the blocks its sequences gained, not every table.
+    pub fn keep_block_tables(&mut self, rows: usize, width: usize) -> Result<()> {
+        self.null_row = self.backend.keep_block_tables(rows, width)?;
+        Ok(())
     }
 
     /// Requests that left (finished or aborted): the backend drops what it keeps for them
@@ -81,6 +93,10 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 .all(|s| self.tables.row(s.table.slot) == s.block_ids),
             "a persisted block table differs from the scheduler's"
         );
+        if self.null_row.is_some() {
+            let writes = block_tables::writes(step, self.kv.num_blocks)?;
+            self.backend.write_block_tables(&writes)?;
+        }
         // Which rows of each chunk need logits: every row for prompt logprobs, else, when the
         // chunk reaches the end of the known tokens, its last own row and its drafts' rows.
         let chunks: Vec<SeqChunk<'_>> = step
@@ -213,7 +229,11 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
     /// bucket and replayed as a graph where the backend has them, else the plain forward.
     fn forward(&mut self, step: &SchedulerOutput, chunks: &[SeqChunk<'_>]) -> Result<B::Tensor> {
         let Self {
-            backend, model, kv, ..
+            backend,
+            model,
+            kv,
+            null_row,
+            ..
         } = self;
         let bs = kv.block_size;
         // Recurrent-state models replay graphs for steps that only move their states on (no
@@ -230,7 +250,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             .filter(|_| decode)
             .and_then(|b| b.iter().copied().find(|&n| n >= chunks.len()));
         let Some(bucket) = bucket else {
-            let mut host = BatchInputs::build(bs, chunks);
+            let mut host = block_tables::step_batch(*null_row, step, bs, chunks, 1);
             // Each sequence's recurrent-state slot (models with linear-attention layers).
             host.states = step.seqs.iter().filter_map(|s| s.state.clone()).collect();
             let batch = backend.prepare_batch(&host)?;
@@ -248,50 +268,17 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 logits_rows: vec![0],
             },
         );
-        // Table widths come in powers of two so a few graphs cover every context length.
-        let width = chunks
-            .iter()
-            .map(|c| c.block_table.len())
-            .max()
-            .unwrap_or(1)
-            .next_power_of_two()
-            .max(4);
-        let mut host = BatchInputs::build_with_width(bs, &padded, width);
+        let width = graph_width(chunks);
+        let mut host = block_tables::step_batch(*null_row, step, bs, &padded, width);
         if step.seqs.iter().any(|s| s.state.is_some()) {
             let plans: Option<Vec<StatePlan>> = step.seqs.iter().map(|s| s.state.clone()).collect();
             host.states = plans.ok_or_else(|| BackendError::Shape {
                 op: "decode graph",
                 message: "a sequence of a recurrent-state model has no state slot".to_string(),
             })?;
-            // The replayed kernels write these slots unchecked: their range is checked here,
-            // their sharing by the backend's graph batch (`CudaBatch::refill`).
-            let slots = kv.state.as_ref().map_or(0, |st| st.num_slots);
-            if let Some(bad) = host.states.iter().find(|p| p.slot as usize >= slots) {
-                return Err(BackendError::Shape {
-                    op: "decode graph",
-                    message: format!("state slot {} is outside the {slots} slots", bad.slot),
-                });
-            }
             host.states.resize(bucket, StatePlan::padding());
         }
-        // A replayed graph does not re-run the ops' range checks: do them here.
-        let vocab = model.vocab_size() as u32;
-        if let Some(t) = host.token_ids.iter().find(|&&t| t >= vocab) {
-            return Err(BackendError::Shape {
-                op: "decode graph",
-                message: format!("token id {t} is outside the vocabulary of {vocab}"),
-            });
-        }
-        if let Some(b) = host
-            .block_tables
-            .iter()
-            .find(|&&b| b as usize >= kv.num_blocks)
-        {
-            return Err(BackendError::Shape {
-                op: "decode graph",
-                message: format!("block {b} is outside the cache of {}", kv.num_blocks),
-            });
-        }
+        check_replay_inputs(&host, model.vocab_size(), kv)?;
         let graphed =
             backend.graph_forward(&host, &mut |batch| model.forward(backend, &host, batch, kv))?;
         match graphed {
@@ -302,4 +289,60 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             }
         }
     }
+}
+
+/// A graph's block-table width: the step's widest table rounded up to a power of two (at least
+/// 4), so a few graphs cover every context length.
+fn graph_width(chunks: &[SeqChunk<'_>]) -> usize {
+    chunks
+        .iter()
+        .map(|c| c.block_table.len())
+        .max()
+        .unwrap_or(1)
+        .next_power_of_two()
+        .max(4)
+}
+
+/// A replayed graph does not re-run the ops' range checks: token ids against the vocabulary,
+/// block ids against the cache (the kept tables' writes are checked as they are made), and the
+/// state slots its kernels write, own and saved to, against the state storage (their sharing
+/// is the backend's graph batch's to check, `CudaBatch::refill`).
+fn check_replay_inputs<B: Backend>(
+    host: &BatchInputs,
+    vocab: usize,
+    kv: &KvStorage<B>,
+) -> Result<()> {
+    let err = |message: String| BackendError::Shape {
+        op: "decode graph",
+        message,
+    };
+    if let Some(t) = host.token_ids.iter().find(|&&t| t as usize >= vocab) {
+        return Err(err(format!(
+            "token id {t} is outside the vocabulary of {vocab}"
+        )));
+    }
+    if let Some(b) = host
+        .block_tables
+        .iter()
+        .find(|&&b| b as usize >= kv.num_blocks)
+    {
+        return Err(err(format!(
+            "block {b} is outside the cache of {}",
+            kv.num_blocks
+        )));
+    }
+    let slots = kv.state.as_ref().map_or(0, |st| st.num_slots);
+    let named = host
+        .states
+        .iter()
+        .filter(|p| !p.is_padding())
+        .flat_map(|p| std::iter::once(p.slot).chain(p.saves.iter().map(|sv| sv.slot)));
+    for slot in named {
+        if slot as usize >= slots {
+            return Err(err(format!(
+                "state slot {slot} is outside the {slots} slots"
+            )));
+        }
+    }
+    Ok(())
 }

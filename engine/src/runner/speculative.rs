@@ -26,6 +26,7 @@
 
 use crate::backend::sampling::{SampleRow, Sampled};
 use crate::backend::{Backend, BackendError, BatchInputs, Result, SeqChunk};
+use crate::kv_cache::StatePlan;
 use crate::models::{KvStorage, Model};
 use crate::sampling_params::SamplingParams;
 use crate::scheduler::io::{RunnerOutput, ScheduledSeq, SchedulerOutput, StateSave};
@@ -74,6 +75,21 @@ impl Speculation {
                 .count(),
         }
     }
+}
+
+/// Whether a speculative step is a plain verify step, whose launches a graph can fix: every
+/// sequence feeds its last token and the same number of drafts and samples, wants no prompt
+/// log-probabilities, and only moves its recurrent state on (the scratch saves the step adds
+/// are the same for every such step of its shape).
+fn uniform_verify(step: &SchedulerOutput) -> bool {
+    let drafts = step.seqs.first().map_or(0, |s| s.num_drafts);
+    step.seqs.iter().all(|s| {
+        s.num_drafts == drafts
+            && s.token_ids.len() == drafts + 1
+            && s.sample
+            && !s.want_prompt_logprobs
+            && s.state.as_ref().is_none_or(StatePlan::is_plain_continue)
+    })
 }
 
 /// A number in `[0, 1)`, a pure function of (request, position).
@@ -157,16 +173,25 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         self.spec.as_ref()
     }
 
-    /// The target's forward for a step with speculation on (no graphs): the logits, and the
-    /// hidden states the MTP pass reads. Drafting sequences save their state after every row
-    /// into scratch slots.
+    /// The target's forward for a step with speculation on: the logits, and the hidden states
+    /// the MTP pass reads. Drafting sequences save their state after every row into scratch
+    /// slots. A verify step (every sequence its last token and the same number of drafts, its
+    /// state only moved on) replays a graph captured for its shape where the backend has them.
     pub(super) fn forward_speculative(
         &mut self,
         step: &SchedulerOutput,
         chunks: &[SeqChunk<'_>],
     ) -> Result<(B::Tensor, TargetPass<B::Tensor>)> {
+        let null_row = self.null_row;
         let (backend, model, kv, spec) = self.speculating()?;
-        let mut host = BatchInputs::build(kv.block_size, chunks);
+        let graphed = backend.graph_buckets().is_some() && uniform_verify(step);
+        let width = if graphed {
+            super::graph_width(chunks)
+        } else {
+            1
+        };
+        let mut host =
+            super::block_tables::step_batch(null_row, step, kv.block_size, chunks, width);
         host.states = step.seqs.iter().filter_map(|s| s.state.clone()).collect();
         if kv.state.is_some() && host.states.len() == step.seqs.len() {
             let drafting = step.seqs.iter().zip(host.states.iter_mut());
@@ -184,6 +209,16 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                     slot: spec.scratch(k, a),
                 }));
                 plan.saves.sort_by_key(|sv| sv.after);
+            }
+        }
+        if graphed {
+            super::check_replay_inputs(&host, model.vocab_size(), kv)?;
+            let outputs = backend.graph_forward_many(&host, 2, &mut |batch| {
+                let (logits, hidden) = model.forward_with_hidden(backend, &host, batch, kv)?;
+                Ok(vec![logits, hidden])
+            })?;
+            if let Some([logits, hidden]) = outputs.and_then(|v| <[_; 2]>::try_from(v).ok()) {
+                return Ok((logits, TargetPass { hidden }));
             }
         }
         let batch = backend.prepare_batch(&host)?;

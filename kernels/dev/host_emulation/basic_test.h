@@ -372,6 +372,26 @@ void t_write_kv() {
     report("write_kv", worst, 0);
 }
 
+// block_table_write: three changes (a row started afresh, a row extended, a row's tail
+// rewritten) land where they should and nothing else moves.
+void t_block_table_write() {
+    const int rows = 4, width = 9;
+    std::vector<u32> tables(rows * width);
+    for (int i = 0; i < rows * width; ++i) tables[i] = 1000 + i;
+    std::vector<u32> expect = tables;
+    struct W { u32 row, start; std::vector<u32> ids; };
+    std::vector<W> ws = {{2, 0, {5, 6, 7, 8, 9, 10, 11, 12, 13}}, {0, 3, {21}}, {3, 7, {30, 31}}};
+    std::vector<u32> writes;
+    u32 at = 4 * ws.size();
+    for (auto& w : ws) { writes.insert(writes.end(), {w.row, w.start, (u32)w.ids.size(), at}); at += w.ids.size(); }
+    for (auto& w : ws) {
+        writes.insert(writes.end(), w.ids.begin(), w.ids.end());
+        for (size_t i = 0; i < w.ids.size(); ++i) expect[w.row * width + w.start + i] = w.ids[i];
+    }
+    launch({(unsigned)ws.size()}, {4}, [&]{ block_table_write(tables.data(), writes.data(), width); });
+    report("block_table_write", (double)(tables != expect), 0);
+}
+
 // qk_norm_rope_kv = qk_norm_rope then write_kv, bit for bit (qkv rows and both caches).
 void t_rope_kv(int T, int nh, int nkv, int hd, int rot) {
     int W = (nh + 2*nkv) * hd, blocks = T + 3, bs = 2;

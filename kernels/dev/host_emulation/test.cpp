@@ -67,6 +67,7 @@ int main() {
         {"hybrid", [] { gdn_tests(); gdn_decode_tests(); }},
         {"attention", [] { attn_tests(); kv_fp8_tests(); flash_tests(); }},
         {"flash", [] { flash_tests(); }},
+        {"tables", [] { t_write_kv(); t_block_table_write(); }},
         {"router", [] { router_tests(); }},
         {"skeleton", [] { skeleton_tests(); }},
         {"argmax", [] { t_softmax(2, 3000); t_argmax_nan_first(); }},
@@ -120,6 +121,7 @@ int main() {
     t_gemv_fp8(45, 40, 256);
     t_fill_random_fp8();
     t_write_kv();
+    t_block_table_write();
     t_rope_kv(5, 4, 2, 32, 32);
     t_rope_kv(3, 8, 1, 64, 32);
     t_rope_kv(2, 32, 8, 128, 128);

@@ -217,6 +217,71 @@ impl Ops<'_> {
             (true, true) => Tol::FLASH_KV8,
         };
         self.check("paged_attention", case, tol, &out_d, &out_c)?;
+        // The same batch reading block tables kept on the device (what `met serve` runs): the
+        // same kernels on the same entries, so the same bits.
+        let kept = self.kept_tables_output(&chunks, &tables, &[&q_d, &k_d, &v_d], (nh, scale))?;
+        let whole = CpuTensor::new(vec![t, nh * hd], self.cuda.to_host(&out_d)?);
+        self.check(
+            "paged_attention",
+            &format!("{case} kept tables"),
+            Tol::EXACT,
+            &kept,
+            &whole,
+        )?;
         Ok(())
+    }
+
+    /// `chunks`' attention read from block tables kept on the device: the tables written in
+    /// two changes each (the first half, then the rest, as a sequence gains blocks) into rows
+    /// in reverse order, over rows that held other tables before (stale entries past a row's
+    /// end must not be read), then the batch built on those rows.
+    fn kept_tables_output(
+        &mut self,
+        chunks: &[SeqChunk<'_>],
+        tables: &[Vec<u32>],
+        [q, k, v]: &[&CudaTensor; 3],
+        (nh, scale): (usize, f32),
+    ) -> Result<CudaTensor> {
+        let n = tables.len();
+        let width = tables.iter().map(Vec::len).max().unwrap_or(1) + 2;
+        self.cuda.keep_block_tables(n + 1, width)?;
+        let rows: Vec<u32> = (0..n as u32).rev().collect();
+        // Stale entries name a real block (the first of the first table), not the null one.
+        let stale: Vec<u32> =
+            vec![tables.first().and_then(|t| t.first()).copied().unwrap_or(0); width];
+        let mut writes: Vec<TableWrite<'_>> = (0..=n as u32)
+            .map(|row| TableWrite {
+                row,
+                start: 0,
+                ids: &stale,
+                len: width,
+            })
+            .collect();
+        for (table, &row) in tables.iter().zip(&rows) {
+            let half = table.len() / 2;
+            writes.push(TableWrite {
+                row,
+                start: 0,
+                ids: &table[..half],
+                len: half,
+            });
+            writes.push(TableWrite {
+                row,
+                start: half,
+                ids: &table[half..],
+                len: table.len(),
+            });
+        }
+        self.cuda.write_block_tables(&writes)?;
+        let b = BatchInputs::build_on_rows(16, chunks, 1, &rows);
+        let batch = self.cuda.prepare_batch(&b)?;
+        // The caches are [blocks, bs, nkv, hd].
+        let mut out = self
+            .cuda
+            .zeros(&[b.num_tokens(), nh * self.cuda.shape(k)[3]])?;
+        self.cuda
+            .paged_attention(&mut out, q, k, v, &batch, nh, scale)
+            .context("cuda, kept tables")?;
+        Ok(out)
     }
 }

@@ -109,6 +109,12 @@ impl Backend for CpuBackend {
     }
 
     fn prepare_batch(&self, b: &BatchInputs) -> Result<BatchInputs> {
+        if !b.table_rows.is_empty() {
+            return Err(shape_err(
+                "prepare_batch",
+                "the CPU keeps no block tables: build the batch with whole tables".to_string(),
+            ));
+        }
         Ok(b.clone())
     }
 

@@ -361,9 +361,13 @@ impl CudaBackend {
         let s = &self.stream;
         let (q, k, v) = (qkv.ptr(s), k_cache.ptr(s), v_cache.ptr(s));
         let (ks, vs) = (k_cache.scales_ptr(s), v_cache.scales_ptr(s));
-        let (pos, row_seq, tables) = (batch.positions(s), batch.row_seq(s), batch.block_tables(s));
+        let (pos, row_table, tables) = (
+            batch.positions(s),
+            batch.row_table(s),
+            batch.block_tables(s),
+        );
         let (max_blocks, block_size, nh, nk, d) = (
-            int(batch.max_blocks_per_seq, "paged_attention")?,
+            int(batch.table_stride, "paged_attention")?,
             int(bs, "paged_attention")?,
             int(num_heads, "paged_attention")?,
             int(nkv, "paged_attention")?,
@@ -408,7 +412,8 @@ impl CudaBackend {
         }?;
         let (o, pp) = (out.ptr(s), partial.as_ref().map_or(0, |p| p.ptr(s)));
         let args = (
-            o, pp, q, k, v, pos, row_seq, tables, max_blocks, block_size, nh, nk, d, scale, ks, vs,
+            o, pp, q, k, v, pos, row_table, tables, max_blocks, block_size, nh, nk, d, scale, ks,
+            vs,
         );
         // SAFETY: out is [T, nh·hd], qkv [T, (nh + 2·nkv)·hd], the caches [blocks, bs, nkv, hd]
         // (out and the caches f32 for the fp32 kernels, e4m3 bytes with ceil(hd / 128) scales a

@@ -134,7 +134,14 @@ impl Backend for CudaBackend {
     }
 
     fn prepare_batch(&self, b: &BatchInputs) -> Result<CudaBatch> {
-        CudaBatch::new(&self.stream, b, self.tuning().attention.flash_min_rows)
+        let tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        let view = tables.as_ref().map(|t| t.view(self));
+        CudaBatch::new(
+            &self.stream,
+            b,
+            self.tuning().attention.flash_min_rows,
+            view,
+        )
     }
 
     fn embedding(&self, out: &mut CudaTensor, batch: &CudaBatch, table: &CudaTensor) -> Result<()> {
@@ -316,15 +323,24 @@ impl Backend for CudaBackend {
         self.end_sequences_op(seqs);
     }
 
+    fn keep_block_tables(&self, rows: usize, width: usize) -> Result<Option<u32>> {
+        self.keep_block_tables_op(rows, width)
+    }
+
+    fn write_block_tables(&self, writes: &[TableWrite<'_>]) -> Result<()> {
+        self.write_block_tables_op(writes)
+    }
+
     fn graph_buckets(&self) -> Option<&'static [usize]> {
         Some(graph::BUCKETS)
     }
 
-    fn graph_forward(
+    fn graph_forward_many(
         &self,
         batch_inputs: &BatchInputs,
-        forward: &mut dyn FnMut(&CudaBatch) -> Result<CudaTensor>,
-    ) -> Result<Option<CudaTensor>> {
-        self.graph_forward_op(batch_inputs, forward)
+        outputs: usize,
+        forward: &mut ForwardMany<'_, CudaBackend>,
+    ) -> Result<Option<Vec<CudaTensor>>> {
+        self.graph_forward_op(batch_inputs, outputs, forward)
     }
 }

@@ -3,16 +3,23 @@
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
+use super::block_tables::TablesView;
 use super::{dev_err, shape_err};
 use crate::backend::{BatchInputs, Result};
 use crate::kv_cache::NO_STATE;
 
 /// The device copy of a [`BatchInputs`]: token ids, positions, slot mapping, the sequence of
-/// each row, block tables and the rows that want logits, back to back in one `u32` buffer.
+/// each row, block tables (or, when the backend keeps them, each row's table row) and the rows
+/// that want logits, back to back in one `u32` buffer.
 #[derive(Debug)]
 pub struct CudaBatch {
     pub(super) num_tokens: usize,
     pub(super) max_blocks_per_seq: usize,
+    /// Entries from one table row to the next where attention reads them: the batch's own
+    /// width, or the kept tables' (`block_tables.rs`).
+    pub(super) table_stride: usize,
+    /// The kept tables, when the batch names their rows (a fixed address).
+    tables_ptr: Option<u64>,
     pub(super) block_size: usize,
     pub(super) num_logits_rows: usize,
     buf: CudaSlice<u32>,
@@ -96,6 +103,8 @@ struct Offsets {
     positions: usize,
     slot_mapping: usize,
     row_seq: usize,
+    /// Each row's table row: its sequence's (`row_seq`) when the batch carries the tables.
+    row_table: usize,
     block_tables: usize,
     logits_rows: usize,
     seq_starts: usize,
@@ -109,6 +118,8 @@ struct Offsets {
 struct Packed {
     data: Vec<u32>,
     offsets: Offsets,
+    table_stride: usize,
+    tables_ptr: Option<u64>,
     max_token_id: Option<u32>,
     max_slot: Option<u32>,
     max_block_id: Option<u32>,
@@ -187,7 +198,52 @@ fn pack_states(b: &BatchInputs) -> (Vec<u32>, Vec<u32>, Vec<u32>, StatesInfo) {
     (slots, starts, saves, info)
 }
 
-fn pack(b: &BatchInputs, flash_min_rows: Option<usize>) -> Result<Packed> {
+/// Where each sequence's table is read: its own in the batch, or a row of the kept tables.
+#[derive(Clone, Copy)]
+enum TableSource<'a> {
+    Batch,
+    Kept(TablesView<'a>),
+}
+
+impl TableSource<'_> {
+    /// The source of a batch's tables: the kept ones when it names rows of them.
+    fn of<'a>(b: &BatchInputs, kept: Option<TablesView<'a>>) -> Result<TableSource<'a>> {
+        if b.table_rows.is_empty() {
+            return Ok(TableSource::Batch);
+        }
+        let Some(view) = kept else {
+            return Err(shape_err(
+                "prepare_batch",
+                "the batch names table rows but no block tables are kept".to_string(),
+            ));
+        };
+        if b.table_rows.len() != b.num_seqs() || !b.block_tables.is_empty() {
+            return Err(shape_err(
+                "prepare_batch",
+                format!(
+                    "{} table rows and {} table entries for {} sequences",
+                    b.table_rows.len(),
+                    b.block_tables.len(),
+                    b.num_seqs()
+                ),
+            ));
+        }
+        if let Some(r) = b.table_rows.iter().find(|&&r| view.len(r).is_none()) {
+            return Err(shape_err(
+                "prepare_batch",
+                format!("table row {r} is outside the {} kept", view.null_row() + 1),
+            ));
+        }
+        Ok(TableSource::Kept(view))
+    }
+}
+
+fn pack(
+    b: &BatchInputs,
+    flash_min_rows: Option<usize>,
+    kept: Option<TablesView<'_>>,
+) -> Result<Packed> {
+    let source = TableSource::of(b, kept)?;
     let t = b.num_tokens();
     let s = b.num_seqs();
     if b.positions.len() != t || b.slot_mapping.len() != t {
@@ -204,7 +260,11 @@ fn pack(b: &BatchInputs, flash_min_rows: Option<usize>) -> Result<Packed> {
         && b.seq_starts.first() == Some(&0)
         && b.seq_starts.last() == Some(&(t as u32))
         && b.seq_starts.windows(2).all(|w| w[0] <= w[1]);
-    if !starts_ok || b.block_tables.len() != s * b.max_blocks_per_seq {
+    let tables_ok = match source {
+        TableSource::Batch => b.block_tables.len() == s * b.max_blocks_per_seq,
+        TableSource::Kept(_) => true,
+    };
+    if !starts_ok || !tables_ok {
         return Err(shape_err(
             "prepare_batch",
             format!(
@@ -228,14 +288,27 @@ fn pack(b: &BatchInputs, flash_min_rows: Option<usize>) -> Result<Packed> {
             .map(|&p| p as usize / bs + 1)
             .max()
             .unwrap_or(0);
-        if table_error.is_none() && need.max(reach) > b.max_blocks_per_seq {
+        let need = need.max(reach);
+        if table_error.is_none() && need > b.max_blocks_per_seq {
             table_error = Some(format!(
-                "sequence {seq} needs {} blocks, table has {}",
-                need.max(reach),
+                "sequence {seq} needs {need} blocks, table has {}",
                 b.max_blocks_per_seq
             ));
         }
+        if let TableSource::Kept(view) = source {
+            let row = b.table_rows[seq];
+            let held = view.len(row).unwrap_or(0);
+            if table_error.is_none() && need > held {
+                table_error = Some(format!(
+                    "sequence {seq} needs {need} blocks, its table row {row} holds {held}"
+                ));
+            }
+        }
     }
+    let row_table: Vec<u32> = match source {
+        TableSource::Batch => Vec::new(),
+        TableSource::Kept(_) => row_seq.iter().map(|&q| b.table_rows[q as usize]).collect(),
+    };
     let mut data =
         Vec::with_capacity(4 * t + b.block_tables.len() + b.logits_rows.len() + 4 * b.states.len());
     let mut push = |v: &[u32]| {
@@ -254,6 +327,7 @@ fn pack(b: &BatchInputs, flash_min_rows: Option<usize>) -> Result<Packed> {
         positions: push(&b.positions),
         slot_mapping: push(&b.slot_mapping),
         row_seq: push(&row_seq),
+        row_table: 0,
         block_tables: push(&b.block_tables),
         logits_rows: push(&b.logits_rows),
         seq_starts: push(if b.states.is_empty() {
@@ -266,15 +340,32 @@ fn pack(b: &BatchInputs, flash_min_rows: Option<usize>) -> Result<Packed> {
         saves: push(&saves),
         flash_tiles: push(flash_tiles.as_deref().unwrap_or_default()),
     };
+    let offsets = Offsets {
+        row_table: match source {
+            TableSource::Batch => offsets.row_seq,
+            TableSource::Kept(_) => push(&row_table),
+        },
+        ..offsets
+    };
+    let (table_stride, tables_ptr, max_block_id) = match source {
+        TableSource::Batch => (
+            b.max_blocks_per_seq,
+            None,
+            b.block_tables.iter().copied().max(),
+        ),
+        TableSource::Kept(view) => (view.width, Some(view.ptr), view.max_id),
+    };
     if data.is_empty() {
         data.push(0); // keep the buffer (and its pointer) non-empty
     }
     Ok(Packed {
         data,
         offsets,
+        table_stride,
+        tables_ptr,
         max_token_id: b.token_ids.iter().copied().max(),
         max_slot: b.slot_mapping.iter().copied().max(),
-        max_block_id: b.block_tables.iter().copied().max(),
+        max_block_id,
         max_logits_row: b.logits_rows.iter().copied().max(),
         max_len: b
             .positions
@@ -290,19 +381,23 @@ fn pack(b: &BatchInputs, flash_min_rows: Option<usize>) -> Result<Packed> {
 
 impl CudaBatch {
     /// The batch on the device; sequences with at least `flash_min_rows` rows (and every one
-    /// after the first of them) take the flash prefill kernel.
+    /// after the first of them) take the flash prefill kernel. A batch that names table rows
+    /// reads them from `kept`.
     pub(super) fn new(
         stream: &std::sync::Arc<CudaStream>,
         b: &BatchInputs,
         flash_min_rows: Option<usize>,
+        kept: Option<TablesView<'_>>,
     ) -> Result<Self> {
-        let p = pack(b, flash_min_rows)?;
+        let p = pack(b, flash_min_rows, kept)?;
         let buf = stream
             .clone_htod(&p.data)
             .map_err(dev_err("prepare_batch: upload"))?;
         Ok(Self {
             num_tokens: b.num_tokens(),
             max_blocks_per_seq: b.max_blocks_per_seq,
+            table_stride: p.table_stride,
+            tables_ptr: p.tables_ptr,
             block_size: b.block_size,
             num_logits_rows: b.logits_rows.len(),
             buf,
@@ -339,9 +434,12 @@ impl CudaBatch {
         &mut self,
         stream: &std::sync::Arc<CudaStream>,
         b: &BatchInputs,
+        kept: Option<TablesView<'_>>,
     ) -> Result<()> {
-        let p = pack(b, None)?;
+        let p = pack(b, None, kept)?;
         let same_shape = p.data.len() == self.buf.len()
+            && p.tables_ptr == self.tables_ptr
+            && p.table_stride == self.table_stride
             && b.num_tokens() == self.num_tokens
             && b.max_blocks_per_seq == self.max_blocks_per_seq
             && b.block_size == self.block_size
@@ -396,8 +494,14 @@ impl CudaBatch {
     pub(super) fn row_seq(&self, s: &CudaStream) -> u64 {
         self.at(s, self.offsets.row_seq)
     }
+    /// The tables attention reads: the batch's, or the kept ones (rows `table_stride` apart).
     pub(super) fn block_tables(&self, s: &CudaStream) -> u64 {
-        self.at(s, self.offsets.block_tables)
+        self.tables_ptr
+            .unwrap_or_else(|| self.at(s, self.offsets.block_tables))
+    }
+    /// `[T]` the table row each row reads (with [`CudaBatch::block_tables`]).
+    pub(super) fn row_table(&self, s: &CudaStream) -> u64 {
+        self.at(s, self.offsets.row_table)
     }
     pub(super) fn flash_tiles(&self, s: &CudaStream) -> u64 {
         self.at(s, self.offsets.flash_tiles)
@@ -472,14 +576,69 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_on_kept_rows_reads_each_rows_table_row() {
+        use crate::backend::SeqChunk;
+        // Two sequences in rows 3 and 1 of kept tables 8 wide (row 4 is the null row).
+        let table = [7u32, 8, 9];
+        let chunks = [
+            SeqChunk {
+                tokens: &[1, 1],
+                start_pos: 30,
+                block_table: &table,
+                logits_rows: vec![],
+            },
+            SeqChunk {
+                tokens: &[1],
+                start_pos: 5,
+                block_table: &table[..1],
+                logits_rows: vec![],
+            },
+        ];
+        let b = BatchInputs::build_on_rows(16, &chunks, 1, &[3, 1]);
+        assert!(b.block_tables.is_empty());
+        let lens = [0, 1, 0, 2];
+        let view = TablesView {
+            ptr: 0xabc0,
+            width: 8,
+            lens: &lens,
+            max_id: Some(9),
+        };
+        let p = pack(&b, None, Some(view)).expect("packs");
+        let at = p.offsets.row_table;
+        assert_eq!(&p.data[at..at + 3], &[3, 3, 1]);
+        assert_eq!(
+            (p.table_stride, p.tables_ptr, p.max_block_id),
+            (8, Some(0xabc0), Some(9))
+        );
+        // Row 3 holds 2 blocks; the first sequence reaches position 31, its second block.
+        assert!(p.table_error.is_none());
+        let short = [0, 1, 0, 1];
+        let p = pack(
+            &b,
+            None,
+            Some(TablesView {
+                lens: &short,
+                ..view
+            }),
+        )
+        .expect("packs");
+        let e = p.table_error.expect("a row too short");
+        assert!(e.contains("its table row 3 holds 1"), "{e}");
+        // Rows past the null row, or no kept tables at all, are refused.
+        let far = BatchInputs::build_on_rows(16, &chunks, 1, &[5, 1]);
+        assert!(pack(&far, None, Some(view)).is_err());
+        assert!(pack(&b, None, None).is_err());
+    }
+
+    #[test]
     fn the_tiles_are_packed_after_the_other_arrays() {
         let b = batch(&[(3, 1), (0, 200)]);
-        let p = pack(&b, Some(16)).expect("packs");
+        let p = pack(&b, Some(16), None).expect("packs");
         let plan = p.flash.expect("a plan");
         let at = p.offsets.flash_tiles;
         assert_eq!(plan.tiles, 2);
         assert_eq!(&p.data[at..at + 4], &[129, 201, 1, 129]);
         // A graph's batch (no plan) packs no tiles.
-        assert!(pack(&b, None).expect("packs").flash.is_none());
+        assert!(pack(&b, None, None).expect("packs").flash.is_none());
     }
 }

@@ -21,9 +21,10 @@ use std::sync::PoisonError;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaGraph, CudaSlice, DevicePtr};
 
+use super::block_tables::TablesView;
 use super::tensor::{CudaTensor, DType, Storage};
 use super::{CudaBackend, CudaBatch, dev_err};
-use crate::backend::{BackendError, BatchInputs, Result};
+use crate::backend::{BackendError, BatchInputs, ForwardMany, Result};
 
 /// Batch sizes decode steps are padded to. Above the last, steps run eagerly.
 pub(super) const BUCKETS: &[usize] = &[
@@ -58,20 +59,52 @@ impl Arena {
     }
 }
 
-/// A captured decode step: its graph, the batch buffer its kernels read, and its logits.
+/// A captured step: its graph, the batch buffer its kernels read, and its outputs (the logits
+/// `[rows, vocab]` f32 first), in the arena.
 struct Captured {
     graph: CudaGraph,
     batch: CudaBatch,
-    /// `[rows, vocab]` f32, in the arena.
-    logits: CudaTensor,
+    outputs: Vec<CudaTensor>,
+}
+
+/// What fixes a graph's launches: sequences, rows, block-table width, state saves (a verify
+/// step's), outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    seqs: usize,
+    rows: usize,
+    blocks: usize,
+    saves: usize,
+    outputs: usize,
+}
+
+impl Key {
+    fn of(host: &BatchInputs, outputs: usize) -> Self {
+        Self {
+            seqs: host.num_seqs(),
+            rows: host.num_tokens(),
+            blocks: host.max_blocks_per_seq,
+            saves: host.states.iter().map(|p| p.saves.len()).sum(),
+            outputs,
+        }
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} sequences ({} rows, {} state saves) × {} blocks",
+            self.seqs, self.rows, self.saves, self.blocks
+        )
+    }
 }
 
 #[derive(Default)]
 pub(super) struct Graphs {
     pub(super) enabled: bool,
-    /// Keyed by (sequences, block-table width).
-    captured: HashMap<(usize, usize), Captured>,
-    failed: HashSet<(usize, usize)>,
+    captured: HashMap<Key, Captured>,
+    failed: HashSet<Key>,
 }
 
 // SAFETY: a CUDA graph may be used from any thread as long as calls on it are serialised; the
@@ -163,40 +196,35 @@ impl CudaBackend {
     pub(super) fn graph_forward_op(
         &self,
         host: &BatchInputs,
-        forward: &mut dyn FnMut(&CudaBatch) -> Result<CudaTensor>,
-    ) -> Result<Option<CudaTensor>> {
-        let key = (host.num_seqs(), host.max_blocks_per_seq);
+        outputs: usize,
+        forward: &mut ForwardMany<'_, CudaBackend>,
+    ) -> Result<Option<Vec<CudaTensor>>> {
+        let key = Key::of(host, outputs);
         let mut g = self.graphs.lock().unwrap_or_else(PoisonError::into_inner);
         if !g.enabled || g.failed.contains(&key) {
             return Ok(None);
         }
+        let tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = tables.as_ref().map(|t| t.view(self));
         if let Some(c) = g.captured.get_mut(&key) {
-            c.batch.refill(&self.stream, host)?;
+            c.batch.refill(&self.stream, host, kept)?;
             c.graph
                 .launch()
                 .map_err(dev_err("launching a decode graph"))?;
-            return Ok(Some(self.arena_view(&c.logits)));
+            return Ok(Some(c.outputs.iter().map(|t| self.arena_view(t)).collect()));
         }
-        match self.capture(&mut g, host, forward) {
+        match self.capture(&mut g, host, kept, outputs, forward) {
             Ok(c) => {
                 c.graph
                     .launch()
                     .map_err(dev_err("launching a decode graph"))?;
-                let logits = self.arena_view(&c.logits);
-                tracing::debug!(
-                    "captured a decode graph for {} sequences × {} blocks",
-                    key.0,
-                    key.1
-                );
+                let views = c.outputs.iter().map(|t| self.arena_view(t)).collect();
+                tracing::debug!("captured a decode graph for {key}");
                 g.captured.insert(key, c);
-                Ok(Some(logits))
+                Ok(Some(views))
             }
             Err(e) => {
-                tracing::warn!(
-                    "decode steps of {} sequences × {} blocks run without a CUDA graph: {e}",
-                    key.0,
-                    key.1
-                );
+                tracing::warn!("decode steps of {key} run without a CUDA graph: {e}");
                 g.failed.insert(key);
                 Ok(None)
             }
@@ -207,9 +235,11 @@ impl CudaBackend {
         &self,
         g: &mut Graphs,
         host: &BatchInputs,
-        forward: &mut dyn FnMut(&CudaBatch) -> Result<CudaTensor>,
+        kept: Option<TablesView<'_>>,
+        outputs: usize,
+        forward: &mut ForwardMany<'_, CudaBackend>,
     ) -> Result<Captured> {
-        let batch = CudaBatch::new(&self.stream, host, None)?.for_graph();
+        let batch = CudaBatch::new(&self.stream, host, None, kept)?.for_graph();
         // 1. Eagerly, counting what the forward allocates (this also loads every kernel and
         //    uploads the rotary table, neither of which a capture may do). Writing the step's
         //    keys and values twice is harmless, moving a recurrent state on twice is not: this
@@ -217,7 +247,10 @@ impl CudaBackend {
         let counting = if host.states.is_empty() {
             None
         } else {
-            Some(CudaBatch::new(&self.stream, &host.without_state_effects(), None)?.for_graph())
+            Some(
+                CudaBatch::new(&self.stream, &host.without_state_effects(), None, kept)?
+                    .for_graph(),
+            )
         };
         self.set_arena_mode(ArenaMode::Count);
         let eager = forward(counting.as_ref().unwrap_or(&batch));
@@ -252,19 +285,21 @@ impl CudaBackend {
             .map_err(dev_err("ending a graph capture"));
         self.set_arena_mode(ArenaMode::Off);
         self.pause_sync_each_launch(paused);
-        let logits = out?;
+        let out = out?;
         let graph = graph?.ok_or_else(|| {
             BackendError::Device("the graph capture recorded nothing".to_string())
         })?;
-        if !matches!(logits.buf, Storage::Arena(_)) || logits.dtype != DType::F32 {
-            return Err(BackendError::Device(
-                "the captured forward's logits are not in the arena".to_string(),
-            ));
+        let in_arena = out.iter().all(|t| matches!(t.buf, Storage::Arena(_)));
+        if out.len() != outputs || !in_arena || out.first().is_none_or(|t| t.dtype != DType::F32) {
+            return Err(BackendError::Device(format!(
+                "the captured forward gave {} outputs, not {outputs} in the arena with f32 logits                  first",
+                out.len()
+            )));
         }
         Ok(Captured {
             graph,
             batch,
-            logits,
+            outputs: out,
         })
     }
 

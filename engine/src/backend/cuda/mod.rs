@@ -23,6 +23,7 @@ mod attention_kernels;
 mod backend_ops;
 mod batch;
 mod blas;
+mod block_tables;
 mod elementwise;
 mod fp8;
 mod gdn_chunk;
@@ -57,7 +58,9 @@ pub use tensor::{CudaTensor, DType};
 
 pub(crate) use super::cpu::shape_err;
 use super::sampling::{SampleRow, Sampled};
-use super::{Backend, BackendError, BatchInputs, Feature, Result, RopeTables};
+use super::{
+    Backend, BackendError, BatchInputs, Feature, ForwardMany, Result, RopeTables, TableWrite,
+};
 use crate::loader::{DType as HostDType, HostData, HostTensor};
 use blas::Blas;
 
@@ -131,6 +134,8 @@ pub struct CudaBackend {
     router_ticket: CudaSlice<u32>,
     /// The sampler's per-sequence penalty counts (`sample/penalty_state.rs`).
     penalties: Mutex<sample::DevicePenaltyStates>,
+    /// The block tables kept from step to step (`block_tables.rs`), once the runner asks.
+    tables: Mutex<Option<block_tables::DeviceTables>>,
 }
 
 /// [`CudaBackend`]'s `launch_bits`: programmatic dependent launch, a sync after every launch.
@@ -296,6 +301,7 @@ impl CudaBackend {
             kv_fp8: false,
             router_ticket,
             penalties: Mutex::default(),
+            tables: Mutex::default(),
         })
     }
 

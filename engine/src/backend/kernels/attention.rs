@@ -5,6 +5,7 @@ use super::{CParam, Decl, Kernel, Module, bf16, c_void, kernels};
 use std::marker::PhantomData;
 
 kernels! {
+    Attention [block_table_write] (tables: *mut u32, writes: *const u32, width: i32);
     Attention [write_kv_f32] (k_cache: *mut bf16, v_cache: *mut bf16, qkv: *const f32, slot_mapping: *const u32, num_heads: i32, num_kv_heads: i32, head_dim: i32);
     Attention [write_kv_bf16] (k_cache: *mut bf16, v_cache: *mut bf16, qkv: *const bf16, slot_mapping: *const u32, num_heads: i32, num_kv_heads: i32, head_dim: i32);
     Attention [write_kv_fp32] (k_cache: *mut f32, v_cache: *mut f32, qkv: *const f32, slot_mapping: *const u32, num_heads: i32, num_kv_heads: i32, head_dim: i32);
