@@ -165,12 +165,17 @@ pub fn launch(
     let deadline = state
         .request_timeout
         .map(|t| TokioInstant::from_std(arrival + t));
-    let mut choices = Vec::with_capacity(admitted.len());
-    for (index, (p, valid, want_logprobs)) in admitted.into_iter().enumerate() {
+    // All choices of the request are admitted together: one queue place if they must wait.
+    let (meta, valid): (Vec<_>, Vec<_>) = admitted
+        .into_iter()
+        .map(|(p, valid, want_logprobs)| ((p, want_logprobs), valid))
+        .unzip();
+    let streams = engine
+        .add_requests(valid)
+        .map_err(|e| ApiError::refused(e, prompt_param))?;
+    let mut choices = Vec::with_capacity(streams.len());
+    for (index, ((p, want_logprobs), stream)) in meta.into_iter().zip(streams).enumerate() {
         let prompt_len = prompts[p].ids.len();
-        let stream = engine
-            .add_request(valid)
-            .map_err(|e| ApiError::refused(e, prompt_param))?;
         choices.push(Choice {
             index: index as u32,
             prompt: p,
