@@ -5,8 +5,8 @@
 //! timeout, a sibling's error) aborts its engine request, which frees its KV blocks.
 //!
 //! `--request-timeout` counts from arrival (queueing included). A non-streaming request that
-//! runs past it gets a 504 `request_timeout` and nothing else: partial text with a
-//! `finish_reason` would look like a normal answer. A stream that runs past it ends with an
+//! runs past it gets a 400 `request_timeout` (not 504, which clients retry: `error.rs`) and
+//! nothing else: partial text with a `finish_reason` would look like a normal answer. A stream that runs past it ends with an
 //! error event (its 200 headers are already sent), then `[DONE]`.
 
 use std::sync::Arc;
