@@ -82,6 +82,9 @@ pub async fn bind(host: &str, port: u16) -> io::Result<TcpListener> {
     }))
 }
 
+/// Connections over the cap answered at once; more are closed unanswered.
+const MAX_REFUSING: usize = 256;
+
 /// Raise the soft descriptor limit to the hard one; the limit now in force.
 #[cfg(unix)]
 pub fn raise_fd_limit() -> Option<u64> {
@@ -188,6 +191,11 @@ struct Watched {
 /// hyper's own answers to an unparsable head: a status line and headers, no body, no
 /// content type (every answer of ours has one).
 fn hyper_error_answer(buf: &[u8]) -> Option<ApiError> {
+    // Cheap first: every other write (bodies, our own answers) fails here.
+    let status = [b"HTTP/1.1 400 ", b"HTTP/1.1 414 ", b"HTTP/1.1 431 "];
+    if !status.iter().any(|s| buf.starts_with(*s)) {
+        return None;
+    }
     let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = &buf[..head_end];
     if head.len() + 4 != buf.len()
@@ -310,7 +318,7 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// One fewer open connection when dropped.
+/// One fewer open (or refusing) connection when dropped.
 struct Open(Arc<AtomicUsize>);
 
 impl Drop for Open {
@@ -334,6 +342,7 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let open = Arc::new(AtomicUsize::new(0));
+    let refusing = Arc::new(AtomicUsize::new(0));
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
@@ -355,7 +364,12 @@ pub async fn serve(
         // the client ACKs the last, and a delayed ACK (~40 ms) then stalls the stream.
         let _ = tcp.set_nodelay(true);
         if open.load(Ordering::SeqCst) >= max_connections {
-            tokio::spawn(refuse(tcp, max_connections));
+            // Answered while few are being answered; under a flood, closed at once (each
+            // answer holds a descriptor for up to a second).
+            if refusing.load(Ordering::SeqCst) < MAX_REFUSING {
+                refusing.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(refuse(tcp, max_connections, Open(refusing.clone())));
+            }
             continue;
         }
         open.fetch_add(1, Ordering::SeqCst);
@@ -369,7 +383,7 @@ pub async fn serve(
 }
 
 /// Answer a connection over the cap with 503 and the JSON envelope, then close it.
-async fn refuse(mut tcp: TcpStream, max: usize) {
+async fn refuse(mut tcp: TcpStream, max: usize, _refusing: Open) {
     // Read the request's head first (briefly): closing a socket with unread bytes resets it,
     // and the client could lose the answer.
     let mut head = Vec::new();

@@ -11,7 +11,9 @@
 //! A placeholder is U+FDD0, the token's index in [`Tokenizer::special_strings`] in decimal,
 //! U+FDD1 (noncharacters: never valid text, and a template's trims, splits and `tojson` leave
 //! them alone); a U+FDD0 the client sent is escaped as U+FDD0 U+FDD1. When nothing needed a
-//! placeholder, the rendered text is tokenized exactly as before.
+//! placeholder, the rendered text is tokenized exactly as before. (A template that calls
+//! `tojson(ensure_ascii=True)` on client text prints a placeholder as `\ufdd0…`: the model
+//! then reads that escape, never a control token.)
 //! `--special-tokens-in-content` turns all of this off (the old behaviour).
 
 use serde_json::{Map, Value};
