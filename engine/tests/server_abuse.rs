@@ -7,7 +7,7 @@ mod server_support;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use server_support::{SLOW_STEPS, Server, repo_root};
+use server_support::{SLOW_STEPS, Server, repo_root, run_python_client};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -508,4 +508,17 @@ async fn small_protocol_faults_are_fixed() {
     assert!(offsets.len() > 14, "{v}");
     assert_eq!(offsets.last().copied(), Some(13), "{offsets:?}");
     assert!(offsets.windows(2).all(|w| w[0] <= w[1]), "{offsets:?}");
+}
+
+/// Item 5, with the real peer: the official openai client, retries on by default, sends a
+/// request that outlives --request-timeout exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_client_does_not_retry_a_request_timeout() {
+    let s = demo(&["--request-timeout", "0.5"], &SLOW_STEPS).await;
+    run_python_client(
+        "openai",
+        "test_openai_timeout.py",
+        &[("METRALE_BASE_URL", s.url("/v1"))],
+    )
+    .await;
 }
