@@ -69,7 +69,10 @@ pub enum ApiError {
     HeadersTooLarge { limit: usize, max_headers: usize },
     #[error("the request's URI is too long; send parameters in the JSON body")]
     UriTooLong,
-    #[error("the request is not valid HTTP/1.1 (a malformed request line or header)")]
+    #[error(
+        "the request is not valid HTTP/1.1 (a malformed request line or header); send a \
+         standard HTTP/1.1 request"
+    )]
     MalformedHttp,
     #[error(
         "the server has {max} connections open, its --max-connections; retry shortly or reuse \

@@ -113,7 +113,8 @@ fn restore(s: &str, specials: &[(String, u32)]) -> String {
 /// Ids of escaped rendered text: the template's special tokens as control tokens, everything
 /// between them (placeholders restored) tokenized as text. The tokenizer splits added tokens
 /// out before anything else runs, so the pieces between them are tokenized independently
-/// either way: with no placeholders this gives exactly what `encode` gives.
+/// either way: with no placeholders this gives exactly what `encode` gives. (A special
+/// token's `lstrip`/`rstrip` flags are not applied on this path; Qwen's tokens have none.)
 fn encode_template_specials(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32>, ApiError> {
     let specials = tokenizer.special_strings();
     let encode_err = |e: crate::tokenizer::TokenizerError| {
