@@ -7,15 +7,17 @@
 //!   [`AdmissionLimits::validate`], on the caller's thread, before anything reaches the
 //!   engine thread. What passes is a [`ValidRequest`], the only thing the engine accepts; the
 //!   scheduler runs it without deciding again.
-//! - the queue limit by [`QueueGate::try_reserve`], also on the caller's thread: one atomic
-//!   step reserves a place, so concurrent callers can never all pass a check that only one
-//!   of them should (the race that turned a refusal into an aborted stream). The engine
-//!   thread only tells the gate how its waiting queue changed; it never refuses.
+//! - the queue limit by [`QueueGate::try_reserve`], also on the caller's thread: one locked
+//!   step admits a whole request, so concurrent callers can never all pass a check that only
+//!   one of them should (the race that turned a refusal into an aborted stream). Only a
+//!   request that finds no free batch slot takes a queue place (issue 37: a burst on an idle
+//!   server was refused while slots were free). The engine thread only drops what admission
+//!   handed out; it never refuses.
 //! - draining and shutdown by the handle (`EngineHandle::add_request`), from a flag.
 //!
 //! The server maps each variant to its HTTP status in `server/error.rs`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::sampling_params::SamplingParams;
@@ -145,51 +147,121 @@ impl ValidRequest {
     }
 }
 
-/// The queue limit: requests admitted but not yet running (sent to the engine thread, or in
-/// the scheduler's waiting queue), reserved one at a time in a single atomic step.
+/// `--max-queued-requests` against `--max-batch-size`: a request is admitted at once when its
+/// sequences fit in the batch slots left free by every sequence already admitted (waiting,
+/// running, or on its way to the engine thread); only one that must wait for a slot takes a
+/// place in the queue, and only a full queue refuses (429). A request of `n` choices (or
+/// several prompts) takes one queue place however many sequences it has, and all `n` of its
+/// batch slots, as it does KV blocks.
+///
+/// Counts are given back by dropping what [`QueueGate::try_reserve`] hands out: each
+/// sequence's [`Admission`] travels with it to the engine thread, which drops its queue place
+/// when the sequence first runs and its slot when it finishes. A request that never reaches
+/// the engine gives both back when its command is dropped, so nothing can leak.
 #[derive(Debug)]
 pub struct QueueGate {
-    queued: AtomicUsize,
-    max: usize,
+    counts: Mutex<GateCounts>,
+    batch_slots: usize,
+    max_queued: usize,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct GateCounts {
+    /// Sequences admitted and not finished.
+    seqs: usize,
+    /// Requests with a sequence that has not run yet and that found no free slot on arrival.
+    queued: usize,
 }
 
 impl QueueGate {
-    pub fn new(max: usize) -> Self {
-        Self {
-            queued: AtomicUsize::new(0),
-            max,
-        }
+    pub fn new(batch_slots: usize, max_queued: usize) -> Arc<Self> {
+        Arc::new(Self {
+            counts: Mutex::new(GateCounts::default()),
+            batch_slots,
+            max_queued,
+        })
     }
 
-    /// Take a place in the queue, or refuse when all `max` are taken.
-    pub fn try_reserve(&self) -> Result<(), AddRequestError> {
-        self.queued
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| {
-                (q < self.max).then_some(q + 1)
+    fn counts(&self) -> MutexGuard<'_, GateCounts> {
+        // The counts stay consistent whatever panicked while holding the lock: every update
+        // is one statement.
+        self.counts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Admit one request of `seqs` sequences, or refuse it when it would have to wait and
+    /// the queue is full. The result holds one [`Admission`] a sequence.
+    pub fn try_reserve(self: &Arc<Self>, seqs: usize) -> Result<Vec<Admission>, AddRequestError> {
+        let mut c = self.counts();
+        let waits = c.seqs.saturating_add(seqs) > self.batch_slots;
+        if waits {
+            if c.queued >= self.max_queued {
+                return Err(AddRequestError::QueueFull { queued: c.queued });
+            }
+            c.queued += 1;
+        }
+        c.seqs += seqs;
+        drop(c);
+        let place = waits.then(|| {
+            Arc::new(Held {
+                gate: self.clone(),
+                slot: false,
             })
-            .map(drop)
-            .map_err(|queued| AddRequestError::QueueFull { queued })
+        });
+        Ok((0..seqs)
+            .map(|_| Admission {
+                _slot: Held {
+                    gate: self.clone(),
+                    slot: true,
+                },
+                place: place.clone(),
+            })
+            .collect())
     }
 
-    /// Give back a place whose request never reached the engine.
-    pub fn release(&self) {
-        self.queued.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// The engine thread's report: its waiting queue went from `before` to `after` requests
-    /// (requests started running, were aborted, or were preempted back into the queue).
-    /// Reserved places of requests it received count in `before` from then on.
-    pub fn waiting_changed(&self, before: usize, after: usize) {
-        if after > before {
-            self.queued.fetch_add(after - before, Ordering::SeqCst);
-        } else {
-            self.queued.fetch_sub(before - after, Ordering::SeqCst);
-        }
-    }
-
-    /// Requests on their way to the engine thread or waiting there.
+    /// Requests waiting for a batch slot (each counted once, whatever its `n`).
     pub fn queued(&self) -> usize {
-        self.queued.load(Ordering::SeqCst)
+        self.counts().queued
+    }
+
+    /// Sequences admitted and not finished: waiting, running, or on their way.
+    pub fn admitted_seqs(&self) -> usize {
+        self.counts().seqs
+    }
+}
+
+/// One sequence's share of an admitted request: its batch slot until dropped, and its
+/// request's queue place until it first runs ([`Admission::started`]).
+#[derive(Debug)]
+pub struct Admission {
+    _slot: Held,
+    place: Option<Arc<Held>>,
+}
+
+impl Admission {
+    /// The sequence was scheduled: it waits no more. Its request leaves the queue once all
+    /// its sequences have started (the last reference to the place is dropped).
+    pub fn started(&mut self) {
+        self.place = None;
+    }
+}
+
+/// A count the gate gives back when this is dropped.
+#[derive(Debug)]
+struct Held {
+    gate: Arc<QueueGate>,
+    /// Which count: a batch slot (`seqs`) or a queue place (`queued`).
+    slot: bool,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut c = self.gate.counts();
+        let n = if self.slot {
+            &mut c.seqs
+        } else {
+            &mut c.queued
+        };
+        *n = n.saturating_sub(1);
     }
 }
 
@@ -266,42 +338,78 @@ mod tests {
     }
 
     #[test]
-    fn the_gate_counts_reservations_and_the_engines_queue_as_one() {
-        let gate = QueueGate::new(2);
-        gate.try_reserve().expect("first");
-        gate.try_reserve().expect("second");
+    fn only_requests_that_find_no_free_slot_take_a_queue_place() {
+        // Batch 16, queue 4: a burst of 16 single requests on an idle server all get slots.
+        let gate = QueueGate::new(16, 4);
+        let mut held: Vec<Vec<Admission>> = (0..16)
+            .map(|i| {
+                gate.try_reserve(1)
+                    .unwrap_or_else(|e| panic!("request {i}: {e}"))
+            })
+            .collect();
+        assert_eq!((gate.admitted_seqs(), gate.queued()), (16, 0));
+        // Four more wait, the fifth is refused.
+        for _ in 0..4 {
+            held.push(gate.try_reserve(1).expect("a queue place"));
+        }
         assert_eq!(
-            gate.try_reserve(),
-            Err(AddRequestError::QueueFull { queued: 2 })
-        );
-        // The engine received both (they count as its waiting queue now), then ran one.
-        gate.waiting_changed(2, 1);
-        assert_eq!(gate.queued(), 1);
-        gate.try_reserve().expect("a place freed");
-        // Preemption puts running requests back in the queue: the gate closes.
-        gate.waiting_changed(1, 3);
-        assert_eq!(
-            gate.try_reserve(),
+            gate.try_reserve(1).map(drop),
             Err(AddRequestError::QueueFull { queued: 4 })
         );
-        gate.release();
-        assert_eq!(gate.queued(), 3);
+        // A waiting sequence starts running: its place goes, its slot stays.
+        held[16][0].started();
+        assert_eq!((gate.admitted_seqs(), gate.queued()), (20, 3));
+        // A finished sequence gives its slot back.
+        held.remove(0);
+        assert_eq!(gate.admitted_seqs(), 19);
+        drop(held);
+        assert_eq!((gate.admitted_seqs(), gate.queued()), (0, 0));
+    }
+
+    #[test]
+    fn a_request_of_n_choices_takes_one_queue_place_and_n_slots() {
+        let gate = QueueGate::new(16, 2);
+        let mut big = gate.try_reserve(128).expect("n = 128 waits in one place");
+        assert_eq!((gate.admitted_seqs(), gate.queued()), (128, 1));
+        let other = gate.try_reserve(128).expect("a second place");
+        assert_eq!(
+            gate.try_reserve(1).map(drop),
+            Err(AddRequestError::QueueFull { queued: 2 })
+        );
+        // The place is held until every one of its sequences has started.
+        for a in &mut big[..127] {
+            a.started();
+        }
+        assert_eq!(gate.queued(), 2);
+        big[127].started();
+        assert_eq!(gate.queued(), 1);
+        drop((big, other));
+        assert_eq!((gate.admitted_seqs(), gate.queued()), (0, 0));
     }
 
     /// Many threads reserving at once never take more places than there are.
     #[test]
     fn concurrent_reservations_never_overshoot() {
-        let gate = std::sync::Arc::new(QueueGate::new(3));
-        let taken: usize = std::thread::scope(|s| {
+        // Two batch slots and a queue of three: five requests in all.
+        let gate = QueueGate::new(2, 3);
+        let taken: Vec<Admission> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..8)
                 .map(|_| {
                     let gate = gate.clone();
-                    s.spawn(move || (0..1000).filter(|_| gate.try_reserve().is_ok()).count())
+                    s.spawn(move || {
+                        (0..1000)
+                            .filter_map(|_| gate.try_reserve(1).ok())
+                            .flatten()
+                            .collect::<Vec<_>>()
+                    })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().expect("thread")).sum()
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("thread"))
+                .collect()
         });
-        assert_eq!(taken, 3);
-        assert_eq!(gate.queued(), 3);
+        assert_eq!(taken.len(), 5);
+        assert_eq!((gate.admitted_seqs(), gate.queued()), (5, 3));
     }
 }

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 pub use metrale_engine::engine_core::{ComputeDtype, Device};
 use metrale_engine::loader::LoadFormat;
 use metrale_engine::server::config::KvCacheDtype;
+use metrale_engine::server::limits;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -124,11 +125,12 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on the API (not on /health, /ready, /metrics).
     #[arg(long, env = "MET_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
-    /// Requests waiting beyond this are refused with 429 and Retry-After.
+    /// Requests waiting for a batch slot beyond this are refused with 429 and Retry-After
+    /// (a request that gets a free slot at once never counts; `n` choices count once).
     #[arg(long, default_value_t = 1024)]
     pub max_queued_requests: usize,
-    /// Abort a request running longer than this many seconds (504, or an error event when
-    /// streaming).
+    /// Abort a request running longer than this many seconds (400 `request_timeout`, which
+    /// clients do not retry, or an error event when streaming).
     #[arg(long, value_name = "SECONDS")]
     pub request_timeout: Option<f64>,
     /// Chat templates get `enable_thinking=false` unless a request's `chat_template_kwargs`
@@ -173,8 +175,50 @@ pub struct ServeArgs {
     /// [default: 32].
     #[arg(long, value_name = "SEQS")]
     pub speculative_max_batch: Option<usize>,
+    #[command(flatten)]
+    pub http: HttpArgs,
+    /// Let message content carry control tokens: `<|im_start|>` written in a message becomes
+    /// the special token, so a client can forge chat turns (the old behaviour; by default
+    /// what clients write is text and only the chat template's markup is control tokens).
+    #[arg(long)]
+    pub special_tokens_in_content: bool,
     /// Unix socket for live metrics events (NDJSON, docs/metrics-socket.md) [default:
     /// $XDG_RUNTIME_DIR/metrale/met-PORT.sock, else /tmp/metrale-UID/met-PORT.sock].
     #[arg(long, value_name = "PATH")]
     pub metrics_socket: Option<PathBuf>,
+}
+
+/// `met serve`'s connection limits (docs/security.md).
+#[derive(Debug, Args)]
+pub struct HttpArgs {
+    /// Close a connection that has not sent a whole request head this many seconds after the
+    /// server started waiting for one (a new connection, or the end of the previous response).
+    #[arg(long, value_name = "SECONDS", default_value_t = limits::DEFAULT_HEADER_READ_TIMEOUT)]
+    pub header_read_timeout: f64,
+    /// Answer 408 to a request whose body has not all arrived this many seconds after the
+    /// server started reading it.
+    #[arg(long, value_name = "SECONDS", default_value_t = limits::DEFAULT_BODY_READ_TIMEOUT)]
+    pub body_read_timeout: f64,
+    /// Close a connection with no request in progress and no traffic for this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = limits::DEFAULT_KEEP_ALIVE_TIMEOUT)]
+    pub keep_alive_timeout: f64,
+    /// Connections open at once; a new one beyond it gets 503 and is closed (lowered at
+    /// start-up to what the process's descriptor limit allows).
+    #[arg(long, value_name = "N", default_value_t = limits::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Threads that parse, render and tokenize requests at once [default: one a CPU core].
+    #[arg(long, value_name = "N")]
+    pub tokenizer_workers: Option<usize>,
+}
+
+impl HttpArgs {
+    pub fn flags(&self) -> limits::HttpFlags {
+        limits::HttpFlags {
+            header_read_timeout: self.header_read_timeout,
+            body_read_timeout: self.body_read_timeout,
+            keep_alive_timeout: self.keep_alive_timeout,
+            max_connections: self.max_connections,
+            tokenizer_workers: self.tokenizer_workers,
+        }
+    }
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::admission::{AdmissionLimits, QueueGate};
+use crate::admission::{Admission, AdmissionLimits, QueueGate};
 use crate::loader::LoadFormat;
 use crate::scheduler::io::{RequestId, TokenLogprobs};
 
@@ -88,6 +88,8 @@ pub(crate) enum Command {
         id: RequestId,
         request: ValidRequest,
         outputs: tokio::sync::mpsc::UnboundedSender<StepOutput>,
+        /// Its batch slot and queue place, given back by dropping (`admission.rs`).
+        admission: Admission,
     },
     Abort(RequestId),
     /// Stop admitting; finish what is running.
@@ -217,17 +219,17 @@ pub(crate) struct Shared {
 #[derive(Debug)]
 pub(crate) struct Live {
     pub(crate) stats: Mutex<EngineStats>,
-    /// `--max-queued-requests`: adds on their way to the engine thread plus its waiting queue.
-    pub(crate) queue: QueueGate,
+    /// `--max-queued-requests` against the batch slots (`admission.rs`).
+    pub(crate) queue: Arc<QueueGate>,
     pub(crate) draining: AtomicBool,
     pub(crate) stopped: AtomicBool,
 }
 
 impl Live {
-    pub(crate) fn new(max_queued_requests: usize) -> Self {
+    pub(crate) fn new(max_num_seqs: usize, max_queued_requests: usize) -> Self {
         Self {
             stats: Mutex::default(),
-            queue: QueueGate::new(max_queued_requests),
+            queue: QueueGate::new(max_num_seqs, max_queued_requests),
             draining: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
         }
@@ -262,9 +264,9 @@ impl EngineHandle {
 
     /// True when draining and nothing is left running or waiting.
     pub fn is_idle(&self) -> bool {
-        // The queue first: the engine thread publishes its stats before it lets the gate go
-        // of a request that started running, so one that left the queue is counted running.
-        self.shared.live.queue.queued() == 0 && self.stats().num_running == 0
+        // A sequence's slot is given back only after the engine thread removed it, so no
+        // admitted request is missed here (the stats are published later than that).
+        self.shared.live.queue.admitted_seqs() == 0 && self.stats().num_running == 0
     }
 
     /// The limits [`AdmissionLimits::validate`] checks requests against; the server validates
@@ -273,9 +275,20 @@ impl EngineHandle {
         &self.shared.limits
     }
 
-    /// Submit a validated request. The refusals left are the engine's state: draining, and a
-    /// full queue (a place is reserved atomically here; the engine thread never refuses).
+    /// Submit a validated request (one sequence). See [`EngineHandle::add_requests`].
     pub fn add_request(&self, request: ValidRequest) -> Result<RequestStream, AddRequestError> {
+        let mut streams = self.add_requests(vec![request])?;
+        streams.pop().ok_or(AddRequestError::ShuttingDown)
+    }
+
+    /// Submit the validated sequences of one client request (its `n` choices of each
+    /// prompt) together: admitted or refused as one, taking one queue place if they must
+    /// wait. The refusals left are the engine's state: draining, and a full queue (decided
+    /// in one locked step here; the engine thread never refuses).
+    pub fn add_requests(
+        &self,
+        requests: Vec<ValidRequest>,
+    ) -> Result<Vec<RequestStream>, AddRequestError> {
         let sh = &self.shared;
         if !self.is_ready() {
             return Err(AddRequestError::ShuttingDown);
@@ -285,26 +298,29 @@ impl EngineHandle {
             .lock()
             .map_err(|_| AddRequestError::ShuttingDown)?
             .clone();
-        sh.live.queue.try_reserve()?;
-        let id = sh.next_id.fetch_add(1, Ordering::SeqCst);
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        if commands
-            .send(Command::Add {
+        let admissions = sh.live.queue.try_reserve(requests.len())?;
+        let mut streams = Vec::with_capacity(requests.len());
+        for (request, admission) in requests.into_iter().zip(admissions) {
+            let id = sh.next_id.fetch_add(1, Ordering::SeqCst);
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            // A failed send drops the command and with it the admission: nothing leaks.
+            // The streams already made abort their requests when dropped with the error.
+            commands
+                .send(Command::Add {
+                    id,
+                    request,
+                    outputs: tx,
+                    admission,
+                })
+                .map_err(|_| AddRequestError::ShuttingDown)?;
+            streams.push(RequestStream {
                 id,
-                request,
-                outputs: tx,
-            })
-            .is_err()
-        {
-            sh.live.queue.release();
-            return Err(AddRequestError::ShuttingDown);
+                rx,
+                commands: commands.clone(),
+                finished: false,
+            });
         }
-        Ok(RequestStream {
-            id,
-            rx,
-            commands,
-            finished: false,
-        })
+        Ok(streams)
     }
 
     /// Stop admitting new requests; running and waiting ones finish. `/ready` turns 503.

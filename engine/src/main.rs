@@ -118,6 +118,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         speculative: args.speculative,
         num_drafts: args.num_drafts,
         speculative_max_batch: args.speculative_max_batch,
+        http: args.http.flags(),
+        special_tokens_in_content: args.special_tokens_in_content,
     }
     .validate()?;
     if !config.no_tui && std::io::stdout().is_terminal() {

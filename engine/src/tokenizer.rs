@@ -185,9 +185,32 @@ pub fn read_tokenizer_config(dir: &Path) -> Result<Option<(PathBuf, Value)>, Tok
     Ok(Some((path, value)))
 }
 
+/// `text`'s ids through one of a [`Tokenizer`]'s pipelines.
+fn encode_with(
+    pipeline: &tokenizers::Tokenizer,
+    text: &str,
+    add_special_tokens: bool,
+) -> Result<Vec<u32>, TokenizerError> {
+    let encoding = pipeline
+        .encode_fast(text, add_special_tokens)
+        .map_err(|source| TokenizerError::Encode {
+            bytes: text.len(),
+            source,
+        })?;
+    Ok(encoding.get_ids().to_vec())
+}
+
 /// A checkpoint's tokenizer. Cheap to share behind an `Arc`; every method takes `&self`.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// The same pipeline with special-token parsing off: `<|im_end|>` in the text is the
+    /// characters `<`, `|`, ..., not the control token (transformers' `split_special_tokens`).
+    as_text: tokenizers::Tokenizer,
+    /// The special added tokens' strings and ids, longest first.
+    special_strings: Vec<(String, u32)>,
+    /// Bytes of the longest vocabulary entry as written (a bound on the bytes any one token
+    /// stands for: a byte-level or metaspace form is never shorter than its text).
+    max_token_bytes: usize,
     special_tokens: SpecialTokens,
     /// Sorted, no repeats.
     special_ids: Vec<u32>,
@@ -265,9 +288,27 @@ impl Tokenizer {
         }
         special_ids.sort_unstable();
         special_ids.dedup();
+        let mut special_strings: Vec<(String, u32)> = special_ids
+            .iter()
+            .filter_map(|&id| inner.id_to_token(id).map(|t| (t, id)))
+            .filter(|(t, _)| !t.is_empty())
+            .collect();
+        special_strings.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        let max_token_bytes = inner
+            .get_vocab(true)
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        let mut as_text = inner.clone();
+        as_text.set_encode_special_tokens(true);
 
         Ok(Tokenizer {
             inner,
+            as_text,
+            special_strings,
+            max_token_bytes,
             special_tokens,
             special_ids,
             eos_token_id,
@@ -279,14 +320,23 @@ impl Tokenizer {
     /// Token ids of `text`. With `add_special_tokens`, the post-processor's tokens (a BOS for
     /// some families; nothing for Qwen) are added, as transformers' `encode` does by default.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
-        let encoding = self
-            .inner
-            .encode_fast(text, add_special_tokens)
-            .map_err(|source| TokenizerError::Encode {
-                bytes: text.len(),
-                source,
-            })?;
-        Ok(encoding.get_ids().to_vec())
+        encode_with(&self.inner, text, add_special_tokens)
+    }
+
+    /// Token ids of `text` with every special token in it read as plain text (what a client
+    /// wrote in a message's content must never become a control token).
+    pub fn encode_as_text(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        encode_with(&self.as_text, text, false)
+    }
+
+    /// The special tokens' strings (`<|im_start|>`, ...) and ids, longest first.
+    pub fn special_strings(&self) -> &[(String, u32)] {
+        &self.special_strings
+    }
+
+    /// Bytes of the longest vocabulary entry: no token stands for more bytes of text.
+    pub fn max_token_bytes(&self) -> usize {
+        self.max_token_bytes
     }
 
     /// The text of `ids`. Bytes that do not form valid UTF-8 come out as U+FFFD; ids outside the

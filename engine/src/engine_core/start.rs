@@ -207,7 +207,7 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
         kv_cache_blocks: plan.num_blocks - 1,
         block_size: plan.block_size,
     };
-    let live = Arc::new(Live::new(config.max_queued_requests));
+    let live = Arc::new(Live::new(config.max_num_seqs, config.max_queued_requests));
     if let Ok(mut s) = live.stats.lock() {
         s.kv_blocks_total = plan.num_blocks - 1;
         s.max_num_seqs = config.max_num_seqs;

@@ -11,6 +11,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::outbox::Outbox;
 use super::step_profile::{Phase, StepProfile};
 use super::{Command, Live, StepOutput, ValidRequest};
+use crate::admission::Admission;
 use crate::backend::Backend;
 use crate::metrics::MetricsHub;
 use crate::metrics::hub::StepReport;
@@ -22,6 +23,8 @@ use crate::scheduler::{EngineEvent, FinishReason};
 
 struct Client {
     outputs: UnboundedSender<StepOutput>,
+    /// Its batch slot and queue place: dropped with the client, the place when it first runs.
+    admission: Admission,
     /// Prompt logprobs gathered over prefill chunks, sent with the first token.
     prompt_logprobs: Option<Vec<TokenLogprobs>>,
 }
@@ -31,8 +34,6 @@ pub(super) struct EngineLoop<B: Backend, M: Model<B>> {
     runner: Runner<B, M>,
     commands: Receiver<Command>,
     live: Arc<Live>,
-    /// The waiting queue as the queue gate last heard of it (`Live::queue`).
-    gate_waiting: usize,
     clients: HashMap<RequestId, Client>,
     /// Outputs sent while the device runs the next step (outbox.rs).
     outbox: Outbox,
@@ -75,7 +76,6 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             runner,
             commands,
             live,
-            gate_waiting: 0,
             clients: HashMap::new(),
             outbox: Outbox::default(),
             prompt_tokens_total: 0,
@@ -149,12 +149,8 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                 id,
                 request,
                 outputs,
-            } => {
-                self.add(id, request, outputs);
-                // Its place in the queue was reserved when it was sent: it is one of the
-                // waiting requests the gate counts now.
-                self.gate_waiting += 1;
-            }
+                admission,
+            } => self.add(id, request, outputs, admission),
             Command::Abort(id) => {
                 self.scheduler.abort_request(id);
                 if self.clients.remove(&id).is_some() {
@@ -169,7 +165,13 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
 
     /// Queue an admitted request. Admission was decided before it was sent (`admission.rs`);
     /// the scheduler takes it as it is.
-    fn add(&mut self, id: RequestId, request: ValidRequest, outputs: UnboundedSender<StepOutput>) {
+    fn add(
+        &mut self,
+        id: RequestId,
+        request: ValidRequest,
+        outputs: UnboundedSender<StepOutput>,
+        admission: Admission,
+    ) {
         let sampling = request.sampling();
         let want_prompt = sampling.prompt_logprobs.is_some();
         let (arrival, max_tokens) = (request.arrival(), sampling.max_tokens);
@@ -180,6 +182,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             id,
             Client {
                 outputs,
+                admission,
                 prompt_logprobs: want_prompt.then(Vec::new),
             },
         );
@@ -197,6 +200,9 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             return;
         }
         for s in &out.seqs {
+            if let Some(c) = self.clients.get_mut(&s.req_id) {
+                c.admission.started();
+            }
             self.report.tokens.push((s.req_id, 0));
             let prompt_part = s
                 .num_prompt_tokens
@@ -324,11 +330,5 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
             report.stats = s.clone();
             self.hub.step(Instant::now(), report);
         }
-        // After the stats: a request that left the queue is counted running before the gate
-        // lets its place go (`EngineHandle::is_idle` reads them the other way round).
-        self.live
-            .queue
-            .waiting_changed(self.gate_waiting, st.num_waiting);
-        self.gate_waiting = st.num_waiting;
     }
 }

@@ -25,7 +25,7 @@ pub async fn require_key(State(state): State<Arc<AppState>>, req: Request, next:
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(bearer_token);
     let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
     let given = bearer.or(x_api_key);
     if given.is_some_and(|g| same(g.trim().as_bytes(), key.as_bytes())) {
@@ -35,6 +35,13 @@ pub async fn require_key(State(state): State<Arc<AppState>>, req: Request, next:
     } else {
         ApiError::Unauthorized.into_response()
     }
+}
+
+/// The token of `Bearer TOKEN`; the scheme is case-insensitive (RFC 9110 §11.1), so
+/// `bearer` and `BEARER` pass too.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
 }
 
 /// Comparison whose time does not depend on where the first difference is.
@@ -49,5 +56,14 @@ mod tests {
         assert!(super::same(b"key", b"key"));
         assert!(!super::same(b"key", b"kez"));
         assert!(!super::same(b"key", b"key2"));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer k", "bearer k", "BEARER k", "  bEaReR k"] {
+            assert_eq!(super::bearer_token(v), Some("k"), "{v}");
+        }
+        assert_eq!(super::bearer_token("Basic k"), None);
+        assert_eq!(super::bearer_token("Bearerk"), None);
     }
 }

@@ -1,46 +1,95 @@
-//! Reading a JSON request body into the envelope's terms: too large (413), not UTF-8, not
-//! JSON, not an object, or a field of the wrong type (400 naming the field).
+//! Reading a JSON request body into the envelope's terms: too large (413, or 400 when no
+//! prompt of that size could fit the context), too slow (408), not UTF-8, not JSON, not an
+//! object, or a field of the wrong type (400 naming the field).
+
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::StatusCode;
+use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::AppState;
 use super::error::ApiError;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 32 * 1024 * 1024;
 
-/// A request body that is a JSON object. Handlers deserialize it with [`from_value`].
+/// A request body, read whole within `--body-read-timeout` and the byte bounds, not parsed
+/// yet: parsing belongs to the tokenizer pool with the rest of the CPU work
+/// (`workers.rs`), so a large body never holds up an async worker.
 #[derive(Debug)]
-pub struct JsonObject(pub Value);
+pub struct JsonBody(pub Bytes);
 
-impl<S: Send + Sync> FromRequest<S> for JsonObject {
+/// The field that holds a route's prompt, for errors that refuse a body by its size.
+fn prompt_param(path: &str) -> Option<&'static str> {
+    match path {
+        "/v1/completions" => Some("prompt"),
+        "/v1/chat/completions" | "/v1/messages" | "/v1/messages/count_tokens" => Some("messages"),
+        _ => None,
+    }
+}
+
+impl FromRequest<Arc<AppState>> for JsonBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let param = prompt_param(req.uri().path());
+        let bounds = state.byte_bounds();
         // Refuse from the headers when they announce too much, without reading it.
         let announced = req
             .headers()
             .get(axum::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if announced.is_some_and(|n| n > BODY_LIMIT as u64) {
-            return Err(ApiError::PayloadTooLarge { limit: BODY_LIMIT });
-        }
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge { limit: BODY_LIMIT }
-            } else {
-                ApiError::InvalidRequest {
-                    message: format!("failed to read the request body: {}", e.body_text()),
-                    param: None,
-                }
+        if let Some(n) = announced {
+            if n > BODY_LIMIT as u64 {
+                return Err(ApiError::PayloadTooLarge { limit: BODY_LIMIT });
             }
-        })?;
-        parse_object(&bytes).map(JsonObject)
+            if let Some(b) = &bounds {
+                b.check_body(n, param)?;
+            }
+        }
+        let limit = bounds.map_or(BODY_LIMIT as u64, |b| b.body);
+        let timeout = state.http.body_read_timeout;
+        let read = async {
+            let mut stream = req.into_body().into_data_stream();
+            let mut buf = Vec::with_capacity(announced.unwrap_or(0).min(1 << 20) as usize);
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk
+                    .map_err(|e| body_error(format!("failed to read the request body: {e}")))?;
+                let len = (buf.len() + chunk.len()) as u64;
+                if len > limit {
+                    return Err(match &bounds {
+                        Some(b) if b.body < BODY_LIMIT as u64 => b
+                            .check_body(len, param)
+                            .err()
+                            .unwrap_or(ApiError::PayloadTooLarge { limit: BODY_LIMIT }),
+                        _ => ApiError::PayloadTooLarge { limit: BODY_LIMIT },
+                    });
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(Bytes::from(buf))
+        };
+        match tokio::time::timeout(timeout, read).await {
+            Ok(r) => r.map(JsonBody),
+            Err(_) => Err(ApiError::BodyTimeout {
+                seconds: timeout.as_secs_f64(),
+            }),
+        }
     }
+}
+
+/// Bytes of prompt text in a parsed body (`messages`, `system`, `prompt`): what is checked
+/// against [`super::limits::ByteBounds::check_prompt`] before tokenizing.
+pub fn prompt_text_bytes(body: &Value) -> usize {
+    ["messages", "system", "prompt"]
+        .iter()
+        .filter_map(|k| body.get(k))
+        .map(super::limits::text_bytes)
+        .sum()
 }
 
 fn body_error(message: String) -> ApiError {

@@ -12,7 +12,7 @@ use metrale_protocol::openai::{
 };
 use serde_json::{Map, Value};
 
-use super::body::{JsonObject, from_value};
+use super::body::{JsonBody, from_value, parse_object};
 use super::error::ApiError;
 use super::generate::{self, PromptIds};
 use super::output::{Logprob, TokenText};
@@ -94,7 +94,8 @@ fn arguments_as_objects(message: &mut Value) {
     }
 }
 
-/// Render messages to prompt token ids. Shared with `/tokenize`.
+/// Render messages to prompt token ids (message content as text: `prompt.rs`). Shared with
+/// `/tokenize`.
 pub fn render_prompt(
     state: &AppState,
     messages: &[ChatMessage],
@@ -103,11 +104,15 @@ pub fn render_prompt(
     request_kwargs: Option<&Map<String, Value>>,
 ) -> Result<Vec<u32>, ApiError> {
     let values = template_messages(messages)?;
-    let text = render_text(state, &values, tools, add_generation_prompt, request_kwargs)?;
-    state
-        .tokenizer
-        .encode(&text, false)
-        .map_err(|e| ApiError::Internal(format!("failed to tokenize the prompt: {e}")))
+    super::prompt::render(
+        state,
+        &values,
+        tools,
+        add_generation_prompt,
+        request_kwargs,
+        "",
+    )
+    .map(|r| r.ids)
 }
 
 /// Render messages already in the template's shape (OpenAI's message objects) to text: the
@@ -194,12 +199,18 @@ pub fn chat_logprobs(lps: &[Logprob]) -> ChatLogprobs {
     }
 }
 
-pub async fn chat_completions(
-    State(state): State<Arc<AppState>>,
-    JsonObject(body): JsonObject,
-) -> Result<Response, ApiError> {
-    let in_flight = state.in_flight();
-    let arrival = Instant::now();
+/// A chat request as the tokenizer pool leaves it: parsed, checked, rendered, tokenized.
+struct Prepared {
+    req: ChatCompletionRequest,
+    generation: Generation,
+    plan: tool_use::ReplyPlan,
+    want_logprobs: bool,
+}
+
+/// Everything a chat request needs before generation, on a tokenizer worker.
+fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
+    let body = parse_object(bytes)?;
+    state.check_prompt_bytes(&body, "messages")?;
     let fields: SamplingFields = from_value(&body)?;
     let req: ChatCompletionRequest = from_value(&body)?;
     state.check_model(req.model.as_deref())?;
@@ -224,7 +235,7 @@ pub async fn chat_completions(
     };
     let mode = tool_use::openai_tool_mode(req.tool_choice.as_ref(), &specs)?;
     let plan = tool_use::plan(
-        &state,
+        state,
         &template_messages(&req.messages)?,
         req.tools.as_deref(),
         specs,
@@ -232,6 +243,23 @@ pub async fn chat_completions(
         req.chat_template_kwargs.as_ref(),
         req.add_generation_prompt.unwrap_or(true),
     )?;
+    Ok(Prepared {
+        req,
+        generation,
+        plan,
+        want_logprobs,
+    })
+}
+
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    JsonBody(bytes): JsonBody,
+) -> Result<Response, ApiError> {
+    let in_flight = state.in_flight();
+    let arrival = Instant::now();
+    let p = state.on_workers(bytes, prepare).await?;
+    let (req, generation, plan) = (p.req, p.generation, p.plan);
+    let want_logprobs = p.want_logprobs;
     let prompts = vec![PromptIds {
         ids: plan.prompt_ids.clone(),
     }];

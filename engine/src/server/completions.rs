@@ -14,7 +14,7 @@ use metrale_protocol::openai::{
 };
 use serde_json::{Map, Value};
 
-use super::body::{JsonObject, from_value};
+use super::body::{JsonBody, from_value, parse_object};
 use super::error::ApiError;
 use super::generate::{self, PromptIds};
 use super::output::{Delta, Logprob, TokenText, token_text};
@@ -63,17 +63,61 @@ fn short_float(v: f32) -> Value {
         .map_or(Value::Null, Value::Number)
 }
 
+/// Where the next token starts in the text, in characters, as the tokens' bytes arrive. A
+/// byte-fallback token holding part of a character adds nothing until the character is
+/// whole, then the character counts once (issue 37: each U+FFFD of a token's own rendering
+/// counted, and a 13-character emoji text ended at offset 23); bytes that can never be valid
+/// count as the one U+FFFD each run of them becomes in the text.
+#[derive(Debug, Clone, Default)]
+struct TextOffset {
+    chars: usize,
+    /// The start of a character whose other bytes have not come yet.
+    partial: Vec<u8>,
+}
+
+impl TextOffset {
+    fn advance(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        let mut rest: &[u8] = &self.partial;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(s) => {
+                    self.chars += s.chars().count();
+                    rest = &[];
+                    break;
+                }
+                Err(e) => {
+                    let (valid, tail) = rest.split_at(e.valid_up_to());
+                    self.chars += String::from_utf8_lossy(valid).chars().count();
+                    match e.error_len() {
+                        // A character still arriving: keep its bytes.
+                        None => {
+                            rest = tail;
+                            break;
+                        }
+                        Some(n) => {
+                            self.chars += 1;
+                            rest = &tail[n..];
+                        }
+                    }
+                }
+            }
+        }
+        self.partial = rest.to_vec();
+    }
+}
+
 /// Builds the legacy log-probability arrays, tracking each token's character offset.
 struct LogprobTable {
     lp: CompletionLogprobs,
-    offset: usize,
+    offset: TextOffset,
 }
 
 impl LogprobTable {
-    fn new(start_offset: usize) -> Self {
+    fn new(start: TextOffset) -> Self {
         Self {
             lp: CompletionLogprobs::default(),
-            offset: start_offset,
+            offset: start,
         }
     }
 
@@ -81,8 +125,8 @@ impl LogprobTable {
         self.lp.tokens.push(token.text.clone());
         self.lp.token_logprobs.push(logprob);
         self.lp.top_logprobs.push(top);
-        self.lp.text_offset.push(self.offset);
-        self.offset += token.text.chars().count();
+        self.lp.text_offset.push(self.offset.chars);
+        self.offset.advance(&token.bytes);
     }
 
     /// The alternatives as `{token text: logprob}`, the chosen token included.
@@ -122,14 +166,19 @@ impl LogprobTable {
     }
 }
 
-pub async fn completions(
-    State(state): State<Arc<AppState>>,
-    JsonObject(body): JsonObject,
-) -> Result<Response, ApiError> {
-    let in_flight = state.in_flight();
-    let arrival = Instant::now();
+/// A completion request as the tokenizer pool leaves it.
+struct Prepared {
+    req: CompletionRequest,
+    generation: Generation,
+    echo_prompts: Vec<EchoPrompt>,
+}
+
+/// Everything a completion request needs before generation, on a tokenizer worker.
+fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
+    let body = parse_object(bytes)?;
+    state.check_prompt_bytes(&body, "prompt")?;
     let fields: SamplingFields = from_value(&body)?;
-    let req: CompletionRequest = from_value(&body)?;
+    let mut req: CompletionRequest = from_value(&body)?;
     state.check_model(req.model.as_deref())?;
     let engine = state.engine()?;
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
@@ -158,7 +207,28 @@ pub async fn completions(
         &state.defaults,
         engine.info(),
     )?;
-    let echo_prompts = tokenize_prompts(&state, req.prompt)?;
+    let prompt = std::mem::replace(&mut req.prompt, Prompt::Tokens(Vec::new()));
+    let echo_prompts = tokenize_prompts(state, prompt)?;
+    Ok(Prepared {
+        req,
+        generation,
+        echo_prompts,
+    })
+}
+
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    JsonBody(bytes): JsonBody,
+) -> Result<Response, ApiError> {
+    let in_flight = state.in_flight();
+    let arrival = Instant::now();
+    let Prepared {
+        req,
+        generation,
+        echo_prompts,
+    } = state.on_workers(bytes, prepare).await?;
+    let echo = req.echo.unwrap_or(false);
+    let k = req.logprobs;
     let prompts: Vec<PromptIds> = echo_prompts
         .iter()
         .map(|p| PromptIds { ids: p.ids.clone() })
@@ -184,7 +254,7 @@ pub async fn completions(
             .map(|(i, (c, p))| {
                 let prompt = &echo_prompts[p];
                 let mut text = String::new();
-                let mut table = LogprobTable::new(0);
+                let mut table = LogprobTable::new(TextOffset::default());
                 if echo {
                     text.push_str(&prompt.text);
                     let plp = c.prompt_logprobs.as_deref().unwrap_or_default();
@@ -232,14 +302,14 @@ pub async fn completions(
         }
     };
     // Per choice: whether the prompt was echoed yet, and the character offset so far.
-    let mut progress: Vec<(bool, usize)> = vec![(false, 0); choices.len()];
+    let mut progress: Vec<(bool, TextOffset)> = vec![(false, TextOffset::default()); choices.len()];
     let on_delta = {
         let chunk = chunk.clone();
         let state = state.clone();
         move |index: u32, p: usize, d: Delta| {
             let (echoed, offset) = progress.get_mut(index as usize)?;
             let mut text = String::new();
-            let mut table = LogprobTable::new(*offset);
+            let mut table = LogprobTable::new(std::mem::take(offset));
             if echo && !*echoed {
                 *echoed = true;
                 text.push_str(&echo_prompts[p].text);
@@ -248,7 +318,7 @@ pub async fn completions(
             }
             text.push_str(&d.text);
             table.push_sampled(&d.logprobs);
-            *offset = table.offset;
+            *offset = table.offset.clone();
             if text.is_empty() && table.lp.tokens.is_empty() && d.finish.is_none() && !continuous {
                 return None;
             }
@@ -280,4 +350,42 @@ pub async fn completions(
         on_done,
         in_flight,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TextOffset;
+
+    /// Offsets count the characters of the text, whole characters split over byte tokens
+    /// once, invalid bytes as the U+FFFD they become.
+    #[test]
+    fn text_offsets_count_characters_not_replacement_marks() {
+        let mut o = TextOffset::default();
+        let mut starts = Vec::new();
+        // "a😀b" as tokens: "a", the emoji's four bytes one a token, "b".
+        let emoji = "😀".as_bytes();
+        for t in [
+            &b"a"[..],
+            &emoji[..1],
+            &emoji[1..2],
+            &emoji[2..3],
+            &emoji[3..],
+            b"b",
+        ] {
+            starts.push(o.chars);
+            o.advance(t);
+        }
+        assert_eq!(starts, [0, 1, 1, 1, 1, 2]);
+        assert_eq!(o.chars, 3);
+        // 13 emoji in byte tokens end at 13.
+        let mut o = TextOffset::default();
+        for b in "😀".repeat(13).bytes() {
+            o.advance(&[b]);
+        }
+        assert_eq!(o.chars, 13);
+        // An impossible byte is one U+FFFD; a lone lead byte waits for its character.
+        let mut o = TextOffset::default();
+        o.advance(&[0xff, b'x', 0xe2]);
+        assert_eq!((o.chars, o.partial.len()), (2, 1));
+    }
 }

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::limits::{HttpFlags, HttpLimits};
 use crate::engine_core::EngineConfig;
 use crate::loader::{LoadFormat, ModelConfig, ModelDir};
 use crate::scheduler::{MAX_DRAFTS, SpeculativeConfig};
@@ -71,6 +72,10 @@ pub struct ServeFlags {
     /// `--speculative-max-batch` (with `--speculative`; default
     /// [`DEFAULT_SPECULATIVE_MAX_BATCH`]).
     pub speculative_max_batch: Option<usize>,
+    /// Connection timeouts and caps, the tokenizer pool (`limits.rs`).
+    pub http: HttpFlags,
+    /// `--special-tokens-in-content`.
+    pub special_tokens_in_content: bool,
 }
 
 /// Default of `--num-drafts`: what our recipes use.
@@ -99,6 +104,8 @@ pub struct ServeConfig {
     pub metrics_socket: Option<PathBuf>,
     pub tool_call_parser: Option<ToolCallFormat>,
     pub reasoning_parser: Option<ReasoningFormat>,
+    pub http: HttpLimits,
+    pub special_tokens_in_content: bool,
 }
 
 /// Default of `--max-batch-size`: the engine sizes the KV cache for this many sequences at
@@ -369,6 +376,8 @@ impl ServeFlags {
             metrics_socket: self.metrics_socket,
             tool_call_parser,
             reasoning_parser,
+            http: self.http.validate()?,
+            special_tokens_in_content: self.special_tokens_in_content,
         })
     }
 }
@@ -426,6 +435,8 @@ mod tests {
             speculative: false,
             num_drafts: None,
             speculative_max_batch: None,
+            http: HttpFlags::default(),
+            special_tokens_in_content: false,
         }
     }
 

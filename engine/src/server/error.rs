@@ -44,13 +44,55 @@ pub enum ApiError {
     MethodNotAllowed { method: String, path: String },
     #[error("the request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// Refused by its size in bytes before any tokenization: no prompt of that many bytes
+    /// fits the context (`limits.rs` says why the bound holds).
+    #[error(
+        "the {what} is {bytes} bytes, more than the {limit} bytes any prompt that fits this \
+         model's context of {max_model_len} tokens can take; shorten the prompt"
+    )]
+    TooManyBytes {
+        what: &'static str,
+        bytes: u64,
+        limit: u64,
+        max_model_len: usize,
+        param: Option<String>,
+    },
+    #[error(
+        "the request body did not arrive within the server's --body-read-timeout of {seconds} s; \
+         send it faster or ask for a longer timeout"
+    )]
+    BodyTimeout { seconds: f64 },
+    #[error(
+        "the request's headers are too large (more than {limit} bytes or {max_headers} \
+         headers); send fewer or shorter headers"
+    )]
+    HeadersTooLarge { limit: usize, max_headers: usize },
+    #[error("the request's URI is too long; send parameters in the JSON body")]
+    UriTooLong,
+    #[error(
+        "the request is not valid HTTP/1.1 (a malformed request line or header); send a \
+         standard HTTP/1.1 request"
+    )]
+    MalformedHttp,
+    #[error(
+        "the server has {max} connections open, its --max-connections; retry shortly or reuse \
+         a connection"
+    )]
+    TooManyConnections { max: usize },
     #[error("the server is at capacity ({queued} requests queued); retry shortly")]
     QueueFull { queued: usize },
     #[error("the model is still loading; retry when GET /ready answers 200")]
     Loading,
     #[error("the server is shutting down and accepts no new requests")]
     ShuttingDown,
-    #[error("the request ran longer than the server's --request-timeout of {seconds} s")]
+    /// Answered 400, not 504: the openai and anthropic clients retry 408, 409, 429 and every
+    /// 5xx by default, and a request that outlived the operator's limit would only outlive it
+    /// again (and load the server again). `x-should-retry: false` says the same to clients
+    /// that read it.
+    #[error(
+        "the request ran longer than the server's --request-timeout of {seconds} s; ask for \
+         fewer tokens (max_tokens) or a shorter prompt"
+    )]
     Timeout { seconds: f64 },
     /// A bug: something that validation should have prevented.
     #[error("internal error: {0}")]
@@ -97,6 +139,36 @@ impl ApiError {
                 "invalid_request_error",
                 Some("request_too_large"),
             ),
+            Self::TooManyBytes { .. } => (
+                S::BAD_REQUEST,
+                "invalid_request_error",
+                Some("context_length_exceeded"),
+            ),
+            Self::BodyTimeout { .. } => (
+                S::REQUEST_TIMEOUT,
+                "timeout_error",
+                Some("body_read_timeout"),
+            ),
+            Self::HeadersTooLarge { .. } => (
+                S::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "invalid_request_error",
+                Some("headers_too_large"),
+            ),
+            Self::UriTooLong => (
+                S::URI_TOO_LONG,
+                "invalid_request_error",
+                Some("uri_too_long"),
+            ),
+            Self::MalformedHttp => (
+                S::BAD_REQUEST,
+                "invalid_request_error",
+                Some("malformed_http"),
+            ),
+            Self::TooManyConnections { .. } => (
+                S::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                Some("too_many_connections"),
+            ),
             Self::QueueFull { .. } => (
                 S::TOO_MANY_REQUESTS,
                 "rate_limit_error",
@@ -112,7 +184,7 @@ impl ApiError {
                 "service_unavailable",
                 Some("shutting_down"),
             ),
-            Self::Timeout { .. } => (S::GATEWAY_TIMEOUT, "timeout_error", Some("request_timeout")),
+            Self::Timeout { .. } => (S::BAD_REQUEST, "timeout_error", Some("request_timeout")),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", None),
         }
     }
@@ -128,6 +200,7 @@ impl ApiError {
                 Some(param.clone())
             }
             Self::ModelNotFound { .. } => Some("model".into()),
+            Self::TooManyBytes { param, .. } => param.clone(),
             _ => None,
         }
     }
@@ -155,7 +228,15 @@ impl ApiError {
         match self {
             Self::InvalidRequest { .. }
             | Self::ContextLengthExceeded { .. }
-            | Self::Unsupported { .. } => (S::BAD_REQUEST, "invalid_request_error"),
+            | Self::Unsupported { .. }
+            | Self::TooManyBytes { .. }
+            | Self::MalformedHttp => (S::BAD_REQUEST, "invalid_request_error"),
+            Self::HeadersTooLarge { .. } => {
+                (S::REQUEST_HEADER_FIELDS_TOO_LARGE, "invalid_request_error")
+            }
+            Self::UriTooLong => (S::URI_TOO_LONG, "invalid_request_error"),
+            Self::BodyTimeout { .. } => (S::REQUEST_TIMEOUT, "timeout_error"),
+            Self::TooManyConnections { .. } => (S::SERVICE_UNAVAILABLE, "overloaded_error"),
             Self::Unauthorized => (S::UNAUTHORIZED, "authentication_error"),
             Self::ModelNotFound { .. } | Self::RouteNotFound { .. } => {
                 (S::NOT_FOUND, "not_found_error")
@@ -164,7 +245,7 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "request_too_large"),
             Self::QueueFull { .. } => (overloaded, "overloaded_error"),
             Self::Loading | Self::ShuttingDown => (S::SERVICE_UNAVAILABLE, "api_error"),
-            Self::Timeout { .. } => (S::GATEWAY_TIMEOUT, "timeout_error"),
+            Self::Timeout { .. } => (S::BAD_REQUEST, "timeout_error"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "api_error"),
         }
     }
@@ -205,10 +286,7 @@ impl IntoResponse for AnthropicError {
             tracing::error!("{}", self.0);
         }
         let mut resp = (status, axum::Json(self.0.anthropic_body())).into_response();
-        if matches!(self.0, ApiError::QueueFull { .. }) {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-        }
+        self.0.add_headers(&mut resp);
         resp
     }
 }
@@ -260,6 +338,27 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The headers an error carries in either envelope: when to retry a full queue, not to
+    /// retry a timeout, and closing a connection whose request body was left unread (hyper
+    /// would otherwise try to read the rest of it to reuse the connection).
+    fn add_headers(&self, resp: &mut Response) {
+        let h = resp.headers_mut();
+        match self {
+            Self::QueueFull { .. } => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+            }
+            Self::Timeout { .. } => {
+                h.insert("x-should-retry", HeaderValue::from_static("false"));
+            }
+            Self::PayloadTooLarge { .. } | Self::TooManyBytes { .. } | Self::BodyTimeout { .. } => {
+                h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            _ => {}
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -267,10 +366,7 @@ impl IntoResponse for ApiError {
             tracing::error!("{self}");
         }
         let mut resp = (status, axum::Json(self.body())).into_response();
-        if matches!(self, Self::QueueFull { .. }) {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-        }
+        self.add_headers(&mut resp);
         resp
     }
 }

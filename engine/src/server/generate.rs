@@ -5,8 +5,8 @@
 //! timeout, a sibling's error) aborts its engine request, which frees its KV blocks.
 //!
 //! `--request-timeout` counts from arrival (queueing included). A non-streaming request that
-//! runs past it gets a 504 `request_timeout` and nothing else: partial text with a
-//! `finish_reason` would look like a normal answer. A stream that runs past it ends with an
+//! runs past it gets a 400 `request_timeout` (not 504, which clients retry: `error.rs`) and
+//! nothing else: partial text with a `finish_reason` would look like a normal answer. A stream that runs past it ends with an
 //! error event (its 200 headers are already sent), then `[DONE]`.
 
 use std::sync::Arc;
@@ -165,12 +165,17 @@ pub fn launch(
     let deadline = state
         .request_timeout
         .map(|t| TokioInstant::from_std(arrival + t));
-    let mut choices = Vec::with_capacity(admitted.len());
-    for (index, (p, valid, want_logprobs)) in admitted.into_iter().enumerate() {
+    // All choices of the request are admitted together: one queue place if they must wait.
+    let (meta, valid): (Vec<_>, Vec<_>) = admitted
+        .into_iter()
+        .map(|(p, valid, want_logprobs)| ((p, want_logprobs), valid))
+        .unzip();
+    let streams = engine
+        .add_requests(valid)
+        .map_err(|e| ApiError::refused(e, prompt_param))?;
+    let mut choices = Vec::with_capacity(streams.len());
+    for (index, ((p, want_logprobs), stream)) in meta.into_iter().zip(streams).enumerate() {
         let prompt_len = prompts[p].ids.len();
-        let stream = engine
-            .add_request(valid)
-            .map_err(|e| ApiError::refused(e, prompt_param))?;
         choices.push(Choice {
             index: index as u32,
             prompt: p,

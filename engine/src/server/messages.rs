@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 
 use super::AppState;
 use super::assemble::{AnthropicBlocks, anthropic_content};
-use super::body::{JsonObject, from_value};
+use super::body::{JsonBody, from_value, parse_object};
 use super::error::{AnthropicError, ApiError};
 use super::generate::{self, Event, PromptIds};
 use super::params::{Extras, Generation};
@@ -39,6 +39,19 @@ struct PromptFields<'a> {
     tools: Option<&'a [Tool]>,
     tool_choice: Option<&'a ToolChoice>,
     thinking: Option<&'a Thinking>,
+}
+
+/// The prompt side of a messages or count_tokens request (same fields, two types).
+macro_rules! prompt_fields {
+    ($req:expr) => {
+        PromptFields {
+            messages: &$req.messages,
+            system: $req.system.as_ref(),
+            tools: $req.tools.as_deref(),
+            tool_choice: $req.tool_choice.as_ref(),
+            thinking: $req.thinking.as_ref(),
+        }
+    };
 }
 
 fn unsupported_block(param: String, kind: &str) -> ApiError {
@@ -261,25 +274,21 @@ fn plan(state: &AppState, f: &PromptFields) -> Result<ReplyPlan, ApiError> {
 
 pub async fn count_tokens(
     State(state): State<Arc<AppState>>,
-    body: Result<JsonObject, ApiError>,
+    body: Result<JsonBody, ApiError>,
 ) -> Result<axum::Json<CountTokensResponse>, AnthropicError> {
-    let JsonObject(body) = body?;
+    let JsonBody(bytes) = body?;
+    let input_tokens = state.on_workers(bytes, count).await?;
+    Ok(axum::Json(CountTokensResponse { input_tokens }))
+}
+
+/// `count_tokens`' work, on a tokenizer worker.
+fn count(state: &AppState, bytes: &[u8]) -> Result<usize, ApiError> {
+    let body = parse_object(bytes)?;
+    state.check_prompt_bytes(&body, "messages")?;
     let req: CountTokensRequest = from_value(&body)?;
     state.check_model(req.model.as_deref())?;
     state.engine()?;
-    let plan = plan(
-        &state,
-        &PromptFields {
-            messages: &req.messages,
-            system: req.system.as_ref(),
-            tools: req.tools.as_deref(),
-            tool_choice: req.tool_choice.as_ref(),
-            thinking: req.thinking.as_ref(),
-        },
-    )?;
-    Ok(axum::Json(CountTokensResponse {
-        input_tokens: plan.prompt_ids.len(),
-    }))
+    Ok(plan(state, &prompt_fields!(req))?.prompt_ids.len())
 }
 
 /// Why the reply ended, in Anthropic's terms.
@@ -304,13 +313,17 @@ fn usage(prompt_tokens: usize, cached: usize, output_tokens: usize) -> Usage {
     }
 }
 
-pub async fn messages(
-    State(state): State<Arc<AppState>>,
-    body: Result<JsonObject, ApiError>,
-) -> Result<Response, AnthropicError> {
-    let in_flight = state.in_flight();
-    let arrival = Instant::now();
-    let JsonObject(body) = body?;
+/// A messages request as the tokenizer pool leaves it.
+struct Prepared {
+    req: MessagesRequest,
+    generation: Generation,
+    plan: ReplyPlan,
+}
+
+/// Everything a messages request needs before generation, on a tokenizer worker.
+fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
+    let body = parse_object(bytes)?;
+    state.check_prompt_bytes(&body, "messages")?;
     let req: MessagesRequest = from_value(&body)?;
     state.check_model(req.model.as_deref())?;
     let engine = state.engine()?;
@@ -343,16 +356,26 @@ pub async fn messages(
         }
         e => e,
     })?;
-    let plan = plan(
-        &state,
-        &PromptFields {
-            messages: &req.messages,
-            system: req.system.as_ref(),
-            tools: req.tools.as_deref(),
-            tool_choice: req.tool_choice.as_ref(),
-            thinking: req.thinking.as_ref(),
-        },
-    )?;
+    let plan = plan(state, &prompt_fields!(req))?;
+    Ok(Prepared {
+        req,
+        generation,
+        plan,
+    })
+}
+
+pub async fn messages(
+    State(state): State<Arc<AppState>>,
+    body: Result<JsonBody, ApiError>,
+) -> Result<Response, AnthropicError> {
+    let in_flight = state.in_flight();
+    let arrival = Instant::now();
+    let JsonBody(bytes) = body?;
+    let Prepared {
+        req,
+        generation,
+        plan,
+    } = state.on_workers(bytes, prepare).await?;
     let prompts = vec![PromptIds {
         ids: plan.prompt_ids.clone(),
     }];

@@ -17,16 +17,20 @@ pub mod config;
 pub mod deps;
 pub mod error;
 pub mod generate;
+pub mod limits;
+mod listen;
 pub mod messages;
 pub mod metrics_stream;
 pub mod output;
 pub mod params;
+pub mod prompt;
 mod routes;
 pub mod shutdown;
 pub mod sse;
 pub mod tokenize;
 pub mod tool_use;
 pub mod version;
+pub mod workers;
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -39,6 +43,8 @@ use serde_json::{Map, Value};
 use self::config::ServeConfig;
 use self::deps::{ChatTemplate, Tokenizer};
 use self::error::ApiError;
+use self::limits::{ByteBounds, HttpLimits};
+use self::workers::Workers;
 use crate::engine_core::EngineHandle;
 use crate::loader::{GenerationConfig, ModelDir};
 use crate::metrics::hub::HubInfo;
@@ -66,6 +72,13 @@ pub struct AppState {
     pub reasoning_parser: Option<ReasoningFormat>,
     pub api_key: Option<String>,
     pub request_timeout: Option<Duration>,
+    /// Connection and body timeouts, the connection cap, the pool's size (`limits.rs`).
+    pub http: HttpLimits,
+    /// Where request parsing, rendering and tokenization run (`workers.rs`).
+    pub workers: Workers,
+    /// `--special-tokens-in-content`: message content may carry control tokens (the old
+    /// behaviour; `prompt.rs`).
+    pub special_tokens_in_content: bool,
     pub metrics: Arc<ServerMetrics>,
     /// The live event stream (`/v1/metrics/stream`, the metrics socket).
     pub hub: MetricsHub,
@@ -110,6 +123,32 @@ impl AppState {
 
     pub fn num_in_flight(&self) -> usize {
         self.inflight.load(Ordering::SeqCst)
+    }
+
+    /// Run `job` on a request's body on the tokenizer pool (`workers.rs`): everything a
+    /// request costs in CPU before generation, off the async workers.
+    pub async fn on_workers<T: Send + 'static>(
+        self: &Arc<Self>,
+        body: axum::body::Bytes,
+        job: fn(&AppState, &[u8]) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let state = self.clone();
+        self.workers.run(move || job(&state, &body)).await?
+    }
+
+    /// The byte bounds of the served model, once it is loaded.
+    pub fn byte_bounds(&self) -> Option<ByteBounds> {
+        self.engine
+            .get()
+            .map(|e| ByteBounds::new(e.info().max_model_len, self.tokenizer.max_token_bytes()))
+    }
+
+    /// Refuse a parsed body whose prompt text cannot fit the context, before tokenizing it.
+    pub fn check_prompt_bytes(&self, body: &Value, param: &str) -> Result<(), ApiError> {
+        match self.byte_bounds() {
+            Some(b) => b.check_prompt(body::prompt_text_bytes(body), param),
+            None => Ok(()),
+        }
     }
 
     /// 404 `model_not_found` unless `model` is absent or the served name.
@@ -253,7 +292,7 @@ async fn run_with(
     if config.disable_thinking {
         template_kwargs.insert("enable_thinking".into(), Value::Bool(false));
     }
-    let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port))
+    let listener = listen::bind(&config.host, config.port)
         .await
         .with_context(|| format!("failed to listen on {}:{}", config.host, config.port))?;
     let addr = listener.local_addr()?;
@@ -298,6 +337,9 @@ async fn run_with(
         reasoning_parser: config.reasoning_parser,
         api_key: config.api_key.clone(),
         request_timeout: config.request_timeout,
+        http: config.http,
+        workers: Workers::new(config.http.tokenizer_workers),
+        special_tokens_in_content: config.special_tokens_in_content,
         metrics: Arc::new(ServerMetrics::new(
             config.engine.max_seq_len.unwrap_or(1 << 20),
         )),

@@ -9,7 +9,7 @@ use anyhow::Context;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::config::ServeConfig;
-use super::{AppState, deps, routes, say};
+use super::{AppState, deps, listen, routes, say};
 use metrale_protocol::metrics::Phase;
 
 /// How long open connections get to finish once the engine is idle.
@@ -70,27 +70,28 @@ pub(super) async fn serve_until_drained(
     ui: Option<UnboundedReceiver<()>>,
 ) -> anyhow::Result<()> {
     let mut signals = Signals::new(ui)?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let app = routes::router(state.clone());
-    // Streamed tokens are small writes: without TCP_NODELAY, Nagle holds each one until the
-    // client ACKs the last, and a client's delayed ACK (~40 ms) then stalls the stream (every
-    // token of a short answer arrived at once, 40 ms late, on a reused connection).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
-    let stop_http = |server: tokio::task::JoinHandle<std::io::Result<()>>| async move {
-        let _ = stop_tx.send(());
+    let fd_limit = listen::raise_fd_limit();
+    let max_connections = listen::connection_cap(config.http.max_connections, fd_limit);
+    if max_connections < config.http.max_connections {
+        say(&format!(
+            "met: warning: --max-connections lowered to {max_connections}: the open-file \
+             limit is {} (raise it with `ulimit -n` to serve more)",
+            fd_limit.unwrap_or(0)
+        ));
+    }
+    let server = tokio::spawn(listen::serve(
+        listener,
+        app,
+        config.http,
+        max_connections,
+        stop_rx,
+    ));
+    let stop_http = |server: tokio::task::JoinHandle<()>| async move {
+        let _ = stop_tx.send(true);
         match tokio::time::timeout(CLOSE_GRACE, server).await {
-            Ok(r) => r
-                .context("the HTTP server panicked")?
-                .context("the HTTP server failed"),
+            Ok(r) => r.context("the HTTP server panicked"),
             Err(_) => Ok(()),
         }
     };

@@ -1,5 +1,6 @@
 //! `POST /tokenize` and `POST /detokenize` (vLLM's extensions): the server's own view of a
-//! prompt, so clients can count tokens exactly as generation will.
+//! prompt, so clients can count tokens exactly as generation will. Both run on the tokenizer
+//! pool (`workers.rs`).
 
 use std::sync::Arc;
 
@@ -10,14 +11,26 @@ use metrale_protocol::openai::{
 };
 
 use super::AppState;
-use super::body::{JsonObject, from_value};
+use super::body::{JsonBody, from_value, parse_object};
 use super::chat::render_prompt;
 use super::error::ApiError;
 
 pub async fn tokenize(
     State(state): State<Arc<AppState>>,
-    JsonObject(body): JsonObject,
+    JsonBody(bytes): JsonBody,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
+    state.on_workers(bytes, tokenize_body).await
+}
+
+/// `/tokenize`'s work, on a tokenizer worker.
+fn tokenize_body(state: &AppState, bytes: &[u8]) -> Result<Json<TokenizeResponse>, ApiError> {
+    let body = parse_object(bytes)?;
+    let param = if body.get("messages").is_some() {
+        "messages"
+    } else {
+        "prompt"
+    };
+    state.check_prompt_bytes(&body, param)?;
     let req: TokenizeRequest = from_value(&body)?;
     state.check_model(req.model.as_deref())?;
     let engine = state.engine()?;
@@ -27,7 +40,7 @@ pub async fn tokenize(
             .encode(prompt, req.add_special_tokens.unwrap_or(true))
             .map_err(|e| ApiError::Internal(format!("failed to tokenize: {e}")))?,
         (None, Some(messages)) => render_prompt(
-            &state,
+            state,
             messages,
             None,
             req.add_generation_prompt.unwrap_or(true),
@@ -49,8 +62,14 @@ pub async fn tokenize(
 
 pub async fn detokenize(
     State(state): State<Arc<AppState>>,
-    JsonObject(body): JsonObject,
+    JsonBody(bytes): JsonBody,
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
+    state.on_workers(bytes, detokenize_body).await
+}
+
+/// `/detokenize`'s work, on a tokenizer worker.
+fn detokenize_body(state: &AppState, bytes: &[u8]) -> Result<Json<DetokenizeResponse>, ApiError> {
+    let body = parse_object(bytes)?;
     let req: DetokenizeRequest = from_value(&body)?;
     state.check_model(req.model.as_deref())?;
     let engine = state.engine()?;

@@ -171,28 +171,28 @@ pub fn plan(
         ToolMode::Off => None,
         _ => tools_for_template,
     };
-    let mut text =
-        super::chat::render_text(state, messages, tools, add_generation_prompt, Some(&kwargs))?;
     let prefill = match (mode, format) {
         (ToolMode::Required, Some(f)) => f.forced_prefix(None),
         (ToolMode::Named(n), Some(f)) => f.forced_prefix(Some(n)),
         _ => String::new(),
     };
-    let reasoning_open = text.trim_end_matches('\n').ends_with("<think>");
-    text.push_str(&prefill);
-    let prompt_ids = state
-        .tokenizer
-        .encode(&text, false)
-        .map_err(|e| ApiError::Internal(format!("failed to tokenize the prompt: {e}")))?;
+    let rendered = super::prompt::render(
+        state,
+        messages,
+        tools,
+        add_generation_prompt,
+        Some(&kwargs),
+        &prefill,
+    )?;
     let calls = match (mode, format) {
         (ToolMode::Off, _) | (_, None) => None,
         (_, Some(f)) => Some((f, specs)),
     };
     Ok(ReplyPlan {
-        prompt_ids,
+        prompt_ids: rendered.ids,
         prefill,
         reasoning: state.reasoning_parser,
-        reasoning_open,
+        reasoning_open: rendered.reasoning_open,
         calls,
     })
 }

@@ -90,6 +90,12 @@ pub fn settings(config: &ServeConfig) -> Value {
         "tool_call_parser": config.tool_call_parser.map(|p| p.flag_value()),
         "reasoning_parser": config.reasoning_parser.map(|p| p.flag_value()),
         "api_key": config.api_key.is_some(),
+        "header_read_timeout_s": config.http.header_read_timeout.as_secs_f64(),
+        "body_read_timeout_s": config.http.body_read_timeout.as_secs_f64(),
+        "keep_alive_timeout_s": config.http.keep_alive_timeout.as_secs_f64(),
+        "max_connections": config.http.max_connections,
+        "tokenizer_workers": config.http.tokenizer_workers,
+        "special_tokens_in_content": config.special_tokens_in_content,
     })
 }
 
