@@ -364,22 +364,48 @@ fn docker_mode_with_the_daemon_unreachable_says_so_and_offers_native() {
     assert_eq!(docker["status"], "warning");
 }
 
+/// A fake `nvidia-smi` in `dir` that reports one H100 (this machine has no GPU; the run must
+/// pass its device check to reach Docker's).
+#[cfg(unix)]
+fn fake_h100(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("fake-nvidia-smi");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559, 81000, 9.0'\n",
+    )
+    .expect("write the fake nvidia-smi");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    script
+}
+
+#[cfg(unix)]
 #[test]
-fn a_gpu_recipe_in_docker_mode_explains_and_offers_native_no_nvidia_runtime_here() {
+fn a_gpu_recipe_in_docker_mode_explains_what_it_needs_no_nvidia_runtime_here_fake_gpu() {
     let ctl = Ctl::new();
-    let out = ctl.run(&[
-        "run",
-        "qwen3-8b",
-        "--docker",
-        "--port",
-        &free_port().to_string(),
-    ]);
+    let smi = fake_h100(ctl.state.path());
+    let out = ctl.run_env(
+        &[
+            "run",
+            "qwen3-8b",
+            "--docker",
+            "--port",
+            &free_port().to_string(),
+        ],
+        "METRALE_NVIDIA_SMI",
+        smi.to_str().expect("utf-8 path"),
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains("runs on NVIDIA GPUs"), "{err}");
     assert!(err.contains("has no NVIDIA runtime"), "{err}");
     assert!(err.contains("nvidia-ctk runtime configure"), "{err}");
-    assert!(err.contains("metralectl run qwen3-8b --native"), "{err}");
+    // A native run of a GPU recipe needs a met built for CUDA, and the hint says so.
+    assert!(
+        err.contains("a native run needs a met built for CUDA"),
+        "{err}"
+    );
+    assert!(err.contains("--features cuda"), "{err}");
     let leftover = docker(&["ps", "-aq", "--filter", "label=ai.metrale.recipe=qwen3-8b"]);
     assert_eq!(leftover.trim(), "", "no container created");
 }
