@@ -455,6 +455,13 @@ fn recipe_names_complete_in_bash() {
     // Elsewhere clap's completion answers: subcommands.
     let sub = complete("metralectl ch");
     assert!(sub.lines().any(|l| l == "chat"), "{sub}");
+    // zsh (not installed here): the same names, from the script's own function.
+    let zsh = fs::read_to_string(repo_root().join("completions/_metralectl")).expect("_metralectl");
+    assert!(
+        zsh.contains("':name -- The recipe name, as `metralectl list` shows it:_metralectl_names'"),
+        "run's NAME completes recipe names in zsh"
+    );
+    assert!(zsh.contains("$(metralectl list --names 2>/dev/null)"));
 }
 
 // ---- run --print ----
