@@ -277,3 +277,37 @@ fn chat_demo_streams_keeps_a_history_and_resets_in_tmux() {
         text(&ps.stdout)
     );
 }
+
+#[test]
+fn chat_reads_messages_from_a_pipe_and_keeps_the_conversation() {
+    let ctl = Ctl::new();
+    ctl.demo("demo", free_port());
+    let mut child = ctl
+        .command(&["chat", "demo", "--temperature", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start chat");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"What is the capital of France?\n/nosuch\n/reset\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("chat ends with its input");
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), "The capital of France is Paris.", "{stderr}");
+    assert!(stderr.contains("unknown command /nosuch: /reset, /exit and /help are known"));
+    assert!(stderr.contains("the conversation is forgotten"), "{stderr}");
+    // A name that is neither an engine nor a recipe says both, and where to look.
+    let out = ctl.run(&["chat", "nosuch"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("no engine named nosuch runs, and no recipe has that name"),
+        "{err}"
+    );
+}
