@@ -86,7 +86,18 @@ fn pid_alive(pid: &str) -> bool {
 
 /// A foreground `metralectl run`: waits for its `ready:` line, sends SIGINT, and returns its
 /// whole stdout, stderr and whether it exited 0.
-fn interrupt_once_ready(mut child: std::process::Child) -> (String, String, bool) {
+fn interrupt_once_ready(child: std::process::Child) -> (String, String, bool) {
+    end_once_ready(child, |pid| {
+        let kill = Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .expect("kill -INT");
+        assert!(kill.success());
+    })
+}
+
+/// [`interrupt_once_ready`], ended by `end(pid)` instead.
+fn end_once_ready(mut child: std::process::Child, end: impl FnOnce(u32)) -> (String, String, bool) {
     use std::io::{BufRead as _, Read as _};
     let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut stdout = String::new();
@@ -102,11 +113,7 @@ fn interrupt_once_ready(mut child: std::process::Child) -> (String, String, bool
         stdout.contains("ready:"),
         "metralectl run never said ready: {stdout}"
     );
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill -INT");
-    assert!(kill.success());
+    end(child.id());
     for line in lines {
         stdout.push_str(&line.expect("stdout line"));
         stdout.push('\n');
@@ -578,6 +585,25 @@ async fn docker_run_serves_the_demo_from_a_scratch_image() {
         &format!("label=ai.metrale.name={name}"),
     ]);
     assert_eq!(left.trim(), "", "Ctrl-C removed the container");
+
+    // `metralectl stop` from another shell ends the foreground run cleanly (issue 38).
+    let fg = format!("{name}-fg");
+    let child = ctl
+        .command(&[
+            "run", "demo", "--docker", "--image", &image, "--port", &port_s, "--name", &fg,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn metralectl run");
+    let (_, stderr, ok) = end_once_ready(child, |_| {
+        assert!(ctl.run(&["stop", &fg]).status.success());
+    });
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains(&format!("the engine {fg} stopped (")),
+        "{stderr}"
+    );
 
     // The engine exits at start: its last lines are shown and the container is removed.
     let out = ctl.run(&[
