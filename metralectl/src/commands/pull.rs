@@ -89,7 +89,7 @@ pub fn pull(args: &PullArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
                 for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                     match serde_json::from_str::<Progress>(&line) {
                         Ok(p) => bar.update(&p.file, p.done, p.total),
-                        Err(_) => printer.note(line),
+                        Err(_) => bar.note(line),
                     }
                 }
             }

@@ -17,6 +17,8 @@ pub struct Download<'a> {
     printer: &'a Printer,
     bar: Option<ProgressBar>,
     file: Option<String>,
+    /// Drawn with other bars (run's spinner) when given, so they do not overwrite each other.
+    multi: Option<MultiProgress>,
 }
 
 impl<'a> Download<'a> {
@@ -25,6 +27,15 @@ impl<'a> Download<'a> {
             printer,
             bar: None,
             file: None,
+            multi: None,
+        }
+    }
+
+    /// A bar drawn below the others of `multi`.
+    fn within(printer: &'a Printer, multi: Option<MultiProgress>) -> Self {
+        Self {
+            multi,
+            ..Self::new(printer)
         }
     }
 
@@ -66,10 +77,21 @@ impl<'a> Download<'a> {
         }
     }
 
+    /// A note that does not break the bar (it is drawn again below).
+    pub fn note(&self, text: impl std::fmt::Display) {
+        match &self.bar {
+            Some(bar) => bar.suspend(|| self.printer.note(text)),
+            None => self.printer.note(text),
+        }
+    }
+
     /// The bar, made on first use (on a terminal only).
     fn bar_for(&mut self) -> Option<&ProgressBar> {
         if self.bar.is_none() && self.printer.live_progress() {
-            let bar = ProgressBar::new(0);
+            let bar = match &self.multi {
+                Some(multi) => multi.add(ProgressBar::new(0)),
+                None => ProgressBar::new(0),
+            };
             bar.set_style(
                 ProgressStyle::with_template(
                     "download {msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
@@ -102,8 +124,11 @@ pub struct Startup<'a> {
 
 impl<'a> Startup<'a> {
     pub fn new(printer: &'a Printer, name: &str) -> Self {
-        let bar = printer.live_progress().then(|| {
-            let bar = ProgressBar::new_spinner();
+        let multi = printer
+            .live_progress()
+            .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+        let bar = multi.as_ref().map(|multi| {
+            let bar = multi.add(ProgressBar::new_spinner());
             bar.set_style(
                 ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
@@ -116,7 +141,7 @@ impl<'a> Startup<'a> {
             name: name.to_owned(),
             bar,
             noted_phase: None,
-            download: Download::new(printer),
+            download: Download::within(printer, multi),
         }
     }
 
