@@ -31,6 +31,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show everything a recipe pins, and whether it fits this machine')
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively')
             [CompletionResult]::new('top', 'top', [CompletionResultType]::ParameterValue, 'Live dashboard of a running engine: throughput, batch, KV cache, every request')
+            [CompletionResult]::new('chat', 'chat', [CompletionResultType]::ParameterValue, 'Talk to a model in the terminal: a running engine, or a recipe started for it')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token')
             [CompletionResult]::new('ps', 'ps', [CompletionResultType]::ParameterValue, 'List the running engines')
             [CompletionResult]::new('stop', 'stop', [CompletionResultType]::ParameterValue, 'Stop engines (a container is removed)')
@@ -48,6 +49,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--vendor', '--vendor', [CompletionResultType]::ParameterName, 'Only recipes whose checkpoint comes from this vendor (e.g. Qwen, NVIDIA)')
             [CompletionResult]::new('--family', '--family', [CompletionResultType]::ParameterName, 'Only recipes of this model family (e.g. qwen3, qwen3.6)')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON (see docs/recipes.md for its fields)')
+            [CompletionResult]::new('--names', '--names', [CompletionResultType]::ParameterName, 'Print only the names, one a line (shell completion reads them)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -68,7 +70,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
         }
         'metralectl;run' {
             [CompletionResult]::new('--port', '--port', [CompletionResultType]::ParameterName, 'Serve on this port instead of the recipe''s')
-            [CompletionResult]::new('--host', '--host', [CompletionResultType]::ParameterName, 'Address the endpoint is reachable on (in a container: the host side of the port binding)')
+            [CompletionResult]::new('--host', '--host', [CompletionResultType]::ParameterName, 'Address to serve on (in a container: the host side of the port binding). The default keeps the engine to this machine; 0.0.0.0 opens it to every network it is on')
             [CompletionResult]::new('--gpus', '--gpus', [CompletionResultType]::ParameterName, 'GPUs to give the engine: `all`, or indices like `0,1`')
             [CompletionResult]::new('--api-key', '--api-key', [CompletionResultType]::ParameterName, 'Require `Authorization: Bearer KEY` on the API (passed to the engine as MET_API_KEY)')
             [CompletionResult]::new('--name', '--name', [CompletionResultType]::ParameterName, 'Name of the engine for ps/stop/logs [default: the recipe name]')
@@ -79,6 +81,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--docker', '--docker', [CompletionResultType]::ParameterName, 'Run the engine image in a container through the Docker Engine')
             [CompletionResult]::new('-d', '-d', [CompletionResultType]::ParameterName, 'Return once the engine is ready and leave it running (`metralectl stop` ends it)')
             [CompletionResult]::new('--detach', '--detach', [CompletionResultType]::ParameterName, 'Return once the engine is ready and leave it running (`metralectl stop` ends it)')
+            [CompletionResult]::new('--skip-checks', '--skip-checks', [CompletionResultType]::ParameterName, 'Start even when this machine lacks the GPU, memory or compute capability the recipe asks for (the check runs before any download)')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'With --print: print JSON (see docs/recipes.md for its fields)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
@@ -93,6 +96,22 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Read `URL/v1/metrics/stream` instead (a remote engine or a container)')
             [CompletionResult]::new('--api-key', '--api-key', [CompletionResultType]::ParameterName, 'The engine''s API key, for --url')
             [CompletionResult]::new('--port', '--port', [CompletionResultType]::ParameterName, 'The engine''s port, to find its default socket [default: 8000]')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'metralectl;chat' {
+            [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'Talk to this OpenAI-compatible server instead (e.g. http://127.0.0.1:8000)')
+            [CompletionResult]::new('--api-key', '--api-key', [CompletionResultType]::ParameterName, 'The engine''s API key')
+            [CompletionResult]::new('--model', '--model', [CompletionResultType]::ParameterName, 'The model name to send [default: the first the server''s /v1/models lists]')
+            [CompletionResult]::new('--system', '--system', [CompletionResultType]::ParameterName, 'A system message that starts the conversation (and survives /reset)')
+            [CompletionResult]::new('--max-tokens', '--max-tokens', [CompletionResultType]::ParameterName, 'Most tokens a reply may have [default: the engine''s]')
+            [CompletionResult]::new('--temperature', '--temperature', [CompletionResultType]::ParameterName, 'Sampling temperature [default: the model''s]')
+            [CompletionResult]::new('--port', '--port', [CompletionResultType]::ParameterName, 'When the recipe is started for the chat: serve on this port instead of the recipe''s')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
@@ -198,6 +217,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--baseline', '--baseline', [CompletionResultType]::ParameterName, 'The baseline record (e.g. bench/baselines/NAME.json)')
             [CompletionResult]::new('--url', '--url', [CompletionResultType]::ParameterName, 'The server to measure [default: the baseline''s URL]')
             [CompletionResult]::new('--api-key', '--api-key', [CompletionResultType]::ParameterName, 'The server''s API key (sent as `Authorization: Bearer KEY`)')
+            [CompletionResult]::new('--model', '--model', [CompletionResultType]::ParameterName, 'Send this model name instead of the baseline''s (the same model served under another name)')
             [CompletionResult]::new('--tolerance', '--tolerance', [CompletionResultType]::ParameterName, 'How much slower than the baseline a rung may be, as a fraction')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'Print JSON')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
@@ -325,6 +345,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('show', 'show', [CompletionResultType]::ParameterValue, 'Show everything a recipe pins, and whether it fits this machine')
             [CompletionResult]::new('run', 'run', [CompletionResultType]::ParameterValue, 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively')
             [CompletionResult]::new('top', 'top', [CompletionResultType]::ParameterValue, 'Live dashboard of a running engine: throughput, batch, KV cache, every request')
+            [CompletionResult]::new('chat', 'chat', [CompletionResultType]::ParameterValue, 'Talk to a model in the terminal: a running engine, or a recipe started for it')
             [CompletionResult]::new('doctor', 'doctor', [CompletionResultType]::ParameterValue, 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token')
             [CompletionResult]::new('ps', 'ps', [CompletionResultType]::ParameterValue, 'List the running engines')
             [CompletionResult]::new('stop', 'stop', [CompletionResultType]::ParameterValue, 'Stop engines (a container is removed)')
@@ -348,6 +369,9 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             break
         }
         'metralectl;help;top' {
+            break
+        }
+        'metralectl;help;chat' {
             break
         }
         'metralectl;help;doctor' {

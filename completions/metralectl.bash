@@ -19,6 +19,9 @@ _metralectl() {
             metralectl,bench)
                 cmd="metralectl__subcmd__bench"
                 ;;
+            metralectl,chat)
+                cmd="metralectl__subcmd__chat"
+                ;;
             metralectl,completions)
                 cmd="metralectl__subcmd__completions"
                 ;;
@@ -87,6 +90,9 @@ _metralectl() {
                 ;;
             metralectl__subcmd__help,bench)
                 cmd="metralectl__subcmd__help__subcmd__bench"
+                ;;
+            metralectl__subcmd__help,chat)
+                cmd="metralectl__subcmd__help__subcmd__chat"
                 ;;
             metralectl__subcmd__help,completions)
                 cmd="metralectl__subcmd__help__subcmd__completions"
@@ -170,7 +176,7 @@ _metralectl() {
 
     case "${cmd}" in
         metralectl)
-            opts="-q -h -V --quiet --help --version list show run top doctor ps stop logs pull completions bench sign verify self help"
+            opts="-q -h -V --quiet --help --version list show run top chat doctor ps stop logs pull completions bench sign verify self help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -262,7 +268,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__bench__subcmd__gate)
-            opts="-q -h -V --baseline --url --api-key --tolerance --json --quiet --help --version"
+            opts="-q -h -V --baseline --url --api-key --model --tolerance --json --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -277,6 +283,10 @@ _metralectl() {
                     return 0
                     ;;
                 --api-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --model)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -397,6 +407,48 @@ _metralectl() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        metralectl__subcmd__chat)
+            opts="-q -h -V --url --api-key --model --system --max-tokens --temperature --port --quiet --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --api-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --model)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --system)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-tokens)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --temperature)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --port)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         metralectl__subcmd__completions)
             opts="-q -h -V --quiet --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -430,7 +482,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__help)
-            opts="list show run top doctor ps stop logs pull completions bench sign verify self help"
+            opts="list show run top chat doctor ps stop logs pull completions bench sign verify self help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -488,6 +540,20 @@ _metralectl() {
         metralectl__subcmd__help__subcmd__bench__subcmd__report)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 4 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        metralectl__subcmd__help__subcmd__chat)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
@@ -724,7 +790,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__list)
-            opts="-q -h -V --vendor --family --json --quiet --help --version"
+            opts="-q -h -V --vendor --family --json --names --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -796,7 +862,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__run)
-            opts="-d -q -h -V --print --native --docker --port --host --detach --gpus --api-key --name --image --ready-timeout --json --quiet --help --version"
+            opts="-d -q -h -V --print --native --docker --port --host --detach --gpus --api-key --name --image --skip-checks --ready-timeout --json --quiet --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1061,3 +1127,17 @@ if [[ "${BASH_VERSINFO[0]}" -eq 4 && "${BASH_VERSINFO[1]}" -ge 4 || "${BASH_VERS
 else
     complete -F _metralectl -o bashdefault -o default metralectl
 fi
+
+# Recipe and engine names where a command takes one (`metralectl list --names`).
+_metralectl_names() {
+    local cur="${COMP_WORDS[COMP_CWORD]}"
+    if [[ ${COMP_CWORD} -eq 2 && "${cur}" != -* ]]; then
+        case "${COMP_WORDS[1]}" in
+            run|show|pull|chat|top|stop|logs)
+                COMPREPLY=( $(compgen -W "$(metralectl list --names 2>/dev/null)" -- "${cur}") )
+                return 0 ;;
+        esac
+    fi
+    _metralectl "$@"
+}
+complete -F _metralectl_names -o nosort -o bashdefault -o default metralectl

@@ -28,6 +28,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand show 'Show everything a recipe pins, and whether it fits this machine'
             cand run 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively'
             cand top 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
+            cand chat 'Talk to a model in the terminal: a running engine, or a recipe started for it'
             cand doctor 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token'
             cand ps 'List the running engines'
             cand stop 'Stop engines (a container is removed)'
@@ -44,6 +45,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --vendor 'Only recipes whose checkpoint comes from this vendor (e.g. Qwen, NVIDIA)'
             cand --family 'Only recipes of this model family (e.g. qwen3, qwen3.6)'
             cand --json 'Print JSON (see docs/recipes.md for its fields)'
+            cand --names 'Print only the names, one a line (shell completion reads them)'
             cand -q 'Print only the result: no notes or warnings'
             cand --quiet 'Print only the result: no notes or warnings'
             cand -h 'Print help'
@@ -62,7 +64,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         }
         &'metralectl;run'= {
             cand --port 'Serve on this port instead of the recipe''s'
-            cand --host 'Address the endpoint is reachable on (in a container: the host side of the port binding)'
+            cand --host 'Address to serve on (in a container: the host side of the port binding). The default keeps the engine to this machine; 0.0.0.0 opens it to every network it is on'
             cand --gpus 'GPUs to give the engine: `all`, or indices like `0,1`'
             cand --api-key 'Require `Authorization: Bearer KEY` on the API (passed to the engine as MET_API_KEY)'
             cand --name 'Name of the engine for ps/stop/logs [default: the recipe name]'
@@ -73,6 +75,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --docker 'Run the engine image in a container through the Docker Engine'
             cand -d 'Return once the engine is ready and leave it running (`metralectl stop` ends it)'
             cand --detach 'Return once the engine is ready and leave it running (`metralectl stop` ends it)'
+            cand --skip-checks 'Start even when this machine lacks the GPU, memory or compute capability the recipe asks for (the check runs before any download)'
             cand --json 'With --print: print JSON (see docs/recipes.md for its fields)'
             cand -q 'Print only the result: no notes or warnings'
             cand --quiet 'Print only the result: no notes or warnings'
@@ -86,6 +89,21 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --url 'Read `URL/v1/metrics/stream` instead (a remote engine or a container)'
             cand --api-key 'The engine''s API key, for --url'
             cand --port 'The engine''s port, to find its default socket [default: 8000]'
+            cand -q 'Print only the result: no notes or warnings'
+            cand --quiet 'Print only the result: no notes or warnings'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'metralectl;chat'= {
+            cand --url 'Talk to this OpenAI-compatible server instead (e.g. http://127.0.0.1:8000)'
+            cand --api-key 'The engine''s API key'
+            cand --model 'The model name to send [default: the first the server''s /v1/models lists]'
+            cand --system 'A system message that starts the conversation (and survives /reset)'
+            cand --max-tokens 'Most tokens a reply may have [default: the engine''s]'
+            cand --temperature 'Sampling temperature [default: the model''s]'
+            cand --port 'When the recipe is started for the chat: serve on this port instead of the recipe''s'
             cand -q 'Print only the result: no notes or warnings'
             cand --quiet 'Print only the result: no notes or warnings'
             cand -h 'Print help'
@@ -183,6 +201,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --baseline 'The baseline record (e.g. bench/baselines/NAME.json)'
             cand --url 'The server to measure [default: the baseline''s URL]'
             cand --api-key 'The server''s API key (sent as `Authorization: Bearer KEY`)'
+            cand --model 'Send this model name instead of the baseline''s (the same model served under another name)'
             cand --tolerance 'How much slower than the baseline a rung may be, as a fraction'
             cand --json 'Print JSON'
             cand -q 'Print only the result: no notes or warnings'
@@ -293,6 +312,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand show 'Show everything a recipe pins, and whether it fits this machine'
             cand run 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively'
             cand top 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
+            cand chat 'Talk to a model in the terminal: a running engine, or a recipe started for it'
             cand doctor 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token'
             cand ps 'List the running engines'
             cand stop 'Stop engines (a container is removed)'
@@ -312,6 +332,8 @@ set edit:completion:arg-completer[metralectl] = {|@words|
         &'metralectl;help;run'= {
         }
         &'metralectl;help;top'= {
+        }
+        &'metralectl;help;chat'= {
         }
         &'metralectl;help;doctor'= {
         }

@@ -31,6 +31,7 @@ complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "list" -d 'Lis
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "show" -d 'Show everything a recipe pins, and whether it fits this machine'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "run" -d 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "top" -d 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
+complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "chat" -d 'Talk to a model in the terminal: a running engine, or a recipe started for it'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "doctor" -d 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "ps" -d 'List the running engines'
 complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "stop" -d 'Stop engines (a container is removed)'
@@ -45,6 +46,7 @@ complete -c metralectl -n "__fish_metralectl_needs_command" -f -a "help" -d 'Pri
 complete -c metralectl -n "__fish_metralectl_using_subcommand list" -l vendor -d 'Only recipes whose checkpoint comes from this vendor (e.g. Qwen, NVIDIA)' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand list" -l family -d 'Only recipes of this model family (e.g. qwen3, qwen3.6)' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand list" -l json -d 'Print JSON (see docs/recipes.md for its fields)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand list" -l names -d 'Print only the names, one a line (shell completion reads them)'
 complete -c metralectl -n "__fish_metralectl_using_subcommand list" -s q -l quiet -d 'Print only the result: no notes or warnings'
 complete -c metralectl -n "__fish_metralectl_using_subcommand list" -s h -l help -d 'Print help'
 complete -c metralectl -n "__fish_metralectl_using_subcommand list" -s V -l version -d 'Print version'
@@ -53,7 +55,7 @@ complete -c metralectl -n "__fish_metralectl_using_subcommand show" -s q -l quie
 complete -c metralectl -n "__fish_metralectl_using_subcommand show" -s h -l help -d 'Print help'
 complete -c metralectl -n "__fish_metralectl_using_subcommand show" -s V -l version -d 'Print version'
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l port -d 'Serve on this port instead of the recipe\'s' -r
-complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l host -d 'Address the endpoint is reachable on (in a container: the host side of the port binding)' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l host -d 'Address to serve on (in a container: the host side of the port binding). The default keeps the engine to this machine; 0.0.0.0 opens it to every network it is on' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l gpus -d 'GPUs to give the engine: `all`, or indices like `0,1`' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l api-key -d 'Require `Authorization: Bearer KEY` on the API (passed to the engine as MET_API_KEY)' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l name -d 'Name of the engine for ps/stop/logs [default: the recipe name]' -r
@@ -63,6 +65,7 @@ complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l print -d '
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l native -d 'Run `met` as a native process (found beside metralectl, then on PATH)'
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l docker -d 'Run the engine image in a container through the Docker Engine'
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -s d -l detach -d 'Return once the engine is ready and leave it running (`metralectl stop` ends it)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l skip-checks -d 'Start even when this machine lacks the GPU, memory or compute capability the recipe asks for (the check runs before any download)'
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -l json -d 'With --print: print JSON (see docs/recipes.md for its fields)'
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -s q -l quiet -d 'Print only the result: no notes or warnings'
 complete -c metralectl -n "__fish_metralectl_using_subcommand run" -s h -l help -d 'Print help'
@@ -74,6 +77,16 @@ complete -c metralectl -n "__fish_metralectl_using_subcommand top" -l port -d 'T
 complete -c metralectl -n "__fish_metralectl_using_subcommand top" -s q -l quiet -d 'Print only the result: no notes or warnings'
 complete -c metralectl -n "__fish_metralectl_using_subcommand top" -s h -l help -d 'Print help'
 complete -c metralectl -n "__fish_metralectl_using_subcommand top" -s V -l version -d 'Print version'
+complete -c metralectl -n "__fish_metralectl_using_subcommand chat" -l url -d 'Talk to this OpenAI-compatible server instead (e.g. http://127.0.0.1:8000)' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand chat" -l api-key -d 'The engine\'s API key' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand chat" -l model -d 'The model name to send [default: the first the server\'s /v1/models lists]' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand chat" -l system -d 'A system message that starts the conversation (and survives /reset)' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand chat" -l max-tokens -d 'Most tokens a reply may have [default: the engine\'s]' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand chat" -l temperature -d 'Sampling temperature [default: the model\'s]' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand chat" -l port -d 'When the recipe is started for the chat: serve on this port instead of the recipe\'s' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand chat" -s q -l quiet -d 'Print only the result: no notes or warnings'
+complete -c metralectl -n "__fish_metralectl_using_subcommand chat" -s h -l help -d 'Print help'
+complete -c metralectl -n "__fish_metralectl_using_subcommand chat" -s V -l version -d 'Print version'
 complete -c metralectl -n "__fish_metralectl_using_subcommand doctor" -l port -d 'Check this port instead of the default (8000)' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand doctor" -l json -d 'Print JSON: each check\'s id, status, finding and fix'
 complete -c metralectl -n "__fish_metralectl_using_subcommand doctor" -s q -l quiet -d 'Print only the result: no notes or warnings'
@@ -128,6 +141,7 @@ complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and not __f
 complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -l baseline -d 'The baseline record (e.g. bench/baselines/NAME.json)' -r -F
 complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -l url -d 'The server to measure [default: the baseline\'s URL]' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -l api-key -d 'The server\'s API key (sent as `Authorization: Bearer KEY`)' -r
+complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -l model -d 'Send this model name instead of the baseline\'s (the same model served under another name)' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -l tolerance -d 'How much slower than the baseline a rung may be, as a fraction' -r
 complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -l json -d 'Print JSON'
 complete -c metralectl -n "__fish_metralectl_using_subcommand bench; and __fish_seen_subcommand_from gate" -s q -l quiet -d 'Print only the result: no notes or warnings'
@@ -175,23 +189,27 @@ complete -c metralectl -n "__fish_metralectl_using_subcommand self; and __fish_s
 complete -c metralectl -n "__fish_metralectl_using_subcommand self; and __fish_seen_subcommand_from help" -f -a "update" -d 'Install the latest release (or --version) after checking its signature and hash'
 complete -c metralectl -n "__fish_metralectl_using_subcommand self; and __fish_seen_subcommand_from help" -f -a "uninstall" -d 'Remove metralectl, met and what the installer added to your shell profile'
 complete -c metralectl -n "__fish_metralectl_using_subcommand self; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "list" -d 'List the recipes: built-in ones and yours'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "show" -d 'Show everything a recipe pins, and whether it fits this machine'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "run" -d 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "top" -d 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "doctor" -d 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "ps" -d 'List the running engines'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "stop" -d 'Stop engines (a container is removed)'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "logs" -d 'Show an engine\'s log'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "pull" -d 'Fetch a recipe\'s engine image and Hub checkpoint ahead of time'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "completions" -d 'Write shell completions to stdout'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "bench" -d 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "sign" -d 'Sign a file (a release\'s SHA256SUMS, a benchmark record): writes FILE.minisig'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "verify" -d 'Check a signed file (a release\'s SHA256SUMS, a benchmark record) against a trusted key'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "self" -d 'Update or remove this installation of metralectl and met'
-complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top doctor ps stop logs pull completions bench sign verify self help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "list" -d 'List the recipes: built-in ones and yours'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "show" -d 'Show everything a recipe pins, and whether it fits this machine'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "run" -d 'Start a recipe: in a container when Docker and the NVIDIA runtime are ready, else natively'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "top" -d 'Live dashboard of a running engine: throughput, batch, KV cache, every request'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "chat" -d 'Talk to a model in the terminal: a running engine, or a recipe started for it'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "doctor" -d 'Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "ps" -d 'List the running engines'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "stop" -d 'Stop engines (a container is removed)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "logs" -d 'Show an engine\'s log'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "pull" -d 'Fetch a recipe\'s engine image and Hub checkpoint ahead of time'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "completions" -d 'Write shell completions to stdout'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "bench" -d 'Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md)'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "sign" -d 'Sign a file (a release\'s SHA256SUMS, a benchmark record): writes FILE.minisig'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "verify" -d 'Check a signed file (a release\'s SHA256SUMS, a benchmark record) against a trusted key'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "self" -d 'Update or remove this installation of metralectl and met'
+complete -c metralectl -n "__fish_metralectl_using_subcommand help; and not __fish_seen_subcommand_from list show run top chat doctor ps stop logs pull completions bench sign verify self help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c metralectl -n "__fish_metralectl_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "gate" -d 'Rerun a baseline record\'s workload; fail when a rung is slower than the baseline by more than the tolerance, or when greedy outputs are not deterministic or leak special tokens'
 complete -c metralectl -n "__fish_metralectl_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "report" -d 'Generate bench/README.md (a table a record) and bench/ladder.svg (tok/s against concurrency per series) from the committed records'
 complete -c metralectl -n "__fish_metralectl_using_subcommand help; and __fish_seen_subcommand_from bench" -f -a "keygen" -d 'Write a minisign key pair for `--sign`: KEYFILE (secret, mode 0600) and KEYFILE.pub'
 complete -c metralectl -n "__fish_metralectl_using_subcommand help; and __fish_seen_subcommand_from self" -f -a "update" -d 'Install the latest release (or --version) after checking its signature and hash'
 complete -c metralectl -n "__fish_metralectl_using_subcommand help; and __fish_seen_subcommand_from self" -f -a "uninstall" -d 'Remove metralectl, met and what the installer added to your shell profile'
+
+# Recipe and engine names where a command takes one (`metralectl list --names`).
+complete -c metralectl -n "__fish_seen_subcommand_from run show pull chat top stop logs" -f -a "(metralectl list --names 2>/dev/null)"

@@ -34,7 +34,12 @@ pub enum Input {
 /// The keys the dashboard knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Key {
+    /// `q`: quits `top`; in `met serve`'s own dashboard it asks first (stop, or detach).
     Quit,
+    /// Ctrl-C: quits at once (in `met serve`, stops the server as Ctrl-C would).
+    Interrupt,
+    /// `d`: in `met serve`, leaves the dashboard and keeps serving.
+    Detach,
     Up,
     Down,
     PageUp,
@@ -257,6 +262,13 @@ pub struct App {
     pub scroll: usize,
     pub help: bool,
     pub quit: bool,
+    /// The dashboard is the server's own (`met serve`): `q` asks before stopping it, `d` leaves
+    /// the server running.
+    pub serving: bool,
+    /// `q` was pressed in a server's dashboard: the next key decides.
+    pub confirm_quit: bool,
+    /// The dashboard ended with `d`: the server keeps running.
+    pub detach: bool,
     /// Ticks seen (the clock while disconnected).
     pub ticks: u64,
 }
@@ -273,7 +285,18 @@ impl App {
             scroll: 0,
             help: false,
             quit: false,
+            serving: false,
+            confirm_quit: false,
+            detach: false,
             ticks: 0,
+        }
+    }
+
+    /// The dashboard of `met serve` itself: `q` asks before it stops the server.
+    pub fn for_server(target: impl Into<String>) -> Self {
+        Self {
+            serving: true,
+            ..Self::new(target)
         }
     }
 
@@ -325,12 +348,25 @@ impl App {
     }
 
     fn key(&mut self, k: Key) {
-        if self.help && k != Key::Quit {
+        if self.confirm_quit {
+            self.confirm_quit = false;
+            match k {
+                Key::Quit | Key::Interrupt => self.quit = true,
+                Key::Detach => (self.detach, self.quit) = (true, true),
+                _ => {} // stay
+            }
+            return;
+        }
+        if self.help && !matches!(k, Key::Quit | Key::Interrupt) {
             self.help = false;
             return;
         }
         match k {
+            Key::Interrupt => self.quit = true,
+            Key::Quit if self.serving => self.confirm_quit = true,
             Key::Quit => self.quit = true,
+            Key::Detach if self.serving => (self.detach, self.quit) = (true, true),
+            Key::Detach => {}
             Key::Up => self.scroll = self.scroll.saturating_sub(1),
             Key::Down => {
                 self.scroll = (self.scroll + 1).min(self.view().rows.len().saturating_sub(1))
@@ -540,6 +576,30 @@ mod tests {
                 .as_deref()
                 .is_some_and(|n| n.contains("restarted"))
         );
+    }
+
+    #[test]
+    fn a_server_s_dashboard_asks_before_q_stops_it_and_d_detaches() {
+        let mut app = App::for_server("met serve (this process)");
+        app.apply(Input::Key(Key::Quit));
+        assert!(app.confirm_quit && !app.quit, "q asks first");
+        app.apply(Input::Key(Key::Sort));
+        assert!(!app.confirm_quit && !app.quit, "any other key stays");
+        app.apply(Input::Key(Key::Quit));
+        app.apply(Input::Key(Key::Detach));
+        assert!(app.quit && app.detach, "d leaves the server running");
+        let mut app = App::for_server("x");
+        app.apply(Input::Key(Key::Quit));
+        app.apply(Input::Key(Key::Quit));
+        assert!(app.quit && !app.detach, "q twice stops it");
+        let mut app = App::for_server("x");
+        app.apply(Input::Key(Key::Interrupt));
+        assert!(app.quit && !app.detach, "Ctrl-C stops at once");
+        let mut top = App::new("x");
+        top.apply(Input::Key(Key::Detach));
+        assert!(!top.quit, "d means nothing to top");
+        top.apply(Input::Key(Key::Quit));
+        assert!(top.quit, "q quits top at once");
     }
 
     #[test]

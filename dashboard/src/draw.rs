@@ -83,6 +83,14 @@ fn status_line(app: &App) -> Line<'static> {
         spans.push(" ".into());
     }
     spans.push(conn);
+    if app.serving && app.view().ready() {
+        // The line the README tells a `met serve` user to wait for.
+        spans.push("  ".into());
+        spans.push(" ready ".black().on_green().bold());
+        if let Some(url) = app.view().hello.as_ref().and_then(|h| h.http_url.clone()) {
+            spans.push(format!(" {url}/v1").green());
+        }
+    }
     if let Some(n) = &app.notice {
         spans.push("  ".into());
         spans.push(Span::styled(n.clone(), Style::new().yellow()));
@@ -91,23 +99,39 @@ fn status_line(app: &App) -> Line<'static> {
 }
 
 fn footer_line(app: &App) -> Line<'static> {
-    Line::from(vec![
-        " q".bold(),
-        " quit  ".dim(),
-        "↑↓/jk".bold(),
-        " scroll  ".dim(),
-        "s".bold(),
-        format!(" sort: {}  ", app.sort.label()).dim(),
-        "p".bold(),
-        if app.paused() {
-            " resume  "
-        } else {
-            " pause  "
-        }
-        .dim(),
-        "?".bold(),
-        " help".dim(),
-    ])
+    if app.confirm_quit {
+        return Line::from(vec![
+            " Stop the server? ".black().on_yellow().bold(),
+            " q".bold(),
+            " stop it  ".into(),
+            "d".bold(),
+            " leave the dashboard, keep serving  ".into(),
+            "any other key".bold(),
+            " stay".into(),
+        ]);
+    }
+    let quit: Vec<Span<'static>> = if app.serving {
+        vec![" q".bold(), " stop  ".dim(), "d".bold(), " detach  ".dim()]
+    } else {
+        vec![" q".bold(), " quit  ".dim()]
+    };
+    Line::from_iter(
+        quit.into_iter().chain([
+            "↑↓/jk".bold(),
+            " scroll  ".dim(),
+            "s".bold(),
+            format!(" sort: {}  ", app.sort.label()).dim(),
+            "p".bold(),
+            if app.paused() {
+                " resume  "
+            } else {
+                " pause  "
+            }
+            .dim(),
+            "?".bold(),
+            " help".dim(),
+        ]),
+    )
 }
 
 fn start_up(frame: &mut Frame, m: &Model, area: Rect) {

@@ -9,3 +9,5 @@ pub mod term;
 
 pub use app::{App, Input, Key};
 pub use draw::draw;
+/// The terminal library the dashboard draws with, for `metralectl chat`'s prompt.
+pub use ratatui::crossterm;

@@ -27,16 +27,34 @@ impl Drop for Restore {
     }
 }
 
+/// How the dashboard ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// `q` or Ctrl-C (or every source gone).
+    Quit,
+    /// `d` in a server's dashboard: the server keeps running.
+    Detach,
+}
+
 /// Take over the terminal and show the dashboard until `q` or Ctrl-C. Sources send their
 /// [`Input`]s on clones of `tx`; keys and ticks are added here.
-pub fn run(target: String, tx: Sender<Input>, rx: Receiver<Input>) -> io::Result<()> {
+pub fn run(target: String, tx: Sender<Input>, rx: Receiver<Input>) -> io::Result<Ended> {
+    run_app(App::new(target), tx, rx)
+}
+
+/// [`run`] with a given app (`App::for_server` for `met serve`'s own dashboard).
+pub fn run_app(mut app: App, tx: Sender<Input>, rx: Receiver<Input>) -> io::Result<Ended> {
     let mut terminal = ratatui::try_init()?;
     let _restore = Restore;
     std::thread::Builder::new()
         .name("dashboard-keys".into())
         .spawn(move || read_keys(&tx))?;
-    let mut app = App::new(target);
-    run_loop(&mut terminal, &mut app, &rx)
+    run_loop(&mut terminal, &mut app, &rx)?;
+    Ok(if app.detach {
+        Ended::Detach
+    } else {
+        Ended::Quit
+    })
 }
 
 /// The event loop: apply every input that arrived, then draw at most once a [`FRAME`].
@@ -79,8 +97,9 @@ where
 /// Map a terminal key to a dashboard key.
 pub fn key_of(code: KeyCode, modifiers: KeyModifiers) -> Option<Key> {
     Some(match code {
-        KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => Key::Quit,
+        KeyCode::Char('c') if modifiers.contains(KeyModifiers::CONTROL) => Key::Interrupt,
         KeyCode::Char('q') => Key::Quit,
+        KeyCode::Char('d') => Key::Detach,
         KeyCode::Up | KeyCode::Char('k') => Key::Up,
         KeyCode::Down | KeyCode::Char('j') => Key::Down,
         KeyCode::PageUp => Key::PageUp,

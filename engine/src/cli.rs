@@ -41,6 +41,8 @@ pub struct DownloadArgs {
     /// The branch, tag or commit to fetch.
     #[arg(long, default_value = "main")]
     pub revision: String,
+    #[command(flatten)]
+    pub progress: DownloadProgress,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -116,8 +118,10 @@ pub struct ServeArgs {
     /// KV cache storage type.
     #[arg(long, value_enum, default_value = "auto")]
     pub kv_cache_dtype: KvCacheDtype,
-    /// Reuse the KV cache of shared prompt prefixes.
-    #[arg(long)]
+    /// Reuse the KV cache of shared prompt prefixes (`--enable-prefix-caching true|false` is
+    /// accepted too).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL",
+          action = clap::ArgAction::Set, default_value_t = false)]
     pub enable_prefix_caching: bool,
     /// Run every step op by op, never replaying a captured CUDA graph (slower; for debugging).
     #[arg(long)]
@@ -186,6 +190,218 @@ pub struct ServeArgs {
     /// $XDG_RUNTIME_DIR/metrale/met-PORT.sock, else /tmp/metrale-UID/met-PORT.sock].
     #[arg(long, value_name = "PATH")]
     pub metrics_socket: Option<PathBuf>,
+    #[command(flatten)]
+    pub ladder: LadderArgs,
+}
+
+// ---- The reference ladder's flags and met's completions (issue 38) ----------------------------
+// The published `met serve` command line of the reference ladder (docs/api.md, "Flags of the
+// reference ladder") passes these. Each does what its name says in met, maps to met's
+// equivalent, or is accepted because met always does what it asks; `main.rs::apply_ladder` is
+// where they take effect. Kept in one block, apart from the flags above.
+
+/// `--mtp-gate`: when the MTP head drafts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MtpGate {
+    /// Drafting pauses while more than --speculative-max-batch sequences run (met's default).
+    Auto,
+    /// Draft at every batch size (--speculative-max-batch unlimited).
+    Force,
+}
+
+/// `--scheduling-policy`: met's scheduler admits requests first come, first served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchedulingPolicy {
+    Fifo,
+}
+
+/// `--mtp-quantization`: the MTP head's weights stay in the checkpoint's 16-bit type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MtpQuantization {
+    Bf16,
+}
+
+/// `--ssm-h-dtype`: how the recurrent (Gated DeltaNet) state is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SsmStateDtype {
+    /// A float32 state in per-sequence slots (what met keeps).
+    F32,
+    /// Accepted as a name for met's slot pool; met keeps the state in float32 (a note says so).
+    #[value(name = "f16-pool")]
+    F16Pool,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Flags of the reference ladder (docs/api.md)")]
+pub struct LadderArgs {
+    /// When the MTP head drafts: auto (pause above --speculative-max-batch running sequences)
+    /// or force (at every batch size).
+    #[arg(long, value_enum, value_name = "GATE")]
+    pub mtp_gate: Option<MtpGate>,
+    /// Request scheduling: fifo, the only policy met has (first come, first served).
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub scheduling_policy: Option<SchedulingPolicy>,
+    /// The MTP head's weight type: bf16, the checkpoint's (met does not quantize the head).
+    #[arg(long, value_enum, value_name = "TYPE")]
+    pub mtp_quantization: Option<MtpQuantization>,
+    /// Tool calls are parsed from free text, never constrained by a grammar: true is what met
+    /// does; false is refused.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL",
+          action = clap::ArgAction::Set)]
+    pub disable_tool_grammar: Option<bool>,
+    /// Hybrid models' recurrent state storage: f32 (met's); f16-pool is accepted and runs as f32.
+    #[arg(long, value_enum, value_name = "DTYPE")]
+    pub ssm_h_dtype: Option<SsmStateDtype>,
+    /// Gated DeltaNet's output norm fused with its gate: what met's kernels always do.
+    #[arg(long)]
+    pub gdn_fused_norm: bool,
+    /// The recurrent state of a step's sequences updated in one batched launch: what met always
+    /// does.
+    #[arg(long)]
+    pub ssm_batched_recurrent: bool,
+    /// Save recurrent-state checkpoints in the middle of a prefill chunk's tail: met saves them
+    /// only at --ssm-checkpoint-interval boundaries, so false is what it does; true is refused.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL",
+          action = clap::ArgAction::Set)]
+    pub ssm_tail_midchunk: Option<bool>,
+    /// Prefill chunks of several sequences in one variable-length step: what met always does.
+    #[arg(long)]
+    pub prefill_varlen_batch: bool,
+}
+
+/// `met download --progress`: how the download reports itself on stderr.
+#[derive(Debug, Clone, Args)]
+pub struct DownloadProgress {
+    /// `lines`: a line a file every few seconds; `json`: a JSON object a tenth of a second
+    /// (`{"file","done","total"}`, bytes), for `metralectl pull`'s progress bar.
+    #[arg(
+        long = "progress",
+        value_enum,
+        default_value = "lines",
+        value_name = "HOW"
+    )]
+    pub how: ProgressStyle,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProgressStyle {
+    Lines,
+    Json,
+}
+
+#[cfg(test)]
+mod ladder_tests {
+    use clap::{CommandFactory as _, Parser as _};
+
+    use super::*;
+
+    /// The reference ladder's published command line, exactly (issue 38).
+    const LADDER: &str = "met serve unsloth/Qwen3.6-27B-NVFP4 --host 0.0.0.0 --port 8888 \
+        --model-name unsloth/Qwen3.6-27B-NVFP4 --max-seq-len 2048 --max-batch-size 128 \
+        --gpu-memory-utilization 0.85 --kv-cache-dtype fp8 --enable-prefix-caching true \
+        --ssm-cache-slots 8 --ssm-checkpoint-interval 32 --speculative --num-drafts 3 \
+        --mtp-quantization bf16 --scheduling-policy fifo --tool-call-parser qwen3_coder \
+        --disable-tool-grammar true --disable-thinking --request-timeout 0 --ssm-h-dtype f16-pool \
+        --gdn-fused-norm --ssm-batched-recurrent --ssm-tail-midchunk false --mtp-gate force \
+        --prefill-varlen-batch --no-tui";
+
+    fn serve(line: &str) -> ServeArgs {
+        match Cli::try_parse_from(line.split_whitespace()) {
+            Ok(Cli {
+                command: Command::Serve(args),
+            }) => *args,
+            Ok(other) => panic!("not serve: {other:?}"),
+            Err(e) => panic!("{line}\n{e}"),
+        }
+    }
+
+    #[test]
+    fn the_reference_ladder_command_line_parses_to_what_it_says() {
+        let a = serve(LADDER);
+        assert_eq!(a.model.model, PathBuf::from("unsloth/Qwen3.6-27B-NVFP4"));
+        assert_eq!((a.host.as_str(), a.port), ("0.0.0.0", 8888));
+        assert_eq!(a.model_name.as_deref(), Some("unsloth/Qwen3.6-27B-NVFP4"));
+        assert_eq!((a.max_seq_len, a.max_batch_size), (Some(2048), Some(128)));
+        assert!((a.gpu_memory_utilization - 0.85).abs() < 1e-12);
+        assert_eq!(a.kv_cache_dtype, KvCacheDtype::Fp8);
+        assert!(a.enable_prefix_caching);
+        assert_eq!(
+            (a.ssm_cache_slots, a.ssm_checkpoint_interval),
+            (Some(8), Some(32))
+        );
+        assert!(a.speculative && a.num_drafts == Some(3));
+        assert_eq!(a.tool_call_parser.as_deref(), Some("qwen3_coder"));
+        assert!(a.disable_thinking && a.no_tui);
+        assert_eq!(a.request_timeout, Some(0.0));
+        let l = &a.ladder;
+        assert_eq!(l.mtp_quantization, Some(MtpQuantization::Bf16));
+        assert_eq!(l.scheduling_policy, Some(SchedulingPolicy::Fifo));
+        assert_eq!(l.disable_tool_grammar, Some(true));
+        assert_eq!(l.ssm_h_dtype, Some(SsmStateDtype::F16Pool));
+        assert!(l.gdn_fused_norm && l.ssm_batched_recurrent && l.prefill_varlen_batch);
+        assert_eq!(l.ssm_tail_midchunk, Some(false));
+        assert_eq!(l.mtp_gate, Some(MtpGate::Force));
+    }
+
+    #[test]
+    fn boolean_flags_take_a_value_or_none() {
+        let a = serve("met serve m --enable-prefix-caching --port 1");
+        assert!(a.enable_prefix_caching && a.port == 1);
+        assert!(!serve("met serve m --enable-prefix-caching false").enable_prefix_caching);
+        assert!(!serve("met serve m").enable_prefix_caching);
+        let e = Cli::try_parse_from("met serve m --enable-prefix-caching maybe".split(' '))
+            .expect_err("not a bool");
+        assert!(e.to_string().contains("--enable-prefix-caching"), "{e}");
+        let e = Cli::try_parse_from("met serve m --scheduling-policy priority".split(' '))
+            .expect_err("only fifo");
+        assert!(e.to_string().contains("[possible values: fifo]"), "{e}");
+    }
+
+    /// `completions/met.*` are `met`'s shell completions, generated from these clap types
+    /// (`METRALE_WRITE_COMPLETIONS=1 cargo test -p metrale-engine --bin met completions`
+    /// rewrites them).
+    #[test]
+    fn committed_completions_match_the_clap_definitions() {
+        use clap_complete::Shell;
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../completions");
+        for (shell, file) in [
+            (Shell::Bash, "met.bash"),
+            (Shell::Zsh, "_met"),
+            (Shell::Fish, "met.fish"),
+        ] {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "met", &mut script);
+            let path = dir.join(file);
+            if std::env::var_os("METRALE_WRITE_COMPLETIONS").is_some() {
+                std::fs::write(&path, &script).expect("write the completions");
+            }
+            let committed = std::fs::read(&path).unwrap_or_default();
+            assert!(
+                script == committed,
+                "completions/{file} is out of date with met's flags; rewrite them with\n  \
+                 METRALE_WRITE_COMPLETIONS=1 cargo test -p metrale-engine --bin met completions"
+            );
+        }
+    }
+
+    #[test]
+    fn serve_help_documents_every_flag_of_the_ladder() {
+        let mut cli = Cli::command();
+        let help = cli
+            .find_subcommand_mut("serve")
+            .expect("serve")
+            .render_long_help()
+            .to_string();
+        for flag in LADDER.split_whitespace().filter(|w| w.starts_with("--")) {
+            let at = help
+                .find(&format!("{flag} "))
+                .or_else(|| help.find(&format!("{flag}\n")))
+                .unwrap_or_else(|| panic!("{flag} is not in met serve --help:\n{help}"));
+            // The line after the flag's own is its documentation.
+            let doc = help[at..].lines().nth(1).unwrap_or("").trim();
+            assert!(!doc.is_empty(), "{flag} has no documentation");
+        }
+    }
 }
 
 /// `met serve`'s connection limits (docs/security.md).

@@ -1,5 +1,6 @@
 //! `met serve ORG/NAME`: fetch the checkpoint from the Hub with a progress line a file on
-//! stderr and `download` phase events (bytes done/total, the file in `message`) on the metrics
+//! stderr (`met download --progress json`: a JSON object a tenth of a second, which
+//! `metralectl pull` draws as one progress bar) and `download` phase events (bytes done/total, the file in `message`) on the metrics
 //! socket, which is bound before the download starts.
 
 use std::path::{Path, PathBuf};
@@ -16,13 +17,13 @@ use metrale_protocol::metrics::Phase;
 use crate::cli::{Device, ServeArgs};
 
 /// `met download ORG/NAME`: fetch into the cache and print the snapshot directory.
-pub fn download(repo: &str, revision: &str) -> anyhow::Result<()> {
+pub fn download(repo: &str, revision: &str, json: bool) -> anyhow::Result<()> {
     if !hub::looks_like_repo_id(repo) {
         anyhow::bail!(
             "{repo:?} is not a Hugging Face repository id: expected ORG/NAME, e.g. Qwen/Qwen3-8B"
         );
     }
-    let dir = resolve(Path::new(repo), revision, None)?
+    let dir = resolve_with(Path::new(repo), revision, None, json)?
         .with_context(|| format!("{repo} is not a repository id"))?;
     println!("{}", dir.display());
     Ok(())
@@ -67,6 +68,16 @@ pub fn resolve(
     revision: &str,
     phases: Option<PhaseReporter>,
 ) -> anyhow::Result<Option<PathBuf>> {
+    resolve_with(model, revision, phases, false)
+}
+
+/// [`resolve`], its stderr progress as JSON objects when `json`.
+fn resolve_with(
+    model: &Path,
+    revision: &str,
+    phases: Option<PhaseReporter>,
+    json: bool,
+) -> anyhow::Result<Option<PathBuf>> {
     let mut last_file = String::new();
     let mut last_print = Instant::now();
     // Phase events at most every 100 ms a file (plus its first and last), so a fast download
@@ -79,6 +90,16 @@ pub fn resolve(
             }
             None => true,
         };
+        if json {
+            if due {
+                reported = Some((file.to_owned(), Instant::now()));
+                eprintln!(
+                    "{}",
+                    serde_json::json!({"file": file, "done": done, "total": total})
+                );
+            }
+            return;
+        }
         if let Some(p) = phases.as_ref().filter(|_| due) {
             reported = Some((file.to_owned(), Instant::now()));
             p.report(

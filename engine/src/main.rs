@@ -30,7 +30,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => run_serve(*args),
         Command::Score(args) => run_score(args),
-        Command::Download(args) => hub_progress::download(&args.repo, &args.revision),
+        Command::Download(args) => {
+            let json = args.progress.how == cli::ProgressStyle::Json;
+            hub_progress::download(&args.repo, &args.revision, json)
+        }
         Command::PrintTuningTable => {
             print!("{}", metrale_engine::tuning::docs_table());
             Ok(())
@@ -63,6 +66,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    // The reference ladder's flags, refused or mapped before anything is fetched.
+    let ladder = apply_ladder(&args)?;
     // A Hub repository id: fetched into the Hugging Face cache before anything else, with the
     // metrics socket already up so a client sees `download` rather than silence.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -105,7 +110,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         tuning: metrale_engine::tuning::Tuning::from_env()?,
         api_key: args.api_key,
         max_queued_requests: args.max_queued_requests,
-        request_timeout: args.request_timeout,
+        request_timeout: ladder.request_timeout,
         disable_thinking: args.disable_thinking,
         no_tui: args.no_tui,
         metrics_socket: args.metrics_socket,
@@ -117,15 +122,83 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         ssm_checkpoint_interval: args.ssm_checkpoint_interval,
         speculative: args.speculative,
         num_drafts: args.num_drafts,
-        speculative_max_batch: args.speculative_max_batch,
+        speculative_max_batch: ladder.speculative_max_batch,
         http: args.http.flags(),
         special_tokens_in_content: args.special_tokens_in_content,
     }
     .validate()?;
-    if !config.no_tui && std::io::stdout().is_terminal() {
-        return tui::serve_with_dashboard(runtime, config, early);
+    let (host, port) = (config.host.clone(), config.port);
+    let served = if !config.no_tui && std::io::stdout().is_terminal() {
+        tui::serve_with_dashboard(runtime, config, early)
+    } else {
+        runtime.block_on(metrale_engine::server::run(config, early))
+    };
+    served.map_err(|e| busy_port(e, &host, port))
+}
+
+// ---- The reference ladder's flags (issue 38; cli.rs's `LadderArgs`, docs/api.md) ----
+
+/// What the ladder's flags change in the flags `ServeFlags` takes.
+struct Ladder {
+    request_timeout: Option<f64>,
+    speculative_max_batch: Option<usize>,
+}
+
+/// Maps the reference ladder's flags onto met's: `--request-timeout 0` is no timeout,
+/// `--mtp-gate force` drafts at every batch size; flags asking for what met always does are
+/// accepted, the rest refused with what met does instead.
+fn apply_ladder(args: &ServeArgs) -> anyhow::Result<Ladder> {
+    use cli::{MtpGate, SsmStateDtype};
+    let l = &args.ladder;
+    if l.disable_tool_grammar == Some(false) {
+        bail!(
+            "--disable-tool-grammar false: met has no tool-call grammar (tool calls are parsed from \
+             the reply's text); drop the flag or pass true"
+        );
     }
-    runtime.block_on(metrale_engine::server::run(config, early))
+    if l.ssm_tail_midchunk == Some(true) {
+        bail!(
+            "--ssm-tail-midchunk true: met saves recurrent-state checkpoints only at \
+             --ssm-checkpoint-interval boundaries; drop the flag or pass false"
+        );
+    }
+    if l.ssm_h_dtype == Some(SsmStateDtype::F16Pool) {
+        eprintln!(
+            "met: note: --ssm-h-dtype f16-pool: met keeps the recurrent state in float32 slots \
+             (a pool, one a sequence); the state is not stored in f16"
+        );
+    }
+    if l.mtp_gate.is_some() && !args.speculative {
+        bail!("--mtp-gate: needs --speculative (it says when the MTP head drafts)");
+    }
+    let speculative_max_batch = match (l.mtp_gate, args.speculative_max_batch) {
+        (Some(MtpGate::Force), None) => Some(usize::MAX),
+        (Some(MtpGate::Force), Some(_)) => {
+            bail!("--mtp-gate force drafts at every batch size: drop --speculative-max-batch")
+        }
+        (_, n) => n,
+    };
+    Ok(Ladder {
+        // 0 seconds: no timeout, as other servers read it.
+        request_timeout: args.request_timeout.filter(|t| *t != 0.0),
+        speculative_max_batch,
+    })
+}
+
+/// An error from listening on a port another process holds, said with the port and the way out.
+fn busy_port(e: anyhow::Error, host: &str, port: u16) -> anyhow::Error {
+    let in_use = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
+    });
+    if !in_use {
+        return e;
+    }
+    e.context(format!(
+        "port {port} on {host} is already in use: pass another port (--port {}, or --port 0 for any \
+         free one), or stop what listens there (`metralectl doctor --port {port}` names it)",
+        port.saturating_add(1)
+    ))
 }
 
 /// `met score`'s work once the registry has loaded the model, whatever its family.

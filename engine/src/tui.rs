@@ -1,13 +1,15 @@
 //! `met serve`'s dashboard in its own terminal (unless `--no-tui` or stdout is not a
 //! terminal): the `metrale-dashboard` crate fed in-process from the metrics hub. The
-//! dashboard owns the terminal on this thread while the server runs on the runtime's; `q` or
-//! Ctrl-C in the dashboard stops the server as Ctrl-C would, and the server's own lines are
-//! printed once the terminal is handed back.
+//! dashboard owns the terminal on this thread while the server runs on the runtime's. Ctrl-C in
+//! the dashboard stops the server as Ctrl-C would; `q` asks first (`q` again stops it, `d`
+//! leaves the dashboard and keeps serving, printing the server's lines from then on); the
+//! server's own lines held back meanwhile are printed once the terminal is handed back.
 
 use std::sync::mpsc::Sender;
 
 use anyhow::Context;
-use metrale_dashboard::{Input, Key};
+use metrale_dashboard::term::Ended;
+use metrale_dashboard::{App, Input, Key};
 use metrale_engine::server::{self, config::ServeConfig};
 use metrale_protocol::metrics::parse_line;
 
@@ -30,14 +32,20 @@ pub fn serve_with_dashboard(
         .spawn(move || {
             let r = runtime.block_on(server::serve(config, hub, Some(quit_rx), socket));
             // The server ended by itself (SIGTERM, a failed start): close the dashboard.
-            let _ = done.send(Input::Key(Key::Quit));
+            let _ = done.send(Input::Key(Key::Interrupt));
             r
         })
         .context("failed to start the server thread")?;
-    let shown = metrale_dashboard::term::run("met serve (this process)".into(), tx, rx);
+    let target = "met serve (this process)";
+    let shown = metrale_dashboard::term::run_app(App::for_server(target), tx, rx);
     server::release_output();
-    // Quitting the dashboard stops the server (a no-op if it already stopped).
-    let _ = quit_tx.send(());
+    match &shown {
+        Ok(Ended::Detach) => println!("met: dashboard closed; still serving (Ctrl-C stops it)"),
+        // Quitting the dashboard stops the server (a no-op if it already stopped).
+        _ => {
+            let _ = quit_tx.send(());
+        }
+    }
     let served = server
         .join()
         .map_err(|_| anyhow::anyhow!("the server thread panicked"))?;

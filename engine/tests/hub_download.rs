@@ -522,6 +522,59 @@ async fn port_zero_moves_the_early_metrics_socket_to_the_ports_name() {
     );
 }
 
+/// `metralectl pull` draws `met download`'s progress as one bar (on a pipe: a note when a file
+/// starts and when it is complete, not met's line a file every few seconds), and a download cut
+/// short resumes where it stopped, saying so (issue 38).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metralectl_pull_shows_one_progress_and_resumes_a_cut_download() {
+    let hub_state = Hub::demo();
+    let cut = 1_000_000;
+    hub_state.faults.lock().expect("faults").cut_after = Some(cut);
+    let endpoint = serve(hub_state.clone()).await;
+    let cache = tempfile::tempdir().expect("cache");
+    let config = tempfile::tempdir().expect("config");
+    std::fs::create_dir_all(config.path().join("recipes")).expect("mkdir");
+    std::fs::write(config.path().join("recipes/hubdemo.toml"), hub_recipe()).expect("recipe");
+    let pull = || {
+        tokio::process::Command::new(server_support::metralectl())
+            .args(["pull", "hubdemo", "--no-image"])
+            .env("METRALE_CONFIG_DIR", config.path())
+            .env("HF_ENDPOINT", &endpoint)
+            .env("HF_HUB_CACHE", cache.path())
+            .env_remove("HF_HUB_OFFLINE")
+            .env("NO_COLOR", "1")
+            .output()
+    };
+    let out = pull().await.expect("pull");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("run again to resume"), "{err}");
+    let size = hub_state.files[BIG].len() as f64 / 1e6;
+    assert!(
+        err.contains(&format!("note: download {BIG}: {size:.1} MB\n")),
+        "{err}"
+    );
+    assert!(
+        !err.contains("met: download"),
+        "met's own lines are drawn as one: {err}"
+    );
+
+    let out = pull().await.expect("pull again");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "note: download {BIG}: {size:.1} MB (resumed at {:.1} MB)",
+            cut as f64 / 1e6
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("note: download {BIG}: complete")),
+        "{err}"
+    );
+}
+
 /// A user recipe like `demo`, but its checkpoint on the (local) Hub, pinned to `COMMIT`.
 fn hub_recipe() -> String {
     let demo = std::fs::read_to_string(server_support::repo_root().join("recipes/demo.toml"))

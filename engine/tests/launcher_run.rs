@@ -86,7 +86,18 @@ fn pid_alive(pid: &str) -> bool {
 
 /// A foreground `metralectl run`: waits for its `ready:` line, sends SIGINT, and returns its
 /// whole stdout, stderr and whether it exited 0.
-fn interrupt_once_ready(mut child: std::process::Child) -> (String, String, bool) {
+fn interrupt_once_ready(child: std::process::Child) -> (String, String, bool) {
+    end_once_ready(child, |pid| {
+        let kill = Command::new("kill")
+            .args(["-INT", &pid.to_string()])
+            .status()
+            .expect("kill -INT");
+        assert!(kill.success());
+    })
+}
+
+/// [`interrupt_once_ready`], ended by `end(pid)` instead.
+fn end_once_ready(mut child: std::process::Child, end: impl FnOnce(u32)) -> (String, String, bool) {
     use std::io::{BufRead as _, Read as _};
     let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut stdout = String::new();
@@ -102,11 +113,7 @@ fn interrupt_once_ready(mut child: std::process::Child) -> (String, String, bool
         stdout.contains("ready:"),
         "metralectl run never said ready: {stdout}"
     );
-    let kill = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill -INT");
-    assert!(kill.success());
+    end(child.id());
     for line in lines {
         stdout.push_str(&line.expect("stdout line"));
         stdout.push('\n');
@@ -364,22 +371,48 @@ fn docker_mode_with_the_daemon_unreachable_says_so_and_offers_native() {
     assert_eq!(docker["status"], "warning");
 }
 
+/// A fake `nvidia-smi` in `dir` that reports one H100 (this machine has no GPU; the run must
+/// pass its device check to reach Docker's).
+#[cfg(unix)]
+fn fake_h100(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("fake-nvidia-smi");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559, 81000, 9.0'\n",
+    )
+    .expect("write the fake nvidia-smi");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    script
+}
+
+#[cfg(unix)]
 #[test]
-fn a_gpu_recipe_in_docker_mode_explains_and_offers_native_no_nvidia_runtime_here() {
+fn a_gpu_recipe_in_docker_mode_explains_what_it_needs_no_nvidia_runtime_here_fake_gpu() {
     let ctl = Ctl::new();
-    let out = ctl.run(&[
-        "run",
-        "qwen3-8b",
-        "--docker",
-        "--port",
-        &free_port().to_string(),
-    ]);
+    let smi = fake_h100(ctl.state.path());
+    let out = ctl.run_env(
+        &[
+            "run",
+            "qwen3-8b",
+            "--docker",
+            "--port",
+            &free_port().to_string(),
+        ],
+        "METRALE_NVIDIA_SMI",
+        smi.to_str().expect("utf-8 path"),
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = text(&out.stderr);
     assert!(err.contains("runs on NVIDIA GPUs"), "{err}");
     assert!(err.contains("has no NVIDIA runtime"), "{err}");
     assert!(err.contains("nvidia-ctk runtime configure"), "{err}");
-    assert!(err.contains("metralectl run qwen3-8b --native"), "{err}");
+    // A native run of a GPU recipe needs a met built for CUDA, and the hint says so.
+    assert!(
+        err.contains("a native run needs a met built for CUDA"),
+        "{err}"
+    );
+    assert!(err.contains("--features cuda"), "{err}");
     let leftover = docker(&["ps", "-aq", "--filter", "label=ai.metrale.recipe=qwen3-8b"]);
     assert_eq!(leftover.trim(), "", "no container created");
 }
@@ -552,6 +585,25 @@ async fn docker_run_serves_the_demo_from_a_scratch_image() {
         &format!("label=ai.metrale.name={name}"),
     ]);
     assert_eq!(left.trim(), "", "Ctrl-C removed the container");
+
+    // `metralectl stop` from another shell ends the foreground run cleanly (issue 38).
+    let fg = format!("{name}-fg");
+    let child = ctl
+        .command(&[
+            "run", "demo", "--docker", "--image", &image, "--port", &port_s, "--name", &fg,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn metralectl run");
+    let (_, stderr, ok) = end_once_ready(child, |_| {
+        assert!(ctl.run(&["stop", &fg]).status.success());
+    });
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains(&format!("the engine {fg} stopped (")),
+        "{stderr}"
+    );
 
     // The engine exits at start: its last lines are shown and the container is removed.
     let out = ctl.run(&[

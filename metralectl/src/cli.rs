@@ -30,6 +30,8 @@ pub enum Command {
     Run(RunArgs),
     /// Live dashboard of a running engine: throughput, batch, KV cache, every request.
     Top(TopArgs),
+    /// Talk to a model in the terminal: a running engine, or a recipe started for it.
+    Chat(ChatArgs),
     /// Check this machine: Docker, NVIDIA runtime and driver, disk, port, shared memory, Hub token.
     Doctor(DoctorArgs),
     /// List the running engines.
@@ -62,7 +64,7 @@ impl Command {
             Self::Run(a) => a.json,
             Self::Doctor(a) => a.json,
             Self::Ps(a) => a.json,
-            Self::Top(_) | Self::Stop(_) | Self::Logs(_) | Self::Pull(_) => false,
+            Self::Top(_) | Self::Chat(_) | Self::Stop(_) | Self::Logs(_) | Self::Pull(_) => false,
             Self::Completions(_) | Self::Sign(_) => false,
             Self::Bench(a) => a.json(),
             Self::Verify(a) => a.json,
@@ -81,8 +83,11 @@ pub struct ListArgs {
     #[arg(long, value_name = "FAMILY")]
     pub family: Option<String>,
     /// Print JSON (see docs/recipes.md for its fields).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "names")]
     pub json: bool,
+    /// Print only the names, one a line (shell completion reads them).
+    #[arg(long)]
+    pub names: bool,
 }
 
 #[derive(Debug, Args)]
@@ -110,7 +115,8 @@ pub struct RunArgs {
     /// Serve on this port instead of the recipe's.
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
-    /// Address the endpoint is reachable on (in a container: the host side of the port binding).
+    /// Address to serve on (in a container: the host side of the port binding). The default
+    /// keeps the engine to this machine; 0.0.0.0 opens it to every network it is on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
     pub host: String,
     /// Return once the engine is ready and leave it running (`metralectl stop` ends it).
@@ -128,6 +134,10 @@ pub struct RunArgs {
     /// Use this engine image instead of the recipe's (e.g. one built locally).
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
+    /// Start even when this machine lacks the GPU, memory or compute capability the recipe
+    /// asks for (the check runs before any download).
+    #[arg(long)]
+    pub skip_checks: bool,
     /// Give up if the engine is not ready after this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 3600)]
     pub ready_timeout: u64,
@@ -192,6 +202,10 @@ pub struct PullArgs {
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
+    /// The engine to watch: its name, recipe or id, as `metralectl ps` lists it (a container or
+    /// a native engine, on any port) [default: the engine on --port].
+    #[arg(value_name = "ENGINE", conflicts_with_all = ["socket", "url", "port"])]
+    pub engine: Option<String>,
     /// The engine's metrics socket [default: the one `met serve` makes for --port].
     #[arg(long, value_name = "PATH", conflicts_with = "url")]
     pub socket: Option<std::path::PathBuf>,
@@ -203,6 +217,35 @@ pub struct TopArgs {
     pub api_key: Option<String>,
     /// The engine's port, to find its default socket [default: 8000].
     #[arg(long, value_name = "PORT", conflicts_with_all = ["socket", "url"])]
+    pub port: Option<u16>,
+}
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// A running engine (name, recipe or id, as `metralectl ps` lists it), or a recipe to start
+    /// in the background when none runs.
+    #[arg(value_name = "NAME", required_unless_present = "url")]
+    pub name: Option<String>,
+    /// Talk to this OpenAI-compatible server instead (e.g. http://127.0.0.1:8000).
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// The engine's API key.
+    #[arg(long, value_name = "KEY", env = "MET_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// The model name to send [default: the first the server's /v1/models lists].
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// A system message that starts the conversation (and survives /reset).
+    #[arg(long, value_name = "TEXT")]
+    pub system: Option<String>,
+    /// Most tokens a reply may have [default: the engine's].
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature [default: the model's].
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
+    /// When the recipe is started for the chat: serve on this port instead of the recipe's.
+    #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
 }
 

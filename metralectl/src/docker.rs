@@ -141,6 +141,8 @@ pub struct EngineContainer {
 pub struct ContainerExit {
     pub exit_code: i64,
     pub error: Option<String>,
+    /// The container is gone (removed by `metralectl stop` or `docker rm`).
+    pub removed: bool,
 }
 
 /// Layer progress while pulling: (layer id, status, bytes done, bytes total).
@@ -403,14 +405,24 @@ impl Client {
 
     /// The container's exit, or `None` while it runs.
     pub async fn exited(&self, id: &str) -> Result<Option<ContainerExit>, DockerError> {
-        let inspect = self
-            .docker
-            .inspect_container(id, None)
-            .await
-            .map_err(|cause| DockerError::Api {
-                op: format!("inspect container {id}"),
-                cause,
-            })?;
+        let inspect = match self.docker.inspect_container(id, None).await {
+            Ok(inspect) => inspect,
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {
+                return Ok(Some(ContainerExit {
+                    exit_code: 0,
+                    error: None,
+                    removed: true,
+                }));
+            }
+            Err(cause) => {
+                return Err(DockerError::Api {
+                    op: format!("inspect container {id}"),
+                    cause,
+                });
+            }
+        };
         let state = inspect.state.unwrap_or_default();
         if state.running.unwrap_or(false) || state.restarting.unwrap_or(false) {
             return Ok(None);
@@ -418,6 +430,7 @@ impl Client {
         Ok(Some(ContainerExit {
             exit_code: state.exit_code.unwrap_or(-1),
             error: state.error.filter(|e| !e.is_empty()),
+            removed: false,
         }))
     }
 

@@ -57,12 +57,23 @@ pub struct Engine {
     pub state: String,
     /// The native engine's log file.
     pub log: Option<PathBuf>,
-    /// The host side of the metrics socket (containers: the mounted directory's socket).
+    /// The host side of the metrics socket (containers: the mounted directory's socket; native
+    /// engines: their `--metrics-socket`, else the default one for their port).
     pub metrics_socket: Option<PathBuf>,
 }
 
 impl Engine {
     fn from_record(r: Record) -> Self {
+        // `met serve` listens on --metrics-socket, else on the default socket for its port.
+        let socket = r
+            .argv
+            .iter()
+            .position(|a| a == "--metrics-socket")
+            .and_then(|i| r.argv.get(i + 1))
+            .map_or_else(
+                || crate::metrics_client::default_socket(r.port),
+                PathBuf::from,
+            );
         Self {
             name: r.name,
             recipe: r.recipe,
@@ -74,7 +85,7 @@ impl Engine {
             gpus: r.gpus,
             state: "running".into(),
             log: Some(r.log),
-            metrics_socket: None,
+            metrics_socket: Some(socket),
         }
     }
 

@@ -6,6 +6,7 @@ use clap::Parser;
 
 mod cli;
 mod commands;
+mod demo_model;
 mod dirs;
 mod docker;
 mod doctor;
@@ -15,6 +16,7 @@ mod fsutil;
 mod gpu;
 mod metrics_client;
 mod native;
+mod port_owner;
 mod printer;
 mod recipe;
 mod release;

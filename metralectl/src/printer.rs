@@ -85,18 +85,69 @@ impl Printer {
 
     /// A table: a header row, then rows, columns padded to their widest cell.
     pub fn table(&self, header: &[&str], rows: &[Vec<String>]) -> io::Result<()> {
+        self.table_fit(header, rows, &[])
+    }
+
+    /// The terminal's width: `COLUMNS`, else stdout's terminal; `None` for a pipe.
+    pub fn width(&self) -> Option<usize> {
+        env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.parse::<usize>().ok())
+            .filter(|c| *c > 0)
+            .or_else(|| {
+                terminal_size::terminal_size_of(io::stdout())
+                    .map(|(terminal_size::Width(w), _)| usize::from(w))
+            })
+    }
+
+    /// [`Self::table`], narrowed to the terminal's width: the `shrink` columns (indices) give up
+    /// characters, the widest first, their cells cut with `…`; the others stay whole.
+    pub fn table_fit(
+        &self,
+        header: &[&str],
+        rows: &[Vec<String>],
+        shrink: &[usize],
+    ) -> io::Result<()> {
         let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
         for row in rows {
             for (w, cell) in widths.iter_mut().zip(row) {
                 *w = (*w).max(cell.chars().count());
             }
         }
+        if let Some(limit) = self.width() {
+            let total = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
+            if total > limit {
+                // The first column gives up its longest cells first (they get a line of their
+                // own), then the shrinkable ones narrow.
+                widths[0] = widths[0].min(FIRST_COLUMN.max(header[0].chars().count()));
+            }
+            fit_widths(&mut widths, header, shrink, limit);
+            // Still too wide: the first column narrows too, and a first cell longer than it
+            // gets a line of its own (it is never cut: names are typed back).
+            let total = widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
+            if total > limit {
+                widths[0] = widths[0]
+                    .saturating_sub(total - limit)
+                    .max(header[0].chars().count().max(12));
+            }
+        }
+        let first = widths.first().copied().unwrap_or(0);
         let render = |cells: &mut dyn Iterator<Item = &str>| {
+            let mut lines = Vec::new();
             let padded: Vec<String> = cells
                 .zip(&widths)
-                .map(|(c, w)| format!("{c:<w$}"))
+                .enumerate()
+                .map(|(i, (c, w))| {
+                    if i == 0 && c.chars().count() > first {
+                        lines.push(c.to_owned());
+                        " ".repeat(first)
+                    } else {
+                        format!("{:<w$}", cut(c, *w))
+                    }
+                })
                 .collect();
-            padded.join("  ").trim_end().to_owned()
+            lines.push(padded.join("  ").trim_end().to_owned());
+            lines.join("\n")
         };
         let mut out = io::stdout().lock();
         writeln!(
@@ -141,10 +192,57 @@ impl Printer {
     }
 }
 
+/// The first column's width when a table is too wide for the terminal.
+const FIRST_COLUMN: usize = 32;
+
+/// Narrows the `shrink` columns, the widest first, until the row fits `limit` (two spaces between
+/// columns) or each is down to its header's width.
+fn fit_widths(widths: &mut [usize], header: &[&str], shrink: &[usize], limit: usize) {
+    let total = |w: &[usize]| w.iter().sum::<usize>() + 2 * w.len().saturating_sub(1);
+    while total(widths) > limit {
+        let widest = shrink
+            .iter()
+            .copied()
+            .filter(|&i| widths[i] > header[i].chars().count().max(6))
+            .max_by_key(|&i| widths[i]);
+        match widest {
+            Some(i) => widths[i] -= 1,
+            None => return,
+        }
+    }
+}
+
+/// `text` in at most `width` characters, its end replaced by `…` when cut.
+fn cut(text: &str, width: usize) -> std::borrow::Cow<'_, str> {
+    if text.chars().count() <= width {
+        return text.into();
+    }
+    let kept: String = text.chars().take(width.saturating_sub(1)).collect();
+    format!("{kept}…").into()
+}
+
 fn paint(enabled: bool, style: Style, text: impl Display) -> String {
     if enabled {
         format!("\x1b[{}m{text}\x1b[0m", style.code())
     } else {
         text.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_widest_shrinkable_column_gives_way_first() {
+        let mut widths = vec![10, 30, 20];
+        fit_widths(&mut widths, &["NAME", "CHECKPOINT", "QUANT"], &[1, 2], 50);
+        assert_eq!(widths, vec![10, 18, 18]);
+        // Never below the header (or 6): the table stays wider than asked.
+        let mut widths = vec![10, 30, 20];
+        fit_widths(&mut widths, &["NAME", "CHECKPOINT", "QUANT"], &[1, 2], 10);
+        assert_eq!(widths, vec![10, 10, 6]);
+        assert_eq!(cut("nvidia/Qwen3.6-27B-NVFP4", 10), "nvidia/Qw…");
+        assert_eq!(cut("bf16", 10), "bf16");
     }
 }

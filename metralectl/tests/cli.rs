@@ -25,6 +25,8 @@ impl Sandbox {
             env: Vec::new(),
         };
         sandbox.set("METRALE_CONFIG_DIR", sandbox.path("config"));
+        sandbox.set("METRALE_DATA_DIR", sandbox.path("data"));
+        sandbox.set("METRALE_STATE_DIR", sandbox.path("state"));
         sandbox.set("METRALE_NVIDIA_SMI", sandbox.path("no-nvidia-smi-here"));
         sandbox.set("HOME", "/home/user".into());
         sandbox.set("NO_COLOR", "1".into());
@@ -298,10 +300,168 @@ fn show_reports_a_broken_fake_nvidia_smi() {
     assert!(text.contains("exit: 0"), "{text}");
 }
 
+/// Outside a checkout the demo is the copy shipped inside metralectl, written to the data
+/// directory (issue 38: it was taken for a Hub repository id).
 #[test]
-fn show_demo_says_its_checkpoint_is_missing() {
+fn show_demo_outside_a_checkout_finds_the_shipped_copy() {
     let sandbox = Sandbox::new();
-    insta::assert_snapshot!("show_demo_missing", sandbox.transcript(&["show", "demo"]));
+    insta::assert_snapshot!("show_demo_shipped", sandbox.transcript(&["show", "demo"]));
+    let config = fs::read(sandbox.dir.path().join("data/models/demo/config.json"));
+    assert_eq!(
+        config.expect("written"),
+        fs::read(repo_root().join("models/demo/config.json")).expect("in the checkout")
+    );
+}
+
+#[test]
+fn run_refuses_a_local_checkpoint_that_is_not_there_before_starting_anything() {
+    let sandbox = Sandbox::new();
+    let text = builtin_text("demo")
+        .replace("name = \"demo\"", "name = \"gone\"")
+        .replace("path = \"models/demo\"", "path = \"models/gone\"");
+    sandbox.user_recipe("gone.toml", &text);
+    let out = sandbox.output(&["run", "gone", "--native"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the checkpoint directory models/gone of gone is not on this machine"),
+        "{err}"
+    );
+    assert!(err.contains("absolute `checkpoint.path`"), "{err}");
+}
+
+// ---- run: checks before any download (issue 38) ----
+
+#[test]
+fn run_refuses_a_gpu_recipe_without_a_gpu_before_any_download() {
+    let mut sandbox = Sandbox::new();
+    sandbox.set("HF_HOME", sandbox.path("hf"));
+    let out = sandbox.output(&["run", "qwen3-8b"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("qwen3-8b cannot run on this machine: does not fit: needs"),
+        "{err}"
+    );
+    assert!(err.contains("no NVIDIA GPU found"), "{err}");
+    assert!(err.contains("nothing was downloaded"), "{err}");
+    assert!(
+        err.contains("it runs on a machine with 1 NVIDIA GPU"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("--native"),
+        "no native run helps without a GPU: {err}"
+    );
+    assert!(
+        !sandbox.dir.path().join("hf").exists(),
+        "nothing may be fetched"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn run_refuses_a_gpu_too_small_or_too_old_on_a_fake_nvidia_smi() {
+    let mut sandbox = Sandbox::new();
+    sandbox.fake_nvidia_smi("NVIDIA GeForce RTX 4090, 24564, 24000, 8.9");
+    let out = sandbox.output(&["run", "qwen3.6-27b-fp8"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("needs 65.1 GiB, has 21.6 GiB"), "{err}");
+    let out = sandbox.output(&["run", "qwen3.6-27b-nvfp4"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs compute capability"), "{err}");
+    assert!(err.contains("or newer"), "{err}");
+}
+
+// ---- list fits the terminal (issue 38) ----
+
+#[test]
+fn list_fits_the_terminal_and_marks_what_this_machine_cannot_run() {
+    let mut sandbox = Sandbox::new();
+    for columns in [100, 80] {
+        sandbox.set("COLUMNS", columns.to_string());
+        let out = sandbox.output(&["list"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for line in stdout.lines() {
+            assert!(
+                line.chars().count() <= columns,
+                "wider than {columns}: {line}"
+            );
+        }
+        // A name too long for its column has a line of its own, its cells on the next.
+        let lines: Vec<&str> = stdout.lines().collect();
+        let here = |name: &str| {
+            let at = lines
+                .iter()
+                .position(|l| l.split_whitespace().next() == Some(name))
+                .unwrap_or_else(|| panic!("no row {name} in\n{stdout}"));
+            let row = if lines[at].trim() == name {
+                lines[at + 1]
+            } else {
+                lines[at]
+            };
+            row.split_whitespace().last().unwrap_or("").to_owned()
+        };
+        assert_eq!(here("demo"), "yes", "{stdout}");
+        assert_eq!(here("qwen3-8b"), "no", "{stdout}");
+        assert_eq!(
+            here("qwen3.6-35b-a3b-fp8-nvfp4head-experts-nvfp4-gate-up"),
+            "no"
+        );
+    }
+    let json = sandbox.json(&["list", "--json"]);
+    let demo = &json["recipes"][0];
+    assert_eq!(
+        (demo["name"].as_str(), demo["runs_here"].as_bool()),
+        (Some("demo"), Some(true))
+    );
+}
+
+// ---- completions (issue 38) ----
+
+#[cfg(unix)]
+#[test]
+fn recipe_names_complete_in_bash() {
+    let sandbox = Sandbox::new();
+    let names = sandbox.output(&["list", "--names"]);
+    let names = String::from_utf8_lossy(&names.stdout);
+    assert_eq!(names.lines().next(), Some("demo"));
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_metralectl"))
+        .parent()
+        .expect("bin dir");
+    let script = repo_root().join("completions/metralectl.bash");
+    // As bash calls it: the command, the word being completed, the one before.
+    let complete = |words: &str| {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "source {}; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); \
+                 _metralectl_names metralectl \"${{COMP_WORDS[COMP_CWORD]}}\" \
+                 \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+                script.display()
+            ))
+            .env("PATH", format!("{}:/usr/bin:/bin", bin_dir.display()))
+            .envs(sandbox.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("run bash");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let run = complete("metralectl run qwen3-");
+    assert!(run.lines().any(|l| l == "qwen3-8b"), "{run}");
+    assert!(!run.lines().any(|l| l == "demo"), "{run}");
+    let chat = complete("metralectl chat de");
+    assert_eq!(chat.trim(), "demo");
+    // Elsewhere clap's completion answers: subcommands.
+    let sub = complete("metralectl ch");
+    assert!(sub.lines().any(|l| l == "chat"), "{sub}");
+    // zsh (not installed here): the same names, from the script's own function.
+    let zsh = fs::read_to_string(repo_root().join("completions/_metralectl")).expect("_metralectl");
+    assert!(
+        zsh.contains("':name -- The recipe name, as `metralectl list` shows it:_metralectl_names'"),
+        "run's NAME completes recipe names in zsh"
+    );
+    assert!(zsh.contains("$(metralectl list --names 2>/dev/null)"));
 }
 
 // ---- run --print ----
@@ -313,6 +473,22 @@ fn run_print_gives_both_commands() {
     let text = sandbox.transcript(&["run", "qwen3.6-27b-fp8-mtp", "--print"]);
     assert!(!text.contains("hf_secret"), "the token must not be printed");
     insta::assert_snapshot!("run_print_mtp", text);
+}
+
+#[test]
+fn run_print_binds_what_run_binds() {
+    let sandbox = Sandbox::new();
+    let text = sandbox.transcript(&["run", "demo", "--print"]);
+    assert!(text.contains("-p 127.0.0.1:8000:8000"), "{text}");
+    assert!(!text.contains("-p 8000:8000"), "{text}");
+    // Wider is asked for, and then both commands say so.
+    let wide = sandbox.transcript(&["run", "demo", "--print", "--host", "0.0.0.0"]);
+    assert!(wide.contains("-p 0.0.0.0:8000:8000"), "{wide}");
+    assert!(wide.contains("# native\nmet serve"), "{wide}");
+    assert!(
+        wide.contains("met serve [TMP]/data/models/demo \\\n  --host 0.0.0.0"),
+        "{wide}"
+    );
 }
 
 #[test]
@@ -395,7 +571,7 @@ fn run_ps_and_stop_without_a_docker_daemon() {
     sandbox.set("METRALE_STATE_DIR", sandbox.path("state"));
     insta::assert_snapshot!(
         "run_docker_without_daemon",
-        sandbox.transcript(&["run", "qwen3-8b", "--docker"])
+        sandbox.transcript(&["run", "qwen3-8b", "--docker", "--skip-checks"])
     );
     insta::assert_snapshot!("ps_without_daemon", sandbox.transcript(&["ps"]));
     insta::assert_snapshot!(

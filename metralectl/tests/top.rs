@@ -6,35 +6,16 @@
 //! With `METRALE_TOP_CAPTURE=FILE` the busy screen is also written to FILE with its colours
 //! (`tmux capture-pane -e`), for `scripts/top_screenshot.sh`.
 
+mod term;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// `met`, built beside `metralectl` (built here if this package's tests run alone).
-fn met_binary() -> PathBuf {
-    let dir = Path::new(env!("CARGO_BIN_EXE_metralectl"))
-        .parent()
-        .expect("bin dir")
-        .to_owned();
-    let met = dir.join("met");
-    if !met.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let ok = Command::new(cargo)
-            .args(["build", "-q", "-p", "metrale-engine", "--bin", "met"])
-            .current_dir(repo_root())
-            .status()
-            .expect("run cargo build");
-        assert!(ok.success(), "building met failed");
-    }
-    met
-}
+use term::{Tmux, met_binary, repo_root};
 
 /// A running `met serve`, killed when dropped.
 struct Met {
@@ -87,76 +68,6 @@ impl Drop for Met {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// A private tmux server running one session; killed when dropped.
-struct Tmux {
-    server: String,
-}
-
-impl Tmux {
-    fn run(name: &str, command: &str) -> Tmux {
-        assert!(
-            Command::new("tmux").arg("-V").output().is_ok(),
-            "this test needs tmux (apt-get install -y tmux)"
-        );
-        let tmux = Tmux {
-            server: format!("metrale-{name}-{}", std::process::id()),
-        };
-        let ok = tmux
-            .cmd()
-            .args(["new-session", "-d", "-s", "top", "-x", "120", "-y", "40"])
-            .arg(command)
-            .status()
-            .expect("tmux new-session");
-        assert!(ok.success());
-        tmux
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("tmux");
-        c.args(["-L", &self.server]).env_remove("TMUX");
-        c
-    }
-
-    fn screen(&self, colours: bool) -> String {
-        let mut c = self.cmd();
-        c.args(["capture-pane", "-p", "-t", "top"]);
-        if colours {
-            c.arg("-e");
-        }
-        let out = c.output().expect("capture-pane");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Poll the screen until `ok` holds; the last screen on failure.
-    fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let s = self.screen(false);
-            if ok(&s) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the screen never showed {what}:\n{s}"
-            );
-            std::thread::sleep(Duration::from_millis(150));
-        }
-    }
-
-    fn alive(&self) -> bool {
-        self.cmd()
-            .args(["has-session", "-t", "top"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = self.cmd().arg("kill-server").output();
     }
 }
 
@@ -253,35 +164,17 @@ fn top_in_tmux_shows_live_requests_a_restart_and_quits_on_q() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `met serve` in a terminal: its dashboard, which says `ready` with the address once the
+/// model is loaded (the README tells the user to wait for it); `q` asks before it stops the
+/// server (issue 38: it stopped it at once), a second `q` stops it.
 #[test]
-fn met_serve_shows_the_dashboard_in_its_own_terminal_and_q_stops_it() {
-    let dir = std::env::temp_dir().join(format!("metrale-serve-tui-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let socket = dir.join("met.sock");
-    let tmux = Tmux::run(
-        "serve",
-        &format!(
-            "{} serve {} --port 0 --model-name top-test --metrics-socket {}",
-            met_binary().display(),
-            repo_root()
-                .join("tests/fixtures/models/qwen3-gqa-tied")
-                .display(),
-            socket.display()
-        ),
-    );
-    // Keep the pane after met exits, to read what it printed once the terminal was back.
-    let _ = tmux
-        .cmd()
-        .args(["set-option", "-t", "top", "remain-on-exit", "on"])
-        .status();
-    // Ready, with the engine's limits from a snapshot and the address from a later hello.
-    tmux.wait_for("the ready dashboard", |s| {
-        s.contains("top-test")
-            && s.contains("this process")
-            && s.contains("KV 0 / ")
-            && !s.contains("KV 0 / 0 ")
-            && s.contains("http://127.0.0.1:")
+fn met_serve_shows_ready_in_its_own_terminal_and_q_asks_before_stopping() {
+    let (tmux, socket, dir) = serve_in_tmux("serve");
+    let _ = tmux.cmd().args(["send-keys", "-t", "top", "q"]).status();
+    tmux.wait_for("the question", |s| {
+        s.contains("Stop the server?") && s.contains("keep serving")
     });
+    assert!(socket.exists(), "one q stopped the server");
     let _ = tmux.cmd().args(["send-keys", "-t", "top", "q"]).status();
     // The dashboard hands the terminal back and the server drains and stops, saying so.
     let screen = tmux.wait_for("met stopping", |s| s.contains("met: stopped"));
@@ -292,6 +185,76 @@ fn met_serve_shows_the_dashboard_in_its_own_terminal_and_q_stops_it() {
     assert!(screen.contains("met: model top-test ready"), "{screen}");
     assert!(!socket.exists(), "the socket outlived met");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `d` (after `q`, or alone) leaves the dashboard and keeps serving: the server's lines are
+/// printed, `ready` among them, it still answers, and Ctrl-C then stops it.
+#[test]
+fn met_serve_detaches_its_dashboard_on_d_and_keeps_serving() {
+    let (tmux, socket, dir) = serve_in_tmux("serve-detach");
+    let _ = tmux
+        .cmd()
+        .args(["send-keys", "-t", "top", "q", "d"])
+        .status();
+    let screen = tmux.wait_for("the detached server", |s| {
+        s.contains("met: dashboard closed; still serving")
+    });
+    assert!(screen.contains("met: model top-test ready"), "{screen}");
+    let url = screen
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("the address")
+        .to_owned();
+    let health = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("{url}/ready"),
+        ])
+        .output()
+        .expect("curl");
+    assert_eq!(
+        String::from_utf8_lossy(&health.stdout),
+        "200",
+        "still serving"
+    );
+    assert!(socket.exists());
+    let _ = tmux.cmd().args(["send-keys", "-t", "top", "C-c"]).status();
+    tmux.wait_for("met stopping", |s| s.contains("met: stopped"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `met serve` on the fixture in a tmux session kept after it exits, once its dashboard says
+/// ready (with the engine's limits from a snapshot and the address from a later hello).
+fn serve_in_tmux(name: &str) -> (Tmux, std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("metrale-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let socket = dir.join("met.sock");
+    let tmux = Tmux::run(
+        name,
+        &format!(
+            "{} serve {} --port 0 --model-name top-test --metrics-socket {}",
+            met_binary().display(),
+            repo_root()
+                .join("tests/fixtures/models/qwen3-gqa-tied")
+                .display(),
+            socket.display()
+        ),
+    );
+    tmux.remain_on_exit();
+    tmux.wait_for("the ready dashboard", |s| {
+        s.contains("top-test")
+            && s.contains("this process")
+            && s.contains("KV 0 / ")
+            && !s.contains("KV 0 / 0 ")
+            && s.contains(" ready  http://127.0.0.1:")
+            && s.contains("q stop  d detach")
+    });
+    (tmux, socket, dir)
 }
 
 #[test]

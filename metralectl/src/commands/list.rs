@@ -7,10 +7,11 @@ use serde::Serialize;
 use super::{JSON_VERSION, SourceJson, load_registry};
 use crate::cli::ListArgs;
 use crate::dirs;
+use crate::gpu::{self, Probe};
 use crate::printer::Printer;
-use crate::recipe::Entry;
-use crate::recipe::capacity::{Estimate, estimate, gib};
+use crate::recipe::capacity::{Estimate, check_fit, estimate, gib};
 use crate::recipe::schema::{Checkpoint, Device, FlagValue, Requantize};
+use crate::recipe::{Entry, Source};
 
 #[derive(Debug, Serialize)]
 struct ListJson<'a> {
@@ -37,6 +38,8 @@ struct RowJson<'a> {
     /// The capacity estimate's total (a lower bound when `memory_estimate_complete` is false).
     memory_needed_bytes: u64,
     memory_estimate_complete: bool,
+    /// Whether this machine's devices fit it (`null`: the estimate cannot tell).
+    runs_here: Option<bool>,
     source: SourceJson,
 }
 
@@ -55,6 +58,13 @@ pub fn list(args: &ListArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
         })
         .collect();
 
+    if args.names {
+        for e in &entries {
+            printer.line(&e.recipe.name)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+
     if entries.is_empty() {
         let known = |f: fn(&Entry) -> &str| {
             let mut v: Vec<&str> = registry.entries().iter().map(f).collect();
@@ -69,8 +79,9 @@ pub fn list(args: &ListArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
         ));
     }
 
+    let probe = gpu::probe();
     if printer.json_mode() {
-        let recipes = entries.iter().map(|e| row_json(e)).collect();
+        let recipes = entries.iter().map(|e| row_json(e, &probe)).collect();
         printer.json(&ListJson {
             version: JSON_VERSION,
             recipes,
@@ -94,22 +105,40 @@ pub fn list(args: &ListArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
                     r.requirements.gpus.to_string()
                 },
                 memory_label(&est),
+                here_label(check_fit(r, &est, &probe).fits).to_owned(),
                 e.source_label(),
             ]
         })
         .collect();
-    printer.table(
-        &[
-            "NAME",
-            "CHECKPOINT",
-            "QUANT",
-            "SIZE",
-            "GPUS",
-            "MEMORY",
-            "SOURCE",
-        ],
-        &rows,
-    )?;
+    // The names stay whole (they are typed back); the checkpoint and quantization give way,
+    // and SOURCE is left out when every recipe is built in.
+    let mut header = vec![
+        "NAME",
+        "CHECKPOINT",
+        "QUANT",
+        "SIZE",
+        "GPUS",
+        "MEMORY",
+        "HERE",
+        "SOURCE",
+    ];
+    let mut rows = rows;
+    if entries.iter().all(|e| matches!(e.source, Source::BuiltIn)) {
+        header.pop();
+        for row in &mut rows {
+            row.pop();
+        }
+    }
+    printer.table_fit(&header, &rows, &[1, 2])?;
+    if rows.iter().any(|r| r[6] == "no") {
+        printer.note(format!(
+            "HERE no: this machine lacks the GPU, memory or compute capability ({}); `metralectl show NAME` says what it needs",
+            probe
+                .gpus
+                .first()
+                .map_or("no NVIDIA GPU found", |g| g.name.as_str())
+        ));
+    }
     if let Some(dir) = dirs::user_recipes_dir() {
         printer.note(format!(
             "your recipes are read from {} and replace built-in ones of the same name",
@@ -119,9 +148,10 @@ pub fn list(args: &ListArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn row_json(e: &Entry) -> RowJson<'_> {
+fn row_json<'a>(e: &'a Entry, probe: &Probe) -> RowJson<'a> {
     let r = &e.recipe;
     let est = estimate(r);
+    let runs_here = check_fit(r, &est, probe).fits;
     RowJson {
         name: &r.name,
         display_name: &r.display_name,
@@ -136,6 +166,7 @@ fn row_json(e: &Entry) -> RowJson<'_> {
         gpus: r.requirements.gpus,
         memory_needed_bytes: est.total_bytes,
         memory_estimate_complete: est.complete,
+        runs_here,
         source: SourceJson::of(e),
     }
 }
@@ -168,6 +199,15 @@ pub fn size_label(ck: &Checkpoint) -> String {
         (Some(total), Some(active)) => format!("{}-A{}", total.as_str(), active.as_str()),
         (Some(total), None) => total.as_str().to_owned(),
         (None, _) => "-".to_owned(),
+    }
+}
+
+/// The HERE column: whether this machine fits the recipe.
+fn here_label(fits: Option<bool>) -> &'static str {
+    match fits {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "maybe",
     }
 }
 

@@ -7,10 +7,14 @@ use serde::Serialize;
 
 use crate::cli::{Command, SelfCommand};
 use crate::dirs;
+use crate::docker::Client;
+use crate::engines::{self, Engine};
+use crate::error::UserError;
 use crate::printer::Printer;
 use crate::recipe::{Entry, Registry, Source};
 
 pub mod bench;
+mod chat;
 mod completions;
 mod doctor;
 mod list;
@@ -31,6 +35,7 @@ pub fn dispatch(command: &Command, printer: &Printer) -> anyhow::Result<ExitCode
         Command::Show(args) => show::show(args, printer),
         Command::Run(args) => run::run(args, printer),
         Command::Top(args) => top::top(args, printer),
+        Command::Chat(args) => chat::chat(args, printer),
         Command::Doctor(args) => doctor::doctor(args, printer),
         Command::Ps(args) => ps::ps(args, printer),
         Command::Stop(args) => stop::stop(args, printer),
@@ -52,6 +57,37 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("failed to start the async runtime")
+}
+
+/// The one running engine `query` names (name, recipe or id), among those `ps` lists: a
+/// container or a native engine, on any port. `None` when none does; an error when several do.
+fn find_engine(query: &str) -> anyhow::Result<Option<Engine>> {
+    let found = runtime()?.block_on(async {
+        let state_dir = dirs::state_dir();
+        let docker = Client::connect().await;
+        engines::list(state_dir.as_deref(), Some(docker.as_ref())).await
+    })?;
+    let mut matched: Vec<Engine> = found
+        .engines
+        .into_iter()
+        .filter(|e| e.state == "running" && e.matches(query))
+        .collect();
+    if matched.len() > 1 {
+        return Err(UserError::new(
+            format!(
+                "{query} names {} engines: {}",
+                matched.len(),
+                matched
+                    .iter()
+                    .map(|e| format!("{} ({}, {})", e.name, e.mode.as_str(), e.id))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            "name one of them by its engine name or id, as `metralectl ps` lists them",
+        )
+        .into());
+    }
+    Ok(matched.pop())
 }
 
 /// The built-in recipes with the user's on top.

@@ -2,11 +2,12 @@
 //! The checkpoint is fetched by the engine itself (`met download`), into the shared Hugging
 //! Face cache that native and container runs both use, and verified the same way.
 
-use std::process::{Command, ExitCode};
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::Context as _;
 
-use super::{load_registry, run::ensure_image, runtime};
+use super::{load_registry, run::Download, run::ensure_image, runtime};
 use crate::cli::PullArgs;
 use crate::docker::Client;
 use crate::error::UserError;
@@ -15,9 +16,21 @@ use crate::printer::Printer;
 use crate::recipe::launch::image_reference;
 use crate::recipe::resolve::{Location, locate};
 
+/// A progress line of `met download --progress json`.
+#[derive(serde::Deserialize)]
+struct Progress {
+    file: String,
+    done: u64,
+    total: u64,
+}
+
 pub fn pull(args: &PullArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     let registry = load_registry()?;
     let entry = registry.get(&args.name)?;
+    // Fetching for another machine is fine, but say so before gigabytes arrive.
+    if let Err(e) = super::run::preflight::check_device(entry) {
+        printer.warn(format!("{e}; pulling anyway (for another machine?)"));
+    }
     if !args.no_image {
         let image = args
             .image
@@ -57,10 +70,32 @@ pub fn pull(args: &PullArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
             })?;
             let revision = revision.map_or_else(|| "main".to_owned(), |r| r.as_str().to_owned());
             printer.note(format!("fetching {repo}@{revision} with {}", met.display()));
-            let out = Command::new(&met)
-                .args(["download", &repo, "--revision", &revision])
-                .stderr(std::process::Stdio::inherit())
-                .output()
+            let mut child = Command::new(&met)
+                .args([
+                    "download",
+                    &repo,
+                    "--revision",
+                    &revision,
+                    "--progress",
+                    "json",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .with_context(|| format!("failed to run {}", met.display()))?;
+            // met's progress, one JSON object a line, drawn as one bar; its other lines as they are.
+            let mut bar = Download::new(printer);
+            if let Some(stderr) = child.stderr.take() {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    match serde_json::from_str::<Progress>(&line) {
+                        Ok(p) => bar.update(&p.file, p.done, p.total),
+                        Err(_) => bar.note(line),
+                    }
+                }
+            }
+            bar.finish();
+            let out = child
+                .wait_with_output()
                 .with_context(|| format!("failed to run {}", met.display()))?;
             if !out.status.success() {
                 return Err(UserError::new(

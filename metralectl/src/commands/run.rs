@@ -22,9 +22,11 @@ use crate::startup::{self, Event, Failure, Watched};
 
 mod container;
 mod native_mode;
+pub(super) mod preflight;
 mod progress;
 
 pub(super) use container::ensure_image;
+pub(super) use progress::Download;
 
 /// Engine log lines shown when it exits during start-up.
 const LAST_LINES: usize = 20;
@@ -62,6 +64,7 @@ pub fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
         hf_cache: dirs::hf_cache_dir(),
         hf_token_set: std::env::var_os("HF_TOKEN").is_some_and(|v| !v.is_empty()),
         port: args.port,
+        host: args.host.clone(),
     };
     let launch = launch(entry, &env);
     for warning in &launch.warnings {
@@ -69,6 +72,10 @@ pub fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     }
     if args.print {
         return print(entry, &launch, printer);
+    }
+    preflight::check_checkpoint(entry)?;
+    if !args.skip_checks {
+        preflight::check_device(entry)?;
     }
     if printer.json_mode() && !args.detach {
         return Err(UserError::new(
@@ -211,8 +218,8 @@ async fn choose_mode(
             return Err(anyhow::Error::new(e).context(UserError::new(
                 "container mode needs the Docker daemon, and it does not answer",
                 format!(
-                    "start Docker (e.g. `sudo systemctl start docker`), check DOCKER_HOST, or run \
-                     natively: `metralectl run {recipe} --native`"
+                    "start Docker (e.g. `sudo systemctl start docker`) or check DOCKER_HOST; {}",
+                    native_hint(recipe, gpu_recipe)
                 ),
             )));
         }
@@ -239,7 +246,8 @@ async fn choose_mode(
                 ),
                 format!(
                     "install the NVIDIA Container Toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker \
-                     && sudo systemctl restart docker`, or run the engine natively: `metralectl run {recipe} --native`"
+                     && sudo systemctl restart docker`; {}",
+                    native_hint(recipe, true)
                 ),
             )
             .into());
@@ -255,6 +263,18 @@ async fn choose_mode(
         daemon.server_version
     ));
     Ok(Chosen::Native)
+}
+
+/// How to run natively instead: a GPU recipe needs a `met` built for CUDA.
+fn native_hint(recipe: &str, gpu_recipe: bool) -> String {
+    if gpu_recipe {
+        format!(
+            "a native run needs a met built for CUDA (`cargo install --path engine --features cuda`, \
+             docs/cuda.md), then `metralectl run {recipe} --native`"
+        )
+    } else {
+        format!("or run natively: `metralectl run {recipe} --native`")
+    }
 }
 
 fn check_name(name: &str) -> anyhow::Result<()> {
@@ -281,14 +301,17 @@ fn check_name(name: &str) -> anyhow::Result<()> {
 fn check_port_free(host: &str, port: u16) -> anyhow::Result<()> {
     match std::net::TcpListener::bind((host, port)) {
         Ok(_) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(UserError::new(
-            format!("port {port} on {host} is already in use"),
-            format!(
-                "pass another port (--port {}), or stop what listens there (`metralectl ps` lists engines)",
-                port.saturating_add(1)
-            ),
-        )
-        .into()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            let holder = crate::port_owner::describe(port);
+            let by = holder
+                .as_deref()
+                .map_or_else(String::new, |h| format!(" by {h}"));
+            Err(UserError::new(
+                format!("port {port} on {host} is already in use{by}"),
+                crate::port_owner::busy_fix(port, holder.as_deref()),
+            )
+            .into())
+        }
         Err(e) => Err(anyhow::Error::new(e).context(UserError::new(
             format!("cannot listen on {host}:{port}"),
             "pass an address of this machine with --host (127.0.0.1 or 0.0.0.0)",
@@ -395,16 +418,20 @@ fn base_url(host: &str, port: u16) -> String {
     format!("http://{host}:{port}")
 }
 
+/// An engine's last log lines, indented, or `(no output)`.
+fn tail_text(last_lines: &[String]) -> String {
+    if last_lines.is_empty() {
+        return "  (no output)".to_owned();
+    }
+    last_lines
+        .iter()
+        .map(|l| format!("  | {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn failure_error(plan: &Plan<'_>, failure: Failure, last_lines: &[String]) -> anyhow::Error {
-    let tail = if last_lines.is_empty() {
-        "(no output)".to_owned()
-    } else {
-        last_lines
-            .iter()
-            .map(|l| format!("  | {l}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let tail = tail_text(last_lines);
     match failure {
         Failure::Exited { status } => UserError::new(
             format!(
@@ -425,6 +452,36 @@ fn failure_error(plan: &Plan<'_>, failure: Failure, last_lines: &[String]) -> an
         .into(),
         Failure::Watch(e) => e.context(format!("lost track of the engine {}", plan.name)),
     }
+}
+
+/// The foreground run's end when the engine exits by itself: a clean exit (`metralectl stop`
+/// from another shell, or a SIGTERM: the engine drains and exits 0) ends the run with 0 too.
+fn ended(
+    plan: &Plan<'_>,
+    clean: bool,
+    status: &str,
+    last_lines: &[String],
+    printer: &Printer,
+) -> anyhow::Result<ExitCode> {
+    if clean {
+        printer.note(format!(
+            "the engine {} stopped ({status}; `metralectl stop` or a signal ended it)",
+            plan.name
+        ));
+        return Ok(ExitCode::SUCCESS);
+    }
+    Err(UserError::new(
+        format!(
+            "the engine {} exited ({status}); its last lines:\n{}",
+            plan.name,
+            tail_text(last_lines)
+        ),
+        format!(
+            "fix what the engine says above, then start it again with `metralectl run {}`",
+            plan.entry.recipe.name
+        ),
+    )
+    .into())
 }
 
 fn print_ready(

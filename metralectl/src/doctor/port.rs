@@ -7,15 +7,22 @@ use super::{Check, Status};
 pub fn check(port: u16) -> Check {
     match TcpListener::bind(("127.0.0.1", port)) {
         Ok(_) => Check::ok("port", format!("port {port} is free"), Vec::new()),
-        Err(e) => Check::problem(
-            "port",
-            Status::Warning,
-            format!("port {port} is in use"),
-            vec![format!("cannot listen on 127.0.0.1:{port}: {e}")],
-            format!(
-                "pass another port to run (`--port {}`), or stop what listens there (`metralectl ps`)",
-                port.saturating_add(1)
-            ),
-        ),
+        Err(e) => {
+            let holder = crate::port_owner::describe(port);
+            let mut found = vec![format!("cannot listen on 127.0.0.1:{port}: {e}")];
+            if let Some(h) = &holder {
+                found.push(format!("held by {h}"));
+            }
+            Check::problem(
+                "port",
+                Status::Warning,
+                match &holder {
+                    Some(h) => format!("port {port} is in use by {h}"),
+                    None => format!("port {port} is in use"),
+                },
+                found,
+                crate::port_owner::busy_fix(port, holder.as_deref()),
+            )
+        }
     }
 }

@@ -51,7 +51,13 @@ pub struct LaunchEnv {
     pub hf_token_set: bool,
     /// Overrides `serve.port`.
     pub port: Option<u16>,
+    /// The address the endpoint is reachable on: the host side of the container's port
+    /// binding, the native engine's `--host`. 127.0.0.1 unless the user binds wider.
+    pub host: String,
 }
+
+/// The address `run` binds unless told otherwise.
+pub const DEFAULT_HOST: &str = "127.0.0.1";
 
 /// A command as arguments, with the grouping used to print it one option a line.
 #[derive(Debug, Clone, Serialize)]
@@ -209,7 +215,7 @@ pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
         docker.push(words(&["--gpus", "all"]));
     }
     docker.push(words(&["--ipc=host"]));
-    docker.push(vec!["-p".into(), format!("{port}:{port}")]);
+    docker.push(vec!["-p".into(), port_binding(&le.host, port)]);
     docker.extend(mounts.iter().map(|m| vec!["-v".into(), m.clone()]));
     let hub = recipe.checkpoint.repo.is_some();
     if hub && le.hf_token_set {
@@ -226,7 +232,7 @@ pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
         }
         groups
     };
-    let container_cmd = with_revision(serve_groups(recipe, &container_model, port, true));
+    let container_cmd = with_revision(serve_groups(recipe, &container_model, port, None));
     docker.extend(container_cmd.iter().cloned());
 
     let container = ContainerPlan {
@@ -242,7 +248,7 @@ pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
         docker: CommandLine::new(BTreeMap::new(), docker),
         native: CommandLine::new(
             env,
-            with_revision(serve_groups(recipe, &native_model, port, false)),
+            with_revision(serve_groups(recipe, &native_model, port, Some(&le.host))),
         ),
         warnings,
         container,
@@ -253,13 +259,31 @@ fn words(ws: &[&str]) -> Vec<String> {
     ws.iter().map(|w| (*w).to_owned()).collect()
 }
 
-/// `met serve MODEL` and its flags, one group an option.
-fn serve_groups(recipe: &Recipe, model: &str, port: u16, in_container: bool) -> Vec<Vec<String>> {
+/// `-p HOST:PORT:PORT`, the bracketed form for an IPv6 address.
+fn port_binding(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}:{port}")
+    } else {
+        format!("{host}:{port}:{port}")
+    }
+}
+
+/// `met serve MODEL` and its flags, one group an option; `native_host` is `None` in a container
+/// (which listens on every interface inside, the binding choosing what the host exposes).
+fn serve_groups(
+    recipe: &Recipe,
+    model: &str,
+    port: u16,
+    native_host: Option<&str>,
+) -> Vec<Vec<String>> {
     let s = &recipe.serve;
     let flag = |name: &str, value: String| vec![name.to_owned(), value];
     let mut g = vec![vec!["met".to_owned(), "serve".to_owned(), model.to_owned()]];
-    if in_container {
-        g.push(flag("--host", "0.0.0.0".into()));
+    let in_container = native_host.is_none();
+    match native_host {
+        None => g.push(flag("--host", "0.0.0.0".into())),
+        Some(DEFAULT_HOST) => {}
+        Some(host) => g.push(flag("--host", host.to_owned())),
     }
     g.push(flag("--port", port.to_string()));
     g.push(flag("--model-name", recipe.name.clone()));

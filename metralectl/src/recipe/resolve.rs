@@ -6,7 +6,9 @@
 //! 1. in the current directory and each of its parents (running from a checkout of the repository);
 //! 2. beside the `metralectl` executable, in its parent directory, and in
 //!    `<parent>/share/metrale` (an install that put the binary in `<prefix>/bin` and the
-//!    repository's `models/` in `<prefix>/share/metrale/models`).
+//!    repository's `models/` in `<prefix>/share/metrale/models`);
+//! 3. for `models/demo` alone, the copy shipped inside `metralectl`, written to the data
+//!    directory (`demo_model.rs`): the demo runs from any installed launcher.
 
 use std::env;
 use std::path::{Path, PathBuf};
@@ -78,10 +80,15 @@ fn find_local(written: &str, source: &Source) -> LocalCheckpoint {
                 .collect(),
         }
     };
-    let found = candidates
+    let mut found = candidates
         .iter()
         .find(|c| c.is_dir())
         .map(|c| std::fs::canonicalize(c).unwrap_or_else(|_| c.clone()));
+    if found.is_none() && matches!(source, Source::BuiltIn) && written == crate::demo_model::WRITTEN
+    {
+        // Where it cannot be written, the missing-checkpoint note and refusal follow.
+        found = crate::demo_model::materialize().ok();
+    }
     LocalCheckpoint {
         written: written.to_owned(),
         found,

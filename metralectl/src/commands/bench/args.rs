@@ -64,6 +64,10 @@ pub struct GateArgs {
     /// The server's API key (sent as `Authorization: Bearer KEY`).
     #[arg(long, value_name = "KEY", env = "MET_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// Send this model name instead of the baseline's (the same model served under another
+    /// name).
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
     /// How much slower than the baseline a rung may be, as a fraction.
     #[arg(long, value_name = "FRACTION", default_value_t = 0.10)]
     pub tolerance: f64,

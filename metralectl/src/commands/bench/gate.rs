@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::args::{Endpoint, GateArgs, RunArgs};
 use super::client::Server;
 use super::{ladder, runtime, validate};
+use crate::error::UserError;
 use crate::printer::Printer;
 
 /// Text that only a special token leaks into an answer.
@@ -67,7 +68,7 @@ pub fn gate(args: &GateArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     };
     let run = RunArgs {
         url: Some(args.url.clone().unwrap_or_else(|| w.url.clone())),
-        model: Some(w.model.clone()),
+        model: Some(args.model.clone().unwrap_or_else(|| w.model.clone())),
         concurrency: w.concurrency.clone(),
         isl: w.isl,
         osl: w.osl,
@@ -91,6 +92,7 @@ pub fn gate(args: &GateArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
         Duration::from_secs(run.request_timeout),
     )?;
     let (series, coherence) = runtime()?.block_on(async {
+        same_model(&server, url, &w.model, args.model.as_deref()).await?;
         let series = ladder(vec![server.clone()], &run, printer).await?;
         let coherence = coherence(&server, &run).await?;
         anyhow::Ok((series, coherence))
@@ -199,4 +201,41 @@ async fn coherence(server: &Server, run: &RunArgs) -> anyhow::Result<Coherence> 
         pass: deterministic && leaked_special.is_none(),
         leaked_special,
     })
+}
+
+/// Refuses a server that does not serve the model the baseline measured (it would answer the
+/// prompts' `/tokenize` with a 404), saying which names differ.
+async fn same_model(
+    server: &Server,
+    url: &str,
+    baseline: &str,
+    chosen: Option<&str>,
+) -> anyhow::Result<()> {
+    let models = server.models().await?;
+    let served: Vec<&str> = models["data"]
+        .as_array()
+        .map(|d| d.iter().filter_map(|m| m["id"].as_str()).collect())
+        .unwrap_or_default();
+    let wanted = chosen.unwrap_or(baseline);
+    if served.is_empty() || served.contains(&wanted) {
+        return Ok(());
+    }
+    let served_list = served.join(", ");
+    let (what, fix) = match chosen {
+        Some(m) => (
+            format!("--model {m} is not served at {url} (it serves {served_list})"),
+            format!("pass one of the served names: --model {}", served[0]),
+        ),
+        None => (
+            format!(
+                "the model names differ: the baseline measured `{baseline}`, and {url} serves `{served_list}`"
+            ),
+            format!(
+                "serve the model under the baseline's name (`met serve ... --model-name {baseline}`), or \
+                 gate against the served one with --model {}",
+                served[0]
+            ),
+        ),
+    };
+    Err(UserError::new(what, fix).into())
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use super::{
-    CONTAINER_SOCKET_DIR, Interrupted, LAST_LINES, Plan, STOP_GRACE, Signals, failure_error,
+    CONTAINER_SOCKET_DIR, Interrupted, LAST_LINES, Plan, STOP_GRACE, Signals, ended, failure_error,
     follow_or_signal, print_ready, progress,
 };
 use crate::docker::{self, Client, ContainerSpec, DaemonInfo, GpuRequest};
@@ -24,13 +24,11 @@ struct ContainerWatch<'a> {
 
 impl Watched for ContainerWatch<'_> {
     async fn exited(&mut self) -> anyhow::Result<Option<String>> {
-        Ok(self.client.exited(self.id).await?.map(|exit| {
-            let mut s = format!("exit code {}", exit.exit_code);
-            if let Some(e) = exit.error {
-                s.push_str(&format!(": {e}"));
-            }
-            s
-        }))
+        Ok(self
+            .client
+            .exited(self.id)
+            .await?
+            .map(|exit| describe(&exit)))
     }
 }
 
@@ -188,27 +186,40 @@ pub(super) async fn run_container(
                 break None;
             }
             () = tokio::time::sleep(Duration::from_millis(1000)) => {
-                if let Some(status) = watch.exited().await? {
-                    break Some(status);
+                if let Some(exit) = client.exited(&id).await? {
+                    break Some(exit);
                 }
             }
         }
     };
-    let lines = if exit.is_some() {
-        container_tail(client, &id).await
-    } else {
-        Vec::new()
+    let lines = match &exit {
+        Some(exit) if !exit.removed => container_tail(client, &id).await,
+        _ => Vec::new(),
     };
     client.stop_and_remove(&id, STOP_GRACE).await?;
     let _ = std::fs::remove_dir_all(&socket_dir);
     match exit {
         None => Ok(ExitCode::SUCCESS),
-        Some(status) => Err(anyhow::anyhow!(
-            "the engine {} exited ({status}); its last lines:\n  | {}",
-            plan.name,
-            lines.join("\n  | ")
-        )),
+        Some(exit) => ended(
+            plan,
+            exit.exit_code == 0 || exit.removed,
+            &describe(&exit),
+            &lines,
+            printer,
+        ),
     }
+}
+
+/// `exit code N: error`, or that the container was removed (by `metralectl stop`).
+fn describe(exit: &docker::ContainerExit) -> String {
+    if exit.removed {
+        return "its container was removed".into();
+    }
+    let mut s = format!("exit code {}", exit.exit_code);
+    if let Some(e) = &exit.error {
+        s.push_str(&format!(": {e}"));
+    }
+    s
 }
 
 fn container_error(e: docker::DockerError, name: &str) -> anyhow::Error {

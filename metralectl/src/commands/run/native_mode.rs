@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::{
-    Interrupted, LAST_LINES, Plan, STOP_GRACE, Signals, failure_error, follow_or_signal,
+    Interrupted, LAST_LINES, Plan, STOP_GRACE, Signals, ended, failure_error, follow_or_signal,
     print_ready,
 };
 use crate::engines::Mode;
@@ -28,10 +28,8 @@ pub(super) async fn run_native(plan: &Plan<'_>, printer: &Printer) -> anyhow::Re
             "install it beside metralectl (the release archive has both), put it on PATH, or use --docker",
         ))
     })?;
+    // The printed native command, `--host` included when it is not 127.0.0.1.
     let mut serve_args: Vec<String> = plan.launch.native.argv.iter().skip(1).cloned().collect();
-    if plan.args.host != "127.0.0.1" {
-        serve_args.extend(["--host".into(), plan.args.host.clone()]);
-    }
     serve_args.push("--no-tui".into());
     serve_args.extend(plan.args.extra.iter().cloned());
     let mut env = plan.launch.native.env.clone();
@@ -101,19 +99,16 @@ pub(super) async fn run_native(plan: &Plan<'_>, printer: &Printer) -> anyhow::Re
             }
             () = tokio::time::sleep(Duration::from_millis(500)) => {
                 if let Some(status) = started.exited() {
-                    break Some(status.to_string());
+                    break Some(status);
                 }
             }
         }
     };
-    let lines = native::tail(&log, LAST_LINES).join("\n  | ");
+    let lines = native::tail(&log, LAST_LINES);
     stop_native(started).await?;
     match exit {
         None => Ok(ExitCode::SUCCESS),
-        Some(status) => Err(anyhow::anyhow!(
-            "the engine {} exited ({status}); its last lines:\n  | {lines}",
-            plan.name
-        )),
+        Some(status) => ended(plan, status.success(), &status.to_string(), &lines, printer),
     }
 }
 

@@ -10,11 +10,113 @@ use crate::docker::PullEvent;
 use crate::printer::Printer;
 use crate::startup::Event;
 
-/// The start-up spinner.
+/// One bar for a checkpoint's download: the file, bytes done of its size, rate and ETA on a
+/// terminal; a note when a file starts and when it is complete otherwise. A file whose first
+/// report is past 0 bytes resumed a partial download, and says so.
+pub struct Download<'a> {
+    printer: &'a Printer,
+    bar: Option<ProgressBar>,
+    file: Option<String>,
+    /// Drawn with other bars (run's spinner) when given, so they do not overwrite each other.
+    multi: Option<MultiProgress>,
+}
+
+impl<'a> Download<'a> {
+    pub fn new(printer: &'a Printer) -> Self {
+        Self {
+            printer,
+            bar: None,
+            file: None,
+            multi: None,
+        }
+    }
+
+    /// A bar drawn below the others of `multi`.
+    fn within(printer: &'a Printer, multi: Option<MultiProgress>) -> Self {
+        Self {
+            multi,
+            ..Self::new(printer)
+        }
+    }
+
+    /// `done` of `total` bytes of `file`.
+    pub fn update(&mut self, file: &str, done: u64, total: u64) {
+        let new_file = self.file.as_deref() != Some(file);
+        if new_file {
+            self.file = Some(file.to_owned());
+            let resumed = if done > 0 && done < total {
+                format!(" (resumed at {:.1} MB)", done as f64 / 1e6)
+            } else {
+                String::new()
+            };
+            match self.bar_for() {
+                Some(bar) => {
+                    bar.reset();
+                    bar.set_length(total);
+                    bar.set_message(format!("{file}{resumed}"));
+                }
+                None if done == total => self.printer.note(format!(
+                    "download {file}: {:.1} MB, already in the cache",
+                    total as f64 / 1e6
+                )),
+                None => self.printer.note(format!(
+                    "download {file}: {:.1} MB{resumed}",
+                    total as f64 / 1e6
+                )),
+            }
+        }
+        match &self.bar {
+            Some(bar) => {
+                bar.set_length(total);
+                bar.set_position(done);
+            }
+            None if done == total && !new_file => {
+                self.printer.note(format!("download {file}: complete"));
+            }
+            None => {}
+        }
+    }
+
+    /// A note that does not break the bar (it is drawn again below).
+    pub fn note(&self, text: impl std::fmt::Display) {
+        match &self.bar {
+            Some(bar) => bar.suspend(|| self.printer.note(text)),
+            None => self.printer.note(text),
+        }
+    }
+
+    /// The bar, made on first use (on a terminal only).
+    fn bar_for(&mut self) -> Option<&ProgressBar> {
+        if self.bar.is_none() && self.printer.live_progress() {
+            let bar = match &self.multi {
+                Some(multi) => multi.add(ProgressBar::new(0)),
+                None => ProgressBar::new(0),
+            };
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "download {msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            self.bar = Some(bar);
+        }
+        self.bar.as_ref()
+    }
+
+    pub fn finish(&mut self) {
+        if let Some(bar) = self.bar.take() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// The start-up spinner (and the download bar while the engine fetches its checkpoint).
 pub struct Startup<'a> {
     printer: &'a Printer,
     name: String,
     bar: Option<ProgressBar>,
+    download: Download<'a>,
     /// The phase last written as a note (without a terminal a phase gets one line when it
     /// starts and one when it completes, not one per progress step).
     noted_phase: Option<String>,
@@ -22,8 +124,11 @@ pub struct Startup<'a> {
 
 impl<'a> Startup<'a> {
     pub fn new(printer: &'a Printer, name: &str) -> Self {
-        let bar = printer.live_progress().then(|| {
-            let bar = ProgressBar::new_spinner();
+        let multi = printer
+            .live_progress()
+            .then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+        let bar = multi.as_ref().map(|multi| {
+            let bar = multi.add(ProgressBar::new_spinner());
             bar.set_style(
                 ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
@@ -36,10 +141,28 @@ impl<'a> Startup<'a> {
             name: name.to_owned(),
             bar,
             noted_phase: None,
+            download: Download::within(printer, multi),
         }
     }
 
     pub fn event(&mut self, event: &Event) {
+        // The checkpoint's download has a bar of its own.
+        if let Event::Phase {
+            name,
+            done: Some(done),
+            total: Some(total),
+            unit,
+            message: Some(file),
+        } = event
+            && name == "download"
+            && unit == "bytes"
+        {
+            if let Some(bar) = &self.bar {
+                bar.set_message(format!("{}: downloading the checkpoint", self.name));
+            }
+            self.download.update(file, *done, *total);
+            return;
+        }
         let text = match event {
             Event::Starting => format!("{}: starting the engine", self.name),
             Event::Loading => format!("{}: server up, loading the model", self.name),
@@ -83,6 +206,7 @@ impl<'a> Startup<'a> {
     }
 
     pub fn finish(&mut self) {
+        self.download.finish();
         if let Some(bar) = self.bar.take() {
             bar.finish_and_clear();
         }

@@ -1,0 +1,111 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_met_global_optspecs
+    string join \n h/help V/version
+end
+
+function __fish_met_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_met_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_met_using_subcommand
+    set -l cmd (__fish_met_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c met -n "__fish_met_needs_command" -s h -l help -d 'Print help'
+complete -c met -n "__fish_met_needs_command" -s V -l version -d 'Print version'
+complete -c met -n "__fish_met_needs_command" -f -a "serve" -d 'Serve the model over an OpenAI-compatible HTTP API'
+complete -c met -n "__fish_met_needs_command" -f -a "score" -d 'Score a token sequence: each next token\'s log-probability and the top-k alternatives, as JSON'
+complete -c met -n "__fish_met_needs_command" -f -a "download" -d 'Fetch a Hub checkpoint (ORG/NAME) into the Hugging Face cache and print its directory'
+complete -c met -n "__fish_met_needs_command" -f -a "print-tuning-table" -d 'Print the tuning settings\' Markdown table (docs/cuda.md\'s "Tuning" is this)'
+complete -c met -n "__fish_met_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c met -n "__fish_met_using_subcommand serve" -l device -d 'Where to run the model' -r -f -a "cpu\t''
+cuda\t'The first NVIDIA GPU (a `met` built with `--features cuda`; `CUDA_VISIBLE_DEVICES` chooses which)'"
+complete -c met -n "__fish_met_using_subcommand serve" -l dtype -d 'The type weights, activations and the KV cache are computed in' -r -f -a "auto\t'bfloat16 on cuda, float32 on the cpu'
+bfloat16\t'cuda only'
+float32\t'Weights, activations and the KV cache in f32: on cuda twice the memory and far slower, for checking against float32 references; what the cpu always does'"
+complete -c met -n "__fish_met_using_subcommand serve" -l load-format -d 'How to obtain weights' -r -f -a "auto\t'Safetensors weights from the model directory'
+dummy\t'Random weights of the right shapes from config.json alone (for benchmarks)'"
+complete -c met -n "__fish_met_using_subcommand serve" -l host -d 'Address to listen on' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l port -d 'Port to listen on; 0 picks a free one (the address is printed)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l model-name -d 'The name clients pass as `model` (default: the checkpoint directory\'s name, or the repository id of a Hub checkpoint)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l revision -d 'With a Hub repository id as MODEL: the branch, tag or commit to fetch' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l max-seq-len -d 'Longest sequence, prompt plus output (default: the model\'s context)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l max-batch-size -d 'Most sequences in one engine step [default: 16 on the cpu, 256 on cuda]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l max-num-batched-tokens -d 'Token budget of one step; longer prompts are prefilled in chunks [default: 2048, or the batch size if larger]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l gpu-memory-utilization -d 'Fraction of GPU memory to use, in (0, 1] (CUDA)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l kv-cache-dtype -d 'KV cache storage type' -r -f -a "auto\t'The model\'s dtype'
+bf16\t''
+fp8\t'e4m3 values with one f32 scale per 128 dims of each cached head: about half the memory of bf16 on cuda; the cpu rounds its f32 cache the same way (same accuracy, no saving)'"
+complete -c met -n "__fish_met_using_subcommand serve" -l enable-prefix-caching -d 'Reuse the KV cache of shared prompt prefixes (`--enable-prefix-caching true|false` is accepted too)' -r -f -a "true\t''
+false\t''"
+complete -c met -n "__fish_met_using_subcommand serve" -l api-key -d 'Require `Authorization: Bearer KEY` on the API (not on /health, /ready, /metrics)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l max-queued-requests -d 'Requests waiting beyond this are refused with 429 and Retry-After' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l request-timeout -d 'Abort a request running longer than this many seconds (504, or an error event when streaming)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l tool-call-parser -d 'Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6) or hermes (Qwen3)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l reasoning-parser -d 'Split `<think>…</think>` into reasoning: qwen3' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l num-gpu-blocks-override -d 'Exactly this many KV cache blocks, whatever the memory would allow (for tests and reproducing memory pressure)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l ssm-cache-slots -d 'Hybrid (linear-attention) models: recurrent-state slots, one per running sequence; a request waits for a free one [default: --max-batch-size]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l ssm-checkpoint-slots -d 'Hybrid models with --enable-prefix-caching: recurrent-state checkpoints kept for prefix reuse, least recently used evicted first [default: --ssm-cache-slots]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l ssm-checkpoint-interval -d 'Hybrid models with --enable-prefix-caching: tokens between recurrent-state checkpoints, a multiple of the 16-token KV block; a cached prefix is reused up to its last checkpoint [default: 512]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l num-drafts -d 'With --speculative: tokens the MTP head drafts a step (1 to 16) [default: 3]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l speculative-max-batch -d 'With --speculative: drafting pauses while more sequences than this are running [default: 32]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l metrics-socket -d 'Unix socket for live metrics events (NDJSON, docs/metrics-socket.md) [default: $XDG_RUNTIME_DIR/metrale/met-PORT.sock, else /tmp/metrale-UID/met-PORT.sock]' -r -F
+complete -c met -n "__fish_met_using_subcommand serve" -l mtp-gate -d 'When the MTP head drafts: auto (pause above --speculative-max-batch running sequences) or force (at every batch size)' -r -f -a "auto\t'Drafting pauses while more than --speculative-max-batch sequences run (met\'s default)'
+force\t'Draft at every batch size (--speculative-max-batch unlimited)'"
+complete -c met -n "__fish_met_using_subcommand serve" -l scheduling-policy -d 'Request scheduling: fifo, the only policy met has (first come, first served)' -r -f -a "fifo\t''"
+complete -c met -n "__fish_met_using_subcommand serve" -l mtp-quantization -d 'The MTP head\'s weight type: bf16, the checkpoint\'s (met does not quantize the head)' -r -f -a "bf16\t''"
+complete -c met -n "__fish_met_using_subcommand serve" -l disable-tool-grammar -d 'Tool calls are parsed from free text, never constrained by a grammar: true is what met does; false is refused' -r -f -a "true\t''
+false\t''"
+complete -c met -n "__fish_met_using_subcommand serve" -l ssm-h-dtype -d 'Hybrid models\' recurrent state storage: f32 (met\'s); f16-pool is accepted and runs as f32' -r -f -a "f32\t'A float32 state in per-sequence slots (what met keeps)'
+f16-pool\t'Accepted as a name for met\'s slot pool; met keeps the state in float32 (a note says so)'"
+complete -c met -n "__fish_met_using_subcommand serve" -l ssm-tail-midchunk -d 'Save recurrent-state checkpoints in the middle of a prefill chunk\'s tail: met saves them only at --ssm-checkpoint-interval boundaries, so false is what it does; true is refused' -r -f -a "true\t''
+false\t''"
+complete -c met -n "__fish_met_using_subcommand serve" -l enforce-eager -d 'Run every step op by op, never replaying a captured CUDA graph (slower; for debugging)'
+complete -c met -n "__fish_met_using_subcommand serve" -l disable-thinking -d 'Chat templates get `enable_thinking=false` unless a request\'s `chat_template_kwargs` says otherwise'
+complete -c met -n "__fish_met_using_subcommand serve" -l no-tui -d 'Do not show the terminal dashboard'
+complete -c met -n "__fish_met_using_subcommand serve" -l speculative -d 'Speculative decoding with the checkpoint\'s multi-token-prediction (MTP) head (Qwen3.5/3.6), as our recipes ask (`[serve.speculative]`): the head drafts tokens that the model verifies in its next step; the output is what it would be without'
+complete -c met -n "__fish_met_using_subcommand serve" -l gdn-fused-norm -d 'Gated DeltaNet\'s output norm fused with its gate: what met\'s kernels always do'
+complete -c met -n "__fish_met_using_subcommand serve" -l ssm-batched-recurrent -d 'The recurrent state of a step\'s sequences updated in one batched launch: what met always does'
+complete -c met -n "__fish_met_using_subcommand serve" -l prefill-varlen-batch -d 'Prefill chunks of several sequences in one variable-length step: what met always does'
+complete -c met -n "__fish_met_using_subcommand serve" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c met -n "__fish_met_using_subcommand serve" -s V -l version -d 'Print version'
+complete -c met -n "__fish_met_using_subcommand score" -l device -d 'Where to run the model' -r -f -a "cpu\t''
+cuda\t'The first NVIDIA GPU (a `met` built with `--features cuda`; `CUDA_VISIBLE_DEVICES` chooses which)'"
+complete -c met -n "__fish_met_using_subcommand score" -l dtype -d 'The type weights, activations and the KV cache are computed in' -r -f -a "auto\t'bfloat16 on cuda, float32 on the cpu'
+bfloat16\t'cuda only'
+float32\t'Weights, activations and the KV cache in f32: on cuda twice the memory and far slower, for checking against float32 references; what the cpu always does'"
+complete -c met -n "__fish_met_using_subcommand score" -l load-format -d 'How to obtain weights' -r -f -a "auto\t'Safetensors weights from the model directory'
+dummy\t'Random weights of the right shapes from config.json alone (for benchmarks)'"
+complete -c met -n "__fish_met_using_subcommand score" -l tokens -d 'Token ids, comma-separated (e.g. 9707,11,1879)' -r
+complete -c met -n "__fish_met_using_subcommand score" -l tokens-file -d 'A JSON file holding an array of token ids' -r -F
+complete -c met -n "__fish_met_using_subcommand score" -l top-k -d 'Alternatives to report at each position' -r
+complete -c met -n "__fish_met_using_subcommand score" -l kv-cache-dtype -d 'The KV cache\'s number format while scoring (fp8: e4m3 with a scale per head; see `met serve --help`), to measure what the FP8 cache costs in accuracy' -r -f -a "auto\t'The model\'s dtype'
+bf16\t''
+fp8\t'e4m3 values with one f32 scale per 128 dims of each cached head: about half the memory of bf16 on cuda; the cpu rounds its f32 cache the same way (same accuracy, no saving)'"
+complete -c met -n "__fish_met_using_subcommand score" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c met -n "__fish_met_using_subcommand score" -s V -l version -d 'Print version'
+complete -c met -n "__fish_met_using_subcommand download" -l revision -d 'The branch, tag or commit to fetch' -r
+complete -c met -n "__fish_met_using_subcommand download" -l progress -d '`lines`: a line a file every few seconds; `json`: a JSON object a tenth of a second (`{"file","done","total"}`, bytes), for `metralectl pull`\'s progress bar' -r -f -a "lines\t''
+json\t''"
+complete -c met -n "__fish_met_using_subcommand download" -s h -l help -d 'Print help'
+complete -c met -n "__fish_met_using_subcommand download" -s V -l version -d 'Print version'
+complete -c met -n "__fish_met_using_subcommand print-tuning-table" -s h -l help -d 'Print help'
+complete -c met -n "__fish_met_using_subcommand print-tuning-table" -s V -l version -d 'Print version'
+complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table help" -f -a "serve" -d 'Serve the model over an OpenAI-compatible HTTP API'
+complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table help" -f -a "score" -d 'Score a token sequence: each next token\'s log-probability and the top-k alternatives, as JSON'
+complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table help" -f -a "download" -d 'Fetch a Hub checkpoint (ORG/NAME) into the Hugging Face cache and print its directory'
+complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table help" -f -a "print-tuning-table" -d 'Print the tuning settings\' Markdown table (docs/cuda.md\'s "Tuning" is this)'
+complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
