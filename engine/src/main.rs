@@ -118,6 +118,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         speculative: args.speculative,
         num_drafts: args.num_drafts,
         speculative_max_batch: args.speculative_max_batch,
+        speculative_ladder: args.speculative_ladder,
+        speculative_draft_cost: args.speculative_draft_cost,
     }
     .validate()?;
     if !config.no_tui && std::io::stdout().is_terminal() {
