@@ -186,6 +186,17 @@ pub struct ServeArgs {
     /// what clients write is text and only the chat template's markup is control tokens).
     #[arg(long)]
     pub special_tokens_in_content: bool,
+    /// With --speculative: the most drafts a step by running sequences, as rungs
+    /// RUNNING:DRAFTS, e.g. `1:3,2:2,8:1,32:0` (3 drafts from 1 sequence, 2 from 2, 1 from 8,
+    /// none from 32; without a `N:0` rung, drafts at any batch); --num-drafts and
+    /// --speculative-max-batch cap it [default: 1:NUM_DRAFTS,MAX_BATCH+1:0].
+    #[arg(long, value_name = "LADDER")]
+    pub speculative_ladder: Option<String>,
+    /// With --speculative: what one draft adds to a step's time, as a fraction of a plain
+    /// decode step; with the acceptance measured so far it decides how many drafts pay, down
+    /// to none (0: always draft the ladder's cap) [default: 0.35].
+    #[arg(long, value_name = "FRACTION", allow_negative_numbers = true)]
+    pub speculative_draft_cost: Option<f64>,
     /// Unix socket for live metrics events (NDJSON, docs/metrics-socket.md) [default:
     /// $XDG_RUNTIME_DIR/metrale/met-PORT.sock, else /tmp/metrale-UID/met-PORT.sock].
     #[arg(long, value_name = "PATH")]

@@ -125,6 +125,8 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         speculative_max_batch: ladder.speculative_max_batch,
         http: args.http.flags(),
         special_tokens_in_content: args.special_tokens_in_content,
+        speculative_ladder: args.speculative_ladder,
+        speculative_draft_cost: args.speculative_draft_cost,
     }
     .validate()?;
     let (host, port) = (config.host.clone(), config.port);

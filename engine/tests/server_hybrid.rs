@@ -25,12 +25,16 @@ async fn serve(extra: &[&str]) -> Server {
 }
 
 async fn serve_model(name: &str, extra: &[&str]) -> Server {
+    serve_with_env(name, extra, &[]).await
+}
+
+async fn serve_with_env(name: &str, extra: &[&str], env: &[(&str, &str)]) -> Server {
     let mut args: Vec<String> = ["serve", model_dir(name).to_str().expect("utf8")]
         .map(String::from)
         .to_vec();
     args.extend(["--port", "0", "--model-name", "test"].map(String::from));
     args.extend(extra.iter().map(|s| s.to_string()));
-    Server::spawn(&args).await
+    Server::spawn_with_env(&args, env).await
 }
 
 /// Greedy text for `prompt` (token ids) from the server.
@@ -238,11 +242,14 @@ async fn reqwest_get(s: &Server, path: &str) -> (u16, Value) {
 /// `--speculative` with the fixture's (random) MTP head: transformers' greedy continuation
 /// alone, then four at once with preemption (a cache too small for all) and prefix caching,
 /// each the model's output alone; `/metrics` counts the drafts by position, as vLLM names
-/// them.
+/// them. Drafts are free here (`--speculative-draft-cost 0`), so the random head drafts every
+/// step and the roll back is exercised throughout.
 #[tokio::test]
 async fn speculation_serves_the_tokens_it_serves_without() {
     let s = serve(&[
         "--speculative",
+        "--speculative-draft-cost",
+        "0",
         "--num-drafts",
         "3",
         "--max-batch-size",
@@ -295,6 +302,49 @@ async fn speculation_serves_the_tokens_it_serves_without() {
         assert!(text.contains(&line), "no {line} in\n{text}");
     }
     assert!(!text.contains("position=\"3\""), "only 3 positions");
+}
+
+/// `/metrics` after a speculative run with adaptive drafting (the ladder of issue 33): drafts
+/// verified and accepted by position, the policy's acceptance estimate and its drafts a step.
+/// The random head's drafts are all but never right, so the engine stops paying for them
+/// (greedy output unchanged); with every draft forced accepted it keeps the ladder's 3.
+#[tokio::test]
+async fn adaptive_drafting_shows_acceptance_by_position_in_metrics() {
+    let args = ["--speculative", "--speculative-ladder", "1:3,2:2,8:1,32:0"];
+    let at = |name: &str, p: usize| format!("{name},position=\"{p}\"");
+    let verified = "metrale:spec_decode_num_draft_tokens_per_pos_total";
+    let accepted = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+    let estimate = "metrale:spec_decode_acceptance_per_pos";
+    let now = "metrale:spec_decode_drafts_per_step";
+
+    let s = serve(&args).await;
+    let g = reference(NAME).greedy;
+    let want = detokenize(&s, &g.continuation).await;
+    assert_eq!(complete(&s, &g.prompt, g.continuation.len()).await, want);
+    let p = prompt(12, 21);
+    let got = complete(&s, &p, 80).await;
+    assert_each_as_alone(&s, &[p], &[got], 80).await;
+    let tokens = metric(&s, "vllm:generation_tokens_total").await;
+    let tried = metric(&s, &at(verified, 0)).await;
+    assert!(
+        tried > 5.0 && tried < 0.5 * tokens,
+        "{tried} first drafts verified for {tokens} tokens"
+    );
+    assert!(metric(&s, &at(estimate, 0)).await < 0.15);
+    assert!(metric(&s, now).await <= 1.0, "only a probe drafts");
+
+    let s = serve_with_env(NAME, &args, &[("METRALE_SPEC_FORCE_ACCEPT", "1")]).await;
+    complete(&s, &prompt(12, 21), 80).await;
+    for p in 0..3 {
+        let (v, a) = (
+            metric(&s, &at(verified, p)).await,
+            metric(&s, &at(accepted, p)).await,
+        );
+        assert!(v > 5.0 && a == v, "position {p}: {a} of {v} accepted");
+        let e = metric(&s, &at(estimate, p)).await;
+        assert!(e > 0.9, "position {p}: estimated {e}");
+    }
+    assert_eq!(metric(&s, now).await, 3.0);
 }
 
 /// A checkpoint without an MTP head refuses `--speculative` by name before it serves.

@@ -8,6 +8,8 @@
 //!   replaced by ones mostly right (taken from the run without speculation, cut at a random
 //!   place), which exercises acceptance, the KV cache's roll back by length and the recurrent
 //!   state's roll back from scratch slots;
+//! - so does adaptive drafting (`scheduler/draft_policy.rs`), whose drafts a step change with
+//!   the batch and the acceptance so far, and which stops drafting for the random head;
 //! - the drafts the head proposes step by step (its own KV layer rolled back with the rest)
 //!   are the drafts it proposes for the same context computed from scratch.
 
@@ -40,10 +42,15 @@ struct Engine {
 }
 
 fn engine(name: &str, drafts: Option<usize>) -> Engine {
+    engine_with(name, drafts.map(|n| SpeculativeConfig::flat(n, SEQS)))
+}
+
+fn engine_with(name: &str, speculative: Option<SpeculativeConfig>) -> Engine {
     let dir = model_dir(name);
     let cfg = Qwen3_5Config::from_file(&dir.join("config.json")).expect("config");
     let weights = Weights::open(&dir, LoadFormat::Auto).expect("weights");
-    let model = Qwen3_5::load_with(&cfg, &weights, drafts.is_some(), &mut |_| {}).expect("load");
+    let model =
+        Qwen3_5::load_with(&cfg, &weights, speculative.is_some(), &mut |_| {}).expect("load");
     let state = StateCacheConfig {
         num_slots: SEQS,
         num_checkpoints: 4,
@@ -57,13 +64,10 @@ fn engine(name: &str, drafts: Option<usize>) -> Engine {
         state.total_slots(),
     )
     .expect("runner");
-    let speculative = drafts.map(|n| SpeculativeConfig {
-        num_drafts: n,
-        max_batch: SEQS,
-    });
-    if let Some(n) = drafts {
+    if let Some(spec) = speculative {
+        let step_drafts = spec.ladder.max_drafts_in_step(SEQS);
         runner
-            .enable_speculation(n, SEQS, None)
+            .enable_speculation(spec.num_drafts(), step_drafts, None)
             .expect("speculation");
     }
     let sched = Scheduler::new(SchedulerConfig {
@@ -160,6 +164,40 @@ fn mostly_right(drafts: &mut [u32], truth: &[u32], rng: &mut StdRng) {
     }
 }
 
+/// Replaces each step's drafts by mostly right ones ([`mostly_right`] against `want`, the
+/// run without speculation), counting what each request emitted so far.
+struct MostlyRight<'a> {
+    want: &'a HashMap<u64, Vec<u32>>,
+    rng: StdRng,
+    emitted: HashMap<u64, usize>,
+}
+
+impl<'a> MostlyRight<'a> {
+    fn new(want: &'a HashMap<u64, Vec<u32>>, seed: u64) -> Self {
+        Self {
+            want,
+            rng: StdRng::seed_from_u64(seed),
+            emitted: HashMap::new(),
+        }
+    }
+
+    /// `seen` gets each sequence's own drafts first, with the request and its outputs so far.
+    fn tamper(
+        &mut self,
+        s: &SchedulerOutput,
+        r: &mut RunnerOutput,
+        seen: &mut dyn FnMut(u64, usize, &[u32]),
+    ) {
+        for (q, o) in s.seqs.iter().zip(&mut r.seqs) {
+            let done = self.emitted.entry(q.req_id).or_default();
+            *done += o.accepted.len() + usize::from(o.sampled.is_some());
+            seen(q.req_id, *done, &o.drafts);
+            let truth = &self.want[&q.req_id][*done..];
+            mostly_right(&mut o.drafts, truth, &mut self.rng);
+        }
+    }
+}
+
 #[test]
 fn speculation_changes_no_token_whatever_the_drafts() {
     for name in FIXTURES {
@@ -174,14 +212,9 @@ fn speculation_changes_no_token_whatever_the_drafts() {
 
         // Drafts mostly right: the next tokens of the run without speculation, with the
         // k-th replaced by a wrong one (k random, sometimes past the end: all accepted).
-        let mut rng = StdRng::seed_from_u64(9);
-        let mut emitted: HashMap<u64, usize> = HashMap::new();
+        let mut drafts = MostlyRight::new(&want, 9);
         let (got, spec) = run(&mut engine(name, Some(DRAFTS)), &reqs, &mut |s, r| {
-            for (q, o) in s.seqs.iter().zip(&mut r.seqs) {
-                let done = emitted.entry(q.req_id).or_default();
-                *done += o.accepted.len() + usize::from(o.sampled.is_some());
-                mostly_right(&mut o.drafts, &want[&q.req_id][*done..], &mut rng);
-            }
+            drafts.tamper(s, r, &mut |_, _, _| {})
         });
         assert_eq!(got, want, "{name}: with mostly right drafts");
         // Every draft position saw acceptances and rejections.
@@ -190,6 +223,66 @@ fn speculation_changes_no_token_whatever_the_drafts() {
             assert!(0 < a && a < n, "{name}: position {p}: {a} of {n} accepted");
         }
         assert!(spec.mean_accepted() > 1.0, "{name}: {spec:?}");
+    }
+}
+
+/// Drafts proposed each step (`ScheduledSeq::propose` of a sampling sequence; none when no
+/// sequence samples).
+fn proposed(s: &SchedulerOutput) -> Option<usize> {
+    s.seqs.iter().filter(|q| q.sample).map(|q| q.propose).max()
+}
+
+/// [`run`], with the drafts proposed each step; `drafts` replaces the head's when given.
+fn run_choosing(
+    e: &mut Engine,
+    reqs: &[(Vec<u32>, SamplingParams)],
+    mut drafts: Option<&mut MostlyRight>,
+) -> (HashMap<u64, Vec<u32>>, SpecDecodeStats, Vec<usize>) {
+    let mut choices = Vec::new();
+    let (out, spec) = run(e, reqs, &mut |s, r| {
+        choices.extend(proposed(s));
+        if let Some(d) = drafts.as_deref_mut() {
+            d.tamper(s, r, &mut |_, _, _| {});
+        }
+    });
+    (out, spec, choices)
+}
+
+#[test]
+fn adaptive_drafting_changes_no_token() {
+    // 3 drafts for one sequence, 2 for two, 1 for three; a draft costs 0.15 of a step.
+    let adaptive = SpeculativeConfig {
+        ladder: "1:3,2:2,3:1".parse().expect("ladder"),
+        draft_cost: 0.15,
+    };
+    for name in FIXTURES {
+        let reqs = requests();
+        let (want, _) = run(&mut engine(name, None), &reqs, &mut |_, _| {});
+
+        // The random head's drafts, nearly all rejected: after a warm-up only probes draft.
+        let (got, spec, choices) =
+            run_choosing(&mut engine_with(name, Some(adaptive)), &reqs, None);
+        assert_eq!(got, want, "{name}: adaptive, with the head's drafts");
+        let off = choices.iter().filter(|&&k| k == 0).count();
+        assert!(
+            spec.num_drafts > 0 && off * 2 > choices.len(),
+            "{name}: {off} of {} steps without drafts: {choices:?}",
+            choices.len()
+        );
+        assert!(spec.acceptance[0] < 0.15, "{name}: {:?}", spec.acceptance);
+
+        // Mostly right drafts: the ladder's cap, which moves with the batch.
+        let mut drafts = MostlyRight::new(&want, 3);
+        let e = &mut engine_with(name, Some(adaptive));
+        let (got, spec, choices) = run_choosing(e, &reqs, Some(&mut drafts));
+        assert_eq!(got, want, "{name}: adaptive, with mostly right drafts");
+        for k in 1..=3 {
+            assert!(
+                choices.contains(&k),
+                "{name}: never {k} drafts: {choices:?}"
+            );
+        }
+        assert!(spec.mean_accepted() > 0.8, "{name}: {spec:?}");
     }
 }
 
@@ -211,18 +304,14 @@ fn the_heads_drafts_step_by_step_are_its_drafts_from_scratch() {
         let (want, _) = run(&mut engine(name, None), &reqs, &mut |_, _| {});
         // Step by step, drafts mostly right as above (so the head's cache is rolled back after
         // partial acceptances): the head's own proposals, with the context they follow.
-        let mut rng = StdRng::seed_from_u64(5);
-        let mut emitted: HashMap<u64, usize> = HashMap::new();
+        let mut drafts = MostlyRight::new(&want, 5);
         let mut proposals: Vec<(u64, usize, Vec<u32>)> = Vec::new();
         run(&mut engine(name, Some(DRAFTS)), &reqs, &mut |s, r| {
-            for (q, o) in s.seqs.iter().zip(&mut r.seqs) {
-                let done = emitted.entry(q.req_id).or_default();
-                *done += o.accepted.len() + usize::from(o.sampled.is_some());
-                if !o.drafts.is_empty() {
-                    proposals.push((q.req_id, *done, o.drafts.clone()));
+            drafts.tamper(s, r, &mut |id, done, own| {
+                if !own.is_empty() {
+                    proposals.push((id, done, own.to_vec()));
                 }
-                mostly_right(&mut o.drafts, &want[&q.req_id][*done..], &mut rng);
-            }
+            })
         });
         assert!(
             proposals.len() > 40,

@@ -157,8 +157,12 @@ pub struct SpecDecode {
     /// Accepted drafts per verify step: a step emits this plus one tokens on average.
     pub mean_accepted: f64,
     /// Steps in which drafting paused because more sequences ran than
-    /// `--speculative-max-batch`.
+    /// `--speculative-max-batch` (or the `--speculative-ladder` allowed none).
     pub paused_steps_total: u64,
+    /// Drafts proposed a sequence in the last step: the adaptive policy's choice (0 while
+    /// paused, or while acceptance does not pay for drafts).
+    #[serde(default)]
+    pub drafts_per_step: u64,
 }
 
 /// `snapshot`: the engine now. Rates are over the interval since the previous snapshot;

@@ -176,7 +176,8 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
     )?;
     if let Some(spec) = config.speculative {
         let force_accept = config.tuning.debug.spec_force_accept;
-        runner.enable_speculation(spec.num_drafts, spec_max_seqs(&config, spec), force_accept)?;
+        let step_drafts = spec.ladder.max_drafts_in_step(config.max_num_seqs);
+        runner.enable_speculation(spec.num_drafts(), step_drafts, force_accept)?;
     }
     phases.phase(Phase::AllocateKvCache, blocks, Some(blocks), "blocks");
     hub.set_limits(Limits {
@@ -212,7 +213,7 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
         s.kv_blocks_total = plan.num_blocks - 1;
         s.max_num_seqs = config.max_num_seqs;
         s.max_num_batched_tokens = config.max_num_batched_tokens;
-        s.num_drafts = config.speculative.map_or(0, |sp| sp.num_drafts);
+        s.num_drafts = config.speculative.map_or(0, |sp| sp.num_drafts());
         // The engine reports after each step; observers need the limits before the first.
         hub.step(
             std::time::Instant::now(),
@@ -273,7 +274,7 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
             bytes_per_slot: spec.bytes_per_slot(),
             scratch_slots: config
                 .speculative
-                .map_or(0, |s| s.num_drafts * spec_max_seqs(config, s)),
+                .map_or(0, |s| s.ladder.max_drafts_in_step(config.max_num_seqs)),
         }
     });
     // The recurrent-state slots (and speculation's scratch) are device memory too.
@@ -327,11 +328,6 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
         bytes: (num_blocks - 1) * per_block,
         state,
     })
-}
-
-/// Sequences that may verify drafts in one step: drafting pauses above `max_batch` running.
-fn spec_max_seqs(config: &EngineConfig, spec: crate::scheduler::SpeculativeConfig) -> usize {
-    config.max_num_seqs.min(spec.max_batch)
 }
 
 /// Total memory from /proc/meminfo; 8 GiB where it cannot be read.

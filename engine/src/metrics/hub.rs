@@ -705,6 +705,7 @@ fn spec_decode(s: &EngineStats) -> Option<Box<metrale_protocol::metrics::SpecDec
             .collect(),
         mean_accepted: sp.mean_accepted(),
         paused_steps_total: sp.num_paused_steps,
+        drafts_per_step: sp.drafts_per_step as u64,
     }))
 }
 

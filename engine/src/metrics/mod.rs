@@ -211,7 +211,7 @@ impl ServerMetrics {
             );
         }
         if s.num_drafts > 0 {
-            render_accepted_per_pos(&mut out, &labels, &s);
+            render_spec_per_pos(&mut out, &labels, &s);
         }
         self.with(|m| {
             let name = "vllm:request_success_total";
@@ -282,17 +282,47 @@ fn spec_decode_counters(sp: &SpecDecodeStats) -> [(&'static str, &'static str, u
     ]
 }
 
-/// Accepted drafts by position (0: a step's first draft), one series per `--num-drafts`.
-fn render_accepted_per_pos(out: &mut String, labels: &str, s: &EngineStats) {
-    let name = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+/// Speculative decoding by draft position (0: a step's first draft), one series a position up
+/// to `--num-drafts`: drafts accepted (vLLM's name) and verified (ours, vLLM has none), the
+/// policy's acceptance estimate; then its current drafts a step (`draft_policy.rs`).
+fn render_spec_per_pos(out: &mut String, labels: &str, s: &EngineStats) {
+    let sp = &s.spec;
+    let positions = s.num_drafts.min(sp.accepted_per_pos.len());
+    let series: [(&str, &str, &str, Vec<f64>); 3] = [
+        (
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+            "Accepted tokens per draft position.",
+            "counter",
+            sp.accepted_per_pos.iter().map(|&n| n as f64).collect(),
+        ),
+        (
+            "metrale:spec_decode_num_draft_tokens_per_pos_total",
+            "Draft tokens verified per draft position.",
+            "counter",
+            sp.proposed_per_pos.iter().map(|&n| n as f64).collect(),
+        ),
+        (
+            "metrale:spec_decode_acceptance_per_pos",
+            "Estimated chance a draft at this position is accepted when the drafts before it \
+             were (exponentially weighted), which sets the drafts a step.",
+            "gauge",
+            sp.acceptance.to_vec(),
+        ),
+    ];
+    for (name, help, kind, values) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (p, v) in values[..positions].iter().enumerate() {
+            let _ = writeln!(out, "{name}{{{labels},position=\"{p}\"}} {v}");
+        }
+    }
+    let name = "metrale:spec_decode_drafts_per_step";
     let _ = writeln!(
         out,
-        "# HELP {name} Accepted tokens per draft position.\n# TYPE {name} counter"
+        "# HELP {name} Drafts the MTP head proposed a sequence in the last step (0: speculation \
+         off, by the ladder or because acceptance does not pay).\n# TYPE {name} gauge\n\
+         {name}{{{labels}}} {}",
+        sp.drafts_per_step
     );
-    let positions = s.num_drafts.min(s.spec.accepted_per_pos.len());
-    for (p, n) in s.spec.accepted_per_pos[..positions].iter().enumerate() {
-        let _ = writeln!(out, "{name}{{{labels},position=\"{p}\"}} {n}");
-    }
 }
 
 fn escape_label(v: &str) -> String {
@@ -439,6 +469,41 @@ mod tests {
         assert!(line(&text, "vllm:kv_cache_usage_perc{").ends_with(" 0.25"));
         assert!(line(&text, "vllm:prompt_tokens_total{").ends_with(" 99"));
         assert!(text.contains("# TYPE vllm:prompt_tokens_total counter"));
+    }
+
+    #[test]
+    fn speculation_is_shown_by_draft_position() {
+        let mut stats = EngineStats {
+            num_drafts: 2,
+            ..Default::default()
+        };
+        stats.spec.record(2, 1);
+        stats.spec.record(2, 0);
+        stats.spec.record(1, 1);
+        stats.spec.acceptance[1] = 0.25;
+        stats.spec.drafts_per_step = 1;
+        let text = ServerMetrics::new(10).render("m", Some(&stats));
+        let at = |name: &str, p: usize| {
+            line(
+                &text,
+                &format!("{name}{{model_name=\"m\",position=\"{p}\"}}"),
+            )
+            .to_owned()
+        };
+        let proposed = "metrale:spec_decode_num_draft_tokens_per_pos_total";
+        assert!(at(proposed, 0).ends_with(" 3") && at(proposed, 1).ends_with(" 2"));
+        let accepted = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+        assert!(at(accepted, 0).ends_with(" 2") && at(accepted, 1).ends_with(" 0"));
+        assert!(at("metrale:spec_decode_acceptance_per_pos", 1).ends_with(" 0.25"));
+        assert!(!text.contains("position=\"2\""), "{text}");
+        assert_eq!(
+            line(&text, "metrale:spec_decode_drafts_per_step{"),
+            "metrale:spec_decode_drafts_per_step{model_name=\"m\"} 1"
+        );
+        assert!(text.contains("# TYPE metrale:spec_decode_drafts_per_step gauge"));
+        // Off: none of it.
+        let text = ServerMetrics::new(10).render("m", Some(&EngineStats::default()));
+        assert!(!text.contains("spec_decode"), "{text}");
     }
 
     #[test]

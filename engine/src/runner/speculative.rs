@@ -36,11 +36,13 @@ use super::Runner;
 /// The runner's speculative-decoding settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Speculation {
-    /// Drafts a step at most.
+    /// Drafts a sequence verifies in a step at most.
     pub num_drafts: usize,
-    /// Drafting sequences a step at most (scratch state slots are sized for them).
-    pub max_seqs: usize,
-    /// The first scratch state slot: `num_drafts` a drafting sequence, after the pool's slots.
+    /// Drafts verified in one step at most, all sequences together (a scratch state slot
+    /// each: `SpeculativeConfig::ladder`'s `max_drafts_in_step`).
+    pub max_step_drafts: usize,
+    /// The first scratch state slot, after the pool's slots. The drafting sequences of a step
+    /// take one slot a draft, in order.
     scratch_base: usize,
     /// Accept each draft with this probability regardless of the target, for measuring
     /// throughput at a chosen acceptance rate on random weights (test only: the output is not
@@ -55,10 +57,10 @@ pub(super) struct TargetPass<T> {
 }
 
 impl Speculation {
-    /// The scratch slot holding the `k`-th drafting sequence's state after its own tokens and
-    /// `accepted` drafts.
-    fn scratch(&self, k: usize, accepted: usize) -> u32 {
-        (self.scratch_base + k * self.num_drafts + accepted) as u32
+    /// The scratch slot holding a drafting sequence's state after its own tokens and
+    /// `accepted` drafts, `offset` being the drafts of the step's drafting sequences before it.
+    fn scratch(&self, offset: usize, accepted: usize) -> u32 {
+        (self.scratch_base + offset + accepted) as u32
     }
 
     /// How many of `drafts` are accepted, given what the rows sampled (`rows[j]` from the row
@@ -112,15 +114,14 @@ fn spec_err(message: String) -> BackendError {
 }
 
 impl<B: Backend, M: Model<B>> Runner<B, M> {
-    /// Turn speculative decoding on: up to `num_drafts` drafts a step for up to `max_seqs`
-    /// drafting sequences. Reallocates the recurrent-state storage (call before serving) with
-    /// `num_drafts` scratch slots a drafting sequence; `force_accept`: see
-    /// [`Speculation::force_accept`]. Refused for a model without an MTP head, or a
-    /// `force_accept` outside `[0, 1]`.
+    /// Turn speculative decoding on: up to `num_drafts` drafts a sequence and `max_step_drafts`
+    /// drafts a step in all. Reallocates the recurrent-state storage (call before serving)
+    /// with `max_step_drafts` scratch slots; `force_accept`: see [`Speculation::force_accept`].
+    /// Refused for a model without an MTP head, or a `force_accept` outside `[0, 1]`.
     pub fn enable_speculation(
         &mut self,
         num_drafts: usize,
-        max_seqs: usize,
+        max_step_drafts: usize,
         force_accept: Option<f64>,
     ) -> Result<()> {
         if !self.model.has_mtp() {
@@ -136,7 +137,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         let scratch_base = match &self.kv.state {
             Some(state) => {
                 let base = state.num_slots;
-                let slots = base + max_seqs * num_drafts;
+                let slots = base + max_step_drafts;
                 // The old slots go first: both at once may not fit on a GPU.
                 self.kv.state = None;
                 self.kv.state = Some(self.model.new_state_storage(&self.backend, slots)?);
@@ -146,7 +147,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         };
         self.spec = Some(Speculation {
             num_drafts,
-            max_seqs,
+            max_step_drafts,
             scratch_base,
             force_accept,
         });
@@ -195,20 +196,21 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         host.states = step.seqs.iter().filter_map(|s| s.state.clone()).collect();
         if kv.state.is_some() && host.states.len() == step.seqs.len() {
             let drafting = step.seqs.iter().zip(host.states.iter_mut());
-            let drafting = drafting.filter(|(s, _)| s.num_drafts > 0);
-            for (k, (s, plan)) in drafting.enumerate() {
-                if k >= spec.max_seqs {
+            let mut offset = 0;
+            for (s, plan) in drafting.filter(|(s, _)| s.num_drafts > 0) {
+                if offset + s.num_drafts > spec.max_step_drafts {
                     return Err(spec_err(format!(
-                        "more than {} sequences verify drafts in one step",
-                        spec.max_seqs
+                        "more than {} drafts verified in one step",
+                        spec.max_step_drafts
                     )));
                 }
                 let own = s.token_ids.len() - s.num_drafts;
                 plan.saves.extend((0..s.num_drafts).map(|a| StateSave {
                     after: (own + a) as u32,
-                    slot: spec.scratch(k, a),
+                    slot: spec.scratch(offset, a),
                 }));
                 plan.saves.sort_by_key(|sv| sv.after);
+                offset += s.num_drafts;
             }
         }
         if graphed {
@@ -244,15 +246,17 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             .iter()
             .zip(&out.seqs)
             .filter(|(s, _)| s.num_drafts > 0);
-        for (k, (s, o)) in drafting.enumerate() {
+        let mut offset = 0;
+        for (s, o) in drafting {
             let accepted = o.accepted.len();
             if let Some(plan) = &s.state
                 && kv.state.is_some()
                 && accepted < s.num_drafts
             {
-                let from = spec.scratch(k, accepted) as usize;
+                let from = spec.scratch(offset, accepted) as usize;
                 model.copy_state_slot(backend, kv, from, plan.slot as usize)?;
             }
+            offset += s.num_drafts;
         }
 
         // 2. The head over every row: row i gets the token after it. From the last own row on

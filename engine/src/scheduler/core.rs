@@ -8,7 +8,8 @@ use crate::admission::{AdmissionLimits, ValidRequest};
 use crate::kv_cache::hash::FastMap;
 use crate::kv_cache::{ComputedBlocks, HashKey, KvCacheConfig, KvCacheManager};
 use crate::request::Request;
-use crate::scheduler::config::{SchedulerConfig, SchedulerConfigError};
+use crate::scheduler::config::{MAX_DRAFTS, SchedulerConfig, SchedulerConfigError};
+use crate::scheduler::draft_policy::DraftPolicy;
 use crate::scheduler::io::{RequestId, RunnerOutput, ScheduledSeq, SchedulerOutput, SeqOutput};
 use crate::scheduler::output::{
     EngineEvent, FinishReason, FinishedRequest, SchedulerStats, SpecDecodeStats,
@@ -29,6 +30,8 @@ pub struct Scheduler {
     num_preemptions: u64,
     last_step_tokens: usize,
     spec: SpecDecodeStats,
+    /// How many drafts a step, with `--speculative` (`draft_policy.rs`).
+    policy: Option<DraftPolicy>,
     /// Each running request's block-table row in the runner, and what it was sent.
     table_rows: TableRows,
 }
@@ -61,6 +64,9 @@ impl Scheduler {
             num_preemptions: 0,
             last_step_tokens: 0,
             spec: SpecDecodeStats::default(),
+            policy: cfg
+                .speculative
+                .map(|sp| DraftPolicy::new(sp.ladder, sp.draft_cost)),
             table_rows: TableRows::new(cfg.max_num_seqs),
         })
     }
@@ -126,7 +132,13 @@ impl Scheduler {
             prefix_cache: self.kv.prefix_cache_stats(),
             num_preemptions: self.num_preemptions,
             num_batched_tokens: self.last_step_tokens,
-            spec: self.spec,
+            spec: SpecDecodeStats {
+                acceptance: self
+                    .policy
+                    .as_ref()
+                    .map_or([0.0; MAX_DRAFTS], |p| *p.acceptance()),
+                ..self.spec
+            },
         }
     }
 
@@ -136,15 +148,21 @@ impl Scheduler {
         let mut budget = self.cfg.max_num_batched_tokens;
         let mut seqs = Vec::with_capacity(self.running.len() + 1);
         let mut preempted = Vec::new();
-        // Drafts the MTP head proposes this step: none while drafting is paused.
-        let propose = match self.cfg.speculative {
-            Some(spec) if self.running.len() <= spec.max_batch => spec.num_drafts,
-            Some(_) => {
-                self.spec.num_paused_steps += 1;
-                0
+        // The most drafts a sequence verifies this step (the ladder's, for this batch), and
+        // the drafts the MTP head proposes after it (the policy's choice within it).
+        // Counted before admitting anyone: a step that admits the first requests counts as 1.
+        let (cap, propose) = match &mut self.policy {
+            Some(policy) => {
+                let running = self.running.len().max(1);
+                let cap = policy.ladder().cap(running);
+                if cap == 0 {
+                    self.spec.num_paused_steps += 1;
+                }
+                (cap, policy.choose(running))
             }
-            None => 0,
+            None => (0, 0),
         };
+        self.spec.drafts_per_step = propose;
 
         // Running requests: each gets what it still lacks, up to the budget.
         let mut i = 0;
@@ -165,14 +183,16 @@ impl Scheduler {
             // With speculation, a chunk that reaches the end verifies the request's drafts
             // (a decode step only) and holds slots for the keys of the drafts the head chains
             // after it, when blocks allow without preempting anyone.
+            // Drafts proposed last step are verified even when the policy proposes fewer now
+            // (a probe's drafts are its evidence), but never more than the ladder allows.
             let mut drafts = 0;
-            if propose > 0 && n == req.num_uncomputed_tokens() {
+            if cap > 0 && n == req.num_uncomputed_tokens() {
                 let room = req.num_remaining(self.cfg.max_model_len).max(1);
                 if n == 1 {
-                    drafts = req.drafts.len().min(room - 1).min(budget - n);
+                    drafts = req.drafts.len().min(cap).min(room - 1).min(budget - n);
                 }
                 // Never past the last position the request can reach.
-                let want = (n + drafts + propose - 1).min(n + room - 1);
+                let want = (n + drafts + propose.saturating_sub(1)).min(n + room - 1);
                 if self.kv.allocate_slots(id, start, want, None).is_none() {
                     drafts = 0;
                 }
@@ -296,6 +316,9 @@ impl Scheduler {
                 _ => &[],
             };
             self.spec.record(seq.num_drafts, accepted.len());
+            if let Some(policy) = self.policy.as_mut().filter(|_| seq.num_drafts > 0) {
+                policy.observe(seq.num_drafts, accepted.len());
+            }
             let logprobs = res.map_or(&[][..], |r| &r.accepted_logprobs);
             let emitted = accepted
                 .iter()

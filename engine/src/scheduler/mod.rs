@@ -15,12 +15,16 @@
 
 mod config;
 mod core;
+mod draft_ladder;
+mod draft_policy;
 pub mod io;
 mod output;
 mod table_rows;
 
 pub use config::{MAX_DRAFTS, SchedulerConfig, SchedulerConfigError, SpeculativeConfig};
 pub use core::Scheduler;
+pub use draft_ladder::{DraftLadder, LadderError, MAX_RUNGS, Rung};
+pub use draft_policy::DraftPolicy;
 pub use output::{EngineEvent, FinishReason, FinishedRequest, SchedulerStats, SpecDecodeStats};
 
 #[cfg(test)]

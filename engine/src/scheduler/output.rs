@@ -102,9 +102,15 @@ pub struct SpecDecodeStats {
     /// By draft position (0: the first draft of a step): drafts verified there, and accepted.
     pub proposed_per_pos: [u64; super::MAX_DRAFTS],
     pub accepted_per_pos: [u64; super::MAX_DRAFTS],
-    /// Steps in which drafting was paused because more sequences ran than
-    /// `SpeculativeConfig::max_batch`.
+    /// Steps in which the ladder allowed no drafts (`SpeculativeConfig::ladder`: too many
+    /// sequences running).
     pub num_paused_steps: u64,
+    /// Drafts the MTP head proposes a sequence in the last step (the policy's choice: 0 while
+    /// paused or while acceptance does not pay for drafts).
+    pub drafts_per_step: usize,
+    /// The policy's estimate, by position, of a draft's acceptance when the drafts before it
+    /// were accepted (an exponentially weighted average).
+    pub acceptance: [f64; super::MAX_DRAFTS],
 }
 
 impl SpecDecodeStats {

@@ -189,8 +189,8 @@ fn simulate(seed: u64) -> SchedulerStats {
         enable_prefix_caching: rng.random_bool(0.8),
         state: None,
         speculative: rng.random_bool(0.5).then(|| SpeculativeConfig {
-            num_drafts: rng.random_range(1..5),
-            max_batch: rng.random_range(1..6),
+            draft_cost: [0.0, 0.15][rng.random_range(0..2)],
+            ..SpeculativeConfig::flat(rng.random_range(1..5), rng.random_range(1..6))
         }),
     };
     // The engine's queue limit (its gate counts the scheduler's waiting queue).

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::limits::{HttpFlags, HttpLimits};
 use crate::engine_core::EngineConfig;
 use crate::loader::{LoadFormat, ModelConfig, ModelDir};
-use crate::scheduler::{MAX_DRAFTS, SpeculativeConfig};
+use crate::scheduler::{DraftLadder, MAX_DRAFTS, SpeculativeConfig};
 use crate::tool_parsers::{ReasoningFormat, ToolCallFormat};
 
 /// Tokens a KV block holds.
@@ -76,6 +76,10 @@ pub struct ServeFlags {
     pub http: HttpFlags,
     /// `--special-tokens-in-content`.
     pub special_tokens_in_content: bool,
+    /// `--speculative-ladder` as typed (with `--speculative`; default `1:NUM_DRAFTS`).
+    pub speculative_ladder: Option<String>,
+    /// `--speculative-draft-cost` (with `--speculative`; default [`DEFAULT_DRAFT_COST`]).
+    pub speculative_draft_cost: Option<f64>,
 }
 
 /// Default of `--num-drafts`: what our recipes use.
@@ -83,6 +87,13 @@ pub const DEFAULT_NUM_DRAFTS: usize = 3;
 /// Default of `--speculative-max-batch`: above this many running sequences a step is
 /// bandwidth-bound no more, and verifying drafts costs more than it saves.
 pub const DEFAULT_SPECULATIVE_MAX_BATCH: usize = 32;
+
+/// Default of `--speculative-draft-cost`: what a draft adds to a step, as a fraction of a plain
+/// decode step, measured on the H200 with verify steps replayed as graphs (35B-A3B FP8 shape,
+/// C=1: 3.89 ms plain, 8.24 ms with 3 drafts, 0.37 a draft; docs/speculative.md). At 0.35 the
+/// policy drafts 2 at acceptance 0.7 and stops drafting below about 0.37; issue 33's target
+/// verify step (c ≤ 0.18) would make 3 pay.
+pub const DEFAULT_DRAFT_COST: f64 = 0.35;
 
 /// Default of `--ssm-checkpoint-interval`: a state checkpoint every 512 tokens of a prefix
 /// (32 blocks), so a shared system prompt of a few thousand tokens keeps a handful.
@@ -286,6 +297,11 @@ impl ServeFlags {
                 "--speculative-max-batch",
                 self.speculative_max_batch.is_some(),
             ),
+            ("--speculative-ladder", self.speculative_ladder.is_some()),
+            (
+                "--speculative-draft-cost",
+                self.speculative_draft_cost.is_some(),
+            ),
         ] {
             if set && !self.speculative {
                 return Err(bad(flag, "needs --speculative").into());
@@ -303,15 +319,36 @@ impl ServeFlags {
         if self.speculative_max_batch == Some(0) {
             return Err(bad("--speculative-max-batch", "must be at least 1").into());
         }
+        // A ladder as given, capped by the two older flags when they are given too; without
+        // one, `--num-drafts` drafts up to `--speculative-max-batch` sequences.
+        let ladder = match self.speculative_ladder.as_deref() {
+            Some(l) => l
+                .parse::<DraftLadder>()
+                .map_err(|e| bad("--speculative-ladder", e.to_string()))?
+                .limited(self.num_drafts, self.speculative_max_batch),
+            None => DraftLadder::flat(
+                self.num_drafts.unwrap_or(DEFAULT_NUM_DRAFTS),
+                self.speculative_max_batch
+                    .unwrap_or(DEFAULT_SPECULATIVE_MAX_BATCH),
+            ),
+        };
+        let draft_cost = self.speculative_draft_cost.unwrap_or(DEFAULT_DRAFT_COST);
+        if !(draft_cost.is_finite() && draft_cost >= 0.0) {
+            return Err(bad(
+                "--speculative-draft-cost",
+                format!(
+                    "{draft_cost} is not a fraction of a decode step at least 0 (e.g. \
+                     {DEFAULT_DRAFT_COST}; 0 drafts the ladder's cap whatever the acceptance)"
+                ),
+            )
+            .into());
+        }
         if self.speculative {
             check_mtp_head(&dir, &model)?;
         }
-        let speculative = self.speculative.then(|| SpeculativeConfig {
-            num_drafts: self.num_drafts.unwrap_or(DEFAULT_NUM_DRAFTS),
-            max_batch: self
-                .speculative_max_batch
-                .unwrap_or(DEFAULT_SPECULATIVE_MAX_BATCH),
-        });
+        let speculative = self
+            .speculative
+            .then_some(SpeculativeConfig { ladder, draft_cost });
         if self.api_key.as_deref().is_some_and(str::is_empty) {
             return Err(bad("--api-key", "must not be empty").into());
         }
@@ -437,6 +474,8 @@ mod tests {
             speculative_max_batch: None,
             http: HttpFlags::default(),
             special_tokens_in_content: false,
+            speculative_ladder: None,
+            speculative_draft_cost: None,
         }
     }
 
@@ -528,22 +567,44 @@ mod tests {
         );
         f.model = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures/models/qwen3_5-hybrid-dense");
+        let ladder = |f: ServeFlags| spec(f).expect("speculative").ladder.to_string();
+        let default = spec(f.clone()).expect("speculative");
+        assert_eq!(default.ladder.to_string(), "1:3,33:0");
+        assert_eq!(default.draft_cost, DEFAULT_DRAFT_COST);
+        let mut g = f.clone();
+        (g.num_drafts, g.speculative_max_batch) = (Some(5), Some(4));
+        assert_eq!(ladder(g), "1:5,5:0");
+        let mut g = f.clone();
+        g.speculative_ladder = Some("1:3,2:2,8:1,32:0".into());
+        assert_eq!(ladder(g.clone()), "1:3,2:2,8:1,32:0");
+        (g.num_drafts, g.speculative_max_batch) = (Some(2), Some(16));
+        assert_eq!(ladder(g.clone()), "1:2,2:2,8:1,17:0,32:0");
+        g.speculative_draft_cost = Some(0.0);
+        assert_eq!(spec(g).expect("speculative").draft_cost, 0.0);
+        let mut g = f.clone();
+        g.speculative_ladder = Some("1:3,8".into());
         assert_eq!(
-            spec(f.clone()),
-            Some(SpeculativeConfig {
-                num_drafts: DEFAULT_NUM_DRAFTS,
-                max_batch: DEFAULT_SPECULATIVE_MAX_BATCH
-            })
+            refused(g),
+            "--speculative-ladder: `8` is not a rung RUNNING:DRAFTS (running sequences, then \
+             drafts a step, both whole numbers), e.g. 1:3,2:2,8:1"
         );
-        (f.num_drafts, f.speculative_max_batch) = (Some(5), Some(4));
-        assert_eq!(
-            spec(f),
-            Some(SpeculativeConfig {
-                num_drafts: 5,
-                max_batch: 4
-            })
-        );
+        for bad_cost in [-0.1, f64::NAN, f64::INFINITY] {
+            let mut g = f.clone();
+            g.speculative_draft_cost = Some(bad_cost);
+            assert!(
+                refused(g).starts_with(&format!(
+                    "--speculative-draft-cost: {bad_cost} is not a fraction of a decode step"
+                )),
+                "{bad_cost}"
+            );
+        }
         assert_eq!(spec(flags()), None);
+        let mut g = flags();
+        g.speculative_ladder = Some("1:3".into());
+        assert_eq!(refused(g), "--speculative-ladder: needs --speculative");
+        let mut g = flags();
+        g.speculative_draft_cost = Some(0.2);
+        assert_eq!(refused(g), "--speculative-draft-cost: needs --speculative");
         let mut f = flags();
         f.kv_cache_dtype = KvCacheDtype::Fp8;
         assert!(

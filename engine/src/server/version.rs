@@ -83,7 +83,8 @@ pub fn settings(config: &ServeConfig) -> Value {
         "ssm_checkpoint_slots": e.ssm_checkpoint_slots,
         "ssm_checkpoint_interval": e.ssm_checkpoint_interval,
         "speculative": e.speculative.map(|s| json!({
-            "method": "mtp", "num_drafts": s.num_drafts, "max_batch": s.max_batch,
+            "method": "mtp", "num_drafts": s.num_drafts(), "ladder": s.ladder.to_string(),
+            "draft_cost": s.draft_cost,
         })),
         "request_timeout_s": config.request_timeout.map(|d| d.as_secs_f64()),
         "disable_thinking": config.disable_thinking,
