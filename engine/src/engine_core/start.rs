@@ -169,7 +169,7 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
     )?;
     // The longest table a sequence can hold: max_model_len tokens and the drafts verified past
     // them; one row a sequence the scheduler runs at once.
-    let drafts = config.speculative.map_or(0, |s| s.num_drafts);
+    let drafts = config.speculative.map_or(0, |s| s.num_drafts());
     runner.keep_block_tables(
         config.max_num_seqs,
         (max_model_len + drafts + 1).div_ceil(plan.block_size),
