@@ -52,8 +52,8 @@ fp8\t'e4m3 values with one f32 scale per 128 dims of each cached head: about hal
 complete -c met -n "__fish_met_using_subcommand serve" -l enable-prefix-caching -d 'Reuse the KV cache of shared prompt prefixes (`--enable-prefix-caching true|false` is accepted too)' -r -f -a "true\t''
 false\t''"
 complete -c met -n "__fish_met_using_subcommand serve" -l api-key -d 'Require `Authorization: Bearer KEY` on the API (not on /health, /ready, /metrics)' -r
-complete -c met -n "__fish_met_using_subcommand serve" -l max-queued-requests -d 'Requests waiting beyond this are refused with 429 and Retry-After' -r
-complete -c met -n "__fish_met_using_subcommand serve" -l request-timeout -d 'Abort a request running longer than this many seconds (504, or an error event when streaming)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l max-queued-requests -d 'Requests waiting for a batch slot beyond this are refused with 429 and Retry-After (a request that gets a free slot at once never counts; `n` choices count once)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l request-timeout -d 'Abort a request running longer than this many seconds (400 `request_timeout`, which clients do not retry, or an error event when streaming)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l tool-call-parser -d 'Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6) or hermes (Qwen3)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l reasoning-parser -d 'Split `<think>…</think>` into reasoning: qwen3' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l num-gpu-blocks-override -d 'Exactly this many KV cache blocks, whatever the memory would allow (for tests and reproducing memory pressure)' -r
@@ -62,6 +62,13 @@ complete -c met -n "__fish_met_using_subcommand serve" -l ssm-checkpoint-slots -
 complete -c met -n "__fish_met_using_subcommand serve" -l ssm-checkpoint-interval -d 'Hybrid models with --enable-prefix-caching: tokens between recurrent-state checkpoints, a multiple of the 16-token KV block; a cached prefix is reused up to its last checkpoint [default: 512]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l num-drafts -d 'With --speculative: tokens the MTP head drafts a step (1 to 16) [default: 3]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l speculative-max-batch -d 'With --speculative: drafting pauses while more sequences than this are running [default: 32]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l header-read-timeout -d 'Close a connection that has not sent a whole request head this many seconds after the server started waiting for one (a new connection, or the end of the previous response)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l body-read-timeout -d 'Answer 408 to a request whose body has not all arrived this many seconds after the server started reading it' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l keep-alive-timeout -d 'Close a connection with no request in progress and no traffic for this many seconds' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l max-connections -d 'Connections open at once; a new one beyond it gets 503 and is closed (lowered at start-up to what the process\'s descriptor limit allows)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l tokenizer-workers -d 'Threads that parse, render and tokenize requests at once [default: one a CPU core]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l speculative-ladder -d 'With --speculative: the most drafts a step by running sequences, as rungs RUNNING:DRAFTS, e.g. `1:3,2:2,8:1,32:0` (3 drafts from 1 sequence, 2 from 2, 1 from 8, none from 32; without a `N:0` rung, drafts at any batch); --num-drafts and --speculative-max-batch cap it [default: 1:NUM_DRAFTS,MAX_BATCH+1:0]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l speculative-draft-cost -d 'With --speculative: what one draft adds to a step\'s time, as a fraction of a plain decode step; with the acceptance measured so far it decides how many drafts pay, down to none (0: always draft the ladder\'s cap) [default: 0.35]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l metrics-socket -d 'Unix socket for live metrics events (NDJSON, docs/metrics-socket.md) [default: $XDG_RUNTIME_DIR/metrale/met-PORT.sock, else /tmp/metrale-UID/met-PORT.sock]' -r -F
 complete -c met -n "__fish_met_using_subcommand serve" -l mtp-gate -d 'When the MTP head drafts: auto (pause above --speculative-max-batch running sequences) or force (at every batch size)' -r -f -a "auto\t'Drafting pauses while more than --speculative-max-batch sequences run (met\'s default)'
 force\t'Draft at every batch size (--speculative-max-batch unlimited)'"
@@ -77,6 +84,7 @@ complete -c met -n "__fish_met_using_subcommand serve" -l enforce-eager -d 'Run 
 complete -c met -n "__fish_met_using_subcommand serve" -l disable-thinking -d 'Chat templates get `enable_thinking=false` unless a request\'s `chat_template_kwargs` says otherwise'
 complete -c met -n "__fish_met_using_subcommand serve" -l no-tui -d 'Do not show the terminal dashboard'
 complete -c met -n "__fish_met_using_subcommand serve" -l speculative -d 'Speculative decoding with the checkpoint\'s multi-token-prediction (MTP) head (Qwen3.5/3.6), as our recipes ask (`[serve.speculative]`): the head drafts tokens that the model verifies in its next step; the output is what it would be without'
+complete -c met -n "__fish_met_using_subcommand serve" -l special-tokens-in-content -d 'Let message content carry control tokens: `<|im_start|>` written in a message becomes the special token, so a client can forge chat turns (the old behaviour; by default what clients write is text and only the chat template\'s markup is control tokens)'
 complete -c met -n "__fish_met_using_subcommand serve" -l gdn-fused-norm -d 'Gated DeltaNet\'s output norm fused with its gate: what met\'s kernels always do'
 complete -c met -n "__fish_met_using_subcommand serve" -l ssm-batched-recurrent -d 'The recurrent state of a step\'s sequences updated in one batched launch: what met always does'
 complete -c met -n "__fish_met_using_subcommand serve" -l prefill-varlen-batch -d 'Prefill chunks of several sequences in one variable-length step: what met always does'

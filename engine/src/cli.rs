@@ -369,7 +369,7 @@ mod ladder_tests {
     }
 
     /// `completions/met.*` are `met`'s shell completions, generated from these clap types
-    /// (`METRALE_WRITE_COMPLETIONS=1 cargo test -p metrale-engine --bin met completions`
+    /// (`UPDATE_COMPLETIONS=1 cargo test -p metrale-engine --bin met completions`
     /// rewrites them).
     #[test]
     fn committed_completions_match_the_clap_definitions() {
@@ -383,14 +383,14 @@ mod ladder_tests {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "met", &mut script);
             let path = dir.join(file);
-            if std::env::var_os("METRALE_WRITE_COMPLETIONS").is_some() {
+            if std::env::var_os("UPDATE_COMPLETIONS").is_some() {
                 std::fs::write(&path, &script).expect("write the completions");
             }
             let committed = std::fs::read(&path).unwrap_or_default();
             assert!(
                 script == committed,
                 "completions/{file} is out of date with met's flags; rewrite them with\n  \
-                 METRALE_WRITE_COMPLETIONS=1 cargo test -p metrale-engine --bin met completions"
+                 UPDATE_COMPLETIONS=1 cargo test -p metrale-engine --bin met completions"
             );
         }
     }

@@ -310,7 +310,14 @@ async fn speculation_serves_the_tokens_it_serves_without() {
 /// (greedy output unchanged); with every draft forced accepted it keeps the ladder's 3.
 #[tokio::test]
 async fn adaptive_drafting_shows_acceptance_by_position_in_metrics() {
-    let args = ["--speculative", "--speculative-ladder", "1:3,2:2,8:1,32:0"];
+    // The cost the bounds below were set at (a lower cost drafts longer before it stops).
+    let args = [
+        "--speculative",
+        "--speculative-ladder",
+        "1:3,2:2,8:1,32:0",
+        "--speculative-draft-cost",
+        "0.15",
+    ];
     let at = |name: &str, p: usize| format!("{name},position=\"{p}\"");
     let verified = "metrale:spec_decode_num_draft_tokens_per_pos_total";
     let accepted = "vllm:spec_decode_num_accepted_tokens_per_pos_total";

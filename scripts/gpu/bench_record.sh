@@ -45,5 +45,5 @@ timeout "${BENCH_TIMEOUT:-420}" "$BIN/metralectl" bench --url http://127.0.0.1:8
     --isl "${ISL:-128}" --osl "${OSL:-1024}" --reps "${REPS:-3}" --warmup 1 \
     --record "$OUT/record.json"
 echo "bench exit: $?"
-curl -s http://127.0.0.1:8104/metrics | grep -E '^vllm:(num_preemptions_total|kv_cache_usage_perc)'
+curl -s http://127.0.0.1:8104/metrics | grep -E '^vllm:(num_preemptions_total|kv_cache_usage_perc)|^metrale:spec_decode_(drafts_per_step|acceptance_per_pos)'
 grep 'step profile' "$OUT/serve.txt" | tail -n 40
