@@ -228,3 +228,6 @@ impl Constraint {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -251,6 +251,7 @@ impl Generation {
 #[cfg(test)]
 mod tests {
     use metrale_protocol::openai::Seed;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -350,6 +351,27 @@ mod tests {
             param_of(gen_with(SamplingFields::default(), x)).as_deref(),
             Some("max_tokens")
         );
+    }
+
+    #[test]
+    fn logit_bias_is_checked_by_entry_and_sorted() {
+        let bias = |v: Value| SamplingFields {
+            logit_bias: v.as_object().cloned(),
+            ..Default::default()
+        };
+        let g = gen_with(bias(json!({"9": -100, "3": 2.5})), Extras::default()).expect("ok");
+        assert_eq!(g.sampling.logit_bias, vec![(3, 2.5), (9, -100.0)]);
+        for (v, param) in [
+            (json!({"50": 1}), "logit_bias.50"),
+            (json!({"x": 1}), "logit_bias.x"),
+            (json!({"1": 101}), "logit_bias.1"),
+            (json!({"1": "high"}), "logit_bias.1"),
+        ] {
+            assert_eq!(
+                param_of(gen_with(bias(v), Extras::default())).as_deref(),
+                Some(param)
+            );
+        }
     }
 
     #[test]
