@@ -13,6 +13,7 @@
 //! `stop`; a value still open at `max_tokens` ends with `length` like any other.
 
 mod schema;
+pub mod tools;
 mod vocab;
 
 use std::collections::HashMap;
@@ -44,6 +45,9 @@ pub enum Spec {
     /// schema says otherwise (`additionalProperties` defaults to false), as OpenAI's strict
     /// mode requires.
     JsonSchema { schema: Value, strict: bool },
+    /// A Lark grammar (llguidance's dialect, `%json {...}` for JSON values): the forced tool
+    /// calls' formats (`tools.rs`).
+    Lark(String),
 }
 
 /// The compiler of a model's grammars: its token trie and llguidance's parser factory. Built
@@ -80,8 +84,10 @@ impl Grammars {
     /// Compile `spec` into a constraint, or name what in it cannot be compiled. `param` is
     /// the request field the schema came from, for the error.
     pub fn compile(&self, spec: &Spec, param: &str) -> Result<Constraint, GrammarError> {
-        let schema = schema::prepare(spec, param)?;
-        let grammar = TopLevelGrammar::from_json_schema(schema);
+        let grammar = match spec {
+            Spec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+            _ => TopLevelGrammar::from_json_schema(schema::prepare(spec, param)?),
+        };
         let parser = self
             .factory
             .create_parser(grammar)

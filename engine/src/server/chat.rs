@@ -226,6 +226,7 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
         None => Vec::new(),
     };
     let mode = tool_use::openai_tool_mode(req.tool_choice.as_ref(), &specs)?;
+    super::structured::forced_tool_call(state, &mut generation, &mode, &specs)?;
     let plan = tool_use::plan(
         state,
         &template_messages(&req.messages)?,

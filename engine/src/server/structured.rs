@@ -9,7 +9,10 @@ use serde_json::Value;
 use super::AppState;
 use super::error::ApiError;
 use super::params::Generation;
+use super::tool_use::ToolMode;
+use crate::grammar::tools::{self, ToolSchema};
 use crate::grammar::{Constraint, GrammarError, Grammars, Spec};
+use crate::tool_parsers::{ToolCallFormat, ToolSpec};
 
 /// Put the constraint `rf` asks for on `generation` (nothing for absent or `text`).
 pub fn attach(
@@ -28,6 +31,42 @@ pub fn attach(
         ));
     }
     generation.sampling.constraint = Some(c);
+    Ok(())
+}
+
+/// A forced call (`tool_choice` `required` or named) in a format with a call grammar (hermes
+/// for now): the reply after the forced opening is held to a well-formed call whose arguments
+/// match the tool's `parameters`. Other formats keep the opening alone (`tool_use.rs`).
+pub fn forced_tool_call(
+    state: &AppState,
+    generation: &mut Generation,
+    mode: &ToolMode,
+    specs: &[ToolSpec],
+) -> Result<(), ApiError> {
+    let named = match mode {
+        ToolMode::Required => None,
+        ToolMode::Named(n) => Some(n.as_str()),
+        ToolMode::Off | ToolMode::Auto => return Ok(()),
+    };
+    if state.tool_call_parser != Some(ToolCallFormat::Hermes) {
+        return Ok(());
+    }
+    if generation.sampling.constraint.is_some() {
+        return Err(ApiError::invalid(
+            "tool_choice",
+            "a forced tool call and `response_format` cannot both hold the reply: drop one",
+        ));
+    }
+    let tools: Vec<ToolSchema<'_>> = specs
+        .iter()
+        .map(|t| ToolSchema {
+            name: &t.name,
+            parameters: &t.parameters,
+        })
+        .collect();
+    let spec = tools::hermes_forced(&tools, named)
+        .map_err(|e| ApiError::invalid(e.path.clone(), e.to_string()))?;
+    generation.sampling.constraint = Some(compile(state, &spec, "tools")?);
     Ok(())
 }
 
