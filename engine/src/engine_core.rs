@@ -86,7 +86,8 @@ pub struct EngineStats {
 pub(crate) enum Command {
     Add {
         id: RequestId,
-        request: ValidRequest,
+        /// Boxed: the request (with its sampling parameters) is most of the command's size.
+        request: Box<ValidRequest>,
         outputs: tokio::sync::mpsc::UnboundedSender<StepOutput>,
         /// Its batch slot and queue place, given back by dropping (`admission.rs`).
         admission: Admission,
@@ -308,7 +309,7 @@ impl EngineHandle {
             commands
                 .send(Command::Add {
                     id,
-                    request,
+                    request: Box::new(request),
                     outputs: tx,
                     admission,
                 })

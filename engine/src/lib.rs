@@ -9,6 +9,7 @@ pub mod backend;
 pub mod chat_template;
 pub mod detokenizer;
 pub mod engine_core;
+pub mod grammar;
 pub mod kv_cache;
 pub mod loader;
 pub mod metrics;

@@ -1,5 +1,7 @@
 //! Per-request sampling parameters, validated by the server before they reach the engine.
 
+use crate::grammar::Constraint;
+
 /// How to pick each next token. Defaults match OpenAI's API (temperature 1, no filtering).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
@@ -26,6 +28,13 @@ pub struct SamplingParams {
     pub logprobs: Option<u32>,
     /// Number of top alternatives for each prompt token (`None` = none).
     pub prompt_logprobs: Option<u32>,
+    /// OpenAI's `logit_bias`: `(token id, bias)` added to the logit after penalties, before
+    /// temperature and masks, sorted by id. Rows with a bias are sampled on the host.
+    pub logit_bias: Vec<(u32, f32)>,
+    /// The grammar the output must match (`response_format`), compiled by the server; `None`
+    /// for free text, which is every row the hot path sees. Rows with one are sampled on the
+    /// host, where the grammar's mask is applied.
+    pub constraint: Option<Constraint>,
 }
 
 impl Default for SamplingParams {
@@ -46,6 +55,8 @@ impl Default for SamplingParams {
             ignore_eos: false,
             logprobs: None,
             prompt_logprobs: None,
+            logit_bias: Vec::new(),
+            constraint: None,
         }
     }
 }
@@ -53,5 +64,11 @@ impl Default for SamplingParams {
 impl SamplingParams {
     pub fn is_greedy(&self) -> bool {
         self.temperature == 0.0
+    }
+
+    /// Does sampling need the host: a grammar's mask or a logit bias (neither is on the
+    /// device yet)?
+    pub fn needs_host(&self) -> bool {
+        self.constraint.is_some() || !self.logit_bias.is_empty()
     }
 }

@@ -350,6 +350,12 @@ impl Tokenizer {
             })
     }
 
+    /// The `tokenizers` pipeline itself, for what reads the vocabulary wholesale (the grammar
+    /// engine's token bytes, `grammar/vocab.rs`).
+    pub fn hf(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }

@@ -378,3 +378,24 @@ fn speculation_without_an_mtp_head_is_refused_at_start() {
         "{stderr}"
     );
 }
+
+/// Drafts are not checked against a grammar yet, so `--speculative` refuses constrained
+/// requests with a 400 naming the field and the fix, before any compute; free ones still run.
+#[tokio::test]
+async fn speculative_refuses_response_format_by_name() {
+    let s = serve(&["--speculative", "--num-drafts", "2"]).await;
+    let body = json!({"model": "test", "prompt": [1, 2, 3], "max_tokens": 4,
+        "response_format": {"type": "json_object"}});
+    let (status, v) = s.post("/v1/completions", &body).await;
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(v["error"]["param"], "response_format", "{v}");
+    let message = v["error"]["message"].as_str().expect("message");
+    assert!(message.contains("--speculative"), "{message}");
+    let (status, v) = s
+        .post(
+            "/v1/completions",
+            &json!({"model": "test", "prompt": [1, 2, 3], "max_tokens": 4}),
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+}

@@ -101,9 +101,21 @@ pub fn sample_row(logits: &[f32], row: &SampleRow<'_>) -> Sampled {
     for (t, count) in penalty_entries(row.all_token_ids, output, p, l.len()) {
         l[t as usize] = penalise(l[t as usize], count, p);
     }
-    // Before min_tokens, end-of-sequence and stop tokens may not be chosen.
-    for t in row.masked_tokens(l.len()) {
-        l[t as usize] = f32::NEG_INFINITY;
+    for &(t, bias) in &p.logit_bias {
+        if let Some(v) = l.get_mut(t as usize) {
+            *v += bias;
+        }
+    }
+    match &p.constraint {
+        // The grammar decides where the output may end (min_tokens does not apply: forbidding
+        // the end of a complete value would leave nothing to choose).
+        Some(c) => c.mask(row.seq, output, &mut l, &p.eos_token_ids),
+        // Before min_tokens, end-of-sequence and stop tokens may not be chosen.
+        None => {
+            for t in row.masked_tokens(l.len()) {
+                l[t as usize] = f32::NEG_INFINITY;
+            }
+        }
     }
     let token_id = if p.is_greedy() {
         argmax(&l)

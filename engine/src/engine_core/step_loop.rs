@@ -150,7 +150,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                 request,
                 outputs,
                 admission,
-            } => self.add(id, request, outputs, admission),
+            } => self.add(id, *request, outputs, admission),
             Command::Abort(id) => {
                 self.scheduler.abort_request(id);
                 if self.clients.remove(&id).is_some() {

@@ -147,15 +147,6 @@ pub fn render_text(
 }
 
 fn refuse_unsupported(req: &ChatCompletionRequest) -> Result<(), ApiError> {
-    if let Some(rf) = &req.response_format {
-        let kind = rf.get("type").and_then(Value::as_str).unwrap_or("");
-        if kind != "text" {
-            return Err(ApiError::Unsupported {
-                message: format!("response_format `{kind}` is not supported yet; only `text`"),
-                param: "response_format.type".into(),
-            });
-        }
-    }
     if req
         .top_logprobs
         .is_some_and(|k| k > super::params::MAX_TOP_LOGPROBS)
@@ -217,7 +208,7 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
     let engine = state.engine()?;
     refuse_unsupported(&req)?;
     let want_logprobs = req.logprobs == Some(true);
-    let generation = Generation::from_request(
+    let mut generation = Generation::from_request(
         &fields,
         Extras {
             max_tokens: req.max_completion_tokens.or(req.max_tokens),
@@ -229,11 +220,13 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
         &state.defaults,
         engine.info(),
     )?;
+    super::structured::attach(state, &mut generation, req.response_format.as_ref())?;
     let specs = match &req.tools {
         Some(tools) => tool_use::openai_tools(tools)?,
         None => Vec::new(),
     };
     let mode = tool_use::openai_tool_mode(req.tool_choice.as_ref(), &specs)?;
+    super::structured::forced_tool_call(state, &mut generation, &mode, &specs)?;
     let plan = tool_use::plan(
         state,
         &template_messages(&req.messages)?,

@@ -195,7 +195,7 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
     }
     let echo = req.echo.unwrap_or(false);
     let k = req.logprobs;
-    let generation = Generation::from_request(
+    let mut generation = Generation::from_request(
         &fields,
         Extras {
             max_tokens: req.max_tokens,
@@ -207,6 +207,8 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
         &state.defaults,
         engine.info(),
     )?;
+    // vLLM takes `response_format` on completions too; it is not in the OpenAI type.
+    super::structured::attach(state, &mut generation, body.get("response_format"))?;
     let prompt = std::mem::replace(&mut req.prompt, Prompt::Tokens(Vec::new()));
     let echo_prompts = tokenize_prompts(state, prompt)?;
     Ok(Prepared {

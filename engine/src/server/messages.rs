@@ -249,6 +249,14 @@ fn tools(tools: &[Tool]) -> Result<(Vec<Value>, Vec<ToolSpec>), ApiError> {
 }
 
 fn plan(state: &AppState, f: &PromptFields) -> Result<ReplyPlan, ApiError> {
+    Ok(plan_with_tools(state, f)?.0)
+}
+
+/// [`plan`], with the tool mode and the tools (what a forced call's grammar needs).
+fn plan_with_tools(
+    state: &AppState,
+    f: &PromptFields,
+) -> Result<(ReplyPlan, ToolMode, Vec<ToolSpec>), ApiError> {
     let messages = template_messages(f)?;
     let (for_template, specs) = tools(f.tools.unwrap_or_default())?;
     let mode = match f.tool_choice {
@@ -269,7 +277,16 @@ fn plan(state: &AppState, f: &PromptFields) -> Result<ReplyPlan, ApiError> {
         None => {}
     }
     let tools = (!for_template.is_empty()).then_some(for_template.as_slice());
-    tool_use::plan(state, &messages, tools, specs, &mode, Some(&kwargs), true)
+    let plan = tool_use::plan(
+        state,
+        &messages,
+        tools,
+        specs.clone(),
+        &mode,
+        Some(&kwargs),
+        true,
+    )?;
+    Ok((plan, mode, specs))
 }
 
 pub async fn count_tokens(
@@ -337,7 +354,7 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
         stop: req.stop_sequences.clone().map(Stop::Many),
         ..SamplingFields::default()
     };
-    let generation = Generation::from_request(
+    let mut generation = Generation::from_request(
         &fields,
         Extras {
             max_tokens: Some(max_tokens),
@@ -356,7 +373,9 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
         }
         e => e,
     })?;
-    let plan = plan(state, &prompt_fields!(req))?;
+    let (plan, mode, specs) = plan_with_tools(state, &prompt_fields!(req))?;
+    // `any` and `tool` are held to a well-formed call whose input matches the tool's schema.
+    super::structured::forced_tool_call(state, &mut generation, &mode, &specs)?;
     Ok(Prepared {
         req,
         generation,

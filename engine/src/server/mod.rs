@@ -27,6 +27,7 @@ pub mod prompt;
 mod routes;
 pub mod shutdown;
 pub mod sse;
+mod structured;
 pub mod tokenize;
 pub mod tool_use;
 pub mod version;
@@ -84,6 +85,11 @@ pub struct AppState {
     pub hub: MetricsHub,
     /// The resolved settings, for `GET /version`.
     pub settings: Value,
+    /// `--speculative`: constrained requests are refused (drafts skip the grammar).
+    pub speculative: bool,
+    /// The grammar compiler for structured outputs, built on the first constrained request
+    /// (`structured.rs`), or why this model cannot have one.
+    pub grammars: OnceLock<Result<Arc<crate::grammar::Grammars>, String>>,
     /// Requests being answered (handlers and open streams), for drain.
     inflight: Arc<AtomicUsize>,
     draining: AtomicBool,
@@ -344,6 +350,8 @@ async fn run_with(
             config.engine.max_seq_len.unwrap_or(1 << 20),
         )),
         hub,
+        speculative: config.engine.speculative.is_some(),
+        grammars: OnceLock::new(),
         inflight: Arc::new(AtomicUsize::new(0)),
         draining: AtomicBool::new(false),
     });

@@ -53,6 +53,48 @@ fn check_range(param: &str, v: f64, ok: bool, range: &str) -> Result<f32, ApiErr
     }
 }
 
+/// Most entries of `logit_bias` (OpenAI's limit).
+pub const MAX_LOGIT_BIAS: usize = 300;
+
+/// OpenAI's `logit_bias`: token ids (as strings) to a bias in [-100, 100], sorted by id.
+fn logit_bias(
+    bias: &serde_json::Map<String, serde_json::Value>,
+    vocab: usize,
+) -> Result<Vec<(u32, f32)>, ApiError> {
+    if bias.len() > MAX_LOGIT_BIAS {
+        return Err(ApiError::invalid(
+            "logit_bias",
+            format!("at most {MAX_LOGIT_BIAS} tokens can be biased"),
+        ));
+    }
+    let mut out = Vec::with_capacity(bias.len());
+    for (key, v) in bias {
+        let param = format!("logit_bias.{key}");
+        let id = key
+            .parse::<u32>()
+            .ok()
+            .filter(|&id| (id as usize) < vocab)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    &param,
+                    format!("`{key}` is not a token id of this model (0..{vocab})"),
+                )
+            })?;
+        let b = v.as_f64().unwrap_or(f64::NAN);
+        out.push((
+            id,
+            check_range(
+                &param,
+                b,
+                (-100.0..=100.0).contains(&b),
+                "a number in [-100, 100]",
+            )?,
+        ));
+    }
+    out.sort_unstable_by_key(|&(id, _)| id);
+    Ok(out)
+}
+
 impl Generation {
     pub fn from_request(
         f: &SamplingFields,
@@ -102,11 +144,8 @@ impl Generation {
         {
             s.repetition_penalty = check_range("repetition_penalty", p, p > 0.0, "greater than 0")?;
         }
-        if f.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
-            return Err(ApiError::Unsupported {
-                message: "`logit_bias` is not supported by this server".into(),
-                param: "logit_bias".into(),
-            });
+        if let Some(bias) = &f.logit_bias {
+            s.logit_bias = logit_bias(bias, info.vocab_size)?;
         }
         s.seed = match f.seed {
             Some(seed) => seed.0,
@@ -212,6 +251,7 @@ impl Generation {
 #[cfg(test)]
 mod tests {
     use metrale_protocol::openai::Seed;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -311,6 +351,27 @@ mod tests {
             param_of(gen_with(SamplingFields::default(), x)).as_deref(),
             Some("max_tokens")
         );
+    }
+
+    #[test]
+    fn logit_bias_is_checked_by_entry_and_sorted() {
+        let bias = |v: Value| SamplingFields {
+            logit_bias: v.as_object().cloned(),
+            ..Default::default()
+        };
+        let g = gen_with(bias(json!({"9": -100, "3": 2.5})), Extras::default()).expect("ok");
+        assert_eq!(g.sampling.logit_bias, vec![(3, 2.5), (9, -100.0)]);
+        for (v, param) in [
+            (json!({"50": 1}), "logit_bias.50"),
+            (json!({"x": 1}), "logit_bias.x"),
+            (json!({"1": 101}), "logit_bias.1"),
+            (json!({"1": "high"}), "logit_bias.1"),
+        ] {
+            assert_eq!(
+                param_of(gen_with(bias(v), Extras::default())).as_deref(),
+                Some(param)
+            );
+        }
     }
 
     #[test]

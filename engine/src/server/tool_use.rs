@@ -2,10 +2,12 @@
 //! the declared tools, what `tool_choice` asks for, and how the prompt and the output parser
 //! are set up for it.
 //!
-//! There is no grammar-constrained decoding. `tool_choice` `required` (Anthropic `any`) and a
-//! named tool are kept by starting the assistant's turn inside a call (the format's opening,
-//! with the function name for a named tool) and turning thinking off for that request, as
-//! Anthropic's API does for forced tool use; the model continues from there. `none` leaves the
+//! `tool_choice` `required` (Anthropic `any`) and a named tool start the assistant's turn inside
+//! a call (the format's opening, with the function name for a named tool) and turn thinking off
+//! for that request, as Anthropic's API does for forced tool use. With `--tool-call-parser
+//! hermes` the rest of the call is generated under a grammar (`server/structured.rs`,
+//! `grammar/tools.rs`): a well-formed call of a declared tool whose arguments match its schema.
+//! `qwen3_coder` calls are not constrained yet. `none` leaves the
 //! tools out of the prompt and parses no calls.
 
 use serde_json::{Map, Value};

@@ -16,7 +16,9 @@
 //!   row, 4 bytes back), filtered rows `sample_candidates` (the row's best `want` candidates in
 //!   the host's order, the count of finite logits and the fixed-point total, ~8 KB back), which
 //!   the host finishes with the host sampler's own `sampling::kept` and `gumbel_pick`.
-//! - **host**: rows asking for logprobs (reported before penalties), parameters the device
+//! - **host**: rows asking for logprobs (reported before penalties), rows with a grammar or a
+//!   logit bias (`SamplingParams::needs_host`: the grammar's mask is computed on the host; a
+//!   mask applied on the device is still to come), parameters the device
 //!   does not reproduce (a non-finite or negative temperature or penalty), and device rows the
 //!   device could not decide (no finite logit, an overflowing `v / T`, or a top-k/top-p/min-p cut
 //!   beyond the head): the logits row is copied back and goes through `sampling::sample_row`.
@@ -97,7 +99,11 @@ fn route(r: &SampleRow<'_>) -> Route {
     ]
     .iter()
     .all(|v| v.is_finite());
-    if p.logprobs.is_some() || !finite || !(p.temperature >= 0.0 && p.temperature.is_finite()) {
+    if p.logprobs.is_some()
+        || p.needs_host()
+        || !finite
+        || !(p.temperature >= 0.0 && p.temperature.is_finite())
+    {
         return Route::Host;
     }
     if p.is_greedy() {
