@@ -27,6 +27,66 @@ pub struct Record {
     /// these rep by rep.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub against: Option<Against>,
+    /// With `--mixed`: the mixed load (streams decoding while long prompts arrive) instead of a
+    /// ladder; `rungs` is then empty. Absent from ladder records, so older ones still parse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed: Option<Mixed>,
+}
+
+/// A mixed-load run: `streams` requests decoding continuously (each sends its next request as
+/// soon as its previous one ends), first alone for a phase (`baseline`), then for a phase while
+/// a long prompt arrives every `long_every_s` (`loaded`). Stream ISL/OSL are the workload's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Mixed {
+    pub streams: u32,
+    /// Prompt and generated tokens of each long prompt.
+    pub long_isl: u32,
+    pub long_osl: u32,
+    /// Seconds between two long prompts' arrivals.
+    pub long_every_s: f64,
+    /// Seconds each phase lasts.
+    pub phase_s: f64,
+    pub baseline: MixedPhase,
+    pub loaded: MixedPhase,
+    pub long: LongPrompts,
+    /// `loaded.itl_ms.p99 / baseline.itl_ms.p99` (issue 32 asks ≤ 2.5); `None` when a phase
+    /// saw no gaps.
+    pub itl_p99_ratio: Option<f64>,
+    /// The same for p50.
+    pub itl_p50_ratio: Option<f64>,
+}
+
+/// The streams' figures over one phase's window; a gap or token counts in the phase where it
+/// arrived.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MixedPhase {
+    /// The window's length, seconds.
+    pub wall_s: f64,
+    /// Stream tokens that arrived in the window, and those over `wall_s`.
+    pub output_tokens: u64,
+    pub output_tok_s: f64,
+    /// Inter-token gaps measured (one a token-carrying chunk after a stream's first).
+    pub gaps: u64,
+    /// The gaps between consecutive token-carrying chunks of a stream, milliseconds.
+    pub itl_ms: Option<Percentiles>,
+    pub itl_max_ms: Option<f64>,
+    /// Stream requests that ended in the window, and how many of those failed.
+    pub requests: u32,
+    pub errors: u32,
+    pub error_samples: Vec<String>,
+}
+
+/// The long prompts of the loaded phase.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LongPrompts {
+    pub sent: u32,
+    pub errors: u32,
+    /// Time to first token of the successful ones, milliseconds.
+    pub ttft_ms: Option<Percentiles>,
+    /// Per successful long prompt, in the order sent.
+    pub ttft_raw_ms: Vec<f64>,
+    pub latency_raw_ms: Vec<f64>,
+    pub error_samples: Vec<String>,
 }
 
 /// The second server of an A/B run.

@@ -2,6 +2,7 @@
 //! `cli.rs` so the bench flags stay in one place; `cli.rs` only names them.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 
@@ -152,4 +153,74 @@ pub struct RunArgs {
     /// Print the record as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub mixed: MixedArgs,
+}
+
+/// `--mixed` and its flags: streams decoding while long prompts arrive (docs/benchmarks.md).
+#[derive(Debug, Default, Args)]
+pub struct MixedArgs {
+    /// Run the mixed load instead of the ladder: --streams requests decoding continuously
+    /// (ISL/OSL from --isl/--osl), first alone, then while a long prompt arrives every
+    /// --long-every; reports the streams' ITL in both phases and the long prompts' TTFT.
+    #[arg(long, conflicts_with_all = ["concurrency", "reps", "against"])]
+    pub mixed: bool,
+    /// Streams decoding at once; each sends its next request as soon as its last one ends.
+    #[arg(long, value_name = "N", default_value_t = 16, requires = "mixed")]
+    pub streams: u32,
+    /// Prompt tokens of each long prompt.
+    #[arg(long, value_name = "N", default_value_t = 8192, requires = "mixed")]
+    pub long_isl: u32,
+    /// Generated tokens of each long prompt.
+    #[arg(long, value_name = "N", default_value_t = 16, requires = "mixed")]
+    pub long_osl: u32,
+    /// Time between two long prompts' arrivals (`1s`, `500ms`, `0.5s`, `2m`; a bare number is
+    /// seconds).
+    #[arg(long, value_name = "TIME", default_value = "1s", value_parser = parse_duration, requires = "mixed")]
+    pub long_every: Duration,
+    /// How long each phase lasts: the baseline (streams alone), then the loaded one.
+    #[arg(long, value_name = "TIME", default_value = "30s", value_parser = parse_duration, requires = "mixed")]
+    pub duration: Duration,
+}
+
+/// `1s`, `500ms`, `0.5s`, `2m` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let (number, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a time: write it like 1s, 500ms, 0.5s or 2m"))?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(format!(
+            "`{text}` is not a time: it must be a positive number, like 1s"
+        ));
+    }
+    Duration::try_from_secs_f64(value * scale).map_err(|_| format!("`{text}` is too long a time"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_in_their_units_and_refuse_the_rest() {
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("0.5s"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        for bad in ["", "soon", "-1s", "1h", "NaNs"] {
+            let err = parse_duration(bad).expect_err(bad);
+            assert!(err.contains("not a time"), "{bad}: {err}");
+        }
+    }
 }

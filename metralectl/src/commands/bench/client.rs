@@ -275,6 +275,24 @@ impl Server {
         temperature: f64,
         seed: u64,
     ) -> Outcome {
+        self.run_traced(endpoint, model, prompt, isl, osl, temperature, seed)
+            .await
+            .0
+    }
+
+    /// [`Server::run`], also returning when each token-carrying chunk arrived (for per-token
+    /// gaps: the mixed load). The trace is empty when the request failed before its stream.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn run_traced(
+        &self,
+        endpoint: Endpoint,
+        model: &str,
+        prompt: &Prompt,
+        isl: u32,
+        osl: u32,
+        temperature: f64,
+        seed: u64,
+    ) -> (Outcome, Vec<Arrival>) {
         let mut body = json!({
             "model": model,
             "max_tokens": osl,
@@ -301,8 +319,11 @@ impl Server {
         };
         let start = Instant::now();
         match self.stream(path, &body, start).await {
-            Ok(m) => m.judge(start, isl, osl),
-            Err(e) => Outcome::Err(format!("{e:#}")),
+            Ok(mut m) => {
+                let arrivals = std::mem::take(&mut m.arrivals);
+                (m.judge(start, isl, osl), arrivals)
+            }
+            Err(e) => (Outcome::Err(format!("{e:#}")), Vec::new()),
         }
     }
 
@@ -336,9 +357,20 @@ impl Server {
     }
 }
 
+/// A chunk of a stream that carried generated tokens: when it arrived and how many it carried
+/// (more than one with speculative decoding).
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival {
+    pub at: Instant,
+    pub tokens: u64,
+}
+
 /// What the stream said, before it is judged.
 #[derive(Debug, Default)]
 struct Measured {
+    /// Every token-carrying chunk, in order, and the tokens they carried so far.
+    arrivals: Vec<Arrival>,
+    traced: u64,
     first: Option<Duration>,
     /// Chunks that carried text.
     text_chunks: u64,
@@ -364,7 +396,8 @@ impl Measured {
                 .map_or_else(|| err.to_string(), str::to_owned);
             bail!("the stream carried an error: {msg}");
         }
-        let now = start.elapsed();
+        let at = Instant::now();
+        let now = at.duration_since(start);
         let has_text = v["choices"].as_array().is_some_and(|cs| {
             cs.iter().any(|c| {
                 ["text", "content", "reasoning_content"].iter().any(|k| {
@@ -389,6 +422,20 @@ impl Measured {
             if has_choice && self.completion_tokens.is_some_and(|n| n > 0) {
                 self.first.get_or_insert(now);
             }
+        }
+        // Tokens this chunk carried: by the running usage count where the server sends one
+        // with its choices, else one a text chunk (a final usage-only chunk carries none).
+        let has_choice = v["choices"].as_array().is_some_and(|c| !c.is_empty());
+        let counted = v["usage"]["completion_tokens"]
+            .as_u64()
+            .filter(|_| has_choice);
+        let tokens = match counted {
+            Some(n) => n.saturating_sub(self.traced),
+            None => u64::from(has_text),
+        };
+        if tokens > 0 {
+            self.traced += tokens;
+            self.arrivals.push(Arrival { at, tokens });
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use anyhow::{Context as _, bail};
 use metrale_protocol::bench::Record;
 use serde::Serialize;
 
-use super::args::{Endpoint, GateArgs, RunArgs};
+use super::args::{Endpoint, GateArgs, MixedArgs, RunArgs};
 use super::client::Server;
 use super::{ladder, runtime, validate};
 use crate::error::UserError;
@@ -60,6 +60,12 @@ pub fn gate(args: &GateArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
             args.baseline.display()
         )
     })?;
+    if base.mixed.is_some() {
+        bail!(
+            "{} is a mixed-load record (`bench --mixed`): gate reruns ladders only; give a ladder record as --baseline",
+            args.baseline.display()
+        );
+    }
     let w = &base.workload;
     let endpoint = match w.endpoint.as_str() {
         "chat" => Endpoint::Chat,
@@ -84,6 +90,7 @@ pub fn gate(args: &GateArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
         record: None,
         sign: None,
         json: args.json,
+        mixed: MixedArgs::default(),
     };
     let url = validate(&run)?;
     let server = Server::new(

@@ -16,6 +16,7 @@ use crate::signing;
 mod args;
 mod client;
 mod gate;
+mod mixed;
 mod record;
 mod report;
 mod stats;
@@ -66,7 +67,50 @@ pub(super) fn validate(args: &RunArgs) -> anyhow::Result<&str> {
     Ok(url)
 }
 
+/// The model to send: the one asked for, else the first `GET /v1/models` lists.
+pub(super) fn model_of(
+    server: &Server,
+    models: &serde_json::Value,
+    asked: Option<&str>,
+) -> anyhow::Result<String> {
+    match asked {
+        Some(m) => Ok(m.to_owned()),
+        None => models["data"][0]["id"]
+            .as_str()
+            .map(str::to_owned)
+            .with_context(|| {
+                format!(
+                    "{}/v1/models lists no model: pass --model (or --against-model)",
+                    server.base()
+                )
+            }),
+    }
+}
+
+/// With `--record`: writes the record atomically, and signs it with `--sign`'s key.
+pub(super) fn save(
+    rec: &Record,
+    args: &RunArgs,
+    key: Option<&minisign::SecretKey>,
+    printer: &Printer,
+) -> anyhow::Result<()> {
+    if let Some(path) = &args.record {
+        let mut bytes = serde_json::to_vec_pretty(rec).context("failed to encode the record")?;
+        bytes.push(b'\n');
+        record::write_atomic(path, &bytes)?;
+        printer.note(format!("wrote the record {}", path.display()));
+        if let Some(key) = key {
+            let sig = signing::sign(path, &bytes, key, None)?;
+            printer.note(format!("signed it: {}", sig.display()));
+        }
+    }
+    Ok(())
+}
+
 fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
+    if args.mixed.mixed {
+        return mixed::run(args, printer);
+    }
     let url = validate(args)?;
     // Load the key first: a bad key should fail before minutes of measuring, not after.
     let key = args.sign.as_deref().map(signing::load_secret).transpose()?;
@@ -117,17 +161,9 @@ fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
         machine: record::machine(),
         rungs: a.rungs,
         against,
+        mixed: None,
     };
-    if let Some(path) = &args.record {
-        let mut bytes = serde_json::to_vec_pretty(&rec).context("failed to encode the record")?;
-        bytes.push(b'\n');
-        record::write_atomic(path, &bytes)?;
-        printer.note(format!("wrote the record {}", path.display()));
-        if let Some(key) = &key {
-            let sig = signing::sign(path, &bytes, key, None)?;
-            printer.note(format!("signed it: {}", sig.display()));
-        }
-    }
+    save(&rec, args, key.as_ref(), printer)?;
     if printer.json_mode() {
         printer.json(&rec)?;
     } else {
@@ -173,18 +209,7 @@ pub(super) async fn ladder(
         } else {
             &args.against_model
         };
-        let model = match asked {
-            Some(m) => m.clone(),
-            None => models["data"][0]["id"]
-                .as_str()
-                .map(str::to_owned)
-                .with_context(|| {
-                    format!(
-                        "{}/v1/models lists no model: pass --model (or --against-model)",
-                        server.base()
-                    )
-                })?,
-        };
+        let model = model_of(&server, &models, asked.as_deref())?;
         sides.push((Arc::new(server), Arc::<str>::from(model), described));
     }
     let per_rep: u64 = args

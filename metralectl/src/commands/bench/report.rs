@@ -87,7 +87,8 @@ pub fn report(args: &ReportArgs, printer: &Printer) -> anyhow::Result<ExitCode> 
 /// Every series: a name and its (concurrency, mean tok/s) points.
 fn series(entries: &[Entry]) -> Vec<(String, Vec<(u32, f64)>)> {
     let mut out = Vec::new();
-    for e in entries {
+    // Mixed-load records have no ladder to draw.
+    for e in entries.iter().filter(|e| e.record.mixed.is_none()) {
         let points = |rungs: &[metrale_protocol::bench::Rung]| {
             rungs
                 .iter()
@@ -117,6 +118,10 @@ fn readme(entries: &[Entry], records: &Path) -> String {
     for e in entries {
         let r = &e.record;
         let w = &r.workload;
+        if let Some(m) = &r.mixed {
+            mixed_md(&mut md, e, m);
+            continue;
+        }
         let _ = write!(
             md,
             "\n## {}\n\n{} `{}` on {}, ISL {} OSL {}, {} timed reps after {} warmup, temperature {}; {}; harness {} {}; signed: {}\n\n| concurrency | tok/s mean | median | stddev | TTFT ms p50/p99 | ITL ms p50/p99 | errors |\n|---|---|---|---|---|---|---|\n",
@@ -167,6 +172,56 @@ fn readme(entries: &[Entry], records: &Path) -> String {
         }
     }
     md
+}
+
+/// A mixed-load record's section: the streams' ITL without and with the long prompts.
+fn mixed_md(md: &mut String, e: &Entry, m: &metrale_protocol::bench::Mixed) {
+    let (r, w) = (&e.record, &e.record.workload);
+    let _ = write!(
+        md,
+        "\n## {}\n\nMixed load, {} `{}` on {}: {} streams of ISL {} OSL {}, a {}-token prompt (OSL {}) every {:.2} s, {:.1} s a phase; {}; harness {} {}; signed: {}\n\n| phase | stream tok/s | ITL ms p50/p99 | errors |\n|---|---|---|---|\n",
+        e.name,
+        w.endpoint,
+        w.model,
+        r.machine.kind,
+        m.streams,
+        w.isl,
+        w.osl,
+        m.long_isl,
+        m.long_osl,
+        m.long_every_s,
+        m.phase_s,
+        r.date,
+        r.harness.name,
+        r.harness.version,
+        e.signed
+    );
+    for (name, p) in [
+        ("streams alone", &m.baseline),
+        ("with long prompts", &m.loaded),
+    ] {
+        let itl = p.itl_ms.as_ref().map_or_else(
+            || "-".to_owned(),
+            |x| format!("{:.2} / {:.2}", x.p50, x.p99),
+        );
+        let _ = writeln!(
+            md,
+            "| {name} | {:.1} | {itl} | {}/{} |",
+            p.output_tok_s, p.errors, p.requests
+        );
+    }
+    let ttft = m.long.ttft_ms.as_ref().map_or_else(
+        || "-".to_owned(),
+        |x| format!("{:.1} / {:.1}", x.p50, x.p99),
+    );
+    let ratio = m
+        .itl_p99_ratio
+        .map_or_else(|| "-".to_owned(), |x| format!("{x:.2}"));
+    let _ = writeln!(
+        md,
+        "\nLong prompts: TTFT ms p50/p99 {ttft}, {}/{} errors. ITL p99 with/without: {ratio}.",
+        m.long.errors, m.long.sent
+    );
 }
 
 fn svg(entries: &[Entry]) -> String {
