@@ -45,7 +45,7 @@ pub enum Command {
     /// Write shell completions to stdout.
     Completions(CompletionsArgs),
     /// Measure an OpenAI-compatible server over a concurrency ladder (see docs/benchmarks.md).
-    Bench(crate::commands::bench::BenchArgs),
+    Bench(Box<crate::commands::bench::BenchArgs>),
     /// Sign a file (a release's SHA256SUMS, a benchmark record): writes FILE.minisig.
     Sign(SignArgs),
     /// Check a signed file (a release's SHA256SUMS, a benchmark record) against a trusted key.
