@@ -21,7 +21,7 @@ long=${LONG_ISL:-8192}
     --model-name "${MODEL_NAME:-qwen3-8b-shape}" --no-tui --max-seq-len $((long + 128)) \
     --max-batch-size 128 --max-num-batched-tokens "${MAX_BATCHED:-8192}" >"$OUT/serve.txt" 2>&1 &
 PID=$!
-trap 'kill $PID 2>/dev/null' EXIT
+trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
 for _ in $(seq 1 600); do
     curl -sf http://127.0.0.1:8104/ready >/dev/null 2>&1 && break
     sleep 0.2
