@@ -317,55 +317,118 @@ extern "C" __global__ void moe_active(int* active, const int* offsets, int exper
 
 // ---- 1 + 2 in one block, for small steps --------------------------------------------------
 
+// Grouping and the active list of a step of at most MOE_PLAN_MAX_PAIRS pairs whose ids are
+// written, by one block (any multiple of 32 threads, at most 1024): the same offsets, perm and
+// active as moe_group + moe_active, entry for entry. The pairs are cut into chunks of 32, a warp
+// a chunk; in a chunk, the lanes routed to the same expert find each other with one match, so a
+// pair's rank among its expert's pairs of the chunk is a popcount, and the chunk's count of each
+// expert goes into a shared histogram [chunk][expert]. Each expert's column is then summed over
+// the chunks in order (each entry becomes the expert's pairs in earlier chunks), the experts'
+// totals scanned into the offsets, and every pair written at offset + earlier chunks + its rank:
+// the pairs of an expert in pair order, as moe_group's stable scan writes them. Experts are
+// taken MOE_PLAN_HIST at a time (one pass over the pairs each). A few barriers instead of the
+// E / 32 · pairs / 32 ballot steps a warp took before (62 us at 1024 pairs on the H200, 30B-A3B
+// at batch 128; docs/performance-log/2026-12-04-session-4.md).
+#define MOE_PLAN_THREADS 1024
+#define MOE_PLAN_MAX_PAIRS 1024
+#define MOE_PLAN_HIST 256
+
+__device__ void moe_group_block(int* offsets, int* perm, int* active, const int* ids, int pairs,
+                                int experts) {
+    __shared__ int hist[MOE_PLAN_MAX_PAIRS / 32][MOE_PLAN_HIST];
+    __shared__ int counts[MOE_PLAN_HIST], starts[MOE_PLAN_HIST];
+    __shared__ int pass_total;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const u32 below = (1u << lane) - 1u;
+    const int chunks = (pairs + 31) >> 5;
+    int base = 0; // pairs routed to the experts of earlier passes
+    for (int e0 = 0; e0 < experts; e0 += MOE_PLAN_HIST) {
+        const int ne = min(MOE_PLAN_HIST, experts - e0);
+        for (int i = threadIdx.x; i < chunks * MOE_PLAN_HIST; i += blockDim.x)
+            hist[i / MOE_PLAN_HIST][i % MOE_PLAN_HIST] = 0;
+        __syncthreads();
+        for (int c = warp; c < chunks; c += warps) {
+            const int p = (c << 5) + lane;
+            const int id = p < pairs ? ids[p] - e0 : -1;
+            const bool in = id >= 0 && id < ne;
+            const u32 same = __match_any_sync(0xffffffffu, in ? id : -1);
+            if (in && (same & below) == 0) hist[c][id] = __popc(same);
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < ne; e += blockDim.x) {
+            int run = 0;
+            for (int c = 0; c < chunks; ++c) {
+                const int n = hist[c][e];
+                hist[c][e] = run;
+                run += n;
+            }
+            counts[e] = run;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            // Lane l scans experts l · per .. l · per + per - 1 (per <= 8).
+            const int per = (ne + 31) >> 5;
+            int mine = 0;
+            for (int i = 0; i < per; ++i) {
+                const int e = lane * per + i;
+                mine += e < ne ? counts[e] : 0;
+            }
+            int incl = mine;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int up = (int)__float_as_uint(__shfl_sync(0xffffffffu, __uint_as_float((u32)incl), lane - o));
+                if (lane >= o) incl += up;
+            }
+            int run = base + incl - mine;
+            for (int i = 0; i < per; ++i) {
+                const int e = lane * per + i;
+                if (e < ne) {
+                    offsets[e0 + e] = run;
+                    starts[e] = run;
+                    run += counts[e];
+                }
+            }
+            if (lane == 31) pass_total = base + incl;
+        }
+        __syncthreads();
+        for (int c = warp; c < chunks; c += warps) {
+            const int p = (c << 5) + lane;
+            const int id = p < pairs ? ids[p] - e0 : -1;
+            const bool in = id >= 0 && id < ne;
+            const u32 same = __match_any_sync(0xffffffffu, in ? id : -1);
+            if (in) perm[starts[id] + hist[c][id] + __popc(same & below)] = p;
+        }
+        base = pass_total;
+        __syncthreads(); // the next pass rewrites hist, counts and starts
+    }
+    if (threadIdx.x == 0) offsets[experts] = base;
+    __syncthreads(); // the block's global writes are visible to the block past the barrier
+    moe_active_block(active, offsets, experts);
+}
+
 // Routing, grouping and the active list of a step of at most MOE_PLAN_MAX_PAIRS pairs, in one
 // block of MOE_PLAN_THREADS: the same ids, weights, offsets, perm and active as moe_route_* +
 // moe_group + moe_active, entry for entry. Each warp routes tokens warp, warp + 32, ... with
-// moe_route_token (the same code, so the same choices and weights); the ids are copied to
-// shared memory; then warp w takes experts w, w + 32, ...: it counts the pairs routed below the
-// expert (its offset) and to it by ballots over the pairs in order, and writes its pairs' indices
-// in pair order (stable, as moe_group's scan is); last, the block lists the active experts from
-// the offsets as moe_active does. Grouping costs each warp E / 32 · pairs / 32 ballot steps,
-// which is why larger steps take the three-launch path, a block per expert.
-#define MOE_PLAN_THREADS 1024
-#define MOE_PLAN_MAX_PAIRS 1024
-
+// moe_route_token (the same code, so the same choices and weights), then moe_group_block.
+// Steps of more tokens than the block has warps route in their own launch (moe_route_*, a warp
+// a token over many blocks) and group with moe_group_plan.
 template <typename T>
 __device__ void moe_plan_impl(int* ids, float* weights, int* offsets, int* perm, int* active,
                               const T* logits, int tokens, int experts, int top_k,
                               int norm_topk_prob) {
-    __shared__ int sid[MOE_PLAN_MAX_PAIRS];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    const int pairs = tokens * top_k;
+    const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     for (int t = warp; t < tokens; t += warps)
         moe_route_token(ids + (u64)t * top_k, weights + (u64)t * top_k,
                         logits + (u64)t * experts, experts, top_k, norm_topk_prob);
     __syncthreads(); // the block's global writes are visible to the block past the barrier
-    for (int p = threadIdx.x; p < pairs; p += blockDim.x) sid[p] = ids[p];
-    __syncthreads();
-    for (int e = warp; e < experts; e += warps) {
-        int lt = 0, eq = 0;
-        for (int base = 0; base < pairs; base += 32) {
-            const int p = base + lane;
-            const int id = p < pairs ? sid[p] : experts; // past the end: neither below nor e
-            lt += __popc(__ballot_sync(0xffffffffu, id < e));
-            eq += __popc(__ballot_sync(0xffffffffu, id == e));
-        }
-        if (lane == 0) {
-            offsets[e] = lt;
-            if (e == experts - 1) offsets[experts] = lt + eq;
-        }
-        // done and eq are the same in every lane: the loop is warp-uniform.
-        int done = 0;
-        for (int base = 0; done < eq; base += 32) {
-            const int p = base + lane;
-            const bool keep = p < pairs && sid[p] == e;
-            const u32 mask = __ballot_sync(0xffffffffu, keep);
-            if (keep) perm[lt + done + __popc(mask & ((1u << lane) - 1u))] = p;
-            done += __popc(mask);
-        }
-    }
-    __syncthreads();
-    moe_active_block(active, offsets, experts);
+    moe_group_block(offsets, perm, active, ids, tokens * top_k, experts);
+}
+
+// moe_group + moe_active in one block for at most MOE_PLAN_MAX_PAIRS pairs (moe_group_block).
+extern "C" __global__ void __launch_bounds__(MOE_PLAN_THREADS)
+    moe_group_plan(int* offsets, int* perm, int* active, const int* ids, int pairs, int experts) {
+    pdl_start();
+    moe_group_block(offsets, perm, active, ids, pairs, experts);
 }
 
 // moe_plan for a step of one token (every decode step at batch 1), by one warp: the token's k

@@ -522,20 +522,91 @@ MOE_SMALL_KERNELS(, 1)
 
 // The _any builds, for steps past 8 tokens (decode batches: a few to a few tens of pairs an
 // expert): every warp owns its tiles over the whole k (fp8_mma_tiles without SPLIT), so there is
-// no reduction through shared memory, a block reads its pairs' x rows once into L1 for its 8
-// warps, and a block covers 64 j (gate_up) or 128 output columns (down) of one expert.
+// no reduction through shared memory, and a block covers 64 j (gate_up) or 128 output columns
+// (down) of one expert.
 //   gate_up: grid (ceil(I / 64), min(E, pairs)); warp w's tile holds gate rows j = 64 bx + 8 w +
 //     g (as rows g) and the up rows of the same j (as rows g + 8), so a lane's four sums are gate
 //     and up of one j for two pairs and the product is formed in place.
 //   down: grid (ceil(H / 128), min(E, pairs)); warp w's tile is output columns 128 bx + 16 w ..
 //     + 15.
 // 16 pairs (two B tiles) a chunk, as many chunks as the expert has pairs (each chunk after the
-// first reads the warp's weight rows again, from L2). On the H200 (fused_moe alone, 30B-A3B FP8,
-// random routing) against the 64-row tiles: T 32 201 against 586 us, T 128 290 against 733,
-// T 256 374 against 693; against k split over the warps with 16 j a block (an earlier _any)
-// 201 / 290 / 374 against 315 / 432 / 537, and against the _small16 build it replaced (two
-// tiles, split k) at T 16 148 against 205 us.
+// first reads the warp's weight rows again, from L2). gate_up copies the chunk's x rows once
+// into shared memory (MOE_XS_COLS columns at a time, rows padded by 16 bytes so the warp's
+// 16-byte loads of 8 rows at one column fall in distinct banks) and every warp reads them there;
+// down reads its act rows from L1/L2 in each warp. On the H200 at batch 128 (30B-A3B, ncu, a
+// layer) staging took bf16 gate_up from 249 to 212 us and left FP8's level (154 to 152), while
+// bf16 down went from 129 to 142 (FP8 84 to 85): both stay DRAM-latency-bound at 2 blocks an SM
+// (106-116 registers), L2 at 70-76% whichever way x comes
+// (docs/performance-log/2026-12-04-session-4.md). On the H200 (fused_moe alone, 30B-A3B
+// FP8, random routing) the version reading x from global against the 64-row tiles: T 32 201
+// against 586 us, T 128 290 against 733, T 256 374 against 693; against k split over the warps
+// with 16 j a block (an earlier _any) 201 / 290 / 374 against 315 / 432 / 537, and against the
+// _small16 build it replaced (two tiles, split k) at T 16 148 against 205 us.
 // W: the weights' type (FP8 bytes with their scales, or bf16 rows and no scales).
+#define MOE_XS_COLS 2048
+#define MOE_XS_PAD 8
+
+// The block's dynamic shared memory: 16 x rows of up to MOE_XS_COLS + MOE_XS_PAD elements.
+__device__ __forceinline__ bf16* moe_xs() {
+#ifdef METRALE_HOST_EMULATION
+    return (bf16*)emu_dyn_smem();
+#else
+    extern __shared__ __attribute__((aligned(16))) unsigned char moe_xs_smem[];
+    return (bf16*)moe_xs_smem;
+#endif
+}
+
+// Columns k0 .. k0 + kc of the chunk's n <= 16 x rows (row r: src row perm[start + r] / div, of
+// k elements) into xs (rows of kc + MOE_XS_PAD), a warp a row; the block waits for the copies.
+// Every thread calls (a barrier first: the previous chunk's reads are done).
+__device__ __forceinline__ void moe_stage_x(bf16* xs, const bf16* src, const int* perm, int start,
+                                            int n, int div, int k, int k0, int kc) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();
+    for (int r = warp; r < n; r += FP8_MMA_WARPS) {
+        const bf16* row = src + (u64)(perm[start + r] / div) * k + k0;
+        bf16* dst = xs + r * (kc + MOE_XS_PAD);
+        for (int c = 8 * lane; c < kc; c += 8 * 32) cp_async<16>(dst + c, row + c, true);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+}
+
+// acc = the tile rows (rows: their starts, k elements of W each; scs their scale rows) against
+// the chunk's n x rows (row r: src row perm[start + r] / div): with STAGE, copied into shared
+// memory MOE_XS_COLS columns at a time, else read from global by each warp.
+template <typename W, bool STAGE>
+__device__ __forceinline__ void moe_any_chunk(float (&acc)[1][2][4],
+                                              const unsigned char* const (&rows)[1][2],
+                                              const float* const (&scs)[1][2], const bf16* src,
+                                              const int* perm, int start, int n, int div, int k) {
+    constexpr bool BF16W = sizeof(W) == 2;
+    const int g = (threadIdx.x & 31) >> 2;
+    if (!STAGE) {
+        const bf16* xrows[2];
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb)
+            xrows[nb] = g + 8 * nb < n ? src + (u64)(perm[start + g + 8 * nb] / div) * k : nullptr;
+        fp8_mma_tiles<1, 2, 4, false, BF16W>(acc, rows, scs, xrows, k, false);
+        return;
+    }
+    bf16* const xs = moe_xs();
+    for (int k0 = 0; k0 < k; k0 += MOE_XS_COLS) {
+        const int kc = min(MOE_XS_COLS, k - k0);
+        moe_stage_x(xs, src, perm, start, n, div, k, k0, kc);
+        const bf16* xrows[2];
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb)
+            xrows[nb] = g + 8 * nb < n ? xs + (g + 8 * nb) * (kc + MOE_XS_PAD) : nullptr;
+        const unsigned char* const rk[1][2] = {{rows[0][0] + (u64)k0 * sizeof(W),
+                                                rows[0][1] + (u64)k0 * sizeof(W)}};
+        const float* const sk[1][2] = {{BF16W ? nullptr : scs[0][0] + (k0 >> 7),
+                                        BF16W ? nullptr : scs[0][1] + (k0 >> 7)}};
+        fp8_mma_tiles<1, 2, 4, false, BF16W, true>(acc, rk, sk, xrows, kc, false);
+    }
+}
+
 template <typename W>
 __device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const float* scales,
                                      const int* offsets, const int* active, const int* perm,
@@ -544,9 +615,9 @@ __device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const
     pdl_start();
     const int e = small_block_expert(active, experts);
     if (e < 0) return;
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, t = lane & 3, warp = threadIdx.x >> 5;
     const int first = offsets[e], count = offsets[e + 1] - first;
-    const int j = blockIdx.x * 64 + warp * 8 + g, groups = (hidden + 127) >> 7;
+    const int j = blockIdx.x * 64 + warp * 8 + (lane >> 2), groups = (hidden + 127) >> 7;
     // Rows past I read row I - 1 of their half (their sums are not written).
     const u64 rg = (u64)e * 2 * inter + min(j, inter - 1), ru = rg + inter;
     const unsigned char* const rows[1][2] = {{(const unsigned char*)(w + rg * hidden),
@@ -555,12 +626,8 @@ __device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const
                                      BF16W ? nullptr : scales + ru * groups}};
     for (int c0 = 0; c0 < count; c0 += 16) {
         const int start = first + c0, n = min(count - c0, 16);
-        const bf16* xrows[2];
-#pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
-            xrows[nb] = g + 8 * nb < n ? x + (u64)(perm[start + g + 8 * nb] / top_k) * hidden : nullptr;
         float acc[1][2][4] = {};
-        fp8_mma_tiles<1, 2, 4, false, BF16W>(acc, rows, scs, xrows, hidden, false);
+        moe_any_chunk<W, true>(acc, rows, scs, x, perm, start, n, top_k, hidden);
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
@@ -594,12 +661,8 @@ __device__ void moe_down_any_impl(float* ys, const bf16* act, const W* w, const 
                                      BF16W ? nullptr : scales + rb * groups}};
     for (int p0 = 0; p0 < count; p0 += 16) {
         const int start = first + p0, n = min(count - p0, 16);
-        const bf16* xrows[2];
-#pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
-            xrows[nb] = g + 8 * nb < n ? act + (u64)perm[start + g + 8 * nb] * inter : nullptr;
         float acc[1][2][4] = {};
-        fp8_mma_tiles<1, 2, 4, false, BF16W>(acc, rows, scs, xrows, inter, false);
+        moe_any_chunk<W, false>(acc, rows, scs, act, perm, start, n, 1, inter);
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb)
 #pragma unroll

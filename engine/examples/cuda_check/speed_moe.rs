@@ -226,6 +226,13 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                     cuda.retune(|t| t.attention.min_split_keys = if on { 1 << 20 } else { was });
                 })?;
             }
+            if b > 16 {
+                // A target of 5 blocks an SM: 128 sequences of 4 KV heads split in two again.
+                let per_sm = cuda.tuning().attention.blocks_per_sm;
+                variant("attention target 5 blocks an SM".into(), &|on| {
+                    cuda.retune(|t| t.attention.blocks_per_sm = if on { 5 } else { per_sm })
+                })?;
+            }
             if c.fp8.is_none() && b > 1 {
                 // The bf16 experts on the CUDA cores (or, from 4 pairs an expert, the 64-row
                 // tiles) instead of the small-step tensor-core kernels.

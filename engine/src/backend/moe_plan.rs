@@ -8,9 +8,12 @@
 
 use crate::tuning::{MoeGemm, MoeTuning};
 
-/// Most pairs (`T · top_k`) routed and grouped by `moe_plan_*` in one block
-/// (`MOE_PLAN_MAX_PAIRS` in moe.cu); more take `moe_route_*` + `moe_group` + `moe_active`.
+/// Most pairs (`T · top_k`) grouped by one block (`moe_plan_*`, `moe_group_plan`;
+/// `MOE_PLAN_MAX_PAIRS` in moe.cu); more take `moe_route_*` + `moe_group` + `moe_active`.
 pub const PLAN_MAX_PAIRS: usize = 1024;
+/// Most tokens `moe_plan_*` routes inside its one block (a token a warp of its 32); more
+/// route in their own launch over many blocks (`moe_route_*`) before `moe_group_plan`.
+pub const PLAN_ROUTE_TOKENS: usize = 32;
 /// Most tokens whose down projection and weighted sum run as one launch
 /// (`moe_down_combine_*`, `MOE_FUSED_DOWN_TOKENS`); more take `moe_down_*` + `moe_combine`,
 /// which read an expert's down row once for up to 8 of its tokens.
@@ -87,8 +90,12 @@ pub enum Route {
     RouterPlanOne,
     /// `moe_plan_one_{bf16,f32}`: one token's plan by one warp.
     PlanOne,
-    /// `moe_plan_{bf16,f32}`: up to [`PLAN_MAX_PAIRS`] pairs' plan by one block.
+    /// `moe_plan_{bf16,f32}`: up to [`PLAN_ROUTE_TOKENS`] tokens and [`PLAN_MAX_PAIRS`]
+    /// pairs' plan by one block.
     Plan,
+    /// `moe_route_*`, then `moe_group_plan` (one block): more tokens, up to
+    /// [`PLAN_MAX_PAIRS`] pairs.
+    RouteGroupPlan,
     /// `moe_route_*`, `moe_group`, `moe_active`.
     RouteGroupActive,
 }
@@ -217,8 +224,10 @@ impl MoePlan {
             Route::RouterPlanOne
         } else if small && t == 1 {
             Route::PlanOne
-        } else if small && pairs <= PLAN_MAX_PAIRS {
+        } else if small && pairs <= PLAN_MAX_PAIRS && t <= PLAN_ROUTE_TOKENS {
             Route::Plan
+        } else if small && pairs <= PLAN_MAX_PAIRS {
+            Route::RouteGroupPlan
         } else {
             Route::RouteGroupActive
         };

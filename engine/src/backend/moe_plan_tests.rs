@@ -92,8 +92,11 @@ fn decode_batches_take_the_small_tensor_core_kernels() {
 
 #[test]
 fn large_steps_route_in_three_launches_and_tile() {
-    // 128 tokens · 8 = 1024 pairs: the one-block plan; 129 more.
-    assert_eq!(plan(128, ExpertType::Fp8).route, Route::Plan);
+    // Up to 32 tokens route and group in one block; to 128 tokens · 8 = 1024 pairs they route
+    // in their own launch and group in one block; 129 take three launches.
+    assert_eq!(plan(32, ExpertType::Fp8).route, Route::Plan);
+    assert_eq!(plan(33, ExpertType::Fp8).route, Route::RouteGroupPlan);
+    assert_eq!(plan(128, ExpertType::Fp8).route, Route::RouteGroupPlan);
     assert_eq!(plan(129, ExpertType::Fp8).route, Route::RouteGroupActive);
     // bf16 from 4 pairs an expert: 64 tokens = 512 pairs = 4 · 128.
     let bf16 = Experts::Mma {

@@ -12,7 +12,10 @@ static float host_quant_e4m3(float v, float s) {
     // The device's f32_to_e4m3 of v / s, read back as e4m3 · s.
     return emu_e4m3(f32_to_e4m3(v / s)) * s;
 }
-static void host_quant_rows(std::vector<float>& v, int rows, int k) {
+static // The _any gate_up kernels' dynamic shared memory over rows of k elements (moe_mma.rs's any_smem).
+inline size_t any_smem(int k) { return 16 * (size_t)(std::min(k, MOE_XS_COLS) + MOE_XS_PAD) * 2; }
+
+void host_quant_rows(std::vector<float>& v, int rows, int k) {
     for (int r = 0; r < rows; ++r)
         for (int g0 = 0; g0 < k; g0 += 128) {
             float amax = 0;
@@ -61,7 +64,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
         if (offsets[e + 1] > offsets[e]) active[active[E]++] = e;
     if (mode == 4) {
         const unsigned ge = (unsigned)std::min(E, P);
-        launch({(unsigned)((I + 63) / 64), ge}, {256}, [&] {
+        launch_smem({(unsigned)((I + 63) / 64), ge}, {256}, any_smem(H), [&] {
             moe_gate_up_bf16_small_any(act.data(), x.data(), w13b.data(), nullptr, offsets.data(), active.data(), perm.data(), E, K, I, H);
         });
         launch({(unsigned)((H + 127) / 128), ge}, {256}, [&] {
@@ -69,7 +72,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
         });
     } else if (mode == 3) {
         const unsigned ge = (unsigned)std::min(E, P);
-        launch({(unsigned)(T <= 8 ? (I + 15) / 16 : (I + 63) / 64), ge}, {256}, [&] {
+        launch_smem({(unsigned)(T <= 8 ? (I + 15) / 16 : (I + 63) / 64), ge}, {256}, T <= 8 ? 0 : any_smem(H), [&] {
             if (T <= 8) moe_gate_up_fp8_small(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
             else moe_gate_up_fp8_small_any(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
         });
@@ -304,6 +307,9 @@ static void moe_mma_tests() {
     t_moe_mma(40, 8, 2, 128, 192, 3, true);
     t_moe_mma(24, 128, 8, 64, 128, 3, false);
     t_moe_mma(33, 4, 2, 192, 64, 3, false);
+    // Rows past MOE_XS_COLS: x staged in two passes (gate_up's H, then down's I).
+    t_moe_mma(12, 4, 2, 2112, 64, 3, true);
+    t_moe_mma(12, 4, 2, 64, 2112, 4, false);
     // The bf16 small-step build: one chunk, several (skewed), a partial down block (H 64).
     t_moe_mma(8, 128, 8, 128, 64, 4, false);
     t_moe_mma(40, 8, 2, 128, 192, 4, true);

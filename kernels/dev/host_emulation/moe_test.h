@@ -131,6 +131,13 @@ void t_moe(int T, int E, int K, int H, int I, bool norm, bool fp8, bool ties) {
             });
             bad += ids1 != ids3 || perm1 != perm3 || off1 != off3 || act1 != act3;
             bad += memcmp(wts1.data(), wts3.data(), P * sizeof(float)) != 0;
+            // The one-block grouping alone (moe_group_plan, after moe_route_* in its own
+            // launch) on the routed ids: the same offsets, perm and active list.
+            std::vector<int> perm5(P, -1), off5(E + 1, -1), act5(E + 1, -1);
+            launch({1}, {P == MOE_PLAN_MAX_PAIRS ? MOE_PLAN_THREADS : 96u}, [&] {
+                moe_group_plan(off5.data(), perm5.data(), act5.data(), ids3.data(), P, E);
+            });
+            bad += perm5 != perm3 || off5 != off3 || act5 != act3;
             if (T == 1) {
                 // The one-token plan (one warp) writes the same entries.
                 std::vector<int> ids2(P, -1), perm2(P, -1), off2(E + 1, -1), act2(E + 1, -1);
@@ -374,6 +381,8 @@ static void moe_tests() {
     // the most moe_plan takes.
     t_moe(9, 128, 8, 16, 8, true, false, false);
     t_moe(128, 128, 8, 16, 8, true, false, true);
+    // More experts than one pass of moe_group_block's histogram (MOE_PLAN_HIST).
+    t_moe(16, 300, 8, 16, 8, true, false, false);
     moe_f32_tests();
     moe_mma_tests();
 }

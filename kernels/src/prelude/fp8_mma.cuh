@@ -50,7 +50,8 @@ __device__ __forceinline__ void fp8_mma_slice(float acc[4], const Fp8Slice& w, f
 // columns 8nb + 2t, 8nb + 2t + 1. wait_first: call pdl_start after the first batch's weight
 // loads (weights are never written, so those loads may overlap the previous kernel), else the
 // caller has waited already.
-template <int NT, int NB, int BATCH, bool SPLIT = true, bool BF16W = false>
+// SMEM_X: the x rows are in shared memory (plain loads), else global (load_cached).
+template <int NT, int NB, int BATCH, bool SPLIT = true, bool BF16W = false, bool SMEM_X = false>
 __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
                                               const unsigned char* const (&rows)[NT][2],
                                               const float* const (&scs)[NT][2],
@@ -96,8 +97,8 @@ __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
 #pragma unroll
                 for (int nb = 0; nb < NB; ++nb) {
                     const u32x4* xr = xrows[nb] ? (const u32x4*)xrows[nb] + 2 * t + 8 * j : nullptr;
-                    xa[nb] = xr ? load_cached(xr) : zero;
-                    xb[nb] = xr ? load_cached(xr + 1) : zero;
+                    xa[nb] = xr ? (SMEM_X ? xr[0] : load_cached(xr)) : zero;
+                    xb[nb] = xr ? (SMEM_X ? xr[1] : load_cached(xr + 1)) : zero;
                 }
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {

@@ -228,7 +228,7 @@ impl CudaBackend {
                 }
             }
         } else {
-            // 1. Route.
+            // 1. Route: a warp a token, over many blocks.
             let f = if logits_bf16 {
                 kernels::moe_route_bf16
             } else {
@@ -248,20 +248,35 @@ impl CudaBackend {
                 )?;
             }
 
-            // 2. Group the pairs by expert.
-            // SAFETY: ids holds t·k expert indices below e (written by the routing kernel);
-            // offsets has e + 1 entries, perm t·k; one block per expert.
-            unsafe {
-                kernels::moe_group.launch(
-                    self,
-                    cfg((dim(e, "fused_moe")?, 1), GROUP_THREADS),
-                    (ofp, pmp, idp, pi, ei),
-                )?;
-            }
-            // SAFETY: offsets has e + 1 entries (written by moe_group), active e + 1; one block
-            // looping over the experts.
-            unsafe {
-                kernels::moe_active.launch(self, cfg((1, 1), GROUP_THREADS), (acp, ofp, ei))?;
+            if plan.route == Route::RouteGroupPlan {
+                // 2. Group the pairs and list the active experts in one block.
+                // SAFETY: ids holds t·k <= MOE_PLAN_MAX_PAIRS expert indices below e (written
+                // by the routing kernel; the plan checks the count: the kernel's shared
+                // histogram); offsets and active have e + 1 entries, perm t·k; one block of at
+                // most MOE_PLAN_THREADS (its launch bounds).
+                unsafe {
+                    kernels::moe_group_plan.launch(
+                        self,
+                        cfg((1, 1), PLAN_THREADS),
+                        (ofp, pmp, acp, idp, pi, ei),
+                    )?;
+                }
+            } else {
+                // 2. Group the pairs by expert.
+                // SAFETY: ids holds t·k expert indices below e (written by the routing
+                // kernel); offsets has e + 1 entries, perm t·k; one block per expert.
+                unsafe {
+                    kernels::moe_group.launch(
+                        self,
+                        cfg((dim(e, "fused_moe")?, 1), GROUP_THREADS),
+                        (ofp, pmp, idp, pi, ei),
+                    )?;
+                }
+                // SAFETY: offsets has e + 1 entries (written by moe_group), active e + 1; one
+                // block looping over the experts.
+                unsafe {
+                    kernels::moe_active.launch(self, cfg((1, 1), GROUP_THREADS), (acp, ofp, ei))?;
+                }
             }
         }
 

@@ -61,6 +61,18 @@ fn launch_shape(build: MmaBuild) -> (u32, u32) {
     ((32 * warps) as u32, (stages * stage) as u32)
 }
 
+/// Columns of x a `_any` kernel stages in shared memory at a time (`MOE_XS_COLS` in
+/// moe_mma.cu), and the padding of each staged row (`MOE_XS_PAD`).
+const ANY_XS_COLS: usize = 2048;
+const ANY_XS_PAD: usize = 8;
+
+/// Dynamic shared memory of a `_any` gate_up kernel over rows of `k` elements: 16 bf16 rows of
+/// min(k, ANY_XS_COLS) + ANY_XS_PAD (65,792 bytes at k = 2048, within the H200's 227 KB a
+/// block; the launch opts in past 48 KB).
+fn any_smem(k: usize) -> u32 {
+    (16 * (k.min(ANY_XS_COLS) + ANY_XS_PAD) * 2) as u32
+}
+
 impl CudaBackend {
     /// Whether `matmul` with an FP8 weight and more than 32 rows runs the tensor-core kernel
     /// (`moe_down_mma_fp8*`, one expert) instead of a bf16 copy of the weight and cuBLAS (the
@@ -129,14 +141,15 @@ impl CudaBackend {
         // 16-byte load is inside its row and aligned; rows past i read row i - 1 of their half
         // and are not written; block rows past the active count return; 8 warps (the kernel's
         // launch bounds).
-        // _any: 64 j a block (8 a warp), else 16.
+        // _any: 64 j a block (8 a warp) and the chunk's x rows in shared memory, else 16.
         let per_block = if any { 64 } else { 16 };
+        let mut c = cfg((dim(i.div_ceil(per_block), "fused_moe")?, experts), threads);
+        if any {
+            c.shared_mem_bytes = any_smem(h);
+            gate_up_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
+        }
         unsafe {
-            gate_up_kernel.launch(
-                self,
-                cfg((dim(i.div_ceil(per_block), "fused_moe")?, experts), threads),
-                args,
-            )?;
+            gate_up_kernel.launch(self, c, args)?;
         }
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [pairs, h]: pair rows
         let (ysp, w2, w2s) = (ys.ptr(s), down.ptr(s), down.scales_ptr(s));

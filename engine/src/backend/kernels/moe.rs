@@ -9,6 +9,7 @@ kernels! {
     Moe [moe_route_bf16] (ids: *mut i32, weights: *mut f32, logits: *const bf16, tokens: i32, experts: i32, top_k: i32, norm_topk_prob: i32);
     Moe [moe_group] (offsets: *mut i32, perm: *mut i32, ids: *const i32, pairs: i32, experts: i32);
     Moe [moe_active] (active: *mut i32, offsets: *const i32, experts: i32);
+    Moe [moe_group_plan] (offsets: *mut i32, perm: *mut i32, active: *mut i32, ids: *const i32, pairs: i32, experts: i32);
     Moe [moe_plan_one_f32] (ids: *mut i32, weights: *mut f32, offsets: *mut i32, perm: *mut i32, active: *mut i32, logits: *const f32, experts: i32, top_k: i32, norm_topk_prob: i32);
     Moe [moe_plan_one_bf16] (ids: *mut i32, weights: *mut f32, offsets: *mut i32, perm: *mut i32, active: *mut i32, logits: *const bf16, experts: i32, top_k: i32, norm_topk_prob: i32);
     Moe [moe_plan_f32] (ids: *mut i32, weights: *mut f32, offsets: *mut i32, perm: *mut i32, active: *mut i32, logits: *const f32, tokens: i32, experts: i32, top_k: i32, norm_topk_prob: i32);
