@@ -144,7 +144,7 @@ pub struct ServeArgs {
     /// Do not show the terminal dashboard.
     #[arg(long)]
     pub no_tui: bool,
-    /// Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6) or hermes (Qwen3).
+    /// Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3), llama3_json (Llama 3.1+) or mistral.
     #[arg(long, value_name = "PARSER")]
     pub tool_call_parser: Option<String>,
     /// Split `<think>…</think>` into reasoning: qwen3.

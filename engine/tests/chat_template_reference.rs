@@ -99,7 +99,8 @@ fn environment_features_match_transformers() {
     let doc = cases();
     let mut checked = 0;
     for case in doc["cases"].as_array().expect("cases") {
-        if case["template"] == "qwen3" {
+        let template = case["template"].as_str().expect("template");
+        if template == "qwen3" || family_template(template).is_some() {
             continue;
         }
         let name = case["name"].as_str().expect("name");
@@ -128,6 +129,45 @@ fn environment_features_match_transformers() {
         checked += 1;
     }
     assert!(checked >= 15, "only {checked} environment cases");
+}
+
+/// Issue 39's families: the official template's file under `chat_template/` and the special
+/// tokens the case was rendered with (make_chat_cases.py's FAMILY_TEMPLATES).
+fn family_template(name: &str) -> Option<(&'static str, SpecialTokens)> {
+    let tokens = |bos: &str, eos: &str| SpecialTokens {
+        bos_token: Some(bos.into()),
+        eos_token: Some(eos.into()),
+        pad_token: Some("<|endoftext|>".into()),
+        ..SpecialTokens::default()
+    };
+    match name {
+        "llama3.1" => Some(("llama3.1.jinja", tokens("<|begin_of_text|>", "<|eot_id|>"))),
+        "gemma3" => Some(("gemma3.jinja", tokens("<bos>", "<eos>"))),
+        _ => None,
+    }
+}
+
+#[test]
+fn family_templates_render_byte_identical_to_transformers() {
+    let doc = cases();
+    let mut checked = std::collections::BTreeMap::new();
+    for case in doc["cases"].as_array().expect("cases") {
+        let family = case["template"].as_str().expect("template");
+        let Some((file, tokens)) = family_template(family) else {
+            continue;
+        };
+        let source = std::fs::read_to_string(fixtures().join("chat_template").join(file))
+            .expect("template file");
+        let template = ChatTemplate::new(&source, tokens).expect("template compiles");
+        let name = case["name"].as_str().expect("name");
+        let got =
+            render_case(&template, case).unwrap_or_else(|e| panic!("{family} case {name}: {e}"));
+        let expected = case["expected"].as_str().expect("expected");
+        assert_eq!(got, expected, "{family} case {name}");
+        *checked.entry(family).or_insert(0) += 1;
+    }
+    assert!(checked.get("llama3.1") >= Some(&9), "{checked:?}");
+    assert!(checked.get("gemma3") >= Some(&6), "{checked:?}");
 }
 
 #[test]

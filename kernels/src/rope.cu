@@ -18,11 +18,13 @@
 //
 // Symbols: qk_norm_rope_<qkv dtype>, qk_norm_rope_kv_<qkv dtype>[_kv8]; q_w/k_w are bf16, inv_freq f32.
 // The float32 path's qk_norm_rope_fp32 and qk_norm_rope_kv_fp32 take f32 qkv, weights and cache.
+// rope_kv_<qkv dtype>[_kv8] and rope_kv_fp32 are the same without the norm (Llama, Mistral): the
+// heads are rotated as they are, and the cache written.
 
 #define ROPE_WARPS 4
 #define ROPE_MAX_DIM 256
 
-template <typename T, typename TW, typename TC, bool KV>
+template <typename T, typename TW, typename TC, bool KV, bool NORM = true>
 __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const TW* q_w, const TW* k_w,
                                   const float* inv_freq, int num_heads, int num_kv_heads,
                                   int head_dim, int half_rot, float scale, float eps,
@@ -56,13 +58,18 @@ __device__ void qk_norm_rope_impl(T* qkv, const u32* positions, const TW* q_w, c
     const TW* w = head < num_heads ? q_w : k_w;
     float* t = normed[warp];
 
-    float ss = 0.f;
-    for (int d = lane; d < head_dim; d += 32) {
-        const float v = to_f32(x[d]);
-        ss += v * v;
+    if constexpr (NORM) {
+        float ss = 0.f;
+        for (int d = lane; d < head_dim; d += 32) {
+            const float v = to_f32(x[d]);
+            ss += v * v;
+        }
+        const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)head_dim + eps);
+        for (int d = lane; d < head_dim; d += 32) t[d] = to_f32(w[d]) * (to_f32(x[d]) * inv);
+    } else {
+        // Models without QK-norm (rope_kv_*): the head as it is.
+        for (int d = lane; d < head_dim; d += 32) t[d] = to_f32(x[d]);
     }
-    const float inv = 1.0f / sqrtf(warp_sum(ss) / (float)head_dim + eps);
-    for (int d = lane; d < head_dim; d += 32) t[d] = to_f32(w[d]) * (to_f32(x[d]) * inv);
     __syncwarp();
 
     const float pos = (float)positions[row];
@@ -136,3 +143,33 @@ QK_NORM_ROPE(fp32, float, float, float)
 
 QK_NORM_ROPE_KV8(f32, float, bf16)
 QK_NORM_ROPE_KV8(bf16, bf16, bf16)
+
+// Rotation and cache write without QK-norm (Llama, Mistral): the same kernel, NORM off.
+#define ROPE_KV(SUFFIX, T, TC)                                                                     \
+    extern "C" __global__ void rope_kv_##SUFFIX(                                                   \
+        T* qkv, const u32* positions, const float* inv_freq, int num_heads, int num_kv_heads,      \
+        int head_dim, int half_rot, float scale, TC* k_cache, TC* v_cache,                         \
+        const u32* slot_mapping) {                                                                 \
+        pdl_start();                                                                               \
+        qk_norm_rope_impl<T, T, TC, true, false>(qkv, positions, nullptr, nullptr, inv_freq,       \
+                                                 num_heads, num_kv_heads, head_dim, half_rot,      \
+                                                 scale, 0.f, k_cache, v_cache, slot_mapping);      \
+    }
+
+ROPE_KV(f32, float, bf16)
+ROPE_KV(bf16, bf16, bf16)
+ROPE_KV(fp32, float, float)
+
+#define ROPE_KV8(SUFFIX, T)                                                                        \
+    extern "C" __global__ void rope_kv_##SUFFIX##_kv8(                                             \
+        T* qkv, const u32* positions, const float* inv_freq, int num_heads, int num_kv_heads,      \
+        int head_dim, int half_rot, float scale, unsigned char* k_cache, unsigned char* v_cache,   \
+        const u32* slot_mapping, float* k_scales, float* v_scales) {                               \
+        pdl_start();                                                                               \
+        qk_norm_rope_impl<T, T, unsigned char, true, false>(                                       \
+            qkv, positions, nullptr, nullptr, inv_freq, num_heads, num_kv_heads, head_dim,         \
+            half_rot, scale, 0.f, k_cache, v_cache, slot_mapping, k_scales, v_scales);             \
+    }
+
+ROPE_KV8(f32, float)
+ROPE_KV8(bf16, bf16)

@@ -604,6 +604,14 @@ impl Ops<'_> {
                 s.check("silu_mul", &case, Tol::BF16, &out_d, &out_c)?;
                 Ok(())
             })?;
+            // Gemma's gate, the same loop with GELU-tanh.
+            self.run("gelu_tanh_mul", &case, |s| {
+                let (g_d, g_c) = s.random(&[t, 2 * i], 4.0, gd)?;
+                let (mut out_d, mut out_c) = (s.cuda.zeros(&[t, i])?, s.cpu.zeros(&[t, i])?);
+                s.cuda.gelu_tanh_mul(&mut out_d, &g_d)?;
+                s.cpu.gelu_tanh_mul(&mut out_c, &g_c)?;
+                s.check("gelu_tanh_mul", &case, Tol::BF16, &out_d, &out_c)
+            })?;
         }
         // The fused gate_up GEMV + SiLU (one row: the decode path; 3 rows: cuBLAS + silu_mul
         // unless METRALE_GEMV_MAX_ROWS says otherwise) against the CPU's matmul + silu_mul.

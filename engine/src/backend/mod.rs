@@ -182,6 +182,9 @@ pub enum Feature {
     Fp8Weights,
     /// Qwen3.5's hybrid layers: [`Backend::gated_delta_net`] and the small ops around it.
     HybridLayers,
+    /// Sliding-window attention layers ([`Backend::paged_attention_window`]): Mistral with a
+    /// `sliding_window`, Gemma 3's local layers.
+    SlidingWindow,
 }
 
 pub use cpu::hybrid::DeltaHeads;
@@ -416,6 +419,45 @@ pub trait Backend: Send + Sync + 'static {
         num_heads: usize,
         scale: f32,
     ) -> Result<()>;
+    /// [`Backend::qk_norm_rope_write_kv`] without the norm (Llama, Mistral): rotate every q and
+    /// k head of `qkv` by its token's position (neox halves), then write each token's k and v
+    /// heads to its cache slot.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_write_kv(
+        &self,
+        qkv: &mut Self::Tensor,
+        batch: &Self::Batch,
+        rope: &RopeTables,
+        num_heads: usize,
+        num_kv_heads: usize,
+        k_cache: &mut Self::Tensor,
+        v_cache: &mut Self::Tensor,
+    ) -> Result<()>;
+    /// [`Backend::paged_attention`] for a sliding-window layer: the query at position `q` sees
+    /// the keys at positions `p` with `q − window < p ≤ q` (transformers' sliding mask). Only
+    /// backends that answer [`Feature::SlidingWindow`] run it.
+    #[allow(clippy::too_many_arguments)]
+    fn paged_attention_window(
+        &self,
+        _out: &mut Self::Tensor,
+        _qkv: &Self::Tensor,
+        _k_cache: &Self::Tensor,
+        _v_cache: &Self::Tensor,
+        _batch: &Self::Batch,
+        _num_heads: usize,
+        _scale: f32,
+        _window: usize,
+    ) -> Result<()> {
+        Err(BackendError::Device(format!(
+            "the {} backend has no sliding-window attention",
+            self.name()
+        )))
+    }
+    /// `out = gelu_tanh(gate) * up` where `gate_up` is `[T, 2·I]` (gate first): Gemma's gated
+    /// MLP (`gelu_pytorch_tanh`).
+    fn gelu_tanh_mul(&self, out: &mut Self::Tensor, gate_up: &Self::Tensor) -> Result<()>;
+    /// `x *= factor` elementwise (Gemma's embeddings, scaled by `sqrt(hidden)`).
+    fn scale(&self, x: &mut Self::Tensor, factor: f32) -> Result<()>;
     /// Whether this backend runs checkpoints that need `feature`.
     fn supports(&self, _feature: Feature) -> bool {
         false

@@ -17,7 +17,47 @@ pub struct ToolSchema<'a> {
 /// (`named` None), `<tool_call>\n{"name": "NAME", "arguments": ` for a named one. Each
 /// `param` error names the tool (`tools[i].function.parameters`).
 pub fn hermes_forced(tools: &[ToolSchema<'_>], named: Option<&str>) -> Result<Spec, SchemaError> {
-    let close = lark_str("}\n</tool_call>");
+    forced(
+        tools,
+        named,
+        &|n| format!("{}\", \"arguments\": ", json_inner(n)),
+        "}\n</tool_call>",
+    )
+}
+
+/// Llama 3's JSON call after its forced opening: `{"name": "` for any tool, `{"name": "NAME",
+/// "parameters": ` for a named one; the call's `}` ends the message.
+pub fn llama3_json_forced(
+    tools: &[ToolSchema<'_>],
+    named: Option<&str>,
+) -> Result<Spec, SchemaError> {
+    forced(
+        tools,
+        named,
+        &|n| format!("{}\", \"parameters\": ", json_inner(n)),
+        "}",
+    )
+}
+
+/// Mistral's call after its forced opening: `[TOOL_CALLS]` for any tool (then `NAME[ARGS]`),
+/// `[TOOL_CALLS]NAME[ARGS]` for a named one; the arguments object ends the message.
+pub fn mistral_forced(tools: &[ToolSchema<'_>], named: Option<&str>) -> Result<Spec, SchemaError> {
+    forced(tools, named, &|n| format!("{n}[ARGS]"), "")
+}
+
+/// A forced call's grammar: for each allowed tool, `head(name)` (unless the opening already
+/// named it), the arguments under the tool's schema, then `close`.
+fn forced(
+    tools: &[ToolSchema<'_>],
+    named: Option<&str>,
+    head: &dyn Fn(&str) -> String,
+    close: &str,
+) -> Result<Spec, SchemaError> {
+    let close = if close.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", lark_str(close))
+    };
     let mut rules = Vec::new();
     let mut alts = Vec::new();
     for (i, t) in tools.iter().enumerate() {
@@ -26,11 +66,8 @@ pub fn hermes_forced(tools: &[ToolSchema<'_>], named: Option<&str>) -> Result<Sp
         }
         let args = arguments(t.parameters, &format!("tools[{i}].function.parameters"))?;
         let body = match named {
-            Some(_) => format!("%json {args} {close}"),
-            None => format!(
-                "{} %json {args} {close}",
-                lark_str(&format!("{}\", \"arguments\": ", json_inner(t.name)))
-            ),
+            Some(_) => format!("%json {args}{close}"),
+            None => format!("{} %json {args}{close}", lark_str(&head(t.name))),
         };
         rules.push(format!("call_{i}: {body}"));
         alts.push(format!("call_{i}"));

@@ -103,6 +103,14 @@ pub enum RopeScaling {
     Default,
     /// Positions divided by `factor`.
     Linear { factor: f64 },
+    /// Llama 3.1's: long wavelengths divided by `factor`, short ones kept, a smooth ramp
+    /// between (`low_freq_factor`, `high_freq_factor` of the original context).
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: usize,
+    },
     /// YaRN (what Qwen3 documents for contexts beyond its native length).
     Yarn {
         factor: f64,
@@ -170,10 +178,10 @@ impl ModelConfig {
             .cloned()
             .unwrap_or_else(|| "Qwen3ForCausalLM".to_string());
         if raw.attention_bias {
-            return Err(
-                "attention_bias = true is not supported for Qwen3 (no Qwen3 checkpoint uses it)"
-                    .into(),
-            );
+            return Err(format!(
+                "attention_bias = true is not supported for {architecture} (no released \
+                 Qwen3, Llama 3, Mistral or Gemma 3 checkpoint uses it)"
+            ));
         }
         if raw.use_sliding_window {
             return Err(
@@ -265,7 +273,7 @@ impl ModelConfig {
 }
 
 /// Read `path` and parse it with `parse`, naming the file in either error.
-fn parse_file<T>(path: &Path, parse: fn(&str) -> Result<T, String>) -> Result<T, LoadError> {
+pub fn parse_file<T>(path: &Path, parse: fn(&str) -> Result<T, String>) -> Result<T, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Io {
         path: path.to_path_buf(),
         source,
@@ -344,6 +352,19 @@ fn parse_rope(raw: &RawConfig) -> Result<RopeConfig, String> {
     let partial = get_f64(&params, "partial_rotary_factor")?
         .or(raw.partial_rotary_factor)
         .unwrap_or(1.0);
+    rope_from_params(&params, theta, partial, raw.max_position_embeddings)
+}
+
+/// One rotary embedding from its parameters (`rope_type` or `type`, `factor`, ...), with the
+/// base `theta` and the rotated fraction `partial` already resolved: what a model with several
+/// rotary embeddings (Gemma 3's local and global layers) reads once for each.
+pub fn rope_from_params(
+    params: &Value,
+    theta: f64,
+    partial: f64,
+    max_position_embeddings: usize,
+) -> Result<RopeConfig, String> {
+    let params = params.clone();
     let kind = params
         .get("rope_type")
         .or_else(|| params.get("type"))
@@ -355,11 +376,23 @@ fn parse_rope(raw: &RawConfig) -> Result<RopeConfig, String> {
     let scaling = match kind {
         "default" => RopeScaling::Default,
         "linear" => RopeScaling::Linear { factor: factor()? },
+        "llama3" => {
+            let need = |key: &str| {
+                get_f64(&params, key)?.ok_or_else(|| format!("rope_type \"llama3\" needs {key:?}"))
+            };
+            RopeScaling::Llama3 {
+                factor: factor()?,
+                low_freq_factor: need("low_freq_factor")?,
+                high_freq_factor: need("high_freq_factor")?,
+                original_max_position_embeddings: need("original_max_position_embeddings")?
+                    as usize,
+            }
+        }
         "yarn" => {
             let factor = factor()?;
             let original = get_f64(&params, "original_max_position_embeddings")?
                 .map(|v| v as usize)
-                .unwrap_or(raw.max_position_embeddings);
+                .unwrap_or(max_position_embeddings);
             let mscale = get_f64(&params, "mscale")?;
             let mscale_all_dim = get_f64(&params, "mscale_all_dim")?;
             let get_mscale = |scale: f64, m: f64| {
@@ -396,7 +429,7 @@ fn parse_rope(raw: &RawConfig) -> Result<RopeConfig, String> {
         }
         other => {
             return Err(format!(
-                "rope_type {other:?} is not supported (supported: default, linear, yarn)"
+                "rope_type {other:?} is not supported (supported: default, linear, llama3, yarn)"
             ));
         }
     };
@@ -421,6 +454,36 @@ impl RopeConfig {
             RopeScaling::Default => (plain, 1.0),
             RopeScaling::Linear { factor } => {
                 (plain.iter().map(|f| f / *factor as f32).collect(), 1.0)
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                // transformers' `_compute_llama3_parameters`, in f32 as it computes them.
+                let (factor, low, high) = (
+                    *factor as f32,
+                    *low_freq_factor as f32,
+                    *high_freq_factor as f32,
+                );
+                let old = *original_max_position_embeddings as f32;
+                let (low_wavelen, high_wavelen) = (old / low, old / high);
+                let inv = plain
+                    .iter()
+                    .map(|&f| {
+                        let wavelen = 2.0 * std::f32::consts::PI / f;
+                        if wavelen < high_wavelen {
+                            f
+                        } else if wavelen > low_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (old / wavelen - low) / (high - low);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect();
+                (inv, 1.0)
             }
             RopeScaling::Yarn {
                 factor,

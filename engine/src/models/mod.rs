@@ -2,6 +2,8 @@
 //! varlen batch (`BatchInputs`) through the paged KV cache, returning logits for the rows that
 //! asked for them.
 
+pub mod gemma3;
+pub mod llama;
 pub mod qwen3;
 pub mod qwen3_5;
 pub mod qwen3_moe;
@@ -127,6 +129,30 @@ impl<B: Backend> KvStorage<B> {
             state: None,
         })
     }
+}
+
+/// A KV cache of `num_blocks` blocks for every layer of `c` (each layer k and v
+/// `[num_blocks, block_size, num_kv_heads, head_dim]`), and the bytes one token takes in it:
+/// what every model whose layers all keep keys and values needs (Llama, Mistral, Gemma 3).
+pub(crate) fn all_layers_kv<B: Backend>(
+    backend: &B,
+    c: &ModelConfig,
+    num_blocks: usize,
+    block_size: usize,
+) -> Result<KvStorage<B>> {
+    KvStorage::new(
+        backend,
+        c.num_hidden_layers,
+        num_blocks,
+        block_size,
+        c.num_key_value_heads,
+        c.head_dim,
+    )
+}
+
+/// Bytes one cached token takes in [`all_layers_kv`]'s cache (k and v of every layer).
+pub(crate) fn all_layers_kv_bytes<B: Backend>(backend: &B, c: &ModelConfig) -> usize {
+    2 * c.num_hidden_layers * c.num_key_value_heads * backend.kv_head_bytes(c.head_dim)
 }
 
 /// The last step of a forward: `logits = xn[rows] · headᵀ` for the batch's logits rows

@@ -1,12 +1,15 @@
 //! The model registry: `architectures[0]` in `config.json` → the family that runs it → its
 //! constructor. Everything that loads a model goes through [`load`] (`met serve` in
 //! `engine_core/start.rs`, `met score` in `main.rs`); every backend runs every family (the
-//! CPU reference and CUDA: Qwen3, Qwen3-MoE, the Qwen3.5/3.6 hybrids). A backend that lacks
+//! CPU reference and CUDA: Qwen3, Qwen3-MoE, the Qwen3.5/3.6 hybrids, Llama 3.x, Mistral,
+//! Gemma 3). A backend that lacks
 //! a feature a checkpoint needs refuses it at load, by name (`models::check_backend`).
 
 use anyhow::{Context, bail};
 
 use super::Model;
+use super::gemma3::{Gemma3, Gemma3Config};
+use super::llama::{Llama, LlamaConfig};
 use super::qwen3::Qwen3;
 use super::qwen3_5::{Qwen3_5, Qwen3_5Config};
 use crate::backend::HybridOps;
@@ -19,17 +22,28 @@ pub enum Family {
     Qwen3,
     /// Qwen3.5/3.6 hybrids, Gated DeltaNet + gated attention, dense or MoE (`qwen3_5.rs`).
     Qwen3_5,
+    /// Llama 3.x and Mistral: Qwen3's decoder without QK-norm, llama3 rope scaling, Mistral's
+    /// optional sliding window (`llama.rs`).
+    Llama,
+    /// Gemma 3: sliding-window layers interleaved with global ones, (1 + w) norms around each
+    /// block, scaled embeddings, GELU-tanh MLP (`gemma3.rs`).
+    Gemma3,
 }
 
 /// Every architecture this engine runs, as `config.json` names it, and its family. The
 /// `*ForConditionalGeneration` ones are the Hub's multimodal layouts, text model only.
-pub const ARCHITECTURES: [(&str, Family); 6] = [
+pub const ARCHITECTURES: [(&str, Family); 11] = [
     ("Qwen3ForCausalLM", Family::Qwen3),
     ("Qwen3MoeForCausalLM", Family::Qwen3),
     ("Qwen3_5ForCausalLM", Family::Qwen3_5),
     ("Qwen3_5MoeForCausalLM", Family::Qwen3_5),
     ("Qwen3_5ForConditionalGeneration", Family::Qwen3_5),
     ("Qwen3_5MoeForConditionalGeneration", Family::Qwen3_5),
+    ("LlamaForCausalLM", Family::Llama),
+    ("MistralForCausalLM", Family::Llama),
+    ("Mistral3ForConditionalGeneration", Family::Llama),
+    ("Gemma3ForCausalLM", Family::Gemma3),
+    ("Gemma3ForConditionalGeneration", Family::Gemma3),
 ];
 
 /// The family that runs `architecture`, or an error that names it and lists the supported.
@@ -97,6 +111,19 @@ pub fn load<B: HybridOps, W: WithModel<B>>(
             drop(weights);
             Ok(then.run(backend, model))
         }
+        Family::Llama => {
+            let llama = LlamaConfig::from_file(&dir.root.join("config.json"))?;
+            let model = Llama::load(&backend, &llama, &weights, layer_done).with_context(failed)?;
+            drop(weights);
+            Ok(then.run(backend, model))
+        }
+        Family::Gemma3 => {
+            let gemma = Gemma3Config::from_file(&dir.root.join("config.json"))?;
+            let model =
+                Gemma3::load(&backend, &gemma, &weights, layer_done).with_context(failed)?;
+            drop(weights);
+            Ok(then.run(backend, model))
+        }
     }
 }
 
@@ -119,10 +146,10 @@ mod tests {
 
     #[test]
     fn an_unsupported_architecture_is_named_with_the_supported_ones() {
-        let e = family("LlamaForCausalLM")
+        let e = family("GptOssForCausalLM")
             .expect_err("not ours")
             .to_string();
-        assert!(e.contains("\"LlamaForCausalLM\""), "{e}");
+        assert!(e.contains("\"GptOssForCausalLM\""), "{e}");
         for (name, _) in ARCHITECTURES {
             assert!(e.contains(name), "{name} missing from: {e}");
         }
@@ -143,7 +170,7 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(
             dir.join("config.json"),
-            r#"{"architectures": ["MistralForCausalLM"], "vocab_size": 64, "hidden_size": 32,
+            r#"{"architectures": ["Phi3ForCausalLM"], "vocab_size": 64, "hidden_size": 32,
                 "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
                 "max_position_embeddings": 64, "rms_norm_eps": 1e-6}"#,
         )
@@ -155,7 +182,7 @@ mod tests {
             .expect_err("unsupported");
         let _ = std::fs::remove_dir_all(&dir);
         let msg = format!("{e:#}");
-        assert!(msg.contains("MistralForCausalLM"), "{msg} ({name})");
+        assert!(msg.contains("Phi3ForCausalLM"), "{msg} ({name})");
         assert!(msg.contains("Qwen3_5ForCausalLM"), "{msg}");
     }
 }

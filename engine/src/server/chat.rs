@@ -236,6 +236,9 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
         req.chat_template_kwargs.as_ref(),
         req.add_generation_prompt.unwrap_or(true),
     )?;
+    if plan.keeps_special_tokens() {
+        generation.skip_special_tokens = false;
+    }
     Ok(Prepared {
         req,
         generation,

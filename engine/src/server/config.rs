@@ -278,7 +278,7 @@ impl ServeFlags {
             Some(p) => Some(ToolCallFormat::from_flag(p).ok_or_else(|| {
                 bad(
                     "--tool-call-parser",
-                    format!("unknown parser `{p}`; use qwen3_coder (Qwen3-Coder, Qwen3.5/3.6) or hermes (Qwen3, Qwen2.5)"),
+                    format!("unknown parser `{p}`; use qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3, Qwen2.5), llama3_json (Llama 3.1+) or mistral (Mistral)"),
                 )
             })?),
         };
@@ -625,8 +625,8 @@ mod tests {
         f.request_timeout = Some(0.0);
         assert!(refused(f).starts_with("--request-timeout"));
         let mut f = flags();
-        f.tool_call_parser = Some("mistral".into());
-        assert!(refused(f).starts_with("--tool-call-parser: unknown parser `mistral`"));
+        f.tool_call_parser = Some("pythonic".into());
+        assert!(refused(f).starts_with("--tool-call-parser: unknown parser `pythonic`"));
         let mut f = flags();
         f.reasoning_parser = Some("deepseek_r1".into());
         assert!(refused(f).starts_with("--reasoning-parser"));

@@ -374,6 +374,9 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
         e => e,
     })?;
     let (plan, mode, specs) = plan_with_tools(state, &prompt_fields!(req))?;
+    if plan.keeps_special_tokens() {
+        generation.skip_special_tokens = false;
+    }
     // `any` and `tool` are held to a well-formed call whose input matches the tool's schema.
     super::structured::forced_tool_call(state, &mut generation, &mode, &specs)?;
     Ok(Prepared {

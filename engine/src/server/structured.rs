@@ -34,8 +34,8 @@ pub fn attach(
     Ok(())
 }
 
-/// A forced call (`tool_choice` `required` or named) in a format with a call grammar (hermes
-/// for now): the reply after the forced opening is held to a well-formed call whose arguments
+/// A forced call (`tool_choice` `required` or named) in a format with a call grammar (hermes,
+/// llama3_json, mistral): the reply after the forced opening is held to a well-formed call whose arguments
 /// match the tool's `parameters`. Other formats keep the opening alone (`tool_use.rs`).
 pub fn forced_tool_call(
     state: &AppState,
@@ -48,9 +48,12 @@ pub fn forced_tool_call(
         ToolMode::Named(n) => Some(n.as_str()),
         ToolMode::Off | ToolMode::Auto => return Ok(()),
     };
-    if state.tool_call_parser != Some(ToolCallFormat::Hermes) {
-        return Ok(());
-    }
+    let grammar = match state.tool_call_parser {
+        Some(ToolCallFormat::Hermes) => tools::hermes_forced,
+        Some(ToolCallFormat::Llama3Json) => tools::llama3_json_forced,
+        Some(ToolCallFormat::Mistral) => tools::mistral_forced,
+        Some(ToolCallFormat::Qwen3Coder) | None => return Ok(()),
+    };
     if generation.sampling.constraint.is_some() {
         return Err(ApiError::invalid(
             "tool_choice",
@@ -64,8 +67,8 @@ pub fn forced_tool_call(
             parameters: &t.parameters,
         })
         .collect();
-    let spec = tools::hermes_forced(&tools, named)
-        .map_err(|e| ApiError::invalid(e.path.clone(), e.to_string()))?;
+    let spec =
+        grammar(&tools, named).map_err(|e| ApiError::invalid(e.path.clone(), e.to_string()))?;
     generation.sampling.constraint = Some(compile(state, &spec, "tools")?);
     Ok(())
 }

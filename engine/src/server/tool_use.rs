@@ -43,6 +43,14 @@ pub struct ReplyPlan {
 }
 
 impl ReplyPlan {
+    /// Whether the reply's text must keep special tokens: the calls' markers are special
+    /// tokens in the parser's format (Mistral's `[TOOL_CALLS]`; vLLM does the same).
+    pub fn keeps_special_tokens(&self) -> bool {
+        self.calls
+            .as_ref()
+            .is_some_and(|(format, _)| format.needs_special_tokens())
+    }
+
     /// A parser for one choice; call ids are `id_prefix` and the call's index.
     pub fn parser(&self, id_prefix: &str) -> (OutputParser, Vec<ParseEvent>) {
         let mut p = OutputParser::new(
@@ -159,7 +167,7 @@ pub fn plan(
     if forced && format.is_none() {
         return Err(ApiError::Unsupported {
             message: "this `tool_choice` needs a tool-call parser: start met serve with \
-                      --tool-call-parser (qwen3_coder or hermes)"
+                      --tool-call-parser (qwen3_coder, hermes, llama3_json or mistral)"
                 .into(),
             param: "tool_choice".into(),
         });

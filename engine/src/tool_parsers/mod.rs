@@ -11,6 +11,12 @@
 //! - [`qwen3_coder`]: `--tool-call-parser qwen3_coder`,
 //!   `<tool_call><function=NAME><parameter=KEY>VALUE</parameter></function></tool_call>`
 //!   (Qwen3-Coder, Qwen3.5/3.6); values are converted by the types the tool's schema declares.
+//! - [`llama3_json`]: `--tool-call-parser llama3_json`, a message that is
+//!   `{"name": …, "parameters": {…}}` (Llama 3.1+), calls `;`-separated.
+//! - [`mistral`]: `--tool-call-parser mistral`, `[TOOL_CALLS]name[ARGS]{…}` or
+//!   `[TOOL_CALLS][{"name": …, "arguments": {…}}]` (Mistral).
+//!
+//! The last two have no closing tag: [`tail`] holds their calls to the end of the message.
 //!
 //! There is no grammar-constrained decoding: the model may write anything. A call is held back
 //! until its closing tag, parsed whole, and released as start (id, name), argument deltas and
@@ -19,13 +25,17 @@
 //! the few bytes that could be the start of a tag.
 
 pub mod hermes;
+pub mod llama3_json;
+pub mod mistral;
 pub mod qwen3_coder;
 pub mod reasoning;
 pub mod schema;
+mod tail;
 
 use serde_json::Value;
 
 use self::reasoning::ReasoningSplitter;
+use self::tail::TailScanner;
 
 /// What the parsers make of model output.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +65,8 @@ pub enum ParseEvent {
 pub enum ToolCallFormat {
     Hermes,
     Qwen3Coder,
+    Llama3Json,
+    Mistral,
 }
 
 impl ToolCallFormat {
@@ -62,6 +74,8 @@ impl ToolCallFormat {
         match s {
             "hermes" => Some(Self::Hermes),
             "qwen3_coder" => Some(Self::Qwen3Coder),
+            "llama3_json" => Some(Self::Llama3Json),
+            "mistral" => Some(Self::Mistral),
             _ => None,
         }
     }
@@ -70,7 +84,15 @@ impl ToolCallFormat {
         match self {
             Self::Hermes => "hermes",
             Self::Qwen3Coder => "qwen3_coder",
+            Self::Llama3Json => "llama3_json",
+            Self::Mistral => "mistral",
         }
+    }
+
+    /// Whether the format's markers are special tokens, which the detokenizer must keep in
+    /// the text of requests with tools (Mistral's `[TOOL_CALLS]`, `[ARGS]`).
+    pub fn needs_special_tokens(self) -> bool {
+        self == Self::Mistral
     }
 
     /// Text that starts the assistant's turn when a call is forced (`tool_choice` `required`
@@ -85,6 +107,13 @@ impl ToolCallFormat {
             ),
             (Self::Qwen3Coder, None) => "<tool_call>\n<function=".into(),
             (Self::Qwen3Coder, Some(n)) => format!("<tool_call>\n<function={n}>\n"),
+            (Self::Llama3Json, None) => "{\"name\": \"".into(),
+            (Self::Llama3Json, Some(n)) => format!(
+                "{{\"name\": {}, \"parameters\": ",
+                serde_json::to_string(n).unwrap_or_default()
+            ),
+            (Self::Mistral, None) => mistral::TOOL_CALLS.into(),
+            (Self::Mistral, Some(n)) => format!("{}{n}[ARGS]", mistral::TOOL_CALLS),
         }
     }
 }
@@ -119,6 +148,29 @@ pub struct ToolSpec {
 pub struct ParsedCall {
     pub name: String,
     pub args: Vec<String>,
+}
+
+/// A parsed call as events: start (the call's index, its id `id_prefix` + index, its name),
+/// its argument pieces, end; `calls` counts the choice's calls.
+pub(crate) fn emit_call(
+    call: ParsedCall,
+    id_prefix: &str,
+    calls: &mut usize,
+    out: &mut Vec<ParseEvent>,
+) {
+    let index = *calls;
+    *calls += 1;
+    out.push(ParseEvent::ToolCallStart {
+        index,
+        id: format!("{id_prefix}{index}"),
+        name: call.name,
+    });
+    out.extend(
+        call.args
+            .into_iter()
+            .map(|delta| ParseEvent::ToolCallArgs { index, delta }),
+    );
+    out.push(ParseEvent::ToolCallEnd { index });
 }
 
 const CALL_OPEN: &str = "<tool_call>";
@@ -198,25 +250,12 @@ impl CallScanner {
 
     fn release_call(&mut self, body: &str, out: &mut Vec<ParseEvent>) {
         let parsed = match self.format {
-            ToolCallFormat::Hermes => hermes::parse_call(body, &self.tools),
             ToolCallFormat::Qwen3Coder => qwen3_coder::parse_call(body, &self.tools),
+            // The tag formats; the others go through `TailScanner`.
+            _ => hermes::parse_call(body, &self.tools),
         };
         match parsed {
-            Some(call) => {
-                let index = self.calls;
-                self.calls += 1;
-                out.push(ParseEvent::ToolCallStart {
-                    index,
-                    id: format!("{}{index}", self.id_prefix),
-                    name: call.name,
-                });
-                out.extend(
-                    call.args
-                        .into_iter()
-                        .map(|delta| ParseEvent::ToolCallArgs { index, delta }),
-                );
-                out.push(ParseEvent::ToolCallEnd { index });
-            }
+            Some(call) => emit_call(call, &self.id_prefix, &mut self.calls, out),
             None => out.push(ParseEvent::Text(format!(
                 "{}{CALL_OPEN}{body}{CALL_CLOSE}",
                 self.ws_before
@@ -240,11 +279,36 @@ impl CallScanner {
     }
 }
 
+/// How a format's calls are found in the answer.
+#[derive(Debug)]
+enum Scanner {
+    /// Between open and close tags (hermes, qwen3_coder).
+    Tags(CallScanner),
+    /// The rest of the message (llama3_json, mistral).
+    Tail(TailScanner),
+}
+
+impl Scanner {
+    fn push(&mut self, text: &str, out: &mut Vec<ParseEvent>) {
+        match self {
+            Self::Tags(s) => s.push(text, out),
+            Self::Tail(s) => s.push(text, out),
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<ParseEvent>) {
+        match self {
+            Self::Tags(s) => s.finish(out),
+            Self::Tail(s) => s.finish(out),
+        }
+    }
+}
+
 /// One choice's output parser: reasoning first (when on), then tool calls in the answer.
 #[derive(Debug)]
 pub struct OutputParser {
     reasoning: Option<ReasoningSplitter>,
-    calls: Option<CallScanner>,
+    calls: Option<Scanner>,
     /// Calls parsed so far.
     pub num_calls: usize,
 }
@@ -260,15 +324,20 @@ impl OutputParser {
     ) -> Self {
         Self {
             reasoning: reasoning.map(|_| ReasoningSplitter::new(reasoning_open)),
-            calls: tools.map(|(format, tools)| CallScanner {
-                format,
-                tools,
-                id_prefix: id_prefix.to_owned(),
-                pending: String::new(),
-                ws_before: String::new(),
-                in_call: false,
-                scanned: 0,
-                calls: 0,
+            calls: tools.map(|(format, tools)| match format {
+                ToolCallFormat::Hermes | ToolCallFormat::Qwen3Coder => Scanner::Tags(CallScanner {
+                    format,
+                    tools,
+                    id_prefix: id_prefix.to_owned(),
+                    pending: String::new(),
+                    ws_before: String::new(),
+                    in_call: false,
+                    scanned: 0,
+                    calls: 0,
+                }),
+                ToolCallFormat::Llama3Json | ToolCallFormat::Mistral => {
+                    Scanner::Tail(TailScanner::new(format, tools, id_prefix))
+                }
             }),
             num_calls: 0,
         }

@@ -271,6 +271,8 @@ pub enum KvCacheDtype {
 pub enum ToolCallParser {
     Qwen3Coder,
     Hermes,
+    Llama3Json,
+    Mistral,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -345,6 +347,8 @@ impl FlagValue for ToolCallParser {
         match self {
             Self::Qwen3Coder => "qwen3_coder",
             Self::Hermes => "hermes",
+            Self::Llama3Json => "llama3_json",
+            Self::Mistral => "mistral",
         }
     }
 }

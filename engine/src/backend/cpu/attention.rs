@@ -80,6 +80,7 @@ pub(super) fn paged_attention(
     batch: &BatchInputs,
     num_heads: usize,
     scale: f32,
+    window: Option<usize>,
 ) -> Result<()> {
     let (blocks, bs, nkv, hd) = kv_dims(k_cache)?;
     let width = (num_heads + 2 * nkv) * hd;
@@ -130,8 +131,10 @@ pub(super) fn paged_attention(
             let q = &qkv.data[row * width + h * hd..row * width + (h + 1) * hd];
             let g = h / group;
             let len = batch.positions[row] as usize + 1; // causal: keys 0..=position
+            // A sliding window sees only the last `window` of them.
+            let first = window.map_or(0, |w| len.saturating_sub(w));
             let at = |p: usize| ((table[p / bs] as usize * bs + p % bs) * nkv + g) * hd;
-            let mut scores: Vec<f32> = (0..len)
+            let mut scores: Vec<f32> = (first..len)
                 .map(|p| dot(q, &k_cache.data[at(p)..at(p) + hd]) * scale)
                 .collect();
             let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -141,8 +144,8 @@ pub(super) fn paged_attention(
                 sum += *s;
             }
             o.fill(0.0);
-            for (p, &w) in scores.iter().enumerate() {
-                let v = &v_cache.data[at(p)..at(p) + hd];
+            for (i, &w) in scores.iter().enumerate() {
+                let v = &v_cache.data[at(first + i)..at(first + i) + hd];
                 for (o, &v) in o.iter_mut().zip(v) {
                     *o += w * v;
                 }

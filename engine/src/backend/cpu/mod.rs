@@ -65,16 +65,50 @@ fn check(op: &'static str, ok: bool, message: impl FnOnce() -> String) -> Result
     }
 }
 
-/// `out[r] = silu(gate[r]) * up[r]` for rows `gate|up` of width `2·i`.
-fn silu_mul_rows(out: &mut [f32], gate_up: &[f32], i: usize) {
+/// `out[r] = act(gate[r]) * up[r]` for rows `gate|up` of width `2·i`, after checking the
+/// shapes (`op` names the error).
+fn gated_rows(
+    op: &'static str,
+    out: &mut CpuTensor,
+    gate_up: &CpuTensor,
+    act: fn(f32) -> f32,
+) -> Result<()> {
+    let i = out.cols();
+    check(
+        op,
+        gate_up.cols() == 2 * i && gate_up.rows() == out.rows(),
+        || format!("out {:?}, gate_up {:?}", out.shape, gate_up.shape),
+    )?;
+    gated_slices(&mut out.data, &gate_up.data, i, act);
+    Ok(())
+}
+
+/// [`gated_rows`] on raw rows.
+fn gated_slices(out: &mut [f32], gate_up: &[f32], i: usize, act: fn(f32) -> f32) {
     out.par_chunks_mut(i)
         .zip(gate_up.par_chunks(2 * i))
         .for_each(|(o, gu)| {
             let (g, u) = gu.split_at(i);
             for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
-                *o = g / (1.0 + (-g).exp()) * u;
+                *o = act(g) * u;
             }
         });
+}
+
+/// `out[r] = silu(gate[r]) * up[r]` for rows `gate|up` of width `2·i` (the MoE experts').
+fn silu_mul_rows(out: &mut [f32], gate_up: &[f32], i: usize) {
+    gated_slices(out, gate_up, i, silu);
+}
+
+/// SwiGLU's gate.
+fn silu(g: f32) -> f32 {
+    g / (1.0 + (-g).exp())
+}
+
+/// torch's `gelu(approximate="tanh")`: `0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))`, in f32.
+fn gelu_tanh(g: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * g * (1.0 + (SQRT_2_OVER_PI * (g + 0.044_715 * g * g * g)).tanh())
 }
 
 impl Backend for CpuBackend {
@@ -254,23 +288,78 @@ impl Backend for CpuBackend {
         num_heads: usize,
         scale: f32,
     ) -> Result<()> {
-        attention::paged_attention(out, qkv, k_cache, v_cache, batch, num_heads, scale)
+        attention::paged_attention(out, qkv, k_cache, v_cache, batch, num_heads, scale, None)
+    }
+
+    fn paged_attention_window(
+        &self,
+        out: &mut CpuTensor,
+        qkv: &CpuTensor,
+        k_cache: &CpuTensor,
+        v_cache: &CpuTensor,
+        batch: &BatchInputs,
+        num_heads: usize,
+        scale: f32,
+        window: usize,
+    ) -> Result<()> {
+        check("paged_attention_window", window > 0, || {
+            "a window of 0 tokens".into()
+        })?;
+        attention::paged_attention(
+            out,
+            qkv,
+            k_cache,
+            v_cache,
+            batch,
+            num_heads,
+            scale,
+            Some(window),
+        )
+    }
+
+    fn rope_write_kv(
+        &self,
+        qkv: &mut CpuTensor,
+        batch: &BatchInputs,
+        rope: &RopeTables,
+        num_heads: usize,
+        num_kv_heads: usize,
+        k_cache: &mut CpuTensor,
+        v_cache: &mut CpuTensor,
+    ) -> Result<()> {
+        let heads = num_heads + 2 * num_kv_heads;
+        let hd = qkv.cols() / heads.max(1);
+        check(
+            "rope_write_kv",
+            heads > 0
+                && qkv.cols() == heads * hd
+                && qkv.rows() == batch.num_tokens()
+                && rope.rotary_dim <= hd,
+            || format!("qkv {:?}, heads {num_heads}/{num_kv_heads}", qkv.shape),
+        )?;
+        rope::rope(qkv, &batch.positions, hd, rope, num_heads + num_kv_heads);
+        self.write_kv(k_cache, v_cache, qkv, batch, num_heads)
+    }
+
+    fn gelu_tanh_mul(&self, out: &mut CpuTensor, gate_up: &CpuTensor) -> Result<()> {
+        gated_rows("gelu_tanh_mul", out, gate_up, gelu_tanh)
+    }
+
+    fn scale(&self, x: &mut CpuTensor, factor: f32) -> Result<()> {
+        x.data.par_iter_mut().for_each(|v| *v *= factor);
+        Ok(())
     }
 
     fn silu_mul(&self, out: &mut CpuTensor, gate_up: &CpuTensor) -> Result<()> {
-        let i = out.cols();
-        check(
-            "silu_mul",
-            gate_up.cols() == 2 * i && gate_up.rows() == out.rows(),
-            || format!("out {:?}, gate_up {:?}", out.shape, gate_up.shape),
-        )?;
-        silu_mul_rows(&mut out.data, &gate_up.data, i);
-        Ok(())
+        gated_rows("silu_mul", out, gate_up, silu)
     }
 
     fn supports(&self, feature: Feature) -> bool {
         match feature {
-            Feature::MoeExperts | Feature::Fp8Weights | Feature::HybridLayers => true,
+            Feature::MoeExperts
+            | Feature::Fp8Weights
+            | Feature::HybridLayers
+            | Feature::SlidingWindow => true,
         }
     }
 

@@ -252,6 +252,9 @@ impl Backend for CudaBackend {
             // 6.2e-5 of transformers' float32, and the bf16 path lands no further from it than
             // transformers' own bf16 forward does (docs/cuda.md, cuda_check e2e).
             Feature::MoeExperts | Feature::Fp8Weights | Feature::HybridLayers => true,
+            // Not yet: the attention kernels have no window (Mistral with a sliding_window and
+            // Gemma 3 refuse to load here, by name).
+            Feature::SlidingWindow => false,
         }
     }
 
@@ -287,6 +290,27 @@ impl Backend for CudaBackend {
             top_k,
             norm_topk_prob,
         )
+    }
+
+    fn rope_write_kv(
+        &self,
+        qkv: &mut CudaTensor,
+        batch: &CudaBatch,
+        rope: &RopeTables,
+        num_heads: usize,
+        num_kv_heads: usize,
+        k_cache: &mut CudaTensor,
+        v_cache: &mut CudaTensor,
+    ) -> Result<()> {
+        self.rope_write_kv_op(qkv, batch, rope, num_heads, num_kv_heads, k_cache, v_cache)
+    }
+
+    fn gelu_tanh_mul(&self, out: &mut CudaTensor, gate_up: &CudaTensor) -> Result<()> {
+        self.gelu_tanh_mul_op(out, gate_up)
+    }
+
+    fn scale(&self, x: &mut CudaTensor, factor: f32) -> Result<()> {
+        self.scale_op(x, factor)
     }
 
     fn silu_mul(&self, out: &mut CudaTensor, gate_up: &CudaTensor) -> Result<()> {

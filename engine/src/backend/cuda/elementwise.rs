@@ -8,6 +8,9 @@ use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, CudaBatch, check};
 use crate::backend::Result;
 
+/// A gated activation's kernel (`silu_mul_*`, `gelu_tanh_mul_*`): out, gate_up, rows, inter.
+pub(super) type GatedKernel = crate::backend::kernels::Kernel<(u64, u64, u64, u64)>;
+
 /// Threads of a grid-stride launch.
 const STRIDE_THREADS: u32 = 256;
 /// Blocks of a grid-stride launch: enough to fill an H200 several times over.
@@ -147,9 +150,26 @@ impl CudaBackend {
     }
 
     pub(super) fn silu_mul_op(&self, out: &mut CudaTensor, gate_up: &CudaTensor) -> Result<()> {
+        let silu = [
+            kernels::silu_mul_fp32,
+            kernels::silu_mul_bf16,
+            kernels::silu_mul_f32,
+        ];
+        self.gated_mul_op("silu_mul", out, gate_up, silu)
+    }
+
+    /// `out = act(gate) * up` with `act`'s kernels for (f32 → f32 on the float32 path,
+    /// bf16 → bf16, f32 → bf16): SwiGLU's and Gemma's gates.
+    pub(super) fn gated_mul_op(
+        &self,
+        op: &'static str,
+        out: &mut CudaTensor,
+        gate_up: &CudaTensor,
+        [fp32_k, bf16_k, f32_k]: [GatedKernel; 3],
+    ) -> Result<()> {
         let i = out.cols();
         check(
-            "silu_mul",
+            op,
             gate_up.cols() == 2 * i && gate_up.rows() == out.rows(),
             || format!("out {:?}, gate_up {:?}", out.shape, gate_up.shape),
         )?;
@@ -161,16 +181,16 @@ impl CudaBackend {
             return Ok(());
         }
         let name = match (gate_up.dtype, fp32) {
-            (DType::F32, true) => kernels::silu_mul_fp32,
-            (DType::BF16, false) => kernels::silu_mul_bf16,
-            (DType::F32, false) => kernels::silu_mul_f32,
+            (DType::F32, true) => fp32_k,
+            (DType::BF16, false) => bf16_k,
+            (DType::F32, false) => f32_k,
             (DType::BF16, true) => {
                 return Err(super::shape_err(
-                    "silu_mul",
+                    op,
                     "the float32 path takes an f32 gate_up".to_string(),
                 ));
             }
-            (DType::F8, _) => return Err(super::not_activation("silu_mul")),
+            (DType::F8, _) => return Err(super::not_activation(op)),
         };
         let s = &self.stream;
         let (o, g) = (out.ptr(s), gate_up.ptr(s));

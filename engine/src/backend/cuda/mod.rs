@@ -25,6 +25,7 @@ mod batch;
 mod blas;
 mod block_tables;
 mod elementwise;
+mod families;
 mod fp8;
 mod gdn_chunk;
 mod gdn_decode;
@@ -108,7 +109,9 @@ pub struct CudaBackend {
     arena: Mutex<graph::Arena>,
     blas: Mutex<Blas>,
     /// The last rotary table uploaded (models have one), so a step does not copy it per layer.
-    rope: Mutex<Option<(Vec<f32>, CudaSlice<f32>)>>,
+    /// Every rotary table uploaded so far (one a model, two for Gemma 3's local and global
+    /// layers), kept for the backend's life: a replayed graph may read any of them.
+    rope: Mutex<Vec<(Vec<f32>, CudaSlice<f32>)>>,
     kernels: Kernels,
     stream: Arc<CudaStream>,
     ctx: Arc<CudaContext>,
@@ -288,7 +291,7 @@ impl CudaBackend {
             graphs: Mutex::new(graph::Graphs::new(tuning.launch.cuda_graphs)),
             arena: Mutex::new(graph::Arena::default()),
             blas: Mutex::new(blas),
-            rope: Mutex::new(None),
+            rope: Mutex::new(Vec::new()),
             kernels,
             stream,
             ctx,
@@ -457,23 +460,22 @@ impl CudaBackend {
     /// The device copy of `rope.inv_freq`, uploaded once per distinct table.
     fn inv_freq(&self, rope: &RopeTables) -> Result<u64> {
         let mut cached = self.rope.lock().unwrap_or_else(PoisonError::into_inner);
-        if cached
-            .as_ref()
-            .is_none_or(|(host, _)| *host != rope.inv_freq)
-        {
-            let mut values = rope.inv_freq.clone();
-            if values.is_empty() {
-                values.push(0.0);
+        let index = match cached.iter().position(|(host, _)| *host == rope.inv_freq) {
+            Some(i) => i,
+            None => {
+                let mut values = rope.inv_freq.clone();
+                if values.is_empty() {
+                    values.push(0.0);
+                }
+                let dev = self
+                    .stream
+                    .clone_htod(&values)
+                    .map_err(dev_err("upload inv_freq"))?;
+                cached.push((rope.inv_freq.clone(), dev));
+                cached.len() - 1
             }
-            let dev = self
-                .stream
-                .clone_htod(&values)
-                .map_err(dev_err("upload inv_freq"))?;
-            *cached = Some((rope.inv_freq.clone(), dev));
-        }
-        let (_, dev) = cached
-            .as_ref()
-            .ok_or_else(|| BackendError::Device("rotary table missing".into()))?;
+        };
+        let (_, dev) = &cached[index];
         let (p, _guard) = cudarc::driver::DevicePtr::device_ptr(dev, &self.stream);
         Ok(p)
     }

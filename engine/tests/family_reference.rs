@@ -1,0 +1,199 @@
+//! The CPU reference backend against transformers for Llama 3, Mistral and Gemma 3 (issue 39):
+//! tiny random checkpoints and what transformers 5 computed for them in float32
+//! (`tests/fixtures/make_family_fixtures.py`), loaded through the registry as `met` loads them.
+//! Sequences reach 130 tokens, past every fixture's sliding window (16).
+
+use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, SeqChunk};
+use metrale_engine::loader::ModelDir;
+use metrale_engine::models::Model;
+use metrale_engine::models::registry::{self, LoadOptions, WithModel};
+use metrale_engine::score::{score, top_k_of};
+mod reference_support;
+
+use reference_support::{Reference, model_dir, reference};
+
+const FIXTURES: [&str; 5] = [
+    "llama3-gqa-untied",
+    "llama3-mha-tied",
+    "mistral-sliding",
+    "gemma3-sliding",
+    "gemma3-wide-window",
+];
+const TOLERANCE: f32 = 1e-3;
+
+/// What a test checks on a loaded fixture.
+#[derive(Clone, Copy)]
+enum Check {
+    Score,
+    Greedy,
+    Batched,
+}
+
+/// Load fixture `name` through the registry, as `met` does, and run `check` on it.
+fn with_fixture(name: &str, check: Check) {
+    struct Run<'a>(&'a str, Check);
+    impl WithModel<CpuBackend> for Run<'_> {
+        type Output = ();
+        fn run<M: Model<CpuBackend> + 'static>(self, _backend: CpuBackend, model: M) {
+            let reference = reference(self.0);
+            match self.1 {
+                Check::Score => matches_transformers(self.0, &model, &reference),
+                Check::Greedy => greedy_matches(self.0, &model, &reference),
+                Check::Batched => batched_matches(self.0, &model, &reference),
+            }
+        }
+    }
+    let dir = ModelDir::open(&model_dir(name)).expect("fixture checkpoint");
+    registry::load(
+        CpuBackend::default(),
+        &dir,
+        LoadOptions::default(),
+        &mut |_| {},
+        Run(name, check),
+    )
+    .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+}
+
+fn assert_close(what: &str, got: f32, want: f32) {
+    assert!(
+        (got - want).abs() <= TOLERANCE,
+        "{what}: got {got}, transformers {want}"
+    );
+}
+
+#[test]
+fn every_position_matches_transformers() {
+    for name in FIXTURES {
+        with_fixture(name, Check::Score);
+    }
+}
+
+/// Step one token at a time through the cache, as serving decodes.
+#[test]
+fn greedy_continuation_is_identical() {
+    for name in FIXTURES {
+        with_fixture(name, Check::Greedy);
+    }
+}
+
+/// Several sequences of different lengths in one forward give the numbers each gives alone
+/// (the window is per sequence).
+#[test]
+fn batched_equals_one_at_a_time() {
+    for name in ["mistral-sliding", "gemma3-sliding"] {
+        with_fixture(name, Check::Batched);
+    }
+}
+
+fn matches_transformers<M: Model<CpuBackend>>(name: &str, model: &M, reference: &Reference) {
+    {
+        {
+            let mut max_diff = 0f32;
+            for (s, seq) in reference.sequences.iter().enumerate() {
+                // Odd chunk size: prefill in several pieces through the paged cache, so the
+                // window reaches back into earlier chunks.
+                let got = score(&CpuBackend::default(), model, &seq.tokens, 5, 7).expect("score");
+                assert_eq!(got.len(), seq.tokens.len());
+                for (p, want) in seq.next_token_logprobs.iter().enumerate() {
+                    let lp = got[p].logprob.expect("has next");
+                    max_diff = max_diff.max((lp - want).abs());
+                    assert_close(&format!("{name} seq {s} pos {p}"), lp, *want);
+                }
+                for (p, want) in seq.top5.iter().enumerate() {
+                    assert_eq!(got[p].top[0].0, want[0].0, "{name} seq {s} pos {p}: top-1");
+                    for (i, (&(_, lp), &(_, w))) in got[p].top.iter().zip(want).enumerate() {
+                        assert_close(&format!("{name} seq {s} pos {p} top {i}"), lp, w);
+                    }
+                }
+            }
+            eprintln!("{name}: max |log-prob - transformers| = {max_diff:.2e}");
+        }
+    }
+}
+
+fn greedy_matches<M: Model<CpuBackend>>(name: &str, model: &M, reference: &Reference) {
+    {
+        {
+            let g = &reference.greedy;
+            let bs = 4; // small blocks: the continuation crosses several
+            let total = g.prompt.len() + g.continuation.len();
+            let table: Vec<u32> = (1..=total.div_ceil(bs) as u32).rev().collect();
+            let cpu = CpuBackend::default();
+            let mut kv = model.new_kv_storage(&cpu, table.len() + 1, bs).expect("kv");
+            let mut tokens = g.prompt.clone();
+            let mut start = 0;
+            for _ in 0..g.continuation.len() {
+                let chunk = &tokens[start..];
+                let host = BatchInputs::build(
+                    bs,
+                    &[SeqChunk {
+                        tokens: chunk,
+                        start_pos: start,
+                        block_table: &table,
+                        logits_rows: vec![chunk.len() - 1],
+                    }],
+                );
+                let logits = model
+                    .forward(&cpu, &host, &host.clone(), &mut kv)
+                    .expect("forward");
+                let row = cpu.to_host(&logits).expect("host");
+                start = tokens.len();
+                tokens.push(top_k_of(&row, 1)[0].0);
+            }
+            assert_eq!(
+                &tokens[g.prompt.len()..],
+                &g.continuation[..],
+                "{name}: greedy continuation"
+            );
+        }
+    }
+}
+
+fn batched_matches<M: Model<CpuBackend>>(name: &str, model: &M, reference: &Reference) {
+    {
+        {
+            let bs = 8;
+            let mut tables = Vec::new();
+            let mut next_block = 1u32;
+            for s in &reference.sequences {
+                let n = s.tokens.len().div_ceil(bs) as u32;
+                tables.push((next_block..next_block + n).collect::<Vec<u32>>());
+                next_block += n;
+            }
+            let chunks: Vec<SeqChunk<'_>> = reference
+                .sequences
+                .iter()
+                .zip(&tables)
+                .map(|(s, t)| SeqChunk {
+                    tokens: &s.tokens,
+                    start_pos: 0,
+                    block_table: t,
+                    logits_rows: (0..s.tokens.len()).collect(),
+                })
+                .collect();
+            let cpu = CpuBackend::default();
+            let host = BatchInputs::build(bs, &chunks);
+            let mut kv = model
+                .new_kv_storage(&cpu, next_block as usize, bs)
+                .expect("kv");
+            let mut logits = model
+                .forward(&cpu, &host, &host.clone(), &mut kv)
+                .expect("forward");
+            cpu.log_softmax(&mut logits).expect("log_softmax");
+            let all = cpu.to_host(&logits).expect("host");
+            let vocab = model.vocab_size();
+            let mut row = 0;
+            for (i, s) in reference.sequences.iter().enumerate() {
+                let alone = score(&cpu, model, &s.tokens, 1, 1024).expect("alone");
+                for (p, a) in alone.iter().enumerate() {
+                    if let Some(t) = a.next_token {
+                        let batched = all[(row + p) * vocab + t as usize];
+                        let diff = (batched - a.logprob.expect("has next")).abs();
+                        assert!(diff < 1e-5, "{name} seq {i} pos {p}: batched {batched}");
+                    }
+                }
+                row += s.tokens.len();
+            }
+        }
+    }
+}
