@@ -139,7 +139,8 @@ async fn constrained_requests_with_speculation_match_those_without() {
         async move { Server::spawn(&args).await }
     };
     let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
-        "maximum": 999}, "tag": {"enum": ["a", "bb"]}}, "required": ["n", "tag"]});
+        "maximum": 999}, "tag": {"enum": ["a", "bb"]}}, "required": ["n", "tag"],
+        "additionalProperties": false});
     let bodies: Vec<Value> = [(0.0, 1), (0.9, 2), (0.9, 3)]
         .iter()
         .flat_map(|&(t, seed)| {
