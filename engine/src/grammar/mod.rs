@@ -148,7 +148,11 @@ fn grammar(spec: &Spec, param: &str, think: Think) -> Result<TopLevelGrammar, Sc
             if choices.is_empty() {
                 return Err(SchemaError::new(param, "give at least one choice"));
             }
-            let alts: Vec<String> = choices.iter().map(|c| tools::lark_str(c)).collect();
+            let alts: Vec<String> = choices
+                .iter()
+                .map(String::as_str)
+                .map(tools::lark_str)
+                .collect();
             GrammarWithLexer::from_lark(format!("start: {}", alts.join(" | ")))
         }
         Spec::JsonObject | Spec::JsonSchema { .. } => {

@@ -153,7 +153,7 @@ fn parsed_calls(format: ToolCallFormat, text: &str) -> Vec<String> {
                 let name = calls.last().expect("a call");
                 let v: Value = serde_json::from_str(&args).expect("arguments are JSON");
                 let obj = v.as_object().expect("an object");
-                let schema = &specs.iter().find(|s| &s.name == name).expect("declared");
+                let schema = specs.iter().find(|s| &s.name == name).expect("declared");
                 crate::tool_parsers::schema::validate(&schema.parameters, obj)
                     .unwrap_or_else(|e| panic!("{e}: {text:?}"));
                 check_bounds(name, obj);
