@@ -74,7 +74,7 @@ complete -c met -n "__fish_met_using_subcommand serve" -l mtp-gate -d 'When the 
 force\t'Draft at every batch size (--speculative-max-batch unlimited)'"
 complete -c met -n "__fish_met_using_subcommand serve" -l scheduling-policy -d 'Request scheduling: fifo, the only policy met has (first come, first served)' -r -f -a "fifo\t''"
 complete -c met -n "__fish_met_using_subcommand serve" -l mtp-quantization -d 'The MTP head\'s weight type: bf16, the checkpoint\'s (met does not quantize the head)' -r -f -a "bf16\t''"
-complete -c met -n "__fish_met_using_subcommand serve" -l disable-tool-grammar -d 'Tool calls are parsed from free text, never constrained by a grammar: true is what met does; false is refused' -r -f -a "true\t''
+complete -c met -n "__fish_met_using_subcommand serve" -l disable-tool-grammar -d 'Do not hold tool calls to the --tool-call-parser format\'s grammar (forced calls, and the calls a model opens under `auto`); false (the default) keeps it' -r -f -a "true\t''
 false\t''"
 complete -c met -n "__fish_met_using_subcommand serve" -l ssm-h-dtype -d 'Hybrid models\' recurrent state storage: f32 (met\'s); f16-pool is accepted and runs as f32' -r -f -a "f32\t'A float32 state in per-sequence slots (what met keeps)'
 f16-pool\t'Accepted as a name for met\'s slot pool; met keeps the state in float32 (a note says so)'"

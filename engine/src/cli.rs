@@ -255,8 +255,8 @@ pub struct LadderArgs {
     /// The MTP head's weight type: bf16, the checkpoint's (met does not quantize the head).
     #[arg(long, value_enum, value_name = "TYPE")]
     pub mtp_quantization: Option<MtpQuantization>,
-    /// Tool calls are parsed from free text, never constrained by a grammar: true is what met
-    /// does; false is refused.
+    /// Do not hold tool calls to the --tool-call-parser format's grammar (forced calls, and
+    /// the calls a model opens under `auto`); false (the default) keeps it.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL",
           action = clap::ArgAction::Set)]
     pub disable_tool_grammar: Option<bool>,

@@ -115,6 +115,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         no_tui: args.no_tui,
         metrics_socket: args.metrics_socket,
         tool_call_parser: args.tool_call_parser,
+        disable_tool_grammar: args.ladder.disable_tool_grammar.unwrap_or(false),
         reasoning_parser: args.reasoning_parser,
         num_gpu_blocks_override: args.num_gpu_blocks_override,
         ssm_cache_slots: args.ssm_cache_slots,
@@ -152,12 +153,6 @@ struct Ladder {
 fn apply_ladder(args: &ServeArgs) -> anyhow::Result<Ladder> {
     use cli::{MtpGate, SsmStateDtype};
     let l = &args.ladder;
-    if l.disable_tool_grammar == Some(false) {
-        bail!(
-            "--disable-tool-grammar false: met has no tool-call grammar (tool calls are parsed from \
-             the reply's text); drop the flag or pass true"
-        );
-    }
     if l.ssm_tail_midchunk == Some(true) {
         bail!(
             "--ssm-tail-midchunk true: met saves recurrent-state checkpoints only at \

@@ -1,13 +1,18 @@
 //! Structured outputs (`response_format`, `logit_bias`) on the shipped demo model, driven by
 //! the official `openai` Python client (tests/clients/test_structured_outputs.py): 50 varied
 //! JSON schemas whose replies must all validate with `jsonschema`, `json_object`, a reply cut
-//! by `max_tokens` reported as `length`, `logit_bias`, and bad schemas refused by name; and
-//! forced tool calls under the hermes, llama3_json and mistral call grammars through both
+//! by `max_tokens` reported as `length`, `logit_bias`, and bad schemas refused by name; forced
+//! tool calls under the hermes, qwen3_coder, llama3_json and mistral call grammars through both
 //! official clients (tests/clients/test_forced_tool_calls.py), each parsed back by its format's
-//! parser.
+//! parser; the call grammar under `auto` and vLLM's `structured_outputs`/`guided_*` fields
+//! (tests/clients/test_tool_grammar.py); the grammar after a reasoning section
+//! (tests/clients/test_reasoning_grammar.py); and constrained requests with `--speculative`,
+//! token for token what they are without.
 
+mod reference_support;
 mod server_support;
 
+use serde_json::{Value, json};
 use server_support::{Server, repo_root, run_python_client};
 
 /// `met serve` on the shipped demo model, served as `demo`, with `extra` flags.
@@ -57,6 +62,17 @@ async fn forced_llama3_json_tool_calls_validate_through_both_clients() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_qwen3_coder_tool_calls_validate_through_both_clients() {
+    let s = demo(&["--tool-call-parser", "qwen3_coder"]).await;
+    run_python_client(
+        "anthropic",
+        "test_forced_tool_calls.py",
+        &[("METRALE_BASE_URL", s.url(""))],
+    )
+    .await;
+}
+
 /// Mistral's `[TOOL_CALLS]name[ARGS]{...}` calls (issue 39), parsed back by
 /// `--tool-call-parser mistral`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,4 +84,135 @@ async fn forced_mistral_tool_calls_validate_through_both_clients() {
         &[("METRALE_BASE_URL", s.url(""))],
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_tool_calls_and_vllm_fields_validate_in_both_formats() {
+    for parser in ["hermes", "qwen3_coder"] {
+        let s = demo(&["--tool-call-parser", parser]).await;
+        run_python_client(
+            "jsonschema",
+            "test_tool_grammar.py",
+            &[("METRALE_BASE_URL", s.url(""))],
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grammar_starts_after_the_reasoning_section() {
+    let s = demo(&[
+        "--tool-call-parser",
+        "hermes",
+        "--reasoning-parser",
+        "qwen3",
+    ])
+    .await;
+    run_python_client(
+        "jsonschema",
+        "test_reasoning_grammar.py",
+        &[("METRALE_BASE_URL", s.url(""))],
+    )
+    .await;
+}
+
+/// `--disable-tool-grammar true` (as the reference ladder passes it): a call the model opens
+/// under `auto` is not held, so the random model's `<tool_call>` stays text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_tool_grammar_leaves_calls_free() {
+    let s = demo(&[
+        "--tool-call-parser",
+        "hermes",
+        "--disable-tool-grammar",
+        "true",
+    ])
+    .await;
+    let v: Value = reqwest::get(s.url("/version"))
+        .await
+        .expect("version")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(v["settings"]["tool_grammar"], false, "{v}");
+    let body = json!({
+        "model": "demo",
+        "messages": [{"role": "user", "content": "weather?"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters":
+            {"type": "object", "properties": {"x": {"type": "integer"}}}}}],
+        "max_tokens": 8, "temperature": 0, "logit_bias": {"6014": 100},
+    });
+    let (status, v) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{v}");
+    let m = &v["choices"][0]["message"];
+    assert!(m["tool_calls"].is_null(), "{v}");
+    assert!(
+        m["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("<tool_call>")),
+        "{v}"
+    );
+}
+
+/// `--speculative` with the hybrid fixture's random MTP head (drafts every step, nearly all
+/// rejected, so the matcher rolls back every step): constrained replies, greedy and seeded,
+/// are token for token those served without speculation, and valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constrained_requests_with_speculation_match_those_without() {
+    let dir = reference_support::model_dir("qwen3_5-hybrid-dense");
+    let serve = |extra: &'static [&'static str]| {
+        let mut args: Vec<String> = vec!["serve".into(), dir.display().to_string()];
+        args.extend(["--port", "0", "--model-name", "test"].map(String::from));
+        args.extend(extra.iter().map(|s| s.to_string()));
+        async move { Server::spawn(&args).await }
+    };
+    let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
+        "maximum": 999}, "tag": {"enum": ["a", "bb"]}}, "required": ["n", "tag"],
+        "additionalProperties": false});
+    let bodies: Vec<Value> = [(0.0, 1), (0.9, 2), (0.9, 3)]
+        .iter()
+        .flat_map(|&(t, seed)| {
+            [
+                json!({"prompt": [5, 6, 7], "max_tokens": 40, "temperature": t, "seed": seed,
+                       "response_format": {"type": "json_schema",
+                           "json_schema": {"name": "x", "schema": schema.clone()}}}),
+                json!({"prompt": [9, 8], "max_tokens": 12, "temperature": t, "seed": seed,
+                       "guided_regex": "[a-z]{2,4}-[0-9]{1,3}"}),
+            ]
+        })
+        .collect();
+    let mut replies = Vec::new();
+    for extra in [
+        &[][..],
+        &[
+            "--speculative",
+            "--speculative-draft-cost",
+            "0",
+            "--num-drafts",
+            "3",
+        ][..],
+    ] {
+        let s = serve(extra).await;
+        let mut texts = Vec::new();
+        for b in &bodies {
+            let (status, v) = s.post("/v1/completions", b).await;
+            assert_eq!(status, 200, "{v}");
+            texts.push(v["choices"][0]["text"].as_str().expect("text").to_owned());
+        }
+        if !extra.is_empty() {
+            let drafts = s.metric("vllm:spec_decode_num_draft_tokens_total").await;
+            assert!(drafts > 20.0, "{drafts} drafts");
+        }
+        replies.push(texts);
+    }
+    assert_eq!(replies[0], replies[1]);
+    for (b, text) in bodies.iter().zip(&replies[1]) {
+        if b.get("response_format").is_some() {
+            let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert!(v["n"].as_u64().is_some_and(|n| n <= 999), "{text}");
+        } else {
+            let (w, n) = text.split_once('-').expect("a dash");
+            assert!((2..=4).contains(&w.len()) && w.bytes().all(|c| c.is_ascii_lowercase()));
+            assert!((1..=3).contains(&n.len()) && n.bytes().all(|c| c.is_ascii_digit()));
+        }
+    }
 }

@@ -1,6 +1,8 @@
-//! Grammar-constrained decoding: a request's JSON schema (or `json_object`) compiled once, in
-//! the HTTP handler, into a [`Constraint`] that rides in its `SamplingParams`; the sampler asks
-//! it for each constrained row's mask and sets every token the grammar forbids to -inf.
+//! Grammar-constrained decoding: a request's JSON schema (`json_object`, a regex, a choice, a
+//! Lark grammar, a tool-call format) compiled once, in the HTTP handler, into a [`Constraint`]
+//! that rides in its `SamplingParams`; the sampler asks it for each constrained row's mask and
+//! sets every token the grammar forbids to -inf. With a reasoning parser the grammar starts
+//! after the reasoning section ([`Think`]): thinking stays free.
 //!
 //! The grammar engine is llguidance (an Earley parser over a derivative-based lexer, masks
 //! computed lazily per step against a token trie; see docs/structured-outputs.md for why it and
@@ -11,15 +13,21 @@
 //!
 //! When the grammar is complete only end-of-sequence is allowed, so a finished value ends with
 //! `stop`; a value still open at `max_tokens` ends with `length` like any other.
+//!
+//! Speculative decoding samples a sequence's draft rows one after another, row `j` seeing the
+//! drafts before it; a draft the grammar forbids leaves the rows after it unmasked (their
+//! tokens are never used: the row before the draft, masked, cannot have drawn it, so the draft
+//! is rejected there), and the next step's shorter output rolls the matcher back.
 
 mod schema;
 pub mod tools;
 mod vocab;
+mod xml_call;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use llguidance::api::TopLevelGrammar;
+use llguidance::api::{GrammarWithLexer, TopLevelGrammar};
 use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
 use toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
@@ -45,9 +53,32 @@ pub enum Spec {
     /// schema says otherwise (`additionalProperties` defaults to false), as OpenAI's strict
     /// mode requires.
     JsonSchema { schema: Value, strict: bool },
-    /// A Lark grammar (llguidance's dialect, `%json {...}` for JSON values): the forced tool
-    /// calls' formats (`tools.rs`).
+    /// A Lark grammar (llguidance's dialect, `%json {...}` for JSON values): the tool-call
+    /// formats (`tools.rs`), vLLM's `guided_grammar`.
     Lark(String),
+    /// A regular expression the whole reply must match (vLLM's `guided_regex`).
+    Regex(String),
+    /// One of these strings exactly (vLLM's `guided_choice`).
+    Choice(Vec<String>),
+}
+
+impl Spec {
+    /// A JSON value: it cannot start with a newline, so one or two may come first after a
+    /// reasoning section.
+    fn is_json(&self) -> bool {
+        matches!(self, Self::JsonObject | Self::JsonSchema { .. })
+    }
+}
+
+/// Where the grammar starts in a reasoning model's reply (`--reasoning-parser`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Think {
+    /// No reasoning section: the grammar holds the whole reply.
+    Off,
+    /// The prompt opened `<think>`: the reply is free up to `</think>`, then the grammar's.
+    Open,
+    /// The reply may open with `<think>…</think>` (free), then the grammar's.
+    Optional,
 }
 
 /// The compiler of a model's grammars: its token trie and llguidance's parser factory. Built
@@ -82,12 +113,14 @@ impl Grammars {
     }
 
     /// Compile `spec` into a constraint, or name what in it cannot be compiled. `param` is
-    /// the request field the schema came from, for the error.
-    pub fn compile(&self, spec: &Spec, param: &str) -> Result<Constraint, GrammarError> {
-        let grammar = match spec {
-            Spec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
-            _ => TopLevelGrammar::from_json_schema(schema::prepare(spec, param)?),
-        };
+    /// the request field the schema came from, for the error; `think`: where it starts.
+    pub fn compile(
+        &self,
+        spec: &Spec,
+        param: &str,
+        think: Think,
+    ) -> Result<Constraint, GrammarError> {
+        let grammar = grammar(spec, param, think)?;
         let parser = self
             .factory
             .create_parser(grammar)
@@ -102,6 +135,46 @@ impl Grammars {
             eos: self.eos,
         })))
     }
+}
+
+/// The answer's grammar, after a free reasoning section when `think` says so.
+fn grammar(spec: &Spec, param: &str, think: Think) -> Result<TopLevelGrammar, SchemaError> {
+    let mut answer = match spec {
+        Spec::Lark(g) => GrammarWithLexer::from_lark(g.clone()),
+        Spec::Regex(rx) => {
+            GrammarWithLexer::from_lark(format!("start: /{}/", xml_call::rx_body(rx, "")))
+        }
+        Spec::Choice(choices) => {
+            if choices.is_empty() {
+                return Err(SchemaError::new(param, "give at least one choice"));
+            }
+            let alts: Vec<String> = choices
+                .iter()
+                .map(String::as_str)
+                .map(tools::lark_str)
+                .collect();
+            GrammarWithLexer::from_lark(format!("start: {}", alts.join(" | ")))
+        }
+        Spec::JsonObject | Spec::JsonSchema { .. } => {
+            GrammarWithLexer::from_json_schema(schema::prepare(spec, param)?)
+        }
+    };
+    let body = if spec.is_json() {
+        "think NL? @answer"
+    } else {
+        "think @answer"
+    };
+    let start = match think {
+        Think::Off => return Ok(TopLevelGrammar::from_grammar(answer)),
+        Think::Open => body.to_owned(),
+        Think::Optional => format!("\"<think>\" {body} | @answer"),
+    };
+    answer.name = Some("answer".into());
+    let top = format!("start: {start}\nthink[suffix=\"</think>\"]: /(?s:.*)/\nNL: /\\n{{1,2}}/\n");
+    Ok(TopLevelGrammar {
+        grammars: vec![GrammarWithLexer::from_lark(top), answer],
+        max_tokens: None,
+    })
 }
 
 /// A compiled grammar and each of its sequences' matcher. Cloning shares them (the `n`
@@ -172,14 +245,14 @@ impl Constraint {
                 &mut own
             }
         };
-        let allowed = self.sync(m, output).and_then(|()| {
-            if m.matcher.is_stopped() {
-                return Ok(None);
-            }
-            m.matcher.compute_mask().map(Some)
-        });
-        let mask = match allowed {
-            Ok(mask) => mask,
+        let mask = match self.sync(m, output) {
+            // A speculative row after a draft the grammar forbids: never used.
+            Ok(false) => return,
+            Ok(true) if m.matcher.is_stopped() => None,
+            Ok(true) => m.matcher.compute_mask().map(Some).unwrap_or_else(|e| {
+                tracing::warn!("grammar matcher failed, ending the sequence: {e:#}");
+                None
+            }),
             Err(e) => {
                 // Only a bug gets here (the sampler only draws allowed tokens): end the
                 // sequence rather than write past what the grammar accepts.
@@ -210,8 +283,9 @@ impl Constraint {
     }
 
     /// Bring `m` up to `output`: roll back what it consumed past the common prefix (a
-    /// preempted, recomputed sequence), then consume the new tokens.
-    fn sync(&self, m: &mut SeqMatcher, output: &[u32]) -> anyhow::Result<()> {
+    /// preempted, recomputed sequence, rejected drafts), then consume the new tokens. `false`:
+    /// `output` holds a token the grammar forbids (a draft); `m` stands before it.
+    fn sync(&self, m: &mut SeqMatcher, output: &[u32]) -> anyhow::Result<bool> {
         let common = m
             .consumed
             .iter()
@@ -227,13 +301,16 @@ impl Constraint {
             }
         }
         let new = &output[m.consumed.len()..];
-        if !new.is_empty() {
-            m.matcher.consume_tokens(new)?;
-            m.consumed.extend_from_slice(new);
+        if new.is_empty() {
+            return Ok(true);
         }
-        Ok(())
+        let ok = m.matcher.try_consume_tokens(new)?;
+        m.consumed.extend_from_slice(&new[..ok]);
+        Ok(ok == new.len())
     }
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_calls;

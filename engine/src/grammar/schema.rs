@@ -34,11 +34,8 @@ const TYPES: [&str; 7] = [
 pub fn prepare(spec: &Spec, param: &str) -> Result<Value, SchemaError> {
     let mut schema = match spec {
         Spec::JsonObject => json!({"type": "object"}),
-        Spec::Lark(_) => {
-            return Err(SchemaError::new(
-                param,
-                "a Lark grammar is not a JSON schema",
-            ));
+        Spec::Lark(_) | Spec::Regex(_) | Spec::Choice(_) => {
+            return Err(SchemaError::new(param, "a grammar is not a JSON schema"));
         }
         Spec::JsonSchema { schema, strict } => {
             let mut schema = schema.clone();

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Grammars, Spec};
+use super::{Grammars, Spec, Think};
 use crate::backend::sampling::{SampleRow, sample_row};
 use crate::sampling_params::SamplingParams;
 use crate::tokenizer::Tokenizer;
@@ -27,7 +27,11 @@ fn generate(tok: &Tokenizer, spec: &Spec, seed: u64, max: usize) -> (String, boo
     let eos = tok.token_to_id("<|im_end|>").expect("eos");
     let grammars = Grammars::new(tok.hf(), vocab, eos).expect("grammars");
     let params = SamplingParams {
-        constraint: Some(grammars.compile(spec, "schema").expect("compiles")),
+        constraint: Some(
+            grammars
+                .compile(spec, "schema", Think::Off)
+                .expect("compiles"),
+        ),
         eos_token_ids: vec![eos],
         seed,
         ..SamplingParams::default()
@@ -101,7 +105,7 @@ fn a_rolled_back_sequence_gets_the_fresh_mask() {
     let eos = tok.token_to_id("<|im_end|>").expect("eos");
     let grammars = Grammars::new(tok.hf(), vocab, eos).expect("grammars");
     let c = grammars
-        .compile(&Spec::JsonObject, "response_format")
+        .compile(&Spec::JsonObject, "response_format", Think::Off)
         .expect("compiles");
     let open = tok.encode("{\"k\": [1, ", false).expect("encode");
     let masked = |seq: Option<u64>, out: &[u32]| {

@@ -220,18 +220,16 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
         &state.defaults,
         engine.info(),
     )?;
-    super::structured::attach(state, &mut generation, req.response_format.as_ref())?;
     let specs = match &req.tools {
         Some(tools) => tool_use::openai_tools(tools)?,
         None => Vec::new(),
     };
     let mode = tool_use::openai_tool_mode(req.tool_choice.as_ref(), &specs)?;
-    super::structured::forced_tool_call(state, &mut generation, &mode, &specs)?;
     let plan = tool_use::plan(
         state,
         &template_messages(&req.messages)?,
         req.tools.as_deref(),
-        specs,
+        specs.clone(),
         &mode,
         req.chat_template_kwargs.as_ref(),
         req.add_generation_prompt.unwrap_or(true),
@@ -239,6 +237,12 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
     if plan.keeps_special_tokens() {
         generation.skip_special_tokens = false;
     }
+    let asked = super::structured::Asked {
+        body: Some(&body),
+        tools: Some((&mode, &specs)),
+        think: plan.think(),
+    };
+    super::structured::attach(state, &mut generation, asked)?;
     Ok(Prepared {
         req,
         generation,

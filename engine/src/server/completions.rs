@@ -207,8 +207,13 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
         &state.defaults,
         engine.info(),
     )?;
-    // vLLM takes `response_format` on completions too; it is not in the OpenAI type.
-    super::structured::attach(state, &mut generation, body.get("response_format"))?;
+    // vLLM takes `response_format` (and its own fields) on completions too.
+    let asked = super::structured::Asked {
+        body: Some(&body),
+        tools: None,
+        think: crate::grammar::Think::Off,
+    };
+    super::structured::attach(state, &mut generation, asked)?;
     let prompt = std::mem::replace(&mut req.prompt, Prompt::Tokens(Vec::new()));
     let echo_prompts = tokenize_prompts(state, prompt)?;
     Ok(Prepared {

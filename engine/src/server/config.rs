@@ -55,6 +55,8 @@ pub struct ServeFlags {
     pub metrics_socket: Option<PathBuf>,
     /// `--tool-call-parser`: `qwen3_coder` or `hermes`.
     pub tool_call_parser: Option<String>,
+    /// `--disable-tool-grammar`.
+    pub disable_tool_grammar: bool,
     /// `--reasoning-parser`: `qwen3`.
     pub reasoning_parser: Option<String>,
     /// `--num-gpu-blocks-override`: usable KV blocks, whatever the memory says.
@@ -114,6 +116,8 @@ pub struct ServeConfig {
     pub no_tui: bool,
     pub metrics_socket: Option<PathBuf>,
     pub tool_call_parser: Option<ToolCallFormat>,
+    /// `--disable-tool-grammar`: tool calls are not held to the format's grammar.
+    pub disable_tool_grammar: bool,
     pub reasoning_parser: Option<ReasoningFormat>,
     pub http: HttpLimits,
     pub special_tokens_in_content: bool,
@@ -412,6 +416,7 @@ impl ServeFlags {
             no_tui: self.no_tui,
             metrics_socket: self.metrics_socket,
             tool_call_parser,
+            disable_tool_grammar: self.disable_tool_grammar,
             reasoning_parser,
             http: self.http.validate()?,
             special_tokens_in_content: self.special_tokens_in_content,
@@ -464,6 +469,7 @@ mod tests {
             no_tui: false,
             metrics_socket: None,
             tool_call_parser: None,
+            disable_tool_grammar: false,
             reasoning_parser: None,
             num_gpu_blocks_override: None,
             ssm_cache_slots: None,

@@ -377,8 +377,14 @@ fn prepare(state: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
     if plan.keeps_special_tokens() {
         generation.skip_special_tokens = false;
     }
-    // `any` and `tool` are held to a well-formed call whose input matches the tool's schema.
-    super::structured::forced_tool_call(state, &mut generation, &mode, &specs)?;
+    // `any` and `tool` are held to a well-formed call whose input matches the tool's schema;
+    // under `auto`, any call the model opens.
+    let asked = super::structured::Asked {
+        body: None,
+        tools: Some((&mode, &specs)),
+        think: plan.think(),
+    };
+    super::structured::attach(state, &mut generation, asked)?;
     Ok(Prepared {
         req,
         generation,

@@ -16,6 +16,7 @@ pub mod completions;
 pub mod config;
 pub mod deps;
 pub mod error;
+mod extras;
 pub mod generate;
 pub mod limits;
 mod listen;
@@ -85,8 +86,8 @@ pub struct AppState {
     pub hub: MetricsHub,
     /// The resolved settings, for `GET /version`.
     pub settings: Value,
-    /// `--speculative`: constrained requests are refused (drafts skip the grammar).
-    pub speculative: bool,
+    /// Tool calls are held to the parser format's grammar (off: `--disable-tool-grammar`).
+    pub tool_grammar: bool,
     /// The grammar compiler for structured outputs, built on the first constrained request
     /// (`structured.rs`), or why this model cannot have one.
     pub grammars: OnceLock<Result<Arc<crate::grammar::Grammars>, String>>,
@@ -350,7 +351,7 @@ async fn run_with(
             config.engine.max_seq_len.unwrap_or(1 << 20),
         )),
         hub,
-        speculative: config.engine.speculative.is_some(),
+        tool_grammar: !config.disable_tool_grammar,
         grammars: OnceLock::new(),
         inflight: Arc::new(AtomicUsize::new(0)),
         draining: AtomicBool::new(false),

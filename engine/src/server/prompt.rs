@@ -31,6 +31,8 @@ pub struct Rendered {
     pub ids: Vec<u32>,
     /// The prompt ends in an open `<think>` (the template started the reply's reasoning).
     pub reasoning_open: bool,
+    /// The prompt ends in a closed `</think>` (thinking off: the reply is all answer).
+    pub reasoning_closed: bool,
 }
 
 /// Swaps special-token strings in client text for placeholders, remembering whether any was.
@@ -175,6 +177,7 @@ pub fn render(
             request_kwargs,
         )?;
         let reasoning_open = text.trim_end_matches('\n').ends_with("<think>");
+        let reasoning_closed = text.trim_end_matches('\n').ends_with("</think>");
         text.push_str(prefill);
         let ids = tokenizer
             .encode(&text, false)
@@ -182,6 +185,7 @@ pub fn render(
         return Ok(Rendered {
             ids,
             reasoning_open,
+            reasoning_closed,
         });
     }
     let mut esc = Escaper {
@@ -207,6 +211,7 @@ pub fn render(
         kwargs.as_ref(),
     )?;
     let reasoning_open = text.trim_end_matches('\n').ends_with("<think>");
+    let reasoning_closed = text.trim_end_matches('\n').ends_with("</think>");
     text.push_str(&prefill);
     let ids = if esc.escaped {
         encode_template_specials(tokenizer, &text)?
@@ -218,6 +223,7 @@ pub fn render(
     Ok(Rendered {
         ids,
         reasoning_open,
+        reasoning_closed,
     })
 }
 

@@ -1,6 +1,14 @@
-//! Structured outputs at the edge: `response_format` (chat and completions) read, checked and
-//! compiled into the request's [`Constraint`] on the tokenizer worker, before anything is
-//! submitted, so a bad schema is a 400 that names its part and costs no compute.
+//! Structured outputs at the edge: what holds a request's reply, read from its fields, checked
+//! and compiled into the request's [`Constraint`] on the tokenizer worker before anything is
+//! submitted, so a bad schema, regex or grammar is a 400 that names its field and part and
+//! costs no compute.
+//!
+//! One of these may hold the reply: `response_format` (`json_object`, `json_schema`), vLLM's
+//! `structured_outputs` (`json`, `regex`, `choice`, `grammar`, `json_object`) or its older
+//! `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar` (`extras.rs`), or the tool
+//! grammar: a forced call (`tool_choice` `required` or named, Anthropic `any`/`tool`) in the
+//! `--tool-call-parser` format, or under `auto` any calls the model opens
+//! (`--disable-tool-grammar` turns the tool grammar off).
 
 use std::sync::Arc;
 
@@ -10,56 +18,76 @@ use super::AppState;
 use super::error::ApiError;
 use super::params::Generation;
 use super::tool_use::ToolMode;
-use crate::grammar::tools::{self, ToolSchema};
-use crate::grammar::{Constraint, GrammarError, Grammars, Spec};
-use crate::tool_parsers::{ToolCallFormat, ToolSpec};
+use crate::grammar::tools::{self, CallMode, ToolSchema};
+use crate::grammar::{Constraint, GrammarError, Grammars, Spec, Think};
+use crate::tool_parsers::ToolSpec;
 
-/// Put the constraint `rf` asks for on `generation` (nothing for absent or `text`).
+/// What a request asks of its reply's shape.
+pub struct Asked<'a> {
+    /// The request body (`response_format` and the vLLM fields); `None` for an API without
+    /// them (Anthropic's).
+    pub body: Option<&'a Value>,
+    /// The tool choice and the declared tools (chat endpoints).
+    pub tools: Option<(&'a ToolMode, &'a [ToolSpec])>,
+    /// Where the reply's answer starts (after the reasoning section).
+    pub think: Think,
+}
+
+/// Put the constraint `asked` needs on `generation`, if any.
 pub fn attach(
     state: &AppState,
     generation: &mut Generation,
-    rf: Option<&Value>,
+    asked: Asked<'_>,
 ) -> Result<(), ApiError> {
-    let Some(c) = response_format(state, rf)? else {
+    let output = match asked.body {
+        Some(body) => output_spec(body)?,
+        None => None,
+    };
+    let forced = match asked.tools {
+        Some((ToolMode::Required, _)) => Some(None),
+        Some((ToolMode::Named(n), _)) => Some(Some(n.as_str())),
+        _ => None,
+    };
+    if let (Some(_), Some((_, param))) = (forced, &output) {
+        return Err(ApiError::invalid(
+            param.clone(),
+            format!(
+                "a forced tool call (`tool_choice`) and `{param}` cannot both hold the reply: \
+                 drop one"
+            ),
+        ));
+    }
+    if let Some((spec, param)) = output {
+        if generation.sampling.ignore_eos {
+            return Err(ApiError::invalid(
+                "ignore_eos",
+                format!(
+                    "`ignore_eos` cannot be combined with `{param}`: a complete value ends with \
+                     end-of-sequence; drop `ignore_eos`"
+                ),
+            ));
+        }
+        generation.sampling.constraint = Some(compile(state, &spec, &param, asked.think)?);
+        return Ok(());
+    }
+    let (Some(format), Some((mode, specs))) = (state.tool_call_parser, asked.tools) else {
         return Ok(());
     };
-    if generation.sampling.ignore_eos {
-        return Err(ApiError::invalid(
-            "ignore_eos",
-            "`ignore_eos` cannot be combined with `response_format`: a complete value ends \
-             with end-of-sequence; drop `ignore_eos`",
-        ));
+    if !state.tool_grammar {
+        return Ok(());
     }
-    generation.sampling.constraint = Some(c);
-    Ok(())
-}
-
-/// A forced call (`tool_choice` `required` or named) in a format with a call grammar (hermes,
-/// llama3_json, mistral): the reply after the forced opening is held to a well-formed call whose arguments
-/// match the tool's `parameters`. Other formats keep the opening alone (`tool_use.rs`).
-pub fn forced_tool_call(
-    state: &AppState,
-    generation: &mut Generation,
-    mode: &ToolMode,
-    specs: &[ToolSpec],
-) -> Result<(), ApiError> {
-    let named = match mode {
-        ToolMode::Required => None,
-        ToolMode::Named(n) => Some(n.as_str()),
-        ToolMode::Off | ToolMode::Auto => return Ok(()),
+    let (mode, think) = match (forced, mode) {
+        // The forced opening is in the prompt and thinking is off (`tool_use.rs`).
+        (Some(named), _) => (CallMode::Forced(named), Think::Off),
+        // A benchmark's `ignore_eos` runs past the end a grammar would force.
+        // Llama 3's and Mistral's calls have no opening tag a grammar could wait for.
+        (None, ToolMode::Auto)
+            if !generation.sampling.ignore_eos && tools::has_auto_grammar(format) =>
+        {
+            (CallMode::Auto, asked.think)
+        }
+        _ => return Ok(()),
     };
-    let grammar = match state.tool_call_parser {
-        Some(ToolCallFormat::Hermes) => tools::hermes_forced,
-        Some(ToolCallFormat::Llama3Json) => tools::llama3_json_forced,
-        Some(ToolCallFormat::Mistral) => tools::mistral_forced,
-        Some(ToolCallFormat::Qwen3Coder) | None => return Ok(()),
-    };
-    if generation.sampling.constraint.is_some() {
-        return Err(ApiError::invalid(
-            "tool_choice",
-            "a forced tool call and `response_format` cannot both hold the reply: drop one",
-        ));
-    }
     let tools: Vec<ToolSchema<'_>> = specs
         .iter()
         .map(|t| ToolSchema {
@@ -67,17 +95,35 @@ pub fn forced_tool_call(
             parameters: &t.parameters,
         })
         .collect();
-    let spec =
-        grammar(&tools, named).map_err(|e| ApiError::invalid(e.path.clone(), e.to_string()))?;
-    generation.sampling.constraint = Some(compile(state, &spec, "tools")?);
+    let spec = tools::call_grammar(format, &tools, mode)
+        .map_err(|e| ApiError::invalid(e.path.clone(), e.to_string()))?;
+    generation.sampling.constraint = Some(compile(state, &spec, "tools", think)?);
     Ok(())
 }
 
-/// The constraint `response_format` asks for (`None` for absent or `text`).
-pub fn response_format(
-    state: &AppState,
-    rf: Option<&Value>,
-) -> Result<Option<Constraint>, ApiError> {
+/// The one field of `body` that holds the reply's shape, and its name (`None`: free text).
+fn output_spec(body: &Value) -> Result<Option<(Spec, String)>, ApiError> {
+    let mut found: Vec<(Spec, String)> = Vec::new();
+    if let Some(rf) = response_format(body.get("response_format"))? {
+        found.push(rf);
+    }
+    found.extend(super::extras::vllm_specs(body)?);
+    if found.len() > 1 {
+        let names: Vec<&str> = found.iter().map(|(_, p)| p.as_str()).collect();
+        return Err(ApiError::invalid(
+            found[1].1.clone(),
+            format!(
+                "only one of these can hold the reply, got {}: drop all but one",
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(found.pop())
+}
+
+/// What `response_format` asks for (`None` for absent or `text`), with the field to name in
+/// errors.
+fn response_format(rf: Option<&Value>) -> Result<Option<(Spec, String)>, ApiError> {
     let Some(rf) = rf.filter(|v| !v.is_null()) else {
         return Ok(None);
     };
@@ -130,22 +176,19 @@ pub fn response_format(
             ));
         }
     };
-    compile(state, &spec, param).map(Some)
+    Ok(Some((spec, param.to_owned())))
 }
 
 /// Compile `spec` with the model's grammar compiler (built on first use); checks that the
 /// server can constrain at all.
-pub fn compile(state: &AppState, spec: &Spec, param: &str) -> Result<Constraint, ApiError> {
-    if state.speculative {
-        return Err(ApiError::Unsupported {
-            message: "structured outputs are not available with --speculative yet (drafts are \
-                      not checked against the grammar); serve without --speculative"
-                .into(),
-            param: param.into(),
-        });
-    }
-    let grammars = grammars(state)?;
-    grammars.compile(spec, param).map_err(|e| match e {
+pub fn compile(
+    state: &AppState,
+    spec: &Spec,
+    param: &str,
+    think: Think,
+) -> Result<Constraint, ApiError> {
+    let grammars = grammars(state, param)?;
+    grammars.compile(spec, param, think).map_err(|e| match e {
         GrammarError::Schema(s) => ApiError::invalid(s.path.clone(), s.to_string()),
         GrammarError::Vocabulary(_) => ApiError::Unsupported {
             message: e.to_string(),
@@ -155,7 +198,7 @@ pub fn compile(state: &AppState, spec: &Spec, param: &str) -> Result<Constraint,
 }
 
 /// The model's grammar compiler, built once from the tokenizer and the engine's vocabulary.
-fn grammars(state: &AppState) -> Result<Arc<Grammars>, ApiError> {
+fn grammars(state: &AppState, param: &str) -> Result<Arc<Grammars>, ApiError> {
     let engine = state.engine()?;
     let built = state.grammars.get_or_init(|| {
         let info = engine.info();
@@ -170,6 +213,6 @@ fn grammars(state: &AppState) -> Result<Arc<Grammars>, ApiError> {
     });
     built.clone().map_err(|message| ApiError::Unsupported {
         message,
-        param: "response_format".into(),
+        param: param.into(),
     })
 }

@@ -4,16 +4,17 @@
 //!
 //! `tool_choice` `required` (Anthropic `any`) and a named tool start the assistant's turn inside
 //! a call (the format's opening, with the function name for a named tool) and turn thinking off
-//! for that request, as Anthropic's API does for forced tool use. With `--tool-call-parser
-//! hermes` the rest of the call is generated under a grammar (`server/structured.rs`,
-//! `grammar/tools.rs`): a well-formed call of a declared tool whose arguments match its schema.
-//! `qwen3_coder` calls are not constrained yet. `none` leaves the
+//! for that request, as Anthropic's API does for forced tool use. The rest of the call is
+//! generated under the parser format's grammar (`server/structured.rs`, `grammar/tools.rs`): a
+//! well-formed call of a declared tool whose arguments match its schema; under `auto` the same
+//! grammar holds any call the model opens (`--disable-tool-grammar`: none). `none` leaves the
 //! tools out of the prompt and parses no calls.
 
 use serde_json::{Map, Value};
 
 use super::AppState;
 use super::error::ApiError;
+use crate::grammar::Think;
 use crate::tool_parsers::{OutputParser, ParseEvent, ReasoningFormat, ToolCallFormat, ToolSpec};
 
 /// What `tool_choice` asks for.
@@ -39,6 +40,8 @@ pub struct ReplyPlan {
     pub reasoning: Option<ReasoningFormat>,
     /// The prompt opened a `<think>` block.
     pub reasoning_open: bool,
+    /// The prompt closed an (empty) `<think>` block: thinking is off.
+    pub reasoning_closed: bool,
     pub calls: Option<(ToolCallFormat, Vec<ToolSpec>)>,
 }
 
@@ -65,6 +68,16 @@ impl ReplyPlan {
             p.push(&self.prefill)
         };
         (p, first)
+    }
+
+    /// Where a grammar on the reply starts: after the reasoning section, if there is one.
+    pub fn think(&self) -> Think {
+        match self.reasoning {
+            None => Think::Off,
+            Some(_) if self.reasoning_open => Think::Open,
+            Some(_) if self.reasoning_closed => Think::Off,
+            Some(_) => Think::Optional,
+        }
     }
 
     pub fn parses(&self) -> bool {
@@ -203,6 +216,7 @@ pub fn plan(
         prefill,
         reasoning: state.reasoning_parser,
         reasoning_open: rendered.reasoning_open,
+        reasoning_closed: rendered.reasoning_closed,
         calls,
     })
 }

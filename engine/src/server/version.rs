@@ -89,6 +89,7 @@ pub fn settings(config: &ServeConfig) -> Value {
         "request_timeout_s": config.request_timeout.map(|d| d.as_secs_f64()),
         "disable_thinking": config.disable_thinking,
         "tool_call_parser": config.tool_call_parser.map(|p| p.flag_value()),
+        "tool_grammar": !config.disable_tool_grammar,
         "reasoning_parser": config.reasoning_parser.map(|p| p.flag_value()),
         "api_key": config.api_key.is_some(),
         "header_read_timeout_s": config.http.header_read_timeout.as_secs_f64(),

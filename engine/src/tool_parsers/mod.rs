@@ -18,7 +18,9 @@
 //!
 //! The last two have no closing tag: [`tail`] holds their calls to the end of the message.
 //!
-//! There is no grammar-constrained decoding: the model may write anything. A call is held back
+//! A call may be held to the format's grammar while it is generated (`grammar/tools.rs`), but
+//! the parsers never assume it was (`--disable-tool-grammar`, a call cut by `max_tokens`, a
+//! request without tools' schemas): the model may write anything. A call is held back
 //! until its closing tag, parsed whole, and released as start (id, name), argument deltas and
 //! end; if it does not parse (bad JSON, unknown tool, missing tags, cut off by `max_tokens`)
 //! its raw text is released as text instead. Text outside calls streams as it comes, less
