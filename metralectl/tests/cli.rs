@@ -533,11 +533,91 @@ fn run_print_json_is_parseable() {
     );
     assert_eq!(native[..3], ["met", "serve", "Qwen/Qwen3.6-35B-A3B-FP8"]);
     assert!(native.windows(2).any(|w| w == ["--max-seq-len", "131072"]));
-    assert_eq!(
-        json["native"]["env"]["MET_REQUANTIZE_EXPERT_PROJECTIONS"],
-        "gate,up"
+    // [checkpoint.requantize] is a flag of met serve, in both forms, not an environment.
+    for form in [&native, &docker] {
+        assert!(
+            form.windows(2)
+                .any(|w| w == ["--requantize", "lm_head=nvfp4,experts.gate_up=nvfp4"]),
+            "{form:?}"
+        );
+    }
+    assert!(
+        json["native"]["env"]
+            .as_object()
+            .is_none_or(|e| e.is_empty())
     );
     assert_eq!(json["warnings"].as_array().map(Vec::len), Some(0));
+}
+
+/// Every built-in recipe that re-quantizes passes exactly what it says to `met serve
+/// --requantize`, and no other recipe passes the flag (engine/tests/recipes_requantize.rs
+/// checks that `met` accepts each of these command lines).
+#[test]
+fn every_requantizing_recipe_passes_what_it_says_to_met() {
+    let sandbox = Sandbox::new();
+    for (recipe, want) in [
+        ("qwen3.6-35b-a3b-fp8-bf16head", Some("lm_head=bf16")),
+        ("qwen3.6-35b-a3b-fp8-nvfp4head", Some("lm_head=nvfp4")),
+        (
+            "qwen3.6-35b-a3b-fp8-nvfp4head-experts-nvfp4",
+            Some("lm_head=nvfp4,experts=nvfp4"),
+        ),
+        (
+            "qwen3.6-35b-a3b-fp8-nvfp4head-experts-nvfp4-gate-up",
+            Some("lm_head=nvfp4,experts.gate_up=nvfp4"),
+        ),
+        ("qwen3.6-35b-a3b-nvfp4", None),
+        ("qwen3.6-35b-a3b-nvfp4-declared", None),
+        ("qwen3.6-27b-nvfp4", None),
+        ("qwen3.6-27b-nvfp4-unsloth", None),
+        ("qwen3.6-27b-nvfp4-prefill-record", None),
+        ("qwen3.6-27b-fp8", None),
+    ] {
+        let json = sandbox.json(&["run", recipe, "--print", "--json"]);
+        let native: Vec<&str> = json["native"]["argv"]
+            .as_array()
+            .expect("argv")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        let got = native
+            .windows(2)
+            .find(|w| w[0] == "--requantize")
+            .map(|w| w[1]);
+        assert_eq!(got, want, "{recipe}");
+    }
+}
+
+#[test]
+fn a_requantize_met_cannot_honour_is_refused_when_the_recipe_loads() {
+    let sandbox = Sandbox::new();
+    for (table, needle) in [
+        (
+            "[checkpoint.requantize]\nexperts = \"nvfp4\"\nexpert_projections = [\"gate\"]",
+            "both or neither",
+        ),
+        (
+            "[checkpoint.requantize]\nlm_head = \"fp8\"",
+            "nvfp4 or bf16",
+        ),
+    ] {
+        sandbox.user_recipe(
+            "mine.toml",
+            &builtin_text("qwen3.6-35b-a3b-fp8-nvfp4head")
+                .replace(
+                    "name = \"qwen3.6-35b-a3b-fp8-nvfp4head\"",
+                    "name = \"mine\"",
+                )
+                .replace("[checkpoint.requantize]\nlm_head = \"nvfp4\"", table),
+        );
+        let out = sandbox.output(&["run", "mine", "--print"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("checkpoint.requantize") && err.contains(needle),
+            "{err}"
+        );
+    }
 }
 
 #[test]
