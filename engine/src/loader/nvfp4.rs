@@ -168,7 +168,7 @@ fn check_weight_args(w: &Value, at: &str) -> Result<(), String> {
     }
 }
 
-fn groups<'a>(q: &'a Value) -> impl Iterator<Item = (String, &'a Value)> {
+fn groups(q: &Value) -> impl Iterator<Item = (String, &Value)> {
     q.get("config_groups")
         .and_then(Value::as_object)
         .into_iter()
