@@ -187,7 +187,7 @@ _met() {
             return 0
             ;;
         met__subcmd__score)
-            opts="-h -V --device --dtype --load-format --tokens --tokens-file --top-k --kv-cache-dtype --help --version"
+            opts="-h -V --device --dtype --load-format --requantize --tokens --tokens-file --top-k --kv-cache-dtype --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -203,6 +203,10 @@ _met() {
                     ;;
                 --load-format)
                     COMPREPLY=($(compgen -W "auto dummy" -- "${cur}"))
+                    return 0
+                    ;;
+                --requantize)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --tokens)
@@ -229,7 +233,7 @@ _met() {
             return 0
             ;;
         met__subcmd__serve)
-            opts="-h -V --device --dtype --load-format --host --port --model-name --revision --max-seq-len --max-batch-size --max-num-batched-tokens --gpu-memory-utilization --kv-cache-dtype --enable-prefix-caching --enforce-eager --api-key --max-queued-requests --request-timeout --disable-thinking --no-tui --tool-call-parser --reasoning-parser --num-gpu-blocks-override --ssm-cache-slots --ssm-checkpoint-slots --ssm-checkpoint-interval --speculative --num-drafts --speculative-max-batch --header-read-timeout --body-read-timeout --keep-alive-timeout --max-connections --tokenizer-workers --special-tokens-in-content --speculative-ladder --speculative-draft-cost --metrics-socket --mtp-gate --scheduling-policy --mtp-quantization --disable-tool-grammar --ssm-h-dtype --gdn-fused-norm --ssm-batched-recurrent --ssm-tail-midchunk --prefill-varlen-batch --help --version"
+            opts="-h -V --device --dtype --load-format --requantize --host --port --model-name --revision --max-seq-len --max-batch-size --max-num-batched-tokens --gpu-memory-utilization --kv-cache-dtype --enable-prefix-caching --enforce-eager --api-key --max-queued-requests --request-timeout --disable-thinking --no-tui --tool-call-parser --reasoning-parser --num-gpu-blocks-override --ssm-cache-slots --ssm-checkpoint-slots --ssm-checkpoint-interval --speculative --num-drafts --speculative-max-batch --header-read-timeout --body-read-timeout --keep-alive-timeout --max-connections --tokenizer-workers --special-tokens-in-content --speculative-ladder --speculative-draft-cost --metrics-socket --mtp-gate --scheduling-policy --mtp-quantization --disable-tool-grammar --ssm-h-dtype --gdn-fused-norm --ssm-batched-recurrent --ssm-tail-midchunk --prefill-varlen-batch --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -245,6 +249,10 @@ _met() {
                     ;;
                 --load-format)
                     COMPREPLY=($(compgen -W "auto dummy" -- "${cur}"))
+                    return 0
+                    ;;
+                --requantize)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --host)

@@ -38,6 +38,7 @@ bfloat16\t'cuda only'
 float32\t'Weights, activations and the KV cache in f32: on cuda twice the memory and far slower, for checking against float32 references; what the cpu always does'"
 complete -c met -n "__fish_met_using_subcommand serve" -l load-format -d 'How to obtain weights' -r -f -a "auto\t'Safetensors weights from the model directory'
 dummy\t'Random weights of the right shapes from config.json alone (for benchmarks)'"
+complete -c met -n "__fish_met_using_subcommand serve" -l requantize -d 'Re-quantize part of the checkpoint as it loads, PART=FORMAT (repeatable or comma-separated): PART lm_head, experts, experts.gate_up or experts.down (the routed experts\' projections), FORMAT nvfp4 (ModelOpt\'s rounding) or bf16. What a recipe\'s [checkpoint.requantize] passes; reported at start-up and in GET /version' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l host -d 'Address to listen on' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l port -d 'Port to listen on; 0 picks a free one (the address is printed)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l model-name -d 'The name clients pass as `model` (default: the checkpoint directory\'s name, or the repository id of a Hub checkpoint)' -r
@@ -97,6 +98,7 @@ bfloat16\t'cuda only'
 float32\t'Weights, activations and the KV cache in f32: on cuda twice the memory and far slower, for checking against float32 references; what the cpu always does'"
 complete -c met -n "__fish_met_using_subcommand score" -l load-format -d 'How to obtain weights' -r -f -a "auto\t'Safetensors weights from the model directory'
 dummy\t'Random weights of the right shapes from config.json alone (for benchmarks)'"
+complete -c met -n "__fish_met_using_subcommand score" -l requantize -d 'Re-quantize part of the checkpoint as it loads, PART=FORMAT (repeatable or comma-separated): PART lm_head, experts, experts.gate_up or experts.down (the routed experts\' projections), FORMAT nvfp4 (ModelOpt\'s rounding) or bf16. What a recipe\'s [checkpoint.requantize] passes; reported at start-up and in GET /version' -r
 complete -c met -n "__fish_met_using_subcommand score" -l tokens -d 'Token ids, comma-separated (e.g. 9707,11,1879)' -r
 complete -c met -n "__fish_met_using_subcommand score" -l tokens-file -d 'A JSON file holding an array of token ids' -r -F
 complete -c met -n "__fish_met_using_subcommand score" -l top-k -d 'Alternatives to report at each position' -r

@@ -59,6 +59,20 @@ pub struct ModelArgs {
     /// How to obtain weights.
     #[arg(long, value_enum, default_value = "auto")]
     pub load_format: LoadFormat,
+    /// Re-quantize part of the checkpoint as it loads, PART=FORMAT (repeatable or
+    /// comma-separated): PART lm_head, experts, experts.gate_up or experts.down (the routed
+    /// experts' projections), FORMAT nvfp4 (ModelOpt's rounding) or bf16. What a recipe's
+    /// [checkpoint.requantize] passes; reported at start-up and in GET /version.
+    #[arg(long, value_name = "PART=FORMAT", value_delimiter = ',')]
+    pub requantize: Vec<String>,
+}
+
+impl ModelArgs {
+    /// `--requantize`, parsed (before anything is fetched or loaded).
+    pub fn requantize(&self) -> anyhow::Result<metrale_engine::loader::Requantize> {
+        metrale_engine::loader::Requantize::parse(self.requantize.iter().map(String::as_str))
+            .map_err(anyhow::Error::msg)
+    }
 }
 
 #[derive(Debug, Args)]

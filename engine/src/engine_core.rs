@@ -54,6 +54,10 @@ pub struct ModelInfo {
     /// KV cache: usable blocks and tokens a block.
     pub kv_cache_blocks: usize,
     pub block_size: usize,
+    /// The weights' formats in words: the checkpoint's, what `--requantize` changed, and how
+    /// the device holds them (`start.rs::describe_weights`), for the start-up log and
+    /// `GET /version`.
+    pub weights: String,
 }
 
 /// A live view of the engine for `/metrics` and `/ready`.
@@ -169,6 +173,8 @@ pub struct EngineConfig {
     pub gpu_memory_utilization: f64,
     pub served_name: String,
     pub load_format: LoadFormat,
+    /// `--requantize`: parts re-quantized as they load (`loader/requantize.rs`).
+    pub requantize: crate::loader::Requantize,
     /// Longest sequence (prompt + output); `None` = the model's `max_position_embeddings`.
     pub max_seq_len: Option<usize>,
     /// Most sequences in one step (`--max-batch-size`).

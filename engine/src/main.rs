@@ -66,8 +66,10 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
-    // The reference ladder's flags, refused or mapped before anything is fetched.
+    // The reference ladder's flags and --requantize, refused or mapped before anything is
+    // fetched.
     let ladder = apply_ladder(&args)?;
+    let requantize = args.model.requantize()?;
     // A Hub repository id: fetched into the Hugging Face cache before anything else, with the
     // metrics socket already up so a client sees `download` rather than silence.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -100,6 +102,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         device: args.model.device,
         dtype: args.model.dtype,
         load_format: args.model.load_format,
+        requantize,
         max_seq_len: args.max_seq_len,
         max_batch_size: args.max_batch_size,
         max_num_batched_tokens: args.max_num_batched_tokens,
@@ -232,6 +235,7 @@ fn score_on<B: HybridOps>(
     let options = LoadOptions {
         load_format: args.model.load_format,
         mtp: false,
+        requantize: args.model.requantize()?,
     };
     registry::load(
         backend,

@@ -20,6 +20,7 @@ fn config(name: &str) -> EngineConfig {
         gpu_memory_utilization: 0.9,
         served_name: name.into(),
         load_format: LoadFormat::Auto,
+        requantize: Default::default(),
         max_seq_len: Some(256),
         max_num_seqs: 8,
         max_num_batched_tokens: 64,

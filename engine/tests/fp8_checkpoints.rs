@@ -1,13 +1,14 @@
 //! Loading fine-grained FP8 checkpoints: what goes wrong is named with the tensor and the fix.
 //! (That they compute what transformers computes is `qwen3_reference.rs`.)
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use metrale_engine::backend::CpuBackend;
-use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
-use metrale_engine::models::qwen3::Qwen3;
 use safetensors::SafeTensors;
 use safetensors::tensor::TensorView;
+
+mod reference_support;
+
+use reference_support::load_error;
 
 fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/models/qwen3-moe-fp8")
@@ -26,19 +27,6 @@ fn copy_with_config(tag: &str, edit: impl Fn(&mut serde_json::Value)) -> PathBuf
     edit(&mut cfg);
     std::fs::write(dir.join("config.json"), cfg.to_string()).expect("write");
     dir
-}
-
-/// The error of loading `dir` (config, weights or model), as the user sees it.
-fn load_error(dir: &Path) -> String {
-    let result = (|| -> anyhow::Result<()> {
-        let md = ModelDir::open(dir)?;
-        let cfg = md.config()?;
-        let weights = Weights::open(dir, LoadFormat::Auto)?;
-        Qwen3::load(&CpuBackend::default(), &cfg, &weights)?;
-        Ok(())
-    })();
-    std::fs::remove_dir_all(dir).ok();
-    format!("{:#}", result.expect_err("loading must fail"))
 }
 
 #[test]

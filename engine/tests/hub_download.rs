@@ -209,6 +209,28 @@ async fn fetch(cfg: &HubConfig) -> Result<PathBuf, HubError> {
     hub::fetch(cfg, REPO, "main", &mut |_, _, _| {}).await
 }
 
+/// A checkpoint whose config.json met cannot load (here a quantization it does not read) is
+/// refused once that file is in, with the reason, and no weight is fetched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_met_cannot_load_is_refused_before_its_weights_download() {
+    let mut hub_state = Hub::demo();
+    let files = &mut Arc::get_mut(&mut hub_state).expect("not shared yet").files;
+    let mut cfg: serde_json::Value = serde_json::from_slice(&files["config.json"]).expect("config");
+    cfg["quantization_config"] = json!({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"});
+    files.insert("config.json".into(), cfg.to_string().into_bytes());
+    let endpoint = serve(hub_state.clone()).await;
+    let cache = tempfile::tempdir().expect("cache");
+    let err = fetch(&config(&endpoint, cache.path()))
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains("\"W4A8_AWQ\"") && err.contains("NVFP4") && err.contains("nothing else"),
+        "{err}"
+    );
+    assert!(hub_state.requests_for(BIG).is_empty(), "no weight fetched");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pull_fills_the_standard_cache_layout_and_writes_a_lock() {
     let hub_state = Hub::demo();

@@ -21,12 +21,16 @@ mod reference_support;
 
 use reference_support::{Reference, model_dir, reference};
 
-/// The bf16 fixtures, and the MoE one's weights in Qwen's fine-grained FP8
-/// (`tests/fixtures/make_hybrid_fp8_fixture.py`: transformers scored the dequantized weights).
-const NAMES: [&str; 3] = [
+/// The bf16 fixtures, the MoE one's weights in Qwen's fine-grained FP8
+/// (`tests/fixtures/make_hybrid_fp8_fixture.py`), and both in ModelOpt's NVFP4 (the dense one
+/// with its last layer left in bf16, `tests/fixtures/make_nvfp4_fixtures.py`): transformers
+/// scored the dequantized weights.
+const NAMES: [&str; 5] = [
     "qwen3_5-hybrid-dense",
     "qwen3_5-hybrid-moe",
     "qwen3_5-hybrid-moe-fp8",
+    "qwen3_5-hybrid-dense-nvfp4",
+    "qwen3_5-hybrid-moe-nvfp4",
 ];
 const TOLERANCE: f32 = 1e-3;
 
@@ -258,6 +262,7 @@ fn the_engine_accepts_the_hybrids() {
         assert!(qwen3_5::is_hybrid(&cfg.architecture), "{name}");
         assert_eq!(cfg.moe.is_some(), name.contains("moe"), "{name}");
         assert_eq!(cfg.fp8.is_some(), name.ends_with("fp8"), "{name}");
+        assert_eq!(cfg.nvfp4.is_some(), name.ends_with("nvfp4"), "{name}");
     }
 }
 

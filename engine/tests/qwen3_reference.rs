@@ -3,7 +3,9 @@
 //! (`tests/fixtures/make_fixtures.py`), and Qwen3-MoE ones, bf16 and FP8
 //! (`tests/fixtures/make_moe_fixtures.py`). `qwen3-moe-fp8` is the CPU stand-in (quantized by
 //! the script with transformers' arithmetic, partial edge blocks included); `qwen3-moe-fp8-hf`
-//! was quantized and dequantized by transformers' own FineGrainedFP8 code.
+//! was quantized and dequantized by transformers' own FineGrainedFP8 code. `qwen3-nvfp4`
+//! (ModelOpt) and `qwen3-moe-nvfp4-ct` (compressed-tensors) are NVFP4, quantized and
+//! dequantized by the formats' own packages (`tests/fixtures/make_nvfp4_fixtures.py`).
 
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, SeqChunk};
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
@@ -14,7 +16,7 @@ mod reference_support;
 
 use reference_support::{Reference, Sequence, fixtures, model_dir, reference};
 
-const FIXTURES: [&str; 7] = [
+const FIXTURES: [&str; 9] = [
     "qwen3-gqa-tied",
     "qwen3-mha-untied",
     "qwen3-gqa4-yarn",
@@ -22,6 +24,8 @@ const FIXTURES: [&str; 7] = [
     "qwen3-moe-step2",
     "qwen3-moe-fp8",
     "qwen3-moe-fp8-hf",
+    "qwen3-nvfp4",
+    "qwen3-moe-nvfp4-ct",
 ];
 const TOLERANCE: f32 = 1e-3;
 

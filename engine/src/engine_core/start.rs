@@ -111,6 +111,7 @@ fn start_on<B: HybridOps>(
     let options = LoadOptions {
         load_format: config.load_format,
         mtp: config.speculative.is_some(),
+        requantize: config.requantize,
     };
     let loaded = Loaded {
         generation: dir.generation_config()?,
@@ -195,6 +196,7 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
         speculative: config.speculative,
     })?;
 
+    let weights = describe_weights(&model_config, config.requantize, &device_description);
     let info = ModelInfo {
         served_name: config.served_name.clone(),
         max_model_len,
@@ -207,6 +209,7 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
         device: device_description,
         kv_cache_blocks: plan.num_blocks - 1,
         block_size: plan.block_size,
+        weights,
     };
     let live = Arc::new(Live::new(config.max_num_seqs, config.max_queued_requests));
     if let Ok(mut s) = live.stats.lock() {
@@ -328,6 +331,40 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
         bytes: (num_blocks - 1) * per_block,
         state,
     })
+}
+
+/// The weights' formats in words: the checkpoint's quantization, the parts `--requantize`
+/// converted (ModelOpt's rounding for NVFP4), and, for NVFP4, how the device computes with it.
+pub fn describe_weights(
+    c: &crate::loader::ModelConfig,
+    requantize: crate::loader::Requantize,
+    device: &str,
+) -> String {
+    let checkpoint = match (&c.fp8, &c.nvfp4) {
+        (Some(f), _) => format!("fp8 ({}x{} block scales)", f.block[0], f.block[1]),
+        (_, Some(n)) => format!("nvfp4 ({})", n.describe()),
+        _ => c.dtype.clone().unwrap_or_else(|| "unquantized".into()),
+    };
+    let mut s = format!("checkpoint {checkpoint}");
+    if !requantize.is_empty() {
+        s.push_str(&format!(
+            "; re-quantized at load: {requantize} (NVFP4 with ModelOpt's rounding)"
+        ));
+    }
+    let nvfp4_parts = c.nvfp4.is_some()
+        || [
+            requantize.lm_head,
+            requantize.expert_gate_up,
+            requantize.expert_down,
+        ]
+        .contains(&Some(crate::loader::requantize::Target::Nvfp4));
+    if nvfp4_parts {
+        s.push_str(&format!(
+            "; NVFP4 weights dequantized at load for {device} (their exact values; packed \
+             NVFP4 kernels are not built yet)"
+        ));
+    }
+    s
 }
 
 /// Total memory from /proc/meminfo; 8 GiB where it cannot be read.

@@ -3,7 +3,8 @@
 //! Only what the model families we run need is read; unknown keys are ignored. Rotary settings
 //! are read from transformers 5's `rope_parameters` as well as the older top-level
 //! `rope_theta` + `rope_scaling`, since checkpoints on the Hub carry either. Qwen3-MoE's keys
-//! become [`MoeConfig`]; a `quantization_config` becomes [`Fp8Config`] (see `fp8.rs`).
+//! become [`MoeConfig`]; a `quantization_config` becomes [`Fp8Config`] (see `fp8.rs`) or
+//! [`Nvfp4Config`] (`nvfp4.rs`).
 
 use std::path::Path;
 
@@ -12,6 +13,7 @@ use serde_json::Value;
 
 use super::LoadError;
 use super::fp8::Fp8Config;
+use super::nvfp4::Nvfp4Config;
 
 /// Qwen3.5's mixture-of-experts architectures: every layer's MLP is sparse, with a shared
 /// expert, and no dense `intermediate_size`.
@@ -61,6 +63,34 @@ pub struct ModelConfig {
     pub moe: Option<MoeConfig>,
     /// Fine-grained FP8 weights (`quantization_config.quant_method = "fp8"`).
     pub fp8: Option<Fp8Config>,
+    /// NVFP4 weights (`quant_method` `"modelopt"` or `"compressed-tensors"`).
+    pub nvfp4: Option<Nvfp4Config>,
+}
+
+/// A `quantization_config`, validated: FP8 or NVFP4, or an error naming the key and the fix.
+pub fn parse_quantization(q: &Value) -> Result<(Option<Fp8Config>, Option<Nvfp4Config>), String> {
+    match Nvfp4Config::from_json(q) {
+        Some(nvfp4) => nvfp4.map(|c| (None, Some(c))),
+        None => Fp8Config::from_json(q).map(|c| (Some(c), None)),
+    }
+}
+
+/// The `quantization_config` of the checkpoint in `dir` (top level, or beside a multimodal
+/// `text_config`), if its `config.json` has one.
+pub fn quantization_of_model_dir(
+    dir: &Path,
+) -> Result<(Option<Fp8Config>, Option<Nvfp4Config>), LoadError> {
+    let path = dir.join("config.json");
+    if !path.is_file() {
+        return Ok((None, None));
+    }
+    parse_file(&path, |text| {
+        let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        match v.get("quantization_config") {
+            None | Some(Value::Null) => Ok((None, None)),
+            Some(q) => parse_quantization(q),
+        }
+    })
 }
 
 /// Qwen3-MoE's sparse MLP blocks: which layers have them and how tokens are routed.
@@ -224,11 +254,10 @@ impl ModelConfig {
         }
         let rope = parse_rope(&raw)?;
         let moe = parse_moe(&raw, &architecture)?;
-        let fp8 = raw
-            .quantization_config
-            .as_ref()
-            .map(Fp8Config::from_json)
-            .transpose()?;
+        let (fp8, nvfp4) = match &raw.quantization_config {
+            None | Some(Value::Null) => (None, None),
+            Some(q) => parse_quantization(q)?,
+        };
         Ok(Self {
             architecture,
             vocab_size: raw.vocab_size,
@@ -245,6 +274,7 @@ impl ModelConfig {
             dtype: raw.dtype.or(raw.torch_dtype),
             moe,
             fp8,
+            nvfp4,
         })
     }
 

@@ -12,8 +12,6 @@ use std::sync::LazyLock;
 
 use serde_json::Value;
 
-use super::LoadError;
-
 /// `quantization_config` of a fine-grained FP8 checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fp8Config {
@@ -30,7 +28,9 @@ impl Fp8Config {
             Some(other) => {
                 return Err(format!(
                     "quantization_config.quant_method {other:?} is not supported: this engine loads \
-                     unquantized checkpoints and fine-grained FP8 ones (quant_method \"fp8\")"
+                     unquantized checkpoints, fine-grained FP8 ones (quant_method \"fp8\") and \
+                     NVFP4 ones (quant_method \"modelopt\" with quant_algo \"NVFP4\", or \
+                     \"compressed-tensors\" in format \"nvfp4-pack-quantized\")"
                 ));
             }
             None => {
@@ -75,27 +75,6 @@ impl Fp8Config {
                  [128, 128] (per-tensor FP8 is not supported), found {}",
                 q.get("weight_block_size").unwrap_or(&Value::Null)
             )),
-        }
-    }
-
-    /// The `quantization_config` of the checkpoint in `dir`, if its `config.json` has one.
-    pub fn of_model_dir(dir: &std::path::Path) -> Result<Option<Self>, LoadError> {
-        let path = dir.join("config.json");
-        if !path.is_file() {
-            return Ok(None);
-        }
-        let bad = |message: String| LoadError::Config {
-            path: path.clone(),
-            message,
-        };
-        let text = std::fs::read_to_string(&path).map_err(|source| LoadError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let v: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-        match v.get("quantization_config") {
-            None | Some(Value::Null) => Ok(None),
-            Some(q) => Self::from_json(q).map(Some).map_err(bad),
         }
     }
 
@@ -192,7 +171,8 @@ pub fn dequantize_rows(weight: &[u8], cols: usize, scales: &[f32], col_block: us
     out
 }
 
-fn scales_f32(bytes: &[u8], dtype: ScaleDtype) -> Vec<f32> {
+/// Little-endian scales of `dtype` as f32 (the NVFP4 reader's global scales too).
+pub(crate) fn scales_f32(bytes: &[u8], dtype: ScaleDtype) -> Vec<f32> {
     match dtype {
         ScaleDtype::F32 => bytes
             .chunks_exact(4)

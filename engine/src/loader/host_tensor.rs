@@ -7,6 +7,8 @@ use std::borrow::Cow;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use super::nvfp4::GlobalRule;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DType {
     F32,
@@ -43,6 +45,16 @@ pub enum HostData<'a> {
     /// with bit 6 cleared (an e4m3 value up to ±1.875, never NaN), times [`random_fp8_scale`]
     /// so the values have standard deviation `std`; scales per 128 columns.
     RandomFp8 { seed: u64, std: f32 },
+    /// NVFP4 (`nvfp4.rs`): E2M1 values two a byte (row-major, the even element in the low
+    /// nibble), one E4M3 scale byte per 16 values of a row, and the tensor's stored global
+    /// scale repeated for every row (so parts with their own global concatenate by rows),
+    /// entering each block's scale by `rule`. The value is `e2m1 · rule(e4m3, global)`.
+    Nvfp4 {
+        packed: Cow<'a, [u8]>,
+        scales: Cow<'a, [u8]>,
+        globals: Vec<f32>,
+        rule: GlobalRule,
+    },
 }
 
 /// Columns an FP8 scale covers in [`HostData::RandomFp8`] (and on the CUDA backend).
@@ -139,6 +151,12 @@ impl HostTensor<'_> {
                 });
                 out
             }
+            HostData::Nvfp4 {
+                packed,
+                scales,
+                globals,
+                rule,
+            } => super::nvfp4::dequantize_rows(packed, scales, globals, *rule, self.cols()),
         }
     }
 
@@ -152,6 +170,11 @@ impl HostTensor<'_> {
         matches!(self.data, HostData::Fp8 { .. } | HostData::RandomFp8 { .. })
     }
 
+    /// Whether the data is NVFP4 (stored or re-quantized at load).
+    pub fn is_nvfp4(&self) -> bool {
+        matches!(self.data, HostData::Nvfp4 { .. })
+    }
+
     /// The same elements viewed as `shape` (row-major, so the data is untouched).
     pub fn reshaped(self, shape: Vec<usize>) -> Self {
         debug_assert_eq!(shape.iter().product::<usize>(), self.numel());
@@ -160,8 +183,9 @@ impl HostTensor<'_> {
 
     /// Stack 2-D tensors along rows (`[a, k] ++ [b, k] -> [a + b, k]`), as fused projections
     /// (q|k|v, gate|up) are stored. Raw data of one dtype stays raw, FP8 of one scale block
-    /// stays FP8; random parts of one scale stay a recipe (a dummy 8B model must not turn into
-    /// 18 GB of host floats); anything else becomes f32.
+    /// stays FP8, NVFP4 of one global-scale rule stays NVFP4; random parts of one scale stay a
+    /// recipe (a dummy 8B model must not turn into 18 GB of host floats); anything else
+    /// becomes f32.
     pub fn concat_rows(parts: &[HostTensor<'_>]) -> HostTensor<'static> {
         let cols = parts
             .first()
@@ -195,6 +219,14 @@ impl HostTensor<'_> {
             && parts.iter().all(|p| {
                 matches!(p.data, HostData::Fp8 { col_block, .. } if Some(col_block) == fp8_block)
             });
+        let nvfp4_rule = match parts.first().map(|p| &p.data) {
+            Some(HostData::Nvfp4 { rule, .. }) => Some(*rule),
+            _ => None,
+        };
+        let same_nvfp4 = nvfp4_rule.is_some()
+            && parts.iter().all(
+                |p| matches!(p.data, HostData::Nvfp4 { rule, .. } if Some(rule) == nvfp4_rule),
+            );
         let combined_seed = || {
             parts.iter().fold(0x5eed_u64, |h, p| match p.data {
                 HostData::Random { seed, .. } | HostData::RandomFp8 { seed, .. } => {
@@ -230,6 +262,27 @@ impl HostTensor<'_> {
                 bytes: Cow::Owned(bytes),
                 scales,
                 col_block: fp8_block.unwrap_or(FP8_COL_BLOCK),
+            }
+        } else if let (true, Some(rule)) = (same_nvfp4, nvfp4_rule) {
+            let (mut packed, mut scales, mut globals) = (Vec::new(), Vec::new(), Vec::new());
+            for p in parts {
+                if let HostData::Nvfp4 {
+                    packed: b,
+                    scales: s,
+                    globals: g,
+                    ..
+                } = &p.data
+                {
+                    packed.extend_from_slice(b);
+                    scales.extend_from_slice(s);
+                    globals.extend_from_slice(g);
+                }
+            }
+            HostData::Nvfp4 {
+                packed: Cow::Owned(packed),
+                scales: Cow::Owned(scales),
+                globals,
+                rule,
             }
         } else if same_raw {
             let dtype = first_dtype(parts).unwrap_or(DType::F32);

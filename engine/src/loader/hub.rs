@@ -103,6 +103,13 @@ pub enum HubError {
     },
     #[error("{0:?} is not a Hugging Face repository id (expected ORG/NAME)")]
     BadRepo(String),
+    /// The checkpoint's `config.json` (fetched first) is one `met` cannot load.
+    #[error("{repo}@{commit} cannot be served: {message}; nothing else was downloaded")]
+    Checkpoint {
+        repo: String,
+        commit: String,
+        message: String,
+    },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> HubError + 'a {
@@ -271,12 +278,22 @@ pub async fn fetch(
         return Ok(snapshot);
     }
 
+    // config.json first: a checkpoint met cannot load (an unknown architecture or
+    // quantization_config) is refused before its weights are fetched.
+    files.sort_by_key(|f| f != "config.json");
     let mut locked = BTreeMap::new();
     for file in &files {
         let entry = client
             .fetch_file(cfg, &dir, repo, &commit, file, progress)
             .await?;
         link(&dir, &snapshot, file, &entry.blob)?;
+        if file == "config.json" {
+            check_config(&snapshot.join(file)).map_err(|message| HubError::Checkpoint {
+                repo: repo.to_owned(),
+                commit: commit.clone(),
+                message,
+            })?;
+        }
         locked.insert(
             file.clone(),
             LockedFile {
@@ -293,6 +310,13 @@ pub async fn fetch(
     };
     write_lock(&dir, &lock)?;
     Ok(snapshot)
+}
+
+/// Whether `met` can load the checkpoint whose `config.json` is at `path`: its architecture
+/// and its `quantization_config` (FP8, NVFP4), as loading will read them.
+fn check_config(path: &Path) -> Result<(), String> {
+    let config = crate::loader::ModelConfig::from_file(path).map_err(|e| e.to_string())?;
+    config.check_architecture().map_err(|e| e.to_string())
 }
 
 /// The commit `revision` resolved to last time (or `revision` itself when it is one), if its

@@ -9,6 +9,8 @@ pub mod config;
 pub mod fp8;
 mod host_tensor;
 pub mod hub;
+pub mod nvfp4;
+pub mod requantize;
 mod safetensors_dir;
 
 use std::path::{Path, PathBuf};
@@ -16,6 +18,8 @@ use std::path::{Path, PathBuf};
 pub use config::{GenerationConfig, ModelConfig, MoeConfig};
 pub use fp8::Fp8Config;
 pub use host_tensor::{DType, FP8_COL_BLOCK, HostData, HostTensor, random_fp8_scale};
+pub use nvfp4::Nvfp4Config;
+pub use requantize::Requantize;
 pub use safetensors_dir::SafetensorsWeights;
 
 #[derive(Debug, thiserror::Error)]
@@ -42,11 +46,19 @@ pub enum LoadError {
         expected: Vec<usize>,
     },
     #[error(
-        "tensor {name} has dtype {dtype}, which is not supported (expected bf16, f16, f32, or F8_E4M3 in a fine-grained FP8 checkpoint)"
+        "tensor {name} has dtype {dtype}, which is not supported (expected bf16, f16, f32, F8_E4M3 in a fine-grained FP8 checkpoint, or U8 packed E2M1 in an NVFP4 one)"
     )]
     UnsupportedDtype { name: String, dtype: String },
     #[error("FP8 tensor {name}: {message}")]
     Fp8 { name: String, message: String },
+    #[error("NVFP4 tensor {name}: {message}")]
+    Nvfp4 { name: String, message: String },
+    #[error("cannot re-quantize {name} to {target} (--requantize): {message}")]
+    Requantize {
+        name: String,
+        target: &'static str,
+        message: String,
+    },
     #[error(
         "unsupported architecture {0:?} (architectures in config.json): this engine runs \
          {supported} (the *ForConditionalGeneration layouts text only)",
@@ -68,12 +80,18 @@ pub enum LoadFormat {
     Dummy,
 }
 
-/// The source of named tensors for a model's `load`.
-pub enum Weights {
+/// The source of named tensors for a model's `load`, and what to re-quantize on the way.
+pub struct Weights {
+    source: Source,
+    requantize: Requantize,
+}
+
+enum Source {
     Safetensors(SafetensorsWeights),
     /// Seeded random weights; norms are ones so activations stay in range. With `fp8` (the
     /// config has an FP8 `quantization_config`) the projections an FP8 checkpoint quantizes
     /// (`*_proj.weight` and the fused experts) are FP8 recipes, which a GPU draws on the device.
+    /// (An NVFP4 config draws plain random matrices: no backend keeps NVFP4 packed yet.)
     Dummy {
         seed: u64,
         fp8: bool,
@@ -82,28 +100,73 @@ pub enum Weights {
 
 impl Weights {
     pub fn open(dir: &Path, format: LoadFormat) -> Result<Self, LoadError> {
-        match format {
-            LoadFormat::Auto => Ok(Self::Safetensors(
-                SafetensorsWeights::open(dir)?.with_fp8(Fp8Config::of_model_dir(dir)?),
-            )),
-            LoadFormat::Dummy => Ok(Self::Dummy {
+        let (fp8, nvfp4) = config::quantization_of_model_dir(dir)?;
+        let source = match format {
+            LoadFormat::Auto => Source::Safetensors(
+                SafetensorsWeights::open(dir)?
+                    .with_fp8(fp8)
+                    .with_nvfp4(nvfp4),
+            ),
+            LoadFormat::Dummy => Source::Dummy {
                 seed: 0x006d_6574_7261_6c65,
-                fp8: Fp8Config::of_model_dir(dir)?.is_some(),
-            }),
+                fp8: fp8.is_some(),
+            },
+        };
+        Ok(Self {
+            source,
+            requantize: Requantize::default(),
+        })
+    }
+
+    /// Re-quantize the parts `plan` names as they are read (`requantize.rs`).
+    pub fn with_requantize(mut self, plan: Requantize) -> Self {
+        self.requantize = plan;
+        self
+    }
+
+    pub fn requantize(&self) -> Requantize {
+        self.requantize
+    }
+
+    /// The LM head of a model whose head is tied to its embedding `embed` (`[V, H]`), as its
+    /// own tensor when the plan re-quantizes the head (the embedding itself stays as it is);
+    /// `None` when the tied embedding serves as the head.
+    pub fn tied_head(
+        &self,
+        embed: &str,
+        shape: &[usize],
+    ) -> Result<Option<HostTensor<'_>>, LoadError> {
+        match self.requantize.lm_head {
+            None => Ok(None),
+            Some(_) => {
+                let t = self.read(embed, shape, TensorKind::Matrix)?;
+                self.requantize.apply("lm_head.weight", t).map(Some)
+            }
         }
     }
 
-    /// The tensor `name`, checked against `shape`. `kind` tells a dummy source what values
-    /// make sense (norm weights are ones, matrices small random numbers).
+    /// The tensor `name`, checked against `shape`, in the format the re-quantization plan
+    /// asks for. `kind` tells a dummy source what values make sense (norm weights are ones,
+    /// matrices small random numbers).
     pub fn get(
         &self,
         name: &str,
         shape: &[usize],
         kind: TensorKind,
     ) -> Result<HostTensor<'_>, LoadError> {
-        match self {
-            Self::Safetensors(w) => w.get(name, shape),
-            Self::Dummy { seed, fp8 } => Ok(HostTensor {
+        let t = self.read(name, shape, kind)?;
+        self.requantize.apply(name, t)
+    }
+
+    fn read(
+        &self,
+        name: &str,
+        shape: &[usize],
+        kind: TensorKind,
+    ) -> Result<HostTensor<'_>, LoadError> {
+        match &self.source {
+            Source::Safetensors(w) => w.get(name, shape),
+            Source::Dummy { seed, fp8 } => Ok(HostTensor {
                 shape: shape.to_vec(),
                 data: match kind {
                     TensorKind::Norm => HostData::Constant(1.0),
@@ -121,9 +184,9 @@ impl Weights {
     }
 
     pub fn contains(&self, name: &str) -> bool {
-        match self {
-            Self::Safetensors(w) => w.contains(name),
-            Self::Dummy { .. } => true,
+        match &self.source {
+            Source::Safetensors(w) => w.contains(name),
+            Source::Dummy { .. } => true,
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Memory-mapped safetensors files of one checkpoint: a single `model.safetensors`, or shards
-//! listed by `model.safetensors.index.json`. FP8 tensors are dequantized on the way out
-//! (`fp8.rs`).
+//! listed by `model.safetensors.index.json`. FP8 and NVFP4 tensors come out with their scales
+//! (`fp8.rs`, `nvfp4.rs`; `safetensors_dir/nvfp4.rs` reads the NVFP4 ones).
+
+mod nvfp4;
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
@@ -11,6 +13,7 @@ use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 
 use super::fp8::{self, Fp8Config, ScaleDtype};
+use super::nvfp4::{Nvfp4Config, Nvfp4Format};
 use super::{DType, HostData, HostTensor, LoadError};
 
 struct Entry {
@@ -28,6 +31,8 @@ pub struct SafetensorsWeights {
     tensors: HashMap<String, Entry>,
     /// The checkpoint's FP8 block size, if its config declares one.
     fp8: Option<Fp8Config>,
+    /// The checkpoint's NVFP4 format, if its config declares one.
+    nvfp4: Option<Nvfp4Config>,
 }
 
 impl SafetensorsWeights {
@@ -62,6 +67,7 @@ impl SafetensorsWeights {
             files,
             tensors,
             fp8: None,
+            nvfp4: None,
         })
     }
 
@@ -71,8 +77,25 @@ impl SafetensorsWeights {
         self
     }
 
+    /// Read U8 tensors as packed NVFP4 in `config`'s format (from `quantization_config`).
+    pub fn with_nvfp4(mut self, config: Option<Nvfp4Config>) -> Self {
+        self.nvfp4 = config;
+        self
+    }
+
+    /// Whether the checkpoint holds `name` (for compressed-tensors NVFP4, as `name_packed`).
     pub fn contains(&self, name: &str) -> bool {
-        self.tensors.contains_key(name)
+        self.tensors.contains_key(name) || self.packed_elsewhere(name)
+    }
+
+    /// A compressed-tensors checkpoint stores the weight `name` as `name_packed`.
+    fn packed_elsewhere(&self, name: &str) -> bool {
+        self.nvfp4
+            .as_ref()
+            .is_some_and(|c| c.format == Nvfp4Format::CompressedTensors)
+            && self
+                .tensors
+                .contains_key(&Nvfp4Format::CompressedTensors.packed_name(name))
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -81,6 +104,11 @@ impl SafetensorsWeights {
 
     /// The named tensor's bytes, borrowed from the map, after checking its shape and dtype.
     pub fn get(&self, name: &str, shape: &[usize]) -> Result<HostTensor<'_>, LoadError> {
+        if self.packed_elsewhere(name)
+            || self.tensors.get(name).is_some_and(|e| e.dtype == Dtype::U8)
+        {
+            return self.get_nvfp4(name, shape);
+        }
         let e = self
             .tensors
             .get(name)

@@ -119,9 +119,12 @@ impl<B: Backend> Qwen3<B> {
             layer_done(l + 1);
         }
         let embed = up(mat("model.embed_tokens.weight", &[c.vocab_size, h])?)?;
-        // A tied checkpoint may still carry lm_head.weight (a copy); untied ones must.
+        // A tied checkpoint may still carry lm_head.weight (a copy); untied ones must. A tied
+        // head is the embedding, unless --requantize gives the head its own format.
         let lm_head = if c.tie_word_embeddings {
-            None
+            w.tied_head("model.embed_tokens.weight", &[c.vocab_size, h])?
+                .map(up)
+                .transpose()?
         } else {
             Some(up(mat("lm_head.weight", &[c.vocab_size, h])?)?)
         };

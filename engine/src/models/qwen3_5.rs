@@ -362,8 +362,13 @@ impl<B: HybridOps> Qwen3_5<B> {
             &format!("{root}.embed_tokens.weight"),
             &[c.vocab_size, h],
         )?)?;
+        // A tied head is the embedding, unless --requantize gives the head its own format.
         let lm_head = if c.tie_word_embeddings {
-            None
+            let embed_name = format!("{root}.embed_tokens.weight");
+            match w.tied_head(&embed_name, &[c.vocab_size, h])? {
+                Some(head) => Some(up.t(head)?),
+                None => None,
+            }
         } else {
             Some(up.t(mat("lm_head.weight", &[c.vocab_size, h])?)?)
         };

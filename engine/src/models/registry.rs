@@ -13,7 +13,7 @@ use super::llama::{Llama, LlamaConfig};
 use super::qwen3::Qwen3;
 use super::qwen3_5::{Qwen3_5, Qwen3_5Config};
 use crate::backend::HybridOps;
-use crate::loader::{LoadError, LoadFormat, ModelDir, Weights};
+use crate::loader::{LoadError, LoadFormat, ModelDir, Requantize, Weights};
 
 /// A model family: one forward, one file (`docs/models.md` lists what runs where).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,12 +68,14 @@ pub trait WithModel<B: HybridOps> {
     fn run<M: Model<B> + 'static>(self, backend: B, model: M) -> Self::Output;
 }
 
-/// How to load: where the weights come from, and whether to load the MTP head too (the
-/// drafter of `--speculative`, in Qwen3.5/3.6 checkpoints only).
+/// How to load: where the weights come from, whether to load the MTP head too (the
+/// drafter of `--speculative`, in Qwen3.5/3.6 checkpoints only), and what to re-quantize on
+/// the way (`--requantize`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LoadOptions {
     pub load_format: LoadFormat,
     pub mtp: bool,
+    pub requantize: Requantize,
 }
 
 /// Load the checkpoint in `dir` onto `backend` with its family's constructor, calling
@@ -96,7 +98,11 @@ pub fn load<B: HybridOps, W: WithModel<B>>(
         );
     }
     let failed = || format!("failed to load {}", dir.root.display());
-    let weights = Weights::open(&dir.root, options.load_format)?;
+    if !options.requantize.is_empty() {
+        check_requantize(&config, options.requantize)?;
+    }
+    let weights =
+        Weights::open(&dir.root, options.load_format)?.with_requantize(options.requantize);
     match family {
         Family::Qwen3 => {
             let model = Qwen3::load_reporting(&backend, &config, &weights, layer_done)
@@ -125,6 +131,18 @@ pub fn load<B: HybridOps, W: WithModel<B>>(
             Ok(then.run(backend, model))
         }
     }
+}
+
+/// Refuse a `--requantize` plan the checkpoint gives no meaning to: experts of a model that
+/// has none.
+fn check_requantize(config: &crate::loader::ModelConfig, plan: Requantize) -> anyhow::Result<()> {
+    if (plan.expert_gate_up.is_some() || plan.expert_down.is_some()) && config.moe.is_none() {
+        bail!(
+            "--requantize {plan}: {} has no routed experts to re-quantize; drop the experts part",
+            config.architecture
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

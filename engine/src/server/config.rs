@@ -36,6 +36,8 @@ pub struct ServeFlags {
     pub device: Device,
     pub dtype: ComputeDtype,
     pub load_format: LoadFormat,
+    /// `--requantize`, parsed.
+    pub requantize: crate::loader::Requantize,
     pub max_seq_len: Option<usize>,
     /// `None`: [`default_max_batch_size`] for the device.
     pub max_batch_size: Option<usize>,
@@ -385,6 +387,7 @@ impl ServeFlags {
                 gpu_memory_utilization: self.gpu_memory_utilization,
                 served_name,
                 load_format: self.load_format,
+                requantize: self.requantize,
                 max_seq_len: self.max_seq_len,
                 max_num_seqs: max_batch_size,
                 max_num_batched_tokens,
@@ -454,6 +457,7 @@ mod tests {
             device: Device::Cpu,
             dtype: ComputeDtype::Auto,
             load_format: LoadFormat::Auto,
+            requantize: Default::default(),
             max_seq_len: None,
             max_batch_size: Some(8),
             max_num_batched_tokens: None,

@@ -257,6 +257,7 @@ mod tests {
 
     fn info() -> ModelInfo {
         ModelInfo {
+            weights: String::new(),
             served_name: "m".into(),
             max_model_len: 100,
             vocab_size: 50,

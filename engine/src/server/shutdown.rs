@@ -135,6 +135,7 @@ pub(super) async fn serve_until_drained(
         plan.tokens(),
         plan.bytes as f64 / (1 << 20) as f64,
     ));
+    say(&format!("met: weights: {}", info.weights));
     if let Some(st) = &plan.state {
         say(&format!(
             "met: recurrent state {} sequence slots + {} checkpoints (every {} tokens) of \

@@ -64,6 +64,7 @@ pub fn settings(config: &ServeConfig) -> Value {
             ComputeDtype::Float32 => "float32",
         },
         "load_format": match e.load_format { LoadFormat::Auto => "auto", LoadFormat::Dummy => "dummy" },
+        "requantize": e.requantize.to_string(),
         "max_seq_len": e.max_seq_len,
         "max_batch_size": e.max_num_seqs,
         "max_num_batched_tokens": e.max_num_batched_tokens,
@@ -109,6 +110,7 @@ pub async fn version(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
             "max_model_len": info.max_model_len,
             "kv_cache_blocks": info.kv_cache_blocks,
             "kv_cache_tokens": info.kv_cache_blocks * info.block_size,
+            "weights": info.weights,
         })
     });
     axum::Json(json!({

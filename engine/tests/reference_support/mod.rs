@@ -40,6 +40,22 @@ pub fn model_dir(name: &str) -> PathBuf {
     fixtures().join("models").join(name)
 }
 
+/// The error of loading the Qwen3 checkpoint in `dir` on the CPU (config, weights or model)
+/// as the user sees it; `dir` is removed.
+pub fn load_error(dir: &std::path::Path) -> String {
+    use metrale_engine::backend::CpuBackend;
+    use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
+    let result = (|| -> anyhow::Result<()> {
+        let md = ModelDir::open(dir)?;
+        let cfg = md.config()?;
+        let weights = Weights::open(dir, LoadFormat::Auto)?;
+        metrale_engine::models::qwen3::Qwen3::load(&CpuBackend::default(), &cfg, &weights)?;
+        Ok(())
+    })();
+    std::fs::remove_dir_all(dir).ok();
+    format!("{:#}", result.expect_err("loading must fail"))
+}
+
 /// `tests/fixtures/NAME.reference.json`, parsed.
 pub fn reference(name: &str) -> Reference {
     let path = fixtures().join(format!("{name}.reference.json"));

@@ -59,6 +59,7 @@ static void attn_tests() {
 
 #include "gdn_test.h"
 #include "skeleton_test.h"
+#include "nvfp4_test.h"
 
 int main() {
     // EMU_ONLY=NAME runs one group of cases (see each group's comment), then stops.
@@ -77,6 +78,7 @@ int main() {
         {"gemv", [] { t_gemv(1, 40, 64); t_gemv(1, 37, 2048); t_gemv(1, 21, 4096); t_gemv(1, 9, 2056); }},
         {"gemv_fp8", [] { t_gemv_fp8(1, 37, 2048); t_gemv_fp8(1, 40, 1024); t_gemv_fp8(8, 37, 2048); t_gemv_fp8(3, 20, 768); t_gemv_fp8(3, 13, 192); t_gemv_fp8(1, 16, 4096); t_gemv_fp8(9, 21, 128); t_gemv_fp8(45, 40, 256); t_gemv_fp8(64, 16, 192); }},
         {"moe", [] { moe_tests(); }},
+        {"nvfp4", [] { nvfp4_tests(); }},
     };
     if (const char* only = getenv("EMU_ONLY")) {
         for (const auto& [name, run] : groups)
@@ -109,6 +111,7 @@ int main() {
     moe_tests();
     skeleton_tests();
     t_fp8_decode();
+    nvfp4_tests();
     t_gemv_fp8(1, 40, 1024);
     t_gemv_fp8(1, 37, 2064);
     t_gemv_fp8(3, 13, 272);

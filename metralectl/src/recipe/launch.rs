@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::load::Entry;
 use super::resolve::{Location, locate};
-use super::schema::{Device, FlagValue, Recipe};
+use super::schema::{Device, ExpertProjection, FlagValue, Recipe, Requantize};
 
 /// `met serve` flags the recipe or the launcher sets; `serve.extra_args` may not repeat them.
 pub const MANAGED_FLAGS: &[(&str, &str)] = &[
@@ -31,10 +31,12 @@ pub const MANAGED_FLAGS: &[(&str, &str)] = &[
     ("--ssm-cache-slots", "serve.ssm_cache_slots"),
     ("--ssm-checkpoint-interval", "serve.ssm_checkpoint_interval"),
     ("--load-format", "serve.load_format"),
+    ("--requantize", "checkpoint.requantize"),
     ("--no-tui", "the launcher"),
 ];
 
-/// Environment variables through which the engine learns of `checkpoint.requantize`.
+/// Environment variables an older launcher set for `checkpoint.requantize` (which `met` never
+/// read); `serve.env` may not set them, so no recipe believes it re-quantizes through them.
 pub const REQUANTIZE_ENV_PREFIX: &str = "MET_REQUANTIZE_";
 
 /// Where the Hugging Face cache lives inside the container.
@@ -139,31 +141,50 @@ pub fn image_reference(recipe: &Recipe, version: &str) -> String {
     }
 }
 
-/// The engine's environment: `serve.env` plus what `checkpoint.requantize` asks for.
+/// The engine's environment: `serve.env`.
 pub fn engine_env(recipe: &Recipe) -> BTreeMap<String, String> {
-    let mut env = recipe.serve.env.clone();
-    if let Some(rq) = &recipe.checkpoint.requantize {
-        if let Some(q) = rq.lm_head {
-            env.insert(
-                format!("{REQUANTIZE_ENV_PREFIX}LM_HEAD"),
-                q.flag_value().to_owned(),
-            );
-        }
-        if let Some(q) = rq.experts {
-            env.insert(
-                format!("{REQUANTIZE_ENV_PREFIX}EXPERTS"),
-                q.flag_value().to_owned(),
-            );
-        }
-        if let Some(projections) = &rq.expert_projections {
-            let names: Vec<&str> = projections.iter().map(|p| p.flag_value()).collect();
-            env.insert(
-                format!("{REQUANTIZE_ENV_PREFIX}EXPERT_PROJECTIONS"),
-                names.join(","),
-            );
-        }
+    recipe.serve.env.clone()
+}
+
+/// `met serve --requantize`'s value for `[checkpoint.requantize]` (`lm_head=nvfp4,experts=…`),
+/// or the reason `met` cannot honour it. `validate.rs` refuses such recipes at load, so a
+/// recipe that loaded always has a value here.
+pub fn requantize_flag(rq: &Requantize) -> Result<String, String> {
+    let format = |q: super::schema::Quantization| match q.flag_value() {
+        f @ ("nvfp4" | "bf16") => Ok(f),
+        other => Err(format!("met re-quantizes to nvfp4 or bf16, not {other}")),
+    };
+    let mut parts = Vec::new();
+    if let Some(q) = rq.lm_head {
+        parts.push(format!("lm_head={}", format(q)?));
     }
-    env
+    if let Some(q) = rq.experts {
+        let f = format(q)?;
+        let mut p = rq.expert_projections.clone().unwrap_or_else(|| {
+            vec![
+                ExpertProjection::Gate,
+                ExpertProjection::Up,
+                ExpertProjection::Down,
+            ]
+        });
+        p.sort();
+        p.dedup();
+        use ExpertProjection::{Down, Gate, Up};
+        let part = match p.as_slice() {
+            [Gate, Up, Down] => "experts",
+            [Gate, Up] => "experts.gate_up",
+            [Down] => "experts.down",
+            _ => {
+                return Err(
+                    "met fuses each expert's gate and up projections into one matrix, so \
+                     expert_projections must list both or neither of \"gate\" and \"up\""
+                        .to_owned(),
+                );
+            }
+        };
+        parts.push(format!("{part}={f}"));
+    }
+    Ok(parts.join(","))
 }
 
 pub fn launch(entry: &Entry, le: &LaunchEnv) -> Launch {
@@ -327,6 +348,9 @@ fn serve_groups(
     }
     if let Some(f) = s.load_format {
         g.push(flag("--load-format", f.flag_value().into()));
+    }
+    if let Some(Ok(plan)) = recipe.checkpoint.requantize.as_ref().map(requantize_flag) {
+        g.push(flag("--requantize", plan));
     }
     if in_container {
         g.push(words(&["--no-tui"]));

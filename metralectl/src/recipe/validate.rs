@@ -2,7 +2,7 @@
 //! what is wrong and what to write instead.
 
 use super::error::RecipeError;
-use super::launch::{MANAGED_FLAGS, REQUANTIZE_ENV_PREFIX};
+use super::launch::{MANAGED_FLAGS, REQUANTIZE_ENV_PREFIX, requantize_flag};
 use super::schema::{Device, Recipe};
 
 /// Reports the first problem found in `recipe`, read from the file `label` whose name without
@@ -122,6 +122,10 @@ pub fn validate(recipe: &Recipe, stem: &str, label: &str) -> Result<(), RecipeEr
                 },
             )?;
         }
+        // What met serve --requantize can do: nvfp4 or bf16, gate and up together.
+        if let Err(why) = requantize_flag(rq) {
+            ensure(false, "checkpoint.requantize", &|| why.clone())?;
+        }
     }
 
     // Model shape.
@@ -234,7 +238,12 @@ pub fn validate(recipe: &Recipe, stem: &str, label: &str) -> Result<(), RecipeEr
         ensure(
             !key.starts_with(REQUANTIZE_ENV_PREFIX),
             "serve.env",
-            &|| format!("{key} is set from [checkpoint.requantize]; set it there instead"),
+            &|| {
+                format!(
+                    "{key} is not read by met; re-quantize with [checkpoint.requantize], which \
+                     passes met serve --requantize"
+                )
+            },
         )?;
     }
 

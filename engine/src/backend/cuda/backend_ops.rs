@@ -95,6 +95,17 @@ impl Backend for CudaBackend {
                 col_block,
             } => self.upload_fp8(&t.shape, bytes, scales, *col_block),
             HostData::RandomFp8 { seed, std } => self.random_fp8(&t.shape, *seed, *std),
+            // NVFP4 (a checkpoint's, or --requantize's): the CPU reference's dequantized values,
+            // widened to the compute type. Exact in bf16 (an E2M1 value times an E4M3 scale
+            // needs 5 significant bits) up to the global scale's product; the weight-only
+            // kernels that keep it packed (4.5 bits a weight) are issue 35's next step.
+            HostData::Nvfp4 { .. } => match self.compute {
+                DType::F32 => self.tensor_from_f32(&t.shape, &t.to_f32(), DType::F32),
+                _ => {
+                    let bytes = tensor::f32_to_bf16_bytes(&t.to_f32());
+                    self.tensor_from_bytes(&t.shape, DType::BF16, &bytes)
+                }
+            },
             HostData::Constant(c) => {
                 let mut out = self.alloc(&t.shape, self.compute)?;
                 self.fill_const(&mut out, *c)?;
