@@ -273,10 +273,13 @@ fn reasoning_stays_free_and_the_answer_follows_the_grammar() {
     assert!(text.starts_with("{\"n\": "), "{text:?}");
 }
 
+/// A grammar and the check every reply under it must pass.
+type Case = (Spec, fn(&str) -> bool);
+
 #[test]
 fn regex_choice_and_lark_hold_the_reply() {
     let d = demo();
-    let cases: [(Spec, fn(&str) -> bool); 3] = [
+    let cases: [Case; 3] = [
         (Spec::Regex("[a-z]{3}-[0-9]{2}".into()), |t| {
             let b = t.as_bytes();
             b.len() == 6
