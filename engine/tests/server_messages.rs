@@ -412,7 +412,7 @@ async fn forcing_a_call_without_a_parser_is_a_400_naming_the_flag() {
 fn unknown_parsers_fail_at_start() {
     let model = server_support::fixture_model();
     for (flag, value) in [
-        ("--tool-call-parser", "mistral"),
+        ("--tool-call-parser", "no-such-parser"),
         ("--reasoning-parser", "r1"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_met"))
