@@ -37,10 +37,11 @@ async fn structured_outputs_validate_through_the_openai_client() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forced_hermes_tool_calls_validate_through_both_clients() {
-    let s = demo(&["--tool-call-parser", "hermes"]).await;
-    // The Anthropic client appends `/v1/messages` itself.
+/// Forced calls (required, named, Anthropic `any`) under `parser`'s call grammar through both
+/// official clients, each parsed back by that parser (the Anthropic client appends
+/// `/v1/messages` itself).
+async fn forced_calls_validate(parser: &str) {
+    let s = demo(&["--tool-call-parser", parser]).await;
     run_python_client(
         "anthropic",
         "test_forced_tool_calls.py",
@@ -49,41 +50,26 @@ async fn forced_hermes_tool_calls_validate_through_both_clients() {
     .await;
 }
 
-/// Llama 3's JSON calls (issue 39): the same forced calls in its format, parsed back by
-/// `--tool-call-parser llama3_json`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forced_llama3_json_tool_calls_validate_through_both_clients() {
-    let s = demo(&["--tool-call-parser", "llama3_json"]).await;
-    run_python_client(
-        "anthropic",
-        "test_forced_tool_calls.py",
-        &[("METRALE_BASE_URL", s.url(""))],
-    )
-    .await;
+async fn forced_hermes_tool_calls_validate_through_both_clients() {
+    forced_calls_validate("hermes").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forced_qwen3_coder_tool_calls_validate_through_both_clients() {
-    let s = demo(&["--tool-call-parser", "qwen3_coder"]).await;
-    run_python_client(
-        "anthropic",
-        "test_forced_tool_calls.py",
-        &[("METRALE_BASE_URL", s.url(""))],
-    )
-    .await;
+    forced_calls_validate("qwen3_coder").await;
 }
 
-/// Mistral's `[TOOL_CALLS]name[ARGS]{...}` calls (issue 39), parsed back by
-/// `--tool-call-parser mistral`.
+/// Llama 3's JSON calls (issue 39).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_llama3_json_tool_calls_validate_through_both_clients() {
+    forced_calls_validate("llama3_json").await;
+}
+
+/// Mistral's `[TOOL_CALLS]name[ARGS]{...}` calls (issue 39).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forced_mistral_tool_calls_validate_through_both_clients() {
-    let s = demo(&["--tool-call-parser", "mistral"]).await;
-    run_python_client(
-        "anthropic",
-        "test_forced_tool_calls.py",
-        &[("METRALE_BASE_URL", s.url(""))],
-    )
-    .await;
+    forced_calls_validate("mistral").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -140,13 +140,16 @@ impl CudaBackend {
         // entries < pairs, so tokens perm / k < t); h % 64 == 0 (moe_plan's small_mma), so every
         // 16-byte load is inside its row and aligned; rows past i read row i - 1 of their half
         // and are not written; block rows past the active count return; 8 warps (the kernel's
-        // launch bounds).
+        // launch bounds); _any: the dynamic shared memory its staged x rows need (any_smem).
         // _any: 64 j a block (8 a warp) and the chunk's x rows in shared memory, else 16.
         let per_block = if any { 64 } else { 16 };
         let mut c = cfg((dim(i.div_ceil(per_block), "fused_moe")?, experts), threads);
         if any {
             c.shared_mem_bytes = any_smem(h);
-            gate_up_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
+            // Past 48 KB a block a kernel must opt in (as launch_mma does).
+            if c.shared_mem_bytes as usize > 48 * 1024 {
+                gate_up_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
+            }
         }
         unsafe {
             gate_up_kernel.launch(self, c, args)?;
