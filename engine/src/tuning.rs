@@ -76,6 +76,10 @@ pub struct GemmTuning {
     pub gemm_tune: bool,
     /// Decode-sized FP8 GEMMs run on tensor cores (`gemv_fp8_mma*`).
     pub fp8_gemv_mma: bool,
+    /// bf16 `matmul` of 2-8 rows runs on tensor cores (`gemv_bf16_mma`), not cuBLAS.
+    pub bf16_gemv_mma: bool,
+    /// The MTP head drafts through an FP8 copy of a bf16 LM head (`Backend::draft_head`).
+    pub fp8_draft_head: bool,
     /// `matmul` with an FP8 weight and more than 32 rows runs the tensor-core kernel.
     pub fp8_matmul_mma: bool,
 }

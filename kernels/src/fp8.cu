@@ -183,6 +183,29 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
     }
 }
 
+// gemv_bf16_mma (M <= 8, K % 64 == 0, sm_80+): gemv_fp8_mma for bf16 weights (fp8_mma_tiles'
+// BF16W build: a lane loads its 16 elements of each weight row as two 16-byte loads, no scale),
+// for the 2-8-row products cuBLAS serves slowly: an MTP verify step's rows (k + 1 a sequence)
+// and small decode batches on bf16 weights (blas.rs's matmul_op; one row keeps gemv_m1).
+extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
+    gemv_bf16_mma(float* out, const bf16* x, const bf16* w, int m_total, int n_total, int k) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int n0 = blockIdx.x * 16;
+    const u64 r0 = (u64)min(n0 + g, n_total - 1), r1 = (u64)min(n0 + g + 8, n_total - 1);
+    const unsigned char* const rows[1][2] = {
+        {(const unsigned char*)(w + r0 * k), (const unsigned char*)(w + r1 * k)}};
+    const float* const scs[1][2] = {{nullptr, nullptr}};
+    const bf16* const xrows[1] = {g < m_total ? x + (u64)g * k : nullptr};
+    float acc[1][1][4] = {};
+    fp8_mma_tiles<1, 1, 4, true, true>(acc, rows, scs, xrows, k, true);
+    if (!fp8_mma_reduce<1>(&acc[0][0][0])) return;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int n = n0 + g + 8 * (i >> 1), m = 2 * t + (i & 1);
+        if (n < n_total && m < m_total) out[(u64)m * n_total + n] = acc[0][0][i];
+    }
+}
+
 // gemv_fp8_mma_many (any M, K % 64 == 0, sm_80+): gemv_fp8_mma for decode batches of more than
 // 8 rows, 32 rows (four B tiles sharing each widened weight slice) a chunk, the chunks one after
 // another in the block (each after the first reads the block's 16 weight rows again, from L2).

@@ -43,7 +43,7 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
     pdl_start();
     __shared__ float best_v[ARGMAX_THREADS];
     __shared__ u32 best_i[ARGMAX_THREADS];
-    const float* row = x + (u64)rows[blockIdx.y] * vocab;
+    const float* row = x + (u64)(rows ? rows[blockIdx.y] : blockIdx.y) * vocab;
     const int chunk = (vocab + (int)gridDim.x - 1) / (int)gridDim.x;
     const int lo = (int)blockIdx.x * chunk, hi = min(vocab, lo + chunk);
     float v = NEG_INF;
@@ -77,12 +77,11 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
     }
 }
 
-// One warp a row (grid: rows): the row's `splits` partial bests, then the answer (0 for a row
-// with no number, and for a NaN in column 0, as the host's scan from column 0 gives).
-extern "C" __global__ void argmax_final_f32(u32* out, const float* part_v, const u32* part_i,
-                                            const float* x, const u32* rows, int vocab,
-                                            int splits) {
-    pdl_start();
+// One warp a row (grid: rows): the row's `splits` partial bests folded, then the answer (0 for
+// a row with no number, and for a NaN in column 0, as the host's scan from column 0 gives), in
+// every lane. rows == null: row r of the grid is row r of x (both kernels).
+__device__ __forceinline__ u32 argmax_fold(const float* part_v, const u32* part_i, const float* x,
+                                           const u32* rows, int vocab, int splits) {
     const int lane = threadIdx.x & 31;
     const u64 base = (u64)blockIdx.x * splits;
     float v = NEG_INF;
@@ -101,8 +100,31 @@ extern "C" __global__ void argmax_final_f32(u32* out, const float* part_v, const
             idx = oi;
         }
     }
-    if (lane == 0) {
-        const float first = x[(u64)rows[blockIdx.x] * vocab];
-        out[blockIdx.x] = (idx == ARGMAX_NONE || first != first) ? 0u : idx;
-    }
+    const float first = x[(u64)(rows ? rows[blockIdx.x] : blockIdx.x) * vocab];
+    return (idx == ARGMAX_NONE || first != first) ? 0u : idx;
+}
+
+extern "C" __global__ void argmax_final_f32(u32* out, const float* part_v, const u32* part_i,
+                                            const float* x, const u32* rows, int vocab,
+                                            int splits) {
+    pdl_start();
+    const u32 id = argmax_fold(part_v, part_i, x, rows, vocab, splits);
+    if ((threadIdx.x & 31) == 0) out[blockIdx.x] = id;
+}
+
+// A chained MTP pass's drafts (CudaBackend::argmax_ids): the ids as exact f32 values (a
+// vocabulary is far below 2^24), an f32 tensor's row that the next pass's feed_token_ids reads.
+extern "C" __global__ void argmax_final_ids_f32(float* out, const float* part_v,
+                                                const u32* part_i, const float* x, const u32* rows,
+                                                int vocab, int splits) {
+    pdl_start();
+    const u32 id = argmax_fold(part_v, part_i, x, rows, vocab, splits);
+    if ((threadIdx.x & 31) == 0) out[blockIdx.x] = (float)id;
+}
+
+// The next chained pass's token ids (its batch's array) from argmax_final_ids_f32's row.
+extern "C" __global__ void feed_token_ids(u32* token_ids, const float* ids, int n) {
+    pdl_start();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) token_ids[i] = (u32)ids[i];
 }

@@ -357,6 +357,32 @@ impl Ops<'_> {
         Ok(())
     }
 
+    /// `matmul` of a random x `[m, k]` (type `xd`) and a random weight `[n, k]` of the path's
+    /// weight type against the CPU, at GEMM tolerance; `note` ends the case's name.
+    fn matmul_case(
+        &mut self,
+        (m, k, n): (usize, usize, usize),
+        xd: DType,
+        note: &str,
+    ) -> Result<()> {
+        let case = format!(
+            "x {} [{m}, {k}] · w {} [{n}, {k}]ᵀ{note}",
+            dt(xd),
+            dt(self.wd())
+        );
+        self.run("matmul", &case, |s| {
+            let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
+            let x_c = s.as_gemm_operand(x_c);
+            let (w_d, w_c) = s.random(&[n, k], 0.05, s.wd())?;
+            let mut out_d = s.cuda.zeros(&[m, n])?;
+            let mut out_c = s.cpu.zeros(&[m, n])?;
+            s.cuda.matmul(&mut out_d, &x_d, &w_d)?;
+            s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
+            s.check("matmul", &case, Tol::GEMM, &out_d, &out_c)?;
+            Ok(())
+        })
+    }
+
     fn matmuls(&mut self) -> Result<()> {
         for (m, k, n, xd) in [
             (1, 4096, 12_288, DType::BF16),
@@ -369,18 +395,7 @@ impl Ops<'_> {
             (0, 64, 1536, DType::BF16),
         ] {
             let xd = self.act(xd);
-            let case = format!("x {} [{m}, {k}] · w {} [{n}, {k}]ᵀ", dt(xd), dt(self.wd()));
-            self.run("matmul", &case, |s| {
-                let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
-                let x_c = s.as_gemm_operand(x_c);
-                let (w_d, w_c) = s.random(&[n, k], 0.05, s.wd())?;
-                let mut out_d = s.cuda.zeros(&[m, n])?;
-                let mut out_c = s.cpu.zeros(&[m, n])?;
-                s.cuda.matmul(&mut out_d, &x_d, &w_d)?;
-                s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
-                s.check("matmul", &case, Tol::GEMM, &out_d, &out_c)?;
-                Ok(())
-            })?;
+            self.matmul_case((m, k, n), xd, "")?;
         }
         // FP8 weights: up to 128 rows (k % 64 == 0) the tensor-core GEMVs (gemv_fp8_mma to 8
         // rows, gemv_fp8_mma_many in chunks of 32 beyond), else up to 32 rows the CUDA-core
@@ -796,5 +811,10 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.attention()?;
     ops.silu_and_rows()?;
     ops.softmax_and_sample()?;
-    ops.gelu_tanh()
+    ops.gelu_tanh()?;
+    if ops.fp32() {
+        return Ok(()); // f32 weights take cuBLAS's f32 GEMM
+    }
+    ops.gemv_bf16_mma()?;
+    ops.draft_head()
 }

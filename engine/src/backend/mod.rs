@@ -193,6 +193,14 @@ pub use cpu::hybrid::DeltaHeads;
 pub type ForwardMany<'a, B> =
     dyn FnMut(&<B as Backend>::Batch) -> Result<Vec<<B as Backend>::Tensor>> + 'a;
 
+/// Chained forwards for [`Backend::graph_chain`]: pass `i` on batch `i`, reading the inputs
+/// (the backend's copies of the caller's tensors).
+pub type ChainForward<'a, B> = dyn FnMut(
+        &[&<B as Backend>::Batch],
+        &[<B as Backend>::Tensor],
+    ) -> Result<Vec<<B as Backend>::Tensor>>
+    + 'a;
+
 /// One Gated DeltaNet layer's parameters for [`Backend::gated_delta_net`]; the tensors are
 /// f32 ([`Backend::upload_f32`]).
 pub struct GdnLayer<'a, T> {
@@ -536,6 +544,13 @@ pub trait Backend: Send + Sync + 'static {
     /// The sequences (`SampleRow::seq`) that will not be sampled again: a backend frees what
     /// it keeps for them (the CUDA sampler's penalty states). Forgetting is always safe.
     fn end_sequences(&self, _seqs: &[u64]) {}
+    /// A copy of an LM head (`[vocab, hidden]`) in fewer bytes, for the MTP head's drafts
+    /// only (the CUDA backend: FP8, half of bf16's bytes), or `None` to draft on the head
+    /// itself (the CPU reference). Drafts only choose what the target verifies with its own
+    /// head, so a rounded copy can change how many are accepted, never the output.
+    fn draft_head(&self, _head: &Self::Tensor) -> Result<Option<Self::Tensor>> {
+        Ok(None)
+    }
 
     /// Keep `rows` block tables of `width` blocks on the device from step to step, so a step
     /// sends only what changed ([`Backend::write_block_tables`]) and batches name rows
@@ -583,5 +598,49 @@ pub trait Backend: Send + Sync + 'static {
         _forward: &mut ForwardMany<'_, Self>,
     ) -> Result<Option<Vec<Self::Tensor>>> {
         Ok(None)
+    }
+    /// Forwards chained on the device (the MTP head's drafts: each pass's token ids are the
+    /// argmax of the pass before, [`Backend::argmax_ids`] then [`Backend::feed_tokens`]) as
+    /// one replayed graph, captured on the first chain of its shape. `hosts[i]` is pass `i`'s
+    /// batch (a fed pass's token ids are placeholders); `inputs` are copied into the graph's
+    /// own buffers before each replay, so they may be another graph's outputs. `None` means
+    /// "run the passes yourself"; the outputs are views the next replay of the shape
+    /// overwrites.
+    fn graph_chain(
+        &self,
+        _hosts: &[BatchInputs],
+        _inputs: &[&Self::Tensor],
+        _outputs: usize,
+        _forward: &mut ChainForward<'_, Self>,
+    ) -> Result<Option<Vec<Self::Tensor>>> {
+        Ok(None)
+    }
+    /// Row `row` of `ids` (`[passes, R]` f32) := the argmax of each row of `logits` (`[R,
+    /// vocab]` f32; lowest index on ties, the sampler's greedy rule), as exact f32 values, on
+    /// the device. For [`Backend::graph_chain`]'s passes; the CPU never chains.
+    fn argmax_ids(
+        &self,
+        _ids: &mut Self::Tensor,
+        _row: usize,
+        _logits: &Self::Tensor,
+    ) -> Result<()> {
+        Err(BackendError::Shape {
+            op: "argmax_ids",
+            message: format!(
+                "the {} backend chains no forwards on the device",
+                self.name()
+            ),
+        })
+    }
+    /// `batch`'s token ids := row `row` of `ids` (as [`Backend::argmax_ids`] wrote it; one id
+    /// a row of the batch), on the device.
+    fn feed_tokens(&self, _batch: &Self::Batch, _ids: &Self::Tensor, _row: usize) -> Result<()> {
+        Err(BackendError::Shape {
+            op: "feed_tokens",
+            message: format!(
+                "the {} backend chains no forwards on the device",
+                self.name()
+            ),
+        })
     }
 }

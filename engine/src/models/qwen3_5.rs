@@ -126,7 +126,10 @@ pub struct Qwen3_5<B: Backend = CpuBackend> {
     mtp: Option<MtpHead<B>>,
     norm: B::Tensor,            // [H], 1 + w
     lm_head: Option<B::Tensor>, // [V, H]; None when tied
-    rope: RopeTables,           // partial: the first `rotary_dim` channels of a head
+    /// The head the MTP drafts read where the backend keeps a smaller copy
+    /// (`Backend::draft_head`); None: the head itself.
+    draft_head: Option<B::Tensor>,
+    rope: RopeTables, // partial: the first `rotary_dim` channels of a head
     num_linear: usize,
     num_full: usize,
 }
@@ -372,6 +375,12 @@ impl<B: HybridOps> Qwen3_5<B> {
         } else {
             Some(up.t(mat("lm_head.weight", &[c.vocab_size, h])?)?)
         };
+        let draft_head = match &mtp {
+            Some(_) => backend
+                .draft_head(lm_head.as_ref().unwrap_or(&embed))
+                .map_err(Up::<B>::err)?,
+            None => None,
+        };
         let (inv_freq, scale) = c.rope.inv_freq(c.head_dim);
         Ok(Self {
             config: config.clone(),
@@ -380,6 +389,7 @@ impl<B: HybridOps> Qwen3_5<B> {
             mtp,
             norm: up.plus_one(norm(&format!("{root}.norm.weight"), h)?)?,
             lm_head,
+            draft_head,
             rope: RopeTables {
                 rotary_dim: 2 * inv_freq.len(),
                 inv_freq,
@@ -641,7 +651,8 @@ impl<B: HybridOps> Model<B> for Qwen3_5<B> {
         self.run_layer(b, &m.layer, &mut f, host, batch, kv, None)?;
         // The head's output, normed: the next draft's hidden input and its logits.
         b.rms_norm(&mut f.xn, &f.x, &m.norm, eps)?;
-        let logits = lm_head_logits(b, &f.xn, host, batch, self.head())?;
+        let head = self.draft_head.as_ref().unwrap_or(self.head());
+        let logits = lm_head_logits(b, &f.xn, host, batch, head)?;
         let mut rows = b.zeros(&[host.logits_rows.len(), h])?;
         b.gather_rows(&mut rows, &f.xn, batch)?;
         Ok((logits, rows))

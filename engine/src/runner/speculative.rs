@@ -237,6 +237,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         pass: TargetPass<B::Tensor>,
         out: &mut RunnerOutput,
     ) -> Result<()> {
+        let null_row = self.null_row;
         let (backend, model, kv, spec) = self.speculating()?;
         let bs = kv.block_size;
 
@@ -297,11 +298,6 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 logits_rows: from.iter().copied().collect(),
             })
             .collect();
-        let host = BatchInputs::build(bs, &chunks);
-        let batch = backend.prepare_batch(&host)?;
-        let (logits, mut hidden) = model.mtp_forward(backend, &host, &batch, &pass.hidden, kv)?;
-        let mut tokens = argmax_rows(backend, &logits)?;
-
         // 3. Chain the head on its own output: draft k + 1 at the position after draft k, for
         // the sequences whose blocks reach that far; the others ride along on the null block.
         let proposing: Vec<(usize, usize)> = draft_from
@@ -309,13 +305,6 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             .enumerate()
             .filter_map(|(i, f)| f.map(|r| (i, step.seqs[i].start_pos + r)))
             .collect();
-        if tokens.len() != proposing.len() {
-            return Err(spec_err(format!(
-                "the head gave {} drafts for {} sequences",
-                tokens.len(),
-                proposing.len()
-            )));
-        }
         let wanted: Vec<usize> = proposing
             .iter()
             .map(|&(i, last)| {
@@ -325,10 +314,44 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 s.propose.min(reach.max(1))
             })
             .collect();
+        let longest = wanted.iter().copied().max().unwrap_or(0);
+        // Every pass as one replayed graph where the backend chains on the device: a verify
+        // step's shape, every sequence proposing, tables kept on the device.
+        if let Some(null) = null_row.filter(|_| {
+            backend.graph_buckets().is_some()
+                && uniform_verify(step)
+                && proposing.len() == step.seqs.len()
+                && longest > 0
+        }) {
+            let plan = Chain {
+                step,
+                chunks: &chunks,
+                proposing: &proposing,
+                wanted: &wanted,
+                null,
+                bs,
+            };
+            if let Some(drafts) = plan.run(backend, model, kv, &pass.hidden)? {
+                for (&(i, _), d) in proposing.iter().zip(drafts) {
+                    out.seqs[i].drafts.extend(d);
+                }
+                return Ok(());
+            }
+        }
+        let host = BatchInputs::build(bs, &chunks);
+        let batch = backend.prepare_batch(&host)?;
+        let (logits, mut hidden) = model.mtp_forward(backend, &host, &batch, &pass.hidden, kv)?;
+        let mut tokens = argmax_rows(backend, &logits)?;
+        if tokens.len() != proposing.len() {
+            return Err(spec_err(format!(
+                "the head gave {} drafts for {} sequences",
+                tokens.len(),
+                proposing.len()
+            )));
+        }
         for (&(i, _), &t) in proposing.iter().zip(&tokens) {
             out.seqs[i].drafts.push(t);
         }
-        let longest = wanted.iter().copied().max().unwrap_or(0);
         for k in 1..longest {
             let rows: Vec<[u32; 1]> = tokens.iter().map(|&t| [t]).collect();
             let chunks: Vec<SeqChunk<'_>> = proposing
@@ -362,6 +385,98 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             }
         }
         Ok(())
+    }
+}
+
+/// A step's MTP passes as one chain on the device ([`Backend::graph_chain`]): the first over
+/// every row of every chunk, then one row a proposing sequence per further draft, each fed
+/// the argmax of the pass before without a host round trip.
+struct Chain<'a> {
+    step: &'a SchedulerOutput,
+    /// The first pass's chunks (every row, logits at each sequence's last accepted row).
+    chunks: &'a [SeqChunk<'a>],
+    /// (sequence, position of its last accepted row), every sequence of the step.
+    proposing: &'a [(usize, usize)],
+    /// Drafts each proposing sequence wants (at least 1).
+    wanted: &'a [usize],
+    /// The backend's null table row (a rider's).
+    null: u32,
+    bs: usize,
+}
+
+impl Chain<'_> {
+    /// Each proposing sequence's drafts, or `None` where the backend replays no chain (the
+    /// caller runs the passes itself).
+    fn run<B: Backend, M: Model<B>>(
+        &self,
+        backend: &B,
+        model: &M,
+        kv: &mut KvStorage<B>,
+        hidden: &B::Tensor,
+    ) -> Result<Option<Vec<Vec<u32>>>> {
+        let longest = self.wanted.iter().copied().max().unwrap_or(0);
+        let width = super::graph_width(self.chunks);
+        let first = super::block_tables::step_batch(
+            Some(self.null),
+            self.step,
+            self.bs,
+            self.chunks,
+            width,
+        );
+        let mut hosts = vec![first];
+        for k in 1..longest {
+            let (fed, rows): (Vec<SeqChunk<'_>>, Vec<u32>) = self
+                .proposing
+                .iter()
+                .zip(self.wanted)
+                .map(|(&(i, last), &w)| {
+                    let s = &self.step.seqs[i];
+                    // Riders (no draft k) sit on the null block: nobody reads it.
+                    let (start_pos, block_table, row) = match k < w {
+                        true => (last + k, &s.block_ids[..], s.table.slot),
+                        false => (0, &[0u32][..], self.null),
+                    };
+                    let chunk = SeqChunk {
+                        tokens: &[0], // fed on the device
+                        start_pos,
+                        block_table,
+                        logits_rows: vec![0],
+                    };
+                    (chunk, row)
+                })
+                .unzip();
+            hosts.push(BatchInputs::build_on_rows(self.bs, &fed, width, &rows));
+        }
+        for host in &hosts {
+            super::check_replay_inputs(host, model.vocab_size(), kv)?;
+        }
+        let n = self.proposing.len();
+        let chained = backend.graph_chain(&hosts, &[hidden], 1, &mut |batches, inputs| {
+            let (logits, mut h) =
+                model.mtp_forward(backend, &hosts[0], batches[0], &inputs[0], kv)?;
+            let mut ids = backend.zeros(&[longest, n])?;
+            backend.argmax_ids(&mut ids, 0, &logits)?;
+            for k in 1..longest {
+                backend.feed_tokens(batches[k], &ids, k - 1)?;
+                let (logits, next) = model.mtp_forward(backend, &hosts[k], batches[k], &h, kv)?;
+                h = next;
+                backend.argmax_ids(&mut ids, k, &logits)?;
+            }
+            Ok(vec![ids])
+        })?;
+        let Some(ids) = chained.and_then(|v| v.into_iter().next()) else {
+            return Ok(None);
+        };
+        let ids = backend.to_host(&ids)?;
+        let mut drafts = vec![Vec::new(); n];
+        for (k, row) in ids.chunks(n).enumerate() {
+            for ((d, &w), &t) in drafts.iter_mut().zip(self.wanted).zip(row) {
+                if k < w {
+                    d.push(t as u32);
+                }
+            }
+        }
+        Ok(Some(drafts))
     }
 }
 

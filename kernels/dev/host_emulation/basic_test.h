@@ -455,6 +455,26 @@ void t_softmax(int R, int V) {
     }
 }
 
+// The chained MTP passes' argmax: no row list (row j is x's row j), the ids as f32, then fed
+// into a batch's u32 token ids: the same ids as argmax_final_f32 with the identity list.
+void t_argmax_ids(int R, int V) {
+    std::vector<float> x(R * V);
+    for (auto& v : x) v = U(8);
+    x[1 * V + 3] = 100; x[1 * V + 7] = 100;  // a tie: the lower index
+    std::vector<u32> rows(R), want(R);
+    for (int r = 0; r < R; ++r) rows[r] = r;
+    const unsigned splits = 3;
+    argmax_rows(want, x, rows, V, splits);
+    std::vector<float> pv(R * splits), ids(2 * R, -1.f);
+    std::vector<u32> pi(R * splits), fed(R, 12345u);
+    launch({splits, (unsigned)R}, {512}, [&] { argmax_part_f32(pv.data(), pi.data(), x.data(), nullptr, V); });
+    launch({(unsigned)R}, {32}, [&] { argmax_final_ids_f32(ids.data() + R, pv.data(), pi.data(), x.data(), nullptr, V, (int)splits); });
+    launch({1}, {256}, [&] { feed_token_ids(fed.data(), ids.data() + R, R); });
+    int bad = 0;
+    for (int r = 0; r < R; ++r) bad += (fed[r] != want[r]) + (ids[R + r] != (float)want[r]) + (ids[r] != -1.f);
+    report("argmax_final_ids_f32 + feed_token_ids = argmax_final_f32", bad + (want[1] != 3), 0);
+}
+
 void t_misc() {
     int T = 7, I = 50; std::vector<float> gu(T*2*I); for (auto& v : gu) v = U(4);
     std::vector<bf16> o(T*I);

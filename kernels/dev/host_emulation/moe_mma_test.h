@@ -191,6 +191,23 @@ void t_fp8_decode() {
     report("e4m3_scaled = e4m3 * scale (bits)", bad, 0);
 }
 
+// gemv_bf16_mma (2-8 rows, K % 64 == 0) against a double reference of the same bf16 values.
+void t_gemv_bf16_mma(int M, int N, int K) {
+    std::vector<bf16> x(M * K), w(N * K);
+    for (auto& v : x) v = B(U(1));
+    for (auto& v : w) v = B(U(0.05f));
+    std::vector<float> out(M * N, NAN);
+    launch({(unsigned)((N + 15) / 16)}, {256}, [&] { gemv_bf16_mma(out.data(), x.data(), w.data(), M, N, K); });
+    double worst = 0;
+    for (int m = 0; m < M; ++m) for (int n = 0; n < N; ++n) {
+        double r = 0, a = 0;
+        for (int k = 0; k < K; ++k) { const double p = (double)F(x[m*K+k]) * F(w[n*K+k]); r += p; a += std::fabs(p); }
+        worst = std::max(worst, std::isnan(out[m*N+n]) ? 1e9 : std::fabs(out[m*N+n] - r) / (1e-6 + a));
+    }
+    char name[64]; snprintf(name, 64, "gemv_bf16_mma M%d N%d K%d", M, N, K);
+    report(name, worst, 1e-6);
+}
+
 void t_gemv_fp8(int M, int N, int K) {
     const int per_row = (K + 127) / 128;
     std::vector<bf16> x(M * K);

@@ -71,11 +71,12 @@ int main() {
         {"tables", [] { t_write_kv(); t_block_table_write(); }},
         {"router", [] { router_tests(); }},
         {"skeleton", [] { skeleton_tests(); }},
-        {"argmax", [] { t_softmax(2, 3000); t_argmax_nan_first(); }},
+        {"argmax", [] { t_softmax(2, 3000); t_argmax_nan_first(); t_argmax_ids(5, 3000); }},
         {"sample", [] { t_sample_noise(); t_sample_prepare(3000, false); t_sample_prepare(1537, true); t_sample_state(3000, false); t_sample_state(1537, true); t_sample_gumbel(1000); t_sample_candidates(1024, {1, 1000, 1024}); }},
         {"moe_mma", [] { moe_mma_tests(); }},
         {"moe_f32", [] { moe_f32_tests(); }},
         {"gemv", [] { t_gemv(1, 40, 64); t_gemv(1, 37, 2048); t_gemv(1, 21, 4096); t_gemv(1, 9, 2056); }},
+        {"gemv_bf16_mma", [] { t_gemv_bf16_mma(4, 40, 256); t_gemv_bf16_mma(2, 1, 64); t_gemv_bf16_mma(8, 37, 1024); t_gemv_bf16_mma(3, 16, 2048); }},
         {"gemv_fp8", [] { t_gemv_fp8(1, 37, 2048); t_gemv_fp8(1, 40, 1024); t_gemv_fp8(8, 37, 2048); t_gemv_fp8(3, 20, 768); t_gemv_fp8(3, 13, 192); t_gemv_fp8(1, 16, 4096); t_gemv_fp8(9, 21, 128); t_gemv_fp8(45, 40, 256); t_gemv_fp8(64, 16, 192); }},
         {"moe", [] { moe_tests(); }},
         {"nvfp4", [] { nvfp4_tests(); }},
@@ -114,6 +115,7 @@ int main() {
     nvfp4_tests();
     t_gemv_fp8(1, 40, 1024);
     t_gemv_fp8(1, 37, 2064);
+    t_gemv_bf16_mma(4, 40, 256); t_gemv_bf16_mma(2, 1, 64); t_gemv_bf16_mma(8, 37, 1024);
     t_gemv_fp8(3, 13, 272);
     t_gemv_fp8(8, 9, 2064);
     t_gemv_fp8(2, 11, 200);
@@ -134,6 +136,7 @@ int main() {
     t_misc();
     t_sample_noise();
     t_argmax_nan_first();
+    t_argmax_ids(5, 3000);
     gdn_tests();
     gdn_decode_tests();
     t_sample_prepare(3000, false);

@@ -354,6 +354,10 @@ impl Backend for CudaBackend {
         self.sample_op(logits, rows)
     }
 
+    fn draft_head(&self, head: &CudaTensor) -> Result<Option<CudaTensor>> {
+        self.draft_head_op(head)
+    }
+
     fn end_sequences(&self, seqs: &[u64]) {
         self.end_sequences_op(seqs);
     }
@@ -377,5 +381,23 @@ impl Backend for CudaBackend {
         forward: &mut ForwardMany<'_, CudaBackend>,
     ) -> Result<Option<Vec<CudaTensor>>> {
         self.graph_forward_op(batch_inputs, outputs, forward)
+    }
+
+    fn graph_chain(
+        &self,
+        hosts: &[BatchInputs],
+        inputs: &[&CudaTensor],
+        outputs: usize,
+        forward: &mut ChainForward<'_, CudaBackend>,
+    ) -> Result<Option<Vec<CudaTensor>>> {
+        self.graph_chain_op(hosts, inputs, outputs, forward)
+    }
+
+    fn argmax_ids(&self, ids: &mut CudaTensor, row: usize, logits: &CudaTensor) -> Result<()> {
+        self.argmax_ids_op(ids, row, logits)
+    }
+
+    fn feed_tokens(&self, batch: &CudaBatch, ids: &CudaTensor, row: usize) -> Result<()> {
+        self.feed_tokens_op(batch, ids, row)
     }
 }

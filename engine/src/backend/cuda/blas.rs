@@ -91,6 +91,17 @@ impl Drop for Blas {
 pub(super) const GEMV_MAX_ROWS: usize = crate::tuning::registry::GEMV_MAX_ROWS;
 /// Warps of a GEMV block (GEMV_WARPS in gemv.cu): one output column each.
 const GEMV_WARPS: usize = 8;
+/// Most rows `gemv_bf16_mma` takes (one B tile of the mma).
+const BF16_MMA_MAX_ROWS: usize = 8;
+/// The largest weight (elements) `gemv_bf16_mma` takes. At 4 rows on the H200 (an MTP verify
+/// step of Qwen3.6-35B-A3B) it beat cuBLAS on small weights (the router, 256 × 2048: 4.4
+/// against 7.1 µs; 4096 × 2048: 7.7 against about 10) and lost on large ones (12352 × 2048:
+/// 19.7 against 18.7 µs; the 248k-row head: 331 against 253), where its loads keep fewer
+/// bytes in flight than cuBLAS's tiles.
+const BF16_MMA_MAX_WEIGHTS: usize = 4096 * 2048;
+/// Warps of a `gemv_bf16_mma` block (FP8_MMA_WARPS in prelude/fp8_mma.cuh), which owns 16
+/// output columns.
+const BF16_MMA_WARPS: usize = 8;
 
 /// The parameters of the bf16 GEMVs (`gemv_*`): out, x, w, n, k.
 type GemvArgs = (u64, u64, u64, i32, i32);
@@ -253,6 +264,38 @@ impl CudaBackend {
         Ok(true)
     }
 
+    /// Whether a bf16 product of `m` rows over `k` columns into `n` takes `gemv_bf16_mma`: 2 to
+    /// 8 rows of a weight of at most BF16_MMA_MAX_WEIGHTS (where cuBLAS is latency-bound and the
+    /// CUDA-core GEMV slower), k % 64 == 0, sm_80+, the tuning's `gemm.bf16_gemv_mma`.
+    fn bf16_gemv_mma(&self, m: usize, n: usize, k: usize) -> bool {
+        self.tuning().gemm.bf16_gemv_mma
+            && (2..=BF16_MMA_MAX_ROWS).contains(&m)
+            && n * k <= BF16_MMA_MAX_WEIGHTS
+            && k.is_multiple_of(64)
+            && self.info.compute_capability >= (8, 0)
+    }
+
+    /// `out[m, n] = Σ_k x[m, k] · w[n, k]` on tensor cores, for what `bf16_gemv_mma` admits.
+    fn gemv_bf16_mma(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        (m, n, k): (i32, i32, i32),
+    ) -> Result<()> {
+        let s = &self.stream;
+        let (o, xp, wp) = (out.ptr(s), x.ptr(s), w.ptr(s));
+        let blocks = super::elementwise::dim((n as usize).div_ceil(16), "matmul")?;
+        let config = super::elementwise::cfg((blocks, 1), (32 * BF16_MMA_WARPS) as u32);
+        // SAFETY: out is [m, n] f32, x [m, k] and w [n, k] bf16 (matmul_op's checks); m <= 8,
+        // the B tile's columns (x rows past m read as zeros and are not written); k % 64 == 0,
+        // so each lane's two 16-byte loads of a 64-column slice of a row are inside it and
+        // aligned (allocations 256-byte aligned, rows 2k bytes); a block of BF16_MMA_WARPS warps
+        // per 16 output columns, rows past n read row n - 1 and are not written; sm_80+
+        // (bf16_gemv_mma).
+        unsafe { kernels::gemv_bf16_mma.launch(self, config, (o, xp, wp, m, n, k)) }
+    }
+
     /// Launches one of a GEMV family (`family[m - 1]`): one warp an output column `n`.
     fn launch_gemv(
         &self,
@@ -372,6 +415,9 @@ impl CudaBackend {
         let x = self.as_bf16(x, &mut narrowed)?;
         if m <= self.gemv_max_rows() && k % 8 == 0 {
             return self.gemv(out, x, w, (mi, ni, ki));
+        }
+        if self.bf16_gemv_mma(m, n, k) {
+            return self.gemv_bf16_mma(out, x, w, (mi, ni, ki));
         }
         let ops = self.gemm_operands(out, x, w)?;
         let s = &self.stream;

@@ -70,7 +70,7 @@ struct Captured {
 /// What fixes a graph's launches: sequences, rows, block-table width, state saves (a verify
 /// step's), outputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct Key {
+pub(super) struct Key {
     seqs: usize,
     rows: usize,
     blocks: usize,
@@ -105,6 +105,34 @@ pub(super) struct Graphs {
     pub(super) enabled: bool,
     captured: HashMap<Key, Captured>,
     failed: HashSet<Key>,
+    /// Chained forwards (`graph_chain.rs`), keyed by their passes' keys and inputs' shapes.
+    pub(super) chains: HashMap<ChainKey, CapturedChain>,
+    pub(super) chains_failed: HashSet<ChainKey>,
+}
+
+/// What fixes a chain graph's launches: each pass's batch shape, the inputs' shapes, outputs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct ChainKey {
+    pub(super) passes: Vec<Key>,
+    pub(super) inputs: Vec<(Vec<usize>, DType)>,
+}
+
+impl ChainKey {
+    pub(super) fn of(hosts: &[BatchInputs], inputs: &[&CudaTensor], outputs: usize) -> Self {
+        Self {
+            passes: hosts.iter().map(|h| Key::of(h, outputs)).collect(),
+            inputs: inputs.iter().map(|t| (t.shape.clone(), t.dtype)).collect(),
+        }
+    }
+}
+
+/// A captured chain: its graph, each pass's batch buffer, the buffers its inputs are copied
+/// into before a replay (its own, so the caller's may sit in the arena), and its outputs.
+pub(super) struct CapturedChain {
+    pub(super) graph: CudaGraph,
+    pub(super) batches: Vec<CudaBatch>,
+    pub(super) inputs: Vec<CudaTensor>,
+    pub(super) outputs: Vec<CudaTensor>,
 }
 
 // SAFETY: a CUDA graph may be used from any thread as long as calls on it are serialised; the
@@ -129,6 +157,8 @@ impl CudaBackend {
         let mut g = self.graphs.lock().unwrap_or_else(PoisonError::into_inner);
         g.captured.clear();
         g.failed.clear();
+        g.chains.clear();
+        g.chains_failed.clear();
     }
 
     /// Graphs captured so far, for logs and checks.
@@ -240,11 +270,10 @@ impl CudaBackend {
         forward: &mut ForwardMany<'_, CudaBackend>,
     ) -> Result<Captured> {
         let batch = CudaBatch::new(&self.stream, host, None, kept)?.for_graph();
-        // 1. Eagerly, counting what the forward allocates (this also loads every kernel and
-        //    uploads the rotary table, neither of which a capture may do). Writing the step's
-        //    keys and values twice is harmless, moving a recurrent state on twice is not: this
-        //    pass runs with every state plan a padding row's, which moves none.
-        let counting = if host.states.is_empty() {
+        // The counting pass (`record`'s step 1) runs too: writing the step's keys and values
+        // twice is harmless, moving a recurrent state on twice is not, so it runs with every
+        // state plan a padding row's, which moves none.
+        let counting_batch = if host.states.is_empty() {
             None
         } else {
             Some(
@@ -252,8 +281,30 @@ impl CudaBackend {
                     .for_graph(),
             )
         };
+        let (graph, out) = self.record(g, outputs, &mut |counting| match counting {
+            true => forward(counting_batch.as_ref().unwrap_or(&batch)),
+            false => forward(&batch),
+        })?;
+        Ok(Captured {
+            graph,
+            batch,
+            outputs: out,
+        })
+    }
+
+    /// Steps 1 to 3 of a capture (`run(true)`: the eager pass that counts what the forward
+    /// allocates; `run(false)`: the forward to record) and the outputs' checks: the graph and
+    /// its outputs, in the arena, f32 first. Drops every graph cut from an arena it outgrows.
+    pub(super) fn record(
+        &self,
+        g: &mut Graphs,
+        outputs: usize,
+        run: &mut dyn FnMut(bool) -> Result<Vec<CudaTensor>>,
+    ) -> Result<(CudaGraph, Vec<CudaTensor>)> {
+        // 1. Eagerly, counting what the forward allocates (this also loads every kernel and
+        //    uploads the rotary table, neither of which a capture may do).
         self.set_arena_mode(ArenaMode::Count);
-        let eager = forward(counting.as_ref().unwrap_or(&batch));
+        let eager = run(true);
         let need = self.set_arena_mode(ArenaMode::Off);
         drop(eager?);
         // 2. An arena that holds it. Graphs carved from a smaller one go.
@@ -261,6 +312,7 @@ impl CudaBackend {
             let mut arena = self.arena.lock().unwrap_or_else(PoisonError::into_inner);
             if arena.size() < need {
                 g.captured.clear();
+                g.chains.clear();
                 self.stream.synchronize().map_err(dev_err("synchronize"))?;
                 arena.memory = None;
                 let m = self
@@ -277,7 +329,7 @@ impl CudaBackend {
             .stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
             .map_err(dev_err("beginning a graph capture"));
-        let out = begun.and_then(|()| forward(&batch));
+        let out = begun.and_then(|()| run(false));
         // Always end a begun capture, so the stream is usable whatever happened.
         let graph = self
             .stream
@@ -292,19 +344,16 @@ impl CudaBackend {
         let in_arena = out.iter().all(|t| matches!(t.buf, Storage::Arena(_)));
         if out.len() != outputs || !in_arena || out.first().is_none_or(|t| t.dtype != DType::F32) {
             return Err(BackendError::Device(format!(
-                "the captured forward gave {} outputs, not {outputs} in the arena with f32 logits                  first",
+                "the captured forward gave {} outputs, not {outputs} in the arena with f32 \
+                 logits first",
                 out.len()
             )));
         }
-        Ok(Captured {
-            graph,
-            batch,
-            outputs: out,
-        })
+        Ok((graph, out))
     }
 
     /// Another handle on an arena tensor (valid until the next replay overwrites it).
-    fn arena_view(&self, t: &CudaTensor) -> CudaTensor {
+    pub(super) fn arena_view(&self, t: &CudaTensor) -> CudaTensor {
         let ptr = t.ptr(&self.stream);
         // SAFETY: `t` is carved from the arena, which stays allocated while its graphs exist;
         // the view never frees it (ManuallyDrop).

@@ -32,6 +32,7 @@ mod gdn_decode;
 mod gdn_kernels;
 mod gemm_tune;
 mod graph;
+mod graph_chain;
 mod hybrid;
 mod launch;
 mod moe;
@@ -60,7 +61,8 @@ pub use tensor::{CudaTensor, DType};
 pub(crate) use super::cpu::shape_err;
 use super::sampling::{SampleRow, Sampled};
 use super::{
-    Backend, BackendError, BatchInputs, Feature, ForwardMany, Result, RopeTables, TableWrite,
+    Backend, BackendError, BatchInputs, ChainForward, Feature, ForwardMany, Result, RopeTables,
+    TableWrite,
 };
 use crate::loader::{DType as HostDType, HostData, HostTensor};
 use blas::Blas;

@@ -311,6 +311,22 @@ impl CudaBackend {
         Ok(true)
     }
 
+    /// The MTP drafts' FP8 copy of a bf16 LM head (`Backend::draft_head`): `quant_fp8`'s
+    /// rows, which `matmul` reads as an FP8 weight (`gemv_fp8_m1` at one row: half the bytes
+    /// of the bf16 head, the largest read of a draft). `None` when the tuning's
+    /// `gemm.fp8_draft_head` is off, the head is not bf16 or the GPU lacks the kernel.
+    pub(super) fn draft_head_op(&self, head: &CudaTensor) -> Result<Option<CudaTensor>> {
+        let fits = self.tuning().gemm.fp8_draft_head
+            && head.dtype == DType::BF16
+            && head.shape.len() == 2
+            && head.cols().is_multiple_of(64)
+            && self.info.compute_capability >= Module::MoeMma.min_compute_capability();
+        if !fits {
+            return Ok(None);
+        }
+        self.quant_fp8(head).map(Some)
+    }
+
     /// x (f32 or bf16, [rows, k]) as e4m3 with one scale per row and 128 columns: an FP8
     /// tensor (the weights' layout).
     fn quant_fp8(&self, x: &CudaTensor) -> Result<CudaTensor> {

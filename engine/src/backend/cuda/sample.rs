@@ -49,7 +49,7 @@ pub(super) type DevicePenaltyStates = PenaltyStates<CudaSlice<u32>>;
 type SyncedStates = (Vec<Option<RowState>>, Option<CudaSlice<u32>>);
 
 /// Threads of an argmax_part_f32 block (ARGMAX_THREADS in softmax.cu).
-const ARGMAX_THREADS: u32 = 512;
+pub(super) const ARGMAX_THREADS: u32 = 512;
 /// Logits an argmax_part_f32 block scans at least, and the most blocks a row.
 const ARGMAX_BLOCK_COLS: usize = 2048;
 const ARGMAX_MAX_SPLITS: usize = 64;
@@ -71,7 +71,7 @@ const CHUNK_ROWS: usize = 64;
 
 /// Blocks argmax_part_f32 splits a row of `vocab` logits over: about ARGMAX_BLOCK_COLS a
 /// block, at least 1 and at most ARGMAX_MAX_SPLITS.
-fn argmax_splits(vocab: usize) -> usize {
+pub(super) fn argmax_splits(vocab: usize) -> usize {
     (vocab / ARGMAX_BLOCK_COLS).clamp(1, ARGMAX_MAX_SPLITS)
 }
 

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use crate::backend::Result;
 
 /// Element type of a [`CudaTensor`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     BF16,
     F32,

@@ -46,4 +46,6 @@ kernels! {
     Softmax [log_softmax_f32] (x: *mut f32, vocab: i32);
     Softmax [argmax_part_f32] (part_v: *mut f32, part_i: *mut u32, x: *const f32, rows: *const u32, vocab: i32);
     Softmax [argmax_final_f32] (out: *mut u32, part_v: *const f32, part_i: *const u32, x: *const f32, rows: *const u32, vocab: i32, splits: i32);
+    Softmax [argmax_final_ids_f32] (out: *mut f32, part_v: *const f32, part_i: *const u32, x: *const f32, rows: *const u32, vocab: i32, splits: i32);
+    Softmax [feed_token_ids] (token_ids: *mut u32, ids: *const f32, n: i32);
 }
