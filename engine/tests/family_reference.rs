@@ -231,3 +231,76 @@ fn batched_matches<M: Model<CpuBackend>>(name: &str, model: &M, reference: &Refe
         }
     }
 }
+
+/// The error of loading the checkpoint in `dir` through the registry on the CPU, as `met`
+/// prints it; `dir` is removed.
+fn registry_error(dir: &std::path::Path) -> String {
+    struct Loaded;
+    impl WithModel<CpuBackend> for Loaded {
+        type Output = ();
+        fn run<M: Model<CpuBackend> + 'static>(self, _backend: CpuBackend, _model: M) {}
+    }
+    let result = ModelDir::open(dir)
+        .map_err(anyhow::Error::from)
+        .and_then(|md| {
+            registry::load(
+                CpuBackend::default(),
+                &md,
+                LoadOptions::default(),
+                &mut |_| {},
+                Loaded,
+            )
+        });
+    std::fs::remove_dir_all(dir).ok();
+    format!("{:#}", result.expect_err("loading must fail"))
+}
+
+/// A copy of fixture `name` in a fresh directory, with `config.json` edited by `edit`.
+fn edited_copy(name: &str, tag: &str, edit: impl Fn(&mut serde_json::Value)) -> std::path::PathBuf {
+    let from = model_dir(name);
+    let dir = std::env::temp_dir().join(format!("met-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for entry in std::fs::read_dir(&from).expect("fixture") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(&path, dir.join(path.file_name().expect("name"))).expect("copy");
+    }
+    let text = std::fs::read_to_string(dir.join("config.json")).expect("config");
+    let mut config: serde_json::Value = serde_json::from_str(&text).expect("json");
+    edit(&mut config);
+    std::fs::write(dir.join("config.json"), config.to_string()).expect("write");
+    dir
+}
+
+/// Bad gpt-oss checkpoints fail at load with a sentence that names the problem.
+#[test]
+fn broken_gpt_oss_checkpoints_are_refused_by_name() {
+    // An MXFP4 config over bf16 experts: the packed tensors are missing.
+    let dir = edited_copy("gpt-oss-bf16", "mxfp4-config", |c| {
+        c["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"});
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("MXFP4 tensor model.layers.0.mlp.experts.gate_up_proj")
+            && e.contains("gate_up_proj_blocks")
+            && e.contains("missing"),
+        "{e}"
+    );
+    // Experts wider than the checkpoint's: the shapes are named.
+    let dir = edited_copy("gpt-oss-mxfp4", "mxfp4-shape", |c| {
+        c["intermediate_size"] = serde_json::json!(96);
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("gate_up_proj_blocks") && e.contains("[4, 192, 2, 16]"),
+        "{e}"
+    );
+    // A layer type this engine does not run.
+    let dir = edited_copy("gpt-oss-bf16", "layer-type", |c| {
+        c["layer_types"][1] = serde_json::json!("chunked_attention");
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("chunked_attention") && e.contains("layer_types"),
+        "{e}"
+    );
+}

@@ -135,6 +135,22 @@ fn load_experts<'w>(
     ])
 }
 
+/// Refuse, before any weight is read, a backend without gpt-oss's ops, naming them and the
+/// device that runs them.
+fn check_device(
+    name: &str,
+    supports: impl Fn(Feature) -> bool,
+    architecture: &str,
+) -> std::result::Result<(), LoadError> {
+    if supports(Feature::GptOss) {
+        return Ok(());
+    }
+    Err(LoadError::UnsupportedOnDevice(format!(
+        "gpt-oss ({architecture}) needs attention sinks, biased projections and clamped-SwiGLU \
+         experts, which the {name} backend does not run yet: serve it with --device cpu"
+    )))
+}
+
 impl<B: Backend> GptOss<B> {
     /// Load the checkpoint's weights onto `backend`, calling `layer_done(n)` after the n-th
     /// decoder layer.
@@ -146,14 +162,7 @@ impl<B: Backend> GptOss<B> {
     ) -> std::result::Result<Self, LoadError> {
         let c = &config.base;
         check_backend(backend, c)?;
-        if !backend.supports(Feature::GptOss) {
-            return Err(LoadError::UnsupportedOnDevice(format!(
-                "gpt-oss ({}) needs attention sinks, biased projections and clamped-SwiGLU \
-                 experts, which the {} backend does not run yet: serve it with --device cpu",
-                c.architecture,
-                backend.name()
-            )));
-        }
+        check_device(backend.name(), |f| backend.supports(f), &c.architecture)?;
         let (h, hd, nh, nkv, i, e) = (
             c.hidden_size,
             c.head_dim,
@@ -340,6 +349,25 @@ mod tests {
             split_interleaved(&v, 4, 1),
             [1.0, 2.0, 10.0, 20.0, 3.0, 4.0, 30.0, 40.0]
         );
+    }
+
+    /// What CUDA answers today: the model, the ops, the backend and the device that runs it.
+    #[test]
+    fn a_backend_without_the_ops_refuses_by_name() {
+        let e = check_device("cuda", |_| false, "GptOssForCausalLM")
+            .expect_err("refused")
+            .to_string();
+        for part in [
+            "GptOssForCausalLM",
+            "attention sinks",
+            "cuda",
+            "--device cpu",
+        ] {
+            assert!(e.contains(part), "{part}: {e}");
+        }
+        let cpu = crate::backend::CpuBackend::default();
+        check_device(cpu.name(), |f| cpu.supports(f), "GptOssForCausalLM")
+            .expect("the cpu runs it");
     }
 
     #[test]

@@ -127,14 +127,16 @@ pub(super) fn clamped_swiglu(g: f32, u: f32, alpha: f32, limit: f32) -> f32 {
     (u + 1.0) * (g / (1.0 + (-g * alpha).exp()))
 }
 
+/// `act(out [n, I], gate_up [n, 2·I], I)`: what runs between an expert's two products.
+type Activation = dyn Fn(&mut [f32], &[f32], usize) + Sync;
+
 /// The expert weights and what runs between their two products.
 struct Experts<'a> {
     gate_up: &'a [f32], // [E, 2·I, H]
     down: &'a [f32],    // [E, H, I]
     /// `[E, 2·I]` and `[E, H]`, added after each product (gpt-oss).
     biases: Option<(&'a [f32], &'a [f32])>,
-    /// `act(out [n, I], gate_up [n, 2·I], I)`.
-    act: &'a (dyn Fn(&mut [f32], &[f32], usize) + Sync),
+    act: &'a Activation,
 }
 
 /// Run every expert over the tokens routed to it and sum the weighted outputs into `out`.

@@ -32,7 +32,8 @@ impl SafetensorsWeights {
             let e = self.tensors.get(&tensor).ok_or_else(|| {
                 err(format!(
                     "its {what} {tensor} (U8 {want:?}) is missing from the checkpoint (an MXFP4 \
-                     checkpoint stores each expert projection as _blocks and _scales)"
+                     checkpoint stores each expert projection as _blocks and _scales; if this \
+                     one's experts are bf16, remove quantization_config from config.json)"
                 ))
             })?;
             if e.dtype != Dtype::U8 {
