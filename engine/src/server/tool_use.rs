@@ -76,7 +76,10 @@ impl ReplyPlan {
     /// Where a grammar on the reply starts: after the reasoning section, if there is one.
     pub fn think(&self) -> Think {
         match self.reasoning {
-            None => Think::Off,
+            // Harmony's reasoning is a message of its own, not a `<think>` section the
+            // grammar could let through: a constrained reply starts at the constrained text
+            // (which the parser reads as the answer, having no channel header).
+            None | Some(ReasoningFormat::Harmony) => Think::Off,
             Some(_) if self.reasoning_open => Think::Open,
             Some(_) if self.reasoning_closed => Think::Off,
             Some(_) => Think::Optional,
