@@ -55,8 +55,8 @@ false\t''"
 complete -c met -n "__fish_met_using_subcommand serve" -l api-key -d 'Require `Authorization: Bearer KEY` on the API (not on /health, /ready, /metrics)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l max-queued-requests -d 'Requests waiting for a batch slot beyond this are refused with 429 and Retry-After (a request that gets a free slot at once never counts; `n` choices count once)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l request-timeout -d 'Abort a request running longer than this many seconds (400 `request_timeout`, which clients do not retry, or an error event when streaming)' -r
-complete -c met -n "__fish_met_using_subcommand serve" -l tool-call-parser -d 'Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3), llama3_json (Llama 3.1+) or mistral' -r
-complete -c met -n "__fish_met_using_subcommand serve" -l reasoning-parser -d 'Split `<think>…</think>` into reasoning: qwen3' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l tool-call-parser -d 'Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3), llama3_json (Llama 3.1+), mistral or openai (gpt-oss)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l reasoning-parser -d 'Split reasoning from the answer: qwen3 (`<think>…</think>`) or openai_gptoss (gpt-oss)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l num-gpu-blocks-override -d 'Exactly this many KV cache blocks, whatever the memory would allow (for tests and reproducing memory pressure)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l ssm-cache-slots -d 'Hybrid (linear-attention) models: recurrent-state slots, one per running sequence; a request waits for a free one [default: --max-batch-size]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l ssm-checkpoint-slots -d 'Hybrid models with --enable-prefix-caching: recurrent-state checkpoints kept for prefix reuse, least recently used evicted first [default: --ssm-cache-slots]' -r

@@ -189,17 +189,18 @@ impl ChatTemplate {
                 }
                 _ => None,
             };
+            // transformers drops a message's keys whose value is null (`content: null` beside
+            // tool calls, as OpenAI clients send it): templates see them absent, not None.
             jinja_messages.push(match (joined, message) {
-                (Some(text), Value::Object(fields)) => {
-                    JinjaValue::from_pairs(fields.iter().map(|(k, v)| {
-                        let v = if k == "content" {
-                            JinjaValue::from(text.as_str())
-                        } else {
-                            to_jinja(v)
+                (joined, Value::Object(fields)) => JinjaValue::from_pairs(
+                    fields.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| {
+                        let v = match (&joined, k.as_str()) {
+                            (Some(text), "content") => JinjaValue::from(text.as_str()),
+                            _ => to_jinja(v),
                         };
                         (k.as_str(), v)
-                    }))
-                }
+                    }),
+                ),
                 _ => to_jinja(message),
             });
         }

@@ -158,10 +158,10 @@ pub struct ServeArgs {
     /// Do not show the terminal dashboard.
     #[arg(long)]
     pub no_tui: bool,
-    /// Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3), llama3_json (Llama 3.1+) or mistral.
+    /// Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3), llama3_json (Llama 3.1+), mistral or openai (gpt-oss).
     #[arg(long, value_name = "PARSER")]
     pub tool_call_parser: Option<String>,
-    /// Split `<think>…</think>` into reasoning: qwen3.
+    /// Split reasoning from the answer: qwen3 (`<think>…</think>`) or openai_gptoss (gpt-oss).
     #[arg(long, value_name = "PARSER")]
     pub reasoning_parser: Option<String>,
     /// Exactly this many KV cache blocks, whatever the memory would allow (for tests and

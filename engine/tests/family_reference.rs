@@ -1,10 +1,11 @@
-//! The CPU reference backend against transformers for Llama 3, Mistral and Gemma 3 (issue 39):
-//! tiny random checkpoints and what transformers 5 computed for them in float32
-//! (`tests/fixtures/make_family_fixtures.py`), loaded through the registry as `met` loads them.
-//! Sequences reach 130 tokens, past every fixture's sliding window (16).
+//! The CPU reference backend against transformers for Llama 3, Mistral, Gemma 3 and gpt-oss
+//! (issue 39): tiny random checkpoints and what transformers 5 computed for them in float32
+//! (`tests/fixtures/make_family_fixtures.py`, `make_gpt_oss_fixtures.py`), loaded through the
+//! registry as `met` loads them. Sequences reach 130 tokens, past every fixture's sliding
+//! window (16).
 
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, SeqChunk};
-use metrale_engine::loader::ModelDir;
+use metrale_engine::loader::{ModelDir, SafetensorsWeights};
 use metrale_engine::models::Model;
 use metrale_engine::models::registry::{self, LoadOptions, WithModel};
 use metrale_engine::score::{score, top_k_of};
@@ -12,12 +13,14 @@ mod reference_support;
 
 use reference_support::{Reference, model_dir, reference};
 
-const FIXTURES: [&str; 5] = [
+const FIXTURES: [&str; 7] = [
     "llama3-gqa-untied",
     "llama3-mha-tied",
     "mistral-sliding",
     "gemma3-sliding",
     "gemma3-wide-window",
+    "gpt-oss-bf16",
+    "gpt-oss-mxfp4",
 ];
 const TOLERANCE: f32 = 1e-3;
 
@@ -80,8 +83,39 @@ fn greedy_continuation_is_identical() {
 /// (the window is per sequence).
 #[test]
 fn batched_equals_one_at_a_time() {
-    for name in ["mistral-sliding", "gemma3-sliding"] {
+    for name in ["mistral-sliding", "gemma3-sliding", "gpt-oss-bf16"] {
         with_fixture(name, Check::Batched);
+    }
+}
+
+/// The MXFP4 experts as the loader decodes them, value for value, against what transformers'
+/// own `convert_moe_packed_tensors` made of the same bytes (a few rows of expert 0 of layer 0,
+/// in the checkpoint's out × in orientation).
+#[test]
+fn mxfp4_decode_is_transformers() {
+    let path = model_dir("gpt-oss-mxfp4").join("../../gpt-oss-mxfp4.decode.json");
+    let text = std::fs::read_to_string(&path).expect("decode fixture");
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let weights = SafetensorsWeights::open(&model_dir("gpt-oss-mxfp4")).expect("checkpoint");
+    let sample = doc["tensors"].as_object().expect("tensors");
+    assert_eq!(sample.len(), 2, "gate_up_proj and down_proj");
+    for (name, want) in sample {
+        let rows = want["rows"].as_array().expect("rows");
+        let cols = rows[0].as_array().expect("a row").len();
+        // gate_up_proj [E, 2·I, H], down_proj [E, H, I] (I = H = 64 in the fixture).
+        let out = if name.ends_with("gate_up_proj") {
+            128
+        } else {
+            64
+        };
+        let t = weights.get_mxfp4(name, &[4, out, cols]).expect("mxfp4");
+        let got = t.to_f32();
+        for (r, row) in rows.iter().enumerate() {
+            for (c, v) in row.as_array().expect("row").iter().enumerate() {
+                let want = v.as_f64().expect("number") as f32;
+                assert_eq!(got[r * cols + c], want, "{name} expert 0 [{r}, {c}]");
+            }
+        }
     }
 }
 
@@ -196,4 +230,77 @@ fn batched_matches<M: Model<CpuBackend>>(name: &str, model: &M, reference: &Refe
             }
         }
     }
+}
+
+/// The error of loading the checkpoint in `dir` through the registry on the CPU, as `met`
+/// prints it; `dir` is removed.
+fn registry_error(dir: &std::path::Path) -> String {
+    struct Loaded;
+    impl WithModel<CpuBackend> for Loaded {
+        type Output = ();
+        fn run<M: Model<CpuBackend> + 'static>(self, _backend: CpuBackend, _model: M) {}
+    }
+    let result = ModelDir::open(dir)
+        .map_err(anyhow::Error::from)
+        .and_then(|md| {
+            registry::load(
+                CpuBackend::default(),
+                &md,
+                LoadOptions::default(),
+                &mut |_| {},
+                Loaded,
+            )
+        });
+    std::fs::remove_dir_all(dir).ok();
+    format!("{:#}", result.expect_err("loading must fail"))
+}
+
+/// A copy of fixture `name` in a fresh directory, with `config.json` edited by `edit`.
+fn edited_copy(name: &str, tag: &str, edit: impl Fn(&mut serde_json::Value)) -> std::path::PathBuf {
+    let from = model_dir(name);
+    let dir = std::env::temp_dir().join(format!("met-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for entry in std::fs::read_dir(&from).expect("fixture") {
+        let path = entry.expect("entry").path();
+        std::fs::copy(&path, dir.join(path.file_name().expect("name"))).expect("copy");
+    }
+    let text = std::fs::read_to_string(dir.join("config.json")).expect("config");
+    let mut config: serde_json::Value = serde_json::from_str(&text).expect("json");
+    edit(&mut config);
+    std::fs::write(dir.join("config.json"), config.to_string()).expect("write");
+    dir
+}
+
+/// Bad gpt-oss checkpoints fail at load with a sentence that names the problem.
+#[test]
+fn broken_gpt_oss_checkpoints_are_refused_by_name() {
+    // An MXFP4 config over bf16 experts: the packed tensors are missing.
+    let dir = edited_copy("gpt-oss-bf16", "mxfp4-config", |c| {
+        c["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"});
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("MXFP4 tensor model.layers.0.mlp.experts.gate_up_proj")
+            && e.contains("gate_up_proj_blocks")
+            && e.contains("missing"),
+        "{e}"
+    );
+    // Experts wider than the checkpoint's: the shapes are named.
+    let dir = edited_copy("gpt-oss-mxfp4", "mxfp4-shape", |c| {
+        c["intermediate_size"] = serde_json::json!(96);
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("gate_up_proj_blocks") && e.contains("[4, 192, 2, 16]"),
+        "{e}"
+    );
+    // A layer type this engine does not run.
+    let dir = edited_copy("gpt-oss-bf16", "layer-type", |c| {
+        c["layer_types"][1] = serde_json::json!("chunked_attention");
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("chunked_attention") && e.contains("layer_types"),
+        "{e}"
+    );
 }

@@ -2,7 +2,7 @@
 //! the official `openai` Python client (tests/clients/test_structured_outputs.py): 50 varied
 //! JSON schemas whose replies must all validate with `jsonschema`, `json_object`, a reply cut
 //! by `max_tokens` reported as `length`, `logit_bias`, and bad schemas refused by name; forced
-//! tool calls under the hermes, qwen3_coder, llama3_json and mistral call grammars through both
+//! tool calls under the hermes, qwen3_coder, llama3_json, mistral and harmony call grammars through both
 //! official clients (tests/clients/test_forced_tool_calls.py), each parsed back by its format's
 //! parser; the call grammar under `auto` and vLLM's `structured_outputs`/`guided_*` fields
 //! (tests/clients/test_tool_grammar.py); the grammar after a reasoning section
@@ -70,6 +70,14 @@ async fn forced_llama3_json_tool_calls_validate_through_both_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forced_mistral_tool_calls_validate_through_both_clients() {
     forced_calls_validate("mistral").await;
+}
+
+/// gpt-oss's harmony calls, `<|channel|>commentary to=functions.NAME <|constrain|>json
+/// <|message|>{...}` (issue 39, `--tool-call-parser openai` as vLLM names it): the call ends
+/// the reply, as `<|call|>` (a stop token) would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_harmony_tool_calls_validate_through_both_clients() {
+    forced_calls_validate("openai").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

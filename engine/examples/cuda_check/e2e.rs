@@ -22,6 +22,7 @@ use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, Feature, SeqChun
 use metrale_engine::kv_cache::StatePlan;
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::gemma3::{Gemma3, Gemma3Config};
+use metrale_engine::models::gpt_oss::{GptOss, GptOssConfig};
 use metrale_engine::models::llama::{Llama, LlamaConfig};
 use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::models::qwen3_5;
@@ -242,6 +243,17 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
             }
             let on_cpu = |b: &CpuBackend, w: &Weights| Ok(Gemma3::load(b, &gcfg, w, &mut |_| {})?);
             let on_cuda = |w: &Weights| Ok(Gemma3::load(cuda, &gcfg, w, &mut |_| {})?);
+            let checks = (&reference, &bounds);
+            return family(cuda, name, checks, (&on_cpu, &on_cuda), inputs, report);
+        }
+        Family::GptOss => {
+            if !cuda.supports(Feature::GptOss) {
+                report.summary_line(format!("{name}: skipped, GptOss is not on this backend"));
+                return Ok(());
+            }
+            let ocfg = GptOssConfig::from_file(&dir.root.join("config.json"))?;
+            let on_cpu = |b: &CpuBackend, w: &Weights| Ok(GptOss::load(b, &ocfg, w, &mut |_| {})?);
+            let on_cuda = |w: &Weights| Ok(GptOss::load(cuda, &ocfg, w, &mut |_| {})?);
             let checks = (&reference, &bounds);
             return family(cuda, name, checks, (&on_cpu, &on_cuda), inputs, report);
         }

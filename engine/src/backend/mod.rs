@@ -24,6 +24,12 @@ pub enum BackendError {
 
 pub type Result<T> = std::result::Result<T, BackendError>;
 
+/// What a backend answers for an op it does not run (its [`Backend::supports`] says no first,
+/// so models refuse the checkpoint at load; this is the op's own refusal).
+fn lacks(backend: &str, what: &str) -> BackendError {
+    BackendError::Device(format!("the {backend} backend has no {what}"))
+}
+
 /// One step's flattened batch as the runner builds it on the host: a varlen list of tokens
 /// from many sequences, where each goes in the paged KV cache, and which rows need logits.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -185,6 +191,27 @@ pub enum Feature {
     /// Sliding-window attention layers ([`Backend::paged_attention_window`]): Mistral with a
     /// `sliding_window`, Gemma 3's local layers.
     SlidingWindow,
+    /// gpt-oss's ops: attention with a learned sink logit per head
+    /// ([`Backend::paged_attention_sinks`]), biased projections ([`Backend::add_bias`]) and
+    /// experts with biases and the clamped SwiGLU ([`Backend::fused_moe_clamped`]).
+    GptOss,
+}
+
+/// gpt-oss's experts for [`Backend::fused_moe_clamped`]: the stacked weights of
+/// [`Backend::fused_moe`] with a bias after each product, and the clamped SwiGLU's constants.
+pub struct ClampedExperts<'a, T> {
+    /// `[E, 2·I, H]`, gate rows first (the checkpoint's interleaved rows split at load).
+    pub gate_up: &'a T,
+    /// `[E, 2·I]`, gate first.
+    pub gate_up_bias: &'a T,
+    /// `[E, H, I]`.
+    pub down: &'a T,
+    /// `[E, H]`.
+    pub down_bias: &'a T,
+    /// The sigmoid's gain (`swiglu_alpha`, 1.702).
+    pub alpha: f32,
+    /// The clamp (`swiglu_limit`, 7.0).
+    pub limit: f32,
 }
 
 pub use cpu::hybrid::DeltaHeads;
@@ -456,10 +483,48 @@ pub trait Backend: Send + Sync + 'static {
         _scale: f32,
         _window: usize,
     ) -> Result<()> {
-        Err(BackendError::Device(format!(
-            "the {} backend has no sliding-window attention",
-            self.name()
-        )))
+        Err(lacks(self.name(), "sliding-window attention"))
+    }
+    /// [`Backend::paged_attention`] (in a sliding `window` when it is `Some`, as
+    /// [`Backend::paged_attention_window`]) with a learned sink a head: head `h`'s softmax has
+    /// one more logit, `sinks[h]` (`[nh]`), in its denominator and no value (gpt-oss:
+    /// `softmax([scores, sink])` without the sink's column). Only backends that answer
+    /// [`Feature::GptOss`] run it.
+    #[allow(clippy::too_many_arguments)]
+    fn paged_attention_sinks(
+        &self,
+        _out: &mut Self::Tensor,
+        _qkv: &Self::Tensor,
+        _k_cache: &Self::Tensor,
+        _v_cache: &Self::Tensor,
+        _batch: &Self::Batch,
+        (_num_heads, _scale): (usize, f32),
+        _window: Option<usize>,
+        _sinks: &Self::Tensor,
+    ) -> Result<()> {
+        Err(lacks(self.name(), "attention with sinks"))
+    }
+    /// `x[r, :] += bias` for every row of `x` `[.., n]` (`bias` `[n]`): a linear layer's bias.
+    /// Only backends that answer [`Feature::GptOss`] run it.
+    fn add_bias(&self, _x: &mut Self::Tensor, _bias: &Self::Tensor) -> Result<()> {
+        Err(lacks(self.name(), "bias add"))
+    }
+    /// gpt-oss's mixture of experts on `x` `[T, H]`, given the router's logits `[T, E]`
+    /// (bias included): each token goes to its `top_k` experts of highest logit, weighted by
+    /// the softmax over those `top_k` logits; expert `e` computes
+    /// `down[e] · act(gate_up[e] · x + gate_up_bias[e]) + down_bias[e]` with
+    /// `act(g | u) = (clamp(u, −limit, limit) + 1) · g' · sigmoid(alpha · g')`,
+    /// `g' = min(g, limit)` (transformers' `GptOssExperts._apply_gate`). `out` `[T, H]` is the
+    /// weighted sum. Only backends that answer [`Feature::GptOss`] run it.
+    fn fused_moe_clamped(
+        &self,
+        _out: &mut Self::Tensor,
+        _x: &Self::Tensor,
+        _router_logits: &Self::Tensor,
+        _experts: &ClampedExperts<'_, Self::Tensor>,
+        _top_k: usize,
+    ) -> Result<()> {
+        Err(lacks(self.name(), "clamped-SwiGLU experts"))
     }
     /// `out = gelu_tanh(gate) * up` where `gate_up` is `[T, 2·I]` (gate first): Gemma's gated
     /// MLP (`gelu_pytorch_tanh`).
@@ -487,10 +552,7 @@ pub trait Backend: Send + Sync + 'static {
         _top_k: usize,
         _norm_topk_prob: bool,
     ) -> Result<()> {
-        Err(BackendError::Device(format!(
-            "the {} backend has no mixture-of-experts op",
-            self.name()
-        )))
+        Err(lacks(self.name(), "mixture-of-experts op"))
     }
     /// The whole sparse block: `router_logits = x · routerᵀ` (`router` `[E, H]`, logits
     /// `[T, E]`), then [`Backend::fused_moe`] with `experts` = (gate_up, down). A backend may

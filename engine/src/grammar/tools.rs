@@ -40,8 +40,10 @@ pub fn call_grammar(
     tools: &[ToolSchema<'_>],
     mode: CallMode<'_>,
 ) -> Result<Spec, SchemaError> {
-    if let (ToolCallFormat::Llama3Json | ToolCallFormat::Mistral, CallMode::Forced(named)) =
-        (format, mode)
+    if let (
+        ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony,
+        CallMode::Forced(named),
+    ) = (format, mode)
     {
         return json_forced(format, tools, named);
     }
@@ -68,7 +70,7 @@ pub fn call_grammar(
                 vec![],
             ),
             ToolCallFormat::Qwen3Coder => xml_call::parameters(t.parameters, &param, i)?,
-            ToolCallFormat::Llama3Json | ToolCallFormat::Mistral => (
+            ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => (
                 format!("%json {}", json_args(t.parameters, &param)?),
                 vec![],
             ),
@@ -117,6 +119,12 @@ fn json_forced(
 ) -> Result<Spec, SchemaError> {
     let (head, close): (&dyn Fn(&str) -> String, &str) = match format {
         ToolCallFormat::Mistral => (&|n| format!("{n}[ARGS]"), ""),
+        // Harmony: `<|channel|>commentary to=functions.` for any tool (then `NAME <|constrain|>
+        // json<|message|>`), the arguments object ending the message (`<|call|>` is an EOS).
+        ToolCallFormat::Harmony => (
+            &|n| format!("{n}{}", crate::tool_parsers::harmony::ARGS_OPEN),
+            "",
+        ),
         _ => (&|n| format!("{}\", \"parameters\": ", json_inner(n)), "}"),
     };
     let close = if close.is_empty() {
@@ -160,7 +168,9 @@ fn head(format: ToolCallFormat, name: &str) -> String {
         ),
         ToolCallFormat::Qwen3Coder => format!("\n<function={name}>\n"),
         // Forced only, through json_forced (has_auto_grammar is false for them).
-        ToolCallFormat::Llama3Json | ToolCallFormat::Mistral => String::new(),
+        ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => {
+            String::new()
+        }
     }
 }
 
@@ -169,7 +179,7 @@ fn tail(format: ToolCallFormat) -> &'static str {
     match format {
         ToolCallFormat::Hermes => "}\n</tool_call>",
         ToolCallFormat::Qwen3Coder => "</function>\n</tool_call>",
-        ToolCallFormat::Llama3Json | ToolCallFormat::Mistral => "",
+        ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => "",
     }
 }
 

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::LoadError;
 use super::fp8::Fp8Config;
+use super::mxfp4::Mxfp4Config;
 use super::nvfp4::Nvfp4Config;
 
 /// Qwen3.5's mixture-of-experts architectures: every layer's MLP is sparse, with a shared
@@ -21,6 +22,9 @@ const QWEN3_5_MOE: [&str; 2] = [
     "Qwen3_5MoeForCausalLM",
     "Qwen3_5MoeForConditionalGeneration",
 ];
+
+/// gpt-oss, the one architecture with biased attention projections and MXFP4 experts.
+const GPT_OSS: &str = "GptOssForCausalLM";
 
 /// A multimodal config (`text_config` nested, as the Hub's Qwen3.5 checkpoints have) as the
 /// text model's flat config: `text_config`'s keys, with the top level's `architectures` and
@@ -68,7 +72,12 @@ pub struct ModelConfig {
 }
 
 /// A `quantization_config`, validated: FP8 or NVFP4, or an error naming the key and the fix.
+/// MXFP4 (gpt-oss's experts) is valid and gives neither: its tensors name themselves
+/// (`_blocks`, `_scales`) and the model reads them (`mxfp4.rs`).
 pub fn parse_quantization(q: &Value) -> Result<(Option<Fp8Config>, Option<Nvfp4Config>), String> {
+    if let Some(mxfp4) = Mxfp4Config::from_json(q) {
+        return mxfp4.map(|_| (None, None));
+    }
     match Nvfp4Config::from_json(q) {
         Some(nvfp4) => nvfp4.map(|c| (None, Some(c))),
         None => Fp8Config::from_json(q).map(|c| (Some(c), None)),
@@ -207,10 +216,20 @@ impl ModelConfig {
             .first()
             .cloned()
             .unwrap_or_else(|| "Qwen3ForCausalLM".to_string());
-        if raw.attention_bias {
+        let gpt_oss = architecture == GPT_OSS;
+        if raw.attention_bias && !gpt_oss {
             return Err(format!(
                 "attention_bias = true is not supported for {architecture} (no released \
                  Qwen3, Llama 3, Mistral or Gemma 3 checkpoint uses it)"
+            ));
+        }
+        if !gpt_oss
+            && let Some(q) = &raw.quantization_config
+            && Mxfp4Config::from_json(q).is_some()
+        {
+            return Err(format!(
+                "quantization_config.quant_method \"mxfp4\" is supported for gpt-oss \
+                 ({GPT_OSS}) only, not {architecture}: use a bf16, FP8 or NVFP4 checkpoint"
             ));
         }
         if raw.use_sliding_window {

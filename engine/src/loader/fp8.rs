@@ -30,7 +30,8 @@ impl Fp8Config {
                     "quantization_config.quant_method {other:?} is not supported: this engine loads \
                      unquantized checkpoints, fine-grained FP8 ones (quant_method \"fp8\") and \
                      NVFP4 ones (quant_method \"modelopt\" with quant_algo \"NVFP4\", or \
-                     \"compressed-tensors\" in format \"nvfp4-pack-quantized\")"
+                     \"compressed-tensors\" in format \"nvfp4-pack-quantized\"), and gpt-oss's \
+                     MXFP4 experts (quant_method \"mxfp4\")"
                 ));
             }
             None => {

@@ -9,6 +9,7 @@ pub mod config;
 pub mod fp8;
 mod host_tensor;
 pub mod hub;
+pub mod mxfp4;
 pub mod nvfp4;
 pub mod requantize;
 mod safetensors_dir;
@@ -53,6 +54,8 @@ pub enum LoadError {
     Fp8 { name: String, message: String },
     #[error("NVFP4 tensor {name}: {message}")]
     Nvfp4 { name: String, message: String },
+    #[error("MXFP4 tensor {name}: {message}")]
+    Mxfp4 { name: String, message: String },
     #[error("cannot re-quantize {name} to {target} (--requantize): {message}")]
     Requantize {
         name: String,
@@ -180,6 +183,15 @@ impl Weights {
                     },
                 },
             }),
+        }
+    }
+
+    /// An MXFP4 weight `name` of logical `shape` (`loader/mxfp4.rs`: `name_blocks` and
+    /// `name_scales`), dequantized to f32; a dummy source draws it as a random matrix.
+    pub fn get_mxfp4(&self, name: &str, shape: &[usize]) -> Result<HostTensor<'_>, LoadError> {
+        match &self.source {
+            Source::Safetensors(w) => w.get_mxfp4(name, shape),
+            Source::Dummy { .. } => self.read(name, shape, TensorKind::Matrix),
         }
     }
 

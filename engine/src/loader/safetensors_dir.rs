@@ -1,7 +1,9 @@
 //! Memory-mapped safetensors files of one checkpoint: a single `model.safetensors`, or shards
 //! listed by `model.safetensors.index.json`. FP8 and NVFP4 tensors come out with their scales
-//! (`fp8.rs`, `nvfp4.rs`; `safetensors_dir/nvfp4.rs` reads the NVFP4 ones).
+//! (`fp8.rs`, `nvfp4.rs`; `safetensors_dir/nvfp4.rs` reads the NVFP4 ones); MXFP4 experts
+//! come out dequantized (`safetensors_dir/mxfp4.rs`).
 
+mod mxfp4;
 mod nvfp4;
 
 use std::borrow::Cow;

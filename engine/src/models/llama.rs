@@ -15,7 +15,7 @@ use super::{KvStorage, Model, all_layers_kv, all_layers_kv_bytes, check_backend,
 
 mod config;
 
-pub use config::{HARMLESS_KEYS, LlamaConfig, check_known_keys};
+pub use config::{HARMLESS_KEYS, LlamaConfig, check_known_keys, sliding_layer_types};
 
 struct Layer<B: Backend> {
     input_norm: B::Tensor, // [H]

@@ -3,6 +3,7 @@
 //! asked for them.
 
 pub mod gemma3;
+pub mod gpt_oss;
 pub mod llama;
 pub mod qwen3;
 pub mod qwen3_5;
@@ -133,7 +134,8 @@ impl<B: Backend> KvStorage<B> {
 
 /// A KV cache of `num_blocks` blocks for every layer of `c` (each layer k and v
 /// `[num_blocks, block_size, num_kv_heads, head_dim]`), and the bytes one token takes in it:
-/// what every model whose layers all keep keys and values needs (Llama, Mistral, Gemma 3).
+/// what every model whose layers all keep keys and values needs (Llama, Mistral, Gemma 3,
+/// gpt-oss).
 pub(crate) fn all_layers_kv<B: Backend>(
     backend: &B,
     c: &ModelConfig,

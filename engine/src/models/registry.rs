@@ -2,13 +2,14 @@
 //! constructor. Everything that loads a model goes through [`load`] (`met serve` in
 //! `engine_core/start.rs`, `met score` in `main.rs`); every backend runs every family (the
 //! CPU reference and CUDA: Qwen3, Qwen3-MoE, the Qwen3.5/3.6 hybrids, Llama 3.x, Mistral,
-//! Gemma 3). A backend that lacks
+//! Gemma 3; gpt-oss on the CPU only for now). A backend that lacks
 //! a feature a checkpoint needs refuses it at load, by name (`models::check_backend`).
 
 use anyhow::{Context, bail};
 
 use super::Model;
 use super::gemma3::{Gemma3, Gemma3Config};
+use super::gpt_oss::{GptOss, GptOssConfig};
 use super::llama::{Llama, LlamaConfig};
 use super::qwen3::Qwen3;
 use super::qwen3_5::{Qwen3_5, Qwen3_5Config};
@@ -28,11 +29,14 @@ pub enum Family {
     /// Gemma 3: sliding-window layers interleaved with global ones, (1 + w) norms around each
     /// block, scaled embeddings, GELU-tanh MLP (`gemma3.rs`).
     Gemma3,
+    /// gpt-oss: attention sinks, alternating sliding and full layers, biased projections,
+    /// experts with the clamped SwiGLU, bf16 or MXFP4 (`gpt_oss.rs`).
+    GptOss,
 }
 
 /// Every architecture this engine runs, as `config.json` names it, and its family. The
 /// `*ForConditionalGeneration` ones are the Hub's multimodal layouts, text model only.
-pub const ARCHITECTURES: [(&str, Family); 11] = [
+pub const ARCHITECTURES: [(&str, Family); 12] = [
     ("Qwen3ForCausalLM", Family::Qwen3),
     ("Qwen3MoeForCausalLM", Family::Qwen3),
     ("Qwen3_5ForCausalLM", Family::Qwen3_5),
@@ -44,6 +48,7 @@ pub const ARCHITECTURES: [(&str, Family); 11] = [
     ("Mistral3ForConditionalGeneration", Family::Llama),
     ("Gemma3ForCausalLM", Family::Gemma3),
     ("Gemma3ForConditionalGeneration", Family::Gemma3),
+    ("GptOssForCausalLM", Family::GptOss),
 ];
 
 /// The family that runs `architecture`, or an error that names it and lists the supported.
@@ -130,6 +135,13 @@ pub fn load<B: HybridOps, W: WithModel<B>>(
             drop(weights);
             Ok(then.run(backend, model))
         }
+        Family::GptOss => {
+            let gpt_oss = GptOssConfig::from_file(&dir.root.join("config.json"))?;
+            let model =
+                GptOss::load(&backend, &gpt_oss, &weights, layer_done).with_context(failed)?;
+            drop(weights);
+            Ok(then.run(backend, model))
+        }
     }
 }
 
@@ -164,10 +176,8 @@ mod tests {
 
     #[test]
     fn an_unsupported_architecture_is_named_with_the_supported_ones() {
-        let e = family("GptOssForCausalLM")
-            .expect_err("not ours")
-            .to_string();
-        assert!(e.contains("\"GptOssForCausalLM\""), "{e}");
+        let e = family("Phi3ForCausalLM").expect_err("not ours").to_string();
+        assert!(e.contains("\"Phi3ForCausalLM\""), "{e}");
         for (name, _) in ARCHITECTURES {
             assert!(e.contains(name), "{name} missing from: {e}");
         }

@@ -381,6 +381,52 @@ mod tests {
         }
     }
 
+    /// gpt-oss's harmony reply (reasoning, a preamble, a call ended by the `<|call|>` stop
+    /// token, so without it) gives the same OpenAI message and Anthropic blocks at any
+    /// chunking.
+    #[test]
+    fn a_harmony_reply_assembles_at_any_chunking() {
+        const HARMONY: &str = "<|channel|>analysis<|message|>Weather: Lyon.<|end|>\
+            <|start|>assistant<|channel|>commentary<|message|>Checking.<|end|>\
+            <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json\
+            <|message|>{\"city\": \"Lyon\"}";
+        let events = |size: usize| {
+            let tools = vec![ToolSpec {
+                name: "get_weather".into(),
+                parameters: json!({}),
+            }];
+            let mut p = OutputParser::new(
+                Some(ReasoningFormat::Harmony),
+                false,
+                Some((ToolCallFormat::Harmony, tools)),
+                "call_",
+            );
+            let bytes: Vec<char> = HARMONY.chars().collect();
+            let mut out: Vec<ParseEvent> = bytes
+                .chunks(size)
+                .flat_map(|c| p.push(&c.iter().collect::<String>()))
+                .collect();
+            out.extend(p.finish());
+            out
+        };
+        for size in [1, 2, 5, 13, HARMONY.len()] {
+            let r = openai_reply(events(size));
+            assert_eq!(
+                r.reasoning_content.as_deref(),
+                Some("Weather: Lyon."),
+                "{size}"
+            );
+            assert_eq!(r.content.as_deref(), Some("Checking."), "{size}");
+            assert_eq!(r.tool_calls.len(), 1, "{size}");
+            assert_eq!(r.tool_calls[0].function.name, "get_weather");
+            assert_eq!(r.tool_calls[0].function.arguments, "{\"city\": \"Lyon\"}");
+            let mut b = AnthropicBlocks::default();
+            let mut evs = b.push(events(size));
+            evs.extend(b.finish());
+            assert_eq!(anthropic_content(&evs).len(), 3, "thinking, text, tool_use");
+        }
+    }
+
     #[test]
     fn a_reply_of_calls_only_has_null_content() {
         let r = openai_reply(vec![

@@ -284,7 +284,7 @@ impl ServeFlags {
             Some(p) => Some(ToolCallFormat::from_flag(p).ok_or_else(|| {
                 bad(
                     "--tool-call-parser",
-                    format!("unknown parser `{p}`; use qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3, Qwen2.5), llama3_json (Llama 3.1+) or mistral (Mistral)"),
+                    format!("unknown parser `{p}`; use qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3, Qwen2.5), llama3_json (Llama 3.1+), mistral (Mistral) or openai (gpt-oss's harmony)"),
                 )
             })?),
         };
@@ -293,7 +293,10 @@ impl ServeFlags {
             Some(p) => Some(ReasoningFormat::from_flag(p).ok_or_else(|| {
                 bad(
                     "--reasoning-parser",
-                    format!("unknown parser `{p}`; use qwen3 (`<think>…</think>`)"),
+                    format!(
+                        "unknown parser `{p}`; use qwen3 (`<think>…</think>`) or \
+                         openai_gptoss (gpt-oss's harmony `analysis` channel)"
+                    ),
                 )
             })?),
         };

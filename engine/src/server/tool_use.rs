@@ -47,11 +47,14 @@ pub struct ReplyPlan {
 
 impl ReplyPlan {
     /// Whether the reply's text must keep special tokens: the calls' markers are special
-    /// tokens in the parser's format (Mistral's `[TOOL_CALLS]`; vLLM does the same).
+    /// tokens in the parser's format (Mistral's `[TOOL_CALLS]`, harmony's channels, with or
+    /// without tools; vLLM does the same).
     pub fn keeps_special_tokens(&self) -> bool {
-        self.calls
-            .as_ref()
-            .is_some_and(|(format, _)| format.needs_special_tokens())
+        self.reasoning == Some(ReasoningFormat::Harmony)
+            || self
+                .calls
+                .as_ref()
+                .is_some_and(|(format, _)| format.needs_special_tokens())
     }
 
     /// A parser for one choice; call ids are `id_prefix` and the call's index.
@@ -73,7 +76,10 @@ impl ReplyPlan {
     /// Where a grammar on the reply starts: after the reasoning section, if there is one.
     pub fn think(&self) -> Think {
         match self.reasoning {
-            None => Think::Off,
+            // Harmony's reasoning is a message of its own, not a `<think>` section the
+            // grammar could let through: a constrained reply starts at the constrained text
+            // (which the parser reads as the answer, having no channel header).
+            None | Some(ReasoningFormat::Harmony) => Think::Off,
             Some(_) if self.reasoning_open => Think::Open,
             Some(_) if self.reasoning_closed => Think::Off,
             Some(_) => Think::Optional,

@@ -16,7 +16,13 @@
 //! - [`mistral`]: `--tool-call-parser mistral`, `[TOOL_CALLS]name[ARGS]{…}` or
 //!   `[TOOL_CALLS][{"name": …, "arguments": {…}}]` (Mistral).
 //!
-//! The last two have no closing tag: [`tail`] holds their calls to the end of the message.
+//! - [`harmony`]: `--tool-call-parser openai` and `--reasoning-parser openai_gptoss` (vLLM's
+//!   names; `harmony` for either), gpt-oss's channels: `analysis` → reasoning,
+//!   `commentary` to `functions.NAME` → a call, `final` → the answer. One parser reads the
+//!   whole reply whichever flag names it.
+//!
+//! Llama's and Mistral's calls have no closing tag: [`tail`] holds them to the end of the
+//! message.
 //!
 //! A call may be held to the format's grammar while it is generated (`grammar/tools.rs`), but
 //! the parsers never assume it was (`--disable-tool-grammar`, a call cut by `max_tokens`, a
@@ -26,6 +32,7 @@
 //! its raw text is released as text instead. Text outside calls streams as it comes, less
 //! the few bytes that could be the start of a tag.
 
+pub mod harmony;
 pub mod hermes;
 pub mod llama3_json;
 pub mod mistral;
@@ -36,6 +43,7 @@ mod tail;
 
 use serde_json::Value;
 
+use self::harmony::HarmonyParser;
 use self::reasoning::ReasoningSplitter;
 use self::tail::TailScanner;
 
@@ -69,6 +77,8 @@ pub enum ToolCallFormat {
     Qwen3Coder,
     Llama3Json,
     Mistral,
+    /// gpt-oss's harmony format (`openai`, vLLM's name, or `harmony`).
+    Harmony,
 }
 
 impl ToolCallFormat {
@@ -78,6 +88,7 @@ impl ToolCallFormat {
             "qwen3_coder" => Some(Self::Qwen3Coder),
             "llama3_json" => Some(Self::Llama3Json),
             "mistral" => Some(Self::Mistral),
+            "openai" | "harmony" => Some(Self::Harmony),
             _ => None,
         }
     }
@@ -88,13 +99,15 @@ impl ToolCallFormat {
             Self::Qwen3Coder => "qwen3_coder",
             Self::Llama3Json => "llama3_json",
             Self::Mistral => "mistral",
+            Self::Harmony => "openai",
         }
     }
 
     /// Whether the format's markers are special tokens, which the detokenizer must keep in
-    /// the text of requests with tools (Mistral's `[TOOL_CALLS]`, `[ARGS]`).
+    /// the text of requests with tools (Mistral's `[TOOL_CALLS]`, `[ARGS]`; harmony's
+    /// `<|channel|>`, `<|message|>`, ...).
     pub fn needs_special_tokens(self) -> bool {
-        self == Self::Mistral
+        matches!(self, Self::Mistral | Self::Harmony)
     }
 
     /// Text that starts the assistant's turn when a call is forced (`tool_choice` `required`
@@ -116,6 +129,10 @@ impl ToolCallFormat {
             ),
             (Self::Mistral, None) => mistral::TOOL_CALLS.into(),
             (Self::Mistral, Some(n)) => format!("{}{n}[ARGS]", mistral::TOOL_CALLS),
+            (Self::Harmony, None) => harmony::FORCED_OPEN.into(),
+            (Self::Harmony, Some(n)) => {
+                format!("{}{n}{}", harmony::FORCED_OPEN, harmony::ARGS_OPEN)
+            }
         }
     }
 }
@@ -124,16 +141,23 @@ impl ToolCallFormat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReasoningFormat {
     Qwen3,
+    /// gpt-oss's `analysis` channel (`openai_gptoss`, vLLM's name, or `harmony`).
+    Harmony,
 }
 
 impl ReasoningFormat {
     pub fn from_flag(s: &str) -> Option<Self> {
-        (s == "qwen3").then_some(Self::Qwen3)
+        match s {
+            "qwen3" => Some(Self::Qwen3),
+            "openai_gptoss" | "harmony" => Some(Self::Harmony),
+            _ => None,
+        }
     }
 
     pub fn flag_value(self) -> &'static str {
         match self {
             Self::Qwen3 => "qwen3",
+            Self::Harmony => "openai_gptoss",
         }
     }
 }
@@ -311,6 +335,8 @@ impl Scanner {
 pub struct OutputParser {
     reasoning: Option<ReasoningSplitter>,
     calls: Option<Scanner>,
+    /// Harmony reads reasoning and calls together (either flag naming it turns it on).
+    harmony: Option<HarmonyParser>,
     /// Calls parsed so far.
     pub num_calls: usize,
 }
@@ -324,7 +350,18 @@ impl OutputParser {
         tools: Option<(ToolCallFormat, Vec<ToolSpec>)>,
         id_prefix: &str,
     ) -> Self {
+        let harmony_calls = matches!(&tools, Some((ToolCallFormat::Harmony, _)));
+        if reasoning == Some(ReasoningFormat::Harmony) || harmony_calls {
+            let specs = tools.and_then(|(f, t)| (f == ToolCallFormat::Harmony).then_some(t));
+            return Self {
+                reasoning: None,
+                calls: None,
+                harmony: Some(HarmonyParser::new(specs, id_prefix)),
+                num_calls: 0,
+            };
+        }
         Self {
+            harmony: None,
             reasoning: reasoning.map(|_| ReasoningSplitter::new(reasoning_open)),
             calls: tools.map(|(format, tools)| match format {
                 ToolCallFormat::Hermes | ToolCallFormat::Qwen3Coder => Scanner::Tags(CallScanner {
@@ -337,7 +374,7 @@ impl OutputParser {
                     scanned: 0,
                     calls: 0,
                 }),
-                ToolCallFormat::Llama3Json | ToolCallFormat::Mistral => {
+                ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => {
                     Scanner::Tail(TailScanner::new(format, tools, id_prefix))
                 }
             }),
@@ -347,10 +384,14 @@ impl OutputParser {
 
     /// Whether this parser does anything (else text passes through as it is).
     pub fn is_active(&self) -> bool {
-        self.reasoning.is_some() || self.calls.is_some()
+        self.reasoning.is_some() || self.calls.is_some() || self.harmony.is_some()
     }
 
     pub fn push(&mut self, text: &str) -> Vec<ParseEvent> {
+        if let Some(h) = &mut self.harmony {
+            let events = h.push(text);
+            return self.count(events);
+        }
         let split = match &mut self.reasoning {
             Some(r) => r.push(text),
             None => vec![ParseEvent::Text(text.to_owned())],
@@ -360,6 +401,10 @@ impl OutputParser {
 
     /// The stream ended: release what was held back.
     pub fn finish(&mut self) -> Vec<ParseEvent> {
+        if let Some(h) = &mut self.harmony {
+            let events = h.finish();
+            return self.count(events);
+        }
         let split = match &mut self.reasoning {
             Some(r) => r.finish(),
             None => vec![],
@@ -379,6 +424,11 @@ impl OutputParser {
         if finish && let Some(c) = &mut self.calls {
             c.finish(&mut out);
         }
+        self.count(out)
+    }
+
+    /// Drop empty text and count the calls started.
+    fn count(&mut self, mut out: Vec<ParseEvent>) -> Vec<ParseEvent> {
         out.retain(
             |e| !matches!(e, ParseEvent::Text(t) | ParseEvent::Reasoning(t) if t.is_empty()),
         );

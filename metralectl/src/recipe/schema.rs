@@ -101,6 +101,8 @@ pub enum Quantization {
     Bf16,
     Fp8,
     Nvfp4,
+    /// MXFP4 experts with the rest in bf16, as gpt-oss is released.
+    Mxfp4,
 }
 
 impl FlagValue for Quantization {
@@ -110,19 +112,22 @@ impl FlagValue for Quantization {
             Self::Bf16 => "bf16",
             Self::Fp8 => "fp8",
             Self::Nvfp4 => "nvfp4",
+            Self::Mxfp4 => "mxfp4",
         }
     }
 }
 
 impl Quantization {
     /// Bytes a weight takes, scales included: FP8 uses one f32 scale a 128×128 block (negligible),
-    /// NVFP4 one FP8 scale a 16 values (4 bits + 8/16 bits).
+    /// NVFP4 one FP8 scale a 16 values (4 bits + 8/16 bits), MXFP4 one E8M0 scale a 32 (4 bits
+    /// + 8/32 bits; the parts it leaves in bf16 are not counted: pin `weights_gib`).
     pub fn bytes_per_param(self) -> f64 {
         match self {
             Self::F32 => 4.0,
             Self::Bf16 => 2.0,
             Self::Fp8 => 1.0,
             Self::Nvfp4 => 0.5625,
+            Self::Mxfp4 => 0.53125,
         }
     }
 }
@@ -273,6 +278,8 @@ pub enum ToolCallParser {
     Hermes,
     Llama3Json,
     Mistral,
+    /// gpt-oss's harmony format (vLLM's name).
+    Openai,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -332,12 +339,15 @@ impl FlagValue for KvCacheDtype {
 #[serde(rename_all = "snake_case")]
 pub enum ReasoningParser {
     Qwen3,
+    /// gpt-oss's harmony `analysis` channel (vLLM's name).
+    OpenaiGptoss,
 }
 
 impl FlagValue for ReasoningParser {
     fn flag_value(&self) -> &'static str {
         match self {
             Self::Qwen3 => "qwen3",
+            Self::OpenaiGptoss => "openai_gptoss",
         }
     }
 }
@@ -349,6 +359,7 @@ impl FlagValue for ToolCallParser {
             Self::Hermes => "hermes",
             Self::Llama3Json => "llama3_json",
             Self::Mistral => "mistral",
+            Self::Openai => "openai",
         }
     }
 }

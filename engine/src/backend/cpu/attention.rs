@@ -71,6 +71,9 @@ pub(super) fn write_kv(
     Ok(())
 }
 
+/// Causal attention of every q head over its sequence's cache, in the last `window` positions
+/// when it is `Some`; with `sinks` (`[nh]`), head `h`'s softmax has the extra logit
+/// `sinks[h]` in its denominator (gpt-oss).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn paged_attention(
     out: &mut CpuTensor,
@@ -78,9 +81,9 @@ pub(super) fn paged_attention(
     k_cache: &CpuTensor,
     v_cache: &CpuTensor,
     batch: &BatchInputs,
-    num_heads: usize,
-    scale: f32,
+    (num_heads, scale): (usize, f32),
     window: Option<usize>,
+    sinks: Option<&[f32]>,
 ) -> Result<()> {
     let (blocks, bs, nkv, hd) = kv_dims(k_cache)?;
     let width = (num_heads + 2 * nkv) * hd;
@@ -137,8 +140,14 @@ pub(super) fn paged_attention(
             let mut scores: Vec<f32> = (first..len)
                 .map(|p| dot(q, &k_cache.data[at(p)..at(p) + hd]) * scale)
                 .collect();
-            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0f32;
+            // A sink is one more logit in the max and the sum, with no value.
+            let sink = sinks.map(|s| s[h]);
+            let max = scores
+                .iter()
+                .copied()
+                .chain(sink)
+                .fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = sink.map_or(0.0, |s| (s - max).exp());
             for s in scores.iter_mut() {
                 *s = (*s - max).exp();
                 sum += *s;

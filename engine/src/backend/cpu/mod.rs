@@ -11,7 +11,7 @@ mod rope;
 use rayon::prelude::*;
 
 use super::sampling::{self, SampleRow, Sampled};
-use super::{Backend, BackendError, BatchInputs, Feature, Result, RopeTables};
+use super::{Backend, BackendError, BatchInputs, ClampedExperts, Feature, Result, RopeTables};
 use crate::loader::HostTensor;
 
 /// A row-major f32 tensor.
@@ -288,7 +288,8 @@ impl Backend for CpuBackend {
         num_heads: usize,
         scale: f32,
     ) -> Result<()> {
-        attention::paged_attention(out, qkv, k_cache, v_cache, batch, num_heads, scale, None)
+        let heads = (num_heads, scale);
+        attention::paged_attention(out, qkv, k_cache, v_cache, batch, heads, None, None)
     }
 
     fn paged_attention_window(
@@ -305,16 +306,64 @@ impl Backend for CpuBackend {
         check("paged_attention_window", window > 0, || {
             "a window of 0 tokens".into()
         })?;
+        let heads = (num_heads, scale);
+        attention::paged_attention(out, qkv, k_cache, v_cache, batch, heads, Some(window), None)
+    }
+
+    fn paged_attention_sinks(
+        &self,
+        out: &mut CpuTensor,
+        qkv: &CpuTensor,
+        k_cache: &CpuTensor,
+        v_cache: &CpuTensor,
+        batch: &BatchInputs,
+        (num_heads, scale): (usize, f32),
+        window: Option<usize>,
+        sinks: &CpuTensor,
+    ) -> Result<()> {
+        check(
+            "paged_attention_sinks",
+            window != Some(0) && sinks.data.len() == num_heads,
+            || {
+                format!(
+                    "window {window:?}, sinks {:?} for {num_heads} heads",
+                    sinks.shape
+                )
+            },
+        )?;
+        let heads = (num_heads, scale);
         attention::paged_attention(
             out,
             qkv,
             k_cache,
             v_cache,
             batch,
-            num_heads,
-            scale,
-            Some(window),
+            heads,
+            window,
+            Some(&sinks.data),
         )
+    }
+
+    fn add_bias(&self, x: &mut CpuTensor, bias: &CpuTensor) -> Result<()> {
+        let n = x.cols();
+        check("add_bias", bias.data.len() == n, || {
+            format!("x {:?}, bias {:?}", x.shape, bias.shape)
+        })?;
+        x.data.par_chunks_mut(n.max(1)).for_each(|row| {
+            row.iter_mut().zip(&bias.data).for_each(|(v, b)| *v += b);
+        });
+        Ok(())
+    }
+
+    fn fused_moe_clamped(
+        &self,
+        out: &mut CpuTensor,
+        x: &CpuTensor,
+        router_logits: &CpuTensor,
+        experts: &ClampedExperts<'_, CpuTensor>,
+        top_k: usize,
+    ) -> Result<()> {
+        moe::fused_moe_clamped(out, x, router_logits, experts, top_k)
     }
 
     fn rope_write_kv(
@@ -359,7 +408,8 @@ impl Backend for CpuBackend {
             Feature::MoeExperts
             | Feature::Fp8Weights
             | Feature::HybridLayers
-            | Feature::SlidingWindow => true,
+            | Feature::SlidingWindow
+            | Feature::GptOss => true,
         }
     }
 

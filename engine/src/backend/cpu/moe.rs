@@ -4,7 +4,7 @@
 //! step therefore reads only the chosen experts' weights.
 
 use super::{CpuTensor, matmul, silu_mul_rows};
-use crate::backend::Result;
+use crate::backend::{ClampedExperts, Result, moe_dims};
 
 /// Each token's `top_k` experts, best first, and their routing weights (`[T, k]` each).
 pub(super) fn route(
@@ -50,7 +50,7 @@ pub(super) fn fused_moe(
     top_k: usize,
     norm_topk_prob: bool,
 ) -> Result<()> {
-    let (_, h, e, i) = crate::backend::moe_dims(
+    let dims = moe_dims(
         &out.shape,
         &x.shape,
         &router_logits.shape,
@@ -58,10 +58,99 @@ pub(super) fn fused_moe(
         top_k,
         usize::MAX,
     )?;
-    let (ids, weights) = route(&router_logits.data, e, top_k, norm_topk_prob);
+    let (ids, weights) = route(&router_logits.data, dims.2, top_k, norm_topk_prob);
+    let experts = Experts {
+        gate_up: &gate_up.data,
+        down: &down.data,
+        biases: None,
+        act: &|out, gu, i| silu_mul_rows(out, gu, i),
+    };
+    grouped(out, x, (&ids, &weights), &experts, dims, top_k);
+    Ok(())
+}
+
+/// gpt-oss's experts (`Backend::fused_moe_clamped`): routed by the top-k logits with a softmax
+/// over those k (the renormalised top-k of the full softmax, which is the same), biases after
+/// both products, the clamped SwiGLU between them.
+pub(super) fn fused_moe_clamped(
+    out: &mut CpuTensor,
+    x: &CpuTensor,
+    router_logits: &CpuTensor,
+    ex: &ClampedExperts<'_, CpuTensor>,
+    top_k: usize,
+) -> Result<()> {
+    let dims = moe_dims(
+        &out.shape,
+        &x.shape,
+        &router_logits.shape,
+        (&ex.gate_up.shape, &ex.down.shape),
+        top_k,
+        usize::MAX,
+    )?;
+    let (_, h, e, i) = dims;
+    if ex.gate_up_bias.shape != [e, 2 * i] || ex.down_bias.shape != [e, h] {
+        return Err(super::shape_err(
+            "fused_moe_clamped",
+            format!(
+                "gate_up_bias {:?}, down_bias {:?} (want [{e}, {}] and [{e}, {h}])",
+                ex.gate_up_bias.shape,
+                ex.down_bias.shape,
+                2 * i
+            ),
+        ));
+    }
+    let (alpha, limit) = (ex.alpha, ex.limit);
+    let act = move |out: &mut [f32], gu: &[f32], i: usize| {
+        for (o, row) in out.chunks_mut(i).zip(gu.chunks(2 * i)) {
+            let (g, u) = row.split_at(i);
+            for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
+                *o = clamped_swiglu(g, u, alpha, limit);
+            }
+        }
+    };
+    let (ids, weights) = route(&router_logits.data, e, top_k, true);
+    let experts = Experts {
+        gate_up: &ex.gate_up.data,
+        down: &ex.down.data,
+        biases: Some((&ex.gate_up_bias.data, &ex.down_bias.data)),
+        act: &act,
+    };
+    grouped(out, x, (&ids, &weights), &experts, dims, top_k);
+    Ok(())
+}
+
+/// transformers' `GptOssExperts._apply_gate` for one gate `g` and up `u`:
+/// `(clamp(u, −limit, limit) + 1) · g' · sigmoid(alpha · g')`, `g' = min(g, limit)`.
+pub(super) fn clamped_swiglu(g: f32, u: f32, alpha: f32, limit: f32) -> f32 {
+    let g = g.min(limit);
+    let u = u.clamp(-limit, limit);
+    (u + 1.0) * (g / (1.0 + (-g * alpha).exp()))
+}
+
+/// `act(out [n, I], gate_up [n, 2·I], I)`: what runs between an expert's two products.
+type Activation = dyn Fn(&mut [f32], &[f32], usize) + Sync;
+
+/// The expert weights and what runs between their two products.
+struct Experts<'a> {
+    gate_up: &'a [f32], // [E, 2·I, H]
+    down: &'a [f32],    // [E, H, I]
+    /// `[E, 2·I]` and `[E, H]`, added after each product (gpt-oss).
+    biases: Option<(&'a [f32], &'a [f32])>,
+    act: &'a Activation,
+}
+
+/// Run every expert over the tokens routed to it and sum the weighted outputs into `out`.
+fn grouped(
+    out: &mut CpuTensor,
+    x: &CpuTensor,
+    (ids, weights): (&[usize], &[f32]),
+    ex: &Experts<'_>,
+    (_, h, e, i): (usize, usize, usize, usize),
+    top_k: usize,
+) {
     // The (token, weight) pairs each expert serves, tokens in order.
     let mut served: Vec<Vec<(usize, f32)>> = vec![Vec::new(); e];
-    for (slot, (&expert, &w)) in ids.iter().zip(&weights).enumerate() {
+    for (slot, (&expert, &w)) in ids.iter().zip(weights).enumerate() {
         served[expert].push((slot / top_k, w));
     }
     out.data.fill(0.0);
@@ -74,21 +163,33 @@ pub(super) fn fused_moe(
         for &(tok, _) in rows {
             xs.extend_from_slice(&x.data[tok * h..(tok + 1) * h]);
         }
-        let w13 = &gate_up.data[expert * 2 * i * h..(expert + 1) * 2 * i * h]; // [2·I, H]
-        let w2 = &down.data[expert * h * i..(expert + 1) * h * i]; // [H, I]
+        let w13 = &ex.gate_up[expert * 2 * i * h..(expert + 1) * 2 * i * h]; // [2·I, H]
+        let w2 = &ex.down[expert * h * i..(expert + 1) * h * i]; // [H, I]
         let mut gu = vec![0f32; n * 2 * i]; // [n, 2·I]
         matmul::matmul_nt(&mut gu, &xs, w13, n, 2 * i, h);
+        if let Some((b13, _)) = ex.biases {
+            add_rows(&mut gu, &b13[expert * 2 * i..(expert + 1) * 2 * i]);
+        }
         let mut act = vec![0f32; n * i]; // [n, I]
-        silu_mul_rows(&mut act, &gu, i);
+        (ex.act)(&mut act, &gu, i);
         let mut ys = vec![0f32; n * h]; // [n, H]
         matmul::matmul_nt(&mut ys, &act, w2, n, h, i);
+        if let Some((_, b2)) = ex.biases {
+            add_rows(&mut ys, &b2[expert * h..(expert + 1) * h]);
+        }
         for (&(tok, w), y) in rows.iter().zip(ys.chunks_exact(h)) {
             for (o, v) in out.data[tok * h..(tok + 1) * h].iter_mut().zip(y) {
                 *o += w * v;
             }
         }
     }
-    Ok(())
+}
+
+/// `rows[r, :] += bias` for every row.
+fn add_rows(rows: &mut [f32], bias: &[f32]) {
+    for row in rows.chunks_mut(bias.len()) {
+        row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+    }
 }
 
 #[cfg(test)]

@@ -266,6 +266,9 @@ impl Backend for CudaBackend {
             // Not yet: the attention kernels have no window (Mistral with a sliding_window and
             // Gemma 3 refuse to load here, by name).
             Feature::SlidingWindow => false,
+            // Not yet: no kernels for attention sinks, bias adds or the clamped-SwiGLU experts
+            // (gpt-oss refuses to load here, by name).
+            Feature::GptOss => false,
         }
     }
 

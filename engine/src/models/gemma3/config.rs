@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 use crate::loader::config::{RopeConfig, parse_file, rope_from_params, text_config};
 use crate::loader::{LoadError, ModelConfig};
 
-use super::super::llama::check_known_keys;
+use super::super::llama::{check_known_keys, sliding_layer_types};
 
 /// `Gemma3TextConfig`'s defaults for the keys [`ModelConfig`] needs.
 fn defaults() -> [(&'static str, Value); 10] {
@@ -156,19 +156,9 @@ impl Gemma3Config {
         }
         let base = ModelConfig::from_json(&Value::Object(base_json).to_string())?;
         let n = base.num_hidden_layers;
-        let sliding = match flat.get("layer_types") {
-            Some(Value::Array(types)) => types
-                .iter()
-                .map(|t| match t.as_str() {
-                    Some("sliding_attention") => Ok(true),
-                    Some("full_attention") => Ok(false),
-                    _ => Err(format!(
-                        "layer_types entry {t} is not supported (expected \
-                         \"sliding_attention\" or \"full_attention\")"
-                    )),
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()?,
-            _ => {
+        let sliding = match sliding_layer_types(flat.get("layer_types"), n)? {
+            Some(sliding) => sliding,
+            None => {
                 let pattern = num("sliding_window_pattern")
                     .or_else(|| num("_sliding_window_pattern"))
                     .unwrap_or(6.0) as usize;
@@ -178,12 +168,6 @@ impl Gemma3Config {
                 (0..n).map(|l| !(l + 1).is_multiple_of(pattern)).collect()
             }
         };
-        if sliding.len() != n {
-            return Err(format!(
-                "layer_types has {} entries for num_hidden_layers = {n}",
-                sliding.len()
-            ));
-        }
         if base.rope.partial_rotary_factor != 1.0 {
             return Err(format!(
                 "partial_rotary_factor is not supported for {architecture}"

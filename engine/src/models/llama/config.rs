@@ -70,6 +70,38 @@ pub fn check_known_keys(
     ))
 }
 
+/// A config's `layer_types` (the value given) as one flag a layer (true: `sliding_attention`,
+/// false: `full_attention`), or `None` when the config has none; another type, a non-list or
+/// a count other than `layers` is an error that names it.
+pub fn sliding_layer_types(
+    layer_types: Option<&Value>,
+    layers: usize,
+) -> std::result::Result<Option<Vec<bool>>, String> {
+    let types = match layer_types {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(types)) => types,
+        Some(other) => return Err(format!("layer_types must be a list, found {other}")),
+    };
+    let sliding = types
+        .iter()
+        .map(|t| match t.as_str() {
+            Some("sliding_attention") => Ok(true),
+            Some("full_attention") => Ok(false),
+            _ => Err(format!(
+                "layer_types entry {t} is not supported (expected \
+                 \"sliding_attention\" or \"full_attention\")"
+            )),
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    if sliding.len() != layers {
+        return Err(format!(
+            "layer_types has {} entries for num_hidden_layers = {layers}",
+            sliding.len()
+        ));
+    }
+    Ok(Some(sliding))
+}
+
 /// The keys of a Llama / Mistral text config beyond [`HARMLESS_KEYS`].
 const LLAMA_KEYS: [&str; 14] = [
     "intermediate_size",
