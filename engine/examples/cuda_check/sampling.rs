@@ -345,7 +345,7 @@ fn grammar_masks(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     const V: usize = 151_931; // 151_931 % 32 = 27
     const N: usize = 40;
     const BATCHES: usize = 4;
-    let mut rng = Rng::new(0x6d61_736b_73);
+    let mut rng = Rng::new(0x006d_6173_6b73);
     let (mut rows_checked, mut mismatches, mut forced_wrong) = (0usize, 0usize, 0usize);
     for batch in 0..BATCHES {
         let mut data: Vec<f32> = Vec::with_capacity(N * V);
