@@ -28,6 +28,18 @@ fn noise(vocab: usize, seed: u64, i: usize) -> Vec<f32> {
         .collect()
 }
 
+/// The next token of sequence 1 after `out` under `params`, drawn from `logits`.
+fn next_token(params: &SamplingParams, out: &[u32], logits: &[f32]) -> u32 {
+    let row = SampleRow {
+        logits_row: 0,
+        params,
+        all_token_ids: out,
+        num_prompt_tokens: 0,
+        seq: Some(1),
+    };
+    sample_row(logits, &row).token_id
+}
+
 /// Sample under `spec` from noise until end-of-sequence or `max` tokens; the text and whether
 /// it ended.
 fn generate(tok: &Tokenizer, spec: &Spec, seed: u64, max: usize) -> (String, bool) {
@@ -46,14 +58,7 @@ fn generate(tok: &Tokenizer, spec: &Spec, seed: u64, max: usize) -> (String, boo
     };
     let mut out = Vec::new();
     for i in 0..max {
-        let row = SampleRow {
-            logits_row: 0,
-            params: &params,
-            all_token_ids: &out,
-            num_prompt_tokens: 0,
-            seq: Some(1),
-        };
-        let t = sample_row(&noise(vocab, seed, i), &row).token_id;
+        let t = next_token(&params, &out, &noise(vocab, seed, i));
         if t == eos {
             return (tok.decode(&out, true).expect("decode"), true);
         }
@@ -149,16 +154,9 @@ fn a_repeated_value_never_ends_and_stays_under_the_grammar() {
     };
     let mut out = Vec::new();
     for i in 0..80 {
-        let row = SampleRow {
-            logits_row: 0,
-            params: &params,
-            all_token_ids: &out,
-            num_prompt_tokens: 0,
-            seq: Some(1),
-        };
         let mut l = noise(vocab, 3, i);
         l[eos as usize] = 100.0; // the model wants to end: the grammar never lets it
-        out.push(sample_row(&l, &row).token_id);
+        out.push(next_token(&params, &out, &l));
     }
     assert!(!out.contains(&eos));
     let text = tok.decode(&out, true).expect("decode");
