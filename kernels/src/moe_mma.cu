@@ -563,7 +563,7 @@ __device__ __forceinline__ void moe_stage_x(bf16* xs, const bf16* src, const int
                                             int n, int div, int k, int k0, int kc) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     __syncthreads();
-    for (int r = warp; r < n; r += FP8_MMA_WARPS) {
+    for (int r = warp; r < n; r += (int)(blockDim.x >> 5)) {
         const bf16* row = src + (u64)(perm[start + r] / div) * k + k0;
         bf16* dst = xs + r * (kc + MOE_XS_PAD);
         for (int c = 8 * lane; c < kc; c += 8 * 32) cp_async<16>(dst + c, row + c, true);
@@ -574,40 +574,43 @@ __device__ __forceinline__ void moe_stage_x(bf16* xs, const bf16* src, const int
 }
 
 // acc = the tile rows (rows: their starts, k elements of W each; scs their scale rows) against
-// the chunk's n x rows (row r: src row perm[start + r] / div): with STAGE, copied into shared
-// memory MOE_XS_COLS columns at a time, else read from global by each warp.
-template <typename W, bool STAGE>
-__device__ __forceinline__ void moe_any_chunk(float (&acc)[1][2][4],
+// the chunk's n <= 8 NB x rows (row r: src row perm[start + r] / div): with STAGE, copied into
+// shared memory MOE_XS_COLS columns at a time, else read from global by each warp; BATCH k
+// slices of weight loads in flight a warp.
+template <typename W, int NB, int BATCH, bool STAGE>
+__device__ __forceinline__ void moe_any_chunk(float (&acc)[1][NB][4],
                                               const unsigned char* const (&rows)[1][2],
                                               const float* const (&scs)[1][2], const bf16* src,
                                               const int* perm, int start, int n, int div, int k) {
     constexpr bool BF16W = sizeof(W) == 2;
     const int g = (threadIdx.x & 31) >> 2;
     if (!STAGE) {
-        const bf16* xrows[2];
+        const bf16* xrows[NB];
 #pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
+        for (int nb = 0; nb < NB; ++nb)
             xrows[nb] = g + 8 * nb < n ? src + (u64)(perm[start + g + 8 * nb] / div) * k : nullptr;
-        fp8_mma_tiles<1, 2, 4, false, BF16W>(acc, rows, scs, xrows, k, false);
+        fp8_mma_tiles<1, NB, BATCH, false, BF16W>(acc, rows, scs, xrows, k, false);
         return;
     }
     bf16* const xs = moe_xs();
     for (int k0 = 0; k0 < k; k0 += MOE_XS_COLS) {
         const int kc = min(MOE_XS_COLS, k - k0);
         moe_stage_x(xs, src, perm, start, n, div, k, k0, kc);
-        const bf16* xrows[2];
+        const bf16* xrows[NB];
 #pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
+        for (int nb = 0; nb < NB; ++nb)
             xrows[nb] = g + 8 * nb < n ? xs + (g + 8 * nb) * (kc + MOE_XS_PAD) : nullptr;
         const unsigned char* const rk[1][2] = {{rows[0][0] + (u64)k0 * sizeof(W),
                                                 rows[0][1] + (u64)k0 * sizeof(W)}};
         const float* const sk[1][2] = {{BF16W ? nullptr : scs[0][0] + (k0 >> 7),
                                         BF16W ? nullptr : scs[0][1] + (k0 >> 7)}};
-        fp8_mma_tiles<1, 2, 4, false, BF16W, true>(acc, rk, sk, xrows, kc, false);
+        fp8_mma_tiles<1, NB, BATCH, false, BF16W, true>(acc, rk, sk, xrows, kc, false);
     }
 }
 
-template <typename W>
+// NB, BATCH, STAGE: moe_any_chunk's (8 NB pairs a chunk). A block's warps take 8 j each,
+// blockDim.x / 32 of them (the launch picks).
+template <typename W, int NB, int BATCH, bool STAGE>
 __device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const float* scales,
                                      const int* offsets, const int* active, const int* perm,
                                      int experts, int top_k, int inter, int hidden) {
@@ -617,19 +620,20 @@ __device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const
     if (e < 0) return;
     const int lane = threadIdx.x & 31, t = lane & 3, warp = threadIdx.x >> 5;
     const int first = offsets[e], count = offsets[e + 1] - first;
-    const int j = blockIdx.x * 64 + warp * 8 + (lane >> 2), groups = (hidden + 127) >> 7;
+    const int j = (blockIdx.x * (blockDim.x >> 5) + warp) * 8 + (lane >> 2);
+    const int groups = (hidden + 127) >> 7;
     // Rows past I read row I - 1 of their half (their sums are not written).
     const u64 rg = (u64)e * 2 * inter + min(j, inter - 1), ru = rg + inter;
     const unsigned char* const rows[1][2] = {{(const unsigned char*)(w + rg * hidden),
                                               (const unsigned char*)(w + ru * hidden)}};
     const float* const scs[1][2] = {{BF16W ? nullptr : scales + rg * groups,
                                      BF16W ? nullptr : scales + ru * groups}};
-    for (int c0 = 0; c0 < count; c0 += 16) {
-        const int start = first + c0, n = min(count - c0, 16);
-        float acc[1][2][4] = {};
-        moe_any_chunk<W, true>(acc, rows, scs, x, perm, start, n, top_k, hidden);
+    for (int c0 = 0; c0 < count; c0 += 8 * NB) {
+        const int start = first + c0, n = min(count - c0, 8 * NB);
+        float acc[1][NB][4] = {};
+        moe_any_chunk<W, NB, BATCH, STAGE>(acc, rows, scs, x, perm, start, n, top_k, hidden);
 #pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
+        for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
                 const int col = 8 * nb + 2 * t + i;
@@ -642,7 +646,8 @@ __device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const
     }
 }
 
-template <typename W>
+// A block's warps take 16 output columns each, blockDim.x / 32 of them.
+template <typename W, int NB, int BATCH>
 __device__ void moe_down_any_impl(float* ys, const bf16* act, const W* w, const float* scales,
                                   const int* offsets, const int* active, const int* perm,
                                   int experts, int inter, int hidden) {
@@ -652,19 +657,19 @@ __device__ void moe_down_any_impl(float* ys, const bf16* act, const W* w, const 
     if (e < 0) return;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
     const int first = offsets[e], count = offsets[e + 1] - first;
-    const int c0 = blockIdx.x * 128 + warp * 16, groups = (inter + 127) >> 7;
+    const int c0 = (blockIdx.x * (blockDim.x >> 5) + warp) * 16, groups = (inter + 127) >> 7;
     const u64 base = (u64)e * hidden;
     const u64 ra = base + min(c0 + g, hidden - 1), rb = base + min(c0 + g + 8, hidden - 1);
     const unsigned char* const rows[1][2] = {{(const unsigned char*)(w + ra * inter),
                                               (const unsigned char*)(w + rb * inter)}};
     const float* const scs[1][2] = {{BF16W ? nullptr : scales + ra * groups,
                                      BF16W ? nullptr : scales + rb * groups}};
-    for (int p0 = 0; p0 < count; p0 += 16) {
-        const int start = first + p0, n = min(count - p0, 16);
-        float acc[1][2][4] = {};
-        moe_any_chunk<W, false>(acc, rows, scs, act, perm, start, n, 1, inter);
+    for (int p0 = 0; p0 < count; p0 += 8 * NB) {
+        const int start = first + p0, n = min(count - p0, 8 * NB);
+        float acc[1][NB][4] = {};
+        moe_any_chunk<W, NB, BATCH, false>(acc, rows, scs, act, perm, start, n, 1, inter);
 #pragma unroll
-        for (int nb = 0; nb < 2; ++nb)
+        for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int c = c0 + g + 8 * (i >> 1), col = 8 * nb + 2 * t + (i & 1);
@@ -679,18 +684,40 @@ __device__ void moe_down_any_impl(float* ys, const bf16* act, const W* w, const 
         moe_gate_up_##NAME##_small_any(bf16* act, const bf16* x, const W* w, const float* scales, \
                                        const int* offsets, const int* active, const int* perm,    \
                                        int experts, int top_k, int inter, int hidden) {           \
-        moe_gate_up_any_impl<W>(act, x, w, scales, offsets, active, perm, experts, top_k, inter,  \
-                                hidden);                                                          \
+        moe_gate_up_any_impl<W, 2, 4, true>(act, x, w, scales, offsets, active, perm, experts,    \
+                                            top_k, inter, hidden);                                \
     }                                                                                             \
     extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)                              \
         moe_down_##NAME##_small_any(float* ys, const bf16* act, const W* w, const float* scales,  \
                                     const int* offsets, const int* active, const int* perm,       \
                                     int experts, int inter, int hidden) {                         \
-        moe_down_any_impl<W>(ys, act, w, scales, offsets, active, perm, experts, inter, hidden);  \
+        moe_down_any_impl<W, 2, 4>(ys, act, w, scales, offsets, active, perm, experts, inter,     \
+                                   hidden);                                                       \
     }
 
 MOE_ANY_KERNELS(fp8, unsigned char)
 MOE_ANY_KERNELS(bf16, bf16)
+
+// The _few build (FP8, steps of at most 8 tokens: at most 8 pairs an expert, one B tile): the
+// _any kernels with x read from global by each warp (no staging barrier before the first
+// weight load) and 8 k slices of weight loads in flight a warp (64 registers), so down's
+// 512-column rows (Qwen3.6-35B-A3B) are one round of loads and gate_up's 2048 four. An MTP
+// verify step (4 rows at C=1) reads about 30 experts a layer; the split build's blocks of 16
+// rows and k split 8 ways held 2.1 TB/s there (gate_up) and 1.3 (down).
+extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
+    moe_gate_up_fp8_few(bf16* act, const bf16* x, const unsigned char* w, const float* scales,
+                        const int* offsets, const int* active, const int* perm, int experts,
+                        int top_k, int inter, int hidden) {
+    moe_gate_up_any_impl<unsigned char, 1, 8, false>(act, x, w, scales, offsets, active, perm,
+                                                     experts, top_k, inter, hidden);
+}
+extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
+    moe_down_fp8_few(float* ys, const bf16* act, const unsigned char* w, const float* scales,
+                     const int* offsets, const int* active, const int* perm, int experts,
+                     int inter, int hidden) {
+    moe_down_any_impl<unsigned char, 1, 8>(ys, act, w, scales, offsets, active, perm, experts,
+                                           inter, hidden);
+}
 
 // ---- activations as e4m3 (the _fp8act builds) ----------------------------------------------
 

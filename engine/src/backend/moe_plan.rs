@@ -162,12 +162,23 @@ pub enum Down {
     Separate,
 }
 
+/// The small-step tensor-core kernels' build (`moe_*_small*`, `moe_*_fp8_few`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmallBuild {
+    /// `moe_*_fp8_small`: one B tile of pairs, k split over the block's warps.
+    Split,
+    /// `moe_*_fp8_few`: one B tile of pairs, a warp over the whole k.
+    Few,
+    /// `moe_*_{w}_small_any`: chunks of 16 pairs, a warp over the whole k.
+    Any,
+}
+
 /// Stages 3-5: the experts and the weighted sum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Experts {
-    /// `moe_gate_up_{w}_small{_any}`, `moe_down_{w}_small{_any}`, `moe_combine`: decode-sized
-    /// steps on tensor cores (`split`: the split-k build, no `_any`).
-    SmallMma { split: bool },
+    /// The small-step kernels of `build`, then `moe_combine`: decode-sized steps on tensor
+    /// cores.
+    SmallMma { build: SmallBuild },
     /// `moe_tiles`, `moe_gate_up_mma_*`, `moe_down_mma_*`, `moe_combine`: 64-row tiles.
     Mma { build: MmaBuild },
     /// The CUDA-core kernels of `build`.
@@ -233,7 +244,11 @@ impl MoePlan {
         };
         let experts = if small && small_mma(shape, w, cc, tuning) {
             Experts::SmallMma {
-                split: w == ExpertType::Fp8 && t <= SMALL_MMA_SPLIT_TOKENS,
+                build: match w {
+                    ExpertType::Fp8 if t <= tuning.few_tokens => SmallBuild::Few,
+                    ExpertType::Fp8 if t <= SMALL_MMA_SPLIT_TOKENS => SmallBuild::Split,
+                    _ => SmallBuild::Any,
+                },
             }
         } else if mma(shape, w, cc, tuning) {
             Experts::Mma {
@@ -293,12 +308,14 @@ impl MoePlan {
     }
 }
 
-/// Whether the step takes the small-step tensor-core kernels: FP8 experts from 2 tokens, bf16
-/// ones from [`SMALL_MMA_BF16_MIN_TOKENS`], up to [`SMALL_MMA_MAX_TOKENS`]; both k dimensions
+/// Whether the step takes the small-step tensor-core kernels: FP8 experts from 2 tokens (from
+/// 1 with `few_tokens`), bf16 ones from [`SMALL_MMA_BF16_MIN_TOKENS`], up to
+/// [`SMALL_MMA_MAX_TOKENS`]; both k dimensions
 /// multiples of 64 (prelude's fp8_mma_tiles), the GPU 8.0+, the kernels on, experts not kept on
 /// the CUDA cores and activations not asked as e4m3 (the 64-row kernels' `fp8act` build).
 fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
     let first = match w {
+        ExpertType::Fp8 if tuning.few_tokens > 0 => 1,
         ExpertType::Fp8 => 2,
         ExpertType::Bf16 => SMALL_MMA_BF16_MIN_TOKENS,
         ExpertType::F32 => return false,

@@ -284,14 +284,14 @@ impl CudaBackend {
         let (build, gate_up_kernel, down_kernel) = match plan.experts {
             // Decode-sized steps: the small-step tensor-core kernels (16 pairs an expert a
             // chunk), where the 64-row tiles would be mostly empty.
-            Experts::SmallMma { split } => {
+            Experts::SmallMma { build } => {
                 let ys = self.moe_experts_small_mma(
                     &act,
                     x,
                     (gate_up, down),
                     (ofp, acp, pmp),
                     (t, h, e, i, top_k),
-                    split,
+                    build,
                 )?;
                 return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
             }
