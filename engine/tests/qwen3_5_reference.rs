@@ -319,3 +319,17 @@ fn the_hubs_conditional_generation_layout_reads_the_text_model() {
         eprintln!("{name} (Hub layout): max |log-prob - transformers| = {max_diff:.2e}");
     }
 }
+
+/// `--load-format dummy` on an FP8 hybrid draws every projection in FP8, the Gated DeltaNet's
+/// four input projections included (a few rows of `in_proj_b`/`in_proj_a`, partial 128-blocks),
+/// fuses them and computes finite log-probs.
+#[test]
+fn a_dummy_fp8_hybrid_loads_and_scores() {
+    let dir = model_dir("qwen3_5-hybrid-moe-fp8");
+    let cfg = Qwen3_5Config::from_file(&dir.join("config.json")).expect("config");
+    let weights = Weights::open(&dir, LoadFormat::Dummy).expect("weights");
+    let model = Qwen3_5::load(&cfg, &weights).expect("load");
+    let rows = log_probs(&model, &[1, 2, 3, 4, 5], None);
+    assert_eq!(rows.len(), 5);
+    assert!(rows.iter().flatten().all(|lp| lp.is_finite() && *lp <= 0.0));
+}

@@ -204,10 +204,15 @@ impl Weights {
 }
 
 /// Whether an FP8 checkpoint stores `name` in FP8: the linear projections (`*_proj.weight`,
-/// and transformers 5's fused `mlp.experts.gate_up_proj` / `down_proj`); embeddings, norms,
-/// the LM head and the MoE router stay bf16.
+/// the Gated DeltaNet's `in_proj_{qkv,z,b,a}.weight` as Qwen's FP8 checkpoints and our FP8
+/// hybrid fixture have them, and transformers 5's fused `mlp.experts.gate_up_proj` /
+/// `down_proj`); embeddings, norms, the LM head, the MoE router and the shared-expert gate stay
+/// bf16. (Before the `in_proj_*` names counted, a dummy FP8 hybrid drew its fused input
+/// projection in bf16: twice the bytes of the checkpoint it stands for.)
 fn quantized_in_fp8(name: &str) -> bool {
-    name.ends_with("_proj.weight") || name.ends_with("_proj")
+    let module = name.strip_suffix(".weight").unwrap_or(name);
+    let last = module.rsplit('.').next().unwrap_or(module);
+    last.ends_with("_proj") || last.contains("_proj_")
 }
 
 /// What a tensor is, for sources that invent values.
@@ -260,4 +265,35 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quantized_in_fp8;
+
+    #[test]
+    fn the_fp8_dummy_quantizes_the_projections_qwen_quantizes() {
+        for name in [
+            "model.layers.0.self_attn.q_proj.weight",
+            "model.layers.0.mlp.experts.3.down_proj.weight",
+            "model.layers.0.mlp.experts.gate_up_proj",
+            "model.layers.0.linear_attn.in_proj_qkv.weight",
+            "model.layers.0.linear_attn.in_proj_z.weight",
+            "model.layers.0.linear_attn.in_proj_b.weight",
+            "model.layers.0.linear_attn.in_proj_a.weight",
+            "model.layers.0.linear_attn.out_proj.weight",
+        ] {
+            assert!(quantized_in_fp8(name), "{name}");
+        }
+        for name in [
+            "model.embed_tokens.weight",
+            "lm_head.weight",
+            "model.layers.0.mlp.gate.weight",
+            "model.layers.0.mlp.shared_expert_gate.weight",
+            "model.layers.0.linear_attn.conv1d.weight",
+            "model.layers.0.input_layernorm.weight",
+        ] {
+            assert!(!quantized_in_fp8(name), "{name}");
+        }
+    }
 }
