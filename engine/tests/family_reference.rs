@@ -1,6 +1,7 @@
 //! The CPU reference backend against transformers for Llama 3, Mistral, Gemma 3 and gpt-oss
-//! (issue 39): tiny random checkpoints and what transformers 5 computed for them in float32
-//! (`tests/fixtures/make_family_fixtures.py`, `make_gpt_oss_fixtures.py`), loaded through the
+//! (issue 39) and MiniMax-M2 (issue 40): tiny random checkpoints and what transformers 5
+//! computed for them in float32 (`tests/fixtures/make_family_fixtures.py`,
+//! `make_gpt_oss_fixtures.py`, `make_minimax_fixtures.py`), loaded through the
 //! registry as `met` loads them. Sequences reach 130 tokens, past every fixture's sliding
 //! window (16).
 
@@ -13,7 +14,7 @@ mod reference_support;
 
 use reference_support::{Reference, model_dir, reference};
 
-const FIXTURES: [&str; 7] = [
+const FIXTURES: [&str; 8] = [
     "llama3-gqa-untied",
     "llama3-mha-tied",
     "mistral-sliding",
@@ -21,6 +22,7 @@ const FIXTURES: [&str; 7] = [
     "gemma3-wide-window",
     "gpt-oss-bf16",
     "gpt-oss-mxfp4",
+    "minimax-m2-tiny",
 ];
 const TOLERANCE: f32 = 1e-3;
 
@@ -83,7 +85,12 @@ fn greedy_continuation_is_identical() {
 /// (the window is per sequence).
 #[test]
 fn batched_equals_one_at_a_time() {
-    for name in ["mistral-sliding", "gemma3-sliding", "gpt-oss-bf16"] {
+    for name in [
+        "mistral-sliding",
+        "gemma3-sliding",
+        "gpt-oss-bf16",
+        "minimax-m2-tiny",
+    ] {
         with_fixture(name, Check::Batched);
     }
 }
@@ -303,4 +310,21 @@ fn broken_gpt_oss_checkpoints_are_refused_by_name() {
         e.contains("chunked_attention") && e.contains("layer_types"),
         "{e}"
     );
+}
+
+/// Bad MiniMax-M2 checkpoints fail at load with a sentence that names the problem.
+#[test]
+fn broken_minimax_checkpoints_are_refused_by_name() {
+    // Softmax routing is another model.
+    let dir = edited_copy("minimax-m2-tiny", "mm-scoring", |c| {
+        c["scoring_func"] = serde_json::json!("softmax");
+    });
+    let e = registry_error(&dir);
+    assert!(e.contains("scoring_func") && e.contains("sigmoid"), "{e}");
+    // More experts than the checkpoint holds: the missing tensor is named.
+    let dir = edited_copy("minimax-m2-tiny", "mm-experts", |c| {
+        c["num_local_experts"] = serde_json::json!(9);
+    });
+    let e = registry_error(&dir);
+    assert!(e.contains("model.layers.0.block_sparse_moe"), "{e}");
 }

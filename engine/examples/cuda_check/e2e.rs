@@ -24,6 +24,7 @@ use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::gemma3::{Gemma3, Gemma3Config};
 use metrale_engine::models::gpt_oss::{GptOss, GptOssConfig};
 use metrale_engine::models::llama::{Llama, LlamaConfig};
+use metrale_engine::models::minimax_m2::{MiniMaxM2, MiniMaxM2Config};
 use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::models::qwen3_5;
 use metrale_engine::models::registry::{self, Family};
@@ -254,6 +255,18 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
             let ocfg = GptOssConfig::from_file(&dir.root.join("config.json"))?;
             let on_cpu = |b: &CpuBackend, w: &Weights| Ok(GptOss::load(b, &ocfg, w, &mut |_| {})?);
             let on_cuda = |w: &Weights| Ok(GptOss::load(cuda, &ocfg, w, &mut |_| {})?);
+            let checks = (&reference, &bounds);
+            return family(cuda, name, checks, (&on_cpu, &on_cuda), inputs, report);
+        }
+        Family::MiniMaxM2 => {
+            if !cuda.supports(Feature::MiniMaxM2) {
+                report.summary_line(format!("{name}: skipped, MiniMaxM2 is not on this backend"));
+                return Ok(());
+            }
+            let mcfg = MiniMaxM2Config::from_file(&dir.root.join("config.json"))?;
+            let on_cpu =
+                |b: &CpuBackend, w: &Weights| Ok(MiniMaxM2::load(b, &mcfg, w, &mut |_| {})?);
+            let on_cuda = |w: &Weights| Ok(MiniMaxM2::load(cuda, &mcfg, w, &mut |_| {})?);
             let checks = (&reference, &bounds);
             return family(cuda, name, checks, (&on_cpu, &on_cuda), inputs, report);
         }

@@ -195,6 +195,9 @@ pub enum Feature {
     /// ([`Backend::paged_attention_sinks`]), biased projections ([`Backend::add_bias`]) and
     /// experts with biases and the clamped SwiGLU ([`Backend::fused_moe_clamped`]).
     GptOss,
+    /// MiniMax-M2's ops: QK norms over all heads at once ([`Backend::rms_norm_cols`]) and
+    /// experts routed by sigmoid scores with a correction bias ([`Backend::fused_moe_sigmoid`]).
+    MiniMaxM2,
 }
 
 /// gpt-oss's experts for [`Backend::fused_moe_clamped`]: the stacked weights of
@@ -212,6 +215,17 @@ pub struct ClampedExperts<'a, T> {
     pub alpha: f32,
     /// The clamp (`swiglu_limit`, 7.0).
     pub limit: f32,
+}
+
+/// Routing by sigmoid scores for [`Backend::fused_moe_sigmoid`] (MiniMax-M2, DeepSeek-V3
+/// without its expert groups).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SigmoidRouting {
+    pub top_k: usize,
+    /// Divide the chosen scores by their sum.
+    pub norm_topk_prob: bool,
+    /// Multiply the weights by this (DeepSeek's `routed_scaling_factor`; 1 for MiniMax-M2).
+    pub scaling: f32,
 }
 
 pub use cpu::hybrid::DeltaHeads;
@@ -525,6 +539,36 @@ pub trait Backend: Send + Sync + 'static {
         _top_k: usize,
     ) -> Result<()> {
         Err(lacks(self.name(), "clamped-SwiGLU experts"))
+    }
+    /// Columns `start .. start + n` of each row of `x` (`n` = `weight`'s length), normalised in
+    /// place: `x * rsqrt(mean(x²) + eps) * weight` over those columns (MiniMax-M2's q and k
+    /// norms, each over all heads of the fused qkv). Only backends that answer
+    /// [`Feature::MiniMaxM2`] run it.
+    fn rms_norm_cols(
+        &self,
+        _x: &mut Self::Tensor,
+        _start: usize,
+        _weight: &Self::Tensor,
+        _eps: f32,
+    ) -> Result<()> {
+        Err(lacks(self.name(), "column-range RMSNorm"))
+    }
+    /// A mixture of experts routed by sigmoid scores: `s = sigmoid(router_logits)` `[T, E]`
+    /// (f32), each token's `top_k` experts of highest `s + bias` (`bias` `[E]`, the
+    /// checkpoint's `e_score_correction_bias`; ties to the lower index), weighted by their `s`
+    /// (divided by the chosen ones' sum when `norm_topk_prob`) times `scaling`; experts as in
+    /// [`Backend::fused_moe`]. Only backends that answer [`Feature::MiniMaxM2`] run it.
+    #[allow(clippy::too_many_arguments)]
+    fn fused_moe_sigmoid(
+        &self,
+        _out: &mut Self::Tensor,
+        _x: &Self::Tensor,
+        _router_logits: &Self::Tensor,
+        _bias: &Self::Tensor,
+        _experts: (&Self::Tensor, &Self::Tensor),
+        _routing: SigmoidRouting,
+    ) -> Result<()> {
+        Err(lacks(self.name(), "sigmoid-routed experts"))
     }
     /// `out = gelu_tanh(gate) * up` where `gate_up` is `[T, 2·I]` (gate first): Gemma's gated
     /// MLP (`gelu_pytorch_tanh`).

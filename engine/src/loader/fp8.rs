@@ -40,11 +40,14 @@ impl Fp8Config {
                 );
             }
         }
+        // MiniMax-M2 names the same format by its torch dtype.
         if let Some(fmt) = text("fmt")
             && fmt != "e4m3"
+            && fmt != "float8_e4m3fn"
         {
             return Err(format!(
-                "quantization_config.fmt {fmt:?} is not supported (FP8 weights must be \"e4m3\")"
+                "quantization_config.fmt {fmt:?} is not supported (FP8 weights must be \"e4m3\" \
+                 or \"float8_e4m3fn\")"
             ));
         }
         if let Some(scheme) = text("activation_scheme")

@@ -25,7 +25,10 @@ use crate::backend::{Backend, BatchInputs, ClampedExperts, Feature, Result, Rope
 use crate::loader::{DType, HostData, HostTensor, LoadError, TensorKind, Weights};
 
 use super::llama::upload_err;
-use super::{KvStorage, Model, all_layers_kv, all_layers_kv_bytes, check_backend, lm_head_logits};
+use super::{
+    KvStorage, Model, all_layers_kv, all_layers_kv_bytes, check_backend, lm_head_logits,
+    routed_activation_bytes,
+};
 
 mod config;
 
@@ -315,17 +318,8 @@ impl<B: Backend> Model<B> for GptOss<B> {
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {
-        let c = &self.config.base;
-        let e = self.config.num_experts;
-        // x, xn, qkv, attn, proj, router_logits (see `forward`), the experts' gathered rows,
-        // gate|up and activations for every routed (token, expert) pair, then the gathered
-        // rows and their logits; doubled for allocator slack and the backend's temporaries.
-        let per_token = 3 * c.hidden_size
-            + (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
-            + e
-            + self.config.top_k * (2 * c.hidden_size + 3 * c.intermediate_size);
-        let rows = logits_rows.min(tokens);
-        2 * 4 * (tokens * per_token + rows * (c.hidden_size + c.vocab_size))
+        let routed = (self.config.num_experts, self.config.top_k);
+        routed_activation_bytes(&self.config.base, routed, tokens, logits_rows)
     }
 
     fn vocab_size(&self) -> usize {

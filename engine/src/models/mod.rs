@@ -5,6 +5,7 @@
 pub mod gemma3;
 pub mod gpt_oss;
 pub mod llama;
+pub mod minimax_m2;
 pub mod qwen3;
 pub mod qwen3_5;
 pub mod qwen3_moe;
@@ -155,6 +156,25 @@ pub(crate) fn all_layers_kv<B: Backend>(
 /// Bytes one cached token takes in [`all_layers_kv`]'s cache (k and v of every layer).
 pub(crate) fn all_layers_kv_bytes<B: Backend>(backend: &B, c: &ModelConfig) -> usize {
     2 * c.num_hidden_layers * c.num_key_value_heads * backend.kv_head_bytes(c.head_dim)
+}
+
+/// Activation bytes of a forward of `tokens` tokens (`logits_rows` of them scored) through a
+/// model whose every layer is attention then `top_k` of `experts` routed experts (gpt-oss,
+/// MiniMax-M2): x, xn, qkv, attn, proj and the router's logits, the experts' gathered rows,
+/// gate|up and activations for every routed (token, expert) pair, then the gathered rows and
+/// their logits; doubled for allocator slack and the backend's temporaries.
+pub(crate) fn routed_activation_bytes(
+    c: &ModelConfig,
+    (experts, top_k): (usize, usize),
+    tokens: usize,
+    logits_rows: usize,
+) -> usize {
+    let per_token = 3 * c.hidden_size
+        + (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
+        + experts
+        + top_k * (2 * c.hidden_size + 3 * c.intermediate_size);
+    let rows = logits_rows.min(tokens);
+    2 * 4 * (tokens * per_token + rows * (c.hidden_size + c.vocab_size))
 }
 
 /// The last step of a forward: `logits = xn[rows] · headᵀ` for the batch's logits rows

@@ -11,7 +11,9 @@ mod rope;
 use rayon::prelude::*;
 
 use super::sampling::{self, SampleRow, Sampled};
-use super::{Backend, BackendError, BatchInputs, ClampedExperts, Feature, Result, RopeTables};
+use super::{
+    Backend, BackendError, BatchInputs, ClampedExperts, Feature, Result, RopeTables, SigmoidRouting,
+};
 use crate::loader::HostTensor;
 
 /// A row-major f32 tensor.
@@ -355,6 +357,37 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn rms_norm_cols(
+        &self,
+        x: &mut CpuTensor,
+        start: usize,
+        w: &CpuTensor,
+        eps: f32,
+    ) -> Result<()> {
+        let (cols, n) = (x.cols(), w.data.len());
+        check("rms_norm_cols", n > 0 && start + n <= cols, || {
+            format!("x {:?}, columns {start}..{}", x.shape, start + n)
+        })?;
+        x.data.par_chunks_mut(cols).for_each(|row| {
+            let part = &mut row[start..start + n];
+            let src = part.to_vec();
+            norm::norm_row(part, &src, &w.data, eps);
+        });
+        Ok(())
+    }
+
+    fn fused_moe_sigmoid(
+        &self,
+        out: &mut CpuTensor,
+        x: &CpuTensor,
+        router_logits: &CpuTensor,
+        bias: &CpuTensor,
+        experts: (&CpuTensor, &CpuTensor),
+        routing: SigmoidRouting,
+    ) -> Result<()> {
+        moe::fused_moe_sigmoid(out, x, router_logits, bias, experts, routing)
+    }
+
     fn fused_moe_clamped(
         &self,
         out: &mut CpuTensor,
@@ -409,7 +442,8 @@ impl Backend for CpuBackend {
             | Feature::Fp8Weights
             | Feature::HybridLayers
             | Feature::SlidingWindow
-            | Feature::GptOss => true,
+            | Feature::GptOss
+            | Feature::MiniMaxM2 => true,
         }
     }
 

@@ -4,7 +4,7 @@
 //! step therefore reads only the chosen experts' weights.
 
 use super::{CpuTensor, matmul, silu_mul_rows};
-use crate::backend::{ClampedExperts, Result, moe_dims};
+use crate::backend::{ClampedExperts, Result, SigmoidRouting, moe_dims};
 
 /// Each token's `top_k` experts, best first, and their routing weights (`[T, k]` each).
 pub(super) fn route(
@@ -58,7 +58,21 @@ pub(super) fn fused_moe(
         top_k,
         usize::MAX,
     )?;
-    let (ids, weights) = route(&router_logits.data, dims.2, top_k, norm_topk_prob);
+    let routed = route(&router_logits.data, dims.2, top_k, norm_topk_prob);
+    swiglu_grouped(out, x, routed, (gate_up, down), dims, top_k);
+    Ok(())
+}
+
+/// [`grouped`] with SwiGLU experts and no biases (Qwen3-MoE's, MiniMax-M2's), given the
+/// routing (`[T, k]` ids and weights).
+fn swiglu_grouped(
+    out: &mut CpuTensor,
+    x: &CpuTensor,
+    (ids, weights): (Vec<usize>, Vec<f32>),
+    (gate_up, down): (&CpuTensor, &CpuTensor),
+    dims: (usize, usize, usize, usize),
+    top_k: usize,
+) {
     let experts = Experts {
         gate_up: &gate_up.data,
         down: &down.data,
@@ -66,6 +80,66 @@ pub(super) fn fused_moe(
         act: &|out, gu, i| silu_mul_rows(out, gu, i),
     };
     grouped(out, x, (&ids, &weights), &experts, dims, top_k);
+}
+
+/// Each token's experts by sigmoid score (`Backend::fused_moe_sigmoid`): the `top_k` of
+/// highest `sigmoid(logit) + bias` (ties to the lower index), weighted by their sigmoid
+/// scores, renormalised when asked, times the scaling (`[T, k]` each).
+pub(super) fn route_sigmoid(
+    logits: &[f32],
+    bias: &[f32],
+    routing: SigmoidRouting,
+) -> (Vec<usize>, Vec<f32>) {
+    let (e, k) = (bias.len(), routing.top_k);
+    let mut ids = Vec::with_capacity(logits.len() / e.max(1) * k);
+    let mut weights = Vec::with_capacity(ids.capacity());
+    let mut order: Vec<usize> = Vec::with_capacity(e);
+    for row in logits.chunks_exact(e) {
+        let scores: Vec<f32> = row.iter().map(|v| 1.0 / (1.0 + (-v).exp())).collect();
+        let choice: Vec<f32> = scores.iter().zip(bias).map(|(s, b)| s + b).collect();
+        order.clear();
+        order.extend(0..e);
+        order.sort_by(|&a, &b| choice[b].total_cmp(&choice[a]).then(a.cmp(&b)));
+        let chosen = &order[..k];
+        let total: f32 = chosen.iter().map(|&x| scores[x]).sum();
+        ids.extend_from_slice(chosen);
+        weights.extend(chosen.iter().map(|&x| {
+            let w = if routing.norm_topk_prob {
+                scores[x] / total
+            } else {
+                scores[x]
+            };
+            w * routing.scaling
+        }));
+    }
+    (ids, weights)
+}
+
+/// MiniMax-M2's experts: SwiGLU experts as [`fused_moe`]'s, routed by [`route_sigmoid`].
+pub(super) fn fused_moe_sigmoid(
+    out: &mut CpuTensor,
+    x: &CpuTensor,
+    router_logits: &CpuTensor,
+    bias: &CpuTensor,
+    (gate_up, down): (&CpuTensor, &CpuTensor),
+    routing: SigmoidRouting,
+) -> Result<()> {
+    let dims = moe_dims(
+        &out.shape,
+        &x.shape,
+        &router_logits.shape,
+        (&gate_up.shape, &down.shape),
+        routing.top_k,
+        usize::MAX,
+    )?;
+    if bias.data.len() != dims.2 {
+        return Err(super::shape_err(
+            "fused_moe_sigmoid",
+            format!("bias {:?} (want [{}])", bias.shape, dims.2),
+        ));
+    }
+    let routed = route_sigmoid(&router_logits.data, &bias.data, routing);
+    swiglu_grouped(out, x, routed, (gate_up, down), dims, routing.top_k);
     Ok(())
 }
 
@@ -210,6 +284,33 @@ mod tests {
         assert_eq!(ids, vec![2, 1, 0], "ties go to the lower expert");
         assert!((w.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         assert!((w[0] - 4.0 / 7.0).abs() < 1e-6, "{w:?}");
+    }
+
+    #[test]
+    fn sigmoid_routing_chooses_by_the_biased_score_and_weights_by_the_plain_one() {
+        // Scores sigmoid([2, 0, 1, -1]) ≈ [0.881, 0.5, 0.731, 0.269]; the bias lifts expert 3
+        // over expert 2, so the choice is 0 then 3, weighted by their unbiased scores.
+        let logits = [2.0, 0.0, 1.0, -1.0];
+        let bias = [0.0, 0.0, 0.0, 0.5];
+        let routing = SigmoidRouting {
+            top_k: 2,
+            norm_topk_prob: true,
+            scaling: 1.0,
+        };
+        let (ids, w) = route_sigmoid(&logits, &bias, routing);
+        assert_eq!(ids, vec![0, 3]);
+        let (s0, s3) = (1.0 / (1.0 + (-2f32).exp()), 1.0 / (1.0 + 1f32.exp()));
+        assert!((w[0] - s0 / (s0 + s3)).abs() < 1e-6, "{w:?}");
+        let raw = SigmoidRouting {
+            norm_topk_prob: false,
+            scaling: 2.5,
+            ..routing
+        };
+        let (_, w) = route_sigmoid(&logits, &bias, raw);
+        assert!((w[1] - 2.5 * s3).abs() < 1e-6, "{w:?}");
+        // Equal biased scores go to the lower expert.
+        let (ids, _) = route_sigmoid(&[0.0; 4], &[0.0; 4], routing);
+        assert_eq!(ids, vec![0, 1]);
     }
 
     /// The grouped computation against a token-by-token, expert-by-expert loop.

@@ -269,6 +269,9 @@ impl Backend for CudaBackend {
             // Not yet: no kernels for attention sinks, bias adds or the clamped-SwiGLU experts
             // (gpt-oss refuses to load here, by name).
             Feature::GptOss => false,
+            // Not yet: no column-range norm or sigmoid routing (MiniMax-M2 refuses to load
+            // here, by name).
+            Feature::MiniMaxM2 => false,
         }
     }
 
