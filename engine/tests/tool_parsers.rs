@@ -374,3 +374,41 @@ fn qwen3_coder_reads_the_compact_layout_of_newer_templates() {
         ]
     );
 }
+
+/// MiniMax-M2's interleaved thinking then one block of two invocations, as its guide shows
+/// them; then a block whose invocation names no declared tool, which stays text.
+const MINIMAX_TWO_CALLS: &str = "<think>\nTwo cities: two calls.\n</think>\n\nLet me look.\n<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">Paris</parameter>\n<parameter name=\"days\">3</parameter>\n</invoke>\n<invoke name=\"get_weather\">\n<parameter name=\"city\">東京</parameter>\n<parameter name=\"metric\">true</parameter>\n</invoke>\n</minimax:tool_call>";
+
+#[test]
+fn minimax_one_block_of_two_calls_after_thinking() {
+    let evs = parse_all_ways(
+        Some(ToolCallFormat::MiniMaxM2),
+        true,
+        false,
+        MINIMAX_TWO_CALLS,
+    );
+    assert_eq!(
+        evs,
+        vec![
+            Reasoning("Two cities: two calls.".into()),
+            Text("Let me look.".into()),
+            start(0, "get_weather"),
+            args(0, json!({"city": "Paris", "days": 3})),
+            end(0),
+            start(1, "get_weather"),
+            args(1, json!({"city": "東京", "metric": true})),
+            end(1),
+        ]
+    );
+    let bad = "Sure.\n<minimax:tool_call>\n<invoke name=\"nope\">\n</invoke>\n</minimax:tool_call>";
+    let evs = parse_all_ways(Some(ToolCallFormat::MiniMaxM2), false, false, bad);
+    assert_eq!(evs, vec![Text(bad.into())]);
+    // Cut off inside a block (max_tokens): text.
+    let cut = "<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"ci";
+    let evs = parse_all_ways(Some(ToolCallFormat::MiniMaxM2), false, false, cut);
+    assert_eq!(evs, vec![Text(cut.into())]);
+    assert_eq!(
+        ToolCallFormat::from_flag("minimax_m2"),
+        Some(ToolCallFormat::MiniMaxM2)
+    );
+}

@@ -40,6 +40,15 @@ pub fn call_grammar(
     tools: &[ToolSchema<'_>],
     mode: CallMode<'_>,
 ) -> Result<Spec, SchemaError> {
+    if !has_grammar(format) {
+        return Err(SchemaError::new(
+            "tool_choice",
+            format!(
+                "{} calls have no grammar yet: they are read as the model writes them",
+                format.flag_value()
+            ),
+        ));
+    }
     if let (
         ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony,
         CallMode::Forced(named),
@@ -70,7 +79,10 @@ pub fn call_grammar(
                 vec![],
             ),
             ToolCallFormat::Qwen3Coder => xml_call::parameters(t.parameters, &param, i)?,
-            ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => (
+            ToolCallFormat::Llama3Json
+            | ToolCallFormat::Mistral
+            | ToolCallFormat::Harmony
+            | ToolCallFormat::MiniMaxM2 => (
                 format!("%json {}", json_args(t.parameters, &param)?),
                 vec![],
             ),
@@ -101,6 +113,12 @@ pub fn call_grammar(
         ),
     };
     Ok(Spec::Lark(format!("{top}\n{}\n", rules.join("\n"))))
+}
+
+/// Whether `format`'s calls have a grammar at all (MiniMax-M2's do not yet: its calls are
+/// parsed, not held).
+pub fn has_grammar(format: ToolCallFormat) -> bool {
+    format != ToolCallFormat::MiniMaxM2
 }
 
 /// Whether `format` has a grammar under `auto` (an opening tag the text waits for).
@@ -167,10 +185,12 @@ fn head(format: ToolCallFormat, name: &str) -> String {
             Value::String(name.into())
         ),
         ToolCallFormat::Qwen3Coder => format!("\n<function={name}>\n"),
-        // Forced only, through json_forced (has_auto_grammar is false for them).
-        ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => {
-            String::new()
-        }
+        // Forced only, through json_forced (has_auto_grammar is false for them); MiniMax-M2
+        // has no grammar (has_grammar).
+        ToolCallFormat::Llama3Json
+        | ToolCallFormat::Mistral
+        | ToolCallFormat::Harmony
+        | ToolCallFormat::MiniMaxM2 => String::new(),
     }
 }
 
@@ -179,7 +199,10 @@ fn tail(format: ToolCallFormat) -> &'static str {
     match format {
         ToolCallFormat::Hermes => "}\n</tool_call>",
         ToolCallFormat::Qwen3Coder => "</function>\n</tool_call>",
-        ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => "",
+        ToolCallFormat::Llama3Json
+        | ToolCallFormat::Mistral
+        | ToolCallFormat::Harmony
+        | ToolCallFormat::MiniMaxM2 => "",
     }
 }
 

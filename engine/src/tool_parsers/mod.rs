@@ -16,6 +16,9 @@
 //! - [`mistral`]: `--tool-call-parser mistral`, `[TOOL_CALLS]name[ARGS]{…}` or
 //!   `[TOOL_CALLS][{"name": …, "arguments": {…}}]` (Mistral).
 //!
+//! - [`minimax_m2`]: `--tool-call-parser minimax_m2`, `<minimax:tool_call><invoke
+//!   name="NAME"><parameter name="KEY">VALUE</parameter></invoke>…</minimax:tool_call>`
+//!   (MiniMax-M2), one block holding one or more calls; values converted as qwen3_coder's.
 //! - [`harmony`]: `--tool-call-parser openai` and `--reasoning-parser openai_gptoss` (vLLM's
 //!   names; `harmony` for either), gpt-oss's channels: `analysis` → reasoning,
 //!   `commentary` to `functions.NAME` → a call, `final` → the answer. One parser reads the
@@ -35,6 +38,7 @@
 pub mod harmony;
 pub mod hermes;
 pub mod llama3_json;
+pub mod minimax_m2;
 pub mod mistral;
 pub mod qwen3_coder;
 pub mod reasoning;
@@ -79,6 +83,8 @@ pub enum ToolCallFormat {
     Mistral,
     /// gpt-oss's harmony format (`openai`, vLLM's name, or `harmony`).
     Harmony,
+    /// MiniMax-M2's XML invocations (`minimax_m2`).
+    MiniMaxM2,
 }
 
 impl ToolCallFormat {
@@ -89,6 +95,7 @@ impl ToolCallFormat {
             "llama3_json" => Some(Self::Llama3Json),
             "mistral" => Some(Self::Mistral),
             "openai" | "harmony" => Some(Self::Harmony),
+            "minimax_m2" => Some(Self::MiniMaxM2),
             _ => None,
         }
     }
@@ -100,6 +107,7 @@ impl ToolCallFormat {
             Self::Llama3Json => "llama3_json",
             Self::Mistral => "mistral",
             Self::Harmony => "openai",
+            Self::MiniMaxM2 => "minimax_m2",
         }
     }
 
@@ -133,6 +141,18 @@ impl ToolCallFormat {
             (Self::Harmony, Some(n)) => {
                 format!("{}{n}{}", harmony::FORCED_OPEN, harmony::ARGS_OPEN)
             }
+            (Self::MiniMaxM2, None) => format!("{}\n<invoke name=\"", minimax_m2::OPEN),
+            (Self::MiniMaxM2, Some(n)) => {
+                format!("{}\n<invoke name=\"{n}\">\n", minimax_m2::OPEN)
+            }
+        }
+    }
+
+    /// The tags around a tag format's calls (hermes, qwen3_coder, minimax_m2).
+    fn tags(self) -> (&'static str, &'static str) {
+        match self {
+            Self::MiniMaxM2 => (minimax_m2::OPEN, minimax_m2::CLOSE),
+            _ => (CALL_OPEN, CALL_CLOSE),
         }
     }
 }
@@ -234,30 +254,31 @@ struct CallScanner {
 impl CallScanner {
     fn push(&mut self, text: &str, out: &mut Vec<ParseEvent>) {
         self.pending.push_str(text);
+        let (open, close) = self.format.tags();
         loop {
             if self.in_call {
-                let mut from = self.scanned.saturating_sub(CALL_CLOSE.len() - 1);
+                let mut from = self.scanned.saturating_sub(close.len() - 1);
                 while !self.pending.is_char_boundary(from) {
                     from -= 1;
                 }
-                let Some(end) = self.pending[from..].find(CALL_CLOSE).map(|i| from + i) else {
+                let Some(end) = self.pending[from..].find(close).map(|i| from + i) else {
                     self.scanned = self.pending.len();
                     return;
                 };
                 self.scanned = 0;
                 let body = self.pending[..end].to_owned();
-                self.pending.drain(..end + CALL_CLOSE.len());
+                self.pending.drain(..end + close.len());
                 self.in_call = false;
                 self.release_call(&body, out);
-            } else if let Some(start) = self.pending.find(CALL_OPEN) {
+            } else if let Some(start) = self.pending.find(open) {
                 // Whitespace between text and a call (or between calls) is dropped.
                 let before = self.pending[..start].trim_end().to_owned();
                 self.ws_before = self.pending[before.len()..start].to_owned();
                 self.text(before, out);
-                self.pending.drain(..start + CALL_OPEN.len());
+                self.pending.drain(..start + open.len());
                 self.in_call = true;
             } else {
-                let keep = partial_tag_len(&self.pending, CALL_OPEN);
+                let keep = partial_tag_len(&self.pending, open);
                 let cut = self.pending.len() - keep;
                 // Hold back trailing whitespace too: it is dropped if a call follows.
                 let cut = self.pending[..cut].trim_end().len();
@@ -276,16 +297,26 @@ impl CallScanner {
 
     fn release_call(&mut self, body: &str, out: &mut Vec<ParseEvent>) {
         let parsed = match self.format {
-            ToolCallFormat::Qwen3Coder => qwen3_coder::parse_call(body, &self.tools),
+            ToolCallFormat::Qwen3Coder => {
+                qwen3_coder::parse_call(body, &self.tools).map(|c| vec![c])
+            }
+            ToolCallFormat::MiniMaxM2 => minimax_m2::parse_block(body, &self.tools),
             // The tag formats; the others go through `TailScanner`.
-            _ => hermes::parse_call(body, &self.tools),
+            _ => hermes::parse_call(body, &self.tools).map(|c| vec![c]),
         };
         match parsed {
-            Some(call) => emit_call(call, &self.id_prefix, &mut self.calls, out),
-            None => out.push(ParseEvent::Text(format!(
-                "{}{CALL_OPEN}{body}{CALL_CLOSE}",
-                self.ws_before
-            ))),
+            Some(calls) => {
+                for call in calls {
+                    emit_call(call, &self.id_prefix, &mut self.calls, out);
+                }
+            }
+            None => {
+                let (open, close) = self.format.tags();
+                out.push(ParseEvent::Text(format!(
+                    "{}{open}{body}{close}",
+                    self.ws_before
+                )));
+            }
         }
         self.ws_before.clear();
     }
@@ -296,8 +327,9 @@ impl CallScanner {
             // Cut off inside a call: it cannot be parsed, so it is text.
             self.in_call = false;
             out.push(ParseEvent::Text(format!(
-                "{}{CALL_OPEN}{rest}",
-                std::mem::take(&mut self.ws_before)
+                "{}{}{rest}",
+                std::mem::take(&mut self.ws_before),
+                self.format.tags().0
             )));
         } else if self.calls == 0 || !rest.trim().is_empty() {
             self.text(rest, out);
@@ -308,7 +340,7 @@ impl CallScanner {
 /// How a format's calls are found in the answer.
 #[derive(Debug)]
 enum Scanner {
-    /// Between open and close tags (hermes, qwen3_coder).
+    /// Between open and close tags (hermes, qwen3_coder, minimax_m2).
     Tags(CallScanner),
     /// The rest of the message (llama3_json, mistral).
     Tail(TailScanner),
@@ -364,16 +396,18 @@ impl OutputParser {
             harmony: None,
             reasoning: reasoning.map(|_| ReasoningSplitter::new(reasoning_open)),
             calls: tools.map(|(format, tools)| match format {
-                ToolCallFormat::Hermes | ToolCallFormat::Qwen3Coder => Scanner::Tags(CallScanner {
-                    format,
-                    tools,
-                    id_prefix: id_prefix.to_owned(),
-                    pending: String::new(),
-                    ws_before: String::new(),
-                    in_call: false,
-                    scanned: 0,
-                    calls: 0,
-                }),
+                ToolCallFormat::Hermes | ToolCallFormat::Qwen3Coder | ToolCallFormat::MiniMaxM2 => {
+                    Scanner::Tags(CallScanner {
+                        format,
+                        tools,
+                        id_prefix: id_prefix.to_owned(),
+                        pending: String::new(),
+                        ws_before: String::new(),
+                        in_call: false,
+                        scanned: 0,
+                        calls: 0,
+                    })
+                }
                 ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => {
                     Scanner::Tail(TailScanner::new(format, tools, id_prefix))
                 }

@@ -19,7 +19,7 @@
 
 use serde_json::Map;
 
-use super::schema::{argument_pieces, convert, declared_type, has_property, tool_schema};
+use super::schema::{checked_call, tool_schema, typed_parameter};
 use super::{ParsedCall, ToolSpec};
 
 const FUNCTION: &str = "<function=";
@@ -54,23 +54,8 @@ pub fn parse_call(body: &str, tools: &[ToolSpec]) -> Option<ParsedCall> {
         let (raw, after) = p.split_once(PARAMETER_END)?;
         let raw = raw.strip_prefix('\n').unwrap_or(raw);
         let raw = raw.strip_suffix('\n').unwrap_or(raw);
-        let ty = if has_property(schema, key) {
-            declared_type(schema, key)
-        } else if schema.is_null() {
-            None
-        } else {
-            // A parameter the schema does not declare: keep the model's text as it is.
-            Some("string")
-        };
-        args.insert(key.to_owned(), convert(raw, ty));
+        args.insert(key.to_owned(), typed_parameter(schema, key, raw));
         rest = after;
     }
-    if let Err(why) = super::schema::validate(schema, &args) {
-        tracing::debug!("a {name} call does not fit its schema ({why}): returned as text");
-        return None;
-    }
-    Some(ParsedCall {
-        name: name.to_owned(),
-        args: argument_pieces(&args),
-    })
+    checked_call(name, schema, args)
 }

@@ -124,6 +124,37 @@ fn is_of_type(v: &Value, ty: &str) -> bool {
     }
 }
 
+/// An XML-style parameter (qwen3_coder's, minimax_m2's): its text `raw` as the JSON value the
+/// tool's schema declares for `key`; a parameter the schema does not declare keeps the model's
+/// text as a string, and with no schema at all the text's own JSON type is guessed.
+pub fn typed_parameter(schema: &Value, key: &str, raw: &str) -> Value {
+    let ty = if has_property(schema, key) {
+        declared_type(schema, key)
+    } else if schema.is_null() {
+        None
+    } else {
+        Some("string")
+    };
+    convert(raw, ty)
+}
+
+/// Tool `name`'s call with `args`, if they fit its schema ([`validate`]); else `None` (the call
+/// is returned as text).
+pub fn checked_call(
+    name: &str,
+    schema: &Value,
+    args: Map<String, Value>,
+) -> Option<super::ParsedCall> {
+    if let Err(why) = validate(schema, &args) {
+        tracing::debug!("a {name} call does not fit its schema ({why}): returned as text");
+        return None;
+    }
+    Some(super::ParsedCall {
+        name: name.to_owned(),
+        args: argument_pieces(&args),
+    })
+}
+
 /// The schema of tool `name` among `tools`; `Some(Null)` when `tools` is empty (nothing to
 /// check against), `None` when the tool is not declared.
 pub fn tool_schema<'a>(tools: &'a [super::ToolSpec], name: &str) -> Option<&'a Value> {
