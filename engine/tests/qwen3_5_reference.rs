@@ -1,7 +1,8 @@
 //! Qwen3.5's hybrid text models (Gated DeltaNet and gated full attention; dense
 //! `Qwen3_5ForCausalLM` and `Qwen3_5MoeForCausalLM` with its shared expert) on the CPU reference
 //! against transformers 5.17 in float32, on the tiny random checkpoints
-//! `tests/fixtures/make_hybrid_fixtures.py` writes: a whole sequence in one call, in chunks with
+//! `tests/fixtures/make_hybrid_fixtures.py` writes, and on `models/demo-hybrid`, the hybrid we
+//! trained (`tests/fixtures/make_demo_hybrid_reference.py`): a whole sequence in one call, in chunks with
 //! the sequence's state carried between calls, and decoding token by token, all through the
 //! engine's `Model::forward` (paged KV cache, one recurrent-state slot). The Hub's
 //! `*ForConditionalGeneration` layout is checked on the same weights re-laid as the Hub has
@@ -19,18 +20,19 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 mod reference_support;
 
-use reference_support::{Reference, model_dir, reference};
+use reference_support::{Reference, checkpoint_dir, model_dir, reference};
 
 /// The bf16 fixtures, the MoE one's weights in Qwen's fine-grained FP8
 /// (`tests/fixtures/make_hybrid_fp8_fixture.py`), and both in ModelOpt's NVFP4 (the dense one
 /// with its last layer left in bf16, `tests/fixtures/make_nvfp4_fixtures.py`): transformers
-/// scored the dequantized weights.
-const NAMES: [&str; 5] = [
+/// scored the dequantized weights. Then the trained demo hybrid, on chat prompts.
+const NAMES: [&str; 6] = [
     "qwen3_5-hybrid-dense",
     "qwen3_5-hybrid-moe",
     "qwen3_5-hybrid-moe-fp8",
     "qwen3_5-hybrid-dense-nvfp4",
     "qwen3_5-hybrid-moe-nvfp4",
+    "demo-hybrid",
 ];
 const TOLERANCE: f32 = 1e-3;
 
@@ -41,7 +43,7 @@ fn load_dir(dir: &Path) -> Qwen3_5 {
 }
 
 fn load(name: &str) -> (Qwen3_5, Reference) {
-    (load_dir(&model_dir(name)), reference(name))
+    (load_dir(&checkpoint_dir(name)), reference(name))
 }
 
 /// Log-softmax of each row of `[T, V]` logits.
@@ -255,7 +257,7 @@ fn a_padding_row_moves_no_state_and_changes_no_row() {
 #[test]
 fn the_engine_accepts_the_hybrids() {
     for name in NAMES {
-        let cfg = ModelDir::open(&model_dir(name))
+        let cfg = ModelDir::open(&checkpoint_dir(name))
             .expect("fixture")
             .config()
             .expect("served");

@@ -40,6 +40,19 @@ pub fn model_dir(name: &str) -> PathBuf {
     fixtures().join("models").join(name)
 }
 
+/// The models we ship and test against transformers like the fixtures (`models/NAME`).
+pub const SHIPPED: [&str; 1] = ["demo-hybrid"];
+
+/// The checkpoint `NAME.reference.json` was made from: `models/NAME` at the repository's root
+/// for a model we ship ([`SHIPPED`]), else the fixture `tests/fixtures/models/NAME`.
+pub fn checkpoint_dir(name: &str) -> PathBuf {
+    if SHIPPED.contains(&name) {
+        fixtures().join("../../models").join(name)
+    } else {
+        model_dir(name)
+    }
+}
+
 /// The error of loading the Qwen3 checkpoint in `dir` on the CPU (config, weights or model)
 /// as the user sees it; `dir` is removed.
 pub fn load_error(dir: &std::path::Path) -> String {
