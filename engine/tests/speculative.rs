@@ -16,72 +16,26 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use metrale_engine::backend::CpuBackend;
-use metrale_engine::kv_cache::StateCacheConfig;
-use metrale_engine::loader::{LoadFormat, Weights};
-use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
-use metrale_engine::runner::Runner;
 use metrale_engine::sampling_params::SamplingParams;
 use metrale_engine::scheduler::io::{RunnerOutput, SchedulerOutput};
-use metrale_engine::scheduler::{Scheduler, SchedulerConfig, SpecDecodeStats, SpeculativeConfig};
+use metrale_engine::scheduler::{SpecDecodeStats, SpeculativeConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 mod reference_support;
+mod spec_support;
 use reference_support::model_dir;
+use spec_support::{Engine, SEQS};
 
 const FIXTURES: [&str; 2] = ["qwen3_5-hybrid-dense", "qwen3_5-hybrid-moe"];
-const BLOCK: usize = 16;
-const BLOCKS: usize = 96;
-const SEQS: usize = 3;
 const DRAFTS: usize = 3;
-
-struct Engine {
-    sched: Scheduler,
-    runner: Runner<CpuBackend, Qwen3_5>,
-}
 
 fn engine(name: &str, drafts: Option<usize>) -> Engine {
     engine_with(name, drafts.map(|n| SpeculativeConfig::flat(n, SEQS)))
 }
 
 fn engine_with(name: &str, speculative: Option<SpeculativeConfig>) -> Engine {
-    let dir = model_dir(name);
-    let cfg = Qwen3_5Config::from_file(&dir.join("config.json")).expect("config");
-    let weights = Weights::open(&dir, LoadFormat::Auto).expect("weights");
-    let model =
-        Qwen3_5::load_with(&cfg, &weights, speculative.is_some(), &mut |_| {}).expect("load");
-    let state = StateCacheConfig {
-        num_slots: SEQS,
-        num_checkpoints: 4,
-        checkpoint_interval: BLOCK,
-    };
-    let mut runner = Runner::new(
-        CpuBackend::default(),
-        model,
-        BLOCKS,
-        BLOCK,
-        state.total_slots(),
-    )
-    .expect("runner");
-    if let Some(spec) = speculative {
-        let step_drafts = spec.ladder.max_drafts_in_step(SEQS);
-        runner
-            .enable_speculation(spec.num_drafts(), step_drafts, None)
-            .expect("speculation");
-    }
-    let sched = Scheduler::new(SchedulerConfig {
-        max_num_seqs: SEQS,
-        max_num_batched_tokens: 24,
-        block_size: BLOCK,
-        num_blocks: BLOCKS,
-        max_model_len: 512,
-        enable_prefix_caching: true,
-        state: Some(state),
-        speculative,
-    })
-    .expect("scheduler");
-    Engine { sched, runner }
+    spec_support::engine(&model_dir(name), speculative, (96, 24, 512))
 }
 
 /// Prompts of several lengths (one longer than a step's budget), two sharing a prefix that
@@ -120,34 +74,7 @@ fn run(
     reqs: &[(Vec<u32>, SamplingParams)],
     tamper: &mut dyn FnMut(&SchedulerOutput, &mut RunnerOutput),
 ) -> (HashMap<u64, Vec<u32>>, SpecDecodeStats) {
-    let mut out: HashMap<u64, Vec<u32>> = HashMap::new();
-    let mut next = 0;
-    for step in 0..2000 {
-        if step % 3 == 0 {
-            for (p, params) in reqs.iter().skip(next).take(2) {
-                next += 1;
-                let id = next as u64;
-                let valid = e
-                    .sched
-                    .admission_limits(usize::MAX)
-                    .validate(p.clone(), params.clone(), Instant::now())
-                    .expect("admitted");
-                e.sched.add_request(id, valid);
-            }
-        }
-        let s = e.sched.schedule();
-        let mut r = e.runner.execute(&s).expect("step");
-        tamper(&s, &mut r);
-        for ev in e.sched.update_from_output(&s, &r) {
-            out.entry(ev.req_id).or_default().extend(&ev.new_token_ids);
-        }
-        drop(s);
-        e.sched.check_invariants().expect("invariants");
-        if next == reqs.len() && !e.sched.has_unfinished_requests() {
-            return (out, e.sched.stats().spec);
-        }
-    }
-    panic!("requests did not finish");
+    spec_support::run(e, reqs, (3, 2000), tamper)
 }
 
 /// Replace `drafts` with the true next tokens (`truth`), but for the k-th, made wrong (k

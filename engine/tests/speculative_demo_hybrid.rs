@@ -13,20 +13,15 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::Instant;
 
-use metrale_engine::backend::CpuBackend;
-use metrale_engine::kv_cache::StateCacheConfig;
-use metrale_engine::loader::{LoadFormat, Weights};
-use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
-use metrale_engine::runner::Runner;
 use metrale_engine::sampling_params::SamplingParams;
-use metrale_engine::scheduler::{Scheduler, SchedulerConfig, SpecDecodeStats, SpeculativeConfig};
+use metrale_engine::scheduler::{SpecDecodeStats, SpeculativeConfig};
 use tokenizers::Tokenizer;
 
-const BLOCK: usize = 16;
+mod spec_support;
+use spec_support::{Engine, SEQS};
+
 const BLOCKS: usize = 256;
-const SEQS: usize = 3;
 const DRAFTS: usize = 3;
 const MAX_TOKENS: usize = 64;
 /// The first draft's acceptance must reach this on [`PROMPTS`] (measured: see the test's
@@ -49,48 +44,8 @@ fn model_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/demo-hybrid")
 }
 
-struct Engine {
-    sched: Scheduler,
-    runner: Runner<CpuBackend, Qwen3_5>,
-}
-
 fn engine(speculative: Option<SpeculativeConfig>) -> Engine {
-    let dir = model_dir();
-    let cfg = Qwen3_5Config::from_file(&dir.join("config.json")).expect("config");
-    let weights = Weights::open(&dir, LoadFormat::Auto).expect("weights");
-    let model =
-        Qwen3_5::load_with(&cfg, &weights, speculative.is_some(), &mut |_| {}).expect("load");
-    let state = StateCacheConfig {
-        num_slots: SEQS,
-        num_checkpoints: 4,
-        checkpoint_interval: BLOCK,
-    };
-    let mut runner = Runner::new(
-        CpuBackend::default(),
-        model,
-        BLOCKS,
-        BLOCK,
-        state.total_slots(),
-    )
-    .expect("runner");
-    if let Some(spec) = speculative {
-        let step_drafts = spec.ladder.max_drafts_in_step(SEQS);
-        runner
-            .enable_speculation(spec.num_drafts(), step_drafts, None)
-            .expect("speculation");
-    }
-    let sched = Scheduler::new(SchedulerConfig {
-        max_num_seqs: SEQS,
-        max_num_batched_tokens: 64,
-        block_size: BLOCK,
-        num_blocks: BLOCKS,
-        max_model_len: 1024,
-        enable_prefix_caching: true,
-        state: Some(state),
-        speculative,
-    })
-    .expect("scheduler");
-    Engine { sched, runner }
+    spec_support::engine(&model_dir(), speculative, (BLOCKS, 64, 1024))
 }
 
 /// [`PROMPTS`] as Qwen3's chat template renders a user turn with thinking off, tokenized by the
@@ -123,32 +78,7 @@ fn run(
     e: &mut Engine,
     reqs: &[(Vec<u32>, SamplingParams)],
 ) -> (HashMap<u64, Vec<u32>>, SpecDecodeStats) {
-    let mut out: HashMap<u64, Vec<u32>> = HashMap::new();
-    let mut next = 0;
-    for step in 0..5000 {
-        if step % 4 == 0 {
-            for (p, params) in reqs.iter().skip(next).take(2) {
-                next += 1;
-                let valid = e
-                    .sched
-                    .admission_limits(usize::MAX)
-                    .validate(p.clone(), params.clone(), Instant::now())
-                    .expect("admitted");
-                e.sched.add_request(next as u64, valid);
-            }
-        }
-        let s = e.sched.schedule();
-        let r = e.runner.execute(&s).expect("step");
-        for ev in e.sched.update_from_output(&s, &r) {
-            out.entry(ev.req_id).or_default().extend(&ev.new_token_ids);
-        }
-        drop(s);
-        e.sched.check_invariants().expect("invariants");
-        if next == reqs.len() && !e.sched.has_unfinished_requests() {
-            return (out, e.sched.stats().spec);
-        }
-    }
-    panic!("requests did not finish");
+    spec_support::run(e, reqs, (4, 5000), &mut |_, _| {})
 }
 
 #[test]
