@@ -46,8 +46,8 @@ pub struct MiniMaxM2<B: Backend> {
     pub config: MiniMaxM2Config,
     embed: B::Tensor, // [V, H]
     layers: Vec<Layer<B>>,
-    norm: B::Tensor,    // [H]
-    lm_head: B::Tensor, // [V, H]
+    norm: B::Tensor,            // [H]
+    lm_head: Option<B::Tensor>, // [V, H]; None when tied to `embed`
     rope: RopeTables,
 }
 
@@ -151,19 +151,17 @@ impl<B: Backend> MiniMaxM2<B> {
             layer_done(l + 1);
         }
         let (inv_freq, scale) = c.rope.inv_freq(hd);
+        // A tied head is the embedding (unless --requantize gives the head its own format).
         let lm_head = if c.tie_word_embeddings {
             w.tied_head("model.embed_tokens.weight", &[c.vocab_size, h])?
+                .map(up)
+                .transpose()?
         } else {
-            Some(mat("lm_head.weight", &[c.vocab_size, h])?)
-        };
-        let embed = mat("model.embed_tokens.weight", &[c.vocab_size, h])?;
-        let lm_head = match lm_head {
-            Some(head) => up(head)?,
-            None => up(mat("model.embed_tokens.weight", &[c.vocab_size, h])?)?,
+            Some(up(mat("lm_head.weight", &[c.vocab_size, h])?)?)
         };
         Ok(Self {
             config: config.clone(),
-            embed: up(embed)?,
+            embed: up(mat("model.embed_tokens.weight", &[c.vocab_size, h])?)?,
             layers,
             norm: up(norm("model.norm.weight", h)?)?,
             lm_head,
@@ -246,7 +244,8 @@ impl<B: Backend> Model<B> for MiniMaxM2<B> {
             b.add_rms_norm(&mut xn, &mut x, &proj, next_norm, eps)?;
         }
         // logits = norm(x)[rows] · lm_headᵀ
-        lm_head_logits(b, &xn, host, batch, &self.lm_head)
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        lm_head_logits(b, &xn, host, batch, head)
     }
 
     fn new_kv_storage(
