@@ -268,7 +268,7 @@ fn chat_demo_streams_keeps_a_history_and_resets_in_tmux() {
         tmux.keys(&["C-d"]);
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while std::time::Instant::now() < deadline {
-            if tmux.screen(false).contains("Pane is dead") {
+            if tmux.dead() {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(150));
@@ -277,8 +277,9 @@ fn chat_demo_streams_keeps_a_history_and_resets_in_tmux() {
     });
     assert!(
         ended,
-        "the chat did not end on Ctrl-D:\n{}",
-        tmux.screen(false)
+        "the chat did not end on Ctrl-D:\n{}\n{}",
+        tmux.screen(false),
+        tmux.diagnose()
     );
     // The history outlives the chat; the engine it started runs on until stopped.
     let history = std::fs::read_to_string(ctl.path("state/chat_history")).expect("history");

@@ -219,6 +219,62 @@ impl Tmux {
         }
     }
 
+    /// What the pane's processes are doing, for a failure message: the pane's terminal
+    /// settings (raw or cooked), and each process on it with its state and where it waits.
+    pub fn diagnose(&self) -> String {
+        let out = self
+            .cmd()
+            .args([
+                "display-message",
+                "-p",
+                "-t",
+                "top",
+                "#{pane_pid} #{pane_tty} dead=#{pane_dead}",
+            ])
+            .output();
+        let line = out.map(|o| text(&o.stdout)).unwrap_or_default();
+        let mut words = line.split_whitespace();
+        let (Some(pid), Some(tty)) = (words.next(), words.next()) else {
+            return format!("no pane to diagnose ({line})");
+        };
+        let run = |program: &str, args: &[&str]| {
+            Command::new(program)
+                .args(args)
+                .output()
+                .map(|o| format!("{}{}", text(&o.stdout), text(&o.stderr)))
+                .unwrap_or_else(|e| format!("{program}: {e}"))
+        };
+        let mut report = format!(
+            "pane pid {pid} on {tty} ({line})\nstty: {}",
+            run("stty", &["-a", "-F", tty])
+        );
+        let tty_name = tty.trim_start_matches("/dev/");
+        report += &run(
+            "ps",
+            &[
+                "-t",
+                tty_name,
+                "-o",
+                "pid,ppid,pgid,sid,tpgid,stat,wchan:24,args",
+            ],
+        );
+        report += &run(
+            "ps",
+            &["-L", "-t", tty_name, "-o", "pid,tid,stat,wchan:24,comm"],
+        );
+        report
+    }
+
+    /// Whether the pane's program has ended (with `remain-on-exit`). Read from tmux's
+    /// `pane_dead`, not the "Pane is dead" line: tmux 3.3a leaves that line out when the
+    /// terminal closes before tmux has reaped the program (tmux PR 4841 names the race).
+    pub fn dead(&self) -> bool {
+        self.cmd()
+            .args(["display-message", "-p", "-t", "top", "#{pane_dead}"])
+            .output()
+            .is_ok_and(|o| text(&o.stdout).trim() == "1")
+    }
+
     pub fn alive(&self) -> bool {
         self.cmd()
             .args(["has-session", "-t", "top"])
