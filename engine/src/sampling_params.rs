@@ -32,8 +32,8 @@ pub struct SamplingParams {
     /// temperature and masks, sorted by id. Rows with a bias are sampled on the host.
     pub logit_bias: Vec<(u32, f32)>,
     /// The grammar the output must match (`response_format`), compiled by the server; `None`
-    /// for free text, which is every row the hot path sees. Rows with one are sampled on the
-    /// host, where the grammar's mask is applied.
+    /// for free text. Its mask is a bitmask the CPU sampler applies on the host and the CUDA
+    /// sampler on the device.
     pub constraint: Option<Constraint>,
 }
 
@@ -66,9 +66,8 @@ impl SamplingParams {
         self.temperature == 0.0
     }
 
-    /// Does sampling need the host: a grammar's mask or a logit bias (neither is on the
-    /// device yet)?
+    /// Does sampling need the host: a logit bias (not on the device yet)?
     pub fn needs_host(&self) -> bool {
-        self.constraint.is_some() || !self.logit_bias.is_empty()
+        !self.logit_bias.is_empty()
     }
 }

@@ -146,6 +146,8 @@ pub struct DebugTuning {
     pub step_delay_ms: u64,
     /// Accept each speculative draft with this probability regardless of the target.
     pub spec_force_accept: Option<f64>,
+    /// Compute grammar masks on worker threads while the step runs (else when sampling).
+    pub grammar_overlap: bool,
 }
 
 /// Every tuning knob, resolved. Copied by value: the backend and the engine core each keep

@@ -425,3 +425,80 @@ async fn gate_fails_an_impossible_baseline_and_passes_a_generous_one() {
         }
     }
 }
+
+/// `--response-format` constrains every request of the measured server: with `--against` the
+/// same server the record holds the constrained ladder and the free one beside it. The bench's
+/// `ignore_eos` makes the server write one JSON value after another to exactly `--osl` tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_constrained_ladder_runs_beside_the_free_one() {
+    let server = Server::start(&[]).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let schema = dir.path().join("schema.json");
+    let shape =
+        json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]});
+    std::fs::write(&schema, shape.to_string()).expect("schema");
+    let out = ctl_async(
+        [
+            "bench",
+            "--url",
+            &server.base,
+            "--response-format",
+            &path_str(&schema),
+            "--against",
+            &server.base,
+            "--concurrency",
+            "1,2",
+            "--isl",
+            "10",
+            "--osl",
+            "12",
+            "--reps",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+    .await;
+    assert!(out.status.success(), "bench: {}", text(&out.stderr));
+    let rec: Record = serde_json::from_slice(&out.stdout).expect("--json is a record");
+    assert_eq!(
+        rec.workload.response_format,
+        Some(json!({"type": "json_schema", "json_schema": {"name": "bench", "schema": shape}}))
+    );
+    let against = rec.against.expect("the free side is recorded");
+    for (ra, rb) in rec.rungs.iter().zip(&against.rungs) {
+        assert_eq!((ra.errors, rb.errors), (0, 0), "{ra:?}");
+        for rep in ra.reps.iter().chain(&rb.reps) {
+            assert_eq!(rep.output_tokens, u64::from(12 * ra.concurrency));
+        }
+    }
+    // What the bench sent: an `ignore_eos` request under the schema is JSON to its end.
+    let (status, body) = server
+        .post(
+            "/v1/completions",
+            &json!({"prompt": "hello", "max_tokens": 40, "ignore_eos": true, "temperature": 0,
+                    "response_format": {"type": "json_object"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let reply = body["choices"][0]["text"].as_str().expect("text");
+    assert!(reply.starts_with('{'), "{reply:?}");
+    assert_eq!(body["usage"]["completion_tokens"], 40);
+
+    let bad = ctl(&[
+        "bench",
+        "--url",
+        &server.base,
+        "--response-format",
+        "/nonexistent.json",
+    ]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("not `json_object` and not a readable schema file"),
+        "{}",
+        text(&bad.stderr)
+    );
+}

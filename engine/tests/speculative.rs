@@ -286,3 +286,90 @@ fn the_heads_drafts_step_by_step_are_its_drafts_from_scratch() {
         assert!(agree > 5, "{name}: only {agree} proposals compared");
     }
 }
+
+/// Constrained requests (a JSON schema) with speculation: the drafts the runner hands back are
+/// ones the grammar accepts after the step's tokens (the random head's others are cut before
+/// verification), and the tokens are those without speculation, with the head's drafts and
+/// with mostly right ones.
+#[test]
+fn drafts_the_grammar_refuses_are_cut_before_verification() {
+    use metrale_engine::grammar::{Grammars, Spec, Think};
+    use metrale_engine::models::Model;
+    use metrale_engine::tokenizer::Tokenizer;
+
+    let name = FIXTURES[0];
+    let tok = Tokenizer::from_dir(&model_dir(name)).expect("tokenizer");
+    let vocab = engine(name, None).runner.model.vocab_size();
+    let eos = tok.token_to_id("<|im_end|>").expect("eos");
+    let grammars = Grammars::new(tok.hf(), vocab, eos).expect("grammars");
+    let spec = Spec::JsonSchema {
+        schema: serde_json::json!({"type": "object", "properties": {
+            "a": {"type": "integer"}, "b": {"type": "array", "items": {"type": "boolean"}}
+        }, "required": ["a", "b"]}),
+        strict: true,
+    };
+    // Each run gets its own compiled grammars (a grammar keeps its sequences' matchers).
+    let reqs = || -> Vec<(Vec<u32>, SamplingParams)> {
+        requests()
+            .into_iter()
+            .take(3)
+            .map(|(p, mut params)| {
+                params.eos_token_ids = vec![eos];
+                params.constraint = Some(
+                    grammars
+                        .compile(&spec, "response_format", Think::Off)
+                        .expect("compiles"),
+                );
+                (p, params)
+            })
+            .collect()
+    };
+    let (want, _) = run(&mut engine(name, None), &reqs(), &mut |_, _| {});
+    // Every draft handed back, checked against a grammar of its own.
+    let check = grammars
+        .compile(&spec, "response_format", Think::Off)
+        .expect("compiles");
+    let mut emitted: HashMap<u64, Vec<u32>> = HashMap::new();
+    let (mut drafts_seen, mut steps_with_head) = (0usize, 0usize);
+    let (got, _) = run(&mut engine(name, Some(DRAFTS)), &reqs(), &mut |s, r| {
+        for (q, o) in s.seqs.iter().zip(&r.seqs) {
+            let out = emitted.entry(q.req_id).or_default();
+            out.extend(&o.accepted);
+            out.extend(o.sampled);
+            if q.sample && q.propose > 0 {
+                steps_with_head += 1;
+            }
+            drafts_seen += o.drafts.len();
+            // A fresh sequence id each time: the check's matcher reads the whole output.
+            let key = 1_000_000 + drafts_seen as u64 * 100 + q.req_id;
+            assert_eq!(
+                check.valid_drafts(key, out, &o.drafts),
+                o.drafts.len(),
+                "request {}: drafts {:?} after {:?}",
+                q.req_id,
+                o.drafts,
+                out
+            );
+        }
+    });
+    assert_eq!(got, want, "with the head's drafts, cut by the grammar");
+    assert!(steps_with_head > 10, "{steps_with_head}");
+    // The random head's drafts are nearly all wrong JSON: most are cut.
+    assert!(
+        drafts_seen < steps_with_head * DRAFTS / 2,
+        "{drafts_seen} drafts kept over {steps_with_head} proposing steps"
+    );
+    // Mostly right drafts (the grammar left the head none to replace: one a proposing step).
+    let mut mostly = MostlyRight::new(&want, 5);
+    let (got, spec_stats) = run(&mut engine(name, Some(DRAFTS)), &reqs(), &mut |s, r| {
+        for (q, o) in s.seqs.iter().zip(&mut r.seqs) {
+            if q.sample && q.propose > 0 && o.sampled.is_some() && o.drafts.is_empty() {
+                o.drafts.push(0);
+            }
+        }
+        mostly.tamper(s, r, &mut |_, _, _| {})
+    });
+    assert_eq!(got, want, "with mostly right drafts");
+    assert!(spec_stats.num_accepted_tokens > 0, "{spec_stats:?}");
+    let _ = tok.decode(&want[&1], true).expect("decode");
+}

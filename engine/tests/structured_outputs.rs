@@ -147,9 +147,9 @@ async fn disable_tool_grammar_leaves_calls_free() {
     );
 }
 
-/// `--speculative` with the hybrid fixture's random MTP head (drafts every step, nearly all
-/// rejected, so the matcher rolls back every step): constrained replies, greedy and seeded,
-/// are token for token those served without speculation, and valid.
+/// `--speculative` with the hybrid fixture's random MTP head (drafts every step, nearly all of
+/// them cut by the grammar before verification): constrained replies, greedy and seeded, are
+/// token for token those served without speculation, and valid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn constrained_requests_with_speculation_match_those_without() {
     let dir = reference_support::model_dir("qwen3_5-hybrid-dense");
@@ -193,8 +193,10 @@ async fn constrained_requests_with_speculation_match_those_without() {
             texts.push(v["choices"][0]["text"].as_str().expect("text").to_owned());
         }
         if !extra.is_empty() {
+            // The fixture's random head drafts tokens the grammars almost never allow: they are
+            // cut before verification (issue 36; before, more than 20 were verified here).
             let drafts = s.metric("vllm:spec_decode_num_draft_tokens_total").await;
-            assert!(drafts > 20.0, "{drafts} drafts");
+            assert!(drafts < 20.0, "{drafts} drafts verified");
         }
         replies.push(texts);
     }

@@ -21,6 +21,11 @@
 //   (after another barrier) write -inf over the masked tokens (eos/stop before min_tokens).
 //   The input logits are never written; the scratch costs 2 x 600 KB of traffic a row, a state
 //   another 600 KB of reads.
+// sample_token_mask: a grammar's mask (engine/src/grammar/token_mask.rs: one bit a token id,
+//   32 to a u32 word, uploaded in the plan for the constrained rows only) on their scratch rows,
+//   after sample_prepare: every column whose bit is clear becomes -inf (TokenMask::apply on the
+//   host, after penalties; a row with a grammar has no min_tokens masks). Grid (rows, slices)
+//   as prepare's; `which` holds (scratch row, word offset of its mask in the plan) pairs.
 // argmax_part_f32 + argmax_final_f32 (softmax.cu) on the scratch: greedy rows with penalties
 // or masks.
 // sample_gumbel: temperature without top-k/top-p/min-p. One block per row: every finite logit v
@@ -251,6 +256,21 @@ __device__ void prepare(float* scratch, const T* logits, const u32* plan, int vo
     const u32* masks = plan + rec[PLAN_MASKS];
     for (u32 m = threadIdx.x; m < rec[PLAN_N_MASKS]; m += blockDim.x)
         if (masks[m] >= lo && masks[m] < hi) out[masks[m]] = NEG_INF;
+}
+
+// Block (b, y): columns [y * slice, (y + 1) * slice) of the pair b's scratch row; a clear bit
+// makes the column -inf. Each column is one thread's, so the order against prepare's writes is
+// the launch order (this kernel waits for prepare).
+extern "C" __global__ void sample_token_mask(float* scratch, const u32* plan, const u32* which,
+                                             int vocab) {
+    pdl_start();
+    const u32 row = which[2 * blockIdx.x];
+    const u32* bits = plan + which[2 * blockIdx.x + 1];
+    float* out = scratch + (u64)row * vocab;
+    const u32 slice = ((u32)vocab + gridDim.y - 1) / gridDim.y;
+    const u32 lo = blockIdx.y * slice, hi = min((u32)vocab, lo + slice);
+    for (u32 i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        if (((bits[i >> 5] >> (i & 31u)) & 1u) == 0u) out[i] = NEG_INF;
 }
 
 // One block a segment of `work` (ABSORB_WORDS words each, `segments` of them, then the tokens):

@@ -10,7 +10,9 @@
 # and `metralectl`. The record is written unsigned ($OUT/record.json): the signing key never
 # travels to this machine; sign it on the build machine with `metralectl sign`.
 # Also writes $OUT/serve.txt (met's log, with its step profile: METRALE_STEP_PROFILE) and
-# $OUT/version.json (met's GET /version).
+# $OUT/version.json (met's GET /version). BENCH_FLAGS adds metralectl bench flags (e.g.
+# "--response-format json_object --against http://127.0.0.1:8104": a constrained ladder with the
+# free one beside it on the same server).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 BIN=${METRALE_GPU_BIN:-.gpu/bin}
@@ -43,7 +45,7 @@ curl -s http://127.0.0.1:8104/version >"$OUT/version.json"
 timeout "${BENCH_TIMEOUT:-420}" "$BIN/metralectl" bench --url http://127.0.0.1:8104 \
     --endpoint "${ENDPOINT:-completions}" --concurrency "${CONC:-1,2,4,8,16,32,64,128}" \
     --isl "${ISL:-128}" --osl "${OSL:-1024}" --reps "${REPS:-3}" --warmup 1 \
-    --record "$OUT/record.json"
+    --record "$OUT/record.json" ${BENCH_FLAGS:-}
 echo "bench exit: $?"
 curl -s http://127.0.0.1:8104/metrics | grep -E '^vllm:(num_preemptions_total|kv_cache_usage_perc)|^metrale:spec_decode_(drafts_per_step|acceptance_per_pos)'
 grep 'step profile' "$OUT/serve.txt" | tail -n 40

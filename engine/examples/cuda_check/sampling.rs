@@ -4,14 +4,16 @@
 //! f32 and bf16 logits of Qwen3's vocabulary. Every mismatch is a failure: the device sampler
 //! computes the host's values bit for bit (`kernels/src/sample.cu` says how). Also prints how
 //! many rows took each route and the time of all batches on each backend (not pass/fail). Then
-//! sequences over many steps whose penalties come from the device's per-sequence states.
+//! sequences over many steps whose penalties come from the device's per-sequence states. Then
+//! grammar masks applied on the device (`sample_token_mask`) against the host's.
 
 use std::time::Instant;
 
 use anyhow::Result;
 use metrale_engine::backend::cuda::{CudaBackend, DType};
-use metrale_engine::backend::sampling::{SampleRow, Sampled};
+use metrale_engine::backend::sampling::{SampleRow, Sampled, sample_row_with};
 use metrale_engine::backend::{Backend, CpuBackend};
+use metrale_engine::grammar::TokenMask;
 use metrale_engine::sampling_params::SamplingParams;
 use serde_json::json;
 
@@ -211,7 +213,8 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             "sample: a device route was never taken (routes {d:?}): the check lost its reach"
         ));
     }
-    sequences(cuda, report)
+    sequences(cuda, report)?;
+    grammar_masks(cuda, report)
 }
 
 /// Running sequences over many steps, their penalties read from the device's per-sequence
@@ -326,6 +329,135 @@ fn sequences(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         report.fail(format!(
             "sample sequences: {rebuilt} state rebuilds (want {}), {live} live, {after_end} after end_sequences",
             SEQS + SEQS / 2
+        ));
+    }
+    Ok(())
+}
+
+/// Grammar masks on the device (`sample_with_masks`: the bitmask uploaded in the plan,
+/// `sample_token_mask` on the scratch) against the host sampler with the same masks
+/// (`sample_row_with`: `TokenMask::apply`), token for token: random logits and random masks over
+/// a vocabulary that is not a multiple of 32 (its last word partly used), rows with every token
+/// masked but one (sometimes the last id, sometimes one the row rates low), masks that remove the
+/// row's best tokens, unconstrained rows in the same batch; greedy, Gumbel and filtered rows,
+/// some with penalties.
+fn grammar_masks(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    const V: usize = 151_931; // 151_931 % 32 = 27
+    const N: usize = 40;
+    const BATCHES: usize = 4;
+    let mut rng = Rng::new(0x006d_6173_6b73);
+    let (mut rows_checked, mut mismatches, mut forced_wrong) = (0usize, 0usize, 0usize);
+    for batch in 0..BATCHES {
+        let mut data: Vec<f32> = Vec::with_capacity(N * V);
+        for _ in 0..N {
+            let start = data.len();
+            data.extend((0..V).map(|_| rng.uniform() * 4.0));
+            for _ in 0..20 {
+                let at = start + rng.below(V);
+                data[at] = 9.0 + 4.0 * rng.uniform();
+            }
+        }
+        let params: Vec<SamplingParams> = (0..N)
+            .map(|i| SamplingParams {
+                temperature: [0.0, 0.8, 1.0, 0.0, 1.2][i % 5],
+                top_k: [0, 0, 20, 0, 0][(i + batch) % 5],
+                top_p: [1.0, 0.9, 1.0, 1.0, 0.95][(i / 2 + batch) % 5],
+                repetition_penalty: if i % 4 == 1 { 1.3 } else { 1.0 },
+                seed: rng.next_u64(),
+                ..SamplingParams::default()
+            })
+            .collect();
+        let histories: Vec<Vec<u32>> = (0..N)
+            .map(|_| (0..30).map(|_| rng.below(V) as u32).collect())
+            .collect();
+        // Masks by kind: none, about a third of the vocabulary, one token, all but the row's
+        // strong tokens, about 150 tokens.
+        let mut single = vec![None; N];
+        let masks: Vec<Option<TokenMask>> = (0..N)
+            .map(|i| {
+                let row = &data[i * V..(i + 1) * V];
+                match (i + batch) % 5 {
+                    0 => None,
+                    1 => Some(TokenMask::from_words(
+                        (0..V.div_ceil(32))
+                            .map(|_| (rng.next_u64() & rng.next_u64()) as u32)
+                            .collect(),
+                        V,
+                    )),
+                    2 => {
+                        let t = match rng.below(3) {
+                            0 => V as u32 - 1,
+                            _ => rng.below(V) as u32,
+                        };
+                        single[i] = Some(t);
+                        Some(TokenMask::allowing(V, [t]))
+                    }
+                    3 => Some(TokenMask::allowing(
+                        V,
+                        (0..V as u32).filter(|&t| row[t as usize] < 9.0),
+                    )),
+                    _ => Some(TokenMask::allowing(
+                        V,
+                        (0..150).map(|_| rng.below(V) as u32),
+                    )),
+                }
+            })
+            .collect();
+        let rows: Vec<SampleRow<'_>> = (0..N)
+            .map(|i| SampleRow {
+                logits_row: i,
+                params: &params[i],
+                all_token_ids: &histories[i],
+                num_prompt_tokens: 20,
+                seq: None,
+            })
+            .collect();
+        let refs: Vec<Option<&TokenMask>> = masks.iter().map(Option::as_ref).collect();
+        let x_d = cuda.tensor_from_f32(&[N, V], &data, DType::F32)?;
+        let got = cuda.sample_with_masks(&x_d, &rows, &refs)?;
+        for (i, r) in rows.iter().enumerate() {
+            let want = sample_row_with(&data[i * V..(i + 1) * V], r, refs[i]);
+            if got[i] != want {
+                mismatches += 1;
+                if mismatches <= 10 {
+                    report.line(format!(
+                        "grammar mask mismatch: batch {batch} row {i} kind {} T {}: cuda {} cpu {}",
+                        (i + batch) % 5,
+                        r.params.temperature,
+                        got[i].token_id,
+                        want.token_id
+                    ));
+                }
+            }
+            if let Some(t) = single[i]
+                && got[i].token_id != t
+            {
+                forced_wrong += 1;
+            }
+            if let Some(m) = refs[i]
+                && !m.allows(got[i].token_id)
+            {
+                forced_wrong += 1;
+            }
+        }
+        rows_checked += N;
+    }
+    report.line(format!(
+        "{:<16} {:<60} {} mismatches",
+        "sample masks",
+        format!("{rows_checked} rows × {V}, {BATCHES} batches, 4 mask kinds + free rows"),
+        mismatches
+    ));
+    report.record(json!({
+        "op": "sample masks",
+        "rows": rows_checked,
+        "mismatches": mismatches,
+        "outside_mask": forced_wrong,
+        "pass": mismatches == 0 && forced_wrong == 0,
+    }));
+    if mismatches > 0 || forced_wrong > 0 {
+        report.fail(format!(
+            "sample masks: {mismatches} of {rows_checked} rows drew another token than the CPU, {forced_wrong} drew a token their mask forbids"
         ));
     }
     Ok(())

@@ -132,6 +132,10 @@ pub struct Workload {
     /// Seed of the prompts and of the sampler.
     pub seed: u64,
     pub temperature: f64,
+    /// The `response_format` every request of the measured server carried (a constrained
+    /// ladder: `--response-format`); absent for free text. An `--against` side is free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<serde_json::Value>,
 }
 
 /// Where it ran.

@@ -9,6 +9,7 @@
 
 mod detmath;
 
+use crate::grammar::{RowMask, TokenMask};
 use crate::sampling_params::SamplingParams;
 use crate::scheduler::io::TokenLogprobs;
 pub use detmath::{det_exp, det_ln};
@@ -78,10 +79,11 @@ impl SampleRow<'_> {
     }
 
     /// The tokens that may not be chosen yet (end-of-sequence and stop tokens before
-    /// `min_tokens` outputs exist), those inside a vocabulary of `vocab`.
+    /// `min_tokens` outputs exist), those inside a vocabulary of `vocab`; none for a row with a
+    /// grammar, which decides where the output ends.
     pub fn masked_tokens(&self, vocab: usize) -> Vec<u32> {
         let p = self.params;
-        if self.output().len() >= p.min_tokens {
+        if self.output().len() >= p.min_tokens || p.constraint.is_some() {
             return Vec::new();
         }
         p.eos_token_ids
@@ -93,8 +95,25 @@ impl SampleRow<'_> {
     }
 }
 
-/// Sample one token from `logits` (one row of the vocabulary).
+/// Sample one token from `logits` (one row of the vocabulary), under the row's grammar mask
+/// when it has a grammar.
 pub fn sample_row(logits: &[f32], row: &SampleRow<'_>) -> Sampled {
+    let mask = row_mask(row, logits.len());
+    sample_row_with(logits, row, mask.tokens().map(|m| &**m))
+}
+
+/// The grammar's mask for `row` (its sequence's matcher brought up to its output), over
+/// `vocab` ids; `Free` for a row without a grammar.
+pub fn row_mask(row: &SampleRow<'_>, vocab: usize) -> RowMask {
+    match &row.params.constraint {
+        Some(c) => c.row_mask(row.seq, row.output(), &row.params.eos_token_ids, vocab),
+        None => RowMask::Free,
+    }
+}
+
+/// [`sample_row`] with the row's grammar mask given (`None`: nothing to mask): penalties,
+/// `logit_bias`, the mask, then the draw. The CUDA sampler applies the same mask on the device.
+pub fn sample_row_with(logits: &[f32], row: &SampleRow<'_>, mask: Option<&TokenMask>) -> Sampled {
     let p = row.params;
     let output = row.output();
     let mut l = logits.to_vec();
@@ -106,16 +125,14 @@ pub fn sample_row(logits: &[f32], row: &SampleRow<'_>) -> Sampled {
             *v += bias;
         }
     }
-    match &p.constraint {
-        // The grammar decides where the output may end (min_tokens does not apply: forbidding
-        // the end of a complete value would leave nothing to choose).
-        Some(c) => c.mask(row.seq, output, &mut l, &p.eos_token_ids),
-        // Before min_tokens, end-of-sequence and stop tokens may not be chosen.
-        None => {
-            for t in row.masked_tokens(l.len()) {
-                l[t as usize] = f32::NEG_INFINITY;
-            }
-        }
+    // The grammar decides where the output may end (min_tokens does not apply to a row with
+    // one: forbidding the end of a complete value would leave nothing to choose); before
+    // min_tokens, end-of-sequence and stop tokens may not be chosen (`masked_tokens`).
+    if let Some(m) = mask {
+        m.apply(&mut l);
+    }
+    for t in row.masked_tokens(l.len()) {
+        l[t as usize] = f32::NEG_INFINITY;
     }
     let token_id = if p.is_greedy() {
         argmax(&l)

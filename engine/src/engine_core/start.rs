@@ -175,6 +175,7 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
         config.max_num_seqs,
         (max_model_len + drafts + 1).div_ceil(plan.block_size),
     )?;
+    runner.set_grammar_overlap(config.tuning.debug.grammar_overlap);
     if let Some(spec) = config.speculative {
         let force_accept = config.tuning.debug.spec_force_accept;
         let step_drafts = spec.ladder.max_drafts_in_step(config.max_num_seqs);

@@ -6,33 +6,34 @@
 //!
 //! The grammar engine is llguidance (an Earley parser over a derivative-based lexer, masks
 //! computed lazily per step against a token trie; see docs/structured-outputs.md for why it and
-//! not outlines-core). Its per-sequence state (a `Matcher`) advances with the sequence's output:
-//! before each mask the matcher is brought up to the tokens the row's history holds (new tokens
-//! consumed, a shorter history after a preemption rolled back), so the sampler needs no hook in
-//! the scheduler and a recomputed sequence gets the same masks.
+//! not outlines-core). Its per-sequence state (a `Matcher`) advances with the sequence's output
+//! (`matcher.rs`); a row's mask is a bitmask ([`TokenMask`]), which the CPU sampler applies on
+//! the host and the CUDA sampler uploads and applies on the device. The runner has each
+//! sequence's next masks computed on worker threads (`workers.rs`) while the step runs.
 //!
 //! When the grammar is complete only end-of-sequence is allowed, so a finished value ends with
 //! `stop`; a value still open at `max_tokens` ends with `length` like any other.
-//!
-//! Speculative decoding samples a sequence's draft rows one after another, row `j` seeing the
-//! drafts before it; a draft the grammar forbids leaves the rows after it unmasked (their
-//! tokens are never used: the row before the draft, masked, cannot have drawn it, so the draft
-//! is rejected there), and the next step's shorter output rolls the matcher back.
 
+mod matcher;
 mod schema;
+mod token_mask;
 pub mod tools;
 mod vocab;
+mod workers;
 mod xml_call;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use llguidance::api::{GrammarWithLexer, TopLevelGrammar};
 use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
 use toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
 
+pub use matcher::{Constraint, MaskStats};
 pub use schema::SchemaError;
+pub use token_mask::{RowMask, TokenMask};
+#[cfg(test)]
+pub(crate) use workers::hold::hold as hold_workers;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GrammarError {
@@ -120,7 +121,35 @@ impl Grammars {
         param: &str,
         think: Think,
     ) -> Result<Constraint, GrammarError> {
-        let grammar = grammar(spec, param, think)?;
+        self.build(grammar(spec, param, think)?, param, false)
+    }
+
+    /// Compile `spec` for a benchmark's `ignore_eos` request: one value after another, never
+    /// ending (end-of-sequence is never allowed), so the reply runs to `max_tokens` with every
+    /// token under the grammar.
+    pub fn compile_repeated(&self, spec: &Spec, param: &str) -> Result<Constraint, GrammarError> {
+        let TopLevelGrammar { mut grammars, .. } = grammar(spec, param, Think::Off)?;
+        let Some(answer) = grammars.first_mut() else {
+            return Err(SchemaError::new(param, "an empty grammar").into());
+        };
+        answer.name = Some("answer".into());
+        grammars.insert(
+            0,
+            GrammarWithLexer::from_lark("start: answer+\nanswer: @answer\n".into()),
+        );
+        let top = TopLevelGrammar {
+            grammars,
+            max_tokens: None,
+        };
+        self.build(top, param, true)
+    }
+
+    fn build(
+        &self,
+        grammar: TopLevelGrammar,
+        param: &str,
+        endless: bool,
+    ) -> Result<Constraint, GrammarError> {
         let parser = self
             .factory
             .create_parser(grammar)
@@ -129,11 +158,7 @@ impl Grammars {
         if let Some(e) = template.get_error() {
             return Err(SchemaError::new(param, e).into());
         }
-        Ok(Constraint(Arc::new(Shared {
-            template: Mutex::new(template),
-            seqs: Mutex::new(HashMap::new()),
-            eos: self.eos,
-        })))
+        Ok(Constraint::new(template, self.eos, endless))
     }
 }
 
@@ -175,139 +200,6 @@ fn grammar(spec: &Spec, param: &str, think: Think) -> Result<TopLevelGrammar, Sc
         grammars: vec![GrammarWithLexer::from_lark(top), answer],
         max_tokens: None,
     })
-}
-
-/// A compiled grammar and each of its sequences' matcher. Cloning shares them (the `n`
-/// choices of one request share one `Constraint`; each sequence gets its own matcher).
-#[derive(Clone)]
-pub struct Constraint(Arc<Shared>);
-
-struct Shared {
-    /// The grammar before any token, cloned for each new sequence.
-    template: Mutex<Matcher>,
-    /// Each running sequence's matcher, by `SampleRow::seq`.
-    seqs: Mutex<HashMap<u64, Arc<Mutex<SeqMatcher>>>>,
-    /// The end-of-sequence id the trie knows.
-    eos: u32,
-}
-
-/// A matcher and the output tokens it has consumed.
-struct SeqMatcher {
-    matcher: Matcher,
-    consumed: Vec<u32>,
-}
-
-impl std::fmt::Debug for Constraint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Constraint")
-    }
-}
-
-/// Two params are equal when they hold the same compiled grammar.
-impl PartialEq for Constraint {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Constraint {
-    fn fresh(&self) -> SeqMatcher {
-        let template = self
-            .0
-            .template
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        SeqMatcher {
-            matcher: template.deep_clone(),
-            consumed: Vec::new(),
-        }
-    }
-
-    /// Set every token of `logits` the grammar does not allow after `output` to -inf; where
-    /// it allows ending, every id of `eos_ids` stays allowed. `seq` keys the sequence's
-    /// matcher (`None`: a fresh one that reads the whole output).
-    pub fn mask(&self, seq: Option<u64>, output: &[u32], logits: &mut [f32], eos_ids: &[u32]) {
-        let entry = seq.map(|id| {
-            let mut seqs = self.0.seqs.lock().unwrap_or_else(PoisonError::into_inner);
-            seqs.entry(id)
-                .or_insert_with(|| Arc::new(Mutex::new(self.fresh())))
-                .clone()
-        });
-        let mut own;
-        let mut guard;
-        let m: &mut SeqMatcher = match &entry {
-            Some(e) => {
-                guard = e.lock().unwrap_or_else(PoisonError::into_inner);
-                &mut guard
-            }
-            None => {
-                own = self.fresh();
-                &mut own
-            }
-        };
-        let mask = match self.sync(m, output) {
-            // A speculative row after a draft the grammar forbids: never used.
-            Ok(false) => return,
-            Ok(true) if m.matcher.is_stopped() => None,
-            Ok(true) => m.matcher.compute_mask().map(Some).unwrap_or_else(|e| {
-                tracing::warn!("grammar matcher failed, ending the sequence: {e:#}");
-                None
-            }),
-            Err(e) => {
-                // Only a bug gets here (the sampler only draws allowed tokens): end the
-                // sequence rather than write past what the grammar accepts.
-                tracing::warn!("grammar matcher failed, ending the sequence: {e:#}");
-                None
-            }
-        };
-        let Some(mask) = mask else {
-            // The grammar is complete: end-of-sequence is the only choice.
-            logits.fill(f32::NEG_INFINITY);
-            for &e in eos_ids {
-                if let Some(l) = logits.get_mut(e as usize) {
-                    *l = 0.0;
-                }
-            }
-            return;
-        };
-        // Ending is allowed where the value could be complete; the mask only knows the first
-        // end-of-sequence id, so every one keeps its logit then.
-        let eos_ok = mask.is_allowed(self.0.eos);
-        for (t, l) in logits.iter_mut().enumerate() {
-            let t = t as u32;
-            if !((t as usize) < mask.len() && mask.is_allowed(t) || eos_ok && eos_ids.contains(&t))
-            {
-                *l = f32::NEG_INFINITY;
-            }
-        }
-    }
-
-    /// Bring `m` up to `output`: roll back what it consumed past the common prefix (a
-    /// preempted, recomputed sequence, rejected drafts), then consume the new tokens. `false`:
-    /// `output` holds a token the grammar forbids (a draft); `m` stands before it.
-    fn sync(&self, m: &mut SeqMatcher, output: &[u32]) -> anyhow::Result<bool> {
-        let common = m
-            .consumed
-            .iter()
-            .zip(output)
-            .take_while(|(a, b)| a == b)
-            .count();
-        if common < m.consumed.len() {
-            let back = m.consumed.len() - common;
-            if m.matcher.rollback(back).is_err() {
-                *m = self.fresh();
-            } else {
-                m.consumed.truncate(common);
-            }
-        }
-        let new = &output[m.consumed.len()..];
-        if new.is_empty() {
-            return Ok(true);
-        }
-        let ok = m.matcher.try_consume_tokens(new)?;
-        m.consumed.extend_from_slice(&new[..ok]);
-        Ok(ok == new.len())
-    }
 }
 
 #[cfg(test)]

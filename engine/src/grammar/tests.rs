@@ -13,11 +13,31 @@ fn demo() -> Tokenizer {
     Tokenizer::from_dir(&dir).expect("demo tokenizer")
 }
 
+/// The demo tokenizer, its grammar compiler and end-of-sequence id.
+fn demo_grammars() -> (Tokenizer, Grammars, u32) {
+    let tok = demo();
+    let eos = tok.token_to_id("<|im_end|>").expect("eos");
+    let grammars = Grammars::new(tok.hf(), tok.vocab_size(), eos).expect("grammars");
+    (tok, grammars, eos)
+}
+
 /// Logits for step `i`: a hash of (seed, i, token), so every run is the same.
 fn noise(vocab: usize, seed: u64, i: usize) -> Vec<f32> {
     (0..vocab)
         .map(|t| crate::backend::sampling::uniform(seed ^ t as u64, i as u64) as f32 * 8.0)
         .collect()
+}
+
+/// The next token of sequence 1 after `out` under `params`, drawn from `logits`.
+fn next_token(params: &SamplingParams, out: &[u32], logits: &[f32]) -> u32 {
+    let row = SampleRow {
+        logits_row: 0,
+        params,
+        all_token_ids: out,
+        num_prompt_tokens: 0,
+        seq: Some(1),
+    };
+    sample_row(logits, &row).token_id
 }
 
 /// Sample under `spec` from noise until end-of-sequence or `max` tokens; the text and whether
@@ -38,14 +58,7 @@ fn generate(tok: &Tokenizer, spec: &Spec, seed: u64, max: usize) -> (String, boo
     };
     let mut out = Vec::new();
     for i in 0..max {
-        let row = SampleRow {
-            logits_row: 0,
-            params: &params,
-            all_token_ids: &out,
-            num_prompt_tokens: 0,
-            seq: Some(1),
-        };
-        let t = sample_row(&noise(vocab, seed, i), &row).token_id;
+        let t = next_token(&params, &out, &noise(vocab, seed, i));
         if t == eos {
             return (tok.decode(&out, true).expect("decode"), true);
         }
@@ -100,10 +113,8 @@ fn a_value_cut_by_max_tokens_never_ends() {
 
 #[test]
 fn a_rolled_back_sequence_gets_the_fresh_mask() {
-    let tok = demo();
+    let (tok, grammars, eos) = demo_grammars();
     let vocab = tok.vocab_size();
-    let eos = tok.token_to_id("<|im_end|>").expect("eos");
-    let grammars = Grammars::new(tok.hf(), vocab, eos).expect("grammars");
     let c = grammars
         .compile(&Spec::JsonObject, "response_format", Think::Off)
         .expect("compiles");
@@ -119,4 +130,66 @@ fn a_rolled_back_sequence_gets_the_fresh_mask() {
     assert_eq!(masked(Some(3), &open[..1]), first);
     assert_eq!(masked(Some(3), &open), deep);
     assert_ne!(deep, first);
+}
+
+/// A benchmark's `ignore_eos` request: the value repeats, end-of-sequence is never allowed, and
+/// every token stays under the grammar.
+#[test]
+fn a_repeated_value_never_ends_and_stays_under_the_grammar() {
+    let (tok, grammars, eos) = demo_grammars();
+    let vocab = tok.vocab_size();
+    let spec = Spec::JsonSchema {
+        schema: json!({"type": "object", "properties": {"n": {"enum": [1, 2]}}, "required": ["n"]}),
+        strict: true,
+    };
+    let params = SamplingParams {
+        constraint: Some(
+            grammars
+                .compile_repeated(&spec, "response_format")
+                .expect("compiles"),
+        ),
+        eos_token_ids: vec![eos],
+        seed: 3,
+        ..SamplingParams::default()
+    };
+    let mut out = Vec::new();
+    for i in 0..80 {
+        let mut l = noise(vocab, 3, i);
+        l[eos as usize] = 100.0; // the model wants to end: the grammar never lets it
+        out.push(next_token(&params, &out, &l));
+    }
+    assert!(!out.contains(&eos));
+    let text = tok.decode(&out, true).expect("decode");
+    let mut values = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
+    let mut complete = 0;
+    for v in values.by_ref() {
+        match v {
+            Ok(v) => {
+                assert!(v == json!({"n": 1}) || v == json!({"n": 2}), "{text:?}");
+                complete += 1;
+            }
+            Err(e) => {
+                assert!(e.is_eof(), "{text:?}: {e}");
+                break;
+            }
+        }
+    }
+    assert!(complete >= 3, "{complete} values in {text:?}");
+}
+
+/// The schema of the issue 36 benchmark (`scripts/gpu/issue36-schema.json`) compiles, repeated.
+#[test]
+fn the_benchmark_schema_compiles() {
+    let (_, grammars, _) = demo_grammars();
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/gpu/issue36-schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("schema file")).expect("json");
+    let spec = Spec::JsonSchema {
+        schema,
+        strict: false,
+    };
+    grammars
+        .compile_repeated(&spec, "response_format")
+        .expect("compiles");
 }

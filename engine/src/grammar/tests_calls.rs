@@ -346,3 +346,61 @@ fn a_draft_the_grammar_forbids_leaves_later_rows_unmasked_and_rolls_back() {
         l.iter().map(|v| v.is_finite()).collect::<Vec<bool>>()
     );
 }
+
+/// A `qwen3_coder` call may write its parameters in any order, each at most once; a required one
+/// left out is still refused. Checked by feeding whole call texts to the grammar of a forced
+/// call (after its forced opening) and asking how far it accepts them.
+#[test]
+fn qwen3_coder_parameters_come_in_any_order_and_required_ones_still_hold() {
+    let d = demo();
+    let schema = json!({"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}, "unit": {"enum": ["c", "f"], "type": "string"}
+    }, "required": ["city", "days"]});
+    let tools = [ToolSchema {
+        name: "weather",
+        parameters: &schema,
+    }];
+    let spec = call_grammar(
+        ToolCallFormat::Qwen3Coder,
+        &tools,
+        CallMode::Forced(Some("weather")),
+    )
+    .expect("grammar");
+    let c = d.compile(&spec, Think::Off);
+    let prefix = ToolCallFormat::Qwen3Coder.forced_prefix(Some("weather"));
+    let p = |k: &str, v: &str| format!("<parameter={k}>\n{v}\n</parameter>\n");
+    let call = |params: &[String]| format!("{}</function>\n</tool_call>", params.concat());
+    let (city, days, unit) = (p("city", "Paris"), p("days", "3"), p("unit", "c"));
+    let accepts = |text: &str, seq: u64| {
+        let body = text.strip_prefix(&prefix).unwrap_or(text);
+        let ids = d.tok.encode(body, false).expect("encode");
+        // The whole text, then the end.
+        let mut all = ids.clone();
+        all.push(d.eos);
+        c.valid_drafts(seq, &[], &all) == all.len()
+    };
+    let full = |params: &[String]| format!("{prefix}{}", call(params));
+    for (n, order) in [
+        vec![city.clone(), days.clone(), unit.clone()],
+        vec![unit.clone(), days.clone(), city.clone()],
+        vec![days.clone(), city.clone()],
+        vec![days.clone(), unit.clone(), city.clone()],
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert!(
+            accepts(&full(order), n as u64),
+            "order {n}: {:?}",
+            full(order)
+        );
+    }
+    // A required parameter missing, or one written twice: refused.
+    assert!(!accepts(&full(&[unit.clone(), city.clone()]), 10));
+    assert!(!accepts(
+        &full(&[days.clone(), city.clone(), days.clone()]),
+        11
+    ));
+    // Values still hold their types in any order.
+    assert!(!accepts(&full(&[p("days", "three"), city]), 12));
+}

@@ -11,9 +11,10 @@
 //! (`tool_parsers::schema::declared_type`), so the grammar writes it the same way: a `string`
 //! raw (its `enum`/`const`, `maxLength`/`minLength` and `pattern` kept; it can never hold
 //! `</parameter>`), every other declared type as compact JSON of that one type, an undeclared
-//! type (`anyOf`, none) as JSON of the property's schema. Parameters come in the schema's order,
-//! the required ones always, the others optionally; a schema without `properties` takes any
-//! parameter names with raw values.
+//! type (`anyOf`, none) as JSON of the property's schema. Parameters come in any order, each at
+//! most once, the required ones always, the others optionally (a rule for each set of
+//! parameters written so far; past `ANY_ORDER_MAX` parameters, in the schema's order); a schema
+//! without `properties` takes any parameter names with raw values.
 
 use serde_json::{Map, Value};
 
@@ -52,6 +53,8 @@ pub fn parameters(
     let defs = definitions(parameters);
     let mut rules = Vec::new();
     let mut seq = Vec::new();
+    let mut names = Vec::new();
+    let mut needed = Vec::new();
     for (k, (key, prop)) in props.iter().enumerate() {
         let path = format!("{param}.properties.{key}");
         if key.is_empty() || key.contains(['<', '>', '\n']) {
@@ -66,13 +69,59 @@ pub fn parameters(
             "{name}: {} {value}",
             lark_str(&format!("<parameter={key}>\n"))
         ));
-        seq.push(if required.contains(&key.as_str()) {
-            name
+        let must = required.contains(&key.as_str());
+        seq.push(if must {
+            name.clone()
         } else {
             format!("{name}?")
         });
+        names.push(name);
+        needed.push(must);
     }
-    Ok((seq.join(" "), rules))
+    if names.len() > ANY_ORDER_MAX {
+        return Ok((seq.join(" "), rules));
+    }
+    Ok((any_order(&names, &needed, i, &mut rules), rules))
+}
+
+/// Tools with at most this many parameters take them in any order (a rule for each set of
+/// parameters written so far: 2^n of them); more come in the schema's order.
+const ANY_ORDER_MAX: usize = 8;
+
+/// Each of `names` at most once, in any order, the `needed` ones always: a rule a set of
+/// parameters already written (a bit each), from the empty set; returns the expression.
+fn any_order(names: &[String], needed: &[bool], i: usize, rules: &mut Vec<String>) -> String {
+    let all_needed: u32 = (0..names.len())
+        .filter(|&k| needed[k])
+        .map(|k| 1u32 << k)
+        .sum();
+    let full = (1u32 << names.len()) - 1;
+    // Sets are reached by adding a bit, so every set is reachable: one rule each but the full
+    // one (nothing can follow it).
+    for set in 0..full {
+        let alts: Vec<String> = (0..names.len())
+            .filter(|&k| set & (1 << k) == 0)
+            .map(|k| {
+                let next = set | 1 << k;
+                if next == full {
+                    names[k].clone()
+                } else {
+                    format!("{} args_{i}_{next}", names[k])
+                }
+            })
+            .collect();
+        let done = set & all_needed == all_needed;
+        rules.push(format!(
+            "args_{i}_{set}: ({}){}",
+            alts.join(" | "),
+            if done { "?" } else { "" }
+        ));
+    }
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!("args_{i}_0")
+    }
 }
 
 /// The rules for one property's value followed by `VALUE_END`; returns the expression.

@@ -9,6 +9,9 @@ use crate::models::{KvStorage, Model};
 use crate::scheduler::io::{RunnerOutput, SchedulerOutput, SeqOutput};
 
 mod block_tables;
+mod grammar;
+#[cfg(test)]
+mod grammar_tests;
 mod speculative;
 
 pub use block_tables::BlockTables;
@@ -26,6 +29,9 @@ pub struct Runner<B: Backend, M: Model<B>> {
     /// The null row of the block tables the backend keeps on the device, when it keeps them
     /// ([`Runner::keep_block_tables`]): steps then send only the deltas.
     null_row: Option<u32>,
+    /// Grammar masks computed on workers while the step runs (`runner/grammar.rs`); off, the
+    /// sampler computes each when it needs it (the same masks).
+    grammar_overlap: bool,
 }
 
 impl<B: Backend, M: Model<B>> Runner<B, M> {
@@ -49,7 +55,14 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             spec: None,
             tables: BlockTables::default(),
             null_row: None,
+            grammar_overlap: true,
         })
+    }
+
+    /// Compute grammar masks on worker threads while steps run (on by default), or when
+    /// sampling (the tuning's `debug.grammar_overlap`): the tokens are the same either way.
+    pub fn set_grammar_overlap(&mut self, on: bool) {
+        self.grammar_overlap = on;
     }
 
     /// Let the backend keep `rows` block tables (one a running sequence: the scheduler's
@@ -119,6 +132,10 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 }
             })
             .collect();
+        let vocab = self.model.vocab_size();
+        if self.grammar_overlap {
+            grammar::prefetch_step(step, vocab);
+        }
         let (logits, spec_pass) = match self.spec.is_some() {
             true => {
                 let (logits, pass) = self.forward_speculative(step, &chunks)?;
@@ -166,7 +183,6 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         }
         let mut sampled = self.backend.sample(&logits, &sample_rows)?.into_iter();
         // Prompt logprobs are rare (scoring); only then do the logits come to the host.
-        let vocab = self.model.vocab_size();
         let host_logits = if step.seqs.iter().any(|s| s.want_prompt_logprobs) {
             self.backend.to_host(&logits)?
         } else {
@@ -222,6 +238,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         if let Some(pass) = spec_pass {
             self.finish_speculative(step, pass, &mut out)?;
         }
+        grammar::after_step(step, &mut out, vocab, self.grammar_overlap);
         Ok(out)
     }
 

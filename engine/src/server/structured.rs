@@ -58,16 +58,13 @@ pub fn attach(
         ));
     }
     if let Some((spec, param)) = output {
-        if generation.sampling.ignore_eos {
-            return Err(ApiError::invalid(
-                "ignore_eos",
-                format!(
-                    "`ignore_eos` cannot be combined with `{param}`: a complete value ends with \
-                     end-of-sequence; drop `ignore_eos`"
-                ),
-            ));
-        }
-        generation.sampling.constraint = Some(compile(state, &spec, &param, asked.think)?);
+        // A benchmark's `ignore_eos` runs to max_tokens: one value after another, every token
+        // under the grammar (a constrained ladder measures the masks' cost).
+        generation.sampling.constraint = Some(if generation.sampling.ignore_eos {
+            compile_repeated(state, &spec, &param)?
+        } else {
+            compile(state, &spec, &param, asked.think)?
+        });
         return Ok(());
     }
     let (Some(format), Some((mode, specs))) = (state.tool_call_parser, asked.tools) else {
@@ -189,13 +186,27 @@ pub fn compile(
     think: Think,
 ) -> Result<Constraint, ApiError> {
     let grammars = grammars(state, param)?;
-    grammars.compile(spec, param, think).map_err(|e| match e {
+    grammars
+        .compile(spec, param, think)
+        .map_err(|e| grammar_error(e, param))
+}
+
+/// [`compile`] for an `ignore_eos` request (`Grammars::compile_repeated`).
+fn compile_repeated(state: &AppState, spec: &Spec, param: &str) -> Result<Constraint, ApiError> {
+    let grammars = grammars(state, param)?;
+    grammars
+        .compile_repeated(spec, param)
+        .map_err(|e| grammar_error(e, param))
+}
+
+fn grammar_error(e: GrammarError, param: &str) -> ApiError {
+    match e {
         GrammarError::Schema(s) => ApiError::invalid(s.path.clone(), s.to_string()),
         GrammarError::Vocabulary(_) => ApiError::Unsupported {
             message: e.to_string(),
             param: param.into(),
         },
-    })
+    }
 }
 
 /// The model's grammar compiler, built once from the tokenizer and the engine's vocabulary.

@@ -418,6 +418,15 @@ pub const SETTINGS: &[Setting] = &[
                 .map_or_else(|| "off".to_string(), |r| r.to_string())
         },
     },
+    Setting {
+        name: "debug.grammar_overlap",
+        var: "METRALE_GRAMMAR_OVERLAP",
+        accepts: "0 | 1",
+        default: "1",
+        doc: "Compute grammar masks on worker threads while the step runs (0: when sampling, on the engine thread; the tokens are the same).",
+        set: |t, v| flag(v, &mut t.debug.grammar_overlap),
+        get: |t| show_flag(t.debug.grammar_overlap),
+    },
 ];
 
 /// `METRALE_*` variables that are not tuning: read by `metralectl`, the installers, the test

@@ -16,9 +16,14 @@
 //!   row, 4 bytes back), filtered rows `sample_candidates` (the row's best `want` candidates in
 //!   the host's order, the count of finite logits and the fixed-point total, ~8 KB back), which
 //!   the host finishes with the host sampler's own `sampling::kept` and `gumbel_pick`.
-//! - **host**: rows asking for logprobs (reported before penalties), rows with a grammar or a
-//!   logit bias (`SamplingParams::needs_host`: the grammar's mask is computed on the host; a
-//!   mask applied on the device is still to come), parameters the device
+//!
+//! A row with a grammar takes the device route too (never the plain argmax): its mask, a
+//! bitmask computed on the host (by the grammar's workers while the forward ran, `grammar/`),
+//! is uploaded in the plan, one bit a token, and `sample_token_mask` sets the forbidden columns
+//! of its scratch row to -inf after `sample_prepare`. The masks are gathered before anything
+//! waits on the stream, so the host finishes them while the forward still runs.
+//! - **host**: rows asking for logprobs (reported before penalties), rows with a logit bias
+//!   (`SamplingParams::needs_host`), parameters the device
 //!   does not reproduce (a non-finite or negative temperature or penalty), and device rows the
 //!   device could not decide (no finite logit, an overflowing `v / T`, or a top-k/top-p/min-p cut
 //!   beyond the head): the logits row is copied back and goes through `sampling::sample_row`.
@@ -39,6 +44,7 @@ use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
 use crate::backend::kernels;
 use crate::backend::sampling::{self, SampleRow, Sampled};
+use crate::grammar::TokenMask;
 use penalty_state::{PenaltyStates, RowState};
 
 mod penalty_state;
@@ -132,19 +138,24 @@ fn want(r: &SampleRow<'_>) -> usize {
     }
 }
 
-/// The plan for rows `idx` of `rows` (see sample.cu's PLAN_* words) and where its three
-/// `which` lists (greedy, gumbel, candidates: positions in `idx`) start.
+/// The plan for rows `idx` of `rows` (see sample.cu's PLAN_* words), where its three
+/// `which` lists (greedy, gumbel, candidates: positions in `idx`) start, and where the
+/// `sample_token_mask` pairs (position in `idx`, word offset of the row's mask) start and how
+/// many there are.
 struct Plan {
     words: Vec<u32>,
     lists: [(usize, Vec<usize>); 3],
+    mask_pairs: (usize, usize),
 }
 
-/// `states[i]` is row i's penalty state, if it has one (then its entries are its extras).
+/// `states[i]` is row i's penalty state, if it has one (then its entries are its extras);
+/// `masks[i]` its grammar mask, if it has one.
 fn build_plan(
     rows: &[SampleRow<'_>],
     idx: &[usize],
     routes: &[Route],
     states: &[Option<RowState>],
+    masks: &[Option<&TokenMask>],
     vocab: usize,
 ) -> Plan {
     let mut words = vec![0u32; idx.len() * PLAN_WORDS];
@@ -197,7 +208,21 @@ fn build_plan(
         words.extend(members.iter().map(|&b| b as u32));
         (at, members)
     });
-    Plan { words, lists }
+    // Each masked row's bits (ids past the mask forbidden), then the pairs naming them.
+    let mut pairs = Vec::new();
+    for (b, &i) in idx.iter().enumerate() {
+        if let Some(m) = masks.get(i).copied().flatten() {
+            pairs.push([b as u32, words.len() as u32]);
+            words.extend(m.words_for(vocab));
+        }
+    }
+    let mask_pairs = (words.len(), pairs.len());
+    words.extend(pairs.iter().flatten());
+    Plan {
+        words,
+        lists,
+        mask_pairs,
+    }
 }
 
 /// Finish a filtered row from the device's head: `None` when the host must sample the row.
@@ -310,6 +335,29 @@ impl CudaBackend {
         logits: &CudaTensor,
         rows: &[SampleRow<'_>],
     ) -> Result<Vec<Sampled>> {
+        // The grammar masks first: nothing has waited for the forward yet, so whatever the
+        // workers have not finished is finished while the device still runs.
+        let masks: Vec<_> = rows
+            .iter()
+            .map(|r| sampling::row_mask(r, logits.cols()))
+            .collect();
+        let masks: Vec<Option<&TokenMask>> =
+            masks.iter().map(|m| m.tokens().map(|m| &**m)).collect();
+        self.sample_with_masks(logits, rows, &masks)
+    }
+
+    /// `sample` with each row's grammar mask given (`masks[i]` for `rows[i]`, `None`: no
+    /// mask), applied on the device (host rows apply it on the host). `sample` computes them
+    /// from the rows' grammars; the GPU check passes random ones.
+    pub fn sample_with_masks(
+        &self,
+        logits: &CudaTensor,
+        rows: &[SampleRow<'_>],
+        masks: &[Option<&TokenMask>],
+    ) -> Result<Vec<Sampled>> {
+        check("sample", masks.len() == rows.len(), || {
+            format!("{} masks for {} rows", masks.len(), rows.len())
+        })?;
         check(
             "sample",
             rows.iter().all(|r| r.logits_row < logits.rows()),
@@ -323,6 +371,12 @@ impl CudaBackend {
         )?;
         let vocab = logits.cols();
         let mut routes: Vec<Route> = rows.iter().map(route).collect();
+        // A masked greedy row takes its argmax on the masked scratch.
+        for (r, m) in routes.iter_mut().zip(masks) {
+            if *r == Route::Argmax && m.is_some() {
+                *r = Route::Greedy;
+            }
+        }
         if logits.dtype != DType::F32 || vocab == 0 {
             for r in &mut routes {
                 if *r == Route::Argmax {
@@ -357,7 +411,7 @@ impl CudaBackend {
         for chunk in device_rows.chunks(CHUNK_ROWS) {
             for (&i, id) in chunk
                 .iter()
-                .zip(self.sample_chunk(logits, rows, chunk, &routes, &states)?)
+                .zip(self.sample_chunk(logits, rows, chunk, &routes, &states, masks)?)
             {
                 out[i] = id;
             }
@@ -379,7 +433,7 @@ impl CudaBackend {
         let drawn: Vec<Sampled> = on_host
             .par_iter()
             .zip(&host_rows)
-            .map(|(&i, row)| sampling::sample_row(row, &rows[i]))
+            .map(|(&i, row)| sampling::sample_row_with(row, &rows[i], masks[i]))
             .collect();
         let mut host = on_host.iter().zip(drawn);
         let mut sampled = Vec::with_capacity(rows.len());
@@ -407,6 +461,7 @@ impl CudaBackend {
         idx: &[usize],
         routes: &[Route],
         states: &[Option<RowState>],
+        masks: &[Option<&TokenMask>],
     ) -> Result<Vec<Option<u32>>> {
         let vocab = logits.cols();
         let v = int(vocab, "sample")?;
@@ -415,7 +470,7 @@ impl CudaBackend {
             u32::try_from(vocab).is_ok() && rows.iter().all(|r| r.logits_row <= u32::MAX as usize),
             || format!("logits {:?} too large for the sampler", logits.shape),
         )?;
-        let plan = build_plan(rows, idx, routes, states, vocab);
+        let plan = build_plan(rows, idx, routes, states, masks, vocab);
         let s = &self.stream;
         let dev_plan = s
             .clone_htod(&plan.words)
@@ -450,6 +505,23 @@ impl CudaBackend {
         // state of `vocab` u32 (the penalty states hold it; frees are stream-ordered); grid
         // (records, slices), each block within its row's columns.
         unsafe { prepare.launch(self, grid, (scratch_ptr, x, plan_ptr, v)) }?;
+
+        // The grammar masks, on the rows that have one.
+        let (pairs_at, n_pairs) = plan.mask_pairs;
+        if n_pairs > 0 {
+            let grid = cfg((dim(n_pairs, "sample")?, slices), PREPARE_THREADS);
+            // SAFETY: the plan holds n_pairs (scratch row below idx.len(), word offset) pairs
+            // at pairs_at, each offset the start of vocab.div_ceil(32) mask words inside the
+            // plan (build_plan); block (b, y) writes only columns below vocab of pair b's row
+            // of the [idx.len(), vocab] scratch, after sample_prepare (same stream).
+            unsafe {
+                kernels::sample_token_mask.launch(
+                    self,
+                    grid,
+                    (scratch_ptr, plan_ptr, list_ptr(pairs_at), v),
+                )
+            }?;
+        }
 
         // The greedy rows' argmax (its partials kept alive until the download below).
         let _argmax_parts = if greedy.is_empty() {

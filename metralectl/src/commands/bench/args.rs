@@ -147,6 +147,12 @@ pub struct RunArgs {
     /// Write the run as a record (JSON, see docs/benchmarks.md).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Constrain every request to the measured server (not --against's) with this
+    /// `response_format`: `json_object`, or FILE holding a JSON schema (sent as `json_schema`).
+    /// With the bench's `ignore_eos` the server writes one value after another up to --osl.
+    /// `--against` the same URL measures the free ladder beside it (the ratio is constrained / free).
+    #[arg(long, value_name = "json_object|FILE", conflicts_with = "mixed")]
+    pub response_format: Option<String>,
     /// Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.minisig.
     #[arg(long, value_name = "KEYFILE", requires = "record")]
     pub sign: Option<PathBuf>,

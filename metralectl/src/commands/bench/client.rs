@@ -26,6 +26,8 @@ pub struct Server {
     http: reqwest::Client,
     base: String,
     api_key: Option<String>,
+    /// `response_format` sent with every measured request (`--response-format`).
+    response_format: Option<Value>,
 }
 
 /// A prompt ready to send.
@@ -62,7 +64,14 @@ impl Server {
             http,
             base: base.trim_end_matches("/v1").to_owned(),
             api_key,
+            response_format: None,
         })
+    }
+
+    /// Send `format` as `response_format` with every measured request (`--response-format`).
+    pub fn with_response_format(mut self, format: Option<Value>) -> Self {
+        self.response_format = format;
+        self
     }
 
     pub fn base(&self) -> &str {
@@ -303,6 +312,9 @@ impl Server {
             "stream": true,
             "stream_options": {"include_usage": true, "continuous_usage_stats": true},
         });
+        if let Some(format) = &self.response_format {
+            body["response_format"] = format.clone();
+        }
         let path = match (endpoint, prompt) {
             (Endpoint::Chat, Prompt::Text(text)) => {
                 body["messages"] = json!([{"role": "user", "content": text}]);

@@ -90,6 +90,7 @@ pub fn gate(args: &GateArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
         record: None,
         sign: None,
         json: args.json,
+        response_format: None,
         mixed: MixedArgs::default(),
     };
     let url = validate(&run)?;
@@ -97,7 +98,9 @@ pub fn gate(args: &GateArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
         url,
         run.api_key.clone(),
         Duration::from_secs(run.request_timeout),
-    )?;
+    )?
+    // A constrained baseline is rerun constrained.
+    .with_response_format(w.response_format.clone());
     let (series, coherence) = runtime()?.block_on(async {
         same_model(&server, url, &w.model, args.model.as_deref()).await?;
         let series = ladder(vec![server.clone()], &run, printer).await?;

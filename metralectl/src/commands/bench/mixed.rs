@@ -86,6 +86,7 @@ pub(super) fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode>
             warmup: args.warmup,
             seed: args.seed,
             temperature: args.temperature,
+            response_format: None,
         },
         server: described,
         machine: record::machine(),

@@ -67,6 +67,26 @@ pub(super) fn validate(args: &RunArgs) -> anyhow::Result<&str> {
     Ok(url)
 }
 
+/// `--response-format` as the request field: `json_object`, or a JSON schema read from a file.
+pub(super) fn response_format(arg: Option<&str>) -> anyhow::Result<Option<serde_json::Value>> {
+    let Some(arg) = arg else { return Ok(None) };
+    if arg == "json_object" {
+        return Ok(Some(serde_json::json!({"type": "json_object"})));
+    }
+    let text = std::fs::read_to_string(arg).with_context(|| {
+        format!("--response-format {arg}: not `json_object` and not a readable schema file")
+    })?;
+    let schema: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("--response-format {arg}: the file is not JSON"))?;
+    if !schema.is_object() {
+        bail!("--response-format {arg}: a JSON schema is an object, this file holds {schema}");
+    }
+    Ok(Some(serde_json::json!({
+        "type": "json_schema",
+        "json_schema": {"name": "bench", "schema": schema},
+    })))
+}
+
 /// The model to send: the one asked for, else the first `GET /v1/models` lists.
 pub(super) fn model_of(
     server: &Server,
@@ -112,11 +132,13 @@ fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
         return mixed::run(args, printer);
     }
     let url = validate(args)?;
+    let format = response_format(args.response_format.as_deref())?;
     // Load the key first: a bad key should fail before minutes of measuring, not after.
     let key = args.sign.as_deref().map(signing::load_secret).transpose()?;
     let harness = record::harness()?;
     let timeout = Duration::from_secs(args.request_timeout);
-    let mut targets = vec![Server::new(url, args.api_key.clone(), timeout)?];
+    let mut targets =
+        vec![Server::new(url, args.api_key.clone(), timeout)?.with_response_format(format.clone())];
     if let Some(b) = &args.against {
         targets.push(Server::new(b, args.api_key.clone(), timeout)?);
     }
@@ -156,6 +178,7 @@ fn run(args: &RunArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
             warmup: args.warmup,
             seed: args.seed,
             temperature: args.temperature,
+            response_format: format,
         },
         server: a.server,
         machine: record::machine(),

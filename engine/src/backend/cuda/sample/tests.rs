@@ -78,7 +78,7 @@ fn the_plan_lists_each_rows_entries_masks_and_kernel() {
         seq: None,
     }];
     let routes = [route(&rows[0])];
-    let plan = build_plan(&rows, &[0], &routes, &[None], 50);
+    let plan = build_plan(&rows, &[0], &routes, &[None], &[None], 50);
     let w = &plan.words;
     assert_eq!(w[0], 2);
     // (5, 1) and (7, 1): 200 is outside the vocabulary of 50.
@@ -96,6 +96,38 @@ fn the_plan_lists_each_rows_entries_masks_and_kernel() {
     assert_eq!(w[14], 40);
     assert_eq!(plan.lists[2].1, vec![0]);
     assert_eq!(&w[plan.lists[2].0..], &[0]);
+}
+
+/// A grammar's mask rides in the plan: the masked rows' bitmasks (cut to the vocabulary's
+/// words), then (position in the chunk, word offset) pairs for `sample_token_mask`.
+#[test]
+fn the_plan_carries_each_masked_rows_bits_and_a_pair_naming_them() {
+    let p = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let rows: Vec<SampleRow<'_>> = (0..3)
+        .map(|r| SampleRow {
+            logits_row: r,
+            params: &p,
+            all_token_ids: &[],
+            num_prompt_tokens: 0,
+            seq: None,
+        })
+        .collect();
+    let vocab = 70; // 3 words, the last with 6 ids
+    let mask = TokenMask::allowing(vocab, [0, 33, 69]);
+    let masks = [None, Some(&mask), None];
+    let routes = [Route::Greedy; 3];
+    // Rows 2 and 1 of the batch, in that order, in this chunk.
+    let plan = build_plan(&rows, &[2, 1], &routes, &[], &masks, vocab);
+    let (at, n) = plan.mask_pairs;
+    assert_eq!(n, 1);
+    let w = &plan.words;
+    let (b, bits) = (w[at] as usize, w[at + 1] as usize);
+    assert_eq!(b, 1, "the chunk's second row is batch row 1");
+    assert_eq!(&w[bits..bits + 3], &[1, 1 << 1, 1 << 5]);
+    assert_eq!(w.len(), at + 2);
 }
 
 #[test]
@@ -200,7 +232,7 @@ fn a_row_with_a_penalty_state_sends_its_address_and_only_its_extras() {
         addr: 0x1234_5678_9abc_def0,
         extras: vec![(9, 1)],
     };
-    let plan = build_plan(&rows, &[0], &routes, &[Some(state)], 50);
+    let plan = build_plan(&rows, &[0], &routes, &[Some(state)], &[None], 50);
     let w = &plan.words;
     let (at, n) = (w[1] as usize, w[2] as usize);
     assert_eq!(
