@@ -199,6 +199,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--endpoint', '--endpoint', [CompletionResultType]::ParameterName, 'Which API to drive')
             [CompletionResult]::new('--request-timeout', '--request-timeout', [CompletionResultType]::ParameterName, 'Give up on a request after this many seconds (it counts as an error)')
             [CompletionResult]::new('--record', '--record', [CompletionResultType]::ParameterName, 'Write the run as a record (JSON, see docs/benchmarks.md)')
+            [CompletionResult]::new('--response-format', '--response-format', [CompletionResultType]::ParameterName, 'Constrain every request to the measured server (not --against''s) with this `response_format`: `json_object`, or FILE holding a JSON schema (sent as `json_schema`). With the bench''s `ignore_eos` the server writes one value after another up to --osl. `--against` the same URL measures the free ladder beside it (the ratio is constrained / free)')
             [CompletionResult]::new('--sign', '--sign', [CompletionResultType]::ParameterName, 'Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.minisig')
             [CompletionResult]::new('--streams', '--streams', [CompletionResultType]::ParameterName, 'Streams decoding at once; each sends its next request as soon as its last one ends')
             [CompletionResult]::new('--long-isl', '--long-isl', [CompletionResultType]::ParameterName, 'Prompt tokens of each long prompt')

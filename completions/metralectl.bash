@@ -190,7 +190,7 @@ _metralectl() {
             return 0
             ;;
         metralectl__subcmd__bench)
-            opts="-q -h -V --url --model --concurrency --isl --osl --reps --warmup --seed --temperature --api-key --against --against-model --endpoint --request-timeout --record --sign --json --mixed --streams --long-isl --long-osl --long-every --duration --quiet --help --version gate report keygen help"
+            opts="-q -h -V --url --model --concurrency --isl --osl --reps --warmup --seed --temperature --api-key --against --against-model --endpoint --request-timeout --record --response-format --sign --json --mixed --streams --long-isl --long-osl --long-every --duration --quiet --help --version gate report keygen help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -253,6 +253,10 @@ _metralectl() {
                     return 0
                     ;;
                 --record)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --response-format)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -184,6 +184,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --endpoint 'Which API to drive'
             cand --request-timeout 'Give up on a request after this many seconds (it counts as an error)'
             cand --record 'Write the run as a record (JSON, see docs/benchmarks.md)'
+            cand --response-format 'Constrain every request to the measured server (not --against''s) with this `response_format`: `json_object`, or FILE holding a JSON schema (sent as `json_schema`). With the bench''s `ignore_eos` the server writes one value after another up to --osl. `--against` the same URL measures the free ladder beside it (the ratio is constrained / free)'
             cand --sign 'Sign the record with this secret key (from `metralectl bench keygen`): writes FILE.minisig'
             cand --streams 'Streams decoding at once; each sends its next request as soon as its last one ends'
             cand --long-isl 'Prompt tokens of each long prompt'
