@@ -10,6 +10,30 @@ static bool finite_host(float v) { return std::isfinite(v); }
 // gumbel(seed, index, token) as the Rust host sampler computes it (with its own det_ln, printed by
 // Rust; the test gumbel_matches_the_values_the_device_port_is_checked_against holds the same
 // bits): the device port must give these bits.
+// sample_token_mask: every column whose bit is clear becomes -inf, the others keep their value
+// (a vocabulary not a multiple of 32, rows listed out of order, slices of the row per block).
+void t_sample_token_mask() {
+    const int V = 70, words = (V + 31) / 32;
+    std::vector<float> scratch(3 * V);
+    for (auto& v : scratch) v = U(4);
+    const auto before = scratch;
+    // The plan holds two masks: rows 2 and 0 are masked, row 1 is free.
+    std::vector<u32> plan(2 * words + 3, 0u);
+    for (int i = 0; i < V; ++i) {
+        if (i % 3 == 0) plan[3 + (i >> 5)] |= 1u << (i & 31);
+        if (i == V - 1) plan[3 + words + (i >> 5)] |= 1u << (i & 31);
+    }
+    std::vector<u32> which = {2, 3, 0, (u32)(3 + words)};
+    launch({2, 3}, {16}, [&] { sample_token_mask(scratch.data(), plan.data(), which.data(), V); });
+    int bad = 0;
+    for (int i = 0; i < V; ++i) {
+        bad += scratch[2 * V + i] != (i % 3 == 0 ? before[2 * V + i] : NEG_INF);
+        bad += scratch[0 * V + i] != (i == V - 1 ? before[i] : NEG_INF);
+        bad += scratch[1 * V + i] != before[1 * V + i];
+    }
+    report("sample_token_mask", bad, 0);
+}
+
 void t_sample_noise() {
     struct { u64 seed, index; u32 token; u64 bits; } want[] = {
         {0ull, 0ull, 0u, 0x3feb3ab6afcf9b8eull},
