@@ -272,6 +272,19 @@ pub trait Model<B: Backend>: Send {
     ) -> Result<(B::Tensor, B::Tensor)> {
         Err(no_mtp("mtp_forward"))
     }
+    /// The MTP head's keys and values for every row, nothing else: what a step needs of the
+    /// head while no sequence drafts (drafting paused), so the head's cache stays complete
+    /// for when drafting resumes. Writes what [`Model::mtp_forward`] writes to the cache.
+    fn mtp_fill_cache(
+        &self,
+        backend: &B,
+        host: &BatchInputs,
+        batch: &B::Batch,
+        hidden: &B::Tensor,
+        kv: &mut KvStorage<B>,
+    ) -> Result<()> {
+        self.mtp_forward(backend, host, batch, hidden, kv).map(drop)
+    }
     /// Copy recurrent-state slot `from` over slot `to` (rolling back rejected drafts).
     fn copy_state_slot(
         &self,

@@ -37,10 +37,13 @@ use super::{KvStorage, Model, StateSpec, StateStorage, lm_head_logits};
 
 mod config;
 mod linear;
+mod mtp;
 mod sequence;
 
 pub use config::{LayerType, Qwen3_5Config};
 pub use sequence::SequenceState;
+
+use mtp::MtpHead;
 
 /// Whether `architecture` is a Qwen3.5 hybrid this file runs ([`super::registry`]).
 pub fn is_hybrid(architecture: &str) -> bool {
@@ -103,19 +106,6 @@ struct Layer<B: Backend> {
     mixer: Mixer<B>,
     post_norm: B::Tensor, // [H], 1 + w
     mlp: Mlp<B>,
-}
-
-/// The checkpoint's multi-token-prediction block (`mtp.*`), loaded for speculative decoding:
-/// `x = fc([norm_e(embed(t)); norm_h(h)])`, one gated full-attention decoder layer (its keys
-/// and values in the KV cache's last layer), then `norm`; logits through the target's head.
-/// `fc` is kept as its two halves: `x = e · fc_eᵀ + g · fc_gᵀ`.
-struct MtpHead<B: Backend> {
-    fc_embed: B::Tensor,    // [H, H]: fc's first H columns
-    fc_hidden: B::Tensor,   // [H, H]: its last H
-    norm_embed: B::Tensor,  // [H], 1 + w
-    norm_hidden: B::Tensor, // [H], 1 + w
-    layer: Layer<B>,
-    norm: B::Tensor, // [H], 1 + w
 }
 
 /// A Qwen3.5 hybrid model on backend `B` (the CPU reference by default).
@@ -625,37 +615,18 @@ impl<B: HybridOps> Model<B> for Qwen3_5<B> {
         hidden: &B::Tensor,
         kv: &mut KvStorage<B>,
     ) -> Result<(B::Tensor, B::Tensor)> {
-        let m = self.mtp.as_ref().ok_or_else(|| {
-            shape_err("mtp_forward: the model was loaded without its MTP head".into())
-        })?;
-        let c = &self.config.base;
-        let (t, h, eps) = (host.num_tokens(), c.hidden_size, c.rms_norm_eps);
-        if b.shape(hidden) != [t, h] {
-            return Err(shape_err(format!(
-                "mtp_forward: hidden {:?} for {t} rows of width {h}",
-                b.shape(hidden)
-            )));
-        }
-        // x = fc([norm_e(embed(t)); norm_h(h)])  [T, H]
-        let mut e = b.zeros(&[t, h])?;
-        b.embedding(&mut e, batch, &self.embed)?;
-        let mut en = b.zeros(&[t, h])?;
-        b.rms_norm(&mut en, &e, &m.norm_embed, eps)?;
-        let mut hn = b.zeros(&[t, h])?;
-        b.rms_norm(&mut hn, hidden, &m.norm_hidden, eps)?;
-        let mut f = self.bufs(b, t)?;
-        b.matmul(&mut f.x, &en, &m.fc_embed)?;
-        b.matmul(&mut f.proj, &hn, &m.fc_hidden)?;
-        b.add_assign(&mut f.x, &f.proj)?;
-        let kv = (kv.k.as_mut_slice(), kv.v.as_mut_slice());
-        self.run_layer(b, &m.layer, &mut f, host, batch, kv, None)?;
-        // The head's output, normed: the next draft's hidden input and its logits.
-        b.rms_norm(&mut f.xn, &f.x, &m.norm, eps)?;
-        let head = self.draft_head.as_ref().unwrap_or(self.head());
-        let logits = lm_head_logits(b, &f.xn, host, batch, head)?;
-        let mut rows = b.zeros(&[host.logits_rows.len(), h])?;
-        b.gather_rows(&mut rows, &f.xn, batch)?;
-        Ok((logits, rows))
+        self.mtp_pass(b, host, batch, hidden, kv)
+    }
+
+    fn mtp_fill_cache(
+        &self,
+        b: &B,
+        host: &BatchInputs,
+        batch: &B::Batch,
+        hidden: &B::Tensor,
+        kv: &mut KvStorage<B>,
+    ) -> Result<()> {
+        self.mtp_keys(b, host, batch, hidden, kv)
     }
 
     fn copy_state_slot(&self, b: &B, kv: &mut KvStorage<B>, from: usize, to: usize) -> Result<()> {

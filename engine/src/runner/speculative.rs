@@ -340,6 +340,10 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         }
         let host = BatchInputs::build(bs, &chunks);
         let batch = backend.prepare_batch(&host)?;
+        if proposing.is_empty() {
+            // Nobody drafts (paused, or acceptance does not pay): the head's keys only.
+            return model.mtp_fill_cache(backend, &host, &batch, &pass.hidden, kv);
+        }
         let (logits, mut hidden) = model.mtp_forward(backend, &host, &batch, &pass.hidden, kv)?;
         let mut tokens = argmax_rows(backend, &logits)?;
         if tokens.len() != proposing.len() {
