@@ -2,7 +2,7 @@
 //! the official `openai` Python client (tests/clients/test_structured_outputs.py): 50 varied
 //! JSON schemas whose replies must all validate with `jsonschema`, `json_object`, a reply cut
 //! by `max_tokens` reported as `length`, `logit_bias`, and bad schemas refused by name; forced
-//! tool calls under the hermes, qwen3_coder, llama3_json, mistral and harmony call grammars through both
+//! tool calls under the hermes, qwen3_coder, llama3_json, mistral, harmony and minimax_m2 call grammars through both
 //! official clients (tests/clients/test_forced_tool_calls.py), each parsed back by its format's
 //! parser; the call grammar under `auto` and vLLM's `structured_outputs`/`guided_*` fields
 //! (tests/clients/test_tool_grammar.py); the grammar after a reasoning section
@@ -70,6 +70,12 @@ async fn forced_llama3_json_tool_calls_validate_through_both_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forced_mistral_tool_calls_validate_through_both_clients() {
     forced_calls_validate("mistral").await;
+}
+
+/// MiniMax-M2's `<minimax:tool_call>` blocks with inline parameter values (issue 40).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_minimax_m2_tool_calls_validate_through_both_clients() {
+    forced_calls_validate("minimax_m2").await;
 }
 
 /// gpt-oss's harmony calls, `<|channel|>commentary to=functions.NAME <|constrain|>json

@@ -146,7 +146,7 @@ fn parsed_calls(format: ToolCallFormat, text: &str) -> Vec<String> {
     let mut args = String::new();
     for ev in coalesce(events) {
         match ev {
-            ParseEvent::Text(t) => assert!(!t.contains("<tool_call>"), "not a call: {text:?}"),
+            ParseEvent::Text(t) => assert!(!t.contains(format.tags().0), "not a call: {text:?}"),
             ParseEvent::ToolCallStart { name, .. } => calls.push(name),
             ParseEvent::ToolCallArgs { delta, .. } => args.push_str(&delta),
             ParseEvent::ToolCallEnd { .. } => {
@@ -165,6 +165,13 @@ fn parsed_calls(format: ToolCallFormat, text: &str) -> Vec<String> {
     calls
 }
 
+/// The formats whose calls open with a tag (their grammars share `tools.rs`'s frame).
+const TAG_FORMATS: [ToolCallFormat; 3] = [
+    ToolCallFormat::Qwen3Coder,
+    ToolCallFormat::Hermes,
+    ToolCallFormat::MiniMaxM2,
+];
+
 fn tools(specs: &[ToolSpec]) -> Vec<ToolSchema<'_>> {
     specs
         .iter()
@@ -176,10 +183,10 @@ fn tools(specs: &[ToolSpec]) -> Vec<ToolSchema<'_>> {
 }
 
 #[test]
-fn forced_calls_in_both_formats_parse_and_fit_their_schemas() {
+fn forced_calls_in_every_tag_format_parse_and_fit_their_schemas() {
     let d = demo();
     let specs = specs();
-    for format in [ToolCallFormat::Qwen3Coder, ToolCallFormat::Hermes] {
+    for format in TAG_FORMATS {
         for named in [None, Some("add"), Some("get_weather")] {
             let spec = call_grammar(format, &tools(&specs), CallMode::Forced(named)).expect("ok");
             let c = d.compile(&spec, Think::Off);
@@ -204,18 +211,23 @@ fn forced_calls_in_both_formats_parse_and_fit_their_schemas() {
 fn auto_calls_are_free_text_until_a_call_opens_then_well_formed() {
     let d = demo();
     let specs = specs();
-    let open = d.id("<tool_call>");
     let eos = d.eos;
-    for format in [ToolCallFormat::Qwen3Coder, ToolCallFormat::Hermes] {
+    for format in TAG_FORMATS {
         let spec = call_grammar(format, &tools(&specs), CallMode::Auto).expect("ok");
         let c = d.compile(&spec, Think::Off);
+        // The opening tag's tokens (one special token, or MiniMax-M2's text).
+        let open = d.tok.encode(format.tags().0, false).expect("encode");
         let mut called = 0;
         for seed in 0..8 {
             // Some free text first, then a push toward opening a call or ending, then toward
-            // ending only (after a call, the reply may end).
+            // ending only (after a call, the reply may end). A tag of several tokens (MiniMax-M2's
+            // text) is pushed token by token on even seeds, harder than the end.
             let push = |i: usize, l: &mut [f32]| {
-                if (3..30).contains(&i) {
-                    l[open as usize] += 20.0;
+                if open.len() == 1 && (3..30).contains(&i) {
+                    l[open[0] as usize] += 20.0;
+                }
+                if open.len() > 1 && seed % 2 == 0 && (3..3 + open.len()).contains(&i) {
+                    l[open[i - 3] as usize] += 30.0;
                 }
                 if i >= 3 {
                     l[eos as usize] += 20.0;
@@ -403,4 +415,60 @@ fn qwen3_coder_parameters_come_in_any_order_and_required_ones_still_hold() {
     ));
     // Values still hold their types in any order.
     assert!(!accepts(&full(&[p("days", "three"), city]), 12));
+}
+
+/// MiniMax-M2 writes values inline (`<parameter name="k">v</parameter>`) and its parser drops
+/// one newline on each side of a value: the grammar holds raw values to neither starting nor
+/// ending with one, writes a literal that does with one more, and takes parameters in any
+/// order with the required ones always.
+#[test]
+fn minimax_values_are_inline_and_never_lose_a_newline() {
+    let d = demo();
+    let schema = json!({"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"},
+        "unit": {"enum": ["c", "\nf"], "type": "string"}
+    }, "required": ["city", "days"]});
+    let tools = [ToolSchema {
+        name: "weather",
+        parameters: &schema,
+    }];
+    let format = ToolCallFormat::MiniMaxM2;
+    let spec = call_grammar(format, &tools, CallMode::Forced(Some("weather"))).expect("grammar");
+    let c = d.compile(&spec, Think::Off);
+    let prefix = format.forced_prefix(Some("weather"));
+    let p = |k: &str, v: &str| format!("<parameter name=\"{k}\">{v}</parameter>\n");
+    let body = |params: &[String]| format!("{}</invoke>\n</minimax:tool_call>", params.concat());
+    let accepts = |params: &[String], seq: u64| {
+        let ids = d.tok.encode(&body(params), false).expect("encode");
+        let mut all = ids.clone();
+        all.push(d.eos);
+        c.valid_drafts(seq, &[], &all) == all.len()
+    };
+    let (city, days) = (p("city", "Paris"), p("days", "3"));
+    let unit_f = p("unit", "\n\nf");
+    assert!(accepts(&[city.clone(), days.clone()], 1));
+    assert!(accepts(&[days.clone(), unit_f.clone(), city.clone()], 2));
+    assert!(accepts(&[p("unit", "c"), city.clone(), days.clone()], 3));
+    // Missing a required parameter, one twice, a value of the wrong type: refused.
+    assert!(!accepts(std::slice::from_ref(&city), 4));
+    assert!(!accepts(&[city.clone(), days.clone(), days.clone()], 5));
+    assert!(!accepts(&[city.clone(), p("days", "three")], 6));
+    // A raw value the parser would cut, and a literal written without its extra newline.
+    assert!(!accepts(&[p("city", "\nParis"), days.clone()], 7));
+    assert!(!accepts(&[p("city", "Paris\n"), days.clone()], 8));
+    assert!(!accepts(&[p("unit", "\nf"), city.clone(), days.clone()], 9));
+    // What the grammar accepts, the parser reads back as the schema's values.
+    let specs = [ToolSpec {
+        name: "weather".into(),
+        parameters: schema.clone(),
+    }];
+    let text = format!("{prefix}{}", body(&[unit_f, city, days]));
+    let inner = text
+        .strip_prefix(crate::tool_parsers::minimax_m2::OPEN)
+        .and_then(|t| t.strip_suffix(crate::tool_parsers::minimax_m2::CLOSE))
+        .expect("one block");
+    let calls = crate::tool_parsers::minimax_m2::parse_block(inner, &specs).expect("parses");
+    assert_eq!(calls.len(), 1);
+    let args: Value = serde_json::from_str(&calls[0].args.concat()).expect("JSON");
+    assert_eq!(args, json!({"unit": "\nf", "city": "Paris", "days": 3}));
 }

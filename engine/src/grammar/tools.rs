@@ -6,14 +6,17 @@
 //! - **auto**: free text, in which `<tool_call>` opens a call that must then be well formed
 //!   (calls and text may alternate), then the end. Text stays free until a call opens.
 //!
-//! A call is `<tool_call>`, the format's head (which names the tool), the arguments, the
-//! format's tail. hermes: `\n{"name": "NAME", "arguments": ` + a JSON object + `}\n</tool_call>`;
-//! qwen3_coder: `\n<function=NAME>\n` + parameters (`xml_call.rs`) + `</function>\n</tool_call>`.
+//! A call is the format's opening tag (`<tool_call>`; MiniMax-M2's `<minimax:tool_call>`), its
+//! head (which names the tool), the arguments, its tail. hermes: `\n{"name": "NAME",
+//! "arguments": ` + a JSON object + `}\n</tool_call>`; qwen3_coder: `\n<function=NAME>\n` +
+//! parameters (`xml_call.rs`) + `</function>\n</tool_call>`; minimax_m2: `\n<invoke
+//! name="NAME">\n` + parameters + `</invoke>\n</minimax:tool_call>` (one invocation a block).
 
 use serde_json::{Value, json};
 
+use super::Spec;
 use super::schema::{self, SchemaError};
-use super::{Spec, xml_call};
+use super::xml_call::{self, Style};
 use crate::tool_parsers::ToolCallFormat;
 
 /// A tool as the grammar needs it: its name and its parameters' JSON schema.
@@ -31,8 +34,6 @@ pub enum CallMode<'a> {
     Auto,
 }
 
-const OPEN: &str = "<tool_call>";
-
 /// The grammar of `mode`'s calls in `format` (rules in Lark, entry rule `start`). Each error
 /// names the tool's schema part (`tools[i].function.parameters...`).
 pub fn call_grammar(
@@ -40,15 +41,6 @@ pub fn call_grammar(
     tools: &[ToolSchema<'_>],
     mode: CallMode<'_>,
 ) -> Result<Spec, SchemaError> {
-    if !has_grammar(format) {
-        return Err(SchemaError::new(
-            "tool_choice",
-            format!(
-                "{} calls have no grammar yet: they are read as the model writes them",
-                format.flag_value()
-            ),
-        ));
-    }
     if let (
         ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony,
         CallMode::Forced(named),
@@ -58,10 +50,11 @@ pub fn call_grammar(
     }
     let mut rules = Vec::new();
     let mut alts = Vec::new();
+    let open = format.tags().0;
     // What the reply already holds before the grammar starts.
     let written = match mode {
         CallMode::Forced(named) => format.forced_prefix(named),
-        CallMode::Auto => OPEN.to_owned(),
+        CallMode::Auto => open.to_owned(),
     };
     for (i, t) in tools.iter().enumerate() {
         if let CallMode::Forced(Some(n)) = mode
@@ -70,7 +63,7 @@ pub fn call_grammar(
             continue;
         }
         let param = format!("tools[{i}].function.parameters");
-        let head = format!("{OPEN}{}", head(format, t.name));
+        let head = format!("{open}{}", head(format, t.name));
         // The forced opening is the head's start (`forced_prefix` writes it the same way).
         let rest = head.strip_prefix(written.as_str()).unwrap_or(&head);
         let (args, mut arg_rules) = match format {
@@ -78,11 +71,13 @@ pub fn call_grammar(
                 format!("%json {}", json_args(t.parameters, &param)?),
                 vec![],
             ),
-            ToolCallFormat::Qwen3Coder => xml_call::parameters(t.parameters, &param, i)?,
-            ToolCallFormat::Llama3Json
-            | ToolCallFormat::Mistral
-            | ToolCallFormat::Harmony
-            | ToolCallFormat::MiniMaxM2 => (
+            ToolCallFormat::Qwen3Coder => {
+                xml_call::parameters(Style::Qwen3Coder, t.parameters, &param, i)?
+            }
+            ToolCallFormat::MiniMaxM2 => {
+                xml_call::parameters(Style::MiniMax, t.parameters, &param, i)?
+            }
+            ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => (
                 format!("%json {}", json_args(t.parameters, &param)?),
                 vec![],
             ),
@@ -102,28 +97,25 @@ pub fn call_grammar(
     let calls = alts.join(" | ");
     let top = match mode {
         CallMode::Forced(_) => format!("start: {calls}"),
-        // Text up to the first `<tool_call>` (lazy: the tag ends it), a call, and again; or
+        // Text up to the first opening tag (lazy: the tag ends it), a call, and again; or
         // text to the end. A free text lexeme never holds the tag: the lazy one ends there.
         CallMode::Auto => format!(
             "start: TEXT | text_open call start\n\
              call: {calls}\n\
              text_open[suffix={}]: TEXT\n\
              TEXT: /(?s:.*)/",
-            lark_str(OPEN)
+            lark_str(open)
         ),
     };
     Ok(Spec::Lark(format!("{top}\n{}\n", rules.join("\n"))))
 }
 
-/// Whether `format`'s calls have a grammar at all (MiniMax-M2's do not yet: its calls are
-/// parsed, not held).
-pub fn has_grammar(format: ToolCallFormat) -> bool {
-    format != ToolCallFormat::MiniMaxM2
-}
-
 /// Whether `format` has a grammar under `auto` (an opening tag the text waits for).
 pub fn has_auto_grammar(format: ToolCallFormat) -> bool {
-    matches!(format, ToolCallFormat::Hermes | ToolCallFormat::Qwen3Coder)
+    matches!(
+        format,
+        ToolCallFormat::Hermes | ToolCallFormat::Qwen3Coder | ToolCallFormat::MiniMaxM2
+    )
 }
 
 /// A forced call in Llama 3's JSON or Mistral's format, after the forced opening: Llama 3's
@@ -185,12 +177,11 @@ fn head(format: ToolCallFormat, name: &str) -> String {
             Value::String(name.into())
         ),
         ToolCallFormat::Qwen3Coder => format!("\n<function={name}>\n"),
-        // Forced only, through json_forced (has_auto_grammar is false for them); MiniMax-M2
-        // has no grammar (has_grammar).
-        ToolCallFormat::Llama3Json
-        | ToolCallFormat::Mistral
-        | ToolCallFormat::Harmony
-        | ToolCallFormat::MiniMaxM2 => String::new(),
+        ToolCallFormat::MiniMaxM2 => format!("\n<invoke name=\"{name}\">\n"),
+        // Forced only, through json_forced (has_auto_grammar is false for them).
+        ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => {
+            String::new()
+        }
     }
 }
 
@@ -199,10 +190,8 @@ fn tail(format: ToolCallFormat) -> &'static str {
     match format {
         ToolCallFormat::Hermes => "}\n</tool_call>",
         ToolCallFormat::Qwen3Coder => "</function>\n</tool_call>",
-        ToolCallFormat::Llama3Json
-        | ToolCallFormat::Mistral
-        | ToolCallFormat::Harmony
-        | ToolCallFormat::MiniMaxM2 => "",
+        ToolCallFormat::MiniMaxM2 => "</invoke>\n</minimax:tool_call>",
+        ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => "",
     }
 }
 

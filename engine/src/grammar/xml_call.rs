@@ -1,11 +1,17 @@
-//! The parameters of a `qwen3_coder` call as Lark rules, each value held to its property's
-//! schema the way `tool_parsers::qwen3_coder` reads it back:
+//! The parameters of a tag-format call as Lark rules, each value held to its property's
+//! schema the way the format's parser reads it back. qwen3_coder (`tool_parsers::qwen3_coder`)
+//! and MiniMax-M2 (`tool_parsers::minimax_m2`) write parameters alike but for the tag:
 //!
 //! ```text
-//! <parameter=city>
+//! <parameter=city>                    <parameter name="city">Paris</parameter>
 //! Paris
 //! </parameter>
 //! ```
+//!
+//! Both parsers drop one newline after the opening tag and one before `</parameter>`, so
+//! qwen3_coder's layout holds any value as written; MiniMax-M2's own (inline) layout holds a
+//! raw value that neither starts nor ends with a newline, and a literal that does is written
+//! with one more newline on that side ([`Style`]).
 //!
 //! The parser converts a value by the type the schema declares for the property
 //! (`tool_parsers::schema::declared_type`), so the grammar writes it the same way: a `string`
@@ -23,14 +29,82 @@ use super::schema::{self, SchemaError};
 use super::tools::lark_str;
 use crate::tool_parsers::schema::declared_type;
 
-const VALUE_END: &str = "\n</parameter>\n";
-
 /// Text that holds no `</parameter>` (a regex body, for `&`).
 const NO_CLOSE: &str = r"~/(?s:.*)<\/parameter>(?s:.*)/";
+
+/// How a format lays out one parameter (see the module's text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// `<parameter=KEY>\n` VALUE `\n</parameter>\n`.
+    Qwen3Coder,
+    /// `<parameter name="KEY">` VALUE `</parameter>\n`.
+    MiniMax,
+}
+
+impl Style {
+    fn open(self, key: &str) -> String {
+        match self {
+            Self::Qwen3Coder => format!("<parameter={key}>\n"),
+            Self::MiniMax => format!("<parameter name=\"{key}\">"),
+        }
+    }
+
+    /// What follows a value.
+    fn end(self) -> &'static str {
+        match self {
+            Self::Qwen3Coder => "\n</parameter>\n",
+            Self::MiniMax => "</parameter>\n",
+        }
+    }
+
+    /// The characters a parameter name cannot hold, as the error says them.
+    fn forbidden(self) -> (&'static [char], &'static str) {
+        match self {
+            Self::Qwen3Coder => (&['<', '>', '\n'], "`<`, `>` or a newline"),
+            Self::MiniMax => (&['<', '>', '\n', '"'], "`<`, `>`, `\"` or a newline"),
+        }
+    }
+
+    /// Any parameter name the parser reads, in its opening tag (a Lark expression).
+    fn any_open(self) -> &'static str {
+        match self {
+            Self::Qwen3Coder => r#""<parameter=" /[A-Za-z_][A-Za-z0-9_.\-]*/ ">\n""#,
+            Self::MiniMax => r#""<parameter name=\"" /[A-Za-z_][A-Za-z0-9_.\-]*/ "\">""#,
+        }
+    }
+
+    /// A literal string value as written, so that the parser reads back `s`.
+    fn literal(self, s: &str) -> String {
+        match self {
+            Self::Qwen3Coder => s.to_owned(),
+            Self::MiniMax => format!(
+                "{}{s}{}",
+                if s.starts_with('\n') { "\n" } else { "" },
+                if s.ends_with('\n') { "\n" } else { "" }
+            ),
+        }
+    }
+
+    /// A raw value's terminal besides its schema's bounds.
+    fn raw(self) -> String {
+        match self {
+            Self::Qwen3Coder => NO_CLOSE.to_owned(),
+            Self::MiniMax => format!("{NO_CLOSE} & ~/\\n(?s:.*)/ & ~/(?s:.*)\\n/"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Qwen3Coder => "qwen3_coder",
+            Self::MiniMax => "minimax_m2",
+        }
+    }
+}
 
 /// The parameters of tool `i` (schema `parameters`, at request path `param`): the expression
 /// for its arguments and the rules it uses.
 pub fn parameters(
+    style: Style,
     parameters: &Value,
     param: &str,
     i: usize,
@@ -39,9 +113,9 @@ pub fn parameters(
     let Some(props) = props.filter(|p| !p.is_empty()) else {
         // Anything: names the parser reads, raw values.
         let rules = vec![
-            format!("any_{i}: \"<parameter=\" /[A-Za-z_][A-Za-z0-9_.\\-]*/ \">\\n\" raw_{i}"),
-            format!("raw_{i}[suffix={}]: RAW_{i}", lark_str(VALUE_END)),
-            format!("RAW_{i}: /(?s:.*)/ & {NO_CLOSE}"),
+            format!("any_{i}: {} raw_{i}", style.any_open()),
+            format!("raw_{i}[suffix={}]: RAW_{i}", lark_str(style.end())),
+            format!("RAW_{i}: /(?s:.*)/ & {}", style.raw()),
         ];
         return Ok((format!("any_{i}*"), rules));
     };
@@ -57,18 +131,27 @@ pub fn parameters(
     let mut needed = Vec::new();
     for (k, (key, prop)) in props.iter().enumerate() {
         let path = format!("{param}.properties.{key}");
-        if key.is_empty() || key.contains(['<', '>', '\n']) {
+        let (bad, said) = style.forbidden();
+        if key.is_empty() || key.contains(bad) {
             return Err(SchemaError::new(
                 path,
-                "a qwen3_coder parameter name cannot be empty or hold `<`, `>` or a newline",
+                format!(
+                    "a {} parameter name cannot be empty or hold {said}",
+                    style.name()
+                ),
             ));
         }
         let name = format!("p_{i}_{k}");
-        let value = value_rules(parameters, key, prop, &defs, &path, &name, &mut rules)?;
-        rules.push(format!(
-            "{name}: {} {value}",
-            lark_str(&format!("<parameter={key}>\n"))
-        ));
+        let value = value_rules(
+            style,
+            parameters,
+            (key, prop),
+            &defs,
+            &path,
+            &name,
+            &mut rules,
+        )?;
+        rules.push(format!("{name}: {} {value}", lark_str(&style.open(key))));
         let must = required.contains(&key.as_str());
         seq.push(if must {
             name.clone()
@@ -124,17 +207,17 @@ fn any_order(names: &[String], needed: &[bool], i: usize, rules: &mut Vec<String
     }
 }
 
-/// The rules for one property's value followed by `VALUE_END`; returns the expression.
+/// The rules for one property's value followed by the style's end; returns the expression.
 fn value_rules(
+    style: Style,
     parameters: &Value,
-    key: &str,
-    prop: &Value,
+    (key, prop): (&str, &Value),
     defs: &Map<String, Value>,
     path: &str,
     name: &str,
     rules: &mut Vec<String>,
 ) -> Result<String, SchemaError> {
-    let end = lark_str(VALUE_END);
+    let end = lark_str(style.end());
     match declared_type(parameters, key) {
         Some("string") => {
             let literals = prop
@@ -144,7 +227,10 @@ fn value_rules(
             if let Some(lits) = literals {
                 let strs: Option<Vec<String>> = lits
                     .iter()
-                    .map(|v| v.as_str().map(|s| lark_str(&format!("{s}{VALUE_END}"))))
+                    .map(|v| {
+                        v.as_str()
+                            .map(|s| lark_str(&format!("{}{}", style.literal(s), style.end())))
+                    })
                     .collect();
                 if let Some(strs) = strs.filter(|s| !s.is_empty()) {
                     return Ok(format!("({})", strs.join(" | ")));
@@ -152,7 +238,7 @@ fn value_rules(
             }
             let term = name.to_uppercase();
             rules.push(format!("{name}_v[suffix={end}]: {term}"));
-            rules.push(format!("{term}: {}", raw_string(prop, path)?));
+            rules.push(format!("{term}: {}", raw_string(style, prop, path)?));
             Ok(format!("{name}_v"))
         }
         ty => {
@@ -183,7 +269,7 @@ fn definitions(parameters: &Value) -> Map<String, Value> {
 }
 
 /// A raw string value's terminal: its length bounds and `pattern`, never `</parameter>`.
-fn raw_string(prop: &Value, path: &str) -> Result<String, SchemaError> {
+fn raw_string(style: Style, prop: &Value, path: &str) -> Result<String, SchemaError> {
     let bound = |k: &str| prop.get(k).and_then(Value::as_u64);
     let (min, max) = (bound("minLength").unwrap_or(0), bound("maxLength"));
     if max.is_some_and(|m| m < min) {
@@ -196,7 +282,7 @@ fn raw_string(prop: &Value, path: &str) -> Result<String, SchemaError> {
         Some(m) => format!("(?s:.{{{min},{m}}})"),
         None => format!("(?s:.{{{min},}})"),
     };
-    let mut term = format!("/{}/ & {NO_CLOSE}", rx_body(&len, ""));
+    let mut term = format!("/{}/ & {}", rx_body(&len, ""), style.raw());
     if let Some(p) = prop.get("pattern") {
         let p = p.as_str().ok_or_else(|| {
             SchemaError::new(format!("{path}.pattern"), "`pattern` must be a string")

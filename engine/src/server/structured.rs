@@ -70,8 +70,7 @@ pub fn attach(
     let (Some(format), Some((mode, specs))) = (state.tool_call_parser, asked.tools) else {
         return Ok(());
     };
-    // MiniMax-M2's calls have no grammar yet: read as written, forced or not.
-    if !state.tool_grammar || !tools::has_grammar(format) {
+    if !state.tool_grammar {
         return Ok(());
     }
     let (mode, think) = match (forced, mode) {

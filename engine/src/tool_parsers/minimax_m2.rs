@@ -15,8 +15,8 @@
 //! schema declares for it ([`super::schema::convert`], as qwen3_coder's). With tools
 //! declared, every invocation's function must be one of them and its arguments must fit the
 //! schema ([`super::schema::validate`]); one invocation that does not parse makes the whole
-//! block text. There is no grammar for this format yet: calls are read, not held
-//! (`grammar/tools.rs`).
+//! block text. The tool grammar (`grammar/tools.rs`, `grammar/xml_call.rs`) holds a forced
+//! call, and under `auto` a call once its block opens, to this format with values inline.
 
 use serde_json::Map;
 

@@ -149,7 +149,7 @@ impl ToolCallFormat {
     }
 
     /// The tags around a tag format's calls (hermes, qwen3_coder, minimax_m2).
-    fn tags(self) -> (&'static str, &'static str) {
+    pub fn tags(self) -> (&'static str, &'static str) {
         match self {
             Self::MiniMaxM2 => (minimax_m2::OPEN, minimax_m2::CLOSE),
             _ => (CALL_OPEN, CALL_CLOSE),
