@@ -14,6 +14,7 @@ pub mod kv_cache;
 pub mod loader;
 pub mod metrics;
 pub mod models;
+pub mod parallel;
 pub mod request;
 pub mod runner;
 pub mod sampling_params;

@@ -7,9 +7,16 @@
 //!
 //! The same code runs Qwen3-MoE (`Qwen3MoeForCausalLM`): its sparse layers' MLP is a
 //! [`SparseMoe`] (`qwen3_moe.rs`), everything else is identical.
+//!
+//! Loaded with a [`Collective`] ([`Qwen3::load_sharded`]), the dense model is one rank of a
+//! tensor-parallel group (`parallel/mod.rs`): its heads, MLP width and head vocabulary are the
+//! rank's slice, and each block's attention and MLP outputs are all-reduced.
+
+use std::sync::Arc;
 
 use crate::backend::{Backend, BatchInputs, Result, RopeTables};
 use crate::loader::{HostTensor, LoadError, ModelConfig, TensorKind, Weights};
+use crate::parallel::{Collective, Shard, shard};
 
 use super::qwen3_moe::SparseMoe;
 use super::{KvStorage, Model, check_backend, lm_head_logits};
@@ -40,8 +47,12 @@ pub struct Qwen3<B: Backend> {
     pub embed: B::Tensor, // [V, H]
     pub layers: Vec<Layer<B>>,
     pub norm: B::Tensor,            // [H]
-    pub lm_head: Option<B::Tensor>, // [V, H]; None when tied to `embed`
+    pub lm_head: Option<B::Tensor>, // [V, H] (this rank's V / world rows); None when tied
     pub rope: RopeTables,
+    /// The tensor-parallel group this model is a rank of (`None`: the whole model).
+    tp: Option<Arc<dyn Collective<B>>>,
+    /// This rank's query heads, key/value heads and MLP width (the config's, unsharded).
+    local: (usize, usize, usize),
 }
 
 impl<B: Backend> Qwen3<B> {
@@ -58,6 +69,17 @@ impl<B: Backend> Qwen3<B> {
         backend: &B,
         config: &ModelConfig,
         w: &Weights,
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
+        Self::load_sharded(backend, config, w, None, layer_done)
+    }
+
+    /// [`Qwen3::load_reporting`] as one rank of `tp`'s group (the whole model without one).
+    pub fn load_sharded(
+        backend: &B,
+        config: &ModelConfig,
+        w: &Weights,
+        tp: Option<Arc<dyn Collective<B>>>,
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
         let c = config;
@@ -86,14 +108,32 @@ impl<B: Backend> Qwen3<B> {
         };
         let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
         let norm = |name: &str, n: usize| w.get(name, &[n], TensorKind::Norm);
+        let sh = tp.as_ref().map_or(Shard::WHOLE, |t| t.shard());
+        if sh.world > 1 && c.moe.is_some() {
+            return Err(LoadError::UnsupportedOnDevice(format!(
+                "{} splits its experts over ranks only with expert parallelism, which is not                  built yet: serve it on one GPU (tensor-parallel size 1)",
+                c.architecture
+            )));
+        }
+        let (q_heads, kv_heads) = (sh.split("num_attention_heads", nh)?, sh.kv_heads(nh, nkv)?);
+        let width = sh.split("intermediate_size", i)?;
+        let vocab = sh.split("vocab_size", c.vocab_size)?;
+        let heads = |r: &std::ops::Range<usize>| r.start * hd..r.end * hd;
+        // This rank's rows (column-parallel) or columns (row-parallel) of a weight.
+        let rows = |t, r| shard::rows_of(sh, t, r);
+        let cols = |t, r| shard::cols_of(sh, t, r);
 
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for l in 0..c.num_hidden_layers {
             let p = format!("model.layers.{l}");
+            let proj = |n: &str, r: &std::ops::Range<usize>, total: usize| {
+                mat(&format!("{p}.self_attn.{n}_proj.weight"), &[total * hd, h])
+                    .map(|t| rows(t, heads(r)))
+            };
             let qkv = HostTensor::concat_rows(&[
-                mat(&format!("{p}.self_attn.q_proj.weight"), &[nh * hd, h])?,
-                mat(&format!("{p}.self_attn.k_proj.weight"), &[nkv * hd, h])?,
-                mat(&format!("{p}.self_attn.v_proj.weight"), &[nkv * hd, h])?,
+                proj("q", &q_heads, nh)?,
+                proj("k", &kv_heads, nkv)?,
+                proj("v", &kv_heads, nkv)?,
             ]);
             let mlp = match &c.moe {
                 Some(moe) if moe.is_sparse(l) => {
@@ -101,10 +141,19 @@ impl<B: Backend> Qwen3<B> {
                 }
                 _ => Mlp::Dense {
                     gate_up: up(HostTensor::concat_rows(&[
-                        mat(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
-                        mat(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
+                        rows(
+                            mat(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
+                            width.clone(),
+                        ),
+                        rows(
+                            mat(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
+                            width.clone(),
+                        ),
                     ]))?,
-                    down: up(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?)?,
+                    down: up(cols(
+                        mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?,
+                        width.clone(),
+                    ))?,
                 },
             };
             layers.push(Layer {
@@ -112,7 +161,10 @@ impl<B: Backend> Qwen3<B> {
                 qkv: up(qkv)?,
                 q_norm: up(norm(&format!("{p}.self_attn.q_norm.weight"), hd)?)?,
                 k_norm: up(norm(&format!("{p}.self_attn.k_norm.weight"), hd)?)?,
-                o: up(mat(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?)?,
+                o: up(cols(
+                    mat(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?,
+                    heads(&q_heads),
+                ))?,
                 post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
                 mlp,
             });
@@ -121,7 +173,15 @@ impl<B: Backend> Qwen3<B> {
         let embed = up(mat("model.embed_tokens.weight", &[c.vocab_size, h])?)?;
         // A tied checkpoint may still carry lm_head.weight (a copy); untied ones must. A tied
         // head is the embedding, unless --requantize gives the head its own format.
-        let lm_head = if c.tie_word_embeddings {
+        let lm_head = if sh.world > 1 {
+            // This rank's vocabulary rows, tied or not.
+            let name = if c.tie_word_embeddings {
+                "model.embed_tokens.weight"
+            } else {
+                "lm_head.weight"
+            };
+            Some(up(rows(mat(name, &[c.vocab_size, h])?, vocab))?)
+        } else if c.tie_word_embeddings {
             w.tied_head("model.embed_tokens.weight", &[c.vocab_size, h])?
                 .map(up)
                 .transpose()?
@@ -141,7 +201,17 @@ impl<B: Backend> Qwen3<B> {
             norm: up(norm("model.norm.weight", h)?)?,
             lm_head,
             rope,
+            tp,
+            local: (q_heads.len(), kv_heads.len(), width.len()),
         })
+    }
+
+    /// Sums `t` over the group's ranks (nothing without a group).
+    fn all_reduce(&self, b: &B, t: &mut B::Tensor) -> Result<()> {
+        match &self.tp {
+            Some(tp) => tp.all_reduce_sum(b, t),
+            None => Ok(()),
+        }
     }
 
     fn has_dense_mlp(&self) -> bool {
@@ -160,14 +230,9 @@ impl<B: Backend> Model<B> for Qwen3<B> {
         kv: &mut KvStorage<B>,
     ) -> Result<B::Tensor> {
         let c = &self.config;
-        let (t, h, hd, nh, nkv, i) = (
-            host.num_tokens(),
-            c.hidden_size,
-            c.head_dim,
-            c.num_attention_heads,
-            c.num_key_value_heads,
-            c.intermediate_size,
-        );
+        let (t, h, hd) = (host.num_tokens(), c.hidden_size, c.head_dim);
+        // This rank's heads and MLP width (all of them without a group).
+        let (nh, nkv, i) = self.local;
         let scale = 1.0 / (hd as f32).sqrt();
         let mut x = b.zeros(&[t, h])?; // residual stream [T, H]
         let mut xn = b.zeros(&[t, h])?; // normalised input of a sub-block [T, H]
@@ -198,6 +263,7 @@ impl<B: Backend> Model<B> for Qwen3<B> {
             )?;
             b.paged_attention(&mut attn, &qkv, &kv.k[l], &kv.v[l], batch, nh, scale)?;
             b.matmul(&mut proj, &attn, &layer.o)?;
+            self.all_reduce(b, &mut proj)?;
             // x += attention; xn = post_norm(x)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, c.rms_norm_eps)?;
             match &layer.mlp {
@@ -209,13 +275,19 @@ impl<B: Backend> Model<B> for Qwen3<B> {
                 // Sparse MLP: each token's top-k experts, weighted by the router
                 Mlp::Sparse(moe) => moe.forward(b, &mut proj, &xn)?,
             }
+            self.all_reduce(b, &mut proj)?;
             // x += mlp; xn = next block's input norm (or the final norm)
             let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
             b.add_rms_norm(&mut xn, &mut x, &proj, next_norm, c.rms_norm_eps)?;
         }
         // logits = norm(x)[rows] · lm_headᵀ
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        lm_head_logits(b, &xn, host, batch, head)
+        let logits = lm_head_logits(b, &xn, host, batch, head)?;
+        match &self.tp {
+            // Each rank's vocabulary slice, side by side.
+            Some(tp) => tp.all_gather_cols(b, &logits),
+            None => Ok(logits),
+        }
     }
 
     fn new_kv_storage(
@@ -230,14 +302,14 @@ impl<B: Backend> Model<B> for Qwen3<B> {
             c.num_hidden_layers,
             num_blocks,
             block_size,
-            c.num_key_value_heads,
+            self.local.1,
             c.head_dim,
         )
     }
 
     fn kv_bytes_per_token(&self, backend: &B) -> usize {
         let c = &self.config;
-        2 * c.num_hidden_layers * c.num_key_value_heads * backend.kv_head_bytes(c.head_dim)
+        2 * c.num_hidden_layers * self.local.1 * backend.kv_head_bytes(c.head_dim)
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

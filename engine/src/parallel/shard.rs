@@ -1,0 +1,101 @@
+//! A rank's slice of a weight at load: rows (column-parallel layers: q|k|v, gate|up, the LM
+//! head) or columns (row-parallel: `o_proj`, `down`). Raw weights stay in their dtype; others
+//! (FP8, NVFP4, random dummies) become f32 values, which the CPU reference computes in anyway
+//! (keeping them packed for a device is left to the NCCL work).
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use super::Shard;
+use crate::loader::{HostData, HostTensor};
+
+/// `t` itself for a group of one, else rows `r` of it.
+pub fn rows_of<'a>(sh: Shard, t: HostTensor<'a>, r: Range<usize>) -> HostTensor<'a> {
+    if sh.world == 1 { t } else { rows(&t, r) }
+}
+
+/// `t` itself for a group of one, else columns `c` of it.
+pub fn cols_of<'a>(sh: Shard, t: HostTensor<'a>, c: Range<usize>) -> HostTensor<'a> {
+    if sh.world == 1 { t } else { cols(&t, c) }
+}
+
+/// Rows `rows` of a `[R, C]` weight.
+pub fn rows(t: &HostTensor<'_>, rows: Range<usize>) -> HostTensor<'static> {
+    let cols = t.cols();
+    slice(t, |row, _| rows.contains(&row), vec![rows.len(), cols])
+}
+
+/// Columns `cols` of a `[R, C]` weight.
+pub fn cols(t: &HostTensor<'_>, cols: Range<usize>) -> HostTensor<'static> {
+    let r = t.shape[0];
+    slice(t, |_, col| cols.contains(&col), vec![r, cols.len()])
+}
+
+/// The elements of `t` (a matrix) that `keep(row, col)` keeps, in order, as `shape`.
+fn slice(
+    t: &HostTensor<'_>,
+    keep: impl Fn(usize, usize) -> bool,
+    shape: Vec<usize>,
+) -> HostTensor<'static> {
+    let cols = t.cols();
+    let kept = |i: usize| keep(i / cols, i % cols);
+    let data = match &t.data {
+        HostData::Raw { dtype, bytes } => {
+            let size = dtype.size();
+            let bytes: Vec<u8> = bytes
+                .chunks_exact(size)
+                .enumerate()
+                .filter(|(i, _)| kept(*i))
+                .flat_map(|(_, b)| b.iter().copied())
+                .collect();
+            HostData::Raw {
+                dtype: *dtype,
+                bytes: Cow::Owned(bytes),
+            }
+        }
+        _ => {
+            let bytes: Vec<u8> = t
+                .to_f32()
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| kept(*i))
+                .flat_map(|(_, v)| v.to_le_bytes())
+                .collect();
+            HostData::Raw {
+                dtype: crate::loader::DType::F32,
+                bytes: Cow::Owned(bytes),
+            }
+        }
+    };
+    HostTensor { shape, data }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::loader::DType;
+
+    #[test]
+    fn rows_and_columns_are_cut_in_order() {
+        let values: Vec<f32> = (0..12).map(|v| v as f32).collect();
+        let t = HostTensor {
+            shape: vec![3, 4],
+            data: HostData::Raw {
+                dtype: DType::F32,
+                bytes: Cow::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect()),
+            },
+        };
+        let r = rows(&t, 1..3);
+        assert_eq!(r.shape, [2, 4]);
+        assert_eq!(r.to_f32(), [4., 5., 6., 7., 8., 9., 10., 11.]);
+        let c = cols(&t, 2..4);
+        assert_eq!(c.shape, [3, 2]);
+        assert_eq!(c.to_f32(), [2., 3., 6., 7., 10., 11.]);
+        // A dummy becomes its f32 values, cut the same way.
+        let d = HostTensor {
+            shape: vec![3, 4],
+            data: HostData::Constant(1.5),
+        };
+        assert_eq!(cols(&d, 0..1).to_f32(), [1.5; 3]);
+    }
+}

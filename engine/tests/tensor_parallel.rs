@@ -1,0 +1,91 @@
+//! Tensor parallelism's arithmetic on the CPU reference (issue 41, `parallel/mod.rs`): a Qwen3
+//! fixture split over 2 and 4 ranks, run as threads with the in-process collective
+//! (`parallel::local::LocalGroup`), scores every position of the transformers fixtures'
+//! sequences as the unsharded model does (chunked prefill through each rank's paged cache, its
+//! own slice of the key/value heads). Splits that do not divide are refused by name.
+
+use std::sync::Arc;
+
+use metrale_engine::backend::CpuBackend;
+use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
+use metrale_engine::models::qwen3::Qwen3;
+use metrale_engine::parallel::Collective;
+use metrale_engine::parallel::local::LocalGroup;
+use metrale_engine::score::{PositionScore, score};
+
+mod reference_support;
+use reference_support::{model_dir, reference};
+
+const TOLERANCE: f32 = 1e-5;
+
+fn open(name: &str) -> (metrale_engine::loader::ModelConfig, Weights) {
+    let dir = ModelDir::open(&model_dir(name)).expect("fixture checkpoint");
+    let cfg = dir.config().expect("config");
+    let weights = Weights::open(&dir.root, LoadFormat::Auto).expect("weights");
+    (cfg, weights)
+}
+
+/// Each rank's scores of `tokens` (prefill in chunks of 5), or the first rank's load error.
+fn sharded(name: &str, world: usize, tokens: &[u32]) -> Result<Vec<Vec<PositionScore>>, String> {
+    let ranks: Vec<_> = LocalGroup::new(world)
+        .into_iter()
+        .map(|group| {
+            let (name, tokens) = (name.to_owned(), tokens.to_vec());
+            std::thread::spawn(move || {
+                let (cfg, weights) = open(&name);
+                let b = CpuBackend::default();
+                let tp: Arc<dyn Collective<CpuBackend>> = Arc::new(group);
+                let model = Qwen3::load_sharded(&b, &cfg, &weights, Some(tp), &mut |_| {})
+                    .map_err(|e| e.to_string())?;
+                score(&b, &model, &tokens, 5, 5).map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    ranks
+        .into_iter()
+        .map(|r| r.join().expect("a rank panicked"))
+        .collect()
+}
+
+#[test]
+fn sharded_scores_equal_the_whole_models() {
+    for (name, worlds) in [("qwen3-gqa-tied", [2, 4]), ("qwen3-mha-untied", [2, 3])] {
+        let (cfg, weights) = open(name);
+        let whole = Qwen3::load(&CpuBackend::default(), &cfg, &weights).expect("load");
+        for seq in &reference(name).sequences {
+            let want = score(&CpuBackend::default(), &whole, &seq.tokens, 5, 5).expect("score");
+            for world in worlds {
+                let mut max_diff = 0f32;
+                for (rank, got) in sharded(name, world, &seq.tokens)
+                    .expect("loads")
+                    .iter()
+                    .enumerate()
+                {
+                    assert_eq!(got.len(), want.len());
+                    for (p, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let at = format!("{name} TP={world} rank {rank} position {p}");
+                        if let (Some(g), Some(w)) = (g.logprob, w.logprob) {
+                            max_diff = max_diff.max((g - w).abs());
+                            assert!((g - w).abs() <= TOLERANCE, "{at}: {g} against {w}");
+                        }
+                        for ((gi, gl), (wi, wl)) in g.top.iter().zip(&w.top) {
+                            assert!((gl - wl).abs() <= TOLERANCE, "{at}: top {gl} against {wl}");
+                            // Ids agree unless two log-probs tie within the tolerance.
+                            assert!(gi == wi || (gl - wl).abs() <= TOLERANCE, "{at}: top ids");
+                        }
+                    }
+                }
+                eprintln!("{name} TP={world}: max |log-prob - unsharded| = {max_diff:.1e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn splits_that_do_not_divide_are_refused_by_name() {
+    let e = sharded("qwen3-mha-untied", 4, &[1, 2, 3]).expect_err("6 heads over 4 ranks");
+    assert!(e.contains("num_attention_heads = 6"), "{e}");
+    assert!(e.contains("tensor-parallel size of 4"), "{e}");
+    let e = sharded("qwen3-moe-mixed", 2, &[1, 2, 3]).expect_err("experts");
+    assert!(e.contains("expert parallelism"), "{e}");
+}
