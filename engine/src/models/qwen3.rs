@@ -8,9 +8,10 @@
 //! The same code runs Qwen3-MoE (`Qwen3MoeForCausalLM`): its sparse layers' MLP is a
 //! [`SparseMoe`] (`qwen3_moe.rs`), everything else is identical.
 //!
-//! Loaded with a [`Collective`] ([`Qwen3::load_sharded`]), the dense model is one rank of a
-//! tensor-parallel group (`parallel/mod.rs`): its heads, MLP width and head vocabulary are the
-//! rank's slice, and each block's attention and MLP outputs are all-reduced.
+//! Loaded with a [`Collective`] ([`Qwen3::load_sharded`]), the model is one rank of a
+//! tensor-parallel group (`parallel/mod.rs`): its heads, MLP width (each expert's, in sparse
+//! layers) and head vocabulary are the rank's slice, and each block's attention and MLP outputs
+//! are all-reduced.
 
 use std::sync::Arc;
 
@@ -109,12 +110,6 @@ impl<B: Backend> Qwen3<B> {
         let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
         let norm = |name: &str, n: usize| w.get(name, &[n], TensorKind::Norm);
         let sh = tp.as_ref().map_or(Shard::WHOLE, |t| t.shard());
-        if sh.world > 1 && c.moe.is_some() {
-            return Err(LoadError::UnsupportedOnDevice(format!(
-                "{} splits its experts over ranks only with expert parallelism, which is not                  built yet: serve it on one GPU (tensor-parallel size 1)",
-                c.architecture
-            )));
-        }
         let (q_heads, kv_heads) = (sh.split("num_attention_heads", nh)?, sh.kv_heads(nh, nkv)?);
         let width = sh.split("intermediate_size", i)?;
         let vocab = sh.split("vocab_size", c.vocab_size)?;
@@ -137,7 +132,7 @@ impl<B: Backend> Qwen3<B> {
             ]);
             let mlp = match &c.moe {
                 Some(moe) if moe.is_sparse(l) => {
-                    Mlp::Sparse(SparseMoe::load(w, moe, h, &format!("{p}.mlp"), &up)?)
+                    Mlp::Sparse(SparseMoe::load(w, moe, (h, sh), &format!("{p}.mlp"), &up)?)
                 }
                 _ => Mlp::Dense {
                     gate_up: up(HostTensor::concat_rows(&[

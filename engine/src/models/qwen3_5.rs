@@ -34,6 +34,7 @@ use crate::loader::{DType, HostData, HostTensor, LoadError, TensorKind, Weights}
 
 use super::qwen3_moe::SparseMoe;
 use super::{KvStorage, Model, StateSpec, StateStorage, lm_head_logits};
+use crate::parallel::Shard;
 
 mod config;
 mod linear;
@@ -249,7 +250,7 @@ fn load_layer<B: HybridOps>(
     };
     let mlp = match (&c.moe, config.shared_expert_intermediate_size) {
         (Some(moe), Some(shared)) => Mlp::Sparse(Box::new(MoeMlp {
-            experts: SparseMoe::load(w, moe, h, &format!("{p}.mlp"), &|t| up.t(t))?,
+            experts: SparseMoe::load(w, moe, (h, Shard::WHOLE), &format!("{p}.mlp"), &|t| up.t(t))?,
             shared: swiglu(&format!("{p}.mlp.shared_expert"), shared)?,
             shared_gate: up.t(mat(&format!("{p}.mlp.shared_expert_gate.weight"), &[1, h])?)?,
         })),

@@ -11,6 +11,7 @@
 
 use crate::backend::{Backend, Result};
 use crate::loader::{HostTensor, LoadError, MoeConfig, TensorKind, Weights};
+use crate::parallel::{Shard, shard};
 
 use super::qwen3::Qwen3;
 
@@ -27,15 +28,18 @@ pub struct SparseMoe<B: Backend> {
 }
 
 impl<B: Backend> SparseMoe<B> {
-    /// The router and experts under `prefix` (`model.layers.{l}.mlp`).
+    /// The router and experts under `prefix` (`model.layers.{l}.mlp`); with a group of
+    /// several ranks, this rank's slice of every expert's width (tensor parallelism: the
+    /// block's output is then a partial sum, which the caller all-reduces).
     pub fn load(
         w: &Weights,
         moe: &MoeConfig,
-        h: usize,
+        (h, sh): (usize, Shard),
         prefix: &str,
         up: &dyn Fn(HostTensor<'_>) -> std::result::Result<B::Tensor, LoadError>,
     ) -> std::result::Result<Self, LoadError> {
         let (e, i) = (moe.num_experts, moe.moe_intermediate_size);
+        let width = sh.split("moe_intermediate_size", i)?;
         let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
         let experts = format!("{prefix}.experts");
         let (gate_up, down) = if w.contains(&format!("{experts}.gate_up_proj")) {
@@ -59,8 +63,8 @@ impl<B: Backend> SparseMoe<B> {
         };
         Ok(Self {
             router: up(mat(&format!("{prefix}.gate.weight"), &[e, h])?)?,
-            gate_up: up(gate_up)?,
-            down: up(down)?,
+            gate_up: up(shard::experts_gate_up(sh, gate_up, width.clone()))?,
+            down: up(shard::experts_down(sh, down, width))?,
             top_k: moe.num_experts_per_tok,
             norm_topk_prob: moe.norm_topk_prob,
         })

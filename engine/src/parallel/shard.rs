@@ -19,6 +19,28 @@ pub fn cols_of<'a>(sh: Shard, t: HostTensor<'a>, c: Range<usize>) -> HostTensor<
     if sh.world == 1 { t } else { cols(&t, c) }
 }
 
+/// Stacked experts' `gate_up` `[E, 2·I, H]` (each expert's gate rows, then its up rows): each
+/// expert's gate and up rows in `width` (`[E, 2·w, H]`); `t` itself for a group of one.
+pub fn experts_gate_up<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) -> HostTensor<'a> {
+    if sh.world == 1 {
+        return t;
+    }
+    let (e, i2, h) = (t.shape[0], t.shape[1], t.cols());
+    let i = i2 / 2;
+    let keep = |row: usize| width.contains(&(row % i2 % i));
+    slice(&t, |row, _| keep(row), vec![e, 2 * width.len(), h])
+}
+
+/// Stacked experts' `down` `[E, H, I]`: each expert's columns `width` (`[E, H, w]`); `t`
+/// itself for a group of one.
+pub fn experts_down<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) -> HostTensor<'a> {
+    if sh.world == 1 {
+        return t;
+    }
+    let (e, h) = (t.shape[0], t.shape[1]);
+    slice(&t, |_, col| width.contains(&col), vec![e, h, width.len()])
+}
+
 /// Rows `rows` of a `[R, C]` weight.
 pub fn rows(t: &HostTensor<'_>, rows: Range<usize>) -> HostTensor<'static> {
     let cols = t.cols();
