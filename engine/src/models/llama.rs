@@ -7,11 +7,17 @@
 //! is a mask, not a ring buffer), so memory is that of full attention.
 //!
 //! The forward is Qwen3's (`qwen3.rs`) without the QK-norm: q|k|v and gate|up fused at load.
+//! Loaded with a group ([`Llama::load_sharded`]), one rank of it, cut as Qwen3 is
+//! (`parallel/plan.rs`).
+
+use std::sync::Arc;
 
 use crate::backend::{Backend, BatchInputs, Feature, Result, RopeTables};
 use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
+use crate::parallel::Collective;
+use crate::parallel::plan::{Plan, Tp};
 
-use super::{KvStorage, Model, all_layers_kv, all_layers_kv_bytes, check_backend, lm_head_logits};
+use super::{KvStorage, Model, check_backend, lm_head_logits};
 
 mod config;
 
@@ -31,8 +37,12 @@ pub struct Llama<B: Backend> {
     embed: B::Tensor, // [V, H]
     layers: Vec<Layer<B>>,
     norm: B::Tensor,            // [H]
-    lm_head: Option<B::Tensor>, // [V, H]; None when tied to `embed`
+    lm_head: Option<B::Tensor>, // [V, H] (this rank's rows); None when tied to `embed`
     rope: RopeTables,
+    /// The tensor-parallel group this model is a rank of (none: the whole model).
+    tp: Tp<B>,
+    /// This rank's query heads, key/value heads and MLP width.
+    local: (usize, usize, usize),
 }
 
 /// Where a text model's weights are: the decoder's prefix (`model` for `*ForCausalLM`; the
@@ -70,6 +80,17 @@ impl<B: Backend> Llama<B> {
         w: &Weights,
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
+        Self::load_sharded(backend, config, w, None, layer_done)
+    }
+
+    /// [`Llama::load`] as one rank of `tp`'s group (the whole model without one).
+    pub fn load_sharded(
+        backend: &B,
+        config: &LlamaConfig,
+        w: &Weights,
+        tp: Option<Arc<dyn Collective<B>>>,
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
         let c = &config.base;
         check_backend(backend, c)?;
         if config.sliding_window.is_some() && !backend.supports(Feature::SlidingWindow) {
@@ -92,26 +113,28 @@ impl<B: Backend> Llama<B> {
         let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
         let norm = |name: &str, n: usize| w.get(name, &[n], TensorKind::Norm);
         let (model, head_name) = text_weight_names(w, &c.architecture);
+        let tp = Tp(tp);
+        let plan = Plan::new(tp.shard(), (nh, nkv, hd), i, c.vocab_size)?;
 
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for l in 0..c.num_hidden_layers {
             let p = format!("{model}.layers.{l}");
-            let qkv = HostTensor::concat_rows(&[
+            let qkv = plan.qkv(
                 mat(&format!("{p}.self_attn.q_proj.weight"), &[nh * hd, h])?,
                 mat(&format!("{p}.self_attn.k_proj.weight"), &[nkv * hd, h])?,
                 mat(&format!("{p}.self_attn.v_proj.weight"), &[nkv * hd, h])?,
-            ]);
-            let gate_up = HostTensor::concat_rows(&[
+            );
+            let gate_up = plan.gate_up(
                 mat(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
                 mat(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
-            ]);
+            );
             layers.push(Layer {
                 input_norm: up(norm(&format!("{p}.input_layernorm.weight"), h)?)?,
                 qkv: up(qkv)?,
-                o: up(mat(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?)?,
+                o: up(plan.o(mat(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?))?,
                 post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
                 gate_up: up(gate_up)?,
-                down: up(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?)?,
+                down: up(plan.down(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?))?,
             });
             layer_done(l + 1);
         }
@@ -119,8 +142,16 @@ impl<B: Backend> Llama<B> {
             &format!("{model}.embed_tokens.weight"),
             &[c.vocab_size, h],
         )?)?;
-        // A tied checkpoint may still carry lm_head.weight (a copy); untied ones must.
-        let lm_head = if c.tie_word_embeddings {
+        // A tied checkpoint may still carry lm_head.weight (a copy); untied ones must. A rank
+        // of several keeps its vocabulary rows of the head, tied or not.
+        let lm_head = if plan.shard.world > 1 {
+            let name = if c.tie_word_embeddings {
+                format!("{model}.embed_tokens.weight")
+            } else {
+                head_name
+            };
+            Some(up(plan.head(mat(&name, &[c.vocab_size, h])?))?)
+        } else if c.tie_word_embeddings {
             None
         } else {
             Some(up(mat(&head_name, &[c.vocab_size, h])?)?)
@@ -137,6 +168,8 @@ impl<B: Backend> Llama<B> {
                 inv_freq,
                 scale,
             },
+            tp,
+            local: plan.local(),
         })
     }
 }
@@ -150,14 +183,9 @@ impl<B: Backend> Model<B> for Llama<B> {
         kv: &mut KvStorage<B>,
     ) -> Result<B::Tensor> {
         let c = &self.config.base;
-        let (t, h, hd, nh, nkv, i) = (
-            host.num_tokens(),
-            c.hidden_size,
-            c.head_dim,
-            c.num_attention_heads,
-            c.num_key_value_heads,
-            c.intermediate_size,
-        );
+        let (t, h, hd) = (host.num_tokens(), c.hidden_size, c.head_dim);
+        // This rank's heads and MLP width (all of them without a group).
+        let (nh, nkv, i) = self.local;
         let scale = 1.0 / (hd as f32).sqrt();
         let mut x = b.zeros(&[t, h])?; // residual stream [T, H]
         let mut xn = b.zeros(&[t, h])?; // normalised input of a sub-block [T, H]
@@ -191,18 +219,21 @@ impl<B: Backend> Model<B> for Llama<B> {
                 )?,
             }
             b.matmul(&mut proj, &attn, &layer.o)?;
+            self.tp.all_reduce(b, &mut proj)?;
             // x += attention; xn = post_norm(x)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, c.rms_norm_eps)?;
             // MLP: down(silu(gate) * up)
             b.matmul_silu_mul(&mut act, &mut gate_up, &xn, &layer.gate_up)?;
             b.matmul(&mut proj, &act, &layer.down)?;
+            self.tp.all_reduce(b, &mut proj)?;
             // x += mlp; xn = next block's input norm (or the final norm)
             let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
             b.add_rms_norm(&mut xn, &mut x, &proj, next_norm, c.rms_norm_eps)?;
         }
         // logits = norm(x)[rows] · lm_headᵀ
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        lm_head_logits(b, &xn, host, batch, head)
+        self.tp
+            .logits(b, lm_head_logits(b, &xn, host, batch, head)?)
     }
 
     fn new_kv_storage(
@@ -211,11 +242,21 @@ impl<B: Backend> Model<B> for Llama<B> {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<KvStorage<B>> {
-        all_layers_kv(backend, &self.config.base, num_blocks, block_size)
+        let c = &self.config.base;
+        let layers = c.num_hidden_layers;
+        KvStorage::new(
+            backend,
+            layers,
+            num_blocks,
+            block_size,
+            self.local.1,
+            c.head_dim,
+        )
     }
 
     fn kv_bytes_per_token(&self, backend: &B) -> usize {
-        all_layers_kv_bytes(backend, &self.config.base)
+        let c = &self.config.base;
+        2 * c.num_hidden_layers * self.local.1 * backend.kv_head_bytes(c.head_dim)
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

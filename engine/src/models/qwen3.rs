@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, BatchInputs, Result, RopeTables};
 use crate::loader::{HostTensor, LoadError, ModelConfig, TensorKind, Weights};
-use crate::parallel::{Collective, Shard, shard};
+use crate::parallel::Collective;
+use crate::parallel::plan::{Plan, Tp};
 
 use super::qwen3_moe::SparseMoe;
 use super::{KvStorage, Model, check_backend, lm_head_logits};
@@ -50,8 +51,8 @@ pub struct Qwen3<B: Backend> {
     pub norm: B::Tensor,            // [H]
     pub lm_head: Option<B::Tensor>, // [V, H] (this rank's V / world rows); None when tied
     pub rope: RopeTables,
-    /// The tensor-parallel group this model is a rank of (`None`: the whole model).
-    tp: Option<Arc<dyn Collective<B>>>,
+    /// The tensor-parallel group this model is a rank of (none: the whole model).
+    tp: Tp<B>,
     /// This rank's query heads, key/value heads and MLP width (the config's, unsharded).
     local: (usize, usize, usize),
 }
@@ -109,46 +110,27 @@ impl<B: Backend> Qwen3<B> {
         };
         let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
         let norm = |name: &str, n: usize| w.get(name, &[n], TensorKind::Norm);
-        let sh = tp.as_ref().map_or(Shard::WHOLE, |t| t.shard());
-        let (q_heads, kv_heads) = (sh.split("num_attention_heads", nh)?, sh.kv_heads(nh, nkv)?);
-        let width = sh.split("intermediate_size", i)?;
-        let vocab = sh.split("vocab_size", c.vocab_size)?;
-        let heads = |r: &std::ops::Range<usize>| r.start * hd..r.end * hd;
-        // This rank's rows (column-parallel) or columns (row-parallel) of a weight.
-        let rows = |t, r| shard::rows_of(sh, t, r);
-        let cols = |t, r| shard::cols_of(sh, t, r);
+        let tp = Tp(tp);
+        let sh = tp.shard();
+        let plan = Plan::new(sh, (nh, nkv, hd), i, c.vocab_size)?;
 
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for l in 0..c.num_hidden_layers {
             let p = format!("model.layers.{l}");
-            let proj = |n: &str, r: &std::ops::Range<usize>, total: usize| {
+            let proj = |n: &str, total: usize| {
                 mat(&format!("{p}.self_attn.{n}_proj.weight"), &[total * hd, h])
-                    .map(|t| rows(t, heads(r)))
             };
-            let qkv = HostTensor::concat_rows(&[
-                proj("q", &q_heads, nh)?,
-                proj("k", &kv_heads, nkv)?,
-                proj("v", &kv_heads, nkv)?,
-            ]);
+            let qkv = plan.qkv(proj("q", nh)?, proj("k", nkv)?, proj("v", nkv)?);
             let mlp = match &c.moe {
                 Some(moe) if moe.is_sparse(l) => {
                     Mlp::Sparse(SparseMoe::load(w, moe, (h, sh), &format!("{p}.mlp"), &up)?)
                 }
                 _ => Mlp::Dense {
-                    gate_up: up(HostTensor::concat_rows(&[
-                        rows(
-                            mat(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
-                            width.clone(),
-                        ),
-                        rows(
-                            mat(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
-                            width.clone(),
-                        ),
-                    ]))?,
-                    down: up(cols(
-                        mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?,
-                        width.clone(),
+                    gate_up: up(plan.gate_up(
+                        mat(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
+                        mat(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
                     ))?,
+                    down: up(plan.down(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?))?,
                 },
             };
             layers.push(Layer {
@@ -156,10 +138,7 @@ impl<B: Backend> Qwen3<B> {
                 qkv: up(qkv)?,
                 q_norm: up(norm(&format!("{p}.self_attn.q_norm.weight"), hd)?)?,
                 k_norm: up(norm(&format!("{p}.self_attn.k_norm.weight"), hd)?)?,
-                o: up(cols(
-                    mat(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?,
-                    heads(&q_heads),
-                ))?,
+                o: up(plan.o(mat(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?))?,
                 post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
                 mlp,
             });
@@ -175,7 +154,7 @@ impl<B: Backend> Qwen3<B> {
             } else {
                 "lm_head.weight"
             };
-            Some(up(rows(mat(name, &[c.vocab_size, h])?, vocab))?)
+            Some(up(plan.head(mat(name, &[c.vocab_size, h])?))?)
         } else if c.tie_word_embeddings {
             w.tied_head("model.embed_tokens.weight", &[c.vocab_size, h])?
                 .map(up)
@@ -197,16 +176,8 @@ impl<B: Backend> Qwen3<B> {
             lm_head,
             rope,
             tp,
-            local: (q_heads.len(), kv_heads.len(), width.len()),
+            local: plan.local(),
         })
-    }
-
-    /// Sums `t` over the group's ranks (nothing without a group).
-    fn all_reduce(&self, b: &B, t: &mut B::Tensor) -> Result<()> {
-        match &self.tp {
-            Some(tp) => tp.all_reduce_sum(b, t),
-            None => Ok(()),
-        }
     }
 
     fn has_dense_mlp(&self) -> bool {
@@ -258,7 +229,7 @@ impl<B: Backend> Model<B> for Qwen3<B> {
             )?;
             b.paged_attention(&mut attn, &qkv, &kv.k[l], &kv.v[l], batch, nh, scale)?;
             b.matmul(&mut proj, &attn, &layer.o)?;
-            self.all_reduce(b, &mut proj)?;
+            self.tp.all_reduce(b, &mut proj)?;
             // x += attention; xn = post_norm(x)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, c.rms_norm_eps)?;
             match &layer.mlp {
@@ -270,19 +241,15 @@ impl<B: Backend> Model<B> for Qwen3<B> {
                 // Sparse MLP: each token's top-k experts, weighted by the router
                 Mlp::Sparse(moe) => moe.forward(b, &mut proj, &xn)?,
             }
-            self.all_reduce(b, &mut proj)?;
+            self.tp.all_reduce(b, &mut proj)?;
             // x += mlp; xn = next block's input norm (or the final norm)
             let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
             b.add_rms_norm(&mut xn, &mut x, &proj, next_norm, c.rms_norm_eps)?;
         }
         // logits = norm(x)[rows] · lm_headᵀ
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        let logits = lm_head_logits(b, &xn, host, batch, head)?;
-        match &self.tp {
-            // Each rank's vocabulary slice, side by side.
-            Some(tp) => tp.all_gather_cols(b, &logits),
-            None => Ok(logits),
-        }
+        self.tp
+            .logits(b, lm_head_logits(b, &xn, host, batch, head)?)
     }
 
     fn new_kv_storage(

@@ -18,6 +18,7 @@ use crate::backend::{Backend, Result};
 use crate::loader::LoadError;
 
 pub mod local;
+pub mod plan;
 pub mod shard;
 
 /// This rank's place in its group.
