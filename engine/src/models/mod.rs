@@ -9,6 +9,7 @@ pub mod minimax_m2;
 pub mod qwen3;
 pub mod qwen3_5;
 pub mod qwen3_moe;
+mod recurrent;
 pub mod registry;
 
 use crate::backend::{Backend, BatchInputs, Feature, Result};
