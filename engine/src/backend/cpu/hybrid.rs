@@ -257,7 +257,7 @@ mod tests {
 mod ops {
     use super::super::{CpuBackend, CpuTensor, check};
     use super::{causal_conv1d_silu, gated_delta_rule, gated_rms_norm};
-    use crate::backend::{BatchInputs, GdnLayer, HybridOps, Result};
+    use crate::backend::{BatchInputs, GdnLayer, HybridOps, Mamba2Layer, Result};
 
     fn sigmoid(x: f32) -> f32 {
         1.0 / (1.0 + (-x).exp())
@@ -490,6 +490,23 @@ mod ops {
             // out = rmsnorm(core) · w · silu(z)
             gated_rms_norm(&mut out.data, &core, &z, &layer.norm.data, layer.eps);
             Ok(())
+        }
+
+        fn mamba2(
+            &self,
+            out: &mut CpuTensor,
+            mixed: &CpuTensor,
+            layer: &Mamba2Layer<'_, CpuTensor>,
+            conv_state: &mut CpuTensor,
+            ssm_state: &mut CpuTensor,
+            host: &BatchInputs,
+            _batch: &BatchInputs,
+        ) -> Result<()> {
+            super::super::mamba2::mamba2(out, mixed, layer, conv_state, ssm_state, host)
+        }
+
+        fn relu2(&self, out: &mut CpuTensor, x: &CpuTensor) -> Result<()> {
+            super::super::mamba2::relu2(out, x)
         }
     }
 }

@@ -3,6 +3,7 @@
 
 mod attention;
 pub mod hybrid;
+pub mod mamba2;
 mod matmul;
 mod moe;
 mod norm;
@@ -443,7 +444,8 @@ impl Backend for CpuBackend {
             | Feature::HybridLayers
             | Feature::SlidingWindow
             | Feature::GptOss
-            | Feature::MiniMaxM2 => true,
+            | Feature::MiniMaxM2
+            | Feature::NemotronH => true,
         }
     }
 
