@@ -13,8 +13,9 @@
 
 use rayon::prelude::*;
 
+use super::slots::{Slots, check_plans, for_each_piece};
 use super::{CpuTensor, check};
-use crate::backend::{BackendError, BatchInputs, Mamba2Layer, Result};
+use crate::backend::{BatchInputs, Mamba2Layer, Result};
 
 fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
@@ -157,13 +158,6 @@ pub fn gated_group_rms_norm(
         });
 }
 
-/// Copy row `from`'s `len` elements over row `to`'s.
-fn copy_row(data: &mut [f32], len: usize, from: usize, to: usize) {
-    if from != to {
-        data.copy_within(from * len..(from + 1) * len, to * len);
-    }
-}
-
 /// Columns `lo .. lo + n` of each row of a `[rows, width]` buffer, as `[rows, n]`.
 fn columns(data: &[f32], width: usize, lo: usize, n: usize) -> Vec<f32> {
     data.chunks(width)
@@ -220,17 +214,7 @@ pub(super) fn mamba2(
             )
         },
     )?;
-    let slots = conv_state.rows() as u32;
-    if let Some(p) = host.states.iter().find(|p| {
-        (p.slot >= slots && !p.is_padding())
-            || p.saves.iter().any(|sv| sv.slot >= slots)
-            || (p.is_padding() && !p.saves.is_empty())
-    }) {
-        return Err(BackendError::Shape {
-            op: "mamba2",
-            message: format!("state slots of {p:?} outside the {slots} slots"),
-        });
-    }
+    check_plans("mamba2", host, conv_state.rows())?;
     let z = columns(&mixed.data, width, 0, inner); // [T, nh·p]
     let xbc = columns(&mixed.data, width, inner, cd); // [T, C]
     // dt = clamp(softplus(dt + dt_bias), limits)  [T, nh]
@@ -243,68 +227,36 @@ pub(super) fn mamba2(
                 .map(|(x, b)| softplus(x + b).clamp(lo_dt, hi_dt))
         })
         .collect();
-    let conv_state = &mut conv_state.data; // [slots, K−1, C]
-    let ssm_state = &mut ssm_state.data; // [slots, nh, p, N]
     let mut y = vec![0f32; t * inner]; // [T, nh, p]
-    for (seq, plan) in host.states.iter().enumerate() {
-        let (r0, r1) = (
-            host.seq_starts[seq] as usize,
-            host.seq_starts[seq + 1] as usize,
+    let slots = Slots {
+        conv: &mut conv_state.data, // [slots, K−1, C]
+        window: window_len,
+        state: &mut ssm_state.data, // [slots, nh, p, N]
+        state_len,
+    };
+    for_each_piece(host, slots, |window, state, rows| {
+        // conv = silu(conv(window | xBC) + bias)  [K−1 + n, C], whose first K−1 rows (the
+        // window's own) are dropped; the window becomes the last K−1 inputs.
+        let mut input = window.to_vec();
+        input.extend_from_slice(&xbc[rows.start * cd..rows.end * cd]);
+        let mut conv = vec![0f32; input.len()];
+        conv1d_bias_silu(&mut conv, &input, &layer.conv.data, &layer.conv_bias.data);
+        window.copy_from_slice(&input[input.len() - window_len..]);
+        let conv = &conv[window_len..];
+        let x = columns(conv, cd, 0, inner);
+        let b = columns(conv, cd, inner, gn);
+        let c = columns(conv, cd, inner + gn, gn);
+        // y = the scan over the piece, from the slot's state
+        ssm_scan(
+            &mut y[rows.start * inner..rows.end * inner],
+            state,
+            (&x, &b, &c),
+            &dt[rows.start * nh..rows.end * nh],
+            &layer.neg_a.data,
+            &layer.d.data,
+            s,
         );
-        // A padding row (NO_STATE) runs from zeros in a scratch state it then drops.
-        let (mut pad_window, mut pad_state) = (Vec::new(), Vec::new());
-        let slot = if plan.is_padding() {
-            pad_window = vec![0f32; window_len];
-            pad_state = vec![0f32; state_len];
-            None
-        } else {
-            Some(plan.slot as usize)
-        };
-        // The chunk in pieces that end where a state is saved.
-        let mut lo = 0;
-        let ends = plan
-            .saves
-            .iter()
-            .map(|sv| (sv.after as usize, Some(sv.slot)));
-        for (hi, save) in ends.chain([(r1 - r0, None)]) {
-            if hi > lo {
-                // conv = silu(conv(window | xBC) + bias)  [K−1 + n, C], whose first K−1 rows
-                // (the window's own) are dropped; the window becomes the last K−1 inputs.
-                let window = match slot {
-                    Some(slot) => &mut conv_state[slot * window_len..][..window_len],
-                    None => &mut pad_window[..],
-                };
-                let mut input = window.to_vec();
-                input.extend_from_slice(&xbc[(r0 + lo) * cd..(r0 + hi) * cd]);
-                let mut conv = vec![0f32; input.len()];
-                conv1d_bias_silu(&mut conv, &input, &layer.conv.data, &layer.conv_bias.data);
-                window.copy_from_slice(&input[input.len() - window_len..]);
-                let conv = &conv[window_len..];
-                let x = columns(conv, cd, 0, inner);
-                let b = columns(conv, cd, inner, gn);
-                let c = columns(conv, cd, inner + gn, gn);
-                // y = scan over the piece, from the slot's state
-                ssm_scan(
-                    &mut y[(r0 + lo) * inner..(r0 + hi) * inner],
-                    match slot {
-                        Some(slot) => &mut ssm_state[slot * state_len..][..state_len],
-                        None => &mut pad_state[..],
-                    },
-                    (&x, &b, &c),
-                    &dt[(r0 + lo) * nh..(r0 + hi) * nh],
-                    &layer.neg_a.data,
-                    &layer.d.data,
-                    s,
-                );
-                lo = hi;
-            }
-            // The state after `hi` rows is saved (a prefix checkpoint, a draft's scratch).
-            if let (Some(to), Some(slot)) = (save, slot) {
-                copy_row(conv_state, window_len, slot, to as usize);
-                copy_row(ssm_state, state_len, slot, to as usize);
-            }
-        }
-    }
+    });
     // out = rms_norm_grouped(y · silu(z)) · w
     gated_group_rms_norm(&mut out.data, &y, &z, &layer.norm.data, s.groups, layer.eps);
     Ok(())

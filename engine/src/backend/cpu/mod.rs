@@ -8,6 +8,7 @@ mod matmul;
 mod moe;
 mod norm;
 mod rope;
+mod slots;
 
 use rayon::prelude::*;
 
