@@ -223,8 +223,11 @@ impl NemotronHConfig {
             ));
         }
         let conv_kernel = uint(&["conv_kernel", "mamba_d_conv"], 4)?;
-        if conv_kernel == 0 {
-            return Err("conv_kernel must be positive".into());
+        if conv_kernel < 2 {
+            return Err(format!(
+                "conv_kernel ({conv_kernel}) must be at least 2: the state pool keeps the last \
+                 conv_kernel − 1 inputs of each sequence"
+            ));
         }
         let dt_limit = match get(&["time_step_limit", "mamba_dt_limit"]) {
             None => (0.0, f32::INFINITY),

@@ -107,6 +107,11 @@ fn what_this_engine_does_not_run_is_refused_by_name() {
             "sliding_window",
         ),
         (r#""n_groups": 8"#, r#""n_groups": 3"#, "n_groups"),
+        (
+            r#""conv_kernel": 4"#,
+            r#""conv_kernel": 1"#,
+            "conv_kernel (1)",
+        ),
         (r#"[0.0, Infinity]"#, r#"[0.0]"#, "time_step_limit"),
         (
             r#""use_cache": true"#,
