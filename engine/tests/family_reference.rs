@@ -1,20 +1,23 @@
 //! The CPU reference backend against transformers for Llama 3, Mistral, Gemma 3 and gpt-oss
-//! (issue 39) and MiniMax-M2 (issue 40): tiny random checkpoints and what transformers 5
-//! computed for them in float32 (`tests/fixtures/make_family_fixtures.py`,
-//! `make_gpt_oss_fixtures.py`, `make_minimax_fixtures.py`), loaded through the
-//! registry as `met` loads them. Sequences reach 130 tokens, past every fixture's sliding
-//! window (16).
+//! (issue 39) and MiniMax-M2 and Nemotron-H (issue 40): tiny random checkpoints and what
+//! transformers 5 computed for them in float32 (`tests/fixtures/make_family_fixtures.py`,
+//! `make_gpt_oss_fixtures.py`, `make_minimax_fixtures.py`, `make_nemotron_h_fixtures.py`),
+//! loaded through the registry as `met` loads them. Sequences reach 130 tokens, past every
+//! fixture's sliding window (16) and Nemotron-H's conv window (3). A model with recurrent
+//! state (Nemotron-H's Mamba-2 layers) runs each sequence in a slot of the state pool, as the
+//! engine does.
 
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, SeqChunk};
+use metrale_engine::kv_cache::{StateInit, StatePlan};
 use metrale_engine::loader::{ModelDir, SafetensorsWeights};
-use metrale_engine::models::Model;
 use metrale_engine::models::registry::{self, LoadOptions, WithModel};
+use metrale_engine::models::{KvStorage, Model};
 use metrale_engine::score::{score, top_k_of};
 mod reference_support;
 
 use reference_support::{Reference, model_dir, reference};
 
-const FIXTURES: [&str; 8] = [
+const FIXTURES: [&str; 9] = [
     "llama3-gqa-untied",
     "llama3-mha-tied",
     "mistral-sliding",
@@ -23,6 +26,7 @@ const FIXTURES: [&str; 8] = [
     "gpt-oss-bf16",
     "gpt-oss-mxfp4",
     "minimax-m2-tiny",
+    "nemotron-h-tiny",
 ];
 const TOLERANCE: f32 = 1e-3;
 
@@ -32,6 +36,8 @@ enum Check {
     Score,
     Greedy,
     Batched,
+    Chunked,
+    Checkpoint,
 }
 
 /// Load fixture `name` through the registry, as `met` does, and run `check` on it.
@@ -45,6 +51,8 @@ fn with_fixture(name: &str, check: Check) {
                 Check::Score => matches_transformers(self.0, &model, &reference),
                 Check::Greedy => greedy_matches(self.0, &model, &reference),
                 Check::Batched => batched_matches(self.0, &model, &reference),
+                Check::Chunked => chunked_matches(self.0, &model, &reference),
+                Check::Checkpoint => checkpoint_resumes(self.0, &model, &reference),
             }
         }
     }
@@ -90,8 +98,49 @@ fn batched_equals_one_at_a_time() {
         "gemma3-sliding",
         "gpt-oss-bf16",
         "minimax-m2-tiny",
+        "nemotron-h-tiny",
     ] {
         with_fixture(name, Check::Batched);
+    }
+}
+
+/// Prefill in chunks of every size from one token (shorter than the conv window) up, the
+/// recurrent state carried from chunk to chunk in its slot.
+#[test]
+fn chunked_prefill_carries_the_state() {
+    with_fixture("nemotron-h-tiny", Check::Chunked);
+}
+
+/// A prefix checkpoint (the state copied into another slot after some tokens, as prefix
+/// caching saves it) resumes a new sequence exactly where the first one was.
+#[test]
+fn a_state_checkpoint_resumes_the_sequence() {
+    with_fixture("nemotron-h-tiny", Check::Checkpoint);
+}
+
+/// `slots` recurrent-state slots in `kv` when `model` has recurrent layers.
+fn add_state<M: Model<CpuBackend>>(model: &M, kv: &mut KvStorage<CpuBackend>, slots: usize) {
+    if model.state_spec().is_some() {
+        kv.state = Some(
+            model
+                .new_state_storage(&CpuBackend::default(), slots)
+                .expect("state"),
+        );
+    }
+}
+
+/// Each sequence's state plan for `host` (sequence `s` in slot `s`, from zeros at position 0,
+/// else as it was left) when `model` has recurrent layers.
+fn plan_states<M: Model<CpuBackend>>(model: &M, host: &mut BatchInputs, starts: &[usize]) {
+    if model.state_spec().is_some() {
+        host.states = starts
+            .iter()
+            .enumerate()
+            .map(|(s, &start)| StatePlan {
+                slot: s as u32,
+                ..StatePlan::lone(start)
+            })
+            .collect();
     }
 }
 
@@ -161,11 +210,12 @@ fn greedy_matches<M: Model<CpuBackend>>(name: &str, model: &M, reference: &Refer
             let table: Vec<u32> = (1..=total.div_ceil(bs) as u32).rev().collect();
             let cpu = CpuBackend::default();
             let mut kv = model.new_kv_storage(&cpu, table.len() + 1, bs).expect("kv");
+            add_state(model, &mut kv, 1);
             let mut tokens = g.prompt.clone();
             let mut start = 0;
             for _ in 0..g.continuation.len() {
                 let chunk = &tokens[start..];
-                let host = BatchInputs::build(
+                let mut host = BatchInputs::build(
                     bs,
                     &[SeqChunk {
                         tokens: chunk,
@@ -174,6 +224,7 @@ fn greedy_matches<M: Model<CpuBackend>>(name: &str, model: &M, reference: &Refer
                         logits_rows: vec![chunk.len() - 1],
                     }],
                 );
+                plan_states(model, &mut host, &[start]);
                 let logits = model
                     .forward(&cpu, &host, &host.clone(), &mut kv)
                     .expect("forward");
@@ -213,10 +264,12 @@ fn batched_matches<M: Model<CpuBackend>>(name: &str, model: &M, reference: &Refe
                 })
                 .collect();
             let cpu = CpuBackend::default();
-            let host = BatchInputs::build(bs, &chunks);
+            let mut host = BatchInputs::build(bs, &chunks);
+            plan_states(model, &mut host, &vec![0; chunks.len()]);
             let mut kv = model
                 .new_kv_storage(&cpu, next_block as usize, bs)
                 .expect("kv");
+            add_state(model, &mut kv, chunks.len());
             let mut logits = model
                 .forward(&cpu, &host, &host.clone(), &mut kv)
                 .expect("forward");
@@ -237,6 +290,127 @@ fn batched_matches<M: Model<CpuBackend>>(name: &str, model: &M, reference: &Refe
             }
         }
     }
+}
+
+fn chunked_matches<M: Model<CpuBackend>>(name: &str, model: &M, reference: &Reference) {
+    let cpu = CpuBackend::default();
+    let mut max_diff = 0f32;
+    for (s, seq) in reference.sequences.iter().enumerate() {
+        for chunk in [1, 2, 3, 4, 16, 1024] {
+            let got = score(&cpu, model, &seq.tokens, 1, chunk).expect("score");
+            for (p, want) in seq.next_token_logprobs.iter().enumerate() {
+                let lp = got[p].logprob.expect("has next");
+                max_diff = max_diff.max((lp - want).abs());
+                assert_close(&format!("{name} seq {s} pos {p} chunk {chunk}"), lp, *want);
+            }
+        }
+    }
+    eprintln!("{name}: chunks of 1 to 1024 tokens, max |log-prob - transformers| = {max_diff:.2e}");
+}
+
+/// Run `tokens` from `start` (the state started as `init` in `slot`, saving `saves` as
+/// `(after, slot)`) through the paged cache of `kv` with `table`; the log-probs of every row.
+#[allow(clippy::too_many_arguments)]
+fn run_from<M: Model<CpuBackend>>(
+    model: &M,
+    kv: &mut KvStorage<CpuBackend>,
+    (bs, table): (usize, &[u32]),
+    tokens: &[u32],
+    start: usize,
+    slot: u32,
+    init: StateInit,
+    saves: &[(u32, u32)],
+) -> Vec<f32> {
+    let cpu = CpuBackend::default();
+    let mut host = BatchInputs::build(
+        bs,
+        &[SeqChunk {
+            tokens: &tokens[start..],
+            start_pos: start,
+            block_table: table,
+            logits_rows: (0..tokens.len() - start).collect(),
+        }],
+    );
+    host.states = vec![StatePlan {
+        slot,
+        init,
+        saves: saves
+            .iter()
+            .map(|&(after, slot)| metrale_engine::kv_cache::StateSave { after, slot })
+            .collect(),
+    }];
+    let mut logits = model
+        .forward(&cpu, &host, &host.clone(), kv)
+        .expect("forward");
+    cpu.log_softmax(&mut logits).expect("log_softmax");
+    cpu.to_host(&logits).expect("host")
+}
+
+fn checkpoint_resumes<M: Model<CpuBackend>>(name: &str, model: &M, reference: &Reference) {
+    let seq = reference
+        .sequences
+        .iter()
+        .max_by_key(|s| s.tokens.len())
+        .expect("a sequence");
+    let tokens = &seq.tokens;
+    let bs = 16;
+    let table: Vec<u32> = (1..=tokens.len().div_ceil(bs) as u32).collect();
+    let cpu = CpuBackend::default();
+    let mut kv = model.new_kv_storage(&cpu, table.len() + 1, bs).expect("kv");
+    add_state(model, &mut kv, 4);
+    // The whole sequence in slot 0, its state after 17 and 48 tokens saved in slots 1 and 3.
+    let whole = run_from(
+        model,
+        &mut kv,
+        (bs, &table),
+        tokens,
+        0,
+        0,
+        StateInit::Zero,
+        &[(17, 1), (48, 3)],
+    );
+    let vocab = model.vocab_size();
+    // A new sequence in slot 2 resumes from each checkpoint; the prefix's keys and values are
+    // the ones cached (a prefix-cache hit).
+    for (after, from) in [(17usize, 1u32), (48, 3)] {
+        let resumed = run_from(
+            model,
+            &mut kv,
+            (bs, &table),
+            tokens,
+            after,
+            2,
+            StateInit::Copy(from),
+            &[],
+        );
+        let worst = resumed
+            .iter()
+            .zip(&whole[after * vocab..])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst < 1e-5, "{name}: resumed after {after}: {worst}");
+    }
+    // A state that starts from zeros again at a later position would not match: the check can
+    // fail.
+    let cold = run_from(
+        model,
+        &mut kv,
+        (bs, &table),
+        tokens,
+        48,
+        2,
+        StateInit::Zero,
+        &[],
+    );
+    let worst = cold
+        .iter()
+        .zip(&whole[48 * vocab..])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        worst > 1e-2,
+        "{name}: the state made no difference ({worst})"
+    );
 }
 
 /// The error of loading the checkpoint in `dir` through the registry on the CPU, as `met`
@@ -272,7 +446,8 @@ fn edited_copy(name: &str, tag: &str, edit: impl Fn(&mut serde_json::Value)) -> 
         std::fs::copy(&path, dir.join(path.file_name().expect("name"))).expect("copy");
     }
     let text = std::fs::read_to_string(dir.join("config.json")).expect("config");
-    let mut config: serde_json::Value = serde_json::from_str(&text).expect("json");
+    // Python's json (Nemotron-H's `Infinity`), read as the engine reads it.
+    let mut config = metrale_engine::loader::config::parse_json(&text).expect("json");
     edit(&mut config);
     std::fs::write(dir.join("config.json"), config.to_string()).expect("write");
     dir
@@ -327,4 +502,94 @@ fn broken_minimax_checkpoints_are_refused_by_name() {
     });
     let e = registry_error(&dir);
     assert!(e.contains("model.layers.0.block_sparse_moe"), "{e}");
+}
+
+/// Bad Nemotron-H checkpoints fail at load with a sentence that names the problem.
+#[test]
+fn broken_nemotron_h_checkpoints_are_refused_by_name() {
+    // A letter that is no layer type, and an MoE layer (not run yet).
+    let dir = edited_copy("nemotron-h-tiny", "nh-letter", |c| {
+        c["hybrid_override_pattern"] = serde_json::json!("M-M*-X");
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("'X' at layer 5") && e.contains("hybrid_override_pattern"),
+        "{e}"
+    );
+    let dir = edited_copy("nemotron-h-tiny", "nh-moe", |c| {
+        c["hybrid_override_pattern"] = serde_json::json!("M-M*-E");
+    });
+    let e = registry_error(&dir);
+    assert!(e.contains("'E' at layer 5") && e.contains("MoE"), "{e}");
+    // A Mamba layer where the checkpoint has an MLP: its tensors are missing, by name.
+    let dir = edited_copy("nemotron-h-tiny", "nh-missing", |c| {
+        c["hybrid_override_pattern"] = serde_json::json!("MMM*-M");
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("tensor backbone.layers.1.mixer.A_log is missing"),
+        "{e}"
+    );
+    // More groups of B and C than the checkpoint's conv holds: the tensor and the shape the
+    // config implies are named.
+    let dir = edited_copy("nemotron-h-tiny", "nh-groups", |c| {
+        c["n_groups"] = serde_json::json!(4);
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("tensor backbone.layers.0.mixer.") && e.contains("expected [192]"),
+        "{e}"
+    );
+}
+
+/// The same weights under transformers 5's spelling of the config (`layers_block_type`, no
+/// `num_hidden_layers` or `rms_norm_eps`, `{"__float__": "Infinity"}`) score the same.
+#[test]
+fn nemotron_h_reads_transformers_5s_config() {
+    let dir = edited_copy("nemotron-h-tiny", "nh-t5", |c| {
+        let o = c.as_object_mut().expect("object");
+        for key in [
+            "hybrid_override_pattern",
+            "num_hidden_layers",
+            "rms_norm_eps",
+        ] {
+            o.remove(key);
+        }
+        o.insert(
+            "layers_block_type".into(),
+            serde_json::json!([
+                "linear_attention",
+                "mlp",
+                "linear_attention",
+                "full_attention",
+                "mlp",
+                "linear_attention"
+            ]),
+        );
+        o.insert(
+            "time_step_limit".into(),
+            serde_json::json!([0.0, {"__float__": "Infinity"}]),
+        );
+    });
+    struct Run;
+    impl WithModel<CpuBackend> for Run {
+        type Output = ();
+        fn run<M: Model<CpuBackend> + 'static>(self, _backend: CpuBackend, model: M) {
+            matches_transformers(
+                "nemotron-h-tiny (transformers 5 config)",
+                &model,
+                &reference("nemotron-h-tiny"),
+            );
+        }
+    }
+    let md = ModelDir::open(&dir).expect("dir");
+    let result = registry::load(
+        CpuBackend::default(),
+        &md,
+        LoadOptions::default(),
+        &mut |_| {},
+        Run,
+    );
+    std::fs::remove_dir_all(&dir).ok();
+    result.expect("loads");
 }

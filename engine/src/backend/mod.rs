@@ -4,6 +4,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod hybrid;
 pub mod kernels;
 pub mod kv_fp8;
 pub mod moe_plan;
@@ -13,6 +14,7 @@ use crate::kv_cache::StatePlan;
 use crate::loader::HostTensor;
 
 pub use cpu::CpuBackend;
+pub use hybrid::{GdnLayer, HybridOps, Mamba2Layer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -198,6 +200,9 @@ pub enum Feature {
     /// MiniMax-M2's ops: QK norms over all heads at once ([`Backend::rms_norm_cols`]) and
     /// experts routed by sigmoid scores with a correction bias ([`Backend::fused_moe_sigmoid`]).
     MiniMaxM2,
+    /// Nemotron-H's ops: the Mamba-2 mixer ([`HybridOps::mamba2`]) and the relu² MLP
+    /// ([`HybridOps::relu2`]).
+    NemotronH,
 }
 
 /// gpt-oss's experts for [`Backend::fused_moe_clamped`]: the stacked weights of
@@ -229,6 +234,7 @@ pub struct SigmoidRouting {
 }
 
 pub use cpu::hybrid::DeltaHeads;
+pub use cpu::mamba2::SsmHeads;
 
 /// A forward with several outputs, for [`Backend::graph_forward_many`].
 pub type ForwardMany<'a, B> =
@@ -241,72 +247,6 @@ pub type ChainForward<'a, B> = dyn FnMut(
         &[<B as Backend>::Tensor],
     ) -> Result<Vec<<B as Backend>::Tensor>>
     + 'a;
-
-/// One Gated DeltaNet layer's parameters for [`Backend::gated_delta_net`]; the tensors are
-/// f32 ([`Backend::upload_f32`]).
-pub struct GdnLayer<'a, T> {
-    pub heads: DeltaHeads,
-    /// Depthwise conv taps `K`.
-    pub kernel: usize,
-    /// `[C, K]` conv taps (`C = 2·nk·dk + nv·dv`: q, k and v of all heads).
-    pub conv: &'a T,
-    /// `[nv]` each: `−exp(A_log)` and `dt_bias`.
-    pub neg_a: &'a T,
-    pub dt_bias: &'a T,
-    /// `[dv]`: the gated RMSNorm's weight.
-    pub norm: &'a T,
-    pub eps: f32,
-}
-
-/// The ops of a model with linear-attention layers (Qwen3.5's Gated DeltaNet) beyond Qwen3's.
-/// A backend without them answers [`Feature::HybridLayers`] false and refuses them.
-pub trait HybridOps: Backend {
-    /// A tensor of f32 values whatever the compute type (small parameters: the Gated
-    /// DeltaNet's conv taps, decay and norm).
-    fn upload_f32(&self, shape: &[usize], data: &[f32]) -> Result<Self::Tensor>;
-    /// A zero-filled f32 tensor (the recurrent-state slots).
-    fn zeros_f32(&self, shape: &[usize]) -> Result<Self::Tensor>;
-    /// `x *= sigmoid(gate)` elementwise (gated attention's output gate).
-    fn sigmoid_mul(&self, x: &mut Self::Tensor, gate: &Self::Tensor) -> Result<()>;
-    /// `x += y` elementwise (the residual stream).
-    fn add_assign(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
-    /// Qwen3.5-MoE's shared expert: `out[t] = routed[t] + sigmoid(gate[t]) · out[t]` per row
-    /// (`gate` `[T, 1]`).
-    fn add_gated(
-        &self,
-        out: &mut Self::Tensor,
-        routed: &Self::Tensor,
-        gate: &Self::Tensor,
-    ) -> Result<()>;
-    /// Row `to` of a `[rows, n]` f32 state tensor becomes a copy of row `from`, or zeros.
-    fn state_row(&self, t: &mut Self::Tensor, from: Option<usize>, to: usize) -> Result<()>;
-    /// Gated DeltaNet's mixer after its input projection. `mixed` `[T, C + nv·dv + 2·nv]` is
-    /// `qkv | z | b | a` per row. Each sequence `s` of the batch (its plan `host.states[s]`,
-    /// its state in row `plan.slot` of `conv_state` `[slots, (K − 1)·C]` and `recurrent`
-    /// `[slots, nv·dk·dv]`) runs, over its rows in order:
-    ///
-    /// - `qkv' = silu(causal depthwise conv(window | qkv))`, the window being the slot's last
-    ///   `K − 1` inputs, which it then replaces;
-    /// - the gated delta rule (`backend/cpu/hybrid.rs`) from and into the slot's state, with
-    ///   `beta = sigmoid(b)`, `g = neg_a · softplus(a + dt_bias)`, q and k L2-normalised;
-    /// - `out = rms_norm(core) · norm · silu(z)` per value head, `out` `[T, nv·dv]`;
-    ///
-    /// and after `save.after` of its rows copies both states into row `save.slot` (prefix
-    /// checkpoints, speculative scratch). Starting the slots (zeros, checkpoint copies) is the
-    /// caller's ([`HybridOps::state_row`]). A padding row's plan
-    /// ([`crate::kv_cache::NO_STATE`], no saves) runs from zeros and writes no slot.
-    #[allow(clippy::too_many_arguments)]
-    fn gated_delta_net(
-        &self,
-        out: &mut Self::Tensor,
-        mixed: &Self::Tensor,
-        layer: &GdnLayer<'_, Self::Tensor>,
-        conv_state: &mut Self::Tensor,
-        recurrent: &mut Self::Tensor,
-        host: &BatchInputs,
-        batch: &Self::Batch,
-    ) -> Result<()>;
-}
 
 /// The sizes of a [`Backend::fused_moe`] call, `(tokens, hidden, experts, intermediate)`,
 /// once the shapes agree and `1 <= top_k <= min(experts, max_top_k)`; every backend checks

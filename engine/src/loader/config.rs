@@ -16,6 +16,10 @@ use super::fp8::Fp8Config;
 use super::mxfp4::Mxfp4Config;
 use super::nvfp4::Nvfp4Config;
 
+mod json;
+
+pub use json::{float_of, parse_json};
+
 /// Qwen3.5's mixture-of-experts architectures: every layer's MLP is sparse, with a shared
 /// expert, and no dense `intermediate_size`.
 const QWEN3_5_MOE: [&str; 2] = [
@@ -94,7 +98,7 @@ pub fn quantization_of_model_dir(
         return Ok((None, None));
     }
     parse_file(&path, |text| {
-        let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let v = parse_json(text)?;
         match v.get("quantization_config") {
             None | Some(Value::Null) => Ok((None, None)),
             Some(q) => parse_quantization(q),
@@ -208,9 +212,9 @@ impl ModelConfig {
 
     /// Parse and validate; the error is a sentence that names the key.
     pub fn from_json(text: &str) -> Result<Self, String> {
-        let value: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let value = parse_json(text)?;
         let raw: RawConfig =
-            serde_json::from_value(text_config(value)).map_err(|e| e.to_string())?;
+            serde_json::from_value(with_aliases(text_config(value))).map_err(|e| e.to_string())?;
         let architecture = raw
             .architectures
             .first()
@@ -319,6 +323,32 @@ impl ModelConfig {
         let head = if self.tie_word_embeddings { 0 } else { embed };
         embed + head + layers + h
     }
+}
+
+/// `v` with the common keys a family spells its own way filled in where absent: Nemotron-H's
+/// `layer_norm_epsilon` as `rms_norm_eps` (transformers 5 writes only the first) and its layer
+/// count, the length of `hybrid_override_pattern` or `layers_block_type` (transformers 5
+/// writes no `num_hidden_layers` for it).
+fn with_aliases(mut v: Value) -> Value {
+    let Some(o) = v.as_object_mut() else {
+        return v;
+    };
+    if !o.contains_key("rms_norm_eps")
+        && let Some(eps) = o.get("layer_norm_epsilon").cloned()
+    {
+        o.insert("rms_norm_eps".into(), eps);
+    }
+    if !o.contains_key("num_hidden_layers") {
+        let layers = match (o.get("hybrid_override_pattern"), o.get("layers_block_type")) {
+            (Some(Value::String(p)), _) => Some(p.chars().count()),
+            (_, Some(Value::Array(a))) => Some(a.len()),
+            _ => None,
+        };
+        if let Some(n) = layers {
+            o.insert("num_hidden_layers".into(), n.into());
+        }
+    }
+    v
 }
 
 /// Read `path` and parse it with `parse`, naming the file in either error.

@@ -6,9 +6,11 @@ pub mod gemma3;
 pub mod gpt_oss;
 pub mod llama;
 pub mod minimax_m2;
+pub mod nemotron_h;
 pub mod qwen3;
 pub mod qwen3_5;
 pub mod qwen3_moe;
+mod recurrent;
 pub mod registry;
 
 use crate::backend::{Backend, BatchInputs, Feature, Result};

@@ -558,7 +558,7 @@ impl<B: HybridOps> Qwen3_5<B> {
             .as_mut()
             .ok_or_else(|| shape_err("no recurrent-state storage was allocated".into()))?;
         // Each sequence's state: zeros, a checkpoint's copy, or where it left off.
-        self.start_states(b, host, state)?;
+        super::recurrent::start_states(b, host, state)?;
         let mut f = self.bufs(b, host.num_tokens())?;
         // x = embed[tokens]
         b.embedding(&mut f.x, batch, &self.embed)?;

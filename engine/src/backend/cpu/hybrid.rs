@@ -255,9 +255,10 @@ mod tests {
 
 /// The hybrid ops on the CPU: the reference the other backends are checked against.
 mod ops {
+    use super::super::slots::{Slots, check_plans, copy_row, for_each_piece};
     use super::super::{CpuBackend, CpuTensor, check};
     use super::{causal_conv1d_silu, gated_delta_rule, gated_rms_norm};
-    use crate::backend::{BatchInputs, GdnLayer, HybridOps, Result};
+    use crate::backend::{BatchInputs, GdnLayer, HybridOps, Mamba2Layer, Result};
 
     fn sigmoid(x: f32) -> f32 {
         1.0 / (1.0 + (-x).exp())
@@ -272,13 +273,6 @@ mod ops {
         check(op, a.shape == b.shape, || {
             format!("{:?} and {:?} differ", a.shape, b.shape)
         })
-    }
-
-    /// Copy row `from`'s `len` elements over row `to`'s.
-    fn copy_row(data: &mut [f32], len: usize, from: usize, to: usize) {
-        if from != to {
-            data.copy_within(from * len..(from + 1) * len, to * len);
-        }
     }
 
     impl HybridOps for CpuBackend {
@@ -388,17 +382,7 @@ mod ops {
                     )
                 },
             )?;
-            let slots = conv_state.rows() as u32;
-            if let Some(p) = host.states.iter().find(|p| {
-                (p.slot >= slots && !p.is_padding())
-                    || p.saves.iter().any(|sv| sv.slot >= slots)
-                    || (p.is_padding() && !p.saves.is_empty())
-            }) {
-                return Err(crate::backend::BackendError::Shape {
-                    op: "gated_delta_net",
-                    message: format!("state slots of {p:?} outside the {slots} slots"),
-                });
-            }
+            check_plans("gated_delta_net", host, conv_state.rows())?;
             let col = |lo: usize, n: usize| -> Vec<f32> {
                 mixed
                     .data
@@ -420,76 +404,61 @@ mod ops {
                 })
                 .collect();
             let conv_w = &layer.conv.data;
-            let conv_state = &mut conv_state.data; // [slots, K−1, C]
-            let recurrent = &mut recurrent.data; // [slots, nv, dk, dv]
             let mut core = vec![0f32; t * vd]; // [T, nv, dv]
-            for (seq, plan) in host.states.iter().enumerate() {
-                let (r0, r1) = (
-                    host.seq_starts[seq] as usize,
-                    host.seq_starts[seq + 1] as usize,
-                );
-                // A padding row (NO_STATE) runs from zeros in a scratch state it then drops.
-                let (mut pad_window, mut pad_state) = (Vec::new(), Vec::new());
-                let slot = if plan.is_padding() {
-                    pad_window = vec![0f32; window_len];
-                    pad_state = vec![0f32; rec_len];
-                    None
-                } else {
-                    Some(plan.slot as usize)
+            let slots = Slots {
+                conv: &mut conv_state.data, // [slots, K−1, C]
+                window: window_len,
+                state: &mut recurrent.data, // [slots, nv, dk, dv]
+                state_len: rec_len,
+            };
+            for_each_piece(host, slots, |window, state, rows| {
+                // conv = silu(causal depthwise conv(window | qkv))  [K−1 + n, C], whose first
+                // K−1 rows (the window's own) are dropped; the window becomes the last K−1
+                // inputs.
+                let mut input = window.to_vec();
+                input.extend_from_slice(&qkv[rows.start * cd..rows.end * cd]);
+                let mut conv = vec![0f32; input.len()];
+                causal_conv1d_silu(&mut conv, &input, conv_w, cd);
+                window.copy_from_slice(&input[input.len() - window_len..]);
+                let conv = &conv[window_len..];
+                let split = |from: usize, n: usize| -> Vec<f32> {
+                    conv.chunks(cd)
+                        .flat_map(|r| r[from..from + n].iter().copied())
+                        .collect()
                 };
-                // The chunk in pieces that end where a state is saved.
-                let mut lo = 0;
-                let ends = plan
-                    .saves
-                    .iter()
-                    .map(|sv| (sv.after as usize, Some(sv.slot)));
-                for (hi, save) in ends.chain([(r1 - r0, None)]) {
-                    if hi > lo {
-                        // conv = silu(causal depthwise conv(window | qkv))  [K−1 + n, C],
-                        // whose first K−1 rows (the window's own) are dropped; the window
-                        // becomes the last K−1 inputs.
-                        let window = match slot {
-                            Some(slot) => &mut conv_state[slot * window_len..][..window_len],
-                            None => &mut pad_window[..],
-                        };
-                        let mut input = window.to_vec();
-                        input.extend_from_slice(&qkv[(r0 + lo) * cd..(r0 + hi) * cd]);
-                        let mut conv = vec![0f32; input.len()];
-                        causal_conv1d_silu(&mut conv, &input, conv_w, cd);
-                        window.copy_from_slice(&input[input.len() - window_len..]);
-                        let conv = &conv[window_len..];
-                        let split = |from: usize, n: usize| -> Vec<f32> {
-                            conv.chunks(cd)
-                                .flat_map(|r| r[from..from + n].iter().copied())
-                                .collect()
-                        };
-                        let (q, k, v) = (split(0, kd), split(kd, kd), split(2 * kd, vd));
-                        // core = gated delta rule over the piece, from the slot's state
-                        gated_delta_rule(
-                            &mut core[(r0 + lo) * vd..(r0 + hi) * vd],
-                            match slot {
-                                Some(slot) => &mut recurrent[slot * rec_len..][..rec_len],
-                                None => &mut pad_state[..],
-                            },
-                            &q,
-                            &k,
-                            &v,
-                            &g[(r0 + lo) * s.nv..(r0 + hi) * s.nv],
-                            &beta[(r0 + lo) * s.nv..(r0 + hi) * s.nv],
-                            s,
-                        );
-                        lo = hi;
-                    }
-                    // The state after `hi` rows is saved (a checkpoint, a draft's scratch).
-                    if let (Some(to), Some(slot)) = (save, slot) {
-                        copy_row(conv_state, window_len, slot, to as usize);
-                        copy_row(recurrent, rec_len, slot, to as usize);
-                    }
-                }
-            }
+                let (q, k, v) = (split(0, kd), split(kd, kd), split(2 * kd, vd));
+                // core = gated delta rule over the piece, from the slot's state
+                gated_delta_rule(
+                    &mut core[rows.start * vd..rows.end * vd],
+                    state,
+                    &q,
+                    &k,
+                    &v,
+                    &g[rows.start * s.nv..rows.end * s.nv],
+                    &beta[rows.start * s.nv..rows.end * s.nv],
+                    s,
+                );
+            });
             // out = rmsnorm(core) · w · silu(z)
             gated_rms_norm(&mut out.data, &core, &z, &layer.norm.data, layer.eps);
             Ok(())
+        }
+
+        fn mamba2(
+            &self,
+            out: &mut CpuTensor,
+            mixed: &CpuTensor,
+            layer: &Mamba2Layer<'_, CpuTensor>,
+            conv_state: &mut CpuTensor,
+            ssm_state: &mut CpuTensor,
+            host: &BatchInputs,
+            _batch: &BatchInputs,
+        ) -> Result<()> {
+            super::super::mamba2::mamba2(out, mixed, layer, conv_state, ssm_state, host)
+        }
+
+        fn relu2(&self, out: &mut CpuTensor, x: &CpuTensor) -> Result<()> {
+            super::super::mamba2::relu2(out, x)
         }
     }
 }

@@ -3,10 +3,12 @@
 
 mod attention;
 pub mod hybrid;
+pub mod mamba2;
 mod matmul;
 mod moe;
 mod norm;
 mod rope;
+mod slots;
 
 use rayon::prelude::*;
 
@@ -443,7 +445,8 @@ impl Backend for CpuBackend {
             | Feature::HybridLayers
             | Feature::SlidingWindow
             | Feature::GptOss
-            | Feature::MiniMaxM2 => true,
+            | Feature::MiniMaxM2
+            | Feature::NemotronH => true,
         }
     }
 

@@ -272,6 +272,9 @@ impl Backend for CudaBackend {
             // Not yet: no column-range norm or sigmoid routing (MiniMax-M2 refuses to load
             // here, by name).
             Feature::MiniMaxM2 => false,
+            // Not yet: no Mamba-2 mixer or relu² kernels (Nemotron-H refuses to load here, by
+            // name).
+            Feature::NemotronH => false,
         }
     }
 
