@@ -272,6 +272,9 @@ impl Backend for CudaBackend {
             // Not yet: no column-range norm or sigmoid routing (MiniMax-M2 refuses to load
             // here, by name).
             Feature::MiniMaxM2 => false,
+            // Not yet: no latent-attention kernels or group-limited routing (DeepSeek-V3
+            // refuses to load here, by name).
+            Feature::DeepseekV3 => false,
         }
     }
 
