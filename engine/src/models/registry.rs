@@ -2,12 +2,13 @@
 //! constructor. Everything that loads a model goes through [`load`] (`met serve` in
 //! `engine_core/start.rs`, `met score` in `main.rs`); every backend runs every family (the
 //! CPU reference and CUDA: Qwen3, Qwen3-MoE, the Qwen3.5/3.6 hybrids, Llama 3.x, Mistral,
-//! Gemma 3; gpt-oss and MiniMax-M2 on the CPU only for now). A backend that lacks
+//! Gemma 3; gpt-oss, MiniMax-M2 and DeepSeek-V3 on the CPU only for now). A backend that lacks
 //! a feature a checkpoint needs refuses it at load, by name (`models::check_backend`).
 
 use anyhow::{Context, bail};
 
 use super::Model;
+use super::deepseek_v3::{DeepseekV3, DeepseekV3Config};
 use super::gemma3::{Gemma3, Gemma3Config};
 use super::gpt_oss::{GptOss, GptOssConfig};
 use super::llama::{Llama, LlamaConfig};
@@ -36,11 +37,15 @@ pub enum Family {
     /// MiniMax-M2: QK norms over all heads, partial rotary, every layer's experts routed by
     /// sigmoid scores with a correction bias (`minimax_m2.rs`).
     MiniMaxM2,
+    /// DeepSeek-V3 / V3.1: multi-head latent attention over a compressed cache, dense first
+    /// layers, then experts routed by sigmoid scores within the best expert groups, with
+    /// shared experts (`deepseek_v3.rs`).
+    DeepseekV3,
 }
 
 /// Every architecture this engine runs, as `config.json` names it, and its family. The
 /// `*ForConditionalGeneration` ones are the Hub's multimodal layouts, text model only.
-pub const ARCHITECTURES: [(&str, Family); 13] = [
+pub const ARCHITECTURES: [(&str, Family); 14] = [
     ("Qwen3ForCausalLM", Family::Qwen3),
     ("Qwen3MoeForCausalLM", Family::Qwen3),
     ("Qwen3_5ForCausalLM", Family::Qwen3_5),
@@ -54,6 +59,7 @@ pub const ARCHITECTURES: [(&str, Family); 13] = [
     ("Gemma3ForConditionalGeneration", Family::Gemma3),
     ("GptOssForCausalLM", Family::GptOss),
     ("MiniMaxM2ForCausalLM", Family::MiniMaxM2),
+    ("DeepseekV3ForCausalLM", Family::DeepseekV3),
 ];
 
 /// The family that runs `architecture`, or an error that names it and lists the supported.
@@ -151,6 +157,13 @@ pub fn load<B: HybridOps, W: WithModel<B>>(
             let minimax = MiniMaxM2Config::from_file(&dir.root.join("config.json"))?;
             let model =
                 MiniMaxM2::load(&backend, &minimax, &weights, layer_done).with_context(failed)?;
+            drop(weights);
+            Ok(then.run(backend, model))
+        }
+        Family::DeepseekV3 => {
+            let deepseek = DeepseekV3Config::from_file(&dir.root.join("config.json"))?;
+            let model =
+                DeepseekV3::load(&backend, &deepseek, &weights, layer_done).with_context(failed)?;
             drop(weights);
             Ok(then.run(backend, model))
         }
