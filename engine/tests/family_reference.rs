@@ -1,8 +1,8 @@
 //! The CPU reference backend against transformers for Llama 3, Mistral, Gemma 3 and gpt-oss
-//! (issue 39) and MiniMax-M2 (issue 40): tiny random checkpoints and what transformers 5
-//! computed for them in float32 (`tests/fixtures/make_family_fixtures.py`,
-//! `make_gpt_oss_fixtures.py`, `make_minimax_fixtures.py`), loaded through the
-//! registry as `met` loads them. Sequences reach 130 tokens, past every fixture's sliding
+//! (issue 39) and MiniMax-M2 and DeepSeek-V3 (issue 40): tiny random checkpoints and what
+//! transformers 5 computed for them in float32 (`tests/fixtures/make_family_fixtures.py`,
+//! `make_gpt_oss_fixtures.py`, `make_minimax_fixtures.py`, `make_deepseek_v3_fixtures.py`),
+//! loaded through the registry as `met` loads them. Sequences reach 130 tokens, past every fixture's sliding
 //! window (16).
 
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, SeqChunk};
@@ -14,7 +14,7 @@ mod reference_support;
 
 use reference_support::{Reference, model_dir, reference};
 
-const FIXTURES: [&str; 8] = [
+const FIXTURES: [&str; 10] = [
     "llama3-gqa-untied",
     "llama3-mha-tied",
     "mistral-sliding",
@@ -23,6 +23,8 @@ const FIXTURES: [&str; 8] = [
     "gpt-oss-bf16",
     "gpt-oss-mxfp4",
     "minimax-m2-tiny",
+    "deepseek-v3-tiny",
+    "deepseek-v3-plain",
 ];
 const TOLERANCE: f32 = 1e-3;
 
@@ -90,6 +92,8 @@ fn batched_equals_one_at_a_time() {
         "gemma3-sliding",
         "gpt-oss-bf16",
         "minimax-m2-tiny",
+        "deepseek-v3-tiny",
+        "deepseek-v3-plain",
     ] {
         with_fixture(name, Check::Batched);
     }
@@ -327,4 +331,87 @@ fn broken_minimax_checkpoints_are_refused_by_name() {
     });
     let e = registry_error(&dir);
     assert!(e.contains("model.layers.0.block_sparse_moe"), "{e}");
+}
+
+/// Bad DeepSeek-V3 checkpoints fail at load with a sentence that names the problem.
+#[test]
+fn broken_deepseek_checkpoints_are_refused_by_name() {
+    // Groups that do not divide the experts.
+    let dir = edited_copy("deepseek-v3-tiny", "ds-groups", |c| {
+        c["n_group"] = serde_json::json!(3);
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("n_group (3) must divide n_routed_experts (8)"),
+        "{e}"
+    );
+    // Softmax routing is DeepSeek-V2's.
+    let dir = edited_copy("deepseek-v3-tiny", "ds-topk", |c| {
+        c["topk_method"] = serde_json::json!("group_limited_greedy");
+    });
+    let e = registry_error(&dir);
+    assert!(e.contains("topk_method") && e.contains("noaux_tc"), "{e}");
+    // A checkpoint without one of its latent attention's tensors: it is named.
+    let gone = "model.layers.1.self_attn.kv_b_proj.weight";
+    let dir = edited_copy("deepseek-v3-tiny", "ds-kv-b", |_| {});
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).expect("read");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let kept: Vec<_> = st
+        .tensors()
+        .into_iter()
+        .filter(|(name, _)| name != gone)
+        .collect();
+    std::fs::write(
+        &path,
+        safetensors::serialize(kept, None).expect("serialize"),
+    )
+    .expect("write");
+    let e = registry_error(&dir);
+    assert!(e.contains(gone) && e.contains("missing"), "{e}");
+    // A config that asks for an uncompressed q of a checkpoint that has none: q_proj is named.
+    let dir = edited_copy("deepseek-v3-tiny", "ds-q-lora", |c| {
+        c["q_lora_rank"] = serde_json::Value::Null;
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("model.layers.0.self_attn.q_proj.weight") && e.contains("missing"),
+        "{e}"
+    );
+    // A latent wider than the checkpoint's: the shape is named.
+    let dir = edited_copy("deepseek-v3-tiny", "ds-kv-rank", |c| {
+        c["kv_lora_rank"] = serde_json::json!(48);
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("kv_a_proj_with_mqa") && e.contains("[56, 64]"),
+        "{e}"
+    );
+}
+
+/// The latent cache holds one row of `kv_lora_rank + qk_rope_head_dim` values a token a layer:
+/// at most a quarter of what the same model's decompressed keys and values would take
+/// (issue 40), measured from what the engine sizes its cache by.
+#[test]
+fn the_latent_cache_is_a_quarter_of_the_heads_or_less() {
+    struct Bytes;
+    impl WithModel<CpuBackend> for Bytes {
+        type Output = usize;
+        fn run<M: Model<CpuBackend> + 'static>(self, backend: CpuBackend, model: M) -> usize {
+            model.kv_bytes_per_token(&backend)
+        }
+    }
+    let dir = ModelDir::open(&model_dir("deepseek-v3-tiny")).expect("fixture");
+    let bytes = registry::load(
+        CpuBackend::default(),
+        &dir,
+        LoadOptions::default(),
+        &mut |_| {},
+        Bytes,
+    )
+    .expect("loads");
+    // 3 layers × (32 + 8) f32; the heads would be 3 × 4 × ((16 + 8) + 16) f32.
+    assert_eq!(bytes, 3 * 40 * 4);
+    let heads = 3 * 4 * (24 + 16) * 4;
+    assert!(4 * bytes <= heads, "{bytes} of {heads}");
 }
