@@ -14,7 +14,7 @@ mod reference_support;
 
 use reference_support::{Reference, model_dir, reference};
 
-const FIXTURES: [&str; 10] = [
+const FIXTURES: [&str; 11] = [
     "llama3-gqa-untied",
     "llama3-mha-tied",
     "mistral-sliding",
@@ -25,6 +25,7 @@ const FIXTURES: [&str; 10] = [
     "minimax-m2-tiny",
     "deepseek-v3-tiny",
     "deepseek-v3-plain",
+    "deepseek-v3-fp8",
 ];
 const TOLERANCE: f32 = 1e-3;
 
@@ -333,6 +334,26 @@ fn broken_minimax_checkpoints_are_refused_by_name() {
     assert!(e.contains("model.layers.0.block_sparse_moe"), "{e}");
 }
 
+/// A copy of fixture `name` in a fresh directory without the tensor `gone`.
+fn without_tensor(name: &str, gone: &str) -> std::path::PathBuf {
+    let dir = edited_copy(name, "no-tensor", |_| {});
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).expect("read");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let kept: Vec<_> = st
+        .tensors()
+        .into_iter()
+        .filter(|(n, _)| n != gone)
+        .collect();
+    assert!(kept.len() < st.len(), "{name} has {gone}");
+    std::fs::write(
+        &path,
+        safetensors::serialize(kept, None).expect("serialize"),
+    )
+    .expect("write");
+    dir
+}
+
 /// Bad DeepSeek-V3 checkpoints fail at load with a sentence that names the problem.
 #[test]
 fn broken_deepseek_checkpoints_are_refused_by_name() {
@@ -351,24 +372,21 @@ fn broken_deepseek_checkpoints_are_refused_by_name() {
     });
     let e = registry_error(&dir);
     assert!(e.contains("topk_method") && e.contains("noaux_tc"), "{e}");
-    // A checkpoint without one of its latent attention's tensors: it is named.
-    let gone = "model.layers.1.self_attn.kv_b_proj.weight";
-    let dir = edited_copy("deepseek-v3-tiny", "ds-kv-b", |_| {});
-    let path = dir.join("model.safetensors");
-    let bytes = std::fs::read(&path).expect("read");
-    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
-    let kept: Vec<_> = st
-        .tensors()
-        .into_iter()
-        .filter(|(name, _)| name != gone)
-        .collect();
-    std::fs::write(
-        &path,
-        safetensors::serialize(kept, None).expect("serialize"),
-    )
-    .expect("write");
-    let e = registry_error(&dir);
-    assert!(e.contains(gone) && e.contains("missing"), "{e}");
+    // A checkpoint without one of its latent attention's tensors, or an FP8 one without a
+    // scale: it is named.
+    for (name, gone) in [
+        (
+            "deepseek-v3-tiny",
+            "model.layers.1.self_attn.kv_b_proj.weight",
+        ),
+        (
+            "deepseek-v3-fp8",
+            "model.layers.1.self_attn.kv_a_proj_with_mqa.weight_scale_inv",
+        ),
+    ] {
+        let e = registry_error(&without_tensor(name, gone));
+        assert!(e.contains(gone) && e.contains("missing"), "{e}");
+    }
     // A config that asks for an uncompressed q of a checkpoint that has none: q_proj is named.
     let dir = edited_copy("deepseek-v3-tiny", "ds-q-lora", |c| {
         c["q_lora_rank"] = serde_json::Value::Null;
