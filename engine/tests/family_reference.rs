@@ -433,3 +433,74 @@ fn the_latent_cache_is_a_quarter_of_the_heads_or_less() {
     let heads = 3 * 4 * (24 + 16) * 4;
     assert!(4 * bytes <= heads, "{bytes} of {heads}");
 }
+
+/// Prefix caching at the model's level: a sequence whose first blocks are another's, already
+/// in the latent cache, computes only its own tokens and gets the numbers it gets alone.
+#[test]
+fn a_cached_prefix_is_reused() {
+    struct Prefix;
+    impl WithModel<CpuBackend> for Prefix {
+        type Output = ();
+        fn run<M: Model<CpuBackend> + 'static>(self, cpu: CpuBackend, model: M) {
+            let reference = reference("deepseek-v3-tiny");
+            let long = &reference
+                .sequences
+                .iter()
+                .max_by_key(|s| s.tokens.len())
+                .expect("sequences")
+                .tokens;
+            let bs = 8;
+            let shared = &long[..2 * bs];
+            let own: Vec<u32> = long[2 * bs..2 * bs + 21].iter().rev().copied().collect();
+            let mut kv = model.new_kv_storage(&cpu, 8, bs).expect("kv");
+            // The first sequence fills blocks 5 and 2 with the shared prefix.
+            let first = BatchInputs::build(
+                bs,
+                &[SeqChunk {
+                    tokens: shared,
+                    start_pos: 0,
+                    block_table: &[5, 2],
+                    logits_rows: vec![],
+                }],
+            );
+            model
+                .forward(&cpu, &first, &first.clone(), &mut kv)
+                .expect("prefix");
+            // The second reuses them and computes its own 21 tokens into blocks 7, 1, 3.
+            let table = [5, 2, 7, 1, 3];
+            let second = BatchInputs::build(
+                bs,
+                &[SeqChunk {
+                    tokens: &own,
+                    start_pos: 2 * bs,
+                    block_table: &table,
+                    logits_rows: (0..own.len()).collect(),
+                }],
+            );
+            let mut logits = model
+                .forward(&cpu, &second, &second.clone(), &mut kv)
+                .expect("rest");
+            cpu.log_softmax(&mut logits).expect("log_softmax");
+            let got = cpu.to_host(&logits).expect("host");
+            let whole: Vec<u32> = shared.iter().chain(&own).copied().collect();
+            let alone = score(&cpu, &model, &whole, 1, 1024).expect("alone");
+            let vocab = model.vocab_size();
+            for (i, a) in alone[2 * bs..].iter().enumerate() {
+                if let Some(t) = a.next_token {
+                    let reused = got[i * vocab + t as usize];
+                    let diff = (reused - a.logprob.expect("has next")).abs();
+                    assert!(diff < 1e-5, "row {i}: reused {reused}, alone {a:?}");
+                }
+            }
+        }
+    }
+    let dir = ModelDir::open(&model_dir("deepseek-v3-tiny")).expect("fixture");
+    registry::load(
+        CpuBackend::default(),
+        &dir,
+        LoadOptions::default(),
+        &mut |_| {},
+        Prefix,
+    )
+    .expect("loads");
+}
