@@ -1,11 +1,11 @@
 //! The CPU reference backend against transformers for Llama 3, Mistral, Gemma 3 and gpt-oss
-//! (issue 39) and MiniMax-M2 and Nemotron-H (issue 40): tiny random checkpoints and what
-//! transformers 5 computed for them in float32 (`tests/fixtures/make_family_fixtures.py`,
-//! `make_gpt_oss_fixtures.py`, `make_minimax_fixtures.py`, `make_nemotron_h_fixtures.py`),
-//! loaded through the registry as `met` loads them. Sequences reach 130 tokens, past every
-//! fixture's sliding window (16) and Nemotron-H's conv window (3). A model with recurrent
-//! state (Nemotron-H's Mamba-2 layers) runs each sequence in a slot of the state pool, as the
-//! engine does.
+//! (issue 39) and MiniMax-M2, Nemotron-H and DeepSeek-V3 (issue 40): tiny random checkpoints
+//! and what transformers 5 computed for them in float32 (`tests/fixtures/make_family_fixtures.py`,
+//! `make_gpt_oss_fixtures.py`, `make_minimax_fixtures.py`, `make_nemotron_h_fixtures.py`,
+//! `make_deepseek_v3_fixtures.py`), loaded through the registry as `met` loads them. Sequences
+//! reach 130 tokens, past every fixture's sliding window (16) and Nemotron-H's conv window (3).
+//! A model with recurrent state (Nemotron-H's Mamba-2 layers) runs each sequence in a slot of
+//! the state pool, as the engine does.
 
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, SeqChunk};
 use metrale_engine::kv_cache::{StateInit, StatePlan};
@@ -17,7 +17,7 @@ mod reference_support;
 
 use reference_support::{Reference, model_dir, reference};
 
-const FIXTURES: [&str; 9] = [
+const FIXTURES: [&str; 12] = [
     "llama3-gqa-untied",
     "llama3-mha-tied",
     "mistral-sliding",
@@ -27,6 +27,9 @@ const FIXTURES: [&str; 9] = [
     "gpt-oss-mxfp4",
     "minimax-m2-tiny",
     "nemotron-h-tiny",
+    "deepseek-v3-tiny",
+    "deepseek-v3-plain",
+    "deepseek-v3-fp8",
 ];
 const TOLERANCE: f32 = 1e-3;
 
@@ -99,6 +102,8 @@ fn batched_equals_one_at_a_time() {
         "gpt-oss-bf16",
         "minimax-m2-tiny",
         "nemotron-h-tiny",
+        "deepseek-v3-tiny",
+        "deepseek-v3-plain",
     ] {
         with_fixture(name, Check::Batched);
     }
@@ -542,6 +547,79 @@ fn broken_nemotron_h_checkpoints_are_refused_by_name() {
     );
 }
 
+/// A copy of fixture `name` in a fresh directory without the tensor `gone`.
+fn without_tensor(name: &str, gone: &str) -> std::path::PathBuf {
+    let dir = edited_copy(name, "no-tensor", |_| {});
+    let path = dir.join("model.safetensors");
+    let bytes = std::fs::read(&path).expect("read");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let kept: Vec<_> = st
+        .tensors()
+        .into_iter()
+        .filter(|(n, _)| n != gone)
+        .collect();
+    assert!(kept.len() < st.len(), "{name} has {gone}");
+    std::fs::write(
+        &path,
+        safetensors::serialize(kept, None).expect("serialize"),
+    )
+    .expect("write");
+    dir
+}
+
+/// Bad DeepSeek-V3 checkpoints fail at load with a sentence that names the problem.
+#[test]
+fn broken_deepseek_checkpoints_are_refused_by_name() {
+    // Groups that do not divide the experts.
+    let dir = edited_copy("deepseek-v3-tiny", "ds-groups", |c| {
+        c["n_group"] = serde_json::json!(3);
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("n_group (3) must divide n_routed_experts (8)"),
+        "{e}"
+    );
+    // Softmax routing is DeepSeek-V2's.
+    let dir = edited_copy("deepseek-v3-tiny", "ds-topk", |c| {
+        c["topk_method"] = serde_json::json!("group_limited_greedy");
+    });
+    let e = registry_error(&dir);
+    assert!(e.contains("topk_method") && e.contains("noaux_tc"), "{e}");
+    // A checkpoint without one of its latent attention's tensors, or an FP8 one without a
+    // scale: it is named.
+    for (name, gone) in [
+        (
+            "deepseek-v3-tiny",
+            "model.layers.1.self_attn.kv_b_proj.weight",
+        ),
+        (
+            "deepseek-v3-fp8",
+            "model.layers.1.self_attn.kv_a_proj_with_mqa.weight_scale_inv",
+        ),
+    ] {
+        let e = registry_error(&without_tensor(name, gone));
+        assert!(e.contains(gone) && e.contains("missing"), "{e}");
+    }
+    // A config that asks for an uncompressed q of a checkpoint that has none: q_proj is named.
+    let dir = edited_copy("deepseek-v3-tiny", "ds-q-lora", |c| {
+        c["q_lora_rank"] = serde_json::Value::Null;
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("model.layers.0.self_attn.q_proj.weight") && e.contains("missing"),
+        "{e}"
+    );
+    // A latent wider than the checkpoint's: the shape is named.
+    let dir = edited_copy("deepseek-v3-tiny", "ds-kv-rank", |c| {
+        c["kv_lora_rank"] = serde_json::json!(48);
+    });
+    let e = registry_error(&dir);
+    assert!(
+        e.contains("kv_a_proj_with_mqa") && e.contains("[56, 64]"),
+        "{e}"
+    );
+}
+
 /// The same weights under transformers 5's spelling of the config (`layers_block_type`, no
 /// `num_hidden_layers` or `rms_norm_eps`, `{"__float__": "Infinity"}`) score the same.
 #[test]
@@ -592,4 +670,102 @@ fn nemotron_h_reads_transformers_5s_config() {
     );
     std::fs::remove_dir_all(&dir).ok();
     result.expect("loads");
+}
+
+/// The latent cache holds one row of `kv_lora_rank + qk_rope_head_dim` values a token a layer:
+/// at most a quarter of what the same model's decompressed keys and values would take
+/// (issue 40), measured from what the engine sizes its cache by.
+#[test]
+fn the_latent_cache_is_a_quarter_of_the_heads_or_less() {
+    struct Bytes;
+    impl WithModel<CpuBackend> for Bytes {
+        type Output = usize;
+        fn run<M: Model<CpuBackend> + 'static>(self, backend: CpuBackend, model: M) -> usize {
+            model.kv_bytes_per_token(&backend)
+        }
+    }
+    let dir = ModelDir::open(&model_dir("deepseek-v3-tiny")).expect("fixture");
+    let bytes = registry::load(
+        CpuBackend::default(),
+        &dir,
+        LoadOptions::default(),
+        &mut |_| {},
+        Bytes,
+    )
+    .expect("loads");
+    // 3 layers × (32 + 8) f32; the heads would be 3 × 4 × ((16 + 8) + 16) f32.
+    assert_eq!(bytes, 3 * 40 * 4);
+    let heads = 3 * 4 * (24 + 16) * 4;
+    assert!(4 * bytes <= heads, "{bytes} of {heads}");
+}
+
+/// Prefix caching at the model's level: a sequence whose first blocks are another's, already
+/// in the latent cache, computes only its own tokens and gets the numbers it gets alone.
+#[test]
+fn a_cached_prefix_is_reused() {
+    struct Prefix;
+    impl WithModel<CpuBackend> for Prefix {
+        type Output = ();
+        fn run<M: Model<CpuBackend> + 'static>(self, cpu: CpuBackend, model: M) {
+            let reference = reference("deepseek-v3-tiny");
+            let long = &reference
+                .sequences
+                .iter()
+                .max_by_key(|s| s.tokens.len())
+                .expect("sequences")
+                .tokens;
+            let bs = 8;
+            let shared = &long[..2 * bs];
+            let own: Vec<u32> = long[2 * bs..2 * bs + 21].iter().rev().copied().collect();
+            let mut kv = model.new_kv_storage(&cpu, 8, bs).expect("kv");
+            // The first sequence fills blocks 5 and 2 with the shared prefix.
+            let first = BatchInputs::build(
+                bs,
+                &[SeqChunk {
+                    tokens: shared,
+                    start_pos: 0,
+                    block_table: &[5, 2],
+                    logits_rows: vec![],
+                }],
+            );
+            model
+                .forward(&cpu, &first, &first.clone(), &mut kv)
+                .expect("prefix");
+            // The second reuses them and computes its own 21 tokens into blocks 7, 1, 3.
+            let table = [5, 2, 7, 1, 3];
+            let second = BatchInputs::build(
+                bs,
+                &[SeqChunk {
+                    tokens: &own,
+                    start_pos: 2 * bs,
+                    block_table: &table,
+                    logits_rows: (0..own.len()).collect(),
+                }],
+            );
+            let mut logits = model
+                .forward(&cpu, &second, &second.clone(), &mut kv)
+                .expect("rest");
+            cpu.log_softmax(&mut logits).expect("log_softmax");
+            let got = cpu.to_host(&logits).expect("host");
+            let whole: Vec<u32> = shared.iter().chain(&own).copied().collect();
+            let alone = score(&cpu, &model, &whole, 1, 1024).expect("alone");
+            let vocab = model.vocab_size();
+            for (i, a) in alone[2 * bs..].iter().enumerate() {
+                if let Some(t) = a.next_token {
+                    let reused = got[i * vocab + t as usize];
+                    let diff = (reused - a.logprob.expect("has next")).abs();
+                    assert!(diff < 1e-5, "row {i}: reused {reused}, alone {a:?}");
+                }
+            }
+        }
+    }
+    let dir = ModelDir::open(&model_dir("deepseek-v3-tiny")).expect("fixture");
+    registry::load(
+        CpuBackend::default(),
+        &dir,
+        LoadOptions::default(),
+        &mut |_| {},
+        Prefix,
+    )
+    .expect("loads");
 }

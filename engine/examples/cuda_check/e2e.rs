@@ -21,6 +21,7 @@ use metrale_engine::backend::sampling::SampleRow;
 use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, Feature, SeqChunk};
 use metrale_engine::kv_cache::StatePlan;
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
+use metrale_engine::models::deepseek_v3::{DeepseekV3, DeepseekV3Config};
 use metrale_engine::models::gemma3::{Gemma3, Gemma3Config};
 use metrale_engine::models::gpt_oss::{GptOss, GptOssConfig};
 use metrale_engine::models::llama::{Llama, LlamaConfig};
@@ -267,6 +268,20 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
             let on_cpu =
                 |b: &CpuBackend, w: &Weights| Ok(MiniMaxM2::load(b, &mcfg, w, &mut |_| {})?);
             let on_cuda = |w: &Weights| Ok(MiniMaxM2::load(cuda, &mcfg, w, &mut |_| {})?);
+            let checks = (&reference, &bounds);
+            return family(cuda, name, checks, (&on_cpu, &on_cuda), inputs, report);
+        }
+        Family::DeepseekV3 => {
+            if !cuda.supports(Feature::DeepseekV3) {
+                report.summary_line(format!(
+                    "{name}: skipped, DeepseekV3 is not on this backend"
+                ));
+                return Ok(());
+            }
+            let dcfg = DeepseekV3Config::from_file(&dir.root.join("config.json"))?;
+            let on_cpu =
+                |b: &CpuBackend, w: &Weights| Ok(DeepseekV3::load(b, &dcfg, w, &mut |_| {})?);
+            let on_cuda = |w: &Weights| Ok(DeepseekV3::load(cuda, &dcfg, w, &mut |_| {})?);
             let checks = (&reference, &bounds);
             return family(cuda, name, checks, (&on_cpu, &on_cuda), inputs, report);
         }

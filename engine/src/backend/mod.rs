@@ -8,6 +8,7 @@ mod hybrid;
 pub mod kernels;
 pub mod kv_fp8;
 pub mod moe_plan;
+mod params;
 pub mod sampling;
 
 use crate::kv_cache::StatePlan;
@@ -15,6 +16,7 @@ use crate::loader::HostTensor;
 
 pub use cpu::CpuBackend;
 pub use hybrid::{GdnLayer, HybridOps, Mamba2Layer};
+pub use params::{ClampedExperts, MlaDims, SigmoidRouting};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -203,34 +205,11 @@ pub enum Feature {
     /// Nemotron-H's ops: the Mamba-2 mixer ([`HybridOps::mamba2`]) and the relu² MLP
     /// ([`HybridOps::relu2`]).
     NemotronH,
-}
-
-/// gpt-oss's experts for [`Backend::fused_moe_clamped`]: the stacked weights of
-/// [`Backend::fused_moe`] with a bias after each product, and the clamped SwiGLU's constants.
-pub struct ClampedExperts<'a, T> {
-    /// `[E, 2·I, H]`, gate rows first (the checkpoint's interleaved rows split at load).
-    pub gate_up: &'a T,
-    /// `[E, 2·I]`, gate first.
-    pub gate_up_bias: &'a T,
-    /// `[E, H, I]`.
-    pub down: &'a T,
-    /// `[E, H]`.
-    pub down_bias: &'a T,
-    /// The sigmoid's gain (`swiglu_alpha`, 1.702).
-    pub alpha: f32,
-    /// The clamp (`swiglu_limit`, 7.0).
-    pub limit: f32,
-}
-
-/// Routing by sigmoid scores for [`Backend::fused_moe_sigmoid`] (MiniMax-M2, DeepSeek-V3
-/// without its expert groups).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SigmoidRouting {
-    pub top_k: usize,
-    /// Divide the chosen scores by their sum.
-    pub norm_topk_prob: bool,
-    /// Multiply the weights by this (DeepSeek's `routed_scaling_factor`; 1 for MiniMax-M2).
-    pub scaling: f32,
+    /// DeepSeek-V3's ops: multi-head latent attention over a cache of compressed rows
+    /// ([`Backend::mla_rope_write_kv`], [`Backend::mla_attention`]), the column-range norm of
+    /// the latent ([`Backend::rms_norm_cols`]) and group-limited sigmoid routing
+    /// ([`Backend::fused_moe_sigmoid`] with [`SigmoidRouting::n_group`] > 1).
+    DeepseekV3,
 }
 
 pub use cpu::hybrid::DeltaHeads;
@@ -482,8 +461,9 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// Columns `start .. start + n` of each row of `x` (`n` = `weight`'s length), normalised in
     /// place: `x * rsqrt(mean(x²) + eps) * weight` over those columns (MiniMax-M2's q and k
-    /// norms, each over all heads of the fused qkv). Only backends that answer
-    /// [`Feature::MiniMaxM2`] run it.
+    /// norms, each over all heads of the fused qkv; DeepSeek-V3's norm of the latent before
+    /// its rotated part). Only backends that answer [`Feature::MiniMaxM2`] or
+    /// [`Feature::DeepseekV3`] run it.
     fn rms_norm_cols(
         &self,
         _x: &mut Self::Tensor,
@@ -495,9 +475,11 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// A mixture of experts routed by sigmoid scores: `s = sigmoid(router_logits)` `[T, E]`
     /// (f32), each token's `top_k` experts of highest `s + bias` (`bias` `[E]`, the
-    /// checkpoint's `e_score_correction_bias`; ties to the lower index), weighted by their `s`
+    /// checkpoint's `e_score_correction_bias`; ties to the lower index) among its
+    /// `topk_group` best expert groups (see [`SigmoidRouting`]), weighted by their `s`
     /// (divided by the chosen ones' sum when `norm_topk_prob`) times `scaling`; experts as in
-    /// [`Backend::fused_moe`]. Only backends that answer [`Feature::MiniMaxM2`] run it.
+    /// [`Backend::fused_moe`]. Only backends that answer [`Feature::MiniMaxM2`] (one group) or
+    /// [`Feature::DeepseekV3`] run it.
     #[allow(clippy::too_many_arguments)]
     fn fused_moe_sigmoid(
         &self,
@@ -509,6 +491,48 @@ pub trait Backend: Send + Sync + 'static {
         _routing: SigmoidRouting,
     ) -> Result<()> {
         Err(lacks(self.name(), "sigmoid-routed experts"))
+    }
+    /// Multi-head latent attention's rotation and cache write: rotate the last `rope` values of
+    /// every head of `q` (`[T, heads · (nope + rope)]`) and of every row of `latent`
+    /// (`[T, latent + rope]`, the normalised `c_kv` then `k_pe`) by the row's position, then
+    /// copy each `latent` row to its slot of `cache` (`[num_blocks, block_size, latent +
+    /// rope]`). With `interleaved` (DeepSeek's released layout, transformers'
+    /// `rope_interleave`) the rotated pairs are `(x[2i], x[2i + 1])` and come out as
+    /// transformers leaves them, evens then odds; otherwise neox halves. Only backends that
+    /// answer [`Feature::DeepseekV3`] run it.
+    #[allow(clippy::too_many_arguments)]
+    fn mla_rope_write_kv(
+        &self,
+        _q: &mut Self::Tensor,
+        _latent: &mut Self::Tensor,
+        _batch: &Self::Batch,
+        _rope: &RopeTables,
+        _dims: MlaDims,
+        _interleaved: bool,
+        _cache: &mut Self::Tensor,
+    ) -> Result<()> {
+        Err(lacks(self.name(), "multi-head latent attention"))
+    }
+    /// Causal multi-head latent attention of every head of `q` over its sequence's cached
+    /// latent rows up to and including its own position, in the absorbed form: head `h`'s
+    /// `q_nope` goes into the latent space through its key up-projection
+    /// (`q_lat = W_UK[h]ᵀ · q_nope`, `W_UK[h]` the `nope` rows of `kv_b` for `h`), scores
+    /// `scale · (q_lat · c_kv[p] + q_pe · k_pe[p])`, the softmax-weighted sum of the `c_kv[p]`,
+    /// then its value up-projection (`W_UV[h]`, the next `v` rows). The same numbers as
+    /// decompressing every cached row into per-head keys and values. `out` is
+    /// `[T, heads · v]`. Only backends that answer [`Feature::DeepseekV3`] run it.
+    #[allow(clippy::too_many_arguments)]
+    fn mla_attention(
+        &self,
+        _out: &mut Self::Tensor,
+        _q: &Self::Tensor,
+        _kv_b: &Self::Tensor,
+        _cache: &Self::Tensor,
+        _batch: &Self::Batch,
+        _dims: MlaDims,
+        _scale: f32,
+    ) -> Result<()> {
+        Err(lacks(self.name(), "multi-head latent attention"))
     }
     /// `out = gelu_tanh(gate) * up` where `gate_up` is `[T, 2·I]` (gate first): Gemma's gated
     /// MLP (`gelu_pytorch_tanh`).

@@ -193,11 +193,7 @@ impl<B: Backend> Model<B> for MiniMaxM2<B> {
         );
         let eps = c.rms_norm_eps;
         let scale = 1.0 / (hd as f32).sqrt();
-        let routing = SigmoidRouting {
-            top_k: self.config.top_k,
-            norm_topk_prob: true,
-            scaling: 1.0,
-        };
+        let routing = SigmoidRouting::ungrouped(self.config.top_k, true, 1.0);
         let mut x = b.zeros(&[t, h])?; // residual stream [T, H]
         let mut xn = b.zeros(&[t, h])?; // normalised input of a sub-block [T, H]
         let mut qkv = b.zeros(&[t, (nh + 2 * nkv) * hd])?; // [T, (nh + 2·nkv)·hd]

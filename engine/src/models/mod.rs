@@ -2,6 +2,7 @@
 //! varlen batch (`BatchInputs`) through the paged KV cache, returning logits for the rows that
 //! asked for them.
 
+pub mod deepseek_v3;
 pub mod gemma3;
 pub mod gpt_oss;
 pub mod llama;
@@ -45,8 +46,10 @@ fn check_features(
 }
 
 /// The paged KV cache's device memory: for each layer a k and a v tensor of
-/// `[num_blocks, block_size, num_kv_heads, head_dim]`. Which blocks belong to whom is the
-/// cache manager's business (`kv_cache/`); this is only storage.
+/// `[num_blocks, block_size, num_kv_heads, head_dim]`, or, for a model with multi-head latent
+/// attention ([`KvStorage::latent`]), one tensor of compressed rows `[num_blocks, block_size,
+/// row]` in `k` and no `v`. Which blocks belong to whom is the cache manager's business
+/// (`kv_cache/`); this is only storage, addressed by the same slots either way.
 pub struct KvStorage<B: Backend> {
     pub k: Vec<B::Tensor>,
     pub v: Vec<B::Tensor>,
@@ -110,6 +113,28 @@ impl StateSpec {
 }
 
 impl<B: Backend> KvStorage<B> {
+    /// A cache of one compressed row of `row` values a token a layer (DeepSeek-V3's latent
+    /// `c_kv | k_pe`): `k[l]` is `[num_blocks, block_size, row]`, `v` is empty. The model
+    /// that asks for it sizes it with the same row in its `kv_bytes_per_token`.
+    pub fn latent(
+        backend: &B,
+        layers: usize,
+        num_blocks: usize,
+        block_size: usize,
+        row: usize,
+    ) -> Result<Self> {
+        let k = (0..layers)
+            .map(|_| backend.kv_zeros(&[num_blocks, block_size, row]))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            k,
+            v: Vec::new(),
+            num_blocks,
+            block_size,
+            state: None,
+        })
+    }
+
     pub fn new(
         backend: &B,
         layers: usize,

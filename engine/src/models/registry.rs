@@ -2,12 +2,14 @@
 //! constructor. Everything that loads a model goes through [`load`] (`met serve` in
 //! `engine_core/start.rs`, `met score` in `main.rs`); every backend runs every family (the
 //! CPU reference and CUDA: Qwen3, Qwen3-MoE, the Qwen3.5/3.6 hybrids, Llama 3.x, Mistral,
-//! Gemma 3; gpt-oss, MiniMax-M2 and Nemotron-H on the CPU only for now). A backend that lacks
-//! a feature a checkpoint needs refuses it at load, by name (`models::check_backend`).
+//! Gemma 3; gpt-oss, MiniMax-M2, Nemotron-H and DeepSeek-V3 on the CPU only for now). A
+//! backend that lacks a feature a checkpoint needs refuses it at load, by name
+//! (`models::check_backend`).
 
 use anyhow::{Context, bail};
 
 use super::Model;
+use super::deepseek_v3::{DeepseekV3, DeepseekV3Config};
 use super::gemma3::{Gemma3, Gemma3Config};
 use super::gpt_oss::{GptOss, GptOssConfig};
 use super::llama::{Llama, LlamaConfig};
@@ -41,11 +43,15 @@ pub enum Family {
     /// MLP layers by the config's pattern, the Mamba state in the state pool
     /// (`nemotron_h.rs`).
     NemotronH,
+    /// DeepSeek-V3 / V3.1: multi-head latent attention over a compressed cache, dense first
+    /// layers, then experts routed by sigmoid scores within the best expert groups, with
+    /// shared experts (`deepseek_v3.rs`).
+    DeepseekV3,
 }
 
 /// Every architecture this engine runs, as `config.json` names it, and its family. The
 /// `*ForConditionalGeneration` ones are the Hub's multimodal layouts, text model only.
-pub const ARCHITECTURES: [(&str, Family); 14] = [
+pub const ARCHITECTURES: [(&str, Family); 15] = [
     ("Qwen3ForCausalLM", Family::Qwen3),
     ("Qwen3MoeForCausalLM", Family::Qwen3),
     ("Qwen3_5ForCausalLM", Family::Qwen3_5),
@@ -60,6 +66,7 @@ pub const ARCHITECTURES: [(&str, Family); 14] = [
     ("GptOssForCausalLM", Family::GptOss),
     ("MiniMaxM2ForCausalLM", Family::MiniMaxM2),
     ("NemotronHForCausalLM", Family::NemotronH),
+    ("DeepseekV3ForCausalLM", Family::DeepseekV3),
 ];
 
 /// The family that runs `architecture`, or an error that names it and lists the supported.
@@ -164,6 +171,13 @@ pub fn load<B: HybridOps, W: WithModel<B>>(
             let nemotron = NemotronHConfig::from_file(&dir.root.join("config.json"))?;
             let model =
                 NemotronH::load(&backend, &nemotron, &weights, layer_done).with_context(failed)?;
+            drop(weights);
+            Ok(then.run(backend, model))
+        }
+        Family::DeepseekV3 => {
+            let deepseek = DeepseekV3Config::from_file(&dir.root.join("config.json"))?;
+            let model =
+                DeepseekV3::load(&backend, &deepseek, &weights, layer_done).with_context(failed)?;
             drop(weights);
             Ok(then.run(backend, model))
         }

@@ -71,6 +71,42 @@ pub(super) fn write_kv(
     Ok(())
 }
 
+/// Each row's sequence in `batch`, after checking that every block table names blocks of a
+/// cache of `blocks` blocks of `bs` tokens and is wide enough for its sequence (`op` names the
+/// error).
+pub(super) fn row_sequences(
+    op: &'static str,
+    batch: &BatchInputs,
+    blocks: usize,
+    bs: usize,
+) -> Result<Vec<usize>> {
+    if batch.block_tables.iter().any(|&b| b as usize >= blocks) {
+        return Err(shape_err(
+            op,
+            format!("a block table names a block beyond {blocks}"),
+        ));
+    }
+    let mut row_seq = vec![0usize; batch.num_tokens()];
+    for s in 0..batch.num_seqs() {
+        let (a, b) = (
+            batch.seq_starts[s] as usize,
+            batch.seq_starts[s + 1] as usize,
+        );
+        row_seq[a..b].fill(s);
+        let need = (batch.context_lens[s] as usize).div_ceil(bs);
+        if need > batch.max_blocks_per_seq {
+            return Err(shape_err(
+                op,
+                format!(
+                    "sequence {s} needs {need} blocks, table has {}",
+                    batch.max_blocks_per_seq
+                ),
+            ));
+        }
+    }
+    Ok(row_seq)
+}
+
 /// Causal attention of every q head over its sequence's cache, in the last `window` positions
 /// when it is `Some`; with `sinks` (`[nh]`), head `h`'s softmax has the extra logit
 /// `sinks[h]` in its denominator (gpt-oss).
@@ -97,31 +133,7 @@ pub(super) fn paged_attention(
             ),
         ));
     }
-    if batch.block_tables.iter().any(|&b| b as usize >= blocks) {
-        return Err(shape_err(
-            "paged_attention",
-            format!("a block table names a block beyond {blocks}"),
-        ));
-    }
-    // Row → sequence, so each (row, head) task finds its block table.
-    let mut row_seq = vec![0usize; t];
-    for s in 0..batch.num_seqs() {
-        let (a, b) = (
-            batch.seq_starts[s] as usize,
-            batch.seq_starts[s + 1] as usize,
-        );
-        row_seq[a..b].fill(s);
-        let need = (batch.context_lens[s] as usize).div_ceil(bs);
-        if need > batch.max_blocks_per_seq {
-            return Err(shape_err(
-                "paged_attention",
-                format!(
-                    "sequence {s} needs {need} blocks, table has {}",
-                    batch.max_blocks_per_seq
-                ),
-            ));
-        }
-    }
+    let row_seq = row_sequences("paged_attention", batch, blocks, bs)?;
     let group = num_heads / nkv;
     out.data
         .par_chunks_mut(hd)

@@ -5,6 +5,7 @@ mod attention;
 pub mod hybrid;
 pub mod mamba2;
 mod matmul;
+mod mla;
 mod moe;
 mod norm;
 mod rope;
@@ -14,7 +15,8 @@ use rayon::prelude::*;
 
 use super::sampling::{self, SampleRow, Sampled};
 use super::{
-    Backend, BackendError, BatchInputs, ClampedExperts, Feature, Result, RopeTables, SigmoidRouting,
+    Backend, BackendError, BatchInputs, ClampedExperts, Feature, MlaDims, Result, RopeTables,
+    SigmoidRouting,
 };
 use crate::loader::HostTensor;
 
@@ -390,6 +392,35 @@ impl Backend for CpuBackend {
         moe::fused_moe_sigmoid(out, x, router_logits, bias, experts, routing)
     }
 
+    fn mla_rope_write_kv(
+        &self,
+        q: &mut CpuTensor,
+        latent: &mut CpuTensor,
+        batch: &BatchInputs,
+        rope: &RopeTables,
+        dims: MlaDims,
+        interleaved: bool,
+        cache: &mut CpuTensor,
+    ) -> Result<()> {
+        check("mla_rope_write_kv", !self.kv_fp8, || {
+            "the latent cache has no FP8 form: run without --kv-cache-dtype fp8".into()
+        })?;
+        mla::mla_rope_write_kv(q, latent, batch, rope, dims, interleaved, cache)
+    }
+
+    fn mla_attention(
+        &self,
+        out: &mut CpuTensor,
+        q: &CpuTensor,
+        kv_b: &CpuTensor,
+        cache: &CpuTensor,
+        batch: &BatchInputs,
+        dims: MlaDims,
+        scale: f32,
+    ) -> Result<()> {
+        mla::mla_attention(out, q, kv_b, cache, batch, dims, scale)
+    }
+
     fn fused_moe_clamped(
         &self,
         out: &mut CpuTensor,
@@ -446,7 +477,8 @@ impl Backend for CpuBackend {
             | Feature::SlidingWindow
             | Feature::GptOss
             | Feature::MiniMaxM2
-            | Feature::NemotronH => true,
+            | Feature::NemotronH
+            | Feature::DeepseekV3 => true,
         }
     }
 

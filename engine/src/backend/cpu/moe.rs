@@ -83,20 +83,48 @@ fn swiglu_grouped(
 }
 
 /// Each token's experts by sigmoid score (`Backend::fused_moe_sigmoid`): the `top_k` of
-/// highest `sigmoid(logit) + bias` (ties to the lower index), weighted by their sigmoid
-/// scores, renormalised when asked, times the scaling (`[T, k]` each).
+/// highest `sigmoid(logit) + bias` (ties to the lower index) among the experts of the token's
+/// `topk_group` best groups (a group's score the sum of its two highest; ties to the lower
+/// group; every expert when there is one group), weighted by their sigmoid scores,
+/// renormalised when asked, times the scaling (`[T, k]` each). transformers'
+/// `DeepseekV3TopkRouter` masks the other groups' experts to −inf before its top-k, as here.
 pub(super) fn route_sigmoid(
     logits: &[f32],
     bias: &[f32],
     routing: SigmoidRouting,
 ) -> (Vec<usize>, Vec<f32>) {
     let (e, k) = (bias.len(), routing.top_k);
+    let (groups, keep) = (routing.n_group.max(1), routing.topk_group);
+    let size = e / groups;
     let mut ids = Vec::with_capacity(logits.len() / e.max(1) * k);
     let mut weights = Vec::with_capacity(ids.capacity());
     let mut order: Vec<usize> = Vec::with_capacity(e);
+    let mut group_order: Vec<usize> = Vec::with_capacity(groups);
     for row in logits.chunks_exact(e) {
         let scores: Vec<f32> = row.iter().map(|v| 1.0 / (1.0 + (-v).exp())).collect();
-        let choice: Vec<f32> = scores.iter().zip(bias).map(|(s, b)| s + b).collect();
+        let mut choice: Vec<f32> = scores.iter().zip(bias).map(|(s, b)| s + b).collect();
+        if groups > 1 {
+            let group_score: Vec<f32> = choice
+                .chunks_exact(size)
+                .map(|g| {
+                    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+                    for &v in g {
+                        if v > a {
+                            (a, b) = (v, a);
+                        } else if v > b {
+                            b = v;
+                        }
+                    }
+                    a + b
+                })
+                .collect();
+            group_order.clear();
+            group_order.extend(0..groups);
+            group_order.sort_by(|&a, &b| group_score[b].total_cmp(&group_score[a]).then(a.cmp(&b)));
+            for &dropped in &group_order[keep..] {
+                choice[dropped * size..(dropped + 1) * size].fill(f32::NEG_INFINITY);
+            }
+        }
         order.clear();
         order.extend(0..e);
         order.sort_by(|&a, &b| choice[b].total_cmp(&choice[a]).then(a.cmp(&b)));
@@ -115,7 +143,8 @@ pub(super) fn route_sigmoid(
     (ids, weights)
 }
 
-/// MiniMax-M2's experts: SwiGLU experts as [`fused_moe`]'s, routed by [`route_sigmoid`].
+/// MiniMax-M2's and DeepSeek-V3's experts: SwiGLU experts as [`fused_moe`]'s, routed by
+/// [`route_sigmoid`].
 pub(super) fn fused_moe_sigmoid(
     out: &mut CpuTensor,
     x: &CpuTensor,
@@ -136,6 +165,24 @@ pub(super) fn fused_moe_sigmoid(
         return Err(super::shape_err(
             "fused_moe_sigmoid",
             format!("bias {:?} (want [{}])", bias.shape, dims.2),
+        ));
+    }
+    let (e, g, kg) = (dims.2, routing.n_group, routing.topk_group);
+    let grouped_ok = g == 1
+        || (g > 1
+            && e.is_multiple_of(g)
+            && e / g >= 2
+            && (1..=g).contains(&kg)
+            && routing.top_k <= kg * (e / g));
+    if !grouped_ok {
+        return Err(super::shape_err(
+            "fused_moe_sigmoid",
+            format!(
+                "{g} groups, {kg} kept, top {} of {e} experts (want groups that divide the \
+                 experts, at least 2 experts a group, 1 <= kept <= groups and top_k within the \
+                 kept groups' experts)",
+                routing.top_k
+            ),
         ));
     }
     let routed = route_sigmoid(&router_logits.data, &bias.data, routing);
@@ -292,11 +339,7 @@ mod tests {
         // over expert 2, so the choice is 0 then 3, weighted by their unbiased scores.
         let logits = [2.0, 0.0, 1.0, -1.0];
         let bias = [0.0, 0.0, 0.0, 0.5];
-        let routing = SigmoidRouting {
-            top_k: 2,
-            norm_topk_prob: true,
-            scaling: 1.0,
-        };
+        let routing = SigmoidRouting::ungrouped(2, true, 1.0);
         let (ids, w) = route_sigmoid(&logits, &bias, routing);
         assert_eq!(ids, vec![0, 3]);
         let (s0, s3) = (1.0 / (1.0 + (-2f32).exp()), 1.0 / (1.0 + 1f32.exp()));
@@ -311,6 +354,34 @@ mod tests {
         // Equal biased scores go to the lower expert.
         let (ids, _) = route_sigmoid(&[0.0; 4], &[0.0; 4], routing);
         assert_eq!(ids, vec![0, 1]);
+    }
+
+    /// DeepSeek-V3's groups: a token picks its experts only inside its best groups, a group
+    /// scored by the sum of its two best biased scores (not its single best).
+    #[test]
+    fn group_limited_routing_keeps_the_best_groups_by_their_top_two() {
+        // Four groups of two. Group 0 holds the single best expert (3.0) but a poor second
+        // (-3.0); group 1's pair (1.0, 1.0) and group 2's (0.9, 0.9) sum higher.
+        let logits = [3.0, -3.0, 1.0, 1.0, 0.9, 0.9, -1.0, -1.0];
+        let bias = [0.0; 8];
+        let grouped = SigmoidRouting {
+            n_group: 4,
+            topk_group: 2,
+            ..SigmoidRouting::ungrouped(3, true, 2.5)
+        };
+        let (ids, w) = route_sigmoid(&logits, &bias, grouped);
+        assert_eq!(ids, vec![2, 3, 4], "expert 0 is outside the kept groups");
+        let s = |x: f32| 1.0 / (1.0 + (-x).exp());
+        let total = 2.0 * s(1.0) + s(0.9);
+        assert!((w[2] - 2.5 * s(0.9) / total).abs() < 1e-6, "{w:?}");
+        // Without groups expert 0 leads.
+        let (ids, _) = route_sigmoid(&logits, &bias, SigmoidRouting::ungrouped(3, true, 1.0));
+        assert_eq!(ids, vec![0, 2, 3]);
+        // The bias moves the groups too: lifting expert 7 lifts group 3 over group 2.
+        let mut lifted = bias;
+        lifted[7] = 1.0;
+        let (ids, _) = route_sigmoid(&logits, &lifted, grouped);
+        assert_eq!(ids, vec![7, 2, 3]);
     }
 
     /// The grouped computation against a token-by-token, expert-by-expert loop.

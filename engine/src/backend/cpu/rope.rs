@@ -9,7 +9,7 @@ use crate::backend::RopeTables;
 
 /// cos/sin of each rotated pair at `pos`, computed as transformers does: f32 angle, f32
 /// cos/sin, times the table's scale.
-fn cos_sin(rope: &RopeTables, pos: u32) -> (Vec<f32>, Vec<f32>) {
+pub(super) fn cos_sin(rope: &RopeTables, pos: u32) -> (Vec<f32>, Vec<f32>) {
     rope.inv_freq
         .iter()
         .map(|f| {

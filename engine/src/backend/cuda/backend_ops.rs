@@ -275,6 +275,9 @@ impl Backend for CudaBackend {
             // Not yet: no Mamba-2 mixer or relu² kernels (Nemotron-H refuses to load here, by
             // name).
             Feature::NemotronH => false,
+            // Not yet: no latent-attention kernels or group-limited routing (DeepSeek-V3
+            // refuses to load here, by name).
+            Feature::DeepseekV3 => false,
         }
     }
 

@@ -1,0 +1,194 @@
+//! DeepSeek-V3's weights, by name, onto a backend: the attention's projections as released
+//! (kept as they are: `kv_b_proj` is read by the latent attention head by head), the dense
+//! MLPs and shared experts with gate|up fused, the routed experts stacked into `[E, 2·I, H]`
+//! (gate rows first) and `[E, H, I]` from either layout: per expert
+//! (`mlp.experts.{e}.{gate,up,down}_proj.weight`, the released checkpoints and what
+//! transformers 5 saves) or fused (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`,
+//! transformers 5's in-memory layout). The multi-token-prediction layer
+//! (`model.layers.{num_hidden_layers}.*`) is never asked for.
+
+use crate::backend::Backend;
+use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
+
+use super::DeepseekV3Config;
+use crate::models::llama::upload_err;
+
+/// How a layer makes its query `[T, nh·(nope + rope)]`.
+pub(super) enum QProj<B: Backend> {
+    /// `q_proj` `[nh·(nope + rope), H]`.
+    Direct(B::Tensor),
+    /// `q_b_proj(q_a_layernorm(q_a_proj(x)))`: `a` `[q_lora_rank, H]`, `norm` `[q_lora_rank]`,
+    /// `b` `[nh·(nope + rope), q_lora_rank]`.
+    Lora {
+        a: B::Tensor,
+        norm: B::Tensor,
+        b: B::Tensor,
+    },
+}
+
+/// A SwiGLU MLP: `down · (silu(g) * u)`, `g | u = gate_up · x`.
+pub(super) struct Dense<B: Backend> {
+    pub gate_up: B::Tensor, // [2·I, H], gate rows first
+    pub down: B::Tensor,    // [H, I]
+    pub width: usize,       // I
+}
+
+/// The routed experts and their router, and the shared experts (one SwiGLU of
+/// `n_shared_experts · moe_intermediate_size`).
+pub(super) struct Moe<B: Backend> {
+    pub router: B::Tensor,  // [E, H]
+    pub bias: B::Tensor,    // [E], e_score_correction_bias
+    pub gate_up: B::Tensor, // [E, 2·I, H], gate rows first
+    pub down: B::Tensor,    // [E, H, I]
+    pub shared: Option<Dense<B>>,
+}
+
+pub(super) enum Mlp<B: Backend> {
+    Dense(Dense<B>),
+    Moe(Moe<B>),
+}
+
+pub(super) struct Layer<B: Backend> {
+    pub input_norm: B::Tensor, // [H]
+    pub q: QProj<B>,
+    pub kv_a: B::Tensor,      // [kv_lora_rank + rope, H]
+    pub kv_norm: B::Tensor,   // [kv_lora_rank]
+    pub kv_b: B::Tensor,      // [nh·(nope + v), kv_lora_rank]
+    pub o: B::Tensor,         // [H, nh·v]
+    pub post_norm: B::Tensor, // [H]
+    pub mlp: Mlp<B>,
+}
+
+/// Layer `l` of the checkpoint.
+pub(super) fn layer<B: Backend>(
+    backend: &B,
+    c: &DeepseekV3Config,
+    w: &Weights,
+    l: usize,
+) -> Result<Layer<B>, LoadError> {
+    let up = |t: HostTensor<'_>| backend.upload(&t).map_err(upload_err);
+    let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
+    let norm = |name: &str, n: usize| w.get(name, &[n], TensorKind::Norm);
+    let (h, nh) = (c.base.hidden_size, c.base.num_attention_heads);
+    let (nope, rope, v, r) = (
+        c.qk_nope_head_dim,
+        c.qk_rope_head_dim,
+        c.v_head_dim,
+        c.kv_lora_rank,
+    );
+    let p = format!("model.layers.{l}");
+    let a = format!("{p}.self_attn");
+    let q_width = nh * (nope + rope);
+    let q = match c.q_lora_rank {
+        None => QProj::Direct(up(mat(&format!("{a}.q_proj.weight"), &[q_width, h])?)?),
+        Some(qr) => QProj::Lora {
+            a: up(mat(&format!("{a}.q_a_proj.weight"), &[qr, h])?)?,
+            norm: up(norm(&format!("{a}.q_a_layernorm.weight"), qr)?)?,
+            b: up(mat(&format!("{a}.q_b_proj.weight"), &[q_width, qr])?)?,
+        },
+    };
+    let mlp = if c.is_moe(l) {
+        Mlp::Moe(moe(backend, c, w, &p)?)
+    } else {
+        Mlp::Dense(dense(
+            backend,
+            w,
+            &format!("{p}.mlp"),
+            (h, c.base.intermediate_size),
+        )?)
+    };
+    Ok(Layer {
+        input_norm: up(norm(&format!("{p}.input_layernorm.weight"), h)?)?,
+        q,
+        kv_a: up(mat(
+            &format!("{a}.kv_a_proj_with_mqa.weight"),
+            &[r + rope, h],
+        )?)?,
+        kv_norm: up(norm(&format!("{a}.kv_a_layernorm.weight"), r)?)?,
+        kv_b: up(mat(
+            &format!("{a}.kv_b_proj.weight"),
+            &[nh * (nope + v), r],
+        )?)?,
+        o: up(mat(&format!("{a}.o_proj.weight"), &[h, nh * v])?)?,
+        post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
+        mlp,
+    })
+}
+
+/// The SwiGLU MLP under `m` (`{m}.gate_proj`, `up_proj`, `down_proj`) of width `i`.
+fn dense<B: Backend>(
+    backend: &B,
+    w: &Weights,
+    m: &str,
+    (h, i): (usize, usize),
+) -> Result<Dense<B>, LoadError> {
+    let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
+    let gate_up = HostTensor::concat_rows(&[
+        mat(&format!("{m}.gate_proj.weight"), &[i, h])?,
+        mat(&format!("{m}.up_proj.weight"), &[i, h])?,
+    ]);
+    Ok(Dense {
+        gate_up: backend.upload(&gate_up).map_err(upload_err)?,
+        down: backend
+            .upload(&mat(&format!("{m}.down_proj.weight"), &[h, i])?)
+            .map_err(upload_err)?,
+        width: i,
+    })
+}
+
+/// Layer `p`'s router, correction bias, routed and shared experts.
+fn moe<B: Backend>(
+    backend: &B,
+    c: &DeepseekV3Config,
+    w: &Weights,
+    p: &str,
+) -> Result<Moe<B>, LoadError> {
+    let up = |t: HostTensor<'_>| backend.upload(&t).map_err(upload_err);
+    let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
+    let (h, e, i) = (
+        c.base.hidden_size,
+        c.n_routed_experts,
+        c.moe_intermediate_size,
+    );
+    let m = format!("{p}.mlp");
+    let (gate_up, down) = if w.contains(&format!("{m}.experts.gate_up_proj")) {
+        (
+            mat(&format!("{m}.experts.gate_up_proj"), &[e, 2 * i, h])?,
+            mat(&format!("{m}.experts.down_proj"), &[e, h, i])?,
+        )
+    } else {
+        let mut gate_up = Vec::with_capacity(2 * e);
+        let mut down = Vec::with_capacity(e);
+        for x in 0..e {
+            let ex = format!("{m}.experts.{x}");
+            gate_up.push(mat(&format!("{ex}.gate_proj.weight"), &[i, h])?);
+            gate_up.push(mat(&format!("{ex}.up_proj.weight"), &[i, h])?);
+            down.push(mat(&format!("{ex}.down_proj.weight"), &[h, i])?);
+        }
+        (
+            HostTensor::concat_rows(&gate_up).reshaped(vec![e, 2 * i, h]),
+            HostTensor::concat_rows(&down).reshaped(vec![e, h, i]),
+        )
+    };
+    let shared = match c.n_shared_experts {
+        0 => None,
+        n => Some(dense(
+            backend,
+            w,
+            &format!("{m}.shared_experts"),
+            (h, n * i),
+        )?),
+    };
+    Ok(Moe {
+        router: up(mat(&format!("{m}.gate.weight"), &[e, h])?)?,
+        // The bias is a vector; a dummy source gives it one constant, which moves no choice.
+        bias: up(w.get(
+            &format!("{m}.gate.e_score_correction_bias"),
+            &[e],
+            TensorKind::Norm,
+        )?)?,
+        gate_up: up(gate_up)?,
+        down: up(down)?,
+        shared,
+    })
+}
