@@ -1,5 +1,5 @@
 //! Tensor parallelism's arithmetic on the CPU reference (issue 41, `parallel/mod.rs`): Qwen3
-//! (dense, MoE, FP8), Llama 3 and Mistral fixtures split over 2 to 4 ranks, run as threads with the in-process collective
+//! (dense, MoE, FP8), Llama 3, Mistral and Gemma 3 fixtures split over 2 to 4 ranks, run as threads with the in-process collective
 //! (`parallel::local::LocalGroup`), scores every position of the transformers fixtures'
 //! sequences as the unsharded model does (chunked prefill through each rank's paged cache, its
 //! own slice of the key/value heads). Splits that do not divide are refused by name.
@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use metrale_engine::backend::CpuBackend;
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
+use metrale_engine::models::gemma3::{Gemma3, Gemma3Config};
 use metrale_engine::models::llama::{Llama, LlamaConfig};
 use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::parallel::Collective;
@@ -42,6 +43,11 @@ fn scores(
         let cfg = dir.config().expect("config");
         let model =
             Qwen3::load_sharded(&b, &cfg, &weights, tp, &mut |_| {}).map_err(|e| err(&e))?;
+        score(&b, &model, tokens, 5, 5).map_err(|e| err(&e))
+    } else if name.starts_with("gemma3") {
+        let cfg = Gemma3Config::from_file(&dir.root.join("config.json")).expect("config");
+        let model =
+            Gemma3::load_sharded(&b, &cfg, &weights, tp, &mut |_| {}).map_err(|e| err(&e))?;
         score(&b, &model, tokens, 5, 5).map_err(|e| err(&e))
     } else {
         let cfg = LlamaConfig::from_file(&dir.root.join("config.json")).expect("config");
@@ -79,6 +85,9 @@ fn sharded_scores_equal_the_whole_models() {
         ("llama3-gqa-untied", [2, 4]),
         ("llama3-mha-tied", [2, 4]),
         ("mistral-sliding", [2, 4]),
+        // Gemma 3: local and global layers, post-norms after the all-reduces; tied, untied.
+        ("gemma3-sliding", [2, 4]),
+        ("gemma3-wide-window", [2, 4]),
     ] {
         for seq in &reference(name).sequences {
             let want = scores(name, None, &seq.tokens).expect("the whole model");

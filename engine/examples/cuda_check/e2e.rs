@@ -26,6 +26,7 @@ use metrale_engine::models::gemma3::{Gemma3, Gemma3Config};
 use metrale_engine::models::gpt_oss::{GptOss, GptOssConfig};
 use metrale_engine::models::llama::{Llama, LlamaConfig};
 use metrale_engine::models::minimax_m2::{MiniMaxM2, MiniMaxM2Config};
+use metrale_engine::models::nemotron_h::{NemotronH, NemotronHConfig};
 use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::models::qwen3_5;
 use metrale_engine::models::registry::{self, Family};
@@ -282,6 +283,18 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
             let on_cpu =
                 |b: &CpuBackend, w: &Weights| Ok(DeepseekV3::load(b, &dcfg, w, &mut |_| {})?);
             let on_cuda = |w: &Weights| Ok(DeepseekV3::load(cuda, &dcfg, w, &mut |_| {})?);
+            let checks = (&reference, &bounds);
+            return family(cuda, name, checks, (&on_cpu, &on_cuda), inputs, report);
+        }
+        Family::NemotronH => {
+            if !cuda.supports(Feature::NemotronH) {
+                report.summary_line(format!("{name}: skipped, NemotronH is not on this backend"));
+                return Ok(());
+            }
+            let ncfg = NemotronHConfig::from_file(&dir.root.join("config.json"))?;
+            let on_cpu =
+                |b: &CpuBackend, w: &Weights| Ok(NemotronH::load(b, &ncfg, w, &mut |_| {})?);
+            let on_cuda = |w: &Weights| Ok(NemotronH::load(cuda, &ncfg, w, &mut |_| {})?);
             let checks = (&reference, &bounds);
             return family(cuda, name, checks, (&on_cpu, &on_cuda), inputs, report);
         }

@@ -80,18 +80,17 @@ fn build(cuda: &CudaBackend, c: &ModelConfig) -> Result<Qwen3<CudaBackend>> {
         Some(rnd(&[v, h])?)
     };
     let (inv_freq, scale) = c.rope.inv_freq(hd);
-    Ok(Qwen3 {
-        config: c.clone(),
-        embed,
-        layers,
-        norm: ones(h)?,
+    let rope = RopeTables {
+        rotary_dim: 2 * inv_freq.len(),
+        inv_freq,
+        scale,
+    };
+    Ok(Qwen3::from_parts(
+        c.clone(),
+        (embed, layers, ones(h)?),
         lm_head,
-        rope: RopeTables {
-            rotary_dim: 2 * inv_freq.len(),
-            inv_freq,
-            scale,
-        },
-    })
+        rope,
+    ))
 }
 
 /// Bytes of weights a decode step reads: every layer, the final norm and the LM head (the

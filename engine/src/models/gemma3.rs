@@ -23,7 +23,11 @@ use crate::loader::config::RopeConfig;
 use crate::loader::{DType, HostData, HostTensor, LoadError, TensorKind, Weights};
 
 use super::llama::{text_weight_names, upload_err};
-use super::{KvStorage, Model, all_layers_kv, all_layers_kv_bytes, check_backend, lm_head_logits};
+use super::{
+    KvStorage, Model, all_layers_kv_bytes_of, all_layers_kv_of, check_backend, lm_head_logits,
+};
+use crate::parallel::Collective;
+use crate::parallel::plan::{Plan, Tp};
 
 mod config;
 
@@ -49,9 +53,13 @@ pub struct Gemma3<B: Backend> {
     embed: B::Tensor, // [V, H], unscaled
     layers: Vec<Layer<B>>,
     norm: B::Tensor,            // [H], 1 + w
-    lm_head: Option<B::Tensor>, // [V, H]; None when tied to `embed`
+    lm_head: Option<B::Tensor>, // [V, H] (this rank's rows); None when tied to `embed`
     global_rope: RopeTables,
     local_rope: RopeTables,
+    /// The tensor-parallel group this model is a rank of (none: the whole model).
+    tp: Tp<B>,
+    /// This rank's query heads, key/value heads and MLP width.
+    local: (usize, usize, usize),
 }
 
 fn tables(rope: &RopeConfig, head_dim: usize) -> RopeTables {
@@ -70,6 +78,18 @@ impl<B: Backend> Gemma3<B> {
         backend: &B,
         config: &Gemma3Config,
         w: &Weights,
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
+        Self::load_sharded(backend, config, w, None, layer_done)
+    }
+
+    /// [`Gemma3::load`] as one rank of `tp`'s group (`parallel/plan.rs`'s cuts; the
+    /// all-reduces come before the post-norms, which need whole sums).
+    pub fn load_sharded(
+        backend: &B,
+        config: &Gemma3Config,
+        w: &Weights,
+        tp: Option<std::sync::Arc<dyn Collective<B>>>,
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
         let c = &config.base;
@@ -105,30 +125,32 @@ impl<B: Backend> Gemma3<B> {
             })
         };
         let (model, head_name) = text_weight_names(w, &c.architecture);
+        let tp = Tp(tp);
+        let plan = Plan::new(tp.shard(), (nh, nkv, hd), i, c.vocab_size)?;
 
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for (l, &sliding) in config.sliding.iter().enumerate() {
             let p = format!("{model}.layers.{l}");
             let a = format!("{p}.self_attn");
-            let qkv = HostTensor::concat_rows(&[
+            let qkv = plan.qkv(
                 mat(&format!("{a}.q_proj.weight"), &[nh * hd, h])?,
                 mat(&format!("{a}.k_proj.weight"), &[nkv * hd, h])?,
                 mat(&format!("{a}.v_proj.weight"), &[nkv * hd, h])?,
-            ]);
-            let gate_up = HostTensor::concat_rows(&[
+            );
+            let gate_up = plan.gate_up(
                 mat(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
                 mat(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
-            ]);
+            );
             layers.push(Layer {
                 input_norm: norm(&format!("{p}.input_layernorm.weight"), h)?,
                 qkv: up(qkv)?,
                 q_norm: norm(&format!("{a}.q_norm.weight"), hd)?,
                 k_norm: norm(&format!("{a}.k_norm.weight"), hd)?,
-                o: up(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?)?,
+                o: up(plan.o(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?))?,
                 post_attn_norm: norm(&format!("{p}.post_attention_layernorm.weight"), h)?,
                 pre_mlp_norm: norm(&format!("{p}.pre_feedforward_layernorm.weight"), h)?,
                 gate_up: up(gate_up)?,
-                down: up(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?)?,
+                down: up(plan.down(mat(&format!("{p}.mlp.down_proj.weight"), &[h, i])?))?,
                 post_mlp_norm: norm(&format!("{p}.post_feedforward_layernorm.weight"), h)?,
                 sliding,
             });
@@ -138,7 +160,13 @@ impl<B: Backend> Gemma3<B> {
             &format!("{model}.embed_tokens.weight"),
             &[c.vocab_size, h],
         )?)?;
-        let lm_head = if c.tie_word_embeddings {
+        let embed_name = format!("{model}.embed_tokens.weight");
+        let sharded = plan.head_rows(c.tie_word_embeddings, (&embed_name, &head_name), |n| {
+            mat(n, &[c.vocab_size, h])
+        })?;
+        let lm_head = if let Some(rows) = sharded {
+            Some(up(rows)?)
+        } else if c.tie_word_embeddings {
             None
         } else {
             Some(up(mat(&head_name, &[c.vocab_size, h])?)?)
@@ -151,6 +179,8 @@ impl<B: Backend> Gemma3<B> {
             lm_head,
             global_rope: tables(&config.global_rope, hd),
             local_rope: tables(&config.local_rope, hd),
+            tp,
+            local: plan.local(),
         })
     }
 }
@@ -164,15 +194,9 @@ impl<B: Backend> Model<B> for Gemma3<B> {
         kv: &mut KvStorage<B>,
     ) -> Result<B::Tensor> {
         let c = &self.config.base;
-        let (t, h, hd, nh, nkv, i, eps) = (
-            host.num_tokens(),
-            c.hidden_size,
-            c.head_dim,
-            c.num_attention_heads,
-            c.num_key_value_heads,
-            c.intermediate_size,
-            c.rms_norm_eps,
-        );
+        let (t, h, hd, eps) = (host.num_tokens(), c.hidden_size, c.head_dim, c.rms_norm_eps);
+        // This rank's heads and MLP width (all of them without a group).
+        let (nh, nkv, i) = self.local;
         let scale = (1.0 / self.config.query_pre_attn_scalar.sqrt()) as f32;
         let mut x = b.zeros(&[t, h])?; // residual stream [T, H]
         let mut xn = b.zeros(&[t, h])?; // normalised input of a sub-block [T, H]
@@ -213,6 +237,7 @@ impl<B: Backend> Model<B> for Gemma3<B> {
                 _ => b.paged_attention(&mut attn, &qkv, &kv.k[l], &kv.v[l], batch, nh, scale)?,
             }
             b.matmul(&mut proj, &attn, &layer.o)?;
+            self.tp.all_reduce(b, &mut proj)?;
             // x += post_attn_norm(attention); xn = pre_mlp_norm(x)
             b.rms_norm(&mut normed, &proj, &layer.post_attn_norm, eps)?;
             b.add_rms_norm(&mut xn, &mut x, &normed, &layer.pre_mlp_norm, eps)?;
@@ -220,6 +245,7 @@ impl<B: Backend> Model<B> for Gemma3<B> {
             b.matmul(&mut gate_up, &xn, &layer.gate_up)?;
             b.gelu_tanh_mul(&mut act, &gate_up)?;
             b.matmul(&mut proj, &act, &layer.down)?;
+            self.tp.all_reduce(b, &mut proj)?;
             // x += post_mlp_norm(mlp); xn = next block's input norm (or the final norm)
             b.rms_norm(&mut normed, &proj, &layer.post_mlp_norm, eps)?;
             let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
@@ -227,7 +253,8 @@ impl<B: Backend> Model<B> for Gemma3<B> {
         }
         // logits = norm(x)[rows] · lm_headᵀ
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        lm_head_logits(b, &xn, host, batch, head)
+        self.tp
+            .logits(b, lm_head_logits(b, &xn, host, batch, head)?)
     }
 
     fn new_kv_storage(
@@ -236,11 +263,16 @@ impl<B: Backend> Model<B> for Gemma3<B> {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<KvStorage<B>> {
-        all_layers_kv(backend, &self.config.base, num_blocks, block_size)
+        all_layers_kv_of(
+            backend,
+            &self.config.base,
+            self.local.1,
+            (num_blocks, block_size),
+        )
     }
 
     fn kv_bytes_per_token(&self, backend: &B) -> usize {
-        all_layers_kv_bytes(backend, &self.config.base)
+        all_layers_kv_bytes_of(backend, &self.config.base, self.local.1)
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

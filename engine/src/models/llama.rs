@@ -17,7 +17,9 @@ use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
 use crate::parallel::Collective;
 use crate::parallel::plan::{Plan, Tp};
 
-use super::{KvStorage, Model, check_backend, lm_head_logits};
+use super::{
+    KvStorage, Model, all_layers_kv_bytes_of, all_layers_kv_of, check_backend, lm_head_logits,
+};
 
 mod config;
 
@@ -144,13 +146,12 @@ impl<B: Backend> Llama<B> {
         )?)?;
         // A tied checkpoint may still carry lm_head.weight (a copy); untied ones must. A rank
         // of several keeps its vocabulary rows of the head, tied or not.
-        let lm_head = if plan.shard.world > 1 {
-            let name = if c.tie_word_embeddings {
-                format!("{model}.embed_tokens.weight")
-            } else {
-                head_name
-            };
-            Some(up(plan.head(mat(&name, &[c.vocab_size, h])?))?)
+        let embed_name = format!("{model}.embed_tokens.weight");
+        let sharded = plan.head_rows(c.tie_word_embeddings, (&embed_name, &head_name), |n| {
+            mat(n, &[c.vocab_size, h])
+        })?;
+        let lm_head = if let Some(rows) = sharded {
+            Some(up(rows)?)
         } else if c.tie_word_embeddings {
             None
         } else {
@@ -242,21 +243,16 @@ impl<B: Backend> Model<B> for Llama<B> {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<KvStorage<B>> {
-        let c = &self.config.base;
-        let layers = c.num_hidden_layers;
-        KvStorage::new(
+        all_layers_kv_of(
             backend,
-            layers,
-            num_blocks,
-            block_size,
+            &self.config.base,
             self.local.1,
-            c.head_dim,
+            (num_blocks, block_size),
         )
     }
 
     fn kv_bytes_per_token(&self, backend: &B) -> usize {
-        let c = &self.config.base;
-        2 * c.num_hidden_layers * self.local.1 * backend.kv_head_bytes(c.head_dim)
+        all_layers_kv_bytes_of(backend, &self.config.base, self.local.1)
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

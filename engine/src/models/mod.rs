@@ -170,19 +170,32 @@ pub(crate) fn all_layers_kv<B: Backend>(
     num_blocks: usize,
     block_size: usize,
 ) -> Result<KvStorage<B>> {
-    KvStorage::new(
-        backend,
-        c.num_hidden_layers,
-        num_blocks,
-        block_size,
-        c.num_key_value_heads,
-        c.head_dim,
-    )
+    all_layers_kv_of(backend, c, c.num_key_value_heads, (num_blocks, block_size))
+}
+
+/// [`all_layers_kv`] with `nkv` key/value heads a layer (a tensor-parallel rank's share).
+pub(crate) fn all_layers_kv_of<B: Backend>(
+    backend: &B,
+    c: &ModelConfig,
+    nkv: usize,
+    (num_blocks, block_size): (usize, usize),
+) -> Result<KvStorage<B>> {
+    let layers = c.num_hidden_layers;
+    KvStorage::new(backend, layers, num_blocks, block_size, nkv, c.head_dim)
 }
 
 /// Bytes one cached token takes in [`all_layers_kv`]'s cache (k and v of every layer).
 pub(crate) fn all_layers_kv_bytes<B: Backend>(backend: &B, c: &ModelConfig) -> usize {
-    2 * c.num_hidden_layers * c.num_key_value_heads * backend.kv_head_bytes(c.head_dim)
+    all_layers_kv_bytes_of(backend, c, c.num_key_value_heads)
+}
+
+/// [`all_layers_kv_bytes`] with `nkv` key/value heads a layer.
+pub(crate) fn all_layers_kv_bytes_of<B: Backend>(
+    backend: &B,
+    c: &ModelConfig,
+    nkv: usize,
+) -> usize {
+    2 * c.num_hidden_layers * nkv * backend.kv_head_bytes(c.head_dim)
 }
 
 /// Activation bytes of a forward of `tokens` tokens (`logits_rows` of them scored) through a

@@ -21,7 +21,9 @@ use crate::parallel::Collective;
 use crate::parallel::plan::{Plan, Tp};
 
 use super::qwen3_moe::SparseMoe;
-use super::{KvStorage, Model, check_backend, lm_head_logits};
+use super::{
+    KvStorage, Model, all_layers_kv_bytes_of, all_layers_kv_of, check_backend, lm_head_logits,
+};
 
 /// A decoder layer's MLP.
 pub enum Mlp<B: Backend> {
@@ -147,14 +149,14 @@ impl<B: Backend> Qwen3<B> {
         let embed = up(mat("model.embed_tokens.weight", &[c.vocab_size, h])?)?;
         // A tied checkpoint may still carry lm_head.weight (a copy); untied ones must. A tied
         // head is the embedding, unless --requantize gives the head its own format.
-        let lm_head = if sh.world > 1 {
-            // This rank's vocabulary rows, tied or not.
-            let name = if c.tie_word_embeddings {
-                "model.embed_tokens.weight"
-            } else {
-                "lm_head.weight"
-            };
-            Some(up(plan.head(mat(name, &[c.vocab_size, h])?))?)
+        let shape = [c.vocab_size, h];
+        let sharded = plan.head_rows(
+            c.tie_word_embeddings,
+            ("model.embed_tokens.weight", "lm_head.weight"),
+            |n| mat(n, &shape),
+        )?;
+        let lm_head = if let Some(rows) = sharded {
+            Some(up(rows)?)
         } else if c.tie_word_embeddings {
             w.tied_head("model.embed_tokens.weight", &[c.vocab_size, h])?
                 .map(up)
@@ -178,6 +180,31 @@ impl<B: Backend> Qwen3<B> {
             tp,
             local: plan.local(),
         })
+    }
+
+    /// The whole model from weights already on the backend (benchmarks build random ones).
+    pub fn from_parts(
+        config: ModelConfig,
+        (embed, layers, norm): (B::Tensor, Vec<Layer<B>>, B::Tensor),
+        lm_head: Option<B::Tensor>,
+        rope: RopeTables,
+    ) -> Self {
+        let c = &config;
+        let local = (
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.intermediate_size,
+        );
+        Self {
+            config,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            rope,
+            tp: Tp(None),
+            local,
+        }
     }
 
     fn has_dense_mlp(&self) -> bool {
@@ -258,20 +285,16 @@ impl<B: Backend> Model<B> for Qwen3<B> {
         num_blocks: usize,
         block_size: usize,
     ) -> Result<KvStorage<B>> {
-        let c = &self.config;
-        KvStorage::new(
+        all_layers_kv_of(
             backend,
-            c.num_hidden_layers,
-            num_blocks,
-            block_size,
+            &self.config,
             self.local.1,
-            c.head_dim,
+            (num_blocks, block_size),
         )
     }
 
     fn kv_bytes_per_token(&self, backend: &B) -> usize {
-        let c = &self.config;
-        2 * c.num_hidden_layers * self.local.1 * backend.kv_head_bytes(c.head_dim)
+        all_layers_kv_bytes_of(backend, &self.config, self.local.1)
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

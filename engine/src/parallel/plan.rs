@@ -77,9 +77,20 @@ impl Plan {
         shard::cols_of(self.shard, down, self.width.clone())
     }
 
-    /// The LM head's rows of this rank's vocabulary.
-    pub fn head<'a>(&self, head: HostTensor<'a>) -> HostTensor<'a> {
-        shard::rows_of(self.shard, head, self.vocab.clone())
+    /// The head a rank of several keeps: its vocabulary rows of `head` (or of `embed` when
+    /// the head is `tied` to it), read by `get`; `None` for a group of one, whose head is the
+    /// family's own choice.
+    pub fn head_rows<'a>(
+        &self,
+        tied: bool,
+        (embed, head): (&str, &str),
+        get: impl Fn(&str) -> std::result::Result<HostTensor<'a>, LoadError>,
+    ) -> std::result::Result<Option<HostTensor<'a>>, LoadError> {
+        if self.shard.world == 1 {
+            return Ok(None);
+        }
+        let t = get(if tied { embed } else { head })?;
+        Ok(Some(shard::rows(&t, self.vocab.clone())))
     }
 
     /// (query heads, key/value heads, MLP width) this rank computes.
