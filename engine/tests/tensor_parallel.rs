@@ -1,5 +1,5 @@
 //! Tensor parallelism's arithmetic on the CPU reference (issue 41, `parallel/mod.rs`): Qwen3
-//! (dense, MoE, FP8), Llama 3, Mistral and Gemma 3 fixtures split over 2 to 4 ranks, run as threads with the in-process collective
+//! (dense, MoE, FP8), the Qwen3.5 hybrids, Llama 3, Mistral and Gemma 3 fixtures split over 2 to 4 ranks, run as threads with the in-process collective
 //! (`parallel::local::LocalGroup`), scores every position of the transformers fixtures'
 //! sequences as the unsharded model does (chunked prefill through each rank's paged cache, its
 //! own slice of the key/value heads). Splits that do not divide are refused by name.
@@ -11,6 +11,7 @@ use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::gemma3::{Gemma3, Gemma3Config};
 use metrale_engine::models::llama::{Llama, LlamaConfig};
 use metrale_engine::models::qwen3::Qwen3;
+use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
 use metrale_engine::parallel::Collective;
 use metrale_engine::parallel::local::LocalGroup;
 use metrale_engine::score::{PositionScore, score};
@@ -22,6 +23,11 @@ use reference_support::{model_dir, reference};
 /// GEMM does, and a log-prob (a logit less the log-sum-exp over the vocabulary) carries two
 /// such roundings (measured: 1.05e-5 at most, Llama MHA at TP=4).
 const TOLERANCE: f32 = 2e-5;
+/// The Qwen3.5 hybrids' Gated DeltaNet state carries each token's differently rounded sums
+/// into every later one (measured: 7.0e-5 dense, 1.5e-4 MoE on a top-5 entry, growing along
+/// the sequence from under 2e-5 at its start; prefill in chunks of 5 against 7 alone moves the
+/// unsharded MoE model by 1.8e-5). One rank's value heads moved by one head fails it.
+const RECURRENT_TOLERANCE: f32 = 5e-4;
 
 fn open(name: &str) -> (ModelDir, Weights) {
     let dir = ModelDir::open(&model_dir(name)).expect("fixture checkpoint");
@@ -39,7 +45,12 @@ fn scores(
     let (dir, weights) = open(name);
     let b = CpuBackend::default();
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    if name.starts_with("qwen3") {
+    if name.starts_with("qwen3_5") {
+        let cfg = Qwen3_5Config::from_file(&dir.root.join("config.json")).expect("config");
+        let model = Qwen3_5::load_sharded(&b, &cfg, &weights, (false, tp), &mut |_| {})
+            .map_err(|e| err(&e))?;
+        score(&b, &model, tokens, 5, 5).map_err(|e| err(&e))
+    } else if name.starts_with("qwen3") {
         let cfg = dir.config().expect("config");
         let model =
             Qwen3::load_sharded(&b, &cfg, &weights, tp, &mut |_| {}).map_err(|e| err(&e))?;
@@ -85,12 +96,22 @@ fn sharded_scores_equal_the_whole_models() {
         ("llama3-gqa-untied", [2, 4]),
         ("llama3-mha-tied", [2, 4]),
         ("mistral-sliding", [2, 4]),
+        // The Qwen3.5 hybrids: Gated DeltaNet and gated attention by heads (2 key heads: at
+        // most 2 ranks), the recurrent state carried between chunks; dense, and MoE with its
+        // shared expert.
+        ("qwen3_5-hybrid-dense", [2, 2]),
+        ("qwen3_5-hybrid-moe", [2, 2]),
         // Gemma 3: local and global layers, post-norms after the all-reduces; tied, untied.
         ("gemma3-sliding", [2, 4]),
         ("gemma3-wide-window", [2, 4]),
     ] {
         for seq in &reference(name).sequences {
             let want = scores(name, None, &seq.tokens).expect("the whole model");
+            let tolerance = if name.starts_with("qwen3_5") {
+                RECURRENT_TOLERANCE
+            } else {
+                TOLERANCE
+            };
             for world in worlds {
                 let mut max_diff = 0f32;
                 for (rank, got) in sharded(name, world, &seq.tokens)
@@ -103,12 +124,12 @@ fn sharded_scores_equal_the_whole_models() {
                         let at = format!("{name} TP={world} rank {rank} position {p}");
                         if let (Some(g), Some(w)) = (g.logprob, w.logprob) {
                             max_diff = max_diff.max((g - w).abs());
-                            assert!((g - w).abs() <= TOLERANCE, "{at}: {g} against {w}");
+                            assert!((g - w).abs() <= tolerance, "{at}: {g} against {w}");
                         }
                         for ((gi, gl), (wi, wl)) in g.top.iter().zip(&w.top) {
-                            assert!((gl - wl).abs() <= TOLERANCE, "{at}: top {gl} against {wl}");
+                            assert!((gl - wl).abs() <= tolerance, "{at}: top {gl} against {wl}");
                             // Ids agree unless two log-probs tie within the tolerance.
-                            assert!(gi == wi || (gl - wl).abs() <= TOLERANCE, "{at}: top ids");
+                            assert!(gi == wi || (gl - wl).abs() <= tolerance, "{at}: top ids");
                         }
                     }
                 }
@@ -123,4 +144,6 @@ fn splits_that_do_not_divide_are_refused_by_name() {
     let e = sharded("qwen3-mha-untied", 4, &[1, 2, 3]).expect_err("6 heads over 4 ranks");
     assert!(e.contains("num_attention_heads = 6"), "{e}");
     assert!(e.contains("tensor-parallel size of 4"), "{e}");
+    let e = sharded("qwen3_5-hybrid-dense", 4, &[1, 2, 3]).expect_err("2 key heads over 4");
+    assert!(e.contains("linear_num_key_heads = 2"), "{e}");
 }

@@ -34,12 +34,15 @@ use crate::loader::{DType, HostData, HostTensor, LoadError, TensorKind, Weights}
 
 use super::qwen3_moe::SparseMoe;
 use super::{KvStorage, Model, StateSpec, StateStorage, lm_head_logits};
-use crate::parallel::Shard;
+use crate::parallel::Collective;
+use crate::parallel::plan::Tp;
+use shard::Cut;
 
 mod config;
 mod linear;
 mod mtp;
 mod sequence;
+mod shard;
 
 pub use config::{LayerType, Qwen3_5Config};
 pub use sequence::SequenceState;
@@ -123,6 +126,9 @@ pub struct Qwen3_5<B: Backend = CpuBackend> {
     rope: RopeTables, // partial: the first `rotary_dim` channels of a head
     num_linear: usize,
     num_full: usize,
+    /// The tensor-parallel group this model is a rank of (none: the whole model); `config`
+    /// then holds the rank's head counts and widths (`qwen3_5/shard.rs`).
+    tp: Tp<B>,
 }
 
 /// Host values as a loader tensor (f32).
@@ -175,7 +181,7 @@ fn shape_err(message: String) -> BackendError {
 /// One decoder layer under `p` (`model.layers.{l}`, or `mtp.layers.0`): its mixer (the
 /// `index`-th of its kind: its state or KV cache entry) and its MLP.
 fn load_layer<B: HybridOps>(
-    up: &Up<'_, B>,
+    (up, cut): (&Up<'_, B>, &Cut),
     config: &Qwen3_5Config,
     w: &Weights,
     p: &str,
@@ -196,33 +202,43 @@ fn load_layer<B: HybridOps>(
     let swiglu = |p: &str, i: usize| -> std::result::Result<SwiGlu<B>, LoadError> {
         Ok(SwiGlu {
             gate_up: up.t(HostTensor::concat_rows(&[
-                mat(&format!("{p}.gate_proj.weight"), &[i, h])?,
-                mat(&format!("{p}.up_proj.weight"), &[i, h])?,
+                cut.mlp(mat(&format!("{p}.gate_proj.weight"), &[i, h])?, true),
+                cut.mlp(mat(&format!("{p}.up_proj.weight"), &[i, h])?, true),
             ]))?,
-            down: up.t(mat(&format!("{p}.down_proj.weight"), &[h, i])?)?,
+            down: up.t(cut.mlp(mat(&format!("{p}.down_proj.weight"), &[h, i])?, false))?,
         })
     };
     let mixer = match kind {
         LayerType::LinearAttention => {
             let a = format!("{p}.linear_attn");
-            let a_log = norm(&format!("{a}.A_log"), s.nv)?.to_f32();
+            // The rank's value heads of a per-head vector (all of them without a group).
+            let per_head = |name: &str| -> std::result::Result<Vec<f32>, LoadError> {
+                Ok(cut
+                    .value_heads(norm(&format!("{a}.{name}"), s.nv)?, 1)
+                    .to_f32())
+            };
+            let a_log = per_head("A_log")?;
             let neg_a: Vec<f32> = a_log.iter().map(|x| -x.exp()).collect();
+            let dt_bias = per_head("dt_bias")?;
             let k = config.conv_kernel;
+            let conv = mat(&format!("{a}.conv1d.weight"), &[conv_dim, 1, k])?;
+            let conv = cut.delta_qkv(config, conv).to_f32();
+            let proj = |n: &str, rows: usize| mat(&format!("{a}.{n}.weight"), &[rows, h]);
             Mixer::Linear(LinearAttn {
                 in_proj: up.t(HostTensor::concat_rows(&[
-                    mat(&format!("{a}.in_proj_qkv.weight"), &[conv_dim, h])?,
-                    mat(&format!("{a}.in_proj_z.weight"), &[s.nv * s.dv, h])?,
-                    mat(&format!("{a}.in_proj_b.weight"), &[s.nv, h])?,
-                    mat(&format!("{a}.in_proj_a.weight"), &[s.nv, h])?,
+                    cut.delta_qkv(config, proj("in_proj_qkv", conv_dim)?),
+                    cut.value_heads(proj("in_proj_z", s.nv * s.dv)?, s.dv),
+                    cut.value_heads(proj("in_proj_b", s.nv)?, 1),
+                    cut.value_heads(proj("in_proj_a", s.nv)?, 1),
                 ]))?,
-                conv: up.f32(
-                    &[conv_dim, k],
-                    &mat(&format!("{a}.conv1d.weight"), &[conv_dim, 1, k])?.to_f32(),
-                )?,
-                neg_a: up.f32(&[s.nv], &neg_a)?,
-                dt_bias: up.f32(&[s.nv], &norm(&format!("{a}.dt_bias"), s.nv)?.to_f32())?,
+                conv: up.f32(&[conv.len() / k, k], &conv)?,
+                neg_a: up.f32(&[neg_a.len()], &neg_a)?,
+                dt_bias: up.f32(&[dt_bias.len()], &dt_bias)?,
                 norm: up.f32(&[s.dv], &norm(&format!("{a}.norm.weight"), s.dv)?.to_f32())?,
-                out: up.t(mat(&format!("{a}.out_proj.weight"), &[h, s.nv * s.dv])?)?,
+                out: up.t(cut.delta_out(
+                    mat(&format!("{a}.out_proj.weight"), &[h, s.nv * s.dv])?,
+                    s.dv,
+                ))?,
                 state: index,
             })
         }
@@ -230,27 +246,34 @@ fn load_layer<B: HybridOps>(
             let a = format!("{p}.self_attn");
             // q_proj holds each head's query then its gate: split them into q rows (fused
             // with k and v) and gate rows.
+            // The rank's heads only, with a group.
             let q_gate = mat(&format!("{a}.q_proj.weight"), &[nh * 2 * hd, h])?.to_f32();
             let (mut q, mut gate) = (Vec::new(), Vec::new());
-            for head in q_gate.chunks(2 * hd * h) {
-                q.extend_from_slice(&head[..hd * h]);
-                gate.extend_from_slice(&head[hd * h..]);
+            for (i, head) in q_gate.chunks(2 * hd * h).enumerate() {
+                if cut.has_q_head(i) {
+                    q.extend_from_slice(&head[..hd * h]);
+                    gate.extend_from_slice(&head[hd * h..]);
+                }
             }
-            q.extend(mat(&format!("{a}.k_proj.weight"), &[nkv * hd, h])?.to_f32());
-            q.extend(mat(&format!("{a}.v_proj.weight"), &[nkv * hd, h])?.to_f32());
+            let kv = |n: &str| -> std::result::Result<Vec<f32>, LoadError> {
+                let t = mat(&format!("{a}.{n}_proj.weight"), &[nkv * hd, h])?;
+                Ok(cut.kv_rows(t, hd).to_f32())
+            };
+            q.extend(kv("k")?);
+            q.extend(kv("v")?);
             Mixer::Full(FullAttn {
-                qkv: up.t(host_f32(vec![(nh + 2 * nkv) * hd, h], &q))?,
-                gate: up.t(host_f32(vec![nh * hd, h], &gate))?,
+                qkv: up.t(host_f32(vec![q.len() / h, h], &q))?,
+                gate: up.t(host_f32(vec![gate.len() / h, h], &gate))?,
                 q_norm: up.plus_one(norm(&format!("{a}.q_norm.weight"), hd)?)?,
                 k_norm: up.plus_one(norm(&format!("{a}.k_norm.weight"), hd)?)?,
-                o: up.t(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?)?,
+                o: up.t(cut.o(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?, hd))?,
                 cache: index,
             })
         }
     };
     let mlp = match (&c.moe, config.shared_expert_intermediate_size) {
         (Some(moe), Some(shared)) => Mlp::Sparse(Box::new(MoeMlp {
-            experts: SparseMoe::load(w, moe, (h, Shard::WHOLE), &format!("{p}.mlp"), &|t| up.t(t))?,
+            experts: SparseMoe::load(w, moe, (h, cut.shard), &format!("{p}.mlp"), &|t| up.t(t))?,
             shared: swiglu(&format!("{p}.mlp.shared_expert"), shared)?,
             shared_gate: up.t(mat(&format!("{p}.mlp.shared_expert_gate.weight"), &[1, h])?)?,
         })),
@@ -300,6 +323,27 @@ impl<B: HybridOps> Qwen3_5<B> {
         mtp: bool,
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
+        Self::load_sharded(backend, config, w, (mtp, None), layer_done)
+    }
+
+    /// [`Qwen3_5::load_on`] as one rank of `tp`'s group (`qwen3_5/shard.rs`); the MTP head
+    /// is not split yet, so a group of several refuses `mtp`.
+    pub fn load_sharded(
+        backend: &B,
+        config: &Qwen3_5Config,
+        w: &Weights,
+        (mtp, tp): (bool, Option<std::sync::Arc<dyn Collective<B>>>),
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
+        let tp = Tp(tp);
+        let cut = Cut::new(config, tp.shard())?;
+        if mtp && cut.shard.world > 1 {
+            return Err(LoadError::UnsupportedOnDevice(
+                "--speculative with a tensor-parallel size above 1 is not built yet (the MTP \
+                 head is not split over ranks): serve without --speculative"
+                    .into(),
+            ));
+        }
         if !backend.supports(Feature::HybridLayers) {
             return Err(LoadError::UnsupportedOnDevice(NO_HYBRID_LAYERS.into()));
         }
@@ -318,7 +362,7 @@ impl<B: HybridOps> Qwen3_5<B> {
                 LayerType::FullAttention => &mut num_full,
             };
             let p = format!("{root}.layers.{l}");
-            layers.push(load_layer(&up, config, w, &p, *kind, *index)?);
+            layers.push(load_layer((&up, &cut), config, w, &p, *kind, *index)?);
             *index += 1;
             layer_done(l + 1);
         }
@@ -333,7 +377,7 @@ impl<B: HybridOps> Qwen3_5<B> {
             }
             // Its attention layer's keys and values go in the cache layer after the target's.
             let full = LayerType::FullAttention;
-            let layer = load_layer(&up, config, w, "mtp.layers.0", full, num_full)?;
+            let layer = load_layer((&up, &cut), config, w, "mtp.layers.0", full, num_full)?;
             let fc = mat("mtp.fc.weight", &[h, 2 * h])?.to_f32();
             let half = |second: bool| -> Vec<f32> {
                 fc.chunks(2 * h)
@@ -356,8 +400,16 @@ impl<B: HybridOps> Qwen3_5<B> {
             &format!("{root}.embed_tokens.weight"),
             &[c.vocab_size, h],
         )?)?;
-        // A tied head is the embedding, unless --requantize gives the head its own format.
-        let lm_head = if c.tie_word_embeddings {
+        // A tied head is the embedding, unless --requantize gives the head its own format. A
+        // rank of several keeps its vocabulary rows of either.
+        let lm_head = if cut.shard.world > 1 {
+            let name = match c.tie_word_embeddings {
+                true => format!("{root}.embed_tokens.weight"),
+                false => "lm_head.weight".to_owned(),
+            };
+            let head = mat(&name, &[c.vocab_size, h])?;
+            Some(up.t(crate::parallel::shard::rows(&head, cut.vocab.clone()))?)
+        } else if c.tie_word_embeddings {
             let embed_name = format!("{root}.embed_tokens.weight");
             match w.tied_head(&embed_name, &[c.vocab_size, h])? {
                 Some(head) => Some(up.t(head)?),
@@ -374,7 +426,7 @@ impl<B: HybridOps> Qwen3_5<B> {
         };
         let (inv_freq, scale) = c.rope.inv_freq(c.head_dim);
         Ok(Self {
-            config: config.clone(),
+            config: cut.local(config),
             embed,
             layers,
             mtp,
@@ -388,6 +440,7 @@ impl<B: HybridOps> Qwen3_5<B> {
             },
             num_linear,
             num_full,
+            tp,
         })
     }
 
@@ -513,6 +566,7 @@ impl<B: HybridOps> Qwen3_5<B> {
             }
         }
         // x += mixer; xn = post_norm(x)
+        self.tp.all_reduce(b, proj)?;
         b.add_rms_norm(xn, x, proj, &layer.post_norm, eps)?;
         match &layer.mlp {
             // x += down(silu(gate) * up)
@@ -537,6 +591,7 @@ impl<B: HybridOps> Qwen3_5<B> {
                 b.add_gated(proj, &routed, &gate)?;
             }
         }
+        self.tp.all_reduce(b, proj)?;
         b.add_assign(x, proj)
     }
 
@@ -590,7 +645,8 @@ impl<B: HybridOps> Model<B> for Qwen3_5<B> {
     ) -> Result<B::Tensor> {
         // logits = norm(x)[rows] · lm_headᵀ
         let xn = self.trunk(b, host, batch, kv)?;
-        lm_head_logits(b, &xn, host, batch, self.head())
+        self.tp
+            .logits(b, lm_head_logits(b, &xn, host, batch, self.head())?)
     }
 
     fn has_mtp(&self) -> bool {
@@ -605,7 +661,8 @@ impl<B: HybridOps> Model<B> for Qwen3_5<B> {
         kv: &mut KvStorage<B>,
     ) -> Result<(B::Tensor, B::Tensor)> {
         let xn = self.trunk(b, host, batch, kv)?;
-        Ok((lm_head_logits(b, &xn, host, batch, self.head())?, xn))
+        let logits = lm_head_logits(b, &xn, host, batch, self.head())?;
+        Ok((self.tp.logits(b, logits)?, xn))
     }
 
     fn mtp_forward(
