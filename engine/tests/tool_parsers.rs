@@ -412,3 +412,50 @@ fn minimax_one_block_of_two_calls_after_thinking() {
         Some(ToolCallFormat::MiniMaxM2)
     );
 }
+
+/// DeepSeek's calls between its special tokens: V3's (type, name, fenced JSON) and V3.1's
+/// (name, arguments), reasoning first as R1 and V3.1 write it; a block that names no declared
+/// tool or is cut off stays text.
+#[test]
+fn deepseek_blocks_in_both_layouts() {
+    let (open, close) = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>");
+    let (begin, end_, sep) = (
+        "<｜tool▁call▁begin｜>",
+        "<｜tool▁call▁end｜>",
+        "<｜tool▁sep｜>",
+    );
+    let v3 = format!(
+        "<think>\nLook it up.\n</think>\n\nChecking.{open}{begin}function{sep}get_weather\n```json\n{{\"city\": \"Paris\", \"days\": 3}}\n```{end_}{begin}function{sep}get_weather\n```json\n{{\"city\": \"東京\"}}\n```{end_}{close}"
+    );
+    let v31 = format!(
+        "<think>\nLook it up.\n</think>\n\nChecking.{open}{begin}get_weather{sep}{{\"city\": \"Paris\", \"days\": 3}}{end_}{begin}get_weather{sep}{{\"city\": \"東京\"}}{end_}{close}"
+    );
+    for (format, text) in [
+        (ToolCallFormat::DeepSeekV3, &v3),
+        (ToolCallFormat::DeepSeekV31, &v31),
+    ] {
+        let evs = parse_all_ways(Some(format), true, false, text);
+        assert_eq!(
+            evs,
+            vec![
+                Reasoning("Look it up.".into()),
+                Text("Checking.".into()),
+                start(0, "get_weather"),
+                args(0, json!({"city": "Paris", "days": 3})),
+                end(0),
+                start(1, "get_weather"),
+                args(1, json!({"city": "東京"})),
+                end(1),
+            ],
+            "{format:?}"
+        );
+        assert!(format.needs_special_tokens());
+        assert_eq!(ToolCallFormat::from_flag(format.flag_value()), Some(format));
+    }
+    let bad = format!("Sure.{open}{begin}nope{sep}{{}}{end_}{close}");
+    let evs = parse_all_ways(Some(ToolCallFormat::DeepSeekV31), false, false, &bad);
+    assert_eq!(evs, vec![Text(bad.clone())]);
+    let cut = format!("{open}{begin}get_weather{sep}{{\"ci");
+    let evs = parse_all_ways(Some(ToolCallFormat::DeepSeekV31), false, false, &cut);
+    assert_eq!(evs, vec![Text(cut.clone())]);
+}

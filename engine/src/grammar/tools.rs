@@ -48,6 +48,15 @@ pub fn call_grammar(
     {
         return json_forced(format, tools, named);
     }
+    if !has_grammar(format) {
+        return Err(SchemaError::new(
+            "tool_choice",
+            format!(
+                "{} calls have no grammar yet: they are read as the model writes them",
+                format.flag_value()
+            ),
+        ));
+    }
     let mut rules = Vec::new();
     let mut alts = Vec::new();
     let open = format.tags().0;
@@ -77,7 +86,12 @@ pub fn call_grammar(
             ToolCallFormat::MiniMaxM2 => {
                 xml_call::parameters(Style::MiniMax, t.parameters, &param, i)?
             }
-            ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => (
+            // DeepSeek's never reach here (`has_grammar`).
+            ToolCallFormat::Llama3Json
+            | ToolCallFormat::Mistral
+            | ToolCallFormat::Harmony
+            | ToolCallFormat::DeepSeekV3
+            | ToolCallFormat::DeepSeekV31 => (
                 format!("%json {}", json_args(t.parameters, &param)?),
                 vec![],
             ),
@@ -108,6 +122,15 @@ pub fn call_grammar(
         ),
     };
     Ok(Spec::Lark(format!("{top}\n{}\n", rules.join("\n"))))
+}
+
+/// Whether `format`'s calls have a grammar at all (DeepSeek's do not yet: their markers are
+/// special tokens, which the call grammar does not write; their calls are parsed, not held).
+pub fn has_grammar(format: ToolCallFormat) -> bool {
+    !matches!(
+        format,
+        ToolCallFormat::DeepSeekV3 | ToolCallFormat::DeepSeekV31
+    )
 }
 
 /// Whether `format` has a grammar under `auto` (an opening tag the text waits for).
@@ -178,10 +201,13 @@ fn head(format: ToolCallFormat, name: &str) -> String {
         ),
         ToolCallFormat::Qwen3Coder => format!("\n<function={name}>\n"),
         ToolCallFormat::MiniMaxM2 => format!("\n<invoke name=\"{name}\">\n"),
-        // Forced only, through json_forced (has_auto_grammar is false for them).
-        ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => {
-            String::new()
-        }
+        // Forced only, through json_forced (has_auto_grammar is false for them); DeepSeek's
+        // have no grammar (`has_grammar`).
+        ToolCallFormat::Llama3Json
+        | ToolCallFormat::Mistral
+        | ToolCallFormat::Harmony
+        | ToolCallFormat::DeepSeekV3
+        | ToolCallFormat::DeepSeekV31 => String::new(),
     }
 }
 
@@ -191,7 +217,11 @@ fn tail(format: ToolCallFormat) -> &'static str {
         ToolCallFormat::Hermes => "}\n</tool_call>",
         ToolCallFormat::Qwen3Coder => "</function>\n</tool_call>",
         ToolCallFormat::MiniMaxM2 => "</invoke>\n</minimax:tool_call>",
-        ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => "",
+        ToolCallFormat::Llama3Json
+        | ToolCallFormat::Mistral
+        | ToolCallFormat::Harmony
+        | ToolCallFormat::DeepSeekV3
+        | ToolCallFormat::DeepSeekV31 => "",
     }
 }
 

@@ -70,7 +70,8 @@ pub fn attach(
     let (Some(format), Some((mode, specs))) = (state.tool_call_parser, asked.tools) else {
         return Ok(());
     };
-    if !state.tool_grammar {
+    // DeepSeek's calls have no grammar yet: read as written, forced or not.
+    if !state.tool_grammar || !tools::has_grammar(format) {
         return Ok(());
     }
     let (mode, think) = match (forced, mode) {

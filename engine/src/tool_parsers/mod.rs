@@ -19,6 +19,9 @@
 //! - [`minimax_m2`]: `--tool-call-parser minimax_m2`, `<minimax:tool_call><invoke
 //!   name="NAME"><parameter name="KEY">VALUE</parameter></invoke>…</minimax:tool_call>`
 //!   (MiniMax-M2), one block holding one or more calls; values converted as qwen3_coder's.
+//! - [`deepseek`]: `--tool-call-parser deepseek_v3` and `deepseek_v31`, DeepSeek's calls
+//!   between its special tokens (`<｜tool▁calls▁begin｜>…<｜tool▁calls▁end｜>`), V3's fenced JSON
+//!   or V3.1's plain arguments.
 //! - [`harmony`]: `--tool-call-parser openai` and `--reasoning-parser openai_gptoss` (vLLM's
 //!   names; `harmony` for either), gpt-oss's channels: `analysis` → reasoning,
 //!   `commentary` to `functions.NAME` → a call, `final` → the answer. One parser reads the
@@ -35,6 +38,7 @@
 //! its raw text is released as text instead. Text outside calls streams as it comes, less
 //! the few bytes that could be the start of a tag.
 
+pub mod deepseek;
 pub mod harmony;
 pub mod hermes;
 pub mod llama3_json;
@@ -85,6 +89,9 @@ pub enum ToolCallFormat {
     Harmony,
     /// MiniMax-M2's XML invocations (`minimax_m2`).
     MiniMaxM2,
+    /// DeepSeek-V3's and R1's calls (`deepseek_v3`), and V3.1's (`deepseek_v31`).
+    DeepSeekV3,
+    DeepSeekV31,
 }
 
 impl ToolCallFormat {
@@ -96,6 +103,8 @@ impl ToolCallFormat {
             "mistral" => Some(Self::Mistral),
             "openai" | "harmony" => Some(Self::Harmony),
             "minimax_m2" => Some(Self::MiniMaxM2),
+            "deepseek_v3" => Some(Self::DeepSeekV3),
+            "deepseek_v31" => Some(Self::DeepSeekV31),
             _ => None,
         }
     }
@@ -108,14 +117,28 @@ impl ToolCallFormat {
             Self::Mistral => "mistral",
             Self::Harmony => "openai",
             Self::MiniMaxM2 => "minimax_m2",
+            Self::DeepSeekV3 => "deepseek_v3",
+            Self::DeepSeekV31 => "deepseek_v31",
         }
     }
 
     /// Whether the format's markers are special tokens, which the detokenizer must keep in
     /// the text of requests with tools (Mistral's `[TOOL_CALLS]`, `[ARGS]`; harmony's
-    /// `<|channel|>`, `<|message|>`, ...).
+    /// `<|channel|>`, `<|message|>`, ...; DeepSeek's `<｜tool▁calls▁begin｜>`, ...).
     pub fn needs_special_tokens(self) -> bool {
-        matches!(self, Self::Mistral | Self::Harmony)
+        matches!(
+            self,
+            Self::Mistral | Self::Harmony | Self::DeepSeekV3 | Self::DeepSeekV31
+        )
+    }
+
+    /// DeepSeek's layout of the format, if it is one of DeepSeek's.
+    fn deepseek(self) -> Option<deepseek::Layout> {
+        match self {
+            Self::DeepSeekV3 => Some(deepseek::Layout::V3),
+            Self::DeepSeekV31 => Some(deepseek::Layout::V31),
+            _ => None,
+        }
     }
 
     /// Text that starts the assistant's turn when a call is forced (`tool_choice` `required`
@@ -145,13 +168,16 @@ impl ToolCallFormat {
             (Self::MiniMaxM2, Some(n)) => {
                 format!("{}\n<invoke name=\"{n}\">\n", minimax_m2::OPEN)
             }
+            (Self::DeepSeekV3, n) => deepseek::forced_prefix(deepseek::Layout::V3, n),
+            (Self::DeepSeekV31, n) => deepseek::forced_prefix(deepseek::Layout::V31, n),
         }
     }
 
-    /// The tags around a tag format's calls (hermes, qwen3_coder, minimax_m2).
+    /// The tags around a tag format's calls (hermes, qwen3_coder, minimax_m2, DeepSeek's).
     pub fn tags(self) -> (&'static str, &'static str) {
         match self {
             Self::MiniMaxM2 => (minimax_m2::OPEN, minimax_m2::CLOSE),
+            Self::DeepSeekV3 | Self::DeepSeekV31 => (deepseek::OPEN, deepseek::CLOSE),
             _ => (CALL_OPEN, CALL_CLOSE),
         }
     }
@@ -301,6 +327,9 @@ impl CallScanner {
                 qwen3_coder::parse_call(body, &self.tools).map(|c| vec![c])
             }
             ToolCallFormat::MiniMaxM2 => minimax_m2::parse_block(body, &self.tools),
+            f @ (ToolCallFormat::DeepSeekV3 | ToolCallFormat::DeepSeekV31) => f
+                .deepseek()
+                .and_then(|layout| deepseek::parse_block(body, layout, &self.tools)),
             // The tag formats; the others go through `TailScanner`.
             _ => hermes::parse_call(body, &self.tools).map(|c| vec![c]),
         };
@@ -396,18 +425,20 @@ impl OutputParser {
             harmony: None,
             reasoning: reasoning.map(|_| ReasoningSplitter::new(reasoning_open)),
             calls: tools.map(|(format, tools)| match format {
-                ToolCallFormat::Hermes | ToolCallFormat::Qwen3Coder | ToolCallFormat::MiniMaxM2 => {
-                    Scanner::Tags(CallScanner {
-                        format,
-                        tools,
-                        id_prefix: id_prefix.to_owned(),
-                        pending: String::new(),
-                        ws_before: String::new(),
-                        in_call: false,
-                        scanned: 0,
-                        calls: 0,
-                    })
-                }
+                ToolCallFormat::Hermes
+                | ToolCallFormat::Qwen3Coder
+                | ToolCallFormat::MiniMaxM2
+                | ToolCallFormat::DeepSeekV3
+                | ToolCallFormat::DeepSeekV31 => Scanner::Tags(CallScanner {
+                    format,
+                    tools,
+                    id_prefix: id_prefix.to_owned(),
+                    pending: String::new(),
+                    ws_before: String::new(),
+                    in_call: false,
+                    scanned: 0,
+                    calls: 0,
+                }),
                 ToolCallFormat::Llama3Json | ToolCallFormat::Mistral | ToolCallFormat::Harmony => {
                     Scanner::Tail(TailScanner::new(format, tools, id_prefix))
                 }
