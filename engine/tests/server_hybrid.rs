@@ -120,7 +120,8 @@ async fn greedy_through_the_server_matches_transformers_alone_and_batched() {
     assert_each_as_alone(&s, &prompts, &batched, 24).await;
     assert!(batched[0].starts_with(&want));
     // The batch and the single request each held a state slot and gave it back.
-    assert_eq!(metric(&s, "vllm:num_requests_running").await, 0.0);
+    s.wait_metric("vllm:num_requests_running", |v| v == 0.0)
+        .await;
 }
 
 /// Qwen3.5-MoE (routed experts + shared expert) serves transformers' greedy continuation,

@@ -15,17 +15,6 @@ fn long_body(stream: bool) -> Value {
 }
 
 /// Poll until `cond` holds on a metric, or fail after a few seconds.
-async fn wait_metric(s: &Server, name: &str, cond: impl Fn(f64) -> bool) -> f64 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let v = s.metric(name).await;
-        if cond(v) {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{name} stayed at {v}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// Run 24 requests of different lengths one at a time, then all at once as streams, and
 /// compare texts and finish reasons.
@@ -58,7 +47,8 @@ async fn concurrent_equals_sequential(temperature: f64) {
         assert_eq!(a.0, t[0].0, "request {i} text");
         assert_eq!(a.1.as_str(), t[0].1.as_deref(), "request {i} finish");
     }
-    wait_metric(&s, "vllm:kv_cache_usage_perc", |v| v == 0.0).await;
+    s.wait_metric("vllm:kv_cache_usage_perc", |v| v == 0.0)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,14 +87,15 @@ async fn clients_that_leave_abort_their_requests_and_free_the_kv_cache() {
             "the request should have timed out on the client"
         );
     }
-    wait_metric(
-        &s,
+    s.wait_metric(
         "vllm:request_success_total,finished_reason=\"abort\"",
         |v| v == 6.0,
     )
     .await;
-    wait_metric(&s, "vllm:kv_cache_usage_perc", |v| v == 0.0).await;
-    assert_eq!(s.metric("vllm:num_requests_running").await, 0.0);
+    s.wait_metric("vllm:kv_cache_usage_perc", |v| v == 0.0)
+        .await;
+    s.wait_metric("vllm:num_requests_running", |v| v == 0.0)
+        .await;
     let generated = s.metric("vllm:generation_tokens_total").await;
     assert!(
         generated < 3.0 * 490.0,
@@ -206,7 +197,8 @@ async fn requests_past_the_timeout_get_400_or_an_error_event() {
     assert_eq!(chunks.last().map(String::as_str), Some("[DONE]"));
     let err: Value = serde_json::from_str(&chunks[chunks.len() - 2]).expect("json");
     assert_eq!(err["error"]["code"], "request_timeout");
-    wait_metric(&s, "vllm:kv_cache_usage_perc", |v| v == 0.0).await;
+    s.wait_metric("vllm:kv_cache_usage_perc", |v| v == 0.0)
+        .await;
     // Short requests are unaffected.
     let (status, _) = s
         .post("/v1/completions", &json!({"prompt": "x", "max_tokens": 2}))

@@ -78,7 +78,8 @@ async fn greedy_through_the_server_matches_transformers_alone_and_batched() {
     );
     assert_eq!(complete_all(&s, &prompts, n).await, want);
     // The batch and the single request each held a state slot and gave it back.
-    assert_eq!(s.metric("vllm:num_requests_running").await, 0.0);
+    s.wait_metric("vllm:num_requests_running", |v| v == 0.0)
+        .await;
 }
 
 /// A step budget of 8 tokens splits every prompt into chunks (some shorter than the conv

@@ -1,5 +1,5 @@
 //! Tensor parallelism's arithmetic on the CPU reference (issue 41, `parallel/mod.rs`): Qwen3
-//! (dense, MoE, FP8), the Qwen3.5 hybrids, Llama 3, Mistral and Gemma 3 fixtures split over 2 to 4 ranks, run as threads with the in-process collective
+//! (dense, MoE, FP8), the Qwen3.5 hybrids, Nemotron-H, Llama 3, Mistral and Gemma 3 fixtures split over 2 to 4 ranks, run as threads with the in-process collective
 //! (`parallel::local::LocalGroup`), scores every position of the transformers fixtures'
 //! sequences as the unsharded model does (chunked prefill through each rank's paged cache, its
 //! own slice of the key/value heads). Splits that do not divide are refused by name.
@@ -10,6 +10,7 @@ use metrale_engine::backend::CpuBackend;
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::gemma3::{Gemma3, Gemma3Config};
 use metrale_engine::models::llama::{Llama, LlamaConfig};
+use metrale_engine::models::nemotron_h::{NemotronH, NemotronHConfig};
 use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
 use metrale_engine::parallel::Collective;
@@ -45,7 +46,12 @@ fn scores(
     let (dir, weights) = open(name);
     let b = CpuBackend::default();
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    if name.starts_with("qwen3_5") {
+    if name.starts_with("nemotron") {
+        let cfg = NemotronHConfig::from_file(&dir.root.join("config.json")).expect("config");
+        let model =
+            NemotronH::load_sharded(&b, &cfg, &weights, tp, &mut |_| {}).map_err(|e| err(&e))?;
+        score(&b, &model, tokens, 5, 5).map_err(|e| err(&e))
+    } else if name.starts_with("qwen3_5") {
         let cfg = Qwen3_5Config::from_file(&dir.root.join("config.json")).expect("config");
         let model = Qwen3_5::load_sharded(&b, &cfg, &weights, (false, tp), &mut |_| {})
             .map_err(|e| err(&e))?;
@@ -101,6 +107,9 @@ fn sharded_scores_equal_the_whole_models() {
         // shared expert.
         ("qwen3_5-hybrid-dense", [2, 2]),
         ("qwen3_5-hybrid-moe", [2, 2]),
+        // Nemotron-H: Mamba-2 by heads and B/C groups (2 groups: at most 2 ranks), attention
+        // without rotary embedding, relu² MLPs.
+        ("nemotron-h-tiny", [2, 2]),
         // Gemma 3: local and global layers, post-norms after the all-reduces; tied, untied.
         ("gemma3-sliding", [2, 4]),
         ("gemma3-wide-window", [2, 4]),
@@ -146,4 +155,6 @@ fn splits_that_do_not_divide_are_refused_by_name() {
     assert!(e.contains("tensor-parallel size of 4"), "{e}");
     let e = sharded("qwen3_5-hybrid-dense", 4, &[1, 2, 3]).expect_err("2 key heads over 4");
     assert!(e.contains("linear_num_key_heads = 2"), "{e}");
+    let e = sharded("nemotron-h-tiny", 4, &[1, 2, 3]).expect_err("2 groups over 4");
+    assert!(e.contains("n_groups = 2"), "{e}");
 }

@@ -29,8 +29,12 @@ use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
 
 use super::llama::upload_err;
 use super::{KvStorage, Model, StateSpec, StateStorage, check_backend, lm_head_logits};
+use crate::parallel::Collective;
+use crate::parallel::plan::Tp;
+use shard::Cut;
 
 mod config;
+mod shard;
 
 pub use config::{BlockType, NemotronHConfig};
 
@@ -78,9 +82,12 @@ pub struct NemotronH<B: Backend> {
     embed: B::Tensor, // [V, H]
     layers: Vec<Layer<B>>,
     norm_f: B::Tensor,          // [H]
-    lm_head: Option<B::Tensor>, // [V, H]; None when tied to `embed`
+    lm_head: Option<B::Tensor>, // [V, H] (this rank's rows); None when tied to `embed`
     num_mamba: usize,
     num_attention: usize,
+    /// The tensor-parallel group this model is a rank of (none: the whole model); `config`
+    /// then holds the rank's counts (`nemotron_h/shard.rs`).
+    tp: Tp<B>,
 }
 
 /// Refuse, before any weight is read, a backend without Nemotron-H's ops, naming them and the
@@ -108,7 +115,7 @@ fn shape_err(message: String) -> crate::backend::BackendError {
 
 /// Layer `p`'s Mamba-2 mixer (`p` = `{root}.layers.{l}`), the `index`-th Mamba layer.
 fn load_mamba<B: HybridOps>(
-    b: &B,
+    (b, cut): (&B, &Cut),
     config: &NemotronHConfig,
     w: &Weights,
     p: &str,
@@ -119,26 +126,37 @@ fn load_mamba<B: HybridOps>(
     let m = format!("{p}.mixer");
     let mat =
         |name: &str, shape: &[usize]| w.get(&format!("{m}.{name}"), shape, TensorKind::Matrix);
-    let vec = |name: &str, n: usize| -> std::result::Result<Vec<f32>, LoadError> {
-        Ok(w.get(&format!("{m}.{name}"), &[n], TensorKind::Norm)?
-            .to_f32())
-    };
+    let vector = |name: &str, n: usize| w.get(&format!("{m}.{name}"), &[n], TensorKind::Norm);
     let f32s = |shape: &[usize], v: &[f32]| b.upload_f32(shape, v).map_err(upload_err);
     let up = |t: HostTensor<'_>| b.upload(&t).map_err(upload_err);
-    let neg_a: Vec<f32> = vec("A_log", nh)?.iter().map(|x| -x.exp()).collect();
-    let conv_bias = match config.conv_bias {
-        true => vec("conv1d.bias", cd)?,
-        false => vec![0.0; cd],
+    // With a group, the rank's heads and groups only (`Cut`).
+    let heads = |name: &str| -> std::result::Result<Vec<f32>, LoadError> {
+        Ok(cut.heads(vector(name, nh)?).to_f32())
     };
+    let neg_a: Vec<f32> = heads("A_log")?.iter().map(|x| -x.exp()).collect();
+    let conv_bias = match config.conv_bias {
+        true => cut.conv(config, vector("conv1d.bias", cd)?).to_f32(),
+        // No bias: zeros for the rank's channels (the conv's rows, below).
+        false => Vec::new(),
+    };
+    let conv = cut
+        .conv(config, mat("conv1d.weight", &[cd, 1, k])?)
+        .to_f32();
+    let conv_bias = match conv_bias.is_empty() {
+        true => vec![0.0; conv.len() / k],
+        false => conv_bias,
+    };
+    let norm = cut.norm(config, vector("norm.weight", inner)?).to_f32();
+    let (dt_bias, d) = (heads("dt_bias")?, heads("D")?);
     Ok(Mamba {
-        in_proj: up(mat("in_proj.weight", &[inner + cd + nh, h])?)?,
-        conv: f32s(&[cd, k], &mat("conv1d.weight", &[cd, 1, k])?.to_f32())?,
-        conv_bias: f32s(&[cd], &conv_bias)?,
-        neg_a: f32s(&[nh], &neg_a)?,
-        dt_bias: f32s(&[nh], &vec("dt_bias", nh)?)?,
-        d: f32s(&[nh], &vec("D", nh)?)?,
-        norm: f32s(&[inner], &vec("norm.weight", inner)?)?,
-        out: up(mat("out_proj.weight", &[h, inner])?)?,
+        in_proj: up(cut.in_proj(config, mat("in_proj.weight", &[inner + cd + nh, h])?))?,
+        conv: f32s(&[conv.len() / k, k], &conv)?,
+        conv_bias: f32s(&[conv_bias.len()], &conv_bias)?,
+        neg_a: f32s(&[neg_a.len()], &neg_a)?,
+        dt_bias: f32s(&[dt_bias.len()], &dt_bias)?,
+        d: f32s(&[d.len()], &d)?,
+        norm: f32s(&[norm.len()], &norm)?,
+        out: up(cut.out(config, mat("out_proj.weight", &[h, inner])?))?,
         state: index,
     })
 }
@@ -152,6 +170,20 @@ impl<B: HybridOps> NemotronH<B> {
         w: &Weights,
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
+        Self::load_sharded(backend, config, w, None, layer_done)
+    }
+
+    /// [`NemotronH::load`] as one rank of `tp`'s group (the whole model without one).
+    pub fn load_sharded(
+        backend: &B,
+        config: &NemotronHConfig,
+        w: &Weights,
+        tp: Option<std::sync::Arc<dyn Collective<B>>>,
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
+        let tp = Tp(tp);
+        let cut = Cut::new(config, tp.shard())?;
+        let plan = &cut.plan;
         let c = &config.base;
         check_device(backend.name(), |f| backend.supports(f), &c.architecture)?;
         check_backend(backend, c)?;
@@ -178,24 +210,28 @@ impl<B: HybridOps> NemotronH<B> {
             let mixer = match kind {
                 BlockType::Mamba => {
                     num_mamba += 1;
-                    Mixer::Mamba(load_mamba(backend, config, w, &p, num_mamba - 1)?)
+                    Mixer::Mamba(load_mamba((backend, &cut), config, w, &p, num_mamba - 1)?)
                 }
                 BlockType::Attention => {
                     num_attention += 1;
-                    let qkv = HostTensor::concat_rows(&[
+                    let qkv = plan.qkv(
                         mat(&format!("{m}.q_proj.weight"), &[nh * hd, h])?,
                         mat(&format!("{m}.k_proj.weight"), &[nkv * hd, h])?,
                         mat(&format!("{m}.v_proj.weight"), &[nkv * hd, h])?,
-                    ]);
+                    );
                     Mixer::Attention(Attention {
                         qkv: up(qkv)?,
-                        o: up(mat(&format!("{m}.o_proj.weight"), &[h, nh * hd])?)?,
+                        o: up(plan.o(mat(&format!("{m}.o_proj.weight"), &[h, nh * hd])?))?,
                         cache: num_attention - 1,
                     })
                 }
                 BlockType::Mlp => Mixer::Mlp(Mlp {
-                    up: up(mat(&format!("{m}.up_proj.weight"), &[i, h])?)?,
-                    down: up(mat(&format!("{m}.down_proj.weight"), &[h, i])?)?,
+                    up: up(crate::parallel::shard::rows_of(
+                        plan.shard,
+                        mat(&format!("{m}.up_proj.weight"), &[i, h])?,
+                        plan.width.clone(),
+                    ))?,
+                    down: up(plan.down(mat(&format!("{m}.down_proj.weight"), &[h, i])?))?,
                 }),
             };
             layers.push(Layer {
@@ -205,8 +241,16 @@ impl<B: HybridOps> NemotronH<B> {
             layer_done(l + 1);
         }
         let embed_name = format!("{root}.embeddings.weight");
-        // A tied head is the embedding (unless --requantize gives the head its own format).
-        let lm_head = if c.tie_word_embeddings {
+        // A tied head is the embedding (unless --requantize gives the head its own format); a
+        // rank of several keeps its vocabulary rows of either.
+        let sharded = plan.head_rows(
+            c.tie_word_embeddings,
+            (&embed_name, "lm_head.weight"),
+            |n| mat(n, &[c.vocab_size, h]),
+        )?;
+        let lm_head = if let Some(rows) = sharded {
+            Some(up(rows)?)
+        } else if c.tie_word_embeddings {
             w.tied_head(&embed_name, &[c.vocab_size, h])?
                 .map(up)
                 .transpose()?
@@ -214,13 +258,14 @@ impl<B: HybridOps> NemotronH<B> {
             Some(up(mat("lm_head.weight", &[c.vocab_size, h])?)?)
         };
         Ok(Self {
-            config: config.clone(),
+            config: cut.local(config),
             embed: up(mat(&embed_name, &[c.vocab_size, h])?)?,
             layers,
             norm_f: up(norm(&format!("{root}.norm_f.weight"), h)?)?,
             lm_head,
             num_mamba,
             num_attention,
+            tp,
         })
     }
 }
@@ -338,13 +383,15 @@ impl<B: HybridOps> Model<B> for NemotronH<B> {
                     b.matmul(&mut proj, &f.act, &m.down)?;
                 }
             }
+            self.tp.all_reduce(b, &mut proj)?;
             // x += mixer; xn = the next block's norm (or the final norm)
             let next = self.layers.get(l + 1).map_or(&self.norm_f, |n| &n.norm);
             b.add_rms_norm(&mut xn, &mut x, &proj, next, eps)?;
         }
         // logits = norm_f(x)[rows] · lm_headᵀ
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        lm_head_logits(b, &xn, host, batch, head)
+        self.tp
+            .logits(b, lm_head_logits(b, &xn, host, batch, head)?)
     }
 
     fn new_kv_storage(

@@ -19,6 +19,20 @@ pub fn cols_of<'a>(sh: Shard, t: HostTensor<'a>, c: Range<usize>) -> HostTensor<
     if sh.world == 1 { t } else { cols(&t, c) }
 }
 
+/// Rows `ranges` of `t`, in order (a vector's rows are its elements); `t` itself for a
+/// group of one.
+pub fn pick_rows<'a>(sh: Shard, t: HostTensor<'a>, ranges: &[Range<usize>]) -> HostTensor<'a> {
+    if sh.world == 1 {
+        return t;
+    }
+    let t = match t.shape[..] {
+        [n] => t.reshaped(vec![n, 1]),
+        _ => t,
+    };
+    let parts: Vec<HostTensor<'_>> = ranges.iter().map(|r| rows(&t, r.clone())).collect();
+    HostTensor::concat_rows(&parts)
+}
+
 /// Stacked experts' `gate_up` `[E, 2·I, H]` (each expert's gate rows, then its up rows): each
 /// expert's gate and up rows in `width` (`[E, 2·w, H]`); `t` itself for a group of one.
 pub fn experts_gate_up<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) -> HostTensor<'a> {

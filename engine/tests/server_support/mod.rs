@@ -170,6 +170,20 @@ impl Server {
         sse_data(&text)
     }
 
+    /// A metric once `cond` holds for it (the engine updates its gauges after a step, which
+    /// may be after the response it answered); fails after 10 s, naming the value it kept.
+    pub async fn wait_metric(&self, name: &str, cond: impl Fn(f64) -> bool) -> f64 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let v = self.metric(name).await;
+            if cond(v) {
+                return v;
+            }
+            assert!(std::time::Instant::now() < deadline, "{name} stayed at {v}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// A metric's value for `model_name="test"` (and extra labels), from `/metrics`.
     pub async fn metric(&self, name_and_labels: &str) -> f64 {
         let text = reqwest::get(self.url("/metrics"))

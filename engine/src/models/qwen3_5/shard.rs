@@ -65,22 +65,8 @@ impl Cut {
         l
     }
 
-    /// Rows `ranges` of `t`, in order (the whole of `t` for a group of one).
     fn pick<'a>(&self, t: HostTensor<'a>, ranges: &[Range<usize>]) -> HostTensor<'a> {
-        if self.shard.world == 1 {
-            return t;
-        }
-        // A vector's rows are its elements.
-        let t = match t.shape[..] {
-            [n] => t.reshaped(vec![n, 1]),
-            _ => t,
-        };
-        HostTensor::concat_rows(
-            &ranges
-                .iter()
-                .map(|r| shard::rows(&t, r.clone()))
-                .collect::<Vec<_>>(),
-        )
+        shard::pick_rows(self.shard, t, ranges)
     }
 
     /// `in_proj_qkv`'s rows, or the conv's channels (q and k of the rank's key heads, v of its
