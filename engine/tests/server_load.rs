@@ -14,8 +14,6 @@ fn long_body(stream: bool) -> Value {
     json!({"prompt": "hello", "max_tokens": 490, "ignore_eos": true, "stream": stream, "seed": 1})
 }
 
-/// Poll until `cond` holds on a metric, or fail after a few seconds.
-
 /// Run 24 requests of different lengths one at a time, then all at once as streams, and
 /// compare texts and finish reasons.
 async fn concurrent_equals_sequential(temperature: f64) {
