@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{FAKE_MET, Fault, Server, TARGET, VERSION, fixture, text};
+use support::{FAKE_MET, Fault, RunCopied as _, Server, TARGET, VERSION, fixture, text};
 
 const OLD_MET: &str = "#!/bin/sh\necho old-met\n";
 
@@ -55,7 +55,9 @@ impl Install {
     }
 
     fn update(&self, args: &[&str]) -> Output {
-        self.update_cmd(args).output().expect("run self update")
+        self.update_cmd(args)
+            .output_copied()
+            .expect("run self update")
     }
 
     fn inode(&self) -> u64 {
@@ -71,7 +73,7 @@ impl Install {
         );
         let out = Command::new(self.ctl())
             .arg("--version")
-            .output()
+            .output_copied()
             .expect("run");
         assert!(out.status.success(), "the old metralectl still works");
         assert_eq!(self.entries(), ["met", "metralectl"], "nothing left behind");
@@ -114,7 +116,7 @@ fn a_good_update_replaces_both_binaries() {
     assert_eq!(inst.entries(), ["met", "metralectl"]);
     let version = Command::new(inst.ctl())
         .arg("--version")
-        .output()
+        .output_copied()
         .expect("run");
     assert!(version.status.success(), "the new metralectl runs");
     assert!(
@@ -141,7 +143,7 @@ fn an_older_or_equal_latest_is_up_to_date() {
         .arg("--key")
         .arg(&fixture().key)
         .args(["--trusted-comment", &format!("metrale release {current}")])
-        .output()
+        .output_copied()
         .expect("sign");
     assert!(signed.status.success(), "{}", text(&signed.stderr));
     fs::remove_file(inst.root.join("latest/download/SHA256SUMS.minisig")).expect("rm");
@@ -192,7 +194,7 @@ fn the_built_in_release_key_refuses_a_release_signed_by_another() {
     let inode = inst.inode();
     let out = Command::new(inst.ctl())
         .args(["self", "update", "--url", &inst.server.base])
-        .output()
+        .output_copied()
         .expect("run");
     inst.assert_refused(&out, "the Metrale release key", inode);
 }
@@ -228,7 +230,7 @@ fn an_update_killed_mid_download_leaves_the_old_binaries_working() {
         .update_cmd(&[])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .spawn()
+        .spawn_copied()
         .expect("spawn");
     let start = Instant::now();
     while !inst.server.hits().contains(&archive) {
@@ -248,7 +250,7 @@ fn an_update_killed_mid_download_leaves_the_old_binaries_working() {
     );
     let out = Command::new(inst.ctl())
         .arg("--version")
-        .output()
+        .output_copied()
         .expect("run");
     assert!(out.status.success(), "the old metralectl still works");
     // A kill leaves its temporary directory (only that); the next update succeeds beside it.
@@ -288,7 +290,7 @@ fn uninstall_removes_the_binaries_and_the_receipts_path_line() {
         .env("HOME", &home)
         .env_remove("XDG_DATA_HOME")
         .stdin(Stdio::null())
-        .output()
+        .output_copied()
         .expect("run");
     assert!(!refused.status.success(), "no terminal and no --yes");
     assert!(inst.ctl().exists());
@@ -297,7 +299,7 @@ fn uninstall_removes_the_binaries_and_the_receipts_path_line() {
         .args(["self", "uninstall", "--yes"])
         .env("HOME", &home)
         .env_remove("XDG_DATA_HOME")
-        .output()
+        .output_copied()
         .expect("run");
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(inst.entries().is_empty(), "{:?}", inst.entries());

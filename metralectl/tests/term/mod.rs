@@ -95,7 +95,17 @@ impl Ctl {
         cmd
     }
 
+    /// Runs metralectl, retrying while Linux says "text file busy" (a test that copied the
+    /// binary: another thread's fork can hold the copy's write handle for an instant).
     pub fn run(&self, args: &[&str]) -> Output {
+        for _ in 0..200 {
+            match self.command(args).output() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                out => return out.expect("run metralectl"),
+            }
+        }
         self.command(args).output().expect("run metralectl")
     }
 
