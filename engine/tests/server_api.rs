@@ -647,8 +647,11 @@ async fn models_tokenize_and_metrics_speak_their_formats() {
         s.metric("vllm:inter_token_latency_seconds_count").await,
         2.0
     );
-    assert_eq!(s.metric("vllm:num_requests_running").await, 0.0);
-    assert_eq!(s.metric("vllm:kv_cache_usage_perc").await, 0.0);
+    // Gauges are updated after the step that answered: wait for them to settle.
+    s.wait_metric("vllm:num_requests_running", |v| v == 0.0)
+        .await;
+    s.wait_metric("vllm:kv_cache_usage_perc", |v| v == 0.0)
+        .await;
 }
 
 #[test]
