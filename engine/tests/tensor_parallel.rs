@@ -1,5 +1,5 @@
 //! Tensor parallelism's arithmetic on the CPU reference (issue 41, `parallel/mod.rs`): Qwen3
-//! (dense, MoE, FP8), the Qwen3.5 hybrids, Nemotron-H, Llama 3, Mistral and Gemma 3 fixtures split over 2 to 4 ranks, run as threads with the in-process collective
+//! (dense, MoE, FP8), the Qwen3.5 hybrids, Nemotron-H, DeepSeek-V3, Llama 3, Mistral and Gemma 3 fixtures split over 2 to 4 ranks, run as threads with the in-process collective
 //! (`parallel::local::LocalGroup`), scores every position of the transformers fixtures'
 //! sequences as the unsharded model does (chunked prefill through each rank's paged cache, its
 //! own slice of the key/value heads). Splits that do not divide are refused by name.
@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use metrale_engine::backend::CpuBackend;
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
+use metrale_engine::models::deepseek_v3::{DeepseekV3, DeepseekV3Config};
 use metrale_engine::models::gemma3::{Gemma3, Gemma3Config};
 use metrale_engine::models::llama::{Llama, LlamaConfig};
 use metrale_engine::models::nemotron_h::{NemotronH, NemotronHConfig};
@@ -46,7 +47,12 @@ fn scores(
     let (dir, weights) = open(name);
     let b = CpuBackend::default();
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    if name.starts_with("nemotron") {
+    if name.starts_with("deepseek") {
+        let cfg = DeepseekV3Config::from_file(&dir.root.join("config.json")).expect("config");
+        let model =
+            DeepseekV3::load_sharded(&b, &cfg, &weights, tp, &mut |_| {}).map_err(|e| err(&e))?;
+        score(&b, &model, tokens, 5, 5).map_err(|e| err(&e))
+    } else if name.starts_with("nemotron") {
         let cfg = NemotronHConfig::from_file(&dir.root.join("config.json")).expect("config");
         let model =
             NemotronH::load_sharded(&b, &cfg, &weights, tp, &mut |_| {}).map_err(|e| err(&e))?;
@@ -110,6 +116,11 @@ fn sharded_scores_equal_the_whole_models() {
         // Nemotron-H: Mamba-2 by heads and B/C groups (2 groups: at most 2 ranks), attention
         // without rotary embedding, relu² MLPs.
         ("nemotron-h-tiny", [2, 2]),
+        // DeepSeek-V3: latent attention by heads (the compressed row and cache whole on every
+        // rank), q through its LoRA or plainly, shared and routed experts by width, FP8.
+        ("deepseek-v3-tiny", [2, 4]),
+        ("deepseek-v3-plain", [2, 4]),
+        ("deepseek-v3-fp8", [2, 2]),
         // Gemma 3: local and global layers, post-norms after the all-reduces; tied, untied.
         ("gemma3-sliding", [2, 4]),
         ("gemma3-wide-window", [2, 4]),

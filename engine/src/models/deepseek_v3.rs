@@ -35,9 +35,13 @@ use super::{KvStorage, Model, check_backend, lm_head_logits};
 
 mod config;
 mod load;
+mod shard;
 
+use crate::parallel::Collective;
+use crate::parallel::plan::Tp;
 pub use config::DeepseekV3Config;
 use load::{Layer, Mlp, QProj};
+use shard::Cut;
 
 /// The eps of `q_a_layernorm` and `kv_a_layernorm`: transformers builds them with the RMSNorm's
 /// default, not `rms_norm_eps`.
@@ -48,8 +52,11 @@ pub struct DeepseekV3<B: HybridOps> {
     embed: B::Tensor, // [V, H]
     layers: Vec<Layer<B>>,
     norm: B::Tensor,            // [H]
-    lm_head: Option<B::Tensor>, // [V, H]; None when tied to `embed`
+    lm_head: Option<B::Tensor>, // [V, H] (this rank's rows); None when tied to `embed`
     rope: RopeTables,
+    /// The tensor-parallel group this model is a rank of (none: the whole model); `config`
+    /// then holds the rank's heads and widths (`deepseek_v3/shard.rs`).
+    tp: Tp<B>,
 }
 
 /// Refuse, before any weight is read, a backend without DeepSeek-V3's ops (or with a cache
@@ -85,6 +92,19 @@ impl<B: HybridOps> DeepseekV3<B> {
         w: &Weights,
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
+        Self::load_sharded(backend, config, w, None, layer_done)
+    }
+
+    /// [`DeepseekV3::load`] as one rank of `tp`'s group (the whole model without one).
+    pub fn load_sharded(
+        backend: &B,
+        config: &DeepseekV3Config,
+        w: &Weights,
+        tp: Option<std::sync::Arc<dyn Collective<B>>>,
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
+        let tp = Tp(tp);
+        let cut = Cut::new(config, tp.shard())?;
         let c = &config.base;
         let supports = |f| backend.supports(f);
         check_device(
@@ -99,12 +119,20 @@ impl<B: HybridOps> DeepseekV3<B> {
         let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
         let mut layers = Vec::with_capacity(c.num_hidden_layers);
         for l in 0..c.num_hidden_layers {
-            layers.push(load::layer(backend, config, w, l)?);
+            layers.push(load::layer((backend, &cut), config, w, l)?);
             layer_done(l + 1);
         }
         let (inv_freq, scale) = c.rope.inv_freq(config.qk_rope_head_dim);
-        // A tied head is the embedding (unless --requantize gives the head its own format).
-        let lm_head = if c.tie_word_embeddings {
+        // A tied head is the embedding (unless --requantize gives the head its own format); a
+        // rank of several keeps its vocabulary rows of either.
+        let lm_head = if cut.shard.world > 1 {
+            let name = match c.tie_word_embeddings {
+                true => "model.embed_tokens.weight",
+                false => "lm_head.weight",
+            };
+            let head = mat(name, &[c.vocab_size, h])?;
+            Some(up(crate::parallel::shard::rows(&head, cut.vocab.clone()))?)
+        } else if c.tie_word_embeddings {
             w.tied_head("model.embed_tokens.weight", &[c.vocab_size, h])?
                 .map(up)
                 .transpose()?
@@ -112,7 +140,7 @@ impl<B: HybridOps> DeepseekV3<B> {
             Some(up(mat("lm_head.weight", &[c.vocab_size, h])?)?)
         };
         Ok(Self {
-            config: config.clone(),
+            config: cut.local(config),
             embed: up(mat("model.embed_tokens.weight", &[c.vocab_size, h])?)?,
             layers,
             norm: up(w.get("model.norm.weight", &[h], TensorKind::Norm)?)?,
@@ -122,6 +150,7 @@ impl<B: HybridOps> DeepseekV3<B> {
                 inv_freq,
                 scale,
             },
+            tp,
         })
     }
 
@@ -210,6 +239,7 @@ impl<B: HybridOps> Model<B> for DeepseekV3<B> {
             let scale = cfg.softmax_scale;
             b.mla_attention(&mut attn, &q, &layer.kv_b, &kv.k[l], batch, dims, scale)?;
             b.matmul(&mut proj, &attn, &layer.o)?;
+            self.tp.all_reduce(b, &mut proj)?;
             // x += attention; xn = post_norm(x)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, eps)?;
             match &layer.mlp {
@@ -226,13 +256,15 @@ impl<B: HybridOps> Model<B> for DeepseekV3<B> {
                     }
                 }
             }
+            self.tp.all_reduce(b, &mut proj)?;
             // x += mlp; xn = next block's input norm (or the final norm)
             let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
             b.add_rms_norm(&mut xn, &mut x, &proj, next_norm, eps)?;
         }
         // logits = norm(x)[rows] · lm_headᵀ
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        lm_head_logits(b, &xn, host, batch, head)
+        self.tp
+            .logits(b, lm_head_logits(b, &xn, host, batch, head)?)
     }
 
     /// One latent row a token a layer: `[num_blocks, block_size, kv_lora_rank + rope]`.

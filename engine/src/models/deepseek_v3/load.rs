@@ -11,6 +11,7 @@ use crate::backend::Backend;
 use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
 
 use super::DeepseekV3Config;
+use super::shard::Cut;
 use crate::models::llama::upload_err;
 
 /// How a layer makes its query `[T, nh·(nope + rope)]`.
@@ -61,7 +62,7 @@ pub(super) struct Layer<B: Backend> {
 
 /// Layer `l` of the checkpoint.
 pub(super) fn layer<B: Backend>(
-    backend: &B,
+    (backend, cut): (&B, &Cut),
     c: &DeepseekV3Config,
     w: &Weights,
     l: usize,
@@ -80,18 +81,24 @@ pub(super) fn layer<B: Backend>(
     let a = format!("{p}.self_attn");
     let q_width = nh * (nope + rope);
     let q = match c.q_lora_rank {
-        None => QProj::Direct(up(mat(&format!("{a}.q_proj.weight"), &[q_width, h])?)?),
+        None => QProj::Direct(up(cut.head_rows(
+            mat(&format!("{a}.q_proj.weight"), &[q_width, h])?,
+            nope + rope,
+        ))?),
         Some(qr) => QProj::Lora {
             a: up(mat(&format!("{a}.q_a_proj.weight"), &[qr, h])?)?,
             norm: up(norm(&format!("{a}.q_a_layernorm.weight"), qr)?)?,
-            b: up(mat(&format!("{a}.q_b_proj.weight"), &[q_width, qr])?)?,
+            b: up(cut.head_rows(
+                mat(&format!("{a}.q_b_proj.weight"), &[q_width, qr])?,
+                nope + rope,
+            ))?,
         },
     };
     let mlp = if c.is_moe(l) {
-        Mlp::Moe(moe(backend, c, w, &p)?)
+        Mlp::Moe(moe((backend, cut), c, w, &p)?)
     } else {
         Mlp::Dense(dense(
-            backend,
+            (backend, cut),
             w,
             &format!("{p}.mlp"),
             (h, c.base.intermediate_size),
@@ -105,11 +112,11 @@ pub(super) fn layer<B: Backend>(
             &[r + rope, h],
         )?)?,
         kv_norm: up(norm(&format!("{a}.kv_a_layernorm.weight"), r)?)?,
-        kv_b: up(mat(
-            &format!("{a}.kv_b_proj.weight"),
-            &[nh * (nope + v), r],
-        )?)?,
-        o: up(mat(&format!("{a}.o_proj.weight"), &[h, nh * v])?)?,
+        kv_b: up(cut.head_rows(
+            mat(&format!("{a}.kv_b_proj.weight"), &[nh * (nope + v), r])?,
+            nope + v,
+        ))?,
+        o: up(cut.o(mat(&format!("{a}.o_proj.weight"), &[h, nh * v])?, v))?,
         post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
         mlp,
     })
@@ -117,28 +124,28 @@ pub(super) fn layer<B: Backend>(
 
 /// The SwiGLU MLP under `m` (`{m}.gate_proj`, `up_proj`, `down_proj`) of width `i`.
 fn dense<B: Backend>(
-    backend: &B,
+    (backend, cut): (&B, &Cut),
     w: &Weights,
     m: &str,
     (h, i): (usize, usize),
 ) -> Result<Dense<B>, LoadError> {
     let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
+    // With a group, the rank's part of the width.
     let gate_up = HostTensor::concat_rows(&[
-        mat(&format!("{m}.gate_proj.weight"), &[i, h])?,
-        mat(&format!("{m}.up_proj.weight"), &[i, h])?,
+        cut.mlp(mat(&format!("{m}.gate_proj.weight"), &[i, h])?, i, true),
+        cut.mlp(mat(&format!("{m}.up_proj.weight"), &[i, h])?, i, true),
     ]);
+    let down = cut.mlp(mat(&format!("{m}.down_proj.weight"), &[h, i])?, i, false);
     Ok(Dense {
         gate_up: backend.upload(&gate_up).map_err(upload_err)?,
-        down: backend
-            .upload(&mat(&format!("{m}.down_proj.weight"), &[h, i])?)
-            .map_err(upload_err)?,
-        width: i,
+        down: backend.upload(&down).map_err(upload_err)?,
+        width: cut.shard.part(i).len(),
     })
 }
 
 /// Layer `p`'s router, correction bias, routed and shared experts.
 fn moe<B: Backend>(
-    backend: &B,
+    (backend, cut): (&B, &Cut),
     c: &DeepseekV3Config,
     w: &Weights,
     p: &str,
@@ -170,10 +177,11 @@ fn moe<B: Backend>(
             HostTensor::concat_rows(&down).reshaped(vec![e, h, i]),
         )
     };
+    let (gate_up, down) = cut.experts((gate_up, down), i);
     let shared = match c.n_shared_experts {
         0 => None,
         n => Some(dense(
-            backend,
+            (backend, cut),
             w,
             &format!("{m}.shared_experts"),
             (h, n * i),
