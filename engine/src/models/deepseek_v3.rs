@@ -125,13 +125,14 @@ impl<B: HybridOps> DeepseekV3<B> {
         let (inv_freq, scale) = c.rope.inv_freq(config.qk_rope_head_dim);
         // A tied head is the embedding (unless --requantize gives the head its own format); a
         // rank of several keeps its vocabulary rows of either.
-        let lm_head = if cut.shard.world > 1 {
-            let name = match c.tie_word_embeddings {
-                true => "model.embed_tokens.weight",
-                false => "lm_head.weight",
-            };
-            let head = mat(name, &[c.vocab_size, h])?;
-            Some(up(crate::parallel::shard::rows(&head, cut.vocab.clone()))?)
+        let sharded = crate::parallel::shard::head_rows(
+            (cut.shard, cut.vocab.clone()),
+            c.tie_word_embeddings,
+            ("model.embed_tokens.weight", "lm_head.weight"),
+            |n| mat(n, &[c.vocab_size, h]),
+        )?;
+        let lm_head = if let Some(rows) = sharded {
+            Some(up(rows)?)
         } else if c.tie_word_embeddings {
             w.tied_head("model.embed_tokens.weight", &[c.vocab_size, h])?
                 .map(up)

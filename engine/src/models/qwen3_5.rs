@@ -402,15 +402,16 @@ impl<B: HybridOps> Qwen3_5<B> {
         )?)?;
         // A tied head is the embedding, unless --requantize gives the head its own format. A
         // rank of several keeps its vocabulary rows of either.
-        let lm_head = if cut.shard.world > 1 {
-            let name = match c.tie_word_embeddings {
-                true => format!("{root}.embed_tokens.weight"),
-                false => "lm_head.weight".to_owned(),
-            };
-            let head = mat(&name, &[c.vocab_size, h])?;
-            Some(up.t(crate::parallel::shard::rows(&head, cut.vocab.clone()))?)
+        let embed_name = format!("{root}.embed_tokens.weight");
+        let sharded = crate::parallel::shard::head_rows(
+            (cut.shard, cut.vocab.clone()),
+            c.tie_word_embeddings,
+            (&embed_name, "lm_head.weight"),
+            |n| mat(n, &[c.vocab_size, h]),
+        )?;
+        let lm_head = if let Some(rows) = sharded {
+            Some(up.t(rows)?)
         } else if c.tie_word_embeddings {
-            let embed_name = format!("{root}.embed_tokens.weight");
             match w.tied_head(&embed_name, &[c.vocab_size, h])? {
                 Some(head) => Some(up.t(head)?),
                 None => None,

@@ -86,11 +86,7 @@ impl Plan {
         (embed, head): (&str, &str),
         get: impl Fn(&str) -> std::result::Result<HostTensor<'a>, LoadError>,
     ) -> std::result::Result<Option<HostTensor<'a>>, LoadError> {
-        if self.shard.world == 1 {
-            return Ok(None);
-        }
-        let t = get(if tied { embed } else { head })?;
-        Ok(Some(shard::rows(&t, self.vocab.clone())))
+        shard::head_rows((self.shard, self.vocab.clone()), tied, (embed, head), get)
     }
 
     /// (query heads, key/value heads, MLP width) this rank computes.

@@ -33,6 +33,22 @@ pub fn pick_rows<'a>(sh: Shard, t: HostTensor<'a>, ranges: &[Range<usize>]) -> H
     HostTensor::concat_rows(&parts)
 }
 
+/// The LM head a rank of several keeps: rows `vocab` of `head` (or of `embed` when the head is
+/// `tied` to it), read by `get`; `None` for a group of one, whose head is the family's own
+/// choice (a tied head may be the embedding itself).
+pub fn head_rows<'a>(
+    (sh, vocab): (Shard, Range<usize>),
+    tied: bool,
+    (embed, head): (&str, &str),
+    get: impl Fn(&str) -> Result<HostTensor<'a>, crate::loader::LoadError>,
+) -> Result<Option<HostTensor<'a>>, crate::loader::LoadError> {
+    if sh.world == 1 {
+        return Ok(None);
+    }
+    let t = get(if tied { embed } else { head })?;
+    Ok(Some(rows(&t, vocab)))
+}
+
 /// Stacked experts' `gate_up` `[E, 2·I, H]` (each expert's gate rows, then its up rows): each
 /// expert's gate and up rows in `width` (`[E, 2·w, H]`); `t` itself for a group of one.
 pub fn experts_gate_up<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) -> HostTensor<'a> {
