@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{FAKE_MET, Fault, RunCopied as _, Server, TARGET, VERSION, fixture, text};
+use support::busy::RunCopied as _;
+use support::{FAKE_MET, Fault, Server, TARGET, VERSION, fixture, text};
 
 const OLD_MET: &str = "#!/bin/sh\necho old-met\n";
 

@@ -17,6 +17,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::Duration;
 
+pub mod busy;
+
 pub const VERSION: &str = "0.2.0";
 pub const TARGET: &str = "x86_64-unknown-linux-gnu";
 pub const FAKE_MET: &str = "#!/bin/sh\necho fake-met 0.2.0\n";
@@ -30,35 +32,6 @@ pub fn repo_root() -> PathBuf {
         .parent()
         .expect("the workspace root")
         .to_path_buf()
-}
-/// Runs a program the test has just written (a copied binary), retrying while Linux says
-/// "text file busy": another test thread's fork can hold the copy's write handle open for the
-/// instant before its exec, and running the file then fails with ETXTBSY.
-pub trait RunCopied {
-    fn output_copied(&mut self) -> std::io::Result<Output>;
-    fn spawn_copied(&mut self) -> std::io::Result<std::process::Child>;
-}
-
-impl RunCopied for Command {
-    fn output_copied(&mut self) -> std::io::Result<Output> {
-        retry_busy(|| self.output())
-    }
-
-    fn spawn_copied(&mut self) -> std::io::Result<std::process::Child> {
-        retry_busy(|| self.spawn())
-    }
-}
-
-fn retry_busy<T>(mut run: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
-    for _ in 0..200 {
-        match run() {
-            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
-                thread::sleep(Duration::from_millis(10));
-            }
-            other => return other,
-        }
-    }
-    run()
 }
 
 pub fn text(bytes: &[u8]) -> String {

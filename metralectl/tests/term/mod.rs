@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+#[path = "../support/busy.rs"]
+mod busy;
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -98,15 +101,7 @@ impl Ctl {
     /// Runs metralectl, retrying while Linux says "text file busy" (a test that copied the
     /// binary: another thread's fork can hold the copy's write handle for an instant).
     pub fn run(&self, args: &[&str]) -> Output {
-        for _ in 0..200 {
-            match self.command(args).output() {
-                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                out => return out.expect("run metralectl"),
-            }
-        }
-        self.command(args).output().expect("run metralectl")
+        busy::retry_busy(|| self.command(args).output()).expect("run metralectl")
     }
 
     /// `run demo --native --detach` on `port` under `name`; its base URL.
