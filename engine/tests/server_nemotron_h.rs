@@ -140,18 +140,7 @@ async fn the_state_pool_is_sized_from_the_mamba_layers() {
     let s = serve(&["--max-batch-size", "3"]).await;
     // 3 Mamba layers × (conv window 3 × (64 + 2·2·16) channels + state 8 × 8 × 16) × 4 bytes.
     let per_slot = 3 * (3 * 128 + 8 * 8 * 16) * 4;
-    let mut lines = Vec::new();
-    for _ in 0..100 {
-        lines.extend(s.stdout_lines());
-        if lines.iter().any(|l| l.contains("recurrent state")) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let line = lines
-        .iter()
-        .find(|l| l.contains("recurrent state"))
-        .unwrap_or_else(|| panic!("no state line in {lines:?}"));
+    let line = s.wait_stdout_line("recurrent state").await;
     assert!(
         line.contains("3 sequence slots")
             && line.contains(&format!("{:.2} MiB", per_slot as f64 / (1 << 20) as f64)),

@@ -144,6 +144,20 @@ impl Server {
         self.lines.try_iter().collect()
     }
 
+    /// The first stdout line holding `needle`, waiting up to 2 s for it (a start-up line may
+    /// follow `/ready` by a moment); fails listing the lines seen.
+    pub async fn wait_stdout_line(&self, needle: &str) -> String {
+        let mut lines = Vec::new();
+        for _ in 0..100 {
+            lines.extend(self.stdout_lines());
+            if let Some(line) = lines.iter().find(|l| l.contains(needle)) {
+                return line.clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("no line with {needle:?} in {lines:?}")
+    }
+
     /// Send `body` to `path` and return the response as it starts (headers read).
     pub async fn send(&self, path: &str, body: &Value) -> reqwest::Response {
         reqwest::Client::new()
