@@ -81,7 +81,7 @@ Register-ArgumentCompleter -Native -CommandName 'metralectl' -ScriptBlock {
             [CompletionResult]::new('--docker', '--docker', [CompletionResultType]::ParameterName, 'Run the engine image in a container through the Docker Engine')
             [CompletionResult]::new('-d', '-d', [CompletionResultType]::ParameterName, 'Return once the engine is ready and leave it running (`metralectl stop` ends it)')
             [CompletionResult]::new('--detach', '--detach', [CompletionResultType]::ParameterName, 'Return once the engine is ready and leave it running (`metralectl stop` ends it)')
-            [CompletionResult]::new('--skip-checks', '--skip-checks', [CompletionResultType]::ParameterName, 'Start even when this machine lacks the GPU, memory or compute capability the recipe asks for (the check runs before any download)')
+            [CompletionResult]::new('--skip-checks', '--skip-checks', [CompletionResultType]::ParameterName, 'Start even when this machine lacks the GPU, memory or compute capability the recipe asks for, or the engine lacks what its model needs on its device (the checks run before any download)')
             [CompletionResult]::new('--json', '--json', [CompletionResultType]::ParameterName, 'With --print: print JSON (see docs/recipes.md for its fields)')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only the result: no notes or warnings')

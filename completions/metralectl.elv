@@ -75,7 +75,7 @@ set edit:completion:arg-completer[metralectl] = {|@words|
             cand --docker 'Run the engine image in a container through the Docker Engine'
             cand -d 'Return once the engine is ready and leave it running (`metralectl stop` ends it)'
             cand --detach 'Return once the engine is ready and leave it running (`metralectl stop` ends it)'
-            cand --skip-checks 'Start even when this machine lacks the GPU, memory or compute capability the recipe asks for (the check runs before any download)'
+            cand --skip-checks 'Start even when this machine lacks the GPU, memory or compute capability the recipe asks for, or the engine lacks what its model needs on its device (the checks run before any download)'
             cand --json 'With --print: print JSON (see docs/recipes.md for its fields)'
             cand -q 'Print only the result: no notes or warnings'
             cand --quiet 'Print only the result: no notes or warnings'

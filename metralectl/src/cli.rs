@@ -135,7 +135,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
     /// Start even when this machine lacks the GPU, memory or compute capability the recipe
-    /// asks for (the check runs before any download).
+    /// asks for, or the engine lacks what its model needs on its device (the checks run
+    /// before any download).
     #[arg(long)]
     pub skip_checks: bool,
     /// Give up if the engine is not ready after this many seconds.

@@ -181,36 +181,11 @@ pub struct RopeTables {
     pub rotary_dim: usize,
 }
 
-/// What a checkpoint may need beyond the dense Qwen3 ops; a model's load asks
-/// [`Backend::supports`] before reading any weight, so a device that lacks one refuses the
-/// checkpoint with a sentence instead of failing mid-forward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Feature {
-    /// Mixture-of-experts MLP blocks ([`Backend::fused_moe`]).
-    MoeExperts,
-    /// Fine-grained FP8 weights (`F8_E4M3` with per-block scales).
-    Fp8Weights,
-    /// Qwen3.5's hybrid layers: [`Backend::gated_delta_net`] and the small ops around it.
-    HybridLayers,
-    /// Sliding-window attention layers ([`Backend::paged_attention_window`]): Mistral with a
-    /// `sliding_window`, Gemma 3's local layers.
-    SlidingWindow,
-    /// gpt-oss's ops: attention with a learned sink logit per head
-    /// ([`Backend::paged_attention_sinks`]), biased projections ([`Backend::add_bias`]) and
-    /// experts with biases and the clamped SwiGLU ([`Backend::fused_moe_clamped`]).
-    GptOss,
-    /// MiniMax-M2's ops: QK norms over all heads at once ([`Backend::rms_norm_cols`]) and
-    /// experts routed by sigmoid scores with a correction bias ([`Backend::fused_moe_sigmoid`]).
-    MiniMaxM2,
-    /// Nemotron-H's ops: the Mamba-2 mixer ([`HybridOps::mamba2`]) and the relu² MLP
-    /// ([`HybridOps::relu2`]).
-    NemotronH,
-    /// DeepSeek-V3's ops: multi-head latent attention over a cache of compressed rows
-    /// ([`Backend::mla_rope_write_kv`], [`Backend::mla_attention`]), the column-range norm of
-    /// the latent ([`Backend::rms_norm_cols`]) and group-limited sigmoid routing
-    /// ([`Backend::fused_moe_sigmoid`] with [`SigmoidRouting::n_group`] > 1).
-    DeepseekV3,
-}
+/// What a checkpoint may need beyond the dense Qwen3 ops, from the table `met` and
+/// `metralectl` share: a model's load asks [`Backend::supports`] before reading any weight, so
+/// a device that lacks one refuses the checkpoint with a sentence instead of failing
+/// mid-forward.
+pub use metrale_protocol::support::Feature;
 
 pub use cpu::hybrid::DeltaHeads;
 pub use cpu::mamba2::SsmHeads;

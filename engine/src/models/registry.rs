@@ -213,6 +213,18 @@ mod tests {
         assert_eq!(names.len(), ARCHITECTURES.len());
     }
 
+    /// `metralectl` refuses recipes from the shared table, so it must list exactly what the
+    /// registry loads.
+    #[test]
+    fn the_shared_support_table_lists_exactly_these_architectures() {
+        let ours: Vec<&str> = ARCHITECTURES.iter().map(|(n, _)| *n).collect();
+        let shared: Vec<&str> = metrale_protocol::support::ARCHITECTURES
+            .iter()
+            .map(|a| a.name)
+            .collect();
+        assert_eq!(ours, shared);
+    }
+
     #[test]
     fn an_unsupported_architecture_is_named_with_the_supported_ones() {
         let e = family("Phi3ForCausalLM").expect_err("not ours").to_string();

@@ -11,6 +11,7 @@ use crate::gpu::{self, Probe};
 use crate::printer::Printer;
 use crate::recipe::capacity::{Estimate, check_fit, estimate, gib};
 use crate::recipe::schema::{Checkpoint, Device, FlagValue, Requantize};
+use crate::recipe::support;
 use crate::recipe::{Entry, Source};
 
 #[derive(Debug, Serialize)]
@@ -38,8 +39,12 @@ struct RowJson<'a> {
     /// The capacity estimate's total (a lower bound when `memory_estimate_complete` is false).
     memory_needed_bytes: u64,
     memory_estimate_complete: bool,
-    /// Whether this machine's devices fit it (`null`: the estimate cannot tell).
+    /// Whether this machine's devices fit it (`null`: the estimate cannot tell); false
+    /// wherever `engine_refusal` is set.
     runs_here: Option<bool>,
+    /// Why the engine does not serve the recipe on any machine yet (`recipe::support`), or
+    /// null.
+    engine_refusal: Option<String>,
     source: SourceJson,
 }
 
@@ -105,7 +110,10 @@ pub fn list(args: &ListArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
                     r.requirements.gpus.to_string()
                 },
                 memory_label(&est),
-                here_label(check_fit(r, &est, &probe).fits).to_owned(),
+                match support::refusal(r) {
+                    Some(_) => NOT_YET.to_owned(),
+                    None => here_label(check_fit(r, &est, &probe).fits).to_owned(),
+                },
                 e.source_label(),
             ]
         })
@@ -139,6 +147,12 @@ pub fn list(args: &ListArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
                 .map_or("no NVIDIA GPU found", |g| g.name.as_str())
         ));
     }
+    if rows.iter().any(|r| r[6] == NOT_YET) {
+        printer.note(
+            "HERE not yet: met does not serve this model on its device or GPU count yet, on any \
+             machine; `metralectl show NAME` says what is missing",
+        );
+    }
     if let Some(dir) = dirs::user_recipes_dir() {
         printer.note(format!(
             "your recipes are read from {} and replace built-in ones of the same name",
@@ -167,6 +181,7 @@ fn row_json<'a>(e: &'a Entry, probe: &Probe) -> RowJson<'a> {
         memory_needed_bytes: est.total_bytes,
         memory_estimate_complete: est.complete,
         runs_here,
+        engine_refusal: support::refusal(r),
         source: SourceJson::of(e),
     }
 }
@@ -201,6 +216,9 @@ pub fn size_label(ck: &Checkpoint) -> String {
         (None, _) => "-".to_owned(),
     }
 }
+
+/// The HERE column of a recipe the engine does not serve yet, anywhere.
+const NOT_YET: &str = "not yet";
 
 /// The HERE column: whether this machine fits the recipe.
 fn here_label(fits: Option<bool>) -> &'static str {

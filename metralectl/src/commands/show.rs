@@ -29,6 +29,9 @@ struct ShowJson<'a> {
     /// the launcher looked; null for a Hub checkpoint.
     local_checkpoint: Option<&'a LocalCheckpoint>,
     capacity: &'a Estimate,
+    /// How many H200-class GPUs the estimate needs (`capacity::gpus_needed`); null when not
+    /// even 64 would do.
+    h200_class_gpus: Option<u32>,
     machine: &'a Probe,
     verdict: &'a Verdict,
 }
@@ -41,6 +44,8 @@ pub fn show(args: &ShowArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     let estimate = capacity::estimate(recipe);
     let probe = gpu::probe();
     let verdict = capacity::check_fit(recipe, &estimate, &probe);
+    let h200_gpus =
+        capacity::gpus_needed(recipe, &estimate, capacity::H200_CLASS_GIB * capacity::GIB);
     let location = locate(entry);
     let found = match &location {
         Location::Local(local) => local.found.as_ref().map(|p| p.display().to_string()),
@@ -59,6 +64,7 @@ pub fn show(args: &ShowArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
                 Location::Hub { .. } => None,
             },
             capacity: &estimate,
+            h200_class_gpus: h200_gpus,
             machine: &probe,
             verdict: &verdict,
         })?;
@@ -132,7 +138,7 @@ pub fn show(args: &ShowArgs, printer: &Printer) -> anyhow::Result<ExitCode> {
     serve_section(&mut out, printer, recipe);
     requirements_section(&mut out, printer, recipe);
     model_section(&mut out, printer, recipe);
-    capacity_section(&mut out, printer, &estimate, &probe);
+    capacity_section(&mut out, printer, recipe, &estimate, &probe);
 
     for line in out.lines {
         printer.line(line)?;
@@ -262,14 +268,22 @@ fn model_section(out: &mut Sections, printer: &Printer, recipe: &Recipe) {
         out.text("not pinned (the recipe has no [model] section)");
         return;
     };
-    let layers = match m.full_attention_layers {
-        Some(full) if full < m.layers => {
-            format!(
-                "{} ({full} full attention, {} linear attention)",
-                m.layers,
-                m.layers - full
-            )
-        }
+    out.kv(
+        "architecture",
+        m.architecture.as_deref().unwrap_or(NOT_PINNED),
+    );
+    let layers = match (m.full_attention_layers, &m.mamba2) {
+        (Some(full), Some(mamba)) => format!(
+            "{} ({full} attention, {} Mamba-2, {} MLP)",
+            m.layers,
+            mamba.layers,
+            m.layers.saturating_sub(full + mamba.layers)
+        ),
+        (Some(full), None) if full < m.layers => format!(
+            "{} ({full} full attention, {} linear attention)",
+            m.layers,
+            m.layers - full
+        ),
         _ => m.layers.to_string(),
     };
     out.kv("layers", layers);
@@ -288,6 +302,27 @@ fn model_section(out: &mut Sections, printer: &Printer, recipe: &Recipe) {
             ),
         );
     }
+    if let Some(w) = m.sliding_window {
+        out.kv("sliding window", format!("{w} tokens"));
+    }
+    if let Some(mamba) = &m.mamba2 {
+        out.kv(
+            "mamba-2",
+            format!(
+                "{} heads x {}, state {}, {} groups, conv kernel {}",
+                mamba.heads, mamba.head_dim, mamba.state_size, mamba.groups, mamba.conv_kernel
+            ),
+        );
+    }
+    if let Some(latent) = &m.latent_attention {
+        out.kv(
+            "latent attention",
+            format!(
+                "{} latent + {} rope values a token a layer",
+                latent.kv_lora_rank, latent.rope_head_dim
+            ),
+        );
+    }
     if let Some(la) = &m.linear_attention {
         out.kv(
             "linear attention",
@@ -303,7 +338,13 @@ fn or_not_pinned(value: Option<u32>) -> String {
     value.map_or(NOT_PINNED.to_owned(), |v| v.to_string())
 }
 
-fn capacity_section(out: &mut Sections, printer: &Printer, estimate: &Estimate, probe: &Probe) {
+fn capacity_section(
+    out: &mut Sections,
+    printer: &Printer,
+    recipe: &Recipe,
+    estimate: &Estimate,
+    probe: &Probe,
+) {
     out.section(printer, "capacity estimate");
     for (name, part) in estimate.parts() {
         let size = part.bytes.map_or("?".to_owned(), gib);
@@ -318,6 +359,18 @@ fn capacity_section(out: &mut Sections, printer: &Printer, estimate: &Estimate, 
             format!("{total:>10}  at least: parts marked ? are left out"),
         );
     }
+    let h200 = capacity::gpus_needed(recipe, estimate, capacity::H200_CLASS_GIB * capacity::GIB);
+    out.kv(
+        "h200-class gpus",
+        h200.map_or("more than 64".to_owned(), |n| {
+            format!(
+                "{}{n} ({} GiB each, {:.0}% used, weights and caches split evenly)",
+                if estimate.complete { "" } else { "at least " },
+                capacity::H200_CLASS_GIB,
+                100.0 * capacity::utilization(recipe)
+            )
+        }),
+    );
     if probe.gpus.is_empty() {
         out.kv(
             "this machine",

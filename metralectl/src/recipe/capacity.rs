@@ -4,10 +4,13 @@
 //! - weights: `checkpoint.weights_gib` when pinned, else parameters × bytes a parameter of the
 //!   checkpoint's quantization, corrected for parts the engine re-quantizes at load;
 //! - KV cache: full-attention layers × 2 (K and V) × KV heads × head dim × bytes of the KV dtype
-//!   × max sequence length × max batch size;
-//! - recurrent state (Gated DeltaNet layers of a hybrid model): a float32 state of
+//!   × max sequence length × max batch size; with latent attention, one row of
+//!   `kv_lora_rank + rope_head_dim` values a layer instead of the K and V heads;
+//! - recurrent state, a layer, a sequence slot: for Gated DeltaNet layers a float32 state of
 //!   value heads × key dim × value dim and a bf16 convolution state of
-//!   (2 × key heads × key dim + value heads × value dim) × (kernel − 1), a layer, a sequence slot;
+//!   (2 × key heads × key dim + value heads × value dim) × (kernel − 1); for Mamba-2 layers a
+//!   float32 state of heads × head dim × state size and a bf16 convolution state of
+//!   (heads × head dim + 2 × groups × state size) × (kernel − 1);
 //! - headroom: [`CONTEXT_GIB_PER_GPU`] a GPU for the CUDA context and library workspaces, plus
 //!   [`ACTIVATION_FRACTION`] of the rest for activations and allocator fragmentation.
 //!
@@ -16,6 +19,7 @@
 use serde::Serialize;
 
 use super::schema::{Device, FlagValue, KvCacheDtype, Quantization, Recipe};
+use super::support;
 use crate::gpu::Probe;
 
 pub const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -62,6 +66,14 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// Weights, KV cache and recurrent state: what is spread over GPUs (the known parts).
+    pub fn body_bytes(&self) -> u64 {
+        [&self.weights, &self.kv_cache, &self.recurrent_state]
+            .iter()
+            .filter_map(|p| p.bytes)
+            .sum()
+    }
+
     pub fn parts(&self) -> [(&'static str, &Part); 4] {
         [
             ("weights", &self.weights),
@@ -72,16 +84,38 @@ impl Estimate {
     }
 }
 
+/// The memory of one H200-class GPU (141 GB of HBM3e) as the driver reports it, in GiB.
+pub const H200_CLASS_GIB: f64 = 140.0;
+
+/// How many GPUs of `gpu_bytes` each the estimate needs when weights and caches are spread
+/// evenly over them (tensor parallelism, in a power-of-two group so heads and experts split
+/// evenly) and each pays its own CUDA context: the least such `n` with
+/// `body × (1 + activations) + n × context ≤ n × gpu_bytes × utilization`. `None` when not
+/// even 64 are enough. What every rank keeps whole (norms, small biases) is not counted twice:
+/// an estimate, like the rest.
+pub fn gpus_needed(recipe: &Recipe, estimate: &Estimate, gpu_bytes: f64) -> Option<u32> {
+    let body = estimate.body_bytes() as f64 * (1.0 + ACTIVATION_FRACTION);
+    let share = gpu_bytes * utilization(recipe) - CONTEXT_GIB_PER_GPU * GIB;
+    (0..=6)
+        .map(|p| 1u32 << p)
+        .find(|&n| body <= f64::from(n) * share)
+}
+
+/// The share of each GPU's memory the engine takes: the recipe's, or the engine's default.
+pub fn utilization(recipe: &Recipe) -> f64 {
+    recipe
+        .serve
+        .gpu_memory_utilization
+        .unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION)
+}
+
 pub fn estimate(recipe: &Recipe) -> Estimate {
     let weights = weights(recipe);
     let kv_cache = kv_cache(recipe);
     let recurrent_state = recurrent_state(recipe);
-    let known: Vec<u64> = [&weights, &kv_cache, &recurrent_state]
-        .iter()
-        .filter_map(|p| p.bytes)
-        .collect();
-    let complete = known.len() == 3;
-    let body: u64 = known.iter().sum();
+    let parts = [&weights, &kv_cache, &recurrent_state];
+    let complete = parts.iter().all(|p| p.bytes.is_some());
+    let body: u64 = parts.iter().filter_map(|p| p.bytes).sum();
     let gpus = if recipe.serve.device == Device::Cpu {
         0
     } else {
@@ -194,6 +228,24 @@ fn kv_cache(recipe: &Recipe) -> Part {
     let serve = &recipe.serve;
     let layers = m.full_attention_layers.unwrap_or(m.layers);
     let (dtype_bytes, dtype) = kv_bytes(serve.kv_cache_dtype, recipe.checkpoint.quantization);
+    if let Some(la) = &m.latent_attention {
+        let row = la.kv_lora_rank + la.rope_head_dim;
+        return Part::known(
+            f64::from(layers)
+                * f64::from(row)
+                * dtype_bytes
+                * f64::from(serve.max_seq_len)
+                * f64::from(serve.max_batch_size),
+            format!(
+                "{layers} layers × {row} latent values ({} + {} rope) × {} ({dtype}) × {} tokens × {} sequences",
+                la.kv_lora_rank,
+                la.rope_head_dim,
+                bytes_word(dtype_bytes),
+                serve.max_seq_len,
+                serve.max_batch_size
+            ),
+        );
+    }
     let per_token =
         f64::from(layers) * 2.0 * f64::from(m.kv_heads) * f64::from(m.head_dim) * dtype_bytes;
     Part::known(
@@ -213,6 +265,27 @@ fn recurrent_state(recipe: &Recipe) -> Part {
     let Some(m) = &recipe.model else {
         return Part::unknown("the recipe has no [model] section");
     };
+    let slots = recipe
+        .serve
+        .ssm_cache_slots
+        .unwrap_or(recipe.serve.max_batch_size);
+    if let Some(mamba) = &m.mamba2 {
+        let inner = mamba.heads * mamba.head_dim;
+        let state = f64::from(inner) * f64::from(mamba.state_size) * 4.0;
+        let conv_channels = inner + 2 * mamba.groups * mamba.state_size;
+        let conv = f64::from(conv_channels) * f64::from(mamba.conv_kernel.saturating_sub(1)) * 2.0;
+        return Part::known(
+            f64::from(mamba.layers) * (state + conv) * f64::from(slots),
+            format!(
+                "{} Mamba-2 layers × {:.2} MiB (f32 state {}×{}×{} + bf16 conv state) × {slots} sequence slots",
+                mamba.layers,
+                (state + conv) / (1024.0 * 1024.0),
+                mamba.heads,
+                mamba.head_dim,
+                mamba.state_size
+            ),
+        );
+    }
     let linear_layers = m.layers - m.full_attention_layers.unwrap_or(m.layers).min(m.layers);
     if linear_layers == 0 {
         return Part::known(0.0, "no linear-attention layers".to_owned());
@@ -226,10 +299,6 @@ fn recurrent_state(recipe: &Recipe) -> Part {
         f64::from(la.value_heads) * f64::from(la.key_head_dim) * f64::from(la.value_head_dim) * 4.0;
     let conv_channels = 2 * la.key_heads * la.key_head_dim + la.value_heads * la.value_head_dim;
     let conv = f64::from(conv_channels) * f64::from(la.conv_kernel.saturating_sub(1)) * 2.0;
-    let slots = recipe
-        .serve
-        .ssm_cache_slots
-        .unwrap_or(recipe.serve.max_batch_size);
     Part::known(
         f64::from(linear_layers) * (state + conv) * f64::from(slots),
         format!(
@@ -263,6 +332,9 @@ pub fn check_fit(recipe: &Recipe, estimate: &Estimate, probe: &Probe) -> Verdict
         usable_bytes: usable,
         message,
     };
+    if let Some(why) = support::refusal(recipe) {
+        return verdict(Some(false), None, format!("does not run: {why}"));
+    }
     if recipe.serve.device == Device::Cpu {
         return verdict(
             Some(true),
@@ -302,10 +374,7 @@ pub fn check_fit(recipe: &Recipe, estimate: &Estimate, probe: &Probe) -> Verdict
             ),
         );
     }
-    let utilization = recipe
-        .serve
-        .gpu_memory_utilization
-        .unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION);
+    let utilization = utilization(recipe);
     let usable: u64 = used
         .iter()
         .map(|g| {
@@ -377,6 +446,55 @@ mod tests {
         assert_eq!(e.recurrent_state.bytes, None);
         assert!(!e.complete);
         assert!(e.recurrent_state.basis.starts_with("cannot estimate"));
+    }
+
+    #[test]
+    fn latent_rows_replace_the_heads_in_the_kv_cache() {
+        let text = hybrid().replace(
+            "[model.linear_attention]",
+            "[model.latent_attention]\nkv_lora_rank = 512\nrope_head_dim = 64\n[model.linear_attention]",
+        );
+        let e = estimate(&recipe(&text));
+        // 16 layers × (512 + 64) × 1 byte (fp8) × 1024 tokens × 2 sequences
+        assert_eq!(e.kv_cache.bytes, Some(16 * 576 * 1024 * 2));
+        assert!(
+            e.kv_cache.basis.contains("576 latent values"),
+            "{}",
+            e.kv_cache.basis
+        );
+    }
+
+    #[test]
+    fn mamba_layers_count_their_own_state() {
+        let full = hybrid();
+        let cut = full
+            .find("[model.linear_attention]")
+            .expect("fixture has the table");
+        let text = format!(
+            "{}[model.mamba2]\nlayers = 27\nheads = 128\nhead_dim = 80\nstate_size = 128\n\
+             groups = 8\nconv_kernel = 4\n",
+            &full[..cut]
+        );
+        let e = estimate(&recipe(&text));
+        // 27 layers × (128×80×128×4 + (128×80 + 2×8×128)×3×2) × 2 slots
+        let per_layer = 128 * 80 * 128 * 4 + (128 * 80 + 2 * 8 * 128) * 3 * 2;
+        assert_eq!(e.recurrent_state.bytes, Some(27 * per_layer * 2));
+        assert!(e.complete);
+    }
+
+    #[test]
+    fn gpus_needed_counts_a_context_on_each() {
+        let r = recipe(&hybrid());
+        let e = estimate(&r);
+        // ~31 GiB at 0.5 of the GPU: 80 GiB GPUs give 39 GiB each after the context.
+        assert_eq!(gpus_needed(&r, &e, 80.0 * GIB), Some(1));
+        assert_eq!(gpus_needed(&r, &e, 40.0 * GIB), Some(2));
+        // Not even 64 GPUs of 1 GiB at half use (0 after the context).
+        assert_eq!(gpus_needed(&r, &e, GIB), None);
+        // ~28 GiB over 11 GiB shares: 3 would do, but groups are powers of two.
+        let body = e.body_bytes() as f64 * 1.1;
+        assert!(3.0 * 11.0 * GIB >= body && 2.0 * 11.0 * GIB < body);
+        assert_eq!(gpus_needed(&r, &e, 24.0 * GIB), Some(4));
     }
 
     fn gpu(total_gib: u64, free_gib: u64, cc: &str) -> Gpu {

@@ -275,6 +275,36 @@ mod tests {
         }
     }
 
+    /// Each built-in recipe names its architecture, and the launcher refuses exactly those
+    /// the engine would refuse at load: the families without CUDA kernels and those spread
+    /// over several GPUs.
+    #[test]
+    fn builtin_recipes_the_engine_cannot_serve_are_refused_before_download() {
+        let registry = Registry::load(None).expect("built-in recipes load");
+        let mut refused = Vec::new();
+        for entry in registry.entries() {
+            let r = &entry.recipe;
+            let named = r.model.as_ref().and_then(|m| m.architecture.as_deref());
+            assert!(named.is_some(), "{} names no [model] architecture", r.name);
+            if let Some(why) = super::super::support::refusal(r) {
+                refused.push((r.name.as_str(), why));
+            }
+        }
+        let names: Vec<&str> = refused.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "deepseek-v3.1",
+                "gemma3-27b",
+                "gpt-oss-120b",
+                "gpt-oss-20b",
+                "minimax-m2",
+                "nemotron-nano-9b-v2"
+            ],
+            "{refused:#?}"
+        );
+    }
+
     #[test]
     fn user_recipes_replace_builtin_ones_by_name() {
         let dir = tempfile::tempdir().expect("temporary directory");

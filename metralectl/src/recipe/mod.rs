@@ -8,6 +8,7 @@ pub mod launch;
 mod load;
 pub mod resolve;
 pub mod schema;
+pub mod support;
 mod validate;
 mod values;
 

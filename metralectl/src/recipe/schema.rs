@@ -136,6 +136,10 @@ impl Quantization {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelShape {
+    /// `architectures[0]`: which of the engine's families loads the checkpoint, so the
+    /// launcher can refuse what the recipe's device cannot run before any download.
+    #[serde(default)]
+    pub architecture: Option<String>,
     /// `num_hidden_layers`.
     pub layers: u32,
     /// Layers with softmax attention (and so a KV cache) in a hybrid model; absent means all.
@@ -155,9 +159,45 @@ pub struct ModelShape {
     /// `moe_intermediate_size`.
     #[serde(default)]
     pub expert_intermediate_size: Option<u32>,
+    /// `sliding_window` of a Mistral checkpoint that has one (Gemma 3 and gpt-oss always do).
+    #[serde(default)]
+    pub sliding_window: Option<u32>,
     /// The linear-attention (Gated DeltaNet) layers of a hybrid model.
     #[serde(default)]
     pub linear_attention: Option<LinearAttention>,
+    /// The Mamba-2 layers of a Nemotron-H model.
+    #[serde(default)]
+    pub mamba2: Option<Mamba2>,
+    /// Multi-head latent attention (DeepSeek-V3): the cache keeps one compressed row a token a
+    /// layer instead of `kv_heads` keys and values.
+    #[serde(default)]
+    pub latent_attention: Option<LatentAttention>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mamba2 {
+    /// How many layers are Mamba-2 mixers (`M` in `hybrid_override_pattern`).
+    pub layers: u32,
+    /// `mamba_num_heads`.
+    pub heads: u32,
+    /// `mamba_head_dim`.
+    pub head_dim: u32,
+    /// `ssm_state_size`.
+    pub state_size: u32,
+    /// `n_groups`: B and C are shared by the heads of a group.
+    pub groups: u32,
+    /// `conv_kernel`.
+    pub conv_kernel: u32,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LatentAttention {
+    /// `kv_lora_rank`: the compressed key-value latent.
+    pub kv_lora_rank: u32,
+    /// `qk_rope_head_dim`: the rotated key part, shared by all heads.
+    pub rope_head_dim: u32,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -280,6 +320,12 @@ pub enum ToolCallParser {
     Mistral,
     /// gpt-oss's harmony format (vLLM's name).
     Openai,
+    /// MiniMax-M2's XML invocations.
+    MinimaxM2,
+    /// DeepSeek-V3's and R1's calls.
+    DeepseekV3,
+    /// DeepSeek-V3.1's calls.
+    DeepseekV31,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -360,6 +406,9 @@ impl FlagValue for ToolCallParser {
             Self::Llama3Json => "llama3_json",
             Self::Mistral => "mistral",
             Self::Openai => "openai",
+            Self::MinimaxM2 => "minimax_m2",
+            Self::DeepseekV3 => "deepseek_v3",
+            Self::DeepseekV31 => "deepseek_v31",
         }
     }
 }

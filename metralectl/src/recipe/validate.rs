@@ -3,7 +3,7 @@
 
 use super::error::RecipeError;
 use super::launch::{MANAGED_FLAGS, REQUANTIZE_ENV_PREFIX, requantize_flag};
-use super::schema::{Device, Recipe};
+use super::schema::{Device, KvCacheDtype, Recipe};
 
 /// Reports the first problem found in `recipe`, read from the file `label` whose name without
 /// `.toml` is `stem`.
@@ -142,6 +142,75 @@ pub fn validate(recipe: &Recipe, stem: &str, label: &str) -> Result<(), RecipeEr
                 full >= 1 && full <= m.layers,
                 "model.full_attention_layers",
                 &|| format!("{full} is not between 1 and `layers` ({})", m.layers),
+            )?;
+        }
+        if let Some(name) = &m.architecture {
+            ensure(
+                metrale_protocol::support::architecture(name).is_some(),
+                "model.architecture",
+                &|| {
+                    let known: Vec<&str> = metrale_protocol::support::ARCHITECTURES
+                        .iter()
+                        .map(|a| a.name)
+                        .collect();
+                    format!(
+                        "{name:?} is not an architecture met loads; write config.json's \
+                         `architectures[0]`, one of: {}",
+                        known.join(", ")
+                    )
+                },
+            )?;
+        }
+        ensure(
+            m.sliding_window.is_none_or(|w| w > 0),
+            "model.sliding_window",
+            &|| "must be at least 1; remove it for a model without a window".to_owned(),
+        )?;
+        ensure(
+            m.linear_attention.is_none() || m.mamba2.is_none(),
+            "model.mamba2",
+            &|| {
+                "a model has Gated DeltaNet ([model.linear_attention]) or Mamba-2 layers, not both"
+                    .to_owned()
+            },
+        )?;
+        if let Some(mamba) = &m.mamba2 {
+            let full = m.full_attention_layers.unwrap_or(m.layers);
+            ensure(
+                mamba.layers >= 1 && full < m.layers && mamba.layers <= m.layers - full,
+                "model.mamba2.layers",
+                &|| {
+                    format!(
+                        "{} Mamba-2 layers do not fit beside {full} attention layers in {}; set \
+                         `full_attention_layers` and count the `M` layers of the pattern",
+                        mamba.layers, m.layers
+                    )
+                },
+            )?;
+            for (field, value) in [
+                ("model.mamba2.heads", mamba.heads),
+                ("model.mamba2.head_dim", mamba.head_dim),
+                ("model.mamba2.state_size", mamba.state_size),
+                ("model.mamba2.groups", mamba.groups),
+                ("model.mamba2.conv_kernel", mamba.conv_kernel),
+            ] {
+                ensure(value > 0, field, &|| "must be at least 1".to_owned())?;
+            }
+        }
+        if let Some(latent) = &m.latent_attention {
+            for (field, value) in [
+                ("model.latent_attention.kv_lora_rank", latent.kv_lora_rank),
+                ("model.latent_attention.rope_head_dim", latent.rope_head_dim),
+            ] {
+                ensure(value > 0, field, &|| "must be at least 1".to_owned())?;
+            }
+            ensure(
+                recipe.serve.kv_cache_dtype != KvCacheDtype::Fp8,
+                "serve.kv_cache_dtype",
+                &|| {
+                    "met keeps latent-attention rows in the model's dtype, not fp8; use \"auto\""
+                        .to_owned()
+                },
             )?;
         }
         if m.linear_attention.is_some() {
@@ -395,6 +464,43 @@ mod tests {
             (
                 GOOD.replace("vendor = \"Qwen\"", "vendor = \" \""),
                 "vendor",
+            ),
+        ];
+        for (text, field) in cases {
+            assert_eq!(field_of(&text), field, "for:\n{text}");
+        }
+    }
+
+    /// The model-shape tables of the newer families: each inconsistency names its field.
+    #[test]
+    fn model_shape_tables_are_checked() {
+        let model =
+            |body: &str| format!("{GOOD}[model]\nlayers = 8\nkv_heads = 2\nhead_dim = 64\n{body}");
+        let mamba = "full_attention_layers = 2\n[model.mamba2]\nlayers = 4\nheads = 8\n\
+                     head_dim = 16\nstate_size = 16\ngroups = 2\nconv_kernel = 4\n";
+        assert!(check(&model(mamba)).is_ok(), "{:?}", check(&model(mamba)));
+        let latent = "[model.latent_attention]\nkv_lora_rank = 64\nrope_head_dim = 16\n";
+        assert!(check(&model(latent)).is_ok(), "{:?}", check(&model(latent)));
+        let cases = [
+            (
+                model("architecture = \"BertModel\"\n"),
+                "model.architecture",
+            ),
+            (model("sliding_window = 0\n"), "model.sliding_window"),
+            (
+                model(&mamba.replace("layers = 4", "layers = 7")),
+                "model.mamba2.layers",
+            ),
+            (
+                model(&mamba.replace("groups = 2", "groups = 0")),
+                "model.mamba2.groups",
+            ),
+            (
+                model(latent).replace(
+                    "max_batch_size = 4",
+                    "max_batch_size = 4\nkv_cache_dtype = \"fp8\"",
+                ),
+                "serve.kv_cache_dtype",
             ),
         ];
         for (text, field) in cases {

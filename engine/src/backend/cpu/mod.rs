@@ -470,16 +470,7 @@ impl Backend for CpuBackend {
     }
 
     fn supports(&self, feature: Feature) -> bool {
-        match feature {
-            Feature::MoeExperts
-            | Feature::Fp8Weights
-            | Feature::HybridLayers
-            | Feature::SlidingWindow
-            | Feature::GptOss
-            | Feature::MiniMaxM2
-            | Feature::NemotronH
-            | Feature::DeepseekV3 => true,
-        }
+        metrale_protocol::support::supports(metrale_protocol::support::Device::Cpu, feature)
     }
 
     fn fused_moe(

@@ -257,28 +257,8 @@ impl Backend for CudaBackend {
     }
 
     fn supports(&self, feature: Feature) -> bool {
-        match feature {
-            // On both paths. The float32 path (f32 experts on the CUDA cores, FP8 dequantized
-            // to f32 at upload, Gated DeltaNet on f32 operands) scores every fixture within
-            // 6.2e-5 of transformers' float32, and the bf16 path lands no further from it than
-            // transformers' own bf16 forward does (docs/cuda.md, cuda_check e2e).
-            Feature::MoeExperts | Feature::Fp8Weights | Feature::HybridLayers => true,
-            // Not yet: the attention kernels have no window (Mistral with a sliding_window and
-            // Gemma 3 refuse to load here, by name).
-            Feature::SlidingWindow => false,
-            // Not yet: no kernels for attention sinks, bias adds or the clamped-SwiGLU experts
-            // (gpt-oss refuses to load here, by name).
-            Feature::GptOss => false,
-            // Not yet: no column-range norm or sigmoid routing (MiniMax-M2 refuses to load
-            // here, by name).
-            Feature::MiniMaxM2 => false,
-            // Not yet: no Mamba-2 mixer or relu² kernels (Nemotron-H refuses to load here, by
-            // name).
-            Feature::NemotronH => false,
-            // Not yet: no latent-attention kernels or group-limited routing (DeepSeek-V3
-            // refuses to load here, by name).
-            Feature::DeepseekV3 => false,
-        }
+        // The table `metralectl` also reads, so a recipe is refused before its download.
+        metrale_protocol::support::cuda_supports(feature)
     }
 
     fn fused_moe(

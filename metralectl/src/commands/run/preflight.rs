@@ -1,5 +1,6 @@
-//! Before anything is downloaded or started: does this machine have the device the recipe
-//! needs, with the memory and compute capability it asks for? `show` says the same at length.
+//! Before anything is downloaded or started: does the engine serve what the recipe names on
+//! its device, and does this machine have that device, with the memory and compute capability
+//! it asks for? `show` says the same at length.
 
 use crate::error::UserError;
 use crate::gpu;
@@ -7,11 +8,23 @@ use crate::recipe::Entry;
 use crate::recipe::capacity::{self, gib};
 use crate::recipe::resolve::{Location, locate};
 use crate::recipe::schema::Device;
+use crate::recipe::support;
 
 /// Refuses a recipe this machine cannot run, saying what it lacks and what would make it run.
 /// A CPU recipe always passes; a fit the estimate cannot decide passes too.
 pub(in crate::commands) fn check_device(entry: &Entry) -> anyhow::Result<()> {
     let recipe = &entry.recipe;
+    if let Some(why) = support::refusal(recipe) {
+        return Err(UserError::new(
+            format!("{} cannot run: {why}", recipe.name),
+            format!(
+                "nothing was downloaded; `metralectl list` shows the recipes met serves, and \
+                 --skip-checks starts {} anyway (with an --image whose met serves it)",
+                recipe.name
+            ),
+        )
+        .into());
+    }
     if recipe.serve.device == Device::Cpu {
         return Ok(());
     }

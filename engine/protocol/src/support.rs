@@ -1,0 +1,166 @@
+//! What `met` serves, in one table both programs read: the architectures it loads, the
+//! features each needs beyond the dense decoder ops, which of those the CUDA backend has, and
+//! how many GPUs one engine spreads a model over.
+//!
+//! The engine's CUDA backend answers [`Feature`] questions from [`cuda_supports`], and its
+//! registry's test checks that it loads exactly the architectures listed here; `metralectl`
+//! reads the same table to refuse a recipe before anything is downloaded.
+
+/// A device `met serve --device` runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// The reference backend: every feature.
+    Cpu,
+    Cuda,
+}
+
+/// What a checkpoint may need beyond the dense decoder's ops. A model's load asks its backend
+/// before reading any weight, so a device that lacks one refuses the checkpoint with a
+/// sentence instead of failing mid-forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// Mixture-of-experts MLP blocks.
+    MoeExperts,
+    /// Fine-grained FP8 weights (`F8_E4M3` with per-block scales).
+    Fp8Weights,
+    /// Qwen3.5's hybrid layers: Gated DeltaNet and the small ops around it.
+    HybridLayers,
+    /// Sliding-window attention layers: Mistral with a `sliding_window`, Gemma 3's local
+    /// layers, gpt-oss's banded layers.
+    SlidingWindow,
+    /// gpt-oss's ops: attention with a learned sink logit per head, biased projections and
+    /// experts with biases and the clamped SwiGLU.
+    GptOss,
+    /// MiniMax-M2's ops: QK norms over all heads at once and experts routed by sigmoid scores
+    /// with a correction bias.
+    MiniMaxM2,
+    /// Nemotron-H's ops: the Mamba-2 mixer and the relu² MLP.
+    NemotronH,
+    /// DeepSeek-V3's ops: multi-head latent attention over a cache of compressed rows, the
+    /// column-range norm of the latent and group-limited sigmoid routing.
+    DeepseekV3,
+}
+
+impl Feature {
+    /// What the feature is, for a sentence that says a backend lacks it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::MoeExperts => "mixture-of-experts layers",
+            Self::Fp8Weights => "FP8 block-scaled weights",
+            Self::HybridLayers => "Gated DeltaNet layers",
+            Self::SlidingWindow => "sliding-window attention",
+            Self::GptOss => "attention sinks, biased projections and clamped-SwiGLU experts",
+            Self::MiniMaxM2 => "QK norms over all heads and sigmoid-routed experts",
+            Self::NemotronH => "Mamba-2 mixers and relu² MLPs",
+            Self::DeepseekV3 => "multi-head latent attention and group-limited routing",
+        }
+    }
+}
+
+/// Whether the CUDA backend has `feature`.
+pub const fn cuda_supports(feature: Feature) -> bool {
+    match feature {
+        // On both of its paths (f32 and bf16), checked against transformers on every fixture
+        // (docs/cuda.md, cuda_check e2e).
+        Feature::MoeExperts | Feature::Fp8Weights | Feature::HybridLayers => true,
+        // Not yet: the attention kernels have no window, no sink logit and no latent form,
+        // and there are no kernels for sigmoid routing, the clamped SwiGLU, the Mamba-2
+        // mixer or relu² (docs/models.md).
+        Feature::SlidingWindow
+        | Feature::GptOss
+        | Feature::MiniMaxM2
+        | Feature::NemotronH
+        | Feature::DeepseekV3 => false,
+    }
+}
+
+/// Whether `device` has `feature`.
+pub const fn supports(device: Device, feature: Feature) -> bool {
+    match device {
+        Device::Cpu => true,
+        Device::Cuda => cuda_supports(feature),
+    }
+}
+
+/// An architecture `met` loads, as `config.json`'s `architectures[0]` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Architecture {
+    pub name: &'static str,
+    /// The features every checkpoint of it needs. A checkpoint may need more, by what its
+    /// config says: FP8 weights, Mistral's optional sliding window.
+    pub needs: &'static [Feature],
+}
+
+const fn arch(name: &'static str, needs: &'static [Feature]) -> Architecture {
+    Architecture { name, needs }
+}
+
+use Feature::{DeepseekV3, GptOss, HybridLayers, MiniMaxM2, MoeExperts, NemotronH, SlidingWindow};
+
+/// Every architecture the engine loads. The `*ForConditionalGeneration` ones are the Hub's
+/// multimodal layouts, text model only.
+pub const ARCHITECTURES: [Architecture; 15] = [
+    arch("Qwen3ForCausalLM", &[]),
+    arch("Qwen3MoeForCausalLM", &[MoeExperts]),
+    arch("Qwen3_5ForCausalLM", &[HybridLayers]),
+    arch("Qwen3_5MoeForCausalLM", &[HybridLayers, MoeExperts]),
+    arch("Qwen3_5ForConditionalGeneration", &[HybridLayers]),
+    arch(
+        "Qwen3_5MoeForConditionalGeneration",
+        &[HybridLayers, MoeExperts],
+    ),
+    arch("LlamaForCausalLM", &[]),
+    arch("MistralForCausalLM", &[]),
+    arch("Mistral3ForConditionalGeneration", &[]),
+    // Every released Gemma 3 has local layers.
+    arch("Gemma3ForCausalLM", &[SlidingWindow]),
+    arch("Gemma3ForConditionalGeneration", &[SlidingWindow]),
+    arch("GptOssForCausalLM", &[GptOss, MoeExperts, SlidingWindow]),
+    arch("MiniMaxM2ForCausalLM", &[MiniMaxM2, MoeExperts]),
+    arch("NemotronHForCausalLM", &[NemotronH]),
+    arch("DeepseekV3ForCausalLM", &[DeepseekV3, MoeExperts]),
+];
+
+/// The architecture called `name`, if the engine loads it.
+pub fn architecture(name: &str) -> Option<&'static Architecture> {
+    ARCHITECTURES.iter().find(|a| a.name == name)
+}
+
+/// The most GPUs one engine spreads a model over. Tensor parallelism's arithmetic exists on
+/// the CPU reference (`engine/src/parallel/`), but no collective joins GPUs yet.
+pub const MAX_GPUS: u32 = 1;
+
+/// The first feature `device` lacks among `needs`, if any.
+pub fn missing(device: Device, needs: impl IntoIterator<Item = Feature>) -> Option<Feature> {
+    needs.into_iter().find(|&f| !supports(device, f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_found() {
+        for (i, a) in ARCHITECTURES.iter().enumerate() {
+            assert_eq!(architecture(a.name), Some(a));
+            assert!(ARCHITECTURES[..i].iter().all(|b| b.name != a.name));
+        }
+        assert_eq!(architecture("BertModel"), None);
+    }
+
+    #[test]
+    fn the_cpu_has_everything_and_cuda_lacks_what_it_says() {
+        let all = ARCHITECTURES.iter().flat_map(|a| a.needs.iter().copied());
+        assert_eq!(missing(Device::Cpu, all), None);
+        let gemma = architecture("Gemma3ForConditionalGeneration").map(|a| a.needs);
+        assert_eq!(
+            gemma.and_then(|n| missing(Device::Cuda, n.iter().copied())),
+            Some(Feature::SlidingWindow)
+        );
+        let qwen = architecture("Qwen3_5MoeForConditionalGeneration").map(|a| a.needs);
+        assert_eq!(
+            qwen.and_then(|n| missing(Device::Cuda, n.iter().copied())),
+            None
+        );
+    }
+}
