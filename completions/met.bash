@@ -25,6 +25,9 @@ _met() {
             met,print-tuning-table)
                 cmd="met__subcmd__print__subcmd__tuning__subcmd__table"
                 ;;
+            met,rank)
+                cmd="met__subcmd__rank"
+                ;;
             met,score)
                 cmd="met__subcmd__score"
                 ;;
@@ -40,6 +43,9 @@ _met() {
             met__subcmd__help,print-tuning-table)
                 cmd="met__subcmd__help__subcmd__print__subcmd__tuning__subcmd__table"
                 ;;
+            met__subcmd__help,rank)
+                cmd="met__subcmd__help__subcmd__rank"
+                ;;
             met__subcmd__help,score)
                 cmd="met__subcmd__help__subcmd__score"
                 ;;
@@ -53,7 +59,7 @@ _met() {
 
     case "${cmd}" in
         met)
-            opts="-h -V --help --version serve score download print-tuning-table help"
+            opts="-h -V --help --version serve score download print-tuning-table rank help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -89,7 +95,7 @@ _met() {
             return 0
             ;;
         met__subcmd__help)
-            opts="serve score download print-tuning-table help"
+            opts="serve score download print-tuning-table rank help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -131,6 +137,20 @@ _met() {
             return 0
             ;;
         met__subcmd__help__subcmd__print__subcmd__tuning__subcmd__table)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        met__subcmd__help__subcmd__rank)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -186,6 +206,44 @@ _met() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        met__subcmd__rank)
+            opts="-h -V --rank --world --master --fingerprint --load-format --requantize --kv-cache-fp8 --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --rank)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --world)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --master)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --fingerprint)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --load-format)
+                    COMPREPLY=($(compgen -W "auto dummy" -- "${cur}"))
+                    return 0
+                    ;;
+                --requantize)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         met__subcmd__score)
             opts="-h -V --device --dtype --load-format --requantize --tokens --tokens-file --top-k --kv-cache-dtype --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -233,7 +291,7 @@ _met() {
             return 0
             ;;
         met__subcmd__serve)
-            opts="-h -V --device --dtype --load-format --requantize --host --port --model-name --revision --max-seq-len --max-batch-size --max-num-batched-tokens --gpu-memory-utilization --kv-cache-dtype --enable-prefix-caching --enforce-eager --api-key --max-queued-requests --request-timeout --disable-thinking --no-tui --tool-call-parser --reasoning-parser --num-gpu-blocks-override --ssm-cache-slots --ssm-checkpoint-slots --ssm-checkpoint-interval --speculative --num-drafts --speculative-max-batch --header-read-timeout --body-read-timeout --keep-alive-timeout --max-connections --tokenizer-workers --special-tokens-in-content --speculative-ladder --speculative-draft-cost --metrics-socket --mtp-gate --scheduling-policy --mtp-quantization --disable-tool-grammar --ssm-h-dtype --gdn-fused-norm --ssm-batched-recurrent --ssm-tail-midchunk --prefill-varlen-batch --help --version"
+            opts="-h -V --device --dtype --load-format --requantize --host --port --model-name --revision --max-seq-len --max-batch-size --max-num-batched-tokens --gpu-memory-utilization --kv-cache-dtype --enable-prefix-caching --enforce-eager --api-key --max-queued-requests --request-timeout --disable-thinking --no-tui --tool-call-parser --reasoning-parser --num-gpu-blocks-override --ssm-cache-slots --ssm-checkpoint-slots --ssm-checkpoint-interval --speculative --num-drafts --tensor-parallel-size --speculative-max-batch --header-read-timeout --body-read-timeout --keep-alive-timeout --max-connections --tokenizer-workers --special-tokens-in-content --speculative-ladder --speculative-draft-cost --metrics-socket --mtp-gate --scheduling-policy --mtp-quantization --disable-tool-grammar --ssm-h-dtype --gdn-fused-norm --ssm-batched-recurrent --ssm-tail-midchunk --prefill-varlen-batch --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -332,6 +390,10 @@ _met() {
                     return 0
                     ;;
                 --num-drafts)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tensor-parallel-size)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

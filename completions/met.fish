@@ -30,6 +30,7 @@ complete -c met -n "__fish_met_needs_command" -f -a "serve" -d 'Serve the model 
 complete -c met -n "__fish_met_needs_command" -f -a "score" -d 'Score a token sequence: each next token\'s log-probability and the top-k alternatives, as JSON'
 complete -c met -n "__fish_met_needs_command" -f -a "download" -d 'Fetch a Hub checkpoint (ORG/NAME) into the Hugging Face cache and print its directory'
 complete -c met -n "__fish_met_needs_command" -f -a "print-tuning-table" -d 'Print the tuning settings\' Markdown table (docs/cuda.md\'s "Tuning" is this)'
+complete -c met -n "__fish_met_needs_command" -f -a "rank" -d 'One rank of `met serve --tensor-parallel-size N` (started by rank 0, not by hand)'
 complete -c met -n "__fish_met_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c met -n "__fish_met_using_subcommand serve" -l device -d 'Where to run the model' -r -f -a "cpu\t''
 cuda\t'The first NVIDIA GPU (a `met` built with `--features cuda`; `CUDA_VISIBLE_DEVICES` chooses which)'"
@@ -62,6 +63,7 @@ complete -c met -n "__fish_met_using_subcommand serve" -l ssm-cache-slots -d 'Hy
 complete -c met -n "__fish_met_using_subcommand serve" -l ssm-checkpoint-slots -d 'Hybrid models with --enable-prefix-caching: recurrent-state checkpoints kept for prefix reuse, least recently used evicted first [default: --ssm-cache-slots]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l ssm-checkpoint-interval -d 'Hybrid models with --enable-prefix-caching: tokens between recurrent-state checkpoints, a multiple of the 16-token KV block; a cached prefix is reused up to its last checkpoint [default: 512]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l num-drafts -d 'With --speculative: tokens the MTP head drafts a step (1 to 16) [default: 3]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l tensor-parallel-size -d 'Split the model over N ranks (tensor parallelism: attention by heads, MLPs by columns then rows, the head by vocabulary). With --device cpu the ranks are processes on this host joined over TCP; CUDA ranks need NCCL, not built yet' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l speculative-max-batch -d 'With --speculative: drafting pauses while more sequences than this are running [default: 32]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l header-read-timeout -d 'Close a connection that has not sent a whole request head this many seconds after the server started waiting for one (a new connection, or the end of the previous response)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l body-read-timeout -d 'Answer 408 to a request whose body has not all arrived this many seconds after the server started reading it' -r
@@ -114,8 +116,19 @@ complete -c met -n "__fish_met_using_subcommand download" -s h -l help -d 'Print
 complete -c met -n "__fish_met_using_subcommand download" -s V -l version -d 'Print version'
 complete -c met -n "__fish_met_using_subcommand print-tuning-table" -s h -l help -d 'Print help'
 complete -c met -n "__fish_met_using_subcommand print-tuning-table" -s V -l version -d 'Print version'
-complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table help" -f -a "serve" -d 'Serve the model over an OpenAI-compatible HTTP API'
-complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table help" -f -a "score" -d 'Score a token sequence: each next token\'s log-probability and the top-k alternatives, as JSON'
-complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table help" -f -a "download" -d 'Fetch a Hub checkpoint (ORG/NAME) into the Hugging Face cache and print its directory'
-complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table help" -f -a "print-tuning-table" -d 'Print the tuning settings\' Markdown table (docs/cuda.md\'s "Tuning" is this)'
-complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c met -n "__fish_met_using_subcommand rank" -l rank -d 'This rank, 1 to N - 1' -r
+complete -c met -n "__fish_met_using_subcommand rank" -l world -d 'The group size N' -r
+complete -c met -n "__fish_met_using_subcommand rank" -l master -d 'Rank 0\'s rendezvous address, HOST:PORT' -r
+complete -c met -n "__fish_met_using_subcommand rank" -l fingerprint -d 'What the ranks agree on (rank 0 passes it)' -r
+complete -c met -n "__fish_met_using_subcommand rank" -l load-format -r -f -a "auto\t'Safetensors weights from the model directory'
+dummy\t'Random weights of the right shapes from config.json alone (for benchmarks)'"
+complete -c met -n "__fish_met_using_subcommand rank" -l requantize -r
+complete -c met -n "__fish_met_using_subcommand rank" -l kv-cache-fp8
+complete -c met -n "__fish_met_using_subcommand rank" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c met -n "__fish_met_using_subcommand rank" -s V -l version -d 'Print version'
+complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table rank help" -f -a "serve" -d 'Serve the model over an OpenAI-compatible HTTP API'
+complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table rank help" -f -a "score" -d 'Score a token sequence: each next token\'s log-probability and the top-k alternatives, as JSON'
+complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table rank help" -f -a "download" -d 'Fetch a Hub checkpoint (ORG/NAME) into the Hugging Face cache and print its directory'
+complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table rank help" -f -a "print-tuning-table" -d 'Print the tuning settings\' Markdown table (docs/cuda.md\'s "Tuning" is this)'
+complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table rank help" -f -a "rank" -d 'One rank of `met serve --tensor-parallel-size N` (started by rank 0, not by hand)'
+complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table rank help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -32,6 +32,33 @@ pub enum Command {
     /// Print the tuning settings' Markdown table (docs/cuda.md's "Tuning" is this).
     #[command(hide = true)]
     PrintTuningTable,
+    /// One rank of `met serve --tensor-parallel-size N` (started by rank 0, not by hand).
+    #[command(hide = true)]
+    Rank(RankArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RankArgs {
+    /// The checkpoint directory rank 0 serves.
+    pub model: PathBuf,
+    /// This rank, 1 to N - 1.
+    #[arg(long)]
+    pub rank: usize,
+    /// The group size N.
+    #[arg(long)]
+    pub world: usize,
+    /// Rank 0's rendezvous address, HOST:PORT.
+    #[arg(long)]
+    pub master: std::net::SocketAddr,
+    /// What the ranks agree on (rank 0 passes it).
+    #[arg(long)]
+    pub fingerprint: String,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub load_format: LoadFormat,
+    #[arg(long, default_value = "")]
+    pub requantize: String,
+    #[arg(long)]
+    pub kv_cache_fp8: bool,
 }
 
 #[derive(Debug, Args)]
@@ -189,6 +216,11 @@ pub struct ServeArgs {
     /// With --speculative: tokens the MTP head drafts a step (1 to 16) [default: 3].
     #[arg(long, value_name = "N")]
     pub num_drafts: Option<usize>,
+    /// Split the model over N ranks (tensor parallelism: attention by heads, MLPs by columns
+    /// then rows, the head by vocabulary). With --device cpu the ranks are processes on this
+    /// host joined over TCP; CUDA ranks need NCCL, not built yet.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub tensor_parallel_size: usize,
     /// With --speculative: drafting pauses while more sequences than this are running
     /// [default: 32].
     #[arg(long, value_name = "SEQS")]

@@ -19,6 +19,7 @@ pub use crate::scheduler::{FinishReason, FinishedRequest};
 pub use start::{KvCachePlan, StateCachePlan};
 
 mod outbox;
+pub mod ranks;
 mod start;
 mod step_loop;
 mod step_profile;
@@ -209,6 +210,9 @@ pub struct EngineConfig {
     /// `--speculative --num-drafts N --speculative-max-batch M`: drafts from the checkpoint's
     /// MTP head (Qwen3.5/3.6), verified by the model (`runner/speculative.rs`).
     pub speculative: Option<crate::scheduler::SpeculativeConfig>,
+    /// `--tensor-parallel-size`: ranks the model is split over (1: this process holds it
+    /// all; more: `engine_core/ranks.rs` starts the others as processes, CPU only for now).
+    pub tensor_parallel_size: usize,
 }
 
 /// State shared between the handles and the engine thread.
@@ -230,6 +234,9 @@ pub(crate) struct Live {
     pub(crate) queue: Arc<QueueGate>,
     pub(crate) draining: AtomicBool,
     pub(crate) stopped: AtomicBool,
+    /// Why the engine stopped on its own (a tensor-parallel rank is gone), for the server to
+    /// exit with.
+    pub(crate) failure: Mutex<Option<String>>,
 }
 
 impl Live {
@@ -239,6 +246,7 @@ impl Live {
             queue: QueueGate::new(max_num_seqs, max_queued_requests),
             draining: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
+            failure: Mutex::new(None),
         }
     }
 }
@@ -261,6 +269,12 @@ impl EngineHandle {
             .lock()
             .map(|s| s.clone())
             .unwrap_or_default()
+    }
+
+    /// Why the engine stopped on its own, once it has: every request was failed and no more
+    /// can run (a tensor-parallel rank is gone).
+    pub fn failure(&self) -> Option<String> {
+        self.shared.live.failure.lock().ok().and_then(|f| f.clone())
     }
 
     /// True once the model is loaded and until draining starts.

@@ -38,6 +38,7 @@ fn main() -> ExitCode {
             print!("{}", metrale_engine::tuning::docs_table());
             Ok(())
         }
+        Command::Rank(args) => run_rank(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -49,6 +50,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `met rank`: one rank of `met serve --tensor-parallel-size N`, started by rank 0.
+fn run_rank(args: cli::RankArgs) -> anyhow::Result<()> {
+    use metrale_engine::engine_core::ranks::{RankOptions, run_rank};
+    let requantize = metrale_engine::loader::Requantize::parse([args.requantize.as_str()])
+        .map_err(anyhow::Error::msg)?;
+    let options = RankOptions {
+        model_dir: args.model,
+        load_format: args.load_format,
+        requantize,
+        kv_cache_fp8: args.kv_cache_fp8,
+    };
+    run_rank(
+        &options,
+        args.rank,
+        args.world,
+        args.master,
+        &args.fingerprint,
+    )
+    .with_context(|| format!("tensor-parallel rank {} of {}", args.rank, args.world))
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -125,6 +147,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         ssm_checkpoint_slots: args.ssm_checkpoint_slots,
         ssm_checkpoint_interval: args.ssm_checkpoint_interval,
         speculative: args.speculative,
+        tensor_parallel_size: args.tensor_parallel_size,
         num_drafts: args.num_drafts,
         speculative_max_batch: ladder.speculative_max_batch,
         http: args.http.flags(),

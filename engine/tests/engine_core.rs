@@ -34,6 +34,7 @@ fn config(name: &str) -> EngineConfig {
         ssm_checkpoint_interval: 512,
         kv_cache_fp8: false,
         speculative: None,
+        tensor_parallel_size: 1,
         enforce_eager: false,
         tuning: Default::default(),
     }

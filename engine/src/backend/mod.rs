@@ -24,6 +24,10 @@ pub enum BackendError {
     Shape { op: &'static str, message: String },
     #[error("{0}")]
     Device(String),
+    /// A rank of the tensor-parallel group is gone (or out of step): no step can run again,
+    /// so the engine fails every request and stops (`parallel/tcp.rs`).
+    #[error("{0}")]
+    GroupLost(String),
 }
 
 pub type Result<T> = std::result::Result<T, BackendError>;

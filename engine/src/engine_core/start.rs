@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 
+use super::ranks::RankProcesses;
 use super::step_loop::EngineLoop;
 use super::{Device, EngineConfig, EngineHandle, Live, ModelInfo, Shared};
 use crate::backend::{Backend, CpuBackend, HybridOps};
@@ -16,6 +17,9 @@ use crate::metrics::MetricsHub;
 use crate::metrics::hub::{Limits, StepReport};
 use crate::models::Model;
 use crate::models::registry::{self, LoadOptions, WithModel};
+use crate::parallel::Collective;
+use crate::parallel::ranks::Leader;
+use crate::parallel::tcp::TcpGroup;
 use crate::runner::Runner;
 use crate::scheduler::Scheduler;
 use crate::scheduler::SchedulerConfig;
@@ -113,16 +117,34 @@ fn start_on<B: HybridOps>(
         mtp: config.speculative.is_some(),
         requantize: config.requantize,
     };
+    // With more than one rank, meet the others before loading: each then loads its own
+    // shard while this one loads rank 0's.
+    let group = match config.tensor_parallel_size {
+        1 => None,
+        world => Some(super::ranks::start_group(
+            world,
+            &super::ranks::RankOptions {
+                model_dir: dir.root.clone(),
+                load_format: config.load_format,
+                requantize: config.requantize,
+                kv_cache_fp8: config.kv_cache_fp8,
+            },
+        )?),
+    };
+    let tp = group
+        .as_ref()
+        .map(|(g, _)| g.clone() as Arc<dyn Collective<B>>);
     let loaded = Loaded {
         generation: dir.generation_config()?,
         model_config,
         max_model_len,
         config,
         hub,
+        group,
     };
     let mut layer_done =
         |done: usize| phases.phase(Phase::Load, done as u64, Some(layers), "layers");
-    registry::load(backend, &dir, options, &mut layer_done, loaded)?
+    registry::load_rank(backend, &dir, options, tp, &mut layer_done, loaded)?
 }
 
 /// What start-up knows once the model is loaded, for [`serve_model`].
@@ -132,12 +154,19 @@ struct Loaded {
     model_config: crate::loader::ModelConfig,
     generation: crate::loader::GenerationConfig,
     max_model_len: usize,
+    /// The tensor-parallel group this process leads, and the rank processes it started.
+    group: Option<(Arc<TcpGroup>, RankProcesses)>,
 }
 
 impl<B: HybridOps> WithModel<B> for Loaded {
     type Output = anyhow::Result<(EngineHandle, KvCachePlan)>;
-    fn run<M: Model<B> + 'static>(self, backend: B, model: M) -> Self::Output {
-        serve_model(backend, model, self)
+    fn run<M: Model<B> + 'static>(mut self, backend: B, model: M) -> Self::Output {
+        match self.group.take() {
+            None => serve_model(backend, model, self, None),
+            Some((group, ranks)) => {
+                serve_model(backend, Leader::new(model, group), self, Some(ranks))
+            }
+        }
     }
 }
 
@@ -146,6 +175,7 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
     backend: B,
     model: M,
     loaded: Loaded,
+    ranks: Option<RankProcesses>,
 ) -> anyhow::Result<(EngineHandle, KvCachePlan)> {
     let Loaded {
         config,
@@ -153,6 +183,7 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
         model_config,
         generation,
         max_model_len,
+        group: _,
     } = loaded;
     let phases = hub.phases();
 
@@ -233,7 +264,11 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
     let engine = EngineLoop::new(scheduler, runner, rx, live.clone(), hub, &config.tuning);
     std::thread::Builder::new()
         .name("met-engine".into())
-        .spawn(move || engine.run())
+        .spawn(move || {
+            engine.run();
+            // The runner (and so the leader, which tells the ranks to stop) is gone: reap them.
+            drop(ranks);
+        })
         .context("failed to start the engine thread")?;
     let shared = Shared {
         commands: Mutex::new(tx),

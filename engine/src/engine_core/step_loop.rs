@@ -12,7 +12,7 @@ use super::outbox::Outbox;
 use super::step_profile::{Phase, StepProfile};
 use super::{Command, Live, StepOutput, ValidRequest};
 use crate::admission::Admission;
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError};
 use crate::metrics::MetricsHub;
 use crate::metrics::hub::StepReport;
 use crate::models::Model;
@@ -118,12 +118,16 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                     }
                 }
             }
-            if !keep_going {
+            if !keep_going || self.failed() {
                 break;
             }
             if self.scheduler.has_unfinished_requests() {
                 self.profile.start();
                 self.step();
+                if self.failed() {
+                    self.flush();
+                    break;
+                }
                 if let Some(d) = self.step_delay {
                     std::thread::sleep(d);
                 }
@@ -139,6 +143,10 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
         self.abort_all();
         self.live.stopped.store(true, Ordering::SeqCst);
         self.publish();
+    }
+
+    fn failed(&self) -> bool {
+        self.live.failure.lock().map_or(true, |f| f.is_some())
     }
 
     /// Apply one command; false means stop the thread.
@@ -225,6 +233,14 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
                     self.deliver(e);
                 }
                 self.settle_hang_ups();
+            }
+            Err(BackendError::GroupLost(why)) => {
+                // No step can run again: fail everything and stop; the server exits.
+                tracing::error!("the tensor-parallel group is lost: {why}");
+                if let Ok(mut f) = self.live.failure.lock() {
+                    *f = Some(why);
+                }
+                self.abort_all();
             }
             Err(e) => {
                 // A backend error is a bug, not the client's doing: fail this step's requests

@@ -6,6 +6,8 @@
 //! backend that lacks a feature a checkpoint needs refuses it at load, by name
 //! (`models::check_backend`).
 
+use std::sync::Arc;
+
 use anyhow::{Context, bail};
 
 use super::Model;
@@ -19,6 +21,7 @@ use super::qwen3::Qwen3;
 use super::qwen3_5::{Qwen3_5, Qwen3_5Config};
 use crate::backend::HybridOps;
 use crate::loader::{LoadError, LoadFormat, ModelDir, Requantize, Weights};
+use crate::parallel::Collective;
 
 /// A model family: one forward, one file (`docs/models.md` lists what runs where).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +114,20 @@ pub fn load<B: HybridOps, W: WithModel<B>>(
     layer_done: &mut dyn FnMut(usize),
     then: W,
 ) -> anyhow::Result<W::Output> {
+    load_rank(backend, dir, options, None, layer_done, then)
+}
+
+/// [`load`] as one rank of a tensor-parallel group (`tp`; `None` is the whole model): each
+/// family cuts its own slice (`parallel/`). gpt-oss and MiniMax-M2 have no cut yet and are
+/// refused by name.
+pub fn load_rank<B: HybridOps, W: WithModel<B>>(
+    backend: B,
+    dir: &ModelDir,
+    options: LoadOptions,
+    tp: Option<Arc<dyn Collective<B>>>,
+    layer_done: &mut dyn FnMut(usize),
+    then: W,
+) -> anyhow::Result<W::Output> {
     let config = dir.config()?;
     let family = family(&config.architecture)?;
     if options.mtp && family != Family::Qwen3_5 {
@@ -120,66 +137,71 @@ pub fn load<B: HybridOps, W: WithModel<B>>(
             config.architecture
         );
     }
+    if tp.is_some() && matches!(family, Family::GptOss | Family::MiniMaxM2) {
+        bail!(
+            "{} has no tensor-parallel cut yet: serve it with --tensor-parallel-size 1",
+            config.architecture
+        );
+    }
     let failed = || format!("failed to load {}", dir.root.display());
     if !options.requantize.is_empty() {
         check_requantize(&config, options.requantize)?;
     }
     let weights =
         Weights::open(&dir.root, options.load_format)?.with_requantize(options.requantize);
+    let json = dir.root.join("config.json");
+    macro_rules! finish {
+        ($model:expr) => {{
+            let model = $model.with_context(failed)?;
+            drop(weights);
+            Ok(then.run(backend, model))
+        }};
+    }
     match family {
-        Family::Qwen3 => {
-            let model = Qwen3::load_reporting(&backend, &config, &weights, layer_done)
-                .with_context(failed)?;
-            drop(weights);
-            Ok(then.run(backend, model))
-        }
+        Family::Qwen3 => finish!(Qwen3::load_sharded(
+            &backend, &config, &weights, tp, layer_done
+        )),
         Family::Qwen3_5 => {
-            let hybrid = Qwen3_5Config::from_file(&dir.root.join("config.json"))?;
-            let model = Qwen3_5::load_on(&backend, &hybrid, &weights, options.mtp, layer_done)
-                .with_context(failed)?;
-            drop(weights);
-            Ok(then.run(backend, model))
+            let hybrid = Qwen3_5Config::from_file(&json)?;
+            finish!(Qwen3_5::load_sharded(
+                &backend,
+                &hybrid,
+                &weights,
+                (options.mtp, tp),
+                layer_done
+            ))
         }
         Family::Llama => {
-            let llama = LlamaConfig::from_file(&dir.root.join("config.json"))?;
-            let model = Llama::load(&backend, &llama, &weights, layer_done).with_context(failed)?;
-            drop(weights);
-            Ok(then.run(backend, model))
+            let llama = LlamaConfig::from_file(&json)?;
+            finish!(Llama::load_sharded(
+                &backend, &llama, &weights, tp, layer_done
+            ))
         }
         Family::Gemma3 => {
-            let gemma = Gemma3Config::from_file(&dir.root.join("config.json"))?;
-            let model =
-                Gemma3::load(&backend, &gemma, &weights, layer_done).with_context(failed)?;
-            drop(weights);
-            Ok(then.run(backend, model))
+            let gemma = Gemma3Config::from_file(&json)?;
+            finish!(Gemma3::load_sharded(
+                &backend, &gemma, &weights, tp, layer_done
+            ))
         }
         Family::GptOss => {
-            let gpt_oss = GptOssConfig::from_file(&dir.root.join("config.json"))?;
-            let model =
-                GptOss::load(&backend, &gpt_oss, &weights, layer_done).with_context(failed)?;
-            drop(weights);
-            Ok(then.run(backend, model))
+            let gpt_oss = GptOssConfig::from_file(&json)?;
+            finish!(GptOss::load(&backend, &gpt_oss, &weights, layer_done))
         }
         Family::MiniMaxM2 => {
-            let minimax = MiniMaxM2Config::from_file(&dir.root.join("config.json"))?;
-            let model =
-                MiniMaxM2::load(&backend, &minimax, &weights, layer_done).with_context(failed)?;
-            drop(weights);
-            Ok(then.run(backend, model))
+            let minimax = MiniMaxM2Config::from_file(&json)?;
+            finish!(MiniMaxM2::load(&backend, &minimax, &weights, layer_done))
         }
         Family::NemotronH => {
-            let nemotron = NemotronHConfig::from_file(&dir.root.join("config.json"))?;
-            let model =
-                NemotronH::load(&backend, &nemotron, &weights, layer_done).with_context(failed)?;
-            drop(weights);
-            Ok(then.run(backend, model))
+            let nemotron = NemotronHConfig::from_file(&json)?;
+            finish!(NemotronH::load_sharded(
+                &backend, &nemotron, &weights, tp, layer_done
+            ))
         }
         Family::DeepseekV3 => {
-            let deepseek = DeepseekV3Config::from_file(&dir.root.join("config.json"))?;
-            let model =
-                DeepseekV3::load(&backend, &deepseek, &weights, layer_done).with_context(failed)?;
-            drop(weights);
-            Ok(then.run(backend, model))
+            let deepseek = DeepseekV3Config::from_file(&json)?;
+            finish!(DeepseekV3::load_sharded(
+                &backend, &deepseek, &weights, tp, layer_done
+            ))
         }
     }
 }

@@ -5,12 +5,12 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use super::host::{self, HostValues, collective_err};
 use super::{Collective, Shard};
-use crate::backend::{Backend, BackendError, Result};
-use crate::loader::{DType, HostData, HostTensor};
+use crate::backend::{Backend, Result};
 
 /// Each rank's contribution to the collective under way: its values and shape.
-type Slots = Vec<(Vec<f32>, Vec<usize>)>;
+type Slots = Vec<HostValues>;
 
 struct State {
     slots: Slots,
@@ -57,7 +57,7 @@ impl LocalGroup {
 
     /// Every rank's values and shape, once all have put theirs.
     fn exchange<B: Backend>(&self, b: &B, t: &B::Tensor) -> Result<Slots> {
-        let mine = (b.to_host(t)?, b.shape(t).to_vec());
+        let mine = host::download(b, t)?;
         self.lock()?.slots[self.shard.rank] = mine;
         self.barrier()?;
         let all = self.lock()?.slots.clone();
@@ -111,24 +111,6 @@ impl Drop for LocalGroup {
     }
 }
 
-fn collective_err(message: String) -> BackendError {
-    BackendError::Shape {
-        op: "collective",
-        message,
-    }
-}
-
-fn upload<B: Backend>(b: &B, shape: Vec<usize>, values: &[f32]) -> Result<B::Tensor> {
-    let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    b.upload(&HostTensor {
-        shape,
-        data: HostData::Raw {
-            dtype: DType::F32,
-            bytes: std::borrow::Cow::Owned(bytes),
-        },
-    })
-}
-
 impl<B: Backend> Collective<B> for LocalGroup {
     fn shard(&self) -> Shard {
         self.shard
@@ -136,40 +118,13 @@ impl<B: Backend> Collective<B> for LocalGroup {
 
     fn all_reduce_sum(&self, b: &B, t: &mut B::Tensor) -> Result<()> {
         let all = self.exchange(b, t)?;
-        let shape = all[0].1.clone();
-        let mut sum = vec![0f32; all[0].0.len()];
-        for (values, s) in &all {
-            if *s != shape {
-                return Err(collective_err(format!(
-                    "all_reduce over shapes {s:?} and {shape:?}"
-                )));
-            }
-            for (a, v) in sum.iter_mut().zip(values) {
-                *a += v;
-            }
-        }
-        *t = upload(b, shape, &sum)?;
+        *t = host::upload(b, &host::sum(&all)?)?;
         Ok(())
     }
 
     fn all_gather_cols(&self, b: &B, part: &B::Tensor) -> Result<B::Tensor> {
         let all = self.exchange(b, part)?;
-        let (rows, cols) = match all[0].1.as_slice() {
-            [r, c] => (*r, *c),
-            other => return Err(collective_err(format!("all_gather of {other:?}"))),
-        };
-        if all.iter().any(|(_, s)| *s != [rows, cols]) {
-            return Err(collective_err("all_gather over different shapes".into()));
-        }
-        let world = all.len();
-        let mut out = vec![0f32; rows * cols * world];
-        for (r, (values, _)) in all.iter().enumerate() {
-            for row in 0..rows {
-                let to = row * cols * world + r * cols;
-                out[to..to + cols].copy_from_slice(&values[row * cols..(row + 1) * cols]);
-            }
-        }
-        upload(b, vec![rows, cols * world], &out)
+        host::upload(b, &host::cols(&all)?)
     }
 }
 
@@ -187,7 +142,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let b = CpuBackend::default();
                     let r = g.shard.rank as f32;
-                    let mut t = upload(&b, vec![1, 2], &[r, 10.0 * r]).expect("tensor");
+                    let mut t = host::upload(&b, &(vec![r, 10.0 * r], vec![1, 2])).expect("tensor");
                     Collective::<CpuBackend>::all_reduce_sum(&g, &b, &mut t).expect("reduce");
                     let cols =
                         Collective::<CpuBackend>::all_gather_cols(&g, &b, &t).expect("gather");
@@ -207,7 +162,7 @@ mod tests {
         let mut group = LocalGroup::new(2);
         drop(group.pop());
         let g = group.pop().expect("rank 0");
-        let mut t = upload(&b, vec![1, 1], &[1.0]).expect("tensor");
+        let mut t = host::upload(&b, &(vec![1.0], vec![1, 1])).expect("tensor");
         let e = Collective::<CpuBackend>::all_reduce_sum(&g, &b, &mut t).expect_err("no rank 1");
         assert!(e.to_string().contains("rank 1 left the group"), "{e}");
     }

@@ -10,16 +10,23 @@
 //!
 //! [`Collective`] is what a model calls; [`local::LocalGroup`] runs the ranks as threads of one
 //! process over host copies (the CPU reference and its tests: the sharded forward must equal
-//! the unsharded one). NCCL is the device implementation (not built yet: `docs/multi-gpu.md`).
+//! the unsharded one); [`tcp::TcpGroup`] runs them as processes joined by TCP, which
+//! `met serve --tensor-parallel-size N --device cpu` starts ([`ranks`]: rank 0 sends each
+//! step's batch, every rank runs it on its shard). NCCL is the device implementation (not
+//! built yet: `docs/multi-gpu.md`).
 
 use std::ops::Range;
 
 use crate::backend::{Backend, Result};
 use crate::loader::LoadError;
 
+mod host;
 pub mod local;
 pub mod plan;
+pub mod ranks;
 pub mod shard;
+pub mod tcp;
+pub mod wire;
 
 /// This rank's place in its group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -71,6 +71,8 @@ pub struct ServeFlags {
     pub ssm_checkpoint_interval: Option<usize>,
     /// `--speculative` (drafts from the checkpoint's MTP head).
     pub speculative: bool,
+    /// `--tensor-parallel-size` (1: the whole model in this process).
+    pub tensor_parallel_size: usize,
     /// `--num-drafts` (with `--speculative`; default [`DEFAULT_NUM_DRAFTS`]).
     pub num_drafts: Option<usize>,
     /// `--speculative-max-batch` (with `--speculative`; default
@@ -200,6 +202,29 @@ impl ServeFlags {
     pub fn validate(self) -> anyhow::Result<ServeConfig> {
         let dir = ModelDir::open(&self.model)?;
         let model = dir.config()?;
+        match self.tensor_parallel_size {
+            0 => return Err(bad("--tensor-parallel-size", "must be at least 1").into()),
+            1 => {}
+            n if self.device != Device::Cpu => {
+                return Err(bad(
+                    "--tensor-parallel-size",
+                    format!(
+                        "{n} ranks on cuda need NCCL between the GPUs, which met does not have \
+                         yet; serve on one GPU, or split the model over CPU processes with \
+                         --device cpu"
+                    ),
+                )
+                .into());
+            }
+            _ if self.speculative => {
+                return Err(bad(
+                    "--tensor-parallel-size",
+                    "does not combine with --speculative yet (the MTP head is not split); drop one",
+                )
+                .into());
+            }
+            _ => {}
+        }
         if self.device == Device::Cuda && !cfg!(feature = "cuda") {
             return Err(bad(
                 "--device cuda",
@@ -411,6 +436,7 @@ impl ServeFlags {
                 ssm_checkpoint_interval,
                 kv_cache_fp8: self.kv_cache_dtype == KvCacheDtype::Fp8,
                 speculative,
+                tensor_parallel_size: self.tensor_parallel_size,
             },
             host: self.host,
             port: self.port,
@@ -483,6 +509,7 @@ mod tests {
             ssm_checkpoint_slots: None,
             ssm_checkpoint_interval: None,
             speculative: false,
+            tensor_parallel_size: 1,
             num_drafts: None,
             speculative_max_batch: None,
             http: HttpFlags::default(),

@@ -63,6 +63,17 @@ impl Signals {
     }
 }
 
+/// Resolves with the reason once the engine has stopped on its own (a tensor-parallel rank
+/// is gone); never otherwise.
+async fn engine_failure(engine: &crate::engine_core::EngineHandle) -> String {
+    loop {
+        if let Some(why) = engine.failure() {
+            return why;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 pub(super) async fn serve_until_drained(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
@@ -148,7 +159,15 @@ pub(super) async fn serve_until_drained(
         ));
     }
 
-    let sig = signals.next().await;
+    let sig = tokio::select! {
+        sig = signals.next() => sig,
+        why = engine_failure(&engine) => {
+            say(&format!("met: the engine stopped: {why}; every request in flight was failed"));
+            let _ = stop_http(server).await;
+            engine.shutdown();
+            anyhow::bail!("the engine stopped: {why}");
+        }
+    };
     say(&format!(
         "met: {sig}: draining ({} requests in flight); a second signal aborts them",
         state.num_in_flight()
