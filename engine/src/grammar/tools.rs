@@ -86,12 +86,13 @@ pub fn call_grammar(
             ToolCallFormat::MiniMaxM2 => {
                 xml_call::parameters(Style::MiniMax, t.parameters, &param, i)?
             }
-            // DeepSeek's never reach here (`has_grammar`).
+            // DeepSeek's and Nemotron's never reach here (`has_grammar`).
             ToolCallFormat::Llama3Json
             | ToolCallFormat::Mistral
             | ToolCallFormat::Harmony
             | ToolCallFormat::DeepSeekV3
-            | ToolCallFormat::DeepSeekV31 => (
+            | ToolCallFormat::DeepSeekV31
+            | ToolCallFormat::NemotronJson => (
                 format!("%json {}", json_args(t.parameters, &param)?),
                 vec![],
             ),
@@ -124,12 +125,13 @@ pub fn call_grammar(
     Ok(Spec::Lark(format!("{top}\n{}\n", rules.join("\n"))))
 }
 
-/// Whether `format`'s calls have a grammar at all (DeepSeek's do not yet: their markers are
-/// special tokens, which the call grammar does not write; their calls are parsed, not held).
+/// Whether `format`'s calls have a grammar at all (DeepSeek's and Nemotron's do not yet: their
+/// markers are, or may be, special tokens, which the call grammar does not write; their calls
+/// are parsed, not held).
 pub fn has_grammar(format: ToolCallFormat) -> bool {
     !matches!(
         format,
-        ToolCallFormat::DeepSeekV3 | ToolCallFormat::DeepSeekV31
+        ToolCallFormat::DeepSeekV3 | ToolCallFormat::DeepSeekV31 | ToolCallFormat::NemotronJson
     )
 }
 
@@ -207,7 +209,8 @@ fn head(format: ToolCallFormat, name: &str) -> String {
         | ToolCallFormat::Mistral
         | ToolCallFormat::Harmony
         | ToolCallFormat::DeepSeekV3
-        | ToolCallFormat::DeepSeekV31 => String::new(),
+        | ToolCallFormat::DeepSeekV31
+        | ToolCallFormat::NemotronJson => String::new(),
     }
 }
 
@@ -221,7 +224,8 @@ fn tail(format: ToolCallFormat) -> &'static str {
         | ToolCallFormat::Mistral
         | ToolCallFormat::Harmony
         | ToolCallFormat::DeepSeekV3
-        | ToolCallFormat::DeepSeekV31 => "",
+        | ToolCallFormat::DeepSeekV31
+        | ToolCallFormat::NemotronJson => "",
     }
 }
 
