@@ -185,7 +185,7 @@ pub struct ServeArgs {
     /// Do not show the terminal dashboard.
     #[arg(long)]
     pub no_tui: bool,
-    /// Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3), llama3_json (Llama 3.1+), mistral or openai (gpt-oss).
+    /// Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3), llama3_json (Llama 3.1+), mistral, openai (gpt-oss), minimax_m2, deepseek_v3, deepseek_v31 or nemotron_json (Nemotron Nano v2).
     #[arg(long, value_name = "PARSER")]
     pub tool_call_parser: Option<String>,
     /// Split reasoning from the answer: qwen3 (`<think>…</think>`) or openai_gptoss (gpt-oss).

@@ -2,9 +2,10 @@
 //! the official `openai` Python client (tests/clients/test_structured_outputs.py): 50 varied
 //! JSON schemas whose replies must all validate with `jsonschema`, `json_object`, a reply cut
 //! by `max_tokens` reported as `length`, `logit_bias`, and bad schemas refused by name; forced
-//! tool calls under the hermes, qwen3_coder, llama3_json, mistral, harmony and minimax_m2 call grammars through both
-//! official clients (tests/clients/test_forced_tool_calls.py), each parsed back by its format's
-//! parser; the call grammar under `auto` and vLLM's `structured_outputs`/`guided_*` fields
+//! tool calls under the hermes, qwen3_coder, llama3_json, mistral, harmony, minimax_m2 and
+//! nemotron_json call grammars through both official clients
+//! (tests/clients/test_forced_tool_calls.py), each parsed back by its format's parser; DeepSeek's
+//! call grammar refused by name on a tokenizer without its special tokens; the call grammar under `auto` and vLLM's `structured_outputs`/`guided_*` fields
 //! (tests/clients/test_tool_grammar.py); the grammar after a reasoning section
 //! (tests/clients/test_reasoning_grammar.py); and constrained requests with `--speculative`,
 //! token for token what they are without.
@@ -84,6 +85,35 @@ async fn forced_minimax_m2_tool_calls_validate_through_both_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forced_harmony_tool_calls_validate_through_both_clients() {
     forced_calls_validate("openai").await;
+}
+
+/// Nemotron Nano v2's `<TOOLCALL>[{"name": ..., "arguments": {...}}]</TOOLCALL>` lists (issue
+/// 40); the demo's tokenizer writes the tags as text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forced_nemotron_json_tool_calls_validate_through_both_clients() {
+    forced_calls_validate("nemotron_json").await;
+}
+
+/// DeepSeek's calls are written with its tokenizer's special tokens; on the demo's tokenizer,
+/// which has none of them, a forced call is refused with the missing token's name (a 400 that
+/// says how to fix the server), not generated with the markers spelled out in text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deepseek_call_grammar_names_the_special_token_the_tokenizer_lacks() {
+    let s = demo(&["--tool-call-parser", "deepseek_v31"]).await;
+    let body = json!({
+        "model": "demo",
+        "messages": [{"role": "user", "content": "weather?"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters":
+            {"type": "object", "properties": {"x": {"type": "integer"}}}}}],
+        "tool_choice": "required", "max_tokens": 8,
+    });
+    let (status, v) = s.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 400, "{v}");
+    let message = v["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains("<｜tool▁calls▁begin｜>") && message.contains("--tool-call-parser"),
+        "{v}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -459,3 +459,48 @@ fn deepseek_blocks_in_both_layouts() {
     let evs = parse_all_ways(Some(ToolCallFormat::DeepSeekV31), false, false, &cut);
     assert_eq!(evs, vec![Text(cut.clone())]);
 }
+
+/// Nemotron Nano v2's `<TOOLCALL>` JSON lists (`nemotron_json`), as the model writes them
+/// after its template opened `<think>\n` (thinking on: the reply starts inside the block) or
+/// wrote `<think></think>` (`/no_think`: no tags in the reply); a list naming no declared tool,
+/// an empty list, and a block cut off stay text.
+#[test]
+fn nemotron_json_lists_after_open_or_closed_thinking() {
+    let f = Some(ToolCallFormat::NemotronJson);
+    let calls = "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}, {\"name\": \"get_weather\", \"arguments\": {\"city\": \"東京\"}}]</TOOLCALL>";
+    let expected = |reasoning: Option<&str>| {
+        let mut v: Vec<ParseEvent> = reasoning.map(|r| Reasoning(r.into())).into_iter().collect();
+        v.extend([
+            Text("Checking both.".into()),
+            start(0, "get_weather"),
+            args(0, json!({"city": "Paris", "days": 3})),
+            end(0),
+            start(1, "get_weather"),
+            args(1, json!({"city": "東京"})),
+            end(1),
+        ]);
+        v
+    };
+    // Thinking on: the prompt ended in `<think>\n`.
+    let thinking = format!("Two cities.\n</think>\n\nChecking both.\n{calls}");
+    let evs = parse_all_ways(f, true, true, &thinking);
+    assert_eq!(evs, expected(Some("Two cities.")));
+    // `/no_think`: the prompt closed an empty block; the reply is all answer.
+    let answer = format!("Checking both.\n{calls}");
+    assert_eq!(parse_all_ways(f, true, false, &answer), expected(None));
+    assert_eq!(parse_all_ways(f, false, false, &answer), expected(None));
+    for bad in [
+        "Sure.\n<TOOLCALL>[{\"name\": \"nope\", \"arguments\": {}}]</TOOLCALL>",
+        "<TOOLCALL>[]</TOOLCALL>",
+        "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": 3}}]</TOOLCALL>",
+        // Cut off inside the block (max_tokens).
+        "<TOOLCALL>[{\"name\": \"get_weather\", \"argu",
+    ] {
+        assert_eq!(parse_all_ways(f, false, false, bad), vec![Text(bad.into())]);
+    }
+    let f = ToolCallFormat::NemotronJson;
+    assert!(f.needs_special_tokens());
+    assert_eq!(ToolCallFormat::from_flag("nemotron_json"), Some(f));
+    assert_eq!(ToolCallFormat::from_flag("nemotron_nano_v2"), Some(f));
+    assert_eq!(f.flag_value(), "nemotron_json");
+}

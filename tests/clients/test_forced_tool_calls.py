@@ -1,6 +1,7 @@
 """Forced tool calls under the server's call grammar, through the official `openai` and
 `anthropic` clients (engine/tests/structured_outputs.rs serves the demo model with
-`--tool-call-parser hermes`, `llama3_json`, `mistral` or `openai` (gpt-oss's harmony) and runs this for each; the calls are
+`--tool-call-parser hermes`, `qwen3_coder`, `llama3_json`, `mistral`, `openai` (gpt-oss's harmony),
+`minimax_m2` or `nemotron_json` and runs this for each; the calls are
 written in that format and parsed back by its parser). Every forced call must parse into a call of an
 allowed tool whose arguments validate against its schema (checked with `jsonschema`)."""
 

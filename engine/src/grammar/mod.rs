@@ -11,9 +11,13 @@
 //! the host and the CUDA sampler uploads and applies on the device. The runner has each
 //! sequence's next masks computed on worker threads (`workers.rs`) while the step runs.
 //!
+//! Fixed text the server's own grammars write (a call format's markers, `<think>`/`</think>`)
+//! is the tokenizer's special token wherever it is one (`marks.rs`), as the model writes it.
+//!
 //! When the grammar is complete only end-of-sequence is allowed, so a finished value ends with
 //! `stop`; a value still open at `max_tokens` ends with `length` like any other.
 
+mod marks;
 mod matcher;
 mod schema;
 mod token_mask;
@@ -29,6 +33,7 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
 use toktrie::{ApproximateTokEnv, TokRxInfo, TokTrie};
 
+pub use marks::Specials;
 pub use matcher::{Constraint, MaskStats};
 pub use schema::SchemaError;
 pub use token_mask::{RowMask, TokenMask};
@@ -43,6 +48,17 @@ pub enum GrammarError {
     /// A schema llguidance refused, or one our own checks refused (`path` names the part).
     #[error("{0}")]
     Schema(#[from] SchemaError),
+    /// A call format written with special tokens (DeepSeek's), on a tokenizer without one.
+    #[error(
+        "{format} calls are written with the special token `{token}`, which this model's \
+         tokenizer does not have, so no call could be held to the format: start met serve \
+         with this model's own --tool-call-parser (or --disable-tool-grammar to read calls as \
+         written)"
+    )]
+    MissingMarker {
+        format: &'static str,
+        token: &'static str,
+    },
 }
 
 /// What a request's output must match.
@@ -87,6 +103,8 @@ pub enum Think {
 pub struct Grammars {
     factory: ParserFactory,
     eos: u32,
+    /// The tokenizer's special tokens, which grammars name by id (`marks.rs`).
+    specials: Specials,
 }
 
 impl std::fmt::Debug for Grammars {
@@ -110,7 +128,16 @@ impl Grammars {
             .map_err(|e| GrammarError::Vocabulary(format!("{e:#}")))?;
         // Warnings and errors come back as values; nothing goes to stderr.
         factory.quiet();
-        Ok(Self { factory, eos })
+        Ok(Self {
+            factory,
+            eos,
+            specials: Specials::new(tokenizer, vocab_size),
+        })
+    }
+
+    /// The tokenizer's special tokens, for the call grammars (`tools::call_grammar`).
+    pub fn specials(&self) -> &Specials {
+        &self.specials
     }
 
     /// Compile `spec` into a constraint, or name what in it cannot be compiled. `param` is
@@ -121,14 +148,15 @@ impl Grammars {
         param: &str,
         think: Think,
     ) -> Result<Constraint, GrammarError> {
-        self.build(grammar(spec, param, think)?, param, false)
+        self.build(grammar(spec, param, think, &self.specials)?, param, false)
     }
 
     /// Compile `spec` for a benchmark's `ignore_eos` request: one value after another, never
     /// ending (end-of-sequence is never allowed), so the reply runs to `max_tokens` with every
     /// token under the grammar.
     pub fn compile_repeated(&self, spec: &Spec, param: &str) -> Result<Constraint, GrammarError> {
-        let TopLevelGrammar { mut grammars, .. } = grammar(spec, param, Think::Off)?;
+        let TopLevelGrammar { mut grammars, .. } =
+            grammar(spec, param, Think::Off, &self.specials)?;
         let Some(answer) = grammars.first_mut() else {
             return Err(SchemaError::new(param, "an empty grammar").into());
         };
@@ -162,8 +190,15 @@ impl Grammars {
     }
 }
 
-/// The answer's grammar, after a free reasoning section when `think` says so.
-fn grammar(spec: &Spec, param: &str, think: Think) -> Result<TopLevelGrammar, SchemaError> {
+/// The answer's grammar, after a free reasoning section when `think` says so. The section's
+/// tags are written as `specials` says: a `</think>` that is a special token ends the free
+/// text where the model writes it (a lazy text lexeme could never end on it).
+fn grammar(
+    spec: &Spec,
+    param: &str,
+    think: Think,
+    specials: &Specials,
+) -> Result<TopLevelGrammar, SchemaError> {
     let mut answer = match spec {
         Spec::Lark(g) => GrammarWithLexer::from_lark(g.clone()),
         Spec::Regex(rx) => {
@@ -192,10 +227,14 @@ fn grammar(spec: &Spec, param: &str, think: Think) -> Result<TopLevelGrammar, Sc
     let start = match think {
         Think::Off => return Ok(TopLevelGrammar::from_grammar(answer)),
         Think::Open => body.to_owned(),
-        Think::Optional => format!("\"<think>\" {body} | @answer"),
+        Think::Optional => format!("{} {body} | @answer", specials.lark("<think>")),
     };
     answer.name = Some("answer".into());
-    let top = format!("start: {start}\nthink[suffix=\"</think>\"]: /(?s:.*)/\nNL: /\\n{{1,2}}/\n");
+    let think = match specials.id("</think>") {
+        Some(id) => format!("think: THINK <[{id}]>\nTHINK: /(?s:.*)/"),
+        None => "think[suffix=\"</think>\"]: /(?s:.*)/".to_owned(),
+    };
+    let top = format!("start: {start}\n{think}\nNL: /\\n{{1,2}}/\n");
     Ok(TopLevelGrammar {
         grammars: vec![GrammarWithLexer::from_lark(top), answer],
         max_tokens: None,
@@ -206,3 +245,5 @@ fn grammar(spec: &Spec, param: &str, think: Think) -> Result<TopLevelGrammar, Sc
 mod tests;
 #[cfg(test)]
 mod tests_calls;
+#[cfg(test)]
+mod tests_marks;

@@ -11,26 +11,31 @@ use crate::sampling_params::SamplingParams;
 use crate::tokenizer::Tokenizer;
 use crate::tool_parsers::{OutputParser, ParseEvent, ToolCallFormat, ToolSpec, coalesce};
 
-struct Demo {
-    tok: Tokenizer,
-    grammars: Grammars,
-    eos: u32,
+pub(super) struct Demo {
+    pub(super) tok: Tokenizer,
+    pub(super) grammars: Grammars,
+    pub(super) eos: u32,
 }
 
 fn demo() -> Demo {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/demo");
-    let tok = Tokenizer::from_dir(&dir).expect("demo tokenizer");
+    load("../models/demo")
+}
+
+/// The tokenizer in `dir` (from the engine crate), its grammar compiler and `<|im_end|>`.
+pub(super) fn load(dir: &str) -> Demo {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let tok = Tokenizer::from_dir(&dir).expect("tokenizer");
     let eos = tok.token_to_id("<|im_end|>").expect("eos");
     let grammars = Grammars::new(tok.hf(), tok.vocab_size(), eos).expect("grammars");
     Demo { tok, grammars, eos }
 }
 
 impl Demo {
-    fn id(&self, t: &str) -> u32 {
+    pub(super) fn id(&self, t: &str) -> u32 {
         self.tok.token_to_id(t).expect("a token")
     }
 
-    fn compile(&self, spec: &Spec, think: Think) -> Constraint {
+    pub(super) fn compile(&self, spec: &Spec, think: Think) -> Constraint {
         self.grammars
             .compile(spec, "test", think)
             .unwrap_or_else(|e| panic!("{spec:?}: {e}"))
@@ -38,7 +43,7 @@ impl Demo {
 
     /// Sample under `c` from noise (plus `push(step, logits)`) until end-of-sequence or `max`
     /// tokens: the text and whether it ended.
-    fn generate(
+    pub(super) fn generate(
         &self,
         c: &Constraint,
         seed: u64,
@@ -74,7 +79,7 @@ impl Demo {
         (self.text(&out), false)
     }
 
-    fn text(&self, ids: &[u32]) -> String {
+    pub(super) fn text(&self, ids: &[u32]) -> String {
         self.tok.decode(ids, false).expect("decode")
     }
 }
@@ -91,7 +96,7 @@ const ADD: &str = r#"{"type": "object", "properties": {
     "code": {"type": "string", "pattern": "^[A-Z]{2}[0-9]$"}},
   "required": ["a", "code"], "additionalProperties": false}"#;
 
-fn specs() -> Vec<ToolSpec> {
+pub(super) fn specs() -> Vec<ToolSpec> {
     [("get_weather", WEATHER), ("add", ADD)]
         .iter()
         .map(|(n, s)| ToolSpec {
@@ -137,7 +142,7 @@ fn check_bounds(name: &str, args: &Map<String, Value>) {
 
 /// Parse `text` as the server does; every call must be a call (no `<tool_call>` left in
 /// text) whose arguments fit its schema. The calls' names.
-fn parsed_calls(format: ToolCallFormat, text: &str) -> Vec<String> {
+pub(super) fn parsed_calls(format: ToolCallFormat, text: &str) -> Vec<String> {
     let specs = specs();
     let mut p = OutputParser::new(None, false, Some((format, specs.clone())), "c");
     let mut events = p.push(text);
@@ -165,14 +170,17 @@ fn parsed_calls(format: ToolCallFormat, text: &str) -> Vec<String> {
     calls
 }
 
-/// The formats whose calls open with a tag (their grammars share `tools.rs`'s frame).
-const TAG_FORMATS: [ToolCallFormat; 3] = [
+/// The formats whose calls open with a tag (their grammars share `tools.rs`'s frame) and
+/// whose tags the demo tokenizer writes as text (DeepSeek's need special tokens:
+/// `tests_marks.rs`).
+const TAG_FORMATS: [ToolCallFormat; 4] = [
     ToolCallFormat::Qwen3Coder,
     ToolCallFormat::Hermes,
     ToolCallFormat::MiniMaxM2,
+    ToolCallFormat::NemotronJson,
 ];
 
-fn tools(specs: &[ToolSpec]) -> Vec<ToolSchema<'_>> {
+pub(super) fn tools(specs: &[ToolSpec]) -> Vec<ToolSchema<'_>> {
     specs
         .iter()
         .map(|t| ToolSchema {
@@ -188,7 +196,13 @@ fn forced_calls_in_every_tag_format_parse_and_fit_their_schemas() {
     let specs = specs();
     for format in TAG_FORMATS {
         for named in [None, Some("add"), Some("get_weather")] {
-            let spec = call_grammar(format, &tools(&specs), CallMode::Forced(named)).expect("ok");
+            let spec = call_grammar(
+                format,
+                &tools(&specs),
+                CallMode::Forced(named),
+                d.grammars.specials(),
+            )
+            .expect("ok");
             let c = d.compile(&spec, Think::Off);
             for seed in 0..6 {
                 let (text, ended) = d.generate(&c, seed, 150, &|_, _| {});
@@ -213,10 +227,19 @@ fn auto_calls_are_free_text_until_a_call_opens_then_well_formed() {
     let specs = specs();
     let eos = d.eos;
     for format in TAG_FORMATS {
-        let spec = call_grammar(format, &tools(&specs), CallMode::Auto).expect("ok");
+        let spec = call_grammar(
+            format,
+            &tools(&specs),
+            CallMode::Auto,
+            d.grammars.specials(),
+        )
+        .expect("ok");
         let c = d.compile(&spec, Think::Off);
         // The opening tag's tokens (one special token, or MiniMax-M2's text).
         let open = d.tok.encode(format.tags().0, false).expect("encode");
+        // Nemotron's list closes on `]`, which random logits pick no more often than `, `
+        // (another call): pushed with the end, so a list ends in a few calls.
+        let list_end = d.tok.encode("]", false).expect("encode");
         let mut called = 0;
         for seed in 0..8 {
             // Some free text first, then a push toward opening a call or ending, then toward
@@ -231,6 +254,9 @@ fn auto_calls_are_free_text_until_a_call_opens_then_well_formed() {
                 }
                 if i >= 3 {
                     l[eos as usize] += 20.0;
+                    if format == ToolCallFormat::NemotronJson {
+                        l[list_end[0] as usize] += 20.0;
+                    }
                 }
             };
             let (text, ended) = d.generate(&c, seed, 300, &push);
@@ -376,6 +402,7 @@ fn qwen3_coder_parameters_come_in_any_order_and_required_ones_still_hold() {
         ToolCallFormat::Qwen3Coder,
         &tools,
         CallMode::Forced(Some("weather")),
+        d.grammars.specials(),
     )
     .expect("grammar");
     let c = d.compile(&spec, Think::Off);
@@ -433,7 +460,13 @@ fn minimax_values_are_inline_and_never_lose_a_newline() {
         parameters: &schema,
     }];
     let format = ToolCallFormat::MiniMaxM2;
-    let spec = call_grammar(format, &tools, CallMode::Forced(Some("weather"))).expect("grammar");
+    let spec = call_grammar(
+        format,
+        &tools,
+        CallMode::Forced(Some("weather")),
+        d.grammars.specials(),
+    )
+    .expect("grammar");
     let c = d.compile(&spec, Think::Off);
     let prefix = format.forced_prefix(Some("weather"));
     let p = |k: &str, v: &str| format!("<parameter name=\"{k}\">{v}</parameter>\n");

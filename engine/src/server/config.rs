@@ -309,7 +309,7 @@ impl ServeFlags {
             Some(p) => Some(ToolCallFormat::from_flag(p).ok_or_else(|| {
                 bad(
                     "--tool-call-parser",
-                    format!("unknown parser `{p}`; use qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3, Qwen2.5), llama3_json (Llama 3.1+), mistral (Mistral), openai (gpt-oss's harmony), minimax_m2 (MiniMax-M2), deepseek_v3 (DeepSeek-V3, R1) or deepseek_v31 (DeepSeek-V3.1)"),
+                    format!("unknown parser `{p}`; use qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3, Qwen2.5), llama3_json (Llama 3.1+), mistral (Mistral), openai (gpt-oss's harmony), minimax_m2 (MiniMax-M2), deepseek_v3 (DeepSeek-V3, R1), deepseek_v31 (DeepSeek-V3.1) or nemotron_json (Nemotron Nano v2)"),
                 )
             })?),
         };

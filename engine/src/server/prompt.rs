@@ -157,6 +157,25 @@ fn encode_template_specials(tokenizer: &Tokenizer, text: &str) -> Result<Vec<u32
     Ok(ids)
 }
 
+/// Where the rendered prompt `text` leaves the reply's reasoning: `(open, closed)`, the prompt
+/// ending in an open `<think>` or a closed `</think>`.
+///
+/// A forced call's opening (`prefill`, non-empty) cannot follow an open `<think>`: the parser
+/// would read the call as reasoning, and the model would be writing it inside its thoughts.
+/// The server asks for `enable_thinking=false` then (`tool_use.rs`), but some templates never
+/// read it (Nemotron Nano v2's turns thinking off with `/no_think` in a message, DeepSeek-R1's
+/// always opens the block): their open block is closed here, as Nemotron's own no-think turn
+/// writes it (`<think></think>`).
+fn settle_reasoning(text: &mut String, prefill: &str) -> (bool, bool) {
+    let open = text.trim_end_matches('\n').ends_with("<think>");
+    if open && !prefill.is_empty() {
+        text.truncate(text.trim_end_matches('\n').len());
+        text.push_str("</think>");
+        return (false, true);
+    }
+    (open, text.trim_end_matches('\n').ends_with("</think>"))
+}
+
 /// Render `messages` (the template's OpenAI-shaped messages) with `tools` and the request's
 /// template kwargs, append `prefill` (a forced tool call's opening), and tokenize.
 pub fn render(
@@ -176,8 +195,7 @@ pub fn render(
             add_generation_prompt,
             request_kwargs,
         )?;
-        let reasoning_open = text.trim_end_matches('\n').ends_with("<think>");
-        let reasoning_closed = text.trim_end_matches('\n').ends_with("</think>");
+        let (reasoning_open, reasoning_closed) = settle_reasoning(&mut text, prefill);
         text.push_str(prefill);
         let ids = tokenizer
             .encode(&text, false)
@@ -210,8 +228,7 @@ pub fn render(
         add_generation_prompt,
         kwargs.as_ref(),
     )?;
-    let reasoning_open = text.trim_end_matches('\n').ends_with("<think>");
-    let reasoning_closed = text.trim_end_matches('\n').ends_with("</think>");
+    let (reasoning_open, reasoning_closed) = settle_reasoning(&mut text, &prefill);
     text.push_str(&prefill);
     let ids = if esc.escaped {
         encode_template_specials(tokenizer, &text)?
@@ -230,6 +247,34 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forced_call_closes_a_block_the_template_left_open() {
+        let settle = |t: &str, prefill: &str| {
+            let mut t = t.to_owned();
+            let state = settle_reasoning(&mut t, prefill);
+            (t, state)
+        };
+        let nemotron = "<SPECIAL_11>Assistant\n<think>\n";
+        // Not forced: the model starts inside the block.
+        assert_eq!(settle(nemotron, ""), (nemotron.into(), (true, false)));
+        // Forced: closed as the template's own `/no_think` turn writes it.
+        assert_eq!(
+            settle(nemotron, "<TOOLCALL>["),
+            (
+                "<SPECIAL_11>Assistant\n<think></think>".into(),
+                (false, true)
+            )
+        );
+        // `/no_think` (closed by the template), or no block at all: left as they are.
+        let closed = "<SPECIAL_11>Assistant\n<think></think>";
+        assert_eq!(
+            settle(closed, "<TOOLCALL>["),
+            (closed.into(), (false, true))
+        );
+        let plain = "<|im_start|>assistant\n";
+        assert_eq!(settle(plain, "<tool_call>"), (plain.into(), (false, false)));
+    }
 
     fn specials() -> Vec<(String, u32)> {
         vec![("<|im_start|>".into(), 1), ("<|im_end|>".into(), 2)]

@@ -70,15 +70,15 @@ pub fn attach(
     let (Some(format), Some((mode, specs))) = (state.tool_call_parser, asked.tools) else {
         return Ok(());
     };
-    // DeepSeek's calls have no grammar yet: read as written, forced or not.
-    if !state.tool_grammar || !tools::has_grammar(format) {
+    if !state.tool_grammar {
         return Ok(());
     }
     let (mode, think) = match (forced, mode) {
         // The forced opening is in the prompt and thinking is off (`tool_use.rs`).
         (Some(named), _) => (CallMode::Forced(named), Think::Off),
         // A benchmark's `ignore_eos` runs past the end a grammar would force.
-        // Llama 3's and Mistral's calls have no opening tag a grammar could wait for.
+        // Llama 3's, Mistral's and harmony's calls have no opening tag a grammar could wait
+        // for.
         (None, ToolMode::Auto)
             if !generation.sampling.ignore_eos && tools::has_auto_grammar(format) =>
         {
@@ -93,9 +93,14 @@ pub fn attach(
             parameters: &t.parameters,
         })
         .collect();
-    let spec = tools::call_grammar(format, &tools, mode)
-        .map_err(|e| ApiError::invalid(e.path.clone(), e.to_string()))?;
-    generation.sampling.constraint = Some(compile(state, &spec, "tools", think)?);
+    let grammars = grammars(state, "tools")?;
+    let spec = tools::call_grammar(format, &tools, mode, grammars.specials())
+        .map_err(|e| grammar_error(e, "tools"))?;
+    generation.sampling.constraint = Some(
+        grammars
+            .compile(&spec, "tools", think)
+            .map_err(|e| grammar_error(e, "tools"))?,
+    );
     Ok(())
 }
 
@@ -202,7 +207,7 @@ fn compile_repeated(state: &AppState, spec: &Spec, param: &str) -> Result<Constr
 fn grammar_error(e: GrammarError, param: &str) -> ApiError {
     match e {
         GrammarError::Schema(s) => ApiError::invalid(s.path.clone(), s.to_string()),
-        GrammarError::Vocabulary(_) => ApiError::Unsupported {
+        GrammarError::Vocabulary(_) | GrammarError::MissingMarker { .. } => ApiError::Unsupported {
             message: e.to_string(),
             param: param.into(),
         },

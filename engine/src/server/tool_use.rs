@@ -42,15 +42,20 @@ pub struct ReplyPlan {
     pub reasoning_open: bool,
     /// The prompt closed an (empty) `<think>` block: thinking is off.
     pub reasoning_closed: bool,
+    /// `<think>`/`</think>` are special tokens of the tokenizer (Nemotron-H's): with
+    /// `--reasoning-parser qwen3` the reply's text must keep them, or the parser never sees
+    /// where the reasoning ends.
+    pub think_tags_special: bool,
     pub calls: Option<(ToolCallFormat, Vec<ToolSpec>)>,
 }
 
 impl ReplyPlan {
     /// Whether the reply's text must keep special tokens: the calls' markers are special
     /// tokens in the parser's format (Mistral's `[TOOL_CALLS]`, harmony's channels, with or
-    /// without tools; vLLM does the same).
+    /// without tools; vLLM does the same), or the reasoning's tags are.
     pub fn keeps_special_tokens(&self) -> bool {
         self.reasoning == Some(ReasoningFormat::Harmony)
+            || (self.reasoning == Some(ReasoningFormat::Qwen3) && self.think_tags_special)
             || self
                 .calls
                 .as_ref()
@@ -186,7 +191,8 @@ pub fn plan(
     if forced && format.is_none() {
         return Err(ApiError::Unsupported {
             message: "this `tool_choice` needs a tool-call parser: start met serve with \
-                      --tool-call-parser (qwen3_coder, hermes, llama3_json or mistral)"
+                      --tool-call-parser (this model's: qwen3_coder, hermes, llama3_json, \
+                      mistral, openai, minimax_m2, deepseek_v3, deepseek_v31 or nemotron_json)"
                 .into(),
             param: "tool_choice".into(),
         });
@@ -223,6 +229,10 @@ pub fn plan(
         reasoning: state.reasoning_parser,
         reasoning_open: rendered.reasoning_open,
         reasoning_closed: rendered.reasoning_closed,
+        think_tags_special: ["<think>", "</think>"].iter().any(|t| {
+            let tok = &state.tokenizer;
+            tok.token_to_id(t).is_some_and(|id| tok.is_special(id))
+        }),
         calls,
     })
 }
@@ -236,6 +246,27 @@ mod tests {
     fn specs() -> Vec<ToolSpec> {
         openai_tools(&[json!({"type": "function", "function": {"name": "f", "parameters": {}}})])
             .expect("valid")
+    }
+
+    /// Reasoning tags that are special tokens (Nemotron-H's) must survive decoding, or the
+    /// qwen3 reasoning parser never sees `</think>`.
+    #[test]
+    fn special_think_tags_keep_special_tokens_in_the_text() {
+        let plan = |reasoning, think_tags_special| ReplyPlan {
+            prompt_ids: vec![],
+            prefill: String::new(),
+            reasoning,
+            reasoning_open: true,
+            reasoning_closed: false,
+            think_tags_special,
+            calls: None,
+        };
+        assert!(plan(Some(ReasoningFormat::Qwen3), true).keeps_special_tokens());
+        assert!(!plan(Some(ReasoningFormat::Qwen3), false).keeps_special_tokens());
+        assert!(!plan(None, true).keeps_special_tokens());
+        let mut nemotron = plan(None, false);
+        nemotron.calls = Some((ToolCallFormat::NemotronJson, specs()));
+        assert!(nemotron.keeps_special_tokens());
     }
 
     #[test]

@@ -18,8 +18,8 @@
 //! The markers are special tokens of DeepSeek's tokenizer: requests with tools keep them in
 //! the text ([`super::ToolCallFormat::needs_special_tokens`]). With tools declared, every
 //! call's function must be one of them and its arguments (a JSON object) must fit the schema;
-//! one call that does not parse makes the whole block text. There is no tool grammar for these
-//! formats yet: calls are read as the model writes them (`grammar/tools.rs`).
+//! one call that does not parse makes the whole block text. The tool grammar
+//! (`grammar/tools.rs`) writes the markers as the tokenizer's own special tokens, by id.
 
 use serde_json::{Map, Value};
 

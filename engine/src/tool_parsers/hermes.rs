@@ -12,16 +12,22 @@
 //! must be one of them and the arguments must fit its schema ([`super::schema::validate`]).
 //! Anything else is not a call.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::schema::{argument_pieces, tool_schema};
 use super::{ParsedCall, ToolSpec};
 
 /// Parse the text between `<tool_call>` and `</tool_call>`.
 pub fn parse_call(body: &str, tools: &[ToolSpec]) -> Option<ParsedCall> {
-    let Value::Object(mut call) = serde_json::from_str::<Value>(body.trim()).ok()? else {
-        return None;
-    };
+    match serde_json::from_str::<Value>(body.trim()).ok()? {
+        Value::Object(call) => call_from_object(call, tools),
+        _ => None,
+    }
+}
+
+/// A call object, `{"name": ..., "arguments": {...}}` (`parameters` for `arguments` too),
+/// checked as [`parse_call`] checks it; nemotron_json's list items are these.
+pub fn call_from_object(mut call: Map<String, Value>, tools: &[ToolSpec]) -> Option<ParsedCall> {
     let name = match call.remove("name")? {
         Value::String(n) if !n.is_empty() => n,
         _ => return None,
@@ -31,7 +37,7 @@ pub fn parse_call(body: &str, tools: &[ToolSpec]) -> Option<ParsedCall> {
         .remove("arguments")
         .or_else(|| call.remove("parameters"))
     {
-        None => serde_json::Map::new(),
+        None => Map::new(),
         Some(Value::Object(m)) => m,
         Some(Value::String(s)) => match serde_json::from_str::<Value>(&s).ok()? {
             Value::Object(m) => m,

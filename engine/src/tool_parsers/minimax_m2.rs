@@ -16,7 +16,7 @@
 //! declared, every invocation's function must be one of them and its arguments must fit the
 //! schema ([`super::schema::validate`]); one invocation that does not parse makes the whole
 //! block text. The tool grammar (`grammar/tools.rs`, `grammar/xml_call.rs`) holds a forced
-//! call, and under `auto` a call once its block opens, to this format with values inline.
+//! call, and under `auto` the calls of a block once it opens, to this format with values inline.
 
 use serde_json::Map;
 

@@ -22,6 +22,9 @@
 //! - [`deepseek`]: `--tool-call-parser deepseek_v3` and `deepseek_v31`, DeepSeek's calls
 //!   between its special tokens (`<｜tool▁calls▁begin｜>…<｜tool▁calls▁end｜>`), V3's fenced JSON
 //!   or V3.1's plain arguments.
+//! - [`nemotron`]: `--tool-call-parser nemotron_json`, `<TOOLCALL>[{"name": …, "arguments":
+//!   {…}}, …]</TOOLCALL>` (NVIDIA Nemotron Nano v2, Nemotron-H), one block holding a JSON list
+//!   of one or more calls.
 //! - [`harmony`]: `--tool-call-parser openai` and `--reasoning-parser openai_gptoss` (vLLM's
 //!   names; `harmony` for either), gpt-oss's channels: `analysis` → reasoning,
 //!   `commentary` to `functions.NAME` → a call, `final` → the answer. One parser reads the
@@ -44,6 +47,7 @@ pub mod hermes;
 pub mod llama3_json;
 pub mod minimax_m2;
 pub mod mistral;
+pub mod nemotron;
 pub mod qwen3_coder;
 pub mod reasoning;
 pub mod schema;
@@ -92,6 +96,8 @@ pub enum ToolCallFormat {
     /// DeepSeek-V3's and R1's calls (`deepseek_v3`), and V3.1's (`deepseek_v31`).
     DeepSeekV3,
     DeepSeekV31,
+    /// Nemotron Nano v2's `<TOOLCALL>` JSON lists (`nemotron_json`, or `nemotron_nano_v2`).
+    NemotronJson,
 }
 
 impl ToolCallFormat {
@@ -105,6 +111,7 @@ impl ToolCallFormat {
             "minimax_m2" => Some(Self::MiniMaxM2),
             "deepseek_v3" => Some(Self::DeepSeekV3),
             "deepseek_v31" => Some(Self::DeepSeekV31),
+            "nemotron_json" | "nemotron_nano_v2" => Some(Self::NemotronJson),
             _ => None,
         }
     }
@@ -119,16 +126,22 @@ impl ToolCallFormat {
             Self::MiniMaxM2 => "minimax_m2",
             Self::DeepSeekV3 => "deepseek_v3",
             Self::DeepSeekV31 => "deepseek_v31",
+            Self::NemotronJson => "nemotron_json",
         }
     }
 
     /// Whether the format's markers are special tokens, which the detokenizer must keep in
     /// the text of requests with tools (Mistral's `[TOOL_CALLS]`, `[ARGS]`; harmony's
-    /// `<|channel|>`, `<|message|>`, ...; DeepSeek's `<｜tool▁calls▁begin｜>`, ...).
+    /// `<|channel|>`, `<|message|>`, ...; DeepSeek's `<｜tool▁calls▁begin｜>`, ...; Nemotron's
+    /// `<TOOLCALL>`, which its tokenizer may mark special: kept either way).
     pub fn needs_special_tokens(self) -> bool {
         matches!(
             self,
-            Self::Mistral | Self::Harmony | Self::DeepSeekV3 | Self::DeepSeekV31
+            Self::Mistral
+                | Self::Harmony
+                | Self::DeepSeekV3
+                | Self::DeepSeekV31
+                | Self::NemotronJson
         )
     }
 
@@ -170,13 +183,16 @@ impl ToolCallFormat {
             }
             (Self::DeepSeekV3, n) => deepseek::forced_prefix(deepseek::Layout::V3, n),
             (Self::DeepSeekV31, n) => deepseek::forced_prefix(deepseek::Layout::V31, n),
+            (Self::NemotronJson, n) => nemotron::forced_prefix(n),
         }
     }
 
-    /// The tags around a tag format's calls (hermes, qwen3_coder, minimax_m2, DeepSeek's).
+    /// The tags around a tag format's calls (hermes, qwen3_coder, minimax_m2, DeepSeek's,
+    /// nemotron_json).
     pub fn tags(self) -> (&'static str, &'static str) {
         match self {
             Self::MiniMaxM2 => (minimax_m2::OPEN, minimax_m2::CLOSE),
+            Self::NemotronJson => (nemotron::OPEN, nemotron::CLOSE),
             Self::DeepSeekV3 | Self::DeepSeekV31 => (deepseek::OPEN, deepseek::CLOSE),
             _ => (CALL_OPEN, CALL_CLOSE),
         }
@@ -330,6 +346,7 @@ impl CallScanner {
             f @ (ToolCallFormat::DeepSeekV3 | ToolCallFormat::DeepSeekV31) => f
                 .deepseek()
                 .and_then(|layout| deepseek::parse_block(body, layout, &self.tools)),
+            ToolCallFormat::NemotronJson => nemotron::parse_block(body, &self.tools),
             // The tag formats; the others go through `TailScanner`.
             _ => hermes::parse_call(body, &self.tools).map(|c| vec![c]),
         };
@@ -369,7 +386,8 @@ impl CallScanner {
 /// How a format's calls are found in the answer.
 #[derive(Debug)]
 enum Scanner {
-    /// Between open and close tags (hermes, qwen3_coder, minimax_m2).
+    /// Between open and close tags (hermes, qwen3_coder, minimax_m2, DeepSeek's,
+    /// nemotron_json).
     Tags(CallScanner),
     /// The rest of the message (llama3_json, mistral).
     Tail(TailScanner),
@@ -429,7 +447,8 @@ impl OutputParser {
                 | ToolCallFormat::Qwen3Coder
                 | ToolCallFormat::MiniMaxM2
                 | ToolCallFormat::DeepSeekV3
-                | ToolCallFormat::DeepSeekV31 => Scanner::Tags(CallScanner {
+                | ToolCallFormat::DeepSeekV31
+                | ToolCallFormat::NemotronJson => Scanner::Tags(CallScanner {
                     format,
                     tools,
                     id_prefix: id_prefix.to_owned(),
