@@ -326,6 +326,8 @@ pub enum ToolCallParser {
     DeepseekV3,
     /// DeepSeek-V3.1's calls.
     DeepseekV31,
+    /// Nemotron Nano v2's `<TOOLCALL>[...]</TOOLCALL>` JSON lists.
+    NemotronJson,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -409,6 +411,7 @@ impl FlagValue for ToolCallParser {
             Self::MinimaxM2 => "minimax_m2",
             Self::DeepseekV3 => "deepseek_v3",
             Self::DeepseekV31 => "deepseek_v31",
+            Self::NemotronJson => "nemotron_json",
         }
     }
 }
