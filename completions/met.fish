@@ -56,7 +56,7 @@ false\t''"
 complete -c met -n "__fish_met_using_subcommand serve" -l api-key -d 'Require `Authorization: Bearer KEY` on the API (not on /health, /ready, /metrics)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l max-queued-requests -d 'Requests waiting for a batch slot beyond this are refused with 429 and Retry-After (a request that gets a free slot at once never counts; `n` choices count once)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l request-timeout -d 'Abort a request running longer than this many seconds (400 `request_timeout`, which clients do not retry, or an error event when streaming)' -r
-complete -c met -n "__fish_met_using_subcommand serve" -l tool-call-parser -d 'Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3), llama3_json (Llama 3.1+), mistral or openai (gpt-oss)' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l tool-call-parser -d 'Parse tool calls in replies: qwen3_coder (Qwen3-Coder, Qwen3.5/3.6), hermes (Qwen3), llama3_json (Llama 3.1+), mistral, openai (gpt-oss), minimax_m2, deepseek_v3, deepseek_v31 or nemotron_json (Nemotron Nano v2)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l reasoning-parser -d 'Split reasoning from the answer: qwen3 (`<think>…</think>`) or openai_gptoss (gpt-oss)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l num-gpu-blocks-override -d 'Exactly this many KV cache blocks, whatever the memory would allow (for tests and reproducing memory pressure)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l ssm-cache-slots -d 'Hybrid (linear-attention) models: recurrent-state slots, one per running sequence; a request waits for a free one [default: --max-batch-size]' -r
@@ -87,6 +87,7 @@ complete -c met -n "__fish_met_using_subcommand serve" -l enforce-eager -d 'Run 
 complete -c met -n "__fish_met_using_subcommand serve" -l disable-thinking -d 'Chat templates get `enable_thinking=false` unless a request\'s `chat_template_kwargs` says otherwise'
 complete -c met -n "__fish_met_using_subcommand serve" -l no-tui -d 'Do not show the terminal dashboard'
 complete -c met -n "__fish_met_using_subcommand serve" -l speculative -d 'Speculative decoding with the checkpoint\'s multi-token-prediction (MTP) head (Qwen3.5/3.6), as our recipes ask (`[serve.speculative]`): the head drafts tokens that the model verifies in its next step; the output is what it would be without'
+complete -c met -n "__fish_met_using_subcommand serve" -l enable-expert-parallel -d 'With --tensor-parallel-size: split the routed experts whole over the ranks (each rank a slice of the experts at full width) instead of every expert\'s width; attention stays split by heads (vLLM\'s flag)'
 complete -c met -n "__fish_met_using_subcommand serve" -l special-tokens-in-content -d 'Let message content carry control tokens: `<|im_start|>` written in a message becomes the special token, so a client can forge chat turns (the old behaviour; by default what clients write is text and only the chat template\'s markup is control tokens)'
 complete -c met -n "__fish_met_using_subcommand serve" -l gdn-fused-norm -d 'Gated DeltaNet\'s output norm fused with its gate: what met\'s kernels always do'
 complete -c met -n "__fish_met_using_subcommand serve" -l ssm-batched-recurrent -d 'The recurrent state of a step\'s sequences updated in one batched launch: what met always does'
@@ -124,6 +125,7 @@ complete -c met -n "__fish_met_using_subcommand rank" -l load-format -r -f -a "a
 dummy\t'Random weights of the right shapes from config.json alone (for benchmarks)'"
 complete -c met -n "__fish_met_using_subcommand rank" -l requantize -r
 complete -c met -n "__fish_met_using_subcommand rank" -l kv-cache-fp8
+complete -c met -n "__fish_met_using_subcommand rank" -l expert-parallel
 complete -c met -n "__fish_met_using_subcommand rank" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c met -n "__fish_met_using_subcommand rank" -s V -l version -d 'Print version'
 complete -c met -n "__fish_met_using_subcommand help; and not __fish_seen_subcommand_from serve score download print-tuning-table rank help" -f -a "serve" -d 'Serve the model over an OpenAI-compatible HTTP API'

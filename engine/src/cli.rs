@@ -59,6 +59,8 @@ pub struct RankArgs {
     pub requantize: String,
     #[arg(long)]
     pub kv_cache_fp8: bool,
+    #[arg(long)]
+    pub expert_parallel: bool,
 }
 
 #[derive(Debug, Args)]
@@ -221,6 +223,11 @@ pub struct ServeArgs {
     /// host joined over TCP; CUDA ranks need NCCL, not built yet.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub tensor_parallel_size: usize,
+    /// With --tensor-parallel-size: split the routed experts whole over the ranks (each rank
+    /// a slice of the experts at full width) instead of every expert's width; attention stays
+    /// split by heads (vLLM's flag).
+    #[arg(long)]
+    pub enable_expert_parallel: bool,
     /// With --speculative: drafting pauses while more sequences than this are running
     /// [default: 32].
     #[arg(long, value_name = "SEQS")]

@@ -213,6 +213,9 @@ pub struct EngineConfig {
     /// `--tensor-parallel-size`: ranks the model is split over (1: this process holds it
     /// all; more: `engine_core/ranks.rs` starts the others as processes, CPU only for now).
     pub tensor_parallel_size: usize,
+    /// `--enable-expert-parallel`: with several ranks, each holds a slice of the routed
+    /// experts, whole, instead of a slice of every expert's width.
+    pub enable_expert_parallel: bool,
 }
 
 /// State shared between the handles and the engine thread.

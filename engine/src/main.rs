@@ -62,6 +62,7 @@ fn run_rank(args: cli::RankArgs) -> anyhow::Result<()> {
         load_format: args.load_format,
         requantize,
         kv_cache_fp8: args.kv_cache_fp8,
+        expert_parallel: args.expert_parallel,
     };
     run_rank(
         &options,
@@ -148,6 +149,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         ssm_checkpoint_interval: args.ssm_checkpoint_interval,
         speculative: args.speculative,
         tensor_parallel_size: args.tensor_parallel_size,
+        enable_expert_parallel: args.enable_expert_parallel,
         num_drafts: args.num_drafts,
         speculative_max_batch: ladder.speculative_max_batch,
         http: args.http.flags(),

@@ -35,6 +35,7 @@ fn config(name: &str) -> EngineConfig {
         kv_cache_fp8: false,
         speculative: None,
         tensor_parallel_size: 1,
+        enable_expert_parallel: false,
         enforce_eager: false,
         tuning: Default::default(),
     }

@@ -73,8 +73,9 @@ fn assert_same(got: &[(String, Vec<f64>)], want: &[(String, Vec<f64>)], what: &s
     }
 }
 
-/// A dense model over 2 ranks and a hybrid (Gated DeltaNet state on each rank) over 2,
-/// four prompts batched, prefix caching on: the text of one process.
+/// A dense model over 2 ranks and a hybrid (Gated DeltaNet state on each rank) over 2, its
+/// experts split by width and then whole (expert parallelism), four prompts batched, prefix
+/// caching on: the text of one process.
 #[tokio::test]
 async fn ranks_serve_what_one_process_serves() {
     let prompts = vec![prompt(40, 1), prompt(7, 2), prompt(33, 3), prompt(40, 1)];
@@ -102,6 +103,14 @@ async fn ranks_serve_what_one_process_serves() {
         let again = complete(&two, &prompts[0], 12).await;
         assert_same(&[again], &want[..1], name);
         assert!(two.metric("vllm:prefix_cache_hits_total").await > 0.0);
+        drop(two);
+        if name.contains("moe") {
+            // The experts split whole over the ranks instead of by width.
+            args.push("--enable-expert-parallel");
+            let ep = serve(name, &args).await;
+            let got = complete_all(&ep, &prompts, 12).await;
+            assert_same(&got, &want, &format!("{name} EP=2"));
+        }
     }
 }
 
@@ -180,4 +189,13 @@ async fn sizes_that_do_not_split_and_cuda_ranks_are_refused() {
         .expect("met runs");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("need NCCL between the GPUs"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_met"))
+        .arg("serve")
+        .arg(model_dir("qwen3-gqa-tied"))
+        .args(["--port", "0", "--no-tui", "--tensor-parallel-size", "2"])
+        .arg("--enable-expert-parallel")
+        .output()
+        .expect("met runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has no routed experts to split"), "{err}");
 }

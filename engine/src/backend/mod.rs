@@ -559,6 +559,21 @@ pub trait Backend: Send + Sync + 'static {
         self.matmul(router_logits, x, router)?;
         self.fused_moe(out, x, router_logits, gate_up, down, top_k, norm_topk_prob)
     }
+    /// [`Backend::fused_moe`] on one rank of an expert-parallel group: every token is routed
+    /// over all `E` experts of `router_logits` `[T, E]` as there, but only experts
+    /// `first..first + e` are here (`gate_up` `[e, 2·I, H]`, `down` `[e, H, I]`); the others'
+    /// shares are left out, so the ranks' outputs sum to the whole block's.
+    fn fused_moe_slice(
+        &self,
+        _out: &mut Self::Tensor,
+        _x: &Self::Tensor,
+        _router_logits: &Self::Tensor,
+        _experts: (&Self::Tensor, &Self::Tensor),
+        _routing: (usize, bool),
+        _first: usize,
+    ) -> Result<()> {
+        Err(lacks(self.name(), "expert-parallel experts"))
+    }
     /// `out = silu(gate) * up` where `gate_up` is `[T, 2·I]` (gate first).
     fn silu_mul(&self, out: &mut Self::Tensor, gate_up: &Self::Tensor) -> Result<()>;
     /// The MLP's first half: `gate_up = x · wᵀ` (`w` is `[2·I, K]`, gate rows first), then

@@ -62,6 +62,8 @@ pub struct RankOptions {
     pub load_format: LoadFormat,
     pub requantize: Requantize,
     pub kv_cache_fp8: bool,
+    /// `--enable-expert-parallel`: the experts split whole over the ranks.
+    pub expert_parallel: bool,
 }
 
 fn load_format_name(f: LoadFormat) -> &'static str {
@@ -82,6 +84,7 @@ pub fn start_group(
     let master = listener.local_addr()?;
     let id = Identity {
         world,
+        expert_parallel: options.expert_parallel,
         fingerprint: fingerprint(&options.model_dir)?,
     };
     let exe = std::env::current_exe().context("failed to find met's own executable")?;
@@ -99,6 +102,9 @@ pub fn start_group(
         }
         if options.kv_cache_fp8 {
             cmd.arg("--kv-cache-fp8");
+        }
+        if options.expert_parallel {
+            cmd.arg("--expert-parallel");
         }
         let child = cmd
             .spawn()
@@ -123,6 +129,7 @@ pub fn run_rank(
     }
     let id = Identity {
         world,
+        expert_parallel: options.expert_parallel,
         fingerprint: fingerprint_given.to_owned(),
     };
     let group = Arc::new(TcpGroup::join(master, rank, &id, RENDEZVOUS_TIMEOUT)?);

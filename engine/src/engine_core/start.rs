@@ -128,6 +128,7 @@ fn start_on<B: HybridOps>(
                 load_format: config.load_format,
                 requantize: config.requantize,
                 kv_cache_fp8: config.kv_cache_fp8,
+                expert_parallel: config.enable_expert_parallel,
             },
         )?),
     };

@@ -143,6 +143,14 @@ pub fn load_rank<B: HybridOps, W: WithModel<B>>(
             config.architecture
         );
     }
+    let expert_parallel = tp.as_ref().is_some_and(|g| g.shard().expert_parallel);
+    if expert_parallel && !matches!(family, Family::Qwen3 | Family::Qwen3_5) {
+        bail!(
+            "expert parallelism is built for Qwen3-MoE and the Qwen3.5/3.6 MoE hybrids, not {}: \
+             serve it without --enable-expert-parallel",
+            config.architecture
+        );
+    }
     let failed = || format!("failed to load {}", dir.root.display());
     if !options.requantize.is_empty() {
         check_requantize(&config, options.requantize)?;

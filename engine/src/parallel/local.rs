@@ -37,6 +37,11 @@ pub struct LocalGroup {
 impl LocalGroup {
     /// A group of `world` ranks: one handle each, to be moved to that rank's thread.
     pub fn new(world: usize) -> Vec<LocalGroup> {
+        Self::with_experts(world, false)
+    }
+
+    /// [`LocalGroup::new`], the experts split whole over the ranks when `expert_parallel`.
+    pub fn with_experts(world: usize, expert_parallel: bool) -> Vec<LocalGroup> {
         let shared = Arc::new(Shared {
             world,
             state: Mutex::new(State {
@@ -49,7 +54,10 @@ impl LocalGroup {
         });
         (0..world)
             .map(|rank| LocalGroup {
-                shard: Shard { rank, world },
+                shard: Shard {
+                    expert_parallel,
+                    ..Shard::new(rank, world)
+                },
                 shared: shared.clone(),
             })
             .collect()

@@ -33,11 +33,24 @@ pub mod wire;
 pub struct Shard {
     pub rank: usize,
     pub world: usize,
+    /// Expert parallelism (`--enable-expert-parallel`): the sparse blocks' routed experts are
+    /// split whole over the ranks (each rank its slice of the experts, every one at full
+    /// width) instead of each expert's width; attention stays split by heads.
+    pub expert_parallel: bool,
 }
 
 impl Shard {
     /// One rank holding everything.
-    pub const WHOLE: Shard = Shard { rank: 0, world: 1 };
+    pub const WHOLE: Shard = Shard::new(0, 1);
+
+    /// Rank `rank` of `world`, experts split by width (tensor parallelism throughout).
+    pub const fn new(rank: usize, world: usize) -> Self {
+        Self {
+            rank,
+            world,
+            expert_parallel: false,
+        }
+    }
 
     /// This rank's contiguous part of `n` items, `n` split evenly (checked at load by
     /// [`Shard::split`]).
@@ -102,7 +115,7 @@ mod tests {
 
     #[test]
     fn heads_split_evenly_or_share_a_kv_head() {
-        let r = |rank, world| Shard { rank, world };
+        let r = Shard::new;
         assert_eq!(r(1, 2).kv_heads(4, 2).expect("splits"), 1..2);
         // Fewer key/value heads than ranks: ranks 0, 1 read head 0; ranks 2, 3 head 1.
         assert_eq!(r(1, 4).kv_heads(4, 2).expect("shares"), 0..1);

@@ -61,6 +61,20 @@ pub fn experts_gate_up<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) ->
     slice(&t, |row, _| keep(row), vec![e, 2 * width.len(), h])
 }
 
+/// Stacked experts `[E, R, C]` (gate|up or down): experts `range` whole (`[e, R, C]`), a
+/// rank's slice under expert parallelism.
+pub fn experts<'a>(t: HostTensor<'a>, range: Range<usize>) -> HostTensor<'a> {
+    if range.start == 0 && range.end == t.shape[0] {
+        return t;
+    }
+    let (r, c) = (t.shape[1], t.cols());
+    slice(
+        &t,
+        |row, _| range.contains(&(row / r)),
+        vec![range.len(), r, c],
+    )
+}
+
 /// Stacked experts' `down` `[E, H, I]`: each expert's columns `width` (`[E, H, w]`); `t`
 /// itself for a group of one.
 pub fn experts_down<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) -> HostTensor<'a> {

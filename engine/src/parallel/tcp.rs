@@ -56,6 +56,14 @@ impl Link {
     }
 }
 
+fn split_name(expert_parallel: bool) -> &'static str {
+    if expert_parallel {
+        "whole (expert parallel)"
+    } else {
+        "by width"
+    }
+}
+
 fn lost(rank: usize, e: &std::io::Error) -> BackendError {
     BackendError::GroupLost(format!(
         "the link to rank {rank} of the tensor-parallel group failed ({e}): that rank is gone"
@@ -70,6 +78,8 @@ fn io_err(e: std::io::Error) -> BackendError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     pub world: usize,
+    /// Experts split whole over the ranks ([`Shard::expert_parallel`]).
+    pub expert_parallel: bool,
     /// What names the model, so ranks started on different checkpoints refuse each other.
     pub fingerprint: String,
 }
@@ -111,12 +121,19 @@ impl TcpGroup {
             let mut link = Link::new(usize::MAX, stream).map_err(io_err)?;
             let hello = link.expect(Tag::Hello)?;
             let mut r = Reader(&hello);
-            let (rank, world, fingerprint) = (
+            let (rank, world, experts, fingerprint) = (
                 r.u32().map_err(io_err)? as usize,
                 r.u32().map_err(io_err)? as usize,
+                r.u32().map_err(io_err)? == 1,
                 r.text().map_err(io_err)?,
             );
-            let refusal = if world != id.world {
+            let refusal = if experts != id.expert_parallel {
+                Some(format!(
+                    "it splits the experts {}, rank 0 {}",
+                    split_name(experts),
+                    split_name(id.expert_parallel)
+                ))
+            } else if world != id.world {
                 Some(format!(
                     "it was started for a group of {world}, rank 0 for {}",
                     id.world
@@ -145,8 +162,8 @@ impl TcpGroup {
         }
         Ok(Self {
             shard: Shard {
-                rank: 0,
-                world: id.world,
+                expert_parallel: id.expert_parallel,
+                ..Shard::new(0, id.world)
             },
             links: Mutex::new(links.into_iter().flatten().collect()),
         })
@@ -173,6 +190,7 @@ impl TcpGroup {
         let mut w = Writer::default();
         w.u32(rank as u32)
             .u32(id.world as u32)
+            .u32(u32::from(id.expert_parallel))
             .text(&id.fingerprint);
         link.send(Tag::Hello, &w.0)?;
         match link.recv()? {
@@ -191,8 +209,8 @@ impl TcpGroup {
         }
         Ok(Self {
             shard: Shard {
-                rank,
-                world: id.world,
+                expert_parallel: id.expert_parallel,
+                ..Shard::new(rank, id.world)
             },
             links: Mutex::new(vec![link]),
         })
@@ -300,6 +318,7 @@ mod tests {
     fn id(world: usize) -> Identity {
         Identity {
             world,
+            expert_parallel: false,
             fingerprint: "model".into(),
         }
     }
@@ -364,6 +383,7 @@ mod tests {
         let stranger = std::thread::spawn(move || {
             let other = Identity {
                 world: 2,
+                expert_parallel: false,
                 fingerprint: "another model".into(),
             };
             TcpGroup::join(addr, 1, &other, Duration::from_secs(10)).err()

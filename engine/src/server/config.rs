@@ -73,6 +73,8 @@ pub struct ServeFlags {
     pub speculative: bool,
     /// `--tensor-parallel-size` (1: the whole model in this process).
     pub tensor_parallel_size: usize,
+    /// `--enable-expert-parallel` (with more than one rank).
+    pub enable_expert_parallel: bool,
     /// `--num-drafts` (with `--speculative`; default [`DEFAULT_NUM_DRAFTS`]).
     pub num_drafts: Option<usize>,
     /// `--speculative-max-batch` (with `--speculative`; default
@@ -224,6 +226,25 @@ impl ServeFlags {
                 .into());
             }
             _ => {}
+        }
+        if self.enable_expert_parallel {
+            if self.tensor_parallel_size < 2 {
+                return Err(bad(
+                    "--enable-expert-parallel",
+                    "splits the experts over the ranks of --tensor-parallel-size; give it 2 or more",
+                )
+                .into());
+            }
+            if model.moe.is_none() {
+                return Err(bad(
+                    "--enable-expert-parallel",
+                    format!(
+                        "{} has no routed experts to split; drop the flag",
+                        model.architecture
+                    ),
+                )
+                .into());
+            }
         }
         if self.device == Device::Cuda && !cfg!(feature = "cuda") {
             return Err(bad(
@@ -437,6 +458,7 @@ impl ServeFlags {
                 kv_cache_fp8: self.kv_cache_dtype == KvCacheDtype::Fp8,
                 speculative,
                 tensor_parallel_size: self.tensor_parallel_size,
+                enable_expert_parallel: self.enable_expert_parallel,
             },
             host: self.host,
             port: self.port,
@@ -510,6 +532,7 @@ mod tests {
             ssm_checkpoint_interval: None,
             speculative: false,
             tensor_parallel_size: 1,
+            enable_expert_parallel: false,
             num_drafts: None,
             speculative_max_batch: None,
             http: HttpFlags::default(),

@@ -486,6 +486,18 @@ impl Backend for CpuBackend {
         moe::fused_moe(out, x, router_logits, gate_up, down, top_k, norm_topk_prob)
     }
 
+    fn fused_moe_slice(
+        &self,
+        out: &mut CpuTensor,
+        x: &CpuTensor,
+        router_logits: &CpuTensor,
+        experts: (&CpuTensor, &CpuTensor),
+        routing: (usize, bool),
+        first: usize,
+    ) -> Result<()> {
+        moe::fused_moe_slice(out, x, router_logits, experts, routing, first)
+    }
+
     fn gather_rows(&self, out: &mut CpuTensor, x: &CpuTensor, batch: &BatchInputs) -> Result<()> {
         let h = x.cols();
         check(

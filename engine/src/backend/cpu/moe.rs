@@ -63,6 +63,47 @@ pub(super) fn fused_moe(
     Ok(())
 }
 
+/// [`fused_moe`] with only experts `first..first + e` here (`Backend::fused_moe_slice`):
+/// routed over all the logits' experts, the others' shares dropped.
+pub(super) fn fused_moe_slice(
+    out: &mut CpuTensor,
+    x: &CpuTensor,
+    router_logits: &CpuTensor,
+    (gate_up, down): (&CpuTensor, &CpuTensor),
+    (top_k, norm_topk_prob): (usize, bool),
+    first: usize,
+) -> Result<()> {
+    let all = router_logits.shape.get(1).copied().unwrap_or(0);
+    let here = gate_up.shape.first().copied().unwrap_or(0);
+    if first + here > all {
+        return Err(crate::backend::BackendError::Shape {
+            op: "fused_moe_slice",
+            message: format!("experts {first}..{} of {all}", first + here),
+        });
+    }
+    // The shapes as fused_moe sees them: the local experts against their own logits' width.
+    let local_logits = [router_logits.shape[0], here];
+    let dims = moe_dims(
+        &out.shape,
+        &x.shape,
+        &local_logits,
+        (&gate_up.shape, &down.shape),
+        top_k.min(here).max(1),
+        usize::MAX,
+    )?;
+    let (ids, weights) = route(&router_logits.data, all, top_k, norm_topk_prob);
+    // Another rank's expert becomes `here`, which `grouped` skips.
+    let ids = ids
+        .into_iter()
+        .map(|id| match id.checked_sub(first) {
+            Some(local) if local < here => local,
+            _ => here,
+        })
+        .collect();
+    swiglu_grouped(out, x, (ids, weights), (gate_up, down), dims, top_k);
+    Ok(())
+}
+
 /// [`grouped`] with SwiGLU experts and no biases (Qwen3-MoE's, MiniMax-M2's), given the
 /// routing (`[T, k]` ids and weights).
 fn swiglu_grouped(
@@ -272,7 +313,10 @@ fn grouped(
     // The (token, weight) pairs each expert serves, tokens in order.
     let mut served: Vec<Vec<(usize, f32)>> = vec![Vec::new(); e];
     for (slot, (&expert, &w)) in ids.iter().zip(weights).enumerate() {
-        served[expert].push((slot / top_k, w));
+        // An id past the experts here is another rank's (expert parallelism).
+        if let Some(rows) = served.get_mut(expert) {
+            rows.push((slot / top_k, w));
+        }
     }
     out.data.fill(0.0);
     for (expert, rows) in served.iter().enumerate() {
