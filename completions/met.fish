@@ -64,6 +64,10 @@ complete -c met -n "__fish_met_using_subcommand serve" -l ssm-checkpoint-slots -
 complete -c met -n "__fish_met_using_subcommand serve" -l ssm-checkpoint-interval -d 'Hybrid models with --enable-prefix-caching: tokens between recurrent-state checkpoints, a multiple of the 16-token KV block; a cached prefix is reused up to its last checkpoint [default: 512]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l num-drafts -d 'With --speculative: tokens the MTP head drafts a step (1 to 16) [default: 3]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l tensor-parallel-size -d 'Split the model over N ranks (tensor parallelism: attention by heads, MLPs by columns then rows, the head by vocabulary). With --device cpu the ranks are processes on this host joined over TCP; CUDA ranks need NCCL, not built yet' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l nnodes -d 'Hosts the --tensor-parallel-size ranks span (each runs N / NNODES of them); node 0 serves HTTP, the others only run their ranks' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l node-rank -d 'This host\'s place among --nnodes, 0 to NNODES - 1' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l master-addr -d 'Node 0\'s address the ranks meet at (with --nnodes above 1) [default: 127.0.0.1]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l master-port -d 'The port they meet on [default: a free one, with one node]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l speculative-max-batch -d 'With --speculative: drafting pauses while more sequences than this are running [default: 32]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l header-read-timeout -d 'Close a connection that has not sent a whole request head this many seconds after the server started waiting for one (a new connection, or the end of the previous response)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l body-read-timeout -d 'Answer 408 to a request whose body has not all arrived this many seconds after the server started reading it' -r

@@ -228,6 +228,19 @@ pub struct ServeArgs {
     /// split by heads (vLLM's flag).
     #[arg(long)]
     pub enable_expert_parallel: bool,
+    /// Hosts the --tensor-parallel-size ranks span (each runs N / NNODES of them); node 0
+    /// serves HTTP, the others only run their ranks.
+    #[arg(long, value_name = "NNODES", default_value_t = 1)]
+    pub nnodes: usize,
+    /// This host's place among --nnodes, 0 to NNODES - 1.
+    #[arg(long, value_name = "RANK", default_value_t = 0)]
+    pub node_rank: usize,
+    /// Node 0's address the ranks meet at (with --nnodes above 1) [default: 127.0.0.1].
+    #[arg(long, value_name = "ADDR")]
+    pub master_addr: Option<String>,
+    /// The port they meet on [default: a free one, with one node].
+    #[arg(long, value_name = "PORT")]
+    pub master_port: Option<u16>,
     /// With --speculative: drafting pauses while more sequences than this are running
     /// [default: 32].
     #[arg(long, value_name = "SEQS")]

@@ -216,6 +216,9 @@ pub struct EngineConfig {
     /// `--enable-expert-parallel`: with several ranks, each holds a slice of the routed
     /// experts, whole, instead of a slice of every expert's width.
     pub enable_expert_parallel: bool,
+    /// Where the ranks meet and which of them run here (`--nnodes`, `--node-rank`,
+    /// `--master-addr`, `--master-port`); `None`: a free port of 127.0.0.1, every rank here.
+    pub rendezvous: Option<ranks::Rendezvous>,
 }
 
 /// State shared between the handles and the engine thread.
@@ -240,6 +243,9 @@ pub(crate) struct Live {
     /// Why the engine stopped on its own (a tensor-parallel rank is gone), for the server to
     /// exit with.
     pub(crate) failure: Mutex<Option<String>>,
+    /// The engine thread is done: the model dropped (a tensor-parallel group's ranks told to
+    /// stop and reaped).
+    pub(crate) finished: AtomicBool,
 }
 
 impl Live {
@@ -250,6 +256,7 @@ impl Live {
             draining: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             failure: Mutex::new(None),
+            finished: AtomicBool::new(false),
         }
     }
 }
@@ -357,6 +364,12 @@ impl EngineHandle {
     pub fn shutdown(&self) {
         self.shared.live.draining.store(true, Ordering::SeqCst);
         self.send(Command::Shutdown);
+    }
+
+    /// True once the engine thread has ended and dropped the model (after [`Self::shutdown`],
+    /// or a failure): a tensor-parallel group's other ranks have been told to stop by then.
+    pub fn is_finished(&self) -> bool {
+        self.shared.live.finished.load(Ordering::SeqCst)
     }
 
     fn send(&self, c: Command) {

@@ -150,6 +150,12 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         speculative: args.speculative,
         tensor_parallel_size: args.tensor_parallel_size,
         enable_expert_parallel: args.enable_expert_parallel,
+        nodes: serve_config::NodeFlags {
+            nnodes: args.nnodes,
+            node_rank: args.node_rank,
+            master_addr: args.master_addr,
+            master_port: args.master_port,
+        },
         num_drafts: args.num_drafts,
         speculative_max_batch: ladder.speculative_max_batch,
         http: args.http.flags(),
@@ -158,6 +164,10 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         speculative_draft_cost: args.speculative_draft_cost,
     }
     .validate()?;
+    if let Some(node) = config.engine.rendezvous.filter(|r| r.node_rank > 0) {
+        // Not the serving node: run this host's ranks until node 0 is done with them.
+        return metrale_engine::engine_core::ranks::run_node(&config.engine, node);
+    }
     let (host, port) = (config.host.clone(), config.port);
     let served = if !config.no_tui && std::io::stdout().is_terminal() {
         tui::serve_with_dashboard(runtime, config, early)

@@ -36,6 +36,7 @@ fn config(name: &str) -> EngineConfig {
         speculative: None,
         tensor_parallel_size: 1,
         enable_expert_parallel: false,
+        rendezvous: None,
         enforce_eager: false,
         tuning: Default::default(),
     }

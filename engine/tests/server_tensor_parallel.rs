@@ -199,3 +199,63 @@ async fn sizes_that_do_not_split_and_cuda_ranks_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has no routed experts to split"), "{err}");
 }
+
+/// Two hosts, played by this one: node 1 runs ranks 2 and 3 and joins node 0, which serves
+/// with ranks 0 and 1, at `--master-addr:--master-port`. The four ranks serve what one
+/// process serves; when node 0 stops, it stops node 1's ranks, and node 1 exits cleanly.
+#[tokio::test]
+async fn ranks_on_another_node_join_at_the_master_address() {
+    let name = "qwen3-gqa-tied";
+    let prompts = vec![prompt(21, 7), prompt(9, 8)];
+    let one = serve(name, &[]).await;
+    let want = complete_all(&one, &prompts, 10).await;
+    drop(one);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    let nodes = |rank: &'static str| {
+        [
+            "--tensor-parallel-size",
+            "4",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            rank,
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+        ]
+        .map(String::from)
+        .into_iter()
+        .chain([port.clone()])
+        .collect::<Vec<_>>()
+    };
+    let mut node1 = Command::new(env!("CARGO_BIN_EXE_met"))
+        .arg("serve")
+        .arg(model_dir(name))
+        .args(nodes("1"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("node 1 starts");
+    let flags = nodes("0");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut s = serve(name, &flags).await;
+    assert_same(
+        &complete_all(&s, &prompts, 10).await,
+        &want,
+        "TP=4 over 2 nodes",
+    );
+    s.sigterm();
+    assert!(s.wait_exit(Duration::from_secs(20)).success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = node1.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "node 1 did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "node 1: {status:?}");
+}

@@ -24,13 +24,31 @@ use crate::parallel::tcp::{Identity, TcpGroup};
 /// How long ranks wait for each other to meet: enough to start a process, not to load.
 const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// What the ranks agree on: the checkpoint's path and its config.json's digest.
+/// Where the ranks meet, and which of them run on this host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rendezvous {
+    /// Node 0's listening address (`--master-addr:--master-port`).
+    pub master: SocketAddr,
+    pub nnodes: usize,
+    pub node_rank: usize,
+}
+
+impl Rendezvous {
+    /// The ranks node `node_rank` runs: its even share, in order.
+    fn local_ranks(&self, world: usize) -> std::ops::Range<usize> {
+        let per = world / self.nnodes;
+        self.node_rank * per..(self.node_rank + 1) * per
+    }
+}
+
+/// What the ranks agree on: the model's config.json, by digest (the checkpoint's path may
+/// differ from host to host).
 pub fn fingerprint(dir: &Path) -> anyhow::Result<String> {
     let config = std::fs::read(dir.join("config.json"))
         .with_context(|| format!("failed to read {}", dir.join("config.json").display()))?;
     let digest = Sha256::digest(&config);
     let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("{} {hex}", dir.display()))
+    Ok(format!("config.json {hex}"))
 }
 
 /// The ranks this process started: stopped and reaped when it is done with them.
@@ -73,23 +91,92 @@ fn load_format_name(f: LoadFormat) -> &'static str {
     }
 }
 
-/// Rank 0: start ranks 1..`world` and meet them. The group is ready for collectives when this
+/// Rank 0: listen where the ranks meet, start this host's other ranks, and wait for every
+/// rank (those of other hosts too) to join. The group is ready for collectives when this
 /// returns; the ranks then load their shards while this one loads its own.
 pub fn start_group(
     world: usize,
     options: &RankOptions,
+    rendezvous: Option<Rendezvous>,
 ) -> anyhow::Result<(Arc<TcpGroup>, RankProcesses)> {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .context("failed to open the tensor-parallel rendezvous port on 127.0.0.1")?;
-    let master = listener.local_addr()?;
+    let rendezvous = rendezvous.unwrap_or(Rendezvous {
+        master: SocketAddr::from(([127, 0, 0, 1], 0)),
+        nnodes: 1,
+        node_rank: 0,
+    });
+    let listener = TcpListener::bind(rendezvous.master).with_context(|| {
+        format!(
+            "failed to listen for the tensor-parallel ranks on {} (--master-addr, \
+             --master-port): use an address of this host and a free port",
+            rendezvous.master
+        )
+    })?;
+    // This host's ranks dial the port actually bound, on loopback when bound to every address.
+    let mut local = listener.local_addr()?;
+    if local.ip().is_unspecified() {
+        local.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
     let id = Identity {
         world,
         expert_parallel: options.expert_parallel,
         fingerprint: fingerprint(&options.model_dir)?,
     };
+    let ranks = rendezvous.local_ranks(world);
+    let children = spawn_ranks(ranks.start + 1..ranks.end, world, local, &id, options)?;
+    let group = TcpGroup::lead(&listener, &id, RENDEZVOUS_TIMEOUT)?;
+    Ok((Arc::new(group), children))
+}
+
+/// A host other than node 0 (`--node-rank` above 0): run this host's ranks, joining node 0,
+/// until they are done; an error names the first rank that failed.
+pub fn run_node(config: &super::EngineConfig, node: Rendezvous) -> anyhow::Result<()> {
+    let world = config.tensor_parallel_size;
+    let options = RankOptions {
+        model_dir: config.model_dir.clone(),
+        load_format: config.load_format,
+        requantize: config.requantize,
+        kv_cache_fp8: config.kv_cache_fp8,
+        expert_parallel: config.enable_expert_parallel,
+    };
+    let id = Identity {
+        world,
+        expert_parallel: options.expert_parallel,
+        fingerprint: fingerprint(&options.model_dir)?,
+    };
+    let ranks = node.local_ranks(world);
+    println!(
+        "met: node {} of {}: ranks {}..{} joining {}",
+        node.node_rank,
+        node.nnodes,
+        ranks.start,
+        ranks.end - 1,
+        node.master
+    );
+    let mut children = spawn_ranks(ranks.clone(), world, node.master, &id, &options)?;
+    let mut failed = None;
+    for (rank, child) in ranks.zip(children.0.iter_mut()) {
+        let status = child.wait()?;
+        if !status.success() && failed.is_none() {
+            failed = Some(format!("rank {rank} exited with {status}"));
+        }
+    }
+    match failed {
+        Some(why) => bail!("{why} (its error is above)"),
+        None => Ok(()),
+    }
+}
+
+/// Start `met rank` for each of `ranks`, joining `master`.
+fn spawn_ranks(
+    ranks: std::ops::Range<usize>,
+    world: usize,
+    master: SocketAddr,
+    id: &Identity,
+    options: &RankOptions,
+) -> anyhow::Result<RankProcesses> {
     let exe = std::env::current_exe().context("failed to find met's own executable")?;
     let mut children = RankProcesses(Vec::new());
-    for rank in 1..world {
+    for rank in ranks {
         let mut cmd = Command::new(&exe);
         cmd.arg("rank")
             .arg(&options.model_dir)
@@ -111,8 +198,7 @@ pub fn start_group(
             .with_context(|| format!("failed to start tensor-parallel rank {rank}"))?;
         children.0.push(child);
     }
-    let group = TcpGroup::lead(&listener, &id, RENDEZVOUS_TIMEOUT)?;
-    Ok((Arc::new(group), children))
+    Ok(children)
 }
 
 /// A rank other than 0, in its own process: join rank 0 at `master`, load this rank's shard

@@ -130,6 +130,7 @@ fn start_on<B: HybridOps>(
                 kv_cache_fp8: config.kv_cache_fp8,
                 expert_parallel: config.enable_expert_parallel,
             },
+            config.rendezvous,
         )?),
     };
     let tp = group
@@ -263,12 +264,15 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
     let limits = scheduler.admission_limits(model_config.vocab_size);
     let (tx, rx) = std::sync::mpsc::channel();
     let engine = EngineLoop::new(scheduler, runner, rx, live.clone(), hub, &config.tuning);
+    let done = live.clone();
     std::thread::Builder::new()
         .name("met-engine".into())
         .spawn(move || {
             engine.run();
             // The runner (and so the leader, which tells the ranks to stop) is gone: reap them.
             drop(ranks);
+            done.finished
+                .store(true, std::sync::atomic::Ordering::SeqCst);
         })
         .context("failed to start the engine thread")?;
     let shared = Shared {

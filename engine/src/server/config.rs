@@ -14,6 +14,9 @@ use crate::tool_parsers::{ReasoningFormat, ToolCallFormat};
 pub const BLOCK_SIZE: usize = 16;
 
 pub use crate::engine_core::{ComputeDtype, Device};
+pub use parallel::NodeFlags;
+
+mod parallel;
 
 /// `--kv-cache-dtype` (a clap `ValueEnum`: `met`'s flag is this enum).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -75,6 +78,8 @@ pub struct ServeFlags {
     pub tensor_parallel_size: usize,
     /// `--enable-expert-parallel` (with more than one rank).
     pub enable_expert_parallel: bool,
+    /// `--nnodes`, `--node-rank`, `--master-addr`, `--master-port`.
+    pub nodes: NodeFlags,
     /// `--num-drafts` (with `--speculative`; default [`DEFAULT_NUM_DRAFTS`]).
     pub num_drafts: Option<usize>,
     /// `--speculative-max-batch` (with `--speculative`; default
@@ -149,7 +154,7 @@ pub struct FlagError {
     pub message: String,
 }
 
-fn bad(flag: &'static str, message: impl Into<String>) -> FlagError {
+pub(super) fn bad(flag: &'static str, message: impl Into<String>) -> FlagError {
     FlagError {
         flag,
         message: message.into(),
@@ -204,48 +209,7 @@ impl ServeFlags {
     pub fn validate(self) -> anyhow::Result<ServeConfig> {
         let dir = ModelDir::open(&self.model)?;
         let model = dir.config()?;
-        match self.tensor_parallel_size {
-            0 => return Err(bad("--tensor-parallel-size", "must be at least 1").into()),
-            1 => {}
-            n if self.device != Device::Cpu => {
-                return Err(bad(
-                    "--tensor-parallel-size",
-                    format!(
-                        "{n} ranks on cuda need NCCL between the GPUs, which met does not have \
-                         yet; serve on one GPU, or split the model over CPU processes with \
-                         --device cpu"
-                    ),
-                )
-                .into());
-            }
-            _ if self.speculative => {
-                return Err(bad(
-                    "--tensor-parallel-size",
-                    "does not combine with --speculative yet (the MTP head is not split); drop one",
-                )
-                .into());
-            }
-            _ => {}
-        }
-        if self.enable_expert_parallel {
-            if self.tensor_parallel_size < 2 {
-                return Err(bad(
-                    "--enable-expert-parallel",
-                    "splits the experts over the ranks of --tensor-parallel-size; give it 2 or more",
-                )
-                .into());
-            }
-            if model.moe.is_none() {
-                return Err(bad(
-                    "--enable-expert-parallel",
-                    format!(
-                        "{} has no routed experts to split; drop the flag",
-                        model.architecture
-                    ),
-                )
-                .into());
-            }
-        }
+        let rendezvous = parallel::check(&self, &model)?;
         if self.device == Device::Cuda && !cfg!(feature = "cuda") {
             return Err(bad(
                 "--device cuda",
@@ -459,6 +423,7 @@ impl ServeFlags {
                 speculative,
                 tensor_parallel_size: self.tensor_parallel_size,
                 enable_expert_parallel: self.enable_expert_parallel,
+                rendezvous,
             },
             host: self.host,
             port: self.port,
@@ -533,6 +498,10 @@ mod tests {
             speculative: false,
             tensor_parallel_size: 1,
             enable_expert_parallel: false,
+            nodes: NodeFlags {
+                nnodes: 1,
+                ..Default::default()
+            },
             num_drafts: None,
             speculative_max_batch: None,
             http: HttpFlags::default(),

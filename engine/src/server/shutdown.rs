@@ -165,6 +165,7 @@ pub(super) async fn serve_until_drained(
             say(&format!("met: the engine stopped: {why}; every request in flight was failed"));
             let _ = stop_http(server).await;
             engine.shutdown();
+            engine_finished(&engine).await;
             anyhow::bail!("the engine stopped: {why}");
         }
     };
@@ -192,6 +193,17 @@ pub(super) async fn serve_until_drained(
     }
     let r = stop_http(server).await;
     engine.shutdown();
+    engine_finished(&engine).await;
     say("met: stopped");
     r
+}
+
+/// Waits (a few seconds at most) for the engine thread to end, so the model is dropped before
+/// the process exits: a tensor-parallel group's ranks are then told to stop rather than
+/// finding their links cut.
+async fn engine_finished(engine: &crate::engine_core::EngineHandle) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while !engine.is_finished() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
