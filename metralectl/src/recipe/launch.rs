@@ -31,6 +31,8 @@ pub const MANAGED_FLAGS: &[(&str, &str)] = &[
     ("--ssm-cache-slots", "serve.ssm_cache_slots"),
     ("--ssm-checkpoint-interval", "serve.ssm_checkpoint_interval"),
     ("--load-format", "serve.load_format"),
+    ("--tensor-parallel-size", "serve.tensor_parallel_size"),
+    ("--enable-expert-parallel", "serve.enable_expert_parallel"),
     ("--requantize", "checkpoint.requantize"),
     ("--no-tui", "the launcher"),
 ];
@@ -349,6 +351,15 @@ fn serve_groups(
     if let Some(f) = s.load_format {
         g.push(flag("--load-format", f.flag_value().into()));
     }
+    if s.tensor_parallel_size > 1 {
+        g.push(flag(
+            "--tensor-parallel-size",
+            s.tensor_parallel_size.to_string(),
+        ));
+    }
+    if s.enable_expert_parallel {
+        g.push(words(&["--enable-expert-parallel"]));
+    }
     if let Some(Ok(plan)) = recipe.checkpoint.requantize.as_ref().map(requantize_flag) {
         g.push(flag("--requantize", plan));
     }
@@ -380,6 +391,7 @@ pub fn shell_quote(arg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recipe::fixtures::DENSE;
 
     #[test]
     fn quoting_leaves_plain_words_and_wraps_the_rest() {
@@ -400,5 +412,29 @@ mod tests {
         assert_eq!(line.shell, "A='x y' met serve m --port 1");
         assert_eq!(line.multiline(), "A='x y' met serve m \\\n  --port 1");
         assert_eq!(line.argv, ["met", "serve", "m", "--port", "1"]);
+    }
+
+    /// The ranks a recipe splits the model over reach `met serve`, and nothing when it does not.
+    #[test]
+    fn ranks_and_expert_parallelism_become_met_flags() {
+        let flags = |text: &str| -> Vec<String> {
+            let recipe: Recipe = toml::from_str(text).expect("recipe parses");
+            serve_groups(&recipe, "m", 8000, Some(DEFAULT_HOST))
+                .into_iter()
+                .flatten()
+                .collect()
+        };
+        let plain = flags(DENSE);
+        assert!(!plain.iter().any(|f| f.contains("parallel")), "{plain:?}");
+        let split = flags(&DENSE.replace(
+            "max_batch_size = 4",
+            "max_batch_size = 4\ntensor_parallel_size = 2\nenable_expert_parallel = true",
+        ));
+        let at = split
+            .iter()
+            .position(|f| f == "--tensor-parallel-size")
+            .expect("the flag");
+        assert_eq!(split[at + 1], "2");
+        assert!(split.iter().any(|f| f == "--enable-expert-parallel"));
     }
 }

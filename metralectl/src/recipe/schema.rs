@@ -278,6 +278,13 @@ pub struct Serve {
     pub ssm_checkpoint_interval: Option<u32>,
     #[serde(default)]
     pub load_format: Option<LoadFormat>,
+    /// Ranks the model is split over (`--tensor-parallel-size`): one GPU each on CUDA, so
+    /// `requirements.gpus`; processes of this host on the CPU.
+    #[serde(default = "one")]
+    pub tensor_parallel_size: u32,
+    /// Split the routed experts whole over the ranks (`--enable-expert-parallel`).
+    #[serde(default)]
+    pub enable_expert_parallel: bool,
     /// Further `met serve` arguments, appended as written.
     #[serde(default)]
     pub extra_args: Vec<String>,
@@ -292,6 +299,10 @@ fn default_port() -> u16 {
 
 fn default_true() -> bool {
     true
+}
+
+fn one() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]

@@ -18,7 +18,8 @@ pub fn refusal(recipe: &Recipe) -> Option<String> {
     if device == EngineDevice::Cuda && gpus > support::MAX_GPUS {
         return Some(format!(
             "it spreads the model over {gpus} GPUs, and met serves a model on one GPU for now \
-             (tensor parallelism is not in the engine yet)"
+             (its ranks meet over NCCL, which is not in the engine yet; on the CPU they run as \
+             processes)"
         ));
     }
     let model = recipe.model.as_ref();

@@ -287,6 +287,39 @@ pub fn validate(recipe: &Recipe, stem: &str, label: &str) -> Result<(), RecipeEr
             &|| format!("{} is not between 1 and 16", spec.num_drafts),
         )?;
     }
+    ensure(
+        serve.tensor_parallel_size >= 1,
+        "serve.tensor_parallel_size",
+        &|| "must be at least 1".to_owned(),
+    )?;
+    // (A GPU count of 0 on CUDA is refused below, by its own field.)
+    if !cpu && recipe.requirements.gpus >= 1 {
+        ensure(
+            serve.tensor_parallel_size == recipe.requirements.gpus,
+            "serve.tensor_parallel_size",
+            &|| {
+                format!(
+                    "is {} but requirements.gpus is {}: on CUDA each rank is one GPU; make them equal",
+                    serve.tensor_parallel_size, recipe.requirements.gpus
+                )
+            },
+        )?;
+    }
+    if serve.enable_expert_parallel {
+        ensure(
+            serve.tensor_parallel_size >= 2,
+            "serve.enable_expert_parallel",
+            &|| {
+                "splits the experts over the ranks; set tensor_parallel_size to 2 or more"
+                    .to_owned()
+            },
+        )?;
+        ensure(
+            recipe.model.as_ref().is_none_or(|m| m.experts.is_some()),
+            "serve.enable_expert_parallel",
+            &|| "the model has no experts ([model] sets no `experts`); remove it".to_owned(),
+        )?;
+    }
     for arg in &serve.extra_args {
         let flag = arg.split('=').next().unwrap_or(arg);
         if let Some((_, field)) = MANAGED_FLAGS.iter().find(|(f, _)| *f == flag) {
@@ -506,6 +539,34 @@ mod tests {
         for (text, field) in cases {
             assert_eq!(field_of(&text), field, "for:\n{text}");
         }
+    }
+
+    #[test]
+    fn ranks_match_the_gpus_and_expert_parallelism_needs_experts_and_ranks() {
+        let tp = |n: u32, gpus: u32| {
+            GOOD.replace(
+                "gpu_memory_utilization = 0.9",
+                &format!("gpu_memory_utilization = 0.9\ntensor_parallel_size = {n}"),
+            )
+            .replace("gpus = 1", &format!("gpus = {gpus}"))
+        };
+        assert!(check(&tp(2, 2)).is_ok());
+        assert_eq!(field_of(&tp(2, 1)), "serve.tensor_parallel_size");
+        assert_eq!(field_of(&tp(0, 1)), "serve.tensor_parallel_size");
+        let ep = |text: String| {
+            text.replace(
+                "max_batch_size = 4",
+                "max_batch_size = 4\nenable_expert_parallel = true",
+            )
+        };
+        assert_eq!(field_of(&ep(tp(1, 1))), "serve.enable_expert_parallel");
+        let dense = format!(
+            "{}[model]\nlayers = 8\nkv_heads = 2\nhead_dim = 64\n",
+            ep(tp(2, 2))
+        );
+        assert_eq!(field_of(&dense), "serve.enable_expert_parallel");
+        let moe = format!("{dense}experts = 8\nexpert_intermediate_size = 64\n");
+        assert!(check(&moe).is_ok(), "{:?}", check(&moe));
     }
 
     #[test]
