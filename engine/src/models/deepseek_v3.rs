@@ -59,12 +59,11 @@ pub struct DeepseekV3<B: HybridOps> {
     tp: Tp<B>,
 }
 
-/// Refuse, before any weight is read, a backend without DeepSeek-V3's ops (or with a cache
-/// form the latent rows do not have), naming them and the device that runs them.
+/// Refuse, before any weight is read, a backend without DeepSeek-V3's ops, naming them and
+/// the device that runs them.
 fn check_device(
     name: &str,
     supports: impl Fn(Feature) -> bool,
-    kv_fp8: bool,
     architecture: &str,
 ) -> std::result::Result<(), LoadError> {
     if !supports(Feature::DeepseekV3) {
@@ -72,12 +71,6 @@ fn check_device(
             "DeepSeek-V3 ({architecture}) needs multi-head latent attention and group-limited \
              sigmoid routing, which the {name} backend does not run yet: serve it with \
              --device cpu"
-        )));
-    }
-    if kv_fp8 {
-        return Err(LoadError::UnsupportedOnDevice(format!(
-            "DeepSeek-V3 ({architecture}) caches compressed latent rows, which have no FP8 \
-             form yet: serve it without --kv-cache-dtype fp8"
         )));
     }
     Ok(())
@@ -107,12 +100,7 @@ impl<B: HybridOps> DeepseekV3<B> {
         let cut = Cut::new(config, tp.shard())?;
         let c = &config.base;
         let supports = |f| backend.supports(f);
-        check_device(
-            backend.name(),
-            supports,
-            backend.kv_cache_fp8(),
-            &c.architecture,
-        )?;
+        check_device(backend.name(), supports, &c.architecture)?;
         check_backend(backend, c)?;
         let h = c.hidden_size;
         let up = |t| backend.upload(&t).map_err(upload_err);
@@ -334,22 +322,17 @@ mod tests {
     use super::*;
     use crate::backend::Backend;
 
-    /// What CUDA answers today: the model, the ops, the backend and the device that runs it;
-    /// and an FP8 KV cache, which the latent rows do not have.
+    /// What CUDA answers today: the model, the ops, the backend and the device that runs it.
     #[test]
     fn a_backend_without_the_ops_refuses_by_name() {
         let arch = "DeepseekV3ForCausalLM";
-        let e = check_device("cuda", |_| false, false, arch)
+        let e = check_device("cuda", |_| false, arch)
             .expect_err("refused")
             .to_string();
         for part in [arch, "latent attention", "cuda", "--device cpu"] {
             assert!(e.contains(part), "{part}: {e}");
         }
-        let e = check_device("cpu", |_| true, true, arch)
-            .expect_err("refused")
-            .to_string();
-        assert!(e.contains("--kv-cache-dtype fp8"), "{e}");
         let cpu = crate::backend::CpuBackend::default();
-        check_device(cpu.name(), |f| cpu.supports(f), false, arch).expect("the cpu runs it");
+        check_device(cpu.name(), |f| cpu.supports(f), arch).expect("the cpu runs it");
     }
 }

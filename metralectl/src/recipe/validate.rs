@@ -3,7 +3,7 @@
 
 use super::error::RecipeError;
 use super::launch::{MANAGED_FLAGS, REQUANTIZE_ENV_PREFIX, requantize_flag};
-use super::schema::{Device, KvCacheDtype, Recipe};
+use super::schema::{Device, Recipe};
 
 /// Reports the first problem found in `recipe`, read from the file `label` whose name without
 /// `.toml` is `stem`.
@@ -204,14 +204,6 @@ pub fn validate(recipe: &Recipe, stem: &str, label: &str) -> Result<(), RecipeEr
             ] {
                 ensure(value > 0, field, &|| "must be at least 1".to_owned())?;
             }
-            ensure(
-                recipe.serve.kv_cache_dtype != KvCacheDtype::Fp8,
-                "serve.kv_cache_dtype",
-                &|| {
-                    "met keeps latent-attention rows in the model's dtype, not fp8; use \"auto\""
-                        .to_owned()
-                },
-            )?;
         }
         if m.linear_attention.is_some() {
             ensure(
@@ -527,13 +519,6 @@ mod tests {
             (
                 model(&mamba.replace("groups = 2", "groups = 0")),
                 "model.mamba2.groups",
-            ),
-            (
-                model(latent).replace(
-                    "max_batch_size = 4",
-                    "max_batch_size = 4\nkv_cache_dtype = \"fp8\"",
-                ),
-                "serve.kv_cache_dtype",
             ),
         ];
         for (text, field) in cases {

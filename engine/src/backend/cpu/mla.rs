@@ -12,6 +12,7 @@ use super::attention::row_sequences;
 use super::matmul::dot;
 use super::rope::cos_sin;
 use super::{CpuTensor, shape_err};
+use crate::backend::kv_fp8::round_trip_head;
 use crate::backend::{BatchInputs, MlaDims, Result, RopeTables};
 
 fn cache_dims(op: &'static str, cache: &CpuTensor, dims: MlaDims) -> Result<(usize, usize)> {
@@ -54,7 +55,7 @@ pub(super) fn mla_rope_write_kv(
     batch: &BatchInputs,
     rope: &RopeTables,
     dims: MlaDims,
-    interleaved: bool,
+    (interleaved, fp8): (bool, bool),
     cache: &mut CpuTensor,
 ) -> Result<()> {
     const OP: &str = "mla_rope_write_kv";
@@ -99,7 +100,15 @@ pub(super) fn mla_rope_write_kv(
         });
     for (kv, &slot) in latent.data.chunks(row).zip(&batch.slot_mapping) {
         let slot = slot as usize;
-        cache.data[slot * row..(slot + 1) * row].copy_from_slice(kv);
+        let cached = &mut cache.data[slot * row..(slot + 1) * row];
+        cached.copy_from_slice(kv);
+        if fp8 {
+            // The FP8 cache's rounding (`backend/kv_fp8.rs`), the latent and its rotated key
+            // part each a vector of their own: their ranges differ (a normed latent, a key).
+            let (c_kv, k_pe) = cached.split_at_mut(dims.latent);
+            round_trip_head(c_kv);
+            round_trip_head(k_pe);
+        }
     }
     Ok(())
 }
@@ -275,6 +284,66 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// With the FP8 cache each written row is the full-precision row with its latent and its
+    /// rotated key part rounded as `kv_fp8` rounds a cached vector, each on its own scale.
+    #[test]
+    fn fp8_rows_round_the_latent_and_the_key_part_apart() {
+        let dims = MlaDims {
+            heads: 1,
+            nope: 2,
+            rope: 2,
+            v: 2,
+            latent: 6,
+        };
+        let (t, bs, mut seed) = (3, 2, 5);
+        let rope = RopeTables {
+            inv_freq: vec![0.5],
+            scale: 1.0,
+            rotary_dim: 2,
+        };
+        let table = [1u32, 2];
+        let batch = BatchInputs::build(
+            bs,
+            &[crate::backend::SeqChunk {
+                tokens: &[0u32; 3],
+                start_pos: 0,
+                block_table: &table,
+                logits_rows: vec![],
+            }],
+        );
+        let q = rnd(&mut seed, t * dims.q_width());
+        // The key part 100× the latent's range: one shared scale would flatten the latent.
+        let mut latent = rnd(&mut seed, t * dims.row());
+        for row in latent.chunks_mut(dims.row()) {
+            row[dims.latent..].iter_mut().for_each(|v| *v *= 100.0);
+        }
+        let write = |fp8: bool| {
+            let mut q = CpuTensor::new(vec![t, dims.q_width()], q.clone());
+            let mut l = CpuTensor::new(vec![t, dims.row()], latent.clone());
+            let mut cache = CpuTensor::new(vec![3, bs, dims.row()], vec![0.0; 3 * bs * 8]);
+            mla_rope_write_kv(
+                &mut q,
+                &mut l,
+                &batch,
+                &rope,
+                dims,
+                (false, fp8),
+                &mut cache,
+            )
+            .expect("write");
+            cache.data
+        };
+        let (full, fp8) = (write(false), write(true));
+        assert_ne!(full, fp8, "nothing was rounded");
+        for (f, g) in full.chunks(dims.row()).zip(fp8.chunks(dims.row())) {
+            let (mut c_kv, mut k_pe) = (f[..dims.latent].to_vec(), f[dims.latent..].to_vec());
+            round_trip_head(&mut c_kv);
+            round_trip_head(&mut k_pe);
+            assert_eq!(g[..dims.latent], c_kv[..]);
+            assert_eq!(g[dims.latent..], k_pe[..]);
         }
     }
 

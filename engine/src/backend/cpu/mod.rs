@@ -402,10 +402,15 @@ impl Backend for CpuBackend {
         interleaved: bool,
         cache: &mut CpuTensor,
     ) -> Result<()> {
-        check("mla_rope_write_kv", !self.kv_fp8, || {
-            "the latent cache has no FP8 form: run without --kv-cache-dtype fp8".into()
-        })?;
-        mla::mla_rope_write_kv(q, latent, batch, rope, dims, interleaved, cache)
+        mla::mla_rope_write_kv(
+            q,
+            latent,
+            batch,
+            rope,
+            dims,
+            (interleaved, self.kv_fp8),
+            cache,
+        )
     }
 
     fn mla_attention(
