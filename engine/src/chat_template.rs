@@ -8,7 +8,10 @@
 //! Python's separators and key order (minijinja's own HTML-escapes); `strftime_now(fmt)`; and
 //! `{{ x }}` printing Python's `str(x)` (`None`, `True`, `['a']`). The named special tokens
 //! (`eos_token`, ...) are template variables, and the caller's extra kwargs (the API's
-//! `chat_template_kwargs`, e.g. `enable_thinking`) come on top of them.
+//! `chat_template_kwargs`, e.g. `enable_thinking`) come on top of them. Messages reach the
+//! template as transformers 5 passes them (`template_message`): keys with null values dropped,
+//! and an assistant's reasoning, whichever of `reasoning_content`, `thinking` or `reasoning` it
+//! came under, also under the first two, so every template finds it under the name it reads.
 //!
 //! Where the template comes from, as transformers decides it: `chat_template.jinja` and
 //! `additional_chat_templates/*.jinja` when the checkpoint has them, else `chat_template` of
@@ -189,20 +192,7 @@ impl ChatTemplate {
                 }
                 _ => None,
             };
-            // transformers drops a message's keys whose value is null (`content: null` beside
-            // tool calls, as OpenAI clients send it): templates see them absent, not None.
-            jinja_messages.push(match (joined, message) {
-                (joined, Value::Object(fields)) => JinjaValue::from_pairs(
-                    fields.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| {
-                        let v = match (&joined, k.as_str()) {
-                            (Some(text), "content") => JinjaValue::from(text.as_str()),
-                            _ => to_jinja(v),
-                        };
-                        (k.as_str(), v)
-                    }),
-                ),
-                _ => to_jinja(message),
-            });
+            jinja_messages.push(template_message(message, joined));
         }
 
         let mut context: BTreeMap<String, JinjaValue> = BTreeMap::new();
@@ -233,6 +223,42 @@ impl ChatTemplate {
         let template = self.env.get_template(name).map_err(render_error)?;
         template.render(context).map_err(render_error)
     }
+}
+
+/// The names a message's reasoning comes under (transformers' `_REASONING_FIELDS`), in the
+/// order transformers picks the one to copy when a message has several.
+const REASONING_FIELDS: [&str; 3] = ["reasoning_content", "thinking", "reasoning"];
+
+/// One message as transformers 5 hands it to the template. Keys whose value is null are dropped
+/// (`content: null` beside tool calls, as OpenAI clients send it: templates see it absent, not
+/// None). Content parts become `joined` when the template prints string content. Reasoning,
+/// under whichever of `REASONING_FIELDS` it came, is also put under `thinking` (gpt-oss reads
+/// that) and `reasoning_content` (the others do), in transformers' key order:
+/// `{"thinking": r, **message, "reasoning_content": r}`.
+fn template_message(message: &Value, joined: Option<String>) -> JinjaValue {
+    let Value::Object(fields) = message else {
+        return to_jinja(message);
+    };
+    let present = |key: &str| fields.get(key).filter(|v| !v.is_null());
+    let reasoning = REASONING_FIELDS.iter().find_map(|key| present(key));
+    let mut pairs = Vec::with_capacity(fields.len() + 2);
+    if let Some(reasoning) = reasoning {
+        let thinking = present("thinking").unwrap_or(reasoning);
+        pairs.push(("thinking", to_jinja(thinking)));
+    }
+    for (key, value) in fields.iter().filter(|(_, v)| !v.is_null()) {
+        let value = match (key.as_str(), &joined, reasoning) {
+            ("thinking", _, Some(_)) => continue,
+            ("reasoning_content", _, Some(reasoning)) => to_jinja(reasoning),
+            ("content", Some(text), _) => JinjaValue::from(text.as_str()),
+            _ => to_jinja(value),
+        };
+        pairs.push((key.as_str(), value));
+    }
+    if let (Some(reasoning), None) = (reasoning, present("reasoning_content")) {
+        pairs.push(("reasoning_content", to_jinja(reasoning)));
+    }
+    JinjaValue::from_pairs(pairs)
 }
 
 /// JSON to a template value, keeping object key order (templates print tool schemas with it).
@@ -468,6 +494,35 @@ mod tests {
             rewrite_generation_tags(source),
             "a{% if true %}b{%- endif -%} c{% if x %}y{% endif %}"
         );
+    }
+
+    /// Each expected line is `json.dumps` of what transformers 5.25 hands the template for that
+    /// message (null keys dropped, then `_alias_reasoning_fields`), printed by Python.
+    #[test]
+    fn reasoning_fields_are_aliased_like_transformers() {
+        let template = ChatTemplate::new(
+            "{% for m in messages %}{{ m | tojson }}\n{% endfor %}",
+            SpecialTokens::default(),
+        )
+        .expect("compiles");
+        let messages = [
+            serde_json::json!({"role": "assistant", "content": "x", "reasoning": "r"}),
+            serde_json::json!({"role": "assistant", "reasoning_content": "a", "content": "x",
+                               "thinking": "b"}),
+            serde_json::json!({"role": "assistant", "reasoning_content": null, "content": "x",
+                               "thinking": "t"}),
+            serde_json::json!({"role": "user", "content": "q", "reasoning": null}),
+        ];
+        let got = template
+            .render(&messages, None, false, &Map::new())
+            .expect("renders");
+        let want = [
+            r#"{"thinking": "r", "role": "assistant", "content": "x", "reasoning": "r", "reasoning_content": "r"}"#,
+            r#"{"thinking": "b", "role": "assistant", "reasoning_content": "a", "content": "x"}"#,
+            r#"{"thinking": "t", "role": "assistant", "content": "x", "reasoning_content": "t"}"#,
+            r#"{"role": "user", "content": "q"}"#,
+        ];
+        assert_eq!(got, want.map(|line| format!("{line}\n")).concat());
     }
 
     #[test]
