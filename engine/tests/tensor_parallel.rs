@@ -1,5 +1,7 @@
 //! Tensor parallelism's arithmetic on the CPU reference (issue 41, `parallel/mod.rs`): Qwen3
-//! (dense, MoE, FP8), the Qwen3.5 hybrids, Nemotron-H, DeepSeek-V3, Llama 3, Mistral and Gemma 3 fixtures split over 2 to 4 ranks, run as threads with the in-process collective
+//! (dense, MoE, FP8), the Qwen3.5 hybrids, Nemotron-H, DeepSeek-V3, gpt-oss (bf16, MXFP4),
+//! MiniMax-M2, Llama 3, Mistral and Gemma 3 fixtures split over 2 to 4 ranks, run as threads
+//! with the in-process collective
 //! (`parallel::local::LocalGroup`), scores every position of the transformers fixtures'
 //! sequences as the unsharded model does (chunked prefill through each rank's paged cache, its
 //! own slice of the key/value heads). Splits that do not divide are refused by name.
@@ -10,7 +12,9 @@ use metrale_engine::backend::CpuBackend;
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::deepseek_v3::{DeepseekV3, DeepseekV3Config};
 use metrale_engine::models::gemma3::{Gemma3, Gemma3Config};
+use metrale_engine::models::gpt_oss::{GptOss, GptOssConfig};
 use metrale_engine::models::llama::{Llama, LlamaConfig};
+use metrale_engine::models::minimax_m2::{MiniMaxM2, MiniMaxM2Config};
 use metrale_engine::models::nemotron_h::{NemotronH, NemotronHConfig};
 use metrale_engine::models::qwen3::Qwen3;
 use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
@@ -47,7 +51,17 @@ fn scores(
     let (dir, weights) = open(name);
     let b = CpuBackend::default();
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    if name.starts_with("deepseek") {
+    if name.starts_with("gpt-oss") {
+        let cfg = GptOssConfig::from_file(&dir.root.join("config.json")).expect("config");
+        let model =
+            GptOss::load_sharded(&b, &cfg, &weights, tp, &mut |_| {}).map_err(|e| err(&e))?;
+        score(&b, &model, tokens, 5, 5).map_err(|e| err(&e))
+    } else if name.starts_with("minimax") {
+        let cfg = MiniMaxM2Config::from_file(&dir.root.join("config.json")).expect("config");
+        let model =
+            MiniMaxM2::load_sharded(&b, &cfg, &weights, tp, &mut |_| {}).map_err(|e| err(&e))?;
+        score(&b, &model, tokens, 5, 5).map_err(|e| err(&e))
+    } else if name.starts_with("deepseek") {
         let cfg = DeepseekV3Config::from_file(&dir.root.join("config.json")).expect("config");
         let model =
             DeepseekV3::load_sharded(&b, &cfg, &weights, tp, &mut |_| {}).map_err(|e| err(&e))?;
@@ -133,6 +147,14 @@ fn sharded_scores_equal_the_whole_models() {
         // Gemma 3: local and global layers, post-norms after the all-reduces; tied, untied.
         ("gemma3-sliding", [2, 4]),
         ("gemma3-wide-window", [2, 4]),
+        // gpt-oss: sinks and biases by heads, o's bias after the all-reduce, sliding and full
+        // layers; experts by width with their biases, down's on rank 0 only; bf16 and MXFP4
+        // (dequantized, then cut). 4 heads over 2 key/value heads: at TP=4 they are shared.
+        ("gpt-oss-bf16", [2, 4]),
+        ("gpt-oss-mxfp4", [2, 4]),
+        // MiniMax-M2: QK norms over every rank's heads (their mean squares all-reduced),
+        // partial rotary, sigmoid-routed experts by width.
+        ("minimax-m2-tiny", [2, 4]),
     ] {
         for seq in &reference(name).sequences {
             let want = scores(name, None, &seq.tokens).expect("the whole model");
@@ -212,4 +234,8 @@ fn splits_that_do_not_divide_are_refused_by_name() {
     assert!(e.contains("linear_num_key_heads = 2"), "{e}");
     let e = sharded("nemotron-h-tiny", 4, &[1, 2, 3]).expect_err("2 groups over 4");
     assert!(e.contains("n_groups = 2"), "{e}");
+    for name in ["gpt-oss-bf16", "minimax-m2-tiny"] {
+        let e = sharded(name, 3, &[1, 2, 3]).expect_err("4 heads over 3");
+        assert!(e.contains("num_attention_heads = 4"), "{name}: {e}");
+    }
 }

@@ -452,6 +452,37 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<()> {
         Err(lacks(self.name(), "column-range RMSNorm"))
     }
+    /// The first half of [`Backend::rms_norm_cols`] for a tensor-parallel rank that holds
+    /// only some of the normed columns (MiniMax-M2's q and k norms, over every rank's heads):
+    /// `out[r, j] = mean(x[r, ranges[j]]²)`, `out` `[T, ranges.len()]`. The ranks' means,
+    /// averaged by an all-reduce, are then the whole row's, which
+    /// [`Backend::rms_norm_cols_by`] divides by. Only backends that answer
+    /// [`Feature::MiniMaxM2`] run it.
+    fn mean_sq_cols(
+        &self,
+        _out: &mut Self::Tensor,
+        _x: &Self::Tensor,
+        _ranges: &[std::ops::Range<usize>],
+    ) -> Result<()> {
+        Err(lacks(self.name(), "column-range mean square"))
+    }
+    /// [`Backend::rms_norm_cols`] by a given mean square rather than the columns' own: columns
+    /// `start .. start + n` of each row `r` of `x` become `x · rsqrt(ms[r, col] + eps) ·
+    /// weight` (`ms` `[T, k]`, [`Backend::mean_sq_cols`]'s). Only backends that answer
+    /// [`Feature::MiniMaxM2`] run it.
+    fn rms_norm_cols_by(
+        &self,
+        _x: &mut Self::Tensor,
+        _start: usize,
+        _weight: &Self::Tensor,
+        (_ms, _col): (&Self::Tensor, usize),
+        _eps: f32,
+    ) -> Result<()> {
+        Err(lacks(
+            self.name(),
+            "column-range RMSNorm by a given mean square",
+        ))
+    }
     /// A mixture of experts routed by sigmoid scores: `s = sigmoid(router_logits)` `[T, E]`
     /// (f32), each token's `top_k` experts of highest `s + bias` (`bias` `[E]`, the
     /// checkpoint's `e_score_correction_bias`; ties to the lower index) among its

@@ -16,13 +16,21 @@
 //! (`loader/mxfp4.rs`: `*_blocks`/`*_scales`, out × in), and are rearranged once at load into
 //! the engine's `[E, 2·I, H]` (gate rows first) and `[E, H, I]`.
 //!
+//! Loaded with a [`Collective`] ([`GptOss::load_sharded`]), the model is one rank of a
+//! tensor-parallel group (`gpt_oss/shard.rs`): its heads, each expert's width and its head
+//! vocabulary are the rank's slice, and each block's attention and experts' outputs are
+//! all-reduced.
+//!
 //! Only backends that answer [`Feature::GptOss`] run it (the CPU reference); CUDA refuses it
 //! by name at load.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use crate::backend::{Backend, BatchInputs, ClampedExperts, Feature, Result, RopeTables};
 use crate::loader::{DType, HostData, HostTensor, LoadError, TensorKind, Weights};
+use crate::parallel::Collective;
+use crate::parallel::plan::Tp;
 
 use super::llama::upload_err;
 use super::{
@@ -31,8 +39,10 @@ use super::{
 };
 
 mod config;
+mod shard;
 
 pub use config::GptOssConfig;
+use shard::Cut;
 
 struct Layer<B: Backend> {
     input_norm: B::Tensor,   // [H]
@@ -51,12 +61,16 @@ struct Layer<B: Backend> {
 }
 
 pub struct GptOss<B: Backend> {
+    /// The checkpoint's config with this rank's heads and expert width (all of them without a
+    /// group).
     pub config: GptOssConfig,
     embed: B::Tensor, // [V, H]
     layers: Vec<Layer<B>>,
     norm: B::Tensor,    // [H]
-    lm_head: B::Tensor, // [V, H]
+    lm_head: B::Tensor, // [V, H] (this rank's V / world rows)
     rope: RopeTables,
+    /// The tensor-parallel group this model is a rank of (none: the whole model).
+    tp: Tp<B>,
 }
 
 /// An f32 host tensor of `shape` from `values`.
@@ -163,9 +177,22 @@ impl<B: Backend> GptOss<B> {
         w: &Weights,
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
+        Self::load_sharded(backend, config, w, None, layer_done)
+    }
+
+    /// [`GptOss::load`] as one rank of `tp`'s group (the whole model without one).
+    pub fn load_sharded(
+        backend: &B,
+        config: &GptOssConfig,
+        w: &Weights,
+        tp: Option<Arc<dyn Collective<B>>>,
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
         let c = &config.base;
         check_backend(backend, c)?;
         check_device(backend.name(), |f| backend.supports(f), &c.architecture)?;
+        let tp = Tp(tp);
+        let cut = Cut::new(config, tp.shard())?;
         let (h, hd, nh, nkv, i, e) = (
             c.hidden_size,
             c.head_dim,
@@ -182,25 +209,26 @@ impl<B: Backend> GptOss<B> {
         for l in 0..c.num_hidden_layers {
             let p = format!("model.layers.{l}");
             let a = format!("{p}.self_attn");
-            let qkv = HostTensor::concat_rows(&[
+            // With a group, the rank's heads of each (see `gpt_oss/shard.rs`).
+            let qkv = cut.qkv([
                 mat(&format!("{a}.q_proj.weight"), &[nh * hd, h])?,
                 mat(&format!("{a}.k_proj.weight"), &[nkv * hd, h])?,
                 mat(&format!("{a}.v_proj.weight"), &[nkv * hd, h])?,
             ]);
-            let qkv_bias = HostTensor::concat_rows(&[
+            let qkv_bias = cut.qkv_bias([
                 mat(&format!("{a}.q_proj.bias"), &[nh * hd])?,
                 mat(&format!("{a}.k_proj.bias"), &[nkv * hd])?,
                 mat(&format!("{a}.v_proj.bias"), &[nkv * hd])?,
             ]);
-            let [gate_up, gate_up_bias, down, down_bias] =
-                load_experts(w, &format!("{p}.mlp.experts"), (e, h, i), config.mxfp4)?;
+            let experts = load_experts(w, &format!("{p}.mlp.experts"), (e, h, i), config.mxfp4)?;
+            let [gate_up, gate_up_bias, down, down_bias] = cut.experts(experts);
             layers.push(Layer {
                 input_norm: up(norm(&format!("{p}.input_layernorm.weight"), h)?)?,
                 qkv: up(qkv)?,
                 qkv_bias: up(qkv_bias)?,
-                o: up(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?)?,
+                o: up(cut.o(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?))?,
                 o_bias: up(mat(&format!("{a}.o_proj.bias"), &[h])?)?,
-                sinks: up(mat(&format!("{a}.sinks"), &[nh])?)?,
+                sinks: up(cut.sinks(mat(&format!("{a}.sinks"), &[nh])?))?,
                 post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
                 router: up(mat(&format!("{p}.mlp.router.weight"), &[e, h])?)?,
                 router_bias: up(mat(&format!("{p}.mlp.router.bias"), &[e])?)?,
@@ -213,16 +241,17 @@ impl<B: Backend> GptOss<B> {
         }
         let (inv_freq, scale) = c.rope.inv_freq(hd);
         Ok(Self {
-            config: config.clone(),
+            config: cut.local(config),
             embed: up(mat("model.embed_tokens.weight", &[c.vocab_size, h])?)?,
             layers,
             norm: up(norm("model.norm.weight", h)?)?,
-            lm_head: up(mat("lm_head.weight", &[c.vocab_size, h])?)?,
+            lm_head: up(cut.head(mat("lm_head.weight", &[c.vocab_size, h])?))?,
             rope: RopeTables {
                 rotary_dim: 2 * inv_freq.len(),
                 inv_freq,
                 scale,
             },
+            tp,
         })
     }
 }
@@ -244,6 +273,7 @@ impl<B: Backend> Model<B> for GptOss<B> {
             c.num_key_value_heads,
             self.config.num_experts,
         );
+        // nh, nkv (and the experts' width) are this rank's (all of them without a group).
         let scale = 1.0 / (hd as f32).sqrt();
         let mut x = b.zeros(&[t, h])?; // residual stream [T, H]
         let mut xn = b.zeros(&[t, h])?; // normalised input of a sub-block [T, H]
@@ -258,7 +288,8 @@ impl<B: Backend> Model<B> for GptOss<B> {
         b.rms_norm(&mut xn, &x, &self.layers[0].input_norm, c.rms_norm_eps)?;
         for (l, layer) in self.layers.iter().enumerate() {
             // Attention: qkv = xn · Wqkvᵀ + b; RoPE on q, k; cache k, v; attend with the
-            // head's sink (in the window on sliding layers); o = attn · Woᵀ + b.
+            // head's sink (in the window on sliding layers); o = attn · Woᵀ, summed over the
+            // ranks, + b.
             b.matmul(&mut qkv, &xn, &layer.qkv)?;
             b.add_bias(&mut qkv, &layer.qkv_bias)?;
             b.rope_write_kv(
@@ -281,10 +312,12 @@ impl<B: Backend> Model<B> for GptOss<B> {
                 &layer.sinks,
             )?;
             b.matmul(&mut proj, &attn, &layer.o)?;
+            self.tp.all_reduce(b, &mut proj)?;
             b.add_bias(&mut proj, &layer.o_bias)?;
             // x += attention; xn = post_norm(x)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, c.rms_norm_eps)?;
-            // MoE: router_logits = xn · Wrᵀ + b; each token's top-k experts, clamped SwiGLU.
+            // MoE: router_logits = xn · Wrᵀ + b; each token's top-k experts, clamped SwiGLU
+            // (with a group, each rank's part of every expert's width, summed over the ranks).
             b.matmul(&mut router_logits, &xn, &layer.router)?;
             b.add_bias(&mut router_logits, &layer.router_bias)?;
             let experts = ClampedExperts {
@@ -296,12 +329,14 @@ impl<B: Backend> Model<B> for GptOss<B> {
                 limit: self.config.swiglu_limit,
             };
             b.fused_moe_clamped(&mut proj, &xn, &router_logits, &experts, self.config.top_k)?;
+            self.tp.all_reduce(b, &mut proj)?;
             // x += moe; xn = next block's input norm (or the final norm)
             let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
             b.add_rms_norm(&mut xn, &mut x, &proj, next_norm, c.rms_norm_eps)?;
         }
-        // logits = norm(x)[rows] · lm_headᵀ
-        lm_head_logits(b, &xn, host, batch, &self.lm_head)
+        // logits = norm(x)[rows] · lm_headᵀ (each rank's vocabulary, gathered)
+        self.tp
+            .logits(b, lm_head_logits(b, &xn, host, batch, &self.lm_head)?)
     }
 
     fn new_kv_storage(

@@ -13,11 +13,20 @@
 //! `[E, 2·I, H]` and `down_proj` `[E, H, I]`, `mlp.gate`), stacked into the engine's
 //! `[E, 2·I, H]` (gate rows first) and `[E, H, I]`.
 //!
+//! Loaded with a [`Collective`] ([`MiniMaxM2::load_sharded`]), the model is one rank of a
+//! tensor-parallel group (`minimax_m2/shard.rs`): its heads, each expert's width and its head
+//! vocabulary are the rank's slice; the QK norms' mean squares are averaged over the ranks, and
+//! each block's attention and experts' outputs are all-reduced.
+//!
 //! Only backends that answer [`Feature::MiniMaxM2`] run it (the CPU reference); CUDA refuses
 //! it by name at load.
 
+use std::sync::Arc;
+
 use crate::backend::{Backend, BatchInputs, Feature, Result, RopeTables, SigmoidRouting};
 use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
+use crate::parallel::Collective;
+use crate::parallel::plan::Tp;
 
 use super::llama::upload_err;
 use super::{
@@ -26,8 +35,10 @@ use super::{
 };
 
 mod config;
+mod shard;
 
 pub use config::MiniMaxM2Config;
+use shard::Cut;
 
 struct Layer<B: Backend> {
     input_norm: B::Tensor, // [H]
@@ -43,12 +54,16 @@ struct Layer<B: Backend> {
 }
 
 pub struct MiniMaxM2<B: Backend> {
+    /// The checkpoint's config with this rank's heads and expert width (all of them without a
+    /// group).
     pub config: MiniMaxM2Config,
     embed: B::Tensor, // [V, H]
     layers: Vec<Layer<B>>,
     norm: B::Tensor,            // [H]
-    lm_head: Option<B::Tensor>, // [V, H]; None when tied to `embed`
+    lm_head: Option<B::Tensor>, // [V, H] (this rank's V / world rows); None when tied
     rope: RopeTables,
+    /// The tensor-parallel group this model is a rank of (none: the whole model).
+    tp: Tp<B>,
 }
 
 /// Layer `p`'s router, correction bias and experts (`p` = `model.layers.{l}`), from either
@@ -111,9 +126,22 @@ impl<B: Backend> MiniMaxM2<B> {
         w: &Weights,
         layer_done: &mut dyn FnMut(usize),
     ) -> std::result::Result<Self, LoadError> {
+        Self::load_sharded(backend, config, w, None, layer_done)
+    }
+
+    /// [`MiniMaxM2::load`] as one rank of `tp`'s group (the whole model without one).
+    pub fn load_sharded(
+        backend: &B,
+        config: &MiniMaxM2Config,
+        w: &Weights,
+        tp: Option<Arc<dyn Collective<B>>>,
+        layer_done: &mut dyn FnMut(usize),
+    ) -> std::result::Result<Self, LoadError> {
         let c = &config.base;
         check_device(backend.name(), |f| backend.supports(f), &c.architecture)?;
         check_backend(backend, c)?;
+        let tp = Tp(tp);
+        let cut = Cut::new(config, tp.shard())?;
         let (h, hd, nh, nkv, i, e) = (
             c.hidden_size,
             c.head_dim,
@@ -130,18 +158,22 @@ impl<B: Backend> MiniMaxM2<B> {
         for l in 0..c.num_hidden_layers {
             let p = format!("model.layers.{l}");
             let a = format!("{p}.self_attn");
-            let qkv = HostTensor::concat_rows(&[
+            // With a group, the rank's heads of each (see `minimax_m2/shard.rs`).
+            let qkv = cut.plan.qkv(
                 mat(&format!("{a}.q_proj.weight"), &[nh * hd, h])?,
                 mat(&format!("{a}.k_proj.weight"), &[nkv * hd, h])?,
                 mat(&format!("{a}.v_proj.weight"), &[nkv * hd, h])?,
-            ]);
+            );
             let [router, bias, gate_up, down] = load_moe(w, &p, (e, h, i))?;
+            let (gate_up, down) = cut.experts((gate_up, down));
             layers.push(Layer {
                 input_norm: up(norm(&format!("{p}.input_layernorm.weight"), h)?)?,
                 qkv: up(qkv)?,
-                q_norm: up(norm(&format!("{a}.q_norm.weight"), nh * hd)?)?,
-                k_norm: up(norm(&format!("{a}.k_norm.weight"), nkv * hd)?)?,
-                o: up(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?)?,
+                q_norm: up(cut.q_norm(norm(&format!("{a}.q_norm.weight"), nh * hd)?))?,
+                k_norm: up(cut.k_norm(norm(&format!("{a}.k_norm.weight"), nkv * hd)?))?,
+                o: up(cut
+                    .plan
+                    .o(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?))?,
                 post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
                 router: up(router)?,
                 bias: up(bias)?,
@@ -151,8 +183,17 @@ impl<B: Backend> MiniMaxM2<B> {
             layer_done(l + 1);
         }
         let (inv_freq, scale) = c.rope.inv_freq(hd);
-        // A tied head is the embedding (unless --requantize gives the head its own format).
-        let lm_head = if c.tie_word_embeddings {
+        // A rank of several keeps its vocabulary's rows; a tied head is the embedding (unless
+        // --requantize gives the head its own format).
+        let shape = [c.vocab_size, h];
+        let sharded = cut.plan.head_rows(
+            c.tie_word_embeddings,
+            ("model.embed_tokens.weight", "lm_head.weight"),
+            |n| mat(n, &shape),
+        )?;
+        let lm_head = if let Some(rows) = sharded {
+            Some(up(rows)?)
+        } else if c.tie_word_embeddings {
             w.tied_head("model.embed_tokens.weight", &[c.vocab_size, h])?
                 .map(up)
                 .transpose()?
@@ -160,7 +201,7 @@ impl<B: Backend> MiniMaxM2<B> {
             Some(up(mat("lm_head.weight", &[c.vocab_size, h])?)?)
         };
         Ok(Self {
-            config: config.clone(),
+            config: cut.local(config),
             embed: up(mat("model.embed_tokens.weight", &[c.vocab_size, h])?)?,
             layers,
             norm: up(norm("model.norm.weight", h)?)?,
@@ -170,6 +211,7 @@ impl<B: Backend> MiniMaxM2<B> {
                 inv_freq,
                 scale,
             },
+            tp,
         })
     }
 }
@@ -194,12 +236,15 @@ impl<B: Backend> Model<B> for MiniMaxM2<B> {
         let eps = c.rms_norm_eps;
         let scale = 1.0 / (hd as f32).sqrt();
         let routing = SigmoidRouting::ungrouped(self.config.top_k, true, 1.0);
+        // nh, nkv (and the experts' width) are this rank's (all of them without a group).
+        let world = self.tp.shard().world;
         let mut x = b.zeros(&[t, h])?; // residual stream [T, H]
         let mut xn = b.zeros(&[t, h])?; // normalised input of a sub-block [T, H]
         let mut qkv = b.zeros(&[t, (nh + 2 * nkv) * hd])?; // [T, (nh + 2·nkv)·hd]
         let mut attn = b.zeros(&[t, nh * hd])?; // [T, nh·hd]
         let mut proj = b.zeros(&[t, h])?; // sub-block output [T, H]
         let mut router_logits = b.zeros(&[t, e])?; // [T, E]
+        let mut ms = b.zeros(&[t, 2])?; // with a group: q's and k's mean squares [T, 2]
 
         // x = embed[tokens]
         b.embedding(&mut x, batch, &self.embed)?;
@@ -209,8 +254,19 @@ impl<B: Backend> Model<B> for MiniMaxM2<B> {
             // Attention: qkv = xn · Wqkvᵀ; q and k each normed over all their heads; RoPE on
             // the rotated dims; cache k, v; attend; project.
             b.matmul(&mut qkv, &xn, &layer.qkv)?;
-            b.rms_norm_cols(&mut qkv, 0, &layer.q_norm, eps)?;
-            b.rms_norm_cols(&mut qkv, nh * hd, &layer.k_norm, eps)?;
+            if world == 1 {
+                b.rms_norm_cols(&mut qkv, 0, &layer.q_norm, eps)?;
+                b.rms_norm_cols(&mut qkv, nh * hd, &layer.k_norm, eps)?;
+            } else {
+                // ms = mean over the ranks of each's mean(q²) and mean(k²) (equal widths, so
+                // the mean over every head's); then q, k normed by it.
+                let (q, k) = (0..nh * hd, nh * hd..(nh + nkv) * hd);
+                b.mean_sq_cols(&mut ms, &qkv, &[q, k])?;
+                self.tp.all_reduce(b, &mut ms)?;
+                b.scale(&mut ms, 1.0 / world as f32)?;
+                b.rms_norm_cols_by(&mut qkv, 0, &layer.q_norm, (&ms, 0), eps)?;
+                b.rms_norm_cols_by(&mut qkv, nh * hd, &layer.k_norm, (&ms, 1), eps)?;
+            }
             b.rope_write_kv(
                 &mut qkv,
                 batch,
@@ -222,9 +278,11 @@ impl<B: Backend> Model<B> for MiniMaxM2<B> {
             )?;
             b.paged_attention(&mut attn, &qkv, &kv.k[l], &kv.v[l], batch, nh, scale)?;
             b.matmul(&mut proj, &attn, &layer.o)?;
+            self.tp.all_reduce(b, &mut proj)?;
             // x += attention; xn = post_norm(x)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, eps)?;
-            // MoE: router_logits = xn · Wrᵀ; each token's top-k by sigmoid score + bias.
+            // MoE: router_logits = xn · Wrᵀ; each token's top-k by sigmoid score + bias (with a
+            // group, each rank's part of every expert's width, summed over the ranks).
             b.matmul(&mut router_logits, &xn, &layer.router)?;
             let experts = (&layer.gate_up, &layer.down);
             b.fused_moe_sigmoid(
@@ -235,13 +293,15 @@ impl<B: Backend> Model<B> for MiniMaxM2<B> {
                 experts,
                 routing,
             )?;
+            self.tp.all_reduce(b, &mut proj)?;
             // x += moe; xn = next block's input norm (or the final norm)
             let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);
             b.add_rms_norm(&mut xn, &mut x, &proj, next_norm, eps)?;
         }
-        // logits = norm(x)[rows] · lm_headᵀ
+        // logits = norm(x)[rows] · lm_headᵀ (each rank's vocabulary, gathered)
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        lm_head_logits(b, &xn, host, batch, head)
+        self.tp
+            .logits(b, lm_head_logits(b, &xn, host, batch, head)?)
     }
 
     fn new_kv_storage(

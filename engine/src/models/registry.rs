@@ -118,8 +118,7 @@ pub fn load<B: HybridOps, W: WithModel<B>>(
 }
 
 /// [`load`] as one rank of a tensor-parallel group (`tp`; `None` is the whole model): each
-/// family cuts its own slice (`parallel/`). gpt-oss and MiniMax-M2 have no cut yet and are
-/// refused by name.
+/// family cuts its own slice (`parallel/`).
 pub fn load_rank<B: HybridOps, W: WithModel<B>>(
     backend: B,
     dir: &ModelDir,
@@ -134,12 +133,6 @@ pub fn load_rank<B: HybridOps, W: WithModel<B>>(
         bail!(
             "--speculative drafts with the checkpoint's MTP head, which Qwen3.5/3.6 checkpoints \
              carry and {} does not: serve it without --speculative",
-            config.architecture
-        );
-    }
-    if tp.is_some() && matches!(family, Family::GptOss | Family::MiniMaxM2) {
-        bail!(
-            "{} has no tensor-parallel cut yet: serve it with --tensor-parallel-size 1",
             config.architecture
         );
     }
@@ -193,11 +186,15 @@ pub fn load_rank<B: HybridOps, W: WithModel<B>>(
         }
         Family::GptOss => {
             let gpt_oss = GptOssConfig::from_file(&json)?;
-            finish!(GptOss::load(&backend, &gpt_oss, &weights, layer_done))
+            finish!(GptOss::load_sharded(
+                &backend, &gpt_oss, &weights, tp, layer_done
+            ))
         }
         Family::MiniMaxM2 => {
             let minimax = MiniMaxM2Config::from_file(&json)?;
-            finish!(MiniMaxM2::load(&backend, &minimax, &weights, layer_done))
+            finish!(MiniMaxM2::load_sharded(
+                &backend, &minimax, &weights, tp, layer_done
+            ))
         }
         Family::NemotronH => {
             let nemotron = NemotronHConfig::from_file(&json)?;

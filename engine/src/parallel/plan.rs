@@ -44,6 +44,16 @@ impl Plan {
         heads.start * self.head_dim..heads.end * self.head_dim
     }
 
+    /// This rank's rows of a `[nh·hd, _]` query projection (its query heads' `hd` each).
+    pub fn q_dims(&self) -> Range<usize> {
+        self.dims(&self.q_heads)
+    }
+
+    /// This rank's rows of a `[nkv·hd, _]` key or value projection.
+    pub fn kv_dims(&self) -> Range<usize> {
+        self.dims(&self.kv_heads)
+    }
+
     /// This rank's q|k|v rows, fused.
     pub fn qkv(
         &self,
@@ -51,9 +61,9 @@ impl Plan {
         k: HostTensor<'_>,
         v: HostTensor<'_>,
     ) -> HostTensor<'static> {
-        let kv = self.dims(&self.kv_heads);
+        let kv = self.kv_dims();
         HostTensor::concat_rows(&[
-            shard::rows_of(self.shard, q, self.dims(&self.q_heads)),
+            shard::rows_of(self.shard, q, self.q_dims()),
             shard::rows_of(self.shard, k, kv.clone()),
             shard::rows_of(self.shard, v, kv),
         ])
@@ -61,7 +71,7 @@ impl Plan {
 
     /// `o_proj`'s columns of this rank's heads.
     pub fn o<'a>(&self, o: HostTensor<'a>) -> HostTensor<'a> {
-        shard::cols_of(self.shard, o, self.dims(&self.q_heads))
+        shard::cols_of(self.shard, o, self.q_dims())
     }
 
     /// This rank's gate|up rows, fused.

@@ -33,6 +33,16 @@ pub fn pick_rows<'a>(sh: Shard, t: HostTensor<'a>, ranges: &[Range<usize>]) -> H
     HostTensor::concat_rows(&parts)
 }
 
+/// Elements `ranges` of a vector `t` (a bias or a norm's weight, cut as its layer's rows), in
+/// order, still a vector; `t` itself for a group of one.
+pub fn pick_elems<'a>(sh: Shard, t: HostTensor<'a>, ranges: &[Range<usize>]) -> HostTensor<'a> {
+    if sh.world == 1 {
+        return t;
+    }
+    let n = ranges.iter().map(ExactSizeIterator::len).sum();
+    pick_rows(sh, t, ranges).reshaped(vec![n])
+}
+
 /// The LM head a rank of several keeps: rows `vocab` of `head` (or of `embed` when the head is
 /// `tied` to it), read by `get`; `None` for a group of one, whose head is the family's own
 /// choice (a tied head may be the embedding itself).

@@ -380,6 +380,63 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn mean_sq_cols(
+        &self,
+        out: &mut CpuTensor,
+        x: &CpuTensor,
+        ranges: &[std::ops::Range<usize>],
+    ) -> Result<()> {
+        let (cols, k) = (x.cols(), ranges.len());
+        check(
+            "mean_sq_cols",
+            k > 0
+                && out.shape == [x.rows(), k]
+                && ranges.iter().all(|r| !r.is_empty() && r.end <= cols),
+            || format!("out {:?}, x {:?}, columns {ranges:?}", out.shape, x.shape),
+        )?;
+        out.data
+            .par_chunks_mut(k)
+            .zip(x.data.par_chunks(cols))
+            .for_each(|(o, row)| {
+                for (o, r) in o.iter_mut().zip(ranges) {
+                    *o = norm::mean_sq(&row[r.clone()]);
+                }
+            });
+        Ok(())
+    }
+
+    fn rms_norm_cols_by(
+        &self,
+        x: &mut CpuTensor,
+        start: usize,
+        w: &CpuTensor,
+        (ms, col): (&CpuTensor, usize),
+        eps: f32,
+    ) -> Result<()> {
+        let (cols, n, k) = (x.cols(), w.data.len(), ms.cols());
+        check(
+            "rms_norm_cols_by",
+            n > 0 && start + n <= cols && col < k && ms.rows() == x.rows(),
+            || {
+                format!(
+                    "x {:?}, columns {start}..{}, ms {:?} column {col}",
+                    x.shape,
+                    start + n,
+                    ms.shape
+                )
+            },
+        )?;
+        x.data
+            .par_chunks_mut(cols)
+            .zip(ms.data.par_chunks(k))
+            .for_each(|(row, ms)| {
+                let part = &mut row[start..start + n];
+                let src = part.to_vec();
+                norm::norm_row_by(part, &src, &w.data, ms[col], eps);
+            });
+        Ok(())
+    }
+
     fn fused_moe_sigmoid(
         &self,
         out: &mut CpuTensor,
