@@ -17,7 +17,7 @@ mod reference_support;
 
 use reference_support::{Reference, model_dir, reference};
 
-const FIXTURES: [&str; 12] = [
+const FIXTURES: [&str; 13] = [
     "llama3-gqa-untied",
     "llama3-mha-tied",
     "mistral-sliding",
@@ -27,6 +27,7 @@ const FIXTURES: [&str; 12] = [
     "gpt-oss-mxfp4",
     "minimax-m2-tiny",
     "nemotron-h-tiny",
+    "nemotron-h-moe-tiny",
     "deepseek-v3-tiny",
     "deepseek-v3-plain",
     "deepseek-v3-fp8",
@@ -102,6 +103,7 @@ fn batched_equals_one_at_a_time() {
         "gpt-oss-bf16",
         "minimax-m2-tiny",
         "nemotron-h-tiny",
+        "nemotron-h-moe-tiny",
         "deepseek-v3-tiny",
         "deepseek-v3-plain",
     ] {
@@ -512,7 +514,7 @@ fn broken_minimax_checkpoints_are_refused_by_name() {
 /// Bad Nemotron-H checkpoints fail at load with a sentence that names the problem.
 #[test]
 fn broken_nemotron_h_checkpoints_are_refused_by_name() {
-    // A letter that is no layer type, and an MoE layer (not run yet).
+    // A letter that is no layer type, and an MoE layer where the checkpoint has none.
     let dir = edited_copy("nemotron-h-tiny", "nh-letter", |c| {
         c["hybrid_override_pattern"] = serde_json::json!("M-M*-X");
     });
@@ -525,7 +527,10 @@ fn broken_nemotron_h_checkpoints_are_refused_by_name() {
         c["hybrid_override_pattern"] = serde_json::json!("M-M*-E");
     });
     let e = registry_error(&dir);
-    assert!(e.contains("'E' at layer 5") && e.contains("MoE"), "{e}");
+    assert!(
+        e.contains("tensor backbone.layers.5.mixer.experts.0.up_proj.weight is missing"),
+        "{e}"
+    );
     // A Mamba layer where the checkpoint has an MLP: its tensors are missing, by name.
     let dir = edited_copy("nemotron-h-tiny", "nh-missing", |c| {
         c["hybrid_override_pattern"] = serde_json::json!("MMM*-M");

@@ -156,36 +156,49 @@ fn sharded_scores_equal_the_whole_models() {
         // partial rotary, sigmoid-routed experts by width.
         ("minimax-m2-tiny", [2, 4]),
     ] {
-        for seq in &reference(name).sequences {
-            let want = scores(name, None, &seq.tokens).expect("the whole model");
-            let tolerance = if name.starts_with("qwen3_5") {
-                RECURRENT_TOLERANCE
-            } else {
-                TOLERANCE
-            };
-            for world in worlds {
-                let mut max_diff = 0f32;
-                for (rank, got) in sharded(name, world, &seq.tokens)
-                    .expect("loads")
-                    .iter()
-                    .enumerate()
-                {
-                    assert_eq!(got.len(), want.len());
-                    for (p, (g, w)) in got.iter().zip(&want).enumerate() {
-                        let at = format!("{name} TP={world} rank {rank} position {p}");
-                        if let (Some(g), Some(w)) = (g.logprob, w.logprob) {
-                            max_diff = max_diff.max((g - w).abs());
-                            assert!((g - w).abs() <= tolerance, "{at}: {g} against {w}");
-                        }
-                        for ((gi, gl), (wi, wl)) in g.top.iter().zip(&w.top) {
-                            assert!((gl - wl).abs() <= tolerance, "{at}: top {gl} against {wl}");
-                            // Ids agree unless two log-probs tie within the tolerance.
-                            assert!(gi == wi || (gl - wl).abs() <= tolerance, "{at}: top ids");
-                        }
+        sharded_equals_whole(name, worlds);
+    }
+}
+
+/// Nemotron-H's MoE layers (Nemotron 3): the router whole on every rank, each routed expert
+/// and the shared one by width, beside Mamba-2 and attention (2 groups: at most 2 ranks).
+#[test]
+fn nemotron_h_moe_shards_by_expert_width() {
+    sharded_equals_whole("nemotron-h-moe-tiny", [2, 2]);
+}
+
+/// Every rank of `name` split over each of `worlds` scores each reference sequence as the
+/// whole model does.
+fn sharded_equals_whole(name: &str, worlds: [usize; 2]) {
+    for seq in &reference(name).sequences {
+        let want = scores(name, None, &seq.tokens).expect("the whole model");
+        let tolerance = if name.starts_with("qwen3_5") {
+            RECURRENT_TOLERANCE
+        } else {
+            TOLERANCE
+        };
+        for world in worlds {
+            let mut max_diff = 0f32;
+            for (rank, got) in sharded(name, world, &seq.tokens)
+                .expect("loads")
+                .iter()
+                .enumerate()
+            {
+                assert_eq!(got.len(), want.len());
+                for (p, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let at = format!("{name} TP={world} rank {rank} position {p}");
+                    if let (Some(g), Some(w)) = (g.logprob, w.logprob) {
+                        max_diff = max_diff.max((g - w).abs());
+                        assert!((g - w).abs() <= tolerance, "{at}: {g} against {w}");
+                    }
+                    for ((gi, gl), (wi, wl)) in g.top.iter().zip(&w.top) {
+                        assert!((gl - wl).abs() <= tolerance, "{at}: top {gl} against {wl}");
+                        // Ids agree unless two log-probs tie within the tolerance.
+                        assert!(gi == wi || (gl - wl).abs() <= tolerance, "{at}: top ids");
                     }
                 }
-                eprintln!("{name} TP={world}: max |log-prob - unsharded| = {max_diff:.1e}");
             }
+            eprintln!("{name} TP={world}: max |log-prob - unsharded| = {max_diff:.1e}");
         }
     }
 }

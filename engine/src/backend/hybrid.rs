@@ -1,9 +1,10 @@
 //! The ops of models with recurrent-state layers beyond Qwen3's ([`HybridOps`]): Qwen3.5's
 //! Gated DeltaNet ([`HybridOps::gated_delta_net`]) and Nemotron-H's Mamba-2
-//! ([`HybridOps::mamba2`]), their parameters, and the small ops around them. The CPU reference
-//! is `cpu/hybrid.rs` and `cpu/mamba2.rs`; CUDA runs the Gated DeltaNet (`cuda/hybrid.rs`).
+//! ([`HybridOps::mamba2`]) and relu² experts ([`HybridOps::fused_moe_relu2`]), their
+//! parameters, and the small ops around them. The CPU reference is `cpu/hybrid.rs`,
+//! `cpu/mamba2.rs` and `cpu/moe.rs`; CUDA runs the Gated DeltaNet (`cuda/hybrid.rs`).
 
-use super::{Backend, BatchInputs, DeltaHeads, Result, SsmHeads, lacks};
+use super::{Backend, BatchInputs, DeltaHeads, Result, SigmoidRouting, SsmHeads, lacks};
 
 /// One Gated DeltaNet layer's parameters for [`HybridOps::gated_delta_net`]; the tensors are
 /// f32 ([`Backend::upload_f32`]).
@@ -124,5 +125,21 @@ pub trait HybridOps: Backend {
     /// [`Feature::NemotronH`](super::Feature::NemotronH) run it.
     fn relu2(&self, _out: &mut Self::Tensor, _x: &Self::Tensor) -> Result<()> {
         Err(lacks(self.name(), "relu² activation"))
+    }
+    /// Nemotron-H's routed experts (its `E` layers): routed as
+    /// [`Backend::fused_moe_sigmoid`] (`router_logits` `[T, E]`, `bias` `[E]`, `routing`), but
+    /// each expert is not gated: `down[e] · relu(up[e] · x)²` with `up` `[E, I, H]` and `down`
+    /// `[E, H, I]` (transformers' `NemotronHExperts`). `out` `[T, H]` is the weighted sum. Only
+    /// backends that answer [`Feature::NemotronH`](super::Feature::NemotronH) run it.
+    fn fused_moe_relu2(
+        &self,
+        _out: &mut Self::Tensor,
+        _x: &Self::Tensor,
+        _router_logits: &Self::Tensor,
+        _bias: &Self::Tensor,
+        _experts: (&Self::Tensor, &Self::Tensor),
+        _routing: SigmoidRouting,
+    ) -> Result<()> {
+        Err(lacks(self.name(), "relu² experts"))
     }
 }

@@ -1,4 +1,5 @@
-//! Nemotron-H (`NemotronHForCausalLM`: NVIDIA Nemotron-H, Nemotron Nano 9B/12B v2), as
+//! Nemotron-H (`NemotronHForCausalLM`: NVIDIA Nemotron-H, Nemotron Nano 9B/12B v2, Nemotron 3
+//! Nano 30B-A3B), as
 //! transformers 5.25's `modeling_nemotron_h.py` computes it: a stack of pre-norm residual
 //! blocks, each with one mixer chosen by the config's pattern (`config.rs`):
 //!
@@ -9,7 +10,14 @@
 //!   over each group's channels, and `out_proj` ([`HybridOps::mamba2`]);
 //! - `*`, attention: GQA with no rotary embedding (the Mamba layers carry position) and no
 //!   biases, scaled by `1/√head_dim`;
-//! - `-`, MLP: `down(relu(up(x))²)` ([`HybridOps::relu2`]).
+//! - `-`, MLP: `down(relu(up(x))²)` ([`HybridOps::relu2`]);
+//! - `E`, MoE (Nemotron 3): each token's `num_experts_per_tok` routed experts by
+//!   `sigmoid(x · gateᵀ)` plus `e_score_correction_bias`, within its `topk_group` best of
+//!   `n_group` expert groups, weighted by the plain sigmoid scores (renormalised with
+//!   `norm_topk_prob`) times `routed_scaling_factor`; each expert a relu² MLP like `-`'s
+//!   (`down(relu(up(x))²)`, not gated, width `moe_intermediate_size`:
+//!   [`HybridOps::fused_moe_relu2`]); plus one shared relu² MLP of
+//!   `moe_shared_expert_intermediate_size` on the same input, added.
 //!
 //! `x += mixer(norm(x))` around each, `norm_f` at the end, the head tied or not.
 //!
@@ -20,8 +28,9 @@
 //! ([`StateStorage`], `kv_cache/state.rs`, [`super::recurrent::start_states`]).
 //!
 //! Weights load from the released layout (`backbone.embeddings`, `backbone.layers.{l}.norm`,
-//! `backbone.layers.{l}.mixer.*`, `backbone.norm_f`, `lm_head`) or transformers' in-memory one
-//! (`model.` for `backbone.`). Only backends that answer [`Feature::NemotronH`] run it (the
+//! `backbone.layers.{l}.mixer.*`, the experts one by one as `mixer.experts.{e}.up_proj.weight`,
+//! `backbone.norm_f`, `lm_head`) or transformers' in-memory one (`model.` for `backbone.`,
+//! the experts stacked as `mixer.experts.up_proj`). Only backends that answer [`Feature::NemotronH`] run it (the
 //! CPU reference); CUDA refuses it by name at load.
 
 use crate::backend::{Backend, BatchInputs, Feature, HybridOps, Mamba2Layer, Result};
@@ -36,7 +45,7 @@ use shard::Cut;
 mod config;
 mod shard;
 
-pub use config::{BlockType, NemotronHConfig};
+pub use config::{BlockType, MoeConfig, NemotronHConfig};
 
 /// A Mamba-2 layer's weights.
 struct Mamba<B: Backend> {
@@ -66,10 +75,21 @@ struct Mlp<B: Backend> {
     down: B::Tensor, // [H, I]
 }
 
+/// An MoE layer's weights.
+struct Moe<B: Backend> {
+    router: B::Tensor,      // gate.weight [E, H]
+    bias: B::Tensor,        // gate.e_score_correction_bias [E], f32
+    up: B::Tensor,          // the routed experts' [E, I, H]
+    down: B::Tensor,        // [E, H, I]
+    shared_up: B::Tensor,   // [Is, H]
+    shared_down: B::Tensor, // [H, Is]
+}
+
 enum Mixer<B: Backend> {
     Mamba(Mamba<B>),
     Attention(Attention<B>),
     Mlp(Mlp<B>),
+    Moe(Moe<B>),
 }
 
 struct Layer<B: Backend> {
@@ -161,6 +181,50 @@ fn load_mamba<B: HybridOps>(
     })
 }
 
+/// Layer `p`'s router, correction bias, routed experts (one tensor each in the released
+/// layout, stacked in transformers' in-memory one) and shared expert; `m` the checkpoint's
+/// settings, cut to the rank's widths by `cut`.
+fn load_moe<B: HybridOps>(
+    (b, cut): (&B, &Cut),
+    (m, h): (&MoeConfig, usize),
+    w: &Weights,
+    p: &str,
+) -> std::result::Result<Moe<B>, LoadError> {
+    let (e, i, is) = (m.experts, m.intermediate, m.shared_intermediate);
+    let mx = format!("{p}.mixer");
+    let mat =
+        |name: &str, shape: &[usize]| w.get(&format!("{mx}.{name}"), shape, TensorKind::Matrix);
+    let up = |t: HostTensor<'_>| b.upload(&t).map_err(upload_err);
+    let (ups, downs) = if w.contains(&format!("{mx}.experts.up_proj")) {
+        (
+            mat("experts.up_proj", &[e, i, h])?,
+            mat("experts.down_proj", &[e, h, i])?,
+        )
+    } else {
+        let (mut ups, mut downs) = (Vec::with_capacity(e), Vec::with_capacity(e));
+        for x in 0..e {
+            ups.push(mat(&format!("experts.{x}.up_proj.weight"), &[i, h])?);
+            downs.push(mat(&format!("experts.{x}.down_proj.weight"), &[h, i])?);
+        }
+        (
+            HostTensor::concat_rows(&ups).reshaped(vec![e, i, h]),
+            HostTensor::concat_rows(&downs).reshaped(vec![e, h, i]),
+        )
+    };
+    let (ups, downs) = cut.experts((ups, downs));
+    let bias = format!("{mx}.gate.e_score_correction_bias");
+    Ok(Moe {
+        router: up(mat("gate.weight", &[e, h])?)?,
+        bias: b
+            .upload_f32(&[e], &w.get(&bias, &[e], TensorKind::Norm)?.to_f32())
+            .map_err(upload_err)?,
+        up: up(ups)?,
+        down: up(downs)?,
+        shared_up: up(cut.shared(mat("shared_experts.up_proj.weight", &[is, h])?, true))?,
+        shared_down: up(cut.shared(mat("shared_experts.down_proj.weight", &[h, is])?, false))?,
+    })
+}
+
 impl<B: HybridOps> NemotronH<B> {
     /// Load the checkpoint's weights onto `backend`, calling `layer_done(n)` after the n-th
     /// decoder layer.
@@ -233,6 +297,13 @@ impl<B: HybridOps> NemotronH<B> {
                     ))?,
                     down: up(plan.down(mat(&format!("{m}.down_proj.weight"), &[h, i])?))?,
                 }),
+                BlockType::Moe => {
+                    let moe = config.moe.as_ref().ok_or_else(|| LoadError::Config {
+                        path: "config.json".into(),
+                        message: format!("layer {l} is MoE but the config has no MoE settings"),
+                    })?;
+                    Mixer::Moe(load_moe((backend, &cut), (moe, h), w, &p)?)
+                }
             };
             layers.push(Layer {
                 norm: up(norm(&format!("{p}.norm.weight"), h)?)?,
@@ -278,6 +349,9 @@ struct Bufs<T> {
     attn: T,  // attention: [T, nh·hd]
     up: T,    // MLP: [T, I]
     act: T,   // MLP: relu(up)² [T, I]
+    /// MoE: the router's logits [T, E], the shared expert's up and relu² [T, Is] and its
+    /// output [T, H] (none without MoE layers).
+    moe: Option<(T, T, T, T)>,
 }
 
 impl<B: HybridOps> Model<B> for NemotronH<B> {
@@ -321,6 +395,15 @@ impl<B: HybridOps> Model<B> for NemotronH<B> {
             attn: b.zeros(&[t, nh * hd])?,
             up: b.zeros(&[t, i])?,
             act: b.zeros(&[t, i])?,
+            moe: match &self.config.moe {
+                None => None,
+                Some(m) => Some((
+                    b.zeros(&[t, m.experts])?,
+                    b.zeros(&[t, m.shared_intermediate])?,
+                    b.zeros(&[t, m.shared_intermediate])?,
+                    b.zeros(&[t, h])?,
+                )),
+            },
         };
 
         // x = embed[tokens]; xn = the first block's norm(x)
@@ -382,6 +465,24 @@ impl<B: HybridOps> Model<B> for NemotronH<B> {
                     b.relu2(&mut f.act, &f.up)?;
                     b.matmul(&mut proj, &f.act, &m.down)?;
                 }
+                // MoE: logits = xn · gateᵀ; proj = the routed relu² experts' weighted sum
+                // + down_s(relu(xn · up_sᵀ)²)
+                Mixer::Moe(m) => {
+                    let (Some(cfg), Some((logits, s_up, s_act, shared))) =
+                        (&self.config.moe, f.moe.as_mut())
+                    else {
+                        return Err(shape_err(format!(
+                            "layer {l} is MoE but the config has no MoE settings"
+                        )));
+                    };
+                    b.matmul(logits, &xn, &m.router)?;
+                    let experts = (&m.up, &m.down);
+                    b.fused_moe_relu2(&mut proj, &xn, logits, &m.bias, experts, cfg.routing)?;
+                    b.matmul(s_up, &xn, &m.shared_up)?;
+                    b.relu2(s_act, s_up)?;
+                    b.matmul(shared, s_act, &m.shared_down)?;
+                    b.add_assign(&mut proj, shared)?;
+                }
             }
             self.tp.all_reduce(b, &mut proj)?;
             // x += mixer; xn = the next block's norm (or the final norm)
@@ -425,7 +526,16 @@ impl<B: HybridOps> Model<B> for NemotronH<B> {
         let (inner, cd) = (s.inner(), s.conv_dim());
         let mamba = 2 * (2 * inner + cd + s.heads) + 4 * cd + 2 * inner;
         let attention = (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
-        let per_token = 3 * c.hidden_size + mamba + attention + 2 * c.intermediate_size;
+        // MoE: the logits, the shared expert's scratch and output, and each routed copy's
+        // gathered row, up, relu² and output (`backend/cpu/moe.rs`).
+        let moe = self.config.moe.map_or(0, |m| {
+            let h = c.hidden_size;
+            m.experts
+                + 2 * m.shared_intermediate
+                + h
+                + m.routing.top_k * (2 * h + 2 * m.intermediate)
+        });
+        let per_token = 3 * c.hidden_size + mamba + attention + 2 * c.intermediate_size + moe;
         let rows = logits_rows.min(tokens);
         2 * 4 * (tokens * per_token + rows * (c.hidden_size + c.vocab_size))
     }

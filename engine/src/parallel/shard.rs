@@ -71,6 +71,20 @@ pub fn experts_gate_up<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) ->
     slice(&t, |row, _| keep(row), vec![e, 2 * width.len(), h])
 }
 
+/// Stacked experts' `up` `[E, I, H]` (not gated: Nemotron-H's): each expert's rows `width`
+/// (`[E, w, H]`); `t` itself for a group of one.
+pub fn experts_up<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) -> HostTensor<'a> {
+    if sh.world == 1 {
+        return t;
+    }
+    let (e, i, h) = (t.shape[0], t.shape[1], t.cols());
+    slice(
+        &t,
+        |row, _| width.contains(&(row % i)),
+        vec![e, width.len(), h],
+    )
+}
+
 /// Stacked experts `[E, R, C]` (gate|up or down): experts `range` whole (`[e, R, C]`), a
 /// rank's slice under expert parallelism.
 pub fn experts<'a>(t: HostTensor<'a>, range: Range<usize>) -> HostTensor<'a> {

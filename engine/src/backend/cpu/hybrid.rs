@@ -258,7 +258,7 @@ mod ops {
     use super::super::slots::{Slots, check_plans, copy_row, for_each_piece};
     use super::super::{CpuBackend, CpuTensor, check};
     use super::{causal_conv1d_silu, gated_delta_rule, gated_rms_norm};
-    use crate::backend::{BatchInputs, GdnLayer, HybridOps, Mamba2Layer, Result};
+    use crate::backend::{BatchInputs, GdnLayer, HybridOps, Mamba2Layer, Result, SigmoidRouting};
 
     fn sigmoid(x: f32) -> f32 {
         1.0 / (1.0 + (-x).exp())
@@ -459,6 +459,18 @@ mod ops {
 
         fn relu2(&self, out: &mut CpuTensor, x: &CpuTensor) -> Result<()> {
             super::super::mamba2::relu2(out, x)
+        }
+
+        fn fused_moe_relu2(
+            &self,
+            out: &mut CpuTensor,
+            x: &CpuTensor,
+            router_logits: &CpuTensor,
+            bias: &CpuTensor,
+            experts: (&CpuTensor, &CpuTensor),
+            routing: SigmoidRouting,
+        ) -> Result<()> {
+            super::super::moe::fused_moe_relu2(out, x, router_logits, bias, experts, routing)
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Mixture-of-experts on the CPU: route every token (softmax over the experts in f32, top-k,
 //! optionally renormalised), group the tokens by expert, and run one GEMM pair per expert that
 //! has any: gather its rows, gate|up, silu·mul, down, and add the rows back weighted. A decode
-//! step therefore reads only the chosen experts' weights.
+//! step therefore reads only the chosen experts' weights. Nemotron-H's experts are not gated
+//! (up, relu², down: [`fused_moe_relu2`]); the same loop runs them.
 
 use super::{CpuTensor, matmul, silu_mul_rows};
 use crate::backend::{ClampedExperts, Result, SigmoidRouting, moe_dims};
@@ -117,6 +118,7 @@ fn swiglu_grouped(
     let experts = Experts {
         gate_up: &gate_up.data,
         down: &down.data,
+        fan: 2,
         biases: None,
         act: &|out, gu, i| silu_mul_rows(out, gu, i),
     };
@@ -202,13 +204,28 @@ pub(super) fn fused_moe_sigmoid(
         routing.top_k,
         usize::MAX,
     )?;
-    if bias.data.len() != dims.2 {
+    check_sigmoid_routing("fused_moe_sigmoid", bias, dims.2, routing)?;
+    let routed = route_sigmoid(&router_logits.data, &bias.data, routing);
+    swiglu_grouped(out, x, routed, (gate_up, down), dims, routing.top_k);
+    Ok(())
+}
+
+/// That `bias` has one entry an expert and that `routing`'s groups fit the `e` experts: groups
+/// that divide them, at least two experts a group (a group's score is its top two), and
+/// `top_k` within the kept groups' experts.
+fn check_sigmoid_routing(
+    op: &'static str,
+    bias: &CpuTensor,
+    e: usize,
+    routing: SigmoidRouting,
+) -> Result<()> {
+    if bias.data.len() != e {
         return Err(super::shape_err(
-            "fused_moe_sigmoid",
-            format!("bias {:?} (want [{}])", bias.shape, dims.2),
+            op,
+            format!("bias {:?} (want [{e}])", bias.shape),
         ));
     }
-    let (e, g, kg) = (dims.2, routing.n_group, routing.topk_group);
+    let (g, kg) = (routing.n_group, routing.topk_group);
     let grouped_ok = g == 1
         || (g > 1
             && e.is_multiple_of(g)
@@ -217,7 +234,7 @@ pub(super) fn fused_moe_sigmoid(
             && routing.top_k <= kg * (e / g));
     if !grouped_ok {
         return Err(super::shape_err(
-            "fused_moe_sigmoid",
+            op,
             format!(
                 "{g} groups, {kg} kept, top {} of {e} experts (want groups that divide the \
                  experts, at least 2 experts a group, 1 <= kept <= groups and top_k within the \
@@ -226,8 +243,66 @@ pub(super) fn fused_moe_sigmoid(
             ),
         ));
     }
-    let routed = route_sigmoid(&router_logits.data, &bias.data, routing);
-    swiglu_grouped(out, x, routed, (gate_up, down), dims, routing.top_k);
+    Ok(())
+}
+
+/// Nemotron-H's routed experts (`HybridOps::fused_moe_relu2`): routed as
+/// [`fused_moe_sigmoid`], each expert `down[e] · relu(up[e] · x)²` with `up` `[E, I, H]` and
+/// `down` `[E, H, I]` (not gated: transformers' `NemotronHExperts`).
+pub(super) fn fused_moe_relu2(
+    out: &mut CpuTensor,
+    x: &CpuTensor,
+    router_logits: &CpuTensor,
+    bias: &CpuTensor,
+    (up, down): (&CpuTensor, &CpuTensor),
+    routing: SigmoidRouting,
+) -> Result<()> {
+    let last = |s: &[usize]| s.last().copied().unwrap_or(0);
+    let (h, e, i) = (
+        last(&x.shape),
+        last(&router_logits.shape),
+        last(&down.shape),
+    );
+    let t = x.data.len() / h.max(1);
+    let ok = out.shape == x.shape
+        && router_logits.data.len() == t * e
+        && up.shape == [e, i, h]
+        && down.shape == [e, h, i]
+        && (1..=e).contains(&routing.top_k);
+    if !ok {
+        return Err(super::shape_err(
+            "fused_moe_relu2",
+            format!(
+                "out {:?}, x {:?}, router_logits {:?}, up {:?}, down {:?}, top_k {} (want x \
+                 [T, H], router_logits [T, E], up [E, I, H], down [E, H, I], out like x, \
+                 1 <= top_k <= E)",
+                out.shape, x.shape, router_logits.shape, up.shape, down.shape, routing.top_k
+            ),
+        ));
+    }
+    check_sigmoid_routing("fused_moe_relu2", bias, e, routing)?;
+    let (ids, weights) = route_sigmoid(&router_logits.data, &bias.data, routing);
+    let act = |out: &mut [f32], up: &[f32], _: usize| {
+        for (o, &u) in out.iter_mut().zip(up) {
+            let r = u.max(0.0);
+            *o = r * r;
+        }
+    };
+    let experts = Experts {
+        gate_up: &up.data,
+        down: &down.data,
+        fan: 1,
+        biases: None,
+        act: &act,
+    };
+    grouped(
+        out,
+        x,
+        (&ids, &weights),
+        &experts,
+        (t, h, e, i),
+        routing.top_k,
+    );
     Ok(())
 }
 
@@ -274,6 +349,7 @@ pub(super) fn fused_moe_clamped(
     let experts = Experts {
         gate_up: &ex.gate_up.data,
         down: &ex.down.data,
+        fan: 2,
         biases: Some((&ex.gate_up_bias.data, &ex.down_bias.data)),
         act: &act,
     };
@@ -289,13 +365,16 @@ pub(super) fn clamped_swiglu(g: f32, u: f32, alpha: f32, limit: f32) -> f32 {
     (u + 1.0) * (g / (1.0 + (-g * alpha).exp()))
 }
 
-/// `act(out [n, I], gate_up [n, 2·I], I)`: what runs between an expert's two products.
+/// `act(out [n, I], gate_up [n, fan·I], I)`: what runs between an expert's two products.
 type Activation = dyn Fn(&mut [f32], &[f32], usize) + Sync;
 
 /// The expert weights and what runs between their two products.
 struct Experts<'a> {
-    gate_up: &'a [f32], // [E, 2·I, H]
+    gate_up: &'a [f32], // [E, fan·I, H]
     down: &'a [f32],    // [E, H, I]
+    /// Rows of the first product per intermediate channel: 2 for gate|up (SwiGLU), 1 for a
+    /// plain up (Nemotron-H's relu² experts).
+    fan: usize,
     /// `[E, 2·I]` and `[E, H]`, added after each product (gpt-oss).
     biases: Option<(&'a [f32], &'a [f32])>,
     act: &'a Activation,
@@ -319,6 +398,7 @@ fn grouped(
         }
     }
     out.data.fill(0.0);
+    let f = ex.fan * i; // the first product's width
     for (expert, rows) in served.iter().enumerate() {
         let n = rows.len();
         if n == 0 {
@@ -328,12 +408,12 @@ fn grouped(
         for &(tok, _) in rows {
             xs.extend_from_slice(&x.data[tok * h..(tok + 1) * h]);
         }
-        let w13 = &ex.gate_up[expert * 2 * i * h..(expert + 1) * 2 * i * h]; // [2·I, H]
+        let w13 = &ex.gate_up[expert * f * h..(expert + 1) * f * h]; // [fan·I, H]
         let w2 = &ex.down[expert * h * i..(expert + 1) * h * i]; // [H, I]
-        let mut gu = vec![0f32; n * 2 * i]; // [n, 2·I]
-        matmul::matmul_nt(&mut gu, &xs, w13, n, 2 * i, h);
+        let mut gu = vec![0f32; n * f]; // [n, fan·I]
+        matmul::matmul_nt(&mut gu, &xs, w13, n, f, h);
         if let Some((b13, _)) = ex.biases {
-            add_rows(&mut gu, &b13[expert * 2 * i..(expert + 1) * 2 * i]);
+            add_rows(&mut gu, &b13[expert * f..(expert + 1) * f]);
         }
         let mut act = vec![0f32; n * i]; // [n, I]
         (ex.act)(&mut act, &gu, i);
@@ -426,6 +506,62 @@ mod tests {
         lifted[7] = 1.0;
         let (ids, _) = route_sigmoid(&logits, &lifted, grouped);
         assert_eq!(ids, vec![7, 2, 3]);
+    }
+
+    /// Nemotron-H's ungated relu² experts against a token-by-token loop: the routed share
+    /// `Σ w · down(relu(up · x)²)` over each token's sigmoid-routed experts.
+    #[test]
+    fn relu2_experts_equal_a_plain_loop() {
+        let (t, h, i, e) = (5, 6, 4, 8);
+        let mut s = 11u32;
+        let mut rnd = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| {
+                    s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+                })
+                .collect()
+        };
+        let x = CpuTensor::new(vec![t, h], rnd(t * h));
+        let logits = CpuTensor::new(vec![t, e], rnd(t * e));
+        let bias = CpuTensor::new(vec![e], rnd(e));
+        let up = CpuTensor::new(vec![e, i, h], rnd(e * i * h));
+        let down = CpuTensor::new(vec![e, h, i], rnd(e * h * i));
+        let routing = SigmoidRouting {
+            n_group: 2,
+            topk_group: 1,
+            ..SigmoidRouting::ungrouped(2, true, 2.5)
+        };
+        let mut out = CpuTensor::new(vec![t, h], vec![f32::NAN; t * h]);
+        fused_moe_relu2(&mut out, &x, &logits, &bias, (&up, &down), routing).expect("moe");
+        let (ids, weights) = route_sigmoid(&logits.data, &bias.data, routing);
+        for tok in 0..t {
+            let xr = &x.data[tok * h..(tok + 1) * h];
+            let mut want = vec![0f32; h];
+            for slot in tok * 2..(tok + 1) * 2 {
+                let ex = ids[slot];
+                let act: Vec<f32> = (0..i)
+                    .map(|r| {
+                        let row = &up.data[(ex * i + r) * h..][..h];
+                        let u: f32 = row.iter().zip(xr).map(|(a, b)| a * b).sum();
+                        u.max(0.0).powi(2)
+                    })
+                    .collect();
+                for (c, w) in want.iter_mut().enumerate() {
+                    let d = &down.data[(ex * h + c) * i..][..i];
+                    *w += weights[slot] * d.iter().zip(&act).map(|(a, b)| a * b).sum::<f32>();
+                }
+            }
+            for (c, w) in want.iter().enumerate() {
+                let got = out.data[tok * h + c];
+                assert!((got - w).abs() < 1e-5, "token {tok} col {c}: {got} vs {w}");
+            }
+        }
+        // An up of the SwiGLU shape is refused, naming the shapes.
+        let gated = CpuTensor::new(vec![e, 2 * i, h], vec![0.0; e * 2 * i * h]);
+        let err = fused_moe_relu2(&mut out, &x, &logits, &bias, (&gated, &down), routing)
+            .expect_err("shape");
+        assert!(err.to_string().contains("up [E, I, H]"), "{err}");
     }
 
     /// The grouped computation against a token-by-token, expert-by-expert loop.

@@ -5,14 +5,15 @@
 //! transformers. The Mamba keys are read under their names and the older `mamba_*` ones
 //! (`mamba_n_groups`, `mamba_d_conv`, `mamba_conv_bias`, `mamba_dt_limit`, ...), with
 //! transformers 5.25's `NemotronHConfig` defaults. A key that could change the forward and that
-//! this file does not know is refused by name; so are MoE layers (Nemotron 3), which this
-//! engine does not run yet.
+//! this file does not know is refused by name. The MoE layers' keys (Nemotron 3: `E` layers,
+//! [`MoeConfig`]) are read where the pattern has one; the latent projection of
+//! `moe_latent_size` (not in Nemotron 3 Nano) is refused by name.
 
 use std::path::Path;
 
 use serde_json::Value;
 
-use crate::backend::SsmHeads;
+use crate::backend::{SigmoidRouting, SsmHeads};
 use crate::loader::config::{float_of, parse_file, parse_json, text_config};
 use crate::loader::{LoadError, ModelConfig};
 use crate::models::llama::check_known_keys;
@@ -60,7 +61,10 @@ const NEMOTRON_H_KEYS: [&str; 62] = [
     // Nemotron-H attention has no rotary embedding: transformers reads none of these.
     "rope_theta",
     "rope_scaling",
-    // The MoE layers' settings (`E`, refused in the pattern) and the MTP head's (not loaded).
+    // The MoE layers' settings ([`MoeConfig`]); `moe_shared_expert_overlap` only schedules
+    // the shared expert beside the routed ones and `n_shared_experts` is never read (the
+    // shared expert's width is `moe_shared_expert_intermediate_size`), in transformers too;
+    // the MTP head's (not loaded).
     "n_routed_experts",
     "num_experts_per_tok",
     "moe_intermediate_size",
@@ -98,6 +102,22 @@ pub enum BlockType {
     Attention,
     /// `-`: a relu² MLP.
     Mlp,
+    /// `E`: routed relu² experts and a shared one ([`MoeConfig`]).
+    Moe,
+}
+
+/// The MoE layers' settings, with transformers 5.25's defaults.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoeConfig {
+    /// `n_routed_experts` (8).
+    pub experts: usize,
+    /// Each routed expert's width (`moe_intermediate_size`, 7688).
+    pub intermediate: usize,
+    /// The shared expert's width (`moe_shared_expert_intermediate_size`, 7688).
+    pub shared_intermediate: usize,
+    /// `num_experts_per_tok` (2), `norm_topk_prob` (true), `routed_scaling_factor` (1.0),
+    /// `n_group` (1) and `topk_group` (1).
+    pub routing: SigmoidRouting,
 }
 
 /// A Nemotron-H config.
@@ -114,6 +134,8 @@ pub struct NemotronHConfig {
     pub conv_bias: bool,
     /// The range `dt` is clamped to (`time_step_limit`).
     pub dt_limit: (f32, f32),
+    /// The MoE layers' settings, when the pattern has any.
+    pub moe: Option<MoeConfig>,
 }
 
 impl NemotronHConfig {
@@ -249,6 +271,41 @@ impl NemotronHConfig {
                 }
             },
         };
+        let moe = match layers.contains(&BlockType::Moe) {
+            false => None,
+            true => {
+                let number = |key: &str, default: f64| -> std::result::Result<f64, String> {
+                    match get(&[key]) {
+                        None => Ok(default),
+                        Some(v) => v
+                            .as_f64()
+                            .ok_or_else(|| format!("{key} must be a number, found {v}")),
+                    }
+                };
+                must(
+                    "moe_latent_size",
+                    Value::Null,
+                    "experts on the hidden state",
+                )?;
+                let routing = SigmoidRouting {
+                    n_group: uint(&["n_group"], 1)?,
+                    topk_group: uint(&["topk_group"], 1)?,
+                    ..SigmoidRouting::ungrouped(
+                        uint(&["num_experts_per_tok"], 2)?,
+                        flag(&["norm_topk_prob"], true)?,
+                        number("routed_scaling_factor", 1.0)? as f32,
+                    )
+                };
+                let moe = MoeConfig {
+                    experts: uint(&["n_routed_experts"], 8)?,
+                    intermediate: uint(&["moe_intermediate_size"], 7688)?,
+                    shared_intermediate: uint(&["moe_shared_expert_intermediate_size"], 7688)?,
+                    routing,
+                };
+                check_moe(&moe)?;
+                Some(moe)
+            }
+        };
         Ok(Self {
             base,
             layers,
@@ -256,8 +313,34 @@ impl NemotronHConfig {
             conv_kernel,
             conv_bias: flag(&["use_conv_bias", "mamba_conv_bias"], true)?,
             dt_limit,
+            moe,
         })
     }
+}
+
+/// That the routing fits the experts as transformers' `NemotronHTopkRouter` needs: `n_group`
+/// groups that divide them, each of at least two (a group's score is its top two),
+/// `1 <= topk_group <= n_group`, and `num_experts_per_tok` within the kept groups' experts;
+/// and that the widths are positive.
+fn check_moe(m: &MoeConfig) -> std::result::Result<(), String> {
+    let r = m.routing;
+    let (e, g, kg, k) = (m.experts, r.n_group, r.topk_group, r.top_k);
+    if e == 0 || m.intermediate == 0 || m.shared_intermediate == 0 {
+        return Err(format!(
+            "n_routed_experts ({e}), moe_intermediate_size ({}) and \
+             moe_shared_expert_intermediate_size ({}) must be positive",
+            m.intermediate, m.shared_intermediate
+        ));
+    }
+    let groups_fit = g >= 1 && e.is_multiple_of(g) && (g == 1 || e / g >= 2);
+    if !groups_fit || !(1..=g).contains(&kg) || k == 0 || k > kg * (e / g.max(1)) {
+        return Err(format!(
+            "n_group = {g}, topk_group = {kg} and num_experts_per_tok = {k} do not fit \
+             n_routed_experts = {e}: the groups must divide the experts (at least 2 a group), \
+             1 <= topk_group <= n_group, and 1 <= num_experts_per_tok <= the kept groups' experts"
+        ));
+    }
+    Ok(())
 }
 
 /// The layer kinds from transformers 5's list (which wins, as in transformers) or the
@@ -266,7 +349,6 @@ fn parse_layers(
     list: Option<&Value>,
     pattern: Option<&Value>,
 ) -> std::result::Result<Vec<BlockType>, String> {
-    const MOE: &str = "MoE layers (Nemotron 3's experts) are not supported yet";
     if let Some(list) = list {
         let Some(list) = list.as_array() else {
             return Err(format!("layers_block_type must be a list, found {list}"));
@@ -278,10 +360,10 @@ fn parse_layers(
                 Some("linear_attention" | "mamba") => Ok(BlockType::Mamba),
                 Some("full_attention" | "attention") => Ok(BlockType::Attention),
                 Some("mlp") => Ok(BlockType::Mlp),
-                Some("moe") => Err(format!("layers_block_type[{l}] is \"moe\": {MOE}")),
+                Some("moe") => Ok(BlockType::Moe),
                 _ => Err(format!(
                     "layers_block_type[{l}] = {t} is not a layer type (expected \
-                     \"linear_attention\", \"full_attention\" or \"mlp\")"
+                     \"linear_attention\", \"full_attention\", \"mlp\" or \"moe\")"
                 )),
             })
             .collect();
@@ -289,7 +371,7 @@ fn parse_layers(
     let Some(pattern) = pattern else {
         return Err(
             "the config has neither hybrid_override_pattern nor layers_block_type: \
-                    which layers are Mamba-2, attention or MLP is unknown"
+                    which layers are Mamba-2, attention, MLP or MoE is unknown"
                 .into(),
         );
     };
@@ -305,12 +387,10 @@ fn parse_layers(
             'M' => Ok(BlockType::Mamba),
             '*' => Ok(BlockType::Attention),
             '-' => Ok(BlockType::Mlp),
-            'E' => Err(format!(
-                "hybrid_override_pattern {pattern:?} has 'E' at layer {l}: {MOE}"
-            )),
+            'E' => Ok(BlockType::Moe),
             other => Err(format!(
                 "hybrid_override_pattern {pattern:?} has {other:?} at layer {l}, which is not a \
-                 layer type (expected 'M' Mamba-2, '*' attention or '-' MLP)"
+                 layer type (expected 'M' Mamba-2, '*' attention, '-' MLP or 'E' MoE)"
             )),
         })
         .collect()

@@ -2,8 +2,11 @@
 //! the relu² MLPs as a dense decoder's (`parallel/plan.rs`), the Mamba-2 mixers by heads. A
 //! rank keeps `heads / N` heads and the `groups / N` groups of B and C they read (so `N` must
 //! divide the groups): its rows of `in_proj`'s z, x, B, C and dt, its conv channels, `A_log`,
-//! `D`, `dt_bias`, its channels of the grouped norm, and its columns of `out_proj`. The rank's
-//! model keeps a config of its own counts ([`Cut::local`]); the block outputs are all-reduced.
+//! `D`, `dt_bias`, its channels of the grouped norm, and its columns of `out_proj`. The MoE
+//! layers as DeepSeek-V3's: every rank routes every token over all experts (the router is
+//! whole), and every routed expert and the shared one are split by width (relu² is elementwise,
+//! so the ranks' partial `down` products sum to the whole). The rank's model keeps a config of
+//! its own counts ([`Cut::local`]); the block outputs are all-reduced.
 
 use std::ops::Range;
 
@@ -16,6 +19,9 @@ pub(super) struct Cut {
     pub plan: Plan,
     heads: Range<usize>,
     groups: Range<usize>,
+    /// The rank's part of each routed expert's width and of the shared expert's (none
+    /// without MoE layers).
+    moe: Option<(Range<usize>, Range<usize>)>,
 }
 
 impl Cut {
@@ -31,6 +37,13 @@ impl Cut {
             )?,
             heads: sh.split("mamba_num_heads", s.heads)?,
             groups: sh.split("n_groups", s.groups)?,
+            moe: match &config.moe {
+                None => None,
+                Some(m) => Some((
+                    sh.split("moe_intermediate_size", m.intermediate)?,
+                    sh.split("moe_shared_expert_intermediate_size", m.shared_intermediate)?,
+                )),
+            },
         })
     }
 
@@ -43,7 +56,35 @@ impl Cut {
         l.base.intermediate_size = i;
         l.ssm.heads = self.heads.len();
         l.ssm.groups = self.groups.len();
+        if let (Some(m), Some((routed, shared))) = (&mut l.moe, &self.moe) {
+            m.intermediate = routed.len();
+            m.shared_intermediate = shared.len();
+        }
         l
+    }
+
+    /// The stacked routed experts `up` `[E, I, H]` and `down` `[E, H, I]`: the rank's width of
+    /// each.
+    pub fn experts<'a>(
+        &self,
+        (up, down): (HostTensor<'a>, HostTensor<'a>),
+    ) -> (HostTensor<'a>, HostTensor<'a>) {
+        match &self.moe {
+            Some((r, _)) => (
+                shard::experts_up(self.plan.shard, up, r.clone()),
+                shard::experts_down(self.plan.shard, down, r.clone()),
+            ),
+            None => (up, down),
+        }
+    }
+
+    /// The shared expert's `up` rows (`rows`) or `down` columns of the rank's width.
+    pub fn shared<'a>(&self, t: HostTensor<'a>, rows: bool) -> HostTensor<'a> {
+        match (&self.moe, rows) {
+            (Some((_, r)), true) => shard::rows_of(self.plan.shard, t, r.clone()),
+            (Some((_, r)), false) => shard::cols_of(self.plan.shard, t, r.clone()),
+            (None, _) => t,
+        }
     }
 
     fn per(r: &Range<usize>, n: usize, at: usize) -> Range<usize> {

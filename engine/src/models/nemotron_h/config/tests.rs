@@ -87,7 +87,6 @@ fn transformers_5s_layout_reads_the_same() {
 #[test]
 fn what_this_engine_does_not_run_is_refused_by_name() {
     for (from, to, needle) in [
-        ("M-M-M-MM-", "M-E-M-MM-", "'E' at layer 2"),
         ("M-M-M-MM-", "M-X-M-MM-", "'X' at layer 2"),
         (
             r#""num_hidden_layers": 56"#,
@@ -145,4 +144,82 @@ fn legacy_keys_and_defaults() {
     assert_eq!(c.dt_limit, (0.001, 0.5));
     // transformers' defaults, not hidden / heads (112) and heads (40)
     assert_eq!((c.base.head_dim, c.base.num_key_value_heads), (128, 8));
+}
+
+/// MoE layers (`E`, Nemotron 3) with the released keys, and transformers' defaults for what
+/// the config leaves out.
+#[test]
+fn moe_layers_read_their_settings() {
+    let moe = NANO_9B_V2.replace("M-M-M-MM-", "MEMEM-MM-").replace(
+        r#""vocab_size": 131072"#,
+        r#""vocab_size": 131072, "n_routed_experts": 128, "num_experts_per_tok": 6,
+           "moe_intermediate_size": 1856, "moe_shared_expert_intermediate_size": 3712,
+           "n_group": 1, "topk_group": 1, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+           "n_shared_experts": 1, "moe_latent_size": null, "moe_shared_expert_overlap": false"#,
+    );
+    let c = NemotronHConfig::from_json(&moe).expect("parses");
+    assert_eq!(
+        &c.layers[..3],
+        &[BlockType::Mamba, BlockType::Moe, BlockType::Mamba]
+    );
+    assert_eq!(
+        c.moe,
+        Some(MoeConfig {
+            experts: 128,
+            intermediate: 1856,
+            shared_intermediate: 3712,
+            routing: SigmoidRouting::ungrouped(6, true, 2.5),
+        })
+    );
+    // Without the keys: 8 experts, top 2, widths 7688, one group, no scaling.
+    let bare = NANO_9B_V2.replace("M-M-M-MM-", "MEMEM-MM-");
+    let m = NemotronHConfig::from_json(&bare)
+        .expect("parses")
+        .moe
+        .expect("moe");
+    assert_eq!(
+        (m.experts, m.intermediate, m.shared_intermediate),
+        (8, 7688, 7688)
+    );
+    assert_eq!(m.routing, SigmoidRouting::ungrouped(2, true, 1.0));
+    // No MoE layer, no MoE settings, whatever keys are set.
+    assert_eq!(
+        NemotronHConfig::from_json(NANO_9B_V2).expect("parses").moe,
+        None
+    );
+    // transformers 5's list spells it "moe".
+    let list = serde_json::json!(["mamba", "moe", "full_attention"]);
+    assert_eq!(
+        parse_layers(Some(&list), None).expect("parses"),
+        [BlockType::Mamba, BlockType::Moe, BlockType::Attention]
+    );
+
+    for (from, to, needle) in [
+        (
+            r#""moe_latent_size": null"#,
+            r#""moe_latent_size": 1024"#,
+            "moe_latent_size = 1024",
+        ),
+        (r#""n_group": 1"#, r#""n_group": 3"#, "n_group = 3"),
+        (r#""topk_group": 1"#, r#""topk_group": 2"#, "topk_group = 2"),
+        (
+            r#""num_experts_per_tok": 6"#,
+            r#""num_experts_per_tok": 0"#,
+            "num_experts_per_tok = 0",
+        ),
+        (
+            r#""moe_intermediate_size": 1856"#,
+            r#""moe_intermediate_size": 0"#,
+            "moe_intermediate_size (0)",
+        ),
+        (
+            r#""routed_scaling_factor": 2.5"#,
+            r#""routed_scaling_factor": "x""#,
+            "routed_scaling_factor must be a number",
+        ),
+    ] {
+        assert!(moe.contains(from), "{from}");
+        let e = NemotronHConfig::from_json(&moe.replace(from, to)).expect_err(to);
+        assert!(e.contains(needle), "{to}: {e}");
+    }
 }
