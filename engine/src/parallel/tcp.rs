@@ -118,15 +118,29 @@ impl TcpGroup {
                 Err(e) => return Err(io_err(e)),
             };
             stream.set_nonblocking(false).map_err(io_err)?;
-            let mut link = Link::new(usize::MAX, stream).map_err(io_err)?;
-            let hello = link.expect(Tag::Hello)?;
+            // A connection that is not a rank (silent, or sending something else) is dropped
+            // and the wait goes on; one that says it is a rank must be the right one.
+            let left = deadline.saturating_duration_since(Instant::now());
+            stream
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .map_err(io_err)?;
+            let mut link =
+                Link::new(usize::MAX, stream.try_clone().map_err(io_err)?).map_err(io_err)?;
+            let Ok((Tag::Hello, hello)) = wire::read_frame_at_most(&mut link.read, 1 << 16) else {
+                continue;
+            };
             let mut r = Reader(&hello);
-            let (rank, world, experts, fingerprint) = (
-                r.u32().map_err(io_err)? as usize,
-                r.u32().map_err(io_err)? as usize,
-                r.u32().map_err(io_err)? == 1,
-                r.text().map_err(io_err)?,
-            );
+            let Ok((rank, world, experts, fingerprint)) = (|| {
+                std::io::Result::Ok((
+                    r.u32()? as usize,
+                    r.u32()? as usize,
+                    r.u32()? == 1,
+                    r.text()?,
+                ))
+            })() else {
+                continue;
+            };
+            stream.set_read_timeout(None).map_err(io_err)?;
             let refusal = if experts != id.expert_parallel {
                 Some(format!(
                     "it splits the experts {}, rank 0 {}",
@@ -393,6 +407,20 @@ mod tests {
         assert!(e.contains("another model"), "{e}");
         let theirs = stranger.join().expect("stranger").map(|e| e.to_string());
         assert!(theirs.is_some_and(|e| e.contains("rank 0 refused rank 1")));
+        // A connection that is not a rank is dropped; the real rank still joins.
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let worker = std::thread::spawn(move || {
+            let mut noise = TcpStream::connect(addr).expect("connect");
+            // A hello tag with a length of 8 GiB (refused by its size, not read).
+            let mut bytes = vec![1u8];
+            bytes.extend_from_slice(&(1u64 << 33).to_le_bytes());
+            std::io::Write::write_all(&mut noise, &bytes).expect("write");
+            drop(noise);
+            TcpGroup::join(addr, 1, &id(2), Duration::from_secs(10)).map(|_| ())
+        });
+        TcpGroup::lead(&listener, &id(2), Duration::from_secs(10)).expect("the rank joins");
+        worker.join().expect("rank 1").expect("joined");
         // Nobody joins: rank 0 gives up at its deadline, naming who is missing.
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let e = TcpGroup::lead(&listener, &id(3), Duration::from_millis(200)).err();

@@ -61,6 +61,12 @@ pub fn write_frame(w: &mut impl Write, tag: Tag, payload: &[u8]) -> std::io::Res
 }
 
 pub fn read_frame(r: &mut impl Read) -> std::io::Result<(Tag, Vec<u8>)> {
+    read_frame_at_most(r, MAX_PAYLOAD)
+}
+
+/// [`read_frame`] refusing a payload over `max` bytes (a hello is a few dozen: a stranger's
+/// bytes read as a length must not allocate gigabytes).
+pub fn read_frame_at_most(r: &mut impl Read, max: u64) -> std::io::Result<(Tag, Vec<u8>)> {
     let mut head = [0u8; 9];
     r.read_exact(&mut head)?;
     let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
@@ -68,7 +74,7 @@ pub fn read_frame(r: &mut impl Read) -> std::io::Result<(Tag, Vec<u8>)> {
     let mut len = [0u8; 8];
     len.copy_from_slice(&head[1..]);
     let len = u64::from_le_bytes(len);
-    if len > MAX_PAYLOAD {
+    if len > max {
         return Err(bad(format!("a frame of {len} bytes")));
     }
     let mut payload = vec![0u8; len as usize];

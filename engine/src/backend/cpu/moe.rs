@@ -76,10 +76,10 @@ pub(super) fn fused_moe_slice(
 ) -> Result<()> {
     let all = router_logits.shape.get(1).copied().unwrap_or(0);
     let here = gate_up.shape.first().copied().unwrap_or(0);
-    if first + here > all {
+    if first + here > all || top_k == 0 || top_k > all {
         return Err(crate::backend::BackendError::Shape {
             op: "fused_moe_slice",
-            message: format!("experts {first}..{} of {all}", first + here),
+            message: format!("experts {first}..{} of {all}, top_k {top_k}", first + here),
         });
     }
     // The shapes as fused_moe sees them: the local experts against their own logits' width.
