@@ -68,6 +68,7 @@ complete -c met -n "__fish_met_using_subcommand serve" -l nnodes -d 'Hosts the -
 complete -c met -n "__fish_met_using_subcommand serve" -l node-rank -d 'This host\'s place among --nnodes, 0 to NNODES - 1' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l master-addr -d 'Node 0\'s address the ranks meet at (with --nnodes above 1) [default: 127.0.0.1]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l master-port -d 'The port they meet on [default: a free one, with one node]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l dist-timeout -d 'Seconds rank 0 waits on another rank inside a step before it takes that rank for stuck, fails every request and stops (as a rank that died does)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l speculative-max-batch -d 'With --speculative: drafting pauses while more sequences than this are running [default: 32]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l header-read-timeout -d 'Close a connection that has not sent a whole request head this many seconds after the server started waiting for one (a new connection, or the end of the previous response)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l body-read-timeout -d 'Answer 408 to a request whose body has not all arrived this many seconds after the server started reading it' -r

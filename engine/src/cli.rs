@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use metrale_engine::engine_core::ranks::DEFAULT_DIST_TIMEOUT;
 pub use metrale_engine::engine_core::{ComputeDtype, Device};
 use metrale_engine::loader::LoadFormat;
 use metrale_engine::server::config::KvCacheDtype;
@@ -241,6 +242,11 @@ pub struct ServeArgs {
     /// The port they meet on [default: a free one, with one node].
     #[arg(long, value_name = "PORT")]
     pub master_port: Option<u16>,
+    /// Seconds rank 0 waits on another rank inside a step before it takes that rank for
+    /// stuck, fails every request and stops (as a rank that died does).
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_DIST_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub dist_timeout: u64,
     /// With --speculative: drafting pauses while more sequences than this are running
     /// [default: 32].
     #[arg(long, value_name = "SEQS")]

@@ -219,6 +219,9 @@ pub struct EngineConfig {
     /// Where the ranks meet and which of them run here (`--nnodes`, `--node-rank`,
     /// `--master-addr`, `--master-port`); `None`: a free port of 127.0.0.1, every rank here.
     pub rendezvous: Option<ranks::Rendezvous>,
+    /// `--dist-timeout`: how long rank 0 waits on another rank inside a step before it takes
+    /// the rank for stuck and stops the group.
+    pub dist_timeout: std::time::Duration,
 }
 
 /// State shared between the handles and the engine thread.

@@ -63,6 +63,8 @@ fn run_rank(args: cli::RankArgs) -> anyhow::Result<()> {
         requantize,
         kv_cache_fp8: args.kv_cache_fp8,
         expert_parallel: args.expert_parallel,
+        // Only rank 0 waits on the others.
+        step_timeout: metrale_engine::engine_core::ranks::DEFAULT_DIST_TIMEOUT,
     };
     run_rank(
         &options,
@@ -155,6 +157,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
             node_rank: args.node_rank,
             master_addr: args.master_addr,
             master_port: args.master_port,
+            dist_timeout_secs: args.dist_timeout,
         },
         num_drafts: args.num_drafts,
         speculative_max_batch: ladder.speculative_max_batch,

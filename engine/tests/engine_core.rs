@@ -37,6 +37,7 @@ fn config(name: &str) -> EngineConfig {
         tensor_parallel_size: 1,
         enable_expert_parallel: false,
         rendezvous: None,
+        dist_timeout: metrale_engine::engine_core::ranks::DEFAULT_DIST_TIMEOUT,
         enforce_eager: false,
         tuning: Default::default(),
     }

@@ -126,14 +126,16 @@ fn children(parent: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Killing rank 1 mid-request: the request fails (not hangs), the server says why and exits
-/// non-zero.
-#[tokio::test]
-async fn a_rank_that_dies_fails_the_requests_and_stops_the_server() {
-    // Slow steps, so the request is still running when the rank dies.
+/// Rank 1 lost mid-request (`signal` sent to its process): the request fails with a 503 that
+/// says why (not a hang), the server prints the reason and exits non-zero, and no rank
+/// outlives it. Returns the reason the server printed.
+async fn lose_rank_1(signal: &str, extra: &[&str]) -> String {
+    // Slow steps, so the request is still running when the rank is lost.
+    let mut args = vec!["--tensor-parallel-size", "2", "--max-seq-len", "400"];
+    args.extend(extra);
     let mut s = serve_env(
         "qwen3-gqa-tied",
-        &["--tensor-parallel-size", "2", "--max-seq-len", "400"],
+        &args,
         &[("METRALE_DEBUG_STEP_DELAY_MS", "20")],
     )
     .await;
@@ -141,28 +143,49 @@ async fn a_rank_that_dies_fails_the_requests_and_stops_the_server() {
     assert_eq!(ranks.len(), 1, "rank 0 starts rank 1: {ranks:?}");
     let long = json!({"prompt": prompt(8, 5), "max_tokens": 300, "ignore_eos": true});
     let request = s.post("/v1/completions", &long);
-    let kill = async {
+    let lose = async {
         tokio::time::sleep(Duration::from_millis(600)).await;
         let ok = Command::new("kill")
-            .args(["-KILL", &ranks[0].to_string()])
+            .args([signal, &ranks[0].to_string()])
             .status()
             .expect("kill");
         assert!(ok.success());
     };
-    let ((status, v), ()) = tokio::join!(request, kill);
+    let ((status, v), ()) = tokio::join!(request, lose);
     assert_eq!(status, 503, "{v}");
+    assert_eq!(v["error"]["code"], "engine_failed", "{v}");
+    let message = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("rank 1"), "the 503 names the rank: {v}");
     let code = s.wait_exit(Duration::from_secs(20));
     assert!(!code.success(), "the server must exit non-zero: {code:?}");
     let said = s.stdout_lines().join("\n");
     assert!(said.contains("met: the engine stopped: "), "{said}");
-    assert!(said.contains("that rank is gone"), "{said}");
     let alive = ranks
         .iter()
         .filter(|p| {
             std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| !st.contains(") Z "))
         })
         .count();
-    assert_eq!(alive, 0, "the killed rank is still running");
+    assert_eq!(alive, 0, "the lost rank is still running");
+    said
+}
+
+/// Killing rank 1 mid-request.
+#[tokio::test]
+async fn a_rank_that_dies_fails_the_requests_and_stops_the_server() {
+    let said = lose_rank_1("-KILL", &[]).await;
+    assert!(said.contains("that rank is gone"), "{said}");
+}
+
+/// Rank 1 stopped (alive, its links open, answering nothing) mid-request: rank 0 gives up
+/// at `--dist-timeout` instead of waiting forever.
+#[tokio::test]
+async fn a_rank_that_is_stuck_fails_the_requests_at_the_dist_timeout() {
+    let said = lose_rank_1("-STOP", &["--dist-timeout", "2"]).await;
+    assert!(
+        said.contains("sent nothing within --dist-timeout"),
+        "{said}"
+    );
 }
 
 /// What does not split, or needs what met lacks, is refused by name before serving.

@@ -25,6 +25,10 @@ MODEL_CONFIG=${MODEL_CONFIG:-scripts/gpu/qwen3-8b-config.json}
 MODEL_NAME=${MODEL_NAME:-qwen3-8b-shape}
 cp "$MODEL_CONFIG" "$dir/config.json" || exit 2
 cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$dir/"
+# The demo tokenizer's end-of-sequence ids (models/demo/generation_config.json's) and nothing
+# else, so sampling defaults stay greedy: constrained requests (--response-format) are refused
+# without an end-of-sequence id, since their replies could never end.
+echo '{"eos_token_id": [6002, 6000]}' >"$dir/generation_config.json"
 METRALE_STEP_PROFILE=${METRALE_STEP_PROFILE:-512} "$BIN/met" serve "$dir" --device cuda \
     --load-format dummy --port 8104 --model-name "$MODEL_NAME" --no-tui \
     --max-seq-len "${MAX_SEQ_LEN:-2048}" --max-batch-size 128 --max-num-batched-tokens "${MAX_BATCHED:-8192}" \

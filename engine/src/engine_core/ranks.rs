@@ -24,6 +24,10 @@ use crate::parallel::tcp::{Identity, TcpGroup};
 /// How long ranks wait for each other to meet: enough to start a process, not to load.
 const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// `--dist-timeout`'s default: torch.distributed's, long enough for any one step of a
+/// model that fits.
+pub const DEFAULT_DIST_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// Where the ranks meet, and which of them run on this host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rendezvous {
@@ -82,6 +86,8 @@ pub struct RankOptions {
     pub kv_cache_fp8: bool,
     /// `--enable-expert-parallel`: the experts split whole over the ranks.
     pub expert_parallel: bool,
+    /// `--dist-timeout`: how long rank 0 waits on another rank inside a step.
+    pub step_timeout: Duration,
 }
 
 fn load_format_name(f: LoadFormat) -> &'static str {
@@ -123,7 +129,7 @@ pub fn start_group(
     };
     let ranks = rendezvous.local_ranks(world);
     let children = spawn_ranks(ranks.start + 1..ranks.end, world, local, &id, options)?;
-    let group = TcpGroup::lead(&listener, &id, RENDEZVOUS_TIMEOUT)?;
+    let group = TcpGroup::lead(&listener, &id, RENDEZVOUS_TIMEOUT, options.step_timeout)?;
     Ok((Arc::new(group), children))
 }
 
@@ -137,6 +143,7 @@ pub fn run_node(config: &super::EngineConfig, node: Rendezvous) -> anyhow::Resul
         requantize: config.requantize,
         kv_cache_fp8: config.kv_cache_fp8,
         expert_parallel: config.enable_expert_parallel,
+        step_timeout: config.dist_timeout,
     };
     let id = Identity {
         world,

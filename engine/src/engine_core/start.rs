@@ -129,6 +129,7 @@ fn start_on<B: HybridOps>(
                 requantize: config.requantize,
                 kv_cache_fp8: config.kv_cache_fp8,
                 expert_parallel: config.enable_expert_parallel,
+                step_timeout: config.dist_timeout,
             },
             config.rendezvous,
         )?),

@@ -65,6 +65,15 @@ fn split_name(expert_parallel: bool) -> &'static str {
 }
 
 fn lost(rank: usize, e: &std::io::Error) -> BackendError {
+    use std::io::ErrorKind::{TimedOut, WouldBlock};
+    // A read timeout is only ever set on rank 0's links, for the length of one collective.
+    if matches!(e.kind(), WouldBlock | TimedOut) {
+        return BackendError::GroupLost(format!(
+            "rank {rank} of the tensor-parallel group sent nothing within --dist-timeout in \
+             the middle of a step: it is stuck (or its step is slower than the timeout allows; \
+             raise --dist-timeout for very long steps)"
+        ));
+    }
     BackendError::GroupLost(format!(
         "the link to rank {rank} of the tensor-parallel group failed ({e}): that rank is gone"
     ))
@@ -92,8 +101,16 @@ pub struct TcpGroup {
 }
 
 impl TcpGroup {
-    /// Rank 0: accept the other `world - 1` ranks on `listener` within `timeout`.
-    pub fn lead(listener: &TcpListener, id: &Identity, timeout: Duration) -> Result<Self> {
+    /// Rank 0: accept the other `world - 1` ranks on `listener` within `timeout`. Once
+    /// joined, a rank that sends nothing for `step_timeout` while rank 0 waits on it in a
+    /// collective is taken for stuck ([`BackendError::GroupLost`]); rank 0 never waits on the
+    /// others between steps, so an idle server never times out.
+    pub fn lead(
+        listener: &TcpListener,
+        id: &Identity,
+        timeout: Duration,
+        step_timeout: Duration,
+    ) -> Result<Self> {
         let deadline = Instant::now() + timeout;
         listener.set_nonblocking(true).map_err(io_err)?;
         let mut links: Vec<Option<Link>> = (1..id.world).map(|_| None).collect();
@@ -140,7 +157,10 @@ impl TcpGroup {
             })() else {
                 continue;
             };
-            stream.set_read_timeout(None).map_err(io_err)?;
+            // Writes too: a rank that stopped reading fills its socket's buffers.
+            let step_timeout = Some(step_timeout.max(Duration::from_millis(1)));
+            stream.set_read_timeout(step_timeout).map_err(io_err)?;
+            stream.set_write_timeout(step_timeout).map_err(io_err)?;
             let refusal = if experts != id.expert_parallel {
                 Some(format!(
                     "it splits the experts {}, rank 0 {}",
@@ -337,6 +357,8 @@ mod tests {
         }
     }
 
+    const STEP: Duration = Duration::from_secs(30);
+
     #[test]
     fn ranks_over_tcp_sum_and_gather_in_rank_order() {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -359,7 +381,7 @@ mod tests {
                 })
             })
             .collect();
-        let lead = TcpGroup::lead(&listener, &id(3), Duration::from_secs(10)).expect("lead");
+        let lead = TcpGroup::lead(&listener, &id(3), Duration::from_secs(10), STEP).expect("lead");
         let b = CpuBackend::default();
         let mut t = host::upload(&b, &(vec![0.0, 0.0], vec![1, 2])).expect("tensor");
         Collective::<CpuBackend>::all_reduce_sum(&lead, &b, &mut t).expect("reduce");
@@ -383,7 +405,7 @@ mod tests {
         let worker = std::thread::spawn(move || {
             TcpGroup::join(addr, 1, &id(2), Duration::from_secs(10)).expect("join")
         });
-        let lead = TcpGroup::lead(&listener, &id(2), Duration::from_secs(10)).expect("lead");
+        let lead = TcpGroup::lead(&listener, &id(2), Duration::from_secs(10), STEP).expect("lead");
         drop(worker.join().expect("rank 1")); // its socket closes, as a killed process's does
         let b = CpuBackend::default();
         let mut t = host::upload(&b, &(vec![1.0], vec![1])).expect("tensor");
@@ -402,7 +424,7 @@ mod tests {
             };
             TcpGroup::join(addr, 1, &other, Duration::from_secs(10)).err()
         });
-        let e = TcpGroup::lead(&listener, &id(2), Duration::from_secs(10)).err();
+        let e = TcpGroup::lead(&listener, &id(2), Duration::from_secs(10), STEP).err();
         let e = e.map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("another model"), "{e}");
         let theirs = stranger.join().expect("stranger").map(|e| e.to_string());
@@ -419,12 +441,40 @@ mod tests {
             drop(noise);
             TcpGroup::join(addr, 1, &id(2), Duration::from_secs(10)).map(|_| ())
         });
-        TcpGroup::lead(&listener, &id(2), Duration::from_secs(10)).expect("the rank joins");
+        TcpGroup::lead(&listener, &id(2), Duration::from_secs(10), STEP).expect("the rank joins");
         worker.join().expect("rank 1").expect("joined");
         // Nobody joins: rank 0 gives up at its deadline, naming who is missing.
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let e = TcpGroup::lead(&listener, &id(3), Duration::from_millis(200)).err();
+        let e = TcpGroup::lead(&listener, &id(3), Duration::from_millis(200), STEP).err();
         let e = e.map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("rank(s) 1, 2"), "{e}");
+    }
+
+    #[test]
+    fn a_rank_stuck_in_a_step_fails_rank_0_at_the_step_timeout() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            let g = TcpGroup::join(addr, 1, &id(2), Duration::from_secs(10)).expect("join");
+            // Alive (its socket open) but never sends its part: stuck.
+            let _ = rx.recv();
+            drop(g);
+        });
+        let step = Duration::from_millis(300);
+        let lead = TcpGroup::lead(&listener, &id(2), Duration::from_secs(10), step).expect("lead");
+        let b = CpuBackend::default();
+        let mut t = host::upload(&b, &(vec![1.0], vec![1])).expect("tensor");
+        let start = Instant::now();
+        let e = Collective::<CpuBackend>::all_reduce_sum(&lead, &b, &mut t).expect_err("stuck");
+        let waited = start.elapsed();
+        assert!(matches!(e, BackendError::GroupLost(_)), "{e}");
+        assert!(e.to_string().contains("rank 1") && e.to_string().contains("--dist-timeout"));
+        assert!(
+            waited >= step && waited < Duration::from_secs(10),
+            "{waited:?}"
+        );
+        tx.send(()).expect("release");
+        worker.join().expect("rank 1");
     }
 }

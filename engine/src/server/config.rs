@@ -424,6 +424,7 @@ impl ServeFlags {
                 tensor_parallel_size: self.tensor_parallel_size,
                 enable_expert_parallel: self.enable_expert_parallel,
                 rendezvous,
+                dist_timeout: Duration::from_secs(self.nodes.dist_timeout_secs),
             },
             host: self.host,
             port: self.port,
@@ -500,6 +501,7 @@ mod tests {
             enable_expert_parallel: false,
             nodes: NodeFlags {
                 nnodes: 1,
+                dist_timeout_secs: crate::engine_core::ranks::DEFAULT_DIST_TIMEOUT.as_secs(),
                 ..Default::default()
             },
             num_drafts: None,

@@ -85,6 +85,10 @@ pub enum ApiError {
     Loading,
     #[error("the server is shutting down and accepts no new requests")]
     ShuttingDown,
+    /// The engine stopped on its own (a tensor-parallel rank died or got stuck): the
+    /// request was failed and the server is exiting; the reason is the engine's.
+    #[error("the engine stopped and the server is exiting ({0}); restart it")]
+    EngineFailed(String),
     /// Answered 400, not 504: the openai and anthropic clients retry 408, 409, 429 and every
     /// 5xx by default, and a request that outlived the operator's limit would only outlive it
     /// again (and load the server again). `x-should-retry: false` says the same to clients
@@ -184,6 +188,11 @@ impl ApiError {
                 "service_unavailable",
                 Some("shutting_down"),
             ),
+            Self::EngineFailed(_) => (
+                S::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                Some("engine_failed"),
+            ),
             Self::Timeout { .. } => (S::BAD_REQUEST, "timeout_error", Some("request_timeout")),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "server_error", None),
         }
@@ -244,7 +253,9 @@ impl ApiError {
             Self::MethodNotAllowed { .. } => (S::METHOD_NOT_ALLOWED, "invalid_request_error"),
             Self::PayloadTooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "request_too_large"),
             Self::QueueFull { .. } => (overloaded, "overloaded_error"),
-            Self::Loading | Self::ShuttingDown => (S::SERVICE_UNAVAILABLE, "api_error"),
+            Self::Loading | Self::ShuttingDown | Self::EngineFailed(_) => {
+                (S::SERVICE_UNAVAILABLE, "api_error")
+            }
             Self::Timeout { .. } => (S::BAD_REQUEST, "timeout_error"),
             Self::Internal(_) => (S::INTERNAL_SERVER_ERROR, "api_error"),
         }

@@ -20,7 +20,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::output::{ChoiceOutput, Delta, Logprob, OutputError};
 use super::params::Generation;
-use crate::engine_core::RequestStream;
+use crate::engine_core::{EngineHandle, RequestStream};
 use crate::metrics::{Outcome, RequestTimer};
 use crate::scheduler::io::TokenLogprobs;
 
@@ -37,6 +37,8 @@ pub struct Choice {
     /// Which prompt of the request this choice continues.
     pub prompt: usize,
     stream: RequestStream,
+    /// Asked why, when the stream ends without a finish.
+    engine: EngineHandle,
     output: ChoiceOutput,
     timer: RequestTimer,
     deadline: Option<TokioInstant>,
@@ -54,9 +56,14 @@ pub struct Collected {
     pub num_cached_tokens: usize,
 }
 
-fn output_error(e: OutputError) -> ApiError {
+/// What a client is told when its request did not finish: the engine's own failure (a lost
+/// rank) when it has one, so the 503 says why.
+fn output_error(engine: &EngineHandle, e: OutputError) -> ApiError {
     match e {
-        OutputError::Aborted | OutputError::EngineGone => ApiError::ShuttingDown,
+        OutputError::Aborted | OutputError::EngineGone => match engine.failure() {
+            Some(why) => ApiError::EngineFailed(why),
+            None => ApiError::ShuttingDown,
+        },
         OutputError::Detokenize(m) => ApiError::Internal(m),
     }
 }
@@ -81,10 +88,13 @@ impl Choice {
         };
         let Some(out) = next else {
             self.output.finished = true;
-            return Some(Err(output_error(OutputError::EngineGone)));
+            return Some(Err(output_error(&self.engine, OutputError::EngineGone)));
         };
         self.timer.on_tokens(out.new_token_ids.len());
-        let r = self.output.push(&out).map_err(output_error);
+        let r = self
+            .output
+            .push(&out)
+            .map_err(|e| output_error(&self.engine, e));
         match &r {
             Ok(d) => {
                 if let Some((reason, _)) = &d.finish {
@@ -180,6 +190,7 @@ pub fn launch(
             index: index as u32,
             prompt: p,
             stream,
+            engine: engine.clone(),
             output: ChoiceOutput::new(
                 state.tokenizer.clone(),
                 generation.skip_special_tokens,

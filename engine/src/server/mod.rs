@@ -110,7 +110,10 @@ impl AppState {
     /// The engine, or 503 while loading or draining.
     pub fn engine(&self) -> Result<&EngineHandle, ApiError> {
         if self.draining.load(Ordering::SeqCst) {
-            return Err(ApiError::ShuttingDown);
+            return Err(match self.engine.get().and_then(EngineHandle::failure) {
+                Some(why) => ApiError::EngineFailed(why),
+                None => ApiError::ShuttingDown,
+            });
         }
         self.engine.get().ok_or(ApiError::Loading)
     }

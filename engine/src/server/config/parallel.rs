@@ -13,6 +13,8 @@ pub struct NodeFlags {
     pub node_rank: usize,
     pub master_addr: Option<String>,
     pub master_port: Option<u16>,
+    /// `--dist-timeout` in seconds.
+    pub dist_timeout_secs: u64,
 }
 
 impl NodeFlags {
@@ -138,6 +140,7 @@ mod tests {
             node_rank,
             master_addr: addr.map(str::to_owned),
             master_port: port,
+            ..Default::default()
         }
     }
 
