@@ -265,8 +265,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "LADDER")]
     pub speculative_ladder: Option<String>,
     /// With --speculative: what one draft adds to a step's time, as a fraction of a plain
-    /// decode step; with the acceptance measured so far it decides how many drafts pay, down
-    /// to none (0: always draft the ladder's cap) [default: 0.35].
+    /// decode step, until the engine has timed its own steps at the batch size; with the
+    /// acceptance measured so far it decides how many drafts pay, down to none (0: always
+    /// draft the ladder's cap, time nothing) [default: 0.35].
     #[arg(long, value_name = "FRACTION", allow_negative_numbers = true)]
     pub speculative_draft_cost: Option<f64>,
     /// Unix socket for live metrics events (NDJSON, docs/metrics-socket.md) [default:

@@ -100,8 +100,6 @@ pub struct MoeTuning {
     pub fp8_activations: bool,
     /// Decode-sized steps run their experts on `moe_*_small*` tensor-core kernels.
     pub small_mma: bool,
-    /// FP8 steps of at most this many tokens (0 to 8; 0: none) take `moe_*_fp8_few`.
-    pub few_tokens: usize,
 }
 
 /// Paged attention.

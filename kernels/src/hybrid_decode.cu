@@ -164,7 +164,9 @@ __device__ void gdn_decode_impl(TO* out, float* core, u32* tickets, const TM* mi
     float* const hc = hs + (live ? hl : 0) * DK * SP + col;
     const float decay = live ? decay_s[hl] : 0.f, beta = live ? beta_s[hl] : 0.f;
     float u = 0.f, w = 0.f;
-#pragma unroll
+    // Unrolled by 8, not R: at DK 128 a full unroll kept k's 32 values live across both loops
+    // and spilled 168 bytes under the 64 registers 1024 threads allow (NVRTC 13.0, sm_90a).
+#pragma unroll 8
     for (int r = 0; r < R; ++r) {
         const float x = live ? hc[(part + 4 * r) * SP] : 0.f;
         u += x * ks[part + 4 * r];
@@ -176,7 +178,7 @@ __device__ void gdn_decode_impl(TO* out, float* core, u32* tickets, const TM* mi
     w += __shfl_xor_sync(0xffffffffu, w, 2);
     const float delta = beta * ((live ? vs[hl * cols + col] : 0.f) - decay * u);
     if (live) {
-#pragma unroll
+#pragma unroll 8
         for (int r = 0; r < R; ++r) {
             float* x = hc + (part + 4 * r) * SP;
             *x = *x * decay + ks[part + 4 * r] * delta;

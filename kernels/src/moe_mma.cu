@@ -698,27 +698,6 @@ __device__ void moe_down_any_impl(float* ys, const bf16* act, const W* w, const 
 MOE_ANY_KERNELS(fp8, unsigned char)
 MOE_ANY_KERNELS(bf16, bf16)
 
-// The _few build (FP8, steps of at most 8 tokens: at most 8 pairs an expert, one B tile): the
-// _any kernels with x read from global by each warp (no staging barrier before the first
-// weight load) and 8 k slices of weight loads in flight a warp (64 registers), so down's
-// 512-column rows (Qwen3.6-35B-A3B) are one round of loads and gate_up's 2048 four. An MTP
-// verify step (4 rows at C=1) reads about 30 experts a layer; the split build's blocks of 16
-// rows and k split 8 ways held 2.1 TB/s there (gate_up) and 1.3 (down).
-extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
-    moe_gate_up_fp8_few(bf16* act, const bf16* x, const unsigned char* w, const float* scales,
-                        const int* offsets, const int* active, const int* perm, int experts,
-                        int top_k, int inter, int hidden) {
-    moe_gate_up_any_impl<unsigned char, 1, 8, false>(act, x, w, scales, offsets, active, perm,
-                                                     experts, top_k, inter, hidden);
-}
-extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
-    moe_down_fp8_few(float* ys, const bf16* act, const unsigned char* w, const float* scales,
-                     const int* offsets, const int* active, const int* perm, int experts,
-                     int inter, int hidden) {
-    moe_down_any_impl<unsigned char, 1, 8>(ys, act, w, scales, offsets, active, perm, experts,
-                                           inter, hidden);
-}
-
 // ---- activations as e4m3 (the _fp8act builds) ----------------------------------------------
 
 // q [rows, k] e4m3 and scales [rows, ceil(k / 128)] of x [rows, k]: a warp per row, the FP8 KV

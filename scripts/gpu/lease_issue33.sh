@@ -7,8 +7,6 @@
 #                            "plain spec07 spec0"; fixed07 and fixed0 are the same with
 #                            --speculative-draft-cost 0: always 3 drafts, no adaptive drafting).
 #                            CONC (default 1,4,8,16) and REPS (default 2) override the ladder.
-#                            A run name ending in -few (plain-few, fixed07-few, ...) is that run
-#                            with METRALE_MOE_FEW_TOKENS=8 (the experts' few build).
 #   lease_issue33.sh profile The same shape under Nsight Compute (one metric, each kernel's own
 #                            time, serialised), one server a run (RUNS, default "plain spec":
 #                            spec is --speculative --num-drafts 3 with the draft cost 0 and
@@ -24,9 +22,8 @@ LEASE=issue33
 case ${1:-spec} in
 spec)
     for run in ${RUNS:-plain spec07 spec0}; do
-        flags= force= conc=${CONC:-1,4,8,16} few=
-        case $run in *-few) few=8 ;; esac
-        case ${run%-few} in
+        flags= force= conc=${CONC:-1,4,8,16}
+        case $run in
         spec07) flags="--speculative --num-drafts 3" force=0.7 ;;
         spec0) flags="--speculative --num-drafts 3" force=0 ;;
         fixed07) flags="--speculative --num-drafts 3 --speculative-draft-cost 0" force=0.7 ;;
@@ -34,13 +31,13 @@ spec)
         esac
         o=$ROOT_OUT/work/$run
         mkdir -p "$o"
-        env ${force:+METRALE_SPEC_FORCE_ACCEPT=$force} ${few:+METRALE_MOE_FEW_TOKENS=$few} \
+        env ${force:+METRALE_SPEC_FORCE_ACCEPT=$force} \
             MET_FLAGS="$flags" OUT=$o \
             MODEL_CONFIG=scripts/gpu/qwen3.6-35b-a3b-fp8-config.json \
             MODEL_NAME=qwen3.6-35b-a3b-fp8-shape OSL=256 REPS=${REPS:-2} CONC=$conc \
             METRALE_GPU_BIN=.gpu/bin BENCH_TIMEOUT=${BENCH_TIMEOUT:-200} \
             bash scripts/gpu/bench_record.sh >"$o/bench.txt" 2>&1
-        { echo "== $run ($flags, forced acceptance ${force:-none}${few:+, few build to $few tokens})"; grep -v 'step profile' "$o/bench.txt" | tail -n 10
+        { echo "== $run ($flags, forced acceptance ${force:-none})"; grep -v 'step profile' "$o/bench.txt" | tail -n 10
           grep 'step profile' "$o/bench.txt" | tail -n 3; grep -iE 'graph|error' "$o/serve.txt" | head -5
           grep -E '^metrale:spec_decode' "$o/bench.txt" | head -6; } >>"$S"
         [ -f "$o/record.json" ] && cp "$o/record.json" "$ROOT_OUT/record-$run.json"

@@ -488,7 +488,7 @@ fn op_times(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         (qkv_rows * h) as f64 * (1.0 + 4.0 / 128.0) / (qkv_ms / 1e3) / 1e9
     ));
     moe_sweep(cuda, report, &experts, (h, i, e, k))?;
-    few_sweep(cuda, report)?;
+    verify_sweep(cuda, report)?;
     dense_fp8(cuda, report)
 }
 
@@ -554,40 +554,32 @@ fn moe_sweep(
 }
 
 /// `fused_moe` alone at Qwen3.6-35B-A3B's expert shape (FP8, top-8 of 256, H 2048, I 512),
-/// random router logits, at one token and an MTP verify step's few: the default kernels
-/// (one token: the CUDA-core decode kernels; 2-6 tokens: `moe_*_fp8_small`, k split over a
-/// block; 7-8: `_any`) against `moe_*_fp8_few` (`moe.few_tokens`), with the bytes of the
-/// distinct experts the tokens are expected to choose as a rate (not pass/fail).
-fn few_sweep(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+/// random router logits, at one token and an MTP verify step's few (one token: the CUDA-core
+/// decode kernels; 2-6 tokens: `moe_*_fp8_small`, k split over a block; 7-8: `_any`), with the
+/// bytes of the distinct experts the tokens are expected to choose as a rate (not pass/fail).
+/// A warp over the whole k for 1-8 tokens (`moe_*_fp8_few`) measured 0.6-1.6x these
+/// (docs/performance-log/2026-12-05-session-9.md) and was deleted.
+fn verify_sweep(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let (h, i, e, k) = (2048usize, 512usize, 256usize, 8usize);
     let w13 = cuda.random_fp8(&[e, 2 * i, h], 50, 0.02)?;
     let w2 = cuda.random_fp8(&[e, h, i], 51, 0.02)?;
     report.summary_line(format!(
         "fused_moe alone, FP8 top-{k} of {e}, H {h}, I {i}, us a call: T, expected experts, \
-         default kernels / few build (GB/s of the expected experts' weights)"
+         (GB/s of the expected experts' weights)"
     ));
     for t in [1usize, 2, 3, 4, 6, 8] {
         let x = cuda.random_bf16(&[t, h], 60 + t as u64, 1.0)?;
         let logits = cuda.random_bf16(&[t, e], 70 + t as u64, 1.0)?;
         let mut out = cuda.zeros(&[t, h])?;
-        let mut us = Vec::new();
-        for few in [0usize, 8] {
-            cuda.retune(|tu| tu.moe.few_tokens = few);
-            let r = mean_op_ms(cuda, || {
-                Ok(cuda.fused_moe(&mut out, &x, &logits, &w13, &w2, k, true)?)
-            });
-            cuda.retune(|tu| tu.moe.few_tokens = 0);
-            us.push(r? * 1e3);
-        }
+        let us = mean_op_ms(cuda, || {
+            Ok(cuda.fused_moe(&mut out, &x, &logits, &w13, &w2, k, true)?)
+        })? * 1e3;
         let experts = e as f64 * (1.0 - (1.0 - k as f64 / e as f64).powi(t as i32));
         let bytes = experts * (3 * i * h) as f64 * (1.0 + 4.0 / 128.0);
         let gbs = |u: f64| bytes / (u * 1e-6) / 1e9;
         report.summary_line(format!(
-            "  T {t}: {experts:>5.1} experts: {:>6.1} / {:>6.1} us ({:.0} / {:.0} GB/s)",
-            us[0],
-            us[1],
-            gbs(us[0]),
-            gbs(us[1])
+            "  T {t}: {experts:>5.1} experts: {us:>6.1} us ({:.0} GB/s)",
+            gbs(us)
         ));
     }
     Ok(())

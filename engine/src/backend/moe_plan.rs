@@ -162,13 +162,11 @@ pub enum Down {
     Separate,
 }
 
-/// The small-step tensor-core kernels' build (`moe_*_small*`, `moe_*_fp8_few`).
+/// The small-step tensor-core kernels' build (`moe_*_small*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SmallBuild {
     /// `moe_*_fp8_small`: one B tile of pairs, k split over the block's warps.
     Split,
-    /// `moe_*_fp8_few`: one B tile of pairs, a warp over the whole k.
-    Few,
     /// `moe_*_{w}_small_any`: chunks of 16 pairs, a warp over the whole k.
     Any,
 }
@@ -245,7 +243,6 @@ impl MoePlan {
         let experts = if small && small_mma(shape, w, cc, tuning) {
             Experts::SmallMma {
                 build: match w {
-                    ExpertType::Fp8 if t <= tuning.few_tokens => SmallBuild::Few,
                     ExpertType::Fp8 if t <= SMALL_MMA_SPLIT_TOKENS => SmallBuild::Split,
                     _ => SmallBuild::Any,
                 },
@@ -308,14 +305,12 @@ impl MoePlan {
     }
 }
 
-/// Whether the step takes the small-step tensor-core kernels: FP8 experts from 2 tokens (from
-/// 1 with `few_tokens`), bf16 ones from [`SMALL_MMA_BF16_MIN_TOKENS`], up to
-/// [`SMALL_MMA_MAX_TOKENS`]; both k dimensions
+/// Whether the step takes the small-step tensor-core kernels: FP8 experts from 2 tokens, bf16
+/// ones from [`SMALL_MMA_BF16_MIN_TOKENS`], up to [`SMALL_MMA_MAX_TOKENS`]; both k dimensions
 /// multiples of 64 (prelude's fp8_mma_tiles), the GPU 8.0+, the kernels on, experts not kept on
 /// the CUDA cores and activations not asked as e4m3 (the 64-row kernels' `fp8act` build).
 fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
     let first = match w {
-        ExpertType::Fp8 if tuning.few_tokens > 0 => 1,
         ExpertType::Fp8 => 2,
         ExpertType::Bf16 => SMALL_MMA_BF16_MIN_TOKENS,
         ExpertType::F32 => return false,

@@ -240,35 +240,3 @@ fn the_router_fuses_at_one_token_with_a_bf16_router() {
     t.small_paths = false;
     assert!(!fuses_router(1, (128, 2048), true, ExpertType::Fp8, &t));
 }
-
-#[test]
-fn few_tokens_take_the_few_build_for_fp8_experts_only() {
-    let mut tuning = Tuning::default().moe;
-    tuning.few_tokens = 4;
-    let few = Experts::SmallMma {
-        build: SmallBuild::Few,
-    };
-    // From one token (which otherwise stays on the CUDA cores) to the setting's count; the
-    // routing of a one-token step is unchanged.
-    for t in [1, 4] {
-        let p = MoePlan::choose(shape(t), ExpertType::Fp8, H200, &tuning);
-        assert_eq!(p.experts, few, "T {t}");
-    }
-    assert_eq!(
-        MoePlan::choose(shape(1), ExpertType::Fp8, H200, &tuning).route,
-        Route::PlanOne
-    );
-    let split = Experts::SmallMma {
-        build: SmallBuild::Split,
-    };
-    let p = MoePlan::choose(shape(5), ExpertType::Fp8, H200, &tuning);
-    assert_eq!(p.experts, split);
-    // bf16 experts keep their kernels.
-    let p = MoePlan::choose(shape(1), ExpertType::Bf16, H200, &tuning);
-    assert_eq!(p.experts, plan(1, ExpertType::Bf16).experts);
-    // And without the setting, one token stays on the CUDA cores.
-    assert!(matches!(
-        plan(1, ExpertType::Fp8).experts,
-        Experts::CudaCores { .. }
-    ));
-}

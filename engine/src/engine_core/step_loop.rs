@@ -197,6 +197,7 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
     }
 
     fn step(&mut self) {
+        let began = std::time::Instant::now();
         let out = self.scheduler.schedule();
         self.profile.lap(Phase::Schedule);
         self.last_step_seqs = out.seqs.len();
@@ -229,6 +230,8 @@ impl<B: Backend, M: Model<B>> EngineLoop<B, M> {
         match result {
             Ok(ro) => {
                 let events = self.scheduler.update_from_output(&out, &ro);
+                self.scheduler
+                    .record_step_time(&out, began.elapsed().as_secs_f64());
                 for e in events {
                     self.deliver(e);
                 }

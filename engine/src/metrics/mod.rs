@@ -323,6 +323,14 @@ fn render_spec_per_pos(out: &mut String, labels: &str, s: &EngineStats) {
          {name}{{{labels}}} {}",
         sp.drafts_per_step
     );
+    let name = "metrale:spec_decode_draft_cost";
+    let _ = writeln!(
+        out,
+        "# HELP {name} What one draft adds to a decode step at the current batch size, as a \
+         fraction of a plain step (timed by the engine; --speculative-draft-cost until it has).\n\
+         # TYPE {name} gauge\n{name}{{{labels}}} {}",
+        sp.draft_cost
+    );
 }
 
 fn escape_label(v: &str) -> String {

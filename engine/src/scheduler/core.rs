@@ -259,6 +259,27 @@ impl Scheduler {
         }
     }
 
+    /// The wall time of the step `out` planned, from `schedule()` to its results applied:
+    /// steady decode steps (every sequence one new token, all verifying and proposing the
+    /// same drafts) teach the draft policy what drafts cost at this batch size.
+    pub fn record_step_time(&mut self, out: &SchedulerOutput, secs: f64) {
+        let Some(policy) = self.policy.as_mut() else {
+            return;
+        };
+        let Some(first) = out.seqs.first() else {
+            return;
+        };
+        let k = first.num_drafts;
+        let steady = out
+            .seqs
+            .iter()
+            .all(|s| s.sample && s.num_drafts == k && s.propose == k && s.token_ids.len() == k + 1);
+        if steady {
+            policy.record_step(out.seqs.len(), k, secs);
+        }
+        self.spec.draft_cost = policy.draft_cost(out.seqs.len(), k.max(1));
+    }
+
     /// Applies a step's results: advances each request, appends sampled tokens, finishes the
     /// ones that hit a stop condition (freeing their blocks), and reports per request.
     pub fn update_from_output(

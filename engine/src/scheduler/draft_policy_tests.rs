@@ -15,6 +15,8 @@ fn noise(i: u64) -> f64 {
 struct Sim {
     policy: DraftPolicy,
     draws: u64,
+    /// The drafts the last step proposed (what the next one verifies).
+    prev: usize,
 }
 
 impl Sim {
@@ -22,7 +24,31 @@ impl Sim {
         Self {
             policy: DraftPolicy::new(ladder.parse().expect("ladder"), cost),
             draws: 0,
+            prev: 0,
         }
+    }
+
+    /// As [`Sim::run`] on a machine where a step of `running` sequences verifying and
+    /// proposing `k` drafts takes `plain · (1 + cost·k)` seconds, reported to the policy as
+    /// the scheduler does (steady steps only).
+    fn run_timed(
+        &mut self,
+        steps: usize,
+        running: usize,
+        rate: f64,
+        (plain, cost): (f64, f64),
+    ) -> Vec<usize> {
+        (0..steps)
+            .map(|_| {
+                let k = self.run(1, running, rate)[0];
+                if k == self.prev {
+                    let secs = plain * (1.0 + cost * k as f64);
+                    self.policy.record_step(running, k, secs);
+                }
+                self.prev = k;
+                k
+            })
+            .collect()
     }
 
     /// `steps` steps with `running` sequences at acceptance `rate`; each step's choice.
@@ -148,4 +174,36 @@ fn speculation_switches_back_on_when_acceptance_recovers() {
     let on = sim.run(300, 4, 0.7);
     let back = first(&on, 2);
     assert!(back < 100, "back at 2 drafts only after {back} steps");
+}
+
+#[test]
+fn timed_steps_replace_the_prior_cost_by_batch_size() {
+    // The 35B-A3B FP8 shape on the H200 at acceptance 0.7 (docs/performance-log, part 11): a
+    // draft cost about 0.42 of a plain step at one sequence and 0.9 at eight. With the prior
+    // 0.35 everywhere the policy drafted 2 at eight and lost 12%; timed, it stops there and
+    // keeps drafting at one.
+    let mut sim = Sim::new("1:3", 0.35);
+    let eight = sim.run_timed(2_000, 8, 0.7, (0.0069, 0.9));
+    let drafting = eight[200..].iter().filter(|&&k| k > 0).count();
+    assert!(
+        drafting <= 1_800 / 16 + 4,
+        "{drafting} drafting steps of 1800"
+    );
+    let cost = sim.policy.draft_cost(8, 1);
+    assert!((cost - 0.9).abs() < 0.01, "{cost}");
+    // One sequence, cheap drafts: the cap, but for a plain probe every PLAIN_REFRESH steps.
+    let one = sim.run_timed(2_000, 1, 0.7, (0.0035, 0.15));
+    let three = count(&one[200..], 3);
+    assert!(
+        three >= 1_800 - 1_800 / 256 * 3 - 30,
+        "{three} of 1800 at 3 drafts"
+    );
+    let plain = count(&one[200..], 0);
+    assert!(
+        plain >= 1_800 / 300 * 3,
+        "{plain} plain steps: the probes stopped"
+    );
+    // Untimed (an engine that reports nothing) never probes plain.
+    let mut sim = Sim::new("1:3", 0.15);
+    assert_eq!(count(&sim.run(1_000, 1, 0.7), 0), 0);
 }

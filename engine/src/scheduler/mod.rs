@@ -19,6 +19,7 @@ mod draft_ladder;
 mod draft_policy;
 pub mod io;
 mod output;
+mod step_costs;
 mod table_rows;
 
 pub use config::{MAX_DRAFTS, SchedulerConfig, SchedulerConfigError, SpeculativeConfig};

@@ -111,6 +111,9 @@ pub struct SpecDecodeStats {
     /// The policy's estimate, by position, of a draft's acceptance when the drafts before it
     /// were accepted (an exponentially weighted average).
     pub acceptance: [f64; super::MAX_DRAFTS],
+    /// What a draft adds to a step at the last step's batch size, in plain steps: as the
+    /// engine timed its decode steps, or `--speculative-draft-cost` before it has.
+    pub draft_cost: f64,
 }
 
 impl SpecDecodeStats {

@@ -512,3 +512,48 @@ fn requests_wait_for_a_state_slot_and_preemption_frees_it() {
     let pool = s.kv_cache().state_pool().expect("state on");
     assert_eq!(pool.num_free_slots(), 2);
 }
+
+#[test]
+fn timed_steps_teach_the_policy_that_drafts_do_not_pay_here() {
+    // Each draft adds 2 plain steps to this machine's step and every draft is accepted, so k drafts give 1 + k tokens for 1 + 2k steps: never worth it. The
+    // prior (0.35) drafts the cap until the engine has timed a plain step and a drafted one.
+    let mut s = scheduler(SchedulerConfig {
+        max_model_len: 100_000,
+        num_blocks: 30_000,
+        speculative: Some(SpeculativeConfig {
+            ladder: "1:2".parse().expect("ladder"),
+            draft_cost: 0.35,
+        }),
+        ..config()
+    });
+    add(&mut s, 1, prompt(4, 0), params(5_000));
+    let mut proposed = Vec::new();
+    for _ in 0..400 {
+        let out = s.schedule();
+        let runner = RunnerOutput {
+            seqs: out
+                .seqs
+                .iter()
+                .map(|q| SeqOutput {
+                    req_id: q.req_id,
+                    sampled: q.sample.then_some(7),
+                    accepted: q.token_ids[q.token_ids.len() - q.num_drafts..].to_vec(),
+                    drafts: vec![7; q.propose],
+                    ..SeqOutput::default()
+                })
+                .collect(),
+        };
+        s.update_from_output(&out, &runner);
+        let k = out.seqs[0].num_drafts;
+        s.record_step_time(&out, 0.01 * (1.0 + 2.0 * k as f64));
+        proposed.push(out.seqs[0].propose);
+    }
+    assert_eq!(proposed[1], 2, "the prior drafts the cap: {proposed:?}");
+    let late = &proposed[100..];
+    assert!(
+        late.iter().filter(|&&k| k > 0).count() <= 300 / 16 + 2,
+        "still drafting: {late:?}"
+    );
+    let cost = s.stats().spec.draft_cost;
+    assert!((cost - 2.0).abs() < 1e-6, "{cost}");
+}

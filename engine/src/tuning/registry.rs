@@ -255,15 +255,6 @@ pub const SETTINGS: &[Setting] = &[
         get: |t| show_flag(t.moe.small_mma),
     },
     Setting {
-        name: "moe.few_tokens",
-        var: "METRALE_MOE_FEW_TOKENS",
-        accepts: "0 to 8",
-        default: "0",
-        doc: "FP8 MoE steps of at most this many tokens (one included) run their experts on `moe_*_fp8_few` (a warp over the whole k, 8 slices of loads in flight); 0: none.",
-        set: |t, v| number(v, &mut t.moe.few_tokens, |n| *n <= 8),
-        get: |t| t.moe.few_tokens.to_string(),
-    },
-    Setting {
         name: "attention.kernel",
         var: "METRALE_ATTN_KERNEL",
         accepts: "auto | simt",

@@ -27,8 +27,6 @@ type Experts<'a> = (
 struct Route {
     gemm: MoeGemm,
     fp8_act: bool,
-    /// `moe.few_tokens` (FP8 steps of up to this many tokens take `moe_*_fp8_few`).
-    few_tokens: usize,
     name: &'static str,
     tol: Tol,
 }
@@ -36,33 +34,21 @@ struct Route {
 const CUDA_CORES: Route = Route {
     gemm: MoeGemm::CudaCores,
     fp8_act: false,
-    few_tokens: 0,
     name: "cuda cores",
     tol: MOE,
 };
 const TENSOR_CORES: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: false,
-    few_tokens: 0,
     name: "tensor cores",
     tol: MOE,
 };
 const TENSOR_CORES_FP8_ACT: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: true,
-    few_tokens: 0,
     name: "tensor cores, e4m3 activations",
     tol: FP8_ACT,
 };
-/// FP8 steps of up to 8 tokens (one included) on `moe_*_fp8_few`.
-const FEW: Route = Route {
-    gemm: MoeGemm::TensorCores,
-    fp8_act: false,
-    few_tokens: 8,
-    name: "tensor cores, few build",
-    tol: MOE,
-};
-
 /// The router logits of a case: uniform in [-3, 3), or (skewed) experts 0-3 favoured by 4 for
 /// two tokens in three (uneven counts: a few experts with several 64-row tiles) and every
 /// eighth expert never chosen (empty experts between full ones).
@@ -164,7 +150,7 @@ impl Ops<'_> {
                 if skew { " skewed" } else { "" }
             );
             let routes: &[Route] = if t <= 8 && h % 64 == 0 && i % 64 == 0 {
-                &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT, FEW]
+                &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT]
             } else if h % 16 == 0 && i % 16 == 0 {
                 &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT]
             } else {
@@ -316,7 +302,6 @@ impl Ops<'_> {
         let forced = Route {
             gemm: MoeGemm::TensorCores,
             fp8_act: false,
-            few_tokens: 0,
             name: "tensor cores asked, f32 stays on the cuda cores",
             tol: Tol::F32,
         };
@@ -424,13 +409,10 @@ impl Ops<'_> {
         let cuda = self.cuda;
         cuda.retune(|t| t.moe.gemm = route.gemm);
         cuda.retune(|t| t.moe.fp8_activations = route.fp8_act);
-        let few_tokens = cuda.tuning().moe.few_tokens;
-        cuda.retune(|t| t.moe.few_tokens = route.few_tokens);
         let mut out = cuda.zeros(&want.shape)?;
         let r = f(cuda, &mut out);
         cuda.retune(|t| t.moe.gemm = MoeGemm::Auto);
         cuda.retune(|t| t.moe.fp8_activations = false);
-        cuda.retune(|t| t.moe.few_tokens = few_tokens);
         r?;
         let case = format!("{case} [{}]", route.name);
         self.check("fused_moe", &case, route.tol, &out, want)?;

@@ -31,11 +31,6 @@ const TILE_THREADS: u32 = 256;
 const QUANT_ROWS: usize = 8;
 /// Warps of a `moe_*_small*` block (FP8_MMA_WARPS in prelude/fp8_mma.cuh).
 const SMALL_MMA_WARPS: usize = 8;
-/// Warps of a `moe_*_fp8_few` block (at most FP8_MMA_WARPS): 8 gate|up rows or 16 down
-/// columns each. Four, so a verify step's 30 experts fill the H200 in one wave of gate|up
-/// blocks (480 of 128 threads at Qwen3.6-35B-A3B's shape) and a one-token step's 8 experts
-/// still spread over 128 of its 132 multiprocessors.
-const FEW_WARPS: usize = 4;
 
 /// The tensor-core kernels' parameters (`moe_gate_up_mma_*`, `moe_down_mma_*`): out, the A
 /// operand and its scales, the weight and its scales, tiles, offsets, perm, three ints.
@@ -89,8 +84,8 @@ impl CudaBackend {
     /// Stages 3 and 4 for a small step (`moe_plan::Experts::SmallMma`): `act` [pairs,
     /// i] (bf16, pair rows) from x [t, h] (bf16), then the returned `ys` [pairs, h] (f32, pair
     /// rows). `offsets` and `active` (e + 1 each) and `perm` (pairs) are the plan's device
-    /// arrays; `build`: which kernels (the split and few builds take FP8 experts and at most 8
-    /// tokens, the plan's choice).
+    /// arrays; `build`: which kernels (the split build takes FP8 experts and at most 8 tokens,
+    /// the plan's choice).
     pub(super) fn moe_experts_small_mma(
         &self,
         act: &CudaTensor,
@@ -109,23 +104,17 @@ impl CudaBackend {
             int(h, "fused_moe")?,
         );
         let experts = dim(e.min(pairs), "fused_moe")?;
-        let few = build == SmallBuild::Few;
-        let warps = if few { FEW_WARPS } else { SMALL_MMA_WARPS };
+        let warps = SMALL_MMA_WARPS;
         let threads = (32 * warps) as u32;
         let (actp, xp) = (act.ptr(s), x.ptr(s));
         let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
-        // Split: one B tile of pairs, k split over the block's warps; few: one B tile, each
-        // warp over the whole k; any: each warp over the whole k, 16 pairs a chunk
+        // Split: one B tile of pairs, k split over the block's warps; any: each warp over the
+        // whole k, 16 pairs a chunk
         // (`moe_mma.cu`). `any`: the `_any` kernels.
         let (gate_up_kernel, down_kernel, any) = match gate_up.dtype {
             DType::F8 if build == SmallBuild::Split => (
                 kernels::moe_gate_up_fp8_small,
                 kernels::moe_down_fp8_small,
-                false,
-            ),
-            DType::F8 if few => (
-                kernels::moe_gate_up_fp8_few,
-                kernels::moe_down_fp8_few,
                 false,
             ),
             DType::F8 => (
@@ -149,14 +138,14 @@ impl CudaBackend {
         // SAFETY: act is [pairs, i] bf16, x [t, h] bf16, gate_up [e, 2i, h] FP8 with [e·2i,
         // h/128] scales, or bf16 (the bf16 build reads no scales); offsets, active and perm were
         // written by the plan (ranges inside 0..pairs of at most t pairs an expert, which the
-        // split and few builds take only up to 8 tokens, their one B tile; perm
+        // split build takes only up to 8 tokens, its one B tile; perm
         // entries < pairs, so tokens perm / k < t); h % 64 == 0 (moe_plan's small_mma), so every
         // 16-byte load is inside its row and aligned; rows past i read row i - 1 of their half
         // and are not written; block rows past the active count return; 8 warps (the kernel's
-        // launch bounds; few: FEW_WARPS <= 8); _any: the dynamic shared memory its staged x
+        // launch bounds); _any: the dynamic shared memory its staged x
         // rows need (any_smem).
-        // _any and few: 8 j a warp (any: the chunk's x rows in shared memory), split 16 a block.
-        let per_block = if any || few { 8 * warps } else { 16 };
+        // _any: 8 j a warp (the chunk's x rows in shared memory), split 16 a block.
+        let per_block = if any { 8 * warps } else { 16 };
         let mut c = cfg((dim(i.div_ceil(per_block), "fused_moe")?, experts), threads);
         if any {
             c.shared_mem_bytes = any_smem(h);
@@ -175,8 +164,8 @@ impl CudaBackend {
         // each pair is in exactly one expert's range), down [e, h, i] FP8 with [e·h, i/128]
         // scales, or bf16; i % 64 == 0; the plan's arrays as above; columns past h read row
         // h - 1 and are not written; block rows past the active count return.
-        // _any and few: 16 output columns a warp, split 16 a block.
-        let per_block = if any || few { 16 * warps } else { 16 };
+        // _any: 16 output columns a warp, split 16 a block.
+        let per_block = if any { 16 * warps } else { 16 };
         unsafe {
             down_kernel.launch(
                 self,
