@@ -30,6 +30,11 @@
 // its group scale (prelude/fp8.cuh: ceil(D / 128) scales a (slot, kv head)) while it goes to
 // shared memory, one more rounding of each key and value.
 //
+// A sliding window (`window` > 0: a row at q sees keys q - window < p <= q) starts the key-tile
+// loop at the tile holding the tile's first visible key, a warp skips key tiles before all its
+// rows' windows, and only tiles that start before a row's window get the lower mask. Sinks
+// (null: none, else [nh] f32 logits, gpt-oss) join each row's denominator when it is normalised.
+//
 // Symbols: attention_flash_<q dtype>[_kv8]_d<D> for D = 64, 128, 256.
 
 // Rows of a tile at every head_dim (FLASH_TILE_ROWS in batch.rs).
@@ -63,14 +68,15 @@ __device__ __forceinline__ u32x4 scale_bf16x8(u32x4 v, float s) {
 
 // Key tile `kb` (BK keys from key kb of the sequence whose table is `table`) of kv head
 // `kv_head` into stage buffers ks / vs: cp.async for a bf16 cache, widened and scaled through
-// registers for an FP8 one. Keys at or past `len` read zeros (a stale slot may hold anything,
-// and a masked key's value still meets a weight of 0).
+// registers for an FP8 one. Keys outside [key0, len) read zeros (a stale slot may hold
+// anything, and a masked key's value still meets a weight of 0; key0 > 0: before every row's
+// window).
 template <typename TC, int D>
 __device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* vs,
                                               const TC* k_cache, const TC* v_cache,
                                               const float* k_scales, const float* v_scales,
                                               const u32* table, int block_size, int num_kv_heads,
-                                              int kv_head, int kb, int len) {
+                                              int kv_head, int kb, int key0, int len) {
     using C = FlashCfg<D>;
     constexpr bool FP8 = sizeof(TC) == 1;
     constexpr int G = (D + 127) / 128; // FP8 scale groups of a head vector
@@ -79,7 +85,7 @@ __device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* 
     const int shift = __ffs(block_size) - 1;
     for (int i = threadIdx.x; i < C::BK * C::CH; i += C::THREADS) {
         const int r = i / C::CH, c = i % C::CH, key = kb + r;
-        const bool ok = key < len;
+        const bool ok = (u32)(key - key0) < (u32)(len - key0); // key0 <= key < len
         const int blk = pow2 ? key >> shift : key / block_size;
         const int in = pow2 ? key & (block_size - 1) : key - blk * block_size;
         const u64 slot = ok ? (u64)table[blk] * block_size + in : 0;
@@ -108,7 +114,8 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
                                      const TC* v_cache, const u32* positions, const u32* row_seq,
                                      const u32* block_tables, const u32* tiles, int max_blocks,
                                      int block_size, int num_heads, int num_kv_heads, float scale,
-                                     const float* k_scales, const float* v_scales) {
+                                     const float* k_scales, const float* v_scales, int window,
+                                     const float* sinks) {
     using C = FlashCfg<D>;
     constexpr int BQ = C::BQ, BK = C::BK, CH = C::CH, MW = C::MW;
     constexpr int NS = BK / 8; // S tiles (8 keys) of a 16-row tile
@@ -121,6 +128,7 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
 #endif
     __shared__ int row_pos[BQ]; // each tile row's position, -1 past the tile
     __shared__ int tile_len;    // keys the tile reads: its largest position + 1
+    __shared__ int tile_lo;     // the first key any row of the tile sees (0 without a window)
     unsigned char* const qs = smem;
     unsigned char* const kvs = smem + BQ * D * 2; // stage s: K at s · 2 · BK · D · 2, V after
 
@@ -135,6 +143,9 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     const int row0 = (int)tiles[2 * tile], row_end = (int)tiles[2 * tile + 1];
     const u64 width = (u64)(num_heads + 2 * num_kv_heads) * D;
     const u32* table = block_tables + (u64)row_seq[row0] * max_blocks;
+    // A sliding window (window > 0): a row at position q sees keys q - window < p <= q. No
+    // window is one longer than any context (2^30 keys), so the window tests below never fire.
+    const int win = window > 0 ? window : 1 << 30;
 
     for (int r = threadIdx.x; r < BQ; r += C::THREADS)
         row_pos[r] = row0 + r < row_end ? (int)positions[row0 + r] : -1;
@@ -156,9 +167,13 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int m = -1;
-        for (int r = 0; r < BQ; ++r) m = max(m, row_pos[r]);
+        int m = -1, key0 = 1 << 30;
+        for (int r = 0; r < BQ; ++r) {
+            m = max(m, row_pos[r]);
+            if (row_pos[r] >= 0) key0 = min(key0, row_pos[r] - win + 1);
+        }
         tile_len = m + 1;
+        tile_lo = max(0, min(key0, m));
     }
     // The warp's rows: 16 · MW from wr0; this lane's are rows g and g + 8 of each 16-row tile.
     const int wr0 = 16 * MW * warp;
@@ -168,15 +183,20 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
         pos[mi][0] = row_pos[wr0 + 16 * mi + g];
         pos[mi][1] = row_pos[wr0 + 16 * mi + g + 8];
     }
-    int wmax = -1, wmin = 1 << 30;
+    // wlo: the first key any of the warp's rows sees (rows past the tile, at -1, see none).
+    int wmax = -1, wmin = 1 << 30, wlo = 1 << 30;
 #pragma unroll
     for (int r = 0; r < 16 * MW; ++r) {
-        wmax = max(wmax, row_pos[wr0 + r]);
-        wmin = min(wmin, row_pos[wr0 + r]);
+        const int p = row_pos[wr0 + r];
+        wmax = max(wmax, p);
+        wmin = min(wmin, p);
+        if (p >= 0) wlo = min(wlo, p - win + 1);
     }
     __syncthreads();
-    const int len = tile_len;
-    const int ntiles = (len + BK - 1) / BK;
+    const int len = tile_len, key0 = tile_lo;
+    // The key tiles: from the one holding the tile's first visible key (the window's start;
+    // the tiles before it are never loaded) to the one holding its last.
+    const int j0 = key0 / BK, ntiles = (len + BK - 1) / BK;
 
     const float scale_log2 = scale * 1.4426950408889634f;
     float o[MW][NO][4];
@@ -190,9 +210,10 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     }
 
     auto stage = [&](int st) { return kvs + st * (2 * BK * D * 2); };
-    if (ntiles > 0) {
-        flash_load_kv<TC, D>(stage(0), stage(0) + BK * D * 2, k_cache, v_cache, k_scales,
-                             v_scales, table, block_size, num_kv_heads, kv_head, 0, len);
+    if (j0 < ntiles) {
+        flash_load_kv<TC, D>(stage(j0 & 1), stage(j0 & 1) + BK * D * 2, k_cache, v_cache,
+                             k_scales, v_scales, table, block_size, num_kv_heads, kv_head,
+                             j0 * BK, key0, len);
         cp_async_commit();
     }
     // Lane addresses of the ldmatrix reads: Q rows (l % 8) + 8 · (l / 8 % 2), column l / 16;
@@ -201,17 +222,19 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     const int k_row = (lane & 7) + 8 * (lane >> 4), k_col = (lane >> 3) & 1;
     const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1), v_col = lane >> 4;
 
-    for (int j = 0; j < ntiles; ++j) {
+    for (int j = j0; j < ntiles; ++j) {
         cp_async_wait<0>();
         __syncthreads();
         if (j + 1 < ntiles) {
             unsigned char* nx = stage((j + 1) & 1);
             flash_load_kv<TC, D>(nx, nx + BK * D * 2, k_cache, v_cache, k_scales, v_scales,
-                                 table, block_size, num_kv_heads, kv_head, (j + 1) * BK, len);
+                                 table, block_size, num_kv_heads, kv_head, (j + 1) * BK, key0,
+                                 len);
             cp_async_commit();
         }
         const int kb = j * BK;
-        if (kb > wmax) continue; // every key of the tile is after every row of this warp
+        // Every key of the tile is after every row of this warp, or before all their windows.
+        if (kb > wmax || kb + BK <= wlo) continue;
         const unsigned char* ks = stage(j & 1);
         const unsigned char* vs = ks + BK * D * 2;
 
@@ -241,18 +264,32 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
             }
         }
         // Scale, and mask keys past each row's position (only where the tile reaches past the
-        // warp's smallest one).
-        const bool mask = kb + BK - 1 > wmin;
+        // warp's smallest one) or before its window (only where the tile starts before the
+        // warp's largest row's window; never without a window).
+        const bool mask = kb + BK - 1 > wmin, wmask = kb + win <= wmax;
+        if (wmask) {
 #pragma unroll
-        for (int mi = 0; mi < MW; ++mi)
+            for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
-            for (int n = 0; n < NS; ++n)
+                for (int n = 0; n < NS; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int key = kb + 8 * n + 2 * t + (e & 1);
-                    s[mi][n][e] = mask && key > pos[mi][e >> 1] ? NEG_INF
+                    for (int e = 0; e < 4; ++e) {
+                        const int key = kb + 8 * n + 2 * t + (e & 1), p = pos[mi][e >> 1];
+                        s[mi][n][e] = key > p || key + win <= p ? NEG_INF
                                                                 : s[mi][n][e] * scale_log2;
-                }
+                    }
+        } else {
+#pragma unroll
+            for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+                for (int n = 0; n < NS; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int key = kb + 8 * n + 2 * t + (e & 1);
+                        s[mi][n][e] = mask && key > pos[mi][e >> 1] ? NEG_INF
+                                                                    : s[mi][n][e] * scale_log2;
+                    }
+        }
         // The online softmax of rows g (e = 0, 1) and g + 8 (e = 2, 3) of each 16-row tile.
 #pragma unroll
         for (int mi = 0; mi < MW; ++mi)
@@ -314,7 +351,14 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const float sum = quad_sum(l[mi][h]);
-            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            float inv = sum > 0.f ? 1.f / sum : 0.f;
+            // A sink (gpt-oss; null: none): one more logit in the denominator, in log2 units
+            // like m, with no value: out = o · 2^(m - M) / (sum · 2^(m - M) + 2^(sink - M)).
+            if (sinks != nullptr && sum > 0.f) {
+                const float sk = sinks[head] * 1.4426950408889634f;
+                const float mx = fmaxf(m[mi][h], sk), f = exp2_fast(m[mi][h] - mx);
+                inv = f / (sum * f + exp2_fast(sk - mx));
+            }
             const int r = row0 + wr0 + 16 * mi + g + 8 * h;
             if (r >= row_end) continue;
             bf16* dst = out + (u64)r * ow + (u64)head * D + 2 * t;
@@ -335,11 +379,12 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
                                         const u32* row_seq, const u32* block_tables,               \
                                         const u32* tiles, int max_blocks, int block_size,          \
                                         int num_heads, int num_kv_heads, float scale,              \
-                                        const float* k_scales, const float* v_scales) {            \
+                                        const float* k_scales, const float* v_scales, int window,  \
+                                        const float* sinks) {                                      \
         pdl_start();                                                                               \
         attention_flash_impl<T, TC, D>(out, qkv, k_cache, v_cache, positions, row_seq,             \
                                        block_tables, tiles, max_blocks, block_size, num_heads,     \
-                                       num_kv_heads, scale, k_scales, v_scales);                   \
+                                       num_kv_heads, scale, k_scales, v_scales, window, sinks);    \
     }
 #define ATTENTION_FLASH_ALL(SUFFIX, T, TC)                                                         \
     ATTENTION_FLASH(SUFFIX, T, TC, 64)                                                             \

@@ -16,23 +16,16 @@ fn flash_threads(hd: usize) -> u32 {
     if hd <= 128 { 128 } else { 256 }
 }
 
-/// The flash kernel's parameters (every variant takes the same list, by type).
+/// The flash kernel's parameters (every variant takes the same list, by type): out, qkv, the
+/// caches, positions, row_seq, block tables, tiles, max_blocks, block_size, heads, kv heads,
+/// scale, the FP8 scales, the sliding window (0: none) and the sinks (null: none).
+#[rustfmt::skip]
 type FlashArgs = (
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    i32,
-    i32,
-    i32,
-    i32,
+    u64, u64, u64, u64, u64, u64, u64, u64,
+    i32, i32, i32, i32,
     f32,
-    u64,
-    u64,
+    u64, u64,
+    i32, u64,
 );
 
 /// Dynamic shared memory of a block at head_dim `hd` (FlashCfg<D>::SMEM: Q and two stages of K
@@ -80,8 +73,9 @@ impl CudaBackend {
             .filter(|_| cc_ok && cache_ok && flash_kernel(q, cache == DType::F8, hd).is_some())
     }
 
-    /// Causal attention of the plan's rows (`plan.first_row..`) into `out`; the caller checked
-    /// the shapes (`paged_attention_op`) and that the plan is `flash_plan`'s.
+    /// Causal attention of the plan's rows (`plan.first_row..`) into `out`, in a sliding window
+    /// when `window` > 0, with sinks when `sinks` is not null; the caller checked the shapes
+    /// (`attention_op`) and that the plan is `flash_plan`'s.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention_flash_op(
         &self,
@@ -93,6 +87,7 @@ impl CudaBackend {
         batch: &CudaBatch,
         (num_heads, nkv, hd): (usize, usize, usize),
         scale: f32,
+        (window, sinks): (i32, u64),
     ) -> Result<()> {
         let kv8 = k_cache.dtype == DType::F8;
         let Some(kernel) = flash_kernel(qkv.dtype, kv8, hd) else {
@@ -125,6 +120,8 @@ impl CudaBackend {
             scale,
             k_cache.scales_ptr(s),
             v_cache.scales_ptr(s),
+            window,
+            sinks,
         );
         let cfg = LaunchConfig {
             grid_dim: (dim(plan.tiles * num_heads, op)?, 1, 1),
@@ -137,7 +134,8 @@ impl CudaBackend {
         // sequence's rows below T, every row's position is inside its table and every entry
         // below `blocks` (paged_attention_op and prepare_batch checked them), so each key read
         // is in the cache; the grid is tiles · nh blocks of flash_threads(hd) with the variant's
-        // dynamic shared memory.
+        // dynamic shared memory; a window (> 0) only narrows the keys read, and sinks is null or
+        // [nh] f32.
         unsafe { kernel.launch(self, cfg, args) }
     }
 }
