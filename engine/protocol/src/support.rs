@@ -63,11 +63,13 @@ pub const fn cuda_supports(feature: Feature) -> bool {
         // On both of its paths (f32 and bf16), checked against transformers on every fixture
         // (docs/cuda.md, cuda_check e2e).
         Feature::MoeExperts | Feature::Fp8Weights | Feature::HybridLayers => true,
-        // Not yet: the attention kernels have no window, no sink logit and no latent form,
-        // and there are no kernels for sigmoid routing, the clamped SwiGLU, the Mamba-2
-        // mixer or relu² (docs/models.md).
-        Feature::SlidingWindow
-        | Feature::GptOss
+        // Every attention kernel takes a window (its key loop starts at the window's first
+        // key; cuda_check attention_window).
+        Feature::SlidingWindow => true,
+        // Not yet: the attention kernels take a sink logit (paged_attention_sinks) but have no
+        // latent form, and there are no kernels for the biased projections, sigmoid routing,
+        // the clamped SwiGLU, the Mamba-2 mixer or relu² (docs/models.md).
+        Feature::GptOss
         | Feature::MiniMaxM2
         | Feature::NemotronH
         | Feature::DeepseekV3 => false,
@@ -155,7 +157,12 @@ mod tests {
         let gemma = architecture("Gemma3ForConditionalGeneration").map(|a| a.needs);
         assert_eq!(
             gemma.and_then(|n| missing(Device::Cuda, n.iter().copied())),
-            Some(Feature::SlidingWindow)
+            None
+        );
+        let gpt_oss = architecture("GptOssForCausalLM").map(|a| a.needs);
+        assert_eq!(
+            gpt_oss.and_then(|n| missing(Device::Cuda, n.iter().copied())),
+            Some(Feature::GptOss)
         );
         let qwen = architecture("Qwen3_5MoeForConditionalGeneration").map(|a| a.needs);
         assert_eq!(
