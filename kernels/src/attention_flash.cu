@@ -30,12 +30,15 @@
 // its group scale (prelude/fp8.cuh: ceil(D / 128) scales a (slot, kv head)) while it goes to
 // shared memory, one more rounding of each key and value.
 //
-// A sliding window (`window` > 0: a row at q sees keys q - window < p <= q) starts the key-tile
-// loop at the tile holding the tile's first visible key, a warp skips key tiles before all its
-// rows' windows, and only tiles that start before a row's window get the lower mask. Sinks
-// (null: none, else [nh] f32 logits, gpt-oss) join each row's denominator when it is normalised.
+// A sliding window (the _win build, `window` > 0: a row at q sees keys q - window < p <= q; a
+// build of its own because the plain D = 128 build uses all 255 registers already) starts the
+// key-tile loop at the tile holding the block's first visible key (the earliest row's window
+// start), so no key tile before it is loaded; every tile it computes takes the two-sided mask
+// (one unsigned compare a score, the row's position read from shared memory: the D = 128 FP8
+// build has no register left for it). Sinks (null: none, else [nh] f32 logits, gpt-oss) join
+// each row's denominator when it is normalised, in both builds.
 //
-// Symbols: attention_flash_<q dtype>[_kv8]_d<D> for D = 64, 128, 256.
+// Symbols: attention_flash[_win]_<q dtype>[_kv8]_d<D> for D = 64, 128, 256.
 
 // Rows of a tile at every head_dim (FLASH_TILE_ROWS in batch.rs).
 #define FLASH_BQ 128
@@ -68,15 +71,15 @@ __device__ __forceinline__ u32x4 scale_bf16x8(u32x4 v, float s) {
 
 // Key tile `kb` (BK keys from key kb of the sequence whose table is `table`) of kv head
 // `kv_head` into stage buffers ks / vs: cp.async for a bf16 cache, widened and scaled through
-// registers for an FP8 one. Keys outside [key0, len) read zeros (a stale slot may hold
-// anything, and a masked key's value still meets a weight of 0; key0 > 0: before every row's
-// window).
+// registers for an FP8 one. Keys at or past `len` read zeros (a stale slot may hold anything,
+// and a masked key's value still meets a weight of 0). Keys before a window's start are real
+// positions of the sequence (the cache keeps every position), so they are read as they are.
 template <typename TC, int D>
 __device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* vs,
                                               const TC* k_cache, const TC* v_cache,
                                               const float* k_scales, const float* v_scales,
                                               const u32* table, int block_size, int num_kv_heads,
-                                              int kv_head, int kb, int key0, int len) {
+                                              int kv_head, int kb, int len) {
     using C = FlashCfg<D>;
     constexpr bool FP8 = sizeof(TC) == 1;
     constexpr int G = (D + 127) / 128; // FP8 scale groups of a head vector
@@ -85,7 +88,7 @@ __device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* 
     const int shift = __ffs(block_size) - 1;
     for (int i = threadIdx.x; i < C::BK * C::CH; i += C::THREADS) {
         const int r = i / C::CH, c = i % C::CH, key = kb + r;
-        const bool ok = (u32)(key - key0) < (u32)(len - key0); // key0 <= key < len
+        const bool ok = key < len;
         const int blk = pow2 ? key >> shift : key / block_size;
         const int in = pow2 ? key & (block_size - 1) : key - blk * block_size;
         const u64 slot = ok ? (u64)table[blk] * block_size + in : 0;
@@ -109,7 +112,7 @@ __device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* 
     }
 }
 
-template <typename T, typename TC, int D>
+template <typename T, typename TC, int D, bool WIN>
 __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
                                      const TC* v_cache, const u32* positions, const u32* row_seq,
                                      const u32* block_tables, const u32* tiles, int max_blocks,
@@ -143,9 +146,12 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     const int row0 = (int)tiles[2 * tile], row_end = (int)tiles[2 * tile + 1];
     const u64 width = (u64)(num_heads + 2 * num_kv_heads) * D;
     const u32* table = block_tables + (u64)row_seq[row0] * max_blocks;
-    // A sliding window (window > 0): a row at position q sees keys q - window < p <= q. No
-    // window is one longer than any context (2^30 keys), so the window tests below never fire.
-    const int win = window > 0 ? window : 1 << 30;
+    // A sliding window (the WIN build, window > 0): a row at position q sees keys
+    // q - window < p <= q. Without WIN every window test below is compiled out: the D = 128
+    // build already uses all 255 registers, and the window's few more would spill.
+    // The build takes window > 0 (the host launches it only then), read from the kernel's
+    // parameters where it is used rather than kept in a register.
+    const int win = WIN ? window : 1 << 30;
 
     for (int r = threadIdx.x; r < BQ; r += C::THREADS)
         row_pos[r] = row0 + r < row_end ? (int)positions[row0 + r] : -1;
@@ -170,10 +176,10 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
         int m = -1, key0 = 1 << 30;
         for (int r = 0; r < BQ; ++r) {
             m = max(m, row_pos[r]);
-            if (row_pos[r] >= 0) key0 = min(key0, row_pos[r] - win + 1);
+            if (WIN && row_pos[r] >= 0) key0 = min(key0, row_pos[r] - win + 1);
         }
         tile_len = m + 1;
-        tile_lo = max(0, min(key0, m));
+        tile_lo = WIN ? max(0, min(key0, m)) : 0;
     }
     // The warp's rows: 16 · MW from wr0; this lane's are rows g and g + 8 of each 16-row tile.
     const int wr0 = 16 * MW * warp;
@@ -183,20 +189,17 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
         pos[mi][0] = row_pos[wr0 + 16 * mi + g];
         pos[mi][1] = row_pos[wr0 + 16 * mi + g + 8];
     }
-    // wlo: the first key any of the warp's rows sees (rows past the tile, at -1, see none).
-    int wmax = -1, wmin = 1 << 30, wlo = 1 << 30;
+    int wmax = -1, wmin = 1 << 30;
 #pragma unroll
     for (int r = 0; r < 16 * MW; ++r) {
-        const int p = row_pos[wr0 + r];
-        wmax = max(wmax, p);
-        wmin = min(wmin, p);
-        if (p >= 0) wlo = min(wlo, p - win + 1);
+        wmax = max(wmax, row_pos[wr0 + r]);
+        wmin = min(wmin, row_pos[wr0 + r]);
     }
     __syncthreads();
-    const int len = tile_len, key0 = tile_lo;
+    const int len = tile_len;
     // The key tiles: from the one holding the tile's first visible key (the window's start;
     // the tiles before it are never loaded) to the one holding its last.
-    const int j0 = key0 / BK, ntiles = (len + BK - 1) / BK;
+    const int j0 = (WIN ? tile_lo : 0) / BK, ntiles = (len + BK - 1) / BK;
 
     const float scale_log2 = scale * 1.4426950408889634f;
     float o[MW][NO][4];
@@ -213,7 +216,7 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     if (j0 < ntiles) {
         flash_load_kv<TC, D>(stage(j0 & 1), stage(j0 & 1) + BK * D * 2, k_cache, v_cache,
                              k_scales, v_scales, table, block_size, num_kv_heads, kv_head,
-                             j0 * BK, key0, len);
+                             j0 * BK, len);
         cp_async_commit();
     }
     // Lane addresses of the ldmatrix reads: Q rows (l % 8) + 8 · (l / 8 % 2), column l / 16;
@@ -228,13 +231,14 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
         if (j + 1 < ntiles) {
             unsigned char* nx = stage((j + 1) & 1);
             flash_load_kv<TC, D>(nx, nx + BK * D * 2, k_cache, v_cache, k_scales, v_scales,
-                                 table, block_size, num_kv_heads, kv_head, (j + 1) * BK, key0,
-                                 len);
+                                 table, block_size, num_kv_heads, kv_head, (j + 1) * BK, len);
             cp_async_commit();
         }
         const int kb = j * BK;
-        // Every key of the tile is after every row of this warp, or before all their windows.
-        if (kb > wmax || kb + BK <= wlo) continue;
+        // Every key of the tile is after every row of this warp. (A warp-level skip of tiles
+        // before all its rows' windows too would take one register more, which spills the
+        // D = 128 build; the block already starts at its rows' first window tile.)
+        if (kb > wmax) continue;
         const unsigned char* ks = stage(j & 1);
         const unsigned char* vs = ks + BK * D * 2;
 
@@ -264,19 +268,23 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
             }
         }
         // Scale, and mask keys past each row's position (only where the tile reaches past the
-        // warp's smallest one) or before its window (only where the tile starts before the
-        // warp's largest row's window; never without a window).
-        const bool mask = kb + BK - 1 > wmin, wmask = kb + win <= wmax;
-        if (wmask) {
+        // warp's smallest one); the _win build masks both ends of each row's window instead.
+        const bool mask = kb + BK - 1 > wmin;
+        if (WIN) {
 #pragma unroll
             for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
                 for (int n = 0; n < NS; ++n)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int key = kb + 8 * n + 2 * t + (e & 1), p = pos[mi][e >> 1];
-                        s[mi][n][e] = key > p || key + win <= p ? NEG_INF
-                                                                : s[mi][n][e] * scale_log2;
+                        // Visible when p - window < key <= p: one unsigned compare. The row's
+                        // position comes from shared memory here (registers are what the
+                        // D = 128 FP8 build lacks).
+                        const int key = kb + 8 * n + 2 * t + (e & 1);
+                        const int p = row_pos[wr0 + 16 * mi + g + 8 * (e >> 1)];
+                        s[mi][n][e] = (u32)(p - key) < (u32)window
+                                          ? s[mi][n][e] * scale_log2
+                                          : NEG_INF;
                     }
         } else {
 #pragma unroll
@@ -371,21 +379,23 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
 // out [T, nh·D] bf16; qkv [T, (nh + 2·nkv)·D]; the caches [blocks, block_size, nkv, D] (FP8:
 // bytes with their scales at k_scales / v_scales, else unread); tiles: (first row, end row)
 // pairs; grid x = tiles · num_heads, FlashCfg<D>::THREADS threads, FlashCfg<D>::SMEM bytes of
-// dynamic shared memory.
-#define ATTENTION_FLASH(SUFFIX, T, TC, D)                                                          \
+// dynamic shared memory. `attention_flash_win_*`: the sliding-window build (window > 0); the
+// plain build ignores `window`. Both take sinks (null: none).
+#define ATTENTION_FLASH_ONE(NAME, T, TC, D, WIN)                                                   \
     extern "C" __global__ void __launch_bounds__(FlashCfg<D>::THREADS)                             \
-        attention_flash_##SUFFIX##_d##D(bf16* out, const T* qkv, const TC* k_cache,                \
-                                        const TC* v_cache, const u32* positions,                   \
-                                        const u32* row_seq, const u32* block_tables,               \
-                                        const u32* tiles, int max_blocks, int block_size,          \
-                                        int num_heads, int num_kv_heads, float scale,              \
-                                        const float* k_scales, const float* v_scales, int window,  \
-                                        const float* sinks) {                                      \
+        NAME(bf16* out, const T* qkv, const TC* k_cache, const TC* v_cache, const u32* positions,  \
+             const u32* row_seq, const u32* block_tables, const u32* tiles, int max_blocks,        \
+             int block_size, int num_heads, int num_kv_heads, float scale,                         \
+             const float* k_scales, const float* v_scales, int window, const float* sinks) {       \
         pdl_start();                                                                               \
-        attention_flash_impl<T, TC, D>(out, qkv, k_cache, v_cache, positions, row_seq,             \
-                                       block_tables, tiles, max_blocks, block_size, num_heads,     \
-                                       num_kv_heads, scale, k_scales, v_scales, window, sinks);    \
+        attention_flash_impl<T, TC, D, WIN>(out, qkv, k_cache, v_cache, positions, row_seq,        \
+                                            block_tables, tiles, max_blocks, block_size,           \
+                                            num_heads, num_kv_heads, scale, k_scales, v_scales,    \
+                                            window, sinks);                                        \
     }
+#define ATTENTION_FLASH(SUFFIX, T, TC, D)                                                          \
+    ATTENTION_FLASH_ONE(attention_flash_##SUFFIX##_d##D, T, TC, D, false)                          \
+    ATTENTION_FLASH_ONE(attention_flash_win_##SUFFIX##_d##D, T, TC, D, true)
 #define ATTENTION_FLASH_ALL(SUFFIX, T, TC)                                                         \
     ATTENTION_FLASH(SUFFIX, T, TC, 64)                                                             \
     ATTENTION_FLASH(SUFFIX, T, TC, 128)                                                            \

@@ -29,7 +29,7 @@ pub enum Feature {
     /// layers, gpt-oss's banded layers.
     SlidingWindow,
     /// gpt-oss's ops: attention with a learned sink logit per head, biased projections and
-    /// experts with biases and the clamped SwiGLU.
+    /// experts with biases and the clamped SwiGLU (CUDA lacks the last two).
     GptOss,
     /// MiniMax-M2's ops: QK norms over all heads at once and experts routed by sigmoid scores
     /// with a correction bias.
@@ -49,7 +49,8 @@ impl Feature {
             Self::Fp8Weights => "FP8 block-scaled weights",
             Self::HybridLayers => "Gated DeltaNet layers",
             Self::SlidingWindow => "sliding-window attention",
-            Self::GptOss => "attention sinks, biased projections and clamped-SwiGLU experts",
+            // (Attention sinks have CUDA kernels: `paged_attention_sinks`.)
+            Self::GptOss => "biased projections and clamped-SwiGLU experts",
             Self::MiniMaxM2 => "QK norms over all heads and sigmoid-routed experts",
             Self::NemotronH => "Mamba-2 mixers and relu² MLPs",
             Self::DeepseekV3 => "multi-head latent attention and group-limited routing",

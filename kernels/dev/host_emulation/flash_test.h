@@ -62,16 +62,24 @@ void t_flash(int nh, int nkv, std::vector<std::pair<int, int>> seqs, int bs = 16
     const auto tiles = flash_tiles(seqs, FlashCfg<D>::BQ);
     const float scale = 1.0f / std::sqrt((float)D);
     const unsigned grid = (unsigned)(tiles.size() / 2 * nh);
-    launch({grid}, {(unsigned)FlashCfg<D>::THREADS}, [&] {
+    // The build the launcher picks: the _win one for a window.
+    auto run = [&](auto win) {
+        constexpr bool W = decltype(win)::value;
         const u32 *pos = b.positions.data(), *rs = b.row_seq.data(), *tab = b.tables.data();
         if (fp8 && bf16_q)
-            attention_flash_impl<bf16, unsigned char, D>(out.data(), qkv16.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data(), window, sk);
+            attention_flash_impl<bf16, unsigned char, D, W>(out.data(), qkv16.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data(), window, sk);
         else if (fp8)
-            attention_flash_impl<float, unsigned char, D>(out.data(), qkv.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data(), window, sk);
+            attention_flash_impl<float, unsigned char, D, W>(out.data(), qkv.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data(), window, sk);
         else if (bf16_q)
-            attention_flash_impl<bf16, bf16, D>(out.data(), qkv16.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr, window, sk);
+            attention_flash_impl<bf16, bf16, D, W>(out.data(), qkv16.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr, window, sk);
         else
-            attention_flash_impl<float, bf16, D>(out.data(), qkv.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr, window, sk);
+            attention_flash_impl<float, bf16, D, W>(out.data(), qkv.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr, window, sk);
+    };
+    launch({grid}, {(unsigned)FlashCfg<D>::THREADS}, [&] {
+        if (window > 0)
+            run(std::true_type{});
+        else
+            run(std::false_type{});
     });
     // The reference sees the cache's values (FP8: e4m3 · scale) and q as given (bf16 q: its
     // bf16 values); the kernel rounds q, p and an FP8 cache's scaled values to bf16.

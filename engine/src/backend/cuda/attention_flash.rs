@@ -35,9 +35,17 @@ fn flash_smem(hd: usize) -> u32 {
     ((FLASH_TILE_ROWS + 4 * keys) * hd * 2) as u32
 }
 
-/// The variant for a q of `q` type, an FP8 cache or not, and head_dim `hd`; `None` where the
-/// kernel has none (the float32 path, other head dims).
-pub(super) fn flash_kernel(q: DType, kv8: bool, hd: usize) -> Option<&'static Kernel<FlashArgs>> {
+/// The variant for a q of `q` type, an FP8 cache or not, and head_dim `hd`, the sliding-window
+/// build (`_win`) or not; `None` where the kernel has none (the float32 path, other head dims).
+pub(super) fn flash_kernel(
+    q: DType,
+    kv8: bool,
+    hd: usize,
+    win: bool,
+) -> Option<&'static Kernel<FlashArgs>> {
+    if win {
+        return flash_win_kernel(q, kv8, hd);
+    }
     Some(match (q, kv8, hd) {
         (DType::F32, false, 64) => &k::attention_flash_f32_d64,
         (DType::F32, false, 128) => &k::attention_flash_f32_d128,
@@ -51,6 +59,26 @@ pub(super) fn flash_kernel(q: DType, kv8: bool, hd: usize) -> Option<&'static Ke
         (DType::BF16, true, 64) => &k::attention_flash_bf16_kv8_d64,
         (DType::BF16, true, 128) => &k::attention_flash_bf16_kv8_d128,
         (DType::BF16, true, 256) => &k::attention_flash_bf16_kv8_d256,
+        _ => return None,
+    })
+}
+
+/// The sliding-window builds (`attention_flash_win_*`), a build of their own so the plain one
+/// keeps every register it had (its D = 128 build uses all 255).
+fn flash_win_kernel(q: DType, kv8: bool, hd: usize) -> Option<&'static Kernel<FlashArgs>> {
+    Some(match (q, kv8, hd) {
+        (DType::F32, false, 64) => &k::attention_flash_win_f32_d64,
+        (DType::F32, false, 128) => &k::attention_flash_win_f32_d128,
+        (DType::F32, false, 256) => &k::attention_flash_win_f32_d256,
+        (DType::BF16, false, 64) => &k::attention_flash_win_bf16_d64,
+        (DType::BF16, false, 128) => &k::attention_flash_win_bf16_d128,
+        (DType::BF16, false, 256) => &k::attention_flash_win_bf16_d256,
+        (DType::F32, true, 64) => &k::attention_flash_win_f32_kv8_d64,
+        (DType::F32, true, 128) => &k::attention_flash_win_f32_kv8_d128,
+        (DType::F32, true, 256) => &k::attention_flash_win_f32_kv8_d256,
+        (DType::BF16, true, 64) => &k::attention_flash_win_bf16_kv8_d64,
+        (DType::BF16, true, 128) => &k::attention_flash_win_bf16_kv8_d128,
+        (DType::BF16, true, 256) => &k::attention_flash_win_bf16_kv8_d256,
         _ => return None,
     })
 }
@@ -70,7 +98,9 @@ impl CudaBackend {
         let cache_ok = matches!(cache, DType::BF16 | DType::F8);
         batch
             .flash
-            .filter(|_| cc_ok && cache_ok && flash_kernel(q, cache == DType::F8, hd).is_some())
+            .filter(|_| {
+                cc_ok && cache_ok && flash_kernel(q, cache == DType::F8, hd, false).is_some()
+            })
     }
 
     /// Causal attention of the plan's rows (`plan.first_row..`) into `out`, in a sliding window
@@ -90,7 +120,7 @@ impl CudaBackend {
         (window, sinks): (i32, u64),
     ) -> Result<()> {
         let kv8 = k_cache.dtype == DType::F8;
-        let Some(kernel) = flash_kernel(qkv.dtype, kv8, hd) else {
+        let Some(kernel) = flash_kernel(qkv.dtype, kv8, hd, window > 0) else {
             return Err(shape_err(
                 "paged_attention",
                 format!("no flash kernel for q {:?} at head_dim {hd}", qkv.dtype),
@@ -152,9 +182,11 @@ mod tests {
             // Two blocks a multiprocessor at 64 and 128, one at 256.
             let blocks = if hd <= 128 { 2 } else { 1 };
             assert!(flash_smem(hd) as usize * blocks <= 227 * 1024, "{hd}");
-            assert!(flash_kernel(DType::BF16, true, hd).is_some());
+            assert!(flash_kernel(DType::BF16, true, hd, false).is_some());
+            assert!(flash_kernel(DType::F32, false, hd, true).is_some());
         }
-        assert!(flash_kernel(DType::F32, false, 96).is_none());
-        assert!(flash_kernel(DType::F8, false, 128).is_none());
+        assert!(flash_kernel(DType::F32, false, 96, false).is_none());
+        assert!(flash_kernel(DType::F8, false, 128, false).is_none());
+        assert!(flash_kernel(DType::F8, false, 128, true).is_none());
     }
 }
