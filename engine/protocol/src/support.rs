@@ -70,10 +70,7 @@ pub const fn cuda_supports(feature: Feature) -> bool {
         // Not yet: the attention kernels take a sink logit (paged_attention_sinks) but have no
         // latent form, and there are no kernels for the biased projections, sigmoid routing,
         // the clamped SwiGLU, the Mamba-2 mixer or relu² (docs/models.md).
-        Feature::GptOss
-        | Feature::MiniMaxM2
-        | Feature::NemotronH
-        | Feature::DeepseekV3 => false,
+        Feature::GptOss | Feature::MiniMaxM2 | Feature::NemotronH | Feature::DeepseekV3 => false,
     }
 }
 

@@ -330,11 +330,29 @@ impl CudaBackend {
             },
         )?;
         if sinks.dtype == DType::F32 {
-            return self.attention_op(out, qkv, k_cache, v_cache, batch, heads, window, Some(sinks));
+            return self.attention_op(
+                out,
+                qkv,
+                k_cache,
+                v_cache,
+                batch,
+                heads,
+                window,
+                Some(sinks),
+            );
         }
         let mut wide = self.alloc(&sinks.shape, DType::F32)?;
         self.cast(&mut wide, sinks)?;
-        self.attention_op(out, qkv, k_cache, v_cache, batch, heads, window, Some(&wide))
+        self.attention_op(
+            out,
+            qkv,
+            k_cache,
+            v_cache,
+            batch,
+            heads,
+            window,
+            Some(&wide),
+        )
     }
 
     /// Every attention entry point: `window` (`Some`: keys `q − window < p ≤ q` only) and

@@ -96,11 +96,9 @@ impl CudaBackend {
         let cc_ok = self.info.compute_capability
             >= metrale_kernels::Module::AttentionFlash.min_compute_capability();
         let cache_ok = matches!(cache, DType::BF16 | DType::F8);
-        batch
-            .flash
-            .filter(|_| {
-                cc_ok && cache_ok && flash_kernel(q, cache == DType::F8, hd, false).is_some()
-            })
+        batch.flash.filter(|_| {
+            cc_ok && cache_ok && flash_kernel(q, cache == DType::F8, hd, false).is_some()
+        })
     }
 
     /// Causal attention of the plan's rows (`plan.first_row..`) into `out`, in a sliding window
