@@ -32,6 +32,13 @@
 // e4m3 bytes and group scales; attention reads `e4m3 · scale` through kv_value. Every attention
 // kernel takes the two scale regions last (null, and unused, for bf16 and f32 caches).
 //
+// Sliding windows and sinks: every attention kernel takes `window` (> 0: a row at position q
+// sees keys q - window < p <= q; 0: all of 0..=q) and `sinks` (null, or [nh] f32 logits that
+// join each head's softmax denominator with no value, gpt-oss). A window is a runtime bound on
+// the key loop's start, computed once a block, so a kernel without one runs the loop it always
+// did; the keys before the window are never read. A sink is folded in once, where the states
+// are normalised: merge_attention_states (plain) or attention_merge (split-K).
+//
 // Symbols: block_table_write, write_kv_<qkv dtype>, paged_attention[_split]_<qkv dtype>_d<32·NPER>_g<G>,
 // attention_merge; write_kv_fp32, paged_attention[_split]_fp32_d<D>_g<G>, attention_merge_fp32;
 // write_kv_<qkv dtype>_kv8, paged_attention[_split]_<qkv dtype>_kv8_d<D>_g<G>.
@@ -123,7 +130,8 @@ __device__ void attention_impl(TO* out, float* partial, const T* qkv, const TC* 
                                const TC* v_cache, const u32* positions, const u32* row_seq,
                                const u32* block_tables, int max_blocks, int block_size,
                                int num_heads, int num_kv_heads, int head_dim, float scale,
-                               const float* k_scales, const float* v_scales) {
+                               const float* k_scales, const float* v_scales, int window,
+                               const float* sinks) {
     __shared__ float part_m[ATTN_WARPS][G], part_l[ATTN_WARPS][G];
     __shared__ float part_acc[ATTN_WARPS][G][NPER * 32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -137,10 +145,13 @@ __device__ void attention_impl(TO* out, float* partial, const T* qkv, const TC* 
     const u64 width = (u64)(num_heads + 2 * num_kv_heads) * head_dim;
     const u32* table = block_tables + (u64)row_seq[row] * max_blocks;
     const int len = (int)positions[row] + 1;
-    // Split-K: the row's own causal range cut evenly into gridDim.z slices, so a row's result
-    // depends only on its length and the split count (not on the batch's longest row).
-    const int per_split = PARTIAL ? (len + (int)gridDim.z - 1) / (int)gridDim.z : 0;
-    const int begin = PARTIAL ? (int)blockIdx.z * per_split : 0;
+    // A sliding window (window > 0) starts the key loop at the row's first visible key, so the
+    // keys before it are never read.
+    const int key0 = window > 0 ? max(0, len - window) : 0;
+    // Split-K: the row's own range [key0, len) cut evenly into gridDim.z slices, so a row's
+    // result depends only on its length and the split count (not on the batch's longest row).
+    const int per_split = PARTIAL ? (len - key0 + (int)gridDim.z - 1) / (int)gridDim.z : 0;
+    const int begin = key0 + (PARTIAL ? (int)blockIdx.z * per_split : 0);
     const int end = PARTIAL ? min(len, begin + per_split) : len;
     const int groups = (head_dim + KV_FP8_GROUP - 1) / KV_FP8_GROUP;  // FP8 cache scales a row
 
@@ -221,7 +232,7 @@ __device__ void attention_impl(TO* out, float* partial, const T* qkv, const TC* 
     __syncthreads();
 
     merge_attention_states<ATTN_WARPS, G, NPER * 32, PARTIAL, false>(
-        part_m, part_l, part_acc, G, head0, row, num_heads, head_dim, out, partial);
+        part_m, part_l, part_acc, G, head0, row, num_heads, head_dim, out, partial, sinks);
 }
 
 // Both entry points take the same arguments (the plain kernel ignores partial, the split
@@ -231,23 +242,23 @@ __device__ void attention_impl(TO* out, float* partial, const T* qkv, const TC* 
         TO* out, float* partial, const T* qkv, const TC* k_cache, const TC* v_cache,               \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
-        const float* k_scales, const float* v_scales) {                                            \
+        const float* k_scales, const float* v_scales, int window, const float* sinks) {            \
         pdl_start();                                                                               \
         attention_impl<T, TC, TO, NPER, G, false>(out, partial, qkv, k_cache, v_cache, positions,  \
                                                   row_seq, block_tables, max_blocks, block_size,   \
                                                   num_heads, num_kv_heads, head_dim, scale,        \
-                                                  k_scales, v_scales);                             \
+                                                  k_scales, v_scales, window, sinks);              \
     }                                                                                              \
     extern "C" __global__ void paged_attention_split_##SUFFIX(                                     \
         TO* out, float* partial, const T* qkv, const TC* k_cache, const TC* v_cache,               \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
-        const float* k_scales, const float* v_scales) {                                            \
+        const float* k_scales, const float* v_scales, int window, const float* sinks) {            \
         pdl_start();                                                                               \
         attention_impl<T, TC, TO, NPER, G, true>(out, partial, qkv, k_cache, v_cache, positions,   \
                                                  row_seq, block_tables, max_blocks, block_size,    \
                                                  num_heads, num_kv_heads, head_dim, scale,         \
-                                                 k_scales, v_scales);                              \
+                                                 k_scales, v_scales, window, sinks);               \
     }
 
 // Head groups G with G · NPER <= 32 (the registers of q and the accumulators).
@@ -289,7 +300,8 @@ template <typename T, int D, int G, bool PARTIAL>
 __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, const bf16* k_cache,
                                    const bf16* v_cache, const u32* positions, const u32* row_seq,
                                    const u32* block_tables, int max_blocks, int block_size,
-                                   int num_heads, int num_kv_heads, float scale) {
+                                   int num_heads, int num_kv_heads, float scale, int window,
+                                   const float* sinks) {
     constexpr int LPK = D / 8;
     constexpr int KPW = 32 / LPK;
     constexpr int STATES = ATTN_WARPS * KPW;
@@ -308,10 +320,13 @@ __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, cons
     const u64 width = (u64)(num_heads + 2 * num_kv_heads) * D;
     const u32* table = block_tables + (u64)row_seq[row] * max_blocks;
     const int len = (int)positions[row] + 1;
-    // Split-K: the row's own causal range cut evenly into gridDim.z slices, so a row's result
-    // depends only on its length and the split count (not on the batch's longest row).
-    const int per_split = PARTIAL ? (len + (int)gridDim.z - 1) / (int)gridDim.z : 0;
-    const int begin = PARTIAL ? (int)blockIdx.z * per_split : 0;
+    // A sliding window (window > 0) starts the key loop at the row's first visible key, so the
+    // keys before it are never read.
+    const int key0 = window > 0 ? max(0, len - window) : 0;
+    // Split-K: the row's own range [key0, len) cut evenly into gridDim.z slices, so a row's
+    // result depends only on its length and the split count (not on the batch's longest row).
+    const int per_split = PARTIAL ? (len - key0 + (int)gridDim.z - 1) / (int)gridDim.z : 0;
+    const int begin = key0 + (PARTIAL ? (int)blockIdx.z * per_split : 0);
     const int end = PARTIAL ? min(len, begin + per_split) : len;
 
     float qr[G][8], acc[G][8], m[G], l[G];
@@ -412,7 +427,7 @@ __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, cons
     __syncthreads();
 
     merge_attention_states<STATES, G, D, PARTIAL, false>(part_m, part_l, part_acc, G, head0, row,
-                                                         num_heads, D, out, partial);
+                                                         num_heads, D, out, partial, sinks);
 }
 
 #define PAGED_ATTENTION_VEC(SUFFIX, T, D, G)                                                       \
@@ -420,21 +435,21 @@ __device__ void attention_vec_impl(bf16* out, float* partial, const T* qkv, cons
         bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
-        const float*, const float*) {                                                              \
+        const float*, const float*, int window, const float* sinks) {                              \
         pdl_start();                                                                               \
         attention_vec_impl<T, D, G, false>(out, partial, qkv, k_cache, v_cache, positions,         \
                                            row_seq, block_tables, max_blocks, block_size,          \
-                                           num_heads, num_kv_heads, scale);        \
+                                           num_heads, num_kv_heads, scale, window, sinks);         \
     }                                                                                              \
     extern "C" __global__ void paged_attention_vec_split_##SUFFIX(                                 \
         bf16* out, float* partial, const T* qkv, const bf16* k_cache, const bf16* v_cache,         \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
-        const float*, const float*) {                                                              \
+        const float*, const float*, int window, const float* sinks) {                              \
         pdl_start();                                                                               \
         attention_vec_impl<T, D, G, true>(out, partial, qkv, k_cache, v_cache, positions,          \
                                           row_seq, block_tables, max_blocks, block_size,           \
-                                          num_heads, num_kv_heads, scale);         \
+                                          num_heads, num_kv_heads, scale, window, sinks);          \
     }
 
 #define PAGED_ATTENTION_VEC_GROUPS(TS, T, D)                                                       \
@@ -451,8 +466,9 @@ PAGED_ATTENTION_VEC_GROUPS(bf16, bf16, 256)
 
 // Split-K epilogue: one block per (row, head) combines the `splits` partial states of
 // paged_attention_split (out = Σ acc_s·e^(m_s - M) / Σ l_s·e^(m_s - M), M = max m_s) and writes
-// bf16. Split 0 always holds key 0, so M is finite and the sum positive. Every load is issued
-// at once: a thread a split loads the splits' m and l, and each thread its dimension's acc of
+// bf16. Split 0 always holds the row's first key, so M is finite and the sum positive. With
+// sinks (gpt-oss), head h's sinks[h] joins as one more state of l = 1 and no value. Every load
+// is issued at once: a thread a split loads the splits' m and l, and each thread its dimension's acc of
 // every split (up to ATTN_MERGE_MAX_SPLITS registers); then the weights e^(m_s - M), and each
 // dimension adds its splits' terms in split order. The first version looped over the splits
 // three times, a dependent load at a time, and took 21 µs at 64 splits on the H200 (10 µs for
@@ -473,7 +489,8 @@ __device__ __forceinline__ void merge_terms(float (&a)[MAXS], const float* st, i
 // shorter unrolled loops; 4 splits took 4.8 µs on the 64-split code against 3.8 before).
 template <int MAXS, typename TO>
 __device__ void attention_merge_body(TO* out, const float* partial, int num_heads, int head_dim,
-                                     int splits, float* ms, float* ls, float* ws) {
+                                     int splits, const float* sinks, float* ms, float* ls,
+                                     float* ws) {
     const u64 row = blockIdx.x;
     const int head = blockIdx.y, stride = head_dim + 2, d0 = threadIdx.x;
     const float* st = partial + (row * num_heads + head) * (u64)splits * stride;
@@ -486,10 +503,13 @@ __device__ void attention_merge_body(TO* out, const float* partial, int num_head
     __syncthreads();
     float m_all = NEG_INF;
     for (int s = 0; s < splits; ++s) m_all = fmaxf(m_all, ms[s]);
+    // A sink (gpt-oss; null: none) is one more state: m = sinks[head], l = 1, no value.
+    if (sinks != nullptr) m_all = fmaxf(m_all, sinks[head]);
     for (int s = threadIdx.x; s < splits; s += blockDim.x) ws[s] = expf(ms[s] - m_all);
     __syncthreads();
     float l_all = 0.f;
     for (int s = 0; s < splits; ++s) l_all += ms[s] == NEG_INF ? 0.f : ls[s] * ws[s];
+    if (sinks != nullptr) l_all += expf(sinks[head] - m_all);
     const float inv_l = 1.0f / l_all;
     TO* o = out + row * ((u64)num_heads * head_dim) + (u64)head * head_dim;
     for (int d = d0; d < head_dim; d += blockDim.x) {
@@ -504,23 +524,23 @@ __device__ void attention_merge_body(TO* out, const float* partial, int num_head
 
 template <typename TO>
 __device__ void attention_merge_impl(TO* out, const float* partial, int num_heads, int head_dim,
-                                     int splits) {
+                                     int splits, const float* sinks) {
     __shared__ float ms[ATTN_MERGE_MAX_SPLITS], ls[ATTN_MERGE_MAX_SPLITS], ws[ATTN_MERGE_MAX_SPLITS];
     if (splits <= 8)
-        attention_merge_body<8>(out, partial, num_heads, head_dim, splits, ms, ls, ws);
+        attention_merge_body<8>(out, partial, num_heads, head_dim, splits, sinks, ms, ls, ws);
     else
-        attention_merge_body<ATTN_MERGE_MAX_SPLITS>(out, partial, num_heads, head_dim, splits, ms,
-                                                    ls, ws);
+        attention_merge_body<ATTN_MERGE_MAX_SPLITS>(out, partial, num_heads, head_dim, splits,
+                                                    sinks, ms, ls, ws);
 }
 
 extern "C" __global__ void attention_merge(bf16* out, const float* partial, int num_heads,
-                                           int head_dim, int splits) {
+                                           int head_dim, int splits, const float* sinks) {
     pdl_start();
-    attention_merge_impl(out, partial, num_heads, head_dim, splits);
+    attention_merge_impl(out, partial, num_heads, head_dim, splits, sinks);
 }
 
 extern "C" __global__ void attention_merge_fp32(float* out, const float* partial, int num_heads,
-                                                int head_dim, int splits) {
+                                                int head_dim, int splits, const float* sinks) {
     pdl_start();
-    attention_merge_impl(out, partial, num_heads, head_dim, splits);
+    attention_merge_impl(out, partial, num_heads, head_dim, splits, sinks);
 }

@@ -30,7 +30,15 @@
 // its group scale (prelude/fp8.cuh: ceil(D / 128) scales a (slot, kv head)) while it goes to
 // shared memory, one more rounding of each key and value.
 //
-// Symbols: attention_flash_<q dtype>[_kv8]_d<D> for D = 64, 128, 256.
+// A sliding window (the _win build, `window` > 0: a row at q sees keys q - window < p <= q; a
+// build of its own because the plain D = 128 build uses all 255 registers already) starts the
+// key-tile loop at the tile holding the block's first visible key (the earliest row's window
+// start), so no key tile before it is loaded; every tile it computes takes the two-sided mask
+// (one unsigned compare a score, the row's position read from shared memory: the D = 128 FP8
+// build has no register left for it). Sinks (null: none, else [nh] f32 logits, gpt-oss) join
+// each row's denominator when it is normalised, in both builds.
+//
+// Symbols: attention_flash[_win]_<q dtype>[_kv8]_d<D> for D = 64, 128, 256.
 
 // Rows of a tile at every head_dim (FLASH_TILE_ROWS in batch.rs).
 #define FLASH_BQ 128
@@ -64,7 +72,8 @@ __device__ __forceinline__ u32x4 scale_bf16x8(u32x4 v, float s) {
 // Key tile `kb` (BK keys from key kb of the sequence whose table is `table`) of kv head
 // `kv_head` into stage buffers ks / vs: cp.async for a bf16 cache, widened and scaled through
 // registers for an FP8 one. Keys at or past `len` read zeros (a stale slot may hold anything,
-// and a masked key's value still meets a weight of 0).
+// and a masked key's value still meets a weight of 0). Keys before a window's start are real
+// positions of the sequence (the cache keeps every position), so they are read as they are.
 template <typename TC, int D>
 __device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* vs,
                                               const TC* k_cache, const TC* v_cache,
@@ -103,12 +112,13 @@ __device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* 
     }
 }
 
-template <typename T, typename TC, int D>
+template <typename T, typename TC, int D, bool WIN>
 __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
                                      const TC* v_cache, const u32* positions, const u32* row_seq,
                                      const u32* block_tables, const u32* tiles, int max_blocks,
                                      int block_size, int num_heads, int num_kv_heads, float scale,
-                                     const float* k_scales, const float* v_scales) {
+                                     const float* k_scales, const float* v_scales, int window,
+                                     const float* sinks) {
     using C = FlashCfg<D>;
     constexpr int BQ = C::BQ, BK = C::BK, CH = C::CH, MW = C::MW;
     constexpr int NS = BK / 8; // S tiles (8 keys) of a 16-row tile
@@ -121,6 +131,7 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
 #endif
     __shared__ int row_pos[BQ]; // each tile row's position, -1 past the tile
     __shared__ int tile_len;    // keys the tile reads: its largest position + 1
+    __shared__ int tile_lo;     // the first key any row of the tile sees (0 without a window)
     unsigned char* const qs = smem;
     unsigned char* const kvs = smem + BQ * D * 2; // stage s: K at s · 2 · BK · D · 2, V after
 
@@ -135,6 +146,12 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     const int row0 = (int)tiles[2 * tile], row_end = (int)tiles[2 * tile + 1];
     const u64 width = (u64)(num_heads + 2 * num_kv_heads) * D;
     const u32* table = block_tables + (u64)row_seq[row0] * max_blocks;
+    // A sliding window (the WIN build, window > 0): a row at position q sees keys
+    // q - window < p <= q. Without WIN every window test below is compiled out: the D = 128
+    // build already uses all 255 registers, and the window's few more would spill.
+    // The build takes window > 0 (the host launches it only then), read from the kernel's
+    // parameters where it is used rather than kept in a register.
+    const int win = WIN ? window : 1 << 30;
 
     for (int r = threadIdx.x; r < BQ; r += C::THREADS)
         row_pos[r] = row0 + r < row_end ? (int)positions[row0 + r] : -1;
@@ -156,9 +173,13 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int m = -1;
-        for (int r = 0; r < BQ; ++r) m = max(m, row_pos[r]);
+        int m = -1, key0 = 1 << 30;
+        for (int r = 0; r < BQ; ++r) {
+            m = max(m, row_pos[r]);
+            if (WIN && row_pos[r] >= 0) key0 = min(key0, row_pos[r] - win + 1);
+        }
         tile_len = m + 1;
+        tile_lo = WIN ? max(0, min(key0, m)) : 0;
     }
     // The warp's rows: 16 · MW from wr0; this lane's are rows g and g + 8 of each 16-row tile.
     const int wr0 = 16 * MW * warp;
@@ -176,7 +197,9 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     }
     __syncthreads();
     const int len = tile_len;
-    const int ntiles = (len + BK - 1) / BK;
+    // The key tiles: from the one holding the tile's first visible key (the window's start;
+    // the tiles before it are never loaded) to the one holding its last.
+    const int j0 = (WIN ? tile_lo : 0) / BK, ntiles = (len + BK - 1) / BK;
 
     const float scale_log2 = scale * 1.4426950408889634f;
     float o[MW][NO][4];
@@ -190,9 +213,10 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     }
 
     auto stage = [&](int st) { return kvs + st * (2 * BK * D * 2); };
-    if (ntiles > 0) {
-        flash_load_kv<TC, D>(stage(0), stage(0) + BK * D * 2, k_cache, v_cache, k_scales,
-                             v_scales, table, block_size, num_kv_heads, kv_head, 0, len);
+    if (j0 < ntiles) {
+        flash_load_kv<TC, D>(stage(j0 & 1), stage(j0 & 1) + BK * D * 2, k_cache, v_cache,
+                             k_scales, v_scales, table, block_size, num_kv_heads, kv_head,
+                             j0 * BK, len);
         cp_async_commit();
     }
     // Lane addresses of the ldmatrix reads: Q rows (l % 8) + 8 · (l / 8 % 2), column l / 16;
@@ -201,7 +225,7 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     const int k_row = (lane & 7) + 8 * (lane >> 4), k_col = (lane >> 3) & 1;
     const int v_row = (lane & 7) + 8 * ((lane >> 3) & 1), v_col = lane >> 4;
 
-    for (int j = 0; j < ntiles; ++j) {
+    for (int j = j0; j < ntiles; ++j) {
         cp_async_wait<0>();
         __syncthreads();
         if (j + 1 < ntiles) {
@@ -211,7 +235,10 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
             cp_async_commit();
         }
         const int kb = j * BK;
-        if (kb > wmax) continue; // every key of the tile is after every row of this warp
+        // Every key of the tile is after every row of this warp. (A warp-level skip of tiles
+        // before all its rows' windows too would take one register more, which spills the
+        // D = 128 build; the block already starts at its rows' first window tile.)
+        if (kb > wmax) continue;
         const unsigned char* ks = stage(j & 1);
         const unsigned char* vs = ks + BK * D * 2;
 
@@ -241,18 +268,36 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
             }
         }
         // Scale, and mask keys past each row's position (only where the tile reaches past the
-        // warp's smallest one).
+        // warp's smallest one); the _win build masks both ends of each row's window instead.
         const bool mask = kb + BK - 1 > wmin;
+        if (WIN) {
 #pragma unroll
-        for (int mi = 0; mi < MW; ++mi)
+            for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
-            for (int n = 0; n < NS; ++n)
+                for (int n = 0; n < NS; ++n)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int key = kb + 8 * n + 2 * t + (e & 1);
-                    s[mi][n][e] = mask && key > pos[mi][e >> 1] ? NEG_INF
-                                                                : s[mi][n][e] * scale_log2;
-                }
+                    for (int e = 0; e < 4; ++e) {
+                        // Visible when p - window < key <= p: one unsigned compare. The row's
+                        // position comes from shared memory here (registers are what the
+                        // D = 128 FP8 build lacks).
+                        const int key = kb + 8 * n + 2 * t + (e & 1);
+                        const int p = row_pos[wr0 + 16 * mi + g + 8 * (e >> 1)];
+                        s[mi][n][e] = (u32)(p - key) < (u32)window
+                                          ? s[mi][n][e] * scale_log2
+                                          : NEG_INF;
+                    }
+        } else {
+#pragma unroll
+            for (int mi = 0; mi < MW; ++mi)
+#pragma unroll
+                for (int n = 0; n < NS; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int key = kb + 8 * n + 2 * t + (e & 1);
+                        s[mi][n][e] = mask && key > pos[mi][e >> 1] ? NEG_INF
+                                                                    : s[mi][n][e] * scale_log2;
+                    }
+        }
         // The online softmax of rows g (e = 0, 1) and g + 8 (e = 2, 3) of each 16-row tile.
 #pragma unroll
         for (int mi = 0; mi < MW; ++mi)
@@ -314,7 +359,14 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const float sum = quad_sum(l[mi][h]);
-            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            float inv = sum > 0.f ? 1.f / sum : 0.f;
+            // A sink (gpt-oss; null: none): one more logit in the denominator, in log2 units
+            // like m, with no value: out = o · 2^(m - M) / (sum · 2^(m - M) + 2^(sink - M)).
+            if (sinks != nullptr && sum > 0.f) {
+                const float sk = sinks[head] * 1.4426950408889634f;
+                const float mx = fmaxf(m[mi][h], sk), f = exp2_fast(m[mi][h] - mx);
+                inv = f / (sum * f + exp2_fast(sk - mx));
+            }
             const int r = row0 + wr0 + 16 * mi + g + 8 * h;
             if (r >= row_end) continue;
             bf16* dst = out + (u64)r * ow + (u64)head * D + 2 * t;
@@ -327,20 +379,23 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
 // out [T, nh·D] bf16; qkv [T, (nh + 2·nkv)·D]; the caches [blocks, block_size, nkv, D] (FP8:
 // bytes with their scales at k_scales / v_scales, else unread); tiles: (first row, end row)
 // pairs; grid x = tiles · num_heads, FlashCfg<D>::THREADS threads, FlashCfg<D>::SMEM bytes of
-// dynamic shared memory.
-#define ATTENTION_FLASH(SUFFIX, T, TC, D)                                                          \
+// dynamic shared memory. `attention_flash_win_*`: the sliding-window build (window > 0); the
+// plain build ignores `window`. Both take sinks (null: none).
+#define ATTENTION_FLASH_ONE(NAME, T, TC, D, WIN)                                                   \
     extern "C" __global__ void __launch_bounds__(FlashCfg<D>::THREADS)                             \
-        attention_flash_##SUFFIX##_d##D(bf16* out, const T* qkv, const TC* k_cache,                \
-                                        const TC* v_cache, const u32* positions,                   \
-                                        const u32* row_seq, const u32* block_tables,               \
-                                        const u32* tiles, int max_blocks, int block_size,          \
-                                        int num_heads, int num_kv_heads, float scale,              \
-                                        const float* k_scales, const float* v_scales) {            \
+        NAME(bf16* out, const T* qkv, const TC* k_cache, const TC* v_cache, const u32* positions,  \
+             const u32* row_seq, const u32* block_tables, const u32* tiles, int max_blocks,        \
+             int block_size, int num_heads, int num_kv_heads, float scale,                         \
+             const float* k_scales, const float* v_scales, int window, const float* sinks) {       \
         pdl_start();                                                                               \
-        attention_flash_impl<T, TC, D>(out, qkv, k_cache, v_cache, positions, row_seq,             \
-                                       block_tables, tiles, max_blocks, block_size, num_heads,     \
-                                       num_kv_heads, scale, k_scales, v_scales);                   \
+        attention_flash_impl<T, TC, D, WIN>(out, qkv, k_cache, v_cache, positions, row_seq,        \
+                                            block_tables, tiles, max_blocks, block_size,           \
+                                            num_heads, num_kv_heads, scale, k_scales, v_scales,    \
+                                            window, sinks);                                        \
     }
+#define ATTENTION_FLASH(SUFFIX, T, TC, D)                                                          \
+    ATTENTION_FLASH_ONE(attention_flash_##SUFFIX##_d##D, T, TC, D, false)                          \
+    ATTENTION_FLASH_ONE(attention_flash_win_##SUFFIX##_d##D, T, TC, D, true)
 #define ATTENTION_FLASH_ALL(SUFFIX, T, TC)                                                         \
     ATTENTION_FLASH(SUFFIX, T, TC, 64)                                                             \
     ATTENTION_FLASH(SUFFIX, T, TC, 128)                                                            \

@@ -38,6 +38,10 @@
 // given to Oᵀ += Vᵀ·Pᵀ (the running sum l keeps the plain weights). The scales come from the
 // clamped keys, so a masked key's weight stays 0.
 //
+// A sliding window (`window` > 0) starts the tile loop at the window's first 16-key tile and
+// masks the keys of that tile before it; sinks (null: none) join the softmax denominator in
+// merge_attention_states or attention_merge, as in attention.cu.
+//
 // Symbols: paged_attention_mma[_split]_<qkv dtype>[_kv8]_d<D>[_wide] (_wide: groups of 9 to 16
 // heads, which use the A operand's upper 8 rows too).
 
@@ -54,7 +58,8 @@ __device__ __forceinline__ float softmax_row(const float s[4], float& m, float& 
                                              u32& pb, u32& pa_lo, u32& pb_lo,
                                              const float (&vs)[4]) {
     const float m_new = fmaxf(m, quad_max(fmaxf(fmaxf(s[0], s[1]), fmaxf(s[2], s[3]))));
-    // Key `base` of every tile is valid, so m_new is finite; 2^(-inf - m_new) = 0 on the first.
+    // Every tile has a visible key (a window's first tile holds key0, the others start past
+    // it), so m_new is finite; 2^(-inf - m_new) = 0 on the first.
     const float corr = exp2_fast(m - m_new);
     const float p0 = exp2_fast(s[0] - m_new), p1 = exp2_fast(s[1] - m_new);
     const float p2 = exp2_fast(s[2] - m_new), p3 = exp2_fast(s[3] - m_new);
@@ -126,7 +131,8 @@ __device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, cons
                                    const TC* v_cache, const u32* positions, const u32* row_seq,
                                    const u32* block_tables, int max_blocks, int block_size,
                                    int num_heads, int num_kv_heads, float scale,
-                                   const float* k_scales, const float* v_scales) {
+                                   const float* k_scales, const float* v_scales, int window,
+                                   const float* sinks) {
     // An FP8 cache (TC = unsigned char): keys and values are loaded as e4m3 bytes (half the
     // bytes of bf16) and widened to bf16 exactly; a key's scale multiplies its scores, a value's
     // scale its weights (one scale a head vector: D <= 128 is one group).
@@ -147,14 +153,21 @@ __device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, cons
     const u64 width = (u64)(num_heads + 2 * num_kv_heads) * D;
     const u32* table = block_tables + (u64)row_seq[row] * max_blocks;
     const int len = (int)positions[row] + 1;
-    // Split-K: slices of the row's causal range, a multiple of 16 keys each so tiles never
-    // straddle two slices; a slice past the end is empty and writes an empty state.
-    int begin = 0, end = len;
+    // A sliding window (window > 0): the row sees keys [key0, len). Tiles start at the multiple
+    // of 16 at or below lo (a tile stays inside one cache block), so the keys of the first
+    // tile below key0 are masked and none before it are read.
+    const int key0 = window > 0 ? max(0, len - window) : 0;
+    const int first = key0 & ~15;
+    // Split-K: slices of [first, len), a multiple of 16 keys each so tiles never straddle two
+    // slices; a slice past the end is empty and writes an empty state.
+    int begin = first, end = len;
     if (PARTIAL) {
-        const int per = ((len + (int)gridDim.z - 1) / (int)gridDim.z + 15) & ~15;
-        begin = min(len, (int)blockIdx.z * per);
+        const int per = ((len - first + (int)gridDim.z - 1) / (int)gridDim.z + 15) & ~15;
+        begin = min(len, first + (int)blockIdx.z * per);
         end = min(len, begin + per);
     }
+    // A key p is visible when key0 <= p < end: one unsigned compare (p - key0 wraps below key0).
+    const u32 span = (u32)(end - key0);
 
     // q of heads g and g + 8 as A fragments, in the permuted k order (see the header).
     u32 qa[2 * KC][2], qb[2 * KC][2], qa_lo[2 * KC][2], qb_lo[2 * KC][2];
@@ -204,7 +217,7 @@ __device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, cons
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             const int p = base + 2 * t + (r & 1) + 8 * (r >> 1);
-            v_ok[r] = p < end;
+            v_ok[r] = (u32)(p - key0) < span;
             const u64 off = at(min(p, end - 1));
             const TC* vp = v_cache + off + NT * g;
 #pragma unroll
@@ -244,7 +257,8 @@ __device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, cons
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 if constexpr (FP8) s[i][j] *= ks[2 * i + (j & 1)];
-                s[i][j] = base + 8 * i + 2 * t + (j & 1) < end ? s[i][j] * scale_log2 : NEG_INF;
+                s[i][j] = (u32)(base + 8 * i + 2 * t + (j & 1) - key0) < span ? s[i][j] * scale_log2
+                                                                             : NEG_INF;
             }
         // P as the B operand of Oᵀ += Vᵀ·Pᵀ: column (head) g is this lane's softmax row.
         u32 pa0, pb0, pa1 = 0u, pb1 = 0u, la0, lb0, la1 = 0u, lb1 = 0u;
@@ -307,7 +321,7 @@ __device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, cons
     // Merge the warps (m in log2 units).
     merge_attention_states<MMA_WARPS, ROWS, D, PARTIAL, true>(part_m, part_l, part_acc, group,
                                                               head0, row, num_heads, D, out,
-                                                              partial);
+                                                              partial, sinks);
 }
 
 // Same arguments as attention.cu's kernels (head_dim is implied by the variant); grid x =
@@ -317,23 +331,23 @@ __device__ void attention_mma_impl(bf16* out, float* partial, const T* qkv, cons
         bf16* out, float* partial, const T* qkv, const TC* k_cache, const TC* v_cache,             \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
-        const float* k_scales, const float* v_scales) {                                            \
+        const float* k_scales, const float* v_scales, int window, const float* sinks) {            \
         pdl_start();                                                                               \
         attention_mma_impl<T, TC, D, WIDE, false>(out, partial, qkv, k_cache, v_cache, positions,  \
                                                   row_seq, block_tables, max_blocks, block_size,   \
                                                   num_heads, num_kv_heads, scale, k_scales,        \
-                                                  v_scales);                                       \
+                                                  v_scales, window, sinks);                        \
     }                                                                                              \
     extern "C" __global__ void paged_attention_mma_split_##SUFFIX(                                 \
         bf16* out, float* partial, const T* qkv, const TC* k_cache, const TC* v_cache,             \
         const u32* positions, const u32* row_seq, const u32* block_tables, int max_blocks,         \
         int block_size, int num_heads, int num_kv_heads, int head_dim, float scale,                \
-        const float* k_scales, const float* v_scales) {                                            \
+        const float* k_scales, const float* v_scales, int window, const float* sinks) {            \
         pdl_start();                                                                               \
         attention_mma_impl<T, TC, D, WIDE, true>(out, partial, qkv, k_cache, v_cache, positions,   \
                                                  row_seq, block_tables, max_blocks, block_size,    \
                                                  num_heads, num_kv_heads, scale, k_scales,         \
-                                                 v_scales);                                        \
+                                                 v_scales, window, sinks);                         \
     }
 
 #define PAGED_ATTENTION_MMA_ALL(TS, T, TC)                                                         \

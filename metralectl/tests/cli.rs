@@ -289,7 +289,10 @@ fn run_refuses_what_the_engine_does_not_serve_before_any_download() {
     sandbox.fake_nvidia_smi("NVIDIA H200, 143771, 143000, 9.0");
     for (name, why) in [
         ("nemotron-nano-9b-v2", "no kernels for Mamba-2 mixers"),
-        ("gemma3-27b", "no kernels for sliding-window attention"),
+        (
+            "gpt-oss-20b",
+            "no kernels for biased projections and clamped-SwiGLU experts",
+        ),
         (
             "deepseek-v3.1",
             "over 8 GPUs, and met serves a model on one GPU",

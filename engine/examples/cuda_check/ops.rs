@@ -19,6 +19,7 @@ use serde_json::json;
 use crate::report::{Report, Tol, compare};
 
 mod attention;
+mod attention_window;
 mod gemv;
 mod matmul;
 mod moe;
@@ -697,7 +698,8 @@ pub fn run_kv8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     };
     ops.report.case_header();
     ops.write_kv()?;
-    ops.attention()
+    ops.attention()?;
+    ops.attention_window()
 }
 
 /// Every op, every case. Returns an error only when the device stopped answering.
@@ -721,6 +723,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.rope()?;
     ops.write_kv()?;
     ops.attention()?;
+    ops.attention_window()?;
     ops.silu_and_rows()?;
     ops.softmax_and_sample()?;
     ops.gelu_tanh()?;

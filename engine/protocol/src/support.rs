@@ -29,7 +29,7 @@ pub enum Feature {
     /// layers, gpt-oss's banded layers.
     SlidingWindow,
     /// gpt-oss's ops: attention with a learned sink logit per head, biased projections and
-    /// experts with biases and the clamped SwiGLU.
+    /// experts with biases and the clamped SwiGLU (CUDA lacks the last two).
     GptOss,
     /// MiniMax-M2's ops: QK norms over all heads at once and experts routed by sigmoid scores
     /// with a correction bias.
@@ -49,7 +49,8 @@ impl Feature {
             Self::Fp8Weights => "FP8 block-scaled weights",
             Self::HybridLayers => "Gated DeltaNet layers",
             Self::SlidingWindow => "sliding-window attention",
-            Self::GptOss => "attention sinks, biased projections and clamped-SwiGLU experts",
+            // (Attention sinks have CUDA kernels: `paged_attention_sinks`.)
+            Self::GptOss => "biased projections and clamped-SwiGLU experts",
             Self::MiniMaxM2 => "QK norms over all heads and sigmoid-routed experts",
             Self::NemotronH => "Mamba-2 mixers and relu² MLPs",
             Self::DeepseekV3 => "multi-head latent attention and group-limited routing",
@@ -63,14 +64,13 @@ pub const fn cuda_supports(feature: Feature) -> bool {
         // On both of its paths (f32 and bf16), checked against transformers on every fixture
         // (docs/cuda.md, cuda_check e2e).
         Feature::MoeExperts | Feature::Fp8Weights | Feature::HybridLayers => true,
-        // Not yet: the attention kernels have no window, no sink logit and no latent form,
-        // and there are no kernels for sigmoid routing, the clamped SwiGLU, the Mamba-2
-        // mixer or relu² (docs/models.md).
-        Feature::SlidingWindow
-        | Feature::GptOss
-        | Feature::MiniMaxM2
-        | Feature::NemotronH
-        | Feature::DeepseekV3 => false,
+        // Every attention kernel takes a window (its key loop starts at the window's first
+        // key; cuda_check attention_window).
+        Feature::SlidingWindow => true,
+        // Not yet: the attention kernels take a sink logit (paged_attention_sinks) but have no
+        // latent form, and there are no kernels for the biased projections, sigmoid routing,
+        // the clamped SwiGLU, the Mamba-2 mixer or relu² (docs/models.md).
+        Feature::GptOss | Feature::MiniMaxM2 | Feature::NemotronH | Feature::DeepseekV3 => false,
     }
 }
 
@@ -155,7 +155,12 @@ mod tests {
         let gemma = architecture("Gemma3ForConditionalGeneration").map(|a| a.needs);
         assert_eq!(
             gemma.and_then(|n| missing(Device::Cuda, n.iter().copied())),
-            Some(Feature::SlidingWindow)
+            None
+        );
+        let gpt_oss = architecture("GptOssForCausalLM").map(|a| a.needs);
+        assert_eq!(
+            gpt_oss.and_then(|n| missing(Device::Cuda, n.iter().copied())),
+            Some(Feature::GptOss)
         );
         let qwen = architecture("Qwen3_5MoeForConditionalGeneration").map(|a| a.needs);
         assert_eq!(

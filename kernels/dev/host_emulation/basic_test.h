@@ -108,19 +108,30 @@ struct PagedBatch {
     }
 };
 
+// The sliding window (0: none) and the sinks (null: none, else [nh] logits) of the attention
+// cases, as the CPU reference applies them (cpu/attention.rs).
+struct AttnExtras {
+    int window = 0;
+    const std::vector<float>* sinks = nullptr;
+    const float* sink_ptr() const { return sinks ? sinks->data() : nullptr; }
+};
+
 // Causal attention in double precision of each row's q heads over keys K(cache row, dim) and
-// values V(cache row, dim): [T, nh·hd].
+// values V(cache row, dim): [T, nh·hd]; in the last `x.window` keys, with a sink a head.
 template <class KF, class VF>
 std::vector<double> attention_ref(const PagedBatch& b, const std::vector<float>& qkv, int nh,
-                                  int nkv, int hd, float scale, KF K, VF V) {
+                                  int nkv, int hd, float scale, KF K, VF V, AttnExtras x = {}) {
     int W = (nh+2*nkv)*hd, group = nh/nkv;
     std::vector<double> ref((size_t)b.T*nh*hd);
     for (int r = 0; r < b.T; ++r) for (int h = 0; h < nh; ++h) {
         int kh = h/group, len = b.positions[r]+1;
+        int first = x.window > 0 ? std::max(0, len - x.window) : 0;
         std::vector<double> sc(len); double mx = -1e30;
-        for (int p = 0; p < len; ++p) { double d = 0; for (int k = 0; k < hd; ++k) d += qkv[r*W+h*hd+k]*K(b.row(r,p,nkv,kh), k); sc[p] = d*scale; mx = std::max(mx, sc[p]); }
-        double sum = 0; for (auto& s : sc) { s = std::exp(s-mx); sum += s; }
-        for (int k = 0; k < hd; ++k) { double o = 0; for (int p = 0; p < len; ++p) o += sc[p]*V(b.row(r,p,nkv,kh), k); ref[((size_t)r*nh+h)*hd+k] = o / sum; }
+        for (int p = first; p < len; ++p) { double d = 0; for (int k = 0; k < hd; ++k) d += qkv[r*W+h*hd+k]*K(b.row(r,p,nkv,kh), k); sc[p] = d*scale; mx = std::max(mx, sc[p]); }
+        if (x.sinks) mx = std::max(mx, (double)(*x.sinks)[h]);
+        double sum = x.sinks ? std::exp((*x.sinks)[h] - mx) : 0;
+        for (int p = first; p < len; ++p) { sc[p] = std::exp(sc[p]-mx); sum += sc[p]; }
+        for (int k = 0; k < hd; ++k) { double o = 0; for (int p = first; p < len; ++p) o += sc[p]*V(b.row(r,p,nkv,kh), k); ref[((size_t)r*nh+h)*hd+k] = o / sum; }
     }
     return ref;
 }
@@ -128,16 +139,27 @@ std::vector<double> attention_ref(const PagedBatch& b, const std::vector<float>&
 // Worst error of out [T, nh·hd] (bf16) against attention_ref, relative to 1e-2 + |ref|.
 template <class KF, class VF>
 double attention_worst(const PagedBatch& b, const std::vector<float>& qkv, int nh, int nkv, int hd,
-                       float scale, const std::vector<bf16>& out, KF K, VF V) {
-    const auto ref = attention_ref(b, qkv, nh, nkv, hd, scale, K, V);
+                       float scale, const std::vector<bf16>& out, KF K, VF V, AttnExtras x = {}) {
+    const auto ref = attention_ref(b, qkv, nh, nkv, hd, scale, K, V, x);
     double worst = 0;
     for (size_t i = 0; i < ref.size(); ++i)
         worst = std::max(worst, std::fabs(F(out[i]) - ref[i]) / (1e-2 + std::fabs(ref[i])));
     return worst;
 }
 
-// seqs: (start, n)
-void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int bs = 16, int kps = 0) {
+// Random sink logits for nh heads, around the scores' range (some above every score).
+static std::vector<float> random_sinks(int nh) {
+    std::vector<float> s(nh);
+    for (auto& v : s) v = U(3);
+    return s;
+}
+
+// seqs: (start, n); window > 0: a sliding window; sinks: a random sink a head.
+void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int bs = 16, int kps = 0,
+            int window = 0, bool sinks = false) {
+    const std::vector<float> sink_v = random_sinks(nh);
+    const AttnExtras x{window, sinks ? &sink_v : nullptr};
+    const float* sk = x.sink_ptr();
     int W = (nh+2*nkv)*hd;
     PagedBatch batch(seqs, bs, 2);
     int T = batch.T, maxb = batch.maxb, total_blocks = batch.total_blocks;
@@ -153,7 +175,7 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
     bool vec = hd == d && d >= 64;
     // The kernel the host launcher picks (attention.rs): by head_dim, head group and vec.
     auto call = [&](bool split, bf16* o, float* partial) {
-#define ATTN_ARGS o, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, nullptr, nullptr
+#define ATTN_ARGS o, partial, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, nullptr, nullptr, window, sk
         if (split == false && vec == false && d == 32 && g == 1) return paged_attention_f32_d32_g1(ATTN_ARGS);
         if (split == false && vec == false && d == 32 && g == 2) return paged_attention_f32_d32_g2(ATTN_ARGS);
         if (split == false && vec == false && d == 32 && g == 4) return paged_attention_f32_d32_g4(ATTN_ARGS);
@@ -204,12 +226,14 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
     int max_len = 0; for (auto p : positions) max_len = std::max(max_len, (int)p + 1);
     int splits = kps == 0 ? 1 : (max_len + kps - 1) / kps;
     std::vector<float> partial((size_t)T * nh * splits * (hd + 2), NAN);
-    auto merge = [&] { launch({(unsigned)T, (unsigned)nh}, {128}, [&] { attention_merge(out.data(), partial.data(), nh, hd, splits); }); };
+    auto merge = [&] { launch({(unsigned)T, (unsigned)nh}, {128}, [&] { attention_merge(out.data(), partial.data(), nh, hd, splits, sk); }); };
     if (kps == 0) {
         launch({(unsigned)(T * (nh / g))}, {128}, run);
     } else {
         launch({(unsigned)(T * (nh / g)), 1, (unsigned)splits}, {128}, [&] { run_split(partial.data()); });
         merge();
+    }
+    if (kps != 0 && !sinks) {
         // The merge's first version (three loops over the splits, a load at a time): the
         // same bits.
         int differ = 0;
@@ -238,8 +262,8 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
     auto check = [&](const char* kind) {
         double worst = attention_worst(batch, qkv, nh, nkv, hd, scale, out,
             [&](size_t row, int k) { return (double)F(kc[row*hd+k]); },
-            [&](size_t row, int k) { return (double)F(vc[row*hd+k]); });
-        char name[96]; snprintf(name, 96, "paged_attention%s h%d/%d hd%d T%d split %d", kind, nh, nkv, hd, T, kps);
+            [&](size_t row, int k) { return (double)F(vc[row*hd+k]); }, x);
+        char name[120]; snprintf(name, 120, "paged_attention%s h%d/%d hd%d T%d split %d window %d%s", kind, nh, nkv, hd, T, kps, window, sinks ? " sinks" : "");
         report(name, worst, 6e-3);
     };
     check("");
@@ -249,7 +273,7 @@ void t_attn(int nh, int nkv, int hd, std::vector<std::pair<int,int>> seqs, int b
         std::fill(out.begin(), out.end(), B(NAN));
         std::fill(partial.begin(), partial.end(), NAN);
         bool wide = group > 8;
-#define MMA_ARGS o, pp, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, nullptr, nullptr
+#define MMA_ARGS o, pp, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, nullptr, nullptr, window, sk
         auto mma = [&](bool split, bf16* o, float* pp) {
             if (!split && !wide && hd == 64) return paged_attention_mma_f32_d64(MMA_ARGS);
             if (!split && !wide && hd == 128) return paged_attention_mma_f32_d128(MMA_ARGS);

@@ -21,8 +21,8 @@ static std::vector<u32> flash_tiles(const std::vector<std::pair<int, int>>& seqs
 // large relative error however right the kernel is (Tol::FLASH in cuda_check, the same bound).
 template <class KF, class VF>
 double flash_worst(const PagedBatch& b, const std::vector<float>& qkv, int nh, int nkv, int hd,
-                   float scale, const std::vector<bf16>& out, KF K, VF V) {
-    const auto ref = attention_ref(b, qkv, nh, nkv, hd, scale, K, V);
+                   float scale, const std::vector<bf16>& out, KF K, VF V, AttnExtras x = {}) {
+    const auto ref = attention_ref(b, qkv, nh, nkv, hd, scale, K, V, x);
     double ms = 0, worst = 0;
     for (double v : ref) ms += v * v;
     const double rms = std::sqrt(ms / ref.size());
@@ -32,7 +32,10 @@ double flash_worst(const PagedBatch& b, const std::vector<float>& qkv, int nh, i
 
 template <int D>
 void t_flash(int nh, int nkv, std::vector<std::pair<int, int>> seqs, int bs = 16, bool fp8 = false,
-             bool bf16_q = false) {
+             bool bf16_q = false, int window = 0, bool sinks = false) {
+    const std::vector<float> sink_v = random_sinks(nh);
+    const AttnExtras x{window, sinks ? &sink_v : nullptr};
+    const float* sk = x.sink_ptr();
     const int W = (nh + 2 * nkv) * D;
     PagedBatch b(seqs, bs, 2);
     const size_t heads = (size_t)b.total_blocks * bs * nkv, csz = heads * D;
@@ -59,25 +62,33 @@ void t_flash(int nh, int nkv, std::vector<std::pair<int, int>> seqs, int bs = 16
     const auto tiles = flash_tiles(seqs, FlashCfg<D>::BQ);
     const float scale = 1.0f / std::sqrt((float)D);
     const unsigned grid = (unsigned)(tiles.size() / 2 * nh);
-    launch({grid}, {(unsigned)FlashCfg<D>::THREADS}, [&] {
+    // The build the launcher picks: the _win one for a window.
+    auto run = [&](auto win) {
+        constexpr bool W = decltype(win)::value;
         const u32 *pos = b.positions.data(), *rs = b.row_seq.data(), *tab = b.tables.data();
         if (fp8 && bf16_q)
-            attention_flash_impl<bf16, unsigned char, D>(out.data(), qkv16.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data());
+            attention_flash_impl<bf16, unsigned char, D, W>(out.data(), qkv16.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data(), window, sk);
         else if (fp8)
-            attention_flash_impl<float, unsigned char, D>(out.data(), qkv.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data());
+            attention_flash_impl<float, unsigned char, D, W>(out.data(), qkv.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data(), window, sk);
         else if (bf16_q)
-            attention_flash_impl<bf16, bf16, D>(out.data(), qkv16.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr);
+            attention_flash_impl<bf16, bf16, D, W>(out.data(), qkv16.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr, window, sk);
         else
-            attention_flash_impl<float, bf16, D>(out.data(), qkv.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr);
+            attention_flash_impl<float, bf16, D, W>(out.data(), qkv.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr, window, sk);
+    };
+    launch({grid}, {(unsigned)FlashCfg<D>::THREADS}, [&] {
+        if (window > 0)
+            run(std::true_type{});
+        else
+            run(std::false_type{});
     });
     // The reference sees the cache's values (FP8: e4m3 · scale) and q as given (bf16 q: its
     // bf16 values); the kernel rounds q, p and an FP8 cache's scaled values to bf16.
     auto K = [&](size_t r, int d) { return fp8 ? e4m3_ref(k8[r * D + d]) * ksc[r * groups + d / 128] : (double)F(kc[r * D + d]); };
     auto V = [&](size_t r, int d) { return fp8 ? e4m3_ref(v8[r * D + d]) * vsc[r * groups + d / 128] : (double)F(vc[r * D + d]); };
-    const double worst = flash_worst(b, qkv, nh, nkv, D, scale, out, K, V);
-    char name[120];
-    snprintf(name, sizeof name, "attention_flash d%d h%d/%d bs%d T%d%s%s", D, nh, nkv, bs, b.T,
-             fp8 ? " kv8" : "", bf16_q ? " bf16 q" : "");
+    const double worst = flash_worst(b, qkv, nh, nkv, D, scale, out, K, V, x);
+    char name[140];
+    snprintf(name, sizeof name, "attention_flash d%d h%d/%d bs%d T%d%s%s window %d%s", D, nh, nkv,
+             bs, b.T, fp8 ? " kv8" : "", bf16_q ? " bf16 q" : "", window, sinks ? " sinks" : "");
     report(name, worst, 3e-2);
 }
 
@@ -89,4 +100,16 @@ static void flash_tests() {
     t_flash<128>(2, 2, {{0, 33}}, 16, true);          // FP8 cache
     t_flash<256>(2, 1, {{5, 20}}, 16, true, true);    // FP8, two scale groups, bf16 q
     t_flash<128>(4, 4, {{130, 9}}, 16, false, true);  // bf16 q, keys far past the chunk
+    // Sliding windows: 1 key; smaller than a key tile; not a multiple of the block size; larger
+    // than the context; a chunk continuing a cached context (key tiles before every row's
+    // window skipped); GQA; 32-key tiles; FP8; then sinks with and without a window.
+    t_flash<128>(4, 2, {{0, 150}}, 16, false, false, 1);
+    t_flash<128>(8, 2, {{100, 30}, {0, 5}, {7, 128}}, 16, false, false, 20);
+    t_flash<64>(4, 1, {{0, 40}, {3, 20}}, 12, false, false, 13);
+    t_flash<128>(4, 2, {{10, 40}}, 16, false, false, 500);
+    t_flash<128>(8, 2, {{300, 140}}, 16, false, true, 100);
+    t_flash<256>(4, 2, {{70, 50}}, 16, false, false, 33);
+    t_flash<128>(2, 2, {{200, 33}}, 16, true, false, 64);
+    t_flash<128>(4, 2, {{0, 150}}, 16, false, false, 0, true);
+    t_flash<64>(8, 2, {{100, 30}, {0, 5}}, 16, false, true, 17, true);
 }

@@ -123,7 +123,9 @@ static void t_write_kv_fp8(int T, int nh, int nkv, int hd) {
 
 // Attention over an FP8 cache (random bytes and scales), CUDA-core and tensor-core kernels,
 // plain and split, against double-precision attention on e4m3 · scale.
-static void t_attn_fp8(int nh, int nkv, int hd, std::vector<std::pair<int, int>> seqs, int bs = 16, int kps = 0) {
+static void t_attn_fp8(int nh, int nkv, int hd, std::vector<std::pair<int, int>> seqs, int bs = 16, int kps = 0,
+                       int window = 0) {
+    const AttnExtras x{window, nullptr};
     int W = (nh + 2 * nkv) * hd, groups = (hd + 127) / 128;
     PagedBatch batch(seqs, bs, 0);
     int T = batch.T, maxb = batch.maxb, total_blocks = batch.total_blocks;
@@ -141,19 +143,19 @@ static void t_attn_fp8(int nh, int nkv, int hd, std::vector<std::pair<int, int>>
     int max_len = 0; for (auto p : positions) max_len = std::max(max_len, (int)p + 1);
     int splits = kps == 0 ? 1 : (max_len + kps - 1) / kps;
     std::vector<float> partial((size_t)T * nh * splits * (hd + 2), NAN);
-    auto merge = [&] { launch({(unsigned)T, (unsigned)nh}, {128}, [&] { attention_merge(out.data(), partial.data(), nh, hd, splits); }); };
+    auto merge = [&] { launch({(unsigned)T, (unsigned)nh}, {128}, [&] { attention_merge(out.data(), partial.data(), nh, hd, splits, nullptr); }); };
     int group = nh / nkv;
     auto check = [&](const char* kind) {
         double worst = attention_worst(batch, qkv, nh, nkv, hd, scale, out,
             [&](size_t row, int d) { return e4m3_ref(kc[row * hd + d]) * ks[row * groups + d / 128]; },
-            [&](size_t row, int d) { return e4m3_ref(vc[row * hd + d]) * vs[row * groups + d / 128]; });
-        char name[96]; snprintf(name, 96, "paged_attention%s_kv8 h%d/%d hd%d T%d split %d", kind, nh, nkv, hd, T, kps);
+            [&](size_t row, int d) { return e4m3_ref(vc[row * hd + d]) * vs[row * groups + d / 128]; }, x);
+        char name[112]; snprintf(name, 112, "paged_attention%s_kv8 h%d/%d hd%d T%d split %d window %d", kind, nh, nkv, hd, T, kps, window);
         report(name, worst, 6e-3);
     };
     int nper = (hd + 31) / 32;
     int d = nper == 1 ? 32 : nper == 2 ? 64 : nper <= 4 ? 128 : 256;
     int g = group % 4 == 0 ? 4 : group % 2 == 0 ? 2 : 1;
-#define KV8_ARGS o, pp, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, ks.data(), vs.data()
+#define KV8_ARGS o, pp, qkv.data(), kc.data(), vc.data(), positions.data(), row_seq.data(), tables.data(), maxb, bs, nh, nkv, hd, scale, ks.data(), vs.data(), window, nullptr
 #define KV8_SIMT(D, G) \
     if (d == D && g == G) return split ? paged_attention_split_f32_kv8_d##D##_g##G(KV8_ARGS) : paged_attention_f32_kv8_d##D##_g##G(KV8_ARGS);
     auto simt = [&](bool split, bf16* o, float* pp) {
@@ -205,4 +207,9 @@ static void kv_fp8_tests() {
     t_attn_fp8(4, 2, 96, {{10, 6}, {40, 1}});
     t_attn_fp8(12, 2, 256, {{3, 2}}, 16, 2);
     t_attn_fp8(6, 2, 128, {{45, 1}, {16, 2}}, 8);
+    // Sliding windows over the FP8 cache: a window inside the first 16-key tile, one not a
+    // multiple of the block size, split-K.
+    t_attn_fp8(8, 2, 128, {{0, 40}, {17, 1}}, 16, 0, 5);
+    t_attn_fp8(32, 8, 128, {{200, 1}, {5, 1}}, 16, 64, 37);
+    t_attn_fp8(8, 2, 64, {{70, 1}}, 12, 16, 19);
 }

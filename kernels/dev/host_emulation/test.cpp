@@ -55,6 +55,27 @@ static void attn_tests() {
     t_attn(6, 2, 128, {{45, 1}, {16, 2}}, 8);
     t_attn(8, 2, 64, {{70, 1}}, 12, 16);
     t_attn(32, 8, 128, {{100, 1}, {2, 1}}, 32, 40);
+    // Sliding windows (the key loops start at each row's window): window 1; a window inside
+    // one 16-key tile; not a multiple of the block size; larger than the context; chunks
+    // continuing a cached context; split-K (slices of the window); the CUDA-core, 16-byte-load
+    // and tensor-core kernels (wide and odd GQA groups, unaligned block sizes).
+    t_attn(4, 2, 32, {{0, 20}}, 16, 0, 1);
+    t_attn(8, 2, 128, {{0, 40}, {17, 1}}, 16, 0, 5);
+    t_attn(8, 2, 24, {{10, 6}, {40, 1}, {0, 3}}, 16, 7, 9);
+    t_attn(4, 1, 64, {{0, 9}, {33, 2}}, 16, 0, 1000);
+    t_attn(32, 8, 128, {{200, 1}, {5, 1}}, 16, 64, 37);
+    t_attn(16, 1, 128, {{300, 1}, {0, 1}}, 16, 16, 100);
+    t_attn(12, 2, 256, {{60, 8}}, 16, 0, 21);
+    t_attn(6, 2, 128, {{45, 1}, {16, 2}}, 8, 0, 11);
+    t_attn(8, 2, 64, {{170, 1}}, 12, 16, 33);
+    t_attn(12, 1, 64, {{50, 20}}, 16, 0, 17);
+    // Sinks (one more logit in each head's denominator), plain and split-K, with and without
+    // a window.
+    t_attn(8, 2, 128, {{0, 40}, {17, 1}}, 16, 0, 0, true);
+    t_attn(32, 8, 128, {{200, 1}, {5, 1}}, 16, 64, 0, true);
+    t_attn(8, 2, 24, {{10, 6}, {40, 1}, {0, 3}}, 16, 7, 9, true);
+    t_attn(16, 1, 128, {{300, 1}, {0, 1}}, 16, 16, 100, true);
+    t_attn(2, 2, 96, {{5, 3}}, 16, 0, 3, true);
 }
 
 #include "gdn_test.h"

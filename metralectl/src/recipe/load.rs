@@ -295,7 +295,6 @@ mod tests {
             names,
             [
                 "deepseek-v3.1",
-                "gemma3-27b",
                 "gpt-oss-120b",
                 "gpt-oss-20b",
                 "minimax-m2",

@@ -77,11 +77,17 @@ mod tests {
     }
 
     #[test]
-    fn a_mistral_window_is_refused_on_cuda() {
+    fn a_mistral_window_is_served_on_cuda() {
         let text = with_architecture(&hybrid(), "MistralForCausalLM")
             .replace("[model]\n", "[model]\nsliding_window = 4096\n");
+        assert_eq!(refusal(&recipe(&text)), None);
+    }
+
+    #[test]
+    fn gpt_oss_is_refused_on_cuda_for_its_own_ops() {
+        let text = with_architecture(&hybrid(), "GptOssForCausalLM");
         let why = refusal(&recipe(&text)).expect("refused");
-        assert!(why.contains("sliding-window attention"), "{why}");
+        assert!(why.contains("clamped-SwiGLU"), "{why}");
     }
 
     #[test]

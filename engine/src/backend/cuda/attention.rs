@@ -279,6 +279,97 @@ impl CudaBackend {
         num_heads: usize,
         scale: f32,
     ) -> Result<()> {
+        let heads = (num_heads, scale);
+        self.attention_op(out, qkv, k_cache, v_cache, batch, heads, None, None)
+    }
+
+    /// [`crate::backend::Backend::paged_attention_window`]: causal attention in the last
+    /// `window` positions (the kernels start their key loops at the window's first key).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn paged_attention_window_op(
+        &self,
+        out: &mut CudaTensor,
+        qkv: &CudaTensor,
+        k_cache: &CudaTensor,
+        v_cache: &CudaTensor,
+        batch: &CudaBatch,
+        num_heads: usize,
+        scale: f32,
+        window: usize,
+    ) -> Result<()> {
+        check("paged_attention_window", window > 0, || {
+            "a window of 0 tokens".into()
+        })?;
+        let heads = (num_heads, scale);
+        self.attention_op(out, qkv, k_cache, v_cache, batch, heads, Some(window), None)
+    }
+
+    /// [`crate::backend::Backend::paged_attention_sinks`]: attention (in a sliding window when
+    /// `window` is `Some`) with one learned logit a head in the softmax's denominator; `sinks`
+    /// is `[nh]`, f32 or bf16 (widened to f32 here: the kernels read f32).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn paged_attention_sinks_op(
+        &self,
+        out: &mut CudaTensor,
+        qkv: &CudaTensor,
+        k_cache: &CudaTensor,
+        v_cache: &CudaTensor,
+        batch: &CudaBatch,
+        heads: (usize, f32),
+        window: Option<usize>,
+        sinks: &CudaTensor,
+    ) -> Result<()> {
+        check(
+            "paged_attention_sinks",
+            window != Some(0) && sinks.numel() == heads.0 && sinks.dtype != DType::F8,
+            || {
+                format!(
+                    "window {window:?}, sinks {:?} {:?} for {} heads",
+                    sinks.shape, sinks.dtype, heads.0
+                )
+            },
+        )?;
+        if sinks.dtype == DType::F32 {
+            return self.attention_op(
+                out,
+                qkv,
+                k_cache,
+                v_cache,
+                batch,
+                heads,
+                window,
+                Some(sinks),
+            );
+        }
+        let mut wide = self.alloc(&sinks.shape, DType::F32)?;
+        self.cast(&mut wide, sinks)?;
+        self.attention_op(
+            out,
+            qkv,
+            k_cache,
+            v_cache,
+            batch,
+            heads,
+            window,
+            Some(&wide),
+        )
+    }
+
+    /// Every attention entry point: `window` (`Some`: keys `q − window < p ≤ q` only) and
+    /// `sinks` (`Some`: `[nh]` f32 logits in each head's softmax denominator) as the kernels'
+    /// last two arguments (0 and null without them).
+    #[allow(clippy::too_many_arguments)]
+    fn attention_op(
+        &self,
+        out: &mut CudaTensor,
+        qkv: &CudaTensor,
+        k_cache: &CudaTensor,
+        v_cache: &CudaTensor,
+        batch: &CudaBatch,
+        (num_heads, scale): (usize, f32),
+        window: Option<usize>,
+        sinks: Option<&CudaTensor>,
+    ) -> Result<()> {
         let (blocks, bs, nkv, hd) = kv_dims(k_cache)?;
         let width = (num_heads + 2 * nkv) * hd;
         let t = batch.num_tokens;
@@ -322,6 +413,11 @@ impl CudaBackend {
         if t == 0 || num_heads == 0 || hd == 0 {
             return Ok(());
         }
+        let s = &self.stream;
+        // The window as the kernels take it (0: none; a window past i32 is none in practice).
+        let win = window.map_or(0, |w| i32::try_from(w).unwrap_or(i32::MAX));
+        let sink_ptr = sinks.map_or(0, |x| x.ptr(s));
+        let extras = (win, sink_ptr);
         // Prefill chunks (the batch's flash plan) take the flash kernel; the rows before them,
         // `rows`, the decode kernels below.
         let flash = self
@@ -338,6 +434,7 @@ impl CudaBackend {
                 batch,
                 (num_heads, nkv, hd),
                 scale,
+                extras,
             )?;
         }
         if rows == 0 {
@@ -355,13 +452,15 @@ impl CudaBackend {
         };
         let kernel = self.attn_kernel(hd, num_heads, nkv, fp32);
         let head_blocks = row_blocks(kernel, num_heads, nkv);
+        // A window bounds every row's keys (plus up to 15 before it: the tensor-core kernel's
+        // first 16-key tile).
+        let max_len = window.map_or(max_len, |w| max_len.min(w.saturating_add(15)));
         let splits = attention_splits(
             rows * head_blocks,
             max_len,
             self.info.multiprocessors,
             &self.tuning().attention,
         );
-        let s = &self.stream;
         let (q, k, v) = (qkv.ptr(s), k_cache.ptr(s), v_cache.ptr(s));
         let (ks, vs) = (k_cache.scales_ptr(s), v_cache.scales_ptr(s));
         let (pos, row_table, tables) = (
@@ -416,7 +515,7 @@ impl CudaBackend {
         let (o, pp) = (out.ptr(s), partial.as_ref().map_or(0, |p| p.ptr(s)));
         let args = (
             o, pp, q, k, v, pos, row_table, tables, max_blocks, block_size, nh, nk, d, scale, ks,
-            vs,
+            vs, win, sink_ptr,
         );
         // SAFETY: out is [T, nh·hd], qkv [T, (nh + 2·nkv)·hd], the caches [blocks, bs, nkv, hd]
         // (out and the caches f32 for the fp32 kernels, e4m3 bytes with ceil(hd / 128) scales a
@@ -428,7 +527,9 @@ impl CudaBackend {
         // (checked above and in prepare_batch), so every key and value read is in the cache.
         // The split kernel writes instead one state per (row, head, split) of its grid into
         // `partial` (T·nh·splits·(hd + 2) floats), and each row's causal range is cut into
-        // those splits in the kernel; the plain kernel never touches the null `partial`.
+        // those splits in the kernel; the plain kernel never touches the null `partial`. A
+        // window only narrows the keys read; `sinks`, when not null, is [nh] f32 (checked by
+        // paged_attention_sinks_op; the plain kernel reads it, the split kernel does not).
         unsafe { attention.launch(self, grid(head_blocks, splits)?, args)? };
         let Some(partial) = partial else {
             return Ok(());
@@ -451,8 +552,9 @@ impl CudaBackend {
         // `partial` is freed when it drops, after the merge on the same stream.
         // SAFETY: out is [T, nh·hd] (f32 for the fp32 merge, else bf16) and partial holds the
         // `splits` states of every (row, head) written above, split 0 of each with key 0 in it;
-        // one block per (row, head) (grid x = row, y = head, as attention_merge reads them).
-        unsafe { merge_kernel.launch(self, merge, (o, pp, nh, d, sp)) }
+        // one block per (row, head) (grid x = row, y = head, as attention_merge reads them);
+        // sinks is null or [nh] f32.
+        unsafe { merge_kernel.launch(self, merge, (o, pp, nh, d, sp, sink_ptr)) }
     }
 }
 

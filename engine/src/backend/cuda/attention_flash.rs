@@ -16,23 +16,16 @@ fn flash_threads(hd: usize) -> u32 {
     if hd <= 128 { 128 } else { 256 }
 }
 
-/// The flash kernel's parameters (every variant takes the same list, by type).
+/// The flash kernel's parameters (every variant takes the same list, by type): out, qkv, the
+/// caches, positions, row_seq, block tables, tiles, max_blocks, block_size, heads, kv heads,
+/// scale, the FP8 scales, the sliding window (0: none) and the sinks (null: none).
+#[rustfmt::skip]
 type FlashArgs = (
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    u64,
-    i32,
-    i32,
-    i32,
-    i32,
+    u64, u64, u64, u64, u64, u64, u64, u64,
+    i32, i32, i32, i32,
     f32,
-    u64,
-    u64,
+    u64, u64,
+    i32, u64,
 );
 
 /// Dynamic shared memory of a block at head_dim `hd` (FlashCfg<D>::SMEM: Q and two stages of K
@@ -42,9 +35,17 @@ fn flash_smem(hd: usize) -> u32 {
     ((FLASH_TILE_ROWS + 4 * keys) * hd * 2) as u32
 }
 
-/// The variant for a q of `q` type, an FP8 cache or not, and head_dim `hd`; `None` where the
-/// kernel has none (the float32 path, other head dims).
-pub(super) fn flash_kernel(q: DType, kv8: bool, hd: usize) -> Option<&'static Kernel<FlashArgs>> {
+/// The variant for a q of `q` type, an FP8 cache or not, and head_dim `hd`, the sliding-window
+/// build (`_win`) or not; `None` where the kernel has none (the float32 path, other head dims).
+pub(super) fn flash_kernel(
+    q: DType,
+    kv8: bool,
+    hd: usize,
+    win: bool,
+) -> Option<&'static Kernel<FlashArgs>> {
+    if win {
+        return flash_win_kernel(q, kv8, hd);
+    }
     Some(match (q, kv8, hd) {
         (DType::F32, false, 64) => &k::attention_flash_f32_d64,
         (DType::F32, false, 128) => &k::attention_flash_f32_d128,
@@ -62,6 +63,26 @@ pub(super) fn flash_kernel(q: DType, kv8: bool, hd: usize) -> Option<&'static Ke
     })
 }
 
+/// The sliding-window builds (`attention_flash_win_*`), a build of their own so the plain one
+/// keeps every register it had (its D = 128 build uses all 255).
+fn flash_win_kernel(q: DType, kv8: bool, hd: usize) -> Option<&'static Kernel<FlashArgs>> {
+    Some(match (q, kv8, hd) {
+        (DType::F32, false, 64) => &k::attention_flash_win_f32_d64,
+        (DType::F32, false, 128) => &k::attention_flash_win_f32_d128,
+        (DType::F32, false, 256) => &k::attention_flash_win_f32_d256,
+        (DType::BF16, false, 64) => &k::attention_flash_win_bf16_d64,
+        (DType::BF16, false, 128) => &k::attention_flash_win_bf16_d128,
+        (DType::BF16, false, 256) => &k::attention_flash_win_bf16_d256,
+        (DType::F32, true, 64) => &k::attention_flash_win_f32_kv8_d64,
+        (DType::F32, true, 128) => &k::attention_flash_win_f32_kv8_d128,
+        (DType::F32, true, 256) => &k::attention_flash_win_f32_kv8_d256,
+        (DType::BF16, true, 64) => &k::attention_flash_win_bf16_kv8_d64,
+        (DType::BF16, true, 128) => &k::attention_flash_win_bf16_kv8_d128,
+        (DType::BF16, true, 256) => &k::attention_flash_win_bf16_kv8_d256,
+        _ => return None,
+    })
+}
+
 impl CudaBackend {
     /// The flash plan `paged_attention` follows for this batch and shape: the batch's plan where
     /// the kernel has a variant (bf16 or FP8 cache, head_dim 64/128/256, sm_80 and newer).
@@ -75,13 +96,14 @@ impl CudaBackend {
         let cc_ok = self.info.compute_capability
             >= metrale_kernels::Module::AttentionFlash.min_compute_capability();
         let cache_ok = matches!(cache, DType::BF16 | DType::F8);
-        batch
-            .flash
-            .filter(|_| cc_ok && cache_ok && flash_kernel(q, cache == DType::F8, hd).is_some())
+        batch.flash.filter(|_| {
+            cc_ok && cache_ok && flash_kernel(q, cache == DType::F8, hd, false).is_some()
+        })
     }
 
-    /// Causal attention of the plan's rows (`plan.first_row..`) into `out`; the caller checked
-    /// the shapes (`paged_attention_op`) and that the plan is `flash_plan`'s.
+    /// Causal attention of the plan's rows (`plan.first_row..`) into `out`, in a sliding window
+    /// when `window` > 0, with sinks when `sinks` is not null; the caller checked the shapes
+    /// (`attention_op`) and that the plan is `flash_plan`'s.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention_flash_op(
         &self,
@@ -93,9 +115,10 @@ impl CudaBackend {
         batch: &CudaBatch,
         (num_heads, nkv, hd): (usize, usize, usize),
         scale: f32,
+        (window, sinks): (i32, u64),
     ) -> Result<()> {
         let kv8 = k_cache.dtype == DType::F8;
-        let Some(kernel) = flash_kernel(qkv.dtype, kv8, hd) else {
+        let Some(kernel) = flash_kernel(qkv.dtype, kv8, hd, window > 0) else {
             return Err(shape_err(
                 "paged_attention",
                 format!("no flash kernel for q {:?} at head_dim {hd}", qkv.dtype),
@@ -125,6 +148,8 @@ impl CudaBackend {
             scale,
             k_cache.scales_ptr(s),
             v_cache.scales_ptr(s),
+            window,
+            sinks,
         );
         let cfg = LaunchConfig {
             grid_dim: (dim(plan.tiles * num_heads, op)?, 1, 1),
@@ -137,7 +162,8 @@ impl CudaBackend {
         // sequence's rows below T, every row's position is inside its table and every entry
         // below `blocks` (paged_attention_op and prepare_batch checked them), so each key read
         // is in the cache; the grid is tiles · nh blocks of flash_threads(hd) with the variant's
-        // dynamic shared memory.
+        // dynamic shared memory; a window (> 0) only narrows the keys read, and sinks is null or
+        // [nh] f32.
         unsafe { kernel.launch(self, cfg, args) }
     }
 }
@@ -154,9 +180,11 @@ mod tests {
             // Two blocks a multiprocessor at 64 and 128, one at 256.
             let blocks = if hd <= 128 { 2 } else { 1 };
             assert!(flash_smem(hd) as usize * blocks <= 227 * 1024, "{hd}");
-            assert!(flash_kernel(DType::BF16, true, hd).is_some());
+            assert!(flash_kernel(DType::BF16, true, hd, false).is_some());
+            assert!(flash_kernel(DType::F32, false, hd, true).is_some());
         }
-        assert!(flash_kernel(DType::F32, false, 96).is_none());
-        assert!(flash_kernel(DType::F8, false, 128).is_none());
+        assert!(flash_kernel(DType::F32, false, 96, false).is_none());
+        assert!(flash_kernel(DType::F8, false, 128, false).is_none());
+        assert!(flash_kernel(DType::F8, false, 128, true).is_none());
     }
 }

@@ -8,13 +8,14 @@ use crate::backend::{BackendError, Result};
 
 /// The parameters of every `paged_attention*` kernel: out, partial, qkv, k and v caches,
 /// positions, row_seq, block tables, max_blocks, block_size, heads, kv heads, head_dim, scale,
-/// and the FP8 caches' k and v scales.
+/// the FP8 caches' k and v scales, the sliding window (0: none) and the sinks (null: none).
 #[rustfmt::skip]
 pub(super) type AttnArgs = (
     u64, u64, u64, u64, u64, u64, u64, u64,
     i32, i32, i32, i32, i32,
     f32,
     u64, u64,
+    i32, u64,
 );
 type AttnKernel = Kernel<AttnArgs>;
 

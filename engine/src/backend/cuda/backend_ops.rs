@@ -256,6 +256,34 @@ impl Backend for CudaBackend {
         self.paged_attention_op(out, qkv, k_cache, v_cache, batch, num_heads, scale)
     }
 
+    fn paged_attention_window(
+        &self,
+        out: &mut CudaTensor,
+        qkv: &CudaTensor,
+        k_cache: &CudaTensor,
+        v_cache: &CudaTensor,
+        batch: &CudaBatch,
+        num_heads: usize,
+        scale: f32,
+        window: usize,
+    ) -> Result<()> {
+        self.paged_attention_window_op(out, qkv, k_cache, v_cache, batch, num_heads, scale, window)
+    }
+
+    fn paged_attention_sinks(
+        &self,
+        out: &mut CudaTensor,
+        qkv: &CudaTensor,
+        k_cache: &CudaTensor,
+        v_cache: &CudaTensor,
+        batch: &CudaBatch,
+        heads: (usize, f32),
+        window: Option<usize>,
+        sinks: &CudaTensor,
+    ) -> Result<()> {
+        self.paged_attention_sinks_op(out, qkv, k_cache, v_cache, batch, heads, window, sinks)
+    }
+
     fn supports(&self, feature: Feature) -> bool {
         // The table `metralectl` also reads, so a recipe is refused before its download.
         metrale_protocol::support::cuda_supports(feature)
