@@ -86,13 +86,14 @@ extern "C" __global__ void gdn_chunk_plan(u32* plan, const u32* seq_starts,
     }
 }
 
-// Shared memory of gdn_chunk_prep: q [C, DK + 8] and the decay products [C, C + 1] (X
-// [C, DK + C] over both once they are used), k [C, DK + 8], A [C, C + 1], decay, β, γ [C].
-// About 102 KB at DK 128: two blocks a multiprocessor. q's and k's rows are 8 mod 32 floats
-// apart: the tensor-core fragments' 8-byte loads hit distinct banks.
+// Shared memory of gdn_chunk_prep: q [C, DK + 8] and the decay products [C, C + 8] (X
+// [C, DK + C + 4] over both once they are used), k [C, DK + 8], A [C, C + 8], decay, β, γ [C].
+// About 107 KB at DK 128: two blocks a multiprocessor. The tensor-core fragments' loads hit
+// distinct banks: q's, k's and A's rows (8-byte loads) are 8 mod 32 floats apart, X's (a float
+// a lane) 4 mod 32.
 template <int DK>
 __device__ constexpr int gdn_prep_smem_floats() {
-    return 2 * GDN_CHUNK * (DK + 8) + 2 * GDN_CHUNK * (GDN_CHUNK + 1) + 3 * GDN_CHUNK;
+    return 2 * GDN_CHUNK * (DK + 8) + 2 * GDN_CHUNK * (GDN_CHUNK + 8) + 3 * GDN_CHUNK;
 }
 
 __device__ __forceinline__ float4 lds4(const float* p) { return *(const float4*)p; }
@@ -208,17 +209,17 @@ template <int DK, typename TM>
 __device__ void gdn_chunk_prep_impl(float* scratch, const float* conv, const TM* mixed,
                                     const float* neg_a, const float* dt_bias, const u32* plan,
                                     int seqs, int nk, int nv, int dv, int width) {
-    constexpr int C = GDN_CHUNK, KP = DK + 8, CP = C + 1, XW = DK + C;
+    constexpr int C = GDN_CHUNK, KP = DK + 8, CP = C + 8, XW = DK + C, XP = XW + 4;
     GDN_SMEM(gdn_prep_smem_floats<DK>());
     float* qs = smem;           // [C][KP]
     float* dm = qs + C * KP;    // [C][CP]: dm[t][j] = e_j ⋯ e_t (j ≤ t), else 0
-    float* xs = smem;           // [C][XW] over q and dm, once those are used
+    float* xs = smem;           // [C][XP] over q and dm, once those are used
     float* ks = dm + C * CP;    // [C][KP]
     float* as = ks + C * KP;    // [C][CP]
     float* decay = as + C * CP; // [C]
     float* beta = decay + C;    // [C]
     float* gam = beta + C;      // [C]: γ_t = e_0 ⋯ e_t
-    static_assert(C * KP + C * CP >= C * XW, "X fits over q and the decay products");
+    static_assert(C * KP + C * CP >= C * XP, "X fits over q and the decay products");
     pdl_start();
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32, warps = blockDim.x / 32;
@@ -298,40 +299,50 @@ __device__ void gdn_chunk_prep_impl(float* scratch, const float* conv, const TM*
     if (tid < C) g_out[tid] = gam[tid];
     __syncthreads();  // q and the decay products are used: X goes over them
     // X = (I + A)⁻¹ B by blocks of 16 rows: a block's rows first take off what the rows above
-    // give them (a product over all threads, four partial sums), then its 16 × 16 diagonal
-    // block is solved a thread a column, x_t = b_t − Σ_{s<t} A[t, s] x_s (chains of at most 15
-    // terms instead of 63). Rows past n stay zero (their B and A rows are).
+    // give them, −A[rows, :rb] X[:rb, :] (tensor cores, X's 8-column tiles a warp each, the
+    // tile itself the accumulators), then its 16 × 16 diagonal block is solved in f32 a thread
+    // a column, x_t = b_t − Σ_{s<t} A[t, s] x_s (chains of at most 15 terms instead of 63).
+    // Rows past n stay zero (their B and A rows are).
     for (int i = tid; i < C * XW; i += blockDim.x) {
         const int t = i / XW, col = i % XW;
-        xs[i] = t >= n     ? 0.f
-                : col < DK ? beta[t] * gam[t] * ks[t * KP + col]
-                           : (col - DK == t ? beta[t] : 0.f);
+        xs[t * XP + col] = t >= n     ? 0.f
+                           : col < DK ? beta[t] * gam[t] * ks[t * KP + col]
+                                      : (col - DK == t ? beta[t] : 0.f);
     }
     __syncthreads();
     constexpr int RB = 16;
     for (int rb = 0; rb < n; rb += RB) {
         if (rb > 0) {
-            for (int i = tid; i < RB * XW; i += blockDim.x) {
-                const int t = rb + i / XW, col = i % XW;
-                float a[4] = {0.f, 0.f, 0.f, 0.f};
-                for (int s = 0; s < rb; s += 4)
+            const int g = lane / 4, t4 = lane % 4;
+            for (int nt = warp; nt < XW / 8; nt += warps) {
+                float* x = xs + rb * XP + 8 * nt + 2 * t4;
+                float acc[1][4];
 #pragma unroll
-                    for (int u = 0; u < 4; ++u) a[u] += as[t * CP + s + u] * xs[(s + u) * XW + col];
-                xs[t * XW + col] -= (a[0] + a[1]) + (a[2] + a[3]);
+                for (int r = 0; r < 2; ++r) {
+                    const float2 v = *(const float2*)(x + (g + 8 * r) * XP);
+                    acc[0][2 * r] = v.x;
+                    acc[0][2 * r + 1] = v.y;
+                }
+                for (int k = 0; k < rb; k += 16)
+                    gdn_tile_mma<16, 1, true, true, true>(acc, as + rb * CP + k, CP,
+                                                          xs + k * XP + 8 * nt, XP, lane);
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    *(float2*)(x + (g + 8 * r) * XP) = make_float2(acc[0][2 * r], acc[0][2 * r + 1]);
             }
             __syncthreads();
         }
         for (int col = tid; col < XW; col += blockDim.x)
 #pragma unroll
             for (int t = rb; t < rb + RB; ++t) {
-                float x = xs[t * XW + col];
-                for (int s = rb; s < t; ++s) x -= as[t * CP + s] * xs[s * XW + col];
-                xs[t * XW + col] = x;
+                float x = xs[t * XP + col];
+                for (int s = rb; s < t; ++s) x -= as[t * CP + s] * xs[s * XP + col];
+                xs[t * XP + col] = x;
             }
         __syncthreads();
     }
-    for (int i = tid; i < n * DK; i += blockDim.x) w_out[i] = xs[(i / DK) * XW + i % DK];
-    for (int i = tid; i < C * C; i += blockDim.x) tb_out[i] = xs[(i / C) * XW + DK + i % C];
+    for (int i = tid; i < n * DK; i += blockDim.x) w_out[i] = xs[(i / DK) * XP + i % DK];
+    for (int i = tid; i < C * C; i += blockDim.x) tb_out[i] = xs[(i / C) * XP + DK + i % C];
 }
 
 #define GDN_CHUNK_PREP(dk, tm, TM)                                                               \

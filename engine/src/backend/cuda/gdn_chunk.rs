@@ -26,9 +26,9 @@ const THREADS: u32 = 256;
 const CHUNK_DIMS: [usize; 4] = [16, 32, 64, 128];
 
 /// Dynamic shared memory (f32s) of `gdn_chunk_prep` at `dk`: q, k [C, dk + 8], A and the decay
-/// products [C, C + 1] (X over q and the products), decay, β and γ [C].
+/// products [C, C + 8] (X over q and the products), decay, β and γ [C].
 fn prep_floats(dk: usize) -> usize {
-    2 * CHUNK * (dk + 8) + 2 * CHUNK * (CHUNK + 1) + 3 * CHUNK
+    2 * CHUNK * (dk + 8) + 2 * CHUNK * (CHUNK + 8) + 3 * CHUNK
 }
 
 /// Dynamic shared memory (f32s) of `gdn_chunk_state` at `dk`: the state's columns [dk, BV + 4],
