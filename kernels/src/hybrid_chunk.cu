@@ -196,6 +196,28 @@ __device__ __forceinline__ void gdn_tile_mma(float (&c)[N][4], const float* a, i
     }
 }
 
+// c[j] += A · B_j and d[j] += A2 · B_j (A and A2 row-major with the same stride, NEG negating
+// A): two products against the same B, its fragments split once for both.
+template <int K, int N, bool B_K_ROWS, bool NEG = false>
+__device__ __forceinline__ void gdn_tile_mma_two(float (&c)[N][4], const float* a,
+                                                 float (&d)[N][4], const float* a2, int lda,
+                                                 const float* b, int ldb, int lane) {
+#pragma unroll 2
+    for (int k = 0; k < K; k += 16) {
+        GdnSplit fa[4], fa2[4];
+        gdn_frag_a<true, NEG>(fa, a + k, lda, lane);
+        gdn_frag_a<true>(fa2, a2 + k, lda, lane);
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            GdnSplit fb[2];
+            gdn_frag_b<B_K_ROWS>(fb, B_K_ROWS ? b + k * ldb + 8 * j : b + 8 * j * ldb + k, ldb,
+                                 lane);
+            gdn_mma6(c[j], fa, fb);
+            gdn_mma6(d[j], fa2, fb);
+        }
+    }
+}
+
 // Everything about a chunk that does not depend on the state, a block per (chunk, value head).
 // With t, s rows of the chunk, D(t, s) = e_{s+1} ⋯ e_t the decay from row s to row t (1 at
 // s = t), γ_t = e_0 ⋯ e_t, and the normalised k, q:
@@ -280,8 +302,8 @@ __device__ void gdn_chunk_prep_impl(float* scratch, const float* conv, const TM*
         static_assert(GDN_CHUNK_THREADS == 256 && C == 64, "four tiles of each a warp");
         const int rt = warp % 4, ct = 4 * (warp / 4), g = lane / 4, t4 = lane % 4;
         float kk[4][4] = {}, qk[4][4] = {};
-        gdn_tile_mma<DK, 4, true, false>(kk, ks + 16 * rt * KP, KP, ks + 8 * ct * KP, KP, lane);
-        gdn_tile_mma<DK, 4, true, false>(qk, qs + 16 * rt * KP, KP, ks + 8 * ct * KP, KP, lane);
+        gdn_tile_mma_two<DK, 4, false>(kk, ks + 16 * rt * KP, qk, qs + 16 * rt * KP, KP,
+                                       ks + 8 * ct * KP, KP, lane);
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -399,9 +421,10 @@ __device__ __forceinline__ u32 gdn_chunk_saves(const float* hs, u32 sv, u32 sv_e
 //     δ = Tb V − W S₀                      [n, BV]
 //     o = Qg S₀ + P δ                      into core
 //     S₀ = γ_{n−1} S₀ + Ktᵀ δ
-// on tensor cores (gdn_tile_mma). δ and o are 4 × 4 tiles of 16 × 8: warp w takes row tile
-// w % 4 and column tiles 2 (w / 4), + 1; the state's (DK / 16) × 4 tiles go a row tile a warp,
-// the warp's accumulators starting from γ S₀. Saves are written after their chunk's end.
+// on tensor cores (gdn_tile_mma; Qg S₀ beside W S₀, on the same fragments of S₀). δ and o are
+// 4 × 4 tiles of 16 × 8: warp w takes row tile w % 4 and column tiles 2 (w / 4), + 1; the
+// state's (DK / 16) × 4 tiles go a row tile a warp, the warp's accumulators starting from γ S₀.
+// Saves are written after their chunk's end.
 template <int DK>
 __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float* scratch,
                                      float* state, const u32* plan, const u32* seq_starts,
@@ -475,10 +498,12 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
         const float gamma = sc[3 * C * DK + 2 * C * C + n - 1];
         cp_async_wait<1>();  // main is in, Kt may still be coming
         __syncthreads();
-        // δ = Tb V − W S₀ (Tb and v are zero past n, and W: fixed counts pipeline)
-        float acc[2][4] = {};
+        // δ = Tb V − W S₀ (Tb and v are zero past n, and W: fixed counts pipeline), and o's
+        // Qg S₀ with the same fragments of S₀
+        float acc[2][4] = {}, oq[2][4] = {};
         gdn_tile_mma<C, 2, true, true>(acc, tb + 16 * rt * CP, CP, vs + 8 * ct, SP, lane);
-        gdn_tile_mma<DK, 2, true, true, true>(acc, ws + 16 * rt * DKP, DKP, hs + 8 * ct, SP, lane);
+        gdn_tile_mma_two<DK, 2, true, true>(acc, ws + 16 * rt * DKP, oq, qs + 16 * rt * DKP, DKP,
+                                            hs + 8 * ct, SP, lane);
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -490,12 +515,7 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
             }
         __syncthreads();
         // o = Qg S₀ + P δ (P and δ are zero past n)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int u = 0; u < 4; ++u) acc[j][u] = 0.f;
-        gdn_tile_mma<DK, 2, true, true>(acc, qs + 16 * rt * DKP, DKP, hs + 8 * ct, SP, lane);
-        gdn_tile_mma<C, 2, true, true>(acc, ps + 16 * rt * CP, CP, ds + 8 * ct, SP, lane);
+        gdn_tile_mma<C, 2, true, true>(oq, ps + 16 * rt * CP, CP, ds + 8 * ct, SP, lane);
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -503,8 +523,8 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
                 const int t = 16 * rt + g + 8 * r, col = col0 + 8 * (ct + j) + 2 * t4;
                 if (t >= n) continue;
                 float* o = core + (u64)(r0 + lo + t) * vd + h * dv;
-                if (col < dv) o[col] = acc[j][2 * r];
-                if (col + 1 < dv) o[col + 1] = acc[j][2 * r + 1];
+                if (col < dv) o[col] = oq[j][2 * r];
+                if (col + 1 < dv) o[col + 1] = oq[j][2 * r + 1];
             }
         const int next = hi < len ? gdn_chunk_end(hi, len, saves, cut, sv_end) : hi;
         __syncthreads();  // every thread has read S₀, W, Qg, Tb, P and v
