@@ -131,7 +131,9 @@ __device__ __forceinline__ GdnSplit gdn_split(float x, float y) {
     const float mx = gdn_top8(x), my = gdn_top8(y);
     x = __fsub_rn(x, mx);
     y = __fsub_rn(y, my);
-    auto pair = [](float a, float b) { return pair_halves<true>(__float_as_uint(a), __float_as_uint(b)); };
+    auto pair = [](float a, float b) {
+        return pair_halves<true>(__float_as_uint(a), __float_as_uint(b));
+    };
     return {pair(hx, hy), pair(mx, my), pair(x, y)};
 }
 __device__ __forceinline__ GdnSplit gdn_split2(const float* p) {
@@ -350,7 +352,8 @@ __device__ void gdn_chunk_prep_impl(float* scratch, const float* conv, const TM*
                                                           xs + k * XP + 8 * nt, XP, lane);
 #pragma unroll
                 for (int r = 0; r < 2; ++r)
-                    *(float2*)(x + (g + 8 * r) * XP) = make_float2(acc[0][2 * r], acc[0][2 * r + 1]);
+                    *(float2*)(x + (g + 8 * r) * XP) =
+                        make_float2(acc[0][2 * r], acc[0][2 * r + 1]);
             }
             __syncthreads();
         }
