@@ -34,8 +34,8 @@
 //    out = x / rms(x) · w · silu(z), z from `mixed`, out in the compute type.
 //
 //    Sequences with at least `chunk_min` rows in the step return at once: 2b takes them.
-// 2b. The chunked form for prefill (flash-linear-attention's chunk_gated_delta_rule, f32 on
-//    CUDA cores), dk ≤ 128. A sequence is cut into chunks of GDN_CHUNK = 64 rows, and also at
+// 2b. The chunked form for prefill (flash-linear-attention's chunk_gated_delta_rule; its
+//    products on tensor cores at f32's accuracy, hybrid_chunk.cu), dk ≤ 128. A sequence is cut into chunks of GDN_CHUNK = 64 rows, and also at
 //    every save point (so a checkpoint is a chunk's end state). Within a chunk of n rows, with
 //    D(t, s) = e_{s+1} ⋯ e_t and γ_t = e_0 ⋯ e_t, the token loop unrolls into
 //        δ = (I + A)⁻¹ (diag(β) V − diag(βγ) K S₀),  A[t, s] = β_t D(t, s) k_t·k_s (s < t)

@@ -86,17 +86,138 @@ extern "C" __global__ void gdn_chunk_plan(u32* plan, const u32* seq_starts,
     }
 }
 
-// Shared memory of gdn_chunk_prep: q [C, DK + 4] and the decay products [C, C + 1] (X
-// [C, DK + C] over both once they are used), k [C, DK + 4], A [C, C + 1], decay, β, γ [C].
-// About 100 KB at DK 128: two blocks a multiprocessor.
+// Shared memory of gdn_chunk_prep: q [C, DK + 8] and the decay products [C, C + 8] (X
+// [C, DK + C + 4] over both once they are used), k [C, DK + 8], A [C, C + 8], decay, β, γ [C].
+// About 107 KB at DK 128: two blocks a multiprocessor. The tensor-core fragments' loads hit
+// distinct banks: q's, k's and A's rows (8-byte loads) are 8 mod 32 floats apart, X's (a float
+// a lane) 4 mod 32.
 template <int DK>
 __device__ constexpr int gdn_prep_smem_floats() {
-    return 2 * GDN_CHUNK * (DK + 4) + 2 * GDN_CHUNK * (GDN_CHUNK + 1) + 3 * GDN_CHUNK;
+    return 2 * GDN_CHUNK * (DK + 8) + 2 * GDN_CHUNK * (GDN_CHUNK + 8) + 3 * GDN_CHUNK;
 }
 
 __device__ __forceinline__ float4 lds4(const float* p) { return *(const float4*)p; }
 __device__ __forceinline__ float f4(const float4& v, int u) {
     return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w;
+}
+
+// --- the chunk's products on tensor cores: f32 operands as three bf16 terms ------------------
+//
+// An f32 x is split exactly into x = h + m + l, three bf16 values: h is x rounded to 8
+// significant bits, m the difference rounded so, l what is left (at most 8 bits). A product is
+// then the six bf16 mma (f32 accumulate) hh + hm + mh + mm + hl + lh, the small terms first,
+// missing only terms of about 2^-26 of it: f32's accuracy. With two terms (three products) a
+// product is off by about 2^-17, and the states land 40 times farther from the CPU's than f32
+// does (the host emulation's chunked cases: 8.8e-6 against 2.4e-7), too close to the check's
+// f32 tolerance; every product of the chunk feeds the state or the output, so all take six.
+// The fragments are read from f32 shared memory and split on the way (g = lane / 4,
+// t = lane % 4, the mma's layout in mma.cuh).
+
+// v rounded to 8 significant bits (Veltkamp's split: exact in bf16; the _rn operations keep the
+// compiler from fusing them).
+__device__ __forceinline__ float gdn_top8(float v) {
+    const float t = __fmul_rn(v, 65537.f);
+    return __fsub_rn(t, __fsub_rn(t, v));
+}
+
+// A fragment register of two elements as its three bf16 pairs.
+struct GdnSplit {
+    u32 h, m, l;
+};
+__device__ __forceinline__ GdnSplit gdn_split(float x, float y) {
+    const float hx = gdn_top8(x), hy = gdn_top8(y);
+    x = __fsub_rn(x, hx);
+    y = __fsub_rn(y, hy);
+    const float mx = gdn_top8(x), my = gdn_top8(y);
+    x = __fsub_rn(x, mx);
+    y = __fsub_rn(y, my);
+    auto pair = [](float a, float b) {
+        return pair_halves<true>(__float_as_uint(a), __float_as_uint(b));
+    };
+    return {pair(hx, hy), pair(mx, my), pair(x, y)};
+}
+__device__ __forceinline__ GdnSplit gdn_split2(const float* p) {
+    const float2 v = *(const float2*)p;
+    return gdn_split(v.x, v.y);
+}
+
+// The A fragment (16 × 16) at `a`: element (m, k) at a[m · ld + k] (ROWS, pairs along k are
+// adjacent: 8-byte loads) or a[k · ld + m]. NEG negates it (the sign bits of both terms).
+template <bool ROWS, bool NEG = false>
+__device__ __forceinline__ void gdn_frag_a(GdnSplit (&f)[4], const float* a, int ld, int lane) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int m = g + 8 * (i & 1), k = 2 * t + 8 * (i >> 1);
+        f[i] = ROWS ? gdn_split2(a + m * ld + k) : gdn_split(a[k * ld + m], a[(k + 1) * ld + m]);
+        if (NEG) f[i] = {f[i].h ^ 0x80008000u, f[i].m ^ 0x80008000u, f[i].l ^ 0x80008000u};
+    }
+}
+
+// The B fragment (16 × 8) at `b`: element (k, n) at b[k · ld + n] (K_ROWS) or b[n · ld + k]
+// (pairs along k adjacent: 8-byte loads).
+template <bool K_ROWS>
+__device__ __forceinline__ void gdn_frag_b(GdnSplit (&f)[2], const float* b, int ld, int lane) {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int k = 2 * t + 8 * i;
+        f[i] = K_ROWS ? gdn_split(b[k * ld + g], b[(k + 1) * ld + g]) : gdn_split2(b + g * ld + k);
+    }
+}
+
+// c += a·b from the split terms.
+__device__ __forceinline__ void gdn_mma6(float (&c)[4], const GdnSplit (&a)[4],
+                                         const GdnSplit (&b)[2]) {
+#define GDN_MMA(x, y) mma_bf16(c, a[0].x, a[1].x, a[2].x, a[3].x, b[0].y, b[1].y)
+    GDN_MMA(l, h);
+    GDN_MMA(h, l);
+    GDN_MMA(m, m);
+    GDN_MMA(m, h);
+    GDN_MMA(h, m);
+    GDN_MMA(h, h);
+#undef GDN_MMA
+}
+
+// c[j] += A · B_j over k < K for one 16-row tile of A and N 8-column tiles of B (B_j at
+// b + 8j for K_ROWS, b + 8j · ldb otherwise): A's fragment is split once for all N.
+template <int K, int N, bool A_ROWS, bool B_K_ROWS, bool NEG = false>
+__device__ __forceinline__ void gdn_tile_mma(float (&c)[N][4], const float* a, int lda,
+                                             const float* b, int ldb, int lane) {
+#pragma unroll 2
+    for (int k = 0; k < K; k += 16) {
+        GdnSplit fa[4];
+        gdn_frag_a<A_ROWS, NEG>(fa, A_ROWS ? a + k : a + k * lda, lda, lane);
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            GdnSplit fb[2];
+            gdn_frag_b<B_K_ROWS>(fb, B_K_ROWS ? b + k * ldb + 8 * j : b + 8 * j * ldb + k, ldb,
+                                 lane);
+            gdn_mma6(c[j], fa, fb);
+        }
+    }
+}
+
+// c[j] += A · B_j and d[j] += A2 · B_j (A and A2 row-major with the same stride, NEG negating
+// A): two products against the same B, its fragments split once for both.
+template <int K, int N, bool B_K_ROWS, bool NEG = false>
+__device__ __forceinline__ void gdn_tile_mma_two(float (&c)[N][4], const float* a,
+                                                 float (&d)[N][4], const float* a2, int lda,
+                                                 const float* b, int ldb, int lane) {
+#pragma unroll 2
+    for (int k = 0; k < K; k += 16) {
+        GdnSplit fa[4], fa2[4];
+        gdn_frag_a<true, NEG>(fa, a + k, lda, lane);
+        gdn_frag_a<true>(fa2, a2 + k, lda, lane);
+#pragma unroll
+        for (int j = 0; j < N; ++j) {
+            GdnSplit fb[2];
+            gdn_frag_b<B_K_ROWS>(fb, B_K_ROWS ? b + k * ldb + 8 * j : b + 8 * j * ldb + k, ldb,
+                                 lane);
+            gdn_mma6(c[j], fa, fb);
+            gdn_mma6(d[j], fa2, fb);
+        }
+    }
 }
 
 // Everything about a chunk that does not depend on the state, a block per (chunk, value head).
@@ -112,17 +233,17 @@ template <int DK, typename TM>
 __device__ void gdn_chunk_prep_impl(float* scratch, const float* conv, const TM* mixed,
                                     const float* neg_a, const float* dt_bias, const u32* plan,
                                     int seqs, int nk, int nv, int dv, int width) {
-    constexpr int C = GDN_CHUNK, KP = DK + 4, CP = C + 1, XW = DK + C;
+    constexpr int C = GDN_CHUNK, KP = DK + 8, CP = C + 8, XW = DK + C, XP = XW + 4;
     GDN_SMEM(gdn_prep_smem_floats<DK>());
     float* qs = smem;           // [C][KP]
     float* dm = qs + C * KP;    // [C][CP]: dm[t][j] = e_j ⋯ e_t (j ≤ t), else 0
-    float* xs = smem;           // [C][XW] over q and dm, once those are used
+    float* xs = smem;           // [C][XP] over q and dm, once those are used
     float* ks = dm + C * CP;    // [C][KP]
     float* as = ks + C * KP;    // [C][CP]
     float* decay = as + C * CP; // [C]
     float* beta = decay + C;    // [C]
     float* gam = beta + C;      // [C]: γ_t = e_0 ⋯ e_t
-    static_assert(C * KP + C * CP >= C * XW, "X fits over q and the decay products");
+    static_assert(C * KP + C * CP >= C * XP, "X fits over q and the decay products");
     pdl_start();
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     const int warp = tid / 32, lane = tid % 32, warps = blockDim.x / 32;
@@ -177,41 +298,21 @@ __device__ void gdn_chunk_prep_impl(float* scratch, const float* conv, const TM*
     float* tb_out = k_out + C * DK;
     float* p_out = tb_out + C * C;
     float* g_out = p_out + C * C;
-    // k_t·k_s and q_t·k_s: a thread a 4 × 4 tile, rows t = tg + 16a, columns s = g + 16b
-    // (16-byte loads along d; the row padding keeps eight consecutive g on distinct banks).
+    // k_t·k_s and q_t·k_s on tensor cores: 4 × 8 tiles of 16 × 8 each, warp w row tile w % 4
+    // and column tiles 4 (w / 4) .. + 3 of both (k_s's fragments shared).
     {
-        static_assert(GDN_CHUNK_THREADS == 256 && C == 64, "a 4 x 4 tile a thread");
-        const int tg = tid / 16, g = tid % 16;
-        float kk[4][4], qk[4][4];
+        static_assert(GDN_CHUNK_THREADS == 256 && C == 64, "four tiles of each a warp");
+        const int rt = warp % 4, ct = 4 * (warp / 4), g = lane / 4, t4 = lane % 4;
+        float kk[4][4] = {}, qk[4][4] = {};
+        gdn_tile_mma_two<DK, 4, false>(kk, ks + 16 * rt * KP, qk, qs + 16 * rt * KP, KP,
+                                       ks + 8 * ct * KP, KP, lane);
 #pragma unroll
-        for (int a = 0; a < 4; ++a)
+        for (int j = 0; j < 4; ++j)
 #pragma unroll
-            for (int b = 0; b < 4; ++b) kk[a][b] = qk[a][b] = 0.f;
-        for (int d = 0; d < DK; d += 4) {
-            float4 kt[4], qt[4], kv[4];
-#pragma unroll
-            for (int a = 0; a < 4; ++a) {
-                kt[a] = lds4(ks + (tg + 16 * a) * KP + d);
-                qt[a] = lds4(qs + (tg + 16 * a) * KP + d);
-                kv[a] = lds4(ks + (g + 16 * a) * KP + d);
-            }
-#pragma unroll
-            for (int a = 0; a < 4; ++a)
-#pragma unroll
-                for (int b = 0; b < 4; ++b)
-#pragma unroll
-                    for (int u = 0; u < 4; ++u) {
-                        kk[a][b] += f4(kt[a], u) * f4(kv[b], u);
-                        qk[a][b] += f4(qt[a], u) * f4(kv[b], u);
-                    }
-        }
-#pragma unroll
-        for (int a = 0; a < 4; ++a)
-#pragma unroll
-            for (int b = 0; b < 4; ++b) {
-                const int t = tg + 16 * a, s = g + 16 * b;
-                as[t * CP + s] = s < t ? beta[t] * between(t, s) * kk[a][b] : 0.f;
-                p_out[t * C + s] = s <= t && t < n ? between(t, s) * qk[a][b] : 0.f;
+            for (int r = 0; r < 4; ++r) {
+                const int t = 16 * rt + g + 8 * (r / 2), s = 8 * (ct + j) + 2 * t4 + r % 2;
+                as[t * CP + s] = s < t ? beta[t] * between(t, s) * kk[j][r] : 0.f;
+                p_out[t * C + s] = s <= t && t < n ? between(t, s) * qk[j][r] : 0.f;
             }
     }
     for (int i = tid; i < n * DK; i += blockDim.x) {
@@ -222,40 +323,51 @@ __device__ void gdn_chunk_prep_impl(float* scratch, const float* conv, const TM*
     if (tid < C) g_out[tid] = gam[tid];
     __syncthreads();  // q and the decay products are used: X goes over them
     // X = (I + A)⁻¹ B by blocks of 16 rows: a block's rows first take off what the rows above
-    // give them (a product over all threads, four partial sums), then its 16 × 16 diagonal
-    // block is solved a thread a column, x_t = b_t − Σ_{s<t} A[t, s] x_s (chains of at most 15
-    // terms instead of 63). Rows past n stay zero (their B and A rows are).
+    // give them, −A[rows, :rb] X[:rb, :] (tensor cores, X's 8-column tiles a warp each, the
+    // tile itself the accumulators), then its 16 × 16 diagonal block is solved in f32 a thread
+    // a column, x_t = b_t − Σ_{s<t} A[t, s] x_s (chains of at most 15 terms instead of 63).
+    // Rows past n stay zero (their B and A rows are).
     for (int i = tid; i < C * XW; i += blockDim.x) {
         const int t = i / XW, col = i % XW;
-        xs[i] = t >= n     ? 0.f
-                : col < DK ? beta[t] * gam[t] * ks[t * KP + col]
-                           : (col - DK == t ? beta[t] : 0.f);
+        xs[t * XP + col] = t >= n     ? 0.f
+                           : col < DK ? beta[t] * gam[t] * ks[t * KP + col]
+                                      : (col - DK == t ? beta[t] : 0.f);
     }
     __syncthreads();
     constexpr int RB = 16;
     for (int rb = 0; rb < n; rb += RB) {
         if (rb > 0) {
-            for (int i = tid; i < RB * XW; i += blockDim.x) {
-                const int t = rb + i / XW, col = i % XW;
-                float a[4] = {0.f, 0.f, 0.f, 0.f};
-                for (int s = 0; s < rb; s += 4)
+            const int g = lane / 4, t4 = lane % 4;
+            for (int nt = warp; nt < XW / 8; nt += warps) {
+                float* x = xs + rb * XP + 8 * nt + 2 * t4;
+                float acc[1][4];
 #pragma unroll
-                    for (int u = 0; u < 4; ++u) a[u] += as[t * CP + s + u] * xs[(s + u) * XW + col];
-                xs[t * XW + col] -= (a[0] + a[1]) + (a[2] + a[3]);
+                for (int r = 0; r < 2; ++r) {
+                    const float2 v = *(const float2*)(x + (g + 8 * r) * XP);
+                    acc[0][2 * r] = v.x;
+                    acc[0][2 * r + 1] = v.y;
+                }
+                for (int k = 0; k < rb; k += 16)
+                    gdn_tile_mma<16, 1, true, true, true>(acc, as + rb * CP + k, CP,
+                                                          xs + k * XP + 8 * nt, XP, lane);
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    *(float2*)(x + (g + 8 * r) * XP) =
+                        make_float2(acc[0][2 * r], acc[0][2 * r + 1]);
             }
             __syncthreads();
         }
         for (int col = tid; col < XW; col += blockDim.x)
 #pragma unroll
             for (int t = rb; t < rb + RB; ++t) {
-                float x = xs[t * XW + col];
-                for (int s = rb; s < t; ++s) x -= as[t * CP + s] * xs[s * XW + col];
-                xs[t * XW + col] = x;
+                float x = xs[t * XP + col];
+                for (int s = rb; s < t; ++s) x -= as[t * CP + s] * xs[s * XP + col];
+                xs[t * XP + col] = x;
             }
         __syncthreads();
     }
-    for (int i = tid; i < n * DK; i += blockDim.x) w_out[i] = xs[(i / DK) * XW + i % DK];
-    for (int i = tid; i < C * C; i += blockDim.x) tb_out[i] = xs[(i / C) * XW + DK + i % C];
+    for (int i = tid; i < n * DK; i += blockDim.x) w_out[i] = xs[(i / DK) * XP + i % DK];
+    for (int i = tid; i < C * C; i += blockDim.x) tb_out[i] = xs[(i / C) * XP + DK + i % C];
 }
 
 #define GDN_CHUNK_PREP(dk, tm, TM)                                                               \
@@ -267,17 +379,20 @@ __device__ void gdn_chunk_prep_impl(float* scratch, const float* conv, const TM*
                                     dv, width);                                                  \
     }
 
-// Shared memory of gdn_chunk_state: the state's columns [DK, BV], W, Qg, Kt [C, DK + 4], Tb, P
-// [C, C + 4], v and δ [C, BV].
+// Shared memory of gdn_chunk_state: the state's columns [DK, BV + 4], W, Qg [C, DK + 8], Kt
+// [C, DK + 4], Tb, P [C, C + 8], v and δ [C, BV + 4]. The paddings put a fragment's loads on
+// distinct banks: rows read in pairs along k (W, Qg, Tb, P) 8 mod 32 floats apart, rows read a
+// float a lane (the state, Kt, v, δ) 4 mod 32.
+#define GDN_SP (GDN_BV + 4)
 template <int DK>
 __device__ constexpr int gdn_state_smem_floats() {
-    return DK * GDN_BV + 3 * GDN_CHUNK * (DK + 4) + 2 * GDN_CHUNK * (GDN_CHUNK + 4) +
-           2 * GDN_CHUNK * GDN_BV;
+    return DK * GDN_SP + 2 * GDN_CHUNK * (DK + 8) + GDN_CHUNK * (DK + 4) +
+           2 * GDN_CHUNK * (GDN_CHUNK + 8) + 2 * GDN_CHUNK * GDN_SP;
 }
 
-// The state's entries a thread of gdn_chunk_state owns (reads at the start, updates a chunk,
-// saves and writes back): rows dg + 32i of columns 4cg .. 4cg + 3 of the block's BV, with
-// cg = tid % 8, dg = tid / 8. f(d, local column, column) for each that exists.
+// The state's entries a thread of gdn_chunk_state reads at the start, saves and writes back:
+// rows dg + 32i of columns 4cg .. 4cg + 3 of the block's BV, with cg = tid % 8, dg = tid / 8.
+// f(d, local column, column) for each that exists.
 template <int DK, typename F>
 __device__ __forceinline__ void gdn_owned(int tid, int col0, int dv, F f) {
     const int cg = tid % 8, dg = tid / 8;
@@ -299,61 +414,44 @@ __device__ __forceinline__ u32 gdn_chunk_saves(const float* hs, u32 sv, u32 sv_e
     for (; sv < sv_end && saves[2 * sv] == after; ++sv) {
         float* dst = state + (u64)saves[2 * sv + 1] * head;
         gdn_owned<DK>(tid, col0, dv,
-                      [&](int d, int j, int col) { dst[(u64)d * dv + col] = hs[d * GDN_BV + j]; });
+                      [&](int d, int j, int col) { dst[(u64)d * dv + col] = hs[d * GDN_SP + j]; });
     }
     return sv;
 }
 
-// acc[a][e] += sign · Σ_k A[row_a][k] · B[k][4cg + e] over k < K, for rows row_0 = `a` and
-// row_1 = a + 32 · lda (`a` points at row_0's first element), B's rows BV floats apart: a
-// thread's 2 × 4 tile of a product, 16-byte shared loads.
-template <int K>
-__device__ __forceinline__ void gdn_tile_mac(float (&acc)[2][4], const float* a, int lda,
-                                             const float* b, int cg, float sign) {
-#pragma unroll 4
-    for (int k = 0; k < K; k += 4) {
-        const float4 a0 = lds4(a + k), a1 = lds4(a + 32 * lda + k);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const float4 x = lds4(b + (k + u) * GDN_BV + 4 * cg);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                acc[0][e] += sign * f4(a0, u) * f4(x, e);
-                acc[1][e] += sign * f4(a1, u) * f4(x, e);
-            }
-        }
-    }
-}
-
 // The state hand-off, chunk after chunk: a block per (BV state columns, value head, sequence)
-// keeps S₀'s columns in shared memory and per chunk of n rows computes
+// keeps S₀'s columns in shared memory (f32) and per chunk of n rows computes
 //     δ = Tb V − W S₀                      [n, BV]
 //     o = Qg S₀ + P δ                      into core
 //     S₀ = γ_{n−1} S₀ + Ktᵀ δ
-// each thread a 2 × 4 tile of δ and o (rows rg, rg + 32, columns 4cg ..) and its own 4 × 4
-// of S₀ (gdn_owned), 16-byte shared loads; saves are written after their chunk's end.
+// on tensor cores (gdn_tile_mma; Qg S₀ beside W S₀, on the same fragments of S₀). δ and o are
+// 4 × 4 tiles of 16 × 8: warp w takes row tile w % 4 and column tiles 2 (w / 4), + 1; the
+// state's (DK / 16) × 4 tiles go a row tile a warp, the warp's accumulators starting from γ S₀.
+// Saves are written after their chunk's end.
 template <int DK>
 __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float* scratch,
                                      float* state, const u32* plan, const u32* seq_starts,
                                      const u32* slots, const u32* save_starts, const u32* saves,
                                      int seqs, int chunk_min, int nk, int nv, int dv) {
-    constexpr int C = GDN_CHUNK, BV = GDN_BV, DKP = DK + 4, CP = C + 4, DT = (DK + 31) / 32;
+    constexpr int C = GDN_CHUNK, BV = GDN_BV, SP = GDN_SP, DKP = DK + 8, KTP = DK + 4,
+                  CP = C + 8;
     static_assert(GDN_CHUNK_THREADS == 256 && C == 64 && BV == 32, "the tiles below");
     GDN_SMEM(gdn_state_smem_floats<DK>());
-    float* hs = smem;          // [DK][BV]
-    float* ws = hs + DK * BV;  // [C][DKP]
+    float* hs = smem;          // [DK][SP]
+    float* ws = hs + DK * SP;  // [C][DKP]
     float* qs = ws + C * DKP;  // [C][DKP]
-    float* ks = qs + C * DKP;  // [C][DKP]
-    float* tb = ks + C * DKP;  // [C][CP]
+    float* ks = qs + C * DKP;  // [C][KTP]
+    float* tb = ks + C * KTP;  // [C][CP]
     float* ps = tb + C * CP;   // [C][CP]
-    float* vs = ps + C * CP;   // [C][BV]
-    float* ds = vs + C * BV;   // [C][BV]
+    float* vs = ps + C * CP;   // [C][SP]
+    float* ds = vs + C * SP;   // [C][SP]
     pdl_start();
     const int s = blockIdx.z, h = blockIdx.y, tid = threadIdx.x, col0 = blockIdx.x * BV;
     const u32 r0 = seq_starts[s];
     const int len = (int)(seq_starts[s + 1] - r0);
     if (!gdn_chunked(len, chunk_min)) return;
-    const int cg = tid % 8, rg = tid / 8, dg = tid / 8;
+    const int warp = tid / 32, lane = tid % 32, g = lane / 4, t4 = lane % 4;
+    const int rt = warp % 4, ct = 2 * (warp / 4);  // δ's and o's tiles
     const int kd = nk * DK, vd = nv * dv, channels = 2 * kd + vd;
     const u64 head = (u64)nv * DK * dv;  // a slot's recurrent state
     // Slot 0xFFFFFFFF is a padding row's: no state, read zeros, write nothing.
@@ -361,17 +459,17 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
     float* own = state + (pad ? 0 : slots[s]) * head + (u64)h * DK * dv;
     state += (u64)h * DK * dv;  // saves: slot · head from here
     gdn_owned<DK>(tid, col0, dv, [&](int d, int j, int col) {
-        hs[d * BV + j] = pad ? 0.f : own[(u64)d * dv + col];
+        hs[d * SP + j] = pad ? 0.f : own[(u64)d * dv + col];
     });
     if (col0 + BV > dv)  // columns past dv stay zero
         for (int i = tid; i < DK * BV; i += blockDim.x)
-            if (col0 + i % BV >= dv) hs[i] = 0.f;
+            if (col0 + i % BV >= dv) hs[i / BV * SP + i % BV] = 0.f;
     u32 sv = save_starts[s], cut = sv;
     const u32 sv_end = save_starts[s + 1], write_end = pad ? sv : sv_end;  // chunks still cut
     sv = gdn_chunk_saves<DK>(hs, sv, write_end, saves, 0, state, head, tid, col0, dv);
     // Copies in flight while the block computes: a chunk's W, Qg, Tb, P and v (`main`) go out
-    // once the previous chunk's δ and o are done, its Kt at its start (phase C reads the
-    // previous Kt until then).
+    // once the previous chunk's δ and o are done, its Kt at its start (the state's update
+    // reads the previous Kt until then).
     auto issue_main = [&](const float* sc, int lo, int n) {
         for (int i = tid; i < 2 * C * (DK / 4); i += blockDim.x)
             cp_async<16>(ws + i / (DK / 4) * DKP + 4 * (i % (DK / 4)), sc + 4 * i,
@@ -382,7 +480,7 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
             const int t = i / BV, c = col0 + i % BV;
             const bool in = t < n && c < dv;
             const float* src = conv + (u64)(r0 + lo + t) * channels + 2 * kd + h * dv + c;
-            cp_async<4>(vs + i, in ? src : conv, in);
+            cp_async<4>(vs + t * SP + i % BV, in ? src : conv, in);
         }
         cp_async_commit();
     };
@@ -395,43 +493,42 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
     for (int lo = 0; lo < len; ++chunk) {
         const int n = hi - lo;
         const float* sc = chunk_at(chunk);
-        __syncthreads();  // the previous chunk's phase C is done: Kt and S₀ are free
+        __syncthreads();  // the previous chunk's update and saves are done: Kt is free
         for (int i = tid; i < C * (DK / 4); i += blockDim.x)
-            cp_async<16>(ks + i / (DK / 4) * DKP + 4 * (i % (DK / 4)), sc + 2 * C * DK + 4 * i,
+            cp_async<16>(ks + i / (DK / 4) * KTP + 4 * (i % (DK / 4)), sc + 2 * C * DK + 4 * i,
                          i / (DK / 4) < n);
         cp_async_commit();
         const float gamma = sc[3 * C * DK + 2 * C * C + n - 1];
         cp_async_wait<1>();  // main is in, Kt may still be coming
         __syncthreads();
-        // δ = Tb V − W S₀ (Tb and v are zero past n: fixed counts pipeline)
-        float acc[2][4] = {};
-        gdn_tile_mac<C>(acc, tb + rg * CP, CP, vs, cg, 1.f);
-        gdn_tile_mac<DK>(acc, ws + rg * DKP, DKP, hs, cg, -1.f);
+        // δ = Tb V − W S₀ (Tb and v are zero past n, and W: fixed counts pipeline), and o's
+        // Qg S₀ with the same fragments of S₀
+        float acc[2][4] = {}, oq[2][4] = {};
+        gdn_tile_mma<C, 2, true, true>(acc, tb + 16 * rt * CP, CP, vs + 8 * ct, SP, lane);
+        gdn_tile_mma_two<DK, 2, true, true>(acc, ws + 16 * rt * DKP, oq, qs + 16 * rt * DKP, DKP,
+                                            hs + 8 * ct, SP, lane);
 #pragma unroll
-        for (int a = 0; a < 2; ++a) {
-            const int t = rg + 32 * a;
-            const bool in = t < n;  // rows past n: zero (Tb's and W's are already)
-            *(float4*)(ds + t * BV + 4 * cg) =
-                make_float4(in ? acc[a][0] : 0.f, in ? acc[a][1] : 0.f, in ? acc[a][2] : 0.f,
-                            in ? acc[a][3] : 0.f);
-        }
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int t = 16 * rt + g + 8 * r;
+                const bool in = t < n;  // rows past n: zero (Tb's and W's are already)
+                *(float2*)(ds + t * SP + 8 * (ct + j) + 2 * t4) =
+                    make_float2(in ? acc[j][2 * r] : 0.f, in ? acc[j][2 * r + 1] : 0.f);
+            }
         __syncthreads();
         // o = Qg S₀ + P δ (P and δ are zero past n)
+        gdn_tile_mma<C, 2, true, true>(oq, ps + 16 * rt * CP, CP, ds + 8 * ct, SP, lane);
 #pragma unroll
-        for (int a = 0; a < 2; ++a)
+        for (int j = 0; j < 2; ++j)
 #pragma unroll
-            for (int u = 0; u < 4; ++u) acc[a][u] = 0.f;
-        gdn_tile_mac<DK>(acc, qs + rg * DKP, DKP, hs, cg, 1.f);
-        gdn_tile_mac<C>(acc, ps + rg * CP, CP, ds, cg, 1.f);
-#pragma unroll
-        for (int a = 0; a < 2; ++a) {
-            const int t = rg + 32 * a;
-            if (t >= n) continue;
-            float* o = core + (u64)(r0 + lo + t) * vd + h * dv;
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                if (col0 + 4 * cg + e < dv) o[col0 + 4 * cg + e] = acc[a][e];
-        }
+            for (int r = 0; r < 2; ++r) {
+                const int t = 16 * rt + g + 8 * r, col = col0 + 8 * (ct + j) + 2 * t4;
+                if (t >= n) continue;
+                float* o = core + (u64)(r0 + lo + t) * vd + h * dv;
+                if (col < dv) o[col] = oq[j][2 * r];
+                if (col + 1 < dv) o[col + 1] = oq[j][2 * r + 1];
+            }
         const int next = hi < len ? gdn_chunk_end(hi, len, saves, cut, sv_end) : hi;
         __syncthreads();  // every thread has read S₀, W, Qg, Tb, P and v
         if (next > hi) {
@@ -441,37 +538,34 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
             cp_async_wait<0>();
         }
         __syncthreads();
-        // S₀ = γ S₀ + Ktᵀ δ, each thread its own entries
-        float hn[DT][4];
+        // S₀ = γ S₀ + Ktᵀ δ (Kt and δ are zero past n), a 16-row tile of S₀ a warp
+        for (int d0 = 16 * warp; d0 < DK; d0 += 16 * (GDN_CHUNK_THREADS / 32)) {
+            float hn[4][4];
 #pragma unroll
-        for (int i = 0; i < DT; ++i) {
-            const int d = min(dg + 32 * i, DK - 1);  // rows past DK (DK 16) are computed, not kept
-            const float4 x = lds4(hs + d * BV + 4 * cg);
+            for (int j = 0; j < 4; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) hn[i][e] = gamma * f4(x, e);
+                for (int r = 0; r < 2; ++r) {
+                    const float2 x = *(const float2*)(hs + (d0 + g + 8 * r) * SP + 8 * j + 2 * t4);
+                    hn[j][2 * r] = gamma * x.x;
+                    hn[j][2 * r + 1] = gamma * x.y;
+                }
+            gdn_tile_mma<C, 4, false, true>(hn, ks + d0, KTP, ds, SP, lane);
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int r = 0; r < 2; ++r)
+                    *(float2*)(hs + (d0 + g + 8 * r) * SP + 8 * j + 2 * t4) =
+                        make_float2(hn[j][2 * r], hn[j][2 * r + 1]);
         }
-#pragma unroll 8
-        for (int t = 0; t < C; ++t) {  // Kt and δ are zero past n
-            const float4 x = lds4(ds + t * BV + 4 * cg);
-#pragma unroll
-            for (int i = 0; i < DT; ++i) {
-                const float k = ks[t * DKP + min(dg + 32 * i, DK - 1)];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) hn[i][e] += k * f4(x, e);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < DT; ++i)
-            if (dg + 32 * i < DK)
-                *(float4*)(hs + (dg + 32 * i) * BV + 4 * cg) =
-                    make_float4(hn[i][0], hn[i][1], hn[i][2], hn[i][3]);
+        if (sv < write_end && saves[2 * sv] == (u32)hi) __syncthreads();  // the saves read it all
         sv = gdn_chunk_saves<DK>(hs, sv, write_end, saves, (u32)hi, state, head, tid, col0, dv);
         lo = hi;
         hi = next;
     }
+    __syncthreads();
     if (!pad)
         gdn_owned<DK>(tid, col0, dv,
-                      [&](int d, int j, int col) { own[(u64)d * dv + col] = hs[d * BV + j]; });
+                      [&](int d, int j, int col) { own[(u64)d * dv + col] = hs[d * SP + j]; });
 }
 
 #define GDN_CHUNK_STATE(dk)                                                                      \

@@ -10,10 +10,11 @@
 //! sums and a shuffle tree against the CPU's row loop, fused multiply-adds): [`Tol::F32`]
 //! measured against the state's rms; its conv windows are copies of inputs: exact. Its output
 //! is bf16 after an RMSNorm of that f32 core: [`Tol::BF16`]; on the float32 path (section
-//! `ops-f32`, [`run_ops`]) it is f32: [`Tol::F32`]. The chunked kernels are f32 on
-//! CUDA cores too (the WY form reassociates the same sums; the decay products are multiplied
-//! out as the CPU does, not taken as exp of cumulative sums), so the same tolerances hold, and
-//! their state error must not grow with the length (the 2048-token case).
+//! `ops-f32`, [`run_ops`]) it is f32: [`Tol::F32`]. The chunked kernels keep f32's accuracy
+//! (their tensor-core products take each f32 operand as three bf16 terms; the WY form
+//! reassociates the same sums; the decay products are multiplied out as the CPU does, not
+//! taken as exp of cumulative sums), so the same tolerances hold, and their state error must
+//! not grow with the length (the 2048-token case).
 
 use anyhow::{Context, Result};
 use metrale_engine::backend::cpu::CpuTensor;

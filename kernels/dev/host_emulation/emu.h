@@ -24,7 +24,9 @@ using std::max;
 using std::min;
 
 struct dim3 { unsigned x = 1, y = 1, z = 1; };
+struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
+inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline thread_local dim3 threadIdx, blockIdx;
 inline dim3 blockDim, gridDim;

@@ -215,6 +215,9 @@ static void gdn_tests() {
     t_gdn(1, 32, 2, 16, 4, {129, 5}, 8, 1);
     t_gdn(1, 128, 1, 36, 4, {70, 3}, 8, 1);  // 35B-A3B's dk, dv past a block's 32 columns
     t_gdn(1, 64, 1, 32, 2, {66}, 8, 1);
+    // The tensor-core tiles at 35B-A3B's dk with two blocks of state columns: chunks of 1, 63,
+    // 64 and 65 rows, saves mid-chunk (3, 5, 17, 100) and at its ends, several sequences.
+    t_gdn(1, 128, 2, 64, 4, {1, 63, 64, 65, 130}, 16, 1);
 }
 
 // The fused decode kernel (gdn_decode, one row a sequence, a key head's columns over `splits`

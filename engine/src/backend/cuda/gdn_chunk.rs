@@ -25,16 +25,20 @@ const THREADS: u32 = 256;
 /// cannot give a block).
 const CHUNK_DIMS: [usize; 4] = [16, 32, 64, 128];
 
-/// Dynamic shared memory (f32s) of `gdn_chunk_prep` at `dk`: q, k [C, dk + 4], A and the decay
-/// products [C, C + 1] (X over q and the products), decay, β and γ [C].
+/// Dynamic shared memory (f32s) of `gdn_chunk_prep` at `dk`: q, k [C, dk + 8], A and the decay
+/// products [C, C + 8] (X over q and the products), decay, β and γ [C].
 fn prep_floats(dk: usize) -> usize {
-    2 * CHUNK * (dk + 4) + 2 * CHUNK * (CHUNK + 1) + 3 * CHUNK
+    2 * CHUNK * (dk + 8) + 2 * CHUNK * (CHUNK + 8) + 3 * CHUNK
 }
 
-/// Dynamic shared memory (f32s) of `gdn_chunk_state` at `dk`: the state's columns [dk, BV],
-/// W, Qg, Kt [C, dk + 4], Tb, P [C, C + 4], v and δ [C, BV].
+/// Dynamic shared memory (f32s) of `gdn_chunk_state` at `dk`: the state's columns [dk, BV + 4],
+/// W, Qg [C, dk + 8], Kt [C, dk + 4], Tb, P [C, C + 8], v and δ [C, BV + 4].
 fn state_floats(dk: usize) -> usize {
-    dk * BV + 3 * CHUNK * (dk + 4) + 2 * CHUNK * (CHUNK + 4) + 2 * CHUNK * BV
+    dk * (BV + 4)
+        + 2 * CHUNK * (dk + 8)
+        + CHUNK * (dk + 4)
+        + 2 * CHUNK * (CHUNK + 8)
+        + 2 * CHUNK * (BV + 4)
 }
 /// Sequences with at least this many rows in a step take the chunked kernels by default: on
 /// the H200 at 35B-A3B's heads a lone 16-row sequence takes 36 µs on the recurrent kernel and
@@ -84,7 +88,11 @@ impl CudaBackend {
     /// Which sequences of `host` take which kernel at these heads.
     pub(super) fn gdn_split(&self, host: &BatchInputs, heads: &DeltaHeads) -> Split {
         let smem = 4 * prep_floats(heads.dk).max(state_floats(heads.dk));
-        let min = if CHUNK_DIMS.contains(&heads.dk) && smem <= self.info.smem_optin {
+        // The kernels' products are bf16 mma.sync: sm_80 and newer.
+        let min = if CHUNK_DIMS.contains(&heads.dk)
+            && smem <= self.info.smem_optin
+            && self.info.compute_capability.0 >= 8
+        {
             // The tuning's `gdn.chunk_min` ([`GDN_CHUNK_MIN`] by default; `None`: none).
             self.tuning().gdn.chunk_min.unwrap_or(usize::MAX).max(1)
         } else {
