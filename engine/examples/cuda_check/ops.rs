@@ -22,6 +22,7 @@ mod attention;
 mod gemv;
 mod matmul;
 mod moe;
+mod nvfp4;
 mod uploads;
 
 /// bf16 output rounded twice (a bf16 residual feeds the norm): two roundings of 2^-8.
