@@ -135,7 +135,7 @@ impl Module {
             Module::Sample => include_str!("sample.cu"),
             Module::Moe => concat!(include_str!("moe.cu"), include_str!("moe_decode.cu")),
             Module::MoeMma => include_str!("moe_mma.cu"),
-            Module::Fp8 => include_str!("fp8.cu"),
+            Module::Fp8 => concat!(include_str!("fp8.cu"), include_str!("nvfp4.cu")),
             Module::Hybrid => concat!(
                 include_str!("hybrid.cu"),
                 include_str!("hybrid_chunk.cu"),

@@ -23,6 +23,7 @@ mod attention_window;
 mod gemv;
 mod matmul;
 mod moe;
+mod nvfp4;
 mod uploads;
 
 /// bf16 output rounded twice (a bf16 residual feeds the norm): two roundings of 2^-8.
@@ -89,6 +90,7 @@ fn dt(d: DType) -> &'static str {
         DType::BF16 => "bf16",
         DType::F32 => "f32",
         DType::F8 => "fp8",
+        DType::F4 => "nvfp4",
     }
 }
 
@@ -337,7 +339,7 @@ impl Ops<'_> {
                 s.cpu.add_rms_norm(&mut out_c, &mut r_c, &x_c, &w_c, 1e-6)?;
                 let (out_tol, res_tol) = match rd {
                     DType::F32 => (Tol::BF16, Tol::EXACT),
-                    DType::BF16 | DType::F8 => (BF16_TWICE, Tol::BF16),
+                    DType::BF16 | DType::F8 | DType::F4 => (BF16_TWICE, Tol::BF16),
                 };
                 s.check(
                     "add_rms_norm",

@@ -402,8 +402,9 @@ pub fn describe_weights(
         .contains(&Some(crate::loader::requantize::Target::Nvfp4));
     if nvfp4_parts {
         s.push_str(&format!(
-            "; NVFP4 weights dequantized at load for {device} (their exact values; packed \
-             NVFP4 kernels are not built yet)"
+            "; NVFP4 weights on {device}: kept packed (4.5 bits a weight, weight-only kernels) \
+             where CUDA computes in bf16, except the MoE experts; elsewhere dequantized at \
+             load (their exact values)"
         ));
     }
     s

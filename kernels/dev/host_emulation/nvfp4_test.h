@@ -1,6 +1,8 @@
-// kernels/dev/nvfp4/gemv_nvfp4.cu against a double-precision sum of the format's values
-// (e2m1 · e4m3 · global, docs/nvfp4.md), edge shapes included: K of one block, N not a multiple
-// of the block's 8 warps, more rows than a warp's lanes have blocks.
+// kernels/src/nvfp4.cu against a double-precision sum of the format's values
+// (e2m1 · e4m3 · global, docs/nvfp4.md): gemv_nvfp4_m<M> for M = 1..8, gemv_nvfp4_rows and
+// dequant_nvfp4_bf16. Edge cases: K of one 32-weight chunk, K whose chunks are not a multiple of
+// a warp's 128 (the tail loop), N not a multiple of the block's 8 warps, negative zero nibbles
+// (0x8), the largest E4M3 scale (0x7e = 448) and the smallest subnormal one (0x01).
 
 static float host_e2m1(unsigned nib) {
     static const float mag[8] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
@@ -9,42 +11,100 @@ static float host_e2m1(unsigned nib) {
 
 void t_e2m1_values() {
     int bad = 0;
-    for (unsigned c = 0; c < 16; ++c) bad += e2m1_value(c) != host_e2m1(c);
-    report("e2m1_value = the 16 E2M1 values", bad, 0);
+    for (unsigned c = 0; c < 16; ++c) {
+        const float v = e2m1_exact(c);
+        bad += v != host_e2m1(c) || std::signbit(v) != ((c & 8) != 0);
+    }
+    report("e2m1_exact = the 16 E2M1 values (signed zeros included)", bad, 0);
 }
 
-void t_gemv_nvfp4(int M, int N, int K) {
-    const int blocks = K / 16;
-    std::vector<bf16> x(M * K);
-    for (auto& v : x) v = B(U(1));
-    std::vector<unsigned char> w(N * K / 2), sc(N * blocks);
-    std::vector<float> g(N), out(M * N, NAN), wf(N * K);
-    for (auto& v : w) v = (unsigned char)(rng() & 0xff);
-    for (auto& v : sc) v = (unsigned char)(0x10 + rng() % 0x50);  // 2^-5 .. 2^4.8: finite, positive
-    for (auto& v : g) v = std::fabs(U(0.01f)) + 1e-4f;
+struct Nvfp4W {
+    int N, K;
+    std::vector<unsigned char> w, sc;
+    std::vector<float> g;
+    std::vector<double> wf;  // the format's value of each weight, [N, K]
+};
+
+static Nvfp4W make_nvfp4(int N, int K) {
+    Nvfp4W t{N, K, std::vector<unsigned char>(N * K / 2), std::vector<unsigned char>(N * K / 16),
+             std::vector<float>(N), std::vector<double>((size_t)N * K)};
+    for (auto& v : t.w) v = (unsigned char)(rng() & 0xff);
+    for (size_t i = 0; i < t.w.size(); i += 7) t.w[i] = 0x88;  // negative zeros
+    for (auto& v : t.sc) v = (unsigned char)(0x10 + rng() % 0x50);
+    if (t.sc.size() > 2) { t.sc[0] = 0x7e; t.sc[1] = 0x01; t.sc[t.sc.size() - 1] = 0x7e; }
+    for (auto& v : t.g) v = std::fabs(U(0.01f)) + 1e-4f;
     for (int i = 0; i < N * K; ++i) {
         const int n = i / K, k = i % K;
-        const unsigned byte = w[n * K / 2 + k / 2];
-        wf[i] = host_e2m1(k % 2 ? byte >> 4 : byte & 15) * host_e4m3(sc[n * blocks + k / 16]) * g[n];
+        const unsigned byte = t.w[n * K / 2 + k / 2];
+        const float s = host_e4m3(t.sc[n * (K / 16) + k / 16]) * t.g[n];  // f32, as the kernels
+        t.wf[i] = (double)host_e2m1(k % 2 ? byte >> 4 : byte & 15) * s;
     }
-    launch({(unsigned)((N + 7) / 8)}, {256}, [&] {
-        gemv_nvfp4_rows(out.data(), x.data(), w.data(), sc.data(), g.data(), M, N, K);
-    });
+    return t;
+}
+
+static double worst_rel(const Nvfp4W& t, const std::vector<bf16>& x, const std::vector<float>& out, int M) {
     double worst = 0;
-    for (int m = 0; m < M; ++m) for (int n = 0; n < N; ++n) {
-        double r = 0, a = 0;
-        for (int k = 0; k < K; ++k) { r += (double)F(x[m*K+k]) * wf[n*K+k]; a += std::fabs((double)F(x[m*K+k]) * wf[n*K+k]); }
-        worst = std::max(worst, std::fabs(out[m*N+n] - r) / (1e-6 + a));
+    for (int m = 0; m < M; ++m)
+        for (int n = 0; n < t.N; ++n) {
+            double r = 0, a = 0;
+            for (int k = 0; k < t.K; ++k) {
+                const double p = (double)F(x[m * t.K + k]) * t.wf[(size_t)n * t.K + k];
+                r += p;
+                a += std::fabs(p);
+            }
+            worst = std::max(worst, std::fabs(out[m * t.N + n] - r) / (1e-30 + a));
+        }
+    return worst;
+}
+
+void t_gemv_nvfp4(int M, int N, int K, bool rows_kernel) {
+    const Nvfp4W t = make_nvfp4(N, K);
+    std::vector<bf16> x(M * K);
+    for (auto& v : x) v = B(U(1));
+    std::vector<float> out(M * N, NAN);
+    launch({(unsigned)((N + 7) / 8)}, {256}, [&] {
+        if (rows_kernel) {
+            gemv_nvfp4_rows(out.data(), x.data(), t.w.data(), t.sc.data(), t.g.data(), M, N, K);
+            return;
+        }
+        switch (M) {
+#define NVFP4_CASE(m) case m: gemv_nvfp4_m##m(out.data(), x.data(), t.w.data(), t.sc.data(), t.g.data(), N, K); break;
+            NVFP4_CASE(1) NVFP4_CASE(2) NVFP4_CASE(3) NVFP4_CASE(4)
+            NVFP4_CASE(5) NVFP4_CASE(6) NVFP4_CASE(7) NVFP4_CASE(8)
+#undef NVFP4_CASE
+        }
+    });
+    char name[80];
+    snprintf(name, 80, "%s M%d N%d K%d", rows_kernel ? "gemv_nvfp4_rows" : "gemv_nvfp4_m", M, N, K);
+    report(name, worst_rel(t, x, out, M), 1e-6);
+}
+
+void t_dequant_nvfp4(int N, int K) {
+    const Nvfp4W t = make_nvfp4(N, K);
+    std::vector<bf16> out(N * K);
+    launch({3}, {64}, [&] {
+        dequant_nvfp4_bf16(out.data(), t.w.data(), t.sc.data(), t.g.data(), (u64)N, K);
+    });
+    int bad = 0;
+    for (int i = 0; i < N * K; ++i) {
+        const float want = F(B((float)t.wf[i]));  // the f32 product rounded once to bf16
+        const float got = F(out[i]);
+        bad += got != want || std::signbit(got) != std::signbit((float)t.wf[i]);
     }
-    char name[64]; snprintf(name, 64, "gemv_nvfp4_rows M%d N%d K%d", M, N, K);
-    report(name, worst, 1e-6);
+    char name[64];
+    snprintf(name, 64, "dequant_nvfp4_bf16 N%d K%d", N, K);
+    report(name, bad, 0);
 }
 
 void nvfp4_tests() {
     t_e2m1_values();
-    t_gemv_nvfp4(1, 37, 2048);
-    t_gemv_nvfp4(1, 8, 16);
-    t_gemv_nvfp4(3, 13, 528);
-    t_gemv_nvfp4(8, 40, 1024);
-    t_gemv_nvfp4(2, 9, 5120 + 16);
+    for (int M = 1; M <= 8; ++M) t_gemv_nvfp4(M, 13, 32 * 160 + 32, false);  // 161 chunks: tail
+    t_gemv_nvfp4(1, 8, 32, false);
+    t_gemv_nvfp4(2, 37, 4096, false);
+    t_gemv_nvfp4(1, 37, 2048, true);
+    t_gemv_nvfp4(1, 8, 16, true);
+    t_gemv_nvfp4(3, 13, 528, true);
+    t_gemv_nvfp4(8, 40, 1024, true);
+    t_dequant_nvfp4(5, 96);
+    t_dequant_nvfp4(3, 5120 + 32);
 }

@@ -15,7 +15,7 @@ trap 'rm -rf "$work"' EXIT
         cat "$src/prelude/$h.cuh"
     done
     for f in convert embedding norm rope attention attention_mma attention_flash activation softmax gemv sample \
-        moe moe_decode moe_mma fp8 hybrid hybrid_chunk hybrid_decode ../lab/lab.cuh ../lab/probe.cu ../dev/nvfp4/gemv_nvfp4.cu; do
+        moe moe_decode moe_mma fp8 nvfp4 hybrid hybrid_chunk hybrid_decode ../lab/lab.cuh ../lab/probe.cu; do
         case $f in *.cu | *.cuh) ;; *) f=$f.cu ;; esac
         echo "// $f"
         cat "$src/$f"

@@ -85,6 +85,7 @@ impl Ops<'_> {
                 Ok(())
             })?;
         }
+        self.matmuls_nvfp4()?;
         if self.fp32() {
             return Ok(()); // the tensor-core FP8 GEMM is the bf16 path's
         }

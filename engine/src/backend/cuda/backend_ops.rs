@@ -95,10 +95,21 @@ impl Backend for CudaBackend {
                 col_block,
             } => self.upload_fp8(&t.shape, bytes, scales, *col_block),
             HostData::RandomFp8 { seed, std } => self.random_fp8(&t.shape, *seed, *std),
-            // NVFP4 (a checkpoint's, or --requantize's): the CPU reference's dequantized values,
-            // widened to the compute type. Exact in bf16 (an E2M1 value times an E4M3 scale
-            // needs 5 significant bits) up to the global scale's product; the weight-only
-            // kernels that keep it packed (4.5 bits a weight) are issue 35's next step.
+            // NVFP4 (a checkpoint's, or --requantize's): kept packed (DType::F4, nvfp4.rs) for
+            // bf16 compute on 2-D weights whose rows are whole 32-value chunks; otherwise (the
+            // float32 path, other shapes) the CPU reference's dequantized values, widened to the
+            // compute type.
+            HostData::Nvfp4 {
+                packed,
+                scales,
+                globals,
+                rule,
+            } if self.compute == DType::BF16
+                && t.shape.len() == 2
+                && t.cols().is_multiple_of(32) =>
+            {
+                self.upload_nvfp4(&t.shape, packed, scales, globals, *rule)
+            }
             HostData::Nvfp4 { .. } => match self.compute {
                 DType::F32 => self.tensor_from_f32(&t.shape, &t.to_f32(), DType::F32),
                 _ => {

@@ -387,10 +387,16 @@ impl CudaBackend {
         if w.dtype == DType::F8 {
             return self.matmul_fp8(out, x, w);
         }
+        if w.dtype == DType::F4 {
+            return self.matmul_nvfp4(out, x, w);
+        }
         let (m, k, n) = (x.rows(), x.cols(), w.rows());
         check(
             "matmul",
-            w.cols() == k && out.rows() == m && out.cols() == n && w.dtype != DType::F8,
+            w.cols() == k
+                && out.rows() == m
+                && out.cols() == n
+                && !matches!(w.dtype, DType::F8 | DType::F4),
             || {
                 format!(
                     "out {:?} = x {:?} · w {:?}ᵀ (w {:?}, must be bf16 or f32)",

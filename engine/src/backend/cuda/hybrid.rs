@@ -22,7 +22,7 @@ fn operand(b: &CudaBackend, op: &'static str, t: &CudaTensor) -> Result<(u64, i3
     match t.dtype {
         DType::BF16 => Ok((t.ptr(&b.stream), 1)),
         DType::F32 => Ok((t.ptr(&b.stream), 0)),
-        DType::F8 => Err(super::not_activation(op)),
+        DType::F8 | DType::F4 => Err(super::not_activation(op)),
     }
 }
 
@@ -227,7 +227,7 @@ impl HybridOps for CudaBackend {
         }
         // The type of mixed, a key of every kernel below.
         let tm = match mixed.dtype {
-            DType::F8 => return Err(super::not_activation(OP)),
+            DType::F8 | DType::F4 => return Err(super::not_activation(OP)),
             tm => tm,
         };
         let st = &self.stream;

@@ -38,6 +38,7 @@ mod launch;
 mod moe;
 mod moe_mma;
 mod norm;
+mod nvfp4;
 #[cfg(feature = "lab")]
 mod probe;
 mod sample;
@@ -413,6 +414,7 @@ impl CudaBackend {
         // anything reads them (an upload, a fill, or an op's full output).
         let bytes = match dtype {
             DType::F8 => tensor::fp8_alloc_bytes(shape),
+            DType::F4 => tensor::f4_alloc_bytes(shape),
             d => tensor::alloc_bytes(numel, d),
         };
         let buf = self.raw_alloc(bytes, false)?;

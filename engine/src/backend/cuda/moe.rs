@@ -406,6 +406,8 @@ fn expert_type(d: DType) -> ExpertType {
         DType::BF16 => ExpertType::Bf16,
         DType::F8 => ExpertType::Fp8,
         DType::F32 => ExpertType::F32,
+        // Never: NVFP4 experts (3-D) are widened to bf16 at upload; only 2-D weights are F4.
+        DType::F4 => ExpertType::Bf16,
     }
 }
 

@@ -24,6 +24,12 @@ pub enum DType {
     /// of each row (fine-grained FP8's 128 × 128 blocks expanded to every row, so fused and
     /// stacked weights need no block bookkeeping). The value is `e4m3 · scale`.
     F8,
+    /// Weights only, NVFP4 (`nvfp4.rs`): packed E2M1 pairs `[rows, cols / 2]` (the even element
+    /// in the low nibble), then (at [`f4_scales_offset`]) one E4M3 scale byte per 16 columns,
+    /// then (at [`f4_globals_offset`]) one f32 multiplier a row (the global scale, inverted for
+    /// compressed-tensors), so stacked parts keep their own. The value is
+    /// `e2m1 · (e4m3 · multiplier)`. cols % 32 == 0.
+    F4,
 }
 
 impl DType {
@@ -32,6 +38,8 @@ impl DType {
             DType::BF16 => 2,
             DType::F32 => 4,
             DType::F8 => 1,
+            // Two a byte: callers size F4 buffers with f4_alloc_bytes, never with size().
+            DType::F4 => 1,
         }
     }
 
@@ -41,6 +49,7 @@ impl DType {
             DType::BF16 => "bf16",
             DType::F32 => "f32",
             DType::F8 => "fp8",
+            DType::F4 => "nvfp4",
         }
     }
 }
@@ -52,6 +61,23 @@ pub const FP8_BLOCK: usize = 128;
 /// aligned.
 pub fn fp8_scales_offset(numel: usize) -> usize {
     numel.next_multiple_of(256)
+}
+
+/// Where an F4 tensor's scale bytes start: after the `numel / 2` packed bytes, 256-byte aligned.
+pub fn f4_scales_offset(numel: usize) -> usize {
+    (numel / 2).next_multiple_of(256)
+}
+
+/// Where an F4 tensor's per-row f32 multipliers start: after the `numel / 16` scale bytes.
+pub fn f4_globals_offset(numel: usize) -> usize {
+    (f4_scales_offset(numel) + numel / 16).next_multiple_of(256)
+}
+
+/// Bytes of an F4 tensor of `shape`: packed values, scales, one f32 a row.
+pub(super) fn f4_alloc_bytes(shape: &[usize]) -> usize {
+    let numel: usize = shape.iter().product();
+    let rows = numel / shape.last().copied().unwrap_or(1).max(1);
+    (f4_globals_offset(numel) + 4 * rows).max(4)
 }
 
 /// Scales of an FP8 tensor of `shape`: one per row (all but the last dimension) and 128 columns.
@@ -116,6 +142,7 @@ impl CudaTensor {
     pub fn num_bytes(&self) -> usize {
         match self.dtype {
             DType::F8 => fp8_scales_offset(self.numel()) + 4 * fp8_num_scales(&self.shape),
+            DType::F4 => f4_alloc_bytes(&self.shape),
             d => self.numel() * d.size(),
         }
     }
@@ -141,6 +168,7 @@ impl CudaTensor {
     pub(super) fn scales_ptr(&self, stream: &CudaStream) -> u64 {
         match self.dtype {
             DType::F8 => self.ptr(stream) + fp8_scales_offset(self.numel()) as u64,
+            DType::F4 => self.ptr(stream) + f4_scales_offset(self.numel()) as u64,
             _ => 0,
         }
     }
@@ -209,6 +237,8 @@ pub(super) fn bytes_to_f32(bytes: &[u8], dtype: DType) -> Vec<f32> {
             .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
         DType::F8 => bytes.iter().map(|&b| e4m3_to_f32(b)).collect(),
+        // The raw bytes (packed pairs, scales, multipliers): F4 weights are never read back.
+        DType::F4 => bytes.iter().map(|&b| f32::from(b)).collect(),
     }
 }
 
@@ -230,7 +260,7 @@ impl super::CudaBackend {
         let bytes = match dtype {
             DType::BF16 => f32_to_bf16_bytes(data),
             DType::F32 => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            DType::F8 => return Err(super::not_activation("tensor_from_f32")),
+            DType::F8 | DType::F4 => return Err(super::not_activation("tensor_from_f32")),
         };
         self.tensor_from_bytes(shape, dtype, &bytes)
     }
