@@ -323,13 +323,19 @@ async fn adaptive_drafting_shows_acceptance_by_position_in_metrics() {
     let tokens = metric(&s, "vllm:generation_tokens_total").await;
     let tried = metric(&s, &at(verified, 0)).await;
     assert!(
-        tried > 5.0 && tried < 0.5 * tokens,
+        tried >= 2.0 && tried < 0.5 * tokens,
         "{tried} first drafts verified for {tokens} tokens"
     );
-    assert!(metric(&s, &at(estimate, 0)).await < 0.15);
+    // The engine also times its steps: on the CPU a draft costs more than a plain step, so it
+    // may stop drafting for the cost before the estimate reaches 0; the evidence still pulls
+    // the estimate well below its prior (0.7).
+    assert!(metric(&s, &at(estimate, 0)).await < 0.5);
     assert!(metric(&s, now).await <= 1.0, "only a probe drafts");
 
-    let s = serve_with_env(NAME, &args, &[("METRALE_SPEC_FORCE_ACCEPT", "1")]).await;
+    // Every draft accepted, drafts free (cost 0: nothing timed, as a CPU step's times would
+    // say drafts do not pay here): the estimates by position rise and the ladder's 3 stay.
+    let free = [&args[..3], &["--speculative-draft-cost", "0"]].concat();
+    let s = serve_with_env(NAME, &free, &[("METRALE_SPEC_FORCE_ACCEPT", "1")]).await;
     complete(&s, &prompt(12, 21), 80).await;
     for p in 0..3 {
         let (v, a) = (

@@ -149,9 +149,7 @@ impl Ops<'_> {
                 "T {t} H {h} I {i} E {e} top-{k} fp8 experts{}",
                 if skew { " skewed" } else { "" }
             );
-            let routes: &[Route] = if t <= 8 && h % 64 == 0 && i % 64 == 0 {
-                &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT]
-            } else if h % 16 == 0 && i % 16 == 0 {
+            let routes: &[Route] = if h % 16 == 0 && i % 16 == 0 {
                 &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT]
             } else {
                 &[CUDA_CORES]
