@@ -18,7 +18,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use metrale_engine::backend::cuda::{CudaBackend, DType};
 use metrale_engine::backend::sampling::SampleRow;
-use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, Feature, SeqChunk};
+use metrale_engine::backend::{Backend, BatchInputs, CpuBackend, Feature, HybridOps, SeqChunk};
 use metrale_engine::kv_cache::StatePlan;
 use metrale_engine::loader::{LoadFormat, ModelDir, Weights};
 use metrale_engine::models::deepseek_v3::{DeepseekV3, DeepseekV3Config};
@@ -53,6 +53,10 @@ pub const GREEDY_TIE: f32 = 1e-2;
 /// from f32 may land one e4m3 step apart, which moved log-probs by up to 0.48 on the fixtures
 /// (H200, 2026-11-30).
 pub const GREEDY_TIE_KV8: f32 = 0.5;
+/// The dummy-weights bound with FP8 caches on both sides: the same one-e4m3-step flips as
+/// above (Gemma 3's sliding fixture, whose scaled embeddings make large keys, landed 0.114
+/// from the CPU on the H200, 2026-12-05, its real-weights score 0.157 from the CPU's).
+pub const DUMMY_TOL_KV8: f32 = 0.2;
 const GREEDY_STEPS: usize = 16;
 
 /// What a fixture's checks are held to on the compute path in use.
@@ -87,7 +91,11 @@ impl Bounds {
             tol,
             margin: 2.0 * tol,
             tie: tie.max(tol),
-            dummy: BF16_LOGPROB_TOL,
+            dummy: if cuda.kv_cache_fp8() {
+                DUMMY_TOL_KV8
+            } else {
+                BF16_LOGPROB_TOL
+            },
         })
     }
 }
@@ -555,7 +563,7 @@ fn graph_vs_eager<M: Model<CudaBackend>>(
         let batch = cuda.prepare_batch(&pre)?;
         model.forward(cuda, &pre, &batch, &mut kv)?;
         for s in 0..n {
-            model.copy_state_slot(cuda, &mut kv, s, n + s)?;
+            copy_slot(cuda, &mut kv, s, n + s)?;
         }
         host.states = (0..n as u32)
             .map(|slot| StatePlan {
@@ -581,7 +589,7 @@ fn graph_vs_eager<M: Model<CudaBackend>>(
             return Ok(());
         }
         for s in 0..n {
-            model.copy_state_slot(cuda, kv, n + s, s)?;
+            copy_slot(cuda, kv, n + s, s)?;
         }
         Ok(())
     };
@@ -720,4 +728,20 @@ fn greedy<B: Backend, M: Model<B>>(
         tokens.push(next);
     }
     Ok((tokens[prompt.len()..].to_vec(), margins))
+}
+
+/// Copy recurrent-state slot `from` over slot `to` in every state tensor (saving and restoring
+/// the states around a replay check).
+fn copy_slot(
+    cuda: &CudaBackend,
+    kv: &mut KvStorage<CudaBackend>,
+    from: usize,
+    to: usize,
+) -> Result<()> {
+    if let Some(st) = kv.state.as_mut() {
+        for t in st.conv.iter_mut().chain(st.recurrent.iter_mut()) {
+            cuda.state_row(t, Some(from), to)?;
+        }
+    }
+    Ok(())
 }

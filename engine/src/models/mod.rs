@@ -325,16 +325,6 @@ pub trait Model<B: Backend>: Send {
     ) -> Result<()> {
         self.mtp_forward(backend, host, batch, hidden, kv).map(drop)
     }
-    /// Copy recurrent-state slot `from` over slot `to` (rolling back rejected drafts).
-    fn copy_state_slot(
-        &self,
-        _backend: &B,
-        _kv: &mut KvStorage<B>,
-        _from: usize,
-        _to: usize,
-    ) -> Result<()> {
-        Err(no_mtp("copy_state_slot"))
-    }
     /// Allocate `slots` recurrent-state slots (only called when `state_spec` is `Some`).
     fn new_state_storage(&self, backend: &B, slots: usize) -> Result<StateStorage<B>> {
         StateStorage::new(self.state_spec(), slots, &|shape| backend.zeros(shape))

@@ -688,23 +688,6 @@ impl<B: HybridOps> Model<B> for Qwen3_5<B> {
         self.mtp_keys(b, host, batch, hidden, kv)
     }
 
-    fn copy_state_slot(&self, b: &B, kv: &mut KvStorage<B>, from: usize, to: usize) -> Result<()> {
-        let state = kv
-            .state
-            .as_mut()
-            .ok_or_else(|| shape_err("no recurrent-state storage was allocated".into()))?;
-        if from.max(to) >= state.num_slots {
-            return Err(shape_err(format!(
-                "state slots {from} -> {to}: only {} slots",
-                state.num_slots
-            )));
-        }
-        for t in state.conv.iter_mut().chain(state.recurrent.iter_mut()) {
-            b.state_row(t, Some(from), to)?;
-        }
-        Ok(())
-    }
-
     fn new_kv_storage(
         &self,
         backend: &B,

@@ -12,6 +12,7 @@ mod block_tables;
 mod grammar;
 #[cfg(test)]
 mod grammar_tests;
+mod slot_map;
 mod speculative;
 
 pub use block_tables::BlockTables;

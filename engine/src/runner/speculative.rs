@@ -13,7 +13,8 @@
 //!    token;
 //! 3. rolls back what the rejected drafts left: keys and values need nothing (the scheduler
 //!    counts only accepted tokens as computed, and the next step overwrites the rest), the
-//!    recurrent state is copied back from the scratch slot of the last accepted row;
+//!    recurrent state is the scratch slot of the last accepted row, which the sequence's slot
+//!    now names (`runner/slot_map.rs`: a swap of two ids, no copy);
 //! 4. runs the MTP head over every row of every chunk (row `i` with the token after it and the
 //!    target's hidden state), which keeps the head's own KV cache layer complete, and from the
 //!    last accepted row drafts the next token; then chains the head on its own output for the
@@ -32,6 +33,7 @@ use crate::sampling_params::SamplingParams;
 use crate::scheduler::io::{RunnerOutput, ScheduledSeq, SchedulerOutput, StateSave};
 
 use super::Runner;
+use super::slot_map::SlotMap;
 
 /// The runner's speculative-decoding settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +50,8 @@ pub struct Speculation {
     /// throughput at a chosen acceptance rate on random weights (test only: the output is not
     /// the model's; the tuning's `debug.spec_force_accept`).
     pub force_accept: Option<f64>,
+    /// Which row of the state tensors each slot (pool, checkpoints, scratch) lives in.
+    slots: SlotMap,
 }
 
 /// What the target pass leaves for the MTP pass.
@@ -134,28 +138,29 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 "a forced acceptance rate of {r} is not between 0 and 1"
             )));
         }
-        let scratch_base = match &self.kv.state {
+        let (scratch_base, total) = match &self.kv.state {
             Some(state) => {
                 let base = state.num_slots;
                 let slots = base + max_step_drafts;
                 // The old slots go first: both at once may not fit on a GPU.
                 self.kv.state = None;
                 self.kv.state = Some(self.model.new_state_storage(&self.backend, slots)?);
-                base
+                (base, slots)
             }
-            None => 0,
+            None => (0, 0),
         };
         self.spec = Some(Speculation {
             num_drafts,
             max_step_drafts,
             scratch_base,
             force_accept,
+            slots: SlotMap::new(total),
         });
         Ok(())
     }
 
     /// The runner's parts, split for a speculative step; refused when speculation is off.
-    fn speculating(&mut self) -> Result<(&B, &M, &mut KvStorage<B>, &Speculation)> {
+    fn speculating(&mut self) -> Result<(&B, &M, &mut KvStorage<B>, &mut Speculation)> {
         let Self {
             backend,
             model,
@@ -164,7 +169,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             ..
         } = self;
         let spec = spec
-            .as_ref()
+            .as_mut()
             .ok_or_else(|| spec_err("not enabled".into()))?;
         Ok((backend, model, kv, spec))
     }
@@ -213,6 +218,10 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 offset += s.num_drafts;
             }
         }
+        // The kernels see rows, not slot ids (`runner/slot_map.rs`).
+        for plan in &mut host.states {
+            *plan = spec.slots.translate(plan);
+        }
         if graphed {
             super::check_replay_inputs(&host, model.vocab_size(), kv)?;
             let outputs = backend.graph_forward_many(&host, 2, &mut |batch| {
@@ -241,7 +250,8 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         let (backend, model, kv, spec) = self.speculating()?;
         let bs = kv.block_size;
 
-        // 1. Rejected drafts: the state after the last accepted row is in a scratch slot.
+        // 1. Rejected drafts: the state after the last accepted row is in a scratch slot, whose
+        // row the sequence's slot takes (the scratch slot takes the old row, free next step).
         let drafting = step
             .seqs
             .iter()
@@ -254,8 +264,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 && kv.state.is_some()
                 && accepted < s.num_drafts
             {
-                let from = spec.scratch(offset, accepted) as usize;
-                model.copy_state_slot(backend, kv, from, plan.slot as usize)?;
+                spec.slots.swap(spec.scratch(offset, accepted), plan.slot);
             }
             offset += s.num_drafts;
         }
@@ -338,12 +347,36 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 return Ok(());
             }
         }
-        let host = BatchInputs::build(bs, &chunks);
-        let batch = backend.prepare_batch(&host)?;
         if proposing.is_empty() {
-            // Nobody drafts (paused, or acceptance does not pay): the head's keys only.
+            // Nobody drafts (paused, or acceptance does not pay): the head's keys only, as a
+            // replayed one-pass chain where the step is a graph's shape (eager, its ten short
+            // launches cost a step with no drafts about a third of a plain one at C=1).
+            if let Some(null) =
+                null_row.filter(|_| backend.graph_buckets().is_some() && uniform_verify(step))
+            {
+                let width = super::graph_width(&chunks);
+                let host = super::block_tables::step_batch(Some(null), step, bs, &chunks, width);
+                super::check_replay_inputs(&host, model.vocab_size(), kv)?;
+                let filled = backend.graph_chain(
+                    std::slice::from_ref(&host),
+                    &[&pass.hidden],
+                    1,
+                    &mut |batches, inputs| {
+                        model.mtp_fill_cache(backend, &host, batches[0], &inputs[0], kv)?;
+                        // A chain returns something: a token of output, never read.
+                        Ok(vec![backend.zeros(&[1, 1])?])
+                    },
+                )?;
+                if filled.is_some() {
+                    return Ok(());
+                }
+            }
+            let host = BatchInputs::build(bs, &chunks);
+            let batch = backend.prepare_batch(&host)?;
             return model.mtp_fill_cache(backend, &host, &batch, &pass.hidden, kv);
         }
+        let host = BatchInputs::build(bs, &chunks);
+        let batch = backend.prepare_batch(&host)?;
         let (logits, mut hidden) = model.mtp_forward(backend, &host, &batch, &pass.hidden, kv)?;
         let mut tokens = argmax_rows(backend, &logits)?;
         if tokens.len() != proposing.len() {

@@ -3,6 +3,7 @@
 //! (what `METRALE_SPEC_FORCE_ACCEPT` does in the runner).
 
 use super::*;
+use crate::scheduler::step_costs::MIN_DRAFT_COST;
 
 /// A number in `[0, 1)` from a counter (splitmix64): the same sequence every run.
 fn noise(i: u64) -> f64 {
@@ -206,4 +207,21 @@ fn timed_steps_replace_the_prior_cost_by_batch_size() {
     // Untimed (an engine that reports nothing) never probes plain.
     let mut sim = Sim::new("1:3", 0.15);
     assert_eq!(count(&sim.run(1_000, 1, 0.7), 0), 0);
+}
+
+#[test]
+fn drafts_timed_as_free_do_not_keep_drafting_at_acceptance_0() {
+    // An H100 at forced acceptance 0 (2026-12-05): with speculation on, a step with no drafts
+    // still fed the head's cache on an eager path, so a one-draft step timed no slower than
+    // it; T(1) / T(0) was clamped to 1, a draft tied with none, ties went to drafting, and the
+    // engine drafted every step at 0.74x plain. Drafts always cost something.
+    let mut sim = Sim::new("1:3", 0.35);
+    let choices = sim.run_timed(600, 1, 0.0, (0.005, 0.0));
+    let drafting = choices[100..].iter().filter(|&&k| k > 0).count();
+    assert!(
+        drafting <= 500 / PROBE_EVERY as usize + 4,
+        "{drafting} drafting steps of 500"
+    );
+    let cost = sim.policy.draft_cost(1, 1);
+    assert!((cost - MIN_DRAFT_COST).abs() < 1e-9, "{cost}");
 }

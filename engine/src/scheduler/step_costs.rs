@@ -25,6 +25,13 @@ pub const MIN_TIMED: u32 = 2;
 pub const TIME_ALPHA: f64 = 1.0 / 16.0;
 /// Steps a bucket drafts between two timed plain steps.
 pub const PLAIN_REFRESH: u32 = 256;
+/// The least a draft costs, in plain steps: each reads at least the head's 248k-row LM head
+/// once more (about 0.04 of a plain step at the 35B-A3B shape on an H200). A timing that says
+/// less is noise, or a "plain" step that pays for something a true plain step does not (with
+/// speculation on, it still feeds the head's cache); without this floor a draft timed as free
+/// won every tie with no drafts, and at acceptance 0 the engine kept drafting (0.74x plain at
+/// C=1 on an H100, 2026-12-05).
+pub const MIN_DRAFT_COST: f64 = 0.05;
 
 /// The bucket of a step with `running` sequences.
 pub fn bucket(running: usize) -> usize {
@@ -106,13 +113,16 @@ impl StepCosts {
         let Some(plain) = self.means[b][0].get() else {
             return 1.0 + prior * k as f64;
         };
+        let floor = 1.0 + MIN_DRAFT_COST * k as f64;
         if let Some(t) = self.means[b].get(k).and_then(Mean::get) {
-            return (t / plain).max(1.0);
+            return (t / plain).max(floor);
         }
         let per_draft = (1..=MAX_DRAFTS)
             .filter_map(|j| Some((j, self.means[b][j].get()?, self.means[b][j].timed)))
             .max_by_key(|&(_, _, timed)| timed)
-            .map_or(prior, |(j, t, _)| ((t / plain - 1.0) / j as f64).max(0.0));
+            .map_or(prior, |(j, t, _)| {
+                ((t / plain - 1.0) / j as f64).max(MIN_DRAFT_COST)
+            });
         1.0 + per_draft * k as f64
     }
 
@@ -201,10 +211,11 @@ mod tests {
             c.record(2, 1, 0.008);
         }
         assert!((c.step_cost(2, 1, 0.0) - 2.0).abs() < 1e-4);
-        // A verify step timed below a plain one (noise) costs a plain step, not less.
+        // A verify step timed below a plain one (noise) costs the least a draft can.
         for _ in 0..200 {
             c.record(2, 1, 0.001);
         }
-        assert_eq!(c.step_cost(2, 1, 0.0), 1.0);
+        assert_eq!(c.step_cost(2, 1, 0.0), 1.0 + MIN_DRAFT_COST);
+        assert_eq!(c.step_cost(2, 3, 0.0), 1.0 + 3.0 * MIN_DRAFT_COST);
     }
 }

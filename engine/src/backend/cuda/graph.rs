@@ -68,13 +68,15 @@ struct Captured {
 }
 
 /// What fixes a graph's launches: sequences, rows, block-table width, state saves (a verify
-/// step's), outputs.
+/// step's), logits rows, outputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct Key {
     seqs: usize,
     rows: usize,
     blocks: usize,
     saves: usize,
+    /// Rows that get logits (a head pass that only fills the cache has none).
+    logits: usize,
     outputs: usize,
 }
 
@@ -85,6 +87,7 @@ impl Key {
             rows: host.num_tokens(),
             blocks: host.max_blocks_per_seq,
             saves: host.states.iter().map(|p| p.saves.len()).sum(),
+            logits: host.logits_rows.len(),
             outputs,
         }
     }
