@@ -13,7 +13,10 @@ CUDA backend's bf16 path.
 FP8 fixtures (`quantization_config.quant_method = "fp8"`) are dequantized here, e4m3 · scale_inv
 per 128 × 128 block in float32, as their references were made (make_moe_fixtures.py), and then
 loaded without the quantization config: bfloat16 then rounds those values once more, as the
-engine's bf16 path does for GEMMs of more than 32 rows.
+engine's bf16 path does for GEMMs of more than 32 rows. NVFP4 fixtures (ModelOpt `NVFP4` and
+compressed-tensors `nvfp4-pack-quantized`) are dequantized the same way, e2m1 · scale · scale_2
+(ModelOpt) or e2m1 · scale / global_scale (compressed-tensors) per 16 values, as
+make_nvfp4_fixtures.py scored them (docs/nvfp4.md has the formats).
 
     python3 scripts/gpu/hf_bf16_gap.py [--fixtures tests/fixtures] [--out DIR] [NAME ...]
 
@@ -68,6 +71,54 @@ def dequantized_copy(src, cfg):
     return tmp
 
 
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def nvfp4_values(packed, scale, multiplier):
+    """[rows, 2 · bytes] float32 from packed E2M1 pairs (element 2i the low nibble of byte i),
+    one E4M3 scale per 16 values and a per-tensor f32 multiplier."""
+    b = packed.to(torch.uint8).to(torch.int64)
+    nib = torch.stack([b & 15, b >> 4], dim=-1).reshape(b.shape[0], -1)
+    v = E2M1[nib & 7] * torch.where(nib & 8 != 0, -1.0, 1.0)
+    s = scale.view(torch.float8_e4m3fn).float().repeat_interleave(16, 1)[:, :v.shape[1]]
+    return v * s * multiplier
+
+
+def nvfp4_dequantized_copy(src, cfg):
+    """A temporary checkpoint of `src` with its NVFP4 weights dequantized to float32."""
+    tensors = {}
+    for f in sorted(glob.glob(os.path.join(src, "*.safetensors"))):
+        if os.path.basename(f) == "mtp.safetensors":
+            continue
+        tensors.update(load_file(f))
+    out = {}
+    for key, t in tensors.items():
+        base = key.rsplit(".", 1)[0]
+        if key.endswith(".weight_packed"):  # compressed-tensors
+            g = tensors[base + ".weight_global_scale"].float().reshape(-1)[0]
+            out[base + ".weight"] = nvfp4_values(t, tensors[base + ".weight_scale"], 1.0 / g)
+        elif key.endswith(".weight") and t.dtype == torch.uint8 and base + ".weight_scale" in tensors:
+            g = tensors[base + ".weight_scale_2"].float().reshape(-1)[0]  # ModelOpt
+            out[key] = nvfp4_values(t, tensors[base + ".weight_scale"], g)
+        elif key.rsplit(".", 1)[-1] in ("weight_scale", "weight_scale_2", "weight_global_scale",
+                                         "input_scale", "input_global_scale"):
+            continue
+        else:
+            out[key] = t.float()
+    tmp = tempfile.mkdtemp()
+    cfg = dict(cfg, dtype="float32")
+    cfg.pop("quantization_config")
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    return tmp
+
+
+def is_nvfp4(cfg):
+    q = cfg.get("quantization_config", {})
+    return q.get("quant_algo") == "NVFP4" or q.get("format") == "nvfp4-pack-quantized"
+
+
 @torch.no_grad()
 def score(model, sequences):
     """Max |Δ| from the reference log-probs and the top-1 disagreements per margin."""
@@ -120,6 +171,8 @@ def main():
         try:
             if fp8:
                 path = dequantized_copy(src, cfg)
+            elif is_nvfp4(cfg):
+                path = nvfp4_dequantized_copy(src, cfg)
             for dtype in (torch.float32, torch.bfloat16):
                 t = time.time()
                 model = AutoModelForCausalLM.from_pretrained(

@@ -10,7 +10,8 @@
 #   lease_issue33.sh profile The same shape under Nsight Compute (one metric, each kernel's own
 #                            time, serialised), one server a run (RUNS, default "plain spec":
 #                            spec is --speculative --num-drafts 3 with the draft cost 0 and
-#                            forced acceptance 0.7): two greedy 128-token-prompt requests of
+#                            forced acceptance 0.7; spec0 is adaptive drafting at forced
+#                            acceptance 0, which settles on no drafts): two greedy 128-token-prompt requests of
 #                            MAX_TOKENS (default 48) at C=1; ncu-<run>.csv.gz holds every kernel
 #                            in launch order (the dummy fills excluded), for
 #                            scripts/gpu/step_kernels.py.
@@ -50,6 +51,7 @@ profile)
     for run in ${RUNS:-plain spec}; do
         flags= force=
         [ "$run" = spec ] && flags="--speculative --num-drafts 3 --speculative-draft-cost 0" force=0.7
+        [ "$run" = spec0 ] && flags="--speculative --num-drafts 3" force=0
         dir=$(mktemp -d)
         cp scripts/gpu/qwen3.6-35b-a3b-fp8-config.json "$dir/config.json"
         cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$dir/"
