@@ -134,7 +134,7 @@ impl Module {
             Module::Gemv => include_str!("gemv.cu"),
             Module::Sample => include_str!("sample.cu"),
             Module::Moe => concat!(include_str!("moe.cu"), include_str!("moe_decode.cu")),
-            Module::MoeMma => include_str!("moe_mma.cu"),
+            Module::MoeMma => concat!(include_str!("moe_mma.cu"), include_str!("moe_pipe.cu")),
             Module::Fp8 => concat!(include_str!("fp8.cu"), include_str!("nvfp4.cu")),
             Module::Hybrid => concat!(
                 include_str!("hybrid.cu"),

@@ -23,6 +23,7 @@ static u64 sm(u64 z) { z += 0x9e3779b97f4a7c15ull; z = (z ^ (z >> 30)) * 0xbf584
 #include "basic_test.h"
 #include "sample_test.h"
 #include "moe_test.h"
+#include "moe_pipe_test.h"
 #include "moe_mma_test.h"
 
 // Every attention case (EMU_ONLY=attention runs just these).
@@ -95,6 +96,7 @@ int main() {
         {"argmax", [] { t_softmax(2, 3000); t_argmax_nan_first(); t_argmax_ids(5, 3000); }},
         {"sample", [] { t_sample_token_mask(); t_sample_noise(); t_sample_prepare(3000, false); t_sample_prepare(1537, true); t_sample_state(3000, false); t_sample_state(1537, true); t_sample_gumbel(1000); t_sample_candidates(1024, {1, 1000, 1024}); }},
         {"moe_mma", [] { moe_mma_tests(); }},
+        {"moe_pipe", [] { moe_pipe_tests(); }},
         {"moe_f32", [] { moe_f32_tests(); }},
         {"gemv", [] { t_gemv(1, 40, 64); t_gemv(1, 37, 2048); t_gemv(1, 21, 4096); t_gemv(1, 9, 2056); }},
         {"gemv_bf16_mma", [] { t_gemv_bf16_mma(4, 40, 256); t_gemv_bf16_mma(2, 1, 64); t_gemv_bf16_mma(8, 37, 1024); t_gemv_bf16_mma(3, 16, 2048); }},
