@@ -248,11 +248,22 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "moe.small_mma",
         var: "METRALE_MOE_SMALL_MMA",
-        accepts: "0 | 1",
+        accepts: "0 | 1 | pipe",
         default: "1",
-        doc: "Decode-sized MoE steps (up to 256 tokens) run their experts on the `moe_*_small*` tensor-core kernels.",
-        set: |t, v| flag(v, &mut t.moe.small_mma),
-        get: |t| show_flag(t.moe.small_mma),
+        doc: "Decode-sized MoE steps (up to 256 tokens) run their experts on the `moe_*_small*` tensor-core kernels; pipe: their `_any` builds stream the weights through a cp.async pipeline (`moe_*_pipe`, hidden and intermediate sizes multiples of 128).",
+        set: |t, v| {
+            t.moe.small_pipe = v.trim() == "pipe";
+            if t.moe.small_pipe {
+                t.moe.small_mma = true;
+                Ok(())
+            } else {
+                flag(v, &mut t.moe.small_mma)
+            }
+        },
+        get: |t| match t.moe.small_pipe {
+            true => "pipe".to_string(),
+            false => show_flag(t.moe.small_mma),
+        },
     },
     Setting {
         name: "attention.kernel",

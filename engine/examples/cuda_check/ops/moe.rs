@@ -22,11 +22,13 @@ type Experts<'a> = (
     (&'a CpuTensor, &'a CpuTensor),
 );
 
-/// A way to run a case's experts: the kernels, FP8 activations, and the tolerance.
+/// A way to run a case's experts: the kernels, FP8 activations, the small-step kernels'
+/// pipelined build (`moe.small_mma = pipe`), and the tolerance.
 #[derive(Clone, Copy)]
 struct Route {
     gemm: MoeGemm,
     fp8_act: bool,
+    pipe: bool,
     name: &'static str,
     tol: Tol,
 }
@@ -34,18 +36,30 @@ struct Route {
 const CUDA_CORES: Route = Route {
     gemm: MoeGemm::CudaCores,
     fp8_act: false,
+    pipe: false,
     name: "cuda cores",
     tol: MOE,
 };
 const TENSOR_CORES: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: false,
+    pipe: false,
     name: "tensor cores",
+    tol: MOE,
+};
+/// The small-step `_any` kernels' cp.async-pipelined twins (`moe_pipe.cu`), where they apply
+/// (9 to 256 tokens, widths multiples of 128); elsewhere the same as TENSOR_CORES.
+const PIPELINED: Route = Route {
+    gemm: MoeGemm::TensorCores,
+    fp8_act: false,
+    pipe: true,
+    name: "tensor cores, pipelined",
     tol: MOE,
 };
 const TENSOR_CORES_FP8_ACT: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: true,
+    pipe: false,
     name: "tensor cores, e4m3 activations",
     tol: FP8_ACT,
 };
@@ -149,7 +163,9 @@ impl Ops<'_> {
                 "T {t} H {h} I {i} E {e} top-{k} fp8 experts{}",
                 if skew { " skewed" } else { "" }
             );
-            let routes: &[Route] = if h % 16 == 0 && i % 16 == 0 {
+            let routes: &[Route] = if h % 128 == 0 && i % 128 == 0 {
+                &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT, PIPELINED]
+            } else if h % 16 == 0 && i % 16 == 0 {
                 &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT]
             } else {
                 &[CUDA_CORES]
@@ -203,7 +219,7 @@ impl Ops<'_> {
                     let experts = ((&w13_d, &w2_d), (&w13_c, &w2_c));
                     s.moe_routes(
                         &case,
-                        &[TENSOR_CORES],
+                        &[TENSOR_CORES, PIPELINED],
                         (&x_d, &x_c),
                         (&l_d, &l_c),
                         experts,
@@ -300,6 +316,7 @@ impl Ops<'_> {
         let forced = Route {
             gemm: MoeGemm::TensorCores,
             fp8_act: false,
+            pipe: false,
             name: "tensor cores asked, f32 stays on the cuda cores",
             tol: Tol::F32,
         };
@@ -407,10 +424,12 @@ impl Ops<'_> {
         let cuda = self.cuda;
         cuda.retune(|t| t.moe.gemm = route.gemm);
         cuda.retune(|t| t.moe.fp8_activations = route.fp8_act);
+        cuda.retune(|t| t.moe.small_pipe = route.pipe);
         let mut out = cuda.zeros(&want.shape)?;
         let r = f(cuda, &mut out);
         cuda.retune(|t| t.moe.gemm = MoeGemm::Auto);
         cuda.retune(|t| t.moe.fp8_activations = false);
+        cuda.retune(|t| t.moe.small_pipe = false);
         r?;
         let case = format!("{case} [{}]", route.name);
         self.check("fused_moe", &case, route.tol, &out, want)?;

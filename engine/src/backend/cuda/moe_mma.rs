@@ -69,6 +69,27 @@ const ANY_XS_PAD: usize = 8;
 /// Dynamic shared memory of a `_any` gate_up kernel over rows of `k` elements: 16 bf16 rows of
 /// min(k, ANY_XS_COLS) + ANY_XS_PAD (65,792 bytes at k = 2048, within the H200's 227 KB a
 /// block; the launch opts in past 48 KB).
+/// Columns of a `moe_*_pipe` stage (PIPE_ROW_BYTES of FP8; the bf16 build's 64 are checked
+/// against the same, so every width is whole stages either way).
+const PIPE_COLS: usize = 128;
+
+/// Dynamic shared memory of a `moe_*_pipe` block, PipeCfg's SMEM in moe_pipe.cu: 3 stages of
+/// 128 weight rows × 128 bytes, 16 activation rows of the stage's columns (bf16, 16 bytes of
+/// padding each) and, for FP8, a scale a weight row.
+fn pipe_smem(w: DType) -> u32 {
+    const STAGES: usize = 3;
+    const ROWS: usize = 128;
+    const ROW_BYTES: usize = 128;
+    let bk = if w == DType::BF16 {
+        ROW_BYTES / 2
+    } else {
+        ROW_BYTES
+    };
+    let x = 16 * (bk * 2 + 16);
+    let scales = if w == DType::BF16 { 0 } else { ROWS * 4 };
+    (STAGES * (ROWS * ROW_BYTES + x + scales)) as u32
+}
+
 fn any_smem(k: usize) -> u32 {
     (16 * (k.min(ANY_XS_COLS) + ANY_XS_PAD) * 2) as u32
 }
@@ -111,11 +132,22 @@ impl CudaBackend {
         // Split: one B tile of pairs, k split over the block's warps; any: each warp over the
         // whole k, 16 pairs a chunk
         // (`moe_mma.cu`). `any`: the `_any` kernels.
+        // pipe: the `_any` builds' cp.async-pipelined twins (moe_pipe.cu: same grid, same
+        // bits), which take whole 128-column stages of both widths.
+        let pipe = self.tuning().moe.small_pipe
+            && build == SmallBuild::Any
+            && h % PIPE_COLS == 0
+            && i % PIPE_COLS == 0;
         let (gate_up_kernel, down_kernel, any) = match gate_up.dtype {
             DType::F8 if build == SmallBuild::Split => (
                 kernels::moe_gate_up_fp8_small,
                 kernels::moe_down_fp8_small,
                 false,
+            ),
+            DType::F8 if pipe => (
+                kernels::moe_gate_up_fp8_pipe,
+                kernels::moe_down_fp8_pipe,
+                true,
             ),
             DType::F8 => (
                 kernels::moe_gate_up_fp8_small_any,
@@ -123,6 +155,11 @@ impl CudaBackend {
                 true,
             ),
             DType::F4 => return Err(super::not_activation("fused_moe")),
+            DType::BF16 if pipe => (
+                kernels::moe_gate_up_bf16_pipe,
+                kernels::moe_down_bf16_pipe,
+                true,
+            ),
             DType::BF16 => (
                 kernels::moe_gate_up_bf16_small_any,
                 kernels::moe_down_bf16_small_any,
@@ -144,11 +181,15 @@ impl CudaBackend {
         // 16-byte load is inside its row and aligned; rows past i read row i - 1 of their half
         // and are not written; block rows past the active count return; 8 warps (the kernel's
         // launch bounds); _any: the dynamic shared memory its staged x
-        // rows need (any_smem).
+        // rows need (any_smem); pipe: its stages (pipe_smem, checked against PipeCfg by a
+        // test), and h, i multiples of 128.
         // _any: 8 j a warp (the chunk's x rows in shared memory), split 16 a block.
         let per_block = if any { 8 * warps } else { 16 };
         let mut c = cfg((dim(i.div_ceil(per_block), "fused_moe")?, experts), threads);
-        if any {
+        if pipe {
+            c.shared_mem_bytes = pipe_smem(gate_up.dtype);
+            gate_up_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
+        } else if any {
             c.shared_mem_bytes = any_smem(h);
             // Past 48 KB a block a kernel must opt in (as launch_mma does).
             if c.shared_mem_bytes as usize > 48 * 1024 {
@@ -164,15 +205,17 @@ impl CudaBackend {
         // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up:
         // each pair is in exactly one expert's range), down [e, h, i] FP8 with [e·h, i/128]
         // scales, or bf16; i % 64 == 0; the plan's arrays as above; columns past h read row
-        // h - 1 and are not written; block rows past the active count return.
+        // h - 1 and are not written; block rows past the active count return; pipe: its
+        // stages' shared memory.
         // _any: 16 output columns a warp, split 16 a block.
         let per_block = if any { 16 * warps } else { 16 };
+        let mut c = cfg((dim(h.div_ceil(per_block), "fused_moe")?, experts), threads);
+        if pipe {
+            c.shared_mem_bytes = pipe_smem(down.dtype);
+            down_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
+        }
         unsafe {
-            down_kernel.launch(
-                self,
-                cfg((dim(h.div_ceil(per_block), "fused_moe")?, experts), threads),
-                args,
-            )?;
+            down_kernel.launch(self, c, args)?;
         }
         Ok(ys)
     }
@@ -393,5 +436,19 @@ impl CudaBackend {
         // SAFETY: the caller's contract (above); threads and dynamic shared memory are the
         // build's MmaCfg WARPS · 32 (its launch bounds) and SMEM (launch_shape).
         unsafe { kernel.launch(self, c, args) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipe_shared_memory_is_pipecfgs() {
+        // PipeCfg<unsigned char>::SMEM and PipeCfg<bf16>::SMEM in moe_pipe.cu, three blocks of
+        // which fit a multiprocessor's 227 KB (the kernels' launch bounds ask for three).
+        assert_eq!(pipe_smem(DType::F8), 63_744);
+        assert_eq!(pipe_smem(DType::BF16), 56_064);
+        assert!(3 * pipe_smem(DType::F8) as usize <= 227 * 1024);
     }
 }
