@@ -649,3 +649,38 @@ extern "C" __global__ void moe_combine(float* out, const float* ys, const float*
         out[i] = o;
     }
 }
+
+// gpt-oss's weighted sum (moe_clamped.rs): moe_combine with the down bias [E, H] of each
+// slot's expert added to its output first, out[t, c] = Σ_slot weight · (ys + bias[expert, c]):
+// the CPU reference's terms (bias after the product, then weighted) in its order (a token's
+// ids ascend). B: the bias type (bf16, or float on the float32 path).
+template <typename B>
+__device__ void moe_combine_bias_impl(float* out, const float* ys, const float* weights,
+                                      const int* ids, const B* bias, u64 tokens, int top_k,
+                                      int hidden) {
+    const u64 n = tokens * hidden;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        const u64 t = i / hidden, c = i % hidden;
+        float o = 0.f;
+        for (int s = 0; s < top_k; ++s) {
+            const u64 p = t * top_k + s;
+            const float y = __fadd_rn(ys[p * hidden + c], to_f32(bias[(u64)ids[p] * hidden + c]));
+            o = __fadd_rn(o, __fmul_rn(weights[p], y));
+        }
+        out[i] = o;
+    }
+}
+
+extern "C" __global__ void moe_combine_bias_bf16(float* out, const float* ys, const float* weights,
+                                                 const int* ids, const bf16* bias, u64 tokens,
+                                                 int top_k, int hidden) {
+    pdl_start();
+    moe_combine_bias_impl(out, ys, weights, ids, bias, tokens, top_k, hidden);
+}
+
+extern "C" __global__ void moe_combine_bias_f32(float* out, const float* ys, const float* weights,
+                                                const int* ids, const float* bias, u64 tokens,
+                                                int top_k, int hidden) {
+    pdl_start();
+    moe_combine_bias_impl(out, ys, weights, ids, bias, tokens, top_k, hidden);
+}

@@ -295,6 +295,21 @@ impl Backend for CudaBackend {
         self.paged_attention_sinks_op(out, qkv, k_cache, v_cache, batch, heads, window, sinks)
     }
 
+    fn add_bias(&self, x: &mut CudaTensor, bias: &CudaTensor) -> Result<()> {
+        self.add_bias_op(x, bias)
+    }
+
+    fn fused_moe_clamped(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router_logits: &CudaTensor,
+        experts: &ClampedExperts<'_, CudaTensor>,
+        top_k: usize,
+    ) -> Result<()> {
+        self.fused_moe_clamped_op(out, x, router_logits, experts, top_k)
+    }
+
     fn supports(&self, feature: Feature) -> bool {
         // The table `metralectl` also reads, so a recipe is refused before its download.
         metrale_protocol::support::cuda_supports(feature)
