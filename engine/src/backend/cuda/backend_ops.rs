@@ -61,6 +61,14 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn upload_f32_weight(&self, t: &HostTensor<'_>) -> Result<CudaTensor> {
+        match &t.data {
+            // The same stream HostData::Random's values come from, drawn on the device.
+            HostData::Random { seed, std } => self.random(&t.shape, DType::F32, *seed, *std),
+            _ => self.tensor_from_f32(&t.shape, &t.to_f32(), DType::F32),
+        }
+    }
+
     fn upload(&self, t: &HostTensor<'_>) -> Result<CudaTensor> {
         let n = t.numel();
         match &t.data {
