@@ -57,6 +57,12 @@
 // same code on the scalar loop (coalesced 4-byte loads across the warp): nothing is rounded
 // below f32, so the output differs from the CPU reference only by the order of f32 sums.
 //
+// gpt-oss's experts (fused_moe_clamped, engine/src/backend/cuda/gpt_oss.rs) take the routing
+// launches above with norm_topk_prob, then moe_gate_up_clamped_* (moe_gate_up with the gate|up
+// bias and the clamped SwiGLU, moe_decode.cu's MoeClampedAct), moe_down_* and
+// moe_combine_bias_* (below: moe_combine with each slot's down bias), on the CUDA cores at
+// every size.
+//
 // Versions tried: six launches at every size (not timed on the GPU); this one (see
 // docs/performance.md). For long prompts these CUDA-core kernels read each expert's weight row
 // once per 8 of its tokens: a 2048-token 30B-A3B chunk took 15.4 ms (bf16) and 25.7 ms (FP8) a
