@@ -10,6 +10,9 @@
 // 0.044715·g³))) (torch's approximate="tanh"), tanhf precise as the CPU reference's f32 tanh.
 //
 // scale_f32 multiplies a tensor in place by a factor (Gemma's embeddings, by sqrt(hidden)).
+//
+// add_bias_<x dtype>_<bias dtype> adds a linear layer's bias to every row in place (gpt-oss's
+// projections and router): x[r, c] += bias[c], the sum in f32 rounded to x's type.
 
 template <typename T, typename TO, bool GELU = false>
 __device__ void silu_mul_impl(TO* out, const T* gate_up, u64 rows, u64 inter) {
@@ -62,4 +65,31 @@ extern "C" __global__ void scale_f32(float* x, u64 n, float factor) {
     pdl_start();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         x[i] *= factor;
+}
+
+template <typename T, typename B>
+__device__ void add_bias_impl(T* x, const B* bias, u64 rows, u64 cols) {
+    const u64 n = rows * cols;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        x[i] = from_f32<T>(to_f32(x[i]) + to_f32(bias[i % cols]));
+}
+
+extern "C" __global__ void add_bias_f32_bf16(float* x, const bf16* bias, u64 rows, u64 cols) {
+    pdl_start();
+    add_bias_impl(x, bias, rows, cols);
+}
+
+extern "C" __global__ void add_bias_bf16_bf16(bf16* x, const bf16* bias, u64 rows, u64 cols) {
+    pdl_start();
+    add_bias_impl(x, bias, rows, cols);
+}
+
+extern "C" __global__ void add_bias_f32_f32(float* x, const float* bias, u64 rows, u64 cols) {
+    pdl_start();
+    add_bias_impl(x, bias, rows, cols);
+}
+
+extern "C" __global__ void add_bias_bf16_f32(bf16* x, const float* bias, u64 rows, u64 cols) {
+    pdl_start();
+    add_bias_impl(x, bias, rows, cols);
 }

@@ -57,6 +57,12 @@
 // same code on the scalar loop (coalesced 4-byte loads across the warp): nothing is rounded
 // below f32, so the output differs from the CPU reference only by the order of f32 sums.
 //
+// gpt-oss's experts (fused_moe_clamped, engine/src/backend/cuda/gpt_oss.rs) take the routing
+// launches above with norm_topk_prob, then moe_gate_up_clamped_* (moe_gate_up with the gate|up
+// bias and the clamped SwiGLU, moe_decode.cu's MoeClampedAct), moe_down_* and
+// moe_combine_bias_* (below: moe_combine with each slot's down bias), on the CUDA cores at
+// every size.
+//
 // Versions tried: six launches at every size (not timed on the GPU); this one (see
 // docs/performance.md). For long prompts these CUDA-core kernels read each expert's weight row
 // once per 8 of its tokens: a 2048-token 30B-A3B chunk took 15.4 ms (bf16) and 25.7 ms (FP8) a
@@ -648,4 +654,39 @@ extern "C" __global__ void moe_combine(float* out, const float* ys, const float*
         }
         out[i] = o;
     }
+}
+
+// gpt-oss's weighted sum (moe_clamped.rs): moe_combine with the down bias [E, H] of each
+// slot's expert added to its output first, out[t, c] = Σ_slot weight · (ys + bias[expert, c]):
+// the CPU reference's terms (bias after the product, then weighted) in its order (a token's
+// ids ascend). B: the bias type (bf16, or float on the float32 path).
+template <typename B>
+__device__ void moe_combine_bias_impl(float* out, const float* ys, const float* weights,
+                                      const int* ids, const B* bias, u64 tokens, int top_k,
+                                      int hidden) {
+    const u64 n = tokens * hidden;
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        const u64 t = i / hidden, c = i % hidden;
+        float o = 0.f;
+        for (int s = 0; s < top_k; ++s) {
+            const u64 p = t * top_k + s;
+            const float y = __fadd_rn(ys[p * hidden + c], to_f32(bias[(u64)ids[p] * hidden + c]));
+            o = __fadd_rn(o, __fmul_rn(weights[p], y));
+        }
+        out[i] = o;
+    }
+}
+
+extern "C" __global__ void moe_combine_bias_bf16(float* out, const float* ys, const float* weights,
+                                                 const int* ids, const bf16* bias, u64 tokens,
+                                                 int top_k, int hidden) {
+    pdl_start();
+    moe_combine_bias_impl(out, ys, weights, ids, bias, tokens, top_k, hidden);
+}
+
+extern "C" __global__ void moe_combine_bias_f32(float* out, const float* ys, const float* weights,
+                                                const int* ids, const float* bias, u64 tokens,
+                                                int top_k, int hidden) {
+    pdl_start();
+    moe_combine_bias_impl(out, ys, weights, ids, bias, tokens, top_k, hidden);
 }

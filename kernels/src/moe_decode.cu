@@ -117,11 +117,36 @@ __device__ __forceinline__ int block_expert(const int* active, int experts) {
     return (int)blockIdx.y < active[experts] ? active[blockIdx.y] : -1;
 }
 
+// What moe_gate_up applies to a pair's gate g and up u (output j of expert e): SwiGLU,
+// silu(g) · u (Qwen3-MoE's, MiniMax-M2's experts) ...
+struct MoeSiluAct {
+    __device__ __forceinline__ float operator()(float g, float u, int, int, int) const {
+        return g / (1.0f + expf(-g)) * u;
+    }
+};
+
+// ... or gpt-oss's (moe_gate_up_clamped_*): the gate|up bias [E, 2·I] (gate first) added to
+// both products, then (clamp(u, −limit, limit) + 1) · g' · sigmoid(alpha · g'),
+// g' = min(g, limit): the CPU reference's clamped_swiglu, the same f32 operations in its order.
+// B: the bias type (the activation type: bf16, or float on the float32 path).
+template <typename B>
+struct MoeClampedAct {
+    const B* bias;
+    float alpha, limit;
+    __device__ __forceinline__ float operator()(float g, float u, int e, int j, int inter) const {
+        const u64 row = (u64)e * 2 * inter;
+        g = fminf(g + to_f32(bias[row + j]), limit);
+        u = fminf(fmaxf(u + to_f32(bias[row + inter + j]), -limit), limit);
+        return (u + 1.0f) * (g / (1.0f + expf(-g * alpha)));
+    }
+};
+
 // A: the activation type (x rows and the SiLU products): bf16, or float on the float32 path.
-template <bool VEC, typename W, typename A>
+// F: the activation between the products (MoeSiluAct, MoeClampedAct).
+template <bool VEC, typename W, typename A, typename F = MoeSiluAct>
 __device__ void moe_gate_up_impl(A* act, const A* x, const W* w, const float* scales,
                                  const int* offsets, const int* active, const int* perm,
-                                 int experts, int top_k, int inter, int hidden) {
+                                 int experts, int top_k, int inter, int hidden, F f = F{}) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = block_expert(active, experts), j = blockIdx.x * MOE_WARPS + warp;
     if (e < 0 || j >= inter) return;
@@ -145,7 +170,7 @@ __device__ void moe_gate_up_impl(A* act, const A* x, const W* w, const float* sc
         for (int m = 0; m < MOE_MT; ++m) {
             const float g = warp_sum(acc[0][m]), u = warp_sum(acc[1][m]);
             if (lane == 0 && m < n)
-                act[(u64)pair[m] * inter + j] = from_f32<A>(g / (1.0f + expf(-g)) * u);
+                act[(u64)pair[m] * inter + j] = from_f32<A>(f(g, u, e, j, inter));
         }
     }
 }
@@ -360,6 +385,20 @@ __device__ void moe_gate_up_dec_impl(bf16* act, const bf16* x, const W* w, const
                                    hidden);                                                       \
     }
 
+// gpt-oss's experts (moe_clamped.rs): moe_gate_up with the gate|up bias and the clamped
+// SwiGLU (MoeClampedAct); the bias is of the activation type A. Then moe_down_* and
+// moe_combine_bias.
+#define MOE_GATE_UP_CLAMPED(SUFFIX, W, A, VEC)                                                    \
+    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_GATE_UP_BLOCKS_PER_SM)      \
+        moe_gate_up_clamped_##SUFFIX(                                                             \
+        A* act, const A* x, const W* w, const float* scales, const int* offsets,                  \
+        const int* active, const int* perm, int experts, int top_k, int inter, int hidden,        \
+        const A* bias, float alpha, float limit) {                                                \
+        pdl_start();                                                                              \
+        moe_gate_up_impl<VEC>(act, x, w, scales, offsets, active, perm, experts, top_k, inter,    \
+                              hidden, MoeClampedAct<A>{bias, alpha, limit});                      \
+    }
+
 MOE_EXPERT_KERNELS(bf16_vec, bf16, bf16, true)
 MOE_EXPERT_KERNELS(bf16, bf16, bf16, false)
 MOE_EXPERT_KERNELS(fp8_vec, unsigned char, bf16, true)
@@ -373,6 +412,9 @@ MOE_DOWN_COMBINE_DEC(fp8_vec, unsigned char, 1)
 MOE_DOWN_COMBINE_DEC(fp8_vec, unsigned char, 2)
 MOE_DOWN_COMBINE_DEC(fp8_vec, unsigned char, 4)
 MOE_GATE_UP_DEC(fp8_vec, unsigned char, 3)
+MOE_GATE_UP_CLAMPED(bf16_vec, bf16, bf16, true)
+MOE_GATE_UP_CLAMPED(bf16, bf16, bf16, false)
+MOE_GATE_UP_CLAMPED(fp32, float, float, false)
 
 // The top_k choices of one token by every expert's rank at once (the whole block; experts <=
 // blockDim.x): thread e counts the valid experts before it in the order of (logit key

@@ -290,10 +290,6 @@ fn run_refuses_what_the_engine_does_not_serve_before_any_download() {
     for (name, why) in [
         ("nemotron-nano-9b-v2", "no kernels for Mamba-2 mixers"),
         (
-            "gpt-oss-20b",
-            "no kernels for biased projections and clamped-SwiGLU experts",
-        ),
-        (
             "deepseek-v3.1",
             "over 8 GPUs, and met serves a model on one GPU",
         ),

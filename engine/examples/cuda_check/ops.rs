@@ -21,6 +21,7 @@ use crate::report::{Report, Tol, compare};
 mod attention;
 mod attention_window;
 mod gemv;
+mod gpt_oss;
 mod matmul;
 mod moe;
 mod nvfp4;
@@ -726,6 +727,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.write_kv()?;
     ops.attention()?;
     ops.attention_window()?;
+    ops.gpt_oss()?;
     ops.silu_and_rows()?;
     ops.softmax_and_sample()?;
     ops.gelu_tanh()?;

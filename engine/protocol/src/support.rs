@@ -29,7 +29,7 @@ pub enum Feature {
     /// layers, gpt-oss's banded layers.
     SlidingWindow,
     /// gpt-oss's ops: attention with a learned sink logit per head, biased projections and
-    /// experts with biases and the clamped SwiGLU (CUDA lacks the last two).
+    /// experts with biases and the clamped SwiGLU.
     GptOss,
     /// MiniMax-M2's ops: QK norms over all heads at once and experts routed by sigmoid scores
     /// with a correction bias.
@@ -67,10 +67,13 @@ pub const fn cuda_supports(feature: Feature) -> bool {
         // Every attention kernel takes a window (its key loop starts at the window's first
         // key; cuda_check attention_window).
         Feature::SlidingWindow => true,
-        // Not yet: the attention kernels take a sink logit (paged_attention_sinks) but have no
-        // latent form, and there are no kernels for the biased projections, sigmoid routing,
-        // the clamped SwiGLU, the Mamba-2 mixer or relu² (docs/models.md).
-        Feature::GptOss | Feature::MiniMaxM2 | Feature::NemotronH | Feature::DeepseekV3 => false,
+        // Sinks (paged_attention_sinks), bias adds (add_bias_*) and the clamped-SwiGLU experts
+        // (fused_moe_clamped: fused_moe's routing, moe_gate_up_clamped_*, moe_combine_bias_*);
+        // cuda_check ops gpt_oss and e2e on the gpt-oss fixtures.
+        Feature::GptOss => true,
+        // Not yet: the attention kernels have no latent form, and there are no kernels for
+        // sigmoid routing, the Mamba-2 mixer or relu² (docs/models.md).
+        Feature::MiniMaxM2 | Feature::NemotronH | Feature::DeepseekV3 => false,
     }
 }
 
@@ -160,7 +163,12 @@ mod tests {
         let gpt_oss = architecture("GptOssForCausalLM").map(|a| a.needs);
         assert_eq!(
             gpt_oss.and_then(|n| missing(Device::Cuda, n.iter().copied())),
-            Some(Feature::GptOss)
+            None
+        );
+        let minimax = architecture("MiniMaxM2ForCausalLM").map(|a| a.needs);
+        assert_eq!(
+            minimax.and_then(|n| missing(Device::Cuda, n.iter().copied())),
+            Some(Feature::MiniMaxM2)
         );
         let qwen = architecture("Qwen3_5MoeForConditionalGeneration").map(|a| a.needs);
         assert_eq!(

@@ -277,6 +277,12 @@ pub trait Backend: Send + Sync + 'static {
 
     /// A weight from the loader, in the backend's storage type.
     fn upload(&self, t: &HostTensor<'_>) -> Result<Self::Tensor>;
+    /// A small parameter that the kernels read in f32 (gpt-oss's attention sinks), kept in f32
+    /// whatever the storage type, so no op widens it again at every call. The CPU keeps
+    /// everything in f32: [`Backend::upload`].
+    fn upload_f32_weight(&self, t: &HostTensor<'_>) -> Result<Self::Tensor> {
+        self.upload(t)
+    }
     /// A zero-filled tensor of `shape`.
     fn zeros(&self, shape: &[usize]) -> Result<Self::Tensor>;
     /// The values of `t` as f32 on the host (for logits, tests and checks).

@@ -228,7 +228,10 @@ impl<B: Backend> GptOss<B> {
                 qkv_bias: up(qkv_bias)?,
                 o: up(cut.o(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?))?,
                 o_bias: up(mat(&format!("{a}.o_proj.bias"), &[h])?)?,
-                sinks: up(cut.sinks(mat(&format!("{a}.sinks"), &[nh])?))?,
+                // Kept in f32 on every backend: the attention kernels read f32 sinks.
+                sinks: backend
+                    .upload_f32_weight(&cut.sinks(mat(&format!("{a}.sinks"), &[nh])?))
+                    .map_err(upload_err)?,
                 post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
                 router: up(mat(&format!("{p}.mlp.router.weight"), &[e, h])?)?,
                 router_bias: up(mat(&format!("{p}.mlp.router.bias"), &[e])?)?,
@@ -380,7 +383,8 @@ mod tests {
         );
     }
 
-    /// What CUDA answers today: the model, the ops, the backend and the device that runs it.
+    /// What a backend without the ops answers: the model, the ops, the backend and the device
+    /// that runs it.
     #[test]
     fn a_backend_without_the_ops_refuses_by_name() {
         let e = check_device("cuda", |_| false, "GptOssForCausalLM")

@@ -297,9 +297,28 @@ impl Ops<'_> {
         let mut out_d = self.cuda.zeros(&[t, nh * hd])?;
         let mut out_c = self.cpu.zeros(&[t, nh * hd])?;
         if c.sinks {
-            // Sinks of the weights' type, as a checkpoint's upload gives them (bf16 on the
-            // bf16 path: the launcher widens them), around the scores' range.
-            let (s_d, s_c) = self.random(&[nh], 3.0, self.wd())?;
+            // Sinks around the scores' range, bf16 as a checkpoint holds them, uploaded as
+            // gpt-oss does (`upload_f32_weight`: f32 on the device); one case keeps them of the
+            // weights' type, which the launcher widens at every call.
+            let host = HostTensor {
+                shape: vec![nh],
+                data: HostData::Raw {
+                    dtype: HostDType::BF16,
+                    bytes: round_bf16(&self.rng.vec(nh, 3.0))
+                        .iter()
+                        .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+                        .collect::<Vec<u8>>()
+                        .into(),
+                },
+            };
+            let (s_d, s_c) = if c.name == "decode sinks" {
+                (self.cuda.upload(&host)?, self.cpu.upload(&host)?)
+            } else {
+                (
+                    self.cuda.upload_f32_weight(&host)?,
+                    self.cpu.upload_f32_weight(&host)?,
+                )
+            };
             let heads = (nh, scale);
             self.cuda
                 .paged_attention_sinks(&mut out_d, &q_d, &k_d, &v_d, &batch, heads, c.window, &s_d)

@@ -306,7 +306,8 @@ impl CudaBackend {
 
     /// [`crate::backend::Backend::paged_attention_sinks`]: attention (in a sliding window when
     /// `window` is `Some`) with one learned logit a head in the softmax's denominator; `sinks`
-    /// is `[nh]`, f32 or bf16 (widened to f32 here: the kernels read f32).
+    /// is `[nh]` f32 (gpt-oss uploads them with `upload_f32_weight`, so nothing is widened per call),
+    /// or bf16, which is widened here at every call (the kernels read f32).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn paged_attention_sinks_op(
         &self,

@@ -61,6 +61,14 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn upload_f32_weight(&self, t: &HostTensor<'_>) -> Result<CudaTensor> {
+        match &t.data {
+            // The same stream HostData::Random's values come from, drawn on the device.
+            HostData::Random { seed, std } => self.random(&t.shape, DType::F32, *seed, *std),
+            _ => self.tensor_from_f32(&t.shape, &t.to_f32(), DType::F32),
+        }
+    }
+
     fn upload(&self, t: &HostTensor<'_>) -> Result<CudaTensor> {
         let n = t.numel();
         match &t.data {
@@ -293,6 +301,21 @@ impl Backend for CudaBackend {
         sinks: &CudaTensor,
     ) -> Result<()> {
         self.paged_attention_sinks_op(out, qkv, k_cache, v_cache, batch, heads, window, sinks)
+    }
+
+    fn add_bias(&self, x: &mut CudaTensor, bias: &CudaTensor) -> Result<()> {
+        self.add_bias_op(x, bias)
+    }
+
+    fn fused_moe_clamped(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router_logits: &CudaTensor,
+        experts: &ClampedExperts<'_, CudaTensor>,
+        top_k: usize,
+    ) -> Result<()> {
+        self.fused_moe_clamped_op(out, x, router_logits, experts, top_k)
     }
 
     fn supports(&self, feature: Feature) -> bool {

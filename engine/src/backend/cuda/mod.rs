@@ -31,6 +31,7 @@ mod gdn_chunk;
 mod gdn_decode;
 mod gdn_kernels;
 mod gemm_tune;
+mod gpt_oss;
 mod graph;
 mod graph_chain;
 mod hybrid;
@@ -62,8 +63,8 @@ pub use tensor::{CudaTensor, DType};
 pub(crate) use super::cpu::shape_err;
 use super::sampling::{SampleRow, Sampled};
 use super::{
-    Backend, BackendError, BatchInputs, ChainForward, Feature, ForwardMany, Result, RopeTables,
-    TableWrite,
+    Backend, BackendError, BatchInputs, ChainForward, ClampedExperts, Feature, ForwardMany, Result,
+    RopeTables, TableWrite,
 };
 use crate::loader::{DType as HostDType, HostData, HostTensor};
 use blas::Blas;

@@ -130,13 +130,12 @@ impl CudaBackend {
         if pairs == 0 || h == 0 {
             return Ok(());
         }
-        let (ti, ei, ki, hi, ii, pi) = (
+        let (ti, ei, ki, hi, ii) = (
             int(t, "fused_moe")?,
             int(e, "fused_moe")?,
             int(top_k, "fused_moe")?,
             int(h, "fused_moe")?,
             int(i, "fused_moe")?,
-            int(pairs, "fused_moe")?,
         );
         // The expert kernels read bf16 activations, or f32 ones with f32 experts (the float32
         // path); the SiLU products (act) are of the same type.
@@ -161,7 +160,6 @@ impl CudaBackend {
         let acp = active.ptr(s);
 
         let logits_bf16 = router_logits.dtype == DType::BF16;
-        let (lp, norm) = (router_logits.ptr(s), i32::from(norm_topk_prob));
         let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
         let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
         let tuning = self.tuning().moe;
@@ -176,109 +174,15 @@ impl CudaBackend {
         };
         let w = expert_type(gate_up.dtype);
         let plan = MoePlan::choose(shape, w, self.info.compute_capability, &tuning);
-        if let (Route::RouterPlanOne, Some(router)) = (plan.route, router) {
-            // 0-2. The router's logits and the one-token plan in one launch.
-            let (rp, tp) = (router.ptr(s), self.router_ticket.device_ptr(s).0);
-            let xp = x.ptr(s);
-            let args = (lp, xp, rp, ei, hi, tp, idp, wtp, ofp, pmp, acp, ki, norm);
-            // SAFETY: logits are [1, e] f32 (set by the caller), x [1, h] bf16 (converted
-            // above), router [e, h] bf16 with h % 8 == 0 and
-            // e <= moe_plan::ROUTER_PLAN_MAX_EXPERTS (its shared row; checked by the caller);
-            // ids, weights and perm hold k values, offsets and active e + 1; 1 <= k <= min(e,
-            // MOE_MAX_TOP_K); the ticket is one u32 at 0 (every launch sets it back), the
-            // launches on this stream one after another; a warp per expert.
-            unsafe {
-                kernels::moe_router_plan_one.launch(
-                    self,
-                    cfg(
-                        (dim(e.div_ceil(WARPS), "fused_moe")?, 1),
-                        (32 * WARPS) as u32,
-                    ),
-                    args,
-                )?;
-            }
-        } else if let Route::PlanOne | Route::Plan = plan.route {
-            // 1-2. Route, group and list the active experts in one launch: one token's plan by
-            // one warp (its pairs are grouped as routed), more tokens' by one block.
-            let one = plan.route == Route::PlanOne;
-            let threads = if one { 32 } else { PLAN_THREADS };
-            // SAFETY: logits are [t, e] of the kernel's type; ids, weights and perm hold t·k
-            // values, t·k <= MOE_PLAN_MAX_PAIRS (moe_plan's shared copy of the ids; t = 1 gives
-            // k <= MOE_MAX_TOP_K); offsets and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K)
-            // (checked above); one warp at one token, else one block of MOE_PLAN_THREADS (its
-            // launch bounds).
-            unsafe {
-                if one {
-                    // The one-token kernel has no token count.
-                    let f = if logits_bf16 {
-                        kernels::moe_plan_one_bf16
-                    } else {
-                        kernels::moe_plan_one_f32
-                    };
-                    let args = (idp, wtp, ofp, pmp, acp, lp, ei, ki, norm);
-                    f.launch(self, cfg((1, 1), threads), args)?;
-                } else {
-                    let f = if logits_bf16 {
-                        kernels::moe_plan_bf16
-                    } else {
-                        kernels::moe_plan_f32
-                    };
-                    let args = (idp, wtp, ofp, pmp, acp, lp, ti, ei, ki, norm);
-                    f.launch(self, cfg((1, 1), threads), args)?;
-                }
-            }
-        } else {
-            // 1. Route: a warp a token, over many blocks.
-            let f = if logits_bf16 {
-                kernels::moe_route_bf16
-            } else {
-                kernels::moe_route_f32
-            };
-            // SAFETY: logits are [t, e] of the kernel's type; ids and weights hold t·k values;
-            // 1 <= k <= min(e, MOE_MAX_TOP_K) (checked above); one warp per token, warps past
-            // t return.
-            unsafe {
-                f.launch(
-                    self,
-                    cfg(
-                        (dim(t.div_ceil(ROUTE_TOKENS), "fused_moe")?, 1),
-                        (32 * ROUTE_TOKENS) as u32,
-                    ),
-                    (idp, wtp, lp, ti, ei, ki, norm),
-                )?;
-            }
-
-            if plan.route == Route::RouteGroupPlan {
-                // 2. Group the pairs and list the active experts in one block.
-                // SAFETY: ids holds t·k <= MOE_PLAN_MAX_PAIRS expert indices below e (written
-                // by the routing kernel; the plan checks the count: the kernel's shared
-                // histogram); offsets and active have e + 1 entries, perm t·k; one block of at
-                // most MOE_PLAN_THREADS (its launch bounds).
-                unsafe {
-                    kernels::moe_group_plan.launch(
-                        self,
-                        cfg((1, 1), PLAN_THREADS),
-                        (ofp, pmp, acp, idp, pi, ei),
-                    )?;
-                }
-            } else {
-                // 2. Group the pairs by expert.
-                // SAFETY: ids holds t·k expert indices below e (written by the routing
-                // kernel); offsets has e + 1 entries, perm t·k; one block per expert.
-                unsafe {
-                    kernels::moe_group.launch(
-                        self,
-                        cfg((dim(e, "fused_moe")?, 1), GROUP_THREADS),
-                        (ofp, pmp, idp, pi, ei),
-                    )?;
-                }
-                // SAFETY: offsets has e + 1 entries (written by moe_group), active e + 1; one
-                // block looping over the experts.
-                unsafe {
-                    kernels::moe_active.launch(self, cfg((1, 1), GROUP_THREADS), (acp, ofp, ei))?;
-                }
-            }
-        }
+        let routing = (idp, wtp, ofp, pmp, acp);
+        self.moe_route(
+            plan.route,
+            router.map(|r| (r, x)),
+            router_logits,
+            routing,
+            (t, e, top_k, h),
+            norm_topk_prob,
+        )?;
 
         let op = out.ptr(s);
         let (build, gate_up_kernel, down_kernel) = match plan.experts {
@@ -377,6 +281,138 @@ impl CudaBackend {
         self.moe_combine(op, ysp, wtp, t, (ki, hi))
     }
 
+    /// Stages 1-2 as `route` says (`MoePlan::choose`'s): each pair's expert and weight (`ids`,
+    /// `weights`, `[T·k]`), the permutation grouping the pairs by expert (`perm`), the experts'
+    /// offsets and the list of those with pairs (`offsets`, `active`, `[E + 1]`), given as
+    /// device pointers in that order (ids, weights, offsets, perm, active). With `router_x`
+    /// (`Route::RouterPlanOne`: a bf16 router `[E, H]` and x `[1, H]` bf16, checked by the
+    /// caller) the logits are computed here into `router_logits` (f32) first.
+    pub(super) fn moe_route(
+        &self,
+        route: Route,
+        router_x: Option<(&CudaTensor, &CudaTensor)>,
+        router_logits: &CudaTensor,
+        (idp, wtp, ofp, pmp, acp): (u64, u64, u64, u64, u64),
+        (t, e, top_k, h): (usize, usize, usize, usize),
+        norm_topk_prob: bool,
+    ) -> Result<()> {
+        let pairs = t * top_k;
+        let (ti, ei, ki, hi, pi) = (
+            int(t, "fused_moe")?,
+            int(e, "fused_moe")?,
+            int(top_k, "fused_moe")?,
+            int(h, "fused_moe")?,
+            int(pairs, "fused_moe")?,
+        );
+        let s = &self.stream;
+        let logits_bf16 = router_logits.dtype == DType::BF16;
+        let (lp, norm) = (router_logits.ptr(s), i32::from(norm_topk_prob));
+        if let (Route::RouterPlanOne, Some((router, x))) = (route, router_x) {
+            // 0-2. The router's logits and the one-token plan in one launch.
+            let (rp, tp) = (router.ptr(s), self.router_ticket.device_ptr(s).0);
+            let xp = x.ptr(s);
+            let args = (lp, xp, rp, ei, hi, tp, idp, wtp, ofp, pmp, acp, ki, norm);
+            // SAFETY: logits are [1, e] f32 (set by the caller), x [1, h] bf16 (converted
+            // above), router [e, h] bf16 with h % 8 == 0 and
+            // e <= moe_plan::ROUTER_PLAN_MAX_EXPERTS (its shared row; checked by the caller);
+            // ids, weights and perm hold k values, offsets and active e + 1; 1 <= k <= min(e,
+            // MOE_MAX_TOP_K); the ticket is one u32 at 0 (every launch sets it back), the
+            // launches on this stream one after another; a warp per expert.
+            unsafe {
+                kernels::moe_router_plan_one.launch(
+                    self,
+                    cfg(
+                        (dim(e.div_ceil(WARPS), "fused_moe")?, 1),
+                        (32 * WARPS) as u32,
+                    ),
+                    args,
+                )?;
+            }
+        } else if let Route::PlanOne | Route::Plan = route {
+            // 1-2. Route, group and list the active experts in one launch: one token's plan by
+            // one warp (its pairs are grouped as routed), more tokens' by one block.
+            let one = route == Route::PlanOne;
+            let threads = if one { 32 } else { PLAN_THREADS };
+            // SAFETY: logits are [t, e] of the kernel's type; ids, weights and perm hold t·k
+            // values, t·k <= MOE_PLAN_MAX_PAIRS (moe_plan's shared copy of the ids; t = 1 gives
+            // k <= MOE_MAX_TOP_K); offsets and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K)
+            // (checked above); one warp at one token, else one block of MOE_PLAN_THREADS (its
+            // launch bounds).
+            unsafe {
+                if one {
+                    // The one-token kernel has no token count.
+                    let f = if logits_bf16 {
+                        kernels::moe_plan_one_bf16
+                    } else {
+                        kernels::moe_plan_one_f32
+                    };
+                    let args = (idp, wtp, ofp, pmp, acp, lp, ei, ki, norm);
+                    f.launch(self, cfg((1, 1), threads), args)?;
+                } else {
+                    let f = if logits_bf16 {
+                        kernels::moe_plan_bf16
+                    } else {
+                        kernels::moe_plan_f32
+                    };
+                    let args = (idp, wtp, ofp, pmp, acp, lp, ti, ei, ki, norm);
+                    f.launch(self, cfg((1, 1), threads), args)?;
+                }
+            }
+        } else {
+            // 1. Route: a warp a token, over many blocks.
+            let f = if logits_bf16 {
+                kernels::moe_route_bf16
+            } else {
+                kernels::moe_route_f32
+            };
+            // SAFETY: logits are [t, e] of the kernel's type; ids and weights hold t·k values;
+            // 1 <= k <= min(e, MOE_MAX_TOP_K) (checked above); one warp per token, warps past
+            // t return.
+            unsafe {
+                f.launch(
+                    self,
+                    cfg(
+                        (dim(t.div_ceil(ROUTE_TOKENS), "fused_moe")?, 1),
+                        (32 * ROUTE_TOKENS) as u32,
+                    ),
+                    (idp, wtp, lp, ti, ei, ki, norm),
+                )?;
+            }
+
+            if route == Route::RouteGroupPlan {
+                // 2. Group the pairs and list the active experts in one block.
+                // SAFETY: ids holds t·k <= MOE_PLAN_MAX_PAIRS expert indices below e (written
+                // by the routing kernel; the plan checks the count: the kernel's shared
+                // histogram); offsets and active have e + 1 entries, perm t·k; one block of at
+                // most MOE_PLAN_THREADS (its launch bounds).
+                unsafe {
+                    kernels::moe_group_plan.launch(
+                        self,
+                        cfg((1, 1), PLAN_THREADS),
+                        (ofp, pmp, acp, idp, pi, ei),
+                    )?;
+                }
+            } else {
+                // 2. Group the pairs by expert.
+                // SAFETY: ids holds t·k expert indices below e (written by the routing
+                // kernel); offsets has e + 1 entries, perm t·k; one block per expert.
+                unsafe {
+                    kernels::moe_group.launch(
+                        self,
+                        cfg((dim(e, "fused_moe")?, 1), GROUP_THREADS),
+                        (ofp, pmp, idp, pi, ei),
+                    )?;
+                }
+                // SAFETY: offsets has e + 1 entries (written by moe_group), active e + 1; one
+                // block looping over the experts.
+                unsafe {
+                    kernels::moe_active.launch(self, cfg((1, 1), GROUP_THREADS), (acp, ofp, ei))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Stage 5, the weighted sum per token: out [t, h] f32 from ys [t·k, h] f32 (every row
     /// written by the down projection) and the routing weights (t·k).
     fn moe_combine(
@@ -441,7 +477,7 @@ fn gate_up_kernel_of(kind: GateUp, build: CoreBuild) -> Result<Kernel<GateUpArgs
 }
 
 /// `moe_down_{build}`.
-fn down_kernel_of(build: CoreBuild) -> Kernel<DownArgs> {
+pub(super) fn down_kernel_of(build: CoreBuild) -> Kernel<DownArgs> {
     match build {
         CoreBuild::Bf16Vec => kernels::moe_down_bf16_vec,
         CoreBuild::Bf16 => kernels::moe_down_bf16,

@@ -25,6 +25,10 @@ kernels! {
     Moe [moe_down_combine_fp32] (out: *mut f32, act: *const f32, w: *const f32, scales: *const f32, ids: *const i32, weights: *const f32, tokens: i32, top_k: i32, inter: i32, hidden: i32);
     Moe [moe_router_plan_one] (logits: *mut f32, x: *const bf16, router: *const bf16, experts: i32, hidden: i32, ticket: *mut u32, ids: *mut i32, weights: *mut f32, offsets: *mut i32, perm: *mut i32, active: *mut i32, top_k: i32, norm_topk_prob: i32);
     Moe [moe_combine] (out: *mut f32, ys: *const f32, weights: *const f32, tokens: u64, top_k: i32, hidden: i32);
+    Moe [moe_gate_up_clamped_bf16_vec, moe_gate_up_clamped_bf16] (act: *mut bf16, x: *const bf16, w: *const bf16, scales: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32, bias: *const bf16, alpha: f32, limit: f32);
+    Moe [moe_gate_up_clamped_fp32] (act: *mut f32, x: *const f32, w: *const f32, scales: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32, bias: *const f32, alpha: f32, limit: f32);
+    Moe [moe_combine_bias_bf16] (out: *mut f32, ys: *const f32, weights: *const f32, ids: *const i32, bias: *const bf16, tokens: u64, top_k: i32, hidden: i32);
+    Moe [moe_combine_bias_f32] (out: *mut f32, ys: *const f32, weights: *const f32, ids: *const i32, bias: *const f32, tokens: u64, top_k: i32, hidden: i32);
     MoeMma [moe_tiles] (tiles: *mut i32, offsets: *const i32, experts: i32, max_tiles: i32);
     MoeMma [moe_gate_up_mma_bf16] (act: *mut bf16, x: *const bf16, x_scales: *const f32, w: *const bf16, w_scales: *const f32, tiles: *const i32, offsets: *const i32, perm: *const i32, top_k: i32, inter: i32, hidden: i32);
     MoeMma [moe_down_mma_bf16] (ys: *mut f32, act: *const bf16, act_scales: *const f32, w: *const bf16, w_scales: *const f32, tiles: *const i32, offsets: *const i32, perm: *const i32, rows: i32, hidden: i32, inter: i32);

@@ -12,6 +12,10 @@ kernels! {
     Activation [gelu_tanh_mul_bf16] (out: *mut bf16, gate_up: *const bf16, rows: u64, inter: u64);
     Activation [gelu_tanh_mul_fp32] (out: *mut f32, gate_up: *const f32, rows: u64, inter: u64);
     Activation [scale_f32] (x: *mut f32, n: u64, factor: f32);
+    Activation [add_bias_f32_bf16] (x: *mut f32, bias: *const bf16, rows: u64, cols: u64);
+    Activation [add_bias_bf16_bf16] (x: *mut bf16, bias: *const bf16, rows: u64, cols: u64);
+    Activation [add_bias_f32_f32] (x: *mut f32, bias: *const f32, rows: u64, cols: u64);
+    Activation [add_bias_bf16_f32] (x: *mut bf16, bias: *const f32, rows: u64, cols: u64);
     Convert [fill_random_bf16] (out: *mut bf16, n: u64, seed: u64, half_width: f32);
     Convert [fill_random_f32] (out: *mut f32, n: u64, seed: u64, half_width: f32);
     Convert [fill_const_bf16] (out: *mut bf16, n: u64, value: f32);

@@ -1,0 +1,155 @@
+//! gpt-oss's ops against the CPU: `add_bias` (every x/bias type pair the model makes),
+//! `upload_f32_weight` (the sinks kept in f32 on the device, the CPU's values exactly) and
+//! `fused_moe_clamped` (one token to a prefill chunk, gpt-oss-20b's top-4 of 32 experts and
+//! 120b's of 128, experts that get no token, odd widths on the scalar kernels, the clamp biting
+//! or not, bf16 and f32 router logits, an empty batch). Sink attention itself is in
+//! `attention_window.rs`.
+
+use metrale_engine::backend::ClampedExperts;
+
+use super::*;
+
+impl Ops<'_> {
+    pub(super) fn gpt_oss(&mut self) -> Result<()> {
+        self.add_bias()?;
+        self.upload_f32_weight()?;
+        self.moe_clamped()
+    }
+
+    /// `x[r, :] += bias` with x f32 (router logits, matmul outputs) or bf16, the bias of the
+    /// weights' type or f32; 1 token, a chunk, odd widths, no rows.
+    fn add_bias(&mut self) -> Result<()> {
+        for (t, n, xd, bd) in [
+            (1, 2880, DType::F32, self.wd()),
+            (130, 5120, DType::F32, self.wd()),
+            (7, 36, DType::BF16, self.wd()),
+            (3, 32, DType::F32, DType::F32),
+            (5, 100, DType::BF16, DType::F32),
+            (0, 64, DType::F32, self.wd()),
+        ] {
+            let (xd, bd) = (self.act(xd), self.act(bd));
+            let case = format!("x {} [{t}, {n}] + bias {} [{n}]", dt(xd), dt(bd));
+            self.run("add_bias", &case, |s| {
+                let (mut x_d, mut x_c) = s.random(&[t, n], 4.0, xd)?;
+                let (b_d, b_c) = s.random(&[n], 2.0, bd)?;
+                s.cuda.add_bias(&mut x_d, &b_d)?;
+                s.cpu.add_bias(&mut x_c, &b_c)?;
+                // One f32 add on both sides; a bf16 x rounds the sum once more.
+                let tol = if xd == DType::BF16 {
+                    Tol::BF16
+                } else {
+                    Tol::EXACT
+                };
+                s.check("add_bias", &case, tol, &x_d, &x_c)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `upload_f32_weight` keeps f32 on the device whatever the compute type: a checkpoint's bf16
+    /// and f32 values and dummy (random) weights, each the CPU's values exactly.
+    fn upload_f32_weight(&mut self) -> Result<()> {
+        let n = 64;
+        let values = self.rng.vec(n, 3.0);
+        let bf16_bytes: Vec<u8> = values
+            .iter()
+            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+            .collect();
+        let f32_bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let raw = |dtype, bytes: Vec<u8>| HostData::Raw {
+            dtype,
+            bytes: bytes.into(),
+        };
+        for (name, data) in [
+            ("bf16 checkpoint", raw(HostDType::BF16, bf16_bytes)),
+            ("f32 values", raw(HostDType::F32, f32_bytes)),
+            ("dummy weights", HostData::Random { seed: 39, std: 1.5 }),
+        ] {
+            let host = HostTensor {
+                shape: vec![n],
+                data,
+            };
+            self.run("upload_f32_weight", name, |s| {
+                let (d, c) = (
+                    s.cuda.upload_f32_weight(&host)?,
+                    s.cpu.upload_f32_weight(&host)?,
+                );
+                if d.dtype() != DType::F32 {
+                    bail!("upload_f32_weight {name}: {} on the device", dt(d.dtype()));
+                }
+                s.check("upload_f32_weight", name, Tol::EXACT, &d, &c)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `fused_moe_clamped` against the CPU on the same inputs (x, logits, weights and biases
+    /// as the device holds them). Biases around 1 and, in some cases, `limit` 2 so that the
+    /// clamp bites on many channels (gpt-oss's 7 on the others).
+    fn moe_clamped(&mut self) -> Result<()> {
+        let (bf, f32d) = (DType::BF16, DType::F32);
+        for (t, h, i, e, k, limit, xd, rd) in [
+            // gpt-oss-20b's decode step (hidden = experts' width = 2880, top-4 of 32), a batch
+            // of 8, a prefill chunk (smaller widths, the CPU's time), 120b's 128 experts.
+            (1, 2880, 2880, 32, 4, 7.0, bf, f32d),
+            (8, 2880, 2880, 32, 4, 2.0, bf, f32d),
+            (130, 576, 288, 32, 4, 2.0, bf, f32d),
+            (1, 2880, 2880, 128, 4, 7.0, bf, bf),
+            // Many tokens (route, group and active in their own launches), bf16 logits.
+            (1000, 256, 96, 32, 4, 2.0, bf, bf),
+            // Few tokens: most of the 32 experts get none.
+            (3, 64, 32, 32, 4, 2.0, f32d, f32d),
+            // Odd widths (the scalar kernels), every expert taken (k = E), no tokens.
+            (5, 36, 12, 8, 8, 2.0, bf, f32d),
+            (0, 64, 32, 8, 2, 7.0, bf, f32d),
+        ] {
+            let (xd, wd) = (self.act(xd), self.wd());
+            let case = format!(
+                "T {t} H {h} I {i} E {e} top-{k} limit {limit} x {} logits {} experts {}",
+                dt(xd),
+                dt(rd),
+                dt(wd)
+            );
+            self.run("fused_moe_clamped", &case, |s| {
+                let (x_d, x_c) = s.random(&[t, h], 1.0, xd)?;
+                let (l_d, l_c) = s.random(&[t, e], 3.0, rd)?;
+                let (w13_d, w13_c) = s.random(&[e, 2 * i, h], 0.05, wd)?;
+                let (b13_d, b13_c) = s.random(&[e, 2 * i], 1.0, wd)?;
+                let (w2_d, w2_c) = s.random(&[e, h, i], 0.05, wd)?;
+                let (b2_d, b2_c) = s.random(&[e, h], 1.0, wd)?;
+                let (alpha, limit) = (1.702, limit);
+                let ex_d = ClampedExperts {
+                    gate_up: &w13_d,
+                    gate_up_bias: &b13_d,
+                    down: &w2_d,
+                    down_bias: &b2_d,
+                    alpha,
+                    limit,
+                };
+                let ex_c = ClampedExperts {
+                    gate_up: &w13_c,
+                    gate_up_bias: &b13_c,
+                    down: &w2_c,
+                    down_bias: &b2_c,
+                    alpha,
+                    limit,
+                };
+                let mut out_d = s.cuda.zeros(&[t, h])?;
+                let mut out_c = s.cpu.zeros(&[t, h])?;
+                s.cuda
+                    .fused_moe_clamped(&mut out_d, &x_d, &l_d, &ex_d, k)
+                    .context("cuda")?;
+                s.cpu
+                    .fused_moe_clamped(&mut out_c, &x_c, &l_c, &ex_c, k)
+                    .context("cpu")?;
+                // fused_moe's bound: the device rounds the activations to bf16 before down
+                // (the float32 path rounds nothing: Tol::F32, see `check`).
+                s.check("fused_moe_clamped", &case, MOE, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}

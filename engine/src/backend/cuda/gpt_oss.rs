@@ -1,0 +1,217 @@
+//! Launchers for gpt-oss's ops: the bias of a linear layer (`add_bias_*`, `activation.cu`) and
+//! the experts with biases and the clamped SwiGLU (`fused_moe_clamped`), which reuse
+//! `fused_moe`'s machinery (`moe.rs`, `moe.cu`, `moe_decode.cu`):
+//!
+//! 1-2. routing, grouping and the active experts exactly as `fused_moe` with
+//!      `norm_topk_prob`: the top-k of the softmax, renormalised, is the softmax over the k
+//!      chosen logits (gpt-oss's router), so the same launches (`MoePlan::choose`'s route);
+//! 3.   `moe_gate_up_clamped_*`: `moe_gate_up`'s CUDA-core kernel with the gate|up bias and
+//!      the clamped SwiGLU in place of SiLU (`MoeClampedAct`);
+//! 4.   `moe_down_*`, unchanged (the expert outputs, pair rows, f32);
+//! 5.   `moe_combine_bias_*`: `moe_combine` with each slot's down bias added before the weight.
+//!
+//! Every step runs the CUDA-core kernels, so a decode step is captured into a CUDA graph as
+//! `fused_moe`'s is. What would be faster (docs/cuda-kernels.md): the tensor-core grouped GEMMs
+//! of `moe_mma.cu` with the bias and clamp in gate|up's epilogue for prefill chunks (the
+//! CUDA-core kernels read each expert row once per 8 of its tokens), the one-token decode
+//! kernels (`moe_gate_up_dec_*`, `moe_down_combine_dec*`) with the biases, and MXFP4 experts
+//! kept packed on the device instead of widened to bf16 at load.
+
+use super::elementwise::{cfg, dim, int, stride_cfg};
+use super::moe::{MAX_TOP_K, down_kernel_of};
+use super::tensor::{CudaTensor, DType};
+use super::{CudaBackend, check};
+use crate::backend::kernels;
+use crate::backend::moe_plan::{CoreBuild, ExpertType, MoePlan, MoeShape};
+use crate::backend::{ClampedExperts, Result};
+
+/// Warps (= output rows) of an expert block (`MOE_WARPS` in moe.cu).
+const WARPS: usize = 8;
+
+impl CudaBackend {
+    /// [`crate::backend::Backend::add_bias`]: `x[r, :] += bias` in place, x bf16 or f32 (its
+    /// type kept), bias `[n]` bf16 or f32; the sum in f32.
+    pub(super) fn add_bias_op(&self, x: &mut CudaTensor, bias: &CudaTensor) -> Result<()> {
+        let n = x.cols();
+        check("add_bias", bias.numel() == n, || {
+            format!("x {:?}, bias {:?}", x.shape, bias.shape)
+        })?;
+        let rows = (x.numel() / n.max(1)) as u64;
+        if rows * n as u64 == 0 {
+            return Ok(());
+        }
+        let f = match (x.dtype, bias.dtype) {
+            (DType::F32, DType::BF16) => kernels::add_bias_f32_bf16,
+            (DType::BF16, DType::BF16) => kernels::add_bias_bf16_bf16,
+            (DType::F32, DType::F32) => kernels::add_bias_f32_f32,
+            (DType::BF16, DType::F32) => kernels::add_bias_bf16_f32,
+            _ => return Err(super::not_activation("add_bias")),
+        };
+        let s = &self.stream;
+        let args = (x.ptr(s), bias.ptr(s), rows, n as u64);
+        // SAFETY: x holds rows·n elements of its type and bias n of its (matched above); the
+        // grid-stride loop stays below rows·n.
+        unsafe { f.launch(self, stride_cfg(rows * n as u64), args) }
+    }
+
+    /// [`crate::backend::Backend::fused_moe_clamped`] (see the module's comment). `out` becomes
+    /// `[T, H]` f32 as `fused_moe`'s; the experts are bf16 or f32 (the float32 path).
+    pub(super) fn fused_moe_clamped_op(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router_logits: &CudaTensor,
+        ex: &ClampedExperts<'_, CudaTensor>,
+        top_k: usize,
+    ) -> Result<()> {
+        let (t, h, e, i) = crate::backend::moe_dims(
+            &out.shape,
+            &x.shape,
+            &router_logits.shape,
+            (&ex.gate_up.shape, &ex.down.shape),
+            top_k,
+            MAX_TOP_K,
+        )?;
+        let wide = |d: DType| matches!(d, DType::BF16 | DType::F32);
+        check(
+            "fused_moe_clamped",
+            ex.gate_up.dtype == ex.down.dtype
+                && wide(ex.gate_up.dtype)
+                && wide(router_logits.dtype)
+                && wide(ex.gate_up_bias.dtype)
+                && wide(ex.down_bias.dtype)
+                && ex.gate_up_bias.shape == [e, 2 * i]
+                && ex.down_bias.shape == [e, h],
+            || {
+                format!(
+                    "gate_up {:?}, down {:?} (both bf16 or both f32), gate_up_bias {:?} {:?} \
+                     (want [{e}, {}]), down_bias {:?} {:?} (want [{e}, {h}]), router logits \
+                     {:?}",
+                    ex.gate_up.dtype,
+                    ex.down.dtype,
+                    ex.gate_up_bias.shape,
+                    ex.gate_up_bias.dtype,
+                    2 * i,
+                    ex.down_bias.shape,
+                    ex.down_bias.dtype,
+                    router_logits.dtype
+                )
+            },
+        )?;
+        self.set_dtype(out, DType::F32)?;
+        let pairs = t * top_k;
+        if pairs == 0 || h == 0 {
+            return Ok(());
+        }
+        let (ei, ki, hi, ii) = (
+            int(e, "fused_moe_clamped")?,
+            int(top_k, "fused_moe_clamped")?,
+            int(h, "fused_moe_clamped")?,
+            int(i, "fused_moe_clamped")?,
+        );
+        // The kernels read activations (x, the gate|up bias, the products) of the experts'
+        // type: bf16, or f32 on the float32 path. The model's tensors have it already.
+        let act_dtype = ex.gate_up.dtype;
+        let (mut x_conv, mut bias_conv) = (None, None);
+        let x = self.as_dtype(x, act_dtype, &mut x_conv)?;
+        let b13 = self.as_dtype(ex.gate_up_bias, act_dtype, &mut bias_conv)?;
+        let s = &self.stream;
+        // Scratch: the pairs' experts and weights, the permutation, the experts' offsets and
+        // the active list (stages 1-2), the activations and the experts' outputs (pair rows).
+        let ids = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
+        let weights = self.alloc(&[pairs], DType::F32)?; // [T·k]
+        let perm = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
+        let offsets = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]
+        let active = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]: the used experts, count
+        let act = self.alloc(&[pairs, i], act_dtype)?; // [T·k, I]
+        let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
+        let (idp, wtp, pmp, ofp) = (ids.ptr(s), weights.ptr(s), perm.ptr(s), offsets.ptr(s));
+        let acp = active.ptr(s);
+
+        // 1-2. The route fused_moe would take for these shapes (never the fused router: the
+        // logits are given, bias added).
+        let (w, build) = match act_dtype {
+            DType::F32 => (ExpertType::F32, CoreBuild::Fp32),
+            _ if h.is_multiple_of(8) && i.is_multiple_of(8) => {
+                (ExpertType::Bf16, CoreBuild::Bf16Vec)
+            }
+            _ => (ExpertType::Bf16, CoreBuild::Bf16),
+        };
+        let shape = MoeShape {
+            t,
+            h,
+            e,
+            i,
+            top_k,
+            logits_bf16: router_logits.dtype == DType::BF16,
+            router: false,
+        };
+        let tuning = self.tuning().moe;
+        let route = MoePlan::choose(shape, w, self.info.compute_capability, &tuning).route;
+        let routing = (idp, wtp, ofp, pmp, acp);
+        self.moe_route(route, None, router_logits, routing, (t, e, top_k, h), true)?;
+
+        // 3. gate|up + bias + clamped SwiGLU into act, a block row per expert that can have
+        // pairs (at most one a pair).
+        let experts = dim(e.min(pairs), "fused_moe_clamped")?;
+        let (xp, actp, b13p) = (x.ptr(s), act.ptr(s), b13.ptr(s));
+        let (w13, w13s) = (ex.gate_up.ptr(s), ex.gate_up.scales_ptr(s));
+        let gate_up_kernel = match build {
+            CoreBuild::Fp32 => kernels::moe_gate_up_clamped_fp32,
+            CoreBuild::Bf16Vec => kernels::moe_gate_up_clamped_bf16_vec,
+            _ => kernels::moe_gate_up_clamped_bf16,
+        };
+        let args = (
+            actp, xp, w13, w13s, ofp, acp, pmp, ei, ki, ii, hi, b13p, ex.alpha, ex.limit,
+        );
+        // SAFETY: x is [t, h] and act [t·k, i] of the activation type, gate_up [e, 2i, h] and
+        // its bias [e, 2i] of the same type (checked and converted above); offsets/perm/active
+        // were written by the routing launches (ranges inside 0..t·k, perm entries below t·k,
+        // so token = perm / k < t, act row perm < t·k; active names at most min(e, t·k)
+        // experts); the vector build only with h and i multiples of 8 (16-byte rows); block
+        // rows past the active count and rows past i return.
+        unsafe {
+            gate_up_kernel.launch(
+                self,
+                cfg(
+                    (dim(i.div_ceil(WARPS), "fused_moe_clamped")?, experts),
+                    (32 * WARPS) as u32,
+                ),
+                args,
+            )?;
+        }
+        // 4. down into ys, pair rows.
+        let ysp = ys.ptr(s);
+        let (w2, w2s) = (ex.down.ptr(s), ex.down.scales_ptr(s));
+        let args = (ysp, actp, w2, w2s, ofp, acp, pmp, ei, ii, hi);
+        // SAFETY: act is [t·k, i] (every row written by gate|up: each pair is in exactly one
+        // expert's range), down [e, h, i] of act's type, ys [t·k, h] f32; block rows past the
+        // active count and columns past h return.
+        unsafe {
+            down_kernel_of(build).launch(
+                self,
+                cfg(
+                    (dim(h.div_ceil(WARPS), "fused_moe_clamped")?, experts),
+                    (32 * WARPS) as u32,
+                ),
+                args,
+            )?;
+        }
+        // 5. out = Σ_slot weight · (ys + down_bias[expert]).
+        let combine = match ex.down_bias.dtype {
+            DType::F32 => kernels::moe_combine_bias_f32,
+            _ => kernels::moe_combine_bias_bf16,
+        };
+        let (op, b2p, tu) = (out.ptr(s), ex.down_bias.ptr(s), t as u64);
+        // SAFETY: out is [t, h] f32, ys [t·k, h] f32 (every row written by down), weights and
+        // ids t·k (ids below e), down_bias [e, h] of the kernel's type (checked above);
+        // grid-stride over t·h.
+        unsafe {
+            combine.launch(
+                self,
+                stride_cfg(tu * h as u64),
+                (op, ysp, wtp, idp, b2p, tu, ki, hi),
+            )
+        }
+    }
+}
