@@ -27,7 +27,7 @@ void host_quant_rows(std::vector<float>& v, int rows, int k) {
 
 void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     const int bm = MMA_BM;
-    const bool fp8 = mode > 0 && mode != 4;  // mode 4: the bf16 small-step build; 5: fp8 few
+    const bool fp8 = mode > 0 && mode != 4;  // mode 4: the bf16 small-step build (5, the fp8 few build, was deleted)
     std::vector<float> logits(T * E);
     for (int t = 0; t < T; ++t)
         for (int e = 0; e < E; ++e) logits[t * E + e] = U(3) + (skew && e == 0 && t % 5 != 0 ? 10.f : 0.f);
@@ -62,17 +62,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     std::vector<int> active(E + 1, 0);
     for (int e = 0; e < E; ++e)
         if (offsets[e + 1] > offsets[e]) active[active[E]++] = e;
-    if (mode == 5) {
-        // The few build (T <= 8), 4 warps a block as the launcher gives it (8 j or 16 columns
-        // a warp).
-        const unsigned ge = (unsigned)std::min(E, P);
-        launch({(unsigned)((I + 31) / 32), ge}, {128}, [&] {
-            moe_gate_up_fp8_few(act.data(), x.data(), w13q.data(), s13.data(), offsets.data(), active.data(), perm.data(), E, K, I, H);
-        });
-        launch({(unsigned)((H + 63) / 64), ge}, {128}, [&] {
-            moe_down_fp8_few(ys.data(), act.data(), w2q.data(), s2.data(), offsets.data(), active.data(), perm.data(), E, I, H);
-        });
-    } else if (mode == 4) {
+    if (mode == 4) {
         const unsigned ge = (unsigned)std::min(E, P);
         launch_smem({(unsigned)((I + 63) / 64), ge}, {256}, any_smem(H), [&] {
             moe_gate_up_bf16_small_any(act.data(), x.data(), w13b.data(), nullptr, offsets.data(), active.data(), perm.data(), E, K, I, H);
@@ -139,7 +129,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
         for (int i = 0; i < T * H; ++i) worst = std::max(worst, std::fabs(out[i] - r[i]) / (rms + std::fabs(r[i])));
         return worst;
     };
-    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : mode == 3 ? "fp8 small" : mode == 4 ? "bf16 small" : "fp8 few";
+    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : mode == 3 ? "fp8 small" : "bf16 small";
     snprintf(name, 96, "moe_mma %s act T%d E%d k%d H%d I%d", build, T, E, K, H, I);
     report(name, act_worst, 1.6e-2);
     snprintf(name, 96, "moe_mma %s out T%d E%d k%d H%d I%d%s", build, T, E, K, H, I, skew ? " skew" : "");
@@ -337,16 +327,6 @@ static void moe_mma_tests() {
     // Rows past MOE_XS_COLS: x staged in two passes (gate_up's H, then down's I).
     t_moe_mma(12, 4, 2, 2112, 64, 3, true);
     t_moe_mma(12, 4, 2, 64, 2112, 4, false);
-    // The few build: one token (8 experts of 128), a verify step's 4 and 8 tokens at
-    // Qwen3.6-35B-A3B's H 2048 / I 512 on 16 experts, up to 8 pairs an expert (skew, top-2 of
-    // 8), k of one slice (H 64: fewer than a batch of 8), of three (I 192) and of eleven (H
-    // 704: a batch and a part).
-    t_moe_mma(1, 128, 8, 128, 64, 5, false);
-    t_moe_mma(4, 16, 8, 2048, 512, 5, false);
-    t_moe_mma(8, 16, 8, 2048, 512, 5, true);
-    t_moe_mma(8, 8, 2, 64, 192, 5, true);
-    t_moe_mma(3, 8, 2, 704, 64, 5, false);
-    t_moe_mma(5, 16, 4, 192, 128, 5, true);
     // The bf16 small-step build: one chunk, several (skewed), a partial down block (H 64).
     t_moe_mma(8, 128, 8, 128, 64, 4, false);
     t_moe_mma(40, 8, 2, 128, 192, 4, true);
