@@ -71,7 +71,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     // A decode step's weight time at each row count, per format (the layers' sum).
     let mut step = [[0f64; 3]; ROWS.len()];
     for (s, &(name, layers, n, k)) in SHAPES.iter().enumerate() {
-        let seed = 0x6e76_6670_34 + s as u64;
+        let seed = 0x006e_7666_7034 + s as u64;
         let mut weights: Vec<(&str, Vec<CudaTensor>)> = Vec::new();
         for format in ["nvfp4", "fp8", "bf16"] {
             let count = copies(weight_bytes(format, n, k));
@@ -103,7 +103,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                     "{format} {us:7.1} ({:4.2} TB/s, floor {floor_us:5.1})",
                     bytes / (us / 1e6) / 1e12
                 ));
-                record[format] = json!({"us": us, "floor_us": floor_us, "bytes": bytes});
+                record[*format] = json!({"us": us, "floor_us": floor_us, "bytes": bytes});
             }
             report.summary_line(format!(
                 "  {name:<22} [{n:>5}, {k:>5}] rows {m:>2}: {}",

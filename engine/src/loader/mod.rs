@@ -350,7 +350,7 @@ mod tests {
             "weights": {"num_bits": 4, "type": "float", "group_size": 16}}});
         let modelopt = open(
             serde_json::json!({"quant_method": "modelopt", "quant_algo": "NVFP4",
-            "config_groups": groups, "ignore": ["lm_head", "model.layers.3*", "*in_proj_b"]}),
+            "config_groups": groups.clone(), "ignore": ["lm_head", "model.layers.3*", "*in_proj_b"]}),
         )
         .expect("modelopt");
         let nvfp4 = |w: &Weights, name: &str, shape: &[usize]| {
@@ -418,7 +418,7 @@ mod tests {
         );
         assert_eq!(a.expect("a").to_f32(), b.expect("b").to_f32());
         let ct = open(serde_json::json!({"quant_method": "compressed-tensors",
-            "format": "nvfp4-pack-quantized", "config_groups": groups,
+            "format": "nvfp4-pack-quantized", "config_groups": groups.clone(),
             "ignore": ["lm_head", "re:.*self_attn\\.[qk]_proj$"]}))
         .expect("compressed-tensors");
         assert!(!nvfp4(
@@ -432,7 +432,7 @@ mod tests {
             &[64, 32]
         ));
         let bad = open(serde_json::json!({"quant_method": "compressed-tensors",
-            "format": "nvfp4-pack-quantized", "config_groups": groups, "ignore": ["re:(x"]}));
+            "format": "nvfp4-pack-quantized", "config_groups": groups.clone(), "ignore": ["re:(x"]}));
         let e = bad
             .err()
             .expect("an invalid pattern is refused")
