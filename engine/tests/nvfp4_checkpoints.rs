@@ -253,3 +253,77 @@ fn a_tied_head_requantized_to_nvfp4_is_its_own_tensor() {
         .fold(0f32, f32::max);
     assert!(diff > 1e-4 && diff < 0.5, "{diff}");
 }
+
+/// `--load-format dummy` with an NVFP4 config draws NVFP4 exactly where the producer quantized
+/// (the config's ignore list matched as ModelOpt and compressed-tensors match it): for every
+/// matrix of the three NVFP4 fixtures (ModelOpt with a whole layer and the routers ignored,
+/// compressed-tensors with a `re:` pattern), the dummy tensor is NVFP4 if and only if the
+/// checkpoint stores it packed; then the dummy models run on the CPU to finite log-probs.
+#[test]
+fn dummy_weights_are_nvfp4_where_the_checkpoint_is() {
+    use metrale_engine::loader::TensorKind;
+    use metrale_engine::models::qwen3_5::{Qwen3_5, Qwen3_5Config};
+    for (fixture, packed_suffix) in [
+        ("qwen3_5-hybrid-dense-nvfp4", ""),
+        ("qwen3_5-hybrid-moe-nvfp4", ""),
+        ("qwen3-moe-nvfp4-ct", "_packed"),
+    ] {
+        let dir = model_dir(fixture);
+        let bytes = std::fs::read(dir.join("model.safetensors")).expect("read");
+        let st = SafeTensors::deserialize(&bytes).expect("safetensors");
+        let dummy = Weights::open(&dir, LoadFormat::Dummy).expect("dummy weights");
+        let (mut packed, mut plain) = (0, 0);
+        for (name, view) in st.tensors() {
+            let s = view.shape();
+            let (weight, shape, stored_packed) = match view.dtype() {
+                safetensors::Dtype::U8 => (
+                    name.strip_suffix(packed_suffix)
+                        .expect("packed name")
+                        .to_string(),
+                    vec![s[0], 2 * s[1]],
+                    true,
+                ),
+                safetensors::Dtype::BF16 if s.len() == 2 && name.ends_with(".weight") => {
+                    (name.clone(), s.to_vec(), false)
+                }
+                _ => continue,
+            };
+            let t = dummy
+                .get(&weight, &shape, TensorKind::Matrix)
+                .expect("dummy tensor");
+            assert_eq!(
+                t.is_nvfp4(),
+                stored_packed,
+                "{fixture}: {weight} (stored {})",
+                if stored_packed { "packed" } else { "bf16" }
+            );
+            *(if stored_packed {
+                &mut packed
+            } else {
+                &mut plain
+            }) += 1;
+        }
+        assert!(
+            packed > 0 && plain > 0,
+            "{fixture}: {packed} packed, {plain} plain"
+        );
+        let tokens = [5u32, 17, 3, 250, 9, 1000, 2];
+        let scores = if fixture.starts_with("qwen3_5") {
+            let cfg = Qwen3_5Config::from_file(&dir.join("config.json")).expect("config");
+            let model = Qwen3_5::load(&cfg, &dummy).expect("load");
+            score(&CpuBackend::default(), &model, &tokens, 5, 4)
+        } else {
+            let cfg = ModelDir::open(&dir).expect("dir").config().expect("config");
+            let model = Qwen3::load(&CpuBackend::default(), &cfg, &dummy).expect("load");
+            score(&CpuBackend::default(), &model, &tokens, 5, 4)
+        }
+        .expect("score");
+        assert!(
+            scores
+                .iter()
+                .filter_map(|p| p.logprob)
+                .all(|lp| lp.is_finite() && lp <= 0.0),
+            "{fixture}: dummy NVFP4 log-probs must be finite"
+        );
+    }
+}

@@ -18,6 +18,10 @@
 // version, kernels/dev/nvfp4/gemv_nvfp4.cu).
 // dequant_nvfp4_bf16 (K % 32 == 0): the weight as bf16 [N, K] for GEMMs of more rows (cuBLAS's
 // bf16 GEMM on the scratch copy): e2m1 · f32(e4m3 · global), rounded once to bf16.
+// fill_random_nvfp4_bytes: dummy NVFP4 weights drawn on the device, byte for byte what
+// `random_nvfp4_parts` gives on the host (`HostData::RandomNvfp4`): the splitmix64 chunks of
+// fill_random_fp8, each draw's bits from `shift` up, or'ed with `bits` (packed pairs: the top
+// byte; E4M3 scales: the top three bits as the mantissa of 0x38, values 1 to 1.875).
 //
 // Versions tried: this one (host emulation only; not yet run on a GPU).
 
@@ -159,5 +163,16 @@ extern "C" __global__ void dequant_nvfp4_bf16(bf16* out, const unsigned char* w,
         u32x4* dst = (u32x4*)(out + e0);
 #pragma unroll
         for (int v = 0; v < 4; ++v) dst[v] = u32x4{o[4 * v], o[4 * v + 1], o[4 * v + 2], o[4 * v + 3]};
+    }
+}
+
+// Thread `chunk` draws bytes [chunk · 65536, +65536) in order, as random_nvfp4_parts does.
+extern "C" __global__ void fill_random_nvfp4_bytes(unsigned char* out, u64 n, u64 seed, int shift, u32 bits) {
+    pdl_start();
+    u64 start, end, state;
+    if (!random_chunk(n, seed, &start, &end, &state)) return;
+    for (u64 i = start; i < end; ++i) {
+        state = splitmix64(state);
+        out[i] = (unsigned char)((u32)(state >> shift) | bits);
     }
 }

@@ -5,7 +5,10 @@
 # MODEL_CONFIG picks another shape's config.json (MODEL_NAME names it), e.g. Qwen3-30B-A3B:
 #   MODEL_CONFIG=scripts/gpu/qwen3-30b-a3b-config.json MODEL_NAME=qwen3-30b-a3b-shape
 #   MODEL_CONFIG=scripts/gpu/qwen3-30b-a3b-fp8-config.json MODEL_NAME=qwen3-30b-a3b-fp8-shape
-# (an FP8 quantization_config makes the dummy projections FP8, drawn on the GPU).
+# (an FP8 quantization_config makes the dummy projections FP8, drawn on the GPU; an NVFP4 one,
+# e.g. scripts/gpu/qwen3.6-27b-nvfp4-config.json, NVFP4 where the config's ignore list allows).
+# MAX_BATCH (default 128) is met's --max-batch-size: a hybrid's recurrent state is held for
+# that many sequences (the 27B's: 151 MB each).
 # Binaries built on the build machine in $METRALE_GPU_BIN (.gpu/bin): `met` (--features cuda)
 # and `metralectl`. The record is written unsigned ($OUT/record.json): the signing key never
 # travels to this machine; sign it on the build machine with `metralectl sign`.
@@ -31,7 +34,7 @@ cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$dir/"
 echo '{"eos_token_id": [6002, 6000]}' >"$dir/generation_config.json"
 METRALE_STEP_PROFILE=${METRALE_STEP_PROFILE:-512} "$BIN/met" serve "$dir" --device cuda \
     --load-format dummy --port 8104 --model-name "$MODEL_NAME" --no-tui \
-    --max-seq-len "${MAX_SEQ_LEN:-2048}" --max-batch-size 128 --max-num-batched-tokens "${MAX_BATCHED:-8192}" \
+    --max-seq-len "${MAX_SEQ_LEN:-2048}" --max-batch-size "${MAX_BATCH:-128}" --max-num-batched-tokens "${MAX_BATCHED:-8192}" \
     ${MET_FLAGS:-} >"$OUT/serve.txt" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null' EXIT

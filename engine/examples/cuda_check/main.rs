@@ -6,7 +6,8 @@
 //! `ops-f32` and `e2e-f32` (the same on the float32 path, `--dtype float32`, with the hybrid
 //! ops too, every fixture family), `hybrid` (the
 //! Gated DeltaNet ops against the CPU's, and their speed at 35B-A3B's heads),
-//! `speed` (Qwen3-8B shape, not pass/fail). Exit status: 0 all passed, 1 a check failed, 2 the
+//! `speed` (NVFP4/FP8/bf16 GEMVs at Qwen3.6-27B's shapes, then the Qwen3-8B shape; not
+//! pass/fail; `METRALE_SPEED_ONLY=nvfp4` stops after the GEMVs). Exit status: 0 all passed, 1 a check failed, 2 the
 //! backend could not start.
 
 mod e2e;
@@ -17,6 +18,7 @@ mod report;
 mod sampling;
 mod speed;
 mod speed_moe;
+mod speed_nvfp4;
 mod speed_prefill;
 mod speed_probe;
 

@@ -55,6 +55,12 @@ pub enum HostData<'a> {
         globals: Vec<f32>,
         rule: GlobalRule,
     },
+    /// Dummy NVFP4 weights (`--load-format dummy` with an NVFP4 config), a pure function of
+    /// `seed`, as [`random_nvfp4_parts`] draws them: any packed E2M1 pairs, E4M3 block scales in
+    /// [1, 2), and one global [`random_nvfp4_global`] for every row (ModelOpt's rule: the value
+    /// is `e2m1 · (e4m3 · global)`), so the values have standard deviation `std`. Columns are
+    /// a multiple of 16 (the loader draws other shapes as [`HostData::Random`]).
+    RandomNvfp4 { seed: u64, std: f32 },
 }
 
 /// Columns an FP8 scale covers in [`HostData::RandomFp8`] (and on the CUDA backend).
@@ -70,6 +76,57 @@ pub fn random_fp8_scale(std: f32) -> f32 {
         .sum::<f64>()
         / 128.0;
     (f64::from(std) / mean_sq.sqrt()) as f32
+}
+
+/// What [`HostData::RandomNvfp4`]'s block scales are drawn from: its seed with these bits
+/// flipped (the packed values take the seed itself), so the two streams differ.
+pub const NVFP4_SCALE_STREAM: u64 = 0x6e76_6670_345f_7363;
+
+/// The E4M3 scale byte of a [`HostData::RandomNvfp4`] draw: the top three bits as the
+/// mantissa of an exponent-0 value (`0x38`: 1.0), so 1.0, 1.125, ..., 1.875, all equally likely.
+pub const NVFP4_SCALE_SHIFT: u32 = 61;
+pub const NVFP4_SCALE_BITS: u8 = 0x38;
+
+/// The global scale of [`HostData::RandomNvfp4`] for standard deviation `std`: `std` over the
+/// root mean square of a packed value (the 16 nibbles equally likely) times that of a scale
+/// (the eight scale bytes equally likely); value and scale are drawn independently.
+pub fn random_nvfp4_global(std: f32) -> f32 {
+    let e4m3 = super::fp8::e4m3_table();
+    let e2m1_sq = (0..16u8)
+        .map(|n| f64::from(super::nvfp4::e2m1_to_f32(n)).powi(2))
+        .sum::<f64>()
+        / 16.0;
+    let scale_sq = (0..8u8)
+        .map(|m| f64::from(e4m3[usize::from(NVFP4_SCALE_BITS | m)]).powi(2))
+        .sum::<f64>()
+        / 8.0;
+    (f64::from(std) / (e2m1_sq * scale_sq).sqrt()) as f32
+}
+
+/// The packed values (`numel / 2` bytes) and E4M3 block scales (`numel / 16` bytes) of
+/// [`HostData::RandomNvfp4`] with `seed`: `Random`'s chunked splitmix stream over the bytes,
+/// each draw's top byte a packed pair; over the scales (from `seed ^ NVFP4_SCALE_STREAM`) each
+/// draw's top three bits a mantissa. The CUDA backend's `fill_random_bytes` draws the same.
+pub fn random_nvfp4_parts(seed: u64, numel: usize) -> (Vec<u8>, Vec<u8>) {
+    let packed = random_bytes(seed, numel / 2, |s| (s >> 56) as u8);
+    let scales = random_bytes(seed ^ NVFP4_SCALE_STREAM, numel / 16, |s| {
+        (s >> NVFP4_SCALE_SHIFT) as u8 | NVFP4_SCALE_BITS
+    });
+    (packed, scales)
+}
+
+/// `n` bytes of the chunked splitmix stream of `seed` (as `HostData::Random` draws its
+/// values: chunk `c` starts from `splitmix(seed ^ c · golden)`), each draw made a byte by `f`.
+fn random_bytes(seed: u64, n: usize, f: impl Fn(u64) -> u8 + Sync) -> Vec<u8> {
+    let mut out = vec![0u8; n];
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+        let mut state = splitmix(seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        for b in o.iter_mut() {
+            state = splitmix(state);
+            *b = f(state);
+        }
+    });
+    out
 }
 
 #[derive(Debug, Clone)]
@@ -157,6 +214,17 @@ impl HostTensor<'_> {
                 globals,
                 rule,
             } => super::nvfp4::dequantize_rows(packed, scales, globals, *rule, self.cols()),
+            HostData::RandomNvfp4 { seed, std } => {
+                let (packed, scales) = random_nvfp4_parts(*seed, n);
+                let globals = vec![random_nvfp4_global(*std); n / self.cols().max(1)];
+                super::nvfp4::dequantize_rows(
+                    &packed,
+                    &scales,
+                    &globals,
+                    GlobalRule::Multiply,
+                    self.cols(),
+                )
+            }
         }
     }
 
@@ -170,9 +238,12 @@ impl HostTensor<'_> {
         matches!(self.data, HostData::Fp8 { .. } | HostData::RandomFp8 { .. })
     }
 
-    /// Whether the data is NVFP4 (stored or re-quantized at load).
+    /// Whether the data is NVFP4 (stored, re-quantized at load, or dummy).
     pub fn is_nvfp4(&self) -> bool {
-        matches!(self.data, HostData::Nvfp4 { .. })
+        matches!(
+            self.data,
+            HostData::Nvfp4 { .. } | HostData::RandomNvfp4 { .. }
+        )
     }
 
     /// The same elements viewed as `shape` (row-major, so the data is untouched).
@@ -183,8 +254,8 @@ impl HostTensor<'_> {
 
     /// Stack 2-D tensors along rows (`[a, k] ++ [b, k] -> [a + b, k]`), as fused projections
     /// (q|k|v, gate|up) are stored. Raw data of one dtype stays raw, FP8 of one scale block
-    /// stays FP8, NVFP4 of one global-scale rule stays NVFP4; random parts of one scale stay a
-    /// recipe (a dummy 8B model must not turn into 18 GB of host floats); anything else
+    /// stays FP8, NVFP4 of one global-scale rule stays NVFP4; random parts (plain, FP8 or
+    /// NVFP4) of one std stay a recipe (a dummy 8B model must not turn into 18 GB of host floats); anything else
     /// becomes f32.
     pub fn concat_rows(parts: &[HostTensor<'_>]) -> HostTensor<'static> {
         let cols = parts
@@ -211,6 +282,14 @@ impl HostTensor<'_> {
             && parts.iter().all(
                 |p| matches!(p.data, HostData::RandomFp8 { std, .. } if Some(std) == random_fp8_std),
             );
+        let random_nvfp4_std = match parts.first().map(|p| &p.data) {
+            Some(HostData::RandomNvfp4 { std, .. }) => Some(*std),
+            _ => None,
+        };
+        let same_random_nvfp4 = random_nvfp4_std.is_some()
+            && parts.iter().all(
+                |p| matches!(p.data, HostData::RandomNvfp4 { std, .. } if Some(std) == random_nvfp4_std),
+            );
         let fp8_block = match parts.first().map(|p| &p.data) {
             Some(HostData::Fp8 { col_block, .. }) => Some(*col_block),
             _ => None,
@@ -229,7 +308,9 @@ impl HostTensor<'_> {
             );
         let combined_seed = || {
             parts.iter().fold(0x5eed_u64, |h, p| match p.data {
-                HostData::Random { seed, .. } | HostData::RandomFp8 { seed, .. } => {
+                HostData::Random { seed, .. }
+                | HostData::RandomFp8 { seed, .. }
+                | HostData::RandomNvfp4 { seed, .. } => {
                     (h ^ seed).wrapping_mul(0x0000_0100_0000_01b3)
                 }
                 _ => h,
@@ -244,6 +325,11 @@ impl HostTensor<'_> {
             HostData::RandomFp8 {
                 seed: combined_seed(),
                 std: random_fp8_std.unwrap_or(0.0),
+            }
+        } else if same_random_nvfp4 {
+            HostData::RandomNvfp4 {
+                seed: combined_seed(),
+                std: random_nvfp4_std.unwrap_or(0.0),
             }
         } else if same_fp8 {
             let (mut bytes, mut scales) = (Vec::new(), Vec::new());
@@ -414,6 +500,49 @@ mod tests {
         assert!(x.iter().all(|v| v.is_finite()));
         let c = HostTensor::concat_rows(&[t(1), t(2)]);
         assert!(matches!(c.data, HostData::RandomFp8 { std, .. } if std == 0.02));
+    }
+
+    #[test]
+    fn random_nvfp4_is_seeded_scaled_exact_and_stays_a_recipe() {
+        // 300 rows of 1024: the packed bytes span three 65536-byte chunks.
+        let t = |seed| HostTensor {
+            shape: vec![300, 1024],
+            data: HostData::RandomNvfp4 { seed, std: 0.02 },
+        };
+        let x = t(7).to_f32();
+        assert_eq!(x, t(7).to_f32(), "a pure function of the seed");
+        assert_ne!(x[..16], t(8).to_f32()[..16]);
+        let mean = x.iter().map(|v| f64::from(*v)).sum::<f64>() / x.len() as f64;
+        let var = x.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>() / x.len() as f64;
+        assert!(mean.abs() < 2e-4, "{mean}");
+        assert!((var.sqrt() - 0.02).abs() < 5e-4, "{}", var.sqrt());
+        // Every value is e2m1 · (e4m3 · global) of the drawn parts, the scales all [1, 2).
+        let (packed, scales) = random_nvfp4_parts(7, 300 * 1024);
+        assert_eq!((packed.len(), scales.len()), (300 * 512, 300 * 64));
+        assert!(scales.iter().all(|s| s & !7 == NVFP4_SCALE_BITS));
+        assert_eq!(
+            (0..8)
+                .filter(|m| scales.contains(&(NVFP4_SCALE_BITS | m)))
+                .count(),
+            8
+        );
+        let nibbles: std::collections::HashSet<u8> =
+            packed.iter().flat_map(|b| [b & 15, b >> 4]).collect();
+        assert_eq!(nibbles.len(), 16, "every E2M1 code and sign");
+        let g = random_nvfp4_global(0.02);
+        let e4m3 = super::super::fp8::e4m3_table();
+        for i in [0usize, 1, 17, 300 * 1024 - 1] {
+            let nibble = (packed[i / 2] >> (4 * (i % 2))) & 15;
+            let scale = e4m3[usize::from(scales[i / 16])] * g;
+            assert_eq!(
+                x[i],
+                super::super::nvfp4::e2m1_to_f32(nibble) * scale,
+                "element {i}"
+            );
+        }
+        let c = HostTensor::concat_rows(&[t(1), t(2)]);
+        assert!(c.is_nvfp4() && c.shape == vec![600, 1024]);
+        assert!(matches!(c.data, HostData::RandomNvfp4 { std, .. } if std == 0.02));
     }
 
     #[test]

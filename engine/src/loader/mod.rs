@@ -18,7 +18,10 @@ use std::path::{Path, PathBuf};
 
 pub use config::{GenerationConfig, ModelConfig, MoeConfig};
 pub use fp8::Fp8Config;
-pub use host_tensor::{DType, FP8_COL_BLOCK, HostData, HostTensor, random_fp8_scale};
+pub use host_tensor::{
+    DType, FP8_COL_BLOCK, HostData, HostTensor, NVFP4_SCALE_BITS, NVFP4_SCALE_SHIFT,
+    NVFP4_SCALE_STREAM, random_fp8_scale, random_nvfp4_global, random_nvfp4_parts,
+};
 pub use nvfp4::Nvfp4Config;
 pub use requantize::Requantize;
 pub use safetensors_dir::SafetensorsWeights;
@@ -91,13 +94,15 @@ pub struct Weights {
 
 enum Source {
     Safetensors(SafetensorsWeights),
-    /// Seeded random weights; norms are ones so activations stay in range. With `fp8` (the
-    /// config has an FP8 `quantization_config`) the projections an FP8 checkpoint quantizes
-    /// (`*_proj.weight` and the fused experts) are FP8 recipes, which a GPU draws on the device.
-    /// (An NVFP4 config draws plain random matrices: no backend keeps NVFP4 packed yet.)
+    /// Seeded random weights; norms are ones so activations stay in range. The projections a
+    /// quantized checkpoint stores quantized ([`quantized_projection`]) are drawn in its format:
+    /// FP8 recipes with an FP8 `quantization_config`; with an NVFP4 one, NVFP4 recipes for those
+    /// its ignore list does not name (matched as the producer matches it, `nvfp4/ignore.rs`)
+    /// and whose rows are whole 16-value blocks. A GPU draws both on the device.
     Dummy {
         seed: u64,
         fp8: bool,
+        nvfp4: Option<nvfp4::ignore::IgnoreList>,
     },
 }
 
@@ -113,6 +118,13 @@ impl Weights {
             LoadFormat::Dummy => Source::Dummy {
                 seed: 0x006d_6574_7261_6c65,
                 fp8: fp8.is_some(),
+                nvfp4: nvfp4
+                    .map(|q| nvfp4::ignore::IgnoreList::new(&q.ignore))
+                    .transpose()
+                    .map_err(|message| LoadError::Config {
+                        path: dir.join("config.json"),
+                        message,
+                    })?,
             },
         };
         Ok(Self {
@@ -169,14 +181,26 @@ impl Weights {
     ) -> Result<HostTensor<'_>, LoadError> {
         match &self.source {
             Source::Safetensors(w) => w.get(name, shape),
-            Source::Dummy { seed, fp8 } => Ok(HostTensor {
+            Source::Dummy { seed, fp8, nvfp4 } => Ok(HostTensor {
                 shape: shape.to_vec(),
                 data: match kind {
                     TensorKind::Norm => HostData::Constant(1.0),
-                    TensorKind::Matrix if *fp8 && quantized_in_fp8(name) => HostData::RandomFp8 {
-                        seed: seed ^ fnv1a(name.as_bytes()),
-                        std: 0.02,
-                    },
+                    TensorKind::Matrix if *fp8 && quantized_projection(name) => {
+                        HostData::RandomFp8 {
+                            seed: seed ^ fnv1a(name.as_bytes()),
+                            std: 0.02,
+                        }
+                    }
+                    TensorKind::Matrix
+                        if nvfp4
+                            .as_ref()
+                            .is_some_and(|ignore| drawn_in_nvfp4(ignore, name, shape)) =>
+                    {
+                        HostData::RandomNvfp4 {
+                            seed: seed ^ fnv1a(name.as_bytes()),
+                            std: 0.02,
+                        }
+                    }
                     TensorKind::Matrix => HostData::Random {
                         seed: seed ^ fnv1a(name.as_bytes()),
                         std: 0.02,
@@ -203,16 +227,27 @@ impl Weights {
     }
 }
 
-/// Whether an FP8 checkpoint stores `name` in FP8: the linear projections (`*_proj.weight`,
+/// Whether a quantized (FP8 or NVFP4) checkpoint stores `name` quantized, unless its ignore
+/// list says otherwise: the linear projections (`*_proj.weight`,
 /// the Gated DeltaNet's `in_proj_{qkv,z,b,a}.weight` as Qwen's FP8 checkpoints and our FP8
 /// hybrid fixture have them, and transformers 5's fused `mlp.experts.gate_up_proj` /
 /// `down_proj`); embeddings, norms, the LM head, the MoE router and the shared-expert gate stay
 /// bf16. (Before the `in_proj_*` names counted, a dummy FP8 hybrid drew its fused input
 /// projection in bf16: twice the bytes of the checkpoint it stands for.)
-fn quantized_in_fp8(name: &str) -> bool {
+fn quantized_projection(name: &str) -> bool {
     let module = name.strip_suffix(".weight").unwrap_or(name);
     let last = module.rsplit('.').next().unwrap_or(module);
     last.ends_with("_proj") || last.contains("_proj_")
+}
+
+/// Whether a dummy source with an NVFP4 config draws `name` (of `shape`) in NVFP4: a projection
+/// the producer quantizes, which `ignore` does not name (by its module: the name without
+/// `.weight`), with rows of whole 16-value blocks (a checkpoint could not hold other shapes).
+fn drawn_in_nvfp4(ignore: &nvfp4::ignore::IgnoreList, name: &str, shape: &[usize]) -> bool {
+    quantized_projection(name)
+        && !ignore.ignores(name.strip_suffix(".weight").unwrap_or(name))
+        && shape.len() >= 2
+        && shape.last().is_some_and(|c| c % nvfp4::GROUP == 0)
 }
 
 /// What a tensor is, for sources that invent values.
@@ -269,7 +304,7 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::quantized_in_fp8;
+    use super::*;
 
     #[test]
     fn the_fp8_dummy_quantizes_the_projections_qwen_quantizes() {
@@ -283,7 +318,7 @@ mod tests {
             "model.layers.0.linear_attn.in_proj_a.weight",
             "model.layers.0.linear_attn.out_proj.weight",
         ] {
-            assert!(quantized_in_fp8(name), "{name}");
+            assert!(quantized_projection(name), "{name}");
         }
         for name in [
             "model.embed_tokens.weight",
@@ -293,7 +328,116 @@ mod tests {
             "model.layers.0.linear_attn.conv1d.weight",
             "model.layers.0.input_layernorm.weight",
         ] {
-            assert!(!quantized_in_fp8(name), "{name}");
+            assert!(!quantized_projection(name), "{name}");
         }
+    }
+
+    /// A dummy source with an NVFP4 config: NVFP4 recipes for the projections its ignore list
+    /// leaves (ModelOpt globs, compressed-tensors `re:`), plain ones for the rest.
+    #[test]
+    fn the_nvfp4_dummy_draws_nvfp4_where_the_producer_quantizes() {
+        let dir = std::env::temp_dir().join(format!("metrale-dummy-nvfp4-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let open = |q: serde_json::Value| {
+            std::fs::write(
+                dir.join("config.json"),
+                serde_json::json!({"quantization_config": q}).to_string(),
+            )
+            .expect("write");
+            Weights::open(&dir, LoadFormat::Dummy)
+        };
+        let groups = serde_json::json!({"group_0": {"targets": ["Linear"],
+            "weights": {"num_bits": 4, "type": "float", "group_size": 16}}});
+        let modelopt = open(
+            serde_json::json!({"quant_method": "modelopt", "quant_algo": "NVFP4",
+            "config_groups": groups.clone(), "ignore": ["lm_head", "model.layers.3*", "*in_proj_b"]}),
+        )
+        .expect("modelopt");
+        let nvfp4 = |w: &Weights, name: &str, shape: &[usize]| {
+            let t = w.get(name, shape, TensorKind::Matrix).expect("dummy");
+            assert_eq!(t.shape, shape);
+            matches!(t.data, HostData::RandomNvfp4 { std, .. } if std == 0.02)
+        };
+        assert!(nvfp4(
+            &modelopt,
+            "model.layers.0.self_attn.q_proj.weight",
+            &[64, 32]
+        ));
+        assert!(nvfp4(
+            &modelopt,
+            "model.layers.13.mlp.down_proj.weight",
+            &[32, 64]
+        ));
+        assert!(nvfp4(
+            &modelopt,
+            "model.layers.0.linear_attn.in_proj_a.weight",
+            &[4, 32]
+        ));
+        assert!(nvfp4(
+            &modelopt,
+            "model.layers.0.mlp.experts.gate_up_proj",
+            &[4, 64, 32]
+        ));
+        assert!(!nvfp4(
+            &modelopt,
+            "model.layers.0.linear_attn.in_proj_b.weight",
+            &[4, 32]
+        ));
+        assert!(!nvfp4(
+            &modelopt,
+            "model.layers.3.mlp.down_proj.weight",
+            &[32, 64]
+        ));
+        // A glob matches the whole name as fnmatch does: layer 3's prefix also takes 30-39.
+        assert!(!nvfp4(
+            &modelopt,
+            "model.layers.31.mlp.down_proj.weight",
+            &[32, 64]
+        ));
+        assert!(!nvfp4(&modelopt, "lm_head.weight", &[100, 32]));
+        assert!(!nvfp4(&modelopt, "model.embed_tokens.weight", &[100, 32]));
+        assert!(!nvfp4(
+            &modelopt,
+            "model.layers.0.mlp.gate.weight",
+            &[8, 32]
+        ));
+        assert!(
+            !nvfp4(&modelopt, "model.layers.0.mlp.down_proj.weight", &[32, 40]),
+            "40 columns"
+        );
+        // The same name draws the same values on every open (a pure function of the name).
+        let a = modelopt.get(
+            "model.layers.0.self_attn.q_proj.weight",
+            &[64, 32],
+            TensorKind::Matrix,
+        );
+        let b = modelopt.get(
+            "model.layers.0.self_attn.q_proj.weight",
+            &[64, 32],
+            TensorKind::Matrix,
+        );
+        assert_eq!(a.expect("a").to_f32(), b.expect("b").to_f32());
+        let ct = open(serde_json::json!({"quant_method": "compressed-tensors",
+            "format": "nvfp4-pack-quantized", "config_groups": groups.clone(),
+            "ignore": ["lm_head", "re:.*self_attn\\.[qk]_proj$"]}))
+        .expect("compressed-tensors");
+        assert!(!nvfp4(
+            &ct,
+            "model.layers.0.self_attn.q_proj.weight",
+            &[64, 32]
+        ));
+        assert!(nvfp4(
+            &ct,
+            "model.layers.0.self_attn.v_proj.weight",
+            &[64, 32]
+        ));
+        let bad = open(serde_json::json!({"quant_method": "compressed-tensors",
+            "format": "nvfp4-pack-quantized", "config_groups": groups.clone(), "ignore": ["re:(x"]}));
+        let e = bad
+            .err()
+            .expect("an invalid pattern is refused")
+            .to_string();
+        assert!(e.contains("re:(x") && e.contains("config.json"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -21,6 +21,7 @@
 
 use serde_json::Value;
 
+pub mod ignore;
 pub mod quantize;
 
 /// Values of a block one E4M3 scale covers, in both formats.
@@ -102,7 +103,8 @@ impl GlobalRule {
 pub struct Nvfp4Config {
     pub format: Nvfp4Format,
     /// Modules left unquantized, as the config lists them (globs for ModelOpt, names or `re:`
-    /// patterns for compressed-tensors). Informational: each tensor's dtype decides.
+    /// patterns for compressed-tensors). A checkpoint's tensors go by their dtype; dummy
+    /// weights go by this list ([`ignore::IgnoreList`]).
     pub ignore: Vec<String>,
 }
 

@@ -96,7 +96,29 @@ void t_dequant_nvfp4(int N, int K) {
     report(name, bad, 0);
 }
 
+// fill_random_nvfp4_bytes against the host's stream (host_tensor.rs random_nvfp4_parts): the
+// packed pairs (top byte) and the scales (top three bits | 0x38), across a chunk boundary.
+void t_fill_random_nvfp4_bytes(int shift, unsigned bits) {
+    u64 n = 65536 * 2 + 300, seed = 0x5eedull;
+    std::vector<unsigned char> out(n, 0);
+    u64 chunks = (n + 65535) / 65536;
+    launch({1}, {64}, [&] { fill_random_nvfp4_bytes(out.data(), n, seed, shift, bits); });
+    int bad = 0;
+    for (u64 c = 0; c < chunks; ++c) {
+        u64 st = sm(seed ^ (c * 0x9e3779b97f4a7c15ull));
+        for (u64 i = c * 65536; i < std::min(n, (c + 1) * 65536); ++i) {
+            st = sm(st);
+            if (out[i] != (unsigned char)((unsigned)(st >> shift) | bits)) ++bad;
+        }
+    }
+    char name[64];
+    snprintf(name, 64, "fill_random_nvfp4_bytes shift %d bits %#x", shift, bits);
+    report(name, bad, 0);
+}
+
 void nvfp4_tests() {
+    t_fill_random_nvfp4_bytes(56, 0);
+    t_fill_random_nvfp4_bytes(61, 0x38);
     t_e2m1_values();
     for (int M = 1; M <= 8; ++M) t_gemv_nvfp4(M, 13, 32 * 160 + 32, false);  // 161 chunks: tail
     t_gemv_nvfp4(1, 8, 32, false);

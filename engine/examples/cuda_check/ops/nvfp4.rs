@@ -1,8 +1,11 @@
 //! `matmul` with NVFP4 weights against the CPU: the same `HostData::Nvfp4` uploaded to both
-//! (the CUDA backend keeps it packed on the bf16 path, the CPU dequantizes it exactly).
+//! (the CUDA backend keeps it packed on the bf16 path, the CPU dequantizes it exactly); and
+//! dummy NVFP4 weights (`HostData::RandomNvfp4`), which the device draws itself, byte for byte
+//! the host's draw.
 
 use super::*;
 use metrale_engine::loader::nvfp4::GlobalRule;
+use metrale_engine::loader::{random_nvfp4_global, random_nvfp4_parts};
 
 impl Ops<'_> {
     /// A random NVFP4 weight as the loader hands it over: any nibbles (negative zeros
@@ -54,6 +57,77 @@ impl Ops<'_> {
                 s.cuda.matmul(&mut out_d, &x_d, &w_d)?;
                 s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
                 s.check("matmul", &case, tol, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        // Dummy NVFP4 weights at the 27B's q|k|v width: drawn on the device, dequantized on
+        // the host, through the GEMV.
+        let (m, k, n) = (4usize, 5120usize, 1024usize);
+        let xd = self.act(DType::BF16);
+        let case = format!("x {} [{m}, {k}] · w dummy nvfp4 [{n}, {k}]ᵀ", dt(xd));
+        self.run("matmul", &case, |s| {
+            let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
+            let x_c = s.as_gemm_operand(x_c);
+            let host = HostTensor {
+                shape: vec![n, k],
+                data: HostData::RandomNvfp4 {
+                    seed: 21,
+                    std: 0.02,
+                },
+            };
+            let (w_d, w_c) = (s.cuda.upload(&host)?, s.cpu.upload(&host)?);
+            let mut out_d = s.cuda.zeros(&[m, n])?;
+            let mut out_c = s.cpu.zeros(&[m, n])?;
+            s.cuda.matmul(&mut out_d, &x_d, &w_d)?;
+            s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
+            s.check("matmul", &case, Tol::GEMM, &out_d, &out_c)?;
+            Ok(())
+        })
+    }
+
+    /// Dummy NVFP4 weights drawn on the device against the host's draw: on the bf16 path a 2-D
+    /// weight stays packed and its packed pairs, scale bytes and per-row globals must be the
+    /// host's byte for byte (the first of 300 x 1024 spans three 65536-byte chunks of the
+    /// stream); a 3-D stack (the experts') is widened on the device and must read back as the
+    /// host's values rounded to bf16; rows of 48 (16-value blocks, not 32) and the float32
+    /// path take the host's values.
+    pub(super) fn uploads_nvfp4(&mut self) -> Result<()> {
+        let fp32 = self.fp32();
+        for (shape, seed) in [
+            (vec![300usize, 1024usize], 31u64),
+            (vec![7, 5120], 32),
+            (vec![4, 64, 96], 33),
+            (vec![3, 48], 34),
+        ] {
+            let case = format!("random nvfp4 {shape:?} seed {seed}");
+            self.run("upload", &case, |s| {
+                let host = HostTensor {
+                    shape: shape.clone(),
+                    data: HostData::RandomNvfp4 { seed, std: 0.02 },
+                };
+                let got = s.cuda.upload(&host)?;
+                if got.dtype() == DType::F4 {
+                    let n: usize = shape.iter().product();
+                    let (packed, scales) = random_nvfp4_parts(seed, n);
+                    let globals = vec![random_nvfp4_global(0.02); n / host.cols()];
+                    let (dp, ds, dg) = s.cuda.f4_parts(&got)?;
+                    let differ = |a: &[u8], b: &[u8]| a.iter().zip(b).filter(|(x, y)| x != y).count();
+                    let bad = differ(&dp, &packed)
+                        + differ(&ds, &scales)
+                        + dg.iter().zip(&globals).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                    s.report.line(format!(
+                        "upload {case}: device draw vs host draw: {bad} of {} bytes and globals differ",
+                        packed.len() + scales.len() + globals.len()
+                    ));
+                    s.report.record(json!({"op": "upload", "case": case, "differ": bad}));
+                    if bad > 0 || dp.len() != packed.len() || ds.len() != scales.len() {
+                        s.report.fail(format!("upload {case}: {bad} bytes differ from the host's draw"));
+                    }
+                    return Ok(());
+                }
+                let v = host.to_f32();
+                let want = CpuTensor::new(shape.clone(), if fp32 { v } else { round_bf16(&v) });
+                s.check("upload", &case, Tol::EXACT, &got, &want)?;
                 Ok(())
             })?;
         }

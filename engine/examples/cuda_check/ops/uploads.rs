@@ -74,6 +74,7 @@ impl Ops<'_> {
             let got = s.cuda.upload(&host)?;
             s.check("upload", "fp8 [37, 300]", Tol::EXACT, &got, &want)?;
             Ok(())
-        })
+        })?;
+        self.uploads_nvfp4()
     }
 }

@@ -118,7 +118,20 @@ impl Backend for CudaBackend {
             {
                 self.upload_nvfp4(&t.shape, packed, scales, globals, *rule)
             }
-            HostData::Nvfp4 { .. } => match self.compute {
+            // Dummy NVFP4: drawn on the device, packed where a checkpoint's NVFP4 stays packed,
+            // widened there to bf16 where a checkpoint's is widened at upload (the MoE
+            // experts' 3-D stacks); the float32 path and rows of 16 (not 32) values take the
+            // CPU reference's values from the host.
+            HostData::RandomNvfp4 { seed, std }
+                if self.compute == DType::BF16 && t.cols().is_multiple_of(32) =>
+            {
+                if t.shape.len() == 2 {
+                    self.random_nvfp4(&t.shape, *seed, *std)
+                } else {
+                    self.random_nvfp4_bf16(&t.shape, *seed, *std)
+                }
+            }
+            HostData::Nvfp4 { .. } | HostData::RandomNvfp4 { .. } => match self.compute {
                 DType::F32 => self.tensor_from_f32(&t.shape, &t.to_f32(), DType::F32),
                 _ => {
                     let bytes = tensor::f32_to_bf16_bytes(&t.to_f32());

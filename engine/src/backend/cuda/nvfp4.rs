@@ -17,6 +17,7 @@ use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
 use crate::backend::kernels::{self, Kernel};
 use crate::loader::nvfp4::GlobalRule;
+use crate::loader::{NVFP4_SCALE_BITS, NVFP4_SCALE_SHIFT, NVFP4_SCALE_STREAM, random_nvfp4_global};
 
 /// Most rows of x one NVFP4 GEMV launch takes (gemv_nvfp4_m1..m8).
 const NVFP4_GEMV_MAX_ROWS: usize = 8;
@@ -99,6 +100,106 @@ impl CudaBackend {
                 .map_err(dev_err(what))?;
         }
         Ok(t)
+    }
+
+    /// Dummy NVFP4 weights drawn on the device as an F4 tensor of `shape` (any rank: rows are
+    /// all but the last dimension; cols % 16 == 0): `HostData::RandomNvfp4 { seed, std }` byte
+    /// for byte (its packed pairs, its scale bytes, its global as every row's multiplier).
+    pub fn random_nvfp4(&self, shape: &[usize], seed: u64, std: f32) -> Result<CudaTensor> {
+        let numel: usize = shape.iter().product();
+        let cols = shape.last().copied().unwrap_or(1);
+        check("upload", cols.is_multiple_of(16), || {
+            format!("dummy NVFP4 tensor {shape:?}: rows of whole 16-value blocks")
+        })?;
+        let mut t = self.alloc(shape, DType::F4)?;
+        if numel == 0 {
+            return Ok(t);
+        }
+        const CHUNK: u64 = 65536; // bytes a thread walks (RANDOM_CHUNK in the prelude)
+        const THREADS: u32 = 64;
+        let s = &self.stream;
+        let base = t.ptr(s);
+        for (at, n, seed, shift, bits) in [
+            (0, numel / 2, seed, 56, 0u8),
+            (
+                tensor::f4_scales_offset(numel),
+                numel / 16,
+                seed ^ NVFP4_SCALE_STREAM,
+                NVFP4_SCALE_SHIFT as i32,
+                NVFP4_SCALE_BITS,
+            ),
+        ] {
+            let n = n as u64;
+            let blocks = n.div_ceil(CHUNK).div_ceil(u64::from(THREADS));
+            // SAFETY: t is an F4 tensor of numel elements: numel / 2 packed bytes at 0 and
+            // numel / 16 scale bytes at f4_scales_offset (alloc sized it so); each thread writes
+            // its 65536-byte chunk below n of one of them.
+            unsafe {
+                kernels::fill_random_nvfp4_bytes.launch(
+                    self,
+                    cfg((dim(blocks as usize, "fill_random")?, 1), THREADS),
+                    (base + at as u64, n, seed, shift, u32::from(bits)),
+                )?;
+            }
+        }
+        let rows = numel / cols;
+        let mults: Vec<u8> = std::iter::repeat_n(random_nvfp4_global(std).to_le_bytes(), rows)
+            .flatten()
+            .collect();
+        let go = tensor::f4_globals_offset(numel);
+        let mut dst = t.buf.slice_mut(go..go + mults.len());
+        self.stream
+            .memcpy_htod(&mults, &mut dst)
+            .map_err(dev_err("upload NVFP4 globals"))?;
+        Ok(t)
+    }
+
+    /// Dummy NVFP4 weights that stay bf16 on the device (the MoE experts' 3-D stacks, which
+    /// the grouped MoE kernels take only in bf16 or FP8, as a checkpoint's NVFP4 experts are
+    /// widened at upload): drawn packed ([`Self::random_nvfp4`]), then each value
+    /// `e2m1 · f32(e4m3 · global)` rounded once to bf16, the CPU's f32 value rounded.
+    /// cols % 32 == 0.
+    pub(super) fn random_nvfp4_bf16(
+        &self,
+        shape: &[usize],
+        seed: u64,
+        std: f32,
+    ) -> Result<CudaTensor> {
+        let packed = self.random_nvfp4(shape, seed, std)?;
+        let mut out = self.alloc(shape, DType::BF16)?;
+        self.dequant_nvfp4(&mut out, &packed)?;
+        Ok(out)
+    }
+
+    /// The parts of an F4 tensor as the host holds them: the packed pairs, the E4M3 scale
+    /// bytes and the per-row f32 multipliers (for checks that the device holds what the
+    /// host drew).
+    pub fn f4_parts(&self, t: &CudaTensor) -> Result<(Vec<u8>, Vec<u8>, Vec<f32>)> {
+        check("download", t.dtype == DType::F4, || {
+            format!("f4_parts of a {:?} tensor", t.dtype)
+        })?;
+        let numel = t.numel();
+        let mut parts = Vec::new();
+        for (at, len) in [
+            (0, numel / 2),
+            (tensor::f4_scales_offset(numel), numel / 16),
+            (tensor::f4_globals_offset(numel), 4 * t.rows()),
+        ] {
+            let mut bytes = vec![0u8; len];
+            if len > 0 {
+                self.stream
+                    .memcpy_dtoh(&t.buf.slice(at..at + len), &mut bytes)
+                    .map_err(dev_err("download"))?;
+            }
+            parts.push(bytes);
+        }
+        self.synchronize()?;
+        let globals = parts[2]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let scales = parts.swap_remove(1);
+        Ok((parts.swap_remove(0), scales, globals))
     }
 
     /// The device address of an F4 tensor's per-row multipliers.

@@ -1,0 +1,128 @@
+//! NVFP4 weight GEMVs at Qwen3.6-27B's decode shapes (issue 35; not pass/fail), first in the
+//! `speed` section: each projection a decode step runs, through `matmul` with a dummy NVFP4
+//! weight drawn on the device (`gemv_nvfp4_m<M>` in passes of 8 rows, so 16 and 32 rows stream
+//! the weight 2 and 4 times), against an FP8 weight (`gemv_fp8_m1`, the tensor-core
+//! `gemv_fp8_mma` from 2 rows and `_many` above 8) and a bf16 one (the bf16 GEMV to 8 rows,
+//! then cuBLAS) of the same shape, at 1, 2, 4, 8, 16 and 32 rows of x.
+//!
+//! The dims are Qwen3.6-27B's text config (scripts/gpu/qwen3.6-27b-nvfp4-config.json): hidden
+//! 5120, 24 query heads of 256 with an output gate as wide, 4 KV heads of 256, MLP 17408,
+//! Gated DeltaNet with 16 key heads and 48 value heads of 128 (conv dim 2·16·128 + 48·128 =
+//! 10240). The engine fuses q|k|v, gate|up and the DeltaNet's qkv|z|b|a, so those are the
+//! shapes timed. (Today the full-attention layers' q|k|v and output gate reach the device in
+//! bf16 whatever the checkpoint, because the loader splits q_proj's query and gate rows on the
+//! host; their NVFP4 lines are what they would cost packed.)
+//!
+//! Each line: the mean µs of one matmul over back-to-back calls, the TB/s that makes of the
+//! weight's bytes (one read: NVFP4 0.5625 B a weight + a 4-byte multiplier a row, i.e. 4.5
+//! bits; FP8 1 B + a 4-byte scale per 128; bf16 2 B), and each format's floor: those bytes once
+//! at 4.0 TB/s. The calls rotate over enough copies of each weight (over 200 MB in all) that
+//! none is still in the 50 MB L2 when it is read again.
+//!
+//! `METRALE_SPEED_ONLY=nvfp4` stops the `speed` section after this table.
+
+use anyhow::Result;
+use metrale_engine::backend::Backend;
+use metrale_engine::backend::cuda::{CudaBackend, CudaTensor};
+use serde_json::json;
+
+use crate::report::Report;
+use crate::speed::FLOOR_BYTES_PER_S;
+use crate::speed_moe::mean_op_ms_n;
+
+/// Qwen3.6-27B's decode GEMMs: (name, layers that run it, out rows n, in cols k).
+const SHAPES: [(&str, usize, usize, usize); 7] = [
+    ("gdn in_proj qkv|z|b|a", 48, 10240 + 6144 + 48 + 48, 5120),
+    ("gdn out_proj", 48, 5120, 6144),
+    ("attn q|k|v", 16, 6144 + 1024 + 1024, 5120),
+    ("attn gate", 16, 6144, 5120),
+    ("attn o", 16, 5120, 6144),
+    ("mlp gate|up", 64, 2 * 17408, 5120),
+    ("mlp down", 64, 5120, 17408),
+];
+
+/// Rows of x timed.
+const ROWS: [usize; 6] = [1, 2, 4, 8, 16, 32];
+
+/// Calls averaged per time.
+const ITERS: usize = 100;
+
+/// Bytes a format reads of an `[n, k]` weight.
+fn weight_bytes(format: &str, n: usize, k: usize) -> f64 {
+    let (n, k) = (n as f64, k as f64);
+    match format {
+        "nvfp4" => n * k * 0.5625 + 4.0 * n,
+        "fp8" => n * k * (1.0 + 4.0 / 128.0),
+        _ => n * k * 2.0,
+    }
+}
+
+/// Copies of a weight of `bytes` that together outgrow the L2 several times over.
+fn copies(bytes: f64) -> usize {
+    ((200e6 / bytes).ceil() as usize).clamp(1, 16)
+}
+
+pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    report.summary_line(format!(
+        "nvfp4 GEMVs at Qwen3.6-27B's shapes: µs a matmul (TB/s of the weight's bytes, floor µs \
+         at {:.1} TB/s)",
+        FLOOR_BYTES_PER_S / 1e12
+    ));
+    // A decode step's weight time at each row count, per format (the layers' sum).
+    let mut step = [[0f64; 3]; ROWS.len()];
+    for (s, &(name, layers, n, k)) in SHAPES.iter().enumerate() {
+        let seed = 0x006e_7666_7034 + s as u64;
+        let mut weights: Vec<(&str, Vec<CudaTensor>)> = Vec::new();
+        for format in ["nvfp4", "fp8", "bf16"] {
+            let count = copies(weight_bytes(format, n, k));
+            let w = (0..count as u64)
+                .map(|c| match format {
+                    "nvfp4" => cuda.random_nvfp4(&[n, k], seed + 16 * c, 0.02),
+                    "fp8" => cuda.random_fp8(&[n, k], seed + 16 * c, 0.02),
+                    _ => cuda.random_bf16(&[n, k], seed + 16 * c, 0.02),
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            weights.push((format, w));
+        }
+        for (r, &m) in ROWS.iter().enumerate() {
+            let x = cuda.random_bf16(&[m, k], 7, 1.0)?;
+            let mut out = cuda.zeros(&[m, n])?;
+            let mut cells = Vec::new();
+            let mut record = json!({"profile": "nvfp4_gemv", "weight": name, "n": n, "k": k,
+                "rows": m});
+            for (f, (format, w)) in weights.iter().enumerate() {
+                let mut i = 0;
+                let ms = mean_op_ms_n(cuda, ITERS, || {
+                    i = (i + 1) % w.len();
+                    Ok(cuda.matmul(&mut out, &x, &w[i])?)
+                })?;
+                let bytes = weight_bytes(format, n, k);
+                let (us, floor_us) = (ms * 1e3, bytes / FLOOR_BYTES_PER_S * 1e6);
+                step[r][f] += layers as f64 * us;
+                cells.push(format!(
+                    "{format} {us:7.1} ({:4.2} TB/s, floor {floor_us:5.1})",
+                    bytes / (us / 1e6) / 1e12
+                ));
+                record[*format] = json!({"us": us, "floor_us": floor_us, "bytes": bytes});
+            }
+            report.summary_line(format!(
+                "  {name:<22} [{n:>5}, {k:>5}] rows {m:>2}: {}",
+                cells.join(" | ")
+            ));
+            report.record(record);
+        }
+    }
+    for (r, &m) in ROWS.iter().enumerate() {
+        let [nvfp4, fp8, bf16] = step[r];
+        report.summary_line(format!(
+            "  27B decode step's GEMVs (64 layers, no LM head) rows {m:>2}: nvfp4 {:.2} ms, fp8 \
+             {:.2} ms, bf16 {:.2} ms (nvfp4 {:.2}x fp8's speed, {:.2}x bf16's)",
+            nvfp4 / 1e3,
+            fp8 / 1e3,
+            bf16 / 1e3,
+            fp8 / nvfp4,
+            bf16 / nvfp4
+        ));
+    }
+    Ok(())
+}
