@@ -40,14 +40,32 @@ from transformers import AutoModelForCausalLM
 MARGINS = (5e-2, 0.2)
 
 
-def dequantized_copy(src, cfg):
-    """A temporary checkpoint of `src` with its FP8 weights dequantized to float32."""
-    block = cfg["quantization_config"].get("weight_block_size", [128, 128])
+def checkpoint_tensors(src):
+    """Every tensor of the checkpoint at `src` but its MTP head's."""
     tensors = {}
     for f in sorted(glob.glob(os.path.join(src, "*.safetensors"))):
         if os.path.basename(f) == "mtp.safetensors":
             continue
         tensors.update(load_file(f))
+    return tensors
+
+
+def float32_copy(out, cfg):
+    """A temporary float32 checkpoint of the tensors `out`, its config `cfg` without the
+    quantization."""
+    tmp = tempfile.mkdtemp()
+    cfg = dict(cfg, dtype="float32")
+    cfg.pop("quantization_config")
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    return tmp
+
+
+def dequantized_copy(src, cfg):
+    """A temporary checkpoint of `src` with its FP8 weights dequantized to float32."""
+    block = cfg["quantization_config"].get("weight_block_size", [128, 128])
+    tensors = checkpoint_tensors(src)
     out = {}
     for key, t in tensors.items():
         if key.endswith("_scale_inv"):
@@ -62,13 +80,7 @@ def dequantized_copy(src, cfg):
         rows, cols = t.shape
         s = inv.float().repeat_interleave(block[0], 0)[:rows].repeat_interleave(block[1], 1)[:, :cols]
         out[key] = t.float() * s
-    tmp = tempfile.mkdtemp()
-    cfg = dict(cfg, dtype="float32")
-    cfg.pop("quantization_config")
-    with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-    save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-    return tmp
+    return float32_copy(out, cfg)
 
 
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -86,11 +98,7 @@ def nvfp4_values(packed, scale, multiplier):
 
 def nvfp4_dequantized_copy(src, cfg):
     """A temporary checkpoint of `src` with its NVFP4 weights dequantized to float32."""
-    tensors = {}
-    for f in sorted(glob.glob(os.path.join(src, "*.safetensors"))):
-        if os.path.basename(f) == "mtp.safetensors":
-            continue
-        tensors.update(load_file(f))
+    tensors = checkpoint_tensors(src)
     out = {}
     for key, t in tensors.items():
         base = key.rsplit(".", 1)[0]
@@ -105,13 +113,7 @@ def nvfp4_dequantized_copy(src, cfg):
             continue
         else:
             out[key] = t.float()
-    tmp = tempfile.mkdtemp()
-    cfg = dict(cfg, dtype="float32")
-    cfg.pop("quantization_config")
-    with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-    save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-    return tmp
+    return float32_copy(out, cfg)
 
 
 def is_nvfp4(cfg):

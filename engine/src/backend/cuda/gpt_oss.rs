@@ -17,16 +17,13 @@
 //! kernels (`moe_gate_up_dec_*`, `moe_down_combine_dec*`) with the biases, and MXFP4 experts
 //! kept packed on the device instead of widened to bf16 at load.
 
-use super::elementwise::{cfg, dim, int, stride_cfg};
-use super::moe::{MAX_TOP_K, down_kernel_of};
+use super::elementwise::{dim, int, stride_cfg};
+use super::moe::{MAX_TOP_K, down_kernel_of, expert_rows_cfg};
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check};
 use crate::backend::kernels;
 use crate::backend::moe_plan::{CoreBuild, ExpertType, MoePlan, MoeShape};
 use crate::backend::{ClampedExperts, Result};
-
-/// Warps (= output rows) of an expert block (`MOE_WARPS` in moe.cu).
-const WARPS: usize = 8;
 
 impl CudaBackend {
     /// [`crate::backend::Backend::add_bias`]: `x[r, :] += bias` in place, x bf16 or f32 (its
@@ -173,10 +170,7 @@ impl CudaBackend {
         unsafe {
             gate_up_kernel.launch(
                 self,
-                cfg(
-                    (dim(i.div_ceil(WARPS), "fused_moe_clamped")?, experts),
-                    (32 * WARPS) as u32,
-                ),
+                expert_rows_cfg(i, experts, "fused_moe_clamped")?,
                 args,
             )?;
         }
@@ -190,10 +184,7 @@ impl CudaBackend {
         unsafe {
             down_kernel_of(build).launch(
                 self,
-                cfg(
-                    (dim(h.div_ceil(WARPS), "fused_moe_clamped")?, experts),
-                    (32 * WARPS) as u32,
-                ),
+                expert_rows_cfg(h, experts, "fused_moe_clamped")?,
                 args,
             )?;
         }

@@ -28,6 +28,19 @@ use crate::backend::moe_plan::{
 pub(super) const MAX_TOP_K: usize = 16;
 /// Warps (= output rows) of an expert block (`MOE_WARPS` in moe.cu).
 const WARPS: usize = 8;
+
+/// A launch of the CUDA-core expert kernels (`moe_gate_up_*`, `moe_down_*`): a warp an output
+/// row of `rows` (WARPS a block), a block row an active expert.
+pub(super) fn expert_rows_cfg(
+    rows: usize,
+    experts: u32,
+    op: &'static str,
+) -> Result<cudarc::driver::LaunchConfig> {
+    Ok(cfg(
+        (dim(rows.div_ceil(WARPS), op)?, experts),
+        (32 * WARPS) as u32,
+    ))
+}
 /// Tokens a routing block serves (one warp each).
 const ROUTE_TOKENS: usize = 4;
 /// Threads of a grouping block.
@@ -233,14 +246,7 @@ impl CudaBackend {
         // active (from moe_active or moe_plan) names at most min(e, t·k) experts, block rows
         // past its count and rows past i return.
         unsafe {
-            f.launch(
-                self,
-                cfg(
-                    (dim(i.div_ceil(WARPS), "fused_moe")?, experts),
-                    (32 * WARPS) as u32,
-                ),
-                args,
-            )?;
+            f.launch(self, expert_rows_cfg(i, experts, "fused_moe")?, args)?;
         }
         if let Down::Combined { cols } = down_kernel {
             // 4-5. Down and the weighted sum in one launch: a block per output element, a warp
@@ -269,14 +275,7 @@ impl CudaBackend {
         // in exactly one expert's range), down [e, h, i] (fp8: [e·h, ceil(i/128)] scales), ys
         // [t·k, h] f32; block rows past the active count and columns past h return.
         unsafe {
-            f.launch(
-                self,
-                cfg(
-                    (dim(h.div_ceil(WARPS), "fused_moe")?, experts),
-                    (32 * WARPS) as u32,
-                ),
-                args,
-            )?;
+            f.launch(self, expert_rows_cfg(h, experts, "fused_moe")?, args)?;
         }
         self.moe_combine(op, ysp, wtp, t, (ki, hi))
     }
