@@ -313,7 +313,18 @@ async fn adaptive_drafting_shows_acceptance_by_position_in_metrics() {
     let estimate = "metrale:spec_decode_acceptance_per_pos";
     let now = "metrale:spec_decode_drafts_per_step";
 
-    let s = serve(&args).await;
+    // Wrong drafts first, one a step at most: each drafting step then observes position 0,
+    // so its estimate falls whatever the CPU's step times say. (With deeper drafts positions
+    // 1-2 keep their prior, unobserved, and a loaded machine's noisy times could make two
+    // drafts look cheap enough to pay at an estimate of 0.4.)
+    let one = [
+        "--speculative",
+        "--speculative-ladder",
+        "1:1,32:0",
+        args[3],
+        args[4],
+    ];
+    let s = serve(&one).await;
     let g = reference(NAME).greedy;
     let want = detokenize(&s, &g.continuation).await;
     assert_eq!(complete(&s, &g.prompt, g.continuation.len()).await, want);
