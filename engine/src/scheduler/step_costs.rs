@@ -32,6 +32,10 @@ pub const PLAIN_REFRESH: u32 = 256;
 /// won every tie with no drafts, and at acceptance 0 the engine kept drafting (0.74x plain at
 /// C=1 on an H100, 2026-12-05).
 pub const MIN_DRAFT_COST: f64 = 0.05;
+/// Drafting steps after a plain timing before a suspect one is taken again: a bucket whose
+/// drafting steps time below `plain · (1 + MIN_DRAFT_COST · k)` has a plain time from a slow
+/// moment (a host hiccup), and the next plain probe replaces it rather than averaging into it.
+pub const SUSPECT_REFRESH: u32 = 16;
 
 /// The bucket of a step with `running` sequences.
 pub fn bucket(running: usize) -> usize {
@@ -63,6 +67,10 @@ impl Mean {
 pub struct StepCosts {
     means: [[Mean; MAX_DRAFTS + 1]; BUCKETS],
     since_plain: [u32; BUCKETS],
+    /// A suspect plain time was taken again since the bucket's last regular refresh: if drafts
+    /// still time that cheap, they are (a dense model at one sequence), and asking again every
+    /// [`SUSPECT_REFRESH`] steps would only cost plain steps.
+    rechecked: [bool; BUCKETS],
 }
 
 impl Default for StepCosts {
@@ -70,6 +78,7 @@ impl Default for StepCosts {
         Self {
             means: [[Mean::default(); MAX_DRAFTS + 1]; BUCKETS],
             since_plain: [0; BUCKETS],
+            rechecked: [false; BUCKETS],
         }
     }
 }
@@ -82,10 +91,30 @@ impl StepCosts {
             return;
         }
         let b = bucket(running);
+        if drafts == 0 && self.since_plain[b] > 0 {
+            if self.since_plain[b] >= PLAIN_REFRESH {
+                self.rechecked[b] = false;
+            } else if self.plain_suspect(b) && !self.rechecked[b] {
+                self.means[b][0] = Mean::default();
+                self.rechecked[b] = true;
+            }
+        }
         self.means[b][drafts].add(secs);
         if drafts == 0 {
             self.since_plain[b] = 0;
         }
+    }
+
+    /// Whether bucket `b`'s plain time says some draft count costs less than a draft can.
+    fn plain_suspect(&self, b: usize) -> bool {
+        let Some(plain) = self.means[b][0].get() else {
+            return false;
+        };
+        (1..=MAX_DRAFTS).any(|k| {
+            self.means[b][k]
+                .get()
+                .is_some_and(|t| t < plain * (1.0 + MIN_DRAFT_COST * k as f64))
+        })
     }
 
     /// A step of `running` sequences that drafts (timed or not): counts toward the next plain
@@ -95,11 +124,15 @@ impl StepCosts {
         self.since_plain[b] = self.since_plain[b].saturating_add(1);
     }
 
-    /// Whether the bucket of `running` wants a plain step timed: it has none yet, or has
-    /// drafted [`PLAIN_REFRESH`] steps since its last.
+    /// Whether the bucket of `running` wants a plain step timed: it has none yet, has drafted
+    /// [`PLAIN_REFRESH`] steps since its last, or [`SUSPECT_REFRESH`] since a suspect one.
     pub fn needs_plain(&self, running: usize) -> bool {
         let b = bucket(running);
-        self.means[b][0].get().is_none() || self.since_plain[b] >= PLAIN_REFRESH
+        self.means[b][0].get().is_none()
+            || self.since_plain[b] >= PLAIN_REFRESH
+            || (self.since_plain[b] >= SUSPECT_REFRESH
+                && !self.rechecked[b]
+                && self.plain_suspect(b))
     }
 
     /// What `k` drafts a sequence make a step of `running` sequences cost, in plain steps:
@@ -194,6 +227,45 @@ mod tests {
         assert!(c.needs_plain(1));
         c.record(1, 0, 0.0035);
         assert!(!c.needs_plain(1));
+    }
+
+    #[test]
+    fn a_plain_time_from_a_slow_moment_is_taken_again_and_replaced() {
+        let mut c = StepCosts::default();
+        // A plain step timed during a hiccup (10 ms), drafts at their true 5 ms.
+        for _ in 0..2 {
+            c.record(1, 0, 0.010);
+            c.record(1, 1, 0.005);
+        }
+        assert!(
+            !c.needs_plain(1),
+            "a suspect plain time waits a few drafting steps"
+        );
+        for _ in 0..SUSPECT_REFRESH {
+            c.drafted(1);
+        }
+        assert!(c.needs_plain(1));
+        // The probe's times replace the suspect mean instead of averaging into it.
+        c.record(1, 0, 0.004);
+        c.record(1, 0, 0.004);
+        assert!((c.step_cost(1, 1, 0.0) - 1.25).abs() < 1e-9);
+        assert!(!c.needs_plain(1));
+        // Drafts that really are that cheap are asked about once, not every 16 steps.
+        for _ in 0..40 {
+            c.record(1, 1, 0.004);
+        }
+        for _ in 0..SUSPECT_REFRESH {
+            c.drafted(1);
+        }
+        assert!(c.plain_suspect(bucket(1)));
+        assert!(
+            !c.needs_plain(1),
+            "a confirmed plain time waits for the regular refresh"
+        );
+        for _ in SUSPECT_REFRESH..PLAIN_REFRESH {
+            c.drafted(1);
+        }
+        assert!(c.needs_plain(1));
     }
 
     #[test]
