@@ -113,17 +113,12 @@ impl CudaBackend {
         let x = self.as_dtype(x, act_dtype, &mut x_conv)?;
         let b13 = self.as_dtype(ex.gate_up_bias, act_dtype, &mut bias_conv)?;
         let s = &self.stream;
-        // Scratch: the pairs' experts and weights, the permutation, the experts' offsets and
-        // the active list (stages 1-2), the activations and the experts' outputs (pair rows).
-        let ids = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
-        let weights = self.alloc(&[pairs], DType::F32)?; // [T·k]
-        let perm = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
-        let offsets = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]
-        let active = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]: the used experts, count
+        // Scratch: the routing's (route_scratch), the activations and the experts' outputs
+        // (pair rows).
+        let scratch = self.route_scratch(pairs, e)?;
+        let (idp, wtp, ofp, pmp, acp) = scratch.ptrs;
         let act = self.alloc(&[pairs, i], act_dtype)?; // [T·k, I]
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
-        let (idp, wtp, pmp, ofp) = (ids.ptr(s), weights.ptr(s), perm.ptr(s), offsets.ptr(s));
-        let acp = active.ptr(s);
 
         // 1-2. The route fused_moe would take for these shapes (never the fused router: the
         // logits are given, bias added).

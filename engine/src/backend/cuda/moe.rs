@@ -31,6 +31,35 @@ const WARPS: usize = 8;
 
 /// A launch of the CUDA-core expert kernels (`moe_gate_up_*`, `moe_down_*`): a warp an output
 /// row of `rows` (WARPS a block), a block row an active expert.
+/// Stages 1-2's scratch, alive as long as this is: the pairs' experts (i32 [T·k]) and
+/// weights ([T·k]), the experts' offsets (i32 [E + 1]), the permutation (i32 [T·k]) and the
+/// used experts with their count last (i32 [E + 1]); `ptrs` in that order, `moe_route`'s.
+pub(super) struct RouteScratch {
+    _tensors: [CudaTensor; 5],
+    pub(super) ptrs: (u64, u64, u64, u64, u64),
+}
+
+impl CudaBackend {
+    pub(super) fn route_scratch(&self, pairs: usize, e: usize) -> Result<RouteScratch> {
+        let s = &self.stream;
+        let t = [
+            self.alloc(&[pairs], DType::F32)?,
+            self.alloc(&[pairs], DType::F32)?,
+            self.alloc(&[e + 1], DType::F32)?,
+            self.alloc(&[pairs], DType::F32)?,
+            self.alloc(&[e + 1], DType::F32)?,
+        ];
+        let ptrs = (
+            t[0].ptr(s),
+            t[1].ptr(s),
+            t[2].ptr(s),
+            t[3].ptr(s),
+            t[4].ptr(s),
+        );
+        Ok(RouteScratch { _tensors: t, ptrs })
+    }
+}
+
 pub(super) fn expert_rows_cfg(
     rows: usize,
     experts: u32,
@@ -160,17 +189,11 @@ impl CudaBackend {
         let mut converted = None;
         let x = self.as_dtype(x, act_dtype, &mut converted)?;
         let s = &self.stream;
-        // Scratch: the pairs' experts and weights, the permutation and the experts' offsets,
-        // the SiLU products (pair rows), and below the experts' outputs (pair rows) when down
-        // and the weighted sum are separate launches.
-        let ids = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
-        let weights = self.alloc(&[pairs], DType::F32)?; // [T·k]
-        let perm = self.alloc(&[pairs], DType::F32)?; // i32 [T·k]
-        let offsets = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]
-        let active = self.alloc(&[e + 1], DType::F32)?; // i32 [E + 1]: the used experts, count
+        // Scratch: the routing's (route_scratch), the SiLU products (pair rows), and below the
+        // experts' outputs (pair rows) when down and the weighted sum are separate launches.
+        let scratch = self.route_scratch(pairs, e)?;
+        let (idp, wtp, ofp, pmp, acp) = scratch.ptrs;
         let act = self.alloc(&[pairs, i], act_dtype)?; // [T·k, I]: pair rows
-        let (idp, wtp, pmp, ofp) = (ids.ptr(s), weights.ptr(s), perm.ptr(s), offsets.ptr(s));
-        let acp = active.ptr(s);
 
         let logits_bf16 = router_logits.dtype == DType::BF16;
         let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
