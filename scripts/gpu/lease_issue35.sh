@@ -9,8 +9,8 @@
 #                            state of 64 sequences beside bf16's 55 GB fits an 80 GB H100).
 #                            About 2 minutes a format. FORMATS picks them (default
 #                            "nvfp4 fp8 bf16").
-#   lease_issue35.sh gemv    cuda_check's NVFP4 GEMV table only (the speed section with
-#                            METRALE_SPEED_ONLY=nvfp4): NVFP4 / FP8 / bf16 matmuls at the 27B's
+#   lease_issue35.sh gemv    cuda_check's NVFP4 GEMV table only (cuda_check
+#                            section nvfp4-speed): NVFP4 / FP8 / bf16 matmuls at the 27B's
 #                            shapes, 1 to 32 rows, µs, TB/s and the byte floor. Under a minute.
 #   lease_issue35.sh check   cuda_check's ops and ops-f32 sections (the dummy NVFP4 upload
 #                            checks: the device's draw byte for byte the host's; the NVFP4
@@ -23,11 +23,11 @@ LEASE=issue35
 . "$(dirname "$0")/lease_common.sh"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-ALL=kernels,ops,sampling,e2e,ops-f32,e2e-f32,ops-kv8,e2e-kv8,hybrid,speed,moe-speed,prefill-attn,profile
+ALL=kernels,ops,sampling,e2e,ops-f32,e2e-f32,ops-kv8,e2e-kv8,hybrid,nvfp4-speed,speed,moe-speed,prefill-attn,profile
 W=$ROOT_OUT/work
 gemv() {
-    METRALE_SPEED_ONLY=nvfp4 timeout ${GEMV_TIMEOUT:-150} .gpu/bin/cuda_check \
-        --skip "${ALL/,speed,/,}" >"$W/gemv.log" 2>&1
+    timeout ${GEMV_TIMEOUT:-150} .gpu/bin/cuda_check \
+        --skip "${ALL/,nvfp4-speed,/,}" >"$W/gemv.log" 2>&1
     { echo "== gemv rc $?"; grep -E 'nvfp4|rows|FAIL|stopped' "$W/gemv.log" | head -70; } >>"$S"
 }
 case ${1:-nvfp4} in

@@ -6,8 +6,8 @@
 //! `ops-f32` and `e2e-f32` (the same on the float32 path, `--dtype float32`, with the hybrid
 //! ops too, every fixture family), `hybrid` (the
 //! Gated DeltaNet ops against the CPU's, and their speed at 35B-A3B's heads),
-//! `speed` (NVFP4/FP8/bf16 GEMVs at Qwen3.6-27B's shapes, then the Qwen3-8B shape; not
-//! pass/fail; `METRALE_SPEED_ONLY=nvfp4` stops after the GEMVs). Exit status: 0 all passed, 1 a check failed, 2 the
+//! `nvfp4-speed` (NVFP4/FP8/bf16 GEMVs at Qwen3.6-27B's shapes; not pass/fail), `speed` (the
+//! Qwen3-8B shape). Exit status: 0 all passed, 1 a check failed, 2 the
 //! backend could not start.
 
 mod e2e;
@@ -43,7 +43,7 @@ struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Sections to skip: kernels, ops, sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8, hybrid,
-    /// speed, moe-speed, profile.
+    /// nvfp4-speed, speed, moe-speed, prefill-attn, profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
 }
@@ -104,6 +104,7 @@ fn main() -> ExitCode {
         "ops-kv8",
         "e2e-kv8",
         "hybrid",
+        "nvfp4-speed",
         "speed",
         "moe-speed",
         "prefill-attn",
@@ -121,7 +122,10 @@ fn main() -> ExitCode {
         // Correctness sections wait for each kernel, so a fault names its kernel; the speed
         // probe runs as serving would.
         cuda.retune(|t| {
-            t.launch.cuda_sync = !matches!(name, "speed" | "moe-speed" | "prefill-attn" | "profile")
+            t.launch.cuda_sync = !matches!(
+                name,
+                "nvfp4-speed" | "speed" | "moe-speed" | "prefill-attn" | "profile"
+            )
         });
         let failures_before = report.failures.len();
         if name.ends_with("-f32") && cuda32.is_none() {
@@ -174,6 +178,7 @@ fn main() -> ExitCode {
                 &mut report,
             ),
             "hybrid" => hybrid::run(&cuda, &mut report),
+            "nvfp4-speed" => speed_nvfp4::run(&cuda, &mut report),
             "speed" => speed::run(&cuda, &mut report),
             "moe-speed" => speed_moe::run(&cuda, &mut report),
             "prefill-attn" => speed_prefill::run(&cuda, &mut report),

@@ -286,10 +286,6 @@ pub fn pdl_off_line(
 }
 
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
-    crate::speed_nvfp4::run(cuda, report)?;
-    if std::env::var("METRALE_SPEED_ONLY").is_ok_and(|v| v == "nvfp4") {
-        return Ok(());
-    }
     let dir = std::env::temp_dir().join(format!("metrale-qwen3-8b-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join("config.json"), QWEN3_8B)?;

@@ -19,7 +19,7 @@
 //! at 4.0 TB/s. The calls rotate over enough copies of each weight (over 200 MB in all) that
 //! none is still in the 50 MB L2 when it is read again.
 //!
-//! `METRALE_SPEED_ONLY=nvfp4` stops the `speed` section after this table.
+//! Section `nvfp4-speed` of its own (`--skip` the others to run only this table).
 
 use anyhow::Result;
 use metrale_engine::backend::Backend;

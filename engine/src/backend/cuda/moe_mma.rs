@@ -202,11 +202,6 @@ impl CudaBackend {
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [pairs, h]: pair rows
         let (ysp, w2, w2s) = (ys.ptr(s), down.ptr(s), down.scales_ptr(s));
         let args = (ysp, actp, w2, w2s, offsets, active, perm, ei, ii, hi);
-        // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up:
-        // each pair is in exactly one expert's range), down [e, h, i] FP8 with [e·h, i/128]
-        // scales, or bf16; i % 64 == 0; the plan's arrays as above; columns past h read row
-        // h - 1 and are not written; block rows past the active count return; pipe: its
-        // stages' shared memory.
         // _any: 16 output columns a warp, split 16 a block.
         let per_block = if any { 16 * warps } else { 16 };
         let mut c = cfg((dim(h.div_ceil(per_block), "fused_moe")?, experts), threads);
@@ -214,6 +209,11 @@ impl CudaBackend {
             c.shared_mem_bytes = pipe_smem(down.dtype);
             down_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
         }
+        // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up:
+        // each pair is in exactly one expert's range), down [e, h, i] FP8 with [e·h, i/128]
+        // scales, or bf16; i % 64 == 0; the plan's arrays as above; columns past h read row
+        // h - 1 and are not written; block rows past the active count return; pipe: its
+        // stages' shared memory (set above).
         unsafe {
             down_kernel.launch(self, c, args)?;
         }
