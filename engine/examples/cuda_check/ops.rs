@@ -37,11 +37,13 @@ const BF16_TWICE: Tol = Tol {
 /// fused_moe: the CPU keeps the SiLU products in f32, the device rounds them to bf16 before the
 /// down projection (about 2^-9 of each term: on the H200 the error's rms is 1.4e-3 to 1.7e-3 of
 /// the output's on every route, and the largest of 2M outputs with FP8 experts' heavy-tailed
-/// weights and skewed routing reaches 1.3e-2 of the rms); a wrongly routed token would be off
-/// by the whole expert.
+/// weights and skewed routing reaches 1.3e-2 of the rms; where four favoured experts' FP8
+/// products cancel to a small output the rounding stays relative to the terms, and the H200
+/// measured 2.5e-2 of the rms at one of 76,800 outputs of T 300 H 256 I 96 skewed, on every
+/// route alike); a wrongly routed token would be off by the whole expert.
 const MOE: Tol = Tol {
     atol: 0.0,
-    atol_rms: 2e-2,
+    atol_rms: 3e-2,
     rtol: 1e-2,
 };
 
