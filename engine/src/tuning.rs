@@ -100,8 +100,8 @@ pub struct MoeTuning {
     pub fp8_activations: bool,
     /// Decode-sized steps run their experts on `moe_*_small*` tensor-core kernels.
     pub small_mma: bool,
-    /// Where those would take the `_any` builds, the cp.async-pipelined `moe_*_pipe` ones
-    /// (`moe_pipe.cu`; `moe.small_mma = pipe`): off until measured faster.
+    /// Where those would take the FP8 `_any` builds, the cp.async-pipelined `moe_*_fp8_pipe`
+    /// ones (`moe_pipe.cu`; `moe.small_mma = pipe`, the default).
     pub small_pipe: bool,
 }
 

@@ -1,9 +1,10 @@
 // The experts' small-step kernels with their weights streamed through a cp.async pipeline
-// (issue 34): moe_gate_up_{fp8,bf16}_pipe and moe_down_{fp8,bf16}_pipe compute what the _any
-// builds in moe_mma.cu compute (same grid, same outputs, same sums in the same order, so the
-// same bits), but no weight passes through registers on its way in. Appended to moe_mma.cu in
-// one module (small_block_expert, fp8_mma_slice). Which runs: the tuning's moe.small_mma
-// (`pipe`; the _any builds by default, until the pipeline measures faster on the H200).
+// (issue 34): moe_gate_up_fp8_pipe and moe_down_fp8_pipe compute what the FP8 _any builds in
+// moe_mma.cu compute (same grid, same outputs, same sums in the same order, so the same bits),
+// but no weight passes through registers on its way in. Appended to moe_mma.cu in one module
+// (small_block_expert, fp8_mma_slice). Which runs: the tuning's moe.small_mma (`pipe`, the
+// default: on an H100 0.88-0.94x the _any kernels' time at 128-256 tokens, even at 16-64;
+// the bf16 twins measured 1.02-1.07x slower and were deleted: docs/performance-log part 13).
 //
 // Why: at batch 128 the _any kernels hold each warp's weight loads in registers (4 k slices of
 // 16 rows x 64 B), so bytes in flight cost registers: 106-116 a thread, 2 blocks of 256 an SM,
@@ -19,10 +20,10 @@
 // PIPE_PAIRS (two n8 tiles), and the loop runs over (chunk, k slice) as one sequence, so the
 // next chunk's first slices load while the current chunk's last ones are multiplied.
 //
-// A stage (one k slice of PIPE_ROW_BYTES bytes a weight row: 128 FP8 or 64 bf16 columns):
+// A stage (one k slice of PIPE_ROW_BYTES bytes a weight row: 128 FP8 columns):
 //   weights: 128 rows x 128 B, copied 16 B a lane, 8 lanes along a row (a warp instruction
 //     reads 4 rows x 128 B, each a whole L2 line); stored with the row's 16-byte chunks XOR
-//     swizzled by its parity (FP8: c ^ 4 (r & 1), bf16: c ^ (r & 1)) so that the mma's loads of
+//     swizzled by its parity (c ^ 4 (r & 1)) so that the mma's loads of
 //     rows g and g + 1 by one quarter-warp fall in different banks.
 //   x: the chunk's 16 activation rows at the slice's columns (bf16), rows padded by 16 bytes
 //     (the same bank spread for their 16-byte loads); rows past the chunk's pairs zero-filled.
@@ -43,19 +44,18 @@
 #define PIPE_PAIRS 16 // pairs a chunk (two n8 tiles)
 #define PIPE_X_PAD 16 // bytes after each staged x row
 
-// A stage's layout for weights of type W (moe_mma.rs's pipe_smem mirrors it).
-template <typename W> struct PipeCfg {
-    static constexpr bool BF16W = sizeof(W) == 2;
-    static constexpr int BK = PIPE_ROW_BYTES / (int)sizeof(W); // k columns a stage
+// A stage's layout (moe_mma.rs's pipe_smem mirrors it).
+struct PipeCfg {
+    static constexpr int BK = PIPE_ROW_BYTES; // k columns a stage (one byte each)
     static constexpr int W_BYTES = PIPE_ROWS * PIPE_ROW_BYTES;
     static constexpr int X_ROW = BK * 2 + PIPE_X_PAD; // bytes of a staged x row
     static constexpr int X_CHUNKS = BK * 2 / 16;      // its 16-byte copies
     static constexpr int X_BYTES = PIPE_PAIRS * X_ROW;
-    static constexpr int S_BYTES = BF16W ? 0 : PIPE_ROWS * 4; // FP8: a scale a row (BK = 128)
+    static constexpr int S_BYTES = PIPE_ROWS * 4; // a scale a row (BK = 128)
     static constexpr int STAGE = W_BYTES + X_BYTES + S_BYTES;
     static constexpr int SMEM = PIPE_STAGES * STAGE;
     // The XOR of a row's 16-byte chunk index (see the header).
-    static __device__ __forceinline__ int swizzle(int r) { return BF16W ? (r & 1) : (r & 1) << 2; }
+    static __device__ __forceinline__ int swizzle(int r) { return (r & 1) << 2; }
 };
 static_assert(PIPE_ROW_BYTES == 128, "one FP8 scale group a stage, 8 chunks a row");
 
@@ -71,12 +71,12 @@ __device__ __forceinline__ unsigned char* moe_pipe_smem() {
 
 // One block (see the header). GATE: out is act [pairs, n] bf16 (silu(gate) · up), w [E, 2n, k],
 // src x [*, k] read at row perm / div; else out is ys [pairs, n] f32, w [E, n, k], src act
-// [pairs, k] (div 1). k % BK == 0 (the launcher's rule); scales [E · rows, k / 128] for FP8.
-template <typename W, bool GATE>
-__device__ void moe_pipe_impl(void* out, const bf16* src, const W* w, const float* scales,
+// [pairs, k] (div 1). k % BK == 0 (the launcher's rule); scales [E · rows, k / 128].
+template <bool GATE>
+__device__ void moe_pipe_impl(void* out, const bf16* src, const unsigned char* w, const float* scales,
                               const int* offsets, const int* active, const int* perm,
                               int experts, int div, int n, int k) {
-    using C = PipeCfg<W>;
+    using C = PipeCfg;
     pdl_start();
     const int e = small_block_expert(active, experts);
     if (e < 0) return;
@@ -100,13 +100,13 @@ __device__ void moe_pipe_impl(void* out, const bf16* src, const W* w, const floa
     // keeps one pointer, not one a copy (registers).
     constexpr int W_COPIES = PIPE_ROWS * 8 / (PIPE_WARPS * 32), STEP = GATE ? 16 : 32;
     const int r0 = tid >> 3;
-    const u64 kbytes = (u64)k * sizeof(W);
+    const u64 kbytes = (u64)k;
     const int j0 = GATE ? (int)blockIdx.x * 64 + 8 * (r0 >> 4) + (r0 & 7)
                         : (int)blockIdx.x * PIPE_ROWS + r0;
     const unsigned char* const wbase =
         (const unsigned char*)w + (GATE ? (u64)e * 2 * n + ((r0 >> 3) & 1) * n : (u64)e * n) * kbytes +
         16 * (tid & 7);
-    const float* ssrc = C::BF16W ? nullptr : scales + w_row(min(tid, PIPE_ROWS - 1)) * groups;
+    const float* ssrc = scales + w_row(min(tid, PIPE_ROWS - 1)) * groups;
     const int xr = tid / C::X_CHUNKS, xc = tid % C::X_CHUNKS;
 
     // Stage `i` of the (chunk, slice) sequence into its slot. The loads run in order, so the
@@ -130,7 +130,7 @@ __device__ void moe_pipe_impl(void* out, const bf16* src, const W* w, const floa
             const bf16* s = xsrc ? xsrc + l_slice * C::BK + 8 * xc : src;
             cp_async<16>(st + C::W_BYTES + xr * C::X_ROW + 16 * xc, s, xsrc != nullptr);
         }
-        if (!C::BF16W && tid < PIPE_ROWS)
+        if (tid < PIPE_ROWS)
             cp_async<4>(st + C::W_BYTES + C::X_BYTES + 4 * tid, ssrc + l_slice, true);
         if (++l_slice == slices) {
             l_slice = 0;
@@ -147,18 +147,11 @@ __device__ void moe_pipe_impl(void* out, const bf16* src, const W* w, const floa
         const unsigned char* const w1 = w0 + 8 * PIPE_ROW_BYTES;
         const int sw = C::swizzle(g); // rows g and g + 8 have g's parity
         const float* sc = (const float*)(st + C::W_BYTES + C::X_BYTES) + 16 * warp + g;
-        const float s0 = C::BF16W ? 1.0f : sc[0], s1 = C::BF16W ? 1.0f : sc[8];
-#pragma unroll 1 // FP8: two slices; both in flight at once spilled at 80 registers
+        const float s0 = sc[0], s1 = sc[8];
+#pragma unroll 1 // two slices; both in flight at once spilled at 80 registers
         for (int s = 0; s < C::BK / 64; ++s) {
-            Fp8Slice ws;
-            if constexpr (C::BF16W) {
-                const int ca = (8 * s + 2 * t) ^ sw, cb = (8 * s + 2 * t + 1) ^ sw;
-                ws = Fp8Slice{lds16(w0 + 16 * ca), lds16(w1 + 16 * ca), lds16(w0 + 16 * cb),
-                              lds16(w1 + 16 * cb)};
-            } else {
-                const int c = (4 * s + t) ^ sw;
-                ws = fp8_widen(lds16(w0 + 16 * c), lds16(w1 + 16 * c));
-            }
+            const int c = (4 * s + t) ^ sw;
+            const Fp8Slice ws = fp8_widen(lds16(w0 + 16 * c), lds16(w1 + 16 * c));
 #pragma unroll
             for (int nb = 0; nb < 2; ++nb) {
                 const unsigned char* xp =
@@ -218,23 +211,16 @@ __device__ void moe_pipe_impl(void* out, const bf16* src, const W* w, const floa
     cp_async_wait<0>();
 }
 
-// NAME: fp8 or bf16; W: the weights' element type (the bf16 builds ignore scales). At most 80
-// registers a thread (3 blocks of 256 an SM; the stages' shared memory allows 3 too).
-#define MOE_PIPE_KERNELS(NAME, W)                                                                 \
-    extern "C" __global__ void __launch_bounds__(PIPE_WARPS * 32, 3)                              \
-        moe_gate_up_##NAME##_pipe(bf16* act, const bf16* x, const W* w, const float* scales,      \
-                                  const int* offsets, const int* active, const int* perm,         \
-                                  int experts, int top_k, int inter, int hidden) {                \
-        moe_pipe_impl<W, true>(act, x, w, scales, offsets, active, perm, experts, top_k, inter,   \
-                               hidden);                                                           \
-    }                                                                                             \
-    extern "C" __global__ void __launch_bounds__(PIPE_WARPS * 32, 3)                              \
-        moe_down_##NAME##_pipe(float* ys, const bf16* act, const W* w, const float* scales,       \
-                               const int* offsets, const int* active, const int* perm,            \
-                               int experts, int inter, int hidden) {                              \
-        moe_pipe_impl<W, false>(ys, act, w, scales, offsets, active, perm, experts, 1, hidden,    \
-                                inter);                                                           \
-    }
-
-MOE_PIPE_KERNELS(fp8, unsigned char)
-MOE_PIPE_KERNELS(bf16, bf16)
+// At most 80 registers a thread (3 blocks of 256 an SM; the stages' shared memory allows 3 too).
+extern "C" __global__ void __launch_bounds__(PIPE_WARPS * 32, 3)
+    moe_gate_up_fp8_pipe(bf16* act, const bf16* x, const unsigned char* w, const float* scales,
+                         const int* offsets, const int* active, const int* perm, int experts,
+                         int top_k, int inter, int hidden) {
+    moe_pipe_impl<true>(act, x, w, scales, offsets, active, perm, experts, top_k, inter, hidden);
+}
+extern "C" __global__ void __launch_bounds__(PIPE_WARPS * 32, 3)
+    moe_down_fp8_pipe(float* ys, const bf16* act, const unsigned char* w, const float* scales,
+                      const int* offsets, const int* active, const int* perm, int experts,
+                      int inter, int hidden) {
+    moe_pipe_impl<false>(ys, act, w, scales, offsets, active, perm, experts, 1, hidden, inter);
+}

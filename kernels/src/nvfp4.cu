@@ -9,7 +9,7 @@
 // mantissa top bit m: 2^(e-127)·(1 + m/2), and for e = 0 the subnormal m·2^-127) and
 // multiplying by 2^126: the E2M1 value exactly (subnormals kept: NVRTC is not given ftz).
 //
-// gemv_nvfp4_m<M> (M = 1..8, K % 32 == 0): decode steps. A warp owns output row n for all M
+// gemv_nvfp4_m<M> (M = 1..4, K % 32 == 0): decode steps. A warp owns output row n for all M
 // rows of x and streams w's row n with 16-byte loads that bypass L1 (32 weights a load, four
 // loads in flight a lane, as gemv_fp8_m<M>), widens them in registers, dots each 16-value block
 // with the x rows in f32 and adds the block's sum times e4m3 · global. The floor is 0.28 of
@@ -23,7 +23,11 @@
 // fill_random_fp8, each draw's bits from `shift` up, or'ed with `bits` (packed pairs: the top
 // byte; E4M3 scales: the top three bits as the mantissa of 0x38, values 1 to 1.875).
 //
-// Versions tried: this one (host emulation only; not yet run on a GPU).
+// Versions tried: this one. On an H100 (docs/performance-log part 13) m1 streams 1.0-1.6 TB/s
+// and each further row adds about the first row's time (every warp re-reads its x rows from
+// cache for each 32-weight chunk: 4 bytes of x a weight a row), so m5..m8 (192 us at 8 rows of
+// Qwen3.6-27B's in_proj against ~115 for the bf16 copy and cuBLAS) were deleted; more than 4
+// rows take the copy.
 
 #define NVFP4_WARPS 8
 
@@ -105,10 +109,6 @@ GEMV_NVFP4(1, 4)
 GEMV_NVFP4(2, 4)
 GEMV_NVFP4(3, 1)
 GEMV_NVFP4(4, 1)
-GEMV_NVFP4(5, 1)
-GEMV_NVFP4(6, 1)
-GEMV_NVFP4(7, 1)
-GEMV_NVFP4(8, 1)
 
 extern "C" __global__ void __launch_bounds__(NVFP4_WARPS * 32)
     gemv_nvfp4_rows(float* out, const bf16* x, const unsigned char* w, const unsigned char* scales,

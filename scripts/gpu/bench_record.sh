@@ -19,6 +19,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 BIN=${METRALE_GPU_BIN:-.gpu/bin}
+# The lease scripts unpack .gpu/bins.tar.gz (lease_common.sh); this one runs what is there.
+[ -x "$BIN/met" ] && [ -x "$BIN/metralectl" ] || { echo "no $BIN/met or $BIN/metralectl: unpack .gpu/bins.tar.gz there first"; exit 2; }
 OUT=${OUT:-/tmp/metrale-bench}
 mkdir -p "$OUT"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -37,10 +39,14 @@ METRALE_STEP_PROFILE=${METRALE_STEP_PROFILE:-512} "$BIN/met" serve "$dir" --devi
     --max-seq-len "${MAX_SEQ_LEN:-2048}" --max-batch-size "${MAX_BATCH:-128}" --max-num-batched-tokens "${MAX_BATCHED:-8192}" \
     ${MET_FLAGS:-} >"$OUT/serve.txt" 2>&1 &
 PID=$!
-trap 'kill $PID 2>/dev/null' EXIT
+# Stop the server and wait until it has exited: the next run's server binds the same port and
+# metrics socket (a lease that started the next one at once found both still held).
+stop_server() { kill -INT $PID 2>/dev/null; for _ in $(seq 1 100); do kill -0 $PID 2>/dev/null || return; sleep 0.1; done; kill -9 $PID 2>/dev/null; wait $PID 2>/dev/null; }
+trap stop_server EXIT
 ready=
 for _ in $(seq 1 600); do
     curl -sf http://127.0.0.1:8104/ready >/dev/null 2>&1 && ready=1 && break
+    kill -0 $PID 2>/dev/null || break
     sleep 0.2
 done
 if [ -z "$ready" ]; then

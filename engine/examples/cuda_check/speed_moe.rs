@@ -657,9 +657,9 @@ fn dense_fp8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-/// `fused_moe` alone with the small-step experts' `_any` kernels and with their cp.async
-/// pipelined twins (`moe.small_mma = pipe`, `moe_pipe.cu`), at 30B-A3B's (top-8 of 128, H 2048,
-/// I 768) and 35B-A3B's (top-8 of 256, I 512) shapes, FP8 and bf16, 16 to 256 tokens; the rate
+/// `fused_moe` alone with the small-step FP8 experts' `_any` kernels and with their cp.async
+/// pipelined twins (`moe.small_mma = pipe`, the default, `moe_pipe.cu`), at 30B-A3B's (top-8 of
+/// 128, H 2048, I 768) and 35B-A3B's (top-8 of 256, I 512) shapes, 16 to 256 tokens; the rate
 /// counts the weights of the experts the tokens are expected to choose (not pass/fail;
 /// docs/cuda-kernels.md has the floors).
 fn pipe_sweep(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
@@ -671,19 +671,10 @@ fn pipe_sweep(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     );
     for (name, i, e) in [("30B-A3B", 768usize, 128usize), ("35B-A3B", 512, 256)] {
         let (h, k) = (2048usize, 8usize);
-        for fp8 in [true, false] {
-            let (w13, w2) = if fp8 {
-                (
-                    cuda.random_fp8(&[e, 2 * i, h], 80, 0.02)?,
-                    cuda.random_fp8(&[e, h, i], 81, 0.02)?,
-                )
-            } else {
-                (
-                    cuda.random_bf16(&[e, 2 * i, h], 82, 0.02)?,
-                    cuda.random_bf16(&[e, h, i], 83, 0.02)?,
-                )
-            };
-            let per_weight = if fp8 { 1.0 + 4.0 / 128.0 } else { 2.0 };
+        {
+            let w13 = cuda.random_fp8(&[e, 2 * i, h], 80, 0.02)?;
+            let w2 = cuda.random_fp8(&[e, h, i], 81, 0.02)?;
+            let per_weight = 1.0 + 4.0 / 128.0;
             for t in [16usize, 32, 64, 128, 256] {
                 let x = cuda.random_bf16(&[t, h], 90 + t as u64, 1.0)?;
                 let logits = cuda.random_bf16(&[t, e], 95 + t as u64, 1.0)?;
@@ -694,15 +685,14 @@ fn pipe_sweep(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                     let r = mean_op_ms_n(cuda, 50, || {
                         Ok(cuda.fused_moe(&mut out, &x, &logits, &w13, &w2, k, true)?)
                     });
-                    cuda.retune(|t| t.moe.small_pipe = false);
+                    cuda.retune(|t| t.moe.small_pipe = true); // the default
                     *u = r? * 1e3;
                 }
                 let experts = e as f64 * (1.0 - (1.0 - k as f64 / e as f64).powi(t as i32));
                 let bytes = experts * (3 * i * h) as f64 * per_weight;
                 let gbs = |u: f64| bytes / (u * 1e-6) / 1e9;
                 report.summary_line(format!(
-                    "  {name} {} T {t:>3}: {experts:>5.1} experts: {:>7.1} / {:>7.1} us ({:.0} / {:.0} GB/s) {:.2}x",
-                    if fp8 { "fp8 " } else { "bf16" },
+                    "  {name} fp8 T {t:>3}: {experts:>5.1} experts: {:>7.1} / {:>7.1} us ({:.0} / {:.0} GB/s) {:.2}x",
                     us[0],
                     us[1],
                     gbs(us[0]),

@@ -1,7 +1,7 @@
 //! NVFP4 weight GEMVs at Qwen3.6-27B's decode shapes (issue 35; not pass/fail), first in the
 //! `speed` section: each projection a decode step runs, through `matmul` with a dummy NVFP4
-//! weight drawn on the device (`gemv_nvfp4_m<M>` in passes of 8 rows, so 16 and 32 rows stream
-//! the weight 2 and 4 times), against an FP8 weight (`gemv_fp8_m1`, the tensor-core
+//! weight drawn on the device (`gemv_nvfp4_m<M>` to 4 rows, then a bf16 copy and cuBLAS),
+//! against an FP8 weight (`gemv_fp8_m1`, the tensor-core
 //! `gemv_fp8_mma` from 2 rows and `_many` above 8) and a bf16 one (the bf16 GEMV to 8 rows,
 //! then cuBLAS) of the same shape, at 1, 2, 4, 8, 16 and 32 rows of x.
 //!

@@ -249,8 +249,8 @@ pub const SETTINGS: &[Setting] = &[
         name: "moe.small_mma",
         var: "METRALE_MOE_SMALL_MMA",
         accepts: "0 | 1 | pipe",
-        default: "1",
-        doc: "Decode-sized MoE steps (up to 256 tokens) run their experts on the `moe_*_small*` tensor-core kernels; pipe: their `_any` builds stream the weights through a cp.async pipeline (`moe_*_pipe`, hidden and intermediate sizes multiples of 128).",
+        default: "pipe",
+        doc: "Decode-sized MoE steps (up to 256 tokens) run their experts on the `moe_*_small*` tensor-core kernels; pipe (the default): FP8 experts' `_any` builds stream the weights through a cp.async pipeline (`moe_*_fp8_pipe`, hidden and intermediate sizes multiples of 128); 1: the `_any` builds themselves.",
         set: |t, v| {
             t.moe.small_pipe = v.trim() == "pipe";
             if t.moe.small_pipe {

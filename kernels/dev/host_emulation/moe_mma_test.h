@@ -27,7 +27,7 @@ void host_quant_rows(std::vector<float>& v, int rows, int k) {
 
 void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     const int bm = MMA_BM;
-    const bool fp8 = mode > 0 && mode != 4 && mode != 7;  // 4: the bf16 small-step build; 6, 7: the pipelined fp8 and bf16 ones
+    const bool fp8 = mode > 0 && mode != 4;  // 4: the bf16 small-step build; 6: the pipelined FP8 one
     std::vector<float> logits(T * E);
     for (int t = 0; t < T; ++t)
         for (int e = 0; e < E; ++e) logits[t * E + e] = U(3) + (skew && e == 0 && t % 5 != 0 ? 10.f : 0.f);
@@ -62,8 +62,8 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     std::vector<int> active(E + 1, 0);
     for (int e = 0; e < E; ++e)
         if (offsets[e + 1] > offsets[e]) active[active[E]++] = e;
-    if (mode == 6 || mode == 7) {
-        moe_pipe_run(act, ys, x, ex, offsets, active, perm, T, E, K, H, I, mode == 6);
+    if (mode == 6) {
+        moe_pipe_run(act, ys, x, ex, offsets, active, perm, T, E, K, H, I);
     } else if (mode == 4) {
         const unsigned ge = (unsigned)std::min(E, P);
         launch_smem({(unsigned)((I + 63) / 64), ge}, {256}, any_smem(H), [&] {
@@ -131,7 +131,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
         for (int i = 0; i < T * H; ++i) worst = std::max(worst, std::fabs(out[i] - r[i]) / (rms + std::fabs(r[i])));
         return worst;
     };
-    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : mode == 3 ? "fp8 small" : mode == 4 ? "bf16 small" : mode == 6 ? "fp8 pipe" : "bf16 pipe";
+    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : mode == 3 ? "fp8 small" : mode == 4 ? "bf16 small" : "fp8 pipe";
     snprintf(name, 96, "moe_mma %s act T%d E%d k%d H%d I%d", build, T, E, K, H, I);
     report(name, act_worst, 1.6e-2);
     snprintf(name, 96, "moe_mma %s out T%d E%d k%d H%d I%d%s", build, T, E, K, H, I, skew ? " skew" : "");

@@ -1,5 +1,4 @@
-// moe_pipe.cu's pipelined small-step expert kernels: t_moe_mma's modes 6 (FP8) and 7 (bf16)
-// run them against the double reference (moe_mma_test.h), and moe_pipe_run also runs the _any
+// moe_pipe.cu's pipelined small-step expert kernels (FP8): t_moe_mma's mode 6 runs them against the double reference (moe_mma_test.h), and moe_pipe_run also runs the _any
 // kernels they stand in for on the same inputs: the two must agree bit for bit (the same
 // products summed in the same order). Included by test.cpp before moe_mma_test.h.
 #pragma once
@@ -16,21 +15,17 @@ static size_t bits_differ(const void* a, const void* b, size_t n, size_t size) {
 // memory), then the _any kernels: act against gate_up's, ys against down's on the same act.
 static void moe_pipe_run(std::vector<bf16>& act, std::vector<float>& ys, const std::vector<bf16>& x,
                          const Experts& ex, const std::vector<int>& offsets, const std::vector<int>& active,
-                         const std::vector<int>& perm, int T, int E, int K, int H, int I, bool fp8) {
+                         const std::vector<int>& perm, int T, int E, int K, int H, int I) {
     const unsigned ge = (unsigned)std::min(E, T * K), gu = (unsigned)((I + 63) / 64), gd = (unsigned)((H + 127) / 128);
-    const size_t smem = fp8 ? PipeCfg<unsigned char>::SMEM : PipeCfg<bf16>::SMEM;
+    const size_t smem = PipeCfg::SMEM;
     const int *of = offsets.data(), *ac = active.data(), *pm = perm.data();
     auto gate_up = [&](bool pipe, bf16* out) {
-        if (fp8 && pipe) moe_gate_up_fp8_pipe(out, x.data(), ex.w13q.data(), ex.s13.data(), of, ac, pm, E, K, I, H);
-        else if (fp8) moe_gate_up_fp8_small_any(out, x.data(), ex.w13q.data(), ex.s13.data(), of, ac, pm, E, K, I, H);
-        else if (pipe) moe_gate_up_bf16_pipe(out, x.data(), ex.w13b.data(), nullptr, of, ac, pm, E, K, I, H);
-        else moe_gate_up_bf16_small_any(out, x.data(), ex.w13b.data(), nullptr, of, ac, pm, E, K, I, H);
+        if (pipe) moe_gate_up_fp8_pipe(out, x.data(), ex.w13q.data(), ex.s13.data(), of, ac, pm, E, K, I, H);
+        else moe_gate_up_fp8_small_any(out, x.data(), ex.w13q.data(), ex.s13.data(), of, ac, pm, E, K, I, H);
     };
     auto down = [&](bool pipe, float* out) {
-        if (fp8 && pipe) moe_down_fp8_pipe(out, act.data(), ex.w2q.data(), ex.s2.data(), of, ac, pm, E, I, H);
-        else if (fp8) moe_down_fp8_small_any(out, act.data(), ex.w2q.data(), ex.s2.data(), of, ac, pm, E, I, H);
-        else if (pipe) moe_down_bf16_pipe(out, act.data(), ex.w2b.data(), nullptr, of, ac, pm, E, I, H);
-        else moe_down_bf16_small_any(out, act.data(), ex.w2b.data(), nullptr, of, ac, pm, E, I, H);
+        if (pipe) moe_down_fp8_pipe(out, act.data(), ex.w2q.data(), ex.s2.data(), of, ac, pm, E, I, H);
+        else moe_down_fp8_small_any(out, act.data(), ex.w2q.data(), ex.s2.data(), of, ac, pm, E, I, H);
     };
     launch_smem({gu, ge}, {256}, smem, [&] { gate_up(true, act.data()); });
     launch_smem({gd, ge}, {256}, smem, [&] { down(true, ys.data()); });
@@ -40,13 +35,13 @@ static void moe_pipe_run(std::vector<bf16>& act, std::vector<float>& ys, const s
     launch_smem({gu, ge}, {256}, any_bytes, [&] { gate_up(false, act_any.data()); });
     launch({gd, ge}, {256}, [&] { down(false, ys_any.data()); });
     char name[96];
-    snprintf(name, 96, "moe %s pipe = _any, act and ys bits T%d E%d k%d H%d I%d", fp8 ? "fp8" : "bf16", T, E, K, H, I);
+    snprintf(name, 96, "moe fp8 pipe = _any, act and ys bits T%d E%d k%d H%d I%d", T, E, K, H, I);
     report(name, (double)(bits_differ(act.data(), act_any.data(), act.size(), sizeof(bf16)) +
                           bits_differ(ys.data(), ys_any.data(), ys.size(), sizeof(float))), 0);
 }
 
 static void moe_pipe_tests() {
-    for (int mode : {6, 7}) {
+    for (int mode : {6}) {
         // One token (8 experts of 128, one pair each), 16 tokens (experts of 0-3 pairs), k of
         // one slice (I 128, FP8) and of three (H 384).
         t_moe_mma(1, 128, 8, 128, 128, mode, false);

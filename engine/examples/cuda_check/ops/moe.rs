@@ -47,8 +47,9 @@ const TENSOR_CORES: Route = Route {
     name: "tensor cores",
     tol: MOE,
 };
-/// The small-step `_any` kernels' cp.async-pipelined twins (`moe_pipe.cu`), where they apply
-/// (9 to 256 tokens, widths multiples of 128); elsewhere the same as TENSOR_CORES.
+/// The small-step FP8 `_any` kernels' cp.async-pipelined twins (`moe_pipe.cu`, the default),
+/// where they apply (9 to 256 tokens, widths multiples of 128); elsewhere the same as
+/// TENSOR_CORES, which runs the `_any` kernels themselves.
 const PIPELINED: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: false,
@@ -219,7 +220,7 @@ impl Ops<'_> {
                     let experts = ((&w13_d, &w2_d), (&w13_c, &w2_c));
                     s.moe_routes(
                         &case,
-                        &[TENSOR_CORES, PIPELINED],
+                        &[TENSOR_CORES],
                         (&x_d, &x_c),
                         (&l_d, &l_c),
                         experts,
@@ -429,7 +430,7 @@ impl Ops<'_> {
         let r = f(cuda, &mut out);
         cuda.retune(|t| t.moe.gemm = MoeGemm::Auto);
         cuda.retune(|t| t.moe.fp8_activations = false);
-        cuda.retune(|t| t.moe.small_pipe = false);
+        cuda.retune(|t| t.moe.small_pipe = true); // the default
         r?;
         let case = format!("{case} [{}]", route.name);
         self.check("fused_moe", &case, route.tol, &out, want)?;

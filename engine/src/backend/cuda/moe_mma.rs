@@ -73,21 +73,15 @@ const ANY_XS_PAD: usize = 8;
 /// against the same, so every width is whole stages either way).
 const PIPE_COLS: usize = 128;
 
-/// Dynamic shared memory of a `moe_*_pipe` block, PipeCfg's SMEM in moe_pipe.cu: 3 stages of
-/// 128 weight rows × 128 bytes, 16 activation rows of the stage's columns (bf16, 16 bytes of
-/// padding each) and, for FP8, a scale a weight row.
-fn pipe_smem(w: DType) -> u32 {
+/// Dynamic shared memory of a `moe_*_fp8_pipe` block, PipeCfg's SMEM in moe_pipe.cu: 3 stages
+/// of 128 weight rows × 128 bytes (128 FP8 columns), 16 activation rows of the stage's columns
+/// (bf16, 16 bytes of padding each) and a scale a weight row.
+fn pipe_smem() -> u32 {
     const STAGES: usize = 3;
     const ROWS: usize = 128;
     const ROW_BYTES: usize = 128;
-    let bk = if w == DType::BF16 {
-        ROW_BYTES / 2
-    } else {
-        ROW_BYTES
-    };
-    let x = 16 * (bk * 2 + 16);
-    let scales = if w == DType::BF16 { 0 } else { ROWS * 4 };
-    (STAGES * (ROWS * ROW_BYTES + x + scales)) as u32
+    let x = 16 * (ROW_BYTES * 2 + 16);
+    (STAGES * (ROWS * ROW_BYTES + x + ROWS * 4)) as u32
 }
 
 fn any_smem(k: usize) -> u32 {
@@ -132,9 +126,10 @@ impl CudaBackend {
         // Split: one B tile of pairs, k split over the block's warps; any: each warp over the
         // whole k, 16 pairs a chunk
         // (`moe_mma.cu`). `any`: the `_any` kernels.
-        // pipe: the `_any` builds' cp.async-pipelined twins (moe_pipe.cu: same grid, same
+        // pipe: the FP8 `_any` builds' cp.async-pipelined twins (moe_pipe.cu: same grid, same
         // bits), which take whole 128-column stages of both widths.
         let pipe = self.tuning().moe.small_pipe
+            && gate_up.dtype == DType::F8
             && build == SmallBuild::Any
             && h % PIPE_COLS == 0
             && i % PIPE_COLS == 0;
@@ -155,11 +150,6 @@ impl CudaBackend {
                 true,
             ),
             DType::F4 => return Err(super::not_activation("fused_moe")),
-            DType::BF16 if pipe => (
-                kernels::moe_gate_up_bf16_pipe,
-                kernels::moe_down_bf16_pipe,
-                true,
-            ),
             DType::BF16 => (
                 kernels::moe_gate_up_bf16_small_any,
                 kernels::moe_down_bf16_small_any,
@@ -187,7 +177,7 @@ impl CudaBackend {
         let per_block = if any { 8 * warps } else { 16 };
         let mut c = cfg((dim(i.div_ceil(per_block), "fused_moe")?, experts), threads);
         if pipe {
-            c.shared_mem_bytes = pipe_smem(gate_up.dtype);
+            c.shared_mem_bytes = pipe_smem();
             gate_up_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
         } else if any {
             c.shared_mem_bytes = any_smem(h);
@@ -206,7 +196,7 @@ impl CudaBackend {
         let per_block = if any { 16 * warps } else { 16 };
         let mut c = cfg((dim(h.div_ceil(per_block), "fused_moe")?, experts), threads);
         if pipe {
-            c.shared_mem_bytes = pipe_smem(down.dtype);
+            c.shared_mem_bytes = pipe_smem();
             down_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
         }
         // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up:
@@ -445,10 +435,9 @@ mod tests {
 
     #[test]
     fn pipe_shared_memory_is_pipecfgs() {
-        // PipeCfg<unsigned char>::SMEM and PipeCfg<bf16>::SMEM in moe_pipe.cu, three blocks of
-        // which fit a multiprocessor's 227 KB (the kernels' launch bounds ask for three).
-        assert_eq!(pipe_smem(DType::F8), 63_744);
-        assert_eq!(pipe_smem(DType::BF16), 56_064);
-        assert!(3 * pipe_smem(DType::F8) as usize <= 227 * 1024);
+        // PipeCfg::SMEM in moe_pipe.cu, three blocks of which fit a multiprocessor's 227 KB
+        // (the kernels' launch bounds ask for three).
+        assert_eq!(pipe_smem(), 63_744);
+        assert!(3 * pipe_smem() as usize <= 227 * 1024);
     }
 }

@@ -7,9 +7,10 @@
 //! inverse (compressed-tensors' `weight_global_scale`), per row so that fused projections keep
 //! each part's own. 0.5625 bytes a weight plus 4 a row, against bf16's 2 a weight.
 //!
-//! `matmul` with an F4 weight: up to 32 rows of x in passes of 8 through `gemv_nvfp4_m<rows>`
-//! (each pass streams the packed weight once more); more rows dequantize the weight to a bf16
-//! scratch copy (`dequant_nvfp4_bf16`) and run the bf16 path (cuBLAS) on it.
+//! `matmul` with an F4 weight: up to 4 rows of x through `gemv_nvfp4_m<rows>`; more rows
+//! dequantize the weight to a bf16 scratch copy (`dequant_nvfp4_bf16`) and run the bf16 path
+//! (cuBLAS) on it. The GEMV's time grows by about its one-row time with each row (H100: 33,
+//! 50, 103 us at 1, 2, 4 rows of the 27B's in_proj, 192 at 8), so the copy wins from about 5.
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{self, CudaTensor, DType};
@@ -19,10 +20,9 @@ use crate::backend::kernels::{self, Kernel};
 use crate::loader::nvfp4::GlobalRule;
 use crate::loader::{NVFP4_SCALE_BITS, NVFP4_SCALE_SHIFT, NVFP4_SCALE_STREAM, random_nvfp4_global};
 
-/// Most rows of x one NVFP4 GEMV launch takes (gemv_nvfp4_m1..m8).
-const NVFP4_GEMV_MAX_ROWS: usize = 8;
-/// Up to this many GEMV passes; more rows go through a bf16 copy of the weight and cuBLAS.
-const NVFP4_GEMV_MAX_PASSES: usize = 4;
+/// Most rows of x the NVFP4 GEMV takes (gemv_nvfp4_m1..m4, one launch); more go through a
+/// bf16 copy of the weight and cuBLAS.
+const NVFP4_GEMV_MAX_ROWS: usize = 4;
 /// Warps of a GEMV block (NVFP4_WARPS in nvfp4.cu): one output column each.
 const NVFP4_WARPS: usize = 8;
 
@@ -33,10 +33,6 @@ static NVFP4_GEMV: [Kernel<Nvfp4GemvArgs>; NVFP4_GEMV_MAX_ROWS] = [
     kernels::gemv_nvfp4_m2,
     kernels::gemv_nvfp4_m3,
     kernels::gemv_nvfp4_m4,
-    kernels::gemv_nvfp4_m5,
-    kernels::gemv_nvfp4_m6,
-    kernels::gemv_nvfp4_m7,
-    kernels::gemv_nvfp4_m8,
 ];
 
 /// A row's f32 multiplier of the block scales: `e4m3 · multiplier` is the block's scale (for
@@ -225,7 +221,7 @@ impl CudaBackend {
                 )
             },
         )?;
-        if m > NVFP4_GEMV_MAX_PASSES * NVFP4_GEMV_MAX_ROWS {
+        if m > NVFP4_GEMV_MAX_ROWS {
             let mut wb = self.alloc(&w.shape, DType::BF16)?;
             self.dequant_nvfp4(&mut wb, w)?;
             return self.matmul_op(out, x, &wb);

@@ -10,7 +10,7 @@ kernels! {
     Fp8 [gemv_bf16_mma] (out: *mut f32, x: *const bf16, w: *const bf16, m_total: i32, n_total: i32, k: i32);
     Fp8 [dequant_fp8_bf16, dequant_fp8_bf16_vec] (out: *mut bf16, w: *const u8, scales: *const f32, rows: u64, k: i32);
     Fp8 [dequant_fp8_fp32] (out: *mut f32, w: *const u8, scales: *const f32, rows: u64, k: i32);
-    Fp8 [gemv_nvfp4_m1, gemv_nvfp4_m2, gemv_nvfp4_m3, gemv_nvfp4_m4, gemv_nvfp4_m5, gemv_nvfp4_m6, gemv_nvfp4_m7, gemv_nvfp4_m8] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, n: i32, k: i32);
+    Fp8 [gemv_nvfp4_m1, gemv_nvfp4_m2, gemv_nvfp4_m3, gemv_nvfp4_m4] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, n: i32, k: i32);
     Fp8 [gemv_nvfp4_rows] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, m_total: i32, n_total: i32, k: i32);
     Fp8 [dequant_nvfp4_bf16] (out: *mut bf16, w: *const u8, scales: *const u8, globals: *const f32, rows: u64, k: i32);
     Fp8 [fill_random_fp8] (out: *mut u8, n: u64, seed: u64, scales: *mut f32, n_scales: u64, scale: f32);
