@@ -469,14 +469,14 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
     u32 sv = save_starts[s], cut = sv;
     const u32 sv_end = save_starts[s + 1], write_end = pad ? sv : sv_end;  // chunks still cut
     sv = gdn_chunk_saves<DK>(hs, sv, write_end, saves, 0, state, head, tid, col0, dv);
-    // Copies in flight while the block computes: a chunk's W, Qg, Tb, P and v (`main`) go out
-    // once the previous chunk's δ and o are done, its Kt at its start (the state's update
-    // reads the previous Kt until then).
-    auto issue_main = [&](const float* sc, int lo, int n) {
+    // Copies in flight while the block computes, three groups a chunk: its W, Qg, Tb and v go
+    // out once the previous chunk's δ is done (the last to read them), its P once the
+    // previous o is, its Kt at its start (the state's update reads the previous Kt until then).
+    auto issue_wqtv = [&](const float* sc, int lo, int n) {
         for (int i = tid; i < 2 * C * (DK / 4); i += blockDim.x)
             cp_async<16>(ws + i / (DK / 4) * DKP + 4 * (i % (DK / 4)), sc + 4 * i,
                          i / (DK / 4) % C < n);
-        for (int i = tid; i < 2 * C * (C / 4); i += blockDim.x)
+        for (int i = tid; i < C * (C / 4); i += blockDim.x)
             cp_async<16>(tb + i / (C / 4) * CP + 4 * (i % (C / 4)), sc + 3 * C * DK + 4 * i, true);
         for (int i = tid; i < C * BV; i += blockDim.x) {
             const int t = i / BV, c = col0 + i % BV;
@@ -486,22 +486,30 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
         }
         cp_async_commit();
     };
+    auto issue_p = [&](const float* sc) {
+        for (int i = tid; i < C * (C / 4); i += blockDim.x)
+            cp_async<16>(ps + i / (C / 4) * CP + 4 * (i % (C / 4)), sc + 3 * C * DK + C * C + 4 * i,
+                         true);
+        cp_async_commit();
+    };
     auto chunk_at = [&](u32 chunk) {
         return scratch + ((u64)chunk * nv + h) * gdn_chunk_floats<DK>();
     };
     u32 chunk = plan[s];
     int hi = gdn_chunk_end(0, len, saves, cut, sv_end);
-    issue_main(chunk_at(chunk), 0, hi);
+    issue_wqtv(chunk_at(chunk), 0, hi);
+    issue_p(chunk_at(chunk));
     for (int lo = 0; lo < len; ++chunk) {
         const int n = hi - lo;
         const float* sc = chunk_at(chunk);
+        const int next = hi < len ? gdn_chunk_end(hi, len, saves, cut, sv_end) : hi;
         __syncthreads();  // the previous chunk's update and saves are done: Kt is free
         for (int i = tid; i < C * (DK / 4); i += blockDim.x)
             cp_async<16>(ks + i / (DK / 4) * KTP + 4 * (i % (DK / 4)), sc + 2 * C * DK + 4 * i,
                          i / (DK / 4) < n);
         cp_async_commit();
         const float gamma = sc[3 * C * DK + 2 * C * C + n - 1];
-        cp_async_wait<1>();  // main is in, Kt may still be coming
+        cp_async_wait<1>();  // W, Qg, Tb, v and P are in, Kt may still be coming
         __syncthreads();
         // δ = Tb V − W S₀ (Tb and v are zero past n, and W: fixed counts pipeline), and o's
         // Qg S₀ with the same fragments of S₀
@@ -518,7 +526,8 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
                 *(float2*)(ds + t * SP + 8 * (ct + j) + 2 * t4) =
                     make_float2(in ? acc[j][2 * r] : 0.f, in ? acc[j][2 * r + 1] : 0.f);
             }
-        __syncthreads();
+        __syncthreads();  // δ is written; W, Qg, Tb and v are read: the next chunk's go out
+        if (next > hi) issue_wqtv(chunk_at(chunk + 1), hi, next - hi);
         // o = Qg S₀ + P δ (P and δ are zero past n)
         gdn_tile_mma<C, 2, true, true>(oq, ps + 16 * rt * CP, CP, ds + 8 * ct, SP, lane);
 #pragma unroll
@@ -531,11 +540,10 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
                 if (col < dv) o[col] = oq[j][2 * r];
                 if (col + 1 < dv) o[col + 1] = oq[j][2 * r + 1];
             }
-        const int next = hi < len ? gdn_chunk_end(hi, len, saves, cut, sv_end) : hi;
-        __syncthreads();  // every thread has read S₀, W, Qg, Tb, P and v
+        __syncthreads();  // every thread has read P
         if (next > hi) {
-            issue_main(chunk_at(chunk + 1), hi, next - hi);
-            cp_async_wait<1>();  // Kt is in
+            issue_p(chunk_at(chunk + 1));
+            cp_async_wait<2>();  // Kt is in (the next chunk's two groups may still be coming)
         } else {
             cp_async_wait<0>();
         }
