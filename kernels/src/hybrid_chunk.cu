@@ -101,48 +101,45 @@ __device__ __forceinline__ float f4(const float4& v, int u) {
     return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w;
 }
 
-// --- the chunk's products on tensor cores: f32 operands as three bf16 terms ------------------
+// --- the chunk's products on tensor cores: f32 operands as two tf32 terms (3xTF32) -----------
 //
-// An f32 x is split exactly into x = h + m + l, three bf16 values: h is x rounded to 8
-// significant bits, m the difference rounded so, l what is left (at most 8 bits). A product is
-// then the six bf16 mma (f32 accumulate) hh + hm + mh + mm + hl + lh, the small terms first,
-// missing only terms of about 2^-26 of it: f32's accuracy. With two terms (three products) a
-// product is off by about 2^-17, and the states land 40 times farther from the CPU's than f32
-// does (the host emulation's chunked cases: 8.8e-6 against 2.4e-7), too close to the check's
-// f32 tolerance; every product of the chunk feeds the state or the output, so all take six.
+// An f32 x is split into x ≈ h + l, two tf32 values (ten mantissa bits): h is x rounded to 11
+// significant bits, l the rest (x − h, exact in f32) rounded so. A product is the three tf32
+// mma (f32 accumulate) lh + hl + hh, the small terms first: what it misses (ll, and l's own
+// rounding) is at most about 2^-21 of it: the host emulation's chunked states land within
+// 4.2e-7 of the reference, the three-term bf16 split's within 3.0e-7. Two bf16 terms
+// (three bf16 products, about 2^-17) land 40 times farther from the CPU than f32 does, too near
+// the check's tolerance; three bf16 terms (six products) were f32's accuracy but their split
+// took about ten instructions an element where this one takes five (two integer roundings, a
+// subtraction): with as many mma a product (a tf32 m16n8k8 is half a bf16 m16n8k16's work at
+// half its rate) the split's instructions are what this saves.
 // The fragments are read from f32 shared memory and split on the way (g = lane / 4,
-// t = lane % 4, the mma's layout in mma.cuh).
+// t = lane % 4). A 16-wide k step is two m16n8k8: lane t's k slots t and t + 4 of the k8 at k0
+// hold k0 + 2t and k0 + 2t + 1 (adjacent: 8-byte loads). Any order of k, the same in A and B,
+// gives the same product.
 
-// v rounded to 8 significant bits (Veltkamp's split: exact in bf16; the _rn operations keep the
-// compiler from fusing them).
-__device__ __forceinline__ float gdn_top8(float v) {
-    const float t = __fmul_rn(v, 65537.f);
-    return __fsub_rn(t, __fsub_rn(t, v));
+// x rounded to tf32 (nearest, ties away: the magnitude's bits plus half of the 13 dropped).
+__device__ __forceinline__ u32 gdn_tf32(float x) {
+    return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
 }
 
-// A fragment register of two elements as its three bf16 pairs.
+// Two elements adjacent along k (x at k, y at k + 1) as their tf32 terms.
 struct GdnSplit {
-    u32 h, m, l;
+    u32 hx, hy, lx, ly;
 };
 __device__ __forceinline__ GdnSplit gdn_split(float x, float y) {
-    const float hx = gdn_top8(x), hy = gdn_top8(y);
-    x = __fsub_rn(x, hx);
-    y = __fsub_rn(y, hy);
-    const float mx = gdn_top8(x), my = gdn_top8(y);
-    x = __fsub_rn(x, mx);
-    y = __fsub_rn(y, my);
-    auto pair = [](float a, float b) {
-        return pair_halves<true>(__float_as_uint(a), __float_as_uint(b));
-    };
-    return {pair(hx, hy), pair(mx, my), pair(x, y)};
+    const u32 hx = gdn_tf32(x), hy = gdn_tf32(y);
+    return {hx, hy, gdn_tf32(__fsub_rn(x, __uint_as_float(hx))),
+            gdn_tf32(__fsub_rn(y, __uint_as_float(hy)))};
 }
 __device__ __forceinline__ GdnSplit gdn_split2(const float* p) {
     const float2 v = *(const float2*)p;
     return gdn_split(v.x, v.y);
 }
 
-// The A fragment (16 × 16) at `a`: element (m, k) at a[m · ld + k] (ROWS, pairs along k are
-// adjacent: 8-byte loads) or a[k · ld + m]. NEG negates it (the sign bits of both terms).
+// The A fragment (16 × 16) at `a` as two k8 halves: pairs 2q (row g) and 2q + 1 (row g + 8)
+// at k 2t + 8q, 2t + 8q + 1; element (m, k) at a[m · ld + k] (ROWS: 8-byte loads) or
+// a[k · ld + m]. NEG negates it (the sign bits of both terms).
 template <bool ROWS, bool NEG = false>
 __device__ __forceinline__ void gdn_frag_a(GdnSplit (&f)[4], const float* a, int ld, int lane) {
     const int g = lane / 4, t = lane % 4;
@@ -150,12 +147,15 @@ __device__ __forceinline__ void gdn_frag_a(GdnSplit (&f)[4], const float* a, int
     for (int i = 0; i < 4; ++i) {
         const int m = g + 8 * (i & 1), k = 2 * t + 8 * (i >> 1);
         f[i] = ROWS ? gdn_split2(a + m * ld + k) : gdn_split(a[k * ld + m], a[(k + 1) * ld + m]);
-        if (NEG) f[i] = {f[i].h ^ 0x80008000u, f[i].m ^ 0x80008000u, f[i].l ^ 0x80008000u};
+        if (NEG) {
+            constexpr u32 s = 0x80000000u;
+            f[i] = {f[i].hx ^ s, f[i].hy ^ s, f[i].lx ^ s, f[i].ly ^ s};
+        }
     }
 }
 
-// The B fragment (16 × 8) at `b`: element (k, n) at b[k · ld + n] (K_ROWS) or b[n · ld + k]
-// (pairs along k adjacent: 8-byte loads).
+// The B fragment (16 × 8) at `b`, pair q at k 2t + 8q, 2t + 8q + 1 of column g: element (k, n)
+// at b[k · ld + n] (K_ROWS) or b[n · ld + k] (8-byte loads).
 template <bool K_ROWS>
 __device__ __forceinline__ void gdn_frag_b(GdnSplit (&f)[2], const float* b, int ld, int lane) {
     const int g = lane / 4, t = lane % 4;
@@ -166,16 +166,18 @@ __device__ __forceinline__ void gdn_frag_b(GdnSplit (&f)[2], const float* b, int
     }
 }
 
-// c += a·b from the split terms.
+// c += a·b over the 16-wide k step from the split terms: six tf32 mma, the small terms first.
 __device__ __forceinline__ void gdn_mma6(float (&c)[4], const GdnSplit (&a)[4],
                                          const GdnSplit (&b)[2]) {
-#define GDN_MMA(x, y) mma_bf16(c, a[0].x, a[1].x, a[2].x, a[3].x, b[0].y, b[1].y)
-    GDN_MMA(l, h);
-    GDN_MMA(h, l);
-    GDN_MMA(m, m);
-    GDN_MMA(m, h);
-    GDN_MMA(h, m);
-    GDN_MMA(h, h);
+#define GDN_MMA(q, TA, TB)                                                                       \
+    mma_tf32(c, a[2 * q].TA##x, a[2 * q + 1].TA##x, a[2 * q].TA##y, a[2 * q + 1].TA##y,         \
+             b[q].TB##x, b[q].TB##y)
+    GDN_MMA(0, l, h);
+    GDN_MMA(0, h, l);
+    GDN_MMA(1, l, h);
+    GDN_MMA(1, h, l);
+    GDN_MMA(0, h, h);
+    GDN_MMA(1, h, h);
 #undef GDN_MMA
 }
 
@@ -467,14 +469,14 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
     u32 sv = save_starts[s], cut = sv;
     const u32 sv_end = save_starts[s + 1], write_end = pad ? sv : sv_end;  // chunks still cut
     sv = gdn_chunk_saves<DK>(hs, sv, write_end, saves, 0, state, head, tid, col0, dv);
-    // Copies in flight while the block computes: a chunk's W, Qg, Tb, P and v (`main`) go out
-    // once the previous chunk's δ and o are done, its Kt at its start (the state's update
-    // reads the previous Kt until then).
-    auto issue_main = [&](const float* sc, int lo, int n) {
+    // Copies in flight while the block computes, three groups a chunk: its W, Qg, Tb and v go
+    // out once the previous chunk's δ is done (the last to read them), its P once the
+    // previous o is, its Kt at its start (the state's update reads the previous Kt until then).
+    auto issue_wqtv = [&](const float* sc, int lo, int n) {
         for (int i = tid; i < 2 * C * (DK / 4); i += blockDim.x)
             cp_async<16>(ws + i / (DK / 4) * DKP + 4 * (i % (DK / 4)), sc + 4 * i,
                          i / (DK / 4) % C < n);
-        for (int i = tid; i < 2 * C * (C / 4); i += blockDim.x)
+        for (int i = tid; i < C * (C / 4); i += blockDim.x)
             cp_async<16>(tb + i / (C / 4) * CP + 4 * (i % (C / 4)), sc + 3 * C * DK + 4 * i, true);
         for (int i = tid; i < C * BV; i += blockDim.x) {
             const int t = i / BV, c = col0 + i % BV;
@@ -484,22 +486,30 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
         }
         cp_async_commit();
     };
+    auto issue_p = [&](const float* sc) {
+        for (int i = tid; i < C * (C / 4); i += blockDim.x)
+            cp_async<16>(ps + i / (C / 4) * CP + 4 * (i % (C / 4)), sc + 3 * C * DK + C * C + 4 * i,
+                         true);
+        cp_async_commit();
+    };
     auto chunk_at = [&](u32 chunk) {
         return scratch + ((u64)chunk * nv + h) * gdn_chunk_floats<DK>();
     };
     u32 chunk = plan[s];
     int hi = gdn_chunk_end(0, len, saves, cut, sv_end);
-    issue_main(chunk_at(chunk), 0, hi);
+    issue_wqtv(chunk_at(chunk), 0, hi);
+    issue_p(chunk_at(chunk));
     for (int lo = 0; lo < len; ++chunk) {
         const int n = hi - lo;
         const float* sc = chunk_at(chunk);
+        const int next = hi < len ? gdn_chunk_end(hi, len, saves, cut, sv_end) : hi;
         __syncthreads();  // the previous chunk's update and saves are done: Kt is free
         for (int i = tid; i < C * (DK / 4); i += blockDim.x)
             cp_async<16>(ks + i / (DK / 4) * KTP + 4 * (i % (DK / 4)), sc + 2 * C * DK + 4 * i,
                          i / (DK / 4) < n);
         cp_async_commit();
         const float gamma = sc[3 * C * DK + 2 * C * C + n - 1];
-        cp_async_wait<1>();  // main is in, Kt may still be coming
+        cp_async_wait<1>();  // W, Qg, Tb, v and P are in, Kt may still be coming
         __syncthreads();
         // δ = Tb V − W S₀ (Tb and v are zero past n, and W: fixed counts pipeline), and o's
         // Qg S₀ with the same fragments of S₀
@@ -516,7 +526,8 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
                 *(float2*)(ds + t * SP + 8 * (ct + j) + 2 * t4) =
                     make_float2(in ? acc[j][2 * r] : 0.f, in ? acc[j][2 * r + 1] : 0.f);
             }
-        __syncthreads();
+        __syncthreads();  // δ is written; W, Qg, Tb and v are read: the next chunk's go out
+        if (next > hi) issue_wqtv(chunk_at(chunk + 1), hi, next - hi);
         // o = Qg S₀ + P δ (P and δ are zero past n)
         gdn_tile_mma<C, 2, true, true>(oq, ps + 16 * rt * CP, CP, ds + 8 * ct, SP, lane);
 #pragma unroll
@@ -529,11 +540,10 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
                 if (col < dv) o[col] = oq[j][2 * r];
                 if (col + 1 < dv) o[col + 1] = oq[j][2 * r + 1];
             }
-        const int next = hi < len ? gdn_chunk_end(hi, len, saves, cut, sv_end) : hi;
-        __syncthreads();  // every thread has read S₀, W, Qg, Tb, P and v
+        __syncthreads();  // every thread has read P
         if (next > hi) {
-            issue_main(chunk_at(chunk + 1), hi, next - hi);
-            cp_async_wait<1>();  // Kt is in
+            issue_p(chunk_at(chunk + 1));
+            cp_async_wait<2>();  // Kt is in (the next chunk's two groups may still be coming)
         } else {
             cp_async_wait<0>();
         }

@@ -11,7 +11,7 @@
 //! measured against the state's rms; its conv windows are copies of inputs: exact. Its output
 //! is bf16 after an RMSNorm of that f32 core: [`Tol::BF16`]; on the float32 path (section
 //! `ops-f32`, [`run_ops`]) it is f32: [`Tol::F32`]. The chunked kernels keep f32's accuracy
-//! (their tensor-core products take each f32 operand as three bf16 terms; the WY form
+//! (their tensor-core products take each f32 operand as two tf32 terms, 3xTF32; the WY form
 //! reassociates the same sums; the decay products are multiplied out as the CPU does, not
 //! taken as exp of cumulative sums), so the same tolerances hold, and their state error must
 //! not grow with the length (the 2048-token case).

@@ -209,6 +209,21 @@ inline void emu_mma_m16n8k16_bf16(float c[4], unsigned a0, unsigned a1, unsigned
                                   unsigned b0, unsigned b1) {
     emu_mma_m16n8k16(c, a0, a1, a2, a3, b0, b1, [](unsigned bits) { unsigned u = bits << 16; float f; memcpy(&f, &u, 4); return f; });
 }
+// mma.sync.m16n8k8.row.col.f32.tf32.tf32.f32: a0..a3 = A[g][t], A[g + 8][t], A[g][t + 4],
+// A[g + 8][t + 4]; b0, b1 = B[t][g], B[t + 4][g]; each register an f32 of which the top 19 bits
+// count (the low 13 dropped, as the tensor core reads them).
+inline void emu_mma_m16n8k8_tf32(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                 unsigned b0, unsigned b1) {
+    emu_mma<8>(c, a0, a1, a2, a3, b0, b1, [](unsigned g, unsigned t, float (*A)[8], float (*B)[8], const unsigned* a, const unsigned* b) {
+        auto value = [](unsigned bits) { bits &= 0xffffe000u; float f; memcpy(&f, &bits, 4); return f; };
+        A[g][t] = value(a[0]);
+        A[g + 8][t] = value(a[1]);
+        A[g][t + 4] = value(a[2]);
+        A[g + 8][t + 4] = value(a[3]);
+        B[t][g] = value(b[0]);
+        B[t + 4][g] = value(b[1]);
+    });
+}
 // f32 -> f16 bits, rounded to nearest even (cvt.rn.f16.f32): overflow to inf, subnormals
 // kept, NaN quieted.
 inline unsigned emu_f16_bits(float f) {

@@ -35,6 +35,24 @@ __device__ __forceinline__ void mma_bf16(float c[4], u32 a0, u32 a1, u32 a2, u32
     mma_m16n8<false>(c, a0, a1, a2, a3, b0, b1);
 }
 
+// c += a·b for one m16n8 tile of tf32 operands (m16n8k8, f32 accumulators): a0..a3 = A[g][t],
+// A[g + 8][t], A[g][t + 4], A[g + 8][t + 4]; b0, b1 = B[t][g], B[t + 4][g]; c as mma_m16n8's.
+// Each register is an f32 of which the tensor core reads the top 19 bits (sign, exponent, ten
+// mantissa bits): callers round the low 13 bits off first.
+__device__ __forceinline__ void mma_tf32(float c[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0,
+                                         u32 b1) {
+#ifdef METRALE_HOST_EMULATION
+    emu_mma_m16n8k8_tf32(c, a0, a1, a2, a3, b0, b1);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    asm volatile("trap;");
+#else
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
 // Bytes SEL (a prmt selector: 0x4140 takes bytes 0 and 1, 0x4342 bytes 2 and 3) of w as the
 // low bytes of the two halves of a u32.
 template <u32 SEL> __device__ __forceinline__ u32 byte_halves(u32 w) {
