@@ -122,18 +122,18 @@ def is_nvfp4(cfg):
 
 
 @torch.no_grad()
-def score(model, sequences):
+def score(model, sequences, device):
     """Max |Δ| from the reference log-probs and the top-1 disagreements per margin."""
     worst, positions = 0.0, 0
     wrong = {m: [] for m in MARGINS}
     checked = {m: 0 for m in MARGINS}
     for s, seq in enumerate(sequences):
-        ids = torch.tensor([seq["tokens"]], device="cuda")
+        ids = torch.tensor([seq["tokens"]], device=device)
         logp = torch.log_softmax(model(ids).logits[0].float(), dim=-1)
-        want = torch.tensor(seq["next_token_logprobs"], device="cuda")
+        want = torch.tensor(seq["next_token_logprobs"], device=device)
         n = len(seq["next_token_logprobs"])
         if n > 0:  # a one-token sequence has only its top-5
-            got = logp[torch.arange(n, device="cuda"), ids[0, 1:n + 1]]
+            got = logp[torch.arange(n, device=device), ids[0, 1:n + 1]]
             worst = max(worst, float((got - want).abs().max()))
         positions += n
         top1 = logp.argmax(dim=-1).tolist()
@@ -153,6 +153,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fixtures", default="tests/fixtures")
     ap.add_argument("--out")
+    ap.add_argument("--device", default="cuda",
+                    help="cuda (the bar the engine's bf16 path is held to) or cpu (torch's own "
+                         "bf16 kernels: a stand-in where no GPU has torch)")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -178,8 +181,8 @@ def main():
             for dtype in (torch.float32, torch.bfloat16):
                 t = time.time()
                 model = AutoModelForCausalLM.from_pretrained(
-                    path, dtype=dtype, attn_implementation="eager").to("cuda").eval()
-                worst, positions, checked, wrong = score(model, ref["sequences"])
+                    path, dtype=dtype, attn_implementation="eager").to(args.device).eval()
+                worst, positions, checked, wrong = score(model, ref["sequences"], args.device)
                 key = "f32" if dtype == torch.float32 else "bf16"
                 row[key] = {"max_abs": worst, "positions": positions,
                             "top1_checked": {str(m): checked[m] for m in MARGINS},
@@ -191,7 +194,8 @@ def main():
                 for w in wrong[MARGINS[0]][:8]:
                     print(f"    top-1 differs: {w}", flush=True)
                 del model
-                torch.cuda.empty_cache()
+                if args.device == "cuda":
+                    torch.cuda.empty_cache()
         except Exception as e:  # one fixture's failure must not hide the others'
             row["error"] = f"{type(e).__name__}: {e}"
             print(f"{name:<24} FAILED: {row['error']}", flush=True)
@@ -214,7 +218,8 @@ def main():
         with open(os.path.join(args.out, "hf_bf16_gap.json"), "w") as f:
             json.dump({"torch": torch.__version__,
                        "transformers": __import__("transformers").__version__,
-                       "device": torch.cuda.get_device_name(0), "fixtures": results}, f, indent=1)
+                       "device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu",
+                       "fixtures": results}, f, indent=1)
     return 1 if any("error" in r for r in results) else 0
 
 
