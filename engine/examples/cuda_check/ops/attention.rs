@@ -164,60 +164,16 @@ impl Ops<'_> {
         qd: DType,
         flash: bool,
     ) -> Result<()> {
-        let bs = 16;
-        // Shuffled block ids: every sequence's table is non-contiguous and out of order.
-        let need: Vec<usize> = seqs.iter().map(|&(p, n)| (p + n).div_ceil(bs)).collect();
-        let blocks = 1 + need.iter().sum::<usize>() + 3;
-        let mut ids: Vec<u32> = (1..blocks as u32).collect();
-        self.rng.shuffle(&mut ids);
-        let mut tables = Vec::new();
-        let mut next = 0;
-        for &n in &need {
-            tables.push(ids[next..next + n].to_vec());
-            next += n;
-        }
-        let tokens: Vec<Vec<u32>> = seqs.iter().map(|&(_, n)| vec![0; n]).collect();
-        let chunks: Vec<SeqChunk<'_>> = seqs
-            .iter()
-            .zip(&tokens)
-            .zip(&tables)
-            .map(|((&(start, _), tok), table)| SeqChunk {
-                tokens: tok,
-                start_pos: start,
-                block_table: table,
-                logits_rows: vec![],
-            })
-            .collect();
-        let b = BatchInputs::build(bs, &chunks);
-        let t = b.num_tokens();
-        let batch = self.cuda.prepare_batch(&b)?;
-        let shape = [blocks, bs, nkv, hd];
-        // An FP8 cache: random e4m3 bytes and scales (the CPU holds e4m3 · scale).
-        let ((k_d, k_c), (v_d, v_c)) = if self.cuda.kv_cache_fp8() {
-            (self.fp8_pair(&shape)?, self.fp8_pair(&shape)?)
-        } else {
-            (
-                self.random(&shape, 1.0, self.wd())?,
-                self.random(&shape, 1.0, self.wd())?,
-            )
-        };
-        let (q_d, mut q_c) = self.random(&[t, (nh + 2 * nkv) * hd], 3.0, qd)?;
-        if flash && qd == DType::F32 {
-            // The flash kernel takes q into the tensor cores as bf16 by design: the reference
-            // gets the same q, so the check holds what the kernel computes from it (its
-            // softmax weights' rounding), not the rounding of q, which on these peaked rows
-            // (q drawn at 3.0) moves a score by 2^-9 of up to ~10 and an output by up to 4%
-            // of the rms (2026-12-05, T=1000 hd=64).
-            q_c.data = super::round_bf16(&q_c.data);
-        }
-        let scale = 1.0 / (hd as f32).sqrt();
+        let c = self.paged_case((nh, nkv, hd), seqs, qd, flash)?;
+        let (t, scale, batch, b) = (c.t, c.scale, &c.batch, &c.host);
+        let ((q_d, q_c), (k_d, k_c), (v_d, v_c)) = (&c.q, &c.k, &c.v);
         let mut out_d = self.cuda.zeros(&[t, nh * hd])?;
         let mut out_c = self.cpu.zeros(&[t, nh * hd])?;
         self.cuda
-            .paged_attention(&mut out_d, &q_d, &k_d, &v_d, &batch, nh, scale)
+            .paged_attention(&mut out_d, q_d, k_d, v_d, batch, nh, scale)
             .context("cuda")?;
         self.cpu
-            .paged_attention(&mut out_c, &q_c, &k_c, &v_c, &b, nh, scale)
+            .paged_attention(&mut out_c, q_c, k_c, v_c, b, nh, scale)
             .context("cpu")?;
         let tol = match (flash, self.cuda.kv_cache_fp8()) {
             (false, _) => Tol::BF16,
@@ -227,7 +183,8 @@ impl Ops<'_> {
         self.check("paged_attention", case, tol, &out_d, &out_c)?;
         // The same batch reading block tables kept on the device (what `met serve` runs): the
         // same kernels on the same entries, so the same bits.
-        let kept = self.kept_tables_output(&chunks, &tables, &[&q_d, &k_d, &v_d], (nh, scale))?;
+        let kept =
+            self.kept_tables_output(&c.chunks(), &c.tables, &[q_d, k_d, v_d], (nh, scale))?;
         let whole = CpuTensor::new(vec![t, nh * hd], self.cuda.to_host(&out_d)?);
         self.check(
             "paged_attention",
@@ -291,5 +248,100 @@ impl Ops<'_> {
             .paged_attention(&mut out, q, k, v, &batch, nh, scale)
             .context("cuda, kept tables")?;
         Ok(out)
+    }
+}
+
+/// A paged attention case's inputs: shuffled block tables (every sequence's table
+/// non-contiguous and out of order), the step's batch, random caches (FP8 where the backend's
+/// cache is: random e4m3 bytes and scales, the CPU holding e4m3 · scale) and a random q|k|v.
+pub(super) struct PagedCase {
+    pub tables: Vec<Vec<u32>>,
+    tokens: Vec<Vec<u32>>,
+    starts: Vec<usize>,
+    pub host: BatchInputs,
+    pub batch: <CudaBackend as Backend>::Batch,
+    pub t: usize,
+    pub scale: f32,
+    pub q: (CudaTensor, CpuTensor),
+    pub k: (CudaTensor, CpuTensor),
+    pub v: (CudaTensor, CpuTensor),
+}
+
+impl PagedCase {
+    pub fn chunks(&self) -> Vec<SeqChunk<'_>> {
+        chunks_of(&self.starts, &self.tokens, &self.tables)
+    }
+}
+
+fn chunks_of<'a>(
+    starts: &[usize],
+    tokens: &'a [Vec<u32>],
+    tables: &'a [Vec<u32>],
+) -> Vec<SeqChunk<'a>> {
+    (starts.iter().zip(tokens).zip(tables))
+        .map(|((&start_pos, tokens), block_table)| SeqChunk {
+            tokens,
+            start_pos,
+            block_table,
+            logits_rows: vec![],
+        })
+        .collect()
+}
+
+impl Ops<'_> {
+    /// [`PagedCase`] for heads `(nh, nkv, hd)` and sequences `(start position, new tokens)`,
+    /// blocks of 16; `qd` q|k|v's type. For the flash kernel an f32 q is given to the CPU as
+    /// the bf16 q the kernel computes with by design: the check then holds what the kernel
+    /// computes from it (its softmax weights' rounding), not the rounding of q, which on these
+    /// peaked rows (q drawn at 3.0) moves a score by 2^-9 of up to ~10 and an output by up to
+    /// 4% of the rms (2026-12-05, T=1000 hd=64).
+    pub(super) fn paged_case(
+        &mut self,
+        (nh, nkv, hd): (usize, usize, usize),
+        seqs: &[(usize, usize)],
+        qd: DType,
+        flash: bool,
+    ) -> Result<PagedCase> {
+        let bs = 16;
+        let need: Vec<usize> = seqs.iter().map(|&(p, n)| (p + n).div_ceil(bs)).collect();
+        let blocks = 1 + need.iter().sum::<usize>() + 3;
+        let mut ids: Vec<u32> = (1..blocks as u32).collect();
+        self.rng.shuffle(&mut ids);
+        let mut tables = Vec::new();
+        let mut next = 0;
+        for &n in &need {
+            tables.push(ids[next..next + n].to_vec());
+            next += n;
+        }
+        let tokens: Vec<Vec<u32>> = seqs.iter().map(|&(_, n)| vec![0; n]).collect();
+        let starts: Vec<usize> = seqs.iter().map(|&(p, _)| p).collect();
+        let host = BatchInputs::build(bs, &chunks_of(&starts, &tokens, &tables));
+        let t = host.num_tokens();
+        let batch = self.cuda.prepare_batch(&host)?;
+        let shape = [blocks, bs, nkv, hd];
+        let (k, v) = if self.cuda.kv_cache_fp8() {
+            (self.fp8_pair(&shape)?, self.fp8_pair(&shape)?)
+        } else {
+            (
+                self.random(&shape, 1.0, self.wd())?,
+                self.random(&shape, 1.0, self.wd())?,
+            )
+        };
+        let mut q = self.random(&[t, (nh + 2 * nkv) * hd], 3.0, qd)?;
+        if flash && qd == DType::F32 {
+            q.1.data = super::round_bf16(&q.1.data);
+        }
+        Ok(PagedCase {
+            tables,
+            tokens,
+            starts,
+            host,
+            batch,
+            t,
+            scale: 1.0 / (hd as f32).sqrt(),
+            q,
+            k,
+            v,
+        })
     }
 }

@@ -254,46 +254,10 @@ impl Ops<'_> {
         qd: DType,
         flash: bool,
     ) -> Result<()> {
-        let (nh, nkv, hd) = c.heads;
-        let bs = 16;
-        // Shuffled block ids: every sequence's table is non-contiguous and out of order.
-        let need: Vec<usize> = c.seqs.iter().map(|&(p, n)| (p + n).div_ceil(bs)).collect();
-        let blocks = 1 + need.iter().sum::<usize>() + 3;
-        let mut ids: Vec<u32> = (1..blocks as u32).collect();
-        self.rng.shuffle(&mut ids);
-        let mut tables = Vec::new();
-        let mut next = 0;
-        for &n in &need {
-            tables.push(ids[next..next + n].to_vec());
-            next += n;
-        }
-        let tokens: Vec<Vec<u32>> = c.seqs.iter().map(|&(_, n)| vec![0; n]).collect();
-        let chunks: Vec<SeqChunk<'_>> = c
-            .seqs
-            .iter()
-            .zip(&tokens)
-            .zip(&tables)
-            .map(|((&(start, _), tok), table)| SeqChunk {
-                tokens: tok,
-                start_pos: start,
-                block_table: table,
-                logits_rows: vec![],
-            })
-            .collect();
-        let b = BatchInputs::build(bs, &chunks);
-        let t = b.num_tokens();
-        let batch = self.cuda.prepare_batch(&b)?;
-        let shape = [blocks, bs, nkv, hd];
-        let ((k_d, k_c), (v_d, v_c)) = if self.cuda.kv_cache_fp8() {
-            (self.fp8_pair(&shape)?, self.fp8_pair(&shape)?)
-        } else {
-            (
-                self.random(&shape, 1.0, self.wd())?,
-                self.random(&shape, 1.0, self.wd())?,
-            )
-        };
-        let (q_d, q_c) = self.random(&[t, (nh + 2 * nkv) * hd], 3.0, qd)?;
-        let scale = 1.0 / (hd as f32).sqrt();
+        let (nh, _, hd) = c.heads;
+        let p = self.paged_case(c.heads, &c.seqs, qd, flash)?;
+        let (t, scale, batch, b) = (p.t, p.scale, &p.batch, &p.host);
+        let ((q_d, q_c), (k_d, k_c), (v_d, v_c)) = (&p.q, &p.k, &p.v);
         let mut out_d = self.cuda.zeros(&[t, nh * hd])?;
         let mut out_c = self.cpu.zeros(&[t, nh * hd])?;
         if c.sinks {
@@ -321,18 +285,18 @@ impl Ops<'_> {
             };
             let heads = (nh, scale);
             self.cuda
-                .paged_attention_sinks(&mut out_d, &q_d, &k_d, &v_d, &batch, heads, c.window, &s_d)
+                .paged_attention_sinks(&mut out_d, q_d, k_d, v_d, batch, heads, c.window, &s_d)
                 .context("cuda")?;
             self.cpu
-                .paged_attention_sinks(&mut out_c, &q_c, &k_c, &v_c, &b, heads, c.window, &s_c)
+                .paged_attention_sinks(&mut out_c, q_c, k_c, v_c, b, heads, c.window, &s_c)
                 .context("cpu")?;
         } else {
             let w = c.window.unwrap_or(usize::MAX);
             self.cuda
-                .paged_attention_window(&mut out_d, &q_d, &k_d, &v_d, &batch, nh, scale, w)
+                .paged_attention_window(&mut out_d, q_d, k_d, v_d, batch, nh, scale, w)
                 .context("cuda")?;
             self.cpu
-                .paged_attention_window(&mut out_c, &q_c, &k_c, &v_c, &b, nh, scale, w)
+                .paged_attention_window(&mut out_c, q_c, k_c, v_c, b, nh, scale, w)
                 .context("cpu")?;
         }
         let tol = match (flash, self.cuda.kv_cache_fp8()) {

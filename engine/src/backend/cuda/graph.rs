@@ -353,7 +353,11 @@ impl CudaBackend {
                 "the captured forward gave {} outputs ({:?} first), not {outputs} in the arena{}",
                 out.len(),
                 out.first().map(|t| t.dtype),
-                if f32_first { " with f32 logits first" } else { "" }
+                if f32_first {
+                    " with f32 logits first"
+                } else {
+                    ""
+                }
             )));
         }
         Ok((graph, out))
