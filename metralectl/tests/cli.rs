@@ -288,7 +288,10 @@ fn run_refuses_what_the_engine_does_not_serve_before_any_download() {
     let mut sandbox = Sandbox::new();
     sandbox.fake_nvidia_smi("NVIDIA H200, 143771, 143000, 9.0");
     for (name, why) in [
-        ("minimax-m2", "over 4 GPUs, and met serves a model on one GPU"),
+        (
+            "minimax-m2",
+            "over 4 GPUs, and met serves a model on one GPU",
+        ),
         (
             "deepseek-v3.1",
             "over 8 GPUs, and met serves a model on one GPU",
