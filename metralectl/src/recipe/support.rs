@@ -90,7 +90,7 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         assert_eq!(refusal(&recipe(&dense)), None);
-        let moe = dense.replace("[model]\n", "[model]\nexperts = \"bf16\"\n");
+        let moe = dense.replace("[model]\n", "[model]\nexperts = 8\n");
         let why = refusal(&recipe(&moe)).expect("refused");
         assert!(why.contains("relu² experts"), "{why}");
     }
