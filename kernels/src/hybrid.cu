@@ -98,14 +98,17 @@ __device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + ex
 
 // --- 1. the causal conv ------------------------------------------------------------------------
 
+// `bias` (Mamba-2's conv bias, mamba2.cu) is added after the taps, before the SiLU; the Gated
+// DeltaNet passes none.
 template <typename TM>
-__device__ void gdn_conv_impl(float* out, const TM* mixed, const float* taps_all, float* conv_state,
-                              const u32* row_seq, const u32* seq_starts, const u32* slots,
-                              const u32* save_starts, const u32* saves, int rows, int channels,
-                              int k, int width) {
+__device__ void gdn_conv_impl(float* out, const TM* mixed, const float* taps_all, const float* bias,
+                              float* conv_state, const u32* row_seq, const u32* seq_starts,
+                              const u32* slots, const u32* save_starts, const u32* saves, int rows,
+                              int channels, int k, int width) {
     pdl_start();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= channels) return;
+    const float b = bias ? bias[c] : 0.f;
     float taps[GDN_MAX_K];
 #pragma unroll
     for (int j = 0; j < GDN_MAX_K; ++j) taps[j] = j < k ? taps_all[(u64)c * k + j] : 0.f;
@@ -117,7 +120,7 @@ __device__ void gdn_conv_impl(float* out, const TM* mixed, const float* taps_all
 #pragma unroll
         for (int j = 0; j < GDN_MAX_K; ++j)
             if (j < k) acc += taps[j] * to_f32(mixed[(u64)(y - (k - 1) + j) * width + c]);
-        out[(u64)y * channels + c] = gdn_silu(acc);
+        out[(u64)y * channels + c] = gdn_silu(bias ? acc + b : acc);
         return;
     }
     const int s = y - rows;
@@ -144,7 +147,7 @@ __device__ void gdn_conv_impl(float* out, const TM* mixed, const float* taps_all
 #pragma unroll
         for (int j = 0; j < GDN_MAX_K; ++j)
             if (j < k) acc += taps[j] * x(i - (k - 1) + j);
-        out[(u64)(r0 + i) * channels + c] = gdn_silu(acc);
+        out[(u64)(r0 + i) * channels + c] = gdn_silu(bias ? acc + b : acc);
     }
     for (u32 sv = save_starts[s]; sv < save_starts[s + 1]; ++sv) {
         const int after = (int)saves[2 * sv];
@@ -161,8 +164,8 @@ __device__ void gdn_conv_impl(float* out, const TM* mixed, const float* taps_all
                                              const u32* seq_starts, const u32* slots,           \
                                              const u32* save_starts, const u32* saves,          \
                                              int rows, int channels, int k, int width) {        \
-        gdn_conv_impl(out, mixed, taps, conv_state, row_seq, seq_starts, slots, save_starts,    \
-                      saves, rows, channels, k, width);                                         \
+        gdn_conv_impl(out, mixed, taps, nullptr, conv_state, row_seq, seq_starts, slots,        \
+                      save_starts, saves, rows, channels, k, width);                            \
     }
 GDN_CONV(f32, float)
 GDN_CONV(bf16, bf16)

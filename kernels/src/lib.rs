@@ -140,6 +140,7 @@ impl Module {
                 include_str!("hybrid.cu"),
                 include_str!("hybrid_chunk.cu"),
                 include_str!("hybrid_decode.cu"),
+                include_str!("mamba2.cu"),
             ),
             // The lab's helpers (grid_sync, DYNAMIC_SMEM), then its kernels.
             #[cfg(feature = "lab")]

@@ -288,7 +288,10 @@ fn run_refuses_what_the_engine_does_not_serve_before_any_download() {
     let mut sandbox = Sandbox::new();
     sandbox.fake_nvidia_smi("NVIDIA H200, 143771, 143000, 9.0");
     for (name, why) in [
-        ("nemotron-nano-9b-v2", "no kernels for Mamba-2 mixers"),
+        (
+            "minimax-m2",
+            "over 4 GPUs, and met serves a model on one GPU",
+        ),
         (
             "deepseek-v3.1",
             "over 8 GPUs, and met serves a model on one GPU",
@@ -363,11 +366,11 @@ fn list_fits_the_terminal_and_marks_what_this_machine_cannot_run() {
     let demo = row("demo");
     assert_eq!(demo["runs_here"].as_bool(), Some(true));
     assert!(demo["engine_refusal"].is_null(), "{demo}");
-    // A family without CUDA kernels: refused on every machine, with the reason.
-    let nemotron = row("nemotron-nano-9b-v2");
-    assert_eq!(nemotron["runs_here"].as_bool(), Some(false));
-    let why = nemotron["engine_refusal"].as_str().unwrap_or_default();
-    assert!(why.contains("Mamba-2"), "{nemotron}");
+    // More GPUs than met serves a model on: refused on every machine, with the reason.
+    let deepseek = row("deepseek-v3.1");
+    assert_eq!(deepseek["runs_here"].as_bool(), Some(false));
+    let why = deepseek["engine_refusal"].as_str().unwrap_or_default();
+    assert!(why.contains("8 GPUs"), "{deepseek}");
 }
 
 // ---- completions (issue 38) ----

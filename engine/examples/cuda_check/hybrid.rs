@@ -2,7 +2,8 @@
 //! inputs, `gated_delta_net` through the fused decode kernel (decode steps, padding rows and
 //! saves; and bit for bit against the 3-launch path), the recurrent kernel, the chunked kernels (every sequence
 //! sent there: lengths around a chunk, saves mid-chunk and at chunk ends, 2048 tokens) and the
-//! default split between them; then the timings of `hybrid_speed.rs`.
+//! default split between them; Nemotron-H's `mamba2` and `relu2` (`mamba2.rs`); then the
+//! timings of `hybrid_speed.rs`.
 //!
 //! Tolerances: the elementwise ops are one f32 expression (`expf` within 2 ulp of glibc's), so
 //! an f32 output is within [`Tol::F32`] and a bf16 output one rounding away ([`Tol::BF16`]).
@@ -26,10 +27,10 @@ use serde_json::json;
 use crate::ops::{Rng, round_bf16};
 use crate::report::{Report, Tol, compare};
 
-struct Check<'a> {
-    cuda: &'a CudaBackend,
-    cpu: CpuBackend,
-    rng: Rng,
+pub struct Check<'a> {
+    pub cuda: &'a CudaBackend,
+    pub cpu: CpuBackend,
+    pub rng: Rng,
     report: &'a mut Report,
 }
 
@@ -124,14 +125,19 @@ struct Layer {
 }
 
 impl Check<'_> {
-    fn pair_f32(&self, shape: &[usize], data: Vec<f32>) -> Result<(CudaTensor, CpuTensor)> {
+    pub fn pair_f32(&self, shape: &[usize], data: Vec<f32>) -> Result<(CudaTensor, CpuTensor)> {
         Ok((
             self.cuda.upload_f32(shape, &data)?,
             self.cpu.upload_f32(shape, &data)?,
         ))
     }
 
-    fn pair(&mut self, shape: &[usize], scale: f32, d: DType) -> Result<(CudaTensor, CpuTensor)> {
+    pub fn pair(
+        &mut self,
+        shape: &[usize],
+        scale: f32,
+        d: DType,
+    ) -> Result<(CudaTensor, CpuTensor)> {
         let data = self.rng.vec(shape.iter().product(), scale);
         let data = if d == DType::BF16 {
             round_bf16(&data)
@@ -144,7 +150,7 @@ impl Check<'_> {
         ))
     }
 
-    fn compare(
+    pub fn compare(
         &mut self,
         op: &str,
         case: &str,
@@ -164,7 +170,12 @@ impl Check<'_> {
         Ok(())
     }
 
-    fn run(&mut self, op: &str, case: &str, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+    pub fn run(
+        &mut self,
+        op: &str,
+        case: &str,
+        f: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
         if let Err(e) = f(self) {
             self.report.fail(format!("{op} {case}: {e:#}"));
             self.report
@@ -537,6 +548,12 @@ pub fn run_ops(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         for case in Check::cases() {
             let name = case.name;
             c.run("gated_delta_net", name, |s| s.gated_delta_net(&case))?;
+        }
+        // Nemotron-H's ops (mamba2.rs).
+        c.relu2()?;
+        for case in Check::mamba2_cases() {
+            let name = case.name;
+            c.run("mamba2", name, |s| s.mamba2(&case))?;
         }
     }
     Ok(())

@@ -5,7 +5,7 @@
 //! op on random inputs), `sampling` (the device sampler against the CPU's, token for token), `e2e` (fixture checkpoints against transformers and the CPU backend),
 //! `ops-f32` and `e2e-f32` (the same on the float32 path, `--dtype float32`, with the hybrid
 //! ops too, every fixture family), `hybrid` (the
-//! Gated DeltaNet ops against the CPU's, and their speed at 35B-A3B's heads),
+//! Gated DeltaNet and Mamba-2 ops against the CPU's, and their speed at 35B-A3B's heads),
 //! `nvfp4-speed` (NVFP4/FP8/bf16 GEMVs at Qwen3.6-27B's shapes; not pass/fail), `speed` (the
 //! Qwen3-8B shape). Exit status: 0 all passed, 1 a check failed, 2 the
 //! backend could not start.
@@ -13,6 +13,7 @@
 mod e2e;
 mod hybrid;
 mod hybrid_speed;
+mod mamba2;
 mod ops;
 mod report;
 mod sampling;

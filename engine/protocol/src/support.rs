@@ -36,6 +36,9 @@ pub enum Feature {
     MiniMaxM2,
     /// Nemotron-H's ops: the Mamba-2 mixer and the relu² MLP.
     NemotronH,
+    /// Nemotron-H's routed-expert (`E`) layers (Nemotron 3 Nano): relu² experts routed by
+    /// sigmoid scores with a correction bias. A checkpoint whose pattern has an `E` needs it.
+    NemotronHExperts,
     /// DeepSeek-V3's ops: multi-head latent attention over a cache of compressed rows, the
     /// column-range norm of the latent and group-limited sigmoid routing.
     DeepseekV3,
@@ -53,6 +56,7 @@ impl Feature {
             Self::GptOss => "biased projections and clamped-SwiGLU experts",
             Self::MiniMaxM2 => "QK norms over all heads and sigmoid-routed experts",
             Self::NemotronH => "Mamba-2 mixers and relu² MLPs",
+            Self::NemotronHExperts => "Nemotron-H's sigmoid-routed relu² experts",
             Self::DeepseekV3 => "multi-head latent attention and group-limited routing",
         }
     }
@@ -71,9 +75,13 @@ pub const fn cuda_supports(feature: Feature) -> bool {
         // (fused_moe_clamped: fused_moe's routing, moe_gate_up_clamped_*, moe_combine_bias_*);
         // cuda_check ops gpt_oss and e2e on the gpt-oss fixtures.
         Feature::GptOss => true,
+        // The Mamba-2 mixer (mamba2.cu: the conv, the selective scan, the gated norm) and
+        // relu²; attention without rotary is write_kv. cuda_check mamba2 and e2e on the
+        // dense Nemotron-H fixture.
+        Feature::NemotronH => true,
         // Not yet: the attention kernels have no latent form, and there are no kernels for
-        // sigmoid routing, the Mamba-2 mixer or relu² (docs/models.md).
-        Feature::MiniMaxM2 | Feature::NemotronH | Feature::DeepseekV3 => false,
+        // sigmoid routing (so neither for Nemotron-H's routed experts; docs/models.md).
+        Feature::MiniMaxM2 | Feature::NemotronHExperts | Feature::DeepseekV3 => false,
     }
 }
 
@@ -170,6 +178,12 @@ mod tests {
             minimax.and_then(|n| missing(Device::Cuda, n.iter().copied())),
             Some(Feature::MiniMaxM2)
         );
+        let nemotron = architecture("NemotronHForCausalLM").map(|a| a.needs);
+        assert_eq!(
+            nemotron.and_then(|n| missing(Device::Cuda, n.iter().copied())),
+            None
+        );
+        assert!(!cuda_supports(Feature::NemotronHExperts));
         let qwen = architecture("Qwen3_5MoeForConditionalGeneration").map(|a| a.needs);
         assert_eq!(
             qwen.and_then(|n| missing(Device::Cuda, n.iter().copied())),

@@ -2,7 +2,8 @@
 //! Gated DeltaNet ([`HybridOps::gated_delta_net`]) and Nemotron-H's Mamba-2
 //! ([`HybridOps::mamba2`]) and relu² experts ([`HybridOps::fused_moe_relu2`]), their
 //! parameters, and the small ops around them. The CPU reference is `cpu/hybrid.rs`,
-//! `cpu/mamba2.rs` and `cpu/moe.rs`; CUDA runs the Gated DeltaNet (`cuda/hybrid.rs`).
+//! `cpu/mamba2.rs` and `cpu/moe.rs`; CUDA runs the Gated DeltaNet (`cuda/hybrid.rs`), the
+//! Mamba-2 mixer and relu² (`cuda/mamba2.rs`), not yet the relu² experts.
 
 use super::{Backend, BatchInputs, DeltaHeads, Result, SigmoidRouting, SsmHeads, lacks};
 

@@ -31,7 +31,8 @@
 //! `backbone.layers.{l}.mixer.*`, the experts one by one as `mixer.experts.{e}.up_proj.weight`,
 //! `backbone.norm_f`, `lm_head`) or transformers' in-memory one (`model.` for `backbone.`,
 //! the experts stacked as `mixer.experts.up_proj`). Only backends that answer [`Feature::NemotronH`] run it (the
-//! CPU reference); CUDA refuses it by name at load.
+//! CPU reference and CUDA), and a checkpoint with `E` layers only those that also answer
+//! [`Feature::NemotronHExperts`] (the CPU); others refuse it by name at load.
 
 use crate::backend::{Backend, BatchInputs, Feature, HybridOps, Mamba2Layer, Result};
 use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
@@ -110,20 +111,29 @@ pub struct NemotronH<B: Backend> {
     tp: Tp<B>,
 }
 
-/// Refuse, before any weight is read, a backend without Nemotron-H's ops, naming them and the
-/// device that runs them.
+/// Refuse, before any weight is read, a backend without Nemotron-H's ops (or, for a
+/// checkpoint with routed-expert `E` layers, without its sigmoid-routed relu² experts), naming
+/// them and the device that runs them.
 fn check_device(
     name: &str,
     supports: impl Fn(Feature) -> bool,
     architecture: &str,
+    moe: bool,
 ) -> std::result::Result<(), LoadError> {
-    if supports(Feature::NemotronH) {
-        return Ok(());
+    if !supports(Feature::NemotronH) {
+        return Err(LoadError::UnsupportedOnDevice(format!(
+            "Nemotron-H ({architecture}) needs the Mamba-2 mixer and relu² MLPs, which the \
+             {name} backend does not run yet: serve it with --device cpu"
+        )));
     }
-    Err(LoadError::UnsupportedOnDevice(format!(
-        "Nemotron-H ({architecture}) needs the Mamba-2 mixer and relu² MLPs, which the {name} \
-         backend does not run yet: serve it with --device cpu"
-    )))
+    if moe && !supports(Feature::NemotronHExperts) {
+        return Err(LoadError::UnsupportedOnDevice(format!(
+            "this Nemotron-H ({architecture}) has routed-expert (E) layers, whose \
+             sigmoid-routed relu² experts the {name} backend does not run yet: serve it with \
+             --device cpu"
+        )));
+    }
+    Ok(())
 }
 
 fn shape_err(message: String) -> crate::backend::BackendError {
@@ -249,7 +259,12 @@ impl<B: HybridOps> NemotronH<B> {
         let cut = Cut::new(config, tp.shard())?;
         let plan = &cut.plan;
         let c = &config.base;
-        check_device(backend.name(), |f| backend.supports(f), &c.architecture)?;
+        check_device(
+            backend.name(),
+            |f| backend.supports(f),
+            &c.architecture,
+            config.moe.is_some(),
+        )?;
         check_backend(backend, c)?;
         let (h, hd, nh, nkv, i) = (
             c.hidden_size,
@@ -567,17 +582,36 @@ impl<B: HybridOps> Model<B> for NemotronH<B> {
 mod tests {
     use super::*;
 
-    /// What CUDA answers today: the model, the ops, the backend and the device that runs it.
+    /// A backend without the ops, and one without the routed experts given a checkpoint
+    /// with `E` layers, refuse by name: the model, the ops, the backend, the device that runs it.
     #[test]
     fn a_backend_without_the_ops_refuses_by_name() {
-        let e = check_device("cuda", |_| false, "NemotronHForCausalLM")
+        let e = check_device("cuda", |_| false, "NemotronHForCausalLM", false)
             .expect_err("refused")
             .to_string();
         for part in ["NemotronHForCausalLM", "Mamba-2", "cuda", "--device cpu"] {
             assert!(e.contains(part), "{part}: {e}");
         }
+        let no_experts = |f| f != Feature::NemotronHExperts;
+        check_device("cuda", no_experts, "NemotronHForCausalLM", false).expect("dense runs");
+        let e = check_device("cuda", no_experts, "NemotronHForCausalLM", true)
+            .expect_err("refused")
+            .to_string();
+        for part in [
+            "routed-expert (E) layers",
+            "relu² experts",
+            "cuda",
+            "--device cpu",
+        ] {
+            assert!(e.contains(part), "{part}: {e}");
+        }
         let cpu = crate::backend::CpuBackend::default();
-        check_device(cpu.name(), |f| cpu.supports(f), "NemotronHForCausalLM")
-            .expect("the cpu runs it");
+        check_device(
+            cpu.name(),
+            |f| cpu.supports(f),
+            "NemotronHForCausalLM",
+            true,
+        )
+        .expect("the cpu runs it");
     }
 }

@@ -81,6 +81,7 @@ static void attn_tests() {
 }
 
 #include "gdn_test.h"
+#include "mamba2_test.h"
 #include "skeleton_test.h"
 #include "nvfp4_test.h"
 
@@ -88,7 +89,8 @@ int main() {
     // EMU_ONLY=NAME runs one group of cases (see each group's comment), then stops.
     const std::pair<const char*, void (*)()> groups[] = {
         {"gdn_decode", [] { gdn_decode_tests(); }},
-        {"hybrid", [] { gdn_tests(); gdn_decode_tests(); }},
+        {"hybrid", [] { gdn_tests(); gdn_decode_tests(); mamba2_tests(); }},
+        {"mamba2", [] { mamba2_tests(); }},
         {"attention", [] { attn_tests(); kv_fp8_tests(); flash_tests(); }},
         {"flash", [] { flash_tests(); }},
         {"tables", [] { t_write_kv(); t_block_table_write(); }},
@@ -166,6 +168,7 @@ int main() {
     t_argmax_ids(5, 3000);
     gdn_tests();
     gdn_decode_tests();
+    mamba2_tests();
     t_sample_prepare(3000, false);
     t_sample_prepare(1537, true);
     t_sample_state(3000, false);

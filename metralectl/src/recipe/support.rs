@@ -32,6 +32,10 @@ pub fn refusal(recipe: &Recipe) -> Option<String> {
     }
     if model.is_some_and(|m| m.experts.is_some()) {
         needs.push(Feature::MoeExperts);
+        // Nemotron-H's `E` layers (Nemotron 3 Nano) route their relu² experts by sigmoid.
+        if architecture == Some("NemotronHForCausalLM") {
+            needs.push(Feature::NemotronHExperts);
+        }
     }
     if model.is_some_and(|m| m.sliding_window.is_some()) {
         needs.push(Feature::SlidingWindow);
@@ -69,11 +73,26 @@ mod tests {
 
     #[test]
     fn a_family_without_cuda_kernels_is_refused_with_what_it_lacks() {
-        let text = with_architecture(&hybrid(), "NemotronHForCausalLM");
+        let text = with_architecture(&hybrid(), "DeepseekV3ForCausalLM");
         let why = refusal(&recipe(&text)).expect("refused");
-        assert!(why.contains("NemotronHForCausalLM"), "{why}");
-        assert!(why.contains("Mamba-2"), "{why}");
+        assert!(why.contains("DeepseekV3ForCausalLM"), "{why}");
+        assert!(why.contains("latent attention"), "{why}");
         assert!(why.contains("device = \"cpu\""), "{why}");
+    }
+
+    /// Nemotron-H's Mamba-2 and relu² layers run on CUDA; its routed experts do not yet.
+    #[test]
+    fn nemotron_h_is_served_on_cuda_without_routed_experts() {
+        let text = with_architecture(&hybrid(), "NemotronHForCausalLM");
+        let dense = text
+            .lines()
+            .filter(|l| !l.starts_with("experts"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(refusal(&recipe(&dense)), None);
+        let moe = dense.replace("[model]\n", "[model]\nexperts = 8\n");
+        let why = refusal(&recipe(&moe)).expect("refused");
+        assert!(why.contains("relu² experts"), "{why}");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `HybridOps` on CUDA: Qwen3.5's Gated DeltaNet mixer and the elementwise ops around it
-//! (`kernels/src/hybrid.cu`, whose header has the design). The CPU's `backend/cpu/hybrid.rs` is
+//! (`kernels/src/hybrid.cu`, whose header has the design); Nemotron-H's Mamba-2 mixer and
+//! relu² launch from `mamba2.rs`. The CPU's `backend/cpu/hybrid.rs` is
 //! the reference; `cuda_check`'s `hybrid` section compares the two.
 
 use super::elementwise::{dim, int, stride_cfg};
@@ -9,16 +10,16 @@ use super::gdn_kernels;
 use super::tensor::{CudaTensor, DType, alloc_bytes};
 use super::{CudaBackend, CudaBatch, check, shape_err};
 use crate::backend::kernels::{self, Kernel};
-use crate::backend::{BatchInputs, GdnLayer, HybridOps, Result};
+use crate::backend::{BatchInputs, GdnLayer, HybridOps, Mamba2Layer, Result};
 
 /// Key head sizes the recurrent kernel is built for (its state rows live in registers), and
 /// the fused decode kernel (`gdn_decode.rs`).
 pub(super) const HEAD_DIMS: [usize; 5] = [16, 32, 64, 128, 256];
 /// Conv taps the conv kernel keeps in registers at most (`GDN_MAX_K`).
-const MAX_TAPS: usize = 8;
+pub(super) const MAX_TAPS: usize = 8;
 
 /// An activation operand of an elementwise kernel: its pointer and whether it is bf16.
-fn operand(b: &CudaBackend, op: &'static str, t: &CudaTensor) -> Result<(u64, i32)> {
+pub(super) fn operand(b: &CudaBackend, op: &'static str, t: &CudaTensor) -> Result<(u64, i32)> {
     match t.dtype {
         DType::BF16 => Ok((t.ptr(&b.stream), 1)),
         DType::F32 => Ok((t.ptr(&b.stream), 0)),
@@ -32,7 +33,7 @@ fn same_shape(op: &'static str, a: &CudaTensor, b: &CudaTensor) -> Result<()> {
     })
 }
 
-fn f32_tensor(op: &'static str, what: &str, t: &CudaTensor) -> Result<()> {
+pub(super) fn f32_tensor(op: &'static str, what: &str, t: &CudaTensor) -> Result<()> {
     check(op, t.dtype == DType::F32, || {
         format!(
             "{what} is {:?}: upload it with upload_f32/zeros_f32",
@@ -361,5 +362,22 @@ impl HybridOps for CudaBackend {
                 args,
             )
         }
+    }
+
+    fn mamba2(
+        &self,
+        out: &mut CudaTensor,
+        mixed: &CudaTensor,
+        layer: &Mamba2Layer<'_, CudaTensor>,
+        conv_state: &mut CudaTensor,
+        ssm_state: &mut CudaTensor,
+        host: &BatchInputs,
+        batch: &CudaBatch,
+    ) -> Result<()> {
+        self.mamba2_op(out, mixed, layer, conv_state, ssm_state, host, batch)
+    }
+
+    fn relu2(&self, out: &mut CudaTensor, x: &CudaTensor) -> Result<()> {
+        self.relu2_op(out, x)
     }
 }

@@ -36,6 +36,7 @@ mod graph;
 mod graph_chain;
 mod hybrid;
 mod launch;
+mod mamba2;
 mod moe;
 mod moe_mma;
 mod norm;

@@ -24,5 +24,14 @@ kernels! {
     Hybrid [sigmoid_mul] (x: *mut c_void, x_bf16: i32, gate: *const c_void, gate_bf16: i32, n: u64);
     Hybrid [add_assign] (x: *mut c_void, x_bf16: i32, y: *const c_void, y_bf16: i32, n: u64);
     Hybrid [add_gated] (out: *mut c_void, out_bf16: i32, routed: *const c_void, routed_bf16: i32, gate: *const c_void, gate_bf16: i32, rows: u64, cols: u64);
+    Hybrid [mamba2_conv_f32] (out: *mut f32, mixed: *const f32, taps: *const f32, bias: *const f32, conv_state: *mut f32, row_seq: *const u32, seq_starts: *const u32, slots: *const u32, save_starts: *const u32, saves: *const u32, rows: i32, channels: i32, k: i32, width: i32, x_at: i32);
+    Hybrid [mamba2_conv_bf16] (out: *mut f32, mixed: *const bf16, taps: *const f32, bias: *const f32, conv_state: *mut f32, row_seq: *const u32, seq_starts: *const u32, slots: *const u32, save_starts: *const u32, saves: *const u32, rows: i32, channels: i32, k: i32, width: i32, x_at: i32);
+    Hybrid [mamba2_scan_n16_f32, mamba2_scan_n32_f32, mamba2_scan_n64_f32, mamba2_scan_n128_f32, mamba2_scan_n256_f32] (y: *mut f32, conv: *const f32, mixed: *const f32, neg_a: *const f32, dt_bias: *const f32, d_skip: *const f32, state: *mut f32, seq_starts: *const u32, slots: *const u32, save_starts: *const u32, saves: *const u32, nh: i32, p: i32, groups: i32, width: i32, dt_at: i32, dt_lo: f32, dt_hi: f32);
+    Hybrid [mamba2_scan_n16_bf16, mamba2_scan_n32_bf16, mamba2_scan_n64_bf16, mamba2_scan_n128_bf16, mamba2_scan_n256_bf16] (y: *mut f32, conv: *const f32, mixed: *const bf16, neg_a: *const f32, dt_bias: *const f32, d_skip: *const f32, state: *mut f32, seq_starts: *const u32, slots: *const u32, save_starts: *const u32, saves: *const u32, nh: i32, p: i32, groups: i32, width: i32, dt_at: i32, dt_lo: f32, dt_hi: f32);
+    Hybrid [mamba2_norm_f32_f32] (out: *mut f32, y: *const f32, mixed: *const f32, w: *const f32, groups: i32, inner: i32, width: i32, eps: f32);
+    Hybrid [mamba2_norm_f32_bf16] (out: *mut bf16, y: *const f32, mixed: *const f32, w: *const f32, groups: i32, inner: i32, width: i32, eps: f32);
+    Hybrid [mamba2_norm_bf16_f32] (out: *mut f32, y: *const f32, mixed: *const bf16, w: *const f32, groups: i32, inner: i32, width: i32, eps: f32);
+    Hybrid [mamba2_norm_bf16_bf16] (out: *mut bf16, y: *const f32, mixed: *const bf16, w: *const f32, groups: i32, inner: i32, width: i32, eps: f32);
+    Hybrid [relu2] (out: *mut c_void, out_bf16: i32, x: *const c_void, x_bf16: i32, n: u64);
     Hybrid [state_row] (t: *mut f32, n: u64, from: u64, to: u64, zero: i32);
 }
