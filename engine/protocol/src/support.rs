@@ -71,9 +71,13 @@ pub const fn cuda_supports(feature: Feature) -> bool {
         // (fused_moe_clamped: fused_moe's routing, moe_gate_up_clamped_*, moe_combine_bias_*);
         // cuda_check ops gpt_oss and e2e on the gpt-oss fixtures.
         Feature::GptOss => true,
+        // QK norms over all heads (rms_norm_cols_*) and sigmoid-routed experts
+        // (fused_moe_sigmoid: fused_moe's launches with moe.cu's MoeSigmoid scoring); cuda_check
+        // ops minimax and e2e on the MiniMax-M2 fixture.
+        Feature::MiniMaxM2 => true,
         // Not yet: the attention kernels have no latent form, and there are no kernels for
-        // sigmoid routing, the Mamba-2 mixer or relu² (docs/models.md).
-        Feature::MiniMaxM2 | Feature::NemotronH | Feature::DeepseekV3 => false,
+        // group-limited routing, the Mamba-2 mixer or relu² (docs/models.md).
+        Feature::NemotronH | Feature::DeepseekV3 => false,
     }
 }
 
@@ -168,7 +172,12 @@ mod tests {
         let minimax = architecture("MiniMaxM2ForCausalLM").map(|a| a.needs);
         assert_eq!(
             minimax.and_then(|n| missing(Device::Cuda, n.iter().copied())),
-            Some(Feature::MiniMaxM2)
+            None
+        );
+        let deepseek = architecture("DeepseekV3ForCausalLM").map(|a| a.needs);
+        assert_eq!(
+            deepseek.and_then(|n| missing(Device::Cuda, n.iter().copied())),
+            Some(Feature::DeepseekV3)
         );
         let qwen = architecture("Qwen3_5MoeForConditionalGeneration").map(|a| a.needs);
         assert_eq!(
