@@ -57,6 +57,11 @@
 // same code on the scalar loop (coalesced 4-byte loads across the warp): nothing is rounded
 // below f32, so the output differs from the CPU reference only by the order of f32 sums.
 //
+// MiniMax-M2's experts (fused_moe_sigmoid, engine/src/backend/cuda/minimax.rs) are these
+// launches with stage 1 scored by sigmoid and a correction bias (MoeSigmoid below: the
+// *_sigmoid_* twins of moe_route_*, moe_plan_* and moe_plan_one_*); grouping, every expert
+// kernel (CUDA cores and tensor cores, bf16 and FP8) and the weighted sum are the same.
+//
 // gpt-oss's experts (fused_moe_clamped, engine/src/backend/cuda/gpt_oss.rs) take the routing
 // launches above with norm_topk_prob, then moe_gate_up_clamped_* (moe_gate_up with the gate|up
 // bias and the clamped SwiGLU, moe_decode.cu's MoeClampedAct), moe_down_* and
@@ -93,18 +98,77 @@ __device__ __forceinline__ void warp_best(u32& key, int& idx) {
     }
 }
 
+// How the routing scores a token's experts, the one thing the families' routings differ in (the
+// selection rounds, the order of the sums and the writes are shared):
+//   - MoeSoftmax (Qwen3-MoE, gpt-oss): experts ranked by the logit itself (exp is monotonic, so
+//     the logits' bits decide, ties included, whatever rounding exp has), weighted by the
+//     softmax over all E logits, divided by the chosen ones' sum when norm_topk_prob;
+//   - MoeSigmoid (MiniMax-M2): s = 1 / (1 + exp(-logit)) in f32, the CPU reference's
+//     arithmetic; experts ranked by the f32 sum s + bias[e] (the checkpoint's
+//     e_score_correction_bias, f32), ties to the lower index as the CPU's total_cmp on that
+//     sum's bits; weighted by s (divided by the chosen ones' sum when norm_topk_prob) times
+//     `scaling`. The sum's bits depend on exp's rounding, so the CPU and the device agree on
+//     exact ties (equal logits and biases) and may part on choices within an ulp of each other.
+// setup_* (the softmax's max and sum over the row) is warp-wide: every lane calls it.
+struct MoeSoftmax {
+    int norm_topk_prob;
+    float mx, sum;
+    __device__ float rank(float v, int) const { return v; }
+    __device__ float prob(float v) const { return expf(v - mx) / sum; }
+    __device__ float weight(float p, float total) const {
+        return norm_topk_prob ? p / total : p;
+    }
+    // From a lane's registers: v[i] is expert lane + 32 i's logit.
+    template <int R>
+    __device__ void setup_regs(const float (&v)[R], int experts) {
+        const int lane = threadIdx.x & 31;
+        mx = NEG_INF;
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+            if (lane + 32 * i < experts) mx = fmaxf(mx, v[i]);
+        mx = warp_max(mx);
+        sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+            if (lane + 32 * i < experts) sum += expf(v[i] - mx);
+        sum = warp_sum(sum);
+    }
+    template <typename T>
+    __device__ void setup_row(const T* row, int experts) {
+        const int lane = threadIdx.x & 31;
+        mx = NEG_INF;
+        for (int e = lane; e < experts; e += 32) mx = fmaxf(mx, to_f32(row[e]));
+        mx = warp_max(mx);
+        sum = 0.f;
+        for (int e = lane; e < experts; e += 32) sum += expf(to_f32(row[e]) - mx);
+        sum = warp_sum(sum);
+    }
+};
+
+__device__ __forceinline__ float moe_sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+
+struct MoeSigmoid {
+    int norm_topk_prob;
+    const float* bias;  // [E]
+    float scaling;
+    __device__ float rank(float v, int e) const { return moe_sigmoid(v) + bias[e]; }
+    __device__ float prob(float v) const { return moe_sigmoid(v); }
+    __device__ float weight(float p, float total) const {
+        return (norm_topk_prob ? p / total : p) * scaling;
+    }
+    template <int R>
+    __device__ void setup_regs(const float (&)[R], int) {}
+    template <typename T>
+    __device__ void setup_row(const T*, int) {}
+};
+
 // One token's routing, by a whole warp (every lane calls; lane 0 writes the token's k ids and
-// weights at ids[0..k), weights[0..k)).
-template <typename T>
+// weights at ids[0..k), weights[0..k)), experts scored by `sc` (MoeSoftmax, MoeSigmoid).
+template <typename T, typename S>
 __device__ void moe_route_token_any(int* ids, float* weights, const T* row, int experts, int top_k,
-                                int norm_topk_prob) {
+                                    S sc) {
     const int lane = threadIdx.x & 31;
-    float mx = NEG_INF;
-    for (int e = lane; e < experts; e += 32) mx = fmaxf(mx, to_f32(row[e]));
-    mx = warp_max(mx);
-    float sum = 0.f;
-    for (int e = lane; e < experts; e += 32) sum += expf(to_f32(row[e]) - mx);
-    sum = warp_sum(sum);
+    sc.setup_row(row, experts);
     // Selection: round j takes the best (key, index) strictly after the previous choice.
     int chosen[MOE_MAX_TOP_K];
     u32 last_key = 0xffffffffu;
@@ -113,7 +177,7 @@ __device__ void moe_route_token_any(int* ids, float* weights, const T* row, int 
         u32 best_key = 0;
         int best_idx = 0x7fffffff;
         for (int e = lane; e < experts; e += 32) {
-            const u32 key = total_order_key(to_f32(row[e]));
+            const u32 key = total_order_key(sc.rank(to_f32(row[e]), e));
             const bool after = key < last_key || (key == last_key && e > last_idx);
             const bool better = key > best_key || (key == best_key && e < best_idx);
             if (after && better) {
@@ -132,7 +196,7 @@ __device__ void moe_route_token_any(int* ids, float* weights, const T* row, int 
     float prob[MOE_MAX_TOP_K];
     float total = 0.f;
     for (int j = 0; j < top_k; ++j) {
-        prob[j] = expf(to_f32(row[chosen[j]]) - mx) / sum;
+        prob[j] = sc.prob(to_f32(row[chosen[j]]));
         total += prob[j];
     }
     int prev = -1;
@@ -142,12 +206,12 @@ __device__ void moe_route_token_any(int* ids, float* weights, const T* row, int 
             if (chosen[i] > prev && (pick < 0 || chosen[i] < chosen[pick])) pick = i;
         prev = chosen[pick];
         ids[j] = chosen[pick];
-        weights[j] = norm_topk_prob ? prob[pick] / total : prob[pick];
+        weights[j] = sc.weight(prob[pick], total);
     }
 }
 
 // Routing of one token by one warp with its logits in registers (experts <= 32 · MOE_ROUTE_REGS,
-// so up to 256): the same max, sum, choices and weights as moe_route_token_any, term for term
+// so up to 256): the same setup, choices and weights as moe_route_token_any, term for term
 // (each lane visits its experts in the same ascending order), without re-reading the row for
 // each of the top_k selection rounds; lane j keeps choice j, and the k lanes compute their
 // probabilities, the choice-order total (every lane adds the k probabilities in choice order,
@@ -156,27 +220,19 @@ __device__ void moe_route_token_any(int* ids, float* weights, const T* row, int 
 // skipped and everything else is the same.
 #define MOE_ROUTE_REGS 8
 
-template <typename T>
+template <typename T, typename S>
 __device__ void moe_route_token_regs(int* ids, float* weights, const T* row, int experts,
-                                     int top_k, int norm_topk_prob,
-                                     const int* chosen = nullptr) {
+                                     int top_k, S sc, const int* chosen = nullptr) {
     const int lane = threadIdx.x & 31;
     float v[MOE_ROUTE_REGS];
     u32 key[MOE_ROUTE_REGS];
-    float mx = NEG_INF;
 #pragma unroll
     for (int i = 0; i < MOE_ROUTE_REGS; ++i) {
         const int e = lane + 32 * i;
         v[i] = e < experts ? to_f32(row[e]) : NEG_INF;
-        key[i] = total_order_key(v[i]);
-        if (e < experts) mx = fmaxf(mx, v[i]);
+        key[i] = e < experts ? total_order_key(sc.rank(v[i], e)) : 0u;
     }
-    mx = warp_max(mx);
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < MOE_ROUTE_REGS; ++i)
-        if (lane + 32 * i < experts) sum += expf(v[i] - mx);
-    sum = warp_sum(sum);
+    sc.setup_regs(v, experts);
     int mine = 0;  // lane j < top_k: choice j
     u32 last_key = 0xffffffffu;
     int last_idx = -1;
@@ -199,7 +255,7 @@ __device__ void moe_route_token_regs(int* ids, float* weights, const T* row, int
         last_key = best_key;
         last_idx = best_idx;
     }
-    const float prob = lane < top_k ? expf(to_f32(row[mine]) - mx) / sum : 0.f;
+    const float prob = lane < top_k ? sc.prob(to_f32(row[mine])) : 0.f;
     float total = 0.f;
     int rank = 0;
     for (int j = 0; j < top_k; ++j) {
@@ -208,39 +264,55 @@ __device__ void moe_route_token_regs(int* ids, float* weights, const T* row, int
     }
     if (lane < top_k) {
         ids[rank] = mine;
-        weights[rank] = norm_topk_prob ? prob / total : prob;
+        weights[rank] = sc.weight(prob, total);
     }
 }
 
-template <typename T>
+template <typename T, typename S>
 __device__ void moe_route_token(int* ids, float* weights, const T* row, int experts, int top_k,
-                                int norm_topk_prob) {
+                                S sc) {
     if (experts <= 32 * MOE_ROUTE_REGS)
-        moe_route_token_regs(ids, weights, row, experts, top_k, norm_topk_prob);
+        moe_route_token_regs(ids, weights, row, experts, top_k, sc);
     else
-        moe_route_token_any(ids, weights, row, experts, top_k, norm_topk_prob);
+        moe_route_token_any(ids, weights, row, experts, top_k, sc);
 }
 
-template <typename T>
+template <typename T, typename S>
 __device__ void moe_route_impl(int* ids, float* weights, const T* logits, int tokens, int experts,
-                               int top_k, int norm_topk_prob) {
+                               int top_k, S sc) {
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (t >= tokens) return;
     moe_route_token(ids + (u64)t * top_k, weights + (u64)t * top_k, logits + (u64)t * experts,
-                    experts, top_k, norm_topk_prob);
+                    experts, top_k, sc);
 }
 
 extern "C" __global__ void moe_route_f32(int* ids, float* weights, const float* logits, int tokens,
                                          int experts, int top_k, int norm_topk_prob) {
     pdl_start();
-    moe_route_impl(ids, weights, logits, tokens, experts, top_k, norm_topk_prob);
+    moe_route_impl(ids, weights, logits, tokens, experts, top_k, MoeSoftmax{norm_topk_prob});
 }
 
 extern "C" __global__ void moe_route_bf16(int* ids, float* weights, const bf16* logits, int tokens,
                                           int experts, int top_k, int norm_topk_prob) {
     pdl_start();
-    moe_route_impl(ids, weights, logits, tokens, experts, top_k, norm_topk_prob);
+    moe_route_impl(ids, weights, logits, tokens, experts, top_k, MoeSoftmax{norm_topk_prob});
 }
+
+// MiniMax-M2's routing (fused_moe_sigmoid): moe_route_* scored by MoeSigmoid, the correction
+// bias f32 [E].
+#define MOE_ROUTE_SIGMOID(SUFFIX, T)                                                               \
+    extern "C" __global__ void moe_route_sigmoid_##SUFFIX(int* ids, float* weights,                \
+                                                          const T* logits, int tokens,             \
+                                                          int experts, int top_k,                  \
+                                                          int norm_topk_prob, const float* bias,   \
+                                                          float scaling) {                         \
+        pdl_start();                                                                               \
+        moe_route_impl(ids, weights, logits, tokens, experts, top_k,                               \
+                       MoeSigmoid{norm_topk_prob, bias, scaling});                                 \
+    }
+
+MOE_ROUTE_SIGMOID(f32, float)
+MOE_ROUTE_SIGMOID(bf16, bf16)
 
 // ---- 2. grouping ---------------------------------------------------------------------------
 
@@ -418,14 +490,13 @@ __device__ void moe_group_block(int* offsets, int* perm, int* active, const int*
 // moe_route_token (the same code, so the same choices and weights), then moe_group_block.
 // Steps of more tokens than the block has warps route in their own launch (moe_route_*, a warp
 // a token over many blocks) and group with moe_group_plan.
-template <typename T>
+template <typename T, typename S>
 __device__ void moe_plan_impl(int* ids, float* weights, int* offsets, int* perm, int* active,
-                              const T* logits, int tokens, int experts, int top_k,
-                              int norm_topk_prob) {
+                              const T* logits, int tokens, int experts, int top_k, S sc) {
     const int warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     for (int t = warp; t < tokens; t += warps)
         moe_route_token(ids + (u64)t * top_k, weights + (u64)t * top_k,
-                        logits + (u64)t * experts, experts, top_k, norm_topk_prob);
+                        logits + (u64)t * experts, experts, top_k, sc);
     __syncthreads(); // the block's global writes are visible to the block past the barrier
     moe_group_block(offsets, perm, active, ids, tokens * top_k, experts);
 }
@@ -457,11 +528,11 @@ __device__ __forceinline__ int moe_plan_one_active(int* perm, int* active, const
     return mine;
 }
 
-template <typename T>
+template <typename T, typename S>
 __device__ void moe_plan_one_impl(int* ids, float* weights, int* offsets, int* perm, int* active,
-                                  const T* logits, int experts, int top_k, int norm_topk_prob) {
+                                  const T* logits, int experts, int top_k, S sc) {
     const int lane = threadIdx.x & 31;
-    moe_route_token(ids, weights, logits, experts, top_k, norm_topk_prob);
+    moe_route_token(ids, weights, logits, experts, top_k, sc);
     const int mine = moe_plan_one_active(perm, active, ids, experts, top_k);
     for (int e0 = 0; e0 <= experts; e0 += 32) {  // warp-uniform trips: the shuffles need all
         const int e = e0 + lane;
@@ -475,14 +546,16 @@ extern "C" __global__ void moe_plan_one_f32(int* ids, float* weights, int* offse
                                             int* active, const float* logits, int experts,
                                             int top_k, int norm_topk_prob) {
     pdl_start();
-    moe_plan_one_impl(ids, weights, offsets, perm, active, logits, experts, top_k, norm_topk_prob);
+    moe_plan_one_impl(ids, weights, offsets, perm, active, logits, experts, top_k,
+                      MoeSoftmax{norm_topk_prob});
 }
 
 extern "C" __global__ void moe_plan_one_bf16(int* ids, float* weights, int* offsets, int* perm,
                                              int* active, const bf16* logits, int experts,
                                              int top_k, int norm_topk_prob) {
     pdl_start();
-    moe_plan_one_impl(ids, weights, offsets, perm, active, logits, experts, top_k, norm_topk_prob);
+    moe_plan_one_impl(ids, weights, offsets, perm, active, logits, experts, top_k,
+                      MoeSoftmax{norm_topk_prob});
 }
 
 extern "C" __global__ void __launch_bounds__(MOE_PLAN_THREADS)
@@ -490,7 +563,7 @@ extern "C" __global__ void __launch_bounds__(MOE_PLAN_THREADS)
                  const float* logits, int tokens, int experts, int top_k, int norm_topk_prob) {
     pdl_start();
     moe_plan_impl(ids, weights, offsets, perm, active, logits, tokens, experts, top_k,
-                  norm_topk_prob);
+                  MoeSoftmax{norm_topk_prob});
 }
 
 extern "C" __global__ void __launch_bounds__(MOE_PLAN_THREADS)
@@ -498,8 +571,29 @@ extern "C" __global__ void __launch_bounds__(MOE_PLAN_THREADS)
                   const bf16* logits, int tokens, int experts, int top_k, int norm_topk_prob) {
     pdl_start();
     moe_plan_impl(ids, weights, offsets, perm, active, logits, tokens, experts, top_k,
-                  norm_topk_prob);
+                  MoeSoftmax{norm_topk_prob});
 }
+
+// MiniMax-M2's plans (fused_moe_sigmoid): moe_plan_one_* and moe_plan_* scored by MoeSigmoid.
+#define MOE_PLAN_SIGMOID(SUFFIX, T)                                                                \
+    extern "C" __global__ void moe_plan_one_sigmoid_##SUFFIX(                                      \
+        int* ids, float* weights, int* offsets, int* perm, int* active, const T* logits,           \
+        int experts, int top_k, int norm_topk_prob, const float* bias, float scaling) {            \
+        pdl_start();                                                                               \
+        moe_plan_one_impl(ids, weights, offsets, perm, active, logits, experts, top_k,             \
+                          MoeSigmoid{norm_topk_prob, bias, scaling});                              \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(MOE_PLAN_THREADS) moe_plan_sigmoid_##SUFFIX(      \
+        int* ids, float* weights, int* offsets, int* perm, int* active, const T* logits,           \
+        int tokens, int experts, int top_k, int norm_topk_prob, const float* bias,                 \
+        float scaling) {                                                                           \
+        pdl_start();                                                                               \
+        moe_plan_impl(ids, weights, offsets, perm, active, logits, tokens, experts, top_k,         \
+                      MoeSigmoid{norm_topk_prob, bias, scaling});                                  \
+    }
+
+MOE_PLAN_SIGMOID(f32, float)
+MOE_PLAN_SIGMOID(bf16, bf16)
 
 // ---- weight rows: bf16, or e4m3 bytes with block scales ------------------------------------
 

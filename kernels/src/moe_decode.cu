@@ -480,7 +480,7 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
         for (int i = lane; i < experts; i += 32) row[i] = load_l2(logits + i);
         __syncwarp();
         moe_plan_one_impl(ids, weights, offsets, perm, active, (const float*)row, experts, top_k,
-                          norm_topk_prob);
+                          MoeSoftmax{norm_topk_prob});
         if (lane == 0) *ticket = 0u;
         return;
     }
@@ -495,7 +495,8 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
         offsets[threadIdx.x] = below;
     }
     if (warp != 0) return;
-    moe_route_token_regs(ids, weights, (const float*)row, experts, top_k, norm_topk_prob, chosen);
+    moe_route_token_regs(ids, weights, (const float*)row, experts, top_k,
+                         MoeSoftmax{norm_topk_prob}, chosen);
     moe_plan_one_active(perm, active, ids, experts, top_k);
     if (lane == 0) *ticket = 0u;
 }

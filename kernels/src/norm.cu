@@ -9,18 +9,25 @@
 //
 // Symbols: rms_norm_<x dtype>, add_rms_norm_<residual dtype>_<x dtype>; w is bf16, out is bf16.
 // The float32 path's rms_norm_fp32 and add_rms_norm_fp32 take and give f32 everywhere.
+//
+// rms_norm_cols_<x dtype> (MiniMax-M2's q and k norms, each over all heads of the fused qkv):
+// the same norm over columns start .. start + n of each row of x [rows, cols], in place (out is
+// x, of x's type: the norm's second pass reads each element before the same thread writes it).
+// _f32 and _bf16 take a bf16 weight; _fp32 (the float32 path) an f32 one.
 
+// One block per row of `hidden` values, rows `stride` elements apart (hidden for a whole row).
 template <typename TO, typename TX, typename TW>
-__device__ void rms_norm_impl(TO* out, const TX* x, const TW* w, int hidden, float eps) {
+__device__ void rms_norm_impl(TO* out, const TX* x, const TW* w, int hidden, float eps,
+                              u64 stride) {
     const u64 row = blockIdx.x;
-    const TX* xr = x + row * hidden;
+    const TX* xr = x + row * stride;
     float ss = 0.f;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
         const float v = to_f32(xr[i]);
         ss += v * v;
     }
     const float inv = 1.0f / sqrtf(block_sum(ss) / (float)hidden + eps);
-    TO* o = out + row * hidden;
+    TO* o = out + row * stride;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x)
         o[i] = from_f32<TO>(to_f32(w[i]) * (to_f32(xr[i]) * inv));
 }
@@ -48,11 +55,22 @@ __device__ void add_rms_norm_impl(TO* out, TR* residual, const TX* x, const TW* 
     extern "C" __global__ void rms_norm_##SUFFIX(bf16* out, const TX* x, const bf16* w, int hidden, \
                                                  float eps) {                                      \
         pdl_start();                                                                               \
-        rms_norm_impl(out, x, w, hidden, eps);                                                     \
+        rms_norm_impl(out, x, w, hidden, eps, (u64)hidden);                                        \
     }
 
 RMS_NORM(f32, float)
 RMS_NORM(bf16, bf16)
+
+#define RMS_NORM_COLS(SUFFIX, TX, TW)                                                              \
+    extern "C" __global__ void rms_norm_cols_##SUFFIX(TX* x, const TW* w, int start, int n,       \
+                                                      int cols, float eps) {                       \
+        pdl_start();                                                                               \
+        rms_norm_impl(x + start, x + start, w, n, eps, (u64)cols);                                 \
+    }
+
+RMS_NORM_COLS(f32, float, bf16)
+RMS_NORM_COLS(bf16, bf16, bf16)
+RMS_NORM_COLS(fp32, float, float)
 
 #define ADD_RMS_NORM(SUFFIX, TR, TX)                                                               \
     extern "C" __global__ void add_rms_norm_##SUFFIX(bf16* out, TR* residual, const TX* x,         \
@@ -69,7 +87,7 @@ ADD_RMS_NORM(bf16_bf16, bf16, bf16)
 extern "C" __global__ void rms_norm_fp32(float* out, const float* x, const float* w, int hidden,
                                          float eps) {
     pdl_start();
-    rms_norm_impl(out, x, w, hidden, eps);
+    rms_norm_impl(out, x, w, hidden, eps, (u64)hidden);
 }
 
 extern "C" __global__ void add_rms_norm_fp32(float* out, float* residual, const float* x,

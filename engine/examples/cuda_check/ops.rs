@@ -23,6 +23,7 @@ mod attention_window;
 mod gemv;
 mod gpt_oss;
 mod matmul;
+mod minimax;
 mod moe;
 mod nvfp4;
 mod uploads;
@@ -733,6 +734,8 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.silu_and_rows()?;
     ops.softmax_and_sample()?;
     ops.gelu_tanh()?;
+    // Last of the shared cases, so the ones above keep their random draws.
+    ops.minimax()?;
     if ops.fp32() {
         return Ok(()); // f32 weights take cuBLAS's f32 GEMM
     }

@@ -79,9 +79,14 @@ pub const fn cuda_supports(feature: Feature) -> bool {
         // relu²; attention without rotary is write_kv. cuda_check mamba2 and e2e on the
         // dense Nemotron-H fixture.
         Feature::NemotronH => true,
-        // Not yet: the attention kernels have no latent form, and there are no kernels for
-        // sigmoid routing (so neither for Nemotron-H's routed experts; docs/models.md).
-        Feature::MiniMaxM2 | Feature::NemotronHExperts | Feature::DeepseekV3 => false,
+        // QK norms over all heads (rms_norm_cols_*) and sigmoid-routed experts
+        // (fused_moe_sigmoid: fused_moe's launches with moe.cu's MoeSigmoid scoring); cuda_check
+        // ops minimax and e2e on the MiniMax-M2 fixture.
+        Feature::MiniMaxM2 => true,
+        // Not yet: the attention kernels have no latent form, and Nemotron-H's routed experts
+        // (sigmoid routing, relu² experts without a gate) have no expert kernels
+        // (docs/models.md).
+        Feature::NemotronHExperts | Feature::DeepseekV3 => false,
     }
 }
 
@@ -176,7 +181,12 @@ mod tests {
         let minimax = architecture("MiniMaxM2ForCausalLM").map(|a| a.needs);
         assert_eq!(
             minimax.and_then(|n| missing(Device::Cuda, n.iter().copied())),
-            Some(Feature::MiniMaxM2)
+            None
+        );
+        let deepseek = architecture("DeepseekV3ForCausalLM").map(|a| a.needs);
+        assert_eq!(
+            deepseek.and_then(|n| missing(Device::Cuda, n.iter().copied())),
+            Some(Feature::DeepseekV3)
         );
         let nemotron = architecture("NemotronHForCausalLM").map(|a| a.needs);
         assert_eq!(

@@ -18,8 +18,10 @@
 //! vocabulary are the rank's slice; the QK norms' mean squares are averaged over the ranks, and
 //! each block's attention and experts' outputs are all-reduced.
 //!
-//! Only backends that answer [`Feature::MiniMaxM2`] run it (the CPU reference); CUDA refuses
-//! it by name at load.
+//! Only backends that answer [`Feature::MiniMaxM2`] run it: the CPU reference and CUDA
+//! (`cuda/norm.rs`'s `rms_norm_cols`, `cuda/minimax.rs`'s `fused_moe_sigmoid`); a backend
+//! without them refuses it by name at load. The correction bias is kept in f32 on every
+//! backend (`upload_f32_weight`): a bf16 copy would move the choices where scores are close.
 
 use std::sync::Arc;
 
@@ -48,7 +50,7 @@ struct Layer<B: Backend> {
     o: B::Tensor,          // [H, nh·hd]
     post_norm: B::Tensor,  // [H]
     router: B::Tensor,     // [E, H]
-    bias: B::Tensor,       // [E], the correction bias of the choice
+    bias: B::Tensor,       // [E] f32, the correction bias of the choice
     gate_up: B::Tensor,    // [E, 2·I, H], gate rows first
     down: B::Tensor,       // [E, H, I]
 }
@@ -176,7 +178,7 @@ impl<B: Backend> MiniMaxM2<B> {
                     .o(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?))?,
                 post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
                 router: up(router)?,
-                bias: up(bias)?,
+                bias: backend.upload_f32_weight(&bias).map_err(upload_err)?,
                 gate_up: up(gate_up)?,
                 down: up(down)?,
             });
@@ -335,7 +337,8 @@ impl<B: Backend> Model<B> for MiniMaxM2<B> {
 mod tests {
     use super::*;
 
-    /// What CUDA answers today: the model, the ops, the backend and the device that runs it.
+    /// What a backend without the ops answers: the model, the ops, the backend and the device
+    /// that runs it.
     #[test]
     fn a_backend_without_the_ops_refuses_by_name() {
         let e = check_device("cuda", |_| false, "MiniMaxM2ForCausalLM")

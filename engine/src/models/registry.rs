@@ -2,7 +2,7 @@
 //! constructor. Everything that loads a model goes through [`load`] (`met serve` in
 //! `engine_core/start.rs`, `met score` in `main.rs`); every backend runs every family (the
 //! CPU reference and CUDA: Qwen3, Qwen3-MoE, the Qwen3.5/3.6 hybrids, Llama 3.x, Mistral,
-//! Gemma 3; gpt-oss, MiniMax-M2, Nemotron-H and DeepSeek-V3 on the CPU only for now). A
+//! Gemma 3, gpt-oss, MiniMax-M2; Nemotron-H and DeepSeek-V3 on the CPU only for now). A
 //! backend that lacks a feature a checkpoint needs refuses it at load, by name
 //! (`models::check_backend`).
 

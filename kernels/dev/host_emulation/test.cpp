@@ -26,6 +26,7 @@ static u64 sm(u64 z) { z += 0x9e3779b97f4a7c15ull; z = (z ^ (z >> 30)) * 0xbf584
 #include "moe_pipe_test.h"
 #include "moe_mma_test.h"
 #include "gpt_oss_test.h"
+#include "minimax_test.h"
 
 // Every attention case (EMU_ONLY=attention runs just these).
 #include "kv_fp8_test.h"
@@ -106,6 +107,7 @@ int main() {
         {"gemv_fp8", [] { t_gemv_fp8(1, 37, 2048); t_gemv_fp8(1, 40, 1024); t_gemv_fp8(8, 37, 2048); t_gemv_fp8(3, 20, 768); t_gemv_fp8(3, 13, 192); t_gemv_fp8(1, 16, 4096); t_gemv_fp8(9, 21, 128); t_gemv_fp8(45, 40, 256); t_gemv_fp8(64, 16, 192); }},
         {"moe", [] { moe_tests(); }},
         {"gpt_oss", [] { gpt_oss_tests(); }},
+        {"minimax", [] { minimax_tests(); }},
         {"nvfp4", [] { nvfp4_tests(); }},
     };
     if (const char* only = getenv("EMU_ONLY")) {
@@ -138,6 +140,7 @@ int main() {
     t_gemv_silu(8, 9, 24);
     moe_tests();
     gpt_oss_tests();
+    minimax_tests();
     skeleton_tests();
     t_fp8_decode();
     nvfp4_tests();

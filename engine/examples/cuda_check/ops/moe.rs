@@ -25,7 +25,7 @@ type Experts<'a> = (
 /// A way to run a case's experts: the kernels, FP8 activations, the small-step kernels'
 /// pipelined build (`moe.small_mma = pipe`), and the tolerance.
 #[derive(Clone, Copy)]
-struct Route {
+pub(super) struct Route {
     gemm: MoeGemm,
     fp8_act: bool,
     pipe: bool,
@@ -33,14 +33,14 @@ struct Route {
     tol: Tol,
 }
 
-const CUDA_CORES: Route = Route {
+pub(super) const CUDA_CORES: Route = Route {
     gemm: MoeGemm::CudaCores,
     fp8_act: false,
     pipe: false,
     name: "cuda cores",
     tol: MOE,
 };
-const TENSOR_CORES: Route = Route {
+pub(super) const TENSOR_CORES: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: false,
     pipe: false,
@@ -50,14 +50,14 @@ const TENSOR_CORES: Route = Route {
 /// The small-step FP8 `_any` kernels' cp.async-pipelined twins (`moe_pipe.cu`, the default),
 /// where they apply (9 to 256 tokens, widths multiples of 128); elsewhere the same as
 /// TENSOR_CORES, which runs the `_any` kernels themselves.
-const PIPELINED: Route = Route {
+pub(super) const PIPELINED: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: false,
     pipe: true,
     name: "tensor cores, pipelined",
     tol: MOE,
 };
-const TENSOR_CORES_FP8_ACT: Route = Route {
+pub(super) const TENSOR_CORES_FP8_ACT: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: true,
     pipe: false,
@@ -67,7 +67,7 @@ const TENSOR_CORES_FP8_ACT: Route = Route {
 /// The router logits of a case: uniform in [-3, 3), or (skewed) experts 0-3 favoured by 4 for
 /// two tokens in three (uneven counts: a few experts with several 64-row tiles) and every
 /// eighth expert never chosen (empty experts between full ones).
-fn logits(rng: &mut Rng, t: usize, e: usize, skew: bool) -> Vec<f32> {
+pub(super) fn logits(rng: &mut Rng, t: usize, e: usize, skew: bool) -> Vec<f32> {
     let mut v = rng.vec(t * e, 3.0);
     if skew {
         for (n, l) in v.iter_mut().enumerate() {
@@ -415,7 +415,7 @@ impl Ops<'_> {
     /// One route of a case: set it, run `f` into a fresh output, check it against the CPU's
     /// `want`, and print the error's rms against the output's (how far the route's rounding
     /// moves the result as a whole); then the defaults again.
-    fn moe_route(
+    pub(super) fn moe_route(
         &mut self,
         case: &str,
         route: Route,

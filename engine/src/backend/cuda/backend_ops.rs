@@ -331,6 +331,28 @@ impl Backend for CudaBackend {
         self.fused_moe_clamped_op(out, x, router_logits, experts, top_k)
     }
 
+    fn rms_norm_cols(
+        &self,
+        x: &mut CudaTensor,
+        start: usize,
+        weight: &CudaTensor,
+        eps: f32,
+    ) -> Result<()> {
+        self.rms_norm_cols_op(x, start, weight, eps)
+    }
+
+    fn fused_moe_sigmoid(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router_logits: &CudaTensor,
+        bias: &CudaTensor,
+        experts: (&CudaTensor, &CudaTensor),
+        routing: SigmoidRouting,
+    ) -> Result<()> {
+        self.fused_moe_sigmoid_op(out, x, router_logits, bias, experts, routing)
+    }
+
     fn supports(&self, feature: Feature) -> bool {
         // The table `metralectl` also reads, so a recipe is refused before its download.
         metrale_protocol::support::cuda_supports(feature)

@@ -18,7 +18,7 @@
 //! kept packed on the device instead of widened to bf16 at load.
 
 use super::elementwise::{dim, int, stride_cfg};
-use super::moe::{MAX_TOP_K, down_kernel_of, expert_rows_cfg};
+use super::moe::{MAX_TOP_K, Scoring, down_kernel_of, expert_rows_cfg};
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check};
 use crate::backend::kernels;
@@ -141,7 +141,17 @@ impl CudaBackend {
         let tuning = self.tuning().moe;
         let route = MoePlan::choose(shape, w, self.info.compute_capability, &tuning).route;
         let routing = (idp, wtp, ofp, pmp, acp);
-        self.moe_route(route, None, router_logits, routing, (t, e, top_k, h), true)?;
+        let scoring = Scoring::Softmax {
+            norm_topk_prob: true,
+        };
+        self.moe_route(
+            route,
+            None,
+            router_logits,
+            routing,
+            (t, e, top_k, h),
+            scoring,
+        )?;
 
         // 3. gate|up + bias + clamped SwiGLU into act, a block row per expert that can have
         // pairs (at most one a pair).

@@ -37,6 +37,7 @@ mod graph_chain;
 mod hybrid;
 mod launch;
 mod mamba2;
+mod minimax;
 mod moe;
 mod moe_mma;
 mod norm;
@@ -65,7 +66,7 @@ pub(crate) use super::cpu::shape_err;
 use super::sampling::{SampleRow, Sampled};
 use super::{
     Backend, BackendError, BatchInputs, ChainForward, ClampedExperts, Feature, ForwardMany, Result,
-    RopeTables, TableWrite,
+    RopeTables, SigmoidRouting, TableWrite,
 };
 use crate::loader::{DType as HostDType, HostData, HostTensor};
 use blas::Blas;

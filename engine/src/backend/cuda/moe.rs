@@ -29,8 +29,33 @@ pub(super) const MAX_TOP_K: usize = 16;
 /// Warps (= output rows) of an expert block (`MOE_WARPS` in moe.cu).
 const WARPS: usize = 8;
 
-/// A launch of the CUDA-core expert kernels (`moe_gate_up_*`, `moe_down_*`): a warp an output
-/// row of `rows` (WARPS a block), a block row an active expert.
+/// How stage 1 scores a token's experts (`MoeSoftmax` and `MoeSigmoid` in moe.cu); the launches
+/// after it are the same for both.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Scoring {
+    /// Top-k by logit, weighted by the softmax over all experts (renormalised over the chosen
+    /// when `norm_topk_prob`): `fused_moe`, `fused_moe_clamped`.
+    Softmax { norm_topk_prob: bool },
+    /// Top-k by `sigmoid(logit) + bias[e]`, weighted by the sigmoid (renormalised when
+    /// `norm_topk_prob`) times `scaling`: `fused_moe_sigmoid`. `bias` is the device address of
+    /// E f32 values.
+    Sigmoid {
+        bias: u64,
+        norm_topk_prob: bool,
+        scaling: f32,
+    },
+}
+
+impl Scoring {
+    fn norm(self) -> i32 {
+        match self {
+            Scoring::Softmax { norm_topk_prob } | Scoring::Sigmoid { norm_topk_prob, .. } => {
+                i32::from(norm_topk_prob)
+            }
+        }
+    }
+}
+
 /// Stages 1-2's scratch, alive as long as this is: the pairs' experts (i32 [T·k]) and
 /// weights ([T·k]), the experts' offsets (i32 [E + 1]), the permutation (i32 [T·k]) and the
 /// used experts with their count last (i32 [E + 1]); `ptrs` in that order, `moe_route`'s.
@@ -60,6 +85,8 @@ impl CudaBackend {
     }
 }
 
+/// A launch of the CUDA-core expert kernels (`moe_gate_up_*`, `moe_down_*`): a warp an output
+/// row of `rows` (WARPS a block), a block row an active expert.
 pub(super) fn expert_rows_cfg(
     rows: usize,
     experts: u32,
@@ -111,7 +138,7 @@ impl CudaBackend {
             x,
             router_logits,
             (gate_up, down),
-            (top_k, norm_topk_prob),
+            (top_k, Scoring::Softmax { norm_topk_prob }),
             Some(router),
         )
     }
@@ -132,20 +159,21 @@ impl CudaBackend {
             x,
             router_logits,
             (gate_up, down),
-            (top_k, norm_topk_prob),
+            (top_k, Scoring::Softmax { norm_topk_prob }),
             None,
         )
     }
 
-    /// `fused_moe`; with `router` (one token, bf16 router `[E, H]`, checked by the caller) the
-    /// logits are computed here into `router_logits` (f32) by the fused routing launch.
-    fn moe_op(
+    /// `fused_moe` (and `fused_moe_sigmoid`: `scoring` says how stage 1 routes); with `router`
+    /// (one token, bf16 router `[E, H]`, softmax scoring, checked by the caller) the logits
+    /// are computed here into `router_logits` (f32) by the fused routing launch.
+    pub(super) fn moe_op(
         &self,
         out: &mut CudaTensor,
         x: &CudaTensor,
         router_logits: &CudaTensor,
         (gate_up, down): (&CudaTensor, &CudaTensor),
-        (top_k, norm_topk_prob): (usize, bool),
+        (top_k, scoring): (usize, Scoring),
         router: Option<&CudaTensor>,
     ) -> Result<()> {
         let (t, h, e, i) = crate::backend::moe_dims(
@@ -217,7 +245,7 @@ impl CudaBackend {
             router_logits,
             routing,
             (t, e, top_k, h),
-            norm_topk_prob,
+            scoring,
         )?;
 
         let op = out.ptr(s);
@@ -306,9 +334,10 @@ impl CudaBackend {
     /// Stages 1-2 as `route` says (`MoePlan::choose`'s): each pair's expert and weight (`ids`,
     /// `weights`, `[T·k]`), the permutation grouping the pairs by expert (`perm`), the experts'
     /// offsets and the list of those with pairs (`offsets`, `active`, `[E + 1]`), given as
-    /// device pointers in that order (ids, weights, offsets, perm, active). With `router_x`
-    /// (`Route::RouterPlanOne`: a bf16 router `[E, H]` and x `[1, H]` bf16, checked by the
-    /// caller) the logits are computed here into `router_logits` (f32) first.
+    /// device pointers in that order (ids, weights, offsets, perm, active), the experts scored
+    /// as `scoring` says. With `router_x` (`Route::RouterPlanOne`: a bf16 router `[E, H]` and
+    /// x `[1, H]` bf16, checked by the caller; softmax scoring only) the logits are computed
+    /// here into `router_logits` (f32) first.
     pub(super) fn moe_route(
         &self,
         route: Route,
@@ -316,7 +345,7 @@ impl CudaBackend {
         router_logits: &CudaTensor,
         (idp, wtp, ofp, pmp, acp): (u64, u64, u64, u64, u64),
         (t, e, top_k, h): (usize, usize, usize, usize),
-        norm_topk_prob: bool,
+        scoring: Scoring,
     ) -> Result<()> {
         let pairs = t * top_k;
         let (ti, ei, ki, hi, pi) = (
@@ -328,8 +357,16 @@ impl CudaBackend {
         );
         let s = &self.stream;
         let logits_bf16 = router_logits.dtype == DType::BF16;
-        let (lp, norm) = (router_logits.ptr(s), i32::from(norm_topk_prob));
+        let (lp, norm) = (router_logits.ptr(s), scoring.norm());
+        // The sigmoid kernels take the softmax ones' parameters and (bias, scaling).
+        let sigmoid = match scoring {
+            Scoring::Sigmoid { bias, scaling, .. } => Some((bias, scaling)),
+            Scoring::Softmax { .. } => None,
+        };
         if let (Route::RouterPlanOne, Some((router, x))) = (route, router_x) {
+            check("fused_moe", sigmoid.is_none(), || {
+                "the router's product is fused with softmax routing only".to_string()
+            })?;
             // 0-2. The router's logits and the one-token plan in one launch.
             let (rp, tp) = (router.ptr(s), self.router_ticket.device_ptr(s).0);
             let xp = x.ptr(s);
@@ -354,51 +391,80 @@ impl CudaBackend {
             // 1-2. Route, group and list the active experts in one launch: one token's plan by
             // one warp (its pairs are grouped as routed), more tokens' by one block.
             let one = route == Route::PlanOne;
-            let threads = if one { 32 } else { PLAN_THREADS };
-            // SAFETY: logits are [t, e] of the kernel's type; ids, weights and perm hold t·k
-            // values, t·k <= MOE_PLAN_MAX_PAIRS (moe_plan's shared copy of the ids; t = 1 gives
-            // k <= MOE_MAX_TOP_K); offsets and active e + 1; 1 <= k <= min(e, MOE_MAX_TOP_K)
-            // (checked above); one warp at one token, else one block of MOE_PLAN_THREADS (its
-            // launch bounds).
+            let config = cfg((1, 1), if one { 32 } else { PLAN_THREADS });
+            // SAFETY (every launch below): logits are [t, e] of the kernel's type; ids, weights
+            // and perm hold t·k values, t·k <= MOE_PLAN_MAX_PAIRS (moe_plan's shared copy of
+            // the ids; t = 1 gives k <= MOE_MAX_TOP_K); offsets and active e + 1; 1 <= k <=
+            // min(e, MOE_MAX_TOP_K) (checked above); the sigmoid kernels' bias holds e f32
+            // (checked by the caller); one warp at one token, else one block of
+            // MOE_PLAN_THREADS (its launch bounds). The one-token kernels have no token count.
             unsafe {
-                if one {
-                    // The one-token kernel has no token count.
-                    let f = if logits_bf16 {
-                        kernels::moe_plan_one_bf16
-                    } else {
-                        kernels::moe_plan_one_f32
-                    };
-                    let args = (idp, wtp, ofp, pmp, acp, lp, ei, ki, norm);
-                    f.launch(self, cfg((1, 1), threads), args)?;
-                } else {
-                    let f = if logits_bf16 {
-                        kernels::moe_plan_bf16
-                    } else {
-                        kernels::moe_plan_f32
-                    };
-                    let args = (idp, wtp, ofp, pmp, acp, lp, ti, ei, ki, norm);
-                    f.launch(self, cfg((1, 1), threads), args)?;
+                match (one, sigmoid) {
+                    (true, None) => {
+                        let f = if logits_bf16 {
+                            kernels::moe_plan_one_bf16
+                        } else {
+                            kernels::moe_plan_one_f32
+                        };
+                        let args = (idp, wtp, ofp, pmp, acp, lp, ei, ki, norm);
+                        f.launch(self, config, args)?;
+                    }
+                    (false, None) => {
+                        let f = if logits_bf16 {
+                            kernels::moe_plan_bf16
+                        } else {
+                            kernels::moe_plan_f32
+                        };
+                        let args = (idp, wtp, ofp, pmp, acp, lp, ti, ei, ki, norm);
+                        f.launch(self, config, args)?;
+                    }
+                    (true, Some((bias, scaling))) => {
+                        let f = if logits_bf16 {
+                            kernels::moe_plan_one_sigmoid_bf16
+                        } else {
+                            kernels::moe_plan_one_sigmoid_f32
+                        };
+                        let args = (idp, wtp, ofp, pmp, acp, lp, ei, ki, norm, bias, scaling);
+                        f.launch(self, config, args)?;
+                    }
+                    (false, Some((bias, scaling))) => {
+                        let f = if logits_bf16 {
+                            kernels::moe_plan_sigmoid_bf16
+                        } else {
+                            kernels::moe_plan_sigmoid_f32
+                        };
+                        let args = (idp, wtp, ofp, pmp, acp, lp, ti, ei, ki, norm, bias, scaling);
+                        f.launch(self, config, args)?;
+                    }
                 }
             }
         } else {
             // 1. Route: a warp a token, over many blocks.
-            let f = if logits_bf16 {
-                kernels::moe_route_bf16
-            } else {
-                kernels::moe_route_f32
-            };
-            // SAFETY: logits are [t, e] of the kernel's type; ids and weights hold t·k values;
-            // 1 <= k <= min(e, MOE_MAX_TOP_K) (checked above); one warp per token, warps past
-            // t return.
+            let config = cfg(
+                (dim(t.div_ceil(ROUTE_TOKENS), "fused_moe")?, 1),
+                (32 * ROUTE_TOKENS) as u32,
+            );
+            // SAFETY (both launches): logits are [t, e] of the kernel's type; ids and weights
+            // hold t·k values; 1 <= k <= min(e, MOE_MAX_TOP_K) (checked above); the sigmoid
+            // kernels' bias holds e f32 (checked by the caller); one warp per token, warps
+            // past t return.
             unsafe {
-                f.launch(
-                    self,
-                    cfg(
-                        (dim(t.div_ceil(ROUTE_TOKENS), "fused_moe")?, 1),
-                        (32 * ROUTE_TOKENS) as u32,
-                    ),
-                    (idp, wtp, lp, ti, ei, ki, norm),
-                )?;
+                if let Some((bias, scaling)) = sigmoid {
+                    let f = if logits_bf16 {
+                        kernels::moe_route_sigmoid_bf16
+                    } else {
+                        kernels::moe_route_sigmoid_f32
+                    };
+                    let args = (idp, wtp, lp, ti, ei, ki, norm, bias, scaling);
+                    f.launch(self, config, args)?;
+                } else {
+                    let f = if logits_bf16 {
+                        kernels::moe_route_bf16
+                    } else {
+                        kernels::moe_route_f32
+                    };
+                    f.launch(self, config, (idp, wtp, lp, ti, ei, ki, norm))?;
+                }
             }
 
             if route == Route::RouteGroupPlan {

@@ -93,6 +93,49 @@ impl CudaBackend {
         }
     }
 
+    /// [`crate::backend::Backend::rms_norm_cols`]: columns `start .. start + n` of each row of
+    /// `x` (`n` = the weight's length) normalised in place, `x` keeping its type (f32, the
+    /// matmul's output, or bf16); the norm kernel over a row's part (`rms_norm_cols_*`).
+    pub(super) fn rms_norm_cols_op(
+        &self,
+        x: &mut CudaTensor,
+        start: usize,
+        w: &CudaTensor,
+        eps: f32,
+    ) -> Result<()> {
+        let (rows, cols, n) = (x.rows(), x.cols(), w.numel());
+        check("rms_norm_cols", n > 0 && start + n <= cols, || {
+            format!("x {:?}, columns {start}..{}", x.shape, start + n)
+        })?;
+        weight_check("rms_norm_cols", w, n)?;
+        let fp32 = fp32_inputs("rms_norm_cols", w, &[x])?;
+        if rows == 0 {
+            return Ok(());
+        }
+        let kernel = match x.dtype {
+            _ if fp32 => kernels::rms_norm_cols_fp32,
+            DType::F32 => kernels::rms_norm_cols_f32,
+            DType::BF16 => kernels::rms_norm_cols_bf16,
+            DType::F8 | DType::F4 => return Err(super::not_activation("rms_norm_cols")),
+        };
+        let s = &self.stream;
+        let (xp, wp) = (x.ptr(s), w.ptr(s));
+        let args = (
+            xp,
+            wp,
+            int(start, "rms_norm_cols")?,
+            int(n, "rms_norm_cols")?,
+            int(cols, "rms_norm_cols")?,
+            eps,
+        );
+        let threads = self.norm_threads(rows, n);
+        // SAFETY: x is [rows, cols] of the kernel's type and w holds n values of its weight
+        // type (checked above), start + n <= cols, so each block's row part stays inside its
+        // row; one block per row with a multiple of 32 threads, as block_sum needs. In place:
+        // each thread reads an element before it writes it, and no other thread touches it.
+        unsafe { kernel.launch(self, cfg((dim(rows, "rms_norm_cols")?, 1), threads), args) }
+    }
+
     pub(super) fn add_rms_norm_op(
         &self,
         out: &mut CudaTensor,

@@ -23,6 +23,12 @@ kernels! {
     Moe [moe_gate_up_fp32] (act: *mut f32, x: *const f32, w: *const f32, scales: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32);
     Moe [moe_down_fp32] (ys: *mut f32, act: *const f32, w: *const f32, scales: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, inter: i32, hidden: i32);
     Moe [moe_down_combine_fp32] (out: *mut f32, act: *const f32, w: *const f32, scales: *const f32, ids: *const i32, weights: *const f32, tokens: i32, top_k: i32, inter: i32, hidden: i32);
+    Moe [moe_route_sigmoid_f32] (ids: *mut i32, weights: *mut f32, logits: *const f32, tokens: i32, experts: i32, top_k: i32, norm_topk_prob: i32, bias: *const f32, scaling: f32);
+    Moe [moe_route_sigmoid_bf16] (ids: *mut i32, weights: *mut f32, logits: *const bf16, tokens: i32, experts: i32, top_k: i32, norm_topk_prob: i32, bias: *const f32, scaling: f32);
+    Moe [moe_plan_one_sigmoid_f32] (ids: *mut i32, weights: *mut f32, offsets: *mut i32, perm: *mut i32, active: *mut i32, logits: *const f32, experts: i32, top_k: i32, norm_topk_prob: i32, bias: *const f32, scaling: f32);
+    Moe [moe_plan_one_sigmoid_bf16] (ids: *mut i32, weights: *mut f32, offsets: *mut i32, perm: *mut i32, active: *mut i32, logits: *const bf16, experts: i32, top_k: i32, norm_topk_prob: i32, bias: *const f32, scaling: f32);
+    Moe [moe_plan_sigmoid_f32] (ids: *mut i32, weights: *mut f32, offsets: *mut i32, perm: *mut i32, active: *mut i32, logits: *const f32, tokens: i32, experts: i32, top_k: i32, norm_topk_prob: i32, bias: *const f32, scaling: f32);
+    Moe [moe_plan_sigmoid_bf16] (ids: *mut i32, weights: *mut f32, offsets: *mut i32, perm: *mut i32, active: *mut i32, logits: *const bf16, tokens: i32, experts: i32, top_k: i32, norm_topk_prob: i32, bias: *const f32, scaling: f32);
     Moe [moe_router_plan_one] (logits: *mut f32, x: *const bf16, router: *const bf16, experts: i32, hidden: i32, ticket: *mut u32, ids: *mut i32, weights: *mut f32, offsets: *mut i32, perm: *mut i32, active: *mut i32, top_k: i32, norm_topk_prob: i32);
     Moe [moe_combine] (out: *mut f32, ys: *const f32, weights: *const f32, tokens: u64, top_k: i32, hidden: i32);
     Moe [moe_gate_up_clamped_bf16_vec, moe_gate_up_clamped_bf16] (act: *mut bf16, x: *const bf16, w: *const bf16, scales: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32, bias: *const bf16, alpha: f32, limit: f32);

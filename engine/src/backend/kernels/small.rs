@@ -34,6 +34,9 @@ kernels! {
     Norm [add_rms_norm_bf16_bf16] (out: *mut bf16, residual: *mut bf16, x: *const bf16, w: *const bf16, hidden: i32, eps: f32);
     Norm [rms_norm_fp32] (out: *mut f32, x: *const f32, w: *const f32, hidden: i32, eps: f32);
     Norm [add_rms_norm_fp32] (out: *mut f32, residual: *mut f32, x: *const f32, w: *const f32, hidden: i32, eps: f32);
+    Norm [rms_norm_cols_f32] (x: *mut f32, w: *const bf16, start: i32, n: i32, cols: i32, eps: f32);
+    Norm [rms_norm_cols_bf16] (x: *mut bf16, w: *const bf16, start: i32, n: i32, cols: i32, eps: f32);
+    Norm [rms_norm_cols_fp32] (x: *mut f32, w: *const f32, start: i32, n: i32, cols: i32, eps: f32);
     Rope [qk_norm_rope_f32] (qkv: *mut f32, positions: *const u32, q_w: *const bf16, k_w: *const bf16, inv_freq: *const f32, num_heads: i32, num_kv_heads: i32, head_dim: i32, half_rot: i32, scale: f32, eps: f32);
     Rope [qk_norm_rope_kv_f32] (qkv: *mut f32, positions: *const u32, q_w: *const bf16, k_w: *const bf16, inv_freq: *const f32, num_heads: i32, num_kv_heads: i32, head_dim: i32, half_rot: i32, scale: f32, eps: f32, k_cache: *mut bf16, v_cache: *mut bf16, slot_mapping: *const u32);
     Rope [qk_norm_rope_bf16] (qkv: *mut bf16, positions: *const u32, q_w: *const bf16, k_w: *const bf16, inv_freq: *const f32, num_heads: i32, num_kv_heads: i32, head_dim: i32, half_rot: i32, scale: f32, eps: f32);
