@@ -210,26 +210,15 @@ impl HybridOps for CudaBackend {
         ] {
             f32_tensor(OP, what, p)?;
         }
-        f32_tensor(OP, "conv_state", conv_state)?;
-        f32_tensor(OP, "recurrent", recurrent)?;
-        if let Some(e) = &batch.states.error {
-            return Err(shape_err(OP, e.clone()));
-        }
-        let slots = conv_state.rows();
-        if let Some(bad) = batch.states.max_slot.filter(|&m| m as usize >= slots) {
-            return Err(shape_err(
-                OP,
-                format!("state slot {bad} outside the {slots} slots"),
-            ));
-        }
-        self.set_dtype(out, self.compute_dtype())?;
-        if t == 0 {
+        let Some(tm) = self.recurrent_step_checks(
+            OP,
+            out,
+            mixed,
+            (conv_state, ("recurrent", recurrent)),
+            batch,
+        )?
+        else {
             return Ok(());
-        }
-        // The type of mixed, a key of every kernel below.
-        let tm = match mixed.dtype {
-            DType::F8 | DType::F4 => return Err(super::not_activation(OP)),
-            tm => tm,
         };
         let st = &self.stream;
         // The sequences' row offsets, slots, save offsets and saves, both kernels' next args.
@@ -379,5 +368,41 @@ impl HybridOps for CudaBackend {
 
     fn relu2(&self, out: &mut CudaTensor, x: &CudaTensor) -> Result<()> {
         self.relu2_op(out, x)
+    }
+}
+
+impl CudaBackend {
+    /// The checks a recurrent layer's step shares (Gated DeltaNet, Mamba-2): f32 state pools,
+    /// the batch's state plans valid and inside the pools' slots; `out` set to the compute
+    /// type. `None` for an empty step (nothing to launch), else mixed's type, a key of every
+    /// kernel the layer launches.
+    pub(super) fn recurrent_step_checks(
+        &self,
+        op: &'static str,
+        out: &mut CudaTensor,
+        mixed: &CudaTensor,
+        (conv_state, (name, state)): (&CudaTensor, (&'static str, &CudaTensor)),
+        batch: &CudaBatch,
+    ) -> Result<Option<DType>> {
+        f32_tensor(op, "conv_state", conv_state)?;
+        f32_tensor(op, name, state)?;
+        if let Some(e) = &batch.states.error {
+            return Err(shape_err(op, e.clone()));
+        }
+        let slots = conv_state.rows();
+        if let Some(bad) = batch.states.max_slot.filter(|&m| m as usize >= slots) {
+            return Err(shape_err(
+                op,
+                format!("state slot {bad} outside the {slots} slots"),
+            ));
+        }
+        self.set_dtype(out, self.compute_dtype())?;
+        if batch.num_tokens == 0 {
+            return Ok(None);
+        }
+        match mixed.dtype {
+            DType::F8 | DType::F4 => Err(super::not_activation(op)),
+            tm => Ok(Some(tm)),
+        }
     }
 }

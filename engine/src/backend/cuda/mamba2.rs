@@ -158,25 +158,15 @@ impl CudaBackend {
         ] {
             f32_tensor(OP, what, p)?;
         }
-        f32_tensor(OP, "conv_state", conv_state)?;
-        f32_tensor(OP, "ssm_state", ssm_state)?;
-        if let Some(e) = &batch.states.error {
-            return Err(shape_err(OP, e.clone()));
-        }
-        let slots = conv_state.rows();
-        if let Some(bad) = batch.states.max_slot.filter(|&m| m as usize >= slots) {
-            return Err(shape_err(
-                OP,
-                format!("state slot {bad} outside the {slots} slots"),
-            ));
-        }
-        self.set_dtype(out, self.compute_dtype())?;
-        if t == 0 {
+        let Some(tm) = self.recurrent_step_checks(
+            OP,
+            out,
+            mixed,
+            (conv_state, ("ssm_state", ssm_state)),
+            batch,
+        )?
+        else {
             return Ok(());
-        }
-        let tm = match mixed.dtype {
-            DType::F8 | DType::F4 => return Err(super::not_activation(OP)),
-            tm => tm,
         };
         let st = &self.stream;
         let plans = batch.state_arrays(st);
