@@ -182,39 +182,27 @@ impl HybridOps for CudaBackend {
                 && layer.dt_bias.numel() == s.nv
                 && layer.norm.numel() == s.dv
                 && conv_state.cols() == (k - 1) * cd
-                && recurrent.cols() == s.nv * s.dk * s.dv
-                && conv_state.rows() == recurrent.rows()
-                && host.states.len() == host.num_seqs()
-                && batch.states.num_seqs == host.num_seqs()
-                && host.num_tokens() == t
-                && batch.num_tokens == t,
+                && recurrent.cols() == s.nv * s.dk * s.dv,
             || {
                 format!(
-                    "mixed {:?}, out {:?}, conv state {:?}, recurrent {:?}, {} plans for {} \
-                     sequences ({} in the device batch)",
-                    mixed.shape,
-                    out.shape,
-                    conv_state.shape,
-                    recurrent.shape,
-                    host.states.len(),
-                    host.num_seqs(),
-                    batch.states.num_seqs
+                    "mixed {:?}, out {:?}, conv state {:?}, recurrent {:?}",
+                    mixed.shape, out.shape, conv_state.shape, recurrent.shape,
                 )
             },
         )?;
-        for (what, p) in [
+        let params = [
             ("conv", layer.conv),
             ("neg_a", layer.neg_a),
             ("dt_bias", layer.dt_bias),
             ("norm", layer.norm),
-        ] {
-            f32_tensor(OP, what, p)?;
-        }
+        ];
         let Some(tm) = self.recurrent_step_checks(
             OP,
             out,
             mixed,
             (conv_state, ("recurrent", recurrent)),
+            &params,
+            host,
             batch,
         )?
         else {
@@ -372,18 +360,47 @@ impl HybridOps for CudaBackend {
 }
 
 impl CudaBackend {
-    /// The checks a recurrent layer's step shares (Gated DeltaNet, Mamba-2): f32 state pools,
-    /// the batch's state plans valid and inside the pools' slots; `out` set to the compute
-    /// type. `None` for an empty step (nothing to launch), else mixed's type, a key of every
-    /// kernel the layer launches.
+    /// The checks a recurrent layer's step shares (Gated DeltaNet, Mamba-2): the layer's
+    /// `params` and both state pools f32, the pools of as many slots, one state plan a
+    /// sequence and `mixed`'s rows the step's tokens on host and device, the plans valid and
+    /// inside the pools' slots; `out` set to the compute type. `None` for an empty step
+    /// (nothing to launch), else mixed's type, a key of every kernel the layer launches.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn recurrent_step_checks(
         &self,
         op: &'static str,
         out: &mut CudaTensor,
         mixed: &CudaTensor,
         (conv_state, (name, state)): (&CudaTensor, (&'static str, &CudaTensor)),
+        params: &[(&'static str, &CudaTensor)],
+        host: &BatchInputs,
         batch: &CudaBatch,
     ) -> Result<Option<DType>> {
+        let t = mixed.rows();
+        check(
+            op,
+            conv_state.rows() == state.rows()
+                && host.states.len() == host.num_seqs()
+                && batch.states.num_seqs == host.num_seqs()
+                && host.num_tokens() == t
+                && batch.num_tokens == t,
+            || {
+                format!(
+                    "conv state {:?}, {name} {:?}, {} rows of mixed, {} plans for {} sequences \
+                     ({} in the device batch) of {} tokens",
+                    conv_state.shape,
+                    state.shape,
+                    t,
+                    host.states.len(),
+                    host.num_seqs(),
+                    batch.states.num_seqs,
+                    host.num_tokens()
+                )
+            },
+        )?;
+        for &(what, p) in params {
+            f32_tensor(op, what, p)?;
+        }
         f32_tensor(op, "conv_state", conv_state)?;
         f32_tensor(op, name, state)?;
         if let Some(e) = &batch.states.error {
