@@ -270,19 +270,30 @@ impl Check<'_> {
         let h = case.heads;
         let cd = 2 * h.nk * h.dk + h.nv * h.dv;
         let width = cd + h.nv * h.dv + 2 * h.nv;
+        self.mixed_pair([t, width], (h.nv, case.a_scale / 2.0), case.mixed)
+    }
+
+    /// A recurrent layer's `mixed` input `[T, width]` of type `dtype`, random in ±2, its last
+    /// `tail.0` columns (a gate's input) scaled by `tail.1`; the CPU gets the device's values.
+    pub(crate) fn mixed_pair(
+        &mut self,
+        [t, width]: [usize; 2],
+        (cols, scale): (usize, f32),
+        dtype: DType,
+    ) -> Result<(CudaTensor, CpuTensor)> {
         let mut data = self.rng.vec(t * width, 2.0);
         for row in data.chunks_mut(width) {
-            for a in &mut row[width - h.nv..] {
-                *a *= case.a_scale / 2.0;
+            for v in &mut row[width - cols..] {
+                *v *= scale;
             }
         }
-        let data = if case.mixed == DType::BF16 {
+        let data = if dtype == DType::BF16 {
             round_bf16(&data)
         } else {
             data
         };
         Ok((
-            self.cuda.tensor_from_f32(&[t, width], &data, case.mixed)?,
+            self.cuda.tensor_from_f32(&[t, width], &data, dtype)?,
             CpuTensor::new(vec![t, width], data),
         ))
     }

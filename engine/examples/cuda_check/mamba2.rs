@@ -16,7 +16,6 @@ use metrale_engine::backend::cuda::{CudaTensor, DType};
 use metrale_engine::backend::{Backend, HybridOps, Mamba2Layer, SsmHeads};
 
 use crate::hybrid::{Check, batch_padded};
-use crate::ops::round_bf16;
 use crate::report::Tol;
 
 /// One Mamba-2 case: heads, taps, the dt limits and the type of `mixed`.
@@ -78,21 +77,7 @@ impl Check<'_> {
     fn mamba2_mixed(&mut self, case: &Case, t: usize) -> Result<(CudaTensor, CpuTensor)> {
         let h = case.heads;
         let width = h.inner() + h.conv_dim() + h.heads;
-        let mut data = self.rng.vec(t * width, 2.0);
-        for row in data.chunks_mut(width) {
-            for dt in &mut row[width - h.heads..] {
-                *dt *= 12.0;
-            }
-        }
-        let data = if case.mixed == DType::BF16 {
-            round_bf16(&data)
-        } else {
-            data
-        };
-        Ok((
-            self.cuda.tensor_from_f32(&[t, width], &data, case.mixed)?,
-            CpuTensor::new(vec![t, width], data),
-        ))
+        self.mixed_pair([t, width], (h.heads, 12.0), case.mixed)
     }
 
     /// The case's two steps, each compared.

@@ -10,7 +10,7 @@
 use metrale_engine::backend::SigmoidRouting;
 
 use super::moe::{
-    CUDA_CORES, PIPELINED, Route, TENSOR_CORES, TENSOR_CORES_FP8_ACT, logits as moe_logits,
+    CUDA_CORES, Experts, PIPELINED, Route, TENSOR_CORES, TENSOR_CORES_FP8_ACT, logits as moe_logits,
 };
 use super::*;
 
@@ -119,16 +119,14 @@ impl Ops<'_> {
                 let (b_d, b_c) = s.pair(&[e], b, bd)?;
                 let (w13_d, w13_c) = s.random(&[e, 2 * i, h], 0.05, s.wd())?;
                 let (w2_d, w2_c) = s.random(&[e, h, i], 0.05, s.wd())?;
-                let mut out_c = s.cpu.zeros(&[t, h])?;
-                s.cpu
-                    .fused_moe_sigmoid(&mut out_c, &x_c, &l_c, &b_c, (&w13_c, &w2_c), routing)
-                    .context("cpu")?;
-                for route in routes {
-                    s.moe_route(&case, *route, &out_c, |cuda, out| {
-                        cuda.fused_moe_sigmoid(out, &x_d, &l_d, &b_d, (&w13_d, &w2_d), routing)
-                    })?;
-                }
-                Ok(())
+                let inputs = ((&x_d, &x_c), (&l_d, &l_c), (&b_d, &b_c));
+                s.sigmoid_routes(
+                    &case,
+                    routes,
+                    inputs,
+                    ((&w13_d, &w2_d), (&w13_c, &w2_c)),
+                    routing,
+                )
             })?;
         }
         Ok(())
@@ -167,16 +165,14 @@ impl Ops<'_> {
                 let (b_d, b_c) = s.pair(&[e], b, DType::F32)?;
                 let (w13_d, w13_c) = s.fp8_pair(&[e, 2 * i, h])?;
                 let (w2_d, w2_c) = s.fp8_pair(&[e, h, i])?;
-                let mut out_c = s.cpu.zeros(&[t, h])?;
-                s.cpu
-                    .fused_moe_sigmoid(&mut out_c, &x_c, &l_c, &b_c, (&w13_c, &w2_c), routing)
-                    .context("cpu")?;
-                for route in routes {
-                    s.moe_route(&case, *route, &out_c, |cuda, out| {
-                        cuda.fused_moe_sigmoid(out, &x_d, &l_d, &b_d, (&w13_d, &w2_d), routing)
-                    })?;
-                }
-                Ok(())
+                let inputs = ((&x_d, &x_c), (&l_d, &l_c), (&b_d, &b_c));
+                s.sigmoid_routes(
+                    &case,
+                    routes,
+                    inputs,
+                    ((&w13_d, &w2_d), (&w13_c, &w2_c)),
+                    routing,
+                )
             })?;
         }
         Ok(())
@@ -223,4 +219,32 @@ impl Ops<'_> {
         }
         Ok(())
     }
+
+    /// `fused_moe_sigmoid` on the CPU, then on the device by each of `routes`, compared.
+    fn sigmoid_routes(
+        &mut self,
+        case: &str,
+        routes: &[Route],
+        ((x_d, x_c), (l_d, l_c), (b_d, b_c)): Pairs<'_>,
+        ((w13_d, w2_d), (w13_c, w2_c)): Experts<'_>,
+        routing: SigmoidRouting,
+    ) -> Result<()> {
+        let mut out_c = self.cpu.zeros(&[x_c.shape[0], x_c.shape[1]])?;
+        self.cpu
+            .fused_moe_sigmoid(&mut out_c, x_c, l_c, b_c, (w13_c, w2_c), routing)
+            .context("cpu")?;
+        for route in routes {
+            self.moe_route(case, *route, &out_c, |cuda, out| {
+                cuda.fused_moe_sigmoid(out, x_d, l_d, b_d, (w13_d, w2_d), routing)
+            })?;
+        }
+        Ok(())
+    }
 }
+
+/// x, the router logits and the correction bias, each on the device and on the CPU.
+type Pairs<'a> = (
+    (&'a CudaTensor, &'a CpuTensor),
+    (&'a CudaTensor, &'a CpuTensor),
+    (&'a CudaTensor, &'a CpuTensor),
+);

@@ -17,7 +17,7 @@ const FP8_ACT: Tol = Tol {
 };
 
 /// A case's experts (gate_up, down) on the device and on the CPU.
-type Experts<'a> = (
+pub(super) type Experts<'a> = (
     (&'a CudaTensor, &'a CudaTensor),
     (&'a CpuTensor, &'a CpuTensor),
 );
