@@ -680,12 +680,13 @@ fn pipe_sweep(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 let logits = cuda.random_bf16(&[t, e], 95 + t as u64, 1.0)?;
                 let mut out = cuda.zeros(&[t, h])?;
                 let mut us = [0.0; 2];
+                let saved = cuda.tuning().moe.small_pipe;
                 for (u, pipe) in us.iter_mut().zip([false, true]) {
                     cuda.retune(|t| t.moe.small_pipe = pipe);
                     let r = mean_op_ms_n(cuda, 50, || {
                         Ok(cuda.fused_moe(&mut out, &x, &logits, &w13, &w2, k, true)?)
                     });
-                    cuda.retune(|t| t.moe.small_pipe = true); // the default
+                    cuda.retune(|t| t.moe.small_pipe = saved);
                     *u = r? * 1e3;
                 }
                 let experts = e as f64 * (1.0 - (1.0 - k as f64 / e as f64).powi(t as i32));

@@ -423,14 +423,16 @@ impl Ops<'_> {
         f: impl FnOnce(&CudaBackend, &mut CudaTensor) -> metrale_engine::backend::Result<()>,
     ) -> Result<()> {
         let cuda = self.cuda;
-        cuda.retune(|t| t.moe.gemm = route.gemm);
-        cuda.retune(|t| t.moe.fp8_activations = route.fp8_act);
-        cuda.retune(|t| t.moe.small_pipe = route.pipe);
+        // The route's settings for this call only: the run's own (its environment's) after.
+        let saved = cuda.tuning().moe;
+        cuda.retune(|t| {
+            t.moe.gemm = route.gemm;
+            t.moe.fp8_activations = route.fp8_act;
+            t.moe.small_pipe = route.pipe;
+        });
         let mut out = cuda.zeros(&want.shape)?;
         let r = f(cuda, &mut out);
-        cuda.retune(|t| t.moe.gemm = MoeGemm::Auto);
-        cuda.retune(|t| t.moe.fp8_activations = false);
-        cuda.retune(|t| t.moe.small_pipe = true); // the default
+        cuda.retune(|t| t.moe = saved);
         r?;
         let case = format!("{case} [{}]", route.name);
         self.check("fused_moe", &case, route.tol, &out, want)?;
