@@ -284,7 +284,7 @@ impl CudaBackend {
                     .for_graph(),
             )
         };
-        let (graph, out) = self.record(g, (outputs, true), &mut |counting| match counting {
+        let (graph, out) = self.record(g, outputs, &mut |counting| match counting {
             true => forward(counting_batch.as_ref().unwrap_or(&batch)),
             false => forward(&batch),
         })?;
@@ -297,13 +297,13 @@ impl CudaBackend {
 
     /// Steps 1 to 3 of a capture (`run(true)`: the eager pass that counts what the forward
     /// allocates; `run(false)`: the forward to record) and the outputs' checks: the graph and
-    /// its `outputs`, in the arena, f32 first where `f32_first` (a step's logits; a chain's
-    /// ids are f32 too, but the MTP head's cache fill returns a placeholder of the compute
-    /// type). Drops every graph cut from an arena it outgrows.
+    /// its outputs, in the arena, the first (a step's logits, a chain's ids) f32; a chain may
+    /// return none (the MTP head's cache fill). Drops every graph cut from an arena it
+    /// outgrows.
     pub(super) fn record(
         &self,
         g: &mut Graphs,
-        (outputs, f32_first): (usize, bool),
+        outputs: usize,
         run: &mut dyn FnMut(bool) -> Result<Vec<CudaTensor>>,
     ) -> Result<(CudaGraph, Vec<CudaTensor>)> {
         // 1. Eagerly, counting what the forward allocates (this also loads every kernel and
@@ -347,17 +347,12 @@ impl CudaBackend {
             BackendError::Device("the graph capture recorded nothing".to_string())
         })?;
         let in_arena = out.iter().all(|t| matches!(t.buf, Storage::Arena(_)));
-        let f32_ok = !f32_first || out.first().is_some_and(|t| t.dtype == DType::F32);
-        if out.len() != outputs || !in_arena || !f32_ok {
+        if out.len() != outputs || !in_arena || out.first().is_some_and(|t| t.dtype != DType::F32) {
             return Err(BackendError::Device(format!(
-                "the captured forward gave {} outputs ({:?} first), not {outputs} in the arena{}",
+                "the captured forward gave {} outputs ({:?} first), not {outputs} in the arena \
+                 with f32 logits first",
                 out.len(),
-                out.first().map(|t| t.dtype),
-                if f32_first {
-                    " with f32 logits first"
-                } else {
-                    ""
-                }
+                out.first().map(|t| t.dtype)
             )));
         }
         Ok((graph, out))

@@ -99,7 +99,7 @@ impl CudaBackend {
             .collect::<Result<Vec<_>>>()?;
         self.copy_inputs(&mut own, inputs)?;
         let refs: Vec<&CudaBatch> = batches.iter().collect();
-        let (graph, outputs) = self.record(g, (outputs, false), &mut |_| forward(&refs, &own))?;
+        let (graph, outputs) = self.record(g, outputs, &mut |_| forward(&refs, &own))?;
         Ok(CapturedChain {
             graph,
             batches,
