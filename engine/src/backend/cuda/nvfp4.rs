@@ -241,24 +241,19 @@ impl CudaBackend {
         );
         let (ni, ki) = (int(n, "matmul")?, int(k, "matmul")?);
         let blocks = dim(n.div_ceil(NVFP4_WARPS), "matmul")?;
-        for r0 in (0..m).step_by(NVFP4_GEMV_MAX_ROWS) {
-            let rows = (m - r0).min(NVFP4_GEMV_MAX_ROWS);
-            let (o_r, x_r) = (o + (r0 * n * 4) as u64, xp + (r0 * k * 2) as u64);
-            // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] F4 with its [n, k / 16] scale
-            // bytes and [n] f32 multipliers (checked above); this pass covers rows
-            // r0..r0 + rows <= m of out and x; k % 32 == 0, so every 16-byte load of a packed
-            // row (k / 2 bytes) and of an x row (2k bytes) is inside it and aligned, and the
-            // 2-byte scale loads (k / 16 bytes a row, even) too; one warp per output column,
-            // columns past n return.
-            unsafe {
-                NVFP4_GEMV[rows - 1].launch(
-                    self,
-                    cfg((blocks, 1), (32 * NVFP4_WARPS) as u32),
-                    (o_r, x_r, wp, sp, gp, ni, ki),
-                )?;
-            }
+        // SAFETY: out is [m, n] f32, x [m, k] bf16 (1 <= m <= NVFP4_GEMV_MAX_ROWS: the copy
+        // took more, an empty matmul returned), w [n, k] F4 with its [n, k / 16] scale bytes
+        // and [n] f32 multipliers (checked above); k % 32 == 0, so every 16-byte load of a
+        // packed row (k / 2 bytes) and of an x row (2k bytes) is inside it and aligned, and the
+        // 2-byte scale loads (k / 16 bytes a row, even) too; one warp per output column,
+        // columns past n return.
+        unsafe {
+            NVFP4_GEMV[m - 1].launch(
+                self,
+                cfg((blocks, 1), (32 * NVFP4_WARPS) as u32),
+                (o, xp, wp, sp, gp, ni, ki),
+            )
         }
-        Ok(())
     }
 
     /// `out` (bf16, w's shape) = the F4 weight's values: e2m1 · f32(e4m3 · multiplier),
