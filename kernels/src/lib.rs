@@ -229,19 +229,21 @@ mod tests {
     #[test]
     fn every_kernel_waits_for_the_previous_one() {
         let waits = |b: &str| b.contains("pdl_start();") || b.contains("pdl_wait();");
-        // Prelude helpers (other than pdl_start itself) whose bodies wait.
-        let waiting_helpers: Vec<&str> = PRELUDE
-            .match_indices("__device__ __forceinline__ void ")
-            .filter_map(|(at, _)| {
-                let rest = &PRELUDE[at..];
-                let name_at = rest.find("void ")? + 5;
-                let name = rest[name_at..]
-                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .next()?;
-                let open = at + rest.find('{')?;
-                (name != "pdl_start" && waits(body(PRELUDE, open))).then_some(name)
-            })
-            .collect();
+        // The `__device__` helpers of `text` (other than pdl_start itself) whose bodies wait.
+        let waiting_helpers_of = |text: &'static str| -> Vec<&'static str> {
+            text.match_indices("__device__ __forceinline__ void ")
+                .filter_map(|(at, _)| {
+                    let rest = &text[at..];
+                    let name_at = rest.find("void ")? + 5;
+                    let name = rest[name_at..]
+                        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .next()?;
+                    let open = at + rest.find('{')?;
+                    (name != "pdl_start" && waits(body(text, open))).then_some(name)
+                })
+                .collect()
+        };
+        let waiting_helpers = waiting_helpers_of(PRELUDE);
         assert!(
             waiting_helpers.contains(&"fp8_mma_tiles"),
             "the prelude's waiting helpers: {waiting_helpers:?}"
@@ -273,8 +275,13 @@ mod tests {
                     .find(|&i| text[..i].trim_end().ends_with("void"))
                     .unwrap_or_else(|| panic!("{}.cu: no definition of {callee}", m.name()));
                 let open = def + text[def..].find('{').expect("a body");
+                let local_helpers = waiting_helpers_of(text);
+                let impl_body = body(text, open);
+                let impl_calls_helper = impl_body
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .any(|w| waiting_helpers.contains(&w) || local_helpers.contains(&w));
                 assert!(
-                    waits(body(text, open)),
+                    waits(impl_body) || impl_calls_helper,
                     "{}.cu: {name} and its {callee} never call pdl_start/pdl_wait",
                     m.name()
                 );

@@ -14,6 +14,9 @@
 // loads in flight a lane, as gemv_fp8_m<M>), widens them in registers, dots each 16-value block
 // with the x rows in f32 and adds the block's sum times e4m3 · global. The floor is 0.28 of
 // the bf16 GEMV's bytes.
+// gemv_nvfp4_mma_r<RT>_b<NB> (any M, K % 32 == 0, sm_80+): the product on tensor cores, the
+// serving path for up to gemm.nvfp4_mma_rows rows (nvfp4_mma_tiles below): a weight costs
+// about 2.4 instructions (its bf16 A operand) instead of the GEMV's ~8 per weight and row.
 // gemv_nvfp4_rows: any K % 16 == 0 (scalar loads), one x row at a time (the lab's first
 // version, kernels/dev/nvfp4/gemv_nvfp4.cu).
 // dequant_nvfp4_bf16 (K % 32 == 0): the weight as bf16 [N, K] for GEMMs of more rows (cuBLAS's
@@ -23,7 +26,7 @@
 // fill_random_fp8, each draw's bits from `shift` up, or'ed with `bits` (packed pairs: the top
 // byte; E4M3 scales: the top three bits as the mantissa of 0x38, values 1 to 1.875).
 //
-// Versions tried: this one. On an H100 (docs/performance-log part 13) m1 streams 1.0-1.6 TB/s
+// Versions tried (gemv_nvfp4_m<M>): on an H100 (docs/performance-log part 13) m1 streams 1.0-1.6 TB/s
 // and each further row adds about the first row's time (every warp re-reads its x rows from
 // cache for each 32-weight chunk: 4 bytes of x a weight a row), so m5..m8 (192 us at 8 rows of
 // Qwen3.6-27B's in_proj against ~115 for the bf16 copy and cuBLAS) were deleted; more than 4
@@ -176,3 +179,192 @@ extern "C" __global__ void fill_random_nvfp4_bytes(unsigned char* out, u64 n, u6
         out[i] = (unsigned char)((u32)(state >> shift) | bits);
     }
 }
+
+// ---- NVFP4 weights times bf16 rows on tensor cores (gemv_nvfp4_mma_r<RT>_b<NB>) -------------
+//
+// out^T = W · x^T as in fp8_mma.cuh: W's rows the mma's A operand (RT tiles of 16 rows a block),
+// x rows its B columns (NB tiles of 8 a block; grid.x walks chunks of 8·NB rows of x, the
+// fastest so that a weight row block's chunks run together and share its bytes in L2), the
+// block's FP8_MMA_WARPS warps splitting K into 128-wide slices (warp w: slices w, w + 8, ...),
+// BATCH slices' weight loads in flight a warp. In a slice lane (g, t) loads the 16 packed bytes
+// (32 weights, two scale blocks) of rows g and g + 8 at k = 128j + 32t and the matching 32
+// elements of its x row, and the mma's k order is permuted to what those loads give: word q of
+// the 16 bytes (8 nibbles e0..e7) makes two k16 steps, pairs (e0, e4), (e1, e5) then (e2, e6),
+// (e3, e7); x's pairs are permuted alike (pair_halves).
+//
+// A operand, exactly: a pair's nibbles placed in a bf16 pair (nvfp4_pair_bits: code at bits
+// 6..8, sign at 15) are e2m1 · 2^-126 (code 1, 0.5, a bf16 subnormal), and one bf16x2 multiply
+// by e4m3 · 2^118 gives e2m1 · e4m3 · 2^-8 with no rounding (at most six significant bits,
+// at least 2^-18; bf16x2 arithmetic keeps subnormals, as e4m3_halves_to_bf16x2 relies on).
+// Products with x are exact in the mma's f32 sums; the row's sum is scaled by 2^8 · global at
+// the end. The same arithmetic as the CPU's (exact products, f32 sums) in another order.
+// Cost a weight: 5 instructions a pair of weights + the pair's share of the mma, about a third
+// of gemv_nvfp4_m1's for one row and the same for 8 rows of x.
+
+// Nibbles I and I + 4 of w as a bf16 pair of value · 2^-126 (low half element I).
+template <int I> __device__ __forceinline__ u32 nvfp4_pair_bits(u32 w) {
+    constexpr int MAG = 6 - 4 * I, SGN = 12 - 4 * I;
+    const u32 mag = (MAG >= 0 ? w << (MAG & 31) : w >> ((-MAG) & 31)) & 0x01c001c0u;
+    return mag | ((w << SGN) & 0x80008000u);
+}
+
+// a · b for two bf16 pairs, each product rounded once (exact for the products made here).
+__device__ __forceinline__ u32 mul_bf16x2(u32 a, u32 b) {
+#ifdef METRALE_HOST_EMULATION
+    return pack_bf16(lo(a) * lo(b), hi(a) * hi(b));
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    asm volatile("trap;");
+    return a;
+#else
+    u32 r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
+    return r;
+#endif
+}
+
+// A row's two scale bytes of a slice lane (sc: block 2t in the low byte) as the broadcast
+// bf16 pairs (s0, s0) and (s1, s1) of e4m3 · 2^118 (exact: four significant bits).
+__device__ __forceinline__ void nvfp4_scale_pairs(u32 sc, u32 (&s)[2]) {
+    const u32 v = mul_bf16x2(e4m3_halves_to_bf16x2(byte_halves<0x4140>(sc)), 0x7a807a80u);
+    s[0] = pair_halves<false>(v, v);
+    s[1] = pair_halves<true>(v, v);
+}
+
+#define NVFP4_MMA_SLICE_BYTES 64  // a row's packed bytes in a 128-wide slice
+
+// This warp's share of RT weight tiles against NB tiles of 8 x rows (the fp8_mma_tiles layout):
+// rows[r] = tile r's rows g and g + 8 (k / 2 packed bytes each), scs[r] their scale rows,
+// xrows[nb] this lane's x row of B tile nb (k bf16, or null for zeros). Lanes past K (the last
+// slice of a K that is not a multiple of 128) read zeros.
+template <int RT, int NB, int BATCH>
+__device__ __forceinline__ void nvfp4_mma_tiles(float (&acc)[RT][NB][4],
+                                                const unsigned char* const (&rows)[RT][2],
+                                                const unsigned char* const (&scs)[RT][2],
+                                                const bf16* const (&xrows)[NB], int k) {
+    const int t = threadIdx.x & 3, first = threadIdx.x >> 5;
+    const int slices = (k + 127) >> 7;
+    const u32x4 zero{0u, 0u, 0u, 0u};
+    bool waited = false;
+    for (int j0 = first; j0 < slices; j0 += FP8_MMA_WARPS * BATCH) {
+        u32x4 q[BATCH][RT][2];
+        u32 sc[BATCH][RT][2];
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) {
+            const int j = j0 + FP8_MMA_WARPS * i;
+            const bool live = j < slices && 128 * j + 32 * t < k;
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    q[i][r][h] = live ? load_stream((const u32x4*)(rows[r][h] + NVFP4_MMA_SLICE_BYTES * (u64)j) + t)
+                                      : zero;
+                    sc[i][r][h] = live ? *(const unsigned short*)(scs[r][h] + 8 * (u64)j + 2 * t) : 0u;
+                }
+        }
+        if (!waited) {
+            pdl_start();  // weights are never written: their loads may overlap the kernel before
+            waited = true;
+        }
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i) {
+            const int j = j0 + FP8_MMA_WARPS * i;
+            if (j >= slices) continue;
+            const bool live = 128 * j + 32 * t < k;
+            u32 s[RT][2][2];
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) nvfp4_scale_pairs(sc[i][r][h], s[r][h]);
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                u32 b[NB][4];
+#pragma unroll
+                for (int nb = 0; nb < NB; ++nb) {
+                    const u32x4 xv = live && xrows[nb]
+                                         ? load_cached((const u32x4*)(xrows[nb] + 128 * (u64)j + 32 * t) + w)
+                                         : zero;
+                    b[nb][0] = pair_halves<false>(xv.x, xv.z);
+                    b[nb][1] = pair_halves<true>(xv.x, xv.z);
+                    b[nb][2] = pair_halves<false>(xv.y, xv.w);
+                    b[nb][3] = pair_halves<true>(xv.y, xv.w);
+                }
+#pragma unroll
+                for (int r = 0; r < RT; ++r) {
+                    const u32 w0 = w == 0 ? q[i][r][0].x : w == 1 ? q[i][r][0].y : w == 2 ? q[i][r][0].z : q[i][r][0].w;
+                    const u32 w1 = w == 0 ? q[i][r][1].x : w == 1 ? q[i][r][1].y : w == 2 ? q[i][r][1].z : q[i][r][1].w;
+                    const u32 s0 = s[r][0][w >> 1], s1 = s[r][1][w >> 1];
+                    const u32 a0[4] = {mul_bf16x2(nvfp4_pair_bits<0>(w0), s0), mul_bf16x2(nvfp4_pair_bits<1>(w0), s0),
+                                       mul_bf16x2(nvfp4_pair_bits<2>(w0), s0), mul_bf16x2(nvfp4_pair_bits<3>(w0), s0)};
+                    const u32 a1[4] = {mul_bf16x2(nvfp4_pair_bits<0>(w1), s1), mul_bf16x2(nvfp4_pair_bits<1>(w1), s1),
+                                       mul_bf16x2(nvfp4_pair_bits<2>(w1), s1), mul_bf16x2(nvfp4_pair_bits<3>(w1), s1)};
+#pragma unroll
+                    for (int nb = 0; nb < NB; ++nb) {
+                        mma_bf16(acc[r][nb], a0[0], a1[0], a0[1], a1[1], b[nb][0], b[nb][1]);
+                        mma_bf16(acc[r][nb], a0[2], a1[2], a0[3], a1[3], b[nb][2], b[nb][3]);
+                    }
+                }
+            }
+        }
+    }
+    if (!waited) pdl_start();  // a warp with no slice still waits before anything is written
+}
+
+template <int RT, int NB, int BATCH>
+__device__ __forceinline__ void gemv_nvfp4_mma_impl(float* out, const bf16* x, const unsigned char* w,
+                                                    const unsigned char* scales, const float* globals,
+                                                    int m_total, int n_total, int k) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int m0 = blockIdx.x * 8 * NB, n0 = blockIdx.y * 16 * RT;
+    const unsigned char* rows[RT][2];
+    const unsigned char* scs[RT][2];
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            // Rows past the matrix read its last row (their sums are not written).
+            const u64 n = (u64)min(n0 + 16 * r + 8 * h + g, n_total - 1);
+            rows[r][h] = w + n * (u64)(k >> 1);
+            scs[r][h] = scales + n * (u64)(k >> 4);
+        }
+    const bf16* xrows[NB];
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+        const int m = m0 + 8 * nb + g;
+        xrows[nb] = m < m_total ? x + (u64)m * k : nullptr;
+    }
+    float acc[RT][NB][4] = {};
+    nvfp4_mma_tiles<RT, NB, BATCH>(acc, rows, scs, xrows, k);
+    if (!fp8_mma_reduce<RT * NB>(&acc[0][0][0])) return;
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int n = n0 + 16 * r + g + 8 * (i >> 1), m = m0 + 8 * nb + 2 * t + (i & 1);
+                if (n < n_total && m < m_total)
+                    out[(u64)m * n_total + n] = acc[r][nb][i] * 256.0f * globals[n];
+            }
+}
+
+#define GEMV_NVFP4_MMA(RT, NB, BATCH, BLOCKS)                                                      \
+    extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32, BLOCKS)                       \
+        gemv_nvfp4_mma_r##RT##_b##NB(float* out, const bf16* x, const unsigned char* w,            \
+                                     const unsigned char* scales, const float* globals,            \
+                                     int m_total, int n_total, int k) {                            \
+        gemv_nvfp4_mma_impl<RT, NB, BATCH>(out, x, w, scales, globals, m_total, n_total, k);       \
+    }
+
+// (RT, NB, slices in flight, blocks a multiprocessor the registers are bounded for). More x
+// rows want more weight rows a block: every block reads its x chunk whole from L1/L2, 8·NB
+// rows of 2 bytes against 16·RT rows of 0.5625 (H100, 27B shapes: at 32 x rows RT = 1 read
+// x 7x the weights' bytes and ran at a fifth of 8 rows' speed).
+GEMV_NVFP4_MMA(1, 1, 4, 2)
+GEMV_NVFP4_MMA(2, 1, 2, 2)
+GEMV_NVFP4_MMA(1, 2, 4, 2)
+GEMV_NVFP4_MMA(2, 2, 2, 2)
+GEMV_NVFP4_MMA(1, 4, 2, 2)
+GEMV_NVFP4_MMA(4, 1, 1, 2)
+GEMV_NVFP4_MMA(4, 2, 1, 1)
+GEMV_NVFP4_MMA(2, 4, 1, 2)
+GEMV_NVFP4_MMA(4, 4, 1, 1)

@@ -1,7 +1,9 @@
 //! NVFP4 weight GEMVs at Qwen3.6-27B's decode shapes (issue 35; not pass/fail), first in the
 //! `speed` section: each projection a decode step runs, through `matmul` with a dummy NVFP4
-//! weight drawn on the device (`gemv_nvfp4_m<M>` to 4 rows, then a bf16 copy and cuBLAS),
-//! against an FP8 weight (`gemv_fp8_m1`, the tensor-core
+//! weight drawn on the device on each of its routes (`nvfp4`: the tensor-core
+//! `gemv_nvfp4_mma_*` with the tile rows chosen by shape; `nvfp4/16`, `nvfp4/32`, `nvfp4/64`:
+//! forced to 16, 32 or 64 weight rows a block; `nvfp4-gemv`: `gemm.nvfp4_mma_rows` 0, the CUDA-core
+//! `gemv_nvfp4_m<M>` to 4 rows, then a bf16 copy and cuBLAS), against an FP8 weight (`gemv_fp8_m1`, the tensor-core
 //! `gemv_fp8_mma` from 2 rows and `_many` above 8) and a bf16 one (the bf16 GEMV to 8 rows,
 //! then cuBLAS) of the same shape, at 1, 2, 4, 8, 16 and 32 rows of x.
 //!
@@ -42,7 +44,19 @@ const SHAPES: [(&str, usize, usize, usize); 7] = [
 ];
 
 /// Rows of x timed.
-const ROWS: [usize; 6] = [1, 2, 4, 8, 16, 32];
+const ROWS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+/// The routes timed: (label, weight format, NVFP4 settings: mma rows, tile rows).
+type Route = (&'static str, &'static str, Option<(usize, Option<usize>)>);
+const ROUTES: [Route; 7] = [
+    ("nvfp4", "nvfp4", Some((256, None))),
+    ("nvfp4/16", "nvfp4", Some((256, Some(16)))),
+    ("nvfp4/32", "nvfp4", Some((256, Some(32)))),
+    ("nvfp4/64", "nvfp4", Some((256, Some(64)))),
+    ("nvfp4-gemv", "nvfp4", Some((0, None))),
+    ("fp8", "fp8", None),
+    ("bf16", "bf16", None),
+];
 
 /// Calls averaged per time.
 const ITERS: usize = 100;
@@ -68,8 +82,8 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
          at {:.1} TB/s)",
         FLOOR_BYTES_PER_S / 1e12
     ));
-    // A decode step's weight time at each row count, per format (the layers' sum).
-    let mut step = [[0f64; 3]; ROWS.len()];
+    // A decode step's weight time at each row count, per route (the layers' sum).
+    let mut step = [[0f64; ROUTES.len()]; ROWS.len()];
     for (s, &(name, layers, n, k)) in SHAPES.iter().enumerate() {
         let seed = 0x006e_7666_7034 + s as u64;
         let mut weights: Vec<(&str, Vec<CudaTensor>)> = Vec::new();
@@ -90,20 +104,34 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             let mut cells = Vec::new();
             let mut record = json!({"profile": "nvfp4_gemv", "weight": name, "n": n, "k": k,
                 "rows": m});
-            for (f, (format, w)) in weights.iter().enumerate() {
+            for (f, &(label, format, nvfp4)) in ROUTES.iter().enumerate() {
+                let w = &weights
+                    .iter()
+                    .find(|(wf, _)| *wf == format)
+                    .expect("drawn")
+                    .1;
+                let saved = cuda.tuning().gemm;
+                if let Some((mma_rows, tile_rows)) = nvfp4 {
+                    cuda.retune(|t| {
+                        t.gemm.nvfp4_mma_rows = mma_rows;
+                        t.gemm.nvfp4_tile_rows = tile_rows;
+                    });
+                }
                 let mut i = 0;
                 let ms = mean_op_ms_n(cuda, ITERS, || {
                     i = (i + 1) % w.len();
                     Ok(cuda.matmul(&mut out, &x, &w[i])?)
-                })?;
+                });
+                cuda.retune(|t| t.gemm = saved);
+                let ms = ms?;
                 let bytes = weight_bytes(format, n, k);
                 let (us, floor_us) = (ms * 1e3, bytes / FLOOR_BYTES_PER_S * 1e6);
                 step[r][f] += layers as f64 * us;
                 cells.push(format!(
-                    "{format} {us:7.1} ({:4.2} TB/s, floor {floor_us:5.1})",
+                    "{label} {us:7.1} ({:4.2} TB/s, floor {floor_us:5.1})",
                     bytes / (us / 1e6) / 1e12
                 ));
-                record[*format] = json!({"us": us, "floor_us": floor_us, "bytes": bytes});
+                record[label] = json!({"us": us, "floor_us": floor_us, "bytes": bytes});
             }
             report.summary_line(format!(
                 "  {name:<22} [{n:>5}, {k:>5}] rows {m:>2}: {}",
@@ -113,13 +141,16 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         }
     }
     for (r, &m) in ROWS.iter().enumerate() {
-        let [nvfp4, fp8, bf16] = step[r];
+        let ms: Vec<String> = ROUTES
+            .iter()
+            .zip(step[r])
+            .map(|((label, ..), us)| format!("{label} {:.2}", us / 1e3))
+            .collect();
+        let (nvfp4, fp8, bf16) = (step[r][0], step[r][5], step[r][6]);
         report.summary_line(format!(
-            "  27B decode step's GEMVs (64 layers, no LM head) rows {m:>2}: nvfp4 {:.2} ms, fp8 \
-             {:.2} ms, bf16 {:.2} ms (nvfp4 {:.2}x fp8's speed, {:.2}x bf16's)",
-            nvfp4 / 1e3,
-            fp8 / 1e3,
-            bf16 / 1e3,
+            "  27B decode step's GEMVs (64 layers, no LM head) rows {m:>3}, ms: {} (nvfp4 \
+             {:.2}x fp8's speed, {:.2}x bf16's)",
+            ms.join(", "),
             fp8 / nvfp4,
             bf16 / nvfp4
         ));

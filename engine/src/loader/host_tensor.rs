@@ -63,6 +63,20 @@ pub enum HostData<'a> {
     RandomNvfp4 { seed: u64, std: f32 },
 }
 
+/// The e4m3 bytes of [`HostData::RandomFp8`] `{ seed, .. }` for `n` elements: `Random`'s
+/// stream, each draw's top byte with bit 6 cleared (never NaN).
+pub fn random_fp8_bytes(seed: u64, n: usize) -> Vec<u8> {
+    let mut out = vec![0u8; n];
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
+        let mut state = splitmix(seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        for v in o.iter_mut() {
+            state = splitmix(state);
+            *v = ((state >> 56) & 0xbf) as u8;
+        }
+    });
+    out
+}
+
 /// Columns an FP8 scale covers in [`HostData::RandomFp8`] (and on the CUDA backend).
 pub const FP8_COL_BLOCK: usize = 128;
 
@@ -198,15 +212,10 @@ impl HostTensor<'_> {
             HostData::RandomFp8 { seed, std } => {
                 let lut = super::fp8::e4m3_table();
                 let scale = random_fp8_scale(*std);
-                let mut out = vec![0f32; n];
-                out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, o)| {
-                    let mut state = splitmix(seed ^ (c as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                    for v in o.iter_mut() {
-                        state = splitmix(state);
-                        *v = lut[((state >> 56) & 0xbf) as usize] * scale;
-                    }
-                });
-                out
+                random_fp8_bytes(*seed, n)
+                    .into_iter()
+                    .map(|b| lut[usize::from(b)] * scale)
+                    .collect()
             }
             HostData::Nvfp4 {
                 packed,

@@ -20,7 +20,8 @@ pub use config::{GenerationConfig, ModelConfig, MoeConfig};
 pub use fp8::Fp8Config;
 pub use host_tensor::{
     DType, FP8_COL_BLOCK, HostData, HostTensor, NVFP4_SCALE_BITS, NVFP4_SCALE_SHIFT,
-    NVFP4_SCALE_STREAM, random_fp8_scale, random_nvfp4_global, random_nvfp4_parts,
+    NVFP4_SCALE_STREAM, random_fp8_bytes, random_fp8_scale, random_nvfp4_global,
+    random_nvfp4_parts,
 };
 pub use nvfp4::Nvfp4Config;
 pub use requantize::Requantize;

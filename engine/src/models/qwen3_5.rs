@@ -245,25 +245,30 @@ fn load_layer<B: HybridOps>(
         LayerType::FullAttention => {
             let a = format!("{p}.self_attn");
             // q_proj holds each head's query then its gate: split them into q rows (fused
-            // with k and v) and gate rows.
-            // The rank's heads only, with a group.
-            let q_gate = mat(&format!("{a}.q_proj.weight"), &[nh * 2 * hd, h])?.to_f32();
-            let (mut q, mut gate) = (Vec::new(), Vec::new());
-            for (i, head) in q_gate.chunks(2 * hd * h).enumerate() {
-                if cut.has_q_head(i) {
-                    q.extend_from_slice(&head[..hd * h]);
-                    gate.extend_from_slice(&head[hd * h..]);
-                }
-            }
-            let kv = |n: &str| -> std::result::Result<Vec<f32>, LoadError> {
-                let t = mat(&format!("{a}.{n}_proj.weight"), &[nkv * hd, h])?;
-                Ok(cut.kv_rows(t, hd).to_f32())
+            // with k and v) and gate rows, of the rank's heads only with a group. Rows are cut
+            // in the checkpoint's format (FP8 and NVFP4 rows carry their own scales), so both
+            // reach the device as packed as the rest.
+            let q_gate = mat(&format!("{a}.q_proj.weight"), &[nh * 2 * hd, h])?;
+            let heads: Vec<usize> = (0..nh).filter(|&i| cut.has_q_head(i)).collect();
+            let half = |second: usize| -> Vec<HostTensor<'static>> {
+                heads
+                    .iter()
+                    .map(|&i| {
+                        let at = (2 * i + second) * hd;
+                        crate::parallel::shard::rows(&q_gate, at..at + hd)
+                    })
+                    .collect()
             };
-            q.extend(kv("k")?);
-            q.extend(kv("v")?);
+            let kv = |n: &str| -> std::result::Result<HostTensor<'_>, LoadError> {
+                let t = mat(&format!("{a}.{n}_proj.weight"), &[nkv * hd, h])?;
+                Ok(cut.kv_rows(t, hd))
+            };
+            let mut qkv: Vec<HostTensor<'_>> = half(0);
+            qkv.push(kv("k")?);
+            qkv.push(kv("v")?);
             Mixer::Full(FullAttn {
-                qkv: up.t(host_f32(vec![q.len() / h, h], &q))?,
-                gate: up.t(host_f32(vec![gate.len() / h, h], &gate))?,
+                qkv: up.t(HostTensor::concat_rows(&qkv))?,
+                gate: up.t(HostTensor::concat_rows(&half(1)))?,
                 q_norm: up.plus_one(norm(&format!("{a}.q_norm.weight"), hd)?)?,
                 k_norm: up.plus_one(norm(&format!("{a}.k_norm.weight"), hd)?)?,
                 o: up.t(cut.o(mat(&format!("{a}.o_proj.weight"), &[h, nh * hd])?, hd))?,

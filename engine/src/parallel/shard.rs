@@ -1,13 +1,18 @@
 //! A rank's slice of a weight at load: rows (column-parallel layers: q|k|v, gate|up, the LM
-//! head) or columns (row-parallel: `o_proj`, `down`). Raw weights stay in their dtype; others
-//! (FP8, NVFP4, random dummies) become f32 values, which the CPU reference computes in anyway
-//! (keeping them packed for a device is left to the NCCL work).
+//! head) or columns (row-parallel: `o_proj`, `down`). Raw weights stay in their dtype, and rows
+//! of FP8 and NVFP4 weights (stored or dummy) stay FP8 and NVFP4 (each row carries its own
+//! scales); columns of those, and other dummies, become f32 values, which the CPU reference
+//! computes in anyway.
 
 use std::borrow::Cow;
 use std::ops::Range;
 
 use super::Shard;
-use crate::loader::{HostData, HostTensor};
+use crate::loader::nvfp4::GlobalRule;
+use crate::loader::{
+    FP8_COL_BLOCK, HostData, HostTensor, random_fp8_bytes, random_fp8_scale, random_nvfp4_global,
+    random_nvfp4_parts,
+};
 
 /// `t` itself for a group of one, else rows `r` of it.
 pub fn rows_of<'a>(sh: Shard, t: HostTensor<'a>, r: Range<usize>) -> HostTensor<'a> {
@@ -110,9 +115,57 @@ pub fn experts_down<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) -> Ho
 }
 
 /// Rows `rows` of a `[R, C]` weight.
+/// Row-local formats keep their format (FP8 and NVFP4 carry their scales a row; their dummy
+/// draws are made real first, the same values); anything else becomes f32 as [`slice`] cuts it.
 pub fn rows(t: &HostTensor<'_>, rows: Range<usize>) -> HostTensor<'static> {
     let cols = t.cols();
-    slice(t, |row, _| rows.contains(&row), vec![rows.len(), cols])
+    let shape = vec![rows.len(), cols];
+    let cut =
+        |bytes: &[u8], per_row: usize| bytes[rows.start * per_row..rows.end * per_row].to_vec();
+    let data = match &t.data {
+        HostData::Fp8 {
+            bytes,
+            scales,
+            col_block,
+        } => {
+            let per = cols.div_ceil(*col_block);
+            HostData::Fp8 {
+                bytes: Cow::Owned(cut(bytes, cols)),
+                scales: scales[rows.start * per..rows.end * per].to_vec(),
+                col_block: *col_block,
+            }
+        }
+        HostData::Nvfp4 {
+            packed,
+            scales,
+            globals,
+            rule,
+        } if cols.is_multiple_of(16) => HostData::Nvfp4 {
+            packed: Cow::Owned(cut(packed, cols / 2)),
+            scales: Cow::Owned(cut(scales, cols / 16)),
+            globals: globals[rows.clone()].to_vec(),
+            rule: *rule,
+        },
+        HostData::RandomNvfp4 { seed, std } if cols.is_multiple_of(16) => {
+            let (packed, scales) = random_nvfp4_parts(*seed, t.numel());
+            HostData::Nvfp4 {
+                packed: Cow::Owned(cut(&packed, cols / 2)),
+                scales: Cow::Owned(cut(&scales, cols / 16)),
+                globals: vec![random_nvfp4_global(*std); rows.len()],
+                rule: GlobalRule::Multiply,
+            }
+        }
+        HostData::RandomFp8 { seed, std } => {
+            let bytes = random_fp8_bytes(*seed, t.numel());
+            HostData::Fp8 {
+                bytes: Cow::Owned(cut(&bytes, cols)),
+                scales: vec![random_fp8_scale(*std); rows.len() * cols.div_ceil(FP8_COL_BLOCK)],
+                col_block: FP8_COL_BLOCK,
+            }
+        }
+        _ => return slice(t, |row, _| rows.contains(&row), shape),
+    };
+    HostTensor { shape, data }
 }
 
 /// Columns `cols` of a `[R, C]` weight.
@@ -187,5 +240,45 @@ mod tests {
             data: HostData::Constant(1.5),
         };
         assert_eq!(cols(&d, 0..1).to_f32(), [1.5; 3]);
+    }
+
+    /// Rows of FP8 and NVFP4 weights, stored or dummy, stay in their format and keep their
+    /// values (Qwen3.5's q|gate split of `q_proj` and every column-parallel shard rely on it).
+    #[test]
+    fn rows_keep_fp8_and_nvfp4_with_their_values() {
+        let (r, c) = (5usize, 64usize);
+        let packed: Vec<u8> = (0..r * c / 2).map(|i| (i * 37 + 11) as u8).collect();
+        let scales: Vec<u8> = (0..r * c / 16).map(|i| 0x30 + (i % 9) as u8).collect();
+        let stored = [
+            HostData::Nvfp4 {
+                packed: Cow::Owned(packed),
+                scales: Cow::Owned(scales),
+                globals: (0..r).map(|i| 1e-3 * (i + 1) as f32).collect(),
+                rule: GlobalRule::Multiply,
+            },
+            HostData::RandomNvfp4 { seed: 7, std: 0.02 },
+            HostData::Fp8 {
+                bytes: Cow::Owned((0..r * c).map(|i| (i % 0x7e) as u8).collect()),
+                scales: (0..r).map(|i| 0.5 + i as f32).collect(),
+                col_block: 128,
+            },
+            HostData::RandomFp8 { seed: 9, std: 0.02 },
+        ];
+        for data in stored {
+            let t = HostTensor {
+                shape: vec![r, c],
+                data,
+            };
+            let all = t.to_f32();
+            let cut = rows(&t, 1..4);
+            assert_eq!(cut.shape, [3, c]);
+            assert!(
+                matches!(cut.data, HostData::Nvfp4 { .. } | HostData::Fp8 { .. }),
+                "{:?} became {:?}",
+                t.data,
+                cut.data
+            );
+            assert_eq!(cut.to_f32(), all[c..4 * c]);
+        }
     }
 }

@@ -181,6 +181,28 @@ pub const SETTINGS: &[Setting] = &[
         get: |t| show_flag(t.gemm.fp8_matmul_mma),
     },
     Setting {
+        name: "gemm.nvfp4_mma_rows",
+        var: "METRALE_NVFP4_MMA_ROWS",
+        accepts: "an integer >= 0",
+        default: "256",
+        doc: "`matmul` with an NVFP4 weight and at most this many rows runs on tensor cores (`gemv_nvfp4_mma_*`), more rows dequantize to a bf16 copy for cuBLAS; 0: the CUDA-core GEMV (`gemv_nvfp4_m*`) to 4 rows, then the copy.",
+        set: |t, v| number(v, &mut t.gemm.nvfp4_mma_rows, |_| true),
+        get: |t| t.gemm.nvfp4_mma_rows.to_string(),
+    },
+    Setting {
+        name: "gemm.nvfp4_tile_rows",
+        var: "METRALE_NVFP4_TILE_ROWS",
+        accepts: "auto | 16 | 32 | 64",
+        default: "auto",
+        doc: "Weight rows a block of the NVFP4 tensor-core kernel owns; auto: 32 up to 16 rows of x, 64 above.",
+        set: |t, v| {
+            number_or(v, "auto", &mut t.gemm.nvfp4_tile_rows, |n| {
+                matches!(n, 16 | 32 | 64)
+            })
+        },
+        get: |t| show_or(t.gemm.nvfp4_tile_rows, "auto"),
+    },
+    Setting {
         name: "moe.small_paths",
         var: "METRALE_MOE_SMALL_PATHS",
         accepts: "0 | 1",

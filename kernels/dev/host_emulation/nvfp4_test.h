@@ -4,6 +4,8 @@
 // a warp's 128 (the tail loop), N not a multiple of the block's 8 warps, negative zero nibbles
 // (0x8), the largest E4M3 scale (0x7e = 448) and the smallest subnormal one (0x01).
 
+#include <tuple>
+
 static float host_e2m1(unsigned nib) {
     static const float mag[8] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
     return (nib & 8) ? -mag[nib & 7] : mag[nib & 7];
@@ -78,6 +80,55 @@ void t_gemv_nvfp4(int M, int N, int K, bool rows_kernel) {
     report(name, worst_rel(t, x, out, M), 1e-6);
 }
 
+// gemv_nvfp4_mma_r<RT>_b<NB>: grid (x chunks of 8·NB rows, weight blocks of 16·RT rows).
+void t_gemv_nvfp4_mma(int RT, int NB, int M, int N, int K) {
+    const Nvfp4W t = make_nvfp4(N, K);
+    std::vector<bf16> x(M * K);
+    for (auto& v : x) v = B(U(1));
+    std::vector<float> out(M * N, NAN);
+    launch({(unsigned)((M + 8 * NB - 1) / (8 * NB)), (unsigned)((N + 16 * RT - 1) / (16 * RT))}, {256}, [&] {
+        auto args = std::make_tuple(out.data(), x.data(), t.w.data(), t.sc.data(), t.g.data(), M, N, K);
+        if (RT == 1 && NB == 1) std::apply(gemv_nvfp4_mma_r1_b1, args);
+        if (RT == 2 && NB == 1) std::apply(gemv_nvfp4_mma_r2_b1, args);
+        if (RT == 1 && NB == 2) std::apply(gemv_nvfp4_mma_r1_b2, args);
+        if (RT == 2 && NB == 2) std::apply(gemv_nvfp4_mma_r2_b2, args);
+        if (RT == 1 && NB == 4) std::apply(gemv_nvfp4_mma_r1_b4, args);
+        if (RT == 4 && NB == 1) std::apply(gemv_nvfp4_mma_r4_b1, args);
+        if (RT == 4 && NB == 2) std::apply(gemv_nvfp4_mma_r4_b2, args);
+        if (RT == 2 && NB == 4) std::apply(gemv_nvfp4_mma_r2_b4, args);
+        if (RT == 4 && NB == 4) std::apply(gemv_nvfp4_mma_r4_b4, args);
+    });
+    char name[80];
+    snprintf(name, 80, "gemv_nvfp4_mma_r%d_b%d M%d N%d K%d", RT, NB, M, N, K);
+    report(name, worst_rel(t, x, out, M), 1e-6);
+}
+
+void t_nvfp4_pair_bits() {
+    // Every nibble in every position of a word, through the pair placement and a scale of 1
+    // (2^118 · 2^-118 folded: the A operand times 2^8 must be the E2M1 value).
+    int bad = 0;
+    const u32 one = mul_bf16x2(0x3f803f80u, 0x3f803f80u);  // (1, 1)
+    for (unsigned c = 0; c < 16; ++c)
+        for (int i = 0; i < 8; ++i) {
+            const u32 w = (c << (4 * i)) | (((c + 5) & 15) << (4 * ((i + 4) % 8)));
+            u32 pair;
+            switch (i % 4) {
+                case 0: pair = nvfp4_pair_bits<0>(w); break;
+                case 1: pair = nvfp4_pair_bits<1>(w); break;
+                case 2: pair = nvfp4_pair_bits<2>(w); break;
+                default: pair = nvfp4_pair_bits<3>(w); break;
+            }
+            const u32 s = mul_bf16x2(pair, one);
+            const float v = ldexpf(i < 4 ? lo(s) : hi(s), 126);
+            bad += v != host_e2m1(c) || std::signbit(v) != ((c & 8) != 0);
+        }
+    u32 sp[2];
+    nvfp4_scale_pairs(0x7e01u, sp);  // 448 and 2^-9, times 2^118
+    bad += ldexpf(lo(sp[0]), -118) != 0.001953125f || ldexpf(hi(sp[0]), -118) != 0.001953125f;
+    bad += ldexpf(lo(sp[1]), -118) != 448.f || ldexpf(hi(sp[1]), -118) != 448.f;
+    report("nvfp4_pair_bits and nvfp4_scale_pairs: every nibble, the extreme scales", bad, 0);
+}
+
 void t_dequant_nvfp4(int N, int K) {
     const Nvfp4W t = make_nvfp4(N, K);
     std::vector<bf16> out(N * K);
@@ -126,6 +177,19 @@ void nvfp4_tests() {
     t_gemv_nvfp4(1, 8, 16, true);
     t_gemv_nvfp4(3, 13, 528, true);
     t_gemv_nvfp4(8, 40, 1024, true);
+    t_nvfp4_pair_bits();
+    t_gemv_nvfp4_mma(1, 1, 1, 16, 128);
+    t_gemv_nvfp4_mma(1, 1, 3, 40, 160);         // a slice of one lane's 32: lanes past K
+    t_gemv_nvfp4_mma(1, 1, 8, 21, 5120 + 32);   // 41 slices: a second batch and a tail
+    t_gemv_nvfp4_mma(2, 1, 5, 70, 4096);        // two batches of 2 · 8 slices
+    t_gemv_nvfp4_mma(1, 2, 9, 20, 256);
+    t_gemv_nvfp4_mma(2, 2, 16, 33, 384);
+    t_gemv_nvfp4_mma(1, 4, 17, 16, 512);
+    t_gemv_nvfp4_mma(1, 4, 70, 24, 288);        // three chunks of 32 x rows
+    t_gemv_nvfp4_mma(4, 1, 2, 70, 1056);        // a partial 64-row block
+    t_gemv_nvfp4_mma(4, 2, 13, 64, 2080);
+    t_gemv_nvfp4_mma(2, 4, 33, 40, 512);
+    t_gemv_nvfp4_mma(4, 4, 40, 100, 1184);
     t_dequant_nvfp4(5, 96);
     t_dequant_nvfp4(3, 5120 + 32);
 }

@@ -34,19 +34,36 @@ impl Ops<'_> {
         }
     }
 
-    /// NVFP4 weights at 1, 2, 4 rows (gemv_nvfp4_m<M>), 8, 17 and 128 (the bf16
-    /// copy + cuBLAS: one more rounding of each weight, fused_moe's tolerance).
+    /// NVFP4 weights through each route of `matmul`: the tensor-core kernel
+    /// (`gemv_nvfp4_mma_*`, exact products: the GEMM tolerance) at 1 to 256 rows with 16 and
+    /// 32 weight rows a block, K not a multiple of its 128-wide slices included; the CUDA-core
+    /// GEMV (`gemm.nvfp4_mma_rows` 0) at 1 to 4 rows; and the bf16 copy + cuBLAS (one more
+    /// rounding of each weight, fused_moe's tolerance) past either.
     pub(super) fn matmuls_nvfp4(&mut self) -> Result<()> {
-        for (m, k, n, tol) in [
-            (1, 5120, 1024, Tol::GEMM),
-            (2, 2048, 520, Tol::GEMM),
-            (4, 4096, 300, Tol::GEMM),
-            (8, 1056, 64, MOE),
-            (17, 2048, 96, MOE),
-            (128, 2048, 256, MOE),
-        ] {
+        // (x rows, k, n, mma rows setting, tile rows setting, tolerance)
+        let cases = [
+            (1, 5120, 1024, 256, None, Tol::GEMM),
+            (3, 2080, 520, 256, Some(32), Tol::GEMM),
+            (8, 1056, 64, 256, Some(16), Tol::GEMM),
+            (12, 4096, 300, 256, Some(32), Tol::GEMM),
+            (17, 2048, 96, 256, None, Tol::GEMM),
+            (40, 1056, 200, 256, Some(64), Tol::GEMM),
+            (9, 2048, 72, 256, Some(64), Tol::GEMM),
+            (128, 2048, 256, 256, None, Tol::GEMM),
+            (300, 1024, 128, 256, None, MOE),
+            (1, 5120, 1024, 0, None, Tol::GEMM),
+            (2, 2048, 520, 0, None, Tol::GEMM),
+            (4, 4096, 300, 0, None, Tol::GEMM),
+            (8, 1056, 64, 0, None, MOE),
+        ];
+        for (m, k, n, mma_rows, tile_rows, tol) in cases {
             let xd = self.act(DType::BF16);
-            let case = format!("x {} [{m}, {k}] · w nvfp4 [{n}, {k}]ᵀ", dt(xd));
+            let route = match (mma_rows, tile_rows) {
+                (0, _) => "gemv".to_string(),
+                (_, Some(r)) => format!("mma, {r} rows a block"),
+                _ => "mma".to_string(),
+            };
+            let case = format!("x {} [{m}, {k}] · w nvfp4 [{n}, {k}]ᵀ [{route}]", dt(xd));
             self.run("matmul", &case, |s| {
                 let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
                 let x_c = s.as_gemm_operand(x_c);
@@ -54,7 +71,15 @@ impl Ops<'_> {
                 let (w_d, w_c) = (s.cuda.upload(&host)?, s.cpu.upload(&host)?);
                 let mut out_d = s.cuda.zeros(&[m, n])?;
                 let mut out_c = s.cpu.zeros(&[m, n])?;
-                s.cuda.matmul(&mut out_d, &x_d, &w_d)?;
+                // This route's settings for this call only: the run's own after.
+                let saved = s.cuda.tuning().gemm;
+                s.cuda.retune(|t| {
+                    t.gemm.nvfp4_mma_rows = mma_rows;
+                    t.gemm.nvfp4_tile_rows = tile_rows;
+                });
+                let r = s.cuda.matmul(&mut out_d, &x_d, &w_d);
+                s.cuda.retune(|t| t.gemm = saved);
+                r?;
                 s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
                 s.check("matmul", &case, tol, &out_d, &out_c)?;
                 Ok(())

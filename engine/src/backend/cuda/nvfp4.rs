@@ -7,10 +7,12 @@
 //! inverse (compressed-tensors' `weight_global_scale`), per row so that fused projections keep
 //! each part's own. 0.5625 bytes a weight plus 4 a row, against bf16's 2 a weight.
 //!
-//! `matmul` with an F4 weight: up to 4 rows of x through `gemv_nvfp4_m<rows>`; more rows
-//! dequantize the weight to a bf16 scratch copy (`dequant_nvfp4_bf16`) and run the bf16 path
-//! (cuBLAS) on it. The GEMV's time grows by about its one-row time with each row (H100: 33,
-//! 50, 103 us at 1, 2, 4 rows of the 27B's in_proj, 192 at 8), so the copy wins from about 5.
+//! `matmul` with an F4 weight: up to the tuning's `gemm.nvfp4_mma_rows` rows of x on tensor
+//! cores (`gemv_nvfp4_mma_r<RT>_b<NB>`: RT tiles of 16 weight rows a block, chunks of 8·NB x
+//! rows); more rows dequantize the weight to a bf16 scratch copy (`dequant_nvfp4_bf16`) and
+//! run the bf16 path (cuBLAS) on it. With `nvfp4_mma_rows` 0, the CUDA-core GEMV
+//! `gemv_nvfp4_m<rows>` takes up to 4 rows (H100: 33, 50, 103 us at 1, 2, 4 rows of the 27B's
+//! in_proj, 192 at 8), then the copy.
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{self, CudaTensor, DType};
@@ -25,6 +27,33 @@ use crate::loader::{NVFP4_SCALE_BITS, NVFP4_SCALE_SHIFT, NVFP4_SCALE_STREAM, ran
 const NVFP4_GEMV_MAX_ROWS: usize = 4;
 /// Warps of a GEMV block (NVFP4_WARPS in nvfp4.cu): one output column each.
 const NVFP4_WARPS: usize = 8;
+/// Threads of a tensor-core block (FP8_MMA_WARPS warps).
+const NVFP4_MMA_THREADS: u32 = 256;
+
+/// The parameters of `gemv_nvfp4_mma_*`: out, x, w, scales, globals, m, n, k.
+type Nvfp4MmaArgs = (u64, u64, u64, u64, u64, i32, i32, i32);
+
+/// The tensor-core kernel for `tile_rows` (16, 32 or 64) weight rows a block and `m` rows of
+/// x, and the x rows a block takes (8, 16 or 32; more rows of x are chunks of 32).
+fn nvfp4_mma_kernel(tile_rows: usize, m: usize) -> (Kernel<Nvfp4MmaArgs>, usize) {
+    let x_rows = match m {
+        0..=8 => 8,
+        9..=16 => 16,
+        _ => 32,
+    };
+    let kernel = match (tile_rows, x_rows) {
+        (16, 8) => kernels::gemv_nvfp4_mma_r1_b1,
+        (16, 16) => kernels::gemv_nvfp4_mma_r1_b2,
+        (16, _) => kernels::gemv_nvfp4_mma_r1_b4,
+        (32, 8) => kernels::gemv_nvfp4_mma_r2_b1,
+        (32, 16) => kernels::gemv_nvfp4_mma_r2_b2,
+        (32, _) => kernels::gemv_nvfp4_mma_r2_b4,
+        (_, 8) => kernels::gemv_nvfp4_mma_r4_b1,
+        (_, 16) => kernels::gemv_nvfp4_mma_r4_b2,
+        _ => kernels::gemv_nvfp4_mma_r4_b4,
+    };
+    (kernel, x_rows)
+}
 
 /// The parameters of `gemv_nvfp4_m<M>`: out, x, w, scales, globals, n, k.
 type Nvfp4GemvArgs = (u64, u64, u64, u64, u64, i32, i32);
@@ -221,13 +250,21 @@ impl CudaBackend {
                 )
             },
         )?;
-        if m > NVFP4_GEMV_MAX_ROWS {
+        let mma_rows = self.tuning().gemm.nvfp4_mma_rows;
+        if m > mma_rows.max(if mma_rows == 0 {
+            NVFP4_GEMV_MAX_ROWS
+        } else {
+            0
+        }) {
             let mut wb = self.alloc(&w.shape, DType::BF16)?;
             self.dequant_nvfp4(&mut wb, w)?;
             return self.matmul_op(out, x, &wb);
         }
         if self.empty_matmul(out, (m, n, k))? {
             return Ok(());
+        }
+        if mma_rows > 0 {
+            return self.matmul_nvfp4_mma(out, x, w);
         }
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
@@ -252,6 +289,50 @@ impl CudaBackend {
                 self,
                 cfg((blocks, 1), (32 * NVFP4_WARPS) as u32),
                 (o, xp, wp, sp, gp, ni, ki),
+            )
+        }
+    }
+
+    /// [`Self::matmul_nvfp4`] on tensor cores (`gemv_nvfp4_mma_*`), for a non-empty product.
+    fn matmul_nvfp4_mma(&self, out: &mut CudaTensor, x: &CudaTensor, w: &CudaTensor) -> Result<()> {
+        let (m, k, n) = (x.rows(), x.cols(), w.rows());
+        // By default 32 weight rows a block to 16 rows of x (H100, 27B shapes: level with 16
+        // at one row, up to 1.4x faster at 8-16), 64 above (each block reads its x chunk
+        // whole, so more x rows want more weight rows to share it).
+        let tile_rows = self
+            .tuning()
+            .gemm
+            .nvfp4_tile_rows
+            .unwrap_or(if m <= 16 { 32 } else { 64 });
+        let (kernel, x_rows) = nvfp4_mma_kernel(tile_rows, m);
+        let mut narrowed = None;
+        let x = self.as_bf16(x, &mut narrowed)?;
+        let s = &self.stream;
+        let (o, xp, wp, sp, gp) = (
+            out.ptr(s),
+            x.ptr(s),
+            w.ptr(s),
+            w.scales_ptr(s),
+            self.f4_globals_ptr(w),
+        );
+        let (mi, ni, ki) = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
+        let grid = (
+            dim(m.div_ceil(x_rows), "matmul")?,
+            dim(n.div_ceil(tile_rows), "matmul")?,
+        );
+        // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] F4 with its [n, k / 16] scale bytes
+        // and [n] f32 multipliers (checked by matmul_nvfp4, which also returned on an empty
+        // product); k % 32 == 0, so every 16-byte load of a packed row (k / 2 bytes) and of an
+        // x row (2k bytes) is inside it and aligned, and the 2-byte scale loads (k / 16 bytes a
+        // row, even) too; lanes past k read none. Block (cx, cy) reads x rows
+        // [x_rows·cx, +x_rows) and weight rows [tile_rows·cy, +tile_rows), clamping rows past
+        // the matrix to its last (read, not written), and writes out[m][n] only for m < m,
+        // n < n.
+        unsafe {
+            kernel.launch(
+                self,
+                cfg(grid, NVFP4_MMA_THREADS),
+                (o, xp, wp, sp, gp, mi, ni, ki),
             )
         }
     }
