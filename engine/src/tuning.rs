@@ -135,6 +135,16 @@ pub struct GdnTuning {
     pub decode_splits: Option<usize>,
 }
 
+/// Mamba-2 (Nemotron-H).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Mamba2Tuning {
+    /// Sequences with at least this many rows in a step take the chunked (SSD) scan; `None`:
+    /// none do.
+    pub chunk_min: Option<usize>,
+    /// One-row-a-sequence steps run the single-launch decode kernel.
+    pub fused_decode: bool,
+}
+
 /// The kernel loader.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct KernelTuning {
@@ -165,6 +175,7 @@ pub struct Tuning {
     pub moe: MoeTuning,
     pub attention: AttentionTuning,
     pub gdn: GdnTuning,
+    pub mamba2: Mamba2Tuning,
     pub kernels: KernelTuning,
     pub debug: DebugTuning,
 }
@@ -187,6 +198,7 @@ impl Default for Tuning {
             moe: MoeTuning::default(),
             attention: AttentionTuning::default(),
             gdn: GdnTuning::default(),
+            mamba2: Mamba2Tuning::default(),
             kernels: KernelTuning::default(),
             debug: DebugTuning::default(),
         };

@@ -141,6 +141,8 @@ impl Module {
                 include_str!("hybrid_chunk.cu"),
                 include_str!("hybrid_decode.cu"),
                 include_str!("mamba2.cu"),
+                include_str!("mamba2_chunk.cu"),
+                include_str!("mamba2_decode.cu"),
             ),
             // The lab's helpers (grid_sync, DYNAMIC_SMEM), then its kernels.
             #[cfg(feature = "lab")]

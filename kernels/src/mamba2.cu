@@ -1,15 +1,15 @@
 // Nemotron-H's Mamba-2 mixer after its input projection (engine backend/cpu/mamba2.rs is the
 // reference, op for op) and its relu² activation. `mixed` `[T, width]` is z | xBC | dt per row
-// (z and x `nh·p` channels, B and C `G·N` each, dt `nh`). Three launches, over the step's rows
-// (sequences back to back, each with its state slot and its saves, as the Gated DeltaNet's:
-// hybrid.cu):
+// (z and x `nh·p` channels, B and C `G·N` each, dt `nh`). Over the step's rows (sequences back
+// to back, each with its state slot and its saves, as the Gated DeltaNet's: hybrid.cu):
 //
 // 1. mamba2_conv_<mixed>: hybrid.cu's gdn_conv (the same kernel body, the same window and save
 //    handling) over the xBC columns (from column x_at), with the conv bias added before the
 //    SiLU, into f32 conv `[T, C]`.
-// 2. mamba2_scan_n<N>_<mixed>: the selective scan, token by token, from and into each slot's
-//    state `[nh, p, N]`. Channel rows are independent (row i of a head's state depends only
-//    on x_t[i] and the head's shared dt_t, B_t, C_t), so a block takes MAMBA2_ROWS rows of one
+// 2. The scan, from and into each slot's state `[nh, p, N]`: sequences of at least `chunk_min`
+//    rows take the chunked SSD kernels (mamba2_chunk.cu), the others mamba2_scan_n<N>_<mixed>,
+//    token by token. Channel rows are independent (row i of a head's state depends only on
+//    x_t[i] and the head's shared dt_t, B_t, C_t), so a block takes MAMBA2_ROWS rows of one
 //    (sequence, head): grid (p / MAMBA2_ROWS, nh, S), four threads a row, thread `part`
 //    holding the row's entries 16q + 4·part ..< + 4 (q < N / 16) in registers, f32: a warp's
 //    16-byte loads of one q cover each row's 64 contiguous bytes (whole sectors). Per token,
@@ -19,11 +19,11 @@
 //    Tiles of MAMBA2_TILE tokens stage B and C of the head's group, x of the block's rows and
 //    dt in shared memory first. After row `after` of the sequence a thread writes its entries
 //    to every save slot of that `after` (0 included); at the end to the slot. The output is
-//    f32 `[T, nh·p]` (pre-norm). A decode step is this kernel with one row a sequence: one
-//    read and one write of the state, the op's byte floor (docs/cuda-kernels.md); prefill in
-//    chunks (the SSD form) is a follow-up.
+//    f32 `[T, nh·p]` (pre-norm). It stays for the short sequences of a step (speculative
+//    verification, a prompt's tail) and the shapes the chunked kernels do not fit.
 // 3. mamba2_norm_<mixed>_<out>: the gated grouped RMSNorm, a block per (row, group):
 //    g = y · silu(z), out = w · g / rms(g) over the group's nh·p / G channels.
+// A decode step (one row a sequence) is one launch instead: mamba2_decode.cu.
 // A sequence whose slot is GDN_NO_STATE is a padding row of a CUDA graph's bucket: it starts
 // from a zero window and state and writes neither.
 //
@@ -61,7 +61,7 @@ __device__ void mamba2_scan_impl(float* y, const float* conv, const TM* mixed, c
                                  const float* dt_bias, const float* d_skip, float* state,
                                  const u32* seq_starts, const u32* slots, const u32* save_starts,
                                  const u32* saves, int nh, int p, int groups, int width, int dt_at,
-                                 float dt_lo, float dt_hi) {
+                                 float dt_lo, float dt_hi, int chunk_min) {
     __shared__ float4 bs[MAMBA2_TILE][N / 4], cs[MAMBA2_TILE][N / 4];  // B, C of the head's group
     __shared__ float xs[MAMBA2_TILE][MAMBA2_ROWS], dts[MAMBA2_TILE];
     pdl_start();
@@ -72,6 +72,7 @@ __device__ void mamba2_scan_impl(float* y, const float* conv, const TM* mixed, c
     const int inner = nh * p, gn = groups * N, channels = inner + 2 * gn;
     const int g = h / (nh / groups);
     const u32 r0 = seq_starts[s], r1 = seq_starts[s + 1];
+    if (gdn_chunked((int)(r1 - r0), chunk_min)) return;  // the chunked kernels take it
     const u64 slot_len = (u64)inner * N;
     // A padding row (slot GDN_NO_STATE) starts from zeros and writes no state.
     const bool real = slots[s] != GDN_NO_STATE;
@@ -140,10 +141,10 @@ __device__ void mamba2_scan_impl(float* y, const float* conv, const TM* mixed, c
         float* y, const float* conv, const TM* mixed, const float* neg_a, const float* dt_bias,  \
         const float* d_skip, float* state, const u32* seq_starts, const u32* slots,              \
         const u32* save_starts, const u32* saves, int nh, int p, int groups, int width,          \
-        int dt_at, float dt_lo, float dt_hi) {                                                   \
+        int dt_at, float dt_lo, float dt_hi, int chunk_min) {                                    \
         mamba2_scan_impl<n, TM>(y, conv, mixed, neg_a, dt_bias, d_skip, state, seq_starts,       \
                                 slots, save_starts, saves, nh, p, groups, width, dt_at, dt_lo,   \
-                                dt_hi);                                                          \
+                                dt_hi, chunk_min);                                               \
     }
 MAMBA2_SCAN(16, f32, float)
 MAMBA2_SCAN(16, bf16, bf16)

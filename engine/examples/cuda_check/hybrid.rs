@@ -3,7 +3,7 @@
 //! saves; and bit for bit against the 3-launch path), the recurrent kernel, the chunked kernels (every sequence
 //! sent there: lengths around a chunk, saves mid-chunk and at chunk ends, 2048 tokens) and the
 //! default split between them; Nemotron-H's `mamba2` and `relu2` (`mamba2.rs`); then the
-//! timings of `hybrid_speed.rs`.
+//! timings of `hybrid_speed.rs` and `mamba2_speed.rs`.
 //!
 //! Tolerances: the elementwise ops are one f32 expression (`expf` within 2 ulp of glibc's), so
 //! an f32 output is within [`Tol::F32`] and a bf16 output one rounding away ([`Tol::BF16`]).
@@ -573,7 +573,8 @@ pub fn run_ops(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     run_ops(cuda, report)?;
     cuda.retune(|t| t.launch.cuda_sync = false);
-    let r = crate::hybrid_speed::run(cuda, report);
+    let r = crate::hybrid_speed::run(cuda, report)
+        .and_then(|()| crate::mamba2_speed::run(cuda, report));
     cuda.retune(|t| t.launch.cuda_sync = true);
     r
 }

@@ -14,6 +14,7 @@ mod e2e;
 mod hybrid;
 mod hybrid_speed;
 mod mamba2;
+mod mamba2_speed;
 mod ops;
 mod report;
 mod sampling;

@@ -3,7 +3,10 @@
 //! (sequences of many rows, a decode row, an empty one, saves at 0, mid-sequence, twice at one
 //! `after` and at the end) from random slot states, then a decode step (one row a sequence, two
 //! padding rows, saves before and after the row) continuing from the states the first step
-//! left, comparing the output, the SSM states and the conv windows after each.
+//! left, comparing the output, the SSM states and the conv windows after each. Each case runs
+//! three ways ([`ROUTES`]): the defaults (the 70- and 130-row sequences on the chunked scan, the
+//! others token by token; the fused decode), everything chunked (1-row sequences too), and the
+//! token-by-token scan with the three-launch decode. The timings are `mamba2_speed.rs`'s.
 //!
 //! Tolerances as `gated_delta_net`'s (hybrid.rs): the states are f32 on both sides, each entry
 //! the same expression (`S·decay + (dt·x)·B`), the read-out summed in another order:
@@ -17,6 +20,13 @@ use metrale_engine::backend::{Backend, HybridOps, Mamba2Layer, SsmHeads};
 
 use crate::hybrid::{Check, batch_padded};
 use crate::report::Tol;
+
+/// The tunings each case runs under: `mamba2.chunk_min` and `mamba2.fused_decode`.
+const ROUTES: [(&str, Option<usize>, bool); 3] = [
+    ("chunked from 32 rows, fused decode", Some(32), true),
+    ("all chunked, fused decode", Some(1), true),
+    ("token scan, 3-launch decode", None, false),
+];
 
 /// One Mamba-2 case: heads, taps, the dt limits and the type of `mixed`.
 pub struct Case {
@@ -80,8 +90,27 @@ impl Check<'_> {
         self.mixed_pair([t, width], (h.heads, 12.0), case.mixed)
     }
 
-    /// The case's two steps, each compared.
+    /// The case's two steps under each of [`ROUTES`], each compared; the tuning's defaults
+    /// after.
     pub fn mamba2(&mut self, case: &Case) -> Result<()> {
+        let defaults = self.cuda.tuning().mamba2;
+        let mut r = Ok(());
+        for (route, chunk_min, fused) in ROUTES {
+            self.cuda.retune(|t| {
+                t.mamba2.chunk_min = chunk_min;
+                t.mamba2.fused_decode = fused;
+            });
+            r = self.mamba2_route(case, route);
+            if r.is_err() {
+                break;
+            }
+        }
+        self.cuda.retune(|t| t.mamba2 = defaults);
+        r
+    }
+
+    /// The case's two steps on the current tuning's route.
+    fn mamba2_route(&mut self, case: &Case, route: &str) -> Result<()> {
         let h = case.heads;
         let (pd, pc) = self.mamba2_params(case)?;
         let (ld, lc) = (layer(case, &pd), layer(case, &pc));
@@ -91,6 +120,7 @@ impl Check<'_> {
             (2, vec![]),
             (7, (1..=7).collect()),
             (0, vec![]),
+            (130, vec![64, 100]),
         ];
         let decode = vec![
             (1, vec![]),
@@ -134,7 +164,7 @@ impl Check<'_> {
             )?;
             self.cpu
                 .mamba2(&mut out_c, &mixed_c, &lc, &mut conv_c, &mut ssm_c, &b, &b)?;
-            let name = format!("{}, {step}", case.name);
+            let name = format!("{}, {route}, {step}", case.name);
             self.compare("mamba2", &format!("{name} out"), tol, &out_d, &out_c)?;
             let states = format!("{name} ssm states");
             self.compare("mamba2", &states, Tol::F32, &ssm_d, &ssm_c)?;

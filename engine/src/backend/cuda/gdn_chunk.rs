@@ -46,8 +46,9 @@ fn state_floats(dk: usize) -> usize {
 pub const GDN_CHUNK_MIN: usize = 32;
 
 /// Chunks of a `len`-row sequence: they end at every multiple of [`CHUNK`] rows and at every
-/// save point (`gdn_chunk_end` in hybrid.cu, which the device's count must match).
-fn chunk_count(len: usize, saves: &[StateSave]) -> usize {
+/// save point (`gdn_chunk_end` in hybrid.cu, which the device's count must match; Mamba-2's
+/// chunked scan takes the same chunks).
+pub(super) fn chunk_count(len: usize, saves: &[StateSave]) -> usize {
     let (mut n, mut lo, mut sv) = (0, 0, 0);
     while lo < len {
         while sv < saves.len() && saves[sv].after as usize <= lo {

@@ -21,7 +21,8 @@ const MAX_THREADS: usize = 1024;
 /// (`GDN_DECODE_PAD`).
 const PAD: usize = 8;
 /// Arrival counters: one a (sequence, key head) of a step; steps with more take 3 launches.
-const TICKETS: usize = 1 << 16;
+/// Mamba-2's fused decode (`mamba2_decode.rs`) uses them too, one a (sequence, group).
+pub(super) const TICKETS: usize = 1 << 16;
 
 /// What the fused kernel reads besides the layer: `mixed`, the states and the batch's state
 /// arrays (seq_starts, slots, save_starts, saves).
@@ -90,7 +91,7 @@ impl CudaBackend {
     }
 
     /// The arrival counters, allocated (zeroed) on first use and kept.
-    fn gdn_tickets(&self) -> Result<u64> {
+    pub(super) fn gdn_tickets(&self) -> Result<u64> {
         let mut t = self
             .gdn_tickets
             .lock()

@@ -1,11 +1,13 @@
 //! Nemotron-H's Mamba-2 mixer and relu² on CUDA (`kernels/src/mamba2.cu`, whose header has the
 //! design): the biased conv (the Gated DeltaNet's conv kernel body, its windows and saves), the
-//! sequential selective scan and the gated grouped RMSNorm, three launches for prefill and
-//! decode alike. The CPU's `backend/cpu/mamba2.rs` is the reference; `cuda_check`'s `mamba2`
-//! section compares the two.
+//! scan (chunked for sequences of at least `mamba2.chunk_min` rows: `mamba2_chunk.rs`; token by
+//! token for the others) and the gated grouped RMSNorm. A decode step (one row a sequence) is
+//! one launch instead (`mamba2_decode.rs`). The CPU's `backend/cpu/mamba2.rs` is the reference;
+//! `cuda_check`'s `mamba2` section compares the two.
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::hybrid::{MAX_TAPS, operand};
+use super::mamba2_chunk::ChunkArgs;
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, CudaBatch, check, shape_err};
 use crate::backend::kernels::{self as k, Kernel};
@@ -25,11 +27,11 @@ const NORM_THREADS: u32 = 128;
 #[rustfmt::skip]
 type ConvArgs = (u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, i32, i32, i32, i32, i32);
 /// `mamba2_scan_*`: y, conv, mixed, neg_a, dt_bias, d, state, the four state arrays, nh, p,
-/// groups, width, dt_at, dt_lo, dt_hi.
+/// groups, width, dt_at, dt_lo, dt_hi, chunk_min.
 #[rustfmt::skip]
 type ScanArgs = (
     u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64,
-    i32, i32, i32, i32, i32, f32, f32,
+    i32, i32, i32, i32, i32, f32, f32, i32,
 );
 /// `mamba2_norm_*`: out, y, mixed, norm, groups, inner, width, eps.
 type NormArgs = (u64, u64, u64, u64, i32, i32, i32, f32);
@@ -80,7 +82,7 @@ fn norm_kernel(tm: DType, out: DType) -> Result<Kernel<NormArgs>> {
 
 /// Threads of a scan block for head size `p`: four a row, whole warps, at most
 /// [`MAX_ROWS`] rows; and the rows that makes.
-fn scan_block(p: usize) -> (usize, usize) {
+pub(super) fn scan_block(p: usize) -> (usize, usize) {
     let threads = (4 * p.min(MAX_ROWS)).next_multiple_of(32);
     (threads, threads / 4)
 }
@@ -160,8 +162,13 @@ impl CudaBackend {
         let st = &self.stream;
         let plans = batch.state_arrays(st);
         let [starts, seq_slots, save_starts, saves] = plans;
-        let (row_seq, mx) = (batch.row_seq(st), mixed.ptr(st));
         let seqs = host.num_seqs();
+        // A decode step: conv, scan and norm in one launch.
+        if self.mamba2_fused_decode(host, &s) {
+            let states = (conv_state.ptr(st), ssm_state.ptr(st));
+            return self.mamba2_decode(out, mixed, tm, layer, states, plans, seqs);
+        }
+        let (row_seq, mx) = (batch.row_seq(st), mixed.ptr(st));
         let (ti, ci, ki, wi) = (int(t, OP)?, int(cd, OP)?, int(k, OP)?, int(width, OP)?);
         let inner_i = int(inner, OP)?;
 
@@ -203,45 +210,67 @@ impl CudaBackend {
             )?;
         }
 
-        // 2. the scan into y `[T, nh·p]` f32; the states move on.
+        // 2. the scan into y `[T, nh·p]` f32, chunked for the long sequences, token by token
+        // for the others; the states move on.
         let y = self.alloc(&[t, inner], DType::F32)?;
         let yp = y.ptr(st);
-        let (threads, rows) = scan_block(s.head_dim);
-        let (lo, hi) = layer.dt_limit;
-        let args = (
-            yp,
-            cp,
-            mx,
-            layer.neg_a.ptr(st),
-            layer.dt_bias.ptr(st),
-            layer.d.ptr(st),
-            ssm_state.ptr(st),
-            starts,
-            seq_slots,
-            save_starts,
-            saves,
-            int(nh, OP)?,
-            int(s.head_dim, OP)?,
-            int(s.groups, OP)?,
-            wi,
-            int(inner + cd, OP)?,
-            lo,
-            hi,
-        );
-        let config = cudarc::driver::LaunchConfig {
-            grid_dim: (
-                dim(s.head_dim.div_ceil(rows), OP)?,
-                dim(nh, OP)?,
-                dim(seqs, OP)?,
-            ),
-            block_dim: (threads as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: y is [T, nh·p] f32, conv [T, C] f32 (written above), mixed as above with dt
-        // at column inner + C, neg_a, dt_bias and d [nh] f32, the states [slots, nh·p·N] f32
-        // with every slot and save slot in range (checked above); the kernel is built for
-        // this N; grid (p / rows, nh, S), four threads a row in whole warps.
-        unsafe { scan_kernel(s.state, tm)?.launch(self, config, args)? };
+        let split = self.mamba2_split(host, &s);
+        if split.chunks > 0 {
+            let a = ChunkArgs {
+                y: yp,
+                conv: cp,
+                mixed: mx,
+                tm,
+                neg_a: layer.neg_a.ptr(st),
+                dt_bias: layer.dt_bias.ptr(st),
+                d: layer.d.ptr(st),
+                state: ssm_state.ptr(st),
+                plans,
+                width: wi,
+                dt_limit: layer.dt_limit,
+            };
+            self.mamba2_chunked(&a, &s, seqs, &split)?;
+        }
+        if split.tokens {
+            let (threads, rows) = scan_block(s.head_dim);
+            let (lo, hi) = layer.dt_limit;
+            let args = (
+                yp,
+                cp,
+                mx,
+                layer.neg_a.ptr(st),
+                layer.dt_bias.ptr(st),
+                layer.d.ptr(st),
+                ssm_state.ptr(st),
+                starts,
+                seq_slots,
+                save_starts,
+                saves,
+                int(nh, OP)?,
+                int(s.head_dim, OP)?,
+                int(s.groups, OP)?,
+                wi,
+                int(inner + cd, OP)?,
+                lo,
+                hi,
+                split.chunk_min,
+            );
+            let config = cudarc::driver::LaunchConfig {
+                grid_dim: (
+                    dim(s.head_dim.div_ceil(rows), OP)?,
+                    dim(nh, OP)?,
+                    dim(seqs, OP)?,
+                ),
+                block_dim: (threads as u32, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: y is [T, nh·p] f32, conv [T, C] f32 (written above), mixed as above with
+            // dt at column inner + C, neg_a, dt_bias and d [nh] f32, the states
+            // [slots, nh·p·N] f32 with every slot and save slot in range (checked above); the
+            // kernel is built for this N and leaves the chunked sequences (chunk_min) alone;
+            // grid (p / rows, nh, S), four threads a row in whole warps.
+            unsafe { scan_kernel(s.state, tm)?.launch(self, config, args)? };
+        }
 
         // 3. out = rms_norm_grouped(y · silu(z)) · norm, a block per (row, group).
         let args = (

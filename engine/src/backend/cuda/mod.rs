@@ -37,6 +37,8 @@ mod graph_chain;
 mod hybrid;
 mod launch;
 mod mamba2;
+mod mamba2_chunk;
+mod mamba2_decode;
 mod minimax;
 mod moe;
 mod moe_mma;
