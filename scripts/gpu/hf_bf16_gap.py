@@ -20,7 +20,8 @@ make_nvfp4_fixtures.py scored them (docs/nvfp4.md has the formats).
 
     python3 scripts/gpu/hf_bf16_gap.py [--fixtures tests/fixtures] [--out DIR] [NAME ...]
 
-Needs torch and transformers 5 (Qwen3, Qwen3-MoE and Qwen3.5 classes); prints a table last and
+Needs torch and transformers 5 (Qwen3, Qwen3-MoE, Qwen3.5, Llama, Gemma 3, gpt-oss, MiniMax-M2,
+Nemotron-H and DeepSeek-V3 classes; the newer fixtures were made with 5.25); prints a table last and
 writes DIR/hf_bf16_gap.json when --out is given.
 """
 
@@ -203,7 +204,7 @@ def main():
             if path != src:
                 shutil.rmtree(path, ignore_errors=True)
         results.append(row)
-    print("\n=== transformers on the GPU vs the stored float32 reference: max |Δ log-prob| ===")
+    print(f"\n=== transformers on {args.device} vs the stored float32 reference: max |Δ log-prob| ===")
     print(f"{'fixture':<24} {'float32':>10} {'bfloat16':>10}  bf16 top-1 wrong (margin > 5e-2 / 0.2)")
     for r in results:
         if "error" in r:
