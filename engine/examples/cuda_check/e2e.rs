@@ -288,6 +288,13 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
                 ));
                 return Ok(());
             }
+            // The latent cache has no FP8 kernels on CUDA yet (refused by name at the step).
+            if cuda.kv_cache_fp8() {
+                report.summary_line(format!(
+                    "{name}: skipped, the FP8 KV cache has no latent attention kernels yet"
+                ));
+                return Ok(());
+            }
             let dcfg = DeepseekV3Config::from_file(&dir.root.join("config.json"))?;
             let on_cpu =
                 |b: &CpuBackend, w: &Weights| Ok(DeepseekV3::load(b, &dcfg, w, &mut |_| {})?);

@@ -24,6 +24,7 @@ mod gemv;
 mod gpt_oss;
 mod matmul;
 mod minimax;
+mod mla;
 mod moe;
 mod nvfp4;
 mod uploads;
@@ -736,6 +737,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.gelu_tanh()?;
     // Last of the shared cases, so the ones above keep their random draws.
     ops.minimax()?;
+    ops.mla()?;
     if ops.fp32() {
         return Ok(()); // f32 weights take cuBLAS's f32 GEMM
     }

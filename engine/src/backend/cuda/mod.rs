@@ -38,6 +38,7 @@ mod hybrid;
 mod launch;
 mod mamba2;
 mod minimax;
+mod mla;
 mod moe;
 mod moe_mma;
 mod norm;
@@ -65,8 +66,8 @@ pub use tensor::{CudaTensor, DType};
 pub(crate) use super::cpu::shape_err;
 use super::sampling::{SampleRow, Sampled};
 use super::{
-    Backend, BackendError, BatchInputs, ChainForward, ClampedExperts, Feature, ForwardMany, Result,
-    RopeTables, SigmoidRouting, TableWrite,
+    Backend, BackendError, BatchInputs, ChainForward, ClampedExperts, Feature, ForwardMany,
+    MlaDims, Result, RopeTables, SigmoidRouting, TableWrite,
 };
 use crate::loader::{DType as HostDType, HostData, HostTensor};
 use blas::Blas;
