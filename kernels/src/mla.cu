@@ -42,9 +42,14 @@
 // latent + rope <= MLA_MAX_ROW (576), rope <= 2 · 32 · MLA_ROPE_PAIRS (128), nope <= 512.
 //
 // Types: _bf16 (bf16 activations, bf16 weights and cache), _f32 (f32 activations, bf16 weights
-// and cache) and _fp32 (the float32 path: f32 everything). mla_attend_bf16 / _fp32 by the cache
-// type (its query rows are f32 for both), mla_out_bf16 / _fp32 by the weights (bf16 weights
-// write bf16 out, the float32 path f32).
+// and cache) and _fp32 (the float32 path: f32 everything). mla_attend_bf16 / _fp32 / _kv8 by
+// the cache type (its query rows are f32 for all), mla_out_bf16 / _fp32 by the weights (bf16
+// weights write bf16 out, the float32 path f32). The FP8 cache (`--kv-cache-dtype fp8`,
+// mla_rope_kv_*_kv8, mla_attend_kv8) stores c_kv and k_pe as two head vectors of the FP8
+// format (prelude/fp8.cuh: e4m3 bytes, one scale a 128 values), as the CPU rounds them; the
+// scales [blocks, block_size, ceil(row / 128)] follow the bytes, so the latent must be a
+// multiple of 128 (DeepSeek's 512) and rope at most 128 for the two vectors' groups to be the
+// row's. A tile then stages 32 rows of bytes and their scales, 576 bytes a row of V3's.
 //
 // Versions tried: this one (the first).
 
@@ -94,7 +99,8 @@ __device__ void mla_rotate(T* x, int half, float pos, const float* inv_freq, flo
 template <typename T, typename TC>
 __device__ void mla_rope_kv_impl(T* q, T* latent, TC* cache, const u32* positions,
                                  const u32* slot_mapping, const float* inv_freq, float scale,
-                                 int heads, int nope, int rope, int lat, int interleaved) {
+                                 int heads, int nope, int rope, int lat, int interleaved,
+                                 float* scales = nullptr) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int head = blockIdx.y * MLA_ROPE_WARPS + warp;
     if (head > heads) return;  // whole warp leaves; no block barrier below
@@ -110,7 +116,17 @@ __device__ void mla_rope_kv_impl(T* q, T* latent, TC* cache, const u32* position
     T* kv = latent + t * (u64)row;
     mla_rotate(kv + lat, half, pos, inv_freq, scale, interleaved != 0);
     TC* dst = cache + (u64)slot_mapping[t] * row;
-    for (int d = lane; d < row; d += 32) dst[d] = from_f32<TC>(to_f32(kv[d]));
+    if constexpr (sizeof(TC) == 1) {
+        // The FP8 cache: c_kv and k_pe each stored as a head vector of their own (their own
+        // group scales, as the CPU rounds them); lat % 128 == 0, so the row's scale groups
+        // are c_kv's lat / 128 and k_pe's one.
+        const int groups = (row + KV_FP8_GROUP - 1) / KV_FP8_GROUP;
+        float* sc = scales + (u64)slot_mapping[t] * groups;
+        store_head_fp8((unsigned char*)dst, sc, kv, lat);
+        store_head_fp8((unsigned char*)dst + lat, sc + lat / KV_FP8_GROUP, kv + lat, rope);
+    } else {
+        for (int d = lane; d < row; d += 32) dst[d] = from_f32<TC>(to_f32(kv[d]));
+    }
 }
 
 #define MLA_ROPE_KV(SUFFIX, T, TC)                                                                 \
@@ -126,6 +142,21 @@ __device__ void mla_rope_kv_impl(T* q, T* latent, TC* cache, const u32* position
 MLA_ROPE_KV(bf16, bf16, bf16)
 MLA_ROPE_KV(f32, float, bf16)
 MLA_ROPE_KV(fp32, float, float)
+
+// The FP8 cache (`_kv8`): e4m3 bytes [blocks, block_size, lat + rope], then the scales
+// [blocks, block_size, lat / 128 + 1].
+#define MLA_ROPE_KV8(SUFFIX, T)                                                                    \
+    extern "C" __global__ void mla_rope_kv_##SUFFIX##_kv8(                                         \
+        T* q, T* latent, unsigned char* cache, const u32* positions, const u32* slot_mapping,      \
+        const float* inv_freq, float scale, int heads, int nope, int rope, int lat,                \
+        int interleaved, float* scales) {                                                          \
+        pdl_start();                                                                               \
+        mla_rope_kv_impl(q, latent, cache, positions, slot_mapping, inv_freq, scale, heads, nope,  \
+                         rope, lat, interleaved, scales);                                          \
+    }
+
+MLA_ROPE_KV8(bf16, bf16)
+MLA_ROPE_KV8(f32, float)
 
 // ---- 1. the query in the latent space -----------------------------------------------------------
 
@@ -177,13 +208,30 @@ MLA_Q_ABSORB(fp32, float, float)
 
 // ---- 2. scores, softmax and the attended latent -------------------------------------------------
 
+// Element d of a staged tile row j as f32: bf16 and f32 as they are, e4m3 times its group's
+// scale (the FP8 cache; one rounding, the host's e4m3 · s).
+__device__ __forceinline__ float mla_tile_value(const bf16* t, const float*, int at, int) {
+    return to_f32(t[at]);
+}
+__device__ __forceinline__ float mla_tile_value(const float* t, const float*, int at, int) {
+    return t[at];
+}
+__device__ __forceinline__ float mla_tile_value(const unsigned char* t, const float* sc, int at,
+                                                int d) {
+    return e4m3_value(t[at]) * sc[d / KV_FP8_GROUP];
+}
+
 template <typename TC>
 __device__ void mla_attend_impl(float* partial, const float* qf, const TC* cache,
                                 const u32* positions, const u32* row_seq, const u32* block_tables,
                                 int max_blocks, int block_size, int heads, int rope, int lat,
-                                float scale) {
-    // Rows a tile stages: 16 of bf16, 8 of f32 (the same bytes).
+                                float scale, const float* scales = nullptr) {
+    // Rows a tile stages: 16 of bf16, 8 of f32, 32 of e4m3 (the same bytes).
     constexpr int TILE = MLA_TILE_BYTES / (MLA_MAX_ROW * (int)sizeof(TC));
+    constexpr bool FP8 = sizeof(TC) == 1;
+    // An FP8 row's group scales (lat / 128 + 1 <= MLA_MAX_ROW / 128 + 1).
+    constexpr int SG = FP8 ? MLA_MAX_ROW / KV_FP8_GROUP + 1 : 1;
+    __shared__ float tsc[FP8 ? TILE : 1][SG];
     __shared__ float qs[MLA_HG][MLA_MAX_ROW];
     __shared__ u32 tile_words[MLA_TILE_BYTES / 4];  // u32x4 stores are four 4-byte stores
     __shared__ float probs[MLA_HG][TILE];
@@ -211,9 +259,17 @@ __device__ void mla_attend_impl(float* partial, const float* qf, const TC* cache
     // 16-byte loads when a row is whole 16-byte chunks (then every row starts on one).
     const int chunk = 16 / (int)sizeof(TC);
     const bool vec = row % chunk == 0;
+    const int groups = (row + KV_FP8_GROUP - 1) / KV_FP8_GROUP;
     for (int p0 = begin; p0 < end; p0 += TILE) {
         const int n = min(TILE, end - p0);
         __syncthreads();  // the previous tile's readers are done (and qs is written)
+        if constexpr (FP8) {
+            for (int i = threadIdx.x; i < n * groups; i += blockDim.x) {
+                const int j = i / groups, p = p0 + j;
+                const u64 slot = (u64)table[p / block_size] * block_size + p % block_size;
+                tsc[j][i % groups] = scales[slot * groups + i % groups];
+            }
+        }
         if (vec) {
             const int per_row = row / chunk;
             for (int i = threadIdx.x; i < n * per_row; i += blockDim.x) {
@@ -239,7 +295,8 @@ __device__ void mla_attend_impl(float* partial, const float* qf, const TC* cache
             for (int j = 0; j < TILE; ++j) {
                 float dot = 0.f;
                 if (j < n) {
-                    for (int d = lane; d < row; d += 32) dot += qs[warp][d] * to_f32(tile[j * row + d]);
+                    for (int d = lane; d < row; d += 32)
+                        dot += qs[warp][d] * mla_tile_value(tile, tsc[FP8 ? j : 0], j * row + d, d);
                 }
                 dot = warp_sum(dot);
                 s[j] = j < n ? dot * scale : NEG_INF;
@@ -267,7 +324,8 @@ __device__ void mla_attend_impl(float* partial, const float* qf, const TC* cache
             for (int h = 0; h < MLA_HG; ++h) {
                 if (h >= hg) continue;
                 float a = acc[h][k] * alpha[h];
-                for (int j = 0; j < n; ++j) a += probs[h][j] * to_f32(tile[j * row + c]);
+                for (int j = 0; j < n; ++j)
+                    a += probs[h][j] * mla_tile_value(tile, tsc[FP8 ? j : 0], j * row + c, c);
                 acc[h][k] = a;
             }
         }
@@ -304,6 +362,16 @@ __device__ void mla_attend_impl(float* partial, const float* qf, const TC* cache
 
 MLA_ATTEND(bf16, bf16)
 MLA_ATTEND(fp32, float)
+
+extern "C" __global__ void __launch_bounds__(MLA_THREADS)
+    mla_attend_kv8(float* partial, const float* qf, const unsigned char* cache,
+                   const u32* positions, const u32* row_seq, const u32* block_tables,
+                   int max_blocks, int block_size, int heads, int rope, int lat, float scale,
+                   const float* scales) {
+    pdl_start();
+    mla_attend_impl(partial, qf, cache, positions, row_seq, block_tables, max_blocks, block_size,
+                    heads, rope, lat, scale, scales);
+}
 
 // ---- 3. merge and value up-projection -----------------------------------------------------------
 

@@ -706,7 +706,8 @@ pub fn run_kv8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.report.case_header();
     ops.write_kv()?;
     ops.attention()?;
-    ops.attention_window()
+    ops.attention_window()?;
+    ops.mla_kv8()
 }
 
 /// Every op, every case. Returns an error only when the device stopped answering.

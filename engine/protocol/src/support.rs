@@ -85,8 +85,9 @@ pub const fn cuda_supports(feature: Feature) -> bool {
         Feature::MiniMaxM2 => true,
         // Multi-head latent attention (mla.cu: mla_rope_kv_*, mla_q_absorb_*, mla_attend_*,
         // mla_out_*) and group-limited sigmoid routing (fused_moe_sigmoid with moe_score.cu's
-        // kept groups); cuda_check ops mla and e2e on the DeepSeek-V3 fixtures. Not with the
-        // FP8 KV cache (refused by name at the first step).
+        // kept groups); cuda_check ops mla and e2e on the DeepSeek-V3 fixtures. The FP8 KV
+        // cache only for latents of a multiple of 128 (DeepSeek's 512; others refused by name
+        // at the first step).
         Feature::DeepseekV3 => true,
         // Not yet: Nemotron-H's routed experts (sigmoid routing, relu² experts without a gate)
         // have no expert kernels (docs/models.md).

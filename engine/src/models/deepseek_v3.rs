@@ -23,7 +23,8 @@
 //!
 //! Weights as released (`deepseek_v3/load.rs`), bf16 or fine-grained FP8 (dequantized at
 //! upload by the CPU). Only backends that answer [`Feature::DeepseekV3`] run it: the CPU
-//! reference and CUDA (`backend/cuda/mla.rs`, bf16 and float32 paths; not its FP8 KV cache).
+//! reference and CUDA (`backend/cuda/mla.rs`, bf16 and float32 paths; its FP8 KV cache for
+//! latents of a multiple of 128).
 
 use crate::backend::{
     BatchInputs, Feature, HybridOps, MlaDims, Result, RopeTables, SigmoidRouting,

@@ -22,9 +22,27 @@ static void mla_host_rotate(float* x, int half, float pos, const std::vector<flo
     }
 }
 
-// The three type sets: the float32 path (f32 everything), f32 activations over a bf16 cache and
-// bf16 kv_b (_f32), bf16 everything (_bf16).
-enum MlaTypes { MLA_FP32, MLA_F32, MLA_BF16 };
+// The type sets: the float32 path (f32 everything), f32 activations over a bf16 cache and bf16
+// kv_b (_f32), bf16 everything (_bf16), bf16 activations and kv_b over the FP8 cache (_kv8:
+// only where the latent is a multiple of 128).
+enum MlaTypes { MLA_FP32, MLA_F32, MLA_BF16, MLA_KV8 };
+
+// A latent row into the FP8 cache as the CPU rounds it (kv_fp8.rs's round_trip_head on c_kv
+// and on k_pe apart): bytes at b, the row's lat / 128 + 1 scales at sc.
+static void mla_fp8_row(const float* x, int lat, int rope, unsigned char* b, float* sc) {
+    auto vec = [](const float* v, int n, unsigned char* o, float* s) {
+        for (int g0 = 0; g0 < n; g0 += KV_FP8_GROUP) {
+            const int end = std::min(n, g0 + KV_FP8_GROUP);
+            float amax = 0;
+            for (int d = g0; d < end; ++d) amax = std::max(amax, std::fabs(v[d]));
+            const float sv = kv_fp8_scale(amax);
+            for (int d = g0; d < end; ++d) o[d] = (unsigned char)f32_to_e4m3(v[d] / sv);
+            s[g0 / KV_FP8_GROUP] = sv;
+        }
+    };
+    vec(x, lat, b, sc);
+    vec(x + lat, rope, b + lat, sc + lat / KV_FP8_GROUP);
+}
 
 // One case: `seqs` (start position, new tokens) each, their rows in that order; a cache of
 // blocks of `bs` rows handed out shuffled, so tables jump between blocks. Every type set, with
@@ -64,12 +82,22 @@ static void t_mla(int heads, int nope, int rope, int v, int lat, int bs,
     for (auto& x : lat0) x = U(1);
     for (auto& x : kvb0) x = U(0.2f);
     for (auto& x : cache0) x = U(1);
-    const char* tname[] = {"fp32", "f32", "bf16"};
-    for (MlaTypes ty : {MLA_FP32, MLA_F32, MLA_BF16}) {
+    const char* tname[] = {"fp32", "f32", "bf16", "kv8"};
+    const int groups = (row + KV_FP8_GROUP - 1) / KV_FP8_GROUP;
+    const size_t nslots = (size_t)nblocks * bs;
+    // A row as the FP8 cache gives it back.
+    auto fp8_round = [&](float* x) {
+        std::vector<unsigned char> b(row);
+        std::vector<float> sc(groups);
+        mla_fp8_row(x, lat, rope, b.data(), sc.data());
+        for (int d = 0; d < row; ++d) x[d] = e4m3_value(b[d]) * sc[d / KV_FP8_GROUP];
+    };
+    for (MlaTypes ty : {MLA_FP32, MLA_F32, MLA_BF16, MLA_KV8}) {
+        if (ty == MLA_KV8 && (lat % KV_FP8_GROUP != 0 || rope > KV_FP8_GROUP)) continue;
         // The inputs as this type set holds them (bf16 values where its tensors are bf16).
         auto rb = [](float x) { return F(B(x)); };
         std::vector<float> q = q0, lt = lat0, kvb = kvb0, cache = cache0;
-        if (ty == MLA_BF16) {
+        if (ty == MLA_BF16 || ty == MLA_KV8) {
             for (auto& x : q) x = rb(x);
             for (auto& x : lt) x = rb(x);
         }
@@ -77,6 +105,8 @@ static void t_mla(int heads, int nope, int rope, int v, int lat, int bs,
             for (auto& x : kvb) x = rb(x);
             for (auto& x : cache) x = rb(x);
         }
+        if (ty == MLA_KV8)
+            for (size_t r = 0; r < nslots; ++r) fp8_round(&cache[r * row]);
         // The reference: rotate (rounded as the kernel stores: bf16 activations, bf16 cache),
         // write the rows, attend in double.
         std::vector<float> qr = q, lr = lt, cr = cache;
@@ -84,12 +114,13 @@ static void t_mla(int heads, int nope, int rope, int v, int lat, int bs,
             for (int h = 0; h < heads; ++h)
                 mla_host_rotate(&qr[t * qw + h * (nope + rope) + nope], half, (float)positions[t], inv_freq, rscale, inter);
             mla_host_rotate(&lr[t * row + lat], half, (float)positions[t], inv_freq, rscale, inter);
-            if (ty == MLA_BF16) {
+            if (ty == MLA_BF16 || ty == MLA_KV8) {
                 for (int i = 0; i < qw; ++i) qr[t * qw + i] = rb(qr[t * qw + i]);
                 for (int i = 0; i < row; ++i) lr[t * row + i] = rb(lr[t * row + i]);
             }
             for (int i = 0; i < row; ++i)
                 cr[(size_t)slots[t] * row + i] = ty == MLA_FP32 ? lr[t * row + i] : rb(lr[t * row + i]);
+            if (ty == MLA_KV8) fp8_round(&cr[(size_t)slots[t] * row]);
         }
         std::vector<double> want(T * heads * v);
         for (int t = 0; t < T; ++t)
@@ -138,6 +169,22 @@ static void t_mla(int heads, int nope, int rope, int v, int lat, int bs,
             launch(by_tokens, {MLA_THREADS}, [&] { mla_out_fp32(got.data(), part.data(), kvb.data(), ti, heads, nope, v, lat, splits); });
             got_cache = cd;
             got_q = qd;
+        } else if (ty == MLA_KV8) {
+            std::vector<bf16> kb(kvb.size()), qd(q.size()), ld(lt.size()), ob(T * heads * v);
+            for (size_t i = 0; i < kvb.size(); ++i) kb[i] = B(kvb[i]);
+            for (size_t i = 0; i < q.size(); ++i) qd[i] = B(q[i]);
+            for (size_t i = 0; i < lt.size(); ++i) ld[i] = B(lt[i]);
+            // The cache's rows (already FP8 values) encoded again: the same bytes and scales.
+            std::vector<unsigned char> cb(cache.size());
+            std::vector<float> cs(nslots * groups);
+            for (size_t r = 0; r < nslots; ++r) mla_fp8_row(&cache[r * row], lat, rope, &cb[r * row], &cs[r * groups]);
+            launch(rope_grid, {32 * MLA_ROPE_WARPS}, [&] { mla_rope_kv_bf16_kv8(qd.data(), ld.data(), cb.data(), positions.data(), slots.data(), inv_freq.data(), rscale, heads, nope, rope, lat, inter, cs.data()); });
+            launch(by_tokens, {MLA_THREADS}, [&] { mla_q_absorb_bf16(qf.data(), qd.data(), kb.data(), ti, heads, nope, rope, v, lat); });
+            launch(attend_grid, {MLA_THREADS}, [&] { mla_attend_kv8(part.data(), qf.data(), cb.data(), positions.data(), row_seq.data(), tables.data(), max_blocks, bs, heads, rope, lat, scale, cs.data()); });
+            launch(by_tokens, {MLA_THREADS}, [&] { mla_out_bf16(ob.data(), part.data(), kb.data(), ti, heads, nope, v, lat, splits); });
+            for (size_t i = 0; i < ob.size(); ++i) got[i] = F(ob[i]);
+            for (size_t i = 0; i < q.size(); ++i) got_q[i] = F(qd[i]);
+            for (size_t i = 0; i < cb.size(); ++i) got_cache[i] = e4m3_value(cb[i]) * cs[(i / row) * groups + (i % row) / KV_FP8_GROUP];
         } else {
             std::vector<bf16> kb(kvb.size()), cd(cache.size()), ob(T * heads * v);
             for (size_t i = 0; i < kvb.size(); ++i) kb[i] = B(kvb[i]);
@@ -171,8 +218,9 @@ static void t_mla(int heads, int nope, int rope, int v, int lat, int bs,
         }
         char name[120];
         snprintf(name, 120, "mla rope+write %s h%d lat%d rope%d%s", tname[ty], heads, lat, rope, inter ? " inter" : "");
-        // One bf16 step of a value near 1 where a rounding may land on the other side.
-        report(name, std::max(dc, dq), ty == MLA_FP32 ? 1e-5 : 8e-3);
+        // One bf16 step of a value near 1 where a rounding may land on the other side (an
+        // e4m3 step, 2^-3 of a value, with the FP8 cache).
+        report(name, std::max(dc, dq), ty == MLA_FP32 ? 1e-5 : ty == MLA_KV8 ? 0.13 : 8e-3);
         snprintf(name, 120, "mla attention %s h%d n%d r%d v%d lat%d T%d split%d", tname[ty], heads, nope, rope, v, lat, T, splits);
         report(name, dout / std::max(mout, 1e-6), ty == MLA_FP32 ? 2e-5 : 8e-3);
     }
@@ -191,8 +239,10 @@ static void mla_tests() {
     t_mla(2, 64, 16, 64, 144, 16, {{0, 3}, {20, 1}}, true, 2);
     t_mla(3, 8, 4, 8, 34, 4, {{0, 2}, {5, 1}}, false, 1);
     t_mla(12, 16, 8, 16, 32, 8, {{0, 2}, {17, 1}}, true, 4);
-    // DeepSeek-V3's head sizes (latent 512, rope 64, nope and v 128), 9 heads, decode rows.
+    // DeepSeek-V3's head sizes (latent 512, rope 64, nope and v 128), 9 heads, decode rows;
+    // these and a latent of 128 over more than one 32-row tile also take the FP8 cache.
     t_mla(9, 128, 64, 128, 512, 16, {{30, 1}, {3, 1}}, true, 2);
+    t_mla(4, 16, 16, 16, 128, 8, {{0, 5}, {40, 1}, {70, 2}}, true, 2);
     // Group-limited routing: the tiny fixture (8 experts, 4 groups of 2, 2 kept, top-2), the
     // FP8 fixture (4 in 2 groups, 1 kept), DeepSeek-V3 (256 in 8 groups, 4 kept, top-8, scaled
     // by 2.5), ties among groups (equal scores: the lower group), the any-width loop (E 320),

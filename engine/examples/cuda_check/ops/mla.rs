@@ -2,7 +2,8 @@
 //! latent attention over the paged cache of compressed rows: one token at position 0, decode
 //! rows over long contexts crossing block boundaries, several sequences of different lengths, a
 //! chunk after a cached prefix, the tiny and FP8 fixtures' head sizes and DeepSeek-V3's,
-//! interleaved pairs and neox halves, f32 and bf16 activations, an FP8 `kv_b`), and
+//! interleaved pairs and neox halves, f32 and bf16 activations, an FP8 `kv_b`; the FP8 KV
+//! cache in section ops-kv8), and
 //! `fused_moe_sigmoid` with group-limited routing (`n_group` > 1). The attention is checked on
 //! the rows the device wrote (the CPU attends over the device's rotated q and cache), so each
 //! check measures one op.
@@ -163,8 +164,15 @@ impl Ops<'_> {
         let host = BatchInputs::build(bs, &chunks);
         let batch = self.cuda.prepare_batch(&host)?;
         let t = host.num_tokens();
-        // The cache holds random rows (the context of earlier steps) before this step's.
-        let (mut cache_d, mut cache_c) = self.random(&[blocks, bs, row], 1.0, self.wd())?;
+        // The cache holds random rows (the context of earlier steps) before this step's; the
+        // FP8 cache (section ops-kv8) starts empty and its cases write every row they read.
+        let kv8 = self.cuda.kv_cache_fp8();
+        let (mut cache_d, mut cache_c) = if kv8 {
+            let shape = [blocks, bs, row];
+            (self.cuda.kv_zeros(&shape)?, self.cpu.kv_zeros(&shape)?)
+        } else {
+            self.random(&[blocks, bs, row], 1.0, self.wd())?
+        };
         let (mut q_d, mut q_c) = self.random(&[t, d.q_width()], 1.0, act)?;
         let (mut l_d, mut l_c) = self.random(&[t, row], 1.0, act)?;
         let half = d.rope / 2;
@@ -182,7 +190,8 @@ impl Ops<'_> {
         self.cpu
             .mla_rope_write_kv(&mut q_c, &mut l_c, &host, &rope, d, inter, &mut cache_c)
             .context("cpu")?;
-        // The rotated values, rounded once to the activations' (and the cache's) type.
+        // The rotated values, rounded once to the activations' (and the cache's) type; the
+        // FP8 cache rounds the device's bf16 values where the CPU rounds f32 ones (Tol::KV8).
         self.check(
             "mla_rope_write_kv",
             &format!("{case} q"),
@@ -193,7 +202,7 @@ impl Ops<'_> {
         self.check(
             "mla_rope_write_kv",
             &format!("{case} cache"),
-            Tol::BF16,
+            if kv8 { Tol::KV8 } else { Tol::BF16 },
             &cache_d,
             &cache_c,
         )?;
@@ -219,6 +228,41 @@ impl Ops<'_> {
         // rounding of each weight the CPU keeps in f32).
         let tol = if c.fp8_kv_b { BF16_TWICE } else { Tol::BF16 };
         self.check("mla_attention", case, tol, &out_d, &out_c)?;
+        Ok(())
+    }
+
+    /// The FP8 KV cache (section ops-kv8): latents of a multiple of 128 (DeepSeek-V3's 512,
+    /// and 128 over several 32-row tiles), every row of the step written by it.
+    pub(super) fn mla_kv8(&mut self) -> Result<()> {
+        let (f32d, bf) = (DType::F32, DType::BF16);
+        let cases = [
+            (
+                "lat 128",
+                dims(4, 16, 16, 16, 128),
+                vec![(0, 70), (0, 1)],
+                bf,
+            ),
+            ("lat 128 f32", dims(4, 16, 16, 16, 128), vec![(0, 9)], f32d),
+            (
+                "v3",
+                dims(128, 128, 64, 128, 512),
+                vec![(0, 40), (0, 3)],
+                bf,
+            ),
+        ];
+        for (name, d, seqs, act) in cases {
+            let c = Mla {
+                name,
+                dims: d,
+                bs: 16,
+                seqs,
+                interleaved: true,
+                act,
+                fp8_kv_b: false,
+            };
+            let case = format!("{name} fp8 cache {}", dt(act));
+            self.run("mla_attention", &case, |s| s.mla_case(&case, &c, act))?;
+        }
         Ok(())
     }
 

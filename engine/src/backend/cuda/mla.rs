@@ -11,9 +11,10 @@
 //!
 //! The bf16 path keeps a bf16 cache and reads bf16 `kv_b`; the float32 path (an f32 cache)
 //! reads f32 q, `kv_b` and cache and writes f32. An FP8 `kv_b` is dequantized to bf16 at each
-//! call (DeepSeek-V3's load widens a checkpoint's on the host, so the model never passes one);
-//! an FP8 KV cache is refused by name (its row groups would not match the CPU's separate
-//! roundings of `c_kv` and `k_pe` unless the latent is a multiple of 128).
+//! call (DeepSeek-V3's load widens a checkpoint's on the host, so the model never passes one).
+//! The FP8 KV cache (`_kv8`) keeps `c_kv` and `k_pe` as two vectors of its format, as the CPU
+//! rounds them, within the row's scale groups: so a latent of a multiple of 128 (DeepSeek's
+//! 512) and rope of at most 128; other sizes are refused by name.
 
 use cudarc::driver::LaunchConfig;
 
@@ -22,6 +23,7 @@ use super::elementwise::{cfg, dim, int};
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, CudaBatch, check, shape_err};
 use crate::backend::kernels;
+use crate::backend::kv_fp8::KV_FP8_GROUP;
 use crate::backend::{MlaDims, Result, RopeTables};
 
 /// Warps of an `mla_rope_kv` block (MLA_ROPE_WARPS in mla.cu), one a head (and one a token
@@ -75,12 +77,15 @@ fn dims_fit(op: &'static str, dims: MlaDims) -> Result<()> {
     )
 }
 
-/// The FP8 KV cache has no latent kernels yet: refused with the flag that avoids it.
-fn no_fp8_cache(op: &'static str, cache: &CudaTensor) -> Result<()> {
-    check(op, cache.dtype != DType::F8, || {
-        "the FP8 KV cache has no multi-head latent attention kernels on CUDA yet: drop \
-         --kv-cache-dtype fp8"
-            .into()
+/// The FP8 KV cache's row has `ceil(row / 128)` scale groups; `c_kv` and `k_pe` are rounded
+/// apart (as the CPU does) only when they fill them: a latent of a multiple of 128.
+fn fp8_cache_fits(op: &'static str, cache: &CudaTensor, dims: MlaDims) -> Result<()> {
+    let fits = dims.latent.is_multiple_of(KV_FP8_GROUP) && dims.rope <= KV_FP8_GROUP;
+    check(op, cache.dtype != DType::F8 || fits, || {
+        format!(
+            "{dims:?} with the FP8 KV cache (it needs a latent of a multiple of \
+             {KV_FP8_GROUP} and rope at most {KV_FP8_GROUP}): drop --kv-cache-dtype fp8"
+        )
     })
 }
 
@@ -101,7 +106,7 @@ impl CudaBackend {
         const OP: &str = "mla_rope_write_kv";
         let (blocks, bs) = cache_dims(OP, cache, dims)?;
         dims_fit(OP, dims)?;
-        no_fp8_cache(OP, cache)?;
+        fp8_cache_fits(OP, cache, dims)?;
         let t = batch.num_tokens;
         check(
             OP,
@@ -138,7 +143,7 @@ impl CudaBackend {
         }
         let inv_freq = self.inv_freq(rope)?;
         let s = &self.stream;
-        let (qp, lp, cp) = (q.ptr(s), latent.ptr(s), cache.ptr(s));
+        let (qp, lp, cp, sp) = (q.ptr(s), latent.ptr(s), cache.ptr(s), cache.scales_ptr(s));
         let (pos, slots) = (batch.positions(s), batch.slot_mapping(s));
         let args = (
             qp,
@@ -163,12 +168,24 @@ impl CudaBackend {
             block_dim: (32 * ROPE_WARPS as u32, 1, 1),
             shared_mem_bytes: 0,
         };
+        let kv8 = (
+            args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7, args.8, args.9,
+            args.10, args.11, sp,
+        );
         // SAFETY (every launch): q is [T, heads·(nope + rope)] and latent [T, latent + rope] of
-        // the kernel's type; the cache is [blocks, bs, latent + rope] of its type and every
-        // slot is below blocks·bs (checked above); positions and slot_mapping hold T entries;
-        // inv_freq holds rope/2 floats with rope even and at most 128 (a lane's two pairs);
-        // warps past the last head (heads + 1 a token) return before touching memory.
+        // the kernel's type; the cache is [blocks, bs, latent + rope] of its type (e4m3 bytes
+        // followed by ceil(row / 128) f32 scales a slot for _kv8, with latent % 128 == 0 and
+        // rope <= 128: fp8_cache_fits) and every slot is below blocks·bs (checked above);
+        // positions and slot_mapping hold T entries; inv_freq holds rope/2 floats with rope
+        // even and at most 128 (a lane's two pairs); warps past the last head (heads + 1 a
+        // token) return before touching memory.
         match (q.dtype, cache.dtype) {
+            (DType::BF16, DType::F8) => unsafe {
+                kernels::mla_rope_kv_bf16_kv8.launch(self, config, kv8)
+            },
+            (DType::F32, DType::F8) => unsafe {
+                kernels::mla_rope_kv_f32_kv8.launch(self, config, kv8)
+            },
             (DType::BF16, DType::BF16) => unsafe {
                 kernels::mla_rope_kv_bf16.launch(self, config, args)
             },
@@ -201,7 +218,7 @@ impl CudaBackend {
         const OP: &str = "mla_attention";
         let (blocks, bs) = cache_dims(OP, cache, dims)?;
         dims_fit(OP, dims)?;
-        no_fp8_cache(OP, cache)?;
+        fp8_cache_fits(OP, cache, dims)?;
         let t = batch.num_tokens;
         let MlaDims {
             heads,
@@ -253,7 +270,7 @@ impl CudaBackend {
         let types_ok = if fp32 {
             q.dtype == DType::F32 && kv_b.dtype == DType::F32
         } else {
-            cache.dtype == DType::BF16
+            matches!(cache.dtype, DType::BF16 | DType::F8)
                 && kv_b.dtype == DType::BF16
                 && matches!(q.dtype, DType::BF16 | DType::F32)
         };
@@ -339,17 +356,35 @@ impl CudaBackend {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY (both launches): qf holds the [T, heads, latent + rope] rows written above;
-        // the cache is [blocks, bs, latent + rope] of the kernel's type with latent <= 512 and
-        // latent + rope <= 576 (the shared query rows and tile, dims_fit); each row's reach
+        // SAFETY (every launch): qf holds the [T, heads, latent + rope] rows written above;
+        // the cache is [blocks, bs, latent + rope] of the kernel's type (e4m3 bytes with
+        // ceil(row / 128) scales a slot after them for _kv8) with latent <= 512 and latent +
+        // rope <= 576 (the shared query rows and tile, dims_fit); each row's reach
         // positions[row] / bs is inside its table and every table entry is below blocks
         // (checked above and in prepare_batch), so every cached row read is in the cache;
         // partial holds T·heads·splits·(latent + 2) f32, one state a (row, head, slice) of the
         // grid; heads past the last in a group are neither read nor written.
-        if fp32 {
-            unsafe { kernels::mla_attend_fp32.launch(self, attend, args)? }
-        } else {
-            unsafe { kernels::mla_attend_bf16.launch(self, attend, args)? }
+        match cache.dtype {
+            DType::F32 => unsafe { kernels::mla_attend_fp32.launch(self, attend, args)? },
+            DType::F8 => {
+                let kv8 = (
+                    args.0,
+                    args.1,
+                    args.2,
+                    args.3,
+                    args.4,
+                    args.5,
+                    args.6,
+                    args.7,
+                    args.8,
+                    args.9,
+                    args.10,
+                    args.11,
+                    cache.scales_ptr(s),
+                );
+                unsafe { kernels::mla_attend_kv8.launch(self, attend, kv8)? }
+            }
+            _ => unsafe { kernels::mla_attend_bf16.launch(self, attend, args)? },
         }
 
         // 3. out = W_UV · (the merged slices), each head.
