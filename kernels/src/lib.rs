@@ -48,6 +48,8 @@ pub enum Module {
     MoeMma,
     Fp8,
     Hybrid,
+    /// DeepSeek-V3's multi-head latent attention (`mla.cu`).
+    Mla,
     /// The lab's probes and skeletons (`kernels/lab/`): `lab` feature only, never in `met`.
     #[cfg(feature = "lab")]
     Probe,
@@ -55,7 +57,7 @@ pub enum Module {
 
 impl Module {
     /// The serving modules (what `met` compiles).
-    pub const SERVING: [Module; 15] = [
+    pub const SERVING: [Module; 16] = [
         Module::Convert,
         Module::Embedding,
         Module::Norm,
@@ -71,14 +73,15 @@ impl Module {
         Module::MoeMma,
         Module::Fp8,
         Module::Hybrid,
+        Module::Mla,
     ];
 
     /// Every module this build has: the serving ones, and the lab's under the `lab` feature.
     #[cfg(not(feature = "lab"))]
-    pub const ALL: [Module; 15] = Module::SERVING;
+    pub const ALL: [Module; 16] = Module::SERVING;
     #[cfg(feature = "lab")]
-    pub const ALL: [Module; 16] = {
-        let mut all = [Module::Probe; 16];
+    pub const ALL: [Module; 17] = {
+        let mut all = [Module::Probe; 17];
         let mut i = 0;
         while i < Module::SERVING.len() {
             all[i] = Module::SERVING[i];
@@ -104,6 +107,7 @@ impl Module {
             Module::MoeMma => "moe_mma",
             Module::Fp8 => "fp8",
             Module::Hybrid => "hybrid",
+            Module::Mla => "mla",
             #[cfg(feature = "lab")]
             Module::Probe => "probe",
         }
@@ -133,7 +137,11 @@ impl Module {
             Module::Softmax => include_str!("softmax.cu"),
             Module::Gemv => include_str!("gemv.cu"),
             Module::Sample => include_str!("sample.cu"),
-            Module::Moe => concat!(include_str!("moe.cu"), include_str!("moe_decode.cu")),
+            Module::Moe => concat!(
+                include_str!("moe_score.cu"),
+                include_str!("moe.cu"),
+                include_str!("moe_decode.cu")
+            ),
             Module::MoeMma => concat!(include_str!("moe_mma.cu"), include_str!("moe_pipe.cu")),
             Module::Fp8 => concat!(include_str!("fp8.cu"), include_str!("nvfp4.cu")),
             Module::Hybrid => concat!(
@@ -144,6 +152,7 @@ impl Module {
                 include_str!("mamba2_chunk.cu"),
                 include_str!("mamba2_decode.cu"),
             ),
+            Module::Mla => include_str!("mla.cu"),
             // The lab's helpers (grid_sync, DYNAMIC_SMEM), then its kernels.
             #[cfg(feature = "lab")]
             Module::Probe => concat!(

@@ -77,90 +77,10 @@
 #define MOE_MT 8
 #define MOE_MAX_TOP_K 16
 
-// f32 bits mapped so that unsigned order is f32::total_cmp's order.
-__device__ __forceinline__ u32 total_order_key(float v) {
-    const u32 u = __float_as_uint(v);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+// The routing's scorings (MoeSoftmax, MoeSigmoid), total_order_key and warp_best are in
+// moe_score.cu, compiled just before this file.
 
 // ---- 1. routing ----------------------------------------------------------------------------
-
-// The warp's best (key, index): highest key, then lowest index; every lane gets it.
-__device__ __forceinline__ void warp_best(u32& key, int& idx) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const u32 k2 = shfl_xor_u32(key, o);
-        const int i2 = (int)shfl_xor_u32((u32)idx, o);
-        if (k2 > key || (k2 == key && i2 < idx)) {
-            key = k2;
-            idx = i2;
-        }
-    }
-}
-
-// How the routing scores a token's experts, the one thing the families' routings differ in (the
-// selection rounds, the order of the sums and the writes are shared):
-//   - MoeSoftmax (Qwen3-MoE, gpt-oss): experts ranked by the logit itself (exp is monotonic, so
-//     the logits' bits decide, ties included, whatever rounding exp has), weighted by the
-//     softmax over all E logits, divided by the chosen ones' sum when norm_topk_prob;
-//   - MoeSigmoid (MiniMax-M2): s = 1 / (1 + exp(-logit)) in f32, the CPU reference's
-//     arithmetic; experts ranked by the f32 sum s + bias[e] (the checkpoint's
-//     e_score_correction_bias, f32), ties to the lower index as the CPU's total_cmp on that
-//     sum's bits; weighted by s (divided by the chosen ones' sum when norm_topk_prob) times
-//     `scaling`. The sum's bits depend on exp's rounding, so the CPU and the device agree on
-//     exact ties (equal logits and biases) and may part on choices within an ulp of each other.
-// setup_* (the softmax's max and sum over the row) is warp-wide: every lane calls it.
-struct MoeSoftmax {
-    int norm_topk_prob;
-    float mx, sum;
-    __device__ float rank(float v, int) const { return v; }
-    __device__ float prob(float v) const { return expf(v - mx) / sum; }
-    __device__ float weight(float p, float total) const {
-        return norm_topk_prob ? p / total : p;
-    }
-    // From a lane's registers: v[i] is expert lane + 32 i's logit.
-    template <int R>
-    __device__ void setup_regs(const float (&v)[R], int experts) {
-        const int lane = threadIdx.x & 31;
-        mx = NEG_INF;
-#pragma unroll
-        for (int i = 0; i < R; ++i)
-            if (lane + 32 * i < experts) mx = fmaxf(mx, v[i]);
-        mx = warp_max(mx);
-        sum = 0.f;
-#pragma unroll
-        for (int i = 0; i < R; ++i)
-            if (lane + 32 * i < experts) sum += expf(v[i] - mx);
-        sum = warp_sum(sum);
-    }
-    template <typename T>
-    __device__ void setup_row(const T* row, int experts) {
-        const int lane = threadIdx.x & 31;
-        mx = NEG_INF;
-        for (int e = lane; e < experts; e += 32) mx = fmaxf(mx, to_f32(row[e]));
-        mx = warp_max(mx);
-        sum = 0.f;
-        for (int e = lane; e < experts; e += 32) sum += expf(to_f32(row[e]) - mx);
-        sum = warp_sum(sum);
-    }
-};
-
-__device__ __forceinline__ float moe_sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
-
-struct MoeSigmoid {
-    int norm_topk_prob;
-    const float* bias;  // [E]
-    float scaling;
-    __device__ float rank(float v, int e) const { return moe_sigmoid(v) + bias[e]; }
-    __device__ float prob(float v) const { return moe_sigmoid(v); }
-    __device__ float weight(float p, float total) const {
-        return (norm_topk_prob ? p / total : p) * scaling;
-    }
-    template <int R>
-    __device__ void setup_regs(const float (&)[R], int) {}
-    template <typename T>
-    __device__ void setup_row(const T*, int) {}
-};
 
 // One token's routing, by a whole warp (every lane calls; lane 0 writes the token's k ids and
 // weights at ids[0..k), weights[0..k)), experts scored by `sc` (MoeSoftmax, MoeSigmoid).
@@ -169,6 +89,7 @@ __device__ void moe_route_token_any(int* ids, float* weights, const T* row, int 
                                     S sc) {
     const int lane = threadIdx.x & 31;
     sc.setup_row(row, experts);
+    sc.setup_groups(row, experts);
     // Selection: round j takes the best (key, index) strictly after the previous choice.
     int chosen[MOE_MAX_TOP_K];
     u32 last_key = 0xffffffffu;
@@ -226,6 +147,7 @@ __device__ void moe_route_token_regs(int* ids, float* weights, const T* row, int
     const int lane = threadIdx.x & 31;
     float v[MOE_ROUTE_REGS];
     u32 key[MOE_ROUTE_REGS];
+    if (chosen == nullptr) sc.setup_groups(row, experts);
 #pragma unroll
     for (int i = 0; i < MOE_ROUTE_REGS; ++i) {
         const int e = lane + 32 * i;
@@ -298,17 +220,18 @@ extern "C" __global__ void moe_route_bf16(int* ids, float* weights, const bf16* 
     moe_route_impl(ids, weights, logits, tokens, experts, top_k, MoeSoftmax{norm_topk_prob});
 }
 
-// MiniMax-M2's routing (fused_moe_sigmoid): moe_route_* scored by MoeSigmoid, the correction
-// bias f32 [E].
+// MiniMax-M2's and DeepSeek-V3's routing (fused_moe_sigmoid): moe_route_* scored by MoeSigmoid,
+// the correction bias f32 [E], n_group expert groups of which topk_group are kept (1 and 1: all).
 #define MOE_ROUTE_SIGMOID(SUFFIX, T)                                                               \
     extern "C" __global__ void moe_route_sigmoid_##SUFFIX(int* ids, float* weights,                \
                                                           const T* logits, int tokens,             \
                                                           int experts, int top_k,                  \
                                                           int norm_topk_prob, const float* bias,   \
-                                                          float scaling) {                         \
+                                                          float scaling, int n_group,              \
+                                                          int topk_group) {                        \
         pdl_start();                                                                               \
         moe_route_impl(ids, weights, logits, tokens, experts, top_k,                               \
-                       MoeSigmoid{norm_topk_prob, bias, scaling});                                 \
+                       MoeSigmoid{norm_topk_prob, bias, scaling, n_group, topk_group});            \
     }
 
 MOE_ROUTE_SIGMOID(f32, float)
@@ -574,22 +497,24 @@ extern "C" __global__ void __launch_bounds__(MOE_PLAN_THREADS)
                   MoeSoftmax{norm_topk_prob});
 }
 
-// MiniMax-M2's plans (fused_moe_sigmoid): moe_plan_one_* and moe_plan_* scored by MoeSigmoid.
+// MiniMax-M2's and DeepSeek-V3's plans (fused_moe_sigmoid): moe_plan_one_* and moe_plan_* scored
+// by MoeSigmoid.
 #define MOE_PLAN_SIGMOID(SUFFIX, T)                                                                \
     extern "C" __global__ void moe_plan_one_sigmoid_##SUFFIX(                                      \
         int* ids, float* weights, int* offsets, int* perm, int* active, const T* logits,           \
-        int experts, int top_k, int norm_topk_prob, const float* bias, float scaling) {            \
+        int experts, int top_k, int norm_topk_prob, const float* bias, float scaling, int n_group, \
+        int topk_group) {                                                                          \
         pdl_start();                                                                               \
         moe_plan_one_impl(ids, weights, offsets, perm, active, logits, experts, top_k,             \
-                          MoeSigmoid{norm_topk_prob, bias, scaling});                              \
+                          MoeSigmoid{norm_topk_prob, bias, scaling, n_group, topk_group});         \
     }                                                                                              \
     extern "C" __global__ void __launch_bounds__(MOE_PLAN_THREADS) moe_plan_sigmoid_##SUFFIX(      \
         int* ids, float* weights, int* offsets, int* perm, int* active, const T* logits,           \
         int tokens, int experts, int top_k, int norm_topk_prob, const float* bias,                 \
-        float scaling) {                                                                           \
+        float scaling, int n_group, int topk_group) {                                              \
         pdl_start();                                                                               \
         moe_plan_impl(ids, weights, offsets, perm, active, logits, tokens, experts, top_k,         \
-                      MoeSigmoid{norm_topk_prob, bias, scaling});                                  \
+                      MoeSigmoid{norm_topk_prob, bias, scaling, n_group, topk_group});             \
     }
 
 MOE_PLAN_SIGMOID(f32, float)

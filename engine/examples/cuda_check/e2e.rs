@@ -288,6 +288,14 @@ fn fixture(cuda: &CudaBackend, fixtures: &Path, name: &str, report: &mut Report)
                 ));
                 return Ok(());
             }
+            // The FP8 latent cache takes latents of a multiple of 128 (DeepSeek's 512); the
+            // fixtures' 32 and 144 are refused by name at the first step (ops-kv8 checks it).
+            if cuda.kv_cache_fp8() {
+                report.summary_line(format!(
+                    "{name}: skipped, the FP8 latent cache needs a latent of a multiple of 128"
+                ));
+                return Ok(());
+            }
             let dcfg = DeepseekV3Config::from_file(&dir.root.join("config.json"))?;
             let on_cpu =
                 |b: &CpuBackend, w: &Weights| Ok(DeepseekV3::load(b, &dcfg, w, &mut |_| {})?);

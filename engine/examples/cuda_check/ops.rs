@@ -24,6 +24,7 @@ mod gemv;
 mod gpt_oss;
 mod matmul;
 mod minimax;
+mod mla;
 mod moe;
 mod nvfp4;
 mod uploads;
@@ -705,7 +706,8 @@ pub fn run_kv8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.report.case_header();
     ops.write_kv()?;
     ops.attention()?;
-    ops.attention_window()
+    ops.attention_window()?;
+    ops.mla_kv8()
 }
 
 /// Every op, every case. Returns an error only when the device stopped answering.
@@ -736,6 +738,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.gelu_tanh()?;
     // Last of the shared cases, so the ones above keep their random draws.
     ops.minimax()?;
+    ops.mla()?;
     if ops.fp32() {
         return Ok(()); // f32 weights take cuBLAS's f32 GEMM
     }

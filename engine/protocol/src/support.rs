@@ -83,10 +83,15 @@ pub const fn cuda_supports(feature: Feature) -> bool {
         // (fused_moe_sigmoid: fused_moe's launches with moe.cu's MoeSigmoid scoring); cuda_check
         // ops minimax and e2e on the MiniMax-M2 fixture.
         Feature::MiniMaxM2 => true,
-        // Not yet: the attention kernels have no latent form, and Nemotron-H's routed experts
-        // (sigmoid routing, relu² experts without a gate) have no expert kernels
-        // (docs/models.md).
-        Feature::NemotronHExperts | Feature::DeepseekV3 => false,
+        // Multi-head latent attention (mla.cu: mla_rope_kv_*, mla_q_absorb_*, mla_attend_*,
+        // mla_out_*) and group-limited sigmoid routing (fused_moe_sigmoid with moe_score.cu's
+        // kept groups); cuda_check ops mla and e2e on the DeepSeek-V3 fixtures. The FP8 KV
+        // cache only for latents of a multiple of 128 (DeepSeek's 512; others refused by name
+        // at the first step).
+        Feature::DeepseekV3 => true,
+        // Not yet: Nemotron-H's routed experts (sigmoid routing, relu² experts without a gate)
+        // have no expert kernels (docs/models.md).
+        Feature::NemotronHExperts => false,
     }
 }
 
@@ -186,7 +191,7 @@ mod tests {
         let deepseek = architecture("DeepseekV3ForCausalLM").map(|a| a.needs);
         assert_eq!(
             deepseek.and_then(|n| missing(Device::Cuda, n.iter().copied())),
-            Some(Feature::DeepseekV3)
+            None
         );
         let nemotron = architecture("NemotronHForCausalLM").map(|a| a.needs);
         assert_eq!(

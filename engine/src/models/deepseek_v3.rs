@@ -22,8 +22,9 @@
 //!   `n_shared_experts · moe_intermediate_size`, added to the routed sum.
 //!
 //! Weights as released (`deepseek_v3/load.rs`), bf16 or fine-grained FP8 (dequantized at
-//! upload by the CPU). Only backends that answer [`Feature::DeepseekV3`] run it (the CPU
-//! reference); CUDA refuses it by name at load.
+//! upload by the CPU). Only backends that answer [`Feature::DeepseekV3`] run it: the CPU
+//! reference and CUDA (`backend/cuda/mla.rs`, bf16 and float32 paths; its FP8 KV cache for
+//! latents of a multiple of 128).
 
 use crate::backend::{
     BatchInputs, Feature, HybridOps, MlaDims, Result, RopeTables, SigmoidRouting,
@@ -322,7 +323,8 @@ mod tests {
     use super::*;
     use crate::backend::Backend;
 
-    /// What CUDA answers today: the model, the ops, the backend and the device that runs it.
+    /// A backend without the ops is told the model, the ops, the backend and the device that
+    /// runs it.
     #[test]
     fn a_backend_without_the_ops_refuses_by_name() {
         let arch = "DeepseekV3ForCausalLM";

@@ -57,7 +57,10 @@ static float host_sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 // bit; then the one-block plan and (T = 1) the one-warp plan against route + group + active,
 // entry for entry, with f32 and bf16 logits. `ties`: logits and biases repeat, so that whole
 // groups of experts have equal s + bias and the index decides; a skew favours experts 0-3.
-void t_moe_sigmoid(int T, int E, int K, bool norm, float scaling, bool ties) {
+// G groups of which KG are kept (DeepSeek-V3's group-limited routing; 1 and 1: all experts):
+// the reference masks the other groups' experts to -inf as the CPU's route_sigmoid does.
+// Returns how many tokens the groups moved off their plain top-k (0 with one group).
+int t_moe_sigmoid(int T, int E, int K, bool norm, float scaling, bool ties, int G = 1, int KG = 1) {
     std::vector<float> logits(T * E), bias(E);
     for (auto& v : logits) v = ties ? (float)(int)U(3) : U(3);
     for (int e = 0; e < E; ++e) bias[e] = ties ? 0.25f * (e % 3) : U(0.5);
@@ -71,6 +74,7 @@ void t_moe_sigmoid(int T, int E, int K, bool norm, float scaling, bool ties) {
     for (int i = 0; i < T * E; ++i) { logits_b[i] = B(logits[i]); logits_r[i] = F(logits_b[i]); }
     const int P = T * K;
     char name[96];
+    int moved = 0;
     for (bool bf : {false, true}) {
         const std::vector<float>& lg = bf ? logits_r : logits;
         // The reference.
@@ -79,9 +83,36 @@ void t_moe_sigmoid(int T, int E, int K, bool norm, float scaling, bool ties) {
         for (int t = 0; t < T; ++t) {
             std::vector<float> s(E), choice(E);
             for (int e = 0; e < E; ++e) { s[e] = host_sigmoid(lg[t * E + e]); choice[e] = s[e] + bias[e]; }
+            if (G > 1) {
+                // A group's score: its two highest (the CPU's scan), the KG best kept.
+                const int size = E / G;
+                std::vector<float> gs(G);
+                for (int g = 0; g < G; ++g) {
+                    float a = -INFINITY, b = -INFINITY;
+                    for (int e = g * size; e < (g + 1) * size; ++e) {
+                        if (choice[e] > a) { b = a; a = choice[e]; }
+                        else if (choice[e] > b) b = choice[e];
+                    }
+                    gs[g] = a + b;
+                }
+                std::vector<int> gorder(G);
+                for (int g = 0; g < G; ++g) gorder[g] = g;
+                std::stable_sort(gorder.begin(), gorder.end(), [&](int a, int b) { return host_key(gs[a]) > host_key(gs[b]); });
+                for (int j = KG; j < G; ++j)
+                    for (int e = gorder[j] * size; e < (gorder[j] + 1) * size; ++e) choice[e] = -INFINITY;
+            }
             std::vector<int> order(E);
             for (int e = 0; e < E; ++e) order[e] = e;
             std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return host_key(choice[a]) > host_key(choice[b]); });
+            if (G > 1 && !bf) {
+                // The plain top-k of the unmasked scores, to count what the groups changed.
+                std::vector<float> plain(E);
+                for (int e = 0; e < E; ++e) plain[e] = s[e] + bias[e];
+                std::vector<int> po(E);
+                for (int e = 0; e < E; ++e) po[e] = e;
+                std::stable_sort(po.begin(), po.end(), [&](int a, int b) { return host_key(plain[a]) > host_key(plain[b]); });
+                moved += !std::equal(po.begin(), po.begin() + K, order.begin());
+            }
             float total = 0;
             for (int j = 0; j < K; ++j) total += s[order[j]];
             std::vector<std::pair<int, float>> chosen;
@@ -96,13 +127,13 @@ void t_moe_sigmoid(int T, int E, int K, bool norm, float scaling, bool ties) {
         std::vector<int> ids(P, -1), perm(P, -1), off(E + 1, -1), act(E + 1, -1);
         std::vector<float> wts(P, NAN);
         launch({(unsigned)((T + 3) / 4)}, {128}, [&] {
-            if (bf) moe_route_sigmoid_bf16(ids.data(), wts.data(), logits_b.data(), T, E, K, norm, bias.data(), scaling);
-            else moe_route_sigmoid_f32(ids.data(), wts.data(), logits.data(), T, E, K, norm, bias.data(), scaling);
+            if (bf) moe_route_sigmoid_bf16(ids.data(), wts.data(), logits_b.data(), T, E, K, norm, bias.data(), scaling, G, KG);
+            else moe_route_sigmoid_f32(ids.data(), wts.data(), logits.data(), T, E, K, norm, bias.data(), scaling, G, KG);
         });
         const unsigned group_threads = E > 40 ? 64 : 256;
         launch({(unsigned)E}, {group_threads}, [&] { moe_group(off.data(), perm.data(), ids.data(), P, E); });
         launch({1}, {64}, [&] { moe_active(act.data(), off.data(), E); });
-        snprintf(name, 96, "moe sigmoid ids T%d E%d k%d%s%s", T, E, K, bf ? " bf16" : "", ties ? " ties" : "");
+        snprintf(name, 96, "moe sigmoid ids T%d E%d k%d g%d/%d%s%s", T, E, K, KG, G, bf ? " bf16" : "", ties ? " ties" : "");
         report(name, ids != ids_ref, 0);
         snprintf(name, 96, "moe sigmoid weights T%d E%d k%d norm%d x%g%s", T, E, K, norm, scaling, bf ? " bf16" : "");
         report(name, memcmp(wts.data(), wts_ref.data(), P * sizeof(float)) != 0, 0);
@@ -111,8 +142,8 @@ void t_moe_sigmoid(int T, int E, int K, bool norm, float scaling, bool ties) {
         std::vector<int> ids1(P, -1), perm1(P, -1), off1(E + 1, -1), act1(E + 1, -1);
         std::vector<float> wts1(P, NAN);
         launch({1}, {P == MOE_PLAN_MAX_PAIRS ? MOE_PLAN_THREADS : 64u}, [&] {
-            if (bf) moe_plan_sigmoid_bf16(ids1.data(), wts1.data(), off1.data(), perm1.data(), act1.data(), logits_b.data(), T, E, K, norm, bias.data(), scaling);
-            else moe_plan_sigmoid_f32(ids1.data(), wts1.data(), off1.data(), perm1.data(), act1.data(), logits.data(), T, E, K, norm, bias.data(), scaling);
+            if (bf) moe_plan_sigmoid_bf16(ids1.data(), wts1.data(), off1.data(), perm1.data(), act1.data(), logits_b.data(), T, E, K, norm, bias.data(), scaling, G, KG);
+            else moe_plan_sigmoid_f32(ids1.data(), wts1.data(), off1.data(), perm1.data(), act1.data(), logits.data(), T, E, K, norm, bias.data(), scaling, G, KG);
         });
         bad += ids1 != ids || perm1 != perm || off1 != off || act1 != act;
         bad += memcmp(wts1.data(), wts.data(), P * sizeof(float)) != 0;
@@ -120,8 +151,8 @@ void t_moe_sigmoid(int T, int E, int K, bool norm, float scaling, bool ties) {
             std::vector<int> ids2(P, -1), perm2(P, -1), off2(E + 1, -1), act2(E + 1, -1);
             std::vector<float> wts2(P, NAN);
             launch({1}, {32}, [&] {
-                if (bf) moe_plan_one_sigmoid_bf16(ids2.data(), wts2.data(), off2.data(), perm2.data(), act2.data(), logits_b.data(), E, K, norm, bias.data(), scaling);
-                else moe_plan_one_sigmoid_f32(ids2.data(), wts2.data(), off2.data(), perm2.data(), act2.data(), logits.data(), E, K, norm, bias.data(), scaling);
+                if (bf) moe_plan_one_sigmoid_bf16(ids2.data(), wts2.data(), off2.data(), perm2.data(), act2.data(), logits_b.data(), E, K, norm, bias.data(), scaling, G, KG);
+                else moe_plan_one_sigmoid_f32(ids2.data(), wts2.data(), off2.data(), perm2.data(), act2.data(), logits.data(), E, K, norm, bias.data(), scaling, G, KG);
             });
             // The one-warp plan writes offsets 0..E, perm and active 0..k and E.
             bad += ids2 != ids || off2 != off || memcmp(wts2.data(), wts.data(), P * sizeof(float)) != 0;
@@ -131,6 +162,7 @@ void t_moe_sigmoid(int T, int E, int K, bool norm, float scaling, bool ties) {
         snprintf(name, 96, "moe sigmoid plan = route+group+active T%d E%d k%d%s", T, E, K, bf ? " bf16" : "");
         report(name, bad, 0);
     }
+    return moved;
 }
 
 static void minimax_tests() {

@@ -27,6 +27,7 @@ static u64 sm(u64 z) { z += 0x9e3779b97f4a7c15ull; z = (z ^ (z >> 30)) * 0xbf584
 #include "moe_mma_test.h"
 #include "gpt_oss_test.h"
 #include "minimax_test.h"
+#include "mla_test.h"
 
 // Every attention case (EMU_ONLY=attention runs just these).
 #include "kv_fp8_test.h"
@@ -108,6 +109,7 @@ int main() {
         {"moe", [] { moe_tests(); }},
         {"gpt_oss", [] { gpt_oss_tests(); }},
         {"minimax", [] { minimax_tests(); }},
+        {"mla", [] { mla_tests(); }},
         {"nvfp4", [] { nvfp4_tests(); }},
     };
     if (const char* only = getenv("EMU_ONLY")) {
@@ -141,6 +143,7 @@ int main() {
     moe_tests();
     gpt_oss_tests();
     minimax_tests();
+    mla_tests();
     skeleton_tests();
     t_fp8_decode();
     nvfp4_tests();

@@ -18,7 +18,13 @@ use super::*;
 /// numbers and biases on quarters, so that many experts share a choice value (s + bias, the
 /// same bits on both sides) and the lower index must win, with experts 0-3 lifted for two
 /// tokens in three and every eighth expert never chosen (`skew`).
-fn logits_bias(rng: &mut Rng, t: usize, e: usize, skew: bool, ties: bool) -> (Vec<f32>, Vec<f32>) {
+pub(super) fn logits_bias(
+    rng: &mut Rng,
+    t: usize,
+    e: usize,
+    skew: bool,
+    ties: bool,
+) -> (Vec<f32>, Vec<f32>) {
     let mut l = moe_logits(rng, t, e, skew);
     let mut b = rng.vec(e, 0.5);
     if ties {
@@ -178,8 +184,8 @@ impl Ops<'_> {
         Ok(())
     }
 
-    /// Group-limited routing (DeepSeek-V3's), a bias of the wrong length and top-17 are errors
-    /// that name the op, not faults.
+    /// Expert groups that do not divide the experts, a bias of the wrong length and top-17 are
+    /// errors that name the op, not faults (group-limited routing itself: ops/mla.rs).
     fn moe_sigmoid_bad(&mut self) -> Result<()> {
         let x = self.cuda.zeros(&[2, 64])?;
         let l = self.cuda.zeros(&[2, 8])?;
@@ -188,12 +194,12 @@ impl Ops<'_> {
         let (bias, short) = (self.cuda.zeros(&[8])?, self.cuda.zeros(&[7])?);
         let mut out = self.cuda.zeros(&[2, 64])?;
         let grouped = SigmoidRouting {
-            n_group: 2,
+            n_group: 3,
             topk_group: 1,
             ..SigmoidRouting::ungrouped(2, true, 1.0)
         };
         for (what, b, routing) in [
-            ("2 expert groups", &bias, grouped),
+            ("3 expert groups of 8 experts", &bias, grouped),
             (
                 "a bias of 7 for 8 experts",
                 &short,
@@ -221,7 +227,7 @@ impl Ops<'_> {
     }
 
     /// `fused_moe_sigmoid` on the CPU, then on the device by each of `routes`, compared.
-    fn sigmoid_routes(
+    pub(super) fn sigmoid_routes(
         &mut self,
         case: &str,
         routes: &[Route],

@@ -72,7 +72,7 @@ fn row_blocks(kernel: AttnKernel, num_heads: usize, num_kv_heads: usize) -> usiz
 /// waves) at 2.16 and 32 at 2.07: the split's partial states and merge cost more than the last
 /// wave's idle tail, so splits are for few sequences only), while each slice keeps at least the
 /// tuning's fewest keys (64) (1 = the plain kernel).
-fn attention_splits(
+pub(super) fn attention_splits(
     blocks: usize,
     max_len: usize,
     multiprocessors: usize,

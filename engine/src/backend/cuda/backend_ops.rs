@@ -353,6 +353,32 @@ impl Backend for CudaBackend {
         self.fused_moe_sigmoid_op(out, x, router_logits, bias, experts, routing)
     }
 
+    fn mla_rope_write_kv(
+        &self,
+        q: &mut CudaTensor,
+        latent: &mut CudaTensor,
+        batch: &CudaBatch,
+        rope: &RopeTables,
+        dims: MlaDims,
+        interleaved: bool,
+        cache: &mut CudaTensor,
+    ) -> Result<()> {
+        self.mla_rope_write_kv_op(q, latent, batch, rope, dims, interleaved, cache)
+    }
+
+    fn mla_attention(
+        &self,
+        out: &mut CudaTensor,
+        q: &CudaTensor,
+        kv_b: &CudaTensor,
+        cache: &CudaTensor,
+        batch: &CudaBatch,
+        dims: MlaDims,
+        scale: f32,
+    ) -> Result<()> {
+        self.mla_attention_op(out, q, kv_b, cache, batch, dims, scale)
+    }
+
     fn supports(&self, feature: Feature) -> bool {
         // The table `metralectl` also reads, so a recipe is refused before its download.
         metrale_protocol::support::cuda_supports(feature)

@@ -252,7 +252,7 @@ impl CudaBackend {
 
     /// `out` (bf16 or f32, w's shape) = the FP8 weight's values (e4m3 · scale in f32, then
     /// rounded to bf16 for a bf16 `out`).
-    fn dequant_fp8(&self, out: &mut CudaTensor, w: &CudaTensor) -> Result<()> {
+    pub(super) fn dequant_fp8(&self, out: &mut CudaTensor, w: &CudaTensor) -> Result<()> {
         let (rows, k) = (w.rows() as u64, w.cols());
         if rows == 0 || k == 0 {
             return Ok(());

@@ -1,4 +1,4 @@
-//! Launchers for MiniMax-M2's experts (`fused_moe_sigmoid`): `fused_moe`'s launches
+//! Launchers for MiniMax-M2's and DeepSeek-V3's experts (`fused_moe_sigmoid`): `fused_moe`'s launches
 //! (`moe.rs`) with stage 1 scored by sigmoid and the correction bias (`moe.cu`'s `MoeSigmoid`:
 //! `moe_route_sigmoid_*`, `moe_plan_sigmoid_*`, `moe_plan_one_sigmoid_*`):
 //!
@@ -11,8 +11,9 @@
 //!      CUDA-core and tensor-core kernels, the float32 path's, whichever the plan names.
 //!
 //! So a decode step is captured into a CUDA graph as Qwen3-MoE's is. Group-limited routing
-//! (DeepSeek-V3's `n_group` > 1) has no kernel: it is refused by name. The QK norms over all
-//! heads (`rms_norm_cols`) are `norm.rs`'s.
+//! (DeepSeek-V3's `n_group` > 1) is the same launches: `MoeSigmoid` first keeps the token's
+//! `topk_group` best groups (moe_score.cu), at most 32 groups. The QK norms over all heads
+//! (`rms_norm_cols`) are `norm.rs`'s.
 
 use super::moe::{MAX_TOP_K, Scoring};
 use super::tensor::{CudaTensor, DType};
@@ -37,22 +38,29 @@ impl CudaBackend {
             "fused_moe_sigmoid",
             bias.numel() == e
                 && matches!(bias.dtype, DType::BF16 | DType::F32)
-                && routing.n_group <= 1
+                && groups_fit(routing, e)
                 && routing.top_k <= MAX_TOP_K,
             || {
                 format!(
-                    "bias {:?} {:?} (want [{e}] bf16 or f32), {} expert groups (want 1: \
-                     group-limited routing has no CUDA kernel), top-{} (at most {MAX_TOP_K})",
-                    bias.shape, bias.dtype, routing.n_group, routing.top_k
+                    "bias {:?} {:?} (want [{e}] bf16 or f32), {} groups with {} kept, top-{} of \
+                     {e} experts (want groups that divide the experts, at most {MAX_GROUPS}, at \
+                     least 2 experts a group, 1 <= kept <= groups, top-k within the kept \
+                     groups' experts and at most {MAX_TOP_K})",
+                    bias.shape, bias.dtype, routing.n_group, routing.topk_group, routing.top_k
                 )
             },
         )?;
+        let groups = (
+            i32::try_from(routing.n_group.max(1)).unwrap_or(1),
+            i32::try_from(routing.topk_group.max(1)).unwrap_or(1),
+        );
         let mut widened = None;
         let bias = self.as_dtype(bias, DType::F32, &mut widened)?;
         let scoring = Scoring::Sigmoid {
             bias: bias.ptr(&self.stream),
             norm_topk_prob: routing.norm_topk_prob,
             scaling: routing.scaling,
+            groups,
         };
         self.moe_op(
             out,
@@ -62,5 +70,54 @@ impl CudaBackend {
             (routing.top_k, scoring),
             None,
         )
+    }
+}
+
+/// Most expert groups the routing kernels take (`MoeSigmoid`'s mask of kept groups is one u32).
+const MAX_GROUPS: usize = 32;
+
+/// Whether `routing`'s groups fit `e` experts as the CPU reference asks (groups that divide the
+/// experts, at least two experts a group, 1 <= kept <= groups, top-k within the kept groups'
+/// experts) and the kernels' mask holds them. One group (MiniMax-M2) always fits.
+fn groups_fit(routing: SigmoidRouting, e: usize) -> bool {
+    let (g, kg) = (routing.n_group, routing.topk_group);
+    g <= 1
+        || (g <= MAX_GROUPS
+            && e.is_multiple_of(g)
+            && e / g >= 2
+            && (1..=g).contains(&kg)
+            && routing.top_k <= kg * (e / g))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_fit_as_the_cpu_checks_them() {
+        let r = |n_group, topk_group, top_k| SigmoidRouting {
+            n_group,
+            topk_group,
+            ..SigmoidRouting::ungrouped(top_k, true, 2.5)
+        };
+        // DeepSeek-V3: 256 experts in 8 groups, 4 kept, top-8; MiniMax-M2: one group.
+        assert!(groups_fit(r(8, 4, 8), 256));
+        assert!(groups_fit(r(1, 1, 8), 256));
+        // The tiny fixture: 8 experts in 4 groups of 2, 2 kept, top-2.
+        assert!(groups_fit(r(4, 2, 2), 8));
+        assert!(!groups_fit(r(3, 2, 2), 8), "groups must divide the experts");
+        assert!(
+            !groups_fit(r(8, 2, 2), 8),
+            "one expert a group has no top two"
+        );
+        assert!(
+            !groups_fit(r(4, 1, 3), 8),
+            "top-k beyond the kept groups' experts"
+        );
+        assert!(!groups_fit(r(4, 5, 2), 8), "more kept groups than groups");
+        assert!(
+            !groups_fit(r(64, 4, 8), 256),
+            "more groups than the mask's 32 bits"
+        );
     }
 }

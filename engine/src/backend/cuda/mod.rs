@@ -40,6 +40,7 @@ mod mamba2;
 mod mamba2_chunk;
 mod mamba2_decode;
 mod minimax;
+mod mla;
 mod moe;
 mod moe_mma;
 mod norm;
@@ -67,8 +68,8 @@ pub use tensor::{CudaTensor, DType};
 pub(crate) use super::cpu::shape_err;
 use super::sampling::{SampleRow, Sampled};
 use super::{
-    Backend, BackendError, BatchInputs, ChainForward, ClampedExperts, Feature, ForwardMany, Result,
-    RopeTables, SigmoidRouting, TableWrite,
+    Backend, BackendError, BatchInputs, ChainForward, ClampedExperts, Feature, ForwardMany,
+    MlaDims, Result, RopeTables, SigmoidRouting, TableWrite,
 };
 use crate::loader::{DType as HostDType, HostData, HostTensor};
 use blas::Blas;

@@ -36,13 +36,15 @@ pub(super) enum Scoring {
     /// Top-k by logit, weighted by the softmax over all experts (renormalised over the chosen
     /// when `norm_topk_prob`): `fused_moe`, `fused_moe_clamped`.
     Softmax { norm_topk_prob: bool },
-    /// Top-k by `sigmoid(logit) + bias[e]`, weighted by the sigmoid (renormalised when
-    /// `norm_topk_prob`) times `scaling`: `fused_moe_sigmoid`. `bias` is the device address of
-    /// E f32 values.
+    /// Top-k by `sigmoid(logit) + bias[e]` among the experts of the token's `groups.1` best of
+    /// `groups.0` expert groups ((1, 1): all experts), weighted by the sigmoid (renormalised
+    /// when `norm_topk_prob`) times `scaling`: `fused_moe_sigmoid`. `bias` is the device
+    /// address of E f32 values.
     Sigmoid {
         bias: u64,
         norm_topk_prob: bool,
         scaling: f32,
+        groups: (i32, i32),
     },
 }
 
@@ -358,9 +360,15 @@ impl CudaBackend {
         let s = &self.stream;
         let logits_bf16 = router_logits.dtype == DType::BF16;
         let (lp, norm) = (router_logits.ptr(s), scoring.norm());
-        // The sigmoid kernels take the softmax ones' parameters and (bias, scaling).
+        // The sigmoid kernels take the softmax ones' parameters and (bias, scaling, n_group,
+        // topk_group).
         let sigmoid = match scoring {
-            Scoring::Sigmoid { bias, scaling, .. } => Some((bias, scaling)),
+            Scoring::Sigmoid {
+                bias,
+                scaling,
+                groups,
+                ..
+            } => Some((bias, scaling, groups)),
             Scoring::Softmax { .. } => None,
         };
         if let (Route::RouterPlanOne, Some((router, x))) = (route, router_x) {
@@ -395,8 +403,9 @@ impl CudaBackend {
             // SAFETY (every launch below): logits are [t, e] of the kernel's type; ids, weights
             // and perm hold t·k values, t·k <= MOE_PLAN_MAX_PAIRS (moe_plan's shared copy of
             // the ids; t = 1 gives k <= MOE_MAX_TOP_K); offsets and active e + 1; 1 <= k <=
-            // min(e, MOE_MAX_TOP_K) (checked above); the sigmoid kernels' bias holds e f32
-            // (checked by the caller); one warp at one token, else one block of
+            // min(e, MOE_MAX_TOP_K) (checked above); the sigmoid kernels' bias holds e f32 and
+            // their groups divide e, at most 32, k within the kept groups' experts (checked by
+            // the caller); one warp at one token, else one block of
             // MOE_PLAN_THREADS (its launch bounds). The one-token kernels have no token count.
             unsafe {
                 match (one, sigmoid) {
@@ -418,22 +427,26 @@ impl CudaBackend {
                         let args = (idp, wtp, ofp, pmp, acp, lp, ti, ei, ki, norm);
                         f.launch(self, config, args)?;
                     }
-                    (true, Some((bias, scaling))) => {
+                    (true, Some((bias, scaling, (ng, kg)))) => {
                         let f = if logits_bf16 {
                             kernels::moe_plan_one_sigmoid_bf16
                         } else {
                             kernels::moe_plan_one_sigmoid_f32
                         };
-                        let args = (idp, wtp, ofp, pmp, acp, lp, ei, ki, norm, bias, scaling);
+                        let args = (
+                            idp, wtp, ofp, pmp, acp, lp, ei, ki, norm, bias, scaling, ng, kg,
+                        );
                         f.launch(self, config, args)?;
                     }
-                    (false, Some((bias, scaling))) => {
+                    (false, Some((bias, scaling, (ng, kg)))) => {
                         let f = if logits_bf16 {
                             kernels::moe_plan_sigmoid_bf16
                         } else {
                             kernels::moe_plan_sigmoid_f32
                         };
-                        let args = (idp, wtp, ofp, pmp, acp, lp, ti, ei, ki, norm, bias, scaling);
+                        let args = (
+                            idp, wtp, ofp, pmp, acp, lp, ti, ei, ki, norm, bias, scaling, ng, kg,
+                        );
                         f.launch(self, config, args)?;
                     }
                 }
@@ -446,16 +459,17 @@ impl CudaBackend {
             );
             // SAFETY (both launches): logits are [t, e] of the kernel's type; ids and weights
             // hold t·k values; 1 <= k <= min(e, MOE_MAX_TOP_K) (checked above); the sigmoid
-            // kernels' bias holds e f32 (checked by the caller); one warp per token, warps
+            // kernels' bias holds e f32 and their groups fit e and k (checked by the caller);
+            // one warp per token, warps
             // past t return.
             unsafe {
-                if let Some((bias, scaling)) = sigmoid {
+                if let Some((bias, scaling, (ng, kg))) = sigmoid {
                     let f = if logits_bf16 {
                         kernels::moe_route_sigmoid_bf16
                     } else {
                         kernels::moe_route_sigmoid_f32
                     };
-                    let args = (idp, wtp, lp, ti, ei, ki, norm, bias, scaling);
+                    let args = (idp, wtp, lp, ti, ei, ki, norm, bias, scaling, ng, kg);
                     f.launch(self, config, args)?;
                 } else {
                     let f = if logits_bf16 {

@@ -17,6 +17,7 @@ mod attention;
 mod flash;
 mod gemv;
 mod hybrid;
+mod mla;
 mod moe;
 #[cfg(feature = "lab")]
 mod probe;
@@ -29,6 +30,7 @@ pub use attention::*;
 pub use flash::*;
 pub use gemv::*;
 pub use hybrid::*;
+pub use mla::*;
 pub use moe::*;
 #[cfg(feature = "lab")]
 pub use probe::*;
@@ -103,6 +105,7 @@ pub fn all() -> impl Iterator<Item = &'static Decl> {
         flash::DECLS,
         gemv::DECLS,
         hybrid::DECLS,
+        mla::DECLS,
         moe::DECLS,
         sample::DECLS,
         small::DECLS,

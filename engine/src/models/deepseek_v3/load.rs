@@ -8,7 +8,7 @@
 //! (`model.layers.{num_hidden_layers}.*`) is never asked for.
 
 use crate::backend::Backend;
-use crate::loader::{HostTensor, LoadError, TensorKind, Weights};
+use crate::loader::{DType, HostData, HostTensor, LoadError, TensorKind, Weights};
 
 use super::DeepseekV3Config;
 use super::shard::Cut;
@@ -112,10 +112,10 @@ pub(super) fn layer<B: Backend>(
             &[r + rope, h],
         )?)?,
         kv_norm: up(norm(&format!("{a}.kv_a_layernorm.weight"), r)?)?,
-        kv_b: up(cut.head_rows(
+        kv_b: up(dequantized(cut.head_rows(
             mat(&format!("{a}.kv_b_proj.weight"), &[nh * (nope + v), r])?,
             nope + v,
-        ))?,
+        )))?,
         o: up(cut.o(mat(&format!("{a}.o_proj.weight"), &[h, nh * v])?, v))?,
         post_norm: up(norm(&format!("{p}.post_attention_layernorm.weight"), h)?)?,
         mlp,
@@ -190,13 +190,34 @@ fn moe<B: Backend>(
     Ok(Moe {
         router: up(mat(&format!("{m}.gate.weight"), &[e, h])?)?,
         // The bias is a vector; a dummy source gives it one constant, which moves no choice.
-        bias: up(w.get(
-            &format!("{m}.gate.e_score_correction_bias"),
-            &[e],
-            TensorKind::Norm,
-        )?)?,
+        // Kept in f32 on every backend: a bf16 copy would move choices where scores are close.
+        bias: backend
+            .upload_f32_weight(&w.get(
+                &format!("{m}.gate.e_score_correction_bias"),
+                &[e],
+                TensorKind::Norm,
+            )?)
+            .map_err(upload_err)?,
         gate_up: up(gate_up)?,
         down: up(down)?,
         shared,
     })
+}
+
+/// `kv_b_proj` is read head by head by the latent attention, never through a GEMM, so an FP8
+/// one is widened on the host (e4m3 · scale in f32, the CPU loader's values: the CPU reference
+/// computes the same) and a backend keeps it in its compute type; other weights pass as they
+/// are.
+fn dequantized(t: HostTensor<'_>) -> HostTensor<'_> {
+    if !t.is_fp8() {
+        return t;
+    }
+    let bytes = t.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect();
+    HostTensor {
+        shape: t.shape,
+        data: HostData::Raw {
+            dtype: DType::F32,
+            bytes: std::borrow::Cow::Owned(bytes),
+        },
+    }
 }
