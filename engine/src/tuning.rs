@@ -82,8 +82,8 @@ pub struct GemmTuning {
     pub fp8_draft_head: bool,
     /// `matmul` with an FP8 weight and more than 32 rows runs the tensor-core kernel.
     pub fp8_matmul_mma: bool,
-    /// `matmul` with an NVFP4 weight and at most this many rows runs the tensor-core kernel
-    /// (0: the CUDA-core GEMV to 4 rows); more rows take a bf16 copy and cuBLAS.
+    /// `matmul` with an NVFP4 weight and at most this many rows runs the tensor-core kernel;
+    /// more rows take a bf16 copy and cuBLAS.
     pub nvfp4_mma_rows: usize,
     /// Weight rows a block of that kernel owns (16, 32 or 64); `None`: by rows of x.
     pub nvfp4_tile_rows: Option<usize>,

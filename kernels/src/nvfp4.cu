@@ -9,16 +9,12 @@
 // mantissa top bit m: 2^(e-127)·(1 + m/2), and for e = 0 the subnormal m·2^-127) and
 // multiplying by 2^126: the E2M1 value exactly (subnormals kept: NVRTC is not given ftz).
 //
-// gemv_nvfp4_m<M> (M = 1..4, K % 32 == 0): decode steps. A warp owns output row n for all M
-// rows of x and streams w's row n with 16-byte loads that bypass L1 (32 weights a load, four
-// loads in flight a lane, as gemv_fp8_m<M>), widens them in registers, dots each 16-value block
-// with the x rows in f32 and adds the block's sum times e4m3 · global. The floor is 0.28 of
-// the bf16 GEMV's bytes.
 // gemv_nvfp4_mma_r<RT>_b<NB> (any M, K % 32 == 0, sm_80+): the product on tensor cores, the
 // serving path for up to gemm.nvfp4_mma_rows rows (nvfp4_mma_tiles below): a weight costs
-// about 2.4 instructions (its bf16 A operand) instead of the GEMV's ~8 per weight and row.
+// about 2.4 instructions (its bf16 A operand) whatever the number of x rows.
 // gemv_nvfp4_rows: any K % 16 == 0 (scalar loads), one x row at a time (the lab's first
-// version, kernels/dev/nvfp4/gemv_nvfp4.cu).
+// version, kernels/dev/nvfp4/gemv_nvfp4.cu; not launched: the host emulation's reference for
+// the value decode).
 // dequant_nvfp4_bf16 (K % 32 == 0): the weight as bf16 [N, K] for GEMMs of more rows (cuBLAS's
 // bf16 GEMM on the scratch copy): e2m1 · f32(e4m3 · global), rounded once to bf16.
 // fill_random_nvfp4_bytes: dummy NVFP4 weights drawn on the device, byte for byte what
@@ -26,92 +22,17 @@
 // fill_random_fp8, each draw's bits from `shift` up, or'ed with `bits` (packed pairs: the top
 // byte; E4M3 scales: the top three bits as the mantissa of 0x38, values 1 to 1.875).
 //
-// Versions tried (gemv_nvfp4_m<M>): on an H100 (docs/performance-log part 13) m1 streams 1.0-1.6 TB/s
-// and each further row adds about the first row's time (every warp re-reads its x rows from
-// cache for each 32-weight chunk: 4 bytes of x a weight a row), so m5..m8 (192 us at 8 rows of
-// Qwen3.6-27B's in_proj against ~115 for the bf16 copy and cuBLAS) were deleted; more than 4
-// rows take the copy.
+// Versions tried: gemv_nvfp4_m<M> (M = 1..8, a warp a weight row, each weight widened to f32 for
+// every x row, ~8 instructions a weight a row): on an H100 (performance log parts 13 and 14)
+// 1.0-1.6 TB/s at one row, each further row adding about the one-row time; a 27B step's GEMVs
+// 9.37 ms at one row against the tensor-core kernel's 7.23, 176 at eight against 8.23.
+// Deleted.
 
 #define NVFP4_WARPS 8
 
 __device__ __forceinline__ float e2m1_exact(u32 nibble) {
     return __uint_as_float(((nibble & 7u) << 22) | ((nibble & 8u) << 28)) * __uint_as_float(0x7e800000u);
 }
-
-// Sum over one 16-byte chunk (32 weights, two scale blocks) for M rows of x.
-template <int M>
-__device__ __forceinline__ void nvfp4_chunk(float* acc, u32x4 q, u32 sc2, float global, const bf16* x,
-                                            int k, int c) {
-    const u32 words[4] = {q.x, q.y, q.z, q.w};
-    float w[32];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) w[8 * j + i] = e2m1_exact(words[j] >> (4 * i));
-    const float s0 = e4m3_value(sc2 & 0xffu) * global, s1 = e4m3_value((sc2 >> 8) & 0xffu) * global;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-        const u32x4* xp = (const u32x4*)(x + (u64)m * k) + 4 * c;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const u32x4 a = load_cached(xp + 2 * h), b = load_cached(xp + 2 * h + 1);
-            const u32 xs[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            float part = 0.f;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                part = fmaf(w[16 * h + 2 * i], lo(xs[i]), part);
-                part = fmaf(w[16 * h + 2 * i + 1], hi(xs[i]), part);
-            }
-            acc[m] = fmaf(h ? s1 : s0, part, acc[m]);
-        }
-    }
-}
-
-template <int M>
-__device__ void gemv_nvfp4_impl(float* out, const bf16* x, const unsigned char* w,
-                                const unsigned char* scales, const float* globals, int n_total, int k) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int n = blockIdx.x * NVFP4_WARPS + warp;
-    if (n >= n_total) return;
-    const int chunks = k >> 5;
-    const u32x4* wr = (const u32x4*)(w + (u64)n * (k >> 1));
-    const unsigned short* sr = (const unsigned short*)(scales + (u64)n * (k >> 4));
-    const float global = globals[n];
-    u32x4 a[4];
-    const bool first = row_prologue(a, wr, chunks, lane);
-    pdl_start();
-    float acc[M];
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.f;
-    int c = lane;
-    if (first) {
-        for (;;) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) nvfp4_chunk<M>(acc, a[i], sr[c + 32 * i], global, x, k, c + 32 * i);
-            c += 128;
-            if (c + 96 >= chunks) break;
-            load4(a, wr, c);
-        }
-    }
-    for (; c < chunks; c += 32) nvfp4_chunk<M>(acc, load_stream(wr + c), sr[c], global, x, k, c);
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-        const float v = warp_sum(acc[m]);
-        if (lane == 0) out[(u64)m * n_total + n] = v;
-    }
-}
-
-#define GEMV_NVFP4(M, BLOCKS)                                                                      \
-    extern "C" __global__ void __launch_bounds__(NVFP4_WARPS * 32, BLOCKS)                         \
-        gemv_nvfp4_m##M(float* out, const bf16* x, const unsigned char* w,                         \
-                        const unsigned char* scales, const float* globals, int n, int k) {         \
-        gemv_nvfp4_impl<M>(out, x, w, scales, globals, n, k);                                      \
-    }
-
-GEMV_NVFP4(1, 4)
-GEMV_NVFP4(2, 4)
-GEMV_NVFP4(3, 1)
-GEMV_NVFP4(4, 1)
 
 extern "C" __global__ void __launch_bounds__(NVFP4_WARPS * 32)
     gemv_nvfp4_rows(float* out, const bf16* x, const unsigned char* w, const unsigned char* scales,
@@ -199,7 +120,7 @@ extern "C" __global__ void fill_random_nvfp4_bytes(unsigned char* out, u64 n, u6
 // Products with x are exact in the mma's f32 sums; the row's sum is scaled by 2^8 · global at
 // the end. The same arithmetic as the CPU's (exact products, f32 sums) in another order.
 // Cost a weight: 5 instructions a pair of weights + the pair's share of the mma, about a third
-// of gemv_nvfp4_m1's for one row and the same for 8 rows of x.
+// of the deleted CUDA-core GEMV's for one row, and the same for 8 rows of x.
 
 // Nibbles I and I + 4 of w as a bf16 pair of value · 2^-126 (low half element I).
 template <int I> __device__ __forceinline__ u32 nvfp4_pair_bits(u32 w) {

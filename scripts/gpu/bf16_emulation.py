@@ -23,7 +23,7 @@ qwen3-moe-mixed (0.497 vs 0.50), qwen3-moe-step2 (0.924 vs 0.92) and qwen3-gqa-t
 points are not emulated). A fixture where the engine lands well beyond this figure points at an
 engine bug; one where it lands near it (however far from transformers' bf16) is bf16 alone.
 
-    python3 scripts/gpu/bf16_emulation.py [--fixtures tests/fixtures] [NAME ...]
+    python3 scripts/gpu/bf16_emulation.py [--fixtures tests/fixtures] [--update GAPS_JSON] [NAME ...]
 
 CPU only; torch and transformers 5.25 (as the fixtures), accelerate for gpt-oss-mxfp4.
 """
@@ -72,8 +72,13 @@ def emulate(model):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fixtures", default="tests/fixtures")
+    ap.add_argument("--update", metavar="GAPS_JSON",
+                    help="record each figure in this hf_bf16_gap.json as its fixture's "
+                         "engine_emulation (cuda_check's e2e bound is 1.25x the larger of it and "
+                         "transformers' bf16 gap)")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
+    figures = {}
     models = os.path.join(args.fixtures, "models")
     names = args.names or sorted(
         d for d in os.listdir(models) if os.path.isfile(os.path.join(models, d, "config.json")))
@@ -97,6 +102,10 @@ def main():
                 experts_implementation="eager").eval()
             emulate(model)
             worst, positions, checked, wrong = gap.score(model, ref["sequences"], "cpu")
+            figures[name] = {"max_abs": worst, "positions": positions,
+                             "top1_wrong": {str(m): wrong[m] for m in gap.MARGINS},
+                             "device": f"cpu (torch {torch.__version__}, transformers "
+                                       f"{importlib.import_module('transformers').__version__})"}
             print(f"{name:<28} emulated bf16 max |Δ| {worst:.3e} over {positions} log-probs; "
                   "top-1 wrong " + " / ".join(f"{len(wrong[m])} of {checked[m]}"
                                               for m in gap.MARGINS)
@@ -107,6 +116,18 @@ def main():
         finally:
             if path != src:
                 shutil.rmtree(path, ignore_errors=True)
+    if args.update:
+        with open(args.update) as f:
+            gaps = json.load(f)
+        for entry in gaps["fixtures"]:
+            if entry["fixture"] in figures:
+                entry["engine_emulation"] = figures.pop(entry["fixture"])
+        for name in figures:
+            print(f"{name:<28} not in {args.update}: measure its bf16 gap first (hf_bf16_gap.py)")
+        with open(args.update + ".tmp", "w") as f:
+            json.dump(gaps, f, indent=4)
+            f.write("\n")
+        os.replace(args.update + ".tmp", args.update)
     return 1 if failed else 0
 
 

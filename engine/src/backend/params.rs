@@ -75,4 +75,22 @@ impl MlaDims {
     pub fn row(&self) -> usize {
         self.latent + self.rope
     }
+    /// That a cache layer of `shape` holds these rows: its `(blocks, block_size)`, else the
+    /// shape error of `op` that names the shape it wants.
+    pub fn cache_blocks(
+        &self,
+        op: &'static str,
+        shape: &[usize],
+    ) -> Result<(usize, usize), super::BackendError> {
+        match shape[..] {
+            [blocks, bs, row] if row == self.row() => Ok((blocks, bs)),
+            _ => Err(super::BackendError::Shape {
+                op,
+                message: format!(
+                    "latent cache {shape:?} (want [blocks, block_size, {}])",
+                    self.row()
+                ),
+            }),
+        }
+    }
 }

@@ -185,7 +185,7 @@ pub const SETTINGS: &[Setting] = &[
         var: "METRALE_NVFP4_MMA_ROWS",
         accepts: "an integer >= 0",
         default: "256",
-        doc: "`matmul` with an NVFP4 weight and at most this many rows runs on tensor cores (`gemv_nvfp4_mma_*`), more rows dequantize to a bf16 copy for cuBLAS; 0: the CUDA-core GEMV (`gemv_nvfp4_m*`) to 4 rows, then the copy.",
+        doc: "`matmul` with an NVFP4 weight and at most this many rows runs on tensor cores (`gemv_nvfp4_mma_*`), more rows (all with 0) dequantize to a bf16 copy for cuBLAS.",
         set: |t, v| number(v, &mut t.gemm.nvfp4_mma_rows, |_| true),
         get: |t| t.gemm.nvfp4_mma_rows.to_string(),
     },

@@ -1,8 +1,8 @@
 // kernels/src/nvfp4.cu against a double-precision sum of the format's values
-// (e2m1 · e4m3 · global, docs/nvfp4.md): gemv_nvfp4_m<M> for M = 1..4, gemv_nvfp4_rows and
-// dequant_nvfp4_bf16. Edge cases: K of one 32-weight chunk, K whose chunks are not a multiple of
-// a warp's 128 (the tail loop), N not a multiple of the block's 8 warps, negative zero nibbles
-// (0x8), the largest E4M3 scale (0x7e = 448) and the smallest subnormal one (0x01).
+// (e2m1 · e4m3 · global, docs/nvfp4.md): gemv_nvfp4_mma_r<RT>_b<NB>, gemv_nvfp4_rows and
+// dequant_nvfp4_bf16. Edge cases: K not a multiple of a 128-wide slice (lanes past K), several
+// batches of slices, N not a multiple of a block's rows, x rows in several chunks, negative zero
+// nibbles (0x8), the largest E4M3 scale (0x7e = 448) and the smallest subnormal one (0x01).
 
 #include <tuple>
 
@@ -59,24 +59,16 @@ static double worst_rel(const Nvfp4W& t, const std::vector<bf16>& x, const std::
     return worst;
 }
 
-void t_gemv_nvfp4(int M, int N, int K, bool rows_kernel) {
+void t_gemv_nvfp4_rows(int M, int N, int K) {
     const Nvfp4W t = make_nvfp4(N, K);
     std::vector<bf16> x(M * K);
     for (auto& v : x) v = B(U(1));
     std::vector<float> out(M * N, NAN);
     launch({(unsigned)((N + 7) / 8)}, {256}, [&] {
-        if (rows_kernel) {
-            gemv_nvfp4_rows(out.data(), x.data(), t.w.data(), t.sc.data(), t.g.data(), M, N, K);
-            return;
-        }
-        switch (M) {
-#define NVFP4_CASE(m) case m: gemv_nvfp4_m##m(out.data(), x.data(), t.w.data(), t.sc.data(), t.g.data(), N, K); break;
-            NVFP4_CASE(1) NVFP4_CASE(2) NVFP4_CASE(3) NVFP4_CASE(4)
-#undef NVFP4_CASE
-        }
+        gemv_nvfp4_rows(out.data(), x.data(), t.w.data(), t.sc.data(), t.g.data(), M, N, K);
     });
     char name[80];
-    snprintf(name, 80, "%s M%d N%d K%d", rows_kernel ? "gemv_nvfp4_rows" : "gemv_nvfp4_m", M, N, K);
+    snprintf(name, 80, "gemv_nvfp4_rows M%d N%d K%d", M, N, K);
     report(name, worst_rel(t, x, out, M), 1e-6);
 }
 
@@ -170,13 +162,10 @@ void nvfp4_tests() {
     t_fill_random_nvfp4_bytes(56, 0);
     t_fill_random_nvfp4_bytes(61, 0x38);
     t_e2m1_values();
-    for (int M = 1; M <= 4; ++M) t_gemv_nvfp4(M, 13, 32 * 160 + 32, false);  // 161 chunks: tail
-    t_gemv_nvfp4(1, 8, 32, false);
-    t_gemv_nvfp4(2, 37, 4096, false);
-    t_gemv_nvfp4(1, 37, 2048, true);
-    t_gemv_nvfp4(1, 8, 16, true);
-    t_gemv_nvfp4(3, 13, 528, true);
-    t_gemv_nvfp4(8, 40, 1024, true);
+    t_gemv_nvfp4_rows(1, 37, 2048);
+    t_gemv_nvfp4_rows(1, 8, 16);
+    t_gemv_nvfp4_rows(3, 13, 528);
+    t_gemv_nvfp4_rows(8, 40, 1024);
     t_nvfp4_pair_bits();
     t_gemv_nvfp4_mma(1, 1, 1, 16, 128);
     t_gemv_nvfp4_mma(1, 1, 3, 40, 160);         // a slice of one lane's 32: lanes past K

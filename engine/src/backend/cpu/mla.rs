@@ -15,20 +15,6 @@ use super::{CpuTensor, shape_err};
 use crate::backend::kv_fp8::round_trip_head;
 use crate::backend::{BatchInputs, MlaDims, Result, RopeTables};
 
-fn cache_dims(op: &'static str, cache: &CpuTensor, dims: MlaDims) -> Result<(usize, usize)> {
-    match cache.shape[..] {
-        [blocks, bs, row] if row == dims.row() => Ok((blocks, bs)),
-        _ => Err(shape_err(
-            op,
-            format!(
-                "latent cache {:?} (want [blocks, block_size, {}])",
-                cache.shape,
-                dims.row()
-            ),
-        )),
-    }
-}
-
 /// Rotate `x` (`2·half` values) by `cos`/`sin`: neox halves, or interleaved pairs written back
 /// evens then odds (transformers' `apply_rotary_pos_emb_interleave`).
 fn rotate(x: &mut [f32], (cos, sin): (&[f32], &[f32]), interleaved: bool, tmp: &mut Vec<f32>) {
@@ -59,7 +45,7 @@ pub(super) fn mla_rope_write_kv(
     cache: &mut CpuTensor,
 ) -> Result<()> {
     const OP: &str = "mla_rope_write_kv";
-    let (blocks, bs) = cache_dims(OP, cache, dims)?;
+    let (blocks, bs) = dims.cache_blocks(OP, &cache.shape)?;
     let (t, row, head) = (batch.num_tokens(), dims.row(), dims.nope + dims.rope);
     if q.cols() != dims.q_width()
         || q.rows() != t
@@ -126,7 +112,7 @@ pub(super) fn mla_attention(
     scale: f32,
 ) -> Result<()> {
     const OP: &str = "mla_attention";
-    let (blocks, bs) = cache_dims(OP, cache, dims)?;
+    let (blocks, bs) = dims.cache_blocks(OP, &cache.shape)?;
     let MlaDims {
         heads,
         nope,

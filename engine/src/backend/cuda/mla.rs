@@ -42,21 +42,6 @@ const MAX_LATENT: usize = 512;
 const MAX_ROW: usize = 576;
 const MAX_NOPE: usize = 512;
 
-/// That `cache` is a latent cache of `dims`' rows: `(blocks, block_size)`.
-fn cache_dims(op: &'static str, cache: &CudaTensor, dims: MlaDims) -> Result<(usize, usize)> {
-    match cache.shape[..] {
-        [blocks, bs, row] if row == dims.row() => Ok((blocks, bs)),
-        _ => Err(shape_err(
-            op,
-            format!(
-                "latent cache {:?} (want [blocks, block_size, {}])",
-                cache.shape,
-                dims.row()
-            ),
-        )),
-    }
-}
-
 /// That the head sizes fit the kernels' registers and shared memory.
 fn dims_fit(op: &'static str, dims: MlaDims) -> Result<()> {
     check(
@@ -104,7 +89,7 @@ impl CudaBackend {
         cache: &mut CudaTensor,
     ) -> Result<()> {
         const OP: &str = "mla_rope_write_kv";
-        let (blocks, bs) = cache_dims(OP, cache, dims)?;
+        let (blocks, bs) = dims.cache_blocks(OP, &cache.shape)?;
         dims_fit(OP, dims)?;
         fp8_cache_fits(OP, cache, dims)?;
         let t = batch.num_tokens;
@@ -216,7 +201,7 @@ impl CudaBackend {
         scale: f32,
     ) -> Result<()> {
         const OP: &str = "mla_attention";
-        let (blocks, bs) = cache_dims(OP, cache, dims)?;
+        let (blocks, bs) = dims.cache_blocks(OP, &cache.shape)?;
         dims_fit(OP, dims)?;
         fp8_cache_fits(OP, cache, dims)?;
         let t = batch.num_tokens;

@@ -10,9 +10,9 @@
 //! `matmul` with an F4 weight: up to the tuning's `gemm.nvfp4_mma_rows` rows of x on tensor
 //! cores (`gemv_nvfp4_mma_r<RT>_b<NB>`: RT tiles of 16 weight rows a block, chunks of 8·NB x
 //! rows); more rows dequantize the weight to a bf16 scratch copy (`dequant_nvfp4_bf16`) and
-//! run the bf16 path (cuBLAS) on it. With `nvfp4_mma_rows` 0, the CUDA-core GEMV
-//! `gemv_nvfp4_m<rows>` takes up to 4 rows (H100: 33, 50, 103 us at 1, 2, 4 rows of the 27B's
-//! in_proj, 192 at 8), then the copy.
+//! run the bf16 path (cuBLAS) on it (every product with `nvfp4_mma_rows` 0). The first kernel,
+//! a CUDA-core GEMV widening each weight to f32 for each row, measured slower at every row
+//! count and was deleted (performance log part 14).
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{self, CudaTensor, DType};
@@ -22,11 +22,6 @@ use crate::backend::kernels::{self, Kernel};
 use crate::loader::nvfp4::GlobalRule;
 use crate::loader::{NVFP4_SCALE_BITS, NVFP4_SCALE_SHIFT, NVFP4_SCALE_STREAM, random_nvfp4_global};
 
-/// Most rows of x the NVFP4 GEMV takes (gemv_nvfp4_m1..m4, one launch); more go through a
-/// bf16 copy of the weight and cuBLAS.
-const NVFP4_GEMV_MAX_ROWS: usize = 4;
-/// Warps of a GEMV block (NVFP4_WARPS in nvfp4.cu): one output column each.
-const NVFP4_WARPS: usize = 8;
 /// Threads of a tensor-core block (FP8_MMA_WARPS warps).
 const NVFP4_MMA_THREADS: u32 = 256;
 
@@ -54,15 +49,6 @@ fn nvfp4_mma_kernel(tile_rows: usize, m: usize) -> (Kernel<Nvfp4MmaArgs>, usize)
     };
     (kernel, x_rows)
 }
-
-/// The parameters of `gemv_nvfp4_m<M>`: out, x, w, scales, globals, n, k.
-type Nvfp4GemvArgs = (u64, u64, u64, u64, u64, i32, i32);
-static NVFP4_GEMV: [Kernel<Nvfp4GemvArgs>; NVFP4_GEMV_MAX_ROWS] = [
-    kernels::gemv_nvfp4_m1,
-    kernels::gemv_nvfp4_m2,
-    kernels::gemv_nvfp4_m3,
-    kernels::gemv_nvfp4_m4,
-];
 
 /// A row's f32 multiplier of the block scales: `e4m3 · multiplier` is the block's scale (for
 /// compressed-tensors one rounding more than the CPU's quotient `e4m3 / global`).
@@ -250,12 +236,7 @@ impl CudaBackend {
                 )
             },
         )?;
-        let mma_rows = self.tuning().gemm.nvfp4_mma_rows;
-        if m > mma_rows.max(if mma_rows == 0 {
-            NVFP4_GEMV_MAX_ROWS
-        } else {
-            0
-        }) {
+        if m > self.tuning().gemm.nvfp4_mma_rows {
             let mut wb = self.alloc(&w.shape, DType::BF16)?;
             self.dequant_nvfp4(&mut wb, w)?;
             return self.matmul_op(out, x, &wb);
@@ -263,34 +244,7 @@ impl CudaBackend {
         if self.empty_matmul(out, (m, n, k))? {
             return Ok(());
         }
-        if mma_rows > 0 {
-            return self.matmul_nvfp4_mma(out, x, w);
-        }
-        let mut narrowed = None;
-        let x = self.as_bf16(x, &mut narrowed)?;
-        let s = &self.stream;
-        let (o, xp, wp, sp, gp) = (
-            out.ptr(s),
-            x.ptr(s),
-            w.ptr(s),
-            w.scales_ptr(s),
-            self.f4_globals_ptr(w),
-        );
-        let (ni, ki) = (int(n, "matmul")?, int(k, "matmul")?);
-        let blocks = dim(n.div_ceil(NVFP4_WARPS), "matmul")?;
-        // SAFETY: out is [m, n] f32, x [m, k] bf16 (1 <= m <= NVFP4_GEMV_MAX_ROWS: the copy
-        // took more, an empty matmul returned), w [n, k] F4 with its [n, k / 16] scale bytes
-        // and [n] f32 multipliers (checked above); k % 32 == 0, so every 16-byte load of a
-        // packed row (k / 2 bytes) and of an x row (2k bytes) is inside it and aligned, and the
-        // 2-byte scale loads (k / 16 bytes a row, even) too; one warp per output column,
-        // columns past n return.
-        unsafe {
-            NVFP4_GEMV[m - 1].launch(
-                self,
-                cfg((blocks, 1), (32 * NVFP4_WARPS) as u32),
-                (o, xp, wp, sp, gp, ni, ki),
-            )
-        }
+        self.matmul_nvfp4_mma(out, x, w)
     }
 
     /// [`Self::matmul_nvfp4`] on tensor cores (`gemv_nvfp4_mma_*`), for a non-empty product.
