@@ -71,12 +71,20 @@ mod tests {
         assert_eq!(refusal(&recipe(&text)), None);
     }
 
+    /// DeepSeek-V3's latent attention and grouped routing run on CUDA (issue 40).
+    #[test]
+    fn deepseek_v3_is_served_on_cuda() {
+        let text = with_architecture(&hybrid(), "DeepseekV3ForCausalLM");
+        assert_eq!(refusal(&recipe(&text)), None);
+    }
+
     #[test]
     fn a_family_without_cuda_kernels_is_refused_with_what_it_lacks() {
-        let text = with_architecture(&hybrid(), "DeepseekV3ForCausalLM");
+        let text = with_architecture(&hybrid(), "NemotronHForCausalLM")
+            .replace("[model]\n", "[model]\nexperts = 8\n");
         let why = refusal(&recipe(&text)).expect("refused");
-        assert!(why.contains("DeepseekV3ForCausalLM"), "{why}");
-        assert!(why.contains("latent attention"), "{why}");
+        assert!(why.contains("NemotronHForCausalLM"), "{why}");
+        assert!(why.contains("relu² experts"), "{why}");
         assert!(why.contains("device = \"cpu\""), "{why}");
     }
 
