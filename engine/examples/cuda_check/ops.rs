@@ -138,6 +138,26 @@ struct Ops<'a> {
 }
 
 impl Ops<'_> {
+    /// That `op` refused `what` with an error naming `needle` (a bad shape or count must be an
+    /// error, never a launch): a line either way, a failure if it was accepted.
+    fn expect_refusal(
+        &mut self,
+        op: &str,
+        what: &str,
+        needle: &str,
+        result: metrale_engine::backend::Result<()>,
+    ) {
+        let e = result.err().map(|e| e.to_string()).unwrap_or_default();
+        let ok = e.contains(needle);
+        self.report.line(format!(
+            "{op} refuses {what}: {}",
+            if ok { "ok" } else { "FAIL" }
+        ));
+        if !ok {
+            self.report.fail(format!("{op} accepted {what} ({e:?})"));
+        }
+    }
+
     /// The float32 path: f32 weights, GEMM operands and caches.
     fn fp32(&self) -> bool {
         self.cuda.compute_dtype() == DType::F32
