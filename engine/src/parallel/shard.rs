@@ -32,7 +32,7 @@ pub fn pick_rows<'a>(sh: Shard, t: HostTensor<'a>, ranges: &[Range<usize>]) -> H
     }
     let t = match t.shape[..] {
         [n] => t.reshaped(vec![n, 1]),
-        _ => t,
+        _ => drawn(t),
     };
     let parts: Vec<HostTensor<'_>> = ranges.iter().map(|r| rows(&t, r.clone())).collect();
     HostTensor::concat_rows(&parts)
@@ -114,10 +114,47 @@ pub fn experts_down<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) -> Ho
     slice(&t, |_, col| width.contains(&col), vec![e, h, width.len()])
 }
 
-/// Rows `rows` of a `[R, C]` weight.
-/// Row-local formats keep their format (FP8 and NVFP4 carry their scales a row; their dummy
-/// draws are made real first, the same values); anything else becomes f32 as [`slice`] cuts it.
+/// A dummy FP8 or NVFP4 weight as the stored format holding the same values (its draw made
+/// real once, so that cutting it into many row ranges draws it once); anything else as it is.
+pub fn drawn(t: HostTensor<'_>) -> HostTensor<'_> {
+    let (n, cols) = (t.numel(), t.cols());
+    let rows = n / cols.max(1);
+    let data = match t.data {
+        HostData::RandomNvfp4 { seed, std } if cols.is_multiple_of(16) => {
+            let (packed, scales) = random_nvfp4_parts(seed, n);
+            HostData::Nvfp4 {
+                packed: Cow::Owned(packed),
+                scales: Cow::Owned(scales),
+                globals: vec![random_nvfp4_global(std); rows],
+                rule: GlobalRule::Multiply,
+            }
+        }
+        HostData::RandomFp8 { seed, std } => HostData::Fp8 {
+            bytes: Cow::Owned(random_fp8_bytes(seed, n)),
+            scales: vec![random_fp8_scale(std); rows * cols.div_ceil(FP8_COL_BLOCK)],
+            col_block: FP8_COL_BLOCK,
+        },
+        data => data,
+    };
+    HostTensor {
+        shape: t.shape,
+        data,
+    }
+}
+
+/// Rows `rows` of a `[R, C]` weight. Row-local formats keep their format (FP8 and NVFP4 carry
+/// their scales a row; a dummy of either is [`drawn`] first: callers cutting many ranges draw
+/// it once themselves); anything else becomes f32 as [`slice`] cuts it.
 pub fn rows(t: &HostTensor<'_>, rows: Range<usize>) -> HostTensor<'static> {
+    if matches!(
+        t.data,
+        HostData::RandomNvfp4 { .. } | HostData::RandomFp8 { .. }
+    ) {
+        let real = drawn(t.clone());
+        if !matches!(real.data, HostData::RandomNvfp4 { .. }) {
+            return self::rows(&real, rows);
+        }
+    }
     let cols = t.cols();
     let shape = vec![rows.len(), cols];
     let cut =
@@ -146,23 +183,6 @@ pub fn rows(t: &HostTensor<'_>, rows: Range<usize>) -> HostTensor<'static> {
             globals: globals[rows.clone()].to_vec(),
             rule: *rule,
         },
-        HostData::RandomNvfp4 { seed, std } if cols.is_multiple_of(16) => {
-            let (packed, scales) = random_nvfp4_parts(*seed, t.numel());
-            HostData::Nvfp4 {
-                packed: Cow::Owned(cut(&packed, cols / 2)),
-                scales: Cow::Owned(cut(&scales, cols / 16)),
-                globals: vec![random_nvfp4_global(*std); rows.len()],
-                rule: GlobalRule::Multiply,
-            }
-        }
-        HostData::RandomFp8 { seed, std } => {
-            let bytes = random_fp8_bytes(*seed, t.numel());
-            HostData::Fp8 {
-                bytes: Cow::Owned(cut(&bytes, cols)),
-                scales: vec![random_fp8_scale(*std); rows.len() * cols.div_ceil(FP8_COL_BLOCK)],
-                col_block: FP8_COL_BLOCK,
-            }
-        }
         _ => return slice(t, |row, _| rows.contains(&row), shape),
     };
     HostTensor { shape, data }
