@@ -236,7 +236,8 @@ impl CudaBackend {
                 )
             },
         )?;
-        if m > self.tuning().gemm.nvfp4_mma_rows {
+        // The tensor-core kernel needs sm_80+ (mma.sync on bf16); older GPUs take the copy.
+        if m > self.tuning().gemm.nvfp4_mma_rows || self.info.compute_capability < (8, 0) {
             let mut wb = self.alloc(&w.shape, DType::BF16)?;
             self.dequant_nvfp4(&mut wb, w)?;
             return self.matmul_op(out, x, &wb);
