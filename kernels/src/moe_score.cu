@@ -138,7 +138,10 @@ struct MoeSigmoid {
         }
     }
     __device__ float rank(float v, int e) const {
-        if (!((keep >> (e / group_size)) & 1u)) return NEG_INF;
+        // Only with groups: ungrouped, e / group_size is e itself, and a u32 shifted by 32 or
+        // more is 0 on the device (shr clamps) where the host's x86 shift wraps, so experts
+        // from 32 on were never chosen on the GPU while the host emulation agreed with the CPU.
+        if (n_group > 1 && !((keep >> (e / group_size)) & 1u)) return NEG_INF;
         return moe_sigmoid(v) + bias[e];
     }
     __device__ float prob(float v) const { return moe_sigmoid(v); }

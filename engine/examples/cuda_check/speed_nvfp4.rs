@@ -1,10 +1,11 @@
 //! NVFP4 weight GEMVs at Qwen3.6-27B's decode shapes (issue 35; not pass/fail), first in the
 //! `speed` section: each projection a decode step runs, through `matmul` with a dummy NVFP4
-//! weight drawn on the device on each of its routes (`nvfp4`: the tensor-core
-//! `gemv_nvfp4_mma_*` with the tile rows chosen by the rows of x; `nvfp4/16`, `nvfp4/32`,
-//! `nvfp4/64`: forced to 16, 32 or 64 weight rows a block), against an FP8 weight
-//! (`gemv_fp8_m1`, the tensor-core `gemv_fp8_mma` from 2 rows and `_many` above 8) and a bf16
-//! one (the bf16 GEMV to 8 rows, then cuBLAS) of the same shape, at 1 to 128 rows of x.
+//! weight drawn on the device on each of its routes (`nvfp4`: the default settings; `nvfp4
+//! mma`: the tensor-core `gemv_nvfp4_mma_*` at every row count; `nvfp4 copy`: a bf16 copy and
+//! cuBLAS at every row count), against an FP8 weight (`fp8`: the default, `gemv_fp8_m1`, the
+//! tensor-core `gemv_fp8_mma` from 2 rows and `_many` above 8, the bf16 copy above 32; `fp8
+//! mma`: `_many` up to 128 rows) and a bf16 one (the bf16 GEMV to 8 rows, then cuBLAS) of the
+//! same shape, at 1 to 128 rows of x. The copy routes are where the mma kernels' reach ends.
 //!
 //! The dims are Qwen3.6-27B's text config (scripts/gpu/qwen3.6-27b-nvfp4-config.json): hidden
 //! 5120, 24 query heads of 256 with an output gate as wide, 4 KV heads of 256, MLP 17408,
@@ -25,6 +26,7 @@
 use anyhow::Result;
 use metrale_engine::backend::Backend;
 use metrale_engine::backend::cuda::{CudaBackend, CudaTensor};
+use metrale_engine::tuning::GemmTuning;
 use serde_json::json;
 
 use crate::report::Report;
@@ -45,16 +47,20 @@ const SHAPES: [(&str, usize, usize, usize); 7] = [
 /// Rows of x timed.
 const ROWS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
-/// The routes timed: (label, weight format, NVFP4 settings: mma rows, tile rows).
-type Route = (&'static str, &'static str, Option<(usize, Option<usize>)>);
+/// The routes timed: (label, weight format, the settings it runs with).
+type Route = (&'static str, &'static str, fn(&mut GemmTuning));
 const ROUTES: [Route; 6] = [
-    ("nvfp4", "nvfp4", Some((256, None))),
-    ("nvfp4/16", "nvfp4", Some((256, Some(16)))),
-    ("nvfp4/32", "nvfp4", Some((256, Some(32)))),
-    ("nvfp4/64", "nvfp4", Some((256, Some(64)))),
-    ("fp8", "fp8", None),
-    ("bf16", "bf16", None),
+    ("nvfp4", "nvfp4", |_| {}),
+    ("nvfp4 mma", "nvfp4", |g| g.nvfp4_mma_rows = usize::MAX),
+    ("nvfp4 copy", "nvfp4", |g| g.nvfp4_mma_rows = 0),
+    ("fp8", "fp8", |_| {}),
+    ("fp8 mma", "fp8", |g| g.fp8_matmul_mma = true),
+    ("bf16", "bf16", |_| {}),
 ];
+/// ROUTES' indices of the summary's ratios: nvfp4, fp8, bf16 (their defaults).
+const NVFP4: usize = 0;
+const FP8: usize = 3;
+const BF16: usize = 5;
 
 /// Calls averaged per time.
 const ITERS: usize = 100;
@@ -102,19 +108,14 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             let mut cells = Vec::new();
             let mut record = json!({"profile": "nvfp4_gemv", "weight": name, "n": n, "k": k,
                 "rows": m});
-            for (f, &(label, format, nvfp4)) in ROUTES.iter().enumerate() {
+            for (f, &(label, format, settings)) in ROUTES.iter().enumerate() {
                 let w = &weights
                     .iter()
                     .find(|(wf, _)| *wf == format)
                     .expect("drawn")
                     .1;
                 let saved = cuda.tuning().gemm;
-                if let Some((mma_rows, tile_rows)) = nvfp4 {
-                    cuda.retune(|t| {
-                        t.gemm.nvfp4_mma_rows = mma_rows;
-                        t.gemm.nvfp4_tile_rows = tile_rows;
-                    });
-                }
+                cuda.retune(|t| settings(&mut t.gemm));
                 let mut i = 0;
                 let ms = mean_op_ms_n(cuda, ITERS, || {
                     i = (i + 1) % w.len();
@@ -144,7 +145,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             .zip(step[r])
             .map(|((label, ..), us)| format!("{label} {:.2}", us / 1e3))
             .collect();
-        let (nvfp4, fp8, bf16) = (step[r][0], step[r][4], step[r][5]);
+        let (nvfp4, fp8, bf16) = (step[r][NVFP4], step[r][FP8], step[r][BF16]);
         report.summary_line(format!(
             "  27B decode step's GEMVs (64 layers, no LM head) rows {m:>3}, ms: {} (nvfp4 \
              {:.2}x fp8's speed, {:.2}x bf16's)",

@@ -251,14 +251,10 @@ impl CudaBackend {
     /// [`Self::matmul_nvfp4`] on tensor cores (`gemv_nvfp4_mma_*`), for a non-empty product.
     fn matmul_nvfp4_mma(&self, out: &mut CudaTensor, x: &CudaTensor, w: &CudaTensor) -> Result<()> {
         let (m, k, n) = (x.rows(), x.cols(), w.rows());
-        // By default 32 weight rows a block to 16 rows of x (H100, 27B shapes: level with 16
-        // at one row, up to 1.4x faster at 8-16), 64 above (each block reads its x chunk
-        // whole, so more x rows want more weight rows to share it).
-        let tile_rows = self
-            .tuning()
-            .gemm
-            .nvfp4_tile_rows
-            .unwrap_or(if m <= 16 { 32 } else { 64 });
+        // By default 32 weight rows a block: on an H100 at the 27B's shapes the fastest at
+        // every row count from 1 to 128 (16-row blocks up to 1.4x slower, 64-row blocks
+        // 1.09-1.41x; performance log part 15).
+        let tile_rows = self.tuning().gemm.nvfp4_tile_rows.unwrap_or(32);
         let (kernel, x_rows) = nvfp4_mma_kernel(tile_rows, m);
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
