@@ -141,8 +141,6 @@ pub struct Mamba2Tuning {
     /// Sequences with at least this many rows in a step take the chunked (SSD) scan; `None`:
     /// none do.
     pub chunk_min: Option<usize>,
-    /// One-row-a-sequence steps run the single-launch decode kernel.
-    pub fused_decode: bool,
 }
 
 /// The kernel loader.

@@ -24,15 +24,12 @@ __device__ __forceinline__ float gdn_ldcg(const float* p) {
 // Conv + SiLU of channel c of a decode row (its window the slot's last K − 1 inputs, then the
 // row's), as gdn_conv computes a sequence's first row. With `write`, also writes the window
 // each save asks for and then the slot's new window (the caller is the one thread that writes
-// (slot, c) in the step, after every reader of the old window is done). `bias` (Mamba-2's conv
-// bias, mamba2_decode.cu; null for the Gated DeltaNet) is added before the SiLU, as gdn_conv_impl
-// adds it.
+// (slot, c) in the step, after every reader of the old window is done).
 template <typename TM>
 __device__ __forceinline__ float gdn_decode_conv(const TM* row, const float* taps_all,
                                                  float* conv_state, bool real, u32 slot,
                                                  const u32* saves, u32 sv0, u32 sv1, int c,
-                                                 int channels, int k, bool write,
-                                                 const float* bias = nullptr) {
+                                                 int channels, int k, bool write) {
     const u64 window = (u64)(k - 1) * channels;
     float* own = conv_state + (real ? slot : 0u) * window;
     float taps[GDN_MAX_K], win[GDN_MAX_K - 1];
@@ -64,7 +61,7 @@ __device__ __forceinline__ float gdn_decode_conv(const TM* row, const float* tap
         if (real)
             for (int m = 0; m < k - 1; ++m) own[(u64)m * channels + c] = x(1 - (k - 1) + m);
     }
-    return gdn_silu(bias ? acc + bias[c] : acc);
+    return gdn_silu(acc);
 }
 
 // A decode step (one row a sequence) in one launch; the header (4) has the design. Block

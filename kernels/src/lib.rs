@@ -150,7 +150,6 @@ impl Module {
                 include_str!("hybrid_decode.cu"),
                 include_str!("mamba2.cu"),
                 include_str!("mamba2_chunk.cu"),
-                include_str!("mamba2_decode.cu"),
             ),
             Module::Mla => include_str!("mla.cu"),
             // The lab's helpers (grid_sync, DYNAMIC_SMEM), then its kernels.

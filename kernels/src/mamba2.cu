@@ -23,7 +23,8 @@
 //    verification, a prompt's tail) and the shapes the chunked kernels do not fit.
 // 3. mamba2_norm_<mixed>_<out>: the gated grouped RMSNorm, a block per (row, group):
 //    g = y · silu(z), out = w · g / rms(g) over the group's nh·p / G channels.
-// A decode step (one row a sequence) is one launch instead: mamba2_decode.cu.
+// A decode step (one row a sequence) takes the same launches (a one-launch decode kernel measured
+// slower at batch 1, 16 and 64: performance log part 15).
 // A sequence whose slot is GDN_NO_STATE is a padding row of a CUDA graph's bucket: it starts
 // from a zero window and state and writes neither.
 //

@@ -5,8 +5,8 @@
 //! padding rows, saves before and after the row) continuing from the states the first step
 //! left, comparing the output, the SSM states and the conv windows after each. Each case runs
 //! three ways ([`ROUTES`]): the defaults (the 70- and 130-row sequences on the chunked scan, the
-//! others token by token; the fused decode), everything chunked (1-row sequences too), and the
-//! token-by-token scan with the three-launch decode. The timings are `mamba2_speed.rs`'s.
+//! others token by token), everything chunked (1-row sequences too), and the token-by-token
+//! scan. The timings are `mamba2_speed.rs`'s.
 //!
 //! Tolerances as `gated_delta_net`'s (hybrid.rs): the states are f32 on both sides, each entry
 //! the same expression (`S·decay + (dt·x)·B`), the read-out summed in another order:
@@ -21,11 +21,11 @@ use metrale_engine::backend::{Backend, HybridOps, Mamba2Layer, SsmHeads};
 use crate::hybrid::{Check, batch_padded};
 use crate::report::Tol;
 
-/// The tunings each case runs under: `mamba2.chunk_min` and `mamba2.fused_decode`.
-const ROUTES: [(&str, Option<usize>, bool); 3] = [
-    ("chunked from 32 rows, fused decode", Some(32), true),
-    ("all chunked, fused decode", Some(1), true),
-    ("token scan, 3-launch decode", None, false),
+/// The tunings each case runs under: `mamba2.chunk_min`.
+const ROUTES: [(&str, Option<usize>); 3] = [
+    ("chunked from 32 rows", Some(32)),
+    ("all chunked", Some(1)),
+    ("token scan", None),
 ];
 
 /// One Mamba-2 case: heads, taps, the dt limits and the type of `mixed`.
@@ -95,11 +95,8 @@ impl Check<'_> {
     pub fn mamba2(&mut self, case: &Case) -> Result<()> {
         let defaults = self.cuda.tuning().mamba2;
         let mut r = Ok(());
-        for (route, chunk_min, fused) in ROUTES {
-            self.cuda.retune(|t| {
-                t.mamba2.chunk_min = chunk_min;
-                t.mamba2.fused_decode = fused;
-            });
+        for (route, chunk_min) in ROUTES {
+            self.cuda.retune(|t| t.mamba2.chunk_min = chunk_min);
             r = self.mamba2_route(case, route);
             if r.is_err() {
                 break;

@@ -1,8 +1,7 @@
 //! The `hybrid` section's Mamba-2 timings (not pass/fail): `mamba2` alone at Nemotron Nano 9B
-//! v2's heads (nh 128, p 80, G 8, N 128, K 4; bf16 mixed), a decode step at batch 1, 16 and 64
-//! on the fused kernel and on the three-launch path, and a 2048-token prefill on the chunked
-//! scan and on the token-by-token scan, each beside its floor (kernels/src/mamba2_decode.cu's
-//! header and docs/cuda-kernels.md).
+//! v2's heads (nh 128, p 80, G 8, N 128, K 4; bf16 mixed), a decode step at batch 1, 16 and 64,
+//! and a 2048-token prefill on the chunked scan and on the token-by-token scan, each beside its
+//! floor (docs/cuda-kernels-families.md).
 
 use anyhow::Result;
 use metrale_engine::backend::cuda::{CudaBackend, DType};
@@ -68,15 +67,13 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let defaults = cuda.tuning().mamba2;
     let state_bytes = 4.0 * h.state_len() as f64;
     let window_bytes = 4.0 * ((kernel - 1) * cd) as f64;
-    let decodes = [1usize, 16, 64].into_iter().flat_map(|b| {
-        [("fused", true), ("3 launches", false)].map(|(w, f)| (b, 1usize, w, defaults.chunk_min, f))
-    });
+    let decodes = [1usize, 16, 64].map(|b| (b, 1usize, "3 launches", defaults.chunk_min));
     let prefills = [
         ("chunked", defaults.chunk_min.or(Some(32))),
         ("token scan", None),
     ]
-    .map(|(w, cmin)| (1usize, 2048usize, w, cmin, defaults.fused_decode));
-    for (seqs, rows, what, chunk_min, fused) in decodes.chain(prefills) {
+    .map(|(w, cmin)| (1usize, 2048usize, w, cmin));
+    for (seqs, rows, what, chunk_min) in decodes.into_iter().chain(prefills) {
         let (b, slots) = batch_of(&vec![(rows, vec![]); seqs]);
         let t = b.num_tokens();
         let mixed = cuda.tensor_from_f32(&[t, width], &rng.vec(t * width, 1.0), DType::BF16)?;
@@ -84,10 +81,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         let mut ssm = cuda.zeros_f32(&[slots, h.state_len()])?;
         let mut out = cuda.zeros(&[t, inner])?;
         let batch_d = cuda.prepare_batch(&b)?;
-        cuda.retune(|t| {
-            t.mamba2.chunk_min = chunk_min;
-            t.mamba2.fused_decode = fused;
-        });
+        cuda.retune(|t| t.mamba2.chunk_min = chunk_min);
         let iters = if t > 64 { 20 } else { OP_ITERS };
         let ms = mean_op_ms_n(cuda, iters, || {
             cuda.mamba2(

@@ -378,15 +378,6 @@ pub const SETTINGS: &[Setting] = &[
         get: |t| show_or(t.mamba2.chunk_min, "off"),
     },
     Setting {
-        name: "mamba2.fused_decode",
-        var: "METRALE_MAMBA2_FUSED_DECODE",
-        accepts: "0 | 1",
-        default: "1",
-        doc: "Mamba-2: one-row-a-sequence steps run the single-launch decode kernel (0: conv, scan and norm launches).",
-        set: |t, v| flag(v, &mut t.mamba2.fused_decode),
-        get: |t| show_flag(t.mamba2.fused_decode),
-    },
-    Setting {
         name: "kernels.cache",
         var: "METRALE_KERNEL_CACHE",
         accepts: "a directory | off | 0 | (empty: off)",

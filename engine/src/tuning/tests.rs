@@ -36,7 +36,6 @@ fn defaults_are_todays() {
     assert_eq!((t.gdn.chunk_min, t.gdn.decode_splits), (Some(32), None));
     assert!(t.gdn.fused_decode);
     assert_eq!(t.mamba2.chunk_min, Some(32));
-    assert!(t.mamba2.fused_decode);
     assert_eq!(t.kernels.cache, KernelCache::Default);
     assert!(!t.kernels.show_ptxas);
     assert_eq!(t.debug.step_profile, 0);
@@ -64,7 +63,6 @@ fn variables_set_their_fields() {
         ("METRALE_ATTN_KERNEL", "simt"),
         ("METRALE_GDN_CHUNK_MIN", "off"),
         ("METRALE_MAMBA2_CHUNK_MIN", "128"),
-        ("METRALE_MAMBA2_FUSED_DECODE", "0"),
         ("METRALE_KERNEL_CACHE", "/tmp/k"),
         ("METRALE_SPEC_FORCE_ACCEPT", "0.5"),
         ("METRALE_CUDA_SYNC", ""),
@@ -79,7 +77,6 @@ fn variables_set_their_fields() {
     assert_eq!(t.attention.kernel, AttnKernelChoice::Simt);
     assert_eq!(t.gdn.chunk_min, None);
     assert_eq!(t.mamba2.chunk_min, Some(128));
-    assert!(!t.mamba2.fused_decode);
     assert_eq!(t.kernels.cache, KernelCache::Dir("/tmp/k"));
     assert_eq!(t.debug.spec_force_accept, Some(0.5));
     let back: Vec<_> = t

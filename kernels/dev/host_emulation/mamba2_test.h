@@ -1,12 +1,11 @@
 // mamba2.cu's kernels (the biased conv, the selective scan, the gated grouped norm),
-// mamba2_chunk.cu's chunked scan, mamba2_decode.cu's fused decode step and relu2 against a C++
+// mamba2_chunk.cu's chunked scan and relu2 against a C++
 // port of the CPU reference (engine/src/backend/cpu/mamba2.rs): several sequences of different
 // lengths (decode's one row among them, lengths not a multiple of the 64-row chunk), slots from
 // random state, saves at several `after`s (0 and two at one included), a padding row (slot
 // GDN_NO_STATE), and a second step continuing from the slots and a save the first left. Each
-// case runs three ways: token by token then the three-launch decode; every sequence chunked
-// (chunk_min 1) then the fused decode; a step split between the two scans (chunk_min 8) then
-// the fused decode. Included by test.cpp.
+// case runs three ways: token by token; every sequence chunked (chunk_min 1); a step split
+// between the two scans (chunk_min 8); each then a decode step. Included by test.cpp.
 #pragma once
 
 // The CPU op, sequence by sequence, token by token; `slots[s]` for a padding row is a scratch
@@ -140,33 +139,11 @@ static void mamba2_chunked_run(int N, std::vector<float>& y, const std::vector<f
     });
 }
 
-// The fused decode step for state width N (one row a sequence), out f32.
-static void mamba2_decode_run(int N, dim3 grid, dim3 block, std::vector<float>& out, const std::vector<float>& mixed,
-                              const std::vector<float>& conv_w, const std::vector<float>& conv_b, std::vector<float>& cs,
-                              const std::vector<float>& neg_a, const std::vector<float>& dt_bias,
-                              const std::vector<float>& d_skip, const std::vector<float>& norm, std::vector<float>& ss,
-                              const std::vector<u32>& slots, const std::vector<u32>& save_starts,
-                              const std::vector<u32>& saves_flat, int nh, int p, int G, int K, int width, float lo,
-                              float hi, float eps) {
-    const int S = slots.size();
-    std::vector<float> y((size_t)S * nh * p);
-    std::vector<u32> tickets((size_t)S * G, 0);
-    auto k = N == 16 ? mamba2_decode_n16_f32_f32 : N == 32 ? mamba2_decode_n32_f32_f32
-           : N == 64 ? mamba2_decode_n64_f32_f32 : N == 128 ? mamba2_decode_n128_f32_f32 : mamba2_decode_n256_f32_f32;
-    launch(grid, block, [&] {
-        k(out.data(), y.data(), tickets.data(), mixed.data(), conv_w.data(), conv_b.data(), cs.data(), neg_a.data(),
-          dt_bias.data(), d_skip.data(), norm.data(), ss.data(), slots.data(), save_starts.data(), saves_flat.data(),
-          nh, p, G, K, width, lo, hi, eps);
-    });
-    for (u32 t : tickets)
-        if (t != 0) report("mamba2 decode tickets left at zero", 1, 0);
-}
-
 // One step of `lens` rows a sequence (`pad[s]`: a padding row) from the given states, through
-// the kernels as the engine launches them (sequences of at least chunk_min rows chunked; with
-// `fused`, a one-row-a-sequence step in mamba2_decode's one launch), against the reference;
+// the kernels as the engine launches them (sequences of at least chunk_min rows chunked),
+// against the reference;
 // returns the new states through cs, ss (the kernels') for a following step.
-static void t_mamba2_step(const char* what, int chunk_min, bool fused, int nh, int p, int G, int N, int K, const std::vector<int>& lens,
+static void t_mamba2_step(const char* what, int chunk_min, int nh, int p, int G, int N, int K, const std::vector<int>& lens,
                           const std::vector<u32>& seq_slots, const std::vector<bool>& pad,
                           const std::vector<std::vector<u32>>& afters, std::vector<float>& cs, std::vector<float>& ss,
                           const std::vector<float>& conv_w, const std::vector<float>& conv_b,
@@ -206,10 +183,7 @@ static void t_mamba2_step(const char* what, int chunk_min, bool fused, int nh, i
     // As the engine: 4 threads a row, whole warps, MAMBA2_ROWS rows at most a block.
     const int threads = (4 * std::min(p, MAMBA2_ROWS) + 31) / 32 * 32, rows = threads / 4;
     const dim3 grid{(unsigned)((p + rows - 1) / rows), (unsigned)nh, (unsigned)S}, block{(unsigned)threads, 1, 1};
-    if (fused && T == S) {  // every sequence one row
-        mamba2_decode_run(N, grid, block, out32, mixed, conv_w, conv_b, cs, neg_a, dt_bias, d_skip, norm, ss, slots,
-                          save_starts, saves_flat, nh, p, G, K, width, lo, hi, eps);
-    } else {
+    {
         launch({(unsigned)((C + 255) / 256), (unsigned)(T + S), 1}, {256, 1, 1}, [&] {
             mamba2_conv_f32(conv_out.data(), mixed.data(), conv_w.data(), conv_b.data(), cs.data(), row_seq.data(),
                             starts.data(), slots.data(), save_starts.data(), saves_flat.data(), T, C, K, width, inner);
@@ -225,8 +199,6 @@ static void t_mamba2_step(const char* what, int chunk_min, bool fused, int nh, i
             mamba2_norm_f32_f32(out32.data(), y.data(), mixed.data(), norm.data(), G, inner, width, eps);
         });
     }
-    if (fused && T == S)
-        for (size_t i = 0; i < out.size(); ++i) out[i] = B(out32[i]);
     // The reference's scratch slots are not compared (the kernels never write them).
     for (int s = 0; s < S; ++s)
         if (pad[s]) {
@@ -245,7 +217,7 @@ static void t_mamba2_step(const char* what, int chunk_min, bool fused, int nh, i
     report(name, wo, 1e-2);
     snprintf(name, sizeof name, "mamba2 %s nh%d p%d G%d N%d K%d out f32", what, nh, p, G, N, K);
     // f32 outputs: the read-out's sums in another order, through the norm's 1/rms; the exact
-    // token scan's worst is 1.04e-4, the chunked scan's and the fused decode's no worse.
+    // token scan's worst is 1.04e-4, the chunked scan's no worse.
     report(name, wo32, 2e-4);
     snprintf(name, sizeof name, "mamba2 %s nh%d p%d G%d N%d K%d states", what, nh, p, G, N, K);
     report(name, ws, 1e-4);
@@ -256,7 +228,7 @@ static void t_mamba2_step(const char* what, int chunk_min, bool fused, int nh, i
 // A prefill step of `lens` (saves mid-sequence, at 0 and twice at one point), then a decode
 // step (one row a sequence, a padding row among them) from the slots it left and from one of
 // its saves.
-static void t_mamba2_way(const char* prefill, const char* decode, int chunk_min, bool fused, int nh, int p, int G,
+static void t_mamba2_way(const char* prefill, const char* decode, int chunk_min, int nh, int p, int G,
                          int N, int K, std::vector<int> lens) {
     const int inner = nh * p, C = inner + 2 * G * N, S = lens.size();
     const size_t wl = (size_t)(K - 1) * C, sl = (size_t)inner * N;
@@ -285,7 +257,7 @@ static void t_mamba2_way(const char* prefill, const char* decode, int chunk_min,
     }
     u32 next = 2 * S + 1;
     const u32 first_save = next;
-    t_mamba2_step(prefill, chunk_min, fused, nh, p, G, N, K, lens, seq_slots, no_pad, afters, cs, ss, conv_w, conv_b, neg_a, dt_bias,
+    t_mamba2_step(prefill, chunk_min, nh, p, G, N, K, lens, seq_slots, no_pad, afters, cs, ss, conv_w, conv_b, neg_a, dt_bias,
                   d_skip, norm, next, scratch);
     // Decode: every sequence one row from its slot, one more from the first save (a prefix
     // checkpoint continued), a padding row last; saves after 0 and 1 rows.
@@ -298,16 +270,16 @@ static void t_mamba2_way(const char* prefill, const char* decode, int chunk_min,
     std::vector<std::vector<u32>> dafters(S + 2);
     dafters[0] = {0};
     dafters[S] = {1};
-    t_mamba2_step(decode, chunk_min, fused, nh, p, G, N, K, ones, dslots, pads, dafters, cs, ss, conv_w, conv_b, neg_a, dt_bias, d_skip,
+    t_mamba2_step(decode, chunk_min, nh, p, G, N, K, ones, dslots, pads, dafters, cs, ss, conv_w, conv_b, neg_a, dt_bias, d_skip,
                   norm, next, scratch);
 }
 
-// The case three ways: token by token and three decode launches; every sequence chunked and
-// the fused decode; sequences of 8 rows or more chunked, the others token by token.
+// The case three ways: token by token; every sequence chunked; sequences of 8 rows or more
+// chunked, the others token by token (each decode step on the three launches).
 static void t_mamba2(int nh, int p, int G, int N, int K, std::vector<int> lens) {
-    t_mamba2_way("prefill scan", "decode 3 launches", 1 << 30, false, nh, p, G, N, K, lens);
-    t_mamba2_way("prefill chunked", "decode fused", 1, true, nh, p, G, N, K, lens);
-    t_mamba2_way("prefill split at 8", "decode fused", 8, true, nh, p, G, N, K, lens);
+    t_mamba2_way("prefill scan", "decode", 1 << 30, nh, p, G, N, K, lens);
+    t_mamba2_way("prefill chunked", "decode", 1, nh, p, G, N, K, lens);
+    t_mamba2_way("prefill split at 8", "decode", 8, nh, p, G, N, K, lens);
 }
 
 static void t_relu2() {

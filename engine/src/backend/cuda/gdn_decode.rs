@@ -21,7 +21,6 @@ const MAX_THREADS: usize = 1024;
 /// (`GDN_DECODE_PAD`).
 const PAD: usize = 8;
 /// Arrival counters: one a (sequence, key head) of a step; steps with more take 3 launches.
-/// Mamba-2's fused decode (`mamba2_decode.rs`) uses them too, one a (sequence, group).
 pub(super) const TICKETS: usize = 1 << 16;
 
 /// What the fused kernel reads besides the layer: `mixed`, the states and the batch's state

@@ -1,8 +1,9 @@
 //! Nemotron-H's Mamba-2 mixer and relu² on CUDA (`kernels/src/mamba2.cu`, whose header has the
 //! design): the biased conv (the Gated DeltaNet's conv kernel body, its windows and saves), the
 //! scan (chunked for sequences of at least `mamba2.chunk_min` rows: `mamba2_chunk.rs`; token by
-//! token for the others) and the gated grouped RMSNorm. A decode step (one row a sequence) is
-//! one launch instead (`mamba2_decode.rs`). The CPU's `backend/cpu/mamba2.rs` is the reference;
+//! token for the others) and the gated grouped RMSNorm; a decode step takes the same three
+//! launches (a one-launch decode kernel measured slower at batch 1, 16 and 64 on an H100 and was
+//! deleted: performance log part 15). The CPU's `backend/cpu/mamba2.rs` is the reference;
 //! `cuda_check`'s `mamba2` section compares the two.
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
@@ -163,11 +164,6 @@ impl CudaBackend {
         let plans = batch.state_arrays(st);
         let [starts, seq_slots, save_starts, saves] = plans;
         let seqs = host.num_seqs();
-        // A decode step: conv, scan and norm in one launch.
-        if self.mamba2_fused_decode(host, &s) {
-            let states = (conv_state.ptr(st), ssm_state.ptr(st));
-            return self.mamba2_decode(out, mixed, tm, layer, states, plans, seqs);
-        }
         let (row_seq, mx) = (batch.row_seq(st), mixed.ptr(st));
         let (ti, ci, ki, wi) = (int(t, OP)?, int(cd, OP)?, int(k, OP)?, int(width, OP)?);
         let inner_i = int(inner, OP)?;

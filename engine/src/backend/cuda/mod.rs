@@ -38,7 +38,6 @@ mod hybrid;
 mod launch;
 mod mamba2;
 mod mamba2_chunk;
-mod mamba2_decode;
 mod minimax;
 mod mla;
 mod moe;
