@@ -25,6 +25,7 @@ pub const PRELUDE: &str = concat!(
     include_str!("prelude/rows.cuh"),
     include_str!("prelude/attention.cuh"),
     include_str!("prelude/fp8.cuh"),
+    include_str!("prelude/fp4.cuh"),
     include_str!("prelude/random.cuh"),
     include_str!("prelude/mma.cuh"),
     include_str!("prelude/fp8_mma.cuh"),
@@ -140,7 +141,8 @@ impl Module {
             Module::Moe => concat!(
                 include_str!("moe_score.cu"),
                 include_str!("moe.cu"),
-                include_str!("moe_decode.cu")
+                include_str!("moe_decode.cu"),
+                include_str!("moe_fp4.cu")
             ),
             Module::MoeMma => concat!(include_str!("moe_mma.cu"), include_str!("moe_pipe.cu")),
             Module::Fp8 => concat!(include_str!("fp8.cu"), include_str!("nvfp4.cu")),

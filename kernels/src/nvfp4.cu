@@ -5,9 +5,7 @@
 // compressed-tensors; a row's own so fused projections keep each part's global). A weight's
 // value is e2m1 · (e4m3 · global): 0.5625 bytes a weight instead of bf16's 2.
 //
-// e2m1_exact: a nibble's value by placing its three code bits at f32 bit 22 (exponent field e,
-// mantissa top bit m: 2^(e-127)·(1 + m/2), and for e = 0 the subnormal m·2^-127) and
-// multiplying by 2^126: the E2M1 value exactly (subnormals kept: NVRTC is not given ftz).
+// e2m1_exact (prelude/fp4.cuh): a nibble's exact value.
 //
 // gemv_nvfp4_mma_r<RT>_b<NB> (any M, K % 32 == 0, sm_80+): the product on tensor cores, the
 // serving path for up to gemm.nvfp4_mma_rows rows (nvfp4_mma_tiles below): a weight costs
@@ -29,10 +27,6 @@
 // Deleted.
 
 #define NVFP4_WARPS 8
-
-__device__ __forceinline__ float e2m1_exact(u32 nibble) {
-    return __uint_as_float(((nibble & 7u) << 22) | ((nibble & 8u) << 28)) * __uint_as_float(0x7e800000u);
-}
 
 extern "C" __global__ void __launch_bounds__(NVFP4_WARPS * 32)
     gemv_nvfp4_rows(float* out, const bf16* x, const unsigned char* w, const unsigned char* scales,

@@ -26,6 +26,7 @@ mod matmul;
 mod minimax;
 mod mla;
 mod moe;
+mod moe_fp4;
 mod nvfp4;
 mod uploads;
 
@@ -96,6 +97,7 @@ fn dt(d: DType) -> &'static str {
         DType::F32 => "f32",
         DType::F8 => "fp8",
         DType::F4 => "nvfp4",
+        DType::Mx4 => "mxfp4",
     }
 }
 
@@ -364,7 +366,7 @@ impl Ops<'_> {
                 s.cpu.add_rms_norm(&mut out_c, &mut r_c, &x_c, &w_c, 1e-6)?;
                 let (out_tol, res_tol) = match rd {
                     DType::F32 => (Tol::BF16, Tol::EXACT),
-                    DType::BF16 | DType::F8 | DType::F4 => (BF16_TWICE, Tol::BF16),
+                    DType::BF16 | DType::F8 | DType::F4 | DType::Mx4 => (BF16_TWICE, Tol::BF16),
                 };
                 s.check(
                     "add_rms_norm",
@@ -763,5 +765,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         return Ok(()); // f32 weights take cuBLAS's f32 GEMM
     }
     ops.gemv_bf16_mma()?;
-    ops.draft_head()
+    ops.draft_head()?;
+    // NVFP4 experts kept packed (after the rest, so their draws stay as they were).
+    ops.moe_nvfp4()
 }

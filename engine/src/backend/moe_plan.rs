@@ -54,8 +54,22 @@ const FP8_MMA_MIN_CC: (i32, i32) = (8, 9);
 pub enum ExpertType {
     Bf16,
     Fp8,
+    /// NVFP4, kept packed (E2M1 pairs, an E4M3 scale per 16 values, an f32 multiplier a row):
+    /// the CUDA-core `_nvfp4` kernels (`moe_fp4.cu`), or a bf16 copy on tensor cores
+    /// ([`Experts::WidenedMma`]). Rows of a multiple of 32 values (the upload widens others).
+    Nvfp4,
+    /// MXFP4 (gpt-oss's experts), kept packed (E2M1 pairs, an E8M0 scale per 32 values): as
+    /// [`ExpertType::Nvfp4`] with the `_mxfp4` kernels.
+    Mxfp4,
     /// The float32 path: always the CUDA-core `_fp32` kernels.
     F32,
+}
+
+impl ExpertType {
+    /// Whether the experts are FP4 (two values a byte).
+    pub fn is_fp4(self) -> bool {
+        matches!(self, ExpertType::Nvfp4 | ExpertType::Mxfp4)
+    }
 }
 
 /// A `fused_moe` step's shape.
@@ -134,6 +148,10 @@ pub enum CoreBuild {
     Fp8,
     /// `fp32`: the float32 path.
     Fp32,
+    /// `nvfp4`: rows of whole 32-value chunks (16-byte loads; no one-token `_dec` kernels).
+    Nvfp4,
+    /// `mxfp4`: as `nvfp4`.
+    Mxfp4,
 }
 
 impl CoreBuild {
@@ -179,6 +197,10 @@ pub enum Experts {
     SmallMma { build: SmallBuild },
     /// `moe_tiles`, `moe_gate_up_mma_*`, `moe_down_mma_*`, `moe_combine`: 64-row tiles.
     Mma { build: MmaBuild },
+    /// FP4 experts dequantized to a bf16 scratch copy (`dequant_nvfp4_bf16`,
+    /// `dequant_mxfp4_bf16`), then `Mma { build: Bf16 }`'s kernels on it: steps with many
+    /// tokens an expert (prefill chunks), until the tensor-core kernels read FP4 themselves.
+    WidenedMma,
     /// The CUDA-core kernels of `build`.
     CudaCores {
         build: CoreBuild,
@@ -247,6 +269,8 @@ impl MoePlan {
                     _ => SmallBuild::Any,
                 },
             }
+        } else if mma(shape, w, cc, tuning) && w.is_fp4() {
+            Experts::WidenedMma
         } else if mma(shape, w, cc, tuning) {
             Experts::Mma {
                 build: match w {
@@ -265,6 +289,8 @@ impl MoePlan {
                 }
                 ExpertType::Fp8 => CoreBuild::Fp8,
                 ExpertType::F32 => CoreBuild::Fp32,
+                ExpertType::Nvfp4 => CoreBuild::Nvfp4,
+                ExpertType::Mxfp4 => CoreBuild::Mxfp4,
             };
             let vec = build.is_vec();
             // One-token steps: the kernel that holds a lane's weight loads in flight at once.
@@ -313,7 +339,7 @@ fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> 
     let first = match w {
         ExpertType::Fp8 => 2,
         ExpertType::Bf16 => SMALL_MMA_BF16_MIN_TOKENS,
-        ExpertType::F32 => return false,
+        ExpertType::F32 | ExpertType::Nvfp4 | ExpertType::Mxfp4 => return false,
     };
     (first..=SMALL_MMA_MAX_TOKENS).contains(&s.t)
         && s.h.is_multiple_of(64)
@@ -326,9 +352,15 @@ fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> 
 
 /// Whether the step runs its experts on the 64-row tensor-core tiles: the setting, the GPU
 /// (mma.sync needs 8.0) and rows the kernels' 16-byte loads take (bf16 rows a multiple of 8
-/// elements, FP8 of 16); f32 experts (the float32 path) stay on the CUDA cores.
+/// elements, FP8 of 16, FP4 of 32: their copies' dequantizing kernels' chunks); f32 experts
+/// (the float32 path) stay on the CUDA cores. FP4 experts take bf16's threshold (their copy
+/// runs the bf16 kernels).
 fn mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
-    let align = if w == ExpertType::Fp8 { 16 } else { 8 };
+    let align = match w {
+        ExpertType::Fp8 => 16,
+        ExpertType::Nvfp4 | ExpertType::Mxfp4 => 32,
+        _ => 8,
+    };
     let able = w != ExpertType::F32
         && cc >= MMA_MIN_CC
         && s.h.is_multiple_of(align)

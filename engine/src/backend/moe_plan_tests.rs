@@ -240,3 +240,78 @@ fn the_router_fuses_at_one_token_with_a_bf16_router() {
     t.small_paths = false;
     assert!(!fuses_router(1, (128, 2048), true, ExpertType::Fp8, &t));
 }
+
+/// FP4 experts (NVFP4 kept packed; MXFP4's kernels): the CUDA-core FP4 kernels at decode
+/// sizes (no small tensor-core kernels, no one-token `_dec` kernels), the bf16 copy on tensor
+/// cores from bf16's threshold (4 pairs an expert), the CUDA cores where the GPU or the
+/// setting rules the tensor cores out. Qwen3.6-35B-A3B's shape: 256 experts of 512, top 8.
+#[test]
+fn fp4_experts_take_their_kernels_or_a_bf16_copy() {
+    let s = |t| MoeShape {
+        t,
+        h: 2048,
+        e: 256,
+        i: 512,
+        top_k: 8,
+        logits_bf16: false,
+        router: false,
+    };
+    let d = Tuning::default().moe;
+    for w in [ExpertType::Nvfp4, ExpertType::Mxfp4] {
+        let build = if w == ExpertType::Nvfp4 {
+            CoreBuild::Nvfp4
+        } else {
+            CoreBuild::Mxfp4
+        };
+        assert!(w.is_fp4() && !build.is_vec());
+        let p = MoePlan::choose(s(1), w, H200, &d);
+        assert_eq!(p.route, Route::PlanOne);
+        assert_eq!(
+            p.experts,
+            cores(build, GateUp::Plain, Down::Combined { cols: 0 })
+        );
+        // Decode batches: never the small tensor-core kernels.
+        for t in [2, 8, 16, 127] {
+            let p = MoePlan::choose(s(t), w, H200, &d);
+            let down = if t <= FUSED_DOWN_TOKENS {
+                Down::Combined { cols: 0 }
+            } else {
+                Down::Separate
+            };
+            assert_eq!(p.experts, cores(build, GateUp::Plain, down), "{t}");
+        }
+        // 128 tokens · 8 = 1024 pairs = 4 an expert: the bf16 copy on tensor cores.
+        assert_eq!(
+            MoePlan::choose(s(128), w, H200, &d).experts,
+            Experts::WidenedMma
+        );
+        assert_eq!(
+            MoePlan::choose(s(2048), w, H200, &d).experts,
+            Experts::WidenedMma
+        );
+        // Pre-Ampere GPUs and the CUDA-core setting keep the packed kernels at every size.
+        let p = MoePlan::choose(s(2048), w, (7, 5), &d);
+        assert_eq!(p.experts, cores(build, GateUp::Plain, Down::Separate));
+        let mut t = d;
+        t.gemm = MoeGemm::CudaCores;
+        let p = MoePlan::choose(s(2048), w, H200, &t);
+        assert_eq!(p.experts, cores(build, GateUp::Plain, Down::Separate));
+        // The tensor-core setting widens even one token.
+        let mut t = d;
+        t.gemm = MoeGemm::TensorCores;
+        assert_eq!(
+            MoePlan::choose(s(1), w, H200, &t).experts,
+            Experts::WidenedMma
+        );
+        // The decode-column setting does not apply (no `_dec` FP4 kernels).
+        let mut t = d;
+        t.down_cols = Some(2);
+        let p = MoePlan::choose(s(1), w, H200, &t);
+        assert_eq!(
+            p.experts,
+            cores(build, GateUp::Plain, Down::Combined { cols: 0 })
+        );
+        // The router still fuses at one token (routing only).
+        assert!(fuses_router(1, (256, 2048), true, w, &d));
+    }
+}

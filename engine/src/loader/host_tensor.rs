@@ -61,6 +61,19 @@ pub enum HostData<'a> {
     /// is `e2m1 · (e4m3 · global)`), so the values have standard deviation `std`. Columns are
     /// a multiple of 16 (the loader draws other shapes as [`HostData::Random`]).
     RandomNvfp4 { seed: u64, std: f32 },
+    /// MXFP4 (`mxfp4.rs`, gpt-oss's experts as released): E2M1 values two a byte (row-major,
+    /// the even element in the low nibble) and one E8M0 scale byte per 32 values of a row,
+    /// never the NaN byte (the loader refuses it). The value is `e2m1 · 2^(e8m0 − 127)`, exact
+    /// in f32. Columns are a multiple of 32.
+    Mxfp4 {
+        packed: Cow<'a, [u8]>,
+        scales: Cow<'a, [u8]>,
+    },
+    /// Dummy MXFP4 weights (`--load-format dummy` for an MXFP4 checkpoint's experts), a pure
+    /// function of `seed`, as [`random_mxfp4_parts`] draws them: any packed E2M1 pairs
+    /// (`RandomNvfp4`'s stream) and E8M0 scales of two neighbouring powers of two, so the
+    /// values have standard deviation `std` within a factor of 2. Columns a multiple of 32.
+    RandomMxfp4 { seed: u64, std: f32 },
 }
 
 /// The e4m3 bytes of [`HostData::RandomFp8`] `{ seed, .. }` for `n` elements: `Random`'s
@@ -125,6 +138,34 @@ pub fn random_nvfp4_parts(seed: u64, numel: usize) -> (Vec<u8>, Vec<u8>) {
     let packed = random_bytes(seed, numel / 2, |s| (s >> 56) as u8);
     let scales = random_bytes(seed ^ NVFP4_SCALE_STREAM, numel / 16, |s| {
         (s >> NVFP4_SCALE_SHIFT) as u8 | NVFP4_SCALE_BITS
+    });
+    (packed, scales)
+}
+
+/// What [`HostData::RandomMxfp4`]'s scales are drawn from: its seed with these bits flipped.
+pub const MXFP4_SCALE_STREAM: u64 = 0x6d78_6670_345f_7363;
+
+/// The E8M0 scale bytes of [`HostData::RandomMxfp4`] with `std`: each draw's top bit or'ed
+/// with the even byte `b` this returns, so a block's scale is `2^(b − 127)` or twice that,
+/// equally likely. The values' standard deviation is then `rms(e2m1) · √2.5 · 2^(b − 127)`
+/// (rms(e2m1) = √8.5625 over the 16 nibbles), `b` the even byte nearest to giving `std`.
+pub fn random_mxfp4_scale_base(std: f32) -> u8 {
+    let unit = (8.5625f64 * 2.5).sqrt();
+    let exp = (f64::from(std.max(f32::MIN_POSITIVE)) / unit).log2() + 127.0;
+    let even = (exp / 2.0).round() * 2.0;
+    even.clamp(2.0, 252.0) as u8
+}
+
+/// The packed values (`numel / 2` bytes) and E8M0 scales (`numel / 32` bytes) of
+/// [`HostData::RandomMxfp4`] with `seed` and `std`: the packed bytes as
+/// [`random_nvfp4_parts`]'s, the scales from `seed ^ MXFP4_SCALE_STREAM`, each draw's top bit
+/// or'ed with [`random_mxfp4_scale_base`]. The CUDA backend's `fill_random_nvfp4_bytes` draws
+/// the same.
+pub fn random_mxfp4_parts(seed: u64, std: f32, numel: usize) -> (Vec<u8>, Vec<u8>) {
+    let packed = random_bytes(seed, numel / 2, |s| (s >> 56) as u8);
+    let base = random_mxfp4_scale_base(std);
+    let scales = random_bytes(seed ^ MXFP4_SCALE_STREAM, numel / 32, |s| {
+        (s >> 63) as u8 | base
     });
     (packed, scales)
 }
@@ -223,6 +264,15 @@ impl HostTensor<'_> {
                 globals,
                 rule,
             } => super::nvfp4::dequantize_rows(packed, scales, globals, *rule, self.cols()),
+            HostData::Mxfp4 { packed, scales } => {
+                super::mxfp4::dequantize(packed, scales, self.cols())
+                    .unwrap_or_else(|_| vec![f32::NAN; n])
+            }
+            HostData::RandomMxfp4 { seed, std } => {
+                let (packed, scales) = random_mxfp4_parts(*seed, *std, n);
+                super::mxfp4::dequantize(&packed, &scales, self.cols())
+                    .unwrap_or_else(|_| vec![f32::NAN; n])
+            }
             HostData::RandomNvfp4 { seed, std } => {
                 let (packed, scales) = random_nvfp4_parts(*seed, n);
                 let globals = vec![random_nvfp4_global(*std); n / self.cols().max(1)];
@@ -252,6 +302,14 @@ impl HostTensor<'_> {
         matches!(
             self.data,
             HostData::Nvfp4 { .. } | HostData::RandomNvfp4 { .. }
+        )
+    }
+
+    /// Whether the data is MXFP4 (stored or dummy).
+    pub fn is_mxfp4(&self) -> bool {
+        matches!(
+            self.data,
+            HostData::Mxfp4 { .. } | HostData::RandomMxfp4 { .. }
         )
     }
 
@@ -571,5 +629,42 @@ mod tests {
             data: HostData::Random { seed: 8, std: 0.02 },
         };
         assert_ne!(x[..16], other.to_f32()[..16]);
+    }
+    /// Dummy MXFP4: the host's values are its parts' exact dequantization, a pure function of
+    /// the seed; the scales two neighbouring powers of two, the spread within 2x of `std`;
+    /// and a checkpoint's packed parts read back as `mxfp4::dequantize` gives them.
+    #[test]
+    fn random_mxfp4_is_seeded_exact_and_near_its_std() {
+        let (rows, cols) = (300usize, 1024usize);
+        let t = |seed| HostTensor {
+            shape: vec![rows, cols],
+            data: HostData::RandomMxfp4 { seed, std: 0.02 },
+        };
+        let x = t(7).to_f32();
+        assert_eq!(x, t(7).to_f32(), "a pure function of the seed");
+        assert_ne!(x[..32], t(8).to_f32()[..32]);
+        assert!(t(7).is_mxfp4());
+        let (packed, scales) = random_mxfp4_parts(7, 0.02, rows * cols);
+        assert_eq!(
+            (packed.len(), scales.len()),
+            (rows * cols / 2, rows * cols / 32)
+        );
+        let base = random_mxfp4_scale_base(0.02);
+        assert!(base.is_multiple_of(2) && scales.iter().all(|&b| b == base || b == base + 1));
+        assert!(scales.contains(&base) && scales.contains(&(base + 1)));
+        let want = super::super::mxfp4::dequantize(&packed, &scales, cols).expect("no NaN");
+        assert_eq!(x, want);
+        let var = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+        let ratio = var.sqrt() / 0.02;
+        assert!((0.5..2.0).contains(&ratio), "{ratio}");
+        let stored = HostTensor {
+            shape: vec![rows, cols],
+            data: HostData::Mxfp4 {
+                packed: Cow::Owned(packed),
+                scales: Cow::Owned(scales),
+            },
+        };
+        assert!(stored.is_mxfp4());
+        assert_eq!(stored.to_f32(), want);
     }
 }

@@ -19,9 +19,9 @@ use std::path::{Path, PathBuf};
 pub use config::{GenerationConfig, ModelConfig, MoeConfig};
 pub use fp8::Fp8Config;
 pub use host_tensor::{
-    DType, FP8_COL_BLOCK, HostData, HostTensor, NVFP4_SCALE_BITS, NVFP4_SCALE_SHIFT,
-    NVFP4_SCALE_STREAM, random_fp8_bytes, random_fp8_scale, random_nvfp4_global,
-    random_nvfp4_parts,
+    DType, FP8_COL_BLOCK, HostData, HostTensor, MXFP4_SCALE_STREAM, NVFP4_SCALE_BITS,
+    NVFP4_SCALE_SHIFT, NVFP4_SCALE_STREAM, random_fp8_bytes, random_fp8_scale, random_mxfp4_parts,
+    random_mxfp4_scale_base, random_nvfp4_global, random_nvfp4_parts,
 };
 pub use nvfp4::Nvfp4Config;
 pub use requantize::Requantize;
@@ -212,10 +212,26 @@ impl Weights {
     }
 
     /// An MXFP4 weight `name` of logical `shape` (`loader/mxfp4.rs`: `name_blocks` and
-    /// `name_scales`), dequantized to f32; a dummy source draws it as a random matrix.
+    /// `name_scales`), packed as stored ([`HostData::Mxfp4`]: the CPU dequantizes it at upload,
+    /// the CUDA backend keeps expert stacks packed); a dummy source draws it packed
+    /// ([`HostData::RandomMxfp4`]) when its rows are whole 32-value blocks, else as a random
+    /// matrix.
     pub fn get_mxfp4(&self, name: &str, shape: &[usize]) -> Result<HostTensor<'_>, LoadError> {
         match &self.source {
             Source::Safetensors(w) => w.get_mxfp4(name, shape),
+            Source::Dummy { seed, .. }
+                if shape
+                    .last()
+                    .is_some_and(|&c| c > 0 && c.is_multiple_of(mxfp4::BLOCK)) =>
+            {
+                Ok(HostTensor {
+                    shape: shape.to_vec(),
+                    data: HostData::RandomMxfp4 {
+                        seed: seed ^ fnv1a(name.as_bytes()),
+                        std: 0.02,
+                    },
+                })
+            }
             Source::Dummy { .. } => self.read(name, shape, TensorKind::Matrix),
         }
     }
@@ -331,6 +347,22 @@ mod tests {
         ] {
             assert!(!quantized_projection(name), "{name}");
         }
+    }
+
+    /// A dummy source draws an MXFP4 weight packed (rows of whole 32-value blocks) and as a
+    /// plain random matrix otherwise.
+    #[test]
+    fn the_dummy_draws_mxfp4_packed() {
+        let dir = std::env::temp_dir().join(format!("metrale-dummy-mxfp4-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        std::fs::write(dir.join("config.json"), "{}").expect("write");
+        let w = Weights::open(&dir, LoadFormat::Dummy).expect("dummy");
+        let name = "model.layers.0.mlp.experts.gate_up_proj";
+        let t = w.get_mxfp4(name, &[4, 64, 96]).expect("mxfp4");
+        assert!(matches!(t.data, HostData::RandomMxfp4 { std, .. } if std == 0.02));
+        let u = w.get_mxfp4(name, &[4, 64, 40]).expect("odd");
+        assert!(matches!(u.data, HostData::Random { .. }));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     /// A dummy source with an NVFP4 config: NVFP4 recipes for the projections its ignore list

@@ -17,7 +17,9 @@
 //! checkpoint's matrices are already in the out × in layout of a linear layer
 //! (`convert_moe_packed_tensors` transposes them into transformers' in × out parameters).
 //!
-//! The CPU reference dequantizes on the host at load; no backend keeps MXFP4 packed yet.
+//! The loader hands the packed parts over (`HostData::Mxfp4`, `safetensors_dir/mxfp4.rs`): the
+//! CPU reference dequantizes them at upload with [`dequantize`], the CUDA backend keeps expert
+//! stacks packed (`backend/cuda/moe_fp4.rs`).
 
 use rayon::prelude::*;
 use serde_json::Value;

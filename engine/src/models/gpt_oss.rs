@@ -14,7 +14,9 @@
 //! Experts load from bf16 (`gate_up_proj` `[E, H, 2·I]` with gate and up columns interleaved,
 //! `down_proj` `[E, I, H]`: transformers' in × out parameters) or from MXFP4 as released
 //! (`loader/mxfp4.rs`: `*_blocks`/`*_scales`, out × in), and are rearranged once at load into
-//! the engine's `[E, 2·I, H]` (gate rows first) and `[E, H, I]`.
+//! the engine's `[E, 2·I, H]` (gate rows first) and `[E, H, I]`. MXFP4 stacks stay packed
+//! through the rearrangement (whole rows move): the CPU dequantizes them at upload, the CUDA
+//! backend keeps them packed (`backend/cuda/moe_fp4.rs`).
 //!
 //! Loaded with a [`Collective`] ([`GptOss::load_sharded`]), the model is one rank of a
 //! tensor-parallel group (`gpt_oss/shard.rs`): its heads, each expert's width and its head
@@ -86,9 +88,9 @@ fn f32_tensor(shape: Vec<usize>, values: &[f32]) -> HostTensor<'static> {
 
 /// Rows `[.., 2·I, c]` with gate and up interleaved (`2j` gate `j`, `2j + 1` up `j`) as gate
 /// rows then up rows, for every leading index. `values` holds `n · 2·I · c` values.
-fn split_interleaved(values: &[f32], two_i: usize, c: usize) -> Vec<f32> {
+fn split_interleaved<T: Copy + Default>(values: &[T], two_i: usize, c: usize) -> Vec<T> {
     let i = two_i / 2;
-    let mut out = vec![0f32; values.len()];
+    let mut out = vec![T::default(); values.len()];
     for (src, dst) in values
         .chunks_exact(two_i * c)
         .zip(out.chunks_exact_mut(two_i * c))
@@ -125,31 +127,54 @@ fn load_experts<'w>(
 ) -> std::result::Result<[HostTensor<'w>; 4], LoadError> {
     let mat = |name: &str, shape: &[usize]| w.get(name, shape, TensorKind::Matrix);
     let (gate_up, down) = if mxfp4 {
-        // Stored out × in: [E, 2·I, H] interleaved rows, and [E, H, I].
+        // Stored out × in: [E, 2·I, H] interleaved rows, and [E, H, I]; kept packed.
         let gu = w.get_mxfp4(&format!("{p}.gate_up_proj"), &[e, 2 * i, h])?;
         let d = w.get_mxfp4(&format!("{p}.down_proj"), &[e, h, i])?;
-        (split_interleaved(&gu.to_f32(), 2 * i, h), d.to_f32())
+        (split_interleaved_rows(gu, 2 * i, h), d)
     } else {
         // transformers' parameters, in × out: [E, H, 2·I] interleaved columns, [E, I, H].
         let gu = mat(&format!("{p}.gate_up_proj"), &[e, h, 2 * i])?;
         let d = mat(&format!("{p}.down_proj"), &[e, i, h])?;
         let gu = transpose_each(&gu.to_f32(), h, 2 * i);
         (
-            split_interleaved(&gu, 2 * i, h),
-            transpose_each(&d.to_f32(), i, h),
+            f32_tensor(vec![e, 2 * i, h], &split_interleaved(&gu, 2 * i, h)),
+            f32_tensor(vec![e, h, i], &transpose_each(&d.to_f32(), i, h)),
         )
     };
     let gate_up_bias = mat(&format!("{p}.gate_up_proj_bias"), &[e, 2 * i])?;
     let down_bias = mat(&format!("{p}.down_proj_bias"), &[e, h])?;
     Ok([
-        f32_tensor(vec![e, 2 * i, h], &gate_up),
+        gate_up,
         f32_tensor(
             vec![e, 2 * i],
             &split_interleaved(&gate_up_bias.to_f32(), 2 * i, 1),
         ),
-        f32_tensor(vec![e, h, i], &down),
+        down,
         down_bias,
     ])
+}
+
+/// An MXFP4 `gate_up` `[E, 2·I, H]` with gate and up rows interleaved as gate rows then up
+/// rows ([`split_interleaved`]), still packed: a row's `H / 2` packed bytes and `H / 32` scales
+/// move whole. A dummy's rows are drawn in any order alike (the CPU and the device read the same
+/// draw), so it stays the recipe; anything else is split as f32 values.
+fn split_interleaved_rows(t: HostTensor<'_>, two_i: usize, h: usize) -> HostTensor<'_> {
+    use crate::loader::mxfp4::BLOCK;
+    if let HostData::Mxfp4 { packed, scales } = &t.data
+        && h.is_multiple_of(BLOCK)
+    {
+        return HostTensor {
+            shape: t.shape.clone(),
+            data: HostData::Mxfp4 {
+                packed: Cow::Owned(split_interleaved(packed, two_i, h / 2)),
+                scales: Cow::Owned(split_interleaved(scales, two_i, h / BLOCK)),
+            },
+        };
+    }
+    if matches!(t.data, HostData::RandomMxfp4 { .. }) {
+        return t;
+    }
+    f32_tensor(t.shape.clone(), &split_interleaved(&t.to_f32(), two_i, h))
 }
 
 /// Refuse, before any weight is read, a backend without gpt-oss's ops, naming them and the
@@ -407,5 +432,31 @@ mod tests {
     fn each_matrix_is_transposed() {
         let v = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
         assert_eq!(transpose_each(&v, 2, 3), [1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    }
+    /// An MXFP4 `gate_up` split on its packed rows reads back as the split of its values, and
+    /// stays packed; a dummy stays its recipe.
+    #[test]
+    fn packed_rows_split_as_their_values() {
+        let (e, two_i, h) = (2usize, 6usize, 64usize);
+        let n = e * two_i * h;
+        let (packed, scales) = crate::loader::random_mxfp4_parts(5, 0.02, n);
+        let t = HostTensor {
+            shape: vec![e, two_i, h],
+            data: HostData::Mxfp4 {
+                packed: Cow::Owned(packed),
+                scales: Cow::Owned(scales),
+            },
+        };
+        let want = split_interleaved(&t.to_f32(), two_i, h);
+        let got = split_interleaved_rows(t, two_i, h);
+        assert!(matches!(got.data, HostData::Mxfp4 { .. }));
+        assert_eq!(got.shape, vec![e, two_i, h]);
+        assert_eq!(got.to_f32(), want);
+        let dummy = HostTensor {
+            shape: vec![e, two_i, h],
+            data: HostData::RandomMxfp4 { seed: 3, std: 0.02 },
+        };
+        let kept = split_interleaved_rows(dummy, two_i, h);
+        assert!(matches!(kept.data, HostData::RandomMxfp4 { seed: 3, .. }));
     }
 }

@@ -86,6 +86,7 @@ static void attn_tests() {
 #include "mamba2_test.h"
 #include "skeleton_test.h"
 #include "nvfp4_test.h"
+#include "moe_fp4_test.h"
 
 int main() {
     // EMU_ONLY=NAME runs one group of cases (see each group's comment), then stops.
@@ -111,6 +112,7 @@ int main() {
         {"minimax", [] { minimax_tests(); }},
         {"mla", [] { mla_tests(); }},
         {"nvfp4", [] { nvfp4_tests(); }},
+        {"moe_fp4", [] { moe_fp4_tests(); }},
     };
     if (const char* only = getenv("EMU_ONLY")) {
         for (const auto& [name, run] : groups)
@@ -147,6 +149,7 @@ int main() {
     skeleton_tests();
     t_fp8_decode();
     nvfp4_tests();
+    moe_fp4_tests();
     t_gemv_fp8(1, 40, 1024);
     t_gemv_fp8(1, 37, 2064);
     t_gemv_bf16_mma(4, 40, 256); t_gemv_bf16_mma(2, 1, 64); t_gemv_bf16_mma(8, 37, 1024);

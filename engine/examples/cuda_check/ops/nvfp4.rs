@@ -108,11 +108,10 @@ impl Ops<'_> {
     }
 
     /// Dummy NVFP4 weights drawn on the device against the host's draw: on the bf16 path a 2-D
-    /// weight stays packed and its packed pairs, scale bytes and per-row globals must be the
-    /// host's byte for byte (the first of 300 x 1024 spans three 65536-byte chunks of the
-    /// stream); a 3-D stack (the experts') is widened on the device and must read back as the
-    /// host's values rounded to bf16; rows of 48 (16-value blocks, not 32) and the float32
-    /// path take the host's values.
+    /// weight and a 3-D stack (the experts', moe_fp4.rs) stay packed and their packed pairs,
+    /// scale bytes and per-row globals must be the host's byte for byte (the first of 300 x
+    /// 1024 spans three 65536-byte chunks of the stream); rows of 48 (16-value blocks, not 32)
+    /// and the float32 path take the host's values.
     pub(super) fn uploads_nvfp4(&mut self) -> Result<()> {
         let fp32 = self.fp32();
         for (shape, seed) in [

@@ -223,7 +223,9 @@ impl CudaBackend {
             Kv8(Kernel<Kv8Args>),
         }
         let writer = match (qkv.dtype, k_cache.dtype) {
-            (DType::F8 | DType::F4, _) => return Err(super::not_activation("write_kv")),
+            (DType::F8 | DType::F4 | DType::Mx4, _) => {
+                return Err(super::not_activation("write_kv"));
+            }
             (DType::F32, DType::F32) => Writer::Plain(kernels::write_kv_fp32),
             (DType::F32, DType::F8) => Writer::Kv8(kernels::write_kv_f32_kv8),
             (DType::BF16, DType::F8) => Writer::Kv8(kernels::write_kv_bf16_kv8),
@@ -445,7 +447,7 @@ impl CudaBackend {
         let kv8 = k_cache.dtype == DType::F8;
         let ty = match (fp32, kv8, qkv.dtype) {
             (true, _, _) => AttnTypes::Fp32,
-            (false, _, DType::F8 | DType::F4) => {
+            (false, _, DType::F8 | DType::F4 | DType::Mx4) => {
                 return Err(super::not_activation("paged_attention"));
             }
             (false, true, DType::F32) => AttnTypes::F32Kv8,

@@ -104,34 +104,52 @@ impl Backend for CudaBackend {
             } => self.upload_fp8(&t.shape, bytes, scales, *col_block),
             HostData::RandomFp8 { seed, std } => self.random_fp8(&t.shape, *seed, *std),
             // NVFP4 (a checkpoint's, or --requantize's): kept packed (DType::F4, nvfp4.rs) for
-            // bf16 compute on 2-D weights whose rows are whole 32-value chunks; otherwise (the
-            // float32 path, other shapes) the CPU reference's dequantized values, widened to the
-            // compute type.
+            // bf16 compute on weights whose rows are whole 32-value chunks: 2-D weights and the
+            // MoE experts' 3-D stacks (rows [E · rows, cols], each expert's global repeated over
+            // its rows; moe_fp4.rs); otherwise (the float32 path, other shapes) the CPU
+            // reference's dequantized values, widened to the compute type.
             HostData::Nvfp4 {
                 packed,
                 scales,
                 globals,
                 rule,
             } if self.compute == DType::BF16
-                && t.shape.len() == 2
+                && matches!(t.shape.len(), 2 | 3)
                 && t.cols().is_multiple_of(32) =>
             {
                 self.upload_nvfp4(&t.shape, packed, scales, globals, *rule)
             }
-            // Dummy NVFP4: drawn on the device, packed where a checkpoint's NVFP4 stays packed,
-            // widened there to bf16 where a checkpoint's is widened at upload (the MoE
-            // experts' 3-D stacks); the float32 path and rows of 16 (not 32) values take the
-            // CPU reference's values from the host.
+            // Dummy NVFP4: drawn packed on the device wherever a checkpoint's NVFP4 stays
+            // packed; the float32 path and rows of 16 (not 32) values take the CPU reference's
+            // values from the host.
             HostData::RandomNvfp4 { seed, std }
-                if self.compute == DType::BF16 && t.cols().is_multiple_of(32) =>
+                if self.compute == DType::BF16
+                    && matches!(t.shape.len(), 2 | 3)
+                    && t.cols().is_multiple_of(32) =>
             {
-                if t.shape.len() == 2 {
-                    self.random_nvfp4(&t.shape, *seed, *std)
-                } else {
-                    self.random_nvfp4_bf16(&t.shape, *seed, *std)
-                }
+                self.random_nvfp4(&t.shape, *seed, *std)
             }
-            HostData::Nvfp4 { .. } | HostData::RandomNvfp4 { .. } => match self.compute {
+            // MXFP4 expert stacks (gpt-oss's checkpoints, and their dummies drawn on the
+            // device) stay packed (DType::Mx4, moe_fp4.rs) for bf16 compute; the float32 path
+            // and other shapes take the CPU reference's exact values, as NVFP4's do.
+            HostData::Mxfp4 { packed, scales }
+                if self.compute == DType::BF16
+                    && t.shape.len() == 3
+                    && t.cols().is_multiple_of(32) =>
+            {
+                self.upload_mxfp4(&t.shape, packed, scales)
+            }
+            HostData::RandomMxfp4 { seed, std }
+                if self.compute == DType::BF16
+                    && t.shape.len() == 3
+                    && t.cols().is_multiple_of(32) =>
+            {
+                self.random_mxfp4(&t.shape, *seed, *std)
+            }
+            HostData::Nvfp4 { .. }
+            | HostData::RandomNvfp4 { .. }
+            | HostData::Mxfp4 { .. }
+            | HostData::RandomMxfp4 { .. } => match self.compute {
                 DType::F32 => self.tensor_from_f32(&t.shape, &t.to_f32(), DType::F32),
                 _ => {
                     let bytes = tensor::f32_to_bf16_bytes(&t.to_f32());

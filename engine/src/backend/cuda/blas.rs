@@ -396,7 +396,7 @@ impl CudaBackend {
             w.cols() == k
                 && out.rows() == m
                 && out.cols() == n
-                && !matches!(w.dtype, DType::F8 | DType::F4),
+                && !matches!(w.dtype, DType::F8 | DType::F4 | DType::Mx4),
             || {
                 format!(
                     "out {:?} = x {:?} · w {:?}ᵀ (w {:?}, must be bf16 or f32)",

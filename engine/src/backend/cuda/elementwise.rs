@@ -80,7 +80,7 @@ impl CudaBackend {
         let name = match table.dtype {
             DType::BF16 => kernels::embedding_bf16,
             DType::F32 => kernels::embedding_f32,
-            DType::F8 | DType::F4 => return Err(super::not_activation("embedding")),
+            DType::F8 | DType::F4 | DType::Mx4 => return Err(super::not_activation("embedding")),
         };
         let s = &self.stream;
         let (o, t, ids, hh) = (
@@ -126,7 +126,7 @@ impl CudaBackend {
         let name = match x.dtype {
             DType::BF16 => kernels::gather_rows_bf16,
             DType::F32 => kernels::gather_rows_f32,
-            DType::F8 | DType::F4 => return Err(super::not_activation("gather_rows")),
+            DType::F8 | DType::F4 | DType::Mx4 => return Err(super::not_activation("gather_rows")),
         };
         let s = &self.stream;
         let (o, xp, rows, w) = (
@@ -190,7 +190,7 @@ impl CudaBackend {
                     "the float32 path takes an f32 gate_up".to_string(),
                 ));
             }
-            (DType::F8 | DType::F4, _) => return Err(super::not_activation(op)),
+            (DType::F8 | DType::F4 | DType::Mx4, _) => return Err(super::not_activation(op)),
         };
         let s = &self.stream;
         let (o, g) = (out.ptr(s), gate_up.ptr(s));
@@ -236,7 +236,7 @@ impl CudaBackend {
         let name = match out.dtype {
             DType::BF16 => kernels::cast_f32_bf16,
             DType::F32 => kernels::cast_bf16_f32,
-            DType::F8 | DType::F4 => return Err(super::not_activation("cast")),
+            DType::F8 | DType::F4 | DType::Mx4 => return Err(super::not_activation("cast")),
         };
         let s = &self.stream;
         let (o, i) = (out.ptr(s), x.ptr(s));
@@ -249,7 +249,7 @@ impl CudaBackend {
         let name = match t.dtype {
             DType::BF16 => kernels::fill_random_bf16,
             DType::F32 => kernels::fill_random_f32,
-            DType::F8 | DType::F4 => return Err(super::not_activation("fill_random")),
+            DType::F8 | DType::F4 | DType::Mx4 => return Err(super::not_activation("fill_random")),
         };
         let n = t.numel() as u64;
         if n == 0 {
@@ -275,7 +275,7 @@ impl CudaBackend {
         let name = match t.dtype {
             DType::BF16 => kernels::fill_const_bf16,
             DType::F32 => kernels::fill_const_f32,
-            DType::F8 | DType::F4 => return Err(super::not_activation("fill_const")),
+            DType::F8 | DType::F4 | DType::Mx4 => return Err(super::not_activation("fill_const")),
         };
         let n = t.numel() as u64;
         if n == 0 {

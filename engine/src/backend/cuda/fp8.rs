@@ -263,7 +263,7 @@ impl CudaBackend {
             DType::BF16 if vec => kernels::dequant_fp8_bf16_vec,
             DType::BF16 => kernels::dequant_fp8_bf16,
             DType::F32 => kernels::dequant_fp8_fp32,
-            DType::F8 | DType::F4 => return Err(super::not_activation("dequant_fp8")),
+            DType::F8 | DType::F4 | DType::Mx4 => return Err(super::not_activation("dequant_fp8")),
         };
         let s = &self.stream;
         let (o, wp, sp, ki) = (out.ptr(s), w.ptr(s), w.scales_ptr(s), int(k, "matmul")?);

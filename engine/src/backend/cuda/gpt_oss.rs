@@ -11,14 +11,17 @@
 //! 5.   `moe_combine_bias_*`: `moe_combine` with each slot's down bias added before the weight.
 //!
 //! Every step runs the CUDA-core kernels, so a decode step is captured into a CUDA graph as
-//! `fused_moe`'s is. What would be faster (docs/cuda-kernels.md): the tensor-core grouped GEMMs
-//! of `moe_mma.cu` with the bias and clamp in gate|up's epilogue for prefill chunks (the
-//! CUDA-core kernels read each expert row once per 8 of its tokens), the one-token decode
-//! kernels (`moe_gate_up_dec_*`, `moe_down_combine_dec*`) with the biases, and MXFP4 experts
-//! kept packed on the device instead of widened to bf16 at load.
+//! `fused_moe`'s is. Expert stacks may be bf16, f32 (the float32 path), or MXFP4 (gpt-oss's
+//! checkpoints) and NVFP4 kept packed (`moe_gate_up_clamped_{mxfp4,nvfp4}`,
+//! `moe_down_{mxfp4,nvfp4}`: `moe_fp4.rs`). What would be faster (docs/cuda-kernels.md): the
+//! tensor-core grouped GEMMs of `moe_mma.cu` with the bias and clamp in gate|up's epilogue
+//! for prefill chunks (the CUDA-core kernels read each expert row once per 8 of its tokens),
+//! and the one-token decode kernels (`moe_gate_up_dec_*`, `moe_down_combine_dec*`) with the
+//! biases.
 
 use super::elementwise::{dim, int, stride_cfg};
 use super::moe::{MAX_TOP_K, Scoring, down_kernel_of, expert_rows_cfg};
+use super::moe_fp4::fp4_pair;
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check};
 use crate::backend::kernels;
@@ -52,7 +55,8 @@ impl CudaBackend {
     }
 
     /// [`crate::backend::Backend::fused_moe_clamped`] (see the module's comment). `out` becomes
-    /// `[T, H]` f32 as `fused_moe`'s; the experts are bf16 or f32 (the float32 path).
+    /// `[T, H]` f32 as `fused_moe`'s; the experts are bf16, MXFP4 or NVFP4 (bf16 activations)
+    /// or f32 (the float32 path).
     pub(super) fn fused_moe_clamped_op(
         &self,
         out: &mut CudaTensor,
@@ -70,10 +74,16 @@ impl CudaBackend {
             MAX_TOP_K,
         )?;
         let wide = |d: DType| matches!(d, DType::BF16 | DType::F32);
+        // FP4 stacks (NVFP4, MXFP4) stay packed when both are of one format and their rows fit
+        // the FP4 kernels; else a stray FP4 one is widened for the step.
+        let fp4 = fp4_pair((ex.gate_up, ex.down), (h, i));
+        let (mut gate_up_held, mut down_held) = (None, None);
+        let gate_up = self.fp4_or_widened(ex.gate_up, fp4, &mut gate_up_held)?;
+        let down = self.fp4_or_widened(ex.down, fp4, &mut down_held)?;
         check(
             "fused_moe_clamped",
-            ex.gate_up.dtype == ex.down.dtype
-                && wide(ex.gate_up.dtype)
+            gate_up.dtype == down.dtype
+                && (fp4 || wide(gate_up.dtype))
                 && wide(router_logits.dtype)
                 && wide(ex.gate_up_bias.dtype)
                 && wide(ex.down_bias.dtype)
@@ -81,11 +91,11 @@ impl CudaBackend {
                 && ex.down_bias.shape == [e, h],
             || {
                 format!(
-                    "gate_up {:?}, down {:?} (both bf16 or both f32), gate_up_bias {:?} {:?} \
+                    "gate_up {:?}, down {:?} (both bf16, nvfp4, mxfp4 or f32), gate_up_bias {:?} {:?} \
                      (want [{e}, {}]), down_bias {:?} {:?} (want [{e}, {h}]), router logits \
                      {:?}",
-                    ex.gate_up.dtype,
-                    ex.down.dtype,
+                    gate_up.dtype,
+                    down.dtype,
                     ex.gate_up_bias.shape,
                     ex.gate_up_bias.dtype,
                     2 * i,
@@ -107,8 +117,9 @@ impl CudaBackend {
             int(i, "fused_moe_clamped")?,
         );
         // The kernels read activations (x, the gate|up bias, the products) of the experts'
-        // type: bf16, or f32 on the float32 path. The model's tensors have it already.
-        let act_dtype = ex.gate_up.dtype;
+        // type: bf16 (NVFP4 experts too), or f32 on the float32 path. The model's tensors have
+        // it already.
+        let act_dtype = if fp4 { DType::BF16 } else { gate_up.dtype };
         let (mut x_conv, mut bias_conv) = (None, None);
         let x = self.as_dtype(x, act_dtype, &mut x_conv)?;
         let b13 = self.as_dtype(ex.gate_up_bias, act_dtype, &mut bias_conv)?;
@@ -123,6 +134,8 @@ impl CudaBackend {
         // 1-2. The route fused_moe would take for these shapes (never the fused router: the
         // logits are given, bias added).
         let (w, build) = match act_dtype {
+            _ if fp4 && gate_up.dtype == DType::Mx4 => (ExpertType::Mxfp4, CoreBuild::Mxfp4),
+            _ if fp4 => (ExpertType::Nvfp4, CoreBuild::Nvfp4),
             DType::F32 => (ExpertType::F32, CoreBuild::Fp32),
             _ if h.is_multiple_of(8) && i.is_multiple_of(8) => {
                 (ExpertType::Bf16, CoreBuild::Bf16Vec)
@@ -157,40 +170,25 @@ impl CudaBackend {
         // pairs (at most one a pair).
         let experts = dim(e.min(pairs), "fused_moe_clamped")?;
         let (xp, actp, b13p) = (x.ptr(s), act.ptr(s), b13.ptr(s));
-        let (w13, w13s) = (ex.gate_up.ptr(s), ex.gate_up.scales_ptr(s));
-        let gate_up_kernel = match build {
-            CoreBuild::Fp32 => kernels::moe_gate_up_clamped_fp32,
-            CoreBuild::Bf16Vec => kernels::moe_gate_up_clamped_bf16_vec,
-            _ => kernels::moe_gate_up_clamped_bf16,
-        };
-        let args = (
-            actp, xp, w13, w13s, ofp, acp, pmp, ei, ki, ii, hi, b13p, ex.alpha, ex.limit,
-        );
-        // SAFETY: x is [t, h] and act [t·k, i] of the activation type, gate_up [e, 2i, h] and
-        // its bias [e, 2i] of the same type (checked and converted above); offsets/perm/active
-        // were written by the routing launches (ranges inside 0..t·k, perm entries below t·k,
-        // so token = perm / k < t, act row perm < t·k; active names at most min(e, t·k)
-        // experts); the vector build only with h and i multiples of 8 (16-byte rows); block
-        // rows past the active count and rows past i return.
-        unsafe {
-            gate_up_kernel.launch(
-                self,
-                expert_rows_cfg(i, experts, "fused_moe_clamped")?,
-                args,
-            )?;
-        }
-        // 4. down into ys, pair rows.
         let ysp = ys.ptr(s);
-        let (w2, w2s) = (ex.down.ptr(s), ex.down.scales_ptr(s));
-        let args = (ysp, actp, w2, w2s, ofp, acp, pmp, ei, ii, hi);
-        // SAFETY: act is [t·k, i] (every row written by gate|up: each pair is in exactly one
-        // expert's range), down [e, h, i] of act's type, ys [t·k, h] f32; block rows past the
-        // active count and columns past h return.
-        unsafe {
-            down_kernel_of(build).launch(
-                self,
-                expert_rows_cfg(h, experts, "fused_moe_clamped")?,
-                args,
+        if fp4 {
+            // 3-4. The FP4 kernels (moe_fp4.rs): the same stages on the packed stacks.
+            self.clamped_experts_fp4(
+                (ysp, actp, xp, b13p),
+                (gate_up, down),
+                (ofp, acp, pmp),
+                (e, top_k, h, i, pairs),
+                build,
+                (ex.alpha, ex.limit),
+            )?;
+        } else {
+            self.clamped_experts_wide(
+                (ysp, actp, xp, b13p),
+                (gate_up, down),
+                (ofp, acp, pmp),
+                (ei, ki, hi, ii, experts),
+                build,
+                (ex.alpha, ex.limit),
             )?;
         }
         // 5. out = Σ_slot weight · (ys + down_bias[expert]).
@@ -207,6 +205,57 @@ impl CudaBackend {
                 self,
                 stride_cfg(tu * h as u64),
                 (op, ysp, wtp, idp, b2p, tu, ki, hi),
+            )
+        }
+    }
+
+    /// Stages 3-4 of [`Self::fused_moe_clamped_op`] for bf16 or f32 experts: gate|up + bias +
+    /// clamped SwiGLU into act, down into ys (pair rows).
+    #[allow(clippy::too_many_arguments)]
+    fn clamped_experts_wide(
+        &self,
+        (ysp, actp, xp, b13p): (u64, u64, u64, u64),
+        (gate_up, down): (&CudaTensor, &CudaTensor),
+        (ofp, acp, pmp): (u64, u64, u64),
+        (ei, ki, hi, ii, experts): (i32, i32, i32, i32, u32),
+        build: CoreBuild,
+        (alpha, limit): (f32, f32),
+    ) -> Result<()> {
+        let s = &self.stream;
+        let (i, h) = (ii as usize, hi as usize);
+        let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
+        let gate_up_kernel = match build {
+            CoreBuild::Fp32 => kernels::moe_gate_up_clamped_fp32,
+            CoreBuild::Bf16Vec => kernels::moe_gate_up_clamped_bf16_vec,
+            _ => kernels::moe_gate_up_clamped_bf16,
+        };
+        let args = (
+            actp, xp, w13, w13s, ofp, acp, pmp, ei, ki, ii, hi, b13p, alpha, limit,
+        );
+        // SAFETY: x is [t, h] and act [t·k, i] of the activation type, gate_up [e, 2i, h] and
+        // its bias [e, 2i] of the same type (checked and converted above); offsets/perm/active
+        // were written by the routing launches (ranges inside 0..t·k, perm entries below t·k,
+        // so token = perm / k < t, act row perm < t·k; active names at most min(e, t·k)
+        // experts); the vector build only with h and i multiples of 8 (16-byte rows); block
+        // rows past the active count and rows past i return.
+        unsafe {
+            gate_up_kernel.launch(
+                self,
+                expert_rows_cfg(i, experts, "fused_moe_clamped")?,
+                args,
+            )?;
+        }
+        // 4. down into ys, pair rows.
+        let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
+        let args = (ysp, actp, w2, w2s, ofp, acp, pmp, ei, ii, hi);
+        // SAFETY: act is [t·k, i] (every row written by gate|up: each pair is in exactly one
+        // expert's range), down [e, h, i] of act's type, ys [t·k, h] f32; block rows past the
+        // active count and columns past h return.
+        unsafe {
+            down_kernel_of(build)?.launch(
+                self,
+                expert_rows_cfg(h, experts, "fused_moe_clamped")?,
+                args,
             )
         }
     }

@@ -23,7 +23,7 @@ pub(super) fn operand(b: &CudaBackend, op: &'static str, t: &CudaTensor) -> Resu
     match t.dtype {
         DType::BF16 => Ok((t.ptr(&b.stream), 1)),
         DType::F32 => Ok((t.ptr(&b.stream), 0)),
-        DType::F8 | DType::F4 => Err(super::not_activation(op)),
+        DType::F8 | DType::F4 | DType::Mx4 => Err(super::not_activation(op)),
     }
 }
 
@@ -418,7 +418,7 @@ impl CudaBackend {
             return Ok(None);
         }
         match mixed.dtype {
-            DType::F8 | DType::F4 => Err(super::not_activation(op)),
+            DType::F8 | DType::F4 | DType::Mx4 => Err(super::not_activation(op)),
             tm => Ok(Some(tm)),
         }
     }

@@ -41,6 +41,7 @@ mod mamba2_chunk;
 mod minimax;
 mod mla;
 mod moe;
+mod moe_fp4;
 mod moe_mma;
 mod norm;
 mod nvfp4;
@@ -420,6 +421,7 @@ impl CudaBackend {
         let bytes = match dtype {
             DType::F8 => tensor::fp8_alloc_bytes(shape),
             DType::F4 => tensor::f4_alloc_bytes(shape),
+            DType::Mx4 => tensor::mx4_alloc_bytes(shape),
             d => tensor::alloc_bytes(numel, d),
         };
         let buf = self.raw_alloc(bytes, false)?;

@@ -10,17 +10,19 @@
 //! buffer is sized by the step's tokens (`T · top_k` pairs), which a graph's batch bucket fixes.
 //!
 //! On the float32 path the experts are f32 (`_fp32` kernels: f32 x rows and SiLU products,
-//! always on the CUDA cores); bf16 and FP8 experts read bf16 activations.
+//! always on the CUDA cores); bf16, FP8 and FP4 experts read bf16 activations. NVFP4 and
+//! MXFP4 expert stacks stay packed (`moe_fp4.rs`).
 
 use cudarc::driver::DevicePtr;
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
+use super::moe_fp4::fp4_pair;
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check};
 use crate::backend::Result;
 use crate::backend::kernels::{self, Kernel};
 use crate::backend::moe_plan::{
-    self, CoreBuild, Down, ExpertType, Experts, GateUp, MoePlan, MoeShape, Route,
+    self, CoreBuild, Down, ExpertType, Experts, GateUp, MmaBuild, MoePlan, MoeShape, Route,
 };
 
 /// Most experts a token may take (`MOE_MAX_TOP_K` in moe.cu: the routing kernel keeps its
@@ -186,13 +188,19 @@ impl CudaBackend {
             top_k,
             MAX_TOP_K,
         )?;
+        // FP4 stacks (NVFP4, MXFP4) stay packed when both are of one format and their rows fit
+        // the FP4 kernels; else a stray FP4 one is widened for the step.
+        let fp4 = fp4_pair((gate_up, down), (h, i));
+        let (mut gate_up_held, mut down_held) = (None, None);
+        let gate_up = self.fp4_or_widened(gate_up, fp4, &mut gate_up_held)?;
+        let down = self.fp4_or_widened(down, fp4, &mut down_held)?;
         check(
             "fused_moe",
             gate_up.dtype == down.dtype && router_logits.dtype != DType::F8,
             || {
                 format!(
-                    "gate_up {:?} and down {:?} must both be bf16, fp8 or f32, router logits \
-                     ({:?}) bf16 or f32",
+                    "gate_up {:?} and down {:?} must both be bf16, fp8, nvfp4, mxfp4 or f32, \
+                     router logits ({:?}) bf16 or f32",
                     gate_up.dtype, down.dtype, router_logits.dtype
                 )
             },
@@ -279,6 +287,35 @@ impl CudaBackend {
                 )?;
                 return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
             }
+            // FP4 experts on tensor cores: bf16 copies of the stacks for this step.
+            Experts::WidenedMma => {
+                let (g, d) = (self.widen_fp4(gate_up)?, self.widen_fp4(down)?);
+                let ys = self.moe_experts_mma(
+                    &act,
+                    x,
+                    &g,
+                    &d,
+                    (ofp, pmp),
+                    (t, h, e, i, top_k),
+                    MmaBuild::Bf16,
+                )?;
+                return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
+            }
+            Experts::CudaCores {
+                build,
+                down: down_kind,
+                ..
+            } if fp4 => {
+                return self.moe_experts_fp4(
+                    op,
+                    &act,
+                    x,
+                    (gate_up, down),
+                    routing,
+                    (t, h, e, i, top_k),
+                    (build, down_kind),
+                );
+            }
             Experts::CudaCores {
                 build,
                 gate_up,
@@ -322,7 +359,7 @@ impl CudaBackend {
         }
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
         let ysp = ys.ptr(s);
-        let f = down_kernel_of(build);
+        let f = down_kernel_of(build)?;
         let args = (ysp, actp, w2, w2s, ofp, acp, pmp, ei, ii, hi);
         // SAFETY: act is [t·k, i] (every row written by the previous kernel: each pair is
         // in exactly one expert's range), down [e, h, i] (fp8: [e·h, ceil(i/128)] scales), ys
@@ -517,7 +554,7 @@ impl CudaBackend {
 
     /// Stage 5, the weighted sum per token: out [t, h] f32 from ys [t·k, h] f32 (every row
     /// written by the down projection) and the routing weights (t·k).
-    fn moe_combine(
+    pub(super) fn moe_combine(
         &self,
         op: u64,
         ysp: u64,
@@ -544,8 +581,9 @@ fn expert_type(d: DType) -> ExpertType {
         DType::BF16 => ExpertType::Bf16,
         DType::F8 => ExpertType::Fp8,
         DType::F32 => ExpertType::F32,
-        // Never: NVFP4 experts (3-D) are widened to bf16 at upload; only 2-D weights are F4.
-        DType::F4 => ExpertType::Bf16,
+        // FP4 expert stacks stay packed (moe_fp4.rs).
+        DType::F4 => ExpertType::Nvfp4,
+        DType::Mx4 => ExpertType::Mxfp4,
     }
 }
 
@@ -567,6 +605,12 @@ fn gate_up_kernel_of(kind: GateUp, build: CoreBuild) -> Result<Kernel<GateUpArgs
         (GateUp::Plain, CoreBuild::Fp8Vec) => kernels::moe_gate_up_fp8_vec,
         (GateUp::Plain, CoreBuild::Fp8) => kernels::moe_gate_up_fp8,
         (GateUp::Plain, CoreBuild::Fp32) => kernels::moe_gate_up_fp32,
+        (_, CoreBuild::Nvfp4 | CoreBuild::Mxfp4) => {
+            return Err(super::shape_err(
+                "fused_moe",
+                format!("{build:?} experts take moe_fp4.rs's kernels"),
+            ));
+        }
         (GateUp::Decode, CoreBuild::Bf16Vec) => kernels::moe_gate_up_dec_bf16_vec,
         (GateUp::Decode, CoreBuild::Fp8Vec) => kernels::moe_gate_up_dec_fp8_vec,
         (GateUp::Decode, _) => {
@@ -578,15 +622,21 @@ fn gate_up_kernel_of(kind: GateUp, build: CoreBuild) -> Result<Kernel<GateUpArgs
     })
 }
 
-/// `moe_down_{build}`.
-pub(super) fn down_kernel_of(build: CoreBuild) -> Kernel<DownArgs> {
-    match build {
+/// `moe_down_{build}` (FP4 builds: `moe_fp4.rs`'s kernels, with their multipliers).
+pub(super) fn down_kernel_of(build: CoreBuild) -> Result<Kernel<DownArgs>> {
+    Ok(match build {
         CoreBuild::Bf16Vec => kernels::moe_down_bf16_vec,
         CoreBuild::Bf16 => kernels::moe_down_bf16,
         CoreBuild::Fp8Vec => kernels::moe_down_fp8_vec,
         CoreBuild::Fp8 => kernels::moe_down_fp8,
         CoreBuild::Fp32 => kernels::moe_down_fp32,
-    }
+        CoreBuild::Nvfp4 | CoreBuild::Mxfp4 => {
+            return Err(super::shape_err(
+                "fused_moe",
+                format!("{build:?} experts take moe_fp4.rs's kernels"),
+            ));
+        }
+    })
 }
 
 /// `moe_down_combine_{build}` (`cols` 0) or `moe_down_combine_dec{cols}_{build}` (cols 1, 2
@@ -604,6 +654,12 @@ fn down_combine_kernel(cols: usize, build: CoreBuild) -> Result<Kernel<DownCombi
         (1, CoreBuild::Fp8Vec) => kernels::moe_down_combine_dec1_fp8_vec,
         (2, CoreBuild::Fp8Vec) => kernels::moe_down_combine_dec2_fp8_vec,
         (4, CoreBuild::Fp8Vec) => kernels::moe_down_combine_dec4_fp8_vec,
+        (_, CoreBuild::Nvfp4 | CoreBuild::Mxfp4) => {
+            return Err(super::shape_err(
+                "fused_moe",
+                format!("{build:?} experts take moe_fp4.rs's kernels"),
+            ));
+        }
         _ => {
             return Err(super::shape_err(
                 "fused_moe",
@@ -635,7 +691,8 @@ mod tests {
             if let Ok(dec) = dec {
                 assert_eq!(dec.name(), format!("moe_gate_up_dec_{suffix}"));
             }
-            assert_eq!(down_kernel_of(build).name(), format!("moe_down_{suffix}"));
+            let down = down_kernel_of(build).expect("a kernel");
+            assert_eq!(down.name(), format!("moe_down_{suffix}"));
             let combined = down_combine_kernel(0, build).expect("a kernel");
             assert_eq!(combined.name(), format!("moe_down_combine_{suffix}"));
             for cols in [1, 2, 3, 4, 8] {

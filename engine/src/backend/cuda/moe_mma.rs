@@ -149,7 +149,7 @@ impl CudaBackend {
                 kernels::moe_down_fp8_small_any,
                 true,
             ),
-            DType::F4 => return Err(super::not_activation("fused_moe")),
+            DType::F4 | DType::Mx4 => return Err(super::not_activation("fused_moe")),
             DType::BF16 => (
                 kernels::moe_gate_up_bf16_small_any,
                 kernels::moe_down_bf16_small_any,
@@ -375,7 +375,7 @@ impl CudaBackend {
         let f = match x.dtype {
             DType::BF16 => kernels::moe_quant_fp8_bf16,
             DType::F32 => kernels::moe_quant_fp8_f32,
-            DType::F8 | DType::F4 => return Err(super::not_activation("fused_moe")),
+            DType::F8 | DType::F4 | DType::Mx4 => return Err(super::not_activation("fused_moe")),
         };
         let s = &self.stream;
         let (qp, sp, xp, r, ki) = (

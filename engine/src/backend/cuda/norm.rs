@@ -77,7 +77,7 @@ impl CudaBackend {
             _ if fp32 => kernels::rms_norm_fp32,
             DType::F32 => kernels::rms_norm_f32,
             DType::BF16 => kernels::rms_norm_bf16,
-            DType::F8 | DType::F4 => return Err(super::not_activation("rms_norm")),
+            DType::F8 | DType::F4 | DType::Mx4 => return Err(super::not_activation("rms_norm")),
         };
         let s = &self.stream;
         let (o, xp, wp, hh) = (out.ptr(s), x.ptr(s), w.ptr(s), int(h, "rms_norm")?);
@@ -116,7 +116,9 @@ impl CudaBackend {
             _ if fp32 => kernels::rms_norm_cols_fp32,
             DType::F32 => kernels::rms_norm_cols_f32,
             DType::BF16 => kernels::rms_norm_cols_bf16,
-            DType::F8 | DType::F4 => return Err(super::not_activation("rms_norm_cols")),
+            DType::F8 | DType::F4 | DType::Mx4 => {
+                return Err(super::not_activation("rms_norm_cols"));
+            }
         };
         let s = &self.stream;
         let (xp, wp) = (x.ptr(s), w.ptr(s));
@@ -167,7 +169,7 @@ impl CudaBackend {
             (DType::F32, DType::BF16) => kernels::add_rms_norm_f32_bf16,
             (DType::BF16, DType::F32) => kernels::add_rms_norm_bf16_f32,
             (DType::BF16, DType::BF16) => kernels::add_rms_norm_bf16_bf16,
-            (DType::F8 | DType::F4, _) | (_, DType::F8 | DType::F4) => {
+            (DType::F8 | DType::F4 | DType::Mx4, _) | (_, DType::F8 | DType::F4 | DType::Mx4) => {
                 return Err(super::not_activation("add_rms_norm"));
             }
         };

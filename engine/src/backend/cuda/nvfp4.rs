@@ -60,7 +60,8 @@ fn row_multiplier(global: f32, rule: GlobalRule) -> f32 {
 }
 
 impl CudaBackend {
-    /// An F4 weight from the host's NVFP4 parts (`shape` 2-D, cols % 32 == 0).
+    /// An F4 weight from the host's NVFP4 parts (`shape` 2-D, or a 3-D expert stack whose
+    /// rows are all but the last dimension; cols % 32 == 0).
     pub(super) fn upload_nvfp4(
         &self,
         shape: &[usize],
@@ -74,7 +75,7 @@ impl CudaBackend {
         let rows = numel / cols.max(1);
         check(
             "upload",
-            shape.len() == 2
+            matches!(shape.len(), 2 | 3)
                 && cols.is_multiple_of(32)
                 && packed.len() == numel / 2
                 && scales.len() == numel / 16
@@ -113,6 +114,33 @@ impl CudaBackend {
         Ok(t)
     }
 
+    /// `n` bytes at device address `at` drawn as the host's `random_bytes` draws them (the
+    /// chunked splitmix stream of `seed`, each draw's bits from `shift` up or'ed with `bits`):
+    /// `fill_random_nvfp4_bytes`, a thread a 65536-byte chunk.
+    pub(super) fn fill_random_bytes(
+        &self,
+        at: u64,
+        n: u64,
+        seed: u64,
+        (shift, bits): (i32, u8),
+    ) -> Result<()> {
+        const CHUNK: u64 = 65536; // bytes a thread walks (RANDOM_CHUNK in the prelude)
+        const THREADS: u32 = 64;
+        if n == 0 {
+            return Ok(());
+        }
+        let blocks = n.div_ceil(CHUNK).div_ceil(u64::from(THREADS));
+        // SAFETY: the caller's buffer holds n bytes at `at` (an FP4 tensor's packed pairs or
+        // scale bytes, alloc sized it so); each thread writes its 65536-byte chunk below n.
+        unsafe {
+            kernels::fill_random_nvfp4_bytes.launch(
+                self,
+                cfg((dim(blocks as usize, "fill_random")?, 1), THREADS),
+                (at, n, seed, shift, u32::from(bits)),
+            )
+        }
+    }
+
     /// Dummy NVFP4 weights drawn on the device as an F4 tensor of `shape` (any rank: rows are
     /// all but the last dimension; cols % 16 == 0): `HostData::RandomNvfp4 { seed, std }` byte
     /// for byte (its packed pairs, its scale bytes, its global as every row's multiplier).
@@ -126,10 +154,7 @@ impl CudaBackend {
         if numel == 0 {
             return Ok(t);
         }
-        const CHUNK: u64 = 65536; // bytes a thread walks (RANDOM_CHUNK in the prelude)
-        const THREADS: u32 = 64;
-        let s = &self.stream;
-        let base = t.ptr(s);
+        let base = t.ptr(&self.stream);
         for (at, n, seed, shift, bits) in [
             (0, numel / 2, seed, 56, 0u8),
             (
@@ -140,18 +165,7 @@ impl CudaBackend {
                 NVFP4_SCALE_BITS,
             ),
         ] {
-            let n = n as u64;
-            let blocks = n.div_ceil(CHUNK).div_ceil(u64::from(THREADS));
-            // SAFETY: t is an F4 tensor of numel elements: numel / 2 packed bytes at 0 and
-            // numel / 16 scale bytes at f4_scales_offset (alloc sized it so); each thread writes
-            // its 65536-byte chunk below n of one of them.
-            unsafe {
-                kernels::fill_random_nvfp4_bytes.launch(
-                    self,
-                    cfg((dim(blocks as usize, "fill_random")?, 1), THREADS),
-                    (base + at as u64, n, seed, shift, u32::from(bits)),
-                )?;
-            }
+            self.fill_random_bytes(base + at as u64, n as u64, seed, (shift, bits))?;
         }
         let rows = numel / cols;
         let mults: Vec<u8> = std::iter::repeat_n(random_nvfp4_global(std).to_le_bytes(), rows)
@@ -163,23 +177,6 @@ impl CudaBackend {
             .memcpy_htod(&mults, &mut dst)
             .map_err(dev_err("upload NVFP4 globals"))?;
         Ok(t)
-    }
-
-    /// Dummy NVFP4 weights that stay bf16 on the device (the MoE experts' 3-D stacks, which
-    /// the grouped MoE kernels take only in bf16 or FP8, as a checkpoint's NVFP4 experts are
-    /// widened at upload): drawn packed ([`Self::random_nvfp4`]), then each value
-    /// `e2m1 · f32(e4m3 · global)` rounded once to bf16, the CPU's f32 value rounded.
-    /// cols % 32 == 0.
-    pub(super) fn random_nvfp4_bf16(
-        &self,
-        shape: &[usize],
-        seed: u64,
-        std: f32,
-    ) -> Result<CudaTensor> {
-        let packed = self.random_nvfp4(shape, seed, std)?;
-        let mut out = self.alloc(shape, DType::BF16)?;
-        self.dequant_nvfp4(&mut out, &packed)?;
-        Ok(out)
     }
 
     /// The parts of an F4 tensor as the host holds them: the packed pairs, the E4M3 scale
@@ -214,7 +211,7 @@ impl CudaBackend {
     }
 
     /// The device address of an F4 tensor's per-row multipliers.
-    fn f4_globals_ptr(&self, w: &CudaTensor) -> u64 {
+    pub(super) fn f4_globals_ptr(&self, w: &CudaTensor) -> u64 {
         w.ptr(&self.stream) + tensor::f4_globals_offset(w.numel()) as u64
     }
 
@@ -290,7 +287,7 @@ impl CudaBackend {
 
     /// `out` (bf16, w's shape) = the F4 weight's values: e2m1 · f32(e4m3 · multiplier),
     /// rounded once to bf16.
-    fn dequant_nvfp4(&self, out: &mut CudaTensor, w: &CudaTensor) -> Result<()> {
+    pub(super) fn dequant_nvfp4(&self, out: &mut CudaTensor, w: &CudaTensor) -> Result<()> {
         let (rows, k) = (w.rows() as u64, w.cols());
         if rows == 0 || k == 0 {
             return Ok(());

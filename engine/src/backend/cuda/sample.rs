@@ -493,7 +493,7 @@ impl CudaBackend {
         let prepare = match logits.dtype {
             DType::F32 => kernels::sample_prepare_f32,
             DType::BF16 => kernels::sample_prepare_bf16,
-            DType::F8 | DType::F4 => return Err(super::not_activation("sample")),
+            DType::F8 | DType::F4 | DType::Mx4 => return Err(super::not_activation("sample")),
         };
         let x = logits.ptr(s);
         let slices = dim(vocab.div_ceil(PREPARE_SLICE), "sample")?;

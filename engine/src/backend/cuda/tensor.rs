@@ -30,6 +30,10 @@ pub enum DType {
     /// compressed-tensors), so stacked parts keep their own. The value is
     /// `e2m1 · (e4m3 · multiplier)`. cols % 32 == 0.
     F4,
+    /// Weights only, MXFP4 (gpt-oss's expert stacks, `moe_fp4.rs`): packed E2M1 pairs
+    /// `[rows, cols / 2]` as F4's, then (at [`f4_scales_offset`]) one E8M0 scale byte per 32
+    /// columns. The value is `e2m1 · 2^(e8m0 − 127)`. cols % 32 == 0.
+    Mx4,
 }
 
 impl DType {
@@ -39,7 +43,7 @@ impl DType {
             DType::F32 => 4,
             DType::F8 => 1,
             // Two a byte: callers size F4 buffers with f4_alloc_bytes, never with size().
-            DType::F4 => 1,
+            DType::F4 | DType::Mx4 => 1,
         }
     }
 
@@ -50,6 +54,7 @@ impl DType {
             DType::F32 => "f32",
             DType::F8 => "fp8",
             DType::F4 => "nvfp4",
+            DType::Mx4 => "mxfp4",
         }
     }
 }
@@ -71,6 +76,12 @@ pub fn f4_scales_offset(numel: usize) -> usize {
 /// Where an F4 tensor's per-row f32 multipliers start: after the `numel / 16` scale bytes.
 pub fn f4_globals_offset(numel: usize) -> usize {
     (f4_scales_offset(numel) + numel / 16).next_multiple_of(256)
+}
+
+/// Bytes of an Mx4 tensor of `shape`: packed values, then a scale byte per 32 values.
+pub(super) fn mx4_alloc_bytes(shape: &[usize]) -> usize {
+    let numel: usize = shape.iter().product();
+    (f4_scales_offset(numel) + numel / 32).max(4)
 }
 
 /// Bytes of an F4 tensor of `shape`: packed values, scales, one f32 a row.
@@ -143,6 +154,7 @@ impl CudaTensor {
         match self.dtype {
             DType::F8 => fp8_scales_offset(self.numel()) + 4 * fp8_num_scales(&self.shape),
             DType::F4 => f4_alloc_bytes(&self.shape),
+            DType::Mx4 => mx4_alloc_bytes(&self.shape),
             d => self.numel() * d.size(),
         }
     }
@@ -168,7 +180,7 @@ impl CudaTensor {
     pub(super) fn scales_ptr(&self, stream: &CudaStream) -> u64 {
         match self.dtype {
             DType::F8 => self.ptr(stream) + fp8_scales_offset(self.numel()) as u64,
-            DType::F4 => self.ptr(stream) + f4_scales_offset(self.numel()) as u64,
+            DType::F4 | DType::Mx4 => self.ptr(stream) + f4_scales_offset(self.numel()) as u64,
             _ => 0,
         }
     }
@@ -237,8 +249,8 @@ pub(super) fn bytes_to_f32(bytes: &[u8], dtype: DType) -> Vec<f32> {
             .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
         DType::F8 => bytes.iter().map(|&b| e4m3_to_f32(b)).collect(),
-        // The raw bytes (packed pairs, scales, multipliers): F4 weights are never read back.
-        DType::F4 => bytes.iter().map(|&b| f32::from(b)).collect(),
+        // The raw bytes (packed pairs, scales, multipliers): FP4 weights are never read back.
+        DType::F4 | DType::Mx4 => bytes.iter().map(|&b| f32::from(b)).collect(),
     }
 }
 
@@ -260,7 +272,9 @@ impl super::CudaBackend {
         let bytes = match dtype {
             DType::BF16 => f32_to_bf16_bytes(data),
             DType::F32 => data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            DType::F8 | DType::F4 => return Err(super::not_activation("tensor_from_f32")),
+            DType::F8 | DType::F4 | DType::Mx4 => {
+                return Err(super::not_activation("tensor_from_f32"));
+            }
         };
         self.tensor_from_bytes(shape, dtype, &bytes)
     }

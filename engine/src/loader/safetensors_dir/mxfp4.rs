@@ -1,5 +1,6 @@
 //! Reading one MXFP4 weight (`loader/mxfp4.rs` describes the layout): its `_blocks` and
-//! `_scales`, each checked against the shape the model expects, dequantized on the host.
+//! `_scales`, each checked against the shape the model expects (and the scales for E8M0's NaN
+//! byte), handed over packed ([`HostData::Mxfp4`]).
 
 use std::borrow::Cow;
 
@@ -7,13 +8,14 @@ use safetensors::Dtype;
 
 use super::SafetensorsWeights;
 use crate::loader::mxfp4::{self, BLOCK};
-use crate::loader::{DType, HostData, HostTensor, LoadError};
+use crate::loader::{HostData, HostTensor, LoadError};
 
 impl SafetensorsWeights {
     /// The weight `name` (`…experts.gate_up_proj`) with logical `shape` `[.., rows, cols]`,
     /// from `name_blocks` (U8 `[.., rows, cols / 32, 16]`) and `name_scales` (U8
-    /// `[.., rows, cols / 32]`), as f32.
-    pub fn get_mxfp4(&self, name: &str, shape: &[usize]) -> Result<HostTensor<'static>, LoadError> {
+    /// `[.., rows, cols / 32]`), packed: `_blocks`' bytes are the rows' packed pairs in
+    /// order (a block's 16 bytes its 32 values), `_scales`' a scale per 32 values of a row.
+    pub fn get_mxfp4(&self, name: &str, shape: &[usize]) -> Result<HostTensor<'_>, LoadError> {
         let err = |message: String| LoadError::Mxfp4 {
             name: name.to_string(),
             message,
@@ -53,18 +55,17 @@ impl SafetensorsWeights {
         };
         let blocks = lookup(format!("{name}_blocks"), &blocks_shape, "packed values")?;
         let scales = lookup(format!("{name}_scales"), &scales_shape, "E8M0 scales")?;
-        let values = mxfp4::dequantize(blocks, scales, cols).map_err(|at| {
-            err(format!(
+        if let Some(at) = scales.iter().position(|&b| b == mxfp4::E8M0_NAN) {
+            return Err(err(format!(
                 "scale {at} of {name}_scales is 0xFF, E8M0's NaN: the checkpoint is corrupt \
                  (download it again)"
-            ))
-        })?;
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            )));
+        }
         Ok(HostTensor {
             shape: shape.to_vec(),
-            data: HostData::Raw {
-                dtype: DType::F32,
-                bytes: Cow::Owned(bytes),
+            data: HostData::Mxfp4 {
+                packed: Cow::Borrowed(blocks),
+                scales: Cow::Borrowed(scales),
             },
         })
     }

@@ -1,0 +1,411 @@
+//! FP4 experts kept packed on the device (`moe_fp4.cu`): the launches of `fused_moe`'s and
+//! `fused_moe_clamped`'s stages 3-4 when the expert stacks are NVFP4 ([`DType::F4`]: packed
+//! E2M1 pairs, an E4M3 scale byte per 16 values, an f32 multiplier a row: the expert's global
+//! repeated over its rows) or MXFP4 ([`DType::Mx4`], gpt-oss's: packed pairs, an E8M0 scale
+//! byte per 32 values); the uploads of MXFP4 stacks, a checkpoint's and dummy ones drawn on
+//! the device. The routing before and the weighted sums after are `moe.rs`'s.
+//!
+//! Steps with few tokens an expert run the CUDA-core kernels `moe_gate_up_{nvfp4,mxfp4}`,
+//! `moe_down_*` / `moe_down_combine_*` (and `moe_gate_up_clamped_*` for gpt-oss's experts),
+//! which read the packed bytes: 0.5625 (NVFP4) or 0.53 (MXFP4) bytes a weight against bf16's
+//! 2. Steps the plan sends to tensor cores
+//! ([`Experts::WidenedMma`](crate::backend::moe_plan::Experts)) dequantize the two stacks to
+//! bf16 scratch copies (`dequant_nvfp4_bf16`, `dequant_mxfp4_bf16`) and run `moe_mma.cu`'s
+//! bf16 kernels on them: the copies live for the step only (two bf16 stacks: 1.5 GiB at
+//! Qwen3.6-35B-A3B's shape) and cost one read of the packed stacks and one write of the
+//! copies, until the tensor-core kernels read FP4 themselves. gpt-oss's experts run the
+//! CUDA-core kernels at every size (`gpt_oss.rs`).
+
+use super::elementwise::{cfg, dim};
+use super::moe::expert_rows_cfg;
+use super::tensor::{self, CudaTensor, DType};
+use super::{CudaBackend, check, dev_err};
+use crate::backend::Result;
+use crate::backend::kernels::{self, Kernel};
+use crate::backend::moe_plan::{CoreBuild, Down};
+use crate::loader::{MXFP4_SCALE_STREAM, random_mxfp4_scale_base};
+
+/// Rows of a multiple of this many values: the kernels' 16-byte chunks (32 values).
+pub(super) const FP4_ROW_ALIGN: usize = 32;
+
+/// The gate|up kernels' parameters: act, x, w, scales, globals, offsets, active, perm,
+/// experts, top_k, inter, hidden.
+type GateUpArgs = (u64, u64, u64, u64, u64, u64, u64, u64, i32, i32, i32, i32);
+/// The down kernels': ys, act, w, scales, globals, offsets, active, perm, experts, inter,
+/// hidden.
+type DownArgs = (u64, u64, u64, u64, u64, u64, u64, u64, i32, i32, i32);
+/// The fused down + weighted sum's: out, act, w, scales, globals, ids, weights, tokens, top_k,
+/// inter, hidden.
+type DownCombineArgs = (u64, u64, u64, u64, u64, u64, u64, i32, i32, i32, i32);
+/// gpt-oss's gate|up: [`GateUpArgs`], then the gate|up bias (bf16), alpha, limit.
+type ClampedArgs = (
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    i32,
+    i32,
+    i32,
+    i32,
+    u64,
+    f32,
+    f32,
+);
+
+/// The FP4 kernels of a build: gate|up, down, down + weighted sum, gpt-oss's gate|up.
+pub(super) struct Fp4Kernels {
+    pub gate_up: Kernel<GateUpArgs>,
+    pub down: Kernel<DownArgs>,
+    pub down_combine: Kernel<DownCombineArgs>,
+    pub clamped: Kernel<ClampedArgs>,
+}
+
+/// The kernels of an FP4 build (`None` for the others).
+pub(super) fn fp4_kernels(build: CoreBuild) -> Option<Fp4Kernels> {
+    match build {
+        CoreBuild::Nvfp4 => Some(Fp4Kernels {
+            gate_up: kernels::moe_gate_up_nvfp4,
+            down: kernels::moe_down_nvfp4,
+            down_combine: kernels::moe_down_combine_nvfp4,
+            clamped: kernels::moe_gate_up_clamped_nvfp4,
+        }),
+        CoreBuild::Mxfp4 => Some(Fp4Kernels {
+            gate_up: kernels::moe_gate_up_mxfp4,
+            down: kernels::moe_down_mxfp4,
+            down_combine: kernels::moe_down_combine_mxfp4,
+            clamped: kernels::moe_gate_up_clamped_mxfp4,
+        }),
+        _ => None,
+    }
+}
+
+/// An FP4 stack's device addresses: packed pairs, scale bytes, per-row multipliers.
+#[derive(Debug, Clone, Copy)]
+struct Fp4Ptrs {
+    w: u64,
+    scales: u64,
+    globals: u64,
+}
+
+/// The routing's device pointers the expert launches read: ids, weights, offsets, perm,
+/// active (`moe.rs`'s `RouteScratch::ptrs` order).
+pub(super) type Routing = (u64, u64, u64, u64, u64);
+
+/// Whether `d` is an FP4 weight type (NVFP4 or MXFP4).
+pub(super) fn is_fp4(d: DType) -> bool {
+    matches!(d, DType::F4 | DType::Mx4)
+}
+
+/// Whether `(gate_up, down)` are FP4 stacks the kernels take: both NVFP4 or both MXFP4, rows
+/// of whole 32-value chunks (h and i multiples of [`FP4_ROW_ALIGN`]).
+pub(super) fn fp4_pair(
+    (gate_up, down): (&CudaTensor, &CudaTensor),
+    (h, i): (usize, usize),
+) -> bool {
+    is_fp4(gate_up.dtype)
+        && down.dtype == gate_up.dtype
+        && h.is_multiple_of(FP4_ROW_ALIGN)
+        && i.is_multiple_of(FP4_ROW_ALIGN)
+}
+
+impl CudaBackend {
+    /// `t` as the expert kernels take it: itself, or (an FP4 stack whose pair is not
+    /// [`fp4_pair`]: the upload keeps a 3-D stack packed by its own rows and columns, so a
+    /// model whose intermediate size is 16 mod 32 has one stack packed and one widened) its
+    /// bf16 copy for this step, held in `held`.
+    pub(super) fn fp4_or_widened<'a>(
+        &self,
+        t: &'a CudaTensor,
+        pair: bool,
+        held: &'a mut Option<CudaTensor>,
+    ) -> Result<&'a CudaTensor> {
+        if !is_fp4(t.dtype) || pair {
+            return Ok(t);
+        }
+        Ok(held.insert(self.widen_fp4(t)?))
+    }
+
+    fn fp4_ptrs(&self, t: &CudaTensor) -> Fp4Ptrs {
+        let s = &self.stream;
+        Fp4Ptrs {
+            w: t.ptr(s),
+            scales: t.scales_ptr(s),
+            // MXFP4 has no multipliers (the kernels read none).
+            globals: match t.dtype {
+                DType::F4 => self.f4_globals_ptr(t),
+                _ => 0,
+            },
+        }
+    }
+
+    /// An FP4 stack's values as a bf16 tensor of its shape (the tensor-core path's copy):
+    /// NVFP4's `e2m1 · f32(e4m3 · multiplier)` rounded once, MXFP4's `e2m1 · 2^(e8m0 − 127)`
+    /// exactly.
+    pub(super) fn widen_fp4(&self, w: &CudaTensor) -> Result<CudaTensor> {
+        let mut out = self.alloc(&w.shape, DType::BF16)?;
+        match w.dtype {
+            DType::F4 => self.dequant_nvfp4(&mut out, w)?,
+            DType::Mx4 => {
+                let (rows, k) = (w.rows() as u64, w.cols());
+                if rows * k as u64 > 0 {
+                    let s = &self.stream;
+                    let args = (
+                        out.ptr(s),
+                        w.ptr(s),
+                        w.scales_ptr(s),
+                        rows,
+                        super::elementwise::int(k, "fused_moe")?,
+                    );
+                    // SAFETY: out is rows·k bf16 (w's shape), w rows·k Mx4 with k % 32 == 0
+                    // (checked at upload): grid-stride over rows·k / 32 chunks of 16 packed
+                    // bytes, each inside one row and aligned, with its one scale byte.
+                    unsafe {
+                        kernels::dequant_mxfp4_bf16.launch(
+                            self,
+                            super::elementwise::stride_cfg(rows * k as u64 / 32),
+                            args,
+                        )?;
+                    }
+                }
+            }
+            d => {
+                return Err(super::shape_err(
+                    "fused_moe",
+                    format!("widen_fp4 of a {d:?} tensor"),
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// An Mx4 expert stack from the host's MXFP4 parts (`shape` 3-D, cols % 32 == 0):
+    /// `packed` `numel / 2` bytes, `scales` `numel / 32`.
+    pub(super) fn upload_mxfp4(
+        &self,
+        shape: &[usize],
+        packed: &[u8],
+        scales: &[u8],
+    ) -> Result<CudaTensor> {
+        let numel: usize = shape.iter().product();
+        let cols = shape.last().copied().unwrap_or(1);
+        check(
+            "upload",
+            shape.len() == 3
+                && cols.is_multiple_of(FP4_ROW_ALIGN)
+                && packed.len() == numel / 2
+                && scales.len() == numel / 32,
+            || {
+                format!(
+                    "MXFP4 tensor {shape:?}: {} packed bytes, {} scales",
+                    packed.len(),
+                    scales.len()
+                )
+            },
+        )?;
+        let mut t = self.alloc(shape, DType::Mx4)?;
+        let so = tensor::f4_scales_offset(numel);
+        for (at, bytes, what) in [
+            (0, packed, "upload MXFP4 weight"),
+            (so, scales, "upload MXFP4 scales"),
+        ] {
+            if bytes.is_empty() {
+                continue;
+            }
+            let mut dst = t.buf.slice_mut(at..at + bytes.len());
+            self.stream
+                .memcpy_htod(bytes, &mut dst)
+                .map_err(dev_err(what))?;
+        }
+        Ok(t)
+    }
+
+    /// Dummy MXFP4 weights drawn on the device as an Mx4 tensor of `shape` (cols % 32 == 0):
+    /// `HostData::RandomMxfp4 { seed, std }` byte for byte (`random_mxfp4_parts`).
+    pub fn random_mxfp4(&self, shape: &[usize], seed: u64, std: f32) -> Result<CudaTensor> {
+        let numel: usize = shape.iter().product();
+        let cols = shape.last().copied().unwrap_or(1);
+        check("upload", cols.is_multiple_of(FP4_ROW_ALIGN), || {
+            format!("dummy MXFP4 tensor {shape:?}: rows of whole 32-value blocks")
+        })?;
+        let t = self.alloc(shape, DType::Mx4)?;
+        let base = t.ptr(&self.stream);
+        for (at, n, seed, shift, bits) in [
+            (0, numel / 2, seed, 56, 0u8),
+            (
+                tensor::f4_scales_offset(numel),
+                numel / 32,
+                seed ^ MXFP4_SCALE_STREAM,
+                63,
+                random_mxfp4_scale_base(std),
+            ),
+        ] {
+            self.fill_random_bytes(base + at as u64, n as u64, seed, (shift, bits))?;
+        }
+        Ok(t)
+    }
+
+    /// The parts of an Mx4 tensor as the host holds them: the packed pairs and the E8M0 scale
+    /// bytes (for checks that the device holds what the host drew).
+    pub fn mx4_parts(&self, t: &CudaTensor) -> Result<(Vec<u8>, Vec<u8>)> {
+        check("download", t.dtype == DType::Mx4, || {
+            format!("mx4_parts of a {:?} tensor", t.dtype)
+        })?;
+        let numel = t.numel();
+        let mut parts = Vec::new();
+        for (at, len) in [
+            (0, numel / 2),
+            (tensor::f4_scales_offset(numel), numel / 32),
+        ] {
+            let mut bytes = vec![0u8; len];
+            if len > 0 {
+                self.stream
+                    .memcpy_dtoh(&t.buf.slice(at..at + len), &mut bytes)
+                    .map_err(dev_err("download"))?;
+            }
+            parts.push(bytes);
+        }
+        self.synchronize()?;
+        let scales = parts.swap_remove(1);
+        Ok((parts.swap_remove(0), scales))
+    }
+
+    /// Stages 3-4 (and 5 when `down` is `Combined`) on the CUDA cores for FP4 experts:
+    /// gate|up + SiLU into `act` (bf16 `[T·k, I]`), then down and the weighted sum into `out`
+    /// (`[T, H]` f32, at `op`) in one launch, or down into pair rows and `moe_combine`.
+    /// Checked by the caller: x `[T, H]` bf16, the stacks an FP4 pair of `[E, 2I, H]` and
+    /// `[E, H, I]` ([`fp4_pair`]), the routing written for `T·k` pairs.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn moe_experts_fp4(
+        &self,
+        op: u64,
+        act: &CudaTensor,
+        x: &CudaTensor,
+        (gate_up, down): (&CudaTensor, &CudaTensor),
+        (idp, wtp, ofp, pmp, acp): Routing,
+        (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
+        (build, down_kind): (CoreBuild, Down),
+    ) -> Result<()> {
+        let k = fp4_kernels(build).ok_or_else(|| {
+            super::shape_err("fused_moe", format!("{build:?} is not an FP4 build"))
+        })?;
+        let pairs = t * top_k;
+        let (ti, ei, ki, hi, ii) = (
+            super::elementwise::int(t, "fused_moe")?,
+            super::elementwise::int(e, "fused_moe")?,
+            super::elementwise::int(top_k, "fused_moe")?,
+            super::elementwise::int(h, "fused_moe")?,
+            super::elementwise::int(i, "fused_moe")?,
+        );
+        let s = &self.stream;
+        let (g, d) = (self.fp4_ptrs(gate_up), self.fp4_ptrs(down));
+        let (xp, actp) = (x.ptr(s), act.ptr(s));
+        let experts = dim(e.min(pairs), "fused_moe")?;
+        let args = (
+            actp, xp, g.w, g.scales, g.globals, ofp, acp, pmp, ei, ki, ii, hi,
+        );
+        // SAFETY: x is [t, h] bf16 and act [t·k, i] bf16; gate_up [e, 2i, h] F4 (packed
+        // [e·2i, h/2], scale bytes [e·2i, h/16], multipliers [e·2i]) with h % 32 == 0, so each
+        // 16-byte load of a packed row (h/2 bytes) and of an x row is inside it and aligned;
+        // offsets/perm/active were written by the routing (ranges inside 0..t·k, perm entries
+        // below t·k, so token = perm / k < t; active names at most min(e, t·k) experts); block
+        // rows past the active count and rows past i return.
+        unsafe {
+            k.gate_up
+                .launch(self, expert_rows_cfg(i, experts, "fused_moe")?, args)?;
+        }
+        if let Down::Combined { .. } = down_kind {
+            let args = (op, actp, d.w, d.scales, d.globals, idp, wtp, ti, ki, ii, hi);
+            // SAFETY: out is [t, h] f32, act [t·k, i] (every row written by gate|up: each pair
+            // is in exactly one expert's range), down [e, h, i] F4 with i % 32 == 0, ids
+            // (below e) and weights t·k; t·h blocks (t <= 8), block b writing out[b % t,
+            // b / t]; 32·k threads, k <= MOE_MAX_TOP_K (its shared slots).
+            return unsafe {
+                k.down_combine.launch(
+                    self,
+                    cfg((dim(t * h, "fused_moe")?, 1), (32 * top_k) as u32),
+                    args,
+                )
+            };
+        }
+        let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
+        let ysp = ys.ptr(s);
+        let args = (
+            ysp, actp, d.w, d.scales, d.globals, ofp, acp, pmp, ei, ii, hi,
+        );
+        // SAFETY: act is [t·k, i] (every row written by gate|up), down [e, h, i] F4 with
+        // i % 32 == 0, ys [t·k, h] f32; block rows past the active count and columns past h
+        // return.
+        unsafe {
+            k.down
+                .launch(self, expert_rows_cfg(h, experts, "fused_moe")?, args)?;
+        }
+        self.moe_combine(op, ysp, wtp, t, (ki, hi))
+    }
+
+    /// gpt-oss's stages 3-4 for FP4 experts: gate|up + bias + clamped SwiGLU into `act`
+    /// (bf16), down into `ys` (`[T·k, H]` f32, pair rows). Checked by the caller as
+    /// [`Self::moe_experts_fp4`]'s, the gate|up bias `[E, 2I]` bf16 at `b13p`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn clamped_experts_fp4(
+        &self,
+        (ysp, actp, xp, b13p): (u64, u64, u64, u64),
+        (gate_up, down): (&CudaTensor, &CudaTensor),
+        (ofp, acp, pmp): (u64, u64, u64),
+        (e, top_k, h, i, pairs): (usize, usize, usize, usize, usize),
+        build: CoreBuild,
+        (alpha, limit): (f32, f32),
+    ) -> Result<()> {
+        let k = fp4_kernels(build).ok_or_else(|| {
+            super::shape_err(
+                "fused_moe_clamped",
+                format!("{build:?} is not an FP4 build"),
+            )
+        })?;
+        let op = "fused_moe_clamped";
+        let (ei, ki, hi, ii) = (
+            super::elementwise::int(e, op)?,
+            super::elementwise::int(top_k, op)?,
+            super::elementwise::int(h, op)?,
+            super::elementwise::int(i, op)?,
+        );
+        let (g, d) = (self.fp4_ptrs(gate_up), self.fp4_ptrs(down));
+        let experts = dim(e.min(pairs), op)?;
+        let args = (
+            actp, xp, g.w, g.scales, g.globals, ofp, acp, pmp, ei, ki, ii, hi, b13p, alpha, limit,
+        );
+        // SAFETY: as moe_experts_fp4's gate|up, and the bias [e, 2i] bf16 (checked by the
+        // caller).
+        unsafe {
+            k.clamped
+                .launch(self, expert_rows_cfg(i, experts, op)?, args)?;
+        }
+        let args = (
+            ysp, actp, d.w, d.scales, d.globals, ofp, acp, pmp, ei, ii, hi,
+        );
+        // SAFETY: as moe_experts_fp4's down: ys [t·k, h] f32.
+        unsafe { k.down.launch(self, expert_rows_cfg(h, experts, op)?, args) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp4_builds_name_their_kernels() {
+        for (build, suffix) in [(CoreBuild::Nvfp4, "nvfp4"), (CoreBuild::Mxfp4, "mxfp4")] {
+            let k = fp4_kernels(build).expect("an FP4 build");
+            assert_eq!(k.gate_up.name(), format!("moe_gate_up_{suffix}"));
+            assert_eq!(k.down.name(), format!("moe_down_{suffix}"));
+            assert_eq!(k.down_combine.name(), format!("moe_down_combine_{suffix}"));
+            assert_eq!(k.clamped.name(), format!("moe_gate_up_clamped_{suffix}"));
+        }
+        for build in [CoreBuild::Bf16Vec, CoreBuild::Fp8Vec, CoreBuild::Fp32] {
+            assert!(fp4_kernels(build).is_none());
+        }
+    }
+}

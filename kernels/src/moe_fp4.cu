@@ -1,0 +1,198 @@
+// FP4 experts kept packed (compiled with moe.cu and moe_decode.cu as one module): moe.cu's
+// CUDA-core expert kernels (moe_gate_up, moe_down, moe_down_combine, gpt-oss's
+// moe_gate_up_clamped) on E2M1 weights, two a byte as the checkpoint stores them, with the
+// scale format a template parameter:
+//
+//   - NVFP4 (`_nvfp4`, Fp4Nv): one E4M3 scale byte per 16 values of a row and one f32
+//     multiplier a row (the expert's global scale repeated for each of its rows: the layout of
+//     a 2-D F4 tensor of [E · rows, cols], engine/src/backend/cuda/nvfp4.rs), a value being
+//     e2m1 · (e4m3 · multiplier);
+//   - MXFP4 (`_mxfp4`, Fp4Mx: gpt-oss's experts): one E8M0 scale byte per 32 values of a row,
+//     a value being e2m1 · 2^(e8m0 − 127), exact in f32.
+//
+// The weights are w: packed bytes [E · rows, cols / 2], scales: bytes [E · rows, cols / BLOCK],
+// globals: f32 [E · rows] (NVFP4; unused by MXFP4). Rows are 32-value chunks (cols % 32 == 0,
+// 16 bytes: the launcher keeps other shapes widened); a lane loads a chunk with one 16-byte
+// load, its x columns with four, and adds each scale block's products on the nibbles' exact
+// values (e2m1_exact) in f32 before scaling the block's sum once: fmaf(scale, part, acc), as
+// the FP8 kernels do with their 128-column blocks. The routing, the grouping, the SiLU products
+// (bf16) and the weighted sums are moe.cu's, unchanged: these kernels hand moe_decode.cu's
+// impls a weight "pointer" (Fp4Weights, by value through a pointer) whose weight_row gives a
+// RowFp4, and moe_rows_dot for a RowFp4 is moe_dot_fp4 below.
+//
+// The tensor-core path (steps with many tokens an expert) has no FP4 kernels yet: the launcher
+// dequantizes the experts to a bf16 scratch copy (dequant_nvfp4_bf16 in nvfp4.cu,
+// dequant_mxfp4_bf16 below) and runs moe_mma.cu's bf16 kernels on it.
+
+// The scale formats: BLOCK values a scale, and a block's scale as f32.
+struct Fp4Nv {
+    static constexpr int BLOCK = 16;
+    __device__ __forceinline__ static float scale(u32 byte, float global) { return e4m3_value(byte) * global; }
+};
+struct Fp4Mx {
+    static constexpr int BLOCK = 32;
+    __device__ __forceinline__ static float scale(u32 byte, float) { return e8m0_value(byte); }
+};
+
+// The experts' three buffers, handed to the impls in place of a weight pointer.
+template <typename S> struct Fp4Weights {
+    const unsigned char* w;
+    const unsigned char* scales;
+    const float* globals;  // NVFP4's per-row multipliers (nullptr for MXFP4)
+};
+
+// One weight row of k values: its packed bytes, its scale bytes and its multiplier.
+template <typename S> struct RowFp4 {
+    const unsigned char* w;
+    const unsigned char* s;
+    float global;
+};
+
+template <typename S>
+__device__ __forceinline__ RowFp4<S> weight_row(const Fp4Weights<S>* f, const float*, u64 row, int k) {
+    return RowFp4<S>{f->w + row * (u64)(k >> 1), f->scales + row * (u64)(k / S::BLOCK),
+                     f->globals != nullptr ? f->globals[row] : 1.0f};
+}
+
+// acc[r][m] += row r · x[xoff[m]] for the NW rows and the first n of MOE_MT x rows (bf16,
+// k % 32 == 0): a lane takes chunks lane, lane + 32, ... (32 values: 16 bytes of w, 64 of x);
+// each block of S::BLOCK values is summed on the exact nibble values, then scaled once. The
+// bytes stay packed until used, as in moe_dot_fp8_vec (fewer registers, more resident warps).
+template <int NW, typename S>
+__device__ __forceinline__ void moe_dot_fp4(float (*acc)[MOE_MT], const RowFp4<S>* rows,
+                                            const bf16* x, const u64* xoff, int n, int k) {
+    constexpr int NB = 32 / S::BLOCK;  // scale blocks a chunk
+    const int lane = threadIdx.x & 31;
+    const int chunks = k >> 5;
+    for (int c = lane; c < chunks; c += 32) {
+        u32 words[NW][4];
+        float s[NW][NB];
+#pragma unroll
+        for (int r = 0; r < NW; ++r) {
+            const u32x4 q = load_stream((const u32x4*)rows[r].w + c);
+            words[r][0] = q.x;
+            words[r][1] = q.y;
+            words[r][2] = q.z;
+            words[r][3] = q.w;
+#pragma unroll
+            for (int b = 0; b < NB; ++b) s[r][b] = S::scale(rows[r].s[c * NB + b], rows[r].global);
+        }
+#pragma unroll
+        for (int m = 0; m < MOE_MT; ++m) {
+            if (m < n) {
+                // x word j (values 8j .. 8j + 7) against word j of each row, into its scale
+                // block's sum; x is loaded a word at a time (4 registers, not 16).
+                const u32x4* xp = (const u32x4*)(x + xoff[m]) + 4 * c;
+                float part[NW][NB];
+#pragma unroll
+                for (int r = 0; r < NW; ++r)
+#pragma unroll
+                    for (int b = 0; b < NB; ++b) part[r][b] = 0.f;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const u32x4 q = load_cached(xp + j);
+                    const u32 xw[4] = {q.x, q.y, q.z, q.w};
+                    const int b = j * NB / 4;
+#pragma unroll
+                    for (int r = 0; r < NW; ++r)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const u32 byte = words[r][j] >> (8 * i);
+                            part[r][b] = fmaf(e2m1_exact(byte & 15u), lo(xw[i]), part[r][b]);
+                            part[r][b] = fmaf(e2m1_exact((byte >> 4) & 15u), hi(xw[i]), part[r][b]);
+                        }
+                }
+#pragma unroll
+                for (int r = 0; r < NW; ++r)
+#pragma unroll
+                    for (int b = 0; b < NB; ++b) acc[r][m] = fmaf(s[r][b], part[r][b], acc[r][m]);
+            }
+        }
+    }
+}
+
+// FP4 rows take the chunk loop whatever VEC says (their rows are always whole 16-byte chunks).
+template <bool VEC, int NW, typename S>
+__device__ __forceinline__ void moe_rows_dot(float (*acc)[MOE_MT], const RowFp4<S>* rows,
+                                             const bf16* x, const u64* xoff, int n, int k) {
+    moe_dot_fp4<NW>(acc, rows, x, xoff, n, k);
+}
+
+// The FP4 gate|up kernels at 2 blocks a multiprocessor (at most 128 registers a thread): at
+// moe_gate_up's 3 (80 registers) ptxas spilled 32 bytes of moe_gate_up_nvfp4 and 4 of
+// moe_gate_up_clamped_mxfp4 for sm_90a (two rows' packed words and scales beside 8 x rows'
+// sums).
+#define MOE_FP4_GATE_UP_BLOCKS_PER_SM 2
+
+// The kernels: moe.cu's parameters with the scale bytes and the globals in place of the FP8
+// scales. VEC false for every impl: moe_down_combine's VEC loop is the FP8/bf16 decode chunks'.
+#define MOE_FP4_KERNELS(SUFFIX, S)                                                                \
+    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_FP4_GATE_UP_BLOCKS_PER_SM)  \
+        moe_gate_up_##SUFFIX(bf16* act, const bf16* x, const unsigned char* w,                    \
+                             const unsigned char* scales, const float* globals,                   \
+                             const int* offsets, const int* active, const int* perm, int experts, \
+                             int top_k, int inter, int hidden) {                                  \
+        pdl_start();                                                                              \
+        const Fp4Weights<S> f{w, scales, globals};                                                \
+        moe_gate_up_impl<false>(act, x, &f, nullptr, offsets, active, perm, experts, top_k,       \
+                                inter, hidden);                                                   \
+    }                                                                                             \
+    extern "C" __global__ void moe_down_##SUFFIX(                                                 \
+        float* ys, const bf16* act, const unsigned char* w, const unsigned char* scales,          \
+        const float* globals, const int* offsets, const int* active, const int* perm,             \
+        int experts, int inter, int hidden) {                                                     \
+        pdl_start();                                                                              \
+        const Fp4Weights<S> f{w, scales, globals};                                                \
+        moe_down_impl<false>(ys, act, &f, nullptr, offsets, active, perm, experts, inter,        \
+                             hidden);                                                             \
+    }                                                                                             \
+    extern "C" __global__ void moe_down_combine_##SUFFIX(                                         \
+        float* out, const bf16* act, const unsigned char* w, const unsigned char* scales,         \
+        const float* globals, const int* ids, const float* weights, int tokens, int top_k,        \
+        int inter, int hidden) {                                                                  \
+        pdl_start();                                                                              \
+        const Fp4Weights<S> f{w, scales, globals};                                                \
+        moe_down_combine_impl<false>(out, act, &f, nullptr, ids, weights, tokens, top_k, inter,   \
+                                     hidden);                                                     \
+    }                                                                                             \
+    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_FP4_GATE_UP_BLOCKS_PER_SM)  \
+        moe_gate_up_clamped_##SUFFIX(                                                             \
+        bf16* act, const bf16* x, const unsigned char* w, const unsigned char* scales,            \
+        const float* globals, const int* offsets, const int* active, const int* perm,             \
+        int experts, int top_k, int inter, int hidden, const bf16* bias, float alpha,             \
+        float limit) {                                                                            \
+        pdl_start();                                                                              \
+        const Fp4Weights<S> f{w, scales, globals};                                                \
+        moe_gate_up_impl<false>(act, x, &f, nullptr, offsets, active, perm, experts, top_k,       \
+                                inter, hidden, MoeClampedAct<bf16>{bias, alpha, limit});          \
+    }
+
+MOE_FP4_KERNELS(nvfp4, Fp4Nv)
+MOE_FP4_KERNELS(mxfp4, Fp4Mx)
+
+// MXFP4 weights [rows, k] (k % 32 == 0) as bf16, for the tensor-core path: a thread a 16-byte
+// chunk (32 values, one scale), e2m1 · 2^(e8m0 − 127) exactly (bf16 holds every such value
+// above 2^-133, which no checkpoint scale reaches), four 16-byte stores.
+extern "C" __global__ void dequant_mxfp4_bf16(bf16* out, const unsigned char* w,
+                                              const unsigned char* scales, u64 rows, int k) {
+    pdl_start();
+    const u64 chunks = rows * (u64)(k >> 5);
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += (u64)gridDim.x * blockDim.x) {
+        const float s = e8m0_value(scales[i]);
+        const u32x4 q = load_stream((const u32x4*)w + i);
+        const u32 words[4] = {q.x, q.y, q.z, q.w};
+        u32 o[16];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                const u32 b = words[j] >> (8 * p);
+                const u32 l = from_f32<bf16>(e2m1_exact(b & 15u) * s).bits;
+                const u32 h = from_f32<bf16>(e2m1_exact((b >> 4) & 15u) * s).bits;
+                o[4 * j + p] = l | (h << 16);
+            }
+        u32x4* dst = (u32x4*)(out + (i << 5));
+#pragma unroll
+        for (int v = 0; v < 4; ++v) dst[v] = u32x4{o[4 * v], o[4 * v + 1], o[4 * v + 2], o[4 * v + 3]};
+    }
+}
