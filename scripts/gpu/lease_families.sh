@@ -5,7 +5,7 @@
 #                                 scripts/gpu/families/<FAMILY>-config.json with dummy weights
 #                                 drawn on the GPU: metralectl bench ladders at CONC (default
 #                                 1,2,4,8,16,32,64,128), REPS (default 1), ISL 128, OSL 256.
-# FAMILY is a config's stem: llama3.1-8b, mistral-small-3.2-24b, gemma3-27b, gpt-oss-20b,
+# FAMILY is a config's stem: llama3.1-8b, mistral-small-3.2-24b, gemma3-27b, gpt-oss-20b, gpt-oss-120b,
 # nemotron-nano-9b-v2, minimax-m2-16l (16 of its 62 layers: 60 GB of FP8 weights fit an 80 GB
 # card), deepseek-v3.1-8l (its 3 dense layers and 5 of its 58 MoE layers).
 # MAX_BATCH_<stem with - and . as _> overrides --max-batch-size (default 128), e.g.
