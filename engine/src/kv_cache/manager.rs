@@ -26,6 +26,8 @@ pub enum KvCacheError {
         "invalid KV cache config: need at least 2 blocks (one is the null block) and fewer than 2^32, got {0}"
     )]
     NumBlocks(usize),
+    #[error("invalid KV cache config: a sliding window must be at least 1 position")]
+    Window,
     #[error("invalid state cache config: --ssm-cache-slots must be at least 1")]
     StateSlots,
     #[error(
@@ -336,7 +338,7 @@ impl KvCacheManager {
 }
 
 /// Extends `hashes` to cover the first `num_blocks` full blocks of `tokens`.
-fn extend_hashes(
+pub(super) fn extend_hashes(
     hashes: &mut Vec<BlockHash>,
     key: HashKey,
     bs: usize,

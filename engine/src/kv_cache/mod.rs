@@ -2,11 +2,15 @@
 //! No tensors: the runner owns the memory, this module owns the block ids.
 
 pub mod block_pool;
+pub mod grouped;
+pub mod groups;
 pub mod hash;
 pub mod manager;
 pub mod state;
 
 pub use block_pool::{BlockId, NULL_BLOCK};
+pub use grouped::{GroupConfig, GroupedComputed, GroupedKvConfig, GroupedKvManager};
+pub use groups::{Attention, KvGroupSpec, kv_groups};
 pub use hash::{BlockHash, HashKey};
 pub use manager::{ComputedBlocks, KvCacheConfig, KvCacheError, KvCacheManager, PrefixCacheStats};
 pub use state::{NO_STATE, StateCacheConfig, StateInit, StatePlan, StateSave};
