@@ -116,40 +116,71 @@ impl Ops<'_> {
                 let (x_d, x_c) = s.random(&[t, h], 1.0, xd)?;
                 let (l_d, l_c) = s.random(&[t, e], 3.0, rd)?;
                 let (w13_d, w13_c) = s.random(&[e, 2 * i, h], 0.05, wd)?;
-                let (b13_d, b13_c) = s.random(&[e, 2 * i], 1.0, wd)?;
                 let (w2_d, w2_c) = s.random(&[e, h, i], 0.05, wd)?;
-                let (b2_d, b2_c) = s.random(&[e, h], 1.0, wd)?;
-                let (alpha, limit) = (1.702, limit);
-                let ex_d = ClampedExperts {
-                    gate_up: &w13_d,
-                    gate_up_bias: &b13_d,
-                    down: &w2_d,
-                    down_bias: &b2_d,
-                    alpha,
-                    limit,
-                };
-                let ex_c = ClampedExperts {
-                    gate_up: &w13_c,
-                    gate_up_bias: &b13_c,
-                    down: &w2_c,
-                    down_bias: &b2_c,
-                    alpha,
-                    limit,
-                };
-                let mut out_d = s.cuda.zeros(&[t, h])?;
-                let mut out_c = s.cpu.zeros(&[t, h])?;
-                s.cuda
-                    .fused_moe_clamped(&mut out_d, &x_d, &l_d, &ex_d, k)
-                    .context("cuda")?;
-                s.cpu
-                    .fused_moe_clamped(&mut out_c, &x_c, &l_c, &ex_c, k)
-                    .context("cpu")?;
-                // fused_moe's bound: the device rounds the activations to bf16 before down
-                // (the float32 path rounds nothing: Tol::F32, see `check`).
-                s.check("fused_moe_clamped", &case, MOE, &out_d, &out_c)?;
-                Ok(())
+                let inputs = ((&x_d, &x_c), (&l_d, &l_c));
+                s.clamped_compare(
+                    &case,
+                    inputs,
+                    ((&w13_d, &w2_d), (&w13_c, &w2_c)),
+                    (k, limit),
+                )
             })?;
         }
         Ok(())
     }
+
+    /// `fused_moe_clamped` with these experts (device, CPU) and random biases of the compute
+    /// type on both sides, compared.
+    pub(super) fn clamped_compare(
+        &mut self,
+        case: &str,
+        ((x_d, x_c), (l_d, l_c)): ClampedInputs<'_>,
+        ((w13_d, w2_d), (w13_c, w2_c)): ClampedStacks<'_>,
+        (k, limit): (usize, f32),
+    ) -> Result<()> {
+        let (e, t, h) = (w13_c.shape[0], x_c.shape[0], x_c.shape[1]);
+        let bd = self.wd();
+        let (b13_d, b13_c) = self.random(&[e, w13_c.shape[1]], 1.0, bd)?;
+        let (b2_d, b2_c) = self.random(&[e, h], 1.0, bd)?;
+        let alpha = 1.702;
+        let ex_d = ClampedExperts {
+            gate_up: w13_d,
+            gate_up_bias: &b13_d,
+            down: w2_d,
+            down_bias: &b2_d,
+            alpha,
+            limit,
+        };
+        let ex_c = ClampedExperts {
+            gate_up: w13_c,
+            gate_up_bias: &b13_c,
+            down: w2_c,
+            down_bias: &b2_c,
+            alpha,
+            limit,
+        };
+        let mut out_d = self.cuda.zeros(&[t, h])?;
+        let mut out_c = self.cpu.zeros(&[t, h])?;
+        self.cuda
+            .fused_moe_clamped(&mut out_d, x_d, l_d, &ex_d, k)
+            .context("cuda")?;
+        self.cpu
+            .fused_moe_clamped(&mut out_c, x_c, l_c, &ex_c, k)
+            .context("cpu")?;
+        // fused_moe's bound: the device rounds the activations to bf16 before down (the
+        // float32 path rounds nothing: Tol::F32, see `check`).
+        self.check("fused_moe_clamped", case, MOE, &out_d, &out_c)?;
+        Ok(())
+    }
 }
+
+/// x and the router logits, each on the device and on the CPU.
+pub(super) type ClampedInputs<'a> = (
+    (&'a CudaTensor, &'a CpuTensor),
+    (&'a CudaTensor, &'a CpuTensor),
+);
+/// gate|up and down stacks: the device's, then the CPU's.
+pub(super) type ClampedStacks<'a> = (
+    (&'a CudaTensor, &'a CudaTensor),
+    (&'a CpuTensor, &'a CpuTensor),
+);

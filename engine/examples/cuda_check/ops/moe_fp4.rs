@@ -5,7 +5,6 @@
 //! dummy FP4 experts (`HostData::RandomNvfp4`, `HostData::RandomMxfp4`, drawn packed on the
 //! device) too, their bytes against the host's draw.
 
-use metrale_engine::backend::ClampedExperts;
 use metrale_engine::loader::nvfp4::GlobalRule;
 use metrale_engine::loader::random_mxfp4_parts;
 
@@ -186,35 +185,8 @@ impl Ops<'_> {
                 };
                 let (w13_d, w13_c) = (s.cuda.upload(&w13)?, s.cpu.upload(&w13)?);
                 let (w2_d, w2_c) = (s.cuda.upload(&w2)?, s.cpu.upload(&w2)?);
-                let (b13_d, b13_c) = s.random(&[e, 2 * i], 1.0, DType::BF16)?;
-                let (b2_d, b2_c) = s.random(&[e, h], 1.0, DType::BF16)?;
-                let (alpha, limit) = (1.702, 2.0);
-                let ex_d = ClampedExperts {
-                    gate_up: &w13_d,
-                    gate_up_bias: &b13_d,
-                    down: &w2_d,
-                    down_bias: &b2_d,
-                    alpha,
-                    limit,
-                };
-                let ex_c = ClampedExperts {
-                    gate_up: &w13_c,
-                    gate_up_bias: &b13_c,
-                    down: &w2_c,
-                    down_bias: &b2_c,
-                    alpha,
-                    limit,
-                };
-                let mut out_d = s.cuda.zeros(&[t, h])?;
-                let mut out_c = s.cpu.zeros(&[t, h])?;
-                s.cuda
-                    .fused_moe_clamped(&mut out_d, &x_d, &l_d, &ex_d, k)
-                    .context("cuda")?;
-                s.cpu
-                    .fused_moe_clamped(&mut out_c, &x_c, &l_c, &ex_c, k)
-                    .context("cpu")?;
-                s.check("fused_moe_clamped", &case, MOE, &out_d, &out_c)?;
-                Ok(())
+                let inputs = ((&x_d, &x_c), (&l_d, &l_c));
+                s.clamped_compare(&case, inputs, ((&w13_d, &w2_d), (&w13_c, &w2_c)), (k, 2.0))
             })?;
         }
         Ok(())
