@@ -179,20 +179,6 @@ extern "C" __global__ void dequant_mxfp4_bf16(bf16* out, const unsigned char* w,
     const u64 chunks = rows * (u64)(k >> 5);
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += (u64)gridDim.x * blockDim.x) {
         const float s = e8m0_value(scales[i]);
-        const u32x4 q = load_stream((const u32x4*)w + i);
-        const u32 words[4] = {q.x, q.y, q.z, q.w};
-        u32 o[16];
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int p = 0; p < 4; ++p) {
-                const u32 b = words[j] >> (8 * p);
-                const u32 l = from_f32<bf16>(e2m1_exact(b & 15u) * s).bits;
-                const u32 h = from_f32<bf16>(e2m1_exact((b >> 4) & 15u) * s).bits;
-                o[4 * j + p] = l | (h << 16);
-            }
-        u32x4* dst = (u32x4*)(out + (i << 5));
-#pragma unroll
-        for (int v = 0; v < 4; ++v) dst[v] = u32x4{o[4 * v], o[4 * v + 1], o[4 * v + 2], o[4 * v + 3]};
+        fp4_chunk_to_bf16(load_stream((const u32x4*)w + i), s, s, out + (i << 5));
     }
 }

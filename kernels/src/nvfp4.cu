@@ -65,22 +65,8 @@ extern "C" __global__ void dequant_nvfp4_bf16(bf16* out, const unsigned char* w,
         const u64 e0 = i << 5, r = e0 / (u64)k;
         const float g = globals[r];
         const unsigned char* sp = scales + (e0 >> 4);
-        const float s[2] = {e4m3_value(sp[0]) * g, e4m3_value(sp[1]) * g};
-        const u32x4 q = load_stream((const u32x4*)w + i);
-        const u32 words[4] = {q.x, q.y, q.z, q.w};
-        u32 o[16];
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int p = 0; p < 4; ++p) {
-                const u32 b = words[j] >> (8 * p);
-                const u32 l = from_f32<bf16>(e2m1_exact(b & 15u) * s[j >> 1]).bits;
-                const u32 h = from_f32<bf16>(e2m1_exact(b >> 4) * s[j >> 1]).bits;
-                o[4 * j + p] = l | (h << 16);
-            }
-        u32x4* dst = (u32x4*)(out + e0);
-#pragma unroll
-        for (int v = 0; v < 4; ++v) dst[v] = u32x4{o[4 * v], o[4 * v + 1], o[4 * v + 2], o[4 * v + 3]};
+        fp4_chunk_to_bf16(load_stream((const u32x4*)w + i), e4m3_value(sp[0]) * g,
+                          e4m3_value(sp[1]) * g, out + e0);
     }
 }
 

@@ -255,20 +255,13 @@ impl CudaBackend {
             format!("mx4_parts of a {:?} tensor", t.dtype)
         })?;
         let numel = t.numel();
-        let mut parts = Vec::new();
-        for (at, len) in [
-            (0, numel / 2),
-            (tensor::f4_scales_offset(numel), numel / 32),
-        ] {
-            let mut bytes = vec![0u8; len];
-            if len > 0 {
-                self.stream
-                    .memcpy_dtoh(&t.buf.slice(at..at + len), &mut bytes)
-                    .map_err(dev_err("download"))?;
-            }
-            parts.push(bytes);
-        }
-        self.synchronize()?;
+        let mut parts = self.download_ranges(
+            t,
+            &[
+                (0, numel / 2),
+                (tensor::f4_scales_offset(numel), numel / 32),
+            ],
+        )?;
         let scales = parts.swap_remove(1);
         Ok((parts.swap_remove(0), scales))
     }

@@ -179,20 +179,14 @@ impl CudaBackend {
         Ok(t)
     }
 
-    /// The parts of an F4 tensor as the host holds them: the packed pairs, the E4M3 scale
-    /// bytes and the per-row f32 multipliers (for checks that the device holds what the
-    /// host drew).
-    pub fn f4_parts(&self, t: &CudaTensor) -> Result<(Vec<u8>, Vec<u8>, Vec<f32>)> {
-        check("download", t.dtype == DType::F4, || {
-            format!("f4_parts of a {:?} tensor", t.dtype)
-        })?;
-        let numel = t.numel();
+    /// The bytes of `t`'s buffer at each (offset, length), copied to the host.
+    pub(super) fn download_ranges(
+        &self,
+        t: &CudaTensor,
+        ranges: &[(usize, usize)],
+    ) -> Result<Vec<Vec<u8>>> {
         let mut parts = Vec::new();
-        for (at, len) in [
-            (0, numel / 2),
-            (tensor::f4_scales_offset(numel), numel / 16),
-            (tensor::f4_globals_offset(numel), 4 * t.rows()),
-        ] {
+        for &(at, len) in ranges {
             let mut bytes = vec![0u8; len];
             if len > 0 {
                 self.stream
@@ -202,6 +196,25 @@ impl CudaBackend {
             parts.push(bytes);
         }
         self.synchronize()?;
+        Ok(parts)
+    }
+
+    /// The parts of an F4 tensor as the host holds them: the packed pairs, the E4M3 scale
+    /// bytes and the per-row f32 multipliers (for checks that the device holds what the
+    /// host drew).
+    pub fn f4_parts(&self, t: &CudaTensor) -> Result<(Vec<u8>, Vec<u8>, Vec<f32>)> {
+        check("download", t.dtype == DType::F4, || {
+            format!("f4_parts of a {:?} tensor", t.dtype)
+        })?;
+        let numel = t.numel();
+        let mut parts = self.download_ranges(
+            t,
+            &[
+                (0, numel / 2),
+                (tensor::f4_scales_offset(numel), numel / 16),
+                (tensor::f4_globals_offset(numel), 4 * t.rows()),
+            ],
+        )?;
         let globals = parts[2]
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
