@@ -52,8 +52,11 @@ pub struct ModelInfo {
     pub created: u64,
     /// The device in words ([`crate::backend::Backend::describe`]).
     pub device: String,
-    /// KV cache: usable blocks and tokens a block.
+    /// KV cache: usable blocks (of KV group 0 with groups) and tokens a block.
     pub kv_cache_blocks: usize,
+    /// A model with sliding-window layers: each KV group's layers and blocks in words
+    /// (`KvCachePlan::describe_groups`); empty without groups.
+    pub kv_groups: String,
     pub block_size: usize,
     /// The weights' formats in words: the checkpoint's, what `--requantize` changed, and how
     /// the device holds them (`start.rs::describe_weights`), for the start-up log and

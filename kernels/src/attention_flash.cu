@@ -72,8 +72,11 @@ __device__ __forceinline__ u32x4 scale_bf16x8(u32x4 v, float s) {
 // Key tile `kb` (BK keys from key kb of the sequence whose table is `table`) of kv head
 // `kv_head` into stage buffers ks / vs: cp.async for a bf16 cache, widened and scaled through
 // registers for an FP8 one. Keys at or past `len` read zeros (a stale slot may hold anything,
-// and a masked key's value still meets a weight of 0). Keys before a window's start are real
-// positions of the sequence (the cache keeps every position), so they are read as they are.
+// and a masked key's value still meets a weight of 0). Keys before a window's start (a tile
+// may begin up to three blocks of 16 before a row's window) may lie in blocks a sliding KV
+// group released (`kv_cache/grouped.rs`): their table entries are then the null block 0, whose
+// contents are finite (zeros, or a padding row's key and value), so they are read as they are
+// and, masked, meet a weight of exactly 0.
 template <typename TC, int D>
 __device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* vs,
                                               const TC* k_cache, const TC* v_cache,

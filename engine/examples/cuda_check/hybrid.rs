@@ -97,6 +97,7 @@ pub fn batch_padded(seqs: &[(usize, Vec<u32>)], pads: &[usize]) -> (BatchInputs,
         logits_rows: Vec::new(),
         table_rows: Vec::new(),
         states,
+        groups: Vec::new(),
     };
     (b, next)
 }

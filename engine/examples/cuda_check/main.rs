@@ -4,7 +4,8 @@
 //! Sections: `kernels` (NVRTC compile, then the disk cache), `ops` (every op against the CPU
 //! op on random inputs), `sampling` (the device sampler against the CPU's, token for token), `e2e` (fixture checkpoints against transformers and the CPU backend),
 //! `ops-f32` and `e2e-f32` (the same on the float32 path, `--dtype float32`, with the hybrid
-//! ops too, every fixture family), `hybrid` (the
+//! ops too, every fixture family), `kv-groups` (the sliding-window fixtures served with KV
+//! groups, their sliding layers keeping only the window, against serving them plain), `hybrid` (the
 //! Gated DeltaNet and Mamba-2 ops against the CPU's, and their speed at 35B-A3B's heads),
 //! `nvfp4-speed` (NVFP4/FP8/bf16 GEMVs at Qwen3.6-27B's shapes; not pass/fail), `speed` (the
 //! Qwen3-8B shape). Exit status: 0 all passed, 1 a check failed, 2 the
@@ -13,6 +14,7 @@
 mod e2e;
 mod hybrid;
 mod hybrid_speed;
+mod kv_groups;
 mod mamba2;
 mod mamba2_speed;
 mod ops;
@@ -44,7 +46,8 @@ struct Args {
     /// Where to write results.json and summary.txt.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sections to skip: kernels, ops, sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8, hybrid,
+    /// Sections to skip: kernels, ops, sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8,
+    /// kv-groups, hybrid,
     /// nvfp4-speed, speed, moe-speed, prefill-attn, profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
@@ -105,6 +108,7 @@ fn main() -> ExitCode {
         "e2e-f32",
         "ops-kv8",
         "e2e-kv8",
+        "kv-groups",
         "hybrid",
         "nvfp4-speed",
         "speed",
@@ -179,6 +183,7 @@ fn main() -> ExitCode {
                 &args.fixtures,
                 &mut report,
             ),
+            "kv-groups" => kv_groups::run(tuning, &args.fixtures, &mut report),
             "hybrid" => hybrid::run(&cuda, &mut report),
             "nvfp4-speed" => speed_nvfp4::run(&cuda, &mut report),
             "speed" => speed::run(&cuda, &mut report),

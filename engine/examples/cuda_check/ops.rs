@@ -118,6 +118,7 @@ fn positions_batch(positions: Vec<u32>, slots: Vec<u32>, bs: usize) -> BatchInpu
         logits_rows: Vec::new(),
         table_rows: Vec::new(),
         states: Vec::new(),
+        groups: Vec::new(),
     }
 }
 

@@ -68,6 +68,10 @@ pub struct BatchInputs {
     /// `[S]` each sequence's recurrent-state slot and what it does this step, for models with
     /// linear-attention layers; empty for the others.
     pub states: Vec<StatePlan>,
+    /// The batch as the layers of KV groups 1.. see it (a model with sliding-window layers,
+    /// `kv_cache/groups.rs`): the same rows, with each group's slot mapping and block tables
+    /// (or table rows); this batch's own are group 0's. Empty with one group.
+    pub groups: Vec<BatchInputs>,
 }
 
 impl BatchInputs {
@@ -85,6 +89,14 @@ impl BatchInputs {
 
     pub fn num_seqs(&self) -> usize {
         self.context_lens.len()
+    }
+
+    /// The batch the layers of KV group `group` read: this one for group 0.
+    pub fn group(&self, group: usize) -> Option<&BatchInputs> {
+        match group {
+            0 => Some(self),
+            g => self.groups.get(g - 1),
+        }
     }
 
     /// Build the batch for sequences given as (tokens to compute, start position, block table,
@@ -653,16 +665,41 @@ pub trait Backend: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Whether the backend runs a model's KV groups (a batch for each,
+    /// [`Backend::group_batch`]), so that sliding-window layers keep only their window.
+    fn kv_groups(&self) -> bool {
+        false
+    }
+    /// The batch that the layers of KV group `group` read (their slot mapping and block
+    /// tables, `BatchInputs::groups`): `batch` itself for group 0.
+    fn group_batch<'a>(&self, batch: &'a Self::Batch, group: usize) -> Result<&'a Self::Batch> {
+        match group {
+            0 => Ok(batch),
+            g => Err(BackendError::Shape {
+                op: "group_batch",
+                message: format!("the {} backend keeps no KV group {g}", self.name()),
+            }),
+        }
+    }
+
     /// Keep `rows` block tables of `width` blocks on the device from step to step, so a step
     /// sends only what changed ([`Backend::write_block_tables`]) and batches name rows
     /// ([`BatchInputs::build_on_rows`]). Returns the null row (every entry the null block 0,
     /// for padding rows), or `None` when the backend takes whole tables with every batch (the
     /// CPU: there is nothing to upload).
-    fn keep_block_tables(&self, _rows: usize, _width: usize) -> Result<Option<u32>> {
+    /// A model with KV groups keeps `groups` such sets of tables (one a group, the rows
+    /// shared; a group's batch, `BatchInputs::groups`, reads its own).
+    fn keep_block_tables(
+        &self,
+        _groups: usize,
+        _rows: usize,
+        _width: usize,
+    ) -> Result<Option<u32>> {
         Ok(None)
     }
-    /// Apply one step's table changes, in order, before the step's batch is prepared.
-    fn write_block_tables(&self, writes: &[TableWrite<'_>]) -> Result<()> {
+    /// Apply one step's changes to KV group `group`'s tables, in order, before the step's
+    /// batch is prepared.
+    fn write_block_tables(&self, _group: usize, writes: &[TableWrite<'_>]) -> Result<()> {
         match writes.is_empty() {
             true => Ok(()),
             false => Err(BackendError::Shape {

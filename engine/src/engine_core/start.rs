@@ -11,7 +11,8 @@ use super::ranks::RankProcesses;
 use super::step_loop::EngineLoop;
 use super::{Device, EngineConfig, EngineHandle, Live, ModelInfo, Shared};
 use crate::backend::{Backend, CpuBackend, HybridOps};
-use crate::kv_cache::StateCacheConfig;
+use crate::kv_cache::groups::{PlanShape, peak_blocks, plan_groups};
+use crate::kv_cache::{Attention, GroupConfig, HashKey, StateCacheConfig, kv_groups};
 use crate::loader::ModelDir;
 use crate::metrics::MetricsHub;
 use crate::metrics::hub::{Limits, StepReport};
@@ -28,9 +29,17 @@ use metrale_protocol::metrics::Phase;
 /// What start-up decided, for the log line `met serve` prints.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KvCachePlan {
+    /// Blocks of the cache (of KV group 0 with groups), the null block included.
     pub num_blocks: usize,
     pub block_size: usize,
+    /// Bytes of the cache, every group's pool included (the null blocks not).
     pub bytes: usize,
+    /// The KV groups of a model with sliding-window layers (`kv_cache/groups.rs`): each
+    /// group's layers and pool. Empty when every layer keeps every position.
+    pub groups: Vec<GroupConfig>,
+    /// What the same sequences would take with every layer keeping every position: `bytes`
+    /// without groups, more with them (for the start-up report).
+    pub full_attention_bytes: usize,
     /// The recurrent-state pool beside it (models with linear-attention layers).
     pub state: Option<StateCachePlan>,
 }
@@ -51,9 +60,29 @@ impl StateCachePlan {
 }
 
 impl KvCachePlan {
-    /// Usable tokens (the null block holds none).
+    /// Usable tokens (the null block holds none) of group 0's pool.
     pub fn tokens(&self) -> usize {
         (self.num_blocks - 1) * self.block_size
+    }
+
+    /// The report of the KV groups' pools, one part a group ("full attention 2 layers: 640
+    /// blocks; window 1024, 10 layers: 300 blocks"); empty without groups.
+    pub fn describe_groups(&self) -> String {
+        self.groups
+            .iter()
+            .map(|g| {
+                let kind = match g.spec.attention {
+                    Attention::Full => "full attention".to_string(),
+                    Attention::Sliding { window } => format!("window {window}"),
+                };
+                format!(
+                    "{kind}, {} layers: {} blocks",
+                    g.spec.layers.len(),
+                    g.num_blocks - 1
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 
@@ -195,13 +224,19 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
     phases.phase(Phase::AllocateKvCache, 0, Some(blocks), "blocks");
     let device_description = backend.describe();
     let state_slots = plan.state.as_ref().map_or(0, |s| s.config.total_slots());
-    let mut runner = Runner::new(
-        backend,
-        model,
-        plan.num_blocks,
-        plan.block_size,
-        state_slots,
-    )?;
+    let mut runner = if plan.groups.is_empty() {
+        Runner::new(
+            backend,
+            model,
+            plan.num_blocks,
+            plan.block_size,
+            state_slots,
+        )?
+    } else {
+        let specs: Vec<_> = plan.groups.iter().map(|g| g.spec.clone()).collect();
+        let blocks: Vec<usize> = plan.groups.iter().map(|g| g.num_blocks).collect();
+        Runner::with_kv_groups(backend, model, &specs, &blocks, plan.block_size)?
+    };
     // The longest table a sequence can hold: max_model_len tokens and the drafts verified past
     // them; one row a sequence the scheduler runs at once.
     let drafts = config.speculative.map_or(0, |s| s.num_drafts());
@@ -220,7 +255,7 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
         block_size: plan.block_size,
         max_model_len,
     });
-    let scheduler = Scheduler::new(SchedulerConfig {
+    let scheduler_config = SchedulerConfig {
         max_num_seqs: config.max_num_seqs,
         max_num_batched_tokens: config.max_num_batched_tokens,
         block_size: plan.block_size,
@@ -229,7 +264,13 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
         enable_prefix_caching: config.enable_prefix_caching,
         state: plan.state.as_ref().map(|s| s.config),
         speculative: config.speculative,
-    })?;
+    };
+    let scheduler = match plan.groups.is_empty() {
+        true => Scheduler::new(scheduler_config)?,
+        false => {
+            Scheduler::with_kv_groups(scheduler_config, plan.groups.clone(), HashKey::random())?
+        }
+    };
 
     let weights = describe_weights(&model_config, config.requantize, &device_description);
     let info = ModelInfo {
@@ -243,12 +284,17 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
             .unwrap_or(0),
         device: device_description,
         kv_cache_blocks: plan.num_blocks - 1,
+        kv_groups: plan.describe_groups(),
         block_size: plan.block_size,
         weights,
     };
     let live = Arc::new(Live::new(config.max_num_seqs, config.max_queued_requests));
     if let Ok(mut s) = live.stats.lock() {
-        s.kv_blocks_total = plan.num_blocks - 1;
+        // Every KV group's pool (usage weighs each group's blocks by its layers).
+        s.kv_blocks_total = match plan.groups.is_empty() {
+            true => plan.num_blocks - 1,
+            false => plan.groups.iter().map(|g| g.num_blocks - 1).sum(),
+        };
         s.max_num_seqs = config.max_num_seqs;
         s.max_num_batched_tokens = config.max_num_batched_tokens;
         s.num_drafts = config.speculative.map_or(0, |sp| sp.num_drafts());
@@ -367,12 +413,96 @@ fn plan_kv_cache<B: Backend, M: Model<B>>(
             num_blocks - 1
         );
     }
-    Ok(KvCachePlan {
+    let full = KvCachePlan {
         num_blocks,
         block_size: bs,
         bytes: (num_blocks - 1) * per_block,
+        groups: Vec::new(),
+        full_attention_bytes: (num_blocks - 1) * per_block,
         state,
+    };
+    // A model with sliding-window layers keeps only their window, where the backend runs KV
+    // groups: the same bytes split between the groups' pools (`plan_groups`).
+    let windows = model.kv_windows();
+    if windows.iter().all(Option::is_none) || !backend.kv_groups() {
+        return Ok(full);
+    }
+    let drafts = config.speculative.map_or(0, |s| s.num_drafts());
+    let shape = PlanShape {
+        block_size: bs,
+        layer_block_bytes: per_block / windows.len().max(1),
+        max_seq_len: max_model_len,
+        max_num_seqs: config.max_num_seqs,
+        step_tokens: config.max_num_batched_tokens + drafts,
+    };
+    plan_kv_groups(full, &shape, &windows, config)
+}
+
+/// [`plan_kv_cache`] for a model with sliding-window layers (`windows`, a layer each): the
+/// bytes the plain plan would take split between the KV groups' pools in proportion to what a
+/// full batch of full-length sequences needs in each (`plan_groups`). Without a byte budget on
+/// the CPU, the pools hold exactly that batch; `--num-gpu-blocks-override` counts blocks of
+/// every layer, as without groups.
+fn plan_kv_groups(
+    full: KvCachePlan,
+    shape: &PlanShape,
+    windows: &[Option<usize>],
+    config: &EngineConfig,
+) -> anyhow::Result<KvCachePlan> {
+    let specs = kv_groups(windows);
+    let lbb = shape.layer_block_bytes;
+    let nulls: usize = specs.iter().map(|g| g.layers.len() * lbb).sum();
+    let budget = match (config.kv_cache_bytes, config.num_gpu_blocks_override) {
+        // The CPU's default: the configured batch at full length, as without groups.
+        (None, None) if full.bytes >= full_batch_bytes(shape, windows.len()) => specs
+            .iter()
+            .map(|g| shape.group_blocks(g.attention, shape.max_num_seqs) * g.layers.len() * lbb)
+            .sum::<usize>(),
+        _ => full.bytes,
+    } + nulls;
+    let planned = plan_groups(budget, shape, &specs);
+    let bs = shape.block_size;
+    for (g, p) in specs.iter().zip(&planned) {
+        let need = peak_blocks(g.attention, shape.max_seq_len, shape.step_tokens, bs);
+        if p.usable() < need {
+            bail!(
+                "the KV cache ({} MiB) split between the model's full-attention and                  sliding-window layers leaves {} blocks to the {} layers of {:?}, which one                  sequence of {} tokens needs {need} of; lower --max-seq-len or give the cache                  more memory",
+                full.bytes >> 20,
+                p.usable(),
+                g.layers.len(),
+                g.attention,
+                shape.max_seq_len
+            );
+        }
+    }
+    let groups: Vec<GroupConfig> = specs
+        .into_iter()
+        .zip(&planned)
+        .map(|(spec, p)| GroupConfig {
+            spec,
+            num_blocks: p.num_blocks,
+        })
+        .collect();
+    let bytes = planned.iter().map(|p| p.usable() * p.layers * lbb).sum();
+    // What the sequences these pools hold would take with every layer keeping every position.
+    let seqs = crate::kv_cache::groups::full_length_seqs(&planned, shape);
+    let full_attention_bytes = seqs * shape.max_seq_len.div_ceil(bs) * windows.len() * lbb;
+    Ok(KvCachePlan {
+        num_blocks: groups[0].num_blocks,
+        bytes,
+        groups,
+        full_attention_bytes,
+        ..full
     })
+}
+
+/// Bytes the configured batch of full-length sequences takes with every layer keeping every
+/// position (`layers` layers).
+fn full_batch_bytes(shape: &PlanShape, layers: usize) -> usize {
+    shape.max_num_seqs
+        * shape.max_seq_len.div_ceil(shape.block_size)
+        * layers
+        * shape.layer_block_bytes
 }
 
 /// The weights' formats in words: the checkpoint's quantization, the parts `--requantize`

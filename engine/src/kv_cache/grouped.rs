@@ -189,6 +189,15 @@ impl GroupedKvManager {
         self.stats
     }
 
+    /// Leading entries of the request's table in `group` already released (the null block).
+    pub fn num_released(&self, req: RequestId, group: usize) -> usize {
+        self.reqs
+            .get(&req)
+            .and_then(|r| r.released.get(group))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// The request's table in `group` (empty when it holds none).
     pub fn block_ids(&self, req: RequestId, group: usize) -> &[BlockId] {
         self.reqs

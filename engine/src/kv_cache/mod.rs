@@ -6,6 +6,7 @@ pub mod grouped;
 pub mod groups;
 pub mod hash;
 pub mod manager;
+pub mod serving;
 pub mod state;
 
 pub use block_pool::{BlockId, NULL_BLOCK};
@@ -13,4 +14,5 @@ pub use grouped::{GroupConfig, GroupedComputed, GroupedKvConfig, GroupedKvManage
 pub use groups::{Attention, KvGroupSpec, kv_groups};
 pub use hash::{BlockHash, HashKey};
 pub use manager::{ComputedBlocks, KvCacheConfig, KvCacheError, KvCacheManager, PrefixCacheStats};
+pub use serving::{Computed, ServingKv};
 pub use state::{NO_STATE, StateCacheConfig, StateInit, StatePlan, StateSave};

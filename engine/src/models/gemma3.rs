@@ -13,12 +13,13 @@
 //!   with the config's scaling, linear ×8 for the 4B-27B models).
 //!
 //! Local layers attend to the last `sliding_window` positions
-//! ([`Backend::paged_attention_window`]); the KV cache still keeps every position for them (the
-//! window is a mask, not a ring buffer), so memory is that of full attention in every layer.
+//! ([`Backend::paged_attention_window`]); on a backend that runs KV groups they are one sliding
+//! group whose cache keeps only the window ([`Model::kv_windows`], `kv_cache/grouped.rs`).
 
 use crate::backend::{Backend, BatchInputs, Feature, Result, RopeTables};
 use std::borrow::Cow;
 
+use crate::kv_cache::KvGroupSpec;
 use crate::loader::config::RopeConfig;
 use crate::loader::{DType, HostData, HostTensor, LoadError, TensorKind, Weights};
 
@@ -219,10 +220,12 @@ impl<B: Backend> Model<B> for Gemma3<B> {
             } else {
                 &self.global_rope
             };
+            // The layer's KV group's slots and tables (a sliding layer keeps only its window).
+            let gb = b.group_batch(batch, kv.group_of(l))?;
             b.matmul(&mut qkv, &xn, &layer.qkv)?;
             b.qk_norm_rope_write_kv(
                 &mut qkv,
-                batch,
+                gb,
                 &layer.q_norm,
                 &layer.k_norm,
                 rope,
@@ -231,10 +234,10 @@ impl<B: Backend> Model<B> for Gemma3<B> {
                 &mut kv.v[l],
             )?;
             match self.config.window() {
-                Some(w) if layer.sliding => b.paged_attention_window(
-                    &mut attn, &qkv, &kv.k[l], &kv.v[l], batch, nh, scale, w,
-                )?,
-                _ => b.paged_attention(&mut attn, &qkv, &kv.k[l], &kv.v[l], batch, nh, scale)?,
+                Some(w) if layer.sliding => {
+                    b.paged_attention_window(&mut attn, &qkv, &kv.k[l], &kv.v[l], gb, nh, scale, w)?
+                }
+                _ => b.paged_attention(&mut attn, &qkv, &kv.k[l], &kv.v[l], gb, nh, scale)?,
             }
             b.matmul(&mut proj, &attn, &layer.o)?;
             self.tp.all_reduce(b, &mut proj)?;
@@ -273,6 +276,31 @@ impl<B: Backend> Model<B> for Gemma3<B> {
 
     fn kv_bytes_per_token(&self, backend: &B) -> usize {
         all_layers_kv_bytes_of(backend, &self.config.base, self.local.1)
+    }
+
+    fn kv_windows(&self) -> Vec<Option<usize>> {
+        let window = self.config.window();
+        self.layers
+            .iter()
+            .map(|layer| window.filter(|_| layer.sliding))
+            .collect()
+    }
+
+    fn new_grouped_kv_storage(
+        &self,
+        backend: &B,
+        groups: &[KvGroupSpec],
+        group_blocks: &[usize],
+        block_size: usize,
+    ) -> Result<KvStorage<B>> {
+        let c = &self.config.base;
+        KvStorage::grouped(
+            backend,
+            groups,
+            group_blocks,
+            block_size,
+            (self.local.1, c.head_dim),
+        )
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

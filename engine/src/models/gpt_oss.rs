@@ -5,8 +5,8 @@
 //! - attention with biases on q, k, v and o, YaRN rope (neox halves), and a learned sink a head
 //!   ([`Backend::paged_attention_sinks`]: one more logit in the softmax's denominator); layers
 //!   alternate between a sliding window (`sliding_window`, 128 released) and full attention
-//!   (`layer_types`). The KV cache keeps every position of the sliding layers (the window is a
-//!   mask, as for Mistral and Gemma 3), so memory is that of full attention;
+//!   (`layer_types`). The sliding layers are one KV group whose cache keeps only the window
+//!   (as for Mistral and Gemma 3: [`Model::kv_windows`], `kv_cache/grouped.rs`);
 //! - a router with a bias, each token to its top-k experts by logit, weighted by the softmax of
 //!   those k logits; experts with biases and the clamped SwiGLU
 //!   ([`Backend::fused_moe_clamped`]).
@@ -39,6 +39,7 @@ use super::{
     KvStorage, Model, all_layers_kv, all_layers_kv_bytes, check_backend, lm_head_logits,
     routed_activation_bytes,
 };
+use crate::kv_cache::KvGroupSpec;
 
 mod config;
 mod shard;
@@ -318,11 +319,13 @@ impl<B: Backend> Model<B> for GptOss<B> {
             // Attention: qkv = xn · Wqkvᵀ + b; RoPE on q, k; cache k, v; attend with the
             // head's sink (in the window on sliding layers); o = attn · Woᵀ, summed over the
             // ranks, + b.
+            // The layer's KV group's slots and tables (a sliding layer keeps only its window).
+            let gb = b.group_batch(batch, kv.group_of(l))?;
             b.matmul(&mut qkv, &xn, &layer.qkv)?;
             b.add_bias(&mut qkv, &layer.qkv_bias)?;
             b.rope_write_kv(
                 &mut qkv,
-                batch,
+                gb,
                 &self.rope,
                 nh,
                 nkv,
@@ -334,7 +337,7 @@ impl<B: Backend> Model<B> for GptOss<B> {
                 &qkv,
                 &kv.k[l],
                 &kv.v[l],
-                batch,
+                gb,
                 (nh, scale),
                 self.config.window(l),
                 &layer.sinks,
@@ -378,6 +381,24 @@ impl<B: Backend> Model<B> for GptOss<B> {
 
     fn kv_bytes_per_token(&self, backend: &B) -> usize {
         all_layers_kv_bytes(backend, &self.config.base)
+    }
+
+    fn kv_windows(&self) -> Vec<Option<usize>> {
+        (0..self.layers.len())
+            .map(|l| self.config.window(l))
+            .collect()
+    }
+
+    fn new_grouped_kv_storage(
+        &self,
+        backend: &B,
+        groups: &[KvGroupSpec],
+        group_blocks: &[usize],
+        block_size: usize,
+    ) -> Result<KvStorage<B>> {
+        let c = &self.config.base;
+        let heads = (c.num_key_value_heads, c.head_dim);
+        KvStorage::grouped(backend, groups, group_blocks, block_size, heads)
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

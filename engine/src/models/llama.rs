@@ -3,8 +3,8 @@
 //! with rotary embeddings (plain, linear, `llama3` or YaRN scaling) and no QK-norm, SwiGLU MLP,
 //! pre-norm residual blocks, tied or untied LM head. Mistral's `sliding_window`, where the
 //! config sets one, limits every layer's attention to the last `w` positions
-//! ([`Backend::paged_attention_window`]); the KV cache still keeps every position (the window
-//! is a mask, not a ring buffer), so memory is that of full attention.
+//! ([`Backend::paged_attention_window`]); the layers are then one sliding KV group whose cache
+//! keeps only the window ([`Model::kv_windows`], `kv_cache/grouped.rs`).
 //!
 //! The forward is Qwen3's (`qwen3.rs`) without the QK-norm: q|k|v and gate|up fused at load.
 //! Loaded with a group ([`Llama::load_sharded`]), one rank of it, cut as Qwen3 is
@@ -20,6 +20,7 @@ use crate::parallel::plan::{Plan, Tp};
 use super::{
     KvStorage, Model, all_layers_kv_bytes_of, all_layers_kv_of, check_backend, lm_head_logits,
 };
+use crate::kv_cache::KvGroupSpec;
 
 mod config;
 
@@ -203,10 +204,12 @@ impl<B: Backend> Model<B> for Llama<B> {
         for (l, layer) in self.layers.iter().enumerate() {
             // Attention: qkv = xn · Wqkvᵀ; RoPE on q, k; cache k, v; attend (in the window,
             // if any); project.
+            // The layer's KV group's slots and tables (with a window, only the window's kept).
+            let gb = b.group_batch(batch, kv.group_of(l))?;
             b.matmul(&mut qkv, &xn, &layer.qkv)?;
             b.rope_write_kv(
                 &mut qkv,
-                batch,
+                gb,
                 &self.rope,
                 nh,
                 nkv,
@@ -214,10 +217,10 @@ impl<B: Backend> Model<B> for Llama<B> {
                 &mut kv.v[l],
             )?;
             match self.config.sliding_window {
-                None => b.paged_attention(&mut attn, &qkv, &kv.k[l], &kv.v[l], batch, nh, scale)?,
-                Some(w) => b.paged_attention_window(
-                    &mut attn, &qkv, &kv.k[l], &kv.v[l], batch, nh, scale, w,
-                )?,
+                None => b.paged_attention(&mut attn, &qkv, &kv.k[l], &kv.v[l], gb, nh, scale)?,
+                Some(w) => {
+                    b.paged_attention_window(&mut attn, &qkv, &kv.k[l], &kv.v[l], gb, nh, scale, w)?
+                }
             }
             b.matmul(&mut proj, &attn, &layer.o)?;
             self.tp.all_reduce(b, &mut proj)?;
@@ -253,6 +256,30 @@ impl<B: Backend> Model<B> for Llama<B> {
 
     fn kv_bytes_per_token(&self, backend: &B) -> usize {
         all_layers_kv_bytes_of(backend, &self.config.base, self.local.1)
+    }
+
+    fn kv_windows(&self) -> Vec<Option<usize>> {
+        match self.config.sliding_window {
+            None => Vec::new(),
+            Some(w) => vec![Some(w); self.layers.len()],
+        }
+    }
+
+    fn new_grouped_kv_storage(
+        &self,
+        backend: &B,
+        groups: &[KvGroupSpec],
+        group_blocks: &[usize],
+        block_size: usize,
+    ) -> Result<KvStorage<B>> {
+        let c = &self.config.base;
+        KvStorage::grouped(
+            backend,
+            groups,
+            group_blocks,
+            block_size,
+            (self.local.1, c.head_dim),
+        )
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

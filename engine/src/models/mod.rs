@@ -15,6 +15,7 @@ mod recurrent;
 pub mod registry;
 
 use crate::backend::{Backend, BatchInputs, Feature, Result};
+use crate::kv_cache::KvGroupSpec;
 use crate::loader::{LoadError, ModelConfig};
 
 /// Refuse, before any weight is read, a checkpoint that needs what `backend` cannot run.
@@ -53,8 +54,15 @@ fn check_features(
 pub struct KvStorage<B: Backend> {
     pub k: Vec<B::Tensor>,
     pub v: Vec<B::Tensor>,
+    /// Blocks of KV group 0 (every layer's, without groups).
     pub num_blocks: usize,
     pub block_size: usize,
+    /// Each layer's KV group, for a model with sliding-window layers (`kv_cache/groups.rs`):
+    /// its tensors have that group's blocks and its attention reads that group's tables
+    /// ([`Backend::group_batch`]). Empty: every layer in group 0.
+    pub layer_group: Vec<usize>,
+    /// Blocks of each KV group's pool (`[num_blocks]` without groups).
+    pub group_blocks: Vec<usize>,
     /// The recurrent-state slots of a model with linear-attention layers (`None` otherwise).
     pub state: Option<StateStorage<B>>,
 }
@@ -131,6 +139,8 @@ impl<B: Backend> KvStorage<B> {
             v: Vec::new(),
             num_blocks,
             block_size,
+            layer_group: Vec::new(),
+            group_blocks: vec![num_blocks],
             state: None,
         })
     }
@@ -155,8 +165,68 @@ impl<B: Backend> KvStorage<B> {
             v,
             num_blocks,
             block_size,
+            layer_group: Vec::new(),
+            group_blocks: vec![num_blocks],
             state: None,
         })
+    }
+
+    /// A cache whose layers belong to KV groups (`groups`, as `kv_groups` makes them), group
+    /// `g`'s layers with `group_blocks[g]` blocks each: a sliding group's pool holds only what
+    /// its windows need.
+    pub fn grouped(
+        backend: &B,
+        groups: &[KvGroupSpec],
+        group_blocks: &[usize],
+        block_size: usize,
+        (kv_heads, head_dim): (usize, usize),
+    ) -> Result<Self> {
+        let layers: usize = groups.iter().map(|g| g.layers.len()).sum();
+        let mut layer_group = vec![usize::MAX; layers];
+        for (g, spec) in groups.iter().enumerate() {
+            for &l in &spec.layers {
+                if let Some(slot) = layer_group.get_mut(l) {
+                    *slot = g;
+                }
+            }
+        }
+        if groups.len() != group_blocks.len() || layer_group.contains(&usize::MAX) {
+            return Err(crate::backend::BackendError::Shape {
+                op: "grouped KV cache",
+                message: format!(
+                    "{} groups of {layers} layers with {} pool sizes: every layer must be in \
+                     exactly one group, each group with a pool",
+                    groups.len(),
+                    group_blocks.len()
+                ),
+            });
+        }
+        let mut k = Vec::with_capacity(layers);
+        let mut v = Vec::with_capacity(layers);
+        for &g in &layer_group {
+            let shape = [group_blocks[g], block_size, kv_heads, head_dim];
+            k.push(backend.kv_zeros(&shape)?);
+            v.push(backend.kv_zeros(&shape)?);
+        }
+        Ok(Self {
+            k,
+            v,
+            num_blocks: group_blocks[0],
+            block_size,
+            layer_group,
+            group_blocks: group_blocks.to_vec(),
+            state: None,
+        })
+    }
+
+    /// Layer `l`'s KV group.
+    pub fn group_of(&self, l: usize) -> usize {
+        self.layer_group.get(l).copied().unwrap_or(0)
+    }
+
+    /// Blocks in group `g`'s pool.
+    pub fn blocks_of(&self, g: usize) -> usize {
+        self.group_blocks.get(g).copied().unwrap_or(self.num_blocks)
     }
 }
 
@@ -271,6 +341,27 @@ pub trait Model<B: Backend>: Send {
     /// Bytes one cached token takes across all layers (k and v) in `backend`'s cache, for sizing
     /// the cache.
     fn kv_bytes_per_token(&self, backend: &B) -> usize;
+    /// Each layer's sliding window (`None`: full attention), for a model whose KV cache can
+    /// keep only the window of its sliding layers (KV groups, `kv_cache/groups.rs`); empty for
+    /// a model that keeps every position of every layer. The layers must all take the same
+    /// bytes a token ([`Model::kv_bytes_per_token`] over the layers).
+    fn kv_windows(&self) -> Vec<Option<usize>> {
+        Vec::new()
+    }
+    /// A KV cache of group `g`'s layers with `group_blocks[g]` blocks each (only called when
+    /// [`Model::kv_windows`] is not empty).
+    fn new_grouped_kv_storage(
+        &self,
+        _backend: &B,
+        _groups: &[KvGroupSpec],
+        _group_blocks: &[usize],
+        _block_size: usize,
+    ) -> Result<KvStorage<B>> {
+        Err(crate::backend::BackendError::Shape {
+            op: "new_grouped_kv_storage",
+            message: "this model keeps every position of every layer (no KV groups)".into(),
+        })
+    }
     /// An upper bound on the activation memory of one step of `tokens` tokens with up to
     /// `logits_rows` rows of logits (f32 everywhere), for sizing the KV cache next to it.
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize;

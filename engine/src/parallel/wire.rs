@@ -269,6 +269,7 @@ mod tests {
             context_lens: vec![2, 10],
             block_tables: vec![1, 0, 2, 3],
             table_rows: vec![],
+            groups: vec![],
             logits_rows: vec![1, 2],
             max_blocks_per_seq: 2,
             block_size: 16,

@@ -4,7 +4,7 @@
 
 use crate::backend::sampling::{SampleRow, token_logprobs};
 use crate::backend::{Backend, BackendError, BatchInputs, Result, SeqChunk};
-use crate::kv_cache::StatePlan;
+use crate::kv_cache::{KvGroupSpec, StatePlan};
 use crate::models::{KvStorage, Model};
 use crate::scheduler::io::{RunnerOutput, SchedulerOutput, SeqOutput};
 
@@ -24,9 +24,9 @@ pub struct Runner<B: Backend, M: Model<B>> {
     pub kv: KvStorage<B>,
     /// Speculative decoding with the model's MTP head, when enabled.
     spec: Option<Speculation>,
-    /// Every running sequence's block table, kept from step to step and fed by the step's
-    /// deltas.
-    tables: BlockTables,
+    /// Every running sequence's block tables, one set a KV group, kept from step to step and
+    /// fed by the step's deltas.
+    tables: Vec<BlockTables>,
     /// The null row of the block tables the backend keeps on the device, when it keeps them
     /// ([`Runner::keep_block_tables`]): steps then send only the deltas.
     null_row: Option<u32>,
@@ -49,15 +49,40 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         if model.state_spec().is_some() {
             kv.state = Some(model.new_state_storage(&backend, state_slots)?);
         }
-        Ok(Self {
+        Ok(Self::with_kv(backend, model, kv))
+    }
+
+    /// A runner for a model with KV groups (sliding-window layers, [`Model::kv_windows`]):
+    /// group `g`'s layers get `group_blocks[g]` blocks, as the scheduler's grouped manager
+    /// hands them out.
+    pub fn with_kv_groups(
+        backend: B,
+        model: M,
+        groups: &[KvGroupSpec],
+        group_blocks: &[usize],
+        block_size: usize,
+    ) -> Result<Self> {
+        if !backend.kv_groups() {
+            return Err(BackendError::Shape {
+                op: "KV groups",
+                message: format!("the {} backend runs no KV groups", backend.name()),
+            });
+        }
+        let kv = model.new_grouped_kv_storage(&backend, groups, group_blocks, block_size)?;
+        Ok(Self::with_kv(backend, model, kv))
+    }
+
+    fn with_kv(backend: B, model: M, kv: KvStorage<B>) -> Self {
+        let groups = kv.group_blocks.len().max(1);
+        Self {
             backend,
             model,
             kv,
             spec: None,
-            tables: BlockTables::default(),
+            tables: (0..groups).map(|_| BlockTables::default()).collect(),
             null_row: None,
             grammar_overlap: true,
-        })
+        }
     }
 
     /// Compute grammar masks on worker threads while steps run (on by default), or when
@@ -70,7 +95,9 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
     /// `max_num_seqs`) of `width` blocks from step to step, where it can (CUDA): a step then
     /// uploads the blocks its sequences gained, not every table.
     pub fn keep_block_tables(&mut self, rows: usize, width: usize) -> Result<()> {
-        self.null_row = self.backend.keep_block_tables(rows, width)?;
+        self.null_row = self
+            .backend
+            .keep_block_tables(self.tables.len(), rows, width)?;
         Ok(())
     }
 
@@ -99,17 +126,20 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
         if step.seqs.is_empty() {
             return Ok(RunnerOutput::default());
         }
-        self.tables.apply(step)?;
-        // The persisted tables must be the scheduler's full view (checked while both exist).
-        debug_assert!(
-            step.seqs
-                .iter()
-                .all(|s| self.tables.row(s.table.slot) == s.block_ids),
-            "a persisted block table differs from the scheduler's"
-        );
-        if self.null_row.is_some() {
-            let writes = block_tables::writes(step, self.kv.num_blocks)?;
-            self.backend.write_block_tables(&writes)?;
+        for (g, tables) in self.tables.iter_mut().enumerate() {
+            tables.apply(step, g)?;
+            // The persisted tables must be the scheduler's full view (checked while both
+            // exist).
+            debug_assert!(
+                step.seqs
+                    .iter()
+                    .all(|s| tables.row(s.table.slot) == block_tables::group_ids(s, g)),
+                "a persisted block table of KV group {g} differs from the scheduler's"
+            );
+            if self.null_row.is_some() {
+                let writes = block_tables::writes(step, g, self.kv.blocks_of(g))?;
+                self.backend.write_block_tables(g, &writes)?;
+            }
         }
         // Which rows of each chunk need logits: every row for prompt logprobs, else, when the
         // chunk reaches the end of the known tokens, its last own row and its drafts' rows.
@@ -251,9 +281,11 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             model,
             kv,
             null_row,
+            tables,
             ..
         } = self;
         let bs = kv.block_size;
+        let groups = tables.len();
         // Recurrent-state models replay graphs for steps that only move their states on (no
         // slot started from zeros or a checkpoint, no checkpoint saved): a graph's launches
         // are fixed. Padding rows get no state (`StatePlan::padding`).
@@ -268,7 +300,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             .filter(|_| decode)
             .and_then(|b| b.iter().copied().find(|&n| n >= chunks.len()));
         let Some(bucket) = bucket else {
-            let mut host = block_tables::step_batch(*null_row, step, bs, chunks, 1);
+            let mut host = block_tables::step_batch(*null_row, step, bs, chunks, (1, groups));
             // Each sequence's recurrent-state slot (models with linear-attention layers).
             host.states = step.seqs.iter().filter_map(|s| s.state.clone()).collect();
             let batch = backend.prepare_batch(&host)?;
@@ -287,7 +319,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             },
         );
         let width = graph_width(chunks);
-        let mut host = block_tables::step_batch(*null_row, step, bs, &padded, width);
+        let mut host = block_tables::step_batch(*null_row, step, bs, &padded, (width, groups));
         if step.seqs.iter().any(|s| s.state.is_some()) {
             let plans: Option<Vec<StatePlan>> = step.seqs.iter().map(|s| s.state.clone()).collect();
             host.states = plans.ok_or_else(|| BackendError::Shape {
@@ -339,15 +371,13 @@ fn check_replay_inputs<B: Backend>(
             "token id {t} is outside the vocabulary of {vocab}"
         )));
     }
-    if let Some(b) = host
-        .block_tables
-        .iter()
-        .find(|&&b| b as usize >= kv.num_blocks)
-    {
-        return Err(err(format!(
-            "block {b} is outside the cache of {}",
-            kv.num_blocks
-        )));
+    for (g, group) in std::iter::once(host).chain(&host.groups).enumerate() {
+        let blocks = kv.blocks_of(g);
+        if let Some(b) = group.block_tables.iter().find(|&&b| b as usize >= blocks) {
+            return Err(err(format!(
+                "block {b} is outside the cache of {blocks} (KV group {g})"
+            )));
+        }
     }
     let slots = kv.state.as_ref().map_or(0, |st| st.num_slots);
     let named = host

@@ -133,6 +133,11 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 "the model was loaded without an MTP head: load it with its mtp.* weights".into(),
             ));
         }
+        if self.kv.group_blocks.len() > 1 {
+            return Err(spec_err(
+                "speculative decoding runs on one KV group (a model without sliding layers)".into(),
+            ));
+        }
         if let Some(r) = force_accept.filter(|r| !(0.0..=1.0).contains(r)) {
             return Err(spec_err(format!(
                 "a forced acceptance rate of {r} is not between 0 and 1"
@@ -197,7 +202,7 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
             1
         };
         let mut host =
-            super::block_tables::step_batch(null_row, step, kv.block_size, chunks, width);
+            super::block_tables::step_batch(null_row, step, kv.block_size, chunks, (width, 1));
         host.states = step.seqs.iter().filter_map(|s| s.state.clone()).collect();
         if kv.state.is_some() && host.states.len() == step.seqs.len() {
             let drafting = step.seqs.iter().zip(host.states.iter_mut());
@@ -355,7 +360,8 @@ impl<B: Backend, M: Model<B>> Runner<B, M> {
                 null_row.filter(|_| backend.graph_buckets().is_some() && uniform_verify(step))
             {
                 let width = super::graph_width(&chunks);
-                let host = super::block_tables::step_batch(Some(null), step, bs, &chunks, width);
+                let host =
+                    super::block_tables::step_batch(Some(null), step, bs, &chunks, (width, 1));
                 super::check_replay_inputs(&host, model.vocab_size(), kv)?;
                 let filled = backend.graph_chain(
                     std::slice::from_ref(&host),
@@ -457,7 +463,7 @@ impl Chain<'_> {
             self.step,
             self.bs,
             self.chunks,
-            width,
+            (width, 1),
         );
         let mut hosts = vec![first];
         for k in 1..longest {

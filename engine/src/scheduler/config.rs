@@ -63,6 +63,10 @@ pub enum SchedulerConfigError {
     TooManyDrafts(usize),
     #[error("invalid scheduler config: draft_cost {0} is not a number at least 0")]
     DraftCost(f64),
+    #[error(
+        "invalid scheduler config: a model with recurrent state cannot keep sliding-window KV groups"
+    )]
+    GroupsWithState,
     #[error(transparent)]
     KvCache(#[from] KvCacheError),
 }

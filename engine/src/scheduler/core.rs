@@ -6,11 +6,13 @@ use std::sync::Arc;
 
 use crate::admission::{AdmissionLimits, ValidRequest};
 use crate::kv_cache::hash::FastMap;
-use crate::kv_cache::{ComputedBlocks, HashKey, KvCacheConfig, KvCacheManager};
+use crate::kv_cache::{GroupConfig, GroupedKvConfig, HashKey, KvCacheConfig, ServingKv};
 use crate::request::Request;
 use crate::scheduler::config::{MAX_DRAFTS, SchedulerConfig, SchedulerConfigError};
 use crate::scheduler::draft_policy::DraftPolicy;
-use crate::scheduler::io::{RequestId, RunnerOutput, ScheduledSeq, SchedulerOutput, SeqOutput};
+use crate::scheduler::io::{
+    GroupTable, RequestId, RunnerOutput, ScheduledSeq, SchedulerOutput, SeqOutput,
+};
 use crate::scheduler::output::{
     EngineEvent, FinishReason, FinishedRequest, SchedulerStats, SpecDecodeStats,
 };
@@ -19,7 +21,7 @@ use crate::scheduler::table_rows::TableRows;
 #[derive(Debug)]
 pub struct Scheduler {
     cfg: SchedulerConfig,
-    kv: KvCacheManager,
+    kv: ServingKv,
     requests: FastMap<RequestId, Request>,
     /// Admission order: new requests at the back, preempted ones at the front.
     waiting: VecDeque<RequestId>,
@@ -45,7 +47,7 @@ impl Scheduler {
     /// A scheduler with a fixed prefix-hash key (reproducible hashes, for tests).
     pub fn with_hash_key(cfg: SchedulerConfig, key: HashKey) -> Result<Self, SchedulerConfigError> {
         cfg.validate()?;
-        let kv = KvCacheManager::with_hash_key(
+        let kv = ServingKv::plain(
             KvCacheConfig {
                 block_size: cfg.block_size,
                 num_blocks: cfg.num_blocks,
@@ -54,7 +56,34 @@ impl Scheduler {
             },
             key,
         )?;
-        Ok(Self {
+        Ok(Self::with_kv(cfg, kv))
+    }
+
+    /// A scheduler for a model with sliding-window layers: a block pool and a block table a
+    /// KV group (`kv_cache/grouped.rs`), the sliding groups keeping only their window.
+    /// `cfg.num_blocks` is group 0's; a model with recurrent state has no groups.
+    pub fn with_kv_groups(
+        cfg: SchedulerConfig,
+        groups: Vec<GroupConfig>,
+        key: HashKey,
+    ) -> Result<Self, SchedulerConfigError> {
+        cfg.validate()?;
+        if cfg.state.is_some() {
+            return Err(SchedulerConfigError::GroupsWithState);
+        }
+        let kv = ServingKv::grouped(
+            GroupedKvConfig {
+                block_size: cfg.block_size,
+                groups,
+                enable_prefix_caching: cfg.enable_prefix_caching,
+            },
+            key,
+        )?;
+        Ok(Self::with_kv(cfg, kv))
+    }
+
+    fn with_kv(cfg: SchedulerConfig, kv: ServingKv) -> Self {
+        Self {
             cfg,
             kv,
             requests: FastMap::default(),
@@ -68,7 +97,7 @@ impl Scheduler {
                 .speculative
                 .map(|sp| DraftPolicy::new(sp.ladder, sp.draft_cost)),
             table_rows: TableRows::new(cfg.max_num_seqs),
-        })
+        }
     }
 
     pub fn config(&self) -> &SchedulerConfig {
@@ -88,10 +117,13 @@ impl Scheduler {
     /// The limits to validate requests against for this scheduler (`vocab_size` is the
     /// model's, which the scheduler does not know).
     pub fn admission_limits(&self, vocab_size: usize) -> AdmissionLimits {
+        // A step writes at most the token budget (a chunk and a decode row's drafts).
+        let chunk = self.cfg.max_num_batched_tokens;
+        let bs = self.cfg.block_size;
         AdmissionLimits::new(
             self.cfg.max_model_len,
-            self.kv.num_usable_blocks(),
-            self.cfg.block_size,
+            self.kv.max_request_tokens(chunk) / bs,
+            bs,
             vocab_size,
         )
     }
@@ -193,14 +225,14 @@ impl Scheduler {
                 }
                 // Never past the last position the request can reach.
                 let want = (n + drafts + propose.saturating_sub(1)).min(n + room - 1);
-                if self.kv.allocate_slots(id, start, want, None).is_none() {
+                if !self.kv.allocate_slots(id, start, want, None) {
                     drafts = 0;
                 }
             }
             // Make room, preempting the most recently arrived running request until it fits;
             // stop when that is this request itself.
             let fits = loop {
-                if self.kv.allocate_slots(id, start, n, None).is_some() {
+                if self.kv.allocate_slots(id, start, n, None) {
                     break true;
                 }
                 let Some(victim) = self.running.pop() else {
@@ -246,8 +278,23 @@ impl Scheduler {
         }
 
         // The tables' changes since each sequence's last step, now that all are allocated.
+        let groups = self.kv.num_groups();
         for s in &mut seqs {
-            s.table = self.table_rows.delta(s.req_id, self.kv.block_ids(s.req_id));
+            let tables: Vec<(&[u32], usize)> = (0..groups)
+                .map(|g| {
+                    let ids = self.kv.group_block_ids(s.req_id, g);
+                    (ids, self.kv.num_released(s.req_id, g))
+                })
+                .collect();
+            let mut deltas = self.table_rows.delta(s.req_id, &tables).into_iter();
+            s.table = deltas.next().unwrap_or_default();
+            s.group_tables = deltas
+                .zip(&tables[1..])
+                .map(|(table, (ids, _))| GroupTable {
+                    block_ids: ids.to_vec(),
+                    table,
+                })
+                .collect();
         }
         let num_batched_tokens = self.cfg.max_num_batched_tokens - budget;
         self.last_step_tokens = num_batched_tokens;
@@ -383,11 +430,13 @@ impl Scheduler {
         let computed = if req.sampling.prompt_logprobs.is_none() {
             self.kv.get_computed_blocks(id, &tokens)
         } else {
-            ComputedBlocks::default()
+            self.kv.nothing_computed()
         };
-        let start = computed.num_computed_tokens;
+        let start = computed.num_computed_tokens();
         let n = (tokens.len() - start).min(budget);
-        self.kv.allocate_slots(id, start, n, Some(&computed))?;
+        if !self.kv.allocate_slots(id, start, n, Some(&computed)) {
+            return None;
+        }
         req.num_computed_tokens = start;
         req.num_cached_prompt_tokens
             .get_or_insert(start.min(req.num_prompt_tokens));
@@ -483,7 +532,7 @@ impl Scheduler {
     }
 
     /// The KV cache manager (read-only: block tables, pool state).
-    pub fn kv_cache(&self) -> &KvCacheManager {
+    pub fn kv_cache(&self) -> &ServingKv {
         &self.kv
     }
 }
@@ -492,7 +541,7 @@ impl Scheduler {
 /// their slots are allocated.
 fn scheduled_seq(
     req: &mut Request,
-    kv: &mut KvCacheManager,
+    kv: &mut ServingKv,
     start: usize,
     n: usize,
     drafts: usize,
@@ -511,6 +560,7 @@ fn scheduled_seq(
         start_pos: start,
         block_ids: kv.block_ids(req.id).to_vec(),
         table: Default::default(), // filled once the step's allocations are done
+        group_tables: Vec::new(),  // likewise
         sample: start + n == all.len(),
         want_prompt_logprobs: req.wants_prompt_logprobs(start, n),
         all_token_ids: all,

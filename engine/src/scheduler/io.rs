@@ -26,6 +26,10 @@ pub struct ScheduledSeq {
     pub block_ids: Vec<u32>,
     /// What changed in the block table since the runner last saw this sequence.
     pub table: BlockTableDelta,
+    /// The tables of KV groups 1.. (`block_ids` and `table` are group 0's), for a model with
+    /// sliding-window layers (`kv_cache/grouped.rs`); empty with one group. A sliding group's
+    /// entries behind the window are the null block.
+    pub group_tables: Vec<GroupTable>,
     /// True when this chunk reaches the end of the known tokens, so the runner samples one
     /// new token from the logits of the last row.
     pub sample: bool,
@@ -50,9 +54,18 @@ pub struct ScheduledSeq {
     pub propose: usize,
 }
 
+/// One KV group's block table of a scheduled sequence: the whole table and its change.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupTable {
+    pub block_ids: Vec<u32>,
+    pub table: BlockTableDelta,
+}
+
 /// A block table's change for one step (vLLM's `NewRequestData` / `CachedRequestData` split,
 /// for the table): a sequence new to its row sends its whole table once, a running one only
-/// the block ids allocated since its last step.
+/// the block ids allocated since its last step. A sliding group's table also changes at its
+/// front, where blocks behind the window become the null block: the change then starts at the
+/// first entry released since the last step and runs to the end.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BlockTableDelta {
     /// The sequence's row in the runner's persistent tables, stable from admission until it

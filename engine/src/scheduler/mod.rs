@@ -29,6 +29,8 @@ pub use draft_policy::DraftPolicy;
 pub use output::{EngineEvent, FinishReason, FinishedRequest, SchedulerStats, SpecDecodeStats};
 
 #[cfg(test)]
+mod group_tests;
+#[cfg(test)]
 mod sim_tests;
 #[cfg(test)]
 mod stop_tests;

@@ -71,7 +71,7 @@ impl ShadowRunner {
     fn execute(&mut self, out: &SchedulerOutput, s: &Scheduler) -> RunnerOutput {
         // The persistent tables after this step's deltas are the scheduler's full view, and
         // no two sequences of a step share a row.
-        self.tables.apply(out).expect("deltas apply");
+        self.tables.apply(out, 0).expect("deltas apply");
         let mut rows = std::collections::HashSet::new();
         for q in &out.seqs {
             assert!(rows.insert(q.table.slot), "row {} shared", q.table.slot);

@@ -265,6 +265,7 @@ mod tests {
             created: 0,
             device: "cpu".into(),
             kv_cache_blocks: 10,
+            kv_groups: String::new(),
             block_size: 16,
         }
     }

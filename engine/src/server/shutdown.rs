@@ -146,6 +146,15 @@ pub(super) async fn serve_until_drained(
         plan.tokens(),
         plan.bytes as f64 / (1 << 20) as f64,
     ));
+    if !plan.groups.is_empty() {
+        say(&format!(
+            "met: KV groups (sliding layers keep only their window): {}; {:.1} MiB where \
+             every layer keeping every position would take {:.1} MiB for the same sequences",
+            plan.describe_groups(),
+            plan.bytes as f64 / (1 << 20) as f64,
+            plan.full_attention_bytes as f64 / (1 << 20) as f64,
+        ));
+    }
     say(&format!("met: weights: {}", info.weights));
     if let Some(st) = &plan.state {
         say(&format!(

@@ -110,6 +110,7 @@ pub async fn version(State(state): State<Arc<AppState>>) -> axum::Json<Value> {
             "max_model_len": info.max_model_len,
             "kv_cache_blocks": info.kv_cache_blocks,
             "kv_cache_tokens": info.kv_cache_blocks * info.block_size,
+            "kv_cache_groups": info.kv_groups,
             "weights": info.weights,
         })
     });

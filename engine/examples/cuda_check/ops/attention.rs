@@ -209,7 +209,7 @@ impl Ops<'_> {
     ) -> Result<CudaTensor> {
         let n = tables.len();
         let width = tables.iter().map(Vec::len).max().unwrap_or(1) + 2;
-        self.cuda.keep_block_tables(n + 1, width)?;
+        self.cuda.keep_block_tables(1, n + 1, width)?;
         let rows: Vec<u32> = (0..n as u32).rev().collect();
         // Stale entries name a real block (the first of the first table), not the null one.
         let stale: Vec<u32> =
@@ -237,7 +237,7 @@ impl Ops<'_> {
                 len: table.len(),
             });
         }
-        self.cuda.write_block_tables(&writes)?;
+        self.cuda.write_block_tables(0, &writes)?;
         let b = BatchInputs::build_on_rows(16, chunks, 1, &rows);
         let batch = self.cuda.prepare_batch(&b)?;
         // The caches are [blocks, bs, nkv, hd].

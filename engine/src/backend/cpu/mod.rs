@@ -148,8 +148,18 @@ impl Backend for CpuBackend {
         &t.shape
     }
 
+    fn kv_groups(&self) -> bool {
+        true
+    }
+
+    fn group_batch<'a>(&self, batch: &'a BatchInputs, group: usize) -> Result<&'a BatchInputs> {
+        batch
+            .group(group)
+            .ok_or_else(|| shape_err("group_batch", format!("the batch has no KV group {group}")))
+    }
+
     fn prepare_batch(&self, b: &BatchInputs) -> Result<BatchInputs> {
-        if !b.table_rows.is_empty() {
+        if !b.table_rows.is_empty() || b.groups.iter().any(|g| !g.table_rows.is_empty()) {
             return Err(shape_err(
                 "prepare_batch",
                 "the CPU keeps no block tables: build the batch with whole tables".to_string(),

@@ -196,12 +196,12 @@ impl Backend for CudaBackend {
 
     fn prepare_batch(&self, b: &BatchInputs) -> Result<CudaBatch> {
         let tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
-        let view = tables.as_ref().map(|t| t.view(self));
-        CudaBatch::new(
+        let views = super::block_tables::views(&tables, self);
+        CudaBatch::grouped(
             &self.stream,
             b,
             self.tuning().attention.flash_min_rows,
-            view,
+            &views,
         )
     }
 
@@ -495,12 +495,20 @@ impl Backend for CudaBackend {
         self.end_sequences_op(seqs);
     }
 
-    fn keep_block_tables(&self, rows: usize, width: usize) -> Result<Option<u32>> {
-        self.keep_block_tables_op(rows, width)
+    fn kv_groups(&self) -> bool {
+        true
     }
 
-    fn write_block_tables(&self, writes: &[TableWrite<'_>]) -> Result<()> {
-        self.write_block_tables_op(writes)
+    fn group_batch<'a>(&self, batch: &'a CudaBatch, group: usize) -> Result<&'a CudaBatch> {
+        batch.group(group)
+    }
+
+    fn keep_block_tables(&self, groups: usize, rows: usize, width: usize) -> Result<Option<u32>> {
+        self.keep_block_tables_op(groups, rows, width)
+    }
+
+    fn write_block_tables(&self, group: usize, writes: &[TableWrite<'_>]) -> Result<()> {
+        self.write_block_tables_op(group, writes)
     }
 
     fn graph_buckets(&self) -> Option<&'static [usize]> {

@@ -41,6 +41,9 @@ pub struct CudaBatch {
     /// The recurrent-state plans (hybrid models): how many sequences have one, the largest
     /// slot they name (own or saved to), and why the plans cannot run, if they cannot.
     pub(super) states: StatesInfo,
+    /// The batch of KV groups 1.. (`BatchInputs::groups`): the same rows on each group's
+    /// slots and tables; empty with one group.
+    pub(super) groups: Vec<CudaBatch>,
 }
 
 /// What `gated_delta_net` checks about the step's state plans before its kernels follow them.
@@ -380,6 +383,59 @@ fn pack(
 }
 
 impl CudaBatch {
+    /// [`CudaBatch::new`] with a batch a KV group: group `g`'s (`b.groups[g - 1]`) reads the
+    /// kept tables `kept[g]`.
+    pub(super) fn grouped(
+        stream: &std::sync::Arc<CudaStream>,
+        b: &BatchInputs,
+        flash_min_rows: Option<usize>,
+        kept: &[TablesView<'_>],
+    ) -> Result<Self> {
+        let mut batch = Self::new(stream, b, flash_min_rows, kept.first().copied())?;
+        for (g, host) in b.groups.iter().enumerate() {
+            let view = kept.get(g + 1).copied();
+            batch
+                .groups
+                .push(Self::new(stream, host, flash_min_rows, view)?);
+        }
+        Ok(batch)
+    }
+
+    /// The batch KV group `group` reads: this one for group 0.
+    pub(super) fn group(&self, group: usize) -> Result<&CudaBatch> {
+        match group {
+            0 => Ok(self),
+            g => self
+                .groups
+                .get(g - 1)
+                .ok_or_else(|| shape_err("group_batch", format!("the batch has no KV group {g}"))),
+        }
+    }
+
+    /// [`CudaBatch::refill`] for every KV group's batch.
+    pub(super) fn refill_grouped(
+        &mut self,
+        stream: &std::sync::Arc<CudaStream>,
+        b: &BatchInputs,
+        kept: &[TablesView<'_>],
+    ) -> Result<()> {
+        if b.groups.len() != self.groups.len() {
+            return Err(shape_err(
+                "graph batch",
+                format!(
+                    "{} KV groups do not fit a graph captured for {}",
+                    b.groups.len() + 1,
+                    self.groups.len() + 1
+                ),
+            ));
+        }
+        self.refill(stream, b, kept.first().copied())?;
+        for (g, (batch, host)) in self.groups.iter_mut().zip(&b.groups).enumerate() {
+            batch.refill(stream, host, kept.get(g + 1).copied())?;
+        }
+        Ok(())
+    }
+
     /// The batch on the device; sequences with at least `flash_min_rows` rows (and every one
     /// after the first of them) take the flash prefill kernel. A batch that names table rows
     /// reads them from `kept`.
@@ -411,6 +467,7 @@ impl CudaBatch {
             logits_rows: b.logits_rows.clone(),
             states: p.states,
             flash: p.flash,
+            groups: Vec::new(),
         })
     }
 
@@ -422,6 +479,7 @@ impl CudaBatch {
     pub(super) fn for_graph(mut self) -> Self {
         debug_assert!(self.flash.is_none(), "a graph batch has no flash plan");
         self.max_len = self.max_blocks_per_seq * self.block_size;
+        self.groups = self.groups.into_iter().map(Self::for_graph).collect();
         self
     }
 

@@ -123,6 +123,11 @@ fn pack(
     Ok((data, after, n))
 }
 
+/// The views of every KV group's tables, group order.
+pub(super) fn views<'a>(tables: &'a [DeviceTables], be: &CudaBackend) -> Vec<TablesView<'a>> {
+    tables.iter().map(|t| t.view(be)).collect()
+}
+
 impl DeviceTables {
     pub(super) fn view(&self, be: &CudaBackend) -> TablesView<'_> {
         TablesView {
@@ -135,16 +140,27 @@ impl DeviceTables {
 }
 
 impl CudaBackend {
-    /// `Backend::keep_block_tables`: `rows` rows of `width` blocks and the null row, zeroed.
-    /// Asking again for the same shape keeps the tables; another shape replaces them (and the
-    /// graphs that read the old ones).
-    pub(super) fn keep_block_tables_op(&self, rows: usize, width: usize) -> Result<Option<u32>> {
+    /// `Backend::keep_block_tables`: for each of `groups` KV groups, `rows` rows of `width`
+    /// blocks and the null row, zeroed. Asking again for the same shape keeps the tables;
+    /// another shape replaces them (and the graphs that read the old ones).
+    pub(super) fn keep_block_tables_op(
+        &self,
+        groups: usize,
+        rows: usize,
+        width: usize,
+    ) -> Result<Option<u32>> {
         let mut t = self.tables.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(have) = t.as_ref()
-            && have.lens.len() == rows
-            && have.width == width
+        if t.len() == groups
+            && t.iter()
+                .all(|have| have.lens.len() == rows && have.width == width)
         {
             return Ok(Some(rows as u32));
+        }
+        if groups == 0 {
+            return Err(shape_err(
+                "keep_block_tables",
+                "tables for no KV group".to_string(),
+            ));
         }
         let (Some(cells), true) = ((rows + 1).checked_mul(width), width > 0) else {
             return Err(shape_err(
@@ -152,18 +168,20 @@ impl CudaBackend {
                 format!("{rows} rows of {width} blocks"),
             ));
         };
-        let buf = self
-            .stream
-            .alloc_zeros::<u32>(cells)
-            .map_err(dev_err("block tables"))?;
-        let replaced = t
-            .replace(DeviceTables {
+        let mut fresh = Vec::with_capacity(groups);
+        for _ in 0..groups {
+            let buf = self
+                .stream
+                .alloc_zeros::<u32>(cells)
+                .map_err(dev_err("block tables"))?;
+            fresh.push(DeviceTables {
                 buf,
                 width,
                 lens: vec![0; rows],
                 max_id: None,
-            })
-            .is_some();
+            });
+        }
+        let replaced = !std::mem::replace(&mut *t, fresh).is_empty();
         drop(t);
         // Graphs read the old tables' address (the graphs' lock is taken before the tables').
         if replaced {
@@ -172,16 +190,22 @@ impl CudaBackend {
         Ok(Some(rows as u32))
     }
 
-    /// `Backend::write_block_tables`: the changes checked, uploaded in one copy and scattered
-    /// by one launch.
-    pub(super) fn write_block_tables_op(&self, writes: &[TableWrite<'_>]) -> Result<()> {
+    /// `Backend::write_block_tables`: KV group `group`'s changes checked, uploaded in one
+    /// copy and scattered by one launch.
+    pub(super) fn write_block_tables_op(
+        &self,
+        group: usize,
+        writes: &[TableWrite<'_>],
+    ) -> Result<()> {
         let mut guard = self.tables.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(t) = guard.as_mut() else {
+        let Some(t) = guard.get_mut(group) else {
             return match writes.is_empty() {
                 true => Ok(()),
                 false => Err(shape_err(
                     "write_block_tables",
-                    "no block tables are kept (keep_block_tables first)".to_string(),
+                    format!(
+                        "no block tables of KV group {group} are kept (keep_block_tables first)"
+                    ),
                 )),
             };
         };

@@ -238,15 +238,15 @@ impl CudaBackend {
             return Ok(None);
         }
         let tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
-        let kept = tables.as_ref().map(|t| t.view(self));
+        let kept = super::block_tables::views(&tables, self);
         if let Some(c) = g.captured.get_mut(&key) {
-            c.batch.refill(&self.stream, host, kept)?;
+            c.batch.refill_grouped(&self.stream, host, &kept)?;
             c.graph
                 .launch()
                 .map_err(dev_err("launching a decode graph"))?;
             return Ok(Some(c.outputs.iter().map(|t| self.arena_view(t)).collect()));
         }
-        match self.capture(&mut g, host, kept, outputs, forward) {
+        match self.capture(&mut g, host, &kept, outputs, forward) {
             Ok(c) => {
                 c.graph
                     .launch()
@@ -268,11 +268,12 @@ impl CudaBackend {
         &self,
         g: &mut Graphs,
         host: &BatchInputs,
-        kept: Option<TablesView<'_>>,
+        kept: &[TablesView<'_>],
         outputs: usize,
         forward: &mut ForwardMany<'_, CudaBackend>,
     ) -> Result<Captured> {
-        let batch = CudaBatch::new(&self.stream, host, None, kept)?.for_graph();
+        // Every KV group's batch sits at a fixed address too, refilled before each replay.
+        let batch = CudaBatch::grouped(&self.stream, host, None, kept)?.for_graph();
         // The counting pass (`record`'s step 1) runs too: writing the step's keys and values
         // twice is harmless, moving a recurrent state on twice is not, so it runs with every
         // state plan a padding row's, which moves none.
@@ -280,7 +281,7 @@ impl CudaBackend {
             None
         } else {
             Some(
-                CudaBatch::new(&self.stream, &host.without_state_effects(), None, kept)?
+                CudaBatch::grouped(&self.stream, &host.without_state_effects(), None, kept)?
                     .for_graph(),
             )
         };

@@ -39,7 +39,8 @@ impl CudaBackend {
             return Ok(None);
         }
         let tables = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
-        let kept = tables.as_ref().map(|t| t.view(self));
+        // The MTP head's chains run on models of one KV group.
+        let kept = tables.first().map(|t| t.view(self));
         if let Some(c) = g.chains.get_mut(&key) {
             for (batch, host) in c.batches.iter_mut().zip(hosts) {
                 batch.refill(&self.stream, host, kept)?;

@@ -146,8 +146,9 @@ pub struct CudaBackend {
     router_ticket: CudaSlice<u32>,
     /// The sampler's per-sequence penalty counts (`sample/penalty_state.rs`).
     penalties: Mutex<sample::DevicePenaltyStates>,
-    /// The block tables kept from step to step (`block_tables.rs`), once the runner asks.
-    tables: Mutex<Option<block_tables::DeviceTables>>,
+    /// The block tables kept from step to step (`block_tables.rs`), once the runner asks: one
+    /// set a KV group (a model with sliding-window layers has several).
+    tables: Mutex<Vec<block_tables::DeviceTables>>,
 }
 
 /// [`CudaBackend`]'s `launch_bits`: programmatic dependent launch, a sync after every launch.
