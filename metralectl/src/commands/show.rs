@@ -303,7 +303,11 @@ fn model_section(out: &mut Sections, printer: &Printer, recipe: &Recipe) {
         );
     }
     if let Some(w) = m.sliding_window {
-        out.kv("sliding window", format!("{w} tokens"));
+        let layers = m.sliding_layers.unwrap_or(m.layers);
+        out.kv(
+            "sliding window",
+            format!("{w} tokens, {layers} layers (the KV cache keeps only the window)"),
+        );
     }
     if let Some(mamba) = &m.mamba2 {
         out.kv(

@@ -246,6 +246,9 @@ fn kv_cache(recipe: &Recipe) -> Part {
             ),
         );
     }
+    if let Some(window) = m.sliding_window {
+        return windowed_kv_cache(recipe, (layers, window), (dtype_bytes, dtype));
+    }
     let per_token =
         f64::from(layers) * 2.0 * f64::from(m.kv_heads) * f64::from(m.head_dim) * dtype_bytes;
     Part::known(
@@ -257,6 +260,53 @@ fn kv_cache(recipe: &Recipe) -> Part {
             bytes_word(dtype_bytes),
             serve.max_seq_len,
             serve.max_batch_size
+        ),
+    )
+}
+
+/// Tokens a KV block holds in the engine (its `--block-size`).
+const KV_BLOCK: u64 = 16;
+/// The engine's step budget (`--max-num-batched-tokens`) when the recipe sets none.
+const DEFAULT_STEP_TOKENS: u32 = 2048;
+
+/// The KV cache of a model whose `sliding_layers` attend in a window of `window` positions:
+/// the engine keeps only the window for them, in a pool of its own sized as its start-up
+/// planner sizes it (`engine/src/kv_cache/groups.rs`, `PlanShape::group_blocks`): a
+/// full-attention layer holds every position of every sequence, a sliding one each
+/// sequence's `window − 1` positions (plus three blocks of slack) and the positions one step
+/// writes, never more than every position.
+fn windowed_kv_cache(
+    recipe: &Recipe,
+    (layers, window): (u32, u32),
+    (dtype_bytes, dtype): (f64, &str),
+) -> Part {
+    let Some(m) = &recipe.model else {
+        return Part::unknown("the recipe has no [model] section");
+    };
+    let serve = &recipe.serve;
+    let sliding = m.sliding_layers.unwrap_or(layers).min(layers);
+    let full = layers - sliding;
+    let seqs = u64::from(serve.max_batch_size);
+    let step = serve
+        .max_num_batched_tokens
+        .unwrap_or(DEFAULT_STEP_TOKENS.max(serve.max_batch_size));
+    let full_blocks = seqs * u64::from(serve.max_seq_len).div_ceil(KV_BLOCK);
+    let per_seq = u64::from(window.saturating_sub(1)).div_ceil(KV_BLOCK) + 3;
+    let sliding_blocks = full_blocks.min(seqs * per_seq + u64::from(step).div_ceil(KV_BLOCK));
+    let layer_block =
+        KV_BLOCK as f64 * 2.0 * f64::from(m.kv_heads) * f64::from(m.head_dim) * dtype_bytes;
+    let blocks = u64::from(full) * full_blocks + u64::from(sliding) * sliding_blocks;
+    Part::known(
+        blocks as f64 * layer_block,
+        format!(
+            "({full} full-attention layers × {full_blocks} blocks + {sliding} sliding layers × \
+             {sliding_blocks} blocks: a {window}-token window × {seqs} sequences and a step of \
+             {step} tokens) × {KV_BLOCK} tokens × 2 × {} KV heads × {} dims × {} ({dtype}); \
+             {} tokens × {seqs} sequences",
+            m.kv_heads,
+            m.head_dim,
+            bytes_word(dtype_bytes),
+            serve.max_seq_len
         ),
     )
 }
@@ -462,6 +512,44 @@ mod tests {
             "{}",
             e.kv_cache.basis
         );
+    }
+
+    /// 12 of 16 layers in a 128-token window, fp8, 2 × 1024 tokens and a step of 1024: the
+    /// engine's planner's blocks, by hand.
+    #[test]
+    fn sliding_layers_count_only_their_window() {
+        let text = hybrid().replace(
+            "kv_cache_dtype = \"fp8\"",
+            "kv_cache_dtype = \"fp8\"\nmax_num_batched_tokens = 1024",
+        );
+        let mut r = recipe(&text);
+        let m = r.model.as_mut().expect("model");
+        m.full_attention_layers = None;
+        m.linear_attention = None;
+        m.layers = 16;
+        m.sliding_window = Some(128);
+        m.sliding_layers = Some(12);
+        let e = estimate(&r);
+        // 2 sequences of 1024 tokens: 128 blocks in a full layer; a sliding layer
+        // 2 × (ceil(127 / 16) + 3) + 1024 / 16 = 86 blocks; a block of a layer is 16 tokens ×
+        // 2 × 4 heads × 256 dims × 1 byte (fp8).
+        let layer_block = 16 * 2 * 4 * 256;
+        assert_eq!(
+            e.kv_cache.bytes,
+            Some((4 * 128 + 12 * 86) * layer_block),
+            "{}",
+            e.kv_cache.basis
+        );
+        assert!(
+            e.kv_cache.basis.contains("12 sliding layers"),
+            "{}",
+            e.kv_cache.basis
+        );
+        // Every layer sliding, a window as long as the sequences: every position.
+        let m = r.model.as_mut().expect("model");
+        m.sliding_layers = None;
+        m.sliding_window = Some(4096);
+        assert_eq!(estimate(&r).kv_cache.bytes, Some(16 * 128 * layer_block),);
     }
 
     #[test]

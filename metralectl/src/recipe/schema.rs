@@ -159,9 +159,14 @@ pub struct ModelShape {
     /// `moe_intermediate_size`.
     #[serde(default)]
     pub expert_intermediate_size: Option<u32>,
-    /// `sliding_window` of a Mistral checkpoint that has one (Gemma 3 and gpt-oss always do).
+    /// `sliding_window`: the window of the layers that attend in one (Mistral's every layer
+    /// where its config sets one; Gemma 3's local layers; gpt-oss's sliding ones). The engine
+    /// keeps only the window of those layers' keys and values.
     #[serde(default)]
     pub sliding_window: Option<u32>,
+    /// How many layers attend in `sliding_window` (from `layer_types`; absent: every layer).
+    #[serde(default)]
+    pub sliding_layers: Option<u32>,
     /// The linear-attention (Gated DeltaNet) layers of a hybrid model.
     #[serde(default)]
     pub linear_attention: Option<LinearAttention>,

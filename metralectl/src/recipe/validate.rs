@@ -167,6 +167,17 @@ pub fn validate(recipe: &Recipe, stem: &str, label: &str) -> Result<(), RecipeEr
             &|| "must be at least 1; remove it for a model without a window".to_owned(),
         )?;
         ensure(
+            m.sliding_layers
+                .is_none_or(|n| m.sliding_window.is_some() && n <= m.layers),
+            "model.sliding_layers",
+            &|| {
+                format!(
+                    "must come with model.sliding_window and be at most model.layers ({})",
+                    m.layers
+                )
+            },
+        )?;
+        ensure(
             m.linear_attention.is_none() || m.mamba2.is_none(),
             "model.mamba2",
             &|| {
@@ -512,6 +523,11 @@ mod tests {
                 "model.architecture",
             ),
             (model("sliding_window = 0\n"), "model.sliding_window"),
+            (model("sliding_layers = 4\n"), "model.sliding_layers"),
+            (
+                model("sliding_window = 16\nsliding_layers = 9\n"),
+                "model.sliding_layers",
+            ),
             (
                 model(&mamba.replace("layers = 4", "layers = 7")),
                 "model.mamba2.layers",
