@@ -272,3 +272,27 @@ async fn the_engine_plans_a_pool_a_group_and_decodes_as_transformers() {
         engine.shutdown();
     }
 }
+
+/// A byte budget (`--kv-cache-bytes`) is split between the pools, not exceeded, and holds
+/// more full-length sequences than every layer keeping every position would: half of what 8
+/// sequences of 256 tokens take in every layer holds 4 of them plain, 6 with groups.
+#[test]
+fn a_byte_budget_holds_more_sequences_with_groups() {
+    let name = "gemma3-sliding";
+    let mut cfg = engine_config(name);
+    let (engine, full) = EngineHandle::start(cfg.clone()).expect("start");
+    engine.shutdown();
+    let budget = full.full_attention_bytes / 2;
+    cfg.kv_cache_bytes = Some(budget);
+    let (engine, plan) = EngineHandle::start(cfg).expect("start");
+    engine.shutdown();
+    eprintln!(
+        "{name} with {budget} bytes: {} ({} bytes), every position would take {}",
+        plan.describe_groups(),
+        plan.bytes,
+        plan.full_attention_bytes
+    );
+    assert!(plan.bytes <= budget, "{} > {budget}", plan.bytes);
+    // The sequences the pools hold, at every position in every layer, take 1.5 budgets.
+    assert_eq!(plan.full_attention_bytes, 3 * budget / 2);
+}
