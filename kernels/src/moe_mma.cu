@@ -175,7 +175,7 @@ template <bool FIRST, typename T> __device__ __forceinline__ T& pick(T& a, T& b)
 template <int MODE, bool GATE, typename F = MoeSiluAct>
 __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, const void* w,
                              const float* w_scales, const int* tiles, const int* offsets,
-                             const int* perm, int rows, int a_div, int n, int k, F f = F{}) {
+                             const int* perm, int rows, int a_div, int n, int k, F f = F()) {
     using C = MmaCfg<MODE>;
     constexpr int BM = MMA_BM;
     constexpr int THREADS = C::WARPS * 32, WARP_COLS = C::WARPS / C::WARPS_M;
@@ -628,7 +628,7 @@ __device__ __forceinline__ void moe_any_chunk(float (&acc)[1][NB][4],
 template <typename W, int NB, int BATCH, bool STAGE, typename F = MoeSiluAct>
 __device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const float* scales,
                                      const int* offsets, const int* active, const int* perm,
-                                     int experts, int top_k, int inter, int hidden, F f = F{}) {
+                                     int experts, int top_k, int inter, int hidden, F f = F()) {
     constexpr bool BF16W = sizeof(W) == 2;
     pdl_start();
     const int e = small_block_expert(active, experts);
