@@ -29,6 +29,7 @@ pub const PRELUDE: &str = concat!(
     include_str!("prelude/random.cuh"),
     include_str!("prelude/mma.cuh"),
     include_str!("prelude/fp8_mma.cuh"),
+    include_str!("prelude/moe_act.cuh"),
 );
 
 /// One `.cu` file: a family of kernels compiled and loaded together.

@@ -64,7 +64,7 @@
 //
 // gpt-oss's experts (fused_moe_clamped, engine/src/backend/cuda/gpt_oss.rs) take the routing
 // launches above with norm_topk_prob, then moe_gate_up_clamped_* (moe_gate_up with the gate|up
-// bias and the clamped SwiGLU, moe_decode.cu's MoeClampedAct), moe_down_* and
+// bias and the clamped SwiGLU, prelude/moe_act.cuh's MoeClampedAct), moe_down_* and
 // moe_combine_bias_* (below: moe_combine with each slot's down bias), on the CUDA cores at
 // every size.
 //

@@ -117,29 +117,7 @@ __device__ __forceinline__ int block_expert(const int* active, int experts) {
     return (int)blockIdx.y < active[experts] ? active[blockIdx.y] : -1;
 }
 
-// What moe_gate_up applies to a pair's gate g and up u (output j of expert e): SwiGLU,
-// silu(g) · u (Qwen3-MoE's, MiniMax-M2's experts) ...
-struct MoeSiluAct {
-    __device__ __forceinline__ float operator()(float g, float u, int, int, int) const {
-        return g / (1.0f + expf(-g)) * u;
-    }
-};
-
-// ... or gpt-oss's (moe_gate_up_clamped_*): the gate|up bias [E, 2·I] (gate first) added to
-// both products, then (clamp(u, −limit, limit) + 1) · g' · sigmoid(alpha · g'),
-// g' = min(g, limit): the CPU reference's clamped_swiglu, the same f32 operations in its order.
-// B: the bias type (the activation type: bf16, or float on the float32 path).
-template <typename B>
-struct MoeClampedAct {
-    const B* bias;
-    float alpha, limit;
-    __device__ __forceinline__ float operator()(float g, float u, int e, int j, int inter) const {
-        const u64 row = (u64)e * 2 * inter;
-        g = fminf(g + to_f32(bias[row + j]), limit);
-        u = fminf(fmaxf(u + to_f32(bias[row + inter + j]), -limit), limit);
-        return (u + 1.0f) * (g / (1.0f + expf(-g * alpha)));
-    }
-};
+// MoeSiluAct, MoeClampedAct: prelude/moe_act.cuh (moe_mma.cu's tensor-core kernels share them).
 
 // A: the activation type (x rows and the SiLU products): bf16, or float on the float32 path.
 // F: the activation between the products (MoeSiluAct, MoeClampedAct).

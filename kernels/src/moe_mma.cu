@@ -20,6 +20,10 @@
 //     rows, one expert: out[m, n] = a[m] · w[n] (fp8.rs's FP8 matmul for prefill-sized GEMMs).
 //   moe_quant_fp8_*: a warp per row quantizes activations per 128 columns for the `_fp8act`
 //     builds (the FP8 KV cache's rule: s = amax / 448, e4m3(x / s)).
+//   moe_gate_up_clamped_mma_bf16, moe_gate_up_clamped_bf16_small_any: gpt-oss's experts
+//     (gpt_oss.rs): the bf16 gate|up kernels with what joins gate and up a template parameter
+//     (prelude/moe_act.cuh): the gate|up bias [E, 2I] added and the clamped SwiGLU in place of
+//     silu(g) · u, the CUDA-core moe_gate_up_clamped_*'s f32 operations. Down is unchanged.
 //
 // A block is BM = 64 rows (pairs) × BN = 128 weight rows, k in stages of 32 through a cp.async
 // pipeline (rows past the tile, weight rows past the matrix and k past its end are zero-filled);
@@ -163,14 +167,15 @@ template <bool FIRST, typename T> __device__ __forceinline__ T& pick(T& a, T& b)
     else return b;
 }
 
-// One block of the grouped GEMM (see the header). GATE: gate_up + SiLU (w is [E, 2n, k], out
-// bf16 act [pairs, n]); else out is f32 [pairs, n] and w [E, n, k]. A row of pair p is row
-// p / a_div of a ([*, k]; a_scales [*, ceil(k / 128)] for MODE 2). tiles == nullptr: one expert,
-// rows 0 .. rows of a, no permutation (the dense GEMM).
-template <int MODE, bool GATE>
+// One block of the grouped GEMM (see the header). GATE: gate_up + f (w is [E, 2n, k], out bf16
+// act [pairs, n]; f: prelude/moe_act.cuh's SiLU or gpt-oss's clamped SwiGLU with its bias);
+// else out is f32 [pairs, n] and w [E, n, k]. A row of pair p is row p / a_div of a ([*, k];
+// a_scales [*, ceil(k / 128)] for MODE 2). tiles == nullptr: one expert, rows 0 .. rows of a,
+// no permutation (the dense GEMM).
+template <int MODE, bool GATE, typename F = MoeSiluAct>
 __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, const void* w,
                              const float* w_scales, const int* tiles, const int* offsets,
-                             const int* perm, int rows, int a_div, int n, int k) {
+                             const int* perm, int rows, int a_div, int n, int k, F f = F()) {
     using C = MmaCfg<MODE>;
     constexpr int BM = MMA_BM;
     constexpr int THREADS = C::WARPS * 32, WARP_COLS = C::WARPS / C::WARPS_M;
@@ -366,7 +371,7 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
 #pragma unroll
                     for (int i = 0; i < 2; ++i) {
                         const float gv = acc[mt][nt][2 * h + i], uv = acc[mt][nt + WN / 2][2 * h + i];
-                        act[j + i] = from_f32<bf16>(gv / (1.0f + expf(-gv)) * uv);
+                        act[j + i] = from_f32<bf16>(f(gv, uv, e, j + i, n));
                     }
                 }
             } else {
@@ -383,17 +388,20 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
 }
 
 // Launch bounds: at most 128 registers a thread (3 blocks of 128 threads or 2 of 256 a
-// multiprocessor).
-#define MOE_MMA_KERNELS(SUFFIX, MODE, TA, TW)                                                      \
+// multiprocessor). MOE_MMA_GATE_UP: a gate|up kernel NAME applying ACT (an expression of the
+// extra parameters, which follow the ints: `, const bf16* bias, ...`, or nothing).
+#define MOE_MMA_GATE_UP(NAME, MODE, TA, TW, ACT, ...)                                              \
     extern "C" __global__ void __launch_bounds__(MmaCfg<MODE>::WARPS * 32,                         \
                                                  MmaCfg<MODE>::WARPS == 4 ? 3 : 2)                 \
-        moe_gate_up_mma_##SUFFIX(bf16* act, const TA* x, const float* x_scales, const TW* w,       \
-                                 const float* w_scales, const int* tiles, const int* offsets,      \
-                                 const int* perm, int top_k, int inter, int hidden) {              \
+        NAME(bf16* act, const TA* x, const float* x_scales, const TW* w, const float* w_scales,    \
+             const int* tiles, const int* offsets, const int* perm, int top_k, int inter,          \
+             int hidden __VA_ARGS__) {                                                             \
         pdl_start();                                                                               \
         moe_mma_impl<MODE, true>(act, x, x_scales, w, w_scales, tiles, offsets, perm, 0, top_k,    \
-                                 inter, hidden);                                                   \
-    }                                                                                              \
+                                 inter, hidden, ACT);                                              \
+    }
+#define MOE_MMA_KERNELS(SUFFIX, MODE, TA, TW)                                                      \
+    MOE_MMA_GATE_UP(moe_gate_up_mma_##SUFFIX, MODE, TA, TW, MoeSiluAct{}, )                        \
     extern "C" __global__ void __launch_bounds__(MmaCfg<MODE>::WARPS * 32,                         \
                                                  MmaCfg<MODE>::WARPS == 4 ? 3 : 2)                 \
         moe_down_mma_##SUFFIX(float* ys, const TA* act, const float* act_scales, const TW* w,      \
@@ -407,6 +415,13 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
 MOE_MMA_KERNELS(bf16, 0, bf16, bf16)
 MOE_MMA_KERNELS(fp8, 1, bf16, unsigned char)
 MOE_MMA_KERNELS(fp8act, 2, unsigned char, unsigned char)
+// gpt-oss's experts (gpt_oss.rs), bf16 (and MXFP4 / NVFP4 stacks widened to bf16 for the step):
+// the gate|up bias [E, 2·inter] (bf16, gate first) and the clamped SwiGLU in the epilogue
+// (MoeClampedAct: the CUDA-core moe_gate_up_clamped_*'s f32 operations); down is
+// moe_down_mma_bf16, its bias added by moe_combine_bias_*.
+MOE_MMA_GATE_UP(moe_gate_up_clamped_mma_bf16, 0, bf16, bf16,
+                (MoeClampedAct<bf16>{bias, alpha, limit}), , const bf16* bias, float alpha,
+                float limit)
 
 // ---- small steps: FP8 experts with a few pairs each ---------------------------------------
 //
@@ -609,11 +624,11 @@ __device__ __forceinline__ void moe_any_chunk(float (&acc)[1][NB][4],
 }
 
 // NB, BATCH, STAGE: moe_any_chunk's (8 NB pairs a chunk). A block's warps take 8 j each,
-// blockDim.x / 32 of them (the launch picks).
-template <typename W, int NB, int BATCH, bool STAGE>
+// blockDim.x / 32 of them (the launch picks). F: what joins gate and up (prelude/moe_act.cuh).
+template <typename W, int NB, int BATCH, bool STAGE, typename F = MoeSiluAct>
 __device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const float* scales,
                                      const int* offsets, const int* active, const int* perm,
-                                     int experts, int top_k, int inter, int hidden) {
+                                     int experts, int top_k, int inter, int hidden, F f = F()) {
     constexpr bool BF16W = sizeof(W) == 2;
     pdl_start();
     const int e = small_block_expert(active, experts);
@@ -628,6 +643,8 @@ __device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const
                                               (const unsigned char*)(w + ru * hidden)}};
     const float* const scs[1][2] = {{BF16W ? nullptr : scales + rg * groups,
                                      BF16W ? nullptr : scales + ru * groups}};
+    // f for this lane's j (its bias read once, before the chunks' stores to act).
+    const auto fj = f.at(e, min(j, inter - 1), inter);
     for (int c0 = 0; c0 < count; c0 += 8 * NB) {
         const int start = first + c0, n = min(count - c0, 8 * NB);
         float acc[1][NB][4] = {};
@@ -640,7 +657,7 @@ __device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const
                 if (j < inter && col < n) {
                     const float gs = acc[0][nb][i], us = acc[0][nb][2 + i];
                     act[(u64)perm[start + col] * inter + j] =
-                        from_f32<bf16>(gs / (1.0f + expf(-gs)) * us);
+                        from_f32<bf16>(fj(gs, us));
                 }
             }
     }
@@ -678,15 +695,19 @@ __device__ void moe_down_any_impl(float* ys, const bf16* act, const W* w, const 
     }
 }
 
-// NAME: fp8 or bf16; W: the weights' element type (the bf16 builds ignore scales).
-#define MOE_ANY_KERNELS(NAME, W)                                                                  \
+// MOE_ANY_GATE_UP: a gate|up kernel KERNEL applying ACT (an expression of the extra parameters,
+// which follow the ints: `, const bf16* bias, ...`, or nothing). MOE_ANY_KERNELS: NAME fp8 or
+// bf16; W: the weights' element type (the bf16 builds ignore scales).
+#define MOE_ANY_GATE_UP(KERNEL, W, ACT, ...)                                                      \
     extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)                              \
-        moe_gate_up_##NAME##_small_any(bf16* act, const bf16* x, const W* w, const float* scales, \
-                                       const int* offsets, const int* active, const int* perm,    \
-                                       int experts, int top_k, int inter, int hidden) {           \
+        KERNEL(bf16* act, const bf16* x, const W* w, const float* scales, const int* offsets,     \
+               const int* active, const int* perm, int experts, int top_k, int inter,             \
+               int hidden __VA_ARGS__) {                                                          \
         moe_gate_up_any_impl<W, 2, 4, true>(act, x, w, scales, offsets, active, perm, experts,    \
-                                            top_k, inter, hidden);                                \
-    }                                                                                             \
+                                            top_k, inter, hidden, ACT);                           \
+    }
+#define MOE_ANY_KERNELS(NAME, W)                                                                  \
+    MOE_ANY_GATE_UP(moe_gate_up_##NAME##_small_any, W, MoeSiluAct{}, )                            \
     extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)                              \
         moe_down_##NAME##_small_any(float* ys, const bf16* act, const W* w, const float* scales,  \
                                     const int* offsets, const int* active, const int* perm,       \
@@ -697,6 +718,13 @@ __device__ void moe_down_any_impl(float* ys, const bf16* act, const W* w, const 
 
 MOE_ANY_KERNELS(fp8, unsigned char)
 MOE_ANY_KERNELS(bf16, bf16)
+// gpt-oss's bf16 experts at decode batches (gpt_oss.rs): the gate|up bias and the clamped SwiGLU
+// as moe_gate_up_clamped_mma_bf16's; down is moe_down_bf16_small_any. NVRTC 13.0 for sm_90 gives
+// it 138 registers against the SiLU build's 128, so one block an SM instead of two; bounded to
+// two (128 registers) it spills 16 bytes. Not yet measured on a GPU either way.
+MOE_ANY_GATE_UP(moe_gate_up_clamped_bf16_small_any, bf16,
+                (MoeClampedAct<bf16>{bias, alpha, limit}), , const bf16* bias, float alpha,
+                float limit)
 
 // ---- activations as e4m3 (the _fp8act builds) ----------------------------------------------
 

@@ -1,7 +1,10 @@
 //! Which kernels `fused_moe` runs for a step: [`MoePlan::choose`] names the routing, the
 //! experts' gate|up and the down + weighted sum from the step's shape, the experts' type, the
 //! GPU and the [`MoeTuning`], in one place; the CUDA backend (`cuda/moe.rs`, `cuda/moe_mma.rs`)
-//! launches what it names. No GPU needed: the choice is tested here, per shape.
+//! launches what it names. No GPU needed: the choice is tested here, per shape. gpt-oss's
+//! `fused_moe_clamped` (`cuda/gpt_oss.rs`) takes the same plan, its gate|up kernels adding the
+//! bias and the clamped SwiGLU (the CUDA-core `Down` and `GateUp` kinds aside: it runs the plain
+//! gate|up and down apart, then `moe_combine_bias`).
 //!
 //! Every plan gives the same output within the op's tolerance (the CUDA-core routes bit for
 //! bit); the defaults are the fastest measured on the H200 (docs/performance.md).

@@ -315,3 +315,75 @@ fn fp4_experts_take_their_kernels_or_a_bf16_copy() {
         assert!(fuses_router(1, (256, 2048), true, w, &d));
     }
 }
+
+/// gpt-oss's clamped experts (`fused_moe_clamped`) take `fused_moe`'s plan: at 20b's shape
+/// (hidden = experts' width = 2880, a multiple of 64; top-4 of 32) and 120b's (of 128), bf16
+/// experts on the CUDA cores up to 8 tokens, the small-step `_any` kernels from 9 to 256 (the
+/// 126-sequence decode step of issue 39 among them), the 64-row tiles past that; MXFP4 stacks
+/// packed on the CUDA cores below 4 pairs an expert, a bf16 copy on tensor cores from there;
+/// f32 experts and pre-Ampere GPUs on the CUDA cores at every size.
+#[test]
+fn gpt_oss_clamped_experts_by_step() {
+    let s = |t, e| MoeShape {
+        t,
+        h: 2880,
+        e,
+        i: 2880,
+        top_k: 4,
+        logits_bf16: false,
+        router: false,
+    };
+    let d = Tuning::default().moe;
+    let experts = |t, e, w| MoePlan::choose(s(t, e), w, H200, &d).experts;
+    let on_cores = |x: Experts, want: CoreBuild| matches!(x, Experts::CudaCores { build, .. } if build == want);
+    for e in [32, 128] {
+        for t in [1, 2, 8] {
+            let x = experts(t, e, ExpertType::Bf16);
+            assert!(on_cores(x, CoreBuild::Bf16Vec), "bf16 T {t} E {e}: {x:?}");
+        }
+        for t in [9, 126, 128, 256] {
+            let any = Experts::SmallMma {
+                build: SmallBuild::Any,
+            };
+            assert_eq!(experts(t, e, ExpertType::Bf16), any, "bf16 T {t} E {e}");
+        }
+        let tiles = Experts::Mma {
+            build: MmaBuild::Bf16,
+        };
+        for t in [257, 2048] {
+            assert_eq!(experts(t, e, ExpertType::Bf16), tiles, "bf16 T {t} E {e}");
+        }
+        // MXFP4: 4 pairs an expert is e tokens at top-4.
+        for t in [1, 8, e - 1] {
+            let x = experts(t, e, ExpertType::Mxfp4);
+            assert!(on_cores(x, CoreBuild::Mxfp4), "mxfp4 T {t} E {e}: {x:?}");
+        }
+        for t in [e, 2048] {
+            let x = experts(t, e, ExpertType::Mxfp4);
+            assert_eq!(x, Experts::WidenedMma, "mxfp4 T {t} E {e}");
+        }
+        let x = experts(2048, e, ExpertType::F32);
+        assert!(on_cores(x, CoreBuild::Fp32), "f32 E {e}: {x:?}");
+        for w in [ExpertType::Bf16, ExpertType::Mxfp4] {
+            let x = MoePlan::choose(s(2048, e), w, (7, 5), &d).experts;
+            assert!(matches!(x, Experts::CudaCores { .. }), "{w:?} sm_75: {x:?}");
+        }
+    }
+    // The tensor-core setting (cuda_check's forced cases): the 64-row tiles past 256 tokens
+    // whatever the count an expert, the small-step kernels from 9.
+    let mut t = d;
+    t.gemm = MoeGemm::TensorCores;
+    let forced = |n| MoePlan::choose(s(n, 32), ExpertType::Bf16, H200, &t).experts;
+    assert_eq!(
+        forced(300),
+        Experts::Mma {
+            build: MmaBuild::Bf16
+        }
+    );
+    assert_eq!(
+        forced(9),
+        Experts::SmallMma {
+            build: SmallBuild::Any
+        }
+    );
+}

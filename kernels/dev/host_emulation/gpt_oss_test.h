@@ -1,6 +1,7 @@
 // gpt-oss's kernels: add_bias_* (activation.cu) and the clamped experts (moe_gate_up_clamped_*,
-// moe_down_* and moe_combine_bias_*: moe_clamped's stages 3-5 after fused_moe's routing) against
-// plain loops in double (the CPU reference's formulas). Included by test.cpp.
+// moe_down_* and moe_combine_bias_*: moe_clamped's stages 3-5 after fused_moe's routing; on the
+// CUDA cores and on tensor cores) against plain loops in double (the CPU reference's formulas).
+// Included by test.cpp after moe_mma_test.h.
 #pragma once
 
 // add_bias over every (x, bias) type pair: x + bias in f32, rounded to x's type, the exact
@@ -141,6 +142,97 @@ void t_moe_clamped(int T, int E, int K, int H, int I, bool fp32) {
     report(name, clamped == 0, 0);
 }
 
+// The clamped experts on tensor cores (moe_mma.cu, bf16): moe_tiles + moe_gate_up_clamped_mma_bf16
+// + moe_down_mma_bf16 (the 64-row tiles) or, with `small`, moe_gate_up_clamped_bf16_small_any +
+// moe_down_bf16_small_any (decode batches: H and I multiples of 64), then moe_combine_bias_bf16,
+// against double sums with the gate|up bias, the clamped SwiGLU (act rounded to bf16 as the
+// device stores it) and the down bias. Top-2 routing made so that expert 0 takes every token
+// (T pairs: more than 64, two or more tiles, several _any chunks), expert 1 only token 0 (one
+// pair), the last two experts none, and the others the rest in turn.
+void t_moe_clamped_mma(int T, int E, int H, int I, bool small) {
+    const int K = 2, P = T * K;
+    const float alpha = 1.702f, limit = 1.5f;
+    std::vector<float> logits(T * E);
+    for (int t = 0; t < T; ++t)
+        for (int e = 0; e < E; ++e) {
+            const bool second = t == 0 ? e == 1 : e == 2 + t % (E - 4);
+            logits[t * E + e] = e == 0 ? 10.f : second ? 5.f : U(1) - 20.f;
+        }
+    const std::vector<bf16> x = random_bf16((size_t)T * H);
+    const Experts ex = make_experts(E, H, I, false);
+    const auto& [w13b, w2b, w13q, w2q, s13, s2, w13, w2] = ex;
+    std::vector<bf16> b13b(E * 2 * I), b2b(E * H);
+    for (auto& v : b13b) v = B(U(1.5f));
+    for (auto& v : b2b) v = B(U(1));
+    const Routed routed = route_and_group(logits, T, E, K, true, 64);
+    const auto& [ids, wts, perm, offsets] = routed;
+    std::vector<int> active(E + 1, -1);
+    launch({1}, {32}, [&] { moe_active(active.data(), offsets.data(), E); });
+    std::vector<float> ys(P * H, NAN), out(T * H, NAN);
+    std::vector<bf16> act(P * I);
+    if (small) {
+        const unsigned ge = (unsigned)std::min(E, P);
+        launch_smem({(unsigned)((I + 63) / 64), ge}, {256}, any_smem(H), [&] {
+            moe_gate_up_clamped_bf16_small_any(act.data(), x.data(), w13b.data(), nullptr, offsets.data(), active.data(), perm.data(), E, K, I, H, b13b.data(), alpha, limit);
+        });
+        launch({(unsigned)((H + 127) / 128), ge}, {256}, [&] {
+            moe_down_bf16_small_any(ys.data(), act.data(), w2b.data(), nullptr, offsets.data(), active.data(), perm.data(), E, I, H);
+        });
+    } else {
+        const int max_tiles = std::min(P, (P + E * (MMA_BM - 1)) / MMA_BM);
+        std::vector<int> tiles(2 * max_tiles, 7);
+        launch({1}, {64}, [&] { moe_tiles(tiles.data(), offsets.data(), E, max_tiles); });
+        launch({(unsigned)max_tiles, (unsigned)((I + MMA_BN / 2 - 1) / (MMA_BN / 2))}, {128}, [&] {
+            moe_gate_up_clamped_mma_bf16(act.data(), x.data(), nullptr, w13b.data(), nullptr, tiles.data(), offsets.data(), perm.data(), K, I, H, b13b.data(), alpha, limit);
+        });
+        launch({(unsigned)max_tiles, (unsigned)((H + MMA_BN - 1) / MMA_BN)}, {128}, [&] {
+            moe_down_mma_bf16(ys.data(), act.data(), nullptr, w2b.data(), nullptr, tiles.data(), offsets.data(), perm.data(), 0, H, I);
+        });
+    }
+    launch({4}, {64}, [&] { moe_combine_bias_bf16(out.data(), ys.data(), wts.data(), ids.data(), b2b.data(), T, K, H); });
+    // The counts the routing was made for.
+    const auto count = [&](int e) { return offsets[e + 1] - offsets[e]; };
+    const bool counts_ok = count(0) == T && count(0) > 64 && count(1) == 1 && count(E - 1) == 0 && count(E - 2) == 0;
+    // Reference: the device's routing (t_moe_clamped checks it against the logits), double
+    // sums, the biases and the clamp in double, act rounded to bf16.
+    std::vector<float> xf(T * H);
+    for (int i = 0; i < T * H; ++i) xf[i] = F(x[i]);
+    std::vector<double> ref(T * H, 0.0);
+    double act_worst = 0;
+    int clamped = 0;
+    for (int p = 0; p < P; ++p) {
+        const int t = p / K, e = ids[p];
+        std::vector<float> a(I);
+        for (int i = 0; i < I; ++i) {
+            const auto [g, u] = gate_up_ref(w13, &xf[(size_t)t * H], e, i, H, I);
+            const double gb = g + F(b13b[e * 2 * I + i]), ub = u + F(b13b[e * 2 * I + I + i]);
+            clamped += gb > limit || std::fabs(ub) > limit;
+            const double v = clamped_swiglu_ref(gb, ub, alpha, limit);
+            a[i] = F(B((float)v));
+            act_worst = std::max(act_worst, std::fabs(F(act[(size_t)p * I + i]) - v) / (1e-2 + std::fabs(v)));
+        }
+        for (int c = 0; c < H; ++c) {
+            double yv = F(b2b[e * H + c]);
+            for (int i = 0; i < I; ++i) yv += (double)w2[((size_t)e * H + c) * I + i] * a[i];
+            ref[t * H + c] += wts[p] * yv;
+        }
+    }
+    double rms = 0, worst = 0;
+    for (double v : ref) rms += v * v;
+    rms = std::sqrt(rms / std::max(1, T * H));
+    for (int i = 0; i < T * H; ++i) worst = std::max(worst, std::fabs(out[i] - ref[i]) / (rms + std::fabs(ref[i])));
+    const char* kind = small ? "small_any" : "mma";
+    char name[112];
+    snprintf(name, 112, "moe_clamped %s T%d E%d: experts of %d, 1 and 0 pairs", kind, T, E, count(0));
+    report(name, !counts_ok, 0);
+    snprintf(name, 112, "moe_clamped %s act T%d H%d I%d (%d clamped)", kind, T, H, I, clamped);
+    report(name, act_worst, 1.6e-2);
+    snprintf(name, 112, "moe_clamped %s out T%d H%d I%d", kind, T, H, I);
+    report(name, worst, 1e-2);
+    snprintf(name, 112, "moe_clamped %s: the clamp bites T%d", kind, T);
+    report(name, clamped == 0, 0);
+}
+
 static void gpt_oss_tests() {
     t_add_bias(1, 40);
     t_add_bias(7, 36);
@@ -151,4 +243,10 @@ static void gpt_oss_tests() {
     t_moe_clamped(5, 8, 2, 36, 12, false);
     t_moe_clamped(1, 32, 4, 40, 24, true);
     t_moe_clamped(13, 16, 4, 36, 20, true);
+    // On tensor cores: the 64-row tiles (expert 0's 70 and 130 pairs in 2 and 3 tiles, a partial
+    // column tile at I 80 and a partial down tile at H 96) and the decode-batch _any kernels
+    // (expert 0's pairs in 5 chunks of 16).
+    t_moe_clamped_mma(70, 8, 96, 80, false);
+    t_moe_clamped_mma(130, 12, 64, 48, false);
+    t_moe_clamped_mma(70, 8, 128, 64, true);
 }

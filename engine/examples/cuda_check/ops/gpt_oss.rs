@@ -2,10 +2,12 @@
 //! `upload_f32_weight` (the sinks kept in f32 on the device, the CPU's values exactly) and
 //! `fused_moe_clamped` (one token to a prefill chunk, gpt-oss-20b's top-4 of 32 experts and
 //! 120b's of 128, experts that get no token, odd widths on the scalar kernels, the clamp biting
-//! or not, bf16 and f32 router logits, an empty batch). Sink attention itself is in
+//! or not, bf16 and f32 router logits, an empty batch; on the CUDA-core kernels and on tensor
+//! cores, the 64-row tiles and the decode-batch `_any` kernels). Sink attention itself is in
 //! `attention_window.rs`.
 
 use metrale_engine::backend::ClampedExperts;
+use metrale_engine::backend::cuda::MoeGemm;
 
 use super::*;
 
@@ -87,23 +89,37 @@ impl Ops<'_> {
 
     /// `fused_moe_clamped` against the CPU on the same inputs (x, logits, weights and biases
     /// as the device holds them). Biases around 1 and, in some cases, `limit` 2 so that the
-    /// clamp bites on many channels (gpt-oss's 7 on the others).
+    /// clamp bites on many channels (gpt-oss's 7 on the others). Each case on the kernels of
+    /// the listed `moe.gemm` settings: `Auto` (the plan's choice, tensor cores from 4 pairs an
+    /// expert or 9 tokens at widths of a multiple of 64), and the CUDA cores or tensor cores
+    /// forced where the other route is the one to check.
     fn moe_clamped(&mut self) -> Result<()> {
         let (bf, f32d) = (DType::BF16, DType::F32);
-        for (t, h, i, e, k, limit, xd, rd) in [
+        let (auto, cores, tensor) = (MoeGemm::Auto, MoeGemm::CudaCores, MoeGemm::TensorCores);
+        let plan: &[MoeGemm] = &[auto];
+        let both: &[MoeGemm] = &[cores, auto];
+        let forced: &[MoeGemm] = &[cores, tensor];
+        for (t, h, i, e, k, limit, xd, rd, gemms) in [
             // gpt-oss-20b's decode step (hidden = experts' width = 2880, top-4 of 32), a batch
             // of 8, a prefill chunk (smaller widths, the CPU's time), 120b's 128 experts.
-            (1, 2880, 2880, 32, 4, 7.0, bf, f32d),
-            (8, 2880, 2880, 32, 4, 2.0, bf, f32d),
-            (130, 576, 288, 32, 4, 2.0, bf, f32d),
-            (1, 2880, 2880, 128, 4, 7.0, bf, bf),
+            (1, 2880, 2880, 32, 4, 7.0, bf, f32d, plan),
+            (8, 2880, 2880, 32, 4, 2.0, bf, f32d, plan),
+            (130, 576, 288, 32, 4, 2.0, bf, f32d, both),
+            (1, 2880, 2880, 128, 4, 7.0, bf, bf, plan),
+            // A decode batch at 20b's widths: the _any kernels (x staged in two passes, past
+            // 48 KB of shared memory), 5 pairs an expert.
+            (40, 2880, 2880, 32, 4, 7.0, bf, f32d, both),
             // Many tokens (route, group and active in their own launches), bf16 logits.
-            (1000, 256, 96, 32, 4, 2.0, bf, bf),
+            (1000, 256, 96, 32, 4, 2.0, bf, bf, both),
+            // Tensor cores forced at many tokens an expert: the 64-row tiles (300 tokens, 150
+            // pairs an expert: 3 tiles each) and the _any kernels (64 tokens, 2 chunks each).
+            (300, 256, 128, 8, 4, 2.0, bf, f32d, forced),
+            (64, 256, 128, 8, 4, 2.0, bf, bf, forced),
             // Few tokens: most of the 32 experts get none.
-            (3, 64, 32, 32, 4, 2.0, f32d, f32d),
+            (3, 64, 32, 32, 4, 2.0, f32d, f32d, plan),
             // Odd widths (the scalar kernels), every expert taken (k = E), no tokens.
-            (5, 36, 12, 8, 8, 2.0, bf, f32d),
-            (0, 64, 32, 8, 2, 7.0, bf, f32d),
+            (5, 36, 12, 8, 8, 2.0, bf, f32d, &[auto, tensor][..]),
+            (0, 64, 32, 8, 2, 7.0, bf, f32d, plan),
         ] {
             let (xd, wd) = (self.act(xd), self.wd());
             let case = format!(
@@ -123,6 +139,7 @@ impl Ops<'_> {
                     inputs,
                     ((&w13_d, &w2_d), (&w13_c, &w2_c)),
                     (k, limit),
+                    gemms,
                 )
             })?;
         }
@@ -130,13 +147,15 @@ impl Ops<'_> {
     }
 
     /// `fused_moe_clamped` with these experts (device, CPU) and random biases of the compute
-    /// type on both sides, compared.
+    /// type on both sides, compared; the device's once for each `moe.gemm` setting of `gemms`
+    /// (the run's own setting restored after).
     pub(super) fn clamped_compare(
         &mut self,
         case: &str,
         ((x_d, x_c), (l_d, l_c)): ClampedInputs<'_>,
         ((w13_d, w2_d), (w13_c, w2_c)): ClampedStacks<'_>,
         (k, limit): (usize, f32),
+        gemms: &[MoeGemm],
     ) -> Result<()> {
         let (e, t, h) = (w13_c.shape[0], x_c.shape[0], x_c.shape[1]);
         let bd = self.wd();
@@ -159,17 +178,28 @@ impl Ops<'_> {
             alpha,
             limit,
         };
-        let mut out_d = self.cuda.zeros(&[t, h])?;
         let mut out_c = self.cpu.zeros(&[t, h])?;
-        self.cuda
-            .fused_moe_clamped(&mut out_d, x_d, l_d, &ex_d, k)
-            .context("cuda")?;
         self.cpu
             .fused_moe_clamped(&mut out_c, x_c, l_c, &ex_c, k)
             .context("cpu")?;
-        // fused_moe's bound: the device rounds the activations to bf16 before down (the
-        // float32 path rounds nothing: Tol::F32, see `check`).
-        self.check("fused_moe_clamped", case, MOE, &out_d, &out_c)?;
+        for &gemm in gemms {
+            let cuda = self.cuda;
+            let saved = cuda.tuning().moe.gemm;
+            cuda.retune(|t| t.moe.gemm = gemm);
+            let mut out_d = cuda.zeros(&[t, h])?;
+            let r = cuda.fused_moe_clamped(&mut out_d, x_d, l_d, &ex_d, k);
+            cuda.retune(|t| t.moe.gemm = saved);
+            r.context("cuda")?;
+            let route = match gemm {
+                MoeGemm::Auto => "auto",
+                MoeGemm::CudaCores => "cuda cores",
+                MoeGemm::TensorCores => "tensor cores",
+            };
+            // fused_moe's bound: the device rounds the activations to bf16 before down (the
+            // float32 path rounds nothing: Tol::F32, see `check`).
+            let case = format!("{case} [{route}]");
+            self.check("fused_moe_clamped", &case, MOE, &out_d, &out_c)?;
+        }
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 //! dummy FP4 experts (`HostData::RandomNvfp4`, `HostData::RandomMxfp4`, drawn packed on the
 //! device) too, their bytes against the host's draw.
 
+use metrale_engine::backend::cuda::MoeGemm;
 use metrale_engine::loader::nvfp4::GlobalRule;
 use metrale_engine::loader::random_mxfp4_parts;
 
@@ -153,15 +154,19 @@ impl Ops<'_> {
     /// gpt-oss's `fused_moe_clamped` on MXFP4 stacks (its release's format:
     /// moe_gate_up_clamped_mxfp4, moe_down_mxfp4) and NVFP4 ones, the clamp biting (limit 2):
     /// one token of 120b's top-4 of 128 at its widths (2880), a batch of 8, a chunk of 130 at
-    /// smaller widths; and one token of a dummy 120b layer (drawn on the device).
+    /// smaller widths (on the packed CUDA-core kernels and, the plan's choice at 16 pairs an
+    /// expert, on a bf16 copy with the tensor-core clamped kernels); and one token of a dummy
+    /// 120b layer (drawn on the device).
     fn moe_clamped_fp4(&mut self) -> Result<()> {
-        for (t, h, i, e, k, mx, dummy) in [
-            (1, 2880, 2880, 128, 4, true, false),
-            (8, 2880, 2880, 32, 4, true, false),
-            (130, 576, 288, 32, 4, true, false),
-            (1, 2880, 2880, 128, 4, true, true),
-            (1, 2880, 2880, 128, 4, false, false),
-            (130, 576, 288, 32, 4, false, false),
+        let auto: &[MoeGemm] = &[MoeGemm::Auto];
+        let both: &[MoeGemm] = &[MoeGemm::CudaCores, MoeGemm::Auto];
+        for (t, h, i, e, k, mx, dummy, gemms) in [
+            (1, 2880, 2880, 128, 4, true, false, auto),
+            (8, 2880, 2880, 32, 4, true, false, auto),
+            (130, 576, 288, 32, 4, true, false, both),
+            (1, 2880, 2880, 128, 4, true, true, auto),
+            (1, 2880, 2880, 128, 4, false, false, auto),
+            (130, 576, 288, 32, 4, false, false, both),
         ] {
             let format = if mx { "mxfp4" } else { "nvfp4" };
             let case = format!(
@@ -186,7 +191,8 @@ impl Ops<'_> {
                 let (w13_d, w13_c) = (s.cuda.upload(&w13)?, s.cpu.upload(&w13)?);
                 let (w2_d, w2_c) = (s.cuda.upload(&w2)?, s.cpu.upload(&w2)?);
                 let inputs = ((&x_d, &x_c), (&l_d, &l_c));
-                s.clamped_compare(&case, inputs, ((&w13_d, &w2_d), (&w13_c, &w2_c)), (k, 2.0))
+                let stacks = ((&w13_d, &w2_d), (&w13_c, &w2_c));
+                s.clamped_compare(&case, inputs, stacks, (k, 2.0), gemms)
             })?;
         }
         Ok(())

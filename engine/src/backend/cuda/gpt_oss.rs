@@ -1,31 +1,38 @@
 //! Launchers for gpt-oss's ops: the bias of a linear layer (`add_bias_*`, `activation.cu`) and
 //! the experts with biases and the clamped SwiGLU (`fused_moe_clamped`), which reuse
-//! `fused_moe`'s machinery (`moe.rs`, `moe.cu`, `moe_decode.cu`):
+//! `fused_moe`'s machinery (`moe.rs`, `moe_mma.rs`, `moe.cu`, `moe_mma.cu`) and its choice of
+//! kernels (`MoePlan::choose`, the same thresholds):
 //!
 //! 1-2. routing, grouping and the active experts exactly as `fused_moe` with
 //!      `norm_topk_prob`: the top-k of the softmax, renormalised, is the softmax over the k
-//!      chosen logits (gpt-oss's router), so the same launches (`MoePlan::choose`'s route);
-//! 3.   `moe_gate_up_clamped_*`: `moe_gate_up`'s CUDA-core kernel with the gate|up bias and
-//!      the clamped SwiGLU in place of SiLU (`MoeClampedAct`);
-//! 4.   `moe_down_*`, unchanged (the expert outputs, pair rows, f32);
+//!      chosen logits (gpt-oss's router), so the same launches (the plan's route);
+//! 3-4. the experts, where the plan puts them, each gate|up kernel adding the gate|up bias and
+//!      applying the clamped SwiGLU in place of SiLU (prelude/moe_act.cuh's `MoeClampedAct`),
+//!      down unchanged (its output in pair rows, f32):
+//!      - decode batches of bf16 experts (`Experts::SmallMma`, 9 to 256 tokens, widths of a
+//!        multiple of 64): `moe_gate_up_clamped_bf16_small_any`, `moe_down_bf16_small_any`;
+//!      - steps with many pairs an expert (`Experts::Mma`, at least `MMA_MIN_PAIRS_PER_EXPERT`
+//!        on average): `moe_tiles`, `moe_gate_up_clamped_mma_bf16`, `moe_down_mma_bf16`; FP4
+//!        stacks (MXFP4, gpt-oss's checkpoints, or NVFP4) there are widened to bf16 for the step
+//!        first (`Experts::WidenedMma`), as `fused_moe` does;
+//!      - the rest (one token to a few, f32 experts, GPUs before 8.0): the CUDA-core
+//!        `moe_gate_up_clamped_*` and `moe_down_*` (packed FP4 ones: `moe_fp4.rs`);
 //! 5.   `moe_combine_bias_*`: `moe_combine` with each slot's down bias added before the weight.
 //!
-//! Every step runs the CUDA-core kernels, so a decode step is captured into a CUDA graph as
-//! `fused_moe`'s is. Expert stacks may be bf16, f32 (the float32 path), or MXFP4 (gpt-oss's
-//! checkpoints) and NVFP4 kept packed (`moe_gate_up_clamped_{mxfp4,nvfp4}`,
-//! `moe_down_{mxfp4,nvfp4}`: `moe_fp4.rs`). What would be faster (docs/cuda-kernels.md): the
-//! tensor-core grouped GEMMs of `moe_mma.cu` with the bias and clamp in gate|up's epilogue
-//! for prefill chunks (the CUDA-core kernels read each expert row once per 8 of its tokens),
-//! and the one-token decode kernels (`moe_gate_up_dec_*`, `moe_down_combine_dec*`) with the
-//! biases.
+//! Nothing waits on the host, so a decode step is captured into a CUDA graph as `fused_moe`'s
+//! is. Speed of the tensor-core routes for these experts: not yet measured on a GPU (the
+//! CUDA-core route alone measured 0.13 of the byte floor at 126 sequences on the H100, issue
+//! 39). Not done: the one-token decode kernels (`moe_gate_up_dec_*`, `moe_down_combine_dec*`)
+//! with the biases, and tensor-core kernels that read FP4 themselves.
 
 use super::elementwise::{dim, int, stride_cfg};
-use super::moe::{MAX_TOP_K, Scoring, down_kernel_of, expert_rows_cfg};
+use super::moe::{MAX_TOP_K, Scoring, down_kernel_of, expert_rows_cfg, expert_type};
 use super::moe_fp4::fp4_pair;
+use super::moe_mma::ClampedAct;
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check};
 use crate::backend::kernels;
-use crate::backend::moe_plan::{CoreBuild, ExpertType, MoePlan, MoeShape};
+use crate::backend::moe_plan::{CoreBuild, Experts, MmaBuild, MoePlan, MoeShape};
 use crate::backend::{ClampedExperts, Result};
 
 impl CudaBackend {
@@ -124,24 +131,15 @@ impl CudaBackend {
         let x = self.as_dtype(x, act_dtype, &mut x_conv)?;
         let b13 = self.as_dtype(ex.gate_up_bias, act_dtype, &mut bias_conv)?;
         let s = &self.stream;
-        // Scratch: the routing's (route_scratch), the activations and the experts' outputs
-        // (pair rows).
+        // Scratch: the routing's (route_scratch) and the activations (pair rows); the experts'
+        // outputs come from stage 4.
         let scratch = self.route_scratch(pairs, e)?;
         let (idp, wtp, ofp, pmp, acp) = scratch.ptrs;
         let act = self.alloc(&[pairs, i], act_dtype)?; // [T·k, I]
-        let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
 
-        // 1-2. The route fused_moe would take for these shapes (never the fused router: the
-        // logits are given, bias added).
-        let (w, build) = match act_dtype {
-            _ if fp4 && gate_up.dtype == DType::Mx4 => (ExpertType::Mxfp4, CoreBuild::Mxfp4),
-            _ if fp4 => (ExpertType::Nvfp4, CoreBuild::Nvfp4),
-            DType::F32 => (ExpertType::F32, CoreBuild::Fp32),
-            _ if h.is_multiple_of(8) && i.is_multiple_of(8) => {
-                (ExpertType::Bf16, CoreBuild::Bf16Vec)
-            }
-            _ => (ExpertType::Bf16, CoreBuild::Bf16),
-        };
+        // 1-2. The plan fused_moe would take for these shapes (never the fused router: the
+        // logits are given, bias added): its route here, its experts' kernels below.
+        let w = expert_type(gate_up.dtype);
         let shape = MoeShape {
             t,
             h,
@@ -152,13 +150,13 @@ impl CudaBackend {
             router: false,
         };
         let tuning = self.tuning().moe;
-        let route = MoePlan::choose(shape, w, self.info.compute_capability, &tuning).route;
+        let plan = MoePlan::choose(shape, w, self.info.compute_capability, &tuning);
         let routing = (idp, wtp, ofp, pmp, acp);
         let scoring = Scoring::Softmax {
             norm_topk_prob: true,
         };
         self.moe_route(
-            route,
+            plan.route,
             None,
             router_logits,
             routing,
@@ -166,31 +164,55 @@ impl CudaBackend {
             scoring,
         )?;
 
-        // 3. gate|up + bias + clamped SwiGLU into act, a block row per expert that can have
-        // pairs (at most one a pair).
-        let experts = dim(e.min(pairs), "fused_moe_clamped")?;
+        // 3-4. gate|up + bias + clamped SwiGLU into act, then down into ys [T·k, H] f32 (pair
+        // rows), on the kernels the plan names.
         let (xp, actp, b13p) = (x.ptr(s), act.ptr(s), b13.ptr(s));
+        let (alpha, limit) = (ex.alpha, ex.limit);
+        let dims = (t, h, e, i, top_k);
+        // The tensor-core routes' bias: [e, 2i] bf16 (act_dtype, checked above).
+        let clamp = Some(ClampedAct {
+            bias: b13p,
+            alpha,
+            limit,
+        });
+        let ys = match plan.experts {
+            Experts::SmallMma { build } => {
+                let stacks = (gate_up, down);
+                let arrays = (ofp, acp, pmp);
+                self.moe_experts_small_mma(&act, x, stacks, arrays, dims, (build, clamp))?
+            }
+            Experts::Mma { build } => {
+                let arrays = (ofp, pmp);
+                self.moe_experts_mma(&act, x, gate_up, down, arrays, dims, (build, clamp))?
+            }
+            // FP4 stacks on tensor cores: bf16 copies for this step, as fused_moe's.
+            Experts::WidenedMma => {
+                let (g, d) = (self.widen_fp4(gate_up)?, self.widen_fp4(down)?);
+                let arrays = (ofp, pmp);
+                let build = (MmaBuild::Bf16, clamp);
+                self.moe_experts_mma(&act, x, &g, &d, arrays, dims, build)?
+            }
+            // The CUDA-core kernels of the plan's build (the plain gate|up, down apart).
+            Experts::CudaCores { build, .. } => {
+                let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
+                let ptrs = (ys.ptr(s), actp, xp, b13p);
+                let arrays = (ofp, acp, pmp);
+                if fp4 {
+                    // The FP4 kernels (moe_fp4.rs): the same stages on the packed stacks.
+                    let dims = (e, top_k, h, i, pairs);
+                    let stacks = (gate_up, down);
+                    self.clamped_experts_fp4(ptrs, stacks, arrays, dims, build, (alpha, limit))?;
+                } else {
+                    // A block row per expert that can have pairs (at most one a pair).
+                    let experts = dim(e.min(pairs), "fused_moe_clamped")?;
+                    let dims = (ei, ki, hi, ii, experts);
+                    let stacks = (gate_up, down);
+                    self.clamped_experts_wide(ptrs, stacks, arrays, dims, build, (alpha, limit))?;
+                }
+                ys
+            }
+        };
         let ysp = ys.ptr(s);
-        if fp4 {
-            // 3-4. The FP4 kernels (moe_fp4.rs): the same stages on the packed stacks.
-            self.clamped_experts_fp4(
-                (ysp, actp, xp, b13p),
-                (gate_up, down),
-                (ofp, acp, pmp),
-                (e, top_k, h, i, pairs),
-                build,
-                (ex.alpha, ex.limit),
-            )?;
-        } else {
-            self.clamped_experts_wide(
-                (ysp, actp, xp, b13p),
-                (gate_up, down),
-                (ofp, acp, pmp),
-                (ei, ki, hi, ii, experts),
-                build,
-                (ex.alpha, ex.limit),
-            )?;
-        }
         // 5. out = Σ_slot weight · (ys + down_bias[expert]).
         let combine = match ex.down_bias.dtype {
             DType::F32 => kernels::moe_combine_bias_f32,

@@ -269,7 +269,7 @@ impl CudaBackend {
                     (gate_up, down),
                     (ofp, acp, pmp),
                     (t, h, e, i, top_k),
-                    build,
+                    (build, None),
                 )?;
                 return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
             }
@@ -283,7 +283,7 @@ impl CudaBackend {
                     down,
                     (ofp, pmp),
                     (t, h, e, i, top_k),
-                    build,
+                    (build, None),
                 )?;
                 return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
             }
@@ -297,7 +297,7 @@ impl CudaBackend {
                     &d,
                     (ofp, pmp),
                     (t, h, e, i, top_k),
-                    MmaBuild::Bf16,
+                    (MmaBuild::Bf16, None),
                 )?;
                 return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
             }
@@ -576,7 +576,7 @@ impl CudaBackend {
 }
 
 /// The plan's name for the experts' type.
-fn expert_type(d: DType) -> ExpertType {
+pub(super) fn expert_type(d: DType) -> ExpertType {
     match d {
         DType::BF16 => ExpertType::Bf16,
         DType::F8 => ExpertType::Fp8,

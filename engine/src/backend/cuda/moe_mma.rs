@@ -10,12 +10,18 @@
 //! group's sum scaled once: the CUDA-core kernels' arithmetic in another order) or, with
 //! the tuning's `moe.fp8_activations`, on e4m3 tensor cores with the activations quantized per
 //! token and 128 columns (`moe_quant_fp8_*`).
+//!
+//! gpt-oss's experts (`fused_moe_clamped`, `gpt_oss.rs`) take the same launches with bf16
+//! weights (or FP4 stacks widened to bf16 for the step) and a [`ClampedAct`]: the gate|up
+//! kernels `moe_gate_up_clamped_mma_bf16` and `moe_gate_up_clamped_bf16_small_any` add the
+//! gate|up bias and apply the clamped SwiGLU in place of SiLU; down is unchanged.
 
 use metrale_kernels::Module;
 
 use super::CudaBackend;
 use super::elementwise::{cfg, dim, int};
 use super::tensor::{CudaTensor, DType};
+use super::typed_launch::Args;
 use crate::backend::Result;
 use crate::backend::kernels::{self, Kernel};
 use crate::backend::moe_plan::{self, MmaBuild, SmallBuild};
@@ -35,6 +41,24 @@ const SMALL_MMA_WARPS: usize = 8;
 /// The tensor-core kernels' parameters (`moe_gate_up_mma_*`, `moe_down_mma_*`): out, the A
 /// operand and its scales, the weight and its scales, tiles, offsets, perm, three ints.
 type MmaArgs = (u64, u64, u64, u64, u64, u64, u64, u64, i32, i32, i32);
+
+/// gpt-oss's activation between gate and up (`fused_moe_clamped`): the gate|up bias `[E, 2I]`
+/// (a bf16 device pointer, gate first), then the clamped SwiGLU with `alpha` and `limit`
+/// (prelude/moe_act.cuh's `MoeClampedAct`). Without one the gate|up kernels apply SiLU.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct ClampedAct {
+    pub bias: u64,
+    pub alpha: f32,
+    pub limit: f32,
+}
+
+/// The clamped builds take bf16 experts only (gpt-oss's are bf16, or FP4 widened to bf16).
+fn clamped_needs_bf16() -> crate::backend::BackendError {
+    super::shape_err(
+        "fused_moe_clamped",
+        "the clamped SwiGLU runs on tensor cores with bf16 experts only".into(),
+    )
+}
 
 /// A build's gate|up and down kernels.
 fn mma_kernels(build: MmaBuild) -> (Kernel<MmaArgs>, Kernel<MmaArgs>) {
@@ -100,7 +124,8 @@ impl CudaBackend {
     /// i] (bf16, pair rows) from x [t, h] (bf16), then the returned `ys` [pairs, h] (f32, pair
     /// rows). `offsets` and `active` (e + 1 each) and `perm` (pairs) are the plan's device
     /// arrays; `build`: which kernels (the split build takes FP8 experts and at most 8 tokens,
-    /// the plan's choice).
+    /// the plan's choice); `clamp`: gpt-oss's activation (bf16 experts, the `_any` build) in
+    /// place of SiLU.
     pub(super) fn moe_experts_small_mma(
         &self,
         act: &CudaTensor,
@@ -108,8 +133,11 @@ impl CudaBackend {
         (gate_up, down): (&CudaTensor, &CudaTensor),
         (offsets, active, perm): (u64, u64, u64),
         (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
-        build: SmallBuild,
+        (build, clamp): (SmallBuild, Option<ClampedAct>),
     ) -> Result<CudaTensor> {
+        if clamp.is_some() && (gate_up.dtype != DType::BF16 || build != SmallBuild::Any) {
+            return Err(clamped_needs_bf16());
+        }
         let pairs = t * top_k;
         let s = &self.stream;
         let (ei, ki, ii, hi) = (
@@ -176,6 +204,7 @@ impl CudaBackend {
         // _any: 8 j a warp (the chunk's x rows in shared memory), split 16 a block.
         let per_block = if any { 8 * warps } else { 16 };
         let mut c = cfg((dim(i.div_ceil(per_block), "fused_moe")?, experts), threads);
+        let clamped = kernels::moe_gate_up_clamped_bf16_small_any;
         if pipe {
             c.shared_mem_bytes = pipe_smem();
             gate_up_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
@@ -183,11 +212,23 @@ impl CudaBackend {
             c.shared_mem_bytes = any_smem(h);
             // Past 48 KB a block a kernel must opt in (as launch_mma does).
             if c.shared_mem_bytes as usize > 48 * 1024 {
-                gate_up_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
+                match clamp {
+                    Some(_) => clamped.allow_shared_memory(self, c.shared_mem_bytes)?,
+                    None => gate_up_kernel.allow_shared_memory(self, c.shared_mem_bytes)?,
+                }
             }
         }
+        // clamped: the bf16 _any build (checked above) with the gate|up bias [e, 2i] bf16
+        // (ClampedAct's contract), read at rows below e·2i (experts < e, j < i).
         unsafe {
-            gate_up_kernel.launch(self, c, args)?;
+            match clamp {
+                Some(ClampedAct { bias, alpha, limit }) => {
+                    let (a, xp, w, ws, o, ac, p, ei, ki, ii, hi) = args;
+                    let args = (a, xp, w, ws, o, ac, p, ei, ki, ii, hi, bias, alpha, limit);
+                    clamped.launch(self, c, args)?
+                }
+                None => gate_up_kernel.launch(self, c, args)?,
+            }
         }
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [pairs, h]: pair rows
         let (ysp, w2, w2s) = (ys.ptr(s), down.ptr(s), down.scales_ptr(s));
@@ -212,7 +253,8 @@ impl CudaBackend {
 
     /// Stages 3 and 4 of `fused_moe` on tensor cores: `act` [pairs, i] (bf16, pair rows) from x
     /// [t, h] (bf16) and gate_up, then the returned `ys` [pairs, h] (f32, pair rows) from act
-    /// and down. `offsets` (e + 1) and `perm` (pairs) are the grouping's device arrays.
+    /// and down. `offsets` (e + 1) and `perm` (pairs) are the grouping's device arrays;
+    /// `clamp`: gpt-oss's activation (the bf16 build) in place of SiLU.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn moe_experts_mma(
         &self,
@@ -222,8 +264,11 @@ impl CudaBackend {
         down: &CudaTensor,
         (offsets, perm): (u64, u64),
         (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
-        build: MmaBuild,
+        (build, clamp): (MmaBuild, Option<ClampedAct>),
     ) -> Result<CudaTensor> {
+        if clamp.is_some() && (build != MmaBuild::Bf16 || gate_up.dtype != DType::BF16) {
+            return Err(clamped_needs_bf16());
+        }
         let pairs = t * top_k;
         let s = &self.stream;
         // An upper bound of the tiles: each expert's ceil(count / BM), at most one a pair.
@@ -259,26 +304,33 @@ impl CudaBackend {
         // [t, ceil(h/128)] scales); gate_up [e, 2i, h] (bf16, or FP8 with its scales); tiles
         // was just written from offsets, whose ranges lie in 0..pairs, perm entries < pairs
         // (so tokens perm / k < t); rows of h and i are multiples of 8 elements (bf16) or 16
-        // bytes (FP8; moe_plan's mma); blocks past the tile count return.
+        // bytes (FP8; moe_plan's mma); blocks past the tile count return. clamped: the bf16
+        // build (checked above) and the gate|up bias [e, 2i] bf16 (ClampedAct's contract),
+        // read at rows below e·2i (tile experts < e, j < i).
+        let grid = (rows, dim(i.div_ceil(BN / 2), "fused_moe")?);
+        let args = (
+            act.ptr(s),
+            xp,
+            xsp,
+            w13,
+            w13s,
+            tp,
+            offsets,
+            perm,
+            ki,
+            ii,
+            hi,
+        );
         unsafe {
-            self.launch_mma(
-                &gate_up_kernel,
-                build,
-                (rows, dim(i.div_ceil(BN / 2), "fused_moe")?),
-                (
-                    act.ptr(s),
-                    xp,
-                    xsp,
-                    w13,
-                    w13s,
-                    tp,
-                    offsets,
-                    perm,
-                    ki,
-                    ii,
-                    hi,
-                ),
-            )?;
+            match clamp {
+                Some(ClampedAct { bias, alpha, limit }) => {
+                    let (a, xp, xsp, w, ws, tp, o, p, ki, ii, hi) = args;
+                    let args = (a, xp, xsp, w, ws, tp, o, p, ki, ii, hi, bias, alpha, limit);
+                    let f = kernels::moe_gate_up_clamped_mma_bf16;
+                    self.launch_mma(&f, build, grid, args)?
+                }
+                None => self.launch_mma(&gate_up_kernel, build, grid, args)?,
+            }
         }
         let act_q = (build == MmaBuild::Fp8Act)
             .then(|| self.quant_fp8(act))
@@ -401,18 +453,18 @@ impl CudaBackend {
     }
 
     /// One launch of `kernel`, `moe_gate_up_mma_{build}` or `moe_down_mma_{build}` (see
-    /// [`MmaArgs`]).
+    /// [`MmaArgs`]), or `moe_gate_up_clamped_mma_bf16` (those and a [`ClampedAct`]'s).
     ///
     /// # Safety
     /// The pointers and sizes must be what the kernel's comment in moe_mma.cu asks for at this
     /// grid: out, a and w sized for the rows the tiles (or, with null tiles, the first int) and
     /// the ints name, rows 16-byte aligned.
-    unsafe fn launch_mma(
+    unsafe fn launch_mma<A: Args>(
         &self,
-        kernel: &Kernel<MmaArgs>,
+        kernel: &Kernel<A>,
         build: MmaBuild,
         grid: (u32, u32),
-        args: MmaArgs,
+        args: A,
     ) -> Result<()> {
         let (threads, smem) = launch_shape(build);
         // Past 48 KB of shared memory a block, static (the kernel's row tables: 2 · BM + BN
