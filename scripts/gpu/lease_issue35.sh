@@ -5,7 +5,7 @@
 #   lease_issue35.sh nvfp4   Qwen3.6-27B's shape (scripts/gpu/qwen3.6-27b-*-config.json, dummy
 #                            weights drawn on the GPU) in NVFP4, FP8 and bf16, one server each:
 #                            metralectl bench ladders at CONC (default 1,4,16,64), REPS
-#                            (default 1), ISL 128, OSL 256, --max-batch-size 64 (the recurrent
+#                            (default 1), ISL 128, OSL 256, --max-batch-size MAX_BATCH (default 64: the recurrent
 #                            state of 64 sequences beside bf16's 55 GB fits an 80 GB H100).
 #                            About 2 minutes a format. FORMATS picks them (default
 #                            "nvfp4 fp8 bf16").
@@ -58,7 +58,7 @@ nvfp4)
         o=$W/27b-$f
         mkdir -p "$o"
         OUT=$o MODEL_CONFIG=scripts/gpu/$cfg MODEL_NAME=qwen3.6-27b-$f-shape OSL=256 \
-            REPS=${REPS:-1} CONC=${CONC:-1,4,16,64} MAX_BATCH=64 METRALE_GPU_BIN=.gpu/bin \
+            REPS=${REPS:-1} CONC=${CONC:-1,4,16,64} MAX_BATCH=${MAX_BATCH:-64} METRALE_GPU_BIN=.gpu/bin \
             BENCH_TIMEOUT=${BENCH_TIMEOUT:-150} bash scripts/gpu/bench_record.sh >"$o/bench.txt" 2>&1
         { echo "== 27b $f"; grep -E 'weights:|error|Error' "$o/serve.txt" | head -4
           grep -v 'step profile' "$o/bench.txt" | tail -n 10

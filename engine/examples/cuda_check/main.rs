@@ -46,7 +46,7 @@ struct Args {
     /// Where to write results.json and summary.txt.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sections to skip: kernels, ops, sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8,
+    /// Sections to skip: kernels, ops, ops-gpt-oss (a part of ops), sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8,
     /// kv-groups, hybrid,
     /// nvfp4-speed, speed, moe-speed, prefill-attn, profile.
     #[arg(long, value_delimiter = ',')]
@@ -102,6 +102,7 @@ fn main() -> ExitCode {
     for name in [
         "kernels",
         "ops",
+        "ops-gpt-oss",
         "sampling",
         "e2e",
         "ops-f32",
@@ -166,6 +167,7 @@ fn main() -> ExitCode {
         let r = catch_unwind(AssertUnwindSafe(|| match name {
             "kernels" => kernels(&cuda, &mut report),
             "ops" => ops::run(&cuda, &mut report),
+            "ops-gpt-oss" => ops::run_gpt_oss(&cuda, &mut report),
             "sampling" => sampling::run(&cuda, &mut report),
             "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
             "ops-f32" => {

@@ -733,6 +733,20 @@ pub fn run_kv8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.mla_kv8()
 }
 
+/// gpt-oss's experts alone (both routes of `fused_moe_clamped`) and the FP4 expert stacks:
+/// the `ops-gpt-oss` section, a short check of that path when `ops` as a whole is not run.
+pub fn run_gpt_oss(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    let mut ops = Ops {
+        cuda,
+        cpu: CpuBackend::default(),
+        rng: Rng::new(0x6d65_7472_616c_6509),
+        report,
+    };
+    ops.report.case_header();
+    ops.gpt_oss()?;
+    ops.moe_nvfp4()
+}
+
 /// Every op, every case. Returns an error only when the device stopped answering.
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let mut ops = Ops {
