@@ -85,8 +85,6 @@ pub struct GemmTuning {
     /// `matmul` with an NVFP4 weight and at most this many rows runs the tensor-core kernel;
     /// more rows take a bf16 copy and cuBLAS.
     pub nvfp4_mma_rows: usize,
-    /// Weight rows a block of that kernel owns (16, 32 or 64); `None`: by rows of x.
-    pub nvfp4_tile_rows: Option<usize>,
 }
 
 /// Mixture-of-experts blocks (`fused_moe`, see `backend::moe_plan`).

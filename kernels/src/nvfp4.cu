@@ -256,16 +256,10 @@ __device__ __forceinline__ void gemv_nvfp4_mma_impl(float* out, const bf16* x, c
         gemv_nvfp4_mma_impl<RT, NB, BATCH>(out, x, w, scales, globals, m_total, n_total, k);       \
     }
 
-// (RT, NB, slices in flight, blocks a multiprocessor the registers are bounded for). More x
-// rows want more weight rows a block: every block reads its x chunk whole from L1/L2, 8·NB
-// rows of 2 bytes against 16·RT rows of 0.5625 (H100, 27B shapes: at 32 x rows RT = 1 read
-// x 7x the weights' bytes and ran at a fifth of 8 rows' speed).
-GEMV_NVFP4_MMA(1, 1, 4, 2)
+// (RT, NB, slices in flight, blocks a multiprocessor the registers are bounded for): two
+// tiles of 16 weight rows a block, the fastest at every count of x rows from 1 to 128 on an
+// H100 at the 27B's shapes; blocks of 16 rows (up to 1.4x slower) and of 64 (1.09-1.41x)
+// were deleted (performance log parts 15 and 16).
 GEMV_NVFP4_MMA(2, 1, 2, 2)
-GEMV_NVFP4_MMA(1, 2, 4, 2)
 GEMV_NVFP4_MMA(2, 2, 2, 2)
-GEMV_NVFP4_MMA(1, 4, 2, 2)
-GEMV_NVFP4_MMA(4, 1, 1, 2)
-GEMV_NVFP4_MMA(4, 2, 1, 1)
 GEMV_NVFP4_MMA(2, 4, 1, 2)
-GEMV_NVFP4_MMA(4, 4, 1, 1)

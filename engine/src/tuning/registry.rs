@@ -190,19 +190,6 @@ pub const SETTINGS: &[Setting] = &[
         get: |t| t.gemm.nvfp4_mma_rows.to_string(),
     },
     Setting {
-        name: "gemm.nvfp4_tile_rows",
-        var: "METRALE_NVFP4_TILE_ROWS",
-        accepts: "auto | 16 | 32 | 64",
-        default: "auto",
-        doc: "Weight rows a block of the NVFP4 tensor-core kernel owns; auto: 32 (the fastest at 1 to 128 rows of x on an H100).",
-        set: |t, v| {
-            number_or(v, "auto", &mut t.gemm.nvfp4_tile_rows, |n| {
-                matches!(n, 16 | 32 | 64)
-            })
-        },
-        get: |t| show_or(t.gemm.nvfp4_tile_rows, "auto"),
-    },
-    Setting {
         name: "moe.small_paths",
         var: "METRALE_MOE_SMALL_PATHS",
         accepts: "0 | 1",

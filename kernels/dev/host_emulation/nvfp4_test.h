@@ -80,15 +80,9 @@ void t_gemv_nvfp4_mma(int RT, int NB, int M, int N, int K) {
     std::vector<float> out(M * N, NAN);
     launch({(unsigned)((M + 8 * NB - 1) / (8 * NB)), (unsigned)((N + 16 * RT - 1) / (16 * RT))}, {256}, [&] {
         auto args = std::make_tuple(out.data(), x.data(), t.w.data(), t.sc.data(), t.g.data(), M, N, K);
-        if (RT == 1 && NB == 1) std::apply(gemv_nvfp4_mma_r1_b1, args);
         if (RT == 2 && NB == 1) std::apply(gemv_nvfp4_mma_r2_b1, args);
-        if (RT == 1 && NB == 2) std::apply(gemv_nvfp4_mma_r1_b2, args);
         if (RT == 2 && NB == 2) std::apply(gemv_nvfp4_mma_r2_b2, args);
-        if (RT == 1 && NB == 4) std::apply(gemv_nvfp4_mma_r1_b4, args);
-        if (RT == 4 && NB == 1) std::apply(gemv_nvfp4_mma_r4_b1, args);
-        if (RT == 4 && NB == 2) std::apply(gemv_nvfp4_mma_r4_b2, args);
         if (RT == 2 && NB == 4) std::apply(gemv_nvfp4_mma_r2_b4, args);
-        if (RT == 4 && NB == 4) std::apply(gemv_nvfp4_mma_r4_b4, args);
     });
     char name[80];
     snprintf(name, 80, "gemv_nvfp4_mma_r%d_b%d M%d N%d K%d", RT, NB, M, N, K);
@@ -167,18 +161,16 @@ void nvfp4_tests() {
     t_gemv_nvfp4_rows(3, 13, 528);
     t_gemv_nvfp4_rows(8, 40, 1024);
     t_nvfp4_pair_bits();
-    t_gemv_nvfp4_mma(1, 1, 1, 16, 128);
-    t_gemv_nvfp4_mma(1, 1, 3, 40, 160);         // a slice of one lane's 32: lanes past K
-    t_gemv_nvfp4_mma(1, 1, 8, 21, 5120 + 32);   // 41 slices: a second batch and a tail
+    t_gemv_nvfp4_mma(2, 1, 1, 16, 128);         // half of the block's 32 weight rows
+    t_gemv_nvfp4_mma(2, 1, 3, 40, 160);         // a slice of one lane's 32: lanes past K
+    t_gemv_nvfp4_mma(2, 1, 8, 21, 5120 + 32);   // 41 slices: a second batch and a tail
     t_gemv_nvfp4_mma(2, 1, 5, 70, 4096);        // two batches of 2 · 8 slices
-    t_gemv_nvfp4_mma(1, 2, 9, 20, 256);
+    t_gemv_nvfp4_mma(2, 2, 9, 20, 256);
     t_gemv_nvfp4_mma(2, 2, 16, 33, 384);
-    t_gemv_nvfp4_mma(1, 4, 17, 16, 512);
-    t_gemv_nvfp4_mma(1, 4, 70, 24, 288);        // three chunks of 32 x rows
-    t_gemv_nvfp4_mma(4, 1, 2, 70, 1056);        // a partial 64-row block
-    t_gemv_nvfp4_mma(4, 2, 13, 64, 2080);
+    t_gemv_nvfp4_mma(2, 4, 17, 16, 512);
+    t_gemv_nvfp4_mma(2, 4, 70, 24, 288);        // three chunks of 32 x rows
     t_gemv_nvfp4_mma(2, 4, 33, 40, 512);
-    t_gemv_nvfp4_mma(4, 4, 40, 100, 1184);
+    t_gemv_nvfp4_mma(2, 4, 40, 100, 1184);      // a partial 32-row block
     t_dequant_nvfp4(5, 96);
     t_dequant_nvfp4(3, 5120 + 32);
 }

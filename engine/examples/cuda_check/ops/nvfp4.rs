@@ -40,26 +40,22 @@ impl Ops<'_> {
     /// bf16 copy + cuBLAS (one more rounding of each weight, fused_moe's tolerance) past 256
     /// rows and at any rows with `gemm.nvfp4_mma_rows` 0.
     pub(super) fn matmuls_nvfp4(&mut self) -> Result<()> {
-        // (x rows, k, n, mma rows setting, tile rows setting, tolerance)
+        // (x rows, k, n, mma rows setting, tolerance)
         let cases = [
-            (1, 5120, 1024, 256, None, Tol::GEMM),
-            (3, 2080, 520, 256, Some(32), Tol::GEMM),
-            (8, 1056, 64, 256, Some(16), Tol::GEMM),
-            (12, 4096, 300, 256, Some(32), Tol::GEMM),
-            (17, 2048, 96, 256, None, Tol::GEMM),
-            (40, 1056, 200, 256, Some(64), Tol::GEMM),
-            (9, 2048, 72, 256, Some(64), Tol::GEMM),
-            (128, 2048, 256, 256, None, Tol::GEMM),
-            (300, 1024, 128, 256, None, MOE),
-            (2, 2048, 520, 0, None, MOE),
+            (1, 5120, 1024, 256, Tol::GEMM),
+            (3, 2080, 520, 256, Tol::GEMM),
+            (8, 1056, 64, 256, Tol::GEMM),
+            (12, 4096, 300, 256, Tol::GEMM),
+            (17, 2048, 96, 256, Tol::GEMM),
+            (40, 1056, 200, 256, Tol::GEMM),
+            (9, 2048, 72, 256, Tol::GEMM),
+            (128, 2048, 256, 256, Tol::GEMM),
+            (300, 1024, 128, 256, MOE),
+            (2, 2048, 520, 0, MOE),
         ];
-        for (m, k, n, mma_rows, tile_rows, tol) in cases {
+        for (m, k, n, mma_rows, tol) in cases {
             let xd = self.act(DType::BF16);
-            let route = match (mma_rows, tile_rows) {
-                (0, _) => "bf16 copy".to_string(),
-                (_, Some(r)) => format!("mma, {r} rows a block"),
-                _ => "mma".to_string(),
-            };
+            let route = if mma_rows == 0 { "bf16 copy" } else { "mma" };
             let case = format!("x {} [{m}, {k}] · w nvfp4 [{n}, {k}]ᵀ [{route}]", dt(xd));
             self.run("matmul", &case, |s| {
                 let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
@@ -70,10 +66,7 @@ impl Ops<'_> {
                 let mut out_c = s.cpu.zeros(&[m, n])?;
                 // This route's settings for this call only: the run's own after.
                 let saved = s.cuda.tuning().gemm;
-                s.cuda.retune(|t| {
-                    t.gemm.nvfp4_mma_rows = mma_rows;
-                    t.gemm.nvfp4_tile_rows = tile_rows;
-                });
+                s.cuda.retune(|t| t.gemm.nvfp4_mma_rows = mma_rows);
                 let r = s.cuda.matmul(&mut out_d, &x_d, &w_d);
                 s.cuda.retune(|t| t.gemm = saved);
                 r?;

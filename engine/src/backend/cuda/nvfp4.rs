@@ -8,7 +8,7 @@
 //! each part's own. 0.5625 bytes a weight plus 4 a row, against bf16's 2 a weight.
 //!
 //! `matmul` with an F4 weight: up to the tuning's `gemm.nvfp4_mma_rows` rows of x on tensor
-//! cores (`gemv_nvfp4_mma_r<RT>_b<NB>`: RT tiles of 16 weight rows a block, chunks of 8·NB x
+//! cores (`gemv_nvfp4_mma_r2_b<NB>`: two tiles of 16 weight rows a block, chunks of 8·NB x
 //! rows); more rows dequantize the weight to a bf16 scratch copy (`dequant_nvfp4_bf16`) and
 //! run the bf16 path (cuBLAS) on it (every product with `nvfp4_mma_rows` 0). The first kernel,
 //! a CUDA-core GEMV widening each weight to f32 for each row, measured slower at every row
@@ -28,26 +28,17 @@ const NVFP4_MMA_THREADS: u32 = 256;
 /// The parameters of `gemv_nvfp4_mma_*`: out, x, w, scales, globals, m, n, k.
 type Nvfp4MmaArgs = (u64, u64, u64, u64, u64, i32, i32, i32);
 
-/// The tensor-core kernel for `tile_rows` (16, 32 or 64) weight rows a block and `m` rows of
-/// x, and the x rows a block takes (8, 16 or 32; more rows of x are chunks of 32).
-fn nvfp4_mma_kernel(tile_rows: usize, m: usize) -> (Kernel<Nvfp4MmaArgs>, usize) {
-    let x_rows = match m {
-        0..=8 => 8,
-        9..=16 => 16,
-        _ => 32,
-    };
-    let kernel = match (tile_rows, x_rows) {
-        (16, 8) => kernels::gemv_nvfp4_mma_r1_b1,
-        (16, 16) => kernels::gemv_nvfp4_mma_r1_b2,
-        (16, _) => kernels::gemv_nvfp4_mma_r1_b4,
-        (32, 8) => kernels::gemv_nvfp4_mma_r2_b1,
-        (32, 16) => kernels::gemv_nvfp4_mma_r2_b2,
-        (32, _) => kernels::gemv_nvfp4_mma_r2_b4,
-        (_, 8) => kernels::gemv_nvfp4_mma_r4_b1,
-        (_, 16) => kernels::gemv_nvfp4_mma_r4_b2,
-        _ => kernels::gemv_nvfp4_mma_r4_b4,
-    };
-    (kernel, x_rows)
+/// Weight rows a block of the tensor-core kernel owns (`RT` = 2 tiles of 16).
+const TILE_ROWS: usize = 32;
+
+/// The tensor-core kernel for `m` rows of x, and the x rows a block takes (8, 16 or 32; more
+/// rows of x are chunks of 32).
+fn nvfp4_mma_kernel(m: usize) -> (Kernel<Nvfp4MmaArgs>, usize) {
+    match m {
+        0..=8 => (kernels::gemv_nvfp4_mma_r2_b1, 8),
+        9..=16 => (kernels::gemv_nvfp4_mma_r2_b2, 16),
+        _ => (kernels::gemv_nvfp4_mma_r2_b4, 32),
+    }
 }
 
 /// A row's f32 multiplier of the block scales: `e4m3 · multiplier` is the block's scale (for
@@ -261,11 +252,7 @@ impl CudaBackend {
     /// [`Self::matmul_nvfp4`] on tensor cores (`gemv_nvfp4_mma_*`), for a non-empty product.
     fn matmul_nvfp4_mma(&self, out: &mut CudaTensor, x: &CudaTensor, w: &CudaTensor) -> Result<()> {
         let (m, k, n) = (x.rows(), x.cols(), w.rows());
-        // By default 32 weight rows a block: on an H100 at the 27B's shapes the fastest at
-        // every row count from 1 to 128 (16-row blocks up to 1.4x slower, 64-row blocks
-        // 1.09-1.41x; performance log part 15).
-        let tile_rows = self.tuning().gemm.nvfp4_tile_rows.unwrap_or(32);
-        let (kernel, x_rows) = nvfp4_mma_kernel(tile_rows, m);
+        let (kernel, x_rows) = nvfp4_mma_kernel(m);
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
         let s = &self.stream;
@@ -279,14 +266,14 @@ impl CudaBackend {
         let (mi, ni, ki) = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
         let grid = (
             dim(m.div_ceil(x_rows), "matmul")?,
-            dim(n.div_ceil(tile_rows), "matmul")?,
+            dim(n.div_ceil(TILE_ROWS), "matmul")?,
         );
         // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] F4 with its [n, k / 16] scale bytes
         // and [n] f32 multipliers (checked by matmul_nvfp4, which also returned on an empty
         // product); k % 32 == 0, so every 16-byte load of a packed row (k / 2 bytes) and of an
         // x row (2k bytes) is inside it and aligned, and the 2-byte scale loads (k / 16 bytes a
         // row, even) too; lanes past k read none. Block (cx, cy) reads x rows
-        // [x_rows·cx, +x_rows) and weight rows [tile_rows·cy, +tile_rows), clamping rows past
+        // [x_rows·cx, +x_rows) and weight rows [TILE_ROWS·cy, +TILE_ROWS), clamping rows past
         // the matrix to its last (read, not written), and writes out[m][n] only for m < m,
         // n < n.
         unsafe {
