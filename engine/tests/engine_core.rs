@@ -6,41 +6,13 @@ use std::time::{Duration, Instant};
 use metrale_engine::engine_core::{
     AddRequestError, EngineConfig, EngineHandle, FinishReason, RequestStream,
 };
-use metrale_engine::loader::LoadFormat;
 use metrale_engine::sampling_params::SamplingParams;
 mod reference_support;
 
 use reference_support::{fixtures, reference};
 
 fn config(name: &str) -> EngineConfig {
-    EngineConfig {
-        model_dir: fixtures().join("models").join(name),
-        device: metrale_engine::engine_core::Device::Cpu,
-        dtype: Default::default(),
-        gpu_memory_utilization: 0.9,
-        served_name: name.into(),
-        load_format: LoadFormat::Auto,
-        requantize: Default::default(),
-        max_seq_len: Some(256),
-        max_num_seqs: 8,
-        max_num_batched_tokens: 64,
-        max_queued_requests: 64,
-        enable_prefix_caching: true,
-        block_size: 16,
-        kv_cache_bytes: None,
-        num_gpu_blocks_override: None,
-        ssm_cache_slots: None,
-        ssm_checkpoint_slots: None,
-        ssm_checkpoint_interval: 512,
-        kv_cache_fp8: false,
-        speculative: None,
-        tensor_parallel_size: 1,
-        enable_expert_parallel: false,
-        rendezvous: None,
-        dist_timeout: metrale_engine::engine_core::ranks::DEFAULT_DIST_TIMEOUT,
-        enforce_eager: false,
-        tuning: Default::default(),
-    }
+    reference_support::cpu_engine_config(fixtures().join("models").join(name), name)
 }
 
 fn params(f: impl FnOnce(&mut SamplingParams)) -> SamplingParams {

@@ -10,7 +10,7 @@ use std::time::Instant;
 use metrale_engine::backend::CpuBackend;
 use metrale_engine::engine_core::{EngineConfig, EngineHandle};
 use metrale_engine::kv_cache::{Attention, GroupConfig, HashKey, kv_groups};
-use metrale_engine::loader::{LoadFormat, ModelDir};
+use metrale_engine::loader::ModelDir;
 use metrale_engine::models::Model;
 use metrale_engine::models::registry::{self, LoadOptions, WithModel};
 use metrale_engine::runner::Runner;
@@ -199,34 +199,7 @@ fn a_tight_sliding_pool_preempts_and_still_gives_the_same_tokens() {
 }
 
 fn engine_config(name: &str) -> EngineConfig {
-    EngineConfig {
-        model_dir: model_dir(name),
-        device: metrale_engine::engine_core::Device::Cpu,
-        dtype: Default::default(),
-        gpu_memory_utilization: 0.9,
-        served_name: name.into(),
-        load_format: LoadFormat::Auto,
-        requantize: Default::default(),
-        max_seq_len: Some(256),
-        max_num_seqs: 8,
-        max_num_batched_tokens: 64,
-        max_queued_requests: 64,
-        enable_prefix_caching: true,
-        block_size: 16,
-        kv_cache_bytes: None,
-        num_gpu_blocks_override: None,
-        ssm_cache_slots: None,
-        ssm_checkpoint_slots: None,
-        ssm_checkpoint_interval: 512,
-        kv_cache_fp8: false,
-        speculative: None,
-        tensor_parallel_size: 1,
-        enable_expert_parallel: false,
-        rendezvous: None,
-        dist_timeout: metrale_engine::engine_core::ranks::DEFAULT_DIST_TIMEOUT,
-        enforce_eager: false,
-        tuning: Default::default(),
-    }
+    reference_support::cpu_engine_config(model_dir(name), name)
 }
 
 /// The engine plans a pool a group: the sliding layers' pool holds the batch's windows, not

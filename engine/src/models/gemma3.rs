@@ -19,7 +19,6 @@
 use crate::backend::{Backend, BatchInputs, Feature, Result, RopeTables};
 use std::borrow::Cow;
 
-use crate::kv_cache::KvGroupSpec;
 use crate::loader::config::RopeConfig;
 use crate::loader::{DType, HostData, HostTensor, LoadError, TensorKind, Weights};
 
@@ -286,21 +285,8 @@ impl<B: Backend> Model<B> for Gemma3<B> {
             .collect()
     }
 
-    fn new_grouped_kv_storage(
-        &self,
-        backend: &B,
-        groups: &[KvGroupSpec],
-        group_blocks: &[usize],
-        block_size: usize,
-    ) -> Result<KvStorage<B>> {
-        let c = &self.config.base;
-        KvStorage::grouped(
-            backend,
-            groups,
-            group_blocks,
-            block_size,
-            (self.local.1, c.head_dim),
-        )
+    fn kv_group_heads(&self) -> Option<(usize, usize)> {
+        Some((self.local.1, self.config.base.head_dim))
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

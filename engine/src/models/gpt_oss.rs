@@ -39,7 +39,6 @@ use super::{
     KvStorage, Model, all_layers_kv, all_layers_kv_bytes, check_backend, lm_head_logits,
     routed_activation_bytes,
 };
-use crate::kv_cache::KvGroupSpec;
 
 mod config;
 mod shard;
@@ -389,16 +388,9 @@ impl<B: Backend> Model<B> for GptOss<B> {
             .collect()
     }
 
-    fn new_grouped_kv_storage(
-        &self,
-        backend: &B,
-        groups: &[KvGroupSpec],
-        group_blocks: &[usize],
-        block_size: usize,
-    ) -> Result<KvStorage<B>> {
+    fn kv_group_heads(&self) -> Option<(usize, usize)> {
         let c = &self.config.base;
-        let heads = (c.num_key_value_heads, c.head_dim);
-        KvStorage::grouped(backend, groups, group_blocks, block_size, heads)
+        Some((c.num_key_value_heads, c.head_dim))
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

@@ -20,7 +20,6 @@ use crate::parallel::plan::{Plan, Tp};
 use super::{
     KvStorage, Model, all_layers_kv_bytes_of, all_layers_kv_of, check_backend, lm_head_logits,
 };
-use crate::kv_cache::KvGroupSpec;
 
 mod config;
 
@@ -265,21 +264,8 @@ impl<B: Backend> Model<B> for Llama<B> {
         }
     }
 
-    fn new_grouped_kv_storage(
-        &self,
-        backend: &B,
-        groups: &[KvGroupSpec],
-        group_blocks: &[usize],
-        block_size: usize,
-    ) -> Result<KvStorage<B>> {
-        let c = &self.config.base;
-        KvStorage::grouped(
-            backend,
-            groups,
-            group_blocks,
-            block_size,
-            (self.local.1, c.head_dim),
-        )
+    fn kv_group_heads(&self) -> Option<(usize, usize)> {
+        Some((self.local.1, self.config.base.head_dim))
     }
 
     fn activation_bytes(&self, tokens: usize, logits_rows: usize) -> usize {

@@ -348,19 +348,27 @@ pub trait Model<B: Backend>: Send {
     fn kv_windows(&self) -> Vec<Option<usize>> {
         Vec::new()
     }
+    /// The KV heads this rank's layers cache and their head dimension, for a model with KV
+    /// groups ([`Model::kv_windows`] not empty); `None` for one without.
+    fn kv_group_heads(&self) -> Option<(usize, usize)> {
+        None
+    }
     /// A KV cache of group `g`'s layers with `group_blocks[g]` blocks each (only called when
     /// [`Model::kv_windows`] is not empty).
     fn new_grouped_kv_storage(
         &self,
-        _backend: &B,
-        _groups: &[KvGroupSpec],
-        _group_blocks: &[usize],
-        _block_size: usize,
+        backend: &B,
+        groups: &[KvGroupSpec],
+        group_blocks: &[usize],
+        block_size: usize,
     ) -> Result<KvStorage<B>> {
-        Err(crate::backend::BackendError::Shape {
-            op: "new_grouped_kv_storage",
-            message: "this model keeps every position of every layer (no KV groups)".into(),
-        })
+        let heads = self
+            .kv_group_heads()
+            .ok_or_else(|| crate::backend::BackendError::Shape {
+                op: "new_grouped_kv_storage",
+                message: "this model keeps every position of every layer (no KV groups)".into(),
+            })?;
+        KvStorage::grouped(backend, groups, group_blocks, block_size, heads)
     }
     /// An upper bound on the activation memory of one step of `tokens` tokens with up to
     /// `logits_rows` rows of logits (f32 everywhere), for sizing the KV cache next to it.

@@ -76,3 +76,41 @@ pub fn reference(name: &str) -> Reference {
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
 }
+
+/// The CPU engine the engine-level tests start on `model_dir` (served as `name`): contexts of
+/// 256, 8 sequences, steps of 64 tokens, blocks of 16, prefix caching on.
+pub fn cpu_engine_config(
+    model_dir: PathBuf,
+    name: &str,
+) -> metrale_engine::engine_core::EngineConfig {
+    use metrale_engine::engine_core::EngineConfig;
+    use metrale_engine::loader::LoadFormat;
+    EngineConfig {
+        model_dir,
+        device: metrale_engine::engine_core::Device::Cpu,
+        dtype: Default::default(),
+        gpu_memory_utilization: 0.9,
+        served_name: name.into(),
+        load_format: LoadFormat::Auto,
+        requantize: Default::default(),
+        max_seq_len: Some(256),
+        max_num_seqs: 8,
+        max_num_batched_tokens: 64,
+        max_queued_requests: 64,
+        enable_prefix_caching: true,
+        block_size: 16,
+        kv_cache_bytes: None,
+        num_gpu_blocks_override: None,
+        ssm_cache_slots: None,
+        ssm_checkpoint_slots: None,
+        ssm_checkpoint_interval: 512,
+        kv_cache_fp8: false,
+        speculative: None,
+        tensor_parallel_size: 1,
+        enable_expert_parallel: false,
+        rendezvous: None,
+        dist_timeout: metrale_engine::engine_core::ranks::DEFAULT_DIST_TIMEOUT,
+        enforce_eager: false,
+        tuning: Default::default(),
+    }
+}
