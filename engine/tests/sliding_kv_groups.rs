@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use metrale_engine::backend::CpuBackend;
 use metrale_engine::engine_core::{EngineConfig, EngineHandle};
-use metrale_engine::kv_cache::{Attention, GroupConfig, HashKey, kv_groups};
+use metrale_engine::kv_cache::{GroupConfig, HashKey, kv_groups};
 use metrale_engine::loader::ModelDir;
 use metrale_engine::models::Model;
 use metrale_engine::models::registry::{self, LoadOptions, WithModel};
@@ -75,21 +75,8 @@ impl WithModel<CpuBackend> for Serve {
                     specs.iter().any(|g| g.window().is_some()),
                     "{windows:?} has no sliding layer"
                 );
-                let blocks: Vec<usize> = specs
-                    .iter()
-                    .map(|g| match g.attention {
-                        Attention::Full => cfg.num_blocks,
-                        Attention::Sliding { .. } => sliding_blocks,
-                    })
-                    .collect();
-                let groups = specs
-                    .iter()
-                    .zip(&blocks)
-                    .map(|(spec, &num_blocks)| GroupConfig {
-                        spec: spec.clone(),
-                        num_blocks,
-                    })
-                    .collect();
+                let groups = GroupConfig::sized(&specs, cfg.num_blocks, sliding_blocks);
+                let blocks: Vec<usize> = groups.iter().map(|g| g.num_blocks).collect();
                 let sliding = specs.iter().position(|g| g.window().is_some()).unwrap_or(0);
                 (
                     Scheduler::with_kv_groups(cfg, groups, key).expect("scheduler"),

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use metrale_engine::backend::cuda::{CudaBackend, Tuning};
-use metrale_engine::kv_cache::{Attention, GroupConfig, HashKey, kv_groups};
+use metrale_engine::kv_cache::{GroupConfig, HashKey, kv_groups};
 use metrale_engine::loader::ModelDir;
 use metrale_engine::models::Model;
 use metrale_engine::models::registry::{self, LoadOptions, WithModel};
@@ -132,21 +132,8 @@ impl WithModel<CudaBackend> for Serve<'_> {
                 let Some(sliding) = specs.iter().position(|g| g.window().is_some()) else {
                     bail!("the model has no sliding layer");
                 };
-                let blocks: Vec<usize> = specs
-                    .iter()
-                    .map(|g| match g.attention {
-                        Attention::Full => cfg.num_blocks,
-                        Attention::Sliding { .. } => sliding_blocks,
-                    })
-                    .collect();
-                let groups = specs
-                    .iter()
-                    .zip(&blocks)
-                    .map(|(spec, &num_blocks)| GroupConfig {
-                        spec: spec.clone(),
-                        num_blocks,
-                    })
-                    .collect();
+                let groups = GroupConfig::sized(&specs, cfg.num_blocks, sliding_blocks);
+                let blocks: Vec<usize> = groups.iter().map(|g| g.num_blocks).collect();
                 (
                     Scheduler::with_kv_groups(cfg, groups, key)?,
                     Runner::with_kv_groups(cuda, model, &specs, &blocks, BS)?,

@@ -32,6 +32,23 @@ pub struct GroupConfig {
     pub num_blocks: usize,
 }
 
+impl GroupConfig {
+    /// Each of `specs` with `full` blocks for a full-attention group and `sliding` for a
+    /// sliding one (a fixed split, as the tests and the lab's checks size their pools).
+    pub fn sized(specs: &[KvGroupSpec], full: usize, sliding: usize) -> Vec<GroupConfig> {
+        specs
+            .iter()
+            .map(|spec| GroupConfig {
+                spec: spec.clone(),
+                num_blocks: match spec.attention {
+                    Attention::Full => full,
+                    Attention::Sliding { .. } => sliding,
+                },
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupedKvConfig {
     pub block_size: usize,
