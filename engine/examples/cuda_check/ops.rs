@@ -747,6 +747,21 @@ pub fn run_gpt_oss(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.moe_nvfp4()
 }
 
+/// The NVFP4 uploads, matmuls (every route) and expert stacks alone: the `ops-nvfp4` section,
+/// a short check of the NVFP4 kernels when `ops` as a whole (about 210 s on an H200) is not run.
+pub fn run_nvfp4(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    let mut ops = Ops {
+        cuda,
+        cpu: CpuBackend::default(),
+        rng: Rng::new(0x6d65_7472_616c_650a),
+        report,
+    };
+    ops.report.case_header();
+    ops.uploads_nvfp4()?;
+    ops.matmuls_nvfp4()?;
+    ops.moe_nvfp4()
+}
+
 /// Every op, every case. Returns an error only when the device stopped answering.
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let mut ops = Ops {

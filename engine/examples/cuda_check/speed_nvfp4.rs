@@ -154,5 +154,30 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             bf16 / nvfp4
         ));
     }
+    copy_probe(cuda, report)
+}
+
+/// The bf16-copy route's parts, each alone (`CudaBackend::nvfp4_copy_probe`), at two of the
+/// shapes and at a decode and a prefill row count: which part makes the route slow.
+fn copy_probe(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    for &(name, _, n, k) in [SHAPES[0], SHAPES[5]].iter() {
+        let w = cuda.random_nvfp4(&[n, k], 0x636f_7079, 0.02)?;
+        for m in [1usize, 512] {
+            let x = cuda.random_bf16(&[m, k], 7, 1.0)?;
+            let mut out = cuda.zeros(&[m, n])?;
+            let p = cuda.nvfp4_copy_probe(&mut out, &x, &w, 20)?;
+            report.summary_line(format!(
+                "  nvfp4 copy route {name:<22} rows {m:>3}: alloc {:.1} µs, dequant {:.1}, \
+                 bf16 GEMM {:.1}, whole route {:.1} (host {:.1} a call)",
+                p.alloc_us, p.dequant_us, p.gemm_us, p.route_us, p.route_host_us
+            ));
+            report.record(
+                json!({"profile": "nvfp4_copy_probe", "weight": name, "n": n,
+                "k": k, "rows": m, "alloc_us": p.alloc_us, "dequant_us": p.dequant_us,
+                "gemm_us": p.gemm_us, "route_us": p.route_us,
+                "route_host_us": p.route_host_us}),
+            );
+        }
+    }
     Ok(())
 }

@@ -47,6 +47,8 @@ mod norm;
 mod nvfp4;
 #[cfg(feature = "lab")]
 mod probe;
+#[cfg(feature = "lab")]
+mod probe_copy;
 mod sample;
 mod tensor;
 mod typed_launch;
@@ -63,6 +65,8 @@ pub use batch::CudaBatch;
 pub use gdn_chunk::GDN_CHUNK_MIN;
 #[cfg(feature = "lab")]
 pub use probe::{SkeletonStage, SkeletonTimes, SyncProbe, TMA_SPLITS, TmaTimes};
+#[cfg(feature = "lab")]
+pub use probe_copy::CopyProbe;
 pub use tensor::{CudaTensor, DType};
 
 pub(crate) use super::cpu::shape_err;
