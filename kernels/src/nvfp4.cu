@@ -10,6 +10,8 @@
 // gemv_nvfp4_mma_r<RT>_b<NB> (any M, K % 32 == 0, sm_80+): the product on tensor cores, the
 // serving path for up to gemm.nvfp4_mma_rows rows (nvfp4_mma_tiles below): a weight costs
 // about 2.4 instructions (its bf16 A operand) whatever the number of x rows.
+// gemv_nvfp4_mma2_r<RT>_b<NB> (nvfp4_gemv.cu, gemm.nvfp4_gemv = v2): the same product with fewer
+// instructions a weight.
 // gemv_nvfp4_rows: any K % 16 == 0 (scalar loads), one x row at a time (the lab's first
 // version, kernels/dev/nvfp4/gemv_nvfp4.cu; not launched: the host emulation's reference for
 // the value decode).

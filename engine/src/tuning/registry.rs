@@ -3,7 +3,7 @@
 //! [`Tuning`]. [`Tuning::default`] is every row's default; `docs/cuda.md`'s table is
 //! [`docs_table`].
 
-use super::{AttnKernelChoice, KernelCache, MoeGemm, Tuning};
+use super::{AttnKernelChoice, KernelCache, MoeGemm, Nvfp4Gemv, Tuning};
 
 /// One tuning setting.
 pub struct Setting {
@@ -188,6 +188,29 @@ pub const SETTINGS: &[Setting] = &[
         doc: "`matmul` with an NVFP4 weight and at most this many rows runs on tensor cores (`gemv_nvfp4_mma_*`), more rows (all with 0) dequantize to a bf16 copy for cuBLAS; 256: the copy measured 4.5x slower than the tensor cores at 64 and 128 rows on an H200.",
         set: |t, v| number(v, &mut t.gemm.nvfp4_mma_rows, |_| true),
         get: |t| t.gemm.nvfp4_mma_rows.to_string(),
+    },
+    Setting {
+        name: "gemm.nvfp4_gemv",
+        var: "METRALE_NVFP4_GEMV",
+        accepts: "v1 | v2",
+        default: "v1",
+        doc: "The tensor-core kernels of `matmul` with an NVFP4 weight: v1 `gemv_nvfp4_mma_*`, v2 `gemv_nvfp4_mma2_*` (fewer instructions a weight in SASS, not yet timed on a GPU; docs/nvfp4.md).",
+        set: |t, v| {
+            t.gemm.nvfp4_gemv = match v.trim().to_ascii_lowercase().as_str() {
+                "" => t.gemm.nvfp4_gemv,
+                "v1" => Nvfp4Gemv::V1,
+                "v2" => Nvfp4Gemv::V2,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+        get: |t| {
+            match t.gemm.nvfp4_gemv {
+                Nvfp4Gemv::V1 => "v1",
+                Nvfp4Gemv::V2 => "v2",
+            }
+            .to_string()
+        },
     },
     Setting {
         name: "moe.small_paths",

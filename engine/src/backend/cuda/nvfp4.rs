@@ -9,10 +9,11 @@
 //!
 //! `matmul` with an F4 weight: up to the tuning's `gemm.nvfp4_mma_rows` rows of x on tensor
 //! cores (`gemv_nvfp4_mma_r2_b<NB>`: two tiles of 16 weight rows a block, chunks of 8·NB x
-//! rows); more rows dequantize the weight to a bf16 scratch copy (`dequant_nvfp4_bf16`) and
-//! run the bf16 path (cuBLAS) on it (every product with `nvfp4_mma_rows` 0). The first kernel,
-//! a CUDA-core GEMV widening each weight to f32 for each row, measured slower at every row
-//! count and was deleted (performance log part 14).
+//! rows; `gemm.nvfp4_gemv` = v2: `gemv_nvfp4_mma2_r2_b<NB>`, the same blocks with fewer
+//! instructions a weight, `nvfp4_gemv.cu`); more rows dequantize the weight to a bf16 scratch
+//! copy (`dequant_nvfp4_bf16`) and run the bf16 path (cuBLAS) on it (every product with
+//! `nvfp4_mma_rows` 0). The first kernel, a CUDA-core GEMV widening each weight to f32 for each
+//! row, measured slower at every row count and was deleted (performance log part 14).
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{self, CudaTensor, DType};
@@ -21,6 +22,7 @@ use crate::backend::Result;
 use crate::backend::kernels::{self, Kernel};
 use crate::loader::nvfp4::GlobalRule;
 use crate::loader::{NVFP4_SCALE_BITS, NVFP4_SCALE_SHIFT, NVFP4_SCALE_STREAM, random_nvfp4_global};
+use crate::tuning::Nvfp4Gemv;
 
 /// Threads of a tensor-core block (FP8_MMA_WARPS warps).
 const NVFP4_MMA_THREADS: u32 = 256;
@@ -31,10 +33,14 @@ type Nvfp4MmaArgs = (u64, u64, u64, u64, u64, i32, i32, i32);
 /// Weight rows a block of the tensor-core kernel owns (`RT` = 2 tiles of 16).
 const TILE_ROWS: usize = 32;
 
-/// The tensor-core kernel for `m` rows of x, and the x rows a block takes (8, 16 or 32; more
-/// rows of x are chunks of 32).
-fn nvfp4_mma_kernel(m: usize) -> (Kernel<Nvfp4MmaArgs>, usize) {
+/// The tensor-core kernel for `m` rows of x (`gemm.nvfp4_gemv`'s version), and the x rows a
+/// block takes (8, 16 or 32; more rows of x are chunks of 32).
+fn nvfp4_mma_kernel(m: usize, version: Nvfp4Gemv) -> (Kernel<Nvfp4MmaArgs>, usize) {
+    let v2 = version == Nvfp4Gemv::V2;
     match m {
+        0..=8 if v2 => (kernels::gemv_nvfp4_mma2_r2_b1, 8),
+        9..=16 if v2 => (kernels::gemv_nvfp4_mma2_r2_b2, 16),
+        _ if v2 => (kernels::gemv_nvfp4_mma2_r2_b4, 32),
         0..=8 => (kernels::gemv_nvfp4_mma_r2_b1, 8),
         9..=16 => (kernels::gemv_nvfp4_mma_r2_b2, 16),
         _ => (kernels::gemv_nvfp4_mma_r2_b4, 32),
@@ -252,7 +258,12 @@ impl CudaBackend {
     /// [`Self::matmul_nvfp4`] on tensor cores (`gemv_nvfp4_mma_*`), for a non-empty product.
     fn matmul_nvfp4_mma(&self, out: &mut CudaTensor, x: &CudaTensor, w: &CudaTensor) -> Result<()> {
         let (m, k, n) = (x.rows(), x.cols(), w.rows());
-        let (kernel, x_rows) = nvfp4_mma_kernel(m);
+        // v2 addresses a row's scale bytes by a 32-bit offset (n · k / 16 of them).
+        let version = match self.tuning().gemm.nvfp4_gemv {
+            Nvfp4Gemv::V2 if n * (k / 16) <= u32::MAX as usize => Nvfp4Gemv::V2,
+            _ => Nvfp4Gemv::V1,
+        };
+        let (kernel, x_rows) = nvfp4_mma_kernel(m, version);
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
         let s = &self.stream;
@@ -274,8 +285,9 @@ impl CudaBackend {
         // x row (2k bytes) is inside it and aligned, and the 2-byte scale loads (k / 16 bytes a
         // row, even) too; lanes past k read none. Block (cx, cy) reads x rows
         // [x_rows·cx, +x_rows) and weight rows [TILE_ROWS·cy, +TILE_ROWS), clamping rows past
-        // the matrix to its last (read, not written), and writes out[m][n] only for m < m,
-        // n < n.
+        // the matrix to its last (read, not written; v2 also x rows past m), and writes
+        // out[m][n] only for m < m, n < n. v2's 32-bit scale offsets are below n · k / 16,
+        // checked above to fit.
         unsafe {
             kernel.launch(
                 self,

@@ -1,0 +1,213 @@
+// ---- gemv_nvfp4_mma2_r<RT>_b<NB>: nvfp4.cu's tensor-core GEMV with fewer instructions a weight
+// (issue 35; gemm.nvfp4_gemv = v2) -----------------------------------------------------------
+//
+// The same product, operands and k order as gemv_nvfp4_mma_r<RT>_b<NB> (nvfp4.cu): W's rows the
+// A operand of mma.sync m16n8k16 (RT tiles of 16 rows a block), x rows its B columns (NB tiles of
+// 8), 8 warps splitting K in 128-wide slices, lane (g, t) holding the 16 packed bytes of rows g
+// and g + 8 at k = 128j + 32t, word q's nibbles paired (e_I, e_I+4) so that both halves of an A
+// register come from one shift of the word; every product exact, f32 sums, the row's sum times
+// 2^8 · global at the end. What changes is what the loop issues: v1 is issue-bound (its SASS
+// loop, sm_90a: 7.5 instructions a weight byte at 8 x rows, 9.4 at 16, 12.1 at 32; the integer
+// pipe, half the issue rate, nearly as busy). Here 6.1, 7.3 and 11.2 (docs/nvfp4.md):
+//
+// - A pair's bits by one integer multiply: the pair's two nibbles isolated (one and), times
+//   2^a + 2^(a+6) places a copy of each nibble with its code at bits 6..8 of its half and a second
+//   copy with its sign at bit 15 (the copies do not overlap, so no carries), and one and keeps
+//   those bits: three instructions a pair, the multiply on the FMA pipe (v1: a shift and a mask
+//   for the code, another pair for the sign, all but the shifts on the integer pipe). Pairs 2
+//   and 3 of a word come from the word shifted right by 8 (one shift for both). With four x
+//   tiles (NB = 4) the multiply's temporaries make ptxas spill at 128 registers: those keep v1's
+//   shifts and masks.
+// - The steady state loads BATCH whole slices (every lane inside K) without predicates, and
+//   loads the next batch's weights and scales before converting the current one (two register
+//   buffers, PIPE), so a warp's loads stay in flight while it converts. The slices of the last
+//   partial batch (and the one past a K that is not a multiple of 128) go one at a time through
+//   v1's predicated path (without PIPE, every slice does).
+// - x rows past M read x's last row (their sums are not written) and a row's scale bytes are a
+//   32-bit offset from one pointer: no predicate or null test an x load, fewer registers.
+
+// Pair J (0 or 1) of src as nvfp4_pair_bits<J> gives it: nibbles J and J + 4 of src as a bf16
+// pair of e2m1 · 2^-126 (code at bits 6..8 of each half, sign at 15).
+template <int J> __device__ __forceinline__ u32 nvfp4_pair_bits_mul(u32 src) {
+    constexpr u32 SPREAD = (1u << (6 - 4 * J)) | (1u << (12 - 4 * J));
+    return ((src & (0x000f000fu << (4 * J))) * SPREAD) & 0x81c081c0u;
+}
+
+// One slice's A operands of a row pair times its x tiles: w0/w1 word `wq` of rows g / g + 8, s0/s1
+// their scale pairs for that word (nvfp4_scale_pairs), b the x fragments of word wq.
+template <int NB>
+__device__ __forceinline__ void nvfp4_mma2_word(float (&acc)[NB][4], u32 w0, u32 w1, u32 s0, u32 s1,
+                                                const u32 (&b)[NB][4]) {
+    u32 a0[4], a1[4];
+    if constexpr (NB < 4) {
+        const u32 v0 = w0 >> 8, v1 = w1 >> 8;
+        a0[0] = mul_bf16x2(nvfp4_pair_bits_mul<0>(w0), s0), a0[1] = mul_bf16x2(nvfp4_pair_bits_mul<1>(w0), s0);
+        a0[2] = mul_bf16x2(nvfp4_pair_bits_mul<0>(v0), s0), a0[3] = mul_bf16x2(nvfp4_pair_bits_mul<1>(v0), s0);
+        a1[0] = mul_bf16x2(nvfp4_pair_bits_mul<0>(w1), s1), a1[1] = mul_bf16x2(nvfp4_pair_bits_mul<1>(w1), s1);
+        a1[2] = mul_bf16x2(nvfp4_pair_bits_mul<0>(v1), s1), a1[3] = mul_bf16x2(nvfp4_pair_bits_mul<1>(v1), s1);
+    } else {
+        // Four x tiles leave no registers for the multiply's temporaries (ptxas spills): v1's
+        // shifts and masks.
+        a0[0] = mul_bf16x2(nvfp4_pair_bits<0>(w0), s0), a0[1] = mul_bf16x2(nvfp4_pair_bits<1>(w0), s0);
+        a0[2] = mul_bf16x2(nvfp4_pair_bits<2>(w0), s0), a0[3] = mul_bf16x2(nvfp4_pair_bits<3>(w0), s0);
+        a1[0] = mul_bf16x2(nvfp4_pair_bits<0>(w1), s1), a1[1] = mul_bf16x2(nvfp4_pair_bits<1>(w1), s1);
+        a1[2] = mul_bf16x2(nvfp4_pair_bits<2>(w1), s1), a1[3] = mul_bf16x2(nvfp4_pair_bits<3>(w1), s1);
+    }
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+        mma_bf16(acc[nb], a0[0], a1[0], a0[1], a1[1], b[nb][0], b[nb][1]);
+        mma_bf16(acc[nb], a0[2], a1[2], a0[3], a1[3], b[nb][2], b[nb][3]);
+    }
+}
+
+// Slice j of this lane: its weights q (rows [r][h]) and scale bytes sc, x rows xrows (offset to
+// this lane's 32 elements), `live` false for a lane past K (its weights are zeros; x is not read).
+template <int RT, int NB>
+__device__ __forceinline__ void nvfp4_mma2_slice(float (&acc)[RT][NB][4], const u32x4 (&q)[RT][2],
+                                                 const u32 (&sc)[RT][2], const bf16* const (&xrows)[NB],
+                                                 int j, bool live) {
+    const u32x4 zero{0u, 0u, 0u, 0u};
+    u32 s[RT][2][2];
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) nvfp4_scale_pairs(sc[r][h], s[r][h]);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        u32 b[NB][4];
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+            const u32x4 xv = live ? load_cached((const u32x4*)(xrows[nb] + 128 * (u64)j) + w) : zero;
+            b[nb][0] = pair_halves<false>(xv.x, xv.z);
+            b[nb][1] = pair_halves<true>(xv.x, xv.z);
+            b[nb][2] = pair_halves<false>(xv.y, xv.w);
+            b[nb][3] = pair_halves<true>(xv.y, xv.w);
+        }
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+            const u32 w0 = w == 0 ? q[r][0].x : w == 1 ? q[r][0].y : w == 2 ? q[r][0].z : q[r][0].w;
+            const u32 w1 = w == 0 ? q[r][1].x : w == 1 ? q[r][1].y : w == 2 ? q[r][1].z : q[r][1].w;
+            nvfp4_mma2_word<NB>(acc[r], w0, w1, s[r][0][w >> 1], s[r][1][w >> 1], b);
+        }
+    }
+}
+
+// A batch of BATCH whole slices j0, j0 + 8, ... (every lane inside K): weights and scale bytes.
+template <int RT, int BATCH>
+__device__ __forceinline__ void nvfp4_mma2_load(u32x4 (&q)[BATCH][RT][2], u32 (&sc)[BATCH][RT][2],
+                                                const unsigned char* const (&rows)[RT][2],
+                                                const unsigned char* sbase, const u32 (&soff)[RT][2], int j0) {
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const u32x4* wp = (const u32x4*)(rows[r][h] + NVFP4_MMA_SLICE_BYTES * (u64)j0);
+            const unsigned short* sp = (const unsigned short*)(sbase + soff[r][h] + 8 * (u64)j0);
+#pragma unroll
+            for (int i = 0; i < BATCH; ++i) {
+                q[i][r][h] = load_stream(wp + FP8_MMA_WARPS * (NVFP4_MMA_SLICE_BYTES / 16) * i);
+                sc[i][r][h] = sp[FP8_MMA_WARPS * 4 * i];
+            }
+        }
+}
+
+// nvfp4_mma_tiles' contract, rows offset to this lane's 16 bytes (+ 16t), a row's scale bytes at
+// sbase (the scales + 2t) + soff[r][h] (32-bit offsets: fewer registers).
+template <int RT, int NB, int BATCH, bool PIPE>
+__device__ __forceinline__ void nvfp4_mma2_tiles(float (&acc)[RT][NB][4], const unsigned char* const (&rows)[RT][2],
+                                                 const unsigned char* sbase, const u32 (&soff)[RT][2],
+                                                 const bf16* const (&xrows)[NB], int k) {
+    const int t = threadIdx.x & 3, first = threadIdx.x >> 5;
+    constexpr int STEP = FP8_MMA_WARPS * BATCH;
+    const int whole = k >> 7, slices = (k + 127) >> 7;
+    // Batches whose last slice is whole: j0 + 8 (BATCH - 1) < whole.
+    int j0 = first;
+    u32x4 qa[BATCH][RT][2], qb[BATCH][RT][2];
+    u32 sa[BATCH][RT][2], sb[BATCH][RT][2];
+    if (PIPE && j0 + FP8_MMA_WARPS * (BATCH - 1) < whole) nvfp4_mma2_load<RT, BATCH>(qa, sa, rows, sbase, soff, j0);
+    pdl_start();  // weights are never written: their loads may overlap the kernel before
+    while (PIPE && j0 + FP8_MMA_WARPS * (BATCH - 1) < whole) {
+        if (j0 + STEP + FP8_MMA_WARPS * (BATCH - 1) < whole)
+            nvfp4_mma2_load<RT, BATCH>(qb, sb, rows, sbase, soff, j0 + STEP);
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i)
+            nvfp4_mma2_slice<RT, NB>(acc, qa[i], sa[i], xrows, j0 + FP8_MMA_WARPS * i, true);
+        j0 += STEP;
+        if (j0 + FP8_MMA_WARPS * (BATCH - 1) >= whole) break;
+        if (j0 + STEP + FP8_MMA_WARPS * (BATCH - 1) < whole)
+            nvfp4_mma2_load<RT, BATCH>(qa, sa, rows, sbase, soff, j0 + STEP);
+#pragma unroll
+        for (int i = 0; i < BATCH; ++i)
+            nvfp4_mma2_slice<RT, NB>(acc, qb[i], sb[i], xrows, j0 + FP8_MMA_WARPS * i, true);
+        j0 += STEP;
+    }
+    // The rest one slice at a time, lanes past K reading zeros (without PIPE, every slice: fewer
+    // registers).
+    const u32x4 zero{0u, 0u, 0u, 0u};
+    for (int j = j0; j < slices; j += FP8_MMA_WARPS) {
+        const bool live = 128 * j + 32 * t < k;
+        u32x4 q[RT][2];
+        u32 sc[RT][2];
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                q[r][h] = live ? load_stream((const u32x4*)(rows[r][h] + NVFP4_MMA_SLICE_BYTES * (u64)j)) : zero;
+                sc[r][h] = live ? *(const unsigned short*)(sbase + soff[r][h] + 8 * (u64)j) : 0u;
+            }
+        nvfp4_mma2_slice<RT, NB>(acc, q, sc, xrows, j, live);
+    }
+}
+
+template <int RT, int NB, int BATCH, bool PIPE>
+__device__ __forceinline__ void gemv_nvfp4_mma2_impl(float* out, const bf16* x, const unsigned char* w,
+                                                     const unsigned char* scales, const float* globals,
+                                                     int m_total, int n_total, int k) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int m0 = blockIdx.x * 8 * NB, n0 = blockIdx.y * 16 * RT;
+    const unsigned char* rows[RT][2];
+    u32 soff[RT][2];
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            // Rows past the matrix read its last row (their sums are not written).
+            const u64 n = (u64)min(n0 + 16 * r + 8 * h + g, n_total - 1);
+            rows[r][h] = w + n * (u64)(k >> 1) + 16 * t;
+            soff[r][h] = (u32)(n * (u64)(k >> 4));  // the launcher checks n_total · k / 16 < 2^32
+        }
+    const bf16* xrows[NB];
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+        // Rows past x read its last row (their sums are not written): no predicate a load.
+        const int m = min(m0 + 8 * nb + g, m_total - 1);
+        xrows[nb] = x + (u64)m * k + 32 * t;
+    }
+    float acc[RT][NB][4] = {};
+    nvfp4_mma2_tiles<RT, NB, BATCH, PIPE>(acc, rows, scales + 2 * t, soff, xrows, k);
+    if (!fp8_mma_reduce<RT * NB>(&acc[0][0][0])) return;
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int n = n0 + 16 * r + g + 8 * (i >> 1), m = m0 + 8 * nb + 2 * t + (i & 1);
+                if (n < n_total && m < m_total) out[(u64)m * n_total + n] = acc[r][nb][i] * 256.0f * globals[n];
+            }
+}
+
+#define GEMV_NVFP4_MMA2(RT, NB, BATCH, PIPE, BLOCKS)                                                     \
+    extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32, BLOCKS)                       \
+        gemv_nvfp4_mma2_r##RT##_b##NB(float* out, const bf16* x, const unsigned char* w,           \
+                                      const unsigned char* scales, const float* globals,           \
+                                      int m_total, int n_total, int k) {                           \
+        gemv_nvfp4_mma2_impl<RT, NB, BATCH, PIPE>(out, x, w, scales, globals, m_total, n_total, k);      \
+    }
+
+// (RT, NB, slices a batch, the next batch loaded while converting, blocks a multiprocessor): the
+// v1 kernels' shapes (the routing picks by x rows as for v1); fewer slices in flight where more
+// x tiles need the registers (no spills at 128 registers).
+GEMV_NVFP4_MMA2(2, 1, 2, true, 2)
+GEMV_NVFP4_MMA2(2, 2, 1, true, 2)
+GEMV_NVFP4_MMA2(2, 4, 1, false, 2)
