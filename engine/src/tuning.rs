@@ -85,6 +85,9 @@ pub struct GemmTuning {
     /// `matmul` with an NVFP4 weight and at most this many rows runs the tensor-core kernel;
     /// more rows take a bf16 copy and cuBLAS.
     pub nvfp4_mma_rows: usize,
+    /// `matmul` with an NVFP4 weight and from this many rows up to `nvfp4_mma_rows` runs the
+    /// tile GEMM (`nvfp4_gemm_*`, each weight converted once a block); `None`: never.
+    pub nvfp4_tile_rows_min: Option<usize>,
 }
 
 /// Mixture-of-experts blocks (`fused_moe`, see `backend::moe_plan`).

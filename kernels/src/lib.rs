@@ -146,7 +146,11 @@ impl Module {
                 include_str!("moe_fp4.cu")
             ),
             Module::MoeMma => concat!(include_str!("moe_mma.cu"), include_str!("moe_pipe.cu")),
-            Module::Fp8 => concat!(include_str!("fp8.cu"), include_str!("nvfp4.cu")),
+            Module::Fp8 => concat!(
+                include_str!("fp8.cu"),
+                include_str!("nvfp4.cu"),
+                include_str!("nvfp4_gemm.cu")
+            ),
             Module::Hybrid => concat!(
                 include_str!("hybrid.cu"),
                 include_str!("hybrid_chunk.cu"),

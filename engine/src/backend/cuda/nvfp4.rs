@@ -10,7 +10,9 @@
 //! `matmul` with an F4 weight: up to the tuning's `gemm.nvfp4_mma_rows` rows of x on tensor
 //! cores (`gemv_nvfp4_mma_r2_b<NB>`: two tiles of 16 weight rows a block, chunks of 8·NB x
 //! rows); more rows dequantize the weight to a bf16 scratch copy (`dequant_nvfp4_bf16`) and
-//! run the bf16 path (cuBLAS) on it (every product with `nvfp4_mma_rows` 0). The first kernel,
+//! run the bf16 path (cuBLAS) on it (every product with `nvfp4_mma_rows` 0). From
+//! `gemm.nvfp4_tile_rows_min` rows (off by default) up to `nvfp4_mma_rows` the tile GEMM
+//! (`nvfp4_gemm.rs`) takes the place of `gemv_nvfp4_mma_*`. The first kernel,
 //! a CUDA-core GEMV widening each weight to f32 for each row, measured slower at every row
 //! count and was deleted (performance log part 14).
 
@@ -245,6 +247,15 @@ impl CudaBackend {
         }
         if self.empty_matmul(out, (m, n, k))? {
             return Ok(());
+        }
+        // From gemm.nvfp4_tile_rows_min rows: the tile GEMM (nvfp4_gemm.rs; off by default).
+        if self
+            .tuning()
+            .gemm
+            .nvfp4_tile_rows_min
+            .is_some_and(|r| m >= r)
+        {
+            return self.matmul_nvfp4_tile(out, x, w);
         }
         self.matmul_nvfp4_mma(out, x, w)
     }
