@@ -100,6 +100,9 @@ pub struct GemmTuning {
     pub nvfp4_mma_rows: usize,
     /// Which tensor-core kernels those products run.
     pub nvfp4_gemv: Nvfp4Gemv,
+    /// `matmul` with an NVFP4 weight and from this many rows up to `nvfp4_mma_rows` runs the
+    /// tile GEMM (`nvfp4_gemm_*`, each weight converted once a block); `None`: never.
+    pub nvfp4_tile_rows_min: Option<usize>,
 }
 
 /// Mixture-of-experts blocks (`fused_moe`, see `backend::moe_plan`).

@@ -149,7 +149,8 @@ impl Module {
             Module::Fp8 => concat!(
                 include_str!("fp8.cu"),
                 include_str!("nvfp4.cu"),
-                include_str!("nvfp4_gemv.cu")
+                include_str!("nvfp4_gemv.cu"),
+                include_str!("nvfp4_gemm.cu")
             ),
             Module::Hybrid => concat!(
                 include_str!("hybrid.cu"),

@@ -2,11 +2,12 @@
 //! `speed` section: each projection a decode step runs, through `matmul` with a dummy NVFP4
 //! weight drawn on the device on each of its routes (`nvfp4`: the default settings; `nvfp4
 //! mma`: the tensor-core `gemv_nvfp4_mma_*` at every row count; `nvfp4 mma2`: the same with
-//! `gemm.nvfp4_gemv` v2, `gemv_nvfp4_mma2_*`, beside it; `nvfp4 copy`: a bf16 copy and
-//! cuBLAS at every row count), against an FP8 weight (`fp8`: the default, `gemv_fp8_m1`, the
+//! `gemm.nvfp4_gemv` v2, `gemv_nvfp4_mma2_*`, beside it; `nvfp4 tile`: the tile GEMM
+//! `nvfp4_gemm_*` at every row count, `gemm.nvfp4_tile_rows_min` 1; `nvfp4 copy`: a bf16 copy
+//! and cuBLAS at every row count), against an FP8 weight (`fp8`: the default, `gemv_fp8_m1`, the
 //! tensor-core `gemv_fp8_mma` from 2 rows and `_many` above 8, the bf16 copy above 32; `fp8
 //! mma`: `_many` up to 128 rows) and a bf16 one (the bf16 GEMV to 8 rows, then cuBLAS) of the
-//! same shape, at 1 to 128 rows of x. The copy routes are where the mma kernels' reach ends.
+//! same shape, at 1 to 256 rows of x. The copy routes are where the mma kernels' reach ends.
 //!
 //! The dims are Qwen3.6-27B's text config (scripts/gpu/qwen3.6-27b-nvfp4-config.json): hidden
 //! 5120, 24 query heads of 256 with an output gate as wide, 4 KV heads of 256, MLP 17408,
@@ -46,19 +47,25 @@ const SHAPES: [(&str, usize, usize, usize); 7] = [
 ];
 
 /// Rows of x timed.
-const ROWS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+const ROWS: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
 /// The routes timed: (label, weight format, the settings it runs with).
 type Route = (&'static str, &'static str, fn(&mut GemmTuning));
-const ROUTES: [Route; 7] = [
+const ROUTES: [Route; 8] = [
     ("nvfp4", "nvfp4", |_| {}),
     ("nvfp4 mma", "nvfp4", |g| {
         g.nvfp4_mma_rows = usize::MAX;
         g.nvfp4_gemv = Nvfp4Gemv::V1;
+        g.nvfp4_tile_rows_min = None;
     }),
     ("nvfp4 mma2", "nvfp4", |g| {
         g.nvfp4_mma_rows = usize::MAX;
         g.nvfp4_gemv = Nvfp4Gemv::V2;
+        g.nvfp4_tile_rows_min = None;
+    }),
+    ("nvfp4 tile", "nvfp4", |g| {
+        g.nvfp4_mma_rows = usize::MAX;
+        g.nvfp4_tile_rows_min = Some(1);
     }),
     ("nvfp4 copy", "nvfp4", |g| g.nvfp4_mma_rows = 0),
     ("fp8", "fp8", |_| {}),
@@ -67,8 +74,8 @@ const ROUTES: [Route; 7] = [
 ];
 /// ROUTES' indices of the summary's ratios: nvfp4, fp8, bf16 (their defaults).
 const NVFP4: usize = 0;
-const FP8: usize = 4;
-const BF16: usize = 6;
+const FP8: usize = 5;
+const BF16: usize = 7;
 
 /// Calls averaged per time.
 const ITERS: usize = 100;

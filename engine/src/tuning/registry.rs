@@ -213,6 +213,15 @@ pub const SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        name: "gemm.nvfp4_tile_rows_min",
+        var: "METRALE_NVFP4_TILE_ROWS_MIN",
+        accepts: "off | an integer >= 1",
+        default: "off",
+        doc: "`matmul` with an NVFP4 weight and from this many rows up to `gemm.nvfp4_mma_rows` runs the tile GEMM (`nvfp4_gemm_*`: 32, 64 or 128 weight rows times 32 or 64 x rows a block, each weight converted once a block) instead of `gemv_nvfp4_mma_*`; off until measured on a GPU (docs/nvfp4.md).",
+        set: |t, v| number_or(v, "off", &mut t.gemm.nvfp4_tile_rows_min, |n| n >= 1),
+        get: |t| show_or(t.gemm.nvfp4_tile_rows_min, "off"),
+    },
+    Setting {
         name: "moe.small_paths",
         var: "METRALE_MOE_SMALL_PATHS",
         accepts: "0 | 1",

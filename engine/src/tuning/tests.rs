@@ -26,6 +26,7 @@ fn defaults_are_todays() {
     assert!(!t.gemm.gemv_full && t.gemm.gemm_tune && t.gemm.fp8_gemv_mma);
     assert!(!t.gemm.fp8_matmul_mma);
     assert_eq!(t.gemm.nvfp4_gemv, Nvfp4Gemv::V1);
+    assert_eq!(t.gemm.nvfp4_tile_rows_min, None);
     assert!(t.moe.small_paths && t.moe.decode_gate_up && t.moe.small_mma);
     assert_eq!((t.moe.down_cols, t.moe.gemm), (None, MoeGemm::Auto));
     assert!(!t.moe.fp8_activations);

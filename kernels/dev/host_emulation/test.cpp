@@ -86,6 +86,7 @@ static void attn_tests() {
 #include "mamba2_test.h"
 #include "skeleton_test.h"
 #include "nvfp4_test.h"
+#include "nvfp4_gemm_test.h"
 #include "moe_fp4_test.h"
 
 int main() {
@@ -112,6 +113,7 @@ int main() {
         {"minimax", [] { minimax_tests(); }},
         {"mla", [] { mla_tests(); }},
         {"nvfp4", [] { nvfp4_tests(); }},
+        {"nvfp4_gemm", [] { nvfp4_gemm_tests(); }},
         {"moe_fp4", [] { moe_fp4_tests(); }},
     };
     if (const char* only = getenv("EMU_ONLY")) {
@@ -149,6 +151,7 @@ int main() {
     skeleton_tests();
     t_fp8_decode();
     nvfp4_tests();
+    nvfp4_gemm_tests();
     moe_fp4_tests();
     t_gemv_fp8(1, 40, 1024);
     t_gemv_fp8(1, 37, 2064);

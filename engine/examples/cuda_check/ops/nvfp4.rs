@@ -40,32 +40,49 @@ impl Ops<'_> {
     /// under both; exact products: the GEMM tolerance) at 1 to 256 rows with 16, 32
     /// and 64 weight rows a block, K not a multiple of its 128-wide slices included; and the
     /// bf16 copy + cuBLAS (one more rounding of each weight, fused_moe's tolerance) past 256
-    /// rows and at any rows with `gemm.nvfp4_mma_rows` 0.
+    /// rows and at any rows with `gemm.nvfp4_mma_rows` 0; and the tile GEMM (`nvfp4_gemm_*`,
+    /// exact products: the GEMM tolerance) with `gemm.nvfp4_tile_rows_min` 1: x rows not a
+    /// multiple of its 32 or 64 (16, 33, 100, 256 and others), weight rows not a multiple of
+    /// its 32, 64 or 128 (each of its five kernels), K = 32 · odd.
     pub(super) fn matmuls_nvfp4(&mut self) -> Result<()> {
-        // (x rows, k, n, mma rows setting, tolerance)
+        // (x rows, k, n, mma rows setting, tile GEMM from, tolerance)
         let cases = [
-            (1, 5120, 1024, 256, Tol::GEMM),
-            (3, 2080, 520, 256, Tol::GEMM),
-            (8, 1056, 64, 256, Tol::GEMM),
-            (12, 4096, 300, 256, Tol::GEMM),
-            (17, 2048, 96, 256, Tol::GEMM),
-            (40, 1056, 200, 256, Tol::GEMM),
-            (9, 2048, 72, 256, Tol::GEMM),
-            (128, 2048, 256, 256, Tol::GEMM),
-            (300, 1024, 128, 256, MOE),
-            (2, 2048, 520, 0, MOE),
+            (1, 5120, 1024, 256, None, Tol::GEMM),
+            (3, 2080, 520, 256, None, Tol::GEMM),
+            (8, 1056, 64, 256, None, Tol::GEMM),
+            (12, 4096, 300, 256, None, Tol::GEMM),
+            (17, 2048, 96, 256, None, Tol::GEMM),
+            (40, 1056, 200, 256, None, Tol::GEMM),
+            (9, 2048, 72, 256, None, Tol::GEMM),
+            (128, 2048, 256, 256, None, Tol::GEMM),
+            (300, 1024, 128, 256, None, MOE),
+            (2, 2048, 520, 0, None, MOE),
+            (16, 2048, 96, 256, Some(1), Tol::GEMM),
+            (17, 2048, 96, 256, Some(1), Tol::GEMM),
+            (33, 1056, 200, 256, Some(1), Tol::GEMM),
+            (40, 1056, 200, 256, Some(1), Tol::GEMM),
+            (64, 5120, 520, 256, Some(1), Tol::GEMM),
+            (100, 4096, 300, 256, Some(1), Tol::GEMM),
+            (128, 2048, 256, 256, Some(1), Tol::GEMM),
+            (256, 2080, 130, 256, Some(1), Tol::GEMM),
+            (3, 2080, 520, 256, Some(1), Tol::GEMM),
+            // Wide enough for the larger blocks (nvfp4_gemm.rs's tile_kernel on 114-132
+            // multiprocessors): 64 weight rows × 32 x rows, 64 × 64, 128 × 64; N tails.
+            (17, 1056, 8500, 256, Some(1), Tol::GEMM),
+            (100, 1056, 5000, 256, Some(1), Tol::GEMM),
+            (64, 1056, 16900, 256, Some(1), Tol::GEMM),
         ];
-        let versions = |mma_rows: usize| {
-            if mma_rows == 0 {
-                vec![("bf16 copy", Nvfp4Gemv::V1)]
-            } else {
-                vec![("mma", Nvfp4Gemv::V1), ("mma v2", Nvfp4Gemv::V2)]
-            }
+        // Each case under both GEMV versions where the GEMV runs; the copy and the tile GEMM
+        // once.
+        let versions = |mma_rows: usize, tile: Option<usize>| match (mma_rows, tile) {
+            (0, _) => vec![("bf16 copy", Nvfp4Gemv::V1)],
+            (_, Some(_)) => vec![("tile", Nvfp4Gemv::V1)],
+            _ => vec![("mma", Nvfp4Gemv::V1), ("mma v2", Nvfp4Gemv::V2)],
         };
         let cases = cases
             .into_iter()
-            .flat_map(|c| versions(c.3).into_iter().map(move |v| (c, v)));
-        for ((m, k, n, mma_rows, tol), (route, version)) in cases {
+            .flat_map(|c| versions(c.3, c.4).into_iter().map(move |v| (c, v)));
+        for ((m, k, n, mma_rows, tile_min, tol), (route, version)) in cases {
             let xd = self.act(DType::BF16);
             let case = format!("x {} [{m}, {k}] · w nvfp4 [{n}, {k}]ᵀ [{route}]", dt(xd));
             self.run("matmul", &case, |s| {
@@ -80,6 +97,7 @@ impl Ops<'_> {
                 s.cuda.retune(|t| {
                     t.gemm.nvfp4_mma_rows = mma_rows;
                     t.gemm.nvfp4_gemv = version;
+                    t.gemm.nvfp4_tile_rows_min = tile_min;
                 });
                 let r = s.cuda.matmul(&mut out_d, &x_d, &w_d);
                 s.cuda.retune(|t| t.gemm = saved);

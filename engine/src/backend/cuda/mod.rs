@@ -45,6 +45,7 @@ mod moe_fp4;
 mod moe_mma;
 mod norm;
 mod nvfp4;
+mod nvfp4_gemm;
 #[cfg(feature = "lab")]
 mod probe;
 #[cfg(feature = "lab")]

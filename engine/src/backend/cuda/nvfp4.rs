@@ -12,8 +12,10 @@
 //! rows; `gemm.nvfp4_gemv` = v2: `gemv_nvfp4_mma2_r2_b<NB>`, the same blocks with fewer
 //! instructions a weight, `nvfp4_gemv.cu`); more rows dequantize the weight to a bf16 scratch
 //! copy (`dequant_nvfp4_bf16`) and run the bf16 path (cuBLAS) on it (every product with
-//! `nvfp4_mma_rows` 0). The first kernel, a CUDA-core GEMV widening each weight to f32 for each
-//! row, measured slower at every row count and was deleted (performance log part 14).
+//! `nvfp4_mma_rows` 0). From `gemm.nvfp4_tile_rows_min` rows (off by default) up to
+//! `nvfp4_mma_rows` the tile GEMM (`nvfp4_gemm.rs`) takes the place of `gemv_nvfp4_mma_*`. The
+//! first kernel, a CUDA-core GEMV widening each weight to f32 for each row, measured slower at
+//! every row count and was deleted (performance log part 14).
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{self, CudaTensor, DType};
@@ -251,6 +253,15 @@ impl CudaBackend {
         }
         if self.empty_matmul(out, (m, n, k))? {
             return Ok(());
+        }
+        // From gemm.nvfp4_tile_rows_min rows: the tile GEMM (nvfp4_gemm.rs; off by default).
+        if self
+            .tuning()
+            .gemm
+            .nvfp4_tile_rows_min
+            .is_some_and(|r| m >= r)
+        {
+            return self.matmul_nvfp4_tile(out, x, w);
         }
         self.matmul_nvfp4_mma(out, x, w)
     }
