@@ -300,9 +300,8 @@ extern "C" __global__ void dequant_fp8_bf16_vec(bf16* out, const unsigned char* 
                 const u32 hi = from_f32<bf16>(e4m3_scaled(words[j] >> (16 * h + 8), s)).bits;
                 o[2 * j + h] = lo | (hi << 16);
             }
-        u32x4* dst = (u32x4*)(out + e0);
-        dst[0] = u32x4{o[0], o[1], o[2], o[3]};
-        dst[1] = u32x4{o[4], o[5], o[6], o[7]};
+        store16(out + e0, u32x4{o[0], o[1], o[2], o[3]});
+        store16(out + e0 + 8, u32x4{o[4], o[5], o[6], o[7]});
     }
 }
 

@@ -17,7 +17,7 @@ __device__ __forceinline__ float e8m0_value(u32 b) {
 
 // A 32-value chunk (16 packed bytes, q) as 32 bf16 at `out` (16-byte aligned), each value times
 // its scale rounded once: `s_lo` scales values 0..15, `s_hi` 16..31 (NVFP4's two blocks; an
-// MXFP4 block's one scale twice). Four 16-byte stores. dequant_nvfp4_bf16, dequant_mxfp4_bf16.
+// MXFP4 block's one scale twice). Four 16-byte stores (store16). dequant_nvfp4_bf16, dequant_mxfp4_bf16.
 __device__ __forceinline__ void fp4_chunk_to_bf16(u32x4 q, float s_lo, float s_hi, bf16* out) {
     const u32 words[4] = {q.x, q.y, q.z, q.w};
     u32 o[16];
@@ -32,7 +32,6 @@ __device__ __forceinline__ void fp4_chunk_to_bf16(u32x4 q, float s_lo, float s_h
             o[4 * j + p] = l | (h << 16);
         }
     }
-    u32x4* dst = (u32x4*)out;
 #pragma unroll
-    for (int v = 0; v < 4; ++v) dst[v] = u32x4{o[4 * v], o[4 * v + 1], o[4 * v + 2], o[4 * v + 3]};
+    for (int v = 0; v < 4; ++v) store16(out + 8 * v, u32x4{o[4 * v], o[4 * v + 1], o[4 * v + 2], o[4 * v + 3]});
 }

@@ -1,5 +1,8 @@
 // 16-byte loads (8 bf16) through inline PTX, so no vector-type header is needed: `load_stream`
-// reads data used once (no L1 allocation), `load_cached` data many threads re-read.
+// reads data used once (no L1 allocation), `load_cached` data many threads re-read; and the
+// 16-byte store `store16`. u32x4 is 4-byte aligned, so a plain `*(u32x4*)p = v` compiles to
+// four 4-byte stores: on a global row written a 16-byte chunk a thread that made the dequantizing
+// kernels 10-15x slower than their bytes (performance log part 17); `store16` is one.
 struct u32x4 {
     u32 x, y, z, w;
 };
@@ -15,7 +18,13 @@ __device__ __forceinline__ u32x4 load_cached(const u32x4* p) { return *p; }
 __device__ __forceinline__ float load_l2(const float* p) { return *p; }
 __device__ __forceinline__ int load_l2(const int* p) { return *p; }
 __device__ __forceinline__ u32x4 load_l2x4(const u32x4* p) { return *p; }
+__device__ __forceinline__ void store16(void* p, u32x4 v) { *(u32x4*)p = v; }
 #else
+// v to p (16-byte aligned; global or shared: generic addressing) in one 16-byte store.
+__device__ __forceinline__ void store16(void* p, u32x4 v) {
+    asm volatile("st.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                 : "memory");
+}
 // A value another block wrote during this kernel (after its fence): from L2, past this
 // multiprocessor's L1.
 __device__ __forceinline__ float load_l2(const float* p) {
