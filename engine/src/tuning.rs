@@ -29,19 +29,6 @@ pub enum MoeGemm {
     CudaCores,
 }
 
-/// Which tensor-core kernels `matmul` with an NVFP4 weight runs (`kernels/src/nvfp4.cu`,
-/// `nvfp4_gemv.cu`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Nvfp4Gemv {
-    /// `gemv_nvfp4_mma_r2_b<NB>` (the default until v2 is measured on a GPU).
-    #[default]
-    V1,
-    /// `gemv_nvfp4_mma2_r2_b<NB>`: the same product with fewer instructions a weight (a pair's
-    /// bits by one multiply, the next batch's loads in flight while converting).
-    V2,
-}
-
 /// Which attention kernel `paged_attention` may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -98,8 +85,6 @@ pub struct GemmTuning {
     /// `matmul` with an NVFP4 weight and at most this many rows runs the tensor-core kernel;
     /// more rows take a bf16 copy and cuBLAS.
     pub nvfp4_mma_rows: usize,
-    /// Which tensor-core kernels those products run.
-    pub nvfp4_gemv: Nvfp4Gemv,
     /// `matmul` with an NVFP4 weight and from this many rows up to `nvfp4_mma_rows` runs the
     /// tile GEMM (`nvfp4_gemm_*`, each weight converted once a block); `None`: never.
     pub nvfp4_tile_rows_min: Option<usize>,

@@ -7,11 +7,9 @@
 //
 // e2m1_exact (prelude/fp4.cuh): a nibble's exact value.
 //
-// gemv_nvfp4_mma_r<RT>_b<NB> (any M, K % 32 == 0, sm_80+): the product on tensor cores, the
-// serving path for up to gemm.nvfp4_mma_rows rows (nvfp4_mma_tiles below): a weight costs
-// about 2.4 instructions (its bf16 A operand) whatever the number of x rows.
-// gemv_nvfp4_mma2_r<RT>_b<NB> (nvfp4_gemv.cu, gemm.nvfp4_gemv = v2): the same product with fewer
-// instructions a weight.
+// gemv_nvfp4_mma_r<RT>_b<NB> (nvfp4_gemv.cu; any M, K % 32 == 0, sm_80+): the product on tensor
+// cores for decode batches, its A operands built by the helpers below (nvfp4_pair_bits_mul,
+// nvfp4_pair_bits, mul_bf16x2, nvfp4_scale_pairs), which nvfp4_gemm.cu's tile GEMM shares.
 // gemv_nvfp4_rows: any K % 16 == 0 (scalar loads), one x row at a time (the lab's first
 // version, kernels/dev/nvfp4/gemv_nvfp4.cu; not launched: the host emulation's reference for
 // the value decode).
@@ -22,7 +20,10 @@
 // fill_random_fp8, each draw's bits from `shift` up, or'ed with `bits` (packed pairs: the top
 // byte; E4M3 scales: the top three bits as the mantissa of 0x38, values 1 to 1.875).
 //
-// Versions tried: gemv_nvfp4_m<M> (M = 1..8, a warp a weight row, each weight widened to f32 for
+// Versions tried: the first tensor-core GEMV (gemv_nvfp4_mma_*, v1: shifts and masks for every
+// pair, loads and conversion in turn): slower than today's at every row count on an H100 (a 27B
+// step's GEMVs 7.24 against 6.70 ms at one row, 10.74 against 8.76 at 16, 17.24 against 13.39 at
+// 32; performance log part 17). Deleted. gemv_nvfp4_m<M> (M = 1..8, a warp a weight row, each weight widened to f32 for
 // every x row, ~8 instructions a weight a row): on an H100 (performance log parts 13 and 14)
 // 1.0-1.6 TB/s at one row, each further row adding about the one-row time; a 27B step's GEMVs
 // 9.37 ms at one row against the tensor-core kernel's 7.23, 176 at eight against 8.23.
@@ -83,7 +84,7 @@ extern "C" __global__ void fill_random_nvfp4_bytes(unsigned char* out, u64 n, u6
     }
 }
 
-// ---- NVFP4 weights times bf16 rows on tensor cores (gemv_nvfp4_mma_r<RT>_b<NB>) -------------
+// ---- NVFP4 weights times bf16 rows on tensor cores: the operands (nvfp4_gemv.cu, nvfp4_gemm.cu)
 //
 // out^T = W · x^T as in fp8_mma.cuh: W's rows the mma's A operand (RT tiles of 16 rows a block),
 // x rows its B columns (NB tiles of 8 a block; grid.x walks chunks of 8·NB rows of x, the
@@ -135,133 +136,5 @@ __device__ __forceinline__ void nvfp4_scale_pairs(u32 sc, u32 (&s)[2]) {
 
 #define NVFP4_MMA_SLICE_BYTES 64  // a row's packed bytes in a 128-wide slice
 
-// This warp's share of RT weight tiles against NB tiles of 8 x rows (the fp8_mma_tiles layout):
-// rows[r] = tile r's rows g and g + 8 (k / 2 packed bytes each), scs[r] their scale rows,
-// xrows[nb] this lane's x row of B tile nb (k bf16, or null for zeros). Lanes past K (the last
-// slice of a K that is not a multiple of 128) read zeros.
-template <int RT, int NB, int BATCH>
-__device__ __forceinline__ void nvfp4_mma_tiles(float (&acc)[RT][NB][4],
-                                                const unsigned char* const (&rows)[RT][2],
-                                                const unsigned char* const (&scs)[RT][2],
-                                                const bf16* const (&xrows)[NB], int k) {
-    const int t = threadIdx.x & 3, first = threadIdx.x >> 5;
-    const int slices = (k + 127) >> 7;
-    const u32x4 zero{0u, 0u, 0u, 0u};
-    bool waited = false;
-    for (int j0 = first; j0 < slices; j0 += FP8_MMA_WARPS * BATCH) {
-        u32x4 q[BATCH][RT][2];
-        u32 sc[BATCH][RT][2];
-#pragma unroll
-        for (int i = 0; i < BATCH; ++i) {
-            const int j = j0 + FP8_MMA_WARPS * i;
-            const bool live = j < slices && 128 * j + 32 * t < k;
-#pragma unroll
-            for (int r = 0; r < RT; ++r)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    q[i][r][h] = live ? load_stream((const u32x4*)(rows[r][h] + NVFP4_MMA_SLICE_BYTES * (u64)j) + t)
-                                      : zero;
-                    sc[i][r][h] = live ? *(const unsigned short*)(scs[r][h] + 8 * (u64)j + 2 * t) : 0u;
-                }
-        }
-        if (!waited) {
-            pdl_start();  // weights are never written: their loads may overlap the kernel before
-            waited = true;
-        }
-#pragma unroll
-        for (int i = 0; i < BATCH; ++i) {
-            const int j = j0 + FP8_MMA_WARPS * i;
-            if (j >= slices) continue;
-            const bool live = 128 * j + 32 * t < k;
-            u32 s[RT][2][2];
-#pragma unroll
-            for (int r = 0; r < RT; ++r)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) nvfp4_scale_pairs(sc[i][r][h], s[r][h]);
-#pragma unroll
-            for (int w = 0; w < 4; ++w) {
-                u32 b[NB][4];
-#pragma unroll
-                for (int nb = 0; nb < NB; ++nb) {
-                    const u32x4 xv = live && xrows[nb]
-                                         ? load_cached((const u32x4*)(xrows[nb] + 128 * (u64)j + 32 * t) + w)
-                                         : zero;
-                    b[nb][0] = pair_halves<false>(xv.x, xv.z);
-                    b[nb][1] = pair_halves<true>(xv.x, xv.z);
-                    b[nb][2] = pair_halves<false>(xv.y, xv.w);
-                    b[nb][3] = pair_halves<true>(xv.y, xv.w);
-                }
-#pragma unroll
-                for (int r = 0; r < RT; ++r) {
-                    const u32 w0 = w == 0 ? q[i][r][0].x : w == 1 ? q[i][r][0].y : w == 2 ? q[i][r][0].z : q[i][r][0].w;
-                    const u32 w1 = w == 0 ? q[i][r][1].x : w == 1 ? q[i][r][1].y : w == 2 ? q[i][r][1].z : q[i][r][1].w;
-                    const u32 s0 = s[r][0][w >> 1], s1 = s[r][1][w >> 1];
-                    const u32 a0[4] = {mul_bf16x2(nvfp4_pair_bits<0>(w0), s0), mul_bf16x2(nvfp4_pair_bits<1>(w0), s0),
-                                       mul_bf16x2(nvfp4_pair_bits<2>(w0), s0), mul_bf16x2(nvfp4_pair_bits<3>(w0), s0)};
-                    const u32 a1[4] = {mul_bf16x2(nvfp4_pair_bits<0>(w1), s1), mul_bf16x2(nvfp4_pair_bits<1>(w1), s1),
-                                       mul_bf16x2(nvfp4_pair_bits<2>(w1), s1), mul_bf16x2(nvfp4_pair_bits<3>(w1), s1)};
-#pragma unroll
-                    for (int nb = 0; nb < NB; ++nb) {
-                        mma_bf16(acc[r][nb], a0[0], a1[0], a0[1], a1[1], b[nb][0], b[nb][1]);
-                        mma_bf16(acc[r][nb], a0[2], a1[2], a0[3], a1[3], b[nb][2], b[nb][3]);
-                    }
-                }
-            }
-        }
-    }
-    if (!waited) pdl_start();  // a warp with no slice still waits before anything is written
-}
-
-template <int RT, int NB, int BATCH>
-__device__ __forceinline__ void gemv_nvfp4_mma_impl(float* out, const bf16* x, const unsigned char* w,
-                                                    const unsigned char* scales, const float* globals,
-                                                    int m_total, int n_total, int k) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int m0 = blockIdx.x * 8 * NB, n0 = blockIdx.y * 16 * RT;
-    const unsigned char* rows[RT][2];
-    const unsigned char* scs[RT][2];
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            // Rows past the matrix read its last row (their sums are not written).
-            const u64 n = (u64)min(n0 + 16 * r + 8 * h + g, n_total - 1);
-            rows[r][h] = w + n * (u64)(k >> 1);
-            scs[r][h] = scales + n * (u64)(k >> 4);
-        }
-    const bf16* xrows[NB];
-#pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {
-        const int m = m0 + 8 * nb + g;
-        xrows[nb] = m < m_total ? x + (u64)m * k : nullptr;
-    }
-    float acc[RT][NB][4] = {};
-    nvfp4_mma_tiles<RT, NB, BATCH>(acc, rows, scs, xrows, k);
-    if (!fp8_mma_reduce<RT * NB>(&acc[0][0][0])) return;
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int n = n0 + 16 * r + g + 8 * (i >> 1), m = m0 + 8 * nb + 2 * t + (i & 1);
-                if (n < n_total && m < m_total)
-                    out[(u64)m * n_total + n] = acc[r][nb][i] * 256.0f * globals[n];
-            }
-}
-
-#define GEMV_NVFP4_MMA(RT, NB, BATCH, BLOCKS)                                                      \
-    extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32, BLOCKS)                       \
-        gemv_nvfp4_mma_r##RT##_b##NB(float* out, const bf16* x, const unsigned char* w,            \
-                                     const unsigned char* scales, const float* globals,            \
-                                     int m_total, int n_total, int k) {                            \
-        gemv_nvfp4_mma_impl<RT, NB, BATCH>(out, x, w, scales, globals, m_total, n_total, k);       \
-    }
-
-// (RT, NB, slices in flight, blocks a multiprocessor the registers are bounded for): two
-// tiles of 16 weight rows a block, the fastest at every count of x rows from 1 to 128 on an
-// H100 at the 27B's shapes; blocks of 16 rows (up to 1.4x slower) and of 64 (1.09-1.41x)
-// were deleted (performance log parts 15 and 16).
-GEMV_NVFP4_MMA(2, 1, 2, 2)
-GEMV_NVFP4_MMA(2, 2, 2, 2)
-GEMV_NVFP4_MMA(2, 4, 1, 2)
+// The kernels themselves: nvfp4_gemv.cu (1 to gemm.nvfp4_tile_rows_min - 1 rows) and
+// nvfp4_gemm.cu (more).

@@ -1,30 +1,31 @@
-// ---- gemv_nvfp4_mma2_r<RT>_b<NB>: nvfp4.cu's tensor-core GEMV with fewer instructions a weight
-// (issue 35; gemm.nvfp4_gemv = v2) -----------------------------------------------------------
+// ---- gemv_nvfp4_mma_r<RT>_b<NB>: NVFP4 weights times decode batches of bf16 rows on tensor
+// cores (issue 35; docs/nvfp4.md) ---------------------------------------------------------------
 //
-// The same product, operands and k order as gemv_nvfp4_mma_r<RT>_b<NB> (nvfp4.cu): W's rows the
-// A operand of mma.sync m16n8k16 (RT tiles of 16 rows a block), x rows its B columns (NB tiles of
-// 8), 8 warps splitting K in 128-wide slices, lane (g, t) holding the 16 packed bytes of rows g
-// and g + 8 at k = 128j + 32t, word q's nibbles paired (e_I, e_I+4) so that both halves of an A
-// register come from one shift of the word; every product exact, f32 sums, the row's sum times
-// 2^8 · global at the end. What changes is what the loop issues: v1 is issue-bound (its SASS
-// loop, sm_90a: 7.5 instructions a weight byte at 8 x rows, 9.4 at 16, 12.1 at 32; the integer
-// pipe, half the issue rate, nearly as busy). Here 6.1, 7.3 and 11.2 (docs/nvfp4.md):
+// W's rows the A operand of mma.sync m16n8k16 (RT tiles of 16 rows a block), x rows its B columns
+// (NB tiles of 8), 8 warps splitting K in 128-wide slices, lane (g, t) holding the 16 packed bytes
+// of rows g and g + 8 at k = 128j + 32t, word q's nibbles paired (e_I, e_I+4) so that both halves
+// of an A register come from one shift of the word (nvfp4.cu's design note); every product
+// exact, f32 sums, the row's sum times 2^8 · global at the end. The loop is issue-bound, so what
+// it issues is what was cut against the first version (deleted; its SASS loop, sm_90a: 7.5
+// instructions a weight byte at 8 x rows, 9.4 at 16, 12.1 at 32; here 6.1, 7.3 and 11.2):
 //
 // - A pair's bits by one integer multiply: the pair's two nibbles isolated (one and), times
 //   2^a + 2^(a+6) places a copy of each nibble with its code at bits 6..8 of its half and a second
 //   copy with its sign at bit 15 (the copies do not overlap, so no carries), and one and keeps
-//   those bits: three instructions a pair, the multiply on the FMA pipe (v1: a shift and a mask
-//   for the code, another pair for the sign, all but the shifts on the integer pipe). Pairs 2
-//   and 3 of a word come from the word shifted right by 8 (one shift for both). With four x
-//   tiles (NB = 4) the multiply's temporaries make ptxas spill at 128 registers: those keep v1's
-//   shifts and masks.
+//   those bits: three instructions a pair, the multiply on the FMA pipe (nvfp4_pair_bits: a shift
+//   and a mask for the code, another pair for the sign, on the integer pipe). Pairs 2 and 3 of a
+//   word come from the word shifted right by 8 (one shift for both). With four x tiles (NB = 4)
+//   the multiply's temporaries make ptxas spill at 128 registers: those keep nvfp4_pair_bits.
 // - The steady state loads BATCH whole slices (every lane inside K) without predicates, and
 //   loads the next batch's weights and scales before converting the current one (two register
 //   buffers, PIPE), so a warp's loads stay in flight while it converts. The slices of the last
 //   partial batch (and the one past a K that is not a multiple of 128) go one at a time through
-//   v1's predicated path (without PIPE, every slice does).
+//   a predicated path (without PIPE, every slice does).
 // - x rows past M read x's last row (their sums are not written) and a row's scale bytes are a
 //   32-bit offset from one pointer: no predicate or null test an x load, fewer registers.
+//
+// Measured (H100, a 27B step's GEMVs, performance log part 17): 6.70 ms at one x row, 8.76 at
+// 16, 13.39 at 32, 24.18 at 64 (the first version: 7.24, 10.74, 17.24, 34.38).
 
 // Pair J (0 or 1) of src as nvfp4_pair_bits<J> gives it: nibbles J and J + 4 of src as a bf16
 // pair of e2m1 · 2^-126 (code at bits 6..8 of each half, sign at 15).
@@ -36,7 +37,7 @@ template <int J> __device__ __forceinline__ u32 nvfp4_pair_bits_mul(u32 src) {
 // One slice's A operands of a row pair times its x tiles: w0/w1 word `wq` of rows g / g + 8, s0/s1
 // their scale pairs for that word (nvfp4_scale_pairs), b the x fragments of word wq.
 template <int NB>
-__device__ __forceinline__ void nvfp4_mma2_word(float (&acc)[NB][4], u32 w0, u32 w1, u32 s0, u32 s1,
+__device__ __forceinline__ void nvfp4_mma_word(float (&acc)[NB][4], u32 w0, u32 w1, u32 s0, u32 s1,
                                                 const u32 (&b)[NB][4]) {
     u32 a0[4], a1[4];
     if constexpr (NB < 4) {
@@ -46,8 +47,8 @@ __device__ __forceinline__ void nvfp4_mma2_word(float (&acc)[NB][4], u32 w0, u32
         a1[0] = mul_bf16x2(nvfp4_pair_bits_mul<0>(w1), s1), a1[1] = mul_bf16x2(nvfp4_pair_bits_mul<1>(w1), s1);
         a1[2] = mul_bf16x2(nvfp4_pair_bits_mul<0>(v1), s1), a1[3] = mul_bf16x2(nvfp4_pair_bits_mul<1>(v1), s1);
     } else {
-        // Four x tiles leave no registers for the multiply's temporaries (ptxas spills): v1's
-        // shifts and masks.
+        // Four x tiles leave no registers for the multiply's temporaries (ptxas spills):
+        // nvfp4_pair_bits' shifts and masks.
         a0[0] = mul_bf16x2(nvfp4_pair_bits<0>(w0), s0), a0[1] = mul_bf16x2(nvfp4_pair_bits<1>(w0), s0);
         a0[2] = mul_bf16x2(nvfp4_pair_bits<2>(w0), s0), a0[3] = mul_bf16x2(nvfp4_pair_bits<3>(w0), s0);
         a1[0] = mul_bf16x2(nvfp4_pair_bits<0>(w1), s1), a1[1] = mul_bf16x2(nvfp4_pair_bits<1>(w1), s1);
@@ -63,7 +64,7 @@ __device__ __forceinline__ void nvfp4_mma2_word(float (&acc)[NB][4], u32 w0, u32
 // Slice j of this lane: its weights q (rows [r][h]) and scale bytes sc, x rows xrows (offset to
 // this lane's 32 elements), `live` false for a lane past K (its weights are zeros; x is not read).
 template <int RT, int NB>
-__device__ __forceinline__ void nvfp4_mma2_slice(float (&acc)[RT][NB][4], const u32x4 (&q)[RT][2],
+__device__ __forceinline__ void nvfp4_mma_slice(float (&acc)[RT][NB][4], const u32x4 (&q)[RT][2],
                                                  const u32 (&sc)[RT][2], const bf16* const (&xrows)[NB],
                                                  int j, bool live) {
     const u32x4 zero{0u, 0u, 0u, 0u};
@@ -87,14 +88,14 @@ __device__ __forceinline__ void nvfp4_mma2_slice(float (&acc)[RT][NB][4], const 
         for (int r = 0; r < RT; ++r) {
             const u32 w0 = w == 0 ? q[r][0].x : w == 1 ? q[r][0].y : w == 2 ? q[r][0].z : q[r][0].w;
             const u32 w1 = w == 0 ? q[r][1].x : w == 1 ? q[r][1].y : w == 2 ? q[r][1].z : q[r][1].w;
-            nvfp4_mma2_word<NB>(acc[r], w0, w1, s[r][0][w >> 1], s[r][1][w >> 1], b);
+            nvfp4_mma_word<NB>(acc[r], w0, w1, s[r][0][w >> 1], s[r][1][w >> 1], b);
         }
     }
 }
 
 // A batch of BATCH whole slices j0, j0 + 8, ... (every lane inside K): weights and scale bytes.
 template <int RT, int BATCH>
-__device__ __forceinline__ void nvfp4_mma2_load(u32x4 (&q)[BATCH][RT][2], u32 (&sc)[BATCH][RT][2],
+__device__ __forceinline__ void nvfp4_mma_load(u32x4 (&q)[BATCH][RT][2], u32 (&sc)[BATCH][RT][2],
                                                 const unsigned char* const (&rows)[RT][2],
                                                 const unsigned char* sbase, const u32 (&soff)[RT][2], int j0) {
 #pragma unroll
@@ -111,10 +112,11 @@ __device__ __forceinline__ void nvfp4_mma2_load(u32x4 (&q)[BATCH][RT][2], u32 (&
         }
 }
 
-// nvfp4_mma_tiles' contract, rows offset to this lane's 16 bytes (+ 16t), a row's scale bytes at
+// rows[r] = tile r's rows g and g + 8 (k / 2 packed bytes each), xrows[nb] this lane's x row of
+// B tile nb, rows offset to this lane's 16 bytes (+ 16t), a row's scale bytes at
 // sbase (the scales + 2t) + soff[r][h] (32-bit offsets: fewer registers).
 template <int RT, int NB, int BATCH, bool PIPE>
-__device__ __forceinline__ void nvfp4_mma2_tiles(float (&acc)[RT][NB][4], const unsigned char* const (&rows)[RT][2],
+__device__ __forceinline__ void nvfp4_mma_tiles(float (&acc)[RT][NB][4], const unsigned char* const (&rows)[RT][2],
                                                  const unsigned char* sbase, const u32 (&soff)[RT][2],
                                                  const bf16* const (&xrows)[NB], int k) {
     const int t = threadIdx.x & 3, first = threadIdx.x >> 5;
@@ -124,21 +126,21 @@ __device__ __forceinline__ void nvfp4_mma2_tiles(float (&acc)[RT][NB][4], const 
     int j0 = first;
     u32x4 qa[BATCH][RT][2], qb[BATCH][RT][2];
     u32 sa[BATCH][RT][2], sb[BATCH][RT][2];
-    if (PIPE && j0 + FP8_MMA_WARPS * (BATCH - 1) < whole) nvfp4_mma2_load<RT, BATCH>(qa, sa, rows, sbase, soff, j0);
+    if (PIPE && j0 + FP8_MMA_WARPS * (BATCH - 1) < whole) nvfp4_mma_load<RT, BATCH>(qa, sa, rows, sbase, soff, j0);
     pdl_start();  // weights are never written: their loads may overlap the kernel before
     while (PIPE && j0 + FP8_MMA_WARPS * (BATCH - 1) < whole) {
         if (j0 + STEP + FP8_MMA_WARPS * (BATCH - 1) < whole)
-            nvfp4_mma2_load<RT, BATCH>(qb, sb, rows, sbase, soff, j0 + STEP);
+            nvfp4_mma_load<RT, BATCH>(qb, sb, rows, sbase, soff, j0 + STEP);
 #pragma unroll
         for (int i = 0; i < BATCH; ++i)
-            nvfp4_mma2_slice<RT, NB>(acc, qa[i], sa[i], xrows, j0 + FP8_MMA_WARPS * i, true);
+            nvfp4_mma_slice<RT, NB>(acc, qa[i], sa[i], xrows, j0 + FP8_MMA_WARPS * i, true);
         j0 += STEP;
         if (j0 + FP8_MMA_WARPS * (BATCH - 1) >= whole) break;
         if (j0 + STEP + FP8_MMA_WARPS * (BATCH - 1) < whole)
-            nvfp4_mma2_load<RT, BATCH>(qa, sa, rows, sbase, soff, j0 + STEP);
+            nvfp4_mma_load<RT, BATCH>(qa, sa, rows, sbase, soff, j0 + STEP);
 #pragma unroll
         for (int i = 0; i < BATCH; ++i)
-            nvfp4_mma2_slice<RT, NB>(acc, qb[i], sb[i], xrows, j0 + FP8_MMA_WARPS * i, true);
+            nvfp4_mma_slice<RT, NB>(acc, qb[i], sb[i], xrows, j0 + FP8_MMA_WARPS * i, true);
         j0 += STEP;
     }
     // The rest one slice at a time, lanes past K reading zeros (without PIPE, every slice: fewer
@@ -155,12 +157,12 @@ __device__ __forceinline__ void nvfp4_mma2_tiles(float (&acc)[RT][NB][4], const 
                 q[r][h] = live ? load_stream((const u32x4*)(rows[r][h] + NVFP4_MMA_SLICE_BYTES * (u64)j)) : zero;
                 sc[r][h] = live ? *(const unsigned short*)(sbase + soff[r][h] + 8 * (u64)j) : 0u;
             }
-        nvfp4_mma2_slice<RT, NB>(acc, q, sc, xrows, j, live);
+        nvfp4_mma_slice<RT, NB>(acc, q, sc, xrows, j, live);
     }
 }
 
 template <int RT, int NB, int BATCH, bool PIPE>
-__device__ __forceinline__ void gemv_nvfp4_mma2_impl(float* out, const bf16* x, const unsigned char* w,
+__device__ __forceinline__ void gemv_nvfp4_mma_impl(float* out, const bf16* x, const unsigned char* w,
                                                      const unsigned char* scales, const float* globals,
                                                      int m_total, int n_total, int k) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -184,7 +186,7 @@ __device__ __forceinline__ void gemv_nvfp4_mma2_impl(float* out, const bf16* x, 
         xrows[nb] = x + (u64)m * k + 32 * t;
     }
     float acc[RT][NB][4] = {};
-    nvfp4_mma2_tiles<RT, NB, BATCH, PIPE>(acc, rows, scales + 2 * t, soff, xrows, k);
+    nvfp4_mma_tiles<RT, NB, BATCH, PIPE>(acc, rows, scales + 2 * t, soff, xrows, k);
     if (!fp8_mma_reduce<RT * NB>(&acc[0][0][0])) return;
 #pragma unroll
     for (int r = 0; r < RT; ++r)
@@ -197,17 +199,18 @@ __device__ __forceinline__ void gemv_nvfp4_mma2_impl(float* out, const bf16* x, 
             }
 }
 
-#define GEMV_NVFP4_MMA2(RT, NB, BATCH, PIPE, BLOCKS)                                                     \
+#define GEMV_NVFP4_MMA(RT, NB, BATCH, PIPE, BLOCKS)                                                     \
     extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32, BLOCKS)                       \
-        gemv_nvfp4_mma2_r##RT##_b##NB(float* out, const bf16* x, const unsigned char* w,           \
+        gemv_nvfp4_mma_r##RT##_b##NB(float* out, const bf16* x, const unsigned char* w,           \
                                       const unsigned char* scales, const float* globals,           \
                                       int m_total, int n_total, int k) {                           \
-        gemv_nvfp4_mma2_impl<RT, NB, BATCH, PIPE>(out, x, w, scales, globals, m_total, n_total, k);      \
+        gemv_nvfp4_mma_impl<RT, NB, BATCH, PIPE>(out, x, w, scales, globals, m_total, n_total, k);      \
     }
 
-// (RT, NB, slices a batch, the next batch loaded while converting, blocks a multiprocessor): the
-// v1 kernels' shapes (the routing picks by x rows as for v1); fewer slices in flight where more
-// x tiles need the registers (no spills at 128 registers).
-GEMV_NVFP4_MMA2(2, 1, 2, true, 2)
-GEMV_NVFP4_MMA2(2, 2, 1, true, 2)
-GEMV_NVFP4_MMA2(2, 4, 1, false, 2)
+// (RT, NB, slices a batch, the next batch loaded while converting, blocks a multiprocessor): two
+// tiles of 16 weight rows a block (blocks of 16 and 64 rows measured slower, performance log
+// parts 15 and 16); fewer slices in flight where more x tiles need the registers (no spills at
+// 128 registers).
+GEMV_NVFP4_MMA(2, 1, 2, true, 2)
+GEMV_NVFP4_MMA(2, 2, 1, true, 2)
+GEMV_NVFP4_MMA(2, 4, 1, false, 2)

@@ -1,8 +1,7 @@
 //! NVFP4 weight GEMVs at Qwen3.6-27B's decode shapes (issue 35; not pass/fail), first in the
 //! `speed` section: each projection a decode step runs, through `matmul` with a dummy NVFP4
 //! weight drawn on the device on each of its routes (`nvfp4`: the default settings; `nvfp4
-//! mma`: the tensor-core `gemv_nvfp4_mma_*` at every row count; `nvfp4 mma2`: the same with
-//! `gemm.nvfp4_gemv` v2, `gemv_nvfp4_mma2_*`, beside it; `nvfp4 tile`: the tile GEMM
+//! mma`: the tensor-core `gemv_nvfp4_mma_*` at every row count; `nvfp4 tile`: the tile GEMM
 //! `nvfp4_gemm_*` at every row count, `gemm.nvfp4_tile_rows_min` 1; `nvfp4 copy`: a bf16 copy
 //! and cuBLAS at every row count), against an FP8 weight (`fp8`: the default, `gemv_fp8_m1`, the
 //! tensor-core `gemv_fp8_mma` from 2 rows and `_many` above 8, the bf16 copy above 32; `fp8
@@ -28,7 +27,7 @@
 use anyhow::Result;
 use metrale_engine::backend::Backend;
 use metrale_engine::backend::cuda::{CudaBackend, CudaTensor};
-use metrale_engine::tuning::{GemmTuning, Nvfp4Gemv};
+use metrale_engine::tuning::GemmTuning;
 use serde_json::json;
 
 use crate::report::Report;
@@ -51,16 +50,10 @@ const ROWS: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
 /// The routes timed: (label, weight format, the settings it runs with).
 type Route = (&'static str, &'static str, fn(&mut GemmTuning));
-const ROUTES: [Route; 8] = [
+const ROUTES: [Route; 7] = [
     ("nvfp4", "nvfp4", |_| {}),
     ("nvfp4 mma", "nvfp4", |g| {
         g.nvfp4_mma_rows = usize::MAX;
-        g.nvfp4_gemv = Nvfp4Gemv::V1;
-        g.nvfp4_tile_rows_min = None;
-    }),
-    ("nvfp4 mma2", "nvfp4", |g| {
-        g.nvfp4_mma_rows = usize::MAX;
-        g.nvfp4_gemv = Nvfp4Gemv::V2;
         g.nvfp4_tile_rows_min = None;
     }),
     ("nvfp4 tile", "nvfp4", |g| {
@@ -74,8 +67,8 @@ const ROUTES: [Route; 8] = [
 ];
 /// ROUTES' indices of the summary's ratios: nvfp4, fp8, bf16 (their defaults).
 const NVFP4: usize = 0;
-const FP8: usize = 5;
-const BF16: usize = 7;
+const FP8: usize = 4;
+const BF16: usize = 6;
 
 /// Calls averaged per time.
 const ITERS: usize = 100;

@@ -3,7 +3,7 @@
 //! [`Tuning`]. [`Tuning::default`] is every row's default; `docs/cuda.md`'s table is
 //! [`docs_table`].
 
-use super::{AttnKernelChoice, KernelCache, MoeGemm, Nvfp4Gemv, Tuning};
+use super::{AttnKernelChoice, KernelCache, MoeGemm, Tuning};
 
 /// One tuning setting.
 pub struct Setting {
@@ -190,34 +190,11 @@ pub const SETTINGS: &[Setting] = &[
         get: |t| t.gemm.nvfp4_mma_rows.to_string(),
     },
     Setting {
-        name: "gemm.nvfp4_gemv",
-        var: "METRALE_NVFP4_GEMV",
-        accepts: "v1 | v2",
-        default: "v1",
-        doc: "The tensor-core kernels of `matmul` with an NVFP4 weight: v1 `gemv_nvfp4_mma_*`, v2 `gemv_nvfp4_mma2_*` (fewer instructions a weight in SASS, not yet timed on a GPU; docs/nvfp4.md).",
-        set: |t, v| {
-            t.gemm.nvfp4_gemv = match v.trim().to_ascii_lowercase().as_str() {
-                "" => t.gemm.nvfp4_gemv,
-                "v1" => Nvfp4Gemv::V1,
-                "v2" => Nvfp4Gemv::V2,
-                _ => return Err(()),
-            };
-            Ok(())
-        },
-        get: |t| {
-            match t.gemm.nvfp4_gemv {
-                Nvfp4Gemv::V1 => "v1",
-                Nvfp4Gemv::V2 => "v2",
-            }
-            .to_string()
-        },
-    },
-    Setting {
         name: "gemm.nvfp4_tile_rows_min",
         var: "METRALE_NVFP4_TILE_ROWS_MIN",
         accepts: "off | an integer >= 1",
-        default: "off",
-        doc: "`matmul` with an NVFP4 weight and from this many rows up to `gemm.nvfp4_mma_rows` runs the tile GEMM (`nvfp4_gemm_*`: 32, 64 or 128 weight rows times 32 or 64 x rows a block, each weight converted once a block) instead of `gemv_nvfp4_mma_*`; off until measured on a GPU (docs/nvfp4.md).",
+        default: "128",
+        doc: "`matmul` with an NVFP4 weight and from this many rows up to `gemm.nvfp4_mma_rows` runs the tile GEMM (`nvfp4_gemm_*`: 32, 64 or 128 weight rows times 32 or 64 x rows a block, each weight converted once a block) instead of `gemv_nvfp4_mma_*`; 128: on an H100 a 27B step's GEMVs took 37.7 ms at 128 rows against the GEMV's 42.4 (59.8 against 78.8 at 256), and 29.9 against 24.2 at 64 (docs/nvfp4.md).",
         set: |t, v| number_or(v, "off", &mut t.gemm.nvfp4_tile_rows_min, |n| n >= 1),
         get: |t| show_or(t.gemm.nvfp4_tile_rows_min, "off"),
     },

@@ -25,8 +25,7 @@ fn defaults_are_todays() {
     assert_eq!(t.gemm.gemv_max_rows, 1);
     assert!(!t.gemm.gemv_full && t.gemm.gemm_tune && t.gemm.fp8_gemv_mma);
     assert!(!t.gemm.fp8_matmul_mma);
-    assert_eq!(t.gemm.nvfp4_gemv, Nvfp4Gemv::V1);
-    assert_eq!(t.gemm.nvfp4_tile_rows_min, None);
+    assert_eq!(t.gemm.nvfp4_tile_rows_min, Some(128));
     assert!(t.moe.small_paths && t.moe.decode_gate_up && t.moe.small_mma);
     assert_eq!((t.moe.down_cols, t.moe.gemm), (None, MoeGemm::Auto));
     assert!(!t.moe.fp8_activations);
@@ -62,7 +61,7 @@ fn variables_set_their_fields() {
         ("METRALE_GEMV_MAX_ROWS", "8"),
         ("METRALE_MOE_DOWN_COLS", "4"),
         ("METRALE_MOE_GEMM", "cuda-cores"),
-        ("METRALE_NVFP4_GEMV", "V2"),
+        ("METRALE_NVFP4_TILE_ROWS_MIN", "off"),
         ("METRALE_ATTN_KERNEL", "simt"),
         ("METRALE_GDN_CHUNK_MIN", "off"),
         ("METRALE_MAMBA2_CHUNK_MIN", "128"),
@@ -77,7 +76,7 @@ fn variables_set_their_fields() {
     assert_eq!(t.gemm.gemv_max_rows, 8);
     assert_eq!(t.moe.down_cols, Some(4));
     assert_eq!(t.moe.gemm, MoeGemm::CudaCores);
-    assert_eq!(t.gemm.nvfp4_gemv, Nvfp4Gemv::V2);
+    assert_eq!(t.gemm.nvfp4_tile_rows_min, None);
     assert_eq!(t.attention.kernel, AttnKernelChoice::Simt);
     assert_eq!(t.gdn.chunk_min, None);
     assert_eq!(t.mamba2.chunk_min, Some(128));
@@ -141,7 +140,7 @@ fn the_tuning_serialises_by_group() {
     let v = serde_json::to_value(Tuning::default()).expect("serialises");
     assert_eq!(v["launch"]["cuda_graphs"], true);
     assert_eq!(v["moe"]["gemm"], "auto");
-    assert_eq!(v["gemm"]["nvfp4_gemv"], "v1");
+    assert_eq!(v["gemm"]["nvfp4_tile_rows_min"], 128);
     assert_eq!(v["kernels"]["cache"], "default");
 }
 

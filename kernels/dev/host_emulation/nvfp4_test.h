@@ -1,6 +1,6 @@
 // kernels/src/nvfp4.cu against a double-precision sum of the format's values
-// (e2m1 · e4m3 · global, docs/nvfp4.md): gemv_nvfp4_mma_r<RT>_b<NB>, gemv_nvfp4_mma2_r<RT>_b<NB>
-// (nvfp4_gemv.cu, the same cases), gemv_nvfp4_rows and dequant_nvfp4_bf16. Edge cases: K not a multiple of a 128-wide slice (lanes past K), several
+// (e2m1 · e4m3 · global, docs/nvfp4.md): gemv_nvfp4_mma_r<RT>_b<NB> (nvfp4_gemv.cu),
+// gemv_nvfp4_rows and dequant_nvfp4_bf16. Edge cases: K not a multiple of a 128-wide slice (lanes past K), several
 // batches of slices, N not a multiple of a block's rows, x rows in several chunks, negative zero
 // nibbles (0x8), the largest E4M3 scale (0x7e = 448) and the smallest subnormal one (0x01).
 
@@ -72,21 +72,21 @@ void t_gemv_nvfp4_rows(int M, int N, int K) {
     report(name, worst_rel(t, x, out, M), 1e-6);
 }
 
-// gemv_nvfp4_mma_r<RT>_b<NB> (V2: gemv_nvfp4_mma2_r<RT>_b<NB>): grid (x chunks of 8·NB rows,
-// weight blocks of 16·RT rows).
-void t_gemv_nvfp4_mma(int RT, int NB, int M, int N, int K, bool V2 = false) {
+// gemv_nvfp4_mma_r<RT>_b<NB> (nvfp4_gemv.cu): grid (x chunks of 8·NB rows, weight blocks of 16·RT
+// rows).
+void t_gemv_nvfp4_mma(int RT, int NB, int M, int N, int K) {
     const Nvfp4W t = make_nvfp4(N, K);
     std::vector<bf16> x(M * K);
     for (auto& v : x) v = B(U(1));
     std::vector<float> out(M * N, NAN);
     launch({(unsigned)((M + 8 * NB - 1) / (8 * NB)), (unsigned)((N + 16 * RT - 1) / (16 * RT))}, {256}, [&] {
         auto args = std::make_tuple(out.data(), x.data(), t.w.data(), t.sc.data(), t.g.data(), M, N, K);
-        if (RT == 2 && NB == 1) std::apply(V2 ? gemv_nvfp4_mma2_r2_b1 : gemv_nvfp4_mma_r2_b1, args);
-        if (RT == 2 && NB == 2) std::apply(V2 ? gemv_nvfp4_mma2_r2_b2 : gemv_nvfp4_mma_r2_b2, args);
-        if (RT == 2 && NB == 4) std::apply(V2 ? gemv_nvfp4_mma2_r2_b4 : gemv_nvfp4_mma_r2_b4, args);
+        if (RT == 2 && NB == 1) std::apply(gemv_nvfp4_mma_r2_b1, args);
+        if (RT == 2 && NB == 2) std::apply(gemv_nvfp4_mma_r2_b2, args);
+        if (RT == 2 && NB == 4) std::apply(gemv_nvfp4_mma_r2_b4, args);
     });
     char name[80];
-    snprintf(name, 80, "gemv_nvfp4_mma%s_r%d_b%d M%d N%d K%d", V2 ? "2" : "", RT, NB, M, N, K);
+    snprintf(name, 80, "gemv_nvfp4_mma_r%d_b%d M%d N%d K%d", RT, NB, M, N, K);
     report(name, worst_rel(t, x, out, M), 1e-6);
 }
 
@@ -180,34 +180,24 @@ void nvfp4_tests() {
     t_gemv_nvfp4_rows(3, 13, 528);
     t_gemv_nvfp4_rows(8, 40, 1024);
     t_nvfp4_pair_bits();
-    t_gemv_nvfp4_mma(2, 1, 1, 16, 128);         // half of the block's 32 weight rows
-    t_gemv_nvfp4_mma(2, 1, 3, 40, 160);         // a slice of one lane's 32: lanes past K
-    t_gemv_nvfp4_mma(2, 1, 8, 21, 5120 + 32);   // 41 slices: a second batch and a tail
-    t_gemv_nvfp4_mma(2, 1, 5, 70, 4096);        // two batches of 2 · 8 slices
+    // The cases of every shape, then batches of whole slices with the next one in flight, a
+    // partial batch and a tail slice, every M from 1 to 40.
+    t_nvfp4_pair_bits_mul();
+    t_gemv_nvfp4_mma(2, 1, 1, 16, 128);
+    t_gemv_nvfp4_mma(2, 1, 3, 40, 160);
+    t_gemv_nvfp4_mma(2, 1, 8, 21, 5120 + 32);
+    t_gemv_nvfp4_mma(2, 1, 5, 70, 4096);
+    t_gemv_nvfp4_mma(2, 1, 2, 33, 8192 + 64);  // 64 whole slices: four pipelined batches a warp
+    t_gemv_nvfp4_mma(2, 1, 7, 17, 6144 + 96);  // 48 whole: an odd batch count, then a tail
     t_gemv_nvfp4_mma(2, 2, 9, 20, 256);
     t_gemv_nvfp4_mma(2, 2, 16, 33, 384);
+    t_gemv_nvfp4_mma(2, 2, 12, 35, 3072 + 32);
     t_gemv_nvfp4_mma(2, 4, 17, 16, 512);
-    t_gemv_nvfp4_mma(2, 4, 70, 24, 288);        // three chunks of 32 x rows
+    t_gemv_nvfp4_mma(2, 4, 70, 24, 288);
     t_gemv_nvfp4_mma(2, 4, 33, 40, 512);
-    t_gemv_nvfp4_mma(2, 4, 40, 100, 1184);      // a partial 32-row block
-    // v2: v1's cases, then batches of whole slices with the next one in flight, a partial batch
-    // and a tail slice, every M from 1 to 40.
-    t_nvfp4_pair_bits_mul();
-    t_gemv_nvfp4_mma(2, 1, 1, 16, 128, true);
-    t_gemv_nvfp4_mma(2, 1, 3, 40, 160, true);
-    t_gemv_nvfp4_mma(2, 1, 8, 21, 5120 + 32, true);
-    t_gemv_nvfp4_mma(2, 1, 5, 70, 4096, true);
-    t_gemv_nvfp4_mma(2, 1, 2, 33, 8192 + 64, true);  // 64 whole slices: four pipelined batches a warp
-    t_gemv_nvfp4_mma(2, 1, 7, 17, 6144 + 96, true);  // 48 whole: an odd batch count, then a tail
-    t_gemv_nvfp4_mma(2, 2, 9, 20, 256, true);
-    t_gemv_nvfp4_mma(2, 2, 16, 33, 384, true);
-    t_gemv_nvfp4_mma(2, 2, 12, 35, 3072 + 32, true);
-    t_gemv_nvfp4_mma(2, 4, 17, 16, 512, true);
-    t_gemv_nvfp4_mma(2, 4, 70, 24, 288, true);
-    t_gemv_nvfp4_mma(2, 4, 33, 40, 512, true);
-    t_gemv_nvfp4_mma(2, 4, 40, 100, 1184, true);
-    t_gemv_nvfp4_mma(2, 4, 32, 9, 2048 + 32, true);
-    for (int m = 1; m <= 40; ++m) t_gemv_nvfp4_mma(2, m <= 8 ? 1 : m <= 16 ? 2 : 4, m, 37, 1024 + 32, true);
+    t_gemv_nvfp4_mma(2, 4, 40, 100, 1184);
+    t_gemv_nvfp4_mma(2, 4, 32, 9, 2048 + 32);
+    for (int m = 1; m <= 40; ++m) t_gemv_nvfp4_mma(2, m <= 8 ? 1 : m <= 16 ? 2 : 4, m, 37, 1024 + 32);
     t_dequant_nvfp4(5, 96);
     t_dequant_nvfp4(3, 5120 + 32);
 }

@@ -6,7 +6,6 @@
 use super::*;
 use metrale_engine::loader::nvfp4::GlobalRule;
 use metrale_engine::loader::{random_nvfp4_global, random_nvfp4_parts};
-use metrale_engine::tuning::Nvfp4Gemv;
 
 impl Ops<'_> {
     /// A random NVFP4 weight as the loader hands it over: any nibbles (negative zeros
@@ -36,8 +35,7 @@ impl Ops<'_> {
     }
 
     /// NVFP4 weights through each route of `matmul`: the tensor-core kernels
-    /// (`gemv_nvfp4_mma_*`, and with `gemm.nvfp4_gemv` v2 `gemv_nvfp4_mma2_*`, every mma case
-    /// under both; exact products: the GEMM tolerance) at 1 to 256 rows with 16, 32
+    /// (`gemv_nvfp4_mma_*`; exact products: the GEMM tolerance) at 1 to 256 rows with 16, 32
     /// and 64 weight rows a block, K not a multiple of its 128-wide slices included; and the
     /// bf16 copy + cuBLAS (one more rounding of each weight, fused_moe's tolerance) past 256
     /// rows and at any rows with `gemm.nvfp4_mma_rows` 0; and the tile GEMM (`nvfp4_gemm_*`,
@@ -72,18 +70,13 @@ impl Ops<'_> {
             (100, 1056, 5000, 256, Some(1), Tol::GEMM),
             (64, 1056, 16900, 256, Some(1), Tol::GEMM),
         ];
-        // Each case under both GEMV versions where the GEMV runs; the copy and the tile GEMM
-        // once.
-        let versions = |mma_rows: usize, tile: Option<usize>| match (mma_rows, tile) {
-            (0, _) => vec![("bf16 copy", Nvfp4Gemv::V1)],
-            (_, Some(_)) => vec![("tile", Nvfp4Gemv::V1)],
-            _ => vec![("mma", Nvfp4Gemv::V1), ("mma v2", Nvfp4Gemv::V2)],
-        };
-        let cases = cases
-            .into_iter()
-            .flat_map(|c| versions(c.3, c.4).into_iter().map(move |v| (c, v)));
-        for ((m, k, n, mma_rows, tile_min, tol), (route, version)) in cases {
+        for (m, k, n, mma_rows, tile_min, tol) in cases {
             let xd = self.act(DType::BF16);
+            let route = match (mma_rows, tile_min) {
+                (0, _) => "bf16 copy",
+                (_, Some(_)) => "tile",
+                _ => "mma",
+            };
             let case = format!("x {} [{m}, {k}] · w nvfp4 [{n}, {k}]ᵀ [{route}]", dt(xd));
             self.run("matmul", &case, |s| {
                 let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
@@ -96,7 +89,6 @@ impl Ops<'_> {
                 let saved = s.cuda.tuning().gemm;
                 s.cuda.retune(|t| {
                     t.gemm.nvfp4_mma_rows = mma_rows;
-                    t.gemm.nvfp4_gemv = version;
                     t.gemm.nvfp4_tile_rows_min = tile_min;
                 });
                 let r = s.cuda.matmul(&mut out_d, &x_d, &w_d);
@@ -108,18 +100,15 @@ impl Ops<'_> {
             })?;
         }
         // Dummy NVFP4 weights at the 27B's q|k|v width: drawn on the device, dequantized on
-        // the host, through the GEMV (each version).
-        for (label, version) in [("", Nvfp4Gemv::V1), (" [mma v2]", Nvfp4Gemv::V2)] {
-            self.matmul_dummy_nvfp4(label, version)?;
-        }
-        Ok(())
+        // the host, through the GEMV.
+        self.matmul_dummy_nvfp4()
     }
 
-    /// [`Self::matmuls_nvfp4`]'s dummy-weight case with `gemm.nvfp4_gemv` = `version`.
-    fn matmul_dummy_nvfp4(&mut self, label: &str, version: Nvfp4Gemv) -> Result<()> {
+    /// [`Self::matmuls_nvfp4`]'s dummy-weight case.
+    fn matmul_dummy_nvfp4(&mut self) -> Result<()> {
         let (m, k, n) = (4usize, 5120usize, 1024usize);
         let xd = self.act(DType::BF16);
-        let case = format!("x {} [{m}, {k}] · w dummy nvfp4 [{n}, {k}]ᵀ{label}", dt(xd));
+        let case = format!("x {} [{m}, {k}] · w dummy nvfp4 [{n}, {k}]ᵀ", dt(xd));
         self.run("matmul", &case, |s| {
             let (x_d, x_c) = s.random(&[m, k], 1.0, xd)?;
             let x_c = s.as_gemm_operand(x_c);
@@ -133,11 +122,7 @@ impl Ops<'_> {
             let (w_d, w_c) = (s.cuda.upload(&host)?, s.cpu.upload(&host)?);
             let mut out_d = s.cuda.zeros(&[m, n])?;
             let mut out_c = s.cpu.zeros(&[m, n])?;
-            let saved = s.cuda.tuning().gemm;
-            s.cuda.retune(|t| t.gemm.nvfp4_gemv = version);
-            let r = s.cuda.matmul(&mut out_d, &x_d, &w_d);
-            s.cuda.retune(|t| t.gemm = saved);
-            r?;
+            s.cuda.matmul(&mut out_d, &x_d, &w_d)?;
             s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
             s.check("matmul", &case, Tol::GEMM, &out_d, &out_c)?;
             Ok(())

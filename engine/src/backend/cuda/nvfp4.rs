@@ -8,14 +8,12 @@
 //! each part's own. 0.5625 bytes a weight plus 4 a row, against bf16's 2 a weight.
 //!
 //! `matmul` with an F4 weight: up to the tuning's `gemm.nvfp4_mma_rows` rows of x on tensor
-//! cores (`gemv_nvfp4_mma_r2_b<NB>`: two tiles of 16 weight rows a block, chunks of 8·NB x
-//! rows; `gemm.nvfp4_gemv` = v2: `gemv_nvfp4_mma2_r2_b<NB>`, the same blocks with fewer
-//! instructions a weight, `nvfp4_gemv.cu`); more rows dequantize the weight to a bf16 scratch
-//! copy (`dequant_nvfp4_bf16`) and run the bf16 path (cuBLAS) on it (every product with
-//! `nvfp4_mma_rows` 0). From `gemm.nvfp4_tile_rows_min` rows (off by default) up to
-//! `nvfp4_mma_rows` the tile GEMM (`nvfp4_gemm.rs`) takes the place of `gemv_nvfp4_mma_*`. The
-//! first kernel, a CUDA-core GEMV widening each weight to f32 for each row, measured slower at
-//! every row count and was deleted (performance log part 14).
+//! cores: below `gemm.nvfp4_tile_rows_min` rows (128) `gemv_nvfp4_mma_r2_b<NB>`
+//! (`nvfp4_gemv.cu`: two tiles of 16 weight rows a block, chunks of 8·NB x rows), from there the
+//! tile GEMM (`nvfp4_gemm.rs`); more rows dequantize the weight to a bf16 scratch copy
+//! (`dequant_nvfp4_bf16`) and run the bf16 path (cuBLAS) on it (every product with
+//! `nvfp4_mma_rows` 0). Deleted as slower at every row count: a CUDA-core GEMV widening each
+//! weight to f32 for each row (performance log part 14) and the first tensor-core GEMV (part 17).
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
 use super::tensor::{self, CudaTensor, DType};
@@ -24,7 +22,6 @@ use crate::backend::Result;
 use crate::backend::kernels::{self, Kernel};
 use crate::loader::nvfp4::GlobalRule;
 use crate::loader::{NVFP4_SCALE_BITS, NVFP4_SCALE_SHIFT, NVFP4_SCALE_STREAM, random_nvfp4_global};
-use crate::tuning::Nvfp4Gemv;
 
 /// Threads of a tensor-core block (FP8_MMA_WARPS warps).
 const NVFP4_MMA_THREADS: u32 = 256;
@@ -35,14 +32,10 @@ type Nvfp4MmaArgs = (u64, u64, u64, u64, u64, i32, i32, i32);
 /// Weight rows a block of the tensor-core kernel owns (`RT` = 2 tiles of 16).
 const TILE_ROWS: usize = 32;
 
-/// The tensor-core kernel for `m` rows of x (`gemm.nvfp4_gemv`'s version), and the x rows a
+/// The tensor-core kernel for `m` rows of x, and the x rows a
 /// block takes (8, 16 or 32; more rows of x are chunks of 32).
-fn nvfp4_mma_kernel(m: usize, version: Nvfp4Gemv) -> (Kernel<Nvfp4MmaArgs>, usize) {
-    let v2 = version == Nvfp4Gemv::V2;
+fn nvfp4_mma_kernel(m: usize) -> (Kernel<Nvfp4MmaArgs>, usize) {
     match m {
-        0..=8 if v2 => (kernels::gemv_nvfp4_mma2_r2_b1, 8),
-        9..=16 if v2 => (kernels::gemv_nvfp4_mma2_r2_b2, 16),
-        _ if v2 => (kernels::gemv_nvfp4_mma2_r2_b4, 32),
         0..=8 => (kernels::gemv_nvfp4_mma_r2_b1, 8),
         9..=16 => (kernels::gemv_nvfp4_mma_r2_b2, 16),
         _ => (kernels::gemv_nvfp4_mma_r2_b4, 32),
@@ -269,12 +262,12 @@ impl CudaBackend {
     /// [`Self::matmul_nvfp4`] on tensor cores (`gemv_nvfp4_mma_*`), for a non-empty product.
     fn matmul_nvfp4_mma(&self, out: &mut CudaTensor, x: &CudaTensor, w: &CudaTensor) -> Result<()> {
         let (m, k, n) = (x.rows(), x.cols(), w.rows());
-        // v2 addresses a row's scale bytes by a 32-bit offset (n · k / 16 of them).
-        let version = match self.tuning().gemm.nvfp4_gemv {
-            Nvfp4Gemv::V2 if n * (k / 16) <= u32::MAX as usize => Nvfp4Gemv::V2,
-            _ => Nvfp4Gemv::V1,
-        };
-        let (kernel, x_rows) = nvfp4_mma_kernel(m, version);
+        // The GEMV addresses a row's scale bytes by a 32-bit offset (n · k / 16 of them); a
+        // weight with more (over 2^36 weights) takes the tile GEMM, which has no such limit.
+        if n * (k / 16) > u32::MAX as usize {
+            return self.matmul_nvfp4_tile(out, x, w);
+        }
+        let (kernel, x_rows) = nvfp4_mma_kernel(m);
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
         let s = &self.stream;

@@ -11,7 +11,6 @@ kernels! {
     Fp8 [dequant_fp8_bf16, dequant_fp8_bf16_vec] (out: *mut bf16, w: *const u8, scales: *const f32, rows: u64, k: i32);
     Fp8 [dequant_fp8_fp32] (out: *mut f32, w: *const u8, scales: *const f32, rows: u64, k: i32);
     Fp8 [gemv_nvfp4_mma_r2_b1, gemv_nvfp4_mma_r2_b2, gemv_nvfp4_mma_r2_b4] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, m_total: i32, n_total: i32, k: i32);
-    Fp8 [gemv_nvfp4_mma2_r2_b1, gemv_nvfp4_mma2_r2_b2, gemv_nvfp4_mma2_r2_b4] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, m_total: i32, n_total: i32, k: i32);
     Fp8 [nvfp4_gemm_r1_x4_w4, nvfp4_gemm_r1_x4_w2, nvfp4_gemm_r1_x8_w4, nvfp4_gemm_r1_x8_w2, nvfp4_gemm_r2_x8_w4] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, m_total: i32, n_total: i32, k: i32);
     Fp8 [gemv_nvfp4_rows] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, m_total: i32, n_total: i32, k: i32);
     Fp8 [dequant_nvfp4_bf16] (out: *mut bf16, w: *const u8, scales: *const u8, globals: *const f32, rows: u64, k: i32);
