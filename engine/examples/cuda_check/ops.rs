@@ -717,16 +717,29 @@ impl Ops<'_> {
     }
 }
 
+impl<'a> Ops<'a> {
+    /// A section's cases against `cpu`, drawn from `seed`, after the table's header.
+    fn start(cuda: &'a CudaBackend, cpu: CpuBackend, seed: u64, report: &'a mut Report) -> Self {
+        let ops = Ops {
+            cuda,
+            cpu,
+            rng: Rng::new(seed),
+            report,
+        };
+        ops.report.case_header();
+        ops
+    }
+}
+
 /// The cache ops with an FP8 KV cache (`section ops-kv8`): `cuda` built
 /// `with_fp8_kv_cache(true)`, against the CPU's FP8-rounding cache.
 pub fn run_kv8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
-    let mut ops = Ops {
+    let mut ops = Ops::start(
         cuda,
-        cpu: CpuBackend::with_fp8_kv_cache(true),
-        rng: Rng::new(0x6d65_7472_616c_6508),
+        CpuBackend::with_fp8_kv_cache(true),
+        0x6d65_7472_616c_6508,
         report,
-    };
-    ops.report.case_header();
+    );
     ops.write_kv()?;
     ops.attention()?;
     ops.attention_window()?;
@@ -736,13 +749,7 @@ pub fn run_kv8(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
 /// gpt-oss's experts alone (both routes of `fused_moe_clamped`) and the FP4 expert stacks:
 /// the `ops-gpt-oss` section, a short check of that path when `ops` as a whole is not run.
 pub fn run_gpt_oss(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
-    let mut ops = Ops {
-        cuda,
-        cpu: CpuBackend::default(),
-        rng: Rng::new(0x6d65_7472_616c_6509),
-        report,
-    };
-    ops.report.case_header();
+    let mut ops = Ops::start(cuda, CpuBackend::default(), 0x6d65_7472_616c_6509, report);
     ops.gpt_oss()?;
     ops.moe_nvfp4()
 }
@@ -750,13 +757,7 @@ pub fn run_gpt_oss(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
 /// The NVFP4 uploads, matmuls (every route) and expert stacks alone: the `ops-nvfp4` section,
 /// a short check of the NVFP4 kernels when `ops` as a whole (about 210 s on an H200) is not run.
 pub fn run_nvfp4(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
-    let mut ops = Ops {
-        cuda,
-        cpu: CpuBackend::default(),
-        rng: Rng::new(0x6d65_7472_616c_650a),
-        report,
-    };
-    ops.report.case_header();
+    let mut ops = Ops::start(cuda, CpuBackend::default(), 0x6d65_7472_616c_650a, report);
     ops.uploads_nvfp4()?;
     ops.matmuls_nvfp4()?;
     ops.moe_nvfp4()
@@ -764,13 +765,7 @@ pub fn run_nvfp4(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
 
 /// Every op, every case. Returns an error only when the device stopped answering.
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
-    let mut ops = Ops {
-        cuda,
-        cpu: CpuBackend::default(),
-        rng: Rng::new(0x6d65_7472_616c_6501),
-        report,
-    };
-    ops.report.case_header();
+    let mut ops = Ops::start(cuda, CpuBackend::default(), 0x6d65_7472_616c_6501, report);
     ops.uploads()?;
     ops.embedding()?;
     ops.norms()?;
