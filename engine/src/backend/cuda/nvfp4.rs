@@ -27,7 +27,7 @@ use crate::loader::{NVFP4_SCALE_BITS, NVFP4_SCALE_SHIFT, NVFP4_SCALE_STREAM, ran
 const NVFP4_MMA_THREADS: u32 = 256;
 
 /// The parameters of `gemv_nvfp4_mma_*`: out, x, w, scales, globals, m, n, k.
-type Nvfp4MmaArgs = (u64, u64, u64, u64, u64, i32, i32, i32);
+pub(super) type Nvfp4MmaArgs = (u64, u64, u64, u64, u64, i32, i32, i32);
 
 /// Weight rows a block of the tensor-core kernel owns (`RT` = 2 tiles of 16).
 const TILE_ROWS: usize = 32;
@@ -259,6 +259,28 @@ impl CudaBackend {
         self.matmul_nvfp4_mma(out, x, w)
     }
 
+    /// The arguments every NVFP4 product kernel takes (`Nvfp4MmaArgs`): out, x (bf16 already),
+    /// w's packed bytes, scales and multipliers, m, n, k.
+    pub(super) fn nvfp4_args(
+        &self,
+        out: &CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+    ) -> Result<Nvfp4MmaArgs> {
+        let s = &self.stream;
+        let (m, k, n) = (x.rows(), x.cols(), w.rows());
+        Ok((
+            out.ptr(s),
+            x.ptr(s),
+            w.ptr(s),
+            w.scales_ptr(s),
+            self.f4_globals_ptr(w),
+            int(m, "matmul")?,
+            int(n, "matmul")?,
+            int(k, "matmul")?,
+        ))
+    }
+
     /// [`Self::matmul_nvfp4`] on tensor cores (`gemv_nvfp4_mma_*`), for a non-empty product.
     fn matmul_nvfp4_mma(&self, out: &mut CudaTensor, x: &CudaTensor, w: &CudaTensor) -> Result<()> {
         let (m, k, n) = (x.rows(), x.cols(), w.rows());
@@ -270,15 +292,7 @@ impl CudaBackend {
         let (kernel, x_rows) = nvfp4_mma_kernel(m);
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
-        let s = &self.stream;
-        let (o, xp, wp, sp, gp) = (
-            out.ptr(s),
-            x.ptr(s),
-            w.ptr(s),
-            w.scales_ptr(s),
-            self.f4_globals_ptr(w),
-        );
-        let (mi, ni, ki) = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
+        let args = self.nvfp4_args(out, x, w)?;
         let grid = (
             dim(m.div_ceil(x_rows), "matmul")?,
             dim(n.div_ceil(TILE_ROWS), "matmul")?,
@@ -292,13 +306,7 @@ impl CudaBackend {
         // the matrix to its last (read, not written; v2 also x rows past m), and writes
         // out[m][n] only for m < m, n < n. v2's 32-bit scale offsets are below n · k / 16,
         // checked above to fit.
-        unsafe {
-            kernel.launch(
-                self,
-                cfg(grid, NVFP4_MMA_THREADS),
-                (o, xp, wp, sp, gp, mi, ni, ki),
-            )
-        }
+        unsafe { kernel.launch(self, cfg(grid, NVFP4_MMA_THREADS), args) }
     }
 
     /// `out` (bf16, w's shape) = the F4 weight's values: e2m1 · f32(e4m3 · multiplier),

@@ -5,7 +5,7 @@
 //! `matmul_nvfp4` takes it from `gemm.nvfp4_tile_rows_min` rows (off by default until a GPU
 //! has timed it against the GEMV: `cuda_check nvfp4-speed`, route `nvfp4 tile`).
 
-use super::elementwise::{cfg, dim, int};
+use super::elementwise::{cfg, dim};
 use super::tensor::CudaTensor;
 use super::{CudaBackend, check};
 use crate::backend::Result;
@@ -59,15 +59,7 @@ impl CudaBackend {
         let (kernel, w_rows, x_rows, threads) = tile_kernel(m, n, self.info.multiprocessors);
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
-        let s = &self.stream;
-        let (o, xp, wp, sp, gp) = (
-            out.ptr(s),
-            x.ptr(s),
-            w.ptr(s),
-            w.scales_ptr(s),
-            self.f4_globals_ptr(w),
-        );
-        let (mi, ni, ki) = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
+        let args = self.nvfp4_args(out, x, w)?;
         let grid = (
             dim(m.div_ceil(x_rows), "matmul")?,
             dim(n.div_ceil(w_rows), "matmul")?,
@@ -82,7 +74,7 @@ impl CudaBackend {
         // n - 1) and writes out[r][c] only for r < m, c < n. `threads` is the block size the
         // kernel was compiled for (its warps · 32, tile_kernel's table). Its shared memory is
         // static (at most 34,816 bytes), under the 48 KiB a launch may take without opting in.
-        unsafe { kernel.launch(self, cfg(grid, threads), (o, xp, wp, sp, gp, mi, ni, ki)) }
+        unsafe { kernel.launch(self, cfg(grid, threads), args) }
     }
 }
 
