@@ -22,6 +22,7 @@ mod report;
 mod sampling;
 mod speed;
 mod speed_moe;
+mod speed_moe_fp4;
 mod speed_nvfp4;
 mod speed_prefill;
 mod speed_probe;
@@ -48,7 +49,7 @@ struct Args {
     out: Option<PathBuf>,
     /// Sections to skip: kernels, ops, ops-gpt-oss and ops-nvfp4 (parts of ops), sampling,
     /// e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8, kv-groups, hybrid, nvfp4-speed, speed,
-    /// moe-speed, prefill-attn, profile.
+    /// moe-speed, moe-fp4-speed, prefill-attn, profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
 }
@@ -115,6 +116,7 @@ fn main() -> ExitCode {
         "nvfp4-speed",
         "speed",
         "moe-speed",
+        "moe-fp4-speed",
         "prefill-attn",
         "profile",
     ] {
@@ -132,7 +134,12 @@ fn main() -> ExitCode {
         cuda.retune(|t| {
             t.launch.cuda_sync = !matches!(
                 name,
-                "nvfp4-speed" | "speed" | "moe-speed" | "prefill-attn" | "profile"
+                "nvfp4-speed"
+                    | "speed"
+                    | "moe-speed"
+                    | "moe-fp4-speed"
+                    | "prefill-attn"
+                    | "profile"
             )
         });
         let failures_before = report.failures.len();
@@ -192,6 +199,7 @@ fn main() -> ExitCode {
             "nvfp4-speed" => speed_nvfp4::run(&cuda, &mut report),
             "speed" => speed::run(&cuda, &mut report),
             "moe-speed" => speed_moe::run(&cuda, &mut report),
+            "moe-fp4-speed" => speed_moe_fp4::run(&cuda, &mut report),
             "prefill-attn" => speed_prefill::run(&cuda, &mut report),
             _ => speed::profile(&cuda, &mut report),
         }));

@@ -29,6 +29,13 @@ pub const ROUTER_PLAN_MAX_EXPERTS: usize = 256;
 /// (fused_moe alone at 30B-A3B's shape: bf16 575 against 671 us at 4, 523 against 496 at 2;
 /// FP8 586 against 649 us at 2, 423 against 411 at 1; docs/performance.md).
 pub const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
+/// With [`MoeGemm::Auto`], steps with FP4 experts whose pairs average at least this many an
+/// expert take the bf16 copy on tensor cores ([`Experts::WidenedMma`]). The copy is the whole
+/// stack written each step (gpt-oss-20b: 1.6 GB of bf16 a layer), whatever the tokens, so it
+/// pays only where the packed CUDA-core kernels' per-pair work outweighs it: at bf16's 4 it
+/// made gpt-oss-20b's 32-sequence decode step 147 ms against 21 at 16 (H100, log part 17).
+/// The crossing is measured by cuda_check's `moe-fp4-speed` (docs/performance.md).
+pub const FP4_WIDEN_MIN_PAIRS_PER_EXPERT: usize = 64;
 /// Most tokens a step may have for `moe_*_fp8_small` (at most 6 pairs an expert in one mma n8
 /// tile, k split over the block's warps); larger steps take `moe_*_fp8_small_any` (a warp over
 /// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens,
@@ -356,8 +363,8 @@ fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> 
 /// Whether the step runs its experts on the 64-row tensor-core tiles: the setting, the GPU
 /// (mma.sync needs 8.0) and rows the kernels' 16-byte loads take (bf16 rows a multiple of 8
 /// elements, FP8 of 16, FP4 of 32: their copies' dequantizing kernels' chunks); f32 experts
-/// (the float32 path) stay on the CUDA cores. FP4 experts take bf16's threshold (their copy
-/// runs the bf16 kernels).
+/// (the float32 path) stay on the CUDA cores. FP4 experts (their copy
+/// runs the bf16 kernels) from [`FP4_WIDEN_MIN_PAIRS_PER_EXPERT`], where the copy pays.
 fn mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
     let align = match w {
         ExpertType::Fp8 => 16,
@@ -371,7 +378,11 @@ fn mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
     able && match tuning.gemm {
         MoeGemm::Auto => {
             let (bf16, fp8) = MMA_MIN_PAIRS_PER_EXPERT;
-            let per_expert = if w == ExpertType::Fp8 { fp8 } else { bf16 };
+            let per_expert = match w {
+                ExpertType::Fp8 => fp8,
+                _ if w.is_fp4() => FP4_WIDEN_MIN_PAIRS_PER_EXPERT,
+                _ => bf16,
+            };
             s.pairs() >= per_expert * s.e
         }
         MoeGemm::TensorCores => true,

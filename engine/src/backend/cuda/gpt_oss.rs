@@ -13,8 +13,9 @@
 //!        multiple of 64): `moe_gate_up_clamped_bf16_small_any`, `moe_down_bf16_small_any`;
 //!      - steps with many pairs an expert (`Experts::Mma`, at least `MMA_MIN_PAIRS_PER_EXPERT`
 //!        on average): `moe_tiles`, `moe_gate_up_clamped_mma_bf16`, `moe_down_mma_bf16`; FP4
-//!        stacks (MXFP4, gpt-oss's checkpoints, or NVFP4) there are widened to bf16 for the step
-//!        first (`Experts::WidenedMma`), as `fused_moe` does;
+//!        stacks (MXFP4, gpt-oss's checkpoints, or NVFP4) are widened to bf16 for the step
+//!        first (`Experts::WidenedMma`, from `FP4_WIDEN_MIN_PAIRS_PER_EXPERT`), as `fused_moe`
+//!        does;
 //!      - the rest (one token to a few, f32 experts, GPUs before 8.0): the CUDA-core
 //!        `moe_gate_up_clamped_*` and `moe_down_*` (packed FP4 ones: `moe_fp4.rs`);
 //! 5.   `moe_combine_bias_*`: `moe_combine` with each slot's down bias added before the weight.

@@ -1,0 +1,116 @@
+//! FP4 experts' routes by step size (not pass/fail), section `moe-fp4-speed`: one layer's
+//! experts alone at three checkpoints' shapes, dummy stacks drawn packed on the device —
+//! gpt-oss-20b (`fused_moe_clamped`, MXFP4, hidden 2880, 32 experts of 2880, top 4),
+//! gpt-oss-120b (the same with 128 experts) and Qwen3.6-35B-A3B NVFP4 (`fused_moe`, hidden
+//! 2048, 256 experts of 512, top 8) — at 1 to 2048 tokens, on each route `moe.gemm` can force:
+//! the CUDA-core kernels reading the packed stacks, and tensor cores on a bf16 copy widened for
+//! the step (`Experts::WidenedMma`, the whole stack written each call), beside `auto` (what the
+//! plan picks). Where the two cross is where `MoePlan::choose` should switch.
+//!
+//! Each line: mean ms a call over back-to-back calls (routing and the weighted sum included),
+//! pairs an expert, and the floor of reading the experts the step touches once, packed, at
+//! 4.0 TB/s (tokens spread over the experts by random logits).
+
+use anyhow::Result;
+use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, MoeGemm};
+use metrale_engine::backend::{Backend, ClampedExperts};
+use serde_json::json;
+
+use crate::report::Report;
+use crate::speed::FLOOR_BYTES_PER_S;
+use crate::speed_moe::mean_op_ms_n;
+
+/// (name, gpt-oss's clamped experts (else plain SwiGLU), MXFP4 (else NVFP4), hidden,
+/// expert width, experts, top-k).
+type Shape = (&'static str, bool, bool, usize, usize, usize, usize);
+const SHAPES: [Shape; 3] = [
+    ("gpt-oss-20b", true, true, 2880, 2880, 32, 4),
+    ("gpt-oss-120b", true, true, 2880, 2880, 128, 4),
+    ("qwen3.6-35b-a3b", false, false, 2048, 512, 256, 8),
+];
+
+/// Tokens a step.
+const TOKENS: [usize; 13] = [1, 8, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 2048, 4096];
+
+/// The routes: (label, `moe.gemm`).
+const ROUTES: [(&str, MoeGemm); 3] = [
+    ("auto", MoeGemm::Auto),
+    ("cuda cores", MoeGemm::CudaCores),
+    ("widened mma", MoeGemm::TensorCores),
+];
+
+/// Bytes a packed weight takes: MXFP4 half a byte plus a scale byte per 32; NVFP4 half a byte
+/// plus a scale byte per 16 (the per-row multiplier left out).
+fn fp4_bytes(mx: bool) -> f64 {
+    if mx {
+        0.5 + 1.0 / 32.0
+    } else {
+        0.5 + 1.0 / 16.0
+    }
+}
+
+pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    report.summary_line(format!(
+        "FP4 experts by step size: ms a call per route (floor: the touched experts once at \
+         {:.1} TB/s)",
+        FLOOR_BYTES_PER_S / 1e12
+    ));
+    for (s, &(name, clamped, mx, h, i, e, k)) in SHAPES.iter().enumerate() {
+        let seed = 0x6d6f_6534 + 16 * s as u64;
+        let draw = |shape: &[usize], seed| -> Result<CudaTensor> {
+            Ok(if mx {
+                cuda.random_mxfp4(shape, seed, 0.02)?
+            } else {
+                cuda.random_nvfp4(shape, seed, 0.02)?
+            })
+        };
+        let w13 = draw(&[e, 2 * i, h], seed)?;
+        let w2 = draw(&[e, h, i], seed + 1)?;
+        let b13 = cuda.random_bf16(&[e, 2 * i], seed + 2, 0.1)?;
+        let b2 = cuda.random_bf16(&[e, h], seed + 3, 0.1)?;
+        let ex = ClampedExperts {
+            gate_up: &w13,
+            gate_up_bias: &b13,
+            down: &w2,
+            down_bias: &b2,
+            alpha: 1.702,
+            limit: 7.0,
+        };
+        let expert_bytes = 3.0 * (h * i) as f64 * fp4_bytes(mx);
+        for &t in &TOKENS {
+            let x = cuda.random_bf16(&[t, h], seed + 4, 1.0)?;
+            let logits = cuda.random_bf16(&[t, e], seed + 5, 2.0)?;
+            let mut out = cuda.zeros(&[t, h])?;
+            // Distinct experts expected when each token picks k of e at random.
+            let touched = e as f64 * (1.0 - (1.0 - k as f64 / e as f64).powi(t as i32));
+            let floor_ms = touched * expert_bytes / FLOOR_BYTES_PER_S * 1e3;
+            let iters = (256 / t).clamp(3, 30);
+            let mut cells = Vec::new();
+            let mut record = json!({"profile": "moe_fp4_routes", "model": name, "tokens": t,
+                "experts": e, "top_k": k, "hidden": h, "width": i, "floor_ms": floor_ms});
+            for &(label, gemm) in &ROUTES {
+                let saved = cuda.tuning().moe.gemm;
+                cuda.retune(|tu| tu.moe.gemm = gemm);
+                let ms = mean_op_ms_n(cuda, iters, || {
+                    if clamped {
+                        cuda.fused_moe_clamped(&mut out, &x, &logits, &ex, k)?;
+                    } else {
+                        cuda.fused_moe(&mut out, &x, &logits, &w13, &w2, k, true)?;
+                    }
+                    Ok(())
+                });
+                cuda.retune(|tu| tu.moe.gemm = saved);
+                let ms = ms?;
+                cells.push(format!("{label} {ms:8.3}"));
+                record[label] = json!(ms);
+            }
+            report.summary_line(format!(
+                "  {name:<16} T {t:>4} ({:>6.1} pairs an expert): {} ms | floor {floor_ms:.3}",
+                (t * k) as f64 / e as f64,
+                cells.join(" | ")
+            ));
+            report.record(record);
+        }
+    }
+    Ok(())
+}
