@@ -278,31 +278,30 @@ extern "C" __global__ void dequant_fp8_bf16(bf16* out, const unsigned char* w, c
     dequant_fp8_impl(out, w, scales, rows, k);
 }
 
-// k % 16 == 0: 16 weights a thread (one 16-byte load, two 16-byte stores), the same values as
-// dequant_fp8_bf16. The per-element kernel above (a 64-bit division an element) moved 1 TB/s on
-// the H200: 31 us for the 30B-A3B qkv weight, 4 times cuBLAS's GEMM on the copy at 128 rows.
+// k % 16 == 0: 8 weights a thread (one 8-byte load, one 16-byte store: a warp's loads 256
+// contiguous bytes, its stores 512), the same values as dequant_fp8_bf16, the row and column
+// kept by for_row_chunks. The per-element kernel above (a 64-bit division an element) moved
+// 1 TB/s on the H200: 31 us for the 30B-A3B qkv weight, 4 times cuBLAS's GEMM on the copy at
+// 128 rows; the build before this one took 16 weights a thread with a division each.
 extern "C" __global__ void dequant_fp8_bf16_vec(bf16* out, const unsigned char* w,
                                                 const float* scales, u64 rows, int k) {
     pdl_start();
-    const u64 chunks = rows * (u64)(k >> 4), per_row = (k + 127) >> 7;
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < chunks;
-         i += (u64)gridDim.x * blockDim.x) {
-        const u64 e0 = i << 4, r = e0 / (u64)k, c = e0 - r * (u64)k;
-        const float s = fp8_scale120(scales[r * per_row + (c >> 7)]);
-        const u32x4 q = load_stream((const u32x4*)w + i);
-        const u32 words[4] = {q.x, q.y, q.z, q.w};
-        u32 o[8];
+    const u32 per_row = (u32)k >> 3, scales_per_row = ((u32)k + 127) >> 7;
+    for_row_chunks(rows * per_row, per_row, [&](u64 i, u64 r, u32 c) {
+        const float s = fp8_scale120(scales[r * scales_per_row + (c >> 4)]);
+        const u32x2 q = load_stream8((const u32x2*)w + i);
+        const u32 words[2] = {q.x, q.y};
+        u32 o[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
+        for (int j = 0; j < 2; ++j)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const u32 lo = from_f32<bf16>(e4m3_scaled(words[j] >> (16 * h), s)).bits;
                 const u32 hi = from_f32<bf16>(e4m3_scaled(words[j] >> (16 * h + 8), s)).bits;
                 o[2 * j + h] = lo | (hi << 16);
             }
-        store16(out + e0, u32x4{o[0], o[1], o[2], o[3]});
-        store16(out + e0 + 8, u32x4{o[4], o[5], o[6], o[7]});
-    }
+        store16(out + (i << 3), u32x4{o[0], o[1], o[2], o[3]});
+    });
 }
 
 extern "C" __global__ void dequant_fp8_fp32(float* out, const unsigned char* w, const float* scales,

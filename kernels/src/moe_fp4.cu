@@ -170,15 +170,13 @@ __device__ __forceinline__ void moe_rows_dot(float (*acc)[MOE_MT], const RowFp4<
 MOE_FP4_KERNELS(nvfp4, Fp4Nv)
 MOE_FP4_KERNELS(mxfp4, Fp4Mx)
 
-// MXFP4 weights [rows, k] (k % 32 == 0) as bf16, for the tensor-core path: a thread a 16-byte
-// chunk (32 values, one scale), e2m1 · 2^(e8m0 − 127) exactly (bf16 holds every such value
-// above 2^-133, which no checkpoint scale reaches), four 16-byte stores.
+// MXFP4 weights [rows, k] (k % 32 == 0) as bf16, for the tensor-core path: a thread a packed
+// word (8 values; the scale block of 32 is word i / 4), e2m1 · 2^(e8m0 − 127) exactly (bf16
+// holds every such value above 2^-133, which no checkpoint scale reaches), one 16-byte store.
 extern "C" __global__ void dequant_mxfp4_bf16(bf16* out, const unsigned char* w,
                                               const unsigned char* scales, u64 rows, int k) {
     pdl_start();
-    const u64 chunks = rows * (u64)(k >> 5);
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += (u64)gridDim.x * blockDim.x) {
-        const float s = e8m0_value(scales[i]);
-        fp4_chunk_to_bf16(load_stream((const u32x4*)w + i), s, s, out + (i << 5));
-    }
+    const u64 words = rows * (u64)(k >> 3);
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (u64)gridDim.x * blockDim.x)
+        fp4_word_to_bf16(load_stream4((const u32*)w + i), e8m0_value(scales[i >> 2]), out + (i << 3));
 }

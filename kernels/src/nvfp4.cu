@@ -59,18 +59,16 @@ extern "C" __global__ void __launch_bounds__(NVFP4_WARPS * 32)
     }
 }
 
-// A thread a 16-byte chunk (32 weights): one load, four 16-byte stores.
+// A thread a packed word (8 weights, half a scale block): one 4-byte load, one 16-byte store;
+// the scale block is word i / 2, the row's multiplier from for_row_chunks's row.
 extern "C" __global__ void dequant_nvfp4_bf16(bf16* out, const unsigned char* w, const unsigned char* scales,
                                               const float* globals, u64 rows, int k) {
     pdl_start();
-    const u64 chunks = rows * (u64)(k >> 5);
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < chunks; i += (u64)gridDim.x * blockDim.x) {
-        const u64 e0 = i << 5, r = e0 / (u64)k;
-        const float g = globals[r];
-        const unsigned char* sp = scales + (e0 >> 4);
-        fp4_chunk_to_bf16(load_stream((const u32x4*)w + i), e4m3_value(sp[0]) * g,
-                          e4m3_value(sp[1]) * g, out + e0);
-    }
+    const u32 per_row = (u32)k >> 3;
+    for_row_chunks(rows * per_row, per_row, [&](u64 i, u64 r, u32) {
+        const float s = e4m3_value(scales[i >> 1]) * globals[r];
+        fp4_word_to_bf16(load_stream4((const u32*)w + i), s, out + (i << 3));
+    });
 }
 
 // Thread `chunk` draws bytes [chunk · 65536, +65536) in order, as random_nvfp4_parts does.

@@ -14,14 +14,11 @@ mkdir -p "$OUT"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export LD_LIBRARY_PATH=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export RUST_BACKTRACE=1 PYTHONUNBUFFERED=1
-skip_all=kernels,ops,sampling,e2e,ops-f32,e2e-f32,ops-kv8,e2e-kv8,kv-groups,hybrid,speed,moe-speed,profile
 # cuda_check running only the sections named in $2, into $OUT/$1.
 check() {
-    local skip
-    skip=$(printf '%s' "$skip_all" | tr , '\n' | grep -vxF -f <(printf '%s' "$2" | tr , '\n') | paste -sd,)
     mkdir -p "$OUT/$1"
     METRALE_KERNEL_CACHE=$(mktemp -d) timeout -k 10 "$LIMIT" "$BIN/cuda_check" --fixtures "$FIXTURES" \
-        --out "$OUT/$1" --skip "$skip" >"$OUT/$1/log.txt" 2>&1
+        --out "$OUT/$1" --only "$2" >"$OUT/$1/log.txt" 2>&1
     echo "cuda_check $2: exit $?" >>"$OUT/$1/log.txt"
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$OUT/machine.txt" 2>&1

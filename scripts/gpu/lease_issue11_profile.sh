@@ -15,8 +15,8 @@ export PATH=$CUDA_HOME/bin:$PATH
 export METRALE_KERNEL_CACHE=/tmp/metrale-kernel-cache
 mkdir -p "$METRALE_KERNEL_CACHE"
 export METRALE_MOE_SPEED_BATCHES=1 METRALE_MOE_SPEED_PREFILL=0
-SKIP=kernels,ops,sampling,e2e,ops-f32,e2e-f32,ops-kv8,e2e-kv8,hybrid,speed,profile
-timeout 240 "$BIN/cuda_check" --skip $SKIP >"$OUT/moe-speed.log" 2>&1
+ONLY=moe-speed
+timeout 240 "$BIN/cuda_check" --only $ONLY >"$OUT/moe-speed.log" 2>&1
 echo "moe-speed rc $?"
 grep -E 'sync probe|skeleton|B=1 ctx 128 graph  |FAIL' "$OUT/moe-speed.log" | awk '!seen[$0]++'
 command -v ncu || { echo "no ncu"; exit 0; }
@@ -24,7 +24,7 @@ for m in fp8 bf16; do
     # The load's fill kernels, the probes and the skeleton run but are not profiled.
     METRALE_MOE_SPEED_ONLY=$m timeout 150 ncu --clock-control none --cache-control none \
         --metrics gpu__time_duration.sum --csv -k 'regex:^(?!fill_|sync_probe|decode_skeleton)' \
-        --launch-count 1100 "$BIN/cuda_check" --skip $SKIP >"$OUT/ncu-$m.csv" 2>"$OUT/ncu-$m.err"
+        --launch-count 1100 "$BIN/cuda_check" --only $ONLY >"$OUT/ncu-$m.csv" 2>"$OUT/ncu-$m.err"
     echo "ncu $m rc $? rows $(grep -c gpu__time_duration "$OUT/ncu-$m.csv")"
     tail -n 3 "$OUT/ncu-$m.err"
 done

@@ -20,7 +20,7 @@ LEASE=issue34
 . "$(dirname "$0")/lease_common.sh"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export PATH=$CUDA_HOME/bin:$PATH
-SKIP=kernels,ops,sampling,e2e,ops-f32,e2e-f32,ops-kv8,e2e-kv8,hybrid,speed,prefill-attn,profile
+ONLY=moe-speed
 W=$ROOT_OUT/work
 case ${1:-profile} in
 check)
@@ -37,7 +37,7 @@ check)
     ;;
 profile)
     METRALE_MOE_SPEED_BATCHES=${BATCHES:-16,32,128} METRALE_MOE_SPEED_PREFILL=0 \
-        timeout 300 .gpu/bin/cuda_check --skip $SKIP >"$W/moe-speed.log" 2>&1
+        timeout 300 .gpu/bin/cuda_check --only $ONLY >"$W/moe-speed.log" 2>&1
     { echo "== moe-speed rc $?"; grep -E 'graph|FAIL' "$W/moe-speed.log" | grep -v 'pdl off' | head -60; } >>"$S"
     b=${PROFILE_BATCH:-128}
     for m in fp8 bf16; do
@@ -46,7 +46,7 @@ profile)
             timeout 200 ncu --clock-control none --cache-control none \
             --metrics gpu__time_duration.sum --csv \
             -k 'regex:^(?!fill_|sync_probe|decode_skeleton|probe_)' --launch-count ${LAUNCHES:-1800} \
-            .gpu/bin/cuda_check --skip $SKIP >"$ROOT_OUT/ncu-$m-b$b.csv" 2>"$W/ncu-$m.err"
+            .gpu/bin/cuda_check --only $ONLY >"$ROOT_OUT/ncu-$m-b$b.csv" 2>"$W/ncu-$m.err"
         echo "== ncu $m rc $? rows $(grep -c gpu__time_duration "$ROOT_OUT/ncu-$m-b$b.csv")" >>"$S"
         tail -n 3 "$W/ncu-$m.err" >>"$S"
     done
@@ -54,7 +54,7 @@ profile)
         timeout 150 ncu --clock-control none -k 'regex:moe_(gate_up|down)_fp8_small_any' \
         --launch-skip 2 --launch-count 2 --section SpeedOfLight --section Occupancy \
         --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
-        .gpu/bin/cuda_check --skip $SKIP >"$ROOT_OUT/ncu-experts-fp8-b$b.txt" 2>&1
+        .gpu/bin/cuda_check --only $ONLY >"$ROOT_OUT/ncu-experts-fp8-b$b.txt" 2>&1
     echo "== ncu experts rc $?" >>"$S"
     ;;
 ladders)

@@ -52,6 +52,10 @@ struct Args {
     /// moe-speed, moe-fp4-speed, prefill-attn, profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
+    /// Sections to run, all others skipped (the same names as --skip): scripts name what they
+    /// want, so a section added later does not slip into their calls.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -120,7 +124,8 @@ fn main() -> ExitCode {
         "prefill-attn",
         "profile",
     ] {
-        if args.skip.iter().any(|s| s == name) {
+        let unasked = !args.only.is_empty() && !args.only.iter().any(|s| s == name);
+        if unasked || args.skip.iter().any(|s| s == name) {
             report.summary_line(format!("{name}: skipped"));
             continue;
         }

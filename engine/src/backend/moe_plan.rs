@@ -31,11 +31,14 @@ pub const ROUTER_PLAN_MAX_EXPERTS: usize = 256;
 pub const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
 /// With [`MoeGemm::Auto`], steps with FP4 experts whose pairs average at least this many an
 /// expert take the bf16 copy on tensor cores ([`Experts::WidenedMma`]). The copy is the whole
-/// stack written each step (gpt-oss-20b: 1.6 GB of bf16 a layer), whatever the tokens, so it
-/// pays only where the packed CUDA-core kernels' per-pair work outweighs it: at bf16's 4 it
-/// made gpt-oss-20b's 32-sequence decode step 147 ms against 21 at 16 (H100, log part 17).
-/// The crossing is measured by cuda_check's `moe-fp4-speed` (docs/performance.md).
-pub const FP4_WIDEN_MIN_PAIRS_PER_EXPERT: usize = 64;
+/// stack written each step (gpt-oss-20b: 1.6 GB of bf16 a layer) whatever the tokens; the
+/// packed CUDA-core kernels' time grows with the pairs. Where they cross (cuda_check's
+/// `moe-fp4-speed`, H100, one layer, performance log part 18): Qwen3.6-35B-A3B's shape near
+/// 1.5 pairs an expert (at 4: copy 1.66 ms, CUDA cores 2.51), gpt-oss-20b's and 120b's near 6
+/// (20b at 4: 1.69 against 1.27; at 6: 1.69 against 1.75). 4 costs at most 1.3x between 4 and
+/// 6 on gpt-oss, 6 up to 2x on Qwen's shape. (The copy at 0.64 TB/s, before its kernel wrote
+/// 16 bytes a store, made gpt-oss-20b's 32-sequence step 147 ms: log part 17.)
+pub const FP4_WIDEN_MIN_PAIRS_PER_EXPERT: usize = 4;
 /// Most tokens a step may have for `moe_*_fp8_small` (at most 6 pairs an expert in one mma n8
 /// tile, k split over the block's warps); larger steps take `moe_*_fp8_small_any` (a warp over
 /// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens,

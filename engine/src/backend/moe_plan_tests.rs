@@ -243,7 +243,7 @@ fn the_router_fuses_at_one_token_with_a_bf16_router() {
 
 /// FP4 experts (NVFP4 kept packed; MXFP4's kernels): the CUDA-core FP4 kernels at decode
 /// sizes (no small tensor-core kernels, no one-token `_dec` kernels), the bf16 copy on tensor
-/// cores from 64 pairs an expert (`FP4_WIDEN_MIN_PAIRS_PER_EXPERT`), the CUDA cores where the GPU or the
+/// cores from 4 pairs an expert (`FP4_WIDEN_MIN_PAIRS_PER_EXPERT`), the CUDA cores where the GPU or the
 /// setting rules the tensor cores out. Qwen3.6-35B-A3B's shape: 256 experts of 512, top 8.
 #[test]
 fn fp4_experts_take_their_kernels_or_a_bf16_copy() {
@@ -280,15 +280,10 @@ fn fp4_experts_take_their_kernels_or_a_bf16_copy() {
             };
             assert_eq!(p.experts, cores(build, GateUp::Plain, down), "{t}");
         }
-        // 128 tokens · 8 = 1024 pairs = 4 an expert: still the packed kernels (the copy would
-        // write the whole stack); 2048 tokens = 64 an expert: the bf16 copy on tensor cores.
+        // 128 tokens · 8 = 1024 pairs = 4 an expert: the bf16 copy on tensor cores.
         assert_eq!(
             MoePlan::choose(s(128), w, H200, &d).experts,
-            cores(build, GateUp::Plain, Down::Separate)
-        );
-        assert_eq!(
-            MoePlan::choose(s(2047), w, H200, &d).experts,
-            cores(build, GateUp::Plain, Down::Separate)
+            Experts::WidenedMma
         );
         assert_eq!(
             MoePlan::choose(s(2048), w, H200, &d).experts,
@@ -325,7 +320,7 @@ fn fp4_experts_take_their_kernels_or_a_bf16_copy() {
 /// (hidden = experts' width = 2880, a multiple of 64; top-4 of 32) and 120b's (of 128), bf16
 /// experts on the CUDA cores up to 8 tokens, the small-step `_any` kernels from 9 to 256 (the
 /// 126-sequence decode step of issue 39 among them), the 64-row tiles past that; MXFP4 stacks
-/// packed on the CUDA cores below 64 pairs an expert, a bf16 copy on tensor cores from there;
+/// packed on the CUDA cores below 4 pairs an expert, a bf16 copy on tensor cores from there;
 /// f32 experts and pre-Ampere GPUs on the CUDA cores at every size.
 #[test]
 fn gpt_oss_clamped_experts_by_step() {
@@ -358,14 +353,12 @@ fn gpt_oss_clamped_experts_by_step() {
         for t in [257, 2048] {
             assert_eq!(experts(t, e, ExpertType::Bf16), tiles, "bf16 T {t} E {e}");
         }
-        // MXFP4: the packed kernels below 64 pairs an expert (16·e tokens at top-4; the
-        // 32-sequence decode step that the copy made 7 times slower among them), the copy
-        // from there.
-        for t in [1, 8, 32, e, 16 * e - 1] {
+        // MXFP4: 4 pairs an expert is e tokens at top-4.
+        for t in [1, 8, e - 1] {
             let x = experts(t, e, ExpertType::Mxfp4);
             assert!(on_cores(x, CoreBuild::Mxfp4), "mxfp4 T {t} E {e}: {x:?}");
         }
-        for t in [16 * e, 4096] {
+        for t in [e, 2048] {
             let x = experts(t, e, ExpertType::Mxfp4);
             assert_eq!(x, Experts::WidenedMma, "mxfp4 T {t} E {e}");
         }

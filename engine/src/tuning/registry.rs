@@ -234,7 +234,7 @@ pub const SETTINGS: &[Setting] = &[
         var: "METRALE_MOE_GEMM",
         accepts: "auto | tensor-cores | cuda-cores",
         default: "auto",
-        doc: "Where the experts' GEMMs run (auto: tensor cores from 4 pairs an expert with bf16 experts, 2 with FP8, 64 with FP4 ones widened to bf16).",
+        doc: "Where the experts' GEMMs run (auto: tensor cores from 4 pairs an expert with bf16 experts, 2 with FP8, 4 with FP4 ones widened to bf16).",
         set: |t, v| {
             t.moe.gemm = match v.trim().to_ascii_lowercase().as_str() {
                 "" => t.moe.gemm,

@@ -154,6 +154,8 @@ void t_dequant_mxfp4(int rows, int k) {
 static void moe_fp4_tests() {
     t_e2m1_values();
     t_dequant_mxfp4(5, 96);
+    t_dequant_mxfp4(7, 32);
+    t_dequant_mxfp4(3, 416);
     for (bool mx : {false, true}) {
         // Decode sizes (one token, a few), Qwen3.6-35B-A3B's routing shape (top-8 of 128 at a
         // reduced width), odd expert counts and widths of an odd number of 32-value chunks.

@@ -276,7 +276,7 @@ void t_gemv_fp8(int M, int N, int K) {
     for (int i = 0; i < N * K; ++i) if (deq[i].bits != B(wf[i]).bits) ++bad;
     snprintf(name, 64, "dequant_fp8_bf16 N%d K%d", N, K);
     report(name, bad, 0);
-    if (K % 16 == 0) {  // 16 weights a thread: the same bits
+    if (K % 16 == 0) {  // 8 weights a thread: the same bits
         std::vector<bf16> dv(N * K);
         launch({2}, {64}, [&] { dequant_fp8_bf16_vec(dv.data(), w.data(), sc.data(), N, K); });
         bad = 0;

@@ -200,4 +200,6 @@ void nvfp4_tests() {
     for (int m = 1; m <= 40; ++m) t_gemv_nvfp4_mma(2, m <= 8 ? 1 : m <= 16 ? 2 : 4, m, 37, 1024 + 32);
     t_dequant_nvfp4(5, 96);
     t_dequant_nvfp4(3, 5120 + 32);
+    t_dequant_nvfp4(7, 32);    // rows of 4 words: a stride spans many rows
+    t_dequant_nvfp4(3, 416);   // rows of 52 words: the column wraps mid-stride
 }

@@ -12,6 +12,7 @@ struct u32x2 {
 };
 
 #ifdef METRALE_HOST_EMULATION
+__device__ __forceinline__ u32 load_stream4(const u32* p) { return *p; }
 __device__ __forceinline__ u32x2 load_stream8(const u32x2* p) { return *p; }
 __device__ __forceinline__ u32x4 load_stream(const u32x4* p) { return *p; }
 __device__ __forceinline__ u32x4 load_cached(const u32x4* p) { return *p; }
@@ -42,6 +43,12 @@ __device__ __forceinline__ u32x4 load_l2x4(const u32x4* p) {
     asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                  : "l"(p));
+    return r;
+}
+
+__device__ __forceinline__ u32 load_stream4(const u32* p) {
+    u32 r;
+    asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
     return r;
 }
 

@@ -44,3 +44,27 @@ __device__ __forceinline__ float exp2_fast(float x) {
     return r;
 #endif
 }
+
+// Grid-stride over `chunks` chunks of a row-major matrix whose rows are `per_row` chunks long,
+// calling f(i, row, col) for each: a thread's (row, col) advance by the stride's quotient and
+// remainder, so a thread divides once, not once a chunk (the dequantizing kernels' 64-bit
+// division a chunk was one of what held them at a fraction of their bytes' rate).
+template <typename F>
+__device__ __forceinline__ void for_row_chunks(u64 chunks, u32 per_row, F f) {
+    u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= chunks) return;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 step_rows = stride / per_row;
+    const u32 step_cols = (u32)(stride - step_rows * per_row);
+    u64 row = i / per_row;
+    u32 col = (u32)(i - row * per_row);
+    for (; i < chunks; i += stride) {
+        f(i, row, col);
+        row += step_rows;
+        col += step_cols;
+        if (col >= per_row) {
+            col -= per_row;
+            ++row;
+        }
+    }
+}

@@ -91,7 +91,7 @@ impl Ops<'_> {
     /// as the device holds them). Biases around 1 and, in some cases, `limit` 2 so that the
     /// clamp bites on many channels (gpt-oss's 7 on the others). Each case on the kernels of
     /// the listed `moe.gemm` settings: `Auto` (the plan's choice, tensor cores from 4 pairs an
-    /// expert (FP4 stacks 64) or 9 tokens at widths of a multiple of 64), and the CUDA cores or tensor cores
+    /// expert or 9 tokens at widths of a multiple of 64), and the CUDA cores or tensor cores
     /// forced where the other route is the one to check.
     fn moe_clamped(&mut self) -> Result<()> {
         let (bf, f32d) = (DType::BF16, DType::F32);

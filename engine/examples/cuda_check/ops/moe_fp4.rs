@@ -73,8 +73,8 @@ impl Ops<'_> {
 
     /// `fused_moe` with NVFP4 experts: Qwen3.6-35B-A3B's shape (hidden 2048, 256 experts of
     /// 512, top 8) at one token, an MTP verify step's 4, a decode batch of 8 (down + sum in one
-    /// launch), 9 and 100 (down and sum apart), a prefill chunk of 300 (the packed kernels by
-    /// default; the bf16 copy on tensor cores forced); skewed routing (experts with hundreds of pairs beside empty
+    /// launch), 9 and 100 (down and sum apart), a prefill chunk of 300 (the bf16 copy on
+    /// tensor cores by default); skewed routing (experts with hundreds of pairs beside empty
     /// ones); odd expert counts and widths of odd numbers of 32-value chunks (H 160, I 96);
     /// I 48, whose down stack (rows of 48) is widened at upload while gate|up stays packed
     /// (the step widens it too); and dummy experts drawn on the device. Each on the CUDA-core
