@@ -120,33 +120,42 @@ __device__ __forceinline__ int block_expert(const int* active, int experts) {
 // MoeSiluAct, MoeClampedAct: prelude/moe_act.cuh (moe_mma.cu's tensor-core kernels share them).
 
 // A: the activation type (x rows and the SiLU products): bf16, or float on the float32 path.
-// F: the activation between the products (MoeSiluAct, MoeClampedAct).
+// F: the activation between the products (MoeSiluAct, MoeClampedAct, MoeRelu2Act); its FAN
+// says how many weight rows output j reads: 2, gate row j and up row I + j of the expert's
+// [2·I, H] (SwiGLU), or 1, up row j of its [I, H] (Nemotron-H's un-gated relu² experts, whose
+// product is handed to f as u).
 template <bool VEC, typename W, typename A, typename F = MoeSiluAct>
 __device__ void moe_gate_up_impl(A* act, const A* x, const W* w, const float* scales,
                                  const int* offsets, const int* active, const int* perm,
                                  int experts, int top_k, int inter, int hidden, F f = F{}) {
+    constexpr int FAN = F::FAN;
+    static_assert(FAN == 1 || FAN == 2, "an output reads a gate and an up row, or an up row");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = block_expert(active, experts), j = blockIdx.x * MOE_WARPS + warp;
     if (e < 0 || j >= inter) return;
     const int start = offsets[e], end = offsets[e + 1];
-    const u64 base = (u64)e * 2 * inter;
-    const auto row_g = weight_row(w, scales, base + j, hidden);
-    const decltype(row_g) rows[2] = {row_g, weight_row(w, scales, base + inter + j, hidden)};
+    const u64 base = (u64)e * FAN * inter;
+    using Row = decltype(weight_row(w, scales, 0, 0));
+    Row rows[FAN];
+    rows[0] = weight_row(w, scales, base + j, hidden);
+    if constexpr (FAN == 2) rows[1] = weight_row(w, scales, base + inter + j, hidden);
     for (int p0 = start; p0 < end; p0 += MOE_MT) {
         const int n = min(MOE_MT, end - p0);
         int pair[MOE_MT];
         u64 xoff[MOE_MT];
-        float acc[2][MOE_MT];
+        float acc[FAN][MOE_MT];
 #pragma unroll
         for (int m = 0; m < MOE_MT; ++m) {
             pair[m] = m < n ? perm[p0 + m] : 0;
             xoff[m] = (u64)(pair[m] / top_k) * hidden;
-            acc[0][m] = acc[1][m] = 0.f;
+#pragma unroll
+            for (int r = 0; r < FAN; ++r) acc[r][m] = 0.f;
         }
-        moe_rows_dot<VEC, 2>(acc, rows, x, xoff, n, hidden);
+        moe_rows_dot<VEC, FAN>(acc, rows, x, xoff, n, hidden);
 #pragma unroll
         for (int m = 0; m < MOE_MT; ++m) {
-            const float g = warp_sum(acc[0][m]), u = warp_sum(acc[1][m]);
+            const float g = FAN == 2 ? warp_sum(acc[0][m]) : 0.f;
+            const float u = warp_sum(acc[FAN - 1][m]);
             if (lane == 0 && m < n)
                 act[(u64)pair[m] * inter + j] = from_f32<A>(f(g, u, e, j, inter));
         }
@@ -377,6 +386,19 @@ __device__ void moe_gate_up_dec_impl(bf16* act, const bf16* x, const W* w, const
                               hidden, MoeClampedAct<A>{bias, alpha, limit});                      \
     }
 
+// Nemotron-H's routed experts (nemotron_moe.rs): moe_gate_up with one weight row an output (up
+// [E, I, H], not gated) and relu(u)² (MoeRelu2Act) into act; then moe_down_* / moe_down_combine_*
+// and moe_combine, unchanged.
+#define MOE_UP_RELU2(SUFFIX, W, A, VEC)                                                           \
+    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_GATE_UP_BLOCKS_PER_SM)      \
+        moe_up_relu2_##SUFFIX(                                                                    \
+        A* act, const A* x, const W* w, const float* scales, const int* offsets,                  \
+        const int* active, const int* perm, int experts, int top_k, int inter, int hidden) {      \
+        pdl_start();                                                                              \
+        moe_gate_up_impl<VEC>(act, x, w, scales, offsets, active, perm, experts, top_k, inter,    \
+                              hidden, MoeRelu2Act{});                                             \
+    }
+
 MOE_EXPERT_KERNELS(bf16_vec, bf16, bf16, true)
 MOE_EXPERT_KERNELS(bf16, bf16, bf16, false)
 MOE_EXPERT_KERNELS(fp8_vec, unsigned char, bf16, true)
@@ -393,6 +415,11 @@ MOE_GATE_UP_DEC(fp8_vec, unsigned char, 3)
 MOE_GATE_UP_CLAMPED(bf16_vec, bf16, bf16, true)
 MOE_GATE_UP_CLAMPED(bf16, bf16, bf16, false)
 MOE_GATE_UP_CLAMPED(fp32, float, float, false)
+MOE_UP_RELU2(bf16_vec, bf16, bf16, true)
+MOE_UP_RELU2(bf16, bf16, bf16, false)
+MOE_UP_RELU2(fp8_vec, unsigned char, bf16, true)
+MOE_UP_RELU2(fp8, unsigned char, bf16, false)
+MOE_UP_RELU2(fp32, float, float, false)
 
 // The top_k choices of one token by every expert's rank at once (the whole block; experts <=
 // blockDim.x): thread e counts the valid experts before it in the order of (logit key

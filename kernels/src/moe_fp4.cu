@@ -1,7 +1,7 @@
 // FP4 experts kept packed (compiled with moe.cu and moe_decode.cu as one module): moe.cu's
 // CUDA-core expert kernels (moe_gate_up, moe_down, moe_down_combine, gpt-oss's
-// moe_gate_up_clamped) on E2M1 weights, two a byte as the checkpoint stores them, with the
-// scale format a template parameter:
+// moe_gate_up_clamped, Nemotron-H's moe_up_relu2) on E2M1 weights, two a byte as the
+// checkpoint stores them, with the scale format a template parameter:
 //
 //   - NVFP4 (`_nvfp4`, Fp4Nv): one E4M3 scale byte per 16 values of a row and one f32
 //     multiplier a row (the expert's global scale repeated for each of its rows: the layout of
@@ -165,6 +165,16 @@ __device__ __forceinline__ void moe_rows_dot(float (*acc)[MOE_MT], const RowFp4<
         const Fp4Weights<S> f{w, scales, globals};                                                \
         moe_gate_up_impl<false>(act, x, &f, nullptr, offsets, active, perm, experts, top_k,       \
                                 inter, hidden, MoeClampedAct<bf16>{bias, alpha, limit});          \
+    }                                                                                             \
+    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_FP4_GATE_UP_BLOCKS_PER_SM)  \
+        moe_up_relu2_##SUFFIX(bf16* act, const bf16* x, const unsigned char* w,                   \
+                              const unsigned char* scales, const float* globals,                  \
+                              const int* offsets, const int* active, const int* perm,             \
+                              int experts, int top_k, int inter, int hidden) {                    \
+        pdl_start();                                                                              \
+        const Fp4Weights<S> f{w, scales, globals};                                                \
+        moe_gate_up_impl<false>(act, x, &f, nullptr, offsets, active, perm, experts, top_k,       \
+                                inter, hidden, MoeRelu2Act{});                                    \
     }
 
 MOE_FP4_KERNELS(nvfp4, Fp4Nv)

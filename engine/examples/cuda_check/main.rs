@@ -47,9 +47,9 @@ struct Args {
     /// Where to write results.json and summary.txt.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sections to skip: kernels, ops, ops-gpt-oss and ops-nvfp4 (parts of ops), sampling,
-    /// e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8, kv-groups, hybrid, nvfp4-speed, speed,
-    /// moe-speed, moe-fp4-speed, prefill-attn, profile.
+    /// Sections to skip: kernels, ops, ops-gpt-oss, ops-nvfp4 and ops-nemotron-moe (parts of
+    /// ops), sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8, kv-groups, hybrid, nvfp4-speed,
+    /// speed, moe-speed, moe-fp4-speed, prefill-attn, profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
     /// Sections to run, all others skipped (the same names as --skip): scripts name what they
@@ -109,6 +109,7 @@ fn main() -> ExitCode {
         "ops",
         "ops-gpt-oss",
         "ops-nvfp4",
+        "ops-nemotron-moe",
         "sampling",
         "e2e",
         "ops-f32",
@@ -182,6 +183,7 @@ fn main() -> ExitCode {
             "ops" => ops::run(&cuda, &mut report),
             "ops-gpt-oss" => ops::run_gpt_oss(&cuda, &mut report),
             "ops-nvfp4" => ops::run_nvfp4(&cuda, &mut report),
+            "ops-nemotron-moe" => ops::nemotron_moe::run(&cuda, &mut report),
             "sampling" => sampling::run(&cuda, &mut report),
             "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
             "ops-f32" => {

@@ -27,6 +27,7 @@ mod minimax;
 mod mla;
 mod moe;
 mod moe_fp4;
+pub mod nemotron_moe;
 mod nvfp4;
 mod uploads;
 
@@ -787,10 +788,12 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.minimax()?;
     ops.mla()?;
     if ops.fp32() {
-        return Ok(()); // f32 weights take cuBLAS's f32 GEMM
+        return ops.nemotron_moe(); // f32 weights take cuBLAS's f32 GEMM: not the two below
     }
     ops.gemv_bf16_mma()?;
     ops.draft_head()?;
-    // NVFP4 experts kept packed (after the rest, so their draws stay as they were).
-    ops.moe_nvfp4()
+    // NVFP4 experts kept packed, then Nemotron-H's relu² experts (after the rest, so the
+    // draws above stay as they were).
+    ops.moe_nvfp4()?;
+    ops.nemotron_moe()
 }

@@ -89,9 +89,10 @@ pub const fn cuda_supports(feature: Feature) -> bool {
         // cache only for latents of a multiple of 128 (DeepSeek's 512; others refused by name
         // at the first step).
         Feature::DeepseekV3 => true,
-        // Not yet: Nemotron-H's routed experts (sigmoid routing, relu² experts without a gate)
-        // have no expert kernels (docs/models.md).
-        Feature::NemotronHExperts => false,
+        // Nemotron-H's routed experts (fused_moe_relu2: fused_moe_sigmoid's routing, the
+        // un-gated moe_up_relu2_* and fused_moe's down and weighted sum, on the CUDA cores at
+        // every size); cuda_check ops nemotron_moe and e2e on the Nemotron-H MoE fixture.
+        Feature::NemotronHExperts => true,
     }
 }
 
@@ -198,7 +199,7 @@ mod tests {
             nemotron.and_then(|n| missing(Device::Cuda, n.iter().copied())),
             None
         );
-        assert!(!cuda_supports(Feature::NemotronHExperts));
+        assert!(cuda_supports(Feature::NemotronHExperts));
         let qwen = architecture("Qwen3_5MoeForConditionalGeneration").map(|a| a.needs);
         assert_eq!(
             qwen.and_then(|n| missing(Device::Cuda, n.iter().copied())),

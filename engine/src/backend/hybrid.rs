@@ -3,7 +3,7 @@
 //! ([`HybridOps::mamba2`]) and relu² experts ([`HybridOps::fused_moe_relu2`]), their
 //! parameters, and the small ops around them. The CPU reference is `cpu/hybrid.rs`,
 //! `cpu/mamba2.rs` and `cpu/moe.rs`; CUDA runs the Gated DeltaNet (`cuda/hybrid.rs`), the
-//! Mamba-2 mixer and relu² (`cuda/mamba2.rs`), not yet the relu² experts.
+//! Mamba-2 mixer and relu² (`cuda/mamba2.rs`) and the relu² experts (`cuda/nemotron_moe.rs`).
 
 use super::{Backend, BatchInputs, DeltaHeads, Result, SigmoidRouting, SsmHeads, lacks};
 

@@ -4,7 +4,9 @@
 //! launches what it names. No GPU needed: the choice is tested here, per shape. gpt-oss's
 //! `fused_moe_clamped` (`cuda/gpt_oss.rs`) takes the same plan, its gate|up kernels adding the
 //! bias and the clamped SwiGLU (the CUDA-core `Down` and `GateUp` kinds aside: it runs the plain
-//! gate|up and down apart, then `moe_combine_bias`).
+//! gate|up and down apart, then `moe_combine_bias`). Nemotron-H's relu² experts
+//! (`cuda/nemotron_moe.rs`) take [`MoePlan::choose_cuda_cores`]: the same routing and down, the
+//! experts on the CUDA cores at every size.
 //!
 //! Every plan gives the same output within the op's tolerance (the CUDA-core routes bit for
 //! bit); the defaults are the fastest measured on the H200 (docs/performance.md).
@@ -341,6 +343,24 @@ impl MoePlan {
             }
         };
         MoePlan { route, experts }
+    }
+
+    /// [`Self::choose`] kept on the CUDA-core kernels with the plain gate|up
+    /// ([`GateUp::Plain`]): for experts whose activation only `moe_gate_up_impl` builds
+    /// (Nemotron-H's un-gated relu² experts, `cuda/nemotron_moe.rs`: no tensor-core or
+    /// one-token `_dec` build yet). The routing and the down + weighted sum are `choose`'s.
+    pub fn choose_cuda_cores(
+        shape: MoeShape,
+        w: ExpertType,
+        cc: (i32, i32),
+        tuning: &MoeTuning,
+    ) -> Self {
+        let cores = MoeTuning {
+            gemm: MoeGemm::CudaCores,
+            decode_gate_up: false,
+            ..*tuning
+        };
+        Self::choose(shape, w, cc, &cores)
     }
 }
 

@@ -387,3 +387,38 @@ fn gpt_oss_clamped_experts_by_step() {
         }
     );
 }
+
+/// Nemotron-H's relu² experts stay on the CUDA cores with the plain gate|up at every size and
+/// expert type, and keep `choose`'s routing and down + weighted sum (Nemotron 3 Nano's shape:
+/// hidden 2688, 128 experts of 1856, top-6).
+#[test]
+fn relu2_experts_stay_on_the_cuda_cores() {
+    let tuning = Tuning::default().moe;
+    for t in [1, 2, 8, 9, 40, 300, 2048] {
+        let s = MoeShape {
+            t,
+            h: 2688,
+            e: 128,
+            i: 1856,
+            top_k: 6,
+            logits_bf16: false,
+            router: false,
+        };
+        for w in [
+            ExpertType::Bf16,
+            ExpertType::Fp8,
+            ExpertType::F32,
+            ExpertType::Nvfp4,
+        ] {
+            let all = MoePlan::choose(s, w, H200, &tuning);
+            let cores = MoePlan::choose_cuda_cores(s, w, H200, &tuning);
+            assert_eq!(cores.route, all.route, "t {t} {w:?}");
+            let Experts::CudaCores { gate_up, down, .. } = cores.experts else {
+                panic!("t {t} {w:?}: {:?}", cores.experts);
+            };
+            assert_eq!(gate_up, GateUp::Plain, "t {t} {w:?}");
+            let fused = matches!(down, Down::Combined { .. });
+            assert_eq!(fused, t <= FUSED_DOWN_TOKENS, "t {t} {w:?}");
+        }
+    }
+}

@@ -32,7 +32,7 @@
 //! `backbone.norm_f`, `lm_head`) or transformers' in-memory one (`model.` for `backbone.`,
 //! the experts stacked as `mixer.experts.up_proj`). Only backends that answer [`Feature::NemotronH`] run it (the
 //! CPU reference and CUDA), and a checkpoint with `E` layers only those that also answer
-//! [`Feature::NemotronHExperts`] (the CPU); others refuse it by name at load.
+//! [`Feature::NemotronHExperts`] (the CPU and CUDA); others refuse it by name at load.
 
 use crate::backend::{Backend, BatchInputs, Feature, HybridOps, Mamba2Layer, Result};
 use crate::loader::{HostTensor, LoadError, TensorKind, Weights};

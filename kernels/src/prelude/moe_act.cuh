@@ -4,11 +4,14 @@
 // A functor f(g, u, e, j, inter) of a pair's gate g and up u sums (f32) for output j of expert
 // e, its result rounded to the activation type by the caller; f.at(e, j, inter) is the same for
 // one (e, j), f'(g, u), with what it reads loaded once (for kernels whose lane keeps one j over
-// many pairs). A template parameter of each kernel body, so the SiLU and clamped builds share
-// one body.
+// many pairs). A template parameter of each kernel body, so the SiLU, clamped and relu² builds
+// share one body. FAN: weight rows an output reads, 2 for gate|up ([E, 2·I, H], gate rows
+// first), 1 for an un-gated up ([E, I, H], whose one product is passed as u, g being 0). Only
+// the CUDA-core moe_gate_up_impl reads FAN; the tensor-core kernels take FAN 2 functors.
 
 // SwiGLU, silu(g) · u (Qwen3-MoE's, MiniMax-M2's experts) ...
 struct MoeSiluAct {
+    static constexpr int FAN = 2;
     __device__ __forceinline__ float operator()(float g, float u, int, int, int) const {
         return g / (1.0f + expf(-g)) * u;
     }
@@ -35,6 +38,7 @@ struct MoeClampedAt {
 
 template <typename B>
 struct MoeClampedAct {
+    static constexpr int FAN = 2;
     const B* bias;
     float alpha, limit;
     __device__ __forceinline__ MoeClampedAt at(int e, int j, int inter) const {
@@ -44,4 +48,18 @@ struct MoeClampedAct {
     __device__ __forceinline__ float operator()(float g, float u, int e, int j, int inter) const {
         return at(e, j, inter)(g, u);
     }
+};
+
+// ... or Nemotron-H's un-gated experts (moe_up_relu2_*, FAN 1): relu(u)², the CPU reference's
+// fused_moe_relu2 activation (u.max(0), then its square, in f32).
+struct MoeRelu2Act {
+    static constexpr int FAN = 1;
+    __device__ __forceinline__ float operator()(float, float u, int, int, int) const {
+        const float r = fmaxf(u, 0.0f);
+        return r * r;
+    }
+    __device__ __forceinline__ float operator()(float g, float u) const {
+        return (*this)(g, u, 0, 0, 0);
+    }
+    __device__ __forceinline__ MoeRelu2Act at(int, int, int) const { return *this; }
 };

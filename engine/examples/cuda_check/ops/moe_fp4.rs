@@ -63,7 +63,11 @@ impl Ops<'_> {
     }
 
     /// An expert stack of `format` ("nvfp4" or "mxfp4") as the loader hands it over.
-    fn fp4_experts_host(&mut self, mx: bool, dims: (usize, usize, usize)) -> HostTensor<'static> {
+    pub(super) fn fp4_experts_host(
+        &mut self,
+        mx: bool,
+        dims: (usize, usize, usize),
+    ) -> HostTensor<'static> {
         if mx {
             self.mxfp4_experts_host(dims)
         } else {

@@ -1,7 +1,8 @@
 //! `HybridOps` on CUDA: Qwen3.5's Gated DeltaNet mixer and the elementwise ops around it
 //! (`kernels/src/hybrid.cu`, whose header has the design); Nemotron-H's Mamba-2 mixer and
-//! relu² launch from `mamba2.rs`. The CPU's `backend/cpu/hybrid.rs` is
-//! the reference; `cuda_check`'s `hybrid` section compares the two.
+//! relu² launch from `mamba2.rs`, its routed relu² experts from `nemotron_moe.rs`. The CPU's
+//! `backend/cpu/hybrid.rs` is the reference; `cuda_check`'s `hybrid` section compares the two
+//! (the experts: `ops`' `fused_moe_relu2` cases).
 
 use super::elementwise::{dim, int, stride_cfg};
 use super::gdn_chunk::ChunkArgs;
@@ -10,7 +11,7 @@ use super::gdn_kernels;
 use super::tensor::{CudaTensor, DType, alloc_bytes};
 use super::{CudaBackend, CudaBatch, check, shape_err};
 use crate::backend::kernels::{self, Kernel};
-use crate::backend::{BatchInputs, GdnLayer, HybridOps, Mamba2Layer, Result};
+use crate::backend::{BatchInputs, GdnLayer, HybridOps, Mamba2Layer, Result, SigmoidRouting};
 
 /// Key head sizes the recurrent kernel is built for (its state rows live in registers), and
 /// the fused decode kernel (`gdn_decode.rs`).
@@ -356,6 +357,18 @@ impl HybridOps for CudaBackend {
 
     fn relu2(&self, out: &mut CudaTensor, x: &CudaTensor) -> Result<()> {
         self.relu2_op(out, x)
+    }
+
+    fn fused_moe_relu2(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router_logits: &CudaTensor,
+        bias: &CudaTensor,
+        experts: (&CudaTensor, &CudaTensor),
+        routing: SigmoidRouting,
+    ) -> Result<()> {
+        self.fused_moe_relu2_op(out, x, router_logits, bias, experts, routing)
     }
 }
 

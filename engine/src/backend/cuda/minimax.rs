@@ -34,8 +34,33 @@ impl CudaBackend {
         routing: SigmoidRouting,
     ) -> Result<()> {
         let e = router_logits.shape.get(1).copied().unwrap_or(0);
+        let mut widened = None;
+        let scoring = self.sigmoid_scoring("fused_moe_sigmoid", bias, routing, e, &mut widened)?;
+        self.moe_op(
+            out,
+            x,
+            router_logits,
+            experts,
+            (routing.top_k, scoring),
+            None,
+        )
+    }
+
+    /// Stage 1's [`Scoring::Sigmoid`] for `routing` over `e` experts with the correction
+    /// `bias` (`[E]` bf16 or f32), checked as the CPU reference checks it (and the kernels'
+    /// limits: at most [`MAX_GROUPS`] groups, top-k at most [`MAX_TOP_K`]); a bf16 bias is
+    /// widened to f32 into `widened`, which must outlive the launches.
+    /// `fused_moe_sigmoid` and Nemotron-H's `fused_moe_relu2` (`nemotron_moe.rs`).
+    pub(super) fn sigmoid_scoring(
+        &self,
+        op: &'static str,
+        bias: &CudaTensor,
+        routing: SigmoidRouting,
+        e: usize,
+        widened: &mut Option<CudaTensor>,
+    ) -> Result<Scoring> {
         check(
-            "fused_moe_sigmoid",
+            op,
             bias.numel() == e
                 && matches!(bias.dtype, DType::BF16 | DType::F32)
                 && groups_fit(routing, e)
@@ -54,22 +79,13 @@ impl CudaBackend {
             i32::try_from(routing.n_group.max(1)).unwrap_or(1),
             i32::try_from(routing.topk_group.max(1)).unwrap_or(1),
         );
-        let mut widened = None;
-        let bias = self.as_dtype(bias, DType::F32, &mut widened)?;
-        let scoring = Scoring::Sigmoid {
+        let bias = self.as_dtype(bias, DType::F32, widened)?;
+        Ok(Scoring::Sigmoid {
             bias: bias.ptr(&self.stream),
             norm_topk_prob: routing.norm_topk_prob,
             scaling: routing.scaling,
             groups,
-        };
-        self.moe_op(
-            out,
-            x,
-            router_logits,
-            experts,
-            (routing.top_k, scoring),
-            None,
-        )
+        })
     }
 }
 

@@ -43,6 +43,7 @@ mod mla;
 mod moe;
 mod moe_fp4;
 mod moe_mma;
+mod nemotron_moe;
 mod norm;
 mod nvfp4;
 mod nvfp4_gemm;

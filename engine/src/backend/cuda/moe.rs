@@ -11,7 +11,8 @@
 //!
 //! On the float32 path the experts are f32 (`_fp32` kernels: f32 x rows and SiLU products,
 //! always on the CUDA cores); bf16, FP8 and FP4 experts read bf16 activations. NVFP4 and
-//! MXFP4 expert stacks stay packed (`moe_fp4.rs`).
+//! MXFP4 expert stacks stay packed (`moe_fp4.rs`). Nemotron-H's un-gated relu² experts
+//! (`nemotron_moe.rs`) are these launches with `moe_up_relu2_*` for gate|up ([`ExpertAct`]).
 
 use cudarc::driver::DevicePtr;
 
@@ -30,6 +31,16 @@ use crate::backend::moe_plan::{
 pub(super) const MAX_TOP_K: usize = 16;
 /// Warps (= output rows) of an expert block (`MOE_WARPS` in moe.cu).
 const WARPS: usize = 8;
+
+/// What the experts apply between their two products (prelude/moe_act.cuh): SwiGLU over
+/// gate|up stacks `[E, 2I, H]` (`fused_moe`, `fused_moe_sigmoid`), or relu² over un-gated up
+/// stacks `[E, I, H]` (Nemotron-H's `fused_moe_relu2`: the `moe_up_relu2_*` kernels, CUDA cores
+/// only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ExpertAct {
+    Silu,
+    Relu2,
+}
 
 /// How stage 1 scores a token's experts (`MoeSoftmax` and `MoeSigmoid` in moe.cu); the launches
 /// after it are the same for both.
@@ -180,7 +191,7 @@ impl CudaBackend {
         (top_k, scoring): (usize, Scoring),
         router: Option<&CudaTensor>,
     ) -> Result<()> {
-        let (t, h, e, i) = crate::backend::moe_dims(
+        let dims = crate::backend::moe_dims(
             &out.shape,
             &x.shape,
             &router_logits.shape,
@@ -188,6 +199,25 @@ impl CudaBackend {
             top_k,
             MAX_TOP_K,
         )?;
+        let how = (top_k, scoring, ExpertAct::Silu);
+        self.moe_run(out, x, router_logits, (gate_up, down), dims, how, router)
+    }
+
+    /// [`Self::moe_op`]'s launches for shapes the caller checked: `dims` (T, H, E, I), x
+    /// `[T, H]`, the logits `[T, E]`, the stacks `[E, fan·I, H]` (fan 2 for SiLU, 1 for relu²)
+    /// and `[E, H, I]`, 1 <= top_k <= min(E, [`MAX_TOP_K`]); `out` set to `[T, H]` f32. Relu²
+    /// experts (`nemotron_moe.rs`) run on the CUDA cores only ([`MoePlan::choose_cuda_cores`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn moe_run(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router_logits: &CudaTensor,
+        (gate_up, down): (&CudaTensor, &CudaTensor),
+        (t, h, e, i): (usize, usize, usize, usize),
+        (top_k, scoring, act_kind): (usize, Scoring, ExpertAct),
+        router: Option<&CudaTensor>,
+    ) -> Result<()> {
         // FP4 stacks (NVFP4, MXFP4) stay packed when both are of one format and their rows fit
         // the FP4 kernels; else a stray FP4 one is widened for the step.
         let fp4 = fp4_pair((gate_up, down), (h, i));
@@ -247,7 +277,16 @@ impl CudaBackend {
             router: router.is_some(),
         };
         let w = expert_type(gate_up.dtype);
-        let plan = MoePlan::choose(shape, w, self.info.compute_capability, &tuning);
+        let cc = self.info.compute_capability;
+        let plan = match act_kind {
+            ExpertAct::Silu => MoePlan::choose(shape, w, cc, &tuning),
+            ExpertAct::Relu2 => MoePlan::choose_cuda_cores(shape, w, cc, &tuning),
+        };
+        check(
+            "fused_moe",
+            act_kind == ExpertAct::Silu || matches!(plan.experts, Experts::CudaCores { .. }),
+            || format!("{act_kind:?} experts have no {:?} kernels", plan.experts),
+        )?;
         let routing = (idp, wtp, ofp, pmp, acp);
         self.moe_route(
             plan.route,
@@ -313,7 +352,7 @@ impl CudaBackend {
                     (gate_up, down),
                     routing,
                     (t, h, e, i, top_k),
-                    (build, down_kind),
+                    (build, down_kind, act_kind),
                 );
             }
             Experts::CudaCores {
@@ -325,12 +364,17 @@ impl CudaBackend {
         let (xp, actp) = (x.ptr(s), act.ptr(s));
         // A block row per expert that can have pairs (at most one per pair).
         let experts = dim(e.min(pairs), "fused_moe")?;
-        // One-token steps: the kernel that holds a lane's weight loads in flight at once.
-        let f = gate_up_kernel_of(gate_up_kernel, build)?;
+        // One-token steps: the kernel that holds a lane's weight loads in flight at once (SiLU
+        // only). Relu² experts: the up kernel of the build.
+        let f = match act_kind {
+            ExpertAct::Silu => gate_up_kernel_of(gate_up_kernel, build)?,
+            ExpertAct::Relu2 => up_relu2_kernel_of(build)?,
+        };
         let args = (actp, xp, w13, w13s, ofp, acp, pmp, ei, ki, ii, hi);
         // SAFETY: x is [t, h] and act [t·k, i] of the activation type (f32 with f32 experts,
-        // else bf16), gate_up [e, 2i, h] (bf16, f32, or fp8 with [e·2i, ceil(h/128)] f32
-        // scales); offsets/perm were written by moe_group or moe_plan
+        // else bf16), gate_up [e, fan·i, h] (fan 2 for SiLU, 1 for relu², the kernel's; bf16,
+        // f32, or fp8 with [e·fan·i, ceil(h/128)] f32 scales); offsets/perm were written by
+        // moe_group or moe_plan
         // (ranges inside 0..t·k, perm entries below t·k, so token = perm / k < t, and act row
         // perm < t·k); the vector variants only when rows are 16-byte aligned (checked above);
         // active (from moe_active or moe_plan) names at most min(e, t·k) experts, block rows
@@ -622,6 +666,24 @@ fn gate_up_kernel_of(kind: GateUp, build: CoreBuild) -> Result<Kernel<GateUpArgs
     })
 }
 
+/// `moe_up_relu2_{build}`: Nemotron-H's un-gated up + relu² (no one-token `_dec` build; FP4
+/// builds: `moe_fp4.rs`'s).
+fn up_relu2_kernel_of(build: CoreBuild) -> Result<Kernel<GateUpArgs>> {
+    Ok(match build {
+        CoreBuild::Bf16Vec => kernels::moe_up_relu2_bf16_vec,
+        CoreBuild::Bf16 => kernels::moe_up_relu2_bf16,
+        CoreBuild::Fp8Vec => kernels::moe_up_relu2_fp8_vec,
+        CoreBuild::Fp8 => kernels::moe_up_relu2_fp8,
+        CoreBuild::Fp32 => kernels::moe_up_relu2_fp32,
+        CoreBuild::Nvfp4 | CoreBuild::Mxfp4 => {
+            return Err(super::shape_err(
+                "fused_moe_relu2",
+                format!("{build:?} experts take moe_fp4.rs's kernels"),
+            ));
+        }
+    })
+}
+
 /// `moe_down_{build}` (FP4 builds: `moe_fp4.rs`'s kernels, with their multipliers).
 pub(super) fn down_kernel_of(build: CoreBuild) -> Result<Kernel<DownArgs>> {
     Ok(match build {
@@ -693,6 +755,8 @@ mod tests {
             }
             let down = down_kernel_of(build).expect("a kernel");
             assert_eq!(down.name(), format!("moe_down_{suffix}"));
+            let relu2 = up_relu2_kernel_of(build).expect("a kernel");
+            assert_eq!(relu2.name(), format!("moe_up_relu2_{suffix}"));
             let combined = down_combine_kernel(0, build).expect("a kernel");
             assert_eq!(combined.name(), format!("moe_down_combine_{suffix}"));
             for cols in [1, 2, 3, 4, 8] {

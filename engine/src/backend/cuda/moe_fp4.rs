@@ -6,7 +6,8 @@
 //! the device. The routing before and the weighted sums after are `moe.rs`'s.
 //!
 //! Steps with few tokens an expert run the CUDA-core kernels `moe_gate_up_{nvfp4,mxfp4}`,
-//! `moe_down_*` / `moe_down_combine_*` (and `moe_gate_up_clamped_*` for gpt-oss's experts),
+//! `moe_down_*` / `moe_down_combine_*` (and `moe_gate_up_clamped_*` for gpt-oss's experts,
+//! `moe_up_relu2_*` for Nemotron-H's, the latter at every size: `nemotron_moe.rs`),
 //! which read the packed bytes: 0.5625 (NVFP4) or 0.53 (MXFP4) bytes a weight against bf16's
 //! 2. Steps the plan sends to tensor cores
 //! ([`Experts::WidenedMma`](crate::backend::moe_plan::Experts)) dequantize the two stacks to
@@ -17,7 +18,7 @@
 //! CUDA-core kernels at every size (`gpt_oss.rs`).
 
 use super::elementwise::{cfg, dim};
-use super::moe::expert_rows_cfg;
+use super::moe::{ExpertAct, expert_rows_cfg};
 use super::tensor::{self, CudaTensor, DType};
 use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
@@ -56,12 +57,14 @@ type ClampedArgs = (
     f32,
 );
 
-/// The FP4 kernels of a build: gate|up, down, down + weighted sum, gpt-oss's gate|up.
+/// The FP4 kernels of a build: gate|up, down, down + weighted sum, gpt-oss's gate|up,
+/// Nemotron-H's up + relu².
 pub(super) struct Fp4Kernels {
     pub gate_up: Kernel<GateUpArgs>,
     pub down: Kernel<DownArgs>,
     pub down_combine: Kernel<DownCombineArgs>,
     pub clamped: Kernel<ClampedArgs>,
+    pub relu2: Kernel<GateUpArgs>,
 }
 
 /// The kernels of an FP4 build (`None` for the others).
@@ -72,12 +75,14 @@ pub(super) fn fp4_kernels(build: CoreBuild) -> Option<Fp4Kernels> {
             down: kernels::moe_down_nvfp4,
             down_combine: kernels::moe_down_combine_nvfp4,
             clamped: kernels::moe_gate_up_clamped_nvfp4,
+            relu2: kernels::moe_up_relu2_nvfp4,
         }),
         CoreBuild::Mxfp4 => Some(Fp4Kernels {
             gate_up: kernels::moe_gate_up_mxfp4,
             down: kernels::moe_down_mxfp4,
             down_combine: kernels::moe_down_combine_mxfp4,
             clamped: kernels::moe_gate_up_clamped_mxfp4,
+            relu2: kernels::moe_up_relu2_mxfp4,
         }),
         _ => None,
     }
@@ -267,10 +272,11 @@ impl CudaBackend {
     }
 
     /// Stages 3-4 (and 5 when `down` is `Combined`) on the CUDA cores for FP4 experts:
-    /// gate|up + SiLU into `act` (bf16 `[T·k, I]`), then down and the weighted sum into `out`
-    /// (`[T, H]` f32, at `op`) in one launch, or down into pair rows and `moe_combine`.
-    /// Checked by the caller: x `[T, H]` bf16, the stacks an FP4 pair of `[E, 2I, H]` and
-    /// `[E, H, I]` ([`fp4_pair`]), the routing written for `T·k` pairs.
+    /// gate|up + SiLU (or, `ExpertAct::Relu2`, up + relu²) into `act` (bf16 `[T·k, I]`), then
+    /// down and the weighted sum into `out` (`[T, H]` f32, at `op`) in one launch, or down into
+    /// pair rows and `moe_combine`. Checked by the caller: x `[T, H]` bf16, the stacks an FP4
+    /// pair of `[E, fan·I, H]` (fan 2, or 1 for relu²) and `[E, H, I]` ([`fp4_pair`]), the
+    /// routing written for `T·k` pairs.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn moe_experts_fp4(
         &self,
@@ -280,7 +286,7 @@ impl CudaBackend {
         (gate_up, down): (&CudaTensor, &CudaTensor),
         (idp, wtp, ofp, pmp, acp): Routing,
         (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
-        (build, down_kind): (CoreBuild, Down),
+        (build, down_kind, act_kind): (CoreBuild, Down, ExpertAct),
     ) -> Result<()> {
         let k = fp4_kernels(build).ok_or_else(|| {
             super::shape_err("fused_moe", format!("{build:?} is not an FP4 build"))
@@ -300,15 +306,19 @@ impl CudaBackend {
         let args = (
             actp, xp, g.w, g.scales, g.globals, ofp, acp, pmp, ei, ki, ii, hi,
         );
-        // SAFETY: x is [t, h] bf16 and act [t·k, i] bf16; gate_up [e, 2i, h] F4 (packed
-        // [e·2i, h/2], scale bytes [e·2i, h/16], multipliers [e·2i]) with h % 32 == 0, so each
-        // 16-byte load of a packed row (h/2 bytes) and of an x row is inside it and aligned;
-        // offsets/perm/active were written by the routing (ranges inside 0..t·k, perm entries
-        // below t·k, so token = perm / k < t; active names at most min(e, t·k) experts); block
-        // rows past the active count and rows past i return.
+        let gate_up_kernel = match act_kind {
+            ExpertAct::Silu => k.gate_up,
+            ExpertAct::Relu2 => k.relu2,
+        };
+        // SAFETY: x is [t, h] bf16 and act [t·k, i] bf16; gate_up [e, fan·i, h] F4 (fan 2, or
+        // 1 for the relu² kernel; packed [e·fan·i, h/2], scale bytes [e·fan·i, h/16],
+        // multipliers [e·fan·i]) with h % 32 == 0, so each 16-byte load of a packed row (h/2
+        // bytes) and of an x row is inside it and aligned; offsets/perm/active were written by
+        // the routing (ranges inside 0..t·k, perm entries below t·k, so token = perm / k < t;
+        // active names at most min(e, t·k) experts); block rows past the active count and rows
+        // past i return.
         unsafe {
-            k.gate_up
-                .launch(self, expert_rows_cfg(i, experts, "fused_moe")?, args)?;
+            gate_up_kernel.launch(self, expert_rows_cfg(i, experts, "fused_moe")?, args)?;
         }
         if let Down::Combined { .. } = down_kind {
             let args = (op, actp, d.w, d.scales, d.globals, idp, wtp, ti, ki, ii, hi);
@@ -396,6 +406,7 @@ mod tests {
             assert_eq!(k.down.name(), format!("moe_down_{suffix}"));
             assert_eq!(k.down_combine.name(), format!("moe_down_combine_{suffix}"));
             assert_eq!(k.clamped.name(), format!("moe_gate_up_clamped_{suffix}"));
+            assert_eq!(k.relu2.name(), format!("moe_up_relu2_{suffix}"));
         }
         for build in [CoreBuild::Bf16Vec, CoreBuild::Fp8Vec, CoreBuild::Fp32] {
             assert!(fp4_kernels(build).is_none());

@@ -39,6 +39,10 @@ kernels! {
     Moe [moe_down_nvfp4, moe_down_mxfp4] (ys: *mut f32, act: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, inter: i32, hidden: i32);
     Moe [moe_down_combine_nvfp4, moe_down_combine_mxfp4] (out: *mut f32, act: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, ids: *const i32, weights: *const f32, tokens: i32, top_k: i32, inter: i32, hidden: i32);
     Moe [moe_gate_up_clamped_nvfp4, moe_gate_up_clamped_mxfp4] (act: *mut bf16, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32, bias: *const bf16, alpha: f32, limit: f32);
+    Moe [moe_up_relu2_bf16_vec, moe_up_relu2_bf16] (act: *mut bf16, x: *const bf16, w: *const bf16, scales: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32);
+    Moe [moe_up_relu2_fp8_vec, moe_up_relu2_fp8] (act: *mut bf16, x: *const bf16, w: *const u8, scales: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32);
+    Moe [moe_up_relu2_fp32] (act: *mut f32, x: *const f32, w: *const f32, scales: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32);
+    Moe [moe_up_relu2_nvfp4, moe_up_relu2_mxfp4] (act: *mut bf16, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32);
     Moe [dequant_mxfp4_bf16] (out: *mut bf16, w: *const u8, scales: *const u8, rows: u64, k: i32);
     MoeMma [moe_tiles] (tiles: *mut i32, offsets: *const i32, experts: i32, max_tiles: i32);
     MoeMma [moe_gate_up_mma_bf16] (act: *mut bf16, x: *const bf16, x_scales: *const f32, w: *const bf16, w_scales: *const f32, tiles: *const i32, offsets: *const i32, perm: *const i32, top_k: i32, inter: i32, hidden: i32);
