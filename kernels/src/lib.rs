@@ -145,7 +145,11 @@ impl Module {
                 include_str!("moe_decode.cu"),
                 include_str!("moe_fp4.cu")
             ),
-            Module::MoeMma => concat!(include_str!("moe_mma.cu"), include_str!("moe_pipe.cu")),
+            Module::MoeMma => concat!(
+                include_str!("moe_mma.cu"),
+                include_str!("moe_mma_fp4.cu"),
+                include_str!("moe_pipe.cu")
+            ),
             Module::Fp8 => concat!(
                 include_str!("fp8.cu"),
                 include_str!("nvfp4.cu"),

@@ -20,9 +20,10 @@
 // impls a weight "pointer" (Fp4Weights, by value through a pointer) whose weight_row gives a
 // RowFp4, and moe_rows_dot for a RowFp4 is moe_dot_fp4 below.
 //
-// The tensor-core path (steps with many tokens an expert) has no FP4 kernels yet: the launcher
-// dequantizes the experts to a bf16 scratch copy (dequant_nvfp4_bf16 in nvfp4.cu,
-// dequant_mxfp4_bf16 below) and runs moe_mma.cu's bf16 kernels on it.
+// Steps with many tokens an expert run the tensor-core tiles on the same packed stacks
+// (moe_mma_fp4.cu, in the moe_mma module). dequant_mxfp4_bf16 below (and nvfp4.cu's
+// dequant_nvfp4_bf16) widen a stray FP4 stack, one whose pair is of another type or width, to a
+// bf16 copy for the step.
 
 // The scale formats: BLOCK values a scale, and a block's scale as f32.
 struct Fp4Nv {
@@ -180,7 +181,7 @@ __device__ __forceinline__ void moe_rows_dot(float (*acc)[MOE_MT], const RowFp4<
 MOE_FP4_KERNELS(nvfp4, Fp4Nv)
 MOE_FP4_KERNELS(mxfp4, Fp4Mx)
 
-// MXFP4 weights [rows, k] (k % 32 == 0) as bf16, for the tensor-core path: a thread a packed
+// MXFP4 weights [rows, k] (k % 32 == 0) as bf16, for a stray stack's copy: a thread a packed
 // word (8 values; the scale block of 32 is word i / 4), e2m1 · 2^(e8m0 − 127) exactly (bf16
 // holds every such value above 2^-133, which no checkpoint scale reaches), one 16-byte store.
 extern "C" __global__ void dequant_mxfp4_bf16(bf16* out, const unsigned char* w,

@@ -47,8 +47,12 @@
 //     (moe_quant_fp8_*, like transformers' fine-grained FP8 path and DeepSeek's), m16n8k32 e4m3
 //     (sm_89+), a group's sum scaled by a_scale · w_scale. Halves the A bytes and doubles the
 //     mma's k, at the cost of rounding every activation to 4 significant bits.
+//   _nvfp4, _mxfp4 (moe_mma_fp4.cu, compiled after this file): _bf16 with packed FP4 stacks,
+//     each weight widened to bf16 exactly as its B tile is loaded (moe_mma_impl's WL loader),
+//     NVFP4's per-row multipliers applied to the sums in the epilogue.
 //
-// Which build runs (moe_mma.rs): _bf16 for bf16 experts, _fp8 for FP8 ones; _fp8act only when
+// Which build runs (moe_mma.rs): _bf16 for bf16 experts, _fp8 for FP8 ones, _nvfp4 / _mxfp4
+// for FP4 ones; _fp8act only when
 // asked (CudaBackend::set_fp8_activations): on the H200 it was 12% faster than _fp8 on a
 // 2048-token chunk (1573 against 1796 us) and 7% on the whole 30B-A3B prefill (121 against 130
 // ms), for 25 times the error (rms 4.1e-2 to 4.4e-2 of the output's against 1.6e-3; the CPU
@@ -167,15 +171,25 @@ template <bool FIRST, typename T> __device__ __forceinline__ T& pick(T& a, T& b)
     else return b;
 }
 
+// How moe_mma_impl's B tiles arrive. MmaStoredW: the weights as stored (w, w_scales), copied
+// by cp.async with A's chunks. The other loader, moe_mma_fp4.cu's MmaFp4Tile (REG): FP4 weights
+// loaded into registers one slice ahead (fetch), written widened to bf16 into MODE 0's B rows
+// (put) a slice later, and a factor of each weight row's sums (row_scale) in the epilogue.
+struct MmaStoredW {
+    static constexpr bool REG = false;
+};
+
 // One block of the grouped GEMM (see the header). GATE: gate_up + f (w is [E, 2n, k], out bf16
 // act [pairs, n]; f: prelude/moe_act.cuh's SiLU or gpt-oss's clamped SwiGLU with its bias);
 // else out is f32 [pairs, n] and w [E, n, k]. A row of pair p is row p / a_div of a ([*, k];
 // a_scales [*, ceil(k / 128)] for MODE 2). tiles == nullptr: one expert, rows 0 .. rows of a,
-// no permutation (the dense GEMM).
-template <int MODE, bool GATE, typename F = MoeSiluAct>
+// no permutation (the dense GEMM). WL: the B tiles' loader (MmaStoredW, or MmaFp4Tile with
+// MODE 0, whose w and w_scales are then unused).
+template <int MODE, bool GATE, typename F = MoeSiluAct, typename WL = MmaStoredW>
 __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, const void* w,
                              const float* w_scales, const int* tiles, const int* offsets,
-                             const int* perm, int rows, int a_div, int n, int k, F f = F()) {
+                             const int* perm, int rows, int a_div, int n, int k, F f = F(),
+                             WL wl = WL()) {
     using C = MmaCfg<MODE>;
     constexpr int BM = MMA_BM;
     constexpr int THREADS = C::WARPS * 32, WARP_COLS = C::WARPS / C::WARPS_M;
@@ -222,7 +236,7 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
         unsigned char* sa = smem + slot * C::STAGE;
         unsigned char* sw = sa + BM * A_ROW;
 #pragma unroll
-        for (int c = tid; c < BM * CA + MMA_BN * CW; c += THREADS) {
+        for (int c = tid; c < BM * CA + (WL::REG ? 0 : MMA_BN * CW); c += THREADS) {
             if (c < BM * CA) {
                 const int r = c / CA, ch = c % CA;
                 const int kk = kt * MMA_BK + ch * (16 / C::A);
@@ -338,15 +352,29 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
 
     const int ktiles = (k + MMA_BK - 1) / MMA_BK;
     constexpr int PER_GROUP = MMA_GROUP / MMA_BK;
+    // REG loaders: the B rows of stage slot s (MODE 0's layout).
+    auto b_rows = [&](int s) { return smem + s * C::STAGE + BM * A_ROW; };
 #pragma unroll
     for (int s = 0; s < C::STAGES - 1; ++s) {
         if (s < ktiles) load(s, s);
+        if constexpr (WL::REG) {
+            if (s < ktiles) {
+                wl.fetch(s, k, w_row);
+                wl.put(b_rows(s));
+            }
+        }
         cp_async_commit();
     }
     for (int kt = 0; kt < ktiles; ++kt) {
         cp_async_wait<C::STAGES - 2>();
         __syncthreads(); // slice kt is in; every warp is done with the slot refilled below
         const int next = kt + C::STAGES - 1;
+        // REG: slice next - 1 (fetched one iteration ago) into its slot, which every warp left
+        // at iteration kt - 2 and none reads before kt + 1's barrier; then slice next fetched.
+        if constexpr (WL::REG) {
+            if (kt > 0 && next - 1 < ktiles) wl.put(b_rows((next - 1) % C::STAGES));
+            if (next < ktiles) wl.fetch(next, k, w_row);
+        }
         if (next < ktiles) load(next, next % C::STAGES);
         cp_async_commit();
         if (MODE > 0 && kt % PER_GROUP == 0) load_scales(kt / PER_GROUP);
@@ -354,6 +382,17 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
         if (MODE > 0 && (kt % PER_GROUP == PER_GROUP - 1 || kt == ktiles - 1)) fold();
     }
     cp_async_wait<0>();
+    // REG: each weight row's factor (a lane's columns 2t, 2t + 1 of each n8 tile).
+    if constexpr (WL::REG) {
+#pragma unroll
+        for (int nt = 0; nt < WN; ++nt)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const float m = wl.row_scale(w_row[tile_row(nt) + 2 * t + j]);
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) acc[mt][nt][j] *= m, acc[mt][nt][2 + j] *= m;
+            }
+    }
 
     // Epilogue: rows g and g + 8 of each m16 tile, columns 2t and 2t + 1 of each n8 tile.
 #pragma unroll
@@ -415,7 +454,7 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
 MOE_MMA_KERNELS(bf16, 0, bf16, bf16)
 MOE_MMA_KERNELS(fp8, 1, bf16, unsigned char)
 MOE_MMA_KERNELS(fp8act, 2, unsigned char, unsigned char)
-// gpt-oss's experts (gpt_oss.rs), bf16 (and MXFP4 / NVFP4 stacks widened to bf16 for the step):
+// gpt-oss's experts (gpt_oss.rs), bf16 (FP4 stacks: moe_mma_fp4.cu's clamped builds):
 // the gate|up bias [E, 2·inter] (bf16, gate first) and the clamped SwiGLU in the epilogue
 // (MoeClampedAct: the CUDA-core moe_gate_up_clamped_*'s f32 operations); down is
 // moe_down_mma_bf16, its bias added by moe_combine_bias_*.

@@ -2,10 +2,11 @@
 //! experts alone at three checkpoints' shapes, dummy stacks drawn packed on the device —
 //! gpt-oss-20b (`fused_moe_clamped`, MXFP4, hidden 2880, 32 experts of 2880, top 4),
 //! gpt-oss-120b (the same with 128 experts) and Qwen3.6-35B-A3B NVFP4 (`fused_moe`, hidden
-//! 2048, 256 experts of 512, top 8) — at 1 to 2048 tokens, on each route `moe.gemm` can force:
-//! the CUDA-core kernels reading the packed stacks, and tensor cores on a bf16 copy widened for
-//! the step (`Experts::WidenedMma`, the whole stack written each call), beside `auto` (what the
-//! plan picks). Where the two cross is where `MoePlan::choose` should switch.
+//! 2048, 256 experts of 512, top 8) — at 1 to 4096 tokens, on each route `moe.gemm` can force:
+//! the CUDA-core kernels reading the packed stacks, and the 64-row tensor-core tiles reading
+//! them too (`Experts::Mma` with the `mxfp4` / `nvfp4` build, `moe_mma_fp4.cu`), beside `auto`
+//! (what the plan picks). Where the two cross is where `MoePlan::choose` should switch
+//! (`FP4_MMA_MIN_PAIRS_PER_EXPERT`, provisionally bf16's 4 pairs an expert).
 //!
 //! Each line: mean ms a call over back-to-back calls (routing and the weighted sum included),
 //! pairs an expert, and the floor of reading the experts the step touches once, packed, at
@@ -36,7 +37,7 @@ const TOKENS: [usize; 13] = [1, 8, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 2048
 const ROUTES: [(&str, MoeGemm); 3] = [
     ("auto", MoeGemm::Auto),
     ("cuda cores", MoeGemm::CudaCores),
-    ("widened mma", MoeGemm::TensorCores),
+    ("fp4 mma", MoeGemm::TensorCores),
 ];
 
 /// Bytes a packed weight takes: MXFP4 half a byte plus a scale byte per 32; NVFP4 half a byte

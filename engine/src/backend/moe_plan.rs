@@ -32,15 +32,14 @@ pub const ROUTER_PLAN_MAX_EXPERTS: usize = 256;
 /// FP8 586 against 649 us at 2, 423 against 411 at 1; docs/performance.md).
 pub const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
 /// With [`MoeGemm::Auto`], steps with FP4 experts whose pairs average at least this many an
-/// expert take the bf16 copy on tensor cores ([`Experts::WidenedMma`]). The copy is the whole
-/// stack written each step (gpt-oss-20b: 1.6 GB of bf16 a layer) whatever the tokens; the
-/// packed CUDA-core kernels' time grows with the pairs. Where they cross (cuda_check's
-/// `moe-fp4-speed`, H100, one layer, performance log part 18): Qwen3.6-35B-A3B's shape near
-/// 1.5 pairs an expert (at 4: copy 1.66 ms, CUDA cores 2.51), gpt-oss-20b's and 120b's near 6
-/// (20b at 4: 1.69 against 1.27; at 6: 1.69 against 1.75). 4 costs at most 1.3x between 4 and
-/// 6 on gpt-oss, 6 up to 2x on Qwen's shape. (The copy at 0.64 TB/s, before its kernel wrote
-/// 16 bytes a store, made gpt-oss-20b's 32-sequence step 147 ms: log part 17.)
-pub const FP4_WIDEN_MIN_PAIRS_PER_EXPERT: usize = 4;
+/// expert run on tensor cores: the 64-row tiles reading the packed stacks themselves
+/// (`moe_mma_fp4.cu`, [`MmaBuild::Nvfp4`] / [`MmaBuild::Mxfp4`]). Provisional: bf16's
+/// crossing, on the reasoning that these kernels read 0.53-0.56 bytes a weight where the bf16
+/// ones read 2 (and the CUDA-core FP4 kernels the same bytes with far more work a pair), so they
+/// should win wherever bf16's do; to be set by cuda_check's `moe-fp4-speed`. The bf16 copy of the
+/// stacks that ran here before crossed the CUDA-core kernels near 1.5 pairs an expert at
+/// Qwen3.6-35B-A3B's shape and near 6 at gpt-oss's (H100, performance log part 18).
+pub const FP4_MMA_MIN_PAIRS_PER_EXPERT: usize = 4;
 /// Most tokens a step may have for `moe_*_fp8_small` (at most 6 pairs an expert in one mma n8
 /// tile, k split over the block's warps); larger steps take `moe_*_fp8_small_any` (a warp over
 /// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens,
@@ -70,8 +69,9 @@ pub enum ExpertType {
     Bf16,
     Fp8,
     /// NVFP4, kept packed (E2M1 pairs, an E4M3 scale per 16 values, an f32 multiplier a row):
-    /// the CUDA-core `_nvfp4` kernels (`moe_fp4.cu`), or a bf16 copy on tensor cores
-    /// ([`Experts::WidenedMma`]). Rows of a multiple of 32 values (the upload widens others).
+    /// the CUDA-core `_nvfp4` kernels (`moe_fp4.cu`), or the 64-row tensor-core tiles'
+    /// `_nvfp4` build (`moe_mma_fp4.cu`). Rows of a multiple of 32 values (the upload widens
+    /// others).
     Nvfp4,
     /// MXFP4 (gpt-oss's experts), kept packed (E2M1 pairs, an E8M0 scale per 32 values): as
     /// [`ExpertType::Nvfp4`] with the `_mxfp4` kernels.
@@ -137,6 +137,11 @@ pub enum MmaBuild {
     Fp8,
     /// FP8 weights, activations quantized to e4m3.
     Fp8Act,
+    /// NVFP4 stacks read packed, each weight widened to bf16 in the B-tile load
+    /// (`moe_mma_fp4.cu`).
+    Nvfp4,
+    /// MXFP4 stacks (gpt-oss's experts), as [`MmaBuild::Nvfp4`].
+    Mxfp4,
 }
 
 impl MmaBuild {
@@ -145,6 +150,8 @@ impl MmaBuild {
             MmaBuild::Bf16 => "bf16",
             MmaBuild::Fp8 => "fp8",
             MmaBuild::Fp8Act => "fp8act",
+            MmaBuild::Nvfp4 => "nvfp4",
+            MmaBuild::Mxfp4 => "mxfp4",
         }
     }
 }
@@ -210,12 +217,9 @@ pub enum Experts {
     /// The small-step kernels of `build`, then `moe_combine`: decode-sized steps on tensor
     /// cores.
     SmallMma { build: SmallBuild },
-    /// `moe_tiles`, `moe_gate_up_mma_*`, `moe_down_mma_*`, `moe_combine`: 64-row tiles.
+    /// `moe_tiles`, `moe_gate_up_mma_*`, `moe_down_mma_*`, `moe_combine`: 64-row tiles (FP4
+    /// stacks read packed by the `nvfp4` and `mxfp4` builds).
     Mma { build: MmaBuild },
-    /// FP4 experts dequantized to a bf16 scratch copy (`dequant_nvfp4_bf16`,
-    /// `dequant_mxfp4_bf16`), then `Mma { build: Bf16 }`'s kernels on it: steps with many
-    /// tokens an expert (prefill chunks), until the tensor-core kernels read FP4 themselves.
-    WidenedMma,
     /// The CUDA-core kernels of `build`.
     CudaCores {
         build: CoreBuild,
@@ -284,12 +288,12 @@ impl MoePlan {
                     _ => SmallBuild::Any,
                 },
             }
-        } else if mma(shape, w, cc, tuning) && w.is_fp4() {
-            Experts::WidenedMma
         } else if mma(shape, w, cc, tuning) {
             Experts::Mma {
                 build: match w {
                     ExpertType::Fp8 => fp8_build(cc, tuning),
+                    ExpertType::Nvfp4 => MmaBuild::Nvfp4,
+                    ExpertType::Mxfp4 => MmaBuild::Mxfp4,
                     _ => MmaBuild::Bf16,
                 },
             }
@@ -384,10 +388,10 @@ fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> 
 }
 
 /// Whether the step runs its experts on the 64-row tensor-core tiles: the setting, the GPU
-/// (mma.sync needs 8.0) and rows the kernels' 16-byte loads take (bf16 rows a multiple of 8
-/// elements, FP8 of 16, FP4 of 32: their copies' dequantizing kernels' chunks); f32 experts
-/// (the float32 path) stay on the CUDA cores. FP4 experts (their copy
-/// runs the bf16 kernels) from [`FP4_WIDEN_MIN_PAIRS_PER_EXPERT`], where the copy pays.
+/// (mma.sync needs 8.0) and rows the kernels' loads take (bf16 rows a multiple of 8 elements
+/// and FP8 of 16: 16-byte loads; FP4 of 32: whole 32-wide k slices of 16 packed bytes); f32
+/// experts (the float32 path) stay on the CUDA cores. FP4 experts from
+/// [`FP4_MMA_MIN_PAIRS_PER_EXPERT`].
 fn mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
     let align = match w {
         ExpertType::Fp8 => 16,
@@ -403,7 +407,7 @@ fn mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
             let (bf16, fp8) = MMA_MIN_PAIRS_PER_EXPERT;
             let per_expert = match w {
                 ExpertType::Fp8 => fp8,
-                _ if w.is_fp4() => FP4_WIDEN_MIN_PAIRS_PER_EXPERT,
+                _ if w.is_fp4() => FP4_MMA_MIN_PAIRS_PER_EXPERT,
                 _ => bf16,
             };
             s.pairs() >= per_expert * s.e

@@ -242,11 +242,12 @@ fn the_router_fuses_at_one_token_with_a_bf16_router() {
 }
 
 /// FP4 experts (NVFP4 kept packed; MXFP4's kernels): the CUDA-core FP4 kernels at decode
-/// sizes (no small tensor-core kernels, no one-token `_dec` kernels), the bf16 copy on tensor
-/// cores from 4 pairs an expert (`FP4_WIDEN_MIN_PAIRS_PER_EXPERT`), the CUDA cores where the GPU or the
-/// setting rules the tensor cores out. Qwen3.6-35B-A3B's shape: 256 experts of 512, top 8.
+/// sizes (no small tensor-core kernels, no one-token `_dec` kernels), the 64-row tiles' FP4
+/// builds (reading the packed stacks) from 4 pairs an expert (`FP4_MMA_MIN_PAIRS_PER_EXPERT`),
+/// the CUDA cores where the GPU or the setting rules the tensor cores out. Qwen3.6-35B-A3B's
+/// shape: 256 experts of 512, top 8.
 #[test]
-fn fp4_experts_take_their_kernels_or_a_bf16_copy() {
+fn fp4_experts_take_their_kernels_on_either_cores() {
     let s = |t| MoeShape {
         t,
         h: 2048,
@@ -258,11 +259,12 @@ fn fp4_experts_take_their_kernels_or_a_bf16_copy() {
     };
     let d = Tuning::default().moe;
     for w in [ExpertType::Nvfp4, ExpertType::Mxfp4] {
-        let build = if w == ExpertType::Nvfp4 {
-            CoreBuild::Nvfp4
+        let (build, tiles) = if w == ExpertType::Nvfp4 {
+            (CoreBuild::Nvfp4, MmaBuild::Nvfp4)
         } else {
-            CoreBuild::Mxfp4
+            (CoreBuild::Mxfp4, MmaBuild::Mxfp4)
         };
+        let tiles = Experts::Mma { build: tiles };
         assert!(w.is_fp4() && !build.is_vec());
         let p = MoePlan::choose(s(1), w, H200, &d);
         assert_eq!(p.route, Route::PlanOne);
@@ -280,15 +282,12 @@ fn fp4_experts_take_their_kernels_or_a_bf16_copy() {
             };
             assert_eq!(p.experts, cores(build, GateUp::Plain, down), "{t}");
         }
-        // 128 tokens · 8 = 1024 pairs = 4 an expert: the bf16 copy on tensor cores.
-        assert_eq!(
-            MoePlan::choose(s(128), w, H200, &d).experts,
-            Experts::WidenedMma
-        );
-        assert_eq!(
-            MoePlan::choose(s(2048), w, H200, &d).experts,
-            Experts::WidenedMma
-        );
+        // 128 tokens · 8 = 1024 pairs = 4 an expert: the tiles (bf16's crossing; no copy of
+        // the stacks any more), and every larger step.
+        for t in [128, 2047, 2048] {
+            assert_eq!(MoePlan::choose(s(t), w, H200, &d).experts, tiles, "{t}");
+        }
+        assert_eq!(FP4_MMA_MIN_PAIRS_PER_EXPERT, MMA_MIN_PAIRS_PER_EXPERT.0);
         // Pre-Ampere GPUs and the CUDA-core setting keep the packed kernels at every size.
         let p = MoePlan::choose(s(2048), w, (7, 5), &d);
         assert_eq!(p.experts, cores(build, GateUp::Plain, Down::Separate));
@@ -296,13 +295,16 @@ fn fp4_experts_take_their_kernels_or_a_bf16_copy() {
         t.gemm = MoeGemm::CudaCores;
         let p = MoePlan::choose(s(2048), w, H200, &t);
         assert_eq!(p.experts, cores(build, GateUp::Plain, Down::Separate));
-        // The tensor-core setting widens even one token.
+        // The tensor-core setting takes the tiles at one token too.
         let mut t = d;
         t.gemm = MoeGemm::TensorCores;
-        assert_eq!(
-            MoePlan::choose(s(1), w, H200, &t).experts,
-            Experts::WidenedMma
-        );
+        assert_eq!(MoePlan::choose(s(1), w, H200, &t).experts, tiles);
+        // The plan's own guard: widths not of whole 32-value slices never take the FP4 tiles
+        // (moe.rs widens such stacks to bf16 before planning).
+        let mut odd = s(2048);
+        odd.i = 528;
+        let p = MoePlan::choose(odd, w, H200, &d);
+        assert_eq!(p.experts, cores(build, GateUp::Plain, Down::Separate));
         // The decode-column setting does not apply (no `_dec` FP4 kernels).
         let mut t = d;
         t.down_cols = Some(2);
@@ -320,8 +322,8 @@ fn fp4_experts_take_their_kernels_or_a_bf16_copy() {
 /// (hidden = experts' width = 2880, a multiple of 64; top-4 of 32) and 120b's (of 128), bf16
 /// experts on the CUDA cores up to 8 tokens, the small-step `_any` kernels from 9 to 256 (the
 /// 126-sequence decode step of issue 39 among them), the 64-row tiles past that; MXFP4 stacks
-/// packed on the CUDA cores below 4 pairs an expert, a bf16 copy on tensor cores from there;
-/// f32 experts and pre-Ampere GPUs on the CUDA cores at every size.
+/// packed on the CUDA cores below 4 pairs an expert, the tiles' `mxfp4` build (the packed
+/// stacks) from there; f32 experts and pre-Ampere GPUs on the CUDA cores at every size.
 #[test]
 fn gpt_oss_clamped_experts_by_step() {
     let s = |t, e| MoeShape {
@@ -353,14 +355,18 @@ fn gpt_oss_clamped_experts_by_step() {
         for t in [257, 2048] {
             assert_eq!(experts(t, e, ExpertType::Bf16), tiles, "bf16 T {t} E {e}");
         }
-        // MXFP4: 4 pairs an expert is e tokens at top-4.
+        // MXFP4: the CUDA-core kernels below 4 pairs an expert (e tokens at top-4), the
+        // tiles' mxfp4 build from there (20b's 32-sequence decode step among them).
         for t in [1, 8, e - 1] {
             let x = experts(t, e, ExpertType::Mxfp4);
             assert!(on_cores(x, CoreBuild::Mxfp4), "mxfp4 T {t} E {e}: {x:?}");
         }
-        for t in [e, 2048] {
+        let mx_tiles = Experts::Mma {
+            build: MmaBuild::Mxfp4,
+        };
+        for t in [e, 16 * e, 4096] {
             let x = experts(t, e, ExpertType::Mxfp4);
-            assert_eq!(x, Experts::WidenedMma, "mxfp4 T {t} E {e}");
+            assert_eq!(x, mx_tiles, "mxfp4 T {t} E {e}");
         }
         let x = experts(2048, e, ExpertType::F32);
         assert!(on_cores(x, CoreBuild::Fp32), "f32 E {e}: {x:?}");

@@ -89,6 +89,7 @@ static void attn_tests() {
 #include "nvfp4_gemm_test.h"
 #include "moe_fp4_test.h"
 #include "moe_relu2_test.h"
+#include "moe_mma_fp4_test.h"
 
 int main() {
     // EMU_ONLY=NAME runs one group of cases (see each group's comment), then stops.
@@ -117,6 +118,7 @@ int main() {
         {"nvfp4_gemm", [] { nvfp4_gemm_tests(); }},
         {"moe_fp4", [] { moe_fp4_tests(); }},
         {"moe_relu2", [] { moe_relu2_tests(); }},
+        {"moe_mma_fp4", [] { moe_mma_fp4_tests(); }},
     };
     if (const char* only = getenv("EMU_ONLY")) {
         for (const auto& [name, run] : groups)
@@ -156,6 +158,7 @@ int main() {
     nvfp4_gemm_tests();
     moe_fp4_tests();
     moe_relu2_tests();
+    moe_mma_fp4_tests();
     t_gemv_fp8(1, 40, 1024);
     t_gemv_fp8(1, 37, 2064);
     t_gemv_bf16_mma(4, 40, 256); t_gemv_bf16_mma(2, 1, 64); t_gemv_bf16_mma(8, 37, 1024);

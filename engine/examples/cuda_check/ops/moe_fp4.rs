@@ -1,7 +1,8 @@
 //! FP4 experts kept packed (`moe_fp4.rs`) against the CPU: the same `HostData::Nvfp4` and
 //! `HostData::Mxfp4` stacks uploaded to both (the CUDA backend keeps a 3-D stack packed on
 //! the bf16 path, the CPU dequantizes it exactly), through `fused_moe` on the CUDA-core FP4
-//! kernels and on the bf16 copy on tensor cores, and through gpt-oss's `fused_moe_clamped`;
+//! kernels and on the tensor-core tiles that read the packed stacks (`moe_mma_fp4.cu`), and
+//! through gpt-oss's `fused_moe_clamped` on both;
 //! dummy FP4 experts (`HostData::RandomNvfp4`, `HostData::RandomMxfp4`, drawn packed on the
 //! device) too, their bytes against the host's draw.
 
@@ -77,13 +78,14 @@ impl Ops<'_> {
 
     /// `fused_moe` with NVFP4 experts: Qwen3.6-35B-A3B's shape (hidden 2048, 256 experts of
     /// 512, top 8) at one token, an MTP verify step's 4, a decode batch of 8 (down + sum in one
-    /// launch), 9 and 100 (down and sum apart), a prefill chunk of 300 (the bf16 copy on
-    /// tensor cores by default); skewed routing (experts with hundreds of pairs beside empty
-    /// ones); odd expert counts and widths of odd numbers of 32-value chunks (H 160, I 96);
-    /// I 48, whose down stack (rows of 48) is widened at upload while gate|up stays packed
-    /// (the step widens it too); and dummy experts drawn on the device. Each on the CUDA-core
-    /// route (the packed kernels at every size) and the tensor-core route (the bf16 copy).
-    /// Then gpt-oss's clamped experts on NVFP4 stacks.
+    /// launch), 9 and 100 (down and sum apart), a prefill chunk of 300; skewed routing
+    /// (experts with hundreds of pairs, several 64-row tiles, beside empty ones); odd expert
+    /// counts and widths of odd numbers of 32-value chunks, not multiples of the tiles (H 160,
+    /// I 96), skewed at 300 tokens too; I 48, whose down stack (rows of 48) is widened at upload
+    /// while gate|up stays packed (the step widens it too, and takes the bf16 build); and dummy
+    /// experts drawn on the device. Each on the CUDA-core route (the packed kernels at every
+    /// size) and the tensor-core route (the `nvfp4` / `mxfp4` tiles at every size). Then
+    /// gpt-oss's clamped experts on FP4 stacks.
     pub(super) fn moe_nvfp4(&mut self) -> Result<()> {
         for (t, h, i, e, k, skew, dummy, mx) in [
             (1, 2048, 512, 256, 8, false, false, false),
@@ -92,11 +94,12 @@ impl Ops<'_> {
             (9, 160, 96, 7, 3, false, false, false),
             (100, 256, 96, 64, 6, true, false, false),
             (300, 2048, 512, 256, 8, true, false, false),
+            (300, 160, 96, 7, 3, true, false, false),
             (5, 64, 48, 8, 2, false, false, false),
             (2, 2048, 512, 128, 8, false, true, false),
             (200, 2048, 512, 128, 8, false, true, false),
             // MXFP4 stacks through fused_moe (gpt-oss's format, plain SwiGLU): both routes,
-            // the tensor-core one on dequant_mxfp4_bf16's copy.
+            // the tensor-core one on moe_*_mma_mxfp4.
             (1, 2880, 2880, 32, 4, false, false, true),
             (9, 160, 96, 7, 3, false, false, true),
             (300, 256, 96, 64, 6, true, false, true),
@@ -157,16 +160,20 @@ impl Ops<'_> {
 
     /// gpt-oss's `fused_moe_clamped` on MXFP4 stacks (its release's format:
     /// moe_gate_up_clamped_mxfp4, moe_down_mxfp4) and NVFP4 ones, the clamp biting (limit 2):
-    /// one token of 120b's top-4 of 128 at its widths (2880), a batch of 8, a chunk of 130 at
-    /// smaller widths (on the packed CUDA-core kernels and, the plan's choice at 16 pairs an
-    /// expert, on a bf16 copy with the tensor-core clamped kernels); and one token of a dummy
-    /// 120b layer (drawn on the device).
+    /// one token of 120b's top-4 of 128 at its widths (2880), a batch of 8, 64 tokens of 20b's
+    /// shape (8 pairs an expert: the plan's tiles, `moe_gate_up_clamped_mma_*`, beside the
+    /// CUDA cores and the tiles forced), a chunk of 130 at smaller widths (on the packed
+    /// CUDA-core kernels and, the plan's choice at 16 pairs an expert, on the tensor-core
+    /// tiles); and one token of a dummy 120b layer (drawn on the device).
     fn moe_clamped_fp4(&mut self) -> Result<()> {
         let auto: &[MoeGemm] = &[MoeGemm::Auto];
         let both: &[MoeGemm] = &[MoeGemm::CudaCores, MoeGemm::Auto];
+        let all: &[MoeGemm] = &[MoeGemm::CudaCores, MoeGemm::TensorCores, MoeGemm::Auto];
         for (t, h, i, e, k, mx, dummy, gemms) in [
             (1, 2880, 2880, 128, 4, true, false, auto),
             (8, 2880, 2880, 32, 4, true, false, auto),
+            (64, 2880, 2880, 32, 4, true, false, all),
+            (64, 2880, 2880, 32, 4, false, false, all),
             (130, 576, 288, 32, 4, true, false, both),
             (1, 2880, 2880, 128, 4, true, true, auto),
             (1, 2880, 2880, 128, 4, false, false, auto),

@@ -12,10 +12,10 @@
 //!      - decode batches of bf16 experts (`Experts::SmallMma`, 9 to 256 tokens, widths of a
 //!        multiple of 64): `moe_gate_up_clamped_bf16_small_any`, `moe_down_bf16_small_any`;
 //!      - steps with many pairs an expert (`Experts::Mma`, at least `MMA_MIN_PAIRS_PER_EXPERT`
-//!        on average): `moe_tiles`, `moe_gate_up_clamped_mma_bf16`, `moe_down_mma_bf16`; FP4
-//!        stacks (MXFP4, gpt-oss's checkpoints, or NVFP4) are widened to bf16 for the step
-//!        first (`Experts::WidenedMma`, from `FP4_WIDEN_MIN_PAIRS_PER_EXPERT`), as `fused_moe`
-//!        does;
+//!        on average, `FP4_MMA_MIN_PAIRS_PER_EXPERT` for FP4 stacks): `moe_tiles`,
+//!        `moe_gate_up_clamped_mma_{bf16,mxfp4,nvfp4}`, `moe_down_mma_{bf16,mxfp4,nvfp4}` (FP4
+//!        stacks, MXFP4 as gpt-oss's checkpoints hold them or NVFP4, read packed and widened
+//!        in the kernels: `moe_mma_fp4.cu`);
 //!      - the rest (one token to a few, f32 experts, GPUs before 8.0): the CUDA-core
 //!        `moe_gate_up_clamped_*` and `moe_down_*` (packed FP4 ones: `moe_fp4.rs`);
 //! 5.   `moe_combine_bias_*`: `moe_combine` with each slot's down bias added before the weight.
@@ -24,7 +24,7 @@
 //! is. Speed of the tensor-core routes for these experts: not yet measured on a GPU (the
 //! CUDA-core route alone measured 0.13 of the byte floor at 126 sequences on the H100, issue
 //! 39). Not done: the one-token decode kernels (`moe_gate_up_dec_*`, `moe_down_combine_dec*`)
-//! with the biases, and tensor-core kernels that read FP4 themselves.
+//! with the biases, and small-step tensor-core kernels for FP4 stacks.
 
 use super::elementwise::{dim, int, stride_cfg};
 use super::moe::{MAX_TOP_K, Scoring, down_kernel_of, expert_rows_cfg, expert_type};
@@ -33,7 +33,7 @@ use super::moe_mma::ClampedAct;
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check};
 use crate::backend::kernels;
-use crate::backend::moe_plan::{CoreBuild, Experts, MmaBuild, MoePlan, MoeShape};
+use crate::backend::moe_plan::{CoreBuild, Experts, MoePlan, MoeShape};
 use crate::backend::{ClampedExperts, Result};
 
 impl CudaBackend {
@@ -185,13 +185,6 @@ impl CudaBackend {
             Experts::Mma { build } => {
                 let arrays = (ofp, pmp);
                 self.moe_experts_mma(&act, x, gate_up, down, arrays, dims, (build, clamp))?
-            }
-            // FP4 stacks on tensor cores: bf16 copies for this step, as fused_moe's.
-            Experts::WidenedMma => {
-                let (g, d) = (self.widen_fp4(gate_up)?, self.widen_fp4(down)?);
-                let arrays = (ofp, pmp);
-                let build = (MmaBuild::Bf16, clamp);
-                self.moe_experts_mma(&act, x, &g, &d, arrays, dims, build)?
             }
             // The CUDA-core kernels of the plan's build (the plain gate|up, down apart).
             Experts::CudaCores { build, .. } => {

@@ -23,7 +23,7 @@ use super::{CudaBackend, check};
 use crate::backend::Result;
 use crate::backend::kernels::{self, Kernel};
 use crate::backend::moe_plan::{
-    self, CoreBuild, Down, ExpertType, Experts, GateUp, MmaBuild, MoePlan, MoeShape, Route,
+    self, CoreBuild, Down, ExpertType, Experts, GateUp, MoePlan, MoeShape, Route,
 };
 
 /// Most experts a token may take (`MOE_MAX_TOP_K` in moe.cu: the routing kernel keeps its
@@ -313,7 +313,7 @@ impl CudaBackend {
                 return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
             }
             // 3-4. The experts: gate|up + SiLU, then down, on tensor cores for steps with many
-            // tokens an expert (moe_mma.rs), then the weighted sum.
+            // tokens an expert (moe_mma.rs; FP4 stacks read packed), then the weighted sum.
             Experts::Mma { build } => {
                 let ys = self.moe_experts_mma(
                     &act,
@@ -323,20 +323,6 @@ impl CudaBackend {
                     (ofp, pmp),
                     (t, h, e, i, top_k),
                     (build, None),
-                )?;
-                return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
-            }
-            // FP4 experts on tensor cores: bf16 copies of the stacks for this step.
-            Experts::WidenedMma => {
-                let (g, d) = (self.widen_fp4(gate_up)?, self.widen_fp4(down)?);
-                let ys = self.moe_experts_mma(
-                    &act,
-                    x,
-                    &g,
-                    &d,
-                    (ofp, pmp),
-                    (t, h, e, i, top_k),
-                    (MmaBuild::Bf16, None),
                 )?;
                 return self.moe_combine(op, ys.ptr(s), wtp, t, (ki, hi));
             }

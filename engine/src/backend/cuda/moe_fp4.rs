@@ -9,13 +9,11 @@
 //! `moe_down_*` / `moe_down_combine_*` (and `moe_gate_up_clamped_*` for gpt-oss's experts,
 //! `moe_up_relu2_*` for Nemotron-H's, the latter at every size: `nemotron_moe.rs`),
 //! which read the packed bytes: 0.5625 (NVFP4) or 0.53 (MXFP4) bytes a weight against bf16's
-//! 2. Steps the plan sends to tensor cores
-//! ([`Experts::WidenedMma`](crate::backend::moe_plan::Experts)) dequantize the two stacks to
-//! bf16 scratch copies (`dequant_nvfp4_bf16`, `dequant_mxfp4_bf16`) and run `moe_mma.cu`'s
-//! bf16 kernels on them: the copies live for the step only (two bf16 stacks: 1.5 GiB at
-//! Qwen3.6-35B-A3B's shape) and cost one read of the packed stacks and one write of the
-//! copies, until the tensor-core kernels read FP4 themselves. gpt-oss's experts run the
-//! CUDA-core kernels at every size (`gpt_oss.rs`).
+//! 2. Steps the plan sends to tensor cores (`Experts::Mma` with the `nvfp4` or `mxfp4` build)
+//! run `moe_mma_fp4.cu`'s 64-row tiles on the same packed stacks (`moe_mma.rs`), for
+//! `fused_moe` and gpt-oss's `fused_moe_clamped` alike. A stack whose pair is not an
+//! [`fp4_pair`] (one stack packed, the other widened at upload) is widened to bf16 for the
+//! step ([`CudaBackend::fp4_or_widened`]).
 
 use super::elementwise::{cfg, dim};
 use super::moe::{ExpertAct, expert_rows_cfg};
@@ -90,10 +88,10 @@ pub(super) fn fp4_kernels(build: CoreBuild) -> Option<Fp4Kernels> {
 
 /// An FP4 stack's device addresses: packed pairs, scale bytes, per-row multipliers.
 #[derive(Debug, Clone, Copy)]
-struct Fp4Ptrs {
-    w: u64,
-    scales: u64,
-    globals: u64,
+pub(super) struct Fp4Ptrs {
+    pub w: u64,
+    pub scales: u64,
+    pub globals: u64,
 }
 
 /// The routing's device pointers the expert launches read: ids, weights, offsets, perm,
@@ -134,7 +132,8 @@ impl CudaBackend {
         Ok(held.insert(self.widen_fp4(t)?))
     }
 
-    fn fp4_ptrs(&self, t: &CudaTensor) -> Fp4Ptrs {
+    /// `t`'s [`Fp4Ptrs`] (MXFP4: no multipliers, 0).
+    pub(super) fn fp4_ptrs(&self, t: &CudaTensor) -> Fp4Ptrs {
         let s = &self.stream;
         Fp4Ptrs {
             w: t.ptr(s),
@@ -147,8 +146,8 @@ impl CudaBackend {
         }
     }
 
-    /// An FP4 stack's values as a bf16 tensor of its shape (the tensor-core path's copy):
-    /// NVFP4's `e2m1 · f32(e4m3 · multiplier)` rounded once, MXFP4's `e2m1 · 2^(e8m0 − 127)`
+    /// An FP4 stack's values as a bf16 tensor of its shape (a stray stack's copy for the step,
+    /// [`Self::fp4_or_widened`]): NVFP4's `e2m1 · f32(e4m3 · multiplier)` rounded once, MXFP4's `e2m1 · 2^(e8m0 − 127)`
     /// exactly.
     pub(super) fn widen_fp4(&self, w: &CudaTensor) -> Result<CudaTensor> {
         let mut out = self.alloc(&w.shape, DType::BF16)?;

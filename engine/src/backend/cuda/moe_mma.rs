@@ -11,10 +11,15 @@
 //! the tuning's `moe.fp8_activations`, on e4m3 tensor cores with the activations quantized per
 //! token and 128 columns (`moe_quant_fp8_*`).
 //!
-//! gpt-oss's experts (`fused_moe_clamped`, `gpt_oss.rs`) take the same launches with bf16
-//! weights (or FP4 stacks widened to bf16 for the step) and a [`ClampedAct`]: the gate|up
-//! kernels `moe_gate_up_clamped_mma_bf16` and `moe_gate_up_clamped_bf16_small_any` add the
-//! gate|up bias and apply the clamped SwiGLU in place of SiLU; down is unchanged.
+//! NVFP4 and MXFP4 stacks run the `nvfp4` and `mxfp4` builds (`moe_mma_fp4.cu`): the bf16
+//! build's tiles and launch, each weight read packed and widened to bf16 exactly as its B tile
+//! is loaded (NVFP4's row multipliers applied to the sums), so no bf16 copy of the stacks is
+//! made.
+//!
+//! gpt-oss's experts (`fused_moe_clamped`, `gpt_oss.rs`) take the same launches with bf16 or
+//! FP4 weights and a [`ClampedAct`]: the gate|up kernels `moe_gate_up_clamped_mma_{bf16,nvfp4,
+//! mxfp4}` and `moe_gate_up_clamped_bf16_small_any` add the gate|up bias and apply the clamped
+//! SwiGLU in place of SiLU; down is unchanged.
 
 use metrale_kernels::Module;
 
@@ -40,7 +45,26 @@ const SMALL_MMA_WARPS: usize = 8;
 
 /// The tensor-core kernels' parameters (`moe_gate_up_mma_*`, `moe_down_mma_*`): out, the A
 /// operand and its scales, the weight and its scales, tiles, offsets, perm, three ints.
+/// The FP4 builds take the packed stack's bytes, scale bytes and row multipliers (null for
+/// MXFP4) in the three pointers after x, which they read without scales.
 type MmaArgs = (u64, u64, u64, u64, u64, u64, u64, u64, i32, i32, i32);
+/// The clamped gate|up kernels': [`MmaArgs`], then the gate|up bias, alpha, limit.
+type ClampedMmaArgs = (
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    u64,
+    i32,
+    i32,
+    i32,
+    u64,
+    f32,
+    f32,
+);
 
 /// gpt-oss's activation between gate and up (`fused_moe_clamped`): the gate|up bias `[E, 2I]`
 /// (a bf16 device pointer, gate first), then the clamped SwiGLU with `alpha` and `limit`
@@ -52,11 +76,14 @@ pub(super) struct ClampedAct {
     pub limit: f32,
 }
 
-/// The clamped builds take bf16 experts only (gpt-oss's are bf16, or FP4 widened to bf16).
+/// The clamped builds take bf16 or FP4 experts (gpt-oss's are bf16, MXFP4 or NVFP4), the
+/// small-step ones bf16 only.
 fn clamped_needs_bf16() -> crate::backend::BackendError {
     super::shape_err(
         "fused_moe_clamped",
-        "the clamped SwiGLU runs on tensor cores with bf16 experts only".into(),
+        "the clamped SwiGLU runs on tensor cores with bf16 or FP4 experts only (the small-step \
+         kernels bf16 only)"
+            .into(),
     )
 }
 
@@ -69,15 +96,37 @@ fn mma_kernels(build: MmaBuild) -> (Kernel<MmaArgs>, Kernel<MmaArgs>) {
             kernels::moe_gate_up_mma_fp8act,
             kernels::moe_down_mma_fp8act,
         ),
+        MmaBuild::Nvfp4 => (kernels::moe_gate_up_mma_nvfp4, kernels::moe_down_mma_nvfp4),
+        MmaBuild::Mxfp4 => (kernels::moe_gate_up_mma_mxfp4, kernels::moe_down_mma_mxfp4),
     }
 }
 
-/// The launch of a build (`bf16`, `fp8`, `fp8act`): threads and dynamic shared memory,
-/// moe_mma.cu's `MmaCfg` (4 warps with bf16 weights, else 8; stages of 32 columns: 3 with bf16
-/// weights, 6 with e4m3 activations, else 4).
+/// A build's gpt-oss gate|up kernel (bias and clamped SwiGLU), `None` for the FP8 builds.
+fn clamped_kernel(build: MmaBuild) -> Option<Kernel<ClampedMmaArgs>> {
+    match build {
+        MmaBuild::Bf16 => Some(kernels::moe_gate_up_clamped_mma_bf16),
+        MmaBuild::Nvfp4 => Some(kernels::moe_gate_up_clamped_mma_nvfp4),
+        MmaBuild::Mxfp4 => Some(kernels::moe_gate_up_clamped_mma_mxfp4),
+        MmaBuild::Fp8 | MmaBuild::Fp8Act => None,
+    }
+}
+
+/// The weight type a build reads (its stacks' [`DType`]).
+fn build_dtype(build: MmaBuild) -> DType {
+    match build {
+        MmaBuild::Bf16 => DType::BF16,
+        MmaBuild::Fp8 | MmaBuild::Fp8Act => DType::F8,
+        MmaBuild::Nvfp4 => DType::F4,
+        MmaBuild::Mxfp4 => DType::Mx4,
+    }
+}
+
+/// The launch of a build (`bf16`, `fp8`, `fp8act`; the FP4 builds are `bf16`'s with another
+/// B-tile load): threads and dynamic shared memory, moe_mma.cu's `MmaCfg` (4 warps with bf16
+/// weights, else 8; stages of 32 columns: 3 with bf16 weights, 6 with e4m3 activations, else 4).
 fn launch_shape(build: MmaBuild) -> (u32, u32) {
     let (a, w, warps, stages) = match build {
-        MmaBuild::Bf16 => (2, 2, 4, 3),
+        MmaBuild::Bf16 | MmaBuild::Nvfp4 | MmaBuild::Mxfp4 => (2, 2, 4, 3),
         MmaBuild::Fp8 => (2, 1, 8, 4),
         MmaBuild::Fp8Act => (1, 1, 8, 6),
     };
@@ -254,7 +303,8 @@ impl CudaBackend {
     /// Stages 3 and 4 of `fused_moe` on tensor cores: `act` [pairs, i] (bf16, pair rows) from x
     /// [t, h] (bf16) and gate_up, then the returned `ys` [pairs, h] (f32, pair rows) from act
     /// and down. `offsets` (e + 1) and `perm` (pairs) are the grouping's device arrays;
-    /// `clamp`: gpt-oss's activation (the bf16 build) in place of SiLU.
+    /// `clamp`: gpt-oss's activation (the bf16 and FP4 builds) in place of SiLU. The stacks must
+    /// be of the build's type (FP4 ones an [`fp4_pair`](super::moe_fp4::fp4_pair)).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn moe_experts_mma(
         &self,
@@ -266,9 +316,26 @@ impl CudaBackend {
         (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
         (build, clamp): (MmaBuild, Option<ClampedAct>),
     ) -> Result<CudaTensor> {
-        if clamp.is_some() && (build != MmaBuild::Bf16 || gate_up.dtype != DType::BF16) {
-            return Err(clamped_needs_bf16());
+        // The FP4 builds read whole 32-value slices of 16 packed bytes (4-byte loads).
+        let want = build_dtype(build);
+        let fp4 = matches!(want, DType::F4 | DType::Mx4);
+        let rows_fit = !fp4 || (h.is_multiple_of(32) && i.is_multiple_of(32));
+        if gate_up.dtype != want || down.dtype != want || !rows_fit {
+            return Err(super::shape_err(
+                "fused_moe",
+                format!(
+                    "the {} tensor-core build takes {want:?} experts (FP4: h and i multiples of \
+                     32), not {:?} and {:?} with h {h}, i {i}",
+                    build.name(),
+                    gate_up.dtype,
+                    down.dtype
+                ),
+            ));
         }
+        let clamped = match clamp {
+            Some(_) => Some(clamped_kernel(build).ok_or_else(clamped_needs_bf16)?),
+            None => None,
+        };
         let pairs = t * top_k;
         let s = &self.stream;
         // An upper bound of the tiles: each expert's ceil(count / BM), at most one a pair.
@@ -299,37 +366,26 @@ impl CudaBackend {
             .as_ref()
             .map_or((x.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
         let rows = dim(max_tiles, "fused_moe")?;
-        let (w13, w13s) = (gate_up.ptr(s), gate_up.scales_ptr(s));
+        let (p2, p3, p4) = self.mma_operands(build, xsp, gate_up);
         // SAFETY: act is [pairs, i] bf16; the A operand x [t, h] bf16 (or its e4m3 copy with
-        // [t, ceil(h/128)] scales); gate_up [e, 2i, h] (bf16, or FP8 with its scales); tiles
-        // was just written from offsets, whose ranges lie in 0..pairs, perm entries < pairs
-        // (so tokens perm / k < t); rows of h and i are multiples of 8 elements (bf16) or 16
-        // bytes (FP8; moe_plan's mma); blocks past the tile count return. clamped: the bf16
-        // build (checked above) and the gate|up bias [e, 2i] bf16 (ClampedAct's contract),
-        // read at rows below e·2i (tile experts < e, j < i).
+        // [t, ceil(h/128)] scales); gate_up [e, 2i, h] of the build's type (checked above:
+        // bf16, FP8 with its scales, or an FP4 stack with its scale bytes and, NVFP4, its
+        // multipliers); tiles was just written from offsets, whose ranges lie in 0..pairs, perm
+        // entries < pairs (so tokens perm / k < t); rows of h and i are multiples of 8 elements
+        // (bf16), 16 bytes (FP8) or 32 values (FP4: whole 16-byte slices; moe_plan's mma);
+        // blocks past the tile count return. clamped: a bf16 or FP4 build (clamped_kernel) and
+        // the gate|up bias [e, 2i] bf16 (ClampedAct's contract), read at rows below e·2i (tile
+        // experts < e, j < i).
         let grid = (rows, dim(i.div_ceil(BN / 2), "fused_moe")?);
-        let args = (
-            act.ptr(s),
-            xp,
-            xsp,
-            w13,
-            w13s,
-            tp,
-            offsets,
-            perm,
-            ki,
-            ii,
-            hi,
-        );
+        let args = (act.ptr(s), xp, p2, p3, p4, tp, offsets, perm, ki, ii, hi);
         unsafe {
-            match clamp {
-                Some(ClampedAct { bias, alpha, limit }) => {
-                    let (a, xp, xsp, w, ws, tp, o, p, ki, ii, hi) = args;
-                    let args = (a, xp, xsp, w, ws, tp, o, p, ki, ii, hi, bias, alpha, limit);
-                    let f = kernels::moe_gate_up_clamped_mma_bf16;
+            match (clamp, clamped) {
+                (Some(ClampedAct { bias, alpha, limit }), Some(f)) => {
+                    let (a, xp, p2, p3, p4, tp, o, p, ki, ii, hi) = args;
+                    let args = (a, xp, p2, p3, p4, tp, o, p, ki, ii, hi, bias, alpha, limit);
                     self.launch_mma(&f, build, grid, args)?
                 }
-                None => self.launch_mma(&gate_up_kernel, build, grid, args)?,
+                _ => self.launch_mma(&gate_up_kernel, build, grid, args)?,
             }
         }
         let act_q = (build == MmaBuild::Fp8Act)
@@ -339,19 +395,33 @@ impl CudaBackend {
             .as_ref()
             .map_or((act.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [pairs, h]: pair rows
-        let (w2, w2s) = (down.ptr(s), down.scales_ptr(s));
+        let (p2, p3, p4) = self.mma_operands(build, asp, down);
         // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up, each
-        // pair being in exactly one tile) or its e4m3 copy; down [e, h, i] with its scales;
-        // tiles, offsets and perm as above.
+        // pair being in exactly one tile) or its e4m3 copy; down [e, h, i] of the build's type
+        // with its scales (FP4: scale bytes and multipliers); tiles, offsets and perm as above.
         unsafe {
             self.launch_mma(
                 &down_kernel,
                 build,
                 (rows, dim(h.div_ceil(BN), "fused_moe")?),
-                (ys.ptr(s), ap, asp, w2, w2s, tp, offsets, perm, 0, hi, ii),
+                (ys.ptr(s), ap, p2, p3, p4, tp, offsets, perm, 0, hi, ii),
             )?;
         }
         Ok(ys)
+    }
+
+    /// The three pointers after the A operand in a build's kernels: the A operand's scales
+    /// (`a_scales`, 0 without), the weight and its scales; for the FP4 builds (bf16 A, no
+    /// scales) the packed stack, its scale bytes and its row multipliers (0 for MXFP4).
+    fn mma_operands(&self, build: MmaBuild, a_scales: u64, w: &CudaTensor) -> (u64, u64, u64) {
+        let s = &self.stream;
+        match build {
+            MmaBuild::Nvfp4 | MmaBuild::Mxfp4 => {
+                let f = self.fp4_ptrs(w);
+                (f.w, f.scales, f.globals)
+            }
+            _ => (a_scales, w.ptr(s), w.scales_ptr(s)),
+        }
     }
 
     /// `out[m, n] = x[m, k] · w[n, k]ᵀ` for an FP8 `w` on tensor cores: the down kernel with
@@ -453,7 +523,7 @@ impl CudaBackend {
     }
 
     /// One launch of `kernel`, `moe_gate_up_mma_{build}` or `moe_down_mma_{build}` (see
-    /// [`MmaArgs`]), or `moe_gate_up_clamped_mma_bf16` (those and a [`ClampedAct`]'s).
+    /// [`MmaArgs`]), or `moe_gate_up_clamped_mma_{build}` (those and a [`ClampedAct`]'s).
     ///
     /// # Safety
     /// The pointers and sizes must be what the kernel's comment in moe_mma.cu asks for at this
@@ -484,6 +554,29 @@ impl CudaBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn builds_name_their_kernels() {
+        for build in [
+            MmaBuild::Bf16,
+            MmaBuild::Fp8,
+            MmaBuild::Fp8Act,
+            MmaBuild::Nvfp4,
+            MmaBuild::Mxfp4,
+        ] {
+            let (g, d) = mma_kernels(build);
+            assert_eq!(g.name(), format!("moe_gate_up_mma_{}", build.name()));
+            assert_eq!(d.name(), format!("moe_down_mma_{}", build.name()));
+            if let Some(c) = clamped_kernel(build) {
+                let want = format!("moe_gate_up_clamped_mma_{}", build.name());
+                assert_eq!(c.name(), want);
+            }
+        }
+        // The FP4 builds launch as the bf16 one (moe_mma_fp4.cu: MmaCfg<0>).
+        for build in [MmaBuild::Nvfp4, MmaBuild::Mxfp4] {
+            assert_eq!(launch_shape(build), launch_shape(MmaBuild::Bf16));
+        }
+    }
 
     #[test]
     fn pipe_shared_memory_is_pipecfgs() {
