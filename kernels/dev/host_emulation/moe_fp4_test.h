@@ -135,7 +135,7 @@ void t_moe_fp4(int T, int E, int K, int H, int I, bool mx, bool clamped, bool ho
     }
 }
 
-// dequant_mxfp4_bf16 (the tensor-core path's bf16 copy): every value exactly.
+// dequant_mxfp4_bf16 (a stray stack's bf16 copy for the step): every value exactly.
 void t_dequant_mxfp4(int rows, int k) {
     Fp4Experts t = make_fp4(true, 1, rows, k);
     std::vector<bf16> out((size_t)rows * k);
