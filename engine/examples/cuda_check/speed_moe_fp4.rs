@@ -6,7 +6,7 @@
 //! the CUDA-core kernels reading the packed stacks, and the 64-row tensor-core tiles reading
 //! them too (`Experts::Mma` with the `mxfp4` / `nvfp4` build, `moe_mma_fp4.cu`), beside `auto`
 //! (what the plan picks). Where the two cross is where `MoePlan::choose` should switch
-//! (`FP4_MMA_MIN_PAIRS_PER_EXPERT`, provisionally bf16's 4 pairs an expert).
+//! (`FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT`: half a pair an expert, from this table).
 //!
 //! Each line: mean ms a call over back-to-back calls (routing and the weighted sum included),
 //! pairs an expert, and the floor of reading the experts the step touches once, packed, at

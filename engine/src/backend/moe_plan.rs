@@ -31,15 +31,16 @@ pub const ROUTER_PLAN_MAX_EXPERTS: usize = 256;
 /// (fused_moe alone at 30B-A3B's shape: bf16 575 against 671 us at 4, 523 against 496 at 2;
 /// FP8 586 against 649 us at 2, 423 against 411 at 1; docs/performance.md).
 pub const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
-/// With [`MoeGemm::Auto`], steps with FP4 experts whose pairs average at least this many an
-/// expert run on tensor cores: the 64-row tiles reading the packed stacks themselves
-/// (`moe_mma_fp4.cu`, [`MmaBuild::Nvfp4`] / [`MmaBuild::Mxfp4`]). Provisional: bf16's
-/// crossing, on the reasoning that these kernels read 0.53-0.56 bytes a weight where the bf16
-/// ones read 2 (and the CUDA-core FP4 kernels the same bytes with far more work a pair), so they
-/// should win wherever bf16's do; to be set by cuda_check's `moe-fp4-speed`. The bf16 copy of the
-/// stacks that ran here before crossed the CUDA-core kernels near 1.5 pairs an expert at
-/// Qwen3.6-35B-A3B's shape and near 6 at gpt-oss's (H100, performance log part 18).
-pub const FP4_MMA_MIN_PAIRS_PER_EXPERT: usize = 4;
+/// With [`MoeGemm::Auto`], steps with FP4 experts whose pairs average at least this many
+/// halves an expert (half a pair: a step of E / (2 · top_k) tokens) run on tensor cores: the
+/// 64-row tiles reading the packed stacks themselves (`moe_mma_fp4.cu`, [`MmaBuild::Nvfp4`] /
+/// [`MmaBuild::Mxfp4`]). Measured (cuda_check `moe-fp4-speed`, H100, one layer, tiles against
+/// the packed CUDA-core kernels, performance log part 18): Qwen3.6-35B-A3B's shape 0.218 against
+/// 0.142 ms at a quarter pair an expert, 0.343 against 0.621 at half; gpt-oss-120b's 1.025
+/// against 1.012 at half, 1.734 against 1.908 at one; gpt-oss-20b's 0.542 against 0.497 at one,
+/// 0.711 against 0.800 at two. Half a pair costs 20b at most 9% between one and two pairs; one
+/// pair would cost Qwen's shape up to 2x between a half and one.
+pub const FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT: usize = 1;
 /// Most tokens a step may have for `moe_*_fp8_small` (at most 6 pairs an expert in one mma n8
 /// tile, k split over the block's warps); larger steps take `moe_*_fp8_small_any` (a warp over
 /// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens,
@@ -391,7 +392,7 @@ fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> 
 /// (mma.sync needs 8.0) and rows the kernels' loads take (bf16 rows a multiple of 8 elements
 /// and FP8 of 16: 16-byte loads; FP4 of 32: whole 32-wide k slices of 16 packed bytes); f32
 /// experts (the float32 path) stay on the CUDA cores. FP4 experts from
-/// [`FP4_MMA_MIN_PAIRS_PER_EXPERT`].
+/// [`FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT`].
 fn mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
     let align = match w {
         ExpertType::Fp8 => 16,
@@ -405,12 +406,13 @@ fn mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
     able && match tuning.gemm {
         MoeGemm::Auto => {
             let (bf16, fp8) = MMA_MIN_PAIRS_PER_EXPERT;
-            let per_expert = match w {
-                ExpertType::Fp8 => fp8,
-                _ if w.is_fp4() => FP4_MMA_MIN_PAIRS_PER_EXPERT,
-                _ => bf16,
+            // Halves of a pair an expert.
+            let half_pairs = match w {
+                ExpertType::Fp8 => 2 * fp8,
+                _ if w.is_fp4() => FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT,
+                _ => 2 * bf16,
             };
-            s.pairs() >= per_expert * s.e
+            2 * s.pairs() >= half_pairs * s.e
         }
         MoeGemm::TensorCores => true,
         MoeGemm::CudaCores => false,

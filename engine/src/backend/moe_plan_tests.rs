@@ -243,7 +243,8 @@ fn the_router_fuses_at_one_token_with_a_bf16_router() {
 
 /// FP4 experts (NVFP4 kept packed; MXFP4's kernels): the CUDA-core FP4 kernels at decode
 /// sizes (no small tensor-core kernels, no one-token `_dec` kernels), the 64-row tiles' FP4
-/// builds (reading the packed stacks) from 4 pairs an expert (`FP4_MMA_MIN_PAIRS_PER_EXPERT`),
+/// builds (reading the packed stacks) from half a pair an expert
+/// (`FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT`),
 /// the CUDA cores where the GPU or the setting rules the tensor cores out. Qwen3.6-35B-A3B's
 /// shape: 256 experts of 512, top 8.
 #[test]
@@ -272,8 +273,9 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
             p.experts,
             cores(build, GateUp::Plain, Down::Combined { cols: 0 })
         );
-        // Decode batches: never the small tensor-core kernels.
-        for t in [2, 8, 16, 127] {
+        // Decode batches below half a pair an expert (16 tokens · 8 = 128 pairs for 256
+        // experts): the packed kernels (never the small tensor-core kernels).
+        for t in [2, 8, 15] {
             let p = MoePlan::choose(s(t), w, H200, &d);
             let down = if t <= FUSED_DOWN_TOKENS {
                 Down::Combined { cols: 0 }
@@ -282,12 +284,11 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
             };
             assert_eq!(p.experts, cores(build, GateUp::Plain, down), "{t}");
         }
-        // 128 tokens · 8 = 1024 pairs = 4 an expert: the tiles (bf16's crossing; no copy of
-        // the stacks any more), and every larger step.
-        for t in [128, 2047, 2048] {
+        // From half a pair an expert: the tiles, at every larger step.
+        for t in [16, 127, 128, 2047, 2048] {
             assert_eq!(MoePlan::choose(s(t), w, H200, &d).experts, tiles, "{t}");
         }
-        assert_eq!(FP4_MMA_MIN_PAIRS_PER_EXPERT, MMA_MIN_PAIRS_PER_EXPERT.0);
+        assert_eq!(FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT, 1);
         // Pre-Ampere GPUs and the CUDA-core setting keep the packed kernels at every size.
         let p = MoePlan::choose(s(2048), w, (7, 5), &d);
         assert_eq!(p.experts, cores(build, GateUp::Plain, Down::Separate));
@@ -322,7 +323,7 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
 /// (hidden = experts' width = 2880, a multiple of 64; top-4 of 32) and 120b's (of 128), bf16
 /// experts on the CUDA cores up to 8 tokens, the small-step `_any` kernels from 9 to 256 (the
 /// 126-sequence decode step of issue 39 among them), the 64-row tiles past that; MXFP4 stacks
-/// packed on the CUDA cores below 4 pairs an expert, the tiles' `mxfp4` build (the packed
+/// packed on the CUDA cores below half a pair an expert, the tiles' `mxfp4` build (the packed
 /// stacks) from there; f32 experts and pre-Ampere GPUs on the CUDA cores at every size.
 #[test]
 fn gpt_oss_clamped_experts_by_step() {
@@ -355,16 +356,16 @@ fn gpt_oss_clamped_experts_by_step() {
         for t in [257, 2048] {
             assert_eq!(experts(t, e, ExpertType::Bf16), tiles, "bf16 T {t} E {e}");
         }
-        // MXFP4: the CUDA-core kernels below 4 pairs an expert (e tokens at top-4), the
-        // tiles' mxfp4 build from there (20b's 32-sequence decode step among them).
-        for t in [1, 8, e - 1] {
+        // MXFP4: the CUDA-core kernels below half a pair an expert (e / 8 tokens at top-4),
+        // the tiles' mxfp4 build from there (20b's 32-sequence decode step among them).
+        for t in [1, e / 8 - 1] {
             let x = experts(t, e, ExpertType::Mxfp4);
             assert!(on_cores(x, CoreBuild::Mxfp4), "mxfp4 T {t} E {e}: {x:?}");
         }
         let mx_tiles = Experts::Mma {
             build: MmaBuild::Mxfp4,
         };
-        for t in [e, 16 * e, 4096] {
+        for t in [e / 8, e, 16 * e, 4096] {
             let x = experts(t, e, ExpertType::Mxfp4);
             assert_eq!(x, mx_tiles, "mxfp4 T {t} E {e}");
         }

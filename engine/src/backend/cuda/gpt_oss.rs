@@ -12,7 +12,7 @@
 //!      - decode batches of bf16 experts (`Experts::SmallMma`, 9 to 256 tokens, widths of a
 //!        multiple of 64): `moe_gate_up_clamped_bf16_small_any`, `moe_down_bf16_small_any`;
 //!      - steps with many pairs an expert (`Experts::Mma`, at least `MMA_MIN_PAIRS_PER_EXPERT`
-//!        on average, `FP4_MMA_MIN_PAIRS_PER_EXPERT` for FP4 stacks): `moe_tiles`,
+//!        on average, `FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT`, half a pair, for FP4 stacks): `moe_tiles`,
 //!        `moe_gate_up_clamped_mma_{bf16,mxfp4,nvfp4}`, `moe_down_mma_{bf16,mxfp4,nvfp4}` (FP4
 //!        stacks, MXFP4 as gpt-oss's checkpoints hold them or NVFP4, read packed and widened
 //!        in the kernels: `moe_mma_fp4.cu`);
