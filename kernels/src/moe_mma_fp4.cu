@@ -57,20 +57,6 @@ template <int P> __device__ __forceinline__ u32 mma_fp4_pair(u32 w, u32 w4) {
     return ((y << 6) & 0x01c001c0u) | ((y << 12) & 0x80008000u);
 }
 
-// a · b for two bf16 pairs, each product rounded once (exact for the products made here).
-__device__ __forceinline__ u32 mma_fp4_mul(u32 a, u32 b) {
-#ifdef METRALE_HOST_EMULATION
-    return pack_bf16(lo(a) * lo(b), hi(a) * hi(b));
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    asm volatile("trap;");
-    return a;
-#else
-    u32 r;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
-    return r;
-#endif
-}
-
 // The scale formats (moe_fp4.cu's Fp4Nv and Fp4Mx are in the other module): BLOCK values a
 // scale byte; widen(q, b): 8 packed values q and their block's scale byte b as 8 bf16 in k
 // order; row_scale: the factor of a weight row's sums.
@@ -80,10 +66,10 @@ struct MmaNv {
         // e4m3 · 2^118 (0x7a800000), four significant bits: its bf16 is the f32's top half.
         const u32 f = __float_as_uint(e4m3_value(b) * __uint_as_float(0x7a800000u)) >> 16;
         const u32 ff = f | (f << 16), q4 = q >> 4;
-        return u32x4{mma_fp4_mul(mma_fp4_pair<0>(q, q4), ff),
-                     mma_fp4_mul(mma_fp4_pair<1>(q, q4), ff),
-                     mma_fp4_mul(mma_fp4_pair<2>(q, q4), ff),
-                     mma_fp4_mul(mma_fp4_pair<3>(q, q4), ff)};
+        return u32x4{mul_bf16x2(mma_fp4_pair<0>(q, q4), ff),
+                     mul_bf16x2(mma_fp4_pair<1>(q, q4), ff),
+                     mul_bf16x2(mma_fp4_pair<2>(q, q4), ff),
+                     mul_bf16x2(mma_fp4_pair<3>(q, q4), ff)};
     }
     __device__ __forceinline__ static float row_scale(const float* globals, int row) {
         return 256.0f * globals[max(row, 0)];
@@ -95,10 +81,10 @@ struct MmaMx {
         b &= 0xffu;
         const u32 f1 = ((b < 128u ? b : 128u) + 126u) << 7, f2 = ((b > 128u ? b : 128u) - 1u) << 7;
         const u32 ff1 = f1 | (f1 << 16), ff2 = f2 | (f2 << 16), q4 = q >> 4;
-        return u32x4{mma_fp4_mul(mma_fp4_mul(mma_fp4_pair<0>(q, q4), ff1), ff2),
-                     mma_fp4_mul(mma_fp4_mul(mma_fp4_pair<1>(q, q4), ff1), ff2),
-                     mma_fp4_mul(mma_fp4_mul(mma_fp4_pair<2>(q, q4), ff1), ff2),
-                     mma_fp4_mul(mma_fp4_mul(mma_fp4_pair<3>(q, q4), ff1), ff2)};
+        return u32x4{mul_bf16x2(mul_bf16x2(mma_fp4_pair<0>(q, q4), ff1), ff2),
+                     mul_bf16x2(mul_bf16x2(mma_fp4_pair<1>(q, q4), ff1), ff2),
+                     mul_bf16x2(mul_bf16x2(mma_fp4_pair<2>(q, q4), ff1), ff2),
+                     mul_bf16x2(mul_bf16x2(mma_fp4_pair<3>(q, q4), ff1), ff2)};
     }
     __device__ __forceinline__ static float row_scale(const float*, int) { return 1.0f; }
 };

@@ -9,7 +9,7 @@
 //
 // gemv_nvfp4_mma_r<RT>_b<NB> (nvfp4_gemv.cu; any M, K % 32 == 0, sm_80+): the product on tensor
 // cores for decode batches, its A operands built by the helpers below (nvfp4_pair_bits_mul,
-// nvfp4_pair_bits, mul_bf16x2, nvfp4_scale_pairs), which nvfp4_gemm.cu's tile GEMM shares.
+// nvfp4_pair_bits, nvfp4_scale_pairs; mul_bf16x2 is prelude/mma.cuh's), which nvfp4_gemm.cu's tile GEMM shares.
 // gemv_nvfp4_rows: any K % 16 == 0 (scalar loads), one x row at a time (the lab's first
 // version, kernels/dev/nvfp4/gemv_nvfp4.cu; not launched: the host emulation's reference for
 // the value decode).
@@ -108,20 +108,6 @@ template <int I> __device__ __forceinline__ u32 nvfp4_pair_bits(u32 w) {
     constexpr int MAG = 6 - 4 * I, SGN = 12 - 4 * I;
     const u32 mag = (MAG >= 0 ? w << (MAG & 31) : w >> ((-MAG) & 31)) & 0x01c001c0u;
     return mag | ((w << SGN) & 0x80008000u);
-}
-
-// a · b for two bf16 pairs, each product rounded once (exact for the products made here).
-__device__ __forceinline__ u32 mul_bf16x2(u32 a, u32 b) {
-#ifdef METRALE_HOST_EMULATION
-    return pack_bf16(lo(a) * lo(b), hi(a) * hi(b));
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    asm volatile("trap;");
-    return a;
-#else
-    u32 r;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
-    return r;
-#endif
 }
 
 // A row's two scale bytes of a slice lane (sc: block 2t in the low byte) as the broadcast

@@ -105,6 +105,21 @@ __device__ __forceinline__ u32 pack_bf16(float lo, float hi) {
 #endif
 }
 
+// a · b for two bf16 pairs, each product rounded once (the FP4 kernels' exact widening:
+// nvfp4.cu's operands, moe_mma_fp4.cu's B tiles); sm_80+.
+__device__ __forceinline__ u32 mul_bf16x2(u32 a, u32 b) {
+#ifdef METRALE_HOST_EMULATION
+    return pack_bf16(lo(a) * lo(b), hi(a) * hi(b));
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    asm volatile("trap;");
+    return a;
+#else
+    u32 r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));
+    return r;
+#endif
+}
+
 // The low (HIGH = false) or high halves of a and b as one pair: (a's, b's).
 template <bool HIGH> __device__ __forceinline__ u32 pair_halves(u32 a, u32 b) {
 #ifdef METRALE_HOST_EMULATION
