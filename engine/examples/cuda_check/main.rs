@@ -58,12 +58,48 @@ struct Args {
     only: Vec<String>,
 }
 
+/// Every section, in the order they run.
+const SECTIONS: [&str; 19] = [
+    "kernels",
+    "ops",
+    "ops-gpt-oss",
+    "ops-nvfp4",
+    "ops-nemotron-moe",
+    "sampling",
+    "e2e",
+    "ops-f32",
+    "e2e-f32",
+    "ops-kv8",
+    "e2e-kv8",
+    "kv-groups",
+    "hybrid",
+    "nvfp4-speed",
+    "speed",
+    "moe-speed",
+    "moe-fp4-speed",
+    "prefill-attn",
+    "profile",
+];
+
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(out) = &args.out
         && let Err(e) = std::fs::create_dir_all(out)
     {
         eprintln!("cannot create {}: {e}", out.display());
+    }
+    // A misspelt section would otherwise run nothing, or skip nothing, without a word.
+    if let Some(bad) = args
+        .skip
+        .iter()
+        .chain(&args.only)
+        .find(|s| !SECTIONS.contains(&s.as_str()))
+    {
+        eprintln!(
+            "no section {bad:?}: --skip and --only take {}",
+            SECTIONS.join(", ")
+        );
+        return ExitCode::from(2);
     }
     let mut report = Report::new(args.out.clone());
     let start = Instant::now();
@@ -104,27 +140,7 @@ fn main() -> ExitCode {
     // The bf16 path with an FP8 KV cache (sections ops-kv8, e2e-kv8).
     let mut cuda_kv8: Option<CudaBackend> = None;
     let mut dead = false;
-    for name in [
-        "kernels",
-        "ops",
-        "ops-gpt-oss",
-        "ops-nvfp4",
-        "ops-nemotron-moe",
-        "sampling",
-        "e2e",
-        "ops-f32",
-        "e2e-f32",
-        "ops-kv8",
-        "e2e-kv8",
-        "kv-groups",
-        "hybrid",
-        "nvfp4-speed",
-        "speed",
-        "moe-speed",
-        "moe-fp4-speed",
-        "prefill-attn",
-        "profile",
-    ] {
+    for name in SECTIONS {
         let unasked = !args.only.is_empty() && !args.only.iter().any(|s| s == name);
         if unasked || args.skip.iter().any(|s| s == name) {
             report.summary_line(format!("{name}: skipped"));

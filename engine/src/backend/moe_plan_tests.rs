@@ -288,7 +288,6 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
         for t in [16, 127, 128, 2047, 2048] {
             assert_eq!(MoePlan::choose(s(t), w, H200, &d).experts, tiles, "{t}");
         }
-        assert_eq!(FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT, 1);
         // Pre-Ampere GPUs and the CUDA-core setting keep the packed kernels at every size.
         let p = MoePlan::choose(s(2048), w, (7, 5), &d);
         assert_eq!(p.experts, cores(build, GateUp::Plain, Down::Separate));

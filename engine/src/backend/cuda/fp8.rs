@@ -257,7 +257,7 @@ impl CudaBackend {
         if rows == 0 || k == 0 {
             return Ok(());
         }
-        // Rows of a multiple of 16 bytes: 16 weights a thread.
+        // Rows of a multiple of 16 bytes: the _vec kernel, 8 weights a thread.
         let vec = k.is_multiple_of(16);
         let f = match out.dtype {
             DType::BF16 if vec => kernels::dequant_fp8_bf16_vec,
@@ -268,14 +268,14 @@ impl CudaBackend {
         let s = &self.stream;
         let (o, wp, sp, ki) = (out.ptr(s), w.ptr(s), w.scales_ptr(s), int(k, "matmul")?);
         let per_thread = if out.dtype == DType::BF16 && vec {
-            16
+            8
         } else {
             1
         };
         // SAFETY: out is rows·k of the kernel's type (same shape as w), w rows·k FP8 bytes with
         // rows · ceil(k/128) scales; grid-stride over rows·k elements, one a thread or (the
-        // _vec kernel, k % 16 == 0: every 16-byte chunk inside one row and aligned, as the
-        // allocations are) 16.
+        // _vec kernel, k % 16 == 0, k > 0 above: every 8-byte chunk inside one row and its
+        // 16-byte store aligned, as the allocations are) 8.
         unsafe {
             f.launch(
                 self,

@@ -165,12 +165,13 @@ impl CudaBackend {
                         super::elementwise::int(k, "fused_moe")?,
                     );
                     // SAFETY: out is rows·k bf16 (w's shape), w rows·k Mx4 with k % 32 == 0
-                    // (checked at upload): grid-stride over rows·k / 32 chunks of 16 packed
-                    // bytes, each inside one row and aligned, with its one scale byte.
+                    // (checked at upload): grid-stride over rows·k / 8 packed words (a thread
+                    // a word: one aligned 16-byte store), each inside one row, with its block's
+                    // one scale byte.
                     unsafe {
                         kernels::dequant_mxfp4_bf16.launch(
                             self,
-                            super::elementwise::stride_cfg(rows * k as u64 / 32),
+                            super::elementwise::stride_cfg(rows * k as u64 / 8),
                             args,
                         )?;
                     }

@@ -325,12 +325,13 @@ impl CudaBackend {
         );
         let ki = int(k, "matmul")?;
         // SAFETY: out is rows·k bf16 (w's shape), w rows·k F4 (k % 32 == 0, checked at upload
-        // and by matmul_nvfp4): grid-stride over rows·k / 32 chunks of 16 packed bytes, each
-        // inside one row and aligned, with its two scale bytes and its row's multiplier.
+        // and by matmul_nvfp4; k > 0 above): grid-stride over rows·k / 8 packed words (a thread
+        // a word, 8 values: one 16-byte store, aligned as the allocations are), each inside one
+        // row, with its scale byte and its row's multiplier.
         unsafe {
             kernels::dequant_nvfp4_bf16.launch(
                 self,
-                stride_cfg(rows * k as u64 / 32),
+                stride_cfg(rows * k as u64 / 8),
                 (o, wp, sp, gp, rows, ki),
             )
         }
