@@ -36,6 +36,11 @@ ADD = {
     "additionalProperties": False,
 }
 SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+# Room for the longest call the grammar allows in any format, one token a character: under 250
+# characters (MiniMax-M2's tags around a 12-character city, or a note of five `\uXXXX` escapes;
+# the grammar's JSON has fixed whitespace). 120 was not: MiniMax-M2's calls took up to 115
+# tokens in 100 samples, and one in CI ran out before its closing tag.
+MAX_TOKENS = 400
 OPENAI_TOOLS = [{"type": "function", "function": {"name": n, "parameters": s}} for n, s in SCHEMAS.items()]
 ANTHROPIC_TOOLS = [{"name": n, "input_schema": s} for n, s in SCHEMAS.items()]
 
@@ -50,7 +55,7 @@ def openai_call(i):
         tool_choice=choice,
         temperature=0.8,
         seed=i,
-        max_tokens=120,
+        max_tokens=MAX_TOKENS,
     )
     c = r.choices[0]
     assert c.finish_reason == "tool_calls", (i, c)
@@ -66,7 +71,7 @@ def anthropic_call(i):
     choice = {"type": "tool", "name": "get_weather"} if named else {"type": "any"}
     r = ant.messages.create(
         model=MODEL,
-        max_tokens=120,
+        max_tokens=MAX_TOKENS,
         messages=[{"role": "user", "content": f"Question {i}: what is the weather, or a sum?"}],
         tools=ANTHROPIC_TOOLS,
         tool_choice=choice,
