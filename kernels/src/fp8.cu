@@ -184,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
 }
 
 // gemv_bf16_mma (M <= 8, K % 64 == 0, sm_80+): gemv_fp8_mma for bf16 weights (fp8_mma_tiles'
-// BF16W build: a lane loads its 16 elements of each weight row as two 16-byte loads, no scale),
+// Bf16Rows: a lane loads its 16 elements of each weight row as two 16-byte loads, no scale),
 // for the 2-8-row products cuBLAS serves slowly: an MTP verify step's rows (k + 1 a sequence)
 // and small decode batches on bf16 weights (blas.rs's matmul_op; one row keeps gemv_m1).
 extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
@@ -197,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)
     const float* const scs[1][2] = {{nullptr, nullptr}};
     const bf16* const xrows[1] = {g < m_total ? x + (u64)g * k : nullptr};
     float acc[1][1][4] = {};
-    fp8_mma_tiles<1, 1, 4, true, true>(acc, rows, scs, xrows, k, true);
+    fp8_mma_tiles<1, 1, 4, true, Bf16Rows>(acc, rows, scs, xrows, k, true);
     if (!fp8_mma_reduce<1>(&acc[0][0][0])) return;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {

@@ -466,7 +466,7 @@ MOE_MMA_GATE_UP(moe_gate_up_clamped_mma_bf16, 0, bf16, bf16,
 //
 // moe_gate_up_fp8_small[_any], moe_down_fp8_small[_any]: stages 3 and 4 for decode-sized steps
 // with FP8 experts (2 to the launcher's SMALL_MMA_MAX_TOKENS), and moe_*_bf16_small_any the same
-// for bf16 experts (fp8_mma_tiles' BF16W: the rows used as they are), on prelude's
+// for bf16 experts (fp8_mma_tiles' Bf16Rows: the rows used as they are), on prelude's
 // fp8_mma_tiles with the expert's pairs as the B columns, instead of the 64-row tensor-core tiles (mostly empty at
 // these steps) or the CUDA-core kernels (which widen and multiply every weight for every pair:
 // at batch 8 on the H200, 30B-A3B with distinct tokens, ncu had moe_gate_up_fp8_vec and
@@ -596,7 +596,6 @@ MOE_SMALL_KERNELS(, 1)
 // against 586 us, T 128 290 against 733, T 256 374 against 693; against k split over the warps
 // with 16 j a block (an earlier _any) 201 / 290 / 374 against 315 / 432 / 537, and against the
 // _small16 build it replaced (two tiles, split k) at T 16 148 against 205 us.
-// W: the weights' type (FP8 bytes with their scales, or bf16 rows and no scales).
 #define MOE_XS_COLS 2048
 #define MOE_XS_PAD 8
 
@@ -631,19 +630,19 @@ __device__ __forceinline__ void moe_stage_x(bf16* xs, const bf16* src, const int
 // the chunk's n <= 8 NB x rows (row r: src row perm[start + r] / div): with STAGE, copied into
 // shared memory MOE_XS_COLS columns at a time, else read from global by each warp; BATCH k
 // slices of weight loads in flight a warp.
-template <typename W, int NB, int BATCH, bool STAGE>
+template <typename WF, int NB, int BATCH, bool STAGE>
 __device__ __forceinline__ void moe_any_chunk(float (&acc)[1][NB][4],
                                               const unsigned char* const (&rows)[1][2],
-                                              const float* const (&scs)[1][2], const bf16* src,
-                                              const int* perm, int start, int n, int div, int k) {
-    constexpr bool BF16W = sizeof(W) == 2;
+                                              const typename WF::ScaleRow (&scs)[1][2],
+                                              const bf16* src, const int* perm, int start, int n,
+                                              int div, int k) {
     const int g = (threadIdx.x & 31) >> 2;
     if (!STAGE) {
         const bf16* xrows[NB];
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb)
             xrows[nb] = g + 8 * nb < n ? src + (u64)(perm[start + g + 8 * nb] / div) * k : nullptr;
-        fp8_mma_tiles<1, NB, BATCH, false, BF16W>(acc, rows, scs, xrows, k, false);
+        fp8_mma_tiles<1, NB, BATCH, false, WF>(acc, rows, scs, xrows, k, false);
         return;
     }
     bf16* const xs = moe_xs();
@@ -654,40 +653,50 @@ __device__ __forceinline__ void moe_any_chunk(float (&acc)[1][NB][4],
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb)
             xrows[nb] = g + 8 * nb < n ? xs + (g + 8 * nb) * (kc + MOE_XS_PAD) : nullptr;
-        const unsigned char* const rk[1][2] = {{rows[0][0] + (u64)k0 * sizeof(W),
-                                                rows[0][1] + (u64)k0 * sizeof(W)}};
-        const float* const sk[1][2] = {{BF16W ? nullptr : scs[0][0] + (k0 >> 7),
-                                        BF16W ? nullptr : scs[0][1] + (k0 >> 7)}};
-        fp8_mma_tiles<1, NB, BATCH, false, BF16W, true>(acc, rk, sk, xrows, kc, false);
+        const unsigned char* const rk[1][2] = {{WF::row_at(rows[0][0], k0), WF::row_at(rows[0][1], k0)}};
+        const typename WF::ScaleRow sk[1][2] = {{WF::scale_at(scs[0][0], k0), WF::scale_at(scs[0][1], k0)}};
+        fp8_mma_tiles<1, NB, BATCH, false, WF, true>(acc, rk, sk, xrows, kc, false);
     }
 }
 
+// An expert stack of W elements (FP8 bytes with a float scale per 128 columns, or bf16) as the
+// _any impls read it: row r of k columns and its scale row (moe_mma_fp4.cu's Fp4Stack for FP4).
+template <typename W> struct AnyStack {
+    using F = typename RowsOf<W>::T;
+    const W* w;
+    const float* scales;
+    __device__ __forceinline__ const unsigned char* row(u64 r, int k) const {
+        return (const unsigned char*)(w + r * k);
+    }
+    __device__ __forceinline__ typename F::ScaleRow scale_row(u64 r, int k) const {
+        return sizeof(W) == 2 ? nullptr : scales + r * ((k + 127) >> 7);
+    }
+};
+
 // NB, BATCH, STAGE: moe_any_chunk's (8 NB pairs a chunk). A block's warps take 8 j each,
-// blockDim.x / 32 of them (the launch picks). F: what joins gate and up (prelude/moe_act.cuh).
-template <typename W, int NB, int BATCH, bool STAGE, typename F = MoeSiluAct>
-__device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const float* scales,
-                                     const int* offsets, const int* active, const int* perm,
-                                     int experts, int top_k, int inter, int hidden, F f = F()) {
-    constexpr bool BF16W = sizeof(W) == 2;
+// blockDim.x / 32 of them (the launch picks). ST: the stack (AnyStack, Fp4Stack); F: what
+// joins gate and up (prelude/moe_act.cuh).
+template <int NB, int BATCH, bool STAGE, typename ST, typename F>
+__device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const ST st, const int* offsets,
+                                     const int* active, const int* perm, int experts, int top_k,
+                                     int inter, int hidden, F f) {
+    using WF = typename ST::F;
     pdl_start();
     const int e = small_block_expert(active, experts);
     if (e < 0) return;
     const int lane = threadIdx.x & 31, t = lane & 3, warp = threadIdx.x >> 5;
     const int first = offsets[e], count = offsets[e + 1] - first;
     const int j = (blockIdx.x * (blockDim.x >> 5) + warp) * 8 + (lane >> 2);
-    const int groups = (hidden + 127) >> 7;
     // Rows past I read row I - 1 of their half (their sums are not written).
     const u64 rg = (u64)e * 2 * inter + min(j, inter - 1), ru = rg + inter;
-    const unsigned char* const rows[1][2] = {{(const unsigned char*)(w + rg * hidden),
-                                              (const unsigned char*)(w + ru * hidden)}};
-    const float* const scs[1][2] = {{BF16W ? nullptr : scales + rg * groups,
-                                     BF16W ? nullptr : scales + ru * groups}};
+    const unsigned char* const rows[1][2] = {{st.row(rg, hidden), st.row(ru, hidden)}};
+    const typename WF::ScaleRow scs[1][2] = {{st.scale_row(rg, hidden), st.scale_row(ru, hidden)}};
     // f for this lane's j (its bias read once, before the chunks' stores to act).
     const auto fj = f.at(e, min(j, inter - 1), inter);
     for (int c0 = 0; c0 < count; c0 += 8 * NB) {
         const int start = first + c0, n = min(count - c0, 8 * NB);
         float acc[1][NB][4] = {};
-        moe_any_chunk<W, NB, BATCH, STAGE>(acc, rows, scs, x, perm, start, n, top_k, hidden);
+        moe_any_chunk<WF, NB, BATCH, STAGE>(acc, rows, scs, x, perm, start, n, top_k, hidden);
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
@@ -703,27 +712,25 @@ __device__ void moe_gate_up_any_impl(bf16* act, const bf16* x, const W* w, const
 }
 
 // A block's warps take 16 output columns each, blockDim.x / 32 of them.
-template <typename W, int NB, int BATCH>
-__device__ void moe_down_any_impl(float* ys, const bf16* act, const W* w, const float* scales,
-                                  const int* offsets, const int* active, const int* perm,
-                                  int experts, int inter, int hidden) {
-    constexpr bool BF16W = sizeof(W) == 2;
+template <int NB, int BATCH, typename ST>
+__device__ void moe_down_any_impl(float* ys, const bf16* act, const ST st, const int* offsets,
+                                  const int* active, const int* perm, int experts, int inter,
+                                  int hidden) {
+    using WF = typename ST::F;
     pdl_start();
     const int e = small_block_expert(active, experts);
     if (e < 0) return;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
     const int first = offsets[e], count = offsets[e + 1] - first;
-    const int c0 = (blockIdx.x * (blockDim.x >> 5) + warp) * 16, groups = (inter + 127) >> 7;
+    const int c0 = (blockIdx.x * (blockDim.x >> 5) + warp) * 16;
     const u64 base = (u64)e * hidden;
     const u64 ra = base + min(c0 + g, hidden - 1), rb = base + min(c0 + g + 8, hidden - 1);
-    const unsigned char* const rows[1][2] = {{(const unsigned char*)(w + ra * inter),
-                                              (const unsigned char*)(w + rb * inter)}};
-    const float* const scs[1][2] = {{BF16W ? nullptr : scales + ra * groups,
-                                     BF16W ? nullptr : scales + rb * groups}};
+    const unsigned char* const rows[1][2] = {{st.row(ra, inter), st.row(rb, inter)}};
+    const typename WF::ScaleRow scs[1][2] = {{st.scale_row(ra, inter), st.scale_row(rb, inter)}};
     for (int p0 = 0; p0 < count; p0 += 8 * NB) {
         const int start = first + p0, n = min(count - p0, 8 * NB);
         float acc[1][NB][4] = {};
-        moe_any_chunk<W, NB, BATCH, false>(acc, rows, scs, act, perm, start, n, 1, inter);
+        moe_any_chunk<WF, NB, BATCH, false>(acc, rows, scs, act, perm, start, n, 1, inter);
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb)
 #pragma unroll
@@ -742,8 +749,8 @@ __device__ void moe_down_any_impl(float* ys, const bf16* act, const W* w, const 
         KERNEL(bf16* act, const bf16* x, const W* w, const float* scales, const int* offsets,     \
                const int* active, const int* perm, int experts, int top_k, int inter,             \
                int hidden __VA_ARGS__) {                                                          \
-        moe_gate_up_any_impl<W, 2, 4, true>(act, x, w, scales, offsets, active, perm, experts,    \
-                                            top_k, inter, hidden, ACT);                           \
+        moe_gate_up_any_impl<2, 4, true>(act, x, AnyStack<W>{w, scales}, offsets, active, perm,  \
+                                         experts, top_k, inter, hidden, ACT);                     \
     }
 #define MOE_ANY_KERNELS(NAME, W)                                                                  \
     MOE_ANY_GATE_UP(moe_gate_up_##NAME##_small_any, W, MoeSiluAct{}, )                            \
@@ -751,8 +758,8 @@ __device__ void moe_down_any_impl(float* ys, const bf16* act, const W* w, const 
         moe_down_##NAME##_small_any(float* ys, const bf16* act, const W* w, const float* scales,  \
                                     const int* offsets, const int* active, const int* perm,       \
                                     int experts, int inter, int hidden) {                         \
-        moe_down_any_impl<W, 2, 4>(ys, act, w, scales, offsets, active, perm, experts, inter,     \
-                                   hidden);                                                       \
+        moe_down_any_impl<2, 4>(ys, act, AnyStack<W>{w, scales}, offsets, active, perm, experts,  \
+                                inter, hidden);                                                   \
     }
 
 MOE_ANY_KERNELS(fp8, unsigned char)

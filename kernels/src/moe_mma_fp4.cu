@@ -1,6 +1,7 @@
 // moe_mma.cu's 64-row tensor-core expert GEMMs on FP4 expert stacks as they are stored (issues
 // 34/35): moe_gate_up_mma_{nvfp4,mxfp4}, moe_down_mma_{nvfp4,mxfp4} and gpt-oss's
-// moe_gate_up_clamped_mma_{nvfp4,mxfp4}. Compiled after moe_mma.cu (one module): each kernel is
+// moe_gate_up_clamped_mma_{nvfp4,mxfp4}; and (at the end) its decode-batch _small_any kernels
+// on the same stacks. Compiled after moe_mma.cu (one module): each kernel is
 // moe_mma_impl's bf16 build (MODE 0: the same tiles, grid, warps, A operand, mma and
 // activation functors) with MmaFp4Tile as its B-tile loader, so no bf16 copy of the stacks is
 // made (it wrote 1.6 GB a layer at gpt-oss-20b's shape) and the kernels read 0.5625 (NVFP4) or
@@ -41,7 +42,10 @@
 // the same. Floor at gpt-oss-20b's shape (32 experts of [5760, 2880] and [2880, 2880] MXFP4,
 // 0.53 bytes a weight: 13.2 MB an expert a layer): the experts a step touches read once, 0.11
 // ms a layer with all 32 at 4 TB/s, where the bf16 copy wrote and read 1.6 GB a layer (about
-// 0.8 ms) before the GEMMs began. Not yet measured on a GPU (cuda_check's moe-fp4-speed).
+// 0.8 ms) before the GEMMs began. Measured (H100, performance log parts 18-19): 0.71 ms a
+// layer at 16 to 256 tokens, flat: at decode batches the tiles' mma and widening of 64 rows
+// bound them, not the loads (a 4-deep register prefetch of the packed slices left them at 0.76).
+// Decode batches take the _small_any kernels below.
 
 // The bf16 pair (nibble 2P in the low half, 2P + 1 in the high half) of byte P of w as
 // e2m1 · 2^-126 each; w4 = w >> 4.
@@ -153,3 +157,76 @@ template <typename S> struct MmaFp4Tile {
 
 MOE_MMA_FP4_KERNELS(nvfp4, MmaNv)
 MOE_MMA_FP4_KERNELS(mxfp4, MmaMx)
+
+// ---- decode batches: the _any kernels on packed FP4 stacks ----------------------------------
+//
+// moe_gate_up_{nvfp4,mxfp4}_small_any, moe_gate_up_clamped_{...}_small_any and
+// moe_down_{...}_small_any: moe_mma.cu's _any kernels (a warp owns 8 j, or 16 output columns,
+// over the whole k; the expert's pairs are the mma's B columns, 16 a chunk) with Fp4Rows as the
+// weight format, for steps of 1 to SMALL_MMA_MAX_TOKENS tokens, where the 64-row tiles above
+// run their mma and widening for 64 rows of mostly absent pairs. In a 64-wide k slice lane t
+// loads 8 packed bytes (16 values, k 16t .. 16t + 15 of the slice: one NVFP4 block, half an
+// MXFP4 one) of rows g and g + 8 and its scale byte, and widens them as the tiles do (MmaNv,
+// MmaMx: exact); NVFP4's row multiplier (2^8 · global) is the slice sums' factor. Needs k % 64
+// == 0 (the plan's check).
+struct Fp4ScaleRow {
+    const unsigned char* s;  // the row's scale bytes
+    float factor;            // what a slice's sum is multiplied by
+};
+template <typename S> struct Fp4Rows {
+    using ScaleRow = Fp4ScaleRow;
+    static constexpr int WORDS = 1;
+    // q.x, q.y: the 16 values; q.z: their block's scale byte.
+    __device__ __forceinline__ static void load(u32x4 (&q)[WORDS], float& s, const unsigned char* row,
+                                                ScaleRow sc, int j, int t) {
+        const u32x2 v = load_stream8((const u32x2*)row + 4 * j + t);
+        q[0] = u32x4{v.x, v.y, (u32)sc.s[(64 * j + 16 * t) / S::BLOCK], 0u};
+        s = sc.factor;
+    }
+    __device__ __forceinline__ static Fp8Slice widen(const u32x4 (&q0)[WORDS], const u32x4 (&q1)[WORDS]) {
+        return Fp8Slice{S::widen(q0[0].x, q0[0].z), S::widen(q1[0].x, q1[0].z),
+                        S::widen(q0[0].y, q0[0].z), S::widen(q1[0].y, q1[0].z)};
+    }
+    __device__ __forceinline__ static const unsigned char* row_at(const unsigned char* r, int k0) {
+        return r + (k0 >> 1);
+    }
+    __device__ __forceinline__ static ScaleRow scale_at(ScaleRow sc, int k0) {
+        return ScaleRow{sc.s + k0 / S::BLOCK, sc.factor};
+    }
+};
+// A packed FP4 stack as the _any impls read it (moe_mma.cu's AnyStack).
+template <typename S> struct Fp4Stack {
+    using F = Fp4Rows<S>;
+    const unsigned char* w;
+    const unsigned char* scales;
+    const float* globals;
+    __device__ __forceinline__ const unsigned char* row(u64 r, int k) const { return w + r * (u64)(k >> 1); }
+    __device__ __forceinline__ Fp4ScaleRow scale_row(u64 r, int k) const {
+        return Fp4ScaleRow{scales + r * (u64)(k / S::BLOCK), S::row_scale(globals, (int)r)};
+    }
+};
+
+#define MOE_FP4_ANY_GATE_UP(KERNEL, S, ACT, ...)                                                  \
+    extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)                              \
+        KERNEL(bf16* act, const bf16* x, const unsigned char* w, const unsigned char* scales,      \
+               const float* globals, const int* offsets, const int* active, const int* perm,      \
+               int experts, int top_k, int inter, int hidden __VA_ARGS__) {                       \
+        moe_gate_up_any_impl<2, 4, true>(act, x, Fp4Stack<S>{w, scales, globals}, offsets,         \
+                                         active, perm, experts, top_k, inter, hidden, ACT);       \
+    }
+#define MOE_FP4_ANY_KERNELS(SUFFIX, S)                                                            \
+    MOE_FP4_ANY_GATE_UP(moe_gate_up_##SUFFIX##_small_any, S, MoeSiluAct{}, )                      \
+    MOE_FP4_ANY_GATE_UP(moe_gate_up_clamped_##SUFFIX##_small_any, S,                              \
+                        (MoeClampedAct<bf16>{bias, alpha, limit}), , const bf16* bias,            \
+                        float alpha, float limit)                                                 \
+    extern "C" __global__ void __launch_bounds__(FP8_MMA_WARPS * 32)                              \
+        moe_down_##SUFFIX##_small_any(float* ys, const bf16* act, const unsigned char* w,         \
+                                      const unsigned char* scales, const float* globals,          \
+                                      const int* offsets, const int* active, const int* perm,     \
+                                      int experts, int inter, int hidden) {                       \
+        moe_down_any_impl<2, 4>(ys, act, Fp4Stack<S>{w, scales, globals}, offsets, active, perm,  \
+                                experts, inter, hidden);                                          \
+    }
+
+MOE_FP4_ANY_KERNELS(nvfp4, MmaNv)
+MOE_FP4_ANY_KERNELS(mxfp4, MmaMx)

@@ -3,10 +3,10 @@
 //! gpt-oss-20b (`fused_moe_clamped`, MXFP4, hidden 2880, 32 experts of 2880, top 4),
 //! gpt-oss-120b (the same with 128 experts) and Qwen3.6-35B-A3B NVFP4 (`fused_moe`, hidden
 //! 2048, 256 experts of 512, top 8) — at 1 to 4096 tokens, on each route `moe.gemm` can force:
-//! the CUDA-core kernels reading the packed stacks, and the 64-row tensor-core tiles reading
-//! them too (`Experts::Mma` with the `mxfp4` / `nvfp4` build, `moe_mma_fp4.cu`), beside `auto`
-//! (what the plan picks). Where the two cross is where `MoePlan::choose` should switch
-//! (`FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT`: half a pair an expert, from this table).
+//! the CUDA-core kernels reading the packed stacks, the decode-batch `_small_any` kernels
+//! (`Experts::SmallMma`, up to 256 tokens) and the 64-row tensor-core tiles reading them too
+//! (`Experts::Mma` with the `mxfp4` / `nvfp4` build, `moe_mma_fp4.cu`), beside `auto` (what the
+//! plan picks). Where they cross is where `MoePlan::choose` should switch.
 //!
 //! Each line: mean ms a call over back-to-back calls (routing and the weighted sum included),
 //! pairs an expert, and the floor of reading the experts the step touches once, packed, at
@@ -33,11 +33,14 @@ const SHAPES: [Shape; 3] = [
 /// Tokens a step.
 const TOKENS: [usize; 13] = [1, 8, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 2048, 4096];
 
-/// The routes: (label, `moe.gemm`).
-const ROUTES: [(&str, MoeGemm); 3] = [
-    ("auto", MoeGemm::Auto),
-    ("cuda cores", MoeGemm::CudaCores),
-    ("fp4 mma", MoeGemm::TensorCores),
+/// The routes: (label, `moe.gemm`, `moe.small_mma`): what the plan picks, the packed CUDA-core
+/// kernels, the decode-batch `_small_any` kernels (up to 256 tokens; the tiles past that) and
+/// the 64-row tiles.
+const ROUTES: [(&str, MoeGemm, bool); 4] = [
+    ("auto", MoeGemm::Auto, true),
+    ("cuda cores", MoeGemm::CudaCores, true),
+    ("small any", MoeGemm::TensorCores, true),
+    ("fp4 tiles", MoeGemm::TensorCores, false),
 ];
 
 /// Bytes a packed weight takes: MXFP4 half a byte plus a scale byte per 32; NVFP4 half a byte
@@ -89,9 +92,12 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             let mut cells = Vec::new();
             let mut record = json!({"profile": "moe_fp4_routes", "model": name, "tokens": t,
                 "experts": e, "top_k": k, "hidden": h, "width": i, "floor_ms": floor_ms});
-            for &(label, gemm) in &ROUTES {
-                let saved = cuda.tuning().moe.gemm;
-                cuda.retune(|tu| tu.moe.gemm = gemm);
+            for &(label, gemm, small) in &ROUTES {
+                let saved = cuda.tuning().moe;
+                cuda.retune(|tu| {
+                    tu.moe.gemm = gemm;
+                    tu.moe.small_mma = small;
+                });
                 let ms = mean_op_ms_n(cuda, iters, || {
                     if clamped {
                         cuda.fused_moe_clamped(&mut out, &x, &logits, &ex, k)?;
@@ -100,7 +106,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                     }
                     Ok(())
                 });
-                cuda.retune(|tu| tu.moe.gemm = saved);
+                cuda.retune(|tu| tu.moe = saved);
                 let ms = ms?;
                 cells.push(format!("{label} {ms:8.3}"));
                 record[label] = json!(ms);

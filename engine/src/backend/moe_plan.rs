@@ -41,6 +41,17 @@ pub const MMA_MIN_PAIRS_PER_EXPERT: (usize, usize) = (4, 2);
 /// 0.711 against 0.800 at two. Half a pair costs 20b at most 9% between one and two pairs; one
 /// pair would cost Qwen's shape up to 2x between a half and one.
 pub const FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT: usize = 1;
+/// Most pairs an expert (on average) FP4 experts take the small-step `_any` kernels with: one
+/// 16-pair chunk, each further chunk reading the expert's rows again. `cuda_check`'s
+/// moe-fp4-speed on an H100 (one layer, ms, `_any` against the 64-row tiles): gpt-oss-20b 0.53
+/// against 0.74 at 16 pairs (128 tokens), 0.95 against 0.75 at 32 (256 tokens); 120b and
+/// Qwen3.6-35B-A3B's NVFP4 shape 1.33 against 2.66 and 0.36 against 0.75 at 8 (performance log
+/// part 19).
+pub const SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT: usize = 16;
+/// Narrowest experts whose FP4 stacks take the `_any` kernels at one token (narrower ones keep
+/// the packed CUDA-core kernels there): gpt-oss's 2880 0.078 against 0.086 ms a layer,
+/// Qwen3.6-35B-A3B's 512 0.033 against 0.027 (H100, performance log part 19).
+pub const SMALL_MMA_FP4_ONE_TOKEN_MIN_WIDTH: usize = 1024;
 /// Most tokens a step may have for `moe_*_fp8_small` (at most 6 pairs an expert in one mma n8
 /// tile, k split over the block's warps); larger steps take `moe_*_fp8_small_any` (a warp over
 /// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens,
@@ -369,15 +380,28 @@ impl MoePlan {
     }
 }
 
-/// Whether the step takes the small-step tensor-core kernels: FP8 experts from 2 tokens, bf16
-/// ones from [`SMALL_MMA_BF16_MIN_TOKENS`], up to [`SMALL_MMA_MAX_TOKENS`]; both k dimensions
+/// Whether the step takes the small-step tensor-core kernels: FP8 experts from 2 tokens, FP4
+/// ones (packed, `moe_mma_fp4.cu`'s `_small_any`) from one
+/// ([`SMALL_MMA_FP4_ONE_TOKEN_MIN_WIDTH`], else two) while they average at most
+/// [`SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT`] pairs, bf16 ones from
+/// [`SMALL_MMA_BF16_MIN_TOKENS`], up to [`SMALL_MMA_MAX_TOKENS`]; both k dimensions
 /// multiples of 64 (prelude's fp8_mma_tiles), the GPU 8.0+, the kernels on, experts not kept on
 /// the CUDA cores and activations not asked as e4m3 (the 64-row kernels' `fp8act` build).
 fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> bool {
     let first = match w {
         ExpertType::Fp8 => 2,
         ExpertType::Bf16 => SMALL_MMA_BF16_MIN_TOKENS,
-        ExpertType::F32 | ExpertType::Nvfp4 | ExpertType::Mxfp4 => return false,
+        ExpertType::Nvfp4 | ExpertType::Mxfp4 => {
+            if s.pairs() > SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT * s.e {
+                return false;
+            }
+            if s.i >= SMALL_MMA_FP4_ONE_TOKEN_MIN_WIDTH {
+                1
+            } else {
+                2
+            }
+        }
+        ExpertType::F32 => return false,
     };
     (first..=SMALL_MMA_MAX_TOKENS).contains(&s.t)
         && s.h.is_multiple_of(64)

@@ -241,11 +241,12 @@ fn the_router_fuses_at_one_token_with_a_bf16_router() {
     assert!(!fuses_router(1, (128, 2048), true, ExpertType::Fp8, &t));
 }
 
-/// FP4 experts (NVFP4 kept packed; MXFP4's kernels): the CUDA-core FP4 kernels at decode
-/// sizes (no small tensor-core kernels, no one-token `_dec` kernels), the 64-row tiles' FP4
-/// builds (reading the packed stacks) from half a pair an expert
-/// (`FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT`),
-/// the CUDA cores where the GPU or the setting rules the tensor cores out. Qwen3.6-35B-A3B's
+/// FP4 experts (NVFP4 kept packed; MXFP4's kernels): the small-step `_any` kernels on the
+/// packed stacks at decode sizes from two tokens (these experts are 512 wide), the 64-row
+/// tiles' FP4 builds past them; with the small-step
+/// kernels off, the CUDA-core FP4 kernels (no one-token `_dec` kernels) below half a pair an
+/// expert (`FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT`) and the tiles from there; the CUDA cores where
+/// the GPU or the setting rules the tensor cores out. Qwen3.6-35B-A3B's
 /// shape: 256 experts of 512, top 8.
 #[test]
 fn fp4_experts_take_their_kernels_on_either_cores() {
@@ -266,17 +267,32 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
             (CoreBuild::Mxfp4, MmaBuild::Mxfp4)
         };
         let tiles = Experts::Mma { build: tiles };
+        let small = Experts::SmallMma {
+            build: SmallBuild::Any,
+        };
         assert!(w.is_fp4() && !build.is_vec());
+        // One token at these narrow experts (512 < SMALL_MMA_FP4_ONE_TOKEN_MIN_WIDTH): the
+        // packed CUDA-core kernels.
         let p = MoePlan::choose(s(1), w, H200, &d);
         assert_eq!(p.route, Route::PlanOne);
         assert_eq!(
             p.experts,
             cores(build, GateUp::Plain, Down::Combined { cols: 0 })
         );
-        // Decode batches below half a pair an expert (16 tokens · 8 = 128 pairs for 256
-        // experts): the packed kernels (never the small tensor-core kernels).
-        for t in [2, 8, 15] {
-            let p = MoePlan::choose(s(t), w, H200, &d);
+        // Decode batches: the small-step `_any` kernels on the packed stacks, up to
+        // SMALL_MMA_MAX_TOKENS (8 pairs an expert here); the tiles past them.
+        for t in [2, 8, 15, 16, 128, SMALL_MMA_MAX_TOKENS] {
+            assert_eq!(MoePlan::choose(s(t), w, H200, &d).experts, small, "{t}");
+        }
+        for t in [SMALL_MMA_MAX_TOKENS + 1, 2047, 2048] {
+            assert_eq!(MoePlan::choose(s(t), w, H200, &d).experts, tiles, "{t}");
+        }
+        // With the small-step kernels off: the packed CUDA-core kernels below half a pair an
+        // expert (16 tokens · 8 = 128 pairs for 256 experts), the tiles from there.
+        let mut no_small = d;
+        no_small.small_mma = false;
+        for t in [1, 2, 8, 15] {
+            let p = MoePlan::choose(s(t), w, H200, &no_small);
             let down = if t <= FUSED_DOWN_TOKENS {
                 Down::Combined { cols: 0 }
             } else {
@@ -284,9 +300,12 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
             };
             assert_eq!(p.experts, cores(build, GateUp::Plain, down), "{t}");
         }
-        // From half a pair an expert: the tiles, at every larger step.
-        for t in [16, 127, 128, 2047, 2048] {
-            assert_eq!(MoePlan::choose(s(t), w, H200, &d).experts, tiles, "{t}");
+        for t in [16, 127, 128] {
+            assert_eq!(
+                MoePlan::choose(s(t), w, H200, &no_small).experts,
+                tiles,
+                "{t}"
+            );
         }
         // Pre-Ampere GPUs and the CUDA-core setting keep the packed kernels at every size.
         let p = MoePlan::choose(s(2048), w, (7, 5), &d);
@@ -295,10 +314,14 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
         t.gemm = MoeGemm::CudaCores;
         let p = MoePlan::choose(s(2048), w, H200, &t);
         assert_eq!(p.experts, cores(build, GateUp::Plain, Down::Separate));
-        // The tensor-core setting takes the tiles at one token too.
+        // The tensor-core setting takes the small-step kernels from two tokens, the tiles at
+        // one and with those off.
         let mut t = d;
         t.gemm = MoeGemm::TensorCores;
+        assert_eq!(MoePlan::choose(s(2), w, H200, &t).experts, small);
         assert_eq!(MoePlan::choose(s(1), w, H200, &t).experts, tiles);
+        t.small_mma = false;
+        assert_eq!(MoePlan::choose(s(2), w, H200, &t).experts, tiles);
         // The plan's own guard: widths not of whole 32-value slices never take the FP4 tiles
         // (moe.rs widens such stacks to bf16 before planning).
         let mut odd = s(2048);
@@ -306,7 +329,7 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
         let p = MoePlan::choose(odd, w, H200, &d);
         assert_eq!(p.experts, cores(build, GateUp::Plain, Down::Separate));
         // The decode-column setting does not apply (no `_dec` FP4 kernels).
-        let mut t = d;
+        let mut t = no_small;
         t.down_cols = Some(2);
         let p = MoePlan::choose(s(1), w, H200, &t);
         assert_eq!(
@@ -322,8 +345,8 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
 /// (hidden = experts' width = 2880, a multiple of 64; top-4 of 32) and 120b's (of 128), bf16
 /// experts on the CUDA cores up to 8 tokens, the small-step `_any` kernels from 9 to 256 (the
 /// 126-sequence decode step of issue 39 among them), the 64-row tiles past that; MXFP4 stacks
-/// packed on the CUDA cores below half a pair an expert, the tiles' `mxfp4` build (the packed
-/// stacks) from there; f32 experts and pre-Ampere GPUs on the CUDA cores at every size.
+/// packed on the small-step `_any` kernels up to 256 tokens and 16 pairs an expert, the tiles'
+/// `mxfp4` build (the packed stacks) past them; f32 experts and pre-Ampere GPUs on the CUDA cores at every size.
 #[test]
 fn gpt_oss_clamped_experts_by_step() {
     let s = |t, e| MoeShape {
@@ -355,16 +378,19 @@ fn gpt_oss_clamped_experts_by_step() {
         for t in [257, 2048] {
             assert_eq!(experts(t, e, ExpertType::Bf16), tiles, "bf16 T {t} E {e}");
         }
-        // MXFP4: the CUDA-core kernels below half a pair an expert (e / 8 tokens at top-4),
-        // the tiles' mxfp4 build from there (20b's 32-sequence decode step among them).
-        for t in [1, e / 8 - 1] {
-            let x = experts(t, e, ExpertType::Mxfp4);
-            assert!(on_cores(x, CoreBuild::Mxfp4), "mxfp4 T {t} E {e}: {x:?}");
+        // MXFP4: the small-step `_any` kernels on the packed stacks from one token (2880 wide
+        // experts) while they average at most 16 pairs an expert (4e tokens at top-4) and up to
+        // 256 tokens, the tiles' mxfp4 build past that (20b's 256-token step among them).
+        let any = Experts::SmallMma {
+            build: SmallBuild::Any,
+        };
+        for t in [1, e / 8 - 1, e / 8, 126, (4 * e).min(256)] {
+            assert_eq!(experts(t, e, ExpertType::Mxfp4), any, "mxfp4 T {t} E {e}");
         }
         let mx_tiles = Experts::Mma {
             build: MmaBuild::Mxfp4,
         };
-        for t in [e / 8, e, 16 * e, 4096] {
+        for t in [(4 * e + 1).min(257), 257, 16 * e, 4096] {
             let x = experts(t, e, ExpertType::Mxfp4);
             assert_eq!(x, mx_tiles, "mxfp4 T {t} E {e}");
         }

@@ -39,7 +39,9 @@ void t_mma_fp4_widen() {
 // the down bias when clamped), against double sums of the dequantized weights (act rounded to
 // bf16 as the device stores it, so down is checked alone). H and I: multiples of 32, not of the
 // tiles (64 act columns, 128 output columns), so blocks hold weight rows past the matrix.
-void t_moe_mma_fp4(const std::vector<int>& counts, int H, int I, bool mx, bool clamped) {
+// small: the decode-batch _any kernels (H and I multiples of 64) on the plan's active list
+// instead of the tiles.
+void t_moe_mma_fp4(const std::vector<int>& counts, int H, int I, bool mx, bool clamped, bool small = false) {
     const int E = (int)counts.size(), K = 2;
     const float alpha = 1.702f, limit = 2.0f;
     std::vector<int> ids;
@@ -68,6 +70,21 @@ void t_moe_mma_fp4(const std::vector<int>& counts, int H, int I, bool mx, bool c
     std::vector<bf16> act((size_t)P * I);
     std::vector<float> ys((size_t)P * H, NAN), out((size_t)T * H, NAN);
     const unsigned gx = (unsigned)max_tiles;
+    std::vector<int> active(E + 1, 0);
+    for (int e = 0; e < E; ++e)
+        if (offsets[e + 1] > offsets[e]) active[active[E]++] = e;
+    const unsigned ge = (unsigned)std::min(E, P);
+    if (small) {
+        launch_smem({(unsigned)((I + 63) / 64), ge}, {256}, any_smem(H), [&] {
+            if (clamped)
+                (mx ? moe_gate_up_clamped_mxfp4_small_any : moe_gate_up_clamped_nvfp4_small_any)(act.data(), xb.data(), w13.w.data(), w13.sc.data(), g13, offsets.data(), active.data(), perm.data(), E, K, I, H, b13b.data(), alpha, limit);
+            else
+                (mx ? moe_gate_up_mxfp4_small_any : moe_gate_up_nvfp4_small_any)(act.data(), xb.data(), w13.w.data(), w13.sc.data(), g13, offsets.data(), active.data(), perm.data(), E, K, I, H);
+        });
+        launch({(unsigned)((H + 127) / 128), ge}, {256}, [&] {
+            (mx ? moe_down_mxfp4_small_any : moe_down_nvfp4_small_any)(ys.data(), act.data(), w2.w.data(), w2.sc.data(), g2, offsets.data(), active.data(), perm.data(), E, I, H);
+        });
+    } else {
     launch({gx, (unsigned)((I + MMA_BN / 2 - 1) / (MMA_BN / 2))}, {128}, [&] {
         if (clamped)
             (mx ? moe_gate_up_clamped_mma_mxfp4 : moe_gate_up_clamped_mma_nvfp4)(act.data(), xb.data(), w13.w.data(), w13.sc.data(), g13, tiles.data(), offsets.data(), perm.data(), K, I, H, b13b.data(), alpha, limit);
@@ -77,6 +94,7 @@ void t_moe_mma_fp4(const std::vector<int>& counts, int H, int I, bool mx, bool c
     launch({gx, (unsigned)((H + MMA_BN - 1) / MMA_BN)}, {128}, [&] {
         (mx ? moe_down_mma_mxfp4 : moe_down_mma_nvfp4)(ys.data(), act.data(), w2.w.data(), w2.sc.data(), g2, tiles.data(), offsets.data(), perm.data(), 0, H, I);
     });
+    }
     launch({4}, {64}, [&] {
         if (clamped) moe_combine_bias_bf16(out.data(), ys.data(), wts.data(), ids.data(), b2b.data(), T, K, H);
         else moe_combine(out.data(), ys.data(), wts.data(), T, K, H);
@@ -113,9 +131,9 @@ void t_moe_mma_fp4(const std::vector<int>& counts, int H, int I, bool mx, bool c
     for (int c : counts) cs += (cs.empty() ? "" : ",") + std::to_string(c);
     char name[160];
     const char* kind = mx ? (clamped ? "mxfp4 clamped" : "mxfp4") : (clamped ? "nvfp4 clamped" : "nvfp4");
-    snprintf(name, 160, "moe_mma_fp4 %s act H%d I%d pairs {%s}", kind, H, I, cs.c_str());
+    snprintf(name, 160, "moe_mma_fp4%s %s act H%d I%d pairs {%s}", small ? " small_any" : "", kind, H, I, cs.c_str());
     report(name, worst_act, 1.6e-2);
-    snprintf(name, 160, "moe_mma_fp4 %s out T%d", kind, T);
+    snprintf(name, 160, "moe_mma_fp4%s %s out T%d", small ? " small_any" : "", kind, T);
     report(name, worst, 1e-2);
 }
 
@@ -133,4 +151,14 @@ static void moe_mma_fp4_tests() {
     // Wider rows: several tiles of columns and 9 k slices.
     t_moe_mma_fp4({70, 2, 0, 129}, 288, 224, false, false);
     t_moe_mma_fp4({70, 2, 0, 129}, 288, 224, true, true);
+    // The decode-batch _any kernels: experts of 0 to 17 pairs (17: two chunks of 16), one
+    // pair alone, rows of several 64-wide slices; and hidden past MOE_XS_COLS (x staged in two
+    // pieces, the rows and scales taken from column 2048 on).
+    for (bool mx : {false, true})
+        for (bool clamped : {false, true}) {
+            t_moe_mma_fp4({1, 0, 3, 17, 2}, 192, 128, mx, clamped, true);
+            t_moe_mma_fp4({1}, 64, 64, mx, clamped, true);
+        }
+    t_moe_mma_fp4({2, 5, 0, 1}, 2112, 64, false, false, true);
+    t_moe_mma_fp4({2, 5, 0, 1}, 2112, 64, true, true, true);
 }

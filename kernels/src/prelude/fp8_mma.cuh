@@ -40,21 +40,63 @@ __device__ __forceinline__ void fp8_mma_slice(float acc[4], const Fp8Slice& w, f
     acc[3] = fmaf(s1, part[3], acc[3]);
 }
 
+// The weight formats fp8_mma_tiles takes (WF): how a lane loads its 16 values of a row's
+// 64-wide slice j (WORDS 16-byte words, and the factor s of the slice's sum, from the row's
+// ScaleRow) and widens them (rows g and g + 8) to an Fp8Slice; row_at / scale_at: a row and its
+// scales from column k0 on (moe_mma.cu's staged chunks). Fp8Rows: e4m3 bytes, a float scale
+// per 128 columns. Bf16Rows: bf16 rows used as they are (two 16-byte loads; no scales, s = 1).
+// moe_mma_fp4.cu's Fp4Rows: packed FP4 nibbles with their block scales.
+struct Fp8Rows {
+    using ScaleRow = const float*;
+    static constexpr int WORDS = 1;
+    __device__ __forceinline__ static void load(u32x4 (&q)[WORDS], float& s, const unsigned char* row,
+                                                ScaleRow sc, int j, int t) {
+        q[0] = load_stream((const u32x4*)row + 4 * j + t);
+        s = sc[j >> 1];
+    }
+    __device__ __forceinline__ static Fp8Slice widen(const u32x4 (&q0)[WORDS], const u32x4 (&q1)[WORDS]) {
+        return fp8_widen(q0[0], q1[0]);
+    }
+    __device__ __forceinline__ static const unsigned char* row_at(const unsigned char* r, int k0) { return r + k0; }
+    __device__ __forceinline__ static ScaleRow scale_at(ScaleRow sc, int k0) { return sc + (k0 >> 7); }
+};
+struct Bf16Rows {
+    using ScaleRow = const float*;
+    static constexpr int WORDS = 2;
+    __device__ __forceinline__ static void load(u32x4 (&q)[WORDS], float& s, const unsigned char* row,
+                                                ScaleRow, int j, int t) {
+        const u32x4* r = (const u32x4*)row + 8 * j + 2 * t;
+        q[0] = load_stream(r);
+        q[1] = load_stream(r + 1);
+        s = 1.0f;
+    }
+    __device__ __forceinline__ static Fp8Slice widen(const u32x4 (&q0)[WORDS], const u32x4 (&q1)[WORDS]) {
+        return Fp8Slice{q0[0], q1[0], q0[1], q1[1]};
+    }
+    __device__ __forceinline__ static const unsigned char* row_at(const unsigned char* r, int k0) { return r + 2 * k0; }
+    __device__ __forceinline__ static ScaleRow scale_at(ScaleRow sc, int) { return sc; }
+};
+// The format of a weight element type: bf16 rows, else FP8 bytes.
+template <typename W> struct RowsOf {
+    using T = Fp8Rows;
+};
+template <> struct RowsOf<bf16> {
+    using T = Bf16Rows;
+};
+
 // SPLIT (the default): this warp's share of the k slices (warp w: w, w + 8, ...), the block's
 // warps then adding their sums (fp8_mma_reduce); else every slice, the warp's own tiles.
-// BF16W: the weights are bf16 rows instead (rows[nt] point at them as bytes; scs unread, a
-// scale of 1): a lane loads its 16 elements of each row as two 16-byte loads, used as they are.
-// This warp's share of NT weight tiles against NB tiles of 8 x rows: rows[nt] = the starts of
-// tile nt's rows g and g + 8 (k bytes each), scs[nt] their scale rows, xrows[nb] this lane's x
-// row of B tile nb (column 8nb + g; k bf16, or null for zeros); acc[nt][nb] = rows g, g + 8 x
-// columns 8nb + 2t, 8nb + 2t + 1. wait_first: call pdl_start after the first batch's weight
-// loads (weights are never written, so those loads may overlap the previous kernel), else the
-// caller has waited already.
+// This warp's share of NT weight tiles (format WF) against NB tiles of 8 x rows: rows[nt] = the
+// starts of tile nt's rows g and g + 8, scs[nt] their scale rows, xrows[nb] this lane's x row of
+// B tile nb (column 8nb + g; k bf16, or null for zeros); acc[nt][nb] = rows g, g + 8 x columns
+// 8nb + 2t, 8nb + 2t + 1. wait_first: call pdl_start after the first batch's weight loads
+// (weights are never written, so those loads may overlap the previous kernel), else the caller
+// has waited already.
 // SMEM_X: the x rows are in shared memory (plain loads), else global (load_cached).
-template <int NT, int NB, int BATCH, bool SPLIT = true, bool BF16W = false, bool SMEM_X = false>
+template <int NT, int NB, int BATCH, bool SPLIT = true, typename WF = Fp8Rows, bool SMEM_X = false>
 __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
                                               const unsigned char* const (&rows)[NT][2],
-                                              const float* const (&scs)[NT][2],
+                                              const typename WF::ScaleRow (&scs)[NT][2],
                                               const bf16* const (&xrows)[NB], int k,
                                               bool wait_first) {
     const int t = threadIdx.x & 3;
@@ -63,7 +105,7 @@ __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
     const u32x4 zero{0u, 0u, 0u, 0u};
     bool waited = !wait_first;
     for (int j0 = first; j0 < slices; j0 += step * BATCH) {
-        u32x4 q[BATCH][NT][2][BF16W ? 2 : 1];
+        u32x4 q[BATCH][NT][2][WF::WORDS];
         float s[BATCH][NT][2];
 #pragma unroll
         for (int i = 0; i < BATCH; ++i) {
@@ -72,17 +114,8 @@ __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        if (BF16W) {
-                            const u32x4* r = (const u32x4*)rows[nt][h] + 8 * j + 2 * t;
-                            q[i][nt][h][0] = load_stream(r);
-                            q[i][nt][h][BF16W ? 1 : 0] = load_stream(r + 1);
-                            s[i][nt][h] = 1.0f;
-                        } else {
-                            q[i][nt][h][0] = load_stream((const u32x4*)rows[nt][h] + 4 * j + t);
-                            s[i][nt][h] = scs[nt][h][j >> 1];
-                        }
-                    }
+                    for (int h = 0; h < 2; ++h)
+                        WF::load(q[i][nt][h], s[i][nt][h], rows[nt][h], scs[nt][h], j, t);
             }
         }
         if (!waited) {
@@ -102,10 +135,7 @@ __device__ __forceinline__ void fp8_mma_tiles(float (&acc)[NT][NB][4],
                 }
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
-                    const Fp8Slice w =
-                        BF16W ? Fp8Slice{q[i][nt][0][0], q[i][nt][1][0], q[i][nt][0][BF16W ? 1 : 0],
-                                         q[i][nt][1][BF16W ? 1 : 0]}
-                              : fp8_widen(q[i][nt][0][0], q[i][nt][1][0]);
+                    const Fp8Slice w = WF::widen(q[i][nt][0], q[i][nt][1]);
 #pragma unroll
                     for (int nb = 0; nb < NB; ++nb)
                         fp8_mma_slice(acc[nt][nb], w, s[i][nt][0], s[i][nt][1], xa[nb], xb[nb]);

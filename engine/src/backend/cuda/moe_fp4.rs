@@ -11,12 +11,15 @@
 //! which read the packed bytes: 0.5625 (NVFP4) or 0.53 (MXFP4) bytes a weight against bf16's
 //! 2. Steps the plan sends to tensor cores (`Experts::Mma` with the `nvfp4` or `mxfp4` build)
 //! run `moe_mma_fp4.cu`'s 64-row tiles on the same packed stacks (`moe_mma.rs`), for
-//! `fused_moe` and gpt-oss's `fused_moe_clamped` alike. A stack whose pair is not an
+//! `fused_moe` and gpt-oss's `fused_moe_clamped` alike; decode batches (`Experts::SmallMma`)
+//! its `_small_any` kernels, the expert's pairs as the mma's B columns
+//! ([`CudaBackend::moe_experts_small_fp4`]). A stack whose pair is not an
 //! [`fp4_pair`] (one stack packed, the other widened at upload) is widened to bf16 for the
 //! step ([`CudaBackend::fp4_or_widened`]).
 
-use super::elementwise::{cfg, dim};
+use super::elementwise::{cfg, dim, int};
 use super::moe::{ExpertAct, expert_rows_cfg};
+use super::moe_mma::{ClampedAct, SMALL_MMA_WARPS, any_smem};
 use super::tensor::{self, CudaTensor, DType};
 use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
@@ -116,6 +119,141 @@ pub(super) fn fp4_pair(
 }
 
 impl CudaBackend {
+    /// Stages 3 and 4 of a decode batch on FP4 stacks kept packed (`Experts::SmallMma`'s `_any`
+    /// build): `moe_gate_up[_clamped]_{nvfp4,mxfp4}_small_any` into `act` [pairs, i] (bf16,
+    /// pair rows), then `moe_down_*_small_any` into the returned ys [pairs, h] (f32, pair rows),
+    /// on the grids of `moe_experts_small_mma`'s bf16 and FP8 `_any` launches. `offsets`,
+    /// `active` (e + 1 each) and `perm` (pairs) are the plan's device arrays; `clamp`: gpt-oss's
+    /// bias and activation in place of SiLU.
+    pub(super) fn moe_experts_small_fp4(
+        &self,
+        act: &CudaTensor,
+        x: &CudaTensor,
+        (gate_up, down): (&CudaTensor, &CudaTensor),
+        (offsets, active, perm): (u64, u64, u64),
+        (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
+        clamp: Option<ClampedAct>,
+    ) -> Result<CudaTensor> {
+        let nv = gate_up.dtype == DType::F4;
+        if !is_fp4(gate_up.dtype)
+            || down.dtype != gate_up.dtype
+            || !h.is_multiple_of(64)
+            || !i.is_multiple_of(64)
+        {
+            return Err(super::shape_err(
+                "fused_moe",
+                format!(
+                    "the small-step FP4 kernels take two stacks of one FP4 type with widths a \
+                     multiple of 64 (got {:?} and {:?}, hidden {h}, intermediate {i})",
+                    gate_up.dtype, down.dtype
+                ),
+            ));
+        }
+        let s = &self.stream;
+        let pairs = t * top_k;
+        let (ei, ki, ii, hi) = (
+            int(e, "fused_moe")?,
+            int(top_k, "fused_moe")?,
+            int(i, "fused_moe")?,
+            int(h, "fused_moe")?,
+        );
+        let experts = dim(e.min(pairs), "fused_moe")?;
+        let threads = (32 * SMALL_MMA_WARPS) as u32;
+        let (g, d) = (self.fp4_ptrs(gate_up), self.fp4_ptrs(down));
+        // 8 j a warp; the chunk's x rows staged in dynamic shared memory.
+        let mut c = cfg(
+            (dim(i.div_ceil(8 * SMALL_MMA_WARPS), "fused_moe")?, experts),
+            threads,
+        );
+        c.shared_mem_bytes = any_smem(h);
+        let opt_in = c.shared_mem_bytes as usize > 48 * 1024;
+        let args: GateUpArgs = (
+            act.ptr(s),
+            x.ptr(s),
+            g.w,
+            g.scales,
+            g.globals,
+            offsets,
+            active,
+            perm,
+            ei,
+            ki,
+            ii,
+            hi,
+        );
+        // SAFETY: act is [pairs, i] bf16, x [t, h] bf16, gate_up [e, 2i, h] packed FP4 of
+        // gate_up.dtype with its scale bytes and (NVFP4) row multipliers (fp4_ptrs); h, i
+        // multiples of 64 (checked), so every 8-byte load is inside its row and aligned;
+        // offsets, active and perm were written by the plan (pairs < t · top_k, tokens perm /
+        // top_k < t); rows past i read row i - 1 of their half and are not written; block rows
+        // past the active count return; 8 warps (the launch bounds) and the staged x rows'
+        // shared memory (any_smem, opted into past 48 KB); clamped: the bias [e, 2i] bf16
+        // (ClampedAct's contract).
+        unsafe {
+            match clamp {
+                Some(ClampedAct { bias, alpha, limit }) => {
+                    let k = if nv {
+                        kernels::moe_gate_up_clamped_nvfp4_small_any
+                    } else {
+                        kernels::moe_gate_up_clamped_mxfp4_small_any
+                    };
+                    if opt_in {
+                        k.allow_shared_memory(self, c.shared_mem_bytes)?;
+                    }
+                    let (a, xp, w, sc, gl, o, ac, p, ei, ki, ii, hi) = args;
+                    k.launch(
+                        self,
+                        c,
+                        (
+                            a, xp, w, sc, gl, o, ac, p, ei, ki, ii, hi, bias, alpha, limit,
+                        ),
+                    )?
+                }
+                None => {
+                    let k = if nv {
+                        kernels::moe_gate_up_nvfp4_small_any
+                    } else {
+                        kernels::moe_gate_up_mxfp4_small_any
+                    };
+                    if opt_in {
+                        k.allow_shared_memory(self, c.shared_mem_bytes)?;
+                    }
+                    k.launch(self, c, args)?
+                }
+            }
+        }
+        let ys = self.alloc(&[pairs, h], DType::F32)?;
+        let k = if nv {
+            kernels::moe_down_nvfp4_small_any
+        } else {
+            kernels::moe_down_mxfp4_small_any
+        };
+        // 16 output columns a warp.
+        let c = cfg(
+            (dim(h.div_ceil(16 * SMALL_MMA_WARPS), "fused_moe")?, experts),
+            threads,
+        );
+        let args: DownArgs = (
+            ys.ptr(s),
+            act.ptr(s),
+            d.w,
+            d.scales,
+            d.globals,
+            offsets,
+            active,
+            perm,
+            ei,
+            ii,
+            hi,
+        );
+        // SAFETY: ys is [pairs, h] f32, act [pairs, i] bf16 (every row written by gate_up: each
+        // pair is in exactly one expert's range), down [e, h, i] packed FP4 of the same type
+        // (checked); i % 64 == 0; the plan's arrays as above; columns past h read row h - 1
+        // and are not written; block rows past the active count return.
+        unsafe { k.launch(self, c, args)? }
+        Ok(ys)
+    }
+
     /// `t` as the expert kernels take it: itself, or (an FP4 stack whose pair is not
     /// [`fp4_pair`]: the upload keeps a 3-D stack packed by its own rows and columns, so a
     /// model whose intermediate size is 16 mod 32 has one stack packed and one widened) its

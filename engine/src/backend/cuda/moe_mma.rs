@@ -41,7 +41,7 @@ const TILE_THREADS: u32 = 256;
 /// Rows (a warp each) of a `moe_quant_fp8_*` block.
 const QUANT_ROWS: usize = 8;
 /// Warps of a `moe_*_small*` block (FP8_MMA_WARPS in prelude/fp8_mma.cuh).
-const SMALL_MMA_WARPS: usize = 8;
+pub(super) const SMALL_MMA_WARPS: usize = 8;
 
 /// The tensor-core kernels' parameters (`moe_gate_up_mma_*`, `moe_down_mma_*`): out, the A
 /// operand and its scales, the weight and its scales, tiles, offsets, perm, three ints.
@@ -77,12 +77,12 @@ pub(super) struct ClampedAct {
 }
 
 /// The clamped builds take bf16 or FP4 experts (gpt-oss's are bf16, MXFP4 or NVFP4), the
-/// small-step ones bf16 only.
+/// small-step ones bf16 or FP4 with the `_any` build.
 fn clamped_needs_bf16() -> crate::backend::BackendError {
     super::shape_err(
         "fused_moe_clamped",
         "the clamped SwiGLU runs on tensor cores with bf16 or FP4 experts only (the small-step \
-         kernels bf16 only)"
+         kernels with their `_any` build)"
             .into(),
     )
 }
@@ -157,7 +157,7 @@ fn pipe_smem() -> u32 {
     (STAGES * (ROWS * ROW_BYTES + x + ROWS * 4)) as u32
 }
 
-fn any_smem(k: usize) -> u32 {
+pub(super) fn any_smem(k: usize) -> u32 {
     (16 * (k.min(ANY_XS_COLS) + ANY_XS_PAD) * 2) as u32
 }
 
@@ -173,8 +173,8 @@ impl CudaBackend {
     /// i] (bf16, pair rows) from x [t, h] (bf16), then the returned `ys` [pairs, h] (f32, pair
     /// rows). `offsets` and `active` (e + 1 each) and `perm` (pairs) are the plan's device
     /// arrays; `build`: which kernels (the split build takes FP8 experts and at most 8 tokens,
-    /// the plan's choice); `clamp`: gpt-oss's activation (bf16 experts, the `_any` build) in
-    /// place of SiLU.
+    /// the plan's choice; FP4 stacks take `moe_experts_small_fp4`); `clamp`: gpt-oss's
+    /// activation (bf16 or FP4 experts, the `_any` build) in place of SiLU.
     pub(super) fn moe_experts_small_mma(
         &self,
         act: &CudaTensor,
@@ -184,6 +184,11 @@ impl CudaBackend {
         (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
         (build, clamp): (SmallBuild, Option<ClampedAct>),
     ) -> Result<CudaTensor> {
+        if matches!(gate_up.dtype, DType::F4 | DType::Mx4) && build == SmallBuild::Any {
+            let arrays = (offsets, active, perm);
+            let dims = (t, h, e, i, top_k);
+            return self.moe_experts_small_fp4(act, x, (gate_up, down), arrays, dims, clamp);
+        }
         if clamp.is_some() && (gate_up.dtype != DType::BF16 || build != SmallBuild::Any) {
             return Err(clamped_needs_bf16());
         }
