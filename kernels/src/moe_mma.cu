@@ -466,7 +466,7 @@ MOE_MMA_GATE_UP(moe_gate_up_clamped_mma_bf16, 0, bf16, bf16,
 //
 // moe_gate_up_fp8_small[_any], moe_down_fp8_small[_any]: stages 3 and 4 for decode-sized steps
 // with FP8 experts (2 to the launcher's SMALL_MMA_MAX_TOKENS), and moe_*_bf16_small_any the same
-// for bf16 experts (fp8_mma_tiles' Bf16Rows: the rows used as they are), on prelude's
+// for bf16 experts (fp8_mma_tiles' Bf16Rows; FP4: moe_mma_fp4.cu's _small_any), on prelude's
 // fp8_mma_tiles with the expert's pairs as the B columns, instead of the 64-row tensor-core tiles (mostly empty at
 // these steps) or the CUDA-core kernels (which widen and multiply every weight for every pair:
 // at batch 8 on the H200, 30B-A3B with distinct tokens, ncu had moe_gate_up_fp8_vec and
