@@ -36,10 +36,11 @@ ADD = {
     "additionalProperties": False,
 }
 SCHEMAS = {"get_weather": WEATHER, "add": ADD}
-# Room for the longest call the grammar allows in any format, one token a character: under 250
-# characters (MiniMax-M2's tags around a 12-character city, or a note of five `\uXXXX` escapes;
-# the grammar's JSON has fixed whitespace). 120 was not: MiniMax-M2's calls took up to 115
-# tokens in 100 samples, and one in CI ran out before its closing tag.
+# Room for the longest call the grammar allows in any format, one token a character at worst:
+# under 250 characters (the longest, a Hermes call whose 12-character city is written as JSON
+# surrogate-pair escapes, 12 characters each, is about 230; the grammar's JSON has fixed
+# whitespace). 120 was not: MiniMax-M2's calls took up to 115 tokens in 100 samples, and one in
+# CI ran out before its closing tag.
 MAX_TOKENS = 400
 OPENAI_TOOLS = [{"type": "function", "function": {"name": n, "parameters": s}} for n, s in SCHEMAS.items()]
 ANTHROPIC_TOOLS = [{"name": n, "input_schema": s} for n, s in SCHEMAS.items()]
