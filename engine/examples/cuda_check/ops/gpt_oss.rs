@@ -90,9 +90,10 @@ impl Ops<'_> {
     /// `fused_moe_clamped` against the CPU on the same inputs (x, logits, weights and biases
     /// as the device holds them). Biases around 1 and, in some cases, `limit` 2 so that the
     /// clamp bites on many channels (gpt-oss's 7 on the others). Each case on the kernels of
-    /// the listed `moe.gemm` settings: `Auto` (the plan's choice, tensor cores from 4 pairs an
-    /// expert or 9 tokens at widths of a multiple of 64), and the CUDA cores or tensor cores
-    /// forced where the other route is the one to check.
+    /// the listed `moe.gemm` settings: `Auto` (the plan's choice: at widths of a multiple of 64
+    /// the small-step `_any` kernels from 9 tokens with bf16 experts, from one with FP4 ones;
+    /// the 64-row tiles past them), and the CUDA cores or tensor cores forced where the other
+    /// route is the one to check.
     fn moe_clamped(&mut self) -> Result<()> {
         let (bf, f32d) = (DType::BF16, DType::F32);
         let (auto, cores, tensor) = (MoeGemm::Auto, MoeGemm::CudaCores, MoeGemm::TensorCores);
