@@ -52,6 +52,54 @@ void t_rms_norm_cols(int rows, int cols, int start, int n, unsigned threads) {
 
 static float host_sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 
+// The CPU reference's route_sigmoid for one token's logits `row`: the top-K by sigmoid + bias
+// (ties to the lower index) among the KG best of G groups (a group's score its two highest, the
+// CPU's scan), weighted by the sigmoid, renormalised when asked, times the scaling; returned
+// sorted by expert, as the device writes them. `moved` (if given) counts a token whose top-K the
+// groups changed from the plain top-K of the unmasked scores.
+static std::vector<std::pair<int, float>> sigmoid_route_ref(const float* row, const std::vector<float>& bias, int K,
+                                                            bool norm, float scaling, int G, int KG,
+                                                            int* moved = nullptr) {
+    const int E = (int)bias.size();
+    std::vector<float> s(E), choice(E);
+    for (int e = 0; e < E; ++e) { s[e] = host_sigmoid(row[e]); choice[e] = s[e] + bias[e]; }
+    const std::vector<float> plain = choice;
+    auto ranked = [&](const std::vector<float>& v) {
+        std::vector<int> order(E);
+        for (int e = 0; e < E; ++e) order[e] = e;
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return host_key(v[a]) > host_key(v[b]); });
+        return order;
+    };
+    if (G > 1) {
+        const int size = E / G;
+        std::vector<float> gs(G);
+        for (int g = 0; g < G; ++g) {
+            float a = -INFINITY, b = -INFINITY;
+            for (int e = g * size; e < (g + 1) * size; ++e) {
+                if (choice[e] > a) { b = a; a = choice[e]; }
+                else if (choice[e] > b) b = choice[e];
+            }
+            gs[g] = a + b;
+        }
+        std::vector<int> gorder(G);
+        for (int g = 0; g < G; ++g) gorder[g] = g;
+        std::stable_sort(gorder.begin(), gorder.end(), [&](int a, int b) { return host_key(gs[a]) > host_key(gs[b]); });
+        for (int j = KG; j < G; ++j)
+            for (int e = gorder[j] * size; e < (gorder[j] + 1) * size; ++e) choice[e] = -INFINITY;
+    }
+    const std::vector<int> order = ranked(choice);
+    if (moved) {
+        const std::vector<int> po = ranked(plain);
+        *moved += !std::equal(po.begin(), po.begin() + K, order.begin());
+    }
+    float total = 0;
+    for (int j = 0; j < K; ++j) total += s[order[j]];
+    std::vector<std::pair<int, float>> chosen;
+    for (int j = 0; j < K; ++j) chosen.push_back({order[j], (norm ? s[order[j]] / total : s[order[j]]) * scaling});
+    std::sort(chosen.begin(), chosen.end());
+    return chosen;
+}
+
 // The sigmoid routing of T tokens over E experts, top-K, against the CPU reference's loop
 // (route_sigmoid in engine/src/backend/cpu/moe.rs): ids (ascending by expert) and weights bit for
 // bit; then the one-block plan and (T = 1) the one-warp plan against route + group + active,
@@ -81,46 +129,7 @@ int t_moe_sigmoid(int T, int E, int K, bool norm, float scaling, bool ties, int 
         std::vector<int> ids_ref(P);
         std::vector<float> wts_ref(P);
         for (int t = 0; t < T; ++t) {
-            std::vector<float> s(E), choice(E);
-            for (int e = 0; e < E; ++e) { s[e] = host_sigmoid(lg[t * E + e]); choice[e] = s[e] + bias[e]; }
-            if (G > 1) {
-                // A group's score: its two highest (the CPU's scan), the KG best kept.
-                const int size = E / G;
-                std::vector<float> gs(G);
-                for (int g = 0; g < G; ++g) {
-                    float a = -INFINITY, b = -INFINITY;
-                    for (int e = g * size; e < (g + 1) * size; ++e) {
-                        if (choice[e] > a) { b = a; a = choice[e]; }
-                        else if (choice[e] > b) b = choice[e];
-                    }
-                    gs[g] = a + b;
-                }
-                std::vector<int> gorder(G);
-                for (int g = 0; g < G; ++g) gorder[g] = g;
-                std::stable_sort(gorder.begin(), gorder.end(), [&](int a, int b) { return host_key(gs[a]) > host_key(gs[b]); });
-                for (int j = KG; j < G; ++j)
-                    for (int e = gorder[j] * size; e < (gorder[j] + 1) * size; ++e) choice[e] = -INFINITY;
-            }
-            std::vector<int> order(E);
-            for (int e = 0; e < E; ++e) order[e] = e;
-            std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return host_key(choice[a]) > host_key(choice[b]); });
-            if (G > 1 && !bf) {
-                // The plain top-k of the unmasked scores, to count what the groups changed.
-                std::vector<float> plain(E);
-                for (int e = 0; e < E; ++e) plain[e] = s[e] + bias[e];
-                std::vector<int> po(E);
-                for (int e = 0; e < E; ++e) po[e] = e;
-                std::stable_sort(po.begin(), po.end(), [&](int a, int b) { return host_key(plain[a]) > host_key(plain[b]); });
-                moved += !std::equal(po.begin(), po.begin() + K, order.begin());
-            }
-            float total = 0;
-            for (int j = 0; j < K; ++j) total += s[order[j]];
-            std::vector<std::pair<int, float>> chosen;
-            for (int j = 0; j < K; ++j) {
-                const float w = norm ? s[order[j]] / total : s[order[j]];
-                chosen.push_back({order[j], w * scaling});
-            }
-            std::sort(chosen.begin(), chosen.end());
+            const auto chosen = sigmoid_route_ref(&lg[t * E], bias, K, norm, scaling, G, KG, G > 1 && !bf ? &moved : nullptr);
             for (int j = 0; j < K; ++j) { ids_ref[t * K + j] = chosen[j].first; wts_ref[t * K + j] = chosen[j].second; }
         }
         // Route + group + active (the six-launch path's first three).

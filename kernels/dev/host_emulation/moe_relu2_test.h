@@ -31,43 +31,6 @@ static Relu2Stack relu2_stack(Relu2W kind, int E, size_t rows_per_expert, int co
     return st;
 }
 
-// The CPU reference's route_sigmoid for one token's logits: the top-K by sigmoid + bias (ties to
-// the lower index) among the KG best of G groups (a group's score its two highest), weighted by
-// the sigmoid, renormalised when asked, times the scaling; returned sorted by expert, as the
-// device writes them.
-static std::vector<std::pair<int, float>> relu2_route_ref(const float* row, const std::vector<float>& bias,
-                                                          int K, bool norm, float scaling, int G, int KG) {
-    const int E = (int)bias.size();
-    std::vector<float> s(E), choice(E);
-    for (int e = 0; e < E; ++e) { s[e] = host_sigmoid(row[e]); choice[e] = s[e] + bias[e]; }
-    if (G > 1) {
-        const int size = E / G;
-        std::vector<float> gs(G);
-        for (int g = 0; g < G; ++g) {
-            float a = -INFINITY, b = -INFINITY;
-            for (int e = g * size; e < (g + 1) * size; ++e) {
-                if (choice[e] > a) { b = a; a = choice[e]; }
-                else if (choice[e] > b) b = choice[e];
-            }
-            gs[g] = a + b;
-        }
-        std::vector<int> gorder(G);
-        for (int g = 0; g < G; ++g) gorder[g] = g;
-        std::stable_sort(gorder.begin(), gorder.end(), [&](int a, int b) { return host_key(gs[a]) > host_key(gs[b]); });
-        for (int j = KG; j < G; ++j)
-            for (int e = gorder[j] * size; e < (gorder[j] + 1) * size; ++e) choice[e] = -INFINITY;
-    }
-    std::vector<int> order(E);
-    for (int e = 0; e < E; ++e) order[e] = e;
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return host_key(choice[a]) > host_key(choice[b]); });
-    float total = 0;
-    for (int j = 0; j < K; ++j) total += s[order[j]];
-    std::vector<std::pair<int, float>> chosen;
-    for (int j = 0; j < K; ++j) chosen.push_back({order[j], (norm ? s[order[j]] / total : s[order[j]]) * scaling});
-    std::sort(chosen.begin(), chosen.end());
-    return chosen;
-}
-
 // T tokens, E experts (those with e % 5 == 4 never chosen: their bias is far below), top-K of G
 // groups with KG kept, hidden H, intermediate I, the experts of `kind`.
 void t_moe_relu2(int T, int E, int K, int H, int I, Relu2W kind, int G = 1, int KG = 1) {
@@ -142,7 +105,7 @@ void t_moe_relu2(int T, int E, int K, int H, int I, Relu2W kind, int G = 1, int 
     std::vector<double> ref((size_t)T * H, 0.0);
     for (int e = 0; e < E; ++e) empty += offsets[e + 1] == offsets[e];
     for (int t = 0; t < T; ++t) {
-        const auto chosen = relu2_route_ref(&logits[t * E], bias, K, norm, scaling, G, KG);
+        const auto chosen = sigmoid_route_ref(&logits[t * E], bias, K, norm, scaling, G, KG);
         for (int j = 0; j < K; ++j) {
             const int p = t * K + j, e = chosen[j].first;
             bad_ids += ids[p] != e;
