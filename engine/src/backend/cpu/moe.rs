@@ -257,29 +257,14 @@ pub(super) fn fused_moe_relu2(
     (up, down): (&CpuTensor, &CpuTensor),
     routing: SigmoidRouting,
 ) -> Result<()> {
-    let last = |s: &[usize]| s.last().copied().unwrap_or(0);
-    let (h, e, i) = (
-        last(&x.shape),
-        last(&router_logits.shape),
-        last(&down.shape),
-    );
-    let t = x.data.len() / h.max(1);
-    let ok = out.shape == x.shape
-        && router_logits.data.len() == t * e
-        && up.shape == [e, i, h]
-        && down.shape == [e, h, i]
-        && (1..=e).contains(&routing.top_k);
-    if !ok {
-        return Err(super::shape_err(
-            "fused_moe_relu2",
-            format!(
-                "out {:?}, x {:?}, router_logits {:?}, up {:?}, down {:?}, top_k {} (want x \
-                 [T, H], router_logits [T, E], up [E, I, H], down [E, H, I], out like x, \
-                 1 <= top_k <= E)",
-                out.shape, x.shape, router_logits.shape, up.shape, down.shape, routing.top_k
-            ),
-        ));
-    }
+    let (t, h, e, i) = crate::backend::moe_relu2_dims(
+        &out.shape,
+        &x.shape,
+        &router_logits.shape,
+        (&up.shape, &down.shape),
+        routing.top_k,
+        usize::MAX,
+    )?;
     check_sigmoid_routing("fused_moe_relu2", bias, e, routing)?;
     let (ids, weights) = route_sigmoid(&router_logits.data, &bias.data, routing);
     let act = |out: &mut [f32], up: &[f32], _: usize| {

@@ -181,6 +181,19 @@ impl CudaBackend {
             ii,
             hi,
         );
+        let (gate_up_kernel, clamped_kernel, down_kernel) = if nv {
+            (
+                kernels::moe_gate_up_nvfp4_small_any,
+                kernels::moe_gate_up_clamped_nvfp4_small_any,
+                kernels::moe_down_nvfp4_small_any,
+            )
+        } else {
+            (
+                kernels::moe_gate_up_mxfp4_small_any,
+                kernels::moe_gate_up_clamped_mxfp4_small_any,
+                kernels::moe_down_mxfp4_small_any,
+            )
+        };
         // SAFETY: act is [pairs, i] bf16, x [t, h] bf16, gate_up [e, 2i, h] packed FP4 of
         // gate_up.dtype with its scale bytes and (NVFP4) row multipliers (fp4_ptrs); h, i
         // multiples of 64 (checked), so every 8-byte load is inside its row and aligned;
@@ -192,42 +205,24 @@ impl CudaBackend {
         unsafe {
             match clamp {
                 Some(ClampedAct { bias, alpha, limit }) => {
-                    let k = if nv {
-                        kernels::moe_gate_up_clamped_nvfp4_small_any
-                    } else {
-                        kernels::moe_gate_up_clamped_mxfp4_small_any
-                    };
                     if opt_in {
-                        k.allow_shared_memory(self, c.shared_mem_bytes)?;
+                        clamped_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
                     }
                     let (a, xp, w, sc, gl, o, ac, p, ei, ki, ii, hi) = args;
-                    k.launch(
-                        self,
-                        c,
-                        (
-                            a, xp, w, sc, gl, o, ac, p, ei, ki, ii, hi, bias, alpha, limit,
-                        ),
-                    )?
+                    let args = (
+                        a, xp, w, sc, gl, o, ac, p, ei, ki, ii, hi, bias, alpha, limit,
+                    );
+                    clamped_kernel.launch(self, c, args)?
                 }
                 None => {
-                    let k = if nv {
-                        kernels::moe_gate_up_nvfp4_small_any
-                    } else {
-                        kernels::moe_gate_up_mxfp4_small_any
-                    };
                     if opt_in {
-                        k.allow_shared_memory(self, c.shared_mem_bytes)?;
+                        gate_up_kernel.allow_shared_memory(self, c.shared_mem_bytes)?;
                     }
-                    k.launch(self, c, args)?
+                    gate_up_kernel.launch(self, c, args)?
                 }
             }
         }
         let ys = self.alloc(&[pairs, h], DType::F32)?;
-        let k = if nv {
-            kernels::moe_down_nvfp4_small_any
-        } else {
-            kernels::moe_down_mxfp4_small_any
-        };
         // 16 output columns a warp.
         let c = cfg(
             (dim(h.div_ceil(16 * SMALL_MMA_WARPS), "fused_moe")?, experts),
@@ -250,7 +245,7 @@ impl CudaBackend {
         // pair is in exactly one expert's range), down [e, h, i] packed FP4 of the same type
         // (checked); i % 64 == 0; the plan's arrays as above; columns past h read row h - 1
         // and are not written; block rows past the active count return.
-        unsafe { k.launch(self, c, args)? }
+        unsafe { down_kernel.launch(self, c, args)? }
         Ok(ys)
     }
 

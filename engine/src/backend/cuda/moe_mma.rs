@@ -184,7 +184,7 @@ impl CudaBackend {
         (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
         (build, clamp): (SmallBuild, Option<ClampedAct>),
     ) -> Result<CudaTensor> {
-        if matches!(gate_up.dtype, DType::F4 | DType::Mx4) && build == SmallBuild::Any {
+        if super::moe_fp4::is_fp4(gate_up.dtype) && build == SmallBuild::Any {
             let arrays = (offsets, active, perm);
             let dims = (t, h, e, i, top_k);
             return self.moe_experts_small_fp4(act, x, (gate_up, down), arrays, dims, clamp);

@@ -26,10 +26,10 @@
 //! small-step `_small_any` and 64-row mma kernels needs their bodies to take a fan-1 functor,
 //! and the one-token `moe_gate_up_dec_*` a fan parameter. Speed on a GPU: not yet measured.
 
+use super::CudaBackend;
 use super::moe::{ExpertAct, MAX_TOP_K};
 use super::tensor::CudaTensor;
-use super::{CudaBackend, shape_err};
-use crate::backend::{Result, SigmoidRouting};
+use crate::backend::{Result, SigmoidRouting, moe_relu2_dims};
 
 const OP: &str = "fused_moe_relu2";
 
@@ -46,10 +46,13 @@ impl CudaBackend {
         (up, down): (&CudaTensor, &CudaTensor),
         routing: SigmoidRouting,
     ) -> Result<()> {
-        let dims = relu2_dims(
-            (&out.shape, &x.shape, &router_logits.shape),
+        let dims = moe_relu2_dims(
+            &out.shape,
+            &x.shape,
+            &router_logits.shape,
             (&up.shape, &down.shape),
             routing.top_k,
+            MAX_TOP_K,
         )?;
         let mut widened = None;
         let scoring = self.sigmoid_scoring(OP, bias, routing, dims.2, &mut widened)?;
@@ -58,60 +61,32 @@ impl CudaBackend {
     }
 }
 
-/// `(T, H, E, I)` from the shapes `fused_moe_relu2` takes, as the CPU reference checks them:
-/// x `[T, H]` (rows of H), out like x, the router's logits `[T, E]`, up `[E, I, H]`, down
-/// `[E, H, I]`, 1 <= top_k <= min(E, [`MAX_TOP_K`]) (the routing kernels' registers).
-fn relu2_dims(
-    (out, x, logits): (&[usize], &[usize], &[usize]),
-    (up, down): (&[usize], &[usize]),
-    top_k: usize,
-) -> Result<(usize, usize, usize, usize)> {
-    let last = |s: &[usize]| s.last().copied().unwrap_or(1);
-    let rows = |s: &[usize]| s.iter().product::<usize>() / last(s).max(1);
-    let (t, h, e, i) = (rows(x), last(x), last(logits), last(down));
-    let ok = out == x
-        && rows(logits) == t
-        && up == [e, i, h]
-        && down == [e, h, i]
-        && (1..=e.min(MAX_TOP_K)).contains(&top_k);
-    if ok {
-        return Ok((t, h, e, i));
-    }
-    Err(shape_err(
-        OP,
-        format!(
-            "out {out:?}, x {x:?}, router_logits {logits:?}, up {up:?}, down {down:?}, top_k \
-             {top_k} (want x [T, H], router_logits [T, E], up [E, I, H], down [E, H, I], out \
-             like x, 1 <= top_k <= min(E, {MAX_TOP_K}))"
-        ),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn relu2_dims_take_the_ungated_stacks() {
+    fn the_ungated_stacks_are_checked_with_the_routing_kernels_top_k() {
         // Nemotron 3 Nano's layer: hidden 2688, 128 experts of 1856, top-6, 5 tokens.
         let (x, logits) = ([5, 2688], [5, 128]);
         let (up, down) = ([128, 1856, 2688], [128, 2688, 1856]);
-        let dims = relu2_dims((&x, &x, &logits), (&up, &down), 6).expect("fits");
+        let dims = moe_relu2_dims(&x, &x, &logits, (&up, &down), 6, MAX_TOP_K).expect("fits");
         assert_eq!(dims, (5, 2688, 128, 1856));
         // A gate|up stack (SwiGLU's [E, 2I, H]) is not an up stack.
         let gated = [128, 2 * 1856, 2688];
-        let err = relu2_dims((&x, &x, &logits), (&gated, &down), 6).expect_err("gated");
+        let err =
+            moe_relu2_dims(&x, &x, &logits, (&gated, &down), 6, MAX_TOP_K).expect_err("gated");
         assert!(err.to_string().contains("up [E, I, H]"), "{err}");
         // top-k past the routing kernels' registers, or zero.
-        assert!(relu2_dims((&x, &x, &logits), (&up, &down), MAX_TOP_K + 1).is_err());
-        assert!(relu2_dims((&x, &x, &logits), (&up, &down), 0).is_err());
+        assert!(moe_relu2_dims(&x, &x, &logits, (&up, &down), MAX_TOP_K + 1, MAX_TOP_K).is_err());
+        assert!(moe_relu2_dims(&x, &x, &logits, (&up, &down), 0, MAX_TOP_K).is_err());
         // Logits of another step, out unlike x.
-        assert!(relu2_dims((&x, &x, &[4, 128]), (&up, &down), 6).is_err());
-        assert!(relu2_dims((&[5, 2687], &x, &logits), (&up, &down), 6).is_err());
+        assert!(moe_relu2_dims(&x, &x, &[4, 128], (&up, &down), 6, MAX_TOP_K).is_err());
+        assert!(moe_relu2_dims(&[5, 2687], &x, &logits, (&up, &down), 6, MAX_TOP_K).is_err());
         // No tokens: fine (nothing is launched).
         let none = [0, 2688];
         assert_eq!(
-            relu2_dims((&none, &none, &[0, 128]), (&up, &down), 6).expect("empty"),
+            moe_relu2_dims(&none, &none, &[0, 128], (&up, &down), 6, MAX_TOP_K).expect("empty"),
             (0, 2688, 128, 1856)
         );
     }
