@@ -100,6 +100,9 @@ pub struct MoeTuning {
     /// Columns a block of the decode down + combine kernel (0, 1, 2, 4); `None`: by step and
     /// expert type.
     pub down_cols: Option<usize>,
+    /// Most tokens a step takes the one-token kernels with (1 to 8; `moe_plan.rs`'s
+    /// `decode_tokens`); `None`: one.
+    pub decode_tokens: Option<usize>,
     /// Where the experts' GEMMs run.
     pub gemm: MoeGemm,
     /// The FP8 tensor-core GEMMs quantize their activations to e4m3.

@@ -4,7 +4,8 @@
 //
 //   - T · k <= 1024 (MOE_PLAN_MAX_PAIRS) and T <= 8 (MOE_FUSED_DOWN_TOKENS), every decode step
 //     of up to 8 sequences: three launches, moe_plan_* (moe_plan_one_*, one warp, at T = 1),
-//     moe_gate_up_dec_* (T = 1, rows 16-byte aligned; else moe_gate_up_*), moe_down_combine_*.
+//     moe_gate_up_dec_* (T = 1, rows 16-byte aligned, or FP4: moe_fp4.cu; else
+//     moe_gate_up_*), moe_down_combine_* (moe_down_combine_dec{cols}_* at T = 1).
 //   - T · k <= 1024, T > 8: four, moe_plan_*, moe_gate_up_*, moe_down_*, moe_combine.
 //   - T · k > 1024: six, moe_route_*, moe_group, moe_active, moe_gate_up_*, moe_down_*,
 //     moe_combine.
@@ -65,8 +66,10 @@
 // gpt-oss's experts (fused_moe_clamped, engine/src/backend/cuda/gpt_oss.rs) take the routing
 // launches above with norm_topk_prob, then moe_gate_up_clamped_* (moe_gate_up with the gate|up
 // bias and the clamped SwiGLU, prelude/moe_act.cuh's MoeClampedAct), moe_down_* and
-// moe_combine_bias_* (below: moe_combine with each slot's down bias), on the CUDA cores at
-// every size.
+// moe_combine_bias_* (below: moe_combine with each slot's down bias) where the plan keeps them
+// on the CUDA cores (FP4 stacks at one token: moe_gate_up_clamped_dec_* and
+// moe_down_combine_dec{cols}_* with the down bias, moe_fp4.cu); else the tensor-core kernels'
+// clamped builds (moe_mma.cu, moe_mma_fp4.cu).
 //
 // Versions tried: six launches at every size (not timed on the GPU); this one (see
 // docs/performance.md). For long prompts these CUDA-core kernels read each expert's weight row

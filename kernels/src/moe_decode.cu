@@ -13,10 +13,13 @@
 
 // One 16-byte chunk of a weight row, as loaded: bf16 (8 weights) or e4m3 (16, with the scale of
 // their 128-column block).
+// XWORDS: the 16-byte words of bf16 x a chunk's columns span.
 struct ChunkBf16 {
+    static constexpr int XWORDS = 1;
     u32x4 q;
 };
 struct ChunkFp8 {
+    static constexpr int XWORDS = 2;
     u32x4 q;
     float s;  // the scale of the chunk's 128-column block
 };
@@ -38,7 +41,7 @@ __device__ __forceinline__ ChunkFp8 load_chunk(const RowFp8& r, int c) {
 }
 
 // acc += a loaded chunk · the same columns of x, given as loaded: one 16-byte word of bf16 x
-// for a bf16 chunk, two for an e4m3 one.
+// for a bf16 chunk, two for an e4m3 one (four for an FP4 one: moe_fp4.cu).
 __device__ __forceinline__ void dot_loaded(float& acc, const ChunkBf16& k, const u32x4* xa) {
     acc = dot8(acc, k.q, xa[0]);
 }
@@ -59,7 +62,7 @@ __device__ __forceinline__ void dot_loaded(float& acc, const ChunkFp8& k, const 
 // acc[r] += chunk c of row r · the same columns of x (bf16), for the NW rows.
 template <int NW, typename Chunk>
 __device__ __forceinline__ void dot_chunk(float* acc, const Chunk (&k)[NW], const bf16* x, int c) {
-    constexpr int words = sizeof(Chunk) > sizeof(u32x4) ? 2 : 1; // x words a chunk covers
+    constexpr int words = Chunk::XWORDS;
     const u32x4* xp = (const u32x4*)x + words * c;
     u32x4 xa[words];
 #pragma unroll
@@ -249,12 +252,14 @@ __device__ void moe_down_combine_impl(float* out, const A* act, const W* w, cons
 // weight were written by the routing launch two kernels back, which has completed and flushed
 // before this grid starts (gate|up's blocks let it start only after their own wait returned),
 // so only act needs the wait; the loads overlap gate|up's tail. Each column's y, weight · y
-// and slot-order sum as moe_down_combine's: the same output bit for bit.
-template <int COLS, typename W>
+// and slot-order sum as moe_down_combine's: the same output bit for bit. COLUMNS: the row
+// length a lane's loads cover at once (DecGroup). bias: gpt-oss's down bias [E, H] (FP4
+// builds, moe_fp4.cu), added to y before the weight as moe_combine_bias does; nullptr: none.
+template <int COLS, int COLUMNS = 1024, typename W>
 __device__ void moe_down_combine_dec_impl(float* out, const bf16* act, const W* w,
                                           const float* scales, const int* ids,
                                           const float* weights, int tokens, int top_k, int inter,
-                                          int hidden) {
+                                          int hidden, const bf16* bias = nullptr) {
     __shared__ float terms[MOE_MAX_TOP_K][COLS];
     const int slot = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const u64 t = blockIdx.x % (unsigned)tokens;
@@ -263,7 +268,7 @@ __device__ void moe_down_combine_dec_impl(float* out, const bf16* act, const W* 
     const u64 e = (u64)load_l2(ids + p);
     const float weight = load_l2(weights + p);
     using Row = decltype(weight_row(w, scales, 0, 0));
-    constexpr int G = DecGroup<Row, 1024>::G;
+    constexpr int G = DecGroup<Row, COLUMNS>::G;
     const int chunks = inter / ChunkOf<Row>::elems;
     Row rows[COLS];
     typename ChunkOf<Row>::T g[COLS][G][1];
@@ -277,7 +282,8 @@ __device__ void moe_down_combine_dec_impl(float* out, const bf16* act, const W* 
     for (int col = 0; col < COLS; ++col) {
         float acc[1] = {0.f};
         dot_rows_from<G, 1>(acc, g[col], &rows[col], act + p * inter, chunks);
-        const float y = warp_sum(acc[0]);
+        float y = warp_sum(acc[0]);
+        if (bias != nullptr) y = __fadd_rn(y, to_f32(bias[e * hidden + c0 + col]));
         if (lane == 0) terms[slot][col] = __fmul_rn(weight, y);
     }
     __syncthreads();
@@ -304,21 +310,25 @@ __device__ void moe_down_combine_dec_impl(float* out, const bf16* act, const W* 
 // The same products in the same order as moe_gate_up: the same act, bit for bit. H200, 30B-A3B
 // (ncu, boost clocks): 14.9 µs a layer at batch 1 with FP8 experts, 1.7 TB/s; re-reading the
 // rows for every pair made batch 8 slower than moe_gate_up (8.8 against 6.6 ms a step, bf16).
-template <typename W>
+// COLUMNS: the row length a lane's loads cover at once (DecGroup: 2048 for bf16 and FP8 rows,
+// moe_fp4.cu's MOE_FP4_DEC_COLUMNS for FP4 ones); f: the activation (moe_act.cuh, FAN 2).
+template <int COLUMNS, typename W, typename F = MoeSiluAct>
 __device__ void moe_gate_up_dec_impl(bf16* act, const bf16* x, const W* w, const float* scales,
                                      const int* offsets, const int* active, const int* perm,
-                                     int experts, int top_k, int inter, int hidden) {
+                                     int experts, int top_k, int inter, int hidden, F f = F{}) {
+    static_assert(F::FAN == 2, "the decode kernel reads a gate and an up row an output");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = block_expert(active, experts), j = blockIdx.x * MOE_WARPS + warp;
     if (e < 0 || j >= inter) return;
     const u64 base = (u64)e * 2 * inter;
     const auto row_g = weight_row(w, scales, base + j, hidden);
     using Row = decltype(weight_row(w, scales, 0, 0));
-    constexpr int G = DecGroup<Row, 2048>::G;
+    constexpr int G = DecGroup<Row, COLUMNS>::G;
     const Row rows[2] = {row_g, weight_row(w, scales, base + inter + j, hidden)};
     const int chunks = hidden / ChunkOf<Row>::elems;
     typename ChunkOf<Row>::T g[G][2];
     load_group<G, 2>(g, rows, lane, chunks);
+    const auto fa = f.at(e, j, inter);
     const int start = offsets[e], end = offsets[e + 1];
     for (int p = start; p < end; ++p) {
         // A row of one group stays in g for every pair; a longer one streams again (from L2).
@@ -327,7 +337,7 @@ __device__ void moe_gate_up_dec_impl(bf16* act, const bf16* x, const W* w, const
         float acc[2] = {0.f, 0.f};
         dot_rows_from<G, 2>(acc, g, rows, x + (u64)(pair / top_k) * hidden, chunks);
         const float gs = warp_sum(acc[0]), us = warp_sum(acc[1]);
-        if (lane == 0) act[(u64)pair * inter + j] = from_f32<bf16>(gs / (1.0f + expf(-gs)) * us);
+        if (lane == 0) act[(u64)pair * inter + j] = from_f32<bf16>(fa(gs, us));
     }
 }
 
@@ -338,8 +348,8 @@ __device__ void moe_gate_up_dec_impl(bf16* act, const bf16* x, const W* w, const
         bf16* act, const bf16* x, const W* w, const float* scales, const int* offsets,            \
         const int* active, const int* perm, int experts, int top_k, int inter, int hidden) {      \
         pdl_start();                                                                              \
-        moe_gate_up_dec_impl(act, x, w, scales, offsets, active, perm, experts, top_k, inter,     \
-                             hidden);                                                             \
+        moe_gate_up_dec_impl<2048>(act, x, w, scales, offsets, active, perm, experts, top_k,      \
+                                   inter, hidden);                                                \
     }
 
 // moe_gate_up at 3 blocks a multiprocessor (at most 80 registers a thread; 64 spills): a one-token step is

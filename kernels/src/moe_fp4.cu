@@ -20,6 +20,10 @@
 // impls a weight "pointer" (Fp4Weights, by value through a pointer) whose weight_row gives a
 // RowFp4, and moe_rows_dot for a RowFp4 is moe_dot_fp4 below.
 //
+// One-token steps take the _dec twins (moe_gate_up_dec_*, moe_gate_up_clamped_dec_*,
+// moe_down_combine_dec{1,2,4}_*, below): moe_decode.cu's kernels that issue a lane's loads of a
+// row at once, on a chunk type holding the packed bytes and raw scale bytes; the same sums.
+//
 // Steps with many tokens an expert run the tensor-core tiles on the same packed stacks
 // (moe_mma_fp4.cu, in the moe_mma module). dequant_mxfp4_bf16 below (and nvfp4.cu's
 // dequant_nvfp4_bf16) widen a stray FP4 stack, one whose pair is of another type or width, to a
@@ -119,6 +123,59 @@ __device__ __forceinline__ void moe_rows_dot(float (*acc)[MOE_MT], const RowFp4<
     moe_dot_fp4<NW>(acc, rows, x, xoff, n, k);
 }
 
+// ---- One-token steps: a lane's loads of a row all in flight (moe_decode.cu's _dec kernels) ---
+//
+// A chunk as moe_decode.cu's load_group holds it: 16 packed bytes (32 values), the raw scale
+// bytes of its blocks (two E4M3 for NVFP4, one E8M0 for MXFP4) and the row's multiplier, the
+// scales formed only when used (so a lane's loads all issue before any waits). dot_loaded takes
+// moe_dot_fp4's products in its order (word, byte, low nibble then high, each block's sum scaled
+// once, blocks ascending), and load_group / dot_rows_from take a lane's chunks in moe_dot_fp4's
+// order: the _dec kernels write the same act and out as moe_gate_up_* and moe_down_combine_*,
+// bit for bit.
+template <typename S> struct ChunkFp4 {
+    static constexpr int XWORDS = 4;
+    u32x4 q;
+    u32 sb;  // scale byte b of the chunk at bits 8b
+    float global;
+};
+template <typename S> struct ChunkOf<RowFp4<S>> {
+    using T = ChunkFp4<S>;
+    static constexpr int elems = 32;
+};
+
+template <typename S>
+__device__ __forceinline__ ChunkFp4<S> load_chunk(const RowFp4<S>& r, int c) {
+    // NVFP4's two scale bytes a chunk are 2-byte aligned (a row's k / 16 bytes is even).
+    const u32 sb = S::BLOCK == 16 ? (u32)((const unsigned short*)r.s)[c] : (u32)r.s[c];
+    return ChunkFp4<S>{load_stream((const u32x4*)r.w + c), sb, r.global};
+}
+
+template <typename S>
+__device__ __forceinline__ void dot_loaded(float& acc, const ChunkFp4<S>& k, const u32x4* xa) {
+    constexpr int NB = 32 / S::BLOCK;
+    const u32 words[4] = {k.q.x, k.q.y, k.q.z, k.q.w};
+    float part[NB];
+#pragma unroll
+    for (int b = 0; b < NB; ++b) part[b] = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const u32 xw[4] = {xa[j].x, xa[j].y, xa[j].z, xa[j].w};
+        const int b = j * NB / 4;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const u32 byte = words[j] >> (8 * i);
+            part[b] = fmaf(e2m1_exact(byte & 15u), lo(xw[i]), part[b]);
+            part[b] = fmaf(e2m1_exact((byte >> 4) & 15u), hi(xw[i]), part[b]);
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < NB; ++b) acc = fmaf(S::scale((k.sb >> (8 * b)) & 0xffu, k.global), part[b], acc);
+}
+
+// The row length a lane's loads cover at once: 3 chunks of each row a lane, so gpt-oss's 2880
+// columns (90 chunks) are one group; longer rows take further groups.
+#define MOE_FP4_DEC_COLUMNS 3072
+
 // The FP4 gate|up kernels at 2 blocks a multiprocessor (at most 128 registers a thread): at
 // moe_gate_up's 3 (80 registers) ptxas spilled 32 bytes of moe_gate_up_nvfp4 and 4 of
 // moe_gate_up_clamped_mxfp4 for sm_90a (two rows' packed words and scales beside 8 x rows'
@@ -180,6 +237,49 @@ __device__ __forceinline__ void moe_rows_dot(float (*acc)[MOE_MT], const RowFp4<
 
 MOE_FP4_KERNELS(nvfp4, Fp4Nv)
 MOE_FP4_KERNELS(mxfp4, Fp4Mx)
+
+// The one-token kernels (the plan's GateUp::Decode and Down::Combined { cols > 0 }): gate|up
+// with SiLU or gpt-oss's clamped SwiGLU, and down + the weighted sum, COLS output columns a
+// block, with gpt-oss's down bias when `bias` is not null (moe_combine_bias's terms).
+#define MOE_FP4_DEC_KERNELS(SUFFIX, S)                                                            \
+    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_FP4_GATE_UP_BLOCKS_PER_SM)  \
+        moe_gate_up_dec_##SUFFIX(bf16* act, const bf16* x, const unsigned char* w,                \
+                                 const unsigned char* scales, const float* globals,               \
+                                 const int* offsets, const int* active, const int* perm,          \
+                                 int experts, int top_k, int inter, int hidden) {                 \
+        pdl_start();                                                                              \
+        const Fp4Weights<S> f{w, scales, globals};                                                \
+        moe_gate_up_dec_impl<MOE_FP4_DEC_COLUMNS>(act, x, &f, nullptr, offsets, active, perm,     \
+                                                  experts, top_k, inter, hidden);                 \
+    }                                                                                             \
+    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_FP4_GATE_UP_BLOCKS_PER_SM)  \
+        moe_gate_up_clamped_dec_##SUFFIX(                                                         \
+        bf16* act, const bf16* x, const unsigned char* w, const unsigned char* scales,            \
+        const float* globals, const int* offsets, const int* active, const int* perm,             \
+        int experts, int top_k, int inter, int hidden, const bf16* bias, float alpha,             \
+        float limit) {                                                                            \
+        pdl_start();                                                                              \
+        const Fp4Weights<S> f{w, scales, globals};                                                \
+        moe_gate_up_dec_impl<MOE_FP4_DEC_COLUMNS>(act, x, &f, nullptr, offsets, active, perm,     \
+                                                  experts, top_k, inter, hidden,                  \
+                                                  MoeClampedAct<bf16>{bias, alpha, limit});       \
+    }                                                                                             \
+    MOE_FP4_DOWN_COMBINE_DEC(SUFFIX, S, 1)                                                        \
+    MOE_FP4_DOWN_COMBINE_DEC(SUFFIX, S, 2)                                                        \
+    MOE_FP4_DOWN_COMBINE_DEC(SUFFIX, S, 4)
+
+#define MOE_FP4_DOWN_COMBINE_DEC(SUFFIX, S, COLS)                                                 \
+    extern "C" __global__ void moe_down_combine_dec##COLS##_##SUFFIX(                             \
+        float* out, const bf16* act, const unsigned char* w, const unsigned char* scales,         \
+        const float* globals, const int* ids, const float* weights, int tokens, int top_k,        \
+        int inter, int hidden, const bf16* bias) {                                                \
+        const Fp4Weights<S> f{w, scales, globals};                                                \
+        moe_down_combine_dec_impl<COLS, MOE_FP4_DEC_COLUMNS>(out, act, &f, nullptr, ids, weights, \
+                                                             tokens, top_k, inter, hidden, bias); \
+    }
+
+MOE_FP4_DEC_KERNELS(nvfp4, Fp4Nv)
+MOE_FP4_DEC_KERNELS(mxfp4, Fp4Mx)
 
 // MXFP4 weights [rows, k] (k % 32 == 0) as bf16, for a stray stack's copy: a thread a packed
 // word (8 values; the scale block of 32 is word i / 4), e2m1 · 2^(e8m0 − 127) exactly (bf16

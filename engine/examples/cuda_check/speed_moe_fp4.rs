@@ -31,16 +31,36 @@ const SHAPES: [Shape; 3] = [
 ];
 
 /// Tokens a step.
-const TOKENS: [usize; 13] = [1, 8, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 2048, 4096];
+const TOKENS: [usize; 15] = [
+    1, 2, 4, 8, 16, 24, 32, 48, 64, 128, 256, 512, 1024, 2048, 4096,
+];
 
 /// The routes: (label, `moe.gemm`, `moe.small_mma`): what the plan picks, the packed CUDA-core
-/// kernels, the decode-batch `_small_any` kernels (up to 256 tokens; the tiles past that) and
-/// the 64-row tiles.
+/// kernels (the one-token `_dec` kernels at one token), the decode-batch `_small_any` kernels
+/// (up to 256 tokens; the tiles past that) and the 64-row tiles.
 const ROUTES: [(&str, MoeGemm, bool); 4] = [
     ("auto", MoeGemm::Auto, true),
     ("cuda cores", MoeGemm::CudaCores, true),
     ("small any", MoeGemm::TensorCores, true),
     ("fp4 tiles", MoeGemm::TensorCores, false),
+];
+
+/// The CUDA-core kernels' variants, at the token counts each names: (label, fewest and most
+/// tokens, `moe.decode_gate_up`, `moe.down_cols`, `moe.decode_tokens`): at one token without the
+/// `_dec` kernels and with 2 and 4 down columns a block; at 2 to 8 tokens the `_dec` gate|up
+/// (rows held for each pair) and the one-column `_dec` down.
+type CoreRoute = (
+    &'static str,
+    (usize, usize),
+    bool,
+    Option<usize>,
+    Option<usize>,
+);
+const CORE_ROUTES: [CoreRoute; 4] = [
+    ("cores plain", (1, 1), false, Some(0), None),
+    ("dec cols 2", (1, 1), true, Some(2), None),
+    ("dec cols 4", (1, 1), true, Some(4), None),
+    ("dec to 8", (2, 8), true, Some(1), Some(8)),
 ];
 
 /// Bytes a packed weight takes: MXFP4 half a byte plus a scale byte per 32; NVFP4 half a byte
@@ -92,11 +112,26 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             let mut cells = Vec::new();
             let mut record = json!({"profile": "moe_fp4_routes", "model": name, "tokens": t,
                 "experts": e, "top_k": k, "hidden": h, "width": i, "floor_ms": floor_ms});
-            for &(label, gemm, small) in &ROUTES {
+            let cores = CORE_ROUTES
+                .iter()
+                .filter(|r| (r.1.0..=r.1.1).contains(&t))
+                .map(|&(label, _, dec, cols, n)| {
+                    (label, MoeGemm::CudaCores, true, Some((dec, cols, n)))
+                });
+            let routes = ROUTES
+                .iter()
+                .map(|&(label, gemm, small)| (label, gemm, small, None));
+            let routes = routes.chain(cores);
+            for (label, gemm, small, cores) in routes {
                 let saved = cuda.tuning().moe;
                 cuda.retune(|tu| {
                     tu.moe.gemm = gemm;
                     tu.moe.small_mma = small;
+                    if let Some((dec, cols, n)) = cores {
+                        tu.moe.decode_gate_up = dec;
+                        tu.moe.down_cols = cols;
+                        tu.moe.decode_tokens = n;
+                    }
                 });
                 let ms = mean_op_ms_n(cuda, iters, || {
                     if clamped {

@@ -48,10 +48,6 @@ pub const FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT: usize = 1;
 /// Qwen3.6-35B-A3B's NVFP4 shape 1.33 against 2.66 and 0.36 against 0.75 at 8 (performance log
 /// part 19).
 pub const SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT: usize = 16;
-/// Narrowest experts whose FP4 stacks take the `_any` kernels at one token (narrower ones keep
-/// the packed CUDA-core kernels there): gpt-oss's 2880 0.078 against 0.086 ms a layer,
-/// Qwen3.6-35B-A3B's 512 0.033 against 0.027 (H100, performance log part 19).
-pub const SMALL_MMA_FP4_ONE_TOKEN_MIN_WIDTH: usize = 1024;
 /// Most tokens a step may have for `moe_*_fp8_small` (at most 6 pairs an expert in one mma n8
 /// tile, k split over the block's warps); larger steps take `moe_*_fp8_small_any` (a warp over
 /// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens,
@@ -182,7 +178,8 @@ pub enum CoreBuild {
     Fp8,
     /// `fp32`: the float32 path.
     Fp32,
-    /// `nvfp4`: rows of whole 32-value chunks (16-byte loads; no one-token `_dec` kernels).
+    /// `nvfp4`: rows of whole 32-value chunks (16-byte loads, and the one-token `_dec`
+    /// kernels).
     Nvfp4,
     /// `mxfp4`: as `nvfp4`.
     Mxfp4,
@@ -192,6 +189,12 @@ impl CoreBuild {
     /// Whether the build loads 16 bytes at a time (the `_vec` kernels).
     pub fn is_vec(self) -> bool {
         matches!(self, CoreBuild::Bf16Vec | CoreBuild::Fp8Vec)
+    }
+
+    /// Whether the build has the one-token kernels (`moe_gate_up_dec_*`,
+    /// `moe_down_combine_dec{cols}_*`): the 16-byte builds and the FP4 ones.
+    pub fn has_dec(self) -> bool {
+        self.is_vec() || matches!(self, CoreBuild::Nvfp4 | CoreBuild::Mxfp4)
     }
 }
 
@@ -323,27 +326,27 @@ impl MoePlan {
                 ExpertType::Nvfp4 => CoreBuild::Nvfp4,
                 ExpertType::Mxfp4 => CoreBuild::Mxfp4,
             };
-            let vec = build.is_vec();
+            let dec = build.has_dec();
             // One-token steps: the kernel that holds a lane's weight loads in flight at once.
             // On the H200 (30B-A3B, graph steps) it is 3.5% (bf16) and 4.4% (FP8) faster at
             // batch 1; at batch 8 moe_gate_up is 9% faster with bf16 experts (its 8 x rows a
             // warp make fewer, fuller blocks) and level with FP8 ones.
-            let gate_up = if tuning.decode_gate_up && small && t == 1 && vec {
+            let gate_up = if tuning.decode_gate_up && small && t <= decode_tokens(tuning) && dec {
                 GateUp::Decode
             } else {
                 GateUp::Plain
             };
             let down = if small && t <= FUSED_DOWN_TOKENS {
-                // Columns a block of the decode kernel: by default 1 with FP8 experts and 2
-                // with bf16 ones at one token, 0 at more tokens (H200, 30B-A3B: the FP8 step
-                // 1.3% faster, bf16 0.6-1%; bf16 at batch 8 slower with any).
+                // Columns a block of the decode kernel: by default 1 with FP8 and FP4 experts
+                // and 2 with bf16 ones at one token, 0 at more tokens (H200, 30B-A3B: the FP8
+                // step 1.3% faster, bf16 0.6-1%; bf16 at batch 8 slower with any).
                 let cols = match tuning.down_cols {
-                    None if t == 1 && w == ExpertType::Fp8 => 1,
+                    None if t <= decode_tokens(tuning) && w != ExpertType::Bf16 => 1,
                     None if t == 1 => 2,
                     None => 0,
                     Some(cols) => cols,
                 };
-                let cols = if matches!(cols, 1 | 2 | 4) && vec && h.is_multiple_of(cols) {
+                let cols = if matches!(cols, 1 | 2 | 4) && dec && h.is_multiple_of(cols) {
                     cols
                 } else {
                     0
@@ -380,10 +383,17 @@ impl MoePlan {
     }
 }
 
+/// Most tokens a step takes the one-token kernels with (`moe.decode_tokens`; auto: one):
+/// `moe_gate_up_dec_*`, the one-column `_dec` down + sum with FP8 and FP4 experts, and FP4 experts
+/// on the CUDA cores in place of the small-step tensor-core kernels.
+fn decode_tokens(tuning: &MoeTuning) -> usize {
+    tuning.decode_tokens.unwrap_or(1)
+}
+
 /// Whether the step takes the small-step tensor-core kernels: FP8 experts from 2 tokens, FP4
-/// ones (packed, `moe_mma_fp4.cu`'s `_small_any`) from one
-/// ([`SMALL_MMA_FP4_ONE_TOKEN_MIN_WIDTH`], else two) while they average at most
-/// [`SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT`] pairs, bf16 ones from
+/// ones (packed, `moe_mma_fp4.cu`'s `_small_any`) past [`decode_tokens`] (one by default: one
+/// token takes the CUDA cores' `_dec` kernels, faster: performance log part 20) while they
+/// average at most [`SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT`] pairs, bf16 ones from
 /// [`SMALL_MMA_BF16_MIN_TOKENS`], up to [`SMALL_MMA_MAX_TOKENS`]; both k dimensions
 /// multiples of 64 (prelude's fp8_mma_tiles), the GPU 8.0+, the kernels on, experts not kept on
 /// the CUDA cores and activations not asked as e4m3 (the 64-row kernels' `fp8act` build).
@@ -395,11 +405,7 @@ fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> 
             if s.pairs() > SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT * s.e {
                 return false;
             }
-            if s.i >= SMALL_MMA_FP4_ONE_TOKEN_MIN_WIDTH {
-                1
-            } else {
-                2
-            }
+            decode_tokens(tuning).max(1) + 1
         }
         ExpertType::F32 => return false,
     };

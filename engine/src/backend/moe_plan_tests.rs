@@ -244,7 +244,7 @@ fn the_router_fuses_at_one_token_with_a_bf16_router() {
 /// FP4 experts (NVFP4 kept packed; MXFP4's kernels): the small-step `_any` kernels on the
 /// packed stacks at decode sizes from two tokens (these experts are 512 wide), the 64-row
 /// tiles' FP4 builds past them; with the small-step
-/// kernels off, the CUDA-core FP4 kernels (no one-token `_dec` kernels) below half a pair an
+/// kernels off, the CUDA-core FP4 kernels (the one-token `_dec` ones at one token) below half a pair an
 /// expert (`FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT`) and the tiles from there; the CUDA cores where
 /// the GPU or the setting rules the tensor cores out. Qwen3.6-35B-A3B's
 /// shape: 256 experts of 512, top 8.
@@ -270,14 +270,14 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
         let small = Experts::SmallMma {
             build: SmallBuild::Any,
         };
-        assert!(w.is_fp4() && !build.is_vec());
-        // One token at these narrow experts (512 < SMALL_MMA_FP4_ONE_TOKEN_MIN_WIDTH): the
-        // packed CUDA-core kernels.
+        assert!(w.is_fp4() && !build.is_vec() && build.has_dec());
+        // One token: the packed CUDA-core kernels' one-token builds (`_dec`, one down column a
+        // block).
         let p = MoePlan::choose(s(1), w, H200, &d);
         assert_eq!(p.route, Route::PlanOne);
         assert_eq!(
             p.experts,
-            cores(build, GateUp::Plain, Down::Combined { cols: 0 })
+            cores(build, GateUp::Decode, Down::Combined { cols: 1 })
         );
         // Decode batches: the small-step `_any` kernels on the packed stacks, up to
         // SMALL_MMA_MAX_TOKENS (8 pairs an expert here); the tiles past them.
@@ -293,12 +293,12 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
         no_small.small_mma = false;
         for t in [1, 2, 8, 15] {
             let p = MoePlan::choose(s(t), w, H200, &no_small);
-            let down = if t <= FUSED_DOWN_TOKENS {
-                Down::Combined { cols: 0 }
-            } else {
-                Down::Separate
+            let (gate_up, down) = match t {
+                1 => (GateUp::Decode, Down::Combined { cols: 1 }),
+                _ if t <= FUSED_DOWN_TOKENS => (GateUp::Plain, Down::Combined { cols: 0 }),
+                _ => (GateUp::Plain, Down::Separate),
             };
-            assert_eq!(p.experts, cores(build, GateUp::Plain, down), "{t}");
+            assert_eq!(p.experts, cores(build, gate_up, down), "{t}");
         }
         for t in [16, 127, 128] {
             assert_eq!(
@@ -328,14 +328,26 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
         odd.i = 528;
         let p = MoePlan::choose(odd, w, H200, &d);
         assert_eq!(p.experts, cores(build, GateUp::Plain, Down::Separate));
-        // The decode-column setting does not apply (no `_dec` FP4 kernels).
+        // The decode-column setting applies (the FP4 `_dec` down kernels at 1, 2, 4), and the
+        // one-token gate|up setting.
         let mut t = no_small;
         t.down_cols = Some(2);
+        t.decode_gate_up = false;
         let p = MoePlan::choose(s(1), w, H200, &t);
         assert_eq!(
             p.experts,
-            cores(build, GateUp::Plain, Down::Combined { cols: 0 })
+            cores(build, GateUp::Plain, Down::Combined { cols: 2 })
         );
+        // `moe.decode_tokens`: steps of up to that many tokens on the CUDA cores' `_dec`
+        // kernels (one down column a block), the small-step kernels past it.
+        let mut t = d;
+        t.decode_tokens = Some(8);
+        for n in [1, 2, 8] {
+            let p = MoePlan::choose(s(n), w, H200, &t);
+            let want = cores(build, GateUp::Decode, Down::Combined { cols: 1 });
+            assert_eq!(p.experts, want, "{n}");
+        }
+        assert_eq!(MoePlan::choose(s(9), w, H200, &t).experts, small);
         // The router still fuses at one token (routing only).
         assert!(fuses_router(1, (256, 2048), true, w, &d));
     }
@@ -345,7 +357,8 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
 /// (hidden = experts' width = 2880, a multiple of 64; top-4 of 32) and 120b's (of 128), bf16
 /// experts on the CUDA cores up to 8 tokens, the small-step `_any` kernels from 9 to 256 (the
 /// 126-sequence decode step of issue 39 among them), the 64-row tiles past that; MXFP4 stacks
-/// packed on the small-step `_any` kernels up to 256 tokens and 16 pairs an expert, the tiles'
+/// packed on the CUDA cores' one-token `_dec` kernels at one token and the small-step `_any`
+/// kernels from two up to 256 tokens and 16 pairs an expert, the tiles'
 /// `mxfp4` build (the packed stacks) past them; f32 experts and pre-Ampere GPUs on the CUDA cores at every size.
 #[test]
 fn gpt_oss_clamped_experts_by_step() {
@@ -378,13 +391,20 @@ fn gpt_oss_clamped_experts_by_step() {
         for t in [257, 2048] {
             assert_eq!(experts(t, e, ExpertType::Bf16), tiles, "bf16 T {t} E {e}");
         }
-        // MXFP4: the small-step `_any` kernels on the packed stacks from one token (2880 wide
-        // experts) while they average at most 16 pairs an expert (4e tokens at top-4) and up to
-        // 256 tokens, the tiles' mxfp4 build past that (20b's 256-token step among them).
+        // MXFP4: the one-token `_dec` kernels at one token, then the small-step `_any` kernels
+        // on the packed stacks while they average at most 16 pairs an expert (4e tokens at
+        // top-4) and up to 256 tokens, the tiles' mxfp4 build past that (20b's 256-token step
+        // among them).
+        let dec = Experts::CudaCores {
+            build: CoreBuild::Mxfp4,
+            gate_up: GateUp::Decode,
+            down: Down::Combined { cols: 1 },
+        };
+        assert_eq!(experts(1, e, ExpertType::Mxfp4), dec, "mxfp4 T 1 E {e}");
         let any = Experts::SmallMma {
             build: SmallBuild::Any,
         };
-        for t in [1, e / 8 - 1, e / 8, 126, (4 * e).min(256)] {
+        for t in [2, e / 8 - 1, e / 8, 126, (4 * e).min(256)] {
             assert_eq!(experts(t, e, ExpertType::Mxfp4), any, "mxfp4 T {t} E {e}");
         }
         let mx_tiles = Experts::Mma {

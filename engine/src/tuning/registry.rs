@@ -221,13 +221,26 @@ pub const SETTINGS: &[Setting] = &[
         var: "METRALE_MOE_DOWN_COLS",
         accepts: "auto | 0 | 1 | 2 | 4",
         default: "auto",
-        doc: "Columns a block of the decode down + combine kernel (0: `moe_down_combine_*`; auto: 1 FP8, 2 bf16 at one token, else 0).",
+        doc: "Columns a block of the decode down + combine kernel (0: `moe_down_combine_*`; auto: 1 FP8 and FP4, 2 bf16 at one token, else 0).",
         set: |t, v| {
             number_or(v, "auto", &mut t.moe.down_cols, |n| {
                 matches!(n, 0 | 1 | 2 | 4)
             })
         },
         get: |t| show_or(t.moe.down_cols, "auto"),
+    },
+    Setting {
+        name: "moe.decode_tokens",
+        var: "METRALE_MOE_DECODE_TOKENS",
+        accepts: "auto | 1 .. 8",
+        default: "auto",
+        doc: "Most tokens a step takes the one-token MoE kernels with (`moe_gate_up_dec_*`, the `_dec` down with FP8 and FP4 experts, FP4 experts on the CUDA cores; auto: 1).",
+        set: |t, v| {
+            number_or(v, "auto", &mut t.moe.decode_tokens, |n| {
+                (1..=8).contains(&n)
+            })
+        },
+        get: |t| show_or(t.moe.decode_tokens, "auto"),
     },
     Setting {
         name: "moe.gemm",

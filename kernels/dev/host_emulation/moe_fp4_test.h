@@ -133,6 +133,32 @@ void t_moe_fp4(int T, int E, int K, int H, int I, bool mx, bool clamped, bool ho
         snprintf(name, 128, "moe_fp4 %s down_combine = down + combine T%d", kind, T);
         report(name, memcmp(out1.data(), out.data(), out.size() * 4) != 0, 0);
     }
+    // The one-token kernels (any few tokens: their loops take each pair): gate|up _dec writes
+    // the same act, down_combine_dec{1,2,4} (gpt-oss's down bias inside) the same out.
+    if (T <= MOE_FUSED_DOWN_TOKENS) {
+        std::vector<bf16> act1(P * I);
+        launch({(unsigned)((I + 7) / 8), rows}, {256}, [&] {
+            if (clamped)
+                (mx ? moe_gate_up_clamped_dec_mxfp4 : moe_gate_up_clamped_dec_nvfp4)(act1.data(), xb.data(), w13.w.data(), w13.sc.data(), g13, offsets.data(), active.data(), perm.data(), E, K, I, H, b13b.data(), alpha, limit);
+            else
+                (mx ? moe_gate_up_dec_mxfp4 : moe_gate_up_dec_nvfp4)(act1.data(), xb.data(), w13.w.data(), w13.sc.data(), g13, offsets.data(), active.data(), perm.data(), E, K, I, H);
+        });
+        snprintf(name, 128, "moe_fp4 %s gate_up_dec = gate_up T%d", kind, T);
+        report(name, memcmp(act1.data(), act.data(), act.size() * 2) != 0, 0);
+        const bf16* bias = clamped ? b2b.data() : nullptr;
+        for (int cols : {1, 2, 4}) {
+            if (H % cols) continue;
+            std::vector<float> out1(T * H, NAN);
+            launch({(unsigned)(T * H / cols)}, {(unsigned)(32 * K)}, [&] {
+                auto f = cols == 1 ? (mx ? moe_down_combine_dec1_mxfp4 : moe_down_combine_dec1_nvfp4)
+                       : cols == 2 ? (mx ? moe_down_combine_dec2_mxfp4 : moe_down_combine_dec2_nvfp4)
+                                   : (mx ? moe_down_combine_dec4_mxfp4 : moe_down_combine_dec4_nvfp4);
+                f(out1.data(), act.data(), w2.w.data(), w2.sc.data(), g2, ids.data(), wts.data(), T, K, I, H, bias);
+            });
+            snprintf(name, 128, "moe_fp4 %s down_combine_dec%d = down + combine T%d", kind, cols, T);
+            report(name, memcmp(out1.data(), out.data(), out.size() * 4) != 0, 0);
+        }
+    }
 }
 
 // dequant_mxfp4_bf16 (a stray stack's bf16 copy for the step): every value exactly.
@@ -168,5 +194,9 @@ static void moe_fp4_tests() {
         // gpt-oss's clamped experts (top-4 of 32) on the same kernels.
         t_moe_fp4(1, 32, 4, 64, 96, mx, true, false);
         t_moe_fp4(13, 16, 4, 96, 64, mx, true, false);
+        // Rows past one _dec group (3,072 columns): a second group of loads, for every pair
+        // (gate|up's rows, then down's).
+        t_moe_fp4(2, 6, 2, 3136, 64, mx, true, false);
+        t_moe_fp4(1, 4, 2, 64, 3104, mx, false, false);
     }
 }

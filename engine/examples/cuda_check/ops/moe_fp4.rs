@@ -160,7 +160,8 @@ impl Ops<'_> {
 
     /// gpt-oss's `fused_moe_clamped` on MXFP4 stacks (its release's format:
     /// moe_gate_up_clamped_mxfp4, moe_down_mxfp4) and NVFP4 ones, the clamp biting (limit 2):
-    /// one token of 120b's top-4 of 128 at its widths (2880), a batch of 8, 64 tokens of 20b's
+    /// one token of 120b's top-4 of 128 at its widths (2880; the CUDA cores' one-token `_dec`
+    /// kernels beside the plan's choice), a batch of 8, 64 tokens of 20b's
     /// shape (8 pairs an expert: the plan's tiles, `moe_gate_up_clamped_mma_*`, beside the
     /// CUDA cores and the tiles forced), a chunk of 130 at smaller widths (on the packed
     /// CUDA-core kernels and, the plan's choice at 16 pairs an expert, on the tensor-core
@@ -170,13 +171,13 @@ impl Ops<'_> {
         let both: &[MoeGemm] = &[MoeGemm::CudaCores, MoeGemm::Auto];
         let all: &[MoeGemm] = &[MoeGemm::CudaCores, MoeGemm::TensorCores, MoeGemm::Auto];
         for (t, h, i, e, k, mx, dummy, gemms) in [
-            (1, 2880, 2880, 128, 4, true, false, auto),
+            (1, 2880, 2880, 128, 4, true, false, both),
             (8, 2880, 2880, 32, 4, true, false, auto),
             (64, 2880, 2880, 32, 4, true, false, all),
             (64, 2880, 2880, 32, 4, false, false, all),
             (130, 576, 288, 32, 4, true, false, both),
-            (1, 2880, 2880, 128, 4, true, true, auto),
-            (1, 2880, 2880, 128, 4, false, false, auto),
+            (1, 2880, 2880, 128, 4, true, true, both),
+            (1, 2880, 2880, 128, 4, false, false, both),
             (130, 576, 288, 32, 4, false, false, both),
         ] {
             let format = if mx { "mxfp4" } else { "nvfp4" };

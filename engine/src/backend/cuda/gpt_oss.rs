@@ -33,7 +33,7 @@ use super::moe_mma::ClampedAct;
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check};
 use crate::backend::kernels;
-use crate::backend::moe_plan::{CoreBuild, Experts, MoePlan, MoeShape};
+use crate::backend::moe_plan::{CoreBuild, Down, Experts, MoePlan, MoeShape};
 use crate::backend::{ClampedExperts, Result};
 
 impl CudaBackend {
@@ -186,8 +186,14 @@ impl CudaBackend {
                 let arrays = (ofp, pmp);
                 self.moe_experts_mma(&act, x, gate_up, down, arrays, dims, (build, clamp))?
             }
-            // The CUDA-core kernels of the plan's build (the plain gate|up, down apart).
-            Experts::CudaCores { build, .. } => {
+            // The CUDA-core kernels of the plan's build: bf16 and f32 experts take the plain
+            // gate|up and down apart; FP4 ones the plan's gate|up and, at one token, down +
+            // bias + the weighted sum in one launch.
+            Experts::CudaCores {
+                build,
+                gate_up: gate_up_kind,
+                down: down_kind,
+            } => {
                 let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
                 let ptrs = (ys.ptr(s), actp, xp, b13p);
                 let arrays = (ofp, acp, pmp);
@@ -195,7 +201,25 @@ impl CudaBackend {
                     // The FP4 kernels (moe_fp4.rs): the same stages on the packed stacks.
                     let dims = (e, top_k, h, i, pairs);
                     let stacks = (gate_up, down);
-                    self.clamped_experts_fp4(ptrs, stacks, arrays, dims, build, (alpha, limit))?;
+                    let one_token = match down_kind {
+                        Down::Combined { cols }
+                            if cols > 0 && ex.down_bias.dtype == DType::BF16 =>
+                        {
+                            Some((cols, out.ptr(s), ex.down_bias.ptr(s)))
+                        }
+                        _ => None,
+                    };
+                    let plan = (build, gate_up_kind, one_token);
+                    if self.clamped_experts_fp4(
+                        ptrs,
+                        stacks,
+                        routing,
+                        dims,
+                        plan,
+                        (alpha, limit),
+                    )? {
+                        return Ok(());
+                    }
                 } else {
                     // A block row per expert that can have pairs (at most one a pair).
                     let experts = dim(e.min(pairs), "fused_moe_clamped")?;

@@ -328,8 +328,8 @@ impl CudaBackend {
             }
             Experts::CudaCores {
                 build,
+                gate_up: gate_up_kind,
                 down: down_kind,
-                ..
             } if fp4 => {
                 return self.moe_experts_fp4(
                     op,
@@ -338,7 +338,7 @@ impl CudaBackend {
                     (gate_up, down),
                     routing,
                     (t, h, e, i, top_k),
-                    (build, down_kind, act_kind),
+                    (build, gate_up_kind, down_kind, act_kind),
                 );
             }
             Experts::CudaCores {

@@ -9,7 +9,8 @@
 //! `moe_down_*` / `moe_down_combine_*` (and `moe_gate_up_clamped_*` for gpt-oss's experts,
 //! `moe_up_relu2_*` for Nemotron-H's, the latter at every size: `nemotron_moe.rs`),
 //! which read the packed bytes: 0.5625 (NVFP4) or 0.53 (MXFP4) bytes a weight against bf16's
-//! 2. Steps the plan sends to tensor cores (`Experts::Mma` with the `nvfp4` or `mxfp4` build)
+//! 2; one-token steps their `_dec` twins (a lane's loads of a row all in flight, gpt-oss's
+//! down bias inside the fused down + weighted sum). Steps the plan sends to tensor cores (`Experts::Mma` with the `nvfp4` or `mxfp4` build)
 //! run `moe_mma_fp4.cu`'s 64-row tiles on the same packed stacks (`moe_mma.rs`), for
 //! `fused_moe` and gpt-oss's `fused_moe_clamped` alike; decode batches (`Experts::SmallMma`)
 //! its `_small_any` kernels, the expert's pairs as the mma's B columns
@@ -24,7 +25,7 @@ use super::tensor::{self, CudaTensor, DType};
 use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
 use crate::backend::kernels::{self, Kernel};
-use crate::backend::moe_plan::{CoreBuild, Down};
+use crate::backend::moe_plan::{CoreBuild, Down, GateUp};
 use crate::loader::{MXFP4_SCALE_STREAM, random_mxfp4_scale_base};
 
 /// Rows of a multiple of this many values: the kernels' 16-byte chunks (32 values).
@@ -39,6 +40,9 @@ type DownArgs = (u64, u64, u64, u64, u64, u64, u64, u64, i32, i32, i32);
 /// The fused down + weighted sum's: out, act, w, scales, globals, ids, weights, tokens, top_k,
 /// inter, hidden.
 type DownCombineArgs = (u64, u64, u64, u64, u64, u64, u64, i32, i32, i32, i32);
+/// The one-token down + weighted sum's: [`DownCombineArgs`], then gpt-oss's down bias (bf16
+/// `[E, H]`, or 0 for none).
+type DownCombineDecArgs = (u64, u64, u64, u64, u64, u64, u64, i32, i32, i32, i32, u64);
 /// gpt-oss's gate|up: [`GateUpArgs`], then the gate|up bias (bf16), alpha, limit.
 type ClampedArgs = (
     u64,
@@ -59,13 +63,37 @@ type ClampedArgs = (
 );
 
 /// The FP4 kernels of a build: gate|up, down, down + weighted sum, gpt-oss's gate|up,
-/// Nemotron-H's up + relu².
+/// Nemotron-H's up + relu², and the one-token `_dec` kernels (gate|up, gpt-oss's gate|up, down
+/// + weighted sum at 1, 2 and 4 columns a block).
 pub(super) struct Fp4Kernels {
     pub gate_up: Kernel<GateUpArgs>,
     pub down: Kernel<DownArgs>,
     pub down_combine: Kernel<DownCombineArgs>,
     pub clamped: Kernel<ClampedArgs>,
     pub relu2: Kernel<GateUpArgs>,
+    pub gate_up_dec: Kernel<GateUpArgs>,
+    pub clamped_dec: Kernel<ClampedArgs>,
+    pub down_combine_dec: [Kernel<DownCombineDecArgs>; 3],
+}
+
+impl Fp4Kernels {
+    /// gate|up as the plan names it: the one-token `_dec` kernel or the plain one.
+    fn gate_up_of(&self, kind: GateUp) -> &Kernel<GateUpArgs> {
+        match kind {
+            GateUp::Decode => &self.gate_up_dec,
+            GateUp::Plain => &self.gate_up,
+        }
+    }
+
+    /// The `_dec` down + weighted sum of `cols` (1, 2 or 4) columns a block.
+    fn down_combine_dec_of(&self, cols: usize) -> Option<&Kernel<DownCombineDecArgs>> {
+        match cols {
+            1 => Some(&self.down_combine_dec[0]),
+            2 => Some(&self.down_combine_dec[1]),
+            4 => Some(&self.down_combine_dec[2]),
+            _ => None,
+        }
+    }
 }
 
 /// The kernels of an FP4 build (`None` for the others).
@@ -77,6 +105,13 @@ pub(super) fn fp4_kernels(build: CoreBuild) -> Option<Fp4Kernels> {
             down_combine: kernels::moe_down_combine_nvfp4,
             clamped: kernels::moe_gate_up_clamped_nvfp4,
             relu2: kernels::moe_up_relu2_nvfp4,
+            gate_up_dec: kernels::moe_gate_up_dec_nvfp4,
+            clamped_dec: kernels::moe_gate_up_clamped_dec_nvfp4,
+            down_combine_dec: [
+                kernels::moe_down_combine_dec1_nvfp4,
+                kernels::moe_down_combine_dec2_nvfp4,
+                kernels::moe_down_combine_dec4_nvfp4,
+            ],
         }),
         CoreBuild::Mxfp4 => Some(Fp4Kernels {
             gate_up: kernels::moe_gate_up_mxfp4,
@@ -84,6 +119,13 @@ pub(super) fn fp4_kernels(build: CoreBuild) -> Option<Fp4Kernels> {
             down_combine: kernels::moe_down_combine_mxfp4,
             clamped: kernels::moe_gate_up_clamped_mxfp4,
             relu2: kernels::moe_up_relu2_mxfp4,
+            gate_up_dec: kernels::moe_gate_up_dec_mxfp4,
+            clamped_dec: kernels::moe_gate_up_clamped_dec_mxfp4,
+            down_combine_dec: [
+                kernels::moe_down_combine_dec1_mxfp4,
+                kernels::moe_down_combine_dec2_mxfp4,
+                kernels::moe_down_combine_dec4_mxfp4,
+            ],
         }),
         _ => None,
     }
@@ -407,9 +449,10 @@ impl CudaBackend {
     /// Stages 3-4 (and 5 when `down` is `Combined`) on the CUDA cores for FP4 experts:
     /// gate|up + SiLU (or, `ExpertAct::Relu2`, up + relu²) into `act` (bf16 `[T·k, I]`), then
     /// down and the weighted sum into `out` (`[T, H]` f32, at `op`) in one launch, or down into
-    /// pair rows and `moe_combine`. Checked by the caller: x `[T, H]` bf16, the stacks an FP4
-    /// pair of `[E, fan·I, H]` (fan 2, or 1 for relu²) and `[E, H, I]` ([`fp4_pair`]), the
-    /// routing written for `T·k` pairs.
+    /// pair rows and `moe_combine`; `gate_up` [`GateUp::Decode`] and `down`
+    /// `Combined { cols > 0 }` take the one-token `_dec` kernels. Checked by the caller: x
+    /// `[T, H]` bf16, the stacks an FP4 pair of `[E, fan·I, H]` (fan 2, or 1 for relu²) and
+    /// `[E, H, I]` ([`fp4_pair`]), the routing written for `T·k` pairs.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn moe_experts_fp4(
         &self,
@@ -419,14 +462,13 @@ impl CudaBackend {
         (gate_up, down): (&CudaTensor, &CudaTensor),
         (idp, wtp, ofp, pmp, acp): Routing,
         (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
-        (build, down_kind, act_kind): (CoreBuild, Down, ExpertAct),
+        (build, gate_up_kind, down_kind, act_kind): (CoreBuild, GateUp, Down, ExpertAct),
     ) -> Result<()> {
         let k = fp4_kernels(build).ok_or_else(|| {
             super::shape_err("fused_moe", format!("{build:?} is not an FP4 build"))
         })?;
         let pairs = t * top_k;
-        let (ti, ei, ki, hi, ii) = (
-            super::elementwise::int(t, "fused_moe")?,
+        let (ei, ki, hi, ii) = (
             super::elementwise::int(e, "fused_moe")?,
             super::elementwise::int(top_k, "fused_moe")?,
             super::elementwise::int(h, "fused_moe")?,
@@ -440,32 +482,22 @@ impl CudaBackend {
             actp, xp, g.w, g.scales, g.globals, ofp, acp, pmp, ei, ki, ii, hi,
         );
         let gate_up_kernel = match act_kind {
-            ExpertAct::Silu => k.gate_up,
-            ExpertAct::Relu2 => k.relu2,
+            ExpertAct::Silu => k.gate_up_of(gate_up_kind),
+            ExpertAct::Relu2 => &k.relu2,
         };
         // SAFETY: x is [t, h] bf16 and act [t·k, i] bf16; gate_up [e, fan·i, h] F4 (fan 2, or
         // 1 for the relu² kernel; packed [e·fan·i, h/2], scale bytes [e·fan·i, h/16],
         // multipliers [e·fan·i]) with h % 32 == 0, so each 16-byte load of a packed row (h/2
-        // bytes) and of an x row is inside it and aligned; offsets/perm/active were written by
-        // the routing (ranges inside 0..t·k, perm entries below t·k, so token = perm / k < t;
+        // bytes) and of an x row is inside it and aligned (the _dec kernel's 2-byte scale
+        // loads too: a row's h/16 bytes is even); offsets/perm/active were written by the
+        // routing (ranges inside 0..t·k, perm entries below t·k, so token = perm / k < t;
         // active names at most min(e, t·k) experts); block rows past the active count and rows
         // past i return.
         unsafe {
             gate_up_kernel.launch(self, expert_rows_cfg(i, experts, "fused_moe")?, args)?;
         }
-        if let Down::Combined { .. } = down_kind {
-            let args = (op, actp, d.w, d.scales, d.globals, idp, wtp, ti, ki, ii, hi);
-            // SAFETY: out is [t, h] f32, act [t·k, i] (every row written by gate|up: each pair
-            // is in exactly one expert's range), down [e, h, i] F4 with i % 32 == 0, ids
-            // (below e) and weights t·k; t·h blocks (t <= 8), block b writing out[b % t,
-            // b / t]; 32·k threads, k <= MOE_MAX_TOP_K (its shared slots).
-            return unsafe {
-                k.down_combine.launch(
-                    self,
-                    cfg((dim(t * h, "fused_moe")?, 1), (32 * top_k) as u32),
-                    args,
-                )
-            };
+        if let Down::Combined { cols } = down_kind {
+            return self.down_combine_fp4(&k, op, actp, d, (idp, wtp), (t, h, i, top_k), cols, 0);
         }
         let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
         let ysp = ys.ptr(s);
@@ -482,19 +514,72 @@ impl CudaBackend {
         self.moe_combine(op, ysp, wtp, t, (ki, hi))
     }
 
+    /// Stages 4-5 in one launch into `out` (`[T, H]` f32 at `op`): `moe_down_combine_*` (`cols`
+    /// 0) or the one-token `moe_down_combine_dec{cols}_*`, the latter adding gpt-oss's down bias
+    /// (`bias`: bf16 `[E, H]`, 0 for none) as `moe_combine_bias` does. act `[T·k, I]` bf16
+    /// written by gate|up, the routing's ids and weights for `T·k` pairs (T <= 8).
+    #[allow(clippy::too_many_arguments)]
+    fn down_combine_fp4(
+        &self,
+        k: &Fp4Kernels,
+        op: u64,
+        actp: u64,
+        d: Fp4Ptrs,
+        (idp, wtp): (u64, u64),
+        (t, h, i, top_k): (usize, usize, usize, usize),
+        cols: usize,
+        bias: u64,
+    ) -> Result<()> {
+        let op_name = "fused_moe";
+        let (ti, ki, hi, ii) = (
+            int(t, op_name)?,
+            int(top_k, op_name)?,
+            int(h, op_name)?,
+            int(i, op_name)?,
+        );
+        let threads = (32 * top_k) as u32;
+        let Some(f) = k
+            .down_combine_dec_of(cols)
+            .filter(|_| h.is_multiple_of(cols))
+        else {
+            check(op_name, bias == 0, || {
+                "the down bias needs the one-token kernels".to_string()
+            })?;
+            let args = (op, actp, d.w, d.scales, d.globals, idp, wtp, ti, ki, ii, hi);
+            // SAFETY: out is [t, h] f32, act [t·k, i] (every row written by gate|up: each pair
+            // is in exactly one expert's range), down [e, h, i] F4 with i % 32 == 0, ids
+            // (below e) and weights t·k; t·h blocks (t <= 8), block b writing out[b % t,
+            // b / t]; 32·k threads, k <= MOE_MAX_TOP_K (its shared slots).
+            return unsafe {
+                k.down_combine
+                    .launch(self, cfg((dim(t * h, op_name)?, 1), threads), args)
+            };
+        };
+        let args = (
+            op, actp, d.w, d.scales, d.globals, idp, wtp, ti, ki, ii, hi, bias,
+        );
+        // SAFETY: as above, block b writing out[b % t, (b / t)·cols ..+cols] (h % cols == 0,
+        // checked); the scale bytes' 2-byte loads aligned (i/16 bytes a row, i % 32 == 0);
+        // bias, when not 0, [e, h] bf16 (the caller's).
+        unsafe { f.launch(self, cfg((dim(t * h / cols, op_name)?, 1), threads), args) }
+    }
+
     /// gpt-oss's stages 3-4 for FP4 experts: gate|up + bias + clamped SwiGLU into `act`
-    /// (bf16), down into `ys` (`[T·k, H]` f32, pair rows). Checked by the caller as
+    /// (bf16) by the plan's kernel (`gate_up_kind`), then either down into `ys` (`[T·k, H]`
+    /// f32, pair rows, at `ysp`; returns false: `moe_combine_bias` is the caller's) or, with
+    /// `one_token` `(cols, out, down bias bf16 [E, H])`, down + bias + the weighted sum into
+    /// `out` in one launch (returns true). Checked by the caller as
     /// [`Self::moe_experts_fp4`]'s, the gate|up bias `[E, 2I]` bf16 at `b13p`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn clamped_experts_fp4(
         &self,
         (ysp, actp, xp, b13p): (u64, u64, u64, u64),
         (gate_up, down): (&CudaTensor, &CudaTensor),
-        (ofp, acp, pmp): (u64, u64, u64),
+        (idp, wtp, ofp, pmp, acp): Routing,
         (e, top_k, h, i, pairs): (usize, usize, usize, usize, usize),
-        build: CoreBuild,
+        (build, gate_up_kind, one_token): (CoreBuild, GateUp, Option<(usize, u64, u64)>),
         (alpha, limit): (f32, f32),
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let k = fp4_kernels(build).ok_or_else(|| {
             super::shape_err(
                 "fused_moe_clamped",
@@ -502,28 +587,35 @@ impl CudaBackend {
             )
         })?;
         let op = "fused_moe_clamped";
-        let (ei, ki, hi, ii) = (
-            super::elementwise::int(e, op)?,
-            super::elementwise::int(top_k, op)?,
-            super::elementwise::int(h, op)?,
-            super::elementwise::int(i, op)?,
-        );
+        let (ei, ki, hi, ii) = (int(e, op)?, int(top_k, op)?, int(h, op)?, int(i, op)?);
         let (g, d) = (self.fp4_ptrs(gate_up), self.fp4_ptrs(down));
         let experts = dim(e.min(pairs), op)?;
         let args = (
             actp, xp, g.w, g.scales, g.globals, ofp, acp, pmp, ei, ki, ii, hi, b13p, alpha, limit,
         );
+        let clamped = match gate_up_kind {
+            GateUp::Decode => &k.clamped_dec,
+            GateUp::Plain => &k.clamped,
+        };
         // SAFETY: as moe_experts_fp4's gate|up, and the bias [e, 2i] bf16 (checked by the
         // caller).
         unsafe {
-            k.clamped
-                .launch(self, expert_rows_cfg(i, experts, op)?, args)?;
+            clamped.launch(self, expert_rows_cfg(i, experts, op)?, args)?;
+        }
+        if let Some((cols, out, bias)) = one_token {
+            let t = pairs / top_k;
+            self.down_combine_fp4(&k, out, actp, d, (idp, wtp), (t, h, i, top_k), cols, bias)?;
+            return Ok(true);
         }
         let args = (
             ysp, actp, d.w, d.scales, d.globals, ofp, acp, pmp, ei, ii, hi,
         );
         // SAFETY: as moe_experts_fp4's down: ys [t·k, h] f32.
-        unsafe { k.down.launch(self, expert_rows_cfg(h, experts, op)?, args) }
+        unsafe {
+            k.down
+                .launch(self, expert_rows_cfg(h, experts, op)?, args)?
+        };
+        Ok(false)
     }
 }
 
@@ -540,6 +632,20 @@ mod tests {
             assert_eq!(k.down_combine.name(), format!("moe_down_combine_{suffix}"));
             assert_eq!(k.clamped.name(), format!("moe_gate_up_clamped_{suffix}"));
             assert_eq!(k.relu2.name(), format!("moe_up_relu2_{suffix}"));
+            assert_eq!(k.gate_up_dec.name(), format!("moe_gate_up_dec_{suffix}"));
+            assert_eq!(
+                k.clamped_dec.name(),
+                format!("moe_gate_up_clamped_dec_{suffix}")
+            );
+            for (cols, f) in [(1, 0), (2, 1), (4, 2)] {
+                let dec = k.down_combine_dec_of(cols).expect("a _dec kernel");
+                assert_eq!(dec.name(), k.down_combine_dec[f].name());
+                assert_eq!(dec.name(), format!("moe_down_combine_dec{cols}_{suffix}"));
+            }
+            assert!(k.down_combine_dec_of(3).is_none());
+            assert!(k.down_combine_dec_of(0).is_none());
+            assert_eq!(k.gate_up_of(GateUp::Plain).name(), k.gate_up.name());
+            assert_eq!(k.gate_up_of(GateUp::Decode).name(), k.gate_up_dec.name());
         }
         for build in [CoreBuild::Bf16Vec, CoreBuild::Fp8Vec, CoreBuild::Fp32] {
             assert!(fp4_kernels(build).is_none());
