@@ -101,7 +101,7 @@ pub struct MoeTuning {
     /// expert type.
     pub down_cols: Option<usize>,
     /// Most tokens a step takes the one-token kernels with (1 to 8; `moe_plan.rs`'s
-    /// `decode_tokens`); `None`: one.
+    /// `decode_tokens`); `None`: by expert type and width.
     pub decode_tokens: Option<usize>,
     /// Where the experts' GEMMs run.
     pub gemm: MoeGemm,

@@ -182,19 +182,42 @@ __device__ __forceinline__ void dot_loaded(float& acc, const ChunkFp4<S>& k, con
 // sums).
 #define MOE_FP4_GATE_UP_BLOCKS_PER_SM 2
 
-// The kernels: moe.cu's parameters with the scale bytes and the globals in place of the FP8
-// scales. VEC false for every impl: moe_down_combine's VEC loop is the FP8/bf16 decode chunks'.
-#define MOE_FP4_KERNELS(SUFFIX, S)                                                                \
+// The gate|up kernels' two signatures (moe.cu's parameters with the scale bytes and the
+// globals in place of the FP8 scales; gpt-oss's with the gate|up bias, alpha and limit), at 2
+// blocks a multiprocessor, each body run with the experts' Fp4Weights `f` in scope.
+#define MOE_FP4_GATE_UP_KERNEL(NAME, S, ...)                                                      \
     extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_FP4_GATE_UP_BLOCKS_PER_SM)  \
-        moe_gate_up_##SUFFIX(bf16* act, const bf16* x, const unsigned char* w,                    \
-                             const unsigned char* scales, const float* globals,                   \
-                             const int* offsets, const int* active, const int* perm, int experts, \
-                             int top_k, int inter, int hidden) {                                  \
+        NAME(bf16* act, const bf16* x, const unsigned char* w, const unsigned char* scales,       \
+             const float* globals, const int* offsets, const int* active, const int* perm,        \
+             int experts, int top_k, int inter, int hidden) {                                     \
         pdl_start();                                                                              \
         const Fp4Weights<S> f{w, scales, globals};                                                \
-        moe_gate_up_impl<false>(act, x, &f, nullptr, offsets, active, perm, experts, top_k,       \
-                                inter, hidden);                                                   \
-    }                                                                                             \
+        __VA_ARGS__;                                                                              \
+    }
+#define MOE_FP4_CLAMPED_KERNEL(NAME, S, ...)                                                      \
+    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_FP4_GATE_UP_BLOCKS_PER_SM)  \
+        NAME(bf16* act, const bf16* x, const unsigned char* w, const unsigned char* scales,       \
+             const float* globals, const int* offsets, const int* active, const int* perm,        \
+             int experts, int top_k, int inter, int hidden, const bf16* bias, float alpha,        \
+             float limit) {                                                                       \
+        pdl_start();                                                                              \
+        const Fp4Weights<S> f{w, scales, globals};                                                \
+        const MoeClampedAct<bf16> clamp{bias, alpha, limit};                                      \
+        __VA_ARGS__;                                                                              \
+    }
+
+// The kernels. VEC false for every impl: moe_down_combine's VEC loop is the FP8/bf16 decode
+// chunks'.
+#define MOE_FP4_KERNELS(SUFFIX, S)                                                                \
+    MOE_FP4_GATE_UP_KERNEL(moe_gate_up_##SUFFIX, S,                                               \
+                           moe_gate_up_impl<false>(act, x, &f, nullptr, offsets, active, perm,    \
+                                                   experts, top_k, inter, hidden))                \
+    MOE_FP4_CLAMPED_KERNEL(moe_gate_up_clamped_##SUFFIX, S,                                       \
+                           moe_gate_up_impl<false>(act, x, &f, nullptr, offsets, active, perm,    \
+                                                   experts, top_k, inter, hidden, clamp))         \
+    MOE_FP4_GATE_UP_KERNEL(moe_up_relu2_##SUFFIX, S,                                              \
+                           moe_gate_up_impl<false>(act, x, &f, nullptr, offsets, active, perm,    \
+                                                   experts, top_k, inter, hidden, MoeRelu2Act{})) \
     extern "C" __global__ void moe_down_##SUFFIX(                                                 \
         float* ys, const bf16* act, const unsigned char* w, const unsigned char* scales,          \
         const float* globals, const int* offsets, const int* active, const int* perm,             \
@@ -212,27 +235,6 @@ __device__ __forceinline__ void dot_loaded(float& acc, const ChunkFp4<S>& k, con
         const Fp4Weights<S> f{w, scales, globals};                                                \
         moe_down_combine_impl<false>(out, act, &f, nullptr, ids, weights, tokens, top_k, inter,   \
                                      hidden);                                                     \
-    }                                                                                             \
-    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_FP4_GATE_UP_BLOCKS_PER_SM)  \
-        moe_gate_up_clamped_##SUFFIX(                                                             \
-        bf16* act, const bf16* x, const unsigned char* w, const unsigned char* scales,            \
-        const float* globals, const int* offsets, const int* active, const int* perm,             \
-        int experts, int top_k, int inter, int hidden, const bf16* bias, float alpha,             \
-        float limit) {                                                                            \
-        pdl_start();                                                                              \
-        const Fp4Weights<S> f{w, scales, globals};                                                \
-        moe_gate_up_impl<false>(act, x, &f, nullptr, offsets, active, perm, experts, top_k,       \
-                                inter, hidden, MoeClampedAct<bf16>{bias, alpha, limit});          \
-    }                                                                                             \
-    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_FP4_GATE_UP_BLOCKS_PER_SM)  \
-        moe_up_relu2_##SUFFIX(bf16* act, const bf16* x, const unsigned char* w,                   \
-                              const unsigned char* scales, const float* globals,                  \
-                              const int* offsets, const int* active, const int* perm,             \
-                              int experts, int top_k, int inter, int hidden) {                    \
-        pdl_start();                                                                              \
-        const Fp4Weights<S> f{w, scales, globals};                                                \
-        moe_gate_up_impl<false>(act, x, &f, nullptr, offsets, active, perm, experts, top_k,       \
-                                inter, hidden, MoeRelu2Act{});                                    \
     }
 
 MOE_FP4_KERNELS(nvfp4, Fp4Nv)
@@ -242,28 +244,14 @@ MOE_FP4_KERNELS(mxfp4, Fp4Mx)
 // with SiLU or gpt-oss's clamped SwiGLU, and down + the weighted sum, COLS output columns a
 // block, with gpt-oss's down bias when `bias` is not null (moe_combine_bias's terms).
 #define MOE_FP4_DEC_KERNELS(SUFFIX, S)                                                            \
-    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_FP4_GATE_UP_BLOCKS_PER_SM)  \
-        moe_gate_up_dec_##SUFFIX(bf16* act, const bf16* x, const unsigned char* w,                \
-                                 const unsigned char* scales, const float* globals,               \
-                                 const int* offsets, const int* active, const int* perm,          \
-                                 int experts, int top_k, int inter, int hidden) {                 \
-        pdl_start();                                                                              \
-        const Fp4Weights<S> f{w, scales, globals};                                                \
-        moe_gate_up_dec_impl<MOE_FP4_DEC_COLUMNS>(act, x, &f, nullptr, offsets, active, perm,     \
-                                                  experts, top_k, inter, hidden);                 \
-    }                                                                                             \
-    extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32, MOE_FP4_GATE_UP_BLOCKS_PER_SM)  \
-        moe_gate_up_clamped_dec_##SUFFIX(                                                         \
-        bf16* act, const bf16* x, const unsigned char* w, const unsigned char* scales,            \
-        const float* globals, const int* offsets, const int* active, const int* perm,             \
-        int experts, int top_k, int inter, int hidden, const bf16* bias, float alpha,             \
-        float limit) {                                                                            \
-        pdl_start();                                                                              \
-        const Fp4Weights<S> f{w, scales, globals};                                                \
-        moe_gate_up_dec_impl<MOE_FP4_DEC_COLUMNS>(act, x, &f, nullptr, offsets, active, perm,     \
-                                                  experts, top_k, inter, hidden,                  \
-                                                  MoeClampedAct<bf16>{bias, alpha, limit});       \
-    }                                                                                             \
+    MOE_FP4_GATE_UP_KERNEL(moe_gate_up_dec_##SUFFIX, S,                                           \
+                           moe_gate_up_dec_impl<MOE_FP4_DEC_COLUMNS>(                             \
+                               act, x, &f, nullptr, offsets, active, perm, experts, top_k, inter, \
+                               hidden))                                                           \
+    MOE_FP4_CLAMPED_KERNEL(moe_gate_up_clamped_dec_##SUFFIX, S,                                   \
+                           moe_gate_up_dec_impl<MOE_FP4_DEC_COLUMNS>(                             \
+                               act, x, &f, nullptr, offsets, active, perm, experts, top_k, inter, \
+                               hidden, clamp))                                                    \
     MOE_FP4_DOWN_COMBINE_DEC(SUFFIX, S, 1)                                                        \
     MOE_FP4_DOWN_COMBINE_DEC(SUFFIX, S, 2)                                                        \
     MOE_FP4_DOWN_COMBINE_DEC(SUFFIX, S, 4)

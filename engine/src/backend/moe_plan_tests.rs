@@ -357,8 +357,8 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
 /// (hidden = experts' width = 2880, a multiple of 64; top-4 of 32) and 120b's (of 128), bf16
 /// experts on the CUDA cores up to 8 tokens, the small-step `_any` kernels from 9 to 256 (the
 /// 126-sequence decode step of issue 39 among them), the 64-row tiles past that; MXFP4 stacks
-/// packed on the CUDA cores' one-token `_dec` kernels at one token and the small-step `_any`
-/// kernels from two up to 256 tokens and 16 pairs an expert, the tiles'
+/// packed on the CUDA cores' one-token `_dec` kernels up to 4 tokens and the small-step `_any`
+/// kernels from five up to 256 tokens and 16 pairs an expert, the tiles'
 /// `mxfp4` build (the packed stacks) past them; f32 experts and pre-Ampere GPUs on the CUDA cores at every size.
 #[test]
 fn gpt_oss_clamped_experts_by_step() {
@@ -391,7 +391,8 @@ fn gpt_oss_clamped_experts_by_step() {
         for t in [257, 2048] {
             assert_eq!(experts(t, e, ExpertType::Bf16), tiles, "bf16 T {t} E {e}");
         }
-        // MXFP4: the one-token `_dec` kernels at one token, then the small-step `_any` kernels
+        // MXFP4: the one-token `_dec` kernels up to FP4_WIDE_DECODE_TOKENS (these experts are
+        // 2880 wide), then the small-step `_any` kernels
         // on the packed stacks while they average at most 16 pairs an expert (4e tokens at
         // top-4) and up to 256 tokens, the tiles' mxfp4 build past that (20b's 256-token step
         // among them).
@@ -400,11 +401,18 @@ fn gpt_oss_clamped_experts_by_step() {
             gate_up: GateUp::Decode,
             down: Down::Combined { cols: 1 },
         };
-        assert_eq!(experts(1, e, ExpertType::Mxfp4), dec, "mxfp4 T 1 E {e}");
+        for t in 1..=FP4_WIDE_DECODE_TOKENS {
+            assert_eq!(experts(t, e, ExpertType::Mxfp4), dec, "mxfp4 T {t} E {e}");
+        }
         let any = Experts::SmallMma {
             build: SmallBuild::Any,
         };
-        for t in [2, e / 8 - 1, e / 8, 126, (4 * e).min(256)] {
+        for t in [
+            FP4_WIDE_DECODE_TOKENS + 1,
+            (e / 8).max(FP4_WIDE_DECODE_TOKENS + 1),
+            126,
+            (4 * e).min(256),
+        ] {
             assert_eq!(experts(t, e, ExpertType::Mxfp4), any, "mxfp4 T {t} E {e}");
         }
         let mx_tiles = Experts::Mma {

@@ -532,8 +532,8 @@ pub fn describe_weights(
         .contains(&Some(crate::loader::requantize::Target::Nvfp4));
     if nvfp4_parts {
         s.push_str(&format!(
-            "; NVFP4 weights on {device}: kept packed (4.5 bits a weight, weight-only kernels) \
-             where CUDA computes in bf16, except the MoE experts; elsewhere dequantized at \
+            "; NVFP4 weights on {device}: kept packed (4.5 bits a weight, weight-only kernels; \
+             the MoE experts' stacks too) where CUDA computes in bf16; elsewhere dequantized at \
              load (their exact values)"
         ));
     }
