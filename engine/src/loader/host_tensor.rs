@@ -192,6 +192,37 @@ pub struct HostTensor<'a> {
 
 const CHUNK: usize = 1 << 16;
 
+impl<'a> HostTensor<'a> {
+    /// A dummy FP8 or NVFP4 weight as the stored format holding the same values (its draw
+    /// made real once, so that cutting it into many row ranges draws it once); anything else
+    /// as it is.
+    pub fn drawn(self) -> HostTensor<'a> {
+        let (n, cols) = (self.numel(), self.cols());
+        let rows = n / cols.max(1);
+        let data = match self.data {
+            HostData::RandomNvfp4 { seed, std } if cols.is_multiple_of(16) => {
+                let (packed, scales) = random_nvfp4_parts(seed, n);
+                HostData::Nvfp4 {
+                    packed: Cow::Owned(packed),
+                    scales: Cow::Owned(scales),
+                    globals: vec![random_nvfp4_global(std); rows],
+                    rule: GlobalRule::Multiply,
+                }
+            }
+            HostData::RandomFp8 { seed, std } => HostData::Fp8 {
+                bytes: Cow::Owned(random_fp8_bytes(seed, n)),
+                scales: vec![random_fp8_scale(std); rows * cols.div_ceil(FP8_COL_BLOCK)],
+                col_block: FP8_COL_BLOCK,
+            },
+            data => data,
+        };
+        HostTensor {
+            shape: self.shape,
+            data,
+        }
+    }
+}
+
 impl HostTensor<'_> {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
@@ -323,8 +354,22 @@ impl HostTensor<'_> {
     /// (q|k|v, gate|up) are stored. Raw data of one dtype stays raw, FP8 of one scale block
     /// stays FP8, NVFP4 of one global-scale rule stays NVFP4; random parts (plain, FP8 or
     /// NVFP4) of one std stay a recipe (a dummy 8B model must not turn into 18 GB of host floats); anything else
-    /// becomes f32.
+    /// becomes f32. Dummy FP8 or NVFP4 parts beside stored ones (Qwen3.5's drawn `q_proj` cut into
+    /// query rows, then its dummy `k_proj` and `v_proj`) are [`Self::drawn`] first, so the whole
+    /// stays in the stored format rather than becoming f32 (then bf16 on the device).
     pub fn concat_rows(parts: &[HostTensor<'_>]) -> HostTensor<'static> {
+        let dummy = |p: &HostTensor<'_>| {
+            matches!(
+                p.data,
+                HostData::RandomFp8 { .. } | HostData::RandomNvfp4 { .. }
+            )
+        };
+        if parts.iter().any(dummy) && !parts.iter().all(dummy) {
+            let drawn: Vec<HostTensor<'_>> = parts.iter().map(|p| p.clone().drawn()).collect();
+            if !drawn.iter().any(dummy) {
+                return Self::concat_rows(&drawn);
+            }
+        }
         let cols = parts
             .first()
             .map(|p| p.shape[1..].to_vec())
@@ -610,6 +655,33 @@ mod tests {
         let c = HostTensor::concat_rows(&[t(1), t(2)]);
         assert!(c.is_nvfp4() && c.shape == vec![600, 1024]);
         assert!(matches!(c.data, HostData::RandomNvfp4 { std, .. } if std == 0.02));
+    }
+
+    #[test]
+    fn dummy_parts_beside_stored_ones_are_drawn_not_widened() {
+        // Qwen3.5's attention: query rows cut from a drawn q_proj, then dummy k and v.
+        for dummy in [
+            HostData::RandomNvfp4 { seed: 3, std: 0.02 },
+            HostData::RandomFp8 { seed: 3, std: 0.02 },
+        ] {
+            let t = |rows: usize| HostTensor {
+                shape: vec![rows, 256],
+                data: dummy.clone(),
+            };
+            let q = t(32).drawn();
+            assert!(!matches!(
+                q.data,
+                HostData::RandomNvfp4 { .. } | HostData::RandomFp8 { .. }
+            ));
+            let want: Vec<f32> = [q.to_f32(), t(16).to_f32(), t(8).to_f32()].concat();
+            let c = HostTensor::concat_rows(&[q.clone(), t(16), t(8)]);
+            assert_eq!(c.shape, vec![56, 256]);
+            assert!(
+                matches!(c.data, HostData::Nvfp4 { .. } | HostData::Fp8 { .. }),
+                "stored format kept"
+            );
+            assert_eq!(c.to_f32(), want, "the same values");
+        }
     }
 
     #[test]

@@ -529,8 +529,10 @@ impl<B: HybridOps> Qwen3_5<B> {
         })
     }
 
-    /// One decoder layer over the batch: `x += mixer(norm(x)); x += mlp(post_norm(x))`.
-    /// `state` is needed by linear-attention layers only.
+    /// One decoder layer over the batch: `x += mixer(xn); x += mlp(post_norm(x))`, then
+    /// `xn = next_norm(x)` (the next layer's input norm, or the final one), fused with the
+    /// residual add. On entry `f.xn` holds this layer's `input_norm(x)`: the caller norms
+    /// before the first layer. `state` is needed by linear-attention layers only.
     #[allow(clippy::too_many_arguments)]
     fn run_layer(
         &self,
@@ -541,6 +543,7 @@ impl<B: HybridOps> Qwen3_5<B> {
         batch: &B::Batch,
         kv: (&mut [B::Tensor], &mut [B::Tensor]),
         state: Option<&mut StateStorage<B>>,
+        next_norm: &B::Tensor,
     ) -> Result<()> {
         let c = &self.config.base;
         let (eps, h, t) = (c.rms_norm_eps, c.hidden_size, rows::<B>(b, &f.x));
@@ -551,8 +554,7 @@ impl<B: HybridOps> Qwen3_5<B> {
             gate_up,
             act,
         } = f;
-        // xn = norm(x); x += mixer(xn)
-        b.rms_norm(xn, x, &layer.input_norm, eps)?;
+        // x += mixer(xn)
         match &layer.mixer {
             Mixer::Linear(a) => {
                 let state = state.ok_or_else(|| {
@@ -600,8 +602,9 @@ impl<B: HybridOps> Qwen3_5<B> {
                 b.add_gated(proj, &routed, &gate)?;
             }
         }
+        // x += mlp; xn = next_norm(x)
         self.tp.all_reduce(b, proj)?;
-        b.add_assign(x, proj)
+        b.add_rms_norm(xn, x, proj, next_norm, eps)
     }
 
     /// The decoder over the batch: the final-normed hidden state of every row `[T, H]`.
@@ -626,11 +629,23 @@ impl<B: HybridOps> Qwen3_5<B> {
         let mut f = self.bufs(b, host.num_tokens())?;
         // x = embed[tokens]
         b.embedding(&mut f.x, batch, &self.embed)?;
-        for layer in &self.layers {
+        // xn = the first layer's input norm (x); each layer norms for the next, the last with
+        // the final norm.
+        let norm_of = |i: usize| self.layers.get(i).map_or(&self.norm, |l| &l.input_norm);
+        b.rms_norm(&mut f.xn, &f.x, norm_of(0), self.config.base.rms_norm_eps)?;
+        for (i, layer) in self.layers.iter().enumerate() {
             let kv = (k_caches.as_mut_slice(), v_caches.as_mut_slice());
-            self.run_layer(b, layer, &mut f, host, batch, kv, Some(state))?;
+            self.run_layer(
+                b,
+                layer,
+                &mut f,
+                host,
+                batch,
+                kv,
+                Some(state),
+                norm_of(i + 1),
+            )?;
         }
-        b.rms_norm(&mut f.xn, &f.x, &self.norm, self.config.base.rms_norm_eps)?;
         Ok(f.xn)
     }
 

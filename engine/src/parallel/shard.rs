@@ -8,11 +8,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::Shard;
-use crate::loader::nvfp4::GlobalRule;
-use crate::loader::{
-    FP8_COL_BLOCK, HostData, HostTensor, random_fp8_bytes, random_fp8_scale, random_nvfp4_global,
-    random_nvfp4_parts,
-};
+use crate::loader::{HostData, HostTensor};
 
 /// `t` itself for a group of one, else rows `r` of it.
 pub fn rows_of<'a>(sh: Shard, t: HostTensor<'a>, r: Range<usize>) -> HostTensor<'a> {
@@ -114,32 +110,10 @@ pub fn experts_down<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) -> Ho
     slice(&t, |_, col| width.contains(&col), vec![e, h, width.len()])
 }
 
-/// A dummy FP8 or NVFP4 weight as the stored format holding the same values (its draw made
-/// real once, so that cutting it into many row ranges draws it once); anything else as it is.
+/// A dummy FP8 or NVFP4 weight as the stored format holding the same values
+/// ([`HostTensor::drawn`]); anything else as it is.
 pub fn drawn(t: HostTensor<'_>) -> HostTensor<'_> {
-    let (n, cols) = (t.numel(), t.cols());
-    let rows = n / cols.max(1);
-    let data = match t.data {
-        HostData::RandomNvfp4 { seed, std } if cols.is_multiple_of(16) => {
-            let (packed, scales) = random_nvfp4_parts(seed, n);
-            HostData::Nvfp4 {
-                packed: Cow::Owned(packed),
-                scales: Cow::Owned(scales),
-                globals: vec![random_nvfp4_global(std); rows],
-                rule: GlobalRule::Multiply,
-            }
-        }
-        HostData::RandomFp8 { seed, std } => HostData::Fp8 {
-            bytes: Cow::Owned(random_fp8_bytes(seed, n)),
-            scales: vec![random_fp8_scale(std); rows * cols.div_ceil(FP8_COL_BLOCK)],
-            col_block: FP8_COL_BLOCK,
-        },
-        data => data,
-    };
-    HostTensor {
-        shape: t.shape,
-        data,
-    }
+    t.drawn()
 }
 
 /// Rows `rows` of a `[R, C]` weight. Row-local formats keep their format (FP8 and NVFP4 carry
@@ -237,6 +211,7 @@ fn slice(
 mod tests {
     use super::*;
     use crate::loader::DType;
+    use crate::loader::nvfp4::GlobalRule;
 
     #[test]
     fn rows_and_columns_are_cut_in_order() {

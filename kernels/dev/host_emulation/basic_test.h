@@ -49,6 +49,13 @@ void t_norm(int rows, int h, int threads) {
     report("add_rms_norm residual", wr, 0);
 }
 
+// Rows held in registers (up to NORM_REGS a thread: a 5,120-wide decode row on 1,024 threads,
+// the edge at 4,096 on 512) and the strided loop past them (5,000 on 64 threads).
+void norm_tests() {
+    t_norm(3, 64, 32); t_norm(2, 4096, 512); t_norm(2, 96, 32);
+    t_norm(1, 5120, 1024); t_norm(2, 5000, 64); t_norm(1, 4097, 512);
+}
+
 void t_rope(int T, int nh, int nkv, int hd, int rot, float theta, float scale, int maxpos) {
     int W = (nh + 2*nkv) * hd;
     std::vector<float> q(T*W), ref;

@@ -95,6 +95,7 @@ int main() {
     // EMU_ONLY=NAME runs one group of cases (see each group's comment), then stops.
     const std::pair<const char*, void (*)()> groups[] = {
         {"gdn_decode", [] { gdn_decode_tests(); }},
+        {"norm", [] { norm_tests(); }},
         {"hybrid", [] { gdn_tests(); gdn_decode_tests(); mamba2_tests(); }},
         {"mamba2", [] { mamba2_tests(); }},
         {"attention", [] { attn_tests(); kv_fp8_tests(); flash_tests(); }},
@@ -133,7 +134,7 @@ int main() {
         return 2;
     }
     t_random();
-    t_norm(3, 64, 32); t_norm(2, 4096, 512); t_norm(2, 96, 32);
+    norm_tests();
     t_rope(5, 4, 2, 32, 32, 1e4, 1.0, 512);
     t_rope(3, 8, 2, 24, 24, 1e4, 1.2, 2048);
     t_rope(2, 8, 1, 64, 32, 1e4, 1.0, 2048);

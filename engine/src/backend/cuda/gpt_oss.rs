@@ -194,40 +194,38 @@ impl CudaBackend {
                 gate_up: gate_up_kind,
                 down: down_kind,
             } => {
-                let ys = self.alloc(&[pairs, h], DType::F32)?; // [T·k, H]
-                let ptrs = (ys.ptr(s), actp, xp, b13p);
-                let arrays = (ofp, acp, pmp);
+                // FP4 at one token: down + bias + the weighted sum write out in one launch,
+                // with no pair rows.
+                let one_token = match down_kind {
+                    Down::Combined { cols }
+                        if fp4 && cols > 0 && ex.down_bias.dtype == DType::BF16 =>
+                    {
+                        Some((cols, out.ptr(s), ex.down_bias.ptr(s)))
+                    }
+                    _ => None,
+                };
+                let ys = match one_token {
+                    Some(_) => None,
+                    None => Some(self.alloc(&[pairs, h], DType::F32)?), // [T·k, H]
+                };
+                let ptrs = (ys.as_ref().map_or(0, |y| y.ptr(s)), actp, xp, b13p);
+                let stacks = (gate_up, down);
                 if fp4 {
                     // The FP4 kernels (moe_fp4.rs): the same stages on the packed stacks.
                     let dims = (e, top_k, h, i, pairs);
-                    let stacks = (gate_up, down);
-                    let one_token = match down_kind {
-                        Down::Combined { cols }
-                            if cols > 0 && ex.down_bias.dtype == DType::BF16 =>
-                        {
-                            Some((cols, out.ptr(s), ex.down_bias.ptr(s)))
-                        }
-                        _ => None,
-                    };
                     let plan = (build, gate_up_kind, one_token);
-                    if self.clamped_experts_fp4(
-                        ptrs,
-                        stacks,
-                        routing,
-                        dims,
-                        plan,
-                        (alpha, limit),
-                    )? {
-                        return Ok(());
-                    }
+                    self.clamped_experts_fp4(ptrs, stacks, routing, dims, plan, (alpha, limit))?;
                 } else {
                     // A block row per expert that can have pairs (at most one a pair).
                     let experts = dim(e.min(pairs), "fused_moe_clamped")?;
                     let dims = (ei, ki, hi, ii, experts);
-                    let stacks = (gate_up, down);
+                    let arrays = (ofp, acp, pmp);
                     self.clamped_experts_wide(ptrs, stacks, arrays, dims, build, (alpha, limit))?;
                 }
-                ys
+                match ys {
+                    Some(ys) => ys,
+                    None => return Ok(()), // out written by the fused down
+                }
             }
         };
         let ysp = ys.ptr(s);

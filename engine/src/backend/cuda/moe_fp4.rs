@@ -85,6 +85,14 @@ impl Fp4Kernels {
         }
     }
 
+    /// gpt-oss's clamped gate|up as the plan names it.
+    fn clamped_of(&self, kind: GateUp) -> &Kernel<ClampedArgs> {
+        match kind {
+            GateUp::Decode => &self.clamped_dec,
+            GateUp::Plain => &self.clamped,
+        }
+    }
+
     /// The `_dec` down + weighted sum of `cols` (1, 2 or 4) columns a block.
     fn down_combine_dec_of(&self, cols: usize) -> Option<&Kernel<DownCombineDecArgs>> {
         match cols {
@@ -566,9 +574,9 @@ impl CudaBackend {
 
     /// gpt-oss's stages 3-4 for FP4 experts: gate|up + bias + clamped SwiGLU into `act`
     /// (bf16) by the plan's kernel (`gate_up_kind`), then either down into `ys` (`[T·k, H]`
-    /// f32, pair rows, at `ysp`; returns false: `moe_combine_bias` is the caller's) or, with
-    /// `one_token` `(cols, out, down bias bf16 [E, H])`, down + bias + the weighted sum into
-    /// `out` in one launch (returns true). Checked by the caller as
+    /// f32, pair rows, at `ysp`; `moe_combine_bias` is the caller's) or, with `one_token`
+    /// `(cols, out, down bias bf16 [E, H])`, down + bias + the weighted sum into `out` in one
+    /// launch (`ysp` unused). Checked by the caller as
     /// [`Self::moe_experts_fp4`]'s, the gate|up bias `[E, 2I]` bf16 at `b13p`.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn clamped_experts_fp4(
@@ -579,7 +587,7 @@ impl CudaBackend {
         (e, top_k, h, i, pairs): (usize, usize, usize, usize, usize),
         (build, gate_up_kind, one_token): (CoreBuild, GateUp, Option<(usize, u64, u64)>),
         (alpha, limit): (f32, f32),
-    ) -> Result<bool> {
+    ) -> Result<()> {
         let k = fp4_kernels(build).ok_or_else(|| {
             super::shape_err(
                 "fused_moe_clamped",
@@ -593,10 +601,7 @@ impl CudaBackend {
         let args = (
             actp, xp, g.w, g.scales, g.globals, ofp, acp, pmp, ei, ki, ii, hi, b13p, alpha, limit,
         );
-        let clamped = match gate_up_kind {
-            GateUp::Decode => &k.clamped_dec,
-            GateUp::Plain => &k.clamped,
-        };
+        let clamped = k.clamped_of(gate_up_kind);
         // SAFETY: as moe_experts_fp4's gate|up, and the bias [e, 2i] bf16 (checked by the
         // caller).
         unsafe {
@@ -604,18 +609,22 @@ impl CudaBackend {
         }
         if let Some((cols, out, bias)) = one_token {
             let t = pairs / top_k;
-            self.down_combine_fp4(&k, out, actp, d, (idp, wtp), (t, h, i, top_k), cols, bias)?;
-            return Ok(true);
+            return self.down_combine_fp4(
+                &k,
+                out,
+                actp,
+                d,
+                (idp, wtp),
+                (t, h, i, top_k),
+                cols,
+                bias,
+            );
         }
         let args = (
             ysp, actp, d.w, d.scales, d.globals, ofp, acp, pmp, ei, ii, hi,
         );
         // SAFETY: as moe_experts_fp4's down: ys [t·k, h] f32.
-        unsafe {
-            k.down
-                .launch(self, expert_rows_cfg(h, experts, op)?, args)?
-        };
-        Ok(false)
+        unsafe { k.down.launch(self, expert_rows_cfg(h, experts, op)?, args) }
     }
 }
 

@@ -67,9 +67,10 @@ impl<B: HybridOps> Qwen3_5<B> {
         let (m, mut f) = self.mtp_input(b, host, batch, hidden)?;
         let (h, eps) = (self.config.base.hidden_size, self.config.base.rms_norm_eps);
         let kv = (kv.k.as_mut_slice(), kv.v.as_mut_slice());
-        self.run_layer(b, &m.layer, &mut f, host, batch, kv, None)?;
-        // The head's output, normed: the next draft's hidden input and its logits.
-        b.rms_norm(&mut f.xn, &f.x, &m.norm, eps)?;
+        // The head's layer, its output normed by the head's norm: the next draft's hidden input
+        // and its logits.
+        b.rms_norm(&mut f.xn, &f.x, &m.layer.input_norm, eps)?;
+        self.run_layer(b, &m.layer, &mut f, host, batch, kv, None, &m.norm)?;
         let head = self.draft_head.as_ref().unwrap_or(self.head());
         let logits = lm_head_logits(b, &f.xn, host, batch, head)?;
         let mut rows = b.zeros(&[host.logits_rows.len(), h])?;
