@@ -21,6 +21,10 @@
 // before the kernel waits for the one before it (weights are never written), and pass two
 // reuses the values. Each thread sums the same elements in the same order either way.
 #define NORM_REGS 8
+// Threads a norm block may have (norm.rs's norm_threads: up to 1024 for a decode row): the
+// bound keeps ptxas at 64 registers a thread (the fused op's register path took 68 unbounded,
+// and a 1024-thread launch then failed for want of registers).
+#define NORM_MAX_THREADS 1024
 
 // The register path's weight (its loads issued before the kernel waits for the one before it:
 // weights are never written), then the wait.
@@ -124,8 +128,8 @@ __device__ void add_rms_norm_impl(TO* out, TR* residual, const TX* x, const TW* 
 }
 
 #define RMS_NORM(SUFFIX, TX)                                                                       \
-    extern "C" __global__ void rms_norm_##SUFFIX(bf16* out, const TX* x, const bf16* w, int hidden, \
-                                                 float eps) {                                      \
+    extern "C" __global__ void __launch_bounds__(NORM_MAX_THREADS)                                 \
+        rms_norm_##SUFFIX(bf16* out, const TX* x, const bf16* w, int hidden, float eps) {         \
         rms_norm_impl(out, x, w, hidden, eps, (u64)hidden);                                        \
     }
 
@@ -133,8 +137,8 @@ RMS_NORM(f32, float)
 RMS_NORM(bf16, bf16)
 
 #define RMS_NORM_COLS(SUFFIX, TX, TW)                                                              \
-    extern "C" __global__ void rms_norm_cols_##SUFFIX(TX* x, const TW* w, int start, int n,       \
-                                                      int cols, float eps) {                       \
+    extern "C" __global__ void __launch_bounds__(NORM_MAX_THREADS)                                 \
+        rms_norm_cols_##SUFFIX(TX* x, const TW* w, int start, int n, int cols, float eps) {       \
         rms_norm_impl(x + start, x + start, w, n, eps, (u64)cols);                                 \
     }
 
@@ -143,8 +147,9 @@ RMS_NORM_COLS(bf16, bf16, bf16)
 RMS_NORM_COLS(fp32, float, float)
 
 #define ADD_RMS_NORM(SUFFIX, TR, TX)                                                               \
-    extern "C" __global__ void add_rms_norm_##SUFFIX(bf16* out, TR* residual, const TX* x,         \
-                                                     const bf16* w, int hidden, float eps) {       \
+    extern "C" __global__ void __launch_bounds__(NORM_MAX_THREADS)                                 \
+        add_rms_norm_##SUFFIX(bf16* out, TR* residual, const TX* x, const bf16* w, int hidden,    \
+                              float eps) {                                                         \
         add_rms_norm_impl(out, residual, x, w, hidden, eps);                                       \
     }
 
@@ -153,12 +158,12 @@ ADD_RMS_NORM(f32_bf16, float, bf16)
 ADD_RMS_NORM(bf16_f32, bf16, float)
 ADD_RMS_NORM(bf16_bf16, bf16, bf16)
 
-extern "C" __global__ void rms_norm_fp32(float* out, const float* x, const float* w, int hidden,
-                                         float eps) {
+extern "C" __global__ void __launch_bounds__(NORM_MAX_THREADS)
+    rms_norm_fp32(float* out, const float* x, const float* w, int hidden, float eps) {
     rms_norm_impl(out, x, w, hidden, eps, (u64)hidden);
 }
 
-extern "C" __global__ void add_rms_norm_fp32(float* out, float* residual, const float* x,
-                                             const float* w, int hidden, float eps) {
+extern "C" __global__ void __launch_bounds__(NORM_MAX_THREADS)
+    add_rms_norm_fp32(float* out, float* residual, const float* x, const float* w, int hidden, float eps) {
     add_rms_norm_impl(out, residual, x, w, hidden, eps);
 }

@@ -320,9 +320,12 @@ impl Ops<'_> {
         Ok(())
     }
 
+    /// Decode rows (fewer than the multiprocessors) take up to 1,024 threads a row, each
+    /// holding its values in registers (norm.cu's NORM_REGS): the 27B's 5,120-wide row.
     fn norms(&mut self) -> Result<()> {
         for (t, h, xd) in [
             (1, 64, DType::F32),
+            (1, 5120, DType::F32),
             (7, 96, DType::F32),
             (130, 4096, DType::F32),
             (1000, 4096, DType::F32),
@@ -346,6 +349,7 @@ impl Ops<'_> {
         }
         for (t, h, rd, xd) in [
             (1, 64, DType::F32, DType::F32),
+            (1, 5120, DType::F32, DType::F32),
             (7, 4096, DType::F32, DType::F32),
             (130, 96, DType::F32, DType::F32),
             (1000, 4096, DType::F32, DType::F32),

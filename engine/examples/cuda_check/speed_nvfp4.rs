@@ -12,9 +12,7 @@
 //! 5120, 24 query heads of 256 with an output gate as wide, 4 KV heads of 256, MLP 17408,
 //! Gated DeltaNet with 16 key heads and 48 value heads of 128 (conv dim 2·16·128 + 48·128 =
 //! 10240). The engine fuses q|k|v, gate|up and the DeltaNet's qkv|z|b|a, so those are the
-//! shapes timed. (Today the full-attention layers' q|k|v and output gate reach the device in
-//! bf16 whatever the checkpoint, because the loader splits q_proj's query and gate rows on the
-//! host; their NVFP4 lines are what they would cost packed.)
+//! shapes timed.
 //!
 //! Each line: the mean µs of one matmul over back-to-back calls, the TB/s that makes of the
 //! weight's bytes (one read: NVFP4 0.5625 B a weight + a 4-byte multiplier a row, i.e. 4.5
