@@ -13,7 +13,9 @@
 // Versions tried (H200, Qwen3-8B shapes, M = 1): cuBLAS GemmEx bf16→f32 (baseline, see
 // docs/performance.md); this kernel.
 //
-// Symbols: gemv_m<M> for M = 1..8.
+// Symbols: gemv_m<M> for M = 1..8; gemv_bias_m1, gemv_m1 adding a bf16 bias to each output
+// column (gpt-oss's biased projections at one row: the sum, then the add, as matmul then
+// add_bias make it, one launch fewer).
 
 #define GEMV_WARPS 8
 
@@ -23,8 +25,9 @@ __device__ __forceinline__ void gemv_chunk(float* acc, u32x4 wv, const u32x4* x,
     for (int m = 0; m < M; ++m) acc[m] = dot8(acc[m], wv, load_cached(x + (u64)m * chunks + c));
 }
 
-template <int M>
-__device__ void gemv_impl(float* out, const bf16* x, const bf16* w, int n_total, int k) {
+template <int M, bool BIAS = false>
+__device__ void gemv_impl(float* out, const bf16* x, const bf16* w, int n_total, int k,
+                          const bf16* bias = nullptr) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int n = blockIdx.x * GEMV_WARPS + warp;
     if (n >= n_total) return;
@@ -51,7 +54,7 @@ __device__ void gemv_impl(float* out, const bf16* x, const bf16* w, int n_total,
 #pragma unroll
     for (int m = 0; m < M; ++m) {
         const float v = warp_sum(acc[m]);
-        if (lane == 0) out[(u64)m * n_total + n] = v;
+        if (lane == 0) out[(u64)m * n_total + n] = BIAS ? v + to_f32(bias[n]) : v;
     }
 }
 
@@ -68,6 +71,11 @@ GEMV(5)
 GEMV(6)
 GEMV(7)
 GEMV(8)
+
+extern "C" __global__ void gemv_bias_m1(float* out, const bf16* x, const bf16* w, int n, int k,
+                                        const bf16* bias) {
+    gemv_impl<1, true>(out, x, w, n, k, bias);
+}
 
 // gemv_full_r<R>g<G> (M = 1, K <= 256 · G, K % 8 == 0): gemv_m1 with a warp's whole rows loaded
 // before it waits on x's writer: R rows a warp (R · 8 a block), G 16-byte chunks of each a lane,

@@ -408,6 +408,18 @@ pub trait Backend: Send + Sync + 'static {
     fn add_bias(&self, _x: &mut Self::Tensor, _bias: &Self::Tensor) -> Result<()> {
         Err(lacks(self.name(), "bias add"))
     }
+    /// A linear layer with its bias: `out = x · wᵀ`, then `out[r, :] += bias`. A backend may
+    /// fuse the two; this composition is the reference every fused version is checked against.
+    fn matmul_bias(
+        &self,
+        out: &mut Self::Tensor,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        bias: &Self::Tensor,
+    ) -> Result<()> {
+        self.matmul(out, x, w)?;
+        self.add_bias(out, bias)
+    }
     /// gpt-oss's mixture of experts on `x` `[T, H]`, given the router's logits `[T, E]`
     /// (bias included): each token goes to its `top_k` experts of highest logit, weighted by
     /// the softmax over those `top_k` logits; expert `e` computes

@@ -320,8 +320,7 @@ impl<B: Backend> Model<B> for GptOss<B> {
             // ranks, + b.
             // The layer's KV group's slots and tables (a sliding layer keeps only its window).
             let gb = b.group_batch(batch, kv.group_of(l))?;
-            b.matmul(&mut qkv, &xn, &layer.qkv)?;
-            b.add_bias(&mut qkv, &layer.qkv_bias)?;
+            b.matmul_bias(&mut qkv, &xn, &layer.qkv, &layer.qkv_bias)?;
             b.rope_write_kv(
                 &mut qkv,
                 gb,
@@ -348,8 +347,7 @@ impl<B: Backend> Model<B> for GptOss<B> {
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, c.rms_norm_eps)?;
             // MoE: router_logits = xn · Wrᵀ + b; each token's top-k experts, clamped SwiGLU
             // (with a group, each rank's part of every expert's width, summed over the ranks).
-            b.matmul(&mut router_logits, &xn, &layer.router)?;
-            b.add_bias(&mut router_logits, &layer.router_bias)?;
+            b.matmul_bias(&mut router_logits, &xn, &layer.router, &layer.router_bias)?;
             let experts = ClampedExperts {
                 gate_up: &layer.gate_up,
                 gate_up_bias: &layer.gate_up_bias,

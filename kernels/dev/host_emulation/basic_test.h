@@ -331,6 +331,15 @@ void t_gemv(int M, int N, int K) {
     char name[64]; snprintf(name, 64, "gemv M%d N%d K%d", M, N, K);
     report(name, worst, 1e-5);
     if (M == 1) {
+        // gemv_bias_m1: gemv_m1's sums plus the bias, as add_bias adds it (f32), bit for bit.
+        std::vector<bf16> bias(N);
+        for (auto& v : bias) v = B(U(1));
+        std::vector<float> ob(N, NAN);
+        launch({(unsigned)((N + 7) / 8)}, {256}, [&] { gemv_bias_m1(ob.data(), x.data(), w.data(), N, K, bias.data()); });
+        int off = 0;
+        for (int n = 0; n < N; ++n) off += ob[n] != out[n] + F(bias[n]);
+        snprintf(name, 64, "gemv_bias_m1 N%d K%d", N, K);
+        report(name, off, 0);
         // The whole-row kernels whose rows fit (K <= 256 · G): gemv_m1's output bit for bit.
         int bad = 0, ran = 0;
         for (int variant = 0; variant < 3; ++variant) {

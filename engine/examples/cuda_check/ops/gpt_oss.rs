@@ -1,6 +1,8 @@
 //! gpt-oss's ops against the CPU: `add_bias` (every x/bias type pair the model makes),
 //! `upload_f32_weight` (the sinks kept in f32 on the device, the CPU's values exactly) and
-//! `fused_moe_clamped` (one token to a prefill chunk, gpt-oss-20b's top-4 of 32 experts and
+//! `matmul_bias` (the one-row `gemv_bias_m1` against the CPU and bit for bit against `matmul`
+//! then `add_bias`, and the unfused path at more rows), `fused_moe_clamped` (one token to a
+//! prefill chunk, gpt-oss-20b's top-4 of 32 experts and
 //! 120b's of 128, experts that get no token, odd widths on the scalar kernels, the clamp biting
 //! or not, bf16 and f32 router logits, an empty batch; on the CUDA-core kernels and on tensor
 //! cores, the 64-row tiles and the decode-batch `_any` kernels). Sink attention itself is in
@@ -15,7 +17,53 @@ impl Ops<'_> {
     pub(super) fn gpt_oss(&mut self) -> Result<()> {
         self.add_bias()?;
         self.upload_f32_weight()?;
-        self.moe_clamped()
+        self.moe_clamped()?;
+        self.matmul_bias()
+    }
+
+    /// gpt-oss's biased projections: q|k|v (2880 → 5120) and the router (→ 32) at one row,
+    /// an odd width, then 3 rows (matmul then add_bias).
+    fn matmul_bias(&mut self) -> Result<()> {
+        for (m, k, n) in [
+            (1, 2880, 5120),
+            (1, 2880, 32),
+            (1, 2056, 37),
+            (3, 1024, 520),
+        ] {
+            let case = format!("x bf16 [{m}, {k}] · w [{n}, {k}]ᵀ + bias [{n}]");
+            self.run("matmul_bias", &case, |s| {
+                let (x_d, x_c) = s.random(&[m, k], 1.0, s.act(DType::BF16))?;
+                let x_c = s.as_gemm_operand(x_c);
+                let (w_d, w_c) = s.random(&[n, k], 0.05, s.wd())?;
+                let (b_d, b_c) = s.random(&[n], 2.0, s.wd())?;
+                let mut out_d = s.cuda.zeros(&[m, n])?;
+                let mut out_c = s.cpu.zeros(&[m, n])?;
+                s.cuda.matmul_bias(&mut out_d, &x_d, &w_d, &b_d)?;
+                s.cpu.matmul_bias(&mut out_c, &x_c, &w_c, &b_c)?;
+                s.check("matmul_bias", &case, Tol::GEMM, &out_d, &out_c)?;
+                let mut apart = s.cuda.zeros(&[m, n])?;
+                s.cuda.matmul(&mut apart, &x_d, &w_d)?;
+                s.cuda.add_bias(&mut apart, &b_d)?;
+                let (fused, apart) = (s.cuda.to_host(&out_d)?, s.cuda.to_host(&apart)?);
+                let differ = fused
+                    .iter()
+                    .zip(&apart)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count();
+                s.report.line(format!(
+                    "matmul_bias {case} = matmul, add_bias: {}",
+                    if differ == 0 { "ok" } else { "FAIL" }
+                ));
+                if differ != 0 {
+                    s.report.fail(format!(
+                        "matmul_bias {case}: {differ} of {} outputs differ from matmul then add_bias",
+                        m * n
+                    ));
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     /// `x[r, :] += bias` with x f32 (router logits, matmul outputs) or bf16, the bias of the

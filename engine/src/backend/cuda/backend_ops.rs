@@ -338,6 +338,20 @@ impl Backend for CudaBackend {
         self.add_bias_op(x, bias)
     }
 
+    fn matmul_bias(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: &CudaTensor,
+    ) -> Result<()> {
+        if self.gemv_bias_op(out, x, w, bias)? {
+            return Ok(());
+        }
+        self.matmul_op(out, x, w)?;
+        self.add_bias_op(out, bias)
+    }
+
     fn fused_moe_clamped(
         &self,
         out: &mut CudaTensor,

@@ -264,6 +264,51 @@ impl CudaBackend {
         Ok(true)
     }
 
+    /// `matmul` then `add_bias` in one kernel (gemv.cu's gemv_bias_m1) where the one-row GEMV
+    /// `gemv_m1` would serve the product (not the whole-row kernels): `out[0, n] = x·w[n] +
+    /// bias[n]`, the same sums and add bit for bit. Returns false (nothing done) where the
+    /// caller must take the unfused path.
+    pub(super) fn gemv_bias_op(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        w: &CudaTensor,
+        bias: &CudaTensor,
+    ) -> Result<bool> {
+        let (m, k, n) = (x.rows(), x.cols(), w.rows());
+        let fits = m == 1
+            && self.gemv_max_rows() >= 1
+            && k > 0
+            && n > 0
+            && k % 8 == 0
+            && x.dtype == DType::BF16
+            && w.dtype == DType::BF16
+            && w.cols() == k
+            && bias.dtype == DType::BF16
+            && bias.numel() == n
+            && out.rows() == 1
+            && out.cols() == n
+            && self.gemv_full_bf16(n, k).is_none();
+        let (Ok(ni), Ok(ki)) = (i32::try_from(n), i32::try_from(k)) else {
+            return Ok(false);
+        };
+        if !fits {
+            return Ok(false);
+        }
+        self.set_dtype(out, DType::F32)?;
+        let s = &self.stream;
+        let (o, xp, wp, bp) = (out.ptr(s), x.ptr(s), w.ptr(s), bias.ptr(s));
+        let blocks = super::elementwise::dim(n.div_ceil(GEMV_WARPS), "matmul")?;
+        let config = super::elementwise::cfg((blocks, 1), (32 * GEMV_WARPS) as u32);
+        // SAFETY: as launch_gemv_named's gemv_m1 (out [1, n] f32, its type set above, x [1, k]
+        // and w [n, k] bf16, k % 8 == 0 and k, n > 0, a warp a column, columns past n return
+        // at once), and bias n bf16 values, read at each written column.
+        unsafe {
+            kernels::gemv_bias_m1.launch(self, config, (o, xp, wp, ni, ki, bp))?;
+        }
+        Ok(true)
+    }
+
     /// Whether a bf16 product of `m` rows over `k` columns into `n` takes `gemv_bf16_mma`: 2 to
     /// 8 rows of a weight of at most BF16_MMA_MAX_WEIGHTS (where cuBLAS is latency-bound and the
     /// CUDA-core GEMV slower), k % 64 == 0, sm_80+, the tuning's `gemm.bf16_gemv_mma`.

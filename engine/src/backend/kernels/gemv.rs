@@ -17,5 +17,6 @@ kernels! {
     Fp8 [fill_random_fp8] (out: *mut u8, n: u64, seed: u64, scales: *mut f32, n_scales: u64, scale: f32);
     Fp8 [fill_random_nvfp4_bytes] (out: *mut u8, n: u64, seed: u64, shift: i32, bits: u32);
     Gemv [gemv_m1, gemv_m2, gemv_m3, gemv_m4, gemv_m5, gemv_m6, gemv_m7, gemv_m8, gemv_full_r1g8, gemv_full_r2g8, gemv_full_r1g16] (out: *mut f32, x: *const bf16, w: *const bf16, n: i32, k: i32);
+    Gemv [gemv_bias_m1] (out: *mut f32, x: *const bf16, w: *const bf16, n: i32, k: i32, bias: *const bf16);
     Gemv [gemv_silu_m1, gemv_silu_m2, gemv_silu_m3, gemv_silu_m4, gemv_silu_m5, gemv_silu_m6, gemv_silu_m7, gemv_silu_m8] (out: *mut bf16, x: *const bf16, w: *const bf16, inter: i32, k: i32);
 }
