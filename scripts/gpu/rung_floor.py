@@ -12,7 +12,8 @@ so pass what the machine measured). The mean position is ISL + OSL/2. Weights co
 the engine keeps on the device for the config: bf16 unless a quantization_config says FP8
 (1 byte + an f32 scale per 128 of a row) or NVFP4; gpt-oss's MXFP4 experts as bf16 with
 --experts-bf16 (the CUDA backend widens them today), else 4.25 bits. Embedding rows are
-negligible and not counted; the LM head is. The record's rows are `metralectl bench`'s
+negligible and not counted; the LM head is (bf16: the NVFP4 configs' ignore lists keep it). The
+Qwen3.5/3.6 hybrids' recurrent state (f32) counts once read and once written a step. The record's rows are `metralectl bench`'s
 (concurrency, output tok/s).
 """
 import argparse
@@ -81,6 +82,27 @@ def shape(cfg, experts_bf16):
         dense = head + pat.count("M") * mamba + pat.count("*") * a + pat.count("-") * mlp
         state = pat.count("M") * 2 * (nh * hd * n * 4 + (di + 2 * g * n) * 3 * BF16)
         return dense, [], pat.count("*") * kv, state
+    if arch in ("Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"):
+        # Every full_attention_interval-th layer full attention (q with its output gate), the
+        # rest Gated DeltaNet: fused in_proj (q, k, v, z, b, a), out_proj, and each sequence's
+        # f32 delta-rule state and conv window read and written a step.
+        full = layers // cfg.get("full_attention_interval", 4)
+        nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+        gate = 2 if cfg.get("attn_output_gate", True) else 1
+        a = wb * (h * nh * hd * gate + 2 * h * nkv * hd + nh * hd * h)
+        nk, nv = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+        dk, dv = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+        conv = 2 * nk * dk + nv * dv
+        gdn = wb * (h * (conv + nv * dv + 2 * nv) + nv * dv * h)
+        mixers = full * a + (layers - full) * gdn
+        state = (layers - full) * 2 * 4 * (nv * dk * dv + conv * (cfg["linear_conv_kernel_dim"] - 1))
+        if arch == "Qwen3_5ForCausalLM":
+            mlp = wb * 3 * h * cfg["intermediate_size"]
+            return head + mixers + layers * mlp, [], full * 2 * nkv * hd * BF16, state
+        e, mi = cfg["num_experts"], cfg["moe_intermediate_size"]
+        shared = wb * 3 * h * cfg["shared_expert_intermediate_size"] + BF16 * h * (e + 1)
+        moe = [(layers, e, cfg["num_experts_per_tok"], wb * 3 * h * mi)]
+        return head + mixers + layers * shared, moe, full * 2 * nkv * hd * BF16, state
     sys.exit(f"rung_floor.py: no byte model for {arch}")
 
 
