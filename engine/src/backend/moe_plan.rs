@@ -430,7 +430,7 @@ fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> 
                 return false;
             }
             match tuning.gemm {
-                MoeGemm::Auto => decode_tokens(s, w, tuning).max(1) + 1,
+                MoeGemm::Auto => decode_tokens(s, w, tuning) + 1,
                 _ => 2,
             }
         }

@@ -248,10 +248,7 @@ fn load_layer<B: HybridOps>(
             // with k and v) and gate rows, of the rank's heads only with a group. Rows are cut
             // in the checkpoint's format (FP8 and NVFP4 rows carry their own scales), so both
             // reach the device as packed as the rest.
-            let q_gate = crate::parallel::shard::drawn(mat(
-                &format!("{a}.q_proj.weight"),
-                &[nh * 2 * hd, h],
-            )?);
+            let q_gate = mat(&format!("{a}.q_proj.weight"), &[nh * 2 * hd, h])?.drawn();
             let heads: Vec<usize> = (0..nh).filter(|&i| cut.has_q_head(i)).collect();
             let half = |second: usize| -> Vec<HostTensor<'static>> {
                 heads

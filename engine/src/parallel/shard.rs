@@ -28,7 +28,7 @@ pub fn pick_rows<'a>(sh: Shard, t: HostTensor<'a>, ranges: &[Range<usize>]) -> H
     }
     let t = match t.shape[..] {
         [n] => t.reshaped(vec![n, 1]),
-        _ => drawn(t),
+        _ => t.drawn(),
     };
     let parts: Vec<HostTensor<'_>> = ranges.iter().map(|r| rows(&t, r.clone())).collect();
     HostTensor::concat_rows(&parts)
@@ -110,21 +110,15 @@ pub fn experts_down<'a>(sh: Shard, t: HostTensor<'a>, width: Range<usize>) -> Ho
     slice(&t, |_, col| width.contains(&col), vec![e, h, width.len()])
 }
 
-/// A dummy FP8 or NVFP4 weight as the stored format holding the same values
-/// ([`HostTensor::drawn`]); anything else as it is.
-pub fn drawn(t: HostTensor<'_>) -> HostTensor<'_> {
-    t.drawn()
-}
-
 /// Rows `rows` of a `[R, C]` weight. Row-local formats keep their format (FP8 and NVFP4 carry
-/// their scales a row; a dummy of either is [`drawn`] first: callers cutting many ranges draw
-/// it once themselves); anything else becomes f32 as [`slice`] cuts it.
+/// their scales a row; a dummy of either is [`HostTensor::drawn`] first: callers cutting many
+/// ranges draw it once themselves); anything else becomes f32 as [`slice`] cuts it.
 pub fn rows(t: &HostTensor<'_>, rows: Range<usize>) -> HostTensor<'static> {
     if matches!(
         t.data,
         HostData::RandomNvfp4 { .. } | HostData::RandomFp8 { .. }
     ) {
-        let real = drawn(t.clone());
+        let real = t.clone().drawn();
         if !matches!(real.data, HostData::RandomNvfp4 { .. }) {
             return self::rows(&real, rows);
         }
