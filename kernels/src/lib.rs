@@ -154,7 +154,8 @@ impl Module {
                 include_str!("fp8.cu"),
                 include_str!("nvfp4.cu"),
                 include_str!("nvfp4_gemv.cu"),
-                include_str!("nvfp4_gemm.cu")
+                include_str!("nvfp4_gemm.cu"),
+                include_str!("moe_fp4_small.cu")
             ),
             Module::Hybrid => concat!(
                 include_str!("hybrid.cu"),

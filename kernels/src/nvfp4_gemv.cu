@@ -34,11 +34,49 @@ template <int J> __device__ __forceinline__ u32 nvfp4_pair_bits_mul(u32 src) {
     return ((src & (0x000f000fu << (4 * J))) * SPREAD) & 0x81c081c0u;
 }
 
+// The scale formats of the slice loops below: BLOCK values a scale byte, SLICE scale bytes a
+// row's slice, a lane's scale bytes of the j-th slice from p (load; p: the scales +
+// lane_offset(t) + the row's and the first slice's offsets), the two bf16 pairs its words
+// multiply by (pairs: words 0-1, then 2-3), and a row sum's factor.
+//   - Fp4SliceNv (NVFP4, the dense GEMV and moe_fp4_small.cu): two E4M3 bytes a lane, as
+//     e4m3 · 2^118 (nvfp4_scale_pairs); a row's sums times 2^8 · its global.
+//   - Fp4SliceMx (MXFP4, moe_fp4_small.cu): one E8M0 byte b a lane, exact for every b as
+//     moe_mma_fp4.cu's MmaMx: times 2^(min(b, 128) − 1), then 2^(max(b, 128) − 128) (the second
+//     factor 1 for the scales checkpoints hold, but always applied); a row's sums times 1.
+struct Fp4SliceNv {
+    static constexpr int BLOCK = 16;
+    static constexpr bool TWO = false;  // one multiply a pair
+    __device__ __forceinline__ static int lane_offset(int t) { return 2 * t; }
+    static constexpr int SLICE = 8;  // scale bytes a row's 128-wide slice
+    __device__ __forceinline__ static u32 load(const unsigned char* p, int j) {
+        return ((const unsigned short*)p)[4 * j];
+    }
+    __device__ __forceinline__ static void pairs(u32 sc, u32 (&s)[2], u32& s2) {
+        nvfp4_scale_pairs(sc, s);
+        s2 = 0u;
+    }
+    __device__ __forceinline__ static float row_factor(const float* globals, u64 row) { return 256.0f * globals[row]; }
+};
+struct Fp4SliceMx {
+    static constexpr int BLOCK = 32;
+    static constexpr bool TWO = true;  // two multiplies a pair
+    __device__ __forceinline__ static int lane_offset(int t) { return t; }
+    static constexpr int SLICE = 4;
+    __device__ __forceinline__ static u32 load(const unsigned char* p, int j) { return p[4 * j]; }
+    __device__ __forceinline__ static void pairs(u32 b, u32 (&s)[2], u32& s2) {
+        const u32 f1 = ((b < 128u ? b : 128u) + 126u) << 7, f2 = ((b > 128u ? b : 128u) - 1u) << 7;
+        s[0] = s[1] = f1 | (f1 << 16);
+        s2 = f2 | (f2 << 16);
+    }
+    __device__ __forceinline__ static float row_factor(const float*, u64) { return 1.0f; }
+};
+
 // One slice's A operands of a row pair times its x tiles: w0/w1 word `wq` of rows g / g + 8, s0/s1
-// their scale pairs for that word (nvfp4_scale_pairs), b the x fragments of word wq.
-template <int NB>
+// their scale pairs for that word (SC::pairs), b the x fragments of word wq; SC::TWO: the
+// second factors t0/t1 of MXFP4 scales, applied after.
+template <int NB, typename SC = Fp4SliceNv>
 __device__ __forceinline__ void nvfp4_mma_word(float (&acc)[NB][4], u32 w0, u32 w1, u32 s0, u32 s1,
-                                                const u32 (&b)[NB][4]) {
+                                                const u32 (&b)[NB][4], u32 t0 = 0u, u32 t1 = 0u) {
     u32 a0[4], a1[4];
     if constexpr (NB < 4) {
         const u32 v0 = w0 >> 8, v1 = w1 >> 8;
@@ -54,6 +92,10 @@ __device__ __forceinline__ void nvfp4_mma_word(float (&acc)[NB][4], u32 w0, u32 
         a1[0] = mul_bf16x2(nvfp4_pair_bits<0>(w1), s1), a1[1] = mul_bf16x2(nvfp4_pair_bits<1>(w1), s1);
         a1[2] = mul_bf16x2(nvfp4_pair_bits<2>(w1), s1), a1[3] = mul_bf16x2(nvfp4_pair_bits<3>(w1), s1);
     }
+    if constexpr (SC::TWO) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a0[i] = mul_bf16x2(a0[i], t0), a1[i] = mul_bf16x2(a1[i], t1);
+    }
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb) {
         mma_bf16(acc[nb], a0[0], a1[0], a0[1], a1[1], b[nb][0], b[nb][1]);
@@ -63,16 +105,16 @@ __device__ __forceinline__ void nvfp4_mma_word(float (&acc)[NB][4], u32 w0, u32 
 
 // Slice j of this lane: its weights q (rows [r][h]) and scale bytes sc, x rows xrows (offset to
 // this lane's 32 elements), `live` false for a lane past K (its weights are zeros; x is not read).
-template <int RT, int NB>
+template <int RT, int NB, typename SC = Fp4SliceNv>
 __device__ __forceinline__ void nvfp4_mma_slice(float (&acc)[RT][NB][4], const u32x4 (&q)[RT][2],
                                                  const u32 (&sc)[RT][2], const bf16* const (&xrows)[NB],
                                                  int j, bool live) {
     const u32x4 zero{0u, 0u, 0u, 0u};
-    u32 s[RT][2][2];
+    u32 s[RT][2][2], s2[RT][2];
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) nvfp4_scale_pairs(sc[r][h], s[r][h]);
+        for (int h = 0; h < 2; ++h) SC::pairs(sc[r][h], s[r][h], s2[r][h]);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
         u32 b[NB][4];
@@ -88,13 +130,13 @@ __device__ __forceinline__ void nvfp4_mma_slice(float (&acc)[RT][NB][4], const u
         for (int r = 0; r < RT; ++r) {
             const u32 w0 = w == 0 ? q[r][0].x : w == 1 ? q[r][0].y : w == 2 ? q[r][0].z : q[r][0].w;
             const u32 w1 = w == 0 ? q[r][1].x : w == 1 ? q[r][1].y : w == 2 ? q[r][1].z : q[r][1].w;
-            nvfp4_mma_word<NB>(acc[r], w0, w1, s[r][0][w >> 1], s[r][1][w >> 1], b);
+            nvfp4_mma_word<NB, SC>(acc[r], w0, w1, s[r][0][w >> 1], s[r][1][w >> 1], b, s2[r][0], s2[r][1]);
         }
     }
 }
 
 // A batch of BATCH whole slices j0, j0 + 8, ... (every lane inside K): weights and scale bytes.
-template <int RT, int BATCH>
+template <int RT, int BATCH, typename SC = Fp4SliceNv>
 __device__ __forceinline__ void nvfp4_mma_load(u32x4 (&q)[BATCH][RT][2], u32 (&sc)[BATCH][RT][2],
                                                 const unsigned char* const (&rows)[RT][2],
                                                 const unsigned char* sbase, const u32 (&soff)[RT][2], int j0) {
@@ -103,19 +145,21 @@ __device__ __forceinline__ void nvfp4_mma_load(u32x4 (&q)[BATCH][RT][2], u32 (&s
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const u32x4* wp = (const u32x4*)(rows[r][h] + NVFP4_MMA_SLICE_BYTES * (u64)j0);
-            const unsigned short* sp = (const unsigned short*)(sbase + soff[r][h] + 8 * (u64)j0);
+            const unsigned char* sp = sbase + soff[r][h] + SC::SLICE * (u64)j0;
 #pragma unroll
             for (int i = 0; i < BATCH; ++i) {
                 q[i][r][h] = load_stream(wp + FP8_MMA_WARPS * (NVFP4_MMA_SLICE_BYTES / 16) * i);
-                sc[i][r][h] = sp[FP8_MMA_WARPS * 4 * i];
+                sc[i][r][h] = SC::load(sp, FP8_MMA_WARPS * i);
             }
         }
 }
 
 // rows[r] = tile r's rows g and g + 8 (k / 2 packed bytes each), xrows[nb] this lane's x row of
 // B tile nb, rows offset to this lane's 16 bytes (+ 16t), a row's scale bytes at
-// sbase (the scales + 2t) + soff[r][h] (32-bit offsets: fewer registers).
-template <int RT, int NB, int BATCH, bool PIPE>
+// sbase (the scales + SC::lane_offset(t)) + soff[r][h] (32-bit offsets: fewer registers).
+// REST: slices a warp loads at once past the pipelined batches (moe_fp4_small.cu's kernels,
+// whose k is a few slices a warp, load all of a lane's slices at once; the GEMVs one).
+template <int RT, int NB, int BATCH, bool PIPE, typename SC = Fp4SliceNv, int REST = 1>
 __device__ __forceinline__ void nvfp4_mma_tiles(float (&acc)[RT][NB][4], const unsigned char* const (&rows)[RT][2],
                                                  const unsigned char* sbase, const u32 (&soff)[RT][2],
                                                  const bf16* const (&xrows)[NB], int k) {
@@ -126,38 +170,47 @@ __device__ __forceinline__ void nvfp4_mma_tiles(float (&acc)[RT][NB][4], const u
     int j0 = first;
     u32x4 qa[BATCH][RT][2], qb[BATCH][RT][2];
     u32 sa[BATCH][RT][2], sb[BATCH][RT][2];
-    if (PIPE && j0 + FP8_MMA_WARPS * (BATCH - 1) < whole) nvfp4_mma_load<RT, BATCH>(qa, sa, rows, sbase, soff, j0);
+    if (PIPE && j0 + FP8_MMA_WARPS * (BATCH - 1) < whole) nvfp4_mma_load<RT, BATCH, SC>(qa, sa, rows, sbase, soff, j0);
     pdl_start();  // weights are never written: their loads may overlap the kernel before
     while (PIPE && j0 + FP8_MMA_WARPS * (BATCH - 1) < whole) {
         if (j0 + STEP + FP8_MMA_WARPS * (BATCH - 1) < whole)
-            nvfp4_mma_load<RT, BATCH>(qb, sb, rows, sbase, soff, j0 + STEP);
+            nvfp4_mma_load<RT, BATCH, SC>(qb, sb, rows, sbase, soff, j0 + STEP);
 #pragma unroll
         for (int i = 0; i < BATCH; ++i)
-            nvfp4_mma_slice<RT, NB>(acc, qa[i], sa[i], xrows, j0 + FP8_MMA_WARPS * i, true);
+            nvfp4_mma_slice<RT, NB, SC>(acc, qa[i], sa[i], xrows, j0 + FP8_MMA_WARPS * i, true);
         j0 += STEP;
         if (j0 + FP8_MMA_WARPS * (BATCH - 1) >= whole) break;
         if (j0 + STEP + FP8_MMA_WARPS * (BATCH - 1) < whole)
-            nvfp4_mma_load<RT, BATCH>(qa, sa, rows, sbase, soff, j0 + STEP);
+            nvfp4_mma_load<RT, BATCH, SC>(qa, sa, rows, sbase, soff, j0 + STEP);
 #pragma unroll
         for (int i = 0; i < BATCH; ++i)
-            nvfp4_mma_slice<RT, NB>(acc, qb[i], sb[i], xrows, j0 + FP8_MMA_WARPS * i, true);
+            nvfp4_mma_slice<RT, NB, SC>(acc, qb[i], sb[i], xrows, j0 + FP8_MMA_WARPS * i, true);
         j0 += STEP;
     }
-    // The rest one slice at a time, lanes past K reading zeros (without PIPE, every slice: fewer
-    // registers).
+    // The rest REST slices at a time (a warp's loads of them issued together), lanes past K
+    // reading zeros (without PIPE, every slice: fewer registers).
     const u32x4 zero{0u, 0u, 0u, 0u};
-    for (int j = j0; j < slices; j += FP8_MMA_WARPS) {
-        const bool live = 128 * j + 32 * t < k;
-        u32x4 q[RT][2];
-        u32 sc[RT][2];
+    for (int j = j0; j < slices; j += FP8_MMA_WARPS * REST) {
+        bool live[REST];
+        u32x4 q[REST][RT][2];
+        u32 sc[REST][RT][2];
 #pragma unroll
-        for (int r = 0; r < RT; ++r)
+        for (int i = 0; i < REST; ++i) {
+            const int ji = j + FP8_MMA_WARPS * i;
+            live[i] = ji < slices && 128 * ji + 32 * t < k;
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                q[r][h] = live ? load_stream((const u32x4*)(rows[r][h] + NVFP4_MMA_SLICE_BYTES * (u64)j)) : zero;
-                sc[r][h] = live ? *(const unsigned short*)(sbase + soff[r][h] + 8 * (u64)j) : 0u;
-            }
-        nvfp4_mma_slice<RT, NB>(acc, q, sc, xrows, j, live);
+            for (int r = 0; r < RT; ++r)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    q[i][r][h] = live[i] ? load_stream((const u32x4*)(rows[r][h] + NVFP4_MMA_SLICE_BYTES * (u64)ji)) : zero;
+                    sc[i][r][h] = live[i] ? SC::load(sbase + soff[r][h] + SC::SLICE * (u64)ji, 0) : 0u;
+                }
+        }
+#pragma unroll
+        for (int i = 0; i < REST; ++i)
+            // The warp's slices (a slice past the last is skipped by the whole warp).
+            if (j + FP8_MMA_WARPS * i < slices)
+                nvfp4_mma_slice<RT, NB, SC>(acc, q[i], sc[i], xrows, j + FP8_MMA_WARPS * i, live[i]);
     }
 }
 

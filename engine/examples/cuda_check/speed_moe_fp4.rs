@@ -41,7 +41,7 @@ const TOKENS: [usize; 15] = [
 const ROUTES: [(&str, MoeGemm, bool); 4] = [
     ("auto", MoeGemm::Auto, true),
     ("cuda cores", MoeGemm::CudaCores, true),
-    ("small any", MoeGemm::TensorCores, true),
+    ("small mma", MoeGemm::TensorCores, true),
     ("fp4 tiles", MoeGemm::TensorCores, false),
 ];
 

@@ -48,7 +48,8 @@ pub const FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT: usize = 1;
 /// Qwen3.6-35B-A3B's NVFP4 shape 1.33 against 2.66 and 0.36 against 0.75 at 8 (performance log
 /// part 19).
 pub const SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT: usize = 16;
-/// With `moe.decode_tokens` auto, FP4 experts at least [`FP4_WIDE_MIN_WIDTH`] wide take the
+/// With `moe.decode_tokens` auto and the experts on the CUDA cores (`moe.gemm = cuda-cores`, or
+/// no small-step kernels), FP4 experts at least [`FP4_WIDE_MIN_WIDTH`] wide take the
 /// CUDA cores' one-token `_dec` kernels (each expert's rows held in registers for its pairs) up to
 /// this many tokens, the small-step `_any` kernels past them; narrower ones from two tokens.
 /// `moe-fp4-speed` on an H100 (one layer, ms, `_dec` against `_any`; performance log part 20):
@@ -74,8 +75,12 @@ pub const SMALL_MMA_MAX_TOKENS: usize = 256;
 /// batch 2 5.20 against 4.86 ms, 4 7.25 against 6.74, 8 10.04 against 9.93, 16 13.95 against
 /// 20.28 (9 to 15 not measured; from 9 the CUDA-core path takes one launch more).
 pub const SMALL_MMA_BF16_MIN_TOKENS: usize = 9;
+/// Most tokens a step of FP4 experts takes the split build with (`moe_fp4_small.cu`): all the
+/// one B tile allows. It replaced the CUDA cores' `_dec` kernels at these steps (performance
+/// log part 22).
+pub const SMALL_MMA_FP4_SPLIT_TOKENS: usize = 8;
 /// The largest split-build step the kernel's one B tile allows.
-const _: () = assert!(SMALL_MMA_SPLIT_TOKENS <= 8);
+const _: () = assert!(SMALL_MMA_SPLIT_TOKENS <= 8 && SMALL_MMA_FP4_SPLIT_TOKENS <= 8);
 /// The compute capability the tensor-core MoE kernels need (mma.sync, `moe_mma.cu`).
 const MMA_MIN_CC: (i32, i32) = (8, 0);
 /// The compute capability e4m3 mma needs (the `fp8act` build).
@@ -316,6 +321,9 @@ impl MoePlan {
             Experts::SmallMma {
                 build: match w {
                     ExpertType::Fp8 if t <= SMALL_MMA_SPLIT_TOKENS => SmallBuild::Split,
+                    ExpertType::Nvfp4 | ExpertType::Mxfp4 if t <= SMALL_MMA_FP4_SPLIT_TOKENS => {
+                        SmallBuild::Split
+                    }
                     _ => SmallBuild::Any,
                 },
             }
@@ -415,8 +423,9 @@ fn decode_tokens(s: MoeShape, w: ExpertType, tuning: &MoeTuning) -> usize {
 }
 
 /// Whether the step takes the small-step tensor-core kernels: FP8 experts from 2 tokens, FP4
-/// ones (packed, `moe_mma_fp4.cu`'s `_small_any`) past [`decode_tokens`] (the steps below take
-/// the CUDA cores' `_dec` kernels, faster: [`FP4_WIDE_DECODE_TOKENS`]) while they average at
+/// ones (packed: `moe_fp4_small.cu`'s split build up to [`SMALL_MMA_FP4_SPLIT_TOKENS`],
+/// `moe_mma_fp4.cu`'s `_small_any` past it) from one token (past a `moe.decode_tokens` that
+/// is set: those steps take the CUDA cores' `_dec` kernels) while they average at
 /// most [`SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT`] pairs, bf16 ones from
 /// [`SMALL_MMA_BF16_MIN_TOKENS`], up to [`SMALL_MMA_MAX_TOKENS`]; both k dimensions
 /// multiples of 64 (prelude's fp8_mma_tiles), the GPU 8.0+, the kernels on, experts not kept on
@@ -429,9 +438,11 @@ fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> 
             if s.pairs() > SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT * s.e {
                 return false;
             }
-            match tuning.gemm {
-                MoeGemm::Auto => decode_tokens(s, w, tuning) + 1,
-                _ => 2,
+            match (tuning.gemm, tuning.decode_tokens) {
+                // A `moe.decode_tokens` that is set keeps its steps on the CUDA cores' `_dec`
+                // kernels.
+                (MoeGemm::Auto, Some(n)) => n + 1,
+                _ => 1,
             }
         }
         ExpertType::F32 => return false,

@@ -113,6 +113,11 @@ impl<B: Backend> Tp<B> {
         self.0.as_ref().map_or(Shard::WHOLE, |c| c.shard())
     }
 
+    /// Whether this forward computes the whole model (no group: its collectives are no-ops).
+    pub fn whole(&self) -> bool {
+        self.0.is_none()
+    }
+
     /// Sums `t` over the ranks (a block's partial output).
     pub fn all_reduce(&self, b: &B, t: &mut B::Tensor) -> Result<()> {
         match &self.0 {

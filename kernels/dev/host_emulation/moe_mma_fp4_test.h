@@ -1,4 +1,4 @@
-// moe_mma_fp4.cu's tensor-core expert GEMMs on packed FP4 stacks against a double reference of
+// moe_mma_fp4.cu's tensor-core expert GEMMs (and moe_fp4_small.cu's split kernels) on packed FP4 stacks against a double reference of
 // the dequantized weights (moe_fp4_test.h's make_fp4: e2m1 · the block's f32 scale), and their
 // widening of every nibble under every scale byte against the exact value. Included by
 // test.cpp after moe_fp4_test.h (EMU_ONLY=moe_mma_fp4).
@@ -40,8 +40,9 @@ void t_mma_fp4_widen() {
 // bf16 as the device stores it, so down is checked alone). H and I: multiples of 32, not of the
 // tiles (64 act columns, 128 output columns), so blocks hold weight rows past the matrix.
 // small: the decode-batch _any kernels (H and I multiples of 64) on the plan's active list
-// instead of the tiles.
-void t_moe_mma_fp4(const std::vector<int>& counts, int H, int I, bool mx, bool clamped, bool small = false) {
+// instead of the tiles; split: moe_fp4_small.cu's split kernels (at most 8 pairs an expert).
+void t_moe_mma_fp4(const std::vector<int>& counts, int H, int I, bool mx, bool clamped, bool small = false,
+                   bool split = false) {
     const int E = (int)counts.size(), K = 2;
     const float alpha = 1.702f, limit = 2.0f;
     std::vector<int> ids;
@@ -74,7 +75,17 @@ void t_moe_mma_fp4(const std::vector<int>& counts, int H, int I, bool mx, bool c
     for (int e = 0; e < E; ++e)
         if (offsets[e + 1] > offsets[e]) active[active[E]++] = e;
     const unsigned ge = (unsigned)std::min(E, P);
-    if (small) {
+    if (split) {
+        launch({(unsigned)((I + 15) / 16), ge}, {256}, [&] {
+            if (clamped)
+                (mx ? moe_gate_up_clamped_mxfp4_small : moe_gate_up_clamped_nvfp4_small)(act.data(), xb.data(), w13.w.data(), w13.sc.data(), g13, offsets.data(), active.data(), perm.data(), E, K, I, H, b13b.data(), alpha, limit);
+            else
+                (mx ? moe_gate_up_mxfp4_small : moe_gate_up_nvfp4_small)(act.data(), xb.data(), w13.w.data(), w13.sc.data(), g13, offsets.data(), active.data(), perm.data(), E, K, I, H);
+        });
+        launch({(unsigned)((H + 15) / 16), ge}, {256}, [&] {
+            (mx ? moe_down_mxfp4_small : moe_down_nvfp4_small)(ys.data(), act.data(), w2.w.data(), w2.sc.data(), g2, offsets.data(), active.data(), perm.data(), E, I, H);
+        });
+    } else if (small) {
         launch_smem({(unsigned)((I + 63) / 64), ge}, {256}, any_smem(H), [&] {
             if (clamped)
                 (mx ? moe_gate_up_clamped_mxfp4_small_any : moe_gate_up_clamped_nvfp4_small_any)(act.data(), xb.data(), w13.w.data(), w13.sc.data(), g13, offsets.data(), active.data(), perm.data(), E, K, I, H, b13b.data(), alpha, limit);
@@ -131,9 +142,10 @@ void t_moe_mma_fp4(const std::vector<int>& counts, int H, int I, bool mx, bool c
     for (int c : counts) cs += (cs.empty() ? "" : ",") + std::to_string(c);
     char name[160];
     const char* kind = mx ? (clamped ? "mxfp4 clamped" : "mxfp4") : (clamped ? "nvfp4 clamped" : "nvfp4");
-    snprintf(name, 160, "moe_mma_fp4%s %s act H%d I%d pairs {%s}", small ? " small_any" : "", kind, H, I, cs.c_str());
+    const char* route = split ? " small split" : small ? " small_any" : "";
+    snprintf(name, 160, "moe_mma_fp4%s %s act H%d I%d pairs {%s}", route, kind, H, I, cs.c_str());
     report(name, worst_act, 1.6e-2);
-    snprintf(name, 160, "moe_mma_fp4%s %s out T%d", small ? " small_any" : "", kind, T);
+    snprintf(name, 160, "moe_mma_fp4%s %s out T%d", route, kind, T);
     report(name, worst, 1e-2);
 }
 
@@ -161,4 +173,12 @@ static void moe_mma_fp4_tests() {
         }
     t_moe_mma_fp4({2, 5, 0, 1}, 2112, 64, false, false, true);
     t_moe_mma_fp4({2, 5, 0, 1}, 2112, 64, true, true, true);
+    // The split kernels: experts of 0 to 8 pairs (one B tile, columns past an expert's pairs
+    // not written), widths of a partial last 128-wide slice (160: lanes past k) and of more
+    // slices than warps (1056: 9, warp 0 two), weight rows past the matrix (96 = 6 tiles of
+    // 16, 160 = 10; 1056 = 66).
+    for (bool mx : {false, true})
+        for (bool clamped : {false, true}) t_moe_mma_fp4({1, 0, 3, 8, 2}, 160, 96, mx, clamped, false, true);
+    t_moe_mma_fp4({2, 8, 0, 1, 5}, 1056, 1056, false, false, false, true);
+    t_moe_mma_fp4({2, 8, 0, 1, 5}, 1056, 1056, true, true, false, true);
 }

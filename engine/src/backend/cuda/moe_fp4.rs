@@ -25,7 +25,7 @@ use super::tensor::{self, CudaTensor, DType};
 use super::{CudaBackend, check, dev_err};
 use crate::backend::Result;
 use crate::backend::kernels::{self, Kernel};
-use crate::backend::moe_plan::{CoreBuild, Down, GateUp};
+use crate::backend::moe_plan::{CoreBuild, Down, GateUp, SmallBuild};
 use crate::loader::{MXFP4_SCALE_STREAM, random_mxfp4_scale_base};
 
 /// Rows of a multiple of this many values: the kernels' 16-byte chunks (32 values).
@@ -169,12 +169,13 @@ pub(super) fn fp4_pair(
 }
 
 impl CudaBackend {
-    /// Stages 3 and 4 of a decode batch on FP4 stacks kept packed (`Experts::SmallMma`'s `_any`
-    /// build): `moe_gate_up[_clamped]_{nvfp4,mxfp4}_small_any` into `act` [pairs, i] (bf16,
-    /// pair rows), then `moe_down_*_small_any` into the returned ys [pairs, h] (f32, pair rows),
-    /// on the grids of `moe_experts_small_mma`'s bf16 and FP8 `_any` launches. `offsets`,
-    /// `active` (e + 1 each) and `perm` (pairs) are the plan's device arrays; `clamp`: gpt-oss's
-    /// bias and activation in place of SiLU.
+    /// Stages 3 and 4 of a decode batch on FP4 stacks kept packed (`Experts::SmallMma`):
+    /// `moe_gate_up[_clamped]_{nvfp4,mxfp4}_small[_any]` into `act` [pairs, i] (bf16, pair
+    /// rows), then `moe_down_*_small[_any]` into the returned ys [pairs, h] (f32, pair rows), on
+    /// the grids of `moe_experts_small_mma`'s FP8 launches of the same build: `Split`
+    /// (`moe_fp4_small.cu`, up to 8 tokens: one B tile, k split over the warps) or `Any`
+    /// (`moe_mma_fp4.cu`). `offsets`, `active` (e + 1 each) and `perm` (pairs) are the plan's
+    /// device arrays; `clamp`: gpt-oss's bias and activation in place of SiLU.
     pub(super) fn moe_experts_small_fp4(
         &self,
         act: &CudaTensor,
@@ -182,9 +183,10 @@ impl CudaBackend {
         (gate_up, down): (&CudaTensor, &CudaTensor),
         (offsets, active, perm): (u64, u64, u64),
         (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
-        clamp: Option<ClampedAct>,
+        (build, clamp): (SmallBuild, Option<ClampedAct>),
     ) -> Result<CudaTensor> {
         let nv = gate_up.dtype == DType::F4;
+        let split = build == SmallBuild::Split;
         if !is_fp4(gate_up.dtype)
             || down.dtype != gate_up.dtype
             || !h.is_multiple_of(64)
@@ -207,15 +209,27 @@ impl CudaBackend {
             int(i, "fused_moe")?,
             int(h, "fused_moe")?,
         );
+        // The split build: one B tile (at most 8 pairs an expert) and a row's first scale byte
+        // a 32-bit offset (moe_fp4_small.cu).
+        let block = if nv { 16 } else { 32 };
+        if split && (t > 8 || (e * 2 * i).max(e * h) * h.max(i) / block > u32::MAX as usize) {
+            return Err(super::shape_err(
+                "fused_moe",
+                format!(
+                    "the split FP4 kernels take at most 8 tokens and stacks of fewer than 2^32                      scale bytes (got {t} tokens, {e} experts of {i} x {h})"
+                ),
+            ));
+        }
         let experts = dim(e.min(pairs), "fused_moe")?;
         let threads = (32 * SMALL_MMA_WARPS) as u32;
         let (g, d) = (self.fp4_ptrs(gate_up), self.fp4_ptrs(down));
-        // 8 j a warp; the chunk's x rows staged in dynamic shared memory.
-        let mut c = cfg(
-            (dim(i.div_ceil(8 * SMALL_MMA_WARPS), "fused_moe")?, experts),
-            threads,
-        );
-        c.shared_mem_bytes = any_smem(h);
+        // Split: 16 j a block. Any: 8 j a warp; the chunk's x rows staged in dynamic shared
+        // memory.
+        let per_block = if split { 16 } else { 8 * SMALL_MMA_WARPS };
+        let mut c = cfg((dim(i.div_ceil(per_block), "fused_moe")?, experts), threads);
+        if !split {
+            c.shared_mem_bytes = any_smem(h);
+        }
         let opt_in = c.shared_mem_bytes as usize > 48 * 1024;
         let args: GateUpArgs = (
             act.ptr(s),
@@ -231,22 +245,33 @@ impl CudaBackend {
             ii,
             hi,
         );
-        let (gate_up_kernel, clamped_kernel, down_kernel) = if nv {
-            (
+        let (gate_up_kernel, clamped_kernel, down_kernel) = match (split, nv) {
+            (true, true) => (
+                kernels::moe_gate_up_nvfp4_small,
+                kernels::moe_gate_up_clamped_nvfp4_small,
+                kernels::moe_down_nvfp4_small,
+            ),
+            (true, false) => (
+                kernels::moe_gate_up_mxfp4_small,
+                kernels::moe_gate_up_clamped_mxfp4_small,
+                kernels::moe_down_mxfp4_small,
+            ),
+            (false, true) => (
                 kernels::moe_gate_up_nvfp4_small_any,
                 kernels::moe_gate_up_clamped_nvfp4_small_any,
                 kernels::moe_down_nvfp4_small_any,
-            )
-        } else {
-            (
+            ),
+            (false, false) => (
                 kernels::moe_gate_up_mxfp4_small_any,
                 kernels::moe_gate_up_clamped_mxfp4_small_any,
                 kernels::moe_down_mxfp4_small_any,
-            )
+            ),
         };
         // SAFETY: act is [pairs, i] bf16, x [t, h] bf16, gate_up [e, 2i, h] packed FP4 of
         // gate_up.dtype with its scale bytes and (NVFP4) row multipliers (fp4_ptrs); h, i
-        // multiples of 64 (checked), so every 8-byte load is inside its row and aligned;
+        // multiples of 64 (checked), so every 8- or 16-byte load is inside its row and
+        // aligned (split: at most 8 pairs an expert, t <= 8, and 32-bit scale offsets,
+        // checked);
         // offsets, active and perm were written by the plan (pairs < t · top_k, tokens perm /
         // top_k < t); rows past i read row i - 1 of their half and are not written; block rows
         // past the active count return; 8 warps (the launch bounds) and the staged x rows'
@@ -273,11 +298,9 @@ impl CudaBackend {
             }
         }
         let ys = self.alloc(&[pairs, h], DType::F32)?;
-        // 16 output columns a warp.
-        let c = cfg(
-            (dim(h.div_ceil(16 * SMALL_MMA_WARPS), "fused_moe")?, experts),
-            threads,
-        );
+        // 16 output columns a block (split) or a warp (any).
+        let per_block = if split { 16 } else { 16 * SMALL_MMA_WARPS };
+        let c = cfg((dim(h.div_ceil(per_block), "fused_moe")?, experts), threads);
         let args: DownArgs = (
             ys.ptr(s),
             act.ptr(s),

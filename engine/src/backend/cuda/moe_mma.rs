@@ -172,9 +172,9 @@ impl CudaBackend {
     /// Stages 3 and 4 for a small step (`moe_plan::Experts::SmallMma`): `act` [pairs,
     /// i] (bf16, pair rows) from x [t, h] (bf16), then the returned `ys` [pairs, h] (f32, pair
     /// rows). `offsets` and `active` (e + 1 each) and `perm` (pairs) are the plan's device
-    /// arrays; `build`: which kernels (the split build takes FP8 experts and at most 8 tokens,
-    /// the plan's choice; FP4 stacks take `moe_experts_small_fp4`); `clamp`: gpt-oss's
-    /// activation (bf16 or FP4 experts, the `_any` build) in place of SiLU.
+    /// arrays; `build`: which kernels (the split build takes FP8 and FP4 experts and at most 8
+    /// tokens, the plan's choice; FP4 stacks take `moe_experts_small_fp4`); `clamp`: gpt-oss's
+    /// activation (bf16 experts' `_any` build, FP4 experts' both) in place of SiLU.
     pub(super) fn moe_experts_small_mma(
         &self,
         act: &CudaTensor,
@@ -184,10 +184,11 @@ impl CudaBackend {
         (t, h, e, i, top_k): (usize, usize, usize, usize, usize),
         (build, clamp): (SmallBuild, Option<ClampedAct>),
     ) -> Result<CudaTensor> {
-        if super::moe_fp4::is_fp4(gate_up.dtype) && build == SmallBuild::Any {
+        if super::moe_fp4::is_fp4(gate_up.dtype) {
             let arrays = (offsets, active, perm);
             let dims = (t, h, e, i, top_k);
-            return self.moe_experts_small_fp4(act, x, (gate_up, down), arrays, dims, clamp);
+            let plan = (build, clamp);
+            return self.moe_experts_small_fp4(act, x, (gate_up, down), arrays, dims, plan);
         }
         if clamp.is_some() && (gate_up.dtype != DType::BF16 || build != SmallBuild::Any) {
             return Err(clamped_needs_bf16());
