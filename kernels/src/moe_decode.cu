@@ -461,11 +461,12 @@ __device__ __forceinline__ void moe_rank_choices(int* chosen, const float* row, 
 // selection rounds and offset sweeps were about a third of the launch's 9 µs on the H200), then
 // warp 0 the rest of moe_plan_one_impl; otherwise moe_plan_one_impl's warp alone. The same
 // entries either way. One launch and one dependency less per MoE layer at batch 1 than the
-// router's matmul + moe_plan_one.
+// router's matmul + moe_plan_one. bias (gpt-oss's router bias [E], bf16; nullptr for none) is
+// added to each logit as gemv_bias_m1 adds it.
 extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
     moe_router_plan_one(float* logits, const bf16* x, const bf16* router, int experts,
                         int hidden, u32* ticket, int* ids, float* weights, int* offsets,
-                        int* perm, int* active, int top_k, int norm_topk_prob) {
+                        int* perm, int* active, int top_k, int norm_topk_prob, const bf16* bias) {
     __shared__ float row[32 * MOE_ROUTE_REGS];
     __shared__ int chosen[32];
     __shared__ bool last;
@@ -481,7 +482,7 @@ extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32)
         float acc[1] = {0.f};
         dot_rows_from<G, 1>(acc, g, &w, x, chunks);
         const float v = warp_sum(acc[0]);
-        if (lane == 0) logits[e] = v;
+        if (lane == 0) logits[e] = bias != nullptr ? v + to_f32(bias[e]) : v;
     }
     __threadfence();  // this block's logits are visible device-wide before its ticket
     __syncthreads();

@@ -437,6 +437,22 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<()> {
         Err(lacks(self.name(), "clamped-SwiGLU experts"))
     }
+    /// gpt-oss's whole sparse block: `router_logits = x · routerᵀ + router_bias`
+    /// ([`Backend::matmul_bias`], router `[E, H]`, bias `[E]`), then
+    /// [`Backend::fused_moe_clamped`]. A backend may run the router's product and the routing
+    /// as one launch; the logits are written either way.
+    fn routed_moe_clamped(
+        &self,
+        out: &mut Self::Tensor,
+        x: &Self::Tensor,
+        (router, router_bias): (&Self::Tensor, &Self::Tensor),
+        router_logits: &mut Self::Tensor,
+        experts: &ClampedExperts<'_, Self::Tensor>,
+        top_k: usize,
+    ) -> Result<()> {
+        self.matmul_bias(router_logits, x, router, router_bias)?;
+        self.fused_moe_clamped(out, x, router_logits, experts, top_k)
+    }
     /// Columns `start .. start + n` of each row of `x` (`n` = `weight`'s length), normalised in
     /// place: `x * rsqrt(mean(x²) + eps) * weight` over those columns (MiniMax-M2's q and k
     /// norms, each over all heads of the fused qkv; DeepSeek-V3's norm of the latent before

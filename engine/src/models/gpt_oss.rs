@@ -352,7 +352,6 @@ impl<B: Backend> Model<B> for GptOss<B> {
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, c.rms_norm_eps)?;
             // MoE: router_logits = xn · Wrᵀ + b; each token's top-k experts, clamped SwiGLU
             // (with a group, each rank's part of every expert's width, summed over the ranks).
-            b.matmul_bias(&mut router_logits, &xn, &layer.router, &layer.router_bias)?;
             let experts = ClampedExperts {
                 gate_up: &layer.gate_up,
                 gate_up_bias: &layer.gate_up_bias,
@@ -361,7 +360,9 @@ impl<B: Backend> Model<B> for GptOss<B> {
                 alpha: self.config.swiglu_alpha,
                 limit: self.config.swiglu_limit,
             };
-            b.fused_moe_clamped(&mut proj, &xn, &router_logits, &experts, self.config.top_k)?;
+            let router = (&layer.router, &layer.router_bias);
+            let k = self.config.top_k;
+            b.routed_moe_clamped(&mut proj, &xn, router, &mut router_logits, &experts, k)?;
             self.tp.all_reduce(b, &mut proj)?;
             // x += moe; xn = next block's input norm (or the final norm)
             let next_norm = self.layers.get(l + 1).map_or(&self.norm, |n| &n.input_norm);

@@ -163,13 +163,26 @@ void t_moe(int T, int E, int K, int H, int I, bool norm, bool fp8, bool ties) {
             for (int rep = 0; rep < 2; ++rep) {
                 std::vector<int> ids4(P, -1), perm4(P, -1), off4(E + 1, -1), act4(E + 1, -1);
                 std::vector<float> wts4(P, NAN);
-                launch({(unsigned)((E + 7) / 8)}, {256}, [&] { moe_router_plan_one(lg1.data(), x.data(), router.data(), E, H, &ticket, ids4.data(), wts4.data(), off4.data(), perm4.data(), act4.data(), K, norm); });
+                launch({(unsigned)((E + 7) / 8)}, {256}, [&] { moe_router_plan_one(lg1.data(), x.data(), router.data(), E, H, &ticket, ids4.data(), wts4.data(), off4.data(), perm4.data(), act4.data(), K, norm, nullptr); });
                 int bad4 = ticket != 0 || memcmp(lg.data(), lg1.data(), E * sizeof(float)) != 0;
                 bad4 += ids4 != ids2 || perm4 != perm2 || off4 != off2 || act4 != act2;
                 bad4 += memcmp(wts4.data(), wts2.data(), P * sizeof(float)) != 0;
                 snprintf(name, 96, "moe router+plan = gemv_m1+plan_one E%d k%d H%d rep %d", E, K, H, rep);
                 report(name, bad4, 0);
             }
+            // With gpt-oss's router bias: gemv_bias_m1's logits, moe_plan_one's plan on them.
+            std::vector<bf16> rbias = random_bf16(E);
+            std::vector<float> lgb(E, NAN), lgb1(E, NAN);
+            launch({(unsigned)((E + 7) / 8)}, {256}, [&] { gemv_bias_m1(lgb.data(), x.data(), router.data(), E, H, rbias.data()); });
+            std::vector<int> ids5(P, -1), perm5(P, -1), off5(E + 1, -1), act5(E + 1, -1), ids6(P, -1), perm6(P, -1), off6(E + 1, -1), act6(E + 1, -1);
+            std::vector<float> wts5(P, NAN), wts6(P, NAN);
+            launch({1}, {32}, [&] { moe_plan_one_f32(ids5.data(), wts5.data(), off5.data(), perm5.data(), act5.data(), lgb.data(), E, K, norm); });
+            launch({(unsigned)((E + 7) / 8)}, {256}, [&] { moe_router_plan_one(lgb1.data(), x.data(), router.data(), E, H, &ticket, ids6.data(), wts6.data(), off6.data(), perm6.data(), act6.data(), K, norm, rbias.data()); });
+            int bad6 = ticket != 0 || memcmp(lgb.data(), lgb1.data(), E * sizeof(float)) != 0;
+            bad6 += ids6 != ids5 || perm6 != perm5 || off6 != off5 || act6 != act5;
+            bad6 += memcmp(wts6.data(), wts5.data(), P * sizeof(float)) != 0;
+            snprintf(name, 96, "moe router+bias+plan = gemv_bias_m1+plan_one E%d k%d H%d", E, K, H);
+            report(name, bad6, 0);
         }
         snprintf(name, 96, "moe plan = route+group+active T%d E%d k%d", T, E, K);
         report(name, bad, 0);

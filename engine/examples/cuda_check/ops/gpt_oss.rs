@@ -1,7 +1,9 @@
 //! gpt-oss's ops against the CPU: `add_bias` (every x/bias type pair the model makes),
 //! `upload_f32_weight` (the sinks kept in f32 on the device, the CPU's values exactly) and
 //! `matmul_bias` (the one-row `gemv_bias_m1` against the CPU and bit for bit against `matmul`
-//! then `add_bias`, and the unfused path at more rows), `fused_moe_clamped` (one token to a
+//! then `add_bias`, and the unfused path at more rows), `routed_moe_clamped` (the router,
+//! its bias and the routing in one launch at one token, bit for bit the unfused launches),
+//! `fused_moe_clamped` (one token to a
 //! prefill chunk, gpt-oss-20b's top-4 of 32 experts and
 //! 120b's of 128, experts that get no token, odd widths on the scalar kernels, the clamp biting
 //! or not, bf16 and f32 router logits, an empty batch; on the CUDA-core kernels and on tensor
@@ -18,7 +20,96 @@ impl Ops<'_> {
         self.add_bias()?;
         self.upload_f32_weight()?;
         self.moe_clamped()?;
-        self.matmul_bias()
+        self.matmul_bias()?;
+        self.routed_moe_clamped()
+    }
+
+    /// gpt-oss's sparse block with the router (`routed_moe_clamped`): at one token with bf16
+    /// x, router and bias, the router's product, its bias and the routing in one launch
+    /// (`moe_router_plan_one`), bit for bit `matmul_bias` then `fused_moe_clamped` on the
+    /// device (logits and output) and against the CPU; at 3 tokens the unfused path. MXFP4
+    /// experts (the split kernels at one token: widths multiples of 64) and bf16 ones.
+    fn routed_moe_clamped(&mut self) -> Result<()> {
+        for (t, h, i, e, k, mx) in [
+            (1, 576, 320, 32, 4, true),
+            (1, 576, 320, 128, 4, false),
+            (3, 576, 320, 32, 4, true),
+        ] {
+            let case = format!(
+                "T {t} H {h} I {i} E {e} top-{k} {} experts",
+                if mx { "mxfp4" } else { "bf16" }
+            );
+            self.run("routed_moe_clamped", &case, |s| {
+                let (x_d, x_c) = s.random(&[t, h], 1.0, DType::BF16)?;
+                let (r_d, r_c) = s.random(&[e, h], 0.05, DType::BF16)?;
+                let (rb_d, rb_c) = s.random(&[e], 1.0, DType::BF16)?;
+                let ((w13_d, w13_c), (w2_d, w2_c)) = if mx {
+                    let (w13, w2) = (
+                        s.fp4_experts_host(true, (e, 2 * i, h)),
+                        s.fp4_experts_host(true, (e, h, i)),
+                    );
+                    (
+                        (s.cuda.upload(&w13)?, s.cpu.upload(&w13)?),
+                        (s.cuda.upload(&w2)?, s.cpu.upload(&w2)?),
+                    )
+                } else {
+                    (
+                        s.random(&[e, 2 * i, h], 0.05, DType::BF16)?,
+                        s.random(&[e, h, i], 0.05, DType::BF16)?,
+                    )
+                };
+                let (b13_d, b13_c) = s.random(&[e, 2 * i], 1.0, DType::BF16)?;
+                let (b2_d, b2_c) = s.random(&[e, h], 1.0, DType::BF16)?;
+                fn experts<'a, T>(
+                    w13: &'a T,
+                    b13: &'a T,
+                    w2: &'a T,
+                    b2: &'a T,
+                ) -> ClampedExperts<'a, T> {
+                    ClampedExperts {
+                        gate_up: w13,
+                        gate_up_bias: b13,
+                        down: w2,
+                        down_bias: b2,
+                        alpha: 1.702,
+                        limit: 7.0,
+                    }
+                }
+                let ex_d = experts(&w13_d, &b13_d, &w2_d, &b2_d);
+                let ex_c = experts(&w13_c, &b13_c, &w2_c, &b2_c);
+                let (mut out_d, mut out_c) = (s.cuda.zeros(&[t, h])?, s.cpu.zeros(&[t, h])?);
+                let (mut l_d, mut l_c) = (s.cuda.zeros(&[t, e])?, s.cpu.zeros(&[t, e])?);
+                s.cuda
+                    .routed_moe_clamped(&mut out_d, &x_d, (&r_d, &rb_d), &mut l_d, &ex_d, k)?;
+                s.cpu
+                    .routed_moe_clamped(&mut out_c, &x_c, (&r_c, &rb_c), &mut l_c, &ex_c, k)?;
+                s.check("routed_moe_clamped", &case, MOE, &out_d, &out_c)?;
+                // The unfused launches on the device: the same logits and output, bit for bit.
+                let (mut out_a, mut l_a) = (s.cuda.zeros(&[t, h])?, s.cuda.zeros(&[t, e])?);
+                s.cuda.matmul_bias(&mut l_a, &x_d, &r_d, &rb_d)?;
+                s.cuda.fused_moe_clamped(&mut out_a, &x_d, &l_a, &ex_d, k)?;
+                let bits = |a: &CudaTensor, b: &CudaTensor| -> Result<usize> {
+                    let (a, b) = (s.cuda.to_host(a)?, s.cuda.to_host(b)?);
+                    Ok(a.iter()
+                        .zip(&b)
+                        .filter(|(x, y)| x.to_bits() != y.to_bits())
+                        .count())
+                };
+                let differ = bits(&l_d, &l_a)? + bits(&out_d, &out_a)?;
+                s.report.line(format!(
+                    "routed_moe_clamped {case} = matmul_bias, fused_moe_clamped: {}",
+                    if differ == 0 { "ok" } else { "FAIL" }
+                ));
+                if differ != 0 {
+                    s.report.fail(format!(
+                        "routed_moe_clamped {case}: {differ} logits and outputs differ from \
+                         matmul_bias then fused_moe_clamped"
+                    ));
+                }
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     /// gpt-oss's biased projections: q|k|v (2880 → 5120) and the router (→ 32) at one row,

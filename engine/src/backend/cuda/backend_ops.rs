@@ -360,7 +360,19 @@ impl Backend for CudaBackend {
         experts: &ClampedExperts<'_, CudaTensor>,
         top_k: usize,
     ) -> Result<()> {
-        self.fused_moe_clamped_op(out, x, router_logits, experts, top_k)
+        self.fused_moe_clamped_op(out, x, router_logits, experts, top_k, None)
+    }
+
+    fn routed_moe_clamped(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        router: (&CudaTensor, &CudaTensor),
+        router_logits: &mut CudaTensor,
+        experts: &ClampedExperts<'_, CudaTensor>,
+        top_k: usize,
+    ) -> Result<()> {
+        self.routed_moe_clamped_op(out, x, router, router_logits, experts, top_k)
     }
 
     fn rms_norm_cols(

@@ -33,7 +33,7 @@ use super::moe_mma::ClampedAct;
 use super::tensor::{CudaTensor, DType};
 use super::{CudaBackend, check};
 use crate::backend::kernels;
-use crate::backend::moe_plan::{CoreBuild, Down, Experts, MoePlan, MoeShape};
+use crate::backend::moe_plan::{self, CoreBuild, Down, Experts, MoePlan, MoeShape};
 use crate::backend::{ClampedExperts, Result};
 
 impl CudaBackend {
@@ -62,9 +62,45 @@ impl CudaBackend {
         unsafe { f.launch(self, stride_cfg(rows * n as u64), args) }
     }
 
+    /// [`crate::backend::Backend::routed_moe_clamped`]: at one token with a bf16 router and
+    /// bias (`moe_plan::fuses_router`) the router's product, its bias and the routing in one
+    /// launch (`moe_router_plan_one`), then the experts; `matmul_bias` and
+    /// [`Self::fused_moe_clamped_op`] otherwise.
+    pub(super) fn routed_moe_clamped_op(
+        &self,
+        out: &mut CudaTensor,
+        x: &CudaTensor,
+        (router, bias): (&CudaTensor, &CudaTensor),
+        router_logits: &mut CudaTensor,
+        ex: &ClampedExperts<'_, CudaTensor>,
+        top_k: usize,
+    ) -> Result<()> {
+        let e = router.shape.first().copied().unwrap_or(0);
+        let fused = router.shape.len() == 2
+            && moe_plan::fuses_router(
+                x.rows(),
+                (e, x.cols()),
+                router.dtype == DType::BF16,
+                expert_type(ex.gate_up.dtype),
+                &self.tuning().moe,
+            )
+            && x.dtype == DType::BF16
+            && router.shape[1] == x.cols()
+            && bias.dtype == DType::BF16
+            && bias.shape == [e]
+            && router_logits.shape == [1, e];
+        if !fused {
+            crate::backend::Backend::matmul_bias(self, router_logits, x, router, bias)?;
+            return self.fused_moe_clamped_op(out, x, router_logits, ex, top_k, None);
+        }
+        self.set_dtype(router_logits, DType::F32)?;
+        self.fused_moe_clamped_op(out, x, router_logits, ex, top_k, Some((router, bias)))
+    }
+
     /// [`crate::backend::Backend::fused_moe_clamped`] (see the module's comment). `out` becomes
     /// `[T, H]` f32 as `fused_moe`'s; the experts are bf16, MXFP4 or NVFP4 (bf16 activations)
-    /// or f32 (the float32 path).
+    /// or f32 (the float32 path). `router`: the router and its bias for the fused one-token
+    /// launch (checked by [`Self::routed_moe_clamped_op`]), whose logits it writes.
     pub(super) fn fused_moe_clamped_op(
         &self,
         out: &mut CudaTensor,
@@ -72,6 +108,7 @@ impl CudaBackend {
         router_logits: &CudaTensor,
         ex: &ClampedExperts<'_, CudaTensor>,
         top_k: usize,
+        router: Option<(&CudaTensor, &CudaTensor)>,
     ) -> Result<()> {
         let (t, h, e, i) = crate::backend::moe_dims(
             &out.shape,
@@ -138,8 +175,8 @@ impl CudaBackend {
         let (idp, wtp, ofp, pmp, acp) = scratch.ptrs;
         let act = self.alloc(&[pairs, i], act_dtype)?; // [T·k, I]
 
-        // 1-2. The plan fused_moe would take for these shapes (never the fused router: the
-        // logits are given, bias added): its route here, its experts' kernels below.
+        // 1-2. The plan fused_moe would take for these shapes (the fused router + bias +
+        // routing launch when `router` is given): its route here, its experts' kernels below.
         let w = expert_type(gate_up.dtype);
         let shape = MoeShape {
             t,
@@ -148,7 +185,7 @@ impl CudaBackend {
             i,
             top_k,
             logits_bf16: router_logits.dtype == DType::BF16,
-            router: false,
+            router: router.is_some(),
         };
         let tuning = self.tuning().moe;
         let plan = MoePlan::choose(shape, w, self.info.compute_capability, &tuning);
@@ -158,7 +195,7 @@ impl CudaBackend {
         };
         self.moe_route(
             plan.route,
-            None,
+            router.map(|(r, b)| (r, x, b.ptr(s))),
             router_logits,
             routing,
             (t, e, top_k, h),

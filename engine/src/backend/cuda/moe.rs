@@ -290,7 +290,7 @@ impl CudaBackend {
         let routing = (idp, wtp, ofp, pmp, acp);
         self.moe_route(
             plan.route,
-            router.map(|r| (r, x)),
+            router.map(|r| (r, x, 0)),
             router_logits,
             routing,
             (t, e, top_k, h),
@@ -404,13 +404,13 @@ impl CudaBackend {
     /// `weights`, `[T·k]`), the permutation grouping the pairs by expert (`perm`), the experts'
     /// offsets and the list of those with pairs (`offsets`, `active`, `[E + 1]`), given as
     /// device pointers in that order (ids, weights, offsets, perm, active), the experts scored
-    /// as `scoring` says. With `router_x` (`Route::RouterPlanOne`: a bf16 router `[E, H]` and
-    /// x `[1, H]` bf16, checked by the caller; softmax scoring only) the logits are computed
-    /// here into `router_logits` (f32) first.
+    /// as `scoring` says. With `router_x` (`Route::RouterPlanOne`: a bf16 router `[E, H]`, x
+    /// `[1, H]` bf16 and the router's bias, bf16 `[E]` or 0 for none, checked by the caller;
+    /// softmax scoring only) the logits are computed here into `router_logits` (f32) first.
     pub(super) fn moe_route(
         &self,
         route: Route,
-        router_x: Option<(&CudaTensor, &CudaTensor)>,
+        router_x: Option<(&CudaTensor, &CudaTensor, u64)>,
         router_logits: &CudaTensor,
         (idp, wtp, ofp, pmp, acp): (u64, u64, u64, u64, u64),
         (t, e, top_k, h): (usize, usize, usize, usize),
@@ -438,20 +438,23 @@ impl CudaBackend {
             } => Some((bias, scaling, groups)),
             Scoring::Softmax { .. } => None,
         };
-        if let (Route::RouterPlanOne, Some((router, x))) = (route, router_x) {
+        if let (Route::RouterPlanOne, Some((router, x, bias))) = (route, router_x) {
             check("fused_moe", sigmoid.is_none(), || {
                 "the router's product is fused with softmax routing only".to_string()
             })?;
             // 0-2. The router's logits and the one-token plan in one launch.
             let (rp, tp) = (router.ptr(s), self.router_ticket.device_ptr(s).0);
             let xp = x.ptr(s);
-            let args = (lp, xp, rp, ei, hi, tp, idp, wtp, ofp, pmp, acp, ki, norm);
+            let args = (
+                lp, xp, rp, ei, hi, tp, idp, wtp, ofp, pmp, acp, ki, norm, bias,
+            );
             // SAFETY: logits are [1, e] f32 (set by the caller), x [1, h] bf16 (converted
             // above), router [e, h] bf16 with h % 8 == 0 and
             // e <= moe_plan::ROUTER_PLAN_MAX_EXPERTS (its shared row; checked by the caller);
             // ids, weights and perm hold k values, offsets and active e + 1; 1 <= k <= min(e,
-            // MOE_MAX_TOP_K); the ticket is one u32 at 0 (every launch sets it back), the
-            // launches on this stream one after another; a warp per expert.
+            // MOE_MAX_TOP_K); the bias is 0 or e bf16 (the caller's); the ticket is one u32 at
+            // 0 (every launch sets it back), the launches on this stream one after another; a
+            // warp per expert.
             unsafe {
                 kernels::moe_router_plan_one.launch(
                     self,
