@@ -48,17 +48,15 @@ pub const FP4_MMA_MIN_HALF_PAIRS_PER_EXPERT: usize = 1;
 /// Qwen3.6-35B-A3B's NVFP4 shape 1.33 against 2.66 and 0.36 against 0.75 at 8 (performance log
 /// part 19).
 pub const SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT: usize = 16;
-/// With `moe.decode_tokens` auto and the experts on the CUDA cores (`moe.gemm = cuda-cores`, or
-/// no small-step kernels), FP4 experts at least [`FP4_WIDE_MIN_WIDTH`] wide take the
-/// CUDA cores' one-token `_dec` kernels (each expert's rows held in registers for its pairs) up to
-/// this many tokens, the small-step `_any` kernels past them; narrower ones from two tokens.
-/// `moe-fp4-speed` on an H100 (one layer, ms, `_dec` against `_any`; performance log part 20):
-/// gpt-oss-20b 0.042 against 0.078 (part 19) at one token, 0.078 against 0.104 at 2, 0.143
-/// against 0.156 at 4, 0.265 against 0.217 at 8 (120b alike); Qwen3.6-35B-A3B's 512-wide NVFP4
-/// experts 0.046 against 0.037 at 2.
-pub const FP4_WIDE_DECODE_TOKENS: usize = 4;
-/// The narrowest FP4 experts [`FP4_WIDE_DECODE_TOKENS`] applies to.
-pub const FP4_WIDE_MIN_WIDTH: usize = 1024;
+/// FP4 experts at least this wide take the split small-step kernels (`moe_fp4_small.cu`) from
+/// two tokens to [`SMALL_MMA_FP4_SPLIT_TOKENS`]; narrower ones the `_any` kernels. One-token
+/// steps stay on the CUDA cores' `_dec` kernels ([`decode_tokens`]). `moe-fp4-speed` on an H100
+/// (one layer, ms, routing and sum included; performance log part 22), split against `_dec`:
+/// gpt-oss-20b 0.045 against 0.042 at one token, 0.074 against 0.078 at 2, 0.105 against 0.143
+/// at 4, 0.175 against 0.266 at 8 (`_any` 0.217, part 20); 120b alike. Qwen3.6-35B-A3B's 512-wide
+/// NVFP4 experts: split 0.040 at 2 tokens against `_any`'s 0.037 (part 20), and its C=4 ladder
+/// 651 tok/s with the split kernels against 717 with `_any`.
+pub const FP4_SPLIT_MIN_WIDTH: usize = 1024;
 /// Most tokens a step may have for `moe_*_fp8_small` (at most 6 pairs an expert in one mma n8
 /// tile, k split over the block's warps); larger steps take `moe_*_fp8_small_any` (a warp over
 /// the whole k, chunks of 16 pairs). On the H200 (30B-A3B FP8 graph steps, distinct tokens,
@@ -75,9 +73,8 @@ pub const SMALL_MMA_MAX_TOKENS: usize = 256;
 /// batch 2 5.20 against 4.86 ms, 4 7.25 against 6.74, 8 10.04 against 9.93, 16 13.95 against
 /// 20.28 (9 to 15 not measured; from 9 the CUDA-core path takes one launch more).
 pub const SMALL_MMA_BF16_MIN_TOKENS: usize = 9;
-/// Most tokens a step of FP4 experts takes the split build with (`moe_fp4_small.cu`): all the
-/// one B tile allows. It replaced the CUDA cores' `_dec` kernels at these steps (performance
-/// log part 22).
+/// Most tokens a step of FP4 experts ([`FP4_SPLIT_MIN_WIDTH`] wide) takes the split build with
+/// (`moe_fp4_small.cu`): all the one B tile allows.
 pub const SMALL_MMA_FP4_SPLIT_TOKENS: usize = 8;
 /// The largest split-build step the kernel's one B tile allows.
 const _: () = assert!(SMALL_MMA_SPLIT_TOKENS <= 8 && SMALL_MMA_FP4_SPLIT_TOKENS <= 8);
@@ -313,15 +310,15 @@ impl MoePlan {
         };
         // FP4 experts' decode steps on the CUDA cores' `_dec` kernels ([`decode_tokens`]),
         // unless the setting asks for tensor cores.
-        let fp4_dec = small
-            && w.is_fp4()
-            && tuning.gemm == MoeGemm::Auto
-            && t <= decode_tokens(shape, w, tuning);
+        let fp4_dec =
+            small && w.is_fp4() && tuning.gemm == MoeGemm::Auto && t <= decode_tokens(tuning);
         let experts = if small && small_mma(shape, w, cc, tuning) {
             Experts::SmallMma {
                 build: match w {
                     ExpertType::Fp8 if t <= SMALL_MMA_SPLIT_TOKENS => SmallBuild::Split,
-                    ExpertType::Nvfp4 | ExpertType::Mxfp4 if t <= SMALL_MMA_FP4_SPLIT_TOKENS => {
+                    ExpertType::Nvfp4 | ExpertType::Mxfp4
+                        if t <= SMALL_MMA_FP4_SPLIT_TOKENS && i >= FP4_SPLIT_MIN_WIDTH =>
+                    {
                         SmallBuild::Split
                     }
                     _ => SmallBuild::Any,
@@ -355,18 +352,17 @@ impl MoePlan {
             // On the H200 (30B-A3B, graph steps) it is 3.5% (bf16) and 4.4% (FP8) faster at
             // batch 1; at batch 8 moe_gate_up is 9% faster with bf16 experts (its 8 x rows a
             // warp make fewer, fuller blocks) and level with FP8 ones.
-            let gate_up =
-                if tuning.decode_gate_up && small && t <= decode_tokens(shape, w, tuning) && dec {
-                    GateUp::Decode
-                } else {
-                    GateUp::Plain
-                };
+            let gate_up = if tuning.decode_gate_up && small && t <= decode_tokens(tuning) && dec {
+                GateUp::Decode
+            } else {
+                GateUp::Plain
+            };
             let down = if small && t <= FUSED_DOWN_TOKENS {
                 // Columns a block of the decode kernel: by default 1 with FP8 and FP4 experts
                 // and 2 with bf16 ones at one token, 0 at more tokens (H200, 30B-A3B: the FP8
                 // step 1.3% faster, bf16 0.6-1%; bf16 at batch 8 slower with any).
                 let cols = match tuning.down_cols {
-                    None if t <= decode_tokens(shape, w, tuning) && w != ExpertType::Bf16 => 1,
+                    None if t <= decode_tokens(tuning) && w != ExpertType::Bf16 => 1,
                     None if t == 1 => 2,
                     None => 0,
                     Some(cols) => cols,
@@ -408,24 +404,17 @@ impl MoePlan {
     }
 }
 
-/// Most tokens a step takes the one-token kernels with (`moe.decode_tokens`; auto: one, or
-/// [`FP4_WIDE_DECODE_TOKENS`] for FP4 experts at least [`FP4_WIDE_MIN_WIDTH`] wide):
+/// Most tokens a step takes the one-token kernels with (`moe.decode_tokens`; auto: one):
 /// `moe_gate_up_dec_*`, the one-column `_dec` down + sum with FP8 and FP4 experts, and FP4 experts
 /// on the CUDA cores in place of the small-step tensor-core kernels.
-fn decode_tokens(s: MoeShape, w: ExpertType, tuning: &MoeTuning) -> usize {
-    tuning
-        .decode_tokens
-        .unwrap_or(if w.is_fp4() && s.i >= FP4_WIDE_MIN_WIDTH {
-            FP4_WIDE_DECODE_TOKENS
-        } else {
-            1
-        })
+fn decode_tokens(tuning: &MoeTuning) -> usize {
+    tuning.decode_tokens.unwrap_or(1)
 }
 
 /// Whether the step takes the small-step tensor-core kernels: FP8 experts from 2 tokens, FP4
-/// ones (packed: `moe_fp4_small.cu`'s split build up to [`SMALL_MMA_FP4_SPLIT_TOKENS`],
-/// `moe_mma_fp4.cu`'s `_small_any` past it) from one token (past a `moe.decode_tokens` that
-/// is set: those steps take the CUDA cores' `_dec` kernels) while they average at
+/// ones (packed: `moe_fp4_small.cu`'s split build up to [`SMALL_MMA_FP4_SPLIT_TOKENS`] where
+/// they are [`FP4_SPLIT_MIN_WIDTH`] wide, `moe_mma_fp4.cu`'s `_small_any` otherwise) past
+/// [`decode_tokens`] (the steps below take the CUDA cores' `_dec` kernels) while they average at
 /// most [`SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT`] pairs, bf16 ones from
 /// [`SMALL_MMA_BF16_MIN_TOKENS`], up to [`SMALL_MMA_MAX_TOKENS`]; both k dimensions
 /// multiples of 64 (prelude's fp8_mma_tiles), the GPU 8.0+, the kernels on, experts not kept on
@@ -438,11 +427,9 @@ fn small_mma(s: MoeShape, w: ExpertType, cc: (i32, i32), tuning: &MoeTuning) -> 
             if s.pairs() > SMALL_MMA_FP4_MAX_PAIRS_PER_EXPERT * s.e {
                 return false;
             }
-            match (tuning.gemm, tuning.decode_tokens) {
-                // A `moe.decode_tokens` that is set keeps its steps on the CUDA cores' `_dec`
-                // kernels.
-                (MoeGemm::Auto, Some(n)) => n + 1,
-                _ => 1,
+            match tuning.gemm {
+                MoeGemm::Auto => decode_tokens(tuning) + 1,
+                _ => 2,
             }
         }
         ExpertType::F32 => return false,

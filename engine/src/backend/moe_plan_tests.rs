@@ -270,26 +270,18 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
         let small = Experts::SmallMma {
             build: SmallBuild::Any,
         };
-        let split = Experts::SmallMma {
-            build: SmallBuild::Split,
-        };
         assert!(w.is_fp4() && !build.is_vec() && build.has_dec());
-        // One token to SMALL_MMA_FP4_SPLIT_TOKENS: the split small-step kernels on the packed
-        // stacks (`moe_fp4_small.cu`), after the one-token routing.
+        // One token: the packed CUDA-core kernels' one-token builds (`_dec`, one down column a
+        // block).
         let p = MoePlan::choose(s(1), w, H200, &d);
         assert_eq!(p.route, Route::PlanOne);
-        for t in [1, 2, SMALL_MMA_FP4_SPLIT_TOKENS] {
-            assert_eq!(MoePlan::choose(s(t), w, H200, &d).experts, split, "{t}");
-        }
-        // Decode batches past them: the small-step `_any` kernels on the packed stacks, up to
+        assert_eq!(
+            p.experts,
+            cores(build, GateUp::Decode, Down::Combined { cols: 1 })
+        );
+        // Decode batches: the small-step `_any` kernels on the packed stacks, up to
         // SMALL_MMA_MAX_TOKENS (8 pairs an expert here); the tiles past them.
-        for t in [
-            SMALL_MMA_FP4_SPLIT_TOKENS + 1,
-            15,
-            16,
-            128,
-            SMALL_MMA_MAX_TOKENS,
-        ] {
+        for t in [2, 8, 15, 16, 128, SMALL_MMA_MAX_TOKENS] {
             assert_eq!(MoePlan::choose(s(t), w, H200, &d).experts, small, "{t}");
         }
         for t in [SMALL_MMA_MAX_TOKENS + 1, 2047, 2048] {
@@ -322,14 +314,13 @@ fn fp4_experts_take_their_kernels_on_either_cores() {
         t.gemm = MoeGemm::CudaCores;
         let p = MoePlan::choose(s(2048), w, H200, &t);
         assert_eq!(p.experts, cores(build, GateUp::Plain, Down::Separate));
-        // The tensor-core setting takes the small-step kernels from one token, the tiles with
-        // those off.
+        // The tensor-core setting takes the small-step kernels from two tokens, the tiles at
+        // one and with those off.
         let mut t = d;
         t.gemm = MoeGemm::TensorCores;
-        assert_eq!(MoePlan::choose(s(1), w, H200, &t).experts, split);
-        assert_eq!(MoePlan::choose(s(9), w, H200, &t).experts, small);
-        t.small_mma = false;
+        assert_eq!(MoePlan::choose(s(2), w, H200, &t).experts, small);
         assert_eq!(MoePlan::choose(s(1), w, H200, &t).experts, tiles);
+        t.small_mma = false;
         assert_eq!(MoePlan::choose(s(2), w, H200, &t).experts, tiles);
         // The plan's own guard: widths not of whole 32-value slices never take the FP4 tiles
         // (moe.rs widens such stacks to bf16 before planning).
@@ -400,14 +391,21 @@ fn gpt_oss_clamped_experts_by_step() {
         for t in [257, 2048] {
             assert_eq!(experts(t, e, ExpertType::Bf16), tiles, "bf16 T {t} E {e}");
         }
-        // MXFP4: the split small-step kernels up to SMALL_MMA_FP4_SPLIT_TOKENS, then the
-        // small-step `_any` kernels on the packed stacks while they average at most 16 pairs
-        // an expert (4e tokens at top-4) and up to 256 tokens, the tiles' mxfp4 build past
-        // that (20b's 256-token step among them).
+        // MXFP4: the one-token `_dec` kernels, then (these experts are 2880 wide) the split
+        // small-step kernels up to SMALL_MMA_FP4_SPLIT_TOKENS, then the small-step `_any`
+        // kernels on the packed stacks while they average at most 16 pairs an expert (4e tokens
+        // at top-4) and up to 256 tokens, the tiles' mxfp4 build past that (20b's 256-token
+        // step among them).
+        let dec = Experts::CudaCores {
+            build: CoreBuild::Mxfp4,
+            gate_up: GateUp::Decode,
+            down: Down::Combined { cols: 1 },
+        };
+        assert_eq!(experts(1, e, ExpertType::Mxfp4), dec, "mxfp4 T 1 E {e}");
         let split = Experts::SmallMma {
             build: SmallBuild::Split,
         };
-        for t in 1..=SMALL_MMA_FP4_SPLIT_TOKENS {
+        for t in 2..=SMALL_MMA_FP4_SPLIT_TOKENS {
             assert_eq!(experts(t, e, ExpertType::Mxfp4), split, "mxfp4 T {t} E {e}");
         }
         let any = Experts::SmallMma {

@@ -234,7 +234,7 @@ pub const SETTINGS: &[Setting] = &[
         var: "METRALE_MOE_DECODE_TOKENS",
         accepts: "auto | 1 .. 8",
         default: "auto",
-        doc: "Most tokens a step takes the one-token MoE kernels with (`moe_gate_up_dec_*`, the `_dec` down with FP8 and FP4 experts, FP4 experts on the CUDA cores; auto: 4 for FP4 experts at least 1024 wide, else 1).",
+        doc: "Most tokens a step takes the one-token MoE kernels with (`moe_gate_up_dec_*`, the `_dec` down with FP8 and FP4 experts, FP4 experts on the CUDA cores in place of the small-step tensor-core kernels; auto: 1).",
         set: |t, v| {
             number_or(v, "auto", &mut t.moe.decode_tokens, |n| {
                 (1..=8).contains(&n)
