@@ -24,16 +24,26 @@
 //     down bias) by moe_combine[_bias].
 // The routing (offsets, active, perm) is the launch before's output: read after the wait.
 
+// Block row blockIdx.y's expert (e) and its pairs (perm[start ..], n of them, at most 8);
+// false past the active count.
+__device__ __forceinline__ bool fp4_small_expert(const int* offsets, const int* active, int experts,
+                                                 int& e, int& start, int& n) {
+    if ((int)blockIdx.y >= active[experts]) return false;
+    e = active[blockIdx.y];
+    start = offsets[e];
+    n = min(offsets[e + 1] - start, 8);
+    return true;
+}
+
 template <typename SC, typename F>
 __device__ void moe_gate_up_fp4_small_impl(bf16* act, const bf16* x, const unsigned char* w,
                                            const unsigned char* scales, const float* globals,
                                            const int* offsets, const int* active, const int* perm,
                                            int experts, int top_k, int inter, int hidden, F f) {
     pdl_start();
-    if ((int)blockIdx.y >= active[experts]) return;
-    const int e = active[blockIdx.y];
+    int e, start, n;
+    if (!fp4_small_expert(offsets, active, experts, e, start, n)) return;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int start = offsets[e], n = min(offsets[e + 1] - start, 8);
     const int j0 = blockIdx.x * 16;
     const u64 base = (u64)e * 2 * inter;
     const unsigned char* rows[2][2];
@@ -69,10 +79,9 @@ __device__ void moe_down_fp4_small_impl(float* ys, const bf16* act, const unsign
                                         const int* offsets, const int* active, const int* perm,
                                         int experts, int inter, int hidden) {
     pdl_start();
-    if ((int)blockIdx.y >= active[experts]) return;
-    const int e = active[blockIdx.y];
+    int e, start, n;
+    if (!fp4_small_expert(offsets, active, experts, e, start, n)) return;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int start = offsets[e], n = min(offsets[e + 1] - start, 8);
     const int c0 = blockIdx.x * 16;
     const u64 base = (u64)e * hidden;
     const unsigned char* rows[1][2];
