@@ -278,6 +278,40 @@ impl Ops<'_> {
             .case(op, case, tol, &compare(&g, &want.data, tol)))
     }
 
+    /// `got` against `want`, both on the device, bit for bit: one report line `{op} {case} =
+    /// {against}: ok` or a failure counting the elements that differ (a shape mismatch counts
+    /// every element).
+    fn same_bits(
+        &mut self,
+        op: &str,
+        case: &str,
+        against: &str,
+        pairs: &[(&CudaTensor, &CudaTensor)],
+    ) -> Result<()> {
+        let (mut differ, mut total) = (0, 0);
+        for (got, want) in pairs {
+            let (g, w) = (self.cuda.to_host(got)?, self.cuda.to_host(want)?);
+            total += g.len().max(w.len());
+            differ += if g.len() == w.len() {
+                g.iter()
+                    .zip(&w)
+                    .filter(|(a, b)| a.to_bits() != b.to_bits())
+                    .count()
+            } else {
+                g.len().max(w.len())
+            };
+        }
+        let verdict = if differ == 0 { "ok" } else { "FAIL" };
+        self.report
+            .line(format!("{op} {case} = {against}: {verdict}"));
+        if differ != 0 {
+            self.report.fail(format!(
+                "{op} {case}: {differ} of {total} values differ from {against}"
+            ));
+        }
+        Ok(())
+    }
+
     /// Run one case; an error fails the case, and a device that no longer answers ends the
     /// section (its context is lost after a fault).
     fn run(&mut self, op: &str, case: &str, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {

@@ -3,8 +3,9 @@
 //! gpt-oss-20b (`fused_moe_clamped`, MXFP4, hidden 2880, 32 experts of 2880, top 4),
 //! gpt-oss-120b (the same with 128 experts) and Qwen3.6-35B-A3B NVFP4 (`fused_moe`, hidden
 //! 2048, 256 experts of 512, top 8) — at 1 to 4096 tokens, on each route `moe.gemm` can force:
-//! the CUDA-core kernels reading the packed stacks, the decode-batch `_small_any` kernels
-//! (`Experts::SmallMma`, up to 256 tokens) and the 64-row tensor-core tiles reading them too
+//! the CUDA-core kernels reading the packed stacks, the small-step tensor-core kernels
+//! (`Experts::SmallMma` from 2 tokens: `moe_fp4_small.cu`'s split build up to 8 tokens on
+//! experts at least 1024 wide, `_small_any` up to 256) and the 64-row tensor-core tiles reading them too
 //! (`Experts::Mma` with the `mxfp4` / `nvfp4` build, `moe_mma_fp4.cu`), beside `auto` (what the
 //! plan picks). Where they cross is where `MoePlan::choose` should switch.
 //!
@@ -36,8 +37,9 @@ const TOKENS: [usize; 15] = [
 ];
 
 /// The routes: (label, `moe.gemm`, `moe.small_mma`): what the plan picks, the packed CUDA-core
-/// kernels (the one-token `_dec` kernels at one token), the decode-batch `_small_any` kernels
-/// (up to 256 tokens; the tiles past that) and the 64-row tiles.
+/// kernels (the one-token `_dec` kernels at one token), the small-step kernels from 2 tokens
+/// (split or `_small_any` as the plan builds them; the tiles past 256 tokens) and the 64-row
+/// tiles.
 const ROUTES: [(&str, MoeGemm, bool); 4] = [
     ("auto", MoeGemm::Auto, true),
     ("cuda cores", MoeGemm::CudaCores, true),

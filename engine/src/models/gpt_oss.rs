@@ -340,14 +340,8 @@ impl<B: Backend> Model<B> for GptOss<B> {
                 self.config.window(l),
                 &layer.sinks,
             )?;
-            if self.tp.whole() {
-                b.matmul_bias(&mut proj, &attn, &layer.o, &layer.o_bias)?;
-            } else {
-                // The bias once, after the ranks' partial products are summed.
-                b.matmul(&mut proj, &attn, &layer.o)?;
-                self.tp.all_reduce(b, &mut proj)?;
-                b.add_bias(&mut proj, &layer.o_bias)?;
-            }
+            let o = (&layer.o, &layer.o_bias);
+            self.tp.matmul_bias_reduced(b, &mut proj, &attn, o)?;
             // x += attention; xn = post_norm(x)
             b.add_rms_norm(&mut xn, &mut x, &proj, &layer.post_norm, c.rms_norm_eps)?;
             // MoE: router_logits = xn · Wrᵀ + b; each token's top-k experts, clamped SwiGLU

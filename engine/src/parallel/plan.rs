@@ -113,9 +113,24 @@ impl<B: Backend> Tp<B> {
         self.0.as_ref().map_or(Shard::WHOLE, |c| c.shard())
     }
 
-    /// Whether this forward computes the whole model (no group: its collectives are no-ops).
-    pub fn whole(&self) -> bool {
-        self.0.is_none()
+    /// A row-parallel projection with a bias: `out = Σ_ranks x · wᵀ + bias`, the bias added
+    /// once after the ranks' sum; without a group, one `matmul_bias` (one launch at one row on
+    /// CUDA).
+    pub fn matmul_bias_reduced(
+        &self,
+        b: &B,
+        out: &mut B::Tensor,
+        x: &B::Tensor,
+        (w, bias): (&B::Tensor, &B::Tensor),
+    ) -> Result<()> {
+        match &self.0 {
+            None => b.matmul_bias(out, x, w, bias),
+            Some(c) => {
+                b.matmul(out, x, w)?;
+                c.all_reduce_sum(b, out)?;
+                b.add_bias(out, bias)
+            }
+        }
     }
 
     /// Sums `t` over the ranks (a block's partial output).

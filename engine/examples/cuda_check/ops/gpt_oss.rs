@@ -88,24 +88,13 @@ impl Ops<'_> {
                 let (mut out_a, mut l_a) = (s.cuda.zeros(&[t, h])?, s.cuda.zeros(&[t, e])?);
                 s.cuda.matmul_bias(&mut l_a, &x_d, &r_d, &rb_d)?;
                 s.cuda.fused_moe_clamped(&mut out_a, &x_d, &l_a, &ex_d, k)?;
-                let bits = |a: &CudaTensor, b: &CudaTensor| -> Result<usize> {
-                    let (a, b) = (s.cuda.to_host(a)?, s.cuda.to_host(b)?);
-                    Ok(a.iter()
-                        .zip(&b)
-                        .filter(|(x, y)| x.to_bits() != y.to_bits())
-                        .count())
-                };
-                let differ = bits(&l_d, &l_a)? + bits(&out_d, &out_a)?;
-                s.report.line(format!(
-                    "routed_moe_clamped {case} = matmul_bias, fused_moe_clamped: {}",
-                    if differ == 0 { "ok" } else { "FAIL" }
-                ));
-                if differ != 0 {
-                    s.report.fail(format!(
-                        "routed_moe_clamped {case}: {differ} logits and outputs differ from \
-                         matmul_bias then fused_moe_clamped"
-                    ));
-                }
+                let pairs = [(&l_d, &l_a), (&out_d, &out_a)];
+                s.same_bits(
+                    "routed_moe_clamped",
+                    &case,
+                    "matmul_bias, fused_moe_clamped",
+                    &pairs,
+                )?;
                 Ok(())
             })?;
         }
@@ -135,22 +124,12 @@ impl Ops<'_> {
                 let mut apart = s.cuda.zeros(&[m, n])?;
                 s.cuda.matmul(&mut apart, &x_d, &w_d)?;
                 s.cuda.add_bias(&mut apart, &b_d)?;
-                let (fused, apart) = (s.cuda.to_host(&out_d)?, s.cuda.to_host(&apart)?);
-                let differ = fused
-                    .iter()
-                    .zip(&apart)
-                    .filter(|(a, b)| a.to_bits() != b.to_bits())
-                    .count();
-                s.report.line(format!(
-                    "matmul_bias {case} = matmul, add_bias: {}",
-                    if differ == 0 { "ok" } else { "FAIL" }
-                ));
-                if differ != 0 {
-                    s.report.fail(format!(
-                        "matmul_bias {case}: {differ} of {} outputs differ from matmul then add_bias",
-                        m * n
-                    ));
-                }
+                s.same_bits(
+                    "matmul_bias",
+                    &case,
+                    "matmul, add_bias",
+                    &[(&out_d, &apart)],
+                )?;
                 Ok(())
             })?;
         }

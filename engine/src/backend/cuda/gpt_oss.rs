@@ -65,7 +65,8 @@ impl CudaBackend {
     /// [`crate::backend::Backend::routed_moe_clamped`]: at one token with a bf16 router and
     /// bias (`moe_plan::fuses_router`) the router's product, its bias and the routing in one
     /// launch (`moe_router_plan_one`), then the experts; `matmul_bias` and
-    /// [`Self::fused_moe_clamped_op`] otherwise.
+    /// [`Self::fused_moe_clamped_op`] otherwise (an empty hidden size too: the fused path
+    /// returns before routing, so it would leave the logits unwritten).
     pub(super) fn routed_moe_clamped_op(
         &self,
         out: &mut CudaTensor,
@@ -85,6 +86,7 @@ impl CudaBackend {
                 &self.tuning().moe,
             )
             && x.dtype == DType::BF16
+            && x.cols() > 0
             && router.shape[1] == x.cols()
             && bias.dtype == DType::BF16
             && bias.shape == [e]
