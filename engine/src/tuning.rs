@@ -82,6 +82,13 @@ pub struct GemmTuning {
     pub fp8_draft_head: bool,
     /// `matmul` with an FP8 weight and more than 32 rows runs the tensor-core kernel.
     pub fp8_matmul_mma: bool,
+    /// `matmul` with an FP8 weight and from this many rows up to 128 runs the tile GEMM
+    /// (`fp8_gemm_rows_*`, x and the weight staged in shared memory) instead of
+    /// `gemv_fp8_mma_many`; `None`: never.
+    pub fp8_tile_rows_min: Option<usize>,
+    /// Most splits of k the tile GEMM is taken with (fewer column tiles than that needs:
+    /// `gemv_fp8_mma_many`).
+    pub fp8_tile_max_splits: usize,
     /// `matmul` with an NVFP4 weight and at most this many rows runs the tensor-core kernel;
     /// more rows take a bf16 copy and cuBLAS.
     pub nvfp4_mma_rows: usize,
@@ -97,6 +104,8 @@ pub struct MoeTuning {
     pub small_paths: bool,
     /// One-token steps take `moe_gate_up_dec_*`.
     pub decode_gate_up: bool,
+    /// Where they would, FP4 experts 1024+ wide take the split tensor-core gate|up instead.
+    pub fp4_gate_up_split: bool,
     /// Columns a block of the decode down + combine kernel (0, 1, 2, 4); `None`: by step and
     /// expert type.
     pub down_cols: Option<usize>,

@@ -152,6 +152,7 @@ impl Module {
             ),
             Module::Fp8 => concat!(
                 include_str!("fp8.cu"),
+                include_str!("fp8_gemm_rows.cu"),
                 include_str!("nvfp4.cu"),
                 include_str!("nvfp4_gemv.cu"),
                 include_str!("nvfp4_gemm.cu"),

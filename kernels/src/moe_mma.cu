@@ -80,24 +80,6 @@
 #define MMA_GROUP 128 // columns of an FP8 scale (tensor.rs's FP8_BLOCK)
 #define MMA_TILE_THREADS 256
 
-// ---- helpers -------------------------------------------------------------------------------
-
-// 16 and 8 bytes of shared memory in one load (the types' alignment tells the compiler it may).
-struct alignas(16) smem16 {
-    u32 x, y, z, w;
-};
-struct alignas(8) smem8 {
-    u32 x, y;
-};
-__device__ __forceinline__ u32x4 lds16(const unsigned char* p) {
-    const smem16 v = *(const smem16*)p;
-    return u32x4{v.x, v.y, v.z, v.w};
-}
-__device__ __forceinline__ u32x2 lds8(const unsigned char* p) {
-    const smem8 v = *(const smem8*)p;
-    return u32x2{v.x, v.y};
-}
-
 // ---- the tile list -------------------------------------------------------------------------
 
 // Exclusive prefix sum of v over the block (blockDim.x a multiple of 32, at most 1024); total
@@ -600,14 +582,7 @@ MOE_SMALL_KERNELS(, 1)
 #define MOE_XS_PAD 8
 
 // The block's dynamic shared memory: 16 x rows of up to MOE_XS_COLS + MOE_XS_PAD elements.
-__device__ __forceinline__ bf16* moe_xs() {
-#ifdef METRALE_HOST_EMULATION
-    return (bf16*)emu_dyn_smem();
-#else
-    extern __shared__ __attribute__((aligned(16))) unsigned char moe_xs_smem[];
-    return (bf16*)moe_xs_smem;
-#endif
-}
+__device__ __forceinline__ bf16* moe_xs() { return (bf16*)dyn_smem(); }
 
 // Columns k0 .. k0 + kc of the chunk's n <= 16 x rows (row r: src row perm[start + r] / div, of
 // k elements) into xs (rows of kc + MOE_XS_PAD), a warp a row; the block waits for the copies.

@@ -59,16 +59,6 @@ struct PipeCfg {
 };
 static_assert(PIPE_ROW_BYTES == 128, "one FP8 scale group a stage, 8 chunks a row");
 
-// The block's dynamic shared memory: PIPE_STAGES stages of PipeCfg::STAGE bytes.
-__device__ __forceinline__ unsigned char* moe_pipe_smem() {
-#ifdef METRALE_HOST_EMULATION
-    return emu_dyn_smem();
-#else
-    extern __shared__ __attribute__((aligned(16))) unsigned char moe_pipe_dyn[];
-    return moe_pipe_dyn;
-#endif
-}
-
 // One block (see the header). GATE: out is act [pairs, n] bf16 (silu(gate) · up), w [E, 2n, k],
 // src x [*, k] read at row perm / div; else out is ys [pairs, n] f32, w [E, n, k], src act
 // [pairs, k] (div 1). k % BK == 0 (the launcher's rule); scales [E · rows, k / 128].
@@ -80,7 +70,7 @@ __device__ void moe_pipe_impl(void* out, const bf16* src, const unsigned char* w
     pdl_start();
     const int e = small_block_expert(active, experts);
     if (e < 0) return;
-    unsigned char* const smem = moe_pipe_smem();
+    unsigned char* const smem = dyn_smem(); // PIPE_STAGES stages of PipeCfg::STAGE bytes
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int first = offsets[e], count = offsets[e + 1] - first;
     const int slices = k / C::BK, groups = (k + 127) >> 7;

@@ -7,7 +7,8 @@
 //! ops too, every fixture family), `kv-groups` (the sliding-window fixtures served with KV
 //! groups, their sliding layers keeping only the window, against serving them plain), `hybrid` (the
 //! Gated DeltaNet and Mamba-2 ops against the CPU's, and their speed at 35B-A3B's heads),
-//! `nvfp4-speed` (NVFP4/FP8/bf16 GEMVs at Qwen3.6-27B's shapes; not pass/fail), `speed` (the
+//! `nvfp4-speed` (NVFP4/FP8/bf16 GEMVs at Qwen3.6-27B's shapes; not pass/fail), `fp8-rows-speed`
+//! (FP8 matmul of 16-128 rows, `gemv_fp8_mma_many` against the tile GEMM), `speed` (the
 //! Qwen3-8B shape). Exit status: 0 all passed, 1 a check failed, 2 the
 //! backend could not start.
 
@@ -21,6 +22,7 @@ mod ops;
 mod report;
 mod sampling;
 mod speed;
+mod speed_fp8_rows;
 mod speed_moe;
 mod speed_moe_fp4;
 mod speed_nvfp4;
@@ -47,9 +49,10 @@ struct Args {
     /// Where to write results.json and summary.txt.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sections to skip: kernels, ops, ops-gpt-oss, ops-nvfp4 and ops-nemotron-moe (parts of
-    /// ops), sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8, kv-groups, hybrid, nvfp4-speed,
-    /// speed, moe-speed, moe-fp4-speed, prefill-attn, profile.
+    /// Sections to skip: kernels, ops, ops-gpt-oss, ops-nvfp4, ops-nemotron-moe and
+    /// ops-fp8-rows (parts of ops), sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8,
+    /// kv-groups, hybrid, nvfp4-speed, fp8-rows-speed, speed, moe-speed, moe-fp4-speed,
+    /// prefill-attn, profile.
     #[arg(long, value_delimiter = ',')]
     skip: Vec<String>,
     /// Sections to run, all others skipped (the same names as --skip): scripts name what they
@@ -59,12 +62,13 @@ struct Args {
 }
 
 /// Every section, in the order they run.
-const SECTIONS: [&str; 19] = [
+const SECTIONS: [&str; 21] = [
     "kernels",
     "ops",
     "ops-gpt-oss",
     "ops-nvfp4",
     "ops-nemotron-moe",
+    "ops-fp8-rows",
     "sampling",
     "e2e",
     "ops-f32",
@@ -74,6 +78,7 @@ const SECTIONS: [&str; 19] = [
     "kv-groups",
     "hybrid",
     "nvfp4-speed",
+    "fp8-rows-speed",
     "speed",
     "moe-speed",
     "moe-fp4-speed",
@@ -157,6 +162,7 @@ fn main() -> ExitCode {
             t.launch.cuda_sync = !matches!(
                 name,
                 "nvfp4-speed"
+                    | "fp8-rows-speed"
                     | "speed"
                     | "moe-speed"
                     | "moe-fp4-speed"
@@ -200,6 +206,7 @@ fn main() -> ExitCode {
             "ops-gpt-oss" => ops::run_gpt_oss(&cuda, &mut report),
             "ops-nvfp4" => ops::run_nvfp4(&cuda, &mut report),
             "ops-nemotron-moe" => ops::nemotron_moe::run(&cuda, &mut report),
+            "ops-fp8-rows" => ops::run_fp8_rows(&cuda, &mut report),
             "sampling" => sampling::run(&cuda, &mut report),
             "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
             "ops-f32" => {
@@ -220,6 +227,7 @@ fn main() -> ExitCode {
             "kv-groups" => kv_groups::run(tuning, &args.fixtures, &mut report),
             "hybrid" => hybrid::run(&cuda, &mut report),
             "nvfp4-speed" => speed_nvfp4::run(&cuda, &mut report),
+            "fp8-rows-speed" => speed_fp8_rows::run(&cuda, &mut report),
             "speed" => speed::run(&cuda, &mut report),
             "moe-speed" => speed_moe::run(&cuda, &mut report),
             "moe-fp4-speed" => speed_moe_fp4::run(&cuda, &mut report),

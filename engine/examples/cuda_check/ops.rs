@@ -729,6 +729,13 @@ pub fn run_nvfp4(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     ops.moe_nvfp4()
 }
 
+/// FP8 matmuls of 9 to 128 rows on both tensor-core routes alone: the `ops-fp8-rows` section,
+/// a short check of the tile GEMM when `ops` as a whole is not run.
+pub fn run_fp8_rows(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    let mut ops = Ops::start(cuda, CpuBackend::default(), 0x6d65_7472_616c_650b, report);
+    ops.matmul_fp8_rows()
+}
+
 /// Every op, every case. Returns an error only when the device stopped answering.
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let mut ops = Ops::start(cuda, CpuBackend::default(), 0x6d65_7472_616c_6501, report);
@@ -757,8 +764,9 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     }
     ops.gemv_bf16_mma()?;
     ops.draft_head()?;
-    // NVFP4 experts kept packed, then Nemotron-H's relu² experts (after the rest, so the
-    // draws above stay as they were).
+    // NVFP4 experts kept packed, then Nemotron-H's relu² experts, then the FP8 routes of 9
+    // to 128 rows (after the rest, so the draws above stay as they were).
     ops.moe_nvfp4()?;
-    ops.nemotron_moe()
+    ops.nemotron_moe()?;
+    ops.matmul_fp8_rows()
 }

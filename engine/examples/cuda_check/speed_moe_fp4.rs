@@ -48,21 +48,25 @@ const ROUTES: [(&str, MoeGemm, bool); 4] = [
 ];
 
 /// The CUDA-core kernels' variants, at the token counts each names: (label, fewest and most
-/// tokens, `moe.decode_gate_up`, `moe.down_cols`, `moe.decode_tokens`): at one token without the
-/// `_dec` kernels and with 2 and 4 down columns a block; at 2 to 8 tokens the `_dec` gate|up
-/// (rows held for each pair) and the one-column `_dec` down.
+/// tokens, `moe.decode_gate_up`, `moe.down_cols`, `moe.decode_tokens`, `moe.fp4_gate_up` split):
+/// at one token without the `_dec` kernels and with 2 and 4 down columns a block; at 2 to 8
+/// tokens the `_dec` gate|up (rows held for each pair) and the one-column `_dec` down; at 1 to
+/// 8 the split tensor-core gate|up beside that down (experts 1024+ wide; narrower ones `_dec`).
 type CoreRoute = (
     &'static str,
     (usize, usize),
     bool,
     Option<usize>,
     Option<usize>,
+    bool,
 );
-const CORE_ROUTES: [CoreRoute; 4] = [
-    ("cores plain", (1, 1), false, Some(0), None),
-    ("dec cols 2", (1, 1), true, Some(2), None),
-    ("dec cols 4", (1, 1), true, Some(4), None),
-    ("dec to 8", (2, 8), true, Some(1), Some(8)),
+const CORE_ROUTES: [CoreRoute; 6] = [
+    ("cores plain", (1, 1), false, Some(0), None, false),
+    ("dec cols 2", (1, 1), true, Some(2), None, false),
+    ("dec cols 4", (1, 1), true, Some(4), None, false),
+    ("dec to 8", (2, 8), true, Some(1), Some(8), false),
+    ("split gu", (1, 1), true, Some(1), None, true),
+    ("split gu to 8", (2, 8), true, Some(1), Some(8), true),
 ];
 
 /// Bytes a packed weight takes: MXFP4 half a byte plus a scale byte per 32; NVFP4 half a byte
@@ -117,8 +121,8 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             let cores = CORE_ROUTES
                 .iter()
                 .filter(|r| (r.1.0..=r.1.1).contains(&t))
-                .map(|&(label, _, dec, cols, n)| {
-                    (label, MoeGemm::CudaCores, true, Some((dec, cols, n)))
+                .map(|&(label, _, dec, cols, n, split)| {
+                    (label, MoeGemm::CudaCores, true, Some((dec, cols, n, split)))
                 });
             let routes = ROUTES
                 .iter()
@@ -129,10 +133,11 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 cuda.retune(|tu| {
                     tu.moe.gemm = gemm;
                     tu.moe.small_mma = small;
-                    if let Some((dec, cols, n)) = cores {
+                    if let Some((dec, cols, n, split)) = cores {
                         tu.moe.decode_gate_up = dec;
                         tu.moe.down_cols = cols;
                         tu.moe.decode_tokens = n;
+                        tu.moe.fp4_gate_up_split = split;
                     }
                 });
                 let ms = mean_op_ms_n(cuda, iters, || {

@@ -217,6 +217,10 @@ pub enum GateUp {
     Plain,
     /// `moe_gate_up_dec_{build}`: a lane's weight loads in flight at once (one token).
     Decode,
+    /// FP4 experts at one-token steps with `moe.fp4_gate_up = split`: the split tensor-core
+    /// kernels' gate|up (`moe_gate_up[_clamped]_{nvfp4,mxfp4}_small`, k over a block's warps)
+    /// beside the `_dec` down + weighted sum.
+    Split,
 }
 
 /// The CUDA-core down projection and weighted sum.
@@ -353,7 +357,16 @@ impl MoePlan {
             // batch 1; at batch 8 moe_gate_up is 9% faster with bf16 experts (its 8 x rows a
             // warp make fewer, fuller blocks) and level with FP8 ones.
             let gate_up = if tuning.decode_gate_up && small && t <= decode_tokens(tuning) && dec {
-                GateUp::Decode
+                // The split kernels: at most 8 pairs an expert (a step of at most 8 tokens),
+                // widths multiples of 64, mma.sync.
+                let split = tuning.fp4_gate_up_split
+                    && w.is_fp4()
+                    && t <= SMALL_MMA_FP4_SPLIT_TOKENS
+                    && i >= FP4_SPLIT_MIN_WIDTH
+                    && h.is_multiple_of(64)
+                    && i.is_multiple_of(64)
+                    && cc >= MMA_MIN_CC;
+                if split { GateUp::Split } else { GateUp::Decode }
             } else {
                 GateUp::Plain
             };

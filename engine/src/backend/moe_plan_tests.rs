@@ -391,17 +391,18 @@ fn gpt_oss_clamped_experts_by_step() {
         for t in [257, 2048] {
             assert_eq!(experts(t, e, ExpertType::Bf16), tiles, "bf16 T {t} E {e}");
         }
-        // MXFP4: the one-token `_dec` kernels, then (these experts are 2880 wide) the split
-        // small-step kernels up to SMALL_MMA_FP4_SPLIT_TOKENS, then the small-step `_any`
+        // MXFP4: at one token the split gate|up beside the `_dec` down + sum (`moe.fp4_gate_up`
+        // split, the default), then (these experts are 2880 wide) the split small-step kernels
+        // up to SMALL_MMA_FP4_SPLIT_TOKENS, then the small-step `_any`
         // kernels on the packed stacks while they average at most 16 pairs an expert (4e tokens
         // at top-4) and up to 256 tokens, the tiles' mxfp4 build past that (20b's 256-token
         // step among them).
-        let dec = Experts::CudaCores {
+        let one = Experts::CudaCores {
             build: CoreBuild::Mxfp4,
-            gate_up: GateUp::Decode,
+            gate_up: GateUp::Split,
             down: Down::Combined { cols: 1 },
         };
-        assert_eq!(experts(1, e, ExpertType::Mxfp4), dec, "mxfp4 T 1 E {e}");
+        assert_eq!(experts(1, e, ExpertType::Mxfp4), one, "mxfp4 T 1 E {e}");
         let split = Experts::SmallMma {
             build: SmallBuild::Split,
         };
@@ -485,4 +486,73 @@ fn relu2_experts_stay_on_the_cuda_cores() {
             assert_eq!(fused, t <= FUSED_DOWN_TOKENS, "t {t} {w:?}");
         }
     }
+}
+
+#[test]
+fn fp4_one_token_gate_up_splits_on_wide_experts() {
+    let s = |t, h, i, top_k| MoeShape {
+        t,
+        h,
+        e: 32,
+        i,
+        top_k,
+        logits_bf16: false,
+        router: true,
+    };
+    let mut split = Tuning::default().moe;
+    assert!(split.fp4_gate_up_split, "split is the default");
+    let experts = |shape, w, cc, tu: &MoeTuning| MoePlan::choose(shape, w, cc, tu).experts;
+    let gpt_oss = s(1, 2880, 2880, 4);
+    // gpt-oss's 2880-wide MXFP4 experts: the split gate|up beside the `_dec` down + sum.
+    let want = cores(CoreBuild::Mxfp4, GateUp::Split, Down::Combined { cols: 1 });
+    assert_eq!(experts(gpt_oss, ExpertType::Mxfp4, H200, &split), want);
+    let nv = experts(gpt_oss, ExpertType::Nvfp4, H200, &split);
+    assert_eq!(
+        nv,
+        cores(CoreBuild::Nvfp4, GateUp::Split, Down::Combined { cols: 1 })
+    );
+    // With `moe.fp4_gate_up = dec`, on narrow experts (Qwen3.6-35B-A3B's 512), FP8 ones and
+    // below sm_80: `_dec`.
+    let dec = cores(CoreBuild::Mxfp4, GateUp::Decode, Down::Combined { cols: 1 });
+    let mut d = Tuning::default().moe;
+    d.fp4_gate_up_split = false;
+    assert_eq!(experts(gpt_oss, ExpertType::Mxfp4, H200, &d), dec);
+    let narrow = experts(s(1, 2048, 512, 8), ExpertType::Nvfp4, H200, &split);
+    assert_eq!(
+        narrow,
+        cores(CoreBuild::Nvfp4, GateUp::Decode, Down::Combined { cols: 1 })
+    );
+    let fp8 = experts(gpt_oss, ExpertType::Fp8, H200, &split);
+    assert_eq!(
+        fp8,
+        cores(
+            CoreBuild::Fp8Vec,
+            GateUp::Decode,
+            Down::Combined { cols: 1 }
+        )
+    );
+    let old = experts(gpt_oss, ExpertType::Mxfp4, (7, 5), &split);
+    assert!(
+        matches!(
+            old,
+            Experts::CudaCores {
+                gate_up: GateUp::Decode,
+                ..
+            }
+        ),
+        "{old:?}"
+    );
+    // With `moe.decode_tokens` 8, every step up to 8 tokens.
+    split.decode_tokens = Some(8);
+    let eight = experts(s(8, 2880, 2880, 4), ExpertType::Mxfp4, H200, &split);
+    assert!(
+        matches!(
+            eight,
+            Experts::CudaCores {
+                gate_up: GateUp::Split,
+                ..
+            }
+        ),
+        "{eight:?}"
+    );
 }

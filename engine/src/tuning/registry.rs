@@ -181,6 +181,24 @@ pub const SETTINGS: &[Setting] = &[
         get: |t| show_flag(t.gemm.fp8_matmul_mma),
     },
     Setting {
+        name: "gemm.fp8_tile_rows_min",
+        var: "METRALE_FP8_TILE_ROWS_MIN",
+        accepts: "off | an integer >= 1",
+        default: "97",
+        doc: "`matmul` with an FP8 weight (k % 64 == 0, tensor cores) and from this many rows up to 128 runs the tile GEMM (`fp8_gemm_rows_m*`: a block owns 128 weight rows and every x row, x and the weight staged in shared memory by cp.async, k split over blocks where the column tiles are fewer than the multiprocessors, at most `gemm.fp8_tile_max_splits` ways) instead of `gemv_fp8_mma_many`; off: never. 97 (the 128-row build): on an H100 it was faster at 128 rows for every shape of up to 3 splits (1.2-1.8x) and slower at 16 and 32 rows (performance log part 23).",
+        set: |t, v| number_or(v, "off", &mut t.gemm.fp8_tile_rows_min, |n| n >= 1),
+        get: |t| show_or(t.gemm.fp8_tile_rows_min, "off"),
+    },
+    Setting {
+        name: "gemm.fp8_tile_max_splits",
+        var: "METRALE_FP8_TILE_MAX_SPLITS",
+        accepts: "1 .. 8",
+        default: "4",
+        doc: "Most splits of k the FP8 tile GEMM is taken with; a product whose column tiles would need more (few output columns) takes `gemv_fp8_mma_many`. 4: Qwen3-30B-A3B's o projection ([2048, 4096], 8 splits) was slower on the tiles at every row count on an H100 (performance log part 23).",
+        set: |t, v| number(v, &mut t.gemm.fp8_tile_max_splits, |n| (1..=8).contains(n)),
+        get: |t| t.gemm.fp8_tile_max_splits.to_string(),
+    },
+    Setting {
         name: "gemm.nvfp4_mma_rows",
         var: "METRALE_NVFP4_MMA_ROWS",
         accepts: "an integer >= 0",
@@ -215,6 +233,30 @@ pub const SETTINGS: &[Setting] = &[
         doc: "One-token MoE steps take `moe_gate_up_dec_*` (weight loads in flight at once).",
         set: |t, v| flag(v, &mut t.moe.decode_gate_up),
         get: |t| show_flag(t.moe.decode_gate_up),
+    },
+    Setting {
+        name: "moe.fp4_gate_up",
+        var: "METRALE_MOE_FP4_GATE_UP",
+        accepts: "dec | split",
+        default: "split",
+        doc: "FP4 experts at least 1024 wide at one-token steps: gate|up on the CUDA cores (`moe_gate_up[_clamped]_dec_*`) or on tensor cores with k split over a block's warps (`moe_gate_up[_clamped]_{nvfp4,mxfp4}_small`); the `_dec` down + sum either way. split: on an H100 a gpt-oss-20b layer 0.041 against 0.042 ms, its gate|up 33.3 against 34.3 µs (ncu), C=1 411.9 against 408.6 tok/s (performance log part 23).",
+        set: |t, v| {
+            match v.trim() {
+                "" => {}
+                "dec" => t.moe.fp4_gate_up_split = false,
+                "split" => t.moe.fp4_gate_up_split = true,
+                _ => return Err(()),
+            }
+            Ok(())
+        },
+        get: |t| {
+            (if t.moe.fp4_gate_up_split {
+                "split"
+            } else {
+                "dec"
+            })
+            .to_string()
+        },
     },
     Setting {
         name: "moe.down_cols",

@@ -26,6 +26,8 @@ fn defaults_are_todays() {
     assert!(!t.gemm.gemv_full && t.gemm.gemm_tune && t.gemm.fp8_gemv_mma);
     assert!(!t.gemm.fp8_matmul_mma);
     assert_eq!(t.gemm.nvfp4_tile_rows_min, Some(128));
+    assert_eq!(t.gemm.fp8_tile_rows_min, Some(97));
+    assert_eq!(t.gemm.fp8_tile_max_splits, 4);
     assert!(t.moe.small_paths && t.moe.decode_gate_up && t.moe.small_mma);
     assert_eq!((t.moe.down_cols, t.moe.gemm), (None, MoeGemm::Auto));
     assert!(!t.moe.fp8_activations);
@@ -62,6 +64,7 @@ fn variables_set_their_fields() {
         ("METRALE_MOE_DOWN_COLS", "4"),
         ("METRALE_MOE_GEMM", "cuda-cores"),
         ("METRALE_NVFP4_TILE_ROWS_MIN", "off"),
+        ("METRALE_FP8_TILE_ROWS_MIN", "33"),
         ("METRALE_ATTN_KERNEL", "simt"),
         ("METRALE_GDN_CHUNK_MIN", "off"),
         ("METRALE_MAMBA2_CHUNK_MIN", "128"),
@@ -77,6 +80,7 @@ fn variables_set_their_fields() {
     assert_eq!(t.moe.down_cols, Some(4));
     assert_eq!(t.moe.gemm, MoeGemm::CudaCores);
     assert_eq!(t.gemm.nvfp4_tile_rows_min, None);
+    assert_eq!(t.gemm.fp8_tile_rows_min, Some(33));
     assert_eq!(t.attention.kernel, AttnKernelChoice::Simt);
     assert_eq!(t.gdn.chunk_min, None);
     assert_eq!(t.mamba2.chunk_min, Some(128));
@@ -99,6 +103,7 @@ fn a_bad_value_is_an_error_naming_variable_value_and_accepted() {
         ("METRALE_ATTN_BLOCKS_PER_SM", "0"),
         ("METRALE_ATTN_KERNEL", "mma"),
         ("METRALE_SPEC_FORCE_ACCEPT", "1.5"),
+        ("METRALE_FP8_TILE_ROWS_MIN", "0"),
     ] {
         let e = Tuning::from_vars(vars(&[(var, value)])).expect_err("a bad value");
         let accepts = SETTINGS

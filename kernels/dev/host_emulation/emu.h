@@ -318,25 +318,27 @@ inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f;
 inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 
-// Blocks one after another, each with `smem_bytes` of dynamic shared memory (emu_dyn_smem).
-template <class F> void launch_smem(dim3 grid, dim3 block, size_t smem_bytes, F f) {
+// Blocks one after another, each with `smem_bytes` of dynamic shared memory (emu_dyn_smem);
+// `reversed`: the last block first (for kernels whose blocks meet through counters, whose result
+// must not depend on the order blocks finish in).
+template <class F> void launch_smem(dim3 grid, dim3 block, size_t smem_bytes, F f, bool reversed = false) {
     gridDim = grid;
     blockDim = block;
-    unsigned n = block.x;
-    for (unsigned bz = 0; bz < grid.z; ++bz)
-        for (unsigned by = 0; by < grid.y; ++by)
-            for (unsigned bx = 0; bx < grid.x; ++bx) {
-                Block blk(n, smem_bytes);
-                std::vector<std::thread> ts;
-                for (unsigned t = 0; t < n; ++t)
-                    ts.emplace_back([=, &blk] {
-                        threadIdx = dim3{t, 0, 0};
-                        blockIdx = dim3{bx, by, bz};
-                        t_block = &blk;
-                        f();
-                    });
-                for (auto& t : ts) t.join();
-            }
+    unsigned n = block.x, blocks = grid.x * grid.y * grid.z;
+    for (unsigned i = 0; i < blocks; ++i) {
+        const unsigned b = reversed ? blocks - 1 - i : i;
+        const unsigned bx = b % grid.x, by = b / grid.x % grid.y, bz = b / grid.x / grid.y;
+        Block blk(n, smem_bytes);
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < n; ++t)
+            ts.emplace_back([=, &blk] {
+                threadIdx = dim3{t, 0, 0};
+                blockIdx = dim3{bx, by, bz};
+                t_block = &blk;
+                f();
+            });
+        for (auto& t : ts) t.join();
+    }
 }
 template <class F> void launch(dim3 grid, dim3 block, F f) { launch_smem(grid, block, 0, f); }
 

@@ -142,20 +142,35 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     }
 }
 
+// A random FP8 weight [N, K]: bytes other than the NaNs, one scale in [1e-3, 1e-3 + s) per
+// row and 128 columns, and the values e4m3 · scale the references multiply.
+struct Fp8Weight {
+    std::vector<unsigned char> w;
+    std::vector<float> sc, wf;
+};
+static Fp8Weight make_fp8_weight(int N, int K, float s) {
+    const int per_row = (K + 127) / 128;
+    Fp8Weight t{std::vector<unsigned char>(N * K), std::vector<float>(N * per_row), std::vector<float>(N * K)};
+    for (auto& v : t.sc) v = std::fabs(U(s)) + 1e-3f;
+    for (int i = 0; i < N * K; ++i) {
+        unsigned b;
+        do b = rng() & 0xff; while ((b & 0x7f) == 0x7f);
+        t.w[i] = (unsigned char)b;
+        t.wf[i] = host_e4m3(b) * t.sc[(i / K) * per_row + (i % K) / 128];
+    }
+    return t;
+}
+
 // The dense use of moe_down_mma (no tiles, no permutation): out[m] = a[m] · w, FP8 weights.
 void t_dense_mma(int M, int N, int Kd, int mode) {
     const int gc = (Kd + 127) / 128;
     std::vector<bf16> a(M * Kd);
     for (auto& v : a) v = B(U(1));
-    std::vector<unsigned char> wq(N * Kd);
-    std::vector<float> sc(N * gc), wf(N * Kd), out(M * N, NAN);
-    for (auto& s : sc) s = std::fabs(U(0.01f)) + 1e-3f;
-    for (int i = 0; i < N * Kd; ++i) {
-        unsigned b;
-        do b = rng() & 0xff; while ((b & 0x7f) == 0x7f);
-        wq[i] = (unsigned char)b;
-        wf[i] = host_e4m3(b) * sc[(i / Kd) * gc + (i % Kd) / 128];
-    }
+    const Fp8Weight fw = make_fp8_weight(N, Kd, 0.01f);
+    const std::vector<unsigned char>& wq = fw.w;
+    const std::vector<float>& sc = fw.sc;
+    const std::vector<float>& wf = fw.wf;
+    std::vector<float> out(M * N, NAN);
     std::vector<unsigned char> aq(M * Kd);
     std::vector<float> as(M * gc), af(M * Kd);
     for (int i = 0; i < M * Kd; ++i) af[i] = F(a[i]);
@@ -211,18 +226,13 @@ void t_gemv_bf16_mma(int M, int N, int K) {
 }
 
 void t_gemv_fp8(int M, int N, int K) {
-    const int per_row = (K + 127) / 128;
     std::vector<bf16> x(M * K);
     for (auto& v : x) v = B(U(1));
-    std::vector<unsigned char> w(N * K);
-    std::vector<float> sc(N * per_row), out(M * N, NAN), wf(N * K);
-    for (auto& v : sc) v = std::fabs(U(0.02f)) + 1e-3f;
-    for (int i = 0; i < N * K; ++i) {
-        unsigned b;
-        do b = rng() & 0xff; while ((b & 0x7f) == 0x7f);
-        w[i] = (unsigned char)b;
-        wf[i] = host_e4m3(b) * sc[(i / K) * per_row + (i % K) / 128];
-    }
+    const Fp8Weight fw = make_fp8_weight(N, K, 0.02f);
+    const std::vector<unsigned char>& w = fw.w;
+    const std::vector<float>& sc = fw.sc;
+    const std::vector<float>& wf = fw.wf;
+    std::vector<float> out(M * N, NAN);
     const bool vec = K % 16 == 0 && M <= 8;  // (the launcher's passes of 8 rows at most)
     launch({(unsigned)((N + 7) / 8)}, {256}, [&] {
         if (!vec) gemv_fp8_rows(out.data(), x.data(), w.data(), sc.data(), M, N, K);

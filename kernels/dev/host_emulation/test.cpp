@@ -25,6 +25,7 @@ static u64 sm(u64 z) { z += 0x9e3779b97f4a7c15ull; z = (z ^ (z >> 30)) * 0xbf584
 #include "moe_test.h"
 #include "moe_pipe_test.h"
 #include "moe_mma_test.h"
+#include "fp8_rows_test.h"
 #include "gpt_oss_test.h"
 #include "minimax_test.h"
 #include "mla_test.h"
@@ -111,6 +112,7 @@ int main() {
         {"gemv", [] { t_gemv(1, 40, 64); t_gemv(1, 37, 2048); t_gemv(1, 21, 4096); t_gemv(1, 9, 2056); }},
         {"gemv_bf16_mma", [] { t_gemv_bf16_mma(4, 40, 256); t_gemv_bf16_mma(2, 1, 64); t_gemv_bf16_mma(8, 37, 1024); t_gemv_bf16_mma(3, 16, 2048); }},
         {"gemv_fp8", [] { t_gemv_fp8(1, 37, 2048); t_gemv_fp8(1, 40, 1024); t_gemv_fp8(8, 37, 2048); t_gemv_fp8(3, 20, 768); t_gemv_fp8(3, 13, 192); t_gemv_fp8(1, 16, 4096); t_gemv_fp8(9, 21, 128); t_gemv_fp8(45, 40, 256); t_gemv_fp8(64, 16, 192); }},
+        {"fp8_rows", [] { fp8_rows_tests(); }},
         {"moe", [] { moe_tests(); }},
         {"gpt_oss", [] { gpt_oss_tests(); }},
         {"minimax", [] { minimax_tests(); }},
@@ -171,6 +173,7 @@ int main() {
     t_gemv_fp8(3, 13, 192);
     t_gemv_fp8(9, 21, 128);
     t_gemv_fp8(45, 40, 256);
+    fp8_rows_tests();
     t_fill_random_fp8();
     t_write_kv();
     t_block_table_write();

@@ -74,3 +74,30 @@ __device__ __forceinline__ u32x4 load_cached(const u32x4* p) {
     return r;
 }
 #endif
+
+// 16 and 8 bytes of shared memory in one load (the types' alignment tells the compiler it may;
+// a plain u32x4 is 4-byte aligned and would load as four words).
+struct alignas(16) smem16 {
+    u32 x, y, z, w;
+};
+struct alignas(8) smem8 {
+    u32 x, y;
+};
+__device__ __forceinline__ u32x4 lds16(const unsigned char* p) {
+    const smem16 v = *(const smem16*)p;
+    return u32x4{v.x, v.y, v.z, v.w};
+}
+__device__ __forceinline__ u32x2 lds8(const unsigned char* p) {
+    const smem8 v = *(const smem8*)p;
+    return u32x2{v.x, v.y};
+}
+
+// The block's dynamic shared memory (the launch's shared_mem_bytes), 16-byte aligned.
+__device__ __forceinline__ unsigned char* dyn_smem() {
+#ifdef METRALE_HOST_EMULATION
+    return emu_dyn_smem();
+#else
+    extern __shared__ __attribute__((aligned(16))) unsigned char metrale_dyn_smem[];
+    return metrale_dyn_smem;
+#endif
+}

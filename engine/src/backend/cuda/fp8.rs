@@ -6,8 +6,11 @@
 //! `gemv_fp8_*`: on tensor cores (sm_80+, k % 64 == 0) `gemv_fp8_mma` up to 8 rows and
 //! `gemv_fp8_mma_many` up to [`FP8_MMA_MAX_ROWS`] (32 rows a chunk inside the kernel), else on
 //! the CUDA cores 8 rows a pass (up to 4 passes: 32 rows read the weight 4 times, a byte each,
-//! still less than the 5 bytes a weight of the other route); larger ones dequantize the weight to a bf16 scratch copy (1 byte read, 2 written) and run
-//! cuBLAS's bf16 GEMM on it (2 read) (cuBLASLt's block-scaled FP8 GEMM would
+//! still less than the 5 bytes a weight of the other route). On tensor cores, from the tuning's
+//! `gemm.fp8_tile_rows_min` rows (97) up to [`FP8_MMA_MAX_ROWS`], the tile GEMM takes them instead
+//! (`fp8_tiles.rs`: a block owns 128 output columns and every x row, so x is read n / 128 times,
+//! not n / 16). Larger GEMMs dequantize the weight to a bf16 scratch copy (1 byte read, 2
+//! written) and run cuBLAS's bf16 GEMM on it (2 read) (cuBLASLt's block-scaled FP8 GEMM would
 //! need the activations quantized too and is not wired here: prefill is compute-bound at bf16
 //! rates either way, and the copy costs one read of the weight).
 
@@ -121,7 +124,7 @@ impl CudaBackend {
     /// Whether a decode-sized FP8 GEMM over `k` columns takes `gemv_fp8_mma` (tensor cores)
     /// instead of the CUDA-core `gemv_fp8_m*`: the tuning's `gemm.fp8_gemv_mma` (on by
     /// default) where the GPU has them.
-    fn fp8_gemv_mma(&self, k: usize) -> bool {
+    pub(super) fn fp8_gemv_mma(&self, k: usize) -> bool {
         self.tuning().gemm.fp8_gemv_mma
             && k.is_multiple_of(64)
             && self.info.compute_capability >= (8, 0)
@@ -147,6 +150,7 @@ impl CudaBackend {
         )?;
         let mma = self.fp8_gemv_mma(k);
         let many = mma && m > FP8_GEMV_MAX_ROWS && m <= FP8_MMA_MAX_ROWS;
+        let tiles = self.fp8_tiles(m, n, k);
         if m > FP8_GEMV_MAX_PASSES * FP8_GEMV_MAX_ROWS && !many {
             // Prefill: the tensor-core kernel when asked (moe_mma.rs), else the weight as
             // bf16, then cuBLAS.
@@ -164,6 +168,9 @@ impl CudaBackend {
         }
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
+        if tiles {
+            return self.matmul_fp8_tiles((out, x, w), (m, n, k));
+        }
         let s = &self.stream;
         let (o, xp, wp, sp) = (out.ptr(s), x.ptr(s), w.ptr(s), w.scales_ptr(s));
         let (ni, ki) = (int(n, "matmul")?, int(k, "matmul")?);

@@ -4,24 +4,20 @@
 //! heads, instead of `gdn_conv`, `gdn_recurrent` and `gdn_norm`. It gives the same bits as those
 //! three; other steps, and head shapes it is not built for, take them.
 
-use std::sync::PoisonError;
-
 use super::elementwise::{dim, int};
 use super::gdn_chunk::Split;
 use super::gdn_kernels;
 use super::hybrid::HEAD_DIMS;
 use super::tensor::{CudaTensor, DType};
-use super::{CudaBackend, dev_err, shape_err};
+use super::{CudaBackend, TICKETS, shape_err};
 use crate::backend::{BatchInputs, DeltaHeads, GdnLayer, Result};
-use cudarc::driver::{DevicePtr, LaunchConfig};
+use cudarc::driver::LaunchConfig;
 
 /// Threads a block may have (4 a state column of each value head of its key head).
 const MAX_THREADS: usize = 1024;
 /// Floats between two rows of a state in the kernel's shared memory past its columns
 /// (`GDN_DECODE_PAD`).
 const PAD: usize = 8;
-/// Arrival counters: one a (sequence, key head) of a step; steps with more take 3 launches.
-pub(super) const TICKETS: usize = 1 << 16;
 
 /// What the fused kernel reads besides the layer: `mixed`, the states and the batch's state
 /// arrays (seq_starts, slots, save_starts, saves).
@@ -89,26 +85,6 @@ impl CudaBackend {
             .then_some(DecodePlan { splits, smem })
     }
 
-    /// The arrival counters, allocated (zeroed) on first use and kept.
-    pub(super) fn gdn_tickets(&self) -> Result<u64> {
-        let mut t = self
-            .gdn_tickets
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if t.is_none() {
-            let buf = self
-                .stream
-                .alloc_zeros::<u32>(TICKETS)
-                .map_err(dev_err("gated_delta_net: decode counters"))?;
-            *t = Some(buf);
-        }
-        let buf = t
-            .as_ref()
-            .ok_or_else(|| shape_err("gated_delta_net", "no counters".into()))?;
-        let (p, _guard) = buf.device_ptr(&self.stream);
-        Ok(p)
-    }
-
     /// The whole decode step of `layer` into `out` (`[S, nv·dv]`, its dtype set): grid
     /// (splits, nk, S), nv / nk · 4 · dv / splits threads rounded to warps.
     pub(super) fn gdn_decode(
@@ -133,7 +109,7 @@ impl CudaBackend {
             None
         };
         let cp = core.as_ref().map_or(0, |c| c.ptr(st));
-        let tickets = self.gdn_tickets()?;
+        let tickets = self.tickets()?;
         let [_, slots, save_starts, saves] = a.plans;
         let (o, mx) = (out.ptr(st), a.mixed.ptr(st));
         let (taps, na, db, w) = (

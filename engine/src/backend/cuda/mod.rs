@@ -27,6 +27,7 @@ mod block_tables;
 mod elementwise;
 mod families;
 mod fp8;
+mod fp8_tiles;
 mod gdn_chunk;
 mod gdn_decode;
 mod gdn_kernels;
@@ -139,9 +140,9 @@ pub struct CudaBackend {
     launch_bits: AtomicU8,
     /// Per-launch syncs held off (while a graph is captured).
     sync_paused: AtomicBool,
-    /// The fused decode kernel's per-(sequence, key head) arrival counters (`gdn_decode.rs`):
-    /// zeroed once, reset by the kernel, at a fixed address (CUDA graphs keep it).
-    gdn_tickets: Mutex<Option<CudaSlice<u32>>>,
+    /// Arrival counters ([`CudaBackend::tickets`]): the fused Gated DeltaNet decode kernel's
+    /// (`gdn_decode.rs`) and the FP8 tile GEMM's split-k tiles (`fp8_tiles.rs`).
+    tickets: Mutex<Option<CudaSlice<u32>>>,
     /// The type of weights, GEMM operands and the KV cache: bf16, or f32 (the float32 path).
     compute: DType,
     /// `--kv-cache-dtype fp8`: KV-cache layers are [`DType::F8`] tensors (see
@@ -156,6 +157,10 @@ pub struct CudaBackend {
     /// set a KV group (a model with sliding-window layers has several).
     tables: Mutex<Vec<block_tables::DeviceTables>>,
 }
+
+/// Arrival counters ([`CudaBackend::tickets`]): one a (sequence, key head) of a fused GDN decode
+/// step (steps with more take 3 launches), one a column tile of a split FP8 tile GEMM.
+const TICKETS: usize = 1 << 16;
 
 /// [`CudaBackend`]'s `launch_bits`: programmatic dependent launch, a sync after every launch.
 const PDL: u8 = 1;
@@ -315,7 +320,7 @@ impl CudaBackend {
             launch_bits: AtomicU8::new(launch_bits(&tuning)),
             tuning: Mutex::new(tuning),
             sync_paused: AtomicBool::new(false),
-            gdn_tickets: Mutex::new(None),
+            tickets: Mutex::new(None),
             compute,
             kv_fp8: false,
             router_ticket,
@@ -446,6 +451,26 @@ impl CudaBackend {
             *t = self.alloc(&t.shape, dtype)?;
         }
         Ok(())
+    }
+
+    /// [`TICKETS`] arrival counters, allocated (zeroed) on first use and kept at a fixed address
+    /// (CUDA graphs keep it). A kernel that counts its blocks' arrivals on them leaves every
+    /// counter it used at zero when it ends, and touches them only after its `pdl_wait`, so
+    /// kernels of the one stream share them, one after another.
+    fn tickets(&self) -> Result<u64> {
+        let mut t = self.tickets.lock().unwrap_or_else(PoisonError::into_inner);
+        if t.is_none() {
+            let buf = self
+                .stream
+                .alloc_zeros::<u32>(TICKETS)
+                .map_err(dev_err("arrival counters"))?;
+            *t = Some(buf);
+        }
+        let buf = t
+            .as_ref()
+            .ok_or_else(|| shape_err("tickets", "no counters".into()))?;
+        let (p, _guard) = cudarc::driver::DevicePtr::device_ptr(buf, &self.stream);
+        Ok(p)
     }
 
     fn func(&self, module: Module, name: &str) -> Result<CudaFunction> {

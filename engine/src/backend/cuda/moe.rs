@@ -646,10 +646,10 @@ fn gate_up_kernel_of(kind: GateUp, build: CoreBuild) -> Result<Kernel<GateUpArgs
         }
         (GateUp::Decode, CoreBuild::Bf16Vec) => kernels::moe_gate_up_dec_bf16_vec,
         (GateUp::Decode, CoreBuild::Fp8Vec) => kernels::moe_gate_up_dec_fp8_vec,
-        (GateUp::Decode, _) => {
+        (GateUp::Decode | GateUp::Split, _) => {
             return Err(super::shape_err(
                 "fused_moe",
-                format!("no one-token gate_up kernel for {build:?} experts"),
+                format!("no {kind:?} gate_up kernel for {build:?} experts"),
             ));
         }
     })

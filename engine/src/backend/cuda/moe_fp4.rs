@@ -74,6 +74,9 @@ pub(super) struct Fp4Kernels {
     pub gate_up_dec: Kernel<GateUpArgs>,
     pub clamped_dec: Kernel<ClampedArgs>,
     pub down_combine_dec: [Kernel<DownCombineDecArgs>; 3],
+    /// The split tensor-core gate|up (`moe_fp4_small.cu`), plain and gpt-oss's.
+    pub gate_up_split: Kernel<GateUpArgs>,
+    pub clamped_split: Kernel<ClampedArgs>,
 }
 
 impl Fp4Kernels {
@@ -82,6 +85,7 @@ impl Fp4Kernels {
         match kind {
             GateUp::Decode => &self.gate_up_dec,
             GateUp::Plain => &self.gate_up,
+            GateUp::Split => &self.gate_up_split,
         }
     }
 
@@ -90,6 +94,7 @@ impl Fp4Kernels {
         match kind {
             GateUp::Decode => &self.clamped_dec,
             GateUp::Plain => &self.clamped,
+            GateUp::Split => &self.clamped_split,
         }
     }
 
@@ -120,6 +125,8 @@ pub(super) fn fp4_kernels(build: CoreBuild) -> Option<Fp4Kernels> {
                 kernels::moe_down_combine_dec2_nvfp4,
                 kernels::moe_down_combine_dec4_nvfp4,
             ],
+            gate_up_split: kernels::moe_gate_up_nvfp4_small,
+            clamped_split: kernels::moe_gate_up_clamped_nvfp4_small,
         }),
         CoreBuild::Mxfp4 => Some(Fp4Kernels {
             gate_up: kernels::moe_gate_up_mxfp4,
@@ -134,9 +141,40 @@ pub(super) fn fp4_kernels(build: CoreBuild) -> Option<Fp4Kernels> {
                 kernels::moe_down_combine_dec2_mxfp4,
                 kernels::moe_down_combine_dec4_mxfp4,
             ],
+            gate_up_split: kernels::moe_gate_up_mxfp4_small,
+            clamped_split: kernels::moe_gate_up_clamped_mxfp4_small,
         }),
         _ => None,
     }
+}
+
+/// The grid of an FP4 gate|up the plan names: the split kernels' 16 rows of I a block, k over
+/// its [`SMALL_MMA_WARPS`] warps (a row's first scale byte a 32-bit offset: the stack's scale
+/// bytes below 2^32), else a warp a row ([`expert_rows_cfg`]).
+fn gate_up_cfg(
+    kind: GateUp,
+    (t, e, h, i): (usize, usize, usize, usize),
+    experts: u32,
+    op: &'static str,
+) -> Result<cudarc::driver::LaunchConfig> {
+    if kind != GateUp::Split {
+        return expert_rows_cfg(i, experts, op);
+    }
+    // One B tile: at most 8 pairs an expert, which at most 8 tokens give. MXFP4's 32 values a
+    // scale byte at most halve NVFP4's count: the larger bounds both.
+    if t > 8 || e * 2 * i * h / 16 > u32::MAX as usize {
+        return Err(super::shape_err(
+            op,
+            format!(
+                "the split FP4 gate|up takes at most 8 tokens and stacks of fewer than 2^32 \
+                 scale bytes (got {t} tokens, {e} experts of {i} x {h})"
+            ),
+        ));
+    }
+    Ok(cfg(
+        (dim(i.div_ceil(16), op)?, experts),
+        (32 * SMALL_MMA_WARPS) as u32,
+    ))
 }
 
 /// An FP4 stack's device addresses: packed pairs, scale bytes, per-row multipliers.
@@ -512,9 +550,12 @@ impl CudaBackend {
         let args = (
             actp, xp, g.w, g.scales, g.globals, ofp, acp, pmp, ei, ki, ii, hi,
         );
-        let gate_up_kernel = match act_kind {
-            ExpertAct::Silu => k.gate_up_of(gate_up_kind),
-            ExpertAct::Relu2 => &k.relu2,
+        let (gate_up_kernel, gu_cfg) = match act_kind {
+            ExpertAct::Silu => (
+                k.gate_up_of(gate_up_kind),
+                gate_up_cfg(gate_up_kind, (t, e, h, i), experts, "fused_moe")?,
+            ),
+            ExpertAct::Relu2 => (&k.relu2, expert_rows_cfg(i, experts, "fused_moe")?),
         };
         // SAFETY: x is [t, h] bf16 and act [t·k, i] bf16; gate_up [e, fan·i, h] F4 (fan 2, or
         // 1 for the relu² kernel; packed [e·fan·i, h/2], scale bytes [e·fan·i, h/16],
@@ -523,9 +564,10 @@ impl CudaBackend {
         // loads too: a row's h/16 bytes is even); offsets/perm/active were written by the
         // routing (ranges inside 0..t·k, perm entries below t·k, so token = perm / k < t;
         // active names at most min(e, t·k) experts); block rows past the active count and rows
-        // past i return.
+        // past i return (the split kernel: at most 8 tokens and a row's scale offset below
+        // 2^32, both checked by gate_up_cfg).
         unsafe {
-            gate_up_kernel.launch(self, expert_rows_cfg(i, experts, "fused_moe")?, args)?;
+            gate_up_kernel.launch(self, gu_cfg, args)?;
         }
         if let Down::Combined { cols } = down_kind {
             return self.down_combine_fp4(&k, op, actp, d, (idp, wtp), (t, h, i, top_k), cols, 0);
@@ -625,10 +667,11 @@ impl CudaBackend {
             actp, xp, g.w, g.scales, g.globals, ofp, acp, pmp, ei, ki, ii, hi, b13p, alpha, limit,
         );
         let clamped = k.clamped_of(gate_up_kind);
+        let c = gate_up_cfg(gate_up_kind, (pairs / top_k, e, h, i), experts, op)?;
         // SAFETY: as moe_experts_fp4's gate|up, and the bias [e, 2i] bf16 (checked by the
         // caller).
         unsafe {
-            clamped.launch(self, expert_rows_cfg(i, experts, op)?, args)?;
+            clamped.launch(self, c, args)?;
         }
         if let Some((cols, out, bias)) = one_token {
             let t = pairs / top_k;

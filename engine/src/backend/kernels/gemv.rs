@@ -7,6 +7,7 @@ use std::marker::PhantomData;
 kernels! {
     Fp8 [gemv_fp8_m1, gemv_fp8_m2, gemv_fp8_m3, gemv_fp8_m4, gemv_fp8_m5, gemv_fp8_m6, gemv_fp8_m7, gemv_fp8_m8, gemv_fp8_full_r2g4, gemv_fp8_full_r1g8] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const f32, n: i32, k: i32);
     Fp8 [gemv_fp8_mma, gemv_fp8_mma_many, gemv_fp8_rows] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const f32, m_total: i32, n_total: i32, k: i32);
+    Fp8 [fp8_gemm_rows_m16, fp8_gemm_rows_m32, fp8_gemm_rows_m64, fp8_gemm_rows_m128] (out: *mut f32, part: *mut f32, tickets: *mut u32, x: *const bf16, w: *const u8, scales: *const f32, m_total: i32, n_total: i32, k: i32);
     Fp8 [gemv_bf16_mma] (out: *mut f32, x: *const bf16, w: *const bf16, m_total: i32, n_total: i32, k: i32);
     Fp8 [dequant_fp8_bf16, dequant_fp8_bf16_vec] (out: *mut bf16, w: *const u8, scales: *const f32, rows: u64, k: i32);
     Fp8 [dequant_fp8_fp32] (out: *mut f32, w: *const u8, scales: *const f32, rows: u64, k: i32);
