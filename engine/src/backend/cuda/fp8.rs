@@ -168,8 +168,8 @@ impl CudaBackend {
         }
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
-        if tiles {
-            return self.matmul_fp8_tiles((out, x, w), (m, n, k));
+        if let Some(plan) = tiles {
+            return self.matmul_fp8_tiles((out, x, w), (m, n, k), plan);
         }
         let s = &self.stream;
         let (o, xp, wp, sp) = (out.ptr(s), x.ptr(s), w.ptr(s), w.scales_ptr(s));

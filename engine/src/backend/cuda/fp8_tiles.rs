@@ -62,63 +62,79 @@ fn splits(tiles: usize, slices: usize, multiprocessors: usize) -> usize {
         .clamp(1, most)
 }
 
+/// A product the tile GEMM takes: the x rows of its build (`rows_kernel`), the column tiles
+/// and the splits of k.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TilePlan {
+    rows: usize,
+    tiles: usize,
+    splits: usize,
+}
+
 impl CudaBackend {
-    /// Whether `matmul_fp8` takes the tile GEMM for `m` rows, `n` output columns over `k`
-    /// columns: on tensor cores (`fp8_gemv_mma`: sm_80+, k % 64 == 0), from the tuning's
-    /// `gemm.fp8_tile_rows_min` rows up to 128, with at most `gemm.fp8_tile_max_splits` splits of k
-    /// (on an H100, performance log part 23: Qwen3-30B-A3B's o projection, [2048, 4096] in 16
-    /// column tiles of 8 splits, was slower than `gemv_fp8_mma_many` at every row count; every
-    /// shape of 1 to 3 splits faster at 128 rows, 1.2-1.8x),
-    /// where the build's shared memory fits the GPU (the 128-row build's 106 KB does not fit
-    /// Ada's 99 KB: `gemv_fp8_mma_many` there).
-    pub(super) fn fp8_tiles(&self, m: usize, n: usize, k: usize) -> bool {
-        self.fp8_gemv_mma(k)
-            && (1..=MAX_ROWS).contains(&m)
-            && self
-                .tuning()
-                .gemm
-                .fp8_tile_rows_min
-                .is_some_and(|min| m >= min)
-            && splits(n.div_ceil(TILE_ROWS), k / SLICE, self.info.multiprocessors)
-                <= self.tuning().gemm.fp8_tile_max_splits
-            && rows_smem(rows_kernel(m).1) <= self.info.smem_optin
+    /// The tile GEMM's plan where `matmul_fp8` takes it for `m` rows, `n` output columns over
+    /// `k` columns: on tensor cores (`fp8_gemv_mma`: sm_80+, k % 64 == 0), from the tuning's
+    /// `gemm.fp8_tile_rows_min` rows up to 128, with at most `gemm.fp8_tile_max_splits` splits
+    /// of k (on an H100, performance log part 23: Qwen3-30B-A3B's o projection, [2048, 4096] in
+    /// 16 column tiles of 8 splits, was slower than `gemv_fp8_mma_many` at every row count;
+    /// every shape of 1 to 3 splits faster at 128 rows, 1.2-1.8x), where the build's shared
+    /// memory fits the GPU (the 128-row build's 106 KB does not fit Ada's 99 KB:
+    /// `gemv_fp8_mma_many` there).
+    pub(super) fn fp8_tiles(&self, m: usize, n: usize, k: usize) -> Option<TilePlan> {
+        let gemm = self.tuning().gemm;
+        if !self.fp8_gemv_mma(k)
+            || !(1..=MAX_ROWS).contains(&m)
+            || gemm.fp8_tile_rows_min.is_none_or(|min| m < min)
+        {
+            return None;
+        }
+        let rows = rows_kernel(m).1;
+        let tiles = n.div_ceil(TILE_ROWS);
+        let splits = splits(tiles, k / SLICE, self.info.multiprocessors);
+        (splits <= gemm.fp8_tile_max_splits && rows_smem(rows) <= self.info.smem_optin).then_some(
+            TilePlan {
+                rows,
+                tiles,
+                splits,
+            },
+        )
     }
 
     /// The tile GEMM `matmul` runs for an FP8 product of `m` rows, `n` output columns and `k`
     /// inner columns under the current tuning: its kernel and splits of k, or `None` where
     /// another kernel takes it.
     pub fn fp8_tile_plan(&self, m: usize, n: usize, k: usize) -> Option<(&'static str, usize)> {
-        self.fp8_tiles(m, n, k).then(|| {
-            let tiles = n.div_ceil(TILE_ROWS);
-            (
-                rows_kernel(m).0.name(),
-                splits(tiles, k / SLICE, self.info.multiprocessors),
-            )
-        })
+        self.fp8_tiles(m, n, k)
+            .map(|p| (rows_kernel(p.rows).0.name(), p.splits))
     }
 
     /// out [m, n] f32 = x [m, k] bf16 · wᵀ for an FP8 weight w [n, k] with [n, ceil(k / 128)]
-    /// scales on the tile GEMM, for a product `matmul_fp8` checked (the shapes, which `dims`
-    /// gives; `fp8_tiles`) and found non-empty.
+    /// scales on the tile GEMM `plan` (`fp8_tiles`), for a product `matmul_fp8` checked (the
+    /// shapes, which `dims` gives) and found non-empty.
     pub(super) fn matmul_fp8_tiles(
         &self,
         (out, x, w): (&mut CudaTensor, &CudaTensor, &CudaTensor),
         (m, n, k): (usize, usize, usize),
+        plan: TilePlan,
     ) -> Result<()> {
         check(
             "matmul",
             x.dtype == DType::BF16
                 && w.dtype == DType::F8
                 && out.dtype == DType::F32
-                && (1..=MAX_ROWS).contains(&m)
+                && (1..=plan.rows).contains(&m)
                 && n > 0
                 && k > 0
-                && k.is_multiple_of(SLICE),
+                && k.is_multiple_of(SLICE)
+                && plan.tiles == n.div_ceil(TILE_ROWS),
             || format!("FP8 tile GEMM of {m} rows, {n} columns over {k}"),
         )?;
-        let (kernel, rows) = rows_kernel(m);
-        let tiles = n.div_ceil(TILE_ROWS);
-        let splits = splits(tiles, k / SLICE, self.info.multiprocessors);
+        let TilePlan {
+            rows,
+            tiles,
+            splits,
+        } = plan;
+        let kernel = rows_kernel(rows).0;
         // The splits' sums: [splits, tiles, 8 warps, rows / 8, 32 lanes, 4] f32, the kernel's
         // registers' layout.
         let part = if splits > 1 {

@@ -160,21 +160,33 @@ fn gate_up_cfg(
     if kind != GateUp::Split {
         return expert_rows_cfg(i, experts, op);
     }
-    // One B tile: at most 8 pairs an expert, which at most 8 tokens give. MXFP4's 32 values a
-    // scale byte at most halve NVFP4's count: the larger bounds both.
-    if t > 8 || e * 2 * i * h / 16 > u32::MAX as usize {
-        return Err(super::shape_err(
-            op,
-            format!(
-                "the split FP4 gate|up takes at most 8 tokens and stacks of fewer than 2^32 \
-                 scale bytes (got {t} tokens, {e} experts of {i} x {h})"
-            ),
-        ));
-    }
+    // MXFP4's 32 values a scale byte at most halve NVFP4's count: NVFP4's bound covers both.
+    check_split((t, e, h, i), true, op)?;
     Ok(cfg(
         (dim(i.div_ceil(16), op)?, experts),
         (32 * SMALL_MMA_WARPS) as u32,
     ))
+}
+
+/// The split kernels' limits (`moe_fp4_small.cu`): one B tile (at most 8 pairs an expert,
+/// which at most 8 tokens give) and a row's first scale byte a 32-bit offset (both stacks'
+/// scale bytes below 2^32; `nv`: 16 values a byte, else MXFP4's 32).
+fn check_split(
+    (t, e, h, i): (usize, usize, usize, usize),
+    nv: bool,
+    op: &'static str,
+) -> Result<()> {
+    let block = if nv { 16 } else { 32 };
+    if t > 8 || (e * 2 * i).max(e * h) * h.max(i) / block > u32::MAX as usize {
+        return Err(super::shape_err(
+            op,
+            format!(
+                "the split FP4 kernels take at most 8 tokens and stacks of fewer than 2^32 \
+                 scale bytes (got {t} tokens, {e} experts of {i} x {h})"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// An FP4 stack's device addresses: packed pairs, scale bytes, per-row multipliers.
@@ -247,16 +259,8 @@ impl CudaBackend {
             int(i, "fused_moe")?,
             int(h, "fused_moe")?,
         );
-        // The split build: one B tile (at most 8 pairs an expert) and a row's first scale byte
-        // a 32-bit offset (moe_fp4_small.cu).
-        let block = if nv { 16 } else { 32 };
-        if split && (t > 8 || (e * 2 * i).max(e * h) * h.max(i) / block > u32::MAX as usize) {
-            return Err(super::shape_err(
-                "fused_moe",
-                format!(
-                    "the split FP4 kernels take at most 8 tokens and stacks of fewer than 2^32                      scale bytes (got {t} tokens, {e} experts of {i} x {h})"
-                ),
-            ));
+        if split {
+            check_split((t, e, h, i), nv, "fused_moe")?;
         }
         let experts = dim(e.min(pairs), "fused_moe")?;
         let threads = (32 * SMALL_MMA_WARPS) as u32;
