@@ -134,6 +134,9 @@ pub struct AttentionTuning {
     /// Sequences with at least this many rows in a step take the flash prefill kernel
     /// (`attention_flash.cu`); `None`: none do.
     pub flash_min_rows: Option<usize>,
+    /// The flash kernel on sm_90 issues its products as wgmma (`attention_flash_wg.cu`)
+    /// instead of mma.sync (`attention_flash.cu`).
+    pub flash_wgmma: bool,
 }
 
 /// Gated DeltaNet (hybrid models).

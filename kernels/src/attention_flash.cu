@@ -77,26 +77,29 @@ __device__ __forceinline__ u32x4 scale_bf16x8(u32x4 v, float s) {
 // group released (`kv_cache/grouped.rs`): their table entries are then the null block 0, whose
 // contents are finite (zeros, or a padding row's key and value), so they are read as they are
 // and, masked, meet a weight of exactly 0.
-template <typename TC, int D>
-__device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* vs,
-                                              const TC* k_cache, const TC* v_cache,
-                                              const float* k_scales, const float* v_scales,
-                                              const u32* table, int block_size, int num_kv_heads,
-                                              int kv_head, int kb, int len) {
-    using C = FlashCfg<D>;
+// BK keys a tile, THREADS threads a block, `at(r, c)` the byte offset of 16-byte chunk c of row
+// r (each kernel's swizzle: flash_at here, fwg_at in attention_flash_wg.cu).
+template <typename TC, int D, int BK, int THREADS, typename At>
+__device__ __forceinline__ void flash_load_tile(unsigned char* ks, unsigned char* vs,
+                                                const TC* k_cache, const TC* v_cache,
+                                                const float* k_scales, const float* v_scales,
+                                                const u32* table, int block_size,
+                                                int num_kv_heads, int kv_head, int kb, int len,
+                                                At at_of) {
+    constexpr int CH = D / 8;
     constexpr bool FP8 = sizeof(TC) == 1;
     constexpr int G = (D + 127) / 128; // FP8 scale groups of a head vector
     // A power-of-two block size (the usual 16) finds a key's block by a shift, not a division.
     const bool pow2 = (block_size & (block_size - 1)) == 0;
     const int shift = __ffs(block_size) - 1;
-    for (int i = threadIdx.x; i < C::BK * C::CH; i += C::THREADS) {
-        const int r = i / C::CH, c = i % C::CH, key = kb + r;
+    for (int i = threadIdx.x; i < BK * CH; i += THREADS) {
+        const int r = i / CH, c = i % CH, key = kb + r;
         const bool ok = key < len;
         const int blk = pow2 ? key >> shift : key / block_size;
         const int in = pow2 ? key & (block_size - 1) : key - blk * block_size;
         const u64 slot = ok ? (u64)table[blk] * block_size + in : 0;
         const u64 head = slot * num_kv_heads + kv_head;
-        const u32 at = flash_at<D>(r, c);
+        const u32 at = at_of(r, c);
         if constexpr (FP8) {
             u32x4 kv = u32x4{0u, 0u, 0u, 0u}, vv = kv;
             if (ok) {
@@ -115,6 +118,58 @@ __device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* 
     }
 }
 
+template <typename TC, int D>
+__device__ __forceinline__ void flash_load_kv(unsigned char* ks, unsigned char* vs,
+                                              const TC* k_cache, const TC* v_cache,
+                                              const float* k_scales, const float* v_scales,
+                                              const u32* table, int block_size, int num_kv_heads,
+                                              int kv_head, int kb, int len) {
+    using C = FlashCfg<D>;
+    flash_load_tile<TC, D, C::BK, C::THREADS>(ks, vs, k_cache, v_cache, k_scales, v_scales, table,
+                                              block_size, num_kv_heads, kv_head, kb, len,
+                                              [](int r, int c) { return flash_at<D>(r, c); });
+}
+
+// A tile's rows: each row's position into row_pos (-1 past the tile), and its q rows as bf16
+// (zeros past the tile) into qs at `at_of(r, c)`, BQ rows by THREADS threads.
+template <typename T, int D, int BQ, int THREADS, typename At>
+__device__ __forceinline__ void flash_tile_rows(int* row_pos, unsigned char* qs, const T* qkv,
+                                                const u32* positions, int row0, int row_end,
+                                                u64 width, int head, At at_of) {
+    constexpr int CH = D / 8;
+    for (int r = threadIdx.x; r < BQ; r += THREADS)
+        row_pos[r] = row0 + r < row_end ? (int)positions[row0 + r] : -1;
+    for (int i = threadIdx.x; i < BQ * CH; i += THREADS) {
+        const int r = i / CH, c = i % CH, row = row0 + r;
+        u32x4 v = u32x4{0u, 0u, 0u, 0u};
+        if (row < row_end) {
+            const T* q = qkv + (u64)row * width + (u64)head * D + 8 * c;
+            if constexpr (sizeof(T) == 2) {
+                v = *(const u32x4*)q;
+            } else {
+                const float4 a = *(const float4*)q, b = *(const float4*)(q + 4);
+                v = u32x4{pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y),
+                          pack_bf16(b.z, b.w)};
+            }
+        }
+        *(u32x4*)(qs + at_of(r, c)) = v;
+    }
+}
+
+// The keys a tile reads (thread 0, after the barrier that published row_pos): its largest
+// position + 1, and the first key any row sees (a window's start; 0 without WIN).
+template <int BQ, bool WIN>
+__device__ __forceinline__ void flash_tile_span(const int* row_pos, int win, int& tile_len,
+                                                int& tile_lo) {
+    int m = -1, key0 = 1 << 30;
+    for (int r = 0; r < BQ; ++r) {
+        m = max(m, row_pos[r]);
+        if (WIN && row_pos[r] >= 0) key0 = min(key0, row_pos[r] - win + 1);
+    }
+    tile_len = m + 1;
+    tile_lo = WIN ? max(0, min(key0, m)) : 0;
+}
+
 template <typename T, typename TC, int D, bool WIN>
 __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
                                      const TC* v_cache, const u32* positions, const u32* row_seq,
@@ -123,7 +178,7 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
                                      const float* k_scales, const float* v_scales, int window,
                                      const float* sinks) {
     using C = FlashCfg<D>;
-    constexpr int BQ = C::BQ, BK = C::BK, CH = C::CH, MW = C::MW;
+    constexpr int BQ = C::BQ, BK = C::BK, MW = C::MW;
     constexpr int NS = BK / 8; // S tiles (8 keys) of a 16-row tile
     constexpr int NO = D / 8;  // O tiles (8 dims) of a 16-row tile
 #ifdef METRALE_HOST_EMULATION
@@ -156,34 +211,11 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
     // parameters where it is used rather than kept in a register.
     const int win = WIN ? window : 1 << 30;
 
-    for (int r = threadIdx.x; r < BQ; r += C::THREADS)
-        row_pos[r] = row0 + r < row_end ? (int)positions[row0 + r] : -1;
     // Q rows as bf16, zeros past the tile.
-    for (int i = threadIdx.x; i < BQ * CH; i += C::THREADS) {
-        const int r = i / CH, c = i % CH, row = row0 + r;
-        u32x4 v = u32x4{0u, 0u, 0u, 0u};
-        if (row < row_end) {
-            const T* q = qkv + (u64)row * width + (u64)head * D + 8 * c;
-            if constexpr (sizeof(T) == 2) {
-                v = *(const u32x4*)q;
-            } else {
-                const float4 a = *(const float4*)q, b = *(const float4*)(q + 4);
-                v = u32x4{pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y),
-                          pack_bf16(b.z, b.w)};
-            }
-        }
-        *(u32x4*)(qs + flash_at<D>(r, c)) = v;
-    }
+    flash_tile_rows<T, D, BQ, C::THREADS>(row_pos, qs, qkv, positions, row0, row_end, width, head,
+                                          [](int r, int c) { return flash_at<D>(r, c); });
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int m = -1, key0 = 1 << 30;
-        for (int r = 0; r < BQ; ++r) {
-            m = max(m, row_pos[r]);
-            if (WIN && row_pos[r] >= 0) key0 = min(key0, row_pos[r] - win + 1);
-        }
-        tile_len = m + 1;
-        tile_lo = WIN ? max(0, min(key0, m)) : 0;
-    }
+    if (threadIdx.x == 0) flash_tile_span<BQ, WIN>(row_pos, win, tile_len, tile_lo);
     // The warp's rows: 16 · MW from wr0; this lane's are rows g and g + 8 of each 16-row tile.
     const int wr0 = 16 * MW * warp;
     int pos[MW][2];

@@ -134,7 +134,10 @@ impl Module {
             Module::Rope => include_str!("rope.cu"),
             Module::Attention => include_str!("attention.cu"),
             Module::AttentionMma => include_str!("attention_mma.cu"),
-            Module::AttentionFlash => include_str!("attention_flash.cu"),
+            Module::AttentionFlash => concat!(
+                include_str!("attention_flash.cu"),
+                include_str!("attention_flash_wg.cu")
+            ),
             Module::Activation => include_str!("activation.cu"),
             Module::Softmax => include_str!("softmax.cu"),
             Module::Gemv => include_str!("gemv.cu"),

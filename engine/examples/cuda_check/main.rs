@@ -49,8 +49,8 @@ struct Args {
     /// Where to write results.json and summary.txt.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Sections to skip: kernels, ops, ops-gpt-oss, ops-nvfp4, ops-nemotron-moe and
-    /// ops-fp8-rows (parts of ops), sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8,
+    /// Sections to skip: kernels, ops, ops-gpt-oss, ops-nvfp4, ops-nemotron-moe,
+    /// ops-fp8-rows and ops-flash-wg (parts of ops), sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8,
     /// kv-groups, hybrid, nvfp4-speed, fp8-rows-speed, speed, moe-speed, moe-fp4-speed,
     /// prefill-attn, profile.
     #[arg(long, value_delimiter = ',')]
@@ -62,13 +62,14 @@ struct Args {
 }
 
 /// Every section, in the order they run.
-const SECTIONS: [&str; 21] = [
+const SECTIONS: [&str; 22] = [
     "kernels",
     "ops",
     "ops-gpt-oss",
     "ops-nvfp4",
     "ops-nemotron-moe",
     "ops-fp8-rows",
+    "ops-flash-wg",
     "sampling",
     "e2e",
     "ops-f32",
@@ -207,6 +208,7 @@ fn main() -> ExitCode {
             "ops-nvfp4" => ops::run_nvfp4(&cuda, &mut report),
             "ops-nemotron-moe" => ops::nemotron_moe::run(&cuda, &mut report),
             "ops-fp8-rows" => ops::run_fp8_rows(&cuda, &mut report),
+            "ops-flash-wg" => ops::attention::run_flash_wg(&cuda, &mut report),
             "sampling" => sampling::run(&cuda, &mut report),
             "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
             "ops-f32" => {

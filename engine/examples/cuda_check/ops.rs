@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::report::{Report, Tol, compare};
 
-mod attention;
+pub mod attention;
 mod attention_window;
 mod gemv;
 mod gpt_oss;

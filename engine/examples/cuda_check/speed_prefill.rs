@@ -1,8 +1,8 @@
 //! The prefill attention kernel alone (section `prefill-attn`, not pass/fail): one prompt of
 //! n tokens from position 0, causal, at the Qwen3-8B shape (32 q / 8 kv heads of 128) and the
 //! Qwen3.6-35B-A3B full-attention shape (16 / 2 of 256), as TFLOP/s of the causal products
-//! (4 · heads · head_dim · n(n + 1)/2 FLOPs), with the flash kernel and, up to 8,192 tokens,
-//! with the decode kernels it replaces.
+//! (4 · heads · head_dim · n(n + 1)/2 FLOPs), with the flash kernel (its mma.sync build, and on
+//! sm_90 its wgmma build) and, up to 8,192 tokens, with the decode kernels it replaces.
 
 use anyhow::Result;
 use metrale_engine::backend::Backend;
@@ -15,11 +15,17 @@ use crate::speed::{BLOCK, prefill_batch, time_op};
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     for (shape, nh, nkv, hd) in [("qwen3-8b", 32, 8, 128), ("qwen3.6-35b-a3b", 16, 2, 256)] {
         for n in [1024usize, 4096, 8192, 32768] {
-            for flash in [true, false] {
-                if !flash && n > 8192 {
+            for kernel in ["flash", "wgmma", "decode"] {
+                let flash = kernel != "decode";
+                if !flash && n > 8192
+                    || kernel == "wgmma" && cuda.info().compute_capability != (9, 0)
+                {
                     continue;
                 }
-                cuda.retune(|t| t.attention.flash_min_rows = if flash { Some(16) } else { None });
+                cuda.retune(|t| {
+                    t.attention.flash_min_rows = if flash { Some(16) } else { None };
+                    t.attention.flash_wgmma = kernel == "wgmma";
+                });
                 let host = prefill_batch(n);
                 let batch = cuda.prepare_batch(&host)?;
                 let blocks = n.div_ceil(BLOCK) + 1;
@@ -35,7 +41,6 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 })?;
                 let flops = 4.0 * (nh * hd) as f64 * (n * (n + 1) / 2) as f64;
                 let tflops = flops / (ms / 1e3) / 1e12;
-                let kernel = if flash { "flash" } else { "decode" };
                 report.summary_line(format!(
                     "prefill attention {shape} n={n:<6} {kernel:<6} {ms:>9.3} ms a layer, {tflops:6.1} TFLOP/s"
                 ));
@@ -44,6 +49,9 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             }
         }
     }
-    cuda.retune(|t| t.attention.flash_min_rows = Some(16));
+    cuda.retune(|t| {
+        t.attention.flash_min_rows = Some(16);
+        t.attention.flash_wgmma = false;
+    });
     Ok(())
 }

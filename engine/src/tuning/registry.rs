@@ -389,6 +389,30 @@ pub const SETTINGS: &[Setting] = &[
         get: |t| show_or(t.attention.flash_min_rows, "off"),
     },
     Setting {
+        name: "attention.flash_kernel",
+        var: "METRALE_ATTN_FLASH_KERNEL",
+        accepts: "mma | wgmma",
+        default: "mma",
+        doc: "The flash prefill kernel's products on sm_90 (H100, H200): mma.sync fed by ldmatrix (`attention_flash_*`), or Hopper's warpgroup MMA straight from shared memory (`attention_flash_wg_*`); other GPUs always take mma.",
+        set: |t, v| {
+            match v.trim() {
+                "" => {}
+                "mma" => t.attention.flash_wgmma = false,
+                "wgmma" => t.attention.flash_wgmma = true,
+                _ => return Err(()),
+            }
+            Ok(())
+        },
+        get: |t| {
+            (if t.attention.flash_wgmma {
+                "wgmma"
+            } else {
+                "mma"
+            })
+            .to_string()
+        },
+    },
+    Setting {
         name: "gdn.chunk_min",
         var: "METRALE_GDN_CHUNK_MIN",
         accepts: "off | an integer >= 1",

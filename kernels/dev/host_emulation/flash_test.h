@@ -32,7 +32,7 @@ double flash_worst(const PagedBatch& b, const std::vector<float>& qkv, int nh, i
 
 template <int D>
 void t_flash(int nh, int nkv, std::vector<std::pair<int, int>> seqs, int bs = 16, bool fp8 = false,
-             bool bf16_q = false, int window = 0, bool sinks = false) {
+             bool bf16_q = false, int window = 0, bool sinks = false, bool wg = false) {
     const std::vector<float> sink_v = random_sinks(nh);
     const AttnExtras x{window, sinks ? &sink_v : nullptr};
     const float* sk = x.sink_ptr();
@@ -63,19 +63,29 @@ void t_flash(int nh, int nkv, std::vector<std::pair<int, int>> seqs, int bs = 16
     const float scale = 1.0f / std::sqrt((float)D);
     const unsigned grid = (unsigned)(tiles.size() / 2 * nh);
     // The build the launcher picks: the _win one for a window.
+    // The build the launcher picks: the _win one for a window; `wg`: the wgmma kernel
+    // (attention_flash_wg.cu) instead of the mma.sync one.
+#define FLASH_IMPL(TQ, TC, q, k, v, ks, vs)                                                          \
+    if (wg)                                                                                        \
+        attention_flash_wg_impl<TQ, TC, D, W>(out.data(), q, k, v, pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ks, vs, window, sk); \
+    else                                                                                           \
+        attention_flash_impl<TQ, TC, D, W>(out.data(), q, k, v, pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ks, vs, window, sk);
     auto run = [&](auto win) {
         constexpr bool W = decltype(win)::value;
         const u32 *pos = b.positions.data(), *rs = b.row_seq.data(), *tab = b.tables.data();
-        if (fp8 && bf16_q)
-            attention_flash_impl<bf16, unsigned char, D, W>(out.data(), qkv16.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data(), window, sk);
-        else if (fp8)
-            attention_flash_impl<float, unsigned char, D, W>(out.data(), qkv.data(), k8.data(), v8.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, ksc.data(), vsc.data(), window, sk);
-        else if (bf16_q)
-            attention_flash_impl<bf16, bf16, D, W>(out.data(), qkv16.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr, window, sk);
-        else
-            attention_flash_impl<float, bf16, D, W>(out.data(), qkv.data(), kc.data(), vc.data(), pos, rs, tab, tiles.data(), b.maxb, bs, nh, nkv, scale, nullptr, nullptr, window, sk);
+        if (fp8 && bf16_q) {
+            FLASH_IMPL(bf16, unsigned char, qkv16.data(), k8.data(), v8.data(), ksc.data(), vsc.data())
+        } else if (fp8) {
+            FLASH_IMPL(float, unsigned char, qkv.data(), k8.data(), v8.data(), ksc.data(), vsc.data())
+        } else if (bf16_q) {
+            FLASH_IMPL(bf16, bf16, qkv16.data(), kc.data(), vc.data(), nullptr, nullptr)
+        } else {
+            FLASH_IMPL(float, bf16, qkv.data(), kc.data(), vc.data(), nullptr, nullptr)
+        }
     };
-    launch({grid}, {(unsigned)FlashCfg<D>::THREADS}, [&] {
+#undef FLASH_IMPL
+    const unsigned threads = wg ? FwgCfg<D>::THREADS : FlashCfg<D>::THREADS;
+    launch({grid}, {threads}, [&] {
         if (window > 0)
             run(std::true_type{});
         else
@@ -87,8 +97,8 @@ void t_flash(int nh, int nkv, std::vector<std::pair<int, int>> seqs, int bs = 16
     auto V = [&](size_t r, int d) { return fp8 ? e4m3_ref(v8[r * D + d]) * vsc[r * groups + d / 128] : (double)F(vc[r * D + d]); };
     const double worst = flash_worst(b, qkv, nh, nkv, D, scale, out, K, V, x);
     char name[140];
-    snprintf(name, sizeof name, "attention_flash d%d h%d/%d bs%d T%d%s%s window %d%s", D, nh, nkv,
-             bs, b.T, fp8 ? " kv8" : "", bf16_q ? " bf16 q" : "", window, sinks ? " sinks" : "");
+    snprintf(name, sizeof name, "attention_flash%s d%d h%d/%d bs%d T%d%s%s window %d%s", wg ? "_wg" : "",
+             D, nh, nkv, bs, b.T, fp8 ? " kv8" : "", bf16_q ? " bf16 q" : "", window, sinks ? " sinks" : "");
     report(name, worst, 3e-2);
 }
 
@@ -112,4 +122,20 @@ static void flash_tests() {
     t_flash<128>(2, 2, {{200, 33}}, 16, true, false, 64);
     t_flash<128>(4, 2, {{0, 150}}, 16, false, false, 0, true);
     t_flash<64>(8, 2, {{100, 30}, {0, 5}}, 16, false, true, 17, true);
+}
+
+// The wgmma kernel (attention_flash_wg.cu) on the same kinds of cases: 128-key tiles at D = 128
+// (one partial, one reaching past a prefix), 64-key tiles at 64 and 256, FP8 caches, bf16 q,
+// sliding windows and sinks.
+static void flash_wg_tests() {
+    t_flash<128>(4, 2, {{0, 150}}, 16, false, false, 0, false, true);
+    t_flash<128>(8, 2, {{100, 30}, {0, 5}, {7, 128}}, 16, false, false, 0, false, true);
+    t_flash<64>(4, 1, {{0, 40}, {3, 20}}, 12, false, false, 0, false, true);
+    t_flash<256>(4, 2, {{20, 50}}, 16, false, false, 0, false, true);
+    t_flash<128>(2, 2, {{0, 33}}, 16, true, false, 0, false, true);
+    t_flash<256>(2, 1, {{5, 20}}, 16, true, true, 0, false, true);
+    t_flash<128>(4, 4, {{130, 9}}, 16, false, true, 0, false, true);
+    t_flash<128>(8, 2, {{300, 140}}, 16, false, true, 100, false, true);
+    t_flash<64>(8, 2, {{100, 30}, {0, 5}}, 16, false, true, 17, true, true);
+    t_flash<128>(4, 2, {{0, 150}}, 16, false, false, 0, true, true);
 }

@@ -99,8 +99,9 @@ int main() {
         {"norm", [] { norm_tests(); }},
         {"hybrid", [] { gdn_tests(); gdn_decode_tests(); mamba2_tests(); }},
         {"mamba2", [] { mamba2_tests(); }},
-        {"attention", [] { attn_tests(); kv_fp8_tests(); flash_tests(); }},
+        {"attention", [] { attn_tests(); kv_fp8_tests(); flash_tests(); flash_wg_tests(); }},
         {"flash", [] { flash_tests(); }},
+        {"flash_wg", [] { flash_wg_tests(); }},
         {"tables", [] { t_write_kv(); t_block_table_write(); }},
         {"router", [] { router_tests(); }},
         {"skeleton", [] { skeleton_tests(); }},
@@ -182,6 +183,7 @@ int main() {
     t_rope_kv(2, 32, 8, 128, 128);
     kv_fp8_tests();
     flash_tests();
+    flash_wg_tests();
     t_softmax(2, 3000);
     t_misc();
     t_sample_token_mask();

@@ -29,6 +29,31 @@ impl Attn {
     }
 }
 
+/// The attention cases (plain and sliding-window) with the flash kernel's wgmma build
+/// (`attention.flash_kernel = wgmma`, sm_90 only), on a bf16 and an FP8 cache: the
+/// `ops-flash-wg` section.
+pub fn run_flash_wg(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    if cuda.info().compute_capability != (9, 0) {
+        report.summary_line("ops-flash-wg: not run (the wgmma build needs sm_90)".to_string());
+        return Ok(());
+    }
+    let kv8 = CudaBackend::new(0, cuda.tuning()).and_then(|c| c.with_fp8_kv_cache(true))?;
+    for (backend, cpu) in [
+        (cuda, CpuBackend::default()),
+        (&kv8, CpuBackend::with_fp8_kv_cache(true)),
+    ] {
+        backend.retune(|t| {
+            t.attention.flash_wgmma = true;
+            t.launch.cuda_sync = true;
+        });
+        let mut ops = Ops::start(backend, cpu, 0x6d65_7472_616c_650c, report);
+        let r = ops.attention().and_then(|()| ops.attention_window());
+        backend.retune(|t| t.attention.flash_wgmma = false);
+        r?;
+    }
+    Ok(())
+}
+
 impl Ops<'_> {
     pub(super) fn attention(&mut self) -> Result<()> {
         let mut decode8 = Vec::new();
@@ -144,7 +169,11 @@ impl Ops<'_> {
                 && !fp32
                 && matches!(hd, 64 | 128 | 256)
                 && c.seqs.iter().any(|s| s.1 >= FLASH_MIN_ROWS);
-            let case = if flash { case + " (flash)" } else { case };
+            let case = match (flash, self.cuda.tuning().attention.flash_wgmma) {
+                (true, true) => case + " (flash wgmma)",
+                (true, false) => case + " (flash)",
+                _ => case,
+            };
             self.run("paged_attention", &case, |s| {
                 s.attention_case(&case, (nh, nkv, hd), &c.seqs, qkv, flash)
             })?;

@@ -10,10 +10,10 @@ use super::{CudaBackend, CudaBatch, shape_err};
 use crate::backend::Result;
 use crate::backend::kernels::{self as k, Kernel};
 
-/// Threads of a block at head_dim `hd` (FlashCfg<D>::THREADS: 4 warps of 32 rows below 256,
-/// 8 of 16 at 256).
-fn flash_threads(hd: usize) -> u32 {
-    if hd <= 128 { 128 } else { 256 }
+/// Threads of a block at head_dim `hd`: FlashCfg<D>::THREADS (4 warps of 32 rows below 256, 8
+/// of 16 at 256), or FwgCfg<D>::THREADS for the wgmma build (two warpgroups of 64 rows).
+fn flash_threads(hd: usize, wg: bool) -> u32 {
+    if wg || hd > 128 { 256 } else { 128 }
 }
 
 /// The flash kernel's parameters (every variant takes the same list, by type): out, qkv, the
@@ -28,59 +28,77 @@ type FlashArgs = (
     i32, u64,
 );
 
-/// Dynamic shared memory of a block at head_dim `hd` (FlashCfg<D>::SMEM: Q and two stages of K
-/// and V, bf16 rows of hd; 32-key stages at 256, 64 below).
-fn flash_smem(hd: usize) -> u32 {
-    let keys = if hd <= 128 { 64 } else { 32 };
-    ((FLASH_TILE_ROWS + 4 * keys) * hd * 2) as u32
+/// Dynamic shared memory of a block at head_dim `hd`: FlashCfg<D>::SMEM (Q and two stages of K
+/// and V, bf16 rows of hd; 32-key stages at 256, 64 below), or FwgCfg<D>::SMEM for the wgmma
+/// build (64-key stages, 128 at head_dim 128, and 1024 bytes to align the swizzled tiles).
+fn flash_smem(hd: usize, wg: bool) -> u32 {
+    let keys = match (wg, hd) {
+        (true, 128) => 128,
+        (true, _) | (false, 0..=128) => 64,
+        (false, _) => 32,
+    };
+    let align = if wg { 1024 } else { 0 };
+    ((FLASH_TILE_ROWS + 4 * keys) * hd * 2 + align) as u32
 }
 
+type FlashKernel = &'static Kernel<FlashArgs>;
+
+/// Every build, [wgmma][window][FP8 cache][q bf16][head_dim 64, 128, 256].
+#[rustfmt::skip]
+static FLASH_KERNELS: [[[[[FlashKernel; 3]; 2]; 2]; 2]; 2] = [
+    [
+        [
+            [[&k::attention_flash_f32_d64, &k::attention_flash_f32_d128, &k::attention_flash_f32_d256],
+             [&k::attention_flash_bf16_d64, &k::attention_flash_bf16_d128, &k::attention_flash_bf16_d256]],
+            [[&k::attention_flash_f32_kv8_d64, &k::attention_flash_f32_kv8_d128, &k::attention_flash_f32_kv8_d256],
+             [&k::attention_flash_bf16_kv8_d64, &k::attention_flash_bf16_kv8_d128, &k::attention_flash_bf16_kv8_d256]],
+        ],
+        [
+            [[&k::attention_flash_win_f32_d64, &k::attention_flash_win_f32_d128, &k::attention_flash_win_f32_d256],
+             [&k::attention_flash_win_bf16_d64, &k::attention_flash_win_bf16_d128, &k::attention_flash_win_bf16_d256]],
+            [[&k::attention_flash_win_f32_kv8_d64, &k::attention_flash_win_f32_kv8_d128, &k::attention_flash_win_f32_kv8_d256],
+             [&k::attention_flash_win_bf16_kv8_d64, &k::attention_flash_win_bf16_kv8_d128, &k::attention_flash_win_bf16_kv8_d256]],
+        ],
+    ],
+    [
+        [
+            [[&k::attention_flash_wg_f32_d64, &k::attention_flash_wg_f32_d128, &k::attention_flash_wg_f32_d256],
+             [&k::attention_flash_wg_bf16_d64, &k::attention_flash_wg_bf16_d128, &k::attention_flash_wg_bf16_d256]],
+            [[&k::attention_flash_wg_f32_kv8_d64, &k::attention_flash_wg_f32_kv8_d128, &k::attention_flash_wg_f32_kv8_d256],
+             [&k::attention_flash_wg_bf16_kv8_d64, &k::attention_flash_wg_bf16_kv8_d128, &k::attention_flash_wg_bf16_kv8_d256]],
+        ],
+        [
+            [[&k::attention_flash_wg_win_f32_d64, &k::attention_flash_wg_win_f32_d128, &k::attention_flash_wg_win_f32_d256],
+             [&k::attention_flash_wg_win_bf16_d64, &k::attention_flash_wg_win_bf16_d128, &k::attention_flash_wg_win_bf16_d256]],
+            [[&k::attention_flash_wg_win_f32_kv8_d64, &k::attention_flash_wg_win_f32_kv8_d128, &k::attention_flash_wg_win_f32_kv8_d256],
+             [&k::attention_flash_wg_win_bf16_kv8_d64, &k::attention_flash_wg_win_bf16_kv8_d128, &k::attention_flash_wg_win_bf16_kv8_d256]],
+        ],
+    ],
+];
+
 /// The variant for a q of `q` type, an FP8 cache or not, and head_dim `hd`, the sliding-window
-/// build (`_win`) or not; `None` where the kernel has none (the float32 path, other head dims).
+/// build (`_win`) or not, the wgmma build (`_wg`) or not; `None` where the kernel has none (the
+/// float32 path, other head dims). The sliding-window builds are builds of their own so the
+/// plain mma.sync one keeps every register it had (its D = 128 build uses all 255).
 pub(super) fn flash_kernel(
     q: DType,
     kv8: bool,
     hd: usize,
     win: bool,
-) -> Option<&'static Kernel<FlashArgs>> {
-    if win {
-        return flash_win_kernel(q, kv8, hd);
-    }
-    Some(match (q, kv8, hd) {
-        (DType::F32, false, 64) => &k::attention_flash_f32_d64,
-        (DType::F32, false, 128) => &k::attention_flash_f32_d128,
-        (DType::F32, false, 256) => &k::attention_flash_f32_d256,
-        (DType::BF16, false, 64) => &k::attention_flash_bf16_d64,
-        (DType::BF16, false, 128) => &k::attention_flash_bf16_d128,
-        (DType::BF16, false, 256) => &k::attention_flash_bf16_d256,
-        (DType::F32, true, 64) => &k::attention_flash_f32_kv8_d64,
-        (DType::F32, true, 128) => &k::attention_flash_f32_kv8_d128,
-        (DType::F32, true, 256) => &k::attention_flash_f32_kv8_d256,
-        (DType::BF16, true, 64) => &k::attention_flash_bf16_kv8_d64,
-        (DType::BF16, true, 128) => &k::attention_flash_bf16_kv8_d128,
-        (DType::BF16, true, 256) => &k::attention_flash_bf16_kv8_d256,
+    wg: bool,
+) -> Option<FlashKernel> {
+    let bf16_q = match q {
+        DType::F32 => false,
+        DType::BF16 => true,
         _ => return None,
-    })
-}
-
-/// The sliding-window builds (`attention_flash_win_*`), a build of their own so the plain one
-/// keeps every register it had (its D = 128 build uses all 255).
-fn flash_win_kernel(q: DType, kv8: bool, hd: usize) -> Option<&'static Kernel<FlashArgs>> {
-    Some(match (q, kv8, hd) {
-        (DType::F32, false, 64) => &k::attention_flash_win_f32_d64,
-        (DType::F32, false, 128) => &k::attention_flash_win_f32_d128,
-        (DType::F32, false, 256) => &k::attention_flash_win_f32_d256,
-        (DType::BF16, false, 64) => &k::attention_flash_win_bf16_d64,
-        (DType::BF16, false, 128) => &k::attention_flash_win_bf16_d128,
-        (DType::BF16, false, 256) => &k::attention_flash_win_bf16_d256,
-        (DType::F32, true, 64) => &k::attention_flash_win_f32_kv8_d64,
-        (DType::F32, true, 128) => &k::attention_flash_win_f32_kv8_d128,
-        (DType::F32, true, 256) => &k::attention_flash_win_f32_kv8_d256,
-        (DType::BF16, true, 64) => &k::attention_flash_win_bf16_kv8_d64,
-        (DType::BF16, true, 128) => &k::attention_flash_win_bf16_kv8_d128,
-        (DType::BF16, true, 256) => &k::attention_flash_win_bf16_kv8_d256,
+    };
+    let d = match hd {
+        64 => 0,
+        128 => 1,
+        256 => 2,
         _ => return None,
-    })
+    };
+    Some(FLASH_KERNELS[wg as usize][win as usize][kv8 as usize][bf16_q as usize][d])
 }
 
 impl CudaBackend {
@@ -97,7 +115,7 @@ impl CudaBackend {
             >= metrale_kernels::Module::AttentionFlash.min_compute_capability();
         let cache_ok = matches!(cache, DType::BF16 | DType::F8);
         batch.flash.filter(|_| {
-            cc_ok && cache_ok && flash_kernel(q, cache == DType::F8, hd, false).is_some()
+            cc_ok && cache_ok && flash_kernel(q, cache == DType::F8, hd, false, false).is_some()
         })
     }
 
@@ -118,7 +136,9 @@ impl CudaBackend {
         (window, sinks): (i32, u64),
     ) -> Result<()> {
         let kv8 = k_cache.dtype == DType::F8;
-        let Some(kernel) = flash_kernel(qkv.dtype, kv8, hd, window > 0) else {
+        // The wgmma build where asked for and the GPU is an sm_90 (the loader's sm_90a).
+        let wg = self.tuning().attention.flash_wgmma && self.info.compute_capability == (9, 0);
+        let Some(kernel) = flash_kernel(qkv.dtype, kv8, hd, window > 0, wg) else {
             return Err(shape_err(
                 "paged_attention",
                 format!("no flash kernel for q {:?} at head_dim {hd}", qkv.dtype),
@@ -127,7 +147,7 @@ impl CudaBackend {
         if plan.tiles == 0 || num_heads == 0 {
             return Ok(());
         }
-        let smem = flash_smem(hd);
+        let smem = flash_smem(hd, wg);
         // Past 48 KB of shared memory a block, a kernel must opt in.
         kernel.allow_shared_memory(self, smem)?;
         let s = &self.stream;
@@ -153,7 +173,7 @@ impl CudaBackend {
         );
         let cfg = LaunchConfig {
             grid_dim: (dim(plan.tiles * num_heads, op)?, 1, 1),
-            block_dim: (flash_threads(hd), 1, 1),
+            block_dim: (flash_threads(hd, wg), 1, 1),
             shared_mem_bytes: smem,
         };
         // SAFETY: out is [T, nh·hd] bf16 and qkv [T, (nh + 2·nkv)·hd] of the variant's q type;
@@ -175,16 +195,31 @@ mod tests {
     #[test]
     fn shared_memory_fits_the_blocks_a_multiprocessor_runs() {
         // The launch's threads are the kernel's FlashCfg<D>::THREADS: 128 rows a block.
-        assert_eq!((flash_threads(128), flash_threads(256)), (128, 256));
+        assert_eq!(
+            (flash_threads(128, false), flash_threads(256, false)),
+            (128, 256)
+        );
+        assert_eq!(
+            (flash_threads(64, true), flash_threads(128, true)),
+            (256, 256)
+        );
         for hd in [64, 128, 256] {
-            // Two blocks a multiprocessor at 64 and 128, one at 256.
+            // Two blocks a multiprocessor at 64 and 128, one at 256; the wgmma build one.
             let blocks = if hd <= 128 { 2 } else { 1 };
-            assert!(flash_smem(hd) as usize * blocks <= 227 * 1024, "{hd}");
-            assert!(flash_kernel(DType::BF16, true, hd, false).is_some());
-            assert!(flash_kernel(DType::F32, false, hd, true).is_some());
+            assert!(
+                flash_smem(hd, false) as usize * blocks <= 227 * 1024,
+                "{hd}"
+            );
+            assert!(flash_smem(hd, true) as usize <= 227 * 1024, "{hd}");
+            for wg in [false, true] {
+                assert!(flash_kernel(DType::BF16, true, hd, false, wg).is_some());
+                assert!(flash_kernel(DType::F32, false, hd, true, wg).is_some());
+            }
         }
-        assert!(flash_kernel(DType::F32, false, 96, false).is_none());
-        assert!(flash_kernel(DType::F8, false, 128, false).is_none());
-        assert!(flash_kernel(DType::F8, false, 128, true).is_none());
+        // FwgCfg<128>::SMEM: 1024 + Q (128 rows) + two stages of 128-key K and V.
+        assert_eq!(flash_smem(128, true), 1024 + (128 + 4 * 128) * 128 * 2);
+        assert!(flash_kernel(DType::F32, false, 96, false, false).is_none());
+        assert!(flash_kernel(DType::F8, false, 128, false, false).is_none());
+        assert!(flash_kernel(DType::F8, false, 128, true, true).is_none());
     }
 }
