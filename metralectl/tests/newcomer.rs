@@ -34,8 +34,7 @@ fn http_get(url: &str) -> (String, String) {
 #[test]
 fn top_finds_an_engine_by_name_on_any_port_in_tmux() {
     let ctl = Ctl::new();
-    let port = free_port();
-    ctl.demo("demo-top", port);
+    let (_, port) = ctl.demo("demo-top");
     // `run` ends by suggesting `metralectl top NAME`: by engine name, and by recipe name, on a
     // port other than 8000, with no --port, --socket or --url.
     for name in ["demo-top", "demo"] {
@@ -151,7 +150,7 @@ fn doctor_run_and_met_serve_name_what_holds_a_busy_port() {
 #[test]
 fn bench_gate_says_the_model_names_differ() {
     let ctl = Ctl::new();
-    let base = ctl.demo("demo", free_port());
+    let (base, _) = ctl.demo("demo");
     let record = ctl.path("measured.json");
     let out = ctl.run(&[
         "bench",
@@ -207,7 +206,7 @@ fn the_demo_runs_from_a_launcher_installed_outside_a_checkout() {
     ctl.bin = bin.join("metralectl");
     ctl.cwd = ctl.path("elsewhere");
     std::fs::create_dir_all(&ctl.cwd).expect("a directory outside the checkout");
-    let base = ctl.demo("demo", free_port());
+    let (base, _) = ctl.demo("demo");
     let (status, body) = http_get(&format!("{base}/v1/models"));
     assert!(status.contains("200"), "{status}");
     assert!(body.contains("\"demo\""), "{body}");
@@ -298,7 +297,7 @@ fn chat_demo_streams_keeps_a_history_and_resets_in_tmux() {
 #[test]
 fn chat_reads_messages_from_a_pipe_and_keeps_the_conversation() {
     let ctl = Ctl::new();
-    ctl.demo("demo", free_port());
+    ctl.demo("demo");
     let mut child = ctl
         .command(&["chat", "demo", "--temperature", "0"])
         .stdin(Stdio::piped())

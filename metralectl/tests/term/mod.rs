@@ -104,27 +104,34 @@ impl Ctl {
         busy::retry_busy(|| self.command(args).output()).expect("run metralectl")
     }
 
-    /// `run demo --native --detach` on `port` under `name`; its base URL.
-    pub fn demo(&self, name: &str, port: u16) -> String {
-        let out = self.run(&[
-            "run",
-            "demo",
-            "--native",
-            "--detach",
-            "--port",
-            &port.to_string(),
-            "--name",
-            name,
-            "--ready-timeout",
-            "120",
-        ]);
-        assert!(
-            out.status.success(),
-            "run demo: {}\n{}",
-            text(&out.stderr),
-            text(&out.stdout)
-        );
-        format!("http://127.0.0.1:{port}")
+    /// `run demo --native --detach` on a free port under `name`; its base URL and port. A port
+    /// taken between `free_port` and the engine's bind (another test's, tests run in parallel)
+    /// is refused by `run` before anything starts: that run is retried on another port.
+    pub fn demo(&self, name: &str) -> (String, u16) {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            let out = self.run(&[
+                "run",
+                "demo",
+                "--native",
+                "--detach",
+                "--port",
+                &port.to_string(),
+                "--name",
+                name,
+                "--ready-timeout",
+                "120",
+            ]);
+            if out.status.success() {
+                return (format!("http://127.0.0.1:{port}"), port);
+            }
+            last = format!("{}\n{}", text(&out.stderr), text(&out.stdout));
+            if !last.contains("already in use") {
+                break;
+            }
+        }
+        panic!("run demo: {last}");
     }
 }
 
