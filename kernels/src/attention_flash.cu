@@ -78,7 +78,7 @@ __device__ __forceinline__ u32x4 scale_bf16x8(u32x4 v, float s) {
 // contents are finite (zeros, or a padding row's key and value), so they are read as they are
 // and, masked, meet a weight of exactly 0.
 // BK keys a tile, THREADS threads a block, `at(r, c)` the byte offset of 16-byte chunk c of row
-// r (each kernel's swizzle: flash_at here, fwg_at in attention_flash_wg.cu).
+// r (each kernel's swizzle: flash_at here, prelude/wgmma.cuh's wg_sw128 in attention_flash_wg.cu).
 template <typename TC, int D, int BK, int THREADS, typename At>
 __device__ __forceinline__ void flash_load_tile(unsigned char* ks, unsigned char* vs,
                                                 const TC* k_cache, const TC* v_cache,

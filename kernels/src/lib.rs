@@ -30,6 +30,7 @@ pub const PRELUDE: &str = concat!(
     include_str!("prelude/mma.cuh"),
     include_str!("prelude/fp8_mma.cuh"),
     include_str!("prelude/moe_act.cuh"),
+    include_str!("prelude/wgmma.cuh"),
 );
 
 /// One `.cu` file: a family of kernels compiled and loaded together.
@@ -151,7 +152,8 @@ impl Module {
             Module::MoeMma => concat!(
                 include_str!("moe_mma.cu"),
                 include_str!("moe_mma_fp4.cu"),
-                include_str!("moe_pipe.cu")
+                include_str!("moe_pipe.cu"),
+                include_str!("moe_wg.cu")
             ),
             Module::Fp8 => concat!(
                 include_str!("fp8.cu"),

@@ -153,6 +153,30 @@ template <bool FIRST, typename T> __device__ __forceinline__ T& pick(T& a, T& b)
     else return b;
 }
 
+// A grouped-GEMM block's tile: moe_tiles' entry blockIdx.x, or (null tiles: a dense GEMM)
+// rows BM · blockIdx.x .. of `rows`. Writes each of its BM rows' pair (out_row; -1 past the
+// tile's pairs) and A row (the pair / a_div) and returns its expert (0 for a dense GEMM; -1:
+// no tile, the block has nothing to do). moe_mma_impl's and moe_wg_impl's.
+template <int BM>
+__device__ __forceinline__ int moe_tile_rows(int* a_row, int* out_row, const int* tiles,
+                                             const int* offsets, const int* perm, int rows,
+                                             int a_div) {
+    int e = 0, start = (int)blockIdx.x * BM, end = rows;
+    if (tiles) {
+        e = tiles[2 * blockIdx.x];
+        if (e < 0) return -1;
+        start = offsets[e] + tiles[2 * blockIdx.x + 1];
+        end = offsets[e + 1];
+    }
+    const int count = min(BM, end - start);
+    for (int r = (int)threadIdx.x; r < BM; r += (int)blockDim.x) {
+        const int p = r < count ? (perm ? perm[start + r] : start + r) : -1;
+        out_row[r] = p;
+        a_row[r] = p < 0 ? -1 : p / a_div;
+    }
+    return e;
+}
+
 // How moe_mma_impl's B tiles arrive. MmaStoredW: the weights as stored (w, w_scales), copied
 // by cp.async with A's chunks. The other loader, moe_mma_fp4.cu's MmaFp4Tile (REG): FP4 weights
 // loaded into registers one slice ahead (fetch), written widened to bf16 into MODE 0's B rows
@@ -188,21 +212,10 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
     __shared__ int out_row[BM];   // its pair (output row), -1 past them
     __shared__ int w_row[MMA_BN]; // the weight row of each B row, -1 past the matrix
 
-    int e = 0, start = (int)blockIdx.x * BM, end = rows;
-    if (tiles) {
-        e = tiles[2 * blockIdx.x];
-        if (e < 0) return;
-        start = offsets[e] + tiles[2 * blockIdx.x + 1];
-        end = offsets[e + 1];
-    }
-    const int count = min(BM, end - start);
+    const int e = moe_tile_rows<BM>(a_row, out_row, tiles, offsets, perm, rows, a_div);
+    if (e < 0) return;
     const int n0 = (int)blockIdx.y * (GATE ? MMA_BN / 2 : MMA_BN);
     const int tid = threadIdx.x;
-    for (int r = tid; r < BM; r += THREADS) {
-        const int p = r < count ? (perm ? perm[start + r] : start + r) : -1;
-        out_row[r] = p;
-        a_row[r] = p < 0 ? -1 : p / a_div;
-    }
     for (int r = tid; r < MMA_BN; r += THREADS) {
         // gate_up: B rows 0..63 are gate rows n0.., 64..127 the up rows n + n0...
         const int j = n0 + (GATE ? r % (MMA_BN / 2) : r);

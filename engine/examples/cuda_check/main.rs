@@ -25,6 +25,7 @@ mod speed;
 mod speed_fp8_rows;
 mod speed_moe;
 mod speed_moe_fp4;
+mod speed_moe_wg;
 mod speed_nvfp4;
 mod speed_prefill;
 mod speed_probe;
@@ -62,7 +63,7 @@ struct Args {
 }
 
 /// Every section, in the order they run.
-const SECTIONS: [&str; 22] = [
+const SECTIONS: [&str; 24] = [
     "kernels",
     "ops",
     "ops-gpt-oss",
@@ -70,6 +71,7 @@ const SECTIONS: [&str; 22] = [
     "ops-nemotron-moe",
     "ops-fp8-rows",
     "ops-flash-wg",
+    "ops-moe-wg",
     "sampling",
     "e2e",
     "ops-f32",
@@ -84,6 +86,7 @@ const SECTIONS: [&str; 22] = [
     "moe-speed",
     "moe-fp4-speed",
     "prefill-attn",
+    "moe-wg-speed",
     "profile",
 ];
 
@@ -209,6 +212,7 @@ fn main() -> ExitCode {
             "ops-nemotron-moe" => ops::nemotron_moe::run(&cuda, &mut report),
             "ops-fp8-rows" => ops::run_fp8_rows(&cuda, &mut report),
             "ops-flash-wg" => ops::attention::run_flash_wg(&cuda, &mut report),
+            "ops-moe-wg" => ops::moe::run_wg(&cuda, &mut report),
             "sampling" => sampling::run(&cuda, &mut report),
             "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
             "ops-f32" => {
@@ -234,6 +238,7 @@ fn main() -> ExitCode {
             "moe-speed" => speed_moe::run(&cuda, &mut report),
             "moe-fp4-speed" => speed_moe_fp4::run(&cuda, &mut report),
             "prefill-attn" => speed_prefill::run(&cuda, &mut report),
+            "moe-wg-speed" => speed_moe_wg::run(&cuda, &mut report),
             _ => speed::profile(&cuda, &mut report),
         }));
         let outcome = match r {

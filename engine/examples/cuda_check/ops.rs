@@ -25,7 +25,7 @@ mod gpt_oss;
 mod matmul;
 mod minimax;
 mod mla;
-mod moe;
+pub mod moe;
 mod moe_fp4;
 pub mod nemotron_moe;
 mod norm;

@@ -39,6 +39,23 @@ fn show_flag(on: bool) -> String {
 }
 
 /// A whole number in `range`; empty keeps the default.
+/// A flag named by one of two words, `words.0` for false and `words.1` for true (empty keeps
+/// the default).
+fn one_of(v: &str, words: (&str, &str), field: &mut bool) -> Result<(), ()> {
+    match v.trim() {
+        "" => {}
+        w if w == words.0 => *field = false,
+        w if w == words.1 => *field = true,
+        _ => return Err(()),
+    }
+    Ok(())
+}
+
+/// The word [`one_of`] reads for `on`.
+fn show_one_of(on: bool, words: (&str, &str)) -> String {
+    (if on { words.1 } else { words.0 }).to_string()
+}
+
 fn number<T: std::str::FromStr + PartialOrd>(
     v: &str,
     field: &mut T,
@@ -240,23 +257,8 @@ pub const SETTINGS: &[Setting] = &[
         accepts: "dec | split",
         default: "split",
         doc: "FP4 experts at least 1024 wide at one-token steps: gate|up on the CUDA cores (`moe_gate_up[_clamped]_dec_*`) or on tensor cores with k split over a block's warps (`moe_gate_up[_clamped]_{nvfp4,mxfp4}_small`); the `_dec` down + sum either way. split: on an H100 a gpt-oss-20b layer 0.041 against 0.042 ms, its gate|up 33.3 against 34.3 µs (ncu), C=1 411.9 against 408.6 tok/s (performance log part 23).",
-        set: |t, v| {
-            match v.trim() {
-                "" => {}
-                "dec" => t.moe.fp4_gate_up_split = false,
-                "split" => t.moe.fp4_gate_up_split = true,
-                _ => return Err(()),
-            }
-            Ok(())
-        },
-        get: |t| {
-            (if t.moe.fp4_gate_up_split {
-                "split"
-            } else {
-                "dec"
-            })
-            .to_string()
-        },
+        set: |t, v| one_of(v, ("dec", "split"), &mut t.moe.fp4_gate_up_split),
+        get: |t| show_one_of(t.moe.fp4_gate_up_split, ("dec", "split")),
     },
     Setting {
         name: "moe.down_cols",
@@ -339,6 +341,15 @@ pub const SETTINGS: &[Setting] = &[
         },
     },
     Setting {
+        name: "moe.expert_kernel",
+        var: "METRALE_MOE_EXPERT_KERNEL",
+        accepts: "mma | wgmma",
+        default: "mma",
+        doc: "The tensor-core expert GEMMs of 64-pair tiles (prefill chunks, large decode batches) and the dense FP8 GEMM on sm_90 (H100, H200), for bf16 and FP8 weights: mma.sync (`moe_*_mma_*`), or Hopper's warpgroup MMA straight from shared memory (`moe_*_wg_*`); other GPUs, FP4 stacks and e4m3 activations always take mma.",
+        set: |t, v| one_of(v, ("mma", "wgmma"), &mut t.moe.wgmma),
+        get: |t| show_one_of(t.moe.wgmma, ("mma", "wgmma")),
+    },
+    Setting {
         name: "attention.kernel",
         var: "METRALE_ATTN_KERNEL",
         accepts: "auto | simt",
@@ -394,23 +405,8 @@ pub const SETTINGS: &[Setting] = &[
         accepts: "mma | wgmma",
         default: "mma",
         doc: "The flash prefill kernel's products on sm_90 (H100, H200): mma.sync fed by ldmatrix (`attention_flash_*`), or Hopper's warpgroup MMA straight from shared memory (`attention_flash_wg_*`); other GPUs always take mma.",
-        set: |t, v| {
-            match v.trim() {
-                "" => {}
-                "mma" => t.attention.flash_wgmma = false,
-                "wgmma" => t.attention.flash_wgmma = true,
-                _ => return Err(()),
-            }
-            Ok(())
-        },
-        get: |t| {
-            (if t.attention.flash_wgmma {
-                "wgmma"
-            } else {
-                "mma"
-            })
-            .to_string()
-        },
+        set: |t, v| one_of(v, ("mma", "wgmma"), &mut t.attention.flash_wgmma),
+        get: |t| show_one_of(t.attention.flash_wgmma, ("mma", "wgmma")),
     },
     Setting {
         name: "gdn.chunk_min",

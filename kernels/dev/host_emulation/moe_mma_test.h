@@ -27,7 +27,9 @@ void host_quant_rows(std::vector<float>& v, int rows, int k) {
 
 void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     const int bm = MMA_BM;
-    const bool fp8 = mode > 0 && mode != 4;  // 4: the bf16 small-step build; 6: the pipelined FP8 one
+    // 4: the bf16 small-step build; 6: the pipelined FP8 one; 7, 8: the wgmma builds (moe_wg.cu),
+    // bf16 and FP8.
+    const bool fp8 = mode == 1 || mode == 2 || mode == 3 || mode == 6 || mode == 8;
     std::vector<float> logits(T * E);
     for (int t = 0; t < T; ++t)
         for (int e = 0; e < E; ++e) logits[t * E + e] = U(3) + (skew && e == 0 && t % 5 != 0 ? 10.f : 0.f);
@@ -62,7 +64,16 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     std::vector<int> active(E + 1, 0);
     for (int e = 0; e < E; ++e)
         if (offsets[e + 1] > offsets[e]) active[active[E]++] = e;
-    if (mode == 6) {
+    if (mode >= 7) {
+        launch({gx, (unsigned)((I + MWG_BN / 2 - 1) / (MWG_BN / 2))}, {256}, [&] {
+            if (mode == 7) moe_gate_up_wg_bf16(act.data(), x.data(), nullptr, w13b.data(), nullptr, tiles.data(), offsets.data(), perm.data(), K, I, H);
+            else moe_gate_up_wg_fp8(act.data(), x.data(), nullptr, w13q.data(), s13.data(), tiles.data(), offsets.data(), perm.data(), K, I, H);
+        });
+        launch({gx, (unsigned)((H + MWG_BN - 1) / MWG_BN)}, {256}, [&] {
+            if (mode == 7) moe_down_wg_bf16(ys.data(), act.data(), nullptr, w2b.data(), nullptr, tiles.data(), offsets.data(), perm.data(), 0, H, I);
+            else moe_down_wg_fp8(ys.data(), act.data(), nullptr, w2q.data(), s2.data(), tiles.data(), offsets.data(), perm.data(), 0, H, I);
+        });
+    } else if (mode == 6) {
         moe_pipe_run(act, ys, x, ex, offsets, active, perm, T, E, K, H, I);
     } else if (mode == 4) {
         const unsigned ge = (unsigned)std::min(E, P);
@@ -131,7 +142,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
         for (int i = 0; i < T * H; ++i) worst = std::max(worst, std::fabs(out[i] - r[i]) / (rms + std::fabs(r[i])));
         return worst;
     };
-    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : mode == 3 ? "fp8 small" : mode == 4 ? "bf16 small" : "fp8 pipe";
+    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : mode == 3 ? "fp8 small" : mode == 4 ? "bf16 small" : mode == 6 ? "fp8 pipe" : mode == 7 ? "wg bf16" : "wg fp8";
     snprintf(name, 96, "moe_mma %s act T%d E%d k%d H%d I%d", build, T, E, K, H, I);
     report(name, act_worst, 1.6e-2);
     snprintf(name, 96, "moe_mma %s out T%d E%d k%d H%d I%d%s", build, T, E, K, H, I, skew ? " skew" : "");
@@ -178,8 +189,10 @@ void t_dense_mma(int M, int N, int Kd, int mode) {
         launch({(unsigned)((M + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(aq.data(), as.data(), a.data(), M, Kd); });
         host_quant_rows(af, M, Kd);
     }
-    launch({(unsigned)((M + MMA_BM - 1) / MMA_BM), (unsigned)((N + MMA_BN - 1) / MMA_BN)}, {256}, [&] {
-        if (mode == 1) moe_down_mma_fp8(out.data(), a.data(), nullptr, wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
+    const int bn = mode == 3 ? MWG_BN : MMA_BN; // mode 3: the wgmma build (moe_wg.cu)
+    launch({(unsigned)((M + MMA_BM - 1) / MMA_BM), (unsigned)((N + bn - 1) / bn)}, {256}, [&] {
+        if (mode == 3) moe_down_wg_fp8(out.data(), a.data(), nullptr, wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
+        else if (mode == 1) moe_down_mma_fp8(out.data(), a.data(), nullptr, wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
         else moe_down_mma_fp8act(out.data(), aq.data(), as.data(), wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
     });
     double worst = 0;
@@ -190,7 +203,7 @@ void t_dense_mma(int M, int N, int Kd, int mode) {
             worst = std::max(worst, std::fabs(out[m * N + n] - r) / (1e-6 + s));
         }
     char name[96];
-    snprintf(name, 96, "dense mma %s M%d N%d K%d", mode == 1 ? "fp8" : "fp8act", M, N, Kd);
+    snprintf(name, 96, "dense mma %s M%d N%d K%d", mode == 1 ? "fp8" : mode == 3 ? "wg fp8" : "fp8act", M, N, Kd);
     report(name, worst, 1e-5);
 }
 
@@ -348,4 +361,20 @@ static void moe_mma_tests() {
     t_moe_mma(9, 4, 2, 272, 48, 2, false);
     t_dense_mma(70, 136, 272, 1);
     t_dense_mma(3, 40, 128, 2);
+}
+
+// moe_wg.cu's wgmma builds (bf16 and FP8 experts, and the dense FP8 GEMM): uneven and empty
+// experts, tiles of several rows (skew), k of 1 to 5 stages of 64 with partial stages (H 96,
+// I 80, H 272: FP8 groups of 128 split across stages and a last group of one stage), gate_up's
+// 128-column blocks partial (I 48, 80, 200) and whole (I 256), down's 256-column blocks partial
+// (H 96, 272) and whole (H 512), and a dense GEMM with rows past its last tile and an odd width.
+static void moe_wg_tests() {
+    for (int mode : {7, 8}) {
+        t_moe_mma(37, 8, 2, 96, 48, mode, false);
+        t_moe_mma(70, 4, 2, 64, 80, mode, true);
+        t_moe_mma(9, 4, 2, 272, 200, mode, true);
+        t_moe_mma(20, 8, 4, 512, 256, mode, false);
+    }
+    t_dense_mma(70, 136, 272, 3);
+    t_dense_mma(5, 263, 320, 3);
 }

@@ -345,6 +345,7 @@ void t_moe_f32(int T, int E, int K, int H, int I, bool norm) {
 }
 
 static void moe_mma_tests();
+static void moe_wg_tests();
 static void moe_pipe_tests();
 
 // The float32 path's kernels (EMU_ONLY=moe_f32 runs just these; EMU_ONLY=moe includes them):
@@ -399,5 +400,6 @@ static void moe_tests() {
     t_moe(16, 300, 8, 16, 8, true, false, false);
     moe_f32_tests();
     moe_mma_tests();
+    moe_wg_tests();
     moe_pipe_tests();
 }

@@ -108,6 +108,7 @@ int main() {
         {"argmax", [] { t_softmax(2, 3000); t_argmax_nan_first(); t_argmax_ids(5, 3000); }},
         {"sample", [] { t_sample_token_mask(); t_sample_noise(); t_sample_prepare(3000, false); t_sample_prepare(1537, true); t_sample_state(3000, false); t_sample_state(1537, true); t_sample_gumbel(1000); t_sample_candidates(1024, {1, 1000, 1024}); }},
         {"moe_mma", [] { moe_mma_tests(); }},
+        {"moe_wg", [] { moe_wg_tests(); }},
         {"moe_pipe", [] { moe_pipe_tests(); }},
         {"moe_f32", [] { moe_f32_tests(); }},
         {"gemv", [] { t_gemv(1, 40, 64); t_gemv(1, 37, 2048); t_gemv(1, 21, 4096); t_gemv(1, 9, 2056); }},

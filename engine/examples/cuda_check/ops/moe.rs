@@ -83,6 +83,24 @@ pub(super) fn logits(rng: &mut Rng, t: usize, e: usize, skew: bool) -> Vec<f32> 
     v
 }
 
+/// `fused_moe`'s cases, gpt-oss's clamped experts and the dense FP8 GEMM with moe_wg.cu's
+/// wgmma builds (`moe.expert_kernel = wgmma`, sm_90 only), against the CPU: the `ops-moe-wg`
+/// section.
+pub fn run_wg(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    if cuda.info().compute_capability != (9, 0) {
+        report.summary_line("ops-moe-wg: not run (the wgmma build needs sm_90)".to_string());
+        return Ok(());
+    }
+    cuda.retune(|t| t.moe.wgmma = true);
+    let mut ops = Ops::start(cuda, CpuBackend::default(), 0x6d65_7472_616c_650d, report);
+    let r = ops
+        .moe()
+        .and_then(|()| ops.gpt_oss())
+        .and_then(|()| ops.matmul_fp8_mma());
+    cuda.retune(|t| t.moe.wgmma = false);
+    r
+}
+
 impl Ops<'_> {
     /// fused_moe against the CPU's: the same router logits on both sides, so the same experts
     /// (ties included: the rule is on the logits' bits); shapes from a decode step at

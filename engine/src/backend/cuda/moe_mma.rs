@@ -36,6 +36,9 @@ const BM: usize = 64;
 /// Weight rows of a block tile (`MMA_BN`): the down kernel's output columns; gate_up's blocks
 /// take half as many act columns (their gate and up rows).
 const BN: usize = 128;
+/// Weight rows of a wgmma block (`MWG_BN` in moe_wg.cu): the down kernel's output columns;
+/// gate_up's blocks take half as many act columns.
+const WG_BN: usize = 256;
 /// Threads of the `moe_tiles` block (`MMA_TILE_THREADS`).
 const TILE_THREADS: u32 = 256;
 /// Rows (a warp each) of a `moe_quant_fp8_*` block.
@@ -101,9 +104,21 @@ fn mma_kernels(build: MmaBuild) -> (Kernel<MmaArgs>, Kernel<MmaArgs>) {
     }
 }
 
-/// A build's gpt-oss gate|up kernel (bias and clamped SwiGLU), `None` for the FP8 builds.
-fn clamped_kernel(build: MmaBuild) -> Option<Kernel<ClampedMmaArgs>> {
+/// The wgmma builds' gate|up and down kernels (`moe_wg.cu`): bf16 and FP8 weights with bf16
+/// activations; `None` for the others.
+fn wg_kernels(build: MmaBuild) -> Option<(Kernel<MmaArgs>, Kernel<MmaArgs>)> {
     match build {
+        MmaBuild::Bf16 => Some((kernels::moe_gate_up_wg_bf16, kernels::moe_down_wg_bf16)),
+        MmaBuild::Fp8 => Some((kernels::moe_gate_up_wg_fp8, kernels::moe_down_wg_fp8)),
+        MmaBuild::Fp8Act | MmaBuild::Nvfp4 | MmaBuild::Mxfp4 => None,
+    }
+}
+
+/// A build's gpt-oss gate|up kernel (bias and clamped SwiGLU; `wg`: the wgmma one, bf16
+/// only), `None` for the FP8 builds.
+fn clamped_kernel(build: MmaBuild, wg: bool) -> Option<Kernel<ClampedMmaArgs>> {
+    match build {
+        MmaBuild::Bf16 if wg => Some(kernels::moe_gate_up_clamped_wg_bf16),
         MmaBuild::Bf16 => Some(kernels::moe_gate_up_clamped_mma_bf16),
         MmaBuild::Nvfp4 => Some(kernels::moe_gate_up_clamped_mma_nvfp4),
         MmaBuild::Mxfp4 => Some(kernels::moe_gate_up_clamped_mma_mxfp4),
@@ -121,17 +136,45 @@ fn build_dtype(build: MmaBuild) -> DType {
     }
 }
 
+/// How a grouped-GEMM kernel launches: threads, dynamic shared memory, and the weight rows
+/// of a block (its static shared memory holds 2 · BM + `bn` ints of row tables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MmaLaunch {
+    threads: u32,
+    smem: u32,
+    bn: usize,
+}
+
 /// The launch of a build (`bf16`, `fp8`, `fp8act`; the FP4 builds are `bf16`'s with another
-/// B-tile load): threads and dynamic shared memory, moe_mma.cu's `MmaCfg` (4 warps with bf16
-/// weights, else 8; stages of 32 columns: 3 with bf16 weights, 6 with e4m3 activations, else 4).
-fn launch_shape(build: MmaBuild) -> (u32, u32) {
+/// B-tile load): moe_mma.cu's `MmaCfg` (4 warps with bf16 weights, else 8; stages of 32
+/// columns: 3 with bf16 weights, 6 with e4m3 activations, else 4); `wg`: moe_wg.cu's
+/// `MwgCfg` (256 threads; four stages of 64 columns, each the A tile, the weights as stored
+/// and, FP8, their 256 rows' scales; FP8 adds two bf16 B buffers; 1024 bytes to align).
+fn launch_shape(build: MmaBuild, wg: bool) -> MmaLaunch {
+    if wg {
+        let (w, scales, wide) = match build {
+            MmaBuild::Bf16 => (2, 0, 0),
+            _ => (1, 4 * WG_BN, 2 * WG_BN * 64 * 2),
+        };
+        let stage = 64 * (BM * 2 + WG_BN * w) + scales;
+        let smem = (1024 + 4 * stage + wide) as u32;
+        return MmaLaunch {
+            threads: 256,
+            smem,
+            bn: WG_BN,
+        };
+    }
     let (a, w, warps, stages) = match build {
         MmaBuild::Bf16 | MmaBuild::Nvfp4 | MmaBuild::Mxfp4 => (2, 2, 4, 3),
         MmaBuild::Fp8 => (2, 1, 8, 4),
         MmaBuild::Fp8Act => (1, 1, 8, 6),
     };
     let stage = 32 * (BM * a + BN * w);
-    ((32 * warps) as u32, (stages * stage) as u32)
+    MmaLaunch {
+        threads: (32 * warps) as u32,
+        smem: (stages * stage) as u32,
+        bn: BN,
+    }
 }
 
 /// Columns of x a `_any` kernel stages in shared memory at a time (`MOE_XS_COLS` in
@@ -167,6 +210,15 @@ impl CudaBackend {
     /// tuning's `gemm.fp8_matmul_mma`).
     pub(super) fn fp8_matmul_mma(&self) -> bool {
         self.tuning().gemm.fp8_matmul_mma
+    }
+
+    /// Whether `build`'s 64-pair GEMMs (and the dense FP8 GEMM) run moe_wg.cu's wgmma kernels:
+    /// the tuning's `moe.expert_kernel = wgmma`, a capability-9.0 GPU (the loader compiles it as
+    /// sm_90a), and bf16 or FP8 weights with bf16 activations.
+    fn expert_wgmma(&self, build: MmaBuild) -> bool {
+        self.tuning().moe.wgmma
+            && self.info.compute_capability == (9, 0)
+            && wg_kernels(build).is_some()
     }
 
     /// Stages 3 and 4 for a small step (`moe_plan::Experts::SmallMma`): `act` [pairs,
@@ -338,8 +390,9 @@ impl CudaBackend {
                 ),
             ));
         }
+        let wg = self.expert_wgmma(build);
         let clamped = match clamp {
-            Some(_) => Some(clamped_kernel(build).ok_or_else(clamped_needs_bf16)?),
+            Some(_) => Some(clamped_kernel(build, wg).ok_or_else(clamped_needs_bf16)?),
             None => None,
         };
         let pairs = t * top_k;
@@ -359,7 +412,11 @@ impl CudaBackend {
             kernels::moe_tiles.launch(self, cfg((1, 1), TILE_THREADS), (tp, offsets, ei, mt))?;
         }
 
-        let (gate_up_kernel, down_kernel) = mma_kernels(build);
+        let (gate_up_kernel, down_kernel) = wg
+            .then(|| wg_kernels(build))
+            .flatten()
+            .unwrap_or_else(|| mma_kernels(build));
+        let shape = launch_shape(build, wg);
         let (ki, ii, hi) = (
             int(top_k, "fused_moe")?,
             int(i, "fused_moe")?,
@@ -382,16 +439,16 @@ impl CudaBackend {
         // blocks past the tile count return. clamped: a bf16 or FP4 build (clamped_kernel) and
         // the gate|up bias [e, 2i] bf16 (ClampedAct's contract), read at rows below e·2i (tile
         // experts < e, j < i).
-        let grid = (rows, dim(i.div_ceil(BN / 2), "fused_moe")?);
+        let grid = (rows, dim(i.div_ceil(shape.bn / 2), "fused_moe")?);
         let args = (act.ptr(s), xp, p2, p3, p4, tp, offsets, perm, ki, ii, hi);
         unsafe {
             match (clamp, clamped) {
                 (Some(ClampedAct { bias, alpha, limit }), Some(f)) => {
                     let (a, xp, p2, p3, p4, tp, o, p, ki, ii, hi) = args;
                     let args = (a, xp, p2, p3, p4, tp, o, p, ki, ii, hi, bias, alpha, limit);
-                    self.launch_mma(&f, build, grid, args)?
+                    self.launch_mma(&f, shape, grid, args)?
                 }
-                _ => self.launch_mma(&gate_up_kernel, build, grid, args)?,
+                _ => self.launch_mma(&gate_up_kernel, shape, grid, args)?,
             }
         }
         let act_q = (build == MmaBuild::Fp8Act)
@@ -408,8 +465,8 @@ impl CudaBackend {
         unsafe {
             self.launch_mma(
                 &down_kernel,
-                build,
-                (rows, dim(h.div_ceil(BN), "fused_moe")?),
+                shape,
+                (rows, dim(h.div_ceil(shape.bn), "fused_moe")?),
                 (ys.ptr(s), ap, p2, p3, p4, tp, offsets, perm, 0, hi, ii),
             )?;
         }
@@ -458,17 +515,23 @@ impl CudaBackend {
             .map_or((x.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
         let (mi, ni, ki) = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
         let (wp, wsp) = (w.ptr(s), w.scales_ptr(s));
+        let wg = self.expert_wgmma(build);
+        let kernel = match wg_kernels(build) {
+            Some((_, down)) if wg => down,
+            _ => mma_kernels(build).1,
+        };
+        let shape = launch_shape(build, wg);
         // SAFETY: out is [m, n] f32 (the caller's checks), x [m, k] bf16 (or its
         // e4m3 copy with [m, ceil(k/128)] scales), w [n, k] FP8 with its scales; k % 16 == 0 so
         // every 16-byte load of a row is aligned and inside it; null tiles, offsets and perm:
         // block x covers rows 64x .. 64x + 63 < m + 63 (rows past m are not read or written).
         unsafe {
             self.launch_mma(
-                &mma_kernels(build).1,
-                build,
+                &kernel,
+                shape,
                 (
                     dim(m.div_ceil(BM), "matmul")?,
-                    dim(n.div_ceil(BN), "matmul")?,
+                    dim(n.div_ceil(shape.bn), "matmul")?,
                 ),
                 (out.ptr(s), xp, xsp, wp, wsp, 0, 0, 0, mi, ni, ki),
             )?;
@@ -528,8 +591,9 @@ impl CudaBackend {
         Ok(q)
     }
 
-    /// One launch of `kernel`, `moe_gate_up_mma_{build}` or `moe_down_mma_{build}` (see
-    /// [`MmaArgs`]), or `moe_gate_up_clamped_mma_{build}` (those and a [`ClampedAct`]'s).
+    /// One launch of `kernel`, `moe_gate_up_{mma,wg}_{build}` or `moe_down_{mma,wg}_{build}`
+    /// (see [`MmaArgs`]), or `moe_gate_up_clamped_{mma,wg}_{build}` (those and a
+    /// [`ClampedAct`]'s), with the kernel's [`launch_shape`].
     ///
     /// # Safety
     /// The pointers and sizes must be what the kernel's comment in moe_mma.cu asks for at this
@@ -538,21 +602,20 @@ impl CudaBackend {
     unsafe fn launch_mma<A: Args>(
         &self,
         kernel: &Kernel<A>,
-        build: MmaBuild,
+        shape: MmaLaunch,
         grid: (u32, u32),
         args: A,
     ) -> Result<()> {
-        let (threads, smem) = launch_shape(build);
-        // Past 48 KB of shared memory a block, static (the kernel's row tables: 2 · BM + BN
+        // Past 48 KB of shared memory a block, static (the kernel's row tables: 2 · BM + bn
         // ints) and dynamic together, a kernel must opt in, or its launch fails with an invalid
-        // argument (today's builds stay below; 128-row tiles, tried, did not).
-        if smem as usize + 4 * (2 * BM + BN) > 48 * 1024 {
-            kernel.allow_shared_memory(self, smem)?;
+        // argument (the mma.sync builds stay below; the wgmma ones take about 165 KB).
+        if shape.smem as usize + 4 * (2 * BM + shape.bn) > 48 * 1024 {
+            kernel.allow_shared_memory(self, shape.smem)?;
         }
-        let mut c = cfg(grid, threads);
-        c.shared_mem_bytes = smem;
+        let mut c = cfg(grid, shape.threads);
+        c.shared_mem_bytes = shape.smem;
         // SAFETY: the caller's contract (above); threads and dynamic shared memory are the
-        // build's MmaCfg WARPS · 32 (its launch bounds) and SMEM (launch_shape).
+        // kernel's MmaCfg / MwgCfg THREADS (its launch bounds) and SMEM (launch_shape).
         unsafe { kernel.launch(self, c, args) }
     }
 }
@@ -573,14 +636,34 @@ mod tests {
             let (g, d) = mma_kernels(build);
             assert_eq!(g.name(), format!("moe_gate_up_mma_{}", build.name()));
             assert_eq!(d.name(), format!("moe_down_mma_{}", build.name()));
-            if let Some(c) = clamped_kernel(build) {
+            if let Some(c) = clamped_kernel(build, false) {
                 let want = format!("moe_gate_up_clamped_mma_{}", build.name());
                 assert_eq!(c.name(), want);
             }
+            if let Some((g, d)) = wg_kernels(build) {
+                assert_eq!(g.name(), format!("moe_gate_up_wg_{}", build.name()));
+                assert_eq!(d.name(), format!("moe_down_wg_{}", build.name()));
+            }
         }
+        let c = clamped_kernel(MmaBuild::Bf16, true).map(|k| k.name());
+        assert_eq!(c, Some("moe_gate_up_clamped_wg_bf16"));
         // The FP4 builds launch as the bf16 one (moe_mma_fp4.cu: MmaCfg<0>).
         for build in [MmaBuild::Nvfp4, MmaBuild::Mxfp4] {
-            assert_eq!(launch_shape(build), launch_shape(MmaBuild::Bf16));
+            assert_eq!(
+                launch_shape(build, false),
+                launch_shape(MmaBuild::Bf16, false)
+            );
+        }
+    }
+
+    #[test]
+    fn wgmma_shared_memory_is_mwgcfgs() {
+        // MwgCfg<0>::SMEM and MwgCfg<1>::SMEM in moe_wg.cu, within the 227 KB a block may
+        // take beside its static row tables.
+        for (build, smem) in [(MmaBuild::Bf16, 164_864), (MmaBuild::Fp8, 168_960)] {
+            let l = launch_shape(build, true);
+            assert_eq!((l.threads, l.smem, l.bn), (256, smem, WG_BN));
+            assert!(smem as usize + 4 * (2 * BM + WG_BN) <= 227 * 1024);
         }
     }
 

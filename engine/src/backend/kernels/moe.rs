@@ -67,6 +67,11 @@ kernels! {
     Fp8 [moe_down_nvfp4_small, moe_down_mxfp4_small] (ys: *mut f32, act: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, inter: i32, hidden: i32);
     Fp8 [moe_gate_up_clamped_nvfp4_small, moe_gate_up_clamped_mxfp4_small] (act: *mut bf16, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32, bias: *const bf16, alpha: f32, limit: f32);
     MoeMma [moe_gate_up_clamped_bf16_small_any] (act: *mut bf16, x: *const bf16, w: *const bf16, scales: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32, bias: *const bf16, alpha: f32, limit: f32);
+    MoeMma [moe_gate_up_wg_bf16] (act: *mut bf16, x: *const bf16, x_scales: *const f32, w: *const bf16, w_scales: *const f32, tiles: *const i32, offsets: *const i32, perm: *const i32, top_k: i32, inter: i32, hidden: i32);
+    MoeMma [moe_down_wg_bf16] (ys: *mut f32, act: *const bf16, act_scales: *const f32, w: *const bf16, w_scales: *const f32, tiles: *const i32, offsets: *const i32, perm: *const i32, rows: i32, hidden: i32, inter: i32);
+    MoeMma [moe_gate_up_wg_fp8] (act: *mut bf16, x: *const bf16, x_scales: *const f32, w: *const u8, w_scales: *const f32, tiles: *const i32, offsets: *const i32, perm: *const i32, top_k: i32, inter: i32, hidden: i32);
+    MoeMma [moe_down_wg_fp8] (ys: *mut f32, act: *const bf16, act_scales: *const f32, w: *const u8, w_scales: *const f32, tiles: *const i32, offsets: *const i32, perm: *const i32, rows: i32, hidden: i32, inter: i32);
+    MoeMma [moe_gate_up_clamped_wg_bf16] (act: *mut bf16, x: *const bf16, x_scales: *const f32, w: *const bf16, w_scales: *const f32, tiles: *const i32, offsets: *const i32, perm: *const i32, top_k: i32, inter: i32, hidden: i32, bias: *const bf16, alpha: f32, limit: f32);
     MoeMma [moe_quant_fp8_f32] (q: *mut u8, scales: *mut f32, x: *const f32, rows: u64, k: i32);
     MoeMma [moe_quant_fp8_bf16] (q: *mut u8, scales: *mut f32, x: *const bf16, rows: u64, k: i32);
 }
