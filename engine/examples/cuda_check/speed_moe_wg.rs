@@ -4,7 +4,8 @@
 //! - `fused_moe` alone at the Qwen3-30B-A3B and Qwen3.6-35B-A3B expert shapes, bf16 and FP8
 //!   experts, 2,048 and 8,192 tokens, routed by random logits (every route on the 64-pair tiles:
 //!   `moe.gemm = tensor-cores`);
-//! - the dense FP8 GEMM (`matmul` with `gemm.fp8_matmul_mma`) at prefill shapes.
+//! - the dense FP8 GEMM (`matmul` with `gemm.fp8_matmul_mma`) at prefill shapes, beside the
+//!   default route (a bf16 copy of the weight, then cuBLAS).
 //!
 //! Each line: mean ms a call over back-to-back calls (routing and the weighted sum included
 //! for the experts), the TFLOP/s of its products (experts: 2 · tokens · top_k · 3 · h · i), and
@@ -65,8 +66,16 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     for (m, k, n) in DENSE {
         let x = cuda.random_bf16(&[m, k], 7, 1.0)?;
         let w = cuda.random_fp8(&[n, k], 12, 0.02)?;
-        cuda.retune(|t| t.gemm.fp8_matmul_mma = true);
         let what = format!("dense fp8 [{m}, {k}] x [{n}, {k}]T");
+        // The default route first: the weight widened to a bf16 copy, then cuBLAS.
+        let flops = 2.0 * (m * n * k) as f64;
+        let mut out = cuda.zeros(&[m, n])?;
+        let ms = mean_op_ms_n(cuda, ITERS, || Ok(cuda.matmul(&mut out, &x, &w)?))?;
+        report.summary_line(format!(
+            "moe-wg {what}: bf16 copy + cuBLAS {ms:.3} ms, {:.0} TFLOP/s",
+            flops / ms / 1e9
+        ));
+        cuda.retune(|t| t.gemm.fp8_matmul_mma = true);
         let r = compare(
             cuda,
             report,
