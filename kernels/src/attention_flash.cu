@@ -170,6 +170,59 @@ __device__ __forceinline__ void flash_tile_span(const int* row_pos, int win, int
     tile_lo = WIN ? max(0, min(key0, m)) : 0;
 }
 
+// One 16-row tile's scores of the key tile from kb, scaled to log2 units, with what a row may
+// not see set to -inf: keys past its position where `mask` (the tile reaches past the warp's
+// first row), or, WIN, keys outside its window (p - window < key <= p: one unsigned compare).
+// s(n, e): this thread's score e of n8 block n (row g or g + 8 by e / 2, key 8n + 2t + e % 2);
+// pos(h): the position of row g (h = 0) or g + 8 (h = 1). Both kernels' fragment layout.
+template <int NS, bool WIN, typename S, typename P>
+__device__ __forceinline__ void flash_scale_mask(S s, P pos, int kb, int t, bool mask, int window,
+                                                 float scale_log2) {
+#pragma unroll
+    for (int n = 0; n < NS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int key = kb + 8 * n + 2 * t + (e & 1);
+            const int p = pos(e >> 1);
+            float& v = s(n, e);
+            if (WIN)
+                v = (u32)(p - key) < (u32)window ? v * scale_log2 : NEG_INF;
+            else
+                v = mask && key > p ? NEG_INF : v * scale_log2;
+        }
+}
+
+// The online softmax step of one 16-row tile's rows g (h = 0: e = 0, 1) and g + 8 (h = 1: e =
+// 2, 3) after flash_scale_mask: the running max m[h] and sum l[h] (this thread's part) updated,
+// the scores turned into weights 2^(s - m), the outputs o(n, e) (NO n8 blocks) rescaled.
+template <int NS, int NO, typename S, typename O>
+__device__ __forceinline__ void flash_online_softmax(S s, O o, float (&m)[2], float (&l)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = NEG_INF;
+#pragma unroll
+        for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(s(n, 2 * h), s(n, 2 * h + 1)));
+        const float mn = fmaxf(m[h], quad_max(mx));
+        // A row with no key yet keeps m = -inf: subtract 0 instead (every weight is 0).
+        const float base = mn == NEG_INF ? 0.f : mn;
+        const float corr = exp2_fast(m[h] - base);
+        m[h] = mn;
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < NS; ++n) {
+            s(n, 2 * h) = exp2_fast(s(n, 2 * h) - base);
+            s(n, 2 * h + 1) = exp2_fast(s(n, 2 * h + 1) - base);
+            sum += s(n, 2 * h) + s(n, 2 * h + 1);
+        }
+        l[h] = l[h] * corr + sum;
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+            o(n, 2 * h) *= corr;
+            o(n, 2 * h + 1) *= corr;
+        }
+    }
+}
+
 template <typename T, typename TC, int D, bool WIN>
 __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
                                      const TC* v_cache, const u32* positions, const u32* row_seq,
@@ -303,64 +356,23 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
             }
         }
         // Scale, and mask keys past each row's position (only where the tile reaches past the
-        // warp's smallest one); the _win build masks both ends of each row's window instead.
+        // warp's smallest one); the _win build masks both ends of each row's window instead,
+        // its rows' positions read from shared memory (registers are what the D = 128 FP8
+        // build lacks). Then the online softmax of each 16-row tile.
         const bool mask = kb + BK - 1 > wmin;
-        if (WIN) {
 #pragma unroll
-            for (int mi = 0; mi < MW; ++mi)
-#pragma unroll
-                for (int n = 0; n < NS; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        // Visible when p - window < key <= p: one unsigned compare. The row's
-                        // position comes from shared memory here (registers are what the
-                        // D = 128 FP8 build lacks).
-                        const int key = kb + 8 * n + 2 * t + (e & 1);
-                        const int p = row_pos[wr0 + 16 * mi + g + 8 * (e >> 1)];
-                        s[mi][n][e] = (u32)(p - key) < (u32)window
-                                          ? s[mi][n][e] * scale_log2
-                                          : NEG_INF;
-                    }
-        } else {
-#pragma unroll
-            for (int mi = 0; mi < MW; ++mi)
-#pragma unroll
-                for (int n = 0; n < NS; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int key = kb + 8 * n + 2 * t + (e & 1);
-                        s[mi][n][e] = mask && key > pos[mi][e >> 1] ? NEG_INF
-                                                                    : s[mi][n][e] * scale_log2;
-                    }
+        for (int mi = 0; mi < MW; ++mi) {
+            const auto row = [&](int h) {
+                return WIN ? row_pos[wr0 + 16 * mi + g + 8 * h] : pos[mi][h];
+            };
+            flash_scale_mask<NS, WIN>([&](int n, int e) -> float& { return s[mi][n][e]; }, row,
+                                      kb, t, mask, window, scale_log2);
         }
-        // The online softmax of rows g (e = 0, 1) and g + 8 (e = 2, 3) of each 16-row tile.
 #pragma unroll
         for (int mi = 0; mi < MW; ++mi)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float mx = NEG_INF;
-#pragma unroll
-                for (int n = 0; n < NS; ++n)
-                    mx = fmaxf(mx, fmaxf(s[mi][n][2 * h], s[mi][n][2 * h + 1]));
-                const float mn = fmaxf(m[mi][h], quad_max(mx));
-                // A row with no key yet keeps m = -inf: subtract 0 instead (every weight is 0).
-                const float base = mn == NEG_INF ? 0.f : mn;
-                const float corr = exp2_fast(m[mi][h] - base);
-                m[mi][h] = mn;
-                float sum = 0.f;
-#pragma unroll
-                for (int n = 0; n < NS; ++n) {
-                    s[mi][n][2 * h] = exp2_fast(s[mi][n][2 * h] - base);
-                    s[mi][n][2 * h + 1] = exp2_fast(s[mi][n][2 * h + 1] - base);
-                    sum += s[mi][n][2 * h] + s[mi][n][2 * h + 1];
-                }
-                l[mi][h] = l[mi][h] * corr + sum;
-#pragma unroll
-                for (int n = 0; n < NO; ++n) {
-                    o[mi][n][2 * h] *= corr;
-                    o[mi][n][2 * h + 1] *= corr;
-                }
-            }
+            flash_online_softmax<NS, NO>([&](int n, int e) -> float& { return s[mi][n][e]; },
+                                         [&](int n, int e) -> float& { return o[mi][n][e]; },
+                                         m[mi], l[mi]);
         // O += P·V, 16 keys at a time.
 #pragma unroll
         for (int k2 = 0; k2 < BK / 16; ++k2) {

@@ -135,42 +135,10 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
         wg_keep(o);
 
         const bool mask = kb + BK - 1 > gmin;
-#pragma unroll
-        for (int n = 0; n < NS; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int key = kb + 8 * n + 2 * t + (e & 1);
-                const int p = e >> 1 ? pos1 : pos0;
-                float& v = s[4 * n + e];
-                if (WIN)
-                    v = (u32)(p - key) < (u32)window ? v * scale_log2 : NEG_INF;
-                else
-                    v = mask && key > p ? NEG_INF : v * scale_log2;
-            }
-        // The online softmax of rows g (e = 0, 1) and g + 8 (e = 2, 3).
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float mx = NEG_INF;
-#pragma unroll
-            for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * h], s[4 * n + 2 * h + 1]));
-            const float mn = fmaxf(m[h], quad_max(mx));
-            const float base = mn == NEG_INF ? 0.f : mn;
-            const float corr = exp2_fast(m[h] - base);
-            m[h] = mn;
-            float sum = 0.f;
-#pragma unroll
-            for (int n = 0; n < NS; ++n) {
-                s[4 * n + 2 * h] = exp2_fast(s[4 * n + 2 * h] - base);
-                s[4 * n + 2 * h + 1] = exp2_fast(s[4 * n + 2 * h + 1] - base);
-                sum += s[4 * n + 2 * h] + s[4 * n + 2 * h + 1];
-            }
-            l[h] = l[h] * corr + sum;
-#pragma unroll
-            for (int n = 0; n < NO; ++n) {
-                o[4 * n + 2 * h] *= corr;
-                o[4 * n + 2 * h + 1] *= corr;
-            }
-        }
+        const auto sc = [&](int n, int e) -> float& { return s[4 * n + e]; };
+        flash_scale_mask<NS, WIN>(sc, [&](int h) { return h ? pos1 : pos0; }, kb, t, mask, window,
+                                  scale_log2);
+        flash_online_softmax<NS, NO>(sc, [&](int n, int e) -> float& { return o[4 * n + e]; }, m, l);
         // O += P·V, 16 keys a step: P's A fragment is S's accumulators of key blocks 2 · k2
         // and 2 · k2 + 1, rounded to bf16.
         u32 p[BK / 16][4];
