@@ -114,6 +114,15 @@ fn wg_kernels(build: MmaBuild) -> Option<(Kernel<MmaArgs>, Kernel<MmaArgs>)> {
     }
 }
 
+/// The gate|up and down kernels a launch takes: the wgmma build's where `wg` (and it has one),
+/// else the mma.sync build's.
+fn grouped_kernels(build: MmaBuild, wg: bool) -> (Kernel<MmaArgs>, Kernel<MmaArgs>) {
+    match wg_kernels(build) {
+        Some(k) if wg => k,
+        _ => mma_kernels(build),
+    }
+}
+
 /// A build's gpt-oss gate|up kernel (bias and clamped SwiGLU; `wg`: the wgmma one, bf16
 /// only), `None` for the FP8 builds.
 fn clamped_kernel(build: MmaBuild, wg: bool) -> Option<Kernel<ClampedMmaArgs>> {
@@ -412,10 +421,7 @@ impl CudaBackend {
             kernels::moe_tiles.launch(self, cfg((1, 1), TILE_THREADS), (tp, offsets, ei, mt))?;
         }
 
-        let (gate_up_kernel, down_kernel) = wg
-            .then(|| wg_kernels(build))
-            .flatten()
-            .unwrap_or_else(|| mma_kernels(build));
+        let (gate_up_kernel, down_kernel) = grouped_kernels(build, wg);
         let shape = launch_shape(build, wg);
         let (ki, ii, hi) = (
             int(top_k, "fused_moe")?,
@@ -516,10 +522,7 @@ impl CudaBackend {
         let (mi, ni, ki) = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
         let (wp, wsp) = (w.ptr(s), w.scales_ptr(s));
         let wg = self.expert_wgmma(build);
-        let kernel = match wg_kernels(build) {
-            Some((_, down)) if wg => down,
-            _ => mma_kernels(build).1,
-        };
+        let kernel = grouped_kernels(build, wg).1;
         let shape = launch_shape(build, wg);
         // SAFETY: out is [m, n] f32 (the caller's checks), x [m, k] bf16 (or its
         // e4m3 copy with [m, ceil(k/128)] scales), w [n, k] FP8 with its scales; k % 16 == 0 so
