@@ -51,7 +51,7 @@ struct Args {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Sections to skip: kernels, ops, ops-gpt-oss, ops-nvfp4, ops-nemotron-moe,
-    /// ops-fp8-rows and ops-flash-wg (parts of ops), sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8,
+    /// ops-fp8-rows, ops-flash and ops-experts (parts of ops), sampling, e2e, ops-f32, e2e-f32, ops-kv8, e2e-kv8,
     /// kv-groups, hybrid, nvfp4-speed, fp8-rows-speed, speed, moe-speed, moe-fp4-speed,
     /// prefill-attn, profile.
     #[arg(long, value_delimiter = ',')]
@@ -70,8 +70,8 @@ const SECTIONS: [&str; 24] = [
     "ops-nvfp4",
     "ops-nemotron-moe",
     "ops-fp8-rows",
-    "ops-flash-wg",
-    "ops-moe-wg",
+    "ops-flash",
+    "ops-experts",
     "sampling",
     "e2e",
     "ops-f32",
@@ -171,6 +171,7 @@ fn main() -> ExitCode {
                     | "moe-speed"
                     | "moe-fp4-speed"
                     | "prefill-attn"
+                    | "moe-wg-speed"
                     | "profile"
             )
         });
@@ -211,8 +212,8 @@ fn main() -> ExitCode {
             "ops-nvfp4" => ops::run_nvfp4(&cuda, &mut report),
             "ops-nemotron-moe" => ops::nemotron_moe::run(&cuda, &mut report),
             "ops-fp8-rows" => ops::run_fp8_rows(&cuda, &mut report),
-            "ops-flash-wg" => ops::attention::run_flash_wg(&cuda, &mut report),
-            "ops-moe-wg" => ops::moe::run_wg(&cuda, &mut report),
+            "ops-flash" => ops::attention::run_flash(&cuda, &mut report),
+            "ops-experts" => ops::moe::run_experts(&cuda, &mut report),
             "sampling" => sampling::run(&cuda, &mut report),
             "e2e" => e2e::run(&cuda, &args.fixtures, &mut report),
             "ops-f32" => {

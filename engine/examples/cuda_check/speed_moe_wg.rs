@@ -101,6 +101,7 @@ fn compare(
     mut f: impl FnMut(&mut CudaTensor) -> Result<()>,
 ) -> Result<()> {
     let mut outs: Vec<Vec<f32>> = Vec::new();
+    let before = cuda.tuning().moe;
     for wg in [false, true] {
         cuda.retune(|t| {
             t.moe.wgmma = wg;
@@ -108,10 +109,7 @@ fn compare(
         });
         let mut out = cuda.zeros(shape)?;
         let ms = mean_op_ms_n(cuda, ITERS, || f(&mut out));
-        cuda.retune(|t| {
-            t.moe.wgmma = false;
-            t.moe.gemm = MoeGemm::Auto;
-        });
+        cuda.retune(|t| t.moe = before);
         let ms = ms?;
         let host = cuda.to_host(&out)?;
         let build = if wg { "wgmma" } else { "mma" };

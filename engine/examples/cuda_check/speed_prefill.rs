@@ -13,6 +13,7 @@ use crate::report::Report;
 use crate::speed::{BLOCK, prefill_batch, time_op};
 
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
+    let before = cuda.tuning().attention;
     for (shape, nh, nkv, hd) in [("qwen3-8b", 32, 8, 128), ("qwen3.6-35b-a3b", 16, 2, 256)] {
         for n in [1024usize, 4096, 8192, 32768] {
             for kernel in ["flash", "wgmma", "decode"] {
@@ -49,9 +50,6 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             }
         }
     }
-    cuda.retune(|t| {
-        t.attention.flash_min_rows = Some(16);
-        t.attention.flash_wgmma = false;
-    });
+    cuda.retune(|t| t.attention = before);
     Ok(())
 }

@@ -29,27 +29,18 @@ impl Attn {
     }
 }
 
-/// The attention cases (plain and sliding-window) with the flash kernel's wgmma build
-/// (`attention.flash_kernel = wgmma`, sm_90 only), on a bf16 and an FP8 cache: the
-/// `ops-flash-wg` section.
-pub fn run_flash_wg(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
-    if cuda.info().compute_capability != (9, 0) {
-        report.summary_line("ops-flash-wg: not run (the wgmma build needs sm_90)".to_string());
-        return Ok(());
-    }
+/// The attention cases (plain and sliding-window) on a bf16 and an FP8 cache with the tuning's
+/// flash build (on sm_90 wgmma by default, `METRALE_ATTN_FLASH_KERNEL=mma` for mma.sync): the
+/// `ops-flash` section, a part of `ops` and `ops-kv8` that runs in a minute.
+pub fn run_flash(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let kv8 = CudaBackend::new(0, cuda.tuning()).and_then(|c| c.with_fp8_kv_cache(true))?;
     for (backend, cpu) in [
         (cuda, CpuBackend::default()),
         (&kv8, CpuBackend::with_fp8_kv_cache(true)),
     ] {
-        backend.retune(|t| {
-            t.attention.flash_wgmma = true;
-            t.launch.cuda_sync = true;
-        });
+        backend.retune(|t| t.launch.cuda_sync = true);
         let mut ops = Ops::start(backend, cpu, 0x6d65_7472_616c_650c, report);
-        let r = ops.attention().and_then(|()| ops.attention_window());
-        backend.retune(|t| t.attention.flash_wgmma = false);
-        r?;
+        ops.attention().and_then(|()| ops.attention_window())?;
     }
     Ok(())
 }

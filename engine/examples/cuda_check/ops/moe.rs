@@ -83,22 +83,15 @@ pub(super) fn logits(rng: &mut Rng, t: usize, e: usize, skew: bool) -> Vec<f32> 
     v
 }
 
-/// `fused_moe`'s cases, gpt-oss's clamped experts and the dense FP8 GEMM with moe_wg.cu's
-/// wgmma builds (`moe.expert_kernel = wgmma`, sm_90 only), against the CPU: the `ops-moe-wg`
-/// section.
-pub fn run_wg(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
-    if cuda.info().compute_capability != (9, 0) {
-        report.summary_line("ops-moe-wg: not run (the wgmma build needs sm_90)".to_string());
-        return Ok(());
-    }
-    cuda.retune(|t| t.moe.wgmma = true);
+/// `fused_moe`'s cases, gpt-oss's clamped experts and the dense FP8 GEMM with the tuning's
+/// tensor-core expert GEMMs (on sm_90 moe_wg.cu's wgmma builds by default,
+/// `METRALE_MOE_EXPERT_KERNEL=mma` for moe_mma.cu's), against the CPU: the `ops-experts`
+/// section, a part of `ops` that runs in a minute and a half.
+pub fn run_experts(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let mut ops = Ops::start(cuda, CpuBackend::default(), 0x6d65_7472_616c_650d, report);
-    let r = ops
-        .moe()
+    ops.moe()
         .and_then(|()| ops.gpt_oss())
-        .and_then(|()| ops.matmul_fp8_mma());
-    cuda.retune(|t| t.moe.wgmma = false);
-    r
+        .and_then(|()| ops.matmul_fp8_mma())
 }
 
 impl Ops<'_> {
