@@ -79,8 +79,7 @@ __device__ __forceinline__ u32x4 scale_bf16x8(u32x4 v, float s) {
 // and, masked, meet a weight of exactly 0.
 // BK keys a tile, THREADS threads a block, `at(r, c)` the byte offset of 16-byte chunk c of row
 // r (each kernel's swizzle: flash_at here, prelude/wgmma.cuh's wg_sw128 in attention_flash_wg.cu).
-// WHICH: 1 the keys only, 2 the values only, 3 both (the wgmma kernel loads them apart).
-template <typename TC, int D, int BK, int THREADS, int WHICH = 3, typename At>
+template <typename TC, int D, int BK, int THREADS, typename At>
 __device__ __forceinline__ void flash_load_tile(unsigned char* ks, unsigned char* vs,
                                                 const TC* k_cache, const TC* v_cache,
                                                 const float* k_scales, const float* v_scales,
@@ -103,18 +102,18 @@ __device__ __forceinline__ void flash_load_tile(unsigned char* ks, unsigned char
         const u32 at = at_of(r, c);
         if constexpr (FP8) {
             u32x4 kv = u32x4{0u, 0u, 0u, 0u}, vv = kv;
-            const int grp = head * G + (8 * c) / 128;
-            if (ok && (WHICH & 1))
+            if (ok) {
+                const int grp = head * G + (8 * c) / 128;
                 kv = scale_bf16x8(e4m3x8_to_bf16x8(*(const u32x2*)(k_cache + head * D + 8 * c)),
                                   k_scales[grp]);
-            if (ok && (WHICH & 2))
                 vv = scale_bf16x8(e4m3x8_to_bf16x8(*(const u32x2*)(v_cache + head * D + 8 * c)),
                                   v_scales[grp]);
-            if (WHICH & 1) *(u32x4*)(ks + at) = kv;
-            if (WHICH & 2) *(u32x4*)(vs + at) = vv;
+            }
+            *(u32x4*)(ks + at) = kv;
+            *(u32x4*)(vs + at) = vv;
         } else {
-            if (WHICH & 1) cp_async<16>(ks + at, k_cache + head * D + 8 * c, ok);
-            if (WHICH & 2) cp_async<16>(vs + at, v_cache + head * D + 8 * c, ok);
+            cp_async<16>(ks + at, k_cache + head * D + 8 * c, ok);
+            cp_async<16>(vs + at, v_cache + head * D + 8 * c, ok);
         }
     }
 }
@@ -195,11 +194,9 @@ __device__ __forceinline__ void flash_scale_mask(S s, P pos, int kb, int t, bool
 
 // The online softmax step of one 16-row tile's rows g (h = 0: e = 0, 1) and g + 8 (h = 1: e =
 // 2, 3) after flash_scale_mask: the running max m[h] and sum l[h] (this thread's part) updated,
-// the scores turned into weights 2^(s - m), and corr[h], the factor the row's outputs take
-// (flash_rescale; apart, so the wgmma kernel runs this while the previous tile's O += P·V does).
-template <int NS, typename S>
-__device__ __forceinline__ void flash_softmax_rows(S s, float (&m)[2], float (&l)[2],
-                                                   float (&corr)[2]) {
+// the scores turned into weights 2^(s - m), the outputs o(n, e) (NO n8 blocks) rescaled.
+template <int NS, int NO, typename S, typename O>
+__device__ __forceinline__ void flash_online_softmax(S s, O o, float (&m)[2], float (&l)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float mx = NEG_INF;
@@ -208,7 +205,7 @@ __device__ __forceinline__ void flash_softmax_rows(S s, float (&m)[2], float (&l
         const float mn = fmaxf(m[h], quad_max(mx));
         // A row with no key yet keeps m = -inf: subtract 0 instead (every weight is 0).
         const float base = mn == NEG_INF ? 0.f : mn;
-        corr[h] = exp2_fast(m[h] - base);
+        const float corr = exp2_fast(m[h] - base);
         m[h] = mn;
         float sum = 0.f;
 #pragma unroll
@@ -217,28 +214,13 @@ __device__ __forceinline__ void flash_softmax_rows(S s, float (&m)[2], float (&l
             s(n, 2 * h + 1) = exp2_fast(s(n, 2 * h + 1) - base);
             sum += s(n, 2 * h) + s(n, 2 * h + 1);
         }
-        l[h] = l[h] * corr[h] + sum;
-    }
-}
-
-// The outputs o(n, e) (NO n8 blocks) of rows g and g + 8 scaled by flash_softmax_rows' corr.
-template <int NO, typename O>
-__device__ __forceinline__ void flash_rescale(O o, const float (&corr)[2]) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
+        l[h] = l[h] * corr + sum;
 #pragma unroll
         for (int n = 0; n < NO; ++n) {
-            o(n, 2 * h) *= corr[h];
-            o(n, 2 * h + 1) *= corr[h];
+            o(n, 2 * h) *= corr;
+            o(n, 2 * h + 1) *= corr;
         }
-}
-
-// Both: the online softmax step with the outputs rescaled at once.
-template <int NS, int NO, typename S, typename O>
-__device__ __forceinline__ void flash_online_softmax(S s, O o, float (&m)[2], float (&l)[2]) {
-    float corr[2];
-    flash_softmax_rows<NS>(s, m, l, corr);
-    flash_rescale<NO>(o, corr);
+    }
 }
 
 template <typename T, typename TC, int D, bool WIN>

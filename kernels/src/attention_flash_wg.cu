@@ -23,12 +23,7 @@
 //   O [64 × D] += P·V: BK/16 wgmma with A = P from registers (the accumulators rounded to bf16
 //     are already the A fragment) and B = V, an N-major descriptor (imm-trans-b: V's rows are
 //     keys, its 64-column halves LBO apart, 8-key groups SBO = 1024 bytes apart).
-// Software pipelining (FlashAttention-3's intra-warpgroup overlap): iteration j issues tile
-// j + 1's S = Q·Kᵀ, then tile j's O += P·V, waits for the first group only and runs tile j + 1's
-// softmax (the exponentials, which would otherwise leave the tensor cores idle) while O's
-// products run; O is rescaled and P packed once those are waited for. So a tile's keys are read
-// one iteration before its values: the keys of tile j + 2 and the values of tile j + 1 load
-// during iteration j (two slots each of K and V, as before).
+// Each group of products is committed and waited for before its accumulators are read.
 //
 // sm_90a only (the loader compiles capability 9.0 as sm_90a); elsewhere the kernels trap and
 // the launcher never picks them. The host emulation runs every wgmma as its documented
@@ -49,6 +44,7 @@ template <int D> struct FwgCfg {
     static constexpr int KV_BYTES = BK * D * 2;     // one of K or V, one stage
     static constexpr int SMEM = 1024 + Q_BYTES + 4 * KV_BYTES; // + 1024: the base aligned
 };
+
 
 #ifdef METRALE_WGMMA
 template <typename T, typename TC, int D, bool WIN>
@@ -101,30 +97,31 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
     for (int i = 0; i < NO * 4; ++i) o[i] = 0.f;
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
 
-    // Tile j's keys sit in slot j % 2's K half, its values in the V half; they load apart, the
-    // keys one tile earlier than the values (see the header).
-    auto slot = [&](int j) { return kvs + (j & 1) * (2 * C::KV_BYTES); };
-#define FWG_LOAD(W)                                                                                \
-    [&](int j) {                                                                                   \
-        flash_load_tile<TC, D, C::BK, C::THREADS, W>(                                             \
-            slot(j), slot(j) + C::KV_BYTES, k_cache, v_cache, k_scales, v_scales, table,           \
-            block_size, num_kv_heads, kv_head, j * BK, len,                                        \
-            [](int r, int c) { return wg_sw128<C::BK>(r, c); });                                  \
-    }
-    auto load_keys = FWG_LOAD(1);
-    auto load_values = FWG_LOAD(2);
-#undef FWG_LOAD
-    // Tile j has a key at or before this warpgroup's last row (uniform in it: wgmma is issued by
-    // all 128 threads or none); once one is not, no later one is.
-    auto live = [&](int j) { return j < ntiles && j * BK <= gmax; };
+    auto stage = [&](int st) { return kvs + st * (2 * C::KV_BYTES); };
+    // Key tile `kb` into stage `st`: as attention_flash.cu's, in the swizzled layout.
+    auto load = [&](int st, int kb) {
+        flash_load_tile<TC, D, C::BK, C::THREADS>(stage(st), stage(st) + C::KV_BYTES, k_cache,
+                                               v_cache, k_scales, v_scales, table, block_size,
+                                               num_kv_heads, kv_head, kb, len,
+                                               [](int r, int c) { return wg_sw128<C::BK>(r, c); });
+        cp_async_commit();
+    };
+    if (j0 < ntiles) load(j0 & 1, j0 * BK);
     const u32 q_addr = wg_smem_addr(qs) + gr0 * 128;
 
-    float s[NS * 4];   // a tile's scores, then its weights
-    u32 p[BK / 16][4]; // P of the tile whose O += P·V is next: S's weights rounded to bf16
-    float corr[2];     // the factor O takes before that tile's products
-    // S = Q·Kᵀ of tile j: 16 columns a step, inside the 128-byte half h = kk / 4 of each row.
-    auto scores = [&](int j) {
-        const u32 k_addr = wg_smem_addr(slot(j));
+    for (int j = j0; j < ntiles; ++j) {
+        cp_async_wait<0>();
+        fence_proxy_async();
+        __syncthreads();
+        if (j + 1 < ntiles) load((j + 1) & 1, (j + 1) * BK);
+        const int kb = j * BK;
+        // Every key of the tile is after every row of this warpgroup (uniform in it: wgmma is
+        // issued by all 128 threads or none).
+        if (kb > gmax) continue;
+        const u32 k_addr = wg_smem_addr(stage(j & 1)), v_addr = k_addr + C::KV_BYTES;
+
+        // S = Q·Kᵀ: 16 columns a step, inside the 128-byte half h = kk / 4 of each row.
+        float s[NS * 4];
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
@@ -133,20 +130,18 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
                   wg_desc(k_addr + (kk >> 2) * (BK * 128) + off, 16, 1024), kk > 0);
         }
         wg_commit();
-    };
-    // Tile j's scores (waited for) masked, scaled and turned into weights; m, l and corr updated.
-    auto softmax = [&](int j) {
+        wg_wait();
         wg_keep(s);
-        const int kb = j * BK;
+        wg_keep(o);
+
+        const bool mask = kb + BK - 1 > gmin;
         const auto sc = [&](int n, int e) -> float& { return s[4 * n + e]; };
-        flash_scale_mask<NS, WIN>(sc, [&](int h) { return h ? pos1 : pos0; }, kb, t,
-                                  kb + BK - 1 > gmin, window, scale_log2);
-        flash_softmax_rows<NS>(sc, m, l, corr);
-    };
-    // Once no product writes O or reads P: O rescaled, the weights packed as P's A fragment
-    // (key blocks 2 · k2 and 2 · k2 + 1 of S's accumulators, rounded to bf16).
-    auto to_p = [&]() {
-        flash_rescale<NO>([&](int n, int e) -> float& { return o[4 * n + e]; }, corr);
+        flash_scale_mask<NS, WIN>(sc, [&](int h) { return h ? pos1 : pos0; }, kb, t, mask, window,
+                                  scale_log2);
+        flash_online_softmax<NS, NO>(sc, [&](int n, int e) -> float& { return o[4 * n + e]; }, m, l);
+        // O += P·V, 16 keys a step: P's A fragment is S's accumulators of key blocks 2 · k2
+        // and 2 · k2 + 1, rounded to bf16.
+        u32 p[BK / 16][4];
 #pragma unroll
         for (int k2 = 0; k2 < BK / 16; ++k2) {
             p[k2][0] = pack_bf16(s[8 * k2], s[8 * k2 + 1]);
@@ -154,52 +149,13 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
             p[k2][2] = pack_bf16(s[8 * k2 + 4], s[8 * k2 + 5]);
             p[k2][3] = pack_bf16(s[8 * k2 + 6], s[8 * k2 + 7]);
         }
-    };
-
-    if (j0 < ntiles) {
-        load_keys(j0);
-        cp_async_commit();
-        load_values(j0);
-        if (j0 + 1 < ntiles) load_keys(j0 + 1);
-        cp_async_commit();
-        cp_async_wait<1>();
-        fence_proxy_async();
-        __syncthreads();
-        if (live(j0)) {
-            scores(j0);
-            wg_wait();
-            softmax(j0);
-            to_p();
-        }
-    }
-    // Iteration j: tile j + 1's scores and tile j's O += P·V issued together; tile j + 1's
-    // softmax runs while the latter's products do.
-    for (int j = j0; j < ntiles; ++j) {
-        cp_async_wait<0>();
-        fence_proxy_async();
-        // Tile j's values and tile j + 1's keys are in; every product of tile j - 1 is done in
-        // both warpgroups, so tile j + 1's values and tile j + 2's keys may take their slots.
-        __syncthreads();
-        if (j + 1 < ntiles) load_values(j + 1);
-        if (j + 2 < ntiles) load_keys(j + 2);
-        cp_async_commit();
-        if (!live(j)) continue;
-        const bool next = live(j + 1);
-        if (next) scores(j + 1);
-        const u32 v_addr = wg_smem_addr(slot(j) + C::KV_BYTES);
         wg_fence();
 #pragma unroll
         for (int k2 = 0; k2 < BK / 16; ++k2)
             wg_rs(o, p[k2], wg_desc(v_addr + k2 * 16 * 128, BK * 128, 1024));
         wg_commit();
-        if (next) {
-            wg_wait<1>();
-            softmax(j + 1);
-        }
         wg_wait();
         wg_keep(o);
-        wg_keep(p);
-        if (next) to_p();
     }
     cp_async_wait<0>();
 

@@ -43,10 +43,7 @@
 // and (FP8) the stage's 256 row scales; FP8 adds two swizzled bf16 B buffers. + 1024: the base
 // aligned for the swizzle. moe_mma.rs mirrors SMEM.
 template <int WMODE> struct MwgCfg {
-    static constexpr int THREADS = 256, BM = MMA_BM, BN = MWG_BN, BK = MWG_BK;
-    // As many stages as fit 227 KB: loads go out STAGES - 2 slices ahead (5: 205,824 bytes;
-    // FP8, 6: 220,160). Four (two ahead) measured 0.8-0.9x these on an H200 (log part 26).
-    static constexpr int STAGES = WMODE ? 6 : 5;
+    static constexpr int THREADS = 256, BM = MMA_BM, BN = MWG_BN, BK = MWG_BK, STAGES = 4;
     static constexpr int A_BYTES = BM * BK * 2;
     static constexpr int W_BYTES = BN * BK * (WMODE ? 1 : 2);
     static constexpr int SC_BYTES = WMODE ? BN * 4 : 0;

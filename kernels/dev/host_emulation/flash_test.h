@@ -137,8 +137,8 @@ static void flash_wg_tests() {
     t_flash<128>(4, 4, {{130, 9}}, 16, false, true, 0, false, true);
     t_flash<128>(8, 2, {{300, 140}}, 16, false, true, 100, false, true);
     t_flash<64>(8, 2, {{100, 30}, {0, 5}}, 16, false, true, 17, true, true);
-    // Three to five key tiles: the pipelined loop (next tile's scores beside this tile's
-    // O += P·V), warpgroups whose later tiles are all past their rows, a prefix.
+    // Three to five key tiles: several stage swaps, warpgroups whose later tiles are all past
+    // their rows, a prefix.
     t_flash<128>(4, 2, {{0, 300}}, 16, false, false, 0, false, true);
     t_flash<256>(2, 1, {{100, 90}}, 16, true, true, 0, false, true);
     t_flash<64>(4, 2, {{60, 200}, {0, 3}}, 16, false, true, 0, false, true);

@@ -96,7 +96,6 @@ __device__ __forceinline__ void wg_commit() {}
 template <int N = 0> __device__ __forceinline__ void wg_wait() {}
 __device__ __forceinline__ void fence_proxy_async() {}
 template <int R> __device__ __forceinline__ void wg_keep(float (&)[R]) {}
-template <int R> __device__ __forceinline__ void wg_keep(u32 (&)[R][4]) {}
 #define METRALE_WGMMA 1
 // The block's shared memory, 1024-byte aligned (BYTES: what the kernel asks for, 1024 more than
 // it uses, so the aligned start fits).
@@ -136,14 +135,6 @@ __device__ __forceinline__ void fence_proxy_async() {
 template <int R> __device__ __forceinline__ void wg_keep(float (&d)[R]) {
 #pragma unroll
     for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-// The same for A fragments in registers (wg_rs): kept live, and unchanged, until the products
-// that read them are waited for.
-template <int R> __device__ __forceinline__ void wg_keep(u32 (&a)[R][4]) {
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
 }
 // D[64 × 64] = A · B (+ D when `accumulate`), A and B from shared memory, K-major.
 __device__ __forceinline__ void wg_ss(float (&d)[32], u64 a, u64 b, int accumulate) {

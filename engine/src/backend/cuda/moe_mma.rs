@@ -157,17 +157,16 @@ struct MmaLaunch {
 /// The launch of a build (`bf16`, `fp8`, `fp8act`; the FP4 builds are `bf16`'s with another
 /// B-tile load): moe_mma.cu's `MmaCfg` (4 warps with bf16 weights, else 8; stages of 32
 /// columns: 3 with bf16 weights, 6 with e4m3 activations, else 4); `wg`: moe_wg.cu's
-/// `MwgCfg` (256 threads; stages of 64 columns, 5 with bf16 weights and 6 with FP8, each the A
-/// tile, the weights as stored and, FP8, their 256 rows' scales; FP8 adds two bf16 B buffers;
-/// 1024 bytes to align).
+/// `MwgCfg` (256 threads; four stages of 64 columns, each the A tile, the weights as stored
+/// and, FP8, their 256 rows' scales; FP8 adds two bf16 B buffers; 1024 bytes to align).
 fn launch_shape(build: MmaBuild, wg: bool) -> MmaLaunch {
     if wg {
-        let (w, scales, wide, stages) = match build {
-            MmaBuild::Bf16 => (2, 0, 0, 5),
-            _ => (1, 4 * WG_BN, 2 * WG_BN * 64 * 2, 6),
+        let (w, scales, wide) = match build {
+            MmaBuild::Bf16 => (2, 0, 0),
+            _ => (1, 4 * WG_BN, 2 * WG_BN * 64 * 2),
         };
         let stage = 64 * (BM * 2 + WG_BN * w) + scales;
-        let smem = (1024 + stages * stage + wide) as u32;
+        let smem = (1024 + 4 * stage + wide) as u32;
         return MmaLaunch {
             threads: 256,
             smem,
@@ -664,7 +663,7 @@ mod tests {
     fn wgmma_shared_memory_is_mwgcfgs() {
         // MwgCfg<0>::SMEM and MwgCfg<1>::SMEM in moe_wg.cu, within the 227 KB a block may
         // take beside its static row tables.
-        for (build, smem) in [(MmaBuild::Bf16, 205_824), (MmaBuild::Fp8, 220_160)] {
+        for (build, smem) in [(MmaBuild::Bf16, 164_864), (MmaBuild::Fp8, 168_960)] {
             let l = launch_shape(build, true);
             assert_eq!((l.threads, l.smem, l.bn), (256, smem, WG_BN));
             assert!(smem as usize + 4 * (2 * BM + WG_BN) <= 227 * 1024);
