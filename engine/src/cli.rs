@@ -156,6 +156,12 @@ pub struct ServeArgs {
     /// batch size if larger].
     #[arg(long)]
     pub max_num_batched_tokens: Option<usize>,
+    /// Most prompt tokens a step prefills while other sequences are decoding (e.g. 512): long
+    /// prompts then advance in chunks of this size beside running streams, whose inter-token
+    /// latency stays near a small chunk's step; a step with nothing decoding still takes the
+    /// whole --max-num-batched-tokens [default: off].
+    #[arg(long)]
+    pub prefill_chunk_with_decodes: Option<usize>,
     /// Fraction of GPU memory to use, in (0, 1] (CUDA).
     #[arg(long, default_value_t = 0.9)]
     pub gpu_memory_utilization: f64,

@@ -185,6 +185,9 @@ pub struct EngineConfig {
     pub max_num_seqs: usize,
     /// Token budget of one step (`--max-num-batched-tokens`); chunked prefill splits longer prompts.
     pub max_num_batched_tokens: usize,
+    /// Most prompt tokens a step takes while a sequence decodes
+    /// (`--prefill-chunk-with-decodes`; `None`: the whole budget).
+    pub max_prefill_with_decodes: Option<usize>,
     /// Waiting requests beyond which admission answers 429 (`--max-queued-requests`).
     pub max_queued_requests: usize,
     pub enable_prefix_caching: bool,

@@ -131,6 +131,7 @@ fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
         max_seq_len: args.max_seq_len,
         max_batch_size: args.max_batch_size,
         max_num_batched_tokens: args.max_num_batched_tokens,
+        prefill_chunk_with_decodes: args.prefill_chunk_with_decodes,
         gpu_memory_utilization: args.gpu_memory_utilization,
         kv_cache_dtype: args.kv_cache_dtype,
         enable_prefix_caching: args.enable_prefix_caching,

@@ -54,6 +54,7 @@ impl WithModel<CpuBackend> for Serve {
         let cfg = SchedulerConfig {
             max_num_seqs: 4,
             max_num_batched_tokens: 24,
+            max_prefill_with_decodes: None,
             block_size: BS,
             num_blocks: 400,
             max_model_len: 256,

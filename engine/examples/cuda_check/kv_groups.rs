@@ -113,6 +113,7 @@ impl WithModel<CudaBackend> for Serve<'_> {
         let cfg = SchedulerConfig {
             max_num_seqs: 4,
             max_num_batched_tokens: 64,
+            max_prefill_with_decodes: None,
             block_size: BS,
             num_blocks: 4 * MAX_LEN / BS + 1,
             max_model_len: MAX_LEN,

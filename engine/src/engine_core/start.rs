@@ -258,6 +258,7 @@ fn serve_model<B: Backend, M: Model<B> + 'static>(
     let scheduler_config = SchedulerConfig {
         max_num_seqs: config.max_num_seqs,
         max_num_batched_tokens: config.max_num_batched_tokens,
+        max_prefill_with_decodes: config.max_prefill_with_decodes,
         block_size: plan.block_size,
         num_blocks: plan.num_blocks,
         max_model_len,

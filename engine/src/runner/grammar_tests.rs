@@ -39,6 +39,7 @@ fn engine(overlap: bool) -> Engine {
     let sched = Scheduler::new(SchedulerConfig {
         max_num_seqs: SEQS,
         max_num_batched_tokens: 64,
+        max_prefill_with_decodes: None,
         block_size: BLOCK,
         num_blocks: BLOCKS,
         max_model_len: 512,

@@ -10,6 +10,10 @@ pub struct SchedulerConfig {
     pub max_num_seqs: usize,
     /// Token budget of one step (prefill chunks plus decodes).
     pub max_num_batched_tokens: usize,
+    /// `--prefill-chunk-with-decodes`: the most prompt tokens a step takes while a running
+    /// sequence decodes (`None`: the whole budget). A step with no decode rows still takes the
+    /// whole budget, so a prompt alone keeps its time to first token.
+    pub max_prefill_with_decodes: Option<usize>,
     /// Tokens per KV block.
     pub block_size: usize,
     /// KV blocks, the null block included.
@@ -86,6 +90,10 @@ impl SchedulerConfig {
             ("max_num_seqs", self.max_num_seqs),
             ("max_num_batched_tokens", self.max_num_batched_tokens),
             ("max_model_len", self.max_model_len),
+            (
+                "max_prefill_with_decodes",
+                self.max_prefill_with_decodes.unwrap_or(1),
+            ),
         ] {
             if v == 0 {
                 return Err(SchedulerConfigError::Zero(name));

@@ -195,6 +195,17 @@ impl Scheduler {
             None => (0, 0),
         };
         self.spec.drafts_per_step = propose;
+        // Prompt tokens this step may still take: fewer while someone decodes, so long prompts
+        // advance in small chunks beside running streams (their inter-token latency is a
+        // small chunk's step, not a whole budget's).
+        let decoding = self
+            .running
+            .iter()
+            .any(|id| self.requests.get(id).is_some_and(is_decode));
+        let mut prefill_left = match self.cfg.max_prefill_with_decodes {
+            Some(cap) if decoding => cap,
+            _ => usize::MAX,
+        };
 
         // Running requests: each gets what it still lacks, up to the budget.
         let mut i = 0;
@@ -206,7 +217,16 @@ impl Scheduler {
                 continue;
             };
             let start = req.num_computed_tokens;
-            let n = req.num_uncomputed_tokens().min(budget);
+            let prefill = !is_decode(req);
+            let n = match prefill {
+                true => req.num_uncomputed_tokens().min(budget).min(prefill_left),
+                false => req.num_uncomputed_tokens().min(budget),
+            };
+            if n == 0 && prefill {
+                // The step's prompt tokens are spent: this prompt waits for the next step.
+                i += 1;
+                continue;
+            }
             if n == 0 {
                 debug_assert!(false, "running request {id} has nothing to compute");
                 i += 1;
@@ -248,6 +268,9 @@ impl Scheduler {
                 break;
             }
             budget -= n + drafts;
+            if prefill {
+                prefill_left -= n;
+            }
             if let Some(req) = self.requests.get_mut(&id) {
                 seqs.push(scheduled_seq(req, &mut self.kv, start, n, drafts, propose));
             }
@@ -257,15 +280,18 @@ impl Scheduler {
         // Waiting requests, unless blocks are so short that someone was just preempted.
         if preempted.is_empty() {
             let mut admitted = Vec::new();
-            while budget > 0 && self.running.len() + admitted.len() < self.cfg.max_num_seqs {
+            while budget.min(prefill_left) > 0
+                && self.running.len() + admitted.len() < self.cfg.max_num_seqs
+            {
                 let Some(&id) = self.waiting.front() else {
                     break;
                 };
-                let Some(n) = self.admit(id, budget) else {
+                let Some(n) = self.admit(id, budget.min(prefill_left)) else {
                     break;
                 };
                 self.waiting.pop_front();
                 budget -= n;
+                prefill_left -= n;
                 admitted.push(id);
                 if let Some(req) = self.requests.get_mut(&id) {
                     let start = req.num_computed_tokens;
@@ -602,4 +628,10 @@ fn finished(req: &Request, reason: FinishReason) -> FinishedRequest {
         num_cached_prompt_tokens: req.num_cached_prompt_tokens.unwrap_or(0),
         num_preemptions: req.num_preemptions,
     }
+}
+
+/// A decode row: the prompt is in the cache and one sampled token is left to compute (a
+/// preempted request recomputing its tokens is a prefill again).
+fn is_decode(r: &Request) -> bool {
+    r.num_computed_tokens >= r.num_prompt_tokens && r.num_uncomputed_tokens() <= 1
 }

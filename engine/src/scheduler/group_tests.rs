@@ -138,6 +138,7 @@ fn tables_rebuilt_from_deltas_survive_preemption_and_prefix_hits() {
     let cfg = SchedulerConfig {
         max_num_seqs: 4,
         max_num_batched_tokens: 12,
+        max_prefill_with_decodes: None,
         max_model_len: 96,
         ..config()
     };

@@ -183,6 +183,7 @@ fn simulate(seed: u64) -> SchedulerStats {
     let cfg = SchedulerConfig {
         max_num_seqs: rng.random_range(1..8),
         max_num_batched_tokens: rng.random_range(1..40),
+        max_prefill_with_decodes: rng.random_bool(0.3).then(|| rng.random_range(1..12)),
         block_size: BS,
         num_blocks: rng.random_range(14..30),
         max_model_len: rng.random_range(40..80),

@@ -102,6 +102,7 @@ fn admission_limits_match_what_the_scheduler_can_run() {
     assert!(
         Scheduler::new(SchedulerConfig {
             max_num_batched_tokens: 0,
+            max_prefill_with_decodes: None,
             ..config()
         })
         .is_err()

@@ -16,6 +16,7 @@ pub(super) fn config() -> SchedulerConfig {
     SchedulerConfig {
         max_num_seqs: 4,
         max_num_batched_tokens: 16,
+        max_prefill_with_decodes: None,
         block_size: BS,
         num_blocks: 65,
         max_model_len: 256,
@@ -556,4 +557,59 @@ fn timed_steps_teach_the_policy_that_drafts_do_not_pay_here() {
     );
     let cost = s.stats().spec.draft_cost;
     assert!((cost - 2.0).abs() < 1e-6, "{cost}");
+}
+
+#[test]
+fn prompts_take_small_chunks_while_others_decode() {
+    let mut s = scheduler(SchedulerConfig {
+        max_prefill_with_decodes: Some(5),
+        ..config() // budget 16
+    });
+    // Nothing decodes: a prompt takes the whole budget.
+    add(&mut s, 1, prompt(20, 0), params(20));
+    assert_eq!(plan(&step(&mut s).0), vec![(1, 0, 16, false)]);
+    assert_eq!(plan(&step(&mut s).0), vec![(1, 16, 4, true)]);
+    // 1 decodes: a new prompt advances 5 tokens a step beside it, admitted or running.
+    add(&mut s, 2, prompt(12, 1), params(20));
+    assert_eq!(
+        plan(&step(&mut s).0),
+        vec![(1, 20, 1, true), (2, 0, 5, false)]
+    );
+    assert_eq!(
+        plan(&step(&mut s).0),
+        vec![(1, 21, 1, true), (2, 5, 5, false)]
+    );
+    assert_eq!(
+        plan(&step(&mut s).0),
+        vec![(1, 22, 1, true), (2, 10, 2, true)]
+    );
+    // Two prompts share the 5, oldest first; the second waits in the running batch.
+    add(&mut s, 3, prompt(4, 2), params(20));
+    add(&mut s, 4, prompt(6, 3), params(20));
+    let prompts = |out: &SchedulerOutput| -> Vec<_> {
+        plan(out)
+            .into_iter()
+            .filter(|p| p.0 >= 3 && p.1 < [4, 6][p.0 as usize - 3])
+            .collect()
+    };
+    assert_eq!(
+        prompts(&step(&mut s).0),
+        vec![(3, 0, 4, true), (4, 0, 1, false)]
+    );
+    assert_eq!(prompts(&step(&mut s).0), vec![(4, 1, 5, true)]);
+    let (out, _) = step(&mut s);
+    assert_eq!(out.seqs.len(), 4, "all four decode");
+    assert_eq!(out.num_batched_tokens, 4);
+}
+
+#[test]
+fn a_zero_prefill_cap_is_refused() {
+    let cfg = SchedulerConfig {
+        max_prefill_with_decodes: Some(0),
+        ..config()
+    };
+    assert!(matches!(
+        Scheduler::with_hash_key(cfg, HashKey { k0: 1, k1: 2 }),
+        Err(SchedulerConfigError::Zero("max_prefill_with_decodes"))
+    ));
 }

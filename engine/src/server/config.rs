@@ -45,6 +45,8 @@ pub struct ServeFlags {
     /// `None`: [`default_max_batch_size`] for the device.
     pub max_batch_size: Option<usize>,
     pub max_num_batched_tokens: Option<usize>,
+    /// `--prefill-chunk-with-decodes`; `None`: off.
+    pub prefill_chunk_with_decodes: Option<usize>,
     pub gpu_memory_utilization: f64,
     pub kv_cache_dtype: KvCacheDtype,
     pub enable_prefix_caching: bool,
@@ -275,6 +277,13 @@ impl ServeFlags {
             Some(t) => t,
             None => DEFAULT_MAX_NUM_BATCHED_TOKENS.max(max_batch_size),
         };
+        if self.prefill_chunk_with_decodes == Some(0) {
+            return Err(bad(
+                "--prefill-chunk-with-decodes",
+                "must be at least 1 (leave it out to let prompts take the whole step budget)",
+            )
+            .into());
+        }
         if self.max_queued_requests == 0 {
             return Err(bad("--max-queued-requests", "must be at least 1").into());
         }
@@ -404,6 +413,7 @@ impl ServeFlags {
                 max_seq_len: self.max_seq_len,
                 max_num_seqs: max_batch_size,
                 max_num_batched_tokens,
+                max_prefill_with_decodes: self.prefill_chunk_with_decodes,
                 max_queued_requests: self.max_queued_requests,
                 enable_prefix_caching: self.enable_prefix_caching,
                 enforce_eager: self.enforce_eager,
@@ -478,6 +488,7 @@ mod tests {
             max_seq_len: None,
             max_batch_size: Some(8),
             max_num_batched_tokens: None,
+            prefill_chunk_with_decodes: None,
             gpu_memory_utilization: 0.9,
             kv_cache_dtype: KvCacheDtype::Auto,
             enable_prefix_caching: false,
@@ -564,6 +575,13 @@ mod tests {
         let mut f = flags();
         f.max_num_batched_tokens = Some(4);
         assert!(refused(f).starts_with("--max-num-batched-tokens"));
+        let mut f = flags();
+        f.prefill_chunk_with_decodes = Some(0);
+        assert!(refused(f).starts_with("--prefill-chunk-with-decodes: must be at least 1"));
+        let mut f = flags();
+        f.prefill_chunk_with_decodes = Some(512);
+        let c = f.validate().expect("valid");
+        assert_eq!(c.engine.max_prefill_with_decodes, Some(512));
         let mut f = flags();
         f.ssm_checkpoint_interval = Some(24);
         let e = refused(f);

@@ -68,6 +68,7 @@ pub fn settings(config: &ServeConfig) -> Value {
         "max_seq_len": e.max_seq_len,
         "max_batch_size": e.max_num_seqs,
         "max_num_batched_tokens": e.max_num_batched_tokens,
+        "prefill_chunk_with_decodes": e.max_prefill_with_decodes,
         "max_queued_requests": e.max_queued_requests,
         "gpu_memory_utilization": e.gpu_memory_utilization,
         "kv_cache_dtype": match config.kv_cache_dtype {

@@ -96,6 +96,7 @@ pub fn cpu_engine_config(
         max_seq_len: Some(256),
         max_num_seqs: 8,
         max_num_batched_tokens: 64,
+        max_prefill_with_decodes: None,
         max_queued_requests: 64,
         enable_prefix_caching: true,
         block_size: 16,

@@ -59,6 +59,7 @@ pub fn engine(
     let sched = Scheduler::new(SchedulerConfig {
         max_num_seqs: SEQS,
         max_num_batched_tokens: batched_tokens,
+        max_prefill_with_decodes: None,
         block_size: BLOCK,
         num_blocks: blocks,
         max_model_len,

@@ -20,6 +20,10 @@ pub const MANAGED_FLAGS: &[(&str, &str)] = &[
     ("--max-seq-len", "serve.max_seq_len"),
     ("--max-batch-size", "serve.max_batch_size"),
     ("--max-num-batched-tokens", "serve.max_num_batched_tokens"),
+    (
+        "--prefill-chunk-with-decodes",
+        "serve.prefill_chunk_with_decodes",
+    ),
     ("--gpu-memory-utilization", "serve.gpu_memory_utilization"),
     ("--kv-cache-dtype", "serve.kv_cache_dtype"),
     ("--enable-prefix-caching", "serve.prefix_caching"),
@@ -315,6 +319,9 @@ fn serve_groups(
     g.push(flag("--max-batch-size", s.max_batch_size.to_string()));
     if let Some(n) = s.max_num_batched_tokens {
         g.push(flag("--max-num-batched-tokens", n.to_string()));
+    }
+    if let Some(n) = s.prefill_chunk_with_decodes {
+        g.push(flag("--prefill-chunk-with-decodes", n.to_string()));
     }
     if let Some(u) = s.gpu_memory_utilization {
         g.push(flag("--gpu-memory-utilization", u.to_string()));

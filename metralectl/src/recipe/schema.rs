@@ -262,6 +262,10 @@ pub struct Serve {
     pub max_batch_size: u32,
     #[serde(default)]
     pub max_num_batched_tokens: Option<u32>,
+    /// Most prompt tokens a step takes while other sequences decode (`met serve
+    /// --prefill-chunk-with-decodes`).
+    #[serde(default)]
+    pub prefill_chunk_with_decodes: Option<u32>,
     #[serde(default)]
     pub gpu_memory_utilization: Option<f64>,
     #[serde(default)]

@@ -261,6 +261,10 @@ pub fn validate(recipe: &Recipe, stem: &str, label: &str) -> Result<(), RecipeEr
         ("serve.max_seq_len", Some(serve.max_seq_len)),
         ("serve.max_batch_size", Some(serve.max_batch_size)),
         ("serve.max_num_batched_tokens", serve.max_num_batched_tokens),
+        (
+            "serve.prefill_chunk_with_decodes",
+            serve.prefill_chunk_with_decodes,
+        ),
         ("serve.ssm_cache_slots", serve.ssm_cache_slots),
         (
             "serve.ssm_checkpoint_interval",
