@@ -291,7 +291,7 @@ _met() {
             return 0
             ;;
         met__subcmd__serve)
-            opts="-h -V --device --dtype --load-format --requantize --host --port --model-name --revision --max-seq-len --max-batch-size --max-num-batched-tokens --gpu-memory-utilization --kv-cache-dtype --enable-prefix-caching --enforce-eager --api-key --max-queued-requests --request-timeout --disable-thinking --no-tui --tool-call-parser --reasoning-parser --num-gpu-blocks-override --ssm-cache-slots --ssm-checkpoint-slots --ssm-checkpoint-interval --speculative --num-drafts --tensor-parallel-size --enable-expert-parallel --nnodes --node-rank --master-addr --master-port --dist-timeout --speculative-max-batch --header-read-timeout --body-read-timeout --keep-alive-timeout --max-connections --tokenizer-workers --special-tokens-in-content --speculative-ladder --speculative-draft-cost --metrics-socket --mtp-gate --scheduling-policy --mtp-quantization --disable-tool-grammar --ssm-h-dtype --gdn-fused-norm --ssm-batched-recurrent --ssm-tail-midchunk --prefill-varlen-batch --help --version"
+            opts="-h -V --device --dtype --load-format --requantize --host --port --model-name --revision --max-seq-len --max-batch-size --max-num-batched-tokens --prefill-chunk-with-decodes --gpu-memory-utilization --kv-cache-dtype --enable-prefix-caching --enforce-eager --api-key --max-queued-requests --request-timeout --disable-thinking --no-tui --tool-call-parser --reasoning-parser --num-gpu-blocks-override --ssm-cache-slots --ssm-checkpoint-slots --ssm-checkpoint-interval --speculative --num-drafts --tensor-parallel-size --enable-expert-parallel --nnodes --node-rank --master-addr --master-port --dist-timeout --speculative-max-batch --header-read-timeout --body-read-timeout --keep-alive-timeout --max-connections --tokenizer-workers --special-tokens-in-content --speculative-ladder --speculative-draft-cost --metrics-socket --mtp-gate --scheduling-policy --mtp-quantization --disable-tool-grammar --ssm-h-dtype --gdn-fused-norm --ssm-batched-recurrent --ssm-tail-midchunk --prefill-varlen-batch --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -338,6 +338,10 @@ _met() {
                     return 0
                     ;;
                 --max-num-batched-tokens)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prefill-chunk-with-decodes)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

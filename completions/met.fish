@@ -47,6 +47,7 @@ complete -c met -n "__fish_met_using_subcommand serve" -l revision -d 'With a Hu
 complete -c met -n "__fish_met_using_subcommand serve" -l max-seq-len -d 'Longest sequence, prompt plus output (default: the model\'s context)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l max-batch-size -d 'Most sequences in one engine step [default: 16 on the cpu, 256 on cuda]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l max-num-batched-tokens -d 'Token budget of one step; longer prompts are prefilled in chunks [default: 2048, or the batch size if larger]' -r
+complete -c met -n "__fish_met_using_subcommand serve" -l prefill-chunk-with-decodes -d 'Most prompt tokens a step prefills while other sequences are decoding (e.g. 512): long prompts then advance in chunks of this size beside running streams, whose inter-token latency stays near a small chunk\'s step; a step with nothing decoding still takes the whole --max-num-batched-tokens [default: off]' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l gpu-memory-utilization -d 'Fraction of GPU memory to use, in (0, 1] (CUDA)' -r
 complete -c met -n "__fish_met_using_subcommand serve" -l kv-cache-dtype -d 'KV cache storage type' -r -f -a "auto\t'The model\'s dtype'
 bf16\t''

@@ -709,6 +709,7 @@ max_batch_size = 2
 prefix_caching = true
 ssm_cache_slots = 2
 ssm_checkpoint_interval = 32
+prefill_chunk_with_decodes = 4
 
 [serve.speculative]
 method = "mtp"
@@ -788,6 +789,7 @@ gpus = 0
     assert_eq!(settings["ssm_cache_slots"], 2, "{settings}");
     assert_eq!(settings["ssm_checkpoint_interval"], 32, "{settings}");
     assert_eq!(settings["max_batch_size"], 2, "{settings}");
+    assert_eq!(settings["prefill_chunk_with_decodes"], 4, "{settings}");
     // The fixture's random MTP head drafts; the output above is still transformers' greedy.
     assert_eq!(settings["speculative"]["num_drafts"], 2, "{settings}");
 }
