@@ -55,6 +55,11 @@ if [ -z "$ready" ]; then
     exit 1
 fi
 curl -s http://127.0.0.1:8104/version >"$OUT/version.json"
+# BENCH_DEADLINE (epoch seconds, e.g. from steps.sh): the bench gets what the server's start
+# left of it, so a slow start does not cut the ladder short by a fixed allowance.
+if [ -n "${BENCH_DEADLINE:-}" ]; then
+    BENCH_TIMEOUT=$((BENCH_DEADLINE - $(date +%s) - 5))
+fi
 timeout "${BENCH_TIMEOUT:-420}" "$BIN/metralectl" bench --url http://127.0.0.1:8104 \
     --endpoint "${ENDPOINT:-completions}" --concurrency "${CONC:-1,2,4,8,16,32,64,128}" \
     --isl "${ISL:-128}" --osl "${OSL:-1024}" --reps "${REPS:-3}" --warmup 1 \
