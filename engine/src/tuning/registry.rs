@@ -38,7 +38,6 @@ fn show_flag(on: bool) -> String {
     if on { "1" } else { "0" }.to_string()
 }
 
-/// A whole number in `range`; empty keeps the default.
 /// A flag named by one of two words, `words.0` for false and `words.1` for true (empty keeps
 /// the default).
 fn one_of(v: &str, words: (&str, &str), field: &mut bool) -> Result<(), ()> {
@@ -56,6 +55,7 @@ fn show_one_of(on: bool, words: (&str, &str)) -> String {
     (if on { words.1 } else { words.0 }).to_string()
 }
 
+/// A whole number in `range`; empty keeps the default.
 fn number<T: std::str::FromStr + PartialOrd>(
     v: &str,
     field: &mut T,
