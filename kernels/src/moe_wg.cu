@@ -25,8 +25,7 @@
 //     products run. A 128-column group's products accumulate apart (`part`) and are added as
 //     acc += scale · part once the group's two stages are done: the CUDA-core and mma.sync
 //     kernels' arithmetic (exact products, f32 sums, the scale applied to a group's sum) in
-//     another order. Groups alternate between two sets of sums, so a group is folded while the
-//     next group's first products run, not after the tensor cores drain.
+//     another order.
 // Stage kt's loads go out at iteration kt - (STAGES - 2); a warpgroup keeps one group of
 // products in flight (wgmma.wait_group 1), so the slot an iteration refills was last read two
 // iterations before, by products both warpgroups have waited for before the iteration's
@@ -134,23 +133,12 @@ __device__ void moe_wg_impl(void* out, const bf16* a, const void* w, const float
     const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
     // Accumulator i of this thread: row 16 · warp + g + 8 · (i / 2 % 2) of the tile, column
     // 8 · (i / 4) + 2t + i % 2 of the warpgroup's 128 weight rows.
-    // FP8: 128-column groups alternate between the sums pa and pb, so a group is folded while
-    // the next one's products run (the compiler drops both for bf16).
-    float acc[64], pa[64], pb[64];
+    float acc[64], part[64]; // part: FP8 only (the compiler drops it for bf16)
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    constexpr int KPG = MMA_GROUP / BK; // k slices a group
-    // Stage slot `slot`'s products into d (FP8: a group's first overwrites its sums).
-    auto products = [&](float(&d)[64], u32 a_addr, u32 b_addr, bool first) {
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk)
-            wg_ss(d, wg_desc(a_addr + 32 * kk, 16, 1024), wg_desc(b_addr + 32 * kk, 16, 1024),
-                  !(first && kk == 0));
-    };
-    // A group's sums into acc, each column by its weight row's scale (a copy in the slot of
-    // one of the group's slices).
-    auto fold = [&](float(&part)[64], int slot) {
-        wg_keep(part);
+    auto& sums = pick<WMODE == 0>(acc, part);
+    // A group's sums into acc, each column by its weight row's scale (the slot's copy).
+    auto fold = [&](int slot) {
         const float* sc = (const float*)(stage(slot) + C::A_BYTES + C::W_BYTES) + 128 * wg;
 #pragma unroll
         for (int i = 0; i < 64; ++i) acc[i] = fmaf(sc[8 * (i >> 2) + 2 * t + (i & 1)], part[i], acc[i]);
@@ -180,40 +168,23 @@ __device__ void moe_wg_impl(void* out, const bf16* a, const void* w, const float
         }
         b_addr += wg * 128 * 128;
         const u32 a_addr = wg_smem_addr(stage(slot));
+        // A group's first product overwrites the FP8 sums (scale-d 0); bf16 accumulates.
+        const bool first = WMODE == 1 && kt % (MMA_GROUP / BK) == 0;
         wg_fence();
-        if constexpr (WMODE == 0) {
-            products(acc, a_addr, b_addr, false);
-            wg_commit();
-            wg_wait<1>();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)
+            wg_ss(sums, wg_desc(a_addr + 32 * kk, 16, 1024), wg_desc(b_addr + 32 * kk, 16, 1024),
+                  !(first && kk == 0));
+        wg_commit();
+        if (WMODE == 1 && (kt % (MMA_GROUP / BK) == MMA_GROUP / BK - 1 || kt == ktiles - 1)) {
+            wg_wait<0>();
+            wg_keep(sums);
+            fold(slot);
         } else {
-            // Group kt / KPG's sums; the previous group's products are done after the wait
-            // (only this slice's are left in flight), so its sums are folded now, with the
-            // scales of its last slice's slot (refilled next iteration, after the barrier).
-            const int grp = kt / KPG;
-            const bool first = kt % KPG == 0;
-            if (grp & 1)
-                products(pb, a_addr, b_addr, first);
-            else
-                products(pa, a_addr, b_addr, first);
-            wg_commit();
             wg_wait<1>();
-            if (first && grp > 0) {
-                if (grp & 1)
-                    fold(pa, (kt + S - 1) % S);
-                else
-                    fold(pb, (kt + S - 1) % S);
-            }
         }
     }
     wg_wait<0>();
-    if constexpr (WMODE == 1) {
-        if (ktiles > 0) {
-            if (((ktiles - 1) / KPG) & 1)
-                fold(pb, (ktiles - 1) % S);
-            else
-                fold(pa, (ktiles - 1) % S);
-        }
-    }
     wg_keep(acc);
     cp_async_wait<0>();
 
