@@ -69,6 +69,32 @@ __device__ __forceinline__ u32x4 scale_bf16x8(u32x4 v, float s) {
                  pack_bf16(lo(v.z) * s, hi(v.z) * s), pack_bf16(lo(v.w) * s, hi(v.w) * s)};
 }
 
+// 16-byte chunk c of the key and value of cache row `head` (slot · kv heads + kv head) into
+// shared memory at kd / vd: cp.async for a bf16 cache, widened and scaled through registers for
+// an FP8 one; zeros where !ok.
+template <typename TC, int D>
+__device__ __forceinline__ void flash_copy_chunk(unsigned char* kd, unsigned char* vd,
+                                                 const TC* k_cache, const TC* v_cache,
+                                                 const float* k_scales, const float* v_scales,
+                                                 u64 head, int c, bool ok) {
+    if constexpr (sizeof(TC) == 1) {
+        constexpr int G = (D + 127) / 128; // FP8 scale groups of a head vector
+        u32x4 kv = u32x4{0u, 0u, 0u, 0u}, vv = kv;
+        if (ok) {
+            const u64 grp = head * G + (8 * c) / 128;
+            kv = scale_bf16x8(e4m3x8_to_bf16x8(*(const u32x2*)(k_cache + head * D + 8 * c)),
+                              k_scales[grp]);
+            vv = scale_bf16x8(e4m3x8_to_bf16x8(*(const u32x2*)(v_cache + head * D + 8 * c)),
+                              v_scales[grp]);
+        }
+        *(u32x4*)kd = kv;
+        *(u32x4*)vd = vv;
+    } else {
+        cp_async<16>(kd, k_cache + head * D + 8 * c, ok);
+        cp_async<16>(vd, v_cache + head * D + 8 * c, ok);
+    }
+}
+
 // Key tile `kb` (BK keys from key kb of the sequence whose table is `table`) of kv head
 // `kv_head` into stage buffers ks / vs: cp.async for a bf16 cache, widened and scaled through
 // registers for an FP8 one. Keys at or past `len` read zeros (a stale slot may hold anything,
@@ -87,8 +113,6 @@ __device__ __forceinline__ void flash_load_tile(unsigned char* ks, unsigned char
                                                 int num_kv_heads, int kv_head, int kb, int len,
                                                 At at_of) {
     constexpr int CH = D / 8;
-    constexpr bool FP8 = sizeof(TC) == 1;
-    constexpr int G = (D + 127) / 128; // FP8 scale groups of a head vector
     // A power-of-two block size (the usual 16) finds a key's block by a shift, not a division.
     const bool pow2 = (block_size & (block_size - 1)) == 0;
     const int shift = __ffs(block_size) - 1;
@@ -99,22 +123,8 @@ __device__ __forceinline__ void flash_load_tile(unsigned char* ks, unsigned char
         const int in = pow2 ? key & (block_size - 1) : key - blk * block_size;
         const u64 slot = ok ? (u64)table[blk] * block_size + in : 0;
         const u64 head = slot * num_kv_heads + kv_head;
-        const u32 at = at_of(r, c);
-        if constexpr (FP8) {
-            u32x4 kv = u32x4{0u, 0u, 0u, 0u}, vv = kv;
-            if (ok) {
-                const int grp = head * G + (8 * c) / 128;
-                kv = scale_bf16x8(e4m3x8_to_bf16x8(*(const u32x2*)(k_cache + head * D + 8 * c)),
-                                  k_scales[grp]);
-                vv = scale_bf16x8(e4m3x8_to_bf16x8(*(const u32x2*)(v_cache + head * D + 8 * c)),
-                                  v_scales[grp]);
-            }
-            *(u32x4*)(ks + at) = kv;
-            *(u32x4*)(vs + at) = vv;
-        } else {
-            cp_async<16>(ks + at, k_cache + head * D + 8 * c, ok);
-            cp_async<16>(vs + at, v_cache + head * D + 8 * c, ok);
-        }
+        flash_copy_chunk<TC, D>(ks + at_of(r, c), vs + at_of(r, c), k_cache, v_cache, k_scales,
+                                v_scales, head, c, ok);
     }
 }
 

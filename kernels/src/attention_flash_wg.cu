@@ -11,39 +11,143 @@
 // instruction, asynchronously.
 //
 // Layout. A block owns one tile of up to FWG_BQ = 128 rows of one q head (the same tiles and
-// grid as attention_flash.cu) and runs two warpgroups of 64 rows each. Q, and each stage of K
-// and V, sit in shared memory in wgmma's 128-byte-swizzle layout: a row's 64-column halves
-// (128 bytes) are separate blocks of R rows × 128 bytes, and 16-byte chunk c of row r lies at
-// chunk c ^ (r % 8) of its 128 bytes (every block 1024-byte aligned, so the hardware's swizzle,
-// which reads address bits, matches). Per key tile (BK keys, two cp.async stages) a warpgroup
-//   S [64 × BK] = Q·Kᵀ: D/16 wgmma with A = Q and B = K, both K-major descriptors (a 16-column
-//     step moves the start address 32 bytes inside the 128-byte rows);
-//   masks and runs the online softmax on S's accumulators (rows g and g + 8 of each warp's 16,
-//     the mma.sync fragment layout, which wgmma's accumulators share);
-//   O [64 × D] += P·V: BK/16 wgmma with A = P from registers (the accumulators rounded to bf16
-//     are already the A fragment) and B = V, an N-major descriptor (imm-trans-b: V's rows are
-//     keys, its 64-column halves LBO apart, 8-key groups SBO = 1024 bytes apart).
-// Each group of products is committed and waited for before its accumulators are read.
+// grid as attention_flash.cu) and runs three warpgroups: a producer and two consumers of 64 rows
+// each (FlashAttention-3's warp specialization). Q, and each stage of K and V, sit in shared
+// memory in wgmma's 128-byte-swizzle layout: a row's 64-column halves (128 bytes) are separate
+// blocks of R rows × 128 bytes, and 16-byte chunk c of row r lies at chunk c ^ (r % 8) of its
+// 128 bytes (every block 1024-byte aligned, so the hardware's swizzle, which reads address bits,
+// matches).
+//   The producer (registers lowered to FWG_PRODUCER_REGS) fills a ring of STAGES stages of BK
+//     keys: cp.async for a bf16 cache (each thread's arrival on the stage's `full` mbarrier
+//     lands with its copies), widened and scaled through registers for an FP8 one. It refills a
+//     stage once both consumers have released it (`empty`, one arrival a consumer warp).
+//   Each consumer (registers raised to FWG_CONSUMER_REGS), per key tile:
+//     S [64 × BK] = Q·Kᵀ: D/16 wgmma with A = Q and B = K, both K-major descriptors (a
+//       16-column step moves the start address 32 bytes inside the 128-byte rows);
+//     masks and runs the online softmax on S's accumulators (rows g and g + 8 of each warp's
+//       16, the mma.sync fragment layout, which wgmma's accumulators share);
+//     O [64 × D] += P·V: BK/16 wgmma with A = P from registers (the accumulators rounded to
+//       bf16 are already the A fragment) and B = V, an N-major descriptor (imm-trans-b: V's rows
+//       are keys, its 64-column halves LBO apart, 8-key groups SBO = 1024 bytes apart).
+//   The consumers take turns issuing their products (ping-pong, named barriers 1 and 2): one
+//   issues S (or P·V) and hands the turn over, so the tensor cores run the other's products
+//   while the first runs its softmax. No block-wide barrier inside the loop.
+// The measurements behind this design (an unpipelined two-warpgroup build loading with every
+// thread, and FlashAttention-3's intra-warpgroup overlap): docs/performance-log part 26.
 //
 // sm_90a only (the loader compiles capability 9.0 as sm_90a); elsewhere the kernels trap and
 // the launcher never picks them. The host emulation runs every wgmma as its documented
-// arithmetic on the same descriptors and swizzle (kernels/dev/host_emulation/flash_test.h).
+// arithmetic on the same descriptors and swizzle, and the barriers as their documented
+// behaviour (kernels/dev/host_emulation/flash_test.h).
 //
 // Symbols: attention_flash_wg[_win]_<q dtype>[_kv8]_d<D> for D = 64, 128, 256.
 
 #define FWG_BQ 128
+#define FWG_PRODUCER_REGS 72
+#define FWG_CONSUMER_REGS 216
 
-// A block's shape by head_dim: two warpgroups of 64 rows; BK keys a stage (128 at D = 128,
-// where S and O take 64 accumulators each; 64 at D = 64 and 256).
+// A block's shape by head_dim: a producer and two consumer warpgroups of 64 rows; BK keys a
+// stage (128 at D = 128, where S and O take 64 accumulators each; 64 at D = 64 and 256), STAGES
+// stages of K and V, then the stages' `full` and `empty` mbarriers (16 bytes each: the emulation
+// keeps more than the device's 8).
 template <int D> struct FwgCfg {
-    static constexpr int THREADS = 256;
+    static constexpr int THREADS = 384;
     static constexpr int BQ = FWG_BQ;
     static constexpr int BK = D == 128 ? 128 : 64;
-    static constexpr int CH = D / 8;                // 16-byte chunks of a row
+    static constexpr int STAGES = D == 64 ? 4 : 2;
     static constexpr int Q_BYTES = BQ * D * 2;      // bf16 rows
     static constexpr int KV_BYTES = BK * D * 2;     // one of K or V, one stage
-    static constexpr int SMEM = 1024 + Q_BYTES + 4 * KV_BYTES; // + 1024: the base aligned
+    static constexpr int BAR_BYTES = 2 * STAGES * 16;
+    static constexpr int SMEM = 1024 + Q_BYTES + 2 * STAGES * KV_BYTES + BAR_BYTES;
 };
+
+
+// The producer's share (its 128 threads) of key tile kb into stage (ks, vs): thread t copies
+// 16-byte chunk t % CH of rows t / CH + j · (128 / CH). The rows' block-table entries are read
+// G at a time before any of their copies goes out, so the reads' latencies overlap (read and
+// copied one row at a time, each copy waited on its own table read and the producer could not
+// keep the consumers fed: part 27 of the performance log). Otherwise flash_load_tile's rules:
+// zeros at and past `len`, an FP8 cache widened and scaled.
+template <typename TC, int D, int BK>
+__device__ __forceinline__ void fwg_load_tile(unsigned char* ks, unsigned char* vs,
+                                              const TC* k_cache, const TC* v_cache,
+                                              const float* k_scales, const float* v_scales,
+                                              const u32* table, int block_size, int num_kv_heads,
+                                              int kv_head, int kb, int len) {
+    constexpr int CH = D / 8, STEP = 128 / CH, RPT = BK / STEP, G = RPT < 8 ? RPT : 8;
+    static_assert(RPT % G == 0, "whole batches of rows");
+    const bool pow2 = (block_size & (block_size - 1)) == 0;
+    const int shift = __ffs(block_size) - 1;
+    const int c = (int)threadIdx.x % CH, r0 = (int)threadIdx.x / CH;
+#pragma unroll
+    for (int j0 = 0; j0 < RPT; j0 += G) {
+        u32 entry[G];
+        int in[G]; // the key's place in its block; -1 at and past len
+#pragma unroll
+        for (int j = 0; j < G; ++j) {
+            const int key = kb + r0 + (j0 + j) * STEP;
+            const int blk = pow2 ? key >> shift : key / block_size;
+            in[j] = key < len ? (pow2 ? key & (block_size - 1) : key - blk * block_size) : -1;
+            entry[j] = key < len ? table[blk] : 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < G; ++j) {
+            const int r = r0 + (j0 + j) * STEP;
+            const bool ok = in[j] >= 0;
+            const u64 slot = ok ? (u64)entry[j] * block_size + in[j] : 0;
+            flash_copy_chunk<TC, D>(ks + wg_sw128<BK>(r, c), vs + wg_sw128<BK>(r, c), k_cache,
+                                    v_cache, k_scales, v_scales, slot * num_kv_heads + kv_head,
+                                    c, ok);
+        }
+    }
+}
+
+// A 64-row consumer's raw scores of the key tile from kb with what a row may not see set to
+// -inf: keys past its position, or (WIN) outside its window (p - window < key <= p). The scale
+// joins the exponent in fwg_softmax. s(n, e), pos(h): as flash_scale_mask's.
+template <int NS, bool WIN, typename S, typename P>
+__device__ __forceinline__ void fwg_mask(S s, P pos, int kb, int t, int window) {
+#pragma unroll
+    for (int n = 0; n < NS; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int key = kb + 8 * n + 2 * t + (e & 1), p = pos(e >> 1);
+            const bool hide = WIN ? (u32)(p - key) >= (u32)window : key > p;
+            if (hide) s(n, e) = NEG_INF;
+        }
+}
+
+// flash_online_softmax on raw scores: the running max m[h] in log2 units, the weights
+// 2^(s · scale_log2 - m) (one FFMA a score, the scale folded in), the sum and O rescaled.
+template <int NS, int NO, typename S, typename O>
+__device__ __forceinline__ void fwg_softmax(S s, O o, float (&m)[2], float (&l)[2],
+                                            float scale_log2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float mx = NEG_INF;
+#pragma unroll
+        for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(s(n, 2 * h), s(n, 2 * h + 1)));
+        const float mn = fmaxf(m[h], quad_max(mx) * scale_log2);
+        // A row with no key yet keeps m = -inf: subtract 0 instead (every weight is 0).
+        const float base = mn == NEG_INF ? 0.f : mn;
+        const float corr = exp2_fast(m[h] - base);
+        m[h] = mn;
+        float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+        for (int n = 0; n < NS; ++n) {
+            s(n, 2 * h) = exp2_fast(fmaf(s(n, 2 * h), scale_log2, -base));
+            s(n, 2 * h + 1) = exp2_fast(fmaf(s(n, 2 * h + 1), scale_log2, -base));
+            sum0 += s(n, 2 * h);
+            sum1 += s(n, 2 * h + 1);
+        }
+        l[h] = l[h] * corr + (sum0 + sum1);
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+            o(n, 2 * h) *= corr;
+            o(n, 2 * h + 1) *= corr;
+        }
+    }
+}
 
 
 #ifdef METRALE_WGMMA
@@ -56,7 +160,7 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
                                         const float* k_scales, const float* v_scales, int window,
                                         const float* sinks) {
     using C = FwgCfg<D>;
-    constexpr int BQ = C::BQ, BK = C::BK;
+    constexpr int BQ = C::BQ, BK = C::BK, ST = C::STAGES;
     constexpr int NS = BK / 8; // 8-key column blocks of S
     constexpr int NO = D / 8;  // 8-dim column blocks of O
     unsigned char* const smem = wg_dyn_smem<C::SMEM, C::THREADS>();
@@ -64,9 +168,11 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
     __shared__ int tile_len, tile_lo;
     unsigned char* const qs = smem;
     unsigned char* const kvs = smem + C::Q_BYTES; // stage s: K at s · 2 · KV_BYTES, V after
+    unsigned char* const bars = kvs + 2 * ST * C::KV_BYTES;
+    const auto stage = [&](int st) { return kvs + st * (2 * C::KV_BYTES); };
+    const auto full = [&](int st) { return (void*)(bars + 16 * st); };
+    const auto empty = [&](int st) { return (void*)(bars + 16 * (ST + st)); };
 
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
     const int tile = (int)(blockIdx.x / num_heads), head = (int)(blockIdx.x % num_heads);
     const int kv_head = head / (num_heads / num_kv_heads);
     const int row0 = (int)tiles[2 * tile], row_end = (int)tiles[2 * tile + 1];
@@ -77,51 +183,103 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
     flash_tile_rows<T, D, BQ, C::THREADS>(row_pos, qs, qkv, positions, row0, row_end, width, head,
                                           [](int r, int c) { return wg_sw128<BQ>(r, c); });
     fence_proxy_async();
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < ST; ++st) {
+            mbar_init(full(st), 128); // every producer thread
+            mbar_init(empty(st), 8);  // every consumer warp
+        }
+        mbar_init_fence();
+    }
     __syncthreads();
     if (threadIdx.x == 0) flash_tile_span<BQ, WIN>(row_pos, win, tile_len, tile_lo);
-    // The warpgroup's rows: 64 from gr0; this thread's are rows g and g + 8 of its warp's 16.
-    const int gr0 = 64 * wg, wr0 = gr0 + 16 * warp;
+    __syncthreads();
+    const int len = tile_len;
+    const int j0 = (WIN ? tile_lo : 0) / BK, ntiles = (len + BK - 1) / BK;
+
+    // The warpgroup, read from lane 0 so the compiler knows it is uniform in a warp (wgmma under
+    // a branch it cannot prove uniform is serialized).
+    const int wgi = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+    if (wgi == 0) {
+        // The producer: key tile j into stage (j - j0) % ST once both consumers are done with
+        // what the stage held.
+        wg_setmaxnreg_dec<FWG_PRODUCER_REGS>();
+        for (int j = j0; j < ntiles; ++j) {
+            const int it = j - j0, st = it % ST;
+            if (it >= ST) mbar_wait(empty(st), (u32)((it / ST - 1) & 1));
+            fwg_load_tile<TC, D, BK>(stage(st), stage(st) + C::KV_BYTES, k_cache, v_cache,
+                                     k_scales, v_scales, table, block_size, num_kv_heads,
+                                     kv_head, j * BK, len);
+            if constexpr (sizeof(TC) == 1) {
+                // Stores through registers: visible to wgmma's async proxy, then released.
+                fence_proxy_async();
+                mbar_arrive(full(st));
+            } else {
+                mbar_arrive_cp_async(full(st));
+            }
+        }
+        return;
+    }
+    wg_setmaxnreg_inc<FWG_CONSUMER_REGS>();
+
+    // The consumer's rows: 64 from gr0; this thread's are rows g and g + 8 of its warp's 16.
+    const int cw = wgi - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int gr0 = 64 * cw, wr0 = gr0 + 16 * warp;
     const int pos0 = row_pos[wr0 + g], pos1 = row_pos[wr0 + g + 8];
     int gmax = -1, gmin = 1 << 30;
     for (int r = 0; r < 64; ++r) {
         gmax = max(gmax, row_pos[gr0 + r]);
         gmin = min(gmin, row_pos[gr0 + r]);
     }
-    __syncthreads();
-    const int len = tile_len;
-    const int j0 = (WIN ? tile_lo : 0) / BK, ntiles = (len + BK - 1) / BK;
 
     const float scale_log2 = scale * 1.4426950408889634f;
     float o[NO * 4];
 #pragma unroll
     for (int i = 0; i < NO * 4; ++i) o[i] = 0.f;
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
-
-    auto stage = [&](int st) { return kvs + st * (2 * C::KV_BYTES); };
-    // Key tile `kb` into stage `st`: as attention_flash.cu's, in the swizzled layout.
-    auto load = [&](int st, int kb) {
-        flash_load_tile<TC, D, C::BK, C::THREADS>(stage(st), stage(st) + C::KV_BYTES, k_cache,
-                                               v_cache, k_scales, v_scales, table, block_size,
-                                               num_kv_heads, kv_head, kb, len,
-                                               [](int r, int c) { return wg_sw128<C::BK>(r, c); });
-        cp_async_commit();
-    };
-    if (j0 < ntiles) load(j0 & 1, j0 * BK);
     const u32 q_addr = wg_smem_addr(qs) + gr0 * 128;
 
+    // Turns: consumer 0 issues first; each issues after the other's previous turn (barrier 1:
+    // consumer 0 may go, 2: consumer 1 may go). Both take two turns a key tile, so the last
+    // hand-over (consumer 1's) is left out and every bar.sync meets its bar.arrive.
+    const int last_turn = 2 * (ntiles - j0) - 1;
+    int turn = 0;
+    // `after`: a value the barrier must wait for. ptxas schedules register arithmetic across a
+    // barrier freely (it moved the softmax after the barrier, so the other warpgroup's products
+    // waited on it); a barrier id computed from the value cannot be issued before it (the min
+    // keeps the id: 15 or 16 is above both).
+    const auto take_turn = [&](u32 after) {
+        const int id = min(1 + cw, 15 + (int)(after >> 31));
+        if (cw == 1 || turn > 0) bar_named_sync(id, 256);
+    };
+    const auto pass_turn = [&] {
+        if (cw == 0 || turn < last_turn) bar_named_arrive(2 - cw, 256);
+        ++turn;
+    };
+
     for (int j = j0; j < ntiles; ++j) {
-        cp_async_wait<0>();
-        fence_proxy_async();
-        __syncthreads();
-        if (j + 1 < ntiles) load((j + 1) & 1, (j + 1) * BK);
+        const int it = j - j0, st = it % ST;
         const int kb = j * BK;
         // Every key of the tile is after every row of this warpgroup (uniform in it: wgmma is
-        // issued by all 128 threads or none).
-        if (kb > gmax) continue;
-        const u32 k_addr = wg_smem_addr(stage(j & 1)), v_addr = k_addr + C::KV_BYTES;
+        // issued by all 128 threads or none): it only takes its two turns and releases the
+        // stage unread. A path of its own, so no product is issued or waited for under a branch
+        // (ptxas would serialize them). Such tiles are the last ones (kb only grows), so the
+        // `full` phases this warpgroup skips are never waited for later.
+        if (kb > gmax) {
+            take_turn(0u);
+            pass_turn();
+            take_turn(0u);
+            pass_turn();
+            if (lane == 0) mbar_arrive(empty(st));
+            continue;
+        }
+        mbar_wait(full(st), (u32)((it / ST) & 1));
+        fence_proxy_async();
+        const u32 k_addr = wg_smem_addr(stage(st)), v_addr = k_addr + C::KV_BYTES;
 
         // S = Q·Kᵀ: 16 columns a step, inside the 128-byte half h = kk / 4 of each row.
         float s[NS * 4];
+        take_turn(0u);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
@@ -130,15 +288,18 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
                   wg_desc(k_addr + (kk >> 2) * (BK * 128) + off, 16, 1024), kk > 0);
         }
         wg_commit();
+        pass_turn();
         wg_wait();
         wg_keep(s);
         wg_keep(o);
 
-        const bool mask = kb + BK - 1 > gmin;
+        // Masks only where the tile reaches past the warpgroup's first row (a branch uniform
+        // in the warpgroup), or every tile of a window.
         const auto sc = [&](int n, int e) -> float& { return s[4 * n + e]; };
-        flash_scale_mask<NS, WIN>(sc, [&](int h) { return h ? pos1 : pos0; }, kb, t, mask, window,
-                                  scale_log2);
-        flash_online_softmax<NS, NO>(sc, [&](int n, int e) -> float& { return o[4 * n + e]; }, m, l);
+        if (WIN || kb + BK - 1 > gmin)
+            fwg_mask<NS, WIN>(sc, [&](int h) { return h ? pos1 : pos0; }, kb, t, window);
+        fwg_softmax<NS, NO>(sc, [&](int n, int e) -> float& { return o[4 * n + e]; }, m, l,
+                            scale_log2);
         // O += P·V, 16 keys a step: P's A fragment is S's accumulators of key blocks 2 · k2
         // and 2 · k2 + 1, rounded to bf16.
         u32 p[BK / 16][4];
@@ -149,15 +310,21 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
             p[k2][2] = pack_bf16(s[8 * k2 + 4], s[8 * k2 + 5]);
             p[k2][3] = pack_bf16(s[8 * k2 + 6], s[8 * k2 + 7]);
         }
+        // The turn is taken once the softmax is done (its sums and last weights).
+        take_turn(__float_as_uint(l[0]) | __float_as_uint(l[1]) | p[BK / 16 - 1][3]);
         wg_fence();
 #pragma unroll
         for (int k2 = 0; k2 < BK / 16; ++k2)
             wg_rs(o, p[k2], wg_desc(v_addr + k2 * 16 * 128, BK * 128, 1024));
         wg_commit();
+        pass_turn();
         wg_wait();
         wg_keep(o);
+        // This warp has read the stage (its products are done; the warp's lanes together, which
+        // wgmma's wait already is on the GPU and the host emulation's per-lane products are not).
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty(st));
     }
-    cp_async_wait<0>();
 
     // Normalise and store rows g and g + 8 (rows past the tile are not).
     const u64 ow = (u64)num_heads * D;
@@ -191,7 +358,7 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
 #define FWG_BODY(T, TC, D, WIN) asm volatile("trap;");
 #endif
 #define ATTENTION_FLASH_WG_ONE(NAME, T, TC, D, WIN)                                                \
-    extern "C" __global__ void __launch_bounds__(256, 1)                                           \
+    extern "C" __global__ void __launch_bounds__(384, 1)                                           \
         NAME(bf16* out, const T* qkv, const TC* k_cache, const TC* v_cache, const u32* positions,  \
              const u32* row_seq, const u32* block_tables, const u32* tiles, int max_blocks,        \
              int block_size, int num_heads, int num_kv_heads, float scale,                         \

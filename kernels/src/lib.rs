@@ -31,6 +31,7 @@ pub const PRELUDE: &str = concat!(
     include_str!("prelude/fp8_mma.cuh"),
     include_str!("prelude/moe_act.cuh"),
     include_str!("prelude/wgmma.cuh"),
+    include_str!("prelude/barrier.cuh"),
 );
 
 /// One `.cu` file: a family of kernels compiled and loaded together.

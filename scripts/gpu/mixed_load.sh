@@ -4,7 +4,8 @@
 # `metralectl bench --mixed`: STREAMS (16) streams decoding (ISL 128, OSL 256), alone and then
 # while a LONG_ISL-token (8192) prompt arrives every LONG_EVERY (1s), DURATION (30s) a phase.
 # MAX_BATCHED (8192) is the server's --max-num-batched-tokens: run it at 8192 and at 512 to
-# compare token budgets. Binaries from $METRALE_GPU_BIN (.gpu/bin); the record is written
+# compare token budgets; SERVE_EXTRA adds serve flags (e.g. --prefill-chunk-with-decodes 512).
+# Binaries from $METRALE_GPU_BIN (.gpu/bin); the record is written
 # unsigned to $OUT/mixed.json (sign it on the build machine, docs/benchmarks.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -19,7 +20,7 @@ cp models/demo/tokenizer.json models/demo/tokenizer_config.json "$dir/"
 long=${LONG_ISL:-8192}
 "$BIN/met" serve "$dir" --device cuda --load-format dummy --port 8104 \
     --model-name "${MODEL_NAME:-qwen3-8b-shape}" --no-tui --max-seq-len $((long + 128)) \
-    --max-batch-size 128 --max-num-batched-tokens "${MAX_BATCHED:-8192}" >"$OUT/serve.txt" 2>&1 &
+    --max-batch-size 128 --max-num-batched-tokens "${MAX_BATCHED:-8192}" ${SERVE_EXTRA:-} >"$OUT/serve.txt" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null' EXIT
 for _ in $(seq 1 600); do

@@ -80,6 +80,16 @@ inline void emu_named_barrier(int id, unsigned count) {
     }
     b->arrive_and_wait();
 }
+// bar.arrive id, count: counted toward barrier `id`'s `count`, without waiting.
+inline void emu_named_arrive(int id, unsigned count) {
+    std::barrier<>* b;
+    {
+        std::lock_guard<std::mutex> g(t_block->named_mutex);
+        if (!t_block->named[id]) t_block->named[id] = std::make_unique<std::barrier<>>(count);
+        b = t_block->named[id].get();
+    }
+    (void)b->arrive();
+}
 // A shared-memory mbarrier (16 bytes reserved where the device uses 8): pending arrivals and
 // transaction bytes of the current phase; the phase completes when both are zero, and the
 // arrivals start again from `init`. One lock for all of them: the emulation is about logic.
@@ -135,6 +145,7 @@ inline float __shfl_sync(unsigned, float v, int src) {
     w->bar->arrive_and_wait();
     return r;
 }
+inline int __shfl_sync(unsigned m, int v, int src) { return (int)__shfl_sync(m, (float)v, src); }
 // Round-to-nearest arithmetic intrinsics (the device uses them to forbid FMA contraction; the
 // host compiler targets x86-64 without FMA, so plain operators are the same operations).
 inline float __fadd_rn(float a, float b) { return a + b; }

@@ -143,4 +143,9 @@ static void flash_wg_tests() {
     t_flash<256>(2, 1, {{100, 90}}, 16, true, true, 0, false, true);
     t_flash<64>(4, 2, {{60, 200}, {0, 3}}, 16, false, true, 0, false, true);
     t_flash<128>(4, 2, {{0, 150}}, 16, false, false, 0, true, true);
+    // The producer's ring reused: four 128-key tiles after a prefix, four 64-key tiles of an
+    // FP8 cache in a window, five 64-key tiles through a 64-wide head's four stages.
+    t_flash<128>(2, 1, {{200, 200}}, 16, false, false, 0, false, true);
+    t_flash<256>(2, 1, {{150, 60}}, 16, true, false, 100, false, true);
+    t_flash<64>(2, 2, {{260, 40}}, 16, false, false, 0, false, true);
 }

@@ -10,7 +10,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 {
     echo '#include "emu.h"'
-    for h in types reduce loads cp_async pdl rows attention fp8 fp4 random mma fp8_mma moe_act wgmma; do
+    for h in types reduce loads cp_async pdl rows attention fp8 fp4 random mma fp8_mma moe_act wgmma barrier; do
         echo "// prelude/$h.cuh"
         cat "$src/prelude/$h.cuh"
     done

@@ -11,9 +11,14 @@ use crate::backend::Result;
 use crate::backend::kernels::{self as k, Kernel};
 
 /// Threads of a block at head_dim `hd`: FlashCfg<D>::THREADS (4 warps of 32 rows below 256, 8
-/// of 16 at 256), or FwgCfg<D>::THREADS for the wgmma build (two warpgroups of 64 rows).
+/// of 16 at 256), or FwgCfg<D>::THREADS for the wgmma build (a producer warpgroup and two
+/// consumers of 64 rows).
 fn flash_threads(hd: usize, wg: bool) -> u32 {
-    if wg || hd > 128 { 256 } else { 128 }
+    match (wg, hd) {
+        (true, _) => 384,
+        (false, 0..=128) => 128,
+        (false, _) => 256,
+    }
 }
 
 /// The flash kernel's parameters (every variant takes the same list, by type): out, qkv, the
@@ -30,15 +35,19 @@ type FlashArgs = (
 
 /// Dynamic shared memory of a block at head_dim `hd`: FlashCfg<D>::SMEM (Q and two stages of K
 /// and V, bf16 rows of hd; 32-key stages at 256, 64 below), or FwgCfg<D>::SMEM for the wgmma
-/// build (64-key stages, 128 at head_dim 128, and 1024 bytes to align the swizzled tiles).
+/// build (1024 bytes to align the swizzled tiles, Q, STAGES stages of K and V of BK keys: 2 of
+/// 128 at head_dim 128, 2 of 64 at 256, 4 of 64 at 64; then two 16-byte mbarriers a stage).
 fn flash_smem(hd: usize, wg: bool) -> u32 {
-    let keys = match (wg, hd) {
-        (true, 128) => 128,
-        (true, _) | (false, 0..=128) => 64,
-        (false, _) => 32,
-    };
-    let align = if wg { 1024 } else { 0 };
-    ((FLASH_TILE_ROWS + 4 * keys) * hd * 2 + align) as u32
+    if wg {
+        let (keys, stages) = match hd {
+            128 => (128, 2),
+            64 => (64, 4),
+            _ => (64, 2),
+        };
+        return (1024 + (FLASH_TILE_ROWS + 2 * stages * keys) * hd * 2 + 2 * stages * 16) as u32;
+    }
+    let keys = if hd <= 128 { 64 } else { 32 };
+    ((FLASH_TILE_ROWS + 4 * keys) * hd * 2) as u32
 }
 
 type FlashKernel = &'static Kernel<FlashArgs>;
@@ -201,7 +210,7 @@ mod tests {
         );
         assert_eq!(
             (flash_threads(64, true), flash_threads(128, true)),
-            (256, 256)
+            (384, 384)
         );
         for hd in [64, 128, 256] {
             // Two blocks a multiprocessor at 64 and 128, one at 256; the wgmma build one.
@@ -216,8 +225,10 @@ mod tests {
                 assert!(flash_kernel(DType::F32, false, hd, true, wg).is_some());
             }
         }
-        // FwgCfg<128>::SMEM: 1024 + Q (128 rows) + two stages of 128-key K and V.
-        assert_eq!(flash_smem(128, true), 1024 + (128 + 4 * 128) * 128 * 2);
+        // FwgCfg<D>::SMEM: 1024 + Q (128 rows) + the stages of K and V + their barriers.
+        assert_eq!(flash_smem(128, true), 1024 + (128 + 4 * 128) * 128 * 2 + 64);
+        assert_eq!(flash_smem(64, true), 1024 + (128 + 8 * 64) * 64 * 2 + 128);
+        assert_eq!(flash_smem(256, true), 1024 + (128 + 4 * 64) * 256 * 2 + 64);
         assert!(flash_kernel(DType::F32, false, 96, false, false).is_none());
         assert!(flash_kernel(DType::F8, false, 128, false, false).is_none());
         assert!(flash_kernel(DType::F8, false, 128, true, true).is_none());
