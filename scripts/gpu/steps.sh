@@ -13,6 +13,9 @@
 # e.g. bash scripts/gpu/steps.sh 560 "cc-ops-flash@T=130" \
 #        "bench-qwen3-8b~8k@ISL=8192+OSL=16+CONC=1,8+MAX_SEQ_LEN=8256+MAX_BATCHED=8192+T=110"
 # A bench step's bench gets what is left of its limit once the server is ready (BENCH_DEADLINE).
+# A fresh machine compiles each kernel module on its first use (NVRTC, cached under
+# METRALE_KERNEL_CACHE for the rest of the call): give the first step that touches a module
+# 30-60 s more (a 70 s ladder step ran out in its bench that way, performance log part 27).
 # Binaries: .gpu/bins.txz (xz: smaller to carry) or .gpu/bins.tar.gz from scripts/gpu/pack.sh.
 # Under $OUT: summary.txt (each step's tail, as soon as it ends), record-NAME.json for each
 # step's record (unsigned: sign them on the build machine), all.tgz (every log).

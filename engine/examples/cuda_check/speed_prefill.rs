@@ -2,7 +2,9 @@
 //! n tokens from position 0, causal, at the Qwen3-8B shape (32 q / 8 kv heads of 128) and the
 //! Qwen3.6-35B-A3B full-attention shape (16 / 2 of 256), as TFLOP/s of the causal products
 //! (4 · heads · head_dim · n(n + 1)/2 FLOPs), with the flash kernel (its mma.sync build, and on
-//! sm_90 its wgmma build) and, up to 8,192 tokens, with the decode kernels it replaces.
+//! sm_90 its wgmma build) and, up to 8,192 tokens, with the decode kernels it replaces; then
+//! the flash builds at 8,192 tokens on an FP8 cache (`cache fp8`: the keys and values widened
+//! on their way to shared memory, by the wgmma build's producer warpgroup).
 
 use anyhow::Result;
 use metrale_engine::backend::Backend;
@@ -14,11 +16,16 @@ use crate::speed::{BLOCK, prefill_batch, time_op};
 
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     let before = cuda.tuning().attention;
+    let kv8 = CudaBackend::new(0, cuda.tuning()).and_then(|c| c.with_fp8_kv_cache(true))?;
     for (shape, nh, nkv, hd) in [("qwen3-8b", 32, 8, 128), ("qwen3.6-35b-a3b", 16, 2, 256)] {
-        for n in [1024usize, 4096, 8192, 32768] {
+        let runs = [1024usize, 4096, 8192, 32768]
+            .map(|n| (n, "bf16", cuda))
+            .into_iter()
+            .chain([(8192, "fp8", &kv8)]);
+        for (n, cache, cuda) in runs {
             for kernel in ["flash", "wgmma", "decode"] {
                 let flash = kernel != "decode";
-                if !flash && n > 8192
+                if !flash && (n > 8192 || cache == "fp8")
                     || kernel == "wgmma" && cuda.info().compute_capability != (9, 0)
                 {
                     continue;
@@ -30,8 +37,8 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 let host = prefill_batch(n);
                 let batch = cuda.prepare_batch(&host)?;
                 let blocks = n.div_ceil(BLOCK) + 1;
-                let k_cache = cuda.zeros(&[blocks, BLOCK, nkv, hd])?;
-                let v_cache = cuda.zeros(&[blocks, BLOCK, nkv, hd])?;
+                let k_cache = cuda.kv_zeros(&[blocks, BLOCK, nkv, hd])?;
+                let v_cache = cuda.kv_zeros(&[blocks, BLOCK, nkv, hd])?;
                 let width = (nh + 2 * nkv) * hd;
                 let qkv = cuda.tensor_from_f32(&[n, width], &vec![0.1; n * width], DType::F32)?;
                 let mut attn = cuda.zeros(&[n, nh * hd])?;
@@ -43,10 +50,10 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 let flops = 4.0 * (nh * hd) as f64 * (n * (n + 1) / 2) as f64;
                 let tflops = flops / (ms / 1e3) / 1e12;
                 report.summary_line(format!(
-                    "prefill attention {shape} n={n:<6} {kernel:<6} {ms:>9.3} ms a layer, {tflops:6.1} TFLOP/s"
+                    "prefill attention {shape} n={n:<6} {kernel:<6} cache {cache:<4} {ms:>9.3} ms a layer, {tflops:6.1} TFLOP/s"
                 ));
                 report.record(json!({"profile": "prefill-attention", "shape": shape,
-                    "tokens": n, "kernel": kernel, "ms": ms, "tflops": tflops}));
+                    "tokens": n, "kernel": kernel, "cache": cache, "ms": ms, "tflops": tflops}));
             }
         }
     }
