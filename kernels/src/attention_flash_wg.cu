@@ -90,14 +90,46 @@ __device__ __forceinline__ void fwg_load_tile(unsigned char* ks, unsigned char* 
             in[j] = key < len ? (pow2 ? key & (block_size - 1) : key - blk * block_size) : -1;
             entry[j] = key < len ? table[blk] : 0u;
         }
+        if constexpr (sizeof(TC) == 1) {
+            // FP8: the rows' raw bytes and scales loaded FG at a time before any is widened,
+            // so their loads overlap too.
+            constexpr int FG = G < 2 ? G : 2, GS = (D + 127) / 128;
 #pragma unroll
-        for (int j = 0; j < G; ++j) {
-            const int r = r0 + (j0 + j) * STEP;
-            const bool ok = in[j] >= 0;
-            const u64 slot = ok ? (u64)entry[j] * block_size + in[j] : 0;
-            flash_copy_chunk<TC, D>(ks + wg_sw128<BK>(r, c), vs + wg_sw128<BK>(r, c), k_cache,
-                                    v_cache, k_scales, v_scales, slot * num_kv_heads + kv_head,
-                                    c, ok);
+            for (int f0 = 0; f0 < G; f0 += FG) {
+                u32x2 kr[FG], vr[FG];
+                float ksc[FG], vsc[FG];
+#pragma unroll
+                for (int f = 0; f < FG; ++f) {
+                    const int j = f0 + f;
+                    const u64 head =
+                        (u64)(in[j] >= 0 ? (u64)entry[j] * block_size + in[j] : 0) * num_kv_heads +
+                        kv_head;
+                    kr[f] = vr[f] = u32x2{0u, 0u};
+                    ksc[f] = vsc[f] = 0.f;
+                    if (in[j] >= 0) {
+                        kr[f] = *(const u32x2*)(k_cache + head * D + 8 * c);
+                        vr[f] = *(const u32x2*)(v_cache + head * D + 8 * c);
+                        ksc[f] = k_scales[head * GS + (8 * c) / 128];
+                        vsc[f] = v_scales[head * GS + (8 * c) / 128];
+                    }
+                }
+#pragma unroll
+                for (int f = 0; f < FG; ++f) {
+                    const u32 at = wg_sw128<BK>(r0 + (j0 + f0 + f) * STEP, c);
+                    *(u32x4*)(ks + at) = scale_bf16x8(e4m3x8_to_bf16x8(kr[f]), ksc[f]);
+                    *(u32x4*)(vs + at) = scale_bf16x8(e4m3x8_to_bf16x8(vr[f]), vsc[f]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < G; ++j) {
+                const int r = r0 + (j0 + j) * STEP;
+                const bool ok = in[j] >= 0;
+                const u64 slot = ok ? (u64)entry[j] * block_size + in[j] : 0;
+                flash_copy_chunk<TC, D>(ks + wg_sw128<BK>(r, c), vs + wg_sw128<BK>(r, c),
+                                        k_cache, v_cache, k_scales, v_scales,
+                                        slot * num_kv_heads + kv_head, c, ok);
+            }
         }
     }
 }
