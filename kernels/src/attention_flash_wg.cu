@@ -149,11 +149,10 @@ __device__ __forceinline__ void fwg_mask(S s, P pos, int kb, int t, int window) 
         }
 }
 
-// flash_online_softmax on raw scores, without O: the running max m[h] in log2 units, the
-// weights 2^(s · scale_log2 - m) (one FFMA a score, the scale folded in) and the sums; corr[h]
-// is what O's rows must be multiplied by (done apart, once the products writing O are done).
-template <int NS, typename S>
-__device__ __forceinline__ void fwg_softmax(S s, float (&m)[2], float (&l)[2], float (&corr)[2],
+// flash_online_softmax on raw scores: the running max m[h] in log2 units, the weights
+// 2^(s · scale_log2 - m) (one FFMA a score, the scale folded in), the sum and O rescaled.
+template <int NS, int NO, typename S, typename O>
+__device__ __forceinline__ void fwg_softmax(S s, O o, float (&m)[2], float (&l)[2],
                                             float scale_log2) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -163,7 +162,7 @@ __device__ __forceinline__ void fwg_softmax(S s, float (&m)[2], float (&l)[2], f
         const float mn = fmaxf(m[h], quad_max(mx) * scale_log2);
         // A row with no key yet keeps m = -inf: subtract 0 instead (every weight is 0).
         const float base = mn == NEG_INF ? 0.f : mn;
-        corr[h] = exp2_fast(m[h] - base);
+        const float corr = exp2_fast(m[h] - base);
         m[h] = mn;
         float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
@@ -173,7 +172,12 @@ __device__ __forceinline__ void fwg_softmax(S s, float (&m)[2], float (&l)[2], f
             sum0 += s(n, 2 * h);
             sum1 += s(n, 2 * h + 1);
         }
-        l[h] = l[h] * corr[h] + (sum0 + sum1);
+        l[h] = l[h] * corr + (sum0 + sum1);
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+            o(n, 2 * h) *= corr;
+            o(n, 2 * h + 1) *= corr;
+        }
     }
 }
 
@@ -267,16 +271,10 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};
     const u32 q_addr = wg_smem_addr(qs) + gr0 * 128;
 
-    // This warpgroup's tiles: j0 .. jw - 1; later ones are after all its rows (a suffix, kb
-    // only grows), so it never waits on a `full` phase it skipped.
-    const int jw = gmax < 0 ? j0 : max(j0, min(ntiles, gmax / BK + 1));
-    // Turns (FlashAttention-3's overlap inside a warpgroup, on top of the ping-pong): turn 0
-    // issues S of the first tile; turn k issues S of tile j0 + k with P·V of the tile before;
-    // turn n the last P·V: n + 1 turns for n tiles, the same count for both consumers whatever
-    // they skip. Consumer 0 issues first; each issues after the other's previous turn (barrier
-    // 1: consumer 0 may go, 2: consumer 1 may go); consumer 1's last hand-over is left out, so
-    // every bar.sync meets its bar.arrive.
-    const int last_turn = ntiles - j0;
+    // Turns: consumer 0 issues first; each issues after the other's previous turn (barrier 1:
+    // consumer 0 may go, 2: consumer 1 may go). Both take two turns a key tile, so the last
+    // hand-over (consumer 1's) is left out and every bar.sync meets its bar.arrive.
+    const int last_turn = 2 * (ntiles - j0) - 1;
     int turn = 0;
     // `after`: a value the barrier must wait for. ptxas schedules register arithmetic across a
     // barrier freely (it moved the softmax after the barrier, so the other warpgroup's products
@@ -290,23 +288,31 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
         if (cw == 0 || turn < last_turn) bar_named_arrive(2 - cw, 256);
         ++turn;
     };
-    const auto stage_of = [&](int j) { return (j - j0) % ST; };
-    // This warp has read tile j's stage (its products are done; the warp's lanes together,
-    // which wgmma's wait already is on the GPU and the host emulation's per-lane products are
-    // not).
-    const auto release = [&](int j) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty(stage_of(j)));
-    };
-    const auto wait_full = [&](int j) {
-        mbar_wait(full(stage_of(j)), (u32)(((j - j0) / ST) & 1));
+
+    for (int j = j0; j < ntiles; ++j) {
+        const int it = j - j0, st = it % ST;
+        const int kb = j * BK;
+        // Every key of the tile is after every row of this warpgroup (uniform in it: wgmma is
+        // issued by all 128 threads or none): it only takes its two turns and releases the
+        // stage unread. A path of its own, so no product is issued or waited for under a branch
+        // (ptxas would serialize them). Such tiles are the last ones (kb only grows), so the
+        // `full` phases this warpgroup skips are never waited for later.
+        if (kb > gmax) {
+            take_turn(0u);
+            pass_turn();
+            take_turn(0u);
+            pass_turn();
+            if (lane == 0) mbar_arrive(empty(st));
+            continue;
+        }
+        mbar_wait(full(st), (u32)((it / ST) & 1));
         fence_proxy_async();
-    };
-    float s[NS * 4];
-    u32 p[BK / 16][4];
-    // S = Q·Kᵀ of tile j: 16 columns a step, inside the 128-byte half h = kk / 4 of each row.
-    const auto issue_s = [&](int j) {
-        const u32 k_addr = wg_smem_addr(stage(stage_of(j)));
+        const u32 k_addr = wg_smem_addr(stage(st)), v_addr = k_addr + C::KV_BYTES;
+
+        // S = Q·Kᵀ: 16 columns a step, inside the 128-byte half h = kk / 4 of each row.
+        float s[NS * 4];
+        take_turn(0u);
+        wg_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             const u32 off = (kk & 3) * 32;
@@ -314,32 +320,21 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
                   wg_desc(k_addr + (kk >> 2) * (BK * 128) + off, 16, 1024), kk > 0);
         }
         wg_commit();
-    };
-    // O += P·V of tile j, 16 keys a step.
-    const auto issue_pv = [&](int j) {
-        const u32 v_addr = wg_smem_addr(stage(stage_of(j))) + C::KV_BYTES;
-#pragma unroll
-        for (int k2 = 0; k2 < BK / 16; ++k2)
-            wg_rs(o, p[k2], wg_desc(v_addr + k2 * 16 * 128, BK * 128, 1024));
-        wg_commit();
-    };
-    // Tile j's weights from its scores (masked where the tile reaches past the warpgroup's
-    // first row, or every tile of a window): m, l and s updated, O's factor in corr.
-    float corr[2];
-    const auto softmax = [&](int j) {
-        const int kb = j * BK;
-        const auto sc = [&](int nn, int e) -> float& { return s[4 * nn + e]; };
+        pass_turn();
+        wg_wait();
+        wg_keep(s);
+        wg_keep(o);
+
+        // Masks only where the tile reaches past the warpgroup's first row (a branch uniform
+        // in the warpgroup), or every tile of a window.
+        const auto sc = [&](int n, int e) -> float& { return s[4 * n + e]; };
         if (WIN || kb + BK - 1 > gmin)
             fwg_mask<NS, WIN>(sc, [&](int h) { return h ? pos1 : pos0; }, kb, t, window);
-        fwg_softmax<NS>(sc, m, l, corr, scale_log2);
-    };
-    // O's rows times corr, and P's A fragment (S's accumulators of key blocks 2 · k2 and
-    // 2 · k2 + 1, rounded to bf16).
-    const auto rescale_pack = [&] {
-#pragma unroll
-        for (int nn = 0; nn < NO; ++nn)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) o[4 * nn + e] *= corr[e >> 1];
+        fwg_softmax<NS, NO>(sc, [&](int n, int e) -> float& { return o[4 * n + e]; }, m, l,
+                            scale_log2);
+        // O += P·V, 16 keys a step: P's A fragment is S's accumulators of key blocks 2 · k2
+        // and 2 · k2 + 1, rounded to bf16.
+        u32 p[BK / 16][4];
 #pragma unroll
         for (int k2 = 0; k2 < BK / 16; ++k2) {
             p[k2][0] = pack_bf16(s[8 * k2], s[8 * k2 + 1]);
@@ -347,55 +342,20 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
             p[k2][2] = pack_bf16(s[8 * k2 + 4], s[8 * k2 + 5]);
             p[k2][3] = pack_bf16(s[8 * k2 + 6], s[8 * k2 + 7]);
         }
-    };
-    // The turn is taken once the softmax is done (its sums and last weights).
-    const auto after_softmax = [&] {
-        return __float_as_uint(l[0]) | __float_as_uint(l[1]) | p[BK / 16 - 1][3];
-    };
-
-    if (jw > j0) {
-        wait_full(j0);
-        take_turn(0u);
+        // The turn is taken once the softmax is done (its sums and last weights).
+        take_turn(__float_as_uint(l[0]) | __float_as_uint(l[1]) | p[BK / 16 - 1][3]);
         wg_fence();
-        issue_s(j0);
+#pragma unroll
+        for (int k2 = 0; k2 < BK / 16; ++k2)
+            wg_rs(o, p[k2], wg_desc(v_addr + k2 * 16 * 128, BK * 128, 1024));
+        wg_commit();
         pass_turn();
-        wg_wait<0>();
-        wg_keep(s);
-        softmax(j0);
-        rescale_pack();
-        for (int j = j0 + 1; j < jw; ++j) {
-            wait_full(j);
-            take_turn(after_softmax());
-            wg_fence();
-            issue_s(j);
-            issue_pv(j - 1);
-            pass_turn();
-            // S of tile j done (P·V of the tile before may still run): its softmax, which
-            // leaves O alone until those products are done too.
-            wg_wait<1>();
-            wg_keep(s);
-            softmax(j);
-            wg_wait<0>();
-            wg_keep(o);
-            release(j - 1);
-            rescale_pack();
-        }
-        take_turn(after_softmax());
-        wg_fence();
-        issue_pv(jw - 1);
-        pass_turn();
-        wg_wait<0>();
+        wg_wait();
         wg_keep(o);
-        release(jw - 1);
-    } else {
-        take_turn(0u);
-        pass_turn();
-    }
-    // Tiles after all this warpgroup's rows: their turns, and their stages released unread.
-    for (int j = jw; j < ntiles; ++j) {
-        take_turn(0u);
-        pass_turn();
-        if (lane == 0) mbar_arrive(empty(stage_of(j)));
+        // This warp has read the stage (its products are done; the warp's lanes together, which
+        // wgmma's wait already is on the GPU and the host emulation's per-lane products are not).
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty(st));
     }
 
     // Normalise and store rows g and g + 8 (rows past the tile are not).
