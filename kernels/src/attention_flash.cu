@@ -69,26 +69,47 @@ __device__ __forceinline__ u32x4 scale_bf16x8(u32x4 v, float s) {
                  pack_bf16(lo(v.z) * s, hi(v.z) * s), pack_bf16(lo(v.w) * s, hi(v.w) * s)};
 }
 
-// 16-byte chunk c of the key and value of cache row `head` (slot · kv heads + kv head) into
-// shared memory at kd / vd: cp.async for a bf16 cache, widened and scaled through registers for
-// an FP8 one; zeros where !ok.
+// 16-byte chunk c (eight values) of the key and value of an FP8 cache's row `head` (slot · kv
+// heads + kv head), as stored: their e4m3 bytes and group scales (zeros where !ok, which widen
+// to zeros).
+struct FlashFp8Chunk {
+    u32x2 k, v;
+    float ks, vs;
+};
+template <int D>
+__device__ __forceinline__ FlashFp8Chunk flash_fp8_load(const unsigned char* k_cache,
+                                                        const unsigned char* v_cache,
+                                                        const float* k_scales,
+                                                        const float* v_scales, u64 head, int c,
+                                                        bool ok) {
+    constexpr int G = (D + 127) / 128; // FP8 scale groups of a head vector
+    FlashFp8Chunk x{u32x2{0u, 0u}, u32x2{0u, 0u}, 0.f, 0.f};
+    if (ok) {
+        const u64 grp = head * G + (8 * c) / 128;
+        x = FlashFp8Chunk{*(const u32x2*)(k_cache + head * D + 8 * c),
+                          *(const u32x2*)(v_cache + head * D + 8 * c), k_scales[grp],
+                          v_scales[grp]};
+    }
+    return x;
+}
+// The chunk widened to bf16 and scaled, into shared memory at kd / vd.
+__device__ __forceinline__ void flash_fp8_store(unsigned char* kd, unsigned char* vd,
+                                                const FlashFp8Chunk& x) {
+    *(u32x4*)kd = scale_bf16x8(e4m3x8_to_bf16x8(x.k), x.ks);
+    *(u32x4*)vd = scale_bf16x8(e4m3x8_to_bf16x8(x.v), x.vs);
+}
+
+// 16-byte chunk c of the key and value of cache row `head` into shared memory at kd / vd:
+// cp.async for a bf16 cache, widened and scaled through registers for an FP8 one; zeros where
+// !ok.
 template <typename TC, int D>
 __device__ __forceinline__ void flash_copy_chunk(unsigned char* kd, unsigned char* vd,
                                                  const TC* k_cache, const TC* v_cache,
                                                  const float* k_scales, const float* v_scales,
                                                  u64 head, int c, bool ok) {
     if constexpr (sizeof(TC) == 1) {
-        constexpr int G = (D + 127) / 128; // FP8 scale groups of a head vector
-        u32x4 kv = u32x4{0u, 0u, 0u, 0u}, vv = kv;
-        if (ok) {
-            const u64 grp = head * G + (8 * c) / 128;
-            kv = scale_bf16x8(e4m3x8_to_bf16x8(*(const u32x2*)(k_cache + head * D + 8 * c)),
-                              k_scales[grp]);
-            vv = scale_bf16x8(e4m3x8_to_bf16x8(*(const u32x2*)(v_cache + head * D + 8 * c)),
-                              v_scales[grp]);
-        }
-        *(u32x4*)kd = kv;
-        *(u32x4*)vd = vv;
+        flash_fp8_store(kd, vd,
+                        flash_fp8_load<D>(k_cache, v_cache, k_scales, v_scales, head, c, ok));
     } else {
         cp_async<16>(kd, k_cache + head * D + 8 * c, ok);
         cp_async<16>(vd, v_cache + head * D + 8 * c, ok);
@@ -203,16 +224,19 @@ __device__ __forceinline__ void flash_scale_mask(S s, P pos, int kb, int t, bool
 }
 
 // The online softmax step of one 16-row tile's rows g (h = 0: e = 0, 1) and g + 8 (h = 1: e =
-// 2, 3) after flash_scale_mask: the running max m[h] and sum l[h] (this thread's part) updated,
-// the scores turned into weights 2^(s - m), the outputs o(n, e) (NO n8 blocks) rescaled.
+// 2, 3): the running max m[h] (log2 units) and sum l[h] (this thread's part) updated, the
+// scores turned into weights 2^(s · scale_log2 - m), the outputs o(n, e) (NO n8 blocks)
+// rescaled. The scores come scaled from flash_scale_mask here (scale_log2 = 1), raw in
+// attention_flash_wg.cu (the scale folded into the exponent's FFMA).
 template <int NS, int NO, typename S, typename O>
-__device__ __forceinline__ void flash_online_softmax(S s, O o, float (&m)[2], float (&l)[2]) {
+__device__ __forceinline__ void flash_online_softmax(S s, O o, float (&m)[2], float (&l)[2],
+                                                     float scale_log2) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float mx = NEG_INF;
 #pragma unroll
         for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(s(n, 2 * h), s(n, 2 * h + 1)));
-        const float mn = fmaxf(m[h], quad_max(mx));
+        const float mn = fmaxf(m[h], quad_max(mx) * scale_log2);
         // A row with no key yet keeps m = -inf: subtract 0 instead (every weight is 0).
         const float base = mn == NEG_INF ? 0.f : mn;
         const float corr = exp2_fast(m[h] - base);
@@ -220,8 +244,8 @@ __device__ __forceinline__ void flash_online_softmax(S s, O o, float (&m)[2], fl
         float sum = 0.f;
 #pragma unroll
         for (int n = 0; n < NS; ++n) {
-            s(n, 2 * h) = exp2_fast(s(n, 2 * h) - base);
-            s(n, 2 * h + 1) = exp2_fast(s(n, 2 * h + 1) - base);
+            s(n, 2 * h) = exp2_fast(fmaf(s(n, 2 * h), scale_log2, -base));
+            s(n, 2 * h + 1) = exp2_fast(fmaf(s(n, 2 * h + 1), scale_log2, -base));
             sum += s(n, 2 * h) + s(n, 2 * h + 1);
         }
         l[h] = l[h] * corr + sum;
@@ -382,7 +406,7 @@ __device__ void attention_flash_impl(bf16* out, const T* qkv, const TC* k_cache,
         for (int mi = 0; mi < MW; ++mi)
             flash_online_softmax<NS, NO>([&](int n, int e) -> float& { return s[mi][n][e]; },
                                          [&](int n, int e) -> float& { return o[mi][n][e]; },
-                                         m[mi], l[mi]);
+                                         m[mi], l[mi], 1.f);
         // O += P·V, 16 keys at a time.
 #pragma unroll
         for (int k2 = 0; k2 < BK / 16; ++k2) {

@@ -93,31 +93,22 @@ __device__ __forceinline__ void fwg_load_tile(unsigned char* ks, unsigned char* 
         if constexpr (sizeof(TC) == 1) {
             // FP8: the rows' raw bytes and scales loaded FG at a time before any is widened,
             // so their loads overlap too.
-            constexpr int FG = G < 2 ? G : 2, GS = (D + 127) / 128;
+            constexpr int FG = G < 2 ? G : 2;
 #pragma unroll
             for (int f0 = 0; f0 < G; f0 += FG) {
-                u32x2 kr[FG], vr[FG];
-                float ksc[FG], vsc[FG];
+                FlashFp8Chunk x[FG];
 #pragma unroll
                 for (int f = 0; f < FG; ++f) {
                     const int j = f0 + f;
-                    const u64 head =
-                        (u64)(in[j] >= 0 ? (u64)entry[j] * block_size + in[j] : 0) * num_kv_heads +
-                        kv_head;
-                    kr[f] = vr[f] = u32x2{0u, 0u};
-                    ksc[f] = vsc[f] = 0.f;
-                    if (in[j] >= 0) {
-                        kr[f] = *(const u32x2*)(k_cache + head * D + 8 * c);
-                        vr[f] = *(const u32x2*)(v_cache + head * D + 8 * c);
-                        ksc[f] = k_scales[head * GS + (8 * c) / 128];
-                        vsc[f] = v_scales[head * GS + (8 * c) / 128];
-                    }
+                    const bool ok = in[j] >= 0;
+                    const u64 slot = ok ? (u64)entry[j] * block_size + in[j] : 0;
+                    x[f] = flash_fp8_load<D>(k_cache, v_cache, k_scales, v_scales,
+                                             slot * num_kv_heads + kv_head, c, ok);
                 }
 #pragma unroll
                 for (int f = 0; f < FG; ++f) {
                     const u32 at = wg_sw128<BK>(r0 + (j0 + f0 + f) * STEP, c);
-                    *(u32x4*)(ks + at) = scale_bf16x8(e4m3x8_to_bf16x8(kr[f]), ksc[f]);
-                    *(u32x4*)(vs + at) = scale_bf16x8(e4m3x8_to_bf16x8(vr[f]), vsc[f]);
+                    flash_fp8_store(ks + at, vs + at, x[f]);
                 }
             }
         } else {
@@ -136,7 +127,7 @@ __device__ __forceinline__ void fwg_load_tile(unsigned char* ks, unsigned char* 
 
 // A 64-row consumer's raw scores of the key tile from kb with what a row may not see set to
 // -inf: keys past its position, or (WIN) outside its window (p - window < key <= p). The scale
-// joins the exponent in fwg_softmax. s(n, e), pos(h): as flash_scale_mask's.
+// joins the exponent in flash_online_softmax. s(n, e), pos(h): as flash_scale_mask's.
 template <int NS, bool WIN, typename S, typename P>
 __device__ __forceinline__ void fwg_mask(S s, P pos, int kb, int t, int window) {
 #pragma unroll
@@ -148,39 +139,6 @@ __device__ __forceinline__ void fwg_mask(S s, P pos, int kb, int t, int window) 
             if (hide) s(n, e) = NEG_INF;
         }
 }
-
-// flash_online_softmax on raw scores: the running max m[h] in log2 units, the weights
-// 2^(s · scale_log2 - m) (one FFMA a score, the scale folded in), the sum and O rescaled.
-template <int NS, int NO, typename S, typename O>
-__device__ __forceinline__ void fwg_softmax(S s, O o, float (&m)[2], float (&l)[2],
-                                            float scale_log2) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float mx = NEG_INF;
-#pragma unroll
-        for (int n = 0; n < NS; ++n) mx = fmaxf(mx, fmaxf(s(n, 2 * h), s(n, 2 * h + 1)));
-        const float mn = fmaxf(m[h], quad_max(mx) * scale_log2);
-        // A row with no key yet keeps m = -inf: subtract 0 instead (every weight is 0).
-        const float base = mn == NEG_INF ? 0.f : mn;
-        const float corr = exp2_fast(m[h] - base);
-        m[h] = mn;
-        float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-        for (int n = 0; n < NS; ++n) {
-            s(n, 2 * h) = exp2_fast(fmaf(s(n, 2 * h), scale_log2, -base));
-            s(n, 2 * h + 1) = exp2_fast(fmaf(s(n, 2 * h + 1), scale_log2, -base));
-            sum0 += s(n, 2 * h);
-            sum1 += s(n, 2 * h + 1);
-        }
-        l[h] = l[h] * corr + (sum0 + sum1);
-#pragma unroll
-        for (int n = 0; n < NO; ++n) {
-            o(n, 2 * h) *= corr;
-            o(n, 2 * h + 1) *= corr;
-        }
-    }
-}
-
 
 #ifdef METRALE_WGMMA
 template <typename T, typename TC, int D, bool WIN>
@@ -330,8 +288,8 @@ __device__ void attention_flash_wg_impl(bf16* out, const T* qkv, const TC* k_cac
         const auto sc = [&](int n, int e) -> float& { return s[4 * n + e]; };
         if (WIN || kb + BK - 1 > gmin)
             fwg_mask<NS, WIN>(sc, [&](int h) { return h ? pos1 : pos0; }, kb, t, window);
-        fwg_softmax<NS, NO>(sc, [&](int n, int e) -> float& { return o[4 * n + e]; }, m, l,
-                            scale_log2);
+        flash_online_softmax<NS, NO>(sc, [&](int n, int e) -> float& { return o[4 * n + e]; },
+                                     m, l, scale_log2);
         // O += P·V, 16 keys a step: P's A fragment is S's accumulators of key blocks 2 · k2
         // and 2 · k2 + 1, rounded to bf16.
         u32 p[BK / 16][4];

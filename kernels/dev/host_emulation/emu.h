@@ -70,26 +70,16 @@ inline WarpsOfBlock g_warps;
 inline void __syncthreads() { t_block->bar->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warps[threadIdx.x / 32]->bar->arrive_and_wait(); }
 inline unsigned char* emu_dyn_smem() { return t_block->smem.data(); }
+// Named barrier `id` of this block, made by the first thread to reach it with its count.
+inline std::barrier<>* emu_named(int id, unsigned count) {
+    std::lock_guard<std::mutex> g(t_block->named_mutex);
+    if (!t_block->named[id]) t_block->named[id] = std::make_unique<std::barrier<>>(count);
+    return t_block->named[id].get();
+}
 // bar.sync id, count: the first `count` threads to arrive at barrier `id` go on together.
-inline void emu_named_barrier(int id, unsigned count) {
-    std::barrier<>* b;
-    {
-        std::lock_guard<std::mutex> g(t_block->named_mutex);
-        if (!t_block->named[id]) t_block->named[id] = std::make_unique<std::barrier<>>(count);
-        b = t_block->named[id].get();
-    }
-    b->arrive_and_wait();
-}
+inline void emu_named_barrier(int id, unsigned count) { emu_named(id, count)->arrive_and_wait(); }
 // bar.arrive id, count: counted toward barrier `id`'s `count`, without waiting.
-inline void emu_named_arrive(int id, unsigned count) {
-    std::barrier<>* b;
-    {
-        std::lock_guard<std::mutex> g(t_block->named_mutex);
-        if (!t_block->named[id]) t_block->named[id] = std::make_unique<std::barrier<>>(count);
-        b = t_block->named[id].get();
-    }
-    (void)b->arrive();
-}
+inline void emu_named_arrive(int id, unsigned count) { (void)emu_named(id, count)->arrive(); }
 // A shared-memory mbarrier (16 bytes reserved where the device uses 8): pending arrivals and
 // transaction bytes of the current phase; the phase completes when both are zero, and the
 // arrivals start again from `init`. One lock for all of them: the emulation is about logic.

@@ -96,7 +96,6 @@ __device__ __forceinline__ void wg_commit() {}
 template <int N = 0> __device__ __forceinline__ void wg_wait() {}
 __device__ __forceinline__ void fence_proxy_async() {}
 template <int R> __device__ __forceinline__ void wg_keep(float (&)[R]) {}
-template <int R> __device__ __forceinline__ void wg_keep(u32 (&)[R]) {}
 template <int N> __device__ __forceinline__ void wg_setmaxnreg_inc() {}
 template <int N> __device__ __forceinline__ void wg_setmaxnreg_dec() {}
 #define METRALE_WGMMA 1
@@ -138,12 +137,6 @@ __device__ __forceinline__ void fence_proxy_async() {
 template <int R> __device__ __forceinline__ void wg_keep(float (&d)[R]) {
 #pragma unroll
     for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-// The same for packed operands: also what makes values be computed before a later barrier
-// (the compiler may otherwise sink register arithmetic past an asm statement).
-template <int R> __device__ __forceinline__ void wg_keep(u32 (&d)[R]) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
 // A warp-specialized block moves registers between its warpgroups: each thread of this
 // warpgroup gets N (a multiple of 8, 24..256) once the block's pool has them (inc), or gives
