@@ -121,7 +121,7 @@ pub struct MoeTuning {
     /// Where those would take the FP8 `_any` builds, the cp.async-pipelined `moe_*_fp8_pipe`
     /// ones (`moe_pipe.cu`; `moe.small_mma = pipe`, the default).
     pub small_pipe: bool,
-    /// The 64-pair tensor-core expert GEMMs and the dense FP8 GEMM on sm_90 issue wgmma
+    /// The tensor-core expert GEMMs (128-pair tiles) and the dense FP8 GEMM on sm_90 issue wgmma
     /// (`moe_wg.cu`) instead of mma.sync (`moe_mma.cu`), for bf16 and FP8 weights.
     pub wgmma: bool,
 }

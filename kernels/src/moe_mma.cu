@@ -75,6 +75,7 @@
 // k slices, ldmatrix), or Hopper's wgmma with TMA, are the next steps.
 
 #define MMA_BM 64
+#define MWG_BM 128 // moe_wg.cu's tiles
 #define MMA_BN 128
 #define MMA_BK 32
 #define MMA_GROUP 128 // columns of an FP8 scale (tensor.rs's FP8_BLOCK)
@@ -106,21 +107,23 @@ __device__ int block_exclusive_scan(int v, int* total) {
 }
 
 // tiles[2y], tiles[2y + 1] = (expert, first row of its range) of tile y, experts in order, each
-// expert's ceil(count / MMA_BM) tiles in row order; (-1, 0) from the count to max_tiles.
+// expert's ceil(count / BM) tiles in row order; (-1, 0) from the count to max_tiles.
 // offsets: E + 1 entries (moe_group's or moe_plan's). One block of MMA_TILE_THREADS.
-extern "C" __global__ void moe_tiles(int* tiles, const int* offsets, int experts, int max_tiles) {
+// moe_tiles: MMA_BM rows (the mma.sync kernels'); moe_tiles_wg: MWG_BM (moe_wg.cu's).
+template <int BM>
+__device__ void moe_tiles_impl(int* tiles, const int* offsets, int experts, int max_tiles) {
     pdl_start();
     int done = 0;
     for (int base = 0; base < experts; base += blockDim.x) {
         const int e = base + threadIdx.x;
-        const int n = e < experts ? (offsets[e + 1] - offsets[e] + MMA_BM - 1) / MMA_BM : 0;
+        const int n = e < experts ? (offsets[e + 1] - offsets[e] + BM - 1) / BM : 0;
         int total;
         const int first = done + block_exclusive_scan(n, &total);
         for (int j = 0; j < n; ++j) {
             const int y = first + j;
             if (y < max_tiles) {
                 tiles[2 * y] = e;
-                tiles[2 * y + 1] = j * MMA_BM;
+                tiles[2 * y + 1] = j * BM;
             }
         }
         done += total;
@@ -129,6 +132,13 @@ extern "C" __global__ void moe_tiles(int* tiles, const int* offsets, int experts
         tiles[2 * y] = -1;
         tiles[2 * y + 1] = 0;
     }
+}
+extern "C" __global__ void moe_tiles(int* tiles, const int* offsets, int experts, int max_tiles) {
+    moe_tiles_impl<MMA_BM>(tiles, offsets, experts, max_tiles);
+}
+extern "C" __global__ void moe_tiles_wg(int* tiles, const int* offsets, int experts,
+                                        int max_tiles) {
+    moe_tiles_impl<MWG_BM>(tiles, offsets, experts, max_tiles);
 }
 
 // ---- the grouped GEMMs ---------------------------------------------------------------------

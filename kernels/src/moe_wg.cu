@@ -1,7 +1,7 @@
 // The grouped expert GEMMs of moe_mma.cu on Hopper's warpgroup MMA (wgmma, sm_90a): the same
-// parameters, tile list (moe_tiles' 64-pair tiles), row gathering and epilogues as
-// moe_gate_up_mma_* / moe_down_mma_* (read moe_mma.cu's header first), with the products issued
-// by two warpgroups straight from shared memory instead of mma.sync fed by shared loads.
+// parameters, row gathering and epilogues as moe_gate_up_mma_* / moe_down_mma_* (read
+// moe_mma.cu's header first), on 128-pair tiles (moe_tiles_wg) with the products issued by two
+// warpgroups straight from shared memory instead of mma.sync fed by shared loads.
 //
 // Why: the mma.sync kernels reach about 128 TFLOP/s with bf16 experts and 90 with FP8 ones on a
 // 2,048-token prefill chunk (Nsight: latency-bound, a quarter of the warp slots occupied): the
@@ -9,23 +9,26 @@
 // batches (issue 34). wgmma runs 64 × N × 16 a warpgroup an instruction, asynchronously, so the
 // next stage's loads and (FP8) the widening of its weights overlap the products.
 //
-// A block: one 64-pair tile (moe_tiles') × BN = 256 weight rows, k in stages of BK = 64
-// columns (128 bytes of bf16: one row of the 128-byte swizzle, prelude/wgmma.cuh), STAGES
-// stages in flight through cp.async. Two warpgroups share the tile's A rows (x's rows of the
-// pairs' tokens, or act's pair rows) and take 128 weight rows each: wgmma m64n128k16, A and B
-// both K-major descriptors. gate_up: a warpgroup's 128 rows are 64 gate rows and the 64 up rows
-// of the same columns, so accumulator i (gate) and i + 32 (up) of a thread are one act element
-// (gate_up blocks cover 128 act columns, down blocks 256 output columns).
+// A block: one 128-pair tile × BN = 256 weight rows, k in stages of BK = 64 columns (128 bytes
+// of bf16: one row of the 128-byte swizzle, prelude/wgmma.cuh), STAGES stages in flight through
+// cp.async. Warpgroup w takes the tile's pairs 64w .. 64w + 63 against all 256 weight rows: two
+// wgmma m64n128k16 a k16 step (weight rows 0-127 into acc0, 128-255 into acc1), A and B both
+// K-major descriptors; a warpgroup whose 64 pairs are all past the tile's count issues none.
+// Both warpgroups read the same weights, so a stage's weight bytes (and their widening) serve
+// 128 pairs: the 64-pair build of 2026-12-07 read them for 64 and was bound by those reads
+// (docs/performance-log). gate_up: weight rows 0-127 are the gate rows of the block's 128 act
+// columns, 128-255 the up rows of the same columns, so acc0[i] and acc1[i] are one act element.
 //
 // Weights:
 //   _bf16: B rows copied by cp.async into their swizzled place.
-//   _fp8 (e4m3 bytes, one f32 scale per row and 128 columns): the raw bytes of a stage land
-//     unswizzled; before its products every thread widens its share to bf16 exactly (prelude's
-//     e4m3x8_to_bf16x8, no scale) into one of two swizzled B buffers, while the previous stage's
-//     products run. A 128-column group's products accumulate apart (`part`) and are added as
-//     acc += scale · part once the group's two stages are done: the CUDA-core and mma.sync
-//     kernels' arithmetic (exact products, f32 sums, the scale applied to a group's sum) in
-//     another order.
+//   _fp8 (e4m3 bytes, one f32 scale per row and 128 columns): the raw bytes and the rows'
+//     scales of a stage land unswizzled; before its products every thread widens its share
+//     to bf16 as e4m3 · scale (an f32 product) rounded to bf16 (the dense FP8 route's copy,
+//     dequant_fp8_bf16) into one of two swizzled B buffers, while the previous stage's
+//     products run. Not the mma.sync kernels' exact products with the scale on a group's sum:
+//     each weight is off by at most 2^-9 of itself, the rounding a bf16 checkpoint carries;
+//     exact sums needed a second set of 128 accumulators a thread, which 128-pair tiles leave
+//     no registers for.
 // Stage kt's loads go out at iteration kt - (STAGES - 2); a warpgroup keeps one group of
 // products in flight (wgmma.wait_group 1), so the slot an iteration refills was last read two
 // iterations before, by products both warpgroups have waited for before the iteration's
@@ -38,12 +41,12 @@
 #define MWG_BN 256
 #define MWG_BK 64
 
-// A block's shared memory by weight type (WMODE 0 bf16, 1 FP8): per stage the A tile (64 rows ×
-// 128 bytes, swizzled), the weights as they arrive (bf16 swizzled, or raw FP8 rows of 64 bytes)
-// and (FP8) the stage's 256 row scales; FP8 adds two swizzled bf16 B buffers. + 1024: the base
-// aligned for the swizzle. moe_mma.rs mirrors SMEM.
+// A block's shared memory by weight type (WMODE 0 bf16, 1 FP8): per stage the A tile (128 rows
+// × 128 bytes, swizzled), the weights as they arrive (bf16 swizzled, or raw FP8 rows of 64
+// bytes) and (FP8) the stage's 256 row scales; FP8 adds two swizzled bf16 B buffers. + 1024:
+// the base aligned for the swizzle. moe_mma.rs mirrors SMEM.
 template <int WMODE> struct MwgCfg {
-    static constexpr int THREADS = 256, BM = MMA_BM, BN = MWG_BN, BK = MWG_BK, STAGES = 4;
+    static constexpr int THREADS = 256, BM = MWG_BM, BN = MWG_BN, BK = MWG_BK, STAGES = 4;
     static constexpr int A_BYTES = BM * BK * 2;
     static constexpr int W_BYTES = BN * BK * (WMODE ? 1 : 2);
     static constexpr int SC_BYTES = WMODE ? BN * 4 : 0;
@@ -52,6 +55,15 @@ template <int WMODE> struct MwgCfg {
     static constexpr int SMEM = 1024 + STAGES * STAGE + 2 * WIDE;
     static_assert(STAGE % 1024 == 0, "every swizzled tile starts on a 1024-byte boundary");
 };
+
+// Eight e4m3 bytes times s: each f32 product rounded to bf16 (nearest even).
+__device__ __forceinline__ u32x4 mwg_scaled8(u32x2 w, float s) {
+    float v[8];
+    e4m3x4_values(w.x, v);
+    e4m3x4_values(w.y, v + 4);
+    return u32x4{pack_bf16(v[0] * s, v[1] * s), pack_bf16(v[2] * s, v[3] * s),
+                 pack_bf16(v[4] * s, v[5] * s), pack_bf16(v[6] * s, v[7] * s)};
+}
 
 #ifdef METRALE_WGMMA
 // One block (see the header). GATE: out is act [pairs, n] bf16 from f(gate, up), w [E, 2n, k];
@@ -72,9 +84,9 @@ __device__ void moe_wg_impl(void* out, const bf16* a, const void* w, const float
     const int n0 = (int)blockIdx.y * (GATE ? BN / 2 : BN);
     const int tid = threadIdx.x;
     for (int r = tid; r < BN; r += T) {
-        // gate_up: warpgroup r / 128's rows are gate rows j .. j + 63, then up rows j ..
-        const int q = r % 128, j = GATE ? n0 + 64 * (r / 128) + q % 64 : n0 + r;
-        const int row = GATE ? e * 2 * n + (q < 64 ? 0 : n) + j : e * n + j;
+        // gate_up: rows 0-127 are the gate rows of columns n0 .., rows 128-255 their up rows
+        const int j = n0 + (GATE ? r % 128 : r);
+        const int row = GATE ? e * 2 * n + (r < 128 ? 0 : n) + j : e * n + j;
         w_row[r] = j < n ? row : -1;
     }
     __syncthreads();
@@ -87,6 +99,7 @@ __device__ void moe_wg_impl(void* out, const bf16* a, const void* w, const float
     auto load = [&](int kt, int slot) {
         unsigned char* sa = stage(slot);
         unsigned char* sw = sa + C::A_BYTES;
+#pragma unroll 4
         for (int c = tid; c < BM * 8; c += T) {
             const int r = c >> 3, ch = c & 7, kk = kt * BK + ch * 8;
             const bool ok = a_row[r] >= 0 && kk < k;
@@ -116,33 +129,33 @@ __device__ void moe_wg_impl(void* out, const bf16* a, const void* w, const float
             }
         }
     };
-    // FP8: stage slot `slot`'s raw weight bytes widened to bf16 into B buffer `buf`, swizzled.
+    // FP8: stage slot `slot`'s raw weight bytes times their rows' scales, as bf16 into B buffer
+    // `buf`, swizzled.
     auto widen = [&](int slot, int buf) {
         const unsigned char* src = stage(slot) + C::A_BYTES;
+        const float* sc = (const float*)(src + C::W_BYTES);
         unsigned char* dst = wide + buf * C::WIDE;
 #pragma unroll
         for (int c = tid; c < BN * 4; c += T) {
             const int r = c >> 2, ch = c & 3;
             const u32x4 q = lds16(src + r * BK + ch * 16);
-            const u32x4 lo = e4m3x8_to_bf16x8(u32x2{q.x, q.y}), hi = e4m3x8_to_bf16x8(u32x2{q.z, q.w});
+            const float s = sc[r];
+            const u32x4 lo = mwg_scaled8(u32x2{q.x, q.y}, s), hi = mwg_scaled8(u32x2{q.z, q.w}, s);
             *(smem16*)(dst + wg_sw128<BN>(r, 2 * ch)) = smem16{lo.x, lo.y, lo.z, lo.w};
             *(smem16*)(dst + wg_sw128<BN>(r, 2 * ch + 1)) = smem16{hi.x, hi.y, hi.z, hi.w};
         }
     };
 
-    const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    // Accumulator i of this thread: row 16 · warp + g + 8 · (i / 2 % 2) of the tile, column
-    // 8 · (i / 4) + 2t + i % 2 of the warpgroup's 128 weight rows.
-    float acc[64], part[64]; // part: FP8 only (the compiler drops it for bf16)
+    // The warpgroup and whether it has pairs, read from lane 0 so the compiler knows both are
+    // uniform in a warp (wgmma under a branch it cannot prove uniform is serialized).
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+    const bool busy = __shfl_sync(0xffffffffu, out_row[64 * wg] >= 0 ? 1 : 0, 0);
+    const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    // Accumulator i of this thread: row 64 · wg + 16 · warp + g + 8 · (i / 2 % 2) of the tile,
+    // column 8 · (i / 4) + 2t + i % 2 of weight rows 0-127 (acc0) or 128-255 (acc1).
+    float acc0[64], acc1[64];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    auto& sums = pick<WMODE == 0>(acc, part);
-    // A group's sums into acc, each column by its weight row's scale (the slot's copy).
-    auto fold = [&](int slot) {
-        const float* sc = (const float*)(stage(slot) + C::A_BYTES + C::W_BYTES) + 128 * wg;
-#pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] = fmaf(sc[8 * (i >> 2) + 2 * t + (i & 1)], part[i], acc[i]);
-    };
+    for (int i = 0; i < 64; ++i) acc0[i] = acc1[i] = 0.f;
 
     const int ktiles = (k + BK - 1) / BK;
 #pragma unroll
@@ -166,55 +179,56 @@ __device__ void moe_wg_impl(void* out, const bf16* a, const void* w, const float
         } else {
             b_addr = wg_smem_addr(stage(slot) + C::A_BYTES);
         }
-        b_addr += wg * 128 * 128;
-        const u32 a_addr = wg_smem_addr(stage(slot));
-        // A group's first product overwrites the FP8 sums (scale-d 0); bf16 accumulates.
-        const bool first = WMODE == 1 && kt % (MMA_GROUP / BK) == 0;
-        wg_fence();
+        const u32 a_addr = wg_smem_addr(stage(slot)) + wg * 64 * 128;
+        if (busy) {
+            wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk)
-            wg_ss(sums, wg_desc(a_addr + 32 * kk, 16, 1024), wg_desc(b_addr + 32 * kk, 16, 1024),
-                  !(first && kk == 0));
-        wg_commit();
-        if (WMODE == 1 && (kt % (MMA_GROUP / BK) == MMA_GROUP / BK - 1 || kt == ktiles - 1)) {
-            wg_wait<0>();
-            wg_keep(sums);
-            fold(slot);
-        } else {
+            for (int kk = 0; kk < BK / 16; ++kk) {
+                const u64 da = wg_desc(a_addr + 32 * kk, 16, 1024);
+                wg_ss(acc0, da, wg_desc(b_addr + 32 * kk, 16, 1024), 1);
+                wg_ss(acc1, da, wg_desc(b_addr + 128 * 128 + 32 * kk, 16, 1024), 1);
+            }
+            wg_commit();
             wg_wait<1>();
         }
     }
-    wg_wait<0>();
-    wg_keep(acc);
+    if (busy) {
+        wg_wait<0>();
+        wg_keep(acc0);
+        wg_keep(acc1);
+    }
     cp_async_wait<0>();
+    if (!busy) return;
 
     // Epilogue: rows g and g + 8 of the warp's 16.
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int p = out_row[16 * warp + g + 8 * h];
+        const int p = out_row[64 * wg + 16 * warp + g + 8 * h];
         if (p < 0) continue;
         if constexpr (GATE) {
             bf16* act = (bf16*)out + (u64)p * n;
 #pragma unroll
-            for (int nb = 0; nb < 8; ++nb)
+            for (int nb = 0; nb < 16; ++nb)
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
-                    const int c = n0 + 64 * wg + 8 * nb + 2 * t + j;
-                    const int i = 4 * nb + 2 * h + j;
-                    if (c < n) act[c] = from_f32<bf16>(f(acc[i], acc[i + 32], e, c, n));
+                    const int c = n0 + 8 * nb + 2 * t + j, i = 4 * nb + 2 * h + j;
+                    if (c < n) act[c] = from_f32<bf16>(f(acc0[i], acc1[i], e, c, n));
                 }
         } else {
             float* y = (float*)out + (u64)p * n;
 #pragma unroll
-            for (int nb = 0; nb < 16; ++nb) {
-                const int c = n0 + 128 * wg + 8 * nb + 2 * t, i = 4 * nb + 2 * h;
-                if (c + 1 < n && (n & 1) == 0) {
-                    *(float2*)(y + c) = make_float2(acc[i], acc[i + 1]);
-                } else {
-                    if (c < n) y[c] = acc[i];
-                    if (c + 1 < n) y[c + 1] = acc[i + 1];
+            for (int half = 0; half < 2; ++half)
+#pragma unroll
+                for (int nb = 0; nb < 16; ++nb) {
+                    const int c = n0 + 128 * half + 8 * nb + 2 * t, i = 4 * nb + 2 * h;
+                    const float v0 = half ? acc1[i] : acc0[i], v1 = half ? acc1[i + 1] : acc0[i + 1];
+                    if (c + 1 < n && (n & 1) == 0) {
+                        *(float2*)(y + c) = make_float2(v0, v1);
+                    } else {
+                        if (c < n) y[c] = v0;
+                        if (c + 1 < n) y[c + 1] = v1;
+                    }
                 }
-            }
         }
     }
 }

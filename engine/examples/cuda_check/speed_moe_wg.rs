@@ -2,7 +2,7 @@
 //! mma.sync (moe_mma.cu) at prefill sizes, section `moe-wg-speed` (sm_90 only; not pass/fail
 //! beyond the two builds agreeing):
 //! - `fused_moe` alone at the Qwen3-30B-A3B and Qwen3.6-35B-A3B expert shapes, bf16 and FP8
-//!   experts, 2,048 and 8,192 tokens, routed by random logits (every route on the 64-pair tiles:
+//!   experts, 2,048 and 8,192 tokens, routed by random logits (every route on the tile kernels:
 //!   `moe.gemm = tensor-cores`);
 //! - the dense FP8 GEMM (`matmul` with `gemm.fp8_matmul_mma`) at prefill shapes, beside the
 //!   default route (a bf16 copy of the weight, then cuBLAS).
@@ -10,8 +10,10 @@
 //! Each line: mean ms a call over back-to-back calls (routing and the weighted sum included
 //! for the experts), the TFLOP/s of its products (experts: 2 · tokens · top_k · 3 · h · i), and
 //! for wgmma the largest difference from the mma.sync build's output, relative to that
-//! output's largest magnitude (the two sum the same exact products in another order: about
-//! 1e-6, far below the bf16 tolerance; a wrong tile shows as O(1)).
+//! output's largest magnitude. bf16 weights: the two sum the same exact products in another
+//! order (about 1e-4 with the act rounding, far below the bf16 tolerance). FP8 weights: the
+//! wgmma build multiplies e4m3 · scale rounded to bf16 where mma.sync scales exact sums (H100,
+//! 2026-12-07: 1.6e-3 to 5.6e-3). A wrong tile shows as O(1).
 
 use anyhow::Result;
 use metrale_engine::backend::Backend;
@@ -32,8 +34,10 @@ const DENSE: [(usize, usize, usize); 3] =
     [(2048, 2048, 4608), (8192, 4096, 2048), (2048, 4096, 24576)];
 /// Back-to-back calls a timing averages.
 const ITERS: usize = 20;
-/// Largest relative difference between the builds before the line says FAIL.
+/// Largest relative difference between the builds before the line says FAIL: bf16 weights,
+/// FP8 weights (their bf16 rounding in the wgmma build).
 const AGREE: f64 = 1e-3;
+const AGREE_FP8: f64 = 1.5e-2;
 
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     if cuda.info().compute_capability != (9, 0) {
@@ -59,7 +63,8 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                 let run = |out: &mut CudaTensor| {
                     Ok(cuda.fused_moe(out, &x, &logits, &w13, &w2, k, true)?)
                 };
-                compare(cuda, report, &what, &[t, h], flops, run)?;
+                let agree = if fp8 { AGREE_FP8 } else { AGREE };
+                compare(cuda, report, &what, &[t, h], flops, agree, run)?;
             }
         }
     }
@@ -82,6 +87,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             &what,
             &[m, n],
             2.0 * (m * n * k) as f64,
+            AGREE_FP8,
             |out| Ok(cuda.matmul(out, &x, &w)?),
         );
         cuda.retune(|t| t.gemm.fp8_matmul_mma = false);
@@ -91,13 +97,15 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
 }
 
 /// Times `f` (writing an f32 tensor of `shape`) with the mma.sync and the wgmma builds and
-/// reports both, with the wgmma output's largest difference from the mma.sync one.
+/// reports both, with the wgmma output's largest difference from the mma.sync one (a failure
+/// past `agree`).
 fn compare(
     cuda: &CudaBackend,
     report: &mut Report,
     what: &str,
     shape: &[usize],
     flops: f64,
+    agree: f64,
     mut f: impl FnMut(&mut CudaTensor) -> Result<()>,
 ) -> Result<()> {
     let mut outs: Vec<Vec<f32>> = Vec::new();
@@ -119,7 +127,7 @@ fn compare(
         if let Some(base) = outs.first() {
             let d = rel_diff(&host, base);
             line += &format!(", largest difference from mma {d:.2e}");
-            if d > AGREE {
+            if d > agree {
                 line += " FAIL";
                 report.fail(format!(
                     "moe-wg-speed {what}: the wgmma output differs ({d:.2e})"

@@ -345,7 +345,7 @@ pub const SETTINGS: &[Setting] = &[
         var: "METRALE_MOE_EXPERT_KERNEL",
         accepts: "mma | wgmma",
         default: "wgmma",
-        doc: "The tensor-core expert GEMMs of 64-pair tiles (prefill chunks, large decode batches) and the dense FP8 GEMM on sm_90 (H100, H200), for bf16 and FP8 weights: mma.sync (`moe_*_mma_*`), or Hopper's warpgroup MMA straight from shared memory (`moe_*_wg_*`); other GPUs, FP4 stacks and e4m3 activations always take mma.",
+        doc: "The tensor-core expert GEMMs (prefill chunks, large decode batches) and the dense FP8 GEMM on sm_90 (H100, H200), for bf16 and FP8 weights: mma.sync on 64-pair tiles (`moe_*_mma_*`, exact FP8 sums), or Hopper's warpgroup MMA straight from shared memory on 128-pair tiles (`moe_*_wg_*`, FP8 widened to bf16 as e4m3 · scale rounded once); other GPUs, FP4 stacks and e4m3 activations always take mma.",
         set: |t, v| one_of(v, ("mma", "wgmma"), &mut t.moe.wgmma),
         get: |t| show_one_of(t.moe.wgmma, ("mma", "wgmma")),
     },

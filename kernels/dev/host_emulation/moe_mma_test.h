@@ -26,16 +26,20 @@ void host_quant_rows(std::vector<float>& v, int rows, int k) {
 }
 
 void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
-    const int bm = MMA_BM;
-    // 4: the bf16 small-step build; 6: the pipelined FP8 one; 7, 8: the wgmma builds (moe_wg.cu),
-    // bf16 and FP8.
+    // 4: the bf16 small-step build; 6: the pipelined FP8 one; 7, 8: the wgmma builds (moe_wg.cu,
+    // moe_tiles_wg's 128-pair tiles), bf16 and FP8.
+    const int bm = mode >= 7 ? MWG_BM : MMA_BM;
     const bool fp8 = mode == 1 || mode == 2 || mode == 3 || mode == 6 || mode == 8;
     std::vector<float> logits(T * E);
     for (int t = 0; t < T; ++t)
         for (int e = 0; e < E; ++e) logits[t * E + e] = U(3) + (skew && e == 0 && t % 5 != 0 ? 10.f : 0.f);
     const std::vector<bf16> x = random_bf16(T * H);
     const int gc_h = (H + 127) / 128, gc_i = (I + 127) / 128;
-    const Experts ex = make_experts(E, H, I, fp8);
+    Experts ex = make_experts(E, H, I, fp8);
+    // The wgmma FP8 build multiplies e4m3 · scale rounded to bf16: its reference takes those.
+    if (mode == 8)
+        for (auto* w : {&ex.w13, &ex.w2})
+            for (auto& v : *w) v = F(B(v));
     const auto& [w13b, w2b, w13q, w2q, s13, s2, w13, w2] = ex;
     const int P = T * K;
     const Routed routed = route_and_group(logits, T, E, K, true, 64);
@@ -44,7 +48,10 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     std::vector<bf16> act(P * I);
     const int max_tiles = std::min(P, (P + E * (bm - 1)) / bm);
     std::vector<int> tiles(2 * max_tiles, 7);
-    launch({1}, {64}, [&] { moe_tiles(tiles.data(), offsets.data(), E, max_tiles); });
+    launch({1}, {64}, [&] {
+        if (mode >= 7) moe_tiles_wg(tiles.data(), offsets.data(), E, max_tiles);
+        else moe_tiles(tiles.data(), offsets.data(), E, max_tiles);
+    });
     // The list: every expert's rows once, in tiles of bm rows, then -1.
     int bad_tiles = 0, y = 0;
     for (int e = 0; e < E; ++e)
@@ -180,7 +187,10 @@ void t_dense_mma(int M, int N, int Kd, int mode) {
     const Fp8Weight fw = make_fp8_weight(N, Kd, 0.01f);
     const std::vector<unsigned char>& wq = fw.w;
     const std::vector<float>& sc = fw.sc;
-    const std::vector<float>& wf = fw.wf;
+    std::vector<float> wf = fw.wf;
+    // The wgmma build multiplies e4m3 · scale rounded to bf16: its reference takes those.
+    if (mode == 3)
+        for (auto& v : wf) v = F(B(v));
     std::vector<float> out(M * N, NAN);
     std::vector<unsigned char> aq(M * Kd);
     std::vector<float> as(M * gc), af(M * Kd);
@@ -189,8 +199,9 @@ void t_dense_mma(int M, int N, int Kd, int mode) {
         launch({(unsigned)((M + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(aq.data(), as.data(), a.data(), M, Kd); });
         host_quant_rows(af, M, Kd);
     }
-    const int bn = mode == 3 ? MWG_BN : MMA_BN; // mode 3: the wgmma build (moe_wg.cu)
-    launch({(unsigned)((M + MMA_BM - 1) / MMA_BM), (unsigned)((N + bn - 1) / bn)}, {256}, [&] {
+    // mode 3: the wgmma build (moe_wg.cu)
+    const int bm = mode == 3 ? MWG_BM : MMA_BM, bn = mode == 3 ? MWG_BN : MMA_BN;
+    launch({(unsigned)((M + bm - 1) / bm), (unsigned)((N + bn - 1) / bn)}, {256}, [&] {
         if (mode == 3) moe_down_wg_fp8(out.data(), a.data(), nullptr, wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
         else if (mode == 1) moe_down_mma_fp8(out.data(), a.data(), nullptr, wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
         else moe_down_mma_fp8act(out.data(), aq.data(), as.data(), wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
@@ -364,7 +375,8 @@ static void moe_mma_tests() {
 }
 
 // moe_wg.cu's wgmma builds (bf16 and FP8 experts, and the dense FP8 GEMM): uneven and empty
-// experts, tiles of several rows (skew), k of 1 to 5 stages of 64 with partial stages (H 96,
+// experts, 128-pair tiles with one warpgroup's pairs or both's, an expert of several tiles
+// (skew, T 150), k of 1 to 5 stages of 64 with partial stages (H 96,
 // I 80, H 272: FP8 groups of 128 split across stages and a last group of one stage), gate_up's
 // 128-column blocks partial (I 48, 80, 200) and whole (I 256), down's 256-column blocks partial
 // (H 96, 272) and whole (H 512), and a dense GEMM with rows past its last tile and an odd width.
@@ -374,6 +386,7 @@ static void moe_wg_tests() {
         t_moe_mma(70, 4, 2, 64, 80, mode, true);
         t_moe_mma(9, 4, 2, 272, 200, mode, true);
         t_moe_mma(20, 8, 4, 512, 256, mode, false);
+        t_moe_mma(150, 4, 2, 96, 48, mode, true);
     }
     t_dense_mma(70, 136, 272, 3);
     t_dense_mma(5, 263, 320, 3);

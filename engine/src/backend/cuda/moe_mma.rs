@@ -36,6 +36,8 @@ const BM: usize = 64;
 /// Weight rows of a block tile (`MMA_BN`): the down kernel's output columns; gate_up's blocks
 /// take half as many act columns (their gate and up rows).
 const BN: usize = 128;
+/// Rows (pairs) of a wgmma block tile (`MWG_BM`: `moe_tiles_wg`'s tiles).
+const WG_BM: usize = 128;
 /// Weight rows of a wgmma block (`MWG_BN` in moe_wg.cu): the down kernel's output columns;
 /// gate_up's blocks take half as many act columns.
 const WG_BN: usize = 256;
@@ -145,31 +147,34 @@ fn build_dtype(build: MmaBuild) -> DType {
     }
 }
 
-/// How a grouped-GEMM kernel launches: threads, dynamic shared memory, and the weight rows
-/// of a block (its static shared memory holds 2 · BM + `bn` ints of row tables).
+/// How a grouped-GEMM kernel launches: threads, dynamic shared memory, and the pairs and
+/// weight rows of a block (its static shared memory holds 2 · `bm` + `bn` ints of row tables).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct MmaLaunch {
     threads: u32,
     smem: u32,
+    bm: usize,
     bn: usize,
 }
 
 /// The launch of a build (`bf16`, `fp8`, `fp8act`; the FP4 builds are `bf16`'s with another
 /// B-tile load): moe_mma.cu's `MmaCfg` (4 warps with bf16 weights, else 8; stages of 32
 /// columns: 3 with bf16 weights, 6 with e4m3 activations, else 4); `wg`: moe_wg.cu's
-/// `MwgCfg` (256 threads; four stages of 64 columns, each the A tile, the weights as stored
-/// and, FP8, their 256 rows' scales; FP8 adds two bf16 B buffers; 1024 bytes to align).
+/// `MwgCfg` (256 threads, 128-pair tiles; four stages of 64 columns, each the A tile, the
+/// weights as stored and, FP8, their 256 rows' scales; FP8 adds two bf16 B buffers; 1024 bytes
+/// to align).
 fn launch_shape(build: MmaBuild, wg: bool) -> MmaLaunch {
     if wg {
         let (w, scales, wide) = match build {
             MmaBuild::Bf16 => (2, 0, 0),
             _ => (1, 4 * WG_BN, 2 * WG_BN * 64 * 2),
         };
-        let stage = 64 * (BM * 2 + WG_BN * w) + scales;
+        let stage = 64 * (WG_BM * 2 + WG_BN * w) + scales;
         let smem = (1024 + 4 * stage + wide) as u32;
         return MmaLaunch {
             threads: 256,
             smem,
+            bm: WG_BM,
             bn: WG_BN,
         };
     }
@@ -182,6 +187,7 @@ fn launch_shape(build: MmaBuild, wg: bool) -> MmaLaunch {
     MmaLaunch {
         threads: (32 * warps) as u32,
         smem: (stages * stage) as u32,
+        bm: BM,
         bn: BN,
     }
 }
@@ -221,7 +227,7 @@ impl CudaBackend {
         self.tuning().gemm.fp8_matmul_mma
     }
 
-    /// Whether `build`'s 64-pair GEMMs (and the dense FP8 GEMM) run moe_wg.cu's wgmma kernels:
+    /// Whether `build`'s tile GEMMs (and the dense FP8 GEMM) run moe_wg.cu's wgmma kernels:
     /// the tuning's `moe.expert_kernel = wgmma`, a capability-9.0 GPU (the loader compiles it as
     /// sm_90a), and bf16 or FP8 weights with bf16 activations.
     fn expert_wgmma(&self, build: MmaBuild) -> bool {
@@ -406,8 +412,11 @@ impl CudaBackend {
         };
         let pairs = t * top_k;
         let s = &self.stream;
-        // An upper bound of the tiles: each expert's ceil(count / BM), at most one a pair.
-        let max_tiles = pairs.min((pairs + e * (BM - 1)) / BM);
+        let (gate_up_kernel, down_kernel) = grouped_kernels(build, wg);
+        let shape = launch_shape(build, wg);
+        // An upper bound of the tiles: each expert's ceil(count / bm), at most one a pair.
+        let bm = shape.bm;
+        let max_tiles = pairs.min((pairs + e * (bm - 1)) / bm);
         let tiles = self.alloc(&[2 * max_tiles], DType::F32)?; // i32 [max_tiles, 2]
         let (tp, mt, ei) = (
             tiles.ptr(s),
@@ -416,13 +425,16 @@ impl CudaBackend {
         );
         // SAFETY: offsets holds e + 1 entries (moe_group's or moe_plan's: ascending, ending at
         // pairs), tiles 2 · max_tiles; the kernel writes entries below max_tiles only; one
-        // block.
+        // block. moe_tiles_wg lists the wgmma kernels' 128-pair tiles, moe_tiles 64-pair ones.
+        let tiles_kernel = if wg {
+            kernels::moe_tiles_wg
+        } else {
+            kernels::moe_tiles
+        };
         unsafe {
-            kernels::moe_tiles.launch(self, cfg((1, 1), TILE_THREADS), (tp, offsets, ei, mt))?;
+            tiles_kernel.launch(self, cfg((1, 1), TILE_THREADS), (tp, offsets, ei, mt))?;
         }
 
-        let (gate_up_kernel, down_kernel) = grouped_kernels(build, wg);
-        let shape = launch_shape(build, wg);
         let (ki, ii, hi) = (
             int(top_k, "fused_moe")?,
             int(i, "fused_moe")?,
@@ -527,13 +539,14 @@ impl CudaBackend {
         // SAFETY: out is [m, n] f32 (the caller's checks), x [m, k] bf16 (or its
         // e4m3 copy with [m, ceil(k/128)] scales), w [n, k] FP8 with its scales; k % 16 == 0 so
         // every 16-byte load of a row is aligned and inside it; null tiles, offsets and perm:
-        // block x covers rows 64x .. 64x + 63 < m + 63 (rows past m are not read or written).
+        // block x covers rows bm·x .. bm·x + bm - 1 < m + bm - 1 (rows past m are not read or
+        // written).
         unsafe {
             self.launch_mma(
                 &kernel,
                 shape,
                 (
-                    dim(m.div_ceil(BM), "matmul")?,
+                    dim(m.div_ceil(shape.bm), "matmul")?,
                     dim(n.div_ceil(shape.bn), "matmul")?,
                 ),
                 (out.ptr(s), xp, xsp, wp, wsp, 0, 0, 0, mi, ni, ki),
@@ -609,10 +622,10 @@ impl CudaBackend {
         grid: (u32, u32),
         args: A,
     ) -> Result<()> {
-        // Past 48 KB of shared memory a block, static (the kernel's row tables: 2 · BM + bn
+        // Past 48 KB of shared memory a block, static (the kernel's row tables: 2 · bm + bn
         // ints) and dynamic together, a kernel must opt in, or its launch fails with an invalid
-        // argument (the mma.sync builds stay below; the wgmma ones take about 165 KB).
-        if shape.smem as usize + 4 * (2 * BM + shape.bn) > 48 * 1024 {
+        // argument (the mma.sync builds stay below; the wgmma ones take about 200 KB).
+        if shape.smem as usize + 4 * (2 * shape.bm + shape.bn) > 48 * 1024 {
             kernel.allow_shared_memory(self, shape.smem)?;
         }
         let mut c = cfg(grid, shape.threads);
@@ -663,10 +676,10 @@ mod tests {
     fn wgmma_shared_memory_is_mwgcfgs() {
         // MwgCfg<0>::SMEM and MwgCfg<1>::SMEM in moe_wg.cu, within the 227 KB a block may
         // take beside its static row tables.
-        for (build, smem) in [(MmaBuild::Bf16, 164_864), (MmaBuild::Fp8, 168_960)] {
+        for (build, smem) in [(MmaBuild::Bf16, 197_632), (MmaBuild::Fp8, 201_728)] {
             let l = launch_shape(build, true);
-            assert_eq!((l.threads, l.smem, l.bn), (256, smem, WG_BN));
-            assert!(smem as usize + 4 * (2 * BM + WG_BN) <= 227 * 1024);
+            assert_eq!((l.threads, l.smem, l.bm, l.bn), (256, smem, WG_BM, WG_BN));
+            assert!(smem as usize + 4 * (2 * WG_BM + WG_BN) <= 227 * 1024);
         }
     }
 

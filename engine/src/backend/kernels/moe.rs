@@ -45,7 +45,7 @@ kernels! {
     Moe [moe_up_relu2_fp32] (act: *mut f32, x: *const f32, w: *const f32, scales: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32);
     Moe [moe_up_relu2_nvfp4, moe_up_relu2_mxfp4] (act: *mut bf16, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, offsets: *const i32, active: *const i32, perm: *const i32, experts: i32, top_k: i32, inter: i32, hidden: i32);
     Moe [dequant_mxfp4_bf16] (out: *mut bf16, w: *const u8, scales: *const u8, rows: u64, k: i32);
-    MoeMma [moe_tiles] (tiles: *mut i32, offsets: *const i32, experts: i32, max_tiles: i32);
+    MoeMma [moe_tiles, moe_tiles_wg] (tiles: *mut i32, offsets: *const i32, experts: i32, max_tiles: i32);
     MoeMma [moe_gate_up_mma_bf16] (act: *mut bf16, x: *const bf16, x_scales: *const f32, w: *const bf16, w_scales: *const f32, tiles: *const i32, offsets: *const i32, perm: *const i32, top_k: i32, inter: i32, hidden: i32);
     MoeMma [moe_down_mma_bf16] (ys: *mut f32, act: *const bf16, act_scales: *const f32, w: *const bf16, w_scales: *const f32, tiles: *const i32, offsets: *const i32, perm: *const i32, rows: i32, hidden: i32, inter: i32);
     MoeMma [moe_gate_up_mma_fp8] (act: *mut bf16, x: *const bf16, x_scales: *const f32, w: *const u8, w_scales: *const f32, tiles: *const i32, offsets: *const i32, perm: *const i32, top_k: i32, inter: i32, hidden: i32);
