@@ -6,9 +6,13 @@
 // decode step as the one launch of 4:
 //
 // 1. gdn_conv_<mixed>: causal depthwise conv over time + SiLU of the qkv columns of `mixed`,
-//    written as f32 `[T, C]`. Grid (C / 256, T + S). A block row y < T serves row y: a thread
-//    per channel sums the K taps over rows y − K + 1 ..= y, all inside its sequence (rows
-//    whose window reaches before the chunk return at once). A block row T + s serves sequence
+//    written as f32 `[T, C]`. Grid (C / 256, ⌈T / GDN_CONV_ROWS⌉ + S). A block row y below
+//    ⌈T / GDN_CONV_ROWS⌉ serves the GDN_CONV_ROWS rows from y · GDN_CONV_ROWS: a thread per
+//    channel loads all of them and the K − 1 before at once (every load in flight together),
+//    then slides the window down them, summing the K taps over rows r − K + 1 ..= r for each
+//    row r whose window lies inside its sequence (the others are the sequence block row's): each
+//    input is read once, not K times, and the rows' sequence starts once a block, in shared
+//    memory. A block row ⌈T / GDN_CONV_ROWS⌉ + s serves sequence
 //    s: a thread per channel loads the slot's window (the last K − 1 inputs, `[K − 1, C]`),
 //    computes the first K − 1 rows, writes the window each save asks for and then the slot's
 //    new window. Only that thread reads or writes its (slot, channel), so the window is
@@ -88,6 +92,7 @@
 // state_row copies or zeroes one row of an f32 state tensor.
 
 #define GDN_TILE 16
+#define GDN_CONV_ROWS 32  // gdn_kernels.rs CONV_ROWS
 #define GDN_NO_STATE 0xFFFFFFFFu  // kv_cache::NO_STATE: a padding row's slot
 #define GDN_MAX_COLS 32
 #define GDN_MAX_K 8
@@ -100,6 +105,38 @@ __device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + ex
 
 // `bias` (Mamba-2's conv bias, mamba2.cu) is added after the taps, before the SiLU; the Gated
 // DeltaNet passes none.
+// Rows y0 ..< y0 + GDN_CONV_ROWS of gdn_conv (see 1.): the thread's channel c, its taps aligned
+// to the window's end (tap j at GDN_MAX_K − k + j, the others unused).
+template <typename TM>
+__device__ __forceinline__ void gdn_conv_rows(float* out, const TM* mixed, const float (&taps)[GDN_MAX_K],
+                                              float b, bool bias, const int* first, int y0,
+                                              int rows, int channels, int k, int width, int c) {
+    constexpr int R = GDN_CONV_ROWS, W = GDN_MAX_K - 1;
+    // xs[W + i] = input y0 + i; xs[W − 1 − m] = input y0 − 1 − m for m < k − 1 (rows before 0
+    // and taps past k are never summed)
+    float xs[W + R];
+#pragma unroll
+    for (int m = 0; m < W; ++m) {
+        const int r = y0 - W + m;
+        xs[m] = m >= GDN_MAX_K - k && r >= 0 ? to_f32(mixed[(u64)r * width + c]) : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+        xs[W + i] = y0 + i < rows ? to_f32(mixed[(u64)(y0 + i) * width + c]) : 0.f;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int r = y0 + i;
+        if (r >= rows || r - first[i] < k - 1) continue;  // past T, or the sequence's block row's
+        float acc = 0.f;  // the taps in order, as the sequence's rows and the CPU
+#pragma unroll
+        for (int m = 0; m < GDN_MAX_K; ++m)
+            if (m >= GDN_MAX_K - k) acc += taps[m] * xs[i + m];
+        out[(u64)r * channels + c] = gdn_silu(bias ? acc + b : acc);
+    }
+}
+
+// `bias` (Mamba-2's conv bias, mamba2.cu) is added after the taps, before the SiLU; the Gated
+// DeltaNet passes none.
 template <typename TM>
 __device__ void gdn_conv_impl(float* out, const TM* mixed, const float* taps_all, const float* bias,
                               float* conv_state, const u32* row_seq, const u32* seq_starts,
@@ -107,23 +144,28 @@ __device__ void gdn_conv_impl(float* out, const TM* mixed, const float* taps_all
                               int channels, int k, int width) {
     pdl_start();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int tiles = (rows + GDN_CONV_ROWS - 1) / GDN_CONV_ROWS, y = blockIdx.y;
+    if (y < tiles) {
+        __shared__ int first[GDN_CONV_ROWS];  // each row's sequence's first row
+        const int y0 = y * GDN_CONV_ROWS;
+        if (threadIdx.x < GDN_CONV_ROWS && y0 + (int)threadIdx.x < rows)
+            first[threadIdx.x] = (int)seq_starts[row_seq[y0 + threadIdx.x]];
+        __syncthreads();
+        if (c >= channels) return;
+        float taps[GDN_MAX_K];
+#pragma unroll
+        for (int m = 0; m < GDN_MAX_K; ++m)
+            taps[m] = m >= GDN_MAX_K - k ? taps_all[(u64)c * k + m - (GDN_MAX_K - k)] : 0.f;
+        gdn_conv_rows(out, mixed, taps, bias ? bias[c] : 0.f, bias != nullptr, first, y0, rows,
+                      channels, k, width, c);
+        return;
+    }
     if (c >= channels) return;
     const float b = bias ? bias[c] : 0.f;
     float taps[GDN_MAX_K];
 #pragma unroll
     for (int j = 0; j < GDN_MAX_K; ++j) taps[j] = j < k ? taps_all[(u64)c * k + j] : 0.f;
-    const int y = blockIdx.y;
-    if (y < rows) {
-        const int i = y - (int)seq_starts[row_seq[y]];
-        if (i < k - 1) return;  // the sequence's block row computes it
-        float acc = 0.f;
-#pragma unroll
-        for (int j = 0; j < GDN_MAX_K; ++j)
-            if (j < k) acc += taps[j] * to_f32(mixed[(u64)(y - (k - 1) + j) * width + c]);
-        out[(u64)y * channels + c] = gdn_silu(bias ? acc + b : acc);
-        return;
-    }
-    const int s = y - rows;
+    const int s = y - tiles;
     const int r0 = (int)seq_starts[s], len = (int)seq_starts[s + 1] - r0;
     const u64 window = (u64)(k - 1) * channels;
     // A padding row (slot GDN_NO_STATE) starts from a zero window and writes none.

@@ -7,7 +7,8 @@
 # T=seconds caps its time):
 #   cc-SECTIONS     cuda_check --only SECTIONS (comma-separated)
 #   bench-STEM      bench_record.sh on scripts/gpu/STEM-config.json (ISL, OSL, CONC, REPS,
-#                   MAX_SEQ_LEN, MAX_BATCHED, METRALE_* from the variables)
+#                   MAX_SEQ_LEN, MAX_BATCHED, METRALE_* from the variables; GPU_BIN=DIR
+#                   serves another build packed beside, its met and metralectl in DIR)
 #   fam-STEM        the same on scripts/gpu/families/STEM-config.json (OSL 256, REPS 1)
 #   sh-NAME         bash -c "$CMD_NAME" (set CMD_NAME in the call's command line)
 # e.g. bash scripts/gpu/steps.sh 560 "cc-ops-flash@T=130" \
@@ -70,7 +71,7 @@ for step in "$@"; do
         bench | fam)
             cfg=scripts/gpu/$arg-config.json
             [ "$kind" = fam ] && cfg=scripts/gpu/families/$arg-config.json && export OSL=${OSL:-256} REPS=${REPS:-1}
-            OUT=$w MODEL_CONFIG=$cfg MODEL_NAME=$arg-shape METRALE_GPU_BIN=.gpu/bin \
+            OUT=$w MODEL_CONFIG=$cfg MODEL_NAME=$arg-shape METRALE_GPU_BIN=${GPU_BIN:-.gpu/bin} \
                 BENCH_DEADLINE=$(($(date +%s) + lim - 10)) timeout -k 5 "$lim" \
                 bash scripts/gpu/bench_record.sh >"$w/bench.txt" 2>&1
             echo "== $step rc $? ($((SECONDS - t0)) s)"

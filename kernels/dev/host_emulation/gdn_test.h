@@ -165,7 +165,7 @@ static void t_gdn(int nk, int dk, int nv, int dv, int K, std::vector<int> lens, 
     std::vector<float> cs_ref = cs, rec_ref = rec, want((size_t)T * vd), got((size_t)T * vd);
     gdn_reference(want, mixed, conv_w, neg_a, dt_bias, norm, cs_ref, rec_ref, starts, slots, saves, nk, dk, nv, dv, K, 1e-6f);
     std::vector<float> conv_out((size_t)T * C), core((size_t)T * vd);
-    launch({(unsigned)((C + 255) / 256), (unsigned)(T + S), 1}, {256, 1, 1}, [&] {
+    launch({(unsigned)((C + 255) / 256), (unsigned)((T + GDN_CONV_ROWS - 1) / GDN_CONV_ROWS + S), 1}, {256, 1, 1}, [&] {
         gdn_conv_f32(conv_out.data(), mixed.data(), conv_w.data(), cs.data(), row_seq.data(), starts.data(), slots.data(),
                      save_starts.data(), saves_flat.data(), T, C, K, width);
     });
@@ -261,7 +261,7 @@ static void t_gdn_decode(int nk, int nv, int K, std::vector<bool> pads, std::vec
     // The 3-launch path.
     std::vector<float> cs3 = cs, rec3 = rec, conv_out((size_t)T * C), core((size_t)T * vd);
     std::vector<bf16> out3((size_t)T * vd), out((size_t)T * vd);
-    launch({(unsigned)((C + 255) / 256), (unsigned)(T + S), 1}, {256, 1, 1}, [&] {
+    launch({(unsigned)((C + 255) / 256), (unsigned)((T + GDN_CONV_ROWS - 1) / GDN_CONV_ROWS + S), 1}, {256, 1, 1}, [&] {
         gdn_conv_f32(conv_out.data(), mixed.data(), conv_w.data(), cs3.data(), row_seq.data(), starts.data(),
                      slots.data(), save_starts.data(), saves_flat.data(), T, C, K, width);
     });

@@ -184,7 +184,7 @@ static void t_mamba2_step(const char* what, int chunk_min, int nh, int p, int G,
     const int threads = (4 * std::min(p, MAMBA2_ROWS) + 31) / 32 * 32, rows = threads / 4;
     const dim3 grid{(unsigned)((p + rows - 1) / rows), (unsigned)nh, (unsigned)S}, block{(unsigned)threads, 1, 1};
     {
-        launch({(unsigned)((C + 255) / 256), (unsigned)(T + S), 1}, {256, 1, 1}, [&] {
+        launch({(unsigned)((C + 255) / 256), (unsigned)((T + GDN_CONV_ROWS - 1) / GDN_CONV_ROWS + S), 1}, {256, 1, 1}, [&] {
             mamba2_conv_f32(conv_out.data(), mixed.data(), conv_w.data(), conv_b.data(), cs.data(), row_seq.data(),
                             starts.data(), slots.data(), save_starts.data(), saves_flat.data(), T, C, K, width, inner);
         });

@@ -2,10 +2,12 @@
 //! key: the key head size they are built for, the type of `mixed` (the layer's input, bf16 or
 //! f32) and of the output. `hybrid.rs`, `gdn_chunk.rs` and `gdn_decode.rs` launch them.
 
+use super::elementwise::{cfg, dim};
 use super::shape_err;
 use super::tensor::DType;
 use crate::backend::kernels::{self as k, Kernel};
 use crate::backend::{BackendError, Result};
+use cudarc::driver::LaunchConfig;
 
 /// `gdn_conv_*`: out, mixed, taps, conv_state, row_seq, the four state arrays, rows,
 /// channels, taps, width.
@@ -37,6 +39,16 @@ pub(super) type DecodeArgs = (
 );
 
 const OP: &str = "gated_delta_net";
+
+/// Rows a block of `gdn_conv` (and `mamba2_conv`) takes: hybrid.cu's `GDN_CONV_ROWS`.
+pub(super) const CONV_ROWS: usize = 32;
+
+/// The conv's launch: 256 channels a block; block rows of `CONV_ROWS` rows, then one a sequence
+/// (hybrid.cu, step 1).
+pub(super) fn conv_cfg(channels: usize, rows: usize, seqs: usize) -> Result<LaunchConfig> {
+    let y = rows.div_ceil(CONV_ROWS) + seqs;
+    Ok(cfg((dim(channels.div_ceil(256), OP)?, dim(y, OP)?), 256))
+}
 
 fn no_kernel(what: String) -> BackendError {
     shape_err(

@@ -254,13 +254,9 @@ impl HybridOps for CudaBackend {
         // SAFETY: conv is [T, C] f32, mixed [T, width] of the kernel's type with the qkv columns
         // first, taps [C, K] f32, conv_state [slots, (K−1)·C] f32; the batch's arrays describe
         // T rows in S sequences whose slots and save slots are below `slots` and whose saves
-        // lie within their chunks (checked above); grid.y covers T rows then S sequences.
+        // lie within their chunks (checked above); grid.y covers T rows in tiles then S sequences.
         unsafe {
-            conv_kernel.launch(
-                self,
-                super::elementwise::cfg((dim(cd.div_ceil(256), OP)?, dim(t + seqs, OP)?), 256),
-                args,
-            )?;
+            conv_kernel.launch(self, gdn_kernels::conv_cfg(cd, t, seqs)?, args)?;
         }
 
         // 2. the gated delta rule into core `[T, nv·dv]` f32; the states move on: sequences

@@ -196,14 +196,10 @@ impl CudaBackend {
         // SAFETY: conv is [T, C] f32, mixed [T, width] of the kernel's type with xBC at
         // columns inner ..< inner + C, taps [C, K] and bias [C] f32, conv_state
         // [slots, (K−1)·C] f32; the batch's arrays describe T rows in S sequences whose slots
-        // and save slots are below `slots` (checked above); grid.y covers T rows then S
+        // and save slots are below `slots` (checked above); grid.y covers T rows in tiles then S
         // sequences.
         unsafe {
-            conv_kernel(tm)?.launch(
-                self,
-                cfg((dim(cd.div_ceil(256), OP)?, dim(t + seqs, OP)?), 256),
-                args,
-            )?;
+            conv_kernel(tm)?.launch(self, super::gdn_kernels::conv_cfg(cd, t, seqs)?, args)?;
         }
 
         // 2. the scan into y `[T, nh·p]` f32, chunked for the long sequences, token by token
