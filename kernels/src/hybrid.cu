@@ -10,9 +10,9 @@
 //    ⌈T / GDN_CONV_ROWS⌉ serves the GDN_CONV_ROWS rows from y · GDN_CONV_ROWS: a thread per
 //    channel loads all of them and the K − 1 before at once (every load in flight together),
 //    then slides the window down them, summing the K taps over rows r − K + 1 ..= r for each
-//    row r whose window lies inside its sequence (the others are the sequence block row's): each
-//    input is read once, not K times, and the rows' sequence starts once a block, in shared
-//    memory. A block row ⌈T / GDN_CONV_ROWS⌉ + s serves sequence
+//    row r whose window lies inside its sequence (the others are the sequence block row's; a
+//    block with none, as in a decode step, leaves before loading): each input is read once,
+//    not K times. A block row ⌈T / GDN_CONV_ROWS⌉ + s serves sequence
 //    s: a thread per channel loads the slot's window (the last K − 1 inputs, `[K − 1, C]`),
 //    computes the first K − 1 rows, writes the window each save asks for and then the slot's
 //    new window. Only that thread reads or writes its (slot, channel), so the window is
@@ -109,7 +109,7 @@ __device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + ex
 // to the window's end (tap j at GDN_MAX_K − k + j, the others unused).
 template <typename TM>
 __device__ __forceinline__ void gdn_conv_rows(float* out, const TM* mixed, const float (&taps)[GDN_MAX_K],
-                                              float b, bool bias, const int* first, int y0,
+                                              float b, bool bias, unsigned work, int y0,
                                               int rows, int channels, int k, int width, int c) {
     constexpr int R = GDN_CONV_ROWS, W = GDN_MAX_K - 1;
     // xs[W + i] = input y0 + i; xs[W − 1 − m] = input y0 − 1 − m for m < k − 1 (rows before 0
@@ -126,7 +126,7 @@ __device__ __forceinline__ void gdn_conv_rows(float* out, const TM* mixed, const
 #pragma unroll
     for (int i = 0; i < R; ++i) {
         const int r = y0 + i;
-        if (r >= rows || r - first[i] < k - 1) continue;  // past T, or the sequence's block row's
+        if (!(work >> i & 1u)) continue;  // past T, or the sequence's block row's
         float acc = 0.f;  // the taps in order, as the sequence's rows and the CPU
 #pragma unroll
         for (int m = 0; m < GDN_MAX_K; ++m)
@@ -146,17 +146,24 @@ __device__ void gdn_conv_impl(float* out, const TM* mixed, const float* taps_all
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int tiles = (rows + GDN_CONV_ROWS - 1) / GDN_CONV_ROWS, y = blockIdx.y;
     if (y < tiles) {
-        __shared__ int first[GDN_CONV_ROWS];  // each row's sequence's first row
+        // The rows this block computes, a bit each (a warp, a lane a row): those whose window
+        // lies inside their sequence. None (a decode step's rows): the block leaves at once.
+        static_assert(GDN_CONV_ROWS == 32, "a lane a row");
+        __shared__ unsigned work;
         const int y0 = y * GDN_CONV_ROWS;
-        if (threadIdx.x < GDN_CONV_ROWS && y0 + (int)threadIdx.x < rows)
-            first[threadIdx.x] = (int)seq_starts[row_seq[y0 + threadIdx.x]];
+        if (threadIdx.x < 32) {
+            const int r = y0 + (int)threadIdx.x;
+            const bool row = r < rows && r - (int)seq_starts[row_seq[r < rows ? r : 0]] >= k - 1;
+            const unsigned w = __ballot_sync(0xffffffffu, row);
+            if (threadIdx.x == 0) work = w;
+        }
         __syncthreads();
-        if (c >= channels) return;
+        if (c >= channels || work == 0) return;
         float taps[GDN_MAX_K];
 #pragma unroll
         for (int m = 0; m < GDN_MAX_K; ++m)
             taps[m] = m >= GDN_MAX_K - k ? taps_all[(u64)c * k + m - (GDN_MAX_K - k)] : 0.f;
-        gdn_conv_rows(out, mixed, taps, bias ? bias[c] : 0.f, bias != nullptr, first, y0, rows,
+        gdn_conv_rows(out, mixed, taps, bias ? bias[c] : 0.f, bias != nullptr, work, y0, rows,
                       channels, k, width, c);
         return;
     }

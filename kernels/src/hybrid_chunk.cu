@@ -166,6 +166,31 @@ __device__ __forceinline__ void gdn_frag_b(GdnSplit (&f)[2], const float* b, int
     }
 }
 
+// A B operand kept split in shared memory (k rows, element (k, n) at [k · ld + n]): the tf32
+// terms gdn_split gives, hi and lo apart, written once by the warp that produces the values
+// (gdn_put_split) instead of split again by every warp that reads them. Same bits.
+struct GdnPreB {
+    const u32* hi;
+    const u32* lo;
+};
+__device__ __forceinline__ GdnPreB operator+(GdnPreB b, int o) { return {b.hi + o, b.lo + o}; }
+template <bool K_ROWS>
+__device__ __forceinline__ void gdn_frag_b(GdnSplit (&f)[2], GdnPreB b, int ld, int lane) {
+    static_assert(K_ROWS, "pre-split B operands are stored in k rows");
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int at = (2 * t + 8 * i) * ld + g;
+        f[i] = {b.hi[at], b.hi[at + ld], b.lo[at], b.lo[at + ld]};
+    }
+}
+// x's two tf32 terms to hi[i], lo[i] (gdn_split's).
+__device__ __forceinline__ void gdn_put_split(u32* hi, u32* lo, int i, float x) {
+    const u32 h = gdn_tf32(x);
+    hi[i] = h;
+    lo[i] = gdn_tf32(__fsub_rn(x, __uint_as_float(h)));
+}
+
 // c += a·b over the 16-wide k step from the split terms: six tf32 mma, the small terms first.
 __device__ __forceinline__ void gdn_mma6(float (&c)[4], const GdnSplit (&a)[4],
                                          const GdnSplit (&b)[2]) {
@@ -183,9 +208,9 @@ __device__ __forceinline__ void gdn_mma6(float (&c)[4], const GdnSplit (&a)[4],
 
 // c[j] += A · B_j over k < K for one 16-row tile of A and N 8-column tiles of B (B_j at
 // b + 8j for K_ROWS, b + 8j · ldb otherwise): A's fragment is split once for all N.
-template <int K, int N, bool A_ROWS, bool B_K_ROWS, bool NEG = false>
-__device__ __forceinline__ void gdn_tile_mma(float (&c)[N][4], const float* a, int lda,
-                                             const float* b, int ldb, int lane) {
+template <int K, int N, bool A_ROWS, bool B_K_ROWS, bool NEG = false, typename BP = const float*>
+__device__ __forceinline__ void gdn_tile_mma(float (&c)[N][4], const float* a, int lda, BP b,
+                                             int ldb, int lane) {
 #pragma unroll 2
     for (int k = 0; k < K; k += 16) {
         GdnSplit fa[4];
@@ -202,10 +227,10 @@ __device__ __forceinline__ void gdn_tile_mma(float (&c)[N][4], const float* a, i
 
 // c[j] += A · B_j and d[j] += A2 · B_j (A and A2 row-major with the same stride, NEG negating
 // A): two products against the same B, its fragments split once for both.
-template <int K, int N, bool B_K_ROWS, bool NEG = false>
+template <int K, int N, bool B_K_ROWS, bool NEG = false, typename BP = const float*>
 __device__ __forceinline__ void gdn_tile_mma_two(float (&c)[N][4], const float* a,
-                                                 float (&d)[N][4], const float* a2, int lda,
-                                                 const float* b, int ldb, int lane) {
+                                                 float (&d)[N][4], const float* a2, int lda, BP b,
+                                                 int ldb, int lane) {
 #pragma unroll 2
     for (int k = 0; k < K; k += 16) {
         GdnSplit fa[4], fa2[4];
@@ -381,15 +406,16 @@ __device__ void gdn_chunk_prep_impl(float* scratch, const float* conv, const TM*
                                     dv, width);                                                  \
     }
 
-// Shared memory of gdn_chunk_state: the state's columns [DK, BV + 4], W, Qg [C, DK + 8], Kt
-// [C, DK + 4], Tb, P [C, C + 8], v and δ [C, BV + 4]. The paddings put a fragment's loads on
+// Shared memory of gdn_chunk_state: the state's columns [DK, BV + 4] in f32 and split (hi, lo:
+// the products' B operand), W, Qg [C, DK + 8], Kt [C, DK + 4], Tb, P [C, C + 8], v [C, BV + 4]
+// and δ split [2][C, BV + 4]: about 218 KB at DK 128. The paddings put a fragment's loads on
 // distinct banks: rows read in pairs along k (W, Qg, Tb, P) 8 mod 32 floats apart, rows read a
 // float a lane (the state, Kt, v, δ) 4 mod 32.
 #define GDN_SP (GDN_BV + 4)
 template <int DK>
 __device__ constexpr int gdn_state_smem_floats() {
-    return DK * GDN_SP + 2 * GDN_CHUNK * (DK + 8) + GDN_CHUNK * (DK + 4) +
-           2 * GDN_CHUNK * (GDN_CHUNK + 8) + 2 * GDN_CHUNK * GDN_SP;
+    return 3 * DK * GDN_SP + 2 * GDN_CHUNK * (DK + 8) + GDN_CHUNK * (DK + 4) +
+           2 * GDN_CHUNK * (GDN_CHUNK + 8) + 3 * GDN_CHUNK * GDN_SP;
 }
 
 // The state's entries a thread of gdn_chunk_state reads at the start, saves and writes back:
@@ -426,7 +452,8 @@ __device__ __forceinline__ u32 gdn_chunk_saves(const float* hs, u32 sv, u32 sv_e
 //     δ = Tb V − W S₀                      [n, BV]
 //     o = Qg S₀ + P δ                      into core
 //     S₀ = γ_{n−1} S₀ + Ktᵀ δ
-// on tensor cores (gdn_tile_mma; Qg S₀ beside W S₀, on the same fragments of S₀). δ and o are
+// on tensor cores (gdn_tile_mma; Qg S₀ beside W S₀, on the same fragments of S₀; S₀ and δ, the
+// B operands every warp reads, stored split by the warps that write them). δ and o are
 // 4 × 4 tiles of 16 × 8: warp w takes row tile w % 4 and column tiles 2 (w / 4), + 1; the
 // state's (DK / 16) × 4 tiles go a row tile a warp, the warp's accumulators starting from γ S₀.
 // Saves are written after their chunk's end.
@@ -439,14 +466,18 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
                   CP = C + 8;
     static_assert(GDN_CHUNK_THREADS == 256 && C == 64 && BV == 32, "the tiles below");
     GDN_SMEM(gdn_state_smem_floats<DK>());
-    float* hs = smem;          // [DK][SP]
-    float* ws = hs + DK * SP;  // [C][DKP]
+    float* hs = smem;                         // [DK][SP]
+    u32* const hsh = (u32*)(hs + DK * SP);    // [DK][SP]: S₀'s tf32 terms
+    u32* const hsl = hsh + DK * SP;           // [DK][SP]
+    float* ws = (float*)(hsl + DK * SP);      // [C][DKP]
     float* qs = ws + C * DKP;  // [C][DKP]
     float* ks = qs + C * DKP;  // [C][KTP]
     float* tb = ks + C * KTP;  // [C][CP]
     float* ps = tb + C * CP;   // [C][CP]
-    float* vs = ps + C * CP;   // [C][SP]
-    float* ds = vs + C * SP;   // [C][SP]
+    float* vs = ps + C * CP;                  // [C][SP]
+    u32* const dsh = (u32*)(vs + C * SP);     // [C][SP]: δ's tf32 terms
+    u32* const dsl = dsh + C * SP;            // [C][SP]
+    const GdnPreB hsb{hsh, hsl}, dsb{dsh, dsl};
     pdl_start();
     const int s = blockIdx.z, h = blockIdx.y, tid = threadIdx.x, col0 = blockIdx.x * BV;
     const u32 r0 = seq_starts[s];
@@ -461,11 +492,16 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
     float* own = state + (pad ? 0 : slots[s]) * head + (u64)h * DK * dv;
     state += (u64)h * DK * dv;  // saves: slot · head from here
     gdn_owned<DK>(tid, col0, dv, [&](int d, int j, int col) {
-        hs[d * SP + j] = pad ? 0.f : own[(u64)d * dv + col];
+        const float x = pad ? 0.f : own[(u64)d * dv + col];
+        hs[d * SP + j] = x;
+        gdn_put_split(hsh, hsl, d * SP + j, x);
     });
     if (col0 + BV > dv)  // columns past dv stay zero
         for (int i = tid; i < DK * BV; i += blockDim.x)
-            if (col0 + i % BV >= dv) hs[i / BV * SP + i % BV] = 0.f;
+            if (col0 + i % BV >= dv) {
+                hs[i / BV * SP + i % BV] = 0.f;
+                gdn_put_split(hsh, hsl, i / BV * SP + i % BV, 0.f);
+            }
     u32 sv = save_starts[s], cut = sv;
     const u32 sv_end = save_starts[s + 1], write_end = pad ? sv : sv_end;  // chunks still cut
     sv = gdn_chunk_saves<DK>(hs, sv, write_end, saves, 0, state, head, tid, col0, dv);
@@ -516,20 +552,20 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
         float acc[2][4] = {}, oq[2][4] = {};
         gdn_tile_mma<C, 2, true, true>(acc, tb + 16 * rt * CP, CP, vs + 8 * ct, SP, lane);
         gdn_tile_mma_two<DK, 2, true, true>(acc, ws + 16 * rt * DKP, oq, qs + 16 * rt * DKP, DKP,
-                                            hs + 8 * ct, SP, lane);
+                                            hsb + 8 * ct, SP, lane);
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const int t = 16 * rt + g + 8 * r;
+                const int t = 16 * rt + g + 8 * r, at = t * SP + 8 * (ct + j) + 2 * t4;
                 const bool in = t < n;  // rows past n: zero (Tb's and W's are already)
-                *(float2*)(ds + t * SP + 8 * (ct + j) + 2 * t4) =
-                    make_float2(in ? acc[j][2 * r] : 0.f, in ? acc[j][2 * r + 1] : 0.f);
+                gdn_put_split(dsh, dsl, at, in ? acc[j][2 * r] : 0.f);
+                gdn_put_split(dsh, dsl, at + 1, in ? acc[j][2 * r + 1] : 0.f);
             }
         __syncthreads();  // δ is written; W, Qg, Tb and v are read: the next chunk's go out
         if (next > hi) issue_wqtv(chunk_at(chunk + 1), hi, next - hi);
         // o = Qg S₀ + P δ (P and δ are zero past n)
-        gdn_tile_mma<C, 2, true, true>(oq, ps + 16 * rt * CP, CP, ds + 8 * ct, SP, lane);
+        gdn_tile_mma<C, 2, true, true>(oq, ps + 16 * rt * CP, CP, dsb + 8 * ct, SP, lane);
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -559,13 +595,16 @@ __device__ void gdn_chunk_state_impl(float* core, const float* conv, const float
                     hn[j][2 * r] = gamma * x.x;
                     hn[j][2 * r + 1] = gamma * x.y;
                 }
-            gdn_tile_mma<C, 4, false, true>(hn, ks + d0, KTP, ds, SP, lane);
+            gdn_tile_mma<C, 4, false, true>(hn, ks + d0, KTP, dsb, SP, lane);
 #pragma unroll
             for (int j = 0; j < 4; ++j)
 #pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    *(float2*)(hs + (d0 + g + 8 * r) * SP + 8 * j + 2 * t4) =
-                        make_float2(hn[j][2 * r], hn[j][2 * r + 1]);
+                for (int r = 0; r < 2; ++r) {
+                    const int at = (d0 + g + 8 * r) * SP + 8 * j + 2 * t4;
+                    *(float2*)(hs + at) = make_float2(hn[j][2 * r], hn[j][2 * r + 1]);
+                    gdn_put_split(hsh, hsl, at, hn[j][2 * r]);
+                    gdn_put_split(hsh, hsl, at + 1, hn[j][2 * r + 1]);
+                }
         }
         if (sv < write_end && saves[2 * sv] == (u32)hi) __syncthreads();  // the saves read it all
         sv = gdn_chunk_saves<DK>(hs, sv, write_end, saves, (u32)hi, state, head, tid, col0, dv);

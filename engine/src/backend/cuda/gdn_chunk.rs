@@ -31,14 +31,15 @@ fn prep_floats(dk: usize) -> usize {
     2 * CHUNK * (dk + 8) + 2 * CHUNK * (CHUNK + 8) + 3 * CHUNK
 }
 
-/// Dynamic shared memory (f32s) of `gdn_chunk_state` at `dk`: the state's columns [dk, BV + 4],
-/// W, Qg [C, dk + 8], Kt [C, dk + 4], Tb, P [C, C + 8], v and δ [C, BV + 4].
+/// Dynamic shared memory (f32s) of `gdn_chunk_state` at `dk`: the state's columns [dk, BV + 4]
+/// in f32 and as two tf32 terms, W, Qg [C, dk + 8], Kt [C, dk + 4], Tb, P [C, C + 8], v [C, BV +
+/// 4] and δ's two terms [2][C, BV + 4].
 fn state_floats(dk: usize) -> usize {
-    dk * (BV + 4)
+    3 * dk * (BV + 4)
         + 2 * CHUNK * (dk + 8)
         + CHUNK * (dk + 4)
         + 2 * CHUNK * (CHUNK + 8)
-        + 2 * CHUNK * (BV + 4)
+        + 3 * CHUNK * (BV + 4)
 }
 /// Sequences with at least this many rows in a step take the chunked kernels by default: on
 /// the H200 at 35B-A3B's heads a lone 16-row sequence takes 36 µs on the recurrent kernel and
