@@ -103,14 +103,13 @@ __device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + ex
 
 // --- 1. the causal conv ------------------------------------------------------------------------
 
-// `bias` (Mamba-2's conv bias, mamba2.cu) is added after the taps, before the SiLU; the Gated
-// DeltaNet passes none.
 // Rows y0 ..< y0 + GDN_CONV_ROWS of gdn_conv (see 1.): the thread's channel c, its taps aligned
 // to the window's end (tap j at GDN_MAX_K − k + j, the others unused).
 template <typename TM>
-__device__ __forceinline__ void gdn_conv_rows(float* out, const TM* mixed, const float (&taps)[GDN_MAX_K],
-                                              float b, bool bias, unsigned work, int y0,
-                                              int rows, int channels, int k, int width, int c) {
+__device__ __forceinline__ void gdn_conv_rows(float* out, const TM* mixed,
+                                              const float (&taps)[GDN_MAX_K], float b, bool bias,
+                                              unsigned work, int y0, int rows, int channels,
+                                              int k, int width, int c) {
     constexpr int R = GDN_CONV_ROWS, W = GDN_MAX_K - 1;
     // xs[W + i] = input y0 + i; xs[W − 1 − m] = input y0 − 1 − m for m < k − 1 (rows before 0
     // and taps past k are never summed)

@@ -127,10 +127,14 @@ __device__ __forceinline__ u32 gdn_tf32(float x) {
 struct GdnSplit {
     u32 hx, hy, lx, ly;
 };
+// x's two terms: (h, l).
+__device__ __forceinline__ u32x2 gdn_terms(float x) {
+    const u32 h = gdn_tf32(x);
+    return {h, gdn_tf32(__fsub_rn(x, __uint_as_float(h)))};
+}
 __device__ __forceinline__ GdnSplit gdn_split(float x, float y) {
-    const u32 hx = gdn_tf32(x), hy = gdn_tf32(y);
-    return {hx, hy, gdn_tf32(__fsub_rn(x, __uint_as_float(hx))),
-            gdn_tf32(__fsub_rn(y, __uint_as_float(hy)))};
+    const u32x2 a = gdn_terms(x), b = gdn_terms(y);
+    return {a.x, b.x, a.y, b.y};
 }
 __device__ __forceinline__ GdnSplit gdn_split2(const float* p) {
     const float2 v = *(const float2*)p;
@@ -184,11 +188,11 @@ __device__ __forceinline__ void gdn_frag_b(GdnSplit (&f)[2], GdnPreB b, int ld, 
         f[i] = {b.hi[at], b.hi[at + ld], b.lo[at], b.lo[at + ld]};
     }
 }
-// x's two tf32 terms to hi[i], lo[i] (gdn_split's).
+// x's two tf32 terms to hi[i], lo[i].
 __device__ __forceinline__ void gdn_put_split(u32* hi, u32* lo, int i, float x) {
-    const u32 h = gdn_tf32(x);
-    hi[i] = h;
-    lo[i] = gdn_tf32(__fsub_rn(x, __uint_as_float(h)));
+    const u32x2 t = gdn_terms(x);
+    hi[i] = t.x;
+    lo[i] = t.y;
 }
 
 // c += a·b over the 16-wide k step from the split terms: six tf32 mma, the small terms first.

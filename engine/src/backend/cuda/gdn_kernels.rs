@@ -155,6 +155,15 @@ pub(super) fn decode(dk: usize, tm: DType, out: DType) -> Result<Kernel<DecodeAr
 mod tests {
     use super::*;
 
+    /// The launch's row tiles are the kernel's: a mismatch would skip rows or read past T.
+    #[test]
+    fn conv_rows_match_the_kernel() {
+        let define = format!("#define GDN_CONV_ROWS {CONV_ROWS} ");
+        assert!(metrale_kernels::Module::Hybrid.source().contains(&define));
+        let c = conv_cfg(300, 65, 3).expect("a launch");
+        assert_eq!((c.grid_dim, c.block_dim), ((2, 3 + 3, 1), (256, 1, 1)));
+    }
+
     /// Each key names the kernel the launches named before the typed keys (by format!).
     #[test]
     fn every_key_picks_its_kernel() {
