@@ -124,6 +124,10 @@ pub struct MoeTuning {
     /// The tensor-core expert GEMMs (128-pair tiles) and the dense FP8 GEMM on sm_90 issue wgmma
     /// (`moe_wg.cu`) instead of mma.sync (`moe_mma.cu`), for bf16 and FP8 weights.
     pub wgmma: bool,
+    /// The e4m3-activation wgmma GEMMs (`moe_wg8.cu`) take the `_ws` build: a producer
+    /// warpgroup feeding two consumers through mbarriers, instead of every thread loading
+    /// between block barriers.
+    pub fp8act_producer: bool,
 }
 
 /// Paged attention.

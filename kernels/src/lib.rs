@@ -154,7 +154,8 @@ impl Module {
                 include_str!("moe_mma.cu"),
                 include_str!("moe_mma_fp4.cu"),
                 include_str!("moe_pipe.cu"),
-                include_str!("moe_wg.cu")
+                include_str!("moe_wg.cu"),
+                include_str!("moe_wg8.cu")
             ),
             Module::Fp8 => concat!(
                 include_str!("fp8.cu"),

@@ -94,10 +94,13 @@ const MAX_BATCH: usize = 128;
 
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     // First, so a run cut short still has it: the pipelined small-step experts against the
-    // default (issue 34).
-    pipe_sweep(cuda, report)?;
-    // The synchronisation probes and the persistent-kernel skeleton (reported, not fatal).
-    speed_probe::run(cuda, report);
+    // default (issue 34). METRALE_MOE_SPEED_PIPE=0 skips it and the probes (under a profiler,
+    // so the decode steps' kernels come first).
+    if std::env::var("METRALE_MOE_SPEED_PIPE").map_or(true, |v| v != "0") {
+        pipe_sweep(cuda, report)?;
+        // The synchronisation probes and the persistent-kernel skeleton (reported, not fatal).
+        speed_probe::run(cuda, report);
+    }
     timing_header(report, "moe decode step");
     let mut batch1 = Vec::new();
     // METRALE_MOE_SPEED_ONLY=fp8 runs only the configs whose name contains it (e.g. under a

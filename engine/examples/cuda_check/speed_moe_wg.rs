@@ -13,7 +13,10 @@
 //! output's largest magnitude. bf16 weights: the two sum the same exact products in another
 //! order (about 1e-4 with the act rounding, far below the bf16 tolerance). FP8 weights: the
 //! wgmma build multiplies e4m3 · scale rounded to bf16 where mma.sync scales exact sums (H100,
-//! 2026-12-07: 1.6e-3 to 5.6e-3). A wrong tile shows as O(1).
+//! 2026-12-07: 1.6e-3 to 5.6e-3). FP8 weights also run with e4m3 activations
+//! (`moe.fp8_activations`: the mma.sync `fp8act` build and moe_wg8.cu's wgmma one), whose
+//! quantized activations differ from the bf16 ones by a few 1e-2 of the largest output. A wrong
+//! tile shows as O(1).
 
 use anyhow::Result;
 use metrale_engine::backend::Backend;
@@ -38,6 +41,8 @@ const ITERS: usize = 20;
 /// FP8 weights (their bf16 rounding in the wgmma build).
 const AGREE: f64 = 1e-3;
 const AGREE_FP8: f64 = 1.5e-2;
+/// The same with e4m3 activations (quantized per 128 columns of a row: about 2^-5 of each).
+const AGREE_FP8ACT: f64 = 8e-2;
 
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     if cuda.info().compute_capability != (9, 0) {
@@ -64,7 +69,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
                     Ok(cuda.fused_moe(out, &x, &logits, &w13, &w2, k, true)?)
                 };
                 let agree = if fp8 { AGREE_FP8 } else { AGREE };
-                compare(cuda, report, &what, &[t, h], flops, agree, run)?;
+                compare(cuda, report, &what, &[t, h], flops, (agree, fp8), run)?;
             }
         }
     }
@@ -87,7 +92,7 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
             &what,
             &[m, n],
             2.0 * (m * n * k) as f64,
-            AGREE_FP8,
+            (AGREE_FP8, true),
             |out| Ok(cuda.matmul(out, &x, &w)?),
         );
         cuda.retune(|t| t.gemm.fp8_matmul_mma = false);
@@ -96,31 +101,54 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     Ok(())
 }
 
-/// Times `f` (writing an f32 tensor of `shape`) with the mma.sync and the wgmma builds and
-/// reports both, with the wgmma output's largest difference from the mma.sync one (a failure
-/// past `agree`).
+/// Times `f` (writing an f32 tensor of `shape`) with the mma.sync and the wgmma builds (`fp8`:
+/// also both with e4m3 activations, the wgmma one with and without its producer warpgroup) and
+/// reports each, with its output's largest difference
+/// from the first (mma.sync, bf16 activations): a failure past `agree` (`AGREE_FP8ACT` with e4m3
+/// activations).
 fn compare(
     cuda: &CudaBackend,
     report: &mut Report,
     what: &str,
     shape: &[usize],
     flops: f64,
-    agree: f64,
+    (agree, fp8): (f64, bool),
     mut f: impl FnMut(&mut CudaTensor) -> Result<()>,
 ) -> Result<()> {
     let mut outs: Vec<Vec<f32>> = Vec::new();
     let before = cuda.tuning().moe;
-    for wg in [false, true] {
+    // (wgmma, e4m3 activations, moe_wg8.cu's producer warpgroup)
+    let builds: &[(bool, bool, bool)] = if fp8 {
+        &[
+            (false, false, false),
+            (true, false, false),
+            (false, true, false),
+            (true, true, false),
+            (true, true, true),
+        ]
+    } else {
+        &[(false, false, false), (true, false, false)]
+    };
+    for &(wg, act8, producer) in builds {
         cuda.retune(|t| {
             t.moe.wgmma = wg;
             t.moe.gemm = MoeGemm::TensorCores;
+            t.moe.fp8_activations = act8;
+            t.moe.fp8act_producer = producer;
         });
         let mut out = cuda.zeros(shape)?;
         let ms = mean_op_ms_n(cuda, ITERS, || f(&mut out));
         cuda.retune(|t| t.moe = before);
         let ms = ms?;
         let host = cuda.to_host(&out)?;
-        let build = if wg { "wgmma" } else { "mma" };
+        let build = match (wg, act8, producer) {
+            (false, false, _) => "mma",
+            (true, false, _) => "wgmma",
+            (false, true, _) => "mma fp8act",
+            (true, true, false) => "wgmma fp8act",
+            (true, true, true) => "wgmma fp8act ws",
+        };
+        let agree = if act8 { AGREE_FP8ACT } else { agree };
         let tflops = flops / ms / 1e9;
         let mut line = format!("moe-wg {what}: {build} {ms:.3} ms, {tflops:.0} TFLOP/s");
         let mut diff = None;
@@ -130,7 +158,7 @@ fn compare(
             if d > agree {
                 line += " FAIL";
                 report.fail(format!(
-                    "moe-wg-speed {what}: the wgmma output differs ({d:.2e})"
+                    "moe-wg-speed {what}: the {build} output differs ({d:.2e})"
                 ));
             }
             diff = Some(d);

@@ -27,9 +27,11 @@ void host_quant_rows(std::vector<float>& v, int rows, int k) {
 
 void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     // 4: the bf16 small-step build; 6: the pipelined FP8 one; 7, 8: the wgmma builds (moe_wg.cu,
-    // moe_tiles_wg's 128-pair tiles), bf16 and FP8.
+    // moe_tiles_wg's 128-pair tiles), bf16 and FP8; 9: the wgmma build with e4m3 activations
+    // (moe_wg8.cu), checked as build 2 is; 10: its warp-specialized twin (`_ws`).
     const int bm = mode >= 7 ? MWG_BM : MMA_BM;
-    const bool fp8 = mode == 1 || mode == 2 || mode == 3 || mode == 6 || mode == 8;
+    const bool fp8 = mode == 1 || mode == 2 || mode == 3 || mode == 6 || mode >= 8;
+    const bool qa = mode == 2 || mode >= 9; // e4m3 activations
     std::vector<float> logits(T * E);
     for (int t = 0; t < T; ++t)
         for (int e = 0; e < E; ++e) logits[t * E + e] = U(3) + (skew && e == 0 && t % 5 != 0 ? 10.f : 0.f);
@@ -64,14 +66,25 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     // Activations as e4m3 for build 2.
     std::vector<unsigned char> xq(T * H), aq(P * I);
     std::vector<float> xs(T * gc_h), as(P * gc_i);
-    if (mode == 2) launch({(unsigned)((T + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(xq.data(), xs.data(), x.data(), T, H); });
+    if (qa) launch({(unsigned)((T + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(xq.data(), xs.data(), x.data(), T, H); });
     const unsigned gx = (unsigned)max_tiles, threads = mode == 0 ? 128u : 256u;
     // Mode 3: the small-step kernels (FP8, H and I multiples of 64; T > 8 the _any build, a
     // warp over the whole k, chunks of 16 pairs) on the plan's active list.
     std::vector<int> active(E + 1, 0);
     for (int e = 0; e < E; ++e)
         if (offsets[e + 1] > offsets[e]) active[active[E]++] = e;
-    if (mode >= 7) {
+    if (mode >= 9) {
+        const unsigned wt = mode == 9 ? 256u : 384u;
+        launch_smem({gx, (unsigned)((I + MWG8_BN / 2 - 1) / (MWG8_BN / 2))}, {wt}, Mwg8Cfg::SMEM, [&] {
+            if (mode == 9) moe_gate_up_wg_fp8act(act.data(), xq.data(), xs.data(), w13q.data(), s13.data(), tiles.data(), offsets.data(), perm.data(), K, I, H);
+            else moe_gate_up_wg_fp8act_ws(act.data(), xq.data(), xs.data(), w13q.data(), s13.data(), tiles.data(), offsets.data(), perm.data(), K, I, H);
+        });
+        launch({(unsigned)((P + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(aq.data(), as.data(), act.data(), P, I); });
+        launch_smem({gx, (unsigned)((H + MWG8_BN - 1) / MWG8_BN)}, {wt}, Mwg8Cfg::SMEM, [&] {
+            if (mode == 9) moe_down_wg_fp8act(ys.data(), aq.data(), as.data(), w2q.data(), s2.data(), tiles.data(), offsets.data(), perm.data(), 0, H, I);
+            else moe_down_wg_fp8act_ws(ys.data(), aq.data(), as.data(), w2q.data(), s2.data(), tiles.data(), offsets.data(), perm.data(), 0, H, I);
+        });
+    } else if (mode >= 7) {
         launch({gx, (unsigned)((I + MWG_BN / 2 - 1) / (MWG_BN / 2))}, {256}, [&] {
             if (mode == 7) moe_gate_up_wg_bf16(act.data(), x.data(), nullptr, w13b.data(), nullptr, tiles.data(), offsets.data(), perm.data(), K, I, H);
             else moe_gate_up_wg_fp8(act.data(), x.data(), nullptr, w13q.data(), s13.data(), tiles.data(), offsets.data(), perm.data(), K, I, H);
@@ -119,18 +132,18 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     std::vector<float> xf(T * H);
     for (int i = 0; i < T * H; ++i) xf[i] = F(x[i]);
     std::vector<float> xqf = xf;
-    if (mode == 2) host_quant_rows(xqf, T, H);
+    if (qa) host_quant_rows(xqf, T, H);
     std::vector<double> ref(T * H, 0.0), qref(T * H, 0.0);
     double act_worst = 0;
     for (int p = 0; p < P; ++p) {
         const int t = p / K, e = ids[p];
-        for (int pass = 0; pass < (mode == 2 ? 2 : 1); ++pass) {
+        for (int pass = 0; pass < (qa ? 2 : 1); ++pass) {
             const std::vector<float>& xr = pass ? xqf : xf;
             std::vector<float> a(I);
             for (int i = 0; i < I; ++i) {
                 const auto [g, u] = gate_up_ref(w13, &xr[(size_t)t * H], e, i, H, I);
                 a[i] = F(B((float)(g / (1 + std::exp(-g)) * u)));
-                if (pass == (mode == 2 ? 1 : 0))
+                if (pass == (qa ? 1 : 0))
                     act_worst = std::max(act_worst, (double)std::fabs(F(act[(size_t)p * I + i]) - a[i]) / (1e-2 + std::fabs(a[i])));
             }
             if (pass) host_quant_rows(a, 1, I);
@@ -149,12 +162,12 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
         for (int i = 0; i < T * H; ++i) worst = std::max(worst, std::fabs(out[i] - r[i]) / (rms + std::fabs(r[i])));
         return worst;
     };
-    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : mode == 3 ? "fp8 small" : mode == 4 ? "bf16 small" : mode == 6 ? "fp8 pipe" : mode == 7 ? "wg bf16" : "wg fp8";
+    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : mode == 3 ? "fp8 small" : mode == 4 ? "bf16 small" : mode == 6 ? "fp8 pipe" : mode == 7 ? "wg bf16" : mode == 8 ? "wg fp8" : mode == 9 ? "wg fp8act" : "wg fp8act ws";
     snprintf(name, 96, "moe_mma %s act T%d E%d k%d H%d I%d", build, T, E, K, H, I);
     report(name, act_worst, 1.6e-2);
     snprintf(name, 96, "moe_mma %s out T%d E%d k%d H%d I%d%s", build, T, E, K, H, I, skew ? " skew" : "");
-    report(name, worst_of(mode == 2 ? qref : ref), 1e-2);
-    if (mode == 2) {
+    report(name, worst_of(qa ? qref : ref), 1e-2);
+    if (qa) {
         snprintf(name, 96, "  (fp8act against exact activations: %.3e)", worst_of(ref));
         printf("%s\n", name);
     }
@@ -195,14 +208,17 @@ void t_dense_mma(int M, int N, int Kd, int mode) {
     std::vector<unsigned char> aq(M * Kd);
     std::vector<float> as(M * gc), af(M * Kd);
     for (int i = 0; i < M * Kd; ++i) af[i] = F(a[i]);
-    if (mode == 2) {
+    if (mode == 2 || mode >= 4) {
         launch({(unsigned)((M + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(aq.data(), as.data(), a.data(), M, Kd); });
         host_quant_rows(af, M, Kd);
     }
-    // mode 3: the wgmma build (moe_wg.cu)
-    const int bm = mode == 3 ? MWG_BM : MMA_BM, bn = mode == 3 ? MWG_BN : MMA_BN;
-    launch({(unsigned)((M + bm - 1) / bm), (unsigned)((N + bn - 1) / bn)}, {256}, [&] {
-        if (mode == 3) moe_down_wg_fp8(out.data(), a.data(), nullptr, wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
+    // mode 3: the wgmma build (moe_wg.cu); 4: its e4m3-activation twin (moe_wg8.cu), 5: that one
+// warp-specialized
+    const int bm = mode >= 3 ? MWG_BM : MMA_BM, bn = mode == 3 ? MWG_BN : mode >= 4 ? MWG8_BN : MMA_BN;
+    launch({(unsigned)((M + bm - 1) / bm), (unsigned)((N + bn - 1) / bn)}, {mode == 5 ? 384u : 256u}, [&] {
+        if (mode == 5) moe_down_wg_fp8act_ws(out.data(), aq.data(), as.data(), wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
+        else if (mode == 4) moe_down_wg_fp8act(out.data(), aq.data(), as.data(), wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
+        else if (mode == 3) moe_down_wg_fp8(out.data(), a.data(), nullptr, wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
         else if (mode == 1) moe_down_mma_fp8(out.data(), a.data(), nullptr, wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
         else moe_down_mma_fp8act(out.data(), aq.data(), as.data(), wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
     });
@@ -214,7 +230,7 @@ void t_dense_mma(int M, int N, int Kd, int mode) {
             worst = std::max(worst, std::fabs(out[m * N + n] - r) / (1e-6 + s));
         }
     char name[96];
-    snprintf(name, 96, "dense mma %s M%d N%d K%d", mode == 1 ? "fp8" : mode == 3 ? "wg fp8" : "fp8act", M, N, Kd);
+    snprintf(name, 96, "dense mma %s M%d N%d K%d", mode == 1 ? "fp8" : mode == 3 ? "wg fp8" : mode == 4 ? "wg fp8act" : mode == 5 ? "wg fp8act ws" : "fp8act", M, N, Kd);
     report(name, worst, 1e-5);
 }
 
@@ -379,15 +395,24 @@ static void moe_mma_tests() {
 // (skew, T 150), k of 1 to 5 stages of 64 with partial stages (H 96,
 // I 80, H 272: FP8 groups of 128 split across stages and a last group of one stage), gate_up's
 // 128-column blocks partial (I 48, 80, 200) and whole (I 256), down's 256-column blocks partial
-// (H 96, 272) and whole (H 512), and a dense GEMM with rows past its last tile and an odd width.
+// (H 96, 272) and whole (H 512), and a dense GEMM with rows past its last tile and an odd width;
+// moe_wg8.cu's e4m3-activation build (mode 9) on the same cases, its 128-column stages.
 static void moe_wg_tests() {
-    for (int mode : {7, 8}) {
+    for (int mode : {7, 8, 9, 10}) {
         t_moe_mma(37, 8, 2, 96, 48, mode, false);
         t_moe_mma(70, 4, 2, 64, 80, mode, true);
-        t_moe_mma(9, 4, 2, 272, 200, mode, true);
+        t_moe_mma(9, 4, 2, 272, mode >= 9 ? 208 : 200, mode, true);
         t_moe_mma(20, 8, 4, 512, 256, mode, false);
         t_moe_mma(150, 4, 2, 96, 48, mode, true);
     }
+    // e4m3 activations (k a multiple of 16): more stages than the pipeline's slots, the last
+    // partial (H 784: 7 stages of 128).
+    t_moe_mma(24, 4, 2, 784, 96, 9, true);
+    t_moe_mma(24, 4, 2, 784, 96, 10, true);
     t_dense_mma(70, 136, 272, 3);
     t_dense_mma(5, 263, 320, 3);
+    t_dense_mma(70, 136, 272, 4);
+    t_dense_mma(133, 263, 800, 4);
+    t_dense_mma(70, 136, 272, 5);
+    t_dense_mma(133, 263, 800, 5);
 }

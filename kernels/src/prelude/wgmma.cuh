@@ -51,12 +51,12 @@ inline float emu_wg_nmajor(u64 desc, int k, int n) {
 }
 // This thread's accumulators of a 64 × N product: element i is row 16w + g + 8 · (i / 2 % 2),
 // column 8 · (i / 4) + 2t + i % 2 (w: the warp in the warpgroup, g = lane / 4, t = lane % 4).
-template <int R, class A, class B> inline void emu_wg_mma(float (&d)[R], A a, B b, bool acc) {
+template <int R, int K = 16, class A, class B> inline void emu_wg_mma(float (&d)[R], A a, B b, bool acc) {
     const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     for (int i = 0; i < R; ++i) {
         const int row = 16 * w + g + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * t + (i & 1);
         float sum = 0.f;
-        for (int k = 0; k < 16; ++k) sum += a(row - 16 * w, k) * b(k, col);
+        for (int k = 0; k < K; ++k) sum += a(row - 16 * w, k) * b(k, col);
         d[i] = (acc ? d[i] : 0.f) + sum;
     }
 }
@@ -64,6 +64,18 @@ template <int R> inline void wg_ss(float (&d)[R], u64 a, u64 b, int accumulate) 
     const int w = (threadIdx.x >> 5) & 3;
     emu_wg_mma(d, [&](int r, int k) { return emu_wg_kmajor(a, 16 * w + r, k); },
                [&](int k, int n) { return emu_wg_kmajor(b, n, k); }, accumulate != 0);
+}
+// The e4m3 byte at row r, column k of a K-major 8-bit operand (128 columns a swizzled row).
+inline float emu_wg_e4m3_kmajor(u64 desc, int r, int k) {
+    const u32 start = (u32)(desc & 0x3FFF) << 4, sbo = (u32)((desc >> 32) & 0x3FFF) << 4;
+    u32 addr = start + (r >> 3) * sbo + (r & 7) * 128 + k;
+    addr ^= ((addr >> 7) & 7u) << 4;
+    return emu_e4m3(emu_wg_smem[addr]);
+}
+inline void wg_ss8(float (&d)[64], u64 a, u64 b, int accumulate) {
+    const int w = (threadIdx.x >> 5) & 3;
+    emu_wg_mma<64, 32>(d, [&](int r, int k) { return emu_wg_e4m3_kmajor(a, 16 * w + r, k); },
+                       [&](int k, int n) { return emu_wg_e4m3_kmajor(b, n, k); }, accumulate != 0);
 }
 // A from registers: the warp's 16 × 16 A gathered from its lanes' fragments.
 template <int R> inline void wg_rs(float (&d)[R], const u32 (&a)[4], u64 b) {
@@ -171,6 +183,28 @@ __device__ __forceinline__ void wg_ss(float (&d)[64], u64 a, u64 b, int accumula
                  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
                  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
                  "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 :
+                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// D[64 × 128] = A · B (+ D when `accumulate`), e4m3 A and B from shared memory, K-major (the
+// only layout 8-bit wgmma reads), k 32: the same descriptors as a bf16 k16 step (32 bytes).
+__device__ __forceinline__ void wg_ss8(float (&d)[64], u64 a, u64 b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1;\n}\n"
                  :
                    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
                    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),

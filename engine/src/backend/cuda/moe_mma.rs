@@ -41,6 +41,10 @@ const WG_BM: usize = 128;
 /// Weight rows of a wgmma block (`MWG_BN` in moe_wg.cu): the down kernel's output columns;
 /// gate_up's blocks take half as many act columns.
 const WG_BN: usize = 256;
+/// Weight rows of an e4m3-activation wgmma block (`MWG8_BN` in moe_wg8.cu).
+const WG8_BN: usize = 128;
+/// Stages of an e4m3-activation wgmma block (`Mwg8Cfg::STAGES`).
+const WG8_STAGES: usize = 5;
 /// Threads of the `moe_tiles` block (`MMA_TILE_THREADS`).
 const TILE_THREADS: u32 = 256;
 /// Rows (a warp each) of a `moe_quant_fp8_*` block.
@@ -106,20 +110,26 @@ fn mma_kernels(build: MmaBuild) -> (Kernel<MmaArgs>, Kernel<MmaArgs>) {
     }
 }
 
-/// The wgmma builds' gate|up and down kernels (`moe_wg.cu`): bf16 and FP8 weights with bf16
-/// activations; `None` for the others.
+/// The wgmma builds' gate|up and down kernels: bf16 and FP8 weights with bf16 activations
+/// (`moe_wg.cu`), FP8 weights with e4m3 activations (`moe_wg8.cu`); `None` for the FP4 ones.
 fn wg_kernels(build: MmaBuild) -> Option<(Kernel<MmaArgs>, Kernel<MmaArgs>)> {
     match build {
         MmaBuild::Bf16 => Some((kernels::moe_gate_up_wg_bf16, kernels::moe_down_wg_bf16)),
         MmaBuild::Fp8 => Some((kernels::moe_gate_up_wg_fp8, kernels::moe_down_wg_fp8)),
-        MmaBuild::Fp8Act | MmaBuild::Nvfp4 | MmaBuild::Mxfp4 => None,
+        MmaBuild::Fp8Act => Some((kernels::moe_gate_up_wg_fp8act, kernels::moe_down_wg_fp8act)),
+        MmaBuild::Nvfp4 | MmaBuild::Mxfp4 => None,
     }
 }
 
-/// The gate|up and down kernels a launch takes: the wgmma build's where `wg` (and it has one),
-/// else the mma.sync build's.
-fn grouped_kernels(build: MmaBuild, wg: bool) -> (Kernel<MmaArgs>, Kernel<MmaArgs>) {
+/// The gate|up and down kernels a launch takes: the wgmma build's where `wg` (and it has one;
+/// `ws`: moe_wg8.cu's warp-specialized `_ws` twins of the e4m3-activation build), else the
+/// mma.sync build's.
+fn grouped_kernels(build: MmaBuild, wg: bool, ws: bool) -> (Kernel<MmaArgs>, Kernel<MmaArgs>) {
     match wg_kernels(build) {
+        Some(_) if wg && ws && build == MmaBuild::Fp8Act => (
+            kernels::moe_gate_up_wg_fp8act_ws,
+            kernels::moe_down_wg_fp8act_ws,
+        ),
         Some(k) if wg => k,
         _ => mma_kernels(build),
     }
@@ -162,8 +172,19 @@ struct MmaLaunch {
 /// columns: 3 with bf16 weights, 6 with e4m3 activations, else 4); `wg`: moe_wg.cu's
 /// `MwgCfg` (256 threads, 128-pair tiles; four stages of 64 columns, each the A tile, the
 /// weights as stored and, FP8, their 256 rows' scales; FP8 adds two bf16 B buffers; 1024 bytes
-/// to align).
-fn launch_shape(build: MmaBuild, wg: bool) -> MmaLaunch {
+/// to align); the e4m3-activation one (`Mwg8Cfg`): 128 weight rows, five stages of 128
+/// columns, each the A and weight tiles (128 bytes a row) and a 1024-byte block of their scales;
+/// its `_ws` twins (`ws`) add a producer warpgroup: 384 threads.
+fn launch_shape(build: MmaBuild, wg: bool, ws: bool) -> MmaLaunch {
+    if wg && build == MmaBuild::Fp8Act {
+        let stage = 128 * (WG_BM + WG8_BN) + 1024;
+        return MmaLaunch {
+            threads: if ws { 384 } else { 256 },
+            smem: (1024 + WG8_STAGES * stage) as u32,
+            bm: WG_BM,
+            bn: WG8_BN,
+        };
+    }
     if wg {
         let (w, scales, wide) = match build {
             MmaBuild::Bf16 => (2, 0, 0),
@@ -227,9 +248,9 @@ impl CudaBackend {
         self.tuning().gemm.fp8_matmul_mma
     }
 
-    /// Whether `build`'s tile GEMMs (and the dense FP8 GEMM) run moe_wg.cu's wgmma kernels:
-    /// the tuning's `moe.expert_kernel = wgmma`, a capability-9.0 GPU (the loader compiles it as
-    /// sm_90a), and bf16 or FP8 weights with bf16 activations.
+    /// Whether `build`'s tile GEMMs (and the dense FP8 GEMM) run the wgmma kernels (moe_wg.cu,
+    /// moe_wg8.cu): the tuning's `moe.expert_kernel = wgmma`, a capability-9.0 GPU (the loader
+    /// compiles it as sm_90a), and bf16 or FP8 weights.
     fn expert_wgmma(&self, build: MmaBuild) -> bool {
         self.tuning().moe.wgmma
             && self.info.compute_capability == (9, 0)
@@ -406,14 +427,15 @@ impl CudaBackend {
             ));
         }
         let wg = self.expert_wgmma(build);
+        let ws = self.tuning().moe.fp8act_producer;
         let clamped = match clamp {
             Some(_) => Some(clamped_kernel(build, wg).ok_or_else(clamped_needs_bf16)?),
             None => None,
         };
         let pairs = t * top_k;
         let s = &self.stream;
-        let (gate_up_kernel, down_kernel) = grouped_kernels(build, wg);
-        let shape = launch_shape(build, wg);
+        let (gate_up_kernel, down_kernel) = grouped_kernels(build, wg, ws);
+        let shape = launch_shape(build, wg, ws);
         // An upper bound of the tiles: each expert's ceil(count / bm), at most one a pair.
         let bm = shape.bm;
         let max_tiles = pairs.min((pairs + e * (bm - 1)) / bm);
@@ -534,8 +556,9 @@ impl CudaBackend {
         let (mi, ni, ki) = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
         let (wp, wsp) = (w.ptr(s), w.scales_ptr(s));
         let wg = self.expert_wgmma(build);
-        let kernel = grouped_kernels(build, wg).1;
-        let shape = launch_shape(build, wg);
+        let ws = self.tuning().moe.fp8act_producer;
+        let kernel = grouped_kernels(build, wg, ws).1;
+        let shape = launch_shape(build, wg, ws);
         // SAFETY: out is [m, n] f32 (the caller's checks), x [m, k] bf16 (or its
         // e4m3 copy with [m, ceil(k/128)] scales), w [n, k] FP8 with its scales; k % 16 == 0 so
         // every 16-byte load of a row is aligned and inside it; null tiles, offsets and perm:
@@ -666,8 +689,8 @@ mod tests {
         // The FP4 builds launch as the bf16 one (moe_mma_fp4.cu: MmaCfg<0>).
         for build in [MmaBuild::Nvfp4, MmaBuild::Mxfp4] {
             assert_eq!(
-                launch_shape(build, false),
-                launch_shape(MmaBuild::Bf16, false)
+                launch_shape(build, false, false),
+                launch_shape(MmaBuild::Bf16, false, false)
             );
         }
     }
@@ -677,10 +700,25 @@ mod tests {
         // MwgCfg<0>::SMEM and MwgCfg<1>::SMEM in moe_wg.cu, within the 227 KB a block may
         // take beside its static row tables.
         for (build, smem) in [(MmaBuild::Bf16, 197_632), (MmaBuild::Fp8, 201_728)] {
-            let l = launch_shape(build, true);
+            let l = launch_shape(build, true, true);
             assert_eq!((l.threads, l.smem, l.bm, l.bn), (256, smem, WG_BM, WG_BN));
             assert!(smem as usize + 4 * (2 * WG_BM + WG_BN) <= 227 * 1024);
         }
+        // Mwg8Cfg::SMEM in moe_wg8.cu: 1024 + 5 stages of 33 KB.
+        for (ws, threads) in [(false, 256), (true, 384)] {
+            let l = launch_shape(MmaBuild::Fp8Act, true, ws);
+            assert_eq!(
+                (l.threads, l.smem, l.bm, l.bn),
+                (threads, 169_984, WG_BM, WG8_BN)
+            );
+            // The row tables and (`_ws`) the stages' mbarriers, 16 bytes apart.
+            assert!(l.smem as usize + 4 * (2 * WG_BM + WG8_BN) + 16 * 2 * 5 <= 227 * 1024);
+        }
+        let (g, d) = grouped_kernels(MmaBuild::Fp8Act, true, true);
+        assert_eq!(
+            (g.name(), d.name()),
+            ("moe_gate_up_wg_fp8act_ws", "moe_down_wg_fp8act_ws")
+        );
     }
 
     #[test]
