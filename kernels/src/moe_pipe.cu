@@ -8,7 +8,7 @@
 //
 // Why: at batch 128 the _any kernels hold each warp's weight loads in registers (4 k slices of
 // 16 rows x 64 B), so bytes in flight cost registers: 106-116 a thread, 2 blocks of 256 an SM,
-// half the cycles waiting on global loads, 2.1-2.7 TB/s of the ~4 (docs/cuda-kernels.md, "the
+// half the cycles waiting on global loads, 2.1-2.7 TB/s of the ~4 (docs/cuda-kernels-moe.md, "the
 // experts at high concurrency"). Here a block's weight tile streams through shared memory
 // PIPE_STAGES k slices deep, a copy costing no register, so the kernel fits 80 registers and 3
 // blocks an SM, with 2 slices (40 KB) a block in flight while the third is multiplied.
