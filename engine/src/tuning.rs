@@ -29,6 +29,20 @@ pub enum MoeGemm {
     CudaCores,
 }
 
+/// Which kernels the FP8 experts' tile GEMMs (and the dense FP8 GEMM) take with e4m3
+/// activations (`moe.fp8_activations`) on sm_90.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fp8ActKernel {
+    /// moe_mma.cu's `fp8act` mma.sync build (the default: the one measured on a GPU).
+    #[default]
+    Mma,
+    /// moe_wg8.cu's wgmma build, every thread loading between block barriers.
+    Wgmma,
+    /// moe_wg8.cu's `_ws` wgmma build: a producer warpgroup feeding two consumers.
+    WgmmaWs,
+}
+
 /// Which attention kernel `paged_attention` may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -124,10 +138,8 @@ pub struct MoeTuning {
     /// The tensor-core expert GEMMs (128-pair tiles) and the dense FP8 GEMM on sm_90 issue wgmma
     /// (`moe_wg.cu`) instead of mma.sync (`moe_mma.cu`), for bf16 and FP8 weights.
     pub wgmma: bool,
-    /// The e4m3-activation wgmma GEMMs (`moe_wg8.cu`) take the `_ws` build: a producer
-    /// warpgroup feeding two consumers through mbarriers, instead of every thread loading
-    /// between block barriers.
-    pub fp8act_producer: bool,
+    /// The kernels of the e4m3-activation tile GEMMs on sm_90 (`moe.expert_kernel = wgmma`).
+    pub fp8act_kernel: Fp8ActKernel,
 }
 
 /// Paged attention.

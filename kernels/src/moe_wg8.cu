@@ -1,6 +1,7 @@
 // The grouped expert GEMMs with e4m3 activations on Hopper's FP8 warpgroup MMA (sm_90a):
 // moe_gate_up_wg_fp8act and moe_down_wg_fp8act, the wgmma twins of moe_mma.cu's
-// moe_*_mma_fp8act (the tuning's moe.fp8_activations with moe.wgmma on a capability-9.0 GPU).
+// moe_*_mma_fp8act (the tuning's moe.fp8_activations with moe.fp8act_kernel = wgmma or
+// wgmma-ws, on a capability-9.0 GPU).
 // Same parameters, tiles (moe_tiles_wg's 128 pairs), row gathering and epilogues as moe_wg.cu
 // (read its header first); the same arithmetic as the mma.sync fp8act build up to the order of
 // the exact e4m3 products: a 128-column group's products summed by wgmma into `part`, then
@@ -199,7 +200,7 @@ __device__ void moe_wg8_impl(void* out, const unsigned char* a, const float* a_s
     mwg8_store<GATE>(out, acc, out_row, 64 * wg, e, n0, n, f);
 }
 
-// The same block warp-specialized (`_ws`, the tuning's moe.fp8act_producer): 384 threads, a
+// The same block warp-specialized (`_ws`, the tuning's moe.fp8act_kernel = wgmma-ws): 384 threads, a
 // producer warpgroup (registers lowered to MWG8_PRODUCER_REGS) copies each stage by cp.async
 // and signals its `full` mbarrier as its copies land; two consumer warpgroups (registers raised
 // to MWG8_CONSUMER_REGS) wait for it, run the stage's products, read its scales, release it

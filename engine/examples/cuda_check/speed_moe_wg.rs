@@ -21,6 +21,7 @@
 use anyhow::Result;
 use metrale_engine::backend::Backend;
 use metrale_engine::backend::cuda::{CudaBackend, CudaTensor, MoeGemm};
+use metrale_engine::tuning::Fp8ActKernel;
 use serde_json::json;
 
 use crate::report::Report;
@@ -117,7 +118,9 @@ fn compare(
 ) -> Result<()> {
     let mut outs: Vec<Vec<f32>> = Vec::new();
     let before = cuda.tuning().moe;
-    // (wgmma, e4m3 activations, moe_wg8.cu's producer warpgroup)
+    // (wgmma, e4m3 activations, moe_wg8.cu's producer warpgroup); with e4m3 activations and
+    // wgmma, `moe.fp8act_kernel` picks moe_wg8.cu's builds (mma.sync's is the `(false, true)`
+    // line)
     let builds: &[(bool, bool, bool)] = if fp8 {
         &[
             (false, false, false),
@@ -134,7 +137,11 @@ fn compare(
             t.moe.wgmma = wg;
             t.moe.gemm = MoeGemm::TensorCores;
             t.moe.fp8_activations = act8;
-            t.moe.fp8act_producer = producer;
+            t.moe.fp8act_kernel = if producer {
+                Fp8ActKernel::WgmmaWs
+            } else {
+                Fp8ActKernel::Wgmma
+            };
         });
         let mut out = cuda.zeros(shape)?;
         let ms = mean_op_ms_n(cuda, ITERS, || f(&mut out));

@@ -3,7 +3,7 @@
 //! [`Tuning`]. [`Tuning::default`] is every row's default; `docs/cuda.md`'s table is
 //! [`docs_table`].
 
-use super::{AttnKernelChoice, KernelCache, MoeGemm, Tuning};
+use super::{AttnKernelChoice, Fp8ActKernel, KernelCache, MoeGemm, Tuning};
 
 /// One tuning setting.
 pub struct Setting {
@@ -345,18 +345,34 @@ pub const SETTINGS: &[Setting] = &[
         var: "METRALE_MOE_EXPERT_KERNEL",
         accepts: "mma | wgmma",
         default: "wgmma",
-        doc: "The tensor-core expert GEMMs (prefill chunks, large decode batches) and the dense FP8 GEMM on sm_90 (H100, H200), for bf16 and FP8 weights: mma.sync on 64-pair tiles (`moe_*_mma_*`, exact FP8 sums), or Hopper's warpgroup MMA straight from shared memory on 128-pair tiles (`moe_*_wg_*`, FP8 widened to bf16 as e4m3 · scale rounded once; with e4m3 activations `moe_*_wg_fp8act*`, both operands e4m3); other GPUs and FP4 stacks always take mma.",
+        doc: "The tensor-core expert GEMMs (prefill chunks, large decode batches) and the dense FP8 GEMM on sm_90 (H100, H200), for bf16 and FP8 weights: mma.sync on 64-pair tiles (`moe_*_mma_*`, exact FP8 sums), or Hopper's warpgroup MMA straight from shared memory on 128-pair tiles (`moe_*_wg_*`, FP8 widened to bf16 as e4m3 · scale rounded once; with e4m3 activations as `moe.fp8act_kernel` says); other GPUs and FP4 stacks always take mma.",
         set: |t, v| one_of(v, ("mma", "wgmma"), &mut t.moe.wgmma),
         get: |t| show_one_of(t.moe.wgmma, ("mma", "wgmma")),
     },
     Setting {
-        name: "moe.fp8act_producer",
-        var: "METRALE_MOE_FP8ACT_PRODUCER",
-        accepts: "0 | 1",
-        default: "1",
-        doc: "The e4m3-activation wgmma expert GEMMs (`moe_wg8.cu`): a producer warpgroup feeding two consumers through mbarriers (`_ws`, 1), or every thread loading between block barriers (0).",
-        set: |t, v| flag(v, &mut t.moe.fp8act_producer),
-        get: |t| show_flag(t.moe.fp8act_producer),
+        name: "moe.fp8act_kernel",
+        var: "METRALE_MOE_FP8ACT_KERNEL",
+        accepts: "mma | wgmma | wgmma-ws",
+        default: "mma",
+        doc: "The FP8 tile GEMMs with e4m3 activations (`moe.fp8_activations`) on sm_90 with `moe.expert_kernel = wgmma`: moe_mma.cu's mma.sync `fp8act` build (the default), or moe_wg8.cu's wgmma on e4m3 × e4m3 with every thread loading (`wgmma`) or a producer warpgroup feeding two consumers (`wgmma-ws`); the wgmma builds are not yet measured on a GPU.",
+        set: |t, v| {
+            t.moe.fp8act_kernel = match v.trim().to_ascii_lowercase().as_str() {
+                "" => t.moe.fp8act_kernel,
+                "mma" => Fp8ActKernel::Mma,
+                "wgmma" => Fp8ActKernel::Wgmma,
+                "wgmma-ws" => Fp8ActKernel::WgmmaWs,
+                _ => return Err(()),
+            };
+            Ok(())
+        },
+        get: |t| {
+            match t.moe.fp8act_kernel {
+                Fp8ActKernel::Mma => "mma",
+                Fp8ActKernel::Wgmma => "wgmma",
+                Fp8ActKernel::WgmmaWs => "wgmma-ws",
+            }
+            .to_string()
+        },
     },
     Setting {
         name: "attention.kernel",

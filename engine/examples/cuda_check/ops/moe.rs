@@ -2,6 +2,7 @@
 //! tensor cores) against the CPU, and the FP8 GEMM on tensor cores.
 
 use metrale_engine::backend::cuda::MoeGemm;
+use metrale_engine::tuning::Fp8ActKernel;
 
 use super::*;
 
@@ -22,12 +23,14 @@ pub(super) type Experts<'a> = (
     (&'a CpuTensor, &'a CpuTensor),
 );
 
-/// A way to run a case's experts: the kernels, FP8 activations, the small-step kernels'
-/// pipelined build (`moe.small_mma = pipe`), and the tolerance.
+/// A way to run a case's experts: the kernels, FP8 activations (and on sm_90 the kernels of
+/// their tile GEMMs, `moe.fp8act_kernel`), the small-step kernels' pipelined build
+/// (`moe.small_mma = pipe`), and the tolerance.
 #[derive(Clone, Copy)]
 pub(super) struct Route {
     gemm: MoeGemm,
     fp8_act: bool,
+    fp8act_kernel: Fp8ActKernel,
     pipe: bool,
     name: &'static str,
     tol: Tol,
@@ -36,6 +39,7 @@ pub(super) struct Route {
 pub(super) const CUDA_CORES: Route = Route {
     gemm: MoeGemm::CudaCores,
     fp8_act: false,
+    fp8act_kernel: Fp8ActKernel::Mma,
     pipe: false,
     name: "cuda cores",
     tol: MOE,
@@ -43,6 +47,7 @@ pub(super) const CUDA_CORES: Route = Route {
 pub(super) const TENSOR_CORES: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: false,
+    fp8act_kernel: Fp8ActKernel::Mma,
     pipe: false,
     name: "tensor cores",
     tol: MOE,
@@ -53,6 +58,7 @@ pub(super) const TENSOR_CORES: Route = Route {
 pub(super) const PIPELINED: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: false,
+    fp8act_kernel: Fp8ActKernel::Mma,
     pipe: true,
     name: "tensor cores, pipelined",
     tol: MOE,
@@ -60,9 +66,21 @@ pub(super) const PIPELINED: Route = Route {
 pub(super) const TENSOR_CORES_FP8_ACT: Route = Route {
     gemm: MoeGemm::TensorCores,
     fp8_act: true,
+    fp8act_kernel: Fp8ActKernel::Mma,
     pipe: false,
     name: "tensor cores, e4m3 activations",
     tol: FP8_ACT,
+};
+/// The same on moe_wg8.cu's e4m3 wgmma builds (sm_90; elsewhere TENSOR_CORES_FP8_ACT again).
+pub(super) const FP8_ACT_WGMMA: Route = Route {
+    fp8act_kernel: Fp8ActKernel::Wgmma,
+    name: "tensor cores, e4m3 activations, wgmma",
+    ..TENSOR_CORES_FP8_ACT
+};
+pub(super) const FP8_ACT_WGMMA_WS: Route = Route {
+    fp8act_kernel: Fp8ActKernel::WgmmaWs,
+    name: "tensor cores, e4m3 activations, wgmma-ws",
+    ..TENSOR_CORES_FP8_ACT
 };
 /// The router logits of a case: uniform in [-3, 3), or (skewed) experts 0-3 favoured by 4 for
 /// two tokens in three (uneven counts: a few experts with several 64-row tiles) and every
@@ -176,9 +194,22 @@ impl Ops<'_> {
                 if skew { " skewed" } else { "" }
             );
             let routes: &[Route] = if h % 128 == 0 && i % 128 == 0 {
-                &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT, PIPELINED]
+                &[
+                    CUDA_CORES,
+                    TENSOR_CORES,
+                    TENSOR_CORES_FP8_ACT,
+                    FP8_ACT_WGMMA,
+                    FP8_ACT_WGMMA_WS,
+                    PIPELINED,
+                ]
             } else if h % 16 == 0 && i % 16 == 0 {
-                &[CUDA_CORES, TENSOR_CORES, TENSOR_CORES_FP8_ACT]
+                &[
+                    CUDA_CORES,
+                    TENSOR_CORES,
+                    TENSOR_CORES_FP8_ACT,
+                    FP8_ACT_WGMMA,
+                    FP8_ACT_WGMMA_WS,
+                ]
             } else {
                 &[CUDA_CORES]
             };
@@ -328,6 +359,7 @@ impl Ops<'_> {
         let forced = Route {
             gemm: MoeGemm::TensorCores,
             fp8_act: false,
+            fp8act_kernel: Fp8ActKernel::Mma,
             pipe: false,
             name: "tensor cores asked, f32 stays on the cuda cores",
             tol: Tol::F32,
@@ -439,6 +471,7 @@ impl Ops<'_> {
         cuda.retune(|t| {
             t.moe.gemm = route.gemm;
             t.moe.fp8_activations = route.fp8_act;
+            t.moe.fp8act_kernel = route.fp8act_kernel;
             t.moe.small_pipe = route.pipe;
         });
         let mut out = cuda.zeros(&want.shape)?;
@@ -589,14 +622,18 @@ impl Ops<'_> {
     /// matmul with an FP8 weight and more than 32 rows on the tensor-core kernel
     /// (`gemm.fp8_matmul_mma`), bf16 and e4m3 activations, against the CPU: one 30B-A3B qkv
     /// shape, a 2048-row prefill of its o projection, and ragged tiles (m, n not multiples of
-    /// 64 and 128, k of 32).
+    /// 64 and 128, k of 32); e4m3 activations on each `moe.fp8act_kernel` (the wgmma ones on
+    /// sm_90).
     pub(super) fn matmul_fp8_mma(&mut self) -> Result<()> {
+        let builds = [
+            (false, Fp8ActKernel::Mma, ""),
+            (true, Fp8ActKernel::Mma, ", e4m3 activations"),
+            (true, Fp8ActKernel::Wgmma, ", e4m3 activations, wgmma"),
+            (true, Fp8ActKernel::WgmmaWs, ", e4m3 activations, wgmma-ws"),
+        ];
         for (m, k, n) in [(130, 2048, 1536), (2048, 4096, 2048), (33, 272, 200)] {
-            for fp8_act in [false, true] {
-                let case = format!(
-                    "x bf16 [{m}, {k}] · w fp8 [{n}, {k}]ᵀ tensor cores{}",
-                    if fp8_act { ", e4m3 activations" } else { "" }
-                );
+            for (fp8_act, kernel, what) in builds {
+                let case = format!("x bf16 [{m}, {k}] · w fp8 [{n}, {k}]ᵀ tensor cores{what}");
                 let tol = if fp8_act { FP8_ACT } else { MOE };
                 self.run("matmul", &case, |s| {
                     let (x_d, x_c) = s.random(&[m, k], 1.0, DType::BF16)?;
@@ -604,10 +641,16 @@ impl Ops<'_> {
                     let mut out_d = s.cuda.zeros(&[m, n])?;
                     let mut out_c = s.cpu.zeros(&[m, n])?;
                     s.cuda.retune(|t| t.gemm.fp8_matmul_mma = true);
-                    s.cuda.retune(|t| t.moe.fp8_activations = fp8_act);
+                    s.cuda.retune(|t| {
+                        t.moe.fp8_activations = fp8_act;
+                        t.moe.fp8act_kernel = kernel;
+                    });
                     let r = s.cuda.matmul(&mut out_d, &x_d, &w_d);
                     s.cuda.retune(|t| t.gemm.fp8_matmul_mma = false);
-                    s.cuda.retune(|t| t.moe.fp8_activations = false);
+                    s.cuda.retune(|t| {
+                        t.moe.fp8_activations = false;
+                        t.moe.fp8act_kernel = Fp8ActKernel::Mma;
+                    });
                     r?;
                     s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
                     s.check("matmul", &case, tol, &out_d, &out_c)?;

@@ -30,6 +30,7 @@ use super::typed_launch::Args;
 use crate::backend::Result;
 use crate::backend::kernels::{self, Kernel};
 use crate::backend::moe_plan::{self, MmaBuild, SmallBuild};
+use crate::tuning::Fp8ActKernel;
 
 /// Rows (pairs) of a block tile (`MMA_BM` in moe_mma.cu).
 const BM: usize = 64;
@@ -249,10 +250,13 @@ impl CudaBackend {
     }
 
     /// Whether `build`'s tile GEMMs (and the dense FP8 GEMM) run the wgmma kernels (moe_wg.cu,
-    /// moe_wg8.cu): the tuning's `moe.expert_kernel = wgmma`, a capability-9.0 GPU (the loader
-    /// compiles it as sm_90a), and bf16 or FP8 weights.
+    /// moe_wg8.cu): the tuning's `moe.expert_kernel = wgmma` (with e4m3 activations also
+    /// `moe.fp8act_kernel` other than `mma`), a capability-9.0 GPU (the loader compiles it as
+    /// sm_90a), and bf16 or FP8 weights.
     fn expert_wgmma(&self, build: MmaBuild) -> bool {
-        self.tuning().moe.wgmma
+        let moe = self.tuning().moe;
+        moe.wgmma
+            && (build != MmaBuild::Fp8Act || moe.fp8act_kernel != Fp8ActKernel::Mma)
             && self.info.compute_capability == (9, 0)
             && wg_kernels(build).is_some()
     }
@@ -427,7 +431,7 @@ impl CudaBackend {
             ));
         }
         let wg = self.expert_wgmma(build);
-        let ws = self.tuning().moe.fp8act_producer;
+        let ws = self.tuning().moe.fp8act_kernel == Fp8ActKernel::WgmmaWs;
         let clamped = match clamp {
             Some(_) => Some(clamped_kernel(build, wg).ok_or_else(clamped_needs_bf16)?),
             None => None,
@@ -556,7 +560,7 @@ impl CudaBackend {
         let (mi, ni, ki) = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
         let (wp, wsp) = (w.ptr(s), w.scales_ptr(s));
         let wg = self.expert_wgmma(build);
-        let ws = self.tuning().moe.fp8act_producer;
+        let ws = self.tuning().moe.fp8act_kernel == Fp8ActKernel::WgmmaWs;
         let kernel = grouped_kernels(build, wg, ws).1;
         let shape = launch_shape(build, wg, ws);
         // SAFETY: out is [m, n] f32 (the caller's checks), x [m, k] bf16 (or its
