@@ -187,6 +187,21 @@ __device__ __forceinline__ int moe_tile_rows(int* a_row, int* out_row, const int
     return e;
 }
 
+// The weight row of each of a block's BN B rows (-1 past the matrix) for its columns from n0 =
+// blockIdx.y · (GATE ? BN / 2 : BN), which it returns: gate_up's rows 0 .. BN / 2 - 1 are the
+// gate rows of the block's columns and the rest their up rows (w [E, 2n, k]); down's are rows
+// n0 .. of expert e (w [E, n, k]). The caller syncs before reading the table.
+template <int BN, bool GATE>
+__device__ __forceinline__ int moe_tile_w_rows(int* w_row, int e, int n) {
+    const int n0 = (int)blockIdx.y * (GATE ? BN / 2 : BN);
+    for (int r = (int)threadIdx.x; r < BN; r += (int)blockDim.x) {
+        const int j = n0 + (GATE ? r % (BN / 2) : r);
+        const int row = GATE ? e * 2 * n + (r < BN / 2 ? 0 : n) + j : e * n + j;
+        w_row[r] = j < n ? row : -1;
+    }
+    return n0;
+}
+
 // How moe_mma_impl's B tiles arrive. MmaStoredW: the weights as stored (w, w_scales), copied
 // by cp.async with A's chunks. The other loader, moe_mma_fp4.cu's MmaFp4Tile (REG): FP4 weights
 // loaded into registers one slice ahead (fetch), written widened to bf16 into MODE 0's B rows
@@ -224,14 +239,8 @@ __device__ void moe_mma_impl(void* out, const void* a, const float* a_scales, co
 
     const int e = moe_tile_rows<BM>(a_row, out_row, tiles, offsets, perm, rows, a_div);
     if (e < 0) return;
-    const int n0 = (int)blockIdx.y * (GATE ? MMA_BN / 2 : MMA_BN);
+    const int n0 = moe_tile_w_rows<MMA_BN, GATE>(w_row, e, n);
     const int tid = threadIdx.x;
-    for (int r = tid; r < MMA_BN; r += THREADS) {
-        // gate_up: B rows 0..63 are gate rows n0.., 64..127 the up rows n + n0...
-        const int j = n0 + (GATE ? r % (MMA_BN / 2) : r);
-        const int row = GATE ? e * 2 * n + (r < MMA_BN / 2 ? 0 : n) + j : e * n + j;
-        w_row[r] = j < n ? row : -1;
-    }
     __syncthreads();
 
     const unsigned char* a8 = (const unsigned char*)a;

@@ -81,14 +81,9 @@ __device__ void moe_wg_impl(void* out, const bf16* a, const void* w, const float
 
     const int e = moe_tile_rows<BM>(a_row, out_row, tiles, offsets, perm, rows, a_div);
     if (e < 0) return;
-    const int n0 = (int)blockIdx.y * (GATE ? BN / 2 : BN);
+    // gate_up: rows 0-127 are the gate rows of columns n0 .., rows 128-255 their up rows
+    const int n0 = moe_tile_w_rows<BN, GATE>(w_row, e, n);
     const int tid = threadIdx.x;
-    for (int r = tid; r < BN; r += T) {
-        // gate_up: rows 0-127 are the gate rows of columns n0 .., rows 128-255 their up rows
-        const int j = n0 + (GATE ? r % 128 : r);
-        const int row = GATE ? e * 2 * n + (r < 128 ? 0 : n) + j : e * n + j;
-        w_row[r] = j < n ? row : -1;
-    }
     __syncthreads();
 
     const int groups = (k + MMA_GROUP - 1) / MMA_GROUP;

@@ -39,6 +39,37 @@ struct Mwg8Cfg {
 };
 
 #ifdef METRALE_WGMMA
+// Stage kt (k columns 128 kt ..) into st by cp.async, the copies dealt to THREADS threads from
+// `tid`: the A rows' and the weight rows' 16-byte chunks into their swizzled places, then the
+// rows' scales of the stage's group (A rows' first, then the weight rows'); zeros past the
+// pairs, the rows and k. a_row / w_row: the block's row tables (-1: no row).
+template <int THREADS>
+__device__ __forceinline__ void mwg8_load(unsigned char* st, int kt, const unsigned char* a,
+                                          const float* a_scales, const unsigned char* w,
+                                          const float* w_scales, const int* a_row,
+                                          const int* w_row, int k, int groups, int tid) {
+    using C = Mwg8Cfg;
+    unsigned char* const sw = st + C::A_BYTES;
+#pragma unroll 4
+    for (int c = tid; c < C::BM * 8; c += THREADS) {
+        const int r = c >> 3, ch = c & 7, kk = kt * C::BK + ch * 16;
+        const bool ok = a_row[r] >= 0 && kk < k;
+        cp_async<16>(st + wg_sw128<C::BM>(r, ch), ok ? a + (u64)a_row[r] * k + kk : a, ok);
+    }
+#pragma unroll 4
+    for (int c = tid; c < C::BN * 8; c += THREADS) {
+        const int r = c >> 3, ch = c & 7, kk = kt * C::BK + ch * 16;
+        const bool ok = w_row[r] >= 0 && kk < k;
+        cp_async<16>(sw + wg_sw128<C::BN>(r, ch), ok ? w + (u64)w_row[r] * k + kk : w, ok);
+    }
+    for (int i = tid; i < C::BM + C::BN; i += THREADS) {
+        const int row = i < C::BM ? a_row[i] : w_row[i - C::BM];
+        const float* const base = i < C::BM ? a_scales : w_scales;
+        cp_async<4>(sw + C::W_BYTES + 4 * i, row >= 0 ? base + (u64)row * groups + kt : base,
+                    row >= 0);
+    }
+}
+
 // A stage's products of this warpgroup into part: its 64 A rows from tile row r0 against the
 // stage's 128 weight rows, four m64n128k32 over the stage's 128 columns, waited for.
 __device__ __forceinline__ void mwg8_products(float (&part)[64], const unsigned char* st, int r0) {
@@ -129,39 +160,14 @@ __device__ void moe_wg8_impl(void* out, const unsigned char* a, const float* a_s
 
     const int e = moe_tile_rows<BM>(a_row, out_row, tiles, offsets, perm, rows, a_div);
     if (e < 0) return;
-    const int n0 = (int)blockIdx.y * (GATE ? BN / 2 : BN);
+    const int n0 = moe_tile_w_rows<BN, GATE>(w_row, e, n);
     const int tid = threadIdx.x;
-    for (int r = tid; r < BN; r += T) {
-        const int j = n0 + (GATE ? r % (BN / 2) : r);
-        const int row = GATE ? e * 2 * n + (r < BN / 2 ? 0 : n) + j : e * n + j;
-        w_row[r] = j < n ? row : -1;
-    }
     __syncthreads();
 
     const int groups = (k + MMA_GROUP - 1) / MMA_GROUP;
     auto stage = [&](int slot) { return smem + slot * C::STAGE; };
-    // Stage kt (k columns 128 kt ..) into slot `slot`: A rows, weight rows, then the scales
-    // (threads 0-127 an A row's, 128-255 a weight row's); zeros past the pairs, rows and k.
     auto load = [&](int kt, int slot) {
-        unsigned char* const sa = stage(slot);
-        unsigned char* const sw = sa + C::A_BYTES;
-#pragma unroll 4
-        for (int c = tid; c < BM * 8; c += T) {
-            const int r = c >> 3, ch = c & 7, kk = kt * BK + ch * 16;
-            const bool ok = a_row[r] >= 0 && kk < k;
-            cp_async<16>(sa + wg_sw128<BM>(r, ch), ok ? a + (u64)a_row[r] * k + kk : a, ok);
-        }
-#pragma unroll 4
-        for (int c = tid; c < BN * 8; c += T) {
-            const int r = c >> 3, ch = c & 7, kk = kt * BK + ch * 16;
-            const bool ok = w_row[r] >= 0 && kk < k;
-            cp_async<16>(sw + wg_sw128<BN>(r, ch), ok ? w + (u64)w_row[r] * k + kk : w, ok);
-        }
-        const int r = tid & 127;
-        const int src_row = tid < 128 ? a_row[r] : w_row[r];
-        const float* const base = tid < 128 ? a_scales : w_scales;
-        const bool ok = src_row >= 0;
-        cp_async<4>(sw + C::W_BYTES + 4 * tid, ok ? base + (u64)src_row * groups + kt : base, ok);
+        mwg8_load<T>(stage(slot), kt, a, a_scales, w, w_scales, a_row, w_row, k, groups, tid);
     };
 
     // The warpgroup and whether it has pairs, read from lane 0 so the compiler knows both are
@@ -224,13 +230,8 @@ __device__ void moe_wg8_ws_impl(void* out, const unsigned char* a, const float* 
 
     const int e = moe_tile_rows<BM>(a_row, out_row, tiles, offsets, perm, rows, a_div);
     if (e < 0) return;
-    const int n0 = (int)blockIdx.y * (GATE ? BN / 2 : BN);
+    const int n0 = moe_tile_w_rows<BN, GATE>(w_row, e, n);
     const int tid = threadIdx.x;
-    for (int r = tid; r < BN; r += T) {
-        const int j = n0 + (GATE ? r % (BN / 2) : r);
-        const int row = GATE ? e * 2 * n + (r < BN / 2 ? 0 : n) + j : e * n + j;
-        w_row[r] = j < n ? row : -1;
-    }
     if (tid == 0) {
         for (int st = 0; st < S; ++st) {
             mbar_init(full(st), 128); // every producer thread
@@ -244,31 +245,12 @@ __device__ void moe_wg8_ws_impl(void* out, const unsigned char* a, const float* 
     auto stage = [&](int slot) { return smem + slot * C::STAGE; };
     const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0);
     if (wgi == 0) {
-        // The producer: stage kt into slot kt % S once both consumers released what it held;
-        // a thread's A and weight chunks, then (threads 0-127 of the 256 scales) its two scales.
+        // The producer: stage kt into slot kt % S once both consumers released what it held.
         wg_setmaxnreg_dec<MWG8_PRODUCER_REGS>();
         for (int kt = 0; kt < ktiles; ++kt) {
             const int st = kt % S;
             if (kt >= S) mbar_wait(empty(st), (u32)((kt / S - 1) & 1));
-            unsigned char* const sa = stage(st);
-            unsigned char* const sw = sa + C::A_BYTES;
-#pragma unroll 4
-            for (int c = tid; c < BM * 8; c += 128) {
-                const int r = c >> 3, ch = c & 7, kk = kt * BK + ch * 16;
-                const bool ok = a_row[r] >= 0 && kk < k;
-                cp_async<16>(sa + wg_sw128<BM>(r, ch), ok ? a + (u64)a_row[r] * k + kk : a, ok);
-            }
-#pragma unroll 4
-            for (int c = tid; c < BN * 8; c += 128) {
-                const int r = c >> 3, ch = c & 7, kk = kt * BK + ch * 16;
-                const bool ok = w_row[r] >= 0 && kk < k;
-                cp_async<16>(sw + wg_sw128<BN>(r, ch), ok ? w + (u64)w_row[r] * k + kk : w, ok);
-            }
-            const int ar = a_row[tid], wr = w_row[tid];
-            cp_async<4>(sw + C::W_BYTES + 4 * tid,
-                        ar >= 0 ? a_scales + (u64)ar * groups + kt : a_scales, ar >= 0);
-            cp_async<4>(sw + C::W_BYTES + 4 * (BM + tid),
-                        wr >= 0 ? w_scales + (u64)wr * groups + kt : w_scales, wr >= 0);
+            mwg8_load<128>(stage(st), kt, a, a_scales, w, w_scales, a_row, w_row, k, groups, tid);
             mbar_arrive_cp_async(full(st));
         }
         return;

@@ -94,9 +94,10 @@ const MAX_BATCH: usize = 128;
 
 pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     // First, so a run cut short still has it: the pipelined small-step experts against the
-    // default (issue 34). METRALE_MOE_SPEED_PIPE=0 skips it and the probes (under a profiler,
-    // so the decode steps' kernels come first).
-    if std::env::var("METRALE_MOE_SPEED_PIPE").map_or(true, |v| v != "0") {
+    // default (issue 34). Under a profiler (METRALE_MOE_SPEED_PREFILL=0, below) it and the
+    // probes are skipped, so the decode steps' kernels come first.
+    let prefill = std::env::var("METRALE_MOE_SPEED_PREFILL").map_or(true, |v| v != "0");
+    if prefill {
         pipe_sweep(cuda, report)?;
         // The synchronisation probes and the persistent-kernel skeleton (reported, not fatal).
         speed_probe::run(cuda, report);
@@ -107,7 +108,8 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
     // profiler).
     let only = std::env::var("METRALE_MOE_SPEED_ONLY").unwrap_or_default();
     // METRALE_MOE_SPEED_BATCHES=1 times only those decode batches; METRALE_MOE_SPEED_PREFILL=0
-    // skips the prefill and the single ops (both for runs under a profiler).
+    // skips the pipelined sweep, the probes, the prefill and the single ops (both for runs
+    // under a profiler).
     let batches: Vec<usize> = match std::env::var("METRALE_MOE_SPEED_BATCHES") {
         Ok(v) => v
             .split(',')
@@ -124,7 +126,6 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
         "METRALE_MOE_SPEED_BATCHES: batch sizes from 1 to {MAX_BATCH} (the KV storage holds \
          {MAX_BATCH} sequences)"
     );
-    let prefill = std::env::var("METRALE_MOE_SPEED_PREFILL").map_or(true, |v| v != "0");
     for (name, text) in CONFIGS
         .into_iter()
         .filter(|(n, _)| n.contains(only.as_str()))

@@ -261,6 +261,22 @@ impl CudaBackend {
             && wg_kernels(build).is_some()
     }
 
+    /// `build`'s tile GEMM kernels (gate|up, down), their launch, and whether they are the
+    /// wgmma ones ([`Self::expert_wgmma`]; e4m3 activations: `moe.fp8act_kernel` picks the
+    /// build).
+    fn tile_kernels(
+        &self,
+        build: MmaBuild,
+    ) -> (bool, (Kernel<MmaArgs>, Kernel<MmaArgs>), MmaLaunch) {
+        let wg = self.expert_wgmma(build);
+        let ws = self.tuning().moe.fp8act_kernel == Fp8ActKernel::WgmmaWs;
+        (
+            wg,
+            grouped_kernels(build, wg, ws),
+            launch_shape(build, wg, ws),
+        )
+    }
+
     /// Stages 3 and 4 for a small step (`moe_plan::Experts::SmallMma`): `act` [pairs,
     /// i] (bf16, pair rows) from x [t, h] (bf16), then the returned `ys` [pairs, h] (f32, pair
     /// rows). `offsets` and `active` (e + 1 each) and `perm` (pairs) are the plan's device
@@ -430,16 +446,13 @@ impl CudaBackend {
                 ),
             ));
         }
-        let wg = self.expert_wgmma(build);
-        let ws = self.tuning().moe.fp8act_kernel == Fp8ActKernel::WgmmaWs;
+        let (wg, (gate_up_kernel, down_kernel), shape) = self.tile_kernels(build);
         let clamped = match clamp {
             Some(_) => Some(clamped_kernel(build, wg).ok_or_else(clamped_needs_bf16)?),
             None => None,
         };
         let pairs = t * top_k;
         let s = &self.stream;
-        let (gate_up_kernel, down_kernel) = grouped_kernels(build, wg, ws);
-        let shape = launch_shape(build, wg, ws);
         // An upper bound of the tiles: each expert's ceil(count / bm), at most one a pair.
         let bm = shape.bm;
         let max_tiles = pairs.min((pairs + e * (bm - 1)) / bm);
@@ -559,10 +572,7 @@ impl CudaBackend {
             .map_or((x.ptr(s), 0), |q| (q.ptr(s), q.scales_ptr(s)));
         let (mi, ni, ki) = (int(m, "matmul")?, int(n, "matmul")?, int(k, "matmul")?);
         let (wp, wsp) = (w.ptr(s), w.scales_ptr(s));
-        let wg = self.expert_wgmma(build);
-        let ws = self.tuning().moe.fp8act_kernel == Fp8ActKernel::WgmmaWs;
-        let kernel = grouped_kernels(build, wg, ws).1;
-        let shape = launch_shape(build, wg, ws);
+        let (_, (_, kernel), shape) = self.tile_kernels(build);
         // SAFETY: out is [m, n] f32 (the caller's checks), x [m, k] bf16 (or its
         // e4m3 copy with [m, ceil(k/128)] scales), w [n, k] FP8 with its scales; k % 16 == 0 so
         // every 16-byte load of a row is aligned and inside it; null tiles, offsets and perm:
@@ -704,7 +714,7 @@ mod tests {
         // MwgCfg<0>::SMEM and MwgCfg<1>::SMEM in moe_wg.cu, within the 227 KB a block may
         // take beside its static row tables.
         for (build, smem) in [(MmaBuild::Bf16, 197_632), (MmaBuild::Fp8, 201_728)] {
-            let l = launch_shape(build, true, true);
+            let l = launch_shape(build, true, false);
             assert_eq!((l.threads, l.smem, l.bm, l.bn), (256, smem, WG_BM, WG_BN));
             assert!(smem as usize + 4 * (2 * WG_BM + WG_BN) <= 227 * 1024);
         }
