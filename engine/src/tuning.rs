@@ -109,6 +109,10 @@ pub struct GemmTuning {
     /// `matmul` with an NVFP4 weight and from this many rows up to `nvfp4_mma_rows` runs the
     /// tile GEMM (`nvfp4_gemm_*`, each weight converted once a block); `None`: never.
     pub nvfp4_tile_rows_min: Option<usize>,
+    /// `matmul` with an NVFP4 weight on Blackwell GeForce / DGX Spark (sm_120a / sm_121a)
+    /// quantizes the activations to NVFP4 and runs the block-scaled FP4 tensor cores
+    /// (`nvfp4_w4a4.cu`, W4A4); untested on hardware, so off by default.
+    pub nvfp4_w4a4: bool,
 }
 
 /// Mixture-of-experts blocks (`fused_moe`, see `backend::moe_plan`).

@@ -163,6 +163,7 @@ impl Module {
                 include_str!("nvfp4.cu"),
                 include_str!("nvfp4_gemv.cu"),
                 include_str!("nvfp4_gemm.cu"),
+                include_str!("nvfp4_w4a4.cu"),
                 include_str!("moe_fp4_small.cu")
             ),
             Module::Hybrid => concat!(

@@ -1,7 +1,8 @@
 //! Compiling the kernel files with NVRTC, caching the images on disk, loading them lazily.
 //!
 //! The target follows the device: `sm_90a` (a cubin with Hopper's own instructions) on compute
-//! capability 9.0, `compute_XY` (PTX that the driver finishes for the chip) elsewhere. A module is
+//! capability 9.0, `sm_120a` / `sm_121a` on Blackwell GeForce and DGX Spark (their block-scaled
+//! FP4 tensor cores), `compute_XY` (PTX that the driver finishes for the chip) elsewhere. A module is
 //! compiled the first time one of its kernels is asked for, at most once per process; its image
 //! goes to the disk cache, and a later process with the same program, target, NVRTC and driver
 //! loads it from there without compiling.
@@ -69,7 +70,7 @@ fn driver(what: impl Into<String>) -> impl FnOnce(DriverError) -> KernelError {
 /// What the kernels are compiled for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    /// `sm_90a` or `compute_XY`.
+    /// `sm_90a`, `sm_120a`, `sm_121a` or `compute_XY`.
     pub arch: String,
     /// True when the image is a cubin (a real architecture), false for PTX.
     pub cubin: bool,
@@ -82,8 +83,17 @@ pub struct Target {
 impl Target {
     pub fn new(compute_capability: (i32, i32), nvrtc_version: (i32, i32), driver: i32) -> Self {
         let (major, minor) = compute_capability;
-        let (arch, cubin) = if (major, minor) == (9, 0) {
-            ("sm_90a".to_string(), true)
+        // Architecture-specific cubins where a kernel uses the chip's own instructions:
+        // Hopper's wgmma, Blackwell GeForce / DGX Spark's block-scaled FP4 mma.sync
+        // (nvfp4_w4a4.cu), which NVRTC targets from 12.8 (sm_120a) and 12.9 (sm_121a).
+        let specific = match (major, minor) {
+            (9, 0) => true,
+            (12, 0) => nvrtc_version >= (12, 8),
+            (12, 1) => nvrtc_version >= (12, 9),
+            _ => false,
+        };
+        let (arch, cubin) = if specific {
+            (format!("sm_{major}{minor}a"), true)
         } else {
             (format!("compute_{major}{minor}"), false)
         };
@@ -478,6 +488,15 @@ mod tests {
         assert_eq!((h.arch.as_str(), h.cubin), ("sm_90a", true));
         let a = Target::new((8, 6), (13, 0), 13000);
         assert_eq!((a.arch.as_str(), a.cubin), ("compute_86", false));
+        let b = Target::new((12, 0), (13, 0), 13000);
+        assert_eq!((b.arch.as_str(), b.cubin), ("sm_120a", true));
+        let spark = Target::new((12, 1), (12, 9), 12090);
+        assert_eq!((spark.arch.as_str(), spark.cubin), ("sm_121a", true));
+        // An NVRTC too old for the chip's own target: portable PTX (no FP4 tensor cores).
+        let old = Target::new((12, 1), (12, 8), 12080);
+        assert_eq!((old.arch.as_str(), old.cubin), ("compute_121", false));
+        let b200 = Target::new((10, 0), (13, 0), 13000);
+        assert_eq!((b200.arch.as_str(), b200.cubin), ("compute_100", false));
         assert!(
             h.options(&[PathBuf::from("/cuda/include")])
                 .contains(&"--include-path=/cuda/include".to_string())
@@ -495,7 +514,7 @@ mod tests {
             return;
         }
         let version = nvrtc_version().expect("nvrtc version");
-        for arch in [(9, 0), (8, 0), (7, 5)] {
+        for arch in [(9, 0), (12, 0), (8, 0), (7, 5)] {
             let target = Target::new(arch, version, 13000);
             let mut options = target.options(&[]);
             options.push("--ptxas-options=-v".into());
@@ -513,7 +532,11 @@ mod tests {
                     target.arch
                 );
                 // Register arrays must stay in registers: no local-memory spills. ptxas names
-                // the function before its figures.
+                // the function before its figures. On sm_120a (every module compiled, so the
+                // engine builds for Blackwell GeForce) only the W4A4 kernels (nvfp4_w4a4.cu,
+                // written for it) are held to it: the others were tuned on Hopper, and a few
+                // spill a word or two there (attention_flash_win_bf16_kv8_d256: 4 bytes,
+                // moe_gate_up_clamped_mxfp4_small: 16), which costs speed, not results.
                 let mut function = "";
                 for line in log.lines() {
                     if line.contains("Compiling entry function")
@@ -521,8 +544,13 @@ mod tests {
                     {
                         function = line.trim();
                     }
+                    let strict = arch != (12, 0)
+                        || function.contains("nvfp4_w4a4")
+                        || function.contains("quant_nvfp4_rows");
                     assert!(
-                        !line.contains("bytes spill") || line.contains(" 0 bytes spill stores"),
+                        !strict
+                            || !line.contains("bytes spill")
+                            || line.contains(" 0 bytes spill stores"),
                         "{} for {} ({function}): {line}",
                         m.name(),
                         target.arch

@@ -9,6 +9,7 @@ pub mod kernels;
 pub mod kv_fp8;
 pub mod moe_plan;
 mod moe_shapes;
+pub mod nvfp4_act;
 mod params;
 pub mod sampling;
 

@@ -234,6 +234,15 @@ pub const SETTINGS: &[Setting] = &[
         get: |t| show_or(t.gemm.nvfp4_tile_rows_min, "off"),
     },
     Setting {
+        name: "gemm.nvfp4_w4a4",
+        var: "METRALE_NVFP4_W4A4",
+        accepts: "0 | 1",
+        default: "0",
+        doc: "On Blackwell GeForce and DGX Spark (sm_120a / sm_121a), `matmul` with an NVFP4 weight and up to `gemm.nvfp4_mma_rows` rows quantizes the activations to NVFP4 (a global per row, E4M3 scales per 16 values) and runs the block-scaled FP4 tensor cores (`gemm_nvfp4_w4a4_*`, W4A4: costs accuracy, as `moe.fp8_activations` does); elsewhere it changes nothing. Checked by the host emulation only, not yet on a Blackwell GPU: off by default.",
+        set: |t, v| flag(v, &mut t.gemm.nvfp4_w4a4),
+        get: |t| show_flag(t.gemm.nvfp4_w4a4),
+    },
+    Setting {
         name: "moe.small_paths",
         var: "METRALE_MOE_SMALL_PATHS",
         accepts: "0 | 1",

@@ -26,6 +26,7 @@ fn defaults_are_todays() {
     assert!(!t.gemm.gemv_full && t.gemm.gemm_tune && t.gemm.fp8_gemv_mma);
     assert!(!t.gemm.fp8_matmul_mma);
     assert_eq!(t.gemm.nvfp4_tile_rows_min, Some(128));
+    assert!(!t.gemm.nvfp4_w4a4);
     assert_eq!(t.gemm.fp8_tile_rows_min, Some(97));
     assert_eq!(t.gemm.fp8_tile_max_splits, 4);
     assert!(t.moe.small_paths && t.moe.decode_gate_up && t.moe.small_mma);

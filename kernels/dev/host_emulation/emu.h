@@ -41,7 +41,7 @@ struct Warp {
     std::unique_ptr<std::barrier<>> bar;
     float f[32];
     unsigned u[32];
-    unsigned a[32][4], b[32][2];
+    unsigned a[32][4], b[32][2], s[32][2];
     const void* p[32];
 };
 // A block's barrier and warps; each thread points at its own block's.
@@ -278,6 +278,58 @@ inline void emu_mma_m16n8k32_e4m3(float c[4], unsigned a0, unsigned a1, unsigned
             B[16 + 4 * t + i][g] = byte(b[1], i);
         }
     });
+}
+// mma.sync.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X.f32.e2m1.e2m1.f32.ue4m3
+// with selectors {0, 0}, as the PTX ISA lays out 4-bit fragments: a0..a3 = A[g][8t..],
+// A[g + 8][8t..], A[g][32 + 8t..], A[g + 8][32 + 8t..]; b0, b1 = B[8t..][g], B[32 + 8t..][g]
+// (eight nibbles a register, the lower k in the low nibble); scale_A of row g from lane 4g's
+// sa, of row g + 8 from lane 4g + 1's; scale_B of column g from lane 4g's sb; byte c of a
+// scale word scales k 16c .. 16c + 15. Each 16-wide chunk's sum of E2M1 products is exact in
+// f32; the chunks are added scaled, in k order (the hardware's order may differ in the last bits).
+inline float emu_e2m1(unsigned nib) {
+    static const float mag[8] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+    return (nib & 8) ? -mag[nib & 7] : mag[nib & 7];
+}
+inline void emu_mma_m16n8k64_nvfp4(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                   unsigned b0, unsigned b1, unsigned sa, unsigned sb) {
+    Warp* w = g_warps[threadIdx.x / 32];
+    const unsigned lane = threadIdx.x % 32;
+    w->a[lane][0] = a0; w->a[lane][1] = a1; w->a[lane][2] = a2; w->a[lane][3] = a3;
+    w->b[lane][0] = b0; w->b[lane][1] = b1;
+    w->s[lane][0] = sa; w->s[lane][1] = sb;
+    w->bar->arrive_and_wait();
+    float A[16][64], B[64][8], SA[16][4], SB[4][8];
+    auto nib = [](unsigned reg, int i) { return emu_e2m1((reg >> (4 * i)) & 15u); };
+    auto scale = [](unsigned reg, int c) { return emu_e4m3((reg >> (8 * c)) & 0x7fu); };
+    for (unsigned l = 0; l < 32; ++l) {
+        const unsigned g = l / 4, t = l % 4;
+        const unsigned* a = w->a[l];
+        const unsigned* b = w->b[l];
+        for (int i = 0; i < 8; ++i) {
+            A[g][8 * t + i] = nib(a[0], i);
+            A[g + 8][8 * t + i] = nib(a[1], i);
+            A[g][32 + 8 * t + i] = nib(a[2], i);
+            A[g + 8][32 + 8 * t + i] = nib(a[3], i);
+            B[8 * t + i][g] = nib(b[0], i);
+            B[32 + 8 * t + i][g] = nib(b[1], i);
+        }
+        for (int ch = 0; ch < 4; ++ch) {
+            if (t == 0) SA[g][ch] = scale(w->s[l][0], ch), SB[ch][g] = scale(w->s[l][1], ch);
+            if (t == 1) SA[g + 8][ch] = scale(w->s[l][0], ch);
+        }
+    }
+    w->bar->arrive_and_wait();
+    const unsigned g = lane / 4, t = lane % 4;
+    const unsigned rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int i = 0; i < 4; ++i) {
+        float sum = 0.f;
+        for (int ch = 0; ch < 4; ++ch) {
+            float part = 0.f;
+            for (int k = 16 * ch; k < 16 * ch + 16; ++k) part += A[rows[i]][k] * B[k][cols[i]];
+            sum += part * (SA[rows[i]][ch] * SB[ch][cols[i]]);
+        }
+        c[i] += sum;
+    }
 }
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l gives row l % 8 of matrix l / 8;
 // lane (g, t) gets, of each matrix i, row g's elements 2t, 2t + 1 (trans: rows 2t, 2t + 1's

@@ -15,7 +15,7 @@ trap 'rm -rf "$work"' EXIT
         cat "$src/prelude/$h.cuh"
     done
     for f in convert embedding norm rope attention attention_mma attention_flash attention_flash_wg activation softmax gemv sample mla \
-        moe_score moe moe_decode moe_fp4 moe_mma moe_mma_fp4 moe_pipe moe_wg moe_wg8 fp8 fp8_gemm_rows nvfp4 nvfp4_gemv nvfp4_gemm moe_fp4_small hybrid hybrid_chunk hybrid_decode mamba2 mamba2_chunk ../lab/lab.cuh ../lab/probe.cu; do
+        moe_score moe moe_decode moe_fp4 moe_mma moe_mma_fp4 moe_pipe moe_wg moe_wg8 fp8 fp8_gemm_rows nvfp4 nvfp4_gemv nvfp4_gemm nvfp4_w4a4 moe_fp4_small hybrid hybrid_chunk hybrid_decode mamba2 mamba2_chunk ../lab/lab.cuh ../lab/probe.cu; do
         case $f in *.cu | *.cuh) ;; *) f=$f.cu ;; esac
         echo "// $f"
         cat "$src/$f"

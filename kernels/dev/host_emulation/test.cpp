@@ -88,6 +88,7 @@ static void attn_tests() {
 #include "skeleton_test.h"
 #include "nvfp4_test.h"
 #include "nvfp4_gemm_test.h"
+#include "nvfp4_w4a4_test.h"
 #include "moe_fp4_test.h"
 #include "moe_relu2_test.h"
 #include "moe_mma_fp4_test.h"
@@ -121,6 +122,7 @@ int main() {
         {"mla", [] { mla_tests(); }},
         {"nvfp4", [] { nvfp4_tests(); }},
         {"nvfp4_gemm", [] { nvfp4_gemm_tests(); }},
+        {"nvfp4_w4a4", [] { nvfp4_w4a4_tests(); }},
         {"moe_fp4", [] { moe_fp4_tests(); }},
         {"moe_relu2", [] { moe_relu2_tests(); }},
         {"moe_mma_fp4", [] { moe_mma_fp4_tests(); }},
@@ -161,6 +163,7 @@ int main() {
     t_fp8_decode();
     nvfp4_tests();
     nvfp4_gemm_tests();
+    nvfp4_w4a4_tests();
     moe_fp4_tests();
     moe_relu2_tests();
     moe_mma_fp4_tests();

@@ -35,6 +35,27 @@ __device__ __forceinline__ void mma_bf16(float c[4], u32 a0, u32 a1, u32 a2, u32
     mma_m16n8<false>(c, a0, a1, a2, a3, b0, b1);
 }
 
+// c += (A · scale_A)(B · scale_B) for one m16n8k64 tile of NVFP4 operands on Blackwell's
+// block-scaled FP4 tensor cores (mma.sync ... kind::mxf4nvf4.block_scale.scale_vec::4X, sm_120a
+// and sm_121a; traps elsewhere): a0..a3 = eight E2M1 nibbles each (the lower k in the low
+// nibble) of A[g][8t..], A[g + 8][8t..], A[g][32 + 8t..], A[g + 8][32 + 8t..]; b0, b1 = B[8t..][g],
+// B[32 + 8t..][g]; sa = four E4M3 scale bytes (byte c: k 16c .. 16c + 15) of row g from lanes t =
+// 0, of row g + 8 from lanes t = 1 (selectors {0, 0}); sb the same of column g from lanes t = 0.
+__device__ __forceinline__ void mma_nvfp4(float c[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1,
+                                          u32 sa, u32 sb) {
+#ifdef METRALE_HOST_EMULATION
+    emu_mma_m16n8k64_nvfp4(c, a0, a1, a2, a3, b0, b1, sa, sb);
+#elif defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM121_ALL)
+    asm volatile(
+        "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X.f32.e2m1.e2m1.f32.ue4m3 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {0, 0}, %11, {0, 0};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(sa), "r"(sb));
+#else
+    asm volatile("trap;");
+#endif
+}
+
 // c += a·b for one m16n8 tile of tf32 operands (m16n8k8, f32 accumulators): a0..a3 = A[g][t],
 // A[g + 8][t], A[g][t + 4], A[g + 8][t + 4]; b0, b1 = B[t][g], B[t + 4][g]; c as mma_m16n8's.
 // Each register is an f32 of which the tensor core reads the top 19 bits (sign, exponent, ten

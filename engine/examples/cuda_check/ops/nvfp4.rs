@@ -4,6 +4,7 @@
 //! the host's draw.
 
 use super::*;
+use metrale_engine::backend::nvfp4_act;
 use metrale_engine::loader::nvfp4::GlobalRule;
 use metrale_engine::loader::{random_nvfp4_global, random_nvfp4_parts};
 
@@ -101,7 +102,50 @@ impl Ops<'_> {
         }
         // Dummy NVFP4 weights at the 27B's q|k|v width: drawn on the device, dequantized on
         // the host, through the GEMV.
-        self.matmul_dummy_nvfp4()
+        self.matmul_dummy_nvfp4()?;
+        self.matmuls_nvfp4_w4a4()
+    }
+
+    /// Blackwell's W4A4 route (`gemm.nvfp4_w4a4`, sm_120a / sm_121a only: elsewhere it says so
+    /// and checks nothing): x quantized to NVFP4 on the device, against the CPU's matmul of
+    /// the host's quantization of the same x (`nvfp4_act`, the kernel's arithmetic: the same
+    /// values, so exact products and the GEMM tolerance) at 1 to 128 rows (each x tile width),
+    /// one 64-wide step, N tails.
+    fn matmuls_nvfp4_w4a4(&mut self) -> Result<()> {
+        let arch = self.cuda.info().arch.clone();
+        if self.fp32() || !matches!(arch.as_str(), "sm_120a" | "sm_121a") {
+            self.report.line(format!(
+                "matmul nvfp4 w4a4: skipped (needs the bf16 path on sm_120a / sm_121a; this run: {arch})"
+            ));
+            return Ok(());
+        }
+        for (m, k, n) in [
+            (1, 5120, 1024),
+            (3, 64, 70),
+            (16, 2048, 520),
+            (33, 1088, 300),
+            (128, 4096, 256),
+        ] {
+            let case = format!("x bf16 [{m}, {k}] · w nvfp4 [{n}, {k}]ᵀ [w4a4]");
+            self.run("matmul", &case, |s| {
+                let (x_d, x_c) = s.random(&[m, k], 1.0, DType::BF16)?;
+                let q = nvfp4_act::quantize_rows(&x_c.data, k);
+                let x_c = CpuTensor::new(vec![m, k], nvfp4_act::dequantize_rows(&q, k));
+                let host = s.nvfp4_host(&[n, k]);
+                let (w_d, w_c) = (s.cuda.upload(&host)?, s.cpu.upload(&host)?);
+                let mut out_d = s.cuda.zeros(&[m, n])?;
+                let mut out_c = s.cpu.zeros(&[m, n])?;
+                let saved = s.cuda.tuning().gemm;
+                s.cuda.retune(|t| t.gemm.nvfp4_w4a4 = true);
+                let r = s.cuda.matmul(&mut out_d, &x_d, &w_d);
+                s.cuda.retune(|t| t.gemm = saved);
+                r?;
+                s.cpu.matmul(&mut out_c, &x_c, &w_c)?;
+                s.check("matmul", &case, Tol::GEMM, &out_d, &out_c)?;
+                Ok(())
+            })?;
+        }
+        Ok(())
     }
 
     /// [`Self::matmuls_nvfp4`]'s dummy-weight case.

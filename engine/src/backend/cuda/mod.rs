@@ -48,6 +48,7 @@ mod nemotron_moe;
 mod norm;
 mod nvfp4;
 mod nvfp4_gemm;
+mod nvfp4_w4a4;
 #[cfg(feature = "lab")]
 mod probe;
 #[cfg(feature = "lab")]
@@ -112,7 +113,7 @@ pub struct DeviceInfo {
     pub multiprocessors: usize,
     /// Bytes of shared memory a block may opt in to (227 KB on Hopper, 99 KB on Ada).
     pub smem_optin: usize,
-    /// NVRTC's target: `sm_90a` or `compute_XY`.
+    /// NVRTC's target: `sm_90a`, `sm_120a`, `sm_121a` or `compute_XY`.
     pub arch: String,
     pub nvrtc_version: (i32, i32),
     pub driver_version: i32,

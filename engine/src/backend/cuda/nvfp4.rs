@@ -12,7 +12,8 @@
 //! (`nvfp4_gemv.cu`: two tiles of 16 weight rows a block, chunks of 8·NB x rows), from there the
 //! tile GEMM (`nvfp4_gemm.rs`); more rows dequantize the weight to a bf16 scratch copy
 //! (`dequant_nvfp4_bf16`) and run the bf16 path (cuBLAS) on it (every product with
-//! `nvfp4_mma_rows` 0). Deleted as slower at every row count: a CUDA-core GEMV widening each
+//! `nvfp4_mma_rows` 0). On Blackwell GeForce / DGX Spark `gemm.nvfp4_w4a4` quantizes x to NVFP4
+//! and runs both operands on the block-scaled FP4 tensor cores (`nvfp4_w4a4.rs`). Deleted as slower at every row count: a CUDA-core GEMV widening each
 //! weight to f32 for each row (performance log part 14) and the first tensor-core GEMV (part 17).
 
 use super::elementwise::{cfg, dim, int, stride_cfg};
@@ -29,17 +30,26 @@ const NVFP4_MMA_THREADS: u32 = 256;
 /// The parameters of `gemv_nvfp4_mma_*`: out, x, w, scales, globals, m, n, k.
 pub(super) type Nvfp4MmaArgs = (u64, u64, u64, u64, u64, i32, i32, i32);
 
-/// Weight rows a block of the tensor-core kernel owns (`RT` = 2 tiles of 16).
-const TILE_ROWS: usize = 32;
+/// Weight rows a block of the tensor-core kernels owns (`RT` = 2 tiles of 16: the GEMV and
+/// the W4A4 GEMM).
+pub(super) const TILE_ROWS: usize = 32;
 
-/// The tensor-core kernel for `m` rows of x, and the x rows a
-/// block takes (8, 16 or 32; more rows of x are chunks of 32).
-fn nvfp4_mma_kernel(m: usize) -> (Kernel<Nvfp4MmaArgs>, usize) {
+/// Of three builds taking one, two or four tiles of 8 x rows a block, the one for `m` rows of
+/// x and the x rows a block takes (8, 16 or 32; more rows of x are chunks of 32).
+pub(super) fn by_x_tiles<A>(m: usize, [one, two, four]: [Kernel<A>; 3]) -> (Kernel<A>, usize) {
     match m {
-        0..=8 => (kernels::gemv_nvfp4_mma_r2_b1, 8),
-        9..=16 => (kernels::gemv_nvfp4_mma_r2_b2, 16),
-        _ => (kernels::gemv_nvfp4_mma_r2_b4, 32),
+        0..=8 => (one, 8),
+        9..=16 => (two, 16),
+        _ => (four, 32),
     }
+}
+
+/// The grid of a product kernel whose blocks take `x_rows` rows of x and `w_rows` weight rows.
+pub(super) fn tile_grid(m: usize, x_rows: usize, n: usize, w_rows: usize) -> Result<(u32, u32)> {
+    Ok((
+        dim(m.div_ceil(x_rows), "matmul")?,
+        dim(n.div_ceil(w_rows), "matmul")?,
+    ))
 }
 
 /// A row's f32 multiplier of the block scales: `e4m3 · multiplier` is the block's scale (for
@@ -247,6 +257,10 @@ impl CudaBackend {
         if self.empty_matmul(out, (m, n, k))? {
             return Ok(());
         }
+        // Blackwell GeForce / DGX Spark with gemm.nvfp4_w4a4: both operands NVFP4.
+        if self.nvfp4_w4a4(m, k) {
+            return self.matmul_nvfp4_w4a4(out, x, w);
+        }
         // From gemm.nvfp4_tile_rows_min rows: the tile GEMM (nvfp4_gemm.rs; off by default).
         if self
             .tuning()
@@ -289,14 +303,18 @@ impl CudaBackend {
         if n * (k / 16) > u32::MAX as usize {
             return self.matmul_nvfp4_tile(out, x, w);
         }
-        let (kernel, x_rows) = nvfp4_mma_kernel(m);
+        let (kernel, x_rows) = by_x_tiles(
+            m,
+            [
+                kernels::gemv_nvfp4_mma_r2_b1,
+                kernels::gemv_nvfp4_mma_r2_b2,
+                kernels::gemv_nvfp4_mma_r2_b4,
+            ],
+        );
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
         let args = self.nvfp4_args(out, x, w)?;
-        let grid = (
-            dim(m.div_ceil(x_rows), "matmul")?,
-            dim(n.div_ceil(TILE_ROWS), "matmul")?,
-        );
+        let grid = tile_grid(m, x_rows, n, TILE_ROWS)?;
         // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] F4 with its [n, k / 16] scale bytes
         // and [n] f32 multipliers (checked by matmul_nvfp4, which also returned on an empty
         // product); k % 32 == 0, so every 16-byte load of a packed row (k / 2 bytes) and of an

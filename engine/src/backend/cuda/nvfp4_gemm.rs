@@ -5,7 +5,8 @@
 //! `matmul_nvfp4` takes it from `gemm.nvfp4_tile_rows_min` rows (off by default until a GPU
 //! has timed it against the GEMV: `cuda_check nvfp4-speed`, route `nvfp4 tile`).
 
-use super::elementwise::{cfg, dim};
+use super::elementwise::cfg;
+use super::nvfp4::tile_grid;
 use super::tensor::CudaTensor;
 use super::{CudaBackend, check};
 use crate::backend::Result;
@@ -60,10 +61,7 @@ impl CudaBackend {
         let mut narrowed = None;
         let x = self.as_bf16(x, &mut narrowed)?;
         let args = self.nvfp4_args(out, x, w)?;
-        let grid = (
-            dim(m.div_ceil(x_rows), "matmul")?,
-            dim(n.div_ceil(w_rows), "matmul")?,
-        );
+        let grid = tile_grid(m, x_rows, n, w_rows)?;
         // SAFETY: out is [m, n] f32, x [m, k] bf16, w [n, k] F4 with its [n, k / 16] scale
         // bytes and [n] f32 multipliers (checked by matmul_nvfp4; m, n > 0 and k % 32 == 0
         // above). Every 16-byte load of a packed row (k / 2 bytes, a multiple of 16) and every

@@ -13,6 +13,8 @@ kernels! {
     Fp8 [dequant_fp8_fp32] (out: *mut f32, w: *const u8, scales: *const f32, rows: u64, k: i32);
     Fp8 [gemv_nvfp4_mma_r2_b1, gemv_nvfp4_mma_r2_b2, gemv_nvfp4_mma_r2_b4] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, m_total: i32, n_total: i32, k: i32);
     Fp8 [nvfp4_gemm_r1_x4_w4, nvfp4_gemm_r1_x4_w2, nvfp4_gemm_r1_x8_w4, nvfp4_gemm_r1_x8_w2, nvfp4_gemm_r2_x8_w4] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, m_total: i32, n_total: i32, k: i32);
+    Fp8 [quant_nvfp4_rows] (q: *mut u8, sc: *mut u8, g: *mut f32, x: *const bf16, k: i32);
+    Fp8 [gemm_nvfp4_w4a4_r2_b1, gemm_nvfp4_w4a4_r2_b2, gemm_nvfp4_w4a4_r2_b4] (out: *mut f32, xq: *const u8, xs: *const u8, xg: *const f32, w: *const u8, ws: *const u8, wm: *const f32, m_total: i32, n_total: i32, k: i32);
     Fp8 [gemv_nvfp4_rows] (out: *mut f32, x: *const bf16, w: *const u8, scales: *const u8, globals: *const f32, m_total: i32, n_total: i32, k: i32);
     Fp8 [dequant_nvfp4_bf16] (out: *mut bf16, w: *const u8, scales: *const u8, globals: *const f32, rows: u64, k: i32);
     Fp8 [fill_random_fp8] (out: *mut u8, n: u64, seed: u64, scales: *mut f32, n_scales: u64, scale: f32);

@@ -80,7 +80,7 @@ pub fn quantize_matrix(w: &[f32]) -> Option<Quantized> {
 
 /// `_cast_fp4` of one value: the sign bit, then the code of the nearest magnitude (ties to
 /// the even code).
-fn e2m1_code(x: f32) -> u8 {
+pub fn e2m1_code(x: f32) -> u8 {
     let sign = u8::from(x < 0.0) << 3;
     let a = x.abs();
     let ord = BOUNDS.iter().filter(|&&b| b < a).count() as u8;
