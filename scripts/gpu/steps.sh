@@ -49,7 +49,8 @@ for step in "$@"; do
     spec=${step%%@*}
     envs=
     [[ $step == *@* ]] && envs=${step#*@}
-    case "+$envs+" in *+T=*) t=${envs#*T=} t=${t%%+*}; [ "$t" -lt $lim ] && lim=$t ;; esac
+    # T= as a whole variable (not the tail of another, e.g. ..._ACCEPT=0.7+T=130).
+    case "+$envs+" in *+T=*) t=+$envs t=${t##*+T=} t=${t%%+*}; [ "$t" -lt $lim ] && lim=$t ;; esac
     name=${spec//[^A-Za-z0-9_.-]/_}
     kind=${spec%%-*} arg=${spec#*-}
     arg=${arg%%~*}
