@@ -112,8 +112,8 @@ impl Ops<'_> {
     /// values, so exact products and the GEMM tolerance) at 1 to 128 rows (each x tile width),
     /// one 64-wide step, N tails.
     fn matmuls_nvfp4_w4a4(&mut self) -> Result<()> {
-        let arch = self.cuda.info().arch.clone();
-        if self.fp32() || !matches!(arch.as_str(), "sm_120a" | "sm_121a") {
+        if self.fp32() || !self.cuda.fp4_mma() {
+            let arch = &self.cuda.info().arch;
             self.report.line(format!(
                 "matmul nvfp4 w4a4: skipped (needs the bf16 path on sm_120a / sm_121a; this run: {arch})"
             ));

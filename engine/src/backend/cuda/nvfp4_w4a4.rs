@@ -22,13 +22,15 @@ pub(super) fn has_fp4_mma(arch: &str) -> bool {
 }
 
 impl CudaBackend {
+    /// Whether this device's kernels have the block-scaled FP4 mma (sm_120a / sm_121a).
+    pub fn fp4_mma(&self) -> bool {
+        has_fp4_mma(&self.info.arch)
+    }
+
     /// Whether `matmul_nvfp4` of `m` rows over `k` columns takes the W4A4 route.
     pub(super) fn nvfp4_w4a4(&self, m: usize, k: usize) -> bool {
         let gemm = self.tuning().gemm;
-        gemm.nvfp4_w4a4
-            && m <= gemm.nvfp4_mma_rows
-            && k.is_multiple_of(64)
-            && has_fp4_mma(&self.info.arch)
+        gemm.nvfp4_w4a4 && m <= gemm.nvfp4_mma_rows && k.is_multiple_of(64) && self.fp4_mma()
     }
 
     /// x (bf16 or f32, [m, k], k % 64 == 0) as NVFP4 rows: an F4 tensor whose per-row
