@@ -34,13 +34,12 @@ pub enum MoeGemm {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Fp8ActKernel {
-    /// moe_mma.cu's `fp8act` mma.sync build (the default: the one measured on a GPU).
-    #[default]
+    /// moe_mma.cu's `fp8act` mma.sync build.
     Mma,
-    /// moe_wg8.cu's wgmma build, every thread loading between block barriers.
+    /// moe_wg8.cu's wgmma build, every thread loading between block barriers (the default:
+    /// 1.6x the mma.sync build on an H100, performance log part 31).
+    #[default]
     Wgmma,
-    /// moe_wg8.cu's `_ws` wgmma build: a producer warpgroup feeding two consumers.
-    WgmmaWs,
 }
 
 /// Which attention kernel `paged_attention` may take.

@@ -1,7 +1,7 @@
 // The grouped expert GEMMs with e4m3 activations on Hopper's FP8 warpgroup MMA (sm_90a):
 // moe_gate_up_wg_fp8act and moe_down_wg_fp8act, the wgmma twins of moe_mma.cu's
-// moe_*_mma_fp8act (the tuning's moe.fp8_activations with moe.fp8act_kernel = wgmma or
-// wgmma-ws, on a capability-9.0 GPU).
+// moe_*_mma_fp8act (the tuning's moe.fp8_activations with moe.fp8act_kernel = wgmma, the
+// default, on a capability-9.0 GPU).
 // Same parameters, tiles (moe_tiles_wg's 128 pairs), row gathering and epilogues as moe_wg.cu
 // (read its header first); the same arithmetic as the mma.sync fp8act build up to the order of
 // the exact e4m3 products: a 128-column group's products summed by wgmma into `part`, then
@@ -39,11 +39,10 @@ struct Mwg8Cfg {
 };
 
 #ifdef METRALE_WGMMA
-// Stage kt (k columns 128 kt ..) into st by cp.async, the copies dealt to THREADS threads from
+// Stage kt (k columns 128 kt ..) into st by cp.async, the copies dealt to the block's threads from
 // `tid`: the A rows' and the weight rows' 16-byte chunks into their swizzled places, then the
 // rows' scales of the stage's group (A rows' first, then the weight rows'); zeros past the
 // pairs, the rows and k. a_row / w_row: the block's row tables (-1: no row).
-template <int THREADS>
 __device__ __forceinline__ void mwg8_load(unsigned char* st, int kt, const unsigned char* a,
                                           const float* a_scales, const unsigned char* w,
                                           const float* w_scales, const int* a_row,
@@ -51,18 +50,18 @@ __device__ __forceinline__ void mwg8_load(unsigned char* st, int kt, const unsig
     using C = Mwg8Cfg;
     unsigned char* const sw = st + C::A_BYTES;
 #pragma unroll 4
-    for (int c = tid; c < C::BM * 8; c += THREADS) {
+    for (int c = tid; c < C::BM * 8; c += C::THREADS) {
         const int r = c >> 3, ch = c & 7, kk = kt * C::BK + ch * 16;
         const bool ok = a_row[r] >= 0 && kk < k;
         cp_async<16>(st + wg_sw128<C::BM>(r, ch), ok ? a + (u64)a_row[r] * k + kk : a, ok);
     }
 #pragma unroll 4
-    for (int c = tid; c < C::BN * 8; c += THREADS) {
+    for (int c = tid; c < C::BN * 8; c += C::THREADS) {
         const int r = c >> 3, ch = c & 7, kk = kt * C::BK + ch * 16;
         const bool ok = w_row[r] >= 0 && kk < k;
         cp_async<16>(sw + wg_sw128<C::BN>(r, ch), ok ? w + (u64)w_row[r] * k + kk : w, ok);
     }
-    for (int i = tid; i < C::BM + C::BN; i += THREADS) {
+    for (int i = tid; i < C::BM + C::BN; i += C::THREADS) {
         const int row = i < C::BM ? a_row[i] : w_row[i - C::BM];
         const float* const base = i < C::BM ? a_scales : w_scales;
         cp_async<4>(sw + C::W_BYTES + 4 * i, row >= 0 ? base + (u64)row * groups + kt : base,
@@ -167,7 +166,7 @@ __device__ void moe_wg8_impl(void* out, const unsigned char* a, const float* a_s
     const int groups = (k + MMA_GROUP - 1) / MMA_GROUP;
     auto stage = [&](int slot) { return smem + slot * C::STAGE; };
     auto load = [&](int kt, int slot) {
-        mwg8_load<T>(stage(slot), kt, a, a_scales, w, w_scales, a_row, w_row, k, groups, tid);
+        mwg8_load(stage(slot), kt, a, a_scales, w, w_scales, a_row, w_row, k, groups, tid);
     };
 
     // The warpgroup and whether it has pairs, read from lane 0 so the compiler knows both are
@@ -206,110 +205,26 @@ __device__ void moe_wg8_impl(void* out, const unsigned char* a, const float* a_s
     mwg8_store<GATE>(out, acc, out_row, 64 * wg, e, n0, n, f);
 }
 
-// The same block warp-specialized (`_ws`, the tuning's moe.fp8act_kernel = wgmma-ws): 384 threads, a
-// producer warpgroup (registers lowered to MWG8_PRODUCER_REGS) copies each stage by cp.async
-// and signals its `full` mbarrier as its copies land; two consumer warpgroups (registers raised
-// to MWG8_CONSUMER_REGS) wait for it, run the stage's products, read its scales, release it
-// (`empty`, one arrival a consumer warp) and fold. No block-wide barrier inside the loop, so
-// one consumer's fold overlaps the other's products (the block above holds both in step).
-#define MWG8_PRODUCER_REGS 40
-#define MWG8_CONSUMER_REGS 232
-template <bool GATE, typename F = MoeSiluAct>
-__device__ void moe_wg8_ws_impl(void* out, const unsigned char* a, const float* a_scales,
-                                const unsigned char* w, const float* w_scales, const int* tiles,
-                                const int* offsets, const int* perm, int rows, int a_div, int n,
-                                int k, F f = F()) {
-    using C = Mwg8Cfg;
-    constexpr int BM = C::BM, BN = C::BN, BK = C::BK, S = C::STAGES, T = 384;
-    unsigned char* const smem = wg_dyn_smem<C::SMEM, T>();
-    __shared__ int a_row[BM], out_row[BM], w_row[BN];
-    // The stages' mbarriers, 16 bytes apart (8 on the GPU; the host emulation's are 16).
-    __shared__ unsigned long long bars[4 * S];
-    const auto full = [&](int st) { return (void*)(bars + 2 * st); };
-    const auto empty = [&](int st) { return (void*)(bars + 2 * (S + st)); };
-
-    const int e = moe_tile_rows<BM>(a_row, out_row, tiles, offsets, perm, rows, a_div);
-    if (e < 0) return;
-    const int n0 = moe_tile_w_rows<BN, GATE>(w_row, e, n);
-    const int tid = threadIdx.x;
-    if (tid == 0) {
-        for (int st = 0; st < S; ++st) {
-            mbar_init(full(st), 128); // every producer thread
-            mbar_init(empty(st), 8);  // every consumer warp
-        }
-        mbar_init_fence();
-    }
-    __syncthreads();
-
-    const int groups = (k + MMA_GROUP - 1) / MMA_GROUP, ktiles = (k + BK - 1) / BK;
-    auto stage = [&](int slot) { return smem + slot * C::STAGE; };
-    const int wgi = __shfl_sync(0xffffffffu, tid >> 7, 0);
-    if (wgi == 0) {
-        // The producer: stage kt into slot kt % S once both consumers released what it held.
-        wg_setmaxnreg_dec<MWG8_PRODUCER_REGS>();
-        for (int kt = 0; kt < ktiles; ++kt) {
-            const int st = kt % S;
-            if (kt >= S) mbar_wait(empty(st), (u32)((kt / S - 1) & 1));
-            mwg8_load<128>(stage(st), kt, a, a_scales, w, w_scales, a_row, w_row, k, groups, tid);
-            mbar_arrive_cp_async(full(st));
-        }
-        return;
-    }
-    wg_setmaxnreg_inc<MWG8_CONSUMER_REGS>();
-
-    // Consumer cw's pairs: 64 cw ..; this thread's rows g and g + 8 of its warp's 16.
-    const int cw = wgi - 1;
-    const bool busy = __shfl_sync(0xffffffffu, out_row[64 * cw] >= 0 ? 1 : 0, 0);
-    const int lane = tid & 31;
-    float acc[64], part[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-    for (int kt = 0; kt < ktiles; ++kt) {
-        const int st = kt % S;
-        mbar_wait(full(st), (u32)((kt / S) & 1));
-        if (!busy) {
-            // A warpgroup past the tile's pairs only releases the stage: it waited for it, so its
-            // arrivals stay in the stage's phase.
-            __syncwarp();
-            if (lane == 0) mbar_arrive(empty(st));
-            continue;
-        }
-        fence_proxy_async();
-        mwg8_products(part, stage(st), 64 * cw);
-        Mwg8Scales sc;
-        sc.read(stage(st), 64 * cw);
-        // This warp has read the stage (products and scales).
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty(st));
-        sc.fold(acc, part);
-    }
-    if (!busy) return;
-    mwg8_store<GATE>(out, acc, out_row, 64 * cw, e, n0, n, f);
-}
 #define MWG8_BODY(CALL) CALL;
 #else
 #define MWG8_BODY(CALL) asm volatile("trap;");
 #endif
 
-// moe_*_mma_fp8act's parameters; Mwg8Cfg::THREADS threads (the `_ws` builds 384) and ::SMEM
-// bytes of dynamic shared memory.
-#define MOE_WG8_KERNELS(SUFFIX, IMPL, THREADS)                                                     \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1) moe_gate_up_wg_fp8act##SUFFIX(        \
-        bf16* act, const unsigned char* x, const float* x_scales, const unsigned char* w,          \
-        const float* w_scales, const int* tiles, const int* offsets, const int* perm, int top_k,   \
-        int inter, int hidden) {                                                                   \
-        pdl_start();                                                                               \
-        MWG8_BODY((IMPL<true>(act, x, x_scales, w, w_scales, tiles, offsets, perm, 0, top_k, inter, \
-                              hidden)))                                                            \
-    }                                                                                              \
-    extern "C" __global__ void __launch_bounds__(THREADS, 1) moe_down_wg_fp8act##SUFFIX(           \
-        float* ys, const unsigned char* act, const float* act_scales, const unsigned char* w,      \
-        const float* w_scales, const int* tiles, const int* offsets, const int* perm, int rows,    \
-        int hidden, int inter) {                                                                   \
-        pdl_start();                                                                               \
-        MWG8_BODY((IMPL<false>(ys, act, act_scales, w, w_scales, tiles, offsets, perm, rows, 1,    \
-                               hidden, inter)))                                                    \
-    }
-
-MOE_WG8_KERNELS(, moe_wg8_impl, 256)
-MOE_WG8_KERNELS(_ws, moe_wg8_ws_impl, 384)
+// moe_*_mma_fp8act's parameters; Mwg8Cfg::THREADS threads and ::SMEM bytes of dynamic shared
+// memory.
+extern "C" __global__ void __launch_bounds__(Mwg8Cfg::THREADS, 1)
+    moe_gate_up_wg_fp8act(bf16* act, const unsigned char* x, const float* x_scales,
+                          const unsigned char* w, const float* w_scales, const int* tiles,
+                          const int* offsets, const int* perm, int top_k, int inter, int hidden) {
+    pdl_start();
+    MWG8_BODY((moe_wg8_impl<true>(act, x, x_scales, w, w_scales, tiles, offsets, perm, 0, top_k,
+                                  inter, hidden)))
+}
+extern "C" __global__ void __launch_bounds__(Mwg8Cfg::THREADS, 1)
+    moe_down_wg_fp8act(float* ys, const unsigned char* act, const float* act_scales,
+                       const unsigned char* w, const float* w_scales, const int* tiles,
+                       const int* offsets, const int* perm, int rows, int hidden, int inter) {
+    pdl_start();
+    MWG8_BODY((moe_wg8_impl<false>(ys, act, act_scales, w, w_scales, tiles, offsets, perm, rows, 1,
+                                   hidden, inter)))
+}

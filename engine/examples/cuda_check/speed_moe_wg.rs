@@ -103,9 +103,8 @@ pub fn run(cuda: &CudaBackend, report: &mut Report) -> Result<()> {
 }
 
 /// Times `f` (writing an f32 tensor of `shape`) with the mma.sync and the wgmma builds (`fp8`:
-/// also both with e4m3 activations, the wgmma one with and without its producer warpgroup) and
-/// reports each, with its output's largest difference
-/// from the first (mma.sync, bf16 activations): a failure past `agree` (`AGREE_FP8ACT` with e4m3
+/// also both with e4m3 activations) and reports each, with its output's largest difference from
+/// the first (mma.sync, bf16 activations): a failure past `agree` (`AGREE_FP8ACT` with e4m3
 /// activations).
 fn compare(
     cuda: &CudaBackend,
@@ -118,42 +117,30 @@ fn compare(
 ) -> Result<()> {
     let mut outs: Vec<Vec<f32>> = Vec::new();
     let before = cuda.tuning().moe;
-    // (wgmma, e4m3 activations, moe_wg8.cu's producer warpgroup); with e4m3 activations and
-    // wgmma, `moe.fp8act_kernel` picks moe_wg8.cu's builds (mma.sync's is the `(false, true)`
-    // line)
-    let builds: &[(bool, bool, bool)] = if fp8 {
-        &[
-            (false, false, false),
-            (true, false, false),
-            (false, true, false),
-            (true, true, false),
-            (true, true, true),
-        ]
+    // (wgmma, e4m3 activations); with e4m3 activations, wgmma is moe_wg8.cu's build and
+    // mma.sync moe_mma.cu's `fp8act` one
+    let builds: &[(bool, bool)] = if fp8 {
+        &[(false, false), (true, false), (false, true), (true, true)]
     } else {
-        &[(false, false, false), (true, false, false)]
+        &[(false, false), (true, false)]
     };
-    for &(wg, act8, producer) in builds {
+    for &(wg, act8) in builds {
         cuda.retune(|t| {
             t.moe.wgmma = wg;
             t.moe.gemm = MoeGemm::TensorCores;
             t.moe.fp8_activations = act8;
-            t.moe.fp8act_kernel = if producer {
-                Fp8ActKernel::WgmmaWs
-            } else {
-                Fp8ActKernel::Wgmma
-            };
+            t.moe.fp8act_kernel = Fp8ActKernel::Wgmma;
         });
         let mut out = cuda.zeros(shape)?;
         let ms = mean_op_ms_n(cuda, ITERS, || f(&mut out));
         cuda.retune(|t| t.moe = before);
         let ms = ms?;
         let host = cuda.to_host(&out)?;
-        let build = match (wg, act8, producer) {
-            (false, false, _) => "mma",
-            (true, false, _) => "wgmma",
-            (false, true, _) => "mma fp8act",
-            (true, true, false) => "wgmma fp8act",
-            (true, true, true) => "wgmma fp8act ws",
+        let build = match (wg, act8) {
+            (false, false) => "mma",
+            (true, false) => "wgmma",
+            (false, true) => "mma fp8act",
+            (true, true) => "wgmma fp8act",
         };
         let agree = if act8 { AGREE_FP8ACT } else { agree };
         let tflops = flops / ms / 1e9;

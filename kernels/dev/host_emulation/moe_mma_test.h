@@ -28,7 +28,7 @@ void host_quant_rows(std::vector<float>& v, int rows, int k) {
 void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     // 4: the bf16 small-step build; 6: the pipelined FP8 one; 7, 8: the wgmma builds (moe_wg.cu,
     // moe_tiles_wg's 128-pair tiles), bf16 and FP8; 9: the wgmma build with e4m3 activations
-    // (moe_wg8.cu), checked as build 2 is; 10: its warp-specialized twin (`_ws`).
+    // (moe_wg8.cu), checked as build 2 is.
     const int bm = mode >= 7 ? MWG_BM : MMA_BM;
     const bool fp8 = mode == 1 || mode == 2 || mode == 3 || mode == 6 || mode >= 8;
     const bool qa = mode == 2 || mode >= 9; // e4m3 activations
@@ -73,16 +73,13 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
     std::vector<int> active(E + 1, 0);
     for (int e = 0; e < E; ++e)
         if (offsets[e + 1] > offsets[e]) active[active[E]++] = e;
-    if (mode >= 9) {
-        const unsigned wt = mode == 9 ? 256u : 384u;
-        launch_smem({gx, (unsigned)((I + MWG8_BN / 2 - 1) / (MWG8_BN / 2))}, {wt}, Mwg8Cfg::SMEM, [&] {
-            if (mode == 9) moe_gate_up_wg_fp8act(act.data(), xq.data(), xs.data(), w13q.data(), s13.data(), tiles.data(), offsets.data(), perm.data(), K, I, H);
-            else moe_gate_up_wg_fp8act_ws(act.data(), xq.data(), xs.data(), w13q.data(), s13.data(), tiles.data(), offsets.data(), perm.data(), K, I, H);
+    if (mode == 9) {
+        launch_smem({gx, (unsigned)((I + MWG8_BN / 2 - 1) / (MWG8_BN / 2))}, {256}, Mwg8Cfg::SMEM, [&] {
+            moe_gate_up_wg_fp8act(act.data(), xq.data(), xs.data(), w13q.data(), s13.data(), tiles.data(), offsets.data(), perm.data(), K, I, H);
         });
         launch({(unsigned)((P + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(aq.data(), as.data(), act.data(), P, I); });
-        launch_smem({gx, (unsigned)((H + MWG8_BN - 1) / MWG8_BN)}, {wt}, Mwg8Cfg::SMEM, [&] {
-            if (mode == 9) moe_down_wg_fp8act(ys.data(), aq.data(), as.data(), w2q.data(), s2.data(), tiles.data(), offsets.data(), perm.data(), 0, H, I);
-            else moe_down_wg_fp8act_ws(ys.data(), aq.data(), as.data(), w2q.data(), s2.data(), tiles.data(), offsets.data(), perm.data(), 0, H, I);
+        launch_smem({gx, (unsigned)((H + MWG8_BN - 1) / MWG8_BN)}, {256}, Mwg8Cfg::SMEM, [&] {
+            moe_down_wg_fp8act(ys.data(), aq.data(), as.data(), w2q.data(), s2.data(), tiles.data(), offsets.data(), perm.data(), 0, H, I);
         });
     } else if (mode >= 7) {
         launch({gx, (unsigned)((I + MWG_BN / 2 - 1) / (MWG_BN / 2))}, {256}, [&] {
@@ -162,7 +159,7 @@ void t_moe_mma(int T, int E, int K, int H, int I, int mode, bool skew) {
         for (int i = 0; i < T * H; ++i) worst = std::max(worst, std::fabs(out[i] - r[i]) / (rms + std::fabs(r[i])));
         return worst;
     };
-    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : mode == 3 ? "fp8 small" : mode == 4 ? "bf16 small" : mode == 6 ? "fp8 pipe" : mode == 7 ? "wg bf16" : mode == 8 ? "wg fp8" : mode == 9 ? "wg fp8act" : "wg fp8act ws";
+    const char* build = mode == 0 ? "bf16" : mode == 1 ? "fp8" : mode == 2 ? "fp8act" : mode == 3 ? "fp8 small" : mode == 4 ? "bf16 small" : mode == 6 ? "fp8 pipe" : mode == 7 ? "wg bf16" : mode == 8 ? "wg fp8" : "wg fp8act";
     snprintf(name, 96, "moe_mma %s act T%d E%d k%d H%d I%d", build, T, E, K, H, I);
     report(name, act_worst, 1.6e-2);
     snprintf(name, 96, "moe_mma %s out T%d E%d k%d H%d I%d%s", build, T, E, K, H, I, skew ? " skew" : "");
@@ -212,12 +209,10 @@ void t_dense_mma(int M, int N, int Kd, int mode) {
         launch({(unsigned)((M + 3) / 4)}, {128}, [&] { moe_quant_fp8_bf16(aq.data(), as.data(), a.data(), M, Kd); });
         host_quant_rows(af, M, Kd);
     }
-    // mode 3: the wgmma build (moe_wg.cu); 4: its e4m3-activation twin (moe_wg8.cu), 5: that one
-// warp-specialized
+    // mode 3: the wgmma build (moe_wg.cu); 4: its e4m3-activation twin (moe_wg8.cu)
     const int bm = mode >= 3 ? MWG_BM : MMA_BM, bn = mode == 3 ? MWG_BN : mode >= 4 ? MWG8_BN : MMA_BN;
-    launch({(unsigned)((M + bm - 1) / bm), (unsigned)((N + bn - 1) / bn)}, {mode == 5 ? 384u : 256u}, [&] {
-        if (mode == 5) moe_down_wg_fp8act_ws(out.data(), aq.data(), as.data(), wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
-        else if (mode == 4) moe_down_wg_fp8act(out.data(), aq.data(), as.data(), wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
+    launch({(unsigned)((M + bm - 1) / bm), (unsigned)((N + bn - 1) / bn)}, {256u}, [&] {
+        if (mode == 4) moe_down_wg_fp8act(out.data(), aq.data(), as.data(), wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
         else if (mode == 3) moe_down_wg_fp8(out.data(), a.data(), nullptr, wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
         else if (mode == 1) moe_down_mma_fp8(out.data(), a.data(), nullptr, wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
         else moe_down_mma_fp8act(out.data(), aq.data(), as.data(), wq.data(), sc.data(), nullptr, nullptr, nullptr, M, N, Kd);
@@ -230,7 +225,7 @@ void t_dense_mma(int M, int N, int Kd, int mode) {
             worst = std::max(worst, std::fabs(out[m * N + n] - r) / (1e-6 + s));
         }
     char name[96];
-    snprintf(name, 96, "dense mma %s M%d N%d K%d", mode == 1 ? "fp8" : mode == 3 ? "wg fp8" : mode == 4 ? "wg fp8act" : mode == 5 ? "wg fp8act ws" : "fp8act", M, N, Kd);
+    snprintf(name, 96, "dense mma %s M%d N%d K%d", mode == 1 ? "fp8" : mode == 3 ? "wg fp8" : mode == 4 ? "wg fp8act" : "fp8act", M, N, Kd);
     report(name, worst, 1e-5);
 }
 
@@ -398,7 +393,7 @@ static void moe_mma_tests() {
 // (H 96, 272) and whole (H 512), and a dense GEMM with rows past its last tile and an odd width;
 // moe_wg8.cu's e4m3-activation build (mode 9) on the same cases, its 128-column stages.
 static void moe_wg_tests() {
-    for (int mode : {7, 8, 9, 10}) {
+    for (int mode : {7, 8, 9}) {
         t_moe_mma(37, 8, 2, 96, 48, mode, false);
         t_moe_mma(70, 4, 2, 64, 80, mode, true);
         t_moe_mma(9, 4, 2, 272, mode >= 9 ? 208 : 200, mode, true);
@@ -408,11 +403,8 @@ static void moe_wg_tests() {
     // e4m3 activations (k a multiple of 16): more stages than the pipeline's slots, the last
     // partial (H 784: 7 stages of 128).
     t_moe_mma(24, 4, 2, 784, 96, 9, true);
-    t_moe_mma(24, 4, 2, 784, 96, 10, true);
     t_dense_mma(70, 136, 272, 3);
     t_dense_mma(5, 263, 320, 3);
     t_dense_mma(70, 136, 272, 4);
     t_dense_mma(133, 263, 800, 4);
-    t_dense_mma(70, 136, 272, 5);
-    t_dense_mma(133, 263, 800, 5);
 }

@@ -77,11 +77,6 @@ pub(super) const FP8_ACT_WGMMA: Route = Route {
     name: "tensor cores, e4m3 activations, wgmma",
     ..TENSOR_CORES_FP8_ACT
 };
-pub(super) const FP8_ACT_WGMMA_WS: Route = Route {
-    fp8act_kernel: Fp8ActKernel::WgmmaWs,
-    name: "tensor cores, e4m3 activations, wgmma-ws",
-    ..TENSOR_CORES_FP8_ACT
-};
 /// The router logits of a case: uniform in [-3, 3), or (skewed) experts 0-3 favoured by 4 for
 /// two tokens in three (uneven counts: a few experts with several 64-row tiles) and every
 /// eighth expert never chosen (empty experts between full ones).
@@ -199,7 +194,6 @@ impl Ops<'_> {
                     TENSOR_CORES,
                     TENSOR_CORES_FP8_ACT,
                     FP8_ACT_WGMMA,
-                    FP8_ACT_WGMMA_WS,
                     PIPELINED,
                 ]
             } else if h % 16 == 0 && i % 16 == 0 {
@@ -208,7 +202,6 @@ impl Ops<'_> {
                     TENSOR_CORES,
                     TENSOR_CORES_FP8_ACT,
                     FP8_ACT_WGMMA,
-                    FP8_ACT_WGMMA_WS,
                 ]
             } else {
                 &[CUDA_CORES]
@@ -629,7 +622,6 @@ impl Ops<'_> {
             (false, Fp8ActKernel::Mma, ""),
             (true, Fp8ActKernel::Mma, ", e4m3 activations"),
             (true, Fp8ActKernel::Wgmma, ", e4m3 activations, wgmma"),
-            (true, Fp8ActKernel::WgmmaWs, ", e4m3 activations, wgmma-ws"),
         ];
         for (m, k, n) in [(130, 2048, 1536), (2048, 4096, 2048), (33, 272, 200)] {
             for (fp8_act, kernel, what) in builds {

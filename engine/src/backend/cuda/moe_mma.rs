@@ -122,15 +122,10 @@ fn wg_kernels(build: MmaBuild) -> Option<(Kernel<MmaArgs>, Kernel<MmaArgs>)> {
     }
 }
 
-/// The gate|up and down kernels a launch takes: the wgmma build's where `wg` (and it has one;
-/// `ws`: moe_wg8.cu's warp-specialized `_ws` twins of the e4m3-activation build), else the
-/// mma.sync build's.
-fn grouped_kernels(build: MmaBuild, wg: bool, ws: bool) -> (Kernel<MmaArgs>, Kernel<MmaArgs>) {
+/// The gate|up and down kernels a launch takes: the wgmma build's where `wg` (and it has one),
+/// else the mma.sync build's.
+fn grouped_kernels(build: MmaBuild, wg: bool) -> (Kernel<MmaArgs>, Kernel<MmaArgs>) {
     match wg_kernels(build) {
-        Some(_) if wg && ws && build == MmaBuild::Fp8Act => (
-            kernels::moe_gate_up_wg_fp8act_ws,
-            kernels::moe_down_wg_fp8act_ws,
-        ),
         Some(k) if wg => k,
         _ => mma_kernels(build),
     }
@@ -174,13 +169,12 @@ struct MmaLaunch {
 /// `MwgCfg` (256 threads, 128-pair tiles; four stages of 64 columns, each the A tile, the
 /// weights as stored and, FP8, their 256 rows' scales; FP8 adds two bf16 B buffers; 1024 bytes
 /// to align); the e4m3-activation one (`Mwg8Cfg`): 128 weight rows, five stages of 128
-/// columns, each the A and weight tiles (128 bytes a row) and a 1024-byte block of their scales;
-/// its `_ws` twins (`ws`) add a producer warpgroup: 384 threads.
-fn launch_shape(build: MmaBuild, wg: bool, ws: bool) -> MmaLaunch {
+/// columns, each the A and weight tiles (128 bytes a row) and a 1024-byte block of their scales.
+fn launch_shape(build: MmaBuild, wg: bool) -> MmaLaunch {
     if wg && build == MmaBuild::Fp8Act {
         let stage = 128 * (WG_BM + WG8_BN) + 1024;
         return MmaLaunch {
-            threads: if ws { 384 } else { 256 },
+            threads: 256,
             smem: (1024 + WG8_STAGES * stage) as u32,
             bm: WG_BM,
             bn: WG8_BN,
@@ -262,19 +256,13 @@ impl CudaBackend {
     }
 
     /// `build`'s tile GEMM kernels (gate|up, down), their launch, and whether they are the
-    /// wgmma ones ([`Self::expert_wgmma`]; e4m3 activations: `moe.fp8act_kernel` picks the
-    /// build).
+    /// wgmma ones ([`Self::expert_wgmma`]).
     fn tile_kernels(
         &self,
         build: MmaBuild,
     ) -> (bool, (Kernel<MmaArgs>, Kernel<MmaArgs>), MmaLaunch) {
         let wg = self.expert_wgmma(build);
-        let ws = self.tuning().moe.fp8act_kernel == Fp8ActKernel::WgmmaWs;
-        (
-            wg,
-            grouped_kernels(build, wg, ws),
-            launch_shape(build, wg, ws),
-        )
+        (wg, grouped_kernels(build, wg), launch_shape(build, wg))
     }
 
     /// Stages 3 and 4 for a small step (`moe_plan::Experts::SmallMma`): `act` [pairs,
@@ -703,8 +691,8 @@ mod tests {
         // The FP4 builds launch as the bf16 one (moe_mma_fp4.cu: MmaCfg<0>).
         for build in [MmaBuild::Nvfp4, MmaBuild::Mxfp4] {
             assert_eq!(
-                launch_shape(build, false, false),
-                launch_shape(MmaBuild::Bf16, false, false)
+                launch_shape(build, false),
+                launch_shape(MmaBuild::Bf16, false)
             );
         }
     }
@@ -714,24 +702,22 @@ mod tests {
         // MwgCfg<0>::SMEM and MwgCfg<1>::SMEM in moe_wg.cu, within the 227 KB a block may
         // take beside its static row tables.
         for (build, smem) in [(MmaBuild::Bf16, 197_632), (MmaBuild::Fp8, 201_728)] {
-            let l = launch_shape(build, true, false);
+            let l = launch_shape(build, true);
             assert_eq!((l.threads, l.smem, l.bm, l.bn), (256, smem, WG_BM, WG_BN));
             assert!(smem as usize + 4 * (2 * WG_BM + WG_BN) <= 227 * 1024);
         }
         // Mwg8Cfg::SMEM in moe_wg8.cu: 1024 + 5 stages of 33 KB.
-        for (ws, threads) in [(false, 256), (true, 384)] {
-            let l = launch_shape(MmaBuild::Fp8Act, true, ws);
-            assert_eq!(
-                (l.threads, l.smem, l.bm, l.bn),
-                (threads, 169_984, WG_BM, WG8_BN)
-            );
-            // The row tables and (`_ws`) the stages' mbarriers, 16 bytes apart.
-            assert!(l.smem as usize + 4 * (2 * WG_BM + WG8_BN) + 16 * 2 * 5 <= 227 * 1024);
-        }
-        let (g, d) = grouped_kernels(MmaBuild::Fp8Act, true, true);
+        let l = launch_shape(MmaBuild::Fp8Act, true);
+        assert_eq!(
+            (l.threads, l.smem, l.bm, l.bn),
+            (256, 169_984, WG_BM, WG8_BN)
+        );
+        // The row tables beside it.
+        assert!(l.smem as usize + 4 * (2 * WG_BM + WG8_BN) <= 227 * 1024);
+        let (g, d) = grouped_kernels(MmaBuild::Fp8Act, true);
         assert_eq!(
             (g.name(), d.name()),
-            ("moe_gate_up_wg_fp8act_ws", "moe_down_wg_fp8act_ws")
+            ("moe_gate_up_wg_fp8act", "moe_down_wg_fp8act")
         );
     }
 
