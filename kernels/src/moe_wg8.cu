@@ -14,12 +14,13 @@
 //
 // A block: 256 threads, 128 pairs × BN = 128 weight rows, k in stages of BK = 128 columns
 // (128 bytes: one row of the 128-byte swizzle, and one scale group). Warpgroup w takes pairs
-// 64w .. 64w + 63 against all 128 weight rows: four m64n128k32 a stage into one of two product
-// sets, folded with the stage's scales (A rows' and weight rows', copied with the stage) while
-// the next stage's products run (see moe_wg8_impl's loop). gate_up: weight rows 0-63 are the
-// gate rows of the block's 64 act columns, 64-127 their up rows, so part[i] and part[i + 32]
-// are one act element. A stage's loads go out S - 2 stages ahead. k must be a multiple of 16
-// (whole 16-byte copies; moe_plan's rule for FP8 experts); columns past k are zero-filled.
+// 64w .. 64w + 63 against all 128 weight rows: four m64n128k32 a stage into part, waited for,
+// then folded with the stage's scales (A rows' and weight rows', copied with the stage).
+// gate_up: weight rows 0-63 are the gate rows of the block's 64 act columns, 64-127 their up
+// rows, so part[i] and part[i + 32] are one act element. A stage's loads go out S - 1 stages
+// ahead into the slot the previous stage used, which both warpgroups finished reading (their
+// products waited for) before the iteration's barrier. k must be a multiple of 16 (whole
+// 16-byte copies; moe_plan's rule for FP8 experts); columns past k are zero-filled.
 
 #define MWG8_BN 128
 #define MWG8_BK 128
@@ -41,7 +42,7 @@ struct Mwg8Cfg {
 // Stage kt (k columns 128 kt ..) into st by cp.async, the copies dealt to the block's threads from
 // `tid`: the A rows' and the weight rows' 16-byte chunks into their swizzled places, then the
 // rows' scales of the stage's group (A rows' first, then the weight rows'); zeros past the
-// pairs, the rows and k (a whole stage of zeros past k). a_row / w_row: the block's row tables (-1: no row).
+// pairs, the rows and k. a_row / w_row: the block's row tables (-1: no row).
 __device__ __forceinline__ void mwg8_load(unsigned char* st, int kt, const unsigned char* a,
                                           const float* a_scales, const unsigned char* w,
                                           const float* w_scales, const int* a_row,
@@ -63,41 +64,50 @@ __device__ __forceinline__ void mwg8_load(unsigned char* st, int kt, const unsig
     for (int i = tid; i < C::BM + C::BN; i += C::THREADS) {
         const int row = i < C::BM ? a_row[i] : w_row[i - C::BM];
         const float* const base = i < C::BM ? a_scales : w_scales;
-        const bool ok = row >= 0 && kt < groups; // a stage past k (an even count's pad): zeros
-        cp_async<4>(sw + C::W_BYTES + 4 * i, ok ? base + (u64)row * groups + kt : base, ok);
+        cp_async<4>(sw + C::W_BYTES + 4 * i, row >= 0 ? base + (u64)row * groups + kt : base,
+                    row >= 0);
     }
 }
 
 // A stage's products of this warpgroup into part: its 64 A rows from tile row r0 against the
-// stage's 128 weight rows, four m64n128k32 over the stage's 128 columns, committed as one group
-// and not waited for (the caller folds the previous stage's part meanwhile).
-__device__ __forceinline__ void mwg8_issue(float (&part)[64], const unsigned char* st, int r0) {
+// stage's 128 weight rows, four m64n128k32 over the stage's 128 columns, waited for.
+__device__ __forceinline__ void mwg8_products(float (&part)[64], const unsigned char* st, int r0) {
     const u32 a_addr = wg_smem_addr(st) + r0 * 128, b_addr = wg_smem_addr(st + Mwg8Cfg::A_BYTES);
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < Mwg8Cfg::BK / 32; ++kk)
         wg_ss8(part, wg_desc(a_addr + 32 * kk, 16, 1024), wg_desc(b_addr + 32 * kk, 16, 1024), kk);
     wg_commit();
+    wg_wait<0>();
+    wg_keep(part);
 }
 
-// acc += part times a stage's scales, moe_mma.cu's fold (fmaf of w_scale · a_scale): this
-// thread's rows' scales (g and g + 8 of its warp's 16 from tile row r0) and its columns' (2t,
-// 2t + 1 of each n8 block), read from the stage's scale block as they are used.
-__device__ __forceinline__ void mwg8_fold(float (&acc)[64], const float (&part)[64],
-                                          const unsigned char* st, int r0) {
-    const float* const sc = (const float*)(st + Mwg8Cfg::A_BYTES + Mwg8Cfg::W_BYTES);
-    const int lane = threadIdx.x & 31, r = r0 + 16 * ((threadIdx.x >> 5) & 3) + (lane >> 2);
-    const float a0 = sc[r], a1 = sc[r + 8];
-    const float2* const ws = (const float2*)(sc + Mwg8Cfg::BM) + (lane & 3);
+// A stage's scales as this thread folds them: its rows' (g and g + 8 of its warp's 16 from tile
+// row r0) and its columns' (2t, 2t + 1 of each n8 block), read from the stage's scale block;
+// then acc += part times both, moe_mma.cu's fold (fmaf of w_scale · a_scale).
+struct Mwg8Scales {
+    float a0, a1, w[32];
+    __device__ __forceinline__ void read(const unsigned char* st, int r0) {
+        const float* const sc = (const float*)(st + Mwg8Cfg::A_BYTES + Mwg8Cfg::W_BYTES);
+        const int lane = threadIdx.x & 31, r = r0 + 16 * ((threadIdx.x >> 5) & 3) + (lane >> 2);
+        const int t = lane & 3;
+        a0 = sc[r], a1 = sc[r + 8];
 #pragma unroll
-    for (int nb = 0; nb < 16; ++nb) {
-        const float2 w = ws[4 * nb];
-        acc[4 * nb] = fmaf(w.x * a0, part[4 * nb], acc[4 * nb]);
-        acc[4 * nb + 1] = fmaf(w.y * a0, part[4 * nb + 1], acc[4 * nb + 1]);
-        acc[4 * nb + 2] = fmaf(w.x * a1, part[4 * nb + 2], acc[4 * nb + 2]);
-        acc[4 * nb + 3] = fmaf(w.y * a1, part[4 * nb + 3], acc[4 * nb + 3]);
+        for (int nb = 0; nb < 16; ++nb)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) w[2 * nb + j] = sc[Mwg8Cfg::BM + 8 * nb + 2 * t + j];
     }
-}
+    __device__ __forceinline__ void fold(float (&acc)[64], const float (&part)[64]) const {
+#pragma unroll
+        for (int nb = 0; nb < 16; ++nb)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int i = 4 * nb + j;
+                acc[i] = fmaf(w[2 * nb + j] * a0, part[i], acc[i]);
+                acc[i + 2] = fmaf(w[2 * nb + j] * a1, part[i + 2], acc[i + 2]);
+            }
+    }
+};
 
 // The block's results: rows g and g + 8 of this warp's 16 of the warpgroup's 64 from tile row
 // r0 (act [pairs, n] bf16 through f with GATE, else ys [pairs, n] f32).
@@ -165,55 +175,32 @@ __device__ void moe_wg8_impl(void* out, const unsigned char* a, const float* a_s
     const bool busy = __shfl_sync(0xffffffffu, out_row[64 * wg] >= 0 ? 1 : 0, 0);
     // Accumulator i of this thread: row 64 · wg + 16 · warp + g + 8 · (i / 2 % 2) of the tile,
     // column 8 · (i / 4) + 2t + i % 2 of the block's weight rows.
-    float acc[64];
+    float acc[64], part[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
 
-    // Stages in pairs: stage kt's products (even kt) go into p0 while p1, stage kt - 1's,
-    // folds; then stage kt + 1's into p1 while p0 folds; then p1 is waited for. The tensor cores
-    // run while the previous stage folds, and no wgmma is in flight across the loop's back edge
-    // (ptxas serializes every wgmma when its accumulators might be copied or branched on while
-    // in flight). Loads run S - 2 stages ahead, into the slot of stage kt - 2, whose products
-    // were waited for and whose scales were read before the barrier. The stages are padded to
-    // an even count by a stage of zeros; iteration 0 folds p1's zeros with stage 0's scales.
-    float p0[64], p1[64];
+    const int ktiles = (k + BK - 1) / BK;
 #pragma unroll
-    for (int i = 0; i < 64; ++i) p1[i] = 0.f;
-    const int ktiles = ((k + BK - 1) / BK + 1) & ~1;
-#pragma unroll
-    for (int s = 0; s < S - 2; ++s) {
+    for (int s = 0; s < S - 1; ++s) {
         if (s < ktiles) load(s, s);
         cp_async_commit();
     }
-    // Stage kt in and stage kt + S - 2 on its way.
-    auto next = [&](int kt) {
-        cp_async_wait<S - 3>();
+    for (int kt = 0; kt < ktiles; ++kt) {
+        const int slot = kt % S;
+        cp_async_wait<S - 2>();
         fence_proxy_async();
-        __syncthreads(); // stage kt is in; every thread is done with stage kt - 2's slot
-        if (kt + S - 2 < ktiles) load(kt + S - 2, (kt + S - 2) % S);
+        __syncthreads(); // stage kt is in; both warpgroups are done with stage kt - 1's slot
+        if (kt + S - 1 < ktiles) load(kt + S - 1, (kt + S - 1) % S);
         cp_async_commit();
-    };
-    if (!busy) {
-        for (int kt = 0; kt < ktiles; ++kt) next(kt);
-        cp_async_wait<0>();
-        return;
-    }
-    const int r0 = 64 * wg;
-    for (int kt = 0; kt < ktiles; kt += 2) {
-        next(kt);
-        mwg8_issue(p0, stage(kt % S), r0);
-        wg_keep(p1);
-        mwg8_fold(acc, p1, stage((kt + S - 1) % S * (kt > 0)), r0);
-        next(kt + 1);
-        mwg8_issue(p1, stage((kt + 1) % S), r0);
-        wg_wait<1>();
-        wg_keep(p0);
-        mwg8_fold(acc, p0, stage(kt % S), r0);
-        wg_wait<0>();
+        if (busy) {
+            mwg8_products(part, stage(slot), 64 * wg);
+            Mwg8Scales sc;
+            sc.read(stage(slot), 64 * wg);
+            sc.fold(acc, part);
+        }
     }
     cp_async_wait<0>();
-    wg_keep(p1);
-    mwg8_fold(acc, p1, stage((ktiles - 1) % S), r0);
+    if (!busy) return;
 
     mwg8_store<GATE>(out, acc, out_row, 64 * wg, e, n0, n, f);
 }
