@@ -8,7 +8,7 @@ kernels/src/lib.rs's PRELUDE order) followed by the named files, as the loader d
 
 Files are kernels/src paths; name every file of the module (lib.rs's Module::source) when one
 uses another's helpers. --ptx writes the PTX (the line numbers in C7517 notes are its lines),
---cubin the image for `cuobjdump -sass`. NVRTC from
+--cubin the image for `cuobjdump -sass` (with nvdisasm on PATH). NVRTC from
 `pip install --target /tmp/nvrtc "nvidia-cuda-nvrtc==13.0.*"` (docs/cuda.md). The kernels
 crate's test every_module_compiles_with_nvrtc is the full check (every module, four targets).
 """
