@@ -254,15 +254,8 @@ __device__ __forceinline__ void gemv_nvfp4_mma_impl(float* out, const bf16* x, c
     float acc[RT][NB][4] = {};
     nvfp4_mma_tiles<RT, NB, BATCH, PIPE>(acc, rows, scales + 2 * t, soff, xrows, k);
     if (!fp8_mma_reduce<RT * NB>(&acc[0][0][0])) return;
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int n = n0 + 16 * r + g + 8 * (i >> 1), m = m0 + 8 * nb + 2 * t + (i & 1);
-                if (n < n_total && m < m_total) out[(u64)m * n_total + n] = acc[r][nb][i] * 256.0f * globals[n];
-            }
+    mma_tile_store(out, acc, n0, m0, n_total, m_total,
+                   [&](int n, int) { return 256.0f * globals[n]; });
 }
 
 #define GEMV_NVFP4_MMA(RT, NB, BATCH, PIPE, BLOCKS)                                                     \

@@ -166,16 +166,7 @@ __device__ __forceinline__ void gemm_nvfp4_w4a4_impl(float* out, const unsigned 
         j = jn;
     }
     if (!fp8_mma_reduce<RT * NB>(&acc[0][0][0])) return;
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int n = n0 + 16 * r + g + 8 * (i >> 1), mm = m0 + 8 * nb + 2 * t + (i & 1);
-                if (n < n_total && mm < m_total)
-                    out[(u64)mm * n_total + n] = acc[r][nb][i] * wm[n] * xg[mm];
-            }
+    mma_tile_store(out, acc, n0, m0, n_total, m_total, [&](int n, int m) { return wm[n] * xg[m]; });
 }
 
 #define GEMM_NVFP4_W4A4(RT, NB, BLOCKS)                                                            \

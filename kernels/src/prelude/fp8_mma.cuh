@@ -163,3 +163,21 @@ template <int N> __device__ __forceinline__ bool fp8_mma_reduce(float* acc) {
     }
     return true;
 }
+
+// Warp 0's reduced tile (fp8_mma_reduce) into out [m_total, n_total] f32: acc[r][nb] holds this
+// lane's sums of weight rows n0 + 16r + g, + 8 against x rows m0 + 8nb + 2t, + 1; each is
+// written times f(n, m), only inside out.
+template <int RT, int NB, typename F>
+__device__ __forceinline__ void mma_tile_store(float* out, const float (&acc)[RT][NB][4], int n0,
+                                               int m0, int n_total, int m_total, F f) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int n = n0 + 16 * r + g + 8 * (i >> 1), m = m0 + 8 * nb + 2 * t + (i & 1);
+                if (n < n_total && m < m_total) out[(u64)m * n_total + n] = acc[r][nb][i] * f(n, m);
+            }
+}
